@@ -1,0 +1,28 @@
+# Two commands a new user needs: `make demo` and `make test`. Each builds the venv it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/dsh-tools: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+demo: $(BIN)/dsh-tools
+	$(BIN)/dsh-tools demo
+
+test: $(BIN)/dsh-tools
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/dsh-tools
+	$(BIN)/ruff check dsh_tools tests benchmarks examples
+	$(BIN)/mypy --strict dsh_tools
+
+bench: $(BIN)/dsh-tools
+	$(BIN)/dsh-tools bench
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,67 @@
+"""dsh-tools: the tool registry and execution pipeline of an LLM agent harness.
+
+The public surface is re-exported here; everything else is private.
+"""
+
+from msgspec import UNSET
+
+from .actors import (
+    AbortController,
+    AbortError,
+    AbortSignal,
+    Accept,
+    Allow,
+    Ask,
+    BatchOutcome,
+    Block,
+    CodeRunFailedError,
+    Deny,
+    ExecuteBatch,
+    ExecuteCall,
+    ExecutionToken,
+    FrozenDict,
+    FrozenList,
+    HarnessError,
+    JsonSchemaError,
+    ToolArgsError,
+    ToolCall,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
+    ToolNotFoundError,
+    ToolOutputError,
+    ToolTimeoutError,
+)
+
+__all__ = [
+    "UNSET",
+    "AbortController",
+    "AbortError",
+    "AbortSignal",
+    "Accept",
+    "Allow",
+    "Ask",
+    "BatchOutcome",
+    "Block",
+    "CodeRunFailedError",
+    "Deny",
+    "ExecuteBatch",
+    "ExecuteCall",
+    "ExecutionToken",
+    "FrozenDict",
+    "FrozenList",
+    "HarnessError",
+    "JsonSchemaError",
+    "ToolArgsError",
+    "ToolCall",
+    "ToolErrorInfo",
+    "ToolExecutionFailure",
+    "ToolExecutionResult",
+    "ToolExecutionSuccess",
+    "ToolFailure",
+    "ToolNotFoundError",
+    "ToolOutputError",
+    "ToolTimeoutError",
+]

@@ -1,0 +1,68 @@
+"""The bottom layer: the message catalog, results, decisions, signals, frozen containers and
+the error vocabulary. It imports nothing else from ``dsh_tools``."""
+
+from ._errors import (
+    AbortError,
+    CodeRunFailedError,
+    HarnessError,
+    JsonSchemaError,
+    ToolArgsError,
+    ToolNotFoundError,
+    ToolOutputError,
+    ToolTimeoutError,
+    format_ms,
+)
+from ._frozen import EMPTY_DICT, EMPTY_LIST, FrozenDict, FrozenList
+from ._messages import (
+    Accept,
+    Allow,
+    Ask,
+    BatchOutcome,
+    Block,
+    Deny,
+    ExecuteBatch,
+    ExecuteCall,
+    ExecutionToken,
+    ToolCall,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
+)
+from ._signal import NEVER_ABORTED, AbortController, AbortSignal, any_signal
+
+__all__ = [
+    "EMPTY_DICT",
+    "EMPTY_LIST",
+    "NEVER_ABORTED",
+    "AbortController",
+    "AbortError",
+    "AbortSignal",
+    "Accept",
+    "Allow",
+    "Ask",
+    "BatchOutcome",
+    "Block",
+    "CodeRunFailedError",
+    "Deny",
+    "ExecuteBatch",
+    "ExecuteCall",
+    "ExecutionToken",
+    "FrozenDict",
+    "FrozenList",
+    "HarnessError",
+    "JsonSchemaError",
+    "ToolArgsError",
+    "ToolCall",
+    "ToolErrorInfo",
+    "ToolExecutionFailure",
+    "ToolExecutionResult",
+    "ToolExecutionSuccess",
+    "ToolFailure",
+    "ToolNotFoundError",
+    "ToolOutputError",
+    "ToolTimeoutError",
+    "any_signal",
+    "format_ms",
+]

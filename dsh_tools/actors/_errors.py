@@ -1,0 +1,123 @@
+"""The error vocabulary shared by every layer.
+
+Every error the pipeline turns into a result carries ``code`` and ``name`` (``name`` defaults to
+the concrete class name), so a failure's ``info`` is ``ToolErrorInfo(name, code)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "AbortError",
+    "CodeRunFailedError",
+    "HarnessError",
+    "JsonSchemaError",
+    "ToolArgsError",
+    "ToolNotFoundError",
+    "ToolOutputError",
+    "ToolTimeoutError",
+    "format_ms",
+]
+
+
+def format_ms(ms: float) -> str:
+    """Format a millisecond count like a JS number: ``100`` not ``100.0``."""
+    if isinstance(ms, float) and ms.is_integer():
+        return str(int(ms))
+    return str(ms)
+
+
+class HarnessError(Exception):
+    """An error with a machine-readable ``code``; the base of every error this package raises.
+
+    ``name`` is what a failure's ``info.name`` shows; it defaults to the class name and may be
+    overridden per instance.
+    """
+
+    code: str
+    name: str
+
+    def __init__(self, message: str, code: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.name = name if name is not None else type(self).__name__
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class JsonSchemaError(HarnessError):
+    """A schema outside the supported subset (code ``UNSUPPORTED_SCHEMA``)."""
+
+    def __init__(self, violations: Iterable[str]) -> None:
+        self.violations: list[str] = list(violations)
+        super().__init__(
+            "unsupported JSON schema: " + "; ".join(self.violations), "UNSUPPORTED_SCHEMA"
+        )
+
+
+class ToolArgsError(HarnessError):
+    """Arguments that fail a typed tool's parameter schema (code ``INVALID_ARGS``)."""
+
+    def __init__(self, violations: Iterable[str]) -> None:
+        self.violations: list[str] = list(violations)
+        super().__init__("invalid arguments: " + "; ".join(self.violations), "INVALID_ARGS")
+
+
+class ToolOutputError(HarnessError):
+    """A body value, render or presentation projection that breaks the output contract."""
+
+    def __init__(self, tool_name: str, violations: Iterable[str]) -> None:
+        self.tool_name = tool_name
+        self.violations: list[str] = list(violations)
+        super().__init__(
+            f'tool "{tool_name}" returned invalid output: ' + "; ".join(self.violations),
+            "INVALID_TOOL_OUTPUT",
+        )
+
+
+class ToolNotFoundError(HarnessError):
+    """No visible definition for a call's name and agent (code ``UNKNOWN_TOOL``)."""
+
+    def __init__(self, tool_name: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(f'unknown tool "{tool_name}"', "UNKNOWN_TOOL")
+
+
+class AbortError(HarnessError):
+    """A call cancelled before (``ABORTED_BEFORE_DISPATCH``) or after (``ABORTED``) dispatch."""
+
+    def __init__(self, code: str = "ABORTED") -> None:
+        if code == "ABORTED_BEFORE_DISPATCH":
+            message = "tool call aborted before dispatch"
+        else:
+            message = "tool call aborted"
+        super().__init__(message, code)
+
+
+class ToolTimeoutError(HarnessError):
+    """The timeout policy's own deadline fired (code ``TOOL_TIMEOUT``)."""
+
+    def __init__(self, timeout_ms: float) -> None:
+        self.timeout_ms = timeout_ms
+        super().__init__(f"tool call timed out after {format_ms(timeout_ms)}ms", "TOOL_TIMEOUT")
+
+
+class CodeRunFailedError(HarnessError):
+    """A Code Mode run that failed as a whole (code ``CODE_RUN_FAILED``).
+
+    ``kind`` is one of ``exception``, ``timeout``, ``abort``, ``worker-exit``,
+    ``invalid-output``, ``output-limit`` or ``frame-limit``; ``logs`` is the output captured
+    before the failure and is appended to the message after ``Captured output:``.
+    """
+
+    def __init__(self, kind: str, message: str, logs: Sequence[str] = ()) -> None:
+        self.kind = kind
+        self.detail = message
+        self.logs: tuple[str, ...] = tuple(logs)
+        text = f"code run failed ({kind}): {message}"
+        if self.logs:
+            text += "\nCaptured output:\n" + "\n".join(self.logs)
+        super().__init__(text, "CODE_RUN_FAILED")

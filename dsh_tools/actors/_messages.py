@@ -1,0 +1,229 @@
+"""The message catalog: frozen msgspec Structs exchanged between the harness and the actors.
+
+Results and decisions live here too, because they travel in messages (``BatchOutcome``,
+``CallCommitted``) and every layer above reads them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from ._frozen import EMPTY_LIST, FrozenList
+from ._signal import NEVER_ABORTED, AbortSignal
+
+__all__ = [
+    "Accept",
+    "Allow",
+    "Ask",
+    "BatchOutcome",
+    "Block",
+    "Deny",
+    "ExecuteBatch",
+    "ExecuteCall",
+    "ExecutionToken",
+    "ToolCall",
+    "ToolErrorInfo",
+    "ToolExecutionFailure",
+    "ToolExecutionResult",
+    "ToolExecutionSuccess",
+    "ToolFailure",
+]
+
+_token_ids = itertools.count(1)
+
+
+class ExecutionToken(msgspec.Struct, frozen=True):
+    """An opaque identity minted per execution; ``parent`` links a nested call to its caller."""
+
+    id: int
+
+    @staticmethod
+    def mint() -> ExecutionToken:
+        """Return a token with a fresh process-unique id."""
+        return ExecutionToken(next(_token_ids))
+
+
+# --- results -----------------------------------------------------------------------------------
+
+
+class ToolErrorInfo(msgspec.Struct, frozen=True):
+    """The machine-readable part of a failure: the error class ``name`` and its ``code``."""
+
+    name: str
+    code: str
+
+
+class ToolFailure(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Why a call failed: the ``message`` and, for harness errors, ``info``."""
+
+    message: str
+    info: ToolErrorInfo | UnsetType = UNSET
+
+
+class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A successful call: the frozen canonical ``value`` and the model-visible ``content``."""
+
+    value: Any
+    content: Sequence[Any]
+    meta: Any = UNSET
+    additional_contexts: Sequence[Any] = EMPTY_LIST
+
+    @property
+    def is_error(self) -> bool:
+        """Always ``False``."""
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON projection: absent fields are omitted."""
+        out: dict[str, Any] = {"content": self.content, "is_error": False, "value": self.value}
+        if self.meta is not UNSET:
+            out["meta"] = self.meta
+        if self.additional_contexts:
+            out["additional_contexts"] = self.additional_contexts
+        return out
+
+
+class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A failed call: ``error`` says why and ``content`` is what the model sees."""
+
+    error: ToolFailure
+    content: Sequence[Any]
+    meta: Any = UNSET
+    additional_contexts: Sequence[Any] = EMPTY_LIST
+
+    @property
+    def is_error(self) -> bool:
+        """Always ``True``."""
+        return True
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON projection: absent fields are omitted."""
+        error: dict[str, Any] = {"message": self.error.message}
+        if self.error.info is not UNSET:
+            error["info"] = {"name": self.error.info.name, "code": self.error.info.code}
+        out: dict[str, Any] = {"content": self.content, "is_error": True, "error": error}
+        if self.meta is not UNSET:
+            out["meta"] = self.meta
+        if self.additional_contexts:
+            out["additional_contexts"] = self.additional_contexts
+        return out
+
+
+ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
+
+
+# --- decisions ---------------------------------------------------------------------------------
+
+
+class Allow(msgspec.Struct, frozen=True):
+    """A pre-execute decision: let the call proceed to guards and dispatch."""
+
+
+class Deny(msgspec.Struct, frozen=True):
+    """A pre-execute decision: refuse the call with ``reason`` (model sees ``Error: <reason>``)."""
+
+    reason: str
+
+
+class Ask(msgspec.Struct, frozen=True):
+    """A pre-execute decision: route the call through the approval seam."""
+
+    reason: str | None = None
+
+
+class Accept(msgspec.Struct, frozen=True):
+    """A post-execute decision: keep the result, optionally replacing ``content`` or ``value``."""
+
+    content: Any = UNSET
+    value: Any = UNSET
+    additional_contexts: Sequence[Any] = ()
+
+
+class Block(msgspec.Struct, frozen=True):
+    """A post-execute decision: replace the result with a failure showing ``feedback``."""
+
+    feedback: Sequence[Any]
+    additional_contexts: Sequence[Any] = ()
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
+    """Run one call through the pipeline. ``signal`` may be omitted (never aborts)."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    signal: AbortSignal = NEVER_ABORTED
+    agent: str | None = None
+    parent: ExecutionToken | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.call_id) is not str or not self.call_id:
+            raise TypeError("ExecuteCall.call_id must be a non-empty str")
+        if type(self.name) is not str:
+            raise TypeError("ExecuteCall.name must be a str")
+        if self.signal is None:
+            msgspec.structs.force_setattr(self, "signal", NEVER_ABORTED)
+        elif not isinstance(self.signal, AbortSignal):
+            raise TypeError("ExecuteCall.signal must be an AbortSignal or None")
+        if self.agent is not None and type(self.agent) is not str:
+            raise TypeError("ExecuteCall.agent must be a str or None")
+        if self.parent is not None and not isinstance(self.parent, ExecutionToken):
+            raise TypeError("ExecuteCall.parent must be an ExecutionToken or None")
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """One tool call as the model sent it: ``arguments`` is the raw JSON text."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+    def __post_init__(self) -> None:
+        if type(self.call_id) is not str or not self.call_id:
+            raise TypeError("ToolCall.call_id must be a non-empty str")
+        if type(self.name) is not str:
+            raise TypeError("ToolCall.name must be a str")
+        if type(self.arguments) is not str:
+            raise TypeError("ToolCall.arguments must be a str (the raw JSON text)")
+
+
+class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
+    """Run one model turn's calls in the dispatcher pool; results come back in model order."""
+
+    calls: Sequence[ToolCall]
+    agent: str | None = None
+    signal: AbortSignal = NEVER_ABORTED
+    max_parallel: int | None = None
+
+    def __post_init__(self) -> None:
+        calls = tuple(self.calls)
+        for index, call in enumerate(calls):
+            if not isinstance(call, ToolCall):
+                raise TypeError(f"ExecuteBatch.calls[{index}] must be a ToolCall")
+        msgspec.structs.force_setattr(self, "calls", calls)
+        if self.signal is None:
+            msgspec.structs.force_setattr(self, "signal", NEVER_ABORTED)
+        elif not isinstance(self.signal, AbortSignal):
+            raise TypeError("ExecuteBatch.signal must be an AbortSignal or None")
+        if self.agent is not None and type(self.agent) is not str:
+            raise TypeError("ExecuteBatch.agent must be a str or None")
+        if self.max_parallel is not None:
+            if type(self.max_parallel) is not int:
+                raise TypeError("max_parallel_tool_calls must be a positive integer")
+            if self.max_parallel < 1:
+                raise ValueError("max_parallel_tool_calls must be a positive integer")
+
+
+class BatchOutcome(msgspec.Struct, frozen=True):
+    """What a batch returns: ``results`` in model order and the drained context FIFO."""
+
+    results: Sequence[ToolExecutionResult]
+    contexts: FrozenList = EMPTY_LIST

@@ -1,0 +1,197 @@
+"""Cooperative cancellation: ``AbortController`` and ``AbortSignal``.
+
+Semantics (the same as the web platform's, made thread-safe):
+
+- A signal aborts at most once. The first ``abort(reason)`` wins; later calls keep the first
+  reason. The default reason is the string ``"aborted"``.
+- ``add_callback(fn)`` calls ``fn(reason)`` once when the signal aborts (at once, in the caller's
+  thread, if it already has) and returns a remover. Callbacks run in the thread that aborts; one
+  that raises is logged and does not stop the others.
+- ``wait(timeout)`` blocks a thread; ``await signal`` suspends a coroutine on any event loop.
+  Both return once the signal has aborted (``await`` returns the reason).
+- ``NEVER_ABORTED`` is one shared signal that never aborts; its ``add_callback`` stores nothing,
+  so calls without a signal cost nothing and leak nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Generator
+from typing import Any
+
+import structlog
+
+__all__ = ["NEVER_ABORTED", "AbortController", "AbortSignal"]
+
+_log = structlog.get_logger("dsh_tools.signal")
+
+_DEFAULT_REASON = "aborted"
+
+
+def _noop() -> None:
+    return None
+
+
+class AbortSignal:
+    """A read-only view of an abort state. Obtain one from ``AbortController().signal``."""
+
+    __slots__ = ("_aborted", "_callbacks", "_event", "_lock", "_never", "_reason")
+
+    def __init__(self, *, _never: bool = False) -> None:
+        self._lock = threading.Lock()
+        self._aborted = False
+        self._reason: Any = None
+        self._callbacks: dict[object, Callable[[Any], object]] | None = None
+        self._event: threading.Event | None = None
+        self._never = _never
+
+    @staticmethod
+    def aborted_signal(reason: Any = _DEFAULT_REASON) -> AbortSignal:
+        """Return a signal that is already aborted with ``reason``."""
+        signal = AbortSignal()
+        signal._fire(reason)
+        return signal
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the signal has aborted."""
+        return self._aborted
+
+    @property
+    def reason(self) -> Any:
+        """The abort reason, or ``None`` while not aborted."""
+        return self._reason
+
+    def add_callback(self, fn: Callable[[Any], object]) -> Callable[[], None]:
+        """Call ``fn(reason)`` once on abort (at once if already aborted); return a remover."""
+        if self._never:
+            return _noop
+        with self._lock:
+            if not self._aborted:
+                if self._callbacks is None:
+                    self._callbacks = {}
+                key = object()
+                self._callbacks[key] = fn
+                callbacks = self._callbacks
+
+                def remove() -> None:
+                    with self._lock:
+                        callbacks.pop(key, None)
+
+                return remove
+        _run_callback(fn, self._reason)
+        return _noop
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until aborted or ``timeout`` seconds pass; return whether it aborted."""
+        if self._aborted:
+            return True
+        if self._never:
+            if timeout is None:
+                raise ValueError("waiting without a timeout on a signal that never aborts")
+            threading.Event().wait(timeout)
+            return False
+        with self._lock:
+            if self._aborted:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self._aborted:
+            return self._reason
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def wake(reason: Any) -> None:
+            def settle() -> None:
+                if not future.done():
+                    future.set_result(reason)
+
+            try:
+                loop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the loop closed while we waited
+                pass
+
+        remove = self.add_callback(wake)
+        try:
+            return (yield from future.__await__())
+        finally:
+            remove()
+
+    def throw_if_aborted(self) -> None:
+        """Raise ``asyncio.CancelledError`` carrying the reason if the signal has aborted."""
+        if self._aborted:
+            raise asyncio.CancelledError(self._reason)
+
+    def _fire(self, reason: Any) -> bool:
+        if self._never:
+            return False
+        with self._lock:
+            if self._aborted:
+                return False
+            self._reason = reason
+            self._aborted = True
+            callbacks = self._callbacks
+            self._callbacks = None
+            event = self._event
+        if event is not None:
+            event.set()
+        if callbacks:
+            for fn in list(callbacks.values()):
+                _run_callback(fn, reason)
+        return True
+
+    def __repr__(self) -> str:
+        if self._never:
+            return "AbortSignal(never)"
+        if self._aborted:
+            return f"AbortSignal(aborted, reason={self._reason!r})"
+        return "AbortSignal(pending)"
+
+
+def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
+    try:
+        fn(reason)
+    except Exception as exc:  # a failing listener must not stop the others
+        _log.warning("abort callback failed", error=repr(exc))
+
+
+class AbortController:
+    """Owns an ``AbortSignal`` and aborts it."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self) -> None:
+        self.signal = AbortSignal()
+
+    def abort(self, reason: Any = None) -> None:
+        """Abort the signal with ``reason`` (``"aborted"`` when None); later calls do nothing."""
+        self.signal._fire(_DEFAULT_REASON if reason is None else reason)
+
+
+NEVER_ABORTED = AbortSignal(_never=True)
+"""The shared signal used when a call gives none: it never aborts and stores no callbacks."""
+
+
+def any_signal(*signals: AbortSignal) -> tuple[AbortSignal, Callable[[], None]]:
+    """Return a signal that aborts when any of ``signals`` does (first reason wins) and a detacher.
+
+    The detacher removes the listeners installed on the sources, so a short-lived fusion never
+    leaks into a long-lived source signal.
+    """
+    controller = AbortController()
+    for source in signals:
+        if source.aborted:
+            controller.abort(source.reason)
+            return controller.signal, _noop
+    removers = [source.add_callback(controller.abort) for source in signals]
+
+    def detach() -> None:
+        for remove in removers:
+            remove()
+
+    return controller.signal, detach
