@@ -37,15 +37,25 @@ __all__ = [
 _token_ids = itertools.count(1)
 
 
-class ExecutionToken(msgspec.Struct, frozen=True):
-    """An opaque identity minted per execution; ``parent`` links a nested call to its caller."""
+class ExecutionToken:
+    """An opaque identity minted per execution; ``parent`` links a nested call to its caller.
+
+    Tokens compare and hash by identity and refuse pickling and encoding: they never cross a
+    process, model or log boundary. ``id`` is a process-unique number for logs.
+    """
+
+    __slots__ = ("__weakref__", "id")
 
     id: int
 
-    @staticmethod
-    def mint() -> ExecutionToken:
-        """Return a token with a fresh process-unique id."""
-        return ExecutionToken(next(_token_ids))
+    def __init__(self) -> None:
+        self.id = next(_token_ids)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("ExecutionToken cannot be pickled")
+
+    def __repr__(self) -> str:
+        return f"<ExecutionToken {self.id}>"
 
 
 # --- results -----------------------------------------------------------------------------------

@@ -1,1 +1,42 @@
-"""pipeline package."""
+"""The pipeline layer: the per-call stages, execution views, the dispatcher pool, the session
+log and the timeout policy."""
+
+from ._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
+from ._json_text import parse_arguments, parse_json_text
+from ._pipeline import (
+    DISPATCH,
+    FINISH,
+    POST,
+    Pipeline,
+    Stage,
+    cancelled,
+    failure_from_exception,
+    message_of,
+)
+from ._pool import BatchRunner, DispatcherPoolActor, PoolEntry, PoolLane
+from ._session import SessionEvent, SessionLog
+from ._timeout import timeout_policy
+
+__all__ = [
+    "DISPATCH",
+    "FINISH",
+    "POST",
+    "BatchRunner",
+    "CallRecord",
+    "DispatchExecution",
+    "DispatcherPoolActor",
+    "Pipeline",
+    "PoolEntry",
+    "PoolLane",
+    "SessionEvent",
+    "SessionLog",
+    "Stage",
+    "ToolExecution",
+    "ToolRunContext",
+    "cancelled",
+    "failure_from_exception",
+    "message_of",
+    "parse_arguments",
+    "parse_json_text",
+    "timeout_policy",
+]

@@ -1,0 +1,81 @@
+"""Wiring Code Mode into a ``ToolSystem``: the runtime, the ``run_code`` transport, assembly.
+
+Part of the composition root: it is the one place that hands the ``run_code`` transport (built
+from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .actors._protocol import SetTransport
+from .codebridge._assembly import check_runtime
+from .codebridge._bridge import CodeRunBridgeActor
+from .codebridge._transport import (
+    INVALID_DESCRIPTION_MESSAGE,
+    RUN_CODE_DESCRIPTION,
+    present_run_code_call,
+    render_run_code_output,
+    run_code_output_dsl,
+    run_code_parameters_dsl,
+)
+from .registry import ToolOutput, define_tool
+
+__all__ = ["build_run_code", "install_code_mode"]
+
+
+def install_code_mode(system: Any, code_runtime: Any) -> None:
+    """Resolve the code runtime and, in ``code``/``both`` mode, install ``run_code``.
+
+    ``code_runtime`` is ``DEFAULT`` (the subprocess runtime, started only for non-native modes),
+    ``None`` (no runtime: non-native assemblies refuse) or any ``CodeRuntime``.
+    """
+    from ._system import DEFAULT
+
+    config = system.config
+    system._owns_runtime = False
+    if code_runtime is DEFAULT:
+        if config.mode == "native":
+            system.code_runtime = None
+        else:
+            from .codebridge import SubprocessCodeRuntime, runtime_config_from
+
+            system.code_runtime = SubprocessCodeRuntime(runtime_config_from(config))
+            system._owns_runtime = True
+    else:
+        system.code_runtime = code_runtime
+    if config.mode != "native":
+        definition = build_run_code(system)
+        system._registry.ask(SetTransport(definition, True))
+
+
+def build_run_code(system: Any) -> Any:
+    """The reserved ``run_code`` tool definition bound to ``system``."""
+    mode = system.config.mode
+
+    async def run_code(args: Any, run_ctx: Any) -> Any:
+        description = args.get("description")
+        if not isinstance(description, str) or not description.strip():
+            raise ValueError(INVALID_DESCRIPTION_MESSAGE)
+        runtime = system.code_runtime
+        check_runtime(mode, runtime)
+        bridge = CodeRunBridgeActor(
+            pipeline=system.pipeline,
+            runtime=runtime,
+            outer=run_ctx,
+            max_parallel=system.config.max_parallel_sub_calls,
+            dispatch_log_hooks=lambda: system._cell.current.hooks_for(
+                "code_dispatch_log", run_ctx.agent
+            ),
+            spill=system.dispatch_spill,
+        )
+        return await bridge.run(args["code"])
+
+    return define_tool(
+        name="run_code",
+        description=RUN_CODE_DESCRIPTION,
+        parameters=run_code_parameters_dsl(),
+        output=ToolOutput(schema=run_code_output_dsl(), render=render_run_code_output),
+        execute=run_code,
+        present_call=present_run_code_call,
+    )

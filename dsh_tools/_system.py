@@ -1,0 +1,444 @@
+"""``ToolSystem``: the composition root that starts, wires and stops the actors.
+
+It is the only module that imports every layer. It owns:
+
+- the ``RegistryActor`` (tables and snapshots), one ``OwnerActor`` per plugin handle and the
+  global handle, one ``ScopeActor`` per live agent scope;
+- the system event loop thread (batches, code runs and ``ref.ask`` calls run there) and the
+  worker threads that run plain-function bodies off that loop;
+- the front actor ``ref`` that answers ``ExecuteCall`` / ``ExecuteBatch`` messages;
+- the session log and the approval seam.
+
+``execute`` runs the pipeline in the caller's thread on a private per-thread event loop, with
+plain-function bodies inline: no thread hop on the hot path (one cross-thread wake-up costs more
+than the whole pipeline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pykka
+import structlog
+
+from .actors import (
+    BatchOutcome,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolExecutionResult,
+)
+from .actors._config import ToolsConfig
+from .actors._protocol import CloseOwner, StopRegistry
+from .codebridge._assembly import AssembledPrompt, assemble
+from .pipeline import Pipeline, SessionLog, message_of
+from .pipeline._pool import BatchRunner
+from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
+
+__all__ = ["AgentScope", "PluginHandle", "ToolSystem"]
+
+_log = structlog.get_logger("dsh_tools.system")
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()
+"""Stands for "the default code runtime" in ``ToolSystem.start(code_runtime=...)``."""
+
+
+# --- the per-thread loop of the blocking execute ---------------------------------------------
+
+
+class _ThreadLoop:
+    """One private event loop per calling thread, closed when the thread's locals go away."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        weakref.finalize(self, self.loop.close)
+
+
+_thread_state = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    holder: _ThreadLoop | None = getattr(_thread_state, "holder", None)
+    if holder is None or holder.loop.is_closed():
+        holder = _ThreadLoop()
+        _thread_state.holder = holder
+    return holder.loop
+
+
+# --- handles ---------------------------------------------------------------------------------
+
+
+class PluginHandle:
+    """An owner of global registrations: ``close()`` disposes them, last first."""
+
+    def __init__(self, system: ToolSystem, name: str) -> None:
+        self.name = name
+        self._system = system
+        label = f'plugin "{name}"'
+        self._owner = OwnerActor.start(system._registry, label, None)
+        self.tools = ToolsHandle(owner=self._owner, cell=system._cell, agent=None, label=label)
+
+    def close(self) -> None:
+        """Dispose everything registered through this plugin, in reverse order."""
+        self._system._close_owner(self._owner, self.tools)
+
+    def __enter__(self) -> PluginHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AgentScope:
+    """One agent's layer: local tools, masks, guards and hooks scoped to ``key``."""
+
+    def __init__(self, system: ToolSystem, key: str) -> None:
+        self.key = key
+        self._system = system
+        label = f'agent scope "{key}"'
+        self._owner = ScopeActor.start(system._registry, label, key)
+        self.tools = ToolsHandle(owner=self._owner, cell=system._cell, agent=key, label=label)
+        self.closed = False
+
+    def close(self) -> None:
+        """Dispose the agent's registrations (LIFO) and stop its scope actor."""
+        if self.closed:
+            return
+        self.closed = True
+        self._system._forget_scope(self)
+        self._system._close_owner(self._owner, self.tools)
+
+    def inject_context(self, context: Any) -> None:
+        """Add a hook context for this agent: into the active batch's FIFO, or straight into
+        the session as a ``user/message`` when no batch is running."""
+        self._system._inject(self.key, context)
+
+    def __enter__(self) -> AgentScope:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- the front actor -------------------------------------------------------------------------
+
+
+class FrontActor(pykka.ThreadingActor):
+    """Answers ``ExecuteCall`` and ``ExecuteBatch`` asks without blocking its mailbox.
+
+    Each request is started on the system loop and the reply is set when it settles, so many
+    asks may be in flight at once and a slow call never delays another.
+    """
+
+    def __init__(self, system: ToolSystem) -> None:
+        super().__init__()
+        self._system = system
+
+    def _actor_loop_running(self) -> None:
+        while not self.actor_stopped.is_set():
+            envelope = self.actor_inbox.get()
+            message = envelope.message
+            reply_to = envelope.reply_to
+            if isinstance(message, ExecuteCall | ExecuteBatch):
+                self._start(message, reply_to)
+                continue
+            try:
+                response = self._handle_receive(message)
+            except Exception:
+                if reply_to is not None:
+                    reply_to.set_exception()
+                continue
+            if reply_to is not None:
+                reply_to.set(response)
+
+    def _start(self, message: ExecuteCall | ExecuteBatch, reply_to: Any) -> None:
+        system = self._system
+        try:
+            if isinstance(message, ExecuteCall):
+                coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
+            else:
+                coro = system._batches.run(message)
+            future = asyncio.run_coroutine_threadsafe(coro, system._loop)
+        except Exception:
+            if reply_to is not None:
+                reply_to.set_exception()
+            return
+
+        def settle(done: concurrent.futures.Future[Any]) -> None:
+            if reply_to is None:
+                return
+            try:
+                reply_to.set(done.result())
+            except BaseException:
+                reply_to.set_exception()
+
+        future.add_done_callback(settle)
+
+
+# --- the system ------------------------------------------------------------------------------
+
+
+class ToolSystem:
+    """A running tool system: registry, scopes, pipeline, pool, session log and front actor.
+
+    Start one with ``ToolSystem.start(config)``; use it as a context manager or call
+    ``stop()``, which stops every actor, thread and worker it started.
+    """
+
+    def __init__(
+        self,
+        config: ToolsConfig | None = None,
+        *,
+        approval: Any = None,
+        code_runtime: Any = DEFAULT,
+    ) -> None:
+        if config is None:
+            config = ToolsConfig()
+        if not isinstance(config, ToolsConfig):
+            raise TypeError(f"config must be a ToolsConfig, got {type(config).__name__}")
+        self.config = config
+        self.approval = approval
+        self.session = SessionLog()
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._scopes: dict[str, AgentScope] = {}
+        self._owners: list[pykka.ActorRef[Any]] = []
+        self._cell = SnapshotCell()
+        self._registry = RegistryActor.start(config.mode, self._cell)
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._run_loop, name="dsh-tools-loop", daemon=True
+        )
+        self._loop_thread.start()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1024, thread_name_prefix="dsh-tools-body"
+        )
+        self.pipeline = Pipeline(
+            self._cell,
+            session=self.session,
+            executor=self._executor,
+            approval=lambda: self.approval,
+            background=self._background,
+        )
+        self._batches = BatchRunner(self)
+        self._root = OwnerActor.start(self._registry, "the global tools handle", None)
+        self.tools = ToolsHandle(
+            owner=self._root, cell=self._cell, agent=None, label="the global tools handle"
+        )
+        self.code_runtime: Any = None
+        self.dispatch_spill: Any = None
+        self._init_code_mode(code_runtime)
+        self.ref = FrontActor.start(self)
+
+    @classmethod
+    def start(
+        cls,
+        config: ToolsConfig | None = None,
+        *,
+        approval: Any = None,
+        code_runtime: Any = DEFAULT,
+    ) -> ToolSystem:
+        """Start a tool system. ``approval`` answers ``Ask`` decisions; ``code_runtime`` runs
+        Code Mode programs (``DEFAULT``: the subprocess runtime; ``None``: none)."""
+        return cls(config, approval=approval, code_runtime=code_runtime)
+
+    def _init_code_mode(self, code_runtime: Any) -> None:
+        # Code Mode is wired in by the codebridge layer (see _code_mode below).
+        from ._code_mode import install_code_mode
+
+        install_code_mode(self, code_runtime)
+
+    def assemble_prompt(self, agent: str | None = None) -> AssembledPrompt:
+        """The prompt sections and tool schemas ``agent`` gets in this system's mode."""
+        return assemble(
+            self._cell.current,
+            agent,
+            runtime=self.code_runtime,
+            tool_order=self.config.tool_order,
+        )
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> ToolSystem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether ``stop()`` has not been called."""
+        return not self._stopped
+
+    def stop(self) -> None:
+        """Stop every actor, the event loop, the worker threads and any code runtime."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            scopes = list(self._scopes.values())
+            self._scopes.clear()
+        runtime = self.code_runtime
+        if runtime is not None and getattr(self, "_owns_runtime", False):
+            try:
+                self._call_on_loop(runtime.dispose(), timeout=10)
+            except Exception as exc:
+                _log.warning("code runtime disposal failed", error=message_of(exc))
+        try:
+            self._registry.ask(StopRegistry())
+        except pykka.ActorDeadError:
+            pass
+        for scope in scopes:
+            scope._owner.stop()
+        for owner in self._owners:
+            owner.stop()
+        self._root.stop()
+        self.ref.stop()
+        self._registry.stop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=10)
+        if not self._loop.is_running():
+            self._loop.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        # Idle worker threads exit as soon as they see the shutdown; a body that never returns
+        # cannot be killed, so wait only briefly for each.
+        for thread in list(getattr(self._executor, "_threads", ())):
+            thread.join(timeout=2)
+
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise RuntimeError("the tool system is stopped")
+
+    # --- handles -------------------------------------------------------------------------------
+
+    def plugin(self, name: str) -> PluginHandle:
+        """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
+        self._check_running()
+        handle = PluginHandle(self, name)
+        self._owners.append(handle._owner)
+        return handle
+
+    def agent(self, key: str) -> AgentScope:
+        """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
+        self._check_running()
+        if type(key) is not str:
+            raise TypeError(f"agent keys are str, got {type(key).__name__}")
+        with self._lock:
+            scope = self._scopes.get(key)
+            if scope is None:
+                scope = AgentScope(self, key)
+                self._scopes[key] = scope
+            return scope
+
+    def _forget_scope(self, scope: AgentScope) -> None:
+        with self._lock:
+            if self._scopes.get(scope.key) is scope:
+                del self._scopes[scope.key]
+
+    def _close_owner(self, owner: pykka.ActorRef[Any], handle: ToolsHandle) -> None:
+        handle._mark_closed()
+        try:
+            changes: int = owner.ask(CloseOwner())
+        except pykka.ActorDeadError:
+            return
+        owner.stop()
+        for _ in range(changes):
+            handle._notify_quietly()
+
+    def _inject(self, agent: str, context: Any) -> None:
+        self._batches.inject(agent, context)
+
+    # --- execution -----------------------------------------------------------------------------
+
+    def execute(self, call: ExecuteCall, timeout: float | None = None) -> ToolExecutionResult:
+        """Run one call to completion in this thread and return its result.
+
+        With ``timeout``, the call runs on the system loop and ``TimeoutError`` is raised here
+        if it has not finished in time (the call still finishes, with its one result and event).
+        Raises ``RuntimeError`` when called from a thread running an event loop: use
+        ``await execute_async(call)`` there.
+        """
+        self._check_running()
+        if not isinstance(call, ExecuteCall):
+            raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
+        if asyncio._get_running_loop() is not None:
+            raise RuntimeError(
+                "ToolSystem.execute() cannot run inside a running event loop; "
+                "use await system.execute_async(call)"
+            )
+        if timeout is not None:
+            future = asyncio.run_coroutine_threadsafe(
+                self.pipeline.run(call, inline=False), self._loop
+            )
+            try:
+                result: ToolExecutionResult = future.result(timeout)
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(
+                    f"call {call.call_id!r} did not finish within {timeout} s"
+                ) from None
+            return result
+        out: ToolExecutionResult = _thread_loop().run_until_complete(
+            self.pipeline.run(call, inline=True)
+        )
+        return out
+
+    async def execute_async(self, call: ExecuteCall) -> ToolExecutionResult:
+        """Run one call on the caller's running loop (plain-function bodies on worker threads)."""
+        self._check_running()
+        if not isinstance(call, ExecuteCall):
+            raise TypeError(f"execute_async() takes an ExecuteCall, got {type(call).__name__}")
+        result: ToolExecutionResult = await self.pipeline.run(call, inline=False)
+        return result
+
+    def execute_batch(self, batch: ExecuteBatch, timeout: float | None = None) -> BatchOutcome:
+        """Run one model turn's calls in the dispatcher pool; results in model order."""
+        self._check_running()
+        if not isinstance(batch, ExecuteBatch):
+            raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
+        outcome: BatchOutcome = self._call_on_loop(self._batches.run(batch), timeout=timeout)
+        return outcome
+
+    async def execute_batch_async(self, batch: ExecuteBatch) -> BatchOutcome:
+        """``execute_batch`` for callers on an event loop (the batch runs on the system loop)."""
+        self._check_running()
+        future = asyncio.run_coroutine_threadsafe(self._batches.run(batch), self._loop)
+        outcome: BatchOutcome = await asyncio.wrap_future(future)
+        return outcome
+
+    def _call_on_loop(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+        if threading.current_thread() is self._loop_thread:
+            coro.close()
+            raise RuntimeError("this blocking call cannot be made from the system loop")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"did not finish within {timeout} s") from None
+
+    def _background(self, awaitable: Awaitable[Any], label: str) -> None:
+        async def watch() -> None:
+            try:
+                await awaitable
+            except Exception as exc:
+                _log.warning(label + message_of(exc))
+
+        try:
+            asyncio.run_coroutine_threadsafe(watch(), self._loop)
+        except RuntimeError:
+            close: Callable[[], None] | None = getattr(awaitable, "close", None)
+            if close is not None:
+                close()

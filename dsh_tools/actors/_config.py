@@ -1,0 +1,88 @@
+"""``ToolsConfig``: every setting of a tool system, validated at construction."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+__all__ = ["UNLISTED_TOOLS", "ToolsConfig"]
+
+UNLISTED_TOOLS = "<unlisted-tools>"
+"""The ``tool_order`` marker that stands for every tool not listed, in lexicographic order."""
+
+_MODES = ("native", "code", "both")
+
+
+def _positive_int(key: str, value: Any, *, minimum: int = 1) -> None:
+    if type(value) is not int:
+        raise TypeError(f"{key} must be a positive integer, got {type(value).__name__}")
+    if value < minimum:
+        if minimum == 1:
+            raise ValueError(f"{key} must be a positive integer, got {value}")
+        raise ValueError(f"{key} must be an integer of at least {minimum}, got {value}")
+
+
+def _positive_number(key: str, value: Any) -> None:
+    if type(value) not in (int, float):
+        raise TypeError(f"{key} must be a positive number, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{key} must be a positive finite number, got {value}")
+
+
+class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Every setting of a ``ToolSystem``; wrong types raise ``TypeError``, bad values ``ValueError``.
+
+    - ``mode``: ``"native"`` (tools as functions), ``"code"`` (one ``run_code`` tool and a Python
+      SDK) or ``"both"``.
+    - ``max_parallel_tool_calls``: the dispatcher pool size of a batch.
+    - ``max_parallel_sub_calls``: the pool size of one code run's sub-calls.
+    - ``max_output_bytes``: the cap on what one code run returns to the model (at least 4).
+    - ``max_frame_bytes``: the cap on one worker frame.
+    - ``compute_ms``, ``max_wall_ms``, ``max_memory_mb``: the code worker's CPU, wall-clock and
+      memory budgets.
+    - ``max_inline_bytes``: when set, dispatch logs larger than this are spilled.
+    - ``tool_order``: tool names in prompt order, with at most one ``"<unlisted-tools>"`` marker.
+    """
+
+    mode: str = "native"
+    max_parallel_tool_calls: int = 10
+    max_parallel_sub_calls: int = 10
+    max_output_bytes: int = 64 * 2**20
+    max_frame_bytes: int = 256 * 2**20
+    compute_ms: float = 60_000
+    max_wall_ms: float = 600_000
+    max_memory_mb: float = 512
+    max_inline_bytes: int | None = None
+    tool_order: Sequence[str] | None = None
+
+    def __post_init__(self) -> None:
+        if type(self.mode) is not str:
+            raise TypeError(f"mode must be one of native, code, both; got {type(self.mode).__name__}")
+        if self.mode not in _MODES:
+            raise ValueError(f"mode must be one of native, code, both; got {self.mode!r}")
+        _positive_int("max_parallel_tool_calls", self.max_parallel_tool_calls)
+        _positive_int("max_parallel_sub_calls", self.max_parallel_sub_calls)
+        _positive_int("max_output_bytes", self.max_output_bytes, minimum=4)
+        _positive_int("max_frame_bytes", self.max_frame_bytes)
+        _positive_number("compute_ms", self.compute_ms)
+        _positive_number("max_wall_ms", self.max_wall_ms)
+        _positive_number("max_memory_mb", self.max_memory_mb)
+        if self.max_inline_bytes is not None:
+            _positive_int("max_inline_bytes", self.max_inline_bytes)
+        if self.tool_order is not None:
+            order = self.tool_order
+            if isinstance(order, str) or not isinstance(order, Sequence):
+                raise TypeError("tool_order must be a list of tool names")
+            names = tuple(order)
+            for index, name in enumerate(names):
+                if type(name) is not str:
+                    raise TypeError(f"tool_order[{index}] must be a str")
+            if names.count(UNLISTED_TOOLS) > 1:
+                raise ValueError(f'tool_order must list "{UNLISTED_TOOLS}" at most once')
+            duplicates = sorted({n for n in names if names.count(n) > 1} - {UNLISTED_TOOLS})
+            if duplicates:
+                raise ValueError(f'tool_order must not list "{duplicates[0]}" twice')
+            msgspec.structs.force_setattr(self, "tool_order", names)

@@ -1,0 +1,141 @@
+"""Internal actor messages: registry mutations, owner bookkeeping and pool stages.
+
+They are frozen msgspec Structs like the public catalog, but they are not part of the public
+surface; a harness talks to the system through ``ExecuteCall`` and ``ExecuteBatch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "AddGuard",
+    "AddHook",
+    "AddRestriction",
+    "AddSection",
+    "CloseOwner",
+    "MutationReply",
+    "OwnerMutation",
+    "RegisterTool",
+    "RemoveEntry",
+    "SetTransport",
+    "StopRegistry",
+]
+
+
+class RegisterTool(msgspec.Struct, frozen=True):
+    """Add a checked definition to the global layer (agent None) or to ``agent``'s layer."""
+
+    definition: Any
+    agent: str | None
+    is_async: bool
+
+
+class AddRestriction(msgspec.Struct, frozen=True):
+    """Add a visibility mask to ``agent``'s layer."""
+
+    agent: str | None
+    allow: tuple[str, ...] | None
+    deny: tuple[str, ...] | None
+
+
+class AddGuard(msgspec.Struct, frozen=True):
+    """Add a guard to the global layer or to ``agent``'s layer."""
+
+    fn: Callable[..., Any]
+    agent: str | None
+
+
+class AddHook(msgspec.Struct, frozen=True):
+    """Add a listener to a hook point, scoped to ``agent`` (None = every call)."""
+
+    point: str
+    fn: Callable[..., Any]
+    agent: str | None
+    prepend: bool = False
+
+
+class AddSection(msgspec.Struct, frozen=True):
+    """Add a prompt section, scoped to ``agent`` (None = every assembly)."""
+
+    name: str
+    order: float
+    text: str
+    agent: str | None
+
+
+class SetTransport(msgspec.Struct, frozen=True):
+    """Install the reserved ``run_code`` transport (sent once by the composition root)."""
+
+    definition: Any
+    is_async: bool
+
+
+class RemoveEntry(msgspec.Struct, frozen=True):
+    """Remove whatever registration ``key`` names; removing twice is a no-op."""
+
+    key: int
+
+
+class StopRegistry(msgspec.Struct, frozen=True):
+    """Mark the registry closed: later reads of prompt assembly refuse."""
+
+
+class MutationReply(msgspec.Struct, frozen=True):
+    """The answer to a mutation: its key and whether it emitted a ``change``."""
+
+    key: int
+    changed: bool
+
+
+class OwnerMutation(msgspec.Struct, frozen=True):
+    """Ask an owner (plugin or agent scope) to forward a mutation and remember its key."""
+
+    mutation: Any
+
+
+class CloseOwner(msgspec.Struct, frozen=True):
+    """Ask an owner to dispose everything it registered, last first."""
+
+
+# --- dispatcher pool stages ----------------------------------------------------------------------
+
+
+class SubmitCall(msgspec.Struct, frozen=True):
+    """Queue one call (a pool entry) behind the ones already submitted."""
+
+    entry: Any
+
+
+class ClosePool(msgspec.Struct, frozen=True):
+    """No more submissions: the pool finishes once every entry is committed or abandoned."""
+
+
+class PrepareDone(msgspec.Struct, frozen=True):
+    """An entry's prepare stage settled with ``stage`` (dispatch next, or a candidate result)."""
+
+    entry: Any
+    stage: Any
+
+
+class DispatchSettled(msgspec.Struct, frozen=True):
+    """An entry's dispatch (wrappers and body) settled with ``stage``; its slot is free."""
+
+    entry: Any
+    stage: Any
+
+
+class CommitDone(msgspec.Struct, frozen=True):
+    """An entry's post-execute and finish stages produced its final ``result``."""
+
+    entry: Any
+    result: Any
+
+
+class AbortPool(msgspec.Struct, frozen=True):
+    """The pool's signal aborted: stop starting, drain, commit the started, abandon the rest."""
+
+    reason: Any

@@ -1,0 +1,305 @@
+"""``CodeRunBridgeActor``: one ``run_code`` execution, from program start to settlement.
+
+It owns the run-scoped abort controller (which follows the outer signal and fires when the run
+settles for any reason), the binding functions the program calls, the run's
+``DispatcherPoolActor`` (the same pool rules as a batch: submission order, at most
+``max_parallel_sub_calls`` bodies at once, exclusive calls drain and block), the dispatch
+events, the log-shaping tasks and the drain. The tool-agnostic half (the worker process, frames,
+budgets and the output ledger) is the code runtime's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from msgspec import UNSET
+
+from ..actors import (
+    AbortController,
+    CodeRunFailedError,
+    ExecuteCall,
+    FrozenDict,
+    ToolExecutionResult,
+)
+from ..actors._protocol import ClosePool, SubmitCall
+from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, message_of
+from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
+from ._runtime import BindingNamespace, CodeRunRequest, ErrorClassSpec
+
+__all__ = ["CodeRunBridgeActor", "ToolCallRejected"]
+
+_log = structlog.get_logger("dsh_tools.codebridge")
+
+_ABSENT: Any = object()
+
+
+class ToolCallRejected(Exception):
+    """A binding call the bridge refused or whose sub-call failed; the program sees
+    ``ToolCallError(tool_name, message)`` with this message."""
+
+
+class _SubCall:
+    __slots__ = ("future", "logged_arguments", "name", "number", "sub_call_id")
+
+    def __init__(self, name: str, number: int, sub_call_id: str, logged: Any) -> None:
+        self.name = name
+        self.number = number
+        self.sub_call_id = sub_call_id
+        self.logged_arguments = logged
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+
+class CodeRunBridgeActor:
+    """Runs one program against the calling scope's tools; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        pipeline: Pipeline,
+        runtime: Any,
+        outer: Any,
+        max_parallel: int,
+        dispatch_log_hooks: Callable[[], tuple[Callable[..., Any], ...]],
+        spill: Callable[[str, str, list[Any]], Awaitable[list[Any]]] | None = None,
+    ) -> None:
+        self._pipeline = pipeline
+        self._runtime = runtime
+        self._outer = outer
+        self._agent: str | None = outer.agent
+        self._parent_call_id: str = outer.call_id
+        self._max_parallel = max_parallel
+        self._dispatch_log_hooks = dispatch_log_hooks
+        self._spill = spill
+        self._controller = AbortController()
+        self._counter = 0
+        self._log_tasks: set[asyncio.Task[None]] = set()
+        self._finished: asyncio.Future[None] | None = None
+        self._pool: DispatcherPoolActor | None = None
+
+    @property
+    def signal(self) -> Any:
+        """The run-scoped signal every sub-call receives."""
+        return self._controller.signal
+
+    async def run(self, program: str) -> dict[str, Any]:
+        """Run ``program``; return the canonical ``{logs, result?}`` or raise
+        ``CodeRunFailedError`` once every started sub-call has settled."""
+        loop = asyncio.get_running_loop()
+        outer_signal = self._outer.signal
+        unsubscribe = outer_signal.add_callback(self._controller.abort)
+        self._finished = loop.create_future()
+        self._pool = DispatcherPoolActor(
+            self._pipeline,
+            loop=loop,
+            signal=self._controller.signal,
+            max_parallel=self._max_parallel,
+            lane=self,
+        )
+        names = [n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE]
+        functions = {name: self._binding(name) for name in names}
+        request = CodeRunRequest(
+            program=program,
+            bindings=[
+                BindingNamespace(
+                    global_name="tools",
+                    functions=functions,
+                    error_class=ErrorClassSpec(name="ToolCallError", member_attr="tool_name"),
+                )
+            ],
+            signal=self._controller.signal,
+        )
+        try:
+            outcome = await self._runtime.run(request)
+        finally:
+            self._controller.abort("run_code settled")
+            self._pool.tell(ClosePool())
+            await self._finished
+            while self._log_tasks:
+                await asyncio.gather(*list(self._log_tasks), return_exceptions=True)
+            unsubscribe()
+        if outcome.error is not None:
+            raise CodeRunFailedError(outcome.error.kind, outcome.error.message, outcome.logs)
+        value: dict[str, Any] = {"logs": list(outcome.logs)}
+        if outcome.value is not UNSET:
+            value["result"] = outcome.value
+        return value
+
+    # --- bindings ------------------------------------------------------------------------------
+
+    def _binding(self, name: str) -> Callable[..., Awaitable[Any]]:
+        async def call_tool(arguments: Any = _ABSENT) -> Any:
+            return await self._submit(name, arguments)
+
+        call_tool.__name__ = name if name.isidentifier() else "call_tool"
+        return call_tool
+
+    def _over(self) -> str:
+        return message_of_reason(self._controller.signal.reason)
+
+    async def _submit(self, name: str, arguments: Any) -> Any:
+        if self._controller.signal.aborted:
+            raise ToolCallRejected(f"run_code run is over ({self._over()}); {name} not dispatched")
+        if arguments is _ABSENT:
+            raise ToolCallRejected(
+                "tool arguments must be lossless JSON (call the tool with an arguments "
+                "object, e.g. `{}`)"
+            )
+        try:
+            dispatched = snapshot_json(arguments)
+            logged = snapshot_json(arguments)
+        except LosslessJsonError as exc:
+            raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None
+        self._counter += 1
+        sub = _SubCall(name, self._counter, f"{self._parent_call_id}:code:{self._counter}", logged)
+        call = ExecuteCall(
+            call_id=sub.sub_call_id,
+            name=name,
+            arguments=dispatched,
+            signal=self._controller.signal,
+            agent=self._agent,
+            parent=self._outer.token,
+        )
+        assert self._pool is not None
+        self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub)))
+        return await sub.future
+
+    # --- the pool lane -------------------------------------------------------------------------
+
+    def started(self, entry: PoolEntry) -> None:
+        sub: _SubCall = entry.payload
+        if self._agent is not None:
+            self._pipeline.session.append(
+                "tool/code-dispatch-start",
+                FrozenDict(
+                    parent_call_id=self._parent_call_id,
+                    sub_call_id=sub.sub_call_id,
+                    name=sub.name,
+                    arguments=sub.logged_arguments,
+                ),
+                self._agent,
+            )
+
+    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        sub: _SubCall = entry.payload
+        for context in result.additional_contexts:
+            self._outer.defer_context(context)
+        if not sub.future.done():
+            if self._controller.signal.aborted:
+                sub.future.set_exception(
+                    ToolCallRejected(
+                        f"run_code run is over ({self._over()}); {sub.name} result discarded"
+                    )
+                )
+            elif result.is_error:
+                sub.future.set_exception(ToolCallRejected(result.error.message))  # type: ignore[union-attr]
+            else:
+                sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
+            _quiet(sub.future)
+        if self._agent is not None:
+            task = asyncio.get_running_loop().create_task(self._log_settle(sub, result))
+            self._log_tasks.add(task)
+            task.add_done_callback(self._log_tasks.discard)
+
+    def abandoned(self, entry: PoolEntry) -> None:
+        sub: _SubCall = entry.payload
+        if not sub.future.done():
+            sub.future.set_exception(
+                ToolCallRejected(
+                    f"run_code run is over ({self._over()}); {sub.name} tool call abandoned"
+                )
+            )
+            _quiet(sub.future)
+
+    def finished(self) -> None:
+        if self._finished is not None and not self._finished.done():
+            self._finished.set_result(None)
+
+    async def _log_settle(self, sub: _SubCall, result: ToolExecutionResult) -> None:
+        content: Any = result.content
+        hooks = self._dispatch_log_hooks()
+        if hooks:
+            log = CodeDispatchLog(
+                exec=self._outer,
+                agent=self._agent,
+                sub_call_id=sub.sub_call_id,
+                name=sub.name,
+                is_error=result.is_error,
+                content=result.content,
+            )
+            try:
+                content = snapshot_json(await _log_chain(hooks, 0, log))
+            except Exception as exc:
+                _log.warning(
+                    f"tools: code-dispatch-log listener failed for {sub.name}: "
+                    f"{message_of(exc)}; logging the unshaped content",
+                    call_id=sub.sub_call_id,
+                    tool=sub.name,
+                )
+                content = result.content
+        if self._spill is not None:
+            try:
+                content = await self._spill(sub.name, sub.sub_call_id, list(content))
+            except Exception as exc:
+                _log.warning("dispatch log spill failed", error=message_of(exc))
+        self._pipeline.session.append(
+            "tool/code-dispatch",
+            FrozenDict(
+                parent_call_id=self._parent_call_id,
+                sub_call_id=sub.sub_call_id,
+                name=sub.name,
+                arguments=sub.logged_arguments,
+                is_error=result.is_error,
+                content=content,
+            ),
+            self._agent,
+        )
+
+
+class CodeDispatchLog:
+    """What a ``tools/code-dispatch-log`` listener receives about one settled sub-call."""
+
+    __slots__ = ("agent", "content", "exec", "is_error", "name", "sub_call_id")
+
+    def __init__(
+        self,
+        *,
+        exec: Any,
+        agent: str | None,
+        sub_call_id: str,
+        name: str,
+        is_error: bool,
+        content: Any,
+    ) -> None:
+        self.exec = exec
+        self.agent = agent
+        self.sub_call_id = sub_call_id
+        self.name = name
+        self.is_error = is_error
+        self.content = content
+
+
+async def _log_chain(hooks: tuple[Callable[..., Any], ...], index: int, log: CodeDispatchLog) -> Any:
+    if index == len(hooks):
+        return log.content
+    out = hooks[index](log, lambda: _log_chain(hooks, index + 1, log))
+    if asyncio.iscoroutine(out) or isinstance(out, Awaitable):
+        out = await out
+    return out
+
+
+def message_of_reason(reason: Any) -> str:
+    """``str(reason)``, total."""
+    try:
+        return str(reason)
+    except Exception:
+        return "<unprintable thrown value>"
+
+
+def _quiet(future: asyncio.Future[Any]) -> None:
+    # A program may never await a handle; do not report its exception as never retrieved.
+    future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
+
+

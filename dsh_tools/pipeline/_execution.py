@@ -1,0 +1,205 @@
+"""The per-call record and its public views.
+
+One private ``CallRecord`` per call holds what the pipeline tracks (the caller's signal, whether
+the body ran, deferred contexts, the captured finalizer, which results are canonical). Hooks
+see read-only views of it: ``ToolExecution`` (pre/post hooks, guards, finalizers, observers),
+``ToolRunContext`` (the body: adds ``defer_context``) and ``DispatchExecution`` (execute wrappers:
+``signal`` is settable, to another ``AbortSignal``, until the call is sealed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET
+
+from ..actors import AbortSignal, ExecutionToken
+
+__all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
+
+
+class CallRecord:
+    """Private per-call state; never handed to user code."""
+
+    __slots__ = (
+        "agent",
+        "arguments",
+        "body_invoked",
+        "call_id",
+        "canonical",
+        "contexts_closed",
+        "deferred",
+        "dispatch_signal",
+        "entry",
+        "exec_view",
+        "finalizer",
+        "name",
+        "parent",
+        "resolve",
+        "sealed",
+        "signal",
+        "token",
+    )
+
+    def __init__(
+        self,
+        call_id: str,
+        name: str,
+        arguments: Any,
+        signal: AbortSignal,
+        agent: str | None,
+        parent: ExecutionToken | None,
+    ) -> None:
+        self.call_id = call_id
+        self.name = name
+        self.arguments = arguments
+        self.signal = signal
+        self.agent = agent
+        self.parent = parent
+        self.token = ExecutionToken()
+        self.body_invoked = False
+        self.deferred: list[Any] | None = None
+        self.contexts_closed = False
+        self.finalizer: Any = None
+        self.entry: Any = None
+        self.canonical: list[Any] = []
+        self.sealed = False
+        self.dispatch_signal: AbortSignal = signal
+        self.exec_view: ToolExecution | None = None
+        self.resolve: Any = None
+
+    def view(self) -> ToolExecution:
+        """The read-only view shared by hooks, guards, finalizers and observers."""
+        view = self.exec_view
+        if view is None:
+            view = self.exec_view = ToolExecution(self)
+        return view
+
+    def is_canonical(self, result: Any) -> bool:
+        """Whether ``result`` is one the base produced for this very execution."""
+        return any(r is result for r in self.canonical)
+
+
+class _ReadOnly:
+    __slots__ = ("_record",)
+
+    _record: CallRecord
+
+    def __init__(self, record: CallRecord) -> None:
+        object.__setattr__(self, "_record", record)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__}.{name} is read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__}.{name} cannot be deleted")
+
+    @property
+    def token(self) -> ExecutionToken:
+        """The execution's opaque identity."""
+        return self._record.token
+
+    @property
+    def call_id(self) -> str:
+        """The call id the harness gave."""
+        return self._record.call_id
+
+    @property
+    def name(self) -> str:
+        """The tool name called."""
+        return self._record.name
+
+    @property
+    def arguments(self) -> Any:
+        """The frozen argument snapshot (``UNSET`` when it could not be taken)."""
+        return self._record.arguments
+
+    @property
+    def agent(self) -> str | None:
+        """The calling agent's key, or None."""
+        return self._record.agent
+
+    @property
+    def parent(self) -> ExecutionToken | None:
+        """The token of the enclosing execution (a Code Mode run), or None."""
+        return self._record.parent
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the call has finished (its result was published)."""
+        return self._record.sealed
+
+    def __repr__(self) -> str:
+        r = self._record
+        return f"<{type(self).__name__} {r.name!r} call_id={r.call_id!r} token={r.token.id}>"
+
+
+class ToolExecution(_ReadOnly):
+    """What pre/post hooks, guards, finalizers and observers see of a call."""
+
+    __slots__ = ()
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The caller's signal."""
+        return self._record.signal
+
+
+class ToolRunContext(_ReadOnly):
+    """What a tool body sees: the fused signal and ``defer_context``."""
+
+    __slots__ = ("_signal",)
+
+    def __init__(self, record: CallRecord, signal: AbortSignal) -> None:
+        super().__init__(record)
+        object.__setattr__(self, "_signal", signal)
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The signal the body must observe (the caller's, fused with any wrapper's)."""
+        return self._signal  # type: ignore[no-any-return]
+
+    def defer_context(self, context: Any) -> None:
+        """Attach a hook context to this call's result (in call order, before wrapper and
+        post-execute contexts). Ignored once the dispatch has settled."""
+        record = self._record
+        if record.contexts_closed:
+            return
+        if record.deferred is None:
+            record.deferred = []
+        record.deferred.append(context)
+
+
+class DispatchExecution(_ReadOnly):
+    """What execute wrappers see: like ``ToolExecution`` but ``signal`` may be replaced."""
+
+    __slots__ = ()
+
+    @property
+    def signal(self) -> AbortSignal:
+        """The signal the body will see (fused with the caller's); settable by wrappers."""
+        return self._record.dispatch_signal
+
+    @signal.setter
+    def signal(self, value: AbortSignal) -> None:
+        if self._record.sealed:
+            raise AttributeError("the execution is sealed; its signal can no longer be replaced")
+        if not isinstance(value, AbortSignal):
+            raise TypeError(f"exec.signal must be an AbortSignal, got {type(value).__name__}")
+        self._record.dispatch_signal = value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "signal":
+            DispatchExecution.signal.fset(self, value)  # type: ignore[attr-defined]
+            return
+        super().__setattr__(name, value)
+
+    @property
+    def definition(self) -> Any:
+        """The live visible definition for this call's name and agent (None if gone)."""
+        resolve = self._record.resolve
+        entry = resolve() if resolve is not None else None
+        return entry.definition if entry is not None else None
+
+
+UNSET_ARGUMENTS = UNSET

@@ -1,0 +1,366 @@
+"""``DispatcherPoolActor``: one model turn's calls in a bounded pool with ordered barriers.
+
+Calls start strictly in submission order; each start runs its prepare stage on the pool's one
+sequential coordinator before the next may start. Only dispatches (execute wrappers and bodies)
+overlap, at most ``max_parallel`` at once; a settled dispatch frees its slot at once. A call
+whose tool is not concurrency-safe at the moment it would start is a barrier: it waits until
+everything before it is committed, runs alone, and nothing starts until its own commit is done.
+Commits (post-execute, finalizer, result observers, the result event) follow submission order.
+On abort the pool stops starting, drains what is in flight, commits every started call and
+abandons the rest.
+
+The actor's protocol is messages (``SubmitCall``, ``PrepareDone``, ``DispatchSettled``,
+``CommitDone``, ``AbortPool``, ``ClosePool``); what a start, commit or abandonment means to the
+outside world is the ``PoolLane``'s business (a batch records session events; a Code Mode run
+answers the program).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Protocol
+
+from ..actors import (
+    AbortSignal,
+    BatchOutcome,
+    ExecuteBatch,
+    ExecuteCall,
+    FrozenList,
+    ToolExecutionResult,
+)
+from ..actors._loop_actor import LoopActor
+from ..actors._protocol import (
+    AbortPool,
+    ClosePool,
+    CommitDone,
+    DispatchSettled,
+    PrepareDone,
+    SubmitCall,
+)
+from ..registry import classify, snapshot_json
+from ._execution import CallRecord
+from ._json_text import parse_arguments
+from ._pipeline import DISPATCH, Pipeline, Stage, cancelled, failure_from_exception
+
+__all__ = ["BatchRunner", "DispatcherPoolActor", "PoolEntry", "PoolLane"]
+
+_QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
+
+
+class PoolEntry:
+    """One call in a pool: its request, its record once started, where it stands."""
+
+    __slots__ = ("call", "exclusive", "index", "payload", "record", "result", "stage", "state")
+
+    def __init__(self, index: int, call: ExecuteCall, payload: Any = None) -> None:
+        self.index = index
+        self.call = call
+        self.payload = payload
+        self.record: CallRecord | None = None
+        self.stage: Stage | None = None
+        self.state = _QUEUED
+        self.exclusive = False
+        self.result: ToolExecutionResult | None = None
+
+
+class PoolLane(Protocol):
+    """What starts, commits and abandonments mean outside the pool."""
+
+    def started(self, entry: PoolEntry) -> None:
+        """``entry`` is about to run its prepare stage."""
+
+    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        """``entry`` has its final result (in submission order)."""
+
+    def abandoned(self, entry: PoolEntry) -> None:
+        """``entry`` never started because the pool aborted."""
+
+    def finished(self) -> None:
+        """Every submitted entry is committed or abandoned and the pool is closed."""
+
+
+class DispatcherPoolActor(LoopActor):
+    """Schedules submitted calls under the pool rules; see the module docstring."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        signal: AbortSignal,
+        max_parallel: int,
+        lane: PoolLane,
+    ) -> None:
+        super().__init__(loop)
+        self._pipeline = pipeline
+        self._signal = signal
+        self._max_parallel = max_parallel
+        self._lane = lane
+        self._entries: list[PoolEntry] = []
+        self._start_cursor = 0
+        self._commit_cursor = 0
+        self._in_flight = 0
+        self._exclusive_active = False
+        self._busy = False  # the coordinator runs one prepare or commit at a time
+        self._closed = False
+        self._finished = False
+        self.aborted = False
+        self._remove_abort = signal.add_callback(lambda reason: self.tell(AbortPool(reason)))
+
+    @property
+    def in_flight(self) -> int:
+        """How many dispatches are running now."""
+        return self._in_flight
+
+    # --- messages ------------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> None:
+        kind = type(message)
+        if kind is SubmitCall:
+            self._entries.append(message.entry)
+        elif kind is PrepareDone:
+            self._busy = False
+            self._settle_prepare(message.entry, message.stage)
+        elif kind is DispatchSettled:
+            self._in_flight -= 1
+            entry = message.entry
+            entry.stage = message.stage
+            entry.state = _SETTLED
+        elif kind is CommitDone:
+            self._busy = False
+            self._settle_commit(message.entry, message.result)
+        elif kind is ClosePool:
+            self._closed = True
+        elif kind is not AbortPool:
+            raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
+        self._pump()
+
+    def on_failure(self, exc: BaseException) -> None:
+        self._pump()
+
+    # --- scheduling ----------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        # Synchronous stages (no hooks to await) settle inside _step; keep stepping until the
+        # pool must wait for a message. A loop, not recursion: a pool may be very wide.
+        while self._step():
+            pass
+
+    def _step(self) -> bool:
+        """Advance by one action; True when another step may make progress at once."""
+        if self._busy or self._finished:
+            return False
+        entries = self._entries
+        if self._commit_cursor < self._start_cursor:
+            head = entries[self._commit_cursor]
+            if head.state == _SETTLED:
+                return self._commit(head)
+        if not self.aborted and self._signal.aborted:
+            self.aborted = True
+        if self.aborted:
+            if self._in_flight == 0 and self._commit_cursor == self._start_cursor:
+                while self._start_cursor < len(entries):
+                    entry = entries[self._start_cursor]
+                    self._start_cursor += 1
+                    self._commit_cursor += 1
+                    entry.state = _DONE
+                    self._lane.abandoned(entry)
+                if self._closed:
+                    self._finish()
+            return False
+        if self._start_cursor < len(entries) and not self._exclusive_active:
+            head = entries[self._start_cursor]
+            parallel = self._classify(head)
+            if parallel:
+                fits = self._in_flight < self._max_parallel
+            else:
+                fits = self._in_flight == 0 and self._commit_cursor == self._start_cursor
+            if fits:
+                return self._start(head, exclusive=not parallel)
+        if self._closed and self._commit_cursor == len(entries):
+            self._finish()
+        return False
+
+    def _classify(self, entry: PoolEntry) -> bool:
+        call = entry.call
+        found = self._pipeline.lookup(call.name, call.agent)
+        return found is not None and classify(found.definition, call.arguments)
+
+    def _start(self, entry: PoolEntry, *, exclusive: bool) -> bool:
+        self._start_cursor += 1
+        entry.exclusive = exclusive
+        if exclusive:
+            self._exclusive_active = True
+        self._lane.started(entry)
+        record, stage = self._pipeline.begin(entry.call)
+        entry.record = record
+        if stage is not None:
+            entry.stage = stage
+            entry.state = _SETTLED
+            return True
+        stage = self._pipeline.prepare_now(record)
+        if stage is not None:
+            self._settle_prepare(entry, stage)
+            return True
+        entry.state = _PREPARING
+        self._busy = True
+        self._loop.create_task(self._prepare(entry, record))
+        return False
+
+    async def _prepare(self, entry: PoolEntry, record: CallRecord) -> None:
+        try:
+            stage = await self._pipeline.prepare(record)
+        except BaseException as exc:  # the pipeline does not raise; stay total regardless
+            stage = Stage(2, failure_from_exception(exc))
+        self.tell(PrepareDone(entry, stage))
+
+    def _settle_prepare(self, entry: PoolEntry, stage: Stage) -> None:
+        if stage.kind == DISPATCH:
+            entry.state = _DISPATCHING
+            self._in_flight += 1
+            assert entry.record is not None
+            self._loop.create_task(self._dispatch(entry, entry.record))
+        else:
+            entry.stage = stage
+            entry.state = _SETTLED
+
+    async def _dispatch(self, entry: PoolEntry, record: CallRecord) -> None:
+        try:
+            stage = await self._pipeline.dispatch(record, inline=False)
+        except BaseException as exc:
+            stage = Stage(2, failure_from_exception(exc))
+        self.tell(DispatchSettled(entry, stage))
+
+    def _commit(self, entry: PoolEntry) -> bool:
+        assert entry.record is not None and entry.stage is not None
+        result = self._pipeline.commit_now(entry.record, entry.stage)
+        if result is not None:
+            self._settle_commit(entry, result)
+            return True
+        entry.state = _COMMITTING
+        self._busy = True
+        self._loop.create_task(self._run_commit(entry))
+        return False
+
+    async def _run_commit(self, entry: PoolEntry) -> None:
+        assert entry.record is not None and entry.stage is not None
+        try:
+            result = await self._pipeline.commit(entry.record, entry.stage)
+        except BaseException as exc:
+            result = failure_from_exception(exc)
+        self.tell(CommitDone(entry, result))
+
+    def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        self._commit_cursor += 1
+        entry.state = _DONE
+        entry.result = result
+        if entry.exclusive:
+            self._exclusive_active = False
+        self._lane.committed(entry, result)
+
+    def _finish(self) -> None:
+        self._finished = True
+        self._remove_abort()
+        self._lane.finished()
+
+
+# --- batches ---------------------------------------------------------------------------------
+
+
+class _BatchLane:
+    """A batch: session events per call, results in model order, the context FIFO."""
+
+    def __init__(self, runner: BatchRunner, batch: ExecuteBatch, size: int) -> None:
+        self.runner = runner
+        self.agent = batch.agent
+        self.session = runner.pipeline.session
+        self.results: list[ToolExecutionResult | None] = [None] * size
+        self.contexts: list[Any] = []
+        self.lock = threading.Lock()
+        self.done: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
+
+    def started(self, entry: PoolEntry) -> None:
+        self.session.record_call(entry.call.call_id, entry.call.name, entry.payload, self.agent)
+
+    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        self.session.record_result(entry.call.call_id, result, self.agent)
+        self.results[entry.index] = result
+        if result.additional_contexts:
+            with self.lock:
+                self.contexts.extend(result.additional_contexts)
+
+    def abandoned(self, entry: PoolEntry) -> None:
+        result = cancelled("ABORTED_BEFORE_DISPATCH")
+        self.session.record_call(entry.call.call_id, entry.call.name, entry.payload, self.agent)
+        self.session.record_result(entry.call.call_id, result, self.agent)
+        self.results[entry.index] = result
+
+    def inject(self, context: Any) -> None:
+        with self.lock:
+            self.contexts.append(context)
+
+    def finished(self) -> None:
+        self.runner._deactivate(self)
+        with self.lock:
+            contexts = FrozenList(self.contexts)
+        for context in contexts:
+            self.session.record_context(context, self.agent)
+        results = tuple(r for r in self.results if r is not None)
+        if not self.done.done():
+            self.done.set_result(BatchOutcome(results, contexts))
+
+
+class BatchRunner:
+    """Runs ``ExecuteBatch`` requests, one ``DispatcherPoolActor`` per batch, on the system
+    loop; batches of different agents run concurrently."""
+
+    def __init__(self, system: Any) -> None:
+        self.system = system
+        self.pipeline: Pipeline = system.pipeline
+        self._active: dict[str | None, list[_BatchLane]] = {}
+        self._lock = threading.Lock()
+
+    async def run(self, batch: ExecuteBatch) -> BatchOutcome:
+        """Run ``batch`` to completion (call on the system loop)."""
+        max_parallel = batch.max_parallel or self.system.config.max_parallel_tool_calls
+        lane = _BatchLane(self, batch, len(batch.calls))
+        with self._lock:
+            self._active.setdefault(batch.agent, []).append(lane)
+        pool = DispatcherPoolActor(
+            self.pipeline,
+            loop=asyncio.get_running_loop(),
+            signal=batch.signal,
+            max_parallel=max_parallel,
+            lane=lane,
+        )
+        for index, tool_call in enumerate(batch.calls):
+            call = ExecuteCall(
+                call_id=tool_call.call_id,
+                name=tool_call.name,
+                arguments=parse_arguments(tool_call.arguments),
+                signal=batch.signal,
+                agent=batch.agent,
+            )
+            pool.tell(SubmitCall(PoolEntry(index, call, tool_call.arguments)))
+        pool.tell(ClosePool())
+        return await lane.done
+
+    def _deactivate(self, lane: _BatchLane) -> None:
+        with self._lock:
+            lanes = self._active.get(lane.agent)
+            if lanes is not None and lane in lanes:
+                lanes.remove(lane)
+                if not lanes:
+                    del self._active[lane.agent]
+
+    def inject(self, agent: str | None, context: Any) -> None:
+        """Accept a context for ``agent``: into its active batch FIFO, else the session."""
+        frozen = snapshot_json(context)
+        with self._lock:
+            lanes = self._active.get(agent)
+            lane = lanes[-1] if lanes else None
+        if lane is not None:
+            lane.inject(frozen)
+        else:
+            self.pipeline.session.record_context(frozen, agent)

@@ -1,0 +1,119 @@
+"""``SessionLog``: the durable record of what happened, in the order it happened.
+
+Every top-level call records ``tool/call`` then ``tool/result``; Code Mode sub-calls record
+``tool/code-dispatch-start`` and ``tool/code-dispatch`` instead; drained batch contexts are
+``user/message`` events after the batch's last result. Field names are snake_case and values are
+frozen JSON (never the canonical ``value`` of a result).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ..actors import FrozenDict, FrozenList, ToolExecutionResult
+
+__all__ = ["SessionEvent", "SessionLog"]
+
+
+class SessionEvent(msgspec.Struct, frozen=True):
+    """One logged event: ``type`` (e.g. ``tool/result``), snake_case ``data``, ``time``, ``agent``."""
+
+    type: str
+    data: Any
+    time: float = 0.0
+    agent: str | None = None
+
+
+class SessionLog:
+    """An append-only, thread-safe event log with an optional ``max_events`` bound."""
+
+    def __init__(self, max_events: int | None = None) -> None:
+        if max_events is not None and (type(max_events) is not int or max_events < 1):
+            raise ValueError("max_events must be a positive integer")
+        self._events: deque[SessionEvent] = deque(maxlen=max_events)
+        self._lock = threading.Lock()
+        self.max_events = max_events
+
+    @property
+    def events(self) -> list[SessionEvent]:
+        """A copy of the events, oldest first."""
+        with self._lock:
+            return list(self._events)
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def clear(self) -> None:
+        """Forget every event."""
+        with self._lock:
+            self._events.clear()
+
+    def append(self, type: str, data: Any, agent: str | None = None) -> SessionEvent:
+        """Record one event now and return it."""
+        event = SessionEvent(type, data, time.time(), agent)
+        with self._lock:
+            self._events.append(event)
+        return event
+
+    # --- the pipeline's records ----------------------------------------------------------------
+
+    def record_call(self, call_id: str, name: str, arguments: Any, agent: str | None) -> None:
+        """``tool/call``: ``arguments`` is the raw text (batch) or compact JSON (or None)."""
+        self.append(
+            "tool/call",
+            FrozenDict(call_id=call_id, name=name, arguments=arguments),
+            agent,
+        )
+
+    def record_result(self, call_id: str, result: ToolExecutionResult, agent: str | None) -> None:
+        """``tool/result``: content, is_error, error info when present, meta when present."""
+        data: dict[str, Any] = {
+            "call_id": call_id,
+            "content": result.content,
+            "is_error": result.is_error,
+        }
+        if result.is_error:
+            info = result.error.info  # type: ignore[union-attr]
+            if info is not UNSET:
+                data["error"] = FrozenDict(name=info.name, code=info.code)
+        if result.meta is not UNSET:
+            data["meta"] = result.meta
+        self.append("tool/result", FrozenDict(data), agent)
+
+    def record_context(self, context: Any, agent: str | None) -> None:
+        """``user/message`` for one drained hook context (content, source, placement, meta)."""
+        data: dict[str, Any] = {}
+        if isinstance(context, dict):
+            for key in ("content", "source", "placement", "meta"):
+                if key in context:
+                    data[key] = context[key]
+        else:
+            data["content"] = context
+        self.append("user/message", FrozenDict(data), agent)
+
+    def derive_messages(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """The model history: one user message per ``tool/result`` (a single ``tool-result``
+        block) and per ``user/message``; dispatch and call events derive nothing."""
+        out: list[dict[str, Any]] = []
+        for event in self.events:
+            if agent is not None and event.agent != agent:
+                continue
+            data = event.data
+            if event.type == "tool/result":
+                block = {
+                    "type": "tool-result",
+                    "tool_call_id": data["call_id"],
+                    "content": data["content"],
+                    "is_error": data["is_error"],
+                }
+                out.append({"role": "user", "content": [block]})
+            elif event.type == "user/message":
+                content = data.get("content", FrozenList())
+                out.append({"role": "user", "content": content})
+        return out

@@ -1,0 +1,260 @@
+"""``ToolsHandle``: the registration and read API of one owner (global, plugin or agent scope).
+
+Writes go through the owner's actor (so ``close()`` can undo them) and are answered before the
+call returns; reads come straight from the published snapshot, with no actor round trip.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+import pykka
+import structlog
+
+from ..actors._protocol import (
+    AddGuard,
+    AddHook,
+    AddRestriction,
+    AddSection,
+    MutationReply,
+    OwnerMutation,
+    RegisterTool,
+    RemoveEntry,
+)
+from ._definition import ToolDefinition, check_registration, classify, project_schema
+from ._snapshot import SnapshotCell
+
+__all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
+
+ExecutionMode = Literal["parallel", "exclusive"]
+
+_log = structlog.get_logger("dsh_tools.registry")
+
+
+class Disposer:
+    """Undoes one registration when called; calling it again does nothing."""
+
+    __slots__ = ("_done", "_handle", "_key", "_lock")
+
+    def __init__(self, handle: ToolsHandle, key: int) -> None:
+        self._handle = handle
+        self._key = key
+        self._done = False
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self._handle._remove(self._key)
+
+    @property
+    def disposed(self) -> bool:
+        """Whether this disposer has run."""
+        return self._done
+
+
+class ToolsHandle:
+    """Register tools, masks, guards and hooks through one owner; read the views it sees.
+
+    On an agent scope's handle, ``get``/``schemas`` read that agent's view and everything
+    registered is scoped to that agent.
+    """
+
+    def __init__(
+        self,
+        *,
+        owner: pykka.ActorRef[Any],
+        cell: SnapshotCell,
+        agent: str | None,
+        label: str,
+    ) -> None:
+        self._owner = owner
+        self._cell = cell
+        self._agent = agent
+        self._label = label
+        self._closed = False
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    @property
+    def agent(self) -> str | None:
+        """The agent this handle writes for, or None for the global layer."""
+        return self._agent
+
+    def _mutate(self, mutation: Any) -> MutationReply:
+        if self._closed:
+            raise RuntimeError(f"{self._label} is closed")
+        try:
+            reply: MutationReply = self._owner.ask(OwnerMutation(mutation))
+        except pykka.ActorDeadError:
+            raise RuntimeError(f"{self._label} is closed") from None
+        return reply
+
+    def _remove(self, key: int) -> None:
+        try:
+            reply: MutationReply = self._owner.ask(RemoveEntry(key))
+        except pykka.ActorDeadError:
+            return
+        if reply.changed:
+            self._notify_quietly()
+
+    def _notify(self) -> None:
+        for observer in self._cell.current.all_hooks("change"):
+            observer()
+
+    def _notify_quietly(self) -> None:
+        for observer in self._cell.current.all_hooks("change"):
+            try:
+                observer()
+            except Exception as exc:
+                _log.warning("tools/change observer failed", error=_message(exc))
+
+    def _mark_closed(self) -> None:
+        self._closed = True
+
+    def _changing(self, mutation: Any) -> Disposer:
+        reply = self._mutate(mutation)
+        disposer = Disposer(self, reply.key)
+        if reply.changed:
+            try:
+                self._notify()
+            except BaseException:
+                disposer()  # roll back; emits one more change
+                raise
+        return disposer
+
+    # --- registration --------------------------------------------------------------------------
+
+    def register(self, definition: ToolDefinition) -> Disposer:
+        """Add a tool to this handle's layer; returns its idempotent disposer."""
+        if not isinstance(definition, ToolDefinition):
+            raise TypeError(
+                "register() takes a ToolDefinition (build one with define_tool), "
+                f"got {type(definition).__name__}"
+            )
+        check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
+        is_async = inspect.iscoroutinefunction(definition.execute)
+        return self._changing(RegisterTool(definition, self._agent, is_async))
+
+    def restrict(
+        self, *, allow: Iterable[str] | None = None, deny: Iterable[str] | None = None
+    ) -> Disposer:
+        """Mask global tools for this agent: admitted iff in ``allow`` (if given) and not in
+        ``deny`` (if given). Only agent scopes may restrict."""
+        if self._agent is None:
+            raise ValueError(
+                "tools.restrict() requires a scoped context (an agent scope handle): a "
+                "context-global restriction would mask every agent — deny the tool for the "
+                "intended agent instead"
+            )
+        if allow is None and deny is None:
+            raise ValueError(
+                "tools.restrict({}) is a no-op: pass `allow` and/or `deny` (an empty filter is "
+                "almost always a materialized-empty-config bug)"
+            )
+        allow_names = _names("allow", allow)
+        deny_names = _names("deny", deny)
+        return self._changing(AddRestriction(self._agent, allow_names, deny_names))
+
+    def guard(self, fn: Callable[[Any], str | None]) -> Disposer:
+        """Add a synchronous guard: ``fn(exec)`` returns None to abstain or a denial reason."""
+        _callable("guard", fn)
+        return Disposer(self, self._mutate(AddGuard(fn, self._agent)).key)
+
+    def _add_hook(self, point: str, fn: Callable[..., Any], prepend: bool = False) -> Disposer:
+        _callable(point, fn)
+        return Disposer(self, self._mutate(AddHook(point, fn, self._agent, prepend)).key)
+
+    def on_pre_execute(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+        """Add an ``async def hook(exec, next) -> Allow | Deny | Ask`` waterfall listener."""
+        return self._add_hook("pre_execute", hook, prepend)
+
+    def on_execute(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+        """Add an ``async def wrapper(exec, next) -> ToolExecutionResult`` around dispatch."""
+        return self._add_hook("execute", hook, prepend)
+
+    def on_post_execute(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+        """Add an ``async def hook(exec, result, next) -> Accept | Block`` listener."""
+        return self._add_hook("post_execute", hook, prepend)
+
+    def on_result(self, fn: Callable[..., Any]) -> Disposer:
+        """Add a ``fn(exec, result)`` observer of every final result."""
+        return self._add_hook("result", fn)
+
+    def on_change(self, fn: Callable[[], Any]) -> Disposer:
+        """Add a ``fn()`` observer of tool and restriction changes (in every scope)."""
+        return self._add_hook("change", fn)
+
+    def on_code_dispatch_log(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+        """Add an ``async def hook(log, next) -> list[dict]`` shaping Code Mode dispatch logs."""
+        return self._add_hook("code_dispatch_log", hook, prepend)
+
+    def on_assemble(self, hook: Callable[..., Any]) -> Disposer:
+        """Add a ``hook(assembly) -> assembly`` listener of prompt assembly."""
+        return self._add_hook("assemble", hook)
+
+    def section(self, name: str, order: float, text: str) -> Disposer:
+        """Add a prompt section; a scoped section shadows a global one of the same name."""
+        if type(name) is not str or not name:
+            raise TypeError("section name must be a non-empty str")
+        if type(order) not in (int, float):
+            raise TypeError("section order must be a number")
+        if type(text) is not str:
+            raise TypeError("section text must be a str")
+        return Disposer(self, self._mutate(AddSection(name, order, text, self._agent)).key)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def _target(self, agent: str | None) -> str | None:
+        return self._agent if agent is None else agent
+
+    def get(self, name: str, agent: str | None = None) -> ToolDefinition | None:
+        """The definition ``name`` resolves to in the agent's view, or None."""
+        entry = self._cell.current.lookup(name, self._target(agent))
+        return entry.definition if entry is not None else None
+
+    def schemas(self, agent: str | None = None) -> list[dict[str, Any]]:
+        """``{name, description, parameters}`` for every visible tool, in view order (fresh)."""
+        view = self._cell.current.view(self._target(agent))
+        return [project_schema(entry.definition) for entry in view.values()]
+
+    def names(self, agent: str | None = None) -> list[str]:
+        """The visible tool names, in view order."""
+        return list(self._cell.current.view(self._target(agent)))
+
+    def execution_mode(self, call: Any) -> ExecutionMode:
+        """``"parallel"`` iff the visible tool's classifier returns exactly ``True``."""
+        agent = getattr(call, "agent", None)
+        entry = self._cell.current.lookup(call.name, self._target(agent))
+        if entry is None:
+            return "exclusive"
+        return "parallel" if classify(entry.definition, call.arguments) else "exclusive"
+
+
+def _names(label: str, names: Iterable[str] | None) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    if isinstance(names, str | bytes):
+        raise TypeError(f"tools.restrict() {label} must be a list of tool names, not a string")
+    out = tuple(names)
+    for name in out:
+        if type(name) is not str:
+            raise TypeError(f"tools.restrict() {label} must hold tool names (str)")
+    return out
+
+
+def _callable(label: str, fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"{label} listener must be callable, got {type(fn).__name__}")
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return "<unprintable thrown value>"

@@ -1,0 +1,54 @@
+"""``OwnerActor`` and ``ScopeActor``: who registered what, so ``close()`` can undo it (LIFO).
+
+A plugin owner writes the global layer; an agent scope writes its agent's layer. Both forward
+each mutation to the ``RegistryActor`` and remember its key; closing disposes every remembered
+registration, last first, and refuses later registrations.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from ..actors._protocol import CloseOwner, MutationReply, OwnerMutation, RemoveEntry
+
+__all__ = ["OwnerActor", "ScopeActor"]
+
+
+class OwnerActor(pykka.ThreadingActor):
+    """Forwards mutations to the registry and keeps their keys for LIFO disposal."""
+
+    def __init__(self, registry: pykka.ActorRef[Any], label: str, agent: str | None) -> None:
+        super().__init__()
+        self._registry = registry
+        self.label = label
+        self.agent = agent
+        self._keys: list[int] = []
+        self._closed = False
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, OwnerMutation):
+            if self._closed:
+                raise RuntimeError(f"{self.label} is closed")
+            reply: MutationReply = self._registry.ask(message.mutation)
+            self._keys.append(reply.key)
+            return reply
+        if isinstance(message, RemoveEntry):
+            reply = self._registry.ask(message)
+            if message.key in self._keys:
+                self._keys.remove(message.key)
+            return reply
+        if isinstance(message, CloseOwner):
+            self._closed = True
+            changes = 0
+            while self._keys:
+                key = self._keys.pop()
+                removed: MutationReply = self._registry.ask(RemoveEntry(key))
+                changes += removed.changed
+            return changes
+        return super().on_receive(message)
+
+
+class ScopeActor(OwnerActor):
+    """The owner of one agent's layer: local tools, masks, scoped guards, hooks and sections."""

@@ -1,0 +1,245 @@
+"""``RegistryActor``: the one owner of the registry's tables.
+
+Every change (global or scoped) is a message answered before the caller continues, serialized
+under one sequence number, and followed by the publication of a fresh immutable snapshot. The
+actor never runs user code, so a mutation sent from inside a hook, guard or tool body can never
+deadlock on it; ``change`` observers run in the caller's thread after publication.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pykka
+
+from ..actors._protocol import (
+    AddGuard,
+    AddHook,
+    AddRestriction,
+    AddSection,
+    MutationReply,
+    RegisterTool,
+    RemoveEntry,
+    SetTransport,
+    StopRegistry,
+)
+from ._snapshot import (
+    EMPTY_GUARDS,
+    EMPTY_LAYER,
+    HOOK_POINTS,
+    GuardTable,
+    HookEntry,
+    Layer,
+    RegistrySnapshot,
+    Restriction,
+    SectionEntry,
+    SnapshotCell,
+    ToolEntry,
+)
+
+__all__ = ["RUN_CODE", "RegistryActor"]
+
+RUN_CODE = "run_code"
+
+_RESERVED_RESTRICT = (
+    'tools.restrict() cannot name reserved Code Mode presentation transport "run_code"; '
+    "restrict end-capability tools instead"
+)
+
+
+class RegistryActor(pykka.ThreadingActor):
+    """Owns tools, restrictions, guards, hooks and sections; publishes snapshots to ``cell``."""
+
+    def __init__(self, mode: str, cell: SnapshotCell) -> None:
+        super().__init__()
+        self._mode = mode
+        self._keys = itertools.count(1)
+        self._seq = 0
+        self._generations = itertools.count(1)
+        self._global = EMPTY_LAYER
+        self._scopes: dict[str, Layer] = {}
+        self._hooks: dict[str, tuple[HookEntry, ...]] = {p: () for p in HOOK_POINTS}
+        self._sections: tuple[SectionEntry, ...] = ()
+        self._transport: ToolEntry | None = None
+        self._closed = False
+        # key -> where it lives: ("tool", agent, name) / ("restriction", agent) /
+        # ("guard", agent) / ("hook", point) / ("section",)
+        self._where: dict[int, tuple[Any, ...]] = {}
+        self.cell = cell
+        cell.current = self._build()
+
+    # --- publication ---------------------------------------------------------------------------
+
+    def _build(self) -> RegistrySnapshot:
+        self._seq += 1
+        return RegistrySnapshot(
+            seq=self._seq,
+            mode=self._mode,
+            global_layer=self._global,
+            scopes=dict(self._scopes),
+            hooks=dict(self._hooks),
+            sections=self._sections,
+            transport=self._transport,
+            closed=self._closed,
+        )
+
+    def _publish(self) -> None:
+        self.cell.current = self._build()
+
+    def _layer(self, agent: str | None) -> Layer:
+        if agent is None:
+            return self._global
+        return self._scopes.get(agent, EMPTY_LAYER)
+
+    def _set_layer(self, agent: str | None, layer: Layer) -> None:
+        if agent is None:
+            self._global = layer
+        elif layer.is_empty:
+            self._scopes.pop(agent, None)
+        else:
+            self._scopes[agent] = layer
+
+    # --- messages ------------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, RegisterTool):
+            return self._register(message)
+        if isinstance(message, RemoveEntry):
+            return self._remove(message.key)
+        if isinstance(message, AddRestriction):
+            return self._restrict(message)
+        if isinstance(message, AddGuard):
+            return self._guard(message)
+        if isinstance(message, AddHook):
+            return self._hook(message)
+        if isinstance(message, AddSection):
+            return self._section(message)
+        if isinstance(message, StopRegistry):
+            self._closed = True
+            self._publish()
+            return None
+        if isinstance(message, SetTransport):
+            return self._set_transport(message.definition, message.is_async)
+        return super().on_receive(message)
+
+    def _register(self, message: RegisterTool) -> MutationReply:
+        definition = message.definition
+        name: str = definition.name
+        agent = message.agent
+        layer = self._layer(agent)
+        if name in layer.tools:
+            if agent is None:
+                raise ValueError(
+                    f'tool "{name}" is already registered (for a per-agent variant, register '
+                    "through that agent's scope handle, system.agent(key).tools, instead)"
+                )
+            raise ValueError(f'tool "{name}" is already registered in this scope')
+        key = next(self._keys)
+        tools = dict(layer.tools)
+        tools[name] = ToolEntry(key, definition, message.is_async, agent)
+        self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))
+        self._where[key] = ("tool", agent, name)
+        self._publish()
+        return MutationReply(key, True)
+
+    def _restrict(self, message: AddRestriction) -> MutationReply:
+        if message.agent is None:
+            raise ValueError(
+                "tools.restrict() requires a scoped context (an agent scope handle): a "
+                "context-global restriction would mask every agent — deny the tool for the "
+                "intended agent instead"
+            )
+        listed = [*(message.allow or ()), *(message.deny or ())]
+        if self._mode != "native" and RUN_CODE in listed:
+            raise ValueError(_RESERVED_RESTRICT)
+        known = self._global.tools
+        unknown = list(dict.fromkeys(n for n in listed if n not in known))
+        if unknown:
+            known_text = ", ".join(sorted(known)) or "(none)"
+            if len(unknown) == 1:
+                head = f'unknown global tool "{unknown[0]}"'
+            else:
+                head = "unknown global tools " + ", ".join(f'"{n}"' for n in unknown)
+            raise ValueError(f"tools.restrict() names {head}; known global tools: {known_text}")
+        key = next(self._keys)
+        layer = self._layer(message.agent)
+        restriction = Restriction(
+            key,
+            frozenset(message.allow) if message.allow is not None else None,
+            frozenset(message.deny) if message.deny is not None else None,
+        )
+        self._set_layer(
+            message.agent, Layer(layer.tools, (*layer.restrictions, restriction), layer.guards)
+        )
+        self._where[key] = ("restriction", message.agent)
+        self._publish()
+        return MutationReply(key, True)
+
+    def _guard(self, message: AddGuard) -> MutationReply:
+        key = next(self._keys)
+        layer = self._layer(message.agent)
+        table = layer.guards
+        generation = table.generation if table.entries else next(self._generations)
+        guards = GuardTable((*table.entries, (key, message.fn)), generation)
+        self._set_layer(message.agent, Layer(layer.tools, layer.restrictions, guards))
+        self._where[key] = ("guard", message.agent)
+        self._publish()
+        return MutationReply(key, False)
+
+    def _hook(self, message: AddHook) -> MutationReply:
+        if message.point not in self._hooks:
+            raise ValueError(f"unknown hook point {message.point!r}")
+        key = next(self._keys)
+        entry = HookEntry(key, message.fn, message.agent)
+        current = self._hooks[message.point]
+        self._hooks[message.point] = (entry, *current) if message.prepend else (*current, entry)
+        self._where[key] = ("hook", message.point)
+        self._publish()
+        return MutationReply(key, False)
+
+    def _section(self, message: AddSection) -> MutationReply:
+        key = next(self._keys)
+        entry = SectionEntry(key, message.name, message.order, message.text, message.agent)
+        self._sections = (*self._sections, entry)
+        self._where[key] = ("section",)
+        self._publish()
+        return MutationReply(key, False)
+
+    def _set_transport(self, definition: Any, is_async: bool) -> MutationReply:
+        key = next(self._keys)
+        self._transport = ToolEntry(key, definition, is_async, None)
+        self._publish()
+        return MutationReply(key, True)
+
+    def _remove(self, key: int) -> MutationReply:
+        where = self._where.pop(key, None)
+        if where is None:
+            return MutationReply(key, False)
+        kind = where[0]
+        changed = False
+        if kind == "tool":
+            _, agent, name = where
+            layer = self._layer(agent)
+            tools = {n: e for n, e in layer.tools.items() if e.key != key}
+            self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))
+            changed = True
+        elif kind == "restriction":
+            agent = where[1]
+            layer = self._layer(agent)
+            restrictions = tuple(r for r in layer.restrictions if r.key != key)
+            self._set_layer(agent, Layer(layer.tools, restrictions, layer.guards))
+            changed = True
+        elif kind == "guard":
+            agent = where[1]
+            layer = self._layer(agent)
+            entries = tuple(g for g in layer.guards.entries if g[0] != key)
+            guards = GuardTable(entries, layer.guards.generation) if entries else EMPTY_GUARDS
+            self._set_layer(agent, Layer(layer.tools, layer.restrictions, guards))
+        elif kind == "hook":
+            point = where[1]
+            self._hooks[point] = tuple(h for h in self._hooks[point] if h.key != key)
+        else:
+            self._sections = tuple(s for s in self._sections if s.key != key)
+        self._publish()
+        return MutationReply(key, changed)
