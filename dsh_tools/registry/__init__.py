@@ -1,6 +1,21 @@
 """The registry layer: lossless JSON and frozen values, the schema DSL, the enforced JSON Schema
 subset, tool definitions and the output contract."""
 
+from ._definition import (
+    ToolDefinition,
+    ToolOutput,
+    check_registration,
+    classify,
+    define_tool,
+    normalize_output,
+    project_schema,
+)
+from ._dsl import compile_parameters, compile_schema, validate_args
+from ._json_schema import (
+    assert_object_json_schema,
+    assert_supported_json_schema,
+    validate_json_schema_value,
+)
 from ._lossless import (
     LosslessJsonError,
     compact_json,
@@ -11,8 +26,21 @@ from ._lossless import (
 
 __all__ = [
     "LosslessJsonError",
+    "ToolDefinition",
+    "ToolOutput",
+    "assert_object_json_schema",
+    "assert_supported_json_schema",
+    "check_registration",
+    "classify",
     "compact_json",
+    "compile_parameters",
+    "compile_schema",
+    "define_tool",
     "is_json_value",
+    "normalize_output",
+    "project_schema",
     "snapshot_json",
     "thaw",
+    "validate_args",
+    "validate_json_schema_value",
 ]
