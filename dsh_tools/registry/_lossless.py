@@ -385,6 +385,36 @@ def _is_json(value: Any, proven: set[int] | None) -> bool:
         return _scalar_problem(value) is None
     if proven is not None and id(value) in proven:
         return True
+    # Flat pass first: most containers hold scalars and already-proven children only.
+    for slot, item in value.items() if is_dict else enumerate(value):
+        if is_dict and type(slot) is not str:
+            return False
+        ti = type(item)
+        if ti is str:
+            if not item.isascii() and _SURROGATE.search(item) is not None:
+                return False
+        elif ti is int:
+            if not INT_MIN <= item <= INT_MAX:
+                return False
+        elif ti is bool or item is None:
+            pass
+        elif ti is float:
+            if not _float_ok(item):
+                return False
+        elif (
+            ti is dict or ti is FrozenDict or ti is list or ti is FrozenList
+        ) and proven is not None and id(item) in proven:
+            pass
+        else:
+            break
+    else:
+        if is_dict:
+            for slot in value:
+                if not slot.isascii() and _SURROGATE.search(slot) is not None:
+                    return False
+        if proven is not None:
+            proven.add(id(value))
+        return True
     stack: list[list[Any]] = [
         [iter(value.items()) if is_dict else enumerate(value), is_dict, id(value)]
     ]
