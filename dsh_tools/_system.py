@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
@@ -298,10 +299,8 @@ class ToolSystem:
                 self._call_on_loop(runtime.dispose(), timeout=10)
             except Exception as exc:
                 _log.warning("code runtime disposal failed", error=message_of(exc))
-        try:
+        with contextlib.suppress(pykka.ActorDeadError):
             self._registry.ask(StopRegistry())
-        except pykka.ActorDeadError:
-            pass
         for scope in scopes:
             scope._owner.stop()
         for owner in self._owners:
@@ -352,7 +351,7 @@ class ToolSystem:
     def _close_owner(self, owner: pykka.ActorRef[Any], handle: ToolsHandle) -> None:
         handle._mark_closed()
         try:
-            changes: int = owner.ask(CloseOwner())
+            changes: int = owner.ask(CloseOwner(), block=True)
         except pykka.ActorDeadError:
             return
         owner.stop()

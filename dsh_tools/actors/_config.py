@@ -33,7 +33,8 @@ def _positive_number(key: str, value: Any) -> None:
 
 
 class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Every setting of a ``ToolSystem``; wrong types raise ``TypeError``, bad values ``ValueError``.
+    """Every setting of a ``ToolSystem``: a wrong type raises ``TypeError``, a bad value
+    ``ValueError``.
 
     - ``mode``: ``"native"`` (tools as functions), ``"code"`` (one ``run_code`` tool and a Python
       SDK) or ``"both"``.
@@ -60,7 +61,9 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if type(self.mode) is not str:
-            raise TypeError(f"mode must be one of native, code, both; got {type(self.mode).__name__}")
+            raise TypeError(
+                f"mode must be one of native, code, both; got {type(self.mode).__name__}"
+            )
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of native, code, both; got {self.mode!r}")
         _positive_int("max_parallel_tool_calls", self.max_parallel_tool_calls)

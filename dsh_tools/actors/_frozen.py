@@ -24,7 +24,7 @@ class FrozenDict(dict[str, Any]):
 
     __setitem__ = _refuse
     __delitem__ = _refuse
-    __ior__ = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse
     clear = _refuse
     pop = _refuse
     popitem = _refuse
@@ -54,8 +54,8 @@ class FrozenList(list[Any]):
 
     __setitem__ = _refuse
     __delitem__ = _refuse
-    __iadd__ = _refuse  # type: ignore[assignment]
-    __imul__ = _refuse  # type: ignore[assignment]
+    __iadd__ = _refuse
+    __imul__ = _refuse
     append = _refuse
     clear = _refuse
     extend = _refuse

@@ -52,8 +52,9 @@ class LoopActor:
                 try:
                     self.on_receive(message)
                 except Exception as exc:  # a handler bug must not wedge the mailbox
-                    _log.exception("actor message handler failed", actor=type(self).__name__,
-                                   error=repr(exc))
+                    _log.exception(
+                        "actor message handler failed", actor=type(self).__name__, error=repr(exc)
+                    )
                     self.on_failure(exc)
         finally:
             self._draining = False
@@ -64,5 +65,3 @@ class LoopActor:
 
     def on_failure(self, exc: BaseException) -> None:
         """Called when ``on_receive`` raised; the default does nothing more than log."""
-
-

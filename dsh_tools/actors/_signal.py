@@ -16,6 +16,7 @@ Semantics (the same as the web platform's, made thread-safe):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Generator
 from typing import Any
@@ -111,10 +112,8 @@ class AbortSignal:
                 if not future.done():
                     future.set_result(reason)
 
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed while we waited
                 loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop closed while we waited
-                pass
 
         remove = self.add_callback(wake)
         try:

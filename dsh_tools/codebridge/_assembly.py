@@ -78,7 +78,9 @@ def order_tools(
     for name in tool_order:
         if name != UNLISTED_TOOLS and name not in known:
             known_text = ", ".join(sorted(known)) or "(none)"
-            raise ValueError(f'tool_order lists unregistered tool "{name}"; known tools: {known_text}')
+            raise ValueError(
+                f'tool_order lists unregistered tool "{name}"; known tools: {known_text}'
+            )
     listed = [n for n in tool_order if n != UNLISTED_TOOLS]
     rest = sorted(n for n in by_name if n not in listed)
     ordered: list[str] = []
@@ -115,9 +117,7 @@ def assemble(
     else:
         transport = snapshot.transport
         if mode == "both":
-            schemas = [
-                project_schema(e.definition) for e in view.values() if e is not transport
-            ]
+            schemas = [project_schema(e.definition) for e in view.values() if e is not transport]
             known = set(snapshot.known_names(agent)) | {RUN_CODE}
         else:
             known = {RUN_CODE}
@@ -141,6 +141,8 @@ def assemble(
     for hook in hooks:
         out = hook(assembly)
         if not isinstance(out, AssembledPrompt):
-            raise TypeError(f"an assemble hook returned {type(out).__name__}; expected AssembledPrompt")
+            raise TypeError(
+                f"an assemble hook returned {type(out).__name__}; expected AssembledPrompt"
+            )
         assembly = out
     return assembly

@@ -27,7 +27,7 @@ from ..actors import (
 from ..actors._protocol import ClosePool, SubmitCall
 from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, message_of
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
-from ._runtime import BindingNamespace, CodeRunRequest, ErrorClassSpec
+from ._seam import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
 __all__ = ["CodeRunBridgeActor", "ToolCallRejected"]
 
@@ -281,7 +281,9 @@ class CodeDispatchLog:
         self.content = content
 
 
-async def _log_chain(hooks: tuple[Callable[..., Any], ...], index: int, log: CodeDispatchLog) -> Any:
+async def _log_chain(
+    hooks: tuple[Callable[..., Any], ...], index: int, log: CodeDispatchLog
+) -> Any:
     if index == len(hooks):
         return log.content
     out = hooks[index](log, lambda: _log_chain(hooks, index + 1, log))
@@ -301,5 +303,3 @@ def message_of_reason(reason: Any) -> str:
 def _quiet(future: asyncio.Future[Any]) -> None:
     # A program may never await a handle; do not report its exception as never retrieved.
     future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
-
-

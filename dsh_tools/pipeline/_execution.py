@@ -157,7 +157,8 @@ class ToolRunContext(_ReadOnly):
     @property
     def signal(self) -> AbortSignal:
         """The signal the body must observe (the caller's, fused with any wrapper's)."""
-        return self._signal  # type: ignore[no-any-return]
+        signal: AbortSignal = object.__getattribute__(self, "_signal")
+        return signal
 
     def defer_context(self, context: Any) -> None:
         """Attach a hook context to this call's result (in call order, before wrapper and

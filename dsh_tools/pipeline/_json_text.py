@@ -8,7 +8,7 @@ Only a syntax error makes the raw text itself the arguments.
 from __future__ import annotations
 
 import re
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any
 
 import msgspec

@@ -8,6 +8,7 @@ Nothing here raises for tool, hook, policy or data faults: every outcome is a re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -170,10 +171,8 @@ def _block_message(feedback: Any) -> str:
 def _close_awaitable(value: Any) -> None:
     close = getattr(value, "close", None)
     if callable(close):
-        try:
+        with contextlib.suppress(Exception):
             close()
-        except Exception:
-            pass
 
 
 class Pipeline:
@@ -226,9 +225,7 @@ class Pipeline:
     def begin(self, call: ExecuteCall) -> tuple[CallRecord, Stage | None]:
         """E1-E3: mint the record, capture the finalizer, snapshot the arguments."""
         cell = self._cell
-        rec = CallRecord(
-            call.call_id, call.name, UNSET, call.signal, call.agent, call.parent
-        )
+        rec = CallRecord(call.call_id, call.name, UNSET, call.signal, call.agent, call.parent)
         name, agent = call.name, call.agent
         rec.resolve = lambda: cell.current.lookup(name, agent)
         entry = cell.current.lookup(name, agent)
@@ -324,9 +321,7 @@ class Pipeline:
                 return Deny(f'approval for tool "{name}" was cancelled'), True
             if outcome == "unavailable":
                 return (
-                    Deny(
-                        f'tool "{name}" requires approval, but no approval channel is available'
-                    ),
+                    Deny(f'tool "{name}" requires approval, but no approval channel is available'),
                     False,
                 )
         try:
@@ -354,12 +349,10 @@ class Pipeline:
             current = cell.current.guard_table(agent)
             if current is None or current.generation != generation:
                 return None
-            for key, fn in current.entries:
-                if key > last:
-                    break
-            else:
+            following = next((g for g in current.entries if g[0] > last), None)
+            if following is None:
                 return None
-            last = key
+            last, fn = following
             out = fn(view)
             if out is None:
                 continue
@@ -535,7 +528,9 @@ class Pipeline:
         has_content = decision.content is not UNSET
         has_value = decision.value is not UNSET
         if has_content and has_value:
-            raise ValueError("tools/post-execute accept decision cannot replace both value and content")
+            raise ValueError(
+                "tools/post-execute accept decision cannot replace both value and content"
+            )
         if has_value:
             if result.is_error:
                 raise ValueError("tools/post-execute cannot replace the value of a failed result")
@@ -568,7 +563,9 @@ class Pipeline:
                 content = finalizer(rec.view(), result)
                 if inspect.isawaitable(content):
                     _close_awaitable(content)
-                    raise TypeError("finalize_content must be synchronous; it returned an awaitable")
+                    raise TypeError(
+                        "finalize_content must be synchronous; it returned an awaitable"
+                    )
                 if content is not None:
                     try:
                         frozen = _freeze_blocks(content)
@@ -629,8 +626,10 @@ def _materialize(result: Any) -> ToolExecutionResult:
         error = result.error
         if type(error) is not ToolFailure or type(error.message) is not str:
             raise TypeError("a failure's error must be a ToolFailure with a str message")
-        if content is result.content and contexts is result.additional_contexts and (
-            meta is result.meta
+        if (
+            content is result.content
+            and contexts is result.additional_contexts
+            and (meta is result.meta)
         ):
             return result  # type: ignore[no-any-return]
         return ToolExecutionFailure(error, content, meta, contexts)

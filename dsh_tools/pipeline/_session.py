@@ -22,7 +22,7 @@ __all__ = ["SessionEvent", "SessionLog"]
 
 
 class SessionEvent(msgspec.Struct, frozen=True):
-    """One logged event: ``type`` (e.g. ``tool/result``), snake_case ``data``, ``time``, ``agent``."""
+    """One logged event: ``type`` (``tool/result``...), snake_case ``data``, ``time``, ``agent``."""
 
     type: str
     data: Any

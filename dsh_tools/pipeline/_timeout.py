@@ -55,9 +55,7 @@ def timeout_policy(
         raise ValueError("default_ms must be a positive finite number")
     timer: Clock = clock if clock is not None else _LoopClock()
 
-    async def enforce_timeout(
-        exec: DispatchExecution, next: Callable[[], Awaitable[Any]]
-    ) -> Any:
+    async def enforce_timeout(exec: DispatchExecution, next: Callable[[], Awaitable[Any]]) -> Any:
         definition = exec.definition
         timeout_ms = getattr(definition, "timeout_ms", None) if definition is not None else None
         if timeout_ms is None:

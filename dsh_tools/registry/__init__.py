@@ -16,6 +16,7 @@ from ._json_schema import (
     assert_supported_json_schema,
     validate_json_schema_value,
 )
+from ._handle import Disposer, ExecutionMode, ToolsHandle
 from ._lossless import (
     LosslessJsonError,
     compact_json,
@@ -23,8 +24,21 @@ from ._lossless import (
     snapshot_json,
     thaw,
 )
+from ._owner_actor import OwnerActor, ScopeActor
+from ._registry_actor import RUN_CODE, RegistryActor
+from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
 
 __all__ = [
+    "RUN_CODE",
+    "Disposer",
+    "ExecutionMode",
+    "OwnerActor",
+    "RegistryActor",
+    "RegistrySnapshot",
+    "ScopeActor",
+    "SnapshotCell",
+    "ToolEntry",
+    "ToolsHandle",
     "LosslessJsonError",
     "ToolDefinition",
     "ToolOutput",

@@ -90,14 +90,14 @@ class ToolsHandle:
         if self._closed:
             raise RuntimeError(f"{self._label} is closed")
         try:
-            reply: MutationReply = self._owner.ask(OwnerMutation(mutation))
+            reply: MutationReply = self._owner.ask(OwnerMutation(mutation), block=True)
         except pykka.ActorDeadError:
             raise RuntimeError(f"{self._label} is closed") from None
         return reply
 
     def _remove(self, key: int) -> None:
         try:
-            reply: MutationReply = self._owner.ask(RemoveEntry(key))
+            reply: MutationReply = self._owner.ask(RemoveEntry(key), block=True)
         except pykka.ActorDeadError:
             return
         if reply.changed:

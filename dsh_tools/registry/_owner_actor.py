@@ -31,11 +31,11 @@ class OwnerActor(pykka.ThreadingActor):
         if isinstance(message, OwnerMutation):
             if self._closed:
                 raise RuntimeError(f"{self.label} is closed")
-            reply: MutationReply = self._registry.ask(message.mutation)
+            reply: MutationReply = self._registry.ask(message.mutation, block=True)
             self._keys.append(reply.key)
             return reply
         if isinstance(message, RemoveEntry):
-            reply = self._registry.ask(message)
+            reply = self._registry.ask(message, block=True)
             if message.key in self._keys:
                 self._keys.remove(message.key)
             return reply
@@ -44,7 +44,7 @@ class OwnerActor(pykka.ThreadingActor):
             changes = 0
             while self._keys:
                 key = self._keys.pop()
-                removed: MutationReply = self._registry.ask(RemoveEntry(key))
+                removed: MutationReply = self._registry.ask(RemoveEntry(key), block=True)
                 changes += removed.changed
             return changes
         return super().on_receive(message)

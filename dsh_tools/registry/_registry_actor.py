@@ -219,7 +219,7 @@ class RegistryActor(pykka.ThreadingActor):
         kind = where[0]
         changed = False
         if kind == "tool":
-            _, agent, name = where
+            agent = where[1]
             layer = self._layer(agent)
             tools = {n: e for n, e in layer.tools.items() if e.key != key}
             self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))

@@ -1,0 +1,418 @@
+"""The ``dsh-tools`` command: ``demo``, ``bench``, ``sdk``, ``catalog`` and ``run-code``.
+
+Exit codes: 0 success, 1 the work itself failed (a failed program, a failed benchmark),
+2 bad command-line arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from msgspec import UNSET
+
+from ._system import DEFAULT, ToolSystem
+from .actors import (
+    Ask,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolCall,
+    ToolExecutionResult,
+)
+from .actors._config import ToolsConfig
+from .pipeline import timeout_policy
+
+__all__ = ["main"]
+
+
+# --- output helpers ----------------------------------------------------------------------------
+
+
+def _content_text(result: ToolExecutionResult) -> str:
+    parts = []
+    for block in result.content:
+        if isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        else:
+            parts.append(f"[{block.get('type') if isinstance(block, dict) else '?'} content]")
+    return "\n".join(parts)
+
+
+def _indent(text: str, prefix: str = "      ") -> str:
+    lines = text.splitlines() or [""]
+    if len(lines) > 12:
+        lines = [*lines[:12], f"... ({len(lines) - 12} more lines)"]
+    return "\n".join(prefix + line for line in lines)
+
+
+def _card_title(system: ToolSystem, name: str, arguments: Any) -> str:
+    definition = system.tools.get(name)
+    presenter = getattr(definition, "present_call", None) if definition is not None else None
+    if presenter is not None:
+        try:
+            view = presenter(arguments)
+        except Exception:
+            view = None
+        if view is not None:
+            card = type(view).__name__.replace("CallView", "").lower() or "generic"
+            return f"{card} card: {getattr(view, 'title', name)}"
+    return f"generic card: {name}"
+
+
+def _print_event_log(system: ToolSystem, out: TextIO) -> None:
+    print("\nEvent log (system.session.events):", file=out)
+    start = None
+    for event in system.session.events:
+        start = event.time if start is None else start
+        data = event.data
+        stamp = f"+{(event.time - start) * 1000:7.1f} ms"
+        if event.type == "tool/call":
+            detail = f"{data['call_id']} {data['name']} {data['arguments']}"
+        elif event.type == "tool/result":
+            status = "error" if data["is_error"] else "ok"
+            code = f" ({data['error']['code']})" if "error" in data else ""
+            detail = f"{data['call_id']} {status}{code}"
+        elif event.type.startswith("tool/code-dispatch"):
+            detail = f"{data['sub_call_id']} {data['name']}"
+            if "is_error" in data:
+                detail += " error" if data["is_error"] else " ok"
+        else:
+            detail = json.dumps(data.get("content"), ensure_ascii=False)[:80]
+        print(f"  {stamp}  {event.type:<26} {detail}", file=out)
+
+
+class _ScriptedApproval:
+    """The demo's stand-in for a human: approves writes to notes/, rejects anything else."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def request(
+        self, *, agent: str, tool_name: str, call_id: str, signal: Any, reason: str = ""
+    ) -> str:
+        answer = "allowed-once" if "notes/" in reason else "rejected"
+        print(
+            f"    [approval] {agent} asks to run {tool_name} ({reason}) -> {answer}", file=self.out
+        )
+        return answer
+
+
+# --- demo --------------------------------------------------------------------------------------
+
+
+def _demo_workspace(root: Path) -> None:
+    (root / "src").mkdir(parents=True, exist_ok=True)
+    (root / "notes").mkdir(exist_ok=True)
+    (root / "README.md").write_text("# Demo project\n\nA tiny workspace for the dsh-tools demo.\n")
+    (root / "src" / "app.py").write_text(
+        "def main():\n    # TODO: parse arguments\n    print('hello')\n\n\n"
+        "def helper():\n    # TODO: remove\n    return 42\n"
+    )
+    (root / "src" / "util.py").write_text("def add(a, b):\n    return a + b  # TODO: types\n")
+
+
+def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = True) -> int:
+    """Run the scripted agent turn; return an exit code."""
+    from .examples import example_tools
+
+    own_dir = workspace is None
+    root = Path(tempfile.mkdtemp(prefix="dsh-tools-demo-")) if workspace is None else workspace
+    try:
+        _demo_workspace(root)
+        mode = "both" if code_mode else "native"
+        config = ToolsConfig(mode=mode, max_parallel_tool_calls=4)
+        runtime: Any = DEFAULT if code_mode else None
+        with ToolSystem.start(
+            config, approval=_ScriptedApproval(out), code_runtime=runtime
+        ) as system:
+            demo = system.plugin("demo-tools")
+            for definition in example_tools(root, bash_timeout_ms=300):
+                demo.tools.register(definition)
+            system.tools.on_execute(timeout_policy())
+
+            def no_rm(exec: Any) -> str | None:
+                if exec.name == "bash" and "rm " in str(exec.arguments.get("command", "")):
+                    return "destructive shell commands are not allowed in this workspace"
+                return None
+
+            system.tools.guard(no_rm)
+
+            async def ask_before_writing(exec: Any, next: Any) -> Any:
+                if exec.name in ("write_file", "edit_file"):
+                    return Ask(f"write to {exec.arguments.get('path')}")
+                return await next()
+
+            agent = system.agent("demo-agent")
+            agent.tools.on_pre_execute(ask_before_writing)
+
+            print(f"Workspace: {root}", file=out)
+            print(f"Mode: {mode}; tools: {', '.join(system.tools.names())}\n", file=out)
+            calls = [
+                ToolCall("c1", "read_file", json.dumps({"path": "README.md"})),
+                ToolCall("c2", "list_dir", json.dumps({"path": "src"})),
+                ToolCall("c3", "read_file", json.dumps({"path": "src/app.py", "limit": 3})),
+                ToolCall(
+                    "c4",
+                    "write_file",
+                    json.dumps({"path": "notes/todo.md", "content": "- types\n"}),
+                ),
+                ToolCall(
+                    "c5", "bash", json.dumps({"command": "rm -rf src", "description": "Clean up"})
+                ),
+                ToolCall(
+                    "c6", "bash", json.dumps({"command": "sleep 5", "description": "Wait a while"})
+                ),
+                ToolCall(
+                    "c7",
+                    "bash",
+                    json.dumps({"command": "grep -c TODO src/*.py", "description": "Count TODOs"}),
+                ),
+            ]
+            print(
+                "One model turn: 7 calls (reads run in parallel, writes and shell commands",
+                file=out,
+            )
+            print("run alone as ordered barriers; results come back in model order).", file=out)
+            for call in calls:
+                mode_label = system.tools.execution_mode(
+                    ExecuteCall(
+                        call_id=call.call_id, name=call.name, arguments=json.loads(call.arguments)
+                    )
+                )
+                title = _card_title(system, call.name, json.loads(call.arguments))
+                print(f"  {call.call_id} {call.name:<10} {mode_label:<9} {title}", file=out)
+            start = time.perf_counter()
+            outcome = system.execute_batch(ExecuteBatch(calls=calls, agent=agent.key))
+            elapsed = (time.perf_counter() - start) * 1000
+            print(f"\nResults ({elapsed:.0f} ms for the whole turn):", file=out)
+            for call, result in zip(calls, outcome.results, strict=True):
+                status = "ERROR" if result.is_error else "ok"
+                code = ""
+                if result.is_error and result.error.info is not UNSET:  # type: ignore[union-attr]
+                    code = f" [{result.error.info.code}]"  # type: ignore[union-attr]
+                print(f"  {call.call_id} {call.name}: {status}{code}", file=out)
+                print(_indent(_content_text(result)), file=out)
+
+            if code_mode:
+                program = textwrap.dedent(
+                    """\
+                    listing = await tools.list_dir({"path": "src"})
+                    files = [e["name"] for e in listing["entries"] if e["name"].endswith(".py")]
+                    reads = await asyncio.gather(
+                        *[tools.read_file({"path": "src/" + f}) for f in files]
+                    )
+                    counts = {f: r["text"].count("TODO") for f, r in zip(files, reads)}
+                    print(f"scanned {len(files)} files")
+                    return counts
+                    """
+                )
+                print(
+                    "\nCode Mode: the model writes a program; every tool call inside it goes",
+                    file=out,
+                )
+                print("through the same pipeline (events tool/code-dispatch-*).", file=out)
+                print(_indent(program.rstrip(), "    | "), file=out)
+                start = time.perf_counter()
+                result = system.execute(
+                    ExecuteCall(
+                        call_id="c8",
+                        name="run_code",
+                        arguments={"code": program, "description": "Count TODO markers in src"},
+                        agent=agent.key,
+                    )
+                )
+                elapsed = (time.perf_counter() - start) * 1000
+                status = "ERROR" if result.is_error else "ok"
+                print(f"  c8 run_code: {status} ({elapsed:.0f} ms)", file=out)
+                print(_indent(_content_text(result)), file=out)
+            _print_event_log(system, out)
+        return 0
+    finally:
+        if own_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+# --- other commands ----------------------------------------------------------------------------
+
+
+def _example_system(mode: str, root: Path) -> ToolSystem:
+    from .examples import example_tools
+
+    system = ToolSystem.start(ToolsConfig(mode=mode))
+    for definition in example_tools(root):
+        system.tools.register(definition)
+    system.tools.on_execute(timeout_policy())
+    return system
+
+
+def run_sdk(out: TextIO) -> int:
+    """Print the generated Code Mode SDK for the example tools."""
+    with tempfile.TemporaryDirectory() as tmp, _example_system("code", Path(tmp)) as system:
+        for section in system.assemble_prompt().sections:
+            if section.name == "tools:sdk":
+                print(section.text, file=out)
+    return 0
+
+
+def run_catalog(out: TextIO) -> int:
+    """Print the tool catalog as Markdown."""
+    from ._catalog import render_default_catalog
+
+    print(render_default_catalog(), end="", file=out)
+    return 0
+
+
+def run_code_file(path: Path, out: TextIO, *, workspace: Path) -> int:
+    """Run the program in ``path`` in Code Mode against the example tools."""
+    program = path.read_text(encoding="utf-8")
+    with _example_system("code", workspace) as system:
+        result = system.execute(
+            ExecuteCall(
+                call_id="run-1",
+                name="run_code",
+                arguments={"code": program, "description": f"Run {path.name}"},
+                agent="cli",
+            )
+        )
+        print(_content_text(result), file=out)
+        return 1 if result.is_error else 0
+
+
+class _Progress:
+    """A one-line progress bar on stderr (silent when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._lock = threading.Lock()
+
+    def step(self, label: str) -> None:
+        with self._lock:
+            self.done += 1
+            width = 24
+            filled = int(width * (self.done - 1) / max(1, self.total))
+            bar = "#" * filled + "-" * (width - filled)
+            line = f"[{bar}] {self.done}/{self.total} {label}"
+            if self.tty:
+                self.stream.write("\r" + line[:100].ljust(100))
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+
+
+_BARS: list[tuple[str, str, str, float | None]] = [
+    ("execute_no_hooks_us", "per call, no hooks (system.execute)", "us", 60),
+    ("execute_four_hooks_us", "per call, four pass-through hooks", "us", 80),
+    ("pykka_ask_us", "bare pykka ask round trip (reference point)", "us", None),
+    ("pool10_sleep5ms_async_ms", "1,000 x 5 ms safe calls, pool 10 (async)", "ms", 540),
+    ("pool10_sleep5ms_thread_ms", "1,000 x 5 ms safe calls, pool 10 (thread)", "ms", 540),
+    ("trivial_pool1_calls_per_s", "trivial calls per second, pool 1", "/s", None),
+    ("trivial_pool10_calls_per_s", "trivial calls per second, pool 10", "/s", None),
+    ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
+    ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
+    ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
+]
+
+
+def run_bench(out: TextIO, *, as_json: bool, runs: int, code_mode: bool) -> int:
+    """Measure and print the benchmark table (or JSON)."""
+    from ._bench import measure_code_mode, measure_pipeline, measure_pool
+
+    progress = _Progress(3 + 5 + (2 if code_mode else 0))
+    figures: dict[str, float] = {}
+    figures.update(measure_pipeline(runs=runs, progress=progress.step))
+    figures.update(measure_pool(runs=runs, progress=progress.step))
+    if code_mode:
+        figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
+    progress.close()
+    if as_json:
+        print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)
+        return 0
+    print(f"{'figure':<48} {'measured':>12}  {'bar':>8}", file=out)
+    print("-" * 72, file=out)
+    failed = False
+    for key, label, unit, bar in _BARS:
+        if key not in figures:
+            continue
+        value = figures[key]
+        shown = f"{value:,.0f} {unit}" if unit == "/s" else f"{value:.1f} {unit}"
+        bar_text = f"<= {bar:g}" if bar is not None else ""
+        mark = ""
+        if bar is not None and value > bar:
+            mark, failed = "  (over)", True
+        print(f"{label:<48} {shown:>12}  {bar_text:>8}{mark}", file=out)
+    return 1 if failed else 0
+
+
+# --- entry point -------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsh-tools",
+        description="Tool registry and execution pipeline for LLM agent harnesses.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo = sub.add_parser("demo", help="run a scripted agent turn against the example tools")
+    demo.add_argument("--workspace", type=Path, help="use this folder instead of a temporary one")
+    demo.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode part")
+    bench = sub.add_parser("bench", help="measure per-call overhead and pool throughput")
+    bench.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    bench.add_argument("--runs", type=int, default=5, help="runs per figure (median)")
+    bench.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode figures")
+    sub.add_parser("sdk", help="print the generated Code Mode SDK for the example tools")
+    sub.add_parser("catalog", help="print the tool catalog as Markdown")
+    run = sub.add_parser("run-code", help="run a Python program in Code Mode")
+    run.add_argument("file", type=Path, help="the program: the body of an async function")
+    run.add_argument(
+        "--workspace", type=Path, default=Path.cwd(), help="folder the example tools work in"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    args = _parser().parse_args(argv)
+    out = sys.stdout
+    if args.command == "demo":
+        if args.workspace is not None and not args.workspace.is_dir():
+            print(f"dsh-tools demo: --workspace {args.workspace} is not a folder", file=sys.stderr)
+            return 2
+        return run_demo(out, workspace=args.workspace, code_mode=not args.no_code_mode)
+    if args.command == "bench":
+        if args.runs < 1:
+            print("dsh-tools bench: --runs must be at least 1", file=sys.stderr)
+            return 2
+        return run_bench(out, as_json=args.json, runs=args.runs, code_mode=not args.no_code_mode)
+    if args.command == "sdk":
+        return run_sdk(out)
+    if args.command == "catalog":
+        return run_catalog(out)
+    if not args.file.is_file():
+        print(f"dsh-tools run-code: {args.file} is not a file", file=sys.stderr)
+        return 2
+    if not args.workspace.is_dir():
+        print(f"dsh-tools run-code: --workspace {args.workspace} is not a folder", file=sys.stderr)
+        return 2
+    return run_code_file(args.file, out, workspace=args.workspace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
