@@ -11,6 +11,8 @@ from typing import Any
 from .actors._protocol import SetTransport
 from .codebridge._assembly import check_runtime
 from .codebridge._bridge import CodeRunBridgeActor
+from .codebridge._runtime import SubprocessCodeRuntime
+from .codebridge._seam import CodeRuntimeConfig
 from .codebridge._transport import (
     INVALID_DESCRIPTION_MESSAGE,
     RUN_CODE_DESCRIPTION,
@@ -38,9 +40,15 @@ def install_code_mode(system: Any, code_runtime: Any) -> None:
         if config.mode == "native":
             system.code_runtime = None
         else:
-            from .codebridge import SubprocessCodeRuntime, runtime_config_from
-
-            system.code_runtime = SubprocessCodeRuntime(runtime_config_from(config))
+            system.code_runtime = SubprocessCodeRuntime(
+                CodeRuntimeConfig(
+                    compute_ms=config.compute_ms,
+                    max_wall_ms=config.max_wall_ms,
+                    max_output_bytes=config.max_output_bytes,
+                    max_memory_mb=config.max_memory_mb,
+                    max_frame_bytes=config.max_frame_bytes,
+                )
+            )
             system._owns_runtime = True
     else:
         system.code_runtime = code_runtime
