@@ -1,0 +1,201 @@
+"""Channel frames between the host and a worker (code-mode 11.4, SPEC 5b.22).
+
+A frame is an 8-byte unsigned big-endian length followed by one msgpack-encoded tagged struct
+(``msgspec``; array-like, so the tag is the first element). msgpack carries integers exactly in
+-2**63 .. 2**64-1, which is the integer range every boundary accepts (SPEC 5b.7). JSON values
+travel as token lists (``_tokens``).
+
+``FrameReader`` accumulates bytes as they arrive (it never allocates from a declared length) and
+checks each length prefix against ``max_frame_bytes`` before reading the body: a larger frame
+raises ``FrameTooLarge`` and the run fails with kind ``frame-limit``. A body that does not decode
+into one of the expected frame types is skipped: the peer may be hostile.
+
+This module imports only the standard library and ``msgspec``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Final
+
+import msgspec
+
+from ._tokens import Token
+
+__all__ = [
+    "PREFIX_BYTES",
+    "Boot",
+    "Call",
+    "Done",
+    "DoneError",
+    "ErrorClassWire",
+    "FrameReader",
+    "FrameTooLarge",
+    "HostFrame",
+    "Log",
+    "NamespaceWire",
+    "OutputLimit",
+    "Reply",
+    "WorkerFrame",
+    "encode_frame",
+    "host_frame_decoder",
+    "worker_frame_decoder",
+]
+
+PREFIX_BYTES: Final = 8
+"""Width of the big-endian length prefix."""
+
+
+class ErrorClassWire(msgspec.Struct, frozen=True, array_like=True):
+    """The error class a namespace's rejections use in the worker."""
+
+    name: str
+    member_attr: str
+
+
+class NamespaceWire(msgspec.Struct, frozen=True, array_like=True):
+    """One binding namespace as the worker sees it: a global name and its binding names."""
+
+    global_name: str
+    names: list[str]
+    error_class: ErrorClassWire | None = None
+
+
+class Boot(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """host -> worker, first frame: the program, its namespaces and the worker-side limits."""
+
+    program: str
+    namespaces: list[NamespaceWire]
+    max_output_bytes: int
+    max_memory_mb: float
+    compute_ms: float
+
+
+class Reply(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """host -> worker: the settlement of call ``id`` (``value`` tokens or a failure message)."""
+
+    id: int
+    ok: bool
+    value: list[Token] | None = None
+    message: str | None = None
+
+
+class Call(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """worker -> host: binding ``global_name.name`` called with ``args`` tokens."""
+
+    id: int
+    global_name: str
+    name: str
+    args: list[Token]
+
+
+class Log(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """worker -> host: one captured log entry."""
+
+    text: str
+
+
+class OutputLimit(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """worker -> host: the worker-side ledger overflowed (sent once)."""
+
+
+class DoneError(msgspec.Struct, frozen=True, array_like=True):
+    """The failure a ``Done`` frame reports."""
+
+    kind: str
+    message: str
+
+
+class Done(msgspec.Struct, frozen=True, array_like=True, tag=True):
+    """worker -> host: the program settled with ``value`` tokens, an ``error``, or neither."""
+
+    value: list[Token] | None = None
+    error: DoneError | None = None
+
+
+HostFrame = Boot | Reply
+"""Frames the host sends."""
+WorkerFrame = Call | Log | OutputLimit | Done
+"""Frames the worker sends."""
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode_frame(frame: Any) -> bytearray:
+    """Length-prefixed encoding of one frame."""
+    buffer = bytearray(PREFIX_BYTES)
+    _encoder.encode_into(frame, buffer, PREFIX_BYTES)
+    buffer[:PREFIX_BYTES] = (len(buffer) - PREFIX_BYTES).to_bytes(PREFIX_BYTES, "big")
+    return buffer
+
+
+def host_frame_decoder() -> msgspec.msgpack.Decoder[Any]:
+    """A decoder for the frames a worker receives."""
+    return msgspec.msgpack.Decoder(HostFrame)
+
+
+def worker_frame_decoder() -> msgspec.msgpack.Decoder[Any]:
+    """A decoder for the frames the host receives."""
+    return msgspec.msgpack.Decoder(WorkerFrame)
+
+
+class FrameTooLarge(Exception):
+    """A length prefix above ``max_frame_bytes``."""
+
+    def __init__(self, size: int, cap: int) -> None:
+        super().__init__(f"frame of {size} bytes exceeds max_frame_bytes ({cap})")
+        self.size = size
+        self.cap = cap
+
+
+class FrameReader:
+    """Splits a byte stream into decoded frames; undecodable bodies are skipped.
+
+    After a length prefix above the cap, ``oversize`` holds the ``FrameTooLarge`` and the reader
+    accepts nothing more (the frames before it are still returned).
+    """
+
+    __slots__ = ("_buffer", "_cap", "_decode", "_start", "oversize")
+
+    def __init__(self, decoder: msgspec.msgpack.Decoder[Any], max_frame_bytes: int) -> None:
+        self._decode = decoder.decode
+        self._cap = max_frame_bytes
+        self._buffer = bytearray()
+        self._start = 0
+        self.oversize: FrameTooLarge | None = None
+
+    def feed(self, data: bytes) -> list[Any]:
+        """Add bytes; return the frames they complete, in order."""
+        frames: list[Any] = []
+        if self.oversize is not None:
+            return frames
+        buffer = self._buffer
+        buffer += data
+        start = self._start
+        end = len(buffer)
+        decode = self._decode
+        while end - start >= PREFIX_BYTES:
+            size = int.from_bytes(buffer[start : start + PREFIX_BYTES], "big")
+            if size > self._cap:
+                self.oversize = FrameTooLarge(size, self._cap)
+                buffer.clear()
+                self._start = 0
+                return frames
+            body_end = start + PREFIX_BYTES + size
+            if body_end > end:
+                break
+            with (
+                memoryview(buffer) as view,
+                view[start + PREFIX_BYTES : body_end] as body,
+                contextlib.suppress(Exception),  # hostile bytes: skip the frame, never raise
+            ):
+                frames.append(decode(body))
+            start = body_end
+        if start == end:
+            buffer.clear()
+            start = 0
+        elif start > (1 << 20) and start * 2 > end:
+            del buffer[:start]
+            start = 0
+        self._start = start
+        return frames

@@ -1,0 +1,204 @@
+"""The outer-output ledger (code-mode section 10): exact JSON byte accounting with early exit.
+
+What a run gives back to the model (its logs plus the completion value or the failure message)
+is capped at ``max_output_bytes`` counted as compact JSON: the logs array (``2`` for ``[]``, each
+entry's JSON string size, one byte per separating comma) plus either the value's JSON size or
+the failure message's JSON string size.
+
+Admission rules:
+
+- Log entries are admitted in order while they fit. The first that does not fit ends the run as
+  ``output-limit``.
+- A completion value or failure message that does not fit what the logs left becomes
+  ``output-limit`` (never a truncated substitute).
+- An ``output-limit`` result reserves room for its message first (``outer output exceeded N
+  bytes``, itself cut to a prefix when even that does not fit beside ``[]``), then keeps the logs
+  that fit what is left, the first one that does not fit cut to its longest code-point-aligned
+  prefix (kept only when non-empty). The counted total never exceeds the cap.
+
+Sizes are measured from ``msgspec.json`` text in bounded chunks, so an over-budget string is never
+encoded whole. The worker mirrors this ledger before sending; the host repeats it for everything
+it receives. This module imports only the standard library and ``msgspec``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from ._tokens import ArrayMarker, ObjectMarker
+
+__all__ = [
+    "OutputLedger",
+    "json_prefix",
+    "json_str_size",
+    "limit_message",
+    "tokens_json_size",
+]
+
+_CHUNK: Final = 1 << 16
+_encode = msgspec.json.encode
+
+
+def limit_message(cap: int) -> str:
+    """The ``output-limit`` message for a cap."""
+    return f"outer output exceeded {cap} bytes"
+
+
+def json_str_size(text: str, limit: int) -> int:
+    """JSON string size of ``text`` (quotes included); any number above ``limit`` means "over".
+
+    Every character costs at least one byte, so a string longer than the limit is over without
+    encoding anything; otherwise it is encoded in bounded chunks with early exit.
+    """
+    length = len(text)
+    if length + 2 > limit:
+        return limit + 1
+    if length <= _CHUNK:
+        return len(_encode(text))
+    total = 2
+    for start in range(0, length, _CHUNK):
+        total += len(_encode(text[start : start + _CHUNK])) - 2
+        if total > limit:
+            return limit + 1
+    return total
+
+
+def json_prefix(text: str, room: int) -> str | None:
+    """The longest prefix of ``text`` whose JSON string size is at most ``room``.
+
+    ``None`` when not even ``""`` fits.
+    """
+    if room < 2:
+        return None
+    budget = room - 2
+    taken = 0
+    length = len(text)
+    start = 0
+    while start < length:
+        chunk = text[start : start + _CHUNK]
+        size = len(_encode(chunk)) - 2
+        if taken + size <= budget:
+            taken += size
+            start += len(chunk)
+            continue
+        low, high = 0, len(chunk)  # chunk[:low] fits, chunk[:high] does not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if taken + len(_encode(chunk[:middle])) - 2 <= budget:
+                low = middle
+            else:
+                high = middle
+        return text[: start + low]
+    return text
+
+
+def tokens_json_size(tokens: list[Any], limit: int) -> int:
+    """Compact JSON size of the value a (valid) token list describes; above ``limit`` = over."""
+    total = 0
+    for token in tokens:
+        kind = type(token)
+        if kind is str:
+            total += json_str_size(token, limit - total)
+        elif token is None or token is True:
+            total += 4
+        elif token is False:
+            total += 5
+        elif kind is int:
+            total += len(str(token))
+        elif kind is float:
+            total += len(_encode(token))
+        elif kind is ArrayMarker:
+            length = token.length
+            total += 2 + (length - 1 if length else 0)
+        elif kind is ObjectMarker:
+            keys = token.keys
+            total += 2 + (len(keys) - 1 if keys else 0)
+            for key in keys:
+                total += json_str_size(key, limit - total) + 1
+                if total > limit:
+                    return limit + 1
+        if total > limit:
+            return limit + 1
+    return total
+
+
+class OutputLedger:
+    """Admits log entries against a cap and decides whether a completion or failure fits."""
+
+    __slots__ = ("cap", "logs", "overflow", "overflowed", "used")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.logs: list[str] = []
+        self.used = 2
+        self.overflowed = False
+        self.overflow: str | None = None
+
+    @property
+    def room(self) -> int:
+        """Bytes left for a completion value or failure message."""
+        return self.cap - self.used
+
+    def admit(self, entry: str) -> bool:
+        """Admit one log entry; ``False`` (and the ledger is overflowed) when it does not fit."""
+        if self.overflowed:
+            return False
+        comma = 1 if self.logs else 0
+        room = self.cap - self.used - comma
+        size = json_str_size(entry, room)
+        if size <= room:
+            self.logs.append(entry)
+            self.used += comma + size
+            return True
+        self.overflowed = True
+        self.overflow = entry
+        return False
+
+    def overflow_prefix(self) -> str:
+        """The part of the overflowing entry that fits beside the limit message ("" if none)."""
+        if self.overflow is None:
+            return ""
+        message = limit_message(self.cap)
+        comma = 1 if self.logs else 0
+        room = self.cap - self.used - comma - json_str_size(message, self.cap)
+        return json_prefix(self.overflow, room) or ""
+
+    def fits_value(self, tokens: list[Any]) -> bool:
+        """Whether a completion value (as tokens) fits beside the admitted logs."""
+        if self.overflowed:
+            return False
+        room = self.room
+        return tokens_json_size(tokens, room) <= room
+
+    def fits_message(self, message: str) -> bool:
+        """Whether a failure message fits beside the admitted logs."""
+        if self.overflowed:
+            return False
+        room = self.room
+        return json_str_size(message, room) <= room
+
+    def limited(self) -> tuple[list[str], str]:
+        """The logs and message of an ``output-limit`` result (total within the cap)."""
+        cap = self.cap
+        message = limit_message(cap)
+        if json_str_size(message, cap - 2) > cap - 2:
+            message = json_prefix(message, cap - 2) or ""
+        budget = cap - json_str_size(message, cap)
+        kept: list[str] = []
+        used = 2
+        entries = self.logs if self.overflow is None else [*self.logs, self.overflow]
+        for entry in entries:
+            comma = 1 if kept else 0
+            room = budget - used - comma
+            size = json_str_size(entry, room)
+            if size <= room:
+                kept.append(entry)
+                used += comma + size
+                continue
+            prefix = json_prefix(entry, room)
+            if prefix:
+                kept.append(prefix)
+            break
+        return kept, message

@@ -1,0 +1,132 @@
+"""Program compilation: the body of an async function, with ``None`` distinct from no result.
+
+A ``run_code`` program is the body of an async function (top-level ``await`` and ``return``).
+It is parsed as written (so multi-line strings are never re-indented and line numbers are the
+model's own), its own bare ``return`` statements are rewritten to return a private sentinel, a
+final sentinel return is appended, and the statements are wrapped into one ``async def`` compiled
+under the filename ``<run_code>``. ``return <expr>`` (even ``return None``) gives a result; a
+bare ``return`` or falling off the end gives the sentinel, i.e. no result (SPEC decision 8).
+Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
+``yield`` is rejected.
+
+The host compiles once to reject syntax errors before spawning anything; the worker compiles
+again to run. This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import traceback
+from types import CodeType
+from typing import Final
+
+__all__ = ["ABSENT_NAME", "FILENAME", "FUNCTION_NAME", "ProgramError", "compile_program"]
+
+FILENAME: Final = "<run_code>"
+"""The filename programs compile under (tracebacks and ``linecache``)."""
+FUNCTION_NAME: Final = "<module>"
+"""Name of the wrapping coroutine function (tracebacks read ``in <module>``)."""
+ABSENT_NAME: Final = "__run_code_absent__"
+"""Global holding the no-result sentinel."""
+
+_YIELD_MESSAGE: Final = "'yield' is not allowed in a run_code program body"
+
+
+class ProgramError(Exception):
+    """The program does not compile; ``message`` is the formatted ``SyntaxError`` text."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _format_syntax_error(error: BaseException, lines: list[str]) -> str:
+    if isinstance(error, SyntaxError):
+        if error.filename in (None, "<unknown>"):
+            error.filename = FILENAME
+        lineno = error.lineno
+        if error.text is None and lineno is not None and 0 < lineno <= len(lines):
+            error.text = lines[lineno - 1]
+    return "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
+
+
+def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
+    """Every node that belongs to the program function's own scope (no nested bodies)."""
+    found: list[ast.AST] = []
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        found.append(node)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            stack.extend(node.decorator_list)
+            stack.append(node.args)
+            if node.returns is not None:
+                stack.append(node.returns)
+        elif isinstance(node, ast.Lambda):
+            stack.append(node.args)
+        elif isinstance(node, ast.ClassDef):
+            stack.extend(node.decorator_list)
+            stack.extend(node.bases)
+            stack.extend(node.keywords)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def compile_program(source: str) -> CodeType:
+    """Compile a program body to a module code object defining ``FUNCTION_NAME``.
+
+    Raises ``ProgramError`` with the ``SyntaxError`` text (``<run_code>`` filename) when the
+    program does not compile or yields.
+    """
+    lines = source.splitlines(keepends=True)
+    try:
+        tree = ast.parse(source, FILENAME, "exec")
+    except (SyntaxError, ValueError) as error:
+        raise ProgramError(_format_syntax_error(error, lines)) from None
+    for node in _own_nodes(tree.body):
+        if isinstance(node, ast.Yield | ast.YieldFrom):
+            rejected = SyntaxError(
+                _YIELD_MESSAGE,
+                (
+                    FILENAME,
+                    node.lineno,
+                    node.col_offset + 1,
+                    None,
+                    node.end_lineno,
+                    (node.end_col_offset or 0) + 1,
+                ),
+            )
+            raise ProgramError(_format_syntax_error(rejected, lines))
+        if isinstance(node, ast.Return) and node.value is None:
+            node.value = ast.copy_location(ast.Name(ABSENT_NAME, ast.Load()), node)
+    last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1
+    final = ast.Return(ast.Name(ABSENT_NAME, ast.Load()))
+    final.lineno = final.end_lineno = last_line
+    final.col_offset = final.end_col_offset = 0
+    function = ast.AsyncFunctionDef(
+        name=FUNCTION_NAME,
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=[*tree.body, final],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+        lineno=1,
+        col_offset=0,
+        end_lineno=last_line,
+        end_col_offset=0,
+    )
+    module = ast.Module(body=[function], type_ignores=[])
+    ast.fix_missing_locations(module)
+    try:
+        return compile(module, FILENAME, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as error:
+        raise ProgramError(_format_syntax_error(error, lines)) from None

@@ -1,0 +1,286 @@
+"""The code-runtime seam (code-mode 11.1-11.2): what a Code Mode runtime is, tool-agnostically.
+
+A runtime runs one program per ``run(request)`` with the request's binding namespaces exposed as
+globals and returns a ``CodeRunResult``. Program outcomes are results, never exceptions; ``run``
+raises only for misuse (a bad request, or a call after disposal), before any process starts.
+
+Concurrency contract: ``run`` is a coroutine on the caller's event loop; binding functions are
+coroutine functions ``async (value) -> value`` called on that same loop, each call as soon as
+the program makes it (several may be in flight). Disposal is ``await runtime.dispose()``: live
+runs settle as ``abort`` / ``runtime disposed``, workers are killed and awaited, and later runs
+raise ``RuntimeError("code runtime: run() after disposal")``.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+import msgspec
+from msgspec import UNSET
+
+from ..actors import AbortSignal
+from ._program import ABSENT_NAME
+
+__all__ = [
+    "DEFAULT_COMPUTE_MS",
+    "DEFAULT_MAX_FRAME_BYTES",
+    "DEFAULT_MAX_MEMORY_MB",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_WALL_MS",
+    "BindingFunction",
+    "BindingNamespace",
+    "CodeRunFailure",
+    "CodeRunRequest",
+    "CodeRunResult",
+    "CodeRuntime",
+    "CodeRuntimeConfig",
+    "ErrorClassSpec",
+    "FailureKind",
+    "runtime_config_from",
+    "validate_request",
+]
+
+DEFAULT_COMPUTE_MS: Final = 60_000
+"""Default CPU budget of a run's worker, in milliseconds of busy time."""
+DEFAULT_MAX_WALL_MS: Final = 600_000
+"""Default wall-clock ceiling of a run, from spawn."""
+DEFAULT_MAX_OUTPUT_BYTES: Final = 64 * 2**20
+"""Default cap on the outer output (logs plus value or message), in JSON bytes."""
+DEFAULT_MAX_MEMORY_MB: Final = 512
+"""Default address-space limit of a worker."""
+DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
+"""Default cap on one channel frame, either direction."""
+
+_SAFE_INTEGER: Final = 2**53 - 1
+
+FailureKind = Literal[
+    "exception",
+    "timeout",
+    "abort",
+    "worker-exit",
+    "invalid-output",
+    "output-limit",
+    "frame-limit",
+]
+"""Why a run failed (exactly one per failed run)."""
+
+BindingFunction = Callable[[Any], Awaitable[Any]]
+"""A binding: ``async def binding(value) -> value``, called on the run's event loop."""
+
+
+class ErrorClassSpec(msgspec.Struct, frozen=True):
+    """The exception class a namespace's rejected calls raise in the program.
+
+    ``name`` is the class's global name (``ToolCallError``); ``member_attr`` is the attribute
+    naming the rejected binding (``tool_name``). ``str(error)`` and ``error.message`` are the
+    rejection text.
+    """
+
+    name: str
+    member_attr: str
+
+
+class BindingNamespace(msgspec.Struct, frozen=True):
+    """One global of the program (``tools``) whose members are host binding functions."""
+
+    global_name: str
+    functions: Mapping[str, BindingFunction]
+    error_class: ErrorClassSpec | None = None
+
+
+class CodeRunRequest(msgspec.Struct, frozen=True):
+    """One program to run, the namespaces it sees, and the signal that aborts it."""
+
+    program: str
+    bindings: Sequence[BindingNamespace] = ()
+    signal: AbortSignal | None = None
+
+
+class CodeRunFailure(msgspec.Struct, frozen=True):
+    """Why a run failed: a ``FailureKind`` and a message."""
+
+    kind: str
+    message: str
+
+
+class CodeRunResult(msgspec.Struct, frozen=True):
+    """A settled run: its logs, its value (``UNSET`` = no result) or its failure.
+
+    ``logs`` is a ``FrozenList`` of strings; a present ``value`` is built from ``FrozenDict`` and
+    ``FrozenList`` (``None`` is an explicit null result). At most one of ``value`` and ``error``
+    is set. The logs plus the value or failure message fit the runtime's ``max_output_bytes``.
+    """
+
+    logs: list[str]
+    value: Any = UNSET
+    error: CodeRunFailure | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run succeeded."""
+        return self.error is None
+
+
+@runtime_checkable
+class CodeRuntime(Protocol):
+    """A Code Mode runtime (see the module docstring for the concurrency contract)."""
+
+    @property
+    def language(self) -> str:
+        """The program language (``"python"`` for the shipped runtime)."""
+        ...
+
+    @property
+    def isolation(self) -> str:
+        """A label for where programs run (``"process"``); not a security claim."""
+        ...
+
+    async def run(self, request: CodeRunRequest) -> CodeRunResult:
+        """Run one program; outcomes are results, misuse raises before anything starts."""
+        ...
+
+    async def dispose(self) -> None:
+        """Settle live runs as ``abort`` / ``runtime disposed``, kill and await workers."""
+        ...
+
+
+def _number_repr(value: object) -> str:
+    if type(value) is float and value.is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+def _check_positive(key: str, value: object) -> None:
+    message = f"code runtime: config.{key} must be a positive number, got {_number_repr(value)}"
+    if type(value) not in (int, float):
+        raise TypeError(message)
+    number = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(message)
+
+
+class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Budgets of a code runtime, validated at construction (code-mode 11.2, SPEC 5b.22).
+
+    ``compute_ms``: CPU budget of the worker (busy time); ``max_wall_ms``: wall ceiling from
+    spawn; ``max_output_bytes``: cap on logs plus value or message (an integer >= 4);
+    ``max_memory_mb``: worker address-space limit (best effort); ``max_frame_bytes``: cap on one
+    channel frame in either direction. A wrong type raises ``TypeError``, a bad value
+    ``ValueError``, both with ``code runtime: config.<key> must be ...``.
+    """
+
+    compute_ms: float = DEFAULT_COMPUTE_MS
+    max_wall_ms: float = DEFAULT_MAX_WALL_MS
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+
+    def __post_init__(self) -> None:
+        for key in ("compute_ms", "max_wall_ms", "max_output_bytes", "max_memory_mb"):
+            _check_positive(key, getattr(self, key))
+        output = self.max_output_bytes
+        if type(output) is not int or not 4 <= output <= _SAFE_INTEGER:
+            raise ValueError(
+                "code runtime: config.max_output_bytes must be a safe integer of at least 4, "
+                f"got {_number_repr(output)}"
+            )
+        frame = self.max_frame_bytes
+        message = (
+            "code runtime: config.max_frame_bytes must be a positive safe integer, "
+            f"got {_number_repr(frame)}"
+        )
+        if type(frame) is not int:
+            raise TypeError(message)
+        if not 1 <= frame <= _SAFE_INTEGER:
+            raise ValueError(message)
+
+
+def runtime_config_from(config: Any) -> CodeRuntimeConfig:
+    """The runtime budgets of a ``ToolsConfig`` (or any object with the same five fields)."""
+    return CodeRuntimeConfig(
+        compute_ms=config.compute_ms,
+        max_wall_ms=config.max_wall_ms,
+        max_output_bytes=config.max_output_bytes,
+        max_memory_mb=config.max_memory_mb,
+        max_frame_bytes=config.max_frame_bytes,
+    )
+
+
+_INJECTED: Final = frozenset({"print", "asyncio", ABSENT_NAME})
+_RESERVED_MEMBERS: Final = frozenset({"args", "message", "with_traceback", "add_note"})
+
+
+def _usable_identifier(name: object) -> bool:
+    return (
+        type(name) is str
+        and name.isidentifier()
+        and not keyword.iskeyword(name)
+        and name not in _INJECTED
+    )
+
+
+def validate_request(request: CodeRunRequest) -> None:
+    """Raise ``TypeError``/``ValueError`` for a misused request (code-mode 11.1)."""
+    if not isinstance(request, CodeRunRequest):
+        raise TypeError(
+            f"code runtime: run() expects a CodeRunRequest, got {type(request).__name__}"
+        )
+    if type(request.program) is not str:
+        raise TypeError(
+            f"code runtime: program must be a str, got {type(request.program).__name__}"
+        )
+    if request.signal is not None and not isinstance(request.signal, AbortSignal):
+        raise TypeError(
+            f"code runtime: signal must be an AbortSignal or None, got "
+            f"{type(request.signal).__name__}"
+        )
+    globals_seen: set[str] = set()
+    classes_seen: set[str] = set()
+    for namespace in request.bindings:
+        if not isinstance(namespace, BindingNamespace):
+            raise TypeError(
+                "code runtime: bindings must be BindingNamespace objects, got "
+                f"{type(namespace).__name__}"
+            )
+        name = namespace.global_name
+        if not _usable_identifier(name):
+            raise ValueError(f"code runtime: binding global {name!r} is not a usable identifier")
+        if name in globals_seen:
+            raise ValueError(f"code runtime: binding global {name!r} is declared twice")
+        globals_seen.add(name)
+        if not isinstance(namespace.functions, Mapping):
+            raise TypeError(f"code runtime: functions of {name!r} must be a mapping")
+        for member, function in namespace.functions.items():
+            if type(member) is not str:
+                raise TypeError(f"code runtime: binding names of {name!r} must be str")
+            if not callable(function):
+                raise TypeError(f"code runtime: binding {name}.{member} is not callable")
+        spec = namespace.error_class
+        if spec is None:
+            continue
+        if not isinstance(spec, ErrorClassSpec):
+            raise TypeError(
+                f"code runtime: error_class of {name!r} must be an ErrorClassSpec or None"
+            )
+        if not _usable_identifier(spec.name):
+            raise ValueError(f"code runtime: error class {spec.name!r} is not a usable identifier")
+        if spec.name in classes_seen:
+            raise ValueError(f"code runtime: error class {spec.name!r} is declared twice")
+        classes_seen.add(spec.name)
+        member_attr = spec.member_attr
+        if (
+            type(member_attr) is not str
+            or not member_attr.isidentifier()
+            or keyword.iskeyword(member_attr)
+            or member_attr.startswith("_")
+            or member_attr in _RESERVED_MEMBERS
+        ):
+            raise ValueError(
+                f"code runtime: error class member {member_attr!r} is empty or reserved"
+            )
+    clash = globals_seen & classes_seen
+    if clash:
+        raise ValueError(f"code runtime: error class {min(clash)!r} collides with a binding global")

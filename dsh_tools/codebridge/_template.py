@@ -1,0 +1,194 @@
+"""The template process: imports the worker once, then forks one clean child per run.
+
+Run by path (``python -I -X utf8 _template.py <control fd>``) with an empty environment, it loads
+the worker modules under a private package name (so ``dsh_tools`` itself is never imported),
+freezes the garbage collector's view of its heap (cheaper copy-on-write) and serves spawn
+requests on its control socket (``AF_UNIX``/``SOCK_SEQPACKET``). It never runs model code.
+
+A spawn request is one message ``b"S"`` carrying five descriptors: host->worker channel (read
+end), worker->host channel (write end), native stdout and stderr (write ends) and the run's
+status pipe (write end). The template forks; the child calls ``setsid()``, reports
+``b"P" + pid`` on the status pipe (so the host learns the pid only once the process group
+exists), moves its descriptors to 0-4 (0 = ``/dev/null``), closes every other descriptor, clears
+the environment and enters ``_worker.main()``. The template closes its copies of the run's
+descriptors except the status pipe, reaps the child (and, as a child subreaper, any orphaned
+grandchild) and reports ``b"X"`` + wait status + CPU seconds on the status pipe, then closes it.
+A failed fork is reported as ``b"E"`` + message.
+
+When the control socket reaches end of file (the host disposed the runtime or died) the template
+kills every live worker's process group, reaps them and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import gc
+import importlib
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import types
+from typing import Any, NoReturn
+
+_PACKAGE = "_dsh_codebridge_worker"
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _load_worker() -> Any:
+    here = os.path.dirname(os.path.abspath(__file__))
+    while here in sys.path:
+        sys.path.remove(here)
+    package = types.ModuleType(_PACKAGE)
+    package.__path__ = [here]
+    package.__package__ = _PACKAGE
+    sys.modules[_PACKAGE] = package
+    return importlib.import_module(_PACKAGE + "._worker")
+
+
+def _become_subreaper() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:
+        pass  # orphans then go to init instead
+
+
+def _write_quiet(fd: int, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, data)
+
+
+def _close_quiet(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _child(worker: Any, control: socket.socket, fds: list[int], wake: tuple[int, int]) -> NoReturn:
+    status = 70
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        control.detach()  # the descriptor is closed below; the object must never close it
+        channel_in, channel_out, out_w, err_w, status_w = fds
+        os.write(status_w, b"P" + struct.pack(">i", os.getpid()))
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        sources = [devnull, out_w, err_w, channel_in, channel_out]
+        lifted = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in sources]
+        for target, fd in enumerate(lifted):
+            os.dup2(fd, target)
+        os.closerange(5, os.sysconf("SC_OPEN_MAX"))
+        os.environ.clear()
+        worker.main()
+    except BaseException:
+        pass
+    os._exit(status)
+
+
+def _serve(worker: Any, control: socket.socket) -> None:
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    children: dict[int, int] = {}
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = children.pop(pid, None)
+            if fd is not None:
+                cpu = usage.ru_utime + usage.ru_stime
+                _write_quiet(fd, b"X" + struct.pack(">id", status, cpu))
+                _close_quiet(fd)
+
+    def spawn(fds: list[int]) -> None:
+        if len(fds) != 5:
+            for fd in fds:
+                _close_quiet(fd)
+            return
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            _write_quiet(fds[4], b"E" + str(exc).encode("utf-8", "replace"))
+            for fd in fds:
+                _close_quiet(fd)
+            return
+        if pid == 0:
+            _child(worker, control, fds, (wake_r, wake_w))
+        for fd in fds[:4]:
+            _close_quiet(fd)
+        children[pid] = fds[4]
+
+    poller = select.poll()
+    poller.register(control.fileno(), select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    control_fd = control.fileno()
+    running = True
+    while running:
+        for fd, _events in poller.poll():
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+                reap()
+            elif fd == control_fd:
+                try:
+                    message, fds, _flags, _address = socket.recv_fds(control, 64, 8)
+                except OSError as exc:
+                    if exc.errno in (errno.EINTR, errno.EAGAIN):
+                        continue
+                    running = False
+                    break
+                if not message:
+                    running = False
+                    break
+                if message == b"S":
+                    spawn(fds)
+                else:
+                    for extra in fds:
+                        _close_quiet(extra)
+        reap()
+    for pid in list(children):
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    for pid, fd in list(children.items()):
+        try:
+            _pid, status, usage = os.wait4(pid, 0)
+        except ChildProcessError:
+            status, usage = 0, None
+        cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
+        _write_quiet(fd, b"X" + struct.pack(">id", status, cpu))
+        _close_quiet(fd)
+    children.clear()
+    reap()
+
+
+def main() -> None:
+    """Entry point: ``_template.py <control fd>``."""
+    control = socket.socket(fileno=int(sys.argv[1]))
+    worker = _load_worker()
+    _become_subreaper()
+    gc.collect()
+    gc.freeze()
+    _serve(worker, control)
+
+
+if __name__ == "__main__":
+    main()

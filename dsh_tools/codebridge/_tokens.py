@@ -1,0 +1,232 @@
+"""Flat pre-order token lists: how JSON values cross the host/worker channel.
+
+A JSON value travels as a flat list of tokens in pre-order: scalars (``None``, ``bool``, ``int``,
+``float``, ``str``) stand for themselves; a container is one marker followed by its children's
+tokens: ``ArrayMarker(length)`` (encoded ``["array", length]``) or ``ObjectMarker(keys)``
+(encoded ``["object", [key, ...]]``, values follow in key order).
+
+Both directions are iterative (no recursion), so a 5,000-deep value survives the trip even though
+``msgspec`` and ``json`` stop near Python's recursion limit. Validation happens here, before any
+encoder sees the value: ``msgspec.json`` would silently write NaN as ``null``.
+
+Lossless JSON (code-mode 6.2, SPEC 5b.1 and 5b.7), checked by exact type: ``None``; ``bool``;
+``int`` in -2**63 .. 2**64-1; a finite ``float`` other than ``-0.0``; a ``str`` without lone
+surrogates; ``list`` and ``dict`` with ``str`` keys (plus the caller's own frozen container types
+on the host side). Shared references are copied; cycles are rejected.
+
+This module imports only the standard library and ``msgspec``: the worker loads it by path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Annotated, Any, Final
+
+import msgspec
+
+__all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "ArrayMarker",
+    "ObjectMarker",
+    "Token",
+    "TokenError",
+    "detokenize",
+    "tokenize",
+]
+
+INT_MIN: Final = -(2**63)
+"""The smallest integer that crosses a boundary (SPEC 5b.7)."""
+INT_MAX: Final = 2**64 - 1
+"""The largest integer that crosses a boundary (SPEC 5b.7)."""
+
+
+class ArrayMarker(msgspec.Struct, frozen=True, array_like=True, tag="array", tag_field="kind"):
+    """Announces an array whose ``length`` items follow in pre-order."""
+
+    length: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ObjectMarker(msgspec.Struct, frozen=True, array_like=True, tag="object", tag_field="kind"):
+    """Announces an object; one value per key follows, in key order."""
+
+    keys: list[str]
+
+
+Token = None | bool | int | float | str | ArrayMarker | ObjectMarker
+"""One element of a token list."""
+
+
+class TokenError(ValueError):
+    """A token list that does not describe exactly one lossless JSON value."""
+
+
+class _Exit:
+    """Stack entry that ends a container's visit (cycle detection tracks the current path)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+
+_INF = math.inf
+
+
+def _clean_str(value: str) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def tokenize(
+    value: Any,
+    dict_types: tuple[type, ...] = (dict,),
+    list_types: tuple[type, ...] = (list,),
+) -> list[Any] | None:
+    """Return the token list of ``value``, or ``None`` when it is not lossless JSON.
+
+    ``dict_types`` and ``list_types`` are the exact container types accepted (the host adds its
+    frozen containers; the worker accepts only plain ``dict`` and ``list``).
+    """
+    out: list[Any] = []
+    append = out.append
+    stack: list[Any] = [value]
+    pop = stack.pop
+    push = stack.append
+    extend = stack.extend
+    path: set[int] = set()
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is str:
+            if not _clean_str(item):
+                return None
+            append(item)
+        elif kind is int:
+            if item < INT_MIN or item > INT_MAX:
+                return None
+            append(item)
+        elif item is None or kind is bool:
+            append(item)
+        elif kind is float:
+            if item != item or item == _INF or item == -_INF:
+                return None
+            if item == 0.0 and math.copysign(1.0, item) < 0.0:
+                return None
+            append(item)
+        elif kind is _Exit:
+            path.discard(item.key)
+        elif kind in list_types:
+            key = id(item)
+            if key in path:
+                return None
+            append(ArrayMarker(len(item)))
+            if item:
+                path.add(key)
+                push(_Exit(key))
+                extend(reversed(item))
+        elif kind in dict_types:
+            key = id(item)
+            if key in path:
+                return None
+            keys = list(item)
+            for name in keys:
+                if type(name) is not str or not _clean_str(name):
+                    return None
+            append(ObjectMarker(keys))
+            if keys:
+                path.add(key)
+                push(_Exit(key))
+                values = list(item.values())
+                values.reverse()
+                extend(values)
+        else:
+            return None
+    return out
+
+
+_list_append = list.append
+_dict_set = dict.__setitem__
+
+
+def detokenize(
+    tokens: list[Any],
+    list_type: Callable[[], list[Any]] = list,
+    dict_type: Callable[[], dict[str, Any]] = dict,
+) -> Any:
+    """Rebuild the value a token list describes; raise ``TokenError`` when it is invalid.
+
+    Invalid: empty; a marker announcing more children than tokens remain; repeated keys; a
+    non-finite float or ``-0.0``; an out-of-range integer; an unknown token; leftover tokens.
+    Containers are built with ``list_type()`` / ``dict_type()`` and filled through the base
+    ``list``/``dict`` methods, so read-only subclasses work.
+    """
+    total = len(tokens)
+    if total == 0:
+        raise TokenError("empty token list")
+    # Each open container: [node, keys or None, next index, child count].
+    stack: list[list[Any]] = []
+    root: Any = None
+    have_root = False
+    owed = 0
+    for position, token in enumerate(tokens):
+        if have_root and not stack:
+            raise TokenError("tokens left over after the value")
+        kind = type(token)
+        count = 0
+        keys: list[str] | None = None
+        node: Any
+        if kind is str or token is None or kind is bool:
+            node = token
+        elif kind is int:
+            if token < INT_MIN or token > INT_MAX:
+                raise TokenError("integer out of range")
+            node = token
+        elif kind is float:
+            if token != token or token == _INF or token == -_INF:
+                raise TokenError("non-finite float")
+            if token == 0.0 and math.copysign(1.0, token) < 0.0:
+                raise TokenError("negative zero")
+            node = token
+        elif kind is ArrayMarker:
+            count = token.length
+            node = list_type()
+        elif kind is ObjectMarker:
+            keys = token.keys
+            count = len(keys)
+            if count and len(set(keys)) != count:
+                raise TokenError("repeated object key")
+            node = dict_type()
+        else:
+            raise TokenError("unknown token")
+        if stack:
+            frame = stack[-1]
+            index = frame[2]
+            frame_keys = frame[1]
+            if frame_keys is None:
+                _list_append(frame[0], node)
+            else:
+                _dict_set(frame[0], frame_keys[index], node)
+            index += 1
+            owed -= 1
+            if index == frame[3]:
+                stack.pop()
+            else:
+                frame[2] = index
+        else:
+            root = node
+            have_root = True
+        if count:
+            owed += count
+            if owed > total - position - 1:
+                raise TokenError("a container announces more children than remain")
+            stack.append([node, keys, 0, count])
+    if stack or not have_root:
+        raise TokenError("token list ends inside a container")
+    return root

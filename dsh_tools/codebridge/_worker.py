@@ -1,0 +1,615 @@
+"""The worker: runs one program in a fresh child process and talks frames with the host.
+
+The template process (``_template``) imports this module once and forks one child per run; the
+child has already called ``setsid()``, put its descriptors in place (0 = ``/dev/null``, 1 and 2 =
+the native output pipes, 3 = host->worker channel, 4 = worker->host channel; nothing else open)
+and cleared the environment before calling ``main()``.
+
+``main()`` reads exactly one ``Boot`` frame, applies the limits (``RLIMIT_AS`` from
+``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms / 1000) + 1 s as a kernel backstop, no core
+files), compiles the program and runs it on a new event loop with these globals (code-mode
+11.6): ``tools`` (or whatever each namespace is called), the namespaces' error classes,
+``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
+``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done`` as soon as the program
+settles and exits at once (no asyncio shutdown: the host kills the process group anyway).
+``SystemExit`` ends the process with its status and no ``Done``.
+
+Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the
+ledger) is bound at import time, so a program that monkeypatches ``print``, ``sys.stdout``,
+``json`` or ``os.write`` cannot break the framing. The host remains the authority regardless.
+This module imports only the standard library, ``msgspec`` and its sibling wire modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import collections.abc
+import contextlib
+import io
+import linecache
+import math
+import os
+import re
+import resource
+import sys
+import threading
+import traceback
+import types
+from collections.abc import Callable, Generator
+from typing import Any, Final, NoReturn
+
+from ._frames import (
+    PREFIX_BYTES,
+    Boot,
+    Call,
+    Done,
+    DoneError,
+    Log,
+    OutputLimit,
+    Reply,
+    encode_frame,
+    host_frame_decoder,
+)
+from ._ledger import OutputLedger, limit_message
+from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
+from ._tokens import TokenError, detokenize, tokenize
+
+__all__ = ["CHANNEL_IN", "CHANNEL_OUT", "main"]
+
+CHANNEL_IN: Final = 3
+"""Descriptor the worker reads host frames from."""
+CHANNEL_OUT: Final = 4
+"""Descriptor the worker writes its frames to."""
+
+_os_write = os.write
+_os_read = os.read
+_os_exit = os._exit
+_builtin_print = builtins.print
+_get_ident = threading.get_ident
+_encode_frame = encode_frame
+_THIS_FILE: Final = __file__
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
+_NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
+_UNRENDERABLE: Final = "program threw an unrenderable value"
+
+
+class _Absent:
+    """The no-result sentinel's type."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<no result>"
+
+
+_ABSENT: Final = _Absent()
+
+
+def _clean(text: str) -> str:
+    if text.isascii():
+        return text
+    return _SURROGATES.sub("\ufffd", text)
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            written = _os_write(fd, view)
+            view = view[written:]
+    finally:
+        view.release()
+
+
+def _read_exact(fd: int, count: int) -> bytes:
+    parts: list[bytes] = []
+    while count:
+        chunk = _os_read(fd, min(count, 1 << 20))
+        if not chunk:
+            _os_exit(0)  # the host closed the channel: nothing left to do
+        parts.append(chunk)
+        count -= len(chunk)
+    return b"".join(parts)
+
+
+class _Handle(collections.abc.Coroutine[Any, Any, Any]):
+    """What calling a binding returns: the call is already submitted; awaiting gets its value.
+
+    It satisfies ``collections.abc.Coroutine`` so ``asyncio.gather``, ``create_task``,
+    ``TaskGroup`` and ``wait_for`` accept it, yet it is not a real coroutine: a handle that is
+    never awaited is simply dropped, with no "never awaited" warning. Outcomes are stored as
+    future *results* so an unobserved failure leaves no "exception was never retrieved" noise.
+    """
+
+    __slots__ = ("_error", "_future", "_name", "_runner")
+
+    def __init__(
+        self, future: asyncio.Future[Any], name: str, error: Callable[[str, str], BaseException]
+    ) -> None:
+        self._future = future
+        self._name = name
+        self._error = error
+        self._runner: Generator[Any, Any, Any] | None = None
+
+    def _wait(self) -> Generator[Any, Any, Any]:
+        future = self._future
+        if not future.done():
+            yield from future
+        ok, payload = future.result()
+        if ok:
+            return payload
+        raise self._error(self._name, payload)
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return self._wait()
+
+    def _driver(self) -> Generator[Any, Any, Any]:
+        if self._runner is None:
+            self._runner = self._wait()
+        return self._runner
+
+    def send(self, value: Any) -> Any:
+        """Drive the handle (used when it is wrapped in a task)."""
+        return self._driver().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Throw into the handle (used when it is wrapped in a task)."""
+        if val is None and tb is None:
+            return self._driver().throw(typ)
+        return self._driver().throw(typ, val, tb)
+
+    def close(self) -> None:
+        """Close the handle's driver, if any."""
+        if self._runner is not None:
+            self._runner.close()
+
+    def __repr__(self) -> str:
+        return f"<tool call {self._name!r}>"
+
+
+class _Namespace:
+    """The object a program sees as ``tools``: bindings by item access and by attribute."""
+
+    __slots__ = ("__dsh_bindings__", "__dsh_global__", "__dsh_names__")
+
+    __dsh_bindings__: dict[str, Callable[[Any], _Handle]]
+    __dsh_global__: str
+    __dsh_names__: list[str]
+
+    def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], _Handle]]) -> None:
+        object.__setattr__(self, "__dsh_global__", global_name)
+        object.__setattr__(self, "__dsh_bindings__", bindings)
+        object.__setattr__(self, "__dsh_names__", sorted(bindings))
+
+    def __getattr__(self, name: str) -> Callable[[Any], _Handle]:
+        if not (name.startswith("__") and name.endswith("__")):
+            binding = self.__dsh_bindings__.get(name)
+            if binding is not None:
+                return binding
+        raise AttributeError(f"{self.__dsh_global__!r} has no binding {name!r}")
+
+    def __getitem__(self, name: str) -> Callable[[Any], _Handle]:
+        try:
+            return self.__dsh_bindings__[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{self.__dsh_global__!r} is read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{self.__dsh_global__!r} is read-only")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.__dsh_bindings__
+
+    def __iter__(self) -> collections.abc.Iterator[str]:
+        return iter(self.__dsh_names__)
+
+    def __len__(self) -> int:
+        return len(self.__dsh_names__)
+
+    def __dir__(self) -> list[str]:
+        return list(self.__dsh_names__)
+
+    def __repr__(self) -> str:
+        return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+def _error_class(name: str, member_attr: str) -> type[Exception]:
+    def __init__(self: Exception, tool_name: str, message: str, /) -> None:
+        Exception.__init__(self, message)
+        setattr(self, member_attr, tool_name)
+        self.message = message  # type: ignore[attr-defined]
+
+    return type(
+        name,
+        (Exception,),
+        {
+            "__init__": __init__,
+            "__module__": "builtins",
+            "__qualname__": name,
+            "__doc__": f"A rejected binding call; ``{member_attr}`` names the binding.",
+        },
+    )
+
+
+def _plain_error(name: str, message: str) -> Exception:
+    return Exception(message)
+
+
+class _CaptureStream(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` in a program: each non-empty write is one log entry."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self, worker: _Worker, fd: int, name: str) -> None:
+        super().__init__()
+        self._worker = worker
+        self._fd = fd
+        self._name = name
+        self.buffer = io.FileIO(fd, "wb", closefd=False)
+
+    @property
+    def name(self) -> str:
+        """The stream's name."""
+        return self._name
+
+    def write(self, text: str) -> int:
+        """Emit ``text`` as one log entry."""
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if text:
+            self._worker.emit(text)
+        return len(text)
+
+    def writable(self) -> bool:
+        """Always writable."""
+        return True
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+    def fileno(self) -> int:
+        """The real descriptor (bytes written to it arrive as native output)."""
+        return self._fd
+
+    def isatty(self) -> bool:
+        """Never a terminal."""
+        return False
+
+    def close(self) -> None:
+        """Capture streams stay open."""
+
+
+class _Worker:
+    """One run's worker-side state."""
+
+    def __init__(self, boot: Boot) -> None:
+        self.boot = boot
+        self.ledger = OutputLedger(boot.max_output_bytes)
+        self.output_closed = False
+        self.done = False
+        self.next_id = 0
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.thread = _get_ident()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.send_lock = threading.RLock()
+        self.decode = host_frame_decoder().decode
+        self.inbox = bytearray()
+        self.stdout = _CaptureStream(self, 1, "<stdout>")
+        self.stderr = _CaptureStream(self, 2, "<stderr>")
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(self, frame: Any) -> None:
+        data = _encode_frame(frame)
+        with self.send_lock:
+            _write_all(CHANNEL_OUT, data)
+
+    def emit(self, text: str) -> None:
+        """Admit one log entry through the ledger and stream it to the host."""
+        if self.output_closed:
+            return
+        text = _clean(text)
+        with self.send_lock:
+            if self.output_closed:
+                return
+            try:
+                if self.ledger.admit(text):
+                    self.send(Log(text))
+                    return
+                self.output_closed = True
+                prefix = self.ledger.overflow_prefix()
+                if prefix:
+                    self.send(Log(prefix))
+                self.send(OutputLimit())
+            except OSError:
+                self.output_closed = True
+
+    def print(
+        self,
+        *args: Any,
+        sep: str | None = " ",
+        end: str | None = "\n",
+        file: Any = None,
+        flush: bool = False,
+    ) -> None:
+        target = sys.stdout if file is None else file
+        if target is not self.stdout and target is not self.stderr:
+            _builtin_print(*args, sep=sep, end=end, file=file, flush=flush)
+            return
+        if sep is None:
+            sep = " "
+        elif not isinstance(sep, str):
+            raise TypeError(f"sep must be None or a string, not {type(sep).__name__}")
+        if end is None:
+            end = "\n"
+        elif not isinstance(end, str):
+            raise TypeError(f"end must be None or a string, not {type(end).__name__}")
+        text = sep.join([str(arg) for arg in args]) + end
+        if text.endswith("\n"):
+            text = text[:-1]
+        self.emit(text)
+
+    # -- bindings ---------------------------------------------------------------------------
+
+    def binding(
+        self, global_name: str, name: str, error: Callable[[str, str], BaseException]
+    ) -> Callable[[Any], _Handle]:
+        def call(args: Any, /) -> _Handle:
+            return self.submit(global_name, name, args, error)
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    def submit(
+        self, global_name: str, name: str, args: Any, error: Callable[[str, str], BaseException]
+    ) -> _Handle:
+        loop = self.loop
+        if _get_ident() != self.thread or loop is None:
+            raise RuntimeError("tools bindings must be called from the run_code event loop")
+        future: asyncio.Future[Any] = loop.create_future()
+        tokens = tokenize(args)
+        if tokens is None:
+            future.set_result((False, _NOT_LOSSLESS_ARGS))
+            return _Handle(future, name, error)
+        self.next_id += 1
+        call_id = self.next_id
+        self.pending[call_id] = future
+        try:
+            self.send(Call(call_id, global_name, name, tokens))
+        except Exception as exc:
+            del self.pending[call_id]
+            future.set_result((False, f"binding call could not be sent: {exc}"))
+        return _Handle(future, name, error)
+
+    def on_readable(self) -> None:
+        try:
+            data = _os_read(CHANNEL_IN, 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:
+            _os_exit(0)  # the host is gone
+        inbox = self.inbox
+        inbox += data
+        start = 0
+        end = len(inbox)
+        while end - start >= PREFIX_BYTES:
+            size = int.from_bytes(inbox[start : start + PREFIX_BYTES], "big")
+            body_end = start + PREFIX_BYTES + size
+            if body_end > end:
+                break
+            try:
+                frame = self.decode(bytes(inbox[start + PREFIX_BYTES : body_end]))
+            except Exception:
+                frame = None
+            start = body_end
+            if type(frame) is Reply:
+                self.on_reply(frame)
+        del inbox[:start]
+
+    def on_reply(self, reply: Reply) -> None:
+        future = self.pending.pop(reply.id, None)
+        if future is None or future.done():
+            return
+        if reply.ok:
+            try:
+                if reply.value is None:
+                    raise TokenError("missing value")
+                value = detokenize(reply.value)
+            except TokenError:
+                future.set_result((False, _NOT_LOSSLESS_RESOLUTION))
+            else:
+                future.set_result((True, value))
+        elif isinstance(reply.message, str):
+            future.set_result((False, reply.message))
+        else:
+            future.set_result((False, "binding call failed"))
+
+    # -- completion -------------------------------------------------------------------------
+
+    def finish(self, done: Done) -> NoReturn:
+        self.done = True
+        for stream in (sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                if stream is not None:
+                    stream.flush()
+        with contextlib.suppress(Exception):
+            self.send(done)
+        _os_exit(0)
+
+    def finish_value(self, value: Any) -> NoReturn:
+        if value is _ABSENT:
+            self.finish(Done())
+        tokens = tokenize(value)
+        if tokens is None:
+            self.finish(
+                Done(error=DoneError("invalid-output", "program completion must be lossless JSON"))
+            )
+        if not self.ledger.fits_value(tokens):
+            self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
+        self.finish(Done(value=tokens))
+
+    def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
+        message = _render_exception(exc, code)
+        if not self.ledger.fits_message(message):
+            self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
+        self.finish(Done(error=DoneError("exception", message)))
+
+
+def _trim(
+    tb: types.TracebackType | None, code: types.CodeType | None
+) -> types.TracebackType | None:
+    """Keep the traceback from the program's own frame down, minus trailing worker frames."""
+    if code is not None:
+        cursor = tb
+        while cursor is not None and cursor.tb_frame.f_code is not code:
+            cursor = cursor.tb_next
+        if cursor is not None:
+            tb = cursor
+    entries: list[types.TracebackType] = []
+    cursor = tb
+    while cursor is not None:
+        entries.append(cursor)
+        cursor = cursor.tb_next
+    while len(entries) > 1 and entries[-1].tb_frame.f_code.co_filename == _THIS_FILE:
+        entries.pop()
+    if entries:
+        entries[-1].tb_next = None
+        return entries[0]
+    return tb
+
+
+def _render_exception(exc: BaseException, code: types.CodeType | None) -> str:
+    try:
+        seen: set[int] = set()
+        pending: list[BaseException] = [exc]
+        while pending:
+            current = pending.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            current.__traceback__ = _trim(current.__traceback__, code)
+            for linked in (current.__cause__, current.__context__):
+                if linked is not None:
+                    pending.append(linked)
+        traceback.clear_frames(exc.__traceback__)  # release the program's locals first
+        str(exc)  # a hostile __str__ makes the value unrenderable
+        return "".join(traceback.format_exception(exc)).rstrip("\n")
+    except MemoryError:
+        return "MemoryError"
+    except BaseException:
+        return _UNRENDERABLE
+
+
+def _exit_status(exc: SystemExit) -> int:
+    status = exc.code
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status & 0xFF
+    with contextlib.suppress(Exception):
+        _write_all(2, (str(status) + "\n").encode("utf-8", "replace"))
+    return 1
+
+
+def _apply_limits(boot: Boot) -> None:
+    limits: list[tuple[int, tuple[int, int]]] = [(resource.RLIMIT_CORE, (0, 0))]
+    memory = int(boot.max_memory_mb * 1024 * 1024)
+    if memory > 0:
+        limits.append((resource.RLIMIT_AS, (memory, memory)))
+    seconds = math.ceil(boot.compute_ms / 1000) + 1
+    limits.append((resource.RLIMIT_CPU, (seconds, seconds + 1)))
+    for which, value in limits:
+        with contextlib.suppress(OSError, ValueError):  # best effort
+            resource.setrlimit(which, value)
+
+
+def _read_boot() -> Boot:
+    size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
+    frame = host_frame_decoder().decode(_read_exact(CHANNEL_IN, size))
+    if type(frame) is not Boot:
+        _os_exit(70)
+    return frame
+
+
+def _run(worker: _Worker) -> NoReturn:
+    boot = worker.boot
+    source = boot.program
+    linecache.cache[FILENAME] = (len(source), None, source.splitlines(keepends=True), FILENAME)
+    try:
+        code = compile_program(source)
+    except ProgramError as error:
+        if not worker.ledger.fits_message(error.message):
+            worker.finish(Done(error=DoneError("output-limit", limit_message(worker.ledger.cap))))
+        worker.finish(Done(error=DoneError("exception", error.message)))
+
+    module = types.ModuleType("__main__")
+    scope = module.__dict__
+    scope["__builtins__"] = builtins
+    scope["asyncio"] = asyncio
+    scope[ABSENT_NAME] = _ABSENT
+    for namespace in boot.namespaces:
+        if namespace.error_class is not None:
+            error_type: Callable[[str, str], BaseException] = _error_class(
+                namespace.error_class.name, namespace.error_class.member_attr
+            )
+            scope[namespace.error_class.name] = error_type
+        else:
+            error_type = _plain_error
+        bindings = {
+            name: worker.binding(namespace.global_name, name, error_type)
+            for name in namespace.names
+        }
+        scope[namespace.global_name] = _Namespace(namespace.global_name, bindings)
+    sys.modules["__main__"] = module
+    sys.argv = [FILENAME]
+    sys.stdout = worker.stdout
+    sys.stderr = worker.stderr
+    builtins.print = worker.print
+    exec(code, scope)
+    function = scope.pop(FUNCTION_NAME)
+    program_code: types.CodeType = function.__code__
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    worker.loop = loop
+    os.set_blocking(CHANNEL_IN, False)
+    loop.add_reader(CHANNEL_IN, worker.on_readable)
+
+    async def settle() -> None:
+        try:
+            value = await function()
+        except SystemExit:
+            raise
+        except BaseException as exc:
+            worker.finish_exception(exc, program_code)
+        worker.finish_value(value)
+
+    try:
+        loop.run_until_complete(settle())
+    except SystemExit as exc:
+        _os_exit(_exit_status(exc))
+    except BaseException as exc:
+        worker.finish_exception(exc, program_code)
+    worker.finish_exception(RuntimeError("the program's event loop stopped early"), None)
+
+
+def main() -> NoReturn:
+    """Run one program (the child's whole life); never returns."""
+    try:
+        boot = _read_boot()
+        _apply_limits(boot)
+        os.environ.clear()
+        os.set_inheritable(CHANNEL_IN, False)
+        os.set_inheritable(CHANNEL_OUT, False)
+        _run(_Worker(boot))
+    except SystemExit as exc:
+        _os_exit(_exit_status(exc))
+    except BaseException:
+        pass
+    _os_exit(70)
