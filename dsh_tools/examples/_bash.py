@@ -1,0 +1,294 @@
+"""``bash``: run a shell command in the workspace, in its own process group.
+
+The command runs under ``/bin/sh -c`` with the workspace (or ``workdir`` inside it) as its
+working directory, no stdin, and its own session, so it and everything it starts share one
+process group. That group is killed with ``SIGKILL``
+
+- when the call's abort signal fires (a caller abort, or the timeout policy enforcing the
+  definition's ``timeout_ms``); the body then raises ``AbortError``;
+- when the shell itself exits, so background jobs never outlive the call and never keep its
+  pipes open.
+
+Each of stdout and stderr is captured up to ``max_output_bytes``; the rest is read and dropped
+and the value says ``truncated``. The model sees stdout, then stderr under a ``[stderr]`` line,
+then a final marker line ``[exit code: N]`` (or ``[signal: NAME]`` when a signal ended the
+shell).
+
+The body is a coroutine: it waits for the process and the abort signal on the running loop,
+without a thread of its own. The tool is exclusive: a command may change anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal as signals
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from msgspec import UNSET
+
+from ..actors import AbortError, AbortSignal
+from ..registry import ToolDefinition, ToolOutput, define_tool
+from ..registry._presentation import (
+    GenericResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolResult,
+)
+from ._workspace import Workspace, WorkspaceError, check_abort
+
+__all__ = [
+    "DEFAULT_BASH_TIMEOUT_MS",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "bash_tool",
+    "format_bash_output",
+    "parse_bash_output",
+]
+
+DEFAULT_BASH_TIMEOUT_MS = 120_000
+"""The ``timeout_ms`` the ``bash`` definition declares unless the factory is told otherwise."""
+
+DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024
+"""Bytes kept of each of stdout and stderr."""
+
+_SHELL = "/bin/sh"
+_DRAIN_SECONDS = 2.0  # a process that left the group may hold the pipes; stop waiting then
+_NO_OUTPUT = "(no output)\n"
+_MARKER = re.compile(r"\n\[(?:exit code: (-?\d+)|signal: ([A-Z0-9]+))\]\Z")
+
+
+# --- the model-visible text and its parser (render and the result presenter share them) --------
+
+
+def format_bash_output(value: Mapping[str, Any]) -> str:
+    """The text the model sees for a finished command: output, then the exit marker line."""
+    text: str = value["stdout"]
+    stderr: str = value["stderr"]
+    if stderr:
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += "[stderr]\n" + stderr
+    if text and not text.endswith("\n"):
+        text += "\n"
+    if value["truncated"]:
+        text += "[output truncated]\n"
+    if not text:
+        text = _NO_OUTPUT
+    if value["signal"] is not None:
+        return f"{text}[signal: {value['signal']}]"
+    return f"{text}[exit code: {value['exit_code']}]"
+
+
+def parse_bash_output(text: str) -> tuple[str, int | None, str | None]:
+    """Split rendered text into ``(output, exit_code, signal)``.
+
+    The marker must be the last line and be preceded by a newline; text that merely *is*
+    ``[exit code: 5]`` reads as output with exit code 0.
+    """
+    match = _MARKER.search(text)
+    if match is None:
+        return text, 0, None
+    output = text[: match.start() + 1]
+    if output == _NO_OUTPUT:
+        output = ""
+    if match.group(1) is not None:
+        return output, int(match.group(1)), None
+    return output, None, match.group(2)
+
+
+def _console_fence(text: str) -> str:
+    body = text.rstrip("\n")
+    longest = max((len(run) for run in re.findall(r"`+", body)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}console\n{body}\n{fence}"
+
+
+# --- process handling ---------------------------------------------------------------------------
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signals.SIGKILL)
+
+
+class _Capture(asyncio.SubprocessProtocol):
+    """Collects stdout and stderr up to a cap each and reports exit and pipe closure.
+
+    ``exited`` resolves when the shell exits, even while something it started still holds
+    the pipes (``asyncio``'s ``Process.wait`` would wait for the pipes too); ``finished``
+    resolves once it has exited and every pipe has closed.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self.limit = limit
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.dropped = False
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        buffer = self.stdout if fd == 1 else self.stderr
+        room = self.limit - len(buffer)
+        if room >= len(data):
+            buffer += data
+            return
+        if room > 0:
+            buffer += data[:room]
+        self.dropped = True
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+
+async def _until_aborted(signal: AbortSignal) -> None:
+    await signal
+
+
+def bash_tool(
+    root: Path | str,
+    *,
+    timeout_ms: float = DEFAULT_BASH_TIMEOUT_MS,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+) -> ToolDefinition:
+    """``bash`` over the workspace at ``root``; ``timeout_ms`` is declared on the definition
+    (the timeout policy enforces it through the abort signal)."""
+    workspace = Workspace(root)
+
+    async def execute(args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
+        signal: AbortSignal = run_ctx.signal
+        check_abort(signal)
+        workdir = args.get("workdir")
+        cwd = workspace.resolve(workdir) if workdir is not None else workspace.root
+        if not cwd.is_dir():
+            shown = workspace.display(cwd)
+            raise WorkspaceError(f'workdir "{shown}" is not a directory', "NOT_A_DIRECTORY")
+        loop = asyncio.get_running_loop()
+        transport, capture = await loop.subprocess_exec(
+            lambda: _Capture(loop, max_output_bytes),
+            _SHELL,
+            "-c",
+            args["command"],
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        pgid = transport.get_pid()  # the shell leads its own session and process group
+        aborted = asyncio.ensure_future(_until_aborted(signal))
+        try:
+            done, _ = await asyncio.wait(
+                (capture.exited, aborted), return_when=asyncio.FIRST_COMPLETED
+            )
+            interrupted = capture.exited not in done
+            _kill_group(pgid)  # the command's leftovers, or all of it on abort
+            # Settle only once the work has stopped: the group's death closes the pipes, unless
+            # a process left the group and took them along (then stop waiting after a while).
+            await capture.exited
+            await asyncio.wait((capture.finished,), timeout=_DRAIN_SECONDS)
+            if interrupted:
+                raise AbortError()
+            truncated = capture.dropped or not capture.finished.done()
+        finally:
+            aborted.cancel()
+            if transport.get_returncode() is None:  # cancelled from outside: leave nothing
+                _kill_group(pgid)
+            transport.close()
+        code = transport.get_returncode()
+        assert code is not None
+        stdout, stderr = capture.stdout, capture.stderr
+        if code < 0:
+            try:
+                name: str | None = signals.Signals(-code).name
+            except ValueError:
+                name = f"SIG{-code}"
+            exit_code: int | None = None
+        else:
+            name, exit_code = None, code
+        return {
+            "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr.decode("utf-8", "replace"),
+            "exit_code": exit_code,
+            "signal": name,
+            "truncated": truncated,
+        }
+
+    def render(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": format_bash_output(value)}]
+
+    def present_call(args: Mapping[str, Any]) -> TerminalCallView:
+        description = args.get("description")
+        workdir = args.get("workdir")
+        return TerminalCallView(
+            title=args["command"],
+            description=UNSET if description is None else description,
+            cwd=UNSET if workdir is None else workdir,
+        )
+
+    def present_result(
+        args: Mapping[str, Any], result: ToolResult
+    ) -> TerminalResultView | GenericResultView | None:
+        content = result.content
+        if len(content) != 1 or content[0].get("type") != "text":
+            return None
+        text = content[0].get("text")
+        if type(text) is not str:
+            return None
+        if result.is_error:
+            return GenericResultView(content=[{"type": "text", "text": _console_fence(text)}])
+        output, exit_code, signal_name = parse_bash_output(text)
+        if exit_code is None:
+            return TerminalResultView(output=output, signal=signal_name or UNSET)
+        return TerminalResultView(output=output, exit_code=exit_code)
+
+    return define_tool(
+        name="bash",
+        description=(
+            "Run a shell command (`/bin/sh -c`) in the workspace and return its stdout, its "
+            "stderr and the exit code. Commands run without stdin; background jobs are killed "
+            "when the command finishes. Use the file tools to read and change files."
+        ),
+        parameters={
+            "command": {"type": "string", "required": True, "description": "The command to run."},
+            "description": {
+                "type": "string",
+                "description": "One short line saying what the command does, shown to the user.",
+            },
+            "workdir": {
+                "type": "string",
+                "description": "Working directory relative to the workspace root (default: root).",
+            },
+        },
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "stdout": {"type": "string", "required": True},
+                    "stderr": {"type": "string", "required": True},
+                    "exit_code": {
+                        "oneOf": [{"type": "integer"}, {"type": "null"}],
+                        "required": True,
+                    },
+                    "signal": {"oneOf": [{"type": "string"}, {"type": "null"}], "required": True},
+                    "truncated": {"type": "boolean", "required": True},
+                },
+            },
+            render=render,
+        ),
+        execute=execute,
+        is_concurrency_safe=lambda args: False,
+        timeout_ms=timeout_ms,
+        present_call=present_call,
+        present_result=present_result,
+    )

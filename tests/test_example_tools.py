@@ -1,0 +1,739 @@
+"""The example tools, called directly through their definitions with a small run context.
+
+Real files under ``tmp_path``, real shell commands. The pipeline (validation of results,
+rendering, meta) is exercised end to end elsewhere; here each test checks one behaviour of a
+tool body, its renderer, its classifier or its presenters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import select
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from msgspec import UNSET
+
+from dsh_tools.actors import NEVER_ABORTED, AbortController, AbortError, AbortSignal
+from dsh_tools.examples import (
+    DEFAULT_BASH_TIMEOUT_MS,
+    DEFAULT_READ_LIMIT,
+    WorkspaceError,
+    bash_tool,
+    edit_file_tool,
+    example_tools,
+    list_dir_tool,
+    parse_bash_output,
+    read_file_tool,
+    write_file_tool,
+)
+from dsh_tools.registry import snapshot_json, validate_json_schema_value
+from dsh_tools.registry._presentation import (
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    GenericResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolResult,
+)
+
+
+class RunContext:
+    """The parts of a run context a body uses: a signal and ``defer_context``."""
+
+    def __init__(self, signal: AbortSignal = NEVER_ABORTED, name: str = "tool") -> None:
+        self.signal = signal
+        self.call_id = "call-1"
+        self.name = name
+        self.arguments: Any = None
+        self.agent = None
+        self.parent = None
+        self.token = object()
+        self.deferred: list[Any] = []
+
+    def defer_context(self, context: Any) -> None:
+        self.deferred.append(context)
+
+
+def call(definition: Any, args: Mapping[str, Any], signal: AbortSignal = NEVER_ABORTED) -> Any:
+    """Run ``definition.execute`` like the pipeline does: frozen arguments, sync or async body.
+
+    The returned value is checked against the definition's output schema.
+    """
+    frozen = snapshot_json(dict(args))
+    ctx = RunContext(signal, definition.name)
+    ctx.arguments = frozen
+    outcome = definition.execute(frozen, ctx)
+    if inspect.isawaitable(outcome):
+        outcome = asyncio.run(_settle(outcome))
+    value = snapshot_json(outcome)
+    assert validate_json_schema_value(definition.output.schema, value) == []
+    return value
+
+
+async def _settle(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def text_of(definition: Any, args: Mapping[str, Any], value: Any) -> str:
+    [block] = definition.output.render(snapshot_json(dict(args)), value)
+    assert block["type"] == "text"
+    text: str = block["text"]
+    return text
+
+
+def durable(
+    definition: Any, args: Mapping[str, Any], value: Any, *, is_error: bool = False
+) -> ToolResult:
+    """The durable result the pipeline would persist for a direct call."""
+    frozen = snapshot_json(dict(args))
+    content = definition.output.render(frozen, value)
+    projector = definition.output.presentation_meta
+    meta = projector(frozen, value) if projector is not None else UNSET
+    return ToolResult(content=content, is_error=is_error, meta=meta)
+
+
+def failed(message: str) -> ToolResult:
+    return ToolResult(content=[{"type": "text", "text": f"Error: {message}"}], is_error=True)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (tmp_path / "secret.txt").write_text("outside\n")
+    return workspace
+
+
+# --- the set -----------------------------------------------------------------------------------
+
+
+def test_example_tools_are_the_five_tools_with_classifiers(root: Path) -> None:
+    tools = {tool.name: tool for tool in example_tools(root)}
+
+    assert list(tools) == ["read_file", "list_dir", "write_file", "edit_file", "bash"]
+    assert tools["read_file"].is_concurrency_safe({"path": "a"}) is True
+    assert tools["list_dir"].is_concurrency_safe({}) is True
+    assert tools["write_file"].is_concurrency_safe({"path": "a", "content": ""}) is False
+    assert (
+        tools["edit_file"].is_concurrency_safe({"path": "a", "old_string": "x", "new_string": "y"})
+        is False
+    )
+    assert tools["bash"].is_concurrency_safe({"command": "ls"}) is False
+
+
+def test_bash_declares_its_timeout(root: Path) -> None:
+    assert bash_tool(root).timeout_ms == DEFAULT_BASH_TIMEOUT_MS
+    assert bash_tool(root, timeout_ms=500).timeout_ms == 500
+    assert read_file_tool(root).timeout_ms is None
+
+
+# --- workspace confinement ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["../secret.txt", "sub/../../secret.txt"])
+def test_relative_paths_escaping_the_workspace_are_refused(root: Path, path: str) -> None:
+    with pytest.raises(WorkspaceError, match="outside the workspace") as raised:
+        call(read_file_tool(root), {"path": path})
+
+    assert raised.value.code == "PATH_OUTSIDE_WORKSPACE"
+
+
+def test_absolute_paths_outside_the_workspace_are_refused(root: Path) -> None:
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        call(read_file_tool(root), {"path": str(root.parent / "secret.txt")})
+
+
+def test_absolute_paths_inside_the_workspace_are_accepted(root: Path) -> None:
+    (root / "a.txt").write_text("one\n")
+
+    value = call(read_file_tool(root), {"path": str(root / "a.txt")})
+
+    assert value["path"] == "a.txt"
+
+
+def test_symlinks_leading_out_of_the_workspace_are_refused(root: Path) -> None:
+    (root / "link").symlink_to(root.parent)
+
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        call(read_file_tool(root), {"path": "link/secret.txt"})
+
+
+def test_writes_escaping_the_workspace_change_nothing(root: Path) -> None:
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        call(write_file_tool(root), {"path": "../planted.txt", "content": "x"})
+
+    assert not (root.parent / "planted.txt").exists()
+
+
+def test_bash_workdir_escaping_the_workspace_is_refused(root: Path) -> None:
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        call(bash_tool(root), {"command": "pwd", "workdir": ".."})
+
+
+# --- read_file ---------------------------------------------------------------------------------
+
+
+def test_read_file_returns_numbered_lines(root: Path) -> None:
+    (root / "a.txt").write_text("alpha\nbeta\n")
+    tool = read_file_tool(root)
+
+    value = call(tool, {"path": "a.txt"})
+
+    assert value == {
+        "path": "a.txt",
+        "text": "alpha\nbeta\n",
+        "start_line": 1,
+        "line_count": 2,
+        "has_more": False,
+    }
+    assert text_of(tool, {"path": "a.txt"}, value) == "     1\talpha\n     2\tbeta"
+
+
+def test_read_file_numbers_lines_only_at_newlines(root: Path) -> None:
+    (root / "a.txt").write_bytes(b"page\x0cbreak\r\nlast")
+    tool = read_file_tool(root)
+
+    value = call(tool, {"path": "a.txt"})
+
+    assert value["line_count"] == 2
+    assert text_of(tool, {"path": "a.txt"}, value) == "     1\tpage\x0cbreak\n     2\tlast"
+
+
+def test_read_file_pages_with_offset_and_limit(root: Path) -> None:
+    (root / "a.txt").write_text("".join(f"line {n}\n" for n in range(1, 11)))
+    tool = read_file_tool(root)
+    args = {"path": "a.txt", "offset": 4, "limit": 3}
+
+    value = call(tool, args)
+
+    assert value["text"] == "line 4\nline 5\nline 6\n"
+    assert value["has_more"] is True
+    assert text_of(tool, args, value).splitlines() == [
+        "     4\tline 4",
+        "     5\tline 5",
+        "     6\tline 6",
+        "(more lines follow; continue with offset=7)",
+    ]
+
+
+def test_read_file_applies_its_default_line_limit(root: Path) -> None:
+    (root / "long.txt").write_text("x\n" * (DEFAULT_READ_LIMIT + 5))
+
+    value = call(read_file_tool(root), {"path": "long.txt"})
+
+    assert value["line_count"] == DEFAULT_READ_LIMIT
+    assert value["has_more"] is True
+
+
+def test_read_file_reports_an_offset_past_the_end(root: Path) -> None:
+    (root / "a.txt").write_text("one\n")
+    tool = read_file_tool(root)
+
+    value = call(tool, {"path": "a.txt", "offset": 9})
+
+    assert value["line_count"] == 0
+    assert text_of(tool, {"path": "a.txt"}, value) == "(no lines at offset 9 in a.txt)"
+
+
+def test_read_file_refuses_missing_and_binary_files(root: Path) -> None:
+    (root / "blob.bin").write_bytes(b"\x7fELF\x00\x01")
+    tool = read_file_tool(root)
+
+    with pytest.raises(WorkspaceError, match=r'"nope\.txt" does not exist'):
+        call(tool, {"path": "nope.txt"})
+    with pytest.raises(WorkspaceError, match="binary file"):
+        call(tool, {"path": "blob.bin"})
+    with pytest.raises(WorkspaceError, match="offset"):
+        call(tool, {"path": "blob.bin", "offset": 0})
+
+
+def test_read_file_stops_when_the_call_is_aborted(root: Path) -> None:
+    (root / "a.txt").write_text("one\n")
+
+    with pytest.raises(AbortError):
+        call(read_file_tool(root), {"path": "a.txt"}, AbortSignal.aborted_signal())
+
+
+@pytest.mark.parametrize(
+    ("args", "title", "line"),
+    [
+        ({"path": "src/a.py"}, "Read src/a.py", 1),
+        ({"path": "src/a.py", "limit": 10}, "Read src/a.py (1 - 10)", 1),
+        ({"path": "src/a.py", "offset": 5, "limit": 10}, "Read src/a.py (5 - 14)", 5),
+        ({"path": "src/a.py", "offset": 5}, "Read src/a.py (from line 5)", 5),
+        ({"path": "src/a.py", "offset": 5, "limit": 0}, "Read src/a.py (from line 5)", 5),
+    ],
+)
+def test_read_file_call_card_titles(args: dict[str, Any], title: str, line: int) -> None:
+    view = read_file_tool(".").present_call(snapshot_json(args))
+
+    assert view == GenericCallView(
+        title=title, kind="read", locations=[FileLocation(path="src/a.py", line=line)]
+    )
+
+
+# --- list_dir ----------------------------------------------------------------------------------
+
+
+def test_list_dir_lists_sorted_entries_with_types_and_sizes(root: Path) -> None:
+    (root / "b.txt").write_text("12345")
+    (root / "a_dir").mkdir()
+    (root / ".hidden").write_text("")
+    (root / "c_link").symlink_to("b.txt")
+    tool = list_dir_tool(root)
+
+    value = call(tool, {})
+
+    assert value == {
+        "path": ".",
+        "entries": [
+            {"name": "a_dir", "type": "directory", "size": None},
+            {"name": "b.txt", "type": "file", "size": 5},
+            {"name": "c_link", "type": "symlink", "size": None},
+        ],
+        "total": 3,
+    }
+    assert text_of(tool, {}, value) == ".:\n  a_dir/\n  b.txt  (5 bytes)\n  c_link@"
+
+
+def test_list_dir_shows_hidden_entries_on_request(root: Path) -> None:
+    (root / ".hidden").write_text("")
+
+    value = call(list_dir_tool(root), {"include_hidden": True})
+
+    assert [entry["name"] for entry in value["entries"]] == [".hidden"]
+
+
+def test_list_dir_refuses_a_file(root: Path) -> None:
+    (root / "a.txt").write_text("")
+
+    with pytest.raises(WorkspaceError, match="not a directory"):
+        call(list_dir_tool(root), {"path": "a.txt"})
+
+
+def test_list_dir_call_card() -> None:
+    tool = list_dir_tool(".")
+
+    assert tool.present_call(snapshot_json({"path": "src"})) == GenericCallView(
+        title="List src", kind="read", locations=[FileLocation(path="src")]
+    )
+    assert tool.present_call(snapshot_json({})).title == "List ."
+
+
+# --- write_file --------------------------------------------------------------------------------
+
+TEN_LINES = "".join(f"line {n}\n" for n in range(1, 11))
+
+
+def test_write_file_creates_a_file_and_its_folders(root: Path) -> None:
+    tool = write_file_tool(root)
+    args = {"path": "new/dir/a.txt", "content": "hello\n"}
+
+    value = call(tool, args)
+
+    assert (root / "new/dir/a.txt").read_text() == "hello\n"
+    assert value == {"path": "new/dir/a.txt", "created": True, "bytes_written": 6, "hunks": []}
+    assert text_of(tool, args, value) == "Created new/dir/a.txt (6 bytes)"
+
+
+def test_write_file_meta_of_a_create_is_an_empty_diff_list(root: Path) -> None:
+    tool = write_file_tool(root)
+    args = {"path": "a.txt", "content": "hello\n"}
+
+    value = call(tool, args)
+
+    assert tool.output.presentation_meta(snapshot_json(args), value) == {"diffs": []}
+
+
+def test_write_file_overwrite_meta_holds_hunks_with_three_lines_of_context(root: Path) -> None:
+    (root / "a.txt").write_text(TEN_LINES)
+    tool = write_file_tool(root)
+    args = {"path": "a.txt", "content": TEN_LINES.replace("line 6\n", "LINE SIX\n")}
+
+    value = call(tool, args)
+
+    assert value["created"] is False
+    assert tool.output.presentation_meta(snapshot_json(args), value) == {
+        "diffs": [
+            {
+                "path": "a.txt",
+                "old_text": "line 3\nline 4\nline 5\nline 6\nline 7\nline 8\nline 9\n",
+                "new_text": "line 3\nline 4\nline 5\nLINE SIX\nline 7\nline 8\nline 9\n",
+            }
+        ]
+    }
+    assert (
+        text_of(tool, args, value)
+        == f"Wrote {len(args['content'])} bytes to a.txt (1 changed region)"
+    )
+
+
+def test_write_file_keeps_the_mode_of_an_overwritten_file(root: Path) -> None:
+    target = root / "run.sh"
+    target.write_text("echo old\n")
+    target.chmod(0o750)
+
+    call(write_file_tool(root), {"path": "run.sh", "content": "echo new\n"})
+
+    assert target.read_text() == "echo new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o750
+    assert sorted(os.listdir(root)) == ["run.sh"]
+
+
+def test_write_file_aborted_changes_nothing(root: Path) -> None:
+    (root / "a.txt").write_text("old\n")
+
+    with pytest.raises(AbortError):
+        call(
+            write_file_tool(root),
+            {"path": "a.txt", "content": "new\n"},
+            AbortSignal.aborted_signal(),
+        )
+
+    assert (root / "a.txt").read_text() == "old\n"
+
+
+def test_write_file_refuses_a_directory(root: Path) -> None:
+    (root / "d").mkdir()
+
+    with pytest.raises(WorkspaceError, match="is a directory"):
+        call(write_file_tool(root), {"path": "d", "content": "x"})
+
+
+def test_write_file_call_card_is_a_whole_file_diff() -> None:
+    view = write_file_tool(".").present_call(snapshot_json({"path": "a.txt", "content": "hi\n"}))
+
+    assert view == DiffCallView(
+        title="Write a.txt",
+        diffs=[FileDiff(path="a.txt", old_text=None, new_text="hi\n")],
+        locations=[FileLocation(path="a.txt")],
+    )
+
+
+def test_write_file_result_card_shows_the_applied_hunks(root: Path) -> None:
+    (root / "a.txt").write_text(TEN_LINES)
+    tool = write_file_tool(root)
+    args = {"path": "a.txt", "content": TEN_LINES.replace("line 2\n", "two\n")}
+    value = call(tool, args)
+
+    view = tool.present_result(snapshot_json(args), durable(tool, args, value))
+
+    assert view == DiffResultView(
+        diffs=[
+            FileDiff(
+                path="a.txt",
+                old_text="line 1\nline 2\nline 3\nline 4\nline 5\n",
+                new_text="line 1\ntwo\nline 3\nline 4\nline 5\n",
+            )
+        ]
+    )
+
+
+def test_write_file_result_card_of_a_create_is_the_whole_file(root: Path) -> None:
+    tool = write_file_tool(root)
+    args = {"path": "a.txt", "content": "hi\n"}
+    value = call(tool, args)
+
+    view = tool.present_result(snapshot_json(args), durable(tool, args, value))
+
+    assert view == DiffResultView(diffs=[FileDiff(path="a.txt", old_text=None, new_text="hi\n")])
+
+
+def test_write_file_result_card_is_none_on_error() -> None:
+    tool = write_file_tool(".")
+    args = snapshot_json({"path": "a.txt", "content": "hi\n"})
+
+    assert tool.present_result(args, failed('"a.txt" is a directory, not a file')) is None
+
+
+# --- edit_file ---------------------------------------------------------------------------------
+
+
+def test_edit_file_replaces_one_exact_occurrence(root: Path) -> None:
+    (root / "a.txt").write_text(TEN_LINES)
+    tool = edit_file_tool(root)
+    args = {"path": "a.txt", "old_string": "line 5\n", "new_string": "five\n"}
+
+    value = call(tool, args)
+
+    assert (root / "a.txt").read_text() == TEN_LINES.replace("line 5\n", "five\n")
+    assert value["replacements"] == 1
+    assert value["hunks"] == [
+        {
+            "old_start": 2,
+            "old_text": "line 2\nline 3\nline 4\nline 5\nline 6\nline 7\nline 8\n",
+            "new_start": 2,
+            "new_text": "line 2\nline 3\nline 4\nfive\nline 6\nline 7\nline 8\n",
+        }
+    ]
+    assert text_of(tool, args, value) == "Edited a.txt: replaced 1 occurrence"
+
+
+def test_edit_file_refuses_a_missing_or_ambiguous_match(root: Path) -> None:
+    (root / "a.txt").write_text("x = 1\nx = 1\n")
+    tool = edit_file_tool(root)
+
+    with pytest.raises(WorkspaceError, match="not found"):
+        call(tool, {"path": "a.txt", "old_string": "y = 2", "new_string": "y = 3"})
+    with pytest.raises(WorkspaceError, match="occurs 2 times"):
+        call(tool, {"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2"})
+
+    assert (root / "a.txt").read_text() == "x = 1\nx = 1\n"
+
+
+def test_edit_file_replace_all(root: Path) -> None:
+    (root / "a.txt").write_text("x = 1\nx = 1\n")
+
+    value = call(
+        edit_file_tool(root),
+        {"path": "a.txt", "old_string": "x = 1", "new_string": "x = 2", "replace_all": True},
+    )
+
+    assert value["replacements"] == 2
+    assert (root / "a.txt").read_text() == "x = 2\nx = 2\n"
+
+
+def test_edit_file_with_empty_old_string_creates_a_file(root: Path) -> None:
+    tool = edit_file_tool(root)
+    args = {"path": "new.txt", "old_string": "", "new_string": "fresh\n"}
+
+    value = call(tool, args)
+
+    assert (root / "new.txt").read_text() == "fresh\n"
+    assert value["created"] is True
+    assert tool.output.presentation_meta(snapshot_json(args), value) == {
+        "diffs": [{"path": "new.txt", "old_text": None, "new_text": "fresh\n"}]
+    }
+
+
+def test_edit_file_with_empty_old_string_refuses_to_clobber_content(root: Path) -> None:
+    (root / "a.txt").write_text("keep\n")
+
+    with pytest.raises(WorkspaceError, match="already has content"):
+        call(edit_file_tool(root), {"path": "a.txt", "old_string": "", "new_string": "x"})
+
+    assert (root / "a.txt").read_text() == "keep\n"
+
+
+def test_edit_file_refuses_identical_strings(root: Path) -> None:
+    (root / "a.txt").write_text("same\n")
+
+    with pytest.raises(WorkspaceError, match="identical"):
+        call(edit_file_tool(root), {"path": "a.txt", "old_string": "same", "new_string": "same"})
+
+
+def test_edit_file_call_card() -> None:
+    tool = edit_file_tool(".")
+
+    assert tool.present_call(
+        snapshot_json({"path": "a.py", "old_string": "x = 1", "new_string": "x = 2"})
+    ) == DiffCallView(
+        title="Edit a.py",
+        diffs=[FileDiff(path="a.py", old_text="x = 1", new_text="x = 2")],
+        locations=[FileLocation(path="a.py")],
+    )
+    created = tool.present_call(
+        snapshot_json({"path": "n.py", "old_string": "", "new_string": "y"})
+    )
+    assert created.diffs == (FileDiff(path="n.py", old_text=None, new_text="y"),)
+
+
+def test_edit_file_result_card_comes_from_meta_only(root: Path) -> None:
+    (root / "a.txt").write_text("a\nb\n")
+    tool = edit_file_tool(root)
+    args = {"path": "a.txt", "old_string": "b", "new_string": "c"}
+    value = call(tool, args)
+    frozen = snapshot_json(args)
+
+    view = tool.present_result(frozen, durable(tool, args, value))
+
+    assert view == DiffResultView(
+        diffs=[FileDiff(path="a.txt", old_text="a\nb\n", new_text="a\nc\n")]
+    )
+    no_meta = ToolResult(content=[{"type": "text", "text": "Edited a.txt"}], is_error=False)
+    assert tool.present_result(frozen, no_meta) is None
+    old_meta = ToolResult(content=no_meta.content, is_error=False, meta={"diffs": [{"p": 1}]})
+    assert tool.present_result(frozen, old_meta) is None
+
+
+# --- bash --------------------------------------------------------------------------------------
+
+
+def _terminates(pid: int, within: float = 5.0) -> bool:
+    """Whether process ``pid`` (not necessarily our child) is gone or exits within ``within``
+    seconds, awaited through a pidfd rather than polled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], within)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def test_bash_runs_a_command_and_renders_the_exit_marker(root: Path) -> None:
+    tool = bash_tool(root)
+
+    value = call(tool, {"command": "echo hello"})
+
+    assert value == {
+        "stdout": "hello\n",
+        "stderr": "",
+        "exit_code": 0,
+        "signal": None,
+        "truncated": False,
+    }
+    assert text_of(tool, {}, value) == "hello\n[exit code: 0]"
+
+
+def test_bash_renders_stderr_and_a_failing_exit_code(root: Path) -> None:
+    tool = bash_tool(root)
+
+    value = call(tool, {"command": "echo out; echo err >&2; exit 3"})
+
+    assert value["exit_code"] == 3
+    assert text_of(tool, {}, value) == "out\n[stderr]\nerr\n[exit code: 3]"
+
+
+def test_bash_renders_a_silent_command(root: Path) -> None:
+    tool = bash_tool(root)
+
+    assert text_of(tool, {}, call(tool, {"command": "true"})) == "(no output)\n[exit code: 0]"
+
+
+def test_bash_runs_in_the_workspace_or_its_workdir(root: Path) -> None:
+    (root / "sub").mkdir()
+    tool = bash_tool(root)
+
+    assert call(tool, {"command": "pwd -P"})["stdout"] == f"{root.resolve()}\n"
+    assert (
+        call(tool, {"command": "pwd -P", "workdir": "sub"})["stdout"] == f"{root.resolve()}/sub\n"
+    )
+
+
+def test_bash_reports_a_command_killed_by_a_signal(root: Path) -> None:
+    tool = bash_tool(root)
+
+    value = call(tool, {"command": "kill -KILL $$"})
+
+    assert value["exit_code"] is None
+    assert value["signal"] == "SIGKILL"
+    assert text_of(tool, {}, value).endswith("\n[signal: SIGKILL]")
+
+
+def test_bash_caps_captured_output(root: Path) -> None:
+    tool = bash_tool(root, max_output_bytes=1000)
+
+    value = call(tool, {"command": "head -c 100000 /dev/zero | tr '\\0' a"})
+
+    assert value["stdout"] == "a" * 1000
+    assert value["truncated"] is True
+    assert text_of(tool, {}, value).endswith("\n[output truncated]\n[exit code: 0]")
+
+
+def test_bash_kills_background_jobs_when_the_shell_exits(root: Path) -> None:
+    value = call(bash_tool(root), {"command": "sleep 30 & echo $!"})
+
+    pid = int(value["stdout"])
+    assert value["exit_code"] == 0
+    assert _terminates(pid)
+
+
+def test_bash_abort_kills_the_process_group_promptly(root: Path) -> None:
+    fifo = root / "started"
+    os.mkfifo(fifo)
+    tool = bash_tool(root)
+    controller = AbortController()
+    args = snapshot_json({"command": "sleep 30 & echo $! > started; wait"})
+
+    async def scenario() -> int:
+        body = asyncio.ensure_future(tool.execute(args, RunContext(controller.signal, "bash")))
+        loop = asyncio.get_running_loop()
+        pid = int(await loop.run_in_executor(None, fifo.read_text))  # the job is running
+        controller.abort("user pressed stop")
+        with pytest.raises(AbortError):
+            await asyncio.wait_for(body, timeout=10)
+        return pid
+
+    pid = asyncio.run(scenario())
+
+    assert _terminates(pid)
+
+
+def test_bash_already_aborted_starts_nothing(root: Path) -> None:
+    with pytest.raises(AbortError):
+        call(bash_tool(root), {"command": "touch ran"}, AbortSignal.aborted_signal())
+
+    assert not (root / "ran").exists()
+
+
+def test_bash_call_card_is_a_terminal() -> None:
+    tool = bash_tool(".")
+
+    assert tool.present_call(snapshot_json({"command": "ls"})) == TerminalCallView(title="ls")
+    assert tool.present_call(
+        snapshot_json({"command": "make", "description": "Build", "workdir": "src"})
+    ) == TerminalCallView(title="make", description="Build", cwd="src")
+
+
+def test_bash_result_card_parses_the_exit_marker(root: Path) -> None:
+    tool = bash_tool(root)
+    args = {"command": "echo out; exit 4"}
+    value = call(tool, args)
+
+    view = tool.present_result(snapshot_json(args), durable(tool, args, value))
+
+    assert view == TerminalResultView(output="out\n", exit_code=4)
+
+
+def test_bash_result_card_of_a_signal_death(root: Path) -> None:
+    tool = bash_tool(root)
+    args = {"command": "kill -TERM $$"}
+    value = call(tool, args)
+
+    view = tool.present_result(snapshot_json(args), durable(tool, args, value))
+
+    assert view == TerminalResultView(output="", signal="SIGTERM")
+
+
+def test_bash_result_marker_must_follow_a_newline() -> None:
+    tool = bash_tool(".")
+    result = ToolResult(content=[{"type": "text", "text": "[exit code: 5]"}], is_error=False)
+
+    view = tool.present_result(snapshot_json({"command": "x"}), result)
+
+    assert view == TerminalResultView(output="[exit code: 5]", exit_code=0)
+    assert parse_bash_output("a\n[exit code: -1]") == ("a\n", -1, None)
+
+
+def test_bash_result_card_of_an_error_is_a_console_fence() -> None:
+    tool = bash_tool(".")
+
+    view = tool.present_result(snapshot_json({"command": "x"}), failed("tool call aborted\n\n"))
+
+    assert view == GenericResultView(
+        content=[{"type": "text", "text": "```console\nError: tool call aborted\n```"}]
+    )
+
+
+def test_bash_result_card_declines_content_that_is_not_one_text_block() -> None:
+    tool = bash_tool(".")
+    args = snapshot_json({"command": "x"})
+    two = ToolResult(
+        content=[{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], is_error=False
+    )
+    image = ToolResult(content=[{"type": "image", "data": "AAAA"}], is_error=False)
+
+    assert tool.present_result(args, two) is None
+    assert tool.present_result(args, image) is None
