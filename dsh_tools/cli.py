@@ -77,7 +77,10 @@ def _print_event_log(system: ToolSystem, out: TextIO) -> None:
         data = event.data
         stamp = f"+{(event.time - start) * 1000:7.1f} ms"
         if event.type == "tool/call":
-            detail = f"{data['call_id']} {data['name']} {data['arguments']}"
+            arguments = str(data["arguments"])
+            if len(arguments) > 60:
+                arguments = arguments[:57] + "..."
+            detail = f"{data['call_id']} {data['name']} {arguments}"
         elif event.type == "tool/result":
             status = "error" if data["is_error"] else "ok"
             code = f" ({data['error']['code']})" if "error" in data else ""
@@ -89,6 +92,19 @@ def _print_event_log(system: ToolSystem, out: TextIO) -> None:
         else:
             detail = json.dumps(data.get("content"), ensure_ascii=False)[:80]
         print(f"  {stamp}  {event.type:<26} {detail}", file=out)
+
+
+def _durations(system: ToolSystem) -> dict[str, float]:
+    """Milliseconds from each call's ``tool/call`` event to its ``tool/result``."""
+    started: dict[str, float] = {}
+    took: dict[str, float] = {}
+    for event in system.session.events:
+        call_id = event.data.get("call_id") if isinstance(event.data, dict) else None
+        if event.type == "tool/call" and call_id is not None:
+            started[call_id] = event.time
+        elif event.type == "tool/result" and call_id in started:
+            took[call_id] = (event.time - started[call_id]) * 1000
+    return took
 
 
 class _ScriptedApproval:
@@ -195,12 +211,15 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
             outcome = system.execute_batch(ExecuteBatch(calls=calls, agent=agent.key))
             elapsed = (time.perf_counter() - start) * 1000
             print(f"\nResults ({elapsed:.0f} ms for the whole turn):", file=out)
+            durations = _durations(system)
             for call, result in zip(calls, outcome.results, strict=True):
                 status = "ERROR" if result.is_error else "ok"
                 code = ""
                 if result.is_error and result.error.info is not UNSET:  # type: ignore[union-attr]
                     code = f" [{result.error.info.code}]"  # type: ignore[union-attr]
-                print(f"  {call.call_id} {call.name}: {status}{code}", file=out)
+                took = durations.get(call.call_id)
+                timing = f" ({took:.1f} ms)" if took is not None else ""
+                print(f"  {call.call_id} {call.name}: {status}{code}{timing}", file=out)
                 print(_indent(_content_text(result)), file=out)
 
             if code_mode:
