@@ -14,8 +14,10 @@ and the value says ``truncated``. The model sees stdout, then stderr under a ``[
 then a final marker line ``[exit code: N]`` (or ``[signal: NAME]`` when a signal ended the
 shell).
 
-The body is a coroutine: it waits for the process and the abort signal on the running loop,
-without a thread of its own. The tool is exclusive: a command may change anything.
+The body is a coroutine: it waits for the shell's exit and for the abort signal on the
+running event loop, and returns only once the process group is gone (or, for a process that
+left the group holding the pipes, after a short drain). The tool is exclusive: a command may
+change anything.
 """
 
 from __future__ import annotations
