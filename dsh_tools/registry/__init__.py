@@ -11,12 +11,12 @@ from ._definition import (
     project_schema,
 )
 from ._dsl import compile_parameters, compile_schema, validate_args
+from ._handle import Disposer, ExecutionMode, ToolsHandle
 from ._json_schema import (
     assert_object_json_schema,
     assert_supported_json_schema,
     validate_json_schema_value,
 )
-from ._handle import Disposer, ExecutionMode, ToolsHandle
 from ._lossless import (
     LosslessJsonError,
     compact_json,
@@ -25,23 +25,54 @@ from ._lossless import (
     thaw,
 )
 from ._owner_actor import OwnerActor, ScopeActor
+from ._presentation import (
+    CallView,
+    DiffCallView,
+    DiffResultView,
+    FileDiff,
+    FileLocation,
+    GenericCallView,
+    GenericResultView,
+    ResultView,
+    TerminalCallView,
+    TerminalResultView,
+    ToolResult,
+    decode_call_view,
+    decode_result_view,
+    encode_card,
+    fallback_call_view,
+    fallback_result_view,
+    present_call_view,
+    present_result_view,
+)
 from ._registry_actor import RUN_CODE, RegistryActor
 from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
 
 __all__ = [
     "RUN_CODE",
+    "CallView",
+    "DiffCallView",
+    "DiffResultView",
     "Disposer",
     "ExecutionMode",
+    "FileDiff",
+    "FileLocation",
+    "GenericCallView",
+    "GenericResultView",
+    "LosslessJsonError",
     "OwnerActor",
     "RegistryActor",
     "RegistrySnapshot",
+    "ResultView",
     "ScopeActor",
     "SnapshotCell",
-    "ToolEntry",
-    "ToolsHandle",
-    "LosslessJsonError",
+    "TerminalCallView",
+    "TerminalResultView",
     "ToolDefinition",
+    "ToolEntry",
     "ToolOutput",
+    "ToolResult",
+    "ToolsHandle",
     "assert_object_json_schema",
     "assert_supported_json_schema",
     "check_registration",
@@ -49,9 +80,16 @@ __all__ = [
     "compact_json",
     "compile_parameters",
     "compile_schema",
+    "decode_call_view",
+    "decode_result_view",
     "define_tool",
+    "encode_card",
+    "fallback_call_view",
+    "fallback_result_view",
     "is_json_value",
     "normalize_output",
+    "present_call_view",
+    "present_result_view",
     "project_schema",
     "snapshot_json",
     "thaw",

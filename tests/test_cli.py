@@ -1,0 +1,113 @@
+"""The dsh-tools command as a user runs it: exit codes, output, bad arguments."""
+
+from __future__ import annotations
+
+import ast
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh_tools.cli import main, run_demo
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dsh_tools.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+
+
+def test_help_lists_every_command() -> None:
+    done = run_cli("--help")
+    assert done.returncode == 0
+    for command in ("demo", "bench", "sdk", "catalog", "run-code"):
+        assert command in done.stdout
+
+
+def test_an_unknown_command_exits_2() -> None:
+    done = run_cli("frobnicate")
+    assert done.returncode == 2
+    assert "invalid choice" in done.stderr
+
+
+def test_demo_shows_every_kind_of_outcome(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert run_demo(out, workspace=tmp_path) == 0
+    text = out.getvalue()
+    assert "c1 read_file: ok" in text
+    assert "allowed-once" in text  # the approval
+    assert "Error: destructive shell commands are not allowed" in text  # the guard denial
+    assert "[TOOL_TIMEOUT]" in text  # the timeout
+    assert "c8 run_code: ok" in text  # Code Mode fan-out
+    assert '"app.py": 2' in text
+    assert "tool/code-dispatch-start" in text  # the event log
+    assert (tmp_path / "notes" / "todo.md").read_text() == "- types\n"
+
+
+def test_demo_without_code_mode_skips_the_program(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert run_demo(out, workspace=tmp_path, code_mode=False) == 0
+    assert "run_code" not in out.getvalue()
+
+
+def test_demo_rejects_a_missing_workspace(tmp_path: Path) -> None:
+    assert main(["demo", "--workspace", str(tmp_path / "missing")]) == 2
+
+
+def test_sdk_prints_a_parseable_python_block() -> None:
+    done = run_cli("sdk")
+    assert done.returncode == 0
+    text = done.stdout
+    assert "## Writing code for run_code" in text
+    fence_start = text.index("```python\n") + len("```python\n")
+    code = text[fence_start : text.rindex("```")]
+    ast.parse(code)
+    for name in ("read_file", "list_dir", "write_file", "edit_file", "bash"):
+        assert name in code
+
+
+def test_catalog_prints_markdown() -> None:
+    done = run_cli("catalog")
+    assert done.returncode == 0
+    assert done.stdout.startswith("<!--")
+    assert "# Tool Schema Catalog" in done.stdout
+    assert "### `read_file`" in done.stdout
+
+
+def test_run_code_prints_the_program_output(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    program = tmp_path / "prog.py"
+    program.write_text(
+        'r = await tools.read_file({"path": "a.txt"})\n'
+        'print(r["line_count"])\n'
+        'return r["text"].count("o")\n'
+    )
+    done = run_cli("run-code", str(program), "--workspace", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["2", "2"]
+
+
+def test_run_code_exits_1_when_the_program_fails(tmp_path: Path) -> None:
+    program = tmp_path / "boom.py"
+    program.write_text("raise RuntimeError('boom')\n")
+    done = run_cli("run-code", str(program), "--workspace", str(tmp_path))
+    assert done.returncode == 1
+    assert "code run failed (exception)" in done.stdout
+    assert "RuntimeError: boom" in done.stdout
+
+
+def test_run_code_rejects_a_missing_file(tmp_path: Path) -> None:
+    assert main(["run-code", str(tmp_path / "nope.py")]) == 2
+
+
+@pytest.mark.parametrize("runs", ["0", "-1"])
+def test_bench_rejects_a_bad_run_count(runs: str) -> None:
+    assert main(["bench", "--runs", runs]) == 2

@@ -1,0 +1,50 @@
+"""The programs in examples/ run as a reader would run them and print what they promise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def run_example(name: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_quickstart_prints_what_the_readme_says() -> None:
+    lines = run_example("quickstart.py").splitlines()
+    assert lines[:4] == [
+        "Oslo: 3.5 C",
+        "['Lima: 19.0 C', 'Error: no weather service on Mars']",
+        "19.0",
+        "tools:sdk",
+    ]
+    assert lines[4:] == [
+        "tool/call c1",
+        "tool/result c1",
+        "tool/call c2",
+        "tool/call c3",
+        "tool/result c2",
+        "tool/result c3",
+        "tool/call c4",
+        "tool/result c4",
+    ]
+
+
+def test_agent_scopes_example_shows_per_agent_views() -> None:
+    out = run_example("agent_scopes.py")
+    assert "planner sees: ['read']" in out
+    assert 'planner deploy  -> Error: unknown tool "deploy"' in out
+    assert 'coder deploy  -> Error: the user rejected tool "deploy"' in out
+    assert "after close, coder sees: ['read', 'deploy']" in out
+
+
+def test_actor_harness_example_runs_three_turns() -> None:
+    out = run_example("actor_harness.py").splitlines()
+    assert out == ["['k0=ok', 'k1=ok', 'k2=ok', 'k3=ok', 'k4=ok']"] * 3
