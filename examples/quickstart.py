@@ -1,4 +1,3 @@
-import asyncio
 from dsh_tools import (
     Deny,
     ExecuteBatch,
