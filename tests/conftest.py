@@ -1,0 +1,252 @@
+"""Shared fixtures for the registry, pipeline, timeout and session tests.
+
+- ``system``: a native-mode ``ToolSystem`` without a code runtime, stopped after the test;
+  ``make_system(...)`` starts more (other modes, an approval service) and stops them too.
+- ``echo(...)``: the typed echo tool of registry-pipeline.md section 2 (parameters
+  ``{text: string}``, output ``string``, rendered as one text block, body ``args.text or ""``).
+- ``fixture(name, ...)``: a content-fixture tool whose canonical value is its content list
+  (output schema: an array of JSON; ``render`` returns the value); by default it returns
+  ``[text "ran:<name>"]``.
+- ``call(name, args, ...)``: an ``ExecuteCall``; ``text(result)``: the single text block.
+- ``ManualClock``: a timer source for ``timeout_policy(clock=...)`` advanced by hand.
+- ``spawn(system, call)``: run ``system.execute`` in a fresh thread (for bodies gated on
+  ``threading.Event``); ``arun(coro)``: ``asyncio.run`` for ``execute_async`` scenarios.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from dsh_tools import (
+    AbortSignal,
+    ExecuteCall,
+    ExecutionToken,
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolOutput,
+    ToolsConfig,
+    ToolSystem,
+    define_tool,
+)
+
+WAIT = 10.0
+"""Upper bound for any ``Event.wait`` in the tests (a hang fails instead of blocking)."""
+
+
+@pytest.fixture
+def system() -> Iterator[ToolSystem]:
+    """A running native-mode system with no code runtime."""
+    started = ToolSystem.start(code_runtime=None)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture
+def make_system() -> Iterator[Callable[..., ToolSystem]]:
+    """A factory ``make_system(mode="native", approval=None)``; every system is stopped."""
+    started: list[ToolSystem] = []
+
+    def make(mode: str = "native", approval: Any = None) -> ToolSystem:
+        s = ToolSystem.start(ToolsConfig(mode=mode), approval=approval, code_runtime=None)
+        started.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in started:
+            s.stop()
+
+
+def _text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def echo(**extra: Any) -> ToolDefinition:
+    """The spec's echo tool; ``extra`` goes to ``define_tool`` (execute, timeout_ms, ...)."""
+    options: dict[str, Any] = {
+        "name": "echo",
+        "description": "echo arguments back",
+        "parameters": {"text": {"type": "string"}},
+        "output": ToolOutput(
+            schema={"type": "string"}, render=lambda args, value: [_text_block(value)]
+        ),
+        "execute": lambda args, ctx: args.get("text") or "",
+    }
+    options.update(extra)
+    return define_tool(**options)
+
+
+def content_output(presentation_meta: Any = None) -> ToolOutput:
+    """The content-fixture output: the value is the content list, rendered as itself."""
+    return ToolOutput(
+        schema={"type": "array", "items": {}},
+        render=lambda args, value: value,
+        presentation_meta=presentation_meta,
+    )
+
+
+def fixture(
+    name: str,
+    execute: Callable[..., Any] | None = None,
+    *,
+    parameters: Any = None,
+    description: str | None = None,
+    **extra: Any,
+) -> ToolDefinition:
+    """A raw content-fixture tool; the default body returns ``[text "ran:<name>"]``."""
+    if execute is None:
+
+        def execute(args: Any, ctx: Any) -> Any:
+            return [_text_block(f"ran:{name}")]
+
+    return ToolDefinition(
+        name=name,
+        description=description if description is not None else f"{name} fixture",
+        parameters=parameters if parameters is not None else {"type": "object"},
+        output=content_output(),
+        execute=execute,
+        **extra,
+    )
+
+
+def text_tool(name: str, text: str) -> ToolDefinition:
+    """A content fixture that always answers ``[text <text>]``."""
+    return fixture(name, lambda args, ctx: [_text_block(text)])
+
+
+def call(
+    name: str = "echo",
+    arguments: Any = None,
+    *,
+    call_id: str = "c1",
+    signal: AbortSignal | None = None,
+    agent: str | None = None,
+    parent: ExecutionToken | None = None,
+) -> ExecuteCall:
+    """An ``ExecuteCall``; ``arguments`` defaults to ``{"text": "hi"}`` for echo, else ``{}``."""
+    if arguments is None:
+        arguments = {"text": "hi"} if name == "echo" else {}
+    return ExecuteCall(
+        call_id=call_id,
+        name=name,
+        arguments=arguments,
+        signal=signal,  # type: ignore[arg-type]
+        agent=agent,
+        parent=parent,
+    )
+
+
+def text(result: ToolExecutionResult) -> str:
+    """The text of the result's single text block."""
+    content = list(result.content)
+    assert len(content) == 1, content
+    block = content[0]
+    assert block["type"] == "text", block
+    value: str = block["text"]
+    return value
+
+
+def block(value: str) -> dict[str, Any]:
+    """A text content block."""
+    return _text_block(value)
+
+
+def context(source: str, **extra: Any) -> dict[str, Any]:
+    """A hook context tagged with ``source`` (a plugin name)."""
+    out: dict[str, Any] = {
+        "content": [_text_block(source)],
+        "source": {"kind": "plugin", "plugin": source},
+    }
+    out.update(extra)
+    return out
+
+
+def sources(result: ToolExecutionResult) -> list[str]:
+    """The plugin names of the result's additional contexts, in order."""
+    return [c["source"]["plugin"] for c in result.additional_contexts]
+
+
+class _Timer:
+    __slots__ = ("callback", "cancelled", "due")
+
+    def __init__(self, due: float, callback: Callable[[], None]) -> None:
+        self.due = due
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualClock:
+    """A ``call_later`` source that only moves when ``advance(ms)`` is called."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._timers: list[_Timer] = []
+        self._lock = threading.Lock()
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> _Timer:
+        with self._lock:
+            timer = _Timer(self.now + delay, callback)
+            self._timers.append(timer)
+            return timer
+
+    @property
+    def pending(self) -> int:
+        """Timers neither fired nor cancelled."""
+        with self._lock:
+            return sum(1 for t in self._timers if not t.cancelled)
+
+    def advance(self, ms: float) -> None:
+        """Move time forward and fire every due timer, earliest first."""
+        with self._lock:
+            self.now += ms / 1000
+            due = sorted((t for t in self._timers if t.due <= self.now), key=lambda t: t.due)
+            self._timers = [t for t in self._timers if t.due > self.now]
+        for timer in due:
+            if not timer.cancelled:
+                timer.callback()
+
+
+def spawn(system: ToolSystem, request: ExecuteCall) -> concurrent.futures.Future[Any]:
+    """Run ``system.execute(request)`` in a new thread; the future gets its result."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(system.execute(request))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="test-execute", daemon=True).start()
+    return future
+
+
+def arun(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a test coroutine on a fresh event loop."""
+    return asyncio.run(coro)
+
+
+def wait(event: threading.Event) -> None:
+    """Wait (bounded) for a thread gate; fail the test if it never opens."""
+    assert event.wait(WAIT), "timed out waiting for an event"
+
+
+async def await_event(event: asyncio.Event) -> None:
+    """Await an asyncio gate, bounded."""
+    await asyncio.wait_for(event.wait(), WAIT)
+
+
+async def next_of(next: Callable[[], Any]) -> Any:
+    """``await next()`` (a readable pass-through for hook bodies)."""
+    return await next()

@@ -1,0 +1,304 @@
+"""Registration, layers and resolution: registry-pipeline.md section 2, scenarios 1-15."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from conftest import call, echo, fixture, text, text_tool
+
+from dsh_tools import ToolDefinition, ToolSystem
+
+
+def names(schemas: list[dict[str, Any]]) -> list[str]:
+    return [s["name"] for s in schemas]
+
+
+def deep_one_of(depth: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        schema = {"oneOf": [schema, {"type": "null"}]}
+    return schema
+
+
+def one_of_depth(schema: Any) -> int:
+    layers = 0
+    while "oneOf" in schema:
+        layers += 1
+        schema = schema["oneOf"][0]
+    assert schema == {"type": "string"}
+    return layers
+
+
+def test_rp1_schemas_project_exactly_name_description_parameters(system: ToolSystem) -> None:
+    system.tools.register(
+        echo(
+            finalize_content=lambda exec, result: None,
+            present_call=lambda args: None,
+            present_result=lambda args, result: None,
+            timeout_ms=5000,
+            is_concurrency_safe=lambda args: True,
+        )
+    )
+    schemas = system.tools.schemas()
+    assert schemas == [
+        {
+            "name": "echo",
+            "description": "echo arguments back",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        }
+    ]
+    assert sorted(schemas[0]) == ["description", "name", "parameters"]
+
+
+def test_rp2_mutating_returned_schemas_does_not_touch_the_registry(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    first = system.tools.schemas()
+    first[0]["parameters"]["properties"]["extra"] = {"type": "number"}
+    first[0]["description"] = "changed"
+    first[0]["name"] = "renamed"
+    assert system.tools.schemas() == [
+        {
+            "name": "echo",
+            "description": "echo arguments back",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+        }
+    ]
+
+
+def test_rp3_schemas_project_a_5000_deep_one_of_without_recursion_error(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(
+        fixture("deep", parameters={"type": "object", "properties": {"v": deep_one_of(5000)}})
+    )
+    (schema,) = system.tools.schemas()
+    assert one_of_depth(schema["parameters"]["properties"]["v"]) == 5000
+
+
+def test_rp4_lossy_parameters_register_but_fail_projection(system: ToolSystem) -> None:
+    system.tools.register(
+        fixture("lossy-schema", parameters={"type": "object", "default": float("nan")})
+    )
+    with pytest.raises(
+        ValueError,
+        match=r'^tool "lossy-schema" parameters must be lossless JSON before schema projection',
+    ):
+        system.tools.schemas()
+
+
+def test_rp5_a_definition_without_output_is_refused(system: ToolSystem) -> None:
+    changes: list[int] = []
+    system.tools.on_change(lambda: changes.append(1))
+    raw = ToolDefinition(
+        name="no-output", description="d", parameters={}, execute=lambda a, c: None
+    )
+    with pytest.raises(TypeError, match="must declare output"):
+        system.tools.register(raw)
+    assert system.tools.get("no-output") is None
+    assert changes == []
+
+
+@pytest.mark.parametrize("timeout_ms", [0, -5, math.inf, math.nan, True])
+def test_rp5_invalid_timeout_ms_is_refused(system: ToolSystem, timeout_ms: Any) -> None:
+    changes: list[int] = []
+    system.tools.on_change(lambda: changes.append(1))
+    with pytest.raises((TypeError, ValueError), match="must be a positive finite number"):
+        system.tools.register(fixture("budgeted", timeout_ms=timeout_ms))
+    assert system.tools.get("budgeted") is None
+    assert system.tools.schemas() == []
+    assert changes == []
+
+
+def test_rp5_a_positive_timeout_ms_registers(system: ToolSystem) -> None:
+    system.tools.register(fixture("budgeted", timeout_ms=5000))
+    definition = system.tools.get("budgeted")
+    assert definition is not None
+    assert definition.timeout_ms == 5000
+
+
+def test_rp6_duplicate_global_registration_names_the_agent_scope_hint(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(echo())
+    with pytest.raises(ValueError, match="already registered") as info:
+        system.tools.register(echo())
+    assert "per-agent variant" in str(info.value)
+    assert "scope handle" in str(info.value)
+    assert names(system.tools.schemas()) == ["echo"]
+
+
+def test_rp6_duplicate_in_one_agent_scope_is_refused(system: ToolSystem) -> None:
+    scope = system.agent("A")
+    scope.tools.register(fixture("y"))
+    with pytest.raises(ValueError, match="already registered in this scope"):
+        scope.tools.register(fixture("y"))
+
+
+def test_rp6_the_same_name_globally_and_in_a_scope_both_register(system: ToolSystem) -> None:
+    system.tools.register(text_tool("x", "global"))
+    system.agent("A").tools.register(text_tool("x", "local"))
+    assert text(system.execute(call("x"))) == "global"
+    assert text(system.execute(call("x", agent="A"))) == "local"
+
+
+def test_rp7_code_mode_reserves_run_code(make_system: Any) -> None:
+    code = make_system(mode="code")
+    with pytest.raises(ValueError, match='tool name "run_code" is reserved'):
+        code.tools.register(fixture("run_code"))
+    with pytest.raises(ValueError, match='tool name "run_code" is reserved'):
+        code.agent("A").tools.register(fixture("run_code"))
+
+
+def test_rp7_native_mode_run_code_is_an_ordinary_name(system: ToolSystem) -> None:
+    system.tools.register(fixture("run_code"))
+    assert text(system.execute(call("run_code"))) == "ran:run_code"
+
+
+def test_rp8_disposer_is_idempotent_and_the_name_is_free_again(system: ToolSystem) -> None:
+    changes: list[int] = []
+    system.tools.on_change(lambda: changes.append(1))
+    system.tools.register(fixture("first"))
+    dispose = system.tools.register(fixture("disposable"))
+    system.tools.register(fixture("last"))
+    assert names(system.tools.schemas()) == ["first", "disposable", "last"]
+    dispose()
+    assert names(system.tools.schemas()) == ["first", "last"]
+    assert len(changes) == 4
+    dispose()
+    assert len(changes) == 4
+    system.tools.register(fixture("disposable"))
+    assert names(system.tools.schemas()) == ["first", "last", "disposable"]
+
+
+def test_rp9_closing_an_owner_disposes_its_registrations(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    owner = system.plugin("O")
+    owner.tools.register(fixture("scoped"))
+    assert names(system.tools.schemas()) == ["echo", "scoped"]
+    owner.close()
+    assert names(system.tools.schemas()) == ["echo"]
+
+
+def test_rp10_a_raising_change_observer_rolls_the_registration_back(system: ToolSystem) -> None:
+    calls: list[int] = []
+
+    def observer() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("observer exploded")
+
+    system.tools.on_change(observer)
+    with pytest.raises(RuntimeError, match="observer exploded"):
+        system.tools.register(echo())
+    assert system.tools.get("echo") is None
+    assert system.tools.schemas() == []
+    system.tools.register(echo())
+    assert names(system.tools.schemas()) == ["echo"]
+
+
+def test_rp11_change_counts_per_effect_and_scoped_observers_see_everything(
+    system: ToolSystem,
+) -> None:
+    counts: list[str] = []
+    scoped: list[str] = []
+    system.tools.on_change(lambda: counts.append("change"))
+    scope = system.agent("A")
+    scope.tools.on_change(lambda: scoped.append("change"))
+
+    dispose = system.tools.register(echo())
+    assert len(counts) == 1
+    dispose()
+    assert len(counts) == 2
+    system.tools.register(echo())
+    assert len(counts) == 3
+    lift = scope.tools.restrict(deny=["echo"])
+    assert len(counts) == 4
+    lift()
+    assert len(counts) == 5
+    unguard = system.tools.guard(lambda exec: None)
+    unguard()
+    scope.tools.guard(lambda exec: None)()
+    assert len(counts) == 5
+    assert len(scoped) == 5
+
+
+def test_rp12_local_tools_are_visible_only_to_their_agent(system: ToolSystem) -> None:
+    system.tools.register(fixture("shared"))
+    system.agent("A").tools.register(fixture("mine"))
+    assert sorted(names(system.tools.schemas("A"))) == ["mine", "shared"]
+    assert names(system.tools.schemas()) == ["shared"]
+    assert names(system.tools.schemas("B")) == ["shared"]
+    assert text(system.execute(call("mine", agent="A"))) == "ran:mine"
+    for agent in ("B", None):
+        result = system.execute(call("mine", agent=agent))
+        assert result.to_dict()["error"] == {
+            "message": 'unknown tool "mine"',
+            "info": {"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"},
+        }
+        assert text(result) == 'Error: unknown tool "mine"'
+
+
+@pytest.mark.parametrize("local_first", [True, False])
+def test_rp13_a_local_shadow_wins_for_its_agent_in_either_order(
+    system: ToolSystem, local_first: bool
+) -> None:
+    local = text_tool("bash", "restricted-bash")
+    shared = text_tool("bash", "global-bash")
+    if local_first:
+        system.agent("A").tools.register(local)
+        system.tools.register(shared)
+    else:
+        system.tools.register(shared)
+        system.agent("A").tools.register(local)
+    assert text(system.execute(call("bash", agent="A"))) == "restricted-bash"
+    assert text(system.execute(call("bash"))) == "global-bash"
+    assert names(system.tools.schemas("A")) == ["bash"]
+
+
+def test_rp14_a_shadow_keeps_the_global_slot_until_the_global_is_masked(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(fixture("a"))
+    system.tools.register(fixture("b", description="global b"))
+    scope = system.agent("A")
+    scope.tools.register(fixture("c"))
+    scope.tools.register(fixture("b", description="A's b"))
+    schemas = scope.tools.schemas()
+    assert names(schemas) == ["a", "b", "c"]
+    assert schemas[1]["description"] == "A's b"
+    scope.tools.restrict(deny=["b"])
+    schemas = scope.tools.schemas()
+    assert names(schemas) == ["a", "c", "b"]
+    assert schemas[2]["description"] == "A's b"
+
+
+def test_rp15_closing_a_scope_undoes_everything_it_registered(system: ToolSystem) -> None:
+    system.tools.register(fixture("t"))
+    seen: list[str] = []
+    scope = system.agent("A")
+    scope.tools.register(fixture("mine"))
+    scope.tools.guard(lambda exec: "scoped guard")
+    scope.tools.restrict(deny=["t"])
+
+    async def pre(exec: Any, next: Any) -> Any:
+        seen.append(exec.call_id)
+        return await next()
+
+    scope.tools.on_pre_execute(pre)
+    assert system.tools.get("mine", "A") is not None
+    assert system.tools.get("t", "A") is None
+    assert text(system.execute(call("mine", agent="A", call_id="before"))) == (
+        "Error: scoped guard"
+    )
+    assert seen == ["before"]
+
+    scope.close()
+    assert system.tools.get("mine", "A") is None
+    assert system.tools.get("t", "A") is not None
+    assert system.tools.schemas("A") == system.tools.schemas()
+    assert text(system.execute(call("t", agent="A", call_id="after"))) == "ran:t"
+    assert seen == ["before"]
+    with pytest.raises(RuntimeError, match="closed"):
+        scope.tools.register(fixture("again"))
