@@ -102,7 +102,21 @@ def _is_async(fn: Any) -> bool:
 def _class_fields(owner: str, role: str, cls: Any) -> tuple[list[str], set[str]]:
     """Field names (in declaration order) and required names of a TypedDict or Struct class."""
     if typing.is_typeddict(cls):
-        return list(cls.__annotations__), set(cls.__required_keys__)
+        names = list(cls.__annotations__)
+        required = set(cls.__required_keys__)
+        # Under ``from __future__ import annotations`` the class sees strings and cannot tell
+        # ``NotRequired[...]`` apart; the evaluated hints can.
+        try:
+            hints = typing.get_type_hints(cls, include_extras=True)
+        except Exception:
+            hints = {}
+        for key, hint in hints.items():
+            origin = typing.get_origin(hint)
+            if origin is typing.NotRequired:
+                required.discard(key)
+            elif origin is typing.Required:
+                required.add(key)
+        return names, required
     if isinstance(cls, type) and issubclass(cls, msgspec.Struct):
         infos = msgspec.structs.fields(cls)
         return [f.encode_name for f in infos], {f.encode_name for f in infos if f.required}

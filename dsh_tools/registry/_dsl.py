@@ -133,8 +133,14 @@ def _run_compiler(initial: tuple[Any, ...]) -> None:
             _copy_annotations(source, node)
             for index in range(len(branches) - 1, -1, -1):
                 tasks.append(
-                    (_VALUE, branches[index], (path, f".oneOf[{index}]"), False,
-                     compiled_branches, index)
+                    (
+                        _VALUE,
+                        branches[index],
+                        (path, f".oneOf[{index}]"),
+                        False,
+                        compiled_branches,
+                        index,
+                    )
                 )
             continue
 
@@ -155,8 +161,14 @@ def _run_compiler(initial: tuple[Any, ...]) -> None:
                 compiled_properties: dict[str, Any] = {}
                 node["properties"] = compiled_properties
                 tasks.append(
-                    (_MAP, source["properties"], (path, ".properties"), compiled_properties, [],
-                     node)
+                    (
+                        _MAP,
+                        source["properties"],
+                        (path, ".properties"),
+                        compiled_properties,
+                        [],
+                        node,
+                    )
                 )
         elif schema_type == "array":
             _check_keys(source, path, _ARRAY_KEYS, allow_required)

@@ -260,9 +260,7 @@ def assert_supported_json_schema(schema: Any) -> None:
 def assert_object_json_schema(schema: Any) -> None:
     """``assert_supported_json_schema`` plus the object-root rule of structured outputs."""
     violations = _schema_violations(schema)
-    if not violations and not (
-        _is_record(schema) and schema.get("type", _MISSING) == "object"
-    ):
+    if not violations and not (_is_record(schema) and schema.get("type", _MISSING) == "object"):
         violations.append('schema.type must be "object" (structured output is object-rooted)')
     if violations:
         raise JsonSchemaError(violations)
@@ -333,9 +331,9 @@ def _build_plan(schema: Any) -> Any:
         if branches is not None:
             known = schema_type is None or schema_type in _SCHEMA_TYPES
             if not _is_array(branches) and type(branches) is not tuple:
-                plan = (_P_BROKEN, "oneOf is not an array") if not known else [
-                    _P_ONE_OF, None, True
-                ]
+                plan = (
+                    (_P_BROKEN, "oneOf is not an array") if not known else [_P_ONE_OF, None, True]
+                )
             else:
                 plan = [_P_ONE_OF, [None] * len(branches), known]
                 for index in range(len(branches) - 1, -1, -1):
@@ -350,8 +348,14 @@ def _build_plan(schema: Any) -> Any:
             if type(properties) is not dict and type(properties) is not FrozenDict:
                 properties = _EMPTY
             pairs: list[list[Any]] = [[name, None] for name in properties]
-            plan = [_P_OBJECT, node.get("required") or (), pairs,
-                    node.get("additionalProperties") is False, properties, False]
+            plan = [
+                _P_OBJECT,
+                node.get("required") or (),
+                pairs,
+                node.get("additionalProperties") is False,
+                properties,
+                False,
+            ]
             objects.append(plan)
             children = list(properties.values())
             for index in range(len(children) - 1, -1, -1):

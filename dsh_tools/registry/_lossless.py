@@ -310,9 +310,7 @@ def snapshot_json(value: Any, root: str = "value") -> Any:
     if t is dict or t is FrozenDict:
         copy: Any = FrozenDict(value)
         for key, item in copy.items():
-            if type(key) is not str or (
-                not key.isascii() and _SURROGATE.search(key) is not None
-            ):
+            if type(key) is not str or (not key.isascii() and _SURROGATE.search(key) is not None):
                 break
             ti = type(item)
             if ti is str:
@@ -402,8 +400,10 @@ def _is_json(value: Any, proven: set[int] | None) -> bool:
             if not _float_ok(item):
                 return False
         elif (
-            ti is dict or ti is FrozenDict or ti is list or ti is FrozenList
-        ) and proven is not None and id(item) in proven:
+            (ti is dict or ti is FrozenDict or ti is list or ti is FrozenList)
+            and proven is not None
+            and id(item) in proven
+        ):
             pass
         else:
             break
@@ -549,8 +549,13 @@ def compact_json(value: Any, root: str = "value") -> str:
             ancestors.add(id(pending))
             out.append("{" if is_dict else "[")
             stack.append(
-                [iter(pending.items()) if is_dict else enumerate(pending), is_dict, pending_node,
-                 id(pending), True]
+                [
+                    iter(pending.items()) if is_dict else enumerate(pending),
+                    is_dict,
+                    pending_node,
+                    id(pending),
+                    True,
+                ]
             )
             pending = None
         if not stack:
