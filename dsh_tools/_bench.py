@@ -5,7 +5,8 @@
 - dispatcher pool: 1,000 calls of a 5 ms concurrency-safe tool with a pool of 10 (``async``
   body and plain-function body), and trivial calls per second with pools of 1, 10 and 100;
 - Code Mode: an empty ``run_code`` end to end, and a program making 100 trivial calls under
-  ``asyncio.gather``.
+  ``asyncio.gather``;
+- the peak resident memory of ``dsh-tools demo`` (run as a child process).
 
 Each figure is the median of several runs.
 """
@@ -13,7 +14,10 @@ Each figure is the median of several runs.
 from __future__ import annotations
 
 import asyncio
+import resource
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -26,7 +30,7 @@ from .actors import ExecuteBatch, ExecuteCall, ToolCall
 from .actors._config import ToolsConfig
 from .registry import ToolOutput, define_tool
 
-__all__ = ["measure_code_mode", "measure_pipeline", "measure_pool"]
+__all__ = ["measure_code_mode", "measure_demo_rss", "measure_pipeline", "measure_pool"]
 
 Progress = Callable[[str], None]
 
@@ -198,3 +202,22 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
                 once(program)
             figures[key] = _median(runs, partial(once, program))
     return figures
+
+
+def measure_demo_rss(progress: Progress | None = None) -> dict[str, float]:
+    """Peak resident memory (MB) of ``dsh-tools demo`` run as a child process.
+
+    The kernel reports the largest peak among the waited-for descendants, so the figure is an
+    upper bound on the host process (its Code Mode workers are counted if they were larger).
+    """
+    if progress:
+        progress("resident memory of the demo")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    subprocess.run(
+        [sys.executable, "-m", "dsh_tools.cli", "demo"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=120,
+    )
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"demo_rss_mb": max(peak_kb, before) / 1024}

@@ -347,19 +347,21 @@ _BARS: list[tuple[str, str, str, float | None]] = [
     ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
     ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
     ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
+    ("demo_rss_mb", "resident memory of the demo (peak)", "MB", 80),
 ]
 
 
 def run_bench(out: TextIO, *, as_json: bool, runs: int, code_mode: bool) -> int:
     """Measure and print the benchmark table (or JSON)."""
-    from ._bench import measure_code_mode, measure_pipeline, measure_pool
+    from ._bench import measure_code_mode, measure_demo_rss, measure_pipeline, measure_pool
 
-    progress = _Progress(3 + 5 + (2 if code_mode else 0))
+    progress = _Progress(3 + 5 + (3 if code_mode else 0))
     figures: dict[str, float] = {}
     figures.update(measure_pipeline(runs=runs, progress=progress.step))
     figures.update(measure_pool(runs=runs, progress=progress.step))
     if code_mode:
         figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
+        figures.update(measure_demo_rss(progress=progress.step))
     progress.close()
     if as_json:
         print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)
