@@ -464,13 +464,16 @@ class _Worker:
 def _trim(
     tb: types.TracebackType | None, code: types.CodeType | None
 ) -> types.TracebackType | None:
-    """Keep the traceback from the program's own frame down, minus trailing worker frames."""
+    """Keep the traceback from the program's own frame down, minus trailing worker frames.
+
+    A traceback that never passed through the program (the program broke the worker's event
+    loop, say) shows no frames at all: they would all be the worker's.
+    """
     if code is not None:
         cursor = tb
         while cursor is not None and cursor.tb_frame.f_code is not code:
             cursor = cursor.tb_next
-        if cursor is not None:
-            tb = cursor
+        tb = cursor
     entries: list[types.TracebackType] = []
     cursor = tb
     while cursor is not None:

@@ -1,0 +1,718 @@
+"""Code runtime, real subprocess: Python program semantics and the seam (code-mode 13 W 71-86,
+99) plus the program environment of section 11.6."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from msgspec import UNSET
+
+from dsh_tools.actors import AbortController, FrozenDict, FrozenList
+from dsh_tools.codebridge import (
+    BindingNamespace,
+    CodeRunFailure,
+    CodeRunRequest,
+    CodeRunResult,
+    CodeRuntime,
+    CodeRuntimeConfig,
+    ErrorClassSpec,
+    SubprocessCodeRuntime,
+    runtime_config_from,
+)
+from dsh_tools.codebridge._tokens import tokenize
+
+TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
+
+
+async def echo(value: Any) -> Any:
+    return f"echo:{value['value']}"
+
+
+def tools(**functions: Any) -> list[BindingNamespace]:
+    return [BindingNamespace("tools", functions, TOOL_CALL_ERROR)]
+
+
+def run(
+    runtime: SubprocessCodeRuntime, program: str, bindings: list[BindingNamespace] | None = None
+) -> CodeRunResult:
+    return asyncio.run(runtime.run(CodeRunRequest(program, bindings or [])))
+
+
+def failure(result: CodeRunResult) -> tuple[str, str]:
+    assert result.error is not None, result
+    return result.error.kind, result.error.message
+
+
+def same_json(actual: Any, expected: Any) -> bool:
+    """Deep equality without recursion (Python's == recurses on deep lists)."""
+    frozen = tokenize(actual, (dict, FrozenDict), (list, FrozenList))
+    return frozen is not None and frozen == tokenize(expected)
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[SubprocessCodeRuntime]:
+    shared = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=10_000, max_wall_ms=30_000))
+    yield shared
+    shared.close()
+
+
+@pytest.fixture
+def fresh_runtime() -> Iterator[SubprocessCodeRuntime]:
+    own = SubprocessCodeRuntime()
+    yield own
+    own.close()
+
+
+# --- W 71-86: Python program semantics --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("program", "value"),
+    [
+        ("x = 1", UNSET),
+        ("return", UNSET),
+        ("return None", None),
+        ("if True:\n    return 5", 5),
+        ("def f():\n    return\nreturn f()", None),
+    ],
+    ids=["falls-off", "bare-return", "return-none", "nested-block", "inner-bare-return"],
+)
+def test_w71_return_none_is_a_result_and_bare_return_is_none(
+    runtime: SubprocessCodeRuntime, program: str, value: Any
+) -> None:
+    result = run(runtime, program)
+    assert result == CodeRunResult([], value=value)
+
+
+def test_w72_multiline_strings_keep_their_text_and_errors_keep_the_models_line(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    text = run(runtime, 'text = """first\n    indented\n  back"""\nreturn text')
+    assert text.value == "first\n    indented\n  back"
+    kind, message = failure(run(runtime, "x = 1\ny = 2\nraise KeyError('third line')"))
+    assert kind == "exception"
+    assert 'File "<run_code>", line 3, in <module>' in message
+    assert "raise KeyError('third line')" in message
+
+
+def test_w73_gather_create_task_and_task_group_work(runtime: SubprocessCodeRuntime) -> None:
+    gathered = run(
+        runtime,
+        'return await asyncio.gather(tools.echo({"value": "a"}), tools.echo({"value": "b"}))',
+        tools(echo=echo),
+    )
+    assert gathered.value == ["echo:a", "echo:b"]
+    program = """
+task = asyncio.create_task(tools.echo({"value": "t"}))
+async with asyncio.TaskGroup() as group:
+    first = group.create_task(tools.echo({"value": "g1"}))
+    second = group.create_task(tools.echo({"value": "g2"}))
+waited = await asyncio.wait_for(tools.echo({"value": "w"}), 10)
+return [await task, first.result(), second.result(), waited]
+"""
+    assert run(runtime, program, tools(echo=echo)).value == [
+        "echo:t",
+        "echo:g1",
+        "echo:g2",
+        "echo:w",
+    ]
+
+
+def test_w74_a_call_never_awaited_is_still_submitted_without_noise(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def scenario() -> tuple[CodeRunResult, list[Any]]:
+        calls: list[Any] = []
+        called = asyncio.Event()
+
+        async def recording_echo(value: Any) -> Any:
+            calls.append(value)
+            called.set()
+            return await echo(value)
+
+        program = 'tools.echo({"value": "fire"})\nreturn "done"'
+        result = await runtime.run(CodeRunRequest(program, tools(echo=recording_echo)))
+        await asyncio.wait_for(called.wait(), 5)
+        return result, calls
+
+    result, calls = asyncio.run(scenario())
+    assert result == CodeRunResult([], value="done")
+    assert calls == [{"value": "fire"}]
+
+
+def test_w75_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
+    program = """
+import sys
+print("point", {"x": 1})
+sys.stdout.write("raw-out\\n")
+print("careful", file=sys.stderr)
+print()
+return 1 + 2
+"""
+    result = run(runtime, program)
+    assert result == CodeRunResult(["point {'x': 1}", "raw-out\n", "careful", ""], value=3)
+
+
+def test_w76_bindings_round_trip_and_failures_raise_tool_call_error(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def echo_args(value: Any) -> Any:
+        return {"echoed": value}
+
+    async def fail(value: Any) -> Any:
+        raise Exception("nope")
+
+    program = """
+echoed = await tools.echo({"a": [1, {"b": None}], "n": 2**64 - 1, "f": 1.5})
+try:
+    await tools.fail({})
+except ToolCallError as e:
+    caught = [isinstance(e, ToolCallError), e.tool_name, e.message, str(e), type(e).__name__]
+return [echoed, caught]
+"""
+    result = run(runtime, program, tools(echo=echo_args, fail=fail))
+    assert result.value == [
+        {"echoed": {"a": [1, {"b": None}], "n": 2**64 - 1, "f": 1.5}},
+        [True, "fail", "nope", "nope", "ToolCallError"],
+    ]
+
+
+def test_w77_a_generic_error_class_descriptor_names_its_own_member(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def broken(value: Any) -> Any:
+        raise RuntimeError("helper down")
+
+    bindings = [
+        BindingNamespace(
+            "helpers", {"broken": broken}, ErrorClassSpec("HelperCallError", "helper_name")
+        )
+    ]
+    program = """
+try:
+    await helpers.broken({})
+except HelperCallError as e:
+    return [type(e).__name__, e.helper_name, str(e), hasattr(e, "tool_name")]
+"""
+    assert run(runtime, program, bindings).value == [
+        "HelperCallError",
+        "broken",
+        "helper down",
+        False,
+    ]
+
+
+def test_w78_non_lossless_arguments_are_rejected_in_the_worker(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    calls: list[Any] = []
+
+    async def recording(value: Any) -> Any:
+        calls.append(value)
+        return "sent"
+
+    program = """
+class Custom:
+    pass
+out = []
+for arg in [(1, 2), {1: "x"}, float("inf"), -0.0, {"s": {1}}, Custom()]:
+    try:
+        await tools.echo(arg)
+        out.append("sent")
+    except ToolCallError as e:
+        out.append([e.tool_name, e.message])
+return out
+"""
+    result = run(runtime, program, tools(echo=recording))
+    assert result.value == [["echo", "binding arguments must be lossless JSON"]] * 6
+    assert calls == []
+
+
+def test_w79_a_non_lossless_resolution_is_rejected(runtime: SubprocessCodeRuntime) -> None:
+    async def returns_set(value: Any) -> Any:
+        return {1, 2}
+
+    program = """
+try:
+    await tools.odd({})
+except ToolCallError as e:
+    return e.message
+"""
+    result = run(runtime, program, tools(odd=returns_set))
+    assert result.value == "binding resolution must be lossless JSON"
+
+
+@pytest.mark.parametrize(
+    "expression", ["(1, 2)", "{1: 2}", 'float("nan")', "-0.0", "float('inf')", "{'s': {1}}"]
+)
+def test_w80_a_non_lossless_completion_is_invalid_output(
+    runtime: SubprocessCodeRuntime, expression: str
+) -> None:
+    result = run(runtime, f"return {expression}")
+    assert result == CodeRunResult(
+        [], error=CodeRunFailure("invalid-output", "program completion must be lossless JSON")
+    )
+
+
+def test_w81_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:
+    assert run(runtime, "return [7] * 50000").value == [7] * 50000
+
+    async def identity(value: Any) -> Any:
+        return value
+
+    program = """
+value = "leaf"
+for _ in range(3000):
+    value = [value]
+return await tools.identity(value)
+"""
+    expected: Any = "leaf"
+    for _ in range(3000):
+        expected = [expected]
+    result = run(runtime, program, tools(identity=identity))
+    assert result.error is None
+    assert same_json(result.value, expected)
+
+
+def test_5000_deep_values_work_end_to_end(runtime: SubprocessCodeRuntime) -> None:
+    seen: list[Any] = []
+
+    async def identity(value: Any) -> Any:
+        seen.append(value)
+        return value
+
+    program = """
+value = {"leaf": [1, 2.5, None, True, "x"]}
+for _ in range(5000):
+    value = [value]
+back = await tools.identity(value)
+depth = 0
+while isinstance(back, list):
+    back = back[0]
+    depth += 1
+return {"depth": depth, "leaf": back, "again": value}
+"""
+    result = run(runtime, program, tools(identity=identity))
+    expected: Any = {"leaf": [1, 2.5, None, True, "x"]}
+    for _ in range(5000):
+        expected = [expected]
+    assert result.error is None
+    assert result.value["depth"] == 5000
+    assert result.value["leaf"] == {"leaf": [1, 2.5, None, True, "x"]}
+    assert same_json(result.value["again"], expected)
+    assert same_json(seen[0], expected)
+
+
+def test_w82_syntax_errors_and_yield_fail_before_any_process_starts(
+    fresh_runtime: SubprocessCodeRuntime,
+) -> None:
+    kind, message = failure(run(fresh_runtime, "def f(:"))
+    assert kind == "exception"
+    assert message.startswith('  File "<run_code>", line 1')
+    assert message.endswith("SyntaxError: invalid syntax")
+    kind, message = failure(run(fresh_runtime, "x = 1\nyield x"))
+    assert kind == "exception"
+    assert "'yield' is not allowed in a run_code program body" in message
+    assert fresh_runtime.template_pid is None  # nothing was spawned
+
+
+def test_w83_an_uncaught_exception_keeps_earlier_logs(runtime: SubprocessCodeRuntime) -> None:
+    result = run(runtime, 'print("before")\nraise ValueError("kaboom")')
+    assert result.logs == ["before"]
+    kind, message = failure(result)
+    assert kind == "exception"
+    assert message.startswith("Traceback (most recent call last):")
+    assert message.endswith("ValueError: kaboom")
+
+
+def test_w84_the_program_sees_an_empty_environment(runtime: SubprocessCodeRuntime) -> None:
+    assert run(runtime, "import os\nreturn dict(os.environ)").value == {}
+
+
+@pytest.mark.parametrize("program", ["import sys\nsys.exit(7)", "import os\nos._exit(7)"])
+def test_w85_exiting_is_a_worker_exit(runtime: SubprocessCodeRuntime, program: str) -> None:
+    assert run(runtime, program) == CodeRunResult(
+        [], error=CodeRunFailure("worker-exit", "worker exited with code 7 before completing")
+    )
+
+
+def test_w86_no_state_survives_between_runs(runtime: SubprocessCodeRuntime) -> None:
+    assert run(runtime, "import builtins\nbuiltins.leak = 1\nreturn 1").value == 1
+    assert run(runtime, 'return hasattr(__import__("builtins"), "leak")').value is False
+
+
+# --- the program environment (11.6) ----------------------------------------------------------
+
+
+def test_the_namespace_exposes_bindings_by_item_and_attribute(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def named(value: Any) -> Any:
+        return "named"
+
+    bindings = tools(**{"keys": named, "__class__": named, "my-tool": named, "echo": echo})
+    program = """
+out = {
+    "dir": dir(tools),
+    "list": list(tools),
+    "len": len(tools),
+    "in": ["echo" in tools, "nope" in tools],
+    "keys": await tools.keys({}),
+    "dunder": await tools["__class__"]({}),
+    "exotic": await tools["my-tool"]({}),
+}
+try:
+    tools.nope
+except AttributeError:
+    out["attr_missing"] = True
+try:
+    tools["nope"]
+except KeyError:
+    out["item_missing"] = True
+try:
+    tools.echo()
+except TypeError:
+    out["arity"] = True
+return out
+"""
+    assert run(runtime, program, bindings).value == {
+        "dir": ["__class__", "echo", "keys", "my-tool"],
+        "list": ["__class__", "echo", "keys", "my-tool"],
+        "len": 4,
+        "in": [True, False],
+        "keys": "named",
+        "dunder": "named",
+        "exotic": "named",
+        "attr_missing": True,
+        "item_missing": True,
+        "arity": True,
+    }
+
+
+def test_a_namespace_without_error_class_rejects_with_plain_exception(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def fail(value: Any) -> Any:
+        raise ValueError("plain")
+
+    program = """
+try:
+    await ToolCallError.fail({})
+except Exception as e:
+    return [type(e).__name__, str(e)]
+"""
+    bindings = [BindingNamespace("ToolCallError", {"fail": fail})]
+    assert run(runtime, program, bindings).value == ["Exception", "plain"]
+
+
+def test_bindings_refuse_calls_from_other_threads(runtime: SubprocessCodeRuntime) -> None:
+    program = """
+import threading
+errors = []
+def worker():
+    try:
+        tools.echo({"value": "x"})
+    except RuntimeError as e:
+        errors.append(str(e))
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+return errors
+"""
+    assert run(runtime, program, tools(echo=echo)).value == [
+        "tools bindings must be called from the run_code event loop"
+    ]
+
+
+def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime) -> None:
+    async def fail(value: Any) -> Any:
+        raise Exception("denied")
+
+    kind, message = failure(run(runtime, "await tools.fail({})", tools(fail=fail)))
+    assert kind == "exception"
+    assert message == (
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 1, in <module>\n'
+        "    await tools.fail({})\n"
+        "ToolCallError: denied"
+    )
+
+
+def test_an_unrenderable_exception_is_reported_as_such(runtime: SubprocessCodeRuntime) -> None:
+    program = """
+class Hostile(Exception):
+    def __str__(self):
+        raise RuntimeError("no")
+raise Hostile()
+"""
+    assert failure(run(runtime, program)) == ("exception", "program threw an unrenderable value")
+
+
+def test_lone_surrogates_in_logs_become_replacement_characters(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    assert run(runtime, 'print("a\\ud800b")').logs == ["a\ufffdb"]
+
+
+def test_native_output_of_child_processes_is_logged(runtime: SubprocessCodeRuntime) -> None:
+    program = 'import subprocess\nsubprocess.run(["echo", "from-child"], check=True)\nreturn 1'
+    assert run(runtime, program) == CodeRunResult(["from-child\n"], value=1)
+
+
+def test_prints_to_other_streams_behave_normally(runtime: SubprocessCodeRuntime) -> None:
+    program = """
+import contextlib, io
+buffer = io.StringIO()
+with contextlib.redirect_stdout(buffer):
+    print("captured")
+print("logged")
+return buffer.getvalue()
+"""
+    assert run(runtime, program) == CodeRunResult(["logged"], value="captured\n")
+
+
+def test_each_run_has_its_own_session_and_process_group(runtime: SubprocessCodeRuntime) -> None:
+    program = "import os\nreturn [os.getpid(), os.getsid(0), os.getpgid(0), os.getppid()]"
+    pid, session, group, parent = run(runtime, program).value
+    assert session == pid
+    assert group == pid
+    assert parent == runtime.template_pid
+    assert pid != run(runtime, "import os\nreturn os.getpid()").value
+
+
+def test_no_descriptor_is_inherited(runtime: SubprocessCodeRuntime, tmp_path: Any) -> None:
+    marker = tmp_path / "host-only-file"
+    held = os.open(marker, os.O_CREAT | os.O_RDWR)
+    program = """
+import os
+out = {}
+for fd in range(0, 1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    out[str(fd)] = os.readlink(f"/proc/self/fd/{fd}")
+return out
+"""
+    try:
+        opened = run(runtime, program).value
+    finally:
+        os.close(held)
+    assert opened["0"] == "/dev/null"
+    assert all(opened[fd].startswith("pipe:") for fd in ("1", "2", "3", "4"))
+    extra = {fd: target for fd, target in opened.items() if int(fd) > 4}
+    # Beyond the five, only what the worker's own event loop opened (epoll, its self-pipe).
+    assert all(target.startswith(("anon_inode:", "socket:")) for target in extra.values()), extra
+    assert str(marker) not in opened.values()
+
+
+def test_channel_descriptors_are_not_inheritable(runtime: SubprocessCodeRuntime) -> None:
+    program = "import os\nreturn [os.get_inheritable(fd) for fd in range(5)]"
+    assert run(runtime, program).value == [True, True, True, False, False]
+
+
+def test_limits_are_applied_in_the_worker() -> None:
+    limited = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=2500, max_memory_mb=300))
+    try:
+        program = """
+import resource
+return [list(resource.getrlimit(resource.RLIMIT_AS)), list(resource.getrlimit(resource.RLIMIT_CPU)),
+        list(resource.getrlimit(resource.RLIMIT_CORE))]
+"""
+        memory, cpu, core = run(limited, program).value
+    finally:
+        limited.close()
+    assert memory == [300 * 2**20, 300 * 2**20]
+    assert cpu == [4, 5]
+    assert core == [0, 0]
+
+
+def test_runs_may_be_in_flight_at_once(runtime: SubprocessCodeRuntime) -> None:
+    async def scenario() -> list[CodeRunResult]:
+        gate = asyncio.Event()
+        waiting = 0
+
+        async def wait_for_all(value: Any) -> Any:
+            nonlocal waiting
+            waiting += 1
+            if waiting == 3:
+                gate.set()
+            await gate.wait()
+            return value["n"]
+
+        bindings = tools(meet=wait_for_all)
+        return await asyncio.gather(
+            *[
+                runtime.run(CodeRunRequest(f'return await tools.meet({{"n": {n}}})', bindings))
+                for n in range(3)
+            ]
+        )
+
+    assert [result.value for result in asyncio.run(scenario())] == [0, 1, 2]
+
+
+def test_runs_from_another_threads_event_loop_work(runtime: SubprocessCodeRuntime) -> None:
+    results: list[CodeRunResult] = []
+    thread = threading.Thread(target=lambda: results.append(run(runtime, "return 'other'")))
+    thread.start()
+    thread.join()
+    assert results[0].value == "other"
+
+
+# --- W 99 and the seam: misuse raises before anything starts ----------------------------------
+
+
+def test_the_subprocess_runtime_is_a_code_runtime() -> None:
+    runtime = SubprocessCodeRuntime()
+    assert isinstance(runtime, CodeRuntime)
+    assert (runtime.language, runtime.isolation) == ("python", "process")
+    assert runtime.config == CodeRuntimeConfig()
+
+
+def _namespace(name: str, error: ErrorClassSpec | None = None) -> BindingNamespace:
+    return BindingNamespace(name, {"echo": echo}, error)
+
+
+@pytest.mark.parametrize(
+    "bindings",
+    [
+        [_namespace("not valid!")],
+        [_namespace("await")],
+        [_namespace("print")],
+        [_namespace("asyncio")],
+        [_namespace("tools"), _namespace("tools")],
+        [_namespace("tools", ErrorClassSpec("not valid!", "tool_name"))],
+        [_namespace("tools", ErrorClassSpec("print", "tool_name"))],
+        [_namespace("tools", ErrorClassSpec("tools", "tool_name"))],
+        [
+            _namespace("tools", ErrorClassSpec("E", "a")),
+            _namespace("more", ErrorClassSpec("E", "b")),
+        ],
+        [_namespace("tools", ErrorClassSpec("E", "x")), _namespace("E")],
+        [_namespace("tools", ErrorClassSpec("ToolCallError", ""))],
+        [_namespace("tools", ErrorClassSpec("ToolCallError", "args"))],
+        [_namespace("tools", ErrorClassSpec("ToolCallError", "message"))],
+        [_namespace("tools", ErrorClassSpec("ToolCallError", "with_traceback"))],
+        [_namespace("tools", ErrorClassSpec("ToolCallError", "add_note"))],
+        [_namespace("tools", ErrorClassSpec("ToolCallError", "_private"))],
+    ],
+    ids=lambda bindings: repr([(b.global_name, b.error_class) for b in bindings]),
+)
+def test_w99_misused_bindings_raise_before_spawning(
+    fresh_runtime: SubprocessCodeRuntime, bindings: list[BindingNamespace]
+) -> None:
+    with pytest.raises(ValueError, match=r"^code runtime: "):
+        run(fresh_runtime, "return 1", bindings)
+    assert fresh_runtime.template_pid is None
+
+
+def test_w99_a_namespace_named_like_an_error_class_is_allowed(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    result = run(
+        runtime, 'return await ToolCallError.echo({"value": "ok"})', [_namespace("ToolCallError")]
+    )
+    assert result.value == "echo:ok"
+
+
+def _positive(key: str, got: str) -> str:
+    return f"code runtime: config.{key} must be a positive number, got {got}"
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "message"),
+    [
+        ({"compute_ms": -1}, ValueError, _positive("compute_ms", "-1")),
+        ({"max_wall_ms": 0}, ValueError, _positive("max_wall_ms", "0")),
+        ({"max_memory_mb": float("inf")}, ValueError, _positive("max_memory_mb", "inf")),
+        ({"compute_ms": True}, TypeError, _positive("compute_ms", "True")),
+        (
+            {"max_output_bytes": 3},
+            ValueError,
+            "code runtime: config.max_output_bytes must be a safe integer of at least 4, got 3",
+        ),
+        (
+            {"max_output_bytes": 4.5},
+            ValueError,
+            "code runtime: config.max_output_bytes must be a safe integer of at least 4, got 4.5",
+        ),
+        (
+            {"max_frame_bytes": 0},
+            ValueError,
+            "code runtime: config.max_frame_bytes must be a positive safe integer, got 0",
+        ),
+    ],
+)
+def test_w99_bad_config_values_are_rejected(
+    settings: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as raised:
+        CodeRuntimeConfig(**settings)
+    assert str(raised.value) == message
+
+
+def test_runtime_config_from_copies_the_five_budgets() -> None:
+    class Settings:
+        compute_ms = 1500
+        max_wall_ms = 9000
+        max_output_bytes = 1024
+        max_memory_mb = 128
+        max_frame_bytes = 4096
+
+    assert runtime_config_from(Settings()) == CodeRuntimeConfig(
+        compute_ms=1500,
+        max_wall_ms=9000,
+        max_output_bytes=1024,
+        max_memory_mb=128,
+        max_frame_bytes=4096,
+    )
+
+
+def test_w99_disposal_settles_live_runs_reaps_workers_and_refuses_later_runs() -> None:
+    disposable = SubprocessCodeRuntime()
+
+    async def scenario() -> tuple[CodeRunResult, int]:
+        started = asyncio.Event()
+
+        async def ready(value: Any) -> Any:
+            started.set()
+            return None
+
+        program = "import os\nprint(os.getpid())\nawait tools.ready({})\nwhile True:\n    pass"
+        task = asyncio.create_task(disposable.run(CodeRunRequest(program, tools(ready=ready))))
+        await asyncio.wait_for(started.wait(), 10)
+        await disposable.dispose()
+        result = await task
+        return result, int(result.logs[0])
+
+    result, pid = asyncio.run(scenario())
+    assert result.error == CodeRunFailure("abort", "runtime disposed")
+    assert not os.path.exists(f"/proc/{pid}")  # killed and reaped before dispose returned
+    with pytest.raises(RuntimeError, match=r"^code runtime: run\(\) after disposal$"):
+        run(disposable, "return 1")
+
+
+def test_pre_aborted_and_misuse_paths_never_spawn(fresh_runtime: SubprocessCodeRuntime) -> None:
+    signal = AbortController()
+    signal.abort("too-late")
+    request = CodeRunRequest("return 1", [], signal.signal)
+    assert asyncio.run(fresh_runtime.run(request)) == CodeRunResult(
+        [], error=CodeRunFailure("abort", "too-late")
+    )
+    with pytest.raises(TypeError):
+        asyncio.run(fresh_runtime.run("return 1"))  # type: ignore[arg-type]
+    assert fresh_runtime.template_pid is None
+
+
+def test_a_program_that_breaks_the_workers_loop_shows_no_worker_frames(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    result = run(runtime, "asyncio.get_running_loop().stop()\nawait asyncio.sleep(1)")
+    assert result.error == CodeRunFailure(
+        "exception", "RuntimeError: Event loop stopped before Future completed."
+    )

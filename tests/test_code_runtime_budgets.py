@@ -1,0 +1,736 @@
+"""Code runtime, real subprocess: budgets, the output ledger, hostile frames and containment
+(code-mode 13 W 87-98, SPEC 5b.22-23) and the fault cases (after each, nothing is left behind)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import msgspec
+import pytest
+
+from dsh_tools.actors import AbortController, FrozenDict, FrozenList
+from dsh_tools.codebridge import (
+    BindingNamespace,
+    CodeRunFailure,
+    CodeRunRequest,
+    CodeRunResult,
+    CodeRuntimeConfig,
+    ErrorClassSpec,
+    SubprocessCodeRuntime,
+)
+from dsh_tools.codebridge._frames import (
+    Call,
+    Done,
+    DoneError,
+    Log,
+    OutputLimit,
+    encode_frame,
+)
+from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
+
+TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
+DEFAULT_LIMIT = "outer output exceeded 67108864 bytes"
+
+
+def tools(**functions: Any) -> list[BindingNamespace]:
+    return [BindingNamespace("tools", functions, TOOL_CALL_ERROR)]
+
+
+def run(
+    runtime: SubprocessCodeRuntime,
+    program: str,
+    bindings: list[BindingNamespace] | None = None,
+    abort: AbortController | None = None,
+) -> CodeRunResult:
+    request = CodeRunRequest(program, bindings or [], None if abort is None else abort.signal)
+    return asyncio.run(runtime.run(request))
+
+
+def failure(result: CodeRunResult) -> tuple[str, str]:
+    assert result.error is not None, result
+    return result.error.kind, result.error.message
+
+
+def counted_bytes(result: CodeRunResult) -> int:
+    """What the ledger counts: the logs array plus the value or the failure message."""
+    size = len(msgspec.json.encode(list(result.logs)))
+    if result.error is not None:
+        return size + len(msgspec.json.encode(result.error.message))
+    if result.value is not msgspec.UNSET:
+        return size + len(msgspec.json.encode(result.value))
+    return size
+
+
+def limit_result(cap: int) -> CodeRunResult:
+    return CodeRunResult(
+        [], error=CodeRunFailure("output-limit", f"outer output exceeded {cap} bytes")
+    )
+
+
+def forge(*frames: Any) -> bytes:
+    """Frames a hostile program writes to the worker->host channel itself."""
+    return b"".join(bytes(encode_frame(frame)) for frame in frames)
+
+
+def raw_frame(body: bytes) -> bytes:
+    return len(body).to_bytes(8, "big") + body
+
+
+def writes_then(forged: bytes, rest: str) -> str:
+    return f"import os\nos.write(4, {forged!r})\n{rest}"
+
+
+def members_of(session: int) -> list[str]:
+    """Processes whose session or process group is ``session`` (state letter and pid)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        fields = data[data.rindex(b")") + 2 :].split()
+        if session in (int(fields[2]), int(fields[3])):
+            found.append(f"{entry}:{fields[0].decode()}")
+    return found
+
+
+def assert_nothing_left(session: int) -> None:
+    """Every process of the run's session is gone (zombies included, so reaped).
+
+    The template reaps killed grandchildren on its own schedule, which the test cannot await;
+    poll /proc for a bounded time instead.
+    """
+    deadline = time.monotonic() + 5
+    while members := members_of(session):
+        if time.monotonic() > deadline:
+            pytest.fail(f"processes left behind in session {session}: {members}")
+        time.sleep(0.005)
+
+
+@pytest.fixture(scope="module")
+def runtime_with() -> Iterator[Callable[..., SubprocessCodeRuntime]]:
+    made: dict[tuple[tuple[str, Any], ...], SubprocessCodeRuntime] = {}
+
+    def make(**settings: Any) -> SubprocessCodeRuntime:
+        settings.setdefault("max_wall_ms", 30_000)
+        settings.setdefault("compute_ms", 10_000)
+        key = tuple(sorted(settings.items()))
+        if key not in made:
+            made[key] = SubprocessCodeRuntime(CodeRuntimeConfig(**settings))
+        return made[key]
+
+    yield make
+    for runtime in made.values():
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def runtime(runtime_with: Callable[..., SubprocessCodeRuntime]) -> SubprocessCodeRuntime:
+    return runtime_with()
+
+
+# --- W 87-91: budgets -------------------------------------------------------------------------
+
+
+def test_w87_a_hot_loop_exhausts_the_compute_budget_despite_pending_calls(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    async def never(value: Any) -> Any:
+        await asyncio.Event().wait()
+
+    program = "import os\nprint(os.getpid())\ntools.slow({})\nwhile True:\n    pass"
+    result = run(runtime_with(compute_ms=300), program, tools(slow=never))
+    assert failure(result) == ("timeout", "compute budget exhausted (300ms busy)")
+    assert_nothing_left(int(result.logs[0]))
+
+
+def test_w87_waiting_on_a_slow_binding_accrues_no_compute(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    async def slow(value: Any) -> Any:
+        await asyncio.sleep(1.5)
+        return "slow-done"
+
+    result = run(runtime_with(compute_ms=1000), "return await tools.slow({})", tools(slow=slow))
+    assert result == CodeRunResult([], value="slow-done")
+
+
+def test_w88_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    async def never(value: Any) -> Any:
+        await asyncio.Event().wait()
+
+    program = "import os\nprint(os.getpid())\nawait tools.never({})"
+    result = run(runtime_with(max_wall_ms=400), program, tools(never=never))
+    assert failure(result) == ("timeout", "wall-clock ceiling reached (400ms)")
+    assert_nothing_left(int(result.logs[0]))
+
+
+def test_w89_abort_ends_a_hot_loop(runtime: SubprocessCodeRuntime) -> None:
+    async def scenario() -> CodeRunResult:
+        controller = AbortController()
+        loop = asyncio.get_running_loop()
+
+        async def ready(value: Any) -> Any:
+            loop.call_later(0.15, controller.abort, "user-cancel")
+            return None
+
+        program = "import os\nprint(os.getpid())\nawait tools.ready({})\nwhile True:\n    pass"
+        request = CodeRunRequest(program, tools(ready=ready), controller.signal)
+        return await runtime.run(request)
+
+    result = asyncio.run(scenario())
+    assert result.error == CodeRunFailure("abort", "user-cancel")
+    assert_nothing_left(int(result.logs[0]))
+
+
+def test_w89_a_pre_aborted_signal_fails_without_spawning() -> None:
+    fresh = SubprocessCodeRuntime()
+    controller = AbortController()
+    controller.abort("too-late")
+    try:
+        assert run(fresh, "return 1", abort=controller) == CodeRunResult(
+            [], error=CodeRunFailure("abort", "too-late")
+        )
+        assert fresh.template_pid is None
+    finally:
+        fresh.close()
+
+
+def test_w89_failures_before_spawn_go_through_the_ledger(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    controller = AbortController()
+    controller.abort("r" * 1000)
+    assert run(runtime_with(max_output_bytes=64), "return 1", abort=controller) == limit_result(64)
+    tiny = run(runtime_with(max_output_bytes=4), "def f(:")
+    assert failure(tiny)[0] == "output-limit"
+    assert counted_bytes(tiny) <= 4
+
+
+def test_w90_an_abort_during_a_call_wins_and_the_late_resolution_is_dropped(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def scenario() -> tuple[CodeRunResult, list[Any]]:
+        loop = asyncio.get_running_loop()
+        problems: list[Any] = []
+        loop.set_exception_handler(lambda _loop, context: problems.append(context))
+        controller = AbortController()
+        resolved = asyncio.Event()
+
+        async def late(value: Any) -> Any:
+            loop.call_later(0.1, controller.abort, "cancel-now")
+            await asyncio.sleep(0.4)
+            resolved.set()
+            return "too late"
+
+        request = CodeRunRequest("return await tools.late({})", tools(late=late), controller.signal)
+        result = await runtime.run(request)
+        await asyncio.wait_for(resolved.wait(), 5)
+        await asyncio.sleep(0)  # let the dropped reply's task finish
+        return result, problems
+
+    result, problems = asyncio.run(scenario())
+    assert result == CodeRunResult([], error=CodeRunFailure("abort", "cancel-now"))
+    assert problems == []
+
+
+def test_w91_unbounded_allocation_fails_the_run_and_the_next_run_works(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    limited = runtime_with(max_memory_mb=64)
+    program = """
+import os
+print(os.getpid())
+hoard = []
+while True:
+    hoard.append(bytearray(1 << 20))
+"""
+    result = run(limited, program)
+    kind, message = failure(result)
+    assert (kind == "exception" and "MemoryError" in message) or kind == "worker-exit"
+    assert_nothing_left(int(result.logs[0]))
+    assert run(limited, 'return "alive"').value == "alive"
+
+
+# --- W 92-95: the exact ledger ----------------------------------------------------------------
+
+
+def test_w92_a_value_fits_the_cap_to_the_byte(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    assert run(runtime_with(max_output_bytes=7), 'return "€"').value == "€"
+    assert failure(run(runtime_with(max_output_bytes=6), 'return "€"'))[0] == "output-limit"
+    program = 'print("abc")\nreturn "xy"'
+    assert run(runtime_with(max_output_bytes=11), program) == CodeRunResult(["abc"], value="xy")
+    over = run(runtime_with(max_output_bytes=10), program)
+    assert failure(over)[0] == "output-limit"
+    assert counted_bytes(over) <= 10
+
+
+def test_w92_an_exception_message_fits_the_cap_to_the_byte(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    program = 'print("abc")\nraise ValueError("xy")'
+    uncapped = run(runtime_with(), program)
+    _, message = failure(uncapped)
+    cap = 7 + len(msgspec.json.encode(message))
+    assert run(runtime_with(max_output_bytes=cap), program) == uncapped
+    assert failure(run(runtime_with(max_output_bytes=cap - 1), program))[0] == "output-limit"
+
+
+def test_w93_a_flood_of_logs_ends_as_output_limit_with_a_bounded_prefix(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    result = run(
+        runtime_with(max_output_bytes=300), 'for i in range(1000):\n    print("spam line", i)'
+    )
+    assert result.error == CodeRunFailure("output-limit", "outer output exceeded 300 bytes")
+    assert result.value is msgspec.UNSET
+    assert result.logs
+    assert len(msgspec.json.encode(list(result.logs))) < 300
+    assert counted_bytes(result) <= 300
+
+
+def test_w93_an_oversized_first_entry_keeps_its_fitting_prefix(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    result = run(runtime_with(max_output_bytes=96), 'print("start-" + \'😀"\\\\\\n\' * 100)')
+    assert failure(result)[0] == "output-limit"
+    assert len(result.logs) == 1
+    assert result.logs[0].startswith("start-")
+    assert counted_bytes(result) <= 96
+
+
+@pytest.mark.parametrize("program", ['return "y" * 10000', 'raise ValueError("x" * 1_000_000)'])
+def test_w93_an_oversized_completion_is_exactly_output_limit(
+    runtime_with: Callable[..., SubprocessCodeRuntime], program: str
+) -> None:
+    assert run(runtime_with(max_output_bytes=64), program) == limit_result(64)
+
+
+def test_w94_the_default_cap_is_64_mib_to_the_byte(runtime: SubprocessCodeRuntime) -> None:
+    fits = run(runtime, 'return "x" * 67_108_860')
+    assert fits.error is None
+    assert fits.value == "x" * 67_108_860
+    assert run(runtime, 'return "x" * 67_108_861') == limit_result(67_108_864)
+
+
+def test_w95_native_output_goes_through_the_same_ledger(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    program = """
+import os, time
+os.write(1, b"a" * 20)
+time.sleep(0.05)
+os.write(1, b"b" * 100)
+time.sleep(0.05)
+return 1
+"""
+    result = run(runtime_with(max_output_bytes=80), program)
+    assert failure(result)[0] == "output-limit"
+    assert result.logs[0] == "a" * 20
+    assert len(result.logs) == 2
+    assert result.logs[1]
+    assert ("b" * 100).startswith(result.logs[1])
+
+
+def test_w95_native_output_is_captured_until_the_end_after_a_forged_done(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    forged = forge(Done(value=["done"]))
+    program = f"""
+import os
+payload = b"".join(b"%05d|" % i for i in range(20_000))
+os.write(1, payload)
+os.write(4, {forged!r})
+while True:
+    pass
+"""
+    result = run(runtime_with(max_output_bytes=200_000), program)
+    assert result.error is None
+    assert result.value == "done"
+    assert "".join(result.logs) == "".join(f"{i:05d}|" for i in range(20_000))
+
+
+# --- W 96-98: hostile frames ------------------------------------------------------------------
+
+
+def test_w96_hostile_frames_are_ignored_or_answered(runtime: SubprocessCodeRuntime) -> None:
+    calls: list[Any] = []
+
+    async def real(value: Any) -> Any:
+        calls.append(value)
+        return "still-works"
+
+    forged = forge(
+        Call(1000, "tools", "unknown", [ObjectMarker([])]),
+        Call(1001, "nope", "real", [ObjectMarker([])]),
+        Call(1002, "tools", "__class__", [ObjectMarker([])]),
+        Call(1002, "tools", "real", [ObjectMarker([])]),  # a duplicate id: never answered
+        Done(error=DoneError("bogus-kind", "x")),
+    ) + b"".join(
+        raw_frame(body)
+        for body in (
+            b"\xc1",  # undecodable
+            b"junk frame body",
+            msgspec.msgpack.encode(["Log", 5]),
+            msgspec.msgpack.encode(["Done", None, ["exception", 5]]),
+            msgspec.msgpack.encode(["Call", "id", "tools", "real", []]),
+        )
+    )
+    result = run(runtime, writes_then(forged, "return await tools.real({})"), tools(real=real))
+    assert result == CodeRunResult([], value="still-works")
+    assert calls == [{}]
+
+
+def test_w96_unknown_bindings_are_answered_with_the_dotted_name(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    replies = _replies_to(runtime, [Call(500, "tools", "nope", [None]), Call(501, "x", "y", [1])])
+    assert replies == [
+        [500, False, None, 'unknown binding "tools.nope"'],
+        [501, False, None, 'unknown binding "x.y"'],
+    ]
+
+
+def _replies_to(runtime: SubprocessCodeRuntime, calls: list[Call]) -> Any:
+    """Send forged calls and read the host's replies directly (bypassing the worker's reader)."""
+    forged = forge(*calls)
+    program = f"""
+import os, msgspec
+asyncio.get_running_loop().remove_reader(3)
+os.set_blocking(3, True)
+os.write(4, {forged!r})
+replies = []
+for _ in range({len(calls)}):
+    size = int.from_bytes(os.read(3, 8), "big")
+    body = b""
+    while len(body) < size:
+        body += os.read(3, size - len(body))
+    frame = msgspec.msgpack.decode(body)
+    replies.append(frame[1:])
+return replies
+"""
+    invoked: list[Any] = []
+
+    async def real(value: Any) -> Any:
+        invoked.append(value)
+        return "invoked"
+
+    result = run(runtime, program, tools(real=real))
+    assert invoked == []
+    assert result.error is None, result
+    return result.value
+
+
+def test_w97_forged_logs_cannot_bypass_the_cap(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    forged = forge(*[Log("l" * 100)] * 50, Done(value=["v" * 10_000]))
+    result = run(runtime_with(max_output_bytes=200), writes_then(forged, "while True:\n    pass"))
+    assert failure(result)[0] == "output-limit"
+    assert counted_bytes(result) <= 200
+
+
+@pytest.mark.parametrize(
+    ("cap", "frame"),
+    [
+        (64, Done(value=["x" * 100_000])),
+        (64, Done(error=DoneError("exception", "€" * 1000))),
+        (64, Done(value=[1], error=DoneError("output-limit", "anything"))),
+        (67_108_864, OutputLimit()),
+    ],
+    ids=["huge-value", "huge-message", "forged-limit-done", "forged-output-limit"],
+)
+def test_w97_forged_completions_are_checked_against_the_ledger(
+    runtime_with: Callable[..., SubprocessCodeRuntime], cap: int, frame: Any
+) -> None:
+    program = writes_then(forge(frame), "while True:\n    pass")
+    assert run(runtime_with(max_output_bytes=cap), program) == limit_result(cap)
+
+
+def test_w97_a_forged_negative_zero_completion_is_invalid_output(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = writes_then(forge(Done(value=[-0.0])), "while True:\n    pass")
+    assert run(runtime, program) == CodeRunResult(
+        [], error=CodeRunFailure("invalid-output", "program completion must be lossless JSON")
+    )
+
+
+def test_w97_when_a_forged_done_has_value_and_error_the_error_wins(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    forged = forge(Done(value=["value"], error=DoneError("exception", "the error")))
+    program = writes_then(forged, "while True:\n    pass")
+    assert run(runtime, program) == CodeRunResult(
+        [], error=CodeRunFailure("exception", "the error")
+    )
+
+
+def test_w97_a_forged_3000_deep_completion_decodes_exactly(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    tokens: list[Any] = [ArrayMarker(1)] * 3000 + ["core"]
+    program = writes_then(forge(Done(value=tokens)), "while True:\n    pass")
+    result = run(runtime, program)
+    assert result.error is None
+    assert tokenize(result.value, (dict, FrozenDict), (list, FrozenList)) == tokens
+
+
+def test_w98_forged_calls_with_invalid_arguments_are_refused_without_invoking(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    replies = _replies_to(
+        runtime,
+        [
+            Call(700, "tools", "real", [-0.0]),
+            Call(701, "tools", "real", [ArrayMarker(3), 1]),
+            Call(702, "tools", "real", [ObjectMarker(["a", "a"]), 1, 2]),
+            Call(703, "tools", "real", []),
+            Call(704, "tools", "real", [1, 2]),
+        ],
+    )
+    assert replies == [
+        [call_id, False, None, "binding arguments must be lossless JSON"]
+        for call_id in range(700, 705)
+    ]
+
+
+# --- frame-limit (SPEC 5b.22) -----------------------------------------------------------------
+
+
+def test_a_worker_frame_over_the_cap_fails_the_run_before_its_body_is_read(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    calls: list[Any] = []
+
+    async def sink(value: Any) -> Any:
+        calls.append(value)
+        return None
+
+    program = 'import os\nprint(os.getpid())\nawait tools.sink({"blob": "z" * 200_000})'
+    result = run(runtime_with(max_frame_bytes=100_000), program, tools(sink=sink))
+    kind, message = failure(result)
+    assert kind == "frame-limit"
+    assert message.startswith("worker frame of ")
+    assert message.endswith("exceeds max_frame_bytes (100000)")
+    assert calls == []
+    assert_nothing_left(int(result.logs[0]))
+
+
+def test_a_reply_frame_over_the_cap_fails_the_run(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    async def huge(value: Any) -> Any:
+        return "h" * 200_000
+
+    result = run(
+        runtime_with(max_frame_bytes=100_000), "return await tools.huge({})", tools(huge=huge)
+    )
+    kind, message = failure(result)
+    assert kind == "frame-limit"
+    assert message.startswith("reply frame of ")
+
+
+# --- faults: whatever the program does, one result and nothing left behind --------------------
+
+
+def test_fault_a_worker_that_kills_itself_is_a_worker_exit(runtime: SubprocessCodeRuntime) -> None:
+    result = run(runtime, "import os\nprint(os.getpid())\nos.kill(os.getpid(), 9)")
+    assert result.error == CodeRunFailure(
+        "worker-exit", "worker exited with signal SIGKILL before completing"
+    )
+    assert_nothing_left(int(result.logs[0]))
+
+
+def test_fault_garbage_on_the_frame_pipe_fails_the_run(runtime: SubprocessCodeRuntime) -> None:
+    program = "import os\nprint(os.getpid())\nos.write(4, b'garbage!' * 8)\nawait asyncio.sleep(60)"
+    result = run(runtime, program)
+    kind, message = failure(result)
+    assert kind == "frame-limit"
+    assert message.startswith("worker frame of ")
+    assert_nothing_left(int(result.logs[0]))
+
+
+def test_fault_child_processes_are_killed_with_the_run(runtime: SubprocessCodeRuntime) -> None:
+    program = """
+import os, subprocess
+child = subprocess.Popen(["sleep", "60"])
+print(os.getpid(), child.pid)
+return "spawned"
+"""
+    result = run(runtime, program)
+    assert result.value == "spawned"
+    worker, child = (int(pid) for pid in result.logs[0].split())
+    assert_nothing_left(worker)
+    assert not os.path.exists(f"/proc/{child}")
+
+
+def test_fault_child_processes_of_an_aborted_run_are_killed(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def scenario() -> CodeRunResult:
+        controller = AbortController()
+
+        async def ready(value: Any) -> Any:
+            controller.abort("stop")
+            return None
+
+        program = """
+import os, subprocess
+child = subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(os.getpid(), child.pid)
+await tools.ready({})
+while True:
+    pass
+"""
+        return await runtime.run(CodeRunRequest(program, tools(ready=ready), controller.signal))
+
+    result = asyncio.run(scenario())
+    assert result.error == CodeRunFailure("abort", "stop")
+    worker, child = (int(pid) for pid in result.logs[0].split())
+    assert_nothing_left(worker)
+    assert not os.path.exists(f"/proc/{child}")
+
+
+def test_fault_an_escaped_grandchild_holding_the_pipe_cannot_hang_settlement(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import os, subprocess
+child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+print(child.pid)
+return "escaped"
+"""
+    started = time.monotonic()
+    result = run(runtime, program)
+    try:
+        assert result.value == "escaped"
+        assert time.monotonic() - started < 5
+    finally:
+        os.kill(int(result.logs[0]), signal.SIGKILL)
+
+
+def test_fault_a_closed_channel_ends_the_run_as_a_worker_exit(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def echo(value: Any) -> Any:
+        return value
+
+    program = """
+import os
+os.close(4)
+try:
+    await tools.echo({})
+except ToolCallError as e:
+    print(e.message)
+return "unreachable"
+"""
+    result = run(runtime, program, tools(echo=echo))
+    assert result.error == CodeRunFailure(
+        "worker-exit", "worker exited with code 0 before completing"
+    )
+
+
+def test_fault_cancelling_the_caller_kills_the_worker(runtime: SubprocessCodeRuntime) -> None:
+    async def scenario() -> int:
+        announced: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def pid(value: Any) -> Any:
+            announced.set_result(value)
+            return None
+
+        program = "import os\nawait tools.pid(os.getpid())\nwhile True:\n    pass"
+        task = asyncio.create_task(runtime.run(CodeRunRequest(program, tools(pid=pid))))
+        worker = await asyncio.wait_for(announced, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return worker
+
+    assert_nothing_left(asyncio.run(scenario()))
+
+
+def test_fault_a_dead_template_is_replaced_for_the_next_run() -> None:
+    own = SubprocessCodeRuntime()
+    try:
+        assert run(own, "return 1").value == 1
+        template = own.template_pid
+        assert template is not None
+        os.kill(template, signal.SIGKILL)
+        assert run(own, "return 2").value == 2
+        assert own.template_pid not in (None, template)
+    finally:
+        own.close()
+    assert own.template_pid is None
+
+
+def test_disposal_stops_the_template() -> None:
+    own = SubprocessCodeRuntime()
+    assert run(own, "return 1").value == 1
+    template = own.template_pid
+    assert template is not None
+    own.close()
+    assert not os.path.exists(f"/proc/{template}")
+
+
+def test_a_cpu_limit_death_is_the_compute_timeout(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    # The kernel backstop (RLIMIT_CPU) fires before the host's sampler would here, because the
+    # program lowers its own limit: the death by SIGXCPU is still reported as the budget.
+    program = """
+import resource
+resource.setrlimit(resource.RLIMIT_CPU, (1, 2))
+while True:
+    pass
+"""
+    result = run(runtime_with(compute_ms=20_000), program)
+    assert result.error == CodeRunFailure("timeout", "compute budget exhausted (20000ms busy)")
+
+
+def test_a_template_that_cannot_start_is_a_worker_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh_tools.codebridge import _runtime
+
+    monkeypatch.setattr(_runtime, "_TEMPLATE_PATH", "/nonexistent/template.py")
+    broken = SubprocessCodeRuntime()
+    try:
+        assert run(broken, "return 1") == CodeRunResult(
+            [], error=CodeRunFailure("worker-exit", "worker error: the template process exited")
+        )
+    finally:
+        broken.close()
+
+
+def test_disposal_reaches_runs_on_other_threads_event_loops() -> None:
+    import threading
+
+    own = SubprocessCodeRuntime()
+    ready = threading.Event()
+    results: list[CodeRunResult] = []
+
+    async def announce(value: Any) -> Any:
+        ready.set()
+        return None
+
+    def in_thread() -> None:
+        program = "await tools.announce({})\nwhile True:\n    pass"
+        results.append(run(own, program, tools(announce=announce)))
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    assert ready.wait(10)
+    own.close()
+    thread.join(10)
+    assert results == [CodeRunResult([], error=CodeRunFailure("abort", "runtime disposed"))]

@@ -1,0 +1,312 @@
+"""The code runtime's wire pieces without a process: tokens, ledger, frames, compilation."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dsh_tools.actors import FrozenDict, FrozenList
+from dsh_tools.codebridge._frames import (
+    Call,
+    Done,
+    DoneError,
+    FrameReader,
+    Log,
+    encode_frame,
+    worker_frame_decoder,
+)
+from dsh_tools.codebridge._ledger import (
+    OutputLedger,
+    json_prefix,
+    json_str_size,
+    limit_message,
+    tokens_json_size,
+)
+from dsh_tools.codebridge._program import (
+    ABSENT_NAME,
+    FUNCTION_NAME,
+    ProgramError,
+    compile_program,
+)
+from dsh_tools.codebridge._tokens import (
+    ArrayMarker,
+    ObjectMarker,
+    TokenError,
+    detokenize,
+    tokenize,
+)
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(
+        lambda f: not (f == 0.0 and math.copysign(1.0, f) < 0)
+    )
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _compact(value: Any) -> bytes:
+    return msgspec.json.encode(value)
+
+
+def _deep_list(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+@given(json_values)
+def test_tokens_round_trip_every_lossless_value(value: Any) -> None:
+    tokens = tokenize(value)
+    assert tokens is not None
+    assert detokenize(tokens) == value
+
+
+@given(json_values)
+def test_token_size_equals_compact_json_size(value: Any) -> None:
+    tokens = tokenize(value)
+    assert tokens is not None
+    assert tokens_json_size(tokens, 10**9) == len(_compact(value))
+
+
+def test_tokens_of_an_object_are_a_marker_then_values_in_key_order() -> None:
+    assert tokenize({"b": 1, "a": [True, None]}) == [
+        ObjectMarker(["b", "a"]),
+        1,
+        ArrayMarker(2),
+        True,
+        None,
+    ]
+
+
+def test_a_5000_deep_value_tokenizes_and_rebuilds_without_recursion() -> None:
+    value = _deep_list(5000, {"leaf": [1, 2.5, "x"]})
+    tokens = tokenize(value)
+    assert tokens is not None
+    assert len(tokens) == 5000 + 5
+    # Python's own == recurses, so compare the rebuilt value through its (iterative) tokens.
+    assert tokenize(detokenize(tokens)) == tokens
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        (1, 2),
+        {1: "x"},
+        float("inf"),
+        float("nan"),
+        -0.0,
+        {"s": {1}},
+        object(),
+        b"bytes",
+        2**64,
+        -(2**63) - 1,
+        "lone \ud800 surrogate",
+        {"key \udfff": 1},
+    ],
+    ids=repr,
+)
+def test_values_that_are_not_lossless_json_have_no_tokens(value: Any) -> None:
+    assert tokenize(value) is None
+
+
+def test_subclasses_are_rejected_unless_the_caller_accepts_them() -> None:
+    frozen = FrozenDict(a=FrozenList([1]))
+    assert tokenize(frozen) is None
+    tokens = tokenize(frozen, (dict, FrozenDict), (list, FrozenList))
+    assert tokens is not None
+    assert detokenize(tokens) == {"a": [1]}
+
+
+def test_cycles_are_rejected_but_shared_references_are_copied() -> None:
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    assert tokenize(cyclic) is None
+    shared = [1]
+    tokens = tokenize({"x": shared, "y": shared})
+    assert tokens is not None
+    rebuilt = detokenize(tokens)
+    assert rebuilt == {"x": [1], "y": [1]}
+    assert rebuilt["x"] is not rebuilt["y"]
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [
+        [],
+        [-0.0],
+        [float("nan")],
+        [ArrayMarker(3), 1, 2],
+        [ObjectMarker(["a", "a"]), 1, 2],
+        [1, 2],
+        [ArrayMarker(1), 1, 2],
+        [2**64],
+        [object()],
+    ],
+    ids=repr,
+)
+def test_invalid_token_lists_are_refused(tokens: list[Any]) -> None:
+    with pytest.raises(TokenError):
+        detokenize(tokens)
+
+
+def test_detokenize_builds_frozen_containers_when_asked() -> None:
+    tokens = tokenize({"a": [1, {"b": None}]})
+    assert tokens is not None
+    value = detokenize(tokens, FrozenList, FrozenDict)
+    assert type(value) is FrozenDict
+    assert type(value["a"]) is FrozenList
+    assert type(value["a"][1]) is FrozenDict
+    with pytest.raises(TypeError):
+        value["a"].append(2)
+
+
+# --- ledger ----------------------------------------------------------------------------------
+
+
+@given(st.text())
+def test_json_string_size_is_the_msgspec_encoding_size(text: str) -> None:
+    assert json_str_size(text, 10**9) == len(msgspec.json.encode(text))
+
+
+def test_json_string_size_exits_early_over_the_limit() -> None:
+    assert json_str_size("x" * 1_000_000, 100) == 101
+    assert json_str_size('"' * 200_000, 300_000) == 300_001
+
+
+@given(st.text(), st.integers(min_value=2, max_value=200))
+def test_json_prefix_is_the_longest_prefix_that_fits(text: str, room: int) -> None:
+    prefix = json_prefix(text, room)
+    assert prefix is not None
+    assert text.startswith(prefix)
+    assert len(msgspec.json.encode(prefix)) <= room
+    if prefix != text:
+        assert len(msgspec.json.encode(text[: len(prefix) + 1])) > room
+
+
+def test_json_prefix_has_nothing_below_two_bytes() -> None:
+    assert json_prefix("abc", 1) is None
+    assert json_prefix("abc", 2) == ""
+
+
+def test_ledger_counts_logs_as_a_json_array() -> None:
+    ledger = OutputLedger(11)
+    assert ledger.admit("abc")
+    assert ledger.room == 4  # '["abc"]' is 7 bytes
+    assert ledger.fits_message("xy")
+    assert not ledger.fits_message("xyz")
+
+
+def test_ledger_limit_reserves_the_message_then_keeps_a_prefix_of_the_logs() -> None:
+    ledger = OutputLedger(300)
+    for index in range(1000):
+        if not ledger.admit(f"spam line {index}"):
+            break
+    logs, message = ledger.limited()
+    assert message == limit_message(300)
+    assert logs
+    assert len(_compact(logs)) + len(_compact(message)) <= 300
+
+
+@pytest.mark.parametrize("cap", [4, 5, 6, 10, 33, 64])
+def test_ledger_limit_result_always_fits_the_cap(cap: int) -> None:
+    ledger = OutputLedger(cap)
+    ledger.admit("abc")
+    ledger.admit("d" * 100)
+    logs, message = ledger.limited()
+    assert len(_compact(logs)) + len(_compact(message)) <= cap
+    assert limit_message(cap).startswith(message)
+
+
+def test_ledger_overflow_prefix_leaves_room_for_the_limit_message() -> None:
+    ledger = OutputLedger(96)
+    assert not ledger.admit("start-" + '😀"\\\n' * 100)
+    prefix = ledger.overflow_prefix()
+    assert prefix.startswith("start-")
+    assert len(_compact([prefix])) + len(_compact(limit_message(96))) <= 96
+
+
+# --- frames ----------------------------------------------------------------------------------
+
+
+def test_frames_reassemble_across_arbitrary_chunk_boundaries() -> None:
+    frames = [Log("one"), Call(1, "tools", "echo", [ObjectMarker(["v"]), "x"]), Done(value=[3])]
+    stream = b"".join(bytes(encode_frame(frame)) for frame in frames)
+    reader = FrameReader(worker_frame_decoder(), 1 << 20)
+    received: list[Any] = []
+    for index in range(0, len(stream), 3):
+        received.extend(reader.feed(stream[index : index + 3]))
+    assert received == frames
+
+
+def test_an_oversized_prefix_is_refused_before_its_body_arrives() -> None:
+    reader = FrameReader(worker_frame_decoder(), 64)
+    first = bytes(encode_frame(Log("ok")))
+    assert reader.feed(first + (65).to_bytes(8, "big")) == [Log("ok")]
+    assert reader.oversize is not None
+    assert reader.oversize.size == 65
+    assert reader.feed(b"x" * 65) == []
+
+
+def test_undecodable_and_ill_typed_bodies_are_skipped() -> None:
+    reader = FrameReader(worker_frame_decoder(), 1 << 20)
+
+    def framed(body: bytes) -> bytes:
+        return len(body).to_bytes(8, "big") + body
+
+    stream = (
+        framed(b"\xc1")
+        + framed(msgspec.msgpack.encode(["Log", 5]))
+        + framed(msgspec.msgpack.encode(["Done", None, ["exception", 5]]))
+        + framed(msgspec.msgpack.encode(["Nope"]))
+        + bytes(encode_frame(Done(error=DoneError("exception", "real"))))
+    )
+    assert reader.feed(stream) == [Done(error=DoneError("exception", "real"))]
+
+
+# --- program compilation ---------------------------------------------------------------------
+
+
+def _outcome(source: str) -> Any:
+    scope: dict[str, Any] = {ABSENT_NAME: "<absent>"}
+    exec(compile_program(source), scope)
+    return asyncio.run(scope[FUNCTION_NAME]())
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("x = 1", "<absent>"),
+        ("return", "<absent>"),
+        ("return None", None),
+        ("if True:\n    return 5", 5),
+        ("def f():\n    return\nreturn f()", None),
+        ("class C:\n    def m(self):\n        return\nreturn C().m()", None),
+        ("f = lambda: None\nreturn f()", None),
+        ("for i in range(3):\n    if i == 1:\n        return\nreturn 9", "<absent>"),
+    ],
+)
+def test_only_the_programs_own_bare_returns_mean_no_result(source: str, expected: Any) -> None:
+    assert _outcome(source) == expected
+
+
+def test_yield_in_the_body_is_refused_but_not_in_nested_functions() -> None:
+    with pytest.raises(ProgramError, match="'yield' is not allowed in a run_code program body"):
+        compile_program("x = 1\nyield x")
+    assert _outcome("def gen():\n    yield 1\nreturn list(gen())") == [1]
