@@ -1,0 +1,332 @@
+"""Argument materialization and execution identity: registry-pipeline.md section 2, 40-45."""
+
+from __future__ import annotations
+
+import collections
+import pickle
+from typing import Any
+
+import msgspec
+import pytest
+from conftest import call, echo, fixture, text
+from msgspec import UNSET
+
+from dsh_tools import (
+    AbortController,
+    AbortSignal,
+    Deny,
+    ExecuteCall,
+    ExecutionToken,
+    FrozenDict,
+    FrozenList,
+    ToolSystem,
+)
+
+_ARGS_MESSAGE = "tool execution arguments must be losslessly JSON-serializable"
+NOT_LOSSLESS = {
+    "content": [{"type": "text", "text": "Error: " + _ARGS_MESSAGE}],
+    "is_error": True,
+    "error": {"message": _ARGS_MESSAGE},
+}
+
+
+class Phases:
+    """Installs a listener at every stage and records which ran."""
+
+    def __init__(self, system: ToolSystem) -> None:
+        self.log: list[str] = []
+        self.observed: list[tuple[Any, Any]] = []
+        self.scoped: list[Any] = []
+
+        async def pre(exec: Any, next: Any) -> Any:
+            self.log.append("pre")
+            return await next()
+
+        async def wrapper(exec: Any, next: Any) -> Any:
+            self.log.append("wrapper")
+            return await next()
+
+        async def post(exec: Any, result: Any, next: Any) -> Any:
+            self.log.append("post")
+            return await next()
+
+        def guard(exec: Any) -> None:
+            self.log.append("guard")
+
+        system.tools.on_pre_execute(pre)
+        system.tools.on_execute(wrapper)
+        system.tools.on_post_execute(post)
+        system.tools.guard(guard)
+        system.tools.on_result(lambda exec, result: self.observed.append((exec, result)))
+        system.agent("A").tools.on_result(lambda exec, result: self.scoped.append(result))
+
+
+class Opaque:
+    pass
+
+
+class SubDict(dict[str, Any]):
+    pass
+
+
+def _self_containing() -> dict[str, Any]:
+    value: dict[str, Any] = {"name": "loop"}
+    value["self"] = value
+    return value
+
+
+LOSSY = [
+    ({"invalid": lambda: None}, "lambda"),
+    ({"invalid": {1, 2}}, "set"),
+    ({"invalid": (1, 2)}, "tuple"),
+    ({1: "x"}, "int-key"),
+    ({"x": float("nan")}, "nan"),
+    (-0.0, "neg-zero"),
+    (SubDict(a=1), "dict-subclass"),
+    (collections.OrderedDict(a=1), "ordered-dict"),
+    ({"x": Opaque()}, "object"),
+    (_self_containing(), "cycle"),
+]
+
+
+@pytest.mark.parametrize("arguments", [a for a, _ in LOSSY], ids=[i for _, i in LOSSY])
+def test_rp40_lossy_arguments_finish_without_any_hook(system: ToolSystem, arguments: Any) -> None:
+    ran: list[Any] = []
+    system.tools.register(echo(execute=lambda args, ctx: ran.append(args) or "x"))
+    phases = Phases(system)
+    parent = ExecutionToken()
+    signal = AbortController().signal
+    before = repr(arguments)
+    original_type = type(arguments)
+
+    result = system.execute(call("echo", arguments, agent="A", parent=parent, signal=signal))
+    assert result.to_dict() == NOT_LOSSLESS
+    assert phases.log == []
+    assert ran == []
+    assert len(phases.observed) == 1
+    exec, observed = phases.observed[0]
+    assert observed is result
+    assert exec.arguments is UNSET
+    assert exec.agent == "A"
+    assert exec.parent is parent
+    assert exec.signal is signal
+    assert phases.scoped == [result]
+    assert type(arguments) is original_type
+    assert repr(arguments) == before
+
+
+def test_rp40_the_callers_container_stays_mutable(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    arguments: dict[str, Any] = {"text": "hi", "bad": {3}}
+    system.execute(call("echo", arguments))
+    arguments["text"] = "still mutable"
+    assert type(arguments) is dict
+
+
+def test_rp41_materialization_failure_beats_a_pre_aborted_signal(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    phases = Phases(system)
+    aborted = AbortSignal.aborted_signal("gone")
+    result = system.execute(call("echo", {"invalid": {1}}, signal=aborted))
+    assert result.to_dict() == NOT_LOSSLESS
+    assert len(phases.observed) == 1
+    assert phases.log == []
+
+
+def test_rp42_the_body_gets_a_frozen_detached_copy(system: ToolSystem) -> None:
+    received: list[Any] = []
+    pre_seen: list[Any] = []
+
+    def body(args: Any, ctx: Any) -> Any:
+        received.append(args)
+        return [{"type": "text", "text": "ok"}]
+
+    async def pre(exec: Any, next: Any) -> Any:
+        pre_seen.append(exec.arguments)
+        return await next()
+
+    system.tools.register(fixture("t", body))
+    system.tools.on_pre_execute(pre)
+    arguments = {"source": True}
+    system.execute(call("t", arguments))
+
+    (got,) = received
+    assert got == {"source": True}
+    assert got is not arguments
+    assert type(got) is FrozenDict
+    with pytest.raises(TypeError):
+        got["source"] = False
+    arguments["source"] = False
+    assert got == {"source": True}
+    assert type(pre_seen[0]) is FrozenDict
+    assert pre_seen[0] == {"source": True}
+
+
+def test_rp43_shared_references_are_copied_independently(system: ToolSystem) -> None:
+    received: list[Any] = []
+    system.tools.register(
+        fixture("t", lambda args, ctx: received.append(args) or [{"type": "text", "text": "ok"}])
+    )
+    inner = {"k": [1, 2]}
+    result = system.execute(call("t", {"a": inner, "b": inner}))
+    assert not result.is_error
+    (got,) = received
+    assert got["a"] == inner
+    assert got["b"] == inner
+    assert got["a"] is not inner
+    assert type(got["a"]) is FrozenDict
+    assert type(got["b"]["k"]) is FrozenList
+
+
+def test_rp43_arguments_5000_lists_deep_are_accepted(system: ToolSystem) -> None:
+    depths: list[int] = []
+
+    def body(args: Any, ctx: Any) -> Any:
+        depth, node = 0, args
+        while isinstance(node, list) and node:
+            depth += 1
+            node = node[0]
+        depths.append(depth)
+        return [{"type": "text", "text": "deep"}]
+
+    system.tools.register(fixture("deep", body))
+    nested: list[Any] = []
+    for _ in range(4999):
+        nested = [nested]
+    result = system.execute(call("deep", nested))
+    assert text(result) == "deep"
+    assert depths == [4999]
+
+
+def null_call(name: str) -> ExecuteCall:
+    """A call whose arguments are JSON null (``call()`` would default them)."""
+    return ExecuteCall(call_id="c1", name=name, arguments=None)
+
+
+def test_rp43_null_arguments_reach_the_body(system: ToolSystem) -> None:
+    received: list[Any] = []
+    system.tools.register(
+        fixture("t", lambda args, ctx: received.append(args) or [{"type": "text", "text": "ok"}])
+    )
+    views: list[Any] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        views.append(exec.arguments)
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    result = system.execute(null_call("t"))
+    assert not result.is_error
+    assert received == [None]
+    assert views == [None]
+    assert views[0] is not UNSET
+
+
+def test_rp44_each_execution_has_its_own_opaque_token(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    tokens: list[Any] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        tokens.append(exec.token)
+        if exec.call_id == "denied":
+            return Deny("no")
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        tokens.append(exec.token)
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        tokens.append(exec.token)
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    system.execute(call(call_id="denied"))
+    system.execute(call(call_id="allowed"))
+
+    distinct = {id(t) for t in tokens}
+    assert len(distinct) == 2
+    denied, allowed = tokens[0], tokens[-1]
+    assert tokens == [denied, denied, allowed, allowed, allowed]
+    assert denied is not allowed
+    assert denied != allowed
+    for token in (denied, allowed):
+        assert isinstance(token, ExecutionToken)
+        assert not isinstance(token, str)
+        with pytest.raises(TypeError):
+            msgspec.json.encode(token)
+        with pytest.raises(TypeError):
+            pickle.dumps(token)
+
+
+def test_rp45_the_parent_is_seen_everywhere(system: ToolSystem) -> None:
+    parent = ExecutionToken()
+    seen: dict[str, Any] = {}
+
+    def body(args: Any, ctx: Any) -> Any:
+        seen["body"] = ctx.parent
+        return "ok"
+
+    async def pre(exec: Any, next: Any) -> Any:
+        seen["pre"] = exec.parent
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        seen["wrapper"] = exec.parent
+        return await next()
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_pre_execute(pre)
+    system.tools.on_execute(wrapper)
+    system.tools.on_result(lambda exec, result: seen.setdefault("result", exec.parent))
+    system.execute(call(parent=parent))
+    assert seen == {"pre": parent, "wrapper": parent, "body": parent, "result": parent}
+    assert all(value is parent for value in seen.values())
+
+
+def test_rp45_the_execution_is_sealed_when_observers_run(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    dispatch_views: list[Any] = []
+    refusals: list[str] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        dispatch_views.append(exec)
+        return await next()
+
+    def observer(exec: Any, result: Any) -> None:
+        for name, value in (
+            ("signal", AbortController().signal),
+            ("name", "other"),
+            ("call_id", "other"),
+            ("arguments", {}),
+            ("token", ExecutionToken()),
+            ("parent", None),
+            ("agent", "B"),
+        ):
+            try:
+                setattr(exec, name, value)
+            except (AttributeError, TypeError):
+                refusals.append(name)
+        try:
+            dispatch_views[0].signal = AbortController().signal
+        except (AttributeError, TypeError):
+            refusals.append("dispatch.signal")
+
+    system.tools.on_execute(wrapper)
+    system.tools.on_result(observer)
+    result = system.execute(call())
+    assert not result.is_error
+    assert refusals == [
+        "signal",
+        "name",
+        "call_id",
+        "arguments",
+        "token",
+        "parent",
+        "agent",
+        "dispatch.signal",
+    ]
+    with pytest.raises(AttributeError):
+        del dispatch_views[0].signal

@@ -1,0 +1,421 @@
+"""Hook ordering and composition: registry-pipeline.md section 2, scenarios 46-57."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import block, call, context, echo, sources, text
+
+from dsh_tools import (
+    Deny,
+    HarnessError,
+    ToolErrorInfo,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolFailure,
+    ToolOutput,
+    ToolSystem,
+    define_tool,
+)
+
+
+class BodyLog:
+    def __init__(self, value: str = "hi") -> None:
+        self.log: list[str] = []
+        self.value = value
+
+    def __call__(self, args: Any, ctx: Any) -> str:
+        self.log.append("dispatch")
+        return self.value
+
+
+def test_rp46_pre_and_post_wrap_their_next(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    log: list[str] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        log.append("pre:before")
+        decision = await next()
+        log.append("pre:after")
+        return decision
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        log.append("post:before")
+        decision = await next()
+        log.append("post:after")
+        return decision
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_post_execute(post)
+    system.execute(call())
+    assert log == ["pre:before", "pre:after", "post:before", "post:after"]
+
+
+def test_rp47_stages_run_pre_wrapper_body_post(system: ToolSystem) -> None:
+    log: list[str] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        log.append("dispatch")
+        return "hi"
+
+    async def pre(exec: Any, next: Any) -> Any:
+        log.append("pre")
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        log.append("execute:before")
+        result = await next()
+        log.append("execute:after")
+        return result
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        log.append("post")
+        return await next()
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_pre_execute(pre)
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert not result.is_error
+    assert log == ["pre", "execute:before", "dispatch", "execute:after", "post"]
+
+
+def test_rp48_a_pre_denial_skips_wrappers_and_post_gets_an_immutable_failure(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(echo())
+    entered: list[str] = []
+    refusals: list[str] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        return Deny("denied by policy")
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        entered.append("wrapper")
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        try:
+            result.content = []
+        except AttributeError:
+            refusals.append("attribute")
+        try:
+            result.content.append(block("more"))
+        except TypeError:
+            refusals.append("content")
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert text(result) == "Error: denied by policy"
+    assert entered == []
+    assert refusals == ["attribute", "content"]
+
+
+def test_rp49_a_raising_pre_hook_is_the_final_error_without_post(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    posts: list[Any] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        raise RuntimeError("permission hook broke")
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        posts.append(result)
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_post_execute(post)
+    assert system.execute(call()).to_dict() == {
+        "content": [{"type": "text", "text": "Error: permission hook broke"}],
+        "error": {"message": "permission hook broke"},
+        "is_error": True,
+    }
+    assert posts == []
+
+
+def test_rp49_a_harness_error_from_pre_keeps_its_info(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def pre(exec: Any, next: Any) -> Any:
+        raise HarnessError("denied", "DENIED")
+
+    system.tools.on_pre_execute(pre)
+    assert system.execute(call()).to_dict()["error"] == {
+        "message": "denied",
+        "info": {"name": "HarnessError", "code": "DENIED"},
+    }
+
+
+def test_rp50_a_raising_wrapper_is_the_final_error_without_post(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    posts: list[Any] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        raise RuntimeError("wrapper broke")
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        posts.append(result)
+        return await next()
+
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    assert system.execute(call()).to_dict() == {
+        "content": [{"type": "text", "text": "Error: wrapper broke"}],
+        "error": {"message": "wrapper broke"},
+        "is_error": True,
+    }
+    assert posts == []
+
+
+def test_rp50_a_raising_post_hook_is_the_final_error(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        raise RuntimeError("post hook broke")
+
+    system.tools.on_post_execute(post)
+    assert system.execute(call()).to_dict() == {
+        "content": [{"type": "text", "text": "Error: post hook broke"}],
+        "error": {"message": "post hook broke"},
+        "is_error": True,
+    }
+
+
+def test_rp51_a_body_failure_reaches_the_wrapper_as_a_result(system: ToolSystem) -> None:
+    def body(args: Any, ctx: Any) -> Any:
+        raise HarnessError("kaboom", "BOOM")
+
+    seen: list[Any] = []
+    posts: list[bool] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        result = await next()
+        seen.append(result)
+        return result
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        posts.append(result.is_error)
+        return await next()
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    system.execute(call())
+    assert seen[0].to_dict()["error"] == {
+        "message": "kaboom",
+        "info": {"name": "HarnessError", "code": "BOOM"},
+    }
+    assert posts == [True]
+
+
+def test_rp52_results_cannot_be_mutated_by_wrappers_or_post(system: ToolSystem) -> None:
+    system.tools.register(echo(execute=lambda a, c: "original"))
+    refusals: list[str] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        result = await next()
+        try:
+            result.value = "tampered"
+        except AttributeError:
+            refusals.append("wrapper")
+        return result
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        try:
+            result.value = "tampered"
+        except AttributeError:
+            refusals.append("post")
+        return await next()
+
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert refusals == ["wrapper", "post"]
+    assert result.value == "original"
+
+
+def test_rp53_a_short_circuit_success_is_re_rendered_from_its_value(system: ToolSystem) -> None:
+    body = BodyLog()
+    system.tools.register(echo(execute=body))
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        return ToolExecutionSuccess("short-circuited", [block("ignored authored content")])
+
+    system.tools.on_execute(wrapper)
+    result = system.execute(call())
+    assert body.log == []
+    assert text(result) == "short-circuited"
+    assert result.value == "short-circuited"
+
+
+def test_rp54_a_cached_result_cannot_launder_a_value_into_another_tool(
+    system: ToolSystem,
+) -> None:
+    ran: list[str] = []
+
+    def string_body(args: Any, ctx: Any) -> str:
+        ran.append("string-output")
+        return "cached"
+
+    def object_body(args: Any, ctx: Any) -> Any:
+        ran.append("object-output")
+        return {"ok": True}
+
+    system.tools.register(
+        define_tool(
+            name="string-output",
+            description="a string",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [block(v)]),
+            execute=string_body,
+        )
+    )
+    system.tools.register(
+        define_tool(
+            name="object-output",
+            description="an object",
+            parameters={},
+            output=ToolOutput(
+                schema={
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"ok": {"type": "boolean", "required": True}},
+                },
+                render=lambda a, v: [block(str(v))],
+            ),
+            execute=object_body,
+        )
+    )
+    cache: list[Any] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        if cache:
+            return cache[0]
+        result = await next()
+        cache.append(result)
+        return result
+
+    system.tools.on_execute(wrapper)
+    first = system.execute(call("string-output"))
+    assert first.value == "cached"
+    second = system.execute(call("object-output", call_id="c2"))
+    assert second.to_dict()["error"]["info"]["code"] == "INVALID_TOOL_OUTPUT"
+    assert "value" not in second.to_dict()
+    assert ran == ["string-output"]
+
+
+def test_rp55_a_wrapper_failure_keeps_its_meta_and_contexts(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    authored = ToolExecutionFailure(
+        ToolFailure("wrapped failure", ToolErrorInfo("HarnessError", "WRAPPED")),
+        [block("Error: wrapped failure")],
+        {"wrapped": True},
+        [context("wrapper")],
+    )
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        return authored
+
+    system.tools.on_execute(wrapper)
+    result = system.execute(call())
+    assert result.to_dict() == {
+        "content": [{"type": "text", "text": "Error: wrapped failure"}],
+        "is_error": True,
+        "error": {
+            "message": "wrapped failure",
+            "info": {"name": "HarnessError", "code": "WRAPPED"},
+        },
+        "meta": {"wrapped": True},
+        "additional_contexts": [context("wrapper")],
+    }
+
+
+def test_rp55_a_short_circuit_success_keeps_exactly_its_contexts(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        return ToolExecutionSuccess("done", [block("done")], additional_contexts=[context("w")])
+
+    system.tools.on_execute(wrapper)
+    result = system.execute(call())
+    assert result.additional_contexts == [context("w")]
+    assert sources(result) == ["w"]
+
+
+def test_rp56_a_success_for_a_vanished_tool_is_unknown_tool(system: ToolSystem) -> None:
+    dispose = system.tools.register(echo())
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        dispose()
+        return ToolExecutionSuccess("hi", [block("hi")])
+
+    system.tools.on_execute(wrapper)
+    assert system.execute(call()).to_dict()["error"] == {
+        "message": 'unknown tool "echo"',
+        "info": {"name": "ToolNotFoundError", "code": "UNKNOWN_TOOL"},
+    }
+
+
+def test_rp57_prepend_puts_a_wrapper_outermost(system: ToolSystem) -> None:
+    log: list[str] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        log.append("base")
+        return "hi"
+
+    def wrapper(label: str) -> Any:
+        async def wrap(exec: Any, next: Any) -> Any:
+            log.append(label)
+            return await next()
+
+        return wrap
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_execute(wrapper("W1"))
+    system.tools.on_execute(wrapper("W2"))
+    system.tools.on_execute(wrapper("W0"), prepend=True)
+    system.execute(call())
+    assert log == ["W0", "W1", "W2", "base"]
+
+
+@pytest.mark.parametrize("returned", [None, "not a result", {"is_error": False}])
+def test_rp57_a_wrapper_returning_a_non_result_fails_closed(
+    system: ToolSystem, returned: Any
+) -> None:
+    system.tools.register(echo())
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        await next()
+        return returned
+
+    system.tools.on_execute(wrapper)
+    result = system.execute(call())
+    assert result.is_error
+    assert "tools/execute wrapper returned" in text(result)
+
+
+def test_rp57_next_may_be_awaited_again_to_retry(system: ToolSystem) -> None:
+    attempts: list[int] = []
+
+    def flaky(args: Any, ctx: Any) -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise HarnessError("try again", "FLAKY")
+        return "third time"
+
+    async def retry(exec: Any, next: Any) -> Any:
+        for _ in range(5):
+            result = await next()
+            if not result.is_error:
+                return result
+        return result
+
+    system.tools.register(echo(execute=flaky))
+    system.tools.on_execute(retry)
+    result = system.execute(call())
+    assert result.value == "third time"
+    assert len(attempts) == 3

@@ -1,0 +1,329 @@
+"""Post-execute decisions, contexts and the captured finalizer: scenarios 58-70."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from conftest import block, call, context, echo, sources, text
+
+from dsh_tools import (
+    Accept,
+    Block,
+    HarnessError,
+    ToolDefinition,
+    ToolOutput,
+    ToolSystem,
+    define_tool,
+)
+
+
+def projected() -> ToolDefinition:
+    return define_tool(
+        name="projected",
+        description="projected tool",
+        parameters={},
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"text": {"type": "string", "required": True}},
+            },
+            render=lambda a, v: [block("render:" + v["text"])],
+            presentation_meta=lambda a, v: {"projected": v["text"]},
+        ),
+        execute=lambda a, c: {"text": "body"},
+    )
+
+
+def post_returning(system: ToolSystem, decision: Any) -> None:
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return decision
+
+    system.tools.on_post_execute(post)
+
+
+def raising(message: str, code: str | None = None) -> Any:
+    def body(args: Any, ctx: Any) -> Any:
+        if code is None:
+            raise RuntimeError(message)
+        raise HarnessError(message, code)
+
+    return body
+
+
+def test_rp58_accept_content_keeps_value_and_meta(system: ToolSystem) -> None:
+    system.tools.register(projected())
+    post_returning(system, Accept(content=[block("policy content")]))
+    assert system.execute(call("projected")).to_dict() == {
+        "is_error": False,
+        "value": {"text": "body"},
+        "content": [{"type": "text", "text": "policy content"}],
+        "meta": {"projected": "body"},
+    }
+
+
+def test_rp58_accept_value_re_normalizes_and_adds_contexts(system: ToolSystem) -> None:
+    system.tools.register(projected())
+    post_returning(
+        system, Accept(value={"text": "policy value"}, additional_contexts=[context("C")])
+    )
+    assert system.execute(call("projected")).to_dict() == {
+        "is_error": False,
+        "value": {"text": "policy value"},
+        "content": [{"type": "text", "text": "render:policy value"}],
+        "meta": {"projected": "policy value"},
+        "additional_contexts": [context("C")],
+    }
+
+
+def test_rp59_accept_value_on_echo_has_no_contexts_field(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Accept(value="replacement"))
+    assert system.execute(call()).to_dict() == {
+        "is_error": False,
+        "value": "replacement",
+        "content": [{"type": "text", "text": "replacement"}],
+    }
+
+
+def test_rp60_accept_cannot_replace_both_value_and_content(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Accept(value="x", content=[block("c")]))
+    assert system.execute(call()).to_dict()["error"] == {
+        "message": "tools/post-execute accept decision cannot replace both value and content"
+    }
+
+
+def test_rp60_a_present_null_value_counts_as_set(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Accept(value=None, content=[block("c")]))
+    assert text(system.execute(call())) == (
+        "Error: tools/post-execute accept decision cannot replace both value and content"
+    )
+
+
+def test_rp61_an_invalid_replacement_value_is_invalid_output(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Accept(value=1))
+    data = system.execute(call()).to_dict()
+    assert data["error"]["info"] == {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"}
+    assert "value" not in data
+
+
+def test_rp61_a_failed_result_value_cannot_be_replaced(system: ToolSystem) -> None:
+    system.tools.register(echo(execute=raising("body failed")))
+    post_returning(system, Accept(value="replacement"))
+    assert system.execute(call()).to_dict()["error"] == {
+        "message": "tools/post-execute cannot replace the value of a failed result"
+    }
+
+
+def test_rp61_replacing_the_value_of_a_vanished_tool_is_unknown_tool(system: ToolSystem) -> None:
+    dispose = system.tools.register(echo())
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        dispose()
+        return Accept(value="replacement")
+
+    system.tools.on_post_execute(post)
+    assert system.execute(call()).to_dict()["error"]["info"] == {
+        "name": "ToolNotFoundError",
+        "code": "UNKNOWN_TOOL",
+    }
+
+
+def test_rp62_block_replaces_the_result_with_its_feedback(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Block(feedback=[block("blocked by policy")]))
+    assert system.execute(call("echo", {"text": "secret"})).to_dict() == {
+        "is_error": True,
+        "error": {"message": "blocked by policy"},
+        "content": [{"type": "text", "text": "blocked by policy"}],
+    }
+
+
+def blocked(system: ToolSystem, feedback: list[Any]) -> Any:
+    post_returning(system, Block(feedback=feedback))
+    return system.execute(call())
+
+
+def test_rp63_empty_block_feedback_has_the_default_message(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    result = blocked(system, [])
+    assert result.error.message == "tool result blocked by post-execute policy"
+    assert result.content == []
+
+
+def test_rp63_non_text_feedback_is_named_by_type(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    feedback = [{"type": "reasoning", "text": "private rationale"}]
+    result = blocked(system, feedback)
+    assert result.error.message == "[reasoning content]"
+    assert result.content == feedback
+
+
+def test_rp63_mixed_feedback_joins_with_newlines(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    feedback = [block("a"), {"type": "image", "data": "AAAA", "mime_type": "image/png"}, block("b")]
+    result = blocked(system, feedback)
+    assert result.error.message == "a\n[image content]\nb"
+    assert result.content == feedback
+
+
+def test_rp63_non_json_feedback_fails_materialization(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    result = blocked(system, [{"type": "text", "text": "x", "bad": {1, 2}}])
+    assert result.to_dict() == {
+        "content": [
+            {"type": "text", "text": "Error: tool result must be losslessly JSON-serializable"}
+        ],
+        "is_error": True,
+        "error": {"message": "tool result must be losslessly JSON-serializable"},
+    }
+
+
+def test_rp64_accept_content_on_a_failure_keeps_the_error(system: ToolSystem) -> None:
+    system.tools.register(echo(execute=raising("disk full", "ENOSPC")))
+    post_returning(system, Accept(content=[block("rewritten")]))
+    result = system.execute(call())
+    assert result.to_dict() == {
+        "is_error": True,
+        "error": {"message": "disk full", "info": {"name": "HarnessError", "code": "ENOSPC"}},
+        "content": [{"type": "text", "text": "rewritten"}],
+    }
+
+
+def test_rp65_accept_contexts_are_attached(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Accept(additional_contexts=[context("fyi")]))
+    result = system.execute(call())
+    assert not result.is_error
+    assert result.additional_contexts == [context("fyi")]
+
+
+def test_rp65_block_contexts_are_attached_to_the_failure(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    post_returning(system, Block(feedback=[block("no")], additional_contexts=[context("why")]))
+    result = system.execute(call())
+    assert result.is_error
+    assert sources(result) == ["why"]
+
+
+def test_rp66_contexts_order_body_then_wrapper_then_post(system: ToolSystem) -> None:
+    def body(args: Any, ctx: Any) -> str:
+        ctx.defer_context(context("nested-1", meta={"n": 1}))
+        ctx.defer_context(context("nested-2"))
+        return "composite"
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        result = await next()
+        return msgspec.structs.replace(
+            result,
+            additional_contexts=[*result.additional_contexts, context("wrapper")],
+        )
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        decision = await next()
+        return Accept(additional_contexts=[context("post"), *decision.additional_contexts])
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert not result.is_error
+    assert sources(result) == ["nested-1", "nested-2", "wrapper", "post"]
+    assert result.additional_contexts[0]["meta"] == {"n": 1}
+    assert "meta" not in result.additional_contexts[1]
+
+
+def deferring_then_raising(args: Any, ctx: Any) -> Any:
+    ctx.defer_context(context("nested"))
+    raise RuntimeError("body failed after deferring")
+
+
+def test_rp67_deferred_contexts_survive_a_body_failure(system: ToolSystem) -> None:
+    system.tools.register(echo(execute=deferring_then_raising))
+    result = system.execute(call())
+    assert result.is_error
+    assert sources(result) == ["nested"]
+
+
+def test_rp67_a_block_keeps_only_its_own_contexts(system: ToolSystem) -> None:
+    system.tools.register(echo(execute=deferring_then_raising))
+    post_returning(
+        system, Block(feedback=[block("blocked")], additional_contexts=[context("block-only")])
+    )
+    result = system.execute(call())
+    assert sources(result) == ["block-only"]
+
+
+def test_rp68_a_lossy_deferred_context_fails_the_whole_result(system: ToolSystem) -> None:
+    def body(args: Any, ctx: Any) -> str:
+        ctx.defer_context(context("bad", meta={"when": object()}))
+        ctx.defer_context(context("fine"))
+        return "hi"
+
+    system.tools.register(echo(execute=body))
+    result = system.execute(call())
+    assert result.to_dict() == {
+        "content": [
+            {"type": "text", "text": "Error: tool result must be losslessly JSON-serializable"}
+        ],
+        "is_error": True,
+        "error": {"message": "tool result must be losslessly JSON-serializable"},
+    }
+
+
+def test_rp69_the_finalizer_captured_at_entry_runs_after_the_tool_is_gone(
+    system: ToolSystem,
+) -> None:
+    seen: list[bool] = []
+
+    def finalizer(exec: Any, result: Any) -> Any:
+        assert result.is_error
+        seen.append(result.is_error)
+        return [block("bounded failure")]
+
+    dispose = system.tools.register(echo(finalize_content=finalizer))
+
+    async def pre(exec: Any, next: Any) -> Any:
+        dispose()
+        raise HarnessError("policy failed", "POLICY_FAILED")
+
+    system.tools.on_pre_execute(pre)
+    assert system.execute(call()).to_dict() == {
+        "content": [{"type": "text", "text": "bounded failure"}],
+        "is_error": True,
+        "error": {
+            "message": "policy failed",
+            "info": {"name": "HarnessError", "code": "POLICY_FAILED"},
+        },
+    }
+    assert seen == [True]
+    assert system.tools.get("echo") is None
+
+
+def test_rp70_a_tool_registered_mid_call_runs_without_its_finalizer(system: ToolSystem) -> None:
+    finalized: list[Any] = []
+
+    def finalizer(exec: Any, result: Any) -> Any:
+        finalized.append(result)
+        return [block("finalized")]
+
+    async def pre(exec: Any, next: Any) -> Any:
+        if system.tools.get("echo") is None:
+            system.tools.register(
+                echo(execute=lambda a, c: "late body", finalize_content=finalizer)
+            )
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    result = system.execute(call())
+    assert result.value == "late body"
+    assert text(result) == "late body"
+    assert finalized == []
+    later = system.execute(call(call_id="c2"))
+    assert later.value == "late body"
+    assert text(later) == "finalized"
+    assert len(finalized) == 1
