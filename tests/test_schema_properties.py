@@ -220,23 +220,26 @@ def subset_schemas() -> st.SearchStrategy[dict[str, Any]]:
     return st.recursive(leaves, extend, max_leaves=8)
 
 
-def values_for(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
-    """Values shaped like the schema (often valid, sometimes not)."""
+def values_for(schema: dict[str, Any], poison: bool = False) -> st.SearchStrategy[Any]:
+    """Values shaped like the schema (often valid, sometimes not). With ``poison``, strings may
+    hold a lone surrogate and undeclared keys may hold anything, lossy or not."""
     if "oneOf" in schema:
-        return st.one_of([values_for(branch) for branch in schema["oneOf"]])
+        return st.one_of([values_for(branch, poison) for branch in schema["oneOf"]])
     kind = schema.get("type")
     if kind in POOLS:
-        return st.sampled_from([*POOLS[kind], "a", 1, None])
+        extra = ["a\ud800"] if poison else []
+        return st.sampled_from([*POOLS[kind], "a", 1, None, *extra])
     if kind == "array":
-        items = values_for(schema["items"]) if "items" in schema else SMALL_VALUES
+        items = values_for(schema["items"], poison) if "items" in schema else SMALL_VALUES
         return st.lists(items, max_size=3)
     if kind == "object":
-        fields = {name: values_for(child) for name, child in schema.get("properties", {}).items()}
+        fields = {
+            name: values_for(child, poison) for name, child in schema.get("properties", {}).items()
+        }
         return st.fixed_dictionaries(
-            {},
-            optional={**fields, "z": SMALL_VALUES},
+            {}, optional={**fields, "z": MIXED if poison else SMALL_VALUES}
         )
-    return SMALL_VALUES
+    return MIXED if poison else SMALL_VALUES
 
 
 SMALL_VALUES = st.recursive(
@@ -263,6 +266,20 @@ def test_validator_agrees_with_draft_2020_12(data: Any) -> None:
     event(f"oracle says valid: {oracle}")
     assert (validate_json_schema_value(schema, value) == []) is oracle
     assert (validate_json_schema_value(snapshot_json(schema), frozen) == []) is oracle
+
+
+@PROPERTY_SETTINGS
+@given(st.data())
+def test_an_accepted_container_is_always_lossless(data: Any) -> None:
+    schema = data.draw(subset_schemas(), label="schema")
+    value = data.draw(st.one_of(values_for(schema, poison=True), MIXED), label="value")
+    found = validate_json_schema_value(schema, value)
+    event(f"accepted: {found == []}, lossless: {is_json_value(value)}")
+    if found == [] and type(value) in (dict, list, FrozenDict, FrozenList):
+        assert is_json_value(value)
+    if is_json_value(value):
+        oracle = jsonschema.Draft202012Validator(thaw(schema)).is_valid(thaw(value))
+        assert (found == []) is oracle
 
 
 @PROPERTY_SETTINGS

@@ -420,3 +420,25 @@ def test_a_5000_deep_value_against_a_json_schema() -> None:
     assert V({"type": "array", "items": {"type": "string"}}, value) == [
         '"value[0]" must be a string'
     ]
+
+
+def test_accepted_strings_with_lone_surrogates_still_fail_the_container_check() -> None:
+    obj = {"type": "object", "properties": {"s": {"type": "string"}}}
+    assert V(obj, {"s": "a\ud800"}) == ['"value" must be a lossless JSON object']
+    either = {
+        "type": "object",
+        "properties": {"s": {"oneOf": [{"type": "string"}, {"type": "null"}]}},
+    }
+    assert V(either, {"s": "a\ud800"}) == ['"value" must be a lossless JSON object']
+    strings = {"type": "array", "items": {"type": "string"}}
+    assert V(strings, ["ok", "a\ud800"]) == ['"value" must be a dense lossless JSON array']
+    nested = {"type": "object", "properties": {"o": obj}}
+    assert V(nested, {"o": {"s": "\udfff"}}) == ['"value.o" must be a lossless JSON object']
+    assert V({"type": "string"}, "a\ud800") == []
+
+
+def test_undeclared_keys_are_still_checked_for_losslessness() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert V(schema, {"a": 1, "b": float("nan")}) == ['"value" must be a lossless JSON object']
+    assert V(schema, {"a": 1, 2: "x"}) == ['"value" must be a lossless JSON object']
+    assert V(schema, {"a": 1, "b": [1, {"c": {2}}]}) == ['"value" must be a lossless JSON object']

@@ -292,8 +292,9 @@ def _vpath(node: Any) -> str:
 # walk of the schema would). Plan kinds:
 #   (_P_ANY,)                                      annotation-only: any lossless JSON value
 #   (_P_SCALAR, type, enum or None, const or _MISSING)
-#   [_P_OBJECT, required, [[name, plan], ...], closed, properties, shallow]
-#       (shallow: every declared property is a scalar plan, so the object is checked inline)
+#   [_P_OBJECT, required, [[name, plan], ...], closed, properties, shallow, clean names]
+#       (shallow: every declared property is a scalar plan, so the object is checked inline;
+#       clean names: every declared name is an encodable str)
 #   [_P_ARRAY, items plan or None]
 #   [_P_ONE_OF, [plan, ...], catches]
 #   (_P_UNKNOWN, type)                             forged: a type outside the subset
@@ -355,6 +356,7 @@ def _build_plan(schema: Any) -> Any:
                 node.get("additionalProperties") is False,
                 properties,
                 False,
+                False,
             ]
             objects.append(plan)
             children = list(properties.values())
@@ -371,6 +373,10 @@ def _build_plan(schema: Any) -> Any:
         target[slot] = plan
     for plan in objects:
         plan[5] = all(child[0] == _P_SCALAR for _, child in plan[2])
+        plan[6] = all(
+            type(name) is str and (name.isascii() or _SURROGATE.search(name) is None)
+            for name, _ in plan[2]
+        )
     return holder[0]
 
 
@@ -446,8 +452,9 @@ def _scalar_violation(plan: Any, value: Any, parent: Any, key: Any = _MISSING) -
 
 
 # A validation frame is a list: [kind, value, path, violations, children, next child index,
-# tail violations, matched branches]. ``children`` holds pending (plan, value, path) triples
-# and, in document order between them, violations of children that were checked inline.
+# tail violations, provable (containers) or matched branches (oneOf)]. ``children`` holds
+# pending (plan, value, path) triples and, in document order between them, violations of
+# children that were checked inline.
 _OBJECT: Final = 0
 _ARRAY: Final = 1
 _ONE_OF: Final = 2
@@ -464,10 +471,15 @@ def _enter_object(
         if name not in value:
             violations.append(f'missing required property "{_vpath((path, name))}"')
     children: list[Any] | None = None
+    # ``provable``: once every child is valid, the object is lossless without another walk
+    # (all its keys are declared, clean names, and no accepted string hides a lone surrogate).
+    provable = plan[6]
+    present = 0
     for name, child in plan[2]:
         item = value.get(name, _MISSING)
         if item is _MISSING:
             continue
+        present += 1
         kind = child[0]
         if kind == _P_SCALAR:
             violation = _scalar_violation(child, item, path, name)
@@ -476,6 +488,8 @@ def _enter_object(
                     violations.append(violation)
                 else:
                     children.append(violation)
+            elif type(item) is str and not item.isascii() and _SURROGATE.search(item) is not None:
+                provable = False
         elif kind == _P_OBJECT and child[5]:
             inline = _enter_shallow(child, item, (path, name), proven)
             if inline:
@@ -483,10 +497,15 @@ def _enter_object(
                     violations.extend(inline)
                 else:
                     children.extend(inline)
-        elif children is None:
-            children = [(child, item, (path, name))]
         else:
-            children.append((child, item, (path, name)))
+            if kind == _P_ONE_OF and type(item) is str:
+                provable = False
+            if children is None:
+                children = [(child, item, (path, name))]
+            else:
+                children.append((child, item, (path, name)))
+    if present != len(value):
+        provable = False
     tail: list[str] | None = None
     if plan[3]:
         declared = plan[4]
@@ -500,10 +519,13 @@ def _enter_object(
             violations.extend(tail)
         if violations:
             return violations
+        if provable:
+            proven.add(id(value))
+            return []
         if is_json_value_memo(value, proven):
             return []
         return [f'"{_vpath(path)}" must be a lossless JSON object']
-    frames.append([_OBJECT, value, path, violations, children, 0, tail, 0])
+    frames.append([_OBJECT, value, path, violations, children, 0, tail, provable])
     return None
 
 
@@ -525,12 +547,18 @@ def _enter_array(
         return [f'"{_vpath(path)}" must be an array']
     items = plan[1]
     violations: list[str] = []
+    provable = False
     if items is not None and value:
+        provable = True
         if items[0] == _P_SCALAR:
             for index, item in enumerate(value):
                 violation = _scalar_violation(items, item, path, index)
                 if violation is not None:
                     violations.append(violation)
+                elif (
+                    type(item) is str and not item.isascii() and _SURROGATE.search(item) is not None
+                ):
+                    provable = False
         elif items[0] == _P_OBJECT and items[5]:
             for index, item in enumerate(value):
                 inline = _enter_shallow(items, item, (path, index), proven)
@@ -538,10 +566,15 @@ def _enter_array(
                     violations.extend(inline)
         else:
             children = [(items, item, (path, index)) for index, item in enumerate(value)]
-            frames.append([_ARRAY, value, path, violations, children, 0, None, 0])
+            frames.append(
+                [_ARRAY, value, path, violations, children, 0, None, items[0] != _P_ONE_OF]
+            )
             return None
     if violations:
         return violations
+    if provable:
+        proven.add(id(value))
+        return []
     if is_json_value_memo(value, proven):
         return []
     return [f'"{_vpath(path)}" must be a dense lossless JSON array']
@@ -554,6 +587,9 @@ def _finish_container(frame: list[Any], proven: set[int]) -> list[str]:
         violations.extend(tail)
     if violations:
         return violations
+    if frame[7]:
+        proven.add(id(frame[1]))
+        return []
     if is_json_value_memo(frame[1], proven):
         return []
     if frame[0] == _OBJECT:
