@@ -1,0 +1,240 @@
+"""The approval seam for ``Ask`` decisions: registry-pipeline.md section 2, scenarios 71-76."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import arun, await_event, call, echo, text
+
+from dsh_tools import AbortController, Ask, ToolSystem
+
+
+class Answerer:
+    """A synchronous approval service answering ``outcome`` and recording every request."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.requests: list[dict[str, Any]] = []
+
+    def request(self, **kwargs: Any) -> Any:
+        self.requests.append(kwargs)
+        return self.outcome
+
+
+class PendingAnswerer:
+    """An async approval service that answers only once ``answer(outcome)`` is called."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.released = asyncio.Event()
+        self.outcome: Any = None
+        self.requests: list[dict[str, Any]] = []
+
+    async def request(self, **kwargs: Any) -> Any:
+        self.requests.append(kwargs)
+        self.asked.set()
+        await self.released.wait()
+        return self.outcome
+
+    def answer(self, outcome: str) -> None:
+        self.outcome = outcome
+        self.released.set()
+
+
+def asking(system: ToolSystem, reason: str | None = None) -> None:
+    async def pre(exec: Any, next: Any) -> Any:
+        return Ask(reason) if reason is not None else Ask()
+
+    system.tools.on_pre_execute(pre)
+
+
+class Stages:
+    def __init__(self, system: ToolSystem) -> None:
+        self.body: list[str] = []
+        self.post: list[Any] = []
+
+        def body(args: Any, ctx: Any) -> str:
+            self.body.append(ctx.call_id)
+            return args.get("text") or ""
+
+        async def post(exec: Any, result: Any, next: Any) -> Any:
+            self.post.append(result)
+            return await next()
+
+        system.tools.register(echo(execute=body))
+        system.tools.on_post_execute(post)
+
+
+def test_rp71_without_a_service_ask_with_a_reason_denies_with_it(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    asking(system, "needs approval")
+    result = system.execute(call(agent="A"))
+    assert text(result) == "Error: needs approval"
+    assert result.to_dict()["error"] == {"message": "needs approval"}
+
+
+def test_rp71_without_a_service_a_bare_ask_is_not_yet_supported(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    asking(system)
+    assert text(system.execute(call(agent="A"))) == (
+        'Error: tool "echo" requires approval (not yet supported)'
+    )
+
+
+def test_rp71_an_agentless_ask_never_reaches_the_service(make_system: Any) -> None:
+    answerer = Answerer("allowed-once")
+    system = make_system(approval=answerer)
+    system.tools.register(echo())
+    asking(system, "please")
+    assert text(system.execute(call())) == (
+        'Error: tool "echo" requires approval, but the call has no agent to route it through'
+    )
+    assert answerer.requests == []
+
+
+def test_rp72_an_allowed_once_answer_runs_the_call(make_system: Any) -> None:
+    answerer = Answerer("allowed-once")
+    system = make_system(approval=answerer)
+    system.tools.register(echo())
+    asking(system, "hook wants a human")
+    signal = AbortController().signal
+    result = system.execute(call(agent="A", signal=signal))
+    assert text(result) == "hi"
+    assert not result.is_error
+    (request,) = answerer.requests
+    assert request == {
+        "agent": "A",
+        "tool_name": "echo",
+        "call_id": "c1",
+        "reason": "hook wants a human",
+        "signal": signal,
+    }
+    assert request["signal"] is signal
+
+
+def test_rp72_a_bare_ask_sends_no_reason(make_system: Any) -> None:
+    answerer = Answerer("allowed-once")
+    system = make_system(approval=answerer)
+    system.tools.register(echo())
+    asking(system)
+    system.execute(call(agent="A"))
+    assert "reason" not in answerer.requests[0]
+
+
+def test_rp72_the_service_can_be_attached_at_run_time(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    asking(system, "later")
+    assert text(system.execute(call(agent="A"))) == "Error: later"
+    system.approval = Answerer("allowed-once")
+    assert text(system.execute(call(agent="A", call_id="c2"))) == "hi"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "message"),
+    [
+        ("rejected", 'the user rejected tool "echo"'),
+        ("cancelled", 'approval for tool "echo" was cancelled'),
+        ("unavailable", 'tool "echo" requires approval, but no approval channel is available'),
+    ],
+)
+def test_rp73_non_grants_are_denials(make_system: Any, outcome: str, message: str) -> None:
+    system = make_system(approval=Answerer(outcome))
+    stages = Stages(system)
+    asking(system, "check")
+    result = system.execute(call(agent="A"))
+    assert result.to_dict() == {
+        "content": [{"type": "text", "text": "Error: " + message}],
+        "is_error": True,
+        "error": {"message": message},
+    }
+    assert stages.body == []
+    assert stages.post == [result]
+
+
+def test_rp74_an_unknown_outcome_is_unreachable_and_skips_post(make_system: Any) -> None:
+    system = make_system(approval=Answerer("yolo"))
+    stages = Stages(system)
+    asking(system, "check")
+    result = system.execute(call(agent="A"))
+    assert result.is_error
+    assert "unreachable" in text(result)
+    assert text(result) == 'Error: unreachable variant in ApprovalOutcome: "yolo"'
+    assert stages.post == []
+    assert stages.body == []
+
+
+def test_rp74_a_raising_service_is_a_final_error(make_system: Any) -> None:
+    class Broken:
+        def request(self, **kwargs: Any) -> str:
+            raise RuntimeError("approval asked outside an open turn")
+
+    system = make_system(approval=Broken())
+    stages = Stages(system)
+    asking(system, "check")
+    result = system.execute(call(agent="A"))
+    assert text(result) == "Error: approval asked outside an open turn"
+    assert stages.post == []
+
+
+def run_pending(system: ToolSystem, answerer: PendingAnswerer, outcome: str) -> Any:
+    controller = AbortController()
+
+    async def scenario() -> Any:
+        task = asyncio.create_task(
+            system.execute_async(call(agent="A", signal=controller.signal))
+        )
+        await await_event(answerer.asked)
+        controller.abort()
+        answerer.answer(outcome)
+        return await task
+
+    return arun(scenario())
+
+
+def test_rp75_an_abort_during_approval_wins_over_allowed_once(make_system: Any) -> None:
+    answerer = PendingAnswerer()
+    system = make_system(approval=answerer)
+    stages = Stages(system)
+    asking(system, "check")
+    result = run_pending(system, answerer, "allowed-once")
+    assert result.to_dict()["error"] == {
+        "message": "tool call aborted before dispatch",
+        "info": {"name": "AbortError", "code": "ABORTED_BEFORE_DISPATCH"},
+    }
+    assert stages.body == []
+    assert stages.post == [result]
+
+
+def test_rp75_a_guard_denial_still_beats_the_abort(make_system: Any) -> None:
+    answerer = PendingAnswerer()
+    system = make_system(approval=answerer)
+    Stages(system)
+    asking(system, "check")
+    system.tools.guard(lambda exec: "guard says no")
+    result = run_pending(system, answerer, "allowed-once")
+    assert text(result) == "Error: guard says no"
+
+
+def test_rp76_an_abort_with_a_cancelled_answer_is_aborted_before_dispatch(
+    make_system: Any,
+) -> None:
+    answerer = PendingAnswerer()
+    system = make_system(approval=answerer)
+    stages = Stages(system)
+    asking(system, "check")
+    result = run_pending(system, answerer, "cancelled")
+    assert text(result) == "Error: tool call aborted before dispatch"
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert stages.body == []
+    assert stages.post == [result]
+
+
+def test_rp76_an_abort_with_a_rejected_answer_stays_a_rejection(make_system: Any) -> None:
+    answerer = PendingAnswerer()
+    system = make_system(approval=answerer)
+    Stages(system)
+    asking(system, "check")
+    result = run_pending(system, answerer, "rejected")
+    assert text(result) == 'Error: the user rejected tool "echo"'
