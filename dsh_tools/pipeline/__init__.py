@@ -15,6 +15,7 @@ from ._pipeline import (
 )
 from ._pool import BatchRunner, DispatcherPoolActor, PoolEntry, PoolLane
 from ._session import SessionEvent, SessionLog
+from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy
 from ._timeout import timeout_policy
 
 __all__ = [
@@ -30,6 +31,9 @@ __all__ = [
     "PoolLane",
     "SessionEvent",
     "SessionLog",
+    "SpillPolicy",
+    "SpillSource",
+    "SpillStore",
     "Stage",
     "ToolExecution",
     "ToolRunContext",
@@ -38,5 +42,6 @@ __all__ = [
     "message_of",
     "parse_arguments",
     "parse_json_text",
+    "spill_policy",
     "timeout_policy",
 ]
