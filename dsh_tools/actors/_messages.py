@@ -40,8 +40,8 @@ _token_ids = itertools.count(1)
 class ExecutionToken:
     """An opaque identity minted per execution; ``parent`` links a nested call to its caller.
 
-    Tokens compare and hash by identity and refuse pickling and encoding: they never cross a
-    process, model or log boundary. ``id`` is a process-unique number for logs.
+    Tokens compare and hash by identity, are immutable, and refuse pickling and encoding: they
+    never cross a process, model or log boundary. ``id`` is a process-unique number for logs.
     """
 
     __slots__ = ("__weakref__", "id")
@@ -49,7 +49,13 @@ class ExecutionToken:
     id: int
 
     def __init__(self) -> None:
-        self.id = next(_token_ids)
+        object.__setattr__(self, "id", next(_token_ids))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("ExecutionToken is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("ExecutionToken is immutable")
 
     def __reduce__(self) -> Any:
         raise TypeError("ExecutionToken cannot be pickled")
