@@ -1,0 +1,302 @@
+"""Code Mode: presentation modes, the reserved ``run_code`` transport and prompt assembly
+(code-mode.md section 13, "Modes, reservation, assembly", scenarios 1-18)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from code_mode_support import FakeRuntime, code_system, echo_tool, run_code
+
+from dsh_tools import (
+    AssembledPrompt,
+    ToolDefinition,
+    ToolOutput,
+    ToolsConfig,
+    ToolSystem,
+)
+
+NON_NATIVE = ("code", "both")
+SDK = "tools:sdk"
+
+
+def section(prompt: AssembledPrompt, name: str = SDK) -> str | None:
+    """The text of the section called ``name``, or None."""
+    for entry in prompt.sections:
+        if entry.name == name:
+            return entry.text
+    return None
+
+
+def names(prompt: AssembledPrompt) -> list[str]:
+    """The tool names of an assembly, in order."""
+    return [schema["name"] for schema in prompt.tools]
+
+
+def plain_tool(name: str) -> ToolDefinition:
+    """A raw tool with an open object root and a string output."""
+    return ToolDefinition(
+        name=name,
+        description=f"The {name} tool.",
+        parameters={"type": "object"},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=lambda args, ctx: name,
+    )
+
+
+def test_01_native_mode_without_runtime_contributes_every_tool_and_no_sdk() -> None:
+    with ToolSystem.start(ToolsConfig(mode="native"), code_runtime=None) as system:
+        system.tools.register(echo_tool())
+        prompt = system.assemble_prompt()
+    assert names(prompt) == ["echo"]
+    assert section(prompt) is None
+
+
+def test_02_code_mode_contributes_only_run_code_and_an_sdk_without_it() -> None:
+    with code_system(mode="code", tools=[echo_tool()]) as system:
+        prompt = system.assemble_prompt()
+    assert names(prompt) == ["run_code"]
+    sdk = section(prompt)
+    assert sdk is not None
+    assert "class Tools:" in sdk
+    assert "async def echo(self, args: EchoArgs, /) -> EchoOutput: ..." in sdk
+    assert "def run_code(" not in sdk
+    assert '"run_code"' not in sdk
+    assert 'ToolName = Literal["echo"]' in sdk
+
+
+def test_03_both_mode_contributes_every_tool_plus_run_code_and_the_sdk() -> None:
+    with code_system(mode="both", tools=[echo_tool()]) as system:
+        prompt = system.assemble_prompt()
+    assert names(prompt) == ["echo", "run_code"]
+    assert section(prompt) is not None
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_04_a_5000_deep_output_schema_assembles(mode: str) -> None:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(5000):
+        schema = {"oneOf": [schema, {"type": "null"}]}
+    deep = ToolDefinition(
+        name="deep_output",
+        description="A tool with a very deep output schema.",
+        parameters={"type": "object", "properties": {}},
+        output=ToolOutput(schema=schema, render=lambda a, v: [{"type": "text", "text": "x"}]),
+        execute=lambda args, ctx: "x",
+    )
+    with code_system(mode=mode, tools=[deep]) as system:
+        sdk = section(system.assemble_prompt())
+    assert sdk is not None
+    assert "DeepOutputArgs = dict[str, JsonValue]" in sdk
+    assert any(line.startswith("DeepOutputOutput = str | None") for line in sdk.splitlines())
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_05_an_assemble_listener_that_drops_the_sdk_and_run_code_is_authoritative(
+    mode: str,
+) -> None:
+    def drop_code_mode(assembly: AssembledPrompt) -> AssembledPrompt:
+        return AssembledPrompt(
+            sections=[s for s in assembly.sections if s.name != SDK],
+            tools=[t for t in assembly.tools if t["name"] != "run_code"],
+        )
+
+    with code_system(mode=mode, tools=[echo_tool()]) as system:
+        system.tools.on_assemble(drop_code_mode)
+        prompt = system.assemble_prompt()
+    assert "run_code" not in names(prompt)
+    assert section(prompt) is None
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_06_a_scoped_tools_sdk_section_shadows_the_generated_one_for_that_scope(
+    mode: str,
+) -> None:
+    with code_system(mode=mode, tools=[echo_tool()]) as system:
+        system.agent("A").tools.section(SDK, 150, "SCOPED SDK")
+        scoped = system.assemble_prompt("A")
+        global_ = system.assemble_prompt()
+    assert section(scoped) == "SCOPED SDK"
+    global_sdk = section(global_)
+    assert global_sdk is not None
+    assert "class Tools:" in global_sdk
+
+
+@pytest.mark.parametrize(
+    ("mode", "scoped"), [("code", ["run_code"]), ("both", ["echo", "run_code"])]
+)
+def test_07_an_allow_restriction_shapes_the_scoped_tools_sdk_and_bindings(
+    mode: str, scoped: list[str]
+) -> None:
+    runtime = FakeRuntime()
+    with code_system(runtime, mode=mode, tools=[echo_tool(), plain_tool("hidden")]) as system:
+        lift = system.agent("A").tools.restrict(allow=["echo"])
+        prompt = system.assemble_prompt("A")
+        assert names(prompt) == scoped
+        sdk = section(prompt)
+        assert sdk is not None
+        assert "async def echo(" in sdk
+        assert "hidden" not in sdk
+        system.execute(run_code(agent="A"))
+        assert list(runtime.requests[0].bindings[0].functions) == ["echo"]
+        lift()
+        lifted = system.assemble_prompt("A")
+    if mode == "both":
+        assert names(lifted) == ["echo", "hidden", "run_code"]
+    lifted_sdk = section(lifted)
+    assert lifted_sdk is not None
+    assert "async def hidden(" in lifted_sdk
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_08_a_deny_restriction_removes_the_tool_from_sdk_and_bindings(mode: str) -> None:
+    runtime = FakeRuntime()
+    with code_system(runtime, mode=mode, tools=[plain_tool("denied"), plain_tool("kept")]) as s:
+        s.agent("A").tools.restrict(deny=["denied"])
+        sdk = section(s.assemble_prompt("A"))
+        s.execute(run_code(agent="A"))
+    assert sdk is not None
+    assert "async def kept(" in sdk
+    assert "denied" not in sdk
+    assert list(runtime.requests[0].bindings[0].functions) == ["kept"]
+
+
+RESERVED_NAME = (
+    'tool name "run_code" is reserved for the Code Mode presentation transport and cannot be '
+    "registered or shadowed"
+)
+RESERVED_TRANSPORT = (
+    'tools.restrict() cannot name reserved Code Mode presentation transport "run_code"; '
+    "restrict end-capability tools instead"
+)
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_09_run_code_is_reserved_and_the_same_transport_for_every_scope(mode: str) -> None:
+    with code_system(mode=mode, tools=[echo_tool()]) as system:
+        scope = system.agent("A")
+        with pytest.raises(ValueError) as global_error:
+            system.tools.register(plain_tool("run_code"))
+        assert str(global_error.value) == RESERVED_NAME
+        with pytest.raises(ValueError) as scoped_error:
+            scope.tools.register(plain_tool("run_code"))
+        assert str(scoped_error.value) == RESERVED_NAME
+        with pytest.raises(ValueError) as allow_error:
+            scope.tools.restrict(allow=["run_code"])
+        assert str(allow_error.value) == RESERVED_TRANSPORT
+        with pytest.raises(ValueError) as deny_error:
+            scope.tools.restrict(deny=["run_code"])
+        assert str(deny_error.value) == RESERVED_TRANSPORT
+        scope.tools.register(plain_tool("scoped_safe"))
+        scoped_sdk = section(system.assemble_prompt("A"))
+        transport = system.tools.get("run_code")
+        assert scope.tools.get("run_code") is transport
+        assert system.tools.get("run_code", "A") is transport
+    assert scoped_sdk is not None
+    assert "async def scoped_safe(" in scoped_sdk
+    assert transport is not None
+    assert transport.description.startswith("Execute a Python program")
+
+
+def test_10_native_mode_lets_a_tool_be_called_run_code() -> None:
+    with ToolSystem.start(ToolsConfig(mode="native"), code_runtime=None) as system:
+        system.tools.register(plain_tool("run_code"))
+        assert names(system.assemble_prompt()) == ["run_code"]
+        transport = system.tools.get("run_code")
+    assert transport is not None
+    assert transport.description == "The run_code tool."
+
+
+@pytest.mark.parametrize(
+    ("mode", "order"), [("code", ["run_code"]), ("both", ["run_code", "echo"])]
+)
+def test_11_tool_order_can_put_run_code_first(mode: str, order: list[str]) -> None:
+    config: dict[str, Any] = {"tool_order": ["run_code", "<unlisted-tools>"]}
+    with code_system(mode=mode, tools=[echo_tool()], **config) as system:
+        assert names(system.assemble_prompt()) == order
+
+
+def test_12_tool_order_naming_a_tool_code_mode_does_not_contribute_fails() -> None:
+    config: dict[str, Any] = {"tool_order": ["echo", "<unlisted-tools>"]}
+    with (
+        code_system(mode="code", tools=[echo_tool()], **config) as system,
+        pytest.raises(ValueError) as error,
+    ):
+        system.assemble_prompt()
+    assert str(error.value) == 'tool_order lists unregistered tool "echo"; known tools: run_code'
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_13_a_non_native_mode_without_runtime_refuses_every_assembly(mode: str) -> None:
+    with ToolSystem.start(ToolsConfig(mode=mode), code_runtime=None) as system:
+        system.tools.register(echo_tool())
+        for _ in range(2):
+            with pytest.raises(RuntimeError) as error:
+                system.assemble_prompt()
+            assert str(error.value) == (
+                f'dsh-tools: mode "{mode}" requires a code runtime — load a code runtime '
+                'implementation (e.g. the subprocess code runtime) or set tools mode to "native"'
+            )
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_14_a_runtime_of_another_language_refuses_every_assembly(mode: str) -> None:
+    runtime = FakeRuntime(language="typescript")
+    with code_system(runtime, mode=mode, tools=[echo_tool()]) as system:
+        for _ in range(2):
+            with pytest.raises(RuntimeError) as error:
+                system.assemble_prompt()
+            assert str(error.value) == (
+                f'dsh-tools: mode "{mode}" generates a Python SDK, but the loaded code '
+                'runtime\'s language is "typescript"'
+            )
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_15_an_unchanged_tool_set_assembles_a_byte_identical_sdk(mode: str) -> None:
+    with code_system(mode=mode, tools=[echo_tool(), plain_tool("other")]) as system:
+        first = section(system.assemble_prompt())
+        second = section(system.assemble_prompt())
+    assert first is not None
+    assert first.encode() == second.encode()  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", NON_NATIVE)
+def test_16_a_stopped_system_assembles_nothing(mode: str) -> None:
+    system = code_system(mode=mode, tools=[echo_tool()])
+    assert section(system.assemble_prompt()) is not None
+    system.stop()
+    with pytest.raises(RuntimeError):
+        system.assemble_prompt()
+
+
+def test_17_max_parallel_sub_calls_is_validated_and_defaults_to_ten() -> None:
+    with pytest.raises(ValueError) as error:
+        ToolsConfig(mode="code", max_parallel_sub_calls=0)
+    assert "max_parallel_sub_calls must be a positive integer" in str(error.value)
+    config = ToolsConfig(mode="code")
+    assert config.max_parallel_sub_calls == 10
+    with ToolSystem.start(config, code_runtime=FakeRuntime()) as system:
+        assert system.tools.get("run_code") is not None
+    with ToolSystem.start() as default:
+        assert default.config.mode == "native"
+        assert default.code_runtime is None
+        assert default.tools.get("run_code") is None
+        assert section(default.assemble_prompt()) is None
+
+
+def test_18_the_runtime_request_holds_one_tools_namespace_without_run_code() -> None:
+    runtime = FakeRuntime()
+    with code_system(runtime, mode="both", tools=[echo_tool()]) as system:
+        system.execute(run_code())
+    (request,) = runtime.requests
+    (namespace,) = request.bindings
+    assert namespace.global_name == "tools"
+    assert list(namespace.functions) == ["echo"]
+    assert "run_code" not in namespace.functions
+    assert not hasattr(namespace.functions, "run_code")
+    assert namespace.error_class is not None
+    assert namespace.error_class.name == "ToolCallError"
+    assert namespace.error_class.member_attr == "tool_name"
