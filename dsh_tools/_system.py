@@ -366,6 +366,10 @@ class ToolSystem:
     def execute(self, call: ExecuteCall, timeout: float | None = None) -> ToolExecutionResult:
         """Run one call to completion in this thread and return its result.
 
+        A plain-function body runs inline in this thread, unless an execute wrapper gave it a
+        signal of its own (a deadline, say): it then runs on a worker thread, so that timers
+        the wrapper set on this thread's loop can still fire while the body waits.
+
         With ``timeout``, the call runs on the system loop and ``TimeoutError`` is raised here
         if it has not finished in time (the call still finishes, with its one result and event).
         Raises ``RuntimeError`` when called from a thread running an event loop: use

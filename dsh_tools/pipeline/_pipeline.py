@@ -418,6 +418,11 @@ class Pipeline:
             if entry is None:
                 return failure_from_exception(ToolNotFoundError(rec.name))
             rec.body_invoked = True
+            # A wrapper that supplied its own signal (a deadline, say) may abort it from a timer
+            # on this very loop: a plain body then runs on a worker thread so the loop stays free
+            # to fire it. Without one, nothing on this loop can abort the body's signal, so the
+            # body runs inline (the hot path).
+            inline = inline and fused is caller
             try:
                 value = await self._call_body(entry, rec, ToolRunContext(rec, fused), inline)
             except (Exception, asyncio.CancelledError) as exc:
