@@ -11,6 +11,7 @@
 - ``ManualClock``: a timer source for ``timeout_policy(clock=...)`` advanced by hand.
 - ``spawn(system, call)``: run ``system.execute`` in a fresh thread (for bodies gated on
   ``threading.Event``); ``arun(coro)``: ``asyncio.run`` for ``execute_async`` scenarios.
+- ``logs``: captures structlog events from every thread; ``logs.wait_for_warnings(n)``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
+import structlog
+from structlog.testing import LogCapture
 
 from dsh_tools import (
     AbortSignal,
@@ -64,6 +67,47 @@ def make_system() -> Iterator[Callable[..., ToolSystem]]:
     finally:
         for s in started:
             s.stop()
+
+
+class Logs(LogCapture):
+    """A structlog capture that lets a test wait (bounded) for log lines from other threads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def __call__(self, logger: Any, method_name: str, event_dict: Any) -> Any:
+        with self._changed:
+            try:
+                return super().__call__(logger, method_name, event_dict)
+            finally:
+                self._changed.notify_all()
+
+    @property
+    def warnings(self) -> list[str]:
+        """The text of every warning so far."""
+        with self._changed:
+            return [e["event"] for e in self.entries if e["log_level"] == "warning"]
+
+    def wait_for_warnings(self, count: int) -> list[str]:
+        """Wait until at least ``count`` warnings were logged; return them all."""
+        with self._changed:
+            assert self._changed.wait_for(
+                lambda: sum(e["log_level"] == "warning" for e in self.entries) >= count, WAIT
+            ), f"expected {count} warnings, got {self.entries}"
+        return self.warnings
+
+
+@pytest.fixture
+def logs() -> Iterator[Logs]:
+    """Capture structlog output (every thread) for the duration of a test."""
+    capture = Logs()
+    previous = structlog.get_config()["processors"]
+    structlog.configure(processors=[capture])
+    try:
+        yield capture
+    finally:
+        structlog.configure(processors=previous)
 
 
 def _text_block(text: str) -> dict[str, Any]:

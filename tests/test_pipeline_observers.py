@@ -1,0 +1,118 @@
+"""``result`` observers and scoped dispatch: registry-pipeline.md section 2, scenarios 96-97."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Logs, block, call, echo, text
+
+from dsh_tools import (
+    Deny,
+    ToolExecutionFailure,
+    ToolFailure,
+    ToolSystem,
+)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+def test_rp96_observers_are_isolated_and_cannot_change_the_result(
+    system: ToolSystem, logs: Logs
+) -> None:
+    system.tools.register(echo())
+
+    async def outer(exec: Any, next: Any) -> Any:
+        await next()
+        return ToolExecutionFailure(ToolFailure("outer failure"), [block("outer failure")])
+
+    system.tools.on_execute(outer, prepend=True)
+    checked: list[bool] = []
+    recorded: list[bool] = []
+
+    def checker(exec: Any, result: Any) -> None:
+        with pytest.raises(AttributeError):
+            exec.name = "other"
+        with pytest.raises(TypeError):
+            exec.arguments["text"] = "changed"
+        with pytest.raises(AttributeError):
+            result.content = []
+        with pytest.raises(TypeError):
+            result.content.append(block("more"))
+        with pytest.raises(TypeError):
+            result.content[0]["text"] = "changed"
+        checked.append(result.is_error)
+
+    def unprintable(exec: Any, result: Any) -> None:
+        raise Unprintable()
+
+    def failing_later(exec: Any, result: Any) -> Any:
+        async def fail() -> None:
+            raise RuntimeError("async observer failure")
+
+        return fail()
+
+    system.agent("A").tools.on_result(checker)
+    system.tools.on_result(unprintable)
+    system.tools.on_result(failing_later)
+    system.tools.on_result(lambda exec, result: recorded.append(result.is_error))
+
+    result = system.execute(call(agent="A"))
+    assert result.is_error
+    assert text(result) == "outer failure"
+    assert result.to_dict() == {
+        "content": [{"type": "text", "text": "outer failure"}],
+        "is_error": True,
+        "error": {"message": "outer failure"},
+    }
+    assert checked == [True]
+    assert recorded == [True]
+    warnings = logs.wait_for_warnings(2)
+    assert len(warnings) == 2
+    assert any("<unprintable thrown value>" in w for w in warnings)
+    assert any("async observer failure" in w for w in warnings)
+    for warning in warnings:
+        assert warning.startswith('tool "echo" (c1): tools/result observer failed: ')
+
+
+def test_rp97_scoped_listeners_see_only_their_agent(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    vetoed: list[Any] = []
+
+    async def veto(exec: Any, next: Any) -> Any:
+        vetoed.append(exec.agent)
+        return Deny("scoped veto")
+
+    scope = system.agent("A")
+    lift = scope.tools.on_pre_execute(veto)
+    scoped: list[str] = []
+    everyone: list[str] = []
+    scope.tools.on_result(lambda exec, result: scoped.append(exec.call_id))
+    system.tools.on_result(lambda exec, result: everyone.append(exec.call_id))
+
+    assert text(system.execute(call(agent="A", call_id="a1"))) == "Error: scoped veto"
+    assert text(system.execute(call(agent="B", call_id="b1"))) == "hi"
+    assert text(system.execute(call(call_id="n1"))) == "hi"
+    assert vetoed == ["A"]
+    lift()
+    assert text(system.execute(call(agent="A", call_id="a2"))) == "hi"
+    assert scoped == ["a1", "a2"]
+    assert everyone == ["a1", "b1", "n1", "a2"]
+
+
+def test_rp97_an_observer_may_swap_a_tool_for_the_next_call(system: ToolSystem) -> None:
+    dispose = system.tools.register(echo(execute=lambda a, c: "first version"))
+    swapped: list[bool] = []
+
+    def swap(exec: Any, result: Any) -> None:
+        if not swapped:
+            swapped.append(True)
+            dispose()
+            system.tools.register(echo(execute=lambda a, c: "second version"))
+
+    system.tools.on_result(swap)
+    assert system.execute(call()).value == "first version"
+    assert system.execute(call(call_id="c2")).value == "second version"

@@ -1,0 +1,115 @@
+"""``execution_mode(call)``: registry-pipeline.md sections 1.21 and 2, scenario 91."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from typing import Any
+
+import pytest
+from conftest import block, call, fixture
+
+from dsh_tools import ToolOutput, ToolSystem, define_tool
+
+
+def test_rp91_a_classifier_returning_true_is_parallel(system: ToolSystem) -> None:
+    system.tools.register(fixture("safe", is_concurrency_safe=lambda a: True))
+    assert system.tools.execution_mode(call("safe")) == "parallel"
+
+
+def test_rp91_no_classifier_is_exclusive(system: ToolSystem) -> None:
+    system.tools.register(fixture("plain"))
+    assert system.tools.execution_mode(call("plain")) == "exclusive"
+
+
+def test_rp91_an_unknown_tool_is_exclusive(system: ToolSystem) -> None:
+    assert system.tools.execution_mode(call("ghost")) == "exclusive"
+
+
+def typed_mode_tool(classifier: Any, *, required: bool = False) -> Any:
+    mode: dict[str, Any] = {"type": "string", "enum": ["read", "write"]}
+    if required:
+        mode["required"] = True
+    return define_tool(
+        name="files",
+        description="read or write",
+        parameters={"mode": mode},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [block(v)]),
+        execute=lambda args, ctx: args["mode"],
+        is_concurrency_safe=classifier,
+    )
+
+
+def test_rp91_a_typed_classifier_reads_the_arguments(system: ToolSystem) -> None:
+    system.tools.register(typed_mode_tool(lambda args: args.get("mode") == "read"))
+    assert system.tools.execution_mode(call("files", {"mode": "read"})) == "parallel"
+    assert system.tools.execution_mode(call("files", {"mode": "write"})) == "exclusive"
+
+
+def test_rp91_invalid_typed_arguments_are_exclusive_without_asking(system: ToolSystem) -> None:
+    asked: list[Any] = []
+
+    def classifier(args: Any) -> bool:
+        asked.append(args)
+        return True
+
+    system.tools.register(typed_mode_tool(classifier, required=True))
+    assert system.tools.execution_mode(call("files", {})) == "exclusive"
+    assert asked == []
+
+
+def test_rp91_a_raising_classifier_is_exclusive(system: ToolSystem) -> None:
+    def classifier(args: Any) -> bool:
+        raise RuntimeError("classifier exploded")
+
+    system.tools.register(fixture("raw", is_concurrency_safe=classifier))
+    assert system.tools.execution_mode(call("raw")) == "exclusive"
+
+
+@pytest.mark.parametrize("verdict", ["yes", 1, 1.0, [True], False, None])
+def test_rp91_only_the_true_singleton_is_parallel(system: ToolSystem, verdict: Any) -> None:
+    system.tools.register(fixture("raw", is_concurrency_safe=lambda a: verdict))
+    assert system.tools.execution_mode(call("raw")) == "exclusive"
+
+
+def test_rp91_an_async_classifier_is_exclusive_and_leaks_no_coroutine(
+    system: ToolSystem,
+) -> None:
+    async def classifier(args: Any) -> bool:
+        return True
+
+    system.tools.register(fixture("raw", is_concurrency_safe=classifier))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert system.tools.execution_mode(call("raw")) == "exclusive"
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_rp91_a_raw_classifier_receives_the_arguments_unchanged(system: ToolSystem) -> None:
+    received: list[Any] = []
+
+    def classifier(args: Any) -> bool:
+        received.append(args)
+        return True
+
+    system.tools.register(fixture("raw", is_concurrency_safe=classifier))
+    arguments = {"anything": 1}
+    assert system.tools.execution_mode(call("raw", arguments)) == "parallel"
+    assert received == [{"anything": 1}]
+
+
+def test_rp91_classification_never_affects_a_single_call(system: ToolSystem) -> None:
+    system.tools.register(fixture("safe", is_concurrency_safe=lambda a: True))
+    system.tools.register(fixture("plain"))
+    assert not system.execute(call("safe")).is_error
+    assert not system.execute(call("plain")).is_error
+
+
+def test_rp91_the_scope_handle_classifies_for_its_agent(system: ToolSystem) -> None:
+    system.tools.register(fixture("t", is_concurrency_safe=lambda a: False))
+    scope = system.agent("A")
+    scope.tools.register(fixture("t", is_concurrency_safe=lambda a: True))
+    assert system.tools.execution_mode(call("t")) == "exclusive"
+    assert scope.tools.execution_mode(call("t")) == "parallel"
+    assert system.tools.execution_mode(call("t", agent="A")) == "parallel"
