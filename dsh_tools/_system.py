@@ -162,6 +162,12 @@ class FrontActor(pykka.ThreadingActor):
             if reply_to is not None:
                 reply_to.set(response)
 
+    def on_receive(self, message: Any) -> Any:
+        raise TypeError(
+            "system.ref answers ExecuteCall and ExecuteBatch messages, "
+            f"got {type(message).__name__}"
+        )
+
     def _start(self, message: ExecuteCall | ExecuteBatch, reply_to: Any) -> None:
         system = self._system
         try:
@@ -436,7 +442,7 @@ class ToolSystem:
         async def watch() -> None:
             try:
                 await awaitable
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(label + message_of(exc))
 
         try:

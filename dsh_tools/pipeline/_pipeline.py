@@ -246,7 +246,7 @@ class Pipeline:
             return None
         try:
             return self._decide(rec, ALLOW, False)
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
             return Stage(FINISH, failure_from_exception(exc))
 
     async def prepare(self, rec: CallRecord) -> Stage:
@@ -595,7 +595,7 @@ class Pipeline:
                 out = observer(view, result)
                 if inspect.isawaitable(out):
                     self._background(out, label)
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(
                     label + message_of(exc),
                     call_id=rec.call_id,

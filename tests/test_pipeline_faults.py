@@ -1,0 +1,396 @@
+"""Faults and re-entrancy: every call yields one result and one ``tool/result`` event whatever
+fails; registry mutations from inside hooks, guards, bodies and observers are immediate and never
+deadlock; the blocking entry points behave at their edges (SPEC sections 3, 5b.5, 5b.19, 8)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pykka
+import pytest
+from conftest import (
+    WAIT,
+    Logs,
+    arun,
+    call,
+    echo,
+    fixture,
+    spawn,
+    text,
+    wait,
+)
+
+from dsh_tools import (
+    AbortController,
+    ExecuteCall,
+    HarnessError,
+    ToolSystem,
+)
+
+STAGES = ["pre", "guard", "wrapper", "post", "finalizer", "observer", "body"]
+
+
+def events_for(system: ToolSystem, call_id: str) -> list[str]:
+    return [e.type for e in system.session.events if e.data["call_id"] == call_id]
+
+
+def install_raising(system: ToolSystem, stage: str, error: BaseException) -> None:
+    """Make ``stage`` of every call of echo raise ``error``."""
+
+    def fail(*args: Any) -> Any:
+        raise error
+
+    async def fail_async(*args: Any) -> Any:
+        raise error
+
+    if stage == "finalizer":
+        system.tools.register(echo(finalize_content=fail))
+        return
+    if stage == "body":
+        system.tools.register(echo(execute=fail))
+        return
+    system.tools.register(echo())
+    if stage == "pre":
+        system.tools.on_pre_execute(fail_async)
+    elif stage == "guard":
+        system.tools.guard(fail)
+    elif stage == "wrapper":
+        system.tools.on_execute(fail_async)
+    elif stage == "post":
+        system.tools.on_post_execute(fail_async)
+    elif stage == "observer":
+        system.tools.on_result(fail)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_raising_stage_gives_one_result_and_one_event(
+    system: ToolSystem, logs: Logs, stage: str
+) -> None:
+    install_raising(system, stage, HarnessError(f"{stage} exploded", "STAGE_FAULT"))
+    observed: list[Any] = []
+    system.tools.on_result(lambda exec, result: observed.append(result))
+    result = system.execute(call())
+    assert observed == [result]
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+    if stage == "observer":
+        assert not result.is_error
+        assert logs.wait_for_warnings(1) == [
+            'tool "echo" (c1): tools/result observer failed: observer exploded'
+        ]
+    else:
+        assert text(result) == f"Error: {stage} exploded"
+        assert result.to_dict()["error"]["info"] == {"name": "HarnessError", "code": "STAGE_FAULT"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_raising_cancelled_error_is_a_result_not_a_crash(
+    system: ToolSystem, logs: Logs, stage: str
+) -> None:
+    install_raising(system, stage, asyncio.CancelledError("user code cancelled"))
+    result = system.execute(call())
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+    if stage == "observer":
+        assert not result.is_error
+        assert len(logs.wait_for_warnings(1)) == 1
+    else:
+        assert text(result) == "Error: user code cancelled"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_raising_stage_on_the_async_path_gives_one_result(system: ToolSystem, stage: str) -> None:
+    install_raising(system, stage, RuntimeError(f"{stage} exploded"))
+    result = arun(system.execute_async(call()))
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+    assert result.is_error == (stage != "observer")
+
+
+def test_a_body_ignoring_its_signal_finishes_once_when_released(system: ToolSystem) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def body(args: Any, ctx: Any) -> str:
+        started.set()
+        assert release.wait(WAIT)
+        return "released"
+
+    system.tools.register(echo(execute=body))
+    observed: list[Any] = []
+    system.tools.on_result(lambda exec, result: observed.append(result))
+    controller = AbortController()
+    future = spawn(system, call(signal=controller.signal))
+    wait(started)
+    controller.abort()
+    controller.abort("again")
+    assert events_for(system, "c1") == ["tool/call"]
+    release.set()
+    result = future.result(WAIT)
+    assert text(result) == "Error: tool call aborted"
+    assert observed == [result]
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+
+
+# --- re-entrant registry mutations --------------------------------------------------------------
+
+
+class Mutator:
+    """Registers a tool, a guard and a hook from wherever it is called, and checks each change
+    is visible at once; then disposes them again."""
+
+    def __init__(self, system: ToolSystem) -> None:
+        self.system = system
+        self.sites: list[str] = []
+
+    def mutate(self, site: str) -> None:
+        tools = self.system.tools
+        name = f"made-in-{site}"
+        dispose = tools.register(fixture(name))
+        assert tools.get(name) is not None
+        assert name in [s["name"] for s in tools.schemas()]
+        unguard = tools.guard(lambda exec: None)
+        unhook = tools.on_result(lambda exec, result: None)
+        scope = self.system.agent(f"agent-of-{site}")
+        unmask = scope.tools.restrict(deny=[name])
+        assert scope.tools.get(name) is None
+        unmask()
+        assert scope.tools.get(name) is not None
+        unhook()
+        unguard()
+        dispose()
+        assert tools.get(name) is None
+        self.sites.append(site)
+
+
+SITES = ["pre", "guard", "body", "post", "observer", "change"]
+
+
+def install_mutator(system: ToolSystem, site: str, mutator: Mutator, *, asynchronous: bool) -> None:
+    def body(args: Any, ctx: Any) -> str:
+        if site == "body":
+            mutator.mutate("body")
+        return "hi"
+
+    async def async_body(args: Any, ctx: Any) -> str:
+        return body(args, ctx)
+
+    system.tools.register(echo(execute=async_body if asynchronous else body))
+
+    async def pre(exec: Any, next: Any) -> Any:
+        mutator.mutate("pre")
+        return await next()
+
+    def guard(exec: Any) -> None:
+        mutator.mutate("guard")
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        mutator.mutate("post")
+        return await next()
+
+    def observer(exec: Any, result: Any) -> None:
+        mutator.mutate("observer")
+
+    changes: list[int] = []
+
+    def on_change() -> None:
+        if not changes:  # only once: the mutation below emits changes of its own
+            changes.append(1)
+            mutator.mutate("change")
+
+    hooks = {
+        "pre": lambda: system.tools.on_pre_execute(pre),
+        "guard": lambda: system.tools.guard(guard),
+        "post": lambda: system.tools.on_post_execute(post),
+        "observer": lambda: system.tools.on_result(observer),
+        "change": lambda: system.tools.on_change(on_change),
+    }
+    if site in hooks:
+        hooks[site]()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-body", "async-body"])
+@pytest.mark.parametrize("site", SITES)
+def test_mutations_from_inside_a_call_are_immediate_in_execute(
+    system: ToolSystem, site: str, asynchronous: bool
+) -> None:
+    mutator = Mutator(system)
+    install_mutator(system, site, mutator, asynchronous=asynchronous)
+    if site == "change":
+        system.tools.register(fixture("trigger"))
+    result = system.execute(call())
+    assert text(result) == "hi"
+    assert mutator.sites == [site]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-body", "async-body"])
+@pytest.mark.parametrize("site", ["pre", "guard", "body", "post", "observer"])
+def test_mutations_from_inside_a_call_are_immediate_on_the_system_loop(
+    system: ToolSystem, site: str, asynchronous: bool
+) -> None:
+    mutator = Mutator(system)
+    install_mutator(system, site, mutator, asynchronous=asynchronous)
+    result = system.ref.ask(call(), timeout=WAIT)
+    assert text(result) == "hi"
+    assert mutator.sites == [site]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-body", "async-body"])
+def test_mutations_from_inside_a_body_are_immediate_with_execute_async(
+    system: ToolSystem, asynchronous: bool
+) -> None:
+    mutator = Mutator(system)
+    install_mutator(system, "body", mutator, asynchronous=asynchronous)
+    assert text(arun(system.execute_async(call()))) == "hi"
+    assert mutator.sites == ["body"]
+
+
+def test_closing_a_scope_from_inside_its_own_call(system: ToolSystem) -> None:
+    scope = system.agent("A")
+
+    def body(args: Any, ctx: Any) -> list[Any]:
+        scope.close()
+        return [{"type": "text", "text": "closed myself"}]
+
+    scope.tools.register(fixture("local", body))
+    assert text(system.execute(call("local", agent="A"))) == "closed myself"
+    assert system.tools.get("local", "A") is None
+    assert text(system.execute(call("local", agent="A", call_id="c2"))) == (
+        'Error: unknown tool "local"'
+    )
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def test_execute_inside_a_running_loop_raises_runtime_error(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def inside() -> None:
+        with pytest.raises(RuntimeError, match="execute_async"):
+            system.execute(call())
+
+    arun(inside())
+    assert system.session.events == []
+
+
+def test_execute_timeout_raises_while_the_call_still_finishes(system: ToolSystem) -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    def body(args: Any, ctx: Any) -> str:
+        started.set()
+        assert release.wait(WAIT)
+        return "finished late"
+
+    system.tools.register(echo(execute=body))
+    finished = threading.Event()
+    results: list[Any] = []
+
+    def observe(exec: Any, result: Any) -> None:
+        results.append(result)
+        finished.set()
+
+    system.tools.on_result(observe)
+    with pytest.raises(TimeoutError):
+        system.execute(call(), timeout=0.05)
+    wait(started)
+    release.set()
+    wait(finished)
+    assert len(results) == 1
+    assert results[0].value == "finished late"
+    # The call finishes on the system loop; its result event is recorded in the same loop step
+    # as the observers ran, so one more call through that loop is a barrier behind it.
+    system.ref.ask(call(call_id="barrier"), timeout=WAIT)
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+
+
+def test_execute_with_a_timeout_that_is_met_returns_the_result(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    assert text(system.execute(call(), timeout=WAIT)) == "hi"
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+
+
+def test_ref_ask_runs_a_call(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    result = system.ref.ask(call(), timeout=WAIT)
+    assert text(result) == "hi"
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+
+
+def test_many_ref_asks_overlap(system: ToolSystem) -> None:
+    count = 16
+    barrier = threading.Barrier(count, timeout=WAIT)
+
+    def body(args: Any, ctx: Any) -> str:
+        barrier.wait()  # passes only when every call is in its body at once
+        return args["text"]
+
+    system.tools.register(echo(execute=body))
+    futures = [
+        system.ref.ask(call("echo", {"text": f"t{i}"}, call_id=f"c{i}"), block=False)
+        for i in range(count)
+    ]
+    values = [f.get(timeout=WAIT).value for f in futures]
+    assert values == [f"t{i}" for i in range(count)]
+
+
+def test_many_async_ref_asks_overlap_on_the_system_loop(system: ToolSystem) -> None:
+    count = 16
+    arrived: list[int] = []
+    everyone: dict[str, asyncio.Event] = {}
+
+    async def body(args: Any, ctx: Any) -> str:
+        gate = everyone.setdefault("gate", asyncio.Event())
+        arrived.append(1)
+        if len(arrived) == count:
+            gate.set()
+        await asyncio.wait_for(gate.wait(), WAIT)
+        return args["text"]
+
+    system.tools.register(echo(execute=body))
+    futures = [
+        system.ref.ask(call("echo", {"text": f"t{i}"}, call_id=f"c{i}"), block=False)
+        for i in range(count)
+    ]
+    assert [f.get(timeout=WAIT).value for f in futures] == [f"t{i}" for i in range(count)]
+
+
+def test_a_non_call_message_to_ref_is_refused(system: ToolSystem) -> None:
+    with pytest.raises(TypeError, match="ExecuteCall and ExecuteBatch"):
+        system.ref.ask("hello", timeout=WAIT)
+    system.tools.register(echo())
+    assert text(system.ref.ask(call(), timeout=WAIT)) == "hi"
+
+
+def test_stop_leaves_no_thread_behind() -> None:
+    before = set(threading.enumerate())
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(echo())
+    system.tools.register(echo(name="async-echo", execute=_async_echo))
+    with system.plugin("p") as plugin:
+        plugin.tools.register(fixture("plugged"))
+    scope = system.agent("A")
+    scope.tools.register(fixture("local"))
+    system.execute(call())
+    arun(system.execute_async(call(call_id="c2")))
+    system.ref.ask(call("async-echo", call_id="c3"), timeout=WAIT)
+    system.ref.ask(call(call_id="c4"), timeout=WAIT)
+    system.execute(call(call_id="c5"), timeout=WAIT)
+    system.stop()
+    system.stop()
+    leftover = [t for t in threading.enumerate() if t not in before]
+    assert leftover == []
+    with pytest.raises(RuntimeError, match="stopped"):
+        system.execute(call(call_id="c6"))
+
+
+async def _async_echo(args: Any, ctx: Any) -> str:
+    return "async"
+
+
+def test_a_stopped_system_refuses_asks() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    ref = system.ref
+    system.stop()
+    with pytest.raises(pykka.ActorDeadError):
+        ref.ask(ExecuteCall(call_id="c1", name="echo", arguments={}), timeout=WAIT)
