@@ -585,6 +585,7 @@ def _namespace(name: str, error: ErrorClassSpec | None = None) -> BindingNamespa
         [_namespace("await")],
         [_namespace("print")],
         [_namespace("asyncio")],
+        [_namespace("__builtins__")],
         [_namespace("tools"), _namespace("tools")],
         [_namespace("tools", ErrorClassSpec("not valid!", "tool_name"))],
         [_namespace("tools", ErrorClassSpec("print", "tool_name"))],

@@ -734,3 +734,47 @@ def test_disposal_reaches_runs_on_other_threads_event_loops() -> None:
     own.close()
     thread.join(10)
     assert results == [CodeRunResult([], error=CodeRunFailure("abort", "runtime disposed"))]
+
+
+HOST_SCRIPT = """
+import asyncio
+from dsh_tools.codebridge import BindingNamespace, CodeRunRequest, SubprocessCodeRuntime
+
+async def main():
+    runtime = SubprocessCodeRuntime()
+
+    async def announce(worker):
+        print(runtime.template_pid, worker, flush=True)
+
+    program = "import os\\nawait tools.announce(os.getpid())\\nwhile True:\\n    pass"
+    await runtime.run(CodeRunRequest(program, [BindingNamespace("tools", {"announce": announce})]))
+
+asyncio.run(main())
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return False
+    return data[data.rindex(b")") + 2 :].split()[0] != b"Z"
+
+
+def test_fault_a_host_that_dies_takes_its_template_and_workers_along() -> None:
+    import subprocess
+    import sys
+
+    host = subprocess.Popen([sys.executable, "-c", HOST_SCRIPT], stdout=subprocess.PIPE)
+    assert host.stdout is not None
+    template, worker = (int(pid) for pid in host.stdout.readline().split())
+    host.kill()
+    host.wait()
+    host.stdout.close()
+    # The template sees its control socket close, kills and reaps its workers, then exits
+    # (left as a zombie of whoever adopts it, which the test cannot await: poll /proc).
+    deadline = time.monotonic() + 5
+    while _running(template) or os.path.exists(f"/proc/{worker}"):
+        assert time.monotonic() < deadline, "template or worker outlived the host"
+        time.sleep(0.005)

@@ -214,11 +214,13 @@ _RESERVED_MEMBERS: Final = frozenset({"args", "message", "with_traceback", "add_
 
 
 def _usable_identifier(name: object) -> bool:
+    """An identifier that is no keyword, no injected name and no dunder (``__builtins__``)."""
     return (
         type(name) is str
         and name.isidentifier()
         and not keyword.iskeyword(name)
         and name not in _INJECTED
+        and not (name.startswith("__") and name.endswith("__"))
     )
 
 
