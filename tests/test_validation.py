@@ -442,3 +442,16 @@ def test_undeclared_keys_are_still_checked_for_losslessness() -> None:
     assert V(schema, {"a": 1, "b": float("nan")}) == ['"value" must be a lossless JSON object']
     assert V(schema, {"a": 1, 2: "x"}) == ['"value" must be a lossless JSON object']
     assert V(schema, {"a": 1, "b": [1, {"c": {2}}]}) == ['"value" must be a lossless JSON object']
+
+
+def test_a_cyclic_value_is_never_accepted_whatever_the_schema_depth() -> None:
+    outer: dict[str, Any] = {}
+    inner: dict[str, Any] = {"b": outer}
+    outer["a"] = inner
+    leaf: dict[str, Any] = {}
+    for depth in range(6):
+        schema: dict[str, Any] = leaf
+        for level in range(depth):
+            name = "b" if (depth - level) % 2 == 0 else "a"
+            schema = {"type": "object", "properties": {name: schema}, "required": [name]}
+        assert V(schema, outer) != [], depth
