@@ -21,6 +21,7 @@ from .codebridge._transport import (
     run_code_output_dsl,
     run_code_parameters_dsl,
 )
+from .pipeline import spill_policy
 from .registry import ToolOutput, define_tool
 
 __all__ = ["build_run_code", "install_code_mode"]
@@ -52,6 +53,12 @@ def install_code_mode(system: Any, code_runtime: Any) -> None:
             system._owns_runtime = True
     else:
         system.code_runtime = code_runtime
+    # The dispatch-log spill arm (code-mode 6.6): configured by max_inline_bytes, applied by the
+    # bridge after the tools/code-dispatch-log waterfall. ``system.dispatch_spill`` is read at
+    # every run, so a harness may give it a store (``system.dispatch_spill.store = store``) or
+    # replace it (``system.dispatch_spill = spill_policy(n, store)``) at any time.
+    if config.max_inline_bytes is not None:
+        system.dispatch_spill = spill_policy(config.max_inline_bytes, None)
     if config.mode != "native":
         definition = build_run_code(system)
         system._registry.ask(SetTransport(definition, True))

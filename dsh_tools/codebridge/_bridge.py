@@ -11,9 +11,11 @@ budgets and the output ledger) is the code runtime's.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import structlog
 from msgspec import UNSET
 
@@ -22,14 +24,15 @@ from ..actors import (
     CodeRunFailedError,
     ExecuteCall,
     FrozenDict,
+    FrozenList,
     ToolExecutionResult,
 )
 from ..actors._protocol import ClosePool, SubmitCall
-from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, message_of
+from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ._seam import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
-__all__ = ["CodeRunBridgeActor", "ToolCallRejected"]
+__all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
 
 _log = structlog.get_logger("dsh_tools.codebridge")
 
@@ -63,7 +66,7 @@ class CodeRunBridgeActor:
         outer: Any,
         max_parallel: int,
         dispatch_log_hooks: Callable[[], tuple[Callable[..., Any], ...]],
-        spill: Callable[[str, str, list[Any]], Awaitable[list[Any]]] | None = None,
+        spill: SpillPolicy | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._runtime = runtime
@@ -98,7 +101,7 @@ class CodeRunBridgeActor:
             max_parallel=self._max_parallel,
             lane=self,
         )
-        names = [n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE]
+        names = sorted(n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE)
         functions = {name: self._binding(name) for name in names}
         request = CodeRunRequest(
             program=program,
@@ -199,7 +202,7 @@ class CodeRunBridgeActor:
                 sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
             _quiet(sub.future)
         if self._agent is not None:
-            task = asyncio.get_running_loop().create_task(self._log_settle(sub, result))
+            task = asyncio.get_running_loop().create_task(self._log_settle(entry, result))
             self._log_tasks.add(task)
             task.add_done_callback(self._log_tasks.discard)
 
@@ -217,7 +220,8 @@ class CodeRunBridgeActor:
         if self._finished is not None and not self._finished.done():
             self._finished.set_result(None)
 
-    async def _log_settle(self, sub: _SubCall, result: ToolExecutionResult) -> None:
+    async def _log_settle(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        sub: _SubCall = entry.payload
         content: Any = result.content
         hooks = self._dispatch_log_hooks()
         if hooks:
@@ -230,20 +234,30 @@ class CodeRunBridgeActor:
                 content=result.content,
             )
             try:
-                content = snapshot_json(await _log_chain(hooks, 0, log))
-            except Exception as exc:
+                content = _content_blocks(await _log_chain(hooks, 0, log))
+            except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
                     f"{message_of(exc)}; logging the unshaped content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
+                    token=entry.record.token.id if entry.record is not None else None,
+                    parent=self._outer.token.id,
                 )
                 content = result.content
-        if self._spill is not None:
+        spill = self._spill
+        if spill is not None:
             try:
-                content = await self._spill(sub.name, sub.sub_call_id, list(content))
-            except Exception as exc:
-                _log.warning("dispatch log spill failed", error=message_of(exc))
+                content = await spill.bound(
+                    content, spill.dispatch_source(sub.name, sub.sub_call_id)
+                )
+            except Exception as exc:  # a replaced policy object; the settle event must land
+                _log.warning(
+                    f"tools: dispatch-log spill failed for {sub.name}: {message_of(exc)}; "
+                    "logging the full content",
+                    call_id=sub.sub_call_id,
+                    tool=sub.name,
+                )
         self._pipeline.session.append(
             "tool/code-dispatch",
             FrozenDict(
@@ -258,27 +272,23 @@ class CodeRunBridgeActor:
         )
 
 
-class CodeDispatchLog:
-    """What a ``tools/code-dispatch-log`` listener receives about one settled sub-call."""
+class CodeDispatchLog(msgspec.Struct, frozen=True, kw_only=True):
+    """What a ``tools/code-dispatch-log`` listener receives about one settled sub-call.
 
-    __slots__ = ("agent", "content", "exec", "is_error", "name", "sub_call_id")
+    ``exec`` is the outer ``run_code`` execution, ``agent`` its agent, ``sub_call_id`` the
+    sub-call's id (``<parent call id>:code:<n>``), ``name`` the tool, ``is_error`` whether it
+    failed and ``content`` its final model-facing content blocks (frozen). A listener is
+    ``async def hook(log, next) -> list[dict]``: ``await next()`` returns what the listeners
+    after it made of ``content`` (``content`` itself at the end of the chain), and what the
+    first listener returns is the logged ``content`` of the ``tool/code-dispatch`` event.
+    """
 
-    def __init__(
-        self,
-        *,
-        exec: Any,
-        agent: str | None,
-        sub_call_id: str,
-        name: str,
-        is_error: bool,
-        content: Any,
-    ) -> None:
-        self.exec = exec
-        self.agent = agent
-        self.sub_call_id = sub_call_id
-        self.name = name
-        self.is_error = is_error
-        self.content = content
+    exec: Any
+    agent: str | None
+    sub_call_id: str
+    name: str
+    is_error: bool
+    content: Any
 
 
 async def _log_chain(
@@ -287,9 +297,28 @@ async def _log_chain(
     if index == len(hooks):
         return log.content
     out = hooks[index](log, lambda: _log_chain(hooks, index + 1, log))
-    if asyncio.iscoroutine(out) or isinstance(out, Awaitable):
+    if inspect.isawaitable(out):
         out = await out
     return out
+
+
+def _content_blocks(value: Any) -> Any:
+    """Freeze what a dispatch-log waterfall returned: a list (or tuple) of content blocks."""
+    if type(value) is tuple:
+        value = list(value)
+    if type(value) not in (list, FrozenList):
+        raise TypeError(
+            f"a code-dispatch-log listener returned {type(value).__name__}; expected a list of "
+            "content blocks"
+        )
+    frozen = snapshot_json(value)
+    for block in frozen:
+        if type(block) is not FrozenDict or type(block.get("type")) is not str:
+            raise TypeError(
+                "a code-dispatch-log listener returned a content block that is not a dict "
+                'with a "type"'
+            )
+    return frozen
 
 
 def message_of_reason(reason: Any) -> str:
