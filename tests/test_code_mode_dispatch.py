@@ -1,0 +1,860 @@
+"""Code Mode dispatch bridge: sub-calls, the per-run pool, arguments and contexts
+(code-mode.md section 13, "Dispatch bridge", scenarios 29-52). FR scenarios run a scripted
+in-process runtime; W ones the real subprocess runtime."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from code_mode_support import (
+    FakeProgram,
+    FakeRuntime,
+    Gates,
+    code_system,
+    dispatch_events,
+    echo_tool,
+    first_of,
+    run_code,
+    texts,
+    wait_for,
+)
+from structlog.testing import capture_logs
+
+from dsh_tools import (
+    DEFAULT,
+    AbortController,
+    Accept,
+    Deny,
+    ToolDefinition,
+    ToolOutput,
+    ToolSystem,
+    define_tool,
+)
+
+
+async def settle() -> None:
+    """Let every ready callback on the loop run (for checks that something did NOT happen)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def run(system: ToolSystem, scenario: Any) -> Any:
+    """Run ``scenario(system)`` (a coroutine function) on a fresh event loop."""
+    return asyncio.run(scenario(system))
+
+
+def context_text(context: Any) -> str:
+    """The text of a hook context's single content block."""
+    (block,) = context["content"]
+    text: str = block["text"]
+    return text
+
+
+def depth_of(value: Any) -> tuple[int, Any]:
+    """How many lists wrap the leaf, and the leaf (iteratively)."""
+    depth = 0
+    while isinstance(value, list):
+        (value,) = value
+        depth += 1
+    return depth, value
+
+
+def depth_tool(seen: list[Any]) -> ToolDefinition:
+    """``depth`` measures how deep its ``json`` argument ``value`` nests lists."""
+
+    def body(args: Any, ctx: Any) -> int:
+        depth, leaf = depth_of(args["value"])
+        seen.append((depth, leaf))
+        return depth
+
+    return define_tool(
+        name="depth",
+        description="Measure list nesting.",
+        parameters={"value": {"type": "json", "required": True}},
+        output=ToolOutput(
+            schema={"type": "integer"},
+            render=lambda args, value: [{"type": "text", "text": str(value)}],
+        ),
+        execute=body,
+    )
+
+
+# --- 29-30: sequential calls, the outer token ----------------------------------------------
+
+
+def test_29_two_sequential_calls_return_values_logs_and_settle_events() -> None:
+    seen: list[Any] = []
+
+    async def program(p: FakeProgram) -> Any:
+        first = await p.call("echo", {"value": "one"})
+        p.print("saw", first)
+        return await p.call("echo", {"value": "two"})
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(seen=seen)]) as system:
+        result = system.execute(run_code())
+        settles = dispatch_events(system)
+    assert not result.is_error
+    assert result.value == {"logs": ["saw echo:one"], "result": "echo:two"}
+    assert texts(result.content) == ["saw echo:one\necho:two"]
+    assert seen == [{"value": "one"}, {"value": "two"}]
+    assert settles == [
+        {
+            "parent_call_id": "call-1",
+            "sub_call_id": f"call-1:code:{n}",
+            "name": "echo",
+            "arguments": {"value": value},
+            "is_error": False,
+            "content": [{"type": "text", "text": f"echo:{value}"}],
+        }
+        for n, value in ((1, "one"), (2, "two"))
+    ]
+    assert "meta" not in result.to_dict()
+
+
+def test_30_a_signal_swapping_wrapper_on_run_code_and_the_sub_calls_parent_token() -> None:
+    observed: list[tuple[str, Any, Any, Any]] = []
+
+    async def swap_signal(exec: Any, next: Any) -> Any:
+        if exec.name != "run_code":
+            return await next()
+        previous = exec.signal
+        exec.signal = AbortController().signal
+        try:
+            return await next()
+        finally:
+            exec.signal = previous
+
+    def observe(exec: Any, result: Any) -> None:
+        observed.append((exec.name, exec, exec.token, exec.parent))
+
+    async def program(p: FakeProgram) -> Any:
+        await p.call("echo", {"value": "x"})
+        return "done"
+
+    with code_system(FakeRuntime(program), tools=[echo_tool()]) as system:
+        system.tools.on_execute(swap_signal)
+        system.tools.on_result(observe)
+        result = system.execute(run_code())
+    assert texts(result.content) == ["done"]
+    (sub,) = [o for o in observed if o[0] == "echo"]
+    (outer,) = [o for o in observed if o[0] == "run_code"]
+    _, sub_exec, _, parent = sub
+    _, outer_exec, outer_token, _ = outer
+    assert parent is outer_token
+    assert parent is not outer_exec
+    assert parent is not sub_exec
+    with pytest.raises(AttributeError):
+        parent.id = 0
+    with pytest.raises(AttributeError):
+        parent.extra = 1
+
+
+def test_30_aborting_a_wrapper_signal_aborts_the_run() -> None:
+    """The run follows the signal its body receives (code-mode 5 step 2), wrapper swaps
+    included."""
+    gates = Gates()
+    wrapper_controller = AbortController()
+
+    async def swap_signal(exec: Any, next: Any) -> Any:
+        if exec.name != "run_code":
+            return await next()
+        previous = exec.signal
+        exec.signal = wrapper_controller.signal
+        try:
+            return await next()
+        finally:
+            exec.signal = previous
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("read", {"value": "slow"})
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await gates.entered("slow")
+        wrapper_controller.abort("budget spent")
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("read")]) as system:
+        system.tools.on_execute(swap_signal)
+        result = run(system, scenario)
+    assert result.is_error
+    assert texts(result.content) == ["Error: code run failed (abort): budget spent"]
+    assert gates.aborted == ["slow"]
+
+
+# --- 31-35: the per-run pool -----------------------------------------------------------------
+
+
+def test_31_three_safe_calls_overlap_and_join_in_submission_order() -> None:
+    gates = Gates()
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("read", {"value": v}) for v in ("a", "b", "c")]
+        return ",".join(await asyncio.gather(*calls))
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        for value in ("a", "b", "c"):
+            await gates.entered(value)
+        assert gates.live == 3
+        gates.release("c", "a", "b")
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("read")]) as system:
+        result = run(system, scenario)
+        starts = dispatch_events(system, "tool/code-dispatch-start")
+        settles = dispatch_events(system)
+    assert gates.peak == 3
+    assert [e["sub_call_id"] for e in starts] == [f"call-1:code:{n}" for n in (1, 2, 3)]
+    assert {e["sub_call_id"] for e in settles} == {f"call-1:code:{n}" for n in (1, 2, 3)}
+    assert result.value["result"] == "read:a,read:b,read:c"
+
+
+def test_32_an_exclusive_call_waits_for_earlier_calls_and_blocks_later_ones() -> None:
+    gates = Gates()
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [
+            await p.fire("read", {"value": "r1"}),
+            await p.fire("read", {"value": "r2"}),
+            await p.fire("write", {"value": "w"}),
+            await p.fire("read", {"value": "r3"}),
+        ]
+        return ",".join(await asyncio.gather(*calls))
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await gates.entered("r1")
+        await gates.entered("r2")
+        await settle()
+        assert not gates.is_entered("w")
+        gates.release("r1", "r2")
+        await gates.entered("w")
+        await settle()
+        assert gates.live == 1
+        assert not gates.is_entered("r3")
+        gates.release("w")
+        await gates.entered("r3")
+        gates.release("r3")
+        return await wait_for(task)
+
+    with code_system(
+        FakeRuntime(program), tools=[gates.tool("read"), gates.tool("write", safe=False)]
+    ) as system:
+        result = run(system, scenario)
+    assert result.value["result"] == "read:r1,read:r2,write:w,read:r3"
+    assert gates.log.index("exit r1") < gates.log.index("enter w")
+    assert gates.log.index("exit r2") < gates.log.index("enter w")
+    assert gates.log.index("exit w") < gates.log.index("enter r3")
+
+
+def test_33_max_parallel_sub_calls_bounds_the_live_bodies() -> None:
+    gates = Gates()
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("read", {"value": v}) for v in ("a", "b", "c")]
+        return ",".join(await asyncio.gather(*calls))
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await gates.entered("a")
+        await gates.entered("b")
+        await settle()
+        assert gates.live == 2
+        assert not gates.is_entered("c")
+        gates.release("b")
+        await gates.entered("c")
+        assert gates.live == 2
+        gates.release("a", "c")
+        return await wait_for(task)
+
+    with code_system(
+        FakeRuntime(program), tools=[gates.tool("read")], max_parallel_sub_calls=2
+    ) as system:
+        result = run(system, scenario)
+    assert gates.peak == 2
+    assert result.value["result"] == "read:a,read:b,read:c"
+
+
+def test_34_one_sub_call_slot_runs_safe_calls_one_after_another() -> None:
+    gates = Gates()
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("read", {"value": v}) for v in ("a", "b", "c")]
+        return ",".join(await asyncio.gather(*calls))
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        for value, following in (("a", "b"), ("b", "c"), ("c", None)):
+            await gates.entered(value)
+            await settle()
+            if following is not None:
+                assert not gates.is_entered(following)
+            gates.release(value)
+        return await wait_for(task)
+
+    with code_system(
+        FakeRuntime(program), tools=[gates.tool("read")], max_parallel_sub_calls=1
+    ) as system:
+        result = run(system, scenario)
+    assert gates.log == ["enter a", "exit a", "enter b", "exit b", "enter c", "exit c"]
+    assert gates.peak == 1
+    assert result.value["result"] == "read:a,read:b,read:c"
+
+
+def test_35_calls_of_a_tool_without_classifier_never_overlap() -> None:
+    intervals: list[str] = []
+
+    async def probe_body(args: Any, ctx: Any) -> str:
+        intervals.append(f"enter {args['value']}")
+        await asyncio.sleep(0.02)
+        intervals.append(f"exit {args['value']}")
+        return str(args["value"])
+
+    probe = define_tool(
+        name="probe",
+        description="A 20 ms probe without a concurrency classifier.",
+        parameters={"value": {"type": "string", "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=probe_body,
+    )
+
+    async def program(p: FakeProgram) -> Any:
+        values = await asyncio.gather(*(p.call("probe", {"value": v}) for v in ("a", "b", "c")))
+        return ",".join(values)
+
+    with code_system(FakeRuntime(program), tools=[probe]) as system:
+        result = system.execute(run_code())
+    assert intervals == ["enter a", "exit a", "enter b", "exit b", "enter c", "exit c"]
+    assert result.value["result"] == "a,b,c"
+
+
+# --- 36-42: registry changes, ordered stages, settlement ---------------------------------------
+
+
+def test_36_a_binding_whose_tool_was_unregistered_fails_as_an_unknown_tool() -> None:
+    ran: list[Any] = []
+    caught: list[str] = []
+    disposers: list[Any] = []
+
+    async def program(p: FakeProgram) -> Any:
+        disposers[0]()
+        caught.append(await p.attempt("ephemeral", {"value": "x"}))
+        return "after"
+
+    with code_system(FakeRuntime(program)) as system:
+        disposers.append(system.tools.register(echo_tool("ephemeral", seen=ran)))
+        result = system.execute(run_code())
+    assert caught == ['unknown tool "ephemeral"']
+    assert ran == []
+    assert result.value["result"] == "after"
+
+
+def test_37_the_next_start_waits_for_the_previous_pre_execute() -> None:
+    stages: list[str] = []
+    gate = asyncio.Event()
+    first_entered = asyncio.Event()
+
+    async def pre(exec: Any, next: Any) -> Any:
+        if exec.parent is None:
+            return await next()
+        number = exec.call_id.rsplit(":", 1)[1]
+        stages.append(f"enter{number}")
+        if number == "1":
+            first_entered.set()
+            await gate.wait()
+        stages.append(f"exit{number}")
+        return await next()
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("echo", {"value": v}) for v in ("a", "b")]
+        return await asyncio.gather(*calls)
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await wait_for(first_entered.wait())
+        await settle()
+        assert stages == ["enter1"]
+        gate.set()
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(safe=True)]) as system:
+        system.tools.on_pre_execute(pre)
+        result = run(system, scenario)
+    assert stages == ["enter1", "exit1", "enter2", "exit2"]
+    assert result.value["result"] == ["echo:a", "echo:b"]
+
+
+def test_38_a_safe_call_after_an_exclusive_one_waits_for_its_post_execute() -> None:
+    log: list[str] = []
+    gate = asyncio.Event()
+    post_entered = asyncio.Event()
+
+    async def pre(exec: Any, next: Any) -> Any:
+        if exec.parent is not None:
+            log.append(f"pre {exec.name}")
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        if exec.name == "writer":
+            log.append("post writer enter")
+            post_entered.set()
+            await gate.wait()
+            log.append("post writer exit")
+        return await next()
+
+    def body(name: str) -> Any:
+        def execute(args: Any, ctx: Any) -> str:
+            log.append(f"body {name}")
+            return f"{name}:{args['value']}"
+
+        return execute
+
+    writer = define_tool(
+        name="writer",
+        description="An exclusive writer.",
+        parameters={"value": {"type": "string", "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=body("writer"),
+    )
+    reader = define_tool(
+        name="reader",
+        description="A safe reader.",
+        parameters={"value": {"type": "string", "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=body("reader"),
+        is_concurrency_safe=lambda args: True,
+    )
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("writer", {"value": "w"}), await p.fire("reader", {"value": "r"})]
+        return await asyncio.gather(*calls)
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await wait_for(post_entered.wait())
+        await settle()
+        assert "pre reader" not in log
+        assert "body reader" not in log
+        gate.set()
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[writer, reader]) as system:
+        system.tools.on_pre_execute(pre)
+        system.tools.on_post_execute(post)
+        result = run(system, scenario)
+    assert log == [
+        "pre writer",
+        "body writer",
+        "post writer enter",
+        "post writer exit",
+        "pre reader",
+        "body reader",
+    ]
+    assert result.value["result"] == ["writer:w", "reader:r"]
+
+
+def test_39_a_fired_call_mid_post_execute_at_settlement_settles_once_as_an_error() -> None:
+    post_entered = asyncio.Event()
+    gate = asyncio.Event()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        if exec.parent is not None:
+            post_entered.set()
+            await first_of(gate, exec.signal)
+        return await next()
+
+    async def program(p: FakeProgram) -> Any:
+        await p.fire("echo", {"value": "fire"})
+        await post_entered.wait()
+        return "done"
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(safe=True)]) as system:
+        system.tools.on_post_execute(post)
+        result = system.execute(run_code())
+        events = system.session.events
+    assert texts(result.content) == ["done"]
+    settles = [e for e in events if e.type == "tool/code-dispatch"]
+    assert len(settles) == 1
+    assert settles[0].data["is_error"] is True
+    (outer_result,) = [i for i, e in enumerate(events) if e.type == "tool/result"]
+    assert events.index(settles[0]) < outer_result
+
+
+def test_40_contexts_follow_commit_order_even_when_bodies_finish_out_of_order() -> None:
+    gates = Gates()
+    post_order: list[str] = []
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        if exec.parent is None:
+            return await next()
+        post_order.append(exec.call_id)
+        context = {"content": [{"type": "text", "text": f"ctx:{exec.call_id}"}]}
+        return Accept(additional_contexts=[context])
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("read", {"value": v}) for v in ("a", "b")]
+        return await asyncio.gather(*calls)
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await gates.entered("a")
+        await gates.entered("b")
+        gates.release("b")
+        await gates.exited("b")
+        gates.release("a")
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("read")]) as system:
+        system.tools.on_post_execute(post)
+        result = run(system, scenario)
+    assert gates.log.index("exit b") < gates.log.index("exit a")
+    assert post_order == ["call-1:code:1", "call-1:code:2"]
+    assert [context_text(c) for c in result.additional_contexts] == [
+        "ctx:call-1:code:1",
+        "ctx:call-1:code:2",
+    ]
+
+
+def test_41_a_later_value_is_delivered_only_after_every_earlier_call_committed() -> None:
+    gates = Gates()
+    received: list[str] = []
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [await p.fire("read", {"value": v}) for v in ("a", "b")]
+        for call in calls:
+            call.add_done_callback(lambda done: received.append(done.result()))
+        return await asyncio.gather(*calls)
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code()))
+        await gates.entered("a")
+        await gates.entered("b")
+        gates.release("b")
+        await gates.exited("b")
+        await settle()
+        assert received == []
+        gates.release("a")
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("read")]) as system:
+        result = run(system, scenario)
+    assert received == ["read:a", "read:b"]
+    assert result.value["result"] == ["read:a", "read:b"]
+
+
+def test_42_a_queued_call_is_abandoned_without_events_when_the_program_fails() -> None:
+    gates = Gates()
+    handles: list[asyncio.Task[Any]] = []
+
+    async def program(p: FakeProgram) -> Any:
+        handles.append(await p.fire("writer", {"value": "w1"}))
+        handles.append(await p.fire("writer", {"value": "w2"}))
+        await gates.entered("w1")
+        return p.fail("exception", "Traceback ...\nRuntimeError: program raised")
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("writer", safe=False)]) as system:
+        result = system.execute(run_code())
+        starts = dispatch_events(system, "tool/code-dispatch-start")
+        settles = dispatch_events(system)
+    assert result.is_error
+    assert gates.started == ["w1"]
+    assert gates.aborted == ["w1"]
+    assert [e["arguments"] for e in starts] == [{"value": "w1"}]
+    assert [e["arguments"] for e in settles] == [{"value": "w1"}]
+    w2 = handles[1]
+    assert w2.done()
+    assert str(w2.exception()) == (
+        "run_code run is over (run_code settled); writer tool call abandoned"
+    )
+
+
+# --- 43-46: failures the program sees --------------------------------------------------------
+
+
+def test_43_a_tool_failure_is_caught_by_the_program() -> None:
+    def fail(args: Any, ctx: Any) -> str:
+        raise RuntimeError("deliberate failure")
+
+    failing = define_tool(
+        name="fail",
+        description="Always fails.",
+        parameters={},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=fail,
+    )
+
+    async def program(p: FakeProgram) -> Any:
+        return "caught: " + await p.attempt("fail", {})
+
+    with code_system(FakeRuntime(program), tools=[failing]) as system:
+        result = system.execute(run_code())
+    assert texts(result.content) == ["caught: deliberate failure"]
+
+
+def test_44_a_pre_execute_denial_reaches_the_program_as_the_message() -> None:
+    messages: list[str] = []
+
+    async def deny_sub_calls(exec: Any, next: Any) -> Any:
+        if exec.parent is not None:
+            return Deny("not on my watch")
+        return await next()
+
+    async def program(p: FakeProgram) -> Any:
+        messages.append(await p.attempt("echo", {"value": "x"}))
+        return "ok"
+
+    with code_system(FakeRuntime(program), tools=[echo_tool()]) as system:
+        system.tools.on_pre_execute(deny_sub_calls)
+        system.execute(run_code())
+    (message,) = messages
+    assert "not on my watch" in message
+
+
+def test_45_a_throwing_pre_execute_listener_fails_the_call_and_skips_post_execute() -> None:
+    messages: list[str] = []
+    ran: list[Any] = []
+    posts: list[str] = []
+
+    async def explode(exec: Any, next: Any) -> Any:
+        if exec.parent is not None:
+            raise RuntimeError("gate exploded")
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        posts.append(exec.name)
+        return await next()
+
+    async def program(p: FakeProgram) -> Any:
+        messages.append(await p.attempt("echo", {"value": "x"}))
+        return "ok"
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(seen=ran)]) as system:
+        system.tools.on_pre_execute(explode)
+        system.tools.on_post_execute(post)
+        system.execute(run_code())
+        settles = dispatch_events(system)
+    assert messages == ["gate exploded"]
+    assert ran == []
+    assert posts == ["run_code"]
+    assert len(settles) == 1
+    assert settles[0]["is_error"] is True
+
+
+def test_46_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns() -> None:
+    async def shaper(log: Any, next: Any) -> Any:
+        raise RuntimeError("shaper broke")
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("echo", {"value": "x"})
+
+    with code_system(FakeRuntime(program), tools=[echo_tool()]) as system:
+        system.tools.on_code_dispatch_log(shaper)
+        with capture_logs() as logs:
+            result = system.execute(run_code())
+        (settle_event,) = dispatch_events(system)
+    assert result.value["result"] == "echo:x"
+    assert settle_event["content"] == [{"type": "text", "text": "echo:x"}]
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert [w["event"] for w in warnings] == [
+        "tools: code-dispatch-log listener failed for echo: shaper broke; "
+        "logging the unshaped content"
+    ]
+    assert warnings[0]["call_id"] == "call-1:code:1"
+    assert warnings[0]["tool"] == "echo"
+
+
+# --- 47-50: arguments --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "detail"),
+    [
+        (({1, 2},), "tool arguments must be lossless JSON: "),
+        (((1, 2),), "tool arguments must be lossless JSON: "),
+        ((float("nan"),), "tool arguments must be lossless JSON: "),
+        (({1: "x"},), "tool arguments must be lossless JSON: "),
+        (
+            (),
+            "tool arguments must be lossless JSON (call the tool with an arguments object, "
+            "e.g. `{}`)",
+        ),
+    ],
+    ids=["set", "tuple", "nan", "int-key", "no-argument"],
+)
+def test_47_non_lossless_binding_arguments_fail_before_dispatch(
+    arguments: tuple[Any, ...], detail: str
+) -> None:
+    ran: list[Any] = []
+    messages: list[str] = []
+
+    async def program(p: FakeProgram) -> Any:
+        messages.append(await p.attempt("echo", *arguments))
+        return "ok"
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(seen=ran)]) as system:
+        system.execute(run_code())
+        events = [e.type for e in system.session.events]
+    (message,) = messages
+    if arguments:
+        assert message.startswith(detail)
+        assert len(message) > len(detail)
+    else:
+        assert message == detail
+    assert ran == []
+    assert events == ["tool/call", "tool/result"]
+
+
+def test_47_rejected_arguments_consume_no_submission_number() -> None:
+    async def program(p: FakeProgram) -> Any:
+        await p.attempt("echo", {"bad": {1, 2}})
+        return await p.call("echo", {"value": "x"})
+
+    with code_system(FakeRuntime(program), tools=[echo_tool()]) as system:
+        system.execute(run_code())
+        (settle_event,) = dispatch_events(system)
+    assert settle_event["sub_call_id"] == "call-1:code:1"
+
+
+def test_48_the_tool_and_the_log_get_equal_but_distinct_argument_copies() -> None:
+    seen: list[Any] = []
+    arguments = {"value": "x", "nested": ["same"]}
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("echo", arguments)
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(seen=seen)]) as system:
+        system.execute(run_code())
+        (settle_event,) = dispatch_events(system)
+    (received,) = seen
+    logged = settle_event["arguments"]
+    assert received == arguments
+    assert logged == arguments
+    assert received is not logged
+    assert received["nested"] is not logged["nested"]
+
+
+def test_49_a_tool_cannot_mutate_its_arguments_or_the_logged_copy() -> None:
+    attempts: list[str] = []
+
+    def mutate(args: Any, ctx: Any) -> str:
+        try:
+            args["items"].append("evil")
+        except TypeError as exc:
+            attempts.append(f"refused: {type(exc).__name__}")
+        return "tried"
+
+    mutator = define_tool(
+        name="mutator",
+        description="Tries to change its arguments.",
+        parameters={"items": {"type": "array", "items": {"type": "string"}, "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=mutate,
+    )
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("mutator", {"items": ["original"]})
+
+    with code_system(FakeRuntime(program), tools=[mutator]) as system:
+        result = system.execute(run_code())
+        (settle_event,) = dispatch_events(system)
+    assert attempts == ["refused: TypeError"]
+    assert result.value["result"] == "tried"
+    assert settle_event["arguments"] == {"items": ["original"]}
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_50_a_5000_level_argument_through_an_in_process_binding() -> None:
+    seen: list[Any] = []
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("depth", {"value": _nested(5000)})
+
+    with code_system(FakeRuntime(program), tools=[depth_tool(seen)]) as system:
+        result = system.execute(run_code())
+        (settle_event,) = dispatch_events(system)
+    assert seen == [(5000, "leaf")]
+    assert result.value["result"] == 5000
+    assert depth_of(settle_event["arguments"]["value"]) == (5000, "leaf")
+
+
+def test_50_a_5000_level_argument_through_the_real_worker() -> None:
+    seen: list[Any] = []
+    program = (
+        'v = "leaf"\nfor _ in range(5000):\n    v = [v]\nreturn await tools.depth({"value": v})'
+    )
+    with code_system(DEFAULT, tools=[depth_tool(seen)]) as system:
+        result = system.execute(run_code(program))
+        (settle_event,) = dispatch_events(system)
+    assert not result.is_error, result.content
+    assert seen == [(5000, "leaf")]
+    assert result.value["result"] == 5000
+    assert depth_of(settle_event["arguments"]["value"]) == (5000, "leaf")
+
+
+# --- 51-52: contexts ---------------------------------------------------------------------------
+
+
+def test_51_sub_call_contexts_reach_the_outer_result_in_call_order_with_source_and_meta() -> None:
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        if exec.parent is None:
+            return await next()
+        context = {
+            "content": [{"type": "text", "text": f"about {exec.call_id}"}],
+            "source": {"kind": "plugin", "plugin": "auditor"},
+            "meta": {"call": exec.call_id},
+        }
+        return Accept(additional_contexts=[context])
+
+    async def program(p: FakeProgram) -> Any:
+        await p.call("echo", {"value": "a"})
+        await p.call("echo", {"value": "b"})
+        return "ok"
+
+    with code_system(FakeRuntime(program), tools=[echo_tool()]) as system:
+        system.tools.on_post_execute(post)
+        result = system.execute(run_code())
+    assert [dict(c) for c in result.additional_contexts] == [
+        {
+            "content": [{"type": "text", "text": f"about call-1:code:{n}"}],
+            "source": {"kind": "plugin", "plugin": "auditor"},
+            "meta": {"call": f"call-1:code:{n}"},
+        }
+        for n in (1, 2)
+    ]
+
+
+def test_52_contexts_survive_a_run_that_fails_later() -> None:
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        if exec.parent is None:
+            return await next()
+        return Accept(additional_contexts=[{"content": [{"type": "text", "text": "kept"}]}])
+
+    async def program(p: FakeProgram) -> Any:
+        await p.call("echo", {"value": "a"})
+        return p.fail("exception", "program failed later")
+
+    with code_system(FakeRuntime(program), mode="both", tools=[echo_tool()]) as system:
+        system.tools.on_post_execute(post)
+        result = system.execute(run_code())
+    assert result.is_error
+    assert texts(result.content) == ["Error: code run failed (exception): program failed later"]
+    assert [context_text(c) for c in result.additional_contexts] == ["kept"]

@@ -1,0 +1,435 @@
+"""Code Mode: run failures, settlement, preconditions and the model-visible result
+(code-mode.md section 13, "Dispatch bridge", scenarios 53-70)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from code_mode_support import (
+    FakeProgram,
+    FakeRuntime,
+    Gates,
+    code_system,
+    dispatch_events,
+    echo_tool,
+    run_code,
+    texts,
+    wait_for,
+)
+from msgspec import UNSET
+
+from dsh_tools import (
+    DEFAULT,
+    AbortController,
+    AbortSignal,
+    CodeRunFailedError,
+    FrozenDict,
+    FrozenList,
+    GenericCallView,
+    HarnessError,
+    SessionLog,
+    ToolDefinition,
+    ToolErrorInfo,
+    ToolOutput,
+    ToolsConfig,
+    ToolSystem,
+    define_tool,
+)
+from dsh_tools.codebridge import CodeRunResult
+from dsh_tools.pipeline import spill_policy
+from dsh_tools.pipeline._spill import preview_text
+
+NO_OUTPUT = "(run_code completed with no output)"
+
+
+def run(system: ToolSystem, scenario: Any) -> Any:
+    """Run ``scenario(system)`` (a coroutine function) on a fresh event loop."""
+    return asyncio.run(scenario(system))
+
+
+def returning(value: Any, logs: tuple[str, ...] = ()) -> FakeRuntime:
+    """A runtime whose program prints ``logs`` and returns ``value`` (UNSET = no result)."""
+
+    async def program(p: FakeProgram) -> Any:
+        for entry in logs:
+            p.print(entry)
+        return value
+
+    return FakeRuntime(program)
+
+
+def failing(kind: str, message: str, logs: tuple[str, ...] = ()) -> FakeRuntime:
+    """A runtime whose run fails with ``kind`` / ``message`` after printing ``logs``."""
+
+    async def program(p: FakeProgram) -> Any:
+        for entry in logs:
+            p.print(entry)
+        return p.fail(kind, message)
+
+    return FakeRuntime(program)
+
+
+class MemoryStore:
+    """A spill store keeping what it saved."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[str, dict[str, Any]]] = []
+
+    def save(self, text: str, source: Any) -> str:
+        self.saved.append((text, dict(source)))
+        return f"mem://{len(self.saved)}"
+
+
+# --- 53-58: failures and settlement ------------------------------------------------------------
+
+
+def test_53_a_failed_run_is_a_code_run_failed_error_result_with_its_logs() -> None:
+    runtime = failing("timeout", "compute budget exhausted (300ms busy)", ("got this far",))
+    with code_system(runtime) as system:
+        result = system.execute(run_code())
+    assert result.is_error
+    assert result.error.info == ToolErrorInfo("CodeRunFailedError", "CODE_RUN_FAILED")
+    (text,) = texts(result.content)
+    assert "code run failed (timeout)" in text
+    assert "compute budget exhausted (300ms busy)" in text
+    assert "got this far" in text
+
+
+def test_54_code_run_failed_error_has_its_code_and_class_name() -> None:
+    error = CodeRunFailedError("exception", "boom")
+    assert isinstance(error, HarnessError)
+    assert error.code == "CODE_RUN_FAILED"
+    assert type(error).__name__ == "CodeRunFailedError"
+    assert str(error) == "code run failed (exception): boom"
+
+
+def test_55_an_outer_cancel_aborts_the_running_call_and_abandons_the_queued_one() -> None:
+    gates = Gates()
+    controller = AbortController()
+
+    async def program(p: FakeProgram) -> Any:
+        calls = [
+            await p.fire("slow", {"value": "first"}),
+            await p.fire("slow", {"value": "second"}),
+        ]
+        return await asyncio.gather(*calls)
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
+        await gates.entered("first")
+        controller.abort("user-cancel")
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("slow", safe=False)]) as system:
+        result = run(system, scenario)
+        starts = dispatch_events(system, "tool/code-dispatch-start")
+    assert gates.started == ["first"]
+    assert gates.aborted == ["first"]
+    assert [e["arguments"]["value"] for e in starts] == ["first"]
+    assert result.is_error
+    assert "code run failed (abort)" in texts(result.content)[0]
+
+
+def test_56_a_raising_runtime_still_drains_and_its_message_is_the_error() -> None:
+    gates = Gates()
+
+    async def program(p: FakeProgram) -> Any:
+        await p.fire("slow", {"value": "slow"})
+        await gates.entered("slow")
+        raise RuntimeError("backend exploded")
+
+    with code_system(FakeRuntime(program), tools=[gates.tool("slow")]) as system:
+        result = system.execute(run_code())
+        events = system.session.events
+    assert result.is_error
+    assert texts(result.content) == ["Error: backend exploded"]
+    assert result.error.info is UNSET
+    assert gates.aborted == ["slow"]
+    kinds = [e.type for e in events]
+    assert kinds.index("tool/code-dispatch") < kinds.index("tool/result")
+
+
+def test_57_without_an_agent_sub_calls_run_but_log_nothing() -> None:
+    seen: list[Any] = []
+    shaped: list[Any] = []
+
+    async def shaper(log: Any, next: Any) -> Any:
+        shaped.append(log)
+        return await next()
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("echo", {"value": "x"})
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(seen=seen)]) as system:
+        system.tools.on_code_dispatch_log(shaper)
+        result = system.execute(run_code(agent=None))
+        kinds = [e.type for e in system.session.events]
+    assert result.value["result"] == "echo:x"
+    assert seen == [{"value": "x"}]
+    assert kinds == ["tool/call", "tool/result"]
+    assert shaped == []
+
+
+def test_58_executing_run_code_without_a_runtime_is_an_error_result() -> None:
+    with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=None) as system:
+        result = system.execute(run_code())
+    assert result.is_error
+    assert "requires a code runtime" in texts(result.content)[0]
+
+
+# --- 59-63: the transport's card, preconditions and content ------------------------------------
+
+
+def test_59_the_call_card_is_titled_by_the_description() -> None:
+    with code_system() as system:
+        transport = system.tools.get("run_code")
+    assert transport is not None
+    assert transport.present_call is not None
+    card = transport.present_call({"code": "return 1", "description": "Return the constant one"})
+    assert card == GenericCallView(
+        title="Return the constant one", kind="execute", raw_input="return 1"
+    )
+    assert transport.present_result is None
+
+
+def test_60_a_blank_description_is_an_error_before_the_runtime_runs() -> None:
+    runtime = FakeRuntime()
+    with code_system(runtime) as system:
+        result = system.execute(run_code(description="   "))
+    assert result.is_error
+    assert texts(result.content) == ["Error: invalid description: expected a non-empty string"]
+    assert runtime.runs == 0
+
+
+@pytest.mark.parametrize(
+    ("logs", "value", "content"),
+    [
+        (("printed",), UNSET, "printed"),
+        ((), "returned", "returned"),
+        (("printed",), "returned", "printed\nreturned"),
+        ((), UNSET, NO_OUTPUT),
+    ],
+    ids=["logs", "result", "both", "neither"],
+)
+def test_61_the_content_joins_logs_and_result(
+    logs: tuple[str, ...], value: Any, content: str
+) -> None:
+    with code_system(returning(value, logs)) as system:
+        result = system.execute(run_code())
+    assert texts(result.content) == [content]
+
+
+def test_62_a_post_execute_spill_preview_is_the_final_content() -> None:
+    store = MemoryStore()
+    full = "\n".join(f"line {n}" for n in range(400))
+    with code_system(returning(full)) as system:
+        system.tools.on_post_execute(spill_policy(200, store), prepend=True)
+        result = system.execute(run_code())
+    source = {"tool_name": "run_code", "call_id": "call-1", "label": "result"}
+    assert store.saved == [(full, source)]
+    assert texts(result.content) == [preview_text(full, "mem://1", 200)]
+    assert result.value == {"logs": [], "result": full}
+
+
+def test_63_an_output_limit_failure_shows_the_captured_output() -> None:
+    runtime = failing("output-limit", "outer output exceeded 8 bytes", ("captured before failure",))
+    with code_system(runtime) as system:
+        result = system.execute(run_code())
+    assert texts(result.content) == [
+        "Error: code run failed (output-limit): outer output exceeded 8 bytes\n"
+        "Captured output:\ncaptured before failure"
+    ]
+
+
+# --- 64-65: what crosses to the program --------------------------------------------------------
+
+
+def test_64_the_program_gets_the_value_and_the_log_keeps_every_content_block() -> None:
+    blocks = [{"type": "text", "text": "x" * 300}, {"type": "reasoning", "text": "hidden"}]
+    mixed = define_tool(
+        name="mixed",
+        description="Renders text and reasoning.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda args, value: blocks),
+        execute=lambda args, ctx: "mixed-value",
+    )
+
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("mixed", {})
+
+    with code_system(FakeRuntime(program), tools=[mixed]) as system:
+        result = system.execute(run_code())
+        (settle_event,) = dispatch_events(system)
+    assert result.value["result"] == "mixed-value"
+    assert settle_event["content"] == blocks
+
+
+def dunder_tools(seen: list[str]) -> list[ToolDefinition]:
+    """Tools named ``__class__`` and ``keys`` that record being reached."""
+
+    def make(name: str) -> ToolDefinition:
+        def body(args: Any, ctx: Any) -> str:
+            seen.append(name)
+            return f"reached {name}"
+
+        return define_tool(
+            name=name,
+            description=f"The {name} tool.",
+            parameters={},
+            output=ToolOutput(
+                schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+            ),
+            execute=body,
+        )
+
+    return [make("__class__"), make("keys")]
+
+
+def test_65_exotic_tool_names_are_bindings_keyed_exactly() -> None:
+    seen: list[str] = []
+
+    async def program(p: FakeProgram) -> Any:
+        return [await p.call("__class__", {}), await p.call("keys", {})]
+
+    with code_system(FakeRuntime(program), tools=dunder_tools(seen)) as system:
+        result = system.execute(run_code())
+    assert seen == ["__class__", "keys"]
+    assert result.value["result"] == ["reached __class__", "reached keys"]
+
+
+def test_65_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
+    seen: list[str] = []
+    program = 'return [await tools["__class__"]({}), await tools.keys({})]'
+    with code_system(DEFAULT, tools=dunder_tools(seen)) as system:
+        result = system.execute(run_code(program))
+    assert not result.is_error, result.content
+    assert seen == ["__class__", "keys"]
+    assert result.value["result"] == ["reached __class__", "reached keys"]
+
+
+# --- 66-67: rendering through the system -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ({"n": 42, "ok": True}, '{\n  "n": 42,\n  "ok": true\n}'),
+        ({}, "{}"),
+        ({"outer": [{"inner": True}]}, json.dumps({"outer": [{"inner": True}]}, indent=2)),
+        (["x", 2], '[\n  "x",\n  2\n]'),
+        ([], "[]"),
+        (None, "null"),
+        ("raw", "raw"),
+        (UNSET, NO_OUTPUT),
+    ],
+    ids=["object", "empty-object", "nested", "array", "empty-array", "null", "string", "absent"],
+)
+def test_66_results_render_as_pretty_json_or_raw_text(value: Any, text: str) -> None:
+    with code_system(returning(value)) as system:
+        result = system.execute(run_code())
+    assert texts(result.content) == [text]
+    if value is UNSET:
+        assert result.value == {"logs": []}
+        assert "result" not in result.value
+    else:
+        assert result.value == {"logs": [], "result": value}
+
+
+def test_67_a_5000_deep_result_renders_with_bounded_indentation() -> None:
+    value: Any = {
+        "emptyArray": [],
+        "emptyObject": {},
+        "pair": ["leaf", 2],
+        "record": {"first": True, "second": None},
+    }
+    for _ in range(5000):
+        value = [value]
+    with code_system(returning(value)) as system:
+        result = system.execute(run_code())
+    assert not result.is_error
+    (text,) = texts(result.content)
+    assert text.startswith("[\n  [\n    [")
+    assert '"leaf"' in text
+    assert text.endswith("]")
+    assert len(text) < 11_000
+    assert '[{"emptyArray":[],"emptyObject":{},"pair":["leaf",2],' in text
+
+
+# --- 68-70: cancellation and the session -------------------------------------------------------
+
+
+def test_68_a_pre_aborted_outer_signal_never_reaches_the_runtime() -> None:
+    ran: list[Any] = []
+    runtime = FakeRuntime()
+    with code_system(runtime, tools=[echo_tool(seen=ran)]) as system:
+        result = system.execute(run_code(signal=AbortSignal.aborted_signal("too-late")))
+    assert texts(result.content) == ["Error: tool call aborted before dispatch"]
+    assert result.error.info == ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH")
+    assert runtime.runs == 0
+    assert ran == []
+
+
+def test_69_an_outer_cancel_seen_by_a_program_that_ignores_it() -> None:
+    ran: list[Any] = []
+    caught: list[str] = []
+    controller = AbortController()
+
+    async def program(p: FakeProgram) -> Any:
+        controller.abort("cancelled-mid-run")
+        caught.append(await p.attempt("echo", {"value": "x"}))
+        return caught[0]
+
+    runtime = FakeRuntime(program, honor_signal=False)
+    with code_system(runtime, tools=[echo_tool(seen=ran)]) as system:
+        result = system.execute(run_code(signal=controller.signal))
+    assert ran == []
+    assert caught == ["run_code run is over (cancelled-mid-run); echo not dispatched"]
+    assert texts(result.content) == ["Error: tool call aborted"]
+    assert result.error.info == ToolErrorInfo("AbortError", "ABORTED")
+
+
+def test_70_session_derivation_hides_dispatch_events() -> None:
+    log = SessionLog()
+    log.append("user/message", FrozenDict(content=[{"type": "text", "text": "hello"}]), "A")
+    dispatch = FrozenDict(
+        parent_call_id="call-1", sub_call_id="call-1:code:1", name="echo", arguments={}
+    )
+    log.append("tool/code-dispatch-start", dispatch, "A")
+    log.append(
+        "tool/code-dispatch",
+        FrozenDict(dispatch, is_error=False, content=[{"type": "text", "text": "echo:x"}]),
+        "A",
+    )
+    assert log.derive_messages() == [
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]}
+    ]
+
+
+def test_70_a_real_run_derives_only_its_outer_result() -> None:
+    async def program(p: FakeProgram) -> Any:
+        return await p.call("echo", {"value": "x"})
+
+    with code_system(FakeRuntime(program), tools=[echo_tool()]) as system:
+        system.execute(run_code())
+        kinds = [e.type for e in system.session.events]
+        messages = system.session.derive_messages()
+    assert "tool/code-dispatch" in kinds
+    assert [m["content"][0]["type"] for m in messages] == ["tool-result"]
+    assert messages[0]["content"][0]["tool_call_id"] == "call-1"
+
+
+def test_runtime_results_keep_their_frozen_logs() -> None:
+    """A runtime may hand back frozen logs; the canonical value carries them as a list."""
+
+    class FrozenLogs(FakeRuntime):
+        async def run(self, request: Any) -> CodeRunResult:
+            self.requests.append(request)
+            return CodeRunResult(FrozenList(["a", "b"]), value="v")
+
+    with code_system(FrozenLogs()) as system:
+        result = system.execute(run_code())
+    assert result.value == {"logs": ["a", "b"], "result": "v"}
+    assert texts(result.content) == ["a\nb\nv"]
