@@ -379,17 +379,27 @@ class ToolSystem:
         With ``timeout``, the call runs on the system loop and ``TimeoutError`` is raised here
         if it has not finished in time (the call still finishes, with its one result and event).
         Raises ``RuntimeError`` when called from a thread running an event loop: use
-        ``await execute_async(call)`` there.
+        ``await execute_async(call)`` there. The one exception is a plain body or hook that
+        ``execute`` itself is running inline on this thread: its nested call runs on the system
+        loop while this thread waits.
         """
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
-        if asyncio._get_running_loop() is not None:
-            raise RuntimeError(
-                "ToolSystem.execute() cannot run inside a running event loop; "
-                "use await system.execute_async(call)"
-            )
-        if timeout is not None:
+        running = asyncio._get_running_loop()
+        nested = False
+        if running is not None:
+            holder: _ThreadLoop | None = getattr(_thread_state, "holder", None)
+            if holder is None or running is not holder.loop:
+                raise RuntimeError(
+                    "ToolSystem.execute() cannot run inside a running event loop; "
+                    "use await system.execute_async(call)"
+                )
+            # A plain body (or hook) running inline on this thread's private loop calls back
+            # in: that loop is busy with the outer call, so the nested call runs on the system
+            # loop while this thread waits for it.
+            nested = True
+        if timeout is not None or nested:
             future = asyncio.run_coroutine_threadsafe(
                 self.pipeline.run(call, inline=False), self._loop
             )

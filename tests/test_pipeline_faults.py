@@ -273,6 +273,40 @@ def test_execute_inside_a_running_loop_raises_runtime_error(system: ToolSystem) 
     assert system.session.events == []
 
 
+def test_a_plain_body_run_by_execute_may_execute_a_sub_call(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    def delegate(args: Any, ctx: Any) -> Any:
+        inner = system.execute(call("echo", {"text": "from inside"}, call_id="inner"))
+        return [{"type": "text", "text": f"inner said {text(inner)}"}]
+
+    system.tools.register(fixture("outer", delegate))
+    assert text(system.execute(call("outer", call_id="outer"))) == "inner said from inside"
+    assert kinds_of(system) == [
+        ("tool/call", "outer"),
+        ("tool/call", "inner"),
+        ("tool/result", "inner"),
+        ("tool/result", "outer"),
+    ]
+
+
+def test_an_async_body_on_the_system_loop_may_not_block_it(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def blocking(args: Any, ctx: Any) -> Any:
+        system.execute(call("echo", call_id="inner"))
+        return []
+
+    system.tools.register(fixture("outer", blocking))
+    result = system.ref.ask(call("outer"), timeout=WAIT)
+    assert result.is_error
+    assert "use await system.execute_async(call)" in text(result)
+
+
+def kinds_of(system: ToolSystem) -> list[tuple[str, str]]:
+    return [(e.type, e.data["call_id"]) for e in system.session.events]
+
+
 def test_execute_timeout_raises_while_the_call_still_finishes(system: ToolSystem) -> None:
     started = threading.Event()
     release = threading.Event()
