@@ -330,3 +330,37 @@ def test_rp45_the_execution_is_sealed_when_observers_run(system: ToolSystem) -> 
     ]
     with pytest.raises(AttributeError):
         del dispatch_views[0].signal
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"call_id": ""},
+        {"call_id": 1},
+        {"name": None},
+        {"signal": "not a signal"},
+        {"agent": object()},
+        {"parent": "token"},
+    ],
+    ids=["empty-id", "int-id", "no-name", "bad-signal", "bad-agent", "bad-parent"],
+)
+def test_execute_call_validates_its_fields(fields: dict[str, Any]) -> None:
+    base: dict[str, Any] = {"call_id": "c1", "name": "echo", "arguments": {}}
+    base.update(fields)
+    with pytest.raises(TypeError):
+        ExecuteCall(**base)
+
+
+def test_an_omitted_signal_is_one_shared_never_aborting_signal(system: ToolSystem) -> None:
+    seen: list[AbortSignal] = []
+    system.tools.register(echo(execute=lambda a, c: seen.append(c.signal) or "hi"))
+    system.execute(ExecuteCall(call_id="c1", name="echo", arguments={}))
+    system.execute(ExecuteCall(call_id="c2", name="echo", arguments={}, signal=None))
+    assert seen[0] is seen[1]
+    assert isinstance(seen[0], AbortSignal)
+    assert not seen[0].aborted
+
+
+def test_execute_takes_only_execute_calls(system: ToolSystem) -> None:
+    with pytest.raises(TypeError):
+        system.execute({"call_id": "c1"})  # type: ignore[arg-type]

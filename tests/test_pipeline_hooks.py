@@ -8,7 +8,10 @@ import pytest
 from conftest import block, call, context, echo, sources, text
 
 from dsh_tools import (
+    Accept,
+    Allow,
     Deny,
+    FrozenList,
     HarnessError,
     ToolErrorInfo,
     ToolExecutionFailure,
@@ -419,3 +422,84 @@ def test_rp57_next_may_be_awaited_again_to_retry(system: ToolSystem) -> None:
     result = system.execute(call())
     assert result.value == "third time"
     assert len(attempts) == 3
+
+
+@pytest.mark.parametrize(
+    "decision", [None, "allow", True, Accept()], ids=["none", "str", "bool", "accept"]
+)
+def test_an_unknown_pre_decision_fails_closed(system: ToolSystem, decision: Any) -> None:
+    ran: list[str] = []
+    system.tools.register(echo(execute=lambda a, c: ran.append("body") or "hi"))
+    posts: list[Any] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        return decision
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        posts.append(result)
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert result.is_error
+    assert "tools/pre-execute returned" in text(result)
+    assert ran == []
+    assert posts == []
+
+
+def test_a_deny_with_a_non_str_reason_fails_closed(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def pre(exec: Any, next: Any) -> Any:
+        return Deny(42)  # type: ignore[arg-type]
+
+    system.tools.on_pre_execute(pre)
+    result = system.execute(call())
+    assert result.is_error
+    assert text(result) == "Error: Deny.reason must be a str"
+
+
+@pytest.mark.parametrize("decision", [None, Allow(), "accept"], ids=["none", "allow", "str"])
+def test_an_unknown_post_decision_is_the_final_error(system: ToolSystem, decision: Any) -> None:
+    system.tools.register(echo())
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return decision
+
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert result.is_error
+    assert "tools/post-execute returned" in text(result)
+
+
+def test_decision_sequences_may_be_tuples(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return Accept(content=(block("from a tuple"),), additional_contexts=(context("t"),))
+
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert type(result.content) is FrozenList
+    assert text(result) == "from a tuple"
+    assert type(result.additional_contexts) is FrozenList
+    assert sources(result) == ["t"]
+
+
+def test_plain_function_hooks_work_like_async_ones(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    log: list[str] = []
+
+    def pre(exec: Any, next: Any) -> Any:
+        log.append("pre")
+        return Allow()
+
+    def post(exec: Any, result: Any, next: Any) -> Any:
+        log.append("post")
+        return Accept(content=[block("sync post")])
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_post_execute(post)
+    assert text(system.execute(call())) == "sync post"
+    assert log == ["pre", "post"]

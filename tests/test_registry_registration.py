@@ -302,3 +302,77 @@ def test_rp15_closing_a_scope_undoes_everything_it_registered(system: ToolSystem
     assert seen == ["before"]
     with pytest.raises(RuntimeError, match="closed"):
         scope.tools.register(fixture("again"))
+
+
+def test_agent_scopes_are_live_per_key_and_fresh_after_close(system: ToolSystem) -> None:
+    first = system.agent("A")
+    assert system.agent("A") is first
+    assert first.key == "A"
+    first.tools.register(fixture("mine"))
+    first.close()
+    first.close()
+    again = system.agent("A")
+    assert again is not first
+    assert again.tools.get("mine") is None
+    again.tools.register(fixture("mine"))
+    assert text(system.execute(call("mine", agent="A"))) == "ran:mine"
+    with pytest.raises(TypeError):
+        system.agent(1)  # type: ignore[arg-type]
+
+
+def test_a_closed_plugin_refuses_registrations(system: ToolSystem) -> None:
+    owner = system.plugin("O")
+    owner.tools.register(fixture("a"))
+    owner.tools.register(fixture("b"))
+    changes: list[int] = []
+    system.tools.on_change(lambda: changes.append(1))
+    owner.close()
+    assert len(changes) == 2
+    assert system.tools.schemas() == []
+    with pytest.raises(RuntimeError, match="closed"):
+        owner.tools.register(fixture("c"))
+
+
+def test_register_accepts_only_tool_definitions(system: ToolSystem) -> None:
+    with pytest.raises(TypeError, match="ToolDefinition"):
+        system.tools.register({"name": "dict-tool"})  # type: ignore[arg-type]
+
+
+def test_a_raising_change_observer_rolls_a_restriction_back(system: ToolSystem) -> None:
+    system.tools.register(fixture("t"))
+    calls: list[int] = []
+
+    def observer() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("observer exploded")
+
+    system.tools.on_change(observer)
+    scope = system.agent("A")
+    with pytest.raises(RuntimeError, match="observer exploded"):
+        scope.tools.restrict(deny=["t"])
+    assert scope.tools.get("t") is not None
+    assert len(calls) == 2
+    scope.tools.restrict(deny=["t"])
+    assert scope.tools.get("t") is None
+
+
+def test_reads_never_create_an_agent_layer(system: ToolSystem) -> None:
+    system.tools.register(fixture("t"))
+    assert system.tools.get("t", "nobody") is not None
+    assert names(system.tools.schemas("nobody")) == ["t"]
+    assert system.tools.execution_mode(call("t", agent="nobody")) == "exclusive"
+    assert text(system.execute(call("t", agent="nobody"))) == "ran:t"
+    assert "nobody" not in system._cell.current.scopes
+
+
+def test_an_agent_layer_is_discarded_once_empty(system: ToolSystem) -> None:
+    system.tools.register(fixture("t"))
+    scope = system.agent("A")
+    dispose = scope.tools.register(fixture("local"))
+    unguard = scope.tools.guard(lambda exec: None)
+    assert "A" in system._cell.current.scopes
+    dispose()
+    assert "A" in system._cell.current.scopes
+    unguard()
+    assert "A" not in system._cell.current.scopes
