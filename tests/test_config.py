@@ -1,0 +1,61 @@
+"""ToolsConfig validation (SPEC 5b.8): TypeError for a wrong type, ValueError for a bad value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsh_tools import ExecuteBatch, ToolsConfig
+
+
+def test_defaults() -> None:
+    config = ToolsConfig()
+    assert config.mode == "native"
+    assert config.max_parallel_tool_calls == 10
+    assert config.max_parallel_sub_calls == 10
+    assert config.max_output_bytes == 64 * 2**20
+    assert config.max_frame_bytes == 256 * 2**20
+    assert config.tool_order is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error", "text"),
+    [
+        ("mode", "turbo", ValueError, "mode must be one of native, code, both"),
+        ("mode", 1, TypeError, "mode must be"),
+        ("max_parallel_tool_calls", 0, ValueError, "max_parallel_tool_calls must be a positive"),
+        ("max_parallel_tool_calls", True, TypeError, "max_parallel_tool_calls must be a positive"),
+        ("max_parallel_tool_calls", 1.5, TypeError, "max_parallel_tool_calls must be a positive"),
+        ("max_parallel_sub_calls", -1, ValueError, "max_parallel_sub_calls must be a positive"),
+        ("max_output_bytes", 3, ValueError, "max_output_bytes must be an integer of at least 4"),
+        ("compute_ms", float("inf"), ValueError, "compute_ms must be a positive finite number"),
+        ("max_wall_ms", "1", TypeError, "max_wall_ms must be a positive number"),
+        ("max_inline_bytes", 0, ValueError, "max_inline_bytes must be a positive integer"),
+        ("tool_order", "a", TypeError, "tool_order must be a list of tool names"),
+        ("tool_order", ["<unlisted-tools>", "<unlisted-tools>"], ValueError, "at most once"),
+        ("tool_order", ["a", 1], TypeError, "tool_order[1] must be a str"),
+    ],
+)
+def test_bad_settings_are_refused(key: str, value: Any, error: type[Exception], text: str) -> None:
+    with pytest.raises(error, match=text.replace("[", r"\[").replace("]", r"\]")):
+        ToolsConfig(**{key: value})
+
+
+def test_tool_order_is_copied_into_a_tuple() -> None:
+    order = ["b", "<unlisted-tools>"]
+    config = ToolsConfig(tool_order=order)
+    order.append("c")
+    assert config.tool_order == ("b", "<unlisted-tools>")
+
+
+@pytest.mark.parametrize("value", [0, -2])
+def test_batch_max_parallel_must_be_positive(value: int) -> None:
+    with pytest.raises(ValueError, match="max_parallel_tool_calls must be a positive integer"):
+        ExecuteBatch(calls=[], max_parallel=value)
+
+
+@pytest.mark.parametrize("value", [1.5, True])
+def test_batch_max_parallel_must_be_an_int(value: Any) -> None:
+    with pytest.raises(TypeError, match="max_parallel_tool_calls must be a positive integer"):
+        ExecuteBatch(calls=[], max_parallel=value)

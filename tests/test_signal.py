@@ -1,0 +1,102 @@
+"""AbortController / AbortSignal semantics (SPEC 5b.19)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from dsh_tools import AbortController, AbortSignal, ExecuteCall
+from dsh_tools.actors import NEVER_ABORTED, any_signal
+
+
+def test_default_reason_is_aborted() -> None:
+    controller = AbortController()
+    controller.abort()
+    assert controller.signal.aborted
+    assert controller.signal.reason == "aborted"
+
+
+def test_second_abort_keeps_the_first_reason() -> None:
+    controller = AbortController()
+    controller.abort("first")
+    controller.abort("second")
+    assert controller.signal.reason == "first"
+
+
+def test_callback_runs_once_with_the_reason_and_the_remover_works() -> None:
+    controller = AbortController()
+    seen: list[object] = []
+    controller.signal.add_callback(seen.append)
+    remove = controller.signal.add_callback(lambda r: seen.append(("removed", r)))
+    remove()
+    controller.abort("why")
+    controller.abort("again")
+    assert seen == ["why"]
+
+
+def test_callback_added_after_abort_runs_at_once() -> None:
+    signal = AbortSignal.aborted_signal("done")
+    seen: list[object] = []
+    signal.add_callback(seen.append)
+    assert seen == ["done"]
+
+
+def test_a_raising_callback_does_not_stop_the_others() -> None:
+    controller = AbortController()
+    seen: list[object] = []
+
+    def boom(reason: object) -> None:
+        raise RuntimeError("listener bug")
+
+    controller.signal.add_callback(boom)
+    controller.signal.add_callback(seen.append)
+    controller.abort("x")
+    assert seen == ["x"]
+
+
+def test_wait_returns_true_once_aborted_from_another_thread() -> None:
+    controller = AbortController()
+    threading.Timer(0.01, controller.abort).start()
+    assert controller.signal.wait(5) is True
+
+
+def test_wait_times_out_with_false() -> None:
+    assert AbortController().signal.wait(0.01) is False
+
+
+def test_await_returns_the_reason_on_any_loop() -> None:
+    controller = AbortController()
+
+    async def waiter() -> object:
+        asyncio.get_running_loop().call_later(0.01, controller.abort, "late")
+        return await controller.signal
+
+    assert asyncio.run(waiter()) == "late"
+    assert asyncio.run(waiter()) == "late"  # a second loop, already aborted
+
+
+def test_the_never_aborting_signal_stores_nothing() -> None:
+    remove = NEVER_ABORTED.add_callback(lambda r: None)
+    remove()
+    assert not NEVER_ABORTED.aborted
+    assert NEVER_ABORTED.wait(0.001) is False
+
+
+def test_an_omitted_signal_is_the_shared_never_aborting_one() -> None:
+    first = ExecuteCall(call_id="a", name="t", arguments={})
+    second = ExecuteCall(call_id="b", name="t", arguments={}, signal=None)
+    assert first.signal is NEVER_ABORTED
+    assert second.signal is NEVER_ABORTED
+
+
+def test_any_signal_takes_the_first_reason_and_detaches() -> None:
+    a, b = AbortController(), AbortController()
+    fused, detach = any_signal(a.signal, b.signal)
+    b.abort("from b")
+    assert fused.reason == "from b"
+    c = AbortController()
+    fused2, detach2 = any_signal(c.signal)
+    detach2()
+    c.abort("late")
+    assert not fused2.aborted
+    detach()
