@@ -299,6 +299,8 @@ class ToolSystem:
             self._stopped = True
             scopes = list(self._scopes.values())
             self._scopes.clear()
+            owners = list(self._owners)
+            self._owners.clear()
         runtime = self.code_runtime
         if runtime is not None and getattr(self, "_owns_runtime", False):
             try:
@@ -309,7 +311,7 @@ class ToolSystem:
             self._registry.ask(StopRegistry())
         for scope in scopes:
             scope._owner.stop()
-        for owner in self._owners:
+        for owner in owners:
             owner.stop()
         self._root.stop()
         self.ref.stop()
@@ -334,7 +336,8 @@ class ToolSystem:
         """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
         self._check_running()
         handle = PluginHandle(self, name)
-        self._owners.append(handle._owner)
+        with self._lock:
+            self._owners.append(handle._owner)
         return handle
 
     def agent(self, key: str) -> AgentScope:
@@ -356,6 +359,9 @@ class ToolSystem:
 
     def _close_owner(self, owner: pykka.ActorRef[Any], handle: ToolsHandle) -> None:
         handle._mark_closed()
+        with self._lock:
+            if owner in self._owners:
+                self._owners.remove(owner)
         try:
             changes: int = owner.ask(CloseOwner(), block=True)
         except pykka.ActorDeadError:

@@ -376,3 +376,11 @@ def test_an_agent_layer_is_discarded_once_empty(system: ToolSystem) -> None:
     assert "A" in system._cell.current.scopes
     unguard()
     assert "A" not in system._cell.current.scopes
+
+
+def test_closed_plugins_are_not_kept_by_the_system(system: ToolSystem) -> None:
+    for n in range(5):
+        with system.plugin(f"p{n}") as plugin:
+            plugin.tools.register(fixture(f"t{n}"))
+    assert system.tools.schemas() == []
+    assert system._owners == []

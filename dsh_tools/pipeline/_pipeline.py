@@ -502,10 +502,9 @@ class Pipeline:
     async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
         try:
             hooks = self._cell.current.hooks_for("post_execute", rec.agent)
-            if not hooks:
-                return result
-            decision = await _post_chain(hooks, 0, rec.view(), result)
-            result = self._apply_post(rec, result, decision)
+            if hooks:
+                decision = await _post_chain(hooks, 0, rec.view(), result)
+                result = self._apply_post(rec, result, decision)
             if rec.signal.aborted and not result.is_error:
                 code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
                 result = cancelled(code, result.additional_contexts)
