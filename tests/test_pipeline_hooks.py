@@ -503,3 +503,54 @@ def test_plain_function_hooks_work_like_async_ones(system: ToolSystem) -> None:
     system.tools.on_post_execute(post)
     assert text(system.execute(call())) == "sync post"
     assert log == ["pre", "post"]
+
+
+def test_returning_next_without_await_resolves_like_the_reference(system: ToolSystem) -> None:
+    log: list[str] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        log.append("body")
+        return "hi"
+
+    async def pre(exec: Any, next: Any) -> Any:
+        return next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        return next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return next()
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_pre_execute(pre)
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert result.value == "hi"
+    assert log == ["body"]
+
+
+def test_global_and_scoped_listeners_form_one_ordered_list(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    log: list[str] = []
+
+    def listener(label: str) -> Any:
+        async def pre(exec: Any, next: Any) -> Any:
+            log.append(f"{label}:{exec.agent}")
+            return await next()
+
+        return pre
+
+    scope = system.agent("A")
+    system.tools.on_pre_execute(listener("g1"))
+    scope.tools.on_pre_execute(listener("a2"))
+    system.tools.on_pre_execute(listener("g3"))
+    scope.tools.on_pre_execute(listener("a0"), prepend=True)
+    system.execute(call(agent="A"))
+    system.execute(call(agent="B"))
+    system.execute(call())
+    assert log == [
+        "a0:A", "g1:A", "a2:A", "g3:A",
+        "g1:B", "g3:B",
+        "g1:None", "g3:None",
+    ]  # fmt: skip

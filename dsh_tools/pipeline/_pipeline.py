@@ -700,7 +700,7 @@ async def _pre_chain(hooks: Sequence[Any], index: int, view: Any) -> Any:
     if index == len(hooks):
         return ALLOW
     out = hooks[index](view, lambda: _pre_chain(hooks, index + 1, view))
-    if inspect.isawaitable(out):
+    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
         out = await out
     return out
 
@@ -714,7 +714,7 @@ async def _execute_chain(
     if index == len(hooks):
         return await base()
     out = hooks[index](dexec, lambda: _execute_chain(hooks, index + 1, dexec, base))
-    if inspect.isawaitable(out):
+    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
         out = await out
     return out
 
@@ -723,6 +723,6 @@ async def _post_chain(hooks: Sequence[Any], index: int, view: Any, result: Any) 
     if index == len(hooks):
         return ACCEPT
     out = hooks[index](view, result, lambda: _post_chain(hooks, index + 1, view, result))
-    if inspect.isawaitable(out):
+    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
         out = await out
     return out
