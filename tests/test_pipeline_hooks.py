@@ -8,6 +8,7 @@ import pytest
 from conftest import block, call, context, echo, sources, text
 
 from dsh_tools import (
+    AbortController,
     Accept,
     Allow,
     Deny,
@@ -554,3 +555,124 @@ def test_global_and_scoped_listeners_form_one_ordered_list(system: ToolSystem) -
         "g1:B", "g3:B",
         "g1:None", "g3:None",
     ]  # fmt: skip
+
+
+def test_only_the_dispatch_signal_is_assignable(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    refusals: list[str] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        for value in (None, "signal", 1):
+            try:
+                exec.signal = value
+            except TypeError:
+                refusals.append(f"signal={value!r}")
+        for name in ("name", "call_id", "arguments", "agent", "parent", "token"):
+            try:
+                setattr(exec, name, None)
+            except AttributeError:
+                refusals.append(name)
+        for name in ("signal", "name"):
+            try:
+                delattr(exec, name)
+            except AttributeError:
+                refusals.append(f"del {name}")
+        return await next()
+
+    system.tools.on_execute(wrapper)
+    assert not system.execute(call()).is_error
+    assert refusals == [
+        "signal=None",
+        "signal='signal'",
+        "signal=1",
+        "name",
+        "call_id",
+        "arguments",
+        "agent",
+        "parent",
+        "token",
+        "del signal",
+        "del name",
+    ]
+
+
+def test_pre_and_post_views_and_the_run_context_are_read_only(system: ToolSystem) -> None:
+    refusals: list[str] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        try:
+            ctx.signal = AbortController().signal
+        except AttributeError:
+            refusals.append("body")
+        return "hi"
+
+    async def pre(exec: Any, next: Any) -> Any:
+        try:
+            exec.signal = AbortController().signal
+        except AttributeError:
+            refusals.append("pre")
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        try:
+            exec.signal = AbortController().signal
+        except AttributeError:
+            refusals.append("post")
+        return await next()
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_pre_execute(pre)
+    system.tools.on_post_execute(post)
+    system.execute(call())
+    assert refusals == ["pre", "body", "post"]
+
+
+def test_the_listener_list_is_captured_when_a_stage_starts(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    log: list[str] = []
+
+    async def late(exec: Any, next: Any) -> Any:
+        log.append(f"late:{exec.call_id}")
+        return await next()
+
+    async def first(exec: Any, next: Any) -> Any:
+        log.append(f"first:{exec.call_id}")
+        if exec.call_id == "c1":
+            system.tools.on_pre_execute(late)
+        return await next()
+
+    system.tools.on_pre_execute(first)
+    system.execute(call(call_id="c1"))
+    system.execute(call(call_id="c2"))
+    assert log == ["first:c1", "first:c2", "late:c2"]
+
+
+def test_defer_context_after_the_dispatch_settled_is_ignored(system: ToolSystem) -> None:
+    contexts: list[Any] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        contexts.append(ctx)
+        ctx.defer_context(context("in-time"))
+        return "hi"
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        contexts[0].defer_context(context("too-late"))
+        return await next()
+
+    system.tools.register(echo(execute=body))
+    system.tools.on_post_execute(post)
+    assert sources(system.execute(call())) == ["in-time"]
+
+
+def test_signal_fusion_leaves_no_listener_on_the_callers_signal(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        exec.signal = AbortController().signal
+        return await next()
+
+    system.tools.on_execute(wrapper)
+    controller = AbortController()
+    for n in range(50):
+        assert not system.execute(call(call_id=f"c{n}", signal=controller.signal)).is_error
+    assert not controller.signal._callbacks
