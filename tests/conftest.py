@@ -32,6 +32,7 @@ from dsh_tools import (
     ExecutionToken,
     ToolDefinition,
     ToolExecutionResult,
+    ToolExecutionSuccess,
     ToolOutput,
     ToolsConfig,
     ToolSystem,
@@ -197,6 +198,33 @@ def text(result: ToolExecutionResult) -> str:
     assert block["type"] == "text", block
     value: str = block["text"]
     return value
+
+
+class Recording:
+    """A tool body that records the arguments and run context of every run and returns
+    ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.args: list[Any] = []
+        self.contexts: list[Any] = []
+
+    def __call__(self, args: Any, ctx: Any) -> Any:
+        self.args.append(args)
+        self.contexts.append(ctx)
+        return self.value
+
+
+def ask(system: ToolSystem, request: ExecuteCall) -> ToolExecutionResult:
+    """``system.ref.ask(request)``, bounded."""
+    result: ToolExecutionResult = system.ref.ask(request, block=True, timeout=WAIT)
+    return result
+
+
+def value_of(result: ToolExecutionResult) -> Any:
+    """The value of a success (fails the test, showing the failure, otherwise)."""
+    assert isinstance(result, ToolExecutionSuccess), result.to_dict()
+    return result.value
 
 
 def block(value: str) -> dict[str, Any]:

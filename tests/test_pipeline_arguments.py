@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import call, echo, fixture, text
+from conftest import Recording, call, echo, fixture, text
 from msgspec import UNSET
 
 from dsh_tools import (
@@ -91,8 +91,8 @@ LOSSY = [
 
 @pytest.mark.parametrize("arguments", [a for a, _ in LOSSY], ids=[i for _, i in LOSSY])
 def test_rp40_lossy_arguments_finish_without_any_hook(system: ToolSystem, arguments: Any) -> None:
-    ran: list[Any] = []
-    system.tools.register(echo(execute=lambda args, ctx: ran.append(args) or "x"))
+    body = Recording("x")
+    system.tools.register(echo(execute=body))
     phases = Phases(system)
     parent = ExecutionToken()
     signal = AbortController().signal
@@ -102,7 +102,7 @@ def test_rp40_lossy_arguments_finish_without_any_hook(system: ToolSystem, argume
     result = system.execute(call("echo", arguments, agent="A", parent=parent, signal=signal))
     assert result.to_dict() == NOT_LOSSLESS
     assert phases.log == []
-    assert ran == []
+    assert body.args == []
     assert len(phases.observed) == 1
     exec, observed = phases.observed[0]
     assert observed is result
@@ -163,14 +163,12 @@ def test_rp42_the_body_gets_a_frozen_detached_copy(system: ToolSystem) -> None:
 
 
 def test_rp43_shared_references_are_copied_independently(system: ToolSystem) -> None:
-    received: list[Any] = []
-    system.tools.register(
-        fixture("t", lambda args, ctx: received.append(args) or [{"type": "text", "text": "ok"}])
-    )
+    body = Recording([{"type": "text", "text": "ok"}])
+    system.tools.register(fixture("t", body))
     inner = {"k": [1, 2]}
     result = system.execute(call("t", {"a": inner, "b": inner}))
     assert not result.is_error
-    (got,) = received
+    (got,) = body.args
     assert got["a"] == inner
     assert got["b"] == inner
     assert got["a"] is not inner
@@ -204,10 +202,8 @@ def null_call(name: str) -> ExecuteCall:
 
 
 def test_rp43_null_arguments_reach_the_body(system: ToolSystem) -> None:
-    received: list[Any] = []
-    system.tools.register(
-        fixture("t", lambda args, ctx: received.append(args) or [{"type": "text", "text": "ok"}])
-    )
+    body = Recording([{"type": "text", "text": "ok"}])
+    system.tools.register(fixture("t", body))
     views: list[Any] = []
 
     async def pre(exec: Any, next: Any) -> Any:
@@ -217,7 +213,7 @@ def test_rp43_null_arguments_reach_the_body(system: ToolSystem) -> None:
     system.tools.on_pre_execute(pre)
     result = system.execute(null_call("t"))
     assert not result.is_error
-    assert received == [None]
+    assert body.args == [None]
     assert views == [None]
     assert views[0] is not UNSET
 
@@ -352,10 +348,13 @@ def test_execute_call_validates_its_fields(fields: dict[str, Any]) -> None:
 
 
 def test_an_omitted_signal_is_one_shared_never_aborting_signal(system: ToolSystem) -> None:
-    seen: list[AbortSignal] = []
-    system.tools.register(echo(execute=lambda a, c: seen.append(c.signal) or "hi"))
+    body = Recording("hi")
+    system.tools.register(echo(execute=body))
     system.execute(ExecuteCall(call_id="c1", name="echo", arguments={}))
-    system.execute(ExecuteCall(call_id="c2", name="echo", arguments={}, signal=None))
+    system.execute(
+        ExecuteCall(call_id="c2", name="echo", arguments={}, signal=None)  # type: ignore[arg-type]
+    )
+    seen = [ctx.signal for ctx in body.contexts]
     assert seen[0] is seen[1]
     assert isinstance(seen[0], AbortSignal)
     assert not seen[0].aborted

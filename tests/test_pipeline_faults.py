@@ -14,6 +14,7 @@ from conftest import (
     WAIT,
     Logs,
     arun,
+    ask,
     call,
     echo,
     fixture,
@@ -229,7 +230,7 @@ def test_mutations_from_inside_a_call_are_immediate_on_the_system_loop(
 ) -> None:
     mutator = Mutator(system)
     install_mutator(system, site, mutator, asynchronous=asynchronous)
-    result = system.ref.ask(call(), timeout=WAIT)
+    result = ask(system, call())
     assert text(result) == "hi"
     assert mutator.sites == [site]
 
@@ -298,7 +299,7 @@ def test_an_async_body_on_the_system_loop_may_not_block_it(system: ToolSystem) -
         return []
 
     system.tools.register(fixture("outer", blocking))
-    result = system.ref.ask(call("outer"), timeout=WAIT)
+    result = ask(system, call("outer"))
     assert result.is_error
     assert "use await system.execute_async(call)" in text(result)
 
@@ -346,7 +347,7 @@ def test_execute_with_a_timeout_that_is_met_returns_the_result(system: ToolSyste
 
 def test_ref_ask_runs_a_call(system: ToolSystem) -> None:
     system.tools.register(echo())
-    result = system.ref.ask(call(), timeout=WAIT)
+    result = ask(system, call())
     assert text(result) == "hi"
     assert events_for(system, "c1") == ["tool/call", "tool/result"]
 
@@ -357,7 +358,8 @@ def test_many_ref_asks_overlap(system: ToolSystem) -> None:
 
     def body(args: Any, ctx: Any) -> str:
         barrier.wait()  # passes only when every call is in its body at once
-        return args["text"]
+        value: str = args["text"]
+        return value
 
     system.tools.register(echo(execute=body))
     futures = [
@@ -379,7 +381,8 @@ def test_many_async_ref_asks_overlap_on_the_system_loop(system: ToolSystem) -> N
         if len(arrived) == count:
             gate.set()
         await asyncio.wait_for(gate.wait(), WAIT)
-        return args["text"]
+        value: str = args["text"]
+        return value
 
     system.tools.register(echo(execute=body))
     futures = [
@@ -393,7 +396,7 @@ def test_a_non_call_message_to_ref_is_refused(system: ToolSystem) -> None:
     with pytest.raises(TypeError, match="ExecuteCall and ExecuteBatch"):
         system.ref.ask("hello", timeout=WAIT)
     system.tools.register(echo())
-    assert text(system.ref.ask(call(), timeout=WAIT)) == "hi"
+    assert text(ask(system, call())) == "hi"
 
 
 def test_stop_leaves_no_thread_behind() -> None:

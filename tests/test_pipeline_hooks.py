@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import block, call, context, echo, sources, text
+from conftest import Recording, block, call, context, echo, sources, text, value_of
 
 from dsh_tools import (
     AbortController,
@@ -239,7 +239,7 @@ def test_rp52_results_cannot_be_mutated_by_wrappers_or_post(system: ToolSystem) 
     system.tools.on_post_execute(post)
     result = system.execute(call())
     assert refusals == ["wrapper", "post"]
-    assert result.value == "original"
+    assert value_of(result) == "original"
 
 
 def test_rp53_a_short_circuit_success_is_re_rendered_from_its_value(system: ToolSystem) -> None:
@@ -253,7 +253,7 @@ def test_rp53_a_short_circuit_success_is_re_rendered_from_its_value(system: Tool
     result = system.execute(call())
     assert body.log == []
     assert text(result) == "short-circuited"
-    assert result.value == "short-circuited"
+    assert value_of(result) == "short-circuited"
 
 
 def test_rp54_a_cached_result_cannot_launder_a_value_into_another_tool(
@@ -305,7 +305,7 @@ def test_rp54_a_cached_result_cannot_launder_a_value_into_another_tool(
 
     system.tools.on_execute(wrapper)
     first = system.execute(call("string-output"))
-    assert first.value == "cached"
+    assert value_of(first) == "cached"
     second = system.execute(call("object-output", call_id="c2"))
     assert second.to_dict()["error"]["info"]["code"] == "INVALID_TOOL_OUTPUT"
     assert "value" not in second.to_dict()
@@ -421,7 +421,7 @@ def test_rp57_next_may_be_awaited_again_to_retry(system: ToolSystem) -> None:
     system.tools.register(echo(execute=flaky))
     system.tools.on_execute(retry)
     result = system.execute(call())
-    assert result.value == "third time"
+    assert value_of(result) == "third time"
     assert len(attempts) == 3
 
 
@@ -429,8 +429,8 @@ def test_rp57_next_may_be_awaited_again_to_retry(system: ToolSystem) -> None:
     "decision", [None, "allow", True, Accept()], ids=["none", "str", "bool", "accept"]
 )
 def test_an_unknown_pre_decision_fails_closed(system: ToolSystem, decision: Any) -> None:
-    ran: list[str] = []
-    system.tools.register(echo(execute=lambda a, c: ran.append("body") or "hi"))
+    body = Recording("hi")
+    system.tools.register(echo(execute=body))
     posts: list[Any] = []
 
     async def pre(exec: Any, next: Any) -> Any:
@@ -445,7 +445,7 @@ def test_an_unknown_pre_decision_fails_closed(system: ToolSystem, decision: Any)
     result = system.execute(call())
     assert result.is_error
     assert "tools/pre-execute returned" in text(result)
-    assert ran == []
+    assert body.args == []
     assert posts == []
 
 
@@ -527,7 +527,7 @@ def test_returning_next_without_await_resolves_like_the_reference(system: ToolSy
     system.tools.on_execute(wrapper)
     system.tools.on_post_execute(post)
     result = system.execute(call())
-    assert result.value == "hi"
+    assert value_of(result) == "hi"
     assert log == ["body"]
 
 

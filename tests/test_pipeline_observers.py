@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Logs, block, call, echo, text
+from conftest import Logs, block, call, echo, text, value_of
 
 from dsh_tools import (
     Deny,
@@ -114,5 +114,5 @@ def test_rp97_an_observer_may_swap_a_tool_for_the_next_call(system: ToolSystem) 
             system.tools.register(echo(execute=lambda a, c: "second version"))
 
     system.tools.on_result(swap)
-    assert system.execute(call()).value == "first version"
-    assert system.execute(call(call_id="c2")).value == "second version"
+    assert value_of(system.execute(call())) == "first version"
+    assert value_of(system.execute(call(call_id="c2"))) == "second version"

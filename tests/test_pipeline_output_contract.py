@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import block, call, fixture, text
+from conftest import block, call, fixture, text, value_of
 
 from dsh_tools import (
     Accept,
@@ -126,7 +126,7 @@ def test_sp81_a_typed_echo_runs_and_projects_its_compiled_schema(system: ToolSys
     system.tools.register(typed_echo())
     result = system.execute(call("echo", {"text": "hello", "uppercase": True}))
     assert result.is_error is False
-    assert result.value == "HELLO"
+    assert value_of(result) == "HELLO"
     assert result.content == [{"type": "text", "text": "HELLO"}]
     assert system.tools.schemas() == [
         {
@@ -315,7 +315,7 @@ def test_sp94_replacing_content_keeps_value_and_meta(system: ToolSystem) -> None
     system.tools.register(projected())
     post_returning(system, Accept(content=[block("policy content")]))
     result = system.execute(call("projected"))
-    assert result.value == {"text": "body"}
+    assert value_of(result) == {"text": "body"}
     assert result.meta == {"projected": "body"}
     assert text(result) == "policy content"
 
@@ -324,7 +324,7 @@ def test_sp94_replacing_the_value_re_renders_content_and_meta(system: ToolSystem
     system.tools.register(projected())
     post_returning(system, Accept(value={"text": "policy value"}))
     result = system.execute(call("projected"))
-    assert result.value == {"text": "policy value"}
+    assert value_of(result) == {"text": "policy value"}
     assert text(result) == "render:policy value"
     assert result.meta == {"projected": "policy value"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from conftest import block, call, context, echo, sources, text
+from conftest import block, call, context, echo, sources, text, value_of
 
 from dsh_tools import (
     Accept,
@@ -320,10 +320,10 @@ def test_rp70_a_tool_registered_mid_call_runs_without_its_finalizer(system: Tool
 
     system.tools.on_pre_execute(pre)
     result = system.execute(call())
-    assert result.value == "late body"
+    assert value_of(result) == "late body"
     assert text(result) == "late body"
     assert finalized == []
     later = system.execute(call(call_id="c2"))
-    assert later.value == "late body"
+    assert value_of(later) == "late body"
     assert text(later) == "finalized"
     assert len(finalized) == 1

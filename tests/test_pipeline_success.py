@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import block, call, echo, fixture, text
+from conftest import block, call, echo, fixture, text, value_of
 
 from dsh_tools import (
     ExecutionToken,
@@ -237,10 +237,10 @@ def test_rp35_the_value_is_detached_and_frozen(system: ToolSystem) -> None:
     system.tools.register(raw_tool("obj", body, schema={"type": "object"}))
     result = system.execute(call("obj"))
     returned[0]["ok"] = False
-    assert result.value == {"ok": True}
+    assert value_of(result) == {"ok": True}
     with pytest.raises(TypeError):
-        result.value["ok"] = False
-    assert result.value == {"ok": True}
+        value_of(result)["ok"] = False
+    assert value_of(result) == {"ok": True}
 
 
 def test_rp36_a_harness_error_keeps_its_info(system: ToolSystem) -> None:
