@@ -6,6 +6,11 @@ settles for any reason), the binding functions the program calls, the run's
 ``max_parallel_sub_calls`` bodies at once, exclusive calls drain and block), the dispatch
 events, the log-shaping tasks and the drain. The tool-agnostic half (the worker process, frames,
 budgets and the output ledger) is the code runtime's.
+
+Every started sub-call records ``tool/code-dispatch-start`` and, once committed and shaped by the
+``tools/code-dispatch-log`` waterfall, ``tool/code-dispatch``, with or without an agent on the
+outer call (SPEC 5b.4 over code-mode 6.5: the session log is the system's, and top-level calls
+without an agent are recorded too); the events carry the outer call's agent.
 """
 
 from __future__ import annotations
@@ -173,17 +178,16 @@ class CodeRunBridgeActor:
 
     def started(self, entry: PoolEntry) -> None:
         sub: _SubCall = entry.payload
-        if self._agent is not None:
-            self._pipeline.session.append(
-                "tool/code-dispatch-start",
-                FrozenDict(
-                    parent_call_id=self._parent_call_id,
-                    sub_call_id=sub.sub_call_id,
-                    name=sub.name,
-                    arguments=sub.logged_arguments,
-                ),
-                self._agent,
-            )
+        self._pipeline.session.append(
+            "tool/code-dispatch-start",
+            FrozenDict(
+                parent_call_id=self._parent_call_id,
+                sub_call_id=sub.sub_call_id,
+                name=sub.name,
+                arguments=sub.logged_arguments,
+            ),
+            self._agent,
+        )
 
     def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         sub: _SubCall = entry.payload
@@ -201,10 +205,14 @@ class CodeRunBridgeActor:
             else:
                 sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
             _quiet(sub.future)
-        if self._agent is not None:
-            task = asyncio.get_running_loop().create_task(self._log_settle(entry, result))
-            self._log_tasks.add(task)
-            task.add_done_callback(self._log_tasks.discard)
+        hooks = self._dispatch_log_hooks()
+        if not hooks and self._spill is None:
+            # Nothing shapes the log: append now (what the side task would do, without a task).
+            self._append_settle(sub, result, result.content)
+            return
+        task = asyncio.get_running_loop().create_task(self._log_settle(entry, result, hooks))
+        self._log_tasks.add(task)
+        task.add_done_callback(self._log_tasks.discard)
 
     def abandoned(self, entry: PoolEntry) -> None:
         sub: _SubCall = entry.payload
@@ -220,10 +228,14 @@ class CodeRunBridgeActor:
         if self._finished is not None and not self._finished.done():
             self._finished.set_result(None)
 
-    async def _log_settle(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+    async def _log_settle(
+        self,
+        entry: PoolEntry,
+        result: ToolExecutionResult,
+        hooks: tuple[Callable[..., Any], ...],
+    ) -> None:
         sub: _SubCall = entry.payload
         content: Any = result.content
-        hooks = self._dispatch_log_hooks()
         if hooks:
             log = CodeDispatchLog(
                 exec=self._outer,
@@ -258,6 +270,9 @@ class CodeRunBridgeActor:
                     call_id=sub.sub_call_id,
                     tool=sub.name,
                 )
+        self._append_settle(sub, result, content)
+
+    def _append_settle(self, sub: _SubCall, result: ToolExecutionResult, content: Any) -> None:
         self._pipeline.session.append(
             "tool/code-dispatch",
             FrozenDict(
