@@ -5,6 +5,7 @@ in-process runtime; W ones the real subprocess runtime."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -26,7 +27,10 @@ from dsh_tools import (
     DEFAULT,
     AbortController,
     Accept,
+    Block,
     Deny,
+    ExecuteBatch,
+    ToolCall,
     ToolDefinition,
     ToolOutput,
     ToolSystem,
@@ -858,3 +862,80 @@ def test_52_contexts_survive_a_run_that_fails_later() -> None:
     assert result.is_error
     assert texts(result.content) == ["Error: code run failed (exception): program failed later"]
     assert [context_text(c) for c in result.additional_contexts] == ["kept"]
+
+
+# --- however run_code is called (SPEC 5b.4), outer policy over sub-call contexts ----------------
+
+
+def _echo_twice(p: FakeProgram) -> Any:
+    async def program() -> Any:
+        return [await p.call("echo", {"value": "a"}), await p.call("echo", {"value": "b"})]
+
+    return program()
+
+
+def assert_dispatch_log(system: ToolSystem, count: int) -> None:
+    """One ``tool/call`` first and one ``tool/result`` last; between them ``count`` sub-calls,
+    started in submission order, each settled once after its own start (settles pair by
+    ``sub_call_id`` and may interleave with later starts)."""
+    events = system.session.events
+    assert [events[0].type, events[-1].type] == ["tool/call", "tool/result"]
+    inner = events[1:-1]
+    starts = [e.data["sub_call_id"] for e in inner if e.type == "tool/code-dispatch-start"]
+    settles = [e.data["sub_call_id"] for e in inner if e.type == "tool/code-dispatch"]
+    assert len(inner) == 2 * count
+    assert starts == [f"{events[0].data['call_id']}:code:{n}" for n in range(1, count + 1)]
+    assert sorted(settles) == sorted(starts)
+    positions = {(e.type, e.data["sub_call_id"]): i for i, e in enumerate(inner)}
+    for sub_call_id in starts:
+        assert (
+            positions[("tool/code-dispatch-start", sub_call_id)]
+            < positions[("tool/code-dispatch", sub_call_id)]
+        )
+
+
+def test_a_run_in_a_batch_records_its_dispatch_events_inside_the_turn() -> None:
+    arguments = json.dumps({"code": "-", "description": "Echo twice"})
+    batch = ExecuteBatch(calls=[ToolCall(call_id="t1", name="run_code", arguments=arguments)])
+    with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
+        outcome = system.execute_batch(batch)
+        assert_dispatch_log(system, 2)
+    assert outcome.results[0].value["result"] == ["echo:a", "echo:b"]
+
+
+def test_a_run_asked_of_the_front_actor_records_its_dispatch_events() -> None:
+    with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
+        result = system.ref.ask(run_code())
+        assert_dispatch_log(system, 2)
+    assert result.value["result"] == ["echo:a", "echo:b"]
+
+
+def test_a_run_awaited_with_execute_async_records_its_dispatch_events() -> None:
+    with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
+        result = asyncio.run(system.execute_async(run_code()))
+        assert_dispatch_log(system, 2)
+    assert result.value["result"] == ["echo:a", "echo:b"]
+
+
+def test_dispatch_events_pair_up_with_a_shaping_listener_on_the_system_loop() -> None:
+    async def passthrough(log: Any, next: Any) -> Any:
+        return await next()
+
+    with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
+        system.tools.on_code_dispatch_log(passthrough)
+        system.ref.ask(run_code())
+        assert_dispatch_log(system, 2)
+
+
+def test_an_outer_block_discards_the_sub_calls_deferred_contexts() -> None:
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        if exec.parent is not None:
+            return Accept(additional_contexts=[{"content": [{"type": "text", "text": "sub"}]}])
+        return Block([{"type": "text", "text": "run_code output withheld"}])
+
+    with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
+        system.tools.on_post_execute(post)
+        result = system.execute(run_code())
+    assert result.is_error
+    assert texts(result.content) == ["run_code output withheld"]
+    assert list(result.additional_contexts) == []

@@ -152,12 +152,14 @@ def test_56_a_raising_runtime_still_drains_and_its_message_is_the_error() -> Non
     assert kinds.index("tool/code-dispatch") < kinds.index("tool/result")
 
 
-def test_57_without_an_agent_sub_calls_run_but_log_nothing() -> None:
+def test_57_without_an_agent_sub_calls_run_and_are_logged_without_one() -> None:
+    """SPEC 5b.4 resolves code-mode 6.5: dispatch events are recorded with or without an
+    agent (code-mode 57 had no events without one); global listeners shape them."""
     seen: list[Any] = []
     shaped: list[Any] = []
 
     async def shaper(log: Any, next: Any) -> Any:
-        shaped.append(log)
+        shaped.append(log.agent)
         return await next()
 
     async def program(p: FakeProgram) -> Any:
@@ -165,12 +167,19 @@ def test_57_without_an_agent_sub_calls_run_but_log_nothing() -> None:
 
     with code_system(FakeRuntime(program), tools=[echo_tool(seen=seen)]) as system:
         system.tools.on_code_dispatch_log(shaper)
+        system.agent("A").tools.on_code_dispatch_log(shaper)
         result = system.execute(run_code(agent=None))
-        kinds = [e.type for e in system.session.events]
+        events = system.session.events
     assert result.value["result"] == "echo:x"
     assert seen == [{"value": "x"}]
-    assert kinds == ["tool/call", "tool/result"]
-    assert shaped == []
+    assert [e.type for e in events] == [
+        "tool/call",
+        "tool/code-dispatch-start",
+        "tool/code-dispatch",
+        "tool/result",
+    ]
+    assert {e.agent for e in events} == {None}
+    assert shaped == [None]
 
 
 def test_58_executing_run_code_without_a_runtime_is_an_error_result() -> None:
