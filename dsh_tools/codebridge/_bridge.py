@@ -253,7 +253,7 @@ class CodeRunBridgeActor:
                     f"{message_of(exc)}; logging the unshaped content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
-                    token=entry.record.token.id if entry.record is not None else None,
+                    token=_token_id(entry),
                     parent=self._outer.token.id,
                 )
                 content = result.content
@@ -261,7 +261,9 @@ class CodeRunBridgeActor:
         if spill is not None:
             try:
                 content = await spill.bound(
-                    content, spill.dispatch_source(sub.name, sub.sub_call_id)
+                    content,
+                    spill.dispatch_source(sub.name, sub.sub_call_id),
+                    {"token": _token_id(entry), "parent": self._outer.token.id},
                 )
             except Exception as exc:  # a replaced policy object; the settle event must land
                 _log.warning(
@@ -269,6 +271,8 @@ class CodeRunBridgeActor:
                     "logging the full content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
+                    token=_token_id(entry),
+                    parent=self._outer.token.id,
                 )
         self._append_settle(sub, result, content)
 
@@ -342,6 +346,10 @@ def message_of_reason(reason: Any) -> str:
         return str(reason)
     except Exception:
         return "<unprintable thrown value>"
+
+
+def _token_id(entry: PoolEntry) -> int | None:
+    return entry.record.token.id if entry.record is not None else None
 
 
 def _quiet(future: asyncio.Future[Any]) -> None:

@@ -37,7 +37,7 @@ The full text of several text blocks is their texts joined with ``"\\n"``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypedDict
 
 import structlog
@@ -171,19 +171,24 @@ class SpillPolicy:
 
     # --- the shared core -----------------------------------------------------------------------
 
-    async def bound(self, content: Any, source: SpillSource) -> Any:
+    async def bound(
+        self, content: Any, source: SpillSource, log_fields: Mapping[str, Any] | None = None
+    ) -> Any:
         """``content`` itself, or the one-block preview that replaces it once its full text is
-        saved. Never raises for a store's faults (they are logged as warnings)."""
+        saved. Never raises for a store's faults (they are logged as warnings, with
+        ``log_fields`` such as ``token`` and ``parent`` bound besides ``call_id`` and ``tool``)."""
         texts = _all_text(content)
         if texts is None or not _over_cap(texts, self.max_inline_bytes):
             return content
         tool, call_id = source["tool_name"], source["call_id"]
+        fields = dict(log_fields) if log_fields else {}
         store = self.store
         if store is None:
             _log.warning(
                 f"spill: no spill store is configured; keeping the full content of {tool}",
                 call_id=call_id,
                 tool=tool,
+                **fields,
             )
             return content
         text = "\n".join(texts)
@@ -199,6 +204,7 @@ class SpillPolicy:
                 "keeping the full content",
                 call_id=call_id,
                 tool=tool,
+                **fields,
             )
             return content
         block = FrozenDict(type="text", text=preview_text(text, locator, self.max_inline_bytes))
@@ -215,7 +221,7 @@ class SpillPolicy:
             return decision
         content = result.content if decision.content is UNSET else decision.content
         source = SpillSource(tool_name=exec.name, call_id=exec.call_id, label="result")
-        bounded = await self.bound(content, source)
+        bounded = await self.bound(content, source, {"token": exec.token.id, "parent": None})
         if bounded is content:
             return decision
         return Accept(content=bounded, additional_contexts=decision.additional_contexts)
@@ -229,7 +235,8 @@ class SpillPolicy:
     async def dispatch_log(self, log: Any, next: Callable[[], Awaitable[Any]]) -> Any:
         """The ``tools/code-dispatch-log`` arm: spill the logged copy of one sub-call."""
         content = await next()
-        return await self.bound(content, self.dispatch_source(log.name, log.sub_call_id))
+        source = self.dispatch_source(log.name, log.sub_call_id)
+        return await self.bound(content, source, {"parent": log.exec.token.id})
 
     @staticmethod
     def dispatch_source(tool_name: str, sub_call_id: str) -> SpillSource:
