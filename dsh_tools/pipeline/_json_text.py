@@ -1,8 +1,11 @@
 """Strict JSON text parsing for a model's tool-call arguments, at any nesting depth.
 
-``msgspec`` parses shallow text fast but recurses (it fails near 1,000 levels) and refuses
-numbers out of float range; this module falls back to an iterative reader for those cases.
-Only a syntax error makes the raw text itself the arguments.
+``msgspec`` parses shallow text fast but recurses (it fails near 1,000 levels), refuses numbers
+out of float range and refuses escaped lone surrogates (``"\\ud800"``), all of which are valid
+JSON; this module falls back to an iterative reader whenever msgspec refuses the text. Only a
+syntax error makes the raw text itself the arguments. Valid JSON that is not lossless
+(``-0.0``, ``1e400``, a lone surrogate) is returned as parsed so that the argument snapshot
+refuses it.
 """
 
 from __future__ import annotations
@@ -26,12 +29,10 @@ def parse_arguments(text: str) -> Any:
         return {}
     try:
         return msgspec.json.decode(text)
-    except msgspec.ValidationError:
-        pass  # valid JSON whose number does not fit a float (1e400): parse it exactly below
-    except RecursionError:
-        pass  # deeper than msgspec goes
-    except msgspec.DecodeError:
-        return text
+    except (msgspec.DecodeError, RecursionError):
+        # A syntax error, or valid JSON msgspec will not take: a number out of float range
+        # (1e400), an escaped lone surrogate, or text deeper than msgspec recurses.
+        pass
     try:
         return parse_json_text(text)
     except ValueError:
