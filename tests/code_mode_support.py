@@ -13,7 +13,8 @@
 - ``echo_tool``: "echo" returns ``"<tool>:<value>"``; ``Gates``: gated tools whose bodies wait
   on a test-controlled gate and also release when their signal aborts.
 - ``run_code(...)``: the ``ExecuteCall`` of a ``run_code`` call; ``code_system(...)``: a started
-  system in a non-native mode (stop it with ``with``).
+  system in a non-native mode (stop it with ``with``); ``value_of``/``failure_of``: the value of
+  a success or the error of a failure.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from dsh_tools import (
     AbortSignal,
     ExecuteCall,
     ToolDefinition,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
     ToolOutput,
     ToolsConfig,
     ToolSystem,
@@ -220,9 +225,7 @@ class Gates:
             name=name,
             description=f"Gated {name}.",
             parameters={"value": {"type": "string", "required": True}},
-            output=ToolOutput(
-                schema={"type": "string"}, render=lambda args, value: _text(value)
-            ),
+            output=ToolOutput(schema={"type": "string"}, render=lambda args, value: _text(value)),
             execute=body,
             is_concurrency_safe=(lambda args: True) if safe else None,
         )
@@ -289,11 +292,23 @@ def dispatch_events(system: ToolSystem, kind: str = "tool/code-dispatch") -> lis
     return [dict(e.data) for e in system.session.events if e.type == kind]
 
 
+def value_of(result: ToolExecutionResult) -> Any:
+    """The value of a success (fails the test, showing the failure, otherwise)."""
+    assert isinstance(result, ToolExecutionSuccess), result.to_dict()
+    return result.value
+
+
+def failure_of(result: ToolExecutionResult) -> ToolFailure:
+    """The error of a failure (fails the test, showing the success, otherwise)."""
+    assert isinstance(result, ToolExecutionFailure), result.to_dict()
+    return result.error
+
+
 def texts(content: Iterable[Any]) -> list[str]:
     """The texts of content blocks."""
     return [block["text"] for block in content]
 
 
-def wait_for(awaitable: Awaitable[Any]) -> Awaitable[Any]:
-    """``awaitable`` bounded by ``WAIT`` seconds."""
-    return asyncio.wait_for(awaitable, WAIT)
+async def wait_for(awaitable: Awaitable[Any]) -> Any:
+    """Await ``awaitable``, bounded by ``WAIT`` seconds."""
+    return await asyncio.wait_for(awaitable, WAIT)

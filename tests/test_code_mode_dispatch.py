@@ -19,6 +19,7 @@ from code_mode_support import (
     first_of,
     run_code,
     texts,
+    value_of,
     wait_for,
 )
 from structlog.testing import capture_logs
@@ -100,7 +101,7 @@ def test_29_two_sequential_calls_return_values_logs_and_settle_events() -> None:
         result = system.execute(run_code())
         settles = dispatch_events(system)
     assert not result.is_error
-    assert result.value == {"logs": ["saw echo:one"], "result": "echo:two"}
+    assert value_of(result) == {"logs": ["saw echo:one"], "result": "echo:two"}
     assert texts(result.content) == ["saw echo:one\necho:two"]
     assert seen == [{"value": "one"}, {"value": "two"}]
     assert settles == [
@@ -213,7 +214,7 @@ def test_31_three_safe_calls_overlap_and_join_in_submission_order() -> None:
     assert gates.peak == 3
     assert [e["sub_call_id"] for e in starts] == [f"call-1:code:{n}" for n in (1, 2, 3)]
     assert {e["sub_call_id"] for e in settles} == {f"call-1:code:{n}" for n in (1, 2, 3)}
-    assert result.value["result"] == "read:a,read:b,read:c"
+    assert value_of(result)["result"] == "read:a,read:b,read:c"
 
 
 def test_32_an_exclusive_call_waits_for_earlier_calls_and_blocks_later_ones() -> None:
@@ -248,7 +249,7 @@ def test_32_an_exclusive_call_waits_for_earlier_calls_and_blocks_later_ones() ->
         FakeRuntime(program), tools=[gates.tool("read"), gates.tool("write", safe=False)]
     ) as system:
         result = run(system, scenario)
-    assert result.value["result"] == "read:r1,read:r2,write:w,read:r3"
+    assert value_of(result)["result"] == "read:r1,read:r2,write:w,read:r3"
     assert gates.log.index("exit r1") < gates.log.index("enter w")
     assert gates.log.index("exit r2") < gates.log.index("enter w")
     assert gates.log.index("exit w") < gates.log.index("enter r3")
@@ -279,7 +280,7 @@ def test_33_max_parallel_sub_calls_bounds_the_live_bodies() -> None:
     ) as system:
         result = run(system, scenario)
     assert gates.peak == 2
-    assert result.value["result"] == "read:a,read:b,read:c"
+    assert value_of(result)["result"] == "read:a,read:b,read:c"
 
 
 def test_34_one_sub_call_slot_runs_safe_calls_one_after_another() -> None:
@@ -305,7 +306,7 @@ def test_34_one_sub_call_slot_runs_safe_calls_one_after_another() -> None:
         result = run(system, scenario)
     assert gates.log == ["enter a", "exit a", "enter b", "exit b", "enter c", "exit c"]
     assert gates.peak == 1
-    assert result.value["result"] == "read:a,read:b,read:c"
+    assert value_of(result)["result"] == "read:a,read:b,read:c"
 
 
 def test_35_calls_of_a_tool_without_classifier_never_overlap() -> None:
@@ -334,7 +335,7 @@ def test_35_calls_of_a_tool_without_classifier_never_overlap() -> None:
     with code_system(FakeRuntime(program), tools=[probe]) as system:
         result = system.execute(run_code())
     assert intervals == ["enter a", "exit a", "enter b", "exit b", "enter c", "exit c"]
-    assert result.value["result"] == "a,b,c"
+    assert value_of(result)["result"] == "a,b,c"
 
 
 # --- 36-42: registry changes, ordered stages, settlement ---------------------------------------
@@ -355,7 +356,7 @@ def test_36_a_binding_whose_tool_was_unregistered_fails_as_an_unknown_tool() -> 
         result = system.execute(run_code())
     assert caught == ['unknown tool "ephemeral"']
     assert ran == []
-    assert result.value["result"] == "after"
+    assert value_of(result)["result"] == "after"
 
 
 def test_37_the_next_start_waits_for_the_previous_pre_execute() -> None:
@@ -390,7 +391,7 @@ def test_37_the_next_start_waits_for_the_previous_pre_execute() -> None:
         system.tools.on_pre_execute(pre)
         result = run(system, scenario)
     assert stages == ["enter1", "exit1", "enter2", "exit2"]
-    assert result.value["result"] == ["echo:a", "echo:b"]
+    assert value_of(result)["result"] == ["echo:a", "echo:b"]
 
 
 def test_38_a_safe_call_after_an_exclusive_one_waits_for_its_post_execute() -> None:
@@ -463,7 +464,7 @@ def test_38_a_safe_call_after_an_exclusive_one_waits_for_its_post_execute() -> N
         "pre reader",
         "body reader",
     ]
-    assert result.value["result"] == ["writer:w", "reader:r"]
+    assert value_of(result)["result"] == ["writer:w", "reader:r"]
 
 
 def test_39_a_fired_call_mid_post_execute_at_settlement_settles_once_as_an_error() -> None:
@@ -552,7 +553,7 @@ def test_41_a_later_value_is_delivered_only_after_every_earlier_call_committed()
     with code_system(FakeRuntime(program), tools=[gates.tool("read")]) as system:
         result = run(system, scenario)
     assert received == ["read:a", "read:b"]
-    assert result.value["result"] == ["read:a", "read:b"]
+    assert value_of(result)["result"] == ["read:a", "read:b"]
 
 
 def test_42_a_queued_call_is_abandoned_without_events_when_the_program_fails() -> None:
@@ -667,7 +668,7 @@ def test_46_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns(
         with capture_logs() as logs:
             result = system.execute(run_code())
         (settle_event,) = dispatch_events(system)
-    assert result.value["result"] == "echo:x"
+    assert value_of(result)["result"] == "echo:x"
     assert settle_event["content"] == [{"type": "text", "text": "echo:x"}]
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
     assert [w["event"] for w in warnings] == [
@@ -775,7 +776,7 @@ def test_49_a_tool_cannot_mutate_its_arguments_or_the_logged_copy() -> None:
         result = system.execute(run_code())
         (settle_event,) = dispatch_events(system)
     assert attempts == ["refused: TypeError"]
-    assert result.value["result"] == "tried"
+    assert value_of(result)["result"] == "tried"
     assert settle_event["arguments"] == {"items": ["original"]}
 
 
@@ -796,7 +797,7 @@ def test_50_a_5000_level_argument_through_an_in_process_binding() -> None:
         result = system.execute(run_code())
         (settle_event,) = dispatch_events(system)
     assert seen == [(5000, "leaf")]
-    assert result.value["result"] == 5000
+    assert value_of(result)["result"] == 5000
     assert depth_of(settle_event["arguments"]["value"]) == (5000, "leaf")
 
 
@@ -810,7 +811,7 @@ def test_50_a_5000_level_argument_through_the_real_worker() -> None:
         (settle_event,) = dispatch_events(system)
     assert not result.is_error, result.content
     assert seen == [(5000, "leaf")]
-    assert result.value["result"] == 5000
+    assert value_of(result)["result"] == 5000
     assert depth_of(settle_event["arguments"]["value"]) == (5000, "leaf")
 
 
@@ -900,21 +901,21 @@ def test_a_run_in_a_batch_records_its_dispatch_events_inside_the_turn() -> None:
     with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
         outcome = system.execute_batch(batch)
         assert_dispatch_log(system, 2)
-    assert outcome.results[0].value["result"] == ["echo:a", "echo:b"]
+    assert value_of(outcome.results[0])["result"] == ["echo:a", "echo:b"]
 
 
 def test_a_run_asked_of_the_front_actor_records_its_dispatch_events() -> None:
     with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
-        result = system.ref.ask(run_code())
+        result: Any = system.ref.ask(run_code())
         assert_dispatch_log(system, 2)
-    assert result.value["result"] == ["echo:a", "echo:b"]
+    assert value_of(result)["result"] == ["echo:a", "echo:b"]
 
 
 def test_a_run_awaited_with_execute_async_records_its_dispatch_events() -> None:
     with code_system(FakeRuntime(_echo_twice), tools=[echo_tool()]) as system:
         result = asyncio.run(system.execute_async(run_code()))
         assert_dispatch_log(system, 2)
-    assert result.value["result"] == ["echo:a", "echo:b"]
+    assert value_of(result)["result"] == ["echo:a", "echo:b"]
 
 
 def test_dispatch_events_pair_up_with_a_shaping_listener_on_the_system_loop() -> None:

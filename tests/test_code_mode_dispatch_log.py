@@ -14,6 +14,7 @@ from code_mode_support import (
     dispatch_events,
     echo_tool,
     run_code,
+    value_of,
     wait_for,
 )
 from structlog.testing import capture_logs
@@ -77,7 +78,7 @@ def test_a_listener_reshapes_the_logged_content_but_not_the_programs_value() -> 
         system.tools.on_code_dispatch_log(redact)
         result = system.execute(run_code())
         (settle,) = dispatch_events(system)
-    assert result.value["result"] == "echo:x"
+    assert value_of(result)["result"] == "echo:x"
     assert settle["content"] == [{"type": "text", "text": "[echo output redacted]"}]
 
 
@@ -175,7 +176,7 @@ def test_a_disposed_listener_no_longer_shapes() -> None:
         ("text", "a code-dispatch-log listener returned str; expected a list of content blocks"),
         (
             ["not a block"],
-            'a code-dispatch-log listener returned a content block that is not a dict with a '
+            "a code-dispatch-log listener returned a content block that is not a dict with a "
             '"type"',
         ),
         ([{"type": "text", "text": {1, 2}}], "value[0].text is set"),
@@ -194,7 +195,7 @@ def test_a_listener_returning_no_content_list_is_a_contained_failure(
         with capture_logs() as logs:
             result = system.execute(run_code())
         (settle,) = dispatch_events(system)
-    assert result.value["result"] == "echo:x"
+    assert value_of(result)["result"] == "echo:x"
     assert settle["content"] == [{"type": "text", "text": "echo:x"}]
     (warning,) = [entry for entry in logs if entry["log_level"] == "warning"]
     assert warning["event"] == (
@@ -252,7 +253,7 @@ def test_log_shaping_runs_off_the_program_path_and_is_drained_before_the_result(
         system.tools.on_code_dispatch_log(slow)
         result = asyncio.run(scenario())
         kinds = [e.type for e in system.session.events]
-    assert result.value["result"] == ["echo:a", "echo:b"]
+    assert value_of(result)["result"] == ["echo:a", "echo:b"]
     assert kinds == [
         "tool/call",
         "tool/code-dispatch-start",

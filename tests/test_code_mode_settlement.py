@@ -15,8 +15,10 @@ from code_mode_support import (
     code_system,
     dispatch_events,
     echo_tool,
+    failure_of,
     run_code,
     texts,
+    value_of,
     wait_for,
 )
 from msgspec import UNSET
@@ -91,7 +93,7 @@ def test_53_a_failed_run_is_a_code_run_failed_error_result_with_its_logs() -> No
     with code_system(runtime) as system:
         result = system.execute(run_code())
     assert result.is_error
-    assert result.error.info == ToolErrorInfo("CodeRunFailedError", "CODE_RUN_FAILED")
+    assert failure_of(result).info == ToolErrorInfo("CodeRunFailedError", "CODE_RUN_FAILED")
     (text,) = texts(result.content)
     assert "code run failed (timeout)" in text
     assert "compute budget exhausted (300ms busy)" in text
@@ -146,7 +148,7 @@ def test_56_a_raising_runtime_still_drains_and_its_message_is_the_error() -> Non
         events = system.session.events
     assert result.is_error
     assert texts(result.content) == ["Error: backend exploded"]
-    assert result.error.info is UNSET
+    assert failure_of(result).info is UNSET
     assert gates.aborted == ["slow"]
     kinds = [e.type for e in events]
     assert kinds.index("tool/code-dispatch") < kinds.index("tool/result")
@@ -170,7 +172,7 @@ def test_57_without_an_agent_sub_calls_run_and_are_logged_without_one() -> None:
         system.agent("A").tools.on_code_dispatch_log(shaper)
         result = system.execute(run_code(agent=None))
         events = system.session.events
-    assert result.value["result"] == "echo:x"
+    assert value_of(result)["result"] == "echo:x"
     assert seen == [{"value": "x"}]
     assert [e.type for e in events] == [
         "tool/call",
@@ -240,7 +242,7 @@ def test_62_a_post_execute_spill_preview_is_the_final_content() -> None:
     source = {"tool_name": "run_code", "call_id": "call-1", "label": "result"}
     assert store.saved == [(full, source)]
     assert texts(result.content) == [preview_text(full, "mem://1", 200)]
-    assert result.value == {"logs": [], "result": full}
+    assert value_of(result) == {"logs": [], "result": full}
 
 
 def test_63_an_output_limit_failure_shows_the_captured_output() -> None:
@@ -272,7 +274,7 @@ def test_64_the_program_gets_the_value_and_the_log_keeps_every_content_block() -
     with code_system(FakeRuntime(program), tools=[mixed]) as system:
         result = system.execute(run_code())
         (settle_event,) = dispatch_events(system)
-    assert result.value["result"] == "mixed-value"
+    assert value_of(result)["result"] == "mixed-value"
     assert settle_event["content"] == blocks
 
 
@@ -306,7 +308,7 @@ def test_65_exotic_tool_names_are_bindings_keyed_exactly() -> None:
     with code_system(FakeRuntime(program), tools=dunder_tools(seen)) as system:
         result = system.execute(run_code())
     assert seen == ["__class__", "keys"]
-    assert result.value["result"] == ["reached __class__", "reached keys"]
+    assert value_of(result)["result"] == ["reached __class__", "reached keys"]
 
 
 def test_65_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
@@ -316,7 +318,7 @@ def test_65_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
         result = system.execute(run_code(program))
     assert not result.is_error, result.content
     assert seen == ["__class__", "keys"]
-    assert result.value["result"] == ["reached __class__", "reached keys"]
+    assert value_of(result)["result"] == ["reached __class__", "reached keys"]
 
 
 # --- 66-67: rendering through the system -------------------------------------------------------
@@ -341,10 +343,10 @@ def test_66_results_render_as_pretty_json_or_raw_text(value: Any, text: str) -> 
         result = system.execute(run_code())
     assert texts(result.content) == [text]
     if value is UNSET:
-        assert result.value == {"logs": []}
-        assert "result" not in result.value
+        assert value_of(result) == {"logs": []}
+        assert "result" not in value_of(result)
     else:
-        assert result.value == {"logs": [], "result": value}
+        assert value_of(result) == {"logs": [], "result": value}
 
 
 def test_67_a_5000_deep_result_renders_with_bounded_indentation() -> None:
@@ -376,7 +378,7 @@ def test_68_a_pre_aborted_outer_signal_never_reaches_the_runtime() -> None:
     with code_system(runtime, tools=[echo_tool(seen=ran)]) as system:
         result = system.execute(run_code(signal=AbortSignal.aborted_signal("too-late")))
     assert texts(result.content) == ["Error: tool call aborted before dispatch"]
-    assert result.error.info == ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH")
+    assert failure_of(result).info == ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH")
     assert runtime.runs == 0
     assert ran == []
 
@@ -397,7 +399,7 @@ def test_69_an_outer_cancel_seen_by_a_program_that_ignores_it() -> None:
     assert ran == []
     assert caught == ["run_code run is over (cancelled-mid-run); echo not dispatched"]
     assert texts(result.content) == ["Error: tool call aborted"]
-    assert result.error.info == ToolErrorInfo("AbortError", "ABORTED")
+    assert failure_of(result).info == ToolErrorInfo("AbortError", "ABORTED")
 
 
 def test_70_session_derivation_hides_dispatch_events() -> None:
@@ -440,5 +442,5 @@ def test_runtime_results_keep_their_frozen_logs() -> None:
 
     with code_system(FrozenLogs()) as system:
         result = system.execute(run_code())
-    assert result.value == {"logs": ["a", "b"], "result": "v"}
+    assert value_of(result) == {"logs": ["a", "b"], "result": "v"}
     assert texts(result.content) == ["a\nb\nv"]

@@ -12,8 +12,10 @@ from code_mode_support import (
     FakeRuntime,
     code_system,
     dispatch_events,
+    failure_of,
     run_code,
     texts,
+    value_of,
     wait_for,
 )
 from structlog.testing import capture_logs
@@ -122,7 +124,7 @@ def test_100_an_oversized_sub_call_result_is_spilled_in_the_log_only() -> None:
         )
         (settle,) = dispatch_events(system)
     assert not result.is_error, result.content
-    assert result.value["result"] == 2000
+    assert value_of(result)["result"] == 2000
     block = single_text(settle["content"])
     assert utf8(block) <= 200
     assert f"{NOTICE}mem://1" in block
@@ -151,7 +153,7 @@ def test_100_within_cap_and_non_text_results_are_logged_unchanged_without_a_save
         system.dispatch_spill.store = store
         result = system.execute(run_code())
         settles = dispatch_events(system)
-    assert result.value["result"] == ["s" * 200, "picture"]
+    assert value_of(result)["result"] == ["s" * 200, "picture"]
     assert [s["content"] for s in settles] == [[{"type": "text", "text": "s" * 200}], blocks]
     assert store.saved == []
 
@@ -166,7 +168,7 @@ def test_100_a_failing_store_keeps_the_full_content_and_warns() -> None:
         with capture_logs() as logs:
             result = system.execute(run_code())
         (settle,) = dispatch_events(system)
-    assert result.value["result"] == 2000
+    assert value_of(result)["result"] == 2000
     assert settle["content"] == [{"type": "text", "text": "H" * 2000}]
     (warning,) = [entry for entry in logs if entry["log_level"] == "warning"]
     assert warning["event"] == (
@@ -217,7 +219,7 @@ def test_100_a_hanging_store_delays_neither_values_nor_the_next_start() -> None:
         system.dispatch_spill.store = store
         result = asyncio.run(scenario(system))
         settles = dispatch_events(system)
-    assert result.value["result"] == [2000, 2000]
+    assert value_of(result)["result"] == [2000, 2000]
     assert sorted(store.saved) == ["call-1:code:1", "call-1:code:2"]
     assert all(NOTICE in single_text(s["content"]) for s in settles)
 
@@ -253,7 +255,7 @@ def test_100_two_hung_saves_block_the_third_start_with_one_sub_call_slot() -> No
         system.dispatch_spill.store = store
         starts_while_hung, result = asyncio.run(wait_for(scenario(system)))
     assert starts_while_hung == 2
-    assert result.value["result"] == [2000, 2000, 2000]
+    assert value_of(result)["result"] == [2000, 2000, 2000]
 
 
 def test_100_the_output_limit_failure_of_a_run_is_spilled_by_the_model_facing_arm() -> None:
@@ -263,7 +265,7 @@ def test_100_the_output_limit_failure_of_a_run_is_spilled_by_the_model_facing_ar
         system.tools.on_post_execute(spill_policy(200, store), prepend=True)
         result = system.execute(run_code(program))
     assert result.is_error
-    assert result.error.info == ToolErrorInfo("CodeRunFailedError", "CODE_RUN_FAILED")
+    assert failure_of(result).info == ToolErrorInfo("CodeRunFailedError", "CODE_RUN_FAILED")
     ((full, source),) = store.saved
     assert full.startswith(
         "Error: code run failed (output-limit): outer output exceeded 2000 bytes\n"
@@ -286,7 +288,7 @@ def test_100_the_dispatch_log_arm_as_a_listener_bounds_every_tool_even_read() ->
         system.tools.on_code_dispatch_log(spill_policy(100, store).dispatch_log)
         result = system.execute(run_code())
         (settle,) = dispatch_events(system)
-    assert result.value["result"] == 500
+    assert value_of(result)["result"] == 500
     assert store.saved == [
         ("R" * 500, {"tool_name": "read", "call_id": "call-1:code:1", "label": "dispatch"})
     ]
@@ -332,7 +334,7 @@ def test_the_model_facing_arm_replaces_an_oversized_text_result() -> None:
         system.tools.on_post_execute(spill_policy(300, store), prepend=True)
         result = system.execute(plain_call("big"))
     assert not result.is_error
-    assert result.value == "B" * 1000
+    assert value_of(result) == "B" * 1000
     assert store.saved == [("B" * 1000, {"tool_name": "big", "call_id": "c1", "label": "result"})]
     assert texts(result.content) == [preview_text("B" * 1000, "mem://1", 300)]
 
@@ -390,9 +392,9 @@ def test_the_model_facing_arm_leaves_blocks_and_value_replacements_alone() -> No
 
     with native(text_tool("blocked", "b"), text_tool("revalued", "r")) as system:
         system.tools.on_post_execute(
-            lambda exec, result, next: block(exec, result, next)
-            if exec.name == "blocked"
-            else revalue(exec, result, next)
+            lambda exec, result, next: (
+                block(exec, result, next) if exec.name == "blocked" else revalue(exec, result, next)
+            )
         )
         system.tools.on_post_execute(spill_policy(100, store), prepend=True)
         blocked = system.execute(plain_call("blocked"))
@@ -444,7 +446,7 @@ def test_install_registers_both_arms_and_disposes_them() -> None:
         dispose()
         kept = system.execute(plain_call("big", "direct-2"))
     assert NOTICE in single_text(spilled.content)
-    assert run.value["result"] == 1000
+    assert value_of(run)["result"] == 1000
     assert [source for _, source in store.saved] == [
         {"tool_name": "big", "call_id": "direct-1", "label": "result"},
         {"tool_name": "big", "call_id": "call-1:code:1", "label": "dispatch"},
