@@ -26,6 +26,7 @@ from msgspec import UNSET
 
 from ..actors import (
     AbortController,
+    AbortSignal,
     CodeRunFailedError,
     ExecuteCall,
     FrozenDict,
@@ -88,7 +89,7 @@ class CodeRunBridgeActor:
         self._pool: DispatcherPoolActor | None = None
 
     @property
-    def signal(self) -> Any:
+    def signal(self) -> AbortSignal:
         """The run-scoped signal every sub-call receives."""
         return self._controller.signal
 
@@ -177,6 +178,7 @@ class CodeRunBridgeActor:
     # --- the pool lane -------------------------------------------------------------------------
 
     def started(self, entry: PoolEntry) -> None:
+        """Lane: a sub-call starts (before its pre-execute): ``tool/code-dispatch-start``."""
         sub: _SubCall = entry.payload
         self._pipeline.session.append(
             "tool/code-dispatch-start",
@@ -190,6 +192,9 @@ class CodeRunBridgeActor:
         )
 
     def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        """Lane: a sub-call's final result, in submission order. Defer its contexts onto the
+        outer call, deliver its outcome to the program, then log it (``tool/code-dispatch``,
+        through the dispatch-log waterfall and spill arm when there are any)."""
         sub: _SubCall = entry.payload
         for context in result.additional_contexts:
             self._outer.defer_context(context)
@@ -215,6 +220,7 @@ class CodeRunBridgeActor:
         task.add_done_callback(self._log_tasks.discard)
 
     def abandoned(self, entry: PoolEntry) -> None:
+        """Lane: a queued sub-call never started because the run settled; nothing is logged."""
         sub: _SubCall = entry.payload
         if not sub.future.done():
             sub.future.set_exception(
@@ -225,6 +231,7 @@ class CodeRunBridgeActor:
             _quiet(sub.future)
 
     def finished(self) -> None:
+        """Lane: every submitted sub-call is committed or abandoned; the drain may go on."""
         if self._finished is not None and not self._finished.done():
             self._finished.set_result(None)
 
