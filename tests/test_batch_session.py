@@ -1,0 +1,172 @@
+"""What a batch leaves in the session log: registry-pipeline.md sections 1.21 and 1.23,
+SPEC 5b.4, scenario 116 (SPEC 5b.14 places it with the pool)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import WAIT, arun, block, content_output, fixture
+from pool_support import batch, code, tool_call, trace
+
+from dsh_tools import (
+    AbortController,
+    BatchOutcome,
+    Deny,
+    ExecuteBatch,
+    FrozenDict,
+    HarnessError,
+    ToolDefinition,
+    ToolSystem,
+)
+
+TOOL_RESULT_KEYS = {"type", "tool_call_id", "content", "is_error"}
+
+
+def result_data(system: ToolSystem) -> dict[str, Any]:
+    """The ``tool/result`` data of each call, by call id."""
+    return {e.data["call_id"]: e.data for e in system.session.events if e.type == "tool/result"}
+
+
+def test_rp116_the_session_keeps_error_info_and_meta_and_the_model_sees_neither(
+    system: ToolSystem,
+) -> None:
+    def explode(args: Any, ctx: Any) -> Any:
+        raise HarnessError("exploded", "BOOM")
+
+    system.tools.register(fixture("boom", explode))
+    system.tools.register(fixture("denied"))
+    system.tools.register(
+        ToolDefinition(
+            name="meta",
+            description="a tool with presentation meta",
+            parameters={"type": "object"},
+            output=content_output(presentation_meta=lambda args, value: {"lines": 2}),
+            execute=lambda args, ctx: [block("two lines")],
+        )
+    )
+
+    async def deny_denied(exec: Any, next: Any) -> Any:
+        return Deny("not allowed") if exec.name == "denied" else await next()
+
+    system.tools.on_pre_execute(deny_denied)
+    outcome = system.execute_batch(
+        ExecuteBatch(
+            calls=[tool_call("c1", "boom"), tool_call("c2", "denied"), tool_call("c3", "meta")]
+        )
+    )
+    data = result_data(system)
+    assert data["c1"] == {
+        "call_id": "c1",
+        "content": [block("Error: exploded")],
+        "is_error": True,
+        "error": {"name": "HarnessError", "code": "BOOM"},
+    }
+    assert data["c2"] == {
+        "call_id": "c2",
+        "content": [block("Error: not allowed")],
+        "is_error": True,
+    }
+    assert data["c3"] == {
+        "call_id": "c3",
+        "content": [block("two lines")],
+        "is_error": False,
+        "meta": {"lines": 2},
+    }
+    history = system.session.derive_messages()
+    blocks = [m["content"] for m in history]
+    assert all(len(b) == 1 and set(b[0]) == TOOL_RESULT_KEYS for b in blocks)
+    assert [m["role"] for m in history] == ["user"] * 3
+    assert [b[0] for b in blocks] == [
+        {
+            "type": "tool-result",
+            "tool_call_id": "c1",
+            "content": [block("Error: exploded")],
+            "is_error": True,
+        },
+        {
+            "type": "tool-result",
+            "tool_call_id": "c2",
+            "content": [block("Error: not allowed")],
+            "is_error": True,
+        },
+        {
+            "type": "tool-result",
+            "tool_call_id": "c3",
+            "content": [block("two lines")],
+            "is_error": False,
+        },
+    ]
+    assert [r.is_error for r in outcome.results] == [True, True, False]
+
+
+def test_a_tool_call_event_holds_the_raw_text_and_the_batch_agent(system: ToolSystem) -> None:
+    system.tools.register(fixture("x"))
+    raw = '{ "b": 1,  "a": [ ] }'
+    system.execute_batch(batch(tool_call("c1", "x", raw), agent="A"))
+    first, second = system.session.events
+    assert first.type == "tool/call"
+    assert first.data == {"call_id": "c1", "name": "x", "arguments": raw}
+    assert type(first.data) is FrozenDict
+    assert first.agent == "A" and second.agent == "A"
+    assert "value" not in second.data
+
+
+def test_every_call_ends_with_one_call_event_and_one_result_event(system: ToolSystem) -> None:
+    def body(args: Any, ctx: Any) -> Any:
+        if ctx.call_id == "c3":
+            controller.abort()
+        return [block("ran")]
+
+    controller = AbortController()
+    system.tools.register(fixture("x", body))
+    ids = [f"c{i}" for i in range(1, 7)]
+    outcome = system.execute_batch(batch(*ids, signal=controller.signal))
+    events = trace(system)
+    for call_id in ids:
+        assert events.count(("tool/call", call_id)) == 1
+        assert events.count(("tool/result", call_id)) == 1
+        assert events.index(("tool/call", call_id)) < events.index(("tool/result", call_id))
+    assert len(events) == 2 * len(ids)
+    assert [code(r) for r in outcome.results] == [None, None, "ABORTED"] + [
+        "ABORTED_BEFORE_DISPATCH"
+    ] * 3
+
+
+def test_an_empty_batch_records_nothing(system: ToolSystem) -> None:
+    outcome = system.execute_batch(ExecuteBatch(calls=[]))
+    assert list(outcome.results) == [] and list(outcome.contexts) == []
+    assert system.session.events == []
+
+
+def test_ref_ask_runs_a_batch_like_execute_batch(system: ToolSystem) -> None:
+    system.tools.register(fixture("x", lambda args, ctx: [block(f"ran:{ctx.call_id}")]))
+    outcome = system.ref.ask(batch("c1", "c2"), timeout=WAIT)
+    assert isinstance(outcome, BatchOutcome)
+    assert [r.content[0]["text"] for r in outcome.results] == ["ran:c1", "ran:c2"]
+    assert trace(system) == [
+        ("tool/call", "c1"),
+        ("tool/result", "c1"),
+        ("tool/call", "c2"),
+        ("tool/result", "c2"),
+    ]
+
+
+def test_execute_batch_async_runs_the_batch_on_the_system_loop(system: ToolSystem) -> None:
+    system.tools.register(fixture("x"))
+
+    async def main() -> BatchOutcome:
+        return await system.execute_batch_async(batch("c1"))
+
+    outcome = arun(main())
+    assert [r.is_error for r in outcome.results] == [False]
+    assert trace(system) == [("tool/call", "c1"), ("tool/result", "c1")]
+
+
+def test_derived_history_of_one_agent_skips_the_other_agents_batch(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(fixture("x"))
+    system.execute_batch(batch("a1", agent="A"))
+    system.execute_batch(batch("b1", agent="B"))
+    history = system.session.derive_messages("B")
+    assert [m["content"][0]["tool_call_id"] for m in history] == ["b1"]
