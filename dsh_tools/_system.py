@@ -175,7 +175,7 @@ class FrontActor(pykka.ThreadingActor):
                 coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
             else:
                 coro = system._batches.run(message)
-            future = asyncio.run_coroutine_threadsafe(coro, system._loop)
+            future = system._submit(coro)
         except Exception:
             if reply_to is not None:
                 reply_to.set_exception()
@@ -220,6 +220,7 @@ class ToolSystem:
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
         self._owners: list[pykka.ActorRef[Any]] = []
+        self._pending: set[concurrent.futures.Future[Any]] = set()
         self._cell = SnapshotCell()
         self._registry = RegistryActor.start(config.mode, self._cell)
         self._loop = asyncio.new_event_loop()
@@ -316,15 +317,28 @@ class ToolSystem:
         self._root.stop()
         self.ref.stop()
         self._registry.stop()
+        current = threading.current_thread()
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._loop_thread.join(timeout=10)
+        if current is not self._loop_thread:
+            self._loop_thread.join(timeout=10)
         if not self._loop.is_running():
             self._loop.close()
+            # Work the loop never finished (a body still running, say) can no longer settle:
+            # whoever waits for it gets an error instead of waiting forever.
+            with self._lock:
+                pending = list(self._pending)
+                self._pending.clear()
+            for future in pending:
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    future.set_exception(
+                        RuntimeError("the tool system stopped before the call finished")
+                    )
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns
         # cannot be killed, so wait only briefly for each.
         for thread in list(getattr(self._executor, "_threads", ())):
-            thread.join(timeout=2)
+            if thread is not current:
+                thread.join(timeout=2)
 
     def _check_running(self) -> None:
         if self._stopped:
@@ -406,9 +420,7 @@ class ToolSystem:
             # loop while this thread waits for it.
             nested = True
         if timeout is not None or nested:
-            future = asyncio.run_coroutine_threadsafe(
-                self.pipeline.run(call, inline=False), self._loop
-            )
+            future = self._submit(self.pipeline.run(call, inline=False))
             try:
                 result: ToolExecutionResult = future.result(timeout)
             except concurrent.futures.TimeoutError:
@@ -440,7 +452,7 @@ class ToolSystem:
     async def execute_batch_async(self, batch: ExecuteBatch) -> BatchOutcome:
         """``execute_batch`` for callers on an event loop (the batch runs on the system loop)."""
         self._check_running()
-        future = asyncio.run_coroutine_threadsafe(self._batches.run(batch), self._loop)
+        future = self._submit(self._batches.run(batch))
         outcome: BatchOutcome = await asyncio.wrap_future(future)
         return outcome
 
@@ -448,11 +460,23 @@ class ToolSystem:
         if threading.current_thread() is self._loop_thread:
             coro.close()
             raise RuntimeError("this blocking call cannot be made from the system loop")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        future = self._submit(coro)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"did not finish within {timeout} s") from None
+
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._settled)
+        return future
+
+    def _settled(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
 
     def _background(self, awaitable: Awaitable[Any], label: str) -> None:
         async def watch() -> None:

@@ -431,3 +431,59 @@ def test_a_stopped_system_refuses_asks() -> None:
     system.stop()
     with pytest.raises(pykka.ActorDeadError):
         ref.ask(ExecuteCall(call_id="c1", name="echo", arguments={}), timeout=WAIT)
+
+
+def test_stop_fails_an_in_flight_ask_instead_of_leaving_it_waiting() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    started = threading.Event()
+    release = threading.Event()
+
+    def body(args: Any, ctx: Any) -> str:
+        started.set()
+        release.wait(WAIT)
+        return "too late"
+
+    system.tools.register(echo(execute=body))
+    future = system.ref.ask(call(), block=False)
+    wait(started)
+    stopper = threading.Thread(target=system.stop)
+    stopper.start()
+    try:
+        with pytest.raises(RuntimeError, match="stopped before the call finished"):
+            future.get(timeout=WAIT)
+    finally:
+        release.set()
+        stopper.join(WAIT)
+    assert not stopper.is_alive()
+
+
+@pytest.mark.parametrize("entry", ["execute", "ref.ask-sync", "ref.ask-async"])
+def test_stop_from_inside_a_body_does_not_hang(entry: str) -> None:
+    before = set(threading.enumerate())
+    system = ToolSystem.start(code_runtime=None)
+    failures: list[BaseException] = []
+
+    def body(args: Any, ctx: Any) -> str:
+        try:
+            system.stop()
+        except BaseException as exc:
+            failures.append(exc)
+        return "stopped"
+
+    async def async_body(args: Any, ctx: Any) -> str:
+        return body(args, ctx)
+
+    system.tools.register(echo(execute=async_body if entry == "ref.ask-async" else body))
+    if entry == "execute":
+        assert text(system.execute(call())) == "stopped"
+    else:
+        future = system.ref.ask(call(), block=False)
+        try:
+            future.get(timeout=WAIT)
+        except RuntimeError as exc:
+            assert "stopped" in str(exc)
+    assert failures == []
+    assert not system.running
+    for thread in [t for t in threading.enumerate() if t not in before]:
+        thread.join(WAIT)
+    assert [t for t in threading.enumerate() if t not in before] == []
