@@ -1,0 +1,242 @@
+"""Export projected tool schemas to the OpenAI and Anthropic function-calling formats.
+
+The input is what ``system.tools.schemas(agent)`` or ``system.assemble_prompt(agent).tools``
+returns: a list of ``{"name", "description", "parameters"}`` dicts. The output is a fresh list of
+plain, detached ``dict``/``list`` values (nothing is shared with the input), ready to be sent as
+the ``tools`` field of a request:
+
+- OpenAI Chat Completions: ``{"type": "function", "function": {"name", "description",
+  "parameters"[, "strict"]}}``;
+- OpenAI Responses API (``api="responses"``): the flat ``{"type": "function", "name",
+  "description", "parameters", "strict"}``;
+- Anthropic Messages: ``{"name", "description", "input_schema"}``.
+
+Strict mode (OpenAI Structured Outputs for function calls) accepts only schemas in which every
+object is closed and every property is required. ``to_openai_strict_schema`` rewrites what can be
+rewritten without changing which calls the registry accepts (an object with no
+``additionalProperties`` key is closed, which only narrows what the model may send; ``oneOf``
+becomes ``anyOf``, which the registry still checks as exactly-one) and reports the rest (optional
+properties, explicitly open objects). Every walk here is iterative, so schemas nested thousands of
+levels deep export at the default recursion limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from ..registry import LosslessJsonError, thaw
+
+__all__ = ["to_anthropic_tools", "to_openai_strict_schema", "to_openai_tools"]
+
+OpenAIApi = Literal["chat", "responses"]
+StrictMode = bool | Literal["auto"]
+
+# Keywords whose value is one subschema, a list of subschemas, or a map of named subschemas.
+_ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _tool_entries(
+    schemas: Iterable[Mapping[str, Any]], provider: str
+) -> list[tuple[str, str, Any]]:
+    """Check and detach every ``{name, description, parameters}`` entry, in order."""
+    if isinstance(schemas, (str, bytes, Mapping)):
+        raise TypeError(
+            f"{provider} export takes a list of tool schemas (name, description, parameters), "
+            f"got {type(schemas).__name__}"
+        )
+    entries: list[tuple[str, str, Any]] = []
+    seen: set[str] = set()
+    for index, schema in enumerate(schemas):
+        where = f"tools[{index}]"
+        if not isinstance(schema, Mapping):
+            raise TypeError(f"{where} must be a tool schema dict, got {type(schema).__name__}")
+        name = schema.get("name")
+        if type(name) is not str or not name:
+            raise ValueError(f"{where}.name must be a non-empty str")
+        description = schema.get("description", "")
+        if type(description) is not str:
+            raise ValueError(f'tool "{name}" description must be a str')
+        if name in seen:
+            raise ValueError(f'tool "{name}" appears twice; tool names must be unique')
+        seen.add(name)
+        try:
+            parameters = thaw(schema.get("parameters"), f"{where}.parameters")
+        except LosslessJsonError as exc:
+            raise ValueError(f'tool "{name}" parameters must be JSON data: {exc}') from None
+        if type(parameters) is not dict or parameters.get("type") != "object":
+            raise ValueError(
+                f'tool "{name}" parameters must be an object schema ({{"type": "object", ...}}) '
+                f"for {provider}"
+            )
+        entries.append((name, description, parameters))
+    return entries
+
+
+def _children(node: dict[str, Any], path: str) -> list[tuple[dict[str, Any], str]]:
+    """The subschema dicts directly under ``node``, with their paths, in key order."""
+    found: list[tuple[dict[str, Any], str]] = []
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS and type(value) is dict:
+            for name, child in value.items():
+                if type(child) is dict:
+                    found.append((child, f"{path}.{key}.{name}"))
+        elif key in _SCHEMA_LISTS and type(value) is list:
+            for i, child in enumerate(value):
+                if type(child) is dict:
+                    found.append((child, f"{path}.{key}[{i}]"))
+        elif (key in _ONE_SCHEMA or key == "additionalProperties") and type(value) is dict:
+            found.append((value, f"{path}.{key}"))
+    return found
+
+
+def _is_object_node(node: dict[str, Any]) -> bool:
+    declared = node.get("type")
+    if declared == "object":
+        return True
+    if type(declared) is list and "object" in declared:
+        return True
+    return declared is None and "properties" in node
+
+
+def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
+    """Rewrite ``parameters`` (a private copy) in place for strict mode; return the violations.
+
+    Objects without ``additionalProperties`` are closed; ``oneOf`` becomes ``anyOf``. An object
+    that is explicitly open or has a property missing from ``required`` is a violation.
+    """
+    violations: list[str] = []
+    stack: list[tuple[dict[str, Any], str]] = [(parameters, root)]
+    while stack:
+        node, path = stack.pop()
+        if "oneOf" in node:
+            if "anyOf" in node:
+                violations.append(f"{path} declares both oneOf and anyOf")
+            else:
+                items = [("anyOf" if k == "oneOf" else k, v) for k, v in node.items()]
+                node.clear()
+                node.update(items)
+        if _is_object_node(node):
+            additional = node.get("additionalProperties", None)
+            if "additionalProperties" not in node:
+                node["additionalProperties"] = False
+            elif additional is not False:
+                violations.append(
+                    f"{path}.additionalProperties must be false in strict mode (open objects "
+                    "cannot be strict)"
+                )
+            properties = node.get("properties", {})
+            required = node.get("required", [])
+            if type(properties) is dict:
+                required_names = set(required) if type(required) is list else set()
+                for name in properties:
+                    if name not in required_names:
+                        violations.append(
+                            f"{path}.properties.{name} is optional; strict mode requires every "
+                            "property to be required"
+                        )
+        # Reversed, so that violations come out in document order.
+        stack.extend(reversed(_children(node, path)))
+    return violations
+
+
+def to_openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a strict-mode copy of an object-rooted JSON Schema, or raise ``ValueError``.
+
+    Objects without ``additionalProperties`` are closed and ``oneOf`` is spelled ``anyOf``; an
+    explicitly open object or an optional property cannot be made strict without changing what
+    the tool accepts, so they are reported (every violation, in document order, joined with
+    ``; ``). The input is not modified.
+    """
+    try:
+        copy = thaw(schema, "schema")
+    except LosslessJsonError as exc:
+        raise ValueError(f"schema must be JSON data: {exc}") from None
+    if type(copy) is not dict or copy.get("type") != "object":
+        raise ValueError('strict mode needs an object-rooted schema ({"type": "object", ...})')
+    violations = _strictify(copy, "schema")
+    if violations:
+        raise ValueError("schema cannot be used in strict mode: " + "; ".join(violations))
+    return copy
+
+
+def to_openai_tools(
+    schemas: Iterable[Mapping[str, Any]],
+    *,
+    api: OpenAIApi = "chat",
+    strict: StrictMode = False,
+) -> list[dict[str, Any]]:
+    """Convert projected tool schemas to an OpenAI ``tools`` list (fresh, detached dicts).
+
+    ``api="chat"`` gives the Chat Completions shape ``{"type": "function", "function": {...}}``
+    (``strict`` appears only when a tool is strict); ``api="responses"`` gives the Responses API
+    shape ``{"type": "function", "name", "description", "parameters", "strict"}`` with ``strict``
+    always stated (that API treats an absent flag as strict).
+
+    ``strict=True`` marks every tool strict and raises ``ValueError`` naming each tool whose
+    parameters cannot be strict (see ``to_openai_strict_schema``); ``strict="auto"`` marks strict
+    only the tools that can be, leaving the others' parameters untouched; ``strict=False`` (the
+    default) exports the parameters as they are. Raises ``TypeError``/``ValueError`` for entries
+    that are not ``{name, description, parameters}`` with an object-rooted schema, and for
+    duplicate names.
+    """
+    if api not in ("chat", "responses"):
+        raise ValueError(f'api must be "chat" or "responses", got {api!r}')
+    if strict not in (True, False, "auto") or type(strict) not in (bool, str):
+        raise ValueError(f'strict must be True, False or "auto", got {strict!r}')
+    tools: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for name, description, parameters in _tool_entries(schemas, "OpenAI"):
+        is_strict = False
+        if strict is not False:
+            candidate = thaw(parameters)
+            violations = _strictify(candidate, "parameters")
+            if not violations:
+                parameters, is_strict = candidate, True
+            elif strict is True:
+                problems.append(f'tool "{name}": ' + "; ".join(violations))
+        function: dict[str, Any] = {
+            "name": name,
+            "description": description,
+            "parameters": parameters,
+        }
+        if api == "responses":
+            tools.append({"type": "function", **function, "strict": is_strict})
+        else:
+            if is_strict:
+                function["strict"] = True
+            tools.append({"type": "function", "function": function})
+    if problems:
+        raise ValueError("tools cannot be exported in strict mode: " + " | ".join(problems))
+    return tools
+
+
+def to_anthropic_tools(
+    schemas: Iterable[Mapping[str, Any]],
+    *,
+    cache_control: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Convert projected tool schemas to an Anthropic Messages ``tools`` list.
+
+    Each entry is ``{"name", "description", "input_schema"}`` (fresh, detached dicts). With
+    ``cache_control`` (for example ``{"type": "ephemeral"}``) the last tool carries a copy of it,
+    which marks the whole tool list as a cacheable prompt prefix. Raises ``TypeError`` /
+    ``ValueError`` like ``to_openai_tools``.
+    """
+    marker: Any = None
+    if cache_control is not None:
+        try:
+            marker = thaw(cache_control, "cache_control")
+        except LosslessJsonError as exc:
+            raise ValueError(f"cache_control must be JSON data: {exc}") from None
+        if type(marker) is not dict:
+            raise TypeError("cache_control must be a dict such as {'type': 'ephemeral'}")
+    tools: list[dict[str, Any]] = [
+        {"name": name, "description": description, "input_schema": parameters}
+        for name, description, parameters in _tool_entries(schemas, "Anthropic")
+    ]
+    if marker is not None and tools:
+        tools[-1]["cache_control"] = marker
+    return tools

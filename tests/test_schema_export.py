@@ -1,0 +1,326 @@
+"""Exporting projected tool schemas to the OpenAI and Anthropic function-calling formats."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import echo, fixture
+
+from dsh_tools import ToolOutput, ToolSystem, define_tool
+from dsh_tools.integrations import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
+
+ECHO_PARAMETERS = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+
+def lookup_tool() -> Any:
+    """A DSL tool whose arguments are all required: a union and a closed nested object."""
+    return define_tool(
+        name="lookup",
+        description="look a key up",
+        parameters={
+            "key": {"oneOf": [{"type": "string"}, {"type": "integer"}], "required": True},
+            "scope": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"region": {"type": "string", "required": True}},
+                "required": True,
+            },
+        },
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=lambda args, ctx: "found",
+    )
+
+
+def deep_object(depth: int) -> dict[str, Any]:
+    """An object schema nesting ``depth`` required ``child`` objects."""
+    schema: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"child": schema}, "required": ["child"]}
+    return schema
+
+
+def nesting(schema: dict[str, Any]) -> int:
+    depth = 0
+    while schema["properties"]:
+        schema = schema["properties"]["child"]
+        depth += 1
+    return depth
+
+
+def schema(name: str, parameters: Any, description: str = "") -> dict[str, Any]:
+    return {"name": name, "description": description, "parameters": parameters}
+
+
+# --- documented shapes -------------------------------------------------------------------------
+
+
+def test_chat_completions_shape_wraps_each_schema_in_a_function(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    assert to_openai_tools(system.tools.schemas()) == [
+        {
+            "type": "function",
+            "function": {
+                "name": "echo",
+                "description": "echo arguments back",
+                "parameters": ECHO_PARAMETERS,
+            },
+        }
+    ]
+
+
+def test_responses_shape_is_flat_and_always_states_strict(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    assert to_openai_tools(system.tools.schemas(), api="responses") == [
+        {
+            "type": "function",
+            "name": "echo",
+            "description": "echo arguments back",
+            "parameters": ECHO_PARAMETERS,
+            "strict": False,
+        }
+    ]
+
+
+def test_anthropic_shape_names_the_schema_input_schema(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    assert to_anthropic_tools(system.tools.schemas()) == [
+        {
+            "name": "echo",
+            "description": "echo arguments back",
+            "input_schema": ECHO_PARAMETERS,
+        }
+    ]
+
+
+def test_assembled_prompt_tools_keep_their_final_order(system: ToolSystem) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        system.tools.register(fixture(name))
+    tools = system.assemble_prompt().tools
+    assert [t["function"]["name"] for t in to_openai_tools(tools)] == ["alpha", "mid", "zeta"]
+    assert [t["name"] for t in to_anthropic_tools(tools)] == ["alpha", "mid", "zeta"]
+
+
+def test_an_agent_view_exports_that_agents_tools(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    scope = system.agent("reviewer")
+    scope.tools.register(fixture("review_only"))
+    exported = to_anthropic_tools(system.assemble_prompt("reviewer").tools)
+    assert [t["name"] for t in exported] == ["echo", "review_only"]
+    assert [t["name"] for t in to_anthropic_tools(system.tools.schemas())] == ["echo"]
+
+
+def test_an_empty_tool_list_exports_to_an_empty_list() -> None:
+    assert to_openai_tools([]) == []
+    assert to_openai_tools([], api="responses", strict=True) == []
+    assert to_anthropic_tools([], cache_control={"type": "ephemeral"}) == []
+
+
+def test_anthropic_cache_control_marks_only_the_last_tool() -> None:
+    tools = to_anthropic_tools(
+        [schema("a", {"type": "object"}), schema("b", {"type": "object"})],
+        cache_control={"type": "ephemeral"},
+    )
+    assert "cache_control" not in tools[0]
+    assert tools[1]["cache_control"] == {"type": "ephemeral"}
+
+
+# --- detachment and JSON -----------------------------------------------------------------------
+
+
+def test_exported_tools_are_detached_from_the_registry(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    exported = to_openai_tools(system.tools.schemas())
+    exported[0]["function"]["parameters"]["properties"]["text"]["type"] = "number"
+    assert system.tools.schemas()[0]["parameters"] == ECHO_PARAMETERS
+
+
+def test_exported_tools_share_nothing_with_their_input() -> None:
+    source = [schema("t", {"type": "object", "properties": {"a": {"type": "string"}}})]
+    openai = to_openai_tools(source)
+    anthropic = to_anthropic_tools(source)
+    source[0]["parameters"]["properties"]["a"]["type"] = "number"
+    source[0]["name"] = "renamed"
+    assert openai[0]["function"]["parameters"]["properties"]["a"] == {"type": "string"}
+    assert anthropic[0]["input_schema"]["properties"]["a"] == {"type": "string"}
+    assert anthropic[0]["name"] == "t"
+
+
+def test_exported_tools_are_plain_dicts_and_lists() -> None:
+    from dsh_tools import FrozenDict, FrozenList
+
+    frozen = FrozenDict(
+        {"type": "object", "properties": FrozenDict({"a": FrozenDict({"enum": FrozenList([1])})})}
+    )
+    exported = to_anthropic_tools([schema("t", frozen)])
+    parameters = exported[0]["input_schema"]
+    assert type(parameters) is dict
+    assert type(parameters["properties"]["a"]) is dict
+    assert type(parameters["properties"]["a"]["enum"]) is list
+
+
+@pytest.mark.parametrize(
+    "export",
+    [
+        to_openai_tools,
+        lambda s: to_openai_tools(s, api="responses", strict="auto"),
+        to_anthropic_tools,
+    ],
+    ids=["chat", "responses-auto-strict", "anthropic"],
+)
+def test_exported_tools_round_trip_through_json(system: ToolSystem, export: Any) -> None:
+    system.tools.register(echo())
+    system.tools.register(lookup_tool())
+    exported = export(system.tools.schemas())
+    assert json.loads(json.dumps(exported, allow_nan=False)) == exported
+
+
+def test_deep_schemas_export_without_recursion_errors() -> None:
+    deep = [schema("deep", deep_object(5_000))]
+    chat = to_openai_tools(deep)
+    strict = to_openai_tools(deep, api="responses", strict=True)
+    anthropic = to_anthropic_tools(deep)
+    assert nesting(chat[0]["function"]["parameters"]) == 5_000
+    assert nesting(anthropic[0]["input_schema"]) == 5_000
+    innermost = strict[0]["parameters"]
+    for _ in range(5_000):
+        assert innermost["additionalProperties"] is False
+        innermost = innermost["properties"]["child"]
+    assert strict[0]["strict"] is True
+
+
+# --- strict mode -------------------------------------------------------------------------------
+
+
+def test_strict_closes_objects_and_spells_unions_any_of(system: ToolSystem) -> None:
+    system.tools.register(lookup_tool())
+    [tool] = to_openai_tools(system.tools.schemas(), strict=True)
+    assert tool["function"]["strict"] is True
+    assert tool["function"]["parameters"] == {
+        "type": "object",
+        "properties": {
+            "key": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "scope": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"region": {"type": "string"}},
+                "required": ["region"],
+            },
+        },
+        "required": ["key", "scope"],
+        "additionalProperties": False,
+    }
+
+
+def test_strict_leaves_the_registry_schema_as_it_was(system: ToolSystem) -> None:
+    system.tools.register(lookup_tool())
+    before = system.tools.schemas()
+    to_openai_tools(before, strict=True)
+    assert before == system.tools.schemas()
+    assert "oneOf" in before[0]["parameters"]["properties"]["key"]
+
+
+def test_strict_true_names_every_tool_and_path_that_cannot_be_strict(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    system.tools.register(
+        fixture(
+            "bag",
+            parameters={
+                "type": "object",
+                "properties": {"extra": {"type": "object", "additionalProperties": True}},
+                "required": ["extra"],
+            },
+        )
+    )
+    with pytest.raises(ValueError) as caught:
+        to_openai_tools(system.tools.schemas(), strict=True)
+    message = str(caught.value)
+    assert (
+        'tool "bag": parameters.properties.extra.additionalProperties must be false in strict '
+        "mode" in message
+    )
+    assert (
+        'tool "echo": parameters.properties.text is optional; strict mode requires every '
+        "property to be required" in message
+    )
+
+
+def test_strict_auto_marks_only_the_tools_that_can_be_strict(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    system.tools.register(lookup_tool())
+    echo_tool, lookup = to_openai_tools(system.tools.schemas(), api="responses", strict="auto")
+    assert echo_tool["strict"] is False
+    assert echo_tool["parameters"] == ECHO_PARAMETERS
+    assert lookup["strict"] is True
+    assert lookup["parameters"]["additionalProperties"] is False
+
+
+def test_strict_chat_tools_that_cannot_be_strict_carry_no_flag(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    [tool] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in tool["function"]
+
+
+def test_strict_schema_helper_rewrites_a_copy() -> None:
+    source = {
+        "type": "object",
+        "properties": {"n": {"oneOf": [{"type": "number"}, {"type": "null"}]}},
+        "required": ["n"],
+    }
+    strict = to_openai_strict_schema(source)
+    assert strict == {
+        "type": "object",
+        "properties": {"n": {"anyOf": [{"type": "number"}, {"type": "null"}]}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    assert "additionalProperties" not in source
+
+
+def test_strict_schema_helper_rejects_what_it_cannot_rewrite() -> None:
+    with pytest.raises(ValueError, match=r"schema\.properties\.a is optional"):
+        to_openai_strict_schema({"type": "object", "properties": {"a": {"type": "string"}}})
+    with pytest.raises(ValueError, match="object-rooted"):
+        to_openai_strict_schema({"type": "string"})
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+def test_parameters_must_be_an_object_rooted_schema() -> None:
+    with pytest.raises(ValueError, match=r'tool "s" parameters must be an object schema'):
+        to_openai_tools([schema("s", {"type": "string"})])
+    with pytest.raises(ValueError, match=r'tool "s" parameters must be an object schema'):
+        to_anthropic_tools([schema("s", None)])
+
+
+def test_parameters_must_be_lossless_json() -> None:
+    with pytest.raises(ValueError, match=r"tools\[0\]\.parameters\.default is float \(NaN\)"):
+        to_openai_tools([schema("s", {"type": "object", "default": float("nan")})])
+
+
+def test_duplicate_names_are_rejected() -> None:
+    with pytest.raises(ValueError, match='tool "a" appears twice'):
+        to_anthropic_tools([schema("a", {"type": "object"}), schema("a", {"type": "object"})])
+
+
+def test_entries_need_a_name_and_a_str_description() -> None:
+    with pytest.raises(ValueError, match=r"tools\[0\]\.name must be a non-empty str"):
+        to_openai_tools([{"description": "", "parameters": {"type": "object"}}])
+    with pytest.raises(ValueError, match='tool "a" description must be a str'):
+        to_openai_tools([{"name": "a", "description": 3, "parameters": {"type": "object"}}])
+
+
+def test_a_single_schema_dict_is_not_a_tool_list() -> None:
+    with pytest.raises(TypeError, match="takes a list of tool schemas"):
+        to_openai_tools(schema("a", {"type": "object"}))  # type: ignore[arg-type]
+
+
+def test_unknown_api_and_strict_values_are_rejected() -> None:
+    with pytest.raises(ValueError, match='api must be "chat" or "responses"'):
+        to_openai_tools([], api="assistants")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="strict must be"):
+        to_openai_tools([], strict=1)  # type: ignore[arg-type]
