@@ -478,12 +478,16 @@ class ToolSystem:
         with self._lock:
             self._pending.discard(future)
 
-    def _background(self, awaitable: Awaitable[Any], label: str) -> None:
+    def _background(
+        self, awaitable: Awaitable[Any], label: str, fields: dict[str, Any] | None = None
+    ) -> None:
+        """Await ``awaitable`` on the system loop; log its failure as ``label + message``."""
+
         async def watch() -> None:
             try:
                 await awaitable
             except (Exception, asyncio.CancelledError) as exc:
-                _log.warning(label + message_of(exc))
+                _log.warning(label + message_of(exc), **(fields or {}))
 
         try:
             asyncio.run_coroutine_threadsafe(watch(), self._loop)

@@ -76,6 +76,11 @@ def test_rp96_observers_are_isolated_and_cannot_change_the_result(
     assert any("async observer failure" in w for w in warnings)
     for warning in warnings:
         assert warning.startswith('tool "echo" (c1): tools/result observer failed: ')
+    for entry in logs.entries:
+        assert entry["call_id"] == "c1"
+        assert entry["tool"] == "echo"
+        assert type(entry["token"]) is int
+        assert entry["parent"] is None
 
 
 def test_rp97_scoped_listeners_see_only_their_agent(system: ToolSystem) -> None:

@@ -185,7 +185,7 @@ class Pipeline:
         session: SessionLog,
         executor: Executor,
         approval: Callable[[], Any],
-        background: Callable[[Awaitable[Any], str], None],
+        background: Callable[[Awaitable[Any], str, dict[str, Any]], None],
     ) -> None:
         self._cell = cell
         self.session = session
@@ -593,15 +593,19 @@ class Pipeline:
             try:
                 out = observer(view, result)
                 if inspect.isawaitable(out):
-                    self._background(out, label)
+                    self._background(out, label, _log_fields(rec))
             except (Exception, asyncio.CancelledError) as exc:
-                _log.warning(
-                    label + message_of(exc),
-                    call_id=rec.call_id,
-                    tool=rec.name,
-                    token=rec.token.id,
-                    parent=rec.parent.id if rec.parent is not None else None,
-                )
+                _log.warning(label + message_of(exc), **_log_fields(rec))
+
+
+def _log_fields(rec: CallRecord) -> dict[str, Any]:
+    """What every log line about a call carries (the token's id, never the token)."""
+    return {
+        "call_id": rec.call_id,
+        "tool": rec.name,
+        "token": rec.token.id,
+        "parent": rec.parent.id if rec.parent is not None else None,
+    }
 
 
 def _materialize(result: Any) -> ToolExecutionResult:
