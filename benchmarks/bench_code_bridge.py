@@ -6,7 +6,9 @@ bridge adds on top of the code runtime measured by ``bench_code_runtime.py``:
 - an empty ``run_code`` (``system.execute`` end to end: pipeline, bridge, pool, drain);
 - a program making 100 trivial calls under ``asyncio.gather`` (concurrency-safe tool), with an
   agent (dispatch events recorded) and without one;
-- the same with a ``tools/code-dispatch-log`` listener and the dispatch-log spill arm.
+- the same with a ``tools/code-dispatch-log`` listener and the dispatch-log spill arm;
+- the same with an ``async def`` tool body (no worker-thread hop per call: the difference to
+  the plain-function figure is what running plain bodies off the loop costs).
 
 Measure twice: idle, and pinned to one core with ``taskset -c 0 python benchmarks/...``.
 
@@ -53,10 +55,16 @@ async def empty(tools: Any) -> Any:
     return UNSET
 
 
-async def gather_100(tools: Any) -> Any:
-    trivial = tools["trivial"]
-    values = await asyncio.gather(*[trivial({"n": i}) for i in range(100)])
-    return sum(values)
+def gather_100_of(name: str) -> Program:
+    async def program(tools: Any) -> Any:
+        binding = tools[name]
+        values = await asyncio.gather(*[binding({"n": i}) for i in range(100)])
+        return sum(values)
+
+    return program
+
+
+gather_100 = gather_100_of("trivial")
 
 
 class MemoryStore:
@@ -75,19 +83,24 @@ def measure(runs: int) -> dict[str, float]:
         ToolsConfig(mode="code", max_inline_bytes=4096), code_runtime=runtime
     ) as system:
         system.dispatch_spill.store = MemoryStore()
-        system.tools.register(
-            define_tool(
-                name="trivial",
-                description="Return n.",
-                parameters={"n": {"type": "integer", "required": True}},
-                output=ToolOutput(
-                    schema={"type": "integer"},
-                    render=lambda a, v: [{"type": "text", "text": str(v)}],
-                ),
-                execute=lambda args, ctx: args["n"],
-                is_concurrency_safe=lambda args: True,
+
+        async def async_body(args: Any, ctx: Any) -> Any:
+            return args["n"]
+
+        for name, body in (("trivial", lambda args, ctx: args["n"]), ("async_trivial", async_body)):
+            system.tools.register(
+                define_tool(
+                    name=name,
+                    description="Return n.",
+                    parameters={"n": {"type": "integer", "required": True}},
+                    output=ToolOutput(
+                        schema={"type": "integer"},
+                        render=lambda a, v: [{"type": "text", "text": str(v)}],
+                    ),
+                    execute=body,
+                    is_concurrency_safe=lambda args: True,
+                )
             )
-        )
         counter = iter(range(10**9))
 
         def once(program: Program, agent: str | None) -> float:
@@ -114,6 +127,7 @@ def measure(runs: int) -> dict[str, float]:
         figures["bridge_empty_run_ms"] = median(empty, "A")
         figures["bridge_100_calls_no_agent_ms"] = median(gather_100, None)
         figures["bridge_100_calls_agent_ms"] = median(gather_100, "A")
+        figures["bridge_100_async_calls_agent_ms"] = median(gather_100_of("async_trivial"), "A")
         system.tools.on_code_dispatch_log(passthrough)
         figures["bridge_100_calls_agent_log_hook_ms"] = median(gather_100, "A")
     return figures
