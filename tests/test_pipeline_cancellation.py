@@ -32,6 +32,7 @@ from dsh_tools import (
     AbortSignal,
     Accept,
     Allow,
+    Ask,
     Deny,
     FrozenDict,
     HarnessError,
@@ -467,3 +468,53 @@ def test_rp90_invalid_output_after_an_abort_beats_cancellation(system: ToolSyste
         "name": "ToolOutputError",
         "code": "INVALID_TOOL_OUTPUT",
     }
+
+
+def test_every_stage_but_the_body_sees_the_callers_signal(make_system: Any) -> None:
+    seen: dict[str, AbortSignal] = {}
+
+    class Approval:
+        def request(self, **kwargs: Any) -> str:
+            seen["approval"] = kwargs["signal"]
+            return "allowed-once"
+
+    system = make_system(approval=Approval())
+
+    def finalizer(exec: Any, result: Any) -> None:
+        seen["finalizer"] = exec.signal
+
+    def body(args: Any, ctx: Any) -> str:
+        seen["body"] = ctx.signal
+        return "hi"
+
+    system.tools.register(echo(execute=body, finalize_content=finalizer))
+
+    async def pre(exec: Any, next: Any) -> Any:
+        seen["pre"] = exec.signal
+        return Ask("check")
+
+    def guard(exec: Any) -> None:
+        seen["guard"] = exec.signal
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        seen["wrapper"] = exec.signal
+        exec.signal = AbortController().signal
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        seen["post"] = exec.signal
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    system.tools.guard(guard)
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    system.tools.on_result(lambda exec, result: seen.setdefault("observer", exec.signal))
+    signal = AbortController().signal
+    assert text(system.execute(call(agent="A", signal=signal))) == "hi"
+    body_signal = seen.pop("body")
+    assert body_signal is not signal
+    assert sorted(seen) == sorted(
+        ["approval", "finalizer", "pre", "guard", "wrapper", "post", "observer"]
+    )
+    assert all(value is signal for value in seen.values())
