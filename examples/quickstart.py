@@ -62,5 +62,5 @@ with ToolSystem.start(ToolsConfig(mode="both")) as system:
     print(result.content[0]["text"])  # 19.0
 
     print(system.assemble_prompt().sections[0].name)  # tools:sdk (the generated SDK)
-    for event in system.session.events:  # tool/call, tool/result, ...
-        print(event.type, dict(event.data).get("call_id"))
+    for event in system.session.events:  # tool/call, tool/result, tool/code-dispatch...
+        print(event.type, event.data.get("sub_call_id") or event.data.get("call_id"))

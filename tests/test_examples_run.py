@@ -25,7 +25,8 @@ def test_quickstart_prints_what_the_readme_says() -> None:
         "19.0",
         "tools:sdk",
     ]
-    assert lines[4:] == [
+    surface = [line for line in lines[4:] if "code-dispatch" not in line]
+    assert surface == [
         "tool/call c1",
         "tool/result c1",
         "tool/call c2",
@@ -35,6 +36,16 @@ def test_quickstart_prints_what_the_readme_says() -> None:
         "tool/call c4",
         "tool/result c4",
     ]
+    dispatch = [line for line in lines[4:] if "code-dispatch" in line]
+    assert sorted(dispatch) == [
+        "tool/code-dispatch c4:code:1",
+        "tool/code-dispatch c4:code:2",
+        "tool/code-dispatch-start c4:code:1",
+        "tool/code-dispatch-start c4:code:2",
+    ]
+    # sub-call events sit between the run_code call and its result
+    assert lines.index("tool/call c4") < lines.index(dispatch[0])
+    assert lines.index(dispatch[-1]) < lines.index("tool/result c4")
 
 
 def test_agent_scopes_example_shows_per_agent_views() -> None:
