@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -324,3 +326,23 @@ def test_unknown_api_and_strict_values_are_rejected() -> None:
         to_openai_tools([], api="assistants")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="strict must be"):
         to_openai_tools([], strict=1)  # type: ignore[arg-type]
+
+
+def test_the_schema_exports_do_not_load_the_mcp_sdk() -> None:
+    probe = (
+        "import sys\n"
+        "sys.modules['mcp'] = None\n"
+        "from dsh_tools.integrations import to_anthropic_tools, to_openai_tools\n"
+        "schemas = [{'name': 't', 'description': '', 'parameters': {'type': 'object'}}]\n"
+        "assert to_openai_tools(schemas) and to_anthropic_tools(schemas)\n"
+        "try:\n"
+        "    from dsh_tools.integrations import register_mcp_server\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert done.stdout.strip() == (
+        "register_mcp_server needs the official MCP SDK: pip install 'dsh-tools[mcp]'"
+    )

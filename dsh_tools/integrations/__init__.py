@@ -3,8 +3,62 @@
 - ``to_openai_tools`` / ``to_anthropic_tools`` / ``to_openai_strict_schema``: export projected
   tool schemas to the OpenAI (Chat Completions or Responses) and Anthropic function-calling
   formats.
+- ``register_mcp_server`` / ``register_mcp_server_sync``: register the tools of one MCP server
+  (official ``mcp`` SDK, the ``mcp`` extra) as one plugin; ``McpPlugin.close()`` removes them and
+  stops the server. These load the SDK on first use, so the exports above work without it.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from ._schemas import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 
-__all__ = ["to_anthropic_tools", "to_openai_strict_schema", "to_openai_tools"]
+if TYPE_CHECKING:
+    from ._mcp import (
+        MCP_OUTPUT_SCHEMA,
+        McpConnectionError,
+        McpPlugin,
+        McpToolError,
+        register_mcp_server,
+        register_mcp_server_sync,
+    )
+
+_MCP_NAMES = frozenset(
+    {
+        "MCP_OUTPUT_SCHEMA",
+        "McpConnectionError",
+        "McpPlugin",
+        "McpToolError",
+        "register_mcp_server",
+        "register_mcp_server_sync",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """Load the MCP adapter on first use, so the schema exports work without the ``mcp`` SDK."""
+    if name not in _MCP_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from . import _mcp
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and exc.name.split(".")[0] in ("mcp", "mcp_types", "anyio"):
+            raise ImportError(
+                f"{name} needs the official MCP SDK: pip install 'dsh-tools[mcp]'"
+            ) from exc
+        raise
+    value = getattr(_mcp, name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "MCP_OUTPUT_SCHEMA",
+    "McpConnectionError",
+    "McpPlugin",
+    "McpToolError",
+    "register_mcp_server",
+    "register_mcp_server_sync",
+    "to_anthropic_tools",
+    "to_openai_strict_schema",
+    "to_openai_tools",
+]

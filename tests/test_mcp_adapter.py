@@ -1,0 +1,580 @@
+"""The MCP adapter against a real MCP server process (``tests/mcp_server_fixture.py``).
+
+Most call scenarios share one server (module scope); lifecycle scenarios start their own.
+Everything that waits is bounded: results through ``spawn(...).result(WAIT)``, marker files the
+server writes through ``wait_for_file``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from conftest import WAIT, fixture, spawn, value_of
+from mcp import StdioServerParameters, stdio_client
+
+from dsh_tools import (
+    AbortController,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolSystem,
+    timeout_policy,
+)
+from dsh_tools.integrations import (
+    MCP_OUTPUT_SCHEMA,
+    McpConnectionError,
+    McpPlugin,
+    register_mcp_server,
+    register_mcp_server_sync,
+    to_anthropic_tools,
+    to_openai_tools,
+)
+
+SERVER = str(Path(__file__).with_name("mcp_server_fixture.py"))
+SERVER_TOOLS = ["echo", "fail", "sleep", "mixed", "add", "crash"]
+PIXEL = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+)
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def server_params(marks: Path) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=[SERVER], env={"MCP_FIXTURE_MARKS": str(marks)}
+    )
+
+
+def wait_for_file(path: Path) -> str:
+    """Wait (bounded) for a marker file the server process writes; return its text."""
+    deadline = time.monotonic() + WAIT
+    while not path.exists():
+        assert time.monotonic() < deadline, f"the server never wrote {path.name}"
+        time.sleep(0.005)
+    return path.read_text()
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has exited and been reaped (no zombie left), waiting a bounded time."""
+    deadline = time.monotonic() + WAIT
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def mcp_threads() -> list[threading.Thread]:
+    """Client threads of MCP plugins, except the module's shared one."""
+    return [
+        t for t in threading.enumerate() if t.name.startswith("mcp[") and t.name != "mcp[shared]"
+    ]
+
+
+def run(system: ToolSystem, name: str, arguments: Any, **extra: Any) -> ToolExecutionResult:
+    """``system.execute`` in a fresh thread (its own loop), bounded."""
+    call = ExecuteCall(call_id=f"call-{name}", name=name, arguments=arguments, **extra)
+    result: ToolExecutionResult = spawn(system, call).result(WAIT)
+    return result
+
+
+def failure(result: ToolExecutionResult) -> dict[str, Any]:
+    assert isinstance(result, ToolExecutionFailure), result.to_dict()
+    projected: dict[str, Any] = result.to_dict()
+    return projected
+
+
+def texts(result: ToolExecutionResult) -> list[str]:
+    return [block["text"] for block in result.content]
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
+    """Where the servers' stderr goes (kept out of the test output)."""
+    with open(tmp_path_factory.mktemp("mcp-logs") / "stderr.txt", "w") as log:
+        yield log
+
+
+@pytest.fixture(scope="module")
+def shared_marks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mcp-shared")
+
+
+@pytest.fixture(scope="module")
+def shared(shared_marks: Path, errlog: TextIO) -> Iterator[tuple[ToolSystem, McpPlugin]]:
+    """One system with the fixture server registered as plugin ``shared``."""
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        plugin = register_mcp_server_sync(
+            system, "shared", server_params(shared_marks), errlog=errlog, connect_timeout=WAIT
+        )
+        try:
+            yield system, plugin
+        finally:
+            plugin.close()
+    finally:
+        system.stop()
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def connect(system: ToolSystem, marks: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
+    """``connect(**options)``: register a fresh fixture server into ``system``; closed after."""
+    plugins: list[McpPlugin] = []
+
+    def make(name: str = "fixture", **options: Any) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, name, server_params(marks), errlog=errlog, connect_timeout=WAIT, **options
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield make
+    finally:
+        for plugin in plugins:
+            plugin.close()
+
+
+# --- registration ------------------------------------------------------------------------------
+
+
+def test_the_servers_tools_appear_in_schemas_with_their_raw_input_schemas(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, plugin = shared
+    schemas = {s["name"]: s for s in system.tools.schemas()}
+    assert list(plugin.tool_names) == SERVER_TOOLS
+    assert sorted(schemas) == sorted(SERVER_TOOLS)
+    assert schemas["echo"]["description"] == "Echo the text back."
+    assert schemas["echo"]["parameters"] == {
+        "properties": {"text": {"title": "Text", "type": "string"}},
+        "required": ["text"],
+        "title": "echoArguments",
+        "type": "object",
+    }
+
+
+def test_the_plugin_reports_the_servers_identity(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    _, plugin = shared
+    assert plugin.name == "shared"
+    assert plugin.agent is None
+    assert plugin.server_info is not None
+    assert plugin.server_info["name"] == "dsh-tools-fixture"
+    assert not plugin.closed
+
+
+def test_every_mcp_tool_declares_the_shared_output_schema(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, _ = shared
+    for name in SERVER_TOOLS:
+        definition = system.tools.get(name)
+        assert definition is not None
+        assert definition.output is not None
+        assert definition.output.schema == MCP_OUTPUT_SCHEMA
+
+
+def test_mcp_tools_export_to_openai_and_anthropic(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+    schemas = system.tools.schemas()
+    openai = {t["function"]["name"]: t["function"] for t in to_openai_tools(schemas)}
+    anthropic = {t["name"]: t for t in to_anthropic_tools(schemas)}
+    assert openai["add"]["parameters"]["required"] == ["a", "b"]
+    assert anthropic["add"]["input_schema"]["properties"]["a"]["type"] == "integer"
+
+
+# --- calls -------------------------------------------------------------------------------------
+
+
+def test_a_call_through_execute_returns_the_tools_content(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, _ = shared
+    result = run(system, "echo", {"text": "hello"})
+    assert isinstance(result, ToolExecutionSuccess)
+    assert texts(result) == ["hello"]
+    assert result.value == {
+        "content": [{"type": "text", "text": "hello"}],
+        "is_error": False,
+        "structured_content": {"result": "hello"},
+    }
+
+
+def test_execute_in_the_callers_own_thread_works_too(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+    result = system.execute(ExecuteCall(call_id="c", name="add", arguments={"a": 2, "b": 40}))
+    assert texts(result) == ["42"]
+    assert value_of(result)["structured_content"] == {"result": 42}
+
+
+def test_execute_async_calls_from_another_event_loop(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+
+    async def both() -> list[ToolExecutionResult]:
+        calls = [
+            ExecuteCall(call_id=f"c{i}", name="echo", arguments={"text": str(i)}) for i in range(3)
+        ]
+        return await asyncio.wait_for(
+            asyncio.gather(*(system.execute_async(c) for c in calls)), WAIT
+        )
+
+    results = asyncio.run(both())
+    assert [texts(r) for r in results] == [["0"], ["1"], ["2"]]
+
+
+def test_a_batch_runs_mcp_calls_and_keeps_model_order(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+    outcome = system.execute_batch(
+        ExecuteBatch(
+            calls=[
+                ToolCall("b1", "sleep", '{"seconds": 0.05}'),
+                ToolCall("b2", "echo", '{"text": "second"}'),
+                ToolCall("b3", "fail", '{"message": "third"}'),
+            ]
+        ),
+        timeout=WAIT,
+    )
+    assert [r.is_error for r in outcome.results] == [False, False, True]
+    assert texts(outcome.results[0]) == ["slept 0.05"]
+    assert texts(outcome.results[1]) == ["second"]
+    results = [e for e in system.session.events if e.type == "tool/result"]
+    assert [e.data["call_id"] for e in results[-3:]] == ["b1", "b2", "b3"]
+
+
+def test_an_mcp_tool_error_becomes_a_failed_result(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+    assert failure(run(system, "fail", {"message": "disk full"})) == {
+        "content": [{"type": "text", "text": "Error: Error executing tool fail: disk full"}],
+        "is_error": True,
+        "error": {
+            "message": "Error executing tool fail: disk full",
+            "info": {"name": "McpToolError", "code": "MCP_TOOL_ERROR"},
+        },
+    }
+
+
+def test_arguments_reach_the_server_unvalidated_and_it_reports_the_error(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, _ = shared
+    result = failure(run(system, "echo", {}))
+    assert result["error"]["info"] == {"name": "McpToolError", "code": "MCP_TOOL_ERROR"}
+    assert "validation error" in result["error"]["message"]
+
+
+def test_arguments_that_are_not_an_object_fail_before_the_request(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, _ = shared
+    outcome = system.execute_batch(
+        ExecuteBatch(calls=[ToolCall("x", "echo", "not json")]), timeout=WAIT
+    )
+    assert failure(outcome.results[0])["error"] == {
+        "message": "invalid arguments: arguments must be a JSON object",
+        "info": {"name": "ToolArgsError", "code": "INVALID_ARGS"},
+    }
+
+
+def test_mcp_content_renders_to_content_blocks(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+    result = run(system, "mixed", {})
+    assert list(result.content) == [
+        {"type": "text", "text": "caption"},
+        {"type": "image", "data": PIXEL, "mime_type": "image/png"},
+        {"type": "audio", "data": "UklGRg==", "mime_type": "audio/wav"},
+        {"type": "text", "text": "notes"},
+        {"type": "image", "data": PIXEL, "mime_type": "image/png"},
+        {"type": "text", "text": "[binary resource file:///data.bin (application/octet-stream)]"},
+        {"type": "text", "text": "[resource link: big.log <file:///big.log>]"},
+    ]
+
+
+def test_the_value_keeps_the_mcp_content_in_wire_form(shared: tuple[ToolSystem, McpPlugin]) -> None:
+    system, _ = shared
+    value = value_of(run(system, "mixed", {}))
+    assert value["content"][1] == {"type": "image", "data": PIXEL, "mimeType": "image/png"}
+    assert value["content"][3] == {
+        "type": "resource",
+        "resource": {"uri": "file:///notes.txt", "mimeType": "text/plain", "text": "notes"},
+    }
+    assert "structured_content" not in value
+
+
+# --- abort and timeout -------------------------------------------------------------------------
+
+
+def test_aborting_a_slow_call_returns_promptly_and_cancels_the_request(
+    shared: tuple[ToolSystem, McpPlugin], shared_marks: Path
+) -> None:
+    system, _ = shared
+    controller = AbortController()
+    call = ExecuteCall(
+        call_id="slow",
+        name="sleep",
+        arguments={"seconds": 60, "tag": "-abort"},
+        signal=controller.signal,
+    )
+    pending = spawn(system, call)
+    wait_for_file(shared_marks / "started-abort")
+    controller.abort()
+    assert failure(pending.result(WAIT))["error"] == {
+        "message": "tool call aborted",
+        "info": {"name": "AbortError", "code": "ABORTED"},
+    }
+    wait_for_file(shared_marks / "cancelled-abort")
+
+
+def test_aborting_a_batch_cancels_its_running_mcp_call(
+    shared: tuple[ToolSystem, McpPlugin], shared_marks: Path
+) -> None:
+    system, _ = shared
+    controller = AbortController()
+    batch = ExecuteBatch(
+        calls=[ToolCall("s", "sleep", '{"seconds": 60, "tag": "-batch"}')],
+        signal=controller.signal,
+    )
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute_batch, batch, WAIT)
+        wait_for_file(shared_marks / "started-batch")
+        controller.abort()
+        outcome = pending.result(WAIT)
+    assert failure(outcome.results[0])["error"]["info"]["code"] == "ABORTED"
+    wait_for_file(shared_marks / "cancelled-batch")
+
+
+def test_an_already_aborted_signal_never_reaches_the_server(
+    shared: tuple[ToolSystem, McpPlugin], shared_marks: Path
+) -> None:
+    system, _ = shared
+    controller = AbortController()
+    controller.abort()
+    result = run(system, "sleep", {"seconds": 60, "tag": "-early"}, signal=controller.signal)
+    assert failure(result)["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert not (shared_marks / "started-early").exists()
+
+
+def test_timeout_ms_with_the_timeout_policy_cancels_the_request(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
+) -> None:
+    connect(timeout_ms=50)
+    system.tools.on_execute(timeout_policy())
+    result = run(system, "sleep", {"seconds": 60, "tag": "-deadline"})
+    assert failure(result)["error"] == {
+        "message": "tool call timed out after 50ms",
+        "info": {"name": "ToolTimeoutError", "code": "TOOL_TIMEOUT"},
+    }
+    wait_for_file(marks / "cancelled-deadline")
+
+
+# --- concurrency policy ------------------------------------------------------------------------
+
+
+def modes(system: ToolSystem, *names: str) -> list[str]:
+    return [system.tools.execution_mode(ToolCall(f"m-{n}", n, "{}")) for n in names]
+
+
+def test_by_default_only_read_only_tools_run_in_parallel(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect()
+    assert modes(system, "echo", "sleep", "fail") == ["parallel", "exclusive", "exclusive"]
+
+
+def test_concurrency_safe_true_makes_every_tool_parallel(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(concurrency_safe=True)
+    assert modes(system, "echo", "sleep", "fail") == ["parallel", "parallel", "parallel"]
+
+
+def test_a_concurrency_callable_decides_per_tool(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    seen: list[str] = []
+
+    def only_sleep(tool: Any) -> bool:
+        seen.append(tool["name"])
+        return bool(tool["name"] == "sleep")
+
+    connect(concurrency_safe=only_sleep)
+    assert seen == SERVER_TOOLS
+    assert modes(system, "echo", "sleep") == ["exclusive", "parallel"]
+
+
+# --- scopes and names --------------------------------------------------------------------------
+
+
+def test_a_tool_prefix_renames_the_tools_but_calls_the_mcp_names(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(tool_prefix="fx_")
+    assert plugin.tool_names == tuple("fx_" + n for n in SERVER_TOOLS)
+    assert texts(run(system, "fx_echo", {"text": "routed"})) == ["routed"]
+    assert failure(run(system, "echo", {"text": "x"}))["error"]["info"]["code"] == "UNKNOWN_TOOL"
+
+
+def test_an_agent_scoped_server_is_visible_to_that_agent_only(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    scope = system.agent("researcher")
+    scope.tools.register(fixture("notes"))
+    plugin = connect(agent="researcher")
+    assert plugin.agent == "researcher"
+    assert system.tools.schemas() == []
+    assert sorted(s["name"] for s in scope.tools.schemas()) == sorted([*SERVER_TOOLS, "notes"])
+    assert texts(run(system, "echo", {"text": "mine"}, agent="researcher")) == ["mine"]
+    plugin.close()
+    assert [s["name"] for s in scope.tools.schemas()] == ["notes"]
+
+
+# --- lifecycle ---------------------------------------------------------------------------------
+
+
+def test_close_removes_the_tools_and_the_server_process_exits(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
+) -> None:
+    plugin = connect()
+    pid = int(wait_for_file(marks / "pid"))
+    plugin.close()
+    assert plugin.closed
+    assert system.tools.schemas() == []
+    assert process_gone(pid)
+    assert mcp_threads() == []
+
+
+def test_close_is_idempotent(system: ToolSystem, connect: Callable[..., McpPlugin]) -> None:
+    plugin = connect()
+    plugin.close()
+    plugin.close()
+    assert system.tools.schemas() == []
+
+
+def test_close_during_a_call_fails_that_call_as_disconnected(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
+) -> None:
+    plugin = connect()
+    pending = spawn(
+        system,
+        ExecuteCall(call_id="long", name="sleep", arguments={"seconds": 60, "tag": "-close"}),
+    )
+    wait_for_file(marks / "started-close")
+    plugin.close()
+    error = failure(pending.result(WAIT))["error"]
+    assert error == {
+        "message": 'MCP server "fixture" closed during the call',
+        "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+    }
+
+
+def test_a_server_that_dies_fails_its_calls_without_hanging(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
+) -> None:
+    connect()
+    pid = int(wait_for_file(marks / "pid"))
+    crashed = failure(run(system, "crash", {}))["error"]
+    assert crashed["info"] == {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"}
+    assert crashed["message"].startswith("MCP request failed: ")
+    after = failure(run(system, "echo", {"text": "anyone?"}))["error"]
+    assert after["info"]["code"] == "MCP_REQUEST_FAILED"
+    assert process_gone(pid)
+
+
+def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:
+    params = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "broken", params, errlog=errlog, connect_timeout=WAIT)
+    assert caught.value.code == "MCP_CONNECT_FAILED"
+    assert 'MCP server "broken" could not be started' in str(caught.value)
+    assert system.tools.schemas() == []
+    assert mcp_threads() == []
+
+
+def test_a_name_conflict_rolls_back_and_stops_the_server(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
+) -> None:
+    system.tools.register(fixture("sleep"))
+    with pytest.raises(Exception, match="sleep"):
+        connect()
+    assert [s["name"] for s in system.tools.schemas()] == ["sleep"]
+    assert process_gone(int(wait_for_file(marks / "pid")))
+    assert mcp_threads() == []
+
+
+def test_the_async_form_registers_calls_and_closes(
+    system: ToolSystem, marks: Path, errlog: TextIO
+) -> None:
+    async def scenario() -> tuple[list[str], list[str], list[str]]:
+        plugin = await register_mcp_server(
+            system, "async-fixture", server_params(marks), errlog=errlog, connect_timeout=WAIT
+        )
+        async with plugin:
+            names = [s["name"] for s in system.tools.schemas()]
+            result = await asyncio.wait_for(
+                system.execute_async(
+                    ExecuteCall(call_id="a", name="echo", arguments={"text": "async"})
+                ),
+                WAIT,
+            )
+        return names, texts(result), [s["name"] for s in system.tools.schemas()]
+
+    names, answer, after = asyncio.run(scenario())
+    assert names == SERVER_TOOLS
+    assert answer == ["async"]
+    assert after == []
+    assert process_gone(int(wait_for_file(marks / "pid")))
+
+
+def test_a_transport_factory_can_replace_stdio_parameters(
+    system: ToolSystem, marks: Path, errlog: TextIO
+) -> None:
+    params = server_params(marks)
+    with register_mcp_server_sync(
+        system, "factory", lambda: stdio_client(params, errlog=errlog), connect_timeout=WAIT
+    ) as plugin:
+        assert texts(run(system, "echo", {"text": "via factory"})) == ["via factory"]
+    assert plugin.closed
+    assert system.tools.schemas() == []
+
+
+def test_a_cancelled_async_registration_is_closed_again(
+    system: ToolSystem, marks: Path, errlog: TextIO
+) -> None:
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            register_mcp_server(
+                system, "abandoned", server_params(marks), errlog=errlog, connect_timeout=WAIT
+            )
+        )
+        await asyncio.sleep(0)  # let the registration start
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert process_gone(int(wait_for_file(marks / "pid")))
+    deadline = time.monotonic() + WAIT
+    while mcp_threads() or system.tools.schemas():
+        assert time.monotonic() < deadline, "the abandoned registration was never closed"
+        time.sleep(0.005)
