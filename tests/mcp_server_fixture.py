@@ -39,7 +39,10 @@ server: MCPServer = MCPServer("dsh-tools-fixture")
 def _mark(name: str, text: str | None = None) -> None:
     folder = os.environ.get("MCP_FIXTURE_MARKS")
     if folder:
-        Path(folder, name).write_text(name if text is None else text)
+        # Written aside and renamed, so a reader never sees a half-written file.
+        draft = Path(folder, f".{name}.draft")
+        draft.write_text(name if text is None else text)
+        os.replace(draft, Path(folder, name))
 
 
 @server.tool(
