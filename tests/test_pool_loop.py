@@ -1,19 +1,23 @@
-"""The loop machinery under the pool: stages that start at once, in their own context, and
-stay referenced until they end."""
+"""The loop machinery under the pool: stages that start at once (in their own context) and
+``new_pool_loop``, whose timed waits use a precise ``select()`` on the epoll descriptor."""
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
 import gc
+import socket
 import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from conftest import WAIT, block, fixture
 from pool_support import batch, in_background, safe
 
 from dsh_tools import ToolSystem
+from dsh_tools.pipeline._pool import new_pool_loop
 
 current_call: contextvars.ContextVar[str] = contextvars.ContextVar("current_call", default="-")
 
@@ -69,3 +73,77 @@ def test_a_body_awaiting_a_future_nobody_else_holds_is_not_collected(
         del done
         outcome = pending.result()
     assert outcome.results[0].content[0]["text"] == "woken with 7"
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    created = new_pool_loop()
+    try:
+        yield created
+    finally:
+        created.close()
+
+
+def test_timers_fire_in_due_order_and_never_early(loop: asyncio.AbstractEventLoop) -> None:
+    fired: list[tuple[str, float, float]] = []
+
+    def note(label: str, due: float) -> None:
+        fired.append((label, due, loop.time()))
+        if len(fired) == 3:
+            loop.stop()
+
+    now = loop.time()
+    for label, delay in (("c", 0.0030), ("a", 0.0004), ("b", 0.0011)):
+        loop.call_at(now + delay, note, label, now + delay)
+    loop.run_forever()
+    assert [label for label, _, _ in fired] == ["a", "b", "c"]
+    assert all(at >= due for _, due, at in fired)
+
+
+def test_a_thread_wakes_the_loop_during_a_long_timed_wait(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    loop.call_later(3600, loop.stop)  # the loop waits on this timer, not forever
+    woken = threading.Event()
+    runner = threading.Thread(target=loop.run_forever)
+    runner.start()
+    try:
+        loop.call_soon_threadsafe(woken.set)
+        assert woken.wait(WAIT)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        runner.join(WAIT)
+
+
+def test_a_readable_descriptor_wakes_the_loop_during_a_long_timed_wait(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    reader, writer = socket.socketpair()
+    received: list[bytes] = []
+    try:
+        loop.call_later(3600, loop.stop)
+
+        def on_readable() -> None:
+            received.append(reader.recv(16))
+            loop.stop()
+
+        loop.add_reader(reader.fileno(), on_readable)
+        loop.call_later(0.001, writer.send, b"ping")
+        loop.run_forever()
+        loop.remove_reader(reader.fileno())
+    finally:
+        reader.close()
+        writer.close()
+    assert received == [b"ping"]
+
+
+def test_a_descriptor_too_high_for_select_falls_back_to_plain_epoll(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    selector: Any = loop._selector  # type: ignore[attr-defined]
+    if not hasattr(selector, "_precise"):
+        pytest.skip("no epoll on this platform")
+    selector._precise = False
+    loop.call_later(0.001, loop.stop)
+    loop.run_forever()
+    assert selector.select(0.0005) == []
