@@ -461,3 +461,26 @@ def test_post_execute_sees_each_call_once_in_model_order_even_when_it_waits(
         outcome = pending.result()
     assert seen == ["c1", "c2", "c3"]
     assert [text(r) for r in outcome.results] == ["post:c1", "post:c2", "post:c3"]
+
+
+def test_a_call_found_exclusive_waits_for_the_whole_group_to_drain(system: ToolSystem) -> None:
+    gates = Gates("async")
+    mode = {"safe": True}
+    system.tools.register(fixture("x", gates.body(), is_concurrency_safe=lambda args: mode["safe"]))
+    with in_background(system, batch("c1", "c2", "c3", "c4", max_parallel=3), gates) as pending:
+        gates.wait_started("c1", "c2", "c3")
+        mode["safe"] = False
+        gates.release("c1")
+        gates.wait_finished("c1")
+        quiesce(system)  # c4 was classified exclusive: replenishment stopped
+        mode["safe"] = True
+        gates.release("c2")
+        gates.wait_finished("c2")
+        quiesce(system)
+        assert gates.started == ["c1", "c2", "c3"], "c4 started before its group drained"
+        gates.release("c3")
+        gates.wait_started("c4")
+        gates.release("c4")
+        outcome = pending.result()
+    assert [text(r) for r in outcome.results] == ["done:c1", "done:c2", "done:c3", "done:c4"]
+    assert trace(system)[-2:] == [("tool/call", "c4"), ("tool/result", "c4")]

@@ -3,8 +3,9 @@
 Calls start strictly in submission order; each start runs its prepare stage on the pool's one
 sequential coordinator before the next may start. Only dispatches (execute wrappers and bodies)
 overlap, at most ``max_parallel`` at once; a settled dispatch frees its slot at once. A call
-whose tool is not concurrency-safe at the moment it would start is a barrier: it waits until
-everything before it is committed, runs alone, and nothing starts until its own commit is done.
+whose tool is not concurrency-safe when it is classified, right before it would start, is a
+barrier: nothing more starts until everything before it is committed, then it is classified
+afresh (normally it then runs alone, and nothing starts until its own commit is done).
 Commits (post-execute, finalizer, result observers, the result event) follow submission order.
 On abort the pool stops starting, drains what is in flight, commits every started call and
 abandons the rest.
@@ -118,6 +119,7 @@ class DispatcherPoolActor(LoopActor):
         self._commit_cursor = 0
         self._in_flight = 0
         self._exclusive_active = False
+        self._group_closed = False  # a call was found exclusive: the running group drains
         self._busy = False  # the coordinator runs one prepare or commit at a time
         self._closed = False
         self._finished = False
@@ -188,22 +190,22 @@ class DispatcherPoolActor(LoopActor):
                 if self._closed:
                     self._finish()
             return False
-        if (
-            self._start_cursor < len(entries)
-            and not self._exclusive_active
-            and self._in_flight < self._max_parallel
-        ):
+        if self._start_cursor < len(entries) and not self._exclusive_active:
+            drained = self._in_flight == 0 and self._commit_cursor == self._start_cursor
+            if self._group_closed and drained:
+                self._group_closed = False  # the group has ended: classify the head afresh
             # With every slot taken nothing can start (an exclusive call needs an empty pool),
             # so the head is classified only when it might start: a classifier validates the
             # arguments and runs user code.
-            head = entries[self._start_cursor]
-            parallel = self._classify(head)
-            if parallel:
-                fits = self._in_flight < self._max_parallel
-            else:
-                fits = self._in_flight == 0 and self._commit_cursor == self._start_cursor
-            if fits:
-                return self._start(head, exclusive=not parallel)
+            if not self._group_closed and self._in_flight < self._max_parallel:
+                head = entries[self._start_cursor]
+                if self._classify(head):
+                    return self._start(head, exclusive=False)
+                if drained:
+                    return self._start(head, exclusive=True)
+                # Not concurrency-safe beside running calls: replenishment stops here until
+                # the group has drained, whatever a later classification would say.
+                self._group_closed = True
         if self._closed and self._commit_cursor == len(entries):
             self._finish()
         return False
