@@ -26,8 +26,11 @@ from dsh_tools import (
     Allow,
     Deny,
     ExecuteBatch,
+    ExecuteCall,
+    ToolOutput,
     ToolsConfig,
     ToolSystem,
+    define_tool,
 )
 
 
@@ -484,3 +487,51 @@ def test_a_call_found_exclusive_waits_for_the_whole_group_to_drain(system: ToolS
         outcome = pending.result()
     assert [text(r) for r in outcome.results] == ["done:c1", "done:c2", "done:c3", "done:c4"]
     assert trace(system)[-2:] == [("tool/call", "c4"), ("tool/result", "c4")]
+
+
+@pytest.mark.parametrize("verdict", [1, "yes", False, None])
+def test_only_a_classifier_returning_true_lets_batch_calls_overlap(
+    system: ToolSystem, verdict: Any
+) -> None:
+    gates = Gates("thread")
+    system.tools.register(fixture("x", gates.body(), is_concurrency_safe=lambda a: verdict))
+    with in_background(system, batch("c1", "c2"), gates) as pending:
+        gates.wait_started("c1")
+        quiesce(system)
+        assert gates.started == ["c1"]
+        gates.release("c1", "c2")
+        pending.result()
+    assert gates.peak == 1
+    assert system.tools.execution_mode(call_of("x")) == "exclusive"
+
+
+def test_a_typed_call_with_invalid_arguments_is_exclusive_in_a_batch(
+    system: ToolSystem,
+) -> None:
+    gates = Gates("thread")
+    system.tools.register(
+        define_tool(
+            name="x",
+            description="typed",
+            parameters={"n": {"type": "integer", "required": True}},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: [block(v)]),
+            execute=lambda args, ctx: "ran",
+            is_concurrency_safe=lambda args: True,
+        )
+    )
+    system.tools.register(gates.tool("p"))
+    request = ExecuteBatch(
+        calls=[tool_call("c1", "p"), tool_call("c2", "x", '{"n": "one"}'), tool_call("c3", "p")]
+    )
+    with in_background(system, request, gates) as pending:
+        gates.wait_started("c1")
+        quiesce(system)
+        assert of_type(system, "tool/call") == ["c1"]
+        gates.release("c1", "c3")
+        outcome = pending.result()
+    assert [code(r) for r in outcome.results] == [None, "INVALID_ARGS", None]
+    assert trace(system)[2:4] == [("tool/call", "c2"), ("tool/result", "c2")]
+
+
+def call_of(name: str) -> ExecuteCall:
+    return ExecuteCall(call_id="probe", name=name, arguments={})
