@@ -11,6 +11,7 @@ the ordering guarantees and the pool bound, observed from inside the bodies and 
 - never more than ``max_parallel`` bodies at once; an exclusive body runs alone, after every
   earlier call committed, and its ``tool/result`` directly follows its ``tool/call``;
 - contexts drain after the last result, in commit order;
+- a denial takes no slot and runs no body, but passes post-execute;
 - on abort nothing starts afterwards, every unstarted call (a suffix of the batch) gets a
   synthetic ``ABORTED_BEFORE_DISPATCH`` pair the registry never saw, and a started call ends as
   a success, ``ABORTED`` (its body ran) or ``ABORTED_BEFORE_DISPATCH`` (it did not).
@@ -31,16 +32,17 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from pool_support import code, context_text, plugin_context, safe, tool_call, trace
 
-from dsh_tools import AbortController, Accept, ExecuteBatch, ToolSystem
+from dsh_tools import AbortController, Accept, Deny, ExecuteBatch, ToolSystem
 
 TOOLS = ("par_sync", "par_async", "excl_sync", "excl_async")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One generated batch: ``(tool, latency_ms)`` per call, the pool size, the abort point."""
+    """One generated batch: ``(tool, latency_ms, denied)`` per call, the pool size, the abort
+    point."""
 
-    calls: tuple[tuple[str, int], ...]
+    calls: tuple[tuple[str, int, bool], ...]
     max_parallel: int
     abort: tuple[str, int] | None  # ("before", 0), ("pre", k), ("body", k) or None
 
@@ -132,6 +134,8 @@ def register(system: ToolSystem, recorder: Recorder) -> None:
             recorder.pre.append(exec.call_id)
             recorder.maybe_abort("pre", exec.call_id)
             await asyncio.sleep(0)
+            if recorder.plan.calls[int(exec.call_id[1:])][2]:
+                return Deny("denied by plan")
             return await next()
         finally:
             recorder.release()
@@ -161,7 +165,8 @@ def pool() -> Iterator[tuple[ToolSystem, Recorder]]:
 
 def plans() -> st.SearchStrategy[Plan]:
     tool = st.sampled_from((*TOOLS, "par_sync", "par_async"))  # parallel calls twice as likely
-    calls = st.lists(st.tuples(tool, st.integers(0, 3)), min_size=1, max_size=8)
+    denied = st.sampled_from([False] * 5 + [True])
+    calls = st.lists(st.tuples(tool, st.integers(0, 3), denied), min_size=1, max_size=8)
     abort = (
         st.none()
         | st.just(("before", 0))
@@ -180,7 +185,7 @@ def is_subsequence_in_order(seen: list[str], ids: list[str]) -> bool:
     return positions == sorted(set(positions))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(plan=plans())
 def test_batches_keep_the_ordering_guarantees_and_the_pool_bound(
     pool: tuple[ToolSystem, Recorder], plan: Plan
@@ -194,7 +199,7 @@ def test_batches_keep_the_ordering_guarantees_and_the_pool_bound(
     request = ExecuteBatch(
         calls=[
             tool_call(call_id, name, f'{{"ms": {ms}}}')
-            for call_id, (name, ms) in zip(ids, plan.calls, strict=True)
+            for call_id, (name, ms, _) in zip(ids, plan.calls, strict=True)
         ],
         signal=recorder.controller.signal,
         max_parallel=plan.max_parallel,
@@ -203,7 +208,8 @@ def test_batches_keep_the_ordering_guarantees_and_the_pool_bound(
     aborted = recorder.controller.signal.aborted
     event(f"aborted: {aborted}; pool bound reached: {recorder.peak == plan.max_parallel}")
     events = trace(system)
-    exclusive = {c for c, (name, _) in zip(ids, plan.calls, strict=True) if "excl" in name}
+    exclusive = {c for c, (name, _, _) in zip(ids, plan.calls, strict=True) if "excl" in name}
+    denied = {c for c, (_, _, deny) in zip(ids, plan.calls, strict=True) if deny}
 
     # Inside the bodies and hooks: the pool bound, barriers, one coordinator.
     assert recorder.violations == []
@@ -235,24 +241,30 @@ def test_batches_keep_the_ordering_guarantees_and_the_pool_bound(
         earlier = ids[: ids.index(call_id)]
         assert all(events.index(("tool/result", c)) < at for c in earlier)
 
-    # The registry saw exactly the started calls; the rest are synthetic, a suffix.
-    assert set(recorder.bodies) <= set(recorder.observed)
+    # The registry saw exactly the started calls; the rest are synthetic, a suffix. A denial
+    # takes no slot, runs no body, still passes post-execute, and beats cancellation.
+    assert set(recorder.bodies) <= set(recorder.observed) - denied
+    by_id = dict(zip(ids, outcome.results, strict=True))
+    for call_id in denied & set(recorder.pre):
+        assert call_id in recorder.post
+        assert by_id[call_id].content[0]["text"] == "Error: denied by plan"
     synthetic = [c for c in ids if c not in recorder.observed]
     assert synthetic == ids[len(ids) - len(synthetic) :]
     for call_id in synthetic:
         at = events.index(("tool/call", call_id))
         assert events[at + 1] == ("tool/result", call_id)
-    by_id = dict(zip(ids, outcome.results, strict=True))
     if not aborted:
-        assert synthetic == [] and recorder.bodies and set(recorder.bodies) == set(ids)
-        assert [r.content[0]["text"] for r in outcome.results] == [f"ok:{c}" for c in ids]
+        assert synthetic == [] and set(recorder.bodies) == set(ids) - denied
+        assert [r.content[0]["text"] for r in outcome.results] == [
+            "Error: denied by plan" if c in denied else f"ok:{c}" for c in ids
+        ]
         return
     for call_id in synthetic:
         assert code(by_id[call_id]) == "ABORTED_BEFORE_DISPATCH"
     for call_id in recorder.observed:
         if call_id in recorder.bodies:
             assert code(by_id[call_id]) in (None, "ABORTED")
-        else:
+        elif call_id not in denied or call_id not in recorder.pre:
             assert code(by_id[call_id]) == "ABORTED_BEFORE_DISPATCH"
     where, index = plan.abort or ("", 0)
     if where == "before":
