@@ -54,6 +54,7 @@ from .codebridge import (
     SubprocessCodeRuntime,
 )
 from .codebridge._bridge import CodeDispatchLog
+from .integrations import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 from .pipeline import (
     DispatchExecution,
     SessionEvent,
@@ -193,6 +194,9 @@ __all__ = [
     "spill_policy",
     "thaw",
     "timeout_policy",
+    "to_anthropic_tools",
+    "to_openai_strict_schema",
+    "to_openai_tools",
     "validate_args",
     "validate_json_schema_value",
 ]
