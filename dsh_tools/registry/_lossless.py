@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from math import copysign
 from typing import Any, Final
 
@@ -242,58 +242,39 @@ def _copy_tree(value: Any, root: PathNode, frozen: bool, top: Any = None) -> Any
     return result
 
 
-def _flat_dict_ok(copy: dict[Any, Any]) -> bool:
-    """Whether a private copy is an object of accepted scalars (no nested containers)."""
-    for key, item in copy.items():
-        if type(key) is not str or (not key.isascii() and _SURROGATE.search(key) is not None):
-            return False
-        ti = type(item)
-        if ti is str:
-            if not item.isascii() and _SURROGATE.search(item) is not None:
-                return False
-        elif ti is int:
-            if not INT_MIN <= item <= INT_MAX:
-                return False
-        elif ti is bool or item is None:
-            pass
-        elif ti is float:
-            if not _float_ok(item):
-                return False
-        else:
-            return False
-    return True
-
-
-def _flat_list_ok(copy: list[Any]) -> bool:
-    """Whether a private copy is an array of accepted scalars (no nested containers)."""
-    for item in copy:
-        ti = type(item)
-        if ti is str:
-            if not item.isascii() and _SURROGATE.search(item) is not None:
-                return False
-        elif ti is int:
-            if not INT_MIN <= item <= INT_MAX:
-                return False
-        elif ti is bool or item is None:
-            pass
-        elif ti is float:
-            if not _float_ok(item):
-                return False
-        else:
-            return False
-    return True
-
-
 def _flat_child(item: Any) -> Any:
-    """A frozen copy of ``item`` when it is a container of accepted scalars, else ``None``."""
+    """A frozen copy of ``item`` when it is a container of accepted scalars, else ``None``.
+
+    Objects and arrays share the scalar check: an object's keys are checked first, then its
+    values are checked like an array's items.
+    """
     ti = type(item)
     if ti is dict or ti is FrozenDict:
         child: Any = FrozenDict(item)
-        return child if _flat_dict_ok(child) else None
-    if ti is list or ti is FrozenList:
-        child = FrozenList(item)
-        return child if _flat_list_ok(child) else None
-    return None
+        for key in child:
+            if type(key) is not str or (not key.isascii() and _SURROGATE.search(key) is not None):
+                return None
+        members: Iterable[Any] = child.values()
+    elif ti is list or ti is FrozenList:
+        child = members = FrozenList(item)
+    else:
+        return None
+    for member in members:
+        tm = type(member)
+        if tm is str:
+            if not member.isascii() and _SURROGATE.search(member) is not None:
+                return None
+        elif tm is int:
+            if not INT_MIN <= member <= INT_MAX:
+                return None
+        elif tm is bool or member is None:
+            pass
+        elif tm is float:
+            if not _float_ok(member):
+                return None
+        else:
+            return None
+    return child
 
 
 def snapshot_json(value: Any, root: str = "value") -> Any:
@@ -307,6 +288,8 @@ def snapshot_json(value: Any, root: str = "value") -> Any:
     # Fast path: two levels of scalars (most arguments, values and content blocks). Anything
     # else, including every problem, continues in the general walker from the same root copy;
     # children replaced here are flat private copies, which cannot take part in a cycle.
+    # The object and array loops are written out separately on purpose: one loop behind an
+    # ``is_dict`` test costs about 4% per call on this path.
     if t is dict or t is FrozenDict:
         copy: Any = FrozenDict(value)
         for key, item in copy.items():
