@@ -37,7 +37,7 @@ from .actors._config import ToolsConfig
 from .actors._protocol import CloseOwner, StopRegistry
 from .codebridge._assembly import AssembledPrompt, assemble
 from .pipeline import Pipeline, SessionLog, message_of
-from .pipeline._pool import BatchRunner
+from .pipeline._pool import BatchRunner, new_pool_loop
 from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
 
 __all__ = ["AgentScope", "PluginHandle", "ToolSystem"]
@@ -223,7 +223,7 @@ class ToolSystem:
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._cell = SnapshotCell()
         self._registry = RegistryActor.start(config.mode, self._cell)
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_pool_loop()
         self._loop_thread = threading.Thread(
             target=self._run_loop, name="dsh-tools-loop", daemon=True
         )

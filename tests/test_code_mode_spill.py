@@ -224,11 +224,6 @@ def test_100_a_hanging_store_delays_neither_values_nor_the_next_start() -> None:
     assert all(NOTICE in single_text(s["content"]) for s in settles)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the dispatcher pool has no lane backpressure yet: code-mode 6.4 commit step "
-    "'while len(log_work) > max_parallel_sub_calls, wait' needs PoolLane support",
-)
 def test_100_two_hung_saves_block_the_third_start_with_one_sub_call_slot() -> None:
     store = HangingStore()
 

@@ -17,6 +17,7 @@ __all__ = [
     "AddRestriction",
     "AddSection",
     "CloseOwner",
+    "LaneReady",
     "MutationReply",
     "OwnerMutation",
     "RegisterTool",
@@ -133,6 +134,11 @@ class CommitDone(msgspec.Struct, frozen=True):
 
     entry: Any
     result: Any
+
+
+class LaneReady(msgspec.Struct, frozen=True):
+    """The lane finished the work a commit handed it (e.g. a log backlog drained); the
+    coordinator may go on."""
 
 
 class AbortPool(msgspec.Struct, frozen=True):

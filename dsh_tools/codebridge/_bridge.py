@@ -191,7 +191,7 @@ class CodeRunBridgeActor:
             self._agent,
         )
 
-    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
         """Lane: a sub-call's final result, in submission order. Defer its contexts onto the
         outer call, deliver its outcome to the program, then log it (``tool/code-dispatch``,
         through the dispatch-log waterfall and spill arm when there are any)."""
@@ -214,10 +214,19 @@ class CodeRunBridgeActor:
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
             self._append_settle(sub, result, result.content)
-            return
+            return None
         task = asyncio.get_running_loop().create_task(self._log_settle(entry, result, hooks))
         self._log_tasks.add(task)
         task.add_done_callback(self._log_tasks.discard)
+        if len(self._log_tasks) > self._max_parallel:
+            # Backpressure (code-mode 6.4): no further start or commit while more log tasks
+            # are pending than the run may have sub-calls in flight.
+            return self._log_backlog_drained()
+        return None
+
+    async def _log_backlog_drained(self) -> None:
+        while len(self._log_tasks) > self._max_parallel:
+            await asyncio.wait(list(self._log_tasks), return_when=asyncio.FIRST_COMPLETED)
 
     def abandoned(self, entry: PoolEntry) -> None:
         """Lane: a queued sub-call never started because the run settled; nothing is logged."""

@@ -24,8 +24,10 @@ import select
 import selectors
 import threading
 import types
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, Protocol
+
+import structlog
 
 from ..actors import (
     AbortSignal,
@@ -41,6 +43,7 @@ from ..actors._protocol import (
     ClosePool,
     CommitDone,
     DispatchSettled,
+    LaneReady,
     PrepareDone,
     SubmitCall,
 )
@@ -48,6 +51,8 @@ from ..registry import classify, snapshot_json
 from ._execution import CallRecord
 from ._json_text import parse_arguments
 from ._pipeline import DISPATCH, Pipeline, Stage, cancelled, failure_from_exception
+
+_log = structlog.get_logger("dsh_tools.pool")
 
 __all__ = ["BatchRunner", "DispatcherPoolActor", "PoolEntry", "PoolLane", "new_pool_loop"]
 
@@ -87,8 +92,9 @@ class PoolLane(Protocol):
     def started(self, entry: PoolEntry) -> None:
         """``entry`` is about to run its prepare stage."""
 
-    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
-        """``entry`` has its final result (in submission order)."""
+    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
+        """``entry`` has its final result (in submission order). An awaitable return holds the
+        coordinator (no start, no commit) until it settles: backpressure from the lane."""
 
     def abandoned(self, entry: PoolEntry) -> None:
         """``entry`` never started because the pool aborted."""
@@ -122,6 +128,7 @@ class DispatcherPoolActor(LoopActor):
         self._group_closed = False  # a call was found exclusive: the running group drains
         self._busy = False  # the coordinator runs one prepare or commit at a time
         self._closed = False
+        self._hold_task: asyncio.Task[None] | None = None  # a lane backpressure wait
         self._finished = False
         self.aborted = False
         self._remove_abort = signal.add_callback(lambda reason: self.tell(AbortPool(reason)))
@@ -153,6 +160,8 @@ class DispatcherPoolActor(LoopActor):
             self._settle_commit(message.entry, message.result)
         elif kind is ClosePool:
             self._closed = True
+        elif kind is LaneReady:
+            self._busy = False
         elif kind is not AbortPool:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         self._pump()
@@ -285,7 +294,17 @@ class DispatcherPoolActor(LoopActor):
         entry.result = result
         if entry.exclusive:
             self._exclusive_active = False
-        self._lane.committed(entry, result)
+        hold = self._lane.committed(entry, result)
+        if hold is not None:
+            self._busy = True
+            self._hold_task = _start_task(self._loop, self._release_after(hold))
+
+    async def _release_after(self, hold: Awaitable[None]) -> None:
+        try:
+            await hold
+        except BaseException as exc:  # the lane's wait failing must not wedge the pool
+            _log.warning("pool lane backpressure failed", error=repr(exc))
+        self.tell(LaneReady())
 
     def _finish(self) -> None:
         self._finished = True
