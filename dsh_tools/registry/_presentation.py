@@ -151,17 +151,24 @@ class FileDiff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         _check_str("FileDiff", "new_text", self.new_text)
 
 
-# --- call views ---------------------------------------------------------------------------------
-
-
-class GenericCallView(
+class _CardView(
     msgspec.Struct,
     tag_field="card",
-    tag="generic",
     frozen=True,
     omit_defaults=True,
     forbid_unknown_fields=True,
 ):
+    """The encoding every view shares: tagged by ``card`` (each view names its ``tag``),
+    frozen, absent optional fields omitted, unknown fields rejected on decode.
+
+    Each view restates ``frozen=True``: type checkers do not inherit it.
+    """
+
+
+# --- call views ---------------------------------------------------------------------------------
+
+
+class GenericCallView(_CardView, tag="generic", frozen=True):
     """A pending call shown as a titled card, with optional kind, salient input and content.
 
     ``raw_input`` is shown as is when it is a str and as pretty JSON otherwise.
@@ -189,14 +196,7 @@ class GenericCallView(
             )
 
 
-class TerminalCallView(
-    msgspec.Struct,
-    tag_field="card",
-    tag="terminal",
-    frozen=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-):
+class TerminalCallView(_CardView, tag="terminal", frozen=True):
     """A pending shell command: ``title`` is the command.
 
     ``description`` is one line shown above the card. ``cwd`` is used as is when absolute and
@@ -213,14 +213,7 @@ class TerminalCallView(
         _check_optional_str("TerminalCallView", "cwd", self.cwd)
 
 
-class DiffCallView(
-    msgspec.Struct,
-    tag_field="card",
-    tag="diff",
-    frozen=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-):
+class DiffCallView(_CardView, tag="diff", frozen=True):
     """A pending file change: ``diffs`` holds the intended edits."""
 
     title: str
@@ -248,14 +241,7 @@ CALL_VIEW_TYPES: tuple[type[Any], ...] = (GenericCallView, TerminalCallView, Dif
 # --- result views -------------------------------------------------------------------------------
 
 
-class GenericResultView(
-    msgspec.Struct,
-    tag_field="card",
-    tag="generic",
-    frozen=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-):
+class GenericResultView(_CardView, tag="generic", frozen=True):
     """A settled call: an omitted ``title`` keeps the pending title, an omitted ``content``
     shows the raw result content."""
 
@@ -268,14 +254,7 @@ class GenericResultView(
             _set(self, "content", _freeze_blocks("GenericResultView", "content", self.content))
 
 
-class TerminalResultView(
-    msgspec.Struct,
-    tag_field="card",
-    tag="terminal",
-    frozen=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-):
+class TerminalResultView(_CardView, tag="terminal", frozen=True):
     """A finished command: the raw captured ``output`` (not fenced) and how it ended.
 
     ``exit_code`` and ``signal`` are mutually exclusive.
@@ -296,14 +275,7 @@ class TerminalResultView(
             raise ValueError("TerminalResultView.exit_code and signal are mutually exclusive")
 
 
-class DiffResultView(
-    msgspec.Struct,
-    tag_field="card",
-    tag="diff",
-    frozen=True,
-    omit_defaults=True,
-    forbid_unknown_fields=True,
-):
+class DiffResultView(_CardView, tag="diff", frozen=True):
     """An applied file change: ``diffs`` holds what actually changed."""
 
     diffs: Sequence[FileDiff]
@@ -433,19 +405,28 @@ class Presentable(Protocol):
         """The result presenter, or ``None``."""
 
 
+def _checked_view(
+    label: str, view_types: tuple[type[Any], ...], presenter: Callable[..., Any], *args: Any
+) -> Any:
+    """Call ``presenter``; an exception or a value that is not one of ``view_types`` is logged
+    under ``label`` and becomes ``None``."""
+    try:
+        view = presenter(*args)
+    except Exception as exc:  # presenters should be total; a UI must survive one that is not
+        _log.warning(f"{label} failed", error=repr(exc))
+        return None
+    if view is None or isinstance(view, view_types):
+        return view
+    _log.warning(f"{label} returned a non-view", type=type(view).__name__)
+    return None
+
+
 def safe_present_call(presenter: CallPresenter | None, arguments: Any) -> CallView | None:
     """Invoke a call presenter; an exception or a value that is not a call view is ``None``."""
     if presenter is None:
         return None
-    try:
-        view = presenter(arguments)
-    except Exception as exc:  # presenters should be total; a UI must survive one that is not
-        _log.warning("present_call failed", error=repr(exc))
-        return None
-    if view is None or isinstance(view, CALL_VIEW_TYPES):
-        return view
-    _log.warning("present_call returned a non-view", type=type(view).__name__)
-    return None
+    view: CallView | None = _checked_view("present_call", CALL_VIEW_TYPES, presenter, arguments)
+    return view
 
 
 def safe_present_result(
@@ -455,15 +436,10 @@ def safe_present_result(
     ``None``."""
     if presenter is None:
         return None
-    try:
-        view = presenter(arguments, result)
-    except Exception as exc:  # presenters should be total; a UI must survive one that is not
-        _log.warning("present_result failed", error=repr(exc))
-        return None
-    if view is None or isinstance(view, RESULT_VIEW_TYPES):
-        return view
-    _log.warning("present_result returned a non-view", type=type(view).__name__)
-    return None
+    view: ResultView | None = _checked_view(
+        "present_result", RESULT_VIEW_TYPES, presenter, arguments, result
+    )
+    return view
 
 
 def present_call_view(definition: Presentable | None, name: str, arguments: Any) -> CallView:
