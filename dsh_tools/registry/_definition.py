@@ -282,32 +282,9 @@ def define_tool(
     render = output.render
     projector = output.presentation_meta
     if args_view is not None or output_view is not None:
-        arg_view = args_view
-        value_view = output_view
-
-        def wrapped_render(args: Any, value: Any) -> Any:
-            return render(
-                args if arg_view is None else arg_view(args),
-                value if value_view is None else value_view(value),
-            )
-
-        _describe(wrapped_render, render, name, "render")
-        final_render: Callable[[Any, Any], Any] = wrapped_render
-        final_projector: Callable[[Any, Any], Any] | None = None
+        render = _with_views(render, args_view, output_view, name, "render")
         if projector is not None:
-            user_projector = projector
-
-            def wrapped_projector(args: Any, value: Any) -> Any:
-                return user_projector(
-                    args if arg_view is None else arg_view(args),
-                    value if value_view is None else value_view(value),
-                )
-
-            _describe(wrapped_projector, user_projector, name, "presentation_meta")
-            final_projector = wrapped_projector
-    else:
-        final_render = render
-        final_projector = projector
+            projector = _with_views(projector, args_view, output_view, name, "presentation_meta")
 
     def soft(args: Any) -> tuple[bool, Any]:
         """(valid, view) without raising: presenters and the classifier never fail on input."""
@@ -320,41 +297,14 @@ def define_tool(
         except ToolArgsError:
             return False, None
 
-    classifier = None
-    if is_concurrency_safe is not None:
-        user_classifier = is_concurrency_safe
-
-        def classifier(args: Any) -> Any:
-            valid, view = soft(args)
-            return user_classifier(view) if valid else False
-
-        _describe(classifier, user_classifier, name, "is_concurrency_safe")
-
-    call_presenter = None
-    if present_call is not None:
-        user_present_call = present_call
-
-        def call_presenter(args: Any) -> Any:
-            valid, view = soft(args)
-            return user_present_call(view) if valid else None
-
-        _describe(call_presenter, user_present_call, name, "present_call")
-
-    result_presenter = None
-    if present_result is not None:
-        user_present_result = present_result
-
-        def result_presenter(args: Any, result: Any) -> Any:
-            valid, view = soft(args)
-            return user_present_result(view, result) if valid else None
-
-        _describe(result_presenter, user_present_result, name, "present_result")
-
+    classifier = _when_valid(soft, is_concurrency_safe, False, name, "is_concurrency_safe")
+    call_presenter = _when_valid(soft, present_call, None, name, "present_call")
+    result_presenter = _when_valid(soft, present_result, None, name, "present_result")
     return ToolDefinition(
         name=name,
         description=description,
         parameters=compiled_parameters,
-        output=ToolOutput(compiled_output, final_render, final_projector),
+        output=ToolOutput(compiled_output, render, projector),
         execute=wrapped_execute,
         is_concurrency_safe=classifier,
         timeout_ms=timeout_ms,
@@ -362,6 +312,48 @@ def define_tool(
         present_call=call_presenter,
         present_result=result_presenter,
     )
+
+
+def _with_views(
+    fn: Callable[[Any, Any], Any],
+    args_view: Callable[[Any], Any] | None,
+    value_view: Callable[[Any], Any] | None,
+    tool: str,
+    role: str,
+) -> Callable[[Any, Any], Any]:
+    """``fn(args, value)`` (a renderer or projector) receiving the typed views instead of the
+    frozen arguments and value, for whichever of the two has a view."""
+
+    def with_views(args: Any, value: Any) -> Any:
+        return fn(
+            args if args_view is None else args_view(args),
+            value if value_view is None else value_view(value),
+        )
+
+    _describe(with_views, fn, tool, role)
+    return with_views
+
+
+def _when_valid(
+    soft: Callable[[Any], tuple[bool, Any]],
+    fn: Callable[..., Any] | None,
+    otherwise: Any,
+    tool: str,
+    role: str,
+) -> Callable[..., Any] | None:
+    """``fn(args, *rest)`` (the classifier or a presenter) called with the arguments' view
+    only when they validate; ``otherwise`` answers for arguments that do not. ``None`` when
+    the author gave no ``fn``."""
+    if fn is None:
+        return None
+    user_fn = fn
+
+    def when_valid(args: Any, *rest: Any) -> Any:
+        valid, view = soft(args)
+        return user_fn(view, *rest) if valid else otherwise
+
+    _describe(when_valid, user_fn, tool, role)
+    return when_valid
 
 
 async def _convert_later(awaitable: Awaitable[Any], convert: Callable[[Any], Any]) -> Any:
