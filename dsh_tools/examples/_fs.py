@@ -58,6 +58,13 @@ MAX_LIST_ENTRIES = 1000
 
 _BINARY_SNIFF_BYTES = 8192
 
+# The ``path`` parameter of the tools that name one file (read, write, edit).
+_FILE_PATH_PARAMETER: dict[str, Any] = {
+    "type": "string",
+    "required": True,
+    "description": "File path, relative to the workspace root (or absolute inside it).",
+}
+
 _HUNK_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
@@ -228,11 +235,7 @@ def read_file_tool(root: Path | str) -> ToolDefinition:
             "`limit` to page through long files."
         ),
         parameters={
-            "path": {
-                "type": "string",
-                "required": True,
-                "description": "File path, relative to the workspace root (or absolute inside it).",
-            },
+            "path": _FILE_PATH_PARAMETER,
             "offset": {
                 "type": "integer",
                 "description": "1-based line number to start reading at (default 1).",
@@ -436,11 +439,7 @@ def write_file_tool(root: Path | str) -> ToolDefinition:
             "missing parent folders. Prefer `edit_file` for small changes to an existing file."
         ),
         parameters={
-            "path": {
-                "type": "string",
-                "required": True,
-                "description": "File path, relative to the workspace root (or absolute inside it).",
-            },
+            "path": _FILE_PATH_PARAMETER,
             "content": {
                 "type": "string",
                 "required": True,
@@ -565,11 +564,7 @@ def edit_file_tool(root: Path | str) -> ToolDefinition:
             "`new_string`."
         ),
         parameters={
-            "path": {
-                "type": "string",
-                "required": True,
-                "description": "File path, relative to the workspace root (or absolute inside it).",
-            },
+            "path": _FILE_PATH_PARAMETER,
             "old_string": {
                 "type": "string",
                 "required": True,
