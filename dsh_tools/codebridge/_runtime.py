@@ -120,6 +120,17 @@ def _text(value: Any, fallback: str) -> str:
     return text
 
 
+def _read_available(fd: int, size: int) -> bytes | None:
+    """One read from a non-blocking pipe: ``None`` when nothing is available yet, ``b""`` at
+    end of file (a failed read counts as end of file)."""
+    try:
+        return os.read(fd, size)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
 def _quote(text: str) -> str:
     return msgspec.json.encode(_text(text, "")).decode("utf-8")
 
@@ -464,18 +475,19 @@ class _Run:
 
     def _on_channel(self) -> None:
         fd = self._fds.get("from_worker")
-        if fd is None:
-            return
-        try:
-            data = os.read(fd, _READ_SIZE)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
+        if fd is not None:
+            self._read_channel(fd)
+
+    def _read_channel(self, fd: int) -> int:
+        """Take the frames of one read from the worker channel. Returns the bytes read: 0 when
+        nothing was available or the channel closed (its reader is then dropped)."""
+        data = _read_available(fd, _READ_SIZE)
         if not data:
-            self._drop_reader("from_worker")
-            return
+            if data is not None:
+                self._drop_reader("from_worker")
+            return 0
         self._take_frames(data)
+        return len(data)
 
     def _take_frames(self, data: bytes) -> None:
         frames = self._frames.feed(data)
@@ -496,17 +508,10 @@ class _Run:
             return
         taken = 0
         while self._outcome is None and taken < _DRAIN_LIMIT:
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
+            read = self._read_channel(fd)
+            if not read:
                 return
-            except OSError:
-                data = b""
-            if not data:
-                self._drop_reader("from_worker")
-                return
-            taken += len(data)
-            self._take_frames(data)
+            taken += read
 
     def _on_frame(self, frame: Any) -> None:
         kind = type(frame)
@@ -587,12 +592,9 @@ class _Run:
         fd = self._fds.get(name)
         if fd is None:
             return
-        try:
-            data = os.read(fd, _READ_SIZE)
-        except BlockingIOError:
+        data = _read_available(fd, _READ_SIZE)
+        if data is None:
             return
-        except OSError:
-            data = b""
         decoder = self._decoders[index]
         if data:
             text = decoder.decode(data)
@@ -612,12 +614,9 @@ class _Run:
         fd = self._fds.get("status")
         if fd is None:
             return
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
+        data = _read_available(fd, 4096)
+        if data is None:
             return
-        except OSError:
-            data = b""
         status = self._status
         if data:
             status += data
