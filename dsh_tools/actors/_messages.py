@@ -81,6 +81,15 @@ class ToolFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     info: ToolErrorInfo | UnsetType = UNSET
 
 
+def _with_optional_fields(result: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` completed with the optional fields every result shares, when present."""
+    if result.meta is not UNSET:
+        out["meta"] = result.meta
+    if result.additional_contexts:
+        out["additional_contexts"] = result.additional_contexts
+    return out
+
+
 class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
     """A successful call: the frozen canonical ``value`` and the model-visible ``content``."""
 
@@ -96,12 +105,9 @@ class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON projection: absent fields are omitted."""
-        out: dict[str, Any] = {"content": self.content, "is_error": False, "value": self.value}
-        if self.meta is not UNSET:
-            out["meta"] = self.meta
-        if self.additional_contexts:
-            out["additional_contexts"] = self.additional_contexts
-        return out
+        return _with_optional_fields(
+            self, {"content": self.content, "is_error": False, "value": self.value}
+        )
 
 
 class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -122,12 +128,9 @@ class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
         error: dict[str, Any] = {"message": self.error.message}
         if self.error.info is not UNSET:
             error["info"] = {"name": self.error.info.name, "code": self.error.info.code}
-        out: dict[str, Any] = {"content": self.content, "is_error": True, "error": error}
-        if self.meta is not UNSET:
-            out["meta"] = self.meta
-        if self.additional_contexts:
-            out["additional_contexts"] = self.additional_contexts
-        return out
+        return _with_optional_fields(
+            self, {"content": self.content, "is_error": True, "error": error}
+        )
 
 
 ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
@@ -170,6 +173,17 @@ class Block(msgspec.Struct, frozen=True):
 # --- requests ----------------------------------------------------------------------------------
 
 
+def _check_signal_and_agent(request: Any, owner: str) -> None:
+    """The checks every request shares: a ``None`` signal becomes ``NEVER_ABORTED``, any other
+    must be an ``AbortSignal``; ``agent`` is a str or ``None``."""
+    if request.signal is None:
+        msgspec.structs.force_setattr(request, "signal", NEVER_ABORTED)
+    elif not isinstance(request.signal, AbortSignal):
+        raise TypeError(f"{owner}.signal must be an AbortSignal or None")
+    if request.agent is not None and type(request.agent) is not str:
+        raise TypeError(f"{owner}.agent must be a str or None")
+
+
 class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
     """Run one call through the pipeline. ``signal`` may be omitted (never aborts)."""
 
@@ -185,12 +199,7 @@ class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
             raise TypeError("ExecuteCall.call_id must be a non-empty str")
         if type(self.name) is not str:
             raise TypeError("ExecuteCall.name must be a str")
-        if self.signal is None:
-            msgspec.structs.force_setattr(self, "signal", NEVER_ABORTED)
-        elif not isinstance(self.signal, AbortSignal):
-            raise TypeError("ExecuteCall.signal must be an AbortSignal or None")
-        if self.agent is not None and type(self.agent) is not str:
-            raise TypeError("ExecuteCall.agent must be a str or None")
+        _check_signal_and_agent(self, "ExecuteCall")
         if self.parent is not None and not isinstance(self.parent, ExecutionToken):
             raise TypeError("ExecuteCall.parent must be an ExecutionToken or None")
 
@@ -225,12 +234,7 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
             if not isinstance(call, ToolCall):
                 raise TypeError(f"ExecuteBatch.calls[{index}] must be a ToolCall")
         msgspec.structs.force_setattr(self, "calls", calls)
-        if self.signal is None:
-            msgspec.structs.force_setattr(self, "signal", NEVER_ABORTED)
-        elif not isinstance(self.signal, AbortSignal):
-            raise TypeError("ExecuteBatch.signal must be an AbortSignal or None")
-        if self.agent is not None and type(self.agent) is not str:
-            raise TypeError("ExecuteBatch.agent must be a str or None")
+        _check_signal_and_agent(self, "ExecuteBatch")
         if self.max_parallel is not None:
             if type(self.max_parallel) is not int:
                 raise TypeError("max_parallel_tool_calls must be a positive integer")
