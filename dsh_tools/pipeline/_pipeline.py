@@ -39,7 +39,7 @@ from ..actors import (
     any_signal,
 )
 from ..actors._frozen import EMPTY_LIST
-from ..registry import LosslessJsonError, normalize_output, snapshot_json
+from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._execution import CallRecord, DispatchExecution, ToolRunContext
 from ._session import SessionLog
@@ -652,52 +652,7 @@ def _compact_arguments(arguments: Any) -> str | None:
     try:
         return msgspec.json.encode(arguments).decode()
     except (RecursionError, TypeError, ValueError):
-        return _iterative_json(arguments)
-
-
-def _iterative_json(value: Any) -> str:
-    """Compact JSON of a frozen tree of any depth (msgspec recurses; this does not)."""
-    out: list[str] = []
-    stack: list[Any] = [value]
-    close = object()
-    while stack:
-        item = stack.pop()
-        if item is close:
-            out.append(stack.pop())
-            continue
-        if isinstance(item, _Raw):
-            out.append(item.text)
-            continue
-        if isinstance(item, dict):
-            out.append("{")
-            stack.append("}")
-            stack.append(close)
-            parts: list[Any] = []
-            for index, (key, child) in enumerate(item.items()):
-                prefix = ("," if index else "") + msgspec.json.encode(key).decode() + ":"
-                parts.append(_Raw(prefix))
-                parts.append(child)
-            stack.extend(reversed(parts))
-        elif isinstance(item, list):
-            out.append("[")
-            stack.append("]")
-            stack.append(close)
-            parts = []
-            for index, child in enumerate(item):
-                if index:
-                    parts.append(_Raw(","))
-                parts.append(child)
-            stack.extend(reversed(parts))
-        else:
-            out.append(msgspec.json.encode(item).decode())
-    return "".join(out)
-
-
-class _Raw:
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
+        return compact_json(arguments)  # deeper than msgspec goes
 
 
 async def _pre_chain(hooks: Sequence[Any], index: int, view: Any) -> Any:
