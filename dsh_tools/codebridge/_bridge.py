@@ -7,6 +7,12 @@ settles for any reason), the binding functions the program calls, the run's
 events, the log-shaping tasks and the drain. The tool-agnostic half (the worker process, frames,
 budgets and the output ledger) is the code runtime's.
 
+It is an actor by confinement: every input it receives (a binding call from the runtime, a
+start, commit or abandonment from its pool, a log task finishing) arrives on the one event loop
+the run executes on and is handled to completion before the next, so its state needs no lock and
+is never touched from another thread. Its pool is a ``DispatcherPoolActor`` whose protocol is
+messages; this object is that pool's lane.
+
 Every started sub-call records ``tool/code-dispatch-start`` and, once committed and shaped by the
 ``tools/code-dispatch-log`` waterfall, ``tool/code-dispatch``, with or without an agent on the
 outer call (SPEC 5b.4 over code-mode 6.5: the session log is the system's, and top-level calls
