@@ -1,7 +1,8 @@
 """The ``dsh-tools`` command: ``demo``, ``bench``, ``sdk``, ``catalog`` and ``run-code``.
 
 Exit codes: 0 success, 1 the work itself failed (a failed program, a failed benchmark),
-2 bad command-line arguments.
+2 bad command-line arguments. A reader that closes standard output early (``| head``) ends the
+command quietly with the usual SIGPIPE status, 141.
 """
 
 from __future__ import annotations
@@ -293,13 +294,17 @@ def run_catalog(out: TextIO) -> int:
 
 def run_code_file(path: Path, out: TextIO, *, workspace: Path) -> int:
     """Run the program in ``path`` in Code Mode against the example tools."""
-    program = path.read_text(encoding="utf-8")
+    return run_program(path.read_text(encoding="utf-8"), path.name, out, workspace=workspace)
+
+
+def run_program(program: str, name: str, out: TextIO, *, workspace: Path) -> int:
+    """Run ``program`` (the body of an async function) in Code Mode against the example tools."""
     with _example_system("code", workspace) as system:
         result = system.execute(
             ExecuteCall(
                 call_id="run-1",
                 name="run_code",
-                arguments={"code": program, "description": f"Run {path.name}"},
+                arguments={"code": program, "description": f"Run {name}"},
                 agent="cli",
             )
         )
@@ -403,15 +408,38 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run-code", help="run a Python program in Code Mode")
     run.add_argument("file", type=Path, help="the program: the body of an async function")
     run.add_argument(
-        "--workspace", type=Path, default=Path.cwd(), help="folder the example tools work in"
+        "--workspace",
+        type=Path,
+        default=Path.cwd(),
+        help="folder the example tools work in (default: the current folder)",
     )
     return parser
+
+
+_SIGPIPE_STATUS = 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     args = _parser().parse_args(argv)
-    out = sys.stdout
+    try:
+        status = _dispatch(args, sys.stdout)
+        sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`dsh-tools sdk | head`): stop quietly. Point stdout at /dev/null
+        # so the interpreter's final flush does not raise a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(devnull)
+        return _SIGPIPE_STATUS
+
+
+def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "demo":
         if args.workspace is not None and not args.workspace.is_dir():
             print(f"dsh-tools demo: --workspace {args.workspace} is not a folder", file=sys.stderr)
@@ -432,7 +460,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.workspace.is_dir():
         print(f"dsh-tools run-code: --workspace {args.workspace} is not a folder", file=sys.stderr)
         return 2
-    return run_code_file(args.file, out, workspace=args.workspace)
+    try:
+        program = args.file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        reason = error.reason
+        print(f"dsh-tools run-code: {args.file} is not UTF-8 text ({reason})", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"dsh-tools run-code: cannot read {args.file}: {error.strerror}", file=sys.stderr)
+        return 2
+    return run_program(program, args.file.name, out, workspace=args.workspace)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,30 @@ def test_run_code_rejects_a_missing_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("runs", ["0", "-1"])
 def test_bench_rejects_a_bad_run_count(runs: str) -> None:
     assert main(["bench", "--runs", runs]) == 2
+
+
+def test_run_code_rejects_a_file_that_is_not_utf8_text(tmp_path: Path) -> None:
+    program = tmp_path / "binary.py"
+    program.write_bytes(b"\xff\xfe return 1\n")
+    done = run_cli("run-code", str(program), "--workspace", str(tmp_path))
+    assert done.returncode == 2
+    assert "is not UTF-8 text" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is already gone, as after `| head -n 1`
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dsh_tools.cli", "sdk"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == 141
