@@ -87,7 +87,13 @@ class PluginHandle:
         self._system = system
         label = f'plugin "{name}"'
         self._owner = OwnerActor.start(system._registry, label, None)
-        self.tools = ToolsHandle(owner=self._owner, cell=system._cell, agent=None, label=label)
+        self.tools = ToolsHandle(
+            owner=self._owner,
+            cell=system._cell,
+            agent=None,
+            label=label,
+            background=system._background,
+        )
 
     def close(self) -> None:
         """Dispose everything registered through this plugin, in reverse order."""
@@ -108,7 +114,13 @@ class AgentScope:
         self._system = system
         label = f'agent scope "{key}"'
         self._owner = ScopeActor.start(system._registry, label, key)
-        self.tools = ToolsHandle(owner=self._owner, cell=system._cell, agent=key, label=label)
+        self.tools = ToolsHandle(
+            owner=self._owner,
+            cell=system._cell,
+            agent=key,
+            label=label,
+            background=system._background,
+        )
         self.closed = False
 
     def close(self) -> None:
@@ -241,7 +253,11 @@ class ToolSystem:
         self._batches = BatchRunner(self)
         self._root = OwnerActor.start(self._registry, "the global tools handle", None)
         self.tools = ToolsHandle(
-            owner=self._root, cell=self._cell, agent=None, label="the global tools handle"
+            owner=self._root,
+            cell=self._cell,
+            agent=None,
+            label="the global tools handle",
+            background=self._background,
         )
         self.code_runtime: Any = None
         self.dispatch_spill: Any = None

@@ -155,7 +155,7 @@ class AbortSignal:
 def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
     try:
         fn(reason)
-    except Exception as exc:  # a failing listener must not stop the others
+    except (Exception, asyncio.CancelledError) as exc:  # a failing listener stops no other
         _log.warning("abort callback failed", error=repr(exc))
 
 

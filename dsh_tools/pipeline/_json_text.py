@@ -5,7 +5,9 @@ out of float range and refuses escaped lone surrogates (``"\\ud800"``), all of w
 JSON; this module falls back to an iterative reader whenever msgspec refuses the text. Only a
 syntax error makes the raw text itself the arguments. Valid JSON that is not lossless
 (``-0.0``, ``1e400``, a lone surrogate) is returned as parsed so that the argument snapshot
-refuses it.
+refuses it; an integer of more digits than ``int()`` reads from text is out of the lossless
+range anyway and parses to ``2**64`` (negated for a minus sign), which the snapshot refuses
+alike.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = ["parse_arguments", "parse_json_text"]
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _LITERALS = {"true": True, "false": False, "null": None}
+_OUT_OF_RANGE = 2**64  # outside the lossless integer range, as any longer integer is
 
 
 def parse_arguments(text: str) -> Any:
@@ -75,7 +78,13 @@ def parse_json_text(text: str) -> Any:
             m = _NUMBER.match(text, pos)
             if m is not None and m.end() > pos:
                 token = m.group(0)
-                value = float(token) if (m.group(1) or m.group(2)) else int(token)
+                if m.group(1) or m.group(2):
+                    value = float(token)
+                else:
+                    try:
+                        value = int(token)
+                    except ValueError:  # more digits than int() reads from text
+                        value = -_OUT_OF_RANGE if token[0] == "-" else _OUT_OF_RANGE
                 pos = m.end()
             else:
                 for literal, literal_value in _LITERALS.items():

@@ -141,7 +141,18 @@ def _freeze_blocks(value: Any) -> FrozenList:
     return frozen
 
 
+_CONTEXT_SEQUENCES = (FrozenList, list, tuple)
+
+
 def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
+    """``a + b`` for context lists; anything but a list or tuple is refused (5b.1), so that a
+    single context dict never has its keys spliced in as contexts."""
+    for contexts in (a, b):
+        if type(contexts) not in _CONTEXT_SEQUENCES:
+            raise TypeError(
+                "additional_contexts must be a list or tuple of contexts, "
+                f"got {type(contexts).__name__}"
+            )
     if not b:
         return a
     if not a:

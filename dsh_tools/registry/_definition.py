@@ -530,7 +530,7 @@ def classify(defn: ToolDefinition, arguments: Any) -> bool:
         return False
     try:
         verdict = classifier(arguments)
-    except Exception:
+    except (Exception, asyncio.CancelledError):
         return False
     if verdict is True:
         return True

@@ -6,9 +6,11 @@ call returns; reads come straight from the published snapshot, with no actor rou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import pykka
@@ -62,7 +64,9 @@ class ToolsHandle:
     """Register tools, masks, guards and hooks through one owner; read the views it sees.
 
     On an agent scope's handle, ``get``/``schemas`` read that agent's view and everything
-    registered is scoped to that agent.
+    registered is scoped to that agent. ``background(awaitable, label, fields)`` awaits what a
+    ``change`` observer returns and logs its failure as a warning (without it such an
+    awaitable is closed and a warning says so).
     """
 
     def __init__(
@@ -72,8 +76,10 @@ class ToolsHandle:
         cell: SnapshotCell,
         agent: str | None,
         label: str,
+        background: Callable[[Awaitable[Any], str, dict[str, Any]], None] | None = None,
     ) -> None:
         self._owner = owner
+        self._background = background
         self._cell = cell
         self._agent = agent
         self._label = label
@@ -105,14 +111,27 @@ class ToolsHandle:
 
     def _notify(self) -> None:
         for observer in self._cell.current.all_hooks("change"):
-            observer()
+            self._settle_later(observer())
 
     def _notify_quietly(self) -> None:
         for observer in self._cell.current.all_hooks("change"):
             try:
-                observer()
-            except Exception as exc:
+                self._settle_later(observer())
+            except (Exception, asyncio.CancelledError) as exc:
                 _log.warning("tools/change observer failed", error=_message(exc))
+
+    def _settle_later(self, out: Any) -> None:
+        """An observer's awaitable is awaited in the background; its failure is a warning."""
+        if not inspect.isawaitable(out):
+            return
+        if self._background is not None:
+            self._background(out, "tools/change observer failed: ", {})
+            return
+        close = getattr(out, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+        _log.warning("tools/change observer returned an awaitable that nothing can await")
 
     def _mark_closed(self) -> None:
         self._closed = True
