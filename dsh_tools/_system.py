@@ -293,7 +293,25 @@ class ToolSystem:
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
+        try:
+            self._loop.run_forever()
+        finally:
+            # However stop() was reached (from another thread, or from a hook or observer on
+            # this very loop), work the loop will never finish fails its waiters here.
+            self._fail_pending()
+            self._loop.close()
+
+    def _fail_pending(self) -> None:
+        """Fail every submitted call or batch that has not finished: its waiter gets an error
+        instead of waiting forever (a body still running, say)."""
+        with self._lock:
+            pending = list(self._pending)
+            self._pending.clear()
+        for future in pending:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(
+                    RuntimeError("the tool system stopped before the call finished")
+                )
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -337,18 +355,9 @@ class ToolSystem:
         self._loop.call_soon_threadsafe(self._loop.stop)
         if current is not self._loop_thread:
             self._loop_thread.join(timeout=10)
-        if not self._loop.is_running():
-            self._loop.close()
-            # Work the loop never finished (a body still running, say) can no longer settle:
-            # whoever waits for it gets an error instead of waiting forever.
-            with self._lock:
-                pending = list(self._pending)
-                self._pending.clear()
-            for future in pending:
-                with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    future.set_exception(
-                        RuntimeError("the tool system stopped before the call finished")
-                    )
+            # The loop thread fails what it never finished as it exits; if a callback still
+            # blocks it, fail the waiters from here rather than leave them waiting.
+            self._fail_pending()
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns
         # cannot be killed, so wait only briefly for each.

@@ -11,6 +11,7 @@ import gc
 import warnings
 from typing import Any
 
+import pytest
 from conftest import call, context, fixture, text
 from pool_support import batch, tool_call
 
@@ -137,3 +138,18 @@ def test_an_abort_callback_raising_cancelled_error_does_not_stop_the_others(logs
 
     assert seen == ["stop"]
     assert logs.warnings == ["abort callback failed"]
+
+
+# --- SPEC 8: stopping the system never leaves a waiting caller hanging -----------------------
+
+
+def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_hanging() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("x"))
+        system.tools.on_result(lambda exec, result: system.stop())
+
+        with pytest.raises(RuntimeError, match="stopped before the call finished"):
+            system.execute_batch(batch("c1", "c2"), timeout=10)
+    finally:
+        system.stop()
