@@ -220,6 +220,7 @@ class ToolSystem:
         *,
         approval: Any = None,
         code_runtime: Any = DEFAULT,
+        session: SessionLog | None = None,
     ) -> None:
         if config is None:
             config = ToolsConfig()
@@ -227,7 +228,9 @@ class ToolSystem:
             raise TypeError(f"config must be a ToolsConfig, got {type(config).__name__}")
         self.config = config
         self.approval = approval
-        self.session = SessionLog()
+        if session is not None and not isinstance(session, SessionLog):
+            raise TypeError(f"session must be a SessionLog, got {type(session).__name__}")
+        self.session = session if session is not None else SessionLog()
         self._stopped = False
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
@@ -241,7 +244,10 @@ class ToolSystem:
         )
         self._loop_thread.start()
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1024, thread_name_prefix="dsh-tools-body"
+            # Threads are created on demand and reused; the cap is only there because the
+            # executor needs one. A started dispatch must never wait for a free thread (5b.5).
+            max_workers=32_768,
+            thread_name_prefix="dsh-tools-body",
         )
         self.pipeline = Pipeline(
             self._cell,
@@ -271,10 +277,12 @@ class ToolSystem:
         *,
         approval: Any = None,
         code_runtime: Any = DEFAULT,
+        session: SessionLog | None = None,
     ) -> ToolSystem:
         """Start a tool system. ``approval`` answers ``Ask`` decisions; ``code_runtime`` runs
-        Code Mode programs (``DEFAULT``: the subprocess runtime; ``None``: none)."""
-        return cls(config, approval=approval, code_runtime=code_runtime)
+        Code Mode programs (``DEFAULT``: the subprocess runtime; ``None``: none); ``session``
+        is the log to record into (for example ``SessionLog(max_events=10_000)``)."""
+        return cls(config, approval=approval, code_runtime=code_runtime, session=session)
 
     def _init_code_mode(self, code_runtime: Any) -> None:
         # Code Mode is wired in by the codebridge layer (see _code_mode below).

@@ -12,14 +12,17 @@ import warnings
 from typing import Any
 
 import pytest
-from conftest import call, context, fixture, text
+from conftest import call, context, echo, fixture, text
 from pool_support import batch, tool_call
 
 from dsh_tools import (
     AbortController,
     Accept,
     ExecuteBatch,
+    ExecuteCall,
+    ToolOutput,
     ToolSystem,
+    define_tool,
 )
 from dsh_tools.pipeline._json_text import parse_arguments
 
@@ -153,3 +156,37 @@ def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_ha
             system.execute_batch(batch("c1", "c2"), timeout=10)
     finally:
         system.stop()
+
+
+def test_a_system_records_into_the_session_log_it_was_given() -> None:
+    from dsh_tools import SessionLog
+
+    log = SessionLog(max_events=4)
+    with ToolSystem.start(code_runtime=None, session=log) as system:
+        assert system.session is log
+        system.tools.register(echo())
+        for n in range(5):
+            system.execute(ExecuteCall(call_id=f"c{n}", name="echo", arguments={"text": "x"}))
+    assert [e.data["call_id"] for e in log.events] == ["c3", "c3", "c4", "c4"]
+
+
+def test_a_deferred_context_is_frozen_when_deferred() -> None:
+    context: dict[str, Any] = {"content": [{"type": "text", "text": "before"}], "source": {}}
+
+    def body(args: Any, ctx: Any) -> str:
+        ctx.defer_context(context)
+        context["content"][0]["text"] = "after"
+        return "ok"
+
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.register(
+            define_tool(
+                name="defers",
+                description="defers a context, then changes its own copy",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+                execute=body,
+            )
+        )
+        result = system.execute(ExecuteCall(call_id="c1", name="defers", arguments={}))
+    assert result.additional_contexts[0]["content"][0]["text"] == "before"

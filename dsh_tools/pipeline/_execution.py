@@ -9,11 +9,13 @@ see read-only views of it: ``ToolExecution`` (pre/post hooks, guards, finalizers
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from msgspec import UNSET
 
 from ..actors import AbortSignal, ExecutionToken
+from ..registry import LosslessJsonError, snapshot_json
 
 __all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
 
@@ -168,6 +170,11 @@ class ToolRunContext(_ReadOnly):
             return
         if record.deferred is None:
             record.deferred = []
+        # Freeze now, so a body that changes the dict afterwards cannot change what is
+        # delivered; a context that is not lossless JSON is kept as given and fails the
+        # result's materialization (the contract's outcome for it).
+        with contextlib.suppress(LosslessJsonError, RecursionError):
+            context = snapshot_json(context)
         record.deferred.append(context)
 
 

@@ -442,7 +442,7 @@ class Pipeline:
                 value, content, meta = normalize_output(
                     entry.definition, rec.arguments, value, nested=rec.parent is not None
                 )
-            except ToolOutputError as exc:
+            except (Exception, asyncio.CancelledError) as exc:  # the base never raises
                 return failure_from_exception(exc)
             if fused.aborted:
                 return cancelled("ABORTED")
