@@ -97,6 +97,9 @@ __all__ = ["SubprocessCodeRuntime"]
 _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
 _CPU_SAMPLE_SECONDS: Final = 0.025
 _EXIT_GRACE_SECONDS: Final = 0.5
+_EXIT_REPORT_SECONDS: Final = 3.0
+"""How long after the kill a run waits for the template's exit report before it judges the
+template unresponsive (a program can stop or freeze its parent) and replaces it."""
 _READ_SIZE: Final = 1 << 18
 _DRAIN_LIMIT: Final = 1 << 24
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -180,8 +183,9 @@ class _Template:
         self._socket: socket.socket | None = None
         self._closed = False
 
-    def spawn(self, fds: list[int]) -> None:
-        """Ask the template to fork a worker with ``fds``; raise ``OSError`` when it cannot."""
+    def spawn(self, fds: list[int]) -> subprocess.Popen[bytes]:
+        """Ask the template to fork a worker with ``fds``; return the template process that
+        took the request; raise ``OSError`` when it cannot."""
         payload = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
         with self._lock:
             if self._closed:
@@ -191,14 +195,15 @@ class _Template:
                 if process is None or process.poll() is not None or self._socket is None:
                     self._discard()
                     self._start()
-                assert self._socket is not None
+                assert self._socket is not None and self._process is not None
                 try:
                     self._socket.sendmsg([b"S"], payload, socket.MSG_NOSIGNAL)
-                    return
+                    return self._process
                 except OSError:
                     self._discard()
                     if attempt:
                         raise
+            raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _start(self) -> None:
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -226,6 +231,17 @@ class _Template:
         process = self._process
         self._process = None
         if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def replace_unresponsive(self, process: subprocess.Popen[bytes]) -> None:
+        """Kill ``process``, a template that stopped reporting (the next spawn starts a fresh
+        one). Its workers' runs see their status pipes close and settle."""
+        with self._lock:
+            if self._process is process:
+                self._discard()
+                return
+        if process.poll() is None:
             process.kill()
             process.wait()
 
@@ -308,6 +324,8 @@ class _Run:
         self._sampler: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
         self._grace_over = False
+        self._report_deadline: asyncio.TimerHandle | None = None
+        self._template_process: subprocess.Popen[bytes] | None = None
         self._answered: set[int] = set()
         self._reset_attempt()
 
@@ -361,7 +379,7 @@ class _Run:
             "status": status_r,
         }
         try:
-            self._runtime._template.spawn(worker_ends)
+            self._template_process = self._runtime._template.spawn(worker_ends)
         except OSError as exc:
             for fd in host.values():
                 os.close(fd)
@@ -768,6 +786,26 @@ class _Run:
         self._kill()
         if self._exited:
             self._start_grace()
+        else:
+            self._report_deadline = self._loop.call_later(
+                _EXIT_REPORT_SECONDS, self._template_silent
+            )
+        self._maybe_finish()
+
+    def _template_silent(self) -> None:
+        """The worker was killed but its exit was never reported: the template is stopped or
+        frozen (the program can signal its parent). Replace it so that this run settles and
+        later runs get a working template."""
+        self._report_deadline = None
+        if self._done or self._exited:
+            return
+        process = self._template_process
+        if process is not None:
+            with contextlib.suppress(OSError):
+                self._runtime._template.replace_unresponsive(process)
+        self._exited = True
+        self._drop_reader("status")
+        self._start_grace()
         self._maybe_finish()
 
     def _start_grace(self) -> None:
@@ -788,9 +826,10 @@ class _Run:
 
     def _finish(self) -> None:
         self._done = True
-        if self._grace is not None:
-            self._grace.cancel()
-            self._grace = None
+        for handle in (self._grace, self._report_deadline):
+            if handle is not None:
+                handle.cancel()
+        self._grace = self._report_deadline = None
         self._close_all()
         assert self._outcome is not None
         result = _materialize(self._ledger, self._outcome)
@@ -808,7 +847,7 @@ class _Run:
         self._done = True
         if self._outcome is None:
             self._outcome = _Outcome(failure=("abort", "cancelled"))
-        for handle in (self._wall, self._sampler, self._grace):
+        for handle in (self._wall, self._sampler, self._grace, self._report_deadline):
             if handle is not None:
                 handle.cancel()
         if self._remove_signal is not None:
