@@ -1,8 +1,8 @@
 """The ``dsh-tools`` command: ``demo``, ``bench``, ``sdk``, ``catalog`` and ``run-code``.
 
-Exit codes: 0 success, 1 the work itself failed (a failed program, a failed benchmark),
-2 bad command-line arguments. A reader that closes standard output early (``| head``) ends the
-command quietly with the usual SIGPIPE status, 141.
+Exit codes: 0 success, 1 the work itself failed (a failed program; with ``bench --check``, a
+figure over its bar), 2 bad command-line arguments. A reader that closes standard output early
+(``| head``) ends the command quietly with the usual SIGPIPE status, 141.
 """
 
 from __future__ import annotations
@@ -356,7 +356,9 @@ _BARS: list[tuple[str, str, str, float | None]] = [
 ]
 
 
-def run_bench(out: TextIO, *, as_json: bool, runs: int, code_mode: bool) -> int:
+def run_bench(
+    out: TextIO, *, as_json: bool, runs: int, code_mode: bool, check: bool = False
+) -> int:
     """Measure and print the benchmark table (or JSON)."""
     from ._bench import measure_code_mode, measure_demo_rss, measure_pipeline, measure_pool
 
@@ -373,7 +375,7 @@ def run_bench(out: TextIO, *, as_json: bool, runs: int, code_mode: bool) -> int:
         return 0
     print(f"{'figure':<48} {'measured':>12}  {'bar':>8}", file=out)
     print("-" * 72, file=out)
-    failed = False
+    over = False
     for key, label, unit, bar in _BARS:
         if key not in figures:
             continue
@@ -382,9 +384,9 @@ def run_bench(out: TextIO, *, as_json: bool, runs: int, code_mode: bool) -> int:
         bar_text = f"<= {bar:g}" if bar is not None else ""
         mark = ""
         if bar is not None and value > bar:
-            mark, failed = "  (over)", True
+            mark, over = "  (over)", True
         print(f"{label:<48} {shown:>12}  {bar_text:>8}{mark}", file=out)
-    return 1 if failed else 0
+    return 1 if over and check else 0
 
 
 # --- entry point -------------------------------------------------------------------------------
@@ -403,6 +405,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print machine-readable JSON")
     bench.add_argument("--runs", type=int, default=5, help="runs per figure (median)")
     bench.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode figures")
+    bench.add_argument("--check", action="store_true", help="exit 1 when a figure is over its bar")
     sub.add_parser("sdk", help="print the generated Code Mode SDK for the example tools")
     sub.add_parser("catalog", help="print the tool catalog as Markdown")
     run = sub.add_parser("run-code", help="run a Python program in Code Mode")
@@ -449,7 +452,13 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         if args.runs < 1:
             print("dsh-tools bench: --runs must be at least 1", file=sys.stderr)
             return 2
-        return run_bench(out, as_json=args.json, runs=args.runs, code_mode=not args.no_code_mode)
+        return run_bench(
+            out,
+            as_json=args.json,
+            runs=args.runs,
+            code_mode=not args.no_code_mode,
+            check=args.check,
+        )
     if args.command == "sdk":
         return run_sdk(out)
     if args.command == "catalog":
