@@ -265,10 +265,10 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
 # --- other commands ----------------------------------------------------------------------------
 
 
-def _example_system(mode: str, root: Path) -> ToolSystem:
+def _example_system(mode: str, root: Path, config: ToolsConfig | None = None) -> ToolSystem:
     from .examples import example_tools
 
-    system = ToolSystem.start(ToolsConfig(mode=mode))
+    system = ToolSystem.start(config if config is not None else ToolsConfig(mode=mode))
     for definition in example_tools(root):
         system.tools.register(definition)
     system.tools.on_execute(timeout_policy())
@@ -297,9 +297,18 @@ def run_code_file(path: Path, out: TextIO, *, workspace: Path) -> int:
     return run_program(path.read_text(encoding="utf-8"), path.name, out, workspace=workspace)
 
 
-def run_program(program: str, name: str, out: TextIO, *, workspace: Path) -> int:
+def run_program(
+    program: str,
+    name: str,
+    out: TextIO,
+    *,
+    workspace: Path,
+    compute_ms: float = 60_000,
+    max_wall_ms: float = 600_000,
+) -> int:
     """Run ``program`` (the body of an async function) in Code Mode against the example tools."""
-    with _example_system("code", workspace) as system:
+    config = ToolsConfig(mode="code", compute_ms=compute_ms, max_wall_ms=max_wall_ms)
+    with _example_system("code", workspace, config) as system:
         result = system.execute(
             ExecuteCall(
                 call_id="run-1",
@@ -416,7 +425,29 @@ def _parser() -> argparse.ArgumentParser:
         default=Path.cwd(),
         help="folder the example tools work in (default: the current folder)",
     )
+    run.add_argument(
+        "--max-wall-ms",
+        type=_positive_ms,
+        default=600_000,
+        help="wall-clock budget of the program in milliseconds (default 600000)",
+    )
+    run.add_argument(
+        "--compute-ms",
+        type=_positive_ms,
+        default=60_000,
+        help="CPU-time budget of the program in milliseconds (default 60000)",
+    )
     return parser
+
+
+def _positive_ms(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of milliseconds")
+    return value
 
 
 _SIGPIPE_STATUS = 141
@@ -478,7 +509,14 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
     except OSError as error:
         print(f"dsh-tools run-code: cannot read {args.file}: {error.strerror}", file=sys.stderr)
         return 2
-    return run_program(program, args.file.name, out, workspace=args.workspace)
+    return run_program(
+        program,
+        args.file.name,
+        out,
+        workspace=args.workspace,
+        compute_ms=args.compute_ms,
+        max_wall_ms=args.max_wall_ms,
+    )
 
 
 if __name__ == "__main__":

@@ -177,3 +177,20 @@ def test_bench_json_lists_the_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run_bench(out, as_json=True, runs=1, code_mode=False) == 0
     figures = json.loads(out.getvalue())["figures"]
     assert figures == {"execute_no_hooks_us": 30.0, "pool10_sleep5ms_async_ms": 520.0}
+
+
+def test_run_code_honours_a_wall_clock_budget(tmp_path: Path) -> None:
+    program = tmp_path / "sleepy.py"
+    program.write_text("await asyncio.sleep(60)\n")
+    done = run_cli("run-code", str(program), "--workspace", str(tmp_path), "--max-wall-ms", "300")
+    assert done.returncode == 1
+    assert "code run failed (timeout): wall-clock ceiling reached (300ms)" in done.stdout
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "soon", "inf"])
+def test_run_code_rejects_a_bad_budget(tmp_path: Path, budget: str) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("return 1\n")
+    done = run_cli("run-code", str(program), "--max-wall-ms", budget)
+    assert done.returncode == 2
+    assert "--max-wall-ms" in done.stderr
