@@ -22,7 +22,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Self
 
 import pykka
 import structlog
@@ -79,68 +79,65 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
 # --- handles ---------------------------------------------------------------------------------
 
 
-class PluginHandle:
-    """An owner of global registrations: ``close()`` disposes them, last first."""
+class _OwnerHandle:
+    """What plugins and agent scopes share: an owner actor and the ToolsHandle writing through
+    it, so that ``close()`` can dispose their registrations, last first."""
 
-    def __init__(self, system: ToolSystem, name: str) -> None:
-        self.name = name
+    def __init__(
+        self, system: ToolSystem, label: str, owner_class: type[OwnerActor], agent: str | None
+    ) -> None:
         self._system = system
-        label = f'plugin "{name}"'
-        self._owner = OwnerActor.start(system._registry, label, None)
+        self.closed = False
+        self._owner = owner_class.start(system._registry, label, agent)
         self.tools = ToolsHandle(
             owner=self._owner,
             cell=system._cell,
-            agent=None,
+            agent=agent,
             label=label,
             background=system._background,
         )
 
     def close(self) -> None:
-        """Dispose everything registered through this plugin, in reverse order."""
+        """Dispose everything registered through this handle, in reverse order."""
+        if self.closed:
+            return
+        self.closed = True
+        self._forget()
         self._system._close_owner(self._owner, self.tools)
 
-    def __enter__(self) -> PluginHandle:
+    def _forget(self) -> None:
+        """Drop the system's reference to this handle (subclasses)."""
+
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class AgentScope:
-    """One agent's layer: local tools, masks, guards and hooks scoped to ``key``."""
+class PluginHandle(_OwnerHandle):
+    """An owner of global registrations: ``close()`` disposes them, last first."""
+
+    def __init__(self, system: ToolSystem, name: str) -> None:
+        self.name = name
+        super().__init__(system, f'plugin "{name}"', OwnerActor, None)
+
+
+class AgentScope(_OwnerHandle):
+    """One agent's layer: local tools, masks, guards and hooks scoped to ``key``; ``close()``
+    disposes them (LIFO) and stops its scope actor."""
 
     def __init__(self, system: ToolSystem, key: str) -> None:
         self.key = key
-        self._system = system
-        label = f'agent scope "{key}"'
-        self._owner = ScopeActor.start(system._registry, label, key)
-        self.tools = ToolsHandle(
-            owner=self._owner,
-            cell=system._cell,
-            agent=key,
-            label=label,
-            background=system._background,
-        )
-        self.closed = False
+        super().__init__(system, f'agent scope "{key}"', ScopeActor, key)
 
-    def close(self) -> None:
-        """Dispose the agent's registrations (LIFO) and stop its scope actor."""
-        if self.closed:
-            return
-        self.closed = True
+    def _forget(self) -> None:
         self._system._forget_scope(self)
-        self._system._close_owner(self._owner, self.tools)
 
     def inject_context(self, context: Any) -> None:
         """Add a hook context for this agent: into the active batch's FIFO, or straight into
         the session as a ``user/message`` when no batch is running."""
         self._system._inject(self.key, context)
-
-    def __enter__(self) -> AgentScope:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # --- the front actor -------------------------------------------------------------------------
