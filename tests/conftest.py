@@ -322,3 +322,31 @@ async def await_event(event: asyncio.Event) -> None:
 async def next_of(next: Callable[[], Any]) -> Any:
     """``await next()`` (a readable pass-through for hook bodies)."""
     return await next()
+
+
+def projected() -> ToolDefinition:
+    """A tool with an object output, a renderer and a presentation projector."""
+    return define_tool(
+        name="projected",
+        description="projected tool",
+        parameters={},
+        output=ToolOutput(
+            schema={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"text": {"type": "string", "required": True}},
+            },
+            render=lambda a, v: [block("render:" + v["text"])],
+            presentation_meta=lambda a, v: {"projected": v["text"]},
+        ),
+        execute=lambda a, c: {"text": "body"},
+    )
+
+
+def post_returning(system: ToolSystem, decision: Any) -> None:
+    """Install a post-execute listener that returns ``decision`` without calling next."""
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return decision
+
+    system.tools.on_post_execute(post)

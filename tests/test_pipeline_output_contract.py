@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import block, call, fixture, text, value_of
+from conftest import block, call, fixture, post_returning, projected, text, value_of
 
 from dsh_tools import (
     Accept,
@@ -252,9 +252,7 @@ def test_sp91_presentation_meta_returning_a_function_is_invalid_output(
 
 
 def test_sp91_presentation_meta_returning_nan_is_non_lossless(system: ToolSystem) -> None:
-    system.tools.register(
-        typed("m", lambda a, c: "v", presentation_meta=lambda a, v: float("nan"))
-    )
+    system.tools.register(typed("m", lambda a, c: "v", presentation_meta=lambda a, v: float("nan")))
     result = system.execute(call("m"))
     assert "output.presentation_meta returned non-lossless JSON" in text(result)
 
@@ -284,31 +282,6 @@ def test_sp93_a_none_meta_is_present_and_nested_calls_have_none(system: ToolSyst
     nested = system.execute(call("m", parent=ExecutionToken())).to_dict()
     assert "meta" not in nested
     assert nested["value"] == "ok"
-
-
-def projected() -> ToolDefinition:
-    return define_tool(
-        name="projected",
-        description="projected tool",
-        parameters={},
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {"text": {"type": "string", "required": True}},
-            },
-            render=lambda a, v: [block("render:" + v["text"])],
-            presentation_meta=lambda a, v: {"projected": v["text"]},
-        ),
-        execute=lambda a, c: {"text": "body"},
-    )
-
-
-def post_returning(system: ToolSystem, decision: Any) -> None:
-    async def post(exec: Any, result: Any, next: Any) -> Any:
-        return decision
-
-    system.tools.on_post_execute(post)
 
 
 def test_sp94_replacing_content_keeps_value_and_meta(system: ToolSystem) -> None:

@@ -5,42 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from conftest import block, call, context, echo, sources, text, value_of
+from conftest import block, call, context, echo, post_returning, projected, sources, text, value_of
 
 from dsh_tools import (
     Accept,
     Block,
     HarnessError,
-    ToolDefinition,
-    ToolOutput,
     ToolSystem,
-    define_tool,
 )
-
-
-def projected() -> ToolDefinition:
-    return define_tool(
-        name="projected",
-        description="projected tool",
-        parameters={},
-        output=ToolOutput(
-            schema={
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {"text": {"type": "string", "required": True}},
-            },
-            render=lambda a, v: [block("render:" + v["text"])],
-            presentation_meta=lambda a, v: {"projected": v["text"]},
-        ),
-        execute=lambda a, c: {"text": "body"},
-    )
-
-
-def post_returning(system: ToolSystem, decision: Any) -> None:
-    async def post(exec: Any, result: Any, next: Any) -> Any:
-        return decision
-
-    system.tools.on_post_execute(post)
 
 
 def raising(message: str, code: str | None = None) -> Any:
