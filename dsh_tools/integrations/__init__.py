@@ -3,6 +3,7 @@
 - ``to_openai_tools`` / ``to_anthropic_tools`` / ``to_openai_strict_schema``: export projected
   tool schemas to the OpenAI (Chat Completions or Responses) and Anthropic function-calling
   formats.
+- ``ToolNameMap``: the reversible mapping between registry names and provider function names.
 - ``register_mcp_server`` / ``register_mcp_server_sync``: register the tools of one MCP server
   (official ``mcp`` SDK, the ``mcp`` extra) as one plugin; ``McpPlugin.close()`` removes them and
   stops the server. These load the SDK on first use, so the exports above work without it.
@@ -10,6 +11,7 @@
 
 from typing import TYPE_CHECKING, Any
 
+from ._names import ToolNameMap, is_provider_name
 from ._schemas import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 
 if TYPE_CHECKING:
@@ -56,6 +58,8 @@ __all__ = [
     "McpConnectionError",
     "McpPlugin",
     "McpToolError",
+    "ToolNameMap",
+    "is_provider_name",
     "register_mcp_server",
     "register_mcp_server_sync",
     "to_anthropic_tools",

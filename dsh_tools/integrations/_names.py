@@ -1,0 +1,110 @@
+"""Tool names as providers accept them, and back.
+
+OpenAI and Anthropic accept function names matching ``^[a-zA-Z0-9_-]{1,64}$``; the registry
+accepts more (MCP plugins prefix their tools, ``time.now``). A ``ToolNameMap`` built from the
+names one request exposes gives every name a provider form and maps a model's call back:
+
+- a name that providers already accept is its own provider form (nothing changes for it);
+- any other name has its other characters replaced by ``_`` (``time.now`` -> ``time_now``),
+  truncated to 64 characters;
+- where that form collides with another name of the same map, or was truncated, the form is
+  made unique with ``_`` and eight hex digits of the name's SHA-256.
+
+The map is a pure function of the set of names, so the exporter and the adapters that read a
+response agree whenever they are built from the same tools.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+
+__all__ = ["PROVIDER_NAME_PATTERN", "ToolNameMap", "is_provider_name"]
+
+PROVIDER_NAME_PATTERN = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_OTHER_CHARACTERS = re.compile(r"[^a-zA-Z0-9_-]")
+_MAX_LENGTH = 64
+_DIGEST_LENGTH = 8
+
+
+def is_provider_name(name: str) -> bool:
+    """Whether OpenAI and Anthropic accept ``name`` as a function name unchanged."""
+    return PROVIDER_NAME_PATTERN.fullmatch(name) is not None
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST_LENGTH]
+
+
+def _with_digest(base: str, name: str) -> str:
+    return f"{base[: _MAX_LENGTH - _DIGEST_LENGTH - 1]}_{_digest(name)}"
+
+
+class ToolNameMap:
+    """The reversible mapping between registry names and provider function names.
+
+    Invariants: ``to_registry(to_provider(n)) == n`` for every name of the map; every provider
+    form matches ``PROVIDER_NAME_PATTERN``; two names never share a provider form.
+    """
+
+    __slots__ = ("_to_provider", "_to_registry")
+
+    _to_provider: dict[str, str]
+    _to_registry: dict[str, str]
+
+    def __init__(self, names: Iterable[str]) -> None:
+        ordered = list(dict.fromkeys(names))
+        for index, name in enumerate(ordered):
+            if type(name) is not str or not name:
+                raise ValueError(f"tool names[{index}] must be a non-empty str, got {name!r}")
+        to_provider: dict[str, str] = {name: name for name in ordered if is_provider_name(name)}
+        taken = set(to_provider)
+        pending = [name for name in ordered if name not in to_provider]
+        # Candidates first, so a collision is settled the same way whatever the order of names.
+        candidates = {name: _OTHER_CHARACTERS.sub("_", name) for name in pending}
+        counts: dict[str, int] = {}
+        for candidate in candidates.values():
+            counts[candidate] = counts.get(candidate, 0) + 1
+        for name in pending:
+            candidate = candidates[name]
+            if len(candidate) > _MAX_LENGTH or counts[candidate] > 1 or candidate in taken:
+                candidate = _with_digest(candidate, name)
+            to_provider[name] = candidate
+        if len(set(to_provider.values())) != len(to_provider):  # pragma: no cover - sha256 clash
+            raise ValueError("two tool names map to one provider name; rename one of them")
+        self._to_provider = to_provider
+        self._to_registry = {provider: name for name, provider in to_provider.items()}
+
+    @classmethod
+    def from_schemas(cls, schemas: Iterable[Mapping[str, object]]) -> ToolNameMap:
+        """The map of the ``{"name", ...}`` entries that ``tools.schemas()`` returns."""
+        names: list[str] = []
+        for index, schema in enumerate(schemas):
+            name = schema.get("name")
+            if type(name) is not str or not name:
+                raise ValueError(f"tools[{index}].name must be a non-empty str")
+            names.append(name)
+        return cls(names)
+
+    def to_provider(self, name: str) -> str:
+        """The provider form of registry name ``name``; a name outside the map is refused."""
+        try:
+            return self._to_provider[name]
+        except KeyError:
+            raise KeyError(f'tool "{name}" is not in this name map') from None
+
+    def to_registry(self, provider_name: str) -> str:
+        """The registry name behind ``provider_name``; an unknown name is returned unchanged,
+        so the pipeline reports it as an unknown tool under the name the model used."""
+        return self._to_registry.get(provider_name, provider_name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._to_provider
+
+    def __len__(self) -> int:
+        return len(self._to_provider)
+
+    def __repr__(self) -> str:
+        renamed = {n: p for n, p in self._to_provider.items() if n != p}
+        return f"ToolNameMap({len(self._to_provider)} names, renamed={renamed!r})"
