@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Test modules that mypy --strict checks too (the provider adapters against the SDKs' types).
+TYPED_TESTS := tests/test_provider_sdks.py
 
 .PHONY: demo test lint bench clean
 
@@ -19,7 +21,7 @@ test: $(BIN)/dsh-tools
 
 lint: $(BIN)/dsh-tools
 	$(BIN)/ruff check dsh_tools tests benchmarks examples
-	$(BIN)/mypy --strict dsh_tools
+	$(BIN)/mypy --strict dsh_tools $(TYPED_TESTS)
 
 bench: $(BIN)/dsh-tools
 	$(BIN)/dsh-tools bench
