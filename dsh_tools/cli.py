@@ -29,6 +29,7 @@ from .actors import (
     ExecuteBatch,
     ExecuteCall,
     ToolCall,
+    ToolExecutionFailure,
     ToolExecutionResult,
 )
 from .actors._config import ToolsConfig
@@ -136,9 +137,9 @@ def _outcome_source(result: ToolExecutionResult, call_id: str, decided_by: dict[
     timeout policy, or the tool itself."""
     if call_id in decided_by:
         return decided_by[call_id]
-    if result.is_error and result.error.info is not UNSET:  # type: ignore[union-attr]
-        if result.error.info.code == "TOOL_TIMEOUT":  # type: ignore[union-attr]
-            return "timeout policy (its deadline fired)"
+    info = result.error.info if isinstance(result, ToolExecutionFailure) else UNSET
+    if info is not UNSET and info.code == "TOOL_TIMEOUT":
+        return "timeout policy (its deadline fired)"
     return "the tool"
 
 
