@@ -1,4 +1,4 @@
-"""The Code Mode SDK (`tools:sdk`): code-mode.md section 4 and the "SDK rendering" scenarios."""
+"""The Code Mode SDK (`tools:sdk`): how tool schemas render as typed Python."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_instructions_end_with_the_tool_list_lead_in() -> None:
     assert SDK_INSTRUCTIONS.endswith("\n\nThe available tools:")
 
 
-# --- scenario 19: the type table ---------------------------------------------------------------
+# --- the type table -------------------------------------------------------------------------------
 
 TYPE_TABLE = [
     ({"type": "string"}, "str"),
@@ -158,7 +158,7 @@ def test_one_of_branches_are_joined_without_deduplication() -> None:
     assert output_line(schema) == "None | None | int"
 
 
-# --- scenarios 20, 21: TypedDict blocks --------------------------------------------------------
+# --- TypedDict blocks -----------------------------------------------------------------------------
 
 
 def test_closed_object_renders_a_closed_class_form_typed_dict() -> None:
@@ -249,7 +249,7 @@ def test_description_on_object_root_is_not_a_comment() -> None:
     assert "the root" not in declarations_of(tool("t", output=schema))
 
 
-# --- scenario 22: totality ---------------------------------------------------------------------
+# --- totality -------------------------------------------------------------------------------------
 
 OUTSIDE_SUBSET = [
     None,
@@ -315,7 +315,7 @@ def test_malformed_tool_entries_do_not_raise() -> None:
     assert "Tool7Output = Any" in text
 
 
-# --- scenario 23: hostile descriptions ---------------------------------------------------------
+# --- hostile descriptions -------------------------------------------------------------------------
 
 
 def test_property_description_with_a_newline_stays_one_comment_line() -> None:
@@ -345,7 +345,7 @@ def test_control_characters_and_lone_surrogates_are_escaped_in_comments() -> Non
     assert "    # nul\\x00 esc\\x1b sur\\ud800 ok\n" in section
 
 
-# --- scenario 24 and stack safety --------------------------------------------------------------
+# --- deep schemas and stack safety ----------------------------------------------------------------
 
 
 def nullable_chain(depth: int) -> dict[str, Any]:
@@ -424,7 +424,7 @@ def test_deep_schema_under_a_property_and_an_array_item_parses() -> None:
     declarations_of(tool("t", output=output))
 
 
-# --- scenarios 25-28: the worked example, order, empty set, collisions ---------------------------
+# --- the worked example, order, empty set, collisions ---------------------------------------------
 
 WORKED_EXAMPLE = """\
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]

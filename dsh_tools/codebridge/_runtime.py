@@ -1,6 +1,6 @@
-"""``SubprocessCodeRuntime``: every run in a fresh, contained child process (code-mode 11.3-11.5).
+"""``SubprocessCodeRuntime``: every run in a fresh, contained child process.
 
-Design (SPEC decisions 12 and 5b.23). Spawning ``python -I`` per run costs 20 ms or more, over the
+Design. Spawning ``python -I`` per run costs 20 ms or more, over the
 whole budget of an empty run, so each runtime starts one *template process* lazily (``python -I
 -X utf8 _template.py`` with an empty environment and its own session). The template imports the
 worker modules once and never runs model code; for each run it forks one child, which calls

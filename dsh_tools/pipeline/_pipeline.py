@@ -134,7 +134,7 @@ def cancelled(code: str, contexts: Any = EMPTY_LIST, *, call_id: str = "") -> To
 
 
 def _freeze_blocks(value: Any) -> FrozenList:
-    """Snapshot a list or tuple of JSON values into a FrozenList (5b.1)."""
+    """Snapshot a list or tuple of JSON values into a FrozenList."""
     if type(value) is tuple:
         return FrozenList(snapshot_json(item) for item in value)
     frozen = snapshot_json(value)
@@ -147,7 +147,7 @@ _CONTEXT_SEQUENCES = (FrozenList, list, tuple)
 
 
 def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
-    """``a + b`` for context lists; anything but a list or tuple is refused (5b.1), so that a
+    """``a + b`` for context lists; anything but a list or tuple is refused, so that a
     single context dict never has its keys spliced in as contexts."""
     for contexts in (a, b):
         if type(contexts) not in _CONTEXT_SEQUENCES:
