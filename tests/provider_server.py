@@ -71,7 +71,10 @@ def recording_server() -> Iterator[RecordingServer]:
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(record))
     httpd.daemon_threads = True
     record.base_url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, name="recording-server", daemon=True)
+    # A short poll interval: shutdown() waits for the loop to notice it.
+    thread = threading.Thread(
+        target=httpd.serve_forever, args=(0.02,), name="recording-server", daemon=True
+    )
     thread.start()
     try:
         yield record

@@ -303,6 +303,8 @@ def responses_tool_calls(
     return calls
 
 
+# The Responses API types a function call's output parts and a message's content parts as two
+# families of TypedDicts with the same wire shapes, so each gets its own (identical) builder.
 def _responses_output_part(part: Part) -> ResponseFunctionCallOutputItemParam:
     if isinstance(part, Text):
         return {"type": "input_text", "text": part.text}
