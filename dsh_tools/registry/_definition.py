@@ -26,6 +26,7 @@ from ..actors import FrozenList, ToolArgsError, ToolOutputError
 from ._dsl import compile_parameters, compile_schema
 from ._json_schema import _build_plan, assert_supported_json_schema, prepare_schema, validate_plan
 from ._lossless import LosslessJsonError, snapshot_json, thaw
+from ._raw_schema import optional_null_dropper
 
 __all__ = [
     "ToolDefinition",
@@ -94,6 +95,20 @@ def _is_async(fn: Any) -> bool:
         return True
     # A callable object whose __call__ is a coroutine function.
     return inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
+
+
+def _takes_args_and_context(fn: Any) -> bool:
+    """Whether ``fn`` can be called as ``fn(args, run_ctx)`` (``True`` when the signature
+    cannot be read, as for some builtins: then the call itself decides)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
 
 
 # --- typed views -------------------------------------------------------------------------------
@@ -220,6 +235,8 @@ def define_tool(
         raise TypeError(f"{owner}: output.presentation_meta must be callable or None")
     if not callable(execute):
         raise TypeError(f"{owner}: execute must be callable")
+    if not _takes_args_and_context(execute):
+        raise TypeError(f"{owner}: execute must accept two positional arguments (args, run_ctx)")
     for label, callback in (
         ("is_concurrency_safe", is_concurrency_safe),
         ("finalize_content", finalize_content),
@@ -247,7 +264,13 @@ def define_tool(
         else None
     )
 
+    # A null for an optional property that does not accept null means "absent" (how OpenAI's
+    # strict mode sends an omitted optional argument).
+    drop_nulls = optional_null_dropper(compiled_parameters)
+
     def checked(args: Any) -> Any:
+        if drop_nulls is not None:
+            args = drop_nulls(args)
         violations = validate_plan(plan, args, "")
         if violations:
             raise ToolArgsError(violations)
@@ -288,6 +311,8 @@ def define_tool(
 
     def soft(args: Any) -> tuple[bool, Any]:
         """(valid, view) without raising: presenters and the classifier never fail on input."""
+        if drop_nulls is not None:
+            args = drop_nulls(args)
         if validate_plan(plan, args, ""):
             return False, None
         if args_view is None:
