@@ -45,7 +45,12 @@ from ._presentation import (
     present_call_view,
     present_result_view,
 )
-from ._raw_schema import optional_null_dropper, resolve_local_ref, to_subset_schema
+from ._raw_schema import (
+    accepts_null,
+    optional_null_dropper,
+    resolve_local_ref,
+    to_subset_schema,
+)
 from ._registry_actor import RUN_CODE, RegistryActor
 from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
 from ._typed_tool import default_render, tool
@@ -75,6 +80,7 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolsHandle",
+    "accepts_null",
     "assert_object_json_schema",
     "assert_supported_json_schema",
     "check_registration",

@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ..actors import FrozenDict, FrozenList
 
-__all__ = ["optional_null_dropper", "resolve_local_ref", "to_subset_schema"]
+__all__ = ["accepts_null", "optional_null_dropper", "resolve_local_ref", "to_subset_schema"]
 
 _MAX_DEPTH: Final = 256
 _SCALARS: Final = ("string", "number", "integer", "boolean", "null")
@@ -193,7 +193,7 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
 # --- explicit nulls for optional properties ---------------------------------------------------
 
 
-def _accepts_null(node: Any, document: Any, refs: tuple[str, ...] = ()) -> bool:
+def accepts_null(node: Any, document: Any, refs: tuple[str, ...] = ()) -> bool:
     """Whether ``node`` may accept ``null`` (answers ``True`` when unsure: then nothing is
     dropped, and the tool's own validation decides)."""
     if not _is_map(node) or len(refs) > _MAX_DEPTH:
@@ -203,11 +203,11 @@ def _accepts_null(node: Any, document: Any, refs: tuple[str, ...] = ()) -> bool:
         target = resolve_local_ref(document, ref)
         if target is None or ref in refs:
             return True
-        return _accepts_null(target, document, (*refs, ref))
+        return accepts_null(target, document, (*refs, ref))
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
         if _is_list(branches):
-            return any(_accepts_null(branch, document, refs) for branch in branches)
+            return any(accepts_null(branch, document, refs) for branch in branches)
     if "const" in node:
         return node["const"] is None
     if _is_list(node.get("enum")):
@@ -264,7 +264,7 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
         required_names = set(required) if _is_list(required) else set()
         entries: dict[str, tuple[bool, Any]] = {}
         for name, child in properties.items():
-            droppable = name not in required_names and not _accepts_null(child, document)
+            droppable = name not in required_names and not accepts_null(child, document)
             child_plan = _build(child, document, depth + 1, memo)
             if droppable or child_plan is not None:
                 entries[name] = (droppable, child_plan)
