@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import types as mcp_types
 
 HERE = Path(__file__).parent
 
@@ -37,16 +38,16 @@ async def list_tools(command: str) -> tuple[dict[str, Any], list[dict[str, Any]]
     async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as session:
         initialized = await session.initialize()
         tools: list[dict[str, Any]] = []
-        cursor = None
+        result = await session.list_tools()
         while True:
-            result = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
             tools.extend(
                 tool.model_dump(mode="json", by_alias=True, exclude_none=True)
                 for tool in result.tools
             )
-            cursor = result.next_cursor
-            if not cursor:
+            if not result.next_cursor:
                 break
+            params = mcp_types.PaginatedRequestParams(cursor=result.next_cursor)
+            result = await session.list_tools(params=params)
         server = initialized.server_info.model_dump(mode="json", exclude_none=True)
         return server, tools
 
