@@ -462,3 +462,37 @@ def test_options_are_checked_at_definition() -> None:
         tool(name="")(body)
     with pytest.raises(TypeError, match="decorates a function"):
         tool(Point)
+
+
+# --- other callables ---------------------------------------------------------------------------
+
+
+def repeat(times: int, word: str) -> str:
+    return word * times
+
+
+class Counter:
+    """Count up."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def __call__(self, step: int) -> int:
+        self.total += step
+        return self.total
+
+
+def test_partials_and_callable_objects_are_tools(system: ToolSystem) -> None:
+    import functools
+
+    echo_twice = tool(name="twice")(functools.partial(repeat, 2))
+    assert list(echo_twice.parameters["properties"]) == ["word"]
+    assert run(system, echo_twice, {"word": "ab"}).value == "abab"
+
+    counter = tool(name="count")(Counter())
+    assert counter.description == "Count up."
+    assert run(system, counter, {"step": 2}).value == 2
+    assert run(system, counter, {"step": 3}).value == 5
+
+    with pytest.raises(TypeError, match="pass name= for a callable without __name__"):
+        tool(functools.partial(repeat, 2))

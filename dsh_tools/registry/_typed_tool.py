@@ -15,8 +15,10 @@ qualified name rather than imported.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
+import re
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Final, overload
@@ -45,6 +47,20 @@ def default_render(args: Any, value: Any) -> list[dict[str, Any]]:
     if type(value) is str:
         return [{"type": "text", "text": value}]
     return [{"type": "text", "text": compact_json(value)}]
+
+
+def _pascal_name(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
+
+
+def _annotated(fn: Any) -> Any:
+    """Where the annotations of ``fn`` live: a partial's function, a callable object's
+    ``__call__``, or ``fn`` itself."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and callable(fn):
+        return type(fn).__call__
+    return fn
 
 
 def _always_safe(args: Any) -> bool:
@@ -214,7 +230,7 @@ def _make_execute(
         keywords = {k: run_ctx if i == -1 else values[i] for k, i in plan.keywords}
         return fn(*positional, **keywords)
 
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(_annotated(fn)):
 
         async def execute_async(args: Any, run_ctx: Any) -> Any:
             return _to_canonical(await call(parse(args), run_ctx))
@@ -242,9 +258,11 @@ def _build(
         raise TypeError(f"{owner}: @tool decorates a function, got {type(fn).__name__}")
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise TypeError(f"{owner}: a generator cannot be a tool body (return the value)")
-    tool_name = fn.__name__ if name is None else name
+    tool_name = getattr(fn, "__name__", None) if name is None else name
     if type(tool_name) is not str or not tool_name:
-        raise TypeError(f"{owner}: name must be a non-empty str")
+        raise TypeError(
+            f"{owner}: name must be a non-empty str (pass name= for a callable without __name__)"
+        )
     if description is not None and type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")
     if timeout_ms is not None and (
@@ -259,7 +277,7 @@ def _build(
     if render is not None and not callable(render):
         raise TypeError(f"{owner}: render must be a callable(args, value)")
     try:
-        hints = typing.get_type_hints(fn, include_extras=True)
+        hints = typing.get_type_hints(_annotated(fn), include_extras=True)
     except Exception as exc:
         raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
     try:
@@ -272,7 +290,7 @@ def _build(
     fields, plan = _signature_plan(fn, owner, hints)
     try:
         args_type = msgspec.defstruct(
-            f"{fn.__name__}_arguments", fields, kw_only=True, forbid_unknown_fields=True
+            f"{_pascal_name(tool_name)}Arguments", fields, kw_only=True, forbid_unknown_fields=True
         )
         parameters = _parameters_schema(owner, args_type, param_docs)
     except (TypeError, ValueError) as exc:
