@@ -14,6 +14,7 @@ import pytest
 from dsh_tools import (
     ExecuteBatch,
     ToolCall,
+    ToolDefinition,
     ToolOutput,
     ToolSystem,
     define_tool,
@@ -188,3 +189,10 @@ def test_define_tool_refuses_an_execute_that_cannot_take_args_and_context(execut
 )
 def test_define_tool_accepts_every_execute_that_can_take_args_and_context(execute: Any) -> None:
     define_tool(name="t", description="", parameters={}, output=text_output(), execute=execute)
+
+
+def test_a_raw_definition_whose_execute_cannot_take_args_and_context_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"tool 'raw': execute must accept two positional"):
+        ToolDefinition(
+            name="raw", description="", parameters={}, output=text_output(), execute=lambda a: a
+        )

@@ -78,6 +78,14 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     present_call: Callable[[Any], Any] | None = None
     present_result: Callable[[Any, Any], Any] | None = None
 
+    def __post_init__(self) -> None:
+        # Refused when defined, not when the first call fails; other field checks stay with
+        # check_registration, which reports them in its documented order.
+        if callable(self.execute) and not _takes_args_and_context(self.execute):
+            raise TypeError(
+                f"tool {self.name!r}: execute must accept two positional arguments (args, run_ctx)"
+            )
+
 
 def _message(exc: BaseException) -> str:
     try:
