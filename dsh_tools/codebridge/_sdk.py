@@ -45,8 +45,9 @@ SDK_INSTRUCTIONS: Final = (
     "Pass `run_code` the body of an async Python function (top-level `await` and "
     "`return` work; the annotations below are advisory and never checked). `tools`, "
     "`ToolCallError` and `asyncio` are predefined. In the declarations, `NotRequired` "
-    "keys may be omitted, `closed=True` dicts accept only the listed keys, and "
-    "`extra_items=JsonValue` dicts also accept other keys. Inside the program:\n"
+    "keys may be omitted, `closed=True` dicts accept only the listed keys, "
+    "`extra_items=T` dicts also accept other keys with `T` values, and `# [...]` "
+    "comments give formats, constraints and defaults. Inside the program:\n"
     "\n"
     "- Call tools as `await tools.name(args)` — quoted access for exotic names: "
     '`await tools["my-tool"](args)`. `args` is one dict; every call resolves to the '
