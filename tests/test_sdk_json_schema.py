@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_tools import tool
 from dsh_tools.codebridge import SdkTool, render_sdk, render_sdk_declarations, sdk_type_expression
@@ -327,3 +329,66 @@ def test_server_everything_arguments_are_typed_with_their_constraints() -> None:
         "    count: NotRequired[float]\n"
     ) in text
     assert '__getitem__(self, name: Literal["get-sum"]) -> Callable[[GetSumArgs]' in text
+
+
+# --- any schema renders --------------------------------------------------------------------------
+
+_names = st.sampled_from(["a", "b-c", "class", "1x", "ü", "__d"])
+_leaves = st.one_of(
+    st.sampled_from(
+        [
+            {"type": "string", "format": "uri"},
+            {"type": "integer", "minimum": 0},
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": ["string", "null"]},
+            {"enum": ["x", 1, None, 2.5, True]},
+            {"const": {"an": "object"}},
+            {},
+            {"$ref": "#/$defs/A"},
+            {"$ref": "#/$defs/B"},
+            {"$ref": "#"},
+            {"$ref": "#/$defs/missing"},
+            {"type": "widget"},
+        ]
+    ),
+    st.just(True),
+)
+
+
+def _children(inner: Any) -> Any:
+    return st.one_of(
+        st.builds(lambda xs: {"anyOf": xs}, st.lists(inner, max_size=3)),
+        st.builds(lambda xs: {"oneOf": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda xs: {"allOf": xs}, st.lists(inner, min_size=1, max_size=2)),
+        st.builds(lambda x: {"type": "array", "items": x}, inner),
+        st.builds(lambda xs: {"type": "array", "prefixItems": xs}, st.lists(inner, max_size=2)),
+        st.builds(lambda x: {"type": "object", "additionalProperties": x}, inner),
+        st.builds(
+            lambda props, req, extra: {
+                "type": ["object", "null"] if extra is None else "object",
+                "properties": props,
+                "required": req,
+                **({} if extra is None else {"additionalProperties": extra}),
+            },
+            st.dictionaries(_names, inner, max_size=3),
+            st.lists(_names, max_size=2),
+            st.one_of(st.none(), st.booleans(), inner),
+        ),
+    )
+
+
+_schemas = st.recursive(_leaves, _children, max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(root=_schemas, a=_schemas, b=_schemas, output=_schemas)
+def test_any_json_schema_renders_parseable_and_stable_declarations(
+    root: Any, a: Any, b: Any, output: Any
+) -> None:
+    parameters = {"type": "object", "properties": {"p": root}, "$defs": {"A": a, "B": b}}
+    tools = [SdkTool("t.one", "", parameters, output), SdkTool("two", "", output, parameters)]
+    text = declarations(*tools)
+    assert "TOneArgs = Any" not in text and "TwoOutput = Any" not in text
+    assert declarations(*reversed(tools)) == text

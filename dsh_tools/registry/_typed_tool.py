@@ -193,7 +193,7 @@ def _to_canonical(value: Any) -> Any:
     if type(value) in _SCALAR_RESULTS:
         return value
     try:
-        return msgspec.to_builtins(value)
+        return msgspec.to_builtins(value, str_keys=True)
     except (TypeError, ValueError, OverflowError):
         return value
 
