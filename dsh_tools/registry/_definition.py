@@ -273,13 +273,20 @@ def define_tool(
     )
 
     # A null for an optional property that does not accept null means "absent" (how OpenAI's
-    # strict mode sends an omitted optional argument).
+    # strict mode sends an omitted optional argument). Such a null always fails validation, so
+    # it is looked for only then: valid arguments pay nothing.
     drop_nulls = optional_null_dropper(compiled_parameters)
 
-    def checked(args: Any) -> Any:
-        if drop_nulls is not None:
-            args = drop_nulls(args)
+    def validated(args: Any) -> tuple[Any, list[str]]:
         violations = validate_plan(plan, args, "")
+        if violations and drop_nulls is not None:
+            dropped = drop_nulls(args)
+            if dropped is not args:
+                return dropped, validate_plan(plan, dropped, "")
+        return args, violations
+
+    def checked(args: Any) -> Any:
+        args, violations = validated(args)
         if violations:
             raise ToolArgsError(violations)
         return args if args_view is None else args_view(args)
@@ -319,9 +326,8 @@ def define_tool(
 
     def soft(args: Any) -> tuple[bool, Any]:
         """(valid, view) without raising: presenters and the classifier never fail on input."""
-        if drop_nulls is not None:
-            args = drop_nulls(args)
-        if validate_plan(plan, args, ""):
+        args, violations = validated(args)
+        if violations:
             return False, None
         if args_view is None:
             return True, args

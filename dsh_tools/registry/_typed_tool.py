@@ -216,12 +216,20 @@ def _make_execute(
     has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
 
     def parse(args: Any) -> tuple[Any, ...]:
-        if drop_nulls is not None:
-            args = drop_nulls(args)
         try:
             return astuple(convert(args, args_type, strict=True))
         except validation_error as exc:
-            raise ToolArgsError([_violation(exc)]) from None
+            error = exc
+        # A null for an optional parameter that does not accept null means "absent" (OpenAI's
+        # strict mode); it always fails conversion, so valid arguments never pay for the look.
+        if drop_nulls is not None:
+            dropped = drop_nulls(args)
+            if dropped is not args:
+                try:
+                    return astuple(convert(dropped, args_type, strict=True))
+                except validation_error as exc:
+                    error = exc
+        raise ToolArgsError([_violation(error)]) from None
 
     def call(values: tuple[Any, ...], run_ctx: Any) -> Any:
         if plan.simple:
