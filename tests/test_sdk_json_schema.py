@@ -148,6 +148,35 @@ def test_all_of_object_shapes_merge_into_one_typed_dict() -> None:
     )
 
 
+def test_a_single_ref_under_all_of_keeps_its_name() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "where": {"allOf": [{"$ref": "#/definitions/Place"}], "description": "Here."}
+        },
+        "definitions": {"Place": {"type": "object", "properties": {"city": {"type": "string"}}}},
+    }
+    assert output_of(schema) == (
+        "class Place(TypedDict, extra_items=JsonValue):\n"
+        "    city: NotRequired[str]\n\n"
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    # Here.\n"
+        "    where: NotRequired[Place]"
+    )
+
+
+def test_an_all_of_that_contains_itself_ends() -> None:
+    schema: dict[str, Any] = {"description": "loop"}
+    schema["allOf"] = [schema]
+    wrapped = {"type": "object", "properties": {"p": schema, "q": {"$ref": 7}}}
+    assert output_of(wrapped) == (
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    # loop\n"
+        "    p: NotRequired[JsonValue]\n"
+        "    q: NotRequired[JsonValue]"
+    )
+
+
 def test_constraints_and_formats_become_comments() -> None:
     schema = {
         "type": "object",

@@ -21,6 +21,7 @@ from typing import Any, Final
 import msgspec
 
 from ..actors import FrozenDict, FrozenList
+from ..registry import resolve_local_ref
 
 __all__ = [
     "SDK_INSTRUCTIONS",
@@ -322,6 +323,7 @@ _EXIT_ONE_OF: Final = 3
 _EXIT_DICT: Final = 4
 _EXIT_NAMED: Final = 5
 
+_MAX_MERGES: Final = 10_000  # allOf merges per root: a schema whose allOf contains itself ends
 _JSON_VALUE: Final[_Term] = ("JsonValue", 1, 0)
 _NONE: Final[_Term] = ("None", 1, 0)
 _UNION_KEYS: Final = ("anyOf", "oneOf")
@@ -417,28 +419,6 @@ def _prefix_text(prefix: Any) -> str:
     return "".join(segments)
 
 
-def _resolve(document: Any, ref: Any) -> Any:
-    """The map a local ``$ref`` points at in ``document`` (``#``, ``#/$defs/X``, any JSON
-    pointer), or ``None``."""
-    if type(ref) is not str or not ref.startswith("#"):
-        return None
-    pointer = ref[1:]
-    if pointer == "":
-        return document
-    if not pointer.startswith("/"):
-        return None
-    node = document
-    for raw in pointer[1:].split("/"):
-        segment = raw.replace("~1", "/").replace("~0", "~")
-        if _is_map(node) and segment in node:
-            node = node[segment]
-        elif _is_list(node) and segment.isdigit() and int(segment) < len(node):
-            node = node[int(segment)]
-        else:
-            return None
-    return node if _is_map(node) else None
-
-
 def _def_name(ref: str) -> str:
     """A declaration name from the last segment of a reference (``#/$defs/time_result`` ->
     ``TimeResult``)."""
@@ -497,7 +477,7 @@ def _merge_all_of(node: Any, document: Any) -> Any:
         seen: set[int] = set()
         while _is_map(part) and "$ref" in part and id(part) not in seen:
             seen.add(id(part))
-            part = _resolve(document, part["$ref"])
+            part = resolve_local_ref(document, part["$ref"])
         if not _is_map(part):
             return None
         declared = part.get("type")
@@ -534,6 +514,7 @@ class _RootRenderer:
         self.document: Any = None
         self.refs: dict[str, str] = {}
         self.active: set[int] = set()
+        self.merges = 0
         if limited:
             self.max_depth, self.max_nest = _MAX_DEPTH, _MAX_NEST
             self.max_terms, self.term_depth = _MAX_TERMS, _TERM_DEPTH
@@ -583,7 +564,7 @@ class _RootRenderer:
         name = self.refs.get(ref)
         if name is not None:
             return (name, 1, 0)
-        target = _resolve(self.document, ref)
+        target = resolve_local_ref(self.document, ref)
         if target is None:
             return _JSON_VALUE
         if target is self.document:
@@ -612,14 +593,19 @@ class _RootRenderer:
             return
         ref = node.get("$ref")
         if ref is not None:
-            slot.values[slot.index] = [self._named(ref, work)]
+            term = self._named(ref, work) if type(ref) is str else _JSON_VALUE
+            slot.values[slot.index] = [term]
             return
         if "allOf" in node:
             merged = _merge_all_of(node, self.document)
-            if merged is None:
+            self.merges += 1
+            if merged is None or self.merges > _MAX_MERGES:
                 slot.values[slot.index] = [_JSON_VALUE]
                 return
-            node = merged
+            # The merged schema may be a ``$ref`` (``{"allOf": [{"$ref": ...}], "description":
+            # ...}``) or another ``allOf``: it is entered afresh.
+            work.append((_ENTER, merged, prefix, slot, is_named))
+            return
         for key in _UNION_KEYS:
             branches = node.get(key)
             if _is_list(branches) and branches:
