@@ -320,6 +320,13 @@ def test_a_run_context_parameter_receives_the_context_and_is_not_in_the_schema(
     assert list(who.parameters["properties"]) == ["word", "loud"]
     assert text(run(system, who, {"word": "hi", "loud": True})) == "C1:WHO:HI:FALSE"
 
+    @tool
+    def maybe(word: str, context: ToolRunContext | None = None) -> str:
+        return f"{word}:{context is not None and context.call_id}"
+
+    assert list(maybe.parameters["properties"]) == ["word"]
+    assert text(run(system, maybe, {"word": "hi"})) == "hi:c1"
+
 
 def test_async_functions_are_async_tools(system: ToolSystem) -> None:
     @tool(concurrency_safe=True, timeout_ms=500)

@@ -19,6 +19,7 @@ import functools
 import inspect
 import math
 import re
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Final, overload
@@ -68,8 +69,13 @@ def _always_safe(args: Any) -> bool:
 
 
 def _is_run_context(hint: Any) -> bool:
+    """``ToolRunContext``, also inside ``Annotated`` or as ``ToolRunContext | None``."""
     if typing.get_origin(hint) is typing.Annotated:
         hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if len(members) == 1:
+            hint = members[0]
     return isinstance(hint, type) and (hint.__module__, hint.__qualname__) == _RUN_CONTEXT
 
 
