@@ -388,6 +388,7 @@ _leaves = st.one_of(
 
 def _children(inner: Any) -> Any:
     return st.one_of(
+        inner,
         st.builds(lambda xs: {"anyOf": xs}, st.lists(inner, max_size=3)),
         st.builds(lambda xs: {"oneOf": xs}, st.lists(inner, min_size=1, max_size=3)),
         st.builds(lambda xs: {"allOf": xs}, st.lists(inner, min_size=1, max_size=2)),
