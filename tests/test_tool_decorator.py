@@ -503,3 +503,27 @@ def test_partials_and_callable_objects_are_tools(system: ToolSystem) -> None:
 
     with pytest.raises(TypeError, match="pass name= for a callable without __name__"):
         tool(functools.partial(repeat, 2))
+
+
+def test_string_annotations_may_name_classes_local_to_the_defining_function(
+    system: ToolSystem,
+) -> None:
+    class Local(msgspec.Struct):
+        value: int
+
+    @tool
+    def bare(item: Local) -> int:
+        return item.value
+
+    @tool(name="configured")
+    def configured(item: Local) -> int:
+        return item.value * 2
+
+    assert run(system, bare, {"item": {"value": 2}}).value == 2
+    assert run(system, configured, {"item": {"value": 2}}).value == 4
+
+    with pytest.raises(TypeError, match=r"cannot resolve the type annotations: name 'Nowhere'"):
+
+        @tool
+        def broken(item: Nowhere) -> int:  # type: ignore[name-defined]  # noqa: F821
+            return 0

@@ -19,6 +19,7 @@ import functools
 import inspect
 import math
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -62,6 +63,29 @@ def _annotated(fn: Any) -> Any:
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and callable(fn):
         return type(fn).__call__
     return fn
+
+
+def _caller_locals() -> Mapping[str, Any]:
+    """The local names where the decorator was applied (two frames up: past ``tool`` or
+    ``decorate``), for annotations that name classes defined inside a function."""
+    frame = sys._getframe(2)
+    return dict(frame.f_locals)
+
+
+def _type_hints(fn: Any, owner: str, caller_locals: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluated annotations; string annotations (``from __future__ import annotations``)
+    that name a class local to the defining function resolve through ``caller_locals``."""
+    target = _annotated(fn)
+    try:
+        return typing.get_type_hints(target, include_extras=True)
+    except NameError:
+        pass
+    except Exception as exc:
+        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
+    try:
+        return typing.get_type_hints(target, localns=dict(caller_locals), include_extras=True)
+    except Exception as exc:
+        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
 
 
 def _always_safe(args: Any) -> bool:
@@ -266,6 +290,7 @@ def _build(
     timeout_ms: float | None,
     render: Render | None,
     options: Mapping[str, Any],
+    caller_locals: Mapping[str, Any],
 ) -> ToolDefinition:
     owner = _owner(fn)
     if isinstance(fn, type) or not callable(fn):
@@ -290,10 +315,7 @@ def _build(
         raise TypeError(f"{owner}: concurrency_safe must be a bool or a callable(args)")
     if render is not None and not callable(render):
         raise TypeError(f"{owner}: render must be a callable(args, value)")
-    try:
-        hints = typing.get_type_hints(_annotated(fn), include_extras=True)
-    except Exception as exc:
-        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
+    hints = _type_hints(fn, owner, caller_locals)
     try:
         parsed = docstring_parser.parse(inspect.getdoc(fn) or "")
     except docstring_parser.ParseError as exc:
@@ -384,7 +406,7 @@ def tool(
     annotation msgspec cannot describe, a variadic parameter or a reserved parameter name.
     """
 
-    def decorate(function: Callable[..., Any]) -> ToolDefinition:
+    def build(function: Callable[..., Any], caller_locals: Mapping[str, Any]) -> ToolDefinition:
         return _build(
             function,
             name=name,
@@ -393,8 +415,13 @@ def tool(
             timeout_ms=timeout_ms,
             render=render,
             options=options,
+            caller_locals=caller_locals,
         )
 
     if fn is None:
+
+        def decorate(function: Callable[..., Any]) -> ToolDefinition:
+            return build(function, _caller_locals())
+
         return decorate
-    return decorate(fn)
+    return build(fn, _caller_locals())
