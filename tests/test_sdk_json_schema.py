@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsh_tools import tool
+from dsh_tools import assert_supported_json_schema, tool
 from dsh_tools.codebridge import SdkTool, render_sdk, render_sdk_declarations, sdk_type_expression
+from dsh_tools.registry import to_subset_schema
 
 DATA = Path(__file__).parent / "data"
 SERVERS = ("mcp_server_time", "mcp_server_git", "mcp_server_everything")
@@ -422,3 +423,22 @@ def test_any_json_schema_renders_parseable_and_stable_declarations(
     text = declarations(*tools)
     assert "TOneArgs = Any" not in text and "TwoOutput = Any" not in text
     assert declarations(*reversed(tools)) == text
+
+
+def test_real_output_schemas_projected_into_the_checked_subset_stay_typed() -> None:
+    """An adapter whose output contract must be in the checked subset registers the projection
+    of the server's ``outputSchema``; the binding's result is still fully typed."""
+    with_output = [t for server in SERVERS for t in recorded(server) if "outputSchema" in t]
+    assert {t["name"] for t in with_output} >= {"get_current_time", "convert_time"}
+    tools = []
+    for entry in with_output:
+        projected = to_subset_schema(entry["outputSchema"])
+        assert_supported_json_schema(projected)
+        tools.append(SdkTool(entry["name"], "", {"type": "object"}, projected))
+    text = declarations(*tools)
+    fields = rendered_fields(text)
+    assert fields and all("JsonValue" not in annotation for annotation in fields)
+    assert (
+        "class ConvertTimeOutput(TypedDict, extra_items=JsonValue):\n"
+        "    source: ConvertTimeOutputSource\n"
+    ) in text
