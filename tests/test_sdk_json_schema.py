@@ -388,13 +388,15 @@ _leaves = st.one_of(
 
 
 def _children(inner: Any) -> Any:
+    # Every branch draws from ``inner`` (hypothesis checks that the extension recurses).
     return st.one_of(
-        inner,
-        st.builds(lambda xs: {"anyOf": xs}, st.lists(inner, max_size=3)),
+        st.builds(lambda xs: {"anyOf": xs}, st.lists(inner, min_size=1, max_size=3)),
         st.builds(lambda xs: {"oneOf": xs}, st.lists(inner, min_size=1, max_size=3)),
         st.builds(lambda xs: {"allOf": xs}, st.lists(inner, min_size=1, max_size=2)),
         st.builds(lambda x: {"type": "array", "items": x}, inner),
-        st.builds(lambda xs: {"type": "array", "prefixItems": xs}, st.lists(inner, max_size=2)),
+        st.builds(
+            lambda xs: {"type": "array", "prefixItems": xs}, st.lists(inner, min_size=1, max_size=2)
+        ),
         st.builds(lambda x: {"type": "object", "additionalProperties": x}, inner),
         st.builds(
             lambda props, req, extra: {
@@ -403,7 +405,7 @@ def _children(inner: Any) -> Any:
                 "required": req,
                 **({} if extra is None else {"additionalProperties": extra}),
             },
-            st.dictionaries(_names, inner, max_size=3),
+            st.dictionaries(_names, inner, min_size=1, max_size=3),
             st.lists(_names, max_size=2),
             st.one_of(st.none(), st.booleans(), inner),
         ),
