@@ -65,6 +65,7 @@ class PoolEntry:
     __slots__ = (
         "call",
         "exclusive",
+        "frozen",
         "index",
         "payload",
         "record",
@@ -74,10 +75,13 @@ class PoolEntry:
         "task",
     )
 
-    def __init__(self, index: int, call: ExecuteCall, payload: Any = None) -> None:
+    def __init__(
+        self, index: int, call: ExecuteCall, payload: Any = None, *, frozen: bool = False
+    ) -> None:
         self.index = index
         self.call = call
         self.payload = payload
+        self.frozen = frozen  # the arguments are a snapshot already
         self.record: CallRecord | None = None
         self.stage: Stage | None = None
         self.state = _QUEUED
@@ -162,9 +166,19 @@ class DispatcherPoolActor(LoopActor):
             self._closed = True
         elif kind is LaneReady:
             self._busy = False
-        elif kind is not AbortPool:
+        elif kind is AbortPool:
+            self._interrupt_started(message.reason)
+        else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         self._pump()
+
+    def _interrupt_started(self, reason: Any) -> None:
+        """The pool aborted: every started, uncommitted call is interrupted (its async body's
+        task cancelled, its success committed as ``ABORTED``), whatever signal it holds."""
+        self.aborted = True
+        for entry in self._entries[self._commit_cursor : self._start_cursor]:
+            if entry.record is not None and entry.state != _DONE:
+                self._pipeline.interrupt(entry.record, reason)
 
     def on_failure(self, exc: BaseException) -> None:
         self._pump()
@@ -230,7 +244,7 @@ class DispatcherPoolActor(LoopActor):
         if exclusive:
             self._exclusive_active = True
         self._lane.started(entry)
-        record, stage = self._pipeline.begin(entry.call)
+        record, stage = self._pipeline.begin(entry.call, frozen=entry.frozen)
         entry.record = record
         if stage is not None:
             entry.stage = stage
