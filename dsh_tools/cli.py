@@ -115,7 +115,14 @@ class _ScriptedApproval:
         self.out = out
 
     def request(
-        self, *, agent: str, tool_name: str, call_id: str, signal: Any, reason: str = ""
+        self,
+        *,
+        agent: str,
+        tool_name: str,
+        call_id: str,
+        signal: Any,
+        arguments: Any = None,
+        reason: str = "",
     ) -> str:
         answer = "allowed-once" if "notes/" in reason else "rejected"
         print(

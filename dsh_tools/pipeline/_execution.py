@@ -53,6 +53,7 @@ class CallRecord:
         "signal_read",
         "stage",
         "stop_reason",
+        "thread",
         "token",
     )
 
@@ -96,6 +97,7 @@ class CallRecord:
         self.outer_cancelled = False
         self.inline = False  # running on the caller's own thread (blocking execute)
         self.reraise: BaseException | None = None
+        self.thread = 0  # the thread ``run`` runs on
 
     def view(self) -> ToolExecution:
         """The read-only view shared by hooks, guards, finalizers and observers."""

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
-import json
+import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Executor
@@ -47,6 +47,7 @@ from ..actors._frozen import EMPTY_LIST
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
 from ..registry._snapshot import SnapshotCell, ToolEntry
+from ._approval import unknown_outcome
 from ._execution import CallRecord, DispatchExecution, ToolRunContext
 from ._session import SessionLog
 
@@ -319,6 +320,7 @@ class Pipeline:
             own = AbortController()
         rec, stage = self.begin(call, own)
         rec.inline = inline
+        rec.thread = threading.get_ident()
         if outer is not None:
             rec.outer = outer
             rec.cancel_base = outer.cancelling()
@@ -437,6 +439,8 @@ class Pipeline:
             return None
         try:
             return self._decide(rec, ALLOW, False)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
         except BaseException as exc:
             return Stage(FINISH, self._fault(rec, exc))
 
@@ -459,6 +463,8 @@ class Pipeline:
                     "expected Allow(), Deny(reason) or Ask(reason)"
                 )
             return self._decide(rec, decision, approval_cancelled)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
         except BaseException as exc:
             return Stage(FINISH, self._fault(rec, exc))
 
@@ -499,6 +505,7 @@ class Pipeline:
             "tool_name": name,
             "call_id": rec.call_id,
             "signal": rec.signal,
+            "arguments": rec.arguments,
         }
         if ask.reason is not None:
             kwargs["reason"] = ask.reason
@@ -517,11 +524,7 @@ class Pipeline:
                     Deny(f'tool "{name}" requires approval, but no approval channel is available'),
                     False,
                 )
-        try:
-            shown = json.dumps(outcome)
-        except (TypeError, ValueError):
-            shown = repr(outcome)
-        raise ValueError(f"unreachable variant in ApprovalOutcome: {shown}")
+        raise unknown_outcome(outcome)
 
     def _evaluate_guards(self, rec: CallRecord) -> str | None:
         view = rec.view()
@@ -581,6 +584,8 @@ class Pipeline:
                     additional_contexts=_concat(rec.deferred, result.additional_contexts),
                 )
             return Stage(POST, _replace_if_aborted(rec, result))
+        except GeneratorExit:  # this coroutine is being closed
+            raise
         except BaseException as exc:
             rec.dispatch_signal = rec.signal
             rec.contexts_closed = True
@@ -621,6 +626,8 @@ class Pipeline:
                 value = await self._call_body(entry, rec, ToolRunContext(rec, fused), inline)
             except _BodyCancelled:
                 return cancelled("ABORTED", reason=_abort_reason(rec, fused))
+            except GeneratorExit:  # this coroutine is being closed
+                raise
             except BaseException as exc:  # the base never raises
                 return self._fault(rec, exc)
             rec.stage = "render"
@@ -628,6 +635,8 @@ class Pipeline:
                 value, content, meta = normalize_output(
                     entry.definition, rec.arguments, value, nested=rec.parent is not None
                 )
+            except GeneratorExit:  # this coroutine is being closed
+                raise
             except BaseException as exc:
                 return self._fault(rec, exc)
             success = ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
@@ -694,6 +703,8 @@ class Pipeline:
         self._check_outer(rec)
         if ok:
             return value
+        if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
+            raise RuntimeError("the tool body raised GeneratorExit") from value
         if isinstance(value, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
             raise _BodyCancelled
         raise value
@@ -768,6 +779,8 @@ class Pipeline:
             if rec.outer is not None:
                 self._check_outer(rec)
             return _replace_if_aborted(rec, result)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
         except BaseException as exc:
             failure = self._fault(rec, exc)
             if failure.settled_with is None and failure.abort_reason is not None:
@@ -842,6 +855,8 @@ class Pipeline:
                     except (LosslessJsonError, RecursionError) as exc:
                         raise ValueError(_NOT_LOSSLESS_RESULT) from exc
                     result = msgspec.structs.replace(result, content=frozen)
+            except GeneratorExit:  # this coroutine is being closed
+                raise
             except BaseException as exc:
                 result = self._fault(rec, exc)
             result = _stamped(result, rec.call_id)

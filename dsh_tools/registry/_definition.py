@@ -530,7 +530,7 @@ def classify(defn: ToolDefinition, arguments: Any) -> bool:
         return False
     try:
         verdict = classifier(arguments)
-    except (Exception, asyncio.CancelledError):
+    except BaseException:  # SystemExit included: a classifier must not stop the system loop
         return False
     if verdict is True:
         return True
