@@ -652,14 +652,15 @@ class Pipeline:
         self, entry: ToolEntry, rec: CallRecord, ctx: ToolRunContext, inline: bool
     ) -> Any:
         execute = entry.definition.execute
+        signal = object.__getattribute__(ctx, "_signal")  # not ctx.signal: the body reads that
         if entry.is_async:
-            return await self._run_task(rec, execute(rec.arguments, ctx), ctx.signal)
+            return await self._run_task(rec, execute(rec.arguments, ctx), signal)
         if inline:
             value = execute(rec.arguments, ctx)
         else:
             value = await self._run_in_worker(rec, execute, ctx)
         if inspect.isawaitable(value):
-            value = await self._run_task(rec, _awaited(value), ctx.signal)
+            value = await self._run_task(rec, _awaited(value), signal)
         return value
 
     async def _run_task(
@@ -733,9 +734,8 @@ class Pipeline:
             return result  # type: ignore[no-any-return]
         result_type = type(result)
         if result_type is ToolExecutionFailure:
-            return ToolExecutionFailure(
-                result.error, result.content, result.meta, result.additional_contexts
-            )
+            failure: ToolExecutionFailure = msgspec.structs.replace(result)
+            return failure
         if result_type is ToolExecutionSuccess:
             entry = self._cell.current.lookup(rec.name, rec.agent)
             if entry is None:
@@ -1000,7 +1000,9 @@ def _materialize(result: Any, call_id: str) -> ToolExecutionResult:
             and result.call_id == call_id
         ):
             return result  # type: ignore[no-any-return]
-        return ToolExecutionFailure(error, content, meta, contexts, call_id)
+        return msgspec.structs.replace(  # type: ignore[no-any-return]
+            result, content=content, meta=meta, additional_contexts=contexts, call_id=call_id
+        )
     except (LosslessJsonError, RecursionError, TypeError, ValueError):
         return ToolExecutionFailure(
             ToolFailure(_NOT_LOSSLESS_RESULT),
