@@ -539,11 +539,11 @@ def _nothing() -> None:
 def _read(text: str) -> tuple[Any, bool, str | None]:
     """``(value, frozen, refusal)`` for one argument text: the snapshot when it is lossless
     (``frozen``), the parsed value when it is not (the pipeline's snapshot then refuses it),
-    or ``(text, False, why)`` when the text is refused."""
+    or ``(text, True, why)`` when the text is refused."""
     try:
         value = read_arguments(text)
     except ArgumentsTextError as exc:
-        return text, False, str(exc)
+        return text, True, str(exc)  # never snapshotted: the call fails before it starts
     try:
         return snapshot_json(value), True, None
     except (ValueError, RecursionError, MemoryError):
