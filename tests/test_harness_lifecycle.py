@@ -112,10 +112,13 @@ system.tools.register(
         execute=lambda args, ctx: "hello",
     )
 )
-print(system.execute(ExecuteCall(call_id="c1", name="hello", arguments={})).value)
+def hello(call_id):
+    return ExecuteCall(call_id=call_id, name="hello", arguments={})
+
+print(system.execute(hello("c1")).value)
 print(system.execute_batch(ExecuteBatch(calls=[ToolCall("c2", "hello", "{}")])).results[0].value)
-print(system.ref.ask(ExecuteCall(call_id="c3", name="hello", arguments={})).value)
-print(asyncio.run(system.execute_async(ExecuteCall(call_id="c4", name="hello", arguments={}))).value)
+print(system.ref.ask(hello("c3")).value)
+print(asyncio.run(system.execute_async(hello("c4"))).value)
 ENDING
 """
 
