@@ -68,11 +68,13 @@ def _where(text: str, pos: int) -> str:
     return f"line {line}, column {column}"
 
 
-def read_arguments(text: str) -> Any:
+def read_arguments(text: str, *, gradual: bool = False) -> Any:
     """The value of a model's argument text, or ``ArgumentsTextError`` saying why it is not
     acceptable: longer than ``MAX_ARGUMENTS_CHARS``, a raw lone surrogate (not Unicode), not
     valid JSON (with the line and column), or nested deeper than ``MAX_ARGUMENTS_DEPTH``.
-    ``""`` reads as ``{}``."""
+    ``""`` reads as ``{}``. ``gradual`` skips msgspec (which holds the GIL for the whole text)
+    for the iterative reader, so that a thread reading a long text leaves other threads their
+    share of the interpreter."""
     if text == "":
         return {}
     if len(text) > MAX_ARGUMENTS_CHARS:
@@ -86,10 +88,11 @@ def read_arguments(text: str) -> Any:
                 f"arguments text is not valid Unicode: a lone surrogate U+{ord(raw.group()):04X} "
                 f"at {_where(text, raw.start())}"
             )
-    try:
-        return msgspec.json.decode(text)
-    except (msgspec.DecodeError, RecursionError):
-        pass  # see parse_arguments: the iterative reader decides, and says where it failed
+    if not gradual:
+        try:
+            return msgspec.json.decode(text)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # see parse_arguments: the iterative reader decides, and says where it failed
     try:
         return parse_json_text(text, max_depth=MAX_ARGUMENTS_DEPTH)
     except _Deep as exc:

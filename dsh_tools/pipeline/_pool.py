@@ -489,7 +489,7 @@ class BatchRunner:
         else:
             loop = asyncio.get_running_loop()
             read = await loop.run_in_executor(
-                self.system._executor, lambda: [_read(t) for t in texts]
+                self.system._executor, lambda: [_read(t, gradual=True) for t in texts]
             )
         entries = []
         for index, (tool_call, (value, frozen, refusal)) in enumerate(
@@ -528,7 +528,7 @@ class BatchRunner:
             self.pipeline.session.record_context(frozen, agent)
 
 
-_READ_ON_LOOP_CHARS = 64 * 2**10
+_READ_ON_LOOP_CHARS = 16 * 2**10
 """Batches whose argument texts are longer in total are read on a worker thread."""
 
 
@@ -536,12 +536,12 @@ def _nothing() -> None:
     return None
 
 
-def _read(text: str) -> tuple[Any, bool, str | None]:
+def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:
     """``(value, frozen, refusal)`` for one argument text: the snapshot when it is lossless
     (``frozen``), the parsed value when it is not (the pipeline's snapshot then refuses it),
     or ``(text, True, why)`` when the text is refused."""
     try:
-        value = read_arguments(text)
+        value = read_arguments(text, gradual=gradual and len(text) > _READ_ON_LOOP_CHARS)
     except ArgumentsTextError as exc:
         return text, True, str(exc)  # never snapshotted: the call fails before it starts
     try:
