@@ -229,3 +229,22 @@ def test_long_valid_argument_text_is_read_and_delivered(system: ToolSystem) -> N
 def test_a_duplicate_call_id_is_refused_up_front() -> None:
     with pytest.raises(ValueError, match="call_id 'c1' appears twice in the batch"):
         batch(("c1", "echo", "{}"), ("c2", "echo", "{}"), ("c1", "echo", "{}"))
+
+
+class QuotaExceeded(Exception):
+    """A harness-specific error class."""
+
+
+def test_the_exception_type_names_user_classes_by_module_and_package_errors_by_package(
+    system: ToolSystem,
+) -> None:
+    def over_quota(args: Any, ctx: Any) -> Any:
+        raise QuotaExceeded("monthly quota used up")
+
+    system.tools.register(fixture("quota", over_quota))
+    system.tools.register(echo())
+    quota = system.execute(call("quota"))
+    invalid = system.execute(call("echo", {"text": 5}))
+    assert quota.exception_type == f"{__name__}.QuotaExceeded"  # type: ignore[union-attr]
+    assert code_of(invalid) == "INVALID_ARGS"
+    assert invalid.exception_type == "dsh_tools.ToolArgsError"  # type: ignore[union-attr]

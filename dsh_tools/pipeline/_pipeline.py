@@ -119,11 +119,16 @@ def _failure(
 
 
 def exception_type_name(exc: BaseException) -> str:
-    """``KeyError`` for builtins, ``package.module.Name`` for everything else."""
+    """``KeyError`` for builtins, ``dsh_tools.ToolArgsError`` for this package's errors (all
+    exported at the top), ``package.module.Name`` for everything else."""
     cls = type(exc)
     module = getattr(cls, "__module__", "")
     name = getattr(cls, "__qualname__", cls.__name__)
-    return name if module in ("builtins", "") else f"{module}.{name}"
+    if module in ("builtins", ""):
+        return name
+    if module.startswith("dsh_tools."):
+        return f"dsh_tools.{name}"
+    return f"{module}.{name}"
 
 
 def failure_from_exception(exc: BaseException) -> ToolExecutionFailure:
