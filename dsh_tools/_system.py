@@ -542,11 +542,21 @@ class ToolSystem:
         return result
 
     def execute_batch(self, batch: ExecuteBatch, timeout: float | None = None) -> BatchOutcome:
-        """Run one model turn's calls in the dispatcher pool; results in model order."""
+        """Run one model turn's calls in the dispatcher pool; results in model order.
+
+        A ``KeyboardInterrupt`` while waiting (Ctrl-C) aborts the batch (reason ``"the caller
+        was interrupted"``; its calls still settle and record their results) and propagates."""
         self._check_running()
         if not isinstance(batch, ExecuteBatch):
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
-        outcome: BatchOutcome = self._call_on_loop(self._batches.run(batch), timeout=timeout)
+        control = AbortController()
+        try:
+            outcome: BatchOutcome = self._call_on_loop(
+                self._batches.run(batch, control), timeout=timeout
+            )
+        except KeyboardInterrupt:
+            control.abort("the caller was interrupted")
+            raise
         return outcome
 
     async def execute_batch_async(self, batch: ExecuteBatch) -> BatchOutcome:

@@ -135,3 +135,49 @@ def test_a_script_that_never_calls_stop_exits(ending: str, exit_code: int) -> No
     )
     assert done.returncode == exit_code, done.stderr
     assert done.stdout.split() == ["hello"] * 4
+
+
+CTRL_C = """
+import asyncio, os, signal, threading
+from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool
+
+started = threading.Event()
+
+
+async def wait_long(args, ctx):
+    started.set()
+    await asyncio.sleep(3600)
+    return "done"
+
+
+system = ToolSystem.start()
+system.tools.register(
+    define_tool(
+        name="wait_long",
+        description="Wait.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=wait_long,
+    )
+)
+threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "wait_long", "{}")]))
+except KeyboardInterrupt:
+    print("interrupted")
+for _ in range(1000):  # the batch settles on its own, before any stop()
+    results = [e.data for e in system.session.events if e.type == "tool/result"]
+    if results:
+        break
+    threading.Event().wait(0.01)
+print([r["error"]["code"] for r in results])
+system.stop()
+"""
+
+
+def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CTRL_C)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
