@@ -74,6 +74,25 @@ def test_a_ref_ask_in_flight_when_stop_is_called_receives_its_result() -> None:
     assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
 
 
+def test_stop_aborts_a_blocking_execute_running_on_another_thread() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    entered = threading.Event()
+
+    async def slow(args: Any, ctx: Any) -> Any:
+        entered.set()
+        await asyncio.sleep(3600)
+        return [block("slow")]
+
+    system.tools.register(fixture("slow", slow))
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute, ExecuteCall(call_id="c1", name="slow", arguments={}))
+        assert entered.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED"
+    assert result.abort_reason == "the tool system is stopping"
+
+
 def test_stop_aborts_a_call_awaited_on_another_event_loop() -> None:
     system = ToolSystem.start(code_runtime=None)
     system.tools.register(echo())
