@@ -10,7 +10,7 @@ Everything public is re-exported here; the sub-packages' private modules are not
 
 from msgspec import UNSET
 
-from ._system import DEFAULT, AgentScope, PluginHandle, ToolSystem
+from ._system import DEFAULT, STOP_GRACE_S, AgentScope, PluginHandle, ToolSystem
 from .actors import (
     AbortController,
     AbortError,
@@ -56,6 +56,10 @@ from .codebridge import (
 from .codebridge._bridge import CodeDispatchLog
 from .integrations import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 from .pipeline import (
+    MAX_ARGUMENTS_CHARS,
+    MAX_ARGUMENTS_DEPTH,
+    Approval,
+    ApprovalOutcome,
     DispatchExecution,
     SessionEvent,
     SessionLog,
@@ -108,6 +112,9 @@ from .registry import (
 
 __all__ = [
     "DEFAULT",
+    "MAX_ARGUMENTS_CHARS",
+    "MAX_ARGUMENTS_DEPTH",
+    "STOP_GRACE_S",
     "UNLISTED_TOOLS",
     "UNSET",
     "AbortController",
@@ -116,6 +123,8 @@ __all__ = [
     "Accept",
     "AgentScope",
     "Allow",
+    "Approval",
+    "ApprovalOutcome",
     "Ask",
     "AssembledPrompt",
     "BatchOutcome",

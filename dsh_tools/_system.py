@@ -17,9 +17,11 @@ than the whole pipeline).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Self
@@ -28,6 +30,7 @@ import pykka
 import structlog
 
 from .actors import (
+    AbortController,
     BatchOutcome,
     ExecuteBatch,
     ExecuteCall,
@@ -37,12 +40,32 @@ from .actors._config import ToolsConfig
 from .actors._protocol import CloseOwner, StopRegistry
 from .codebridge._assembly import AssembledPrompt, assemble
 from .pipeline import Pipeline, SessionLog, message_of
+from .pipeline._approval import Approval, as_approval
+from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner, new_pool_loop
 from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
 
-__all__ = ["AgentScope", "PluginHandle", "ToolSystem"]
+__all__ = ["STOP_GRACE_S", "AgentScope", "PluginHandle", "ToolSystem"]
 
 _log = structlog.get_logger("dsh_tools.system")
+
+STOP_GRACE_S = 5.0
+"""How long ``stop()`` waits for aborted calls to settle before it stops the actors."""
+
+# Systems not stopped yet: the interpreter stops them at exit, so a script that forgets
+# stop() (or dies of an exception) still exits, and every call it started gets its result.
+_running: weakref.WeakSet[ToolSystem] = weakref.WeakSet()
+
+
+def _stop_running_systems() -> None:
+    for system in list(_running):
+        try:
+            system.stop()
+        except Exception as exc:  # exiting anyway: say why, stop the others
+            _log.warning("stopping a tool system at exit failed", error=message_of(exc))
+
+
+atexit.register(_stop_running_systems)
 
 
 class _Default:
@@ -150,6 +173,8 @@ class FrontActor(pykka.ThreadingActor):
     asks may be in flight at once and a slow call never delays another.
     """
 
+    use_daemon_thread = True  # a forgotten stop() must not keep the process alive
+
     def __init__(self, system: ToolSystem) -> None:
         super().__init__()
         self._system = system
@@ -224,11 +249,12 @@ class ToolSystem:
         if not isinstance(config, ToolsConfig):
             raise TypeError(f"config must be a ToolsConfig, got {type(config).__name__}")
         self.config = config
-        self.approval = approval
+        self.approval = approval  # normalized by the setter
         if session is not None and not isinstance(session, SessionLog):
             raise TypeError(f"session must be a SessionLog, got {type(session).__name__}")
         self.session = session if session is not None else SessionLog()
         self._stopped = False
+        self._stopping = AbortController()  # batches abort when it does
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
         self._owners: list[pykka.ActorRef[Any]] = []
@@ -266,6 +292,16 @@ class ToolSystem:
         self.dispatch_spill: Any = None
         self._init_code_mode(code_runtime)
         self.ref = FrontActor.start(self)
+        _running.add(self)
+
+    @property
+    def approval(self) -> Approval | None:
+        """The approver ``Ask`` decisions are routed to (``None``: they are denied)."""
+        return self._approval
+
+    @approval.setter
+    def approval(self, value: Any) -> None:
+        self._approval = as_approval(value)
 
     @classmethod
     def start(
@@ -276,7 +312,9 @@ class ToolSystem:
         code_runtime: Any = DEFAULT,
         session: SessionLog | None = None,
     ) -> ToolSystem:
-        """Start a tool system. ``approval`` answers ``Ask`` decisions; ``code_runtime`` runs
+        """Start a tool system. ``approval`` answers ``Ask`` decisions: an ``Approval`` (an
+        object with a ``request`` method) or a function or ``async def`` taking the same
+        keywords (``TypeError`` for anything else); ``code_runtime`` runs
         Code Mode programs (``DEFAULT``: the subprocess runtime; ``None``: none); ``session``
         is the log to record into (for example ``SessionLog(max_events=10_000)``)."""
         return cls(config, approval=approval, code_runtime=code_runtime, session=session)
@@ -332,7 +370,15 @@ class ToolSystem:
         return not self._stopped
 
     def stop(self) -> None:
-        """Stop every actor, the event loop, the worker threads and any code runtime."""
+        """Stop every actor, the event loop, the worker threads and any code runtime.
+
+        Calls in flight are aborted first (reason ``"the tool system is stopping"``: their
+        signals abort where the system owns them, async bodies are cancelled, batches stop
+        starting calls) and given up to ``STOP_GRACE_S`` seconds to settle, so every started
+        call records its one ``tool/result`` and its caller gets its result. A body still
+        running after that is left to its worker thread and its waiter fails with
+        ``RuntimeError``. Calls submitted after ``stop()`` raise ``RuntimeError``.
+        """
         with self._lock:
             if self._stopped:
                 return
@@ -341,6 +387,10 @@ class ToolSystem:
             self._scopes.clear()
             owners = list(self._owners)
             self._owners.clear()
+        _running.discard(self)
+        self._stopping.abort(STOPPING_REASON)
+        self.pipeline.interrupt_all(STOPPING_REASON)
+        self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         runtime = self.code_runtime
         if runtime is not None and getattr(self, "_owns_runtime", False):
             try:
@@ -370,9 +420,27 @@ class ToolSystem:
             if thread is not current:
                 thread.join(timeout=2)
 
+    def _settle_in_flight(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for work on the system loop and for calls on other
+        threads; never for work this very thread would have to run."""
+        current = threading.get_ident()
+        if current == self._loop_thread.ident:
+            return
+        with self._lock:
+            pending = list(self._pending)
+        if pending:
+            concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        while time.monotonic() < deadline:
+            others = [rec for rec in list(self.pipeline.live) if rec.thread != current]
+            if not others:
+                return
+            time.sleep(0.005)
+
     def _check_running(self) -> None:
         if self._stopped:
-            raise RuntimeError("the tool system is stopped")
+            raise RuntimeError(
+                "the tool system is stopped; start a new one with ToolSystem.start()"
+            )
 
     # --- handles -------------------------------------------------------------------------------
 
@@ -468,23 +536,52 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute_async() takes an ExecuteCall, got {type(call).__name__}")
-        result: ToolExecutionResult = await self.pipeline.run(call, inline=False)
+        result: ToolExecutionResult = await self.pipeline.run(
+            call, inline=False, outer=asyncio.current_task()
+        )
         return result
 
     def execute_batch(self, batch: ExecuteBatch, timeout: float | None = None) -> BatchOutcome:
-        """Run one model turn's calls in the dispatcher pool; results in model order."""
+        """Run one model turn's calls in the dispatcher pool; results in model order.
+
+        A ``KeyboardInterrupt`` while waiting (Ctrl-C) aborts the batch (reason ``"the caller
+        was interrupted"``; its calls still settle and record their results) and propagates."""
         self._check_running()
         if not isinstance(batch, ExecuteBatch):
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
-        outcome: BatchOutcome = self._call_on_loop(self._batches.run(batch), timeout=timeout)
+        control = AbortController()
+        try:
+            outcome: BatchOutcome = self._call_on_loop(
+                self._batches.run(batch, control), timeout=timeout
+            )
+        except KeyboardInterrupt:
+            control.abort("the caller was interrupted")
+            raise
         return outcome
 
     async def execute_batch_async(self, batch: ExecuteBatch) -> BatchOutcome:
-        """``execute_batch`` for callers on an event loop (the batch runs on the system loop)."""
+        """``execute_batch`` for callers on an event loop (the batch runs on the system loop).
+
+        Cancelling the awaiting task aborts the batch (reason ``"the awaiting task was
+        cancelled"``), waits for it to settle (every started call commits its result and
+        event, the rest are ``ABORTED_BEFORE_DISPATCH``), then raises ``CancelledError``."""
         self._check_running()
-        future = self._submit(self._batches.run(batch))
-        outcome: BatchOutcome = await asyncio.wrap_future(future)
-        return outcome
+        if not isinstance(batch, ExecuteBatch):
+            raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
+        control = AbortController()
+        future = self._submit(self._batches.run(batch, control))
+        waiter = asyncio.wrap_future(future)
+        try:
+            outcome: BatchOutcome = await asyncio.shield(waiter)
+            return outcome
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                raise
+            control.abort(CANCELLED_REASON)
+            while not waiter.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(waiter)
+            raise
 
     def _call_on_loop(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
         if threading.current_thread() is self._loop_thread:
@@ -516,8 +613,8 @@ class ToolSystem:
         async def watch() -> None:
             try:
                 await awaitable
-            except (Exception, asyncio.CancelledError) as exc:
-                _log.warning(label + message_of(exc), **(fields or {}))
+            except BaseException as exc:  # SystemExit included: the loop must survive
+                _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
 
         try:
             asyncio.run_coroutine_threadsafe(watch(), self._loop)

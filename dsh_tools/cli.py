@@ -121,7 +121,14 @@ class _ScriptedApproval:
         self.decided_by = decided_by
 
     def request(
-        self, *, agent: str, tool_name: str, call_id: str, signal: Any, reason: str = ""
+        self,
+        *,
+        agent: str,
+        tool_name: str,
+        call_id: str,
+        signal: Any,
+        arguments: Any = None,
+        reason: str = "",
     ) -> str:
         answer = "allowed-once" if "notes/" in reason else "rejected"
         print(

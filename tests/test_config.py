@@ -33,7 +33,13 @@ def test_defaults() -> None:
         ("max_wall_ms", "1", TypeError, "max_wall_ms must be a positive number"),
         ("max_inline_bytes", 0, ValueError, "max_inline_bytes must be a positive integer"),
         ("tool_order", "a", TypeError, "tool_order must be a list of tool names"),
-        ("tool_order", ["<unlisted-tools>", "<unlisted-tools>"], ValueError, "at most once"),
+        (
+            "tool_order",
+            ["<unlisted-tools>", "<unlisted-tools>"],
+            ValueError,
+            'tool_order must be a list with the "<unlisted-tools>" marker at most once',
+        ),
+        ("tool_order", ["a", "b", "a"], ValueError, "tool_order must be a list of distinct names"),
         ("tool_order", ["a", 1], TypeError, "tool_order[1] must be a str"),
     ],
 )

@@ -116,7 +116,8 @@ def test_definition_holds_frozen_compiled_schemas_detached_from_the_author() -> 
     [
         ({"name": ""}, "define_tool: name must be a non-empty str"),
         ({"description": None}, "define_tool(t): description must be a str"),
-        ({"output": {"schema": {"type": "json"}}}, "define_tool(t): output must be ToolOutput"),
+        ({"output": {"schema": {"type": "json"}}}, "define_tool(t): must declare output as"),
+        ({"output": None}, "define_tool(t): must declare output as ToolOutput"),
         ({"execute": "nope"}, "define_tool(t): execute must be callable"),
         ({"is_concurrency_safe": True}, "define_tool(t): is_concurrency_safe must be callable"),
     ],

@@ -289,7 +289,7 @@ def test_arguments_that_are_not_an_object_fail_before_the_request(
 ) -> None:
     system, _ = shared
     outcome = system.execute_batch(
-        ExecuteBatch(calls=[ToolCall("x", "echo", "not json")]), timeout=WAIT
+        ExecuteBatch(calls=[ToolCall("x", "echo", "[1, 2]")]), timeout=WAIT
     )
     assert failure(outcome.results[0])["error"] == {
         "message": "invalid arguments: arguments must be a JSON object",

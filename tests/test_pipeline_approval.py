@@ -108,6 +108,7 @@ def test_rp72_an_allowed_once_answer_runs_the_call(make_system: Any) -> None:
         "agent": "A",
         "tool_name": "echo",
         "call_id": "c1",
+        "arguments": {"text": "hi"},
         "reason": "hook wants a human",
         "signal": signal,
     }
@@ -160,7 +161,10 @@ def test_rp74_an_unknown_outcome_is_unreachable_and_skips_post(make_system: Any)
     result = system.execute(call(agent="A"))
     assert result.is_error
     assert "unreachable" in text(result)
-    assert text(result) == 'Error: unreachable variant in ApprovalOutcome: "yolo"'
+    assert text(result) == (
+        'Error: unreachable variant in ApprovalOutcome: the approver returned "yolo"; '
+        'expected one of "allowed-once", "rejected", "cancelled", "unavailable"'
+    )
     assert stages.post == []
     assert stages.body == []
 
@@ -182,9 +186,7 @@ def run_pending(system: ToolSystem, answerer: PendingAnswerer, outcome: str) -> 
     controller = AbortController()
 
     async def scenario() -> Any:
-        task = asyncio.create_task(
-            system.execute_async(call(agent="A", signal=controller.signal))
-        )
+        task = asyncio.create_task(system.execute_async(call(agent="A", signal=controller.signal)))
         await await_event(answerer.asked)
         controller.abort()
         answerer.answer(outcome)

@@ -112,7 +112,8 @@ def test_rp110_an_abort_during_pre_execute_commits_that_call_and_skips_the_rest(
 
 
 def test_rp111_abort_drains_started_calls_then_pairs_the_rest(system: ToolSystem) -> None:
-    gates = Gates("async")
+    # Plain bodies: an abort cannot interrupt them, so the drain visibly waits for them.
+    gates = Gates("thread")
     system.tools.register(gates.tool())
     seen = Registry(system)
     add_context_after_post(system)

@@ -1,9 +1,9 @@
 """A batch's argument text: how the raw JSON text the model sent becomes the arguments.
 
 ``""`` is ``{}``; valid JSON is its value; a syntax error (``NaN`` and ``Infinity`` included)
-leaves the raw text as the arguments; valid JSON that is not lossless (``-0.0``, ``1e400``, an
-integer out of range, a lone surrogate) is an argument-snapshot failure. Text nested 5,000
-levels deep parses.
+is ``INVALID_ARGS`` saying the text is not valid JSON and where, and the body never runs; valid
+JSON that is not lossless (``-0.0``, ``1e400``, an integer out of range, an escaped lone
+surrogate) is an argument-snapshot failure. Text nested 5,000 levels deep parses.
 """
 
 from __future__ import annotations
@@ -47,27 +47,37 @@ def test_rp115_empty_text_is_an_empty_object(system: ToolSystem) -> None:
     assert receiver.received == {"c1": {}}
 
 
-def test_rp115_text_that_is_not_json_is_passed_as_the_raw_string(system: ToolSystem) -> None:
+def test_text_that_is_not_json_is_invalid_args_saying_where(system: ToolSystem) -> None:
     receiver = Receiver(system)
-    run(system, "not json")
-    assert receiver.received == {"c1": "not json"}
+    outcome = run(system, "not json")
+    assert receiver.received == {}
+    assert code(outcome.results[0]) == "INVALID_ARGS"
+    assert text(outcome.results[0]) == (
+        "Error: invalid arguments: arguments are not valid JSON: unexpected character 'n' "
+        "at line 1, column 1"
+    )
     [call_event] = [e for e in system.session.events if e.type == "tool/call"]
     assert call_event.data["arguments"] == "not json"
 
 
-def test_rp115_nan_is_not_json_and_stays_the_raw_string(system: ToolSystem) -> None:
-    receiver = Receiver(system)
-    run(system, "NaN")
-    assert receiver.received == {"c1": "NaN"}
+def test_truncated_json_names_the_line_and_column_where_it_ends(system: ToolSystem) -> None:
+    Receiver(system)
+    outcome = run(system, '{\n  "path": "notes.md",\n  "text": "unfinished')
+    assert code(outcome.results[0]) == "INVALID_ARGS"
+    assert "arguments are not valid JSON" in text(outcome.results[0])
+    assert "line 3, column 11" in text(outcome.results[0])
 
 
 @pytest.mark.parametrize(
-    "raw", ["Infinity", "-Infinity", '{"a": NaN}', "[1,]", "{'a': 1}", " ", "01", "1.", "+1"]
+    "raw",
+    ["NaN", "Infinity", "-Infinity", '{"a": NaN}', "[1,]", "{'a': 1}", " ", "01", "1.", "+1"],
 )
-def test_syntax_errors_leave_the_raw_text(system: ToolSystem, raw: str) -> None:
+def test_syntax_errors_are_invalid_args(system: ToolSystem, raw: str) -> None:
     receiver = Receiver(system)
-    run(system, raw)
-    assert receiver.received == {"c1": raw}
+    outcome = run(system, raw)
+    assert receiver.received == {}
+    assert code(outcome.results[0]) == "INVALID_ARGS"
+    assert "arguments are not valid JSON" in text(outcome.results[0])
 
 
 def test_valid_json_arrives_as_its_value_and_the_event_keeps_the_raw_text(
@@ -142,11 +152,12 @@ def test_text_nested_5000_levels_deep_parses(system: ToolSystem) -> None:
     assert depth_of(receiver.received["c2"]) == 5000
 
 
-def test_deep_text_with_a_syntax_error_stays_raw(system: ToolSystem) -> None:
+def test_deep_text_with_a_syntax_error_is_invalid_args(system: ToolSystem) -> None:
     receiver = Receiver(system)
     broken = "[" * 5000 + "]" * 4999
-    run(system, broken)
-    assert receiver.received == {"c1": broken}
+    outcome = run(system, broken)
+    assert receiver.received == {}
+    assert "not valid JSON: expected ',' or ']' at line 1, column 10000" in text(outcome.results[0])
 
 
 def test_deep_text_that_is_not_lossless_fails_the_snapshot(system: ToolSystem) -> None:

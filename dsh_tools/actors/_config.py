@@ -84,8 +84,13 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
                 if type(name) is not str:
                     raise TypeError(f"tool_order[{index}] must be a str")
             if names.count(UNLISTED_TOOLS) > 1:
-                raise ValueError(f'tool_order must list "{UNLISTED_TOOLS}" at most once')
+                raise ValueError(
+                    f'tool_order must be a list with the "{UNLISTED_TOOLS}" marker at most once'
+                )
             duplicates = sorted({n for n in names if names.count(n) > 1} - {UNLISTED_TOOLS})
             if duplicates:
-                raise ValueError(f'tool_order must not list "{duplicates[0]}" twice')
+                raise ValueError(
+                    f'tool_order must be a list of distinct names; "{duplicates[0]}" is listed '
+                    "twice"
+                )
             msgspec.structs.force_setattr(self, "tool_order", names)

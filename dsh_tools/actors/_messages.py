@@ -121,7 +121,19 @@ class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
 class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     """A failed call: ``error`` says why and ``content`` is what the model sees.
 
-    ``call_id`` names the call this result answers, as on ``ToolExecutionSuccess``.
+    ``call_id`` names the call this result answers, as on ``ToolExecutionSuccess``. Three
+    more fields are for the harness only; the model never sees them and ``to_dict()`` leaves
+    them out, so ``error`` keeps its fixed shape:
+
+    - ``exception_type``: the type of the exception the failure was made from (``"KeyError"``,
+      ``"mypkg.errors.QuotaError"``), or ``""`` when no exception was involved (a denial, a
+      block, a cancellation).
+    - ``abort_reason``: for ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH``, ``str()`` of the abort's
+      reason (the signal's reason, ``"the awaiting task was cancelled"``, ``"the tool system is
+      stopping"``); ``None`` otherwise.
+    - ``settled_with``: for ``ABORTED``, what the body settled with when cancellation replaced
+      it (a ``ToolExecutionSuccess`` whose value the model was not shown: a read that finished
+      before the user pressed stop, say); ``None`` when the body ended by its cancellation.
     """
 
     error: ToolFailure
@@ -129,6 +141,9 @@ class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     meta: Any = UNSET
     additional_contexts: Sequence[Any] = EMPTY_LIST
     call_id: str = ""
+    exception_type: str = ""
+    abort_reason: str | None = None
+    settled_with: Any = None
 
     @property
     def is_error(self) -> bool:
@@ -233,7 +248,9 @@ class ToolCall(msgspec.Struct, frozen=True):
 
 
 class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
-    """Run one model turn's calls in the dispatcher pool; results come back in model order."""
+    """Run one model turn's calls in the dispatcher pool; results come back in model order.
+
+    Call ids must be unique within a batch (``ValueError`` naming the duplicate)."""
 
     calls: Sequence[ToolCall]
     agent: str | None = None
@@ -242,9 +259,16 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         calls = tuple(self.calls)
+        seen: set[str] = set()
         for index, call in enumerate(calls):
             if not isinstance(call, ToolCall):
                 raise TypeError(f"ExecuteBatch.calls[{index}] must be a ToolCall")
+            if call.call_id in seen:
+                raise ValueError(
+                    f"ExecuteBatch.calls[{index}]: call_id {call.call_id!r} appears twice in "
+                    "the batch; call ids must be unique"
+                )
+            seen.add(call.call_id)
         msgspec.structs.force_setattr(self, "calls", calls)
         _check_signal_and_agent(self, "ExecuteBatch")
         if self.max_parallel is not None:

@@ -155,8 +155,8 @@ class AbortSignal:
 def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
     try:
         fn(reason)
-    except (Exception, asyncio.CancelledError) as exc:  # a failing listener stops no other
-        _log.warning("abort callback failed", error=repr(exc))
+    except BaseException as exc:  # a failing listener stops no other, nor the loop it runs on
+        _log.warning("abort callback failed", error=repr(exc), exc_info=exc)
 
 
 class AbortController:

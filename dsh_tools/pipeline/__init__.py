@@ -1,8 +1,14 @@
 """The pipeline layer: the per-call stages, execution views, the dispatcher pool, the session
 log and the timeout policy."""
 
+from ._approval import Approval, ApprovalOutcome
 from ._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
-from ._json_text import parse_arguments, parse_json_text
+from ._json_text import (
+    MAX_ARGUMENTS_CHARS,
+    MAX_ARGUMENTS_DEPTH,
+    parse_arguments,
+    parse_json_text,
+)
 from ._pipeline import (
     DISPATCH,
     FINISH,
@@ -21,7 +27,11 @@ from ._timeout import timeout_policy
 __all__ = [
     "DISPATCH",
     "FINISH",
+    "MAX_ARGUMENTS_CHARS",
+    "MAX_ARGUMENTS_DEPTH",
     "POST",
+    "Approval",
+    "ApprovalOutcome",
     "BatchRunner",
     "CallRecord",
     "DispatchExecution",

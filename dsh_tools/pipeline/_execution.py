@@ -27,7 +27,12 @@ class CallRecord:
         "agent",
         "arguments",
         "body_invoked",
+        "body_loop",
+        "body_signal",
+        "body_task",
         "call_id",
+        "cancel_base",
+        "cancel_sent",
         "canonical",
         "contexts_closed",
         "deferred",
@@ -35,11 +40,20 @@ class CallRecord:
         "entry",
         "exec_view",
         "finalizer",
+        "inline",
         "name",
+        "outer",
+        "outer_cancelled",
+        "own",
         "parent",
+        "reraise",
         "resolve",
         "sealed",
         "signal",
+        "signal_read",
+        "stage",
+        "stop_reason",
+        "thread",
         "token",
     )
 
@@ -69,6 +83,21 @@ class CallRecord:
         self.dispatch_signal: AbortSignal = signal
         self.exec_view: ToolExecution | None = None
         self.resolve: Any = None
+        # Cancellation and fault bookkeeping (see Pipeline.interrupt and Pipeline._fault).
+        self.stage = "prepare"  # which user code runs now, for fault logs
+        self.stop_reason: Any = None  # set when the pipeline itself aborted the call
+        self.own: Any = None  # an AbortController the pipeline owns for this call's signal
+        self.body_task: Any = None  # the async body's task while it runs
+        self.body_loop: Any = None
+        self.body_signal: AbortSignal | None = None
+        self.signal_read = False  # the body asked its context for its signal
+        self.cancel_sent = False  # the pipeline cancelled the body's task
+        self.outer: Any = None  # the awaiting task (execute_async), whose cancellation counts
+        self.cancel_base = 0
+        self.outer_cancelled = False
+        self.inline = False  # running on the caller's own thread (blocking execute)
+        self.reraise: BaseException | None = None
+        self.thread = 0  # the thread ``run`` runs on
 
     def view(self) -> ToolExecution:
         """The read-only view shared by hooks, guards, finalizers and observers."""
@@ -158,7 +187,11 @@ class ToolRunContext(_ReadOnly):
 
     @property
     def signal(self) -> AbortSignal:
-        """The signal the body must observe (the caller's, fused with any wrapper's)."""
+        """The signal the body must observe (the caller's, fused with any wrapper's).
+
+        A body that reads it is trusted to observe it: when it aborts, the body's task is not
+        cancelled (the body settles its own way). A body that never reads it is cancelled."""
+        self._record.signal_read = True
         signal: AbortSignal = object.__getattribute__(self, "_signal")
         return signal
 

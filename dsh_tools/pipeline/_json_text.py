@@ -18,7 +18,23 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["parse_arguments", "parse_json_text"]
+__all__ = [
+    "MAX_ARGUMENTS_CHARS",
+    "MAX_ARGUMENTS_DEPTH",
+    "ArgumentsTextError",
+    "parse_arguments",
+    "parse_json_text",
+    "read_arguments",
+]
+
+MAX_ARGUMENTS_CHARS = 4 * 2**20
+"""The longest argument text a batch call may carry (characters); longer is ``INVALID_ARGS``."""
+
+MAX_ARGUMENTS_DEPTH = 10_000
+"""How deep a batch call's argument text may nest arrays and objects; deeper is
+``INVALID_ARGS``."""
+
+_RAW_SURROGATE = re.compile("[\ud800-\udfff]")
 
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?")
@@ -42,8 +58,71 @@ def parse_arguments(text: str) -> Any:
         return text
 
 
-def parse_json_text(text: str) -> Any:
-    """Parse strict JSON (no NaN/Infinity literals) iteratively; ``ValueError`` on bad syntax."""
+class ArgumentsTextError(ValueError):
+    """A call's argument text that the pipeline refuses; the message says what and where."""
+
+
+def _where(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f"line {line}, column {column}"
+
+
+def read_arguments(text: str, *, gradual: bool = False) -> Any:
+    """The value of a model's argument text, or ``ArgumentsTextError`` saying why it is not
+    acceptable: longer than ``MAX_ARGUMENTS_CHARS``, a raw lone surrogate (not Unicode), not
+    valid JSON (with the line and column), or nested deeper than ``MAX_ARGUMENTS_DEPTH``.
+    ``""`` reads as ``{}``. ``gradual`` skips msgspec (which holds the GIL for the whole text)
+    for the iterative reader, so that a thread reading a long text leaves other threads their
+    share of the interpreter."""
+    if text == "":
+        return {}
+    if len(text) > MAX_ARGUMENTS_CHARS:
+        raise ArgumentsTextError(
+            f"arguments text is {len(text):,} characters long; the limit is {MAX_ARGUMENTS_CHARS:,}"
+        )
+    if not text.isascii():
+        raw = _RAW_SURROGATE.search(text)
+        if raw is not None:
+            raise ArgumentsTextError(
+                f"arguments text is not valid Unicode: a lone surrogate U+{ord(raw.group()):04X} "
+                f"at {_where(text, raw.start())}"
+            )
+    if not gradual:
+        try:
+            return msgspec.json.decode(text)
+        except (msgspec.DecodeError, RecursionError):
+            pass  # see parse_arguments: the iterative reader decides, and says where it failed
+    try:
+        return parse_json_text(text, max_depth=MAX_ARGUMENTS_DEPTH)
+    except _Deep as exc:
+        raise ArgumentsTextError(
+            f"arguments nest deeper than {MAX_ARGUMENTS_DEPTH:,} levels (at "
+            f"{_where(text, exc.pos)})"
+        ) from None
+    except ValueError as exc:
+        pos = getattr(exc, "pos", None)
+        reason = str(getattr(exc, "msg", None) or exc).removesuffix(" at")
+        where = f" at {_where(text, pos)}" if type(pos) is int else ""
+        raise ArgumentsTextError(f"arguments are not valid JSON: {reason}{where}") from None
+
+
+class _SyntaxError(ValueError):
+    """Bad JSON syntax at ``pos``."""
+
+    def __init__(self, msg: str, pos: int) -> None:
+        super().__init__(f"{msg} at offset {pos}")
+        self.msg = msg
+        self.pos = pos
+
+
+class _Deep(_SyntaxError):
+    """Nesting deeper than allowed at ``pos``."""
+
+
+def parse_json_text(text: str, max_depth: int | None = None) -> Any:
+    """Parse strict JSON (no NaN/Infinity literals) iteratively; ``ValueError`` on bad syntax
+    (or on nesting deeper than ``max_depth``)."""
     pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
     stack: list[Any] = []  # open containers: a list, or an _Object (dict + pending key)
     root: Any = None
@@ -51,7 +130,9 @@ def parse_json_text(text: str) -> Any:
     n = len(text)
     while True:
         if pos >= n:
-            raise ValueError("unexpected end of JSON text")
+            raise _SyntaxError("unexpected end of JSON text", pos)
+        if max_depth is not None and len(stack) >= max_depth:
+            raise _Deep("too deep", pos)
         ch = text[pos]
         value: Any
         if ch == "{":
@@ -93,7 +174,7 @@ def parse_json_text(text: str) -> Any:
                         pos += len(literal)
                         break
                 else:
-                    raise ValueError(f"invalid JSON at offset {pos}")
+                    raise _SyntaxError(f"unexpected character {text[pos]!r}", pos)
         # attach the finished value, closing containers as far as the text says
         while True:
             pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
@@ -117,10 +198,10 @@ def parse_json_text(text: str) -> Any:
                 stack.pop()
                 value = top if closer == "]" else top.value
                 continue
-            raise ValueError(f"expected ',' or '{closer}' at offset {pos}")
+            raise _SyntaxError(f"expected ',' or '{closer}'", pos)
         if have_root:
             if pos != n:
-                raise ValueError(f"extra data at offset {pos}")
+                raise _SyntaxError("extra data after the JSON value", pos)
             return root
 
 
@@ -134,10 +215,10 @@ class _Object:
 
 def _read_key(text: str, pos: int, container: _Object) -> int:
     if pos >= len(text) or text[pos] != '"':
-        raise ValueError(f"expected a string key at offset {pos}")
+        raise _SyntaxError("expected a string key", pos)
     key, pos = scanstring(text, pos + 1, True)
     pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
     if pos >= len(text) or text[pos] != ":":
-        raise ValueError(f"expected ':' at offset {pos}")
+        raise _SyntaxError("expected ':'", pos)
     container.key = key
     return _WS.match(text, pos + 1).end()  # type: ignore[union-attr]

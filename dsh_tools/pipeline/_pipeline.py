@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
-import json
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from concurrent.futures import Executor
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -20,6 +23,8 @@ import structlog
 from msgspec import UNSET
 
 from ..actors import (
+    AbortController,
+    AbortSignal,
     Accept,
     Allow,
     Ask,
@@ -39,20 +44,31 @@ from ..actors import (
     any_signal,
 )
 from ..actors._frozen import EMPTY_LIST
+from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
 from ..registry._snapshot import SnapshotCell, ToolEntry
+from ._approval import unknown_outcome
 from ._execution import CallRecord, DispatchExecution, ToolRunContext
 from ._session import SessionLog
 
 __all__ = [
+    "CANCELLED_REASON",
     "DISPATCH",
     "FINISH",
     "POST",
+    "STOPPING_REASON",
     "Pipeline",
     "Stage",
+    "exception_type_name",
     "failure_from_exception",
     "message_of",
 ]
+
+CANCELLED_REASON = "the awaiting task was cancelled"
+"""The abort reason of a call whose awaiting task (``execute_async``, a batch) was cancelled."""
+
+STOPPING_REASON = "the tool system is stopping"
+"""The abort reason of a call that ``ToolSystem.stop()`` interrupted."""
 
 _log = structlog.get_logger("dsh_tools.pipeline")
 
@@ -102,8 +118,22 @@ def _failure(
     )
 
 
+def exception_type_name(exc: BaseException) -> str:
+    """``KeyError`` for builtins, ``dsh_tools.ToolArgsError`` for this package's errors (all
+    exported at the top), ``package.module.Name`` for everything else."""
+    cls = type(exc)
+    module = getattr(cls, "__module__", "")
+    name = getattr(cls, "__qualname__", cls.__name__)
+    if module in ("builtins", ""):
+        return name
+    if module.startswith("dsh_tools."):
+        return f"dsh_tools.{name}"
+    return f"{module}.{name}"
+
+
 def failure_from_exception(exc: BaseException) -> ToolExecutionFailure:
-    """The normalized failure for an exception: ``Error: <message>``, info for harness errors."""
+    """The normalized failure for an exception: ``Error: <message>``, info for harness errors,
+    and the exception's type in ``exception_type`` (not shown to the model)."""
     message = message_of(exc)
     info: Any = UNSET
     if isinstance(exc, HarnessError):
@@ -113,8 +143,11 @@ def failure_from_exception(exc: BaseException) -> ToolExecutionFailure:
                 info = ToolErrorInfo(name, code)
         except Exception:
             info = UNSET
-    result: ToolExecutionFailure = _failure(message, info)
-    return result
+    return ToolExecutionFailure(
+        ToolFailure(message, info),
+        _text("Error: " + message),
+        exception_type=exception_type_name(exc),
+    )
 
 
 _ABORT_INFO = {
@@ -127,9 +160,63 @@ _ABORT_TEXT = {
 }
 
 
-def cancelled(code: str, contexts: Any = EMPTY_LIST, *, call_id: str = "") -> ToolExecutionFailure:
-    """The exact ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH`` failure, keeping ``contexts``."""
-    result: ToolExecutionFailure = _failure(_ABORT_TEXT[code], _ABORT_INFO[code], contexts, call_id)
+def cancelled(
+    code: str,
+    contexts: Any = EMPTY_LIST,
+    *,
+    call_id: str = "",
+    reason: Any = None,
+    settled: ToolExecutionResult | None = None,
+) -> ToolExecutionFailure:
+    """The exact ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH`` failure, keeping ``contexts``; the
+    abort's ``reason`` and what the body ``settled`` with ride along for the harness."""
+    text = _ABORT_TEXT[code]
+    return ToolExecutionFailure(
+        ToolFailure(text, _ABORT_INFO[code]),
+        _text("Error: " + text),
+        UNSET,
+        contexts,
+        call_id,
+        abort_reason=None if reason is None else _reason_text(reason),
+        settled_with=settled,
+    )
+
+
+def _reason_text(reason: Any) -> str:
+    if type(reason) is str:
+        return reason
+    try:
+        text = str(reason)
+    except Exception:
+        return "<unprintable abort reason>"
+    return text if type(text) is str else "<unprintable abort reason>"
+
+
+class _BodyCancelled(Exception):
+    """The body ended by the cancellation the pipeline (or the awaiting task) asked for."""
+
+
+def _aborted(rec: CallRecord) -> bool:
+    """Whether the caller's signal aborted or the pipeline interrupted the call."""
+    return rec.signal.aborted or rec.stop_reason is not None
+
+
+def _abort_reason(rec: CallRecord, signal: AbortSignal | None = None) -> Any:
+    if rec.signal.aborted:
+        return rec.signal.reason
+    if signal is not None and signal.aborted:
+        return signal.reason
+    return rec.stop_reason
+
+
+def _replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    """D4 / P2: a success of a call that was aborted meanwhile becomes the cancellation result
+    (keeping the success in ``settled_with``)."""
+    if not result.is_error and _aborted(rec):
+        code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+        return cancelled(
+            code, result.additional_contexts, reason=_abort_reason(rec), settled=result
+        )
     return result
 
 
@@ -205,6 +292,7 @@ class Pipeline:
         self._executor = executor
         self._approval = approval
         self._background = background
+        self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
@@ -216,29 +304,126 @@ class Pipeline:
 
     # --- the whole call ------------------------------------------------------------------------
 
-    async def run(self, call: ExecuteCall, *, inline: bool, record: bool = True) -> Any:
-        """Run one call through every stage and return its one result."""
-        rec, stage = self.begin(call)
-        top = record and call.parent is None
-        if top:
-            self.session.record_call(
-                rec.call_id, rec.name, _compact_arguments(rec.arguments), rec.agent
-            )
-        if stage is None:
-            stage = self.prepare_now(rec) or await self.prepare(rec)
-        if stage.kind == DISPATCH:
-            stage = await self.dispatch(rec, inline=inline)
-        result = self.commit_now(rec, stage) or await self.commit(rec, stage)
-        if top:
-            self.session.record_result(rec.call_id, result, rec.agent)
+    async def run(
+        self,
+        call: ExecuteCall,
+        *,
+        inline: bool,
+        record: bool = True,
+        outer: asyncio.Task[Any] | None = None,
+    ) -> Any:
+        """Run one call through every stage and return its one result.
+
+        ``inline``: the blocking ``execute`` on the caller's own thread (plain bodies inline;
+        ``KeyboardInterrupt`` / ``SystemExit`` from user code propagate once the result is
+        recorded). ``outer``: the caller's task (``execute_async``); when it is cancelled the
+        call is aborted, settles, is recorded, and ``CancelledError`` is raised.
+        """
+        own = None
+        if outer is not None and call.signal is NEVER_ABORTED:
+            # A signal the pipeline can abort on the caller's behalf (cancellation, stop()).
+            own = AbortController()
+        rec, stage = self.begin(call, own)
+        rec.inline = inline
+        rec.thread = threading.get_ident()
+        if outer is not None:
+            rec.outer = outer
+            rec.cancel_base = outer.cancelling()
+        live = self.live
+        live.add(rec)
+        try:
+            top = record and call.parent is None
+            if top:
+                self.session.record_call(
+                    rec.call_id, rec.name, _compact_arguments(rec.arguments), rec.agent
+                )
+            if stage is None:
+                stage = self.prepare_now(rec) or await self.prepare(rec)
+                if outer is not None:
+                    self._check_outer(rec)
+            if stage.kind == DISPATCH:
+                stage = await self.dispatch(rec, inline=inline)
+                if outer is not None:
+                    self._check_outer(rec)
+            result = self.commit_now(rec, stage) or await self.commit(rec, stage)
+            if top:
+                self.session.record_result(rec.call_id, result, rec.agent)
+        finally:
+            live.discard(rec)
+        if rec.reraise is not None:
+            raise rec.reraise
+        if outer is not None:
+            self._check_outer(rec)
+            if rec.outer_cancelled:
+                raise asyncio.CancelledError(CANCELLED_REASON)
         return result
+
+    # --- cancellation --------------------------------------------------------------------------
+
+    def interrupt(self, rec: CallRecord, reason: Any) -> None:
+        """Abort ``rec`` from the pipeline's side (any thread): remember ``reason``, abort the
+        signal the pipeline owns for it, cancel its async body's task. The call still settles
+        and commits as usual; its success becomes ``ABORTED``."""
+        if rec.stop_reason is None:
+            rec.stop_reason = reason
+        own = rec.own
+        if own is not None:
+            own.abort(reason)
+        task, loop = rec.body_task, rec.body_loop
+        if task is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(_cancel_soon, rec, task)
+
+    def interrupt_all(self, reason: Any) -> None:
+        """``interrupt`` every call running through ``run`` now (``stop()``)."""
+        for rec in list(self.live):
+            self.interrupt(rec, reason)
+
+    def _check_outer(self, rec: CallRecord) -> bool:
+        """Whether the awaiting task has been cancelled since the call began (then interrupt
+        the call once)."""
+        outer = rec.outer
+        if outer is None:
+            return False
+        if not rec.outer_cancelled and outer.cancelling() > rec.cancel_base:
+            rec.outer_cancelled = True
+            self.interrupt(rec, CANCELLED_REASON)
+        return rec.outer_cancelled
+
+    def _fault(self, rec: CallRecord, exc: BaseException) -> ToolExecutionFailure:
+        """The result for ``exc`` escaping user code at ``rec.stage``: the cancellation result
+        when it is the awaiting task's cancellation, else a failure, logged once with its
+        traceback. ``KeyboardInterrupt`` / ``SystemExit`` on the caller's own thread are
+        re-raised by ``run`` after the result is recorded; anywhere else they stay a failure,
+        so that no user code can stop the system loop."""
+        if isinstance(exc, asyncio.CancelledError) and self._check_outer(rec):
+            code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+            return cancelled(code, reason=CANCELLED_REASON)
+        failure = failure_from_exception(exc)
+        fields = _log_fields(rec)
+        fields["stage"] = rec.stage
+        fields["exception_type"] = failure.exception_type
+        if isinstance(exc, HarnessError):
+            _log.info(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
+        else:
+            _log.warning(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
+        if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
+            rec.reraise = exc
+        return failure
 
     # --- prepare (E1-E10) ----------------------------------------------------------------------
 
-    def begin(self, call: ExecuteCall) -> tuple[CallRecord, Stage | None]:
-        """E1-E3: mint the record, capture the finalizer, snapshot the arguments."""
+    def begin(
+        self, call: ExecuteCall, own: AbortController | None = None, *, frozen: bool = False
+    ) -> tuple[CallRecord, Stage | None]:
+        """E1-E3: mint the record, capture the finalizer, snapshot the arguments.
+
+        ``own``: a controller whose signal replaces the call's absent one (the pipeline may
+        abort it); ``frozen``: the arguments are a snapshot already (taken off the loop)."""
         cell = self._cell
-        rec = CallRecord(call.call_id, call.name, UNSET, call.signal, call.agent, call.parent)
+        signal = call.signal if own is None else own.signal
+        rec = CallRecord(call.call_id, call.name, UNSET, signal, call.agent, call.parent)
+        rec.own = own
         name, agent = call.name, call.agent
         rec.resolve = lambda: cell.current.lookup(name, agent)
         entry = cell.current.lookup(name, agent)
@@ -246,11 +431,11 @@ class Pipeline:
             rec.entry = entry
             rec.finalizer = entry.definition.finalize_content
         try:
-            rec.arguments = snapshot_json(call.arguments)
+            rec.arguments = call.arguments if frozen else snapshot_json(call.arguments)
         except (LosslessJsonError, RecursionError, MemoryError):
             return rec, Stage(FINISH, _failure(_NOT_LOSSLESS_ARGS))
-        if call.signal.aborted:
-            return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH"))
+        if signal.aborted:
+            return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None
 
     def prepare_now(self, rec: CallRecord) -> Stage | None:
@@ -259,8 +444,10 @@ class Pipeline:
             return None
         try:
             return self._decide(rec, ALLOW, False)
-        except (Exception, asyncio.CancelledError) as exc:
-            return Stage(FINISH, failure_from_exception(exc))
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            return Stage(FINISH, self._fault(rec, exc))
 
     async def prepare(self, rec: CallRecord) -> Stage:
         """E4-E10: pre-execute, approval, guards; the next stage and any candidate result."""
@@ -268,10 +455,12 @@ class Pipeline:
             hooks = self._cell.current.hooks_for("pre_execute", rec.agent)
             decision: Any = ALLOW
             if hooks:
+                rec.stage = "pre-execute"
                 decision = await _pre_chain(hooks, 0, rec.view())
             approval_cancelled = False
             decision_type = type(decision)
             if decision_type is Ask:
+                rec.stage = "approval"
                 decision, approval_cancelled = await self._approve(rec, decision)
             elif decision_type is not Allow and decision_type is not Deny:
                 raise TypeError(
@@ -279,15 +468,17 @@ class Pipeline:
                     "expected Allow(), Deny(reason) or Ask(reason)"
                 )
             return self._decide(rec, decision, approval_cancelled)
-        except (Exception, asyncio.CancelledError) as exc:
-            return Stage(FINISH, failure_from_exception(exc))
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            return Stage(FINISH, self._fault(rec, exc))
 
     def _decide(self, rec: CallRecord, decision: Any, approval_cancelled: bool) -> Stage:
         """E6-E9 once the decision is final (raises for E10)."""
-        signal = rec.signal
-        if approval_cancelled and signal.aborted:
-            return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH"))
+        if approval_cancelled and _aborted(rec):
+            return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec)))
         if type(decision) is Allow:
+            rec.stage = "guard"
             reason = self._evaluate_guards(rec)
         else:
             reason = decision.reason
@@ -295,8 +486,8 @@ class Pipeline:
                 raise TypeError("Deny.reason must be a str")
         if reason is not None:
             return Stage(POST, _failure(reason))
-        if signal.aborted:
-            return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH"))
+        if _aborted(rec):
+            return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec)))
         return _DISPATCH_STAGE
 
     async def _approve(self, rec: CallRecord, ask: Ask) -> tuple[Any, bool]:
@@ -319,6 +510,7 @@ class Pipeline:
             "tool_name": name,
             "call_id": rec.call_id,
             "signal": rec.signal,
+            "arguments": rec.arguments,
         }
         if ask.reason is not None:
             kwargs["reason"] = ask.reason
@@ -337,11 +529,7 @@ class Pipeline:
                     Deny(f'tool "{name}" requires approval, but no approval channel is available'),
                     False,
                 )
-        try:
-            shown = json.dumps(outcome)
-        except (TypeError, ValueError):
-            shown = repr(outcome)
-        raise ValueError(f"unreachable variant in ApprovalOutcome: {shown}")
+        raise unknown_outcome(outcome)
 
     def _evaluate_guards(self, rec: CallRecord) -> str | None:
         view = rec.view()
@@ -387,10 +575,12 @@ class Pipeline:
             hooks = self._cell.current.hooks_for("execute", rec.agent)
             base = self._base(rec, dexec, inline)
             if hooks:
+                rec.stage = "execute-wrapper"
                 result = await _execute_chain(hooks, 0, dexec, base)
             else:
                 result = await base()
             rec.dispatch_signal = rec.signal
+            rec.stage = "execute-wrapper"
             result = self._normalize_dispatch_result(rec, result)
             rec.contexts_closed = True
             if rec.deferred:
@@ -398,14 +588,13 @@ class Pipeline:
                     result,
                     additional_contexts=_concat(rec.deferred, result.additional_contexts),
                 )
-            if rec.signal.aborted and not result.is_error:
-                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-                result = cancelled(code, result.additional_contexts)
-            return Stage(POST, result)
-        except (Exception, asyncio.CancelledError) as exc:
+            return Stage(POST, _replace_if_aborted(rec, result))
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
             rec.dispatch_signal = rec.signal
             rec.contexts_closed = True
-            return Stage(FINISH, failure_from_exception(exc))
+            return Stage(FINISH, self._fault(rec, exc))
 
     def _base(
         self, rec: CallRecord, dexec: DispatchExecution, inline: bool
@@ -413,6 +602,7 @@ class Pipeline:
         async def base() -> ToolExecutionResult:
             result = _stamped(await self._invoke(rec, inline), rec.call_id)
             rec.canonical.append(result)
+            rec.stage = "execute-wrapper"
             return result
 
         return base
@@ -425,8 +615,8 @@ class Pipeline:
         else:
             fused, detach = any_signal(wrapper_signal, caller)
         try:
-            if fused.aborted:
-                return cancelled("ABORTED_BEFORE_DISPATCH")
+            if fused.aborted or rec.stop_reason is not None:
+                return cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec, fused))
             entry = self._cell.current.lookup(rec.name, rec.agent)
             if entry is None:
                 return failure_from_exception(ToolNotFoundError(rec.name))
@@ -436,19 +626,28 @@ class Pipeline:
             # to fire it. Without one, nothing on this loop can abort the body's signal, so the
             # body runs inline (the hot path).
             inline = inline and fused is caller
+            rec.stage = "body"
             try:
                 value = await self._call_body(entry, rec, ToolRunContext(rec, fused), inline)
-            except (Exception, asyncio.CancelledError) as exc:
-                return failure_from_exception(exc)
+            except _BodyCancelled:
+                return cancelled("ABORTED", reason=_abort_reason(rec, fused))
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:  # the base never raises
+                return self._fault(rec, exc)
+            rec.stage = "render"
             try:
                 value, content, meta = normalize_output(
                     entry.definition, rec.arguments, value, nested=rec.parent is not None
                 )
-            except (Exception, asyncio.CancelledError) as exc:  # the base never raises
-                return failure_from_exception(exc)
-            if fused.aborted:
-                return cancelled("ABORTED")
-            return ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:
+                return self._fault(rec, exc)
+            success = ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
+            if fused.aborted or rec.stop_reason is not None:
+                return cancelled("ABORTED", reason=_abort_reason(rec, fused), settled=success)
+            return success
         finally:
             if detach is not None:
                 detach()
@@ -458,25 +657,90 @@ class Pipeline:
         self, entry: ToolEntry, rec: CallRecord, ctx: ToolRunContext, inline: bool
     ) -> Any:
         execute = entry.definition.execute
+        signal = object.__getattribute__(ctx, "_signal")  # not ctx.signal: the body reads that
         if entry.is_async:
-            return await execute(rec.arguments, ctx)
+            return await self._run_task(rec, execute(rec.arguments, ctx), signal)
         if inline:
             value = execute(rec.arguments, ctx)
         else:
-            loop = asyncio.get_running_loop()
-            value = await loop.run_in_executor(self._executor, execute, rec.arguments, ctx)
+            value = await self._run_in_worker(rec, execute, ctx)
         if inspect.isawaitable(value):
-            value = await value
+            value = await self._run_task(rec, _awaited(value), signal)
         return value
+
+    async def _run_task(
+        self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
+    ) -> Any:
+        """Run an async body as its own task (started at once, in a copy of the context) and
+        await it to the end. The task is cancelled when ``signal`` aborts or the pipeline
+        interrupts the call; a cancellation of the awaiting task reaches it the same way. A
+        body that ends by such a cancellation raises ``_BodyCancelled``; one that raised
+        ``CancelledError`` of its own accord raises it (a tool failure)."""
+        outcome = _capture(coro)
+        context = contextvars.copy_context()
+        try:
+            first = context.run(outcome.send, None)
+        except StopIteration as done:
+            ok, value = done.value
+        else:
+            loop = asyncio.get_running_loop()
+            task = loop.create_task(_resume_with_value(outcome, first), context=context)
+            rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
+            remove = signal.add_callback(partial(_cancel_from_any_thread, loop, rec, task))
+            if rec.stop_reason is not None:
+                _cancel_body(rec, task)
+            try:
+                while True:
+                    try:
+                        # Shielded: a cancellation of the awaiting task interrupts the call
+                        # (aborting the signal the pipeline owns, cancelling the body by the
+                        # rule of _cancel_body) instead of reaching the body unannounced.
+                        ok, value = await asyncio.shield(task)
+                        break
+                    except asyncio.CancelledError:
+                        if task.done():
+                            ok, value = task.result()
+                            break
+                        if not self._check_outer(rec):
+                            _cancel_body(rec, task)
+            finally:
+                remove()
+                rec.body_task = None
+        self._check_outer(rec)
+        if ok:
+            return value
+        if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
+            raise RuntimeError("the tool body raised GeneratorExit") from value
+        if isinstance(value, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
+            raise _BodyCancelled
+        raise value
+
+    async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
+        """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
+        call and then waits for the body to return (it is never abandoned)."""
+        work = self._executor.submit(execute, rec.arguments, ctx)
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            if work.done() and not work.cancelled():
+                raise  # the body raised CancelledError itself: its own failure
+        self._check_outer(rec)
+        while not work.done():
+            try:
+                await asyncio.wrap_future(work)
+            except asyncio.CancelledError:
+                self._check_outer(rec)
+        if work.cancelled():  # cancelled before a worker thread picked it up
+            raise _BodyCancelled
+        return work.result()
 
     def _normalize_dispatch_result(self, rec: CallRecord, result: Any) -> ToolExecutionResult:
         if rec.is_canonical(result):
             return result  # type: ignore[no-any-return]
         result_type = type(result)
         if result_type is ToolExecutionFailure:
-            return ToolExecutionFailure(
-                result.error, result.content, result.meta, result.additional_contexts
-            )
+            failure: ToolExecutionFailure = msgspec.structs.replace(result)
+            return failure
         if result_type is ToolExecutionSuccess:
             entry = self._cell.current.lookup(rec.name, rec.agent)
             if entry is None:
@@ -499,9 +763,7 @@ class Pipeline:
         if stage.kind == POST:
             if self._cell.current.hooks_for("post_execute", rec.agent):
                 return None
-            if rec.signal.aborted and not result.is_error:
-                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-                result = cancelled(code, result.additional_contexts)
+            result = _replace_if_aborted(rec, result)
         return self.finish(rec, result)
 
     async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
@@ -516,14 +778,20 @@ class Pipeline:
         try:
             hooks = self._cell.current.hooks_for("post_execute", rec.agent)
             if hooks:
+                rec.stage = "post-execute"
                 decision = await _post_chain(hooks, 0, rec.view(), result)
                 result = self._apply_post(rec, result, decision)
-            if rec.signal.aborted and not result.is_error:
-                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-                result = cancelled(code, result.additional_contexts)
-            return result
-        except (Exception, asyncio.CancelledError) as exc:
-            return failure_from_exception(exc)
+            if rec.outer is not None:
+                self._check_outer(rec)
+            return _replace_if_aborted(rec, result)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            failure = self._fault(rec, exc)
+            if failure.settled_with is None and failure.abort_reason is not None:
+                # the awaiting task was cancelled during post-execute: keep the candidate
+                failure = msgspec.structs.replace(failure, settled_with=result)
+            return failure
 
     def _apply_post(
         self, rec: CallRecord, result: ToolExecutionResult, decision: Any
@@ -578,6 +846,7 @@ class Pipeline:
         result = _materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:
+            rec.stage = "finalizer"
             try:
                 content = finalizer(rec.view(), result)
                 if inspect.isawaitable(content):
@@ -591,8 +860,10 @@ class Pipeline:
                     except (LosslessJsonError, RecursionError) as exc:
                         raise ValueError(_NOT_LOSSLESS_RESULT) from exc
                     result = msgspec.structs.replace(result, content=frozen)
-            except (Exception, asyncio.CancelledError) as exc:
-                result = failure_from_exception(exc)
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:
+                result = self._fault(rec, exc)
             result = _stamped(result, rec.call_id)
         rec.sealed = True
         observers = self._cell.current.hooks_for("result", rec.agent)
@@ -605,13 +876,81 @@ class Pipeline:
     ) -> None:
         view = rec.view()
         label = f'tool "{rec.name}" ({rec.call_id}): tools/result observer failed: '
+        fields = _log_fields(rec)
+        fields["stage"] = "observer"
         for observer in observers:
             try:
                 out = observer(view, result)
                 if inspect.isawaitable(out):
-                    self._background(out, label, _log_fields(rec))
-            except (Exception, asyncio.CancelledError) as exc:
-                _log.warning(label + message_of(exc), **_log_fields(rec))
+                    self._background(out, label, fields)
+            except BaseException as exc:  # SystemExit included: the loop must survive
+                _log.warning(
+                    label + message_of(exc),
+                    exc_info=exc,
+                    exception_type=exception_type_name(exc),
+                    **fields,
+                )
+                if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
+                    rec.reraise = exc
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def _capture(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
+    """``(True, value)`` or ``(False, exception)``: the body's task itself never fails, so no
+    ``SystemExit`` or ``KeyboardInterrupt`` from a body can escape into the event loop."""
+    try:
+        return True, await coro
+    except BaseException as exc:
+        return False, exc
+
+
+@types.coroutine
+def _resume_with_value(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
+    """Drive a coroutine that has already yielded ``first``; return what it returns."""
+    yielded = first
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:  # cancellation goes to the coroutine
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
+def _cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """Cancel an aborted call's async body, unless it looks at its signal and that signal has
+    aborted: such a body learns of the abort itself and settles its own way (raises its own
+    error, returns what it has, drains what it started)."""
+    if task.done():
+        return
+    signal = rec.body_signal
+    if rec.signal_read and signal is not None and signal.aborted:
+        return
+    rec.cancel_sent = True
+    task.cancel()
+
+
+def _cancel_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    # One more pass of the loop first: a body awaiting its signal is woken by a callback queued
+    # just before this one, and it may settle on its own (raise its own error, return what it
+    # has) before the cancellation would reach it.
+    task.get_loop().call_soon(_cancel_body, rec, task)
+
+
+def _cancel_from_any_thread(
+    loop: asyncio.AbstractEventLoop, rec: CallRecord, task: asyncio.Task[Any], reason: Any
+) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed
+        loop.call_soon_threadsafe(_cancel_soon, rec, task)
 
 
 def _stamped(result: ToolExecutionResult, call_id: str) -> ToolExecutionResult:
@@ -666,7 +1005,9 @@ def _materialize(result: Any, call_id: str) -> ToolExecutionResult:
             and result.call_id == call_id
         ):
             return result  # type: ignore[no-any-return]
-        return ToolExecutionFailure(error, content, meta, contexts, call_id)
+        return msgspec.structs.replace(  # type: ignore[no-any-return]
+            result, content=content, meta=meta, additional_contexts=contexts, call_id=call_id
+        )
     except (LosslessJsonError, RecursionError, TypeError, ValueError):
         return ToolExecutionFailure(
             ToolFailure(_NOT_LOSSLESS_RESULT),

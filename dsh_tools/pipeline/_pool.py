@@ -24,17 +24,19 @@ import select
 import selectors
 import threading
 import types
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Protocol
 
 import structlog
 
 from ..actors import (
+    AbortController,
     AbortSignal,
     BatchOutcome,
     ExecuteBatch,
     ExecuteCall,
     FrozenList,
+    ToolArgsError,
     ToolExecutionResult,
 )
 from ..actors._loop_actor import LoopActor
@@ -47,10 +49,18 @@ from ..actors._protocol import (
     PrepareDone,
     SubmitCall,
 )
+from ..actors._signal import NEVER_ABORTED
 from ..registry import classify, snapshot_json
 from ._execution import CallRecord
-from ._json_text import parse_arguments
-from ._pipeline import DISPATCH, Pipeline, Stage, cancelled, failure_from_exception
+from ._json_text import ArgumentsTextError, read_arguments
+from ._pipeline import (
+    DISPATCH,
+    FINISH,
+    Pipeline,
+    Stage,
+    cancelled,
+    failure_from_exception,
+)
 
 _log = structlog.get_logger("dsh_tools.pool")
 
@@ -65,19 +75,25 @@ class PoolEntry:
     __slots__ = (
         "call",
         "exclusive",
+        "frozen",
         "index",
         "payload",
         "record",
+        "refused",
         "result",
         "stage",
         "state",
         "task",
     )
 
-    def __init__(self, index: int, call: ExecuteCall, payload: Any = None) -> None:
+    def __init__(
+        self, index: int, call: ExecuteCall, payload: Any = None, *, frozen: bool = False
+    ) -> None:
         self.index = index
         self.call = call
         self.payload = payload
+        self.frozen = frozen  # the arguments are a snapshot already
+        self.refused: ToolExecutionResult | None = None  # the call's result before it starts
         self.record: CallRecord | None = None
         self.stage: Stage | None = None
         self.state = _QUEUED
@@ -162,9 +178,19 @@ class DispatcherPoolActor(LoopActor):
             self._closed = True
         elif kind is LaneReady:
             self._busy = False
-        elif kind is not AbortPool:
+        elif kind is AbortPool:
+            self._interrupt_started(message.reason)
+        else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         self._pump()
+
+    def _interrupt_started(self, reason: Any) -> None:
+        """The pool aborted: every started, uncommitted call is interrupted (its async body's
+        task cancelled, its success committed as ``ABORTED``), whatever signal it holds."""
+        self.aborted = True
+        for entry in self._entries[self._commit_cursor : self._start_cursor]:
+            if entry.record is not None and entry.state != _DONE:
+                self._pipeline.interrupt(entry.record, reason)
 
     def on_failure(self, exc: BaseException) -> None:
         self._pump()
@@ -220,6 +246,8 @@ class DispatcherPoolActor(LoopActor):
         return False
 
     def _classify(self, entry: PoolEntry) -> bool:
+        if entry.refused is not None:
+            return True  # it runs nothing: no reason to hold its siblings back
         call = entry.call
         found = self._pipeline.lookup(call.name, call.agent)
         return found is not None and classify(found.definition, call.arguments)
@@ -230,7 +258,9 @@ class DispatcherPoolActor(LoopActor):
         if exclusive:
             self._exclusive_active = True
         self._lane.started(entry)
-        record, stage = self._pipeline.begin(entry.call)
+        record, stage = self._pipeline.begin(entry.call, frozen=entry.frozen)
+        if entry.refused is not None and stage is None:
+            stage = Stage(FINISH, entry.refused)
         entry.record = record
         if stage is not None:
             entry.stage = stage
@@ -358,8 +388,11 @@ def _resume(coro: Coroutine[Any, Any, None], first: Any) -> Generator[Any, Any, 
 class _BatchLane:
     """A batch: session events per call, results in model order, the context FIFO."""
 
-    def __init__(self, runner: BatchRunner, batch: ExecuteBatch, size: int) -> None:
+    def __init__(
+        self, runner: BatchRunner, batch: ExecuteBatch, size: int, signals: tuple[AbortSignal, ...]
+    ) -> None:
         self.runner = runner
+        self.signals = signals  # where an abort's reason is found (the batch's, then ours)
         self.agent = batch.agent
         self.session = runner.pipeline.session
         self.results: list[ToolExecutionResult | None] = [None] * size
@@ -378,7 +411,8 @@ class _BatchLane:
                 self.contexts.extend(result.additional_contexts)
 
     def abandoned(self, entry: PoolEntry) -> None:
-        result = cancelled("ABORTED_BEFORE_DISPATCH", call_id=entry.call.call_id)
+        reason = next((s.reason for s in self.signals if s.aborted), None)
+        result = cancelled("ABORTED_BEFORE_DISPATCH", call_id=entry.call.call_id, reason=reason)
         self.session.record_call(entry.call.call_id, entry.call.name, entry.payload, self.agent)
         self.session.record_result(entry.call.call_id, result, self.agent)
         self.results[entry.index] = result
@@ -408,30 +442,71 @@ class BatchRunner:
         self._active: dict[str | None, list[_BatchLane]] = {}
         self._lock = threading.Lock()
 
-    async def run(self, batch: ExecuteBatch) -> BatchOutcome:
-        """Run ``batch`` to completion (call on the system loop)."""
+    async def run(
+        self, batch: ExecuteBatch, control: AbortController | None = None
+    ) -> BatchOutcome:
+        """Run ``batch`` to completion (call on the system loop).
+
+        ``control`` aborts the batch from the harness's side (a cancelled awaiting task);
+        ``stop()`` aborts it too. When the batch has no signal of its own, its calls get the
+        signal of ``control``, so that even plain bodies can see such an abort."""
+        if control is None:
+            control = AbortController()
         max_parallel = batch.max_parallel or self.system.config.max_parallel_tool_calls
-        lane = _BatchLane(self, batch, len(batch.calls))
+        own = batch.signal is NEVER_ABORTED
+        signal = control.signal if own else batch.signal
+        lane = _BatchLane(self, batch, len(batch.calls), (signal, control.signal))
+        loop = asyncio.get_running_loop()
+        remove_stop = self.system._stopping.signal.add_callback(control.abort)
+        entries = await self._entries(batch, signal)
         with self._lock:
             self._active.setdefault(batch.agent, []).append(lane)
         pool = DispatcherPoolActor(
             self.pipeline,
-            loop=asyncio.get_running_loop(),
-            signal=batch.signal,
+            loop=loop,
+            signal=signal,
             max_parallel=max_parallel,
             lane=lane,
         )
-        for index, tool_call in enumerate(batch.calls):
+        remove_control: Callable[[], None] = _nothing
+        if not own:
+            remove_control = control.signal.add_callback(lambda r: pool.tell(AbortPool(r)))
+        try:
+            for entry in entries:
+                pool.tell(SubmitCall(entry))
+            pool.tell(ClosePool())
+            return await lane.done
+        finally:
+            remove_control()
+            remove_stop()
+
+    async def _entries(self, batch: ExecuteBatch, signal: AbortSignal) -> list[PoolEntry]:
+        """One pool entry per call, its argument text read and snapshotted. Long texts are
+        read on a worker thread, so that the loop other batches share stays responsive."""
+        texts = [c.arguments for c in batch.calls]
+        if sum(len(t) for t in texts) <= _READ_ON_LOOP_CHARS:
+            read = [_read(t) for t in texts]
+        else:
+            loop = asyncio.get_running_loop()
+            read = await loop.run_in_executor(
+                self.system._executor, lambda: [_read(t, gradual=True) for t in texts]
+            )
+        entries = []
+        for index, (tool_call, (value, frozen, refusal)) in enumerate(
+            zip(batch.calls, read, strict=True)
+        ):
             call = ExecuteCall(
                 call_id=tool_call.call_id,
                 name=tool_call.name,
-                arguments=parse_arguments(tool_call.arguments),
-                signal=batch.signal,
+                arguments=value,
+                signal=signal,
                 agent=batch.agent,
             )
-            pool.tell(SubmitCall(PoolEntry(index, call, tool_call.arguments)))
-        pool.tell(ClosePool())
-        return await lane.done
+            entry = PoolEntry(index, call, tool_call.arguments, frozen=frozen)
+            if refusal is not None:
+                entry.refused = failure_from_exception(ToolArgsError([refusal]))
+            entries.append(entry)
+        return entries
 
     def _deactivate(self, lane: _BatchLane) -> None:
         with self._lock:
@@ -451,6 +526,28 @@ class BatchRunner:
             lane.inject(frozen)
         else:
             self.pipeline.session.record_context(frozen, agent)
+
+
+_READ_ON_LOOP_CHARS = 16 * 2**10
+"""Batches whose argument texts are longer in total are read on a worker thread."""
+
+
+def _nothing() -> None:
+    return None
+
+
+def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:
+    """``(value, frozen, refusal)`` for one argument text: the snapshot when it is lossless
+    (``frozen``), the parsed value when it is not (the pipeline's snapshot then refuses it),
+    or ``(text, True, why)`` when the text is refused."""
+    try:
+        value = read_arguments(text, gradual=gradual and len(text) > _READ_ON_LOOP_CHARS)
+    except ArgumentsTextError as exc:
+        return text, True, str(exc)  # never snapshotted: the call fails before it starts
+    try:
+        return snapshot_json(value), True, None
+    except (ValueError, RecursionError, MemoryError):
+        return value, False, None
 
 
 # --- the loop batches run on -------------------------------------------------------------------

@@ -200,8 +200,8 @@ def define_tool(
     name: str,
     description: str,
     parameters: Any,
-    output: ToolOutput,
-    execute: Callable[..., Any],
+    output: ToolOutput | None = None,
+    execute: Callable[..., Any] | None = None,
     *,
     is_concurrency_safe: Callable[[Any], Any] | None = None,
     timeout_ms: float | None = None,
@@ -236,8 +236,8 @@ def define_tool(
         raise TypeError(f"{owner}: description must be a str")
     if not isinstance(output, ToolOutput) or not callable(output.render):
         raise TypeError(
-            f"{owner}: output must be ToolOutput(schema, render, presentation_meta=None) "
-            "with a callable render"
+            f"{owner}: must declare output as ToolOutput(schema, render, "
+            "presentation_meta=None) with a callable render"
         )
     if output.presentation_meta is not None and not callable(output.presentation_meta):
         raise TypeError(f"{owner}: output.presentation_meta must be callable or None")
@@ -569,7 +569,7 @@ def classify(defn: ToolDefinition, arguments: Any) -> bool:
         return False
     try:
         verdict = classifier(arguments)
-    except (Exception, asyncio.CancelledError):
+    except BaseException:  # SystemExit included: a classifier must not stop the system loop
         return False
     if verdict is True:
         return True

@@ -19,6 +19,8 @@ __all__ = ["OwnerActor", "ScopeActor"]
 class OwnerActor(pykka.ThreadingActor):
     """Forwards mutations to the registry and keeps their keys for LIFO disposal."""
 
+    use_daemon_thread = True  # a forgotten stop() must not keep the process alive
+
     def __init__(self, registry: pykka.ActorRef[Any], label: str, agent: str | None) -> None:
         super().__init__()
         self._registry = registry

@@ -51,6 +51,8 @@ _RESERVED_RESTRICT = (
 class RegistryActor(pykka.ThreadingActor):
     """Owns tools, restrictions, guards, hooks and sections; publishes snapshots to ``cell``."""
 
+    use_daemon_thread = True  # a forgotten stop() must not keep the process alive
+
     def __init__(self, mode: str, cell: SnapshotCell) -> None:
         super().__init__()
         self._mode = mode

@@ -1,0 +1,341 @@
+"""Cancellation as an asyncio harness drives it: ``asyncio.timeout``, ``TaskGroup`` and
+``task.cancel()`` around ``execute_async`` / ``execute_batch_async``, the timeout policy and
+batch aborts interrupting async bodies, and what an aborted call keeps for the harness."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from conftest import WAIT, block, fixture, text
+
+from dsh_tools import (
+    AbortController,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolSystem,
+    timeout_policy,
+)
+
+FOREVER = 3600.0  # a body sleeping this long finishes only if it is interrupted
+
+
+def results_of(system: ToolSystem) -> dict[str, Any]:
+    """``call_id -> tool/result data`` of the session, failing on a second result per call."""
+    seen: dict[str, Any] = {}
+    for event in system.session.events:
+        if event.type == "tool/result":
+            call_id = event.data["call_id"]
+            assert call_id not in seen, f"two results for {call_id}"
+            seen[call_id] = event.data
+    return seen
+
+
+def code_of(result: Any) -> str | None:
+    info = result.to_dict().get("error", {}).get("info")
+    return info["code"] if info else None
+
+
+class SleepyTool:
+    """An ``async def`` tool that sleeps ``FOREVER`` without looking at its signal, noting
+    when it starts and how it ended (``cancelled`` / ``returned``)."""
+
+    def __init__(self, system: ToolSystem, name: str = "sleepy", cleanup: bool = False) -> None:
+        self.started = threading.Event()
+        self.ends: list[str] = []
+
+        async def body(args: Any, ctx: Any) -> Any:
+            self.started.set()
+            try:
+                await asyncio.sleep(FOREVER)
+            except asyncio.CancelledError:
+                if cleanup:
+                    await asyncio.sleep(0.01)  # async cleanup is awaited to its end
+                self.ends.append("cancelled")
+                raise
+            self.ends.append("returned")
+            return [block("slept")]
+
+        system.tools.register(fixture(name, body))
+
+
+def sleepy_call(call_id: str = "c1") -> ExecuteCall:
+    return ExecuteCall(call_id=call_id, name="sleepy", arguments={})
+
+
+# --- the awaiting task's cancellation propagates ----------------------------------------------
+
+
+def test_asyncio_timeout_raises_timeout_error_after_the_call_is_recorded(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system, cleanup=True)
+
+    async def harness() -> None:
+        async with asyncio.timeout(0.05):
+            await system.execute_async(sleepy_call())
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(harness())
+    assert sleepy.ends == ["cancelled"]  # the body was cancelled and its cleanup awaited
+    recorded = results_of(system)["c1"]
+    assert recorded["error"]["code"] == "ABORTED"
+
+
+def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system)
+    seen: list[Any] = []
+    system.tools.on_result(lambda exec, result: seen.append(result))
+
+    async def harness() -> bool:
+        task = asyncio.create_task(system.execute_async(sleepy_call()))
+        await asyncio.to_thread(sleepy.started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return task.cancelled()
+
+    assert asyncio.run(harness()) is True
+    (result,) = seen
+    assert isinstance(result, ToolExecutionFailure)
+    assert code_of(result) == "ABORTED"
+    assert result.abort_reason == "the awaiting task was cancelled"
+    assert result.settled_with is None  # the body ended by its cancellation
+    assert text(result) == "Error: tool call aborted"
+
+
+def test_a_task_group_cancels_a_sibling_call_when_another_task_fails(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system)
+
+    async def fail_soon() -> None:
+        await asyncio.to_thread(sleepy.started.wait, WAIT)
+        raise LookupError("the harness gave up")
+
+    async def harness() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(system.execute_async(sleepy_call()))
+            group.create_task(fail_soon())
+
+    with pytest.raises(ExceptionGroup) as caught:
+        asyncio.run(harness())
+    assert caught.group_contains(LookupError)  # type: ignore[attr-defined]
+    assert not caught.group_contains(asyncio.CancelledError)  # type: ignore[attr-defined]
+    assert sleepy.ends == ["cancelled"]
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+
+
+def test_cancelling_before_dispatch_is_aborted_before_dispatch(system: ToolSystem) -> None:
+    sleepy = SleepyTool(system)
+    asked = threading.Event()
+
+    async def slow_policy(exec: Any, next: Any) -> Any:
+        asked.set()
+        await asyncio.sleep(FOREVER)
+        return await next()
+
+    system.tools.on_pre_execute(slow_policy)
+
+    async def harness() -> None:
+        task = asyncio.create_task(system.execute_async(sleepy_call()))
+        await asyncio.to_thread(asked.wait, WAIT)
+        task.cancel()
+        await task
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(harness())
+    assert not sleepy.started.is_set()
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED_BEFORE_DISPATCH"
+
+
+def test_a_plain_body_sees_its_signal_abort_when_the_awaiting_task_is_cancelled(
+    system: ToolSystem,
+) -> None:
+    started = threading.Event()
+    saw: list[Any] = []
+
+    def polling(args: Any, ctx: Any) -> Any:
+        started.set()
+        saw.append(ctx.signal.wait(WAIT))
+        saw.append(ctx.signal.reason)
+        return [block("noticed")]
+
+    system.tools.register(fixture("polling", polling))
+
+    async def harness() -> None:
+        task = asyncio.create_task(
+            system.execute_async(ExecuteCall(call_id="c1", name="polling", arguments={}))
+        )
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel()
+        await task
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(harness())
+    assert saw == [True, "the awaiting task was cancelled"]
+    recorded = results_of(system)["c1"]
+    assert recorded["error"]["code"] == "ABORTED"
+
+
+def test_a_body_raising_cancelled_error_of_its_own_accord_is_a_tool_failure(
+    system: ToolSystem,
+) -> None:
+    async def gives_up(args: Any, ctx: Any) -> Any:
+        raise asyncio.CancelledError("backend closed the stream")
+
+    system.tools.register(fixture("gives_up", gives_up))
+    call = ExecuteCall(call_id="c1", name="gives_up", arguments={})
+    result = asyncio.run(system.execute_async(call))
+    assert result.to_dict()["error"] == {"message": "backend closed the stream"}
+    assert result.exception_type == "asyncio.exceptions.CancelledError"  # type: ignore[union-attr]
+    assert system.execute(call).is_error
+
+
+def test_cancelling_execute_batch_async_aborts_the_batch_and_keeps_every_result(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system)
+    system.tools.register(fixture("quick"))
+    batch = ExecuteBatch(
+        calls=[
+            ToolCall("c1", "quick", "{}"),
+            ToolCall("c2", "sleepy", "{}"),
+            ToolCall("c3", "quick", "{}"),
+        ]
+    )
+
+    async def harness() -> None:
+        async with asyncio.timeout(WAIT):
+            task = asyncio.create_task(system.execute_batch_async(batch))
+            await asyncio.to_thread(sleepy.started.wait, WAIT)
+            task.cancel()
+            await task
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(harness())
+    recorded = results_of(system)
+    assert list(recorded) == ["c1", "c2", "c3"]
+    assert "error" not in recorded["c1"]
+    assert recorded["c2"]["error"]["code"] == "ABORTED"
+    assert recorded["c3"]["error"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert sleepy.ends == ["cancelled"]
+
+
+# --- abort and timeout interrupt async bodies -------------------------------------------------
+
+
+def test_the_timeout_policy_interrupts_an_async_body_that_never_polls(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system)
+    system.tools.on_execute(timeout_policy(default_ms=50))
+    result = system.execute(sleepy_call())
+    assert code_of(result) == "TOOL_TIMEOUT"
+    assert sleepy.ends == ["cancelled"]
+
+
+def test_a_batch_of_slow_async_calls_under_the_timeout_policy_all_time_out(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system)
+    system.tools.on_execute(timeout_policy(default_ms=50))
+    batch = ExecuteBatch(calls=[ToolCall(f"c{i}", "sleepy", "{}") for i in range(10)])
+    outcome = system.execute_batch(batch, timeout=WAIT)
+    assert [code_of(r) for r in outcome.results] == ["TOOL_TIMEOUT"] * 10
+    assert sleepy.ends == ["cancelled"] * 10
+
+
+def test_a_batch_aborted_while_a_sibling_sleeps_keeps_what_finished(
+    system: ToolSystem,
+) -> None:
+    sleepy = SleepyTool(system)
+    controller = AbortController()
+
+    async def quick_read(args: Any, ctx: Any) -> Any:
+        return [block("file contents")]
+
+    system.tools.register(fixture("read", quick_read, is_concurrency_safe=lambda a: True))
+    system.tools.register(fixture("slow", sleepy_body(sleepy), is_concurrency_safe=lambda a: True))
+    # The read finishes at once but commits after the slow call before it (model order).
+    batch = ExecuteBatch(
+        calls=[ToolCall("slow1", "slow", "{}"), ToolCall("read1", "read", "{}")],
+        signal=controller.signal,
+    )
+    threading.Thread(target=lambda: (sleepy.started.wait(WAIT), controller.abort("stop"))).start()
+    outcome = system.execute_batch(batch, timeout=WAIT)
+    slow, read = outcome.results
+    assert code_of(slow) == "ABORTED" and code_of(read) == "ABORTED"
+    assert text(read) == "Error: tool call aborted"  # what the model sees is unchanged
+    assert isinstance(read, ToolExecutionFailure)
+    assert read.abort_reason == "stop"
+    assert isinstance(read.settled_with, ToolExecutionSuccess)
+    assert read.settled_with.value == [{"type": "text", "text": "file contents"}]
+    assert "settled_with" not in read.to_dict() and "abort_reason" not in read.to_dict()
+    assert slow.settled_with is None  # type: ignore[union-attr]
+    assert sleepy.ends == ["cancelled"]
+
+
+def sleepy_body(sleepy: SleepyTool) -> Any:
+    async def body(args: Any, ctx: Any) -> Any:
+        sleepy.started.set()
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            sleepy.ends.append("cancelled")
+            raise
+        return [block("slept")]
+
+    return body
+
+
+def test_a_body_that_ignores_its_signal_and_finishes_keeps_its_value_and_the_reason(
+    system: ToolSystem,
+) -> None:
+    controller = AbortController()
+
+    def stubborn(args: Any, ctx: Any) -> Any:
+        controller.abort("user pressed stop")
+        return [block("done anyway")]
+
+    system.tools.register(fixture("stubborn", stubborn))
+    result = system.execute(
+        ExecuteCall(call_id="c1", name="stubborn", arguments={}, signal=controller.signal)
+    )
+    assert isinstance(result, ToolExecutionFailure)
+    assert code_of(result) == "ABORTED"
+    assert result.abort_reason == "user pressed stop"
+    assert result.settled_with.value == [{"type": "text", "text": "done anyway"}]
+
+
+def test_a_shielded_critical_section_finishes_despite_the_abort(system: ToolSystem) -> None:
+    controller = AbortController()
+    written: list[str] = []
+
+    async def commit(args: Any, ctx: Any) -> Any:
+        async def critical() -> None:
+            controller.abort("user pressed stop")
+            await asyncio.sleep(0.01)
+            written.append("committed")
+
+        section = asyncio.ensure_future(critical())
+        try:
+            await asyncio.shield(section)
+        except asyncio.CancelledError:
+            await section  # finish the critical section, then let the cancellation go on
+            raise
+        return [block("ok")]
+
+    system.tools.register(fixture("commit", commit))
+    result = system.execute(
+        ExecuteCall(call_id="c1", name="commit", arguments={}, signal=controller.signal)
+    )
+    assert code_of(result) == "ABORTED"
+    assert written == ["committed"]

@@ -1,0 +1,202 @@
+"""``stop()`` keeps the one-result promise, and a process that never calls it still exits."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from conftest import WAIT, block, call, echo, fixture
+
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+
+
+def test_stop_mid_batch_gives_every_started_call_its_result() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    sleeping, polling = threading.Event(), threading.Event()
+    saw_abort: list[Any] = []
+
+    async def sleeper(args: Any, ctx: Any) -> Any:
+        sleeping.set()
+        await asyncio.sleep(3600)  # interrupted: it never looks at its signal
+        return [block("slept")]
+
+    def poller(args: Any, ctx: Any) -> Any:
+        polling.set()
+        saw_abort.append(ctx.signal.wait(WAIT))
+        return [block("noticed")]
+
+    safe = {"is_concurrency_safe": lambda args: True}
+    system.tools.register(fixture("sleeper", sleeper, **safe))
+    system.tools.register(fixture("poller", poller, **safe))
+    calls = [ToolCall("s1", "sleeper", "{}"), ToolCall("p1", "poller", "{}")]
+    calls += [ToolCall("later", "poller", "{}")]
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute_batch, ExecuteBatch(calls=calls, max_parallel=2), WAIT)
+        assert sleeping.wait(WAIT) and polling.wait(WAIT)
+        system.stop()
+        outcome = pending.result(WAIT)
+    codes = [r.to_dict()["error"]["info"]["code"] for r in outcome.results]
+    assert codes == ["ABORTED", "ABORTED", "ABORTED_BEFORE_DISPATCH"]
+    assert {r.abort_reason for r in outcome.results} == {  # type: ignore[union-attr]
+        "the tool system is stopping"
+    }
+    assert saw_abort == [True]  # the plain body saw its signal abort
+    results = [e.data["call_id"] for e in system.session.events if e.type == "tool/result"]
+    assert results == ["s1", "p1", "later"]
+    with pytest.raises(RuntimeError, match="the tool system is stopped"):
+        system.execute_batch(ExecuteBatch(calls=[ToolCall("x", "poller", "{}")]))
+    with pytest.raises(RuntimeError, match="the tool system is stopped"):
+        system.execute(call())
+
+
+def test_a_ref_ask_in_flight_when_stop_is_called_receives_its_result() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    entered = threading.Event()
+
+    async def slow(args: Any, ctx: Any) -> Any:
+        entered.set()
+        await asyncio.sleep(3600)
+        return [block("slow")]
+
+    system.tools.register(fixture("slow", slow))
+    future = system.ref.ask(ExecuteCall(call_id="c1", name="slow", arguments={}), block=False)
+    assert entered.wait(WAIT)
+    system.stop()
+    result = future.get(timeout=WAIT)
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED"
+    assert result.abort_reason == "the tool system is stopping"
+    assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
+
+
+def test_stop_aborts_a_blocking_execute_running_on_another_thread() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    entered = threading.Event()
+
+    async def slow(args: Any, ctx: Any) -> Any:
+        entered.set()
+        await asyncio.sleep(3600)
+        return [block("slow")]
+
+    system.tools.register(fixture("slow", slow))
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute, ExecuteCall(call_id="c1", name="slow", arguments={}))
+        assert entered.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED"
+    assert result.abort_reason == "the tool system is stopping"
+
+
+def test_stop_aborts_a_call_awaited_on_another_event_loop() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(echo())
+    entered = threading.Event()
+
+    async def slow(args: Any, ctx: Any) -> Any:
+        entered.set()
+        await asyncio.sleep(3600)
+        return [block("slow")]
+
+    system.tools.register(fixture("slow", slow))
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            asyncio.run,
+            system.execute_async(ExecuteCall(call_id="c1", name="slow", arguments={})),
+        )
+        assert entered.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED"
+
+
+SCRIPT = """
+import asyncio
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolOutput, ToolSystem, define_tool
+
+system = ToolSystem.start()  # mode "native": no Code Mode template
+system.tools.register(
+    define_tool(
+        name="hello",
+        description="Say hello.",
+        parameters={},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=lambda args, ctx: "hello",
+    )
+)
+def hello(call_id):
+    return ExecuteCall(call_id=call_id, name="hello", arguments={})
+
+print(system.execute(hello("c1")).value)
+print(system.execute_batch(ExecuteBatch(calls=[ToolCall("c2", "hello", "{}")])).results[0].value)
+print(system.ref.ask(hello("c3")).value)
+print(asyncio.run(system.execute_async(hello("c4"))).value)
+ENDING
+"""
+
+
+@pytest.mark.parametrize(
+    ("ending", "exit_code"),
+    [("# no stop()", 0), ("raise SystemExit(system.running and 7)", 7), ("1 / 0", 1)],
+    ids=["forgets stop", "exits with a code", "dies of an exception"],
+)
+def test_a_script_that_never_calls_stop_exits(ending: str, exit_code: int) -> None:
+    script = textwrap.dedent(SCRIPT).replace("ENDING", ending)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == exit_code, done.stderr
+    assert done.stdout.split() == ["hello"] * 4
+
+
+CTRL_C = """
+import asyncio, os, signal, threading
+from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool
+
+started = threading.Event()
+
+
+async def wait_long(args, ctx):
+    started.set()
+    await asyncio.sleep(3600)
+    return "done"
+
+
+system = ToolSystem.start()
+system.tools.register(
+    define_tool(
+        name="wait_long",
+        description="Wait.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=wait_long,
+    )
+)
+threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "wait_long", "{}")]))
+except KeyboardInterrupt:
+    print("interrupted")
+for _ in range(1000):  # the batch settles on its own, before any stop()
+    results = [e.data for e in system.session.events if e.type == "tool/result"]
+    if results:
+        break
+    threading.Event().wait(0.01)
+print([r["error"]["code"] for r in results])
+system.stop()
+"""
+
+
+def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CTRL_C)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
