@@ -5,8 +5,8 @@
   formats.
 - ``ToolNameMap``: the reversible mapping between registry names and provider function names.
 - ``register_mcp_server`` / ``register_mcp_server_sync``: register the tools of one MCP server
-  (official ``mcp`` SDK, the ``mcp`` extra) as one plugin; ``McpPlugin.close()`` removes them and
-  stops the server. These load the SDK on first use, so the exports above work without it.
+  (official ``mcp`` SDK, the ``mcp`` extra) as one plugin that follows the server; the MCP names
+  (the ``mcp`` sub-package) load the SDK on first use, so the exports above work without it.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -15,21 +15,45 @@ from ._names import ToolNameMap, is_provider_name
 from ._schemas import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 
 if TYPE_CHECKING:
-    from ._mcp import (
+    from .mcp import (
+        INSTRUCTIONS_ORDER,
         MCP_OUTPUT_SCHEMA,
+        ElicitationCallback,
+        McpCallRef,
         McpConnectionError,
         McpPlugin,
+        McpProgress,
+        McpRequestContext,
+        McpState,
         McpToolError,
+        McpToolInfo,
+        ProgressCallback,
+        ReconnectPolicy,
+        SamplingCallback,
+        ask_before_destructive_mcp_tools,
+        mcp_tool_info,
         register_mcp_server,
         register_mcp_server_sync,
     )
 
 _MCP_NAMES = frozenset(
     {
+        "INSTRUCTIONS_ORDER",
         "MCP_OUTPUT_SCHEMA",
+        "ElicitationCallback",
+        "McpCallRef",
         "McpConnectionError",
         "McpPlugin",
+        "McpProgress",
+        "McpRequestContext",
+        "McpState",
         "McpToolError",
+        "McpToolInfo",
+        "ProgressCallback",
+        "ReconnectPolicy",
+        "SamplingCallback",
+        "ask_before_destructive_mcp_tools",
+        "mcp_tool_info",
         "register_mcp_server",
         "register_mcp_server_sync",
     }
@@ -41,25 +65,37 @@ def __getattr__(name: str) -> Any:
     if name not in _MCP_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from . import _mcp
+        from . import mcp
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.split(".")[0] in ("mcp", "mcp_types", "anyio"):
             raise ImportError(
                 f"{name} needs the official MCP SDK: pip install 'dsh-tools[mcp]'"
             ) from exc
         raise
-    value = getattr(_mcp, name)
+    value = getattr(mcp, name)
     globals()[name] = value
     return value
 
 
 __all__ = [
+    "INSTRUCTIONS_ORDER",
     "MCP_OUTPUT_SCHEMA",
+    "ElicitationCallback",
+    "McpCallRef",
     "McpConnectionError",
     "McpPlugin",
+    "McpProgress",
+    "McpRequestContext",
+    "McpState",
     "McpToolError",
+    "McpToolInfo",
+    "ProgressCallback",
+    "ReconnectPolicy",
+    "SamplingCallback",
     "ToolNameMap",
+    "ask_before_destructive_mcp_tools",
     "is_provider_name",
+    "mcp_tool_info",
     "register_mcp_server",
     "register_mcp_server_sync",
     "to_anthropic_tools",
