@@ -20,6 +20,7 @@ Tools:
 - ``wipe(path)``: destructive, titled ``Wipe a folder``; ``peek(path)``: read-only;
 - ``forecast(city)``: declares an output schema ``{"celsius": number}`` but returns
   ``{"celsius": "warm"}``; ``long_job()``: can only run as a task;
+- ``link()``: a resource link to ``notes://today``;
 - resources ``notes://today`` (text) and ``notes://logo`` (a PNG blob), prompt ``review``.
 
 The server has instructions (shown as a prompt section by the client).
@@ -173,13 +174,15 @@ class Name(BaseModel):
 @server.tool(description="Ask the user to confirm an action.")
 async def confirm(action: str, ctx: Context) -> str:
     answer = await ctx.elicit(f"Really {action}?", Sure)
-    return f"{answer.action} {answer.data.sure if answer.data is not None else '-'}"
+    data = getattr(answer, "data", None)
+    return f"{answer.action} {data.sure if data is not None else '-'}"
 
 
 @server.tool(description="Ask the user for a name.")
 async def ask_name(ctx: Context) -> str:
     answer = await ctx.elicit("What is your name?", Name)
-    return f"{answer.action} {answer.data.name if answer.data is not None else '-'}"
+    data = getattr(answer, "data", None)
+    return f"{answer.action} {data.name if data is not None else '-'}"
 
 
 @server.tool(description="List the client's roots.")
@@ -224,6 +227,15 @@ def forecast(city: str) -> types.CallToolResult:
 @server.tool(description="A job that only runs as a task.")
 def long_job() -> str:
     return "done"
+
+
+@server.tool(description="Point at today's notes.", structured_output=False)
+def link() -> list[types.ResourceLink]:
+    return [
+        types.ResourceLink(
+            type="resource_link", uri="notes://today", name="today", mime_type="text/plain"
+        )
+    ]
 
 
 @server.resource("notes://today", name="today", mime_type="text/plain")
