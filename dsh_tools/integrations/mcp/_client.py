@@ -231,7 +231,7 @@ class McpClient:
                 return
             self._state = state
             self._state_changed.notify_all()
-        _log.info("MCP server connection state", server=self.label, state=state)
+        _log.debug("MCP server connection state", server=self.label, state=state)
 
     def wait_for_state(self, states: Sequence[McpState], timeout: float | None) -> bool:
         with self._state_changed:
