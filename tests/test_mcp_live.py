@@ -63,7 +63,10 @@ def test_a_tool_the_server_adds_is_registered_with_one_change(
     plugin = live()
     changes = Changes(system)
     assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
-    changes.wait_for(lambda: "howdy" in changes.names(), "howdy to be registered")
+    # The snapshot is published before observers run: wait for both.
+    changes.wait_for(
+        lambda: changes.count >= 1 and "howdy" in changes.names(), "howdy to be registered"
+    )
     assert changes.count == 1
     assert plugin.tool_names[-1] == "howdy"
     assert texts(run(system, "howdy", {"who": "you"})) == ["howdy says hi to you"]
@@ -75,7 +78,9 @@ def test_a_tool_the_server_removes_is_unregistered_and_calls_are_unknown(
     plugin = live()
     changes = Changes(system)
     run(system, "remove_tool", {"name": "peek"})
-    changes.wait_for(lambda: "peek" not in changes.names(), "peek to be withdrawn")
+    changes.wait_for(
+        lambda: changes.count >= 1 and "peek" not in changes.names(), "peek to be withdrawn"
+    )
     assert changes.count == 1
     assert "peek" not in plugin.tool_names
     assert failure(run(system, "peek", {"path": "."}))["error"]["info"]["code"] == "UNKNOWN_TOOL"
@@ -92,7 +97,9 @@ def test_a_changed_tool_is_replaced_in_one_change(
         return definition.parameters["properties"] if definition is not None else {}
 
     run(system, "change_greet", {})
-    changes.wait_for(lambda: "punctuation" in greet_parameters(), "greet to be replaced")
+    changes.wait_for(
+        lambda: changes.count >= 1 and "punctuation" in greet_parameters(), "greet to be replaced"
+    )
     assert changes.count == 1
     definition = system.tools.get("greet")
     assert definition is not None
