@@ -208,6 +208,26 @@ def test_an_http_server_follows_list_changes_and_reconnects_after_a_restart(
     assert system.tools.names() == []
 
 
+def test_an_http_call_in_flight_fails_as_disconnected_when_the_server_dies(
+    system: ToolSystem, http_server: HttpServer, tmp_path: Path
+) -> None:
+    with register_mcp_server_sync(
+        system, "web", http_server.url, reconnect=False, connect_timeout=WAIT
+    ) as plugin:
+        pending = spawn(
+            system,
+            ExecuteCall(call_id="h", name="slow", arguments={"seconds": 30, "tag": "-http"}),
+        )
+        wait_for_file(tmp_path / "started-http")
+        http_server.kill()
+        assert failure(pending.result(WAIT))["error"] == {
+            "message": 'MCP server "web" disconnected during the call',
+            "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+        }
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
+        assert system.tools.names() == []
+
+
 def test_http_reconnects_by_default_and_stdio_does_not(
     system: ToolSystem, http_server: HttpServer, live: Callable[..., McpPlugin]
 ) -> None:

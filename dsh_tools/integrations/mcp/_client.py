@@ -33,7 +33,6 @@ from mcp.client.session import ClientRequestContext
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import ValidationError
 
-from ...actors import ToolTimeoutError
 from ._errors import McpConnectionError, McpToolError
 from ._types import (
     ElicitationCallback,
@@ -485,12 +484,12 @@ class McpClient:
         tool: str,
         arguments: dict[str, Any],
         *,
-        timeout_ms: float | None,
         on_progress: ProgressFnT,
     ) -> concurrent.futures.Future[dict[str, Any]]:
         """Submit ``tools/call`` (with a progress token) to the client loop; raises
-        ``McpConnectionError`` (``MCP_DISCONNECTED``) at once when not connected."""
-        coro = self._call_tool(tool, arguments, timeout_ms, on_progress)
+        ``McpConnectionError`` (``MCP_DISCONNECTED``) at once when not connected. Cancelling
+        the future cancels the request (the SDK tells the server)."""
+        coro = self._call_tool(tool, arguments, on_progress)
         return self._submit(coro, ref)
 
     def request(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
@@ -526,20 +525,32 @@ class McpClient:
             raise self._disconnected()
         return session
 
-    def failure(self, exc: MCPError) -> Exception:
-        """On the client loop: the harness error for a failed request."""
-        if _is_closed(exc):
+    async def failure(self, exc: MCPError, session: ClientSession) -> Exception:
+        """On the client loop: the harness error for a failed request. The code the SDK uses
+        for a closed connection is also a server's generic error code, and a transport that
+        lost one response stream says so with it too: unless it is the SDK's own "closed"
+        outcome, a ping decides whether the server is still there."""
+        if exc.code == types.CONNECTION_CLOSED and (
+            _is_closed(exc) or not await self._answers_ping(session)
+        ):
             self._note_lost()
             return McpConnectionError(
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )
         return McpToolError(f"MCP request failed: {exc.message}", "MCP_REQUEST_FAILED")
 
+    async def _answers_ping(self, session: ClientSession) -> bool:
+        try:
+            with anyio.fail_after(min(self._connect_timeout, 5.0)):
+                await session.send_ping()
+        except Exception:
+            return False
+        return True
+
     async def _call_tool(
         self,
         tool: str,
         arguments: dict[str, Any],
-        timeout_ms: float | None,
         on_progress: ProgressFnT,
     ) -> dict[str, Any]:
         session = self.session()
@@ -550,15 +561,10 @@ class McpClient:
             # send_request rather than call_tool: the result is checked against the tool's
             # output schema here (one-line MCP_INVALID_OUTPUT), and no implicit tools/list.
             result = await session.send_request(
-                request,
-                types.CallToolResult,
-                request_read_timeout_seconds=timeout_ms / 1000 if timeout_ms else None,
-                progress_callback=on_progress,
+                request, types.CallToolResult, progress_callback=on_progress
             )
         except MCPError as exc:
-            if exc.code == types.REQUEST_TIMEOUT and timeout_ms is not None:
-                raise ToolTimeoutError(timeout_ms) from None
-            raise self.failure(exc) from None
+            raise await self.failure(exc, session) from None
         except ValidationError as exc:
             raise McpToolError(
                 f"MCP request failed: malformed tools/call result ({exc.error_count()} errors)",

@@ -287,9 +287,13 @@ class McpPlugin:
             )
         except Exception as exc:  # a non-finite number from the server, say
             _log.warning("MCP progress not recorded", server=self.name, error=str(exc))
-        if self._on_progress is not None:
+        if self._on_progress is None:
+            return None
+        try:
             return self._on_progress(progress)
-        return None
+        except Exception as exc:
+            _log.warning("MCP on_progress callback failed", server=self.name, error=str(exc))
+            return None
 
     # --- resources and prompts -----------------------------------------------------------------
 
@@ -343,10 +347,11 @@ class McpPlugin:
                         return prompts
                     cursor = types.PaginatedRequestParams(cursor=page.next_cursor)
                     page = await session.list_prompts(params=cursor)
-            got = await session.get_prompt(params["name"], params["arguments"])
-            return _wire(got)
+            got = _wire(await session.get_prompt(params["name"], params["arguments"]))
+            got.pop("resultType", None)  # protocol bookkeeping, not part of the prompt
+            return got
         except MCPError as exc:
-            raise self._client.failure(exc) from None
+            raise await self._client.failure(exc, session) from None
 
     def list_resources(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """The server's resources (wire form: ``uri``, ``name``, ``mimeType``...)."""

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 
-from ...actors import AbortError, HarnessError, JsonSchemaError, ToolArgsError
+from ...actors import AbortError, HarnessError, JsonSchemaError, ToolArgsError, ToolTimeoutError
 from ...registry import (
     LosslessJsonError,
     ToolDefinition,
@@ -157,16 +158,32 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         ref = McpCallRef(run_ctx.call_id, run_ctx.name, run_ctx.agent)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            tool.progress(
+            out = tool.progress(
                 McpProgress(
                     client.label, ref.call_id, ref.tool, ref.agent, progress, total, message
                 )
             )
+            if inspect.isawaitable(out):
+                try:
+                    await out
+                except Exception as exc:
+                    _log.warning(
+                        "MCP on_progress callback failed", server=client.label, error=str(exc)
+                    )
 
-        future = client.call_tool(
-            ref, info.mcp_name, arguments, timeout_ms=info.timeout_ms, on_progress=on_progress
-        )
+        future = client.call_tool(ref, info.mcp_name, arguments, on_progress=on_progress)
         remove = signal.add_callback(lambda _reason: future.cancel())
+        # The deadline cancels the request the way an abort does (one path, so the SDK's
+        # notifications/cancelled goes out whichever of this and a timeout policy fires).
+        expired: list[bool] = []
+        deadline = None
+        if info.timeout_ms is not None:
+
+            def expire() -> None:
+                expired.append(True)
+                future.cancel()
+
+            deadline = asyncio.get_running_loop().call_later(info.timeout_ms / 1000, expire)
         try:
             result = await asyncio.wrap_future(future)
         except asyncio.CancelledError:
@@ -175,6 +192,8 @@ def _body(tool: _Tool) -> Callable[..., Any]:
                 raise  # our own task is being cancelled: let it go
             if signal.aborted:
                 raise AbortError() from None
+            if expired and info.timeout_ms is not None:
+                raise ToolTimeoutError(info.timeout_ms) from None
             verb = "closed" if client.cut_reason() == "closed" else "disconnected"
             raise McpConnectionError(
                 f'MCP server "{client.label}" {verb} during the call', "MCP_DISCONNECTED"
@@ -185,6 +204,8 @@ def _body(tool: _Tool) -> Callable[..., Any]:
             raise McpToolError(f"MCP request failed: {exc}", "MCP_REQUEST_FAILED") from exc
         finally:
             remove()
+            if deadline is not None:
+                deadline.cancel()
         return tool.value(result)
 
     execute.__name__ = f"mcp[{client.label}].{info.mcp_name}"
