@@ -148,6 +148,11 @@ class _WatchedReadStream:
             self._on_end()
             raise
 
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last item, where the transport keeps one."""
+        return getattr(self._inner, "last_context", None)
+
     async def aclose(self) -> None:
         await self._inner.aclose()
 
