@@ -200,6 +200,7 @@ def test_server_log_messages_go_to_structlog_with_the_server_name(
 def test_progress_becomes_session_events_with_the_call_id_and_reaches_the_callback(
     system: ToolSystem, connect: Callable[..., McpPlugin]
 ) -> None:
+    # The server reports progress only for a request that carries a progressToken.
     observed: list[McpProgress] = []
     connect(system, on_progress=observed.append)
     outcome = system.execute_batch(

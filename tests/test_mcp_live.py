@@ -123,6 +123,23 @@ def test_a_running_call_finishes_when_its_tool_is_removed(
     assert later == "UNKNOWN_TOOL"
 
 
+def test_an_agent_scoped_plugin_follows_the_server_inside_its_scope(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    live(agent="ops")
+    scope = system.agent("ops").tools
+    changes = Changes(system)
+    run(system, "change_greet", {}, agent="ops")
+    run(system, "add_tool", {"name": "howdy"}, agent="ops")
+    changes.wait_for(
+        lambda: changes.count >= 2 and "howdy" in scope.names(), "the scope to follow the server"
+    )
+    assert system.tools.names() == []
+    assert texts(run(system, "greet", {"name": "ops", "punctuation": "."}, agent="ops")) == [
+        "hello ops."
+    ]
+
+
 # --- disconnects -------------------------------------------------------------------------------
 
 
