@@ -268,10 +268,6 @@ class McpClient:
         self._serving = asyncio.run_coroutine_threadsafe(self._supervise(ready), self._loop)
         return ready
 
-    def _poke(self) -> None:
-        """On the client loop: wake the supervisor to look at its flags."""
-        self._wake.set()
-
     def _note_lost(self) -> None:
         """On the client loop: the transport is gone."""
         if not self._lost:
