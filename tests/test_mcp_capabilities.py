@@ -188,7 +188,7 @@ def test_server_log_messages_go_to_structlog_with_the_server_name(
     connect(system)
     assert texts(run(system, "chatty", {})) == ["logged"]
     lines = [e for e in logs.entries if e["event"] == "MCP server log"]
-    assert [(e["log_level"], e["server"], e["logger"], e["data"]) for e in lines] == [
+    assert [(e["log_level"], e["server"], e["server_logger"], e["data"]) for e in lines] == [
         ("info", "live", "chatty", "warming up"),
         ("warning", "live", "chatty", {"disk": "low"}),
     ]

@@ -225,6 +225,30 @@ def test_an_http_server_follows_list_changes_and_reconnects_after_a_restart(
     assert system.tools.names() == []
 
 
+def test_server_requests_and_progress_ride_the_http_response_streams(
+    system: ToolSystem, http_server: HttpServer
+) -> None:
+    def sample(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": {"type": "text", "text": "over http"},
+            "model": "scripted-model",
+            "stopReason": "endTurn",
+        }
+
+    def elicit(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "accept", "content": {"sure": False}}
+
+    with register_mcp_server_sync(
+        system, "web", http_server.url, sampling=sample, elicitation=elicit, connect_timeout=WAIT
+    ):
+        assert texts(run(system, "ask_model", {"question": "?"})) == ["scripted-model: over http"]
+        assert texts(run(system, "confirm", {"action": "go"})) == ["accept False"]
+        assert texts(run(system, "count", {"steps": 2})) == ["counted"]
+    progress = [e.data["progress"] for e in system.session.events if e.type == "tool/progress"]
+    assert progress == [1.0, 2.0]
+
+
 def test_an_http_call_in_flight_fails_as_disconnected_when_the_server_dies(
     system: ToolSystem, http_server: HttpServer, tmp_path: Path
 ) -> None:

@@ -624,7 +624,7 @@ class McpClient:
             "MCP server log",
             server=self.label,
             level=params.level,
-            logger=params.logger,
+            server_logger=params.logger,
             data=params.data,
         )
 
