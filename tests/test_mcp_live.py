@@ -140,6 +140,17 @@ def test_an_agent_scoped_plugin_follows_the_server_inside_its_scope(
     ]
 
 
+def test_a_reconnect_policy_backs_off_exponentially_up_to_its_cap() -> None:
+    policy = ReconnectPolicy(initial_delay=0.5, multiplier=2.0, max_delay=3.0)
+    assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ValueError, match="max_attempts must be None or a positive int"):
+        ReconnectPolicy(max_attempts=0)
+    with pytest.raises(ValueError, match="multiplier must be a number >= 1"):
+        ReconnectPolicy(multiplier=0.5)
+    with pytest.raises(ValueError, match="initial_delay must be a finite number >= 0"):
+        ReconnectPolicy(initial_delay=float("nan"))
+
+
 # --- disconnects -------------------------------------------------------------------------------
 
 
