@@ -20,7 +20,8 @@ Tools:
 - ``wipe(path)``: destructive, titled ``Wipe a folder``; ``peek(path)``: read-only;
 - ``forecast(city)``: declares an output schema ``{"celsius": number}`` but returns
   ``{"celsius": "warm"}``; ``long_job()``: can only run as a task;
-- ``link()``: a resource link to ``notes://today``;
+- ``link()``: a resource link to ``notes://today``; ``add_note(name, text)``: adds the resource
+  ``notes://<name>``, then sends ``notifications/resources/list_changed``;
 - resources ``notes://today`` (text) and ``notes://logo`` (a PNG blob), prompt ``review``.
 
 The server has instructions (shown as a prompt section by the client).
@@ -35,6 +36,7 @@ from pathlib import Path
 import anyio
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resources import TextResource
 from pydantic import BaseModel
 
 PIXEL = (
@@ -236,6 +238,17 @@ def link() -> list[types.ResourceLink]:
             type="resource_link", uri="notes://today", name="today", mime_type="text/plain"
         )
     ]
+
+
+@server.tool(description="Add a note resource, then announce the change.")
+async def add_note(name: str, text: str, ctx: Context) -> str:
+    server.add_resource(
+        TextResource(uri=f"notes://{name}", name=name, text=text, mime_type="text/plain")
+    )
+    await ctx.session.send_notification(
+        types.ResourceListChangedNotification(), related_request_id=ctx.request_id
+    )
+    return f"noted {name}"
 
 
 @server.resource("notes://today", name="today", mime_type="text/plain")

@@ -5,6 +5,7 @@ through the pipeline's seams, and the server's resources and prompts, against th
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -265,6 +266,25 @@ def test_a_resource_link_in_a_result_is_readable_through_the_plugin(
         return await asyncio.wait_for(plugin.aread_resource(block["uri"]), WAIT)
 
     assert asyncio.run(read())[0]["text"] == "buy milk"
+
+
+def test_a_resource_list_change_reaches_the_callback_which_may_re_list(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    seen: list[tuple[str, list[str]]] = []
+    done = threading.Event()
+    plugin: McpPlugin | None = None
+
+    def changed(kind: str) -> None:
+        assert plugin is not None
+        seen.append((kind, [r["uri"] for r in plugin.list_resources()]))
+        done.set()
+
+    plugin = connect(system, on_list_changed=changed)
+    assert texts(run(system, "add_note", {"name": "later", "text": "call mum"})) == ["noted later"]
+    assert done.wait(WAIT)
+    assert seen == [("resources", ["notes://today", "notes://logo", "notes://later"])]
+    assert plugin.read_resource("notes://later")[0]["text"] == "call mum"
 
 
 def test_reading_an_unknown_resource_is_a_request_failure(

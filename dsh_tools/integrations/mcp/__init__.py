@@ -18,6 +18,7 @@ from ._register import register_mcp_server, register_mcp_server_sync
 from ._tools import MCP_OUTPUT_SCHEMA, mcp_tool_info
 from ._types import (
     ElicitationCallback,
+    ListChangedCallback,
     McpCallRef,
     McpProgress,
     McpRequestContext,
@@ -32,6 +33,7 @@ __all__ = [
     "INSTRUCTIONS_ORDER",
     "MCP_OUTPUT_SCHEMA",
     "ElicitationCallback",
+    "ListChangedCallback",
     "McpCallRef",
     "McpConnectionError",
     "McpPlugin",

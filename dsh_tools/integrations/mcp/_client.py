@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
 import structlog
@@ -36,6 +36,7 @@ from pydantic import ValidationError
 from ._errors import McpConnectionError, McpToolError
 from ._types import (
     ElicitationCallback,
+    ListChangedCallback,
     McpCallRef,
     McpRequestContext,
     McpState,
@@ -104,7 +105,7 @@ class ConnectionListener(Protocol):
 class ClientOptions:
     """The client capabilities one connection advertises, and what answers them."""
 
-    __slots__ = ("elicitation", "log_level", "roots", "sampling")
+    __slots__ = ("elicitation", "log_level", "on_list_changed", "roots", "sampling")
 
     def __init__(
         self,
@@ -113,11 +114,13 @@ class ClientOptions:
         elicitation: ElicitationCallback | None = None,
         roots: Sequence[str | Path] | None = None,
         log_level: str | None = None,
+        on_list_changed: ListChangedCallback | None = None,
     ) -> None:
         self.sampling = sampling
         self.elicitation = elicitation
         self.roots = tuple(Path(p) for p in roots) if roots is not None else None
         self.log_level = log_level
+        self.on_list_changed = on_list_changed
 
 
 async def _answer(
@@ -221,6 +224,7 @@ class McpClient:
         self._cut_reason = "closed"
         self._connected = False
         self._missed = False
+        self._background: set[asyncio.Task[None]] = set()
         self._closed = threading.Event()
 
     # --- state ---------------------------------------------------------------------------------
@@ -633,11 +637,33 @@ class McpClient:
             self._relist = True
             self._wake.set()
         elif isinstance(message, types.ResourceListChangedNotification):
-            _log.info("MCP server resources changed", server=self.label)
+            self._list_changed("resources")
         elif isinstance(message, types.PromptListChangedNotification):
-            _log.info("MCP server prompts changed", server=self.label)
+            self._list_changed("prompts")
         elif isinstance(message, Exception):
             _log.debug("MCP transport reported an error", server=self.label, error=str(message))
+
+    def _list_changed(self, kind: Literal["resources", "prompts"]) -> None:
+        """On the client loop: tell the harness, on a worker thread (it may well re-list
+        through the plugin, which waits on this loop)."""
+        _log.info(f"MCP server {kind} changed", server=self.label)
+        callback = self._options.on_list_changed
+        if callback is None:
+            return
+
+        async def tell() -> None:
+            try:
+                out = await asyncio.to_thread(callback, kind)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception as exc:
+                _log.warning(
+                    "MCP on_list_changed callback failed", server=self.label, error=str(exc)
+                )
+
+        task = self._loop.create_task(tell())
+        self._background.add(task)  # a strong reference until it is done
+        task.add_done_callback(self._background.discard)
 
 
 def _lost(listener: ConnectionListener, *, final: bool) -> None:

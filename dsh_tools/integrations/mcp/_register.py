@@ -20,7 +20,13 @@ from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
 from ._plugin import McpPlugin
 from ._tools import ConcurrencyPolicy
-from ._types import ElicitationCallback, ProgressCallback, ReconnectPolicy, SamplingCallback
+from ._types import (
+    ElicitationCallback,
+    ListChangedCallback,
+    ProgressCallback,
+    ReconnectPolicy,
+    SamplingCallback,
+)
 
 if TYPE_CHECKING:
     from ..._system import PluginHandle, ToolSystem
@@ -88,6 +94,7 @@ def _check(
     elicitation: Any,
     sampling: Any,
     on_progress: Any,
+    on_list_changed: Any,
 ) -> None:
     if type(name) is not str or not name:
         raise TypeError("name must be a non-empty str")
@@ -110,7 +117,12 @@ def _check(
         raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
     if not (elicitation is None or elicitation == "approval" or callable(elicitation)):
         raise TypeError('elicitation must be None, "approval" or a callable(ctx, params)')
-    for label, fn in (("sampling", sampling), ("on_progress", on_progress)):
+    callbacks = (
+        ("sampling", sampling),
+        ("on_progress", on_progress),
+        ("on_list_changed", on_list_changed),
+    )
+    for label, fn in callbacks:
         if fn is not None and not callable(fn):
             raise TypeError(f"{label} must be callable or None")
 
@@ -131,6 +143,7 @@ def register_mcp_server_sync(
     roots: Sequence[str | Path] | None = None,
     log_level: str | None = None,
     on_progress: ProgressCallback | None = None,
+    on_list_changed: ListChangedCallback | None = None,
     instructions_section: bool = True,
     ping_interval: float | None = None,
     connect_timeout: float = 30.0,
@@ -153,6 +166,7 @@ def register_mcp_server_sync(
         elicitation,
         sampling,
         on_progress,
+        on_list_changed,
     )
     open_transport, kind = _transport(server_params, errlog)
     policy = _reconnect_policy(reconnect, kind)
@@ -162,7 +176,11 @@ def register_mcp_server_sync(
         approval_elicitation(system) if elicitation == "approval" else elicitation
     )
     options = ClientOptions(
-        sampling=sampling, elicitation=answer_elicitation, roots=roots, log_level=log_level
+        sampling=sampling,
+        elicitation=answer_elicitation,
+        roots=roots,
+        log_level=log_level,
+        on_list_changed=on_list_changed,
     )
     owner: PluginHandle | None = None
     if agent is None:
@@ -233,6 +251,7 @@ async def register_mcp_server(
     roots: Sequence[str | Path] | None = None,
     log_level: str | None = None,
     on_progress: ProgressCallback | None = None,
+    on_list_changed: ListChangedCallback | None = None,
     instructions_section: bool = True,
     ping_interval: float | None = None,
     connect_timeout: float = 30.0,
@@ -264,7 +283,8 @@ async def register_mcp_server(
     log messages always go to structlog (logger ``dsh_tools.mcp``, with ``server=name``);
     ``log_level`` asks the server for that level. Progress notifications become session
     events ``tool/progress`` (``call_id``, ``tool``, ``server``, ``progress``, ``total``,
-    ``message``) and reach ``on_progress``. The server's instructions become the prompt
+    ``message``) and reach ``on_progress``; ``on_list_changed("resources" | "prompts")``
+    hears when the server's resources or prompts change. The server's instructions become the prompt
     section ``mcp:<name>`` unless ``instructions_section=False``.
 
     Raises ``McpConnectionError`` (``MCP_CONNECT_FAILED``) when the server cannot be started,
@@ -286,6 +306,7 @@ async def register_mcp_server(
         "roots": roots,
         "log_level": log_level,
         "on_progress": on_progress,
+        "on_list_changed": on_list_changed,
         "instructions_section": instructions_section,
         "ping_interval": ping_interval,
         "connect_timeout": connect_timeout,

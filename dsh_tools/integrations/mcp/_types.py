@@ -10,6 +10,7 @@ import msgspec
 
 __all__ = [
     "ElicitationCallback",
+    "ListChangedCallback",
     "McpCallRef",
     "McpProgress",
     "McpRequestContext",
@@ -136,6 +137,10 @@ ElicitationCallback = Callable[
 (``message``, ``requestedSchema`` or ``mode: "url"`` and ``url``); return
 ``{"action": "accept", "content": {...}}``, ``{"action": "decline"}`` or
 ``{"action": "cancel"}``. Runs like a sampling callback."""
+
+ListChangedCallback = Callable[[Literal["resources", "prompts"]], Any]
+"""``on_list_changed(kind)``: the server's resources or prompts changed (``"resources"`` or
+``"prompts"``); runs on a worker thread, so it may call the plugin (``list_resources()``...)."""
 
 ProgressCallback = Callable[[McpProgress], Any]
 """``on_progress(progress)``: called on the MCP client's thread for every progress
