@@ -155,7 +155,7 @@ replace an entry's ``boot`` (``dataclasses.replace``) to harvest differently."""
 
 NOT_SHIPPED: Mapping[str, str] = {
     "dsh_tools/_bench.py": "benchmark workloads, never registered for a model",
-    "dsh_tools/integrations/_mcp.py": "adapts whatever tools an MCP server lists at run time",
+    "dsh_tools/integrations/mcp/_tools.py": "adapts whatever tools an MCP server lists at run time",
 }
 """Modules that build tool definitions but ship no model-facing tool, with the reason."""
 

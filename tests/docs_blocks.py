@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+import types
 from pathlib import Path
 from typing import NamedTuple
 
@@ -58,11 +59,16 @@ def python_blocks(path: Path) -> list[Block]:
 
 def run(path: Path) -> None:
     """Execute the file's python blocks in order in one namespace."""
-    namespace: dict[str, object] = {"__name__": "__main__"}
+    # The namespace is a real module registered as ``__main__``, as a script's is: code that
+    # resolves annotations through ``sys.modules[cls.__module__]`` (msgspec, dataclasses,
+    # typing.get_type_hints) finds the page's imports there.
+    module = types.ModuleType("__main__")
+    module.__file__ = str(path)
+    sys.modules["__main__"] = module
     for block in python_blocks(path):
         # Leading newlines put the block at its own line numbers in tracebacks.
         code = compile("\n" * (block.line - 1) + block.source, str(path), "exec")
-        exec(code, namespace)
+        exec(code, module.__dict__)
 
 
 if __name__ == "__main__":

@@ -185,15 +185,30 @@ def test_the_plugin_reports_the_servers_identity(shared: tuple[ToolSystem, McpPl
     assert not plugin.closed
 
 
-def test_every_mcp_tool_declares_the_shared_output_schema(
+def test_a_tool_without_an_output_schema_declares_the_shared_one(
     shared: tuple[ToolSystem, McpPlugin],
 ) -> None:
     system, _ = shared
-    for name in SERVER_TOOLS:
-        definition = system.tools.get(name)
-        assert definition is not None
-        assert definition.output is not None
-        assert definition.output.schema == MCP_OUTPUT_SCHEMA
+    definition = system.tools.get("mixed")
+    assert definition is not None and definition.output is not None
+    assert definition.output.schema == MCP_OUTPUT_SCHEMA
+
+
+def test_a_declared_output_schema_types_the_structured_content(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, _ = shared
+    definition = system.tools.get("add")
+    assert definition is not None and definition.output is not None
+    schema = definition.output.schema
+    assert schema["properties"]["structured_content"] == {
+        "properties": {"result": {"title": "Result", "type": "integer"}},
+        "required": ["result"],
+        "title": "addOutput",
+        "type": "object",
+    }
+    assert schema["required"] == ["content", "is_error", "structured_content"]
+    assert schema["properties"]["content"] == MCP_OUTPUT_SCHEMA["properties"]["content"]
 
 
 def test_mcp_tools_export_to_openai_and_anthropic(shared: tuple[ToolSystem, McpPlugin]) -> None:
@@ -297,17 +312,32 @@ def test_arguments_that_are_not_an_object_fail_before_the_request(
     }
 
 
-def test_mcp_content_renders_to_content_blocks(shared: tuple[ToolSystem, McpPlugin]) -> None:
+def test_mcp_content_renders_to_content_blocks_in_the_mcp_shapes(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
     system, _ = shared
     result = run(system, "mixed", {})
     assert list(result.content) == [
         {"type": "text", "text": "caption"},
-        {"type": "image", "data": PIXEL, "mime_type": "image/png"},
-        {"type": "audio", "data": "UklGRg==", "mime_type": "audio/wav"},
-        {"type": "text", "text": "notes"},
-        {"type": "image", "data": PIXEL, "mime_type": "image/png"},
-        {"type": "text", "text": "[binary resource file:///data.bin (application/octet-stream)]"},
-        {"type": "text", "text": "[resource link: big.log <file:///big.log>]"},
+        {"type": "image", "data": PIXEL, "mimeType": "image/png"},
+        {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///notes.txt", "mimeType": "text/plain", "text": "notes"},
+        },
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///dot.png", "mimeType": "image/png", "blob": PIXEL},
+        },
+        {
+            "type": "resource",
+            "resource": {
+                "uri": "file:///data.bin",
+                "mimeType": "application/octet-stream",
+                "blob": "AAE=",
+            },
+        },
+        {"type": "resource_link", "uri": "file:///big.log", "name": "big.log"},
     ]
 
 
@@ -488,17 +518,25 @@ def test_close_during_a_call_fails_that_call_as_disconnected(
     }
 
 
-def test_a_server_that_dies_fails_its_calls_without_hanging(
+def test_a_stdio_server_that_dies_is_disconnected_and_its_tools_withdrawn(
     system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
 ) -> None:
-    connect()
+    plugin = connect()
     pid = int(wait_for_file(marks / "pid"))
     crashed = failure(run(system, "crash", {}))["error"]
-    assert crashed["info"] == {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"}
-    assert crashed["message"].startswith("MCP request failed: ")
+    assert crashed == {
+        "message": 'MCP server "fixture" disconnected during the call',
+        "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+    }
+    assert plugin.wait_for_state("disconnected", timeout=WAIT)
+    assert plugin.closed
+    assert system.tools.schemas() == []
     after = failure(run(system, "echo", {"text": "anyone?"}))["error"]
-    assert after["info"]["code"] == "MCP_REQUEST_FAILED"
+    assert after["info"]["code"] == "UNKNOWN_TOOL"
     assert process_gone(pid)
+    plugin.close()
+    assert plugin.state == "closed"
+    assert mcp_threads() == []
 
 
 def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:

@@ -35,6 +35,15 @@ class RegisterTool(msgspec.Struct, frozen=True):
     is_async: bool
 
 
+class ReplaceTool(msgspec.Struct, frozen=True):
+    """Swap the tool registered under ``key`` for ``definition`` (same name, same layer) in one
+    published change, so no reader ever sees the name missing."""
+
+    key: int
+    definition: Any
+    is_async: bool
+
+
 class AddRestriction(msgspec.Struct, frozen=True):
     """Add a visibility mask to ``agent``'s layer."""
 

@@ -11,8 +11,8 @@
   ``anthropic_tool_results`` (Messages API); ``ProviderPrompt`` holds one request's system text,
   tools list and name map.
 - ``register_mcp_server`` / ``register_mcp_server_sync``: register the tools of one MCP server
-  (official ``mcp`` SDK, the ``mcp`` extra) as one plugin; ``McpPlugin.close()`` removes them and
-  stops the server. These load the SDK on first use, so the exports above work without it.
+  (official ``mcp`` SDK, the ``mcp`` extra) as one plugin that follows the server; the MCP names
+  (the ``mcp`` sub-package) load the SDK on first use, so the exports above work without it.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -32,21 +32,47 @@ from ._prompt import ProviderPrompt
 from ._schemas import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 
 if TYPE_CHECKING:
-    from ._mcp import (
+    from .mcp import (
+        INSTRUCTIONS_ORDER,
         MCP_OUTPUT_SCHEMA,
+        ElicitationCallback,
+        ListChangedCallback,
+        McpCallRef,
         McpConnectionError,
         McpPlugin,
+        McpProgress,
+        McpRequestContext,
+        McpState,
         McpToolError,
+        McpToolInfo,
+        ProgressCallback,
+        ReconnectPolicy,
+        SamplingCallback,
+        ask_before_destructive_mcp_tools,
+        mcp_tool_info,
         register_mcp_server,
         register_mcp_server_sync,
     )
 
 _MCP_NAMES = frozenset(
     {
+        "INSTRUCTIONS_ORDER",
         "MCP_OUTPUT_SCHEMA",
+        "ElicitationCallback",
+        "ListChangedCallback",
+        "McpCallRef",
         "McpConnectionError",
         "McpPlugin",
+        "McpProgress",
+        "McpRequestContext",
+        "McpState",
         "McpToolError",
+        "McpToolInfo",
+        "ProgressCallback",
+        "ReconnectPolicy",
+        "SamplingCallback",
+        "ask_before_destructive_mcp_tools",
+        "mcp_tool_info",
         "register_mcp_server",
         "register_mcp_server_sync",
     }
@@ -58,29 +84,42 @@ def __getattr__(name: str) -> Any:
     if name not in _MCP_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        from . import _mcp
+        from . import mcp
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.split(".")[0] in ("mcp", "mcp_types", "anyio"):
             raise ImportError(
                 f"{name} needs the official MCP SDK: pip install 'dsh-tools[mcp]'"
             ) from exc
         raise
-    value = getattr(_mcp, name)
+    value = getattr(mcp, name)
     globals()[name] = value
     return value
 
 
 __all__ = [
+    "INSTRUCTIONS_ORDER",
     "MCP_OUTPUT_SCHEMA",
+    "ElicitationCallback",
+    "ListChangedCallback",
+    "McpCallRef",
     "McpConnectionError",
     "McpPlugin",
+    "McpProgress",
+    "McpRequestContext",
+    "McpState",
     "McpToolError",
+    "McpToolInfo",
+    "ProgressCallback",
     "ProviderPrompt",
+    "ReconnectPolicy",
+    "SamplingCallback",
     "ToolNameMap",
     "anthropic_prompt",
     "anthropic_tool_calls",
     "anthropic_tool_results",
+    "ask_before_destructive_mcp_tools",
     "is_provider_name",
+    "mcp_tool_info",
     "openai_assistant_message",
     "openai_prompt",
     "openai_tool_calls",

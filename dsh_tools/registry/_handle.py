@@ -25,6 +25,7 @@ from ..actors._protocol import (
     OwnerMutation,
     RegisterTool,
     RemoveEntry,
+    ReplaceTool,
 )
 from ._definition import ToolDefinition, check_registration, classify, project_schema
 from ._snapshot import SnapshotCell
@@ -159,6 +160,36 @@ class ToolsHandle:
         check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
         is_async = inspect.iscoroutinefunction(definition.execute)
         return self._changing(RegisterTool(definition, self._agent, is_async))
+
+    def replace(self, disposer: Disposer, definition: ToolDefinition) -> Disposer:
+        """Swap the tool that ``disposer`` registered (through this handle) for ``definition``
+        of the same name, in one change: readers see the old tool or the new one, never
+        neither. Returns the new tool's disposer; the old disposer becomes a no-op."""
+        if not isinstance(definition, ToolDefinition):
+            raise TypeError(
+                "replace() takes a ToolDefinition (build one with define_tool), "
+                f"got {type(definition).__name__}"
+            )
+        if not isinstance(disposer, Disposer) or disposer._handle is not self:
+            raise ValueError("replace() takes a disposer that this handle returned")
+        check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
+        is_async = inspect.iscoroutinefunction(definition.execute)
+        with disposer._lock:
+            if disposer._done:
+                raise ValueError(f'tool "{definition.name}" cannot be replaced: it was disposed')
+            disposer._done = True
+        try:
+            reply = self._mutate(ReplaceTool(disposer._key, definition, is_async))
+        except BaseException:
+            disposer._done = False  # nothing changed: the old tool is still registered
+            raise
+        replacement = Disposer(self, reply.key)
+        try:
+            self._notify()
+        except BaseException:
+            replacement()  # as for register: a failing observer withdraws the new tool
+            raise
+        return replacement
 
     def restrict(
         self, *, allow: Iterable[str] | None = None, deny: Iterable[str] | None = None

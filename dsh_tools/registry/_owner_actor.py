@@ -11,7 +11,7 @@ from typing import Any
 
 import pykka
 
-from ..actors._protocol import CloseOwner, MutationReply, OwnerMutation, RemoveEntry
+from ..actors._protocol import CloseOwner, MutationReply, OwnerMutation, RemoveEntry, ReplaceTool
 
 __all__ = ["OwnerActor", "ScopeActor"]
 
@@ -33,8 +33,15 @@ class OwnerActor(pykka.ThreadingActor):
         if isinstance(message, OwnerMutation):
             if self._closed:
                 raise RuntimeError(f"{self.label} is closed")
-            reply: MutationReply = self._registry.ask(message.mutation, block=True)
-            self._keys.append(reply.key)
+            mutation = message.mutation
+            if isinstance(mutation, ReplaceTool) and mutation.key not in self._keys:
+                raise ValueError(f"{self.label} did not register the tool it would replace")
+            reply: MutationReply = self._registry.ask(mutation, block=True)
+            if isinstance(mutation, ReplaceTool):
+                # The new key takes the old one's place, so LIFO disposal order is kept.
+                self._keys[self._keys.index(mutation.key)] = reply.key
+            else:
+                self._keys.append(reply.key)
             return reply
         if isinstance(message, RemoveEntry):
             reply = self._registry.ask(message, block=True)

@@ -21,6 +21,7 @@ from ..actors._protocol import (
     MutationReply,
     RegisterTool,
     RemoveEntry,
+    ReplaceTool,
     SetTransport,
     StopRegistry,
 )
@@ -109,6 +110,8 @@ class RegistryActor(pykka.ThreadingActor):
             return self._register(message)
         if isinstance(message, RemoveEntry):
             return self._remove(message.key)
+        if isinstance(message, ReplaceTool):
+            return self._replace(message)
         if isinstance(message, AddRestriction):
             return self._restrict(message)
         if isinstance(message, AddGuard):
@@ -141,6 +144,24 @@ class RegistryActor(pykka.ThreadingActor):
         tools = dict(layer.tools)
         tools[name] = ToolEntry(key, definition, message.is_async, agent)
         self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))
+        self._where[key] = ("tool", agent, name)
+        self._publish()
+        return MutationReply(key, True)
+
+    def _replace(self, message: ReplaceTool) -> MutationReply:
+        where = self._where.get(message.key)
+        name: str = message.definition.name
+        if where is None or where[0] != "tool":
+            raise ValueError(f'tool "{name}" cannot be replaced: it is no longer registered')
+        agent = where[1]
+        if where[2] != name:
+            raise ValueError(f'tool "{where[2]}" can only be replaced by a tool of the same name')
+        layer = self._layer(agent)
+        key = next(self._keys)
+        tools = dict(layer.tools)
+        tools[name] = ToolEntry(key, message.definition, message.is_async, agent)
+        self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))
+        del self._where[message.key]
         self._where[key] = ("tool", agent, name)
         self._publish()
         return MutationReply(key, True)

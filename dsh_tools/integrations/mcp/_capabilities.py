@@ -1,0 +1,80 @@
+"""Elicitation routed to the system's approval seam."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ...actors import AbortController
+from ._types import ElicitationCallback, McpRequestContext
+
+if TYPE_CHECKING:
+    from ..._system import ToolSystem
+
+__all__ = ["approval_elicitation"]
+
+_log = structlog.get_logger("dsh_tools.mcp")
+
+
+def _defaults(schema: Any) -> dict[str, Any] | None:
+    """The content an approval stands for: each property's ``default``; None when a required
+    property has none (an approval cannot supply a value)."""
+    if not isinstance(schema, Mapping):
+        return {}
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    content = {
+        key: prop["default"]
+        for key, prop in properties.items()
+        if isinstance(prop, Mapping) and "default" in prop
+    }
+    required = schema.get("required")
+    if isinstance(required, list) and any(key not in content for key in required):
+        return None
+    return content
+
+
+def approval_elicitation(system: ToolSystem) -> ElicitationCallback:
+    """Elicitation answered by ``system.approval``: the request's message is the approval's
+    ``reason``; ``"allowed-once"`` accepts (with the requested schema's defaults as content,
+    or consent to open the URL), ``"rejected"`` declines, anything else cancels. A form whose
+    required fields have no default is declined: an approval cannot fill it in."""
+
+    async def elicit(ctx: McpRequestContext, params: dict[str, Any]) -> dict[str, Any]:
+        approval = system.approval
+        if approval is None:
+            _log.warning("MCP elicitation with no approval channel", server=ctx.server)
+            return {"action": "cancel"}
+        is_url = params.get("mode") == "url"
+        content = {} if is_url else _defaults(params.get("requestedSchema"))
+        if content is None:
+            _log.warning(
+                "MCP elicitation needs values an approval cannot give; declined",
+                server=ctx.server,
+            )
+            return {"action": "decline"}
+        call = ctx.call
+        message = str(params.get("message") or f'MCP server "{ctx.server}" asks to continue')
+        if is_url and params.get("url"):
+            message += f" ({params['url']})"
+        kwargs: dict[str, Any] = {
+            "agent": call.agent if call is not None else ctx.agent,
+            "tool_name": call.tool if call is not None else ctx.server,
+            "call_id": call.call_id if call is not None else "",
+            "signal": AbortController().signal,
+            "reason": message,
+        }
+        outcome = await asyncio.to_thread(approval.request, **kwargs)
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome == "allowed-once":
+            return {"action": "accept"} if is_url else {"action": "accept", "content": content}
+        if outcome == "rejected":
+            return {"action": "decline"}
+        return {"action": "cancel"}
+
+    return elicit

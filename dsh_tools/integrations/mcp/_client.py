@@ -1,0 +1,690 @@
+"""One MCP server connection: its own thread and event loop, a supervisor that (re)connects,
+the client capabilities, and the requests the plugin sends.
+
+The SDK's ``ClientSession`` is bound to the loop it was entered on, while tool bodies run on
+other loops (the caller's per-thread loop for ``system.execute``, the system loop for batches).
+So the connection keeps one loop on a thread of its own for its whole life; requests are
+submitted with ``asyncio.run_coroutine_threadsafe`` and awaited with ``asyncio.wrap_future``.
+
+The supervisor task runs one session at a time. A session ends when the transport's read
+stream ends (a stdio server exited), when the transport fails (an HTTP server went away), when
+a request reports the connection closed, or when a keep-alive ping fails. Then every call in
+flight fails with ``MCP_DISCONNECTED`` and, under a ``ReconnectPolicy``, the supervisor waits
+and connects again; the listener (the plugin) re-syncs its registrations from the new listing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+import anyio
+import structlog
+from mcp import ClientSession, MCPError, types
+from mcp.client.session import ClientRequestContext
+from mcp.shared.dispatcher import ProgressFnT
+from pydantic import ValidationError
+
+from ._errors import McpConnectionError, McpToolError
+from ._types import (
+    ElicitationCallback,
+    ListChangedCallback,
+    McpCallRef,
+    McpRequestContext,
+    McpState,
+    ReconnectPolicy,
+    SamplingCallback,
+)
+
+__all__ = ["ClientOptions", "ConnectionListener", "Listing", "McpClient", "TransportFactory"]
+
+_log = structlog.get_logger("dsh_tools.mcp")
+
+_T = TypeVar("_T")
+
+TransportFactory = Callable[[], AbstractAsyncContextManager[Any]]
+"""A zero-argument callable returning an async context manager that yields ``(read, write)``
+streams (extra items are ignored), for example ``lambda: streamable_http_client(url)``."""
+
+_CLIENT_INFO = types.Implementation(name="dsh-tools", version="0.1.0")
+
+# MCP log levels -> structlog method names.
+_LOG_METHODS = {
+    "debug": "debug",
+    "info": "info",
+    "notice": "info",
+    "warning": "warning",
+    "error": "error",
+    "critical": "error",
+    "alert": "error",
+    "emergency": "error",
+}
+
+
+def _wire(model: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
+
+
+class Listing:
+    """What one successful connection learned: tools (wire form), identity, instructions."""
+
+    __slots__ = ("capabilities", "instructions", "server_info", "tools")
+
+    def __init__(
+        self,
+        tools: list[dict[str, Any]],
+        server_info: dict[str, Any] | None,
+        instructions: str | None,
+        capabilities: dict[str, Any],
+    ) -> None:
+        self.tools = tools
+        self.server_info = server_info
+        self.instructions = instructions
+        self.capabilities = capabilities
+
+
+class ConnectionListener(Protocol):
+    """What the connection tells its plugin; each method runs on a worker thread, in order."""
+
+    def reconnected(self, listing: Listing) -> None: ...
+
+    def tools_changed(self, tools: list[dict[str, Any]]) -> None: ...
+
+    def lost(self, final: bool) -> None: ...
+
+
+class ClientOptions:
+    """The client capabilities one connection advertises, and what answers them."""
+
+    __slots__ = ("elicitation", "log_level", "on_list_changed", "roots", "sampling")
+
+    def __init__(
+        self,
+        *,
+        sampling: SamplingCallback | None = None,
+        elicitation: ElicitationCallback | None = None,
+        roots: Sequence[str | Path] | None = None,
+        log_level: str | None = None,
+        on_list_changed: ListChangedCallback | None = None,
+    ) -> None:
+        self.sampling = sampling
+        self.elicitation = elicitation
+        self.roots = tuple(Path(p) for p in roots) if roots is not None else None
+        self.log_level = log_level
+        self.on_list_changed = on_list_changed
+
+
+async def _answer(
+    callback: Callable[[McpRequestContext, dict[str, Any]], Any],
+    ctx: McpRequestContext,
+    params: dict[str, Any],
+) -> Any:
+    """A harness callback: a coroutine function on this loop, anything else on a thread."""
+    if inspect.iscoroutinefunction(callback):
+        return await callback(ctx, params)
+    out = await asyncio.to_thread(callback, ctx, params)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
+class _WatchedReadStream:
+    """The transport's read stream, reporting when it ends (the server went away)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    @property
+    def last_context(self) -> Any:
+        """The sender's context of the last item, where the transport keeps one."""
+        return getattr(self._inner, "last_context", None)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+async def _list_all_tools(session: ClientSession) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    result = await session.list_tools()
+    while True:
+        tools.extend(_wire(tool) for tool in result.tools)
+        cursor = result.next_cursor
+        if not cursor:
+            return tools
+        result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
+
+
+class McpClient:
+    """One server connection on its own thread and loop, for the plugin's lifetime."""
+
+    def __init__(
+        self,
+        label: str,
+        open_transport: TransportFactory,
+        *,
+        agent: str | None,
+        connect_timeout: float,
+        reconnect: ReconnectPolicy | None,
+        ping_interval: float | None,
+        options: ClientOptions,
+    ) -> None:
+        self.label = label
+        self.agent = agent
+        self.listener: ConnectionListener | None = None
+        self._open_transport = open_transport
+        self._connect_timeout = connect_timeout
+        self._reconnect = reconnect
+        self._ping_interval = ping_interval
+        self._options = options
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=f"mcp[{label}]", daemon=True)
+        self._session: ClientSession | None = None
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._lost = False
+        self._relist = False
+        self._serving: concurrent.futures.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._calls: dict[concurrent.futures.Future[Any], McpCallRef] = {}
+        self._lock = threading.Lock()
+        self._state: McpState = "connecting"
+        self._state_changed = threading.Condition(self._lock)
+        self._cut_reason = "closed"
+        self._connected = False
+        self._missed = False
+        self._background: set[asyncio.Task[None]] = set()
+        self._closed = threading.Event()
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> McpState:
+        return self._state
+
+    def _set_state(self, state: McpState) -> None:
+        with self._state_changed:
+            if self._state == "closed" or self._state == state:
+                return
+            self._state = state
+            self._state_changed.notify_all()
+        _log.debug("MCP server connection state", server=self.label, state=state)
+
+    def wait_for_state(self, states: Sequence[McpState], timeout: float | None) -> bool:
+        with self._state_changed:
+            return self._state_changed.wait_for(lambda: self._state in states, timeout)
+
+    # --- the thread and the supervisor ---------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            try:
+                leftovers = asyncio.all_tasks(loop)
+                for task in leftovers:
+                    task.cancel()
+                if leftovers:
+                    loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.run_until_complete(loop.shutdown_default_executor())
+            finally:
+                loop.close()
+
+    def start(self) -> concurrent.futures.Future[Listing]:
+        """Start the thread and the supervisor; the future settles once the tools are listed
+        the first time (or the first connection failed: nothing is retried then)."""
+        ready: concurrent.futures.Future[Listing] = concurrent.futures.Future()
+        self._thread.start()
+        self._serving = asyncio.run_coroutine_threadsafe(self._supervise(ready), self._loop)
+        return ready
+
+    def _note_lost(self) -> None:
+        """On the client loop: the transport is gone."""
+        if not self._lost:
+            self._lost = True
+            self._wake.set()
+
+    async def _supervise(self, ready: concurrent.futures.Future[Listing]) -> None:
+        self._task = asyncio.current_task()
+        attempt = 0
+        try:
+            while True:
+                self._connected = False
+                try:
+                    await self._session_once(ready)
+                except Exception as exc:
+                    if not ready.done():
+                        ready.set_exception(exc)
+                        return
+                    if not self._stopping and not self._connected:
+                        _log.warning(
+                            "MCP server connection failed", server=self.label, error=_describe(exc)
+                        )
+                if self._stopping:
+                    return
+                self._cut_calls("disconnected")
+                if self._connected:
+                    attempt = 0
+                attempt += 1
+                policy = self._reconnect
+                final = policy is None or (
+                    policy.max_attempts is not None and attempt > policy.max_attempts
+                )
+                # Tell the plugin once per outage, and once more when it is for good; the
+                # state says "disconnected" only once the tools are withdrawn.
+                if final:
+                    await self._tell(partial(_lost, final=True))
+                    self._set_state("disconnected")
+                elif attempt == 1:
+                    self._set_state("reconnecting")
+                    await self._tell(partial(_lost, final=False))
+                if final or policy is None:
+                    return
+                try:
+                    await asyncio.wait_for(self._stopped(), policy.delay(attempt))
+                    return
+                except TimeoutError:
+                    pass
+        except BaseException as exc:
+            if not ready.done():
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    ready.set_exception(exc)
+            raise
+        finally:
+            self._session = None
+
+    async def _stopped(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _session_once(self, ready: concurrent.futures.Future[Listing]) -> None:
+        """One session, from connecting to its end (``_connected`` says if it got that far)."""
+        self._lost = False
+        self._relist = False
+        async with AsyncExitStack() as stack:
+            streams = await stack.enter_async_context(self._open_transport())
+            read = _WatchedReadStream(streams[0], self._note_lost)
+            session = ClientSession(
+                read,  # the SDK's ReadStream protocol, structurally
+                streams[1],
+                sampling_callback=self._sample if self._options.sampling else None,
+                elicitation_callback=self._elicit if self._options.elicitation else None,
+                list_roots_callback=self._list_roots if self._options.roots is not None else None,
+                logging_callback=self._on_log,
+                message_handler=self._on_message,
+                client_info=_CLIENT_INFO,
+            )
+            await stack.enter_async_context(session)
+            with anyio.fail_after(self._connect_timeout):
+                init = await session.initialize()
+                tools = await _list_all_tools(session)
+                level = self._options.log_level
+                if level is not None and init.capabilities.logging is not None:
+                    await session.set_logging_level(level)  # type: ignore[arg-type]
+            listing = Listing(
+                tools,
+                _wire(init.server_info) if init.server_info is not None else None,
+                init.instructions,
+                _wire(init.capabilities),
+            )
+            self._session = session
+            self._connected = True
+            self._set_state("connected")
+            if not ready.done():
+                ready.set_result(listing)
+            else:
+                await self._tell(lambda listener: listener.reconnected(listing))
+            try:
+                await self._serve(session)
+            finally:
+                self._session = None
+
+    async def _serve(self, session: ClientSession) -> None:
+        """Follow the live session until it stops, is lost, or fails a keep-alive ping."""
+        while not (self._stopping or self._lost):
+            if self._relist:
+                self._relist = False
+                try:
+                    tools = await _list_all_tools(session)
+                except MCPError as exc:
+                    if _is_closed(exc):
+                        return
+                    _log.warning("MCP tools/list failed", server=self.label, error=exc.message)
+                    continue
+                await self._tell(partial(_tools_changed, tools=tools))
+                continue
+            self._wake.clear()
+            if self._stopping or self._lost or self._relist:
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._ping_interval)
+            except TimeoutError:
+                try:
+                    with anyio.fail_after(self._connect_timeout):
+                        await session.send_ping()
+                except Exception as exc:
+                    _log.warning("MCP server stopped answering", server=self.label, error=str(exc))
+                    return
+
+    async def _tell(self, notify: Callable[[ConnectionListener], None]) -> None:
+        """Run a listener method on a worker thread: registry changes block on actor asks and
+        run ``change`` observers, which must not stall this loop (calls keep flowing)."""
+        listener = self.listener
+        if listener is None:
+            self._missed = True
+            return
+        try:
+            await asyncio.to_thread(notify, listener)
+        except Exception as exc:
+            _log.warning("MCP plugin update failed", server=self.label, error=_describe(exc))
+
+    def attach(self, listener: ConnectionListener) -> None:
+        """Start telling ``listener`` about changes; a tools change that arrived before (while
+        the first listing was being registered) is re-listed now."""
+        self.listener = listener
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._catch_up)
+
+    def _catch_up(self) -> None:
+        if self._missed:
+            self._missed = False
+            self._relist = True
+            self._wake.set()
+
+    def close(self, timeout: float) -> None:
+        """Cut in-flight calls short, end the session (stopping the server) and the thread."""
+        with self._lock:
+            first = self._state != "closed"
+            self._state = "closed"
+            self._state_changed.notify_all()
+        if not first:
+            self._closed.wait(timeout)
+            return
+        try:
+            self._cut_calls("closed")
+            serving = self._serving
+            if serving is not None and self._thread.is_alive():
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._request_stop)
+                try:
+                    serving.result(timeout)
+                except concurrent.futures.TimeoutError:
+                    _log.warning("MCP session did not close in time", server=self.label)
+                    serving.cancel()
+                except BaseException as exc:  # already reported by the supervisor
+                    _log.debug("MCP session closed with an error", error=str(exc))
+            if self._thread.is_alive():
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout)
+        finally:
+            self._closed.set()
+
+    def _request_stop(self) -> None:
+        """On the client loop: end a live session; cut a connection attempt short."""
+        self._stopping = True
+        self._wake.set()
+        task = self._task
+        if self._session is None and task is not None and not task.done():
+            task.cancel()
+
+    # --- requests ------------------------------------------------------------------------------
+
+    def _disconnected(self) -> McpConnectionError:
+        if self._state == "reconnecting":
+            text = f'MCP server "{self.label}" is disconnected (reconnecting)'
+        else:
+            text = f'MCP server "{self.label}" is not connected'
+        return McpConnectionError(text, "MCP_DISCONNECTED")
+
+    def cut_reason(self) -> str:
+        """Why the last calls were cut short: ``"closed"`` or ``"disconnected"``."""
+        return self._cut_reason
+
+    def _cut_calls(self, reason: str) -> None:
+        with self._lock:
+            self._cut_reason = reason
+            calls = list(self._calls)
+        for call in calls:
+            call.cancel()
+
+    def call_tool(
+        self,
+        ref: McpCallRef,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        on_progress: ProgressFnT,
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        """Submit ``tools/call`` (with a progress token) to the client loop; raises
+        ``McpConnectionError`` (``MCP_DISCONNECTED``) at once when not connected. Cancelling
+        the future cancels the request (the SDK tells the server)."""
+        coro = self._call_tool(tool, arguments, on_progress)
+        return self._submit(coro, ref)
+
+    def request(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Submit any coroutine over the live session to the client loop."""
+        return self._submit(coro, None)
+
+    def _submit(
+        self, coro: Coroutine[Any, Any, _T], ref: McpCallRef | None
+    ) -> concurrent.futures.Future[_T]:
+        with self._lock:
+            if self._state != "connected" or self._session is None:
+                coro.close()
+                raise self._disconnected()
+            try:
+                future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+            except RuntimeError:  # the loop is gone
+                coro.close()
+                raise self._disconnected() from None
+            if ref is not None:
+                self._calls[future] = ref
+        if ref is not None:
+            future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._calls.pop(future, None)
+
+    def session(self) -> ClientSession:
+        """On the client loop: the live session, or ``MCP_DISCONNECTED``."""
+        session = self._session
+        if session is None:
+            raise self._disconnected()
+        return session
+
+    async def failure(self, exc: MCPError, session: ClientSession) -> Exception:
+        """On the client loop: the harness error for a failed request. The code the SDK uses
+        for a closed connection is also a server's generic error code, and a transport that
+        lost one response stream says so with it too: unless it is the SDK's own "closed"
+        outcome, a ping decides whether the server is still there."""
+        if exc.code == types.CONNECTION_CLOSED and (
+            _is_closed(exc) or not await self._answers_ping(session)
+        ):
+            self._note_lost()
+            return McpConnectionError(
+                f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
+            )
+        return McpToolError(f"MCP request failed: {exc.message}", "MCP_REQUEST_FAILED")
+
+    async def _answers_ping(self, session: ClientSession) -> bool:
+        try:
+            with anyio.fail_after(min(self._connect_timeout, 5.0)):
+                await session.send_ping()
+        except Exception:
+            return False
+        return True
+
+    async def _call_tool(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        on_progress: ProgressFnT,
+    ) -> dict[str, Any]:
+        session = self.session()
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name=tool, arguments=arguments)
+        )
+        try:
+            # send_request rather than call_tool: the result is checked against the tool's
+            # output schema here (one-line MCP_INVALID_OUTPUT), and no implicit tools/list.
+            result = await session.send_request(
+                request, types.CallToolResult, progress_callback=on_progress
+            )
+        except MCPError as exc:
+            raise await self.failure(exc, session) from None
+        except ValidationError as exc:
+            raise McpToolError(
+                f"MCP request failed: malformed tools/call result ({exc.error_count()} errors)",
+                "MCP_REQUEST_FAILED",
+            ) from None
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._note_lost()
+            raise self._disconnected() from None
+        return _wire(result)
+
+    # --- what the server sends us --------------------------------------------------------------
+
+    def _context(self) -> McpRequestContext:
+        with self._lock:
+            calls = tuple(self._calls.values())
+        return McpRequestContext(self.label, self.agent, calls)
+
+    async def _sample(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        callback = self._options.sampling
+        assert callback is not None
+        try:
+            out = await _answer(callback, self._context(), _wire(params))
+            if isinstance(out, Mapping) and isinstance(out.get("content"), list):
+                return types.CreateMessageResultWithTools.model_validate(out)
+            return types.CreateMessageResult.model_validate(out)
+        except Exception as exc:
+            _log.warning("MCP sampling callback failed", server=self.label, error=_describe(exc))
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"sampling failed: {exc}")
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        callback = self._options.elicitation
+        assert callback is not None
+        try:
+            out = await _answer(callback, self._context(), _wire(params))
+            return types.ElicitResult.model_validate(out)
+        except Exception as exc:
+            _log.warning("MCP elicitation callback failed", server=self.label, error=_describe(exc))
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"elicitation failed: {exc}")
+
+    async def _list_roots(
+        self, context: ClientRequestContext
+    ) -> types.ListRootsResult | types.ErrorData:
+        roots = self._options.roots or ()
+        listed = [
+            {"uri": path.resolve().as_uri(), "name": path.name or str(path)} for path in roots
+        ]
+        return types.ListRootsResult.model_validate({"roots": listed})
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        method = _LOG_METHODS.get(str(params.level), "info")
+        getattr(_log, method)(
+            "MCP server log",
+            server=self.label,
+            level=params.level,
+            server_logger=params.logger,
+            data=params.data,
+        )
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._relist = True
+            self._wake.set()
+        elif isinstance(message, types.ResourceListChangedNotification):
+            self._list_changed("resources")
+        elif isinstance(message, types.PromptListChangedNotification):
+            self._list_changed("prompts")
+        elif isinstance(message, Exception):
+            _log.debug("MCP transport reported an error", server=self.label, error=str(message))
+
+    def _list_changed(self, kind: Literal["resources", "prompts"]) -> None:
+        """On the client loop: tell the harness, on a worker thread (it may well re-list
+        through the plugin, which waits on this loop)."""
+        _log.info(f"MCP server {kind} changed", server=self.label)
+        callback = self._options.on_list_changed
+        if callback is None:
+            return
+
+        async def tell() -> None:
+            try:
+                out = await asyncio.to_thread(callback, kind)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception as exc:
+                _log.warning(
+                    "MCP on_list_changed callback failed", server=self.label, error=str(exc)
+                )
+
+        task = self._loop.create_task(tell())
+        self._background.add(task)  # a strong reference until it is done
+        task.add_done_callback(self._background.discard)
+
+
+def _lost(listener: ConnectionListener, *, final: bool) -> None:
+    listener.lost(final)
+
+
+def _tools_changed(listener: ConnectionListener, *, tools: list[dict[str, Any]]) -> None:
+    listener.tools_changed(tools)
+
+
+def _is_closed(exc: MCPError) -> bool:
+    """The SDK's own "connection closed" outcome (servers may use the same code for others)."""
+    return exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed"
+
+
+def _describe(exc: BaseException) -> str:
+    """A readable cause, unwrapping the exception groups anyio task groups raise."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+describe = _describe

@@ -1,0 +1,453 @@
+"""``McpPlugin``: one MCP server's registrations, kept in step with the server.
+
+The plugin owns one registration per server tool, made through one ``system.plugin(name)``
+owner (or an agent's scope). It follows the server:
+
+- ``notifications/tools/list_changed``: re-list and apply the difference (removed tools
+  unregistered, changed ones replaced in one change, new ones registered), one ``change``
+  notification per applied change. Calls already running finish; a later call to a removed
+  tool is ``UNKNOWN_TOOL``.
+- connection lost: while a reconnect is pending the tools stay registered and fail fast with
+  ``MCP_DISCONNECTED``; once the plugin gives up (no ``reconnect`` policy, or attempts
+  exhausted) they are withdrawn and ``state`` is ``"disconnected"``. A reconnect re-lists and
+  applies the difference as above.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import structlog
+from mcp import types
+
+from ...actors import FrozenDict
+from ...registry import Disposer, ToolsHandle, snapshot_json
+from ._client import Listing, McpClient, describe
+from ._errors import McpConnectionError
+from ._tools import ConcurrencyPolicy, build_definition, needs_tasks
+from ._types import McpProgress, McpState, McpToolInfo, ProgressCallback
+
+if TYPE_CHECKING:
+    from ..._system import PluginHandle, ToolSystem
+
+__all__ = ["INSTRUCTIONS_ORDER", "McpPlugin"]
+
+_log = structlog.get_logger("dsh_tools.mcp")
+
+_T = TypeVar("_T")
+
+INSTRUCTIONS_ORDER = 200
+"""Where a server's instructions section sorts in ``assemble_prompt()`` (after the SDK)."""
+
+
+class _Registered:
+    __slots__ = ("disposer", "info", "wire")
+
+    def __init__(self, wire: Mapping[str, Any], disposer: Disposer, info: McpToolInfo) -> None:
+        self.wire = wire
+        self.disposer = disposer
+        self.info = info
+
+
+class McpPlugin:
+    """One MCP server's registrations and its live connection.
+
+    ``name`` is the plugin name, ``agent`` the scope the tools are registered in (``None``:
+    global), ``tool_names`` the registered names in server order (it follows the server),
+    ``server_info`` the server's ``Implementation`` in wire form and ``instructions`` its
+    instructions text (or ``None``). ``state`` says where the connection is (``McpState``);
+    ``closed`` is true once it is ``"closed"`` or ``"disconnected"`` for good.
+    ``close()`` (or ``await aclose()``, or leaving a ``with`` / ``async with`` block) disposes
+    the registrations last first, then ends the session and the server process; it is
+    idempotent.
+    """
+
+    def __init__(
+        self,
+        *,
+        system: ToolSystem,
+        name: str,
+        agent: str | None,
+        client: McpClient,
+        tools: ToolsHandle,
+        owner: PluginHandle | None,
+        prefix: str,
+        policy: ConcurrencyPolicy,
+        timeout_ms: float | None,
+        timeouts: Mapping[str, float],
+        instructions_section: bool,
+        on_progress: ProgressCallback | None,
+        close_timeout: float,
+    ) -> None:
+        self.name = name
+        self.agent = agent
+        self.server_info: dict[str, Any] | None = None
+        self.instructions: str | None = None
+        self._system = system
+        self._client = client
+        self._tools = tools
+        self._owner = owner
+        self._prefix = prefix
+        self._policy = policy
+        self._timeout_ms = timeout_ms
+        self._timeouts = dict(timeouts)
+        self._instructions_section = instructions_section
+        self._on_progress = on_progress
+        self._close_timeout = close_timeout
+        self._registered: dict[str, _Registered] = {}  # by MCP name, in server order
+        self._skipped: tuple[str, ...] = ()
+        self._section: Disposer | None = None
+        self._sync = threading.RLock()
+        self._closing = False
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> McpState:
+        """``connecting``, ``connected``, ``reconnecting``, ``disconnected`` or ``closed``."""
+        return self._client.state
+
+    @property
+    def closed(self) -> bool:
+        """Whether the plugin is done: closed, or disconnected with no reconnect left."""
+        return self._client.state in ("closed", "disconnected")
+
+    def wait_for_state(self, *states: McpState, timeout: float | None = None) -> bool:
+        """Block until ``state`` is one of ``states``; False if ``timeout`` passed first."""
+        return self._client.wait_for_state(states, timeout)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The registered names, in the server's order."""
+        with self._sync:
+            return tuple(r.info.name for r in self._registered.values())
+
+    @property
+    def unsupported_tools(self) -> tuple[str, ...]:
+        """Server tools left unregistered: they can only run as tasks, which this client does
+        not support."""
+        return self._skipped
+
+    def tool_info(self, name: str) -> McpToolInfo | None:
+        """What the server said about registered tool ``name`` (title, hints, schemas)."""
+        with self._sync:
+            for registered in self._registered.values():
+                if registered.info.name == name:
+                    return registered.info
+        return None
+
+    # --- following the server (on a worker thread, one at a time) ------------------------------
+
+    def _definition_name(self, mcp_name: str) -> str:
+        return self._prefix + mcp_name
+
+    def _timeout(self, mcp_name: str) -> float | None:
+        name = self._definition_name(mcp_name)
+        return self._timeouts.get(mcp_name, self._timeouts.get(name, self._timeout_ms))
+
+    def _build(self, wire: Mapping[str, Any]) -> Any:
+        mcp_name = wire["name"]
+        return build_definition(
+            self._client,
+            wire,
+            name=self._definition_name(mcp_name),
+            policy=self._policy,
+            timeout_ms=self._timeout(mcp_name),
+            progress=self._progress,
+        )
+
+    def adopt(self, listing: Listing) -> None:
+        """Take a fresh connection's identity and tools (the first one raises on a conflict;
+        later ones log it and skip the tool)."""
+        first = self.server_info is None and not self._registered
+        self.server_info = listing.server_info
+        self.instructions = listing.instructions
+        self._apply(listing.tools, strict=first)
+        self._set_section(listing.instructions)
+
+    def _set_section(self, text: str | None) -> None:
+        if not self._instructions_section:
+            return
+        with self._sync:
+            if self._closing:
+                return
+            old, self._section = self._section, None
+            if old is not None:
+                old()
+            if text and text.strip():
+                title = (self.server_info or {}).get("title") or self.name
+                body = f"## {title} (MCP server)\n\n{text.strip()}\n"
+                self._section = self._tools.section(f"mcp:{self.name}", INSTRUCTIONS_ORDER, body)
+
+    def _apply(self, tools: Sequence[Mapping[str, Any]], *, strict: bool) -> None:
+        with self._sync:
+            if self._closing:
+                return
+            wanted: dict[str, Mapping[str, Any]] = {}
+            skipped: list[str] = []
+            for wire in tools:
+                if needs_tasks(wire):
+                    skipped.append(wire["name"])
+                    continue
+                wanted.setdefault(wire["name"], wire)
+            for mcp_name in skipped:
+                if mcp_name not in self._skipped:
+                    _log.warning(
+                        "MCP tool not registered: it can only run as a task, which this "
+                        "client does not support",
+                        server=self.name,
+                        tool=mcp_name,
+                    )
+            self._skipped = tuple(skipped)
+            for mcp_name in [n for n in self._registered if n not in wanted]:
+                self._registered.pop(mcp_name).disposer()
+            order: dict[str, _Registered] = {}
+            for mcp_name, wire in wanted.items():
+                old = self._registered.get(mcp_name)
+                if old is not None and old.wire == wire:
+                    order[mcp_name] = old
+                    continue
+                try:
+                    definition = self._build(wire)
+                    if old is not None:
+                        disposer = self._tools.replace(old.disposer, definition)
+                    else:
+                        disposer = self._tools.register(definition)
+                except Exception as exc:
+                    if strict:
+                        for entry in reversed(list(order.values())):
+                            entry.disposer()
+                        raise
+                    _log.warning(
+                        "MCP tool could not be registered",
+                        server=self.name,
+                        tool=mcp_name,
+                        error=describe(exc),
+                    )
+                    if old is not None:
+                        order[mcp_name] = old
+                    continue
+                info = self._info_of(definition)
+                order[mcp_name] = _Registered(wire, disposer, info)
+            self._registered = order
+
+    @staticmethod
+    def _info_of(definition: Any) -> McpToolInfo:
+        from ._tools import mcp_tool_info
+
+        info = mcp_tool_info(definition)
+        assert info is not None
+        return info
+
+    def _withdraw(self) -> None:
+        with self._sync:
+            registered, self._registered = self._registered, {}
+            for entry in reversed(list(registered.values())):
+                entry.disposer()
+            section, self._section = self._section, None
+            if section is not None:
+                section()
+
+    # ConnectionListener
+
+    def reconnected(self, listing: Listing) -> None:
+        _log.info("MCP server reconnected", server=self.name)
+        self.adopt(listing)
+
+    def tools_changed(self, tools: list[dict[str, Any]]) -> None:
+        self._apply(tools, strict=False)
+
+    def lost(self, final: bool) -> None:
+        if final:
+            _log.warning("MCP server disconnected; its tools are withdrawn", server=self.name)
+            self._withdraw()
+        else:
+            _log.warning("MCP server disconnected; reconnecting", server=self.name)
+
+    # --- progress ------------------------------------------------------------------------------
+
+    def _progress(self, progress: McpProgress) -> Any:
+        data: dict[str, Any] = {
+            "call_id": progress.call_id,
+            "tool": progress.tool,
+            "server": progress.server,
+            "progress": progress.progress,
+        }
+        if progress.total is not None:
+            data["total"] = progress.total
+        if progress.message is not None:
+            data["message"] = progress.message
+        try:
+            self._system.session.append(
+                "tool/progress", FrozenDict(snapshot_json(data)), progress.agent
+            )
+        except Exception as exc:  # a non-finite number from the server, say
+            _log.warning("MCP progress not recorded", server=self.name, error=str(exc))
+        if self._on_progress is None:
+            return None
+        try:
+            return self._on_progress(progress)
+        except Exception as exc:
+            _log.warning("MCP on_progress callback failed", server=self.name, error=str(exc))
+            return None
+
+    # --- resources and prompts -----------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, _T], timeout: float | None) -> _T:
+        future = self._client.request(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f'MCP server "{self.name}" did not answer in {timeout} s') from None
+        except concurrent.futures.CancelledError:
+            raise McpConnectionError(
+                f'MCP server "{self.name}" disconnected during the request', "MCP_DISCONNECTED"
+            ) from None
+
+    async def _arun(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        future = self._client.request(coro)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+
+    async def _request(self, method: str, **params: Any) -> Any:
+        """On the client loop: one resources/prompts request, results in wire form."""
+        from mcp import MCPError
+
+        session = self._client.session()
+        try:
+            if method == "resources/list":
+                listed: list[dict[str, Any]] = []
+                result = await session.list_resources()
+                while True:
+                    listed.extend(_wire(r) for r in result.resources)
+                    if not result.next_cursor:
+                        return listed
+                    cursor = types.PaginatedRequestParams(cursor=result.next_cursor)
+                    result = await session.list_resources(params=cursor)
+            if method == "resources/templates/list":
+                templates = await session.list_resource_templates()
+                return [_wire(t) for t in templates.resource_templates]
+            if method == "resources/read":
+                read = await session.read_resource(params["uri"])
+                return [_wire(c) for c in read.contents]
+            if method == "prompts/list":
+                prompts: list[dict[str, Any]] = []
+                page = await session.list_prompts()
+                while True:
+                    prompts.extend(_wire(p) for p in page.prompts)
+                    if not page.next_cursor:
+                        return prompts
+                    cursor = types.PaginatedRequestParams(cursor=page.next_cursor)
+                    page = await session.list_prompts(params=cursor)
+            got = _wire(await session.get_prompt(params["name"], params["arguments"]))
+            got.pop("resultType", None)  # protocol bookkeeping, not part of the prompt
+            return got
+        except MCPError as exc:
+            raise await self._client.failure(exc, session) from None
+
+    def list_resources(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """The server's resources (wire form: ``uri``, ``name``, ``mimeType``...)."""
+        out: list[dict[str, Any]] = self._run(self._request("resources/list"), timeout)
+        return out
+
+    def list_resource_templates(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """The server's resource templates (wire form: ``uriTemplate``, ``name``...)."""
+        out: list[dict[str, Any]] = self._run(self._request("resources/templates/list"), timeout)
+        return out
+
+    def read_resource(self, uri: str, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """Read one resource, for example the ``uri`` of a ``resource_link`` block in a
+        result: its contents in wire form (``uri``, ``mimeType``, ``text`` or ``blob``)."""
+        if type(uri) is not str or not uri:
+            raise TypeError("uri must be a non-empty str")
+        out: list[dict[str, Any]] = self._run(self._request("resources/read", uri=uri), timeout)
+        return out
+
+    def list_prompts(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
+        """The server's prompts (wire form: ``name``, ``description``, ``arguments``)."""
+        out: list[dict[str, Any]] = self._run(self._request("prompts/list"), timeout)
+        return out
+
+    def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None, timeout: float | None = 30.0
+    ) -> dict[str, Any]:
+        """One prompt rendered by the server: ``{"description"?, "messages": [{role,
+        content}]}`` with content blocks in the MCP shapes."""
+        call = self._request("prompts/get", name=name, arguments=dict(arguments or {}))
+        out: dict[str, Any] = self._run(call, timeout)
+        return out
+
+    async def alist_resources(self) -> list[dict[str, Any]]:
+        """``list_resources()`` for callers on an event loop."""
+        out: list[dict[str, Any]] = await self._arun(self._request("resources/list"))
+        return out
+
+    async def aread_resource(self, uri: str) -> list[dict[str, Any]]:
+        """``read_resource(uri)`` for callers on an event loop."""
+        out: list[dict[str, Any]] = await self._arun(self._request("resources/read", uri=uri))
+        return out
+
+    async def alist_prompts(self) -> list[dict[str, Any]]:
+        """``list_prompts()`` for callers on an event loop."""
+        out: list[dict[str, Any]] = await self._arun(self._request("prompts/list"))
+        return out
+
+    async def aget_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """``get_prompt(name, arguments)`` for callers on an event loop."""
+        call = self._request("prompts/get", name=name, arguments=dict(arguments or {}))
+        out: dict[str, Any] = await self._arun(call)
+        return out
+
+    # --- closing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Dispose the registrations (LIFO), then close the session and the server process.
+
+        Blocks for at most a few seconds (the SDK's shutdown: close stdin, wait, terminate,
+        kill). Calls still running fail with ``MCP_DISCONNECTED``.
+        """
+        with self._sync:
+            first = not self._closing
+            self._closing = True
+        if first:
+            try:
+                self._withdraw()
+                if self._owner is not None:
+                    self._owner.close()
+            except Exception as exc:
+                _log.warning("disposing an MCP plugin failed", server=self.name, error=str(exc))
+        self._client.close(self._close_timeout)
+
+    async def aclose(self) -> None:
+        """``close()`` on a worker thread, for callers on an event loop."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> McpPlugin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> McpPlugin:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<McpPlugin {self.name!r} {self.state} tools={list(self.tool_names)}>"
+
+
+def _wire(model: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped

@@ -1,0 +1,338 @@
+"""``register_mcp_server`` / ``register_mcp_server_sync``: connect, register, return the plugin."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from mcp import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from ._capabilities import approval_elicitation
+from ._client import ClientOptions, McpClient, TransportFactory, describe
+from ._errors import McpConnectionError
+from ._plugin import McpPlugin
+from ._tools import ConcurrencyPolicy
+from ._types import (
+    ElicitationCallback,
+    ListChangedCallback,
+    ProgressCallback,
+    ReconnectPolicy,
+    SamplingCallback,
+)
+
+if TYPE_CHECKING:
+    from ..._system import PluginHandle, ToolSystem
+
+__all__ = ["register_mcp_server", "register_mcp_server_sync"]
+
+ServerParams = StdioServerParameters | str | TransportFactory
+
+_HTTP_PING_INTERVAL = 15.0
+_LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def _transport(server_params: Any, errlog: TextIO | None) -> tuple[TransportFactory, str]:
+    """The transport factory and its kind (``stdio``, ``http`` or ``factory``)."""
+    if isinstance(server_params, StdioServerParameters):
+        params = server_params
+
+        def open_stdio() -> AbstractAsyncContextManager[Any]:
+            return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
+
+        return open_stdio, "stdio"
+    if isinstance(server_params, str):
+        if not server_params.startswith(("http://", "https://")):
+            raise ValueError(
+                f"server_params as a str must be a Streamable HTTP URL, got {server_params!r}"
+            )
+        url = server_params
+
+        def open_http() -> AbstractAsyncContextManager[Any]:
+            return streamable_http_client(url)
+
+        return open_http, "http"
+    if callable(server_params):
+        factory: TransportFactory = server_params
+        return factory, "factory"
+    raise TypeError(
+        "server_params must be StdioServerParameters, a Streamable HTTP URL or a transport "
+        f"factory, got {type(server_params).__name__}"
+    )
+
+
+def _reconnect_policy(
+    reconnect: bool | ReconnectPolicy | None, kind: str
+) -> ReconnectPolicy | None:
+    if reconnect is None:
+        # A URL names a service that may restart; a child process that died is usually a
+        # crash that would repeat (and re-running it hides the fault).
+        return ReconnectPolicy() if kind == "http" else None
+    if isinstance(reconnect, ReconnectPolicy):
+        return reconnect
+    if reconnect is True:
+        return ReconnectPolicy()
+    if reconnect is False:
+        return None
+    raise TypeError("reconnect must be None, a bool or a ReconnectPolicy")
+
+
+def _check(
+    name: Any,
+    tool_prefix: Any,
+    concurrency_safe: Any,
+    timeouts: Any,
+    roots: Any,
+    log_level: Any,
+    elicitation: Any,
+    sampling: Any,
+    on_progress: Any,
+    on_list_changed: Any,
+) -> None:
+    if type(name) is not str or not name:
+        raise TypeError("name must be a non-empty str")
+    if type(tool_prefix) is not str:
+        raise TypeError("tool_prefix must be a str")
+    if not (concurrency_safe is None or isinstance(concurrency_safe, bool)) and not callable(
+        concurrency_safe
+    ):
+        raise TypeError("concurrency_safe must be None, a bool or a callable(tool) -> bool")
+    if not isinstance(timeouts, Mapping):
+        raise TypeError("timeouts must be a mapping of tool name to milliseconds")
+    for key, value in timeouts.items():
+        if type(key) is not str:
+            raise TypeError("timeouts keys must be tool names (str)")
+        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"timeouts[{key!r}] must be a positive number of milliseconds")
+    if roots is not None and (isinstance(roots, str | bytes) or not isinstance(roots, Sequence)):
+        raise TypeError("roots must be a list of paths")
+    if log_level is not None and log_level not in _LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
+    if not (elicitation is None or elicitation == "approval" or callable(elicitation)):
+        raise TypeError('elicitation must be None, "approval" or a callable(ctx, params)')
+    callbacks = (
+        ("sampling", sampling),
+        ("on_progress", on_progress),
+        ("on_list_changed", on_list_changed),
+    )
+    for label, fn in callbacks:
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{label} must be callable or None")
+
+
+def register_mcp_server_sync(
+    system: ToolSystem,
+    name: str,
+    server_params: ServerParams,
+    *,
+    agent: str | None = None,
+    concurrency_safe: ConcurrencyPolicy = None,
+    tool_prefix: str = "",
+    timeout_ms: float | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    reconnect: bool | ReconnectPolicy | None = None,
+    sampling: SamplingCallback | None = None,
+    elicitation: Literal["approval"] | ElicitationCallback | None = None,
+    roots: Sequence[str | Path] | None = None,
+    log_level: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_list_changed: ListChangedCallback | None = None,
+    instructions_section: bool = True,
+    ping_interval: float | None = None,
+    connect_timeout: float = 30.0,
+    close_timeout: float = 10.0,
+    errlog: TextIO | None = None,
+) -> McpPlugin:
+    """Blocking form of ``register_mcp_server`` (same arguments), for threads without a loop.
+
+    It blocks its thread while the server starts (usually well under a second); on an event
+    loop, ``await register_mcp_server(...)`` instead.
+    """
+    timeouts = {} if timeouts is None else timeouts
+    _check(
+        name,
+        tool_prefix,
+        concurrency_safe,
+        timeouts,
+        roots,
+        log_level,
+        elicitation,
+        sampling,
+        on_progress,
+        on_list_changed,
+    )
+    open_transport, kind = _transport(server_params, errlog)
+    policy = _reconnect_policy(reconnect, kind)
+    if ping_interval is None and kind == "http":
+        ping_interval = _HTTP_PING_INTERVAL
+    answer_elicitation: ElicitationCallback | None = (
+        approval_elicitation(system) if elicitation == "approval" else elicitation
+    )
+    options = ClientOptions(
+        sampling=sampling,
+        elicitation=answer_elicitation,
+        roots=roots,
+        log_level=log_level,
+        on_list_changed=on_list_changed,
+    )
+    owner: PluginHandle | None = None
+    if agent is None:
+        owner = system.plugin(name)
+        tools = owner.tools
+    else:
+        tools = system.agent(agent).tools
+    client = McpClient(
+        name,
+        open_transport,
+        agent=agent,
+        connect_timeout=connect_timeout,
+        reconnect=policy,
+        ping_interval=ping_interval,
+        options=options,
+    )
+    plugin = McpPlugin(
+        system=system,
+        name=name,
+        agent=agent,
+        client=client,
+        tools=tools,
+        owner=owner,
+        prefix=tool_prefix,
+        policy=concurrency_safe,
+        timeout_ms=timeout_ms,
+        timeouts=timeouts,
+        instructions_section=instructions_section,
+        on_progress=on_progress,
+        close_timeout=close_timeout,
+    )
+    try:
+        ready = client.start()
+        try:
+            listing = ready.result(connect_timeout + close_timeout)
+        except concurrent.futures.TimeoutError:
+            raise McpConnectionError(
+                f'MCP server "{name}" did not answer within {connect_timeout} s',
+                "MCP_CONNECT_FAILED",
+            ) from None
+        except Exception as exc:
+            raise McpConnectionError(
+                f'MCP server "{name}" could not be started: {describe(exc)}',
+                "MCP_CONNECT_FAILED",
+            ) from exc
+        plugin.adopt(listing)
+        # Only now may list changes and reconnects reach the plugin: the first listing is in.
+        client.attach(plugin)
+    except BaseException:
+        plugin.close()
+        raise
+    return plugin
+
+
+async def register_mcp_server(
+    system: ToolSystem,
+    name: str,
+    server_params: ServerParams,
+    *,
+    agent: str | None = None,
+    concurrency_safe: ConcurrencyPolicy = None,
+    tool_prefix: str = "",
+    timeout_ms: float | None = None,
+    timeouts: Mapping[str, float] | None = None,
+    reconnect: bool | ReconnectPolicy | None = None,
+    sampling: SamplingCallback | None = None,
+    elicitation: Literal["approval"] | ElicitationCallback | None = None,
+    roots: Sequence[str | Path] | None = None,
+    log_level: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_list_changed: ListChangedCallback | None = None,
+    instructions_section: bool = True,
+    ping_interval: float | None = None,
+    connect_timeout: float = 30.0,
+    close_timeout: float = 10.0,
+    errlog: TextIO | None = None,
+) -> McpPlugin:
+    """Connect to one MCP server and register its tools; return the ``McpPlugin`` that owns them.
+
+    ``server_params``: ``StdioServerParameters`` (the server runs as a child process in its
+    own session; its stderr goes to ``errlog``, default ``sys.stderr``), a Streamable HTTP URL
+    (``"http://127.0.0.1:8000/mcp"``), or a transport factory (a zero-argument callable
+    returning an async context manager that yields ``(read, write)``).
+
+    Tools are registered through ``system.plugin(name)``, or in agent ``agent``'s scope, each
+    as ``tool_prefix + <MCP name>`` with the server's input schema as ``parameters``; the list
+    follows the server's ``tools/list_changed``. ``concurrency_safe``: ``None`` (default)
+    trusts ``readOnlyHint``, ``True``/``False`` applies to all, a callable gets each tool's MCP
+    description (wire form). ``timeout_ms`` is every tool's deadline, ``timeouts`` per tool
+    (by MCP or registered name, in milliseconds); a deadline cancels the request
+    (``TOOL_TIMEOUT``) and is the ``timeout_ms`` the timeout policy reads.
+
+    ``reconnect``: ``None`` (default) reconnects Streamable HTTP servers (``ReconnectPolicy()``)
+    and not stdio servers or factories; ``True``/``False`` or a ``ReconnectPolicy`` decide.
+    ``ping_interval`` (seconds; default 15 for URLs, none otherwise) checks an idle connection.
+
+    Client capabilities, each advertised only when given: ``sampling`` (a callback answering
+    ``sampling/createMessage``), ``elicitation`` (``"approval"``: routed to
+    ``system.approval``; or a callback), ``roots`` (paths listed as ``file://`` roots). Server
+    log messages always go to structlog (logger ``dsh_tools.mcp``, with ``server=name``);
+    ``log_level`` asks the server for that level. Progress notifications become session
+    events ``tool/progress`` (``call_id``, ``tool``, ``server``, ``progress``, ``total``,
+    ``message``) and reach ``on_progress``; ``on_list_changed("resources" | "prompts")``
+    hears when the server's resources or prompts change. The server's instructions become the prompt
+    section ``mcp:<name>`` unless ``instructions_section=False``.
+
+    Raises ``McpConnectionError`` (``MCP_CONNECT_FAILED``) when the server cannot be started,
+    initialized or listed within ``connect_timeout`` seconds, and whatever ``register`` raises
+    (a duplicate name, say); in every failure nothing stays registered and the server is
+    stopped. If the awaiting task is cancelled, the registration finishes in the background
+    and is closed again at once.
+    """
+    done: concurrent.futures.Future[McpPlugin] = concurrent.futures.Future()
+    options: dict[str, Any] = {
+        "agent": agent,
+        "concurrency_safe": concurrency_safe,
+        "tool_prefix": tool_prefix,
+        "timeout_ms": timeout_ms,
+        "timeouts": timeouts,
+        "reconnect": reconnect,
+        "sampling": sampling,
+        "elicitation": elicitation,
+        "roots": roots,
+        "log_level": log_level,
+        "on_progress": on_progress,
+        "on_list_changed": on_list_changed,
+        "instructions_section": instructions_section,
+        "ping_interval": ping_interval,
+        "connect_timeout": connect_timeout,
+        "close_timeout": close_timeout,
+        "errlog": errlog,
+    }
+
+    def connect() -> None:
+        if not done.set_running_or_notify_cancel():
+            return
+        try:
+            done.set_result(register_mcp_server_sync(system, name, server_params, **options))
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    threading.Thread(target=connect, name=f"mcp-connect[{name}]", daemon=True).start()
+    try:
+        return await asyncio.shield(asyncio.wrap_future(done))
+    except asyncio.CancelledError:
+        # Not tied to the caller's loop, which may be closing: the plugin is closed as soon as
+        # the registration finishes, in the thread that finishes it.
+        done.add_done_callback(_close_abandoned)
+        raise
+
+
+def _close_abandoned(done: concurrent.futures.Future[McpPlugin]) -> None:
+    if done.cancelled() or done.exception() is not None:
+        return
+    done.result().close()

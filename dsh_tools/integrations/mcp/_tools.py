@@ -1,0 +1,294 @@
+"""MCP tools as raw ``ToolDefinition``s: schemas, metadata, the body that calls the server.
+
+Each registered tool:
+
+- ``parameters``: the server's ``inputSchema`` as it is (raw registrations own their input
+  validation; the server validates and reports bad arguments as a tool error);
+- output: the value is ``{"content": [<MCP content, wire form>], "is_error": false}`` plus
+  ``"structured_content"`` when the server sent one; when the tool declares an
+  ``outputSchema`` that the enforced subset accepts, it is the schema of ``structured_content``
+  (so Code Mode can type it); ``render`` gives content blocks in the MCP shapes;
+- body: calls the tool through the session with a progress token; an abort cancels the MCP
+  request (the SDK sends ``notifications/cancelled``) and the call fails with ``ABORTED``;
+- metadata: ``readOnlyHint`` makes it concurrency-safe (by default), ``timeout_ms`` comes from
+  ``timeouts`` or the plugin's default and is enforced on the request itself as well as read
+  by the timeout policy; ``mcp_tool_info(definition)`` gives hooks the title and hints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import structlog
+
+from ...actors import AbortError, HarnessError, JsonSchemaError, ToolArgsError, ToolTimeoutError
+from ...registry import (
+    LosslessJsonError,
+    ToolDefinition,
+    ToolOutput,
+    assert_supported_json_schema,
+    snapshot_json,
+    thaw,
+)
+from ._client import McpClient
+from ._content import error_text, output_validator, render, violation
+from ._errors import McpConnectionError, McpToolError
+from ._types import McpCallRef, McpProgress, McpToolInfo
+
+__all__ = [
+    "MCP_OUTPUT_SCHEMA",
+    "ConcurrencyPolicy",
+    "ProgressSink",
+    "build_definition",
+    "mcp_tool_info",
+    "needs_tasks",
+]
+
+_log = structlog.get_logger("dsh_tools.mcp")
+
+ConcurrencyPolicy = bool | Callable[[Mapping[str, Any]], bool] | None
+
+ProgressSink = Callable[[McpProgress], Any]
+
+MCP_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "an MCP tool result",
+    "additionalProperties": False,
+    "properties": {
+        "content": {
+            "type": "array",
+            "description": "the MCP content blocks, in MCP wire form",
+            "items": {
+                "type": "object",
+                "additionalProperties": True,
+                "properties": {"type": {"type": "string"}},
+                "required": ["type"],
+            },
+        },
+        "structured_content": {"description": "the MCP structured content, when sent"},
+        "is_error": {"type": "boolean"},
+    },
+    "required": ["content", "is_error"],
+}
+"""The output schema of an MCP tool without a declared output schema (it passes the enforced
+subset); a tool that declares one gets it as the schema of ``structured_content``."""
+
+_INFO: weakref.WeakKeyDictionary[Callable[..., Any], McpToolInfo] = weakref.WeakKeyDictionary()
+
+
+def mcp_tool_info(definition: ToolDefinition | None) -> McpToolInfo | None:
+    """What the MCP server said about a registered tool (title, hints, schemas), or ``None``
+    for a tool that did not come from an MCP server. In a hook:
+    ``mcp_tool_info(system.tools.get(exec.name, exec.agent))``."""
+    if definition is None:
+        return None
+    return _INFO.get(definition.execute)
+
+
+def needs_tasks(tool: Mapping[str, Any]) -> bool:
+    """Whether the tool can only be called as a task (task-augmented execution)."""
+    execution = tool.get("execution")
+    return isinstance(execution, Mapping) and execution.get("taskSupport") == "required"
+
+
+def _arguments(args: Any) -> dict[str, Any]:
+    try:
+        plain = thaw(args, "arguments")
+    except LosslessJsonError as exc:
+        raise ToolArgsError([f"arguments must be JSON data: {exc}"]) from None
+    if type(plain) is not dict:
+        raise ToolArgsError(["arguments must be a JSON object"])
+    return plain
+
+
+class _Tool:
+    """What the body of one registered MCP tool needs."""
+
+    __slots__ = ("client", "info", "progress", "validator")
+
+    def __init__(
+        self, client: McpClient, info: McpToolInfo, progress: ProgressSink, validator: Any
+    ) -> None:
+        self.client = client
+        self.info = info
+        self.progress = progress
+        self.validator = validator
+
+    def value(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        content = result.get("content", [])
+        name = self.info.mcp_name
+        if result.get("isError") is True:
+            text = error_text(content)
+            raise McpToolError(text or f'MCP tool "{name}" reported an error', "MCP_TOOL_ERROR")
+        value: dict[str, Any] = {"content": content, "is_error": False}
+        structured = result.get("structuredContent")
+        if structured is not None:
+            value["structured_content"] = structured
+        if self.validator is not None:
+            if structured is None:
+                raise McpToolError(
+                    f'MCP tool "{name}" declares an output schema but returned no structured '
+                    "content",
+                    "MCP_INVALID_OUTPUT",
+                )
+            problem = violation(self.validator, structured)
+            if problem is not None:
+                raise McpToolError(
+                    f'MCP tool "{name}" returned output that does not match its output schema '
+                    f"{problem}",
+                    "MCP_INVALID_OUTPUT",
+                )
+        return value
+
+
+def _body(tool: _Tool) -> Callable[..., Any]:
+    client = tool.client
+    info = tool.info
+
+    async def execute(args: Any, run_ctx: Any) -> dict[str, Any]:
+        arguments = _arguments(args)
+        signal = run_ctx.signal
+        if signal.aborted:
+            raise AbortError()
+        ref = McpCallRef(run_ctx.call_id, run_ctx.name, run_ctx.agent)
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            out = tool.progress(
+                McpProgress(
+                    client.label, ref.call_id, ref.tool, ref.agent, progress, total, message
+                )
+            )
+            if inspect.isawaitable(out):
+                try:
+                    await out
+                except Exception as exc:
+                    _log.warning(
+                        "MCP on_progress callback failed", server=client.label, error=str(exc)
+                    )
+
+        future = client.call_tool(ref, info.mcp_name, arguments, on_progress=on_progress)
+        remove = signal.add_callback(lambda _reason: future.cancel())
+        # The deadline cancels the request the way an abort does (one path, so the SDK's
+        # notifications/cancelled goes out whichever of this and a timeout policy fires).
+        expired: list[bool] = []
+        deadline = None
+        if info.timeout_ms is not None:
+
+            def expire() -> None:
+                expired.append(True)
+                future.cancel()
+
+            deadline = asyncio.get_running_loop().call_later(info.timeout_ms / 1000, expire)
+        try:
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # our own task is being cancelled: let it go
+            if signal.aborted:
+                raise AbortError() from None
+            if expired and info.timeout_ms is not None:
+                raise ToolTimeoutError(info.timeout_ms) from None
+            verb = "closed" if client.cut_reason() == "closed" else "disconnected"
+            raise McpConnectionError(
+                f'MCP server "{client.label}" {verb} during the call', "MCP_DISCONNECTED"
+            ) from None
+        except HarnessError:
+            raise
+        except Exception as exc:
+            raise McpToolError(f"MCP request failed: {exc}", "MCP_REQUEST_FAILED") from exc
+        finally:
+            remove()
+            if deadline is not None:
+                deadline.cancel()
+        return tool.value(result)
+
+    execute.__name__ = f"mcp[{client.label}].{info.mcp_name}"
+    execute.__qualname__ = execute.__name__
+    return execute
+
+
+def _always_safe(args: Any) -> bool:
+    return True
+
+
+def _is_safe(policy: ConcurrencyPolicy, tool: Mapping[str, Any]) -> bool:
+    if policy is None:
+        annotations = tool.get("annotations")
+        return isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
+    if isinstance(policy, bool):
+        return policy
+    return policy(tool) is True
+
+
+def _output_schema(declared: Any, name: str) -> dict[str, Any]:
+    if not isinstance(declared, Mapping):
+        return MCP_OUTPUT_SCHEMA
+    try:
+        assert_supported_json_schema(declared)
+    except (JsonSchemaError, TypeError, ValueError):
+        return MCP_OUTPUT_SCHEMA  # still checked by the adapter, just not typed downstream
+    schema = copy.deepcopy(MCP_OUTPUT_SCHEMA)
+    schema["properties"]["structured_content"] = dict(declared)
+    schema["required"] = ["content", "is_error", "structured_content"]
+    return schema
+
+
+def build_definition(
+    client: McpClient,
+    tool: Mapping[str, Any],
+    *,
+    name: str,
+    policy: ConcurrencyPolicy,
+    timeout_ms: float | None,
+    progress: ProgressSink,
+) -> ToolDefinition:
+    """The raw definition registered for one MCP tool (wire form) under ``name``."""
+    mcp_name = tool["name"]
+    try:
+        parameters = snapshot_json(tool.get("inputSchema", {"type": "object"}), "inputSchema")
+    except LosslessJsonError as exc:
+        raise McpConnectionError(
+            f'MCP tool "{mcp_name}" has an input schema that is not lossless JSON: {exc}',
+            "MCP_CONNECT_FAILED",
+        ) from None
+    annotations = tool.get("annotations")
+    annotations = dict(annotations) if isinstance(annotations, Mapping) else {}
+    title = tool.get("title") or annotations.get("title")
+    declared = tool.get("outputSchema")
+    validator = output_validator(declared) if declared is not None else None
+    if declared is not None and validator is None:
+        _log.warning(
+            "MCP tool declares an output schema that is not valid JSON Schema; its output is "
+            "passed on unchecked",
+            server=client.label,
+            tool=mcp_name,
+        )
+    description = str(tool.get("description") or title or "")
+    info = McpToolInfo(
+        name=name,
+        mcp_name=mcp_name,
+        server=client.label,
+        title=str(title) if title else None,
+        description=description,
+        annotations=annotations,
+        input_schema=dict(tool.get("inputSchema") or {}),
+        output_schema=dict(declared) if isinstance(declared, Mapping) else None,
+        timeout_ms=timeout_ms,
+    )
+    execute = _body(_Tool(client, info, progress, validator))
+    _INFO[execute] = info
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=parameters,
+        output=ToolOutput(_output_schema(declared, mcp_name), render),
+        execute=execute,
+        is_concurrency_safe=_always_safe if _is_safe(policy, tool) else None,
+        timeout_ms=timeout_ms,
+    )

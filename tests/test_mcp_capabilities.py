@@ -1,0 +1,297 @@
+"""Client capabilities of an MCP plugin: sampling, elicitation, roots, logging and progress
+through the pipeline's seams, and the server's resources and prompts, against the live server
+(``tests/mcp_live_server.py``) as a real process."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from conftest import WAIT, Logs
+from mcp_support import failure, live_params, run, texts
+
+from dsh_tools import ExecuteBatch, ToolCall, ToolSystem
+from dsh_tools.integrations import (
+    McpPlugin,
+    McpProgress,
+    McpRequestContext,
+    McpToolError,
+    register_mcp_server_sync,
+)
+
+
+@pytest.fixture(scope="module")
+def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
+    with open(tmp_path_factory.mktemp("mcp-caps-logs") / "stderr.txt", "w") as log:
+        yield log
+
+
+@pytest.fixture
+def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
+    """``connect(system, **options)``: the live server registered into ``system``."""
+    plugins: list[McpPlugin] = []
+
+    def make(system: ToolSystem, **options: Any) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield make
+    finally:
+        for plugin in plugins:
+            plugin.close()
+
+
+class RecordingApproval:
+    """An approval service answering every request with ``answer`` and keeping the requests."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+
+    def request(self, **kwargs: Any) -> str:
+        self.requests.append(kwargs)
+        return self.answer
+
+
+# --- sampling ----------------------------------------------------------------------------------
+
+
+def test_sampling_requests_reach_the_harness_callback_with_the_calling_context(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    seen: list[tuple[McpRequestContext, dict[str, Any]]] = []
+
+    def answer(ctx: McpRequestContext, params: dict[str, Any]) -> Mapping[str, Any]:
+        seen.append((ctx, params))
+        return {
+            "role": "assistant",
+            "content": {"type": "text", "text": "forty-two"},
+            "model": "scripted-model",
+            "stopReason": "endTurn",
+        }
+
+    connect(system, sampling=answer)
+    result = run(system, "ask_model", {"question": "meaning of life?"})
+    assert texts(result) == ["scripted-model: forty-two"]
+    [(ctx, params)] = seen
+    assert ctx.server == "live"
+    assert ctx.call is not None and ctx.call.call_id == "call-ask_model"
+    assert ctx.call.tool == "ask_model"
+    assert params["systemPrompt"] == "Answer briefly."
+    assert params["maxTokens"] == 50
+    assert params["messages"] == [
+        {"role": "user", "content": {"type": "text", "text": "meaning of life?"}}
+    ]
+
+
+def test_a_failing_sampling_callback_fails_the_servers_request(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    async def refuse(ctx: McpRequestContext, params: dict[str, Any]) -> Mapping[str, Any]:
+        await asyncio.sleep(0)
+        raise RuntimeError("no model configured")
+
+    connect(system, sampling=refuse)
+    error = failure(run(system, "ask_model", {"question": "?"}))["error"]
+    # The server's tool lets the sampling error through as its own request error.
+    assert error == {
+        "message": "MCP request failed: sampling failed: no model configured",
+        "info": {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"},
+    }
+
+
+def test_without_a_sampling_callback_the_server_is_told_it_is_unsupported(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(system)
+    error = failure(run(system, "ask_model", {"question": "?"}))["error"]
+    assert error == {
+        "message": "MCP request failed: Sampling not supported",
+        "info": {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"},
+    }
+
+
+# --- elicitation -------------------------------------------------------------------------------
+
+
+def test_elicitation_goes_to_a_callback(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    asked: list[dict[str, Any]] = []
+
+    def answer(ctx: McpRequestContext, params: dict[str, Any]) -> Mapping[str, Any]:
+        asked.append(params)
+        return {"action": "accept", "content": {"sure": False}}
+
+    connect(system, elicitation=answer)
+    assert texts(run(system, "confirm", {"action": "launch"})) == ["accept False"]
+    assert asked[0]["message"] == "Really launch?"
+    assert asked[0]["requestedSchema"]["properties"]["sure"]["default"] is True
+
+
+def test_elicitation_routed_to_the_approval_seam_accepts_with_the_defaults(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    approval = RecordingApproval("allowed-once")
+    system = make_system(approval=approval)
+    connect(system, elicitation="approval")
+    result = run(system, "confirm", {"action": "deploy"}, agent="ops")
+    assert texts(result) == ["accept True"]
+    [request] = approval.requests
+    assert request["agent"] == "ops"
+    assert request["tool_name"] == "confirm"
+    assert request["call_id"] == "call-confirm"
+    assert request["reason"] == "Really deploy?"
+
+
+def test_a_rejected_approval_declines_the_elicitation(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    system = make_system(approval=RecordingApproval("rejected"))
+    connect(system, elicitation="approval")
+    assert texts(run(system, "confirm", {"action": "deploy"}, agent="ops")) == ["decline -"]
+
+
+def test_an_approval_cannot_fill_in_required_fields_so_it_is_not_asked(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    approval = RecordingApproval("allowed-once")
+    system = make_system(approval=approval)
+    connect(system, elicitation="approval")
+    assert texts(run(system, "ask_name", {}, agent="ops")) == ["decline -"]
+    assert approval.requests == []
+
+
+# --- roots and logging -------------------------------------------------------------------------
+
+
+def test_roots_are_listed_as_file_uris(
+    system: ToolSystem, connect: Callable[..., McpPlugin], tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    connect(system, roots=[tmp_path, str(other)])
+    listed = texts(run(system, "show_roots", {}))[0].splitlines()
+    assert listed == [tmp_path.as_uri(), other.as_uri()]
+
+
+def test_server_log_messages_go_to_structlog_with_the_server_name(
+    system: ToolSystem, connect: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    connect(system)
+    assert texts(run(system, "chatty", {})) == ["logged"]
+    lines = [e for e in logs.entries if e["event"] == "MCP server log"]
+    assert [(e["log_level"], e["server"], e["server_logger"], e["data"]) for e in lines] == [
+        ("info", "live", "chatty", "warming up"),
+        ("warning", "live", "chatty", {"disk": "low"}),
+    ]
+
+
+# --- progress ----------------------------------------------------------------------------------
+
+
+def test_progress_becomes_session_events_with_the_call_id_and_reaches_the_callback(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # The server reports progress only for a request that carries a progressToken.
+    observed: list[McpProgress] = []
+    connect(system, on_progress=observed.append)
+    outcome = system.execute_batch(
+        ExecuteBatch(calls=[ToolCall("b1", "count", '{"steps": 3}')]), timeout=WAIT
+    )
+    assert texts(outcome.results[0]) == ["counted"]
+    events = [e.data for e in system.session.events if e.type == "tool/progress"]
+    assert events == [
+        {
+            "call_id": "b1",
+            "tool": "count",
+            "server": "live",
+            "progress": float(step),
+            "total": 3.0,
+            "message": f"step {step}",
+        }
+        for step in (1, 2, 3)
+    ]
+    assert [(p.call_id, p.progress, p.total) for p in observed] == [
+        ("b1", 1.0, 3.0),
+        ("b1", 2.0, 3.0),
+        ("b1", 3.0, 3.0),
+    ]
+
+
+# --- resources and prompts ---------------------------------------------------------------------
+
+
+def test_resources_and_prompts_are_reachable_from_the_plugin(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(system)
+    assert [(r["uri"], r["mimeType"]) for r in plugin.list_resources()] == [
+        ("notes://today", "text/plain"),
+        ("notes://logo", "image/png"),
+    ]
+    assert plugin.read_resource("notes://today") == [
+        {"uri": "notes://today", "mimeType": "text/plain", "text": "buy milk"}
+    ]
+    [logo] = plugin.read_resource("notes://logo")
+    assert logo["mimeType"] == "image/png" and logo["blob"].startswith("iVBOR")
+    assert [p["name"] for p in plugin.list_prompts()] == ["review"]
+    prompt = plugin.get_prompt("review", {"code": "x = 1"})
+    assert prompt["messages"] == [
+        {"role": "user", "content": {"type": "text", "text": "Please review:\nx = 1"}}
+    ]
+
+
+def test_a_resource_link_in_a_result_is_readable_through_the_plugin(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(system)
+    [block] = run(system, "link", {}).content
+    assert block == {
+        "type": "resource_link",
+        "uri": "notes://today",
+        "name": "today",
+        "mimeType": "text/plain",
+    }
+
+    async def read() -> list[dict[str, Any]]:
+        return await asyncio.wait_for(plugin.aread_resource(block["uri"]), WAIT)
+
+    assert asyncio.run(read())[0]["text"] == "buy milk"
+
+
+def test_a_resource_list_change_reaches_the_callback_which_may_re_list(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    seen: list[tuple[str, list[str]]] = []
+    done = threading.Event()
+    plugin: McpPlugin | None = None
+
+    def changed(kind: str) -> None:
+        assert plugin is not None
+        seen.append((kind, [r["uri"] for r in plugin.list_resources()]))
+        done.set()
+
+    plugin = connect(system, on_list_changed=changed)
+    assert texts(run(system, "add_note", {"name": "later", "text": "call mum"})) == ["noted later"]
+    assert done.wait(WAIT)
+    assert seen == [("resources", ["notes://today", "notes://logo", "notes://later"])]
+    assert plugin.read_resource("notes://later")[0]["text"] == "call mum"
+
+
+def test_reading_an_unknown_resource_is_a_request_failure(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(system)
+    with pytest.raises(McpToolError) as caught:
+        plugin.read_resource("notes://nowhere")
+    assert caught.value.code == "MCP_REQUEST_FAILED"
+    assert "notes://nowhere" in str(caught.value)

@@ -1,0 +1,296 @@
+"""An MCP plugin follows its server: tool-list changes, disconnects and reconnects, against the
+live server (``tests/mcp_live_server.py``) as a real process over stdio and Streamable HTTP."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from conftest import WAIT, spawn
+from mcp_support import (
+    Changes,
+    HttpServer,
+    failure,
+    live_params,
+    process_gone,
+    run,
+    texts,
+    wait_for_file,
+    wait_until,
+)
+
+from dsh_tools import ExecuteCall, ToolSystem
+from dsh_tools.integrations import McpPlugin, ReconnectPolicy, register_mcp_server_sync
+
+QUICK = ReconnectPolicy(initial_delay=0.05, max_delay=0.2, max_attempts=None)
+
+
+@pytest.fixture(scope="module")
+def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
+    with open(tmp_path_factory.mktemp("mcp-live-logs") / "stderr.txt", "w") as log:
+        yield log
+
+
+@pytest.fixture
+def live(system: ToolSystem, tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
+    """``live(**options)``: the live server over stdio, registered into ``system``."""
+    plugins: list[McpPlugin] = []
+
+    def make(**options: Any) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield make
+    finally:
+        for plugin in plugins:
+            plugin.close()
+
+
+# --- the tool list follows the server ----------------------------------------------------------
+
+
+def test_a_tool_the_server_adds_is_registered_with_one_change(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    plugin = live()
+    changes = Changes(system)
+    assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
+    # The snapshot is published before observers run: wait for both.
+    changes.wait_for(
+        lambda: changes.count >= 1 and "howdy" in changes.names(), "howdy to be registered"
+    )
+    assert changes.count == 1
+    assert plugin.tool_names[-1] == "howdy"
+    assert texts(run(system, "howdy", {"who": "you"})) == ["howdy says hi to you"]
+
+
+def test_a_tool_the_server_removes_is_unregistered_and_calls_are_unknown(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    plugin = live()
+    changes = Changes(system)
+    run(system, "remove_tool", {"name": "peek"})
+    changes.wait_for(
+        lambda: changes.count >= 1 and "peek" not in changes.names(), "peek to be withdrawn"
+    )
+    assert changes.count == 1
+    assert "peek" not in plugin.tool_names
+    assert failure(run(system, "peek", {"path": "."}))["error"]["info"]["code"] == "UNKNOWN_TOOL"
+
+
+def test_a_changed_tool_is_replaced_in_one_change(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    live()
+    changes = Changes(system)
+
+    def greet_parameters() -> Any:
+        definition = system.tools.get("greet")
+        return definition.parameters["properties"] if definition is not None else {}
+
+    run(system, "change_greet", {})
+    changes.wait_for(
+        lambda: changes.count >= 1 and "punctuation" in greet_parameters(), "greet to be replaced"
+    )
+    assert changes.count == 1
+    definition = system.tools.get("greet")
+    assert definition is not None
+    assert definition.description == "Say hello, with punctuation."
+    assert texts(run(system, "greet", {"name": "Ada", "punctuation": "?"})) == ["hello Ada?"]
+
+
+def test_a_running_call_finishes_when_its_tool_is_removed(
+    system: ToolSystem, live: Callable[..., McpPlugin], tmp_path: Path
+) -> None:
+    live()
+    changes = Changes(system)
+    pending = spawn(
+        system, ExecuteCall(call_id="s", name="slow", arguments={"seconds": 0.3, "tag": "-rm"})
+    )
+    wait_for_file(tmp_path / "started-rm")
+    run(system, "remove_tool", {"name": "slow"})
+    changes.wait_for(lambda: "slow" not in changes.names(), "slow to be withdrawn")
+    assert texts(pending.result(WAIT)) == ["slept 0.3"]
+    later = failure(run(system, "slow", {"seconds": 0}))["error"]["info"]["code"]
+    assert later == "UNKNOWN_TOOL"
+
+
+def test_an_agent_scoped_plugin_follows_the_server_inside_its_scope(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    live(agent="ops")
+    scope = system.agent("ops").tools
+    changes = Changes(system)
+    run(system, "change_greet", {}, agent="ops")
+    run(system, "add_tool", {"name": "howdy"}, agent="ops")
+    changes.wait_for(
+        lambda: changes.count >= 2 and "howdy" in scope.names(), "the scope to follow the server"
+    )
+    assert system.tools.names() == []
+    assert texts(run(system, "greet", {"name": "ops", "punctuation": "."}, agent="ops")) == [
+        "hello ops."
+    ]
+
+
+def test_a_reconnect_policy_backs_off_exponentially_up_to_its_cap() -> None:
+    policy = ReconnectPolicy(initial_delay=0.5, multiplier=2.0, max_delay=3.0)
+    assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ValueError, match="max_attempts must be None or a positive int"):
+        ReconnectPolicy(max_attempts=0)
+    with pytest.raises(ValueError, match="multiplier must be a number >= 1"):
+        ReconnectPolicy(multiplier=0.5)
+    with pytest.raises(ValueError, match="initial_delay must be a finite number >= 0"):
+        ReconnectPolicy(initial_delay=float("nan"))
+
+
+# --- disconnects -------------------------------------------------------------------------------
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_stdio_server_reconnects_under_a_policy_and_its_tools_work_again(
+    system: ToolSystem, live: Callable[..., McpPlugin], tmp_path: Path
+) -> None:
+    plugin = live(reconnect=ReconnectPolicy(initial_delay=0.5, max_attempts=3))
+    first_pid = int(wait_for_file(tmp_path / "pid"))
+    (tmp_path / "pid").unlink()
+    died = failure(run(system, "die", {"tag": "-1"}))["error"]
+    assert died["info"] == {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"}
+    # The first attempt waits half a second: registered but failing fast meanwhile.
+    assert plugin.wait_for_state("reconnecting", timeout=WAIT)
+    assert "greet" in system.tools.names()
+    waiting = failure(run(system, "greet", {"name": "x"}))["error"]
+    assert waiting["info"]["code"] == "MCP_DISCONNECTED"
+    assert plugin.wait_for_state("connected", timeout=WAIT)
+    assert int(wait_for_file(tmp_path / "pid")) != first_pid
+    assert process_gone(first_pid)
+    assert texts(run(system, "greet", {"name": "again"})) == ["hello again"]
+    assert not plugin.closed
+
+
+def test_closing_after_a_death_leaks_no_process_thread_or_descriptor(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    before = open_descriptors()
+    plugin = register_mcp_server_sync(
+        system, "leaky", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+    )
+    pid = int(wait_for_file(tmp_path / "pid"))
+    failure(run(system, "die", {}))
+    assert plugin.wait_for_state("disconnected", timeout=WAIT)
+    plugin.close()
+    assert process_gone(pid)
+    assert not [t for t in threading.enumerate() if t.name == "mcp[leaky]"]
+    wait_until(lambda: open_descriptors() <= before, "descriptors to be released")
+
+
+# --- Streamable HTTP ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def http_server(tmp_path: Path, errlog: TextIO) -> Iterator[HttpServer]:
+    server = HttpServer(tmp_path, errlog)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_an_http_server_follows_list_changes_and_reconnects_after_a_restart(
+    system: ToolSystem, http_server: HttpServer, errlog: TextIO
+) -> None:
+    changes = Changes(system)
+    with register_mcp_server_sync(
+        system, "web", http_server.url, reconnect=QUICK, ping_interval=0.1, connect_timeout=WAIT
+    ) as plugin:
+        assert plugin.state == "connected"
+        assert texts(run(system, "greet", {"name": "web"})) == ["hello web"]
+        run(system, "add_tool", {"name": "salut"})
+        changes.wait_for(lambda: "salut" in changes.names(), "salut to be registered")
+
+        http_server.kill()
+        assert plugin.wait_for_state("reconnecting", timeout=WAIT)
+        gone = failure(run(system, "greet", {"name": "x"}))["error"]
+        assert gone == {
+            "message": 'MCP server "web" is disconnected (reconnecting)',
+            "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+        }
+        assert "greet" in system.tools.names()
+
+        http_server.start()  # a fresh process: "salut" is gone from it
+        assert plugin.wait_for_state("connected", timeout=WAIT)
+        changes.wait_for(lambda: "salut" not in changes.names(), "salut to be withdrawn")
+        assert texts(run(system, "greet", {"name": "back"})) == ["hello back"]
+    assert plugin.state == "closed"
+    assert system.tools.names() == []
+
+
+def test_server_requests_and_progress_ride_the_http_response_streams(
+    system: ToolSystem, http_server: HttpServer
+) -> None:
+    def sample(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": {"type": "text", "text": "over http"},
+            "model": "scripted-model",
+            "stopReason": "endTurn",
+        }
+
+    def elicit(ctx: Any, params: dict[str, Any]) -> dict[str, Any]:
+        return {"action": "accept", "content": {"sure": False}}
+
+    with register_mcp_server_sync(
+        system, "web", http_server.url, sampling=sample, elicitation=elicit, connect_timeout=WAIT
+    ):
+        assert texts(run(system, "ask_model", {"question": "?"})) == ["scripted-model: over http"]
+        assert texts(run(system, "confirm", {"action": "go"})) == ["accept False"]
+        assert texts(run(system, "count", {"steps": 2})) == ["counted"]
+    progress = [e.data["progress"] for e in system.session.events if e.type == "tool/progress"]
+    assert progress == [1.0, 2.0]
+
+
+def test_an_http_call_in_flight_fails_as_disconnected_when_the_server_dies(
+    system: ToolSystem, http_server: HttpServer, tmp_path: Path
+) -> None:
+    with register_mcp_server_sync(
+        system, "web", http_server.url, reconnect=False, connect_timeout=WAIT
+    ) as plugin:
+        pending = spawn(
+            system,
+            ExecuteCall(call_id="h", name="slow", arguments={"seconds": 30, "tag": "-http"}),
+        )
+        wait_for_file(tmp_path / "started-http")
+        http_server.kill()
+        assert failure(pending.result(WAIT))["error"] == {
+            "message": 'MCP server "web" disconnected during the call',
+            "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+        }
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
+        assert system.tools.names() == []
+
+
+def test_http_reconnects_by_default_and_stdio_does_not(
+    system: ToolSystem, http_server: HttpServer, live: Callable[..., McpPlugin]
+) -> None:
+    stdio = live()
+    with register_mcp_server_sync(
+        system, "web", http_server.url, tool_prefix="web_", ping_interval=0.1
+    ) as web:
+        http_server.kill()
+        assert web.wait_for_state("reconnecting", timeout=WAIT)
+        failure(run(system, "die", {}))
+        assert stdio.wait_for_state("disconnected", timeout=WAIT)
+        assert web.state == "reconnecting"
+        assert not web.closed
+        assert stdio.closed

@@ -1,0 +1,213 @@
+"""What MCP servers say about their tools is used: hints, titles, instructions, per-tool
+timeouts, task-only tools, output schemas; against the live server and the published
+``mcp-server-time`` package, each a real process."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from conftest import WAIT, Logs, value_of
+from mcp import StdioServerParameters
+from mcp_support import failure, live_params, run, texts
+
+from dsh_tools import ToolCall, ToolSystem
+from dsh_tools.integrations import (
+    INSTRUCTIONS_ORDER,
+    McpPlugin,
+    ask_before_destructive_mcp_tools,
+    mcp_tool_info,
+    register_mcp_server_sync,
+)
+
+
+@pytest.fixture(scope="module")
+def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
+    with open(tmp_path_factory.mktemp("mcp-meta-logs") / "stderr.txt", "w") as log:
+        yield log
+
+
+@pytest.fixture
+def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
+    """``connect(system, **options)``: the live server registered into ``system``."""
+    plugins: list[McpPlugin] = []
+
+    def make(system: ToolSystem, **options: Any) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield make
+    finally:
+        for plugin in plugins:
+            plugin.close()
+
+
+class RecordingApproval:
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+
+    def request(self, **kwargs: Any) -> str:
+        self.requests.append(kwargs)
+        return self.answer
+
+
+# --- hints and titles --------------------------------------------------------------------------
+
+
+def test_hooks_can_read_the_title_and_hints_of_an_mcp_tool(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(system)
+    wipe = mcp_tool_info(system.tools.get("wipe"))
+    assert wipe is not None
+    assert (wipe.title, wipe.server, wipe.mcp_name) == ("Wipe a folder", "live", "wipe")
+    assert wipe.annotations["destructiveHint"] is True
+    assert wipe.destructive and not wipe.read_only
+    peek = plugin.tool_info("peek")
+    assert peek is not None and peek.read_only and not peek.destructive
+    assert mcp_tool_info(None) is None
+
+
+def test_read_only_tools_run_in_parallel_and_others_alone(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(system)
+    modes = [system.tools.execution_mode(ToolCall("m", n, "{}")) for n in ("peek", "wipe")]
+    assert modes == ["parallel", "exclusive"]
+
+
+def test_the_shipped_policy_asks_before_destructive_tools_only(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    approval = RecordingApproval("rejected")
+    system = make_system(approval=approval)
+    connect(system)
+    system.tools.on_pre_execute(ask_before_destructive_mcp_tools(system.tools))
+    denied = failure(run(system, "wipe", {"path": "/srv"}, agent="ops"))
+    assert denied["error"]["message"] == 'the user rejected tool "wipe"'
+    assert texts(run(system, "peek", {"path": "/srv"}, agent="ops")) == ["/srv looks fine"]
+    [request] = approval.requests
+    assert request["tool_name"] == "wipe"
+    assert request["reason"] == (
+        'MCP tool "Wipe a folder" of server "live" may make destructive changes'
+    )
+
+
+# --- instructions ------------------------------------------------------------------------------
+
+
+def test_the_servers_instructions_are_a_prompt_section_until_close(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(system)
+    [section] = system.assemble_prompt().sections
+    assert (section.name, section.order) == ("mcp:live", INSTRUCTIONS_ORDER)
+    assert section.text == (
+        "## live (MCP server)\n\nGreet people by name. Never wipe a folder without asking.\n"
+    )
+    assert plugin.instructions == "Greet people by name. Never wipe a folder without asking."
+    plugin.close()
+    assert system.assemble_prompt().sections == []
+
+
+def test_the_instructions_section_can_be_turned_off(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(system, instructions_section=False)
+    assert system.assemble_prompt().sections == []
+
+
+# --- timeouts ----------------------------------------------------------------------------------
+
+
+def test_a_per_tool_timeout_cancels_the_request_without_a_timeout_policy(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(system, timeouts={"slow": 100})
+    assert failure(run(system, "slow", {"seconds": 30}))["error"] == {
+        "message": "tool call timed out after 100ms",
+        "info": {"name": "ToolTimeoutError", "code": "TOOL_TIMEOUT"},
+    }
+    slow, greet = system.tools.get("slow"), system.tools.get("greet")
+    assert slow is not None and slow.timeout_ms == 100
+    assert greet is not None and greet.timeout_ms is None
+
+
+def test_timeouts_name_tools_by_their_registered_name_too(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(system, tool_prefix="live_", timeout_ms=9000, timeouts={"live_greet": 500})
+    greet, peek = system.tools.get("live_greet"), system.tools.get("live_peek")
+    assert greet is not None and greet.timeout_ms == 500
+    assert peek is not None and peek.timeout_ms == 9000
+
+
+def test_a_non_positive_timeout_is_refused_before_connecting(system: ToolSystem) -> None:
+    with pytest.raises(ValueError, match=r"timeouts\['slow'\] must be a positive number"):
+        register_mcp_server_sync(system, "live", live_params(Path(".")), timeouts={"slow": 0})
+
+
+# --- tasks and output schemas ------------------------------------------------------------------
+
+
+def test_a_tool_that_only_runs_as_a_task_is_not_registered_and_says_so(
+    system: ToolSystem, connect: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    plugin = connect(system)
+    assert "long_job" not in system.tools.names()
+    assert plugin.unsupported_tools == ("long_job",)
+    [line] = [e for e in logs.entries if e.get("tool") == "long_job"]
+    assert line["log_level"] == "warning"
+    assert "can only run as a task" in line["event"]
+
+
+def test_output_that_violates_the_declared_schema_is_a_one_line_failure(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    connect(system)
+    error = failure(run(system, "forecast", {"city": "Oslo"}))["error"]
+    assert error == {
+        "message": 'MCP tool "forecast" returned output that does not match its output schema '
+        "at $.celsius: 'warm' is not of type 'number'",
+        "info": {"name": "McpToolError", "code": "MCP_INVALID_OUTPUT"},
+    }
+
+
+# --- a published server ------------------------------------------------------------------------
+
+
+def test_the_published_time_server_registers_and_answers(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"]
+    )
+    with register_mcp_server_sync(
+        system, "time", params, tool_prefix="time_", errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        assert sorted(plugin.tool_names) == ["time_convert_time", "time_get_current_time"]
+        info = plugin.tool_info("time_get_current_time")
+        assert info is not None and info.read_only
+        result = run(system, "time_get_current_time", {"timezone": "Europe/Oslo"})
+        [block] = result.content
+        assert block["type"] == "text" and "Europe/Oslo" in block["text"]
+        converted = run(
+            system,
+            "time_convert_time",
+            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"},
+        )
+        target = value_of(converted)["structured_content"]["target"]
+        assert target["timezone"] == "Asia/Tokyo"
+        assert target["datetime"].endswith("T21:00:00+09:00")
+        bad = failure(run(system, "time_get_current_time", {"timezone": "Mars/Olympus"}))
+        assert bad["error"]["info"] == {"name": "McpToolError", "code": "MCP_TOOL_ERROR"}
+        assert "Mars/Olympus" in bad["error"]["message"]
+    assert system.tools.names() == []

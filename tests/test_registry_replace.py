@@ -1,0 +1,53 @@
+"""``ToolsHandle.replace``: swapping a registered tool for a new definition of the same name
+in one change, so that no reader ever sees the name missing."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import call, fixture, text, text_tool
+
+from dsh_tools import ToolSystem
+
+
+def test_replace_swaps_the_tool_in_one_change(system: ToolSystem) -> None:
+    changes: list[None] = []
+    system.tools.on_change(lambda: changes.append(None))
+    old = system.tools.register(text_tool("greet", "hello"))
+    changes.clear()
+    new = system.tools.replace(old, text_tool("greet", "hi there"))
+    assert len(changes) == 1
+    assert text(system.execute(call("greet"))) == "hi there"
+    assert old.disposed
+    old()  # a no-op now: the replacement stays
+    assert system.tools.names() == ["greet"]
+    new()
+    assert system.tools.names() == []
+
+
+def test_replace_keeps_the_plugins_disposal_order(system: ToolSystem) -> None:
+    plugin = system.plugin("p")
+    first = plugin.tools.register(fixture("a"))
+    plugin.tools.register(fixture("b"))
+    plugin.tools.replace(first, fixture("a", description="a, replaced"))
+    plugin.close()
+    assert system.tools.names() == []
+
+
+def test_replace_refuses_another_name_and_changes_nothing(system: ToolSystem) -> None:
+    old = system.tools.register(text_tool("greet", "hello"))
+    with pytest.raises(ValueError, match='tool "greet" can only be replaced by a tool of the same'):
+        system.tools.replace(old, text_tool("wave", "hi"))
+    assert not old.disposed
+    assert text(system.execute(call("greet"))) == "hello"
+
+
+def test_replace_refuses_a_disposed_tool_and_a_foreign_disposer(system: ToolSystem) -> None:
+    old = system.tools.register(text_tool("greet", "hello"))
+    old()
+    with pytest.raises(ValueError, match="it was disposed"):
+        system.tools.replace(old, text_tool("greet", "hi"))
+    mine = system.plugin("p").tools.register(text_tool("wave", "hi"))
+    with pytest.raises(ValueError, match="a disposer that this handle returned"):
+        system.tools.replace(mine, text_tool("wave", "hello"))
+    with pytest.raises(TypeError, match="takes a ToolDefinition"):
+        system.tools.replace(mine, "wave")  # type: ignore[arg-type]
