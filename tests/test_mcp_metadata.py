@@ -211,3 +211,52 @@ def test_the_published_time_server_registers_and_answers(
         assert bad["error"]["info"] == {"name": "McpToolError", "code": "MCP_TOOL_ERROR"}
         assert "Mars/Olympus" in bad["error"]["message"]
     assert system.tools.names() == []
+
+
+# --- strict-mode nulls and output types -----------------------------------------------------
+
+
+def test_a_null_for_an_optional_parameter_reaches_the_server_as_absent(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # A model under strict mode sends null for an optional property it leaves out; "tag" is
+    # a plain string with a default, so the server itself would refuse the null.
+    connect(system)
+    result = run(system, "slow", {"seconds": 0, "tag": None})
+    assert not result.is_error, result
+    assert texts(result) == ["slept 0.0"]
+
+
+def test_an_output_schema_with_refs_types_the_result_of_the_code_mode_binding(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    from dsh_tools.codebridge._sdk import SdkTool, render_sdk
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcp_server_time", "--local-timezone", "UTC"]
+    )
+    with register_mcp_server_sync(
+        system, "time", params, errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        name = next(n for n in plugin.tool_names if n.endswith("convert_time"))
+        definition = system.tools.get(name)
+        assert definition is not None and definition.output is not None
+        structured = definition.output.schema["properties"]["structured_content"]
+        # "$ref": "#/$defs/TimeResult" is outside the enforced subset: its projection is
+        # inlined, never narrower than what the server declared.
+        assert structured["properties"]["target"]["properties"]["is_dst"] == {
+            "type": "boolean",
+            "title": "Is Dst",
+        }
+        sdk = render_sdk(
+            [
+                SdkTool(
+                    name=name,
+                    description=definition.description,
+                    parameters=definition.parameters,
+                    output_schema=definition.output.schema,
+                )
+            ]
+        )
+        assert "is_dst: bool" in sdk
+        assert "time_difference: str" in sdk

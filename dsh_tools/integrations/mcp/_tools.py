@@ -6,9 +6,12 @@ Each registered tool:
   validation; the server validates and reports bad arguments as a tool error);
 - output: the value is ``{"content": [<MCP content, wire form>], "is_error": false}`` plus
   ``"structured_content"`` when the server sent one; when the tool declares an
-  ``outputSchema`` that the enforced subset accepts, it is the schema of ``structured_content``
-  (so Code Mode can type it); ``render`` gives content blocks in the MCP shapes;
-- body: calls the tool through the session with a progress token; an abort cancels the MCP
+  ``outputSchema``, it (or, outside the enforced subset, its never-narrower projection into the
+  subset) is the schema of ``structured_content``, so Code Mode types the result; ``render``
+  gives content blocks in the MCP shapes;
+- body: reads a ``null`` given for an optional property whose schema refuses ``null`` as absent
+  (strict-mode exports send them), then calls the tool through the session with a progress
+  token; an abort cancels the MCP
   request (the SDK sends ``notifications/cancelled``) and the call fails with ``ABORTED``;
 - metadata: ``readOnlyHint`` makes it concurrency-safe (by default), ``timeout_ms`` comes from
   ``timeouts`` or the plugin's default and is enforced on the request itself as well as read
@@ -32,8 +35,10 @@ from ...registry import (
     ToolDefinition,
     ToolOutput,
     assert_supported_json_schema,
+    optional_null_dropper,
     snapshot_json,
     thaw,
+    to_subset_schema,
 )
 from ._client import McpClient
 from ._content import error_text, output_validator, render, violation
@@ -109,7 +114,7 @@ def _arguments(args: Any) -> dict[str, Any]:
 class _Tool:
     """What the body of one registered MCP tool needs."""
 
-    __slots__ = ("client", "info", "progress", "validator")
+    __slots__ = ("client", "drop_optional_nulls", "info", "progress", "validator")
 
     def __init__(
         self, client: McpClient, info: McpToolInfo, progress: ProgressSink, validator: Any
@@ -118,6 +123,10 @@ class _Tool:
         self.info = info
         self.progress = progress
         self.validator = validator
+        # A model in strict mode sends null for an optional property it leaves out; the server
+        # would refuse a null its schema does not allow, so it is read as absent here, as the
+        # registry does for the tools it validates itself.
+        self.drop_optional_nulls = optional_null_dropper(info.input_schema)
 
     def value(self, result: Mapping[str, Any]) -> dict[str, Any]:
         content = result.get("content", [])
@@ -150,7 +159,11 @@ def _body(tool: _Tool) -> Callable[..., Any]:
     client = tool.client
     info = tool.info
 
+    drop_optional_nulls = tool.drop_optional_nulls
+
     async def execute(args: Any, run_ctx: Any) -> dict[str, Any]:
+        if drop_optional_nulls is not None:
+            args = drop_optional_nulls(args)
         arguments = _arguments(args)
         signal = run_ctx.signal
         if signal.aborted:
@@ -229,12 +242,20 @@ def _is_safe(policy: ConcurrencyPolicy, tool: Mapping[str, Any]) -> bool:
 def _output_schema(declared: Any, name: str) -> dict[str, Any]:
     if not isinstance(declared, Mapping):
         return MCP_OUTPUT_SCHEMA
+    subset: Any = dict(declared)
     try:
-        assert_supported_json_schema(declared)
+        assert_supported_json_schema(subset)
     except (JsonSchemaError, TypeError, ValueError):
-        return MCP_OUTPUT_SCHEMA  # still checked by the adapter, just not typed downstream
+        # Outside the enforced subset ($ref, formats, constraints...): its projection into the
+        # subset is never narrower, so every output the adapter accepts (it checks the declared
+        # schema itself) also passes the registry, and Code Mode still types the result.
+        subset = to_subset_schema(declared)
+        try:
+            assert_supported_json_schema(subset)
+        except (JsonSchemaError, TypeError, ValueError):
+            return MCP_OUTPUT_SCHEMA
     schema = copy.deepcopy(MCP_OUTPUT_SCHEMA)
-    schema["properties"]["structured_content"] = dict(declared)
+    schema["properties"]["structured_content"] = subset
     schema["required"] = ["content", "is_error", "structured_content"]
     return schema
 
