@@ -607,7 +607,6 @@ def main() -> NoReturn:
     try:
         boot = _read_boot()
         _apply_limits(boot)
-        os.environ.clear()
         os.set_inheritable(CHANNEL_IN, False)
         os.set_inheritable(CHANNEL_OUT, False)
         _run(_Worker(boot))
