@@ -73,15 +73,6 @@ def open_slot(template: TemplateHandle) -> Slot:
 def _alive(slot: Slot) -> bool:
     """Read what the status pipe holds; a live idle worker has sent its pid report only."""
     fd = slot.fds["status"]
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    events = poller.poll(0)
-    if (
-        events
-        and events[0][1] & (select.POLLHUP | select.POLLERR)
-        and not events[0][1] & select.POLLIN
-    ):
-        return False
     try:
         while True:
             data = os.read(fd, 4096)
