@@ -362,6 +362,10 @@ _BARS: list[tuple[str, str, str, float | None]] = [
     ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
     ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
     ("demo_rss_mb", "resident memory of the demo (peak)", "MB", 80),
+    ("monty_empty_ms", "Monty: session checkout + empty feed_run", "ms", None),
+    ("monty_100_calls_ms", "Monty: 100 external async calls, gathered", "ms", None),
+    ("run_code_empty_vs_monty", "empty run_code / Monty's empty run", "x", 2),
+    ("run_code_100_calls_vs_monty", "run_code 100 calls / Monty's 100 calls", "x", 0.2),
 ]
 
 
@@ -370,6 +374,7 @@ def run_bench(
 ) -> int:
     """Measure and print the benchmark table (or JSON)."""
     from ._bench import measure_code_mode, measure_demo_rss, measure_pipeline, measure_pool
+    from ._bench_monty import measure_monty, monty_available
 
     progress = _Progress(3 + 5 + (3 if code_mode else 0))
     figures: dict[str, float] = {}
@@ -378,6 +383,14 @@ def run_bench(
     if code_mode:
         figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
         figures.update(measure_demo_rss(progress=progress.step))
+        if monty_available():
+            figures.update(measure_monty(runs=max(runs * 4, 10)))
+            figures["run_code_empty_vs_monty"] = (
+                figures["run_code_empty_ms"] / figures["monty_empty_ms"]
+            )
+            figures["run_code_100_calls_vs_monty"] = (
+                figures["run_code_100_calls_ms"] / figures["monty_100_calls_ms"]
+            )
     progress.close()
     if as_json:
         print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)
@@ -389,7 +402,10 @@ def run_bench(
         if key not in figures:
             continue
         value = figures[key]
-        shown = f"{value:,.0f} {unit}" if unit == "/s" else f"{value:.1f} {unit}"
+        if unit == "/s":
+            shown = f"{value:,.0f} {unit}"
+        else:
+            shown = f"{value:.2f} {unit}" if unit == "x" else f"{value:.1f} {unit}"
         bar_text = f"<= {bar:g}" if bar is not None else ""
         mark = ""
         if bar is not None and value > bar:
