@@ -23,6 +23,7 @@ import contextlib
 import inspect
 import math
 import os
+import select
 import signal
 import struct
 import subprocess
@@ -150,6 +151,8 @@ class CodeRun:
         self._exit_status = 0
         self._exit_cpu = 0.0
         self._worker_status: int | None = None
+        self._frames_seen = 0
+        self._pooled = False
         self._budget = 0
         self._out_eof = False
         self._err_eof = False
@@ -170,7 +173,8 @@ class CodeRun:
 
     def _spawn(self) -> None:
         self._attempts += 1
-        slot = self._pool.take() if self._pool is not None and self._attempts == 1 else None
+        pool = self._pool if self._attempts == 1 else None
+        slot = taken = pool.take() if pool is not None else None
         if slot is None:
             try:
                 slot = open_slot(self._template)
@@ -178,8 +182,9 @@ class CodeRun:
                 self._exited = self._out_eof = self._err_eof = True
                 self._settle_failure("worker-exit", f"worker error: {exc}")
                 return
-        elif self._pool is not None:
-            self._loop.call_soon(self._pool.fill)  # the replacement forks while this run runs
+        self._pooled = taken is not None
+        if pool is not None:
+            self._loop.call_soon(pool.fill)  # replacements fork while this run runs
         self._template_process = slot.template
         self._status += slot.status
         host = slot.fds
@@ -301,6 +306,7 @@ class CodeRun:
             if data is not None:
                 self._drop_reader("from_worker")
             return 0
+        self._frames_seen += 1
         self._take_frames(data)
         return len(data)
 
@@ -425,6 +431,25 @@ class CodeRun:
         if not data:
             self._maybe_finish()
 
+    def _drain_native(self) -> None:
+        """Take what the native pipes hold now (bounded) and stop reading them."""
+        for name, index in (("out", 0), ("err", 1)):
+            fd = self._fds.get(name)
+            taken = 0
+            while fd is not None and taken < _DRAIN_LIMIT:
+                data = _read_available(fd, _READ_SIZE)
+                if not data:
+                    break
+                taken += len(data)
+                text = self._decoders[index].decode(data)
+                if text and not self._ledger.admit(text):
+                    break
+            tail = self._decoders[index].decode(b"", True)
+            if tail:
+                self._ledger.admit(tail)
+            self._drop_reader(name)
+        self._out_eof = self._err_eof = True
+
     def _on_status(self) -> None:
         fd = self._fds.get("status")
         if fd is None:
@@ -487,12 +512,28 @@ class CodeRun:
         self._start_grace()
         self._maybe_finish()
 
+    def _silent(self) -> bool:
+        """Whether the worker has sent nothing at all: no frame, no native output."""
+        poller = select.poll()
+        for name in ("from_worker", "out", "err"):
+            fd = self._fds.get(name)
+            if fd is None:
+                return False
+            poller.register(fd, select.POLLIN)
+        if any(events & select.POLLIN for _fd, events in poller.poll(0)):
+            return False
+        return self._frames_seen == 0 and not self._ledger.logs
+
     def _on_status_eof(self) -> None:
         self._drop_reader("status")
         if self._exited:
             return
-        if self._pid is None and self._outcome is None and self._attempts < 2:
-            # The template died before forking: nothing ran, so try once more with a fresh one.
+        if self._outcome is None and self._attempts < 2 and (
+            self._pid is None or (self._pooled and self._silent())
+        ):
+            # The template died before forking, or it died with the pre-forked worker this run
+            # took (its processes go with it) before the worker said anything: nothing of the
+            # program ran that anyone could see, so try once more with a fresh template.
             self._close_all()
             self._reset_attempt()
             self._spawn()
@@ -599,10 +640,12 @@ class CodeRun:
         self._kill()
         if self._sandboxed and self._pid is not None and not self._exited:
             # SIGKILL to the namespace init ends every process of the run (the kernel kills the
-            # namespace), and the program cannot stop its init: the exit report, which follows
-            # the namespace's teardown, adds nothing but latency. The native pipes still drain.
+            # namespace), and the program cannot stop its init: waiting for the exit report or
+            # for the dying processes to close the native pipes adds only latency. What the
+            # program wrote natively before it settled is already in the pipes: take it now.
             self._exited = True
             self._drop_reader("status")
+            self._drain_native()
         if self._exited:
             self._start_grace()
         else:
