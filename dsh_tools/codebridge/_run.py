@@ -210,6 +210,7 @@ class CodeRun:
             self._loop.remove_reader(fd)
 
     def _close_all(self) -> None:
+        self._frames.close()
         loop = self._loop
         for fd in self._readers:
             with contextlib.suppress(Exception):
@@ -528,8 +529,10 @@ class CodeRun:
         self._drop_reader("status")
         if self._exited:
             return
-        if self._outcome is None and self._attempts < 2 and (
-            self._pid is None or (self._pooled and self._silent())
+        if (
+            self._outcome is None
+            and self._attempts < 2
+            and (self._pid is None or (self._pooled and self._silent()))
         ):
             # The template died before forking, or it died with the pre-forked worker this run
             # took (its processes go with it) before the worker said anything: nothing of the
