@@ -25,7 +25,7 @@ class SpilledBody:
     __slots__ = ("_failed", "_file", "remaining")
 
     def __init__(self, size: int) -> None:
-        self._file = tempfile.TemporaryFile(prefix="dsh-frame-")
+        self._file = tempfile.TemporaryFile(prefix="dsh-frame-")  # noqa: SIM115 (closed by decode or close)
         self._failed = False
         self.remaining = size
 
