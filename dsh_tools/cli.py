@@ -305,9 +305,12 @@ def run_program(
     workspace: Path,
     compute_ms: float = 60_000,
     max_wall_ms: float = 600_000,
+    isolation: str = "sandbox",
 ) -> int:
     """Run ``program`` (the body of an async function) in Code Mode against the example tools."""
-    config = ToolsConfig(mode="code", compute_ms=compute_ms, max_wall_ms=max_wall_ms)
+    config = ToolsConfig(
+        mode="code", compute_ms=compute_ms, max_wall_ms=max_wall_ms, code_isolation=isolation
+    )
     with _example_system("code", workspace, config) as system:
         result = system.execute(
             ExecuteCall(
@@ -453,6 +456,13 @@ def _parser() -> argparse.ArgumentParser:
         default=60_000,
         help="CPU-time budget of the program in milliseconds (default 60000)",
     )
+    run.add_argument(
+        "--isolation",
+        choices=("sandbox", "process"),
+        default="sandbox",
+        help="sandbox (default): only the example tools reach the workspace; process: the "
+        "program runs with your user's powers",
+    )
     return parser
 
 
@@ -532,6 +542,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         workspace=args.workspace,
         compute_ms=args.compute_ms,
         max_wall_ms=args.max_wall_ms,
+        isolation=args.isolation,
     )
 
 

@@ -351,3 +351,25 @@ def test_a_tool_system_passes_its_grants_to_the_runtime(tmp_path: Path) -> None:
         assert runtime.isolation == "sandbox"
     with ToolSystem.start(ToolsConfig(mode="code", code_isolation="process")) as system:
         assert system.code_runtime.isolation == "process"
+
+
+def test_tools_remain_the_way_out_to_the_workspace(tmp_path: Path) -> None:
+    import io
+
+    from dsh_tools.cli import run_program
+
+    (tmp_path / "README.md").write_text("# Project\n")
+    program = f"""
+try:
+    open({str(tmp_path / "README.md")!r}).read()
+    direct = "read directly"
+except PermissionError:
+    direct = "refused"
+text = await tools.read_file({{"path": "README.md"}})
+await tools.write_file({{"path": "notes/summary.md", "content": "seen: " + str(len(str(text)))}})
+return direct
+"""
+    out = io.StringIO()
+    assert run_program(program, "sandboxed.py", out, workspace=tmp_path) == 0, out.getvalue()
+    assert "refused" in out.getvalue()
+    assert (tmp_path / "notes" / "summary.md").read_text().startswith("seen: ")
