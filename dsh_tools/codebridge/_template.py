@@ -16,13 +16,14 @@ end), worker->host channel (write end), native stdout and stderr (write ends) an
 status pipe (write end). The template forks; the child calls ``setsid()`` and moves its
 descriptors to 0-4 (0 = ``/dev/null``) and the status pipe to 5, closing every other descriptor.
 Under ``"process"`` it reports ``b"P"`` + its pid, clears the environment and enters
-``_worker.main()``. Under ``"sandbox"`` it becomes the run's supervisor: it creates the run's
-namespaces, forks their init and reports ``b"P"`` + the init's pid (killing that process ends
-the whole run); the init reports ``b"W"`` + the worker's wait status or ``b"B"`` + the budget
-it ended the run for. The template closes its copies of the run's descriptors except the status
-pipe, reaps the child (and, as a child subreaper, any orphaned grandchild) and reports ``b"X"``
-+ wait status + CPU seconds (of the child and everything it reaped: under the sandbox, the whole
-run) on the status pipe, then closes it. Failures are ``b"E"`` + a 2-byte length + message.
+``_worker.main()``. Under ``"sandbox"`` the child is forked into a new PID namespace, of which
+it is the init: the template reports ``b"P"`` + its pid (killing that process ends the whole
+run), and the init creates the run's other namespaces, forks the confined worker and reports
+``b"W"`` + the worker's wait status or ``b"B"`` + the budget it ended the run for. The template
+closes its copies of the run's descriptors except the status pipe, reaps the child (and, as a
+child subreaper, any orphaned grandchild) and reports ``b"X"`` + wait status + CPU seconds (of
+the child and everything it reaped: under the sandbox, the whole run) on the status pipe, then
+closes it. Failures are ``b"E"`` + a 2-byte length + message.
 
 When the control socket reaches end of file (the host disposed the runtime or died) the template
 kills every live child's process group, reaps them and exits.
@@ -111,7 +112,7 @@ def _child(worker: Any, control: socket.socket, fds: list[int], plan: Any) -> No
         _close_all_but(6, [] if plan is None else plan.kept_fds())
         os.environ.clear()
         if plan is not None:
-            plan.spawn_run(5, worker.main)
+            plan.start_init(5, worker.main)
         os.write(5, b"P" + struct.pack(">i", os.getpid()))
         os.close(5)
         worker.main()
@@ -153,14 +154,19 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
                 _close_quiet(fd)
             return
         try:
-            pid = os.fork()
+            pid = os.fork() if plan is None else plan.fork_run()
         except OSError as exc:
-            _write_quiet(fds[4], _error_report(f"fork failed: {exc}"))
+            message = f"fork failed: {exc}"
+            if plan is not None:
+                message = plan.unavailable("PID namespaces", exc)
+            _write_quiet(fds[4], _error_report(message))
             for fd in fds:
                 _close_quiet(fd)
             return
         if pid == 0:
             _child(worker, control, fds, plan)
+        if plan is not None:  # the init cannot know its pid outside its namespace
+            _write_quiet(fds[4], b"P" + struct.pack(">i", pid))
         for fd in fds[:4]:
             _close_quiet(fd)
         children[pid] = fds[4]

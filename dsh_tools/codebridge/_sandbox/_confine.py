@@ -51,9 +51,8 @@ _SYSTEM_READ: Final = (
     "/proc",
 )
 _SYSTEM_WRITE: Final = ("/dev/null",)
-_RUN_NAMESPACES: Final = (
-    _kernel.CLONE_NEWPID | _kernel.CLONE_NEWNS | _kernel.CLONE_NEWIPC | _kernel.CLONE_NEWUTS
-)
+_RUN_NAMESPACES: Final = _kernel.CLONE_NEWNS | _kernel.CLONE_NEWIPC | _kernel.CLONE_NEWUTS
+"""Unshared by each run's init; its PID namespace comes from the template (``fork_run``)."""
 _FILE_RIGHTS: Final = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
 _GRANT_FD_FLOOR: Final = 256
 _READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
@@ -92,6 +91,7 @@ class SandboxPlan:
         self._write = [str(path) for path in settings.get("write") or ()]
         self.error: str | None = None
         self._template = 0
+        self._own_pid_namespace = -1
         self.scratch = ""
         self._abi = 0
         self._grants: list[_Grant] = []
@@ -139,6 +139,12 @@ class SandboxPlan:
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = tempfile.mkdtemp(prefix="dsh-code-scratch-")
         self._template = os.getpid()
+        try:
+            namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _unavailable("PID namespaces", exc) from None
+        self._own_pid_namespace = fcntl.fcntl(namespace, fcntl.F_DUPFD_CLOEXEC, _GRANT_FD_FLOOR)
+        os.close(namespace)
 
     def _grant_python(self) -> None:
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
@@ -163,6 +169,10 @@ class SandboxPlan:
         """The descriptors a run's supervisor must keep open (the granted paths)."""
         return [grant.fd for grant in self._grants]
 
+    def unavailable(self, feature: str, detail: object) -> str:
+        """The failure message for a missing ``feature`` (names the opt-out)."""
+        return str(_unavailable(feature, detail))
+
     def cleanup(self) -> None:
         """Remove the scratch mount point (the template is exiting)."""
         if self.scratch:
@@ -171,40 +181,34 @@ class SandboxPlan:
 
     # -- per run (in the template's child) ---------------------------------------------------
 
-    def spawn_run(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
-        """The run's supervisor: new namespaces, fork their init, report its pid, wait.
+    def fork_run(self) -> int:
+        """Fork the init of a new PID namespace (in the template): ``os.fork()``'s result.
+
+        The template enters the new namespace for its next child only, then returns to its own
+        for every later one. Raises ``OSError`` when the namespace cannot be made.
+        """
+        _kernel.unshare(_kernel.CLONE_NEWPID)
+        try:
+            return os.fork()
+        finally:
+            if os.getpid() == self._template:
+                _kernel.setns(self._own_pid_namespace, _kernel.CLONE_NEWPID)
+
+    def start_init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
+        """Become the run's init (PID 1 of the namespace ``fork_run`` made).
 
         Descriptors 0-4 are the worker's and ``status_fd`` (5) the status pipe; nothing else is
-        open. Exits once the init has exited (and with it the whole namespace).
+        open but the grants. Exits once the worker has exited or a budget is exhausted, which
+        ends the namespace and every process in it.
         """
-        try:
-            _kernel.set_parent_death_signal(signal.SIGKILL)
-            if os.getppid() != self._template:
-                os._exit(0)  # the template is already gone
-            _kernel.unshare(_RUN_NAMESPACES)
-        except OSError as exc:
-            _report_error(status_fd, str(_unavailable("PID and mount namespaces", exc)))
-            os._exit(71)
-        init = os.fork()
-        if init == 0:
-            self._init(status_fd, start_worker)
-        os.write(status_fd, b"P" + struct.pack(">i", init))
-        os.closerange(0, 1 << 16)
-        while True:
-            try:
-                os.waitpid(init, 0)
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                pass
-            break
-        os._exit(0)
+        self._init(status_fd, start_worker)
 
     def _init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
         try:
-            # The supervisor is outside the namespace (getppid() is 0 here), so no re-check: it
+            # The template is outside the namespace (getppid() is 0 here), so no re-check: it
             # only dies when killed, and a worker left behind then reads end of file and exits.
             _kernel.set_parent_death_signal(signal.SIGKILL)
+            _kernel.unshare(_RUN_NAMESPACES)
             flags = _kernel.MS_NOSUID | _kernel.MS_NODEV | _kernel.MS_NOEXEC
             _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
             _kernel.mount("proc", "/proc", "proc", flags, None)
@@ -214,7 +218,7 @@ class SandboxPlan:
                 "tmpfs", self.scratch, "tmpfs", _kernel.MS_NOSUID | _kernel.MS_NODEV, options
             )
         except OSError as exc:
-            _report_error(status_fd, str(_unavailable("private /proc and scratch mounts", exc)))
+            _report_error(status_fd, str(_unavailable("the run's namespaces and mounts", exc)))
             os._exit(0)
 
         def worker() -> NoReturn:

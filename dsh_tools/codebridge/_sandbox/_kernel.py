@@ -44,6 +44,7 @@ __all__ = [
     "set_no_new_privs",
     "set_parent_death_signal",
     "set_seccomp_filter",
+    "setns",
     "unshare",
 ]
 
@@ -250,6 +251,11 @@ def set_seccomp_filter(program: list[SockFilter]) -> None:
 def unshare(flags: int) -> None:
     """``unshare(2)``."""
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """``setns(2)``."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
 
 
 def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
