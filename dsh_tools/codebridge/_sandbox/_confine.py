@@ -92,6 +92,7 @@ class SandboxPlan:
         self.error: str | None = None
         self._template = 0
         self._own_pid_namespace = -1
+        self._direct = False
         self.scratch = ""
         self._abi = 0
         self._grants: list[_Grant] = []
@@ -116,6 +117,7 @@ class SandboxPlan:
             raise _unavailable("seccomp filter for this architecture", os.uname().machine)
         self._seccomp = seccomp_program()
         uid, gid = os.geteuid(), os.getegid()
+        self._direct = uid == 0
         if uid != 0:
             try:
                 _kernel.unshare(_kernel.CLONE_NEWUSER)
@@ -182,11 +184,17 @@ class SandboxPlan:
     # -- per run (in the template's child) ---------------------------------------------------
 
     def fork_run(self) -> int:
-        """Fork the init of a new PID namespace (in the template): ``os.fork()``'s result.
+        """Fork the child that becomes (as root) or starts (otherwise) the run's init, in the
+        template; ``os.fork()``'s result. Killing that child ends the whole run.
 
-        The template enters the new namespace for its next child only, then returns to its own
-        for every later one. Raises ``OSError`` when the namespace cannot be made.
+        As root the template enters a new PID namespace for this one child and returns to its
+        own at once, so the child is the namespace's init. Without that right (a user
+        namespace cannot return to its parent's PID namespace) the child supervises: it
+        creates the namespace and forks the init, which dies with it (parent-death signal).
+        Raises ``OSError`` when the namespace cannot be made.
         """
+        if not self._direct:
+            return os.fork()
         _kernel.unshare(_kernel.CLONE_NEWPID)
         try:
             return os.fork()
@@ -195,13 +203,35 @@ class SandboxPlan:
                 _kernel.setns(self._own_pid_namespace, _kernel.CLONE_NEWPID)
 
     def start_init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
-        """Become the run's init (PID 1 of the namespace ``fork_run`` made).
+        """In ``fork_run``'s child: be (or start) the run's init.
 
         Descriptors 0-4 are the worker's and ``status_fd`` (5) the status pipe; nothing else is
-        open but the grants. Exits once the worker has exited or a budget is exhausted, which
-        ends the namespace and every process in it.
+        open but the grants. The init exits once the worker has exited or a budget is
+        exhausted, which ends the namespace and every process in it.
         """
-        self._init(status_fd, start_worker)
+        if self._direct:
+            self._init(status_fd, start_worker)
+        try:
+            _kernel.set_parent_death_signal(signal.SIGKILL)
+            if os.getppid() != self._template:
+                os._exit(0)  # the template is already gone
+            _kernel.unshare(_kernel.CLONE_NEWPID)
+            init = os.fork()
+        except OSError as exc:
+            _report_error(status_fd, str(_unavailable("PID namespaces", exc)))
+            os._exit(71)
+        if init == 0:
+            self._init(status_fd, start_worker)
+        os.closerange(0, 1 << 16)
+        while True:
+            try:
+                os.waitpid(init, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                pass
+            break
+        os._exit(0)
 
     def _init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
         try:
