@@ -153,6 +153,7 @@ class CodeRun:
         self._worker_status: int | None = None
         self._frames_seen = 0
         self._pooled = False
+        self._refill = False
         self._budget = 0
         self._out_eof = False
         self._err_eof = False
@@ -183,8 +184,7 @@ class CodeRun:
                 self._settle_failure("worker-exit", f"worker error: {exc}")
                 return
         self._pooled = taken is not None
-        if pool is not None:
-            self._loop.call_soon(pool.fill)  # replacements fork while this run runs
+        self._refill = pool is not None
         self._template_process = slot.template
         self._status += slot.status
         host = slot.fds
@@ -200,6 +200,7 @@ class CodeRun:
             loop.add_reader(fd, callback)
             self._readers.add(fd)
         self._send(self._boot)
+        self._flush()  # the worker is waiting: write now rather than on the next iteration
         if self._status:
             self._loop.call_soon(self._on_status)
 
@@ -641,6 +642,11 @@ class CodeRun:
             self._remove_signal = None
         self._drop_reader("from_worker")
         self._kill()
+        if self._refill and self._pool is not None:
+            # Refill once the run has settled, so that forking the replacement never competes
+            # with the run for the CPU.
+            self._refill = False
+            self._loop.call_soon(self._pool.fill)
         if self._sandboxed and self._pid is not None and not self._exited:
             # SIGKILL to the namespace init ends every process of the run (the kernel kills the
             # namespace), and the program cannot stop its init: waiting for the exit report or
