@@ -4,13 +4,19 @@
 session checkout plus an empty ``feed_run``, the other the same program as the Code Mode
 benchmark with 100 external async function calls under ``asyncio.gather``. Monty is a
 benchmark-only dependency (the ``bench`` extra); without it these figures are left out.
+
+It is measured in a child interpreter (``python -m dsh_tools._bench_monty RUNS``, printing JSON):
+``pydantic_monty`` 1.4 can abort its process at exit, which must not end ``dsh-tools bench``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -54,4 +60,19 @@ async def _measure(runs: int) -> dict[str, float]:
 
 def measure_monty(runs: int = 20) -> dict[str, float]:
     """Milliseconds for Monty's empty run and 100 gathered external calls (median)."""
-    return asyncio.run(_measure(runs))
+    child = subprocess.run(
+        [sys.executable, "-m", "dsh_tools._bench_monty", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    try:
+        figures = json.loads(child.stdout.splitlines()[0])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"the Monty benchmark failed: {child.stderr.strip()[-500:]}") from None
+    return {str(key): float(value) for key, value in figures.items()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(_measure(int(sys.argv[1])))), flush=True)
