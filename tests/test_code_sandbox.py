@@ -373,3 +373,17 @@ return direct
     assert run_program(program, "sandboxed.py", out, workspace=tmp_path) == 0, out.getvalue()
     assert "refused" in out.getvalue()
     assert (tmp_path / "notes" / "summary.md").read_text().startswith("seen: ")
+
+
+def test_run_code_isolation_process_is_the_explicit_opt_out(tmp_path: Path) -> None:
+    import io
+
+    from dsh_tools.cli import run_program
+
+    (tmp_path / "data.txt").write_text("host file")
+    program = f"return open({str(tmp_path / 'data.txt')!r}).read()"
+    sandboxed, unconfined = io.StringIO(), io.StringIO()
+    assert run_program(program, "p.py", sandboxed, workspace=tmp_path) == 1
+    assert "PermissionError" in sandboxed.getvalue()
+    assert run_program(program, "p.py", unconfined, workspace=tmp_path, isolation="process") == 0
+    assert "host file" in unconfined.getvalue()
