@@ -1,16 +1,25 @@
-"""``SubprocessCodeRuntime``: every run in a fresh, contained child process (code-mode 11.3-11.5).
+"""``SubprocessCodeRuntime``: every run in a fresh, confined child process.
 
-Design (SPEC decisions 12 and 5b.23). Spawning ``python -I`` per run costs 20 ms or more, over the
-whole budget of an empty run, so each runtime starts one *template process* lazily (``python -I
--X utf8 _template.py`` with an empty environment and its own session). The template imports the
-worker modules once and never runs model code; for each run it forks one child, which calls
-``setsid()``, reports its pid, keeps only its five descriptors (``/dev/null`` as stdin, the native
-stdout/stderr pipes, the two channel pipes), clears the environment, applies ``RLIMIT_AS`` /
-``RLIMIT_CPU`` and runs the program. Every run therefore starts from the same clean interpreter
-state in its own process, process group and session. The template reaps the child (it is also
-a child subreaper, so orphaned grandchildren are reaped too) and reports the wait status and CPU
-time to the host on a per-run status pipe. If the template dies it is restarted for the next
-run.
+Spawning ``python -I`` per run costs 20 ms or more, over the whole budget of an empty run, so
+each runtime starts one *template process* lazily (``python -I -X utf8 _template.py`` with an
+empty environment and its own session). The template imports the worker modules once and never
+runs model code; it forks one single-use worker per run (see ``_template``). Every run therefore
+starts from the same clean interpreter state in its own process. A small pool (``_pool``) keeps
+two workers forked, confined and prewarmed ahead of the runs; each run takes one and the pool
+is refilled once the run settles. If the template dies it is restarted for the next run.
+
+Isolation (``CodeRuntimeConfig.isolation``):
+
+- ``"sandbox"`` (the default; ``_sandbox``, ``docs/sandbox.md``): each worker runs in its own
+  PID, mount, IPC and UTS namespaces inside the template's empty network namespace, confined by
+  Landlock to the Python installation, its scratch directory (a private tmpfs, its working
+  directory) and the granted paths, with no capabilities, ``no_new_privs`` and a seccomp
+  filter. The namespace's init charges the whole process tree to the budgets; killing it ends
+  every process of the run.
+- ``"process"``: the worker calls ``setsid()``, keeps only its five descriptors, clears its
+  environment and applies ``RLIMIT_AS``/``RLIMIT_CPU``; the host samples its CPU time and kills
+  its process group. This is containment, not a sandbox: a program can do anything the host
+  user can, and a process that creates its own session escapes the group kill.
 
 Trade-offs of the template against a fresh interpreter per run:
 
@@ -18,28 +27,14 @@ Trade-offs of the template against a fresh interpreter per run:
   by model code), the same ``PYTHONHASHSEED``-style hash seed, the same executable. ``random``
   reseeds after fork. Nothing a program does reaches the template or a later run.
 - One extra long-lived process per runtime (started on the first run, ~100 ms once; its pages are
-  shared copy-on-write with the children).
-- The host kills with ``os.killpg(pid, SIGKILL)``. The template reaps the worker, so a group whose
-  members have all exited could in principle see its number reused before the host learns of
-  the exit; pids are allocated sequentially, so this needs a full wrap of the pid space within
-  microseconds and is accepted.
+  shared copy-on-write with the children), and the pool's idle workers.
+- The host kills by pid. The template reaps the worker (or init), so a pid whose process has
+  exited could in principle be reused before the host learns of the exit; pids are allocated
+  sequentially, so this needs a full wrap of the pid space within microseconds and is accepted.
 
-Per run, on the caller's event loop and with no thread hop: the host writes ``Boot``, sends the
-spawn request, reads frames and both native pipes with ``loop.add_reader``, answers each ``Call``
-by running the binding coroutine in its own task (several may be in flight; replies written in
-batches), samples the worker's CPU time from ``/proc/<pid>/stat`` every 25 ms, enforces the wall
-ceiling with a timer and follows the request's abort signal. The first of ``Done``,
-``OutputLimit``, a log that overflows, a budget, an abort, a frame over ``max_frame_bytes`` or
-the worker's death settles the run; the host then SIGKILLs the process group, waits for the exit
-report and for end of file on the native pipes (bounded by a short grace, so an escaped
-grandchild holding a pipe cannot hang settlement), closes everything and materializes the
-result through the output ledger. The worker is a hostile peer: nothing read from it raises in
-the host.
-
-Limits: POSIX only (process groups, rlimits, ``fork``); CPU sampling needs Linux ``/proc``
-(elsewhere only the ``RLIMIT_CPU`` backstop applies). A process that creates its own session
-escapes the group kill. This is containment, not a security sandbox: a program can do anything
-the host user can.
+Per run, on the caller's event loop and with no thread hop, ``CodeRun`` (``_run``) drives the
+worker. Limits: Linux for the sandbox (x86_64), POSIX with ``fork`` for ``"process"`` (CPU
+sampling needs Linux ``/proc``; elsewhere only the ``RLIMIT_CPU`` backstop applies).
 """
 
 from __future__ import annotations
