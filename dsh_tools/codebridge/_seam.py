@@ -139,7 +139,8 @@ class CodeRuntime(Protocol):
 
     @property
     def isolation(self) -> str:
-        """A label for where programs run (``"process"``); not a security claim."""
+        """Where programs run: ``"sandbox"`` (the shipped runtime's default, see
+        ``docs/sandbox.md``) or ``"process"`` (a separate process, not a security boundary)."""
         ...
 
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
