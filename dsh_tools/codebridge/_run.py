@@ -474,9 +474,12 @@ class CodeRun:
             elif tag == 0x57 and len(status) >= 1 + _PID_REPORT.size:  # "W": worker status
                 (self._worker_status,) = _PID_REPORT.unpack_from(status, 1)
                 del status[: 1 + _PID_REPORT.size]
+                self._on_worker_exit(self._worker_status)
             elif tag == 0x42 and len(status) >= 2:  # "B": the init ended the run for a budget
                 self._budget = status[1] or 1
                 del status[:2]
+                if self._outcome is None:
+                    self._settle(self._exit_outcome())
             elif tag == 0x58 and len(status) >= 1 + _EXIT_REPORT.size:  # "X"
                 wait_status, cpu = _EXIT_REPORT.unpack_from(status, 1)
                 del status[: 1 + _EXIT_REPORT.size]
@@ -493,6 +496,20 @@ class CodeRun:
                 status.clear()
             else:
                 break
+
+    def _on_worker_exit(self, wait_status: int) -> None:
+        """The init saw the worker exit: settle now, unless the kill may have been the CPU
+        limit's, which only the exit report's CPU figure can tell."""
+        if self._outcome is not None:
+            return
+        if os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) in (
+            signal.SIGKILL,
+            signal.SIGXCPU,
+        ):
+            return
+        self._drain_channel()
+        if self._outcome is None:
+            self._settle(self._exit_outcome())
 
     def _on_pid(self, pid: int) -> None:
         self._pid = pid
