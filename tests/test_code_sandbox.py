@@ -387,3 +387,35 @@ def test_run_code_isolation_process_is_the_explicit_opt_out(tmp_path: Path) -> N
     assert "PermissionError" in sandboxed.getvalue()
     assert run_program(program, "p.py", unconfined, workspace=tmp_path, isolation="process") == 0
     assert "host file" in unconfined.getvalue()
+
+
+def test_namespace_tracing_and_kernel_interfaces_are_refused(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+syscall = libc.syscall
+syscall.restype = ctypes.c_long
+
+def refused(number, *args):
+    result = syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args])
+    return result == -1 and ctypes.get_errno() in (errno.EPERM, errno.EACCES, errno.ENOSYS)
+
+return {
+    "unshare a user namespace": refused(272, 0x10000000),
+    "setns": refused(308, 0, 0),
+    "ptrace the init": refused(101, 16, 1, 0, 0),
+    "io_uring_setup": refused(425, 8, 0),
+    "bpf": refused(321, 0, 0, 0),
+    "perf_event_open": refused(298, 0, 0, -1, -1, 0),
+    "mount": refused(165, 0, 0, 0, 0, 0),
+    "read the kernel log": refused(103, 3, 0, 0),
+    "clone into a new network namespace": refused(56, 0x40000000 | 17, 0, 0, 0, 0),
+    "a socket of any family": refused(41, 1, 1, 0) and refused(41, 2, 2, 0),
+}
+"""
+    outcome = run(sandbox, program)
+    assert outcome.error is None, outcome.error
+    assert outcome.value == {name: True for name in outcome.value}
+    assert len(outcome.value) == 10

@@ -31,6 +31,7 @@ DENIED_SYSCALLS: Final = {
     "listen": 50,
     "accept4": 288,
     "ptrace": 101,
+    "syslog": 103,
     "process_vm_readv": 310,
     "process_vm_writev": 311,
     "mount": 165,
