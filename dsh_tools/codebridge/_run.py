@@ -659,11 +659,6 @@ class CodeRun:
             self._remove_signal = None
         self._drop_reader("from_worker")
         self._kill()
-        if self._refill and self._pool is not None:
-            # Refill once the run has settled, so that forking the replacement never competes
-            # with the run for the CPU.
-            self._refill = False
-            self._loop.call_soon(self._pool.fill)
         if self._sandboxed and self._pid is not None and not self._exited:
             # SIGKILL to the namespace init ends every process of the run (the kernel kills the
             # namespace), and the program cannot stop its init: waiting for the exit report or
@@ -723,7 +718,15 @@ class CodeRun:
         result = materialize(self._ledger, self._outcome)
         if not self.future.done():
             self.future.set_result(result)
+        self._schedule_refill()
         self.finished.set_result(None)
+
+    def _schedule_refill(self) -> None:
+        """Replace the pre-forked worker this run used once the run is over (scheduled after
+        the caller's wake-up), so that forking it never competes with the run."""
+        if self._refill and self._pool is not None:
+            self._refill = False
+            self._loop.call_soon(self._pool.fill)
 
     def abandon(self) -> None:
         """Tear down at once without waiting (the awaiting task was cancelled, or its loop died).
@@ -743,4 +746,6 @@ class CodeRun:
             self._remove_signal = None
         self._kill()
         self._close_all()
+        with contextlib.suppress(RuntimeError):  # a closed loop: the next run refills
+            self._schedule_refill()
         self.finished.set_result(None)
