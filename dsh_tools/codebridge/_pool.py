@@ -45,7 +45,7 @@ class Slot:
 
 def open_slot(template: TemplateHandle) -> Slot:
     """Create the five pipes and have ``template`` spawn a worker on them; raises ``OSError``."""
-    pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(5)]
+    pipes = [os.pipe() for _ in range(5)]  # non-inheritable, as every Python descriptor
     (to_worker_r, to_worker_w), (from_worker_r, from_worker_w) = pipes[0], pipes[1]
     (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes[2], pipes[3], pipes[4]
     worker_ends = [to_worker_r, from_worker_w, out_w, err_w, status_w]
