@@ -1,27 +1,53 @@
-# Two commands a new user needs: `make demo` and `make test`. Each builds the venv it needs.
+# Two commands a new user needs: `make demo` and `make test`. Each builds the venv it needs:
+# the demo installs only the runtime dependencies, the tests add the `test` extra.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# -qq: pip reports errors only; its build step would otherwise print setuptools' notice about
+# editable installs, which is meant for packagers, not for someone trying the demo.
+PIP := $(BIN)/pip install -qq --disable-pip-version-check
+RUNTIME := $(VENV)/.runtime-installed
+TESTING := $(VENV)/.test-installed
+# Test modules that mypy --strict checks too (the provider adapters against the SDKs' types).
+TYPED_TESTS := tests/test_provider_sdks.py
 
 .PHONY: demo test lint bench clean
 
-$(BIN)/dsh-tools: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	touch $@
+$(BIN)/python:
+	@echo "make: creating the virtual environment $(VENV) with $(PYTHON)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "make: upgrading pip in $(VENV)"
+	@$(PIP) --upgrade pip
 
-demo: $(BIN)/dsh-tools
-	$(BIN)/dsh-tools demo
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	@echo "make: installing dsh-tools and its runtime dependencies" \
+		"(pykka, msgspec, jsonschema, structlog)"
+	@$(PIP) -e .
+	@touch $@
 
-test: $(BIN)/dsh-tools
+# The test extra includes the runtime dependencies, so it satisfies the demo too.
+$(TESTING): pyproject.toml | $(BIN)/python
+	@echo "make: installing dsh-tools with its test extra (pytest, hypothesis, ruff, mypy, mcp," \
+		"openai, anthropic); the first time takes about a minute"
+	@$(PIP) -e '.[test]'
+	@touch $@ $(RUNTIME)
+
+# The development environment (the test extra) under the name the scripts have always used.
+$(BIN)/dsh-tools: $(TESTING)
+	@touch $@
+
+demo: $(RUNTIME)
+	@echo "make: running dsh-tools demo"
+	@$(BIN)/dsh-tools demo
+
+test: $(TESTING)
 	$(BIN)/python -m pytest
 
-lint: $(BIN)/dsh-tools
+lint: $(TESTING)
 	$(BIN)/ruff check dsh_tools tests benchmarks examples
-	$(BIN)/mypy --strict dsh_tools
+	$(BIN)/mypy --strict dsh_tools $(TYPED_TESTS)
 
-bench: $(BIN)/dsh-tools
+bench: $(RUNTIME)
 	$(BIN)/dsh-tools bench
 
 clean:

@@ -1,4 +1,4 @@
-"""Latency of the subprocess code runtime (SPEC section 7).
+"""Latency of the subprocess code runtime.
 
 Prints the median end-to-end time of ``SubprocessCodeRuntime.run`` for
 

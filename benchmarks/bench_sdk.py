@@ -1,14 +1,19 @@
-"""Time to render the Code Mode SDK (`tools:sdk`) for 50 typical tools.
+"""Time to render the Code Mode SDK (`tools:sdk`) for 50 typical tools, and for 50 tools with
+the real schemas of three MCP servers (recorded under tests/data/: mcp-server-time,
+mcp-server-git and server-everything; `$defs`, `anyOf`, constraints, output schemas).
 
 Run: .venv/bin/python benchmarks/bench_sdk.py [--tools N] [--repeat R]
-Prints the median, best and worst milliseconds per full render (subset checks included).
+Prints the median, best and worst milliseconds per full render, and the real-schema figure as a
+ratio to the typical one measured in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from dsh_tools.codebridge._sdk import SdkTool, render_sdk
@@ -67,25 +72,57 @@ def typical_tool(index: int) -> SdkTool:
     return SdkTool(name, description, parameters, output)
 
 
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+SERVERS = ("mcp_server_time", "mcp_server_git", "mcp_server_everything")
+
+
+def real_tools(count: int) -> list[SdkTool]:
+    """``count`` tools cycling through the recorded MCP tool lists (names made unique)."""
+    recorded: list[dict[str, Any]] = []
+    for server in SERVERS:
+        recorded.extend(json.loads((DATA / f"{server}.tools.json").read_text())["tools"])
+    tools = []
+    for index in range(count):
+        entry = recorded[index % len(recorded)]
+        tools.append(
+            SdkTool(
+                f"{entry['name']}_{index // len(recorded)}",
+                entry.get("description", ""),
+                entry["inputSchema"],
+                entry.get("outputSchema", {}),
+            )
+        )
+    return tools
+
+
+def measure(label: str, tools: list[SdkTool], repeat: int) -> float:
+    text = render_sdk(tools)
+    for _ in range(5):
+        render_sdk(tools)
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        render_sdk(tools)
+        samples.append((time.perf_counter() - start) * 1000)
+    median = statistics.median(samples)
+    print(
+        f"render_sdk, {len(tools)} {label} ({len(text)} chars): "
+        f"median {median:.2f} ms, best {min(samples):.2f} ms, "
+        f"worst {max(samples):.2f} ms over {repeat} runs"
+    )
+    return median
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tools", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=50)
     options = parser.parse_args()
-    tools = [typical_tool(index) for index in range(options.tools)]
-    text = render_sdk(tools)
-    for _ in range(5):
-        render_sdk(tools)
-    samples = []
-    for _ in range(options.repeat):
-        start = time.perf_counter()
-        render_sdk(tools)
-        samples.append((time.perf_counter() - start) * 1000)
-    print(
-        f"render_sdk, {options.tools} typical tools ({len(text)} chars): "
-        f"median {statistics.median(samples):.2f} ms, best {min(samples):.2f} ms, "
-        f"worst {max(samples):.2f} ms over {options.repeat} runs"
+    typical = measure(
+        "typical tools", [typical_tool(index) for index in range(options.tools)], options.repeat
     )
+    real = measure("real MCP-server tools", real_tools(options.tools), options.repeat)
+    print(f"real MCP-server schemas / typical schemas: {real / typical:.2f} x")
 
 
 if __name__ == "__main__":

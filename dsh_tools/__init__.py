@@ -102,6 +102,7 @@ from .registry import (
     present_result_view,
     snapshot_json,
     thaw,
+    tool,
     validate_args,
     validate_json_schema_value,
 )
@@ -199,6 +200,7 @@ __all__ = [
     "to_anthropic_tools",
     "to_openai_strict_schema",
     "to_openai_tools",
+    "tool",
     "validate_args",
     "validate_json_schema_value",
 ]

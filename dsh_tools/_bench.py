@@ -208,7 +208,7 @@ def measure_demo_rss(progress: Progress | None = None) -> dict[str, float]:
 
     The demo runs in a fresh child interpreter that reports its own peak (``VmHWM``: unlike
     ``ru_maxrss`` it starts afresh at ``exec``, so the benchmark process's own size does not
-    leak in); Code Mode worker processes are separate processes and not counted (SPEC 5b.23).
+    leak in); Code Mode worker processes are separate processes and not counted.
     """
     if progress:
         progress("resident memory of the demo")

@@ -51,7 +51,7 @@ def install_code_mode(
             system._owns_runtime = True
     else:
         system.code_runtime = code_runtime
-    # The dispatch-log spill arm (code-mode 6.6): configured by max_inline_bytes, applied by the
+    # The dispatch-log spill arm: configured by max_inline_bytes, applied by the
     # bridge after the tools/code-dispatch-log waterfall. ``system.dispatch_spill`` is read at
     # every run, so a harness may give it a store (``system.dispatch_spill.store = store``) or
     # replace it (``system.dispatch_spill = spill_policy(n, store)``) at any time.

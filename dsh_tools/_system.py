@@ -244,7 +244,7 @@ class ToolSystem:
         self._loop_thread.start()
         self._executor = concurrent.futures.ThreadPoolExecutor(
             # Threads are created on demand and reused; the cap is only there because the
-            # executor needs one. A started dispatch must never wait for a free thread (5b.5).
+            # executor needs one. A started dispatch must never wait for a free thread.
             max_workers=32_768,
             thread_name_prefix="dsh-tools-body",
         )

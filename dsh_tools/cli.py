@@ -1,4 +1,5 @@
-"""The ``dsh-tools`` command: ``demo``, ``bench``, ``sdk``, ``catalog`` and ``run-code``.
+"""The ``dsh-tools`` command: ``demo``, ``bench``, ``sdk``, ``catalog`` and ``run-code``
+(``run-code -`` reads the program from standard input), and ``--version``.
 
 Exit codes: 0 success, 1 the work itself failed (a failed program; with ``bench --check``, a
 figure over its bar), 2 bad command-line arguments. A reader that closes standard output early
@@ -28,6 +29,7 @@ from .actors import (
     ExecuteBatch,
     ExecuteCall,
     ToolCall,
+    ToolExecutionFailure,
     ToolExecutionResult,
 )
 from .actors._config import ToolsConfig
@@ -109,10 +111,14 @@ def _durations(system: ToolSystem) -> dict[str, float]:
 
 
 class _ScriptedApproval:
-    """The demo's stand-in for a human: approves writes to notes/, rejects anything else."""
+    """The demo's stand-in for a human: approves writes to notes/, rejects anything else.
 
-    def __init__(self, out: TextIO) -> None:
+    It notes its answer per call in ``decided_by``, so the demo can say which component
+    produced each outcome."""
+
+    def __init__(self, out: TextIO, decided_by: dict[str, str]) -> None:
         self.out = out
+        self.decided_by = decided_by
 
     def request(
         self, *, agent: str, tool_name: str, call_id: str, signal: Any, reason: str = ""
@@ -121,7 +127,20 @@ class _ScriptedApproval:
         print(
             f"    [approval] {agent} asks to run {tool_name} ({reason}) -> {answer}", file=self.out
         )
+        verdict = "allowed it" if answer == "allowed-once" else "rejected it"
+        self.decided_by[call_id] = f"policy hook (Ask) -> approval {verdict}"
         return answer
+
+
+def _outcome_source(result: ToolExecutionResult, call_id: str, decided_by: dict[str, str]) -> str:
+    """Which component produced this outcome: a guard, the policy hook and approval, the
+    timeout policy, or the tool itself."""
+    if call_id in decided_by:
+        return decided_by[call_id]
+    info = result.error.info if isinstance(result, ToolExecutionFailure) else UNSET
+    if info is not UNSET and info.code == "TOOL_TIMEOUT":
+        return "timeout policy (its deadline fired)"
+    return "the tool"
 
 
 # --- demo --------------------------------------------------------------------------------------
@@ -149,8 +168,9 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
         mode = "both" if code_mode else "native"
         config = ToolsConfig(mode=mode, max_parallel_tool_calls=4)
         runtime: Any = DEFAULT if code_mode else None
+        decided_by: dict[str, str] = {}
         with ToolSystem.start(
-            config, approval=_ScriptedApproval(out), code_runtime=runtime
+            config, approval=_ScriptedApproval(out, decided_by), code_runtime=runtime
         ) as system:
             demo = system.plugin("demo-tools")
             for definition in example_tools(root, bash_timeout_ms=300):
@@ -159,6 +179,7 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
 
             def no_rm(exec: Any) -> str | None:
                 if exec.name == "bash" and "rm " in str(exec.arguments.get("command", "")):
+                    decided_by[exec.call_id] = "guard no_rm"
                     return "destructive shell commands are not allowed in this workspace"
                 return None
 
@@ -220,7 +241,11 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
                     code = f" [{result.error.info.code}]"  # type: ignore[union-attr]
                 took = durations.get(call.call_id)
                 timing = f" ({took:.1f} ms)" if took is not None else ""
-                print(f"  {call.call_id} {call.name}: {status}{code}{timing}", file=out)
+                source = _outcome_source(result, call.call_id, decided_by)
+                print(
+                    f"  {call.call_id} {call.name}: {status}{code}{timing}  [decided by: {source}]",
+                    file=out,
+                )
                 print(_indent(_content_text(result)), file=out)
 
             if code_mode:
@@ -242,6 +267,13 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
                 )
                 print("through the same pipeline (events tool/code-dispatch-*).", file=out)
                 print(_indent(program.rstrip(), "    | "), file=out)
+                if getattr(system.code_runtime, "template_pid", None) is None:
+                    print(
+                        "  (cold start: this first run also starts the worker template process;"
+                        " later runs fork from it)",
+                        file=out,
+                    )
+                    out.flush()
                 start = time.perf_counter()
                 result = system.execute(
                     ExecuteCall(
@@ -425,6 +457,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="dsh-tools",
         description="Tool registry and execution pipeline for LLM agent harnesses.",
     )
+    parser.add_argument("--version", action="version", version=f"dsh-tools {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser("demo", help="run a scripted agent turn against the example tools")
     demo.add_argument("--workspace", type=Path, help="use this folder instead of a temporary one")
@@ -437,7 +470,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("sdk", help="print the generated Code Mode SDK for the example tools")
     sub.add_parser("catalog", help="print the tool catalog as Markdown")
     run = sub.add_parser("run-code", help="run a Python program in Code Mode")
-    run.add_argument("file", type=Path, help="the program: the body of an async function")
+    run.add_argument(
+        "file",
+        help="the program (the body of an async function): a file, or - for standard input",
+    )
     run.add_argument(
         "--workspace",
         type=Path,
@@ -464,6 +500,34 @@ def _parser() -> argparse.ArgumentParser:
         "program runs with your user's powers",
     )
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dsh-tools")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _read_program(name: str) -> tuple[str, str] | str:
+    """The program text and its display name, or an error message naming what was wrong."""
+    if name == "-":
+        try:
+            return sys.stdin.read(), "<stdin>"
+        except UnicodeDecodeError as error:
+            return f"standard input is not UTF-8 text ({error.reason})"
+    path = Path(name)
+    if not path.is_file():
+        return f"{path} is not a file"
+    try:
+        return path.read_text(encoding="utf-8"), path.name
+    except UnicodeDecodeError as error:
+        return f"{path} is not UTF-8 text ({error.reason})"
+    except OSError as error:
+        return f"cannot read {path}: {error.strerror}"
 
 
 def _positive_ms(text: str) -> float:
@@ -520,24 +584,17 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return run_sdk(out)
     if args.command == "catalog":
         return run_catalog(out)
-    if not args.file.is_file():
-        print(f"dsh-tools run-code: {args.file} is not a file", file=sys.stderr)
-        return 2
     if not args.workspace.is_dir():
         print(f"dsh-tools run-code: --workspace {args.workspace} is not a folder", file=sys.stderr)
         return 2
-    try:
-        program = args.file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        reason = error.reason
-        print(f"dsh-tools run-code: {args.file} is not UTF-8 text ({reason})", file=sys.stderr)
+    read = _read_program(args.file)
+    if isinstance(read, str):
+        print(f"dsh-tools run-code: {read}", file=sys.stderr)
         return 2
-    except OSError as error:
-        print(f"dsh-tools run-code: cannot read {args.file}: {error.strerror}", file=sys.stderr)
-        return 2
+    program, name = read
     return run_program(
         program,
-        args.file.name,
+        name,
         out,
         workspace=args.workspace,
         compute_ms=args.compute_ms,

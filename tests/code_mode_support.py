@@ -1,7 +1,7 @@
-"""Helpers for the Code Mode tests (code-mode.md section 13).
+"""Helpers for the Code Mode tests.
 
 - ``FakeRuntime(script)``: an in-process ``CodeRuntime`` whose scripted behaviour calls the
-  binding functions directly (the reference's ``FakeRuntime``). ``script(program)`` is an
+  binding functions directly. ``script(program)`` is an
   ``async`` function of a ``FakeProgram``; what it returns is the run's value (``UNSET`` = no
   result), or a ``CodeRunResult`` (``program.fail(kind, message)`` builds a failure); what it
   raises, the runtime raises. When the run signal aborts first, the run settles as

@@ -2,7 +2,7 @@
 
 - ``system``: a native-mode ``ToolSystem`` without a code runtime, stopped after the test;
   ``make_system(...)`` starts more (other modes, an approval service) and stops them too.
-- ``echo(...)``: the typed echo tool of registry-pipeline.md section 2 (parameters
+- ``echo(...)``: the typed echo tool the pipeline tests share (parameters
   ``{text: string}``, output ``string``, rendered as one text block, body ``args.text or ""``).
 - ``fixture(name, ...)``: a content-fixture tool whose canonical value is its content list
   (output schema: an array of JSON; ``render`` returns the value); by default it returns

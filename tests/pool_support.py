@@ -1,4 +1,4 @@
-"""Helpers for the dispatcher pool tests (registry-pipeline.md section 1.21, scenarios 98-116).
+"""Helpers for the dispatcher pool tests.
 
 - ``Gates``: a tool body that blocks until the test releases it, keyed by call id. ``"async"``
   bodies are coroutines on the system loop, gated by an ``asyncio.Event`` created inside the

@@ -1,5 +1,5 @@
-"""What a batch leaves in the session log: registry-pipeline.md sections 1.21 and 1.23,
-SPEC 5b.4, scenario 116 (SPEC 5b.14 places it with the pool)."""
+"""What a batch leaves in the session log: its call and result events, error info and meta kept
+for the harness, and the messages the model would see."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The generated tool catalog (schema-presentation section 12, scenarios 99-100)."""
+"""The generated tool catalog: rendering, staleness and incomplete manifests."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def _demo_entry(**extra: object) -> CatalogEntry:
     )
 
 
-# --- scenario 99 --------------------------------------------------------------------------------
+# --- one package's catalog ------------------------------------------------------------------------
 
 
 def test_one_package_catalog_renders_the_map_row_sections_schema_and_source() -> None:
@@ -152,7 +152,7 @@ def test_harvest_sorts_tools_by_name_and_requires_object_roots() -> None:
         harvest([broken])
 
 
-# --- scenario 100 -------------------------------------------------------------------------------
+# --- manifests ------------------------------------------------------------------------------------
 
 
 def test_an_empty_manifest_is_incomplete_and_names_a_real_tool_module() -> None:

@@ -53,6 +53,28 @@ def test_demo_shows_every_kind_of_outcome(tmp_path: Path) -> None:
     assert (tmp_path / "notes" / "todo.md").read_text() == "- types\n"
 
 
+def test_demo_says_what_decided_each_outcome_and_when_code_mode_starts_cold(
+    tmp_path: Path,
+) -> None:
+    out = io.StringIO()
+    assert run_demo(out, workspace=tmp_path) == 0
+    decided = {
+        line.split()[0]: line.split("[decided by: ", 1)[1].rstrip("]")
+        for line in out.getvalue().splitlines()
+        if "[decided by: " in line
+    }
+    assert decided == {
+        "c1": "the tool",
+        "c2": "the tool",
+        "c3": "the tool",
+        "c4": "policy hook (Ask) -> approval allowed it",
+        "c5": "guard no_rm",
+        "c6": "timeout policy (its deadline fired)",
+        "c7": "the tool",
+    }
+    assert "cold start: this first run also starts the worker template" in out.getvalue()
+
+
 def test_demo_without_code_mode_skips_the_program(tmp_path: Path) -> None:
     out = io.StringIO()
     assert run_demo(out, workspace=tmp_path, code_mode=False) == 0
@@ -103,6 +125,27 @@ def test_run_code_exits_1_when_the_program_fails(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "code run failed (exception)" in done.stdout
     assert "RuntimeError: boom" in done.stdout
+
+
+def test_run_code_reads_the_program_from_standard_input_given_a_dash(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_tools.cli", "run-code", "-", "--workspace", str(tmp_path)],
+        input='r = await tools.read_file({"path": "a.txt"})\nreturn r["line_count"]\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["2"]
+
+
+def test_version_prints_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    done = run_cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"dsh-tools {version('dsh-tools')}"
 
 
 def test_run_code_rejects_a_missing_file(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Code Mode: presentation modes, the reserved ``run_code`` transport and prompt assembly
-(code-mode.md section 13, "Modes, reservation, assembly", scenarios 1-18)."""
+(what each mode shows the model, and to which scope)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Code Mode dispatch bridge: sub-calls, the per-run pool, arguments and contexts
-(code-mode.md section 13, "Dispatch bridge", scenarios 29-52). FR scenarios run a scripted
-in-process runtime; W ones the real subprocess runtime."""
+(most tests run a scripted in-process runtime; those that need it, the real subprocess runtime)."""
 
 from __future__ import annotations
 
@@ -157,7 +156,7 @@ def test_30_a_signal_swapping_wrapper_on_run_code_and_the_sub_calls_parent_token
 
 
 def test_30_aborting_a_wrapper_signal_aborts_the_run() -> None:
-    """The run follows the signal its body receives (code-mode 5 step 2), wrapper swaps
+    """The run follows the signal its body receives, wrapper swaps
     included."""
     gates = Gates()
     wrapper_controller = AbortController()
@@ -865,7 +864,7 @@ def test_52_contexts_survive_a_run_that_fails_later() -> None:
     assert [context_text(c) for c in result.additional_contexts] == ["kept"]
 
 
-# --- however run_code is called (SPEC 5b.4), outer policy over sub-call contexts ----------------
+# --- however run_code is called, outer policy over sub-call contexts ------------------------------
 
 
 def _echo_twice(p: FakeProgram) -> Any:

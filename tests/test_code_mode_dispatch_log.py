@@ -1,4 +1,4 @@
-"""The ``tools/code-dispatch-log`` waterfall (code-mode.md 6.5-6.6): the ``CodeDispatchLog``
+"""The ``tools/code-dispatch-log`` waterfall: the ``CodeDispatchLog``
 payload, listener order, scope filtering, contained failures and the drain."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Code Mode: run failures, settlement, preconditions and the model-visible result
-(code-mode.md section 13, "Dispatch bridge", scenarios 53-70)."""
+(run failures and the model-visible result)."""
 
 from __future__ import annotations
 
@@ -155,8 +155,8 @@ def test_56_a_raising_runtime_still_drains_and_its_message_is_the_error() -> Non
 
 
 def test_57_without_an_agent_sub_calls_run_and_are_logged_without_one() -> None:
-    """SPEC 5b.4 resolves code-mode 6.5: dispatch events are recorded with or without an
-    agent (code-mode 57 had no events without one); global listeners shape them."""
+    """Dispatch events are recorded with or without an agent; global listeners shape
+    them."""
     seen: list[Any] = []
     shaped: list[Any] = []
 

@@ -1,4 +1,4 @@
-"""The spill policy (SPEC decision 11, 5b.10; code-mode 6.6): the dispatch-log arm (scenario 100)
+"""The spill policy: the dispatch-log arm (oversized sub-call results spilled in the log only)
 and the model-facing arm, over one ``SpillStore``."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def single_text(content: Any) -> str:
     return text
 
 
-# --- scenario 100 --------------------------------------------------------------------------------
+# --- the dispatch-log arm -------------------------------------------------------------------------
 
 
 def test_100_an_oversized_sub_call_result_is_spilled_in_the_log_only() -> None:

@@ -1,5 +1,5 @@
-"""Code runtime, real subprocess: Python program semantics and the seam (code-mode 13 W 71-86,
-99) plus the program environment of section 11.6."""
+"""Code runtime, real subprocess: Python program semantics, misuse of the seam, and the
+environment a program runs in."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def fresh_runtime() -> Iterator[SubprocessCodeRuntime]:
     own.close()
 
 
-# --- W 71-86: Python program semantics --------------------------------------------------------
+# --- Python program semantics ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -570,7 +570,7 @@ def test_runs_from_another_threads_event_loop_work(runtime: SubprocessCodeRuntim
     assert results[0].value == "other"
 
 
-# --- W 99 and the seam: misuse raises before anything starts ----------------------------------
+# --- the seam: misuse raises before anything starts -----------------------------------------------
 
 
 def test_the_subprocess_runtime_is_a_code_runtime() -> None:

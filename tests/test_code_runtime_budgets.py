@@ -1,5 +1,5 @@
 """Code runtime, real subprocess: budgets, the output ledger, hostile frames and containment
-(code-mode 13 W 87-98, SPEC 5b.22-23) and the fault cases (after each, nothing is left behind)."""
+and the fault cases (after each, nothing is left behind)."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def runtime(runtime_with: Callable[..., SubprocessCodeRuntime]) -> SubprocessCod
     return runtime_with()
 
 
-# --- W 87-91: budgets -------------------------------------------------------------------------
+# --- budgets --------------------------------------------------------------------------------------
 
 
 def test_w87_a_hot_loop_exhausts_the_compute_budget_despite_pending_calls(
@@ -266,7 +266,7 @@ while True:
     assert run(limited, 'return "alive"').value == "alive"
 
 
-# --- W 92-95: the exact ledger ----------------------------------------------------------------
+# --- the exact ledger -----------------------------------------------------------------------------
 
 
 def test_w92_a_value_fits_the_cap_to_the_byte(
@@ -366,7 +366,7 @@ while True:
     assert "".join(result.logs) == "".join(f"{i:05d}|" for i in range(20_000))
 
 
-# --- W 96-98: hostile frames ------------------------------------------------------------------
+# --- hostile frames -------------------------------------------------------------------------------
 
 
 def test_w96_hostile_frames_are_ignored_or_answered(runtime: SubprocessCodeRuntime) -> None:
@@ -511,7 +511,7 @@ def test_w98_forged_calls_with_invalid_arguments_are_refused_without_invoking(
     ]
 
 
-# --- frame-limit (SPEC 5b.22) -----------------------------------------------------------------
+# --- frame-limit: frames over max_frame_bytes -----------------------------------------------------
 
 
 def test_a_worker_frame_over_the_cap_fails_the_run_before_its_body_is_read(

@@ -1,4 +1,4 @@
-"""ToolsConfig validation (SPEC 5b.8): TypeError for a wrong type, ValueError for a bad value."""
+"""ToolsConfig validation: TypeError for a wrong type, ValueError for a bad value."""
 
 from __future__ import annotations
 

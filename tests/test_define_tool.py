@@ -1,4 +1,4 @@
-"""define_tool: schema-presentation scenarios 79 and 83-86, plus its wrappers."""
+"""define_tool: a typed definition from the DSL, its definition-time checks, and its wrappers."""
 
 from __future__ import annotations
 

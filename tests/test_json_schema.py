@@ -1,4 +1,4 @@
-"""The enforced raw JSON Schema subset: schema-presentation scenarios 37-54."""
+"""The enforced raw JSON Schema subset: what is accepted, what is refused and why."""
 
 from __future__ import annotations
 
@@ -134,10 +134,12 @@ def test_one_of_sibling_checks_come_after_the_branches() -> None:
     "keyword", ["anyOf", "allOf", "not", "pattern", "minimum", "maxLength", "$ref"]
 )
 def test_sp42_unsupported_keywords(keyword: str) -> None:
+    """A keyword outside the enforced subset is refused, named with its path."""
     assert f"schema.{keyword} is not a supported keyword" in A({"type": "object", keyword: []})[0]
 
 
 def test_sp43_misplaced_keywords() -> None:
+    """A keyword that does not apply to the declared type is refused for that type."""
     assert A({"type": "object", "items": {}}) == ['schema.items is not supported on type "object"']
     assert A({"type": "array", "properties": {}}) == [
         'schema.properties is not supported on type "array"'
@@ -261,10 +263,12 @@ def test_sp48_typed_enum_and_const_are_accepted(schema: dict[str, Any]) -> None:
     ],
 )
 def test_sp49_enum_rejections(schema: dict[str, Any], violation: str) -> None:
+    """An enum that is empty, not an array, or holds values of another type is refused."""
     assert A(schema) == [violation]
 
 
 def test_sp50_const_rejections() -> None:
+    """A const that is not a lossless value of the declared type is refused."""
     assert A({"type": "number", "const": -0.0}) == ["schema.const must be a number value"]
     assert A({"type": "boolean", "const": 1}) == ["schema.const must be a boolean value"]
 

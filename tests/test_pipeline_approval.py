@@ -1,4 +1,4 @@
-"""The approval seam for ``Ask`` decisions: registry-pipeline.md section 2, scenarios 71-76."""
+"""The approval seam for ``Ask`` decisions."""
 
 from __future__ import annotations
 

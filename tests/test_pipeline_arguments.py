@@ -1,4 +1,4 @@
-"""Argument materialization and execution identity: registry-pipeline.md section 2, 40-45."""
+"""Argument materialization and execution identity (call id, name, agent, token)."""
 
 from __future__ import annotations
 

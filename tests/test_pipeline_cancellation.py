@@ -1,4 +1,4 @@
-"""Cooperative cancellation and its precedence: registry-pipeline.md section 2, scenarios 77-90.
+"""Cooperative cancellation and its precedence.
 
 Scenarios that abort while a hook waits run on one event loop (``execute_async`` inside
 ``asyncio.run``) with ``asyncio.Event`` gates: the hook opens ``reached`` and waits for

@@ -1,6 +1,6 @@
 """Faults and re-entrancy: every call yields one result and one ``tool/result`` event whatever
 fails; registry mutations from inside hooks, guards, bodies and observers are immediate and never
-deadlock; the blocking entry points behave at their edges (SPEC sections 3, 5b.5, 5b.19, 8)."""
+deadlock; the blocking entry points behave at their edges (timeouts, loops, stopping)."""
 
 from __future__ import annotations
 

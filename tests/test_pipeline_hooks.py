@@ -1,4 +1,4 @@
-"""Hook ordering and composition: registry-pipeline.md section 2, scenarios 46-57."""
+"""Hook ordering and composition."""
 
 from __future__ import annotations
 

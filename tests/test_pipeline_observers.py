@@ -1,4 +1,4 @@
-"""``result`` observers and scoped dispatch: registry-pipeline.md section 2, scenarios 96-97."""
+"""``result`` observers and scoped dispatch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""schema-presentation.md section 13 scenarios that need execution: 35, 80-82 and 87-95."""
+"""The output contract where it needs execution: output schemas, rendering, post-execute values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Post-execute decisions, contexts and the captured finalizer: scenarios 58-70."""
+"""Post-execute decisions (accept, replace, block), contexts and the captured finalizer."""
 
 from __future__ import annotations
 

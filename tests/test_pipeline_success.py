@@ -1,4 +1,4 @@
-"""Successful execution and canonical output: registry-pipeline.md section 2, scenarios 29-39."""
+"""Successful execution and canonical output: the frozen value, rendered content, projection."""
 
 from __future__ import annotations
 

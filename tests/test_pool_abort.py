@@ -1,4 +1,4 @@
-"""Aborting a batch: registry-pipeline.md section 1.21 item 6, scenarios 109-113.
+"""Aborting a batch.
 
 On abort the pool stops starting calls, waits for every in-flight dispatch, commits the started
 calls in order through the registry, and gives every call that never started a synthetic

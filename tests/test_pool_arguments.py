@@ -1,5 +1,4 @@
-"""A batch's argument text: registry-pipeline.md section 1.21 item 1, SPEC 5.6 and 5b.15,
-scenario 115.
+"""A batch's argument text: how the raw JSON text the model sent becomes the arguments.
 
 ``""`` is ``{}``; valid JSON is its value; a syntax error (``NaN`` and ``Infinity`` included)
 leaves the raw text as the arguments; valid JSON that is not lossless (``-0.0``, ``1e400``, an

@@ -1,6 +1,6 @@
 """Separate batches run concurrently: each has its own pool and barriers, so a slow batch
-(a body that has not returned, an exclusive barrier) never holds up another agent's batch.
-SPEC section 3 (DispatcherPoolActor) and section 4 (``execute_batch``, ``ref.ask``)."""
+(a body that has not returned, an exclusive barrier) never holds up another agent's batch,
+whether sent with ``execute_batch`` or ``ref.ask``."""
 
 from __future__ import annotations
 

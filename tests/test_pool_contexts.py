@@ -1,6 +1,6 @@
-"""The batch context FIFO: registry-pipeline.md section 1.21 item 7, SPEC 5b.9, scenarios 107
-and 114. Contexts are drained after the batch's last ``tool/result``, in the order they were
-accepted (commits follow model order; injections join when they happen)."""
+"""The batch context FIFO: contexts from results and injections. Contexts are drained after
+the batch's last ``tool/result``, in the order they were accepted (commits follow model order;
+injections join when they happen)."""
 
 from __future__ import annotations
 

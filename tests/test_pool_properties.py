@@ -1,4 +1,4 @@
-"""Property test of batch scheduling: registry-pipeline.md section 1.21.
+"""Property test of batch scheduling.
 
 Hypothesis generates batches mixing concurrency-safe and exclusive calls (plain bodies on worker
 threads and coroutine bodies on the system loop), latencies of 0-3 ms, pool sizes and abort

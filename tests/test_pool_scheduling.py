@@ -1,5 +1,5 @@
-"""Batch scheduling in the dispatcher pool: registry-pipeline.md section 1.21, scenarios 98-106
-and 108 (ordering, the pool bound, barriers, re-classification before each start)."""
+"""Batch scheduling in the dispatcher pool: ordering, the pool bound, barriers, and
+re-classification before each start."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool-owned presentation cards (schema-presentation section 9, scenarios 96-98)."""
+"""Tool-owned presentation cards: presenters, soft validation and the wire form."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ TEXT_X = {"type": "text", "text": "x"}
 
 
 def _opener(**extra: Any) -> Any:
-    """The scenario 96/97 tool: a required ``path`` and presenters that pass it through."""
+    """The presenting tool: a required ``path`` and presenters that pass it through."""
     return define_tool(
         name="open",
         description="Open a file.",
@@ -58,7 +58,7 @@ def _opener(**extra: Any) -> Any:
     )
 
 
-# --- scenario 96: presenters receive the arguments -----------------------------------------------
+# --- presenters receive the arguments -------------------------------------------------------------
 
 
 def test_presenters_pass_arguments_through() -> None:
@@ -73,7 +73,7 @@ def test_presenters_pass_arguments_through() -> None:
     )
 
 
-# --- scenario 97: soft validation ---------------------------------------------------------------
+# --- soft validation ------------------------------------------------------------------------------
 
 
 def test_presenters_soft_validate_arguments_to_none() -> None:
@@ -102,16 +102,12 @@ def test_tool_without_presenters_has_none_and_gets_the_generic_fallback() -> Non
     assert present_result_view(tool, {"a": 1}, result) == GenericResultView(content=[TEXT_X])
 
 
-# --- scenario 98: the wire form -----------------------------------------------------------------
+# --- the wire form --------------------------------------------------------------------------------
 
 
 def test_views_encode_with_card_tag_and_snake_case_names() -> None:
-    """Scenario 98 (as amended by SPEC 5b.16).
-
-    The scenario's older text asks for camelCase wire names (``oldText``, ``newText``,
-    ``rawInput``, ``exitCode``); SPEC section 5b.16 wins over it: every encoded or persisted
-    field, cards included, is snake_case. The card tag and the shape are unchanged.
-    """
+    """Cards encode with their tag and snake_case field names (``old_text``, ``new_text``,
+    ``raw_input``, ``exit_code``), like every encoded or persisted field."""
     diff = DiffCallView(
         title="Write a.txt", diffs=[FileDiff(path="a.txt", old_text=None, new_text="hi\n")]
     )

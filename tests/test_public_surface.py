@@ -1,4 +1,4 @@
-"""The names SPEC section 4 promises are importable from ``dsh_tools`` and documented."""
+"""The public names are importable from ``dsh_tools`` and documented."""
 
 from __future__ import annotations
 

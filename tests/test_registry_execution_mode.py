@@ -1,4 +1,4 @@
-"""``execution_mode(call)``: registry-pipeline.md sections 1.21 and 2, scenario 91."""
+"""``execution_mode(call)``: when a call may run in parallel."""
 
 from __future__ import annotations
 

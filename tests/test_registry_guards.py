@@ -1,4 +1,4 @@
-"""Guards: monotonic, synchronous denials. registry-pipeline.md section 2, scenarios 23-28."""
+"""Guards: monotonic, synchronous denials."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Registration, layers and resolution: registry-pipeline.md section 2, scenarios 1-15."""
+"""Registration, layers and resolution."""
 
 from __future__ import annotations
 

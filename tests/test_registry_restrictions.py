@@ -1,4 +1,4 @@
-"""Restrictions (agent-scope visibility masks): registry-pipeline.md section 2, scenarios 16-22."""
+"""Restrictions (agent-scope visibility masks)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Adversarial review of Code Mode: hostile programs against the contract (SPEC 8, 5b.23,
-code-mode 11.3 and 11.5)."""
+"""Adversarial review of Code Mode: hostile programs against the contract (faults become
+results, the template and the host survive)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ from dsh_tools.codebridge import (
 
 def test_a_program_that_stops_the_template_still_settles_and_the_next_run_works() -> None:
     # The worker's parent is the template process; a program can freeze it (SIGSTOP), so the
-    # worker's exit report never comes. The run must still settle (SPEC 8: faults become
-    # results, never hangs; code-mode 11.3 step 7), and later runs must get a working template.
-    # Under the process isolation, where the template is reachable (the sandbox refuses the
-    # signal; its tests check that).
+    # worker's exit report never comes. The run must still settle (faults become results,
+    # never hangs), and later runs must get a working template. Under the process isolation,
+    # where the template is reachable (the sandbox refuses the signal; its tests check that).
     runtime = SubprocessCodeRuntime(
         CodeRuntimeConfig(compute_ms=10_000, max_wall_ms=20_000, isolation="process")
     )

@@ -1,7 +1,6 @@
 """Contract checks found by an adversarial review of the registry, pipeline and pool.
 
-Each test names the rule it holds the code to (SPEC.md section 5b, registry-pipeline.md
-section 1.x) and the odd input or timing that once broke it.
+Each test names the rule it holds the code to and the odd input or timing that once broke it.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def test_a_batch_survives_a_classifier_raising_cancelled_error(system: ToolSyste
     ]
 
 
-# --- 5b.15: only syntax errors fall back to the raw argument text ----------------------------
+# --- only syntax errors fall back to the raw argument text ----------------------------------------
 
 
 def test_an_integer_too_long_for_int_parsing_is_an_argument_snapshot_failure(
@@ -74,7 +73,7 @@ def test_an_integer_too_long_for_int_parsing_is_an_argument_snapshot_failure(
     )
 
 
-# --- 5b.20: an observer returning an awaitable has it scheduled, its failure logged ----------
+# --- an observer returning an awaitable has it scheduled, its failure logged ----------------------
 
 
 def test_an_async_change_observer_is_awaited_and_its_failure_logged(
@@ -98,7 +97,7 @@ def test_an_async_change_observer_is_awaited_and_its_failure_logged(
     assert not [w for w in caught if "never awaited" in str(w.message)]
 
 
-# --- 5b.1: result and decision contexts are a list or tuple, kept element by element ---------
+# --- result and decision contexts are a list or tuple, kept element by element --------------------
 
 
 def test_contexts_given_as_a_single_dict_fail_instead_of_splicing_its_keys(
@@ -125,7 +124,7 @@ def test_contexts_given_as_a_single_dict_fail_instead_of_splicing_its_keys(
     assert "source" not in result.additional_contexts
 
 
-# --- 5b.19 / signal contract: one failing abort callback does not stop the others ------------
+# --- signal contract: one failing abort callback does not stop the others -------------------------
 
 
 def test_an_abort_callback_raising_cancelled_error_does_not_stop_the_others(logs: Any) -> None:
@@ -143,7 +142,7 @@ def test_an_abort_callback_raising_cancelled_error_does_not_stop_the_others(logs
     assert logs.warnings == ["abort callback failed"]
 
 
-# --- SPEC 8: stopping the system never leaves a waiting caller hanging -----------------------
+# --- stopping the system never leaves a waiting caller hanging ------------------------------------
 
 
 def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_hanging() -> None:

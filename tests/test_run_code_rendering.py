@@ -1,5 +1,5 @@
-"""The reserved `run_code` transport's model-visible pieces: code-mode.md sections 2.2, 8 and 9
-(schema texts, call card, output rendering) and the rendering scenarios of section 13."""
+"""The reserved `run_code` transport's model-visible pieces: the schema texts, the call card,
+the output rendering and the failure text."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def content_text(value: Any) -> str:
     return text
 
 
-# --- section 2.2: the transport schema ---------------------------------------------------------
+# --- the transport schema -------------------------------------------------------------------------
 
 
 def test_transport_is_named_run_code() -> None:
@@ -176,7 +176,7 @@ def test_precondition_and_runtime_messages_are_exact() -> None:
     )
 
 
-# --- scenario 59: the call card ----------------------------------------------------------------
+# --- the call card --------------------------------------------------------------------------------
 
 
 def test_call_card_is_generic_titled_by_description_with_the_program_as_raw_input() -> None:
@@ -206,7 +206,7 @@ def test_call_card_falls_back_for_arguments_without_both_strings(args: Any) -> N
     assert present_run_code_call(args) is None
 
 
-# --- scenario 61: the content table ------------------------------------------------------------
+# --- the content table ----------------------------------------------------------------------------
 
 
 def test_logs_only_render_the_logs() -> None:
@@ -247,7 +247,7 @@ def test_frozen_canonical_values_render_like_plain_ones() -> None:
     assert content_text(value) == 'x\n{\n  "a": [\n    1\n  ]\n}'
 
 
-# --- scenario 66: pretty JSON ------------------------------------------------------------------
+# --- pretty JSON ----------------------------------------------------------------------------------
 
 
 def test_object_result_renders_pretty() -> None:
@@ -319,7 +319,7 @@ def test_containers_five_levels_deep_render_compact() -> None:
     )
 
 
-# --- scenario 67: a 5000-deep result -----------------------------------------------------------
+# --- a 5000-deep result ---------------------------------------------------------------------------
 
 
 def test_5000_deep_result_renders_with_bounded_indentation() -> None:
@@ -389,7 +389,7 @@ def test_pretty_json_of_shallow_values_equals_json_dumps(value: Any) -> None:
         assert pretty_json(value) == json.dumps(value, indent=2, ensure_ascii=False)
 
 
-# --- section 8: failure text (rendered by the pipeline as `Error: <message>`) --------------------
+# --- failure text (rendered by the pipeline as `Error: <message>`) --------------------------------
 
 
 def test_output_limit_failure_text_carries_the_captured_output() -> None:

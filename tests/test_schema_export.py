@@ -225,43 +225,53 @@ def test_strict_leaves_the_registry_schema_as_it_was(system: ToolSystem) -> None
     assert "oneOf" in before[0]["parameters"]["properties"]["key"]
 
 
+def open_bag() -> Any:
+    return fixture(
+        "bag",
+        parameters={
+            "type": "object",
+            "properties": {"extra": {"type": "object", "additionalProperties": True}},
+            "required": ["extra"],
+        },
+    )
+
+
 def test_strict_true_names_every_tool_and_path_that_cannot_be_strict(system: ToolSystem) -> None:
     system.tools.register(echo())
-    system.tools.register(
-        fixture(
-            "bag",
-            parameters={
-                "type": "object",
-                "properties": {"extra": {"type": "object", "additionalProperties": True}},
-                "required": ["extra"],
-            },
-        )
-    )
+    system.tools.register(open_bag())
     with pytest.raises(ValueError) as caught:
         to_openai_tools(system.tools.schemas(), strict=True)
-    message = str(caught.value)
-    assert (
-        'tool "bag": parameters.properties.extra.additionalProperties must be false in strict '
-        "mode" in message
+    assert str(caught.value) == (
+        'tools cannot be exported in strict mode: tool "bag": '
+        "parameters.properties.extra.additionalProperties must be false in strict mode (open "
+        "objects cannot be strict)"
     )
-    assert (
-        'tool "echo": parameters.properties.text is optional; strict mode requires every '
-        "property to be required" in message
-    )
+
+
+def test_strict_makes_optional_properties_required_and_nullable(system: ToolSystem) -> None:
+    system.tools.register(echo())
+    [tool] = to_openai_tools(system.tools.schemas(), strict=True)
+    assert tool["function"]["strict"] is True
+    assert tool["function"]["parameters"] == {
+        **ECHO_PARAMETERS,
+        "properties": {"text": {"type": ["string", "null"]}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
 
 
 def test_strict_auto_marks_only_the_tools_that_can_be_strict(system: ToolSystem) -> None:
-    system.tools.register(echo())
+    system.tools.register(open_bag())
     system.tools.register(lookup_tool())
-    echo_tool, lookup = to_openai_tools(system.tools.schemas(), api="responses", strict="auto")
-    assert echo_tool["strict"] is False
-    assert echo_tool["parameters"] == ECHO_PARAMETERS
+    bag, lookup = to_openai_tools(system.tools.schemas(), api="responses", strict="auto")
+    assert bag["strict"] is False
+    assert bag["parameters"] == system.tools.schemas()[0]["parameters"]
     assert lookup["strict"] is True
     assert lookup["parameters"]["additionalProperties"] is False
 
 
 def test_strict_chat_tools_that_cannot_be_strict_carry_no_flag(system: ToolSystem) -> None:
-    system.tools.register(echo())
+    system.tools.register(open_bag())
     [tool] = to_openai_tools(system.tools.schemas(), strict="auto")
     assert "strict" not in tool["function"]
 
@@ -283,8 +293,8 @@ def test_strict_schema_helper_rewrites_a_copy() -> None:
 
 
 def test_strict_schema_helper_rejects_what_it_cannot_rewrite() -> None:
-    with pytest.raises(ValueError, match=r"schema\.properties\.a is optional"):
-        to_openai_strict_schema({"type": "object", "properties": {"a": {"type": "string"}}})
+    with pytest.raises(ValueError, match=r"schema\.additionalProperties must be false"):
+        to_openai_strict_schema({"type": "object", "additionalProperties": True})
     with pytest.raises(ValueError, match="object-rooted"):
         to_openai_strict_schema({"type": "string"})
 

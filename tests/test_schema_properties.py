@@ -1,5 +1,5 @@
 """Property tests: the validator against jsonschema as an oracle, snapshot/thaw round trips,
-the lossless walker against an independent statement of the rules, and scenario 78."""
+the lossless walker against an independent statement of the rules, and random DSL specs."""
 
 from __future__ import annotations
 
@@ -360,7 +360,7 @@ def test_walker_rejects_exactly_what_the_rules_reject(value: Any) -> None:
         assert (info.value.path, info.value.type_name) == expected
 
 
-# --- scenario 78: seeded random DSL specs ------------------------------------------------------
+# --- seeded random DSL specs ----------------------------------------------------------------------
 
 SCALAR_KINDS = ["string", "number", "integer", "boolean", "null"]
 

@@ -1,4 +1,4 @@
-"""The Code Mode SDK (`tools:sdk`): code-mode.md section 4 and the "SDK rendering" scenarios."""
+"""The Code Mode SDK (`tools:sdk`): how tool schemas render as typed Python."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_instructions_end_with_the_tool_list_lead_in() -> None:
     assert SDK_INSTRUCTIONS.endswith("\n\nThe available tools:")
 
 
-# --- scenario 19: the type table ---------------------------------------------------------------
+# --- the type table -------------------------------------------------------------------------------
 
 TYPE_TABLE = [
     ({"type": "string"}, "str"),
@@ -158,7 +158,7 @@ def test_one_of_branches_are_joined_without_deduplication() -> None:
     assert output_line(schema) == "None | None | int"
 
 
-# --- scenarios 20, 21: TypedDict blocks --------------------------------------------------------
+# --- TypedDict blocks -----------------------------------------------------------------------------
 
 
 def test_closed_object_renders_a_closed_class_form_typed_dict() -> None:
@@ -249,48 +249,59 @@ def test_description_on_object_root_is_not_a_comment() -> None:
     assert "the root" not in declarations_of(tool("t", output=schema))
 
 
-# --- scenario 22: totality ---------------------------------------------------------------------
+# --- totality -------------------------------------------------------------------------------------
 
-OUTSIDE_SUBSET = [
-    None,
-    42,
-    "string-schema",
-    {"oneOf": [{"type": "string"}]},
-    {"oneOf": []},
-    {"$ref": "#/defs/x"},
-    {"type": "object", "properties": 7},
-    {"type": "object", "properties": {"a": {"$ref": "#/defs/a"}}},
-    {"type": "string", "enum": [1, 2]},
-    {"type": "string", "enum": []},
-    {"type": "object", "properties": {}, "required": [7]},
-    {"type": "object", "properties": {"a": 42}},
-]
+NOT_A_SCHEMA: list[Any] = [None, 42, "string-schema", ["type", "object"]]
 
 
-@pytest.mark.parametrize("schema", OUTSIDE_SUBSET, ids=[repr(s) for s in OUTSIDE_SUBSET])
-def test_root_outside_the_subset_renders_any(schema: Any) -> None:
+@pytest.mark.parametrize("schema", NOT_A_SCHEMA, ids=[repr(s) for s in NOT_A_SCHEMA])
+def test_a_root_that_is_not_a_schema_object_renders_any(schema: Any) -> None:
     text = declarations_of(tool("t", parameters=schema, output=schema))
     assert "TArgs = Any\n\nTOutput = Any\n\n" in text
 
 
-def test_rejected_root_defines_nothing_nested() -> None:
-    bad = {
+IRREGULAR = [
+    ({"oneOf": [{"type": "string"}]}, "str"),
+    ({"oneOf": []}, "JsonValue"),
+    ({"$ref": "#/defs/x"}, "JsonValue"),
+    ({"type": "object", "properties": 7}, "dict[str, JsonValue]"),
+    ({"type": "string", "enum": [1, 2]}, "Literal[1, 2]"),
+    ({"type": "string", "enum": []}, "str"),
+    ({"type": "object", "properties": {}, "required": [7]}, "dict[str, JsonValue]"),
+    ({"type": "widget"}, "JsonValue"),
+]
+
+
+@pytest.mark.parametrize(("schema", "expected"), IRREGULAR, ids=[repr(s) for s, _ in IRREGULAR])
+def test_irregular_schemas_still_render_what_they_say(schema: Any, expected: str) -> None:
+    assert output_line(schema) == expected
+
+
+def test_an_untypable_property_is_json_value_and_its_siblings_stay_typed() -> None:
+    schema = {
         "type": "object",
         "properties": {
             "ok": {"type": "object", "properties": {"v": {"type": "string"}}},
-            "bad": {"type": "string", "pattern": "x"},
+            "dangling": {"$ref": "#/defs/a"},
+            "junk": 42,
         },
     }
-    good = {"type": "object", "properties": {"ok": {"type": "object", "properties": {}}}}
-    text = declarations_of(tool("t", parameters=bad, output=good))
-    assert "TArgs = Any" in text
-    assert "TArgsOk" not in text
+    text = declarations_of(tool("t", output=schema))
+    assert (
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    ok: NotRequired[TOutputOk]\n"
+        "    dangling: NotRequired[JsonValue]\n"
+        "    junk: NotRequired[JsonValue]"
+    ) in text
 
 
-def test_cyclic_schema_renders_any() -> None:
+def test_a_schema_that_contains_itself_renders_json_value_where_it_recurs() -> None:
     schema: dict[str, Any] = {"type": "object", "properties": {}}
     schema["properties"]["self"] = schema
-    assert "TOutput = Any" in declarations_of(tool("t", output=schema))
+    text = declarations_of(tool("t", output=schema))
+    assert (
+        "class TOutput(TypedDict, extra_items=JsonValue):\n    self: NotRequired[JsonValue]" in text
+    )
 
 
 def test_frozen_schemas_render_like_plain_ones() -> None:
@@ -315,7 +326,7 @@ def test_malformed_tool_entries_do_not_raise() -> None:
     assert "Tool7Output = Any" in text
 
 
-# --- scenario 23: hostile descriptions ---------------------------------------------------------
+# --- hostile descriptions -------------------------------------------------------------------------
 
 
 def test_property_description_with_a_newline_stays_one_comment_line() -> None:
@@ -345,7 +356,7 @@ def test_control_characters_and_lone_surrogates_are_escaped_in_comments() -> Non
     assert "    # nul\\x00 esc\\x1b sur\\ud800 ok\n" in section
 
 
-# --- scenario 24 and stack safety --------------------------------------------------------------
+# --- deep schemas and stack safety ----------------------------------------------------------------
 
 
 def nullable_chain(depth: int) -> dict[str, Any]:
@@ -424,7 +435,7 @@ def test_deep_schema_under_a_property_and_an_array_item_parses() -> None:
     declarations_of(tool("t", output=output))
 
 
-# --- scenarios 25-28: the worked example, order, empty set, collisions ---------------------------
+# --- the worked example, order, empty set, collisions ---------------------------------------------
 
 WORKED_EXAMPLE = """\
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]

@@ -1,7 +1,8 @@
-"""The session log of single calls: SPEC 5b.4, registry-pipeline.md section 1.23.
+"""The session log of single calls.
 
-Batch events (RP 116, the context FIFO) are tested with the dispatcher pool; here every entry
-point of one call records one ``tool/call`` and one ``tool/result``, with snake_case frozen data.
+Batch events (error info and meta, the context FIFO) are tested with the dispatcher pool; here
+every entry point of one call records one ``tool/call`` and one ``tool/result``, with snake_case
+frozen data.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AbortController / AbortSignal semantics (SPEC 5b.19)."""
+"""AbortController / AbortSignal semantics: reasons, callbacks, waiting and awaiting."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The timeout policy wrapper: registry-pipeline.md section 1.22 and section 2, scenarios 92-95.
+"""The timeout policy wrapper: deadlines, their reasons, and their precedence over aborts.
 
 Most scenarios drive the deadline with a ``ManualClock``; two use the event loop's own timer to
 show the default clock reaches sync and async bodies alike.

@@ -91,12 +91,20 @@ def _with_optional_fields(result: Any, out: dict[str, Any]) -> dict[str, Any]:
 
 
 class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A successful call: the frozen canonical ``value`` and the model-visible ``content``."""
+    """A successful call: the frozen canonical ``value`` and the model-visible ``content``.
+
+    ``call_id`` names the call this result answers; the pipeline sets it on every result it
+    returns (a Code Mode sub-call's result carries the sub-call's id). It takes part in
+    equality (the result of one call is not the result of another) but not in ``to_dict()``,
+    which is the result's contract projection; the session's ``tool/result`` event carries
+    the id beside it.
+    """
 
     value: Any
     content: Sequence[Any]
     meta: Any = UNSET
     additional_contexts: Sequence[Any] = EMPTY_LIST
+    call_id: str = ""
 
     @property
     def is_error(self) -> bool:
@@ -111,12 +119,16 @@ class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A failed call: ``error`` says why and ``content`` is what the model sees."""
+    """A failed call: ``error`` says why and ``content`` is what the model sees.
+
+    ``call_id`` names the call this result answers, as on ``ToolExecutionSuccess``.
+    """
 
     error: ToolFailure
     content: Sequence[Any]
     meta: Any = UNSET
     additional_contexts: Sequence[Any] = EMPTY_LIST
+    call_id: str = ""
 
     @property
     def is_error(self) -> bool:
@@ -243,7 +255,26 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BatchOutcome(msgspec.Struct, frozen=True):
-    """What a batch returns: ``results`` in model order and the drained context FIFO."""
+    """What a batch returns: ``results`` in model order and the drained context FIFO.
+
+    ``outcome.by_call_id("c1")`` is the result of the call with id ``"c1"`` (``KeyError``
+    naming the id when the batch had no such call); ``outcome.get("c1")`` is the same or
+    ``None``. Ids are unique within a batch, so the lookup is unambiguous.
+    """
 
     results: Sequence[ToolExecutionResult]
     contexts: FrozenList = EMPTY_LIST
+
+    def get(self, call_id: str) -> ToolExecutionResult | None:
+        """The result of the call ``call_id``, or ``None`` when the batch had no such call."""
+        for result in self.results:
+            if result.call_id == call_id:
+                return result
+        return None
+
+    def by_call_id(self, call_id: str) -> ToolExecutionResult:
+        """The result of the call ``call_id``; ``KeyError`` when the batch had no such call."""
+        result = self.get(call_id)
+        if result is None:
+            raise KeyError(f"no call with call_id {call_id!r} in this batch")
+        return result

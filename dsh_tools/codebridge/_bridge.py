@@ -15,8 +15,8 @@ messages; this object is that pool's lane.
 
 Every started sub-call records ``tool/code-dispatch-start`` and, once committed and shaped by the
 ``tools/code-dispatch-log`` waterfall, ``tool/code-dispatch``, with or without an agent on the
-outer call (SPEC 5b.4 over code-mode 6.5: the session log is the system's, and top-level calls
-without an agent are recorded too); the events carry the outer call's agent.
+outer call (the session log is the system's, and top-level calls without an agent are recorded
+too); the events carry the outer call's agent.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ class CodeRunBridgeActor:
         self._log_tasks.add(task)
         task.add_done_callback(self._log_tasks.discard)
         if len(self._log_tasks) > self._max_parallel:
-            # Backpressure (code-mode 6.4): no further start or commit while more log tasks
+            # Backpressure: no further start or commit while more log tasks
             # are pending than the run may have sub-calls in flight.
             return self._log_backlog_drained()
         return None

@@ -1,8 +1,8 @@
-"""Channel frames between the host and a worker (code-mode 11.4, SPEC 5b.22).
+"""Channel frames between the host and a worker.
 
 A frame is an 8-byte unsigned big-endian length followed by one msgpack-encoded tagged struct
 (``msgspec``; array-like, so the tag is the first element). msgpack carries integers exactly in
--2**63 .. 2**64-1, which is the integer range every boundary accepts (SPEC 5b.7). JSON values
+-2**63 .. 2**64-1, which is the integer range every boundary accepts. JSON values
 travel as token lists (``_tokens``).
 
 ``FrameReader`` accumulates bytes as they arrive (it never allocates from a declared length) and

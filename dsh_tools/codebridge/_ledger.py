@@ -1,4 +1,4 @@
-"""The outer-output ledger (code-mode section 10): exact JSON byte accounting with early exit.
+"""The outer-output ledger: exact JSON byte accounting with early exit.
 
 What a run gives back to the model (its logs plus the completion value or the failure message)
 is capped at ``max_output_bytes`` counted as compact JSON: the logs array (``2`` for ``[]``, each

@@ -5,7 +5,7 @@ It is parsed as written (so multi-line strings are never re-indented and line nu
 model's own), its own bare ``return`` statements are rewritten to return a private sentinel, a
 final sentinel return is appended, and the statements are wrapped into one ``async def`` compiled
 under the filename ``<run_code>``. ``return <expr>`` (even ``return None``) gives a result; a
-bare ``return`` or falling off the end gives the sentinel, i.e. no result (SPEC decision 8).
+bare ``return`` or falling off the end gives the sentinel, i.e. no result.
 Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
 ``yield`` is rejected.
 

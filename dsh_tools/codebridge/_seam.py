@@ -1,4 +1,4 @@
-"""The code-runtime seam (code-mode 11.1-11.2): what a Code Mode runtime is, tool-agnostically.
+"""The code-runtime seam: what a Code Mode runtime is, tool-agnostically.
 
 A runtime runs one program per ``run(request)`` with the request's binding namespaces exposed as
 globals and returns a ``CodeRunResult``. Program outcomes are results, never exceptions; ``run``
@@ -168,7 +168,7 @@ def _check_positive(key: str, value: object) -> None:
 
 
 class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Budgets of a code runtime, validated at construction (code-mode 11.2, SPEC 5b.22).
+    """Budgets of a code runtime, validated at construction.
 
     ``compute_ms``: CPU budget of the worker (busy time); ``max_wall_ms``: wall ceiling from
     spawn; ``max_output_bytes``: cap on logs plus value or message (an integer >= 4);
@@ -250,7 +250,7 @@ def _usable_identifier(name: object) -> bool:
 
 
 def validate_request(request: CodeRunRequest) -> None:
-    """Raise ``TypeError``/``ValueError`` for a misused request (code-mode 11.1)."""
+    """Raise ``TypeError``/``ValueError`` for a misused request."""
     if not isinstance(request, CodeRunRequest):
         raise TypeError(
             f"code runtime: run() expects a CodeRunRequest, got {type(request).__name__}"

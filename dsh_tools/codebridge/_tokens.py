@@ -9,7 +9,7 @@ Both directions are iterative (no recursion), so a 5,000-deep value survives the
 ``msgspec`` and ``json`` stop near Python's recursion limit. Validation happens here, before any
 encoder sees the value: ``msgspec.json`` would silently write NaN as ``null``.
 
-Lossless JSON (code-mode 6.2, SPEC 5b.1 and 5b.7), checked by exact type: ``None``; ``bool``;
+Lossless JSON, checked by exact type: ``None``; ``bool``;
 ``int`` in -2**63 .. 2**64-1; a finite ``float`` other than ``-0.0``; a ``str`` without lone
 surrogates; ``list`` and ``dict`` with ``str`` keys (plus the caller's own frozen container types
 on the host side). Shared references are copied; cycles are rejected.
@@ -37,9 +37,9 @@ __all__ = [
 ]
 
 INT_MIN: Final = -(2**63)
-"""The smallest integer that crosses a boundary (SPEC 5b.7)."""
+"""The smallest integer that crosses a boundary."""
 INT_MAX: Final = 2**64 - 1
-"""The largest integer that crosses a boundary (SPEC 5b.7)."""
+"""The largest integer that crosses a boundary."""
 
 
 class ArrayMarker(msgspec.Struct, frozen=True, array_like=True, tag="array", tag_field="kind"):

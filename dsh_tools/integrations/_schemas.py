@@ -11,13 +11,20 @@ the ``tools`` field of a request:
   "description", "parameters", "strict"}``;
 - Anthropic Messages: ``{"name", "description", "input_schema"}``.
 
+Function names leave the system here, so they are mapped to what providers accept
+(``^[a-zA-Z0-9_-]{1,64}$``) with a ``ToolNameMap`` built from the exported names: ``time.now``
+is exported as ``time_now``; a provider adapter built from the same tools maps the model's call
+back with ``ToolNameMap.to_registry``.
+
 Strict mode (OpenAI Structured Outputs for function calls) accepts only schemas in which every
 object is closed and every property is required. ``to_openai_strict_schema`` rewrites what can be
-rewritten without changing which calls the registry accepts (an object with no
+rewritten without changing which calls the registry accepts: an object with no
 ``additionalProperties`` key is closed, which only narrows what the model may send; ``oneOf``
-becomes ``anyOf``, which the registry still checks as exactly-one) and reports the rest (optional
-properties, explicitly open objects). Every walk here is iterative, so schemas nested thousands of
-levels deep export at the default recursion limit.
+becomes ``anyOf``, which the registry still checks as exactly-one; an optional property becomes
+required and nullable (its ``default`` dropped), and the registry's argument validation
+(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent. What cannot
+be rewritten (explicitly open objects) is reported. Every walk here is iterative, so schemas
+nested thousands of levels deep export at the default recursion limit.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from ..registry import LosslessJsonError, thaw
+from ..registry import LosslessJsonError, accepts_null, thaw
+from ._names import ToolNameMap
 
 __all__ = ["to_anthropic_tools", "to_openai_strict_schema", "to_openai_tools"]
 
@@ -130,25 +138,55 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
             properties = node.get("properties", {})
             required = node.get("required", [])
             if type(properties) is dict:
-                required_names = set(required) if type(required) is list else set()
-                for name in properties:
-                    if name not in required_names:
-                        violations.append(
-                            f"{path}.properties.{name} is optional; strict mode requires every "
-                            "property to be required"
-                        )
+                required_names = list(required) if type(required) is list else []
+                optional = [name for name in properties if name not in required_names]
+                for name in optional:
+                    properties[name] = _nullable(properties[name], parameters)
+                if optional:
+                    node["required"] = [*required_names, *optional]
         # Reversed, so that violations come out in document order.
         stack.extend(reversed(_children(node, path)))
     return violations
 
 
+def _nullable(schema: Any, document: dict[str, Any]) -> Any:
+    """An optional property's schema, made to accept ``null`` (which then means "absent")."""
+    if type(schema) is not dict:
+        return schema
+    schema.pop("default", None)
+    if accepts_null(schema, document):
+        return schema
+    declared = schema.get("type")
+    plain = not any(key in schema for key in ("$ref", "anyOf", "oneOf", "allOf", "const"))
+    if plain and type(declared) is str:
+        schema["type"] = [declared, "null"]
+        if type(schema.get("enum")) is list:
+            schema["enum"] = [*schema["enum"], None]
+        return schema
+    if plain and type(declared) is list:
+        schema["type"] = [*declared, "null"]
+        return schema
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _name_map(entries: list[tuple[str, str, Any]], names: ToolNameMap | None) -> ToolNameMap:
+    if names is None:
+        return ToolNameMap(name for name, _, _ in entries)
+    if not isinstance(names, ToolNameMap):
+        raise TypeError(f"names must be a ToolNameMap, got {type(names).__name__}")
+    missing = [name for name, _, _ in entries if name not in names]
+    if missing:
+        raise ValueError(f"names has no provider name for tool(s) {', '.join(missing)}")
+    return names
+
+
 def to_openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """Return a strict-mode copy of an object-rooted JSON Schema, or raise ``ValueError``.
 
-    Objects without ``additionalProperties`` are closed and ``oneOf`` is spelled ``anyOf``; an
-    explicitly open object or an optional property cannot be made strict without changing what
-    the tool accepts, so they are reported (every violation, in document order, joined with
-    ``; ``). The input is not modified.
+    Objects without ``additionalProperties`` are closed, ``oneOf`` is spelled ``anyOf`` and every
+    optional property becomes required and nullable; an explicitly open object cannot be made
+    strict without changing what the tool accepts, so it is reported (every violation, in
+    document order, joined with ``; ``). The input is not modified.
     """
     try:
         copy = thaw(schema, "schema")
@@ -167,6 +205,7 @@ def to_openai_tools(
     *,
     api: OpenAIApi = "chat",
     strict: StrictMode = False,
+    names: ToolNameMap | None = None,
 ) -> list[dict[str, Any]]:
     """Convert projected tool schemas to an OpenAI ``tools`` list (fresh, detached dicts).
 
@@ -178,9 +217,13 @@ def to_openai_tools(
     ``strict=True`` marks every tool strict and raises ``ValueError`` naming each tool whose
     parameters cannot be strict (see ``to_openai_strict_schema``); ``strict="auto"`` marks strict
     only the tools that can be, leaving the others' parameters untouched; ``strict=False`` (the
-    default) exports the parameters as they are. Raises ``TypeError``/``ValueError`` for entries
-    that are not ``{name, description, parameters}`` with an object-rooted schema, and for
-    duplicate names.
+    default) exports the parameters as they are.
+
+    Names outside ``^[a-zA-Z0-9_-]{1,64}$`` are exported in their provider form from ``names``
+    (by default the ``ToolNameMap`` of the exported names, the map an adapter builds with
+    ``ToolNameMap.from_schemas`` from the same list). Raises ``TypeError``/``ValueError`` for
+    entries that are not ``{name, description, parameters}`` with an object-rooted schema, for
+    duplicate names and for a ``names`` map that lacks one of them.
     """
     if api not in ("chat", "responses"):
         raise ValueError(f'api must be "chat" or "responses", got {api!r}')
@@ -188,7 +231,9 @@ def to_openai_tools(
         raise ValueError(f'strict must be True, False or "auto", got {strict!r}')
     tools: list[dict[str, Any]] = []
     problems: list[str] = []
-    for name, description, parameters in _tool_entries(schemas, "OpenAI"):
+    entries = _tool_entries(schemas, "OpenAI")
+    provider = _name_map(entries, names)
+    for name, description, parameters in entries:
         is_strict = False
         if strict is not False:
             candidate = thaw(parameters)
@@ -198,7 +243,7 @@ def to_openai_tools(
             elif strict is True:
                 problems.append(f'tool "{name}": ' + "; ".join(violations))
         function: dict[str, Any] = {
-            "name": name,
+            "name": provider.to_provider(name),
             "description": description,
             "parameters": parameters,
         }
@@ -217,13 +262,14 @@ def to_anthropic_tools(
     schemas: Iterable[Mapping[str, Any]],
     *,
     cache_control: Mapping[str, Any] | None = None,
+    names: ToolNameMap | None = None,
 ) -> list[dict[str, Any]]:
     """Convert projected tool schemas to an Anthropic Messages ``tools`` list.
 
     Each entry is ``{"name", "description", "input_schema"}`` (fresh, detached dicts). With
     ``cache_control`` (for example ``{"type": "ephemeral"}``) the last tool carries a copy of it,
-    which marks the whole tool list as a cacheable prompt prefix. Raises ``TypeError`` /
-    ``ValueError`` like ``to_openai_tools``.
+    which marks the whole tool list as a cacheable prompt prefix. Names are mapped and errors
+    raised like ``to_openai_tools``.
     """
     marker: Any = None
     if cache_control is not None:
@@ -233,9 +279,11 @@ def to_anthropic_tools(
             raise ValueError(f"cache_control must be JSON data: {exc}") from None
         if type(marker) is not dict:
             raise TypeError("cache_control must be a dict such as {'type': 'ephemeral'}")
+    entries = _tool_entries(schemas, "Anthropic")
+    provider = _name_map(entries, names)
     tools: list[dict[str, Any]] = [
-        {"name": name, "description": description, "input_schema": parameters}
-        for name, description, parameters in _tool_entries(schemas, "Anthropic")
+        {"name": provider.to_provider(name), "description": description, "input_schema": params}
+        for name, description, params in entries
     ]
     if marker is not None and tools:
         tools[-1]["cache_control"] = marker

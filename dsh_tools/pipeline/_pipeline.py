@@ -94,9 +94,11 @@ def _text(text: str) -> FrozenList:
     return FrozenList((FrozenDict(type="text", text=text),))
 
 
-def _failure(message: str, info: ToolErrorInfo | Any = UNSET, contexts: Any = EMPTY_LIST) -> Any:
+def _failure(
+    message: str, info: ToolErrorInfo | Any = UNSET, contexts: Any = EMPTY_LIST, call_id: str = ""
+) -> Any:
     return ToolExecutionFailure(
-        ToolFailure(message, info), _text("Error: " + message), UNSET, contexts
+        ToolFailure(message, info), _text("Error: " + message), UNSET, contexts, call_id
     )
 
 
@@ -125,14 +127,14 @@ _ABORT_TEXT = {
 }
 
 
-def cancelled(code: str, contexts: Any = EMPTY_LIST) -> ToolExecutionFailure:
+def cancelled(code: str, contexts: Any = EMPTY_LIST, *, call_id: str = "") -> ToolExecutionFailure:
     """The exact ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH`` failure, keeping ``contexts``."""
-    result: ToolExecutionFailure = _failure(_ABORT_TEXT[code], _ABORT_INFO[code], contexts)
+    result: ToolExecutionFailure = _failure(_ABORT_TEXT[code], _ABORT_INFO[code], contexts, call_id)
     return result
 
 
 def _freeze_blocks(value: Any) -> FrozenList:
-    """Snapshot a list or tuple of JSON values into a FrozenList (5b.1)."""
+    """Snapshot a list or tuple of JSON values into a FrozenList."""
     if type(value) is tuple:
         return FrozenList(snapshot_json(item) for item in value)
     frozen = snapshot_json(value)
@@ -145,7 +147,7 @@ _CONTEXT_SEQUENCES = (FrozenList, list, tuple)
 
 
 def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
-    """``a + b`` for context lists; anything but a list or tuple is refused (5b.1), so that a
+    """``a + b`` for context lists; anything but a list or tuple is refused, so that a
     single context dict never has its keys spliced in as contexts."""
     for contexts in (a, b):
         if type(contexts) not in _CONTEXT_SEQUENCES:
@@ -409,7 +411,7 @@ class Pipeline:
         self, rec: CallRecord, dexec: DispatchExecution, inline: bool
     ) -> Callable[[], Awaitable[ToolExecutionResult]]:
         async def base() -> ToolExecutionResult:
-            result = await self._invoke(rec, inline)
+            result = _stamped(await self._invoke(rec, inline), rec.call_id)
             rec.canonical.append(result)
             return result
 
@@ -446,7 +448,7 @@ class Pipeline:
                 return failure_from_exception(exc)
             if fused.aborted:
                 return cancelled("ABORTED")
-            return ToolExecutionSuccess(value, content, meta)
+            return ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
         finally:
             if detach is not None:
                 detach()
@@ -507,7 +509,7 @@ class Pipeline:
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            result = await self._post(rec, result)
+            result = await self._post(rec, _stamped(result, rec.call_id))
         return self.finish(rec, result)
 
     async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -570,8 +572,10 @@ class Pipeline:
         return msgspec.structs.replace(result, additional_contexts=contexts)
 
     def finish(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
-        """F1-F4: materialize, run the captured finalizer, seal, publish to observers."""
-        result = _materialize(result)
+        """F1-F4: materialize, run the captured finalizer, seal, publish to observers.
+
+        Every result leaves here carrying its call's ``call_id``."""
+        result = _materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:
             try:
@@ -589,6 +593,7 @@ class Pipeline:
                     result = msgspec.structs.replace(result, content=frozen)
             except (Exception, asyncio.CancelledError) as exc:
                 result = failure_from_exception(exc)
+            result = _stamped(result, rec.call_id)
         rec.sealed = True
         observers = self._cell.current.hooks_for("result", rec.agent)
         if observers:
@@ -609,6 +614,13 @@ class Pipeline:
                 _log.warning(label + message_of(exc), **_log_fields(rec))
 
 
+def _stamped(result: ToolExecutionResult, call_id: str) -> ToolExecutionResult:
+    """``result`` carrying ``call_id`` (itself when it already does)."""
+    if result.call_id == call_id:
+        return result
+    return msgspec.structs.replace(result, call_id=call_id)
+
+
 def _log_fields(rec: CallRecord) -> dict[str, Any]:
     """What every log line about a call carries (the token's id, never the token)."""
     return {
@@ -619,8 +631,9 @@ def _log_fields(rec: CallRecord) -> dict[str, Any]:
     }
 
 
-def _materialize(result: Any) -> ToolExecutionResult:
-    """F1: freeze content, error, meta and contexts; a lossy result becomes a plain failure."""
+def _materialize(result: Any, call_id: str) -> ToolExecutionResult:
+    """F1: freeze content, error, meta and contexts and stamp ``call_id``; a lossy result
+    becomes a plain failure."""
     try:
         result_type = type(result)
         content = result.content
@@ -639,22 +652,29 @@ def _materialize(result: Any) -> ToolExecutionResult:
                 content is result.content
                 and contexts is result.additional_contexts
                 and meta is result.meta
+                and result.call_id == call_id
             ):
                 return result  # type: ignore[no-any-return]
-            return ToolExecutionSuccess(result.value, content, meta, contexts)
+            return ToolExecutionSuccess(result.value, content, meta, contexts, call_id)
         error = result.error
         if type(error) is not ToolFailure or type(error.message) is not str:
             raise TypeError("a failure's error must be a ToolFailure with a str message")
         if (
             content is result.content
             and contexts is result.additional_contexts
-            and (meta is result.meta)
+            and meta is result.meta
+            and result.call_id == call_id
         ):
             return result  # type: ignore[no-any-return]
-        return ToolExecutionFailure(error, content, meta, contexts)
+        return ToolExecutionFailure(error, content, meta, contexts, call_id)
     except (LosslessJsonError, RecursionError, TypeError, ValueError):
-        failure: ToolExecutionResult = _failure(_NOT_LOSSLESS_RESULT)
-        return failure
+        return ToolExecutionFailure(
+            ToolFailure(_NOT_LOSSLESS_RESULT),
+            _text("Error: " + _NOT_LOSSLESS_RESULT),
+            UNSET,
+            EMPTY_LIST,
+            call_id,
+        )
 
 
 def _compact_arguments(arguments: Any) -> str | None:

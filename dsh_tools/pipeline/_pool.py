@@ -378,7 +378,7 @@ class _BatchLane:
                 self.contexts.extend(result.additional_contexts)
 
     def abandoned(self, entry: PoolEntry) -> None:
-        result = cancelled("ABORTED_BEFORE_DISPATCH")
+        result = cancelled("ABORTED_BEFORE_DISPATCH", call_id=entry.call.call_id)
         self.session.record_call(entry.call.call_id, entry.call.name, entry.payload, self.agent)
         self.session.record_result(entry.call.call_id, result, self.agent)
         self.results[entry.index] = result

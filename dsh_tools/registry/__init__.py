@@ -45,8 +45,15 @@ from ._presentation import (
     present_call_view,
     present_result_view,
 )
+from ._raw_schema import (
+    accepts_null,
+    optional_null_dropper,
+    resolve_local_ref,
+    to_subset_schema,
+)
 from ._registry_actor import RUN_CODE, RegistryActor
 from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
+from ._typed_tool import default_render, tool
 
 __all__ = [
     "RUN_CODE",
@@ -73,6 +80,7 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolsHandle",
+    "accepts_null",
     "assert_object_json_schema",
     "assert_supported_json_schema",
     "check_registration",
@@ -82,17 +90,22 @@ __all__ = [
     "compile_schema",
     "decode_call_view",
     "decode_result_view",
+    "default_render",
     "define_tool",
     "encode_card",
     "fallback_call_view",
     "fallback_result_view",
     "is_json_value",
     "normalize_output",
+    "optional_null_dropper",
     "present_call_view",
     "present_result_view",
     "project_schema",
+    "resolve_local_ref",
     "snapshot_json",
     "thaw",
+    "to_subset_schema",
+    "tool",
     "validate_args",
     "validate_json_schema_value",
 ]

@@ -26,6 +26,7 @@ from ..actors import FrozenList, ToolArgsError, ToolOutputError
 from ._dsl import compile_parameters, compile_schema
 from ._json_schema import _build_plan, assert_supported_json_schema, prepare_schema, validate_plan
 from ._lossless import LosslessJsonError, snapshot_json, thaw
+from ._raw_schema import optional_null_dropper
 
 __all__ = [
     "ToolDefinition",
@@ -77,6 +78,14 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     present_call: Callable[[Any], Any] | None = None
     present_result: Callable[[Any, Any], Any] | None = None
 
+    def __post_init__(self) -> None:
+        # Refused when defined, not when the first call fails; other field checks stay with
+        # check_registration, which reports them in its documented order.
+        if callable(self.execute) and not _takes_args_and_context(self.execute):
+            raise TypeError(
+                f"tool {self.name!r}: execute must accept two positional arguments (args, run_ctx)"
+            )
+
 
 def _message(exc: BaseException) -> str:
     try:
@@ -94,6 +103,20 @@ def _is_async(fn: Any) -> bool:
         return True
     # A callable object whose __call__ is a coroutine function.
     return inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
+
+
+def _takes_args_and_context(fn: Any) -> bool:
+    """Whether ``fn`` can be called as ``fn(args, run_ctx)`` (``True`` when the signature
+    cannot be read, as for some builtins: then the call itself decides)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        return False
+    return True
 
 
 # --- typed views -------------------------------------------------------------------------------
@@ -220,6 +243,8 @@ def define_tool(
         raise TypeError(f"{owner}: output.presentation_meta must be callable or None")
     if not callable(execute):
         raise TypeError(f"{owner}: execute must be callable")
+    if not _takes_args_and_context(execute):
+        raise TypeError(f"{owner}: execute must accept two positional arguments (args, run_ctx)")
     for label, callback in (
         ("is_concurrency_safe", is_concurrency_safe),
         ("finalize_content", finalize_content),
@@ -247,8 +272,21 @@ def define_tool(
         else None
     )
 
-    def checked(args: Any) -> Any:
+    # A null for an optional property that does not accept null means "absent" (how OpenAI's
+    # strict mode sends an omitted optional argument). Such a null always fails validation, so
+    # it is looked for only then: valid arguments pay nothing.
+    drop_nulls = optional_null_dropper(compiled_parameters)
+
+    def validated(args: Any) -> tuple[Any, list[str]]:
         violations = validate_plan(plan, args, "")
+        if violations and drop_nulls is not None:
+            dropped = drop_nulls(args)
+            if dropped is not args:
+                return dropped, validate_plan(plan, dropped, "")
+        return args, violations
+
+    def checked(args: Any) -> Any:
+        args, violations = validated(args)
         if violations:
             raise ToolArgsError(violations)
         return args if args_view is None else args_view(args)
@@ -288,7 +326,8 @@ def define_tool(
 
     def soft(args: Any) -> tuple[bool, Any]:
         """(valid, view) without raising: presenters and the classifier never fail on input."""
-        if validate_plan(plan, args, ""):
+        args, violations = validated(args)
+        if violations:
             return False, None
         if args_view is None:
             return True, args

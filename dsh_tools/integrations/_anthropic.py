@@ -1,0 +1,151 @@
+"""Anthropic Messages adapters: ``tool_use`` blocks to ``ToolCall``s, a batch's results back.
+
+- ``anthropic_tool_calls(message)`` reads the ``tool_use`` blocks of a response (SDK object or
+  dict) into ``ToolCall``s, the ``input`` object as JSON text, names mapped back with ``names=``;
+- ``anthropic_tool_results(outcome)`` gives the one user message that answers them: a
+  ``tool_result`` block per result in call order (``is_error`` set, images as base64 sources,
+  PDF files as documents), then the batch's contexts as further blocks, after the results as
+  the API requires.
+
+The return types are the ``anthropic`` SDK's own request ``TypedDict``s; at run time nothing
+here imports the SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..actors import BatchOutcome, ToolCall
+from ..codebridge import AssembledPrompt
+from ._content import Media, Part, Text, call_id_of, context_parts, field, media_placeholder
+from ._content import parts_of as _parts_of
+from ._names import ToolNameMap
+from ._prompt import ProviderPrompt, items_of, make_call, mapped_schemas, system_text
+from ._schemas import to_anthropic_tools
+
+if TYPE_CHECKING:
+    from anthropic.types import (
+        ContentBlockParam,
+        DocumentBlockParam,
+        ImageBlockParam,
+        Message,
+        TextBlockParam,
+        ToolParam,
+        ToolResultBlockParam,
+        UserMessageParam,
+    )
+
+__all__ = ["anthropic_prompt", "anthropic_tool_calls", "anthropic_tool_results"]
+
+ANTHROPIC = "the Anthropic Messages API"
+
+_ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+_IMAGE_TYPES: dict[str, _ImageType] = {
+    "image/jpeg": "image/jpeg",
+    "image/png": "image/png",
+    "image/gif": "image/gif",
+    "image/webp": "image/webp",
+}
+
+
+def anthropic_prompt(
+    prompt: AssembledPrompt, *, cache_control: Mapping[str, Any] | None = None
+) -> ProviderPrompt[ToolParam]:
+    """The Messages API view of ``system.assemble_prompt(agent)``.
+
+    ``.tools`` goes to ``tools=``, ``.system`` to ``system=``, and ``.names`` to
+    ``anthropic_tool_calls(..., names=)``. ``cache_control`` is as in ``to_anthropic_tools``.
+    """
+    schemas, names = mapped_schemas(prompt)
+    tools: list[ToolParam] = []
+    for entry in to_anthropic_tools(schemas, cache_control=cache_control):
+        tool: ToolParam = {
+            "name": entry["name"],
+            "description": entry["description"],
+            "input_schema": entry["input_schema"],
+        }
+        if "cache_control" in entry:
+            tool["cache_control"] = entry["cache_control"]
+        tools.append(tool)
+    return ProviderPrompt(system=system_text(prompt), tools=tools, names=names)
+
+
+def anthropic_tool_calls(
+    message: Message | Mapping[str, Any], *, names: ToolNameMap | None = None
+) -> list[ToolCall]:
+    """The ``tool_use`` blocks of a Messages API response, in order, as ``ToolCall``s.
+
+    Takes the response message as an SDK object or a dict. ``names``
+    (``anthropic_prompt(...).names``) maps provider names back to registry names. Other blocks
+    (text, thinking, server tools that Anthropic runs itself) are left out.
+    """
+    calls: list[ToolCall] = []
+    for index, block in enumerate(items_of(field(message, "content"), "message.content")):
+        if field(block, "type") != "tool_use":
+            continue
+        arguments = field(block, "input")
+        calls.append(
+            make_call(
+                field(block, "id"),
+                field(block, "name"),
+                {} if arguments is None else arguments,
+                names,
+                f"message.content[{index}]",
+            )
+        )
+    return calls
+
+
+def _media_block(media: Media) -> ImageBlockParam | DocumentBlockParam | None:
+    if media.kind == "image" and media.mime_type in _IMAGE_TYPES:
+        return {
+            "type": "image",
+            "source": {
+                "type": "base64",
+                "media_type": _IMAGE_TYPES[media.mime_type],
+                "data": media.data,
+            },
+        }
+    if media.kind == "file" and media.mime_type == "application/pdf":
+        return {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": media.data},
+            "title": media.name,
+        }
+    return None
+
+
+def _block(part: Part) -> TextBlockParam | ImageBlockParam | DocumentBlockParam:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    native = _media_block(part)
+    if native is not None:
+        return native
+    return {"type": "text", "text": media_placeholder(part, ANTHROPIC).text}
+
+
+def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
+    """The user message that answers a response's ``tool_use`` blocks.
+
+    One ``tool_result`` block per result in call order, with ``is_error`` set and the content
+    as ``text``, ``image`` (base64 source) and ``document`` (PDF) blocks; audio and other media
+    become text placeholders. The batch's contexts follow the results as further blocks. Raises
+    ``ValueError`` for an outcome with neither results nor contexts (the API refuses an empty
+    message).
+    """
+    content: list[ContentBlockParam] = []
+    for position, result in enumerate(outcome.results):
+        block: ToolResultBlockParam = {
+            "type": "tool_result",
+            "tool_use_id": call_id_of(result, position),
+            "is_error": result.is_error,
+        }
+        parts = [_block(part) for part in _parts_of(result.content)]
+        if parts:
+            block["content"] = parts
+        content.append(block)
+    content.extend(_block(part) for part in context_parts(outcome))
+    if not content:
+        raise ValueError("the outcome has no results and no contexts: nothing to send")
+    return {"role": "user", "content": content}

@@ -1,0 +1,176 @@
+"""Content blocks of results and contexts, sorted into what providers can carry.
+
+Results and contexts hold MCP-shaped blocks: ``text``, ``image`` and ``audio`` (base64 ``data``
+with a ``mimeType``), ``resource`` (an embedded ``text`` or base64 ``blob`` with a ``uri``) and
+``resource_link``. Each provider adapter takes the neutral parts made here and writes its own
+native form; what a provider cannot take becomes a ``Text`` placeholder that says what was left
+out, so the model knows something was there.
+
+This module also reads provider responses whether they are SDK objects (attributes) or plain
+dicts (keys), so the adapters need no provider SDK at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+from ..actors import BatchOutcome, ToolExecutionResult
+from ..registry import compact_json
+
+__all__ = [
+    "Media",
+    "Part",
+    "Text",
+    "call_id_of",
+    "context_parts",
+    "field",
+    "media_placeholder",
+    "parts_of",
+]
+
+MediaKind = Literal["image", "audio", "file"]
+
+
+class Text(NamedTuple):
+    """Text the model reads."""
+
+    text: str
+
+
+class Media(NamedTuple):
+    """Base64 data a provider may take natively: an image, audio, or a file such as a PDF."""
+
+    kind: MediaKind
+    mime_type: str
+    data: str
+    name: str  # the resource URI or a generated name, for file names and placeholders
+
+
+Part = Text | Media
+
+# Spellings seen in the wild for the image types every provider takes.
+_MIME_ALIASES = {
+    "image/jpg": "image/jpeg",
+    "audio/x-wav": "audio/wav",
+    "audio/wave": "audio/wav",
+    "audio/mp3": "audio/mpeg",
+}
+
+
+def field(obj: Any, key: str) -> Any:
+    """``obj[key]`` for a mapping, ``obj.key`` for an SDK object; ``None`` when absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _mime(block: Mapping[str, Any]) -> str:
+    value = block.get("mimeType")
+    if type(value) is not str or not value:
+        return "application/octet-stream"
+    lowered = value.lower()
+    return _MIME_ALIASES.get(lowered, lowered)
+
+
+def _resource_parts(block: Mapping[str, Any], index: int) -> Part:
+    resource = block.get("resource")
+    if not isinstance(resource, Mapping):
+        return Text("[resource block without a resource object omitted]")
+    uri = resource.get("uri")
+    name = uri if type(uri) is str and uri else f"resource-{index + 1}"
+    text = resource.get("text")
+    if type(text) is str:
+        return Text(f"[resource {name}]\n{text}")
+    blob = resource.get("blob")
+    if type(blob) is not str:
+        return Text(f"[resource {name} without text or blob omitted]")
+    mime = _mime(resource)
+    if mime.startswith("image/"):
+        return Media("image", mime, blob, name)
+    if mime.startswith("audio/"):
+        return Media("audio", mime, blob, name)
+    return Media("file", mime, blob, name)
+
+
+def _link_text(block: Mapping[str, Any]) -> Text:
+    uri = block.get("uri")
+    name = block.get("name")
+    words = [f"[resource link: {name if type(name) is str and name else uri}"]
+    if type(uri) is str and uri != name:
+        words.append(f" <{uri}>")
+    mime = block.get("mimeType")
+    if type(mime) is str and mime:
+        words.append(f" ({mime})")
+    description = block.get("description")
+    if type(description) is str and description:
+        words.append(f": {description}")
+    words.append("]")
+    return Text("".join(words))
+
+
+def parts_of(blocks: Iterable[Any]) -> list[Part]:
+    """The neutral parts of MCP content blocks, in order."""
+    parts: list[Part] = []
+    for index, block in enumerate(blocks):
+        if isinstance(block, str):
+            parts.append(Text(block))
+            continue
+        if not isinstance(block, Mapping):
+            parts.append(Text(f"[content item of type {type(block).__name__} omitted]"))
+            continue
+        kind = block.get("type")
+        if kind == "text" and type(block.get("text")) is str:
+            parts.append(Text(block["text"]))
+        elif kind in ("image", "audio"):
+            data = block.get("data")
+            if type(data) is str and data:
+                parts.append(Media(kind, _mime(block), data, f"{kind}-{index + 1}"))
+            else:
+                parts.append(Text(f"[{kind} block without base64 data omitted]"))
+        elif kind == "resource":
+            parts.append(_resource_parts(block, index))
+        elif kind == "resource_link":
+            parts.append(_link_text(block))
+        else:
+            label = kind if type(kind) is str else "unknown"
+            parts.append(Text(f'[content block of type "{label}" omitted]'))
+    return parts
+
+
+def media_placeholder(media: Media, provider: str) -> Text:
+    """What the model reads instead of media that ``provider`` cannot take there."""
+    size = len(media.data) * 3 // 4
+    return Text(
+        f"[{media.kind} {media.name} ({media.mime_type}, about {size} bytes) omitted: "
+        f"{provider} does not accept it here]"
+    )
+
+
+def context_parts(outcome: BatchOutcome) -> list[Part]:
+    """The parts of the batch's drained contexts, in FIFO order.
+
+    A context is ``{"content": [blocks], "source": ..., "placement": ..., "meta": ...}``; only
+    its content reaches the model. Anything else the pipeline accepted as a context (it is only
+    required to be JSON) is shown as compact JSON rather than lost.
+    """
+    parts: list[Part] = []
+    for context in outcome.contexts:
+        content = context.get("content") if isinstance(context, Mapping) else None
+        if isinstance(content, Sequence) and not isinstance(content, str):
+            parts.extend(parts_of(content))
+        elif isinstance(content, str):
+            parts.append(Text(content))
+        else:
+            parts.append(Text(compact_json(context)))
+    return parts
+
+
+def call_id_of(result: ToolExecutionResult, position: int) -> str:
+    """The call id a result answers; a result without one cannot be sent to a provider."""
+    call_id: object = result.call_id
+    if type(call_id) is not str or not call_id:
+        raise ValueError(
+            f"results[{position}] has no call_id; pass the BatchOutcome that execute_batch returned"
+        )
+    return call_id

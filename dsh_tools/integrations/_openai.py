@@ -1,0 +1,350 @@
+"""OpenAI adapters: a response's function calls to ``ToolCall``s, a batch's results back.
+
+Chat Completions and the Responses API each get a pair:
+
+- ``openai_tool_calls(message)`` / ``responses_tool_calls(response)`` read the function calls
+  (SDK objects or plain dicts) into ``ToolCall``s for ``ExecuteBatch``, names mapped back with
+  ``names=``;
+- ``openai_tool_messages(outcome)`` / ``responses_tool_outputs(outcome)`` turn the
+  ``BatchOutcome`` into what the next request appends: Chat ``role: "tool"`` messages (text only,
+  as that API requires) plus one user message with the results' images, audio and files and the
+  batch's contexts; Responses ``function_call_output`` items (text, ``input_image`` and
+  ``input_file`` inline) plus one user message with the contexts.
+
+The return types are the ``openai`` SDK's own request ``TypedDict``s, so a typed harness checks
+them; at run time nothing here imports the SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..actors import BatchOutcome, ToolCall
+from ..codebridge import AssembledPrompt
+from ._content import Media, Part, Text, call_id_of, context_parts, field, media_placeholder
+from ._content import parts_of as _parts_of
+from ._names import ToolNameMap
+from ._prompt import ProviderPrompt, items_of, make_call, mapped_schemas, system_text
+from ._schemas import StrictMode, to_openai_tools
+
+if TYPE_CHECKING:
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionContentPartParam,
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessage,
+        ChatCompletionMessageFunctionToolCallParam,
+        ChatCompletionMessageParam,
+    )
+    from openai.types.responses import FunctionToolParam, Response, ResponseInputItemParam
+    from openai.types.responses.response_function_call_output_item_param import (
+        ResponseFunctionCallOutputItemParam,
+    )
+    from openai.types.responses.response_input_message_content_list_param import (
+        ResponseInputContentParam,
+    )
+    from openai.types.shared_params import FunctionDefinition
+
+__all__ = [
+    "openai_assistant_message",
+    "openai_prompt",
+    "openai_tool_calls",
+    "openai_tool_messages",
+    "responses_prompt",
+    "responses_tool_calls",
+    "responses_tool_outputs",
+]
+
+CHAT = "OpenAI Chat Completions"
+RESPONSES = "the OpenAI Responses API"
+
+# Image types the OpenAI vision inputs accept (as data URLs).
+_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
+_AUDIO_FORMATS: dict[str, Literal["wav", "mp3"]] = {"audio/wav": "wav", "audio/mpeg": "mp3"}
+
+
+def _data_url(media: Media) -> str:
+    return f"data:{media.mime_type};base64,{media.data}"
+
+
+def _file_name(media: Media) -> str:
+    tail = media.name.rstrip("/").rsplit("/", 1)[-1]
+    return tail or media.name
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+
+def openai_prompt(
+    prompt: AssembledPrompt, *, strict: StrictMode = False
+) -> ProviderPrompt[ChatCompletionFunctionToolParam]:
+    """The Chat Completions view of ``system.assemble_prompt(agent)``.
+
+    ``.tools`` goes to ``tools=``, ``.system`` into the system (or developer) message, and
+    ``.names`` to ``openai_tool_calls(..., names=)``. ``strict`` is as in ``to_openai_tools``.
+    """
+    schemas, names = mapped_schemas(prompt)
+    tools: list[ChatCompletionFunctionToolParam] = []
+    for entry in to_openai_tools(schemas, strict=strict):
+        exported: dict[str, Any] = entry["function"]
+        function: FunctionDefinition = {
+            "name": exported["name"],
+            "description": exported["description"],
+            "parameters": exported["parameters"],
+        }
+        if "strict" in exported:
+            function["strict"] = exported["strict"]
+        tools.append({"type": "function", "function": function})
+    return ProviderPrompt(system=system_text(prompt), tools=tools, names=names)
+
+
+def responses_prompt(
+    prompt: AssembledPrompt, *, strict: StrictMode = False
+) -> ProviderPrompt[FunctionToolParam]:
+    """The Responses API view of ``system.assemble_prompt(agent)``.
+
+    ``.tools`` goes to ``tools=``, ``.system`` to ``instructions=``, and ``.names`` to
+    ``responses_tool_calls(..., names=)``.
+    """
+    schemas, names = mapped_schemas(prompt)
+    tools: list[FunctionToolParam] = [
+        {
+            "type": "function",
+            "name": entry["name"],
+            "description": entry["description"],
+            "parameters": entry["parameters"],
+            "strict": entry["strict"],
+        }
+        for entry in to_openai_tools(schemas, api="responses", strict=strict)
+    ]
+    return ProviderPrompt(system=system_text(prompt), tools=tools, names=names)
+
+
+# --- Chat Completions --------------------------------------------------------------------------
+
+
+def _chat_message(message: Any) -> Any:
+    """The assistant message of a completion (one choice) or the message itself."""
+    choices = field(message, "choices")
+    if choices is None:
+        return message
+    listed = items_of(choices, "completion.choices")
+    if len(listed) != 1:
+        raise ValueError(
+            f"the completion has {len(listed)} choices; pass the message of the one you continue "
+            "(completion.choices[i].message)"
+        )
+    return field(listed[0], "message")
+
+
+def openai_tool_calls(
+    message: ChatCompletionMessage | ChatCompletion | Mapping[str, Any],
+    *,
+    names: ToolNameMap | None = None,
+) -> list[ToolCall]:
+    """The function calls of a Chat Completions assistant message, in the model's order.
+
+    Takes ``completion.choices[0].message`` or a one-choice completion, as SDK objects or
+    dicts. ``names`` (``openai_prompt(...).names``) maps provider names back to registry names;
+    without it the names are taken as they are. Calls of other kinds (custom tools) are not
+    function calls of this registry and are left out.
+    """
+    assistant = _chat_message(message)
+    calls: list[ToolCall] = []
+    for index, item in enumerate(items_of(field(assistant, "tool_calls"), "message.tool_calls")):
+        where = f"message.tool_calls[{index}]"
+        kind = field(item, "type")
+        if kind not in (None, "function"):
+            continue
+        function = field(item, "function")
+        if function is None:
+            raise ValueError(f"{where} has no function")
+        calls.append(
+            make_call(
+                field(item, "id"),
+                field(function, "name"),
+                field(function, "arguments"),
+                names,
+                where,
+            )
+        )
+    return calls
+
+
+def openai_assistant_message(
+    message: ChatCompletionMessage | ChatCompletion | Mapping[str, Any],
+) -> ChatCompletionAssistantMessageParam:
+    """The assistant message as the next Chat request repeats it: its text and its function
+    calls under the names the model used (SDK object or dict in, request ``TypedDict`` out)."""
+    assistant = _chat_message(message)
+    echo: ChatCompletionAssistantMessageParam = {"role": "assistant"}
+    content = field(assistant, "content")
+    if isinstance(content, str):
+        echo["content"] = content
+    refusal = field(assistant, "refusal")
+    if isinstance(refusal, str):
+        echo["refusal"] = refusal
+    calls: list[ChatCompletionMessageFunctionToolCallParam] = []
+    for index, item in enumerate(items_of(field(assistant, "tool_calls"), "message.tool_calls")):
+        if field(item, "type") not in (None, "function"):
+            continue
+        function = field(item, "function")
+        call = make_call(
+            field(item, "id"),
+            field(function, "name"),
+            field(function, "arguments"),
+            None,
+            f"message.tool_calls[{index}]",
+        )
+        calls.append(
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+        )
+    if calls:
+        echo["tool_calls"] = calls
+    return echo
+
+
+def _chat_attachment(media: Media) -> ChatCompletionContentPartParam | None:
+    """``media`` as a user-message content part, or ``None`` when Chat cannot take it."""
+    if media.kind == "image" and media.mime_type in _IMAGE_TYPES:
+        return {"type": "image_url", "image_url": {"url": _data_url(media)}}
+    if media.kind == "audio" and media.mime_type in _AUDIO_FORMATS:
+        audio_format = _AUDIO_FORMATS[media.mime_type]
+        return {"type": "input_audio", "input_audio": {"data": media.data, "format": audio_format}}
+    if media.kind == "file" and media.mime_type == "application/pdf":
+        return {
+            "type": "file",
+            "file": {"file_data": _data_url(media), "filename": _file_name(media)},
+        }
+    return None
+
+
+def _chat_part(part: Part) -> ChatCompletionContentPartParam:
+    if isinstance(part, Text):
+        return {"type": "text", "text": part.text}
+    native = _chat_attachment(part)
+    return native if native is not None else {"type": "text", "text": _placeholder(part, CHAT)}
+
+
+def _placeholder(media: Media, provider: str) -> str:
+    return media_placeholder(media, provider).text
+
+
+def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessageParam]:
+    """The messages that follow the assistant's tool calls in the next Chat request.
+
+    One ``role: "tool"`` message per result, in call order, with the result's text (a failure's
+    text is ``Error: <message>``). Tool messages take only text, so images, audio (wav, mp3)
+    and PDF files of the results go, each under a line naming its call, into one user message
+    after the tool messages, followed by the batch's contexts (``outcome.contexts``). Media
+    Chat cannot take at all become text placeholders.
+    """
+    messages: list[ChatCompletionMessageParam] = []
+    attachments: list[ChatCompletionContentPartParam] = []
+    for position, result in enumerate(outcome.results):
+        call_id = call_id_of(result, position)
+        texts: list[str] = []
+        held: list[ChatCompletionContentPartParam] = []
+        for part in _parts_of(result.content):
+            if isinstance(part, Text):
+                texts.append(part.text)
+                continue
+            native = _chat_attachment(part)
+            if native is None:
+                texts.append(_placeholder(part, CHAT))
+            else:
+                held.append(native)
+                texts.append(
+                    f"[{part.kind} {part.name} ({part.mime_type}) is attached to the next user "
+                    "message]"
+                )
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": "\n".join(texts)})
+        if held:
+            attachments.append({"type": "text", "text": f"Attachments of tool call {call_id}:"})
+            attachments.extend(held)
+    attachments.extend(_chat_part(part) for part in context_parts(outcome))
+    if attachments:
+        messages.append({"role": "user", "content": attachments})
+    return messages
+
+
+# --- Responses API -----------------------------------------------------------------------------
+
+
+def responses_tool_calls(
+    response: Response | Mapping[str, Any] | list[Any],
+    *,
+    names: ToolNameMap | None = None,
+) -> list[ToolCall]:
+    """The ``function_call`` items of a Responses API response (or of its ``output`` list), in
+    order, as SDK objects or dicts; ``call_id`` is the item's ``call_id``. ``names``
+    (``responses_prompt(...).names``) maps provider names back to registry names. Other items
+    (messages, reasoning, built-in tools) are left out."""
+    output = response if isinstance(response, list) else field(response, "output")
+    calls: list[ToolCall] = []
+    for index, item in enumerate(items_of(output, "response.output")):
+        if field(item, "type") != "function_call":
+            continue
+        calls.append(
+            make_call(
+                field(item, "call_id"),
+                field(item, "name"),
+                field(item, "arguments"),
+                names,
+                f"response.output[{index}]",
+            )
+        )
+    return calls
+
+
+# The Responses API types a function call's output parts and a message's content parts as two
+# families of TypedDicts with the same wire shapes, so each gets its own (identical) builder.
+def _responses_output_part(part: Part) -> ResponseFunctionCallOutputItemParam:
+    if isinstance(part, Text):
+        return {"type": "input_text", "text": part.text}
+    if part.kind == "image" and part.mime_type in _IMAGE_TYPES:
+        return {"type": "input_image", "image_url": _data_url(part), "detail": "auto"}
+    if part.kind == "file" and part.mime_type == "application/pdf":
+        return {"type": "input_file", "file_data": _data_url(part), "filename": _file_name(part)}
+    return {"type": "input_text", "text": _placeholder(part, RESPONSES)}
+
+
+def _responses_message_part(part: Part) -> ResponseInputContentParam:
+    if isinstance(part, Text):
+        return {"type": "input_text", "text": part.text}
+    if part.kind == "image" and part.mime_type in _IMAGE_TYPES:
+        return {"type": "input_image", "image_url": _data_url(part), "detail": "auto"}
+    if part.kind == "file" and part.mime_type == "application/pdf":
+        return {"type": "input_file", "file_data": _data_url(part), "filename": _file_name(part)}
+    return {"type": "input_text", "text": _placeholder(part, RESPONSES)}
+
+
+def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam]:
+    """The input items that answer a response's function calls in the next Responses request.
+
+    One ``function_call_output`` per result, in call order: its text as a string, or, when the
+    result holds images or PDF files, a list of ``input_text`` / ``input_image`` /
+    ``input_file`` parts (audio becomes a text placeholder). The batch's contexts follow as
+    one user message.
+    """
+    items: list[ResponseInputItemParam] = []
+    for position, result in enumerate(outcome.results):
+        call_id = call_id_of(result, position)
+        parts = _parts_of(result.content)
+        if all(isinstance(part, Text) for part in parts):
+            text = "\n".join(part.text for part in parts if isinstance(part, Text))
+            items.append({"type": "function_call_output", "call_id": call_id, "output": text})
+        else:
+            output = [_responses_output_part(part) for part in parts]
+            items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+    extra = context_parts(outcome)
+    if extra:
+        content = [_responses_message_part(part) for part in extra]
+        items.append({"type": "message", "role": "user", "content": content})
+    return items

@@ -1,0 +1,86 @@
+"""What a provider request needs from an assembled prompt, and reading a response's calls.
+
+``system.assemble_prompt(agent)`` gives the prompt sections and the tool schemas of one agent;
+``ProviderPrompt`` holds them in a provider's shape: the system text, the provider's ``tools``
+list (names mapped to provider-safe forms) and the ``ToolNameMap`` that maps a response's calls
+back. The name map is a pure function of the exposed names, so it agrees with every exporter
+built from the same tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from ..actors import ToolCall
+from ..codebridge import AssembledPrompt
+from ._names import ToolNameMap
+
+__all__ = ["ProviderPrompt", "make_call", "mapped_schemas", "system_text"]
+
+ToolT = TypeVar("ToolT")
+
+
+class ProviderPrompt(msgspec.Struct, Generic[ToolT], frozen=True):
+    """One request's inputs in a provider's shape.
+
+    ``system`` is the text of the prompt sections in order (blank-line separated; empty when
+    there are none), ``tools`` the provider's tools list, ``names`` the map that the
+    ``*_tool_calls`` adapters take as ``names=`` to turn provider names back into registry names.
+    """
+
+    system: str
+    tools: list[ToolT]
+    names: ToolNameMap
+
+
+def system_text(prompt: AssembledPrompt) -> str:
+    """The prompt sections' text in order, separated by blank lines."""
+    return "\n\n".join(section.text for section in prompt.sections if section.text)
+
+
+def mapped_schemas(prompt: AssembledPrompt) -> tuple[list[dict[str, Any]], ToolNameMap]:
+    """The prompt's tool schemas under their provider names, and the map between the two."""
+    if not isinstance(prompt, AssembledPrompt):
+        raise TypeError(
+            "expected the AssembledPrompt that system.assemble_prompt(agent) returns, got "
+            f"{type(prompt).__name__}"
+        )
+    names = ToolNameMap.from_schemas(prompt.tools)
+    schemas = [{**schema, "name": names.to_provider(schema["name"])} for schema in prompt.tools]
+    return schemas, names
+
+
+def _arguments_text(arguments: object, where: str) -> str:
+    if arguments is None:
+        return "{}"  # a call without arguments; the tool's schema decides whether that is valid
+    if isinstance(arguments, str):
+        return arguments
+    if isinstance(arguments, (Mapping, list)):
+        return msgspec.json.encode(arguments).decode()
+    raise ValueError(f"{where} must be JSON text or a JSON object, got {type(arguments).__name__}")
+
+
+def make_call(
+    call_id: object, name: object, arguments: object, names: ToolNameMap | None, where: str
+) -> ToolCall:
+    """A ``ToolCall`` from one provider call, its name mapped back to the registry's."""
+    if type(call_id) is not str or not call_id:
+        raise ValueError(f"{where} has no call id (a non-empty str)")
+    if type(name) is not str or not name:
+        raise ValueError(f"{where} has no function name (a non-empty str)")
+    if names is not None and not isinstance(names, ToolNameMap):
+        raise TypeError(f"names must be a ToolNameMap or None, got {type(names).__name__}")
+    registry_name = names.to_registry(name) if names is not None else name
+    return ToolCall(call_id, registry_name, _arguments_text(arguments, f"{where} arguments"))
+
+
+def items_of(value: object, where: str) -> list[Any]:
+    """A response's list field (SDK list or JSON array); ``None`` is an empty list."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ValueError(f"{where} must be a list, got {type(value).__name__}")
+    return list(value)

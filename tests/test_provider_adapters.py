@@ -1,0 +1,298 @@
+"""The provider adapters on plain dicts: every content kind, names, contexts and bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from dsh_tools import (
+    BatchOutcome,
+    FrozenList,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+    ToolFailure,
+    ToolsConfig,
+    ToolSystem,
+    snapshot_json,
+)
+from dsh_tools.integrations import (
+    ToolNameMap,
+    anthropic_prompt,
+    anthropic_tool_calls,
+    anthropic_tool_results,
+    openai_assistant_message,
+    openai_prompt,
+    openai_tool_calls,
+    openai_tool_messages,
+    responses_prompt,
+    responses_tool_calls,
+    responses_tool_outputs,
+)
+
+PDF = "JVBERi0xLjQK"  # base64 of "%PDF-1.4\n"
+WAV = "UklGRgAAAABXQVZF"
+PNG = "iVBORw0KGgo="
+SVG = "PHN2Zy8+"
+
+EVERY_KIND = [
+    {"type": "text", "text": "plain"},
+    {"type": "image", "data": PNG, "mimeType": "image/png"},
+    {"type": "image", "data": SVG, "mimeType": "image/svg+xml"},
+    {"type": "audio", "data": WAV, "mimeType": "audio/wav"},
+    {"type": "resource", "resource": {"uri": "file:///notes.md", "text": "# Notes"}},
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///docs/spec.pdf", "mimeType": "application/pdf", "blob": PDF},
+    },
+    {"type": "resource_link", "uri": "file:///big.csv", "name": "big.csv", "mimeType": "text/csv"},
+    {"type": "reasoning", "text": "hmm"},
+]
+
+
+def success(call_id: str, content: list[dict[str, Any]]) -> ToolExecutionSuccess:
+    return ToolExecutionSuccess(value=None, content=snapshot_json(content), call_id=call_id)
+
+
+def failure(call_id: str, message: str) -> ToolExecutionFailure:
+    return ToolExecutionFailure(
+        error=ToolFailure(message),
+        content=snapshot_json([{"type": "text", "text": f"Error: {message}"}]),
+        call_id=call_id,
+    )
+
+
+def outcome(*results: Any, contexts: list[Any] | None = None) -> BatchOutcome:
+    return BatchOutcome(results=list(results), contexts=snapshot_json(contexts or []))
+
+
+def test_chat_keeps_tool_messages_text_only_and_attaches_media_to_one_user_message() -> None:
+    messages: list[Any] = openai_tool_messages(
+        outcome(success("c1", EVERY_KIND), failure("c2", "boom"))
+    )
+    tool, failed, user = messages
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "c1"
+    assert tool["content"].splitlines() == [
+        "plain",
+        "[image image-2 (image/png) is attached to the next user message]",
+        "[image image-3 (image/svg+xml, about 6 bytes) omitted: OpenAI Chat Completions does "
+        "not accept it here]",
+        "[audio audio-4 (audio/wav) is attached to the next user message]",
+        "[resource file:///notes.md]",
+        "# Notes",
+        "[file file:///docs/spec.pdf (application/pdf) is attached to the next user message]",
+        "[resource link: big.csv <file:///big.csv> (text/csv)]",
+        '[content block of type "reasoning" omitted]',
+    ]
+    assert failed == {"role": "tool", "tool_call_id": "c2", "content": "Error: boom"}
+    assert user == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Attachments of tool call c1:"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+            {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}},
+            {
+                "type": "file",
+                "file": {"file_data": f"data:application/pdf;base64,{PDF}", "filename": "spec.pdf"},
+            },
+        ],
+    }
+
+
+def test_responses_put_images_and_files_inline_and_audio_as_a_placeholder() -> None:
+    (item,) = responses_tool_outputs(outcome(success("c1", EVERY_KIND[:6])))
+    assert item["type"] == "function_call_output" and item["call_id"] == "c1"
+    output: Any = item["output"]
+    assert [part["type"] for part in output] == [
+        "input_text",
+        "input_image",
+        "input_text",
+        "input_text",
+        "input_text",
+        "input_file",
+    ]
+    assert output[1]["image_url"] == f"data:image/png;base64,{PNG}"
+    assert "audio audio-4 (audio/wav" in output[3]["text"]
+    assert output[5] == {
+        "type": "input_file",
+        "file_data": f"data:application/pdf;base64,{PDF}",
+        "filename": "spec.pdf",
+    }
+
+
+def test_anthropic_results_carry_is_error_base64_sources_and_pdf_documents() -> None:
+    message: Any = anthropic_tool_results(
+        outcome(success("t1", EVERY_KIND[:6]), failure("t2", "boom"))
+    )
+    first, second = message["content"]
+    assert first["is_error"] is False and second["is_error"] is True
+    blocks = first["content"]
+    assert blocks[1] == {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": PNG},
+    }
+    assert blocks[2]["type"] == "text" and "image/svg+xml" in blocks[2]["text"]
+    assert blocks[3]["type"] == "text" and "the Anthropic Messages API" in blocks[3]["text"]
+    assert blocks[5] == {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": PDF},
+        "title": "file:///docs/spec.pdf",
+    }
+    assert second["content"] == [{"type": "text", "text": "Error: boom"}]
+
+
+def test_contexts_follow_the_results_where_each_provider_takes_extra_context() -> None:
+    contexts = [
+        {"content": [{"type": "text", "text": "remember this"}], "source": {"kind": "plugin"}},
+        {"content": [{"type": "image", "data": PNG, "mimeType": "image/png"}], "source": {}},
+        {"note": "not a usual context"},
+    ]
+    done = outcome(success("c1", [{"type": "text", "text": "ok"}]), contexts=contexts)
+    chat: Any = openai_tool_messages(done)
+    assert chat[1]["content"] == [
+        {"type": "text", "text": "remember this"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        {"type": "text", "text": '{"note":"not a usual context"}'},
+    ]
+    responses: Any = responses_tool_outputs(done)
+    assert responses[1]["role"] == "user"
+    assert [part["type"] for part in responses[1]["content"]] == [
+        "input_text",
+        "input_image",
+        "input_text",
+    ]
+    message: Any = anthropic_tool_results(done)
+    assert [block["type"] for block in message["content"]] == [
+        "tool_result",
+        "text",
+        "image",
+        "text",
+    ]
+
+
+def test_calls_are_read_from_plain_dicts_with_names_mapped_back() -> None:
+    names = ToolNameMap(["time.now", "weather"])
+    chat = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "a",
+                            "type": "function",
+                            "function": {"name": "time_now", "arguments": "{}"},
+                        },
+                        {"id": "b", "type": "custom", "custom": {"name": "x", "input": ""}},
+                        {
+                            "id": "c",
+                            "type": "function",
+                            "function": {"name": "weather", "arguments": None},
+                        },
+                    ],
+                }
+            }
+        ]
+    }
+    assert openai_tool_calls(chat, names=names) == [
+        ToolCall("a", "time.now", "{}"),
+        ToolCall("c", "weather", "{}"),
+    ]
+    assert openai_assistant_message(chat) == {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "time_now", "arguments": "{}"}},
+            {"id": "c", "type": "function", "function": {"name": "weather", "arguments": "{}"}},
+        ],
+    }
+    output = [
+        {"type": "reasoning", "id": "r"},
+        {"type": "function_call", "call_id": "f1", "name": "time_now", "arguments": "{}"},
+    ]
+    assert responses_tool_calls({"output": output}, names=names) == [
+        ToolCall("f1", "time.now", "{}")
+    ]
+    assert responses_tool_calls(output) == [ToolCall("f1", "time_now", "{}")]
+    message = {
+        "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "tool_use", "id": "u1", "name": "time_now", "input": {"tz": "UTC", "n": 1.5}},
+            {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+        ]
+    }
+    assert anthropic_tool_calls(message, names=names) == [
+        ToolCall("u1", "time.now", '{"tz":"UTC","n":1.5}')
+    ]
+
+
+def test_bad_responses_get_errors_that_name_the_place() -> None:
+    with pytest.raises(ValueError, match=r"message.tool_calls\[0\] has no call id"):
+        openai_tool_calls({"tool_calls": [{"type": "function", "function": {"name": "x"}}]})
+    with pytest.raises(ValueError, match="2 choices"):
+        openai_tool_calls({"choices": [{"message": {}}, {"message": {}}]})
+    with pytest.raises(ValueError, match=r"response.output\[0\] has no function name"):
+        responses_tool_calls({"output": [{"type": "function_call", "call_id": "x"}]})
+    with pytest.raises(ValueError, match=r"message\.content must be a list"):
+        anthropic_tool_calls({"content": "just text"})
+    with pytest.raises(TypeError, match="names must be a ToolNameMap"):
+        anthropic_tool_calls(
+            {"content": [{"type": "tool_use", "id": "u", "name": "n", "input": {}}]},
+            names=["n"],  # type: ignore[arg-type]
+        )
+    with pytest.raises(ValueError, match=r"results\[0\] has no call_id"):
+        openai_tool_messages(BatchOutcome(results=[ToolExecutionSuccess(None, FrozenList())]))
+    with pytest.raises(ValueError, match="nothing to send"):
+        anthropic_tool_results(BatchOutcome(results=[]))
+
+
+def test_prompts_map_names_the_provider_refuses_and_carry_the_sections() -> None:
+    from dsh_tools import ToolOutput, define_tool
+
+    with ToolSystem.start(ToolsConfig(mode="native")) as system:
+        for name in ("time.now", "weather"):
+            system.tools.register(
+                define_tool(
+                    name=name,
+                    description=f"The {name} tool.",
+                    parameters={},
+                    output=ToolOutput(
+                        schema={"type": "string"},
+                        render=lambda args, value: [{"type": "text", "text": value}],
+                    ),
+                    execute=lambda args, ctx: "ok",
+                )
+            )
+        system.tools.section("style", 2, "Be brief.")
+        system.tools.section("intro", 1, "You help.")
+        assembled = system.assemble_prompt()
+    chat = openai_prompt(assembled, strict=True)
+    assert chat.system == "You help.\n\nBe brief."
+    assert [tool["function"]["name"] for tool in chat.tools] == ["time_now", "weather"]
+    assert chat.tools[0]["function"].get("strict") is True
+    assert chat.names.to_registry("time_now") == "time.now"
+    assert [tool["name"] for tool in responses_prompt(assembled).tools] == ["time_now", "weather"]
+    claude = anthropic_prompt(assembled, cache_control={"type": "ephemeral"})
+    assert [tool["name"] for tool in claude.tools] == ["time_now", "weather"]
+    assert claude.tools[-1].get("cache_control") == {"type": "ephemeral"}
+    with pytest.raises(TypeError, match="AssembledPrompt"):
+        openai_prompt(assembled.tools)  # type: ignore[arg-type]
+
+
+def test_the_adapters_import_and_work_without_any_provider_sdk() -> None:
+    program = (
+        "import sys\n"
+        "sys.modules['openai'] = None\n"
+        "sys.modules['anthropic'] = None\n"
+        "from dsh_tools.integrations import anthropic_tool_calls\n"
+        "msg = {'content': [{'type': 'tool_use', 'id': 'u', 'name': 'n', 'input': {}}]}\n"
+        "print(anthropic_tool_calls(msg)[0].arguments)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "{}\n"

@@ -1,0 +1,461 @@
+"""Whole model turns through the real ``openai`` and ``anthropic`` clients and the adapters.
+
+Each client talks to a recording server on 127.0.0.1 that answers like the provider: a first
+response with text and four parallel calls (a plain tool, a tool whose registry name the
+provider cannot take, an image-returning tool, a failing tool), a second with one more call,
+a third with the final text. The tests read what the SDK sent back in the follow-up requests.
+This module is also checked by ``mypy --strict``: the adapters' outputs go into the SDKs' typed
+request parameters with no cast.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.responses import ResponseInputItemParam
+from provider_server import RecordingServer, recording_server
+
+from dsh_tools import (
+    Accept,
+    ExecuteBatch,
+    ToolOutput,
+    ToolsConfig,
+    ToolSystem,
+    define_tool,
+)
+from dsh_tools.integrations import (
+    anthropic_prompt,
+    anthropic_tool_calls,
+    anthropic_tool_results,
+    openai_assistant_message,
+    openai_prompt,
+    openai_tool_calls,
+    openai_tool_messages,
+    responses_prompt,
+    responses_tool_calls,
+    responses_tool_outputs,
+)
+
+# A real 1x1 PNG, so the image that reaches the provider is a valid one.
+PIXEL = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478"
+        "9c6360f8cfc0f01f0005000201e22a5f9f0000000049454e44ae426082"
+    )
+).decode()
+PREFERENCE = "The user prefers answers in Celsius."
+RULES = "Answer in one short sentence."
+
+
+def _fail(args: Any, ctx: Any) -> Any:
+    raise RuntimeError("the disk is on fire")
+
+
+async def _remember_preference(exec: Any, result: Any, next: Any) -> Any:
+    decision = await next()
+    if exec.name == "snapshot":
+        context = {"content": [{"type": "text", "text": PREFERENCE}], "source": {"kind": "test"}}
+        return Accept(additional_contexts=[context])
+    return decision
+
+
+@pytest.fixture
+def system() -> Iterator[ToolSystem]:
+    with ToolSystem.start(ToolsConfig(mode="native")) as started:
+        text = ToolOutput(
+            schema={"type": "string"},
+            render=lambda args, value: [{"type": "text", "text": value}],
+        )
+        started.tools.register(
+            define_tool(
+                name="weather",
+                description="Temperature of a city.",
+                parameters={"city": {"type": "string", "required": True}},
+                output=text,
+                execute=lambda args, ctx: f"{args['city']}: {len(args['city'])} C",
+                is_concurrency_safe=lambda args: True,
+            )
+        )
+        started.tools.register(
+            define_tool(
+                name="time.now",
+                description="The time.",
+                parameters={},
+                output=text,
+                execute=lambda args, ctx: "12:00",
+            )
+        )
+        started.tools.register(
+            define_tool(
+                name="snapshot",
+                description="A picture of the screen.",
+                parameters={},
+                output=ToolOutput(
+                    schema={"type": "string"},
+                    render=lambda args, value: [
+                        {"type": "image", "data": value, "mimeType": "image/png"},
+                        {"type": "text", "text": "a 1x1 screen"},
+                    ],
+                ),
+                execute=lambda args, ctx: PIXEL,
+            )
+        )
+        started.tools.register(
+            define_tool(
+                name="broken",
+                description="Always fails.",
+                parameters={},
+                output=text,
+                execute=_fail,
+            )
+        )
+        started.tools.on_post_execute(_remember_preference)
+        started.tools.section("rules", 10, RULES)
+        yield started
+
+
+@pytest.fixture
+def server() -> Iterator[RecordingServer]:
+    with recording_server() as started:
+        yield started
+
+
+FIRST_CALLS = [
+    ("call_w", "weather", '{"city": "Oslo"}'),
+    ("call_t", "time_now", "{}"),
+    ("call_s", "snapshot", "{}"),
+    ("call_b", "broken", "{}"),
+]
+SECOND_CALL = ("call_l", "weather", '{"city": "Lima"}')
+IMAGE_URL = f"data:image/png;base64,{PIXEL}"
+
+
+# --- OpenAI Chat Completions -------------------------------------------------------------------
+
+
+def chat_completion(text: str | None, calls: list[tuple[str, str, str]]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ]
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "gpt-test",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+def test_two_chat_completions_turns_send_tool_messages_images_and_contexts(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/chat/completions"
+    server.answer(path, chat_completion("Let me look.", FIRST_CALLS))
+    server.answer(path, chat_completion(None, [SECOND_CALL]))
+    server.answer(path, chat_completion("Oslo is colder than Lima.", []))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": prompt.system},
+        {"role": "user", "content": "Compare Oslo and Lima."},
+    ]
+    answer = None
+    for _ in range(3):
+        completion = client.chat.completions.create(
+            model="gpt-test", messages=messages, tools=prompt.tools
+        )
+        calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+        if not calls:
+            answer = completion.choices[0].message.content
+            break
+        messages.append(openai_assistant_message(completion.choices[0].message))
+        outcome = system.execute_batch(ExecuteBatch(calls=calls))
+        messages.extend(openai_tool_messages(outcome))
+    assert answer == "Oslo is colder than Lima."
+
+    first, second, third = server.bodies(path)
+    assert [tool["function"]["name"] for tool in first["tools"]] == [
+        "broken",
+        "snapshot",
+        "time_now",
+        "weather",
+    ]
+    assert first["messages"][0] == {"role": "system", "content": RULES}
+    sent = second["messages"][2:]
+    assert sent[0]["role"] == "assistant"
+    assert sent[0]["content"] == "Let me look."
+    assert [call["function"]["name"] for call in sent[0]["tool_calls"]] == [
+        "weather",
+        "time_now",
+        "snapshot",
+        "broken",
+    ]
+    assert sent[1:5] == [
+        {"role": "tool", "tool_call_id": "call_w", "content": "Oslo: 4 C"},
+        {"role": "tool", "tool_call_id": "call_t", "content": "12:00"},
+        {
+            "role": "tool",
+            "tool_call_id": "call_s",
+            "content": "[image image-1 (image/png) is attached to the next user message]\n"
+            "a 1x1 screen",
+        },
+        {"role": "tool", "tool_call_id": "call_b", "content": "Error: the disk is on fire"},
+    ]
+    assert sent[5] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Attachments of tool call call_s:"},
+            {"type": "image_url", "image_url": {"url": IMAGE_URL}},
+            {"type": "text", "text": PREFERENCE},
+        ],
+    }
+    assert len(sent) == 6
+    assert third["messages"][len(second["messages"]) + 1 :] == [
+        {"role": "tool", "tool_call_id": "call_l", "content": "Lima: 4 C"}
+    ]
+
+
+# --- OpenAI Responses API ----------------------------------------------------------------------
+
+
+def response(
+    response_id: str, text: str | None, calls: list[tuple[str, str, str]]
+) -> dict[str, Any]:
+    output: list[dict[str, Any]] = []
+    if text is not None:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{response_id}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
+    output.extend(
+        {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": i,
+            "name": n,
+            "arguments": a,
+            "status": "completed",
+        }
+        for i, n, a in calls
+    )
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": 1767225600,
+        "model": "gpt-test",
+        "status": "completed",
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "total_tokens": 15,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def test_two_responses_api_turns_send_function_call_outputs_with_input_images(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/responses"
+    server.answer(path, response("resp_1", "Let me look.", FIRST_CALLS))
+    server.answer(path, response("resp_2", None, [SECOND_CALL]))
+    server.answer(path, response("resp_3", "Oslo is colder than Lima.", []))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = responses_prompt(system.assemble_prompt())
+    reply = client.responses.create(
+        model="gpt-test", instructions=prompt.system, tools=prompt.tools, input="Compare."
+    )
+    for _ in range(2):
+        calls = responses_tool_calls(reply, names=prompt.names)
+        outcome = system.execute_batch(ExecuteBatch(calls=calls))
+        items: list[ResponseInputItemParam] = responses_tool_outputs(outcome)
+        reply = client.responses.create(
+            model="gpt-test",
+            instructions=prompt.system,
+            tools=prompt.tools,
+            previous_response_id=reply.id,
+            input=items,
+        )
+    assert reply.output_text == "Oslo is colder than Lima."
+    assert responses_tool_calls(reply, names=prompt.names) == []
+
+    first, second, third = server.bodies(path)
+    assert first["instructions"] == RULES
+    assert [(tool["type"], tool["name"]) for tool in first["tools"]] == [
+        ("function", "broken"),
+        ("function", "snapshot"),
+        ("function", "time_now"),
+        ("function", "weather"),
+    ]
+    assert second["previous_response_id"] == "resp_1"
+    assert second["input"] == [
+        {"type": "function_call_output", "call_id": "call_w", "output": "Oslo: 4 C"},
+        {"type": "function_call_output", "call_id": "call_t", "output": "12:00"},
+        {
+            "type": "function_call_output",
+            "call_id": "call_s",
+            "output": [
+                {"type": "input_image", "image_url": IMAGE_URL, "detail": "auto"},
+                {"type": "input_text", "text": "a 1x1 screen"},
+            ],
+        },
+        {
+            "type": "function_call_output",
+            "call_id": "call_b",
+            "output": "Error: the disk is on fire",
+        },
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": PREFERENCE}],
+        },
+    ]
+    assert third["previous_response_id"] == "resp_2"
+    assert third["input"] == [
+        {"type": "function_call_output", "call_id": "call_l", "output": "Lima: 4 C"}
+    ]
+
+
+# --- Anthropic Messages ------------------------------------------------------------------------
+
+
+def anthropic_message(
+    message_id: str, text: str | None, calls: list[tuple[str, str, str]]
+) -> dict[str, Any]:
+    import json
+
+    content: list[dict[str, Any]] = []
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    content.extend(
+        {"type": "tool_use", "id": i, "name": n, "input": json.loads(a)} for i, n, a in calls
+    )
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": content,
+        "stop_reason": "tool_use" if calls else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def test_two_anthropic_turns_send_tool_results_with_errors_images_and_contexts(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/messages"
+    server.answer(path, anthropic_message("msg_1", "Let me look.", FIRST_CALLS))
+    server.answer(path, anthropic_message("msg_2", None, [SECOND_CALL]))
+    server.answer(path, anthropic_message("msg_3", "Oslo is colder than Lima.", []))
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    messages: list[MessageParam] = [{"role": "user", "content": "Compare Oslo and Lima."}]
+    final = None
+    for _ in range(3):
+        reply = client.messages.create(
+            model="claude-test",
+            max_tokens=1024,
+            system=prompt.system,
+            tools=prompt.tools,
+            messages=messages,
+        )
+        calls = anthropic_tool_calls(reply, names=prompt.names)
+        if not calls:
+            final = reply
+            break
+        messages.append({"role": "assistant", "content": reply.content})
+        messages.append(anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=calls))))
+    assert final is not None and final.stop_reason == "end_turn"
+
+    first, second, third = server.bodies(path)
+    assert first["system"] == RULES
+    assert [tool["name"] for tool in first["tools"]] == [
+        "broken",
+        "snapshot",
+        "time_now",
+        "weather",
+    ]
+    assert first["tools"][3]["input_schema"]["properties"] == {"city": {"type": "string"}}
+    assistant, results = second["messages"][1:]
+    assert [block["type"] for block in assistant["content"]] == ["text"] + ["tool_use"] * 4
+    assert results == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_w",
+                "is_error": False,
+                "content": [{"type": "text", "text": "Oslo: 4 C"}],
+            },
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_t",
+                "is_error": False,
+                "content": [{"type": "text", "text": "12:00"}],
+            },
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_s",
+                "is_error": False,
+                "content": [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": PIXEL},
+                    },
+                    {"type": "text", "text": "a 1x1 screen"},
+                ],
+            },
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_b",
+                "is_error": True,
+                "content": [{"type": "text", "text": "Error: the disk is on fire"}],
+            },
+            {"type": "text", "text": PREFERENCE},
+        ],
+    }
+    assert third["messages"][-1] == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "call_l",
+                "is_error": False,
+                "content": [{"type": "text", "text": "Lima: 4 C"}],
+            }
+        ],
+    }

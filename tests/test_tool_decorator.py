@@ -1,0 +1,529 @@
+"""@tool: a tool from a type-hinted function, run through the real pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+import msgspec
+import pytest
+
+from dsh_tools import (
+    ExecuteCall,
+    ToolDefinition,
+    ToolExecutionResult,
+    ToolRunContext,
+    ToolSystem,
+    assert_supported_json_schema,
+    tool,
+)
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Point(msgspec.Struct):
+    x: float
+    y: float
+
+
+@dataclasses.dataclass
+class Size:
+    width: int
+    height: int
+
+
+class Filters(TypedDict):
+    owner: str
+    limit: NotRequired[int]
+
+
+class Tree(msgspec.Struct):
+    label: str
+    children: list[Tree] = []
+
+
+class Summary(msgspec.Struct):
+    count: int
+    names: list[str]
+
+
+@pytest.fixture(scope="module")
+def system() -> Iterator[ToolSystem]:
+    started = ToolSystem.start(code_runtime=None)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def run(system: ToolSystem, definition: ToolDefinition, arguments: Any) -> ToolExecutionResult:
+    dispose = system.tools.register(definition)
+    try:
+        return system.execute(ExecuteCall(call_id="c1", name=definition.name, arguments=arguments))
+    finally:
+        dispose()
+
+
+def text(result: ToolExecutionResult) -> str:
+    (block,) = result.content
+    return str(block["text"])
+
+
+# --- parameters and values ---------------------------------------------------------------------
+
+
+def test_scalars_reach_the_body_as_typed_values(system: ToolSystem) -> None:
+    @tool
+    def describe(name: str, count: int, ratio: float, on: bool, nothing: None) -> str:
+        return f"{name!r} {count!r} {ratio!r} {on!r} {nothing!r}"
+
+    assert describe.parameters == {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "count": {"type": "integer"},
+            "ratio": {"type": "number"},
+            "on": {"type": "boolean"},
+            "nothing": {"type": "null"},
+        },
+        "required": ["name", "count", "ratio", "on", "nothing"],
+        "additionalProperties": False,
+    }
+    arguments = {"name": "a", "count": 2, "ratio": 1, "on": True, "nothing": None}
+    assert text(run(system, describe, arguments)) == "'a' 2 1.0 True None"
+
+
+def test_structs_dataclasses_typeddicts_enums_and_literals_are_converted(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def place(
+        at: Point, size: Size, filters: Filters, color: Color, mode: Literal["fast", "slow"]
+    ) -> str:
+        return f"{at!r} {size!r} {filters!r} {color!r} {mode!r}"
+
+    schema = place.parameters
+    assert schema["properties"]["at"] == {"$ref": "#/$defs/Point"}
+    assert schema["properties"]["mode"] == {"enum": ["fast", "slow"]}
+    assert set(schema["$defs"]) == {"Point", "Size", "Filters", "Color"}
+    assert schema["$defs"]["Filters"]["required"] == ["owner"]
+    arguments = {
+        "at": {"x": 1, "y": 2.5},
+        "size": {"width": 3, "height": 4},
+        "filters": {"owner": "me"},
+        "color": "blue",
+        "mode": "slow",
+    }
+    assert text(run(system, place, arguments)) == (
+        "Point(x=1.0, y=2.5) Size(width=3, height=4) {'owner': 'me'} <Color.BLUE: 'blue'> 'slow'"
+    )
+
+
+def test_containers_optionals_and_defaults(system: ToolSystem) -> None:
+    @tool
+    def collect(
+        items: list[int],
+        weights: dict[str, float],
+        label: str | None = None,
+        tags: list[str] = [],  # noqa: B006 - each call gets its own copy
+        depth: int = 3,
+    ) -> list[Any]:
+        tags.append("seen")
+        return [items, weights, label, tags, depth]
+
+    schema = collect.parameters
+    assert schema["required"] == ["items", "weights"]
+    assert schema["properties"]["label"] == {
+        "anyOf": [{"type": "string"}, {"type": "null"}],
+        "default": None,
+    }
+    assert schema["properties"]["weights"] == {
+        "type": "object",
+        "additionalProperties": {"type": "number"},
+    }
+    first = run(system, collect, {"items": [1, 2], "weights": {"a": 1}})
+    assert first.value == [[1, 2], {"a": 1.0}, None, ["seen"], 3]
+    second = run(system, collect, {"items": [], "weights": {}, "label": "x", "depth": 0})
+    assert second.value == [[], {}, "x", ["seen"], 0]
+
+
+def test_nested_and_recursive_shapes(system: ToolSystem) -> None:
+    @tool
+    def count_nodes(tree: Tree, groups: list[dict[str, list[Point]]]) -> int:
+        def size(node: Tree) -> int:
+            return 1 + sum(size(child) for child in node.children)
+
+        return size(tree) + sum(len(points) for group in groups for points in group.values())
+
+    tree_schema = count_nodes.parameters["$defs"]["Tree"]
+    assert tree_schema["properties"]["children"]["items"] == {"$ref": "#/$defs/Tree"}
+    arguments = {
+        "tree": {"label": "a", "children": [{"label": "b"}, {"label": "c", "children": []}]},
+        "groups": [{"g": [{"x": 0, "y": 0}, {"x": 1, "y": 1}]}],
+    }
+    assert run(system, count_nodes, arguments).value == 5
+
+
+def test_wrong_types_unknown_and_missing_arguments_fail_before_the_body(
+    system: ToolSystem,
+) -> None:
+    calls: list[Any] = []
+
+    @tool
+    def strict(count: int, at: Point) -> None:
+        calls.append(count)
+
+    cases = {
+        "Expected `int`, got `str` - at `arguments.count`": {"count": "1", "at": {"x": 0, "y": 0}},
+        "Expected `int`, got `float` - at `arguments.count`": {
+            "count": 1.5,
+            "at": {"x": 0, "y": 0},
+        },
+        "Object missing required field `at`": {"count": 1},
+        "Object contains unknown field `extra`": {"count": 1, "at": {"x": 0, "y": 0}, "extra": 1},
+        "Expected `float`, got `str` - at `arguments.at.y`": {"count": 1, "at": {"x": 0, "y": "0"}},
+    }
+    for expected, arguments in cases.items():
+        result = run(system, strict, arguments)
+        assert result.is_error, arguments
+        assert text(result) == f"Error: invalid arguments: {expected}"
+    assert calls == []
+
+
+# --- constraints -------------------------------------------------------------------------------
+
+
+def test_meta_constraints_are_in_the_schema_and_enforced(system: ToolSystem) -> None:
+    @tool
+    def constrained(
+        level: Annotated[int, msgspec.Meta(ge=0, le=10)],
+        code: Annotated[str, msgspec.Meta(min_length=2, max_length=4, pattern="^[A-Z]+$")],
+        picks: Annotated[list[int], msgspec.Meta(min_length=1, max_length=2)],
+    ) -> str:
+        return f"{level} {code} {picks}"
+
+    properties = constrained.parameters["properties"]
+    assert properties["level"] == {"type": "integer", "minimum": 0, "maximum": 10}
+    assert properties["code"] == {
+        "type": "string",
+        "minLength": 2,
+        "maxLength": 4,
+        "pattern": "^[A-Z]+$",
+    }
+    assert properties["picks"] == {
+        "type": "array",
+        "items": {"type": "integer"},
+        "minItems": 1,
+        "maxItems": 2,
+    }
+    good = {"level": 10, "code": "AB", "picks": [1]}
+    assert text(run(system, constrained, good)) == "10 AB [1]"
+    failures = [
+        ({**good, "level": 11}, "Expected `int` <= 10 - at `arguments.level`"),
+        ({**good, "level": -1}, "Expected `int` >= 0 - at `arguments.level`"),
+        ({**good, "code": "A"}, "Expected `str` of length >= 2 - at `arguments.code`"),
+        ({**good, "code": "ABCDE"}, "Expected `str` of length <= 4 - at `arguments.code`"),
+        ({**good, "code": "ab"}, "Expected `str` matching regex '^[A-Z]+$' - at `arguments.code`"),
+        ({**good, "picks": []}, "Expected `array` of length >= 1 - at `arguments.picks`"),
+        ({**good, "picks": [1, 2, 3]}, "Expected `array` of length <= 2 - at `arguments.picks`"),
+    ]
+    for arguments, message in failures:
+        assert text(run(system, constrained, arguments)) == f"Error: invalid arguments: {message}"
+
+
+# --- docstrings --------------------------------------------------------------------------------
+
+
+def google(path: str, limit: int = 10) -> str:
+    """Read a file.
+
+    Returns at most ``limit`` lines.
+
+    Args:
+        path: Absolute path of the file.
+        limit: Maximum number of lines.
+
+    Returns:
+        The lines, joined.
+    """
+    return path
+
+
+def numpy(path: str, limit: int = 10) -> str:
+    """Read a file.
+
+    Returns at most ``limit`` lines.
+
+    Parameters
+    ----------
+    path : str
+        Absolute path of the file.
+    limit : int
+        Maximum number of lines.
+
+    Returns
+    -------
+    str
+        The lines, joined.
+    """
+    return path
+
+
+def sphinx(path: str, limit: int = 10) -> str:
+    """Read a file.
+
+    Returns at most ``limit`` lines.
+
+    :param path: Absolute path of the file.
+    :param limit: Maximum number of lines.
+    :returns: The lines, joined.
+    """
+    return path
+
+
+@pytest.mark.parametrize("function", [google, numpy, sphinx], ids=["google", "numpy", "sphinx"])
+def test_docstring_styles_give_the_descriptions(function: Any) -> None:
+    definition = tool(function)
+    assert definition.description == "Read a file.\n\nReturns at most ``limit`` lines."
+    properties = definition.parameters["properties"]
+    assert properties["path"] == {"description": "Absolute path of the file.", "type": "string"}
+    assert properties["limit"]["description"] == "Maximum number of lines."
+    assert definition.output.schema == {"type": "string", "description": "The lines, joined."}
+
+
+def test_explicit_name_and_description_win_over_the_function() -> None:
+    @tool(name="fs.read", description="Reads.")
+    def read(path: str) -> str:
+        """Something else."""
+        return path
+
+    assert (read.name, read.description) == ("fs.read", "Reads.")
+
+
+# --- run context, async, output ----------------------------------------------------------------
+
+
+def test_a_run_context_parameter_receives_the_context_and_is_not_in_the_schema(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def who(ctx: ToolRunContext, word: str, *, loud: bool = False) -> str:
+        aborted = ctx.signal.aborted
+        text = f"{ctx.call_id}:{ctx.name}:{word}:{aborted}"
+        return text.upper() if loud else text
+
+    assert list(who.parameters["properties"]) == ["word", "loud"]
+    assert text(run(system, who, {"word": "hi", "loud": True})) == "C1:WHO:HI:FALSE"
+
+    @tool
+    def maybe(word: str, context: ToolRunContext | None = None) -> str:
+        return f"{word}:{context is not None and context.call_id}"
+
+    assert list(maybe.parameters["properties"]) == ["word"]
+    assert text(run(system, maybe, {"word": "hi"})) == "hi:c1"
+
+
+def test_async_functions_are_async_tools(system: ToolSystem) -> None:
+    @tool(concurrency_safe=True, timeout_ms=500)
+    async def total(numbers: list[int], ctx: ToolRunContext) -> Summary:
+        return Summary(count=sum(numbers), names=[ctx.call_id])
+
+    assert total.timeout_ms == 500
+    assert total.is_concurrency_safe is not None and total.is_concurrency_safe({}) is True
+    assert total.output.schema == {
+        "type": "object",
+        "title": "Summary",
+        "properties": {
+            "count": {"type": "integer"},
+            "names": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["count", "names"],
+    }
+    result = run(system, total, {"numbers": [1, 2, 3]})
+    assert result.value == {"count": 6, "names": ["c1"]}
+    assert text(result) == '{"count":6,"names":["c1"]}'
+
+
+def test_output_schemas_stay_in_the_checked_subset() -> None:
+    @tool
+    def maybe(flag: bool) -> int | str | None:
+        return 1 if flag else None
+
+    @tool
+    def tree(label: str) -> Tree:
+        return Tree(label)
+
+    @tool
+    def anything(x: int):  # type: ignore[no-untyped-def]
+        return x
+
+    assert maybe.output.schema == {
+        "oneOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]
+    }
+    for definition in (maybe, tree, anything):
+        assert_supported_json_schema(definition.output.schema)
+    children = tree.output.schema["properties"]["children"]
+    assert children["items"] == {}  # where the shape recurs, any value
+    assert anything.output.schema == {}
+
+
+def test_the_output_contract_checks_the_returned_value(system: ToolSystem) -> None:
+    @tool
+    def liar(x: int) -> int:
+        return "not a number"  # type: ignore[return-value]
+
+    result = run(system, liar, {"x": 1})
+    assert result.is_error
+    assert '"value" must be an integer' in text(result)
+
+
+def test_render_overrides_the_default_text(system: ToolSystem) -> None:
+    @tool(render=lambda args, value: [{"type": "text", "text": f"{args['city']}: {value} C"}])
+    def weather(city: str) -> float:
+        return 3.5
+
+    assert text(run(system, weather, {"city": "Oslo"})) == "Oslo: 3.5 C"
+
+
+def test_other_keywords_reach_the_definition(system: ToolSystem) -> None:
+    @tool(present_call=lambda args: {"kind": "generic", "title": f"echo {args['word']}"})
+    def echo(word: str) -> str:
+        return word
+
+    assert echo.present_call is not None
+    assert echo.present_call({"word": "x"}) == {"kind": "generic", "title": "echo x"}
+    with pytest.raises(TypeError, match=r"@tool\(.*shout\): Unexpected keyword argument .colour."):
+
+        @tool(colour="red")
+        def shout(word: str) -> str:
+            return word
+
+
+# --- strict-mode nulls -------------------------------------------------------------------------
+
+
+def test_a_null_for_an_optional_parameter_means_absent(system: ToolSystem) -> None:
+    @tool
+    def greet(name: str, greeting: str = "hello", nickname: str | None = "bob") -> str:
+        return f"{greeting} {name} {nickname}"
+
+    arguments = {"name": "ann", "greeting": None, "nickname": None}
+    assert text(run(system, greet, arguments)) == "hello ann None"
+    assert run(system, greet, {"name": None}).is_error
+
+
+# --- definition-time errors --------------------------------------------------------------------
+
+
+class NotJson:
+    pass
+
+
+def missing(path) -> str:  # type: ignore[no-untyped-def]
+    return str(path)
+
+
+def unsupported(value: NotJson) -> str:
+    return ""
+
+
+def reserved(_secret: str) -> str:
+    return _secret
+
+
+def variadic(*paths: str) -> str:
+    return ""
+
+
+def bad_return(x: int) -> NotJson:
+    return NotJson()
+
+
+@pytest.mark.parametrize(
+    ("function", "message"),
+    [
+        (missing, r"@tool\(missing\): parameter 'path' has no type annotation"),
+        (unsupported, r"@tool\(unsupported\): parameter 'value' has an unsupported annotation"),
+        (reserved, r"@tool\(reserved\): parameter '_secret' uses a reserved name"),
+        (variadic, r"@tool\(variadic\): parameter 'paths' is variadic"),
+        (bad_return, r"@tool\(bad_return\): the return annotation has an unsupported annotation"),
+    ],
+)
+def test_definition_errors_name_the_function(function: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        tool(function)
+
+
+def test_options_are_checked_at_definition() -> None:
+    def body(x: int) -> int:
+        return x
+
+    with pytest.raises(ValueError, match=r"@tool\(.*body\): timeout_ms"):
+        tool(timeout_ms=0)(body)
+    with pytest.raises(TypeError, match=r"@tool\(.*body\): name must be a non-empty str"):
+        tool(name="")(body)
+    with pytest.raises(TypeError, match="decorates a function"):
+        tool(Point)
+
+
+# --- other callables ---------------------------------------------------------------------------
+
+
+def repeat(times: int, word: str) -> str:
+    return word * times
+
+
+class Counter:
+    """Count up."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    async def __call__(self, step: int) -> int:
+        self.total += step
+        return self.total
+
+
+def test_partials_and_callable_objects_are_tools(system: ToolSystem) -> None:
+    import functools
+
+    echo_twice = tool(name="twice")(functools.partial(repeat, 2))
+    assert list(echo_twice.parameters["properties"]) == ["word"]
+    assert run(system, echo_twice, {"word": "ab"}).value == "abab"
+
+    counter = tool(name="count")(Counter())
+    assert counter.description == "Count up."
+    assert run(system, counter, {"step": 2}).value == 2
+    assert run(system, counter, {"step": 3}).value == 5
+
+    with pytest.raises(TypeError, match="pass name= for a callable without __name__"):
+        tool(functools.partial(repeat, 2))
+
+
+def test_string_annotations_may_name_classes_local_to_the_defining_function(
+    system: ToolSystem,
+) -> None:
+    class Local(msgspec.Struct):
+        value: int
+
+    @tool
+    def bare(item: Local) -> int:
+        return item.value
+
+    @tool(name="configured")
+    def configured(item: Local) -> int:
+        return item.value * 2
+
+    assert run(system, bare, {"item": {"value": 2}}).value == 2
+    assert run(system, configured, {"item": {"value": 2}}).value == 4
+
+    with pytest.raises(TypeError, match=r"cannot resolve the type annotations: name 'Nowhere'"):
+
+        @tool
+        def broken(item: Nowhere) -> int:  # type: ignore[name-defined]  # noqa: F821
+            return 0
