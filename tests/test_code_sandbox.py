@@ -419,3 +419,63 @@ return {
     assert outcome.error is None, outcome.error
     assert outcome.value == {name: True for name in outcome.value}
     assert len(outcome.value) == 10
+
+
+SLEEPER = """
+import asyncio, os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", "{marker}"])
+    os._exit(0)
+await tools.ready({{}})
+await asyncio.sleep(60)
+"""
+
+
+def assert_gone(marker: str) -> None:
+    deadline = time.monotonic() + 5
+    while host_processes_with(marker):
+        assert time.monotonic() < deadline, "a process of the run outlived it"
+        time.sleep(0.01)
+
+
+def test_nothing_outlives_a_run_that_hits_the_wall_clock_ceiling() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=700))
+
+    async def ready(value: Any) -> Any:
+        return None
+
+    program = SLEEPER.format(marker="4242.25")
+    try:
+        result = asyncio.run(
+            runtime.run(CodeRunRequest(program, [BindingNamespace("tools", {"ready": ready})]))
+        )
+    finally:
+        runtime.close()
+    assert result.error is not None
+    assert result.error.kind == "timeout"
+    assert_gone("4242.25")
+
+
+def test_nothing_outlives_a_run_when_its_runtime_is_disposed() -> None:
+    runtime = SubprocessCodeRuntime()
+
+    async def scenario() -> CodeRunResult:
+        started = asyncio.Event()
+
+        async def ready(value: Any) -> Any:
+            started.set()
+            return None
+
+        program = SLEEPER.format(marker="4242.375")
+        request = CodeRunRequest(program, [BindingNamespace("tools", {"ready": ready})])
+        task = asyncio.create_task(runtime.run(request))
+        await asyncio.wait_for(started.wait(), 10)
+        await runtime.dispose()
+        return await task
+
+    result = asyncio.run(scenario())
+    assert result.error is not None
+    assert (result.error.kind, result.error.message) == ("abort", "runtime disposed")
+    assert_gone("4242.375")
