@@ -7,10 +7,11 @@ so that it may), checks the kernel features the sandbox needs, opens the granted
 creates the scratch mount point. Nothing of this can fail later at run time, so a kernel that
 lacks a feature is reported with its name on every run instead of a run going unconfined.
 
-``SandboxPlan.spawn_run(fds, start_worker)`` runs in a child of the template (the run's
-supervisor): it creates the run's PID, mount, IPC and UTS namespaces and forks their init
-(``_init``), which mounts a private ``/proc`` and a size-limited tmpfs on the scratch mount
-point, and forks the worker. The worker makes the scratch directory its working directory,
+``SandboxPlan.fork_run()`` forks, in the template, the child that becomes the init of the run's
+new PID namespace (as root; otherwise a supervising child creates the namespace and forks the
+init), and ``start_init`` runs in it: the init (``_init``) creates the run's mount, IPC and UTS
+namespaces, mounts a private ``/proc`` and a size-limited tmpfs on the scratch mount point, and
+forks the worker. The worker makes the scratch directory its working directory,
 drops every capability, sets no-new-privileges, restricts itself with Landlock to the granted
 paths and installs the seccomp filter before it reads its program.
 """
@@ -48,12 +49,11 @@ _SYSTEM_READ: Final = (
     "/dev/zero",
     "/dev/urandom",
     "/dev/random",
-    "/proc",
 )
 _SYSTEM_WRITE: Final = ("/dev/null",)
 _RUN_NAMESPACES: Final = _kernel.CLONE_NEWNS | _kernel.CLONE_NEWIPC | _kernel.CLONE_NEWUTS
 """Unshared by each run's init; its PID namespace comes from the template (``fork_run``)."""
-_FILE_RIGHTS: Final = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
+_FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
 _GRANT_FD_FLOOR: Final = 256
 _READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
 

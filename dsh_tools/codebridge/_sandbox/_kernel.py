@@ -21,6 +21,7 @@ __all__ = [
     "CLONE_NEWPID",
     "CLONE_NEWUSER",
     "CLONE_NEWUTS",
+    "FILE_RIGHTS",
     "FS_EXECUTE",
     "FS_READ_DIR",
     "FS_READ_FILE",
@@ -72,6 +73,8 @@ _FS_ALL_V1: Final = (1 << 13) - 1  # execute .. make_sym
 _FS_REFER: Final = 1 << 13  # ABI 2
 _FS_TRUNCATE: Final = 1 << 14  # ABI 3
 _FS_IOCTL_DEV: Final = 1 << 15  # ABI 5
+FILE_RIGHTS: Final = FS_EXECUTE | _FS_WRITE_FILE | FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+"""The rights that apply to a file (a rule on a file may grant no others)."""
 NET_BIND_TCP: Final = 1 << 0  # ABI 4
 NET_CONNECT_TCP: Final = 1 << 1  # ABI 4
 SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0  # ABI 6
