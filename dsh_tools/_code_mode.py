@@ -25,7 +25,22 @@ from .codebridge._transport import (
 from .pipeline import spill_policy
 from .registry import ToolOutput, define_tool
 
-__all__ = ["build_run_code", "install_code_mode"]
+__all__ = ["build_run_code", "check_code_sandbox", "install_code_mode"]
+
+
+def check_code_sandbox(code_runtime: Any, code_sandbox: Any) -> None:
+    """Refuse grants that are not a ``CodeSandbox`` or that no default runtime would use."""
+    from ._system import DEFAULT
+
+    if code_sandbox is None:
+        return
+    if not isinstance(code_sandbox, CodeSandbox):
+        raise TypeError(f"code_sandbox must be a CodeSandbox, got {type(code_sandbox).__name__}")
+    if code_runtime is not DEFAULT:
+        raise ValueError(
+            "code_sandbox must go with the default code runtime; give your own runtime "
+            "CodeRuntimeConfig(sandbox=...)"
+        )
 
 
 def install_code_mode(
@@ -41,8 +56,7 @@ def install_code_mode(
 
     config = system.config
     system._owns_runtime = False
-    if code_sandbox is not None and not isinstance(code_sandbox, CodeSandbox):
-        raise TypeError(f"code_sandbox must be a CodeSandbox, got {type(code_sandbox).__name__}")
+    check_code_sandbox(code_runtime, code_sandbox)
     if code_runtime is DEFAULT:
         if config.mode == "native":
             system.code_runtime = None

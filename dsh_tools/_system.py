@@ -225,6 +225,9 @@ class ToolSystem:
             config = ToolsConfig()
         if not isinstance(config, ToolsConfig):
             raise TypeError(f"config must be a ToolsConfig, got {type(config).__name__}")
+        from ._code_mode import check_code_sandbox
+
+        check_code_sandbox(code_runtime, code_sandbox)  # before anything is started
         self.config = config
         self.approval = approval
         if session is not None and not isinstance(session, SessionLog):

@@ -479,3 +479,12 @@ def test_nothing_outlives_a_run_when_its_runtime_is_disposed() -> None:
     assert result.error is not None
     assert (result.error.kind, result.error.message) == ("abort", "runtime disposed")
     assert_gone("4242.375")
+
+
+def test_grants_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
+    from dsh_tools import ToolSystem
+
+    with pytest.raises(ValueError, match=r"^code_sandbox must go with the default code runtime"):
+        ToolSystem.start(code_runtime=None, code_sandbox=CodeSandbox())
+    with pytest.raises(TypeError, match=r"^code_sandbox must be a CodeSandbox, got dict$"):
+        ToolSystem.start(ToolsConfig(mode="code"), code_sandbox={"read": []})  # type: ignore[arg-type]
