@@ -106,6 +106,8 @@ class SandboxPlan:
             self.error = str(exc)
 
     def _prepare(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise _unavailable("Linux", sys.platform)
         try:
             self._abi = _kernel.landlock_abi()
         except (OSError, AttributeError) as exc:
