@@ -44,8 +44,6 @@ import concurrent.futures
 import threading
 from typing import Final
 
-import msgspec
-
 from ..actors import NEVER_ABORTED
 from ._frames import PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_frame
 from ._ledger import OutputLedger
@@ -97,7 +95,7 @@ class SubprocessCodeRuntime:
             "write": list(config.sandbox.write),
             "env": config.sandbox.env,
         }
-        self._template = TemplateHandle(msgspec.json.encode(settings))
+        self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
         self._lock = threading.Lock()
         self._runs: set[CodeRun] = set()
@@ -216,6 +214,7 @@ class SubprocessCodeRuntime:
             process = self._template.close()
             if process is not None:
                 await wait_process(process, 5.0)
+                self._template.release(process)
         finally:
             disposal.set_result(None)
 

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+import msgspec
 
 __all__ = ["TemplateHandle", "wait_process"]
+
+
+def _remove_dir(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
 
 _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
 
@@ -20,8 +32,9 @@ _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
 class TemplateHandle:
     """The host's handle on the template process; thread-safe, restarted when it has died."""
 
-    def __init__(self, settings: bytes = b"{}") -> None:
-        self._settings = b"C" + settings
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        self._settings = dict(settings or {})
+        self._scratch: dict[int, str] = {}
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._socket: socket.socket | None = None
@@ -50,6 +63,13 @@ class TemplateHandle:
             raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _start(self) -> None:
+        settings = dict(self._settings)
+        scratch = ""
+        if settings.get("isolation") == "sandbox":
+            # The runs' scratch mount point, made here so that the host removes it even when
+            # the template is killed before it can.
+            scratch = tempfile.mkdtemp(prefix="dsh-code-scratch-")
+            settings["scratch"] = scratch
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = subprocess.Popen(
@@ -63,15 +83,21 @@ class TemplateHandle:
             )
         except BaseException:
             host_end.close()
+            _remove_dir(scratch)
             raise
         finally:
             template_end.close()
         self._socket = host_end
+        self._scratch[self._process.pid] = scratch
         try:
-            host_end.sendmsg([self._settings], [], socket.MSG_NOSIGNAL)
+            host_end.sendmsg([b"C" + msgspec.json.encode(settings)], [], socket.MSG_NOSIGNAL)
         except OSError:
             self._discard()
             raise
+
+    def release(self, process: subprocess.Popen[bytes]) -> None:
+        """Remove what the host made for ``process``, a template that has exited."""
+        _remove_dir(self._scratch.pop(process.pid, ""))
 
     def _discard(self) -> None:
         if self._socket is not None:
@@ -79,9 +105,11 @@ class TemplateHandle:
             self._socket = None
         process = self._process
         self._process = None
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait()
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            self.release(process)
 
     def replace_unresponsive(self, process: subprocess.Popen[bytes]) -> None:
         """Kill ``process``, a template that stopped reporting (the next spawn starts a fresh
@@ -93,6 +121,7 @@ class TemplateHandle:
         if process.poll() is None:
             process.kill()
             process.wait()
+        self.release(process)
 
     def close(self) -> subprocess.Popen[bytes] | None:
         """Stop accepting runs; closing the socket makes the template exit. Returns it."""

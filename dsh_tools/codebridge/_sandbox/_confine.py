@@ -89,6 +89,7 @@ class SandboxPlan:
         self.env = {str(k): str(v) for k, v in dict(settings.get("env") or {}).items()}
         self._read = [str(path) for path in settings.get("read") or ()]
         self._write = [str(path) for path in settings.get("write") or ()]
+        self._given_scratch = str(settings.get("scratch") or "")
         self.error: str | None = None
         self._template = 0
         self._own_pid_namespace = -1
@@ -141,7 +142,7 @@ class SandboxPlan:
             self._grant(path, _READ_RIGHTS, required=True)
         for path in self._write:
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
-        self.scratch = tempfile.mkdtemp(prefix="dsh-code-scratch-")
+        self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
         self._template = os.getpid()
         try:
             namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
