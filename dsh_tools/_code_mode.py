@@ -12,7 +12,8 @@ from .actors._protocol import SetTransport
 from .codebridge._assembly import check_runtime
 from .codebridge._bridge import CodeRunBridgeActor
 from .codebridge._runtime import SubprocessCodeRuntime
-from .codebridge._seam import CodeRuntimeConfig
+from .codebridge._sandbox import CodeSandbox
+from .codebridge._seam import runtime_config_from
 from .codebridge._transport import (
     INVALID_DESCRIPTION_MESSAGE,
     RUN_CODE_DESCRIPTION,
@@ -24,32 +25,43 @@ from .codebridge._transport import (
 from .pipeline import spill_policy
 from .registry import ToolOutput, define_tool
 
-__all__ = ["build_run_code", "install_code_mode"]
+__all__ = ["build_run_code", "check_code_sandbox", "install_code_mode"]
 
 
-def install_code_mode(system: Any, code_runtime: Any) -> None:
+def check_code_sandbox(code_runtime: Any, code_sandbox: Any) -> None:
+    """Refuse grants that are not a ``CodeSandbox`` or that no default runtime would use."""
+    from ._system import DEFAULT
+
+    if code_sandbox is None:
+        return
+    if not isinstance(code_sandbox, CodeSandbox):
+        raise TypeError(f"code_sandbox must be a CodeSandbox, got {type(code_sandbox).__name__}")
+    if code_runtime is not DEFAULT:
+        raise ValueError(
+            "code_sandbox must go with the default code runtime; give your own runtime "
+            "CodeRuntimeConfig(sandbox=...)"
+        )
+
+
+def install_code_mode(
+    system: Any, code_runtime: Any, code_sandbox: CodeSandbox | None = None
+) -> None:
     """Resolve the code runtime and, in ``code``/``both`` mode, install ``run_code``.
 
     ``code_runtime`` is ``DEFAULT`` (the subprocess runtime, started only for non-native modes),
     ``None`` (no runtime: non-native assemblies refuse) or any ``CodeRuntime``.
+    ``code_sandbox`` is the default runtime's grants (under ``code_isolation="sandbox"``).
     """
     from ._system import DEFAULT
 
     config = system.config
     system._owns_runtime = False
+    check_code_sandbox(code_runtime, code_sandbox)
     if code_runtime is DEFAULT:
         if config.mode == "native":
             system.code_runtime = None
         else:
-            system.code_runtime = SubprocessCodeRuntime(
-                CodeRuntimeConfig(
-                    compute_ms=config.compute_ms,
-                    max_wall_ms=config.max_wall_ms,
-                    max_output_bytes=config.max_output_bytes,
-                    max_memory_mb=config.max_memory_mb,
-                    max_frame_bytes=config.max_frame_bytes,
-                )
-            )
+            system.code_runtime = SubprocessCodeRuntime(runtime_config_from(config, code_sandbox))
             system._owns_runtime = True
     else:
         system.code_runtime = code_runtime

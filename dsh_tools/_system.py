@@ -39,6 +39,7 @@ from .actors import (
 from .actors._config import ToolsConfig
 from .actors._protocol import CloseOwner, StopRegistry
 from .codebridge._assembly import AssembledPrompt, assemble
+from .codebridge._sandbox import CodeSandbox
 from .pipeline import Pipeline, SessionLog, message_of
 from .pipeline._approval import Approval, as_approval
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
@@ -243,11 +244,15 @@ class ToolSystem:
         approval: Any = None,
         code_runtime: Any = DEFAULT,
         session: SessionLog | None = None,
+        code_sandbox: CodeSandbox | None = None,
     ) -> None:
         if config is None:
             config = ToolsConfig()
         if not isinstance(config, ToolsConfig):
             raise TypeError(f"config must be a ToolsConfig, got {type(config).__name__}")
+        from ._code_mode import check_code_sandbox
+
+        check_code_sandbox(code_runtime, code_sandbox)  # before anything is started
         self.config = config
         self.approval = approval  # normalized by the setter
         if session is not None and not isinstance(session, SessionLog):
@@ -290,7 +295,7 @@ class ToolSystem:
         )
         self.code_runtime: Any = None
         self.dispatch_spill: Any = None
-        self._init_code_mode(code_runtime)
+        self._init_code_mode(code_runtime, code_sandbox)
         self.ref = FrontActor.start(self)
         _running.add(self)
 
@@ -311,19 +316,27 @@ class ToolSystem:
         approval: Any = None,
         code_runtime: Any = DEFAULT,
         session: SessionLog | None = None,
+        code_sandbox: CodeSandbox | None = None,
     ) -> ToolSystem:
         """Start a tool system. ``approval`` answers ``Ask`` decisions: an ``Approval`` (an
         object with a ``request`` method) or a function or ``async def`` taking the same
         keywords (``TypeError`` for anything else); ``code_runtime`` runs
         Code Mode programs (``DEFAULT``: the subprocess runtime; ``None``: none); ``session``
-        is the log to record into (for example ``SessionLog(max_events=10_000)``)."""
-        return cls(config, approval=approval, code_runtime=code_runtime, session=session)
+        is the log to record into (for example ``SessionLog(max_events=10_000)``);
+        ``code_sandbox`` grants the default runtime's sandbox paths and environment."""
+        return cls(
+            config,
+            approval=approval,
+            code_runtime=code_runtime,
+            session=session,
+            code_sandbox=code_sandbox,
+        )
 
-    def _init_code_mode(self, code_runtime: Any) -> None:
+    def _init_code_mode(self, code_runtime: Any, code_sandbox: CodeSandbox | None) -> None:
         # Code Mode is wired in by the codebridge layer (see _code_mode below).
         from ._code_mode import install_code_mode
 
-        install_code_mode(self, code_runtime)
+        install_code_mode(self, code_runtime, code_sandbox)
 
     def assemble_prompt(self, agent: str | None = None) -> AssembledPrompt:
         """The prompt sections and tool schemas ``agent`` gets in this system's mode."""

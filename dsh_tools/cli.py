@@ -344,9 +344,12 @@ def run_program(
     workspace: Path,
     compute_ms: float = 60_000,
     max_wall_ms: float = 600_000,
+    isolation: str = "sandbox",
 ) -> int:
     """Run ``program`` (the body of an async function) in Code Mode against the example tools."""
-    config = ToolsConfig(mode="code", compute_ms=compute_ms, max_wall_ms=max_wall_ms)
+    config = ToolsConfig(
+        mode="code", compute_ms=compute_ms, max_wall_ms=max_wall_ms, code_isolation=isolation
+    )
     with _example_system("code", workspace, config) as system:
         result = system.execute(
             ExecuteCall(
@@ -401,6 +404,10 @@ _BARS: list[tuple[str, str, str, float | None]] = [
     ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
     ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
     ("demo_rss_mb", "resident memory of the demo (peak)", "MB", 80),
+    ("monty_empty_ms", "Monty: session checkout + empty feed_run", "ms", None),
+    ("monty_100_calls_ms", "Monty: 100 external async calls, gathered", "ms", None),
+    ("run_code_empty_vs_monty", "empty run_code / Monty's empty run", "x", 2),
+    ("run_code_100_calls_vs_monty", "run_code 100 calls / Monty's 100 calls", "x", 0.2),
 ]
 
 
@@ -409,6 +416,7 @@ def run_bench(
 ) -> int:
     """Measure and print the benchmark table (or JSON)."""
     from ._bench import measure_code_mode, measure_demo_rss, measure_pipeline, measure_pool
+    from ._bench_monty import measure_monty, monty_available
 
     progress = _Progress(3 + 5 + (3 if code_mode else 0))
     figures: dict[str, float] = {}
@@ -417,6 +425,14 @@ def run_bench(
     if code_mode:
         figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
         figures.update(measure_demo_rss(progress=progress.step))
+        if monty_available():
+            figures.update(measure_monty(runs=max(runs * 4, 10)))
+            figures["run_code_empty_vs_monty"] = (
+                figures["run_code_empty_ms"] / figures["monty_empty_ms"]
+            )
+            figures["run_code_100_calls_vs_monty"] = (
+                figures["run_code_100_calls_ms"] / figures["monty_100_calls_ms"]
+            )
     progress.close()
     if as_json:
         print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)
@@ -428,7 +444,10 @@ def run_bench(
         if key not in figures:
             continue
         value = figures[key]
-        shown = f"{value:,.0f} {unit}" if unit == "/s" else f"{value:.1f} {unit}"
+        if unit == "/s":
+            shown = f"{value:,.0f} {unit}"
+        else:
+            shown = f"{value:.2f} {unit}" if unit == "x" else f"{value:.1f} {unit}"
         bar_text = f"<= {bar:g}" if bar is not None else ""
         mark = ""
         if bar is not None and value > bar:
@@ -479,6 +498,13 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive_ms,
         default=60_000,
         help="CPU-time budget of the program in milliseconds (default 60000)",
+    )
+    run.add_argument(
+        "--isolation",
+        choices=("sandbox", "process"),
+        default="sandbox",
+        help="sandbox (default): only the example tools reach the workspace; process: the "
+        "program runs with your user's powers",
     )
     return parser
 
@@ -580,6 +606,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         workspace=args.workspace,
         compute_ms=args.compute_ms,
         max_wall_ms=args.max_wall_ms,
+        isolation=args.isolation,
     )
 
 

@@ -120,6 +120,10 @@ def runtime_with() -> Iterator[Callable[..., SubprocessCodeRuntime]]:
     made: dict[tuple[tuple[str, Any], ...], SubprocessCodeRuntime] = {}
 
     def make(**settings: Any) -> SubprocessCodeRuntime:
+        # These tests find the run's processes on the host by the pids the program reports,
+        # which only the process isolation shares with the host (the sandbox's PID namespace
+        # renumbers them); the sandbox tests check the same budgets under the default.
+        settings.setdefault("isolation", "process")
         settings.setdefault("max_wall_ms", 30_000)
         settings.setdefault("compute_ms", 10_000)
         key = tuple(sorted(settings.items()))
@@ -670,6 +674,9 @@ def test_fault_a_dead_template_is_replaced_for_the_next_run() -> None:
         assert template is not None
         os.kill(template, signal.SIGKILL)
         assert run(own, "return 2").value == 2
+        # A worker the dead template had already forked may serve that run; the one after
+        # finds every such worker gone and starts a new template.
+        assert run(own, "return 3").value == 3
         assert own.template_pid not in (None, template)
     finally:
         own.close()
@@ -701,9 +708,9 @@ while True:
 
 
 def test_a_template_that_cannot_start_is_a_worker_exit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dsh_tools.codebridge import _runtime
+    from dsh_tools.codebridge import _template_host
 
-    monkeypatch.setattr(_runtime, "_TEMPLATE_PATH", "/nonexistent/template.py")
+    monkeypatch.setattr(_template_host, "_TEMPLATE_PATH", "/nonexistent/template.py")
     broken = SubprocessCodeRuntime()
     try:
         assert run(broken, "return 1") == CodeRunResult(
@@ -738,10 +745,12 @@ def test_disposal_reaches_runs_on_other_threads_event_loops() -> None:
 
 HOST_SCRIPT = """
 import asyncio
-from dsh_tools.codebridge import BindingNamespace, CodeRunRequest, SubprocessCodeRuntime
+from dsh_tools.codebridge import (
+    BindingNamespace, CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime,
+)
 
 async def main():
-    runtime = SubprocessCodeRuntime()
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(isolation="process"))
 
     async def announce(worker):
         print(runtime.template_pid, worker, flush=True)

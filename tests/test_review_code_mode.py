@@ -19,8 +19,11 @@ from dsh_tools.codebridge import (
 def test_a_program_that_stops_the_template_still_settles_and_the_next_run_works() -> None:
     # The worker's parent is the template process; a program can freeze it (SIGSTOP), so the
     # worker's exit report never comes. The run must still settle (faults become results,
-    # never hangs), and later runs must get a working template.
-    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=10_000, max_wall_ms=20_000))
+    # never hangs), and later runs must get a working template. Under the process isolation,
+    # where the template is reachable (the sandbox refuses the signal; its tests check that).
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=10_000, max_wall_ms=20_000, isolation="process")
+    )
     freeze_parent = (
         "import os, signal\n"
         "parent = os.getppid()\n"

@@ -14,6 +14,7 @@ UNLISTED_TOOLS = "<unlisted-tools>"
 """The ``tool_order`` marker that stands for every tool not listed, in lexicographic order."""
 
 _MODES = ("native", "code", "both")
+_ISOLATIONS = ("sandbox", "process")
 
 
 def _positive_int(key: str, value: Any, *, minimum: int = 1) -> None:
@@ -44,6 +45,9 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     - ``max_frame_bytes``: the cap on one worker frame.
     - ``compute_ms``, ``max_wall_ms``, ``max_memory_mb``: the code worker's CPU, wall-clock and
       memory budgets.
+    - ``code_isolation``: ``"sandbox"`` (the default: each program confined to its scratch
+      directory, the granted paths and its tools) or ``"process"`` (own process group, limits
+      and a clean environment only: the program has the host user's powers).
     - ``max_inline_bytes``: when set, dispatch logs larger than this are spilled.
     - ``tool_order``: tool names in prompt order, with at most one ``"<unlisted-tools>"`` marker.
     """
@@ -56,6 +60,7 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     compute_ms: float = 60_000
     max_wall_ms: float = 600_000
     max_memory_mb: float = 512
+    code_isolation: str = "sandbox"
     max_inline_bytes: int | None = None
     tool_order: Sequence[str] | None = None
 
@@ -73,6 +78,15 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
         _positive_number("compute_ms", self.compute_ms)
         _positive_number("max_wall_ms", self.max_wall_ms)
         _positive_number("max_memory_mb", self.max_memory_mb)
+        if type(self.code_isolation) is not str:
+            raise TypeError(
+                "code_isolation must be one of sandbox, process; "
+                f"got {type(self.code_isolation).__name__}"
+            )
+        if self.code_isolation not in _ISOLATIONS:
+            raise ValueError(
+                f"code_isolation must be one of sandbox, process; got {self.code_isolation!r}"
+            )
         if self.max_inline_bytes is not None:
             _positive_int("max_inline_bytes", self.max_inline_bytes)
         if self.tool_order is not None:

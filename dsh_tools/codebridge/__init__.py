@@ -2,6 +2,7 @@
 
 from ._assembly import AssembledPrompt, PromptSection
 from ._runtime import SubprocessCodeRuntime
+from ._sandbox import CodeSandbox
 from ._sdk import (
     SDK_INSTRUCTIONS,
     SDK_SECTION_NAME,
@@ -48,6 +49,7 @@ __all__ = [
     "CodeRunResult",
     "CodeRuntime",
     "CodeRuntimeConfig",
+    "CodeSandbox",
     "ErrorClassSpec",
     "FailureKind",
     "PromptSection",

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ._spill import SPILL_BYTES, SpilledBody
 from ._tokens import Token
 
 __all__ = [
@@ -152,23 +153,48 @@ class FrameReader:
     """Splits a byte stream into decoded frames; undecodable bodies are skipped.
 
     After a length prefix above the cap, ``oversize`` holds the ``FrameTooLarge`` and the reader
-    accepts nothing more (the frames before it are still returned).
+    accepts nothing more (the frames before it are still returned). A body above
+    ``SPILL_BYTES`` is written to disk while it arrives (``_spill``), so the memory one reader
+    holds stays below ``SPILL_BYTES`` plus one read, whatever ``max_frame_bytes`` is.
     """
 
-    __slots__ = ("_buffer", "_cap", "_decode", "_start", "oversize")
+    __slots__ = ("_buffer", "_cap", "_decode", "_spilled", "_start", "oversize")
 
     def __init__(self, decoder: msgspec.msgpack.Decoder[Any], max_frame_bytes: int) -> None:
         self._decode = decoder.decode
         self._cap = max_frame_bytes
         self._buffer = bytearray()
         self._start = 0
+        self._spilled: SpilledBody | None = None
         self.oversize: FrameTooLarge | None = None
+
+    def close(self) -> None:
+        """Drop a partly received spilled body, if any."""
+        if self._spilled is not None:
+            self._spilled.close()
+            self._spilled = None
+
+    def _continue_spill(self, data: bytes, frames: list[Any]) -> bytes:
+        spilled = self._spilled
+        assert spilled is not None
+        with memoryview(data) as view:
+            taken = spilled.write(view)
+        if spilled.remaining:
+            return b""
+        self._spilled = None
+        with contextlib.suppress(Exception):  # hostile bytes: skip the frame, never raise
+            frames.append(spilled.decode(self._decode))
+        return data[taken:]
 
     def feed(self, data: bytes) -> list[Any]:
         """Add bytes; return the frames they complete, in order."""
         frames: list[Any] = []
         if self.oversize is not None:
             return frames
+        if self._spilled is not None:
+            data = self._continue_spill(data, frames)
+            if not data:
+                return frames
         buffer = self._buffer
         buffer += data
         start = self._start
@@ -183,6 +209,8 @@ class FrameReader:
                 return frames
             body_end = start + PREFIX_BYTES + size
             if body_end > end:
+                if size > SPILL_BYTES and self._spill(size, buffer, start + PREFIX_BYTES):
+                    start = end = 0
                 break
             with (
                 memoryview(buffer) as view,
@@ -199,3 +227,16 @@ class FrameReader:
             start = 0
         self._start = start
         return frames
+
+    def _spill(self, size: int, buffer: bytearray, body_start: int) -> bool:
+        """Move the incomplete body at ``body_start`` to disk; ``False`` (kept in memory)
+        when no temporary file can be made."""
+        try:
+            spilled = SpilledBody(size)
+            with memoryview(buffer) as view, view[body_start:] as body:
+                spilled.write(body)
+        except OSError:
+            return False
+        buffer.clear()
+        self._spilled = spilled
+        return True

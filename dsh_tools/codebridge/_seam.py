@@ -23,6 +23,7 @@ from msgspec import UNSET
 
 from ..actors import AbortSignal
 from ._program import ABSENT_NAME
+from ._sandbox._policy import CodeSandbox
 
 __all__ = [
     "DEFAULT_COMPUTE_MS",
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "DEFAULT_MAX_WALL_MS",
+    "ISOLATIONS",
     "BindingFunction",
     "BindingNamespace",
     "CodeRunFailure",
@@ -55,6 +57,8 @@ DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
 """Default cap on one channel frame, either direction."""
 
 _SAFE_INTEGER: Final = 2**53 - 1
+ISOLATIONS: Final = ("sandbox", "process")
+"""The isolation levels of the subprocess runtime, strictest first."""
 
 FailureKind = Literal[
     "exception",
@@ -135,7 +139,8 @@ class CodeRuntime(Protocol):
 
     @property
     def isolation(self) -> str:
-        """A label for where programs run (``"process"``); not a security claim."""
+        """Where programs run: ``"sandbox"`` (the shipped runtime's default, see
+        ``docs/sandbox.md``) or ``"process"`` (a separate process, not a security boundary)."""
         ...
 
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
@@ -167,9 +172,13 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     ``compute_ms``: CPU budget of the worker (busy time); ``max_wall_ms``: wall ceiling from
     spawn; ``max_output_bytes``: cap on logs plus value or message (an integer >= 4);
-    ``max_memory_mb``: worker address-space limit (best effort); ``max_frame_bytes``: cap on one
-    channel frame in either direction. A wrong type raises ``TypeError``, a bad value
-    ``ValueError``, both with ``code runtime: config.<key> must be ...``.
+    ``max_memory_mb``: worker address-space limit (under the sandbox also the memory of the
+    whole process tree and the size of the scratch directory); ``max_frame_bytes``: cap on one
+    channel frame in either direction; ``isolation``: ``"sandbox"`` (the default: Landlock,
+    namespaces, seccomp, see ``docs/sandbox.md``) or ``"process"`` (own process group, limits
+    and a clean environment only); ``sandbox``: the grants under ``"sandbox"``. A wrong type
+    raises ``TypeError``, a bad value ``ValueError``, both with ``code runtime: config.<key>
+    must be ...``.
     """
 
     compute_ms: float = DEFAULT_COMPUTE_MS
@@ -177,8 +186,21 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    isolation: str = "sandbox"
+    sandbox: CodeSandbox = msgspec.field(default_factory=CodeSandbox)
 
     def __post_init__(self) -> None:
+        if self.isolation not in ISOLATIONS:
+            error = TypeError if type(self.isolation) is not str else ValueError
+            raise error(
+                "code runtime: config.isolation must be one of sandbox, process; "
+                f"got {self.isolation!r}"
+            )
+        if not isinstance(self.sandbox, CodeSandbox):
+            raise TypeError(
+                "code runtime: config.sandbox must be a CodeSandbox, "
+                f"got {type(self.sandbox).__name__}"
+            )
         for key in ("compute_ms", "max_wall_ms", "max_output_bytes", "max_memory_mb"):
             _check_positive(key, getattr(self, key))
         output = self.max_output_bytes
@@ -198,9 +220,12 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(message)
 
 
-def runtime_config_from(config: Any) -> CodeRuntimeConfig:
-    """The runtime budgets of a ``ToolsConfig`` (or any object with the same five fields)."""
+def runtime_config_from(config: Any, sandbox: CodeSandbox | None = None) -> CodeRuntimeConfig:
+    """The runtime settings of a ``ToolsConfig`` (or any object with the same five budgets;
+    ``code_isolation`` defaults to ``"sandbox"``), with ``sandbox``'s grants."""
     return CodeRuntimeConfig(
+        isolation=getattr(config, "code_isolation", "sandbox"),
+        sandbox=CodeSandbox() if sandbox is None else sandbox,
         compute_ms=config.compute_ms,
         max_wall_ms=config.max_wall_ms,
         max_output_bytes=config.max_output_bytes,

@@ -5,18 +5,28 @@ the worker modules under a private package name (so ``dsh_tools`` itself is neve
 freezes the garbage collector's view of its heap (cheaper copy-on-write) and serves spawn
 requests on its control socket (``AF_UNIX``/``SOCK_SEQPACKET``). It never runs model code.
 
+The first message on the control socket is ``b"C"`` + JSON settings: ``isolation``
+(``"sandbox"`` or ``"process"``) and, for the sandbox, the budgets and the grants (see
+``_sandbox``). Under ``"sandbox"`` the template prepares the sandbox once (an empty network
+namespace, the granted paths, the kernel checks); a failure there is answered to every spawn
+request as an ``E`` report naming the missing feature, so no run ever goes unconfined.
+
 A spawn request is one message ``b"S"`` carrying five descriptors: host->worker channel (read
 end), worker->host channel (write end), native stdout and stderr (write ends) and the run's
-status pipe (write end). The template forks; the child calls ``setsid()``, reports
-``b"P" + pid`` on the status pipe (so the host learns the pid only once the process group
-exists), moves its descriptors to 0-4 (0 = ``/dev/null``), closes every other descriptor, clears
-the environment and enters ``_worker.main()``. The template closes its copies of the run's
-descriptors except the status pipe, reaps the child (and, as a child subreaper, any orphaned
-grandchild) and reports ``b"X"`` + wait status + CPU seconds on the status pipe, then closes it.
-A failed fork is reported as ``b"E"`` + message.
+status pipe (write end). The template forks; the child calls ``setsid()`` and moves its
+descriptors to 0-4 (0 = ``/dev/null``) and the status pipe to 5, closing every other descriptor.
+Under ``"process"`` it reports ``b"P"`` + its pid, clears the environment and enters
+``_worker.main()``. Under ``"sandbox"`` the child is forked into a new PID namespace, of which
+it is the init: the template reports ``b"P"`` + its pid (killing that process ends the whole
+run), and the init creates the run's other namespaces, forks the confined worker and reports
+``b"W"`` + the worker's wait status or ``b"B"`` + the budget it ended the run for. The template
+closes its copies of the run's descriptors except the status pipe, reaps the child (and, as a
+child subreaper, any orphaned grandchild) and reports ``b"X"`` + wait status + CPU seconds (of
+the child and everything it reaped: under the sandbox, the whole run) on the status pipe, then
+closes it. Failures are ``b"E"`` + a 2-byte length + message.
 
 When the control socket reaches end of file (the host disposed the runtime or died) the template
-kills every live worker's process group, reaps them and exits.
+kills every live child's process group, reaps them and exits.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import errno
 import fcntl
 import gc
 import importlib
+import json
 import os
 import select
 import signal
@@ -70,7 +81,22 @@ def _close_quiet(fd: int) -> None:
         os.close(fd)
 
 
-def _child(worker: Any, control: socket.socket, fds: list[int], wake: tuple[int, int]) -> NoReturn:
+def _error_report(message: str) -> bytes:
+    data = message.encode("utf-8", "replace")[:4000]
+    return b"E" + struct.pack(">H", len(data)) + data
+
+
+def _close_all_but(first: int, kept: list[int]) -> None:
+    """Close every descriptor from ``first`` on, except ``kept``."""
+    start = first
+    for fd in sorted(kept):
+        if fd >= start:
+            os.closerange(start, fd)
+            start = fd + 1
+    os.closerange(start, os.sysconf("SC_OPEN_MAX"))
+
+
+def _child(worker: Any, control: socket.socket, fds: list[int], plan: Any) -> NoReturn:
     status = 70
     try:
         os.setsid()
@@ -78,21 +104,24 @@ def _child(worker: Any, control: socket.socket, fds: list[int], wake: tuple[int,
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         control.detach()  # the descriptor is closed below; the object must never close it
         channel_in, channel_out, out_w, err_w, status_w = fds
-        os.write(status_w, b"P" + struct.pack(">i", os.getpid()))
         devnull = os.open(os.devnull, os.O_RDONLY)
-        sources = [devnull, out_w, err_w, channel_in, channel_out]
+        sources = [devnull, out_w, err_w, channel_in, channel_out, status_w]
         lifted = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in sources]
         for target, fd in enumerate(lifted):
             os.dup2(fd, target)
-        os.closerange(5, os.sysconf("SC_OPEN_MAX"))
+        _close_all_but(6, [] if plan is None else plan.kept_fds())
         os.environ.clear()
+        if plan is not None:
+            plan.start_init(5, worker.main)
+        os.write(5, b"P" + struct.pack(">i", os.getpid()))
+        os.close(5)
         worker.main()
     except BaseException:
         pass
     os._exit(status)
 
 
-def _serve(worker: Any, control: socket.socket) -> None:
+def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -119,15 +148,25 @@ def _serve(worker: Any, control: socket.socket) -> None:
             for fd in fds:
                 _close_quiet(fd)
             return
+        if plan is not None and plan.error is not None:
+            _write_quiet(fds[4], _error_report(plan.error))
+            for fd in fds:
+                _close_quiet(fd)
+            return
         try:
-            pid = os.fork()
+            pid = os.fork() if plan is None else plan.fork_run()
         except OSError as exc:
-            _write_quiet(fds[4], b"E" + str(exc).encode("utf-8", "replace"))
+            message = f"fork failed: {exc}"
+            if plan is not None:
+                message = plan.unavailable("PID namespaces", exc)
+            _write_quiet(fds[4], _error_report(message))
             for fd in fds:
                 _close_quiet(fd)
             return
         if pid == 0:
-            _child(worker, control, fds, (wake_r, wake_w))
+            _child(worker, control, fds, plan)
+        if plan is not None:  # the init cannot know its pid outside its namespace
+            _write_quiet(fds[4], b"P" + struct.pack(">i", pid))
         for fd in fds[:4]:
             _close_quiet(fd)
         children[pid] = fds[4]
@@ -180,14 +219,33 @@ def _serve(worker: Any, control: socket.socket) -> None:
     reap()
 
 
+def _read_settings(control: socket.socket) -> dict[str, Any]:
+    message = control.recv(1 << 20)
+    if not message.startswith(b"C"):
+        raise SystemExit(70)
+    settings = json.loads(message[1:])
+    if not isinstance(settings, dict):
+        raise SystemExit(70)
+    return settings
+
+
 def main() -> None:
     """Entry point: ``_template.py <control fd>``."""
     control = socket.socket(fileno=int(sys.argv[1]))
+    settings = _read_settings(control)
     worker = _load_worker()
+    plan: Any = None
+    if settings.get("isolation") == "sandbox":
+        plan = importlib.import_module(_PACKAGE + "._sandbox").SandboxPlan(settings)
+        plan.prepare()
     _become_subreaper()
     gc.collect()
     gc.freeze()
-    _serve(worker, control)
+    try:
+        _serve(worker, control, plan)
+    finally:
+        if plan is not None:
+            plan.cleanup()
 
 
 if __name__ == "__main__":

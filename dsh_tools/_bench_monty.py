@@ -1,0 +1,78 @@
+"""The peer figures Code Mode is compared with: Pydantic's Monty, measured in the same run.
+
+``pydantic_monty.AsyncMonty`` keeps a warm pool of interpreter workers; one figure is a fresh
+session checkout plus an empty ``feed_run``, the other the same program as the Code Mode
+benchmark with 100 external async function calls under ``asyncio.gather``. Monty is a
+benchmark-only dependency (the ``bench`` extra); without it these figures are left out.
+
+It is measured in a child interpreter (``python -m dsh_tools._bench_monty RUNS``, printing JSON):
+``pydantic_monty`` 1.4 can abort its process at exit, which must not end ``dsh-tools bench``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+__all__ = ["measure_monty", "monty_available"]
+
+_GATHER_PROGRAM = (
+    "import asyncio\nvalues = await asyncio.gather(*[trivial(i) for i in range(100)])\nsum(values)"
+)
+
+
+def monty_available() -> bool:
+    """Whether ``pydantic_monty`` is installed."""
+    return importlib.util.find_spec("pydantic_monty") is not None
+
+
+async def _trivial(n: int) -> int:
+    return n
+
+
+async def _measure(runs: int) -> dict[str, float]:
+    import pydantic_monty
+
+    async with pydantic_monty.AsyncMonty(min_processes=2) as pool:
+
+        async def once(program: str, lookup: dict[str, Any] | None) -> float:
+            start = time.perf_counter()
+            async with pool.checkout() as session:
+                await session.feed_run(program, external_lookup=lookup)
+            return (time.perf_counter() - start) * 1e3
+
+        figures: dict[str, float] = {}
+        for key, program, lookup in (
+            ("monty_empty_ms", "None", None),
+            ("monty_100_calls_ms", _GATHER_PROGRAM, {"trivial": _trivial}),
+        ):
+            for _ in range(3):
+                await once(program, lookup)
+            figures[key] = statistics.median([await once(program, lookup) for _ in range(runs)])
+        return figures
+
+
+def measure_monty(runs: int = 20) -> dict[str, float]:
+    """Milliseconds for Monty's empty run and 100 gathered external calls (median)."""
+    child = subprocess.run(
+        [sys.executable, "-m", "dsh_tools._bench_monty", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    try:
+        figures = json.loads(child.stdout.splitlines()[0])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"the Monty benchmark failed: {child.stderr.strip()[-500:]}") from None
+    return {str(key): float(value) for key, value in figures.items()}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(_measure(int(sys.argv[1])))), flush=True)

@@ -1,0 +1,64 @@
+"""How a run settled (``Outcome``) and how that becomes a ``CodeRunResult`` through the ledger."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from ..actors import FrozenList
+from ._ledger import OutputLedger
+from ._seam import CodeRunFailure, CodeRunResult
+
+__all__ = ["LIMIT", "Outcome", "materialize", "quote", "safe_text"]
+
+
+def safe_text(value: Any, fallback: str) -> str:
+    try:
+        text = str(value)
+    except Exception:
+        return fallback
+    if not text.isascii():
+        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
+def quote(text: str) -> str:
+    return msgspec.json.encode(safe_text(text, "")).decode("utf-8")
+
+
+class Outcome:
+    """How a run settled: a failure, the output limit, or a completion (tokens absent = none)."""
+
+    __slots__ = ("failure", "limit", "tokens", "value")
+
+    def __init__(
+        self,
+        *,
+        failure: tuple[str, str] | None = None,
+        limit: bool = False,
+        tokens: list[Any] | None = None,
+        value: Any = UNSET,
+    ) -> None:
+        self.failure = failure
+        self.limit = limit
+        self.tokens = tokens
+        self.value = value
+
+
+LIMIT: Final = Outcome(limit=True)
+
+
+def materialize(ledger: OutputLedger, outcome: Outcome) -> CodeRunResult:
+    if not outcome.limit and not ledger.overflowed:
+        if outcome.failure is not None:
+            kind, message = outcome.failure
+            if ledger.fits_message(message):
+                return CodeRunResult(FrozenList(ledger.logs), error=CodeRunFailure(kind, message))
+        elif outcome.tokens is None:
+            return CodeRunResult(FrozenList(ledger.logs))
+        elif ledger.fits_value(outcome.tokens):
+            return CodeRunResult(FrozenList(ledger.logs), value=outcome.value)
+    logs, message = ledger.limited()
+    return CodeRunResult(FrozenList(logs), error=CodeRunFailure("output-limit", message))

@@ -1,0 +1,131 @@
+"""Pre-forked workers: a few runs' processes already spawned (and, under the sandbox, already
+confined), each waiting for its ``Boot`` frame.
+
+A slot is one spawn request already answered by the template: the host's ends of the five pipes
+and the template that took the request. ``take()`` hands out a live slot (a slot whose status
+pipe shows anything beyond the pid report, or end of file, is stale: its template died or its
+worker failed to start, so it is closed and skipped) and asks the template for a replacement,
+which the template forks in the background while the run proceeds. Every worker serves exactly
+one run and then exits, so each run starts from the same clean state. Slots are plain
+descriptors, not bound to any event loop; the pool is thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from typing import Final
+
+from ._template_host import TemplateHandle
+
+__all__ = ["Slot", "WorkerPool", "open_slot"]
+
+_PID_REPORT_BYTES: Final = 5
+
+
+class Slot:
+    """One spawned worker: host-side descriptors, its template, status bytes already read."""
+
+    __slots__ = ("fds", "status", "template")
+
+    def __init__(self, fds: dict[str, int], template: subprocess.Popen[bytes]) -> None:
+        self.fds = fds
+        self.template = template
+        self.status = b""
+
+    def close(self) -> None:
+        """Close the host's descriptors (an idle worker then reads end of file and exits)."""
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = {}
+
+
+def open_slot(template: TemplateHandle) -> Slot:
+    """Create the five pipes and have ``template`` spawn a worker on them; raises ``OSError``."""
+    pipes = [os.pipe() for _ in range(5)]  # non-inheritable, as every Python descriptor
+    (to_worker_r, to_worker_w), (from_worker_r, from_worker_w) = pipes[0], pipes[1]
+    (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes[2], pipes[3], pipes[4]
+    worker_ends = [to_worker_r, from_worker_w, out_w, err_w, status_w]
+    host = {
+        "to_worker": to_worker_w,
+        "from_worker": from_worker_r,
+        "out": out_r,
+        "err": err_r,
+        "status": status_r,
+    }
+    try:
+        process = template.spawn(worker_ends)
+    except BaseException:
+        for fd in host.values():
+            os.close(fd)
+        raise
+    finally:
+        for fd in worker_ends:
+            os.close(fd)
+    for fd in host.values():
+        os.set_blocking(fd, False)
+    return Slot(host, process)
+
+
+def _alive(slot: Slot) -> bool:
+    """Read what the status pipe holds; a live idle worker has sent its pid report only."""
+    fd = slot.fds["status"]
+    try:
+        while True:
+            data = os.read(fd, 4096)
+            if not data:
+                return False
+            slot.status += data
+    except BlockingIOError:
+        pass
+    except OSError:
+        return False
+    return len(slot.status) <= _PID_REPORT_BYTES
+
+
+class WorkerPool:
+    """Up to ``size`` idle slots of one template; refilled on every ``take()``."""
+
+    def __init__(self, template: TemplateHandle, size: int) -> None:
+        self._template = template
+        self._size = size
+        self._idle: list[Slot] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self) -> Slot | None:
+        """A live idle slot, or ``None`` when none is ready (the caller spawns directly)."""
+        with self._lock:
+            while self._idle:
+                slot = self._idle.pop(0)
+                if _alive(slot):
+                    return slot
+                slot.close()
+            return None
+
+    def fill(self) -> None:
+        """Spawn slots until ``size`` are idle (quietly stops when the template cannot)."""
+        while True:
+            with self._lock:
+                if self._closed or len(self._idle) >= self._size:
+                    return
+            try:
+                slot = open_slot(self._template)
+            except OSError:
+                return
+            with self._lock:
+                if self._closed:
+                    slot.close()
+                    return
+                self._idle.append(slot)
+
+    def close(self) -> None:
+        """Close every idle slot; later fills do nothing."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for slot in idle:
+            slot.close()

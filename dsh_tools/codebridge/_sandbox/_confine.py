@@ -1,0 +1,294 @@
+"""Confining one run: the template's shared preparation, the run's namespaces, the worker's
+Landlock domain, capabilities and seccomp filter.
+
+``SandboxPlan.prepare(settings)`` runs once in the template process, before any fork: it moves
+the template into an empty network namespace (first into a user namespace when it is not root,
+so that it may), checks the kernel features the sandbox needs, opens the granted paths and
+creates the scratch mount point. Nothing of this can fail later at run time, so a kernel that
+lacks a feature is reported with its name on every run instead of a run going unconfined.
+
+``SandboxPlan.fork_run()`` forks, in the template, the child that becomes the init of the run's
+new PID namespace (as root; otherwise a supervising child creates the namespace and forks the
+init), and ``start_init`` runs in it: the init (``_init``) creates the run's mount, IPC and UTS
+namespaces, mounts a private ``/proc`` and a size-limited tmpfs on the scratch mount point, and
+forks the worker. The worker makes the scratch directory its working directory,
+drops every capability, sets no-new-privileges, restricts itself with Landlock to the granted
+paths and installs the seccomp filter before it reads its program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import struct
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any, Final, NoReturn
+
+from . import _kernel
+from ._init import run_init
+from ._seccomp import seccomp_program, seccomp_supported
+
+__all__ = ["MIN_LANDLOCK_ABI", "SandboxPlan", "SandboxUnavailable"]
+
+MIN_LANDLOCK_ABI: Final = 3
+"""Landlock ABI 3 (Linux 6.2) is the first that also refuses ``truncate`` outside the grants."""
+_OPT_OUT: Final = 'set ToolsConfig(code_isolation="process") to run Code Mode without the sandbox'
+_SYSTEM_READ: Final = (
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/bin",
+    "/sbin",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/dev/zero",
+    "/dev/urandom",
+    "/dev/random",
+)
+_SYSTEM_WRITE: Final = ("/dev/null",)
+_RUN_NAMESPACES: Final = _kernel.CLONE_NEWNS | _kernel.CLONE_NEWIPC | _kernel.CLONE_NEWUTS
+"""Unshared by each run's init; its PID namespace comes from the template (``fork_run``)."""
+_FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
+_GRANT_FD_FLOOR: Final = 256
+_READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
+
+
+class SandboxUnavailable(Exception):
+    """The kernel lacks what the sandbox needs; the message names it and how to opt out."""
+
+
+def _unavailable(feature: str, detail: object) -> SandboxUnavailable:
+    return SandboxUnavailable(f"code sandbox unavailable: {feature} ({detail}); {_OPT_OUT}")
+
+
+def _write_file(path: str, text: str) -> None:
+    with open(path, "w") as file:
+        file.write(text)
+
+
+class _Grant:
+    __slots__ = ("fd", "rights")
+
+    def __init__(self, fd: int, rights: int) -> None:
+        self.fd = fd
+        self.rights = rights
+
+
+class SandboxPlan:
+    """The template's sandbox: prepared once, then applied to every run it forks."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.compute_ms = float(settings["compute_ms"])
+        self.max_memory_mb = float(settings["max_memory_mb"])
+        self.max_processes = int(settings["max_processes"])
+        self.env = {str(k): str(v) for k, v in dict(settings.get("env") or {}).items()}
+        self._read = [str(path) for path in settings.get("read") or ()]
+        self._write = [str(path) for path in settings.get("write") or ()]
+        self._given_scratch = str(settings.get("scratch") or "")
+        self.error: str | None = None
+        self._template = 0
+        self._own_pid_namespace = -1
+        self._direct = False
+        self.scratch = ""
+        self._abi = 0
+        self._grants: list[_Grant] = []
+        self._seccomp: list[_kernel.SockFilter] = []
+
+    def prepare(self) -> None:
+        """Enter the shared namespaces and check the kernel; on failure keep the message."""
+        try:
+            self._prepare()
+        except SandboxUnavailable as exc:
+            self.error = str(exc)
+
+    def _prepare(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise _unavailable("Linux", sys.platform)
+        try:
+            self._abi = _kernel.landlock_abi()
+        except (OSError, AttributeError) as exc:
+            raise _unavailable("Landlock", exc) from None
+        if self._abi < MIN_LANDLOCK_ABI:
+            found = f"ABI {self._abi}" if self._abi else "not enabled in this kernel"
+            raise _unavailable(f"Landlock ABI {MIN_LANDLOCK_ABI} or later", found)
+        if not seccomp_supported():
+            raise _unavailable("seccomp filter for this architecture", os.uname().machine)
+        self._seccomp = seccomp_program()
+        uid, gid = os.geteuid(), os.getegid()
+        self._direct = uid == 0
+        if uid != 0:
+            try:
+                _kernel.unshare(_kernel.CLONE_NEWUSER)
+                _write_file("/proc/self/setgroups", "deny")
+                _write_file("/proc/self/uid_map", f"0 {uid} 1")
+                _write_file("/proc/self/gid_map", f"0 {gid} 1")
+            except OSError as exc:
+                raise _unavailable("user namespaces", exc) from None
+        try:
+            _kernel.unshare(_kernel.CLONE_NEWNET)
+        except OSError as exc:
+            raise _unavailable("network namespaces", exc) from None
+        self._grant_python()
+        for path in _SYSTEM_READ:
+            self._grant(path, _READ_RIGHTS, required=False)
+        for path in _SYSTEM_WRITE:
+            self._grant(path, _kernel.fs_rights(self._abi), required=False)
+        for path in self._read:
+            self._grant(path, _READ_RIGHTS, required=True)
+        for path in self._write:
+            self._grant(path, _kernel.fs_rights(self._abi), required=True)
+        self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
+        self._template = os.getpid()
+        try:
+            namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _unavailable("PID namespaces", exc) from None
+        self._own_pid_namespace = fcntl.fcntl(namespace, fcntl.F_DUPFD_CLOEXEC, _GRANT_FD_FLOOR)
+        os.close(namespace)
+
+    def _grant_python(self) -> None:
+        prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+        for path in sorted(prefixes):
+            self._grant(path, _READ_RIGHTS, required=False)
+
+    def _grant(self, path: str, rights: int, *, required: bool) -> None:
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError as exc:
+            if required:
+                raise _unavailable(f"granted path {path!r}", exc.strerror) from None
+            return
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            rights &= _FILE_RIGHTS
+        # Above the numbers a run's descriptors are moved to, and kept by the template's child.
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _GRANT_FD_FLOOR)
+        os.close(fd)
+        self._grants.append(_Grant(high, rights))
+
+    def kept_fds(self) -> list[int]:
+        """The descriptors a run's supervisor must keep open (the granted paths)."""
+        return [grant.fd for grant in self._grants]
+
+    def unavailable(self, feature: str, detail: object) -> str:
+        """The failure message for a missing ``feature`` (names the opt-out)."""
+        return str(_unavailable(feature, detail))
+
+    def cleanup(self) -> None:
+        """Remove the scratch mount point (the template is exiting)."""
+        if self.scratch:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.scratch)
+
+    # -- per run (in the template's child) ---------------------------------------------------
+
+    def fork_run(self) -> int:
+        """Fork the child that becomes (as root) or starts (otherwise) the run's init, in the
+        template; ``os.fork()``'s result. Killing that child ends the whole run.
+
+        As root the template enters a new PID namespace for this one child and returns to its
+        own at once, so the child is the namespace's init. Without that right (a user
+        namespace cannot return to its parent's PID namespace) the child supervises: it
+        creates the namespace and forks the init, which dies with it (parent-death signal).
+        Raises ``OSError`` when the namespace cannot be made.
+        """
+        if not self._direct:
+            return os.fork()
+        _kernel.unshare(_kernel.CLONE_NEWPID)
+        try:
+            return os.fork()
+        finally:
+            if os.getpid() == self._template:
+                _kernel.setns(self._own_pid_namespace, _kernel.CLONE_NEWPID)
+
+    def start_init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
+        """In ``fork_run``'s child: be (or start) the run's init.
+
+        Descriptors 0-4 are the worker's and ``status_fd`` (5) the status pipe; nothing else is
+        open but the grants. The init exits once the worker has exited or a budget is
+        exhausted, which ends the namespace and every process in it.
+        """
+        if self._direct:
+            self._init(status_fd, start_worker)
+        try:
+            _kernel.set_parent_death_signal(signal.SIGKILL)
+            if os.getppid() != self._template:
+                os._exit(0)  # the template is already gone
+            _kernel.unshare(_kernel.CLONE_NEWPID)
+            init = os.fork()
+        except OSError as exc:
+            _report_error(status_fd, str(_unavailable("PID namespaces", exc)))
+            os._exit(71)
+        if init == 0:
+            self._init(status_fd, start_worker)
+        os.closerange(0, 1 << 16)
+        while True:
+            try:
+                os.waitpid(init, 0)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                pass
+            break
+        os._exit(0)
+
+    def _init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
+        try:
+            # The template is outside the namespace (getppid() is 0 here), so no re-check: it
+            # only dies when killed, and a worker left behind then reads end of file and exits.
+            _kernel.set_parent_death_signal(signal.SIGKILL)
+            _kernel.unshare(_RUN_NAMESPACES)
+            flags = _kernel.MS_NOSUID | _kernel.MS_NODEV | _kernel.MS_NOEXEC
+            _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
+            _kernel.mount("proc", "/proc", "proc", flags, None)
+            size = max(int(self.max_memory_mb), 1)
+            options = f"size={size}m,nr_inodes=16384,mode=0700"
+            _kernel.mount(
+                "tmpfs", self.scratch, "tmpfs", _kernel.MS_NOSUID | _kernel.MS_NODEV, options
+            )
+        except OSError as exc:
+            _report_error(status_fd, str(_unavailable("the run's namespaces and mounts", exc)))
+            os._exit(0)
+
+        def worker() -> NoReturn:
+            try:
+                self._confine(status_fd)
+            except OSError as exc:
+                _report_error(status_fd, str(_unavailable("confining the worker", exc)))
+                os._exit(71)
+            start_worker()
+
+        run_init(worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes)
+
+    def _confine(self, status_fd: int) -> None:
+        os.chdir(self.scratch)
+        ruleset = _kernel.landlock_create_ruleset(self._abi)
+        scratch = os.open(self.scratch, os.O_PATH | os.O_CLOEXEC)
+        _kernel.landlock_add_path(ruleset, scratch, _kernel.fs_rights(self._abi))
+        proc = os.open("/proc", os.O_PATH | os.O_CLOEXEC)  # the namespace's own /proc
+        _kernel.landlock_add_path(ruleset, proc, _READ_RIGHTS)
+        os.close(proc)
+        for grant in self._grants:
+            _kernel.landlock_add_path(ruleset, grant.fd, grant.rights)
+        _kernel.drop_capabilities()
+        _kernel.set_no_new_privs()
+        _kernel.landlock_restrict_self(ruleset)
+        _kernel.set_seccomp_filter(self._seccomp)
+        os.close(ruleset)
+        os.close(scratch)
+        for grant in self._grants:
+            os.close(grant.fd)
+        os.close(status_fd)
+        os.environ.clear()
+        os.environ.update(self.env)
+        sys.dont_write_bytecode = True
+
+
+def _report_error(fd: int, message: str) -> None:
+    data = message.encode("utf-8", "replace")[:4000]
+    with contextlib.suppress(OSError):
+        os.write(fd, b"E" + struct.pack(">H", len(data)) + data)

@@ -1,0 +1,112 @@
+"""The init of a run's PID namespace: reaps, charges the whole tree, ends the run.
+
+PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps every process
+(orphans of the run are reparented to it), and every ``TICK_SECONDS`` it sums, over the
+namespace's private ``/proc``, the CPU time of every live process (its own and its reaped
+children's) plus what it has reaped itself, the resident anonymous memory and the number of
+processes. Over a budget it reports which one and exits; when the worker exits it reports the
+worker's wait status and exits. Its exit makes the kernel kill everything left in the namespace,
+so nothing a run started (a ``setsid()`` grandchild included) outlives it.
+
+Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import struct
+from collections.abc import Callable
+from typing import Final, NoReturn
+
+__all__ = ["BUDGET_COMPUTE", "BUDGET_MEMORY", "BUDGET_PROCESSES", "TICK_SECONDS", "run_init"]
+
+TICK_SECONDS: Final = 0.025
+BUDGET_COMPUTE: Final = 1
+BUDGET_MEMORY: Final = 2
+BUDGET_PROCESSES: Final = 3
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
+
+
+def _tree_usage() -> tuple[float, int, int]:
+    """(CPU seconds, anonymous resident bytes, process count) of the namespace but PID 1."""
+    ticks = 0
+    pages = 0
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as file:
+                stat = file.read()
+            with open(f"/proc/{name}/statm", "rb") as file:
+                statm = file.read().split()
+        except OSError:
+            continue  # exited between the listing and the read
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        pages += max(int(statm[1]) - int(statm[2]), 0)
+        count += 1
+    times = os.times()
+    cpu = ticks / _CLOCK_TICKS + times.children_user + times.children_system
+    return cpu, pages * _PAGE_SIZE, count
+
+
+def run_init(
+    start_worker: Callable[[], NoReturn],
+    status_fd: int,
+    compute_ms: float,
+    max_memory_mb: float,
+    max_processes: int,
+) -> NoReturn:
+    """Be PID 1: start the worker, watch the tree, report, exit (which ends the namespace)."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_w)
+    worker = os.fork()
+    if worker == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wake_r)
+        os.close(wake_w)
+        start_worker()
+    for fd in range(5):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    memory_limit = max_memory_mb * 2**20
+    report = b""
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    while not report:
+        poller.poll(TICK_SECONDS * 1000)
+        with contextlib.suppress(OSError):
+            while os.read(wake_r, 512):
+                pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = worker, 0
+            if pid == 0:
+                break
+            if pid == worker:
+                report = b"W" + struct.pack(">i", status)
+                break
+        if report:
+            break
+        try:
+            cpu, memory, count = _tree_usage()
+        except (OSError, ValueError, IndexError):
+            continue
+        if cpu * 1000 >= compute_ms:
+            report = b"B" + bytes([BUDGET_COMPUTE])
+        elif memory > memory_limit:
+            report = b"B" + bytes([BUDGET_MEMORY])
+        elif count > max_processes:
+            report = b"B" + bytes([BUDGET_PROCESSES])
+    with contextlib.suppress(OSError):
+        os.write(status_fd, report)
+    os._exit(0)

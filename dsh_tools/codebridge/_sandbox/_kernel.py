@@ -1,0 +1,273 @@
+"""A small ctypes layer over the Linux calls the sandbox needs, each raising ``OSError``.
+
+Landlock (``landlock_create_ruleset``/``add_rule``/``restrict_self``), ``prctl`` (no new
+privileges, parent-death signal, capability bounding set, seccomp), ``capset``, ``unshare`` and
+``mount``. Only the standard library: the template process imports this module under a private
+package name before it forks workers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import platform
+from typing import Final
+
+__all__ = [
+    "CLONE_NEWIPC",
+    "CLONE_NEWNET",
+    "CLONE_NEWNS",
+    "CLONE_NEWPID",
+    "CLONE_NEWUSER",
+    "CLONE_NEWUTS",
+    "FILE_RIGHTS",
+    "FS_EXECUTE",
+    "FS_READ_DIR",
+    "FS_READ_FILE",
+    "MS_NODEV",
+    "MS_NOEXEC",
+    "MS_NOSUID",
+    "MS_PRIVATE",
+    "MS_REC",
+    "NET_BIND_TCP",
+    "NET_CONNECT_TCP",
+    "SCOPE_ABSTRACT_UNIX_SOCKET",
+    "SCOPE_SIGNAL",
+    "SockFilter",
+    "drop_capabilities",
+    "fs_rights",
+    "landlock_abi",
+    "landlock_add_path",
+    "landlock_create_ruleset",
+    "landlock_restrict_self",
+    "mount",
+    "set_no_new_privs",
+    "set_parent_death_signal",
+    "set_seccomp_filter",
+    "setns",
+    "unshare",
+]
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+_prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+# Landlock's syscall numbers are the same on every architecture (the generic table).
+_SYS_LANDLOCK_CREATE_RULESET: Final = 444
+_SYS_LANDLOCK_ADD_RULE: Final = 445
+_SYS_LANDLOCK_RESTRICT_SELF: Final = 446
+_SYS_CAPSET: Final = {"x86_64": 126, "aarch64": 91}.get(platform.machine(), -1)
+
+_LANDLOCK_CREATE_RULESET_VERSION: Final = 1
+_LANDLOCK_RULE_PATH_BENEATH: Final = 1
+
+FS_EXECUTE: Final = 1 << 0
+_FS_WRITE_FILE: Final = 1 << 1
+FS_READ_FILE: Final = 1 << 2
+FS_READ_DIR: Final = 1 << 3
+_FS_ALL_V1: Final = (1 << 13) - 1  # execute .. make_sym
+_FS_REFER: Final = 1 << 13  # ABI 2
+_FS_TRUNCATE: Final = 1 << 14  # ABI 3
+_FS_IOCTL_DEV: Final = 1 << 15  # ABI 5
+FILE_RIGHTS: Final = FS_EXECUTE | _FS_WRITE_FILE | FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+"""The rights that apply to a file (a rule on a file may grant no others)."""
+NET_BIND_TCP: Final = 1 << 0  # ABI 4
+NET_CONNECT_TCP: Final = 1 << 1  # ABI 4
+SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0  # ABI 6
+SCOPE_SIGNAL: Final = 1 << 1  # ABI 6
+
+CLONE_NEWNS: Final = 0x00020000
+CLONE_NEWUTS: Final = 0x04000000
+CLONE_NEWIPC: Final = 0x08000000
+CLONE_NEWUSER: Final = 0x10000000
+CLONE_NEWPID: Final = 0x20000000
+CLONE_NEWNET: Final = 0x40000000
+
+MS_NOSUID: Final = 2
+MS_NODEV: Final = 4
+MS_NOEXEC: Final = 8
+MS_REC: Final = 1 << 14
+MS_PRIVATE: Final = 1 << 18
+
+_PR_SET_PDEATHSIG: Final = 1
+_PR_CAPBSET_DROP: Final = 24
+_PR_SET_SECCOMP: Final = 22
+_PR_SET_NO_NEW_PRIVS: Final = 38
+_PR_CAP_AMBIENT: Final = 47
+_PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
+_SECCOMP_MODE_FILTER: Final = 2
+_CAPABILITY_VERSION_3: Final = 0x20080522
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+class SockFilter(ctypes.Structure):
+    """One classic BPF instruction (``struct sock_filter``)."""
+
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+    return result
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is absent or disabled."""
+    result = _syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    return max(int(result), 0)
+
+
+def fs_rights(abi: int) -> int:
+    """Every filesystem right the given Landlock ABI knows (all of them are handled)."""
+    rights = _FS_ALL_V1
+    if abi >= 2:
+        rights |= _FS_REFER
+    if abi >= 3:
+        rights |= _FS_TRUNCATE
+    if abi >= 5:
+        rights |= _FS_IOCTL_DEV
+    return rights
+
+
+def landlock_create_ruleset(abi: int) -> int:
+    """A ruleset handling every right ``abi`` knows: filesystem, TCP and scopes. Returns its fd."""
+    attr = _RulesetAttr(fs_rights(abi), 0, 0)
+    size = 8
+    if abi >= 4:
+        attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
+        size = 16
+    if abi >= 6:
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+        size = 24
+    result = _syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        ctypes.byref(attr),
+        ctypes.c_size_t(size),
+        ctypes.c_uint32(0),
+    )
+    return _check(int(result), "landlock_create_ruleset")
+
+
+def landlock_add_path(ruleset_fd: int, path_fd: int, rights: int) -> None:
+    """Allow ``rights`` beneath the file or directory open as ``path_fd``."""
+    attr = _PathBeneathAttr(rights, path_fd)
+    result = _syscall(
+        ctypes.c_long(_SYS_LANDLOCK_ADD_RULE),
+        ctypes.c_int(ruleset_fd),
+        ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH),
+        ctypes.byref(attr),
+        ctypes.c_uint32(0),
+    )
+    _check(int(result), "landlock_add_rule")
+
+
+def landlock_restrict_self(ruleset_fd: int) -> None:
+    """Confine the calling thread (and its future children) to the ruleset."""
+    result = _syscall(
+        ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)
+    )
+    _check(int(result), "landlock_restrict_self")
+
+
+def set_no_new_privs() -> None:
+    """``PR_SET_NO_NEW_PRIVS``: no exec can ever grant privileges again."""
+    _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def set_parent_death_signal(signal_number: int) -> None:
+    """Receive ``signal_number`` when the parent exits."""
+    _check(_prctl(_PR_SET_PDEATHSIG, signal_number, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable capability sets."""
+    last = 63
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as file:
+            last = int(file.read())
+    except (OSError, ValueError):
+        pass
+    for capability in range(last + 1):
+        if _prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) < 0:
+            number = ctypes.get_errno()
+            if number not in (22, 1):  # EINVAL: unknown capability; EPERM: none to drop
+                _check(-1, "prctl(PR_CAPBSET_DROP)")
+    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    result = _syscall(ctypes.c_long(_SYS_CAPSET), ctypes.byref(header), ctypes.byref(data))
+    _check(int(result), "capset")
+
+
+def set_seccomp_filter(program: list[SockFilter]) -> None:
+    """Install a seccomp filter (requires no-new-privileges or ``CAP_SYS_ADMIN``)."""
+    array = (SockFilter * len(program))(*program)
+    fprog = _SockFprog(len(program), ctypes.cast(array, ctypes.POINTER(SockFilter)))
+    result = _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0)
+    _check(result, "prctl(PR_SET_SECCOMP)")
+
+
+def unshare(flags: int) -> None:
+    """``unshare(2)``."""
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """``setns(2)``."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    """``mount(2)``."""
+    result = _libc.mount(
+        source.encode(),
+        target.encode(),
+        None if fstype is None else fstype.encode(),
+        ctypes.c_ulong(flags),
+        None if data is None else data.encode(),
+    )
+    _check(result, f"mount {target}")

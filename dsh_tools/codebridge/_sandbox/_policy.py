@@ -1,0 +1,51 @@
+"""``CodeSandbox``: what a sandboxed Code Mode program may reach beyond its scratch directory."""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["CodeSandbox"]
+
+
+def _paths(key: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"code sandbox: {key} must be a list of absolute paths")
+    for index, path in enumerate(value):
+        if type(path) is not str or not path.startswith("/") or "\0" in path:
+            raise ValueError(f"code sandbox: {key}[{index}] must be an absolute path, got {path!r}")
+    return tuple(value)
+
+
+class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
+    """The grants of the Code Mode sandbox (everything not granted is refused).
+
+    - ``read``: absolute paths (directories or files) the program may read and execute.
+    - ``write``: absolute paths the program may read, create, change and remove beneath.
+    - ``env``: the program's whole environment (nothing of the host's is passed otherwise).
+    - ``max_processes``: how many processes the run may have at once (the worker included).
+
+    A granted path must exist when the runtime's template starts, else every run fails naming
+    it. The program always has its own fresh scratch directory (its working directory, a
+    tmpfs of at most ``max_memory_mb``) and read access to the Python installation.
+    """
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    max_processes: int = 64
+
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "read", _paths("read", self.read))
+        msgspec.structs.force_setattr(self, "write", _paths("write", self.write))
+        if not isinstance(self.env, dict):
+            raise TypeError("code sandbox: env must be a dict of str to str")
+        for name, value in self.env.items():
+            if type(name) is not str or type(value) is not str:
+                raise TypeError("code sandbox: env must be a dict of str to str")
+            if not name or "=" in name or "\0" in name or "\0" in value:
+                raise ValueError(f"code sandbox: env name {name!r} must be a valid variable name")
+        count = self.max_processes
+        if type(count) is not int:
+            raise TypeError("code sandbox: max_processes must be a positive integer")
+        if count < 1:
+            raise ValueError(f"code sandbox: max_processes must be a positive integer, got {count}")

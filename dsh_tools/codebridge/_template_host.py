@@ -1,0 +1,171 @@
+"""The host's handle on the template process: started lazily, restarted when it has died."""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+__all__ = ["TemplateHandle", "wait_process"]
+
+
+def _remove_dir(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
+_TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
+
+
+class TemplateHandle:
+    """The host's handle on the template process; thread-safe, restarted when it has died."""
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        self._settings = dict(settings or {})
+        self._scratch: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._socket: socket.socket | None = None
+        self._closed = False
+
+    def spawn(self, fds: list[int]) -> subprocess.Popen[bytes]:
+        """Ask the template to fork a worker with ``fds``; return the template process that
+        took the request; raise ``OSError`` when it cannot."""
+        payload = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        with self._lock:
+            if self._closed:
+                raise OSError("the code runtime was disposed")
+            for attempt in range(2):
+                process = self._process
+                if process is None or process.poll() is not None or self._socket is None:
+                    self._discard()
+                    self._start()
+                assert self._socket is not None and self._process is not None
+                try:
+                    self._socket.sendmsg([b"S"], payload, socket.MSG_NOSIGNAL)
+                    return self._process
+                except OSError:
+                    self._discard()
+                    if attempt:
+                        raise
+            raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _start(self) -> None:
+        settings = dict(self._settings)
+        scratch = ""
+        if settings.get("isolation") == "sandbox":
+            # The runs' scratch mount point, made here so that the host removes it even when
+            # the template is killed before it can.
+            scratch = tempfile.mkdtemp(prefix="dsh-code-scratch-")
+            settings["scratch"] = scratch
+        host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-X", "utf8", _TEMPLATE_PATH, str(template_end.fileno())],
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                pass_fds=(template_end.fileno(),),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            host_end.close()
+            _remove_dir(scratch)
+            raise
+        finally:
+            template_end.close()
+        self._socket = host_end
+        self._scratch[self._process.pid] = scratch
+        try:
+            host_end.sendmsg([b"C" + msgspec.json.encode(settings)], [], socket.MSG_NOSIGNAL)
+        except OSError:
+            self._discard()
+            raise
+
+    def release(self, process: subprocess.Popen[bytes]) -> None:
+        """Remove what the host made for ``process``, a template that has exited."""
+        _remove_dir(self._scratch.pop(process.pid, ""))
+
+    def _discard(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        process = self._process
+        self._process = None
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            self.release(process)
+
+    def replace_unresponsive(self, process: subprocess.Popen[bytes]) -> None:
+        """Kill ``process``, a template that stopped reporting (the next spawn starts a fresh
+        one). Its workers' runs see their status pipes close and settle."""
+        with self._lock:
+            if self._process is process:
+                self._discard()
+                return
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        self.release(process)
+
+    def close(self) -> subprocess.Popen[bytes] | None:
+        """Stop accepting runs; closing the socket makes the template exit. Returns it."""
+        with self._lock:
+            self._closed = True
+            if self._socket is not None:
+                self._socket.close()
+                self._socket = None
+            process = self._process
+            self._process = None
+            return process
+
+    @property
+    def pid(self) -> int | None:
+        """The template's pid while it runs."""
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
+
+
+async def wait_process(process: subprocess.Popen[bytes], timeout: float) -> None:
+    if process.poll() is not None:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):
+        try:
+            await asyncio.wait_for(loop.run_in_executor(None, process.wait), timeout)
+        except TimeoutError:
+            process.kill()
+            process.wait()
+        return
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    try:
+        await asyncio.wait_for(exited, timeout)
+    except TimeoutError:
+        process.kill()
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+    process.wait()

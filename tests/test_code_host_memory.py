@@ -1,0 +1,70 @@
+"""What a run can make the host hold: bounded whatever the program writes."""
+
+from __future__ import annotations
+
+import asyncio
+
+from dsh_tools.codebridge import (
+    BindingNamespace,
+    CodeRunFailure,
+    CodeRunRequest,
+    CodeRuntimeConfig,
+    SubprocessCodeRuntime,
+)
+from dsh_tools.codebridge._frames import FrameReader, worker_frame_decoder
+
+
+def resident_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_partial_250_mb_frame_is_not_held_in_memory() -> None:
+    reader = FrameReader(worker_frame_decoder(), 256 * 2**20)
+    before = resident_mb()
+    chunk = b"\x00" * 2**20
+    assert reader.feed((250 * 2**20).to_bytes(4, "big")) == []
+    for _ in range(200):
+        assert reader.feed(chunk) == []
+    grown = resident_mb() - before
+    reader.close()
+    assert grown < 30, f"the host grew by {grown:.0f} MB for a partial frame"
+
+
+def test_a_complete_spilled_frame_still_decodes() -> None:
+    import msgspec
+
+    from dsh_tools.codebridge._frames import Log, encode_frame
+
+    reader = FrameReader(worker_frame_decoder(), 64 * 2**20)
+    data = bytes(encode_frame(Log("x" * (6 * 2**20)))) + bytes(encode_frame(Log("after")))
+    frames = []
+    for offset in range(0, len(data), 100_000):
+        frames += reader.feed(data[offset : offset + 100_000])
+    assert [len(frame.text) for frame in frames] == [6 * 2**20, 5]
+    assert msgspec.structs.asdict(frames[1]) == {"text": "after"}
+
+
+def test_a_gigabyte_of_stdout_ends_as_output_limit_and_the_host_stays_small() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_output_bytes=2**20))
+    program = """
+import os
+block = b"y" * 2**20
+for _ in range(1024):
+    os.write(1, block)
+"""
+    try:
+        asyncio.run(runtime.run(CodeRunRequest("return 1", [])))
+        before = resident_mb()
+        result = asyncio.run(runtime.run(CodeRunRequest(program, [BindingNamespace("tools", {})])))
+        grown = resident_mb() - before
+    finally:
+        runtime.close()
+    assert result.error is not None
+    assert result.error.kind == "output-limit"
+    assert isinstance(result.error, CodeRunFailure)
+    assert sum(len(entry) for entry in result.logs) <= 2**20
+    assert grown < 40, f"the host grew by {grown:.0f} MB for 1 GB of stdout"

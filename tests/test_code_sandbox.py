@@ -1,0 +1,490 @@
+"""The Code Mode sandbox, attacked as a hostile program would, and used as a legitimate one.
+
+Every attack runs under the default isolation and must end as a clean error inside the program
+or a clean failed result, with the host and later runs unharmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_tools import CodeSandbox, ToolsConfig
+from dsh_tools.codebridge import (
+    BindingNamespace,
+    CodeRunRequest,
+    CodeRunResult,
+    CodeRuntimeConfig,
+    SubprocessCodeRuntime,
+)
+
+
+def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
+    return asyncio.run(runtime.run(CodeRunRequest(program, [BindingNamespace("tools", {})])))
+
+
+def error_of(runtime: SubprocessCodeRuntime, program: str) -> str:
+    """The exception the program caught, as ``Type: message``."""
+    wrapped = "try:\n" + "".join(f"    {line}\n" for line in program.splitlines())
+    wrapped += (
+        "except Exception as exc:\n    return f'{type(exc).__name__}: {exc}'\nreturn 'allowed'"
+    )
+    result = run(runtime, wrapped)
+    assert result.error is None, result.error
+    return str(result.value)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SubprocessCodeRuntime]:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=3000, max_wall_ms=20_000))
+    yield runtime
+    runtime.close()
+
+
+def host_processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+# --- the legitimate path -------------------------------------------------------------------
+
+
+def test_the_standard_library_imports_and_runs(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import json, re, asyncio, decimal, dataclasses
+@dataclasses.dataclass
+class Point:
+    x: int
+await asyncio.sleep(0)
+return [json.dumps({"a": 1}), re.sub("b", "c", "abc"), str(decimal.Decimal("1.10") * 2),
+        Point(3).x]
+"""
+    assert run(sandbox, program).value == ['{"a": 1}', "acc", "2.20", 3]
+
+
+def test_the_scratch_directory_is_the_working_directory_and_fresh_each_run(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import os, tempfile
+before = sorted(os.listdir("."))
+with open("notes.txt", "w") as handle:
+    handle.write("kept for this run only")
+with tempfile.NamedTemporaryFile(dir=".") as handle:
+    handle.write(b"x")
+return [before, open("notes.txt").read()]
+"""
+    first = run(sandbox, program).value
+    second = run(sandbox, program).value
+    assert first == second == [[], "kept for this run only"]
+
+
+def test_granted_paths_are_readable_and_writable(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "in" / "data.txt").write_text("granted")
+    grants = CodeSandbox(read=[str(tmp_path / "in")], write=[str(tmp_path / "out")])
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=grants))
+    try:
+        program = f"""
+text = open({str(tmp_path / "in" / "data.txt")!r}).read()
+open({str(tmp_path / "out" / "copy.txt")!r}, "w").write(text)
+try:
+    open({str(tmp_path / "in" / "new.txt")!r}, "w")
+except PermissionError:
+    return "read-only stays read-only"
+"""
+        assert run(runtime, program).value == "read-only stays read-only"
+    finally:
+        runtime.close()
+    assert (tmp_path / "out" / "copy.txt").read_text() == "granted"
+    assert not (tmp_path / "in" / "new.txt").exists()
+
+
+def test_the_environment_is_only_what_the_policy_passes() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(env={"LANG": "C"})))
+    try:
+        assert run(runtime, "import os\nreturn dict(os.environ)").value == {"LANG": "C"}
+    finally:
+        runtime.close()
+
+
+# --- the attacks ---------------------------------------------------------------------------
+
+
+def test_a_secret_outside_the_scratch_directory_cannot_be_read(
+    sandbox: SubprocessCodeRuntime, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.key"
+    secret.write_text("hunter2")
+    assert error_of(sandbox, f"open({str(secret)!r}).read()").startswith("PermissionError")
+    assert error_of(sandbox, "open('/etc/passwd').read()").startswith("PermissionError")
+    assert error_of(sandbox, "open('/etc/shadow').read()").startswith("PermissionError")
+
+
+def test_nothing_outside_the_scratch_directory_can_be_written(
+    sandbox: SubprocessCodeRuntime, tmp_path: Path
+) -> None:
+    target = tmp_path / "planted"
+    assert error_of(sandbox, f"open({str(target)!r}, 'w')").startswith("PermissionError")
+    assert error_of(sandbox, "open('/tmp/planted-by-a-program', 'w')").startswith("PermissionError")
+    assert not target.exists()
+    assert not os.path.exists("/tmp/planted-by-a-program")
+
+
+def test_no_network_connection_reaches_a_listener_on_localhost(
+    sandbox: SubprocessCodeRuntime, tmp_path: Path
+) -> None:
+    received: list[bytes] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    unix_path = str(tmp_path / "service.sock")
+    unix_listener = socket.socket(socket.AF_UNIX)
+    unix_listener.bind(unix_path)
+    unix_listener.listen()
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            received.append(connection.recv(100))
+            connection.close()
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        tcp = f"""
+import socket
+socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"exfil:hello")
+"""
+        udp = f"""
+import socket
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"exfil", ("127.0.0.1", {port}))
+"""
+        unix = f"""
+import socket
+client = socket.socket(socket.AF_UNIX)
+client.connect({unix_path!r})
+"""
+        for program in (tcp, udp, unix):
+            assert error_of(sandbox, program).startswith("PermissionError"), program
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+        unix_listener.close()
+    assert received == []
+
+
+def test_the_program_cannot_signal_its_parent_or_the_template(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    run(sandbox, "return 1")
+    template = sandbox.template_pid
+    assert template is not None
+    outcome = error_of(sandbox, "import os\nos.kill(os.getppid(), 9)\nos.kill(1, 19)")
+    assert outcome.startswith("PermissionError")
+    assert error_of(sandbox, f"import os\nos.kill({template}, 9)").startswith(
+        ("ProcessLookupError", "PermissionError")
+    )
+    assert sandbox.template_pid == template
+    assert run(sandbox, "return 'still serving'").value == "still serving"
+
+
+def test_a_setsid_double_forked_sleeper_does_not_outlive_the_run(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    marker = "4242.125"
+    program = f"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", "{marker}"])
+    os._exit(0)
+time.sleep(0.2)
+return "escaped?"
+"""
+    assert run(sandbox, program).value == "escaped?"
+    deadline = time.monotonic() + 5
+    while host_processes_with(marker):
+        assert time.monotonic() < deadline, "the sleeper outlived its run"
+        time.sleep(0.01)
+
+
+def test_500_forked_children_end_the_run_cleanly(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import os, time
+for _ in range(500):
+    if os.fork() == 0:
+        time.sleep(30)
+        os._exit(0)
+return "forked 500"
+"""
+    result = run(sandbox, program)
+    assert result.error is not None
+    assert result.error.kind == "worker-exit"
+    # Whichever the tree exhausts first: 64 processes or 512 MB of their memory.
+    assert result.error.message in (
+        "process budget exhausted (more than 64 processes)",
+        "memory budget exhausted (512MB across the run's processes)",
+    )
+    assert run(sandbox, "return 'next run'").value == "next run"
+
+
+def test_no_other_process_environment_or_memory_is_readable(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    os.environ.setdefault("DSH_SANDBOX_TEST_SECRET", "s3cr3t")
+    host = os.getpid()
+    assert error_of(sandbox, "open('/proc/1/environ').read()").startswith("PermissionError")
+    assert error_of(sandbox, "open('/proc/1/mem', 'rb').read(1)").startswith("PermissionError")
+    assert error_of(sandbox, f"open('/proc/{host}/environ').read()").startswith(
+        ("FileNotFoundError", "PermissionError")
+    )
+    assert run(sandbox, "import os\nreturn dict(os.environ)").value == {}
+    visible = run(
+        sandbox, "import os\nreturn sorted(int(p) for p in os.listdir('/proc') if p.isdigit())"
+    )
+    assert visible.value[:2] == [1, 2]  # the namespace's init and the worker only
+
+
+def test_the_cpu_of_every_process_of_the_run_is_charged() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=1500, max_wall_ms=20_000))
+    program = """
+import os
+for _ in range(2):
+    if os.fork() == 0:
+        while True:
+            pass
+os.wait()
+"""
+    try:
+        result = run(runtime, program)
+    finally:
+        runtime.close()
+    assert result.error is not None
+    assert (result.error.kind, result.error.message) == (
+        "timeout",
+        "compute budget exhausted (1500ms busy)",
+    )
+
+
+def test_the_memory_of_every_process_of_the_run_is_charged() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_memory_mb=200, max_wall_ms=20_000))
+    program = """
+import os, time
+for _ in range(3):
+    if os.fork() == 0:
+        block = bytearray(120 * 2**20)
+        time.sleep(30)
+os.wait()
+"""
+    try:
+        result = run(runtime, program)
+    finally:
+        runtime.close()
+    assert result.error is not None
+    assert (result.error.kind, result.error.message) == (
+        "worker-exit",
+        "memory budget exhausted (200MB across the run's processes)",
+    )
+
+
+def test_a_sandbox_that_cannot_be_set_up_fails_every_run_naming_why(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing")
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(read=[missing])))
+    try:
+        result = run(runtime, "return 1")
+    finally:
+        runtime.close()
+    assert result.error is not None
+    assert result.error.kind == "worker-exit"
+    assert result.error.message == (
+        f"worker error: code sandbox unavailable: granted path {missing!r} (No such file or "
+        'directory); set ToolsConfig(code_isolation="process") to run Code Mode without the '
+        "sandbox"
+    )
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_isolation_is_the_sandbox_by_default_and_validated() -> None:
+    assert ToolsConfig().code_isolation == "sandbox"
+    assert CodeRuntimeConfig().isolation == "sandbox"
+    with pytest.raises(
+        ValueError, match=r"^code_isolation must be one of sandbox, process; got 'x'$"
+    ):
+        ToolsConfig(code_isolation="x")
+    with pytest.raises(ValueError, match=r"^code sandbox: read\[0\] must be an absolute path"):
+        CodeSandbox(read=["relative"])
+
+
+def test_a_tool_system_passes_its_grants_to_the_runtime(tmp_path: Path) -> None:
+    from dsh_tools import ToolSystem
+
+    grants = CodeSandbox(read=[str(tmp_path)])
+    with ToolSystem.start(ToolsConfig(mode="code"), code_sandbox=grants) as system:
+        runtime: Any = system.code_runtime
+        assert runtime.config.sandbox == grants
+        assert runtime.isolation == "sandbox"
+    with ToolSystem.start(ToolsConfig(mode="code", code_isolation="process")) as system:
+        assert system.code_runtime.isolation == "process"
+
+
+def test_tools_remain_the_way_out_to_the_workspace(tmp_path: Path) -> None:
+    import io
+
+    from dsh_tools.cli import run_program
+
+    (tmp_path / "README.md").write_text("# Project\n")
+    program = f"""
+try:
+    open({str(tmp_path / "README.md")!r}).read()
+    direct = "read directly"
+except PermissionError:
+    direct = "refused"
+text = await tools.read_file({{"path": "README.md"}})
+await tools.write_file({{"path": "notes/summary.md", "content": "seen: " + str(len(str(text)))}})
+return direct
+"""
+    out = io.StringIO()
+    assert run_program(program, "sandboxed.py", out, workspace=tmp_path) == 0, out.getvalue()
+    assert "refused" in out.getvalue()
+    assert (tmp_path / "notes" / "summary.md").read_text().startswith("seen: ")
+
+
+def test_run_code_isolation_process_is_the_explicit_opt_out(tmp_path: Path) -> None:
+    import io
+
+    from dsh_tools.cli import run_program
+
+    (tmp_path / "data.txt").write_text("host file")
+    program = f"return open({str(tmp_path / 'data.txt')!r}).read()"
+    sandboxed, unconfined = io.StringIO(), io.StringIO()
+    assert run_program(program, "p.py", sandboxed, workspace=tmp_path) == 1
+    assert "PermissionError" in sandboxed.getvalue()
+    assert run_program(program, "p.py", unconfined, workspace=tmp_path, isolation="process") == 0
+    assert "host file" in unconfined.getvalue()
+
+
+def test_namespace_tracing_and_kernel_interfaces_are_refused(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+syscall = libc.syscall
+syscall.restype = ctypes.c_long
+
+def refused(number, *args):
+    result = syscall(ctypes.c_long(number), *[ctypes.c_long(a) for a in args])
+    return result == -1 and ctypes.get_errno() in (errno.EPERM, errno.EACCES, errno.ENOSYS)
+
+return {
+    "unshare a user namespace": refused(272, 0x10000000),
+    "setns": refused(308, 0, 0),
+    "ptrace the init": refused(101, 16, 1, 0, 0),
+    "io_uring_setup": refused(425, 8, 0),
+    "bpf": refused(321, 0, 0, 0),
+    "perf_event_open": refused(298, 0, 0, -1, -1, 0),
+    "mount": refused(165, 0, 0, 0, 0, 0),
+    "read the kernel log": refused(103, 3, 0, 0),
+    "clone into a new network namespace": refused(56, 0x40000000 | 17, 0, 0, 0, 0),
+    "a socket of any family": refused(41, 1, 1, 0) and refused(41, 2, 2, 0),
+}
+"""
+    outcome = run(sandbox, program)
+    assert outcome.error is None, outcome.error
+    assert outcome.value == {name: True for name in outcome.value}
+    assert len(outcome.value) == 10
+
+
+SLEEPER = """
+import asyncio, os
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sleep", ["sleep", "{marker}"])
+    os._exit(0)
+await tools.ready({{}})
+await asyncio.sleep(60)
+"""
+
+
+def assert_gone(marker: str) -> None:
+    deadline = time.monotonic() + 5
+    while host_processes_with(marker):
+        assert time.monotonic() < deadline, "a process of the run outlived it"
+        time.sleep(0.01)
+
+
+def test_nothing_outlives_a_run_that_hits_the_wall_clock_ceiling() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=700))
+
+    async def ready(value: Any) -> Any:
+        return None
+
+    program = SLEEPER.format(marker="4242.25")
+    try:
+        result = asyncio.run(
+            runtime.run(CodeRunRequest(program, [BindingNamespace("tools", {"ready": ready})]))
+        )
+    finally:
+        runtime.close()
+    assert result.error is not None
+    assert result.error.kind == "timeout"
+    assert_gone("4242.25")
+
+
+def test_nothing_outlives_a_run_when_its_runtime_is_disposed() -> None:
+    runtime = SubprocessCodeRuntime()
+
+    async def scenario() -> CodeRunResult:
+        started = asyncio.Event()
+
+        async def ready(value: Any) -> Any:
+            started.set()
+            return None
+
+        program = SLEEPER.format(marker="4242.375")
+        request = CodeRunRequest(program, [BindingNamespace("tools", {"ready": ready})])
+        task = asyncio.create_task(runtime.run(request))
+        await asyncio.wait_for(started.wait(), 10)
+        await runtime.dispose()
+        return await task
+
+    result = asyncio.run(scenario())
+    assert result.error is not None
+    assert (result.error.kind, result.error.message) == ("abort", "runtime disposed")
+    assert_gone("4242.375")
+
+
+def test_grants_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
+    from dsh_tools import ToolSystem
+
+    with pytest.raises(ValueError, match=r"^code_sandbox must go with the default code runtime"):
+        ToolSystem.start(code_runtime=None, code_sandbox=CodeSandbox())
+    with pytest.raises(TypeError, match=r"^code_sandbox must be a CodeSandbox, got dict$"):
+        ToolSystem.start(ToolsConfig(mode="code"), code_sandbox={"read": []})  # type: ignore[arg-type]

@@ -1,0 +1,102 @@
+"""The sandbox's kernel layer, each call exercised in a forked child (it confines for good)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from dsh_tools.codebridge._sandbox import _kernel
+from dsh_tools.codebridge._sandbox._seccomp import DENIED_SYSCALLS, seccomp_program
+
+
+def in_child(body: Callable[[], str]) -> str:
+    """Run ``body`` in a forked child; return what it returned (or the error it raised)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            try:
+                answer = body()
+            except Exception as exc:
+                answer = f"{type(exc).__name__}: {exc}"
+            os.write(write_end, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 4096):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+
+def test_the_kernel_offers_landlock_abi_3_or_later() -> None:
+    assert _kernel.landlock_abi() >= 3
+
+
+def test_a_landlock_ruleset_allows_only_what_it_grants(tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed.txt"
+    secret = tmp_path / "secret.txt"
+    allowed.write_text("yes")
+    secret.write_text("no")
+
+    def body() -> str:
+        abi = _kernel.landlock_abi()
+        ruleset = _kernel.landlock_create_ruleset(abi)
+        grant = os.open(allowed, os.O_PATH)
+        _kernel.landlock_add_path(ruleset, grant, _kernel.FS_READ_FILE)
+        _kernel.set_no_new_privs()
+        _kernel.landlock_restrict_self(ruleset)
+        text = allowed.read_text()
+        try:
+            secret.read_text()
+        except PermissionError:
+            return text + ", secret refused"
+        return text + ", secret read"
+
+    assert in_child(body) == "yes, secret refused"
+
+
+def test_the_seccomp_filter_refuses_sockets_but_keeps_socketpair() -> None:
+    def body() -> str:
+        _kernel.set_no_new_privs()
+        _kernel.set_seccomp_filter(seccomp_program())
+        left, right = socket.socketpair()
+        left.sendall(b"pair")
+        paired = right.recv(4).decode()
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        except PermissionError:
+            return paired + ", socket refused"
+        return paired + ", socket created"
+
+    assert in_child(body) == "pair, socket refused"
+
+
+def test_dropping_capabilities_leaves_none() -> None:
+    def body() -> str:
+        _kernel.drop_capabilities()
+        with open("/proc/self/status") as status:
+            sets = {
+                line.split(":")[0]: line.split()[1]
+                for line in status
+                if line.startswith(("CapEff", "CapPrm", "CapBnd", "CapAmb"))
+            }
+        return ",".join(f"{key}={value}" for key, value in sorted(sets.items()))
+
+    assert in_child(body) == (
+        "CapAmb=0000000000000000,CapBnd=0000000000000000,"
+        "CapEff=0000000000000000,CapPrm=0000000000000000"
+    )
+
+
+def test_every_jump_of_the_filter_lands_inside_it() -> None:
+    program = seccomp_program()
+    for index, instruction in enumerate(program):
+        if instruction.code & 0x07 == 0x05:  # a jump
+            assert index + 1 + max(instruction.jt, instruction.jf) < len(program)
+    assert len(set(DENIED_SYSCALLS.values())) == len(DENIED_SYSCALLS)
