@@ -47,7 +47,14 @@ lint: $(TESTING)
 	$(BIN)/ruff check dsh_tools tests benchmarks examples
 	$(BIN)/mypy --strict dsh_tools $(TYPED_TESTS)
 
-bench: $(RUNTIME)
+# The bench extra brings the peers measured beside us (Monty for Code Mode).
+BENCHING := $(VENV)/.bench-installed
+$(BENCHING): pyproject.toml | $(RUNTIME)
+	@echo "make: installing the bench extra (pydantic-monty, the Code Mode peer)"
+	@$(PIP) -e '.[bench]'
+	@touch $@
+
+bench: $(BENCHING)
 	$(BIN)/dsh-tools bench
 
 clean:
