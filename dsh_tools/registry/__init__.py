@@ -2,6 +2,7 @@
 subset, tool definitions and the output contract."""
 
 from ._definition import (
+    Placement,
     ToolDefinition,
     ToolOutput,
     check_registration,
@@ -61,6 +62,7 @@ __all__ = [
     "GenericResultView",
     "LosslessJsonError",
     "OwnerActor",
+    "Placement",
     "RegistryActor",
     "RegistrySnapshot",
     "ResultView",

@@ -17,7 +17,7 @@ import inspect
 import math
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 from msgspec import UNSET
@@ -28,6 +28,7 @@ from ._json_schema import _build_plan, assert_supported_json_schema, prepare_sch
 from ._lossless import LosslessJsonError, snapshot_json, thaw
 
 __all__ = [
+    "Placement",
     "ToolDefinition",
     "ToolOutput",
     "check_registration",
@@ -55,6 +56,25 @@ class ToolOutput(msgspec.Struct, frozen=True, eq=False):
     presentation_meta: Callable[[Any, Any], Any] | None = None
 
 
+@runtime_checkable
+class Placement(Protocol):
+    """Where a tool's body runs (another process, another machine).
+
+    ``place(tool, execute)`` returns the ``async def`` body that runs ``execute(args, run_ctx)``
+    there (``args`` already validated, ``execute`` plain or ``async def``) and returns its
+    canonical value or raises its exception. Only the body moves: the
+    registry, hooks, guards, approval, wrappers, scheduling and the session log stay in the
+    calling process and treat the placed body like any ``async def`` body. ``define_tool``
+    applies a placement once, at definition time.
+    """
+
+    def place(
+        self, tool: str, execute: Callable[[Any, Any], Any]
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        """The body that runs ``execute`` where this placement says."""
+        ...
+
+
 class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     """A registrable tool. Compared and hashed by identity.
 
@@ -64,6 +84,8 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     returning exactly ``True`` lets a call overlap its siblings; ``timeout_ms`` is read by the
     timeout policy; ``finalize_content(exec, result)`` may replace the final content;
     ``present_call(args)`` and ``present_result(args, result)`` return presentation views.
+    ``placement`` records where ``execute`` runs (``None``: in this process); ``define_tool``
+    has already placed the body, so it is informational on a definition.
     """
 
     name: str
@@ -76,6 +98,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     finalize_content: Callable[[Any, Any], Any] | None = None
     present_call: Callable[[Any], Any] | None = None
     present_result: Callable[[Any, Any], Any] | None = None
+    placement: Placement | None = None
 
 
 def _message(exc: BaseException) -> str:
@@ -187,6 +210,7 @@ def define_tool(
     present_result: Callable[[Any, Any], Any] | None = None,
     args_type: Any = None,
     output_type: Any = None,
+    placement: Placement | None = None,
 ) -> ToolDefinition:
     """Define a tool from the author DSL and return a registrable ``ToolDefinition``.
 
@@ -199,7 +223,9 @@ def define_tool(
     and presenters receive that typed view instead of the frozen mapping; ``output_type`` does
     the same for the value given to the renderers, and a body may return an ``output_type``
     Struct instance. The classifier answers ``False`` and the presenters ``None`` for arguments
-    that do not validate.
+    that do not validate. With a ``placement`` the arguments are validated here and the body
+    (typed view included) runs where the placement says, as an ``async def`` body; everything
+    else stays here.
     """
     if type(name) is not str or not name:
         raise TypeError("define_tool: name must be a non-empty str")
@@ -278,6 +304,8 @@ def define_tool(
 
         wrapped_execute = wrapped_sync
     _describe(wrapped_execute, body, name, "execute")
+    if placement is not None:
+        wrapped_execute = _placed(owner, placement, name, plan, args_view, body, to_canonical)
 
     render = output.render
     projector = output.presentation_meta
@@ -311,7 +339,47 @@ def define_tool(
         finalize_content=finalize_content,
         present_call=call_presenter,
         present_result=result_presenter,
+        placement=placement,
     )
+
+
+def _placed(
+    owner: str,
+    placement: Placement,
+    tool: str,
+    plan: Any,
+    args_view: Callable[[Any], Any] | None,
+    body: Callable[..., Any],
+    to_canonical: Callable[[Any], Any],
+) -> Callable[..., Any]:
+    """The body moved by ``placement``: arguments are validated here (a bad call never leaves
+    the process); the typed view, the body and the canonical conversion run where it says."""
+    place = getattr(placement, "place", None)
+    if not callable(place):
+        raise TypeError(f"{owner}: placement must have a place(tool, execute) method")
+
+    def moved(args: Any, run_ctx: Any) -> Any:
+        result = body(args if args_view is None else args_view(args), run_ctx)
+        if inspect.isawaitable(result):
+            return _convert_later(result, to_canonical)
+        return to_canonical(result)
+
+    _describe(moved, body, tool, "execute")
+    placed: Callable[..., Any] = place(tool, moved)
+    if not inspect.iscoroutinefunction(placed):
+        raise TypeError(
+            f"{owner}: placement.place() must return an async def body, "
+            f"got {type(placed).__name__}"
+        )
+
+    async def wrapped_placed(args: Any, run_ctx: Any) -> Any:
+        violations = validate_plan(plan, args, "")
+        if violations:
+            raise ToolArgsError(violations)
+        return await placed(args, run_ctx)
+
+    _describe(wrapped_placed, body, tool, "execute")
+    return wrapped_placed
 
 
 def _with_views(

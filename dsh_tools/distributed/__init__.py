@@ -1,0 +1,22 @@
+"""Tool bodies on a Ray cluster: ``define_tool(..., placement=RayPlacement(...))``.
+
+Only the body runs remotely; the registry, hooks, guards, approval, wrappers, post-hooks, the
+session log and batch scheduling stay in the calling process. Ray is imported on first use
+(``pip install 'dsh-tools[ray]'``).
+"""
+
+from ..registry import Placement
+from ._errors import RemoteToolError, RemoteUnavailableError, RemoteWorkerLostError
+from ._placement import RAY_DEFAULT, RayPlacement, set_ray_default
+from ._remote import RemoteRunContext
+
+__all__ = [
+    "RAY_DEFAULT",
+    "Placement",
+    "RayPlacement",
+    "RemoteRunContext",
+    "RemoteToolError",
+    "RemoteUnavailableError",
+    "RemoteWorkerLostError",
+    "set_ray_default",
+]
