@@ -2,9 +2,9 @@
 
 This module is imported on Ray workers; it needs only ``dsh_tools`` and Ray there. The body sees
 a ``RemoteRunContext`` shaped like the local run context. A cancellation (``ray.cancel``) reaches
-it two ways: as the ``KeyboardInterrupt`` Ray raises into a running task, and as
-``ctx.signal`` aborting, which a watcher notices from Ray's cancellation flag (the only way an
-actor's running call learns of it).
+it two ways: as the ``KeyboardInterrupt`` Ray raises into a running task, and as ``ctx.signal``
+aborting once Ray's cancellation flag is set (the only way an actor's running call learns of
+it).
 """
 
 from __future__ import annotations
@@ -17,31 +17,71 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..actors import AbortController, AbortSignal
+from ..actors import AbortSignal
 from ..registry import LosslessJsonError, snapshot_json
 from ._wire import RemoteCall, decode_call, encode_reply, fault_of, snapshot_value
 
 __all__ = ["BodyActor", "RemoteRunContext", "run_body"]
 
 _WATCH_INTERVAL = 0.05
-"""How often a watched call polls Ray's cancellation flag, and how often an ``async def`` body's
-loop wakes so that an interrupt raised into the worker's thread is noticed (seconds)."""
+"""How often an ``async def`` body's loop wakes to notice an interrupt or the cancellation flag
+(seconds)."""
+
+
+class _CancelFlagSignal(AbortSignal):
+    """An ``AbortSignal`` that reads Ray's cancellation flag whenever the body's own thread asks
+    whether it aborted. Ray keeps that flag per executing thread, so nothing else can watch it;
+    an ``async def`` body's loop reads it on every heartbeat."""
+
+    __slots__ = ("_probe", "_thread")
+
+    def __init__(self, probe: Callable[[], bool]) -> None:
+        super().__init__()
+        self._probe = probe
+        self._thread = threading.get_ident()
+
+    @property
+    def aborted(self) -> bool:
+        if not self._aborted and threading.get_ident() == self._thread:
+            try:
+                cancelled = self._probe()
+            except Exception:
+                cancelled = False
+            if cancelled:
+                self._fire("cancelled")
+        return self._aborted
+
+
+def _cancel_probe() -> Callable[[], bool] | None:
+    """``is_canceled`` of the running Ray task, or None outside one."""
+    try:
+        import ray
+
+        runtime = ray.get_runtime_context()
+        runtime.is_canceled()
+    except Exception:
+        return None
+    probe: Callable[[], bool] = runtime.is_canceled
+    return probe
 
 
 class RemoteRunContext:
     """What a placed body sees on the worker: ``call_id``, ``name``, ``arguments``, ``agent``,
-    ``signal`` (aborts when the call is cancelled) and ``defer_context(ctx)`` (delivered with
-    the result in the calling process). There is no ``token`` or ``parent``: execution tokens
-    are identities of the calling process and never cross it."""
+    ``signal`` and ``defer_context(ctx)`` (delivered with the result in the calling process).
 
-    __slots__ = ("_call", "_contexts", "_controller", "_stop", "arguments")
+    ``signal.aborted`` turns true once Ray cancels the call (read it from the body's thread; an
+    ``async def`` body's awaiters wake within ``_WATCH_INTERVAL``). There is no ``token`` or
+    ``parent``: execution tokens are identities of the calling process and never cross it.
+    """
+
+    __slots__ = ("_call", "_contexts", "_signal", "arguments")
 
     def __init__(self, call: RemoteCall, arguments: Any) -> None:
         self._call = call
         self.arguments = arguments
         self._contexts: list[Any] = []
-        self._controller: AbortController | None = None
-        self._stop = threading.Event()
+        probe = _cancel_probe()
+        self._signal = AbortSignal() if probe is None else _CancelFlagSignal(probe)
 
     @property
     def call_id(self) -> str:
@@ -60,11 +100,8 @@ class RemoteRunContext:
 
     @property
     def signal(self) -> AbortSignal:
-        """Aborts once Ray cancels this call (watched from the first time it is read)."""
-        if self._controller is None:
-            self._controller = AbortController()
-            _watch_cancellation(self._controller, self._stop)
-        return self._controller.signal
+        """Aborts once Ray cancels this call."""
+        return self._signal
 
     def defer_context(self, context: Any) -> None:
         """Attach a hook context to this call's result (frozen now, sent with the result)."""
@@ -72,44 +109,23 @@ class RemoteRunContext:
             context = snapshot_json(context)
         self._contexts.append(context)
 
-    def _close(self) -> list[Any]:
-        self._stop.set()
-        return self._contexts
 
-
-def _watch_cancellation(controller: AbortController, stop: threading.Event) -> None:
-    try:
-        import ray
-
-        runtime = ray.get_runtime_context()
-        runtime.is_canceled()
-    except Exception:
-        return  # not inside a Ray task (or no flag to read): the interrupt is all there is
-
-    def watch() -> None:
-        while not stop.wait(_WATCH_INTERVAL):
-            try:
-                cancelled = runtime.is_canceled()
-            except Exception:
-                return
-            if cancelled:
-                controller.abort("cancelled")
-                return
-
-    threading.Thread(target=watch, name="dsh-remote-cancel-watch", daemon=True).start()
-
-
-async def _awake(awaitable: Any) -> Any:
+async def _awake(awaitable: Any, signal: AbortSignal) -> Any:
     """Await ``awaitable`` while the loop wakes every ``_WATCH_INTERVAL``: an interrupt that Ray
-    raises into this thread only lands while Python code runs, never inside a long select()."""
+    raises into this thread only lands while Python code runs (never inside a long select()),
+    and an actor's cancellation flag is read here, cancelling the body like a local abort."""
+    body = asyncio.ensure_future(awaitable)
 
     async def heartbeat() -> None:
-        while True:
+        while not body.done():
             await asyncio.sleep(_WATCH_INTERVAL)
+            if signal.aborted:
+                body.cancel()
+                return
 
     beat = asyncio.ensure_future(heartbeat())
     try:
-        return await awaitable
+        return await body
     finally:
         beat.cancel()
 
@@ -124,10 +140,10 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
         try:
             value = execute(arguments, ctx)
             if inspect.isawaitable(value):
-                value = asyncio.run(_awake(value))
+                value = asyncio.run(_awake(value, ctx.signal))
             value = snapshot_value(call.name, value)
         finally:
-            contexts = ctx._close()
+            contexts = ctx._contexts
     except Exception as exc:
         return encode_reply(None, fault_of(exc, traceback.format_exc(), dumps), contexts)
     return encode_reply(value, None, contexts)
