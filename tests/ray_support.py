@@ -1,8 +1,9 @@
 """A real local Ray instance for the placement tests, and small tools to run on it.
 
-``ray_instance`` starts Ray once per session (``ray.init(num_cpus=2)``: two worker CPUs, no
-dashboard, no usage reporting) and shuts it down at the end. Test bodies are plain functions of
-the test modules; those modules are pickled by value so the workers need not import them.
+``ray_instance`` starts Ray once per session (``ray.init(num_cpus=2)`` through ``init_ray``: two
+worker CPUs, no dashboard, no usage reporting) and shuts it down at the end. Test bodies are
+plain functions of the test modules; those modules are pickled by value so the workers need not
+import them.
 ``json_tool(name, execute, placement)`` defines a tool whose value is any JSON, rendered as
 compact JSON text. ``wait_for_file(path)`` waits (bounded) until a remote body wrote ``path``.
 """
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from dsh_tools import ToolDefinition, ToolOutput, define_tool
+from dsh_tools.distributed import init_ray
 
 WAIT = 30.0
 """Upper bound for waiting on a remote body's marker file (worker start-up included)."""
@@ -32,7 +34,9 @@ def ray_instance() -> Iterator[Any]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # Started the way the library starts it (from a thread of its own), so the instance's
+        # processes are not children of the test's main thread.
+        init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
         started = True
     for name in list(sys.modules):
         if name == "ray_support" or name.startswith("test_ray_"):

@@ -6,6 +6,8 @@ session log and batch scheduling stay in the calling process. Ray is imported on
 """
 
 from ..registry import Placement
+from ._code_runtime import RayCodeRuntime
+from ._driver import init_ray
 from ._errors import RemoteToolError, RemoteUnavailableError, RemoteWorkerLostError
 from ._placement import RAY_DEFAULT, RayPlacement, set_ray_default
 from ._remote import RemoteRunContext
@@ -13,10 +15,12 @@ from ._remote import RemoteRunContext
 __all__ = [
     "RAY_DEFAULT",
     "Placement",
+    "RayCodeRuntime",
     "RayPlacement",
     "RemoteRunContext",
     "RemoteToolError",
     "RemoteUnavailableError",
     "RemoteWorkerLostError",
+    "init_ray",
     "set_ray_default",
 ]

@@ -6,8 +6,9 @@ other options calls ``ray.init(...)`` itself before the first placed call; that 
 as is.
 
 A local instance's processes die with the thread that started them (Ray ties them to their
-parent with a death signal), so ``ray.init`` runs on the main thread when it is the caller, and
-otherwise on one long-lived daemon thread of its own, never on a pool or loop thread that may end.
+parent with a death signal), so ``ray.init`` always runs on one long-lived daemon thread of its
+own, never on a caller's pool or loop thread that may end. ``init_ray(**options)`` does the same
+for a harness that wants its own ``ray.init`` options.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ensure_ray", "import_ray"]
+__all__ = ["ensure_ray", "import_ray", "init_ray"]
 
 _lock = threading.Lock()
 _keeper: threading.Thread | None = None
@@ -34,28 +35,31 @@ def import_ray() -> ModuleType:
 
 
 def ensure_ray() -> ModuleType:
-    """``ray``, connected (see the module docstring); raises what ``ray.init`` raised."""
+    """``ray``, connected with ``ray.init()`` unless already connected (see the module
+    docstring); raises what ``ray.init`` raised."""
+    return init_ray()
+
+
+def init_ray(**options: Any) -> ModuleType:
+    """``ray``, connected with ``ray.init(**options)`` on a long-lived thread unless it already
+    is: a local instance then lives as long as this process, whichever thread asked for it."""
     ray = import_ray()
     if ray.is_initialized():
         return ray
     with _lock:
-        if ray.is_initialized():
-            return ray
-        if threading.current_thread() is threading.main_thread():
-            ray.init()
-        else:
-            _init_on_keeper(ray)
+        if not ray.is_initialized():
+            _init_on_keeper(ray, options)
     return ray
 
 
-def _init_on_keeper(ray: Any) -> None:
+def _init_on_keeper(ray: Any, options: dict[str, Any]) -> None:
     global _keeper
     done = threading.Event()
     failure: list[BaseException] = []
 
     def keep() -> None:
         try:
-            ray.init()
+            ray.init(**options)
         except BaseException as exc:
             failure.append(exc)
             done.set()
