@@ -293,15 +293,22 @@ class _LazyRunner:
 # --- the local body ---------------------------------------------------------------------------
 
 
-async def _connected(tool: str) -> None:
+async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
+    """Connect to Ray unless connected; an abort meanwhile ends the wait (not the connection,
+    which goes on for the next call)."""
     try:
         ray = import_ray()
     except ImportError as exc:
         raise RemoteUnavailableError(tool, str(exc)) from None
     if ray.is_initialized():
         return
+    connecting = asyncio.get_running_loop().run_in_executor(_blocking, ensure_ray)
+    connecting.add_done_callback(_retrieve)
+    await asyncio.wait((connecting, aborted), return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():
+        raise AbortError("ABORTED")
     try:
-        await asyncio.get_running_loop().run_in_executor(_blocking, ensure_ray)
+        connecting.result()
     except Exception as exc:
         raise RemoteUnavailableError(tool, f"ray.init() failed: {exc}") from None
 
@@ -363,26 +370,25 @@ def _remote_body(tool: str, resolve: Callable[[], tuple[RayPlacement, _LazyRunne
         signal = ctx.signal
         if signal.aborted:
             raise AbortError("ABORTED")
-        await _connected(tool)
-        placement, lazy = resolve()
-        try:
-            runner = lazy.get(placement)
-        except Exception as exc:
-            raise RemoteUnavailableError(tool, _first_line(exc)) from None
-        frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
         loop = asyncio.get_running_loop()
-        submission = runner.submit(frame)
+        aborted: asyncio.Future[None] = loop.create_future()
+
+        def on_abort(_reason: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing waits
+                loop.call_soon_threadsafe(_wake, aborted)
+
+        remove = signal.add_callback(on_abort)
         try:
-            reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
-            reply.add_done_callback(_retrieve)
-            aborted: asyncio.Future[None] = loop.create_future()
-
-            def on_abort(_reason: Any) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nothing waits
-                    loop.call_soon_threadsafe(_wake, aborted)
-
-            remove = signal.add_callback(on_abort)
+            await _connected(tool, aborted)
+            placement, lazy = resolve()
             try:
+                runner = lazy.get(placement)
+            except Exception as exc:
+                raise RemoteUnavailableError(tool, _first_line(exc)) from None
+            submission = runner.submit(encode_call(ctx.call_id, ctx.name, ctx.agent, args))
+            try:
+                reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
+                reply.add_done_callback(_retrieve)
                 try:
                     await asyncio.wait((reply, aborted), return_when=asyncio.FIRST_COMPLETED)
                 except asyncio.CancelledError:
@@ -394,10 +400,10 @@ def _remote_body(tool: str, resolve: Callable[[], tuple[RayPlacement, _LazyRunne
                     raise AbortError("ABORTED")
                 return _outcome(tool, reply, ctx, submission)
             finally:
-                remove()
-                aborted.cancel()
+                submission.release()
         finally:
-            submission.release()
+            remove()
+            aborted.cancel()
 
     remote_body.__name__ = remote_body.__qualname__ = f"ray_body[{tool}]"
     return remote_body
