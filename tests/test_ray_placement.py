@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import pytest
-from ray_support import json_tool, ray_instance  # noqa: F401  (the session fixture)
+from ray_support import WAIT, json_tool, ray_instance  # noqa: F401  (the session fixture)
 
 from dsh_tools import (
     AbortController,
@@ -312,3 +316,32 @@ def test_a_placement_must_return_an_async_body() -> None:
         json_tool("inline", where, Inline())
     with pytest.raises(ValueError, match="actor_pool must be an int >= 0"):
         RayPlacement(actor_pool=-1)
+
+
+async def woken_from_another_thread(args: Any, ctx: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[str] = loop.create_future()
+    threading.Timer(0.01, loop.call_soon_threadsafe, (woken.set_result, "woken")).start()
+    return await woken
+
+
+def test_a_threads_loop_still_wakes_after_another_thread_forked_a_child(
+    system: ToolSystem,
+) -> None:
+    # Ray starts its processes from a thread of its own; the child of such a fork must not
+    # close the other threads' private loops, whose epoll instances it shares with us.
+    system.tools.register(json_tool("wake", woken_from_another_thread, None))
+    call = ExecuteCall(call_id="c1", name="wake", arguments={})
+    caller = ThreadPoolExecutor(max_workers=1)  # one thread, so one private loop
+    try:
+        assert caller.submit(system.execute, call).result(WAIT).value == "woken"
+        forker = threading.Thread(
+            target=subprocess.run,
+            args=([sys.executable, "-c", "pass"],),
+            kwargs={"preexec_fn": lambda: None, "check": True},
+        )
+        forker.start()
+        forker.join()
+        assert caller.submit(system.execute, call).result(WAIT).value == "woken"
+    finally:
+        caller.shutdown(wait=False)
