@@ -62,10 +62,10 @@ class Placement(Protocol):
 
     ``place(tool, execute)`` returns the ``async def`` body that runs ``execute(args, run_ctx)``
     there (``args`` already validated, ``execute`` plain or ``async def``) and returns its
-    canonical value or raises its exception. Only the body moves: the
-    registry, hooks, guards, approval, wrappers, scheduling and the session log stay in the
-    calling process and treat the placed body like any ``async def`` body. ``define_tool``
-    applies a placement once, at definition time.
+    canonical value or raises its exception. Only the body moves: the registry, hooks, guards,
+    approval, wrappers, scheduling and the session log stay in the calling process and treat
+    the placed body like any ``async def`` body. ``define_tool`` applies a placement once, at
+    definition time.
     """
 
     def place(
