@@ -5,8 +5,9 @@
   ``--pool`` (16): once with plain-function bodies on the system's threads (one GIL: they take
   turns), once placed on a local Ray instance with ``--cpus`` (2) CPUs (one worker process each).
 - **Per-call overhead**: ``system.execute`` of a trivial tool, one call at a time, local versus
-  placed as a Ray task and on a one-actor pool; the difference is what the trip costs (Ray
-  publishes about 0.1-0.5 ms for a 1:1 actor call on an idle machine).
+  placed as a Ray task and on a one-actor pool; the difference is what the trip costs. The peer:
+  bare ``ray.get`` round trips of a no-op task and actor call in the same run (Ray publishes
+  about 0.1-0.5 ms for a 1:1 actor call on an idle machine).
 - **Model**: a placed batch takes about ``ceil(calls / min(pool, cpus)) * (body + trip)``; the
   run prints the model's prediction for the measured instance next to the measurement, and its
   prediction for ``--nodes`` (10) nodes of ``--cpus`` CPUs each.
@@ -116,6 +117,33 @@ def per_call_ms(system: ToolSystem, name: str, calls: int) -> float:
     return statistics.median(rounds)
 
 
+def bare_ray_ms(ray: Any, calls: int) -> tuple[float, float]:
+    """Ray alone, the peer: ``ray.get`` of a no-op task and of a no-op actor call, per call
+    (median of five rounds of ``calls`` sequential round trips)."""
+
+    def noop(frame: bytes) -> bytes:
+        return frame
+
+    class Echo:
+        def echo(self, frame: bytes) -> bytes:
+            return frame
+
+    task = ray.remote(noop).options(num_cpus=1)
+    actor = ray.remote(Echo).options(num_cpus=0).remote()
+    figures = []
+    for submit in (lambda: task.remote(b"x"), lambda: actor.echo.remote(b"x")):
+        ray.get([submit() for _ in range(10)])  # warm
+        rounds = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                ray.get(submit())
+            rounds.append((time.perf_counter() - start) / calls * 1000)
+        figures.append(statistics.median(rounds))
+    ray.kill(actor)
+    return figures[0], figures[1]
+
+
 def model_seconds(calls: int, pool: int, cpus: int, body_s: float, trip_s: float) -> float:
     """``ceil(calls / min(pool, cpus)) * (body + trip)``: waves of concurrent calls."""
     return math.ceil(calls / min(pool, cpus)) * (body_s + trip_s)
@@ -159,6 +187,7 @@ def main() -> None:
             local_ms = per_call_ms(system, "trivial_local", options.trivial_calls)
             task_ms = per_call_ms(system, "trivial_task", options.trivial_calls)
             actor_ms = per_call_ms(system, "trivial_actor", options.trivial_calls)
+            bare_task_ms, bare_actor_ms = bare_ray_ms(ray, options.trivial_calls)
             trip_s = (task_ms - local_ms) / 1000
             # the model with the body time the workers really saw (a shared machine slows them)
             predicted_here = model_seconds(
@@ -185,6 +214,8 @@ def main() -> None:
                 "trivial_ray_actor_ms": round(actor_ms, 3),
                 "ray_task_overhead_ms": round(task_ms - local_ms, 3),
                 "ray_actor_overhead_ms": round(actor_ms - local_ms, 3),
+                "bare_ray_task_ms": round(bare_task_ms, 3),
+                "bare_ray_actor_ms": round(bare_actor_ms, 3),
                 "model_here_s": round(predicted_here, 3),
                 "model_cluster_nodes": options.nodes,
                 "model_cluster_s": round(predicted_cluster, 3),
@@ -219,6 +250,10 @@ def main() -> None:
     print(
         f"  Ray actor                         {f['trivial_ray_actor_ms']:8.3f} ms/call"
         f"   (+{f['ray_actor_overhead_ms']:.3f} ms)"
+    )
+    print(
+        f"  bare Ray (ray.get, no pipeline)   {f['bare_ray_task_ms']:8.3f} ms task, "
+        f"{f['bare_ray_actor_ms']:.3f} ms actor"
     )
     print(
         f"model, {f['model_cluster_nodes']} nodes x {f['ray_cpus']} CPUs: "
