@@ -307,6 +307,25 @@ def test_tools_that_opt_into_the_default_use_the_options_set_at_call_time(
     assert (first.value, second.value) == (0.25, 0.5)
 
 
+def test_a_body_that_cannot_be_sent_to_ray_fails_the_call_as_remote_unavailable(
+    system: ToolSystem,
+) -> None:
+    lock = threading.Lock()  # a closure Ray cannot pickle
+
+    def holds_a_lock(args: Any, ctx: Any) -> Any:
+        with lock:
+            return 1
+
+    system.tools.register(json_tool("locked", holds_a_lock, REMOTE))
+
+    result = run(system, "locked")
+
+    assert result.error.info.code == "REMOTE_UNAVAILABLE"
+    assert result.error.message.startswith(
+        'cannot run tool "locked" on Ray: the body could not be sent to Ray: '
+    )
+
+
 def test_a_placement_must_return_an_async_body() -> None:
     class Inline:
         def place(self, tool: str, execute: Any) -> Any:

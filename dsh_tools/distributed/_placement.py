@@ -385,7 +385,13 @@ def _remote_body(tool: str, resolve: Callable[[], tuple[RayPlacement, _LazyRunne
                 runner = lazy.get(placement)
             except Exception as exc:
                 raise RemoteUnavailableError(tool, _first_line(exc)) from None
-            submission = runner.submit(encode_call(ctx.call_id, ctx.name, ctx.agent, args))
+            frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
+            try:
+                submission = runner.submit(frame)
+            except Exception as exc:  # the body (or its closure) cannot be pickled, say
+                raise RemoteUnavailableError(
+                    tool, f"the body could not be sent to Ray: {_first_line(exc)}"
+                ) from None
             try:
                 reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
                 reply.add_done_callback(_retrieve)
