@@ -9,6 +9,7 @@ from ._definition import (
     classify,
     define_tool,
     normalize_output,
+    placed_execute,
     project_schema,
 )
 from ._dsl import compile_parameters, compile_schema, validate_args
@@ -90,6 +91,7 @@ __all__ = [
     "fallback_result_view",
     "is_json_value",
     "normalize_output",
+    "placed_execute",
     "present_call_view",
     "present_result_view",
     "project_schema",

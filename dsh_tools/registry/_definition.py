@@ -35,6 +35,7 @@ __all__ = [
     "classify",
     "define_tool",
     "normalize_output",
+    "placed_execute",
     "project_schema",
 ]
 
@@ -343,6 +344,40 @@ def define_tool(
     )
 
 
+def placed_execute(
+    tool: str,
+    placement: Placement,
+    body: Callable[[Any, Any], Any],
+    validate: Callable[[Any], None] | None = None,
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``body(args, run_ctx)`` moved by ``placement``, as the ``async def`` execute of a
+    ``ToolDefinition``.
+
+    ``validate(args)`` runs here first and raises (``ToolArgsError``) for bad arguments, so a bad
+    call never leaves the process; ``body`` (typed views, the author's function, the canonical
+    conversion) runs where the placement says, so what it refers to must be picklable and the
+    classes it builds importable there. ``define_tool(..., placement=...)`` is built on this.
+    """
+    place = getattr(placement, "place", None)
+    if not callable(place):
+        raise TypeError(f"tool {tool!r}: placement must have a place(tool, execute) method")
+    placed: Callable[..., Any] = place(tool, body)
+    if not inspect.iscoroutinefunction(placed):
+        raise TypeError(
+            f"tool {tool!r}: placement.place() must return an async def body, "
+            f"got {type(placed).__name__}"
+        )
+    if validate is None:
+        return placed
+    check = validate
+
+    async def validated_then_placed(args: Any, run_ctx: Any) -> Any:
+        check(args)
+        return await placed(args, run_ctx)
+
+    return validated_then_placed
+
+
 def _placed(
     owner: str,
     placement: Placement,
@@ -352,11 +387,13 @@ def _placed(
     body: Callable[..., Any],
     to_canonical: Callable[[Any], Any],
 ) -> Callable[..., Any]:
-    """The body moved by ``placement``: arguments are validated here (a bad call never leaves
-    the process); the typed view, the body and the canonical conversion run where it says."""
-    place = getattr(placement, "place", None)
-    if not callable(place):
-        raise TypeError(f"{owner}: placement must have a place(tool, execute) method")
+    """``define_tool``'s body moved by ``placement``: arguments are validated here; the typed
+    view, the body and the canonical conversion run where the placement says."""
+
+    def validate(args: Any) -> None:
+        violations = validate_plan(plan, args, "")
+        if violations:
+            raise ToolArgsError(violations)
 
     def moved(args: Any, run_ctx: Any) -> Any:
         result = body(args if args_view is None else args_view(args), run_ctx)
@@ -365,21 +402,12 @@ def _placed(
         return to_canonical(result)
 
     _describe(moved, body, tool, "execute")
-    placed: Callable[..., Any] = place(tool, moved)
-    if not inspect.iscoroutinefunction(placed):
-        raise TypeError(
-            f"{owner}: placement.place() must return an async def body, "
-            f"got {type(placed).__name__}"
-        )
-
-    async def wrapped_placed(args: Any, run_ctx: Any) -> Any:
-        violations = validate_plan(plan, args, "")
-        if violations:
-            raise ToolArgsError(violations)
-        return await placed(args, run_ctx)
-
-    _describe(wrapped_placed, body, tool, "execute")
-    return wrapped_placed
+    try:
+        execute = placed_execute(tool, placement, moved, validate)
+    except TypeError as exc:
+        raise TypeError(f"{owner}: {str(exc).partition(': ')[2]}") from None
+    _describe(execute, body, tool, "execute")
+    return execute
 
 
 def _with_views(
