@@ -1,7 +1,9 @@
-"""Tool bodies on a Ray cluster: ``define_tool(..., placement=RayPlacement(...))``.
+"""Past one machine: tool bodies and Code Mode programs on a Ray cluster.
 
-Only the body runs remotely; the registry, hooks, guards, approval, wrappers, post-hooks, the
-session log and batch scheduling stay in the calling process. Ray is imported on first use
+``define_tool(..., placement=RayPlacement(...))`` runs only the tool's body on Ray; the registry,
+hooks, guards, approval, wrappers, post-hooks, the session log and batch scheduling stay in the
+calling process. ``RayCodeRuntime`` runs Code Mode programs on a Ray node with their tool calls
+coming back to this process's pipeline. Ray is imported on first use
 (``pip install 'dsh-tools[ray]'``).
 """
 
