@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import os
 import threading
 import time
 import weakref
@@ -86,7 +87,15 @@ class _ThreadLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        weakref.finalize(self, self.loop.close)
+        weakref.finalize(self, _close_in_owner, self.loop, os.getpid())
+
+
+def _close_in_owner(loop: asyncio.AbstractEventLoop, owner_pid: int) -> None:
+    # A child forked by another thread drops this thread's locals at once; closing the loop
+    # there would unregister its descriptors from the epoll instance it shares with the parent,
+    # and the parent's loop would never again be woken from another thread.
+    if os.getpid() == owner_pid:
+        loop.close()
 
 
 _thread_state = threading.local()

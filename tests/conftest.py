@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
@@ -25,6 +26,12 @@ from typing import Any
 import pytest
 import structlog
 from structlog.testing import LogCapture
+
+# A local Ray instance started by the tests (or by the documentation examples they run) binds
+# and talks on 127.0.0.1 only: Ray reads this before it is first imported, and its processes
+# inherit it. Without it Ray picks the machine's outward interface address.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from dsh_tools import (
     AbortSignal,

@@ -2,12 +2,14 @@
 subset, tool definitions and the output contract."""
 
 from ._definition import (
+    Placement,
     ToolDefinition,
     ToolOutput,
     check_registration,
     classify,
     define_tool,
     normalize_output,
+    placed_execute,
     project_schema,
 )
 from ._dsl import compile_parameters, compile_schema, validate_args
@@ -68,6 +70,7 @@ __all__ = [
     "GenericResultView",
     "LosslessJsonError",
     "OwnerActor",
+    "Placement",
     "RegistryActor",
     "RegistrySnapshot",
     "ResultView",
@@ -98,6 +101,7 @@ __all__ = [
     "is_json_value",
     "normalize_output",
     "optional_null_dropper",
+    "placed_execute",
     "present_call_view",
     "present_result_view",
     "project_schema",

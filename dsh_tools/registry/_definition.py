@@ -17,7 +17,7 @@ import inspect
 import math
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 from msgspec import UNSET
@@ -29,12 +29,14 @@ from ._lossless import LosslessJsonError, snapshot_json, thaw
 from ._raw_schema import optional_null_dropper
 
 __all__ = [
+    "Placement",
     "ToolDefinition",
     "ToolOutput",
     "check_registration",
     "classify",
     "define_tool",
     "normalize_output",
+    "placed_execute",
     "project_schema",
 ]
 
@@ -56,6 +58,25 @@ class ToolOutput(msgspec.Struct, frozen=True, eq=False):
     presentation_meta: Callable[[Any, Any], Any] | None = None
 
 
+@runtime_checkable
+class Placement(Protocol):
+    """Where a tool's body runs (another process, another machine).
+
+    ``place(tool, execute)`` returns the ``async def`` body that runs ``execute(args, run_ctx)``
+    there (``args`` already validated, ``execute`` plain or ``async def``) and returns its
+    canonical value or raises its exception. Only the body moves: the registry, hooks, guards,
+    approval, wrappers, scheduling and the session log stay in the calling process and treat
+    the placed body like any ``async def`` body. ``define_tool`` applies a placement once, at
+    definition time.
+    """
+
+    def place(
+        self, tool: str, execute: Callable[[Any, Any], Any]
+    ) -> Callable[[Any, Any], Awaitable[Any]]:
+        """The body that runs ``execute`` where this placement says."""
+        ...
+
+
 class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     """A registrable tool. Compared and hashed by identity.
 
@@ -65,6 +86,8 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     returning exactly ``True`` lets a call overlap its siblings; ``timeout_ms`` is read by the
     timeout policy; ``finalize_content(exec, result)`` may replace the final content;
     ``present_call(args)`` and ``present_result(args, result)`` return presentation views.
+    ``placement`` records where ``execute`` runs (``None``: in this process); ``define_tool``
+    has already placed the body, so it is informational on a definition.
     """
 
     name: str
@@ -77,6 +100,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     finalize_content: Callable[[Any, Any], Any] | None = None
     present_call: Callable[[Any], Any] | None = None
     present_result: Callable[[Any, Any], Any] | None = None
+    placement: Placement | None = None
 
     def __post_init__(self) -> None:
         # Refused when defined, not when the first call fails; other field checks stay with
@@ -210,6 +234,7 @@ def define_tool(
     present_result: Callable[[Any, Any], Any] | None = None,
     args_type: Any = None,
     output_type: Any = None,
+    placement: Placement | None = None,
 ) -> ToolDefinition:
     """Define a tool from the author DSL and return a registrable ``ToolDefinition``.
 
@@ -222,7 +247,9 @@ def define_tool(
     and presenters receive that typed view instead of the frozen mapping; ``output_type`` does
     the same for the value given to the renderers, and a body may return an ``output_type``
     Struct instance. The classifier answers ``False`` and the presenters ``None`` for arguments
-    that do not validate.
+    that do not validate. With a ``placement`` the arguments are validated here and the body
+    (typed view included) runs where the placement says, as an ``async def`` body; everything
+    else stays here.
     """
     if type(name) is not str or not name:
         raise TypeError("define_tool: name must be a non-empty str")
@@ -316,6 +343,8 @@ def define_tool(
 
         wrapped_execute = wrapped_sync
     _describe(wrapped_execute, body, name, "execute")
+    if placement is not None:
+        wrapped_execute = _placed(owner, placement, name, plan, args_view, body, to_canonical)
 
     render = output.render
     projector = output.presentation_meta
@@ -350,7 +379,74 @@ def define_tool(
         finalize_content=finalize_content,
         present_call=call_presenter,
         present_result=result_presenter,
+        placement=placement,
     )
+
+
+def placed_execute(
+    tool: str,
+    placement: Placement,
+    body: Callable[[Any, Any], Any],
+    validate: Callable[[Any], None] | None = None,
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``body(args, run_ctx)`` moved by ``placement``, as the ``async def`` execute of a
+    ``ToolDefinition``.
+
+    ``validate(args)`` runs here first and raises (``ToolArgsError``) for bad arguments, so a bad
+    call never leaves the process; ``body`` (typed views, the author's function, the canonical
+    conversion) runs where the placement says, so what it refers to must be picklable and the
+    classes it builds importable there. ``define_tool(..., placement=...)`` is built on this.
+    """
+    place = getattr(placement, "place", None)
+    if not callable(place):
+        raise TypeError(f"tool {tool!r}: placement must have a place(tool, execute) method")
+    placed: Callable[..., Any] = place(tool, body)
+    if not inspect.iscoroutinefunction(placed):
+        raise TypeError(
+            f"tool {tool!r}: placement.place() must return an async def body, "
+            f"got {type(placed).__name__}"
+        )
+    if validate is None:
+        return placed
+    check = validate
+
+    async def validated_then_placed(args: Any, run_ctx: Any) -> Any:
+        check(args)
+        return await placed(args, run_ctx)
+
+    return validated_then_placed
+
+
+def _placed(
+    owner: str,
+    placement: Placement,
+    tool: str,
+    plan: Any,
+    args_view: Callable[[Any], Any] | None,
+    body: Callable[..., Any],
+    to_canonical: Callable[[Any], Any],
+) -> Callable[..., Any]:
+    """``define_tool``'s body moved by ``placement``: arguments are validated here; the typed
+    view, the body and the canonical conversion run where the placement says."""
+
+    def validate(args: Any) -> None:
+        violations = validate_plan(plan, args, "")
+        if violations:
+            raise ToolArgsError(violations)
+
+    def moved(args: Any, run_ctx: Any) -> Any:
+        result = body(args if args_view is None else args_view(args), run_ctx)
+        if inspect.isawaitable(result):
+            return _convert_later(result, to_canonical)
+        return to_canonical(result)
+
+    _describe(moved, body, tool, "execute")
+    try:
+        execute = placed_execute(tool, placement, moved, validate)
+    except TypeError as exc:
+        raise TypeError(f"{owner}: {str(exc).partition(': ')[2]}") from None
+    _describe(execute, body, tool, "execute")
+    return execute
 
 
 def _with_views(

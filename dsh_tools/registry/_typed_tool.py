@@ -29,7 +29,7 @@ import docstring_parser
 import msgspec
 
 from ..actors import ToolArgsError
-from ._definition import ToolDefinition, ToolOutput
+from ._definition import Placement, ToolDefinition, ToolOutput, placed_execute
 from ._json_schema import assert_supported_json_schema
 from ._lossless import LosslessJsonError, compact_json, snapshot_json
 from ._raw_schema import optional_null_dropper, to_subset_schema
@@ -237,13 +237,14 @@ def _violation(exc: msgspec.ValidationError) -> str:
     )
 
 
-def _make_execute(
-    fn: Any, args_type: Any, plan: _Signature, drop_nulls: Callable[[Any], Any] | None
-) -> Callable[..., Any]:
+def _make_parser(
+    args_type: Any, drop_nulls: Callable[[Any], Any] | None
+) -> Callable[[Any], tuple[Any, ...]]:
+    """``parse(args)``: the frozen arguments strictly converted to the argument struct's field
+    values, in order; ``ToolArgsError`` naming the first violation otherwise."""
     convert = msgspec.convert
     astuple = msgspec.structs.astuple
     validation_error = msgspec.ValidationError
-    has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
 
     def parse(args: Any) -> tuple[Any, ...]:
         try:
@@ -260,6 +261,15 @@ def _make_execute(
                 except validation_error as exc:
                     error = exc
         raise ToolArgsError([_violation(error)]) from None
+
+    return parse
+
+
+def _make_execute(
+    fn: Any, args_type: Any, plan: _Signature, drop_nulls: Callable[[Any], Any] | None
+) -> Callable[..., Any]:
+    parse = _make_parser(args_type, drop_nulls)
+    has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
 
     def call(values: tuple[Any, ...], run_ctx: Any) -> Any:
         if plan.simple:
@@ -279,6 +289,69 @@ def _make_execute(
         return _to_canonical(call(parse(args), run_ctx))
 
     return execute
+
+
+def _validator(args_type: Any, drop_nulls: Callable[[Any], Any] | None) -> Callable[[Any], None]:
+    """``validate(args)`` for a placed body: the same strict conversion as the local body, run
+    here so a bad call never leaves the process (raises ``ToolArgsError``)."""
+    parse = _make_parser(args_type, drop_nulls)
+
+    def validate(args: Any) -> None:
+        parse(args)
+
+    return validate
+
+
+def _without_constraints(hint: Any) -> Any:
+    """``hint`` with every ``Annotated[T, ...]`` replaced by ``T``, at any depth."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _without_constraints(typing.get_args(hint)[0])
+    args = typing.get_args(hint)
+    if not args or origin is typing.Literal:
+        return hint
+    stripped = tuple(_without_constraints(a) for a in args)
+    if stripped == args:
+        return hint
+    if origin is types.UnionType or origin is typing.Union:
+        return typing.Union[stripped]  # noqa: UP007 - built from a tuple of members
+    return origin[stripped]
+
+
+class _PlacedBody:
+    """The body of a placed ``@tool``: the argument conversion and the function, rebuilt where
+    the placement runs it. The arguments arrive validated, so the fields travel without their
+    constraints: neither the ``msgspec.defstruct`` argument class nor ``msgspec.Meta`` can be
+    pickled; the user's function and annotation types travel as the placement pickles them."""
+
+    def __init__(
+        self, fn: Any, struct_name: str, fields: Any, plan: _Signature, parameters: Any
+    ) -> None:
+        self._fn = fn
+        self._struct_name = struct_name
+        self._fields = [
+            (name, _without_constraints(hint), default) for name, hint, default in fields
+        ]
+        self._plan = plan
+        self._parameters = parameters
+        self._execute: Callable[..., Any] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_execute"] = None
+        return state
+
+    def __call__(self, args: Any, run_ctx: Any) -> Any:
+        execute = self._execute
+        if execute is None:
+            args_type = msgspec.defstruct(
+                self._struct_name, self._fields, kw_only=True, forbid_unknown_fields=True
+            )
+            execute = _make_execute(
+                self._fn, args_type, self._plan, optional_null_dropper(self._parameters)
+            )
+            self._execute = execute
+        return execute(args, run_ctx)
 
 
 def _build(
@@ -338,7 +411,21 @@ def _build(
     except LosslessJsonError as exc:
         raise TypeError(f"{owner}: a default or constraint is not JSON data: {exc}") from None
 
-    execute = _make_execute(fn, args_type, plan, optional_null_dropper(frozen_parameters))
+    drop_nulls = optional_null_dropper(frozen_parameters)
+    options = dict(options)
+    placement: Placement | None = options.get("placement")
+    if placement is None:
+        execute = _make_execute(fn, args_type, plan, drop_nulls)
+    else:
+        try:
+            execute = placed_execute(
+                tool_name,
+                placement,
+                _PlacedBody(fn, args_type.__name__, fields, plan, frozen_parameters),
+                _validator(args_type, drop_nulls),
+            )
+        except TypeError as exc:
+            raise TypeError(f"{owner}: {str(exc).partition(': ')[2]}") from None
     execute.__name__ = f"execute[{tool_name}]"
     execute.__qualname__ = f"tool.execute[{tool_name}]"
     execute.__doc__ = fn.__doc__

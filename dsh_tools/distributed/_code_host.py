@@ -1,0 +1,137 @@
+"""The node side of ``RayCodeRuntime``: an async Ray actor that owns a real code runtime.
+
+The actor builds the runtime with the factory it was given (by default the shipped subprocess
+runtime, so its process isolation and budgets hold on the node) and runs programs on it. A
+program's binding calls do not run here: each becomes a ``CallEvent`` that the harness collects
+with ``events`` and answers with ``resolve``, so every tool call goes through the harness's
+pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ..actors import AbortController
+from ..registry import snapshot_json
+from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec
+
+__all__ = ["CodeRunHost"]
+
+_encoder = msgspec.json.Encoder()
+
+
+class _BindingFailed(Exception):
+    """A binding call the harness answered with a failure; the text is the harness's."""
+
+
+class _NodeRun:
+    __slots__ = ("controller", "done", "numbers", "pending", "queue", "ready", "task")
+
+    def __init__(self) -> None:
+        self.controller = AbortController()
+        self.queue: list[Any] = []
+        self.ready = asyncio.Event()
+        self.pending: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
+        self.numbers = itertools.count(1)
+        self.done = False
+        self.task: asyncio.Task[None] | None = None
+
+    def push(self, event: Any) -> None:
+        self.queue.append(event)
+        self.ready.set()
+
+    def binding(self, global_name: str, member: str) -> Callable[[Any], Any]:
+        async def call_in_harness(value: Any) -> Any:
+            number = next(self.numbers)
+            answer: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+            self.pending[number] = answer
+            self.push(CallEvent(number, global_name, member, msgspec.Raw(_encoder.encode(value))))
+            try:
+                ok, payload = await answer
+            finally:
+                self.pending.pop(number, None)
+            if not ok:
+                raise _BindingFailed(payload)
+            return payload
+
+        return call_in_harness
+
+
+class CodeRunHost:
+    """Runs programs on a code runtime built on this node (see the module docstring)."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._runtime = factory()
+        self._runs: dict[str, _NodeRun] = {}
+
+    async def start(self, run_id: str, program: str, namespaces: list[NamespaceSpec]) -> None:
+        """Start one run; its events are collected with ``events(run_id)``."""
+        from ..codebridge import BindingNamespace, CodeRunRequest, ErrorClassSpec
+
+        run = self._runs[run_id] = _NodeRun()
+        bindings = [
+            BindingNamespace(
+                spec.global_name,
+                {member: run.binding(spec.global_name, member) for member in spec.members},
+                None if spec.error_class is None else ErrorClassSpec(*spec.error_class),
+            )
+            for spec in namespaces
+        ]
+        request = CodeRunRequest(program, bindings, run.controller.signal)
+        run.task = asyncio.ensure_future(self._settle(run, request))
+
+    async def _settle(self, run: _NodeRun, request: Any) -> None:
+        try:
+            result = await self._runtime.run(request)
+        except Exception as exc:
+            run.push(MisuseEvent(type(exc).__name__, str(exc)))
+            return
+        error = result.error
+        has_value = result.value is not UNSET
+        run.push(
+            DoneEvent(
+                logs=list(result.logs),
+                has_value=has_value,
+                value=msgspec.Raw(_encoder.encode(result.value if has_value else None)),
+                error_kind=None if error is None else error.kind,
+                error_message=None if error is None else error.message,
+            )
+        )
+
+    async def events(self, run_id: str) -> bytes:
+        """The run's next events (waits for at least one); the last one settles the run."""
+        run = self._runs[run_id]
+        await run.ready.wait()
+        events, run.queue = run.queue, []
+        run.ready.clear()
+        if any(not isinstance(event, CallEvent) for event in events):
+            self._runs.pop(run_id, None)
+        return _encoder.encode(events)
+
+    async def resolve(self, run_id: str, number: int, ok: bool, payload: bytes) -> None:
+        """Answer binding call ``number``: its value, or the failure text (JSON)."""
+        run = self._runs.get(run_id)
+        answer = None if run is None else run.pending.get(number)
+        if answer is not None and not answer.done():
+            value = msgspec.json.decode(payload)
+            answer.set_result((ok, snapshot_json(value) if ok else value))
+
+    async def abort(self, run_id: str, reason: str) -> None:
+        """Abort the run (the runtime settles it as ``abort`` with ``reason``)."""
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.controller.abort(reason)
+
+    async def dispose(self) -> None:
+        """Dispose of the node's runtime (its live runs settle, its processes are killed)."""
+        await self._runtime.dispose()
+
+    async def ready(self) -> bool:
+        """Answer once the runtime is built."""
+        return True

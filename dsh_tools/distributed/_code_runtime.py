@@ -1,0 +1,261 @@
+"""``RayCodeRuntime``: Code Mode programs run on a Ray node, their tool calls come back here.
+
+A ``CodeRuntime`` for ``ToolSystem.start(code_runtime=...)``. One async Ray actor (placed with
+the given Ray options) owns a real code runtime built on the node by ``runtime_factory`` (the
+shipped subprocess runtime with the given budgets by default), so a program gets the same worker
+process, isolation and budgets on the node as it would here. Each binding call the program makes
+travels back to this process, runs the harness's binding (the full pipeline, as a sub-call of the
+``run_code`` call) and its value or failure travels back.
+
+An abort of the run is forwarded to the node, whose runtime settles the run as ``abort``; if the
+node does not answer within ``cancel_grace_s`` the actor is killed and the run settles as
+``abort`` here. A node or actor that dies settles live runs as ``worker-exit``; the next run
+starts a fresh actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from ..actors import NEVER_ABORTED, AbortSignal
+from ..registry import LosslessJsonError, snapshot_json
+from ._code_host import CodeRunHost
+from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
+from ._driver import ensure_ray, import_ray
+
+__all__ = ["RayCodeRuntime"]
+
+_encoder = msgspec.json.Encoder()
+_RUNTIME = "run_code"
+
+
+def _default_factory(config: Any) -> Callable[[], Any]:
+    def build() -> Any:
+        from ..codebridge import SubprocessCodeRuntime
+
+        return SubprocessCodeRuntime(config)
+
+    return build
+
+
+def _text(value: Any, fallback: str) -> str:
+    try:
+        text = str(value)
+    except Exception:
+        return fallback
+    return text if type(text) is str else fallback
+
+
+class RayCodeRuntime:
+    """Code Mode programs on a Ray node (see the module docstring).
+
+    ``RayCodeRuntime(config=None, *, runtime_factory=None, num_cpus=1, resources=None,
+    runtime_env=None, cancel_grace_s=5.0)``: ``config`` (a ``CodeRuntimeConfig``) gives the
+    node's subprocess runtime its budgets; ``runtime_factory`` (a picklable ``() -> CodeRuntime``
+    run on the node) replaces that runtime.
+    """
+
+    language = "python"
+    isolation = "ray"
+
+    def __init__(
+        self,
+        config: Any = None,
+        *,
+        runtime_factory: Callable[[], Any] | None = None,
+        num_cpus: float = 1,
+        resources: dict[str, float] | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        cancel_grace_s: float = 5.0,
+    ) -> None:
+        if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
+            raise ValueError("RayCodeRuntime: num_cpus must be a finite number >= 0")
+        if (
+            type(cancel_grace_s) not in (int, float)
+            or not math.isfinite(cancel_grace_s)
+            or cancel_grace_s < 0
+        ):
+            raise ValueError("RayCodeRuntime: cancel_grace_s must be a finite number >= 0")
+        self._factory = runtime_factory if runtime_factory is not None else _default_factory(config)
+        self._options: dict[str, Any] = {"num_cpus": num_cpus}
+        if resources:
+            self._options["resources"] = dict(resources)
+        if runtime_env:
+            self._options["runtime_env"] = dict(runtime_env)
+        self._grace = float(cancel_grace_s)
+        self._lock = threading.Lock()
+        self._host: Any = None
+        self._disposed = False
+        self._live: set[asyncio.Future[None]] = set()
+
+    def _actor(self) -> Any:
+        with self._lock:
+            if self._host is None:
+                ray = import_ray()
+                actor_class = ray.remote(CodeRunHost).options(
+                    max_concurrency=1000, max_restarts=0, max_task_retries=0, **self._options
+                )
+                self._host = actor_class.remote(self._factory)
+            return self._host
+
+    def _forget(self, host: Any, kill: bool) -> None:
+        with self._lock:
+            if self._host is host:
+                self._host = None
+        if kill:
+            with contextlib.suppress(Exception):
+                import_ray().kill(host, no_restart=True)
+
+    async def run(self, request: Any) -> Any:
+        """Run one program on the node; outcomes are results, misuse raises."""
+        from ..codebridge import CodeRunFailure, CodeRunRequest, CodeRunResult
+
+        if self._disposed:
+            raise RuntimeError("code runtime: run() after disposal")
+        if not isinstance(request, CodeRunRequest):
+            raise TypeError(
+                f"code runtime: run() expects a CodeRunRequest, got {type(request).__name__}"
+            )
+
+        def failed(kind: str, message: str, logs: list[str] | None = None) -> Any:
+            return CodeRunResult(logs or [], error=CodeRunFailure(kind, message))
+
+        signal: AbortSignal = request.signal if request.signal is not None else NEVER_ABORTED
+        if signal.aborted:
+            return failed("abort", _text(signal.reason, "aborted"))
+        loop = asyncio.get_running_loop()
+        ray = import_ray()
+        if not ray.is_initialized():
+            try:
+                await loop.run_in_executor(None, ensure_ray)
+            except Exception as exc:
+                return failed("worker-exit", f"remote code runtime unavailable: {exc}")
+        functions = {ns.global_name: dict(ns.functions) for ns in request.bindings}
+        spec = [
+            NamespaceSpec(
+                ns.global_name,
+                sorted(ns.functions),
+                None
+                if ns.error_class is None
+                else (ns.error_class.name, ns.error_class.member_attr),
+            )
+            for ns in request.bindings
+        ]
+        host = self._actor()
+        run_id = uuid.uuid4().hex
+        stop: asyncio.Future[None] = loop.create_future()
+        self._live.add(stop)
+
+        def on_abort(_reason: Any) -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_wake, stop)
+
+        remove = signal.add_callback(on_abort)
+        answers: set[asyncio.Task[None]] = set()
+        try:
+            await asyncio.wrap_future(host.start.remote(run_id, request.program, spec).future())
+            abort_sent = False
+            deadline: float | None = None
+            while True:
+                polled = asyncio.wrap_future(host.events.remote(run_id).future())
+                while not polled.done():
+                    timeout = None if deadline is None else max(0.0, deadline - loop.time())
+                    waiting = {polled} if abort_sent else {polled, stop}
+                    await asyncio.wait(waiting, timeout=timeout, return_when="FIRST_COMPLETED")
+                    if polled.done():
+                        break
+                    if self._disposed:
+                        self._forget(host, kill=True)
+                        return failed("abort", "runtime disposed")
+                    if not abort_sent:
+                        abort_sent = True
+                        deadline = loop.time() + self._grace
+                        reason = _text(signal.reason, "aborted")
+                        host.abort.remote(run_id, reason)
+                    elif deadline is not None and loop.time() >= deadline:
+                        # The node did not settle the aborted run in time: end it here.
+                        self._forget(host, kill=True)
+                        return failed("abort", _text(signal.reason, "aborted"))
+                for event in decode_events(polled.result()):
+                    if isinstance(event, CallEvent):
+                        task = loop.create_task(self._answer(host, run_id, functions, event))
+                        answers.add(task)
+                        task.add_done_callback(answers.discard)
+                    elif isinstance(event, DoneEvent):
+                        return self._result(event)
+                    elif isinstance(event, MisuseEvent):
+                        error = TypeError if event.type_name == "TypeError" else ValueError
+                        raise error(event.message)
+        except import_ray().exceptions.RayError as exc:
+            self._forget(host, kill=False)
+            text = str(exc).strip().splitlines()
+            return failed("worker-exit", f"remote code runtime lost: {text[0] if text else exc}")
+        finally:
+            remove()
+            self._live.discard(stop)
+            for task in answers:
+                task.cancel()
+
+    def _result(self, event: DoneEvent) -> Any:
+        from ..codebridge import CodeRunFailure, CodeRunResult
+
+        if event.error_kind is not None:
+            return CodeRunResult(
+                list(event.logs), error=CodeRunFailure(event.error_kind, event.error_message or "")
+            )
+        if event.has_value:
+            return CodeRunResult(
+                list(event.logs), value=snapshot_json(msgspec.json.decode(event.value))
+            )
+        return CodeRunResult(list(event.logs))
+
+    async def _answer(
+        self,
+        host: Any,
+        run_id: str,
+        functions: dict[str, dict[str, Any]],
+        event: CallEvent,
+    ) -> None:
+        function = functions.get(event.global_name, {}).get(event.member)
+        ok = False
+        try:
+            if function is None:
+                answer: Any = f'unknown binding "{event.global_name}.{event.member}"'
+            else:
+                value = await function(snapshot_json(msgspec.json.decode(event.value)))
+                answer = snapshot_json(value)
+                ok = True
+        except LosslessJsonError:
+            answer = "binding resolved with a value that is not lossless JSON"
+        except Exception as exc:
+            answer = _text(exc, "<unprintable thrown value>")
+        host.resolve.remote(run_id, event.number, ok, _encoder.encode(answer))
+
+    async def dispose(self) -> None:
+        """Settle live runs as ``abort`` / ``runtime disposed`` and stop the node's runtime."""
+        self._disposed = True
+        for stop in list(self._live):
+            _wake(stop)
+        with self._lock:
+            host, self._host = self._host, None
+        if host is None:
+            return
+        ray = import_ray()
+        with contextlib.suppress(Exception):
+            ref = host.dispose.remote()
+            await asyncio.wait({asyncio.wrap_future(ref.future())}, timeout=self._grace)
+        with contextlib.suppress(Exception):
+            ray.kill(host, no_restart=True)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,74 @@
+"""Connecting this process to Ray, once, the way Ray users expect.
+
+``ray.init()`` with no arguments: connect to ``RAY_ADDRESS`` when it is set, else to a cluster
+started on this machine with ``ray start``, else start a local instance. A harness that wants
+other options calls ``ray.init(...)`` itself before the first placed call; that connection is used
+as is.
+
+A local instance's processes die with the thread that started them (Ray ties them to their
+parent with a death signal), so ``ray.init`` always runs on one long-lived daemon thread of its
+own, never on a caller's pool or loop thread that may end. ``init_ray(**options)`` does the same
+for a harness that wants its own ``ray.init`` options.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import ModuleType
+from typing import Any
+
+__all__ = ["ensure_ray", "import_ray", "init_ray"]
+
+_lock = threading.Lock()
+_keeper: threading.Thread | None = None
+
+
+def import_ray() -> ModuleType:
+    """``ray``, or ``ImportError`` naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(
+            "running tool bodies on Ray needs Ray: pip install 'dsh-tools[ray]'"
+        ) from exc
+    return ray
+
+
+def ensure_ray() -> ModuleType:
+    """``ray``, connected with ``ray.init()`` unless already connected (see the module
+    docstring); raises what ``ray.init`` raised."""
+    return init_ray()
+
+
+def init_ray(**options: Any) -> ModuleType:
+    """``ray``, connected with ``ray.init(**options)`` on a long-lived thread unless it already
+    is: a local instance then lives as long as this process, whichever thread asked for it."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    with _lock:
+        if not ray.is_initialized():
+            _init_on_keeper(ray, options)
+    return ray
+
+
+def _init_on_keeper(ray: Any, options: dict[str, Any]) -> None:
+    global _keeper
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def keep() -> None:
+        try:
+            ray.init(**options)
+        except BaseException as exc:
+            failure.append(exc)
+            done.set()
+            return
+        done.set()
+        threading.Event().wait()  # outlive every caller: the local instance dies with us
+
+    _keeper = threading.Thread(target=keep, name="dsh-ray-driver", daemon=True)
+    _keeper.start()
+    done.wait()
+    if failure:
+        raise failure[0]

@@ -1,0 +1,168 @@
+"""The worker side: what a Ray task or actor runs for one call of a placed body.
+
+This module is imported on Ray workers; it needs only ``dsh_tools`` and Ray there. The body sees
+a ``RemoteRunContext`` shaped like the local run context. A cancellation (``ray.cancel``) reaches
+it two ways: as the ``KeyboardInterrupt`` Ray raises into a running task, and as ``ctx.signal``
+aborting once Ray's cancellation flag is set (the only way an actor's running call learns of
+it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from ..actors import AbortSignal
+from ..registry import LosslessJsonError, snapshot_json
+from ._wire import RemoteCall, decode_call, encode_reply, fault_of, snapshot_value
+
+__all__ = ["BodyActor", "RemoteRunContext", "run_body"]
+
+_WATCH_INTERVAL = 0.05
+"""How often an ``async def`` body's loop wakes to notice an interrupt or the cancellation flag
+(seconds)."""
+
+
+class _CancelFlagSignal(AbortSignal):
+    """An ``AbortSignal`` that reads Ray's cancellation flag whenever the body's own thread asks
+    whether it aborted. Ray keeps that flag per executing thread, so nothing else can watch it;
+    an ``async def`` body's loop reads it on every heartbeat."""
+
+    __slots__ = ("_probe", "_thread")
+
+    def __init__(self, probe: Callable[[], bool]) -> None:
+        super().__init__()
+        self._probe = probe
+        self._thread = threading.get_ident()
+
+    @property
+    def aborted(self) -> bool:
+        if not self._aborted and threading.get_ident() == self._thread:
+            try:
+                cancelled = self._probe()
+            except Exception:
+                cancelled = False
+            if cancelled:
+                self._fire("cancelled")
+        return self._aborted
+
+
+def _cancel_probe() -> Callable[[], bool] | None:
+    """``is_canceled`` of the running Ray task, or None outside one."""
+    try:
+        import ray
+
+        runtime = ray.get_runtime_context()
+        runtime.is_canceled()
+    except Exception:
+        return None
+    probe: Callable[[], bool] = runtime.is_canceled
+    return probe
+
+
+class RemoteRunContext:
+    """What a placed body sees on the worker: ``call_id``, ``name``, ``arguments``, ``agent``,
+    ``signal`` and ``defer_context(ctx)`` (delivered with the result in the calling process).
+
+    ``signal.aborted`` turns true once Ray cancels the call (read it from the body's thread; an
+    ``async def`` body's awaiters wake within ``_WATCH_INTERVAL``). There is no ``token`` or
+    ``parent``: execution tokens are identities of the calling process and never cross it.
+    """
+
+    __slots__ = ("_call", "_contexts", "_signal", "arguments")
+
+    def __init__(self, call: RemoteCall, arguments: Any) -> None:
+        self._call = call
+        self.arguments = arguments
+        self._contexts: list[Any] = []
+        probe = _cancel_probe()
+        self._signal = AbortSignal() if probe is None else _CancelFlagSignal(probe)
+
+    @property
+    def call_id(self) -> str:
+        """The call id the harness gave."""
+        return self._call.call_id
+
+    @property
+    def name(self) -> str:
+        """The tool name called."""
+        return self._call.name
+
+    @property
+    def agent(self) -> str | None:
+        """The calling agent's key, or None."""
+        return self._call.agent
+
+    @property
+    def signal(self) -> AbortSignal:
+        """Aborts once Ray cancels this call."""
+        return self._signal
+
+    def defer_context(self, context: Any) -> None:
+        """Attach a hook context to this call's result (frozen now, sent with the result)."""
+        with contextlib.suppress(LosslessJsonError, RecursionError):
+            context = snapshot_json(context)
+        self._contexts.append(context)
+
+
+async def _awake(awaitable: Any, signal: AbortSignal) -> Any:
+    """Await ``awaitable`` while the loop wakes every ``_WATCH_INTERVAL``: an interrupt that Ray
+    raises into this thread only lands while Python code runs (never inside a long select()),
+    and an actor's cancellation flag is read here, cancelling the body like a local abort."""
+    body = asyncio.ensure_future(awaitable)
+
+    async def heartbeat() -> None:
+        while not body.done():
+            await asyncio.sleep(_WATCH_INTERVAL)
+            if signal.aborted:
+                body.cancel()
+                return
+
+    beat = asyncio.ensure_future(heartbeat())
+    try:
+        return await body
+    finally:
+        beat.cancel()
+
+
+def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> bytes:
+    """Run one call: decode, run the body (awaiting it on a fresh loop when it is async),
+    check the value is lossless, encode the reply. Exceptions from the body become a fault in
+    the reply; a cancellation (``KeyboardInterrupt``) propagates to Ray."""
+    call, arguments = decode_call(frame)
+    ctx = RemoteRunContext(call, arguments)
+    try:
+        try:
+            value = execute(arguments, ctx)
+            if inspect.isawaitable(value):
+                value = asyncio.run(_awake(value, ctx.signal))
+            value = snapshot_value(call.name, value)
+        finally:
+            contexts = ctx._contexts
+    except Exception as exc:
+        return encode_reply(None, fault_of(exc, traceback.format_exc(), dumps), contexts)
+    return encode_reply(value, None, contexts)
+
+
+class BodyActor:
+    """A Ray actor holding one tool's body: its closure, module globals and anything the body
+    keeps stay alive between calls on this actor (stateful tools). Calls run one at a time."""
+
+    def __init__(self, execute: Callable[[Any, Any], Any]) -> None:
+        from ray import cloudpickle
+
+        self._execute = execute
+        self._dumps = cloudpickle.dumps
+
+    def call(self, frame: bytes) -> bytes:
+        """Run one call of the body (see ``run_body``)."""
+        return run_body(self._execute, frame, self._dumps)
+
+    def ready(self) -> bool:
+        """Answer once the actor is constructed (its body unpickled)."""
+        return True

@@ -1,0 +1,206 @@
+"""What crosses between the calling process and a Ray worker: msgspec-encoded JSON frames.
+
+Arguments go out as the frozen snapshot's JSON and come back frozen again; a value comes back as
+JSON after the worker has checked it is lossless (the same check and message as locally); a
+body's exception comes back as a ``RemoteFault`` (its class, message, harness code and a pickle
+when one round-trips) and is raised again here as itself. Deferred contexts travel with either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from typing import Any
+
+import msgspec
+
+from ..actors import HarnessError, ToolOutputError
+from ..registry import LosslessJsonError, snapshot_json
+from ._errors import RemoteToolError
+
+__all__ = [
+    "RemoteCall",
+    "RemoteFault",
+    "RemoteReply",
+    "decode_call",
+    "decode_reply",
+    "encode_call",
+    "fault_of",
+    "rebuild_exception",
+    "snapshot_value",
+]
+
+_NULL = msgspec.Raw(b"null")
+_NO_CONTEXTS = msgspec.Raw(b"[]")
+
+
+class RemoteCall(msgspec.Struct, frozen=True):
+    """One body invocation: the call's identity and its arguments as JSON."""
+
+    call_id: str
+    name: str
+    agent: str | None
+    arguments: msgspec.Raw
+
+
+class RemoteFault(msgspec.Struct, frozen=True):
+    """A body's exception: enough to raise the same exception (or a faithful stand-in) here."""
+
+    module: str
+    qualname: str
+    message: str
+    code: str | None = None
+    name: str | None = None
+    pickled: bytes | None = None
+    traceback: str = ""
+
+
+class RemoteReply(msgspec.Struct, frozen=True):
+    """A settled body: its value (JSON) or its fault, and the contexts it deferred."""
+
+    value: msgspec.Raw = _NULL
+    fault: RemoteFault | None = None
+    contexts: msgspec.Raw = _NO_CONTEXTS
+
+
+_encoder = msgspec.json.Encoder()
+_call_decoder = msgspec.json.Decoder(RemoteCall)
+_reply_decoder = msgspec.json.Decoder(RemoteReply)
+
+
+def encode_call(call_id: str, name: str, agent: str | None, arguments: Any) -> bytes:
+    """The frame for one invocation; ``arguments`` is the call's frozen snapshot."""
+    raw = msgspec.Raw(_encoder.encode(arguments))
+    return _encoder.encode(RemoteCall(call_id, name, agent, raw))
+
+
+def decode_call(frame: bytes) -> tuple[RemoteCall, Any]:
+    """The invocation and its arguments frozen again (as the body would see them locally)."""
+    call = _call_decoder.decode(frame)
+    return call, snapshot_json(msgspec.json.decode(call.arguments))
+
+
+def encode_reply(value: Any, fault: RemoteFault | None, contexts: list[Any]) -> bytes:
+    """The frame for a settled body; ``value`` must already be a lossless snapshot."""
+    return _encoder.encode(
+        RemoteReply(
+            value=msgspec.Raw(_encoder.encode(value)) if fault is None else _NULL,
+            fault=fault,
+            contexts=msgspec.Raw(_encoder.encode(contexts)) if contexts else _NO_CONTEXTS,
+        )
+    )
+
+
+def decode_reply(frame: bytes) -> tuple[Any, RemoteFault | None, list[Any]]:
+    """``(value, fault, contexts)``; the value and contexts are plain JSON values."""
+    reply = _reply_decoder.decode(frame)
+    contexts: list[Any] = msgspec.json.decode(reply.contexts)
+    if reply.fault is not None:
+        return None, reply.fault, contexts
+    return msgspec.json.decode(reply.value), None, contexts
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        return "<unprintable thrown value>"
+    return text if type(text) is str else "<unprintable thrown value>"
+
+
+def fault_of(exc: BaseException, traceback: str, dumps: Any) -> RemoteFault:
+    """Describe ``exc`` for the trip home; ``dumps`` pickles (cloudpickle on a worker)."""
+    cls = type(exc)
+    code = name = None
+    if isinstance(exc, HarnessError):
+        with contextlib.suppress(Exception):
+            if type(exc.code) is str:
+                code = exc.code
+            if type(exc.name) is str:
+                name = exc.name
+    # The class, args and attributes rather than the exception itself: unpickling an exception
+    # calls its constructor with ``args``, which fails for any class whose constructor takes
+    # something else than its message.
+    pickled: bytes | None = None
+    with contextlib.suppress(Exception):
+        pickled = dumps((cls, exc.args, dict(getattr(exc, "__dict__", {}))))
+    return RemoteFault(
+        module=cls.__module__,
+        qualname=cls.__qualname__,
+        message=_message(exc),
+        code=code,
+        name=name,
+        pickled=pickled,
+        traceback=traceback,
+    )
+
+
+def _same(exc: BaseException, fault: RemoteFault) -> bool:
+    """Whether a rebuilt exception would produce the very failure the remote one did."""
+    cls = type(exc)
+    if (cls.__module__, cls.__qualname__) != (fault.module, fault.qualname):
+        return False
+    if _message(exc) != fault.message:
+        return False
+    if fault.code is not None:
+        return getattr(exc, "code", None) == fault.code and getattr(exc, "name", None) == fault.name
+    return True
+
+
+def _import_class(module: str, qualname: str) -> Any:
+    try:
+        owner: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            owner = getattr(owner, part)
+    except Exception:
+        return None
+    return owner
+
+
+def rebuild_exception(fault: RemoteFault, loads: Any) -> Exception:
+    """The remote exception as an exception of this process, failing the same way.
+
+    First the original class with its args and attributes (its constructor is not called);
+    else an instance of the same class with the same message (and harness code and name); else
+    a ``RemoteToolError`` carrying all three.
+    """
+    rebuilt: Exception | None = None
+    if fault.pickled is not None:
+        with contextlib.suppress(Exception):
+            cls, args, state = loads(fault.pickled)
+            if isinstance(cls, type) and issubclass(cls, Exception):
+                candidate = cls.__new__(cls, *args)
+                candidate.args = tuple(args)
+                candidate.__dict__.update(state)
+                if _same(candidate, fault):
+                    rebuilt = candidate
+    if rebuilt is None:
+        cls = _import_class(fault.module, fault.qualname)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            with contextlib.suppress(Exception):
+                candidate = cls.__new__(cls)
+                candidate.args = (fault.message,)
+                if isinstance(candidate, HarnessError):
+                    candidate.message = fault.message
+                    candidate.code = fault.code or ""
+                    candidate.name = fault.name or cls.__name__
+                if _same(candidate, fault):
+                    rebuilt = candidate
+    if rebuilt is None:
+        rebuilt = RemoteToolError(
+            fault.message, f"{fault.module}.{fault.qualname}", fault.code, fault.name
+        )
+    if fault.traceback:
+        with contextlib.suppress(Exception):
+            rebuilt.add_note("Remote traceback (most recent call last):\n" + fault.traceback)
+    return rebuilt
+
+
+def snapshot_value(tool: str, value: Any) -> Any:
+    """A body's value as a lossless snapshot, failing exactly as the local output check does."""
+    try:
+        return snapshot_json(value)
+    except LosslessJsonError as exc:
+        raise ToolOutputError(tool, [f"value is not lossless JSON: {exc}"]) from None
+    except Exception as exc:
+        raise ToolOutputError(tool, [f"value snapshot failed: {_message(exc)}"]) from None

@@ -1,0 +1,80 @@
+"""A real local Ray instance for the placement tests, and small tools to run on it.
+
+``ray_instance`` starts Ray once per session (``ray.init(num_cpus=2)`` through ``init_ray``: two
+worker CPUs, no dashboard, no usage reporting) and shuts it down at the end. Test bodies are
+plain functions of the test modules; those modules are pickled by value so the workers need not
+import them.
+``json_tool(name, execute, placement)`` defines a tool whose value is any JSON, rendered as
+compact JSON text. ``wait_for_file(path)`` waits (bounded) until a remote body wrote ``path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh_tools import ToolDefinition, ToolOutput, define_tool
+from dsh_tools.distributed import init_ray
+
+WAIT = 30.0
+"""Upper bound for waiting on a remote body's marker file (worker start-up included)."""
+
+
+@pytest.fixture(scope="session")
+def ray_instance() -> Iterator[Any]:
+    """The session's local Ray instance (started here unless something already connected)."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = False
+    if not ray.is_initialized():
+        # Started the way the library starts it (from a thread of its own), so the instance's
+        # processes are not children of the test's main thread.
+        init_ray(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        started = True
+    for name in list(sys.modules):
+        if name == "ray_support" or name.startswith("test_ray_"):
+            ray.cloudpickle.register_pickle_by_value(sys.modules[name])
+    try:
+        yield ray
+    finally:
+        if started and ray.is_initialized():
+            ray.shutdown()
+
+
+def json_tool(
+    name: str, execute: Callable[..., Any], placement: Any, **extra: Any
+) -> ToolDefinition:
+    """A tool with a JSON value rendered as compact JSON text, placed by ``placement``."""
+    options: dict[str, Any] = {
+        "parameters": {},
+        "output": ToolOutput(
+            schema={"type": "json"},
+            render=lambda args, value: [
+                {"type": "text", "text": json.dumps(value, separators=(",", ":"))}
+            ],
+        ),
+        "is_concurrency_safe": lambda args: True,
+    }
+    options.update(extra)
+    return define_tool(
+        name=name, description=f"{name} test tool", execute=execute, placement=placement, **options
+    )
+
+
+def wait_for_file(path: Path) -> str:
+    """The file's text once a remote body wrote it (bounded wait)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if path.exists():
+            text = path.read_text()
+            if text:
+                return text
+        time.sleep(0.02)
+    raise AssertionError(f"no remote body wrote {path}")

@@ -1,0 +1,260 @@
+"""Aborts, timeouts and lost workers for bodies placed on a real local Ray instance.
+
+An abort or a deadline cancels the Ray task (``ray.cancel``; forced after the grace when the
+body does not stop) and the call settles as ``ABORTED`` / ``TOOL_TIMEOUT`` exactly as a local
+call; a worker process that dies under a call settles it as ``REMOTE_WORKER_LOST``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import WAIT, Logs, spawn
+from ray_support import json_tool, ray_instance, wait_for_file  # noqa: F401
+
+from dsh_tools import (
+    AbortController,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolCall,
+    ToolSystem,
+    timeout_policy,
+)
+from dsh_tools.distributed import RayPlacement
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
+
+QUICK = RayPlacement(num_cpus=0.5, cancel_grace_s=5.0)
+STUBBORN = RayPlacement(num_cpus=0.5, cancel_grace_s=0.2)
+PATH = {"dir": {"type": "string", "required": True}}
+
+
+def mark(folder: str, name: str, text: str) -> None:
+    Path(folder, name).write_text(text)
+
+
+def cooperative(args: Any, ctx: Any) -> Any:
+    """Loops in Python (so Ray's interrupt lands) and records that it was interrupted."""
+    mark(args["dir"], "started", str(os.getpid()))
+    try:
+        while True:
+            time.sleep(0.01)
+    except KeyboardInterrupt:
+        mark(args["dir"], "interrupted", "yes")
+        raise
+
+
+def stuck(args: Any, ctx: Any) -> Any:
+    """Blocks in one long C call: an interrupt cannot land, only forcing the worker ends it."""
+    mark(args["dir"], "started", str(os.getpid()))
+    time.sleep(60)
+
+
+async def async_sleeper(args: Any, ctx: Any) -> Any:
+    mark(args["dir"], "started", str(os.getpid()))
+    try:
+        await asyncio.sleep(60)
+    except asyncio.CancelledError:
+        mark(args["dir"], "cancelled", "yes")
+        raise
+
+
+def request(name: str, folder: Path, signal: Any = None, call_id: str = "c1") -> ExecuteCall:
+    return ExecuteCall(call_id=call_id, name=name, arguments={"dir": str(folder)}, signal=signal)
+
+
+def gone(pid: int) -> bool:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_an_abort_interrupts_the_remote_body_and_the_call_settles_aborted(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    system.tools.register(json_tool("loop", cooperative, QUICK, parameters=PATH))
+    controller = AbortController()
+
+    pending = spawn(system, request("loop", tmp_path, controller.signal))
+    wait_for_file(tmp_path / "started")
+    controller.abort()
+    result = pending.result(WAIT)
+
+    assert result.error.info.code == "ABORTED" and result.error.message == "tool call aborted"
+    assert (tmp_path / "interrupted").read_text() == "yes"  # stopped before the call settled
+    assert not logs.warnings  # it stopped within the grace: nothing was forced
+    assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
+
+
+def test_a_deadline_forces_a_body_that_ignores_cancellation_and_settles_tool_timeout(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    system.tools.register(json_tool("stuck", stuck, STUBBORN, parameters=PATH, timeout_ms=500))
+    system.tools.on_execute(timeout_policy())
+
+    result = system.execute(request("stuck", tmp_path))
+
+    assert result.error.info.code == "TOOL_TIMEOUT"
+    assert result.error.message == "tool call timed out after 500ms"
+    assert logs.warnings == ["remote body ignored cancellation; forcing its worker to exit"]
+    assert gone(int((tmp_path / "started").read_text()))
+
+
+def test_an_async_remote_body_is_cancelled_like_a_local_async_body(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    system.tools.register(json_tool("nap", async_sleeper, QUICK, parameters=PATH))
+    controller = AbortController()
+
+    pending = spawn(system, request("nap", tmp_path, controller.signal))
+    wait_for_file(tmp_path / "started")
+    controller.abort("user pressed stop")
+    result = pending.result(WAIT)
+
+    assert result.error.info.code == "ABORTED"
+    assert (tmp_path / "cancelled").read_text() == "yes"
+
+
+def test_cancelling_the_awaiting_task_cancels_the_remote_body(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    system.tools.register(json_tool("loop", cooperative, QUICK, parameters=PATH))
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(system.execute_async(request("loop", tmp_path)))
+        while not (tmp_path / "started").exists():
+            await asyncio.sleep(0.02)
+        task.cancel()
+        # Whether the task then re-raises CancelledError or returns the aborted result is the
+        # pipeline's rule; here the remote body must have been stopped before it settles.
+        done, _ = await asyncio.wait({task}, timeout=WAIT)
+        assert done == {task}
+
+    asyncio.run(scenario())
+
+    assert (tmp_path / "interrupted").read_text() == "yes"
+    assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
+
+
+def test_an_aborted_batch_cancels_its_remote_calls_and_settles_every_one(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    def loop_in(sub: str) -> str:
+        (tmp_path / sub).mkdir()
+        return '{"dir": "%s"}' % (tmp_path / sub)
+
+    system.tools.register(json_tool("loop", cooperative, QUICK, parameters=PATH))
+    controller = AbortController()
+    batch = ExecuteBatch(
+        calls=[ToolCall("a", "loop", loop_in("a")), ToolCall("b", "loop", loop_in("b"))],
+        signal=controller.signal,
+    )
+
+    async def scenario() -> Any:
+        running = asyncio.get_running_loop().run_in_executor(None, system.execute_batch, batch)
+        while not all((tmp_path / s / "started").exists() for s in "ab"):
+            await asyncio.sleep(0.02)
+        controller.abort()
+        return await asyncio.wait_for(running, WAIT)
+
+    outcome = asyncio.run(scenario())
+
+    assert [r.error.info.code for r in outcome.results] == ["ABORTED", "ABORTED"]
+    assert all((tmp_path / s / "interrupted").exists() for s in "ab")
+
+
+def test_a_killed_worker_process_settles_the_call_as_remote_worker_lost(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    system.tools.register(json_tool("stuck", stuck, QUICK, parameters=PATH))
+
+    pending = spawn(system, request("stuck", tmp_path))
+    os.kill(int(wait_for_file(tmp_path / "started")), signal.SIGKILL)
+    result = pending.result(WAIT)
+
+    assert result.error.info.code == "REMOTE_WORKER_LOST"
+    assert result.error.info.name == "RemoteWorkerLostError"
+    assert result.error.message.startswith('remote worker running tool "stuck" was lost: ')
+
+
+def tally(args: Any, ctx: Any) -> Any:
+    """A stateful body: counts its calls in its actor's process; may then wait to be stopped."""
+    global _calls
+    _calls = globals().get("_calls", 0) + 1
+    if args.get("then") == "wait-for-abort":
+        mark(args["dir"], "started", str(os.getpid()))
+        while not ctx.signal.aborted:
+            time.sleep(0.01)
+        mark(args["dir"], "saw-abort", "yes")
+    elif args.get("then") == "hang":
+        mark(args["dir"], "started", str(os.getpid()))
+        time.sleep(60)
+    return {"calls": _calls, "pid": os.getpid()}
+
+
+def test_a_stateful_actor_observes_aborts_and_a_lost_actor_is_replaced(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    params = {"dir": {"type": "string"}, "then": {"type": "string"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=5.0)
+    system.tools.register(json_tool("tally", tally, pool, parameters=params))
+
+    def tally_call(then: str, sub: str, signal: Any = None) -> ExecuteCall:
+        (tmp_path / sub).mkdir()
+        arguments = {"dir": str(tmp_path / sub), "then": then}
+        return ExecuteCall(call_id=sub, name="tally", arguments=arguments, signal=signal)
+
+    first = system.execute(tally_call("return", "first"))
+    controller = AbortController()
+    pending = spawn(system, tally_call("wait-for-abort", "aborted", controller.signal))
+    wait_for_file(tmp_path / "aborted" / "started")
+    controller.abort()
+    aborted = pending.result(WAIT)
+    after_abort = system.execute(tally_call("return", "after-abort"))
+
+    pending = spawn(system, tally_call("hang", "killed"))
+    os.kill(int(wait_for_file(tmp_path / "killed" / "started")), signal.SIGKILL)
+    killed = pending.result(WAIT)
+    replaced = system.execute(tally_call("return", "replaced"))
+
+    assert first.value["calls"] == 1
+    assert aborted.error.info.code == "ABORTED"
+    assert (tmp_path / "aborted" / "saw-abort").exists()
+    # the actor survived a cooperative abort with its state ...
+    assert after_abort.value == {"calls": 3, "pid": first.value["pid"]}
+    # ... and a dead actor is replaced by a fresh one (its state starts over)
+    assert killed.error.info.code == "REMOTE_WORKER_LOST"
+    assert replaced.value["calls"] == 1 and replaced.value["pid"] != first.value["pid"]
+
+
+def test_an_actor_that_ignores_an_abort_is_killed_after_the_grace_and_replaced(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    params = {"dir": {"type": "string"}, "then": {"type": "string"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)
+    system.tools.register(json_tool("tally", tally, pool, parameters=params))
+    controller = AbortController()
+    arguments = {"dir": str(tmp_path), "then": "hang"}
+
+    hang = ExecuteCall(call_id="c1", name="tally", arguments=arguments, signal=controller.signal)
+    pending = spawn(system, hang)
+    pid = int(wait_for_file(tmp_path / "started"))
+    controller.abort()
+    result = pending.result(WAIT)
+    fresh = system.execute(ExecuteCall(call_id="c2", name="tally", arguments={}))
+
+    assert result.error.info.code == "ABORTED"
+    assert logs.warnings == ["remote body on an actor ignored cancellation; replacing the actor"]
+    assert gone(pid)
+    assert fresh.value["calls"] == 1 and fresh.value["pid"] != pid

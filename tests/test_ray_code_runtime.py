@@ -1,0 +1,157 @@
+"""Code Mode programs on a Ray node (``RayCodeRuntime``) with their tool calls coming back.
+
+The program runs in the node's own code runtime (the shipped subprocess runtime, under the
+actor that hosts it), each tool call runs in this process's pipeline as a sub-call, and aborts,
+budgets and a lost node settle the run as they would locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ray_support import ray_instance  # noqa: F401  (the session fixture)
+
+from dsh_tools import (
+    AbortController,
+    ExecuteCall,
+    ToolOutput,
+    ToolsConfig,
+    ToolSystem,
+    define_tool,
+)
+from dsh_tools.codebridge import CodeRuntimeConfig
+from dsh_tools.distributed import RayCodeRuntime
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
+
+
+def parent_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("PPid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no parent for {pid}")
+
+
+def command_of(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def int_tool(name: str, execute: Any) -> Any:
+    return define_tool(
+        name=name,
+        description=f"{name} test tool",
+        parameters={"n": {"type": "integer"}},
+        output=ToolOutput(schema={"type": "integer"}, render=lambda a, v: []),
+        execute=execute,
+        is_concurrency_safe=lambda args: True,
+    )
+
+
+def host_pid(args: Any, ctx: Any) -> int:
+    return os.getpid()
+
+
+def refuse(args: Any, ctx: Any) -> int:
+    raise ValueError(f"refused {args['n']}")
+
+
+@pytest.fixture
+def node_runtime() -> Iterator[RayCodeRuntime]:
+    runtime = RayCodeRuntime(CodeRuntimeConfig(compute_ms=500), num_cpus=0, cancel_grace_s=5)
+    try:
+        yield runtime
+    finally:
+        asyncio.run(runtime.dispose())
+
+
+@pytest.fixture
+def code_system(node_runtime: RayCodeRuntime) -> Iterator[ToolSystem]:
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=node_runtime)
+    system.tools.register(int_tool("host_pid", host_pid))
+    system.tools.register(int_tool("refuse", refuse))
+    try:
+        yield system
+    finally:
+        system.stop()
+
+
+def run_code(system: ToolSystem, program: str, signal: Any = None, call_id: str = "c1") -> Any:
+    arguments = {"code": program, "description": "test program"}
+    return system.execute(
+        ExecuteCall(call_id=call_id, name="run_code", arguments=arguments, signal=signal)
+    )
+
+
+def test_a_program_runs_under_the_node_actor_and_its_tool_calls_run_in_the_harness(
+    code_system: ToolSystem,
+) -> None:
+    program = (
+        "import os\n"
+        "pids = await asyncio.gather(*[tools.host_pid({'n': i}) for i in range(3)])\n"
+        "print('fanned out')\n"
+        "return {'tool_pids': pids, 'program_parent': os.getppid()}\n"
+    )
+
+    result = run_code(code_system, program)
+
+    assert not result.is_error, result
+    assert result.value["result"]["tool_pids"] == [os.getpid()] * 3
+    node_actor = parent_of(result.value["result"]["program_parent"])
+    assert "CodeRunHost" in command_of(node_actor)
+    assert result.value["logs"] == ["fanned out"]
+    types = [e.type for e in code_system.session.events]
+    assert types.count("tool/code-dispatch") == 3 and types[-1] == "tool/result"
+
+
+def test_a_failed_tool_call_raises_its_message_in_the_program(code_system: ToolSystem) -> None:
+    program = (
+        "try:\n    await tools.refuse({'n': 7})\nexcept ToolCallError as e:\n    return str(e)\n"
+    )
+
+    result = run_code(code_system, program)
+
+    assert result.value["result"] == "refused 7"
+
+
+def test_an_abort_settles_the_run_as_abort_and_budgets_hold_on_the_node(
+    code_system: ToolSystem,
+) -> None:
+    controller = AbortController()
+    program = "await tools.host_pid({'n': 0})\nwhile True:\n    pass\n"
+
+    def abort_when_called(args: Any, ctx: Any) -> int:
+        controller.abort("user pressed stop")
+        return 0
+
+    code_system.tools.register(int_tool("stop_me", abort_when_called))
+    aborted = run_code(
+        code_system, program.replace("host_pid", "stop_me"), controller.signal, call_id="a"
+    )
+    spinning = run_code(code_system, "while True:\n    pass\n", call_id="b")
+
+    assert aborted.content[0]["text"] == "Error: code run failed (abort): user pressed stop"
+    assert spinning.error.info.code == "CODE_RUN_FAILED"
+    assert spinning.content[0]["text"].startswith("Error: code run failed (timeout)")
+
+
+def test_a_lost_node_actor_fails_the_run_as_worker_exit_and_the_next_run_starts_afresh(
+    code_system: ToolSystem,
+) -> None:
+    def kill_node_actor(args: Any, ctx: Any) -> int:
+        os.kill(parent_of(args["n"]), signal.SIGKILL)  # the template's parent: the actor
+        return 0
+
+    code_system.tools.register(int_tool("kill_node", kill_node_actor))
+    program = "import os\nawait tools.kill_node({'n': os.getppid()})\nreturn 'survived'\n"
+
+    lost = run_code(code_system, program, call_id="lost")
+    again = run_code(code_system, "return 1 + 1\n", call_id="again")
+
+    assert lost.content[0]["text"].startswith("Error: code run failed (worker-exit): ")
+    assert again.value["result"] == 2

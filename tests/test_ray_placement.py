@@ -1,0 +1,393 @@
+"""Tool bodies placed on a real local Ray instance: only the body leaves the process.
+
+The same pipeline runs around a remote body (hooks, wrappers, post-hooks, the session log,
+batch slots and barriers); arguments and values cross as lossless JSON; a remote exception
+fails the call exactly as the same exception raised locally would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, TypedDict
+
+import msgspec
+import pytest
+from ray_support import WAIT, json_tool, ray_instance  # noqa: F401  (the session fixture)
+
+from dsh_tools import (
+    AbortController,
+    Accept,
+    Deny,
+    ExecuteBatch,
+    ExecuteCall,
+    FrozenDict,
+    HarnessError,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolOutput,
+    ToolSystem,
+    define_tool,
+)
+from dsh_tools.distributed import RAY_DEFAULT, RayPlacement, set_ray_default
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
+
+REMOTE = RayPlacement(num_cpus=0.5)
+
+
+def run(system: ToolSystem, name: str, arguments: Any = None, call_id: str = "c1") -> Any:
+    return system.execute(
+        ExecuteCall(call_id=call_id, name=name, arguments={} if arguments is None else arguments)
+    )
+
+
+def where(args: Any, ctx: Any) -> Any:
+    return {"pid": os.getpid(), "call_id": ctx.call_id, "name": ctx.name, "echo": args["v"]}
+
+
+def test_a_placed_body_runs_in_a_ray_worker_and_its_value_comes_back_through_the_output_contract(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(json_tool("where", where, REMOTE, parameters={"v": {"type": "json"}}))
+    value = {"text": "žluť 🎈", "big": 2**64 - 1, "neg": -(2**63), "f": 1.5, "n": [None, True]}
+
+    result = run(system, "where", {"v": value})
+
+    assert not result.is_error, result
+    assert result.value["pid"] != os.getpid()
+    assert result.value["call_id"] == "c1" and result.value["name"] == "where"
+    assert result.value["echo"] == value
+    assert type(result.value["echo"]["big"]) is int and type(result.value["echo"]["f"]) is float
+    assert result.content[0]["text"].startswith('{"pid":')
+    events = [(e.type, e.data["call_id"]) for e in system.session.events]
+    assert events == [("tool/call", "c1"), ("tool/result", "c1")]
+
+
+def test_hooks_wrappers_and_post_hooks_run_locally_around_the_remote_body(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(json_tool("where", where, REMOTE, parameters={"v": {"type": "json"}}))
+    seen: list[tuple[str, int]] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        seen.append(("pre", os.getpid()))
+        if exec.arguments["v"] == "forbidden":
+            return Deny("not that one")
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        seen.append(("wrapper", os.getpid()))
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        seen.append(("post", os.getpid()))
+        if result.is_error:
+            return await next()
+        return Accept(value={**result.value, "checked": True})
+
+    system.tools.on_pre_execute(pre)
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+
+    allowed = run(system, "where", {"v": 1})
+    denied = run(system, "where", {"v": "forbidden"}, call_id="c2")
+
+    assert allowed.value["checked"] is True and allowed.value["pid"] != os.getpid()
+    assert denied.is_error and denied.content[0]["text"] == "Error: not that one"
+    here = os.getpid()
+    assert seen == [("pre", here), ("wrapper", here), ("post", here), ("pre", here), ("post", here)]
+
+
+class Point(TypedDict):
+    x: int
+    y: int
+
+
+def squared_norm(p: Point, ctx: Any) -> Any:
+    assert type(p) is dict  # the typed view, built on the worker
+    return {"squared": p["x"] ** 2 + p["y"] ** 2, "pid": os.getpid()}
+
+
+def test_arguments_are_validated_locally_and_typed_views_are_built_on_the_worker(
+    system: ToolSystem,
+) -> None:
+    tool = define_tool(
+        name="norm",
+        description="squared norm",
+        parameters={
+            "x": {"type": "integer", "required": True},
+            "y": {"type": "integer", "required": True},
+        },
+        output=ToolOutput(
+            schema={"type": "json"},
+            render=lambda p, v: [{"type": "text", "text": f"{p['x']},{p['y']} -> {v['squared']}"}],
+        ),
+        execute=squared_norm,
+        args_type=Point,
+        placement=REMOTE,
+    )
+    system.tools.register(tool)
+
+    good = run(system, "norm", {"x": 3, "y": 4})
+    bad = run(system, "norm", {"x": "3", "y": 4}, call_id="c2")
+
+    assert good.content[0]["text"] == "3,4 -> 25" and good.value["pid"] != os.getpid()
+    assert bad.error.info.code == "INVALID_ARGS" and '"x" must be an integer' in bad.error.message
+    assert tool.placement is REMOTE
+
+
+def raise_value_error(args: Any, ctx: Any) -> Any:
+    raise ValueError(f"bad value {args['n']}")
+
+
+class QuotaError(HarnessError):
+    """A harness error whose constructor takes other arguments than its message."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__(f"quota exceeded: {used}/{limit}", "QUOTA")
+        self.used = used
+
+
+def raise_quota(args: Any, ctx: Any) -> Any:
+    raise QuotaError(args["n"], 3)
+
+
+def return_a_set(args: Any, ctx: Any) -> Any:
+    return {"items": {1, 2}}
+
+
+def defer_then_fail(args: Any, ctx: Any) -> Any:
+    ctx.defer_context({"type": "text", "text": "note from the body"})
+    raise RuntimeError("after deferring")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [raise_value_error, raise_quota, return_a_set, defer_then_fail],
+    ids=lambda f: f.__name__,
+)
+def test_a_remote_failure_is_the_failure_the_same_body_gives_locally(
+    system: ToolSystem, body: Any
+) -> None:
+    params = {"n": {"type": "integer"}}
+    system.tools.register(json_tool("remote", body, REMOTE, parameters=params))
+    system.tools.register(json_tool("local", body, None, parameters=params))
+
+    remote = run(system, "remote", {"n": 5})
+    local = run(system, "local", {"n": 5})
+
+    assert isinstance(remote, ToolExecutionFailure)
+    assert remote.error == local.error or remote.error.message == local.error.message.replace(
+        '"local"', '"remote"'
+    )
+    assert remote.content == local.content or body is return_a_set
+    assert remote.additional_contexts == local.additional_contexts
+
+
+def test_a_remote_exception_is_raised_here_as_itself_with_its_attributes() -> None:
+    placed = json_tool("quota", raise_quota, REMOTE, parameters={"n": {"type": "integer"}})
+
+    class RunContext:  # the fields a placed body reads from the local run context
+        call_id = "direct"
+        name = "quota"
+        agent = None
+        signal = AbortController().signal
+
+        def defer_context(self, context: Any) -> None:
+            raise AssertionError("no contexts expected")
+
+    with pytest.raises(QuotaError) as info:
+        asyncio.run(placed.execute(FrozenDict(n=9), RunContext()))
+
+    assert (info.value.used, info.value.code, str(info.value)) == (
+        9,
+        "QUOTA",
+        "quota exceeded: 9/3",
+    )
+
+
+def timed(args: Any, ctx: Any) -> Any:
+    start = time.time()
+    time.sleep(args["ms"] / 1000)
+    return {"start": start, "end": time.time(), "pid": os.getpid(), "call_id": ctx.call_id}
+
+
+def test_a_batch_mixing_remote_and_local_calls_keeps_model_order_and_barriers(
+    system: ToolSystem,
+) -> None:
+    marks: dict[str, tuple[float, float]] = {}
+
+    def local_barrier(args: Any, ctx: Any) -> Any:
+        start = time.time()
+        time.sleep(0.05)
+        marks[ctx.call_id] = (start, time.time())
+        return {"pid": os.getpid(), "call_id": ctx.call_id}
+
+    params = {"ms": {"type": "integer"}}
+    system.tools.register(json_tool("remote", timed, REMOTE, parameters=params))
+    system.tools.register(
+        json_tool("barrier", local_barrier, None, is_concurrency_safe=lambda args: False)
+    )
+    calls = [
+        ToolCall("r1", "remote", '{"ms": 300}'),
+        ToolCall("r2", "remote", '{"ms": 50}'),
+        ToolCall("b1", "barrier", "{}"),
+        ToolCall("r3", "remote", '{"ms": 50}'),
+        ToolCall("r4", "remote", '{"ms": 50}'),
+    ]
+
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+
+    assert not any(r.is_error for r in outcome.results), outcome.results
+    assert [r.value["call_id"] for r in outcome.results] == ["r1", "r2", "b1", "r3", "r4"]
+    by_id = {r.value["call_id"]: r.value for r in outcome.results}
+    barrier_start, barrier_end = marks["b1"]
+    # the barrier starts after both earlier remote calls ended and before the later ones start
+    assert max(by_id["r1"]["end"], by_id["r2"]["end"]) <= barrier_start
+    assert barrier_end <= min(by_id["r3"]["start"], by_id["r4"]["start"])
+    assert by_id["r1"]["pid"] != os.getpid() and by_id["b1"]["pid"] == os.getpid()
+    results = [e.data["call_id"] for e in system.session.events if e.type == "tool/result"]
+    assert results == ["r1", "r2", "b1", "r3", "r4"]
+
+
+def test_remote_bodies_hold_the_batch_pool_bound(system: ToolSystem) -> None:
+    # Ray alone would run four at once (0.5 CPU each on 2 CPUs); the pool allows two.
+    system.tools.register(
+        json_tool("remote", timed, REMOTE, parameters={"ms": {"type": "integer"}})
+    )
+    calls = [ToolCall(f"r{i}", "remote", '{"ms": 200}') for i in range(6)]
+
+    outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=2))
+
+    spans = [(r.value["start"], r.value["end"]) for r in outcome.results]
+    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most == 2, spans
+
+
+def counter(args: Any, ctx: Any) -> Any:
+    # Module state of the actor's worker process: it persists between calls on one actor.
+    global _count
+    _count = globals().get("_count", 0) + 1
+    return {"count": _count, "pid": os.getpid()}
+
+
+def test_a_stateful_tool_on_an_actor_pool_keeps_its_state_between_calls(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(json_tool("counter", counter, RayPlacement(num_cpus=0, actor_pool=1)))
+
+    values = [run(system, "counter", call_id=f"c{i}").value for i in range(3)]
+
+    assert [v["count"] for v in values] == [1, 2, 3]
+    assert len({v["pid"] for v in values}) == 1 and values[0]["pid"] != os.getpid()
+
+
+def test_tools_that_opt_into_the_default_use_the_options_set_at_call_time(
+    system: ToolSystem,
+) -> None:
+    def cpus(args: Any, ctx: Any) -> Any:
+        import ray
+
+        return ray.get_runtime_context().get_assigned_resources().get("CPU", 0)
+
+    system.tools.register(json_tool("cpus", cpus, RAY_DEFAULT))
+    previous = set_ray_default(RayPlacement(num_cpus=0.25))
+    try:
+        first = run(system, "cpus")
+        set_ray_default(RayPlacement(num_cpus=0.5))
+        second = run(system, "cpus", call_id="c2")
+    finally:
+        set_ray_default(previous)
+
+    assert (first.value, second.value) == (0.25, 0.5)
+
+
+def test_a_body_that_cannot_be_sent_to_ray_fails_the_call_as_remote_unavailable(
+    system: ToolSystem,
+) -> None:
+    lock = threading.Lock()  # a closure Ray cannot pickle
+
+    def holds_a_lock(args: Any, ctx: Any) -> Any:
+        with lock:
+            return 1
+
+    system.tools.register(json_tool("locked", holds_a_lock, REMOTE))
+
+    result = run(system, "locked")
+
+    assert result.error.info.code == "REMOTE_UNAVAILABLE"
+    assert result.error.message.startswith(
+        'cannot run tool "locked" on Ray: the body could not be sent to Ray: '
+    )
+
+
+def test_a_placement_must_return_an_async_body() -> None:
+    class Inline:
+        def place(self, tool: str, execute: Any) -> Any:
+            return execute
+
+    with pytest.raises(TypeError, match="must return an async def body"):
+        json_tool("inline", where, Inline())
+    with pytest.raises(ValueError, match="actor_pool must be an int >= 0"):
+        RayPlacement(actor_pool=-1)
+
+
+async def woken_from_another_thread(args: Any, ctx: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[str] = loop.create_future()
+    threading.Timer(0.01, loop.call_soon_threadsafe, (woken.set_result, "woken")).start()
+    return await woken
+
+
+def test_a_threads_loop_still_wakes_after_another_thread_forked_a_child(
+    system: ToolSystem,
+) -> None:
+    # Ray starts its processes from a thread of its own; the child of such a fork must not
+    # close the other threads' private loops, whose epoll instances it shares with us.
+    system.tools.register(json_tool("wake", woken_from_another_thread, None))
+    call = ExecuteCall(call_id="c1", name="wake", arguments={})
+    caller = ThreadPoolExecutor(max_workers=1)  # one thread, so one private loop
+    try:
+        assert caller.submit(system.execute, call).result(WAIT).value == "woken"
+        forker = threading.Thread(
+            target=subprocess.run,
+            args=([sys.executable, "-c", "pass"],),
+            kwargs={"preexec_fn": lambda: None, "check": True},
+        )
+        forker.start()
+        forker.join()
+        assert caller.submit(system.execute, call).result(WAIT).value == "woken"
+    finally:
+        caller.shutdown(wait=False)
+
+
+def test_a_typed_tool_runs_its_function_on_ray_with_typed_arguments_validated_here(
+    system: ToolSystem,
+) -> None:
+    from dsh_tools import tool
+
+    # The function travels as Ray pickles it (this module by value); its annotations are
+    # strings here, read again on the worker, where the constraint is rebuilt.
+    @tool(placement=REMOTE, concurrency_safe=True)
+    def norm(point: dict[str, int], scale: Annotated[int, msgspec.Meta(ge=1)] = 1) -> Any:
+        """Manhattan norm of a point, scaled, and where it was computed."""
+        return {"norm": (abs(point["x"]) + abs(point["y"])) * scale, "pid": os.getpid()}
+
+    system.tools.register(norm)
+
+    result = run(system, "norm", {"point": {"x": 3, "y": -4}, "scale": 2})
+    assert not result.is_error, result
+    assert result.value["norm"] == 14
+    assert result.value["pid"] != os.getpid()
+
+    # A bad call is refused by the local validation: it never reaches a worker.
+    bad = run(system, "norm", {"point": {"x": 3, "y": 0}, "scale": 0}, call_id="c2")
+    assert bad.is_error
+    assert bad.error.info.code == "INVALID_ARGS"
+    assert "arguments.scale" in bad.error.message
