@@ -31,11 +31,16 @@ from dsh_tools.distributed import RayCodeRuntime
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
 
 
-def parent_of(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("PPid:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no parent for {pid}")
+def node_actor_pid(runtime: RayCodeRuntime) -> int:
+    """The pid of the Ray actor that hosts ``runtime``'s programs, asked of the actor itself.
+
+    (A sandboxed program cannot tell: it sees only its own PID namespace, where its parent is
+    the namespace's init, pid 1.)"""
+    import ray
+
+    pid = ray.get(runtime._actor().__ray_call__.remote(lambda _host: os.getpid()))
+    assert isinstance(pid, int) and pid > 1
+    return pid
 
 
 def command_of(pid: int) -> str:
@@ -89,21 +94,22 @@ def run_code(system: ToolSystem, program: str, signal: Any = None, call_id: str 
 
 
 def test_a_program_runs_under_the_node_actor_and_its_tool_calls_run_in_the_harness(
-    code_system: ToolSystem,
+    code_system: ToolSystem, node_runtime: RayCodeRuntime
 ) -> None:
     program = (
         "import os\n"
         "pids = await asyncio.gather(*[tools.host_pid({'n': i}) for i in range(3)])\n"
         "print('fanned out')\n"
-        "return {'tool_pids': pids, 'program_parent': os.getppid()}\n"
+        "return {'tool_pids': pids, 'own_pid': os.getpid()}\n"
     )
 
     result = run_code(code_system, program)
 
     assert not result.is_error, result
     assert result.value["result"]["tool_pids"] == [os.getpid()] * 3
-    node_actor = parent_of(result.value["result"]["program_parent"])
-    assert "CodeRunHost" in command_of(node_actor)
+    # The node's runtime sandboxes the program (its own PID namespace) as it would locally.
+    assert result.value["result"]["own_pid"] < 10
+    assert "CodeRunHost" in command_of(node_actor_pid(node_runtime))
     assert result.value["logs"] == ["fanned out"]
     types = [e.type for e in code_system.session.events]
     assert types.count("tool/code-dispatch") == 3 and types[-1] == "tool/result"
@@ -140,15 +146,30 @@ def test_an_abort_settles_the_run_as_abort_and_budgets_hold_on_the_node(
     assert spinning.content[0]["text"].startswith("Error: code run failed (timeout)")
 
 
+def test_a_sandboxed_program_on_the_node_cannot_read_outside_its_scratch_dir(
+    code_system: ToolSystem, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the harness's secret")
+    program = (
+        f"try:\n    return open({str(secret)!r}).read()\n"
+        "except OSError as e:\n    return type(e).__name__\n"
+    )
+
+    result = run_code(code_system, program)
+
+    assert result.value["result"] == "PermissionError"
+
+
 def test_a_lost_node_actor_fails_the_run_as_worker_exit_and_the_next_run_starts_afresh(
-    code_system: ToolSystem,
+    code_system: ToolSystem, node_runtime: RayCodeRuntime
 ) -> None:
     def kill_node_actor(args: Any, ctx: Any) -> int:
-        os.kill(parent_of(args["n"]), signal.SIGKILL)  # the template's parent: the actor
+        os.kill(node_actor_pid(node_runtime), signal.SIGKILL)
         return 0
 
     code_system.tools.register(int_tool("kill_node", kill_node_actor))
-    program = "import os\nawait tools.kill_node({'n': os.getppid()})\nreturn 'survived'\n"
+    program = "await tools.kill_node({'n': 0})\nreturn 'survived'\n"
 
     lost = run_code(code_system, program, call_id="lost")
     again = run_code(code_system, "return 1 + 1\n", call_id="again")
