@@ -140,3 +140,90 @@ def test_a_web_style_approver_is_answered_from_another_thread() -> None:
         runner.join(WAIT)
     (outcome,) = answered
     assert outcome.by_call_id("w1").value == "deploy"
+
+
+def test_an_approver_that_does_not_take_the_arguments_keyword_is_called_without_it() -> None:
+    class Console:
+        def __init__(self) -> None:
+            self.reasons: list[str | None] = []
+
+        def request(
+            self, *, agent: str, tool_name: str, call_id: str, signal: Any, reason: Any = None
+        ) -> str:
+            self.reasons.append(reason)
+            return "allowed-once"
+
+    console = Console()
+    with ToolSystem.start(approval=console, code_runtime=None) as system:
+        asking(system)
+        assert text(system.execute(call(agent="A"))) == "hi"
+    assert console.reasons == ["writes need a human"]
+
+
+def test_an_approver_missing_a_required_keyword_is_refused_at_start_naming_it() -> None:
+    def approve(*, agent: str, tool_name: str) -> str:
+        return "allowed-once"
+
+    with pytest.raises(TypeError, match=r"does not take call_id, signal"):
+        ToolSystem.start(approval=approve, code_runtime=None)
+
+
+def test_a_blocking_plain_approver_does_not_stall_another_agents_batch() -> None:
+    other_ran = threading.Event()
+    waited: list[bool] = []
+
+    def approve(**request: Any) -> str:
+        # A console prompt stand-in: it blocks until the other agent's batch has run. On the
+        # shared loop it would wait out its bound and the other batch would run only after.
+        waited.append(other_ran.wait(WAIT))
+        return "allowed-once"
+
+    def marker(args: Any, ctx: Any) -> str:
+        other_ran.set()
+        return "other"
+
+    async def ask_for_echo_only(exec: Any, next: Any) -> Any:
+        return Ask("writes need a human") if exec.name == "echo" else await next()
+
+    with ToolSystem.start(approval=approve, code_runtime=None) as system:
+        system.tools.register(echo())
+        system.tools.register(echo(name="other", execute=marker))
+        system.tools.on_pre_execute(ask_for_echo_only)
+        asked = threading.Thread(
+            target=system.execute_batch,
+            args=(ExecuteBatch(calls=[ToolCall("a1", "echo", '{"text": "x"}')], agent="A"),),
+        )
+        asked.start()
+        other = system.execute_batch(
+            ExecuteBatch(calls=[ToolCall("b1", "other", "{}")], agent="B")
+        )
+        asked.join(WAIT)
+    assert text(other.results[0]) == "other"
+    assert waited == [True]
+
+
+def test_stop_cancels_a_pending_async_approver_and_the_call_keeps_its_one_result() -> None:
+    started = threading.Event()
+
+    async def never_answers(**request: Any) -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "allowed-once"
+
+    system = ToolSystem.start(approval=never_answers, code_runtime=None)
+    asking(system)
+    outcome: list[Any] = []
+    waiting = threading.Thread(
+        target=lambda: outcome.append(
+            system.execute_batch(
+                ExecuteBatch(calls=[ToolCall("a1", "echo", '{"text": "x"}')], agent="A")
+            )
+        )
+    )
+    waiting.start()
+    assert started.wait(WAIT)
+    system.stop()
+    waiting.join(WAIT)
+    [result] = outcome[0].results
+    assert result.error.info.code == "ABORTED_BEFORE_DISPATCH"
+    assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]

@@ -8,13 +8,21 @@ or resolves to, one ``ApprovalOutcome``.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
 from ..actors import AbortSignal
 
-__all__ = ["APPROVAL_OUTCOMES", "Approval", "ApprovalOutcome", "as_approval", "unknown_outcome"]
+__all__ = [
+    "APPROVAL_OUTCOMES",
+    "Approval",
+    "ApprovalCall",
+    "ApprovalOutcome",
+    "as_approval",
+    "unknown_outcome",
+]
 
 ApprovalOutcome = Literal["allowed-once", "rejected", "cancelled", "unavailable"]
 """``allowed-once`` runs the call; ``rejected`` denies it (``the user rejected tool "x"``);
@@ -29,10 +37,20 @@ class Approval(Protocol):
 
     ``request`` receives the asking ``agent``, the ``tool_name``, the ``call_id``, the call's
     ``signal`` (it aborts when the call is abandoned: stop waiting then), the call's frozen
-    ``arguments``, and ``reason`` only when the hook gave one. It may return the outcome or an
-    awaitable of it (``async def request``); it runs on the event loop the call runs on, so a
-    web-style approver awaits a future that another thread resolves with
-    ``loop.call_soon_threadsafe(future.set_result, "allowed-once")``.
+    ``arguments``, and ``reason`` only when the hook gave one. ``arguments`` and ``reason`` are
+    passed only to an approver that takes them (or ``**kwargs``); one that cannot take the other
+    four keywords is refused when the system starts.
+
+    An ``async def request`` runs on the event loop the call runs on, so a web-style approver
+    awaits a future that another thread resolves with
+    ``loop.call_soon_threadsafe(future.set_result, "allowed-once")``. When the caller aborts,
+    the approver learns it from ``signal`` and answers (``cancelled`` ends the call
+    ``ABORTED_BEFORE_DISPATCH``); when the awaiting task is cancelled or the system stops, its
+    task is cancelled and the call ends ``ABORTED_BEFORE_DISPATCH``.
+
+    A plain ``request`` may block (a console prompt): it runs on a worker thread, so other
+    calls go on meanwhile, except under the blocking ``execute()``, where it runs on the
+    caller's own thread.
     """
 
     def request(
@@ -63,6 +81,10 @@ class _FunctionApproval:
     def request(self, **kwargs: Any) -> ApprovalOutcome | Awaitable[ApprovalOutcome]:
         return self.function(**kwargs)
 
+    def target(self) -> Callable[..., Any]:
+        """The function whose signature and kind (async or not) count."""
+        return self.function
+
     def __repr__(self) -> str:
         return f"<approval {getattr(self.function, '__qualname__', self.function)!r}>"
 
@@ -74,9 +96,11 @@ def as_approval(value: Any) -> Approval | None:
         return None
     request = getattr(value, "request", None)
     if callable(request):
+        _accepted_keywords(request)
         approval: Approval = value
         return approval
     if callable(value):
+        _accepted_keywords(value)
         return _FunctionApproval(value)
     raise TypeError(
         "approval must be an object with a request(*, agent, tool_name, call_id, signal, "
@@ -99,3 +123,50 @@ def unknown_outcome(outcome: Any) -> ValueError:
         f"unreachable variant in ApprovalOutcome: the approver returned {shown}; "
         f"expected one of {expected}"
     )
+
+
+_REQUIRED_KEYWORDS = ("agent", "tool_name", "call_id", "signal")
+_OPTIONAL_KEYWORDS = ("arguments", "reason")
+
+
+class ApprovalCall:
+    """How the pipeline calls one approver: which keywords its ``request`` takes, and whether
+    it is a coroutine function (run on the call's loop) or a plain one (may block: run on a
+    worker thread when the call is not on the caller's own thread)."""
+
+    __slots__ = ("approval", "is_async", "passes")
+
+    def __init__(self, approval: Approval) -> None:
+        self.approval = approval
+        target: Callable[..., Any] = (
+            approval.target() if isinstance(approval, _FunctionApproval) else approval.request
+        )
+        request = target
+        self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+            getattr(target, "__call__", None)  # noqa: B004 - an object with async __call__
+        )
+        self.passes = _accepted_keywords(request)
+
+
+def _accepted_keywords(request: Callable[..., Any]) -> frozenset[str]:
+    """The optional keywords ``request`` takes; ``TypeError`` naming a required keyword it
+    cannot take."""
+    try:
+        parameters = inspect.signature(request).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset(_OPTIONAL_KEYWORDS)  # a builtin or C callable: trust it
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return frozenset(_OPTIONAL_KEYWORDS)
+    names = {
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    }
+    missing = [k for k in _REQUIRED_KEYWORDS if k not in names]
+    if missing:
+        shown = getattr(request, "__qualname__", repr(request))
+        raise TypeError(
+            f"approval {shown} must take the keyword arguments agent, tool_name, call_id and "
+            f"signal (and may take arguments and reason); it does not take {', '.join(missing)}"
+        )
+    return frozenset(k for k in _OPTIONAL_KEYWORDS if k in names)

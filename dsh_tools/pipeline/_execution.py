@@ -25,6 +25,7 @@ class CallRecord:
 
     __slots__ = (
         "agent",
+        "approval_task",
         "arguments",
         "body_invoked",
         "body_loop",
@@ -88,6 +89,7 @@ class CallRecord:
         self.stop_reason: Any = None  # set when the pipeline itself aborted the call
         self.own: Any = None  # an AbortController the pipeline owns for this call's signal
         self.body_task: Any = None  # the async body's task while it runs
+        self.approval_task: Any = None  # the approver's task while it is awaited
         self.body_loop: Any = None
         self.body_signal: AbortSignal | None = None
         self.signal_read = False  # the body asked its context for its signal

@@ -47,7 +47,7 @@ from ..actors._frozen import EMPTY_LIST
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
 from ..registry._snapshot import SnapshotCell, ToolEntry
-from ._approval import unknown_outcome
+from ._approval import ApprovalCall, unknown_outcome
 from ._execution import CallRecord, DispatchExecution, ToolRunContext
 from ._session import SessionLog
 
@@ -194,6 +194,10 @@ def _reason_text(reason: Any) -> str:
 
 class _BodyCancelled(Exception):
     """The body ended by the cancellation the pipeline (or the awaiting task) asked for."""
+
+
+_APPROVAL_ABANDONED = object()
+"""What ``_await_approval`` returns for an approval abandoned with its call."""
 
 
 def _aborted(rec: CallRecord) -> bool:
@@ -373,6 +377,10 @@ class Pipeline:
         if task is not None and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed
                 loop.call_soon_threadsafe(_cancel_soon, rec, task)
+        approval = rec.approval_task
+        if approval is not None:
+            with contextlib.suppress(RuntimeError):
+                approval.get_loop().call_soon_threadsafe(approval.cancel)
 
     def interrupt_all(self, reason: Any) -> None:
         """``interrupt`` every call running through ``run`` now (``stop()``)."""
@@ -505,18 +513,29 @@ class Pipeline:
                 ),
                 False,
             )
+        how = ApprovalCall(approval)
         kwargs: dict[str, Any] = {
             "agent": rec.agent,
             "tool_name": name,
             "call_id": rec.call_id,
             "signal": rec.signal,
-            "arguments": rec.arguments,
         }
-        if ask.reason is not None:
+        if "arguments" in how.passes:
+            kwargs["arguments"] = rec.arguments
+        if ask.reason is not None and "reason" in how.passes:
             kwargs["reason"] = ask.reason
-        outcome = approval.request(**kwargs)
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
+        outcome: Any
+        if how.is_async or rec.inline:
+            outcome = approval.request(**kwargs)
+        else:
+            # A plain approver may block (a console prompt): never on the shared loop.
+            outcome = asyncio.wrap_future(
+                self._executor.submit(partial(approval.request, **kwargs))
+            )
+        while inspect.isawaitable(outcome):
+            outcome = await self._await_approval(rec, outcome)
+            if outcome is _APPROVAL_ABANDONED:
+                return Deny(f'approval for tool "{name}" was cancelled'), True
         if type(outcome) is str:
             if outcome == "allowed-once":
                 return ALLOW, False
@@ -530,6 +549,26 @@ class Pipeline:
                     False,
                 )
         raise unknown_outcome(outcome)
+
+    async def _await_approval(self, rec: CallRecord, pending: Awaitable[Any]) -> Any:
+        """What the approver's awaitable settles with, or ``_APPROVAL_ABANDONED`` when the
+        pipeline abandoned the call meanwhile (``stop()`` interrupted it): the approver's task
+        is cancelled then, so nothing waits on a human who will not answer. The caller's own
+        abort does not cancel it: the approver sees its signal and answers (``cancelled``, or
+        an answer that still lets a guard's denial win)."""
+        task = asyncio.ensure_future(pending)
+        rec.approval_task = task
+        if rec.stop_reason is not None:
+            task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                return _APPROVAL_ABANDONED
+            raise
+        finally:
+            rec.approval_task = None
 
     def _evaluate_guards(self, rec: CallRecord) -> str | None:
         view = rec.view()
