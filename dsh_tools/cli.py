@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import sys
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import structlog
 from msgspec import UNSET
 
 from ._system import DEFAULT, ToolSystem
@@ -522,10 +524,14 @@ def _version() -> str:
 def _read_program(name: str) -> tuple[str, str] | str:
     """The program text and its display name, or an error message naming what was wrong."""
     if name == "-":
+        # The bytes, decoded here: the text stream's error handler may be surrogateescape.
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        if isinstance(data, str):
+            return data, "<stdin>"
         try:
-            return sys.stdin.read(), "<stdin>"
+            return data.decode("utf-8"), "<stdin>"
         except UnicodeDecodeError as error:
-            return f"standard input is not UTF-8 text ({error.reason})"
+            return f"standard input is not UTF-8 text ({error.reason} at byte {error.start})"
     path = Path(name)
     if not path.is_file():
         return f"{path} is not a file"
@@ -553,6 +559,8 @@ _SIGPIPE_STATUS = 141
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     args = _parser().parse_args(argv)
+    if argv is None:
+        _quiet_logs()
     try:
         status = _dispatch(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit
@@ -568,6 +576,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             os.close(devnull)
         return _SIGPIPE_STATUS
+
+
+def _quiet_logs() -> None:
+    """At a terminal the command's own output is the point: the library's log lines go to
+    stderr, warnings and above only (unless the process configured structlog itself)."""
+    if structlog.is_configured():
+        return
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO) -> int:

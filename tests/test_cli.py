@@ -125,6 +125,9 @@ def test_run_code_exits_1_when_the_program_fails(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "code run failed (exception)" in done.stdout
     assert "RuntimeError: boom" in done.stdout
+    # Only the result: no log line or library traceback mixed into the command's output.
+    assert done.stdout.count("code run failed") == 1
+    assert "dsh_tools" not in done.stdout
 
 
 def test_run_code_reads_the_program_from_standard_input_given_a_dash(tmp_path: Path) -> None:
@@ -237,3 +240,15 @@ def test_run_code_rejects_a_bad_budget(tmp_path: Path, budget: str) -> None:
     done = run_cli("run-code", str(program), "--max-wall-ms", budget)
     assert done.returncode == 2
     assert "--max-wall-ms" in done.stderr
+
+
+def test_run_code_rejects_standard_input_that_is_not_utf8_text(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_tools.cli", "run-code", "-", "--workspace", str(tmp_path)],
+        input=b"return 1\n\xff\n",
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert b"standard input is not UTF-8 text" in done.stderr
+    assert b"Traceback" not in done.stderr

@@ -412,7 +412,9 @@ class Pipeline:
         fields["stage"] = rec.stage
         fields["exception_type"] = failure.exception_type
         if isinstance(exc, HarnessError):
-            _log.info(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
+            # An expected outcome the model is told about (bad arguments, an abort, a
+            # deadline): kept for whoever turns on debug logs, never noise at the default.
+            _log.debug(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
         else:
             _log.warning(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
         if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
