@@ -20,8 +20,6 @@ from pool_support import batch, code, of_type, safe, tool_call
 from dsh_tools import AbortController, ExecuteBatch, ToolSystem
 from dsh_tools.pipeline._json_text import parse_arguments, parse_json_text
 
-NOT_LOSSLESS = "Error: tool execution arguments must be losslessly JSON-serializable"
-
 
 class Receiver:
     """A raw tool that records the arguments each body received."""
@@ -91,20 +89,20 @@ def test_valid_json_arrives_as_its_value_and_the_event_keeps_the_raw_text(
 
 
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "where"),
     [
-        "-0.0",
-        "1e400",
-        "-1e400",
-        '{"a": [1e400]}',
-        "18446744073709551616",
-        "-9223372036854775809",
-        '"\\ud800"',
-        '{"a": "x\\udc00y"}',
+        ("-0.0", "arguments is float (-0.0)"),
+        ("1e400", "arguments is float (inf)"),
+        ("-1e400", "arguments is float (-inf)"),
+        ('{"a": [1e400]}', "arguments.a[0] is float (inf)"),
+        ("18446744073709551616", "arguments is int (out of range)"),
+        ("-9223372036854775809", "arguments is int (out of range)"),
+        ('"\\ud800"', "arguments is str (lone surrogate)"),
+        ('{"a": "x\\udc00y"}', "arguments.a is str (lone surrogate)"),
     ],
 )
-def test_valid_json_that_is_not_lossless_fails_the_argument_snapshot(
-    system: ToolSystem, raw: str
+def test_valid_json_that_is_not_lossless_is_invalid_args_naming_the_value(
+    system: ToolSystem, raw: str, where: str
 ) -> None:
     receiver = Receiver(system)
     pre_seen: list[str] = []
@@ -116,10 +114,11 @@ def test_valid_json_that_is_not_lossless_fails_the_argument_snapshot(
     system.tools.on_pre_execute(pre)
     outcome = run(system, raw)
     [result] = outcome.results
+    message = f"invalid arguments: arguments are not lossless JSON: {where}"
     assert result.to_dict() == {
-        "content": [block(NOT_LOSSLESS)],
+        "content": [block(f"Error: {message}")],
         "is_error": True,
-        "error": {"message": NOT_LOSSLESS.removeprefix("Error: ")},
+        "error": {"message": message, "info": {"name": "ToolArgsError", "code": "INVALID_ARGS"}},
     }
     assert receiver.received == {}
     assert pre_seen == []
@@ -160,10 +159,16 @@ def test_deep_text_with_a_syntax_error_is_invalid_args(system: ToolSystem) -> No
     assert "not valid JSON: expected ',' or ']' at line 1, column 10000" in text(outcome.results[0])
 
 
-def test_deep_text_that_is_not_lossless_fails_the_snapshot(system: ToolSystem) -> None:
+def test_deep_text_that_is_not_lossless_is_invalid_args_with_a_shortened_path(
+    system: ToolSystem,
+) -> None:
     receiver = Receiver(system)
     outcome = run(system, "[" * 5000 + "-0.0" + "]" * 5000)
-    assert text(outcome.results[0]) == NOT_LOSSLESS
+    message = text(outcome.results[0])
+    assert code(outcome.results[0]) == "INVALID_ARGS"
+    assert message.startswith("Error: invalid arguments: arguments are not lossless JSON: ")
+    assert message.endswith("[0][0] is float (-0.0)")
+    assert len(message) < 300
     assert receiver.received == {}
 
 

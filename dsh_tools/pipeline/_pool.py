@@ -50,7 +50,7 @@ from ..actors._protocol import (
     SubmitCall,
 )
 from ..actors._signal import NEVER_ABORTED
-from ..registry import classify, snapshot_json
+from ..registry import LosslessJsonError, classify, snapshot_json
 from ._execution import CallRecord
 from ._json_text import ArgumentsTextError, read_arguments
 from ._pipeline import (
@@ -537,15 +537,23 @@ def _nothing() -> None:
 
 
 def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:
-    """``(value, frozen, refusal)`` for one argument text: the snapshot when it is lossless
-    (``frozen``), the parsed value when it is not (the pipeline's snapshot then refuses it),
-    or ``(text, True, why)`` when the text is refused."""
+    """``(value, frozen, refusal)`` for one argument text: the snapshot (``frozen``), or
+    ``(text, True, why)`` when the text is refused (not JSON, too long or deep, or a value
+    that is not lossless JSON), or the parsed value when the snapshot ran out of resources
+    (the pipeline's own snapshot then decides)."""
     try:
         value = read_arguments(text, gradual=gradual and len(text) > _READ_ON_LOOP_CHARS)
     except ArgumentsTextError as exc:
         return text, True, str(exc)  # never snapshotted: the call fails before it starts
     try:
-        return snapshot_json(value), True, None
+        return snapshot_json(value, "arguments"), True, None
+    except LosslessJsonError as exc:
+        # Valid JSON text the registry cannot hold exactly (-0.0, 1e400 read as inf, an
+        # escaped lone surrogate): the model is told which value, like any argument error.
+        path = exc.path
+        if len(path) > 120:  # thousands of levels deep: the start and the end say enough
+            path = f"{path[:60]}...{path[-40:]}"
+        return text, True, f"arguments are not lossless JSON: {path} is {exc.type_name}"
     except (ValueError, RecursionError, MemoryError):
         return value, False, None
 
