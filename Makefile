@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 # -qq: pip reports errors only; its build step would otherwise print setuptools' notice about
 # editable installs, which is meant for packagers, not for someone trying the demo.
 PIP := $(BIN)/pip install -qq --disable-pip-version-check
+# compat: the checkout goes on sys.path through a .pth entry, which type checkers (mypy) and
+# editors follow; setuptools' default import hook is invisible to them.
+EDITABLE := --config-settings editable_mode=compat -e
 RUNTIME := $(VENV)/.runtime-installed
 TESTING := $(VENV)/.test-installed
 # Test modules that mypy --strict checks too (the provider adapters against the SDKs' types).
@@ -21,15 +24,15 @@ $(BIN)/python:
 
 $(RUNTIME): pyproject.toml | $(BIN)/python
 	@echo "make: installing dsh-tools and its runtime dependencies" \
-		"(pykka, msgspec, jsonschema, structlog)"
-	@$(PIP) -e .
+		"(pykka, msgspec, jsonschema, structlog, docstring-parser)"
+	@$(PIP) $(EDITABLE) .
 	@touch $@
 
 # The test extra includes the runtime dependencies, so it satisfies the demo too.
 $(TESTING): pyproject.toml | $(BIN)/python
 	@echo "make: installing dsh-tools with its test extra (pytest, hypothesis, ruff, mypy, mcp," \
 		"openai, anthropic); the first time takes about a minute"
-	@$(PIP) -e '.[test]'
+	@$(PIP) $(EDITABLE) '.[test]'
 	@touch $@ $(RUNTIME)
 
 # The development environment (the test extra) under the name the scripts have always used.
@@ -51,7 +54,7 @@ lint: $(TESTING)
 BENCHING := $(VENV)/.bench-installed
 $(BENCHING): pyproject.toml | $(RUNTIME)
 	@echo "make: installing the bench extra (pydantic-monty, the Code Mode peer)"
-	@$(PIP) -e '.[bench]'
+	@$(PIP) $(EDITABLE) '.[bench]'
 	@touch $@
 
 bench: $(BENCHING)
