@@ -260,3 +260,22 @@ def test_an_output_schema_with_refs_types_the_result_of_the_code_mode_binding(
         )
         assert "is_dst: bool" in sdk
         assert "time_difference: str" in sdk
+
+
+def test_a_server_that_never_initializes_fails_naming_the_phase_and_the_limit(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    from dsh_tools.integrations import McpConnectionError
+
+    # A process that reads its stdin and never answers: started, but never initialized.
+    silent = StdioServerParameters(
+        command=sys.executable, args=["-c", "import sys, time; sys.stdin.read(); time.sleep(60)"]
+    )
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "silent", silent, errlog=errlog, connect_timeout=0.5)
+    assert str(caught.value) == (
+        'MCP server "silent" started but did not initialize and list its tools within '
+        "connect_timeout=0.5 s"
+    )
+    assert caught.value.code == "MCP_CONNECT_FAILED"
+    assert system.tools.names() == []

@@ -222,6 +222,12 @@ def register_mcp_server_sync(
                 "MCP_CONNECT_FAILED",
             ) from None
         except Exception as exc:
+            if _first_cause(exc) is TimeoutError:
+                raise McpConnectionError(
+                    f'MCP server "{name}" started but did not initialize and list its tools '
+                    f"within connect_timeout={connect_timeout} s",
+                    "MCP_CONNECT_FAILED",
+                ) from exc
             raise McpConnectionError(
                 f'MCP server "{name}" could not be started: {describe(exc)}',
                 "MCP_CONNECT_FAILED",
@@ -233,6 +239,13 @@ def register_mcp_server_sync(
         plugin.close()
         raise
     return plugin
+
+
+def _first_cause(exc: BaseException) -> type[BaseException]:
+    """The type of the first exception inside the groups anyio task groups raise."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return type(exc)
 
 
 async def register_mcp_server(
