@@ -56,7 +56,7 @@ def test_a_batch_survives_a_classifier_raising_cancelled_error(system: ToolSyste
 # --- only syntax errors fall back to the raw argument text ----------------------------------------
 
 
-def test_an_integer_too_long_for_int_parsing_is_an_argument_snapshot_failure(
+def test_an_integer_too_long_for_int_parsing_is_invalid_args_naming_it(
     system: ToolSystem,
 ) -> None:
     system.tools.register(fixture("x"))
@@ -69,7 +69,8 @@ def test_an_integer_too_long_for_int_parsing_is_an_argument_snapshot_failure(
     )
 
     assert text(outcome.results[0]) == (
-        "Error: tool execution arguments must be losslessly JSON-serializable"
+        "Error: invalid arguments: arguments are not lossless JSON: arguments.n is int "
+        "(out of range)"
     )
 
 
