@@ -96,6 +96,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The public names, the lazily loaded MCP ones included."""
+    return sorted(__all__)
+
+
 __all__ = [
     "INSTRUCTIONS_ORDER",
     "MCP_OUTPUT_SCHEMA",
