@@ -9,9 +9,9 @@ It is the only module that imports every layer. It owns:
 - the front actor ``ref`` that answers ``ExecuteCall`` / ``ExecuteBatch`` messages;
 - the session log and the approval seam.
 
-``execute`` runs the pipeline in the caller's thread on a private per-thread event loop, with
-plain-function bodies inline: no thread hop on the hot path (one cross-thread wake-up costs more
-than the whole pipeline).
+``execute`` drives the pipeline in the caller's thread, with plain-function bodies inline and no
+event loop until something on the path needs one (then on a private per-thread loop): no
+thread hop and no loop on the hot path (either costs more than the whole pipeline).
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ from .actors._protocol import CloseOwner, StopRegistry
 from .codebridge._assembly import AssembledPrompt, assemble
 from .pipeline import Pipeline, SessionLog, message_of
 from .pipeline._approval import Approval, as_approval
+from .pipeline._loop import drive, driving, new_pool_loop, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
-from .pipeline._pool import BatchRunner, new_pool_loop
+from .pipeline._pool import BatchRunner
 from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
 
 __all__ = ["STOP_GRACE_S", "AgentScope", "PluginHandle", "ToolSystem"]
@@ -75,28 +76,6 @@ class _Default:
 
 DEFAULT: Any = _Default()
 """Stands for "the default code runtime" in ``ToolSystem.start(code_runtime=...)``."""
-
-
-# --- the per-thread loop of the blocking execute ---------------------------------------------
-
-
-class _ThreadLoop:
-    """One private event loop per calling thread, closed when the thread's locals go away."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        weakref.finalize(self, self.loop.close)
-
-
-_thread_state = threading.local()
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    holder: _ThreadLoop | None = getattr(_thread_state, "holder", None)
-    if holder is None or holder.loop.is_closed():
-        holder = _ThreadLoop()
-        _thread_state.holder = holder
-    return holder.loop
 
 
 # --- handles ---------------------------------------------------------------------------------
@@ -504,20 +483,16 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
-        running = asyncio._get_running_loop()
-        nested = False
-        if running is not None:
-            holder: _ThreadLoop | None = getattr(_thread_state, "holder", None)
-            if holder is None or running is not holder.loop:
-                raise RuntimeError(
-                    "ToolSystem.execute() cannot run inside a running event loop; "
-                    "use await system.execute_async(call)"
-                )
-            # A plain body (or hook) running inline on this thread's private loop calls back
-            # in: that loop is busy with the outer call, so the nested call runs on the system
-            # loop while this thread waits for it.
-            nested = True
+        nested = driving()
+        if not nested and running_loop() is not None:
+            raise RuntimeError(
+                "ToolSystem.execute() cannot run inside a running event loop; "
+                "use await system.execute_async(call)"
+            )
         if timeout is not None or nested:
+            # A plain body (or hook) that ``execute`` is running inline on this thread calls
+            # back in: this thread is busy with the outer call, so the nested call runs on the
+            # system loop while this thread waits for it.
             future = self._submit(self.pipeline.run(call, inline=False))
             try:
                 result: ToolExecutionResult = future.result(timeout)
@@ -526,9 +501,7 @@ class ToolSystem:
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None
             return result
-        out: ToolExecutionResult = _thread_loop().run_until_complete(
-            self.pipeline.run(call, inline=True)
-        )
+        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True))
         return out
 
     async def execute_async(self, call: ExecuteCall) -> ToolExecutionResult:

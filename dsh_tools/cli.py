@@ -391,10 +391,20 @@ class _Progress:
 
 _BARS: list[tuple[str, str, str, float | None]] = [
     ("execute_no_hooks_us", "per call, no hooks (system.execute)", "us", 60),
+    ("execute_no_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
+    ("execute_no_hooks_ratio", "  system.execute / on an event loop", "x", 0.6),
+    ("ref_ask_no_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
     ("execute_four_hooks_us", "per call, four pass-through hooks", "us", 80),
+    ("execute_four_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
+    ("execute_four_hooks_ratio", "  system.execute / on an event loop", "x", 0.7),
+    ("ref_ask_four_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
     ("pykka_ask_us", "bare pykka ask round trip (reference point)", "us", None),
     ("pool10_sleep5ms_async_ms", "1,000 x 5 ms safe calls, pool 10 (async)", "ms", 540),
+    ("pool10_sleep5ms_async_floor_ms", "  asyncio loop, same sleeps ten at a time", "ms", None),
+    ("pool10_sleep5ms_async_ratio", "  pool / asyncio loop", "x", 1.05),
     ("pool10_sleep5ms_thread_ms", "1,000 x 5 ms safe calls, pool 10 (thread)", "ms", 540),
+    ("pool10_sleep5ms_thread_floor_ms", "  bare ThreadPoolExecutor(10), same sleeps", "ms", None),
+    ("pool10_sleep5ms_thread_ratio", "  pool / ThreadPoolExecutor(10)", "x", 1.05),
     ("trivial_pool1_calls_per_s", "trivial calls per second, pool 1", "/s", None),
     ("trivial_pool10_calls_per_s", "trivial calls per second, pool 10", "/s", None),
     ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
@@ -428,7 +438,12 @@ def run_bench(
         if key not in figures:
             continue
         value = figures[key]
-        shown = f"{value:,.0f} {unit}" if unit == "/s" else f"{value:.1f} {unit}"
+        if unit == "/s":
+            shown = f"{value:,.0f} {unit}"
+        elif unit == "x":
+            shown = f"{value:.2f} {unit}"
+        else:
+            shown = f"{value:.1f} {unit}"
         bar_text = f"<= {bar:g}" if bar is not None else ""
         mark = ""
         if bar is not None and value > bar:

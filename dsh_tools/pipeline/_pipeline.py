@@ -12,8 +12,7 @@ import contextlib
 import contextvars
 import inspect
 import threading
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any
@@ -49,6 +48,7 @@ from ..registry import LosslessJsonError, compact_json, normalize_output, snapsh
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import unknown_outcome
 from ._execution import CallRecord, DispatchExecution, ToolRunContext
+from ._loop import event_loop, resume
 from ._session import SessionLog
 
 __all__ = [
@@ -514,6 +514,7 @@ class Pipeline:
         }
         if ask.reason is not None:
             kwargs["reason"] = ask.reason
+        await event_loop()  # approvers may wait on the loop (a future, a timer)
         outcome = approval.request(**kwargs)
         if inspect.isawaitable(outcome):
             outcome = await outcome
@@ -676,6 +677,7 @@ class Pipeline:
         interrupts the call; a cancellation of the awaiting task reaches it the same way. A
         body that ends by such a cancellation raises ``_BodyCancelled``; one that raised
         ``CancelledError`` of its own accord raises it (a tool failure)."""
+        loop = await event_loop()  # the body's task needs one; it starts right here
         outcome = _capture(coro)
         context = contextvars.copy_context()
         try:
@@ -683,8 +685,7 @@ class Pipeline:
         except StopIteration as done:
             ok, value = done.value
         else:
-            loop = asyncio.get_running_loop()
-            task = loop.create_task(_resume_with_value(outcome, first), context=context)
+            task = loop.create_task(resume(outcome, first), context=context)
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
             remove = signal.add_callback(partial(_cancel_from_any_thread, loop, rec, task))
             if rec.stop_reason is not None:
@@ -718,6 +719,7 @@ class Pipeline:
     async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return (it is never abandoned)."""
+        await event_loop()  # to wait for the worker
         work = self._executor.submit(execute, rec.arguments, ctx)
         try:
             return await asyncio.wrap_future(work)
@@ -905,25 +907,6 @@ async def _capture(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
         return True, await coro
     except BaseException as exc:
         return False, exc
-
-
-@types.coroutine
-def _resume_with_value(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
-    """Drive a coroutine that has already yielded ``first``; return what it returns."""
-    yielded = first
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:  # cancellation goes to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as done:
-                return done.value
 
 
 def _cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:

@@ -19,12 +19,8 @@ answers the program).
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import select
-import selectors
 import threading
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import structlog
@@ -53,6 +49,7 @@ from ..actors._signal import NEVER_ABORTED
 from ..registry import classify, snapshot_json
 from ._execution import CallRecord
 from ._json_text import ArgumentsTextError, read_arguments
+from ._loop import start_task
 from ._pipeline import (
     DISPATCH,
     FINISH,
@@ -64,7 +61,7 @@ from ._pipeline import (
 
 _log = structlog.get_logger("dsh_tools.pool")
 
-__all__ = ["BatchRunner", "DispatcherPoolActor", "PoolEntry", "PoolLane", "new_pool_loop"]
+__all__ = ["BatchRunner", "DispatcherPoolActor", "PoolEntry", "PoolLane"]
 
 _QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
 
@@ -272,7 +269,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _PREPARING
         self._busy = True
-        entry.task = _start_task(self._loop, self._prepare(entry, record))
+        entry.task = start_task(self._loop, self._prepare(entry, record))
         return False
 
     async def _prepare(self, entry: PoolEntry, record: CallRecord) -> None:
@@ -287,7 +284,7 @@ class DispatcherPoolActor(LoopActor):
             entry.state = _DISPATCHING
             self._in_flight += 1
             assert entry.record is not None
-            entry.task = _start_task(self._loop, self._dispatch(entry, entry.record))
+            entry.task = start_task(self._loop, self._dispatch(entry, entry.record))
         else:
             entry.stage = stage
             entry.state = _SETTLED
@@ -307,7 +304,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _COMMITTING
         self._busy = True
-        entry.task = _start_task(self._loop, self._run_commit(entry))
+        entry.task = start_task(self._loop, self._run_commit(entry))
         return False
 
     async def _run_commit(self, entry: PoolEntry) -> None:
@@ -327,7 +324,7 @@ class DispatcherPoolActor(LoopActor):
         hold = self._lane.committed(entry, result)
         if hold is not None:
             self._busy = True
-            self._hold_task = _start_task(self._loop, self._release_after(hold))
+            self._hold_task = start_task(self._loop, self._release_after(hold))
 
     async def _release_after(self, hold: Awaitable[None]) -> None:
         try:
@@ -342,44 +339,8 @@ class DispatcherPoolActor(LoopActor):
         self._lane.finished()
 
 
-def _start_task(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
-) -> asyncio.Task[None] | None:
-    """Run ``coro`` up to its first suspension now, then hand it to a task (None when it
-    finished without suspending).
-
-    A plain ``create_task`` first runs the coroutine on a later pass of the loop, behind every
-    callback already queued: when ten 5 ms bodies wake together, the call that takes the first
-    freed slot would start only after the other nine were settled and committed. Starting it
-    at once puts its body (and its timer) to work right away. The stage runs in its own copy
-    of the context, as it would in a task. The pool calls this only while its mailbox is
-    draining, so a stage that reports back at once is queued, never handled re-entrantly.
-    """
-    context = contextvars.copy_context()
-    try:
-        first = context.run(coro.send, None)
-    except StopIteration:
-        return None
-    return loop.create_task(_resume(coro, first), context=context)
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, None], first: Any) -> Generator[Any, Any, None]:
-    """Drive a coroutine that has already yielded ``first`` (to its task, unchanged)."""
-    yielded = first
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:  # cancellation and the like go to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration:
-                return
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration:
-                return
+# The pool starts stages with ``start_task`` only while its mailbox is draining, so a stage
+# that reports back at once is queued, never handled re-entrantly.
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -548,50 +509,3 @@ def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:
         return snapshot_json(value), True, None
     except (ValueError, RecursionError, MemoryError):
         return value, False, None
-
-
-# --- the loop batches run on -------------------------------------------------------------------
-
-_FD_SETSIZE = 1024  # select() takes descriptors below this
-
-
-def new_pool_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop for batches and code runs whose timers fire on time: on Linux a
-    selector loop over ``_PreciseEpollSelector``, elsewhere the platform's default loop."""
-    if _PreciseEpollSelector is None:
-        return asyncio.new_event_loop()
-    return asyncio.SelectorEventLoop(_PreciseEpollSelector())
-
-
-_PreciseEpollSelector: Any = None
-
-if hasattr(selectors, "EpollSelector"):
-
-    class _PreciseEpoll(selectors.EpollSelector):
-        """``epoll`` whose timed waits end on time.
-
-        ``epoll_wait`` counts whole milliseconds and the stock selector rounds a timeout up, so
-        a timer due in 0.2 ms fires 0.8 ms late. Sleeping tool bodies and deadlines on the
-        system loop are timers: a pool of ten 5 ms calls lost about 0.4 ms per call to that
-        rounding. A timed wait here is a ``select()`` on the epoll descriptor itself (a
-        microsecond timeout; the descriptor is readable as soon as any registered one is),
-        then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
-        stock ones, and so is every wait when the epoll descriptor is too high for
-        ``select()``.
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._epoll_fd = self.fileno()
-            self._precise = self._epoll_fd < _FD_SETSIZE
-
-        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-            if timeout is not None and timeout > 0 and self._precise:
-                try:
-                    select.select((self._epoll_fd,), (), (), timeout)
-                except InterruptedError:
-                    return []
-                timeout = 0
-            return super().select(timeout)
-
-    _PreciseEpollSelector = _PreciseEpoll
