@@ -22,8 +22,8 @@ too); the events carry the outer call's agent.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -41,6 +41,7 @@ from ..actors import (
 )
 from ..actors._protocol import ClosePool, SubmitCall
 from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
+from ..pipeline._chain import run_chain
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ._seam import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
@@ -268,7 +269,7 @@ class CodeRunBridgeActor:
                 content=result.content,
             )
             try:
-                content = _content_blocks(await _log_chain(hooks, 0, log))
+                content = _content_blocks(await run_chain(hooks, (log,), partial(_logged, log)))
             except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
@@ -332,15 +333,9 @@ class CodeDispatchLog(msgspec.Struct, frozen=True, kw_only=True):
     content: Any
 
 
-async def _log_chain(
-    hooks: tuple[Callable[..., Any], ...], index: int, log: CodeDispatchLog
-) -> Any:
-    if index == len(hooks):
-        return log.content
-    out = hooks[index](log, lambda: _log_chain(hooks, index + 1, log))
-    if inspect.isawaitable(out):
-        out = await out
-    return out
+async def _logged(log: CodeDispatchLog) -> Any:
+    """The end of the dispatch-log chain: the content as it is."""
+    return log.content
 
 
 def _content_blocks(value: Any) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import inspect
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
@@ -47,6 +46,7 @@ from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import unknown_outcome
+from ._chain import is_awaitable, run_chain
 from ._execution import CallRecord, DispatchExecution, ToolRunContext
 from ._loop import event_loop, resume
 from ._session import SessionLog
@@ -425,7 +425,7 @@ class Pipeline:
         rec = CallRecord(call.call_id, call.name, UNSET, signal, call.agent, call.parent)
         rec.own = own
         name, agent = call.name, call.agent
-        rec.resolve = lambda: cell.current.lookup(name, agent)
+        rec.cell = cell
         entry = cell.current.lookup(name, agent)
         if entry is not None:
             rec.entry = entry
@@ -456,7 +456,7 @@ class Pipeline:
             decision: Any = ALLOW
             if hooks:
                 rec.stage = "pre-execute"
-                decision = await _pre_chain(hooks, 0, rec.view())
+                decision = await run_chain(hooks, (rec.view(),), _allow)
             approval_cancelled = False
             decision_type = type(decision)
             if decision_type is Ask:
@@ -516,7 +516,7 @@ class Pipeline:
             kwargs["reason"] = ask.reason
         await event_loop()  # approvers may wait on the loop (a future, a timer)
         outcome = approval.request(**kwargs)
-        if inspect.isawaitable(outcome):
+        if is_awaitable(outcome):
             outcome = await outcome
         if type(outcome) is str:
             if outcome == "allowed-once":
@@ -551,8 +551,10 @@ class Pipeline:
             current = cell.current.guard_table(agent)
             if current is None or current.generation != generation:
                 return None
-            following = next((g for g in current.entries if g[0] > last), None)
-            if following is None:
+            for following in current.entries:
+                if following[0] > last:
+                    break
+            else:
                 return None
             last, fn = following
             out = fn(view)
@@ -560,7 +562,7 @@ class Pipeline:
                 continue
             if type(out) is str:
                 return out
-            if inspect.isawaitable(out):
+            if is_awaitable(out):
                 _close_awaitable(out)
                 raise TypeError("guards must be synchronous; a guard returned an awaitable")
             raise TypeError(
@@ -571,15 +573,14 @@ class Pipeline:
 
     async def dispatch(self, rec: CallRecord, *, inline: bool) -> Stage:
         """Run the execute waterfall and the body; the candidate result for post-execute."""
-        dexec = DispatchExecution(rec)
         try:
             hooks = self._cell.current.hooks_for("execute", rec.agent)
-            base = self._base(rec, dexec, inline)
             if hooks:
                 rec.stage = "execute-wrapper"
-                result = await _execute_chain(hooks, 0, dexec, base)
+                base = partial(self._invoke, rec, inline)
+                result = await run_chain(hooks, (DispatchExecution(rec),), base)
             else:
-                result = await base()
+                result = await self._invoke(rec, inline)
             rec.dispatch_signal = rec.signal
             rec.stage = "execute-wrapper"
             result = self._normalize_dispatch_result(rec, result)
@@ -597,18 +598,9 @@ class Pipeline:
             rec.contexts_closed = True
             return Stage(FINISH, self._fault(rec, exc))
 
-    def _base(
-        self, rec: CallRecord, dexec: DispatchExecution, inline: bool
-    ) -> Callable[[], Awaitable[ToolExecutionResult]]:
-        async def base() -> ToolExecutionResult:
-            result = _stamped(await self._invoke(rec, inline), rec.call_id)
-            rec.canonical.append(result)
-            rec.stage = "execute-wrapper"
-            return result
-
-        return base
-
     async def _invoke(self, rec: CallRecord, inline: bool) -> ToolExecutionResult:
+        """The base of the execute waterfall (what the last wrapper's ``next()`` runs): the
+        body and its rendering, as a canonical result of this execution. Never raises."""
         wrapper_signal = rec.dispatch_signal
         caller = rec.signal
         if wrapper_signal is caller:
@@ -617,10 +609,12 @@ class Pipeline:
             fused, detach = any_signal(wrapper_signal, caller)
         try:
             if fused.aborted or rec.stop_reason is not None:
-                return cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec, fused))
+                return _canonical(
+                    rec, cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec, fused))
+                )
             entry = self._cell.current.lookup(rec.name, rec.agent)
             if entry is None:
-                return failure_from_exception(ToolNotFoundError(rec.name))
+                return _canonical(rec, failure_from_exception(ToolNotFoundError(rec.name)))
             rec.body_invoked = True
             # A wrapper that supplied its own signal (a deadline, say) may abort it from a timer
             # on this very loop: a plain body then runs on a worker thread so the loop stays free
@@ -629,13 +623,19 @@ class Pipeline:
             inline = inline and fused is caller
             rec.stage = "body"
             try:
-                value = await self._call_body(entry, rec, ToolRunContext(rec, fused), inline)
+                ctx = ToolRunContext(rec, fused)
+                if inline and not entry.is_async:
+                    value = entry.definition.execute(rec.arguments, ctx)
+                    if is_awaitable(value):
+                        value = await self._run_task(rec, _awaited(value), fused)
+                else:
+                    value = await self._call_body(entry, rec, ctx, inline)
             except _BodyCancelled:
-                return cancelled("ABORTED", reason=_abort_reason(rec, fused))
+                return _canonical(rec, cancelled("ABORTED", reason=_abort_reason(rec, fused)))
             except GeneratorExit:  # this coroutine is being closed
                 raise
             except BaseException as exc:  # the base never raises
-                return self._fault(rec, exc)
+                return _canonical(rec, self._fault(rec, exc))
             rec.stage = "render"
             try:
                 value, content, meta = normalize_output(
@@ -644,11 +644,11 @@ class Pipeline:
             except GeneratorExit:  # this coroutine is being closed
                 raise
             except BaseException as exc:
-                return self._fault(rec, exc)
+                return _canonical(rec, self._fault(rec, exc))
             success = ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
             if fused.aborted or rec.stop_reason is not None:
-                return cancelled("ABORTED", reason=_abort_reason(rec, fused), settled=success)
-            return success
+                success = cancelled("ABORTED", reason=_abort_reason(rec, fused), settled=success)
+            return _canonical(rec, success)
         finally:
             if detach is not None:
                 detach()
@@ -665,7 +665,7 @@ class Pipeline:
             value = execute(rec.arguments, ctx)
         else:
             value = await self._run_in_worker(rec, execute, ctx)
-        if inspect.isawaitable(value):
+        if is_awaitable(value):
             value = await self._run_task(rec, _awaited(value), signal)
         return value
 
@@ -781,7 +781,7 @@ class Pipeline:
             hooks = self._cell.current.hooks_for("post_execute", rec.agent)
             if hooks:
                 rec.stage = "post-execute"
-                decision = await _post_chain(hooks, 0, rec.view(), result)
+                decision = await run_chain(hooks, (rec.view(), result), _accept)
                 result = self._apply_post(rec, result, decision)
             if rec.outer is not None:
                 self._check_outer(rec)
@@ -851,7 +851,7 @@ class Pipeline:
             rec.stage = "finalizer"
             try:
                 content = finalizer(rec.view(), result)
-                if inspect.isawaitable(content):
+                if is_awaitable(content):
                     _close_awaitable(content)
                     raise TypeError(
                         "finalize_content must be synchronous; it returned an awaitable"
@@ -883,7 +883,7 @@ class Pipeline:
         for observer in observers:
             try:
                 out = observer(view, result)
-                if inspect.isawaitable(out):
+                if is_awaitable(out):
                     self._background(out, label, fields)
             except BaseException as exc:  # SystemExit included: the loop must survive
                 _log.warning(
@@ -907,6 +907,22 @@ async def _capture(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
         return True, await coro
     except BaseException as exc:
         return False, exc
+
+
+async def _allow() -> Allow:
+    return ALLOW
+
+
+async def _accept() -> Accept:
+    return ACCEPT
+
+
+def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    """``result`` stamped with the call's id and remembered as the base's own."""
+    result = _stamped(result, rec.call_id)
+    rec.canonical.append(result)
+    rec.stage = "execute-wrapper"
+    return result
 
 
 def _cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
@@ -1008,35 +1024,3 @@ def _compact_arguments(arguments: Any) -> str | None:
         return msgspec.json.encode(arguments).decode()
     except (RecursionError, TypeError, ValueError):
         return compact_json(arguments)  # deeper than msgspec goes
-
-
-async def _pre_chain(hooks: Sequence[Any], index: int, view: Any) -> Any:
-    if index == len(hooks):
-        return ALLOW
-    out = hooks[index](view, lambda: _pre_chain(hooks, index + 1, view))
-    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
-        out = await out
-    return out
-
-
-async def _execute_chain(
-    hooks: Sequence[Any],
-    index: int,
-    dexec: DispatchExecution,
-    base: Callable[[], Awaitable[ToolExecutionResult]],
-) -> Any:
-    if index == len(hooks):
-        return await base()
-    out = hooks[index](dexec, lambda: _execute_chain(hooks, index + 1, dexec, base))
-    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
-        out = await out
-    return out
-
-
-async def _post_chain(hooks: Sequence[Any], index: int, view: Any, result: Any) -> Any:
-    if index == len(hooks):
-        return ACCEPT
-    out = hooks[index](view, result, lambda: _post_chain(hooks, index + 1, view, result))
-    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
-        out = await out
-    return out
