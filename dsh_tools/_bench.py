@@ -11,6 +11,8 @@
   sleeps), and trivial calls per second with pools of 1, 10 and 100;
 - Code Mode: an empty ``run_code`` end to end, and a program making 100 trivial calls under
   ``asyncio.gather``;
+- ``assemble_prompt`` for 2,000 tools (in ``both`` mode: schemas and the SDK section), the first
+  call and a call after it with the registry unchanged;
 - the peak resident memory of ``dsh-tools demo`` (run as a child process).
 
 Each figure is the median of several runs; a ``*_ratio`` figure divides two figures of the same
@@ -37,7 +39,9 @@ from .actors._config import ToolsConfig
 from .pipeline._loop import new_pool_loop
 from .registry import ToolOutput, define_tool
 
-__all__ = ["measure_code_mode", "measure_demo_rss", "measure_pipeline", "measure_pool"]
+__all__ = [
+    "measure_assembly",
+    "measure_code_mode", "measure_demo_rss", "measure_pipeline", "measure_pool"]
 
 Progress = Callable[[str], None]
 
@@ -278,6 +282,30 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
             for _ in range(3):
                 once(program)
             figures[key] = _median(runs, partial(once, program))
+    return figures
+
+
+def measure_assembly(
+    tools: int = 2000, runs: int = 5, progress: Progress | None = None
+) -> dict[str, float]:
+    """Milliseconds for ``assemble_prompt`` over ``tools`` tools: first call, unchanged after."""
+    if progress:
+        progress(f"assemble_prompt, {tools:,} tools")
+    figures: dict[str, float] = {}
+    with ToolSystem.start(ToolsConfig(mode="both")) as system:
+        for i in range(tools):
+            system.tools.register(_int_tool(f"tool_{i:04d}", lambda args, ctx: int(args["n"])))
+        start = time.perf_counter()
+        system.assemble_prompt()
+        figures["assemble_2000_first_ms"] = (time.perf_counter() - start) * 1e3
+
+        def again() -> float:
+            start = time.perf_counter()
+            for _ in range(100):
+                system.assemble_prompt()
+            return (time.perf_counter() - start) / 100 * 1e3
+
+        figures["assemble_2000_cached_ms"] = _median(runs, again)
     return figures
 
 

@@ -38,7 +38,7 @@ from .actors import (
 )
 from .actors._config import ToolsConfig
 from .actors._protocol import CloseOwner, StopRegistry
-from .codebridge._assembly import AssembledPrompt, assemble
+from .codebridge._assembly import AssembledPrompt, PromptAssembler
 from .pipeline import Pipeline, SessionLog, message_of
 from .pipeline._approval import Approval, as_approval
 from .pipeline._loop import drive, driving, new_pool_loop, running_loop
@@ -239,6 +239,7 @@ class ToolSystem:
         self._owners: list[pykka.ActorRef[Any]] = []
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._cell = SnapshotCell()
+        self._assembler = PromptAssembler()
         self._registry = RegistryActor.start(config.mode, self._cell)
         self._loop = new_pool_loop()
         self._loop_thread = threading.Thread(
@@ -305,8 +306,13 @@ class ToolSystem:
         install_code_mode(self, code_runtime)
 
     def assemble_prompt(self, agent: str | None = None) -> AssembledPrompt:
-        """The prompt sections and tool schemas ``agent`` gets in this system's mode."""
-        return assemble(
+        """The prompt sections and tool schemas ``agent`` gets in this system's mode.
+
+        Kept per registry snapshot: until the registry changes, a call reuses the last
+        assembly. Its ``tools`` schemas are then read-only (``FrozenDict``, equal to and
+        encoding like plain dicts; copy one to change it); the lists are fresh on every call.
+        """
+        return self._assembler.assemble(
             self._cell.current,
             agent,
             runtime=self.code_runtime,

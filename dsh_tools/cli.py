@@ -410,6 +410,8 @@ _BARS: list[tuple[str, str, str, float | None]] = [
     ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
     ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
     ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
+    ("assemble_2000_first_ms", "assemble_prompt, 2,000 tools, first call", "ms", None),
+    ("assemble_2000_cached_ms", "  the same again, registry unchanged", "ms", 1),
     ("demo_rss_mb", "resident memory of the demo (peak)", "MB", 80),
 ]
 
@@ -418,14 +420,21 @@ def run_bench(
     out: TextIO, *, as_json: bool, runs: int, code_mode: bool, check: bool = False
 ) -> int:
     """Measure and print the benchmark table (or JSON)."""
-    from ._bench import measure_code_mode, measure_demo_rss, measure_pipeline, measure_pool
+    from ._bench import (
+        measure_assembly,
+        measure_code_mode,
+        measure_demo_rss,
+        measure_pipeline,
+        measure_pool,
+    )
 
-    progress = _Progress(3 + 5 + (3 if code_mode else 0))
+    progress = _Progress(3 + 5 + (4 if code_mode else 0))
     figures: dict[str, float] = {}
     figures.update(measure_pipeline(runs=runs, progress=progress.step))
     figures.update(measure_pool(runs=runs, progress=progress.step))
     if code_mode:
         figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
+        figures.update(measure_assembly(runs=runs, progress=progress.step))
         figures.update(measure_demo_rss(progress=progress.step))
     progress.close()
     if as_json:
