@@ -41,7 +41,11 @@ from .registry import ToolOutput, define_tool
 
 __all__ = [
     "measure_assembly",
-    "measure_code_mode", "measure_demo_rss", "measure_pipeline", "measure_pool"]
+    "measure_code_mode",
+    "measure_demo_rss",
+    "measure_pipeline",
+    "measure_pool",
+]
 
 Progress = Callable[[str], None]
 

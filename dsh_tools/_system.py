@@ -24,6 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, Self
 
 import pykka
@@ -44,9 +45,10 @@ from .pipeline._approval import Approval, as_approval
 from .pipeline._loop import drive, driving, new_pool_loop, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
+from .pipeline._workers import BodyThreads
 from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
 
-__all__ = ["STOP_GRACE_S", "AgentScope", "PluginHandle", "ToolSystem"]
+__all__ = ["STOP_GRACE_S", "AgentScope", "FrontRef", "PluginHandle", "ToolSystem"]
 
 _log = structlog.get_logger("dsh_tools.system")
 
@@ -148,61 +150,61 @@ class AgentScope(_OwnerHandle):
 class FrontActor(pykka.ThreadingActor):
     """Answers ``ExecuteCall`` and ``ExecuteBatch`` asks without blocking its mailbox.
 
-    Each request is started on the system loop and the reply is set when it settles, so many
-    asks may be in flight at once and a slow call never delays another.
+    Each request is started on the system loop and answered at once with a future of its
+    result (set when it settles), so many asks may be in flight at once and a slow call never
+    delays another. Its ref (``FrontRef``) waits for that future, so ``ref.ask(message)``
+    returns the result itself.
     """
 
     use_daemon_thread = True  # a forgotten stop() must not keep the process alive
 
-    def __init__(self, system: ToolSystem) -> None:
+    def __init__(self, system: ToolSystem, publish: Callable[[FrontRef], None]) -> None:
         super().__init__()
         self._system = system
-
-    def _actor_loop_running(self) -> None:
-        while not self.actor_stopped.is_set():
-            envelope = self.actor_inbox.get()
-            message = envelope.message
-            reply_to = envelope.reply_to
-            if isinstance(message, ExecuteCall | ExecuteBatch):
-                self._start(message, reply_to)
-                continue
-            try:
-                response = self._handle_receive(message)
-            except Exception:
-                if reply_to is not None:
-                    reply_to.set_exception()
-                continue
-            if reply_to is not None:
-                reply_to.set(response)
+        publish(FrontRef(self))  # start() returns the plain ref; the system hands out this one
 
     def on_receive(self, message: Any) -> Any:
-        raise TypeError(
-            "system.ref answers ExecuteCall and ExecuteBatch messages, "
-            f"got {type(message).__name__}"
-        )
-
-    def _start(self, message: ExecuteCall | ExecuteBatch, reply_to: Any) -> None:
+        if not isinstance(message, ExecuteCall | ExecuteBatch):
+            raise TypeError(
+                "system.ref answers ExecuteCall and ExecuteBatch messages, "
+                f"got {type(message).__name__}"
+            )
         system = self._system
-        try:
-            if isinstance(message, ExecuteCall):
-                coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
-            else:
-                coro = system._batches.run(message)
-            future = system._submit(coro)
-        except Exception:
-            if reply_to is not None:
-                reply_to.set_exception()
-            return
+        if isinstance(message, ExecuteCall):
+            coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
+        else:
+            coro = system._batches.run(message)
+        answer: pykka.Future[Any] = pykka.ThreadingFuture()
+        system._submit(coro).add_done_callback(partial(_settle_answer, answer))
+        return answer
 
-        def settle(done: concurrent.futures.Future[Any]) -> None:
-            if reply_to is None:
-                return
-            try:
-                reply_to.set(done.result())
-            except BaseException:
-                reply_to.set_exception()
 
-        future.add_done_callback(settle)
+def _settle_answer(answer: pykka.Future[Any], done: concurrent.futures.Future[Any]) -> None:
+    try:
+        answer.set(done.result())
+    except BaseException:
+        answer.set_exception()
+
+
+class FrontRef(pykka.ActorRef[FrontActor]):
+    """The front actor's ref: an ask's reply is the future of the result; ``ask`` waits for
+    both (within one ``timeout``), so callers get the result as from any actor."""
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        reply: pykka.Future[Any] = super().ask(message, block=False)
+        answer: pykka.Future[Any] = pykka.ThreadingFuture()
+        answer.set_get_hook(partial(_result_of, reply))
+        if block:
+            return answer.get(timeout=timeout)
+        return answer
+
+
+def _result_of(reply: pykka.Future[Any], timeout: float | None) -> Any:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    inner = reply.get(timeout=timeout)
+    if not isinstance(inner, pykka.Future):
+        return inner
+    return inner.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 # --- the system ------------------------------------------------------------------------------
@@ -246,12 +248,7 @@ class ToolSystem:
             target=self._run_loop, name="dsh-tools-loop", daemon=True
         )
         self._loop_thread.start()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            # Threads are created on demand and reused; the cap is only there because the
-            # executor needs one. A started dispatch must never wait for a free thread.
-            max_workers=32_768,
-            thread_name_prefix="dsh-tools-body",
-        )
+        self._executor = BodyThreads("dsh-tools-body")
         self.pipeline = Pipeline(
             self._cell,
             session=self.session,
@@ -271,7 +268,9 @@ class ToolSystem:
         self.code_runtime: Any = None
         self.dispatch_spill: Any = None
         self._init_code_mode(code_runtime)
-        self.ref = FrontActor.start(self)
+        refs: list[FrontRef] = []
+        FrontActor.start(self, refs.append)
+        self.ref: FrontRef = refs[0]
         _running.add(self)
 
     @property
@@ -401,7 +400,7 @@ class ToolSystem:
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns
         # cannot be killed, so wait only briefly for each.
-        for thread in list(getattr(self._executor, "_threads", ())):
+        for thread in self._executor.threads():
             if thread is not current:
                 thread.join(timeout=2)
 
