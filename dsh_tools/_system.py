@@ -2,8 +2,8 @@
 
 It is the only module that imports every layer. It owns:
 
-- the ``RegistryActor`` (tables and snapshots), one ``OwnerActor`` per plugin handle and the
-  global handle, one ``ScopeActor`` per live agent scope;
+- the ``RegistryActor`` (tables and snapshots; it also remembers what the global handle, each
+  plugin and each agent scope registered, keyed by owner, so that a scope costs no thread);
 - the system event loop thread (batches, code runs and ``ref.ask`` calls run there) and the
   worker threads that run plain-function bodies off that loop;
 - the front actor ``ref`` that answers ``ExecuteCall`` / ``ExecuteBatch`` messages;
@@ -20,6 +20,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import itertools
 import threading
 import time
 import weakref
@@ -46,7 +47,7 @@ from .pipeline._loop import drive, driving, new_pool_loop, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
 from .pipeline._workers import BodyThreads
-from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
+from .registry import RegistryActor, SnapshotCell, ToolsHandle
 
 __all__ = ["STOP_GRACE_S", "AgentScope", "FrontRef", "PluginHandle", "ToolSystem"]
 
@@ -87,13 +88,12 @@ class _OwnerHandle:
     """What plugins and agent scopes share: an owner actor and the ToolsHandle writing through
     it, so that ``close()`` can dispose their registrations, last first."""
 
-    def __init__(
-        self, system: ToolSystem, label: str, owner_class: type[OwnerActor], agent: str | None
-    ) -> None:
+    def __init__(self, system: ToolSystem, label: str, agent: str | None) -> None:
         self._system = system
         self.closed = False
-        self._owner = owner_class.start(system._registry, label, agent)
+        self._owner = system._new_owner()
         self.tools = ToolsHandle(
+            registry=system._registry,
             owner=self._owner,
             cell=system._cell,
             agent=agent,
@@ -124,16 +124,16 @@ class PluginHandle(_OwnerHandle):
 
     def __init__(self, system: ToolSystem, name: str) -> None:
         self.name = name
-        super().__init__(system, f'plugin "{name}"', OwnerActor, None)
+        super().__init__(system, f'plugin "{name}"', None)
 
 
 class AgentScope(_OwnerHandle):
     """One agent's layer: local tools, masks, guards and hooks scoped to ``key``; ``close()``
-    disposes them (LIFO) and stops its scope actor."""
+    disposes them (LIFO)."""
 
     def __init__(self, system: ToolSystem, key: str) -> None:
         self.key = key
-        super().__init__(system, f'agent scope "{key}"', ScopeActor, key)
+        super().__init__(system, f'agent scope "{key}"', key)
 
     def _forget(self) -> None:
         self._system._forget_scope(self)
@@ -238,7 +238,6 @@ class ToolSystem:
         self._stopping = AbortController()  # batches abort when it does
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
-        self._owners: list[pykka.ActorRef[Any]] = []
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._cell = SnapshotCell()
         self._assembler = PromptAssembler()
@@ -257,9 +256,10 @@ class ToolSystem:
             background=self._background,
         )
         self._batches = BatchRunner(self)
-        self._root = OwnerActor.start(self._registry, "the global tools handle", None)
+        self._owner_ids = itertools.count(1)
         self.tools = ToolsHandle(
-            owner=self._root,
+            registry=self._registry,
+            owner=0,
             cell=self._cell,
             agent=None,
             label="the global tools handle",
@@ -367,10 +367,7 @@ class ToolSystem:
             if self._stopped:
                 return
             self._stopped = True
-            scopes = list(self._scopes.values())
             self._scopes.clear()
-            owners = list(self._owners)
-            self._owners.clear()
         _running.discard(self)
         self._stopping.abort(STOPPING_REASON)
         self.pipeline.interrupt_all(STOPPING_REASON)
@@ -383,11 +380,6 @@ class ToolSystem:
                 _log.warning("code runtime disposal failed", error=message_of(exc))
         with contextlib.suppress(pykka.ActorDeadError):
             self._registry.ask(StopRegistry())
-        for scope in scopes:
-            scope._owner.stop()
-        for owner in owners:
-            owner.stop()
-        self._root.stop()
         self.ref.stop()
         self._registry.stop()
         current = threading.current_thread()
@@ -431,10 +423,7 @@ class ToolSystem:
     def plugin(self, name: str) -> PluginHandle:
         """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
         self._check_running()
-        handle = PluginHandle(self, name)
-        with self._lock:
-            self._owners.append(handle._owner)
-        return handle
+        return PluginHandle(self, name)
 
     def agent(self, key: str) -> AgentScope:
         """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
@@ -453,16 +442,15 @@ class ToolSystem:
             if self._scopes.get(scope.key) is scope:
                 del self._scopes[scope.key]
 
-    def _close_owner(self, owner: pykka.ActorRef[Any], handle: ToolsHandle) -> None:
+    def _new_owner(self) -> int:
+        return next(self._owner_ids)  # itertools.count: one C call, atomic under the GIL
+
+    def _close_owner(self, owner: int, handle: ToolsHandle) -> None:
         handle._mark_closed()
-        with self._lock:
-            if owner in self._owners:
-                self._owners.remove(owner)
         try:
-            changes: int = owner.ask(CloseOwner(), block=True)
+            changes: int = self._registry.ask(CloseOwner(owner), block=True)
         except pykka.ActorDeadError:
             return
-        owner.stop()
         for _ in range(changes):
             handle._notify_quietly()
 

@@ -24,7 +24,6 @@ from ._lossless import (
     snapshot_json,
     thaw,
 )
-from ._owner_actor import OwnerActor, ScopeActor
 from ._presentation import (
     CallView,
     DiffCallView,
@@ -67,11 +66,9 @@ __all__ = [
     "GenericCallView",
     "GenericResultView",
     "LosslessJsonError",
-    "OwnerActor",
     "RegistryActor",
     "RegistrySnapshot",
     "ResultView",
-    "ScopeActor",
     "SnapshotCell",
     "TerminalCallView",
     "TerminalResultView",

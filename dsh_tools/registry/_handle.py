@@ -1,7 +1,8 @@
 """``ToolsHandle``: the registration and read API of one owner (global, plugin or agent scope).
 
-Writes go through the owner's actor (so ``close()`` can undo them) and are answered before the
-call returns; reads come straight from the published snapshot, with no actor round trip.
+Writes are one ask each to the registry actor, tagged with their owner (so that closing the
+owner can undo them), and are answered before the call returns; reads come straight from the
+published snapshot, with no actor round trip.
 """
 
 from __future__ import annotations
@@ -73,12 +74,14 @@ class ToolsHandle:
     def __init__(
         self,
         *,
-        owner: pykka.ActorRef[Any],
+        registry: pykka.ActorRef[Any],
+        owner: int,
         cell: SnapshotCell,
         agent: str | None,
         label: str,
         background: Callable[[Awaitable[Any], str, dict[str, Any]], None] | None = None,
     ) -> None:
+        self._registry = registry
         self._owner = owner
         self._background = background
         self._cell = cell
@@ -97,14 +100,16 @@ class ToolsHandle:
         if self._closed:
             raise RuntimeError(f"{self._label} is closed")
         try:
-            reply: MutationReply = self._owner.ask(OwnerMutation(mutation), block=True)
+            reply: MutationReply = self._registry.ask(
+                OwnerMutation(mutation, self._owner, self._label), block=True
+            )
         except pykka.ActorDeadError:
             raise RuntimeError(f"{self._label} is closed") from None
         return reply
 
     def _remove(self, key: int) -> None:
         try:
-            reply: MutationReply = self._owner.ask(RemoveEntry(key), block=True)
+            reply: MutationReply = self._registry.ask(RemoveEntry(key), block=True)
         except pykka.ActorDeadError:
             return
         if reply.changed:
