@@ -6,13 +6,16 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+import pykka
+
+from .actors._config import ToolsConfig
 from .actors._protocol import SetTransport
 from .codebridge._assembly import check_runtime
 from .codebridge._bridge import CodeRunBridgeActor
 from .codebridge._runtime import SubprocessCodeRuntime
-from .codebridge._seam import CodeRuntimeConfig
+from .codebridge._seam import CodeRuntime, DefaultRuntime, runtime_config_from
 from .codebridge._transport import (
     INVALID_DESCRIPTION_MESSAGE,
     RUN_CODE_DESCRIPTION,
@@ -21,36 +24,43 @@ from .codebridge._transport import (
     run_code_output_dsl,
     run_code_parameters_dsl,
 )
-from .pipeline import spill_policy
-from .registry import ToolOutput, define_tool
+from .pipeline import Pipeline, SpillPolicy, spill_policy
+from .registry import SnapshotCell, ToolDefinition, ToolOutput, define_tool
+from .registry._execution import ToolRunContext
 
-__all__ = ["build_run_code", "install_code_mode"]
+__all__ = ["CodeModeHost", "build_run_code", "install_code_mode"]
 
 
-def install_code_mode(system: Any, code_runtime: Any) -> None:
-    """Resolve the code runtime and, in ``code``/``both`` mode, install ``run_code``.
+class CodeModeHost(Protocol):
+    """What Code Mode reads and sets on the system it is wired into (``ToolSystem``)."""
+
+    config: ToolsConfig
+    pipeline: Pipeline
+    code_runtime: CodeRuntime | None
+    dispatch_spill: SpillPolicy | None
+
+
+def install_code_mode(
+    system: CodeModeHost,
+    code_runtime: CodeRuntime | DefaultRuntime | None,
+    *,
+    registry: pykka.ActorRef[Any],
+    cell: SnapshotCell,
+) -> bool:
+    """Resolve the code runtime and, in ``code``/``both`` mode, install ``run_code``; return
+    whether the system owns (and must dispose) the runtime.
 
     ``code_runtime`` is ``DEFAULT`` (the subprocess runtime, started only for non-native modes),
     ``None`` (no runtime: non-native assemblies refuse) or any ``CodeRuntime``.
     """
-    from ._system import DEFAULT
-
     config = system.config
-    system._owns_runtime = False
-    if code_runtime is DEFAULT:
+    owns_runtime = False
+    if isinstance(code_runtime, DefaultRuntime):
         if config.mode == "native":
             system.code_runtime = None
         else:
-            system.code_runtime = SubprocessCodeRuntime(
-                CodeRuntimeConfig(
-                    compute_ms=config.compute_ms,
-                    max_wall_ms=config.max_wall_ms,
-                    max_output_bytes=config.max_output_bytes,
-                    max_memory_mb=config.max_memory_mb,
-                    max_frame_bytes=config.max_frame_bytes,
-                )
-            )
-            system._owns_runtime = True
+            system.code_runtime = SubprocessCodeRuntime(runtime_config_from(config))
+            owns_runtime = True
     else:
         system.code_runtime = code_runtime
     # The dispatch-log spill arm: configured by max_inline_bytes, applied by the
@@ -60,28 +70,28 @@ def install_code_mode(system: Any, code_runtime: Any) -> None:
     if config.max_inline_bytes is not None:
         system.dispatch_spill = spill_policy(config.max_inline_bytes, None)
     if config.mode != "native":
-        definition = build_run_code(system)
-        system._registry.ask(SetTransport(definition, True))
+        definition = build_run_code(system, cell)
+        registry.ask(SetTransport(definition, True))
+    return owns_runtime
 
 
-def build_run_code(system: Any) -> Any:
+def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:
     """The reserved ``run_code`` tool definition bound to ``system``."""
     mode = system.config.mode
 
-    async def run_code(args: Any, run_ctx: Any) -> Any:
+    async def run_code(args: Any, run_ctx: ToolRunContext) -> Any:
         description = args.get("description")
         if not isinstance(description, str) or not description.strip():
             raise ValueError(INVALID_DESCRIPTION_MESSAGE)
         runtime = system.code_runtime
         check_runtime(mode, runtime)
+        assert runtime is not None  # check_runtime refuses a missing runtime
         bridge = CodeRunBridgeActor(
             pipeline=system.pipeline,
             runtime=runtime,
             outer=run_ctx,
             max_parallel=system.config.max_parallel_sub_calls,
-            dispatch_log_hooks=lambda: system._cell.current.hooks_for(
-                "code_dispatch_log", run_ctx.agent
-            ),
+            dispatch_log_hooks=lambda: cell.current.hooks_for("code_dispatch_log", run_ctx.agent),
             spill=system.dispatch_spill,
         )
         return await bridge.run(args["code"])

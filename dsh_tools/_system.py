@@ -31,6 +31,7 @@ from typing import Any, Self
 import pykka
 import structlog
 
+from ._code_mode import install_code_mode
 from .actors import (
     AbortController,
     BatchOutcome,
@@ -41,8 +42,9 @@ from .actors import (
 from .actors._config import ToolsConfig
 from .actors._protocol import CloseOwner, StopRegistry
 from .codebridge._assembly import AssembledPrompt, PromptAssembler
-from .pipeline import Pipeline, SessionLog, message_of
-from .pipeline._approval import Approval, as_approval
+from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
+from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
+from .pipeline._approval import Approval, ApprovalFunction, as_approval
 from .pipeline._loop import drive, driving, new_pool_loop, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
@@ -70,15 +72,6 @@ def _stop_running_systems() -> None:
 
 
 atexit.register(_stop_running_systems)
-
-
-class _Default:
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-DEFAULT: Any = _Default()
-"""Stands for "the default code runtime" in ``ToolSystem.start(code_runtime=...)``."""
 
 
 # --- handles ---------------------------------------------------------------------------------
@@ -221,8 +214,8 @@ class ToolSystem:
         self,
         config: ToolsConfig | None = None,
         *,
-        approval: Any = None,
-        code_runtime: Any = DEFAULT,
+        approval: Approval | ApprovalFunction | None = None,
+        code_runtime: CodeRuntime | DefaultRuntime | None = DEFAULT,
         session: SessionLog | None = None,
     ) -> None:
         if config is None:
@@ -255,7 +248,12 @@ class ToolSystem:
             approval=lambda: self.approval,
             background=self._background,
         )
-        self._batches = BatchRunner(self)
+        self._batches = BatchRunner(
+            self.pipeline,
+            max_parallel=config.max_parallel_tool_calls,
+            stopping=self._stopping.signal,
+            executor=self._executor,
+        )
         self._owner_ids = itertools.count(1)
         self.tools = ToolsHandle(
             registry=self._registry,
@@ -265,9 +263,11 @@ class ToolSystem:
             label="the global tools handle",
             background=self._background,
         )
-        self.code_runtime: Any = None
-        self.dispatch_spill: Any = None
-        self._init_code_mode(code_runtime)
+        self.code_runtime: CodeRuntime | None = None
+        self.dispatch_spill: SpillPolicy | None = None
+        self._owns_runtime = install_code_mode(
+            self, code_runtime, registry=self._registry, cell=self._cell
+        )
         refs: list[FrontRef] = []
         FrontActor.start(self, refs.append)
         self.ref: FrontRef = refs[0]
@@ -279,7 +279,7 @@ class ToolSystem:
         return self._approval
 
     @approval.setter
-    def approval(self, value: Any) -> None:
+    def approval(self, value: Approval | ApprovalFunction | None) -> None:
         self._approval = as_approval(value)
 
     @classmethod
@@ -287,8 +287,8 @@ class ToolSystem:
         cls,
         config: ToolsConfig | None = None,
         *,
-        approval: Any = None,
-        code_runtime: Any = DEFAULT,
+        approval: Approval | ApprovalFunction | None = None,
+        code_runtime: CodeRuntime | DefaultRuntime | None = DEFAULT,
         session: SessionLog | None = None,
     ) -> ToolSystem:
         """Start a tool system. ``approval`` answers ``Ask`` decisions: an ``Approval`` (an
@@ -297,12 +297,6 @@ class ToolSystem:
         Code Mode programs (``DEFAULT``: the subprocess runtime; ``None``: none); ``session``
         is the log to record into (for example ``SessionLog(max_events=10_000)``)."""
         return cls(config, approval=approval, code_runtime=code_runtime, session=session)
-
-    def _init_code_mode(self, code_runtime: Any) -> None:
-        # Code Mode is wired in by the codebridge layer (see _code_mode below).
-        from ._code_mode import install_code_mode
-
-        install_code_mode(self, code_runtime)
 
     def assemble_prompt(self, agent: str | None = None) -> AssembledPrompt:
         """The prompt sections and tool schemas ``agent`` gets in this system's mode.
@@ -373,7 +367,7 @@ class ToolSystem:
         self.pipeline.interrupt_all(STOPPING_REASON)
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         runtime = self.code_runtime
-        if runtime is not None and getattr(self, "_owns_runtime", False):
+        if runtime is not None and self._owns_runtime:
             try:
                 self._call_on_loop(runtime.dispose(), timeout=10)
             except Exception as exc:

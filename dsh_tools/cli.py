@@ -23,8 +23,9 @@ from typing import Any, TextIO
 
 from msgspec import UNSET
 
-from ._system import DEFAULT, ToolSystem
+from ._system import ToolSystem
 from .actors import (
+    AbortSignal,
     Ask,
     ExecuteBatch,
     ExecuteCall,
@@ -33,7 +34,9 @@ from .actors import (
     ToolExecutionResult,
 )
 from .actors._config import ToolsConfig
+from .codebridge._seam import DEFAULT
 from .pipeline import timeout_policy
+from .pipeline._approval import ApprovalOutcome
 
 __all__ = ["main"]
 
@@ -126,11 +129,11 @@ class _ScriptedApproval:
         agent: str,
         tool_name: str,
         call_id: str,
-        signal: Any,
-        arguments: Any = None,
+        signal: AbortSignal,
+        arguments: Any,
         reason: str = "",
-    ) -> str:
-        answer = "allowed-once" if "notes/" in reason else "rejected"
+    ) -> ApprovalOutcome:
+        answer: ApprovalOutcome = "allowed-once" if "notes/" in reason else "rejected"
         print(
             f"    [approval] {agent} asks to run {tool_name} ({reason}) -> {answer}", file=self.out
         )

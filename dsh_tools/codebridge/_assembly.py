@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
 from ..actors._config import UNLISTED_TOOLS
 from ..registry import RUN_CODE, RegistrySnapshot, project_schema, snapshot_json, thaw
+from ..registry._hooks import AssembledPrompt, PromptSection
 from ._sdk import SdkTool, render_sdk
+from ._seam import CodeRuntime
 from ._transport import runtime_language_message, runtime_required_message
 
 __all__ = [
@@ -33,22 +33,7 @@ SDK_SECTION = "tools:sdk"
 SDK_SECTION_ORDER = 150
 
 
-class PromptSection(msgspec.Struct, frozen=True):
-    """One named block of the system prompt; sections are sorted by ``order``."""
-
-    name: str
-    order: float
-    text: str
-
-
-class AssembledPrompt(msgspec.Struct, frozen=True):
-    """What a model turn is given: the prompt ``sections`` and the ``tools`` schemas in order."""
-
-    sections: list[PromptSection]
-    tools: list[dict[str, Any]]
-
-
-def check_runtime(mode: str, runtime: Any) -> None:
+def check_runtime(mode: str, runtime: CodeRuntime | None) -> None:
     """Raise the documented refusal when a non-native mode has no Python code runtime."""
     if mode == "native":
         return
@@ -127,7 +112,7 @@ class PromptAssembler:
         snapshot: RegistrySnapshot,
         agent: str | None,
         *,
-        runtime: Any,
+        runtime: CodeRuntime | None,
         tool_order: Sequence[str] | None,
     ) -> AssembledPrompt:
         """``assemble(...)``, reusing what this snapshot gave before."""
@@ -161,7 +146,7 @@ def assemble(
     snapshot: RegistrySnapshot,
     agent: str | None,
     *,
-    runtime: Any,
+    runtime: CodeRuntime | None,
     tool_order: Sequence[str] | None,
 ) -> AssembledPrompt:
     """Assemble the prompt for ``agent`` from ``snapshot`` (see the module docstring)."""

@@ -26,7 +26,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-import msgspec
 import structlog
 from msgspec import UNSET
 
@@ -43,7 +42,9 @@ from ..actors._protocol import ClosePool, SubmitCall
 from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
 from ..pipeline._chain import run_chain
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
-from ._seam import BindingNamespace, CodeRunRequest, ErrorClassSpec
+from ..registry._execution import ToolRunContext
+from ..registry._hooks import CodeDispatchLog
+from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
 
@@ -75,8 +76,8 @@ class CodeRunBridgeActor:
         self,
         *,
         pipeline: Pipeline,
-        runtime: Any,
-        outer: Any,
+        runtime: CodeRuntime,
+        outer: ToolRunContext,
         max_parallel: int,
         dispatch_log_hooks: Callable[[], tuple[Callable[..., Any], ...]],
         spill: SpillPolicy | None = None,
@@ -153,7 +154,7 @@ class CodeRunBridgeActor:
         return call_tool
 
     def _over(self) -> str:
-        return message_of_reason(self._controller.signal.reason)
+        return message_of(self._controller.signal.reason)
 
     async def _submit(self, name: str, arguments: Any) -> Any:
         if self._controller.signal.aborted:
@@ -314,25 +315,6 @@ class CodeRunBridgeActor:
         )
 
 
-class CodeDispatchLog(msgspec.Struct, frozen=True, kw_only=True):
-    """What a ``tools/code-dispatch-log`` listener receives about one settled sub-call.
-
-    ``exec`` is the outer ``run_code`` execution, ``agent`` its agent, ``sub_call_id`` the
-    sub-call's id (``<parent call id>:code:<n>``), ``name`` the tool, ``is_error`` whether it
-    failed and ``content`` its final model-facing content blocks (frozen). A listener is
-    ``async def hook(log, next) -> list[dict]``: ``await next()`` returns what the listeners
-    after it made of ``content`` (``content`` itself at the end of the chain), and what the
-    first listener returns is the logged ``content`` of the ``tool/code-dispatch`` event.
-    """
-
-    exec: Any
-    agent: str | None
-    sub_call_id: str
-    name: str
-    is_error: bool
-    content: Any
-
-
 async def _logged(log: CodeDispatchLog) -> Any:
     """The end of the dispatch-log chain: the content as it is."""
     return log.content
@@ -355,14 +337,6 @@ def _content_blocks(value: Any) -> Any:
                 'with a "type"'
             )
     return frozen
-
-
-def message_of_reason(reason: Any) -> str:
-    """``str(reason)``, total."""
-    try:
-        return str(reason)
-    except Exception:
-        return "<unprintable thrown value>"
 
 
 def _token_id(entry: PoolEntry) -> int | None:

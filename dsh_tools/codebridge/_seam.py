@@ -198,6 +198,24 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(message)
 
 
+class DefaultRuntime:
+    """The type of ``DEFAULT``: "the shipped subprocess runtime" where a runtime is chosen."""
+
+    _instance: DefaultRuntime | None = None
+
+    def __new__(cls) -> DefaultRuntime:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Final = DefaultRuntime()
+"""Stands for "the default code runtime" in ``ToolSystem.start(code_runtime=...)``."""
+
+
 def runtime_config_from(config: Any) -> CodeRuntimeConfig:
     """The runtime budgets of a ``ToolsConfig`` (or any object with the same five fields)."""
     return CodeRuntimeConfig(

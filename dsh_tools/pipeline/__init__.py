@@ -1,14 +1,15 @@
 """The pipeline layer: the per-call stages, execution views, the dispatcher pool, the session
 log and the timeout policy."""
 
+from ..registry._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
 from ._approval import Approval, ApprovalOutcome
-from ._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
 from ._json_text import (
     MAX_ARGUMENTS_CHARS,
     MAX_ARGUMENTS_DEPTH,
     parse_arguments,
     parse_json_text,
 )
+from ._loop import event_loop
 from ._pipeline import (
     DISPATCH,
     FINISH,
@@ -48,6 +49,7 @@ __all__ = [
     "ToolExecution",
     "ToolRunContext",
     "cancelled",
+    "event_loop",
     "failure_from_exception",
     "message_of",
     "parse_arguments",

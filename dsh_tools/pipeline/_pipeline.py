@@ -40,14 +40,15 @@ from ..actors import (
     ToolNotFoundError,
     ToolOutputError,
     any_signal,
+    message_of,
 )
 from ..actors._frozen import EMPTY_LIST
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
+from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import unknown_outcome
 from ._chain import is_awaitable, run_chain
-from ._execution import CallRecord, DispatchExecution, ToolRunContext
 from ._loop import event_loop, resume
 from ._session import SessionLog
 
@@ -95,15 +96,6 @@ _DISPATCH_STAGE = Stage(DISPATCH, None)
 
 _NOT_LOSSLESS_ARGS = "tool execution arguments must be losslessly JSON-serializable"
 _NOT_LOSSLESS_RESULT = "tool result must be losslessly JSON-serializable"
-
-
-def message_of(exc: BaseException) -> str:
-    """``str(exc)``, or ``<unprintable thrown value>`` when that raises or is not a str."""
-    try:
-        text = str(exc)
-    except Exception:
-        return "<unprintable thrown value>"
-    return text if type(text) is str else "<unprintable thrown value>"
 
 
 def _text(text: str) -> FrozenList:
@@ -183,13 +175,7 @@ def cancelled(
 
 
 def _reason_text(reason: Any) -> str:
-    if type(reason) is str:
-        return reason
-    try:
-        text = str(reason)
-    except Exception:
-        return "<unprintable abort reason>"
-    return text if type(text) is str else "<unprintable abort reason>"
+    return message_of(reason, "<unprintable abort reason>")
 
 
 class _BodyCancelled(Exception):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import structlog
@@ -47,7 +48,7 @@ from ..actors._protocol import (
 )
 from ..actors._signal import NEVER_ABORTED
 from ..registry import classify, snapshot_json
-from ._execution import CallRecord
+from ..registry._execution import CallRecord
 from ._json_text import ArgumentsTextError, read_arguments
 from ._loop import start_task
 from ._pipeline import (
@@ -397,9 +398,18 @@ class BatchRunner:
     """Runs ``ExecuteBatch`` requests, one ``DispatcherPoolActor`` per batch, on the system
     loop; batches of different agents run concurrently."""
 
-    def __init__(self, system: Any) -> None:
-        self.system = system
-        self.pipeline: Pipeline = system.pipeline
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        max_parallel: int,
+        stopping: AbortSignal,
+        executor: Executor,
+    ) -> None:
+        self.pipeline = pipeline
+        self._max_parallel = max_parallel  # a batch's max_parallel when it gives none
+        self._stopping = stopping  # the system's stop() aborts every batch
+        self._executor = executor  # long argument texts are read there, off the loop
         self._active: dict[str | None, list[_BatchLane]] = {}
         self._lock = threading.Lock()
 
@@ -413,12 +423,12 @@ class BatchRunner:
         signal of ``control``, so that even plain bodies can see such an abort."""
         if control is None:
             control = AbortController()
-        max_parallel = batch.max_parallel or self.system.config.max_parallel_tool_calls
+        max_parallel = batch.max_parallel or self._max_parallel
         own = batch.signal is NEVER_ABORTED
         signal = control.signal if own else batch.signal
         lane = _BatchLane(self, batch, len(batch.calls), (signal, control.signal))
         loop = asyncio.get_running_loop()
-        remove_stop = self.system._stopping.signal.add_callback(control.abort)
+        remove_stop = self._stopping.add_callback(control.abort)
         entries = await self._entries(batch, signal)
         with self._lock:
             self._active.setdefault(batch.agent, []).append(lane)
@@ -450,7 +460,7 @@ class BatchRunner:
         else:
             loop = asyncio.get_running_loop()
             read = await loop.run_in_executor(
-                self.system._executor, lambda: [_read(t, gradual=True) for t in texts]
+                self._executor, lambda: [_read(t, gradual=True) for t in texts]
             )
         entries = []
         for index, (tool_call, (value, frozen, refusal)) in enumerate(

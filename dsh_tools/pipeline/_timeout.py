@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..actors import AbortController, ToolTimeoutError, any_signal
-from ._execution import DispatchExecution
+from ..registry._execution import DispatchExecution
 from ._loop import event_loop
 from ._pipeline import failure_from_exception
 

@@ -13,7 +13,7 @@ import contextlib
 from typing import Any
 
 from ..actors import AbortSignal, ExecutionToken
-from ..registry import LosslessJsonError, snapshot_json
+from ._lossless import LosslessJsonError, snapshot_json
 
 __all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
 
