@@ -454,6 +454,8 @@ def run_bench(
             shown = f"{value:,.0f} {unit}"
         elif unit == "x":
             shown = f"{value:.2f} {unit}"
+        elif value < 0.1:
+            shown = f"{value:.4f} {unit}"
         else:
             shown = f"{value:.1f} {unit}"
         bar_text = f"<= {bar:g}" if bar is not None else ""
