@@ -1,6 +1,7 @@
 """The pipeline layer: the per-call stages, execution views, the dispatcher pool, the session
 log and the timeout policy."""
 
+from ..actors import message_of
 from ..registry._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
 from ._approval import Approval, ApprovalOutcome
 from ._json_text import (
@@ -16,11 +17,9 @@ from ._pipeline import (
     POST,
     Pipeline,
     Stage,
-    cancelled,
-    failure_from_exception,
-    message_of,
 )
 from ._pool import BatchRunner, DispatcherPoolActor, PoolEntry, PoolLane
+from ._results import cancelled, exception_type_name, failure_from_exception
 from ._session import SessionEvent, SessionLog
 from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy
 from ._timeout import timeout_policy
@@ -50,6 +49,7 @@ __all__ = [
     "ToolRunContext",
     "cancelled",
     "event_loop",
+    "exception_type_name",
     "failure_from_exception",
     "message_of",
     "parse_arguments",

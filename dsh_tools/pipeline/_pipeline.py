@@ -29,10 +29,7 @@ from ..actors import (
     Block,
     Deny,
     ExecuteCall,
-    FrozenDict,
-    FrozenList,
     HarnessError,
-    ToolErrorInfo,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
@@ -50,6 +47,19 @@ from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import unknown_outcome
 from ._chain import is_awaitable, run_chain
 from ._loop import event_loop, resume
+from ._results import (
+    NOT_LOSSLESS_ARGS,
+    NOT_LOSSLESS_RESULT,
+    block_message,
+    cancelled,
+    concat_contexts,
+    exception_type_name,
+    failure,
+    failure_from_exception,
+    freeze_blocks,
+    materialize,
+    stamped,
+)
 from ._session import SessionLog
 
 __all__ = [
@@ -60,9 +70,6 @@ __all__ = [
     "STOPPING_REASON",
     "Pipeline",
     "Stage",
-    "exception_type_name",
-    "failure_from_exception",
-    "message_of",
 ]
 
 CANCELLED_REASON = "the awaiting task was cancelled"
@@ -94,89 +101,6 @@ class Stage:
 
 _DISPATCH_STAGE = Stage(DISPATCH, None)
 
-_NOT_LOSSLESS_ARGS = "tool execution arguments must be losslessly JSON-serializable"
-_NOT_LOSSLESS_RESULT = "tool result must be losslessly JSON-serializable"
-
-
-def _text(text: str) -> FrozenList:
-    return FrozenList((FrozenDict(type="text", text=text),))
-
-
-def _failure(
-    message: str, info: ToolErrorInfo | Any = UNSET, contexts: Any = EMPTY_LIST, call_id: str = ""
-) -> Any:
-    return ToolExecutionFailure(
-        ToolFailure(message, info), _text("Error: " + message), UNSET, contexts, call_id
-    )
-
-
-def exception_type_name(exc: BaseException) -> str:
-    """``KeyError`` for builtins, ``dsh_tools.ToolArgsError`` for this package's errors (all
-    exported at the top), ``package.module.Name`` for everything else."""
-    cls = type(exc)
-    module = getattr(cls, "__module__", "")
-    name = getattr(cls, "__qualname__", cls.__name__)
-    if module in ("builtins", ""):
-        return name
-    if module.startswith("dsh_tools."):
-        return f"dsh_tools.{name}"
-    return f"{module}.{name}"
-
-
-def failure_from_exception(exc: BaseException) -> ToolExecutionFailure:
-    """The normalized failure for an exception: ``Error: <message>``, info for harness errors,
-    and the exception's type in ``exception_type`` (not shown to the model)."""
-    message = message_of(exc)
-    info: Any = UNSET
-    if isinstance(exc, HarnessError):
-        try:
-            name, code = exc.name, exc.code
-            if type(name) is str and type(code) is str:
-                info = ToolErrorInfo(name, code)
-        except Exception:
-            info = UNSET
-    return ToolExecutionFailure(
-        ToolFailure(message, info),
-        _text("Error: " + message),
-        exception_type=exception_type_name(exc),
-    )
-
-
-_ABORT_INFO = {
-    "ABORTED": ToolErrorInfo("AbortError", "ABORTED"),
-    "ABORTED_BEFORE_DISPATCH": ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH"),
-}
-_ABORT_TEXT = {
-    "ABORTED": "tool call aborted",
-    "ABORTED_BEFORE_DISPATCH": "tool call aborted before dispatch",
-}
-
-
-def cancelled(
-    code: str,
-    contexts: Any = EMPTY_LIST,
-    *,
-    call_id: str = "",
-    reason: Any = None,
-    settled: ToolExecutionResult | None = None,
-) -> ToolExecutionFailure:
-    """The exact ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH`` failure, keeping ``contexts``; the
-    abort's ``reason`` and what the body ``settled`` with ride along for the harness."""
-    text = _ABORT_TEXT[code]
-    return ToolExecutionFailure(
-        ToolFailure(text, _ABORT_INFO[code]),
-        _text("Error: " + text),
-        UNSET,
-        contexts,
-        call_id,
-        abort_reason=None if reason is None else _reason_text(reason),
-        settled_with=settled,
-    )
-
-
-def _reason_text(reason: Any) -> str:
-    return message_of(reason, "<unprintable abort reason>")
-
 
 class _BodyCancelled(Exception):
     """The body ended by the cancellation the pipeline (or the awaiting task) asked for."""
@@ -204,54 +128,6 @@ def _replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExe
             code, result.additional_contexts, reason=_abort_reason(rec), settled=result
         )
     return result
-
-
-def _freeze_blocks(value: Any) -> FrozenList:
-    """Snapshot a list or tuple of JSON values into a FrozenList."""
-    if type(value) is tuple:
-        return FrozenList(snapshot_json(item) for item in value)
-    frozen = snapshot_json(value)
-    if type(frozen) is not FrozenList:
-        raise TypeError(f"content must be a list of blocks, got {type(value).__name__}")
-    return frozen
-
-
-_CONTEXT_SEQUENCES = (FrozenList, list, tuple)
-
-
-def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
-    """``a + b`` for context lists; anything but a list or tuple is refused, so that a
-    single context dict never has its keys spliced in as contexts."""
-    for contexts in (a, b):
-        if type(contexts) not in _CONTEXT_SEQUENCES:
-            raise TypeError(
-                "additional_contexts must be a list or tuple of contexts, "
-                f"got {type(contexts).__name__}"
-            )
-    if not b:
-        return a
-    if not a:
-        return b
-    return (*a, *b)
-
-
-def _block_message(feedback: Any) -> str:
-    parts: list[str] = []
-    try:
-        for block in feedback:
-            if isinstance(block, dict):
-                kind = block.get("type")
-                text = block.get("text")
-                if kind == "text" and isinstance(text, str):
-                    parts.append(text)
-                else:
-                    parts.append(f"[{kind} content]")
-            else:
-                parts.append(f"[{type(block).__name__} content]")
-    except Exception:
-        return "tool result blocked by post-execute policy"
-    message = "\n".join(parts)
-    return message or "tool result blocked by post-execute policy"
 
 
 def _close_awaitable(value: Any) -> None:
@@ -419,7 +295,7 @@ class Pipeline:
         try:
             rec.arguments = call.arguments if frozen else snapshot_json(call.arguments)
         except (LosslessJsonError, RecursionError, MemoryError):
-            return rec, Stage(FINISH, _failure(_NOT_LOSSLESS_ARGS))
+            return rec, Stage(FINISH, failure(NOT_LOSSLESS_ARGS))
         if signal.aborted:
             return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None
@@ -471,7 +347,7 @@ class Pipeline:
             if type(reason) is not str:
                 raise TypeError("Deny.reason must be a str")
         if reason is not None:
-            return Stage(POST, _failure(reason))
+            return Stage(POST, failure(reason))
         if _aborted(rec):
             return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec)))
         return _DISPATCH_STAGE
@@ -574,7 +450,7 @@ class Pipeline:
             if rec.deferred:
                 result = msgspec.structs.replace(
                     result,
-                    additional_contexts=_concat(rec.deferred, result.additional_contexts),
+                    additional_contexts=concat_contexts(rec.deferred, result.additional_contexts),
                 )
             return Stage(POST, _replace_if_aborted(rec, result))
         except GeneratorExit:  # this coroutine is being closed
@@ -759,7 +635,7 @@ class Pipeline:
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            result = await self._post(rec, _stamped(result, rec.call_id))
+            result = await self._post(rec, stamped(result, rec.call_id))
         return self.finish(rec, result)
 
     async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -787,7 +663,7 @@ class Pipeline:
         decision_type = type(decision)
         if decision_type is Block:
             return ToolExecutionFailure(
-                ToolFailure(_block_message(decision.feedback)),
+                ToolFailure(block_message(decision.feedback)),
                 decision.feedback,
                 UNSET,
                 decision.additional_contexts,
@@ -797,7 +673,7 @@ class Pipeline:
                 f"tools/post-execute returned {decision_type.__name__}; "
                 "expected Accept(...) or Block(...)"
             )
-        contexts = _concat(result.additional_contexts, decision.additional_contexts)
+        contexts = concat_contexts(result.additional_contexts, decision.additional_contexts)
         has_content = decision.content is not UNSET
         has_value = decision.value is not UNSET
         if has_content and has_value:
@@ -831,7 +707,7 @@ class Pipeline:
         """F1-F4: materialize, run the captured finalizer, seal, publish to observers.
 
         Every result leaves here carrying its call's ``call_id``."""
-        result = _materialize(result, rec.call_id)
+        result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:
             rec.stage = "finalizer"
@@ -844,15 +720,15 @@ class Pipeline:
                     )
                 if content is not None:
                     try:
-                        frozen = _freeze_blocks(content)
+                        frozen = freeze_blocks(content)
                     except (LosslessJsonError, RecursionError) as exc:
-                        raise ValueError(_NOT_LOSSLESS_RESULT) from exc
+                        raise ValueError(NOT_LOSSLESS_RESULT) from exc
                     result = msgspec.structs.replace(result, content=frozen)
             except GeneratorExit:  # this coroutine is being closed
                 raise
             except BaseException as exc:
                 result = self._fault(rec, exc)
-            result = _stamped(result, rec.call_id)
+            result = stamped(result, rec.call_id)
         rec.sealed = True
         observers = self._cell.current.hooks_for("result", rec.agent)
         if observers:
@@ -905,7 +781,7 @@ async def _accept() -> Accept:
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
     """``result`` stamped with the call's id and remembered as the base's own."""
-    result = _stamped(result, rec.call_id)
+    result = stamped(result, rec.call_id)
     rec.canonical.append(result)
     rec.stage = "execute-wrapper"
     return result
@@ -938,13 +814,6 @@ def _cancel_from_any_thread(
         loop.call_soon_threadsafe(_cancel_soon, rec, task)
 
 
-def _stamped(result: ToolExecutionResult, call_id: str) -> ToolExecutionResult:
-    """``result`` carrying ``call_id`` (itself when it already does)."""
-    if result.call_id == call_id:
-        return result
-    return msgspec.structs.replace(result, call_id=call_id)
-
-
 def _log_fields(rec: CallRecord) -> dict[str, Any]:
     """What every log line about a call carries (the token's id, never the token)."""
     return {
@@ -953,54 +822,6 @@ def _log_fields(rec: CallRecord) -> dict[str, Any]:
         "token": rec.token.id,
         "parent": rec.parent.id if rec.parent is not None else None,
     }
-
-
-def _materialize(result: Any, call_id: str) -> ToolExecutionResult:
-    """F1: freeze content, error, meta and contexts and stamp ``call_id``; a lossy result
-    becomes a plain failure."""
-    try:
-        result_type = type(result)
-        content = result.content
-        if type(content) is not FrozenList:
-            content = _freeze_blocks(content)
-        contexts = result.additional_contexts
-        if contexts and type(contexts) is not FrozenList:
-            contexts = _freeze_blocks(contexts)
-        elif not contexts:
-            contexts = EMPTY_LIST
-        meta = result.meta
-        if meta is not UNSET:
-            meta = snapshot_json(meta)
-        if result_type is ToolExecutionSuccess:
-            if (
-                content is result.content
-                and contexts is result.additional_contexts
-                and meta is result.meta
-                and result.call_id == call_id
-            ):
-                return result  # type: ignore[no-any-return]
-            return ToolExecutionSuccess(result.value, content, meta, contexts, call_id)
-        error = result.error
-        if type(error) is not ToolFailure or type(error.message) is not str:
-            raise TypeError("a failure's error must be a ToolFailure with a str message")
-        if (
-            content is result.content
-            and contexts is result.additional_contexts
-            and meta is result.meta
-            and result.call_id == call_id
-        ):
-            return result  # type: ignore[no-any-return]
-        return msgspec.structs.replace(  # type: ignore[no-any-return]
-            result, content=content, meta=meta, additional_contexts=contexts, call_id=call_id
-        )
-    except (LosslessJsonError, RecursionError, TypeError, ValueError):
-        return ToolExecutionFailure(
-            ToolFailure(_NOT_LOSSLESS_RESULT),
-            _text("Error: " + _NOT_LOSSLESS_RESULT),
-            UNSET,
-            EMPTY_LIST,
-            call_id,
-        )
 
 
 def _compact_arguments(arguments: Any) -> str | None:

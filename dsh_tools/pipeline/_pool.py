@@ -51,14 +51,8 @@ from ..registry import classify, snapshot_json
 from ..registry._execution import CallRecord
 from ._json_text import ArgumentsTextError, read_arguments
 from ._loop import start_task
-from ._pipeline import (
-    DISPATCH,
-    FINISH,
-    Pipeline,
-    Stage,
-    cancelled,
-    failure_from_exception,
-)
+from ._pipeline import DISPATCH, FINISH, Pipeline, Stage
+from ._results import cancelled, failure_from_exception
 
 _log = structlog.get_logger("dsh_tools.pool")
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from ..actors import AbortController, ToolTimeoutError, any_signal
 from ..registry._execution import DispatchExecution
 from ._loop import event_loop
-from ._pipeline import failure_from_exception
+from ._results import failure_from_exception
 
 __all__ = ["Clock", "timeout_policy"]
 
