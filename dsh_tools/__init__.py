@@ -10,7 +10,7 @@ Everything public is re-exported here; the sub-packages' private modules are not
 
 from msgspec import UNSET
 
-from ._system import DEFAULT, STOP_GRACE_S, AgentScope, PluginHandle, ToolSystem
+from ._system import STOP_GRACE_S, AgentScope, PluginHandle, ToolSystem
 from .actors import (
     AbortController,
     AbortError,
@@ -54,7 +54,7 @@ from .codebridge import (
     PromptSection,
     SubprocessCodeRuntime,
 )
-from .codebridge._bridge import CodeDispatchLog
+from .codebridge._seam import DEFAULT
 from .integrations import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
 from .pipeline import (
     MAX_ARGUMENTS_CHARS,
@@ -69,6 +69,7 @@ from .pipeline import (
     SpillStore,
     ToolExecution,
     ToolRunContext,
+    event_loop,
     spill_policy,
     timeout_policy,
 )
@@ -110,6 +111,7 @@ from .registry import (
     validate_args,
     validate_json_schema_value,
 )
+from .registry._hooks import CodeDispatchLog
 
 __all__ = [
     "DEFAULT",
@@ -197,6 +199,7 @@ __all__ = [
     "decode_result_view",
     "define_tool",
     "encode_card",
+    "event_loop",
     "fallback_call_view",
     "fallback_result_view",
     "is_json_value",

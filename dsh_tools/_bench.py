@@ -1,19 +1,28 @@
 """The measurements behind ``dsh-tools bench`` and the scripts in ``benchmarks/``.
 
 - per-call cost of ``system.execute`` (trivial tool; no hooks, and four pass-through hooks:
-  pre-execute, guard, execute wrapper, post-execute) beside a bare pykka ask round trip;
+  pre-execute, guard, execute wrapper, post-execute), each beside the same call run through the
+  pipeline on a per-thread event loop (``run_until_complete``, how ``execute`` ran it before it
+  drove the coroutine itself), the same call as ``system.ref.ask(ExecuteCall(...))`` and a
+  bare pykka ask round trip;
 - dispatcher pool: 1,000 calls of a 5 ms concurrency-safe tool with a pool of 10 (``async``
-  body and plain-function body), and trivial calls per second with pools of 1, 10 and 100;
+  body and plain-function body), each beside its floor measured in the same run (an asyncio
+  loop running the same sleeps ten at a time; a bare ``ThreadPoolExecutor(10)`` doing the same
+  sleeps), and trivial calls per second with pools of 1, 10 and 100;
 - Code Mode: an empty ``run_code`` end to end, and a program making 100 trivial calls under
   ``asyncio.gather``;
+- ``assemble_prompt`` for 2,000 tools (in ``both`` mode: schemas and the SDK section), the first
+  call and a call after it with the registry unchanged;
 - the peak resident memory of ``dsh-tools demo`` (run as a child process).
 
-Each figure is the median of several runs.
+Each figure is the median of several runs; a ``*_ratio`` figure divides two figures of the same
+run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import statistics
 import subprocess
 import sys
@@ -27,15 +36,34 @@ import pykka
 from ._system import ToolSystem
 from .actors import ExecuteBatch, ExecuteCall, ToolCall
 from .actors._config import ToolsConfig
+from .pipeline._loop import new_pool_loop
 from .registry import ToolOutput, define_tool
 
-__all__ = ["measure_code_mode", "measure_demo_rss", "measure_pipeline", "measure_pool"]
+__all__ = [
+    "measure_assembly",
+    "measure_code_mode",
+    "measure_demo_rss",
+    "measure_pipeline",
+    "measure_pool",
+]
 
 Progress = Callable[[str], None]
 
 
 def _median(runs: int, measure: Callable[[], float]) -> float:
     return statistics.median(measure() for _ in range(runs))
+
+
+def _paired(
+    runs: int, measure: Callable[[], float], peer: Callable[[], float]
+) -> tuple[float, float]:
+    """Medians of ``measure`` and ``peer`` run in turns, so that both see the same load."""
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(runs):
+        ours.append(measure())
+        theirs.append(peer())
+    return statistics.median(ours), statistics.median(theirs)
 
 
 def _per_call_us(calls: int, fn: Callable[[], Any]) -> float:
@@ -87,23 +115,45 @@ def measure_pipeline(
         for _ in range(2000):
             system.execute(call)
 
+        loop = asyncio.new_event_loop()
+
         def run_calls() -> float:
             us = _per_call_us(calls, lambda: system.execute(call))
             system.session.clear()
             return us
 
-        if progress:
-            progress("system.execute, no hooks")
-        figures["execute_no_hooks_us"] = _median(runs, run_calls)
-        system.tools.on_pre_execute(_pass_pre)
-        system.tools.guard(lambda exec: None)
-        system.tools.on_execute(_pass_wrap)
-        system.tools.on_post_execute(_pass_post)
-        for _ in range(2000):
-            system.execute(call)
-        if progress:
-            progress("system.execute, four pass-through hooks")
-        figures["execute_four_hooks_us"] = _median(runs, run_calls)
+        def run_on_loop() -> float:
+            pipeline = system.pipeline
+            us = _per_call_us(
+                calls, lambda: loop.run_until_complete(pipeline.run(call, inline=True))
+            )
+            system.session.clear()
+            return us
+
+        def run_asks() -> float:
+            us = _per_call_us(calls // 4, lambda: system.ref.ask(call))
+            system.session.clear()
+            return us
+
+        try:
+            for label, key in (("no hooks", "no_hooks"), ("four pass-through hooks", "four_hooks")):
+                if key == "four_hooks":
+                    system.tools.on_pre_execute(_pass_pre)
+                    system.tools.guard(lambda exec: None)
+                    system.tools.on_execute(_pass_wrap)
+                    system.tools.on_post_execute(_pass_post)
+                for _ in range(2000):
+                    system.execute(call)
+                    loop.run_until_complete(system.pipeline.run(call, inline=True))
+                if progress:
+                    progress(f"system.execute, {label}")
+                direct, on_loop = _paired(runs, run_calls, run_on_loop)
+                figures[f"execute_{key}_us"] = direct
+                figures[f"execute_{key}_on_loop_us"] = on_loop
+                figures[f"execute_{key}_ratio"] = direct / on_loop
+                figures[f"ref_ask_{key}_us"] = _median(runs, run_asks)
+        finally:
+            loop.close()
     ref = _EchoActor.start()
     try:
         if progress:
@@ -124,6 +174,38 @@ async def _sleep_async(args: Any, ctx: Any) -> int:
 def _sleep_thread(args: Any, ctx: Any) -> int:
     time.sleep(0.005)
     return int(args["n"])
+
+
+def _asyncio_floor_s(calls: int = 1000, pool: int = 10) -> float:
+    """Seconds for an event loop (the kind batches run on) to run ``calls`` 5 ms sleeps,
+    ``pool`` at a time."""
+
+    async def sleeps() -> None:
+        gate = asyncio.Semaphore(pool)
+
+        async def one() -> None:
+            async with gate:
+                await asyncio.sleep(0.005)
+
+        await asyncio.gather(*(one() for _ in range(calls)))
+
+    loop = new_pool_loop()
+    try:
+        start = time.perf_counter()
+        loop.run_until_complete(sleeps())
+        return time.perf_counter() - start
+    finally:
+        loop.close()
+
+
+def _thread_pool_floor_s(calls: int = 1000, pool: int = 10) -> float:
+    """Seconds for a bare ``ThreadPoolExecutor(pool)`` to run ``calls`` 5 ms sleeps."""
+    with concurrent.futures.ThreadPoolExecutor(pool) as executor:
+        executor.submit(time.sleep, 0).result()  # start-up is not part of the figure
+        start = time.perf_counter()
+        for future in [executor.submit(time.sleep, 0.005) for _ in range(calls)]:
+            future.result()
+        return time.perf_counter() - start
 
 
 def _batch(name: str, calls: int, pool: int) -> ExecuteBatch:
@@ -150,12 +232,16 @@ def measure_pool(runs: int = 5, progress: Progress | None = None) -> dict[str, f
                 raise RuntimeError("a benchmark call failed")
             return elapsed
 
+        floors = {"async": _asyncio_floor_s, "thread": _thread_pool_floor_s}
         for label, name in (("async", "sleep_async"), ("thread", "sleep_thread")):
             if progress:
                 progress(f"1,000 x 5 ms {label} calls, pool 10")
             timed(_batch(name, 100, 10))
             batch = _batch(name, 1000, 10)
-            figures[f"pool10_sleep5ms_{label}_ms"] = _median(runs, partial(timed, batch)) * 1e3
+            ours, floor = _paired(runs, partial(timed, batch), floors[label])
+            figures[f"pool10_sleep5ms_{label}_ms"] = ours * 1e3
+            figures[f"pool10_sleep5ms_{label}_floor_ms"] = floor * 1e3
+            figures[f"pool10_sleep5ms_{label}_ratio"] = ours / floor
         for pool in (1, 10, 100):
             if progress:
                 progress(f"trivial calls, pool {pool}")
@@ -200,6 +286,30 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
             for _ in range(3):
                 once(program)
             figures[key] = _median(runs, partial(once, program))
+    return figures
+
+
+def measure_assembly(
+    tools: int = 2000, runs: int = 5, progress: Progress | None = None
+) -> dict[str, float]:
+    """Milliseconds for ``assemble_prompt`` over ``tools`` tools: first call, unchanged after."""
+    if progress:
+        progress(f"assemble_prompt, {tools:,} tools")
+    figures: dict[str, float] = {}
+    with ToolSystem.start(ToolsConfig(mode="both")) as system:
+        for i in range(tools):
+            system.tools.register(_int_tool(f"tool_{i:04d}", lambda args, ctx: int(args["n"])))
+        start = time.perf_counter()
+        system.assemble_prompt()
+        figures["assemble_2000_first_ms"] = (time.perf_counter() - start) * 1e3
+
+        def again() -> float:
+            start = time.perf_counter()
+            for _ in range(100):
+                system.assemble_prompt()
+            return (time.perf_counter() - start) / 100 * 1e3
+
+        figures["assemble_2000_cached_ms"] = _median(runs, again)
     return figures
 
 

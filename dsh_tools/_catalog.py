@@ -18,7 +18,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._system import ToolSystem
 
 __all__ = [
     "CATALOG_PATH",
@@ -75,7 +78,7 @@ _BOOT_ROOT = Path(".")  # the schemas do not depend on the workspace a tool is g
 
 
 def boot_in_system(
-    register: Callable[[Any], object], *, mode: str = "native"
+    register: Callable[[ToolSystem], object], *, mode: str = "native"
 ) -> list[dict[str, Any]]:
     """Start a ``ToolSystem`` in ``mode`` (no code runtime), let ``register(system)`` register
     a module's tools, harvest ``system.tools.schemas()`` and stop the system."""
@@ -90,7 +93,7 @@ def boot_in_system(
 def _boot_fs() -> list[dict[str, Any]]:
     from .examples import fs_tools
 
-    def register(system: Any) -> None:
+    def register(system: ToolSystem) -> None:
         for definition in fs_tools(_BOOT_ROOT):
             system.tools.register(definition)
 

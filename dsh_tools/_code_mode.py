@@ -6,14 +6,17 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
+import pykka
+
+from .actors._config import ToolsConfig
 from .actors._protocol import SetTransport
 from .codebridge._assembly import check_runtime
 from .codebridge._bridge import CodeRunBridgeActor
 from .codebridge._runtime import SubprocessCodeRuntime
 from .codebridge._sandbox import CodeSandbox
-from .codebridge._seam import runtime_config_from
+from .codebridge._seam import CodeRuntime, DefaultRuntime, runtime_config_from
 from .codebridge._transport import (
     INVALID_DESCRIPTION_MESSAGE,
     RUN_CODE_DESCRIPTION,
@@ -22,21 +25,31 @@ from .codebridge._transport import (
     run_code_output_dsl,
     run_code_parameters_dsl,
 )
-from .pipeline import spill_policy
-from .registry import ToolOutput, define_tool
+from .pipeline import Pipeline, SpillPolicy, spill_policy
+from .registry import SnapshotCell, ToolDefinition, ToolOutput, define_tool
+from .registry._execution import ToolRunContext
 
-__all__ = ["build_run_code", "check_code_sandbox", "install_code_mode"]
+__all__ = ["CodeModeHost", "build_run_code", "check_code_sandbox", "install_code_mode"]
 
 
-def check_code_sandbox(code_runtime: Any, code_sandbox: Any) -> None:
+class CodeModeHost(Protocol):
+    """What Code Mode reads and sets on the system it is wired into (``ToolSystem``)."""
+
+    config: ToolsConfig
+    pipeline: Pipeline
+    code_runtime: CodeRuntime | None
+    dispatch_spill: SpillPolicy | None
+
+
+def check_code_sandbox(
+    code_runtime: CodeRuntime | DefaultRuntime | None, code_sandbox: object
+) -> None:
     """Refuse grants that are not a ``CodeSandbox`` or that no default runtime would use."""
-    from ._system import DEFAULT
-
     if code_sandbox is None:
         return
     if not isinstance(code_sandbox, CodeSandbox):
         raise TypeError(f"code_sandbox must be a CodeSandbox, got {type(code_sandbox).__name__}")
-    if code_runtime is not DEFAULT:
+    if not isinstance(code_runtime, DefaultRuntime):
         raise ValueError(
             "code_sandbox must go with the default code runtime; give your own runtime "
             "CodeRuntimeConfig(sandbox=...)"
@@ -44,25 +57,29 @@ def check_code_sandbox(code_runtime: Any, code_sandbox: Any) -> None:
 
 
 def install_code_mode(
-    system: Any, code_runtime: Any, code_sandbox: CodeSandbox | None = None
-) -> None:
-    """Resolve the code runtime and, in ``code``/``both`` mode, install ``run_code``.
+    system: CodeModeHost,
+    code_runtime: CodeRuntime | DefaultRuntime | None,
+    *,
+    registry: pykka.ActorRef[Any],
+    cell: SnapshotCell,
+    code_sandbox: CodeSandbox | None = None,
+) -> bool:
+    """Resolve the code runtime and, in ``code``/``both`` mode, install ``run_code``; return
+    whether the system owns (and must dispose) the runtime.
 
     ``code_runtime`` is ``DEFAULT`` (the subprocess runtime, started only for non-native modes),
     ``None`` (no runtime: non-native assemblies refuse) or any ``CodeRuntime``.
     ``code_sandbox`` is the default runtime's grants (under ``code_isolation="sandbox"``).
     """
-    from ._system import DEFAULT
-
     config = system.config
-    system._owns_runtime = False
+    owns_runtime = False
     check_code_sandbox(code_runtime, code_sandbox)
-    if code_runtime is DEFAULT:
+    if isinstance(code_runtime, DefaultRuntime):
         if config.mode == "native":
             system.code_runtime = None
         else:
             system.code_runtime = SubprocessCodeRuntime(runtime_config_from(config, code_sandbox))
-            system._owns_runtime = True
+            owns_runtime = True
     else:
         system.code_runtime = code_runtime
     # The dispatch-log spill arm: configured by max_inline_bytes, applied by the
@@ -72,28 +89,28 @@ def install_code_mode(
     if config.max_inline_bytes is not None:
         system.dispatch_spill = spill_policy(config.max_inline_bytes, None)
     if config.mode != "native":
-        definition = build_run_code(system)
-        system._registry.ask(SetTransport(definition, True))
+        definition = build_run_code(system, cell)
+        registry.ask(SetTransport(definition, True))
+    return owns_runtime
 
 
-def build_run_code(system: Any) -> Any:
+def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:
     """The reserved ``run_code`` tool definition bound to ``system``."""
     mode = system.config.mode
 
-    async def run_code(args: Any, run_ctx: Any) -> Any:
+    async def run_code(args: Any, run_ctx: ToolRunContext) -> Any:
         description = args.get("description")
         if not isinstance(description, str) or not description.strip():
             raise ValueError(INVALID_DESCRIPTION_MESSAGE)
         runtime = system.code_runtime
         check_runtime(mode, runtime)
+        assert runtime is not None  # check_runtime refuses a missing runtime
         bridge = CodeRunBridgeActor(
             pipeline=system.pipeline,
             runtime=runtime,
             outer=run_ctx,
             max_parallel=system.config.max_parallel_sub_calls,
-            dispatch_log_hooks=lambda: system._cell.current.hooks_for(
-                "code_dispatch_log", run_ctx.agent
-            ),
+            dispatch_log_hooks=lambda: cell.current.hooks_for("code_dispatch_log", run_ctx.agent),
             spill=system.dispatch_spill,
         )
         return await bridge.run(args["code"])

@@ -2,16 +2,16 @@
 
 It is the only module that imports every layer. It owns:
 
-- the ``RegistryActor`` (tables and snapshots), one ``OwnerActor`` per plugin handle and the
-  global handle, one ``ScopeActor`` per live agent scope;
+- the ``RegistryActor`` (tables and snapshots; it also remembers what the global handle, each
+  plugin and each agent scope registered, keyed by owner, so that a scope costs no thread);
 - the system event loop thread (batches, code runs and ``ref.ask`` calls run there) and the
   worker threads that run plain-function bodies off that loop;
 - the front actor ``ref`` that answers ``ExecuteCall`` / ``ExecuteBatch`` messages;
 - the session log and the approval seam.
 
-``execute`` runs the pipeline in the caller's thread on a private per-thread event loop, with
-plain-function bodies inline: no thread hop on the hot path (one cross-thread wake-up costs more
-than the whole pipeline).
+``execute`` drives the pipeline in the caller's thread, with plain-function bodies inline and no
+event loop until something on the path needs one (then on a private per-thread loop): no
+thread hop and no loop on the hot path (either costs more than the whole pipeline).
 """
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import os
+import itertools
 import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, Self
 
 import pykka
 import structlog
 
+from ._code_mode import install_code_mode
 from .actors import (
     AbortController,
     BatchOutcome,
@@ -39,15 +41,18 @@ from .actors import (
 )
 from .actors._config import ToolsConfig
 from .actors._protocol import CloseOwner, StopRegistry
-from .codebridge._assembly import AssembledPrompt, assemble
+from .codebridge._assembly import AssembledPrompt, PromptAssembler
 from .codebridge._sandbox import CodeSandbox
-from .pipeline import Pipeline, SessionLog, message_of
-from .pipeline._approval import Approval, as_approval
+from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
+from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
+from .pipeline._approval import Approval, ApprovalFunction, as_approval
+from .pipeline._loop import drive, driving, new_pool_loop, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
-from .pipeline._pool import BatchRunner, new_pool_loop
-from .registry import OwnerActor, RegistryActor, ScopeActor, SnapshotCell, ToolsHandle
+from .pipeline._pool import BatchRunner
+from .pipeline._workers import BodyThreads
+from .registry import RegistryActor, SnapshotCell, ToolsHandle
 
-__all__ = ["STOP_GRACE_S", "AgentScope", "PluginHandle", "ToolSystem"]
+__all__ = ["STOP_GRACE_S", "AgentScope", "FrontRef", "PluginHandle", "ToolSystem"]
 
 _log = structlog.get_logger("dsh_tools.system")
 
@@ -70,45 +75,6 @@ def _stop_running_systems() -> None:
 atexit.register(_stop_running_systems)
 
 
-class _Default:
-    def __repr__(self) -> str:
-        return "DEFAULT"
-
-
-DEFAULT: Any = _Default()
-"""Stands for "the default code runtime" in ``ToolSystem.start(code_runtime=...)``."""
-
-
-# --- the per-thread loop of the blocking execute ---------------------------------------------
-
-
-class _ThreadLoop:
-    """One private event loop per calling thread, closed when the thread's locals go away."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        weakref.finalize(self, _close_in_owner, self.loop, os.getpid())
-
-
-def _close_in_owner(loop: asyncio.AbstractEventLoop, owner_pid: int) -> None:
-    # A child forked by another thread drops this thread's locals at once; closing the loop
-    # there would unregister its descriptors from the epoll instance it shares with the parent,
-    # and the parent's loop would never again be woken from another thread.
-    if os.getpid() == owner_pid:
-        loop.close()
-
-
-_thread_state = threading.local()
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    holder: _ThreadLoop | None = getattr(_thread_state, "holder", None)
-    if holder is None or holder.loop.is_closed():
-        holder = _ThreadLoop()
-        _thread_state.holder = holder
-    return holder.loop
-
-
 # --- handles ---------------------------------------------------------------------------------
 
 
@@ -116,13 +82,12 @@ class _OwnerHandle:
     """What plugins and agent scopes share: an owner actor and the ToolsHandle writing through
     it, so that ``close()`` can dispose their registrations, last first."""
 
-    def __init__(
-        self, system: ToolSystem, label: str, owner_class: type[OwnerActor], agent: str | None
-    ) -> None:
+    def __init__(self, system: ToolSystem, label: str, agent: str | None) -> None:
         self._system = system
         self.closed = False
-        self._owner = owner_class.start(system._registry, label, agent)
+        self._owner = system._new_owner()
         self.tools = ToolsHandle(
+            registry=system._registry,
             owner=self._owner,
             cell=system._cell,
             agent=agent,
@@ -153,16 +118,16 @@ class PluginHandle(_OwnerHandle):
 
     def __init__(self, system: ToolSystem, name: str) -> None:
         self.name = name
-        super().__init__(system, f'plugin "{name}"', OwnerActor, None)
+        super().__init__(system, f'plugin "{name}"', None)
 
 
 class AgentScope(_OwnerHandle):
     """One agent's layer: local tools, masks, guards and hooks scoped to ``key``; ``close()``
-    disposes them (LIFO) and stops its scope actor."""
+    disposes them (LIFO)."""
 
     def __init__(self, system: ToolSystem, key: str) -> None:
         self.key = key
-        super().__init__(system, f'agent scope "{key}"', ScopeActor, key)
+        super().__init__(system, f'agent scope "{key}"', key)
 
     def _forget(self) -> None:
         self._system._forget_scope(self)
@@ -179,61 +144,61 @@ class AgentScope(_OwnerHandle):
 class FrontActor(pykka.ThreadingActor):
     """Answers ``ExecuteCall`` and ``ExecuteBatch`` asks without blocking its mailbox.
 
-    Each request is started on the system loop and the reply is set when it settles, so many
-    asks may be in flight at once and a slow call never delays another.
+    Each request is started on the system loop and answered at once with a future of its
+    result (set when it settles), so many asks may be in flight at once and a slow call never
+    delays another. Its ref (``FrontRef``) waits for that future, so ``ref.ask(message)``
+    returns the result itself.
     """
 
     use_daemon_thread = True  # a forgotten stop() must not keep the process alive
 
-    def __init__(self, system: ToolSystem) -> None:
+    def __init__(self, system: ToolSystem, publish: Callable[[FrontRef], None]) -> None:
         super().__init__()
         self._system = system
-
-    def _actor_loop_running(self) -> None:
-        while not self.actor_stopped.is_set():
-            envelope = self.actor_inbox.get()
-            message = envelope.message
-            reply_to = envelope.reply_to
-            if isinstance(message, ExecuteCall | ExecuteBatch):
-                self._start(message, reply_to)
-                continue
-            try:
-                response = self._handle_receive(message)
-            except Exception:
-                if reply_to is not None:
-                    reply_to.set_exception()
-                continue
-            if reply_to is not None:
-                reply_to.set(response)
+        publish(FrontRef(self))  # start() returns the plain ref; the system hands out this one
 
     def on_receive(self, message: Any) -> Any:
-        raise TypeError(
-            "system.ref answers ExecuteCall and ExecuteBatch messages, "
-            f"got {type(message).__name__}"
-        )
-
-    def _start(self, message: ExecuteCall | ExecuteBatch, reply_to: Any) -> None:
+        if not isinstance(message, ExecuteCall | ExecuteBatch):
+            raise TypeError(
+                "system.ref answers ExecuteCall and ExecuteBatch messages, "
+                f"got {type(message).__name__}"
+            )
         system = self._system
-        try:
-            if isinstance(message, ExecuteCall):
-                coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
-            else:
-                coro = system._batches.run(message)
-            future = system._submit(coro)
-        except Exception:
-            if reply_to is not None:
-                reply_to.set_exception()
-            return
+        if isinstance(message, ExecuteCall):
+            coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
+        else:
+            coro = system._batches.run(message)
+        answer: pykka.Future[Any] = pykka.ThreadingFuture()
+        system._submit(coro).add_done_callback(partial(_settle_answer, answer))
+        return answer
 
-        def settle(done: concurrent.futures.Future[Any]) -> None:
-            if reply_to is None:
-                return
-            try:
-                reply_to.set(done.result())
-            except BaseException:
-                reply_to.set_exception()
 
-        future.add_done_callback(settle)
+def _settle_answer(answer: pykka.Future[Any], done: concurrent.futures.Future[Any]) -> None:
+    try:
+        answer.set(done.result())
+    except BaseException:
+        answer.set_exception()
+
+
+class FrontRef(pykka.ActorRef[FrontActor]):
+    """The front actor's ref: an ask's reply is the future of the result; ``ask`` waits for
+    both (within one ``timeout``), so callers get the result as from any actor."""
+
+    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
+        reply: pykka.Future[Any] = super().ask(message, block=False)
+        answer: pykka.Future[Any] = pykka.ThreadingFuture()
+        answer.set_get_hook(partial(_result_of, reply))
+        if block:
+            return answer.get(timeout=timeout)
+        return answer
+
+
+def _result_of(reply: pykka.Future[Any], timeout: float | None) -> Any:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    inner = reply.get(timeout=timeout)
+    if not isinstance(inner, pykka.Future):
+        return inner
+    return inner.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 # --- the system ------------------------------------------------------------------------------
@@ -250,8 +215,8 @@ class ToolSystem:
         self,
         config: ToolsConfig | None = None,
         *,
-        approval: Any = None,
-        code_runtime: Any = DEFAULT,
+        approval: Approval | ApprovalFunction | None = None,
+        code_runtime: CodeRuntime | DefaultRuntime | None = DEFAULT,
         session: SessionLog | None = None,
         code_sandbox: CodeSandbox | None = None,
     ) -> None:
@@ -271,21 +236,16 @@ class ToolSystem:
         self._stopping = AbortController()  # batches abort when it does
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
-        self._owners: list[pykka.ActorRef[Any]] = []
         self._pending: set[concurrent.futures.Future[Any]] = set()
         self._cell = SnapshotCell()
+        self._assembler = PromptAssembler()
         self._registry = RegistryActor.start(config.mode, self._cell)
         self._loop = new_pool_loop()
         self._loop_thread = threading.Thread(
             target=self._run_loop, name="dsh-tools-loop", daemon=True
         )
         self._loop_thread.start()
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            # Threads are created on demand and reused; the cap is only there because the
-            # executor needs one. A started dispatch must never wait for a free thread.
-            max_workers=32_768,
-            thread_name_prefix="dsh-tools-body",
-        )
+        self._executor = BodyThreads("dsh-tools-body")
         self.pipeline = Pipeline(
             self._cell,
             session=self.session,
@@ -293,19 +253,29 @@ class ToolSystem:
             approval=lambda: self.approval,
             background=self._background,
         )
-        self._batches = BatchRunner(self)
-        self._root = OwnerActor.start(self._registry, "the global tools handle", None)
+        self._batches = BatchRunner(
+            self.pipeline,
+            max_parallel=config.max_parallel_tool_calls,
+            stopping=self._stopping.signal,
+            executor=self._executor,
+        )
+        self._owner_ids = itertools.count(1)
         self.tools = ToolsHandle(
-            owner=self._root,
+            registry=self._registry,
+            owner=0,
             cell=self._cell,
             agent=None,
             label="the global tools handle",
             background=self._background,
         )
-        self.code_runtime: Any = None
-        self.dispatch_spill: Any = None
-        self._init_code_mode(code_runtime, code_sandbox)
-        self.ref = FrontActor.start(self)
+        self.code_runtime: CodeRuntime | None = None
+        self.dispatch_spill: SpillPolicy | None = None
+        self._owns_runtime = install_code_mode(
+            self, code_runtime, registry=self._registry, cell=self._cell, code_sandbox=code_sandbox
+        )
+        refs: list[FrontRef] = []
+        FrontActor.start(self, refs.append)
+        self.ref: FrontRef = refs[0]
         _running.add(self)
 
     @property
@@ -314,7 +284,7 @@ class ToolSystem:
         return self._approval
 
     @approval.setter
-    def approval(self, value: Any) -> None:
+    def approval(self, value: Approval | ApprovalFunction | None) -> None:
         self._approval = as_approval(value)
 
     @classmethod
@@ -322,8 +292,8 @@ class ToolSystem:
         cls,
         config: ToolsConfig | None = None,
         *,
-        approval: Any = None,
-        code_runtime: Any = DEFAULT,
+        approval: Approval | ApprovalFunction | None = None,
+        code_runtime: CodeRuntime | DefaultRuntime | None = DEFAULT,
         session: SessionLog | None = None,
         code_sandbox: CodeSandbox | None = None,
     ) -> ToolSystem:
@@ -341,15 +311,14 @@ class ToolSystem:
             code_sandbox=code_sandbox,
         )
 
-    def _init_code_mode(self, code_runtime: Any, code_sandbox: CodeSandbox | None) -> None:
-        # Code Mode is wired in by the codebridge layer (see _code_mode below).
-        from ._code_mode import install_code_mode
-
-        install_code_mode(self, code_runtime, code_sandbox)
-
     def assemble_prompt(self, agent: str | None = None) -> AssembledPrompt:
-        """The prompt sections and tool schemas ``agent`` gets in this system's mode."""
-        return assemble(
+        """The prompt sections and tool schemas ``agent`` gets in this system's mode.
+
+        Kept per registry snapshot: until the registry changes, a call reuses the last
+        assembly. Its ``tools`` schemas are then read-only (``FrozenDict``, equal to and
+        encoding like plain dicts; copy one to change it); the lists are fresh on every call.
+        """
+        return self._assembler.assemble(
             self._cell.current,
             agent,
             runtime=self.code_runtime,
@@ -405,27 +374,19 @@ class ToolSystem:
             if self._stopped:
                 return
             self._stopped = True
-            scopes = list(self._scopes.values())
             self._scopes.clear()
-            owners = list(self._owners)
-            self._owners.clear()
         _running.discard(self)
         self._stopping.abort(STOPPING_REASON)
         self.pipeline.interrupt_all(STOPPING_REASON)
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         runtime = self.code_runtime
-        if runtime is not None and getattr(self, "_owns_runtime", False):
+        if runtime is not None and self._owns_runtime:
             try:
                 self._call_on_loop(runtime.dispose(), timeout=10)
             except Exception as exc:
                 _log.warning("code runtime disposal failed", error=message_of(exc))
         with contextlib.suppress(pykka.ActorDeadError):
             self._registry.ask(StopRegistry())
-        for scope in scopes:
-            scope._owner.stop()
-        for owner in owners:
-            owner.stop()
-        self._root.stop()
         self.ref.stop()
         self._registry.stop()
         current = threading.current_thread()
@@ -438,7 +399,7 @@ class ToolSystem:
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns
         # cannot be killed, so wait only briefly for each.
-        for thread in list(getattr(self._executor, "_threads", ())):
+        for thread in self._executor.threads():
             if thread is not current:
                 thread.join(timeout=2)
 
@@ -469,10 +430,7 @@ class ToolSystem:
     def plugin(self, name: str) -> PluginHandle:
         """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
         self._check_running()
-        handle = PluginHandle(self, name)
-        with self._lock:
-            self._owners.append(handle._owner)
-        return handle
+        return PluginHandle(self, name)
 
     def agent(self, key: str) -> AgentScope:
         """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
@@ -491,16 +449,15 @@ class ToolSystem:
             if self._scopes.get(scope.key) is scope:
                 del self._scopes[scope.key]
 
-    def _close_owner(self, owner: pykka.ActorRef[Any], handle: ToolsHandle) -> None:
+    def _new_owner(self) -> int:
+        return next(self._owner_ids)  # itertools.count: one C call, atomic under the GIL
+
+    def _close_owner(self, owner: int, handle: ToolsHandle) -> None:
         handle._mark_closed()
-        with self._lock:
-            if owner in self._owners:
-                self._owners.remove(owner)
         try:
-            changes: int = owner.ask(CloseOwner(), block=True)
+            changes: int = self._registry.ask(CloseOwner(owner), block=True)
         except pykka.ActorDeadError:
             return
-        owner.stop()
         for _ in range(changes):
             handle._notify_quietly()
 
@@ -526,20 +483,16 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
-        running = asyncio._get_running_loop()
-        nested = False
-        if running is not None:
-            holder: _ThreadLoop | None = getattr(_thread_state, "holder", None)
-            if holder is None or running is not holder.loop:
-                raise RuntimeError(
-                    "ToolSystem.execute() cannot run inside a running event loop; "
-                    "use await system.execute_async(call)"
-                )
-            # A plain body (or hook) running inline on this thread's private loop calls back
-            # in: that loop is busy with the outer call, so the nested call runs on the system
-            # loop while this thread waits for it.
-            nested = True
+        nested = driving()
+        if not nested and running_loop() is not None:
+            raise RuntimeError(
+                "ToolSystem.execute() cannot run inside a running event loop; "
+                "use await system.execute_async(call)"
+            )
         if timeout is not None or nested:
+            # A plain body (or hook) that ``execute`` is running inline on this thread calls
+            # back in: this thread is busy with the outer call, so the nested call runs on the
+            # system loop while this thread waits for it.
             future = self._submit(self.pipeline.run(call, inline=False))
             try:
                 result: ToolExecutionResult = future.result(timeout)
@@ -548,9 +501,7 @@ class ToolSystem:
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None
             return result
-        out: ToolExecutionResult = _thread_loop().run_until_complete(
-            self.pipeline.run(call, inline=True)
-        )
+        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True))
         return out
 
     async def execute_async(self, call: ExecuteCall) -> ToolExecutionResult:

@@ -25,8 +25,9 @@ from typing import Any, TextIO
 import structlog
 from msgspec import UNSET
 
-from ._system import DEFAULT, ToolSystem
+from ._system import ToolSystem
 from .actors import (
+    AbortSignal,
     Ask,
     ExecuteBatch,
     ExecuteCall,
@@ -35,7 +36,9 @@ from .actors import (
     ToolExecutionResult,
 )
 from .actors._config import ToolsConfig
+from .codebridge._seam import DEFAULT
 from .pipeline import timeout_policy
+from .pipeline._approval import ApprovalOutcome
 
 __all__ = ["main"]
 
@@ -128,11 +131,11 @@ class _ScriptedApproval:
         agent: str,
         tool_name: str,
         call_id: str,
-        signal: Any,
-        arguments: Any = None,
+        signal: AbortSignal,
+        arguments: Any,
         reason: str = "",
-    ) -> str:
-        answer = "allowed-once" if "notes/" in reason else "rejected"
+    ) -> ApprovalOutcome:
+        answer: ApprovalOutcome = "allowed-once" if "notes/" in reason else "rejected"
         print(
             f"    [approval] {agent} asks to run {tool_name} ({reason}) -> {answer}", file=self.out
         )
@@ -396,15 +399,27 @@ class _Progress:
 
 _BARS: list[tuple[str, str, str, float | None]] = [
     ("execute_no_hooks_us", "per call, no hooks (system.execute)", "us", 60),
+    ("execute_no_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
+    ("execute_no_hooks_ratio", "  system.execute / on an event loop", "x", 0.6),
+    ("ref_ask_no_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
     ("execute_four_hooks_us", "per call, four pass-through hooks", "us", 80),
+    ("execute_four_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
+    ("execute_four_hooks_ratio", "  system.execute / on an event loop", "x", 0.7),
+    ("ref_ask_four_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
     ("pykka_ask_us", "bare pykka ask round trip (reference point)", "us", None),
     ("pool10_sleep5ms_async_ms", "1,000 x 5 ms safe calls, pool 10 (async)", "ms", 540),
+    ("pool10_sleep5ms_async_floor_ms", "  asyncio loop, same sleeps ten at a time", "ms", None),
+    ("pool10_sleep5ms_async_ratio", "  pool / asyncio loop", "x", 1.05),
     ("pool10_sleep5ms_thread_ms", "1,000 x 5 ms safe calls, pool 10 (thread)", "ms", 540),
+    ("pool10_sleep5ms_thread_floor_ms", "  bare ThreadPoolExecutor(10), same sleeps", "ms", None),
+    ("pool10_sleep5ms_thread_ratio", "  pool / ThreadPoolExecutor(10)", "x", 1.05),
     ("trivial_pool1_calls_per_s", "trivial calls per second, pool 1", "/s", None),
     ("trivial_pool10_calls_per_s", "trivial calls per second, pool 10", "/s", None),
     ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
     ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
     ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
+    ("assemble_2000_first_ms", "assemble_prompt, 2,000 tools, first call", "ms", None),
+    ("assemble_2000_cached_ms", "  the same again, registry unchanged", "ms", 1),
     ("demo_rss_mb", "resident memory of the demo (peak)", "MB", 80),
     ("monty_empty_ms", "Monty: session checkout + empty feed_run", "ms", None),
     ("monty_100_calls_ms", "Monty: 100 external async calls, gathered", "ms", None),
@@ -417,15 +432,22 @@ def run_bench(
     out: TextIO, *, as_json: bool, runs: int, code_mode: bool, check: bool = False
 ) -> int:
     """Measure and print the benchmark table (or JSON)."""
-    from ._bench import measure_code_mode, measure_demo_rss, measure_pipeline, measure_pool
+    from ._bench import (
+        measure_assembly,
+        measure_code_mode,
+        measure_demo_rss,
+        measure_pipeline,
+        measure_pool,
+    )
     from ._bench_monty import measure_monty, monty_available
 
-    progress = _Progress(3 + 5 + (3 if code_mode else 0))
+    progress = _Progress(3 + 5 + (4 if code_mode else 0))
     figures: dict[str, float] = {}
     figures.update(measure_pipeline(runs=runs, progress=progress.step))
     figures.update(measure_pool(runs=runs, progress=progress.step))
     if code_mode:
         figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
+        figures.update(measure_assembly(runs=runs, progress=progress.step))
         figures.update(measure_demo_rss(progress=progress.step))
         if monty_available():
             figures.update(measure_monty(runs=max(runs * 4, 10)))
@@ -448,8 +470,12 @@ def run_bench(
         value = figures[key]
         if unit == "/s":
             shown = f"{value:,.0f} {unit}"
+        elif unit == "x":
+            shown = f"{value:.2f} {unit}"
+        elif value < 0.1:
+            shown = f"{value:.4f} {unit}"
         else:
-            shown = f"{value:.2f} {unit}" if unit == "x" else f"{value:.1f} {unit}"
+            shown = f"{value:.1f} {unit}"
         bar_text = f"<= {bar:g}" if bar is not None else ""
         mark = ""
         if bar is not None and value > bar:

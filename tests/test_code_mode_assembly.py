@@ -300,3 +300,52 @@ def test_18_the_runtime_request_holds_one_tools_namespace_without_run_code() -> 
     assert namespace.error_class is not None
     assert namespace.error_class.name == "ToolCallError"
     assert namespace.error_class.member_attr == "tool_name"
+
+
+def test_an_unchanged_registry_reuses_its_assembly_and_no_caller_can_change_it() -> None:
+    with code_system(mode="both", tools=[echo_tool(), plain_tool("alpha")]) as system:
+        first = system.assemble_prompt()
+        with pytest.raises(TypeError):
+            first.tools[0]["description"] = "changed"
+        with pytest.raises(TypeError):
+            first.tools[0]["parameters"]["type"] = "array"
+        first.tools.clear()
+        first.sections.clear()
+        second = system.assemble_prompt()
+        assert names(second) == ["alpha", "echo", "run_code"]
+        assert section(second) is not None
+        assert second.tools is not first.tools  # fresh lists, shared read-only schemas
+        assert second.tools[0] == {
+            "name": "alpha",
+            "description": "The alpha tool.",
+            "parameters": {"type": "object"},
+        }
+        assert [dict(schema) for schema in second.tools] == [
+            dict(schema) for schema in system.assemble_prompt().tools
+        ]
+
+
+def test_a_registry_change_is_in_the_next_assembly() -> None:
+    with code_system(mode="both", tools=[echo_tool()]) as system:
+        before = system.assemble_prompt()
+        dispose = system.tools.register(plain_tool("alpha"))
+        assert names(system.assemble_prompt()) == ["alpha", "echo", "run_code"]
+        assert "alpha" in (section(system.assemble_prompt()) or "")
+        dispose()
+        assert names(system.assemble_prompt()) == names(before)
+        assert system.assemble_prompt("A").tools == before.tools
+
+
+def test_assemble_hooks_run_on_every_assembly_with_schemas_they_may_change() -> None:
+    with code_system(mode="native", tools=[plain_tool("alpha")]) as system:
+        seen: list[int] = []
+
+        def retitle(prompt: AssembledPrompt) -> AssembledPrompt:
+            seen.append(len(seen))
+            prompt.tools[0]["description"] = f"call {len(seen)}"
+            return prompt
+
+        system.tools.on_assemble(retitle)
+        assert system.assemble_prompt().tools[0]["description"] == "call 1"
+        assert system.assemble_prompt().tools[0]["description"] == "call 2"
+        assert seen == [0, 1]

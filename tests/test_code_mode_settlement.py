@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
@@ -40,7 +41,12 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
 )
-from dsh_tools.codebridge import CodeRunResult
+from dsh_tools.codebridge import (
+    CodeRunRequest,
+    CodeRunResult,
+    CodeRuntimeConfig,
+    SubprocessCodeRuntime,
+)
 from dsh_tools.pipeline import spill_policy
 from dsh_tools.pipeline._spill import preview_text
 
@@ -444,3 +450,30 @@ def test_runtime_results_keep_their_frozen_logs() -> None:
         result = system.execute(run_code())
     assert value_of(result) == {"logs": ["a", "b"], "result": "v"}
     assert texts(result.content) == ["a\nb\nv"]
+
+
+def test_a_program_that_stops_the_template_still_settles_and_the_next_run_works() -> None:
+    # The worker's parent is the template process; a program can freeze it (SIGSTOP), so the
+    # worker's exit report never comes. The run must still settle (faults become results,
+    # never hangs), and later runs must get a working template. Under the process isolation,
+    # where the template is reachable (the sandbox refuses the signal; its tests check that).
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=10_000, max_wall_ms=20_000, isolation="process")
+    )
+    freeze_parent = (
+        "import os, signal\nparent = os.getppid()\nos.kill(parent, signal.SIGSTOP)\nreturn parent\n"
+    )
+
+    async def scenario() -> tuple[CodeRunResult, CodeRunResult]:
+        frozen = await runtime.run(CodeRunRequest(freeze_parent, []))
+        after = await runtime.run(CodeRunRequest("return 2\n", []))
+        return frozen, after
+
+    try:
+        frozen, after = asyncio.run(asyncio.wait_for(scenario(), 30))
+    finally:
+        runtime.close()
+    assert frozen.error is None, frozen
+    assert after.error is None and after.value == 2, after
+    with pytest.raises(ProcessLookupError):  # the frozen template was killed and reaped
+        os.kill(frozen.value, 0)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import WAIT, block, call, echo, fixture
+from pool_support import batch
 
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
 
@@ -200,3 +201,15 @@ def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
+
+
+def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_hanging() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("x"))
+        system.tools.on_result(lambda exec, result: system.stop())
+
+        with pytest.raises(RuntimeError, match="stopped before the call finished"):
+            system.execute_batch(batch("c1", "c2"), timeout=10)
+    finally:
+        system.stop()

@@ -10,17 +10,20 @@ import msgspec
 import pytest
 from conftest import Recording, call, echo, fixture, text
 from msgspec import UNSET
+from pool_support import tool_call
 
 from dsh_tools import (
     AbortController,
     AbortSignal,
     Deny,
+    ExecuteBatch,
     ExecuteCall,
     ExecutionToken,
     FrozenDict,
     FrozenList,
     ToolSystem,
 )
+from dsh_tools.pipeline._json_text import parse_arguments
 
 _ARGS_MESSAGE = "tool execution arguments must be losslessly JSON-serializable"
 NOT_LOSSLESS = {
@@ -363,3 +366,21 @@ def test_an_omitted_signal_is_one_shared_never_aborting_signal(system: ToolSyste
 def test_execute_takes_only_execute_calls(system: ToolSystem) -> None:
     with pytest.raises(TypeError):
         system.execute({"call_id": "c1"})  # type: ignore[arg-type]
+
+
+def test_an_integer_too_long_for_int_parsing_is_invalid_args_naming_it(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(fixture("x"))
+    long_int = "1" + "0" * 5000  # valid JSON, beyond Python's default int-from-text limit
+
+    assert parse_arguments(long_int) != long_int
+    assert parse_arguments("[" * 3000 + long_int + "]" * 3000) != "[" * 3000 + long_int
+    outcome = system.execute_batch(
+        ExecuteBatch(calls=[tool_call("c1", "x", '{"n": ' + long_int + "}")]), timeout=10
+    )
+
+    assert text(outcome.results[0]) == (
+        "Error: invalid arguments: arguments are not lossless JSON: arguments.n is int "
+        "(out of range)"
+    )

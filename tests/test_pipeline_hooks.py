@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from dsh_tools import (
     ToolOutput,
     ToolSystem,
     define_tool,
+    event_loop,
 )
 
 
@@ -676,3 +678,75 @@ def test_signal_fusion_leaves_no_listener_on_the_callers_signal(system: ToolSyst
     for n in range(50):
         assert not system.execute(call(call_id=f"c{n}", signal=controller.signal)).is_error
     assert not controller.signal._callbacks
+
+
+def test_a_blocking_execute_runs_pass_through_hooks_without_an_event_loop(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(echo())
+    seen: list[bool] = []
+
+    async def pass_through(exec: Any, next: Any) -> Any:
+        seen.append(_loop_running())
+        return await next()
+
+    def body(args: Any, ctx: Any) -> str:
+        seen.append(_loop_running())
+        return "plain"
+
+    system.tools.on_pre_execute(pass_through)
+    system.tools.on_execute(pass_through)
+    system.tools.register(
+        define_tool(
+            name="plain",
+            description="A plain-function body.",
+            parameters={},
+            output=ToolOutput(
+                schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+            ),
+            execute=body,
+        )
+    )
+    assert text(system.execute(call("plain", {}))) == "plain"
+    assert seen == [False, False, False]
+    assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
+
+
+def test_a_hook_that_awaits_event_loop_gets_one_and_the_call_finishes_on_it(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(echo())
+    seen: list[Any] = []
+
+    async def sleepy(exec: Any, next: Any) -> Any:
+        before = _loop_running()
+        loop = await event_loop()
+        await asyncio.sleep(0.001)
+        seen.append((before, loop is asyncio.get_running_loop()))
+        return await next()
+
+    async def after(exec: Any, result: Any, next: Any) -> Any:
+        seen.append(_loop_running())
+        return await next()
+
+    system.tools.on_pre_execute(sleepy)
+    system.tools.on_post_execute(after)
+    result = system.execute(call("echo", {"text": "hi"}))
+    assert text(result) == "hi"
+    assert seen == [(False, True), True]
+    assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
+
+
+def test_event_loop_on_a_running_loop_returns_it_at_once(system: ToolSystem) -> None:
+    async def main() -> bool:
+        return await event_loop() is asyncio.get_running_loop()
+
+    assert asyncio.run(main())
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import warnings
 from typing import Any
 
 import pytest
-from conftest import Logs, block, call, echo, text, value_of
+from conftest import Logs, block, call, echo, fixture, text, value_of
 
 from dsh_tools import (
     Deny,
@@ -121,3 +123,24 @@ def test_rp97_an_observer_may_swap_a_tool_for_the_next_call(system: ToolSystem) 
     system.tools.on_result(swap)
     assert value_of(system.execute(call())) == "first version"
     assert value_of(system.execute(call(call_id="c2"))) == "second version"
+
+
+def test_an_async_change_observer_is_awaited_and_its_failure_logged(
+    system: ToolSystem, logs: Any
+) -> None:
+    ran: list[str] = []
+
+    async def observer() -> None:
+        ran.append("change")
+        raise RuntimeError("async change failure")
+
+    system.tools.on_change(observer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        system.tools.register(fixture("x"))
+        found = logs.wait_for_warnings(1)
+        gc.collect()
+
+    assert ran == ["change"]
+    assert any("async change failure" in w for w in found)
+    assert not [w for w in caught if "never awaited" in str(w.message)]

@@ -5,7 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from conftest import block, call, context, echo, post_returning, projected, sources, text, value_of
+from conftest import (
+    block,
+    call,
+    context,
+    echo,
+    fixture,
+    post_returning,
+    projected,
+    sources,
+    text,
+    value_of,
+)
 
 from dsh_tools import (
     Accept,
@@ -299,3 +310,27 @@ def test_rp70_a_tool_registered_mid_call_runs_without_its_finalizer(system: Tool
     assert value_of(later) == "late body"
     assert text(later) == "finalized"
     assert len(finalized) == 1
+
+
+def test_contexts_given_as_a_single_dict_fail_instead_of_splicing_its_keys(
+    system: ToolSystem,
+) -> None:
+    deferred = context("body")
+    single = context("post")
+
+    def body(args: Any, ctx: Any) -> Any:
+        ctx.defer_context(deferred)
+        return [{"type": "text", "text": "ok"}]
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        await next()
+        return Accept(additional_contexts=single)  # one context, not a list of them
+
+    system.tools.register(fixture("x", body))
+    system.tools.on_post_execute(post)
+
+    result = system.execute(call("x", {}))
+
+    assert result.is_error
+    assert "additional_contexts" in text(result)
+    assert "source" not in result.additional_contexts

@@ -19,7 +19,15 @@ from pool_support import (
     trace,
 )
 
-from dsh_tools import Accept, FrozenDict, FrozenList, ToolSystem
+from dsh_tools import (
+    Accept,
+    ExecuteCall,
+    FrozenDict,
+    FrozenList,
+    ToolOutput,
+    ToolSystem,
+    define_tool,
+)
 
 
 def add_post_context(system: ToolSystem, label: str = "ctx-{}") -> None:
@@ -188,3 +196,25 @@ def test_injections_from_parallel_bodies_all_arrive_before_the_drain(
     kinds = [kind for kind, _ in trace(system)]
     assert kinds[:8].count("tool/result") == 4
     assert kinds[8:] == ["user/message"] * 100
+
+
+def test_a_deferred_context_is_frozen_when_deferred() -> None:
+    context: dict[str, Any] = {"content": [{"type": "text", "text": "before"}], "source": {}}
+
+    def body(args: Any, ctx: Any) -> str:
+        ctx.defer_context(context)
+        context["content"][0]["text"] = "after"
+        return "ok"
+
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.register(
+            define_tool(
+                name="defers",
+                description="defers a context, then changes its own copy",
+                parameters={},
+                output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+                execute=body,
+            )
+        )
+        result = system.execute(ExecuteCall(call_id="c1", name="defers", arguments={}))
+    assert result.additional_contexts[0]["content"][0]["text"] == "before"

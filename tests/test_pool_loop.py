@@ -17,7 +17,7 @@ from conftest import WAIT, block, fixture
 from pool_support import batch, in_background, safe
 
 from dsh_tools import ToolSystem
-from dsh_tools.pipeline._pool import new_pool_loop
+from dsh_tools.pipeline._loop import new_pool_loop
 
 current_call: contextvars.ContextVar[str] = contextvars.ContextVar("current_call", default="-")
 

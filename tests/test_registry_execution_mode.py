@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import warnings
 from typing import Any
 
 import pytest
-from conftest import block, call, fixture
+from conftest import block, call, fixture, text
+from pool_support import batch
 
 from dsh_tools import ToolOutput, ToolSystem, define_tool
 
@@ -113,3 +115,27 @@ def test_rp91_the_scope_handle_classifies_for_its_agent(system: ToolSystem) -> N
     assert system.tools.execution_mode(call("t")) == "exclusive"
     assert scope.tools.execution_mode(call("t")) == "parallel"
     assert system.tools.execution_mode(call("t", agent="A")) == "parallel"
+
+
+def cancelling_classifier(args: Any) -> bool:
+    raise asyncio.CancelledError("classifier gave up")
+
+
+def test_a_classifier_raising_cancelled_error_reads_as_exclusive(system: ToolSystem) -> None:
+    system.tools.register(fixture("x", is_concurrency_safe=cancelling_classifier))
+
+    assert system.tools.execution_mode(call("x", {})) == "exclusive"
+
+
+def test_a_batch_survives_a_classifier_raising_cancelled_error(system: ToolSystem) -> None:
+    system.tools.register(fixture("x", is_concurrency_safe=cancelling_classifier))
+
+    outcome = system.execute_batch(batch("c1", "c2"), timeout=10)
+
+    assert [text(r) for r in outcome.results] == ["ran:x", "ran:x"]
+    assert [e.type for e in system.session.events] == [
+        "tool/call",
+        "tool/result",
+        "tool/call",
+        "tool/result",
+    ]

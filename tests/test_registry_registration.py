@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import pytest
@@ -378,9 +379,25 @@ def test_an_agent_layer_is_discarded_once_empty(system: ToolSystem) -> None:
     assert "A" not in system._cell.current.scopes
 
 
-def test_closed_plugins_are_not_kept_by_the_system(system: ToolSystem) -> None:
+def test_closed_plugins_leave_nothing_behind(system: ToolSystem) -> None:
+    threads = threading.active_count()
     for n in range(5):
         with system.plugin(f"p{n}") as plugin:
             plugin.tools.register(fixture(f"t{n}"))
     assert system.tools.schemas() == []
-    assert system._owners == []
+    assert threading.active_count() == threads
+
+
+def test_a_thousand_agent_scopes_and_plugins_start_no_thread(system: ToolSystem) -> None:
+    threads = threading.active_count()
+    scopes = [system.agent(f"agent-{n}") for n in range(1000)]
+    plugins = [system.plugin(f"plugin-{n}") for n in range(1000)]
+    scopes[7].tools.register(fixture("local"))
+    plugins[3].tools.register(fixture("shared"))
+    assert threading.active_count() == threads
+    assert sorted(s["name"] for s in scopes[7].tools.schemas()) == ["local", "shared"]
+    assert [s["name"] for s in scopes[8].tools.schemas()] == ["shared"]
+    for handle in [*scopes, *plugins]:
+        handle.close()
+    assert system.tools.schemas() == []
+    assert system.agent("agent-7").tools.schemas() == []

@@ -14,6 +14,7 @@ from conftest import WAIT, arun, block, call, context, echo, fixture
 
 from dsh_tools import (
     Deny,
+    ExecuteCall,
     ExecutionToken,
     FrozenDict,
     HarnessError,
@@ -245,12 +246,22 @@ def test_max_events_must_be_a_positive_integer(bound: Any) -> None:
 
 def test_concurrent_calls_each_record_their_pair(system: ToolSystem) -> None:
     system.tools.register(echo())
-    futures = [
-        system.ref.ask(call(call_id=f"c{i}"), block=False) for i in range(40)
-    ]
+    futures = [system.ref.ask(call(call_id=f"c{i}"), block=False) for i in range(40)]
     for future in futures:
         future.get(timeout=WAIT)
     events = system.session.events
     for i in range(40):
         mine = [e.type for e in events if e.data["call_id"] == f"c{i}"]
         assert mine == ["tool/call", "tool/result"]
+
+
+def test_a_system_records_into_the_session_log_it_was_given() -> None:
+    from dsh_tools import SessionLog
+
+    log = SessionLog(max_events=4)
+    with ToolSystem.start(code_runtime=None, session=log) as system:
+        assert system.session is log
+        system.tools.register(echo())
+        for n in range(5):
+            system.execute(ExecuteCall(call_id=f"c{n}", name="echo", arguments={"text": "x"}))
+    assert [e.data["call_id"] for e in log.events] == ["c3", "c3", "c4", "c4"]

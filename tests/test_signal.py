@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from dsh_tools import AbortController, AbortSignal, ExecuteCall
 from dsh_tools.actors import NEVER_ABORTED, any_signal
@@ -100,3 +101,18 @@ def test_any_signal_takes_the_first_reason_and_detaches() -> None:
     c.abort("late")
     assert not fused2.aborted
     detach()
+
+
+def test_an_abort_callback_raising_cancelled_error_does_not_stop_the_others(logs: Any) -> None:
+    controller = AbortController()
+    seen: list[Any] = []
+
+    def cancelling(reason: Any) -> None:
+        raise asyncio.CancelledError
+
+    controller.signal.add_callback(cancelling)
+    controller.signal.add_callback(seen.append)
+    controller.abort("stop")
+
+    assert seen == ["stop"]
+    assert logs.warnings == ["abort callback failed"]

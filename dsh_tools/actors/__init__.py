@@ -11,6 +11,7 @@ from ._errors import (
     ToolOutputError,
     ToolTimeoutError,
     format_ms,
+    message_of,
 )
 from ._frozen import EMPTY_DICT, EMPTY_LIST, FrozenDict, FrozenList
 from ._messages import (
@@ -65,4 +66,5 @@ __all__ = [
     "ToolTimeoutError",
     "any_signal",
     "format_ms",
+    "message_of",
 ]

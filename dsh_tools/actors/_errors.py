@@ -18,7 +18,22 @@ __all__ = [
     "ToolOutputError",
     "ToolTimeoutError",
     "format_ms",
+    "message_of",
 ]
+
+UNPRINTABLE = "<unprintable thrown value>"
+
+
+def message_of(value: object, unprintable: str = UNPRINTABLE) -> str:
+    """``str(value)`` (of an exception, an abort reason...), or ``unprintable`` when that
+    raises or gives something other than a plain ``str``: the one way this package turns
+    something user code threw or passed into text, so that a hostile ``__str__`` never turns
+    a result into a crash."""
+    try:
+        text = str(value)
+    except Exception:
+        return unprintable
+    return text if type(text) is str else unprintable
 
 
 def format_ms(ms: float) -> str:

@@ -1,7 +1,7 @@
 """The message catalog: frozen msgspec Structs exchanged between the harness and the actors.
 
-Results and decisions live here too, because they travel in messages (``BatchOutcome``,
-``CallCommitted``) and every layer above reads them.
+Results and decisions live here too, because they travel in messages (``BatchOutcome``, the
+pool's ``CommitDone``) and every layer above reads them.
 """
 
 from __future__ import annotations

@@ -102,13 +102,19 @@ class MutationReply(msgspec.Struct, frozen=True):
 
 
 class OwnerMutation(msgspec.Struct, frozen=True):
-    """Ask an owner (plugin or agent scope) to forward a mutation and remember its key."""
+    """Apply ``mutation`` for ``owner`` (the global handle, a plugin or an agent scope) and
+    remember its key under that owner; ``label`` names the owner in errors."""
 
     mutation: Any
+    owner: int
+    label: str
 
 
 class CloseOwner(msgspec.Struct, frozen=True):
-    """Ask an owner to dispose everything it registered, last first."""
+    """Dispose everything ``owner`` registered, last first, and refuse its later mutations;
+    the reply is how many of the removals emitted a ``change``."""
+
+    owner: int
 
 
 # --- dispatcher pool stages ----------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 Native mode shows every visible tool; ``code`` shows only ``run_code`` plus the generated Python
 SDK section; ``both`` shows both. Non-native modes re-check the code runtime at every assembly.
+``ToolSystem.assemble_prompt`` keeps each agent's assembly per registry snapshot
+(``PromptAssembler``): its tool schemas are then deep-frozen and shared, in fresh lists.
 Final tool order is lexicographic, or ``tool_order`` (names plus at most one
 ``"<unlisted-tools>"`` marker standing for the rest, lexicographically).
 """
@@ -11,35 +13,27 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import msgspec
-
 from ..actors._config import UNLISTED_TOOLS
-from ..registry import RUN_CODE, RegistrySnapshot, project_schema
+from ..registry import RUN_CODE, RegistrySnapshot, project_schema, snapshot_json, thaw
+from ..registry._hooks import AssembledPrompt, PromptSection
 from ._sdk import SdkTool, render_sdk
+from ._seam import CodeRuntime
 from ._transport import runtime_language_message, runtime_required_message
 
-__all__ = ["SDK_SECTION", "SDK_SECTION_ORDER", "AssembledPrompt", "PromptSection", "assemble"]
+__all__ = [
+    "SDK_SECTION",
+    "SDK_SECTION_ORDER",
+    "AssembledPrompt",
+    "PromptAssembler",
+    "PromptSection",
+    "assemble",
+]
 
 SDK_SECTION = "tools:sdk"
 SDK_SECTION_ORDER = 150
 
 
-class PromptSection(msgspec.Struct, frozen=True):
-    """One named block of the system prompt; sections are sorted by ``order``."""
-
-    name: str
-    order: float
-    text: str
-
-
-class AssembledPrompt(msgspec.Struct, frozen=True):
-    """What a model turn is given: the prompt ``sections`` and the ``tools`` schemas in order."""
-
-    sections: list[PromptSection]
-    tools: list[dict[str, Any]]
-
-
-def check_runtime(mode: str, runtime: Any) -> None:
+def check_runtime(mode: str, runtime: CodeRuntime | None) -> None:
     """Raise the documented refusal when a non-native mode has no Python code runtime."""
     if mode == "native":
         return
@@ -96,18 +90,78 @@ def order_tools(
     return [by_name[n] for n in ordered]
 
 
+class PromptAssembler:
+    """Assembles prompts, keeping each agent's assembly for as long as the registry snapshot,
+    the code runtime and ``tool_order`` stay the same (a snapshot never changes; any change to
+    the registry publishes a new one).
+
+    What is kept is shared read-only: the tool schemas are deep-frozen (``FrozenDict`` /
+    ``FrozenList``, equal to plain dicts and lists, encoding as they are; a mutation raises
+    ``TypeError``), and every call returns fresh ``sections`` and ``tools`` lists, so a caller
+    cannot change what the next caller gets. Assemble hooks still run on every call, on fresh
+    plain (mutable) copies of the schemas, as before."""
+
+    __slots__ = ("_basis", "_kept")
+
+    def __init__(self) -> None:
+        self._basis: tuple[RegistrySnapshot, Any, Sequence[str] | None] | None = None
+        self._kept: dict[str | None, tuple[list[PromptSection], list[dict[str, Any]]]] = {}
+
+    def assemble(
+        self,
+        snapshot: RegistrySnapshot,
+        agent: str | None,
+        *,
+        runtime: CodeRuntime | None,
+        tool_order: Sequence[str] | None,
+    ) -> AssembledPrompt:
+        """``assemble(...)``, reusing what this snapshot gave before."""
+        if snapshot.closed:
+            raise RuntimeError("the tool system is stopped: nothing to assemble")
+        check_runtime(snapshot.mode, runtime)
+        basis = self._basis
+        kept = self._kept
+        if (
+            basis is None
+            or basis[0] is not snapshot
+            or basis[1] is not runtime
+            or basis[2] is not tool_order
+        ):
+            kept = {}
+            # Replaced whole, never cleared: a thread still reading the old dict is unharmed.
+            self._basis, self._kept = (snapshot, runtime, tool_order), kept
+        parts = kept.get(agent)
+        if parts is None:
+            sections, tools = _parts(snapshot, agent, tool_order)
+            parts = kept[agent] = (sections, [snapshot_json(tool) for tool in tools])
+        hooks = snapshot.hooks_for("assemble", agent)
+        if hooks:
+            return _run_hooks(
+                hooks, AssembledPrompt(list(parts[0]), [thaw(tool) for tool in parts[1]])
+            )
+        return AssembledPrompt(list(parts[0]), list(parts[1]))
+
+
 def assemble(
     snapshot: RegistrySnapshot,
     agent: str | None,
     *,
-    runtime: Any,
+    runtime: CodeRuntime | None,
     tool_order: Sequence[str] | None,
 ) -> AssembledPrompt:
     """Assemble the prompt for ``agent`` from ``snapshot`` (see the module docstring)."""
     if snapshot.closed:
         raise RuntimeError("the tool system is stopped: nothing to assemble")
+    check_runtime(snapshot.mode, runtime)
+    sections, tools = _parts(snapshot, agent, tool_order)
+    return _run_hooks(snapshot.hooks_for("assemble", agent), AssembledPrompt(sections, tools))
+
+
+def _parts(
+    snapshot: RegistrySnapshot, agent: str | None, tool_order: Sequence[str] | None
+) -> tuple[list[PromptSection], list[dict[str, Any]]]:
+    """The ordered sections and tool schemas, before assemble hooks."""
     mode = snapshot.mode
-    check_runtime(mode, runtime)
     view = snapshot.view(agent)
     schemas: list[dict[str, Any]] = []
     known: set[str]
@@ -135,9 +189,12 @@ def assemble(
     for entry in snapshot.sections:
         if entry.agent is not None and entry.agent == agent:
             sections[entry.name] = PromptSection(entry.name, entry.order, entry.text)
-    ordered = sorted(sections.values(), key=lambda s: s.order)
-    assembly = AssembledPrompt(ordered, tools)
-    hooks: tuple[Callable[..., Any], ...] = snapshot.hooks_for("assemble", agent)
+    return sorted(sections.values(), key=lambda s: s.order), tools
+
+
+def _run_hooks(
+    hooks: Sequence[Callable[[AssembledPrompt], AssembledPrompt]], assembly: AssembledPrompt
+) -> AssembledPrompt:
     for hook in hooks:
         out = hook(assembly)
         if not isinstance(out, AssembledPrompt):

@@ -22,11 +22,10 @@ too); the events carry the outer call's agent.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
-import msgspec
 import structlog
 from msgspec import UNSET
 
@@ -41,8 +40,11 @@ from ..actors import (
 )
 from ..actors._protocol import ClosePool, SubmitCall
 from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
+from ..pipeline._chain import run_chain
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
-from ._seam import BindingNamespace, CodeRunRequest, ErrorClassSpec
+from ..registry._execution import ToolRunContext
+from ..registry._hooks import CodeDispatchLog
+from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
 
@@ -74,8 +76,8 @@ class CodeRunBridgeActor:
         self,
         *,
         pipeline: Pipeline,
-        runtime: Any,
-        outer: Any,
+        runtime: CodeRuntime,
+        outer: ToolRunContext,
         max_parallel: int,
         dispatch_log_hooks: Callable[[], tuple[Callable[..., Any], ...]],
         spill: SpillPolicy | None = None,
@@ -152,7 +154,7 @@ class CodeRunBridgeActor:
         return call_tool
 
     def _over(self) -> str:
-        return message_of_reason(self._controller.signal.reason)
+        return message_of(self._controller.signal.reason)
 
     async def _submit(self, name: str, arguments: Any) -> Any:
         if self._controller.signal.aborted:
@@ -268,7 +270,7 @@ class CodeRunBridgeActor:
                 content=result.content,
             )
             try:
-                content = _content_blocks(await _log_chain(hooks, 0, log))
+                content = _content_blocks(await run_chain(hooks, (log,), partial(_logged, log)))
             except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
@@ -313,34 +315,9 @@ class CodeRunBridgeActor:
         )
 
 
-class CodeDispatchLog(msgspec.Struct, frozen=True, kw_only=True):
-    """What a ``tools/code-dispatch-log`` listener receives about one settled sub-call.
-
-    ``exec`` is the outer ``run_code`` execution, ``agent`` its agent, ``sub_call_id`` the
-    sub-call's id (``<parent call id>:code:<n>``), ``name`` the tool, ``is_error`` whether it
-    failed and ``content`` its final model-facing content blocks (frozen). A listener is
-    ``async def hook(log, next) -> list[dict]``: ``await next()`` returns what the listeners
-    after it made of ``content`` (``content`` itself at the end of the chain), and what the
-    first listener returns is the logged ``content`` of the ``tool/code-dispatch`` event.
-    """
-
-    exec: Any
-    agent: str | None
-    sub_call_id: str
-    name: str
-    is_error: bool
-    content: Any
-
-
-async def _log_chain(
-    hooks: tuple[Callable[..., Any], ...], index: int, log: CodeDispatchLog
-) -> Any:
-    if index == len(hooks):
-        return log.content
-    out = hooks[index](log, lambda: _log_chain(hooks, index + 1, log))
-    if inspect.isawaitable(out):
-        out = await out
-    return out
+async def _logged(log: CodeDispatchLog) -> Any:
+    """The end of the dispatch-log chain: the content as it is."""
+    return log.content
 
 
 def _content_blocks(value: Any) -> Any:
@@ -360,14 +337,6 @@ def _content_blocks(value: Any) -> Any:
                 'with a "type"'
             )
     return frozen
-
-
-def message_of_reason(reason: Any) -> str:
-    """``str(reason)``, total."""
-    try:
-        return str(reason)
-    except Exception:
-        return "<unprintable thrown value>"
 
 
 def _token_id(entry: PoolEntry) -> int | None:

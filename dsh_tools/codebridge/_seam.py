@@ -220,6 +220,24 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(message)
 
 
+class DefaultRuntime:
+    """The type of ``DEFAULT``: "the shipped subprocess runtime" where a runtime is chosen."""
+
+    _instance: DefaultRuntime | None = None
+
+    def __new__(cls) -> DefaultRuntime:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Final = DefaultRuntime()
+"""Stands for "the default code runtime" in ``ToolSystem.start(code_runtime=...)``."""
+
+
 def runtime_config_from(config: Any, sandbox: CodeSandbox | None = None) -> CodeRuntimeConfig:
     """The runtime settings of a ``ToolsConfig`` (or any object with the same five budgets;
     ``code_isolation`` defaults to ``"sandbox"``), with ``sandbox``'s grants."""

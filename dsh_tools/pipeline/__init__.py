@@ -1,25 +1,25 @@
 """The pipeline layer: the per-call stages, execution views, the dispatcher pool, the session
 log and the timeout policy."""
 
+from ..actors import message_of
+from ..registry._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
 from ._approval import Approval, ApprovalOutcome
-from ._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
 from ._json_text import (
     MAX_ARGUMENTS_CHARS,
     MAX_ARGUMENTS_DEPTH,
     parse_arguments,
     parse_json_text,
 )
+from ._loop import event_loop
 from ._pipeline import (
     DISPATCH,
     FINISH,
     POST,
     Pipeline,
     Stage,
-    cancelled,
-    failure_from_exception,
-    message_of,
 )
 from ._pool import BatchRunner, DispatcherPoolActor, PoolEntry, PoolLane
+from ._results import cancelled, exception_type_name, failure_from_exception
 from ._session import SessionEvent, SessionLog
 from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy
 from ._timeout import timeout_policy
@@ -48,6 +48,8 @@ __all__ = [
     "ToolExecution",
     "ToolRunContext",
     "cancelled",
+    "event_loop",
+    "exception_type_name",
     "failure_from_exception",
     "message_of",
     "parse_arguments",

@@ -67,7 +67,7 @@ class Approval(Protocol):
         ...
 
 
-ApprovalFunction = Callable[..., "ApprovalOutcome | Awaitable[ApprovalOutcome]"]
+ApprovalFunction = Callable[..., ApprovalOutcome | Awaitable[ApprovalOutcome]]
 
 
 class _FunctionApproval:

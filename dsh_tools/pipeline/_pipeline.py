@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import inspect
 import threading
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from functools import partial
 from typing import Any
@@ -31,10 +29,7 @@ from ..actors import (
     Block,
     Deny,
     ExecuteCall,
-    FrozenDict,
-    FrozenList,
     HarnessError,
-    ToolErrorInfo,
     ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
@@ -42,13 +37,29 @@ from ..actors import (
     ToolNotFoundError,
     ToolOutputError,
     any_signal,
+    message_of,
 )
 from ..actors._frozen import EMPTY_LIST
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, compact_json, normalize_output, snapshot_json
+from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall, unknown_outcome
-from ._execution import CallRecord, DispatchExecution, ToolRunContext
+from ._chain import is_awaitable, run_chain
+from ._loop import event_loop, resume
+from ._results import (
+    NOT_LOSSLESS_ARGS,
+    NOT_LOSSLESS_RESULT,
+    block_message,
+    cancelled,
+    concat_contexts,
+    exception_type_name,
+    failure,
+    failure_from_exception,
+    freeze_blocks,
+    materialize,
+    stamped,
+)
 from ._session import SessionLog
 
 __all__ = [
@@ -59,9 +70,6 @@ __all__ = [
     "STOPPING_REASON",
     "Pipeline",
     "Stage",
-    "exception_type_name",
-    "failure_from_exception",
-    "message_of",
 ]
 
 CANCELLED_REASON = "the awaiting task was cancelled"
@@ -92,104 +100,6 @@ class Stage:
 
 
 _DISPATCH_STAGE = Stage(DISPATCH, None)
-
-_NOT_LOSSLESS_ARGS = "tool execution arguments must be losslessly JSON-serializable"
-_NOT_LOSSLESS_RESULT = "tool result must be losslessly JSON-serializable"
-
-
-def message_of(exc: BaseException) -> str:
-    """``str(exc)``, or ``<unprintable thrown value>`` when that raises or is not a str."""
-    try:
-        text = str(exc)
-    except Exception:
-        return "<unprintable thrown value>"
-    return text if type(text) is str else "<unprintable thrown value>"
-
-
-def _text(text: str) -> FrozenList:
-    return FrozenList((FrozenDict(type="text", text=text),))
-
-
-def _failure(
-    message: str, info: ToolErrorInfo | Any = UNSET, contexts: Any = EMPTY_LIST, call_id: str = ""
-) -> Any:
-    return ToolExecutionFailure(
-        ToolFailure(message, info), _text("Error: " + message), UNSET, contexts, call_id
-    )
-
-
-def exception_type_name(exc: BaseException) -> str:
-    """``KeyError`` for builtins, ``dsh_tools.ToolArgsError`` for this package's errors (all
-    exported at the top), ``package.module.Name`` for everything else."""
-    cls = type(exc)
-    module = getattr(cls, "__module__", "")
-    name = getattr(cls, "__qualname__", cls.__name__)
-    if module in ("builtins", ""):
-        return name
-    if module.startswith("dsh_tools."):
-        return f"dsh_tools.{name}"
-    return f"{module}.{name}"
-
-
-def failure_from_exception(exc: BaseException) -> ToolExecutionFailure:
-    """The normalized failure for an exception: ``Error: <message>``, info for harness errors,
-    and the exception's type in ``exception_type`` (not shown to the model)."""
-    message = message_of(exc)
-    info: Any = UNSET
-    if isinstance(exc, HarnessError):
-        try:
-            name, code = exc.name, exc.code
-            if type(name) is str and type(code) is str:
-                info = ToolErrorInfo(name, code)
-        except Exception:
-            info = UNSET
-    return ToolExecutionFailure(
-        ToolFailure(message, info),
-        _text("Error: " + message),
-        exception_type=exception_type_name(exc),
-    )
-
-
-_ABORT_INFO = {
-    "ABORTED": ToolErrorInfo("AbortError", "ABORTED"),
-    "ABORTED_BEFORE_DISPATCH": ToolErrorInfo("AbortError", "ABORTED_BEFORE_DISPATCH"),
-}
-_ABORT_TEXT = {
-    "ABORTED": "tool call aborted",
-    "ABORTED_BEFORE_DISPATCH": "tool call aborted before dispatch",
-}
-
-
-def cancelled(
-    code: str,
-    contexts: Any = EMPTY_LIST,
-    *,
-    call_id: str = "",
-    reason: Any = None,
-    settled: ToolExecutionResult | None = None,
-) -> ToolExecutionFailure:
-    """The exact ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH`` failure, keeping ``contexts``; the
-    abort's ``reason`` and what the body ``settled`` with ride along for the harness."""
-    text = _ABORT_TEXT[code]
-    return ToolExecutionFailure(
-        ToolFailure(text, _ABORT_INFO[code]),
-        _text("Error: " + text),
-        UNSET,
-        contexts,
-        call_id,
-        abort_reason=None if reason is None else _reason_text(reason),
-        settled_with=settled,
-    )
-
-
-def _reason_text(reason: Any) -> str:
-    if type(reason) is str:
-        return reason
-    try:
-        text = str(reason)
-    except Exception:
-        return "<unprintable abort reason>"
-    return text if type(text) is str else "<unprintable abort reason>"
 
 
 class _BodyCancelled(Exception):
@@ -222,54 +132,6 @@ def _replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExe
             code, result.additional_contexts, reason=_abort_reason(rec), settled=result
         )
     return result
-
-
-def _freeze_blocks(value: Any) -> FrozenList:
-    """Snapshot a list or tuple of JSON values into a FrozenList."""
-    if type(value) is tuple:
-        return FrozenList(snapshot_json(item) for item in value)
-    frozen = snapshot_json(value)
-    if type(frozen) is not FrozenList:
-        raise TypeError(f"content must be a list of blocks, got {type(value).__name__}")
-    return frozen
-
-
-_CONTEXT_SEQUENCES = (FrozenList, list, tuple)
-
-
-def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
-    """``a + b`` for context lists; anything but a list or tuple is refused, so that a
-    single context dict never has its keys spliced in as contexts."""
-    for contexts in (a, b):
-        if type(contexts) not in _CONTEXT_SEQUENCES:
-            raise TypeError(
-                "additional_contexts must be a list or tuple of contexts, "
-                f"got {type(contexts).__name__}"
-            )
-    if not b:
-        return a
-    if not a:
-        return b
-    return (*a, *b)
-
-
-def _block_message(feedback: Any) -> str:
-    parts: list[str] = []
-    try:
-        for block in feedback:
-            if isinstance(block, dict):
-                kind = block.get("type")
-                text = block.get("text")
-                if kind == "text" and isinstance(text, str):
-                    parts.append(text)
-                else:
-                    parts.append(f"[{kind} content]")
-            else:
-                parts.append(f"[{type(block).__name__} content]")
-    except Exception:
-        return "tool result blocked by post-execute policy"
-    message = "\n".join(parts)
-    return message or "tool result blocked by post-execute policy"
 
 
 def _close_awaitable(value: Any) -> None:
@@ -435,7 +297,7 @@ class Pipeline:
         rec = CallRecord(call.call_id, call.name, UNSET, signal, call.agent, call.parent)
         rec.own = own
         name, agent = call.name, call.agent
-        rec.resolve = lambda: cell.current.lookup(name, agent)
+        rec.cell = cell
         entry = cell.current.lookup(name, agent)
         if entry is not None:
             rec.entry = entry
@@ -443,7 +305,7 @@ class Pipeline:
         try:
             rec.arguments = call.arguments if frozen else snapshot_json(call.arguments)
         except (LosslessJsonError, RecursionError, MemoryError):
-            return rec, Stage(FINISH, _failure(_NOT_LOSSLESS_ARGS))
+            return rec, Stage(FINISH, failure(NOT_LOSSLESS_ARGS))
         if signal.aborted:
             return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None
@@ -466,7 +328,8 @@ class Pipeline:
             decision: Any = ALLOW
             if hooks:
                 rec.stage = "pre-execute"
-                decision = await _pre_chain(hooks, 0, rec.view())
+                await event_loop()  # hooks are async code: they may await anything asyncio
+                decision = await run_chain(hooks, (rec.view(),), _allow)
             approval_cancelled = False
             decision_type = type(decision)
             if decision_type is Ask:
@@ -495,7 +358,7 @@ class Pipeline:
             if type(reason) is not str:
                 raise TypeError("Deny.reason must be a str")
         if reason is not None:
-            return Stage(POST, _failure(reason))
+            return Stage(POST, failure(reason))
         if _aborted(rec):
             return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec)))
         return _DISPATCH_STAGE
@@ -527,14 +390,19 @@ class Pipeline:
         if ask.reason is not None and "reason" in how.passes:
             kwargs["reason"] = ask.reason
         outcome: Any
-        if how.is_async or rec.inline:
-            outcome = approval.request(**kwargs)
+        if rec.inline and not how.is_async:
+            outcome = approval.request(**kwargs)  # the caller's own thread: it may block
         else:
-            # A plain approver may block (a console prompt): never on the shared loop.
-            outcome = asyncio.wrap_future(
-                self._executor.submit(partial(approval.request, **kwargs))
-            )
-        while inspect.isawaitable(outcome):
+            await event_loop()  # approvers may wait on the loop (a future, a timer)
+            if how.is_async:
+                outcome = approval.request(**kwargs)
+            else:
+                # A plain approver may block (a console prompt): never on the shared loop.
+                outcome = asyncio.wrap_future(
+                    self._executor.submit(partial(approval.request, **kwargs))
+                )
+        while is_awaitable(outcome):
+            await event_loop()
             outcome = await self._await_approval(rec, outcome)
             if outcome is _APPROVAL_ABANDONED:
                 return Deny(f'approval for tool "{name}" was cancelled'), True
@@ -591,8 +459,10 @@ class Pipeline:
             current = cell.current.guard_table(agent)
             if current is None or current.generation != generation:
                 return None
-            following = next((g for g in current.entries if g[0] > last), None)
-            if following is None:
+            for following in current.entries:
+                if following[0] > last:
+                    break
+            else:
                 return None
             last, fn = following
             out = fn(view)
@@ -600,7 +470,7 @@ class Pipeline:
                 continue
             if type(out) is str:
                 return out
-            if inspect.isawaitable(out):
+            if is_awaitable(out):
                 _close_awaitable(out)
                 raise TypeError("guards must be synchronous; a guard returned an awaitable")
             raise TypeError(
@@ -611,15 +481,15 @@ class Pipeline:
 
     async def dispatch(self, rec: CallRecord, *, inline: bool) -> Stage:
         """Run the execute waterfall and the body; the candidate result for post-execute."""
-        dexec = DispatchExecution(rec)
         try:
             hooks = self._cell.current.hooks_for("execute", rec.agent)
-            base = self._base(rec, dexec, inline)
             if hooks:
                 rec.stage = "execute-wrapper"
-                result = await _execute_chain(hooks, 0, dexec, base)
+                await event_loop()  # hooks are async code: they may await anything asyncio
+                base = partial(self._invoke, rec, inline)
+                result = await run_chain(hooks, (DispatchExecution(rec),), base)
             else:
-                result = await base()
+                result = await self._invoke(rec, inline)
             rec.dispatch_signal = rec.signal
             rec.stage = "execute-wrapper"
             result = self._normalize_dispatch_result(rec, result)
@@ -627,7 +497,7 @@ class Pipeline:
             if rec.deferred:
                 result = msgspec.structs.replace(
                     result,
-                    additional_contexts=_concat(rec.deferred, result.additional_contexts),
+                    additional_contexts=concat_contexts(rec.deferred, result.additional_contexts),
                 )
             return Stage(POST, _replace_if_aborted(rec, result))
         except GeneratorExit:  # this coroutine is being closed
@@ -637,18 +507,9 @@ class Pipeline:
             rec.contexts_closed = True
             return Stage(FINISH, self._fault(rec, exc))
 
-    def _base(
-        self, rec: CallRecord, dexec: DispatchExecution, inline: bool
-    ) -> Callable[[], Awaitable[ToolExecutionResult]]:
-        async def base() -> ToolExecutionResult:
-            result = _stamped(await self._invoke(rec, inline), rec.call_id)
-            rec.canonical.append(result)
-            rec.stage = "execute-wrapper"
-            return result
-
-        return base
-
     async def _invoke(self, rec: CallRecord, inline: bool) -> ToolExecutionResult:
+        """The base of the execute waterfall (what the last wrapper's ``next()`` runs): the
+        body and its rendering, as a canonical result of this execution. Never raises."""
         wrapper_signal = rec.dispatch_signal
         caller = rec.signal
         if wrapper_signal is caller:
@@ -657,10 +518,12 @@ class Pipeline:
             fused, detach = any_signal(wrapper_signal, caller)
         try:
             if fused.aborted or rec.stop_reason is not None:
-                return cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec, fused))
+                return _canonical(
+                    rec, cancelled("ABORTED_BEFORE_DISPATCH", reason=_abort_reason(rec, fused))
+                )
             entry = self._cell.current.lookup(rec.name, rec.agent)
             if entry is None:
-                return failure_from_exception(ToolNotFoundError(rec.name))
+                return _canonical(rec, failure_from_exception(ToolNotFoundError(rec.name)))
             rec.body_invoked = True
             # A wrapper that supplied its own signal (a deadline, say) may abort it from a timer
             # on this very loop: a plain body then runs on a worker thread so the loop stays free
@@ -669,13 +532,19 @@ class Pipeline:
             inline = inline and fused is caller
             rec.stage = "body"
             try:
-                value = await self._call_body(entry, rec, ToolRunContext(rec, fused), inline)
+                ctx = ToolRunContext(rec, fused)
+                if inline and not entry.is_async:
+                    value = entry.definition.execute(rec.arguments, ctx)
+                    if is_awaitable(value):
+                        value = await self._run_task(rec, _awaited(value), fused)
+                else:
+                    value = await self._call_body(entry, rec, ctx, inline)
             except _BodyCancelled:
-                return cancelled("ABORTED", reason=_abort_reason(rec, fused))
+                return _canonical(rec, cancelled("ABORTED", reason=_abort_reason(rec, fused)))
             except GeneratorExit:  # this coroutine is being closed
                 raise
             except BaseException as exc:  # the base never raises
-                return self._fault(rec, exc)
+                return _canonical(rec, self._fault(rec, exc))
             rec.stage = "render"
             try:
                 value, content, meta = normalize_output(
@@ -684,11 +553,11 @@ class Pipeline:
             except GeneratorExit:  # this coroutine is being closed
                 raise
             except BaseException as exc:
-                return self._fault(rec, exc)
+                return _canonical(rec, self._fault(rec, exc))
             success = ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
             if fused.aborted or rec.stop_reason is not None:
-                return cancelled("ABORTED", reason=_abort_reason(rec, fused), settled=success)
-            return success
+                success = cancelled("ABORTED", reason=_abort_reason(rec, fused), settled=success)
+            return _canonical(rec, success)
         finally:
             if detach is not None:
                 detach()
@@ -705,7 +574,7 @@ class Pipeline:
             value = execute(rec.arguments, ctx)
         else:
             value = await self._run_in_worker(rec, execute, ctx)
-        if inspect.isawaitable(value):
+        if is_awaitable(value):
             value = await self._run_task(rec, _awaited(value), signal)
         return value
 
@@ -717,6 +586,7 @@ class Pipeline:
         interrupts the call; a cancellation of the awaiting task reaches it the same way. A
         body that ends by such a cancellation raises ``_BodyCancelled``; one that raised
         ``CancelledError`` of its own accord raises it (a tool failure)."""
+        loop = await event_loop()  # the body's task needs one; it starts right here
         outcome = _capture(coro)
         context = contextvars.copy_context()
         try:
@@ -724,8 +594,7 @@ class Pipeline:
         except StopIteration as done:
             ok, value = done.value
         else:
-            loop = asyncio.get_running_loop()
-            task = loop.create_task(_resume_with_value(outcome, first), context=context)
+            task = loop.create_task(resume(outcome, first), context=context)
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
             remove = signal.add_callback(partial(_cancel_from_any_thread, loop, rec, task))
             if rec.stop_reason is not None:
@@ -759,6 +628,7 @@ class Pipeline:
     async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return (it is never abandoned)."""
+        await event_loop()  # to wait for the worker
         work = self._executor.submit(execute, rec.arguments, ctx)
         try:
             return await asyncio.wrap_future(work)
@@ -812,7 +682,7 @@ class Pipeline:
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            result = await self._post(rec, _stamped(result, rec.call_id))
+            result = await self._post(rec, stamped(result, rec.call_id))
         return self.finish(rec, result)
 
     async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
@@ -820,7 +690,8 @@ class Pipeline:
             hooks = self._cell.current.hooks_for("post_execute", rec.agent)
             if hooks:
                 rec.stage = "post-execute"
-                decision = await _post_chain(hooks, 0, rec.view(), result)
+                await event_loop()  # hooks are async code: they may await anything asyncio
+                decision = await run_chain(hooks, (rec.view(), result), _accept)
                 result = self._apply_post(rec, result, decision)
             if rec.outer is not None:
                 self._check_outer(rec)
@@ -840,7 +711,7 @@ class Pipeline:
         decision_type = type(decision)
         if decision_type is Block:
             return ToolExecutionFailure(
-                ToolFailure(_block_message(decision.feedback)),
+                ToolFailure(block_message(decision.feedback)),
                 decision.feedback,
                 UNSET,
                 decision.additional_contexts,
@@ -850,7 +721,7 @@ class Pipeline:
                 f"tools/post-execute returned {decision_type.__name__}; "
                 "expected Accept(...) or Block(...)"
             )
-        contexts = _concat(result.additional_contexts, decision.additional_contexts)
+        contexts = concat_contexts(result.additional_contexts, decision.additional_contexts)
         has_content = decision.content is not UNSET
         has_value = decision.value is not UNSET
         if has_content and has_value:
@@ -884,28 +755,28 @@ class Pipeline:
         """F1-F4: materialize, run the captured finalizer, seal, publish to observers.
 
         Every result leaves here carrying its call's ``call_id``."""
-        result = _materialize(result, rec.call_id)
+        result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:
             rec.stage = "finalizer"
             try:
                 content = finalizer(rec.view(), result)
-                if inspect.isawaitable(content):
+                if is_awaitable(content):
                     _close_awaitable(content)
                     raise TypeError(
                         "finalize_content must be synchronous; it returned an awaitable"
                     )
                 if content is not None:
                     try:
-                        frozen = _freeze_blocks(content)
+                        frozen = freeze_blocks(content)
                     except (LosslessJsonError, RecursionError) as exc:
-                        raise ValueError(_NOT_LOSSLESS_RESULT) from exc
+                        raise ValueError(NOT_LOSSLESS_RESULT) from exc
                     result = msgspec.structs.replace(result, content=frozen)
             except GeneratorExit:  # this coroutine is being closed
                 raise
             except BaseException as exc:
                 result = self._fault(rec, exc)
-            result = _stamped(result, rec.call_id)
+            result = stamped(result, rec.call_id)
         rec.sealed = True
         observers = self._cell.current.hooks_for("result", rec.agent)
         if observers:
@@ -922,7 +793,7 @@ class Pipeline:
         for observer in observers:
             try:
                 out = observer(view, result)
-                if inspect.isawaitable(out):
+                if is_awaitable(out):
                     self._background(out, label, fields)
             except BaseException as exc:  # SystemExit included: the loop must survive
                 _log.warning(
@@ -948,23 +819,20 @@ async def _capture(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
         return False, exc
 
 
-@types.coroutine
-def _resume_with_value(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
-    """Drive a coroutine that has already yielded ``first``; return what it returns."""
-    yielded = first
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:  # cancellation goes to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as done:
-                return done.value
+async def _allow() -> Allow:
+    return ALLOW
+
+
+async def _accept() -> Accept:
+    return ACCEPT
+
+
+def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    """``result`` stamped with the call's id and remembered as the base's own."""
+    result = stamped(result, rec.call_id)
+    rec.canonical.append(result)
+    rec.stage = "execute-wrapper"
+    return result
 
 
 def _cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
@@ -994,13 +862,6 @@ def _cancel_from_any_thread(
         loop.call_soon_threadsafe(_cancel_soon, rec, task)
 
 
-def _stamped(result: ToolExecutionResult, call_id: str) -> ToolExecutionResult:
-    """``result`` carrying ``call_id`` (itself when it already does)."""
-    if result.call_id == call_id:
-        return result
-    return msgspec.structs.replace(result, call_id=call_id)
-
-
 def _log_fields(rec: CallRecord) -> dict[str, Any]:
     """What every log line about a call carries (the token's id, never the token)."""
     return {
@@ -1011,54 +872,6 @@ def _log_fields(rec: CallRecord) -> dict[str, Any]:
     }
 
 
-def _materialize(result: Any, call_id: str) -> ToolExecutionResult:
-    """F1: freeze content, error, meta and contexts and stamp ``call_id``; a lossy result
-    becomes a plain failure."""
-    try:
-        result_type = type(result)
-        content = result.content
-        if type(content) is not FrozenList:
-            content = _freeze_blocks(content)
-        contexts = result.additional_contexts
-        if contexts and type(contexts) is not FrozenList:
-            contexts = _freeze_blocks(contexts)
-        elif not contexts:
-            contexts = EMPTY_LIST
-        meta = result.meta
-        if meta is not UNSET:
-            meta = snapshot_json(meta)
-        if result_type is ToolExecutionSuccess:
-            if (
-                content is result.content
-                and contexts is result.additional_contexts
-                and meta is result.meta
-                and result.call_id == call_id
-            ):
-                return result  # type: ignore[no-any-return]
-            return ToolExecutionSuccess(result.value, content, meta, contexts, call_id)
-        error = result.error
-        if type(error) is not ToolFailure or type(error.message) is not str:
-            raise TypeError("a failure's error must be a ToolFailure with a str message")
-        if (
-            content is result.content
-            and contexts is result.additional_contexts
-            and meta is result.meta
-            and result.call_id == call_id
-        ):
-            return result  # type: ignore[no-any-return]
-        return msgspec.structs.replace(  # type: ignore[no-any-return]
-            result, content=content, meta=meta, additional_contexts=contexts, call_id=call_id
-        )
-    except (LosslessJsonError, RecursionError, TypeError, ValueError):
-        return ToolExecutionFailure(
-            ToolFailure(_NOT_LOSSLESS_RESULT),
-            _text("Error: " + _NOT_LOSSLESS_RESULT),
-            UNSET,
-            EMPTY_LIST,
-            call_id,
-        )
-
-
 def _compact_arguments(arguments: Any) -> str | None:
     if arguments is UNSET:
         return None
@@ -1066,35 +879,3 @@ def _compact_arguments(arguments: Any) -> str | None:
         return msgspec.json.encode(arguments).decode()
     except (RecursionError, TypeError, ValueError):
         return compact_json(arguments)  # deeper than msgspec goes
-
-
-async def _pre_chain(hooks: Sequence[Any], index: int, view: Any) -> Any:
-    if index == len(hooks):
-        return ALLOW
-    out = hooks[index](view, lambda: _pre_chain(hooks, index + 1, view))
-    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
-        out = await out
-    return out
-
-
-async def _execute_chain(
-    hooks: Sequence[Any],
-    index: int,
-    dexec: DispatchExecution,
-    base: Callable[[], Awaitable[ToolExecutionResult]],
-) -> Any:
-    if index == len(hooks):
-        return await base()
-    out = hooks[index](dexec, lambda: _execute_chain(hooks, index + 1, dexec, base))
-    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
-        out = await out
-    return out
-
-
-async def _post_chain(hooks: Sequence[Any], index: int, view: Any, result: Any) -> Any:
-    if index == len(hooks):
-        return ACCEPT
-    out = hooks[index](view, result, lambda: _post_chain(hooks, index + 1, view, result))
-    while inspect.isawaitable(out):  # `return next()` unawaited resolves, as in the reference
-        out = await out
-    return out

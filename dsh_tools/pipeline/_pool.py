@@ -19,12 +19,9 @@ answers the program).
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import select
-import selectors
 import threading
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import structlog
@@ -51,20 +48,15 @@ from ..actors._protocol import (
 )
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, classify, snapshot_json
-from ._execution import CallRecord
+from ..registry._execution import CallRecord
 from ._json_text import ArgumentsTextError, read_arguments
-from ._pipeline import (
-    DISPATCH,
-    FINISH,
-    Pipeline,
-    Stage,
-    cancelled,
-    failure_from_exception,
-)
+from ._loop import start_task
+from ._pipeline import DISPATCH, FINISH, Pipeline, Stage
+from ._results import cancelled, failure_from_exception
 
 _log = structlog.get_logger("dsh_tools.pool")
 
-__all__ = ["BatchRunner", "DispatcherPoolActor", "PoolEntry", "PoolLane", "new_pool_loop"]
+__all__ = ["BatchRunner", "DispatcherPoolActor", "PoolEntry", "PoolLane"]
 
 _QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
 
@@ -272,7 +264,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _PREPARING
         self._busy = True
-        entry.task = _start_task(self._loop, self._prepare(entry, record))
+        entry.task = start_task(self._loop, self._prepare(entry, record))
         return False
 
     async def _prepare(self, entry: PoolEntry, record: CallRecord) -> None:
@@ -287,7 +279,7 @@ class DispatcherPoolActor(LoopActor):
             entry.state = _DISPATCHING
             self._in_flight += 1
             assert entry.record is not None
-            entry.task = _start_task(self._loop, self._dispatch(entry, entry.record))
+            entry.task = start_task(self._loop, self._dispatch(entry, entry.record))
         else:
             entry.stage = stage
             entry.state = _SETTLED
@@ -307,7 +299,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _COMMITTING
         self._busy = True
-        entry.task = _start_task(self._loop, self._run_commit(entry))
+        entry.task = start_task(self._loop, self._run_commit(entry))
         return False
 
     async def _run_commit(self, entry: PoolEntry) -> None:
@@ -327,7 +319,7 @@ class DispatcherPoolActor(LoopActor):
         hold = self._lane.committed(entry, result)
         if hold is not None:
             self._busy = True
-            self._hold_task = _start_task(self._loop, self._release_after(hold))
+            self._hold_task = start_task(self._loop, self._release_after(hold))
 
     async def _release_after(self, hold: Awaitable[None]) -> None:
         try:
@@ -342,44 +334,8 @@ class DispatcherPoolActor(LoopActor):
         self._lane.finished()
 
 
-def _start_task(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
-) -> asyncio.Task[None] | None:
-    """Run ``coro`` up to its first suspension now, then hand it to a task (None when it
-    finished without suspending).
-
-    A plain ``create_task`` first runs the coroutine on a later pass of the loop, behind every
-    callback already queued: when ten 5 ms bodies wake together, the call that takes the first
-    freed slot would start only after the other nine were settled and committed. Starting it
-    at once puts its body (and its timer) to work right away. The stage runs in its own copy
-    of the context, as it would in a task. The pool calls this only while its mailbox is
-    draining, so a stage that reports back at once is queued, never handled re-entrantly.
-    """
-    context = contextvars.copy_context()
-    try:
-        first = context.run(coro.send, None)
-    except StopIteration:
-        return None
-    return loop.create_task(_resume(coro, first), context=context)
-
-
-@types.coroutine
-def _resume(coro: Coroutine[Any, Any, None], first: Any) -> Generator[Any, Any, None]:
-    """Drive a coroutine that has already yielded ``first`` (to its task, unchanged)."""
-    yielded = first
-    while True:
-        try:
-            sent = yield yielded
-        except BaseException as exc:  # cancellation and the like go to the coroutine
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration:
-                return
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration:
-                return
+# The pool starts stages with ``start_task`` only while its mailbox is draining, so a stage
+# that reports back at once is queued, never handled re-entrantly.
 
 
 # --- batches ---------------------------------------------------------------------------------
@@ -436,9 +392,18 @@ class BatchRunner:
     """Runs ``ExecuteBatch`` requests, one ``DispatcherPoolActor`` per batch, on the system
     loop; batches of different agents run concurrently."""
 
-    def __init__(self, system: Any) -> None:
-        self.system = system
-        self.pipeline: Pipeline = system.pipeline
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        max_parallel: int,
+        stopping: AbortSignal,
+        executor: Executor,
+    ) -> None:
+        self.pipeline = pipeline
+        self._max_parallel = max_parallel  # a batch's max_parallel when it gives none
+        self._stopping = stopping  # the system's stop() aborts every batch
+        self._executor = executor  # long argument texts are read there, off the loop
         self._active: dict[str | None, list[_BatchLane]] = {}
         self._lock = threading.Lock()
 
@@ -452,12 +417,12 @@ class BatchRunner:
         signal of ``control``, so that even plain bodies can see such an abort."""
         if control is None:
             control = AbortController()
-        max_parallel = batch.max_parallel or self.system.config.max_parallel_tool_calls
+        max_parallel = batch.max_parallel or self._max_parallel
         own = batch.signal is NEVER_ABORTED
         signal = control.signal if own else batch.signal
         lane = _BatchLane(self, batch, len(batch.calls), (signal, control.signal))
         loop = asyncio.get_running_loop()
-        remove_stop = self.system._stopping.signal.add_callback(control.abort)
+        remove_stop = self._stopping.add_callback(control.abort)
         entries = await self._entries(batch, signal)
         with self._lock:
             self._active.setdefault(batch.agent, []).append(lane)
@@ -489,7 +454,7 @@ class BatchRunner:
         else:
             loop = asyncio.get_running_loop()
             read = await loop.run_in_executor(
-                self.system._executor, lambda: [_read(t, gradual=True) for t in texts]
+                self._executor, lambda: [_read(t, gradual=True) for t in texts]
             )
         entries = []
         for index, (tool_call, (value, frozen, refusal)) in enumerate(
@@ -556,50 +521,3 @@ def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:
         return text, True, f"arguments are not lossless JSON: {path} is {exc.type_name}"
     except (ValueError, RecursionError, MemoryError):
         return value, False, None
-
-
-# --- the loop batches run on -------------------------------------------------------------------
-
-_FD_SETSIZE = 1024  # select() takes descriptors below this
-
-
-def new_pool_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop for batches and code runs whose timers fire on time: on Linux a
-    selector loop over ``_PreciseEpollSelector``, elsewhere the platform's default loop."""
-    if _PreciseEpollSelector is None:
-        return asyncio.new_event_loop()
-    return asyncio.SelectorEventLoop(_PreciseEpollSelector())
-
-
-_PreciseEpollSelector: Any = None
-
-if hasattr(selectors, "EpollSelector"):
-
-    class _PreciseEpoll(selectors.EpollSelector):
-        """``epoll`` whose timed waits end on time.
-
-        ``epoll_wait`` counts whole milliseconds and the stock selector rounds a timeout up, so
-        a timer due in 0.2 ms fires 0.8 ms late. Sleeping tool bodies and deadlines on the
-        system loop are timers: a pool of ten 5 ms calls lost about 0.4 ms per call to that
-        rounding. A timed wait here is a ``select()`` on the epoll descriptor itself (a
-        microsecond timeout; the descriptor is readable as soon as any registered one is),
-        then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
-        stock ones, and so is every wait when the epoll descriptor is too high for
-        ``select()``.
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._epoll_fd = self.fileno()
-            self._precise = self._epoll_fd < _FD_SETSIZE
-
-        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-            if timeout is not None and timeout > 0 and self._precise:
-                try:
-                    select.select((self._epoll_fd,), (), (), timeout)
-                except InterruptedError:
-                    return []
-                timeout = 0
-            return super().select(timeout)
-
-    _PreciseEpollSelector = _PreciseEpoll

@@ -43,8 +43,7 @@ from typing import Any, Protocol, TypedDict
 import structlog
 from msgspec import UNSET
 
-from ..actors import Accept, FrozenDict, FrozenList
-from ._pipeline import message_of
+from ..actors import Accept, FrozenDict, FrozenList, message_of
 
 __all__ = ["SpillPolicy", "SpillSource", "SpillStore", "spill_policy"]
 

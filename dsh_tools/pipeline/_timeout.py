@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..actors import AbortController, ToolTimeoutError, any_signal
-from ._execution import DispatchExecution
-from ._pipeline import failure_from_exception
+from ..registry._execution import DispatchExecution
+from ._loop import event_loop
+from ._results import failure_from_exception
 
 __all__ = ["Clock", "timeout_policy"]
 
@@ -65,6 +66,8 @@ def timeout_policy(
         previous = exec.signal
         own = AbortController()
         reason = _TimeoutReason(timeout_ms)
+        if clock is None:
+            await event_loop()  # the timer fires on the running loop
         handle = timer.call_later(timeout_ms / 1000, lambda: own.abort(reason))
         deadline, detach = any_signal(previous, own.signal)
         exec.signal = deadline

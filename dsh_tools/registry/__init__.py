@@ -26,7 +26,6 @@ from ._lossless import (
     snapshot_json,
     thaw,
 )
-from ._owner_actor import OwnerActor, ScopeActor
 from ._presentation import (
     CallView,
     DiffCallView,
@@ -69,12 +68,10 @@ __all__ = [
     "GenericCallView",
     "GenericResultView",
     "LosslessJsonError",
-    "OwnerActor",
     "Placement",
     "RegistryActor",
     "RegistrySnapshot",
     "ResultView",
-    "ScopeActor",
     "SnapshotCell",
     "TerminalCallView",
     "TerminalResultView",

@@ -22,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 from msgspec import UNSET
 
-from ..actors import FrozenList, ToolArgsError, ToolOutputError
+from ..actors import FrozenList, ToolArgsError, ToolOutputError, message_of
 from ._dsl import compile_parameters, compile_schema
 from ._json_schema import _build_plan, assert_supported_json_schema, prepare_schema, validate_plan
 from ._lossless import LosslessJsonError, snapshot_json, thaw
@@ -40,7 +40,6 @@ __all__ = [
     "project_schema",
 ]
 
-_UNPRINTABLE = "<unprintable thrown value>"
 _RUN_CODE = "run_code"
 
 
@@ -109,13 +108,6 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
             raise TypeError(
                 f"tool {self.name!r}: execute must accept two positional arguments (args, run_ctx)"
             )
-
-
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return _UNPRINTABLE
 
 
 def _positive_finite(value: Any) -> bool:
@@ -616,14 +608,14 @@ def normalize_output(
         _close_if_coroutine(value)
         raise ToolOutputError(defn.name, [f"value is not lossless JSON: {exc}"]) from None
     except Exception as exc:
-        raise ToolOutputError(defn.name, [f"value snapshot failed: {_message(exc)}"]) from None
+        raise ToolOutputError(defn.name, [f"value snapshot failed: {message_of(exc)}"]) from None
     violations = validate_plan(prepare_schema(output.schema), frozen, "value")
     if violations:
         raise ToolOutputError(defn.name, violations)
     try:
         blocks = output.render(arguments, frozen)
     except (Exception, asyncio.CancelledError) as exc:
-        raise ToolOutputError(defn.name, [f"output.render failed: {_message(exc)}"]) from None
+        raise ToolOutputError(defn.name, [f"output.render failed: {message_of(exc)}"]) from None
     try:
         content = _snapshot_content(blocks)
     except LosslessJsonError as exc:
@@ -631,7 +623,7 @@ def normalize_output(
             defn.name, [f"output.render returned non-lossless JSON: {exc}"]
         ) from None
     except Exception as exc:
-        raise ToolOutputError(defn.name, [f"output.render failed: {_message(exc)}"]) from None
+        raise ToolOutputError(defn.name, [f"output.render failed: {message_of(exc)}"]) from None
     projector = output.presentation_meta
     if projector is None or nested:
         return frozen, content, UNSET
@@ -639,7 +631,7 @@ def normalize_output(
         raw_meta = projector(arguments, frozen)
     except (Exception, asyncio.CancelledError) as exc:
         raise ToolOutputError(
-            defn.name, [f"output.presentation_meta failed: {_message(exc)}"]
+            defn.name, [f"output.presentation_meta failed: {message_of(exc)}"]
         ) from None
     try:
         meta = snapshot_json(raw_meta, "meta")
@@ -650,7 +642,7 @@ def normalize_output(
         ) from None
     except Exception as exc:
         raise ToolOutputError(
-            defn.name, [f"output.presentation_meta failed: {_message(exc)}"]
+            defn.name, [f"output.presentation_meta failed: {message_of(exc)}"]
         ) from None
     return frozen, content, meta
 

@@ -1,7 +1,8 @@
 """``ToolsHandle``: the registration and read API of one owner (global, plugin or agent scope).
 
-Writes go through the owner's actor (so ``close()`` can undo them) and are answered before the
-call returns; reads come straight from the published snapshot, with no actor round trip.
+Writes are one ask each to the registry actor, tagged with their owner (so that closing the
+owner can undo them), and are answered before the call returns; reads come straight from the
+published snapshot, with no actor round trip.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal
 import pykka
 import structlog
 
+from ..actors import message_of
 from ..actors._protocol import (
     AddGuard,
     AddHook,
@@ -28,6 +30,16 @@ from ..actors._protocol import (
     ReplaceTool,
 )
 from ._definition import ToolDefinition, check_registration, classify, project_schema
+from ._hooks import (
+    AssembleHook,
+    ChangeObserver,
+    CodeDispatchLogHook,
+    ExecuteWrapper,
+    Guard,
+    PostExecuteHook,
+    PreExecuteHook,
+    ResultObserver,
+)
 from ._snapshot import SnapshotCell
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
@@ -73,12 +85,14 @@ class ToolsHandle:
     def __init__(
         self,
         *,
-        owner: pykka.ActorRef[Any],
+        registry: pykka.ActorRef[Any],
+        owner: int,
         cell: SnapshotCell,
         agent: str | None,
         label: str,
         background: Callable[[Awaitable[Any], str, dict[str, Any]], None] | None = None,
     ) -> None:
+        self._registry = registry
         self._owner = owner
         self._background = background
         self._cell = cell
@@ -97,14 +111,16 @@ class ToolsHandle:
         if self._closed:
             raise RuntimeError(f"{self._label} is closed")
         try:
-            reply: MutationReply = self._owner.ask(OwnerMutation(mutation), block=True)
+            reply: MutationReply = self._registry.ask(
+                OwnerMutation(mutation, self._owner, self._label), block=True
+            )
         except pykka.ActorDeadError:
             raise RuntimeError(f"{self._label} is closed") from None
         return reply
 
     def _remove(self, key: int) -> None:
         try:
-            reply: MutationReply = self._owner.ask(RemoveEntry(key), block=True)
+            reply: MutationReply = self._registry.ask(RemoveEntry(key), block=True)
         except pykka.ActorDeadError:
             return
         if reply.changed:
@@ -119,7 +135,7 @@ class ToolsHandle:
             try:
                 self._settle_later(observer())
             except (Exception, asyncio.CancelledError) as exc:
-                _log.warning("tools/change observer failed", error=_message(exc))
+                _log.warning("tools/change observer failed", error=message_of(exc))
 
     def _settle_later(self, out: Any) -> None:
         """An observer's awaitable is awaited in the background; its failure is a warning."""
@@ -211,40 +227,40 @@ class ToolsHandle:
         deny_names = _names("deny", deny)
         return self._changing(AddRestriction(self._agent, allow_names, deny_names))
 
-    def guard(self, fn: Callable[[Any], str | None]) -> Disposer:
+    def guard(self, fn: Guard) -> Disposer:
         """Add a synchronous guard: ``fn(exec)`` returns None to abstain or a denial reason."""
         _callable("guard", fn)
         return Disposer(self, self._mutate(AddGuard(fn, self._agent)).key)
 
-    def _add_hook(self, point: str, fn: Callable[..., Any], prepend: bool = False) -> Disposer:
+    def _add_hook(self, point: str, fn: Callable[..., object], prepend: bool = False) -> Disposer:
         _callable(point, fn)
         return Disposer(self, self._mutate(AddHook(point, fn, self._agent, prepend)).key)
 
-    def on_pre_execute(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+    def on_pre_execute(self, hook: PreExecuteHook, prepend: bool = False) -> Disposer:
         """Add an ``async def hook(exec, next) -> Allow | Deny | Ask`` waterfall listener."""
         return self._add_hook("pre_execute", hook, prepend)
 
-    def on_execute(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+    def on_execute(self, hook: ExecuteWrapper, prepend: bool = False) -> Disposer:
         """Add an ``async def wrapper(exec, next) -> ToolExecutionResult`` around dispatch."""
         return self._add_hook("execute", hook, prepend)
 
-    def on_post_execute(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+    def on_post_execute(self, hook: PostExecuteHook, prepend: bool = False) -> Disposer:
         """Add an ``async def hook(exec, result, next) -> Accept | Block`` listener."""
         return self._add_hook("post_execute", hook, prepend)
 
-    def on_result(self, fn: Callable[..., Any]) -> Disposer:
+    def on_result(self, fn: ResultObserver) -> Disposer:
         """Add a ``fn(exec, result)`` observer of every final result."""
         return self._add_hook("result", fn)
 
-    def on_change(self, fn: Callable[[], Any]) -> Disposer:
+    def on_change(self, fn: ChangeObserver) -> Disposer:
         """Add a ``fn()`` observer of tool and restriction changes (in every scope)."""
         return self._add_hook("change", fn)
 
-    def on_code_dispatch_log(self, hook: Callable[..., Any], prepend: bool = False) -> Disposer:
+    def on_code_dispatch_log(self, hook: CodeDispatchLogHook, prepend: bool = False) -> Disposer:
         """Add an ``async def hook(log, next) -> list[dict]`` shaping Code Mode dispatch logs."""
         return self._add_hook("code_dispatch_log", hook, prepend)
 
-    def on_assemble(self, hook: Callable[..., Any]) -> Disposer:
+    def on_assemble(self, hook: AssembleHook) -> Disposer:
         """Add a ``hook(assembly) -> assembly`` listener of prompt assembly."""
         return self._add_hook("assemble", hook)
 
@@ -301,10 +317,3 @@ def _names(label: str, names: Iterable[str] | None) -> tuple[str, ...] | None:
 def _callable(label: str, fn: object) -> None:
     if not callable(fn):
         raise TypeError(f"{label} listener must be callable, got {type(fn).__name__}")
-
-
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:
-        return "<unprintable thrown value>"

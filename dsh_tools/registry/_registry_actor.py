@@ -18,7 +18,9 @@ from ..actors._protocol import (
     AddHook,
     AddRestriction,
     AddSection,
+    CloseOwner,
     MutationReply,
+    OwnerMutation,
     RegisterTool,
     RemoveEntry,
     ReplaceTool,
@@ -69,6 +71,10 @@ class RegistryActor(pykka.ThreadingActor):
         # key -> where it lives: ("tool", agent, name) / ("restriction", agent) /
         # ("guard", agent) / ("hook", point) / ("section",)
         self._where: dict[int, tuple[Any, ...]] = {}
+        # Who registered what, so that closing an owner undoes its registrations, last first.
+        self._owned: dict[int, list[int]] = {}
+        self._owner_of: dict[int, int] = {}
+        self._closed_owners: set[int] = set()
         self.cell = cell
         cell.current = self._build()
 
@@ -106,6 +112,13 @@ class RegistryActor(pykka.ThreadingActor):
     # --- messages ------------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, OwnerMutation):
+            return self._owner_mutation(message)
+        if isinstance(message, CloseOwner):
+            return self._close_owner(message.owner)
+        return self._apply(message)
+
+    def _apply(self, message: Any) -> Any:
         if isinstance(message, RegisterTool):
             return self._register(message)
         if isinstance(message, RemoveEntry):
@@ -127,6 +140,34 @@ class RegistryActor(pykka.ThreadingActor):
         if isinstance(message, SetTransport):
             return self._set_transport(message.definition, message.is_async)
         return super().on_receive(message)
+
+    def _owner_mutation(self, message: OwnerMutation) -> MutationReply:
+        owner, label, mutation = message.owner, message.label, message.mutation
+        if owner in self._closed_owners:
+            raise RuntimeError(f"{label} is closed")
+        keys = self._owned.setdefault(owner, [])
+        replacing = isinstance(mutation, ReplaceTool)
+        if replacing and mutation.key not in keys:
+            raise ValueError(f"{label} did not register the tool it would replace")
+        reply: MutationReply = self._apply(mutation)
+        if replacing:
+            # The new key takes the old one's place, so LIFO disposal order is kept.
+            keys[keys.index(mutation.key)] = reply.key
+            self._owner_of.pop(mutation.key, None)
+        else:
+            keys.append(reply.key)
+        self._owner_of[reply.key] = owner
+        return reply
+
+    def _close_owner(self, owner: int) -> int:
+        self._closed_owners.add(owner)
+        keys = self._owned.pop(owner, [])
+        changes = 0
+        while keys:
+            key = keys.pop()
+            self._owner_of.pop(key, None)
+            changes += self._remove(key).changed
+        return changes
 
     def _register(self, message: RegisterTool) -> MutationReply:
         definition = message.definition
@@ -236,6 +277,9 @@ class RegistryActor(pykka.ThreadingActor):
         return MutationReply(key, True)
 
     def _remove(self, key: int) -> MutationReply:
+        owner = self._owner_of.pop(key, None)
+        if owner is not None:
+            self._owned[owner].remove(key)
         where = self._where.pop(key, None)
         if where is None:
             return MutationReply(key, False)

@@ -36,7 +36,7 @@ from ._raw_schema import optional_null_dropper, to_subset_schema
 
 __all__ = ["default_render", "tool"]
 
-_RUN_CONTEXT: Final = ("dsh_tools.pipeline._execution", "ToolRunContext")
+_RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
 _SCALAR_RESULTS: Final = (str, int, float, bool, type(None))
 _EMPTY = inspect.Parameter.empty
 

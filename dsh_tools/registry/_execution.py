@@ -12,10 +12,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from msgspec import UNSET
-
 from ..actors import AbortSignal, ExecutionToken
-from ..registry import LosslessJsonError, snapshot_json
+from ._lossless import LosslessJsonError, snapshot_json
 
 __all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
 
@@ -35,6 +33,7 @@ class CallRecord:
         "cancel_base",
         "cancel_sent",
         "canonical",
+        "cell",
         "contexts_closed",
         "deferred",
         "dispatch_signal",
@@ -48,7 +47,6 @@ class CallRecord:
         "own",
         "parent",
         "reraise",
-        "resolve",
         "sealed",
         "signal",
         "signal_read",
@@ -83,7 +81,7 @@ class CallRecord:
         self.sealed = False
         self.dispatch_signal: AbortSignal = signal
         self.exec_view: ToolExecution | None = None
-        self.resolve: Any = None
+        self.cell: Any = None  # the snapshot cell, for wrappers that look up the definition
         # Cancellation and fault bookkeeping (see Pipeline.interrupt and Pipeline._fault).
         self.stage = "prepare"  # which user code runs now, for fault logs
         self.stop_reason: Any = None  # set when the pipeline itself aborted the call
@@ -110,7 +108,10 @@ class CallRecord:
 
     def is_canonical(self, result: Any) -> bool:
         """Whether ``result`` is one the base produced for this very execution."""
-        return any(r is result for r in self.canonical)
+        for own in self.canonical:  # noqa: SIM110 (a loop costs less than any() here)
+            if own is result:
+                return True
+        return False
 
 
 class _ReadOnly:
@@ -240,9 +241,7 @@ class DispatchExecution(_ReadOnly):
     @property
     def definition(self) -> Any:
         """The live visible definition for this call's name and agent (None if gone)."""
-        resolve = self._record.resolve
-        entry = resolve() if resolve is not None else None
+        record = self._record
+        cell = record.cell
+        entry = cell.current.lookup(record.name, record.agent) if cell is not None else None
         return entry.definition if entry is not None else None
-
-
-UNSET_ARGUMENTS = UNSET

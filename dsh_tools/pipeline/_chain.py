@@ -1,0 +1,72 @@
+"""The ``next()`` waterfall every hook chain runs on (pre-execute, execute wrappers,
+post-execute, the Code Mode dispatch log)."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any
+
+from ..actors import (
+    Accept,
+    Allow,
+    Ask,
+    Block,
+    Deny,
+    FrozenList,
+    ToolExecutionFailure,
+    ToolExecutionSuccess,
+)
+
+__all__ = ["is_awaitable", "run_chain"]
+
+# What hooks and bodies usually return: known at a glance not to be awaitable.
+_PLAIN: frozenset[type] = frozenset(
+    (
+        Accept,
+        Allow,
+        Ask,
+        Block,
+        Deny,
+        FrozenList,
+        ToolExecutionFailure,
+        ToolExecutionSuccess,
+        type(None),
+        list,
+        dict,
+        int,
+        str,
+    )
+)
+
+
+def is_awaitable(value: Any) -> bool:
+    """``inspect.isawaitable``, answered at once for coroutines and the usual plain results."""
+    kind = type(value)
+    if kind is types.CoroutineType:
+        return True
+    if kind in _PLAIN:
+        return False
+    return inspect.isawaitable(value)
+
+
+async def run_chain(
+    hooks: Sequence[Callable[..., Any]],
+    args: tuple[Any, ...],
+    end: Callable[[], Awaitable[Any]],
+    index: int = 0,
+) -> Any:
+    """Call ``hooks[index](*args, next)``; ``next()`` runs the rest of the chain, and past the
+    last hook it is ``end()``. What a hook returns is awaited for as long as it is awaitable,
+    so a hook may ``return next()`` without awaiting it."""
+    if index == len(hooks):
+        out: Any = end()
+    else:
+        following = index + 1
+        then = end if following == len(hooks) else partial(run_chain, hooks, args, end, following)
+        out = hooks[index](*args, then)
+    while is_awaitable(out):
+        out = await out
+    return out

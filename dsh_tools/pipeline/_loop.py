@@ -1,0 +1,240 @@
+"""Event-loop plumbing: driving a coroutine without a loop, resuming it in a task, the loop
+batches run on.
+
+The blocking ``execute`` drives the pipeline's coroutine directly on the caller's thread
+(``drive``): nothing on a call's usual path (hooks that only ``await next()``, a plain body)
+needs an event loop, and starting one costs more than the whole pipeline. Code that does
+need one (an async body, which runs as its own task; a plain body sent to a worker thread;
+an approver; a timer) first awaits ``event_loop()``: without a running loop that suspends
+the coroutine once, and ``drive`` carries on with it inside a task on the calling thread's
+own private loop, exactly where it would have run before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import select
+import selectors
+import threading
+import types
+import weakref
+from collections.abc import Coroutine, Generator
+from typing import Any, TypeVar
+
+__all__ = [
+    "drive",
+    "driving",
+    "event_loop",
+    "new_pool_loop",
+    "resume",
+    "running_loop",
+    "start_task",
+    "thread_loop",
+]
+
+_T = TypeVar("_T")
+
+
+class _NeedLoop:
+    """What ``event_loop()`` yields to ``drive`` when no loop is running."""
+
+    def __repr__(self) -> str:
+        return "<the coroutine needs an event loop>"
+
+
+_NEED_LOOP = _NeedLoop()
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+@types.coroutine
+def event_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
+    """``loop = await event_loop()``: the running loop, once there is one.
+
+    Under the blocking ``execute`` hooks and plain bodies run without an event loop (nothing
+    they usually do needs one). A hook that needs the loop itself (to set a timer, create a
+    future, call ``asyncio.sleep``) awaits this first: the call then carries on inside a
+    task on the calling thread's private loop. Anywhere else it returns the running loop
+    at once."""
+    loop = running_loop()
+    if loop is not None:
+        return loop
+    yield _NEED_LOOP
+    return asyncio.get_running_loop()
+
+
+# --- the per-thread loop and the driver --------------------------------------------------------
+
+
+def _close_in_owner(loop: asyncio.AbstractEventLoop, owner_pid: int) -> None:
+    # A child forked by another thread drops this thread's locals at once; closing the loop
+    # there would unregister its descriptors from the epoll instance it shares with the parent,
+    # and the parent's loop would never again be woken from another thread.
+    if os.getpid() == owner_pid:
+        loop.close()
+
+
+class _ThreadLoop:
+    """One private event loop per calling thread, closed when the thread's locals go away."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        weakref.finalize(self, _close_in_owner, self.loop, os.getpid())
+
+
+class _ThreadState(threading.local):
+    holder: _ThreadLoop | None = None
+    driving = False  # a coroutine is being driven on this thread without a loop
+
+
+_state = _ThreadState()
+
+
+def thread_loop() -> asyncio.AbstractEventLoop:
+    """This thread's private event loop (made on first use)."""
+    holder = _state.holder
+    if holder is None or holder.loop.is_closed():
+        holder = _ThreadLoop()
+        _state.holder = holder
+    return holder.loop
+
+
+def driving() -> bool:
+    """Whether this thread is inside ``drive`` (without a loop, or on its private loop)."""
+    if _state.driving:
+        return True
+    holder = _state.holder
+    return holder is not None and running_loop() is holder.loop
+
+
+def drive(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` to its end on this thread and return what it returns.
+
+    It runs in a copy of the caller's context (as a task would) without an event loop for as
+    long as it never suspends; from its first real suspension on it finishes inside a task
+    on this thread's private loop."""
+    context = contextvars.copy_context()
+    state = _state
+    outer = state.driving
+    state.driving = True
+    try:
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration as done:
+            value: _T = done.value
+            return value
+        loop = thread_loop()
+        task = loop.create_task(_carry_on(coro, first), context=context)
+        return loop.run_until_complete(task)
+    finally:
+        state.driving = outer
+
+
+@types.coroutine
+def _carry_on(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+    """Continue a driven coroutine inside its task: first past every ``event_loop()`` wait
+    (a loop runs now), then as ``resume`` does."""
+    yielded = first
+    while yielded is _NEED_LOOP:
+        try:
+            yielded = coro.send(None)
+        except StopIteration as done:
+            value: _T = done.value
+            return value
+    result: _T = yield from resume(coro, yielded)
+    return result
+
+
+# --- resuming a started coroutine in a task ----------------------------------------------------
+
+
+@types.coroutine
+def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+    """Drive a coroutine that has already yielded ``first`` (to its task, unchanged); return
+    what it returns. Cancellation and other throws go to the coroutine."""
+    yielded = first
+    while True:
+        try:
+            sent = yield yielded
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as done:
+                value: _T = done.value
+                return value
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as done:
+                value = done.value
+                return value
+
+
+def start_task(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
+) -> asyncio.Task[None] | None:
+    """Run ``coro`` up to its first suspension now, then hand it to a task (None when it
+    finished without suspending).
+
+    A plain ``create_task`` first runs the coroutine on a later pass of the loop, behind every
+    callback already queued: when ten 5 ms bodies wake together, the call that takes the first
+    freed slot would start only after the other nine were settled and committed. Starting it
+    at once puts its body (and its timer) to work right away. The coroutine runs in its own
+    copy of the context, as it would in a task."""
+    context = contextvars.copy_context()
+    try:
+        first = context.run(coro.send, None)
+    except StopIteration:
+        return None
+    return loop.create_task(resume(coro, first), context=context)
+
+
+# --- the loop batches run on -------------------------------------------------------------------
+
+_FD_SETSIZE = 1024  # select() takes descriptors below this
+
+
+def new_pool_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop for batches and code runs whose timers fire on time: on Linux a
+    selector loop over a precise epoll selector, elsewhere the platform's default loop."""
+    if not hasattr(selectors, "EpollSelector"):
+        return asyncio.new_event_loop()
+    return asyncio.SelectorEventLoop(_PreciseEpoll())
+
+
+if hasattr(selectors, "EpollSelector"):
+
+    class _PreciseEpoll(selectors.EpollSelector):
+        """``epoll`` whose timed waits end on time.
+
+        ``epoll_wait`` counts whole milliseconds and the stock selector rounds a timeout up, so
+        a timer due in 0.2 ms fires 0.8 ms late. Sleeping tool bodies and deadlines on the
+        system loop are timers: a pool of ten 5 ms calls lost about 0.4 ms per call to that
+        rounding. A timed wait here is a ``select()`` on the epoll descriptor itself (a
+        microsecond timeout; the descriptor is readable as soon as any registered one is),
+        then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
+        stock ones, and so is every wait when the epoll descriptor is too high for
+        ``select()``.
+        """
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._epoll_fd = self.fileno()
+            self._precise = self._epoll_fd < _FD_SETSIZE
+
+        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            if timeout is not None and timeout > 0 and self._precise:
+                try:
+                    select.select((self._epoll_fd,), (), (), timeout)
+                except InterruptedError:
+                    return []
+                timeout = 0
+            return super().select(timeout)

@@ -1,0 +1,97 @@
+"""``BodyThreads``: the worker threads plain-function bodies run on off the event loop.
+
+A started dispatch must never wait for a free thread (a body blocked on something another
+body will do would otherwise deadlock the batch), so unlike ``ThreadPoolExecutor`` there is no
+cap: an idle thread is reused (the one idle the shortest time, whose stack is warm), else a new
+one starts. Idle threads stay until ``shutdown``. ``threads()`` lists them, so that stopping can
+wait (briefly) for each.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+__all__ = ["BodyThreads"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+_Work = tuple["concurrent.futures.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class _Worker:
+    __slots__ = ("inbox", "thread")
+
+    def __init__(self, owner: BodyThreads, name: str, first: _Work) -> None:
+        self.inbox: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
+        self.inbox.put(first)
+        self.thread = threading.Thread(target=owner._serve, args=(self,), name=name, daemon=True)
+
+
+class BodyThreads(concurrent.futures.Executor):
+    """An executor with no cap on its threads, reusing idle ones first."""
+
+    def __init__(self, thread_name_prefix: str = "dsh-tools-body") -> None:
+        self._prefix = thread_name_prefix
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._all: list[threading.Thread] = []
+        self._closed = False
+
+    def submit(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        work: _Work = (future, fn, args, kwargs)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if self._idle:
+                self._idle.pop().inbox.put(work)
+                return future
+            worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
+            self._all.append(worker.thread)
+        worker.thread.start()
+        return future
+
+    def _serve(self, worker: _Worker) -> None:
+        while True:
+            work = worker.inbox.get()
+            if work is None:
+                return
+            future, fn, args, kwargs = work
+            del work
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:  # the waiter gets it, as from ThreadPoolExecutor
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future, fn, args, kwargs
+            with self._lock:
+                if self._closed:
+                    return
+                self._idle.append(worker)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop taking work; idle threads exit now, busy ones after their body returns.
+        (Work is handed to a thread as it is submitted, so nothing is ever queued to cancel.)"""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.inbox.put(None)
+        if wait:
+            for thread in self.threads():
+                if thread is not threading.current_thread():
+                    thread.join()
+
+    def threads(self) -> list[threading.Thread]:
+        """Every thread this executor started (alive or not)."""
+        with self._lock:
+            return list(self._all)
