@@ -665,3 +665,41 @@ return [sorted(os.listdir('.')), sorted(n for n in os.listdir('/proc') if n.isdi
         thread.join(30)
     assert results["holder"] == ["mine"]
     assert results["peeker"] == [[], ["1", "2"]]
+
+
+def test_the_worker_holds_only_its_own_descriptors_and_no_device(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import os
+fds = {}
+for fd in os.listdir('/proc/self/fd'):
+    try:
+        fds[fd] = os.readlink('/proc/self/fd/' + fd).split(':')[0]
+    except FileNotFoundError:
+        pass  # the listing's own descriptor, closed already
+refused = {}
+for path in ('/sys/kernel/notes', '/sys/class/net', '/dev/mem', '/dev/kmsg', '/dev/tty',
+             '/dev/shm', '/proc/kcore', '/proc/sysrq-trigger', '/etc/hostname'):
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, 'rb').close()
+        refused[path] = 'opened'
+    except OSError as error:
+        refused[path] = type(error).__name__
+try:
+    os.mknod('null-copy', 0o20666, os.makedev(1, 3))
+    refused['mknod'] = 'made'
+except OSError as error:
+    refused['mknod'] = type(error).__name__
+return [fds, refused]
+"""
+    fds, refused = value(sandbox, program)
+    kinds = {int(fd): kind for fd, kind in fds.items()}
+    # /dev/null, output pipes, channel pipes; then only the event loop's epoll and self-pipe pair
+    assert [kinds.pop(fd) for fd in range(5)] == ["/dev/null", "pipe", "pipe", "pipe", "pipe"]
+    assert sorted(kinds.values()) == ["anon_inode", "socket", "socket"], kinds
+    assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
+    assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"
