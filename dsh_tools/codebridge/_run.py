@@ -58,6 +58,9 @@ _EXIT_REPORT_SECONDS: Final = 3.0
 template unresponsive (a program can stop or freeze its parent) and replaces it."""
 _READ_SIZE: Final = 1 << 18
 _DRAIN_LIMIT: Final = 1 << 24
+_UNREAD_REPLY_BYTES: Final = 64 * 2**20
+"""Binding replies a program may leave unread, beyond the one being written, before its run
+fails: a program that stops reading its channel must not make the host buffer without end."""
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _HOST_DICTS: Final = (dict, FrozenDict)
 _HOST_LISTS: Final = (list, FrozenList)
@@ -139,6 +142,7 @@ class CodeRun:
         self._writer_on = False
         self._flush_scheduled = False
         self._wbuf: collections.deque[memoryview] = collections.deque()
+        self._unsent = 0
         self._write_broken = False
         self._frames = FrameReader(worker_frame_decoder(), self._max_frame_bytes)
         self._decoders = [
@@ -226,6 +230,7 @@ class CodeRun:
                 os.close(fd)
         self._fds = {}
         self._wbuf.clear()
+        self._unsent = 0
 
     def _kill(self) -> None:
         pid = self._pid
@@ -243,6 +248,13 @@ class CodeRun:
         if self._write_broken or "to_worker" not in self._fds:
             return
         self._wbuf.append(memoryview(data))
+        self._unsent += len(data)
+        if self._unsent > _UNREAD_REPLY_BYTES and len(self._wbuf) > 1:
+            self._settle_failure(
+                "frame-limit",
+                f"the program left more than {_UNREAD_REPLY_BYTES} bytes of binding replies unread",
+            )
+            return
         if not self._writer_on and not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
@@ -262,7 +274,9 @@ class CodeRun:
             except OSError:
                 self._write_broken = True
                 buffer.clear()
+                self._unsent = 0
                 break
+            self._unsent -= written
             if written == len(head):
                 buffer.popleft()
             else:

@@ -143,6 +143,7 @@ class SandboxPlan:
         for path in self._write:
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
+        self._read_only_host()
         self._template = os.getpid()
         try:
             namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -150,6 +151,24 @@ class SandboxPlan:
             raise _unavailable("PID namespaces", exc) from None
         self._own_pid_namespace = fcntl.fcntl(namespace, fcntl.F_DUPFD_CLOEXEC, _GRANT_FD_FLOOR)
         os.close(namespace)
+
+    def _read_only_host(self) -> None:
+        """Give the template (and so every run) its own view of the host's mounts, all of them
+        read-only but the granted ``write`` paths. Landlock does not cover ``chmod``,
+        ``chown``, ``utime``, ``setxattr`` or inode flags, and the worker's user owns the host's
+        files (root, or the user a user namespace maps): a read-only mount refuses them all."""
+        try:
+            _kernel.unshare(_kernel.CLONE_NEWNS)
+            # Private first, so that nothing mounted here propagates back to the host.
+            _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
+            for path in self._write:
+                _kernel.mount(path, path, None, _kernel.MS_BIND | _kernel.MS_REC, None)
+            readonly = _kernel.MOUNT_ATTR_RDONLY
+            _kernel.mount_setattr("/", set_flags=readonly, clear_flags=0, recursive=True)
+            for path in self._write:
+                _kernel.mount_setattr(path, set_flags=0, clear_flags=readonly, recursive=False)
+        except OSError as exc:
+            raise _unavailable("a read-only mount namespace", exc) from None
 
     def _grant_python(self) -> None:
         prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
@@ -179,7 +198,8 @@ class SandboxPlan:
         return str(_unavailable(feature, detail))
 
     def cleanup(self) -> None:
-        """Remove the scratch mount point (the template is exiting)."""
+        """Remove the scratch mount point (the template is exiting; when the host made it,
+        the template's read-only view leaves that to the host)."""
         if self.scratch:
             with contextlib.suppress(OSError):
                 os.rmdir(self.scratch)

@@ -3,10 +3,10 @@
 PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps every process
 (orphans of the run are reparented to it), and every ``TICK_SECONDS`` it sums, over the
 namespace's private ``/proc``, the CPU time of every live process (its own and its reaped
-children's) plus what it has reaped itself, the resident anonymous memory and the number of
-processes. Over a budget it reports which one and exits; when the worker exits it reports the
-worker's wait status and exits. Its exit makes the kernel kill everything left in the namespace,
-so nothing a run started (a ``setsid()`` grandchild included) outlives it.
+children's) plus what it has reaped itself, the resident anonymous and shared memory and the
+number of processes. Over a budget it reports which one and exits; when the worker exits it
+reports the worker's wait status and exits. Its exit makes the kernel kill everything left in
+the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives it.
 
 Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code.
 """
@@ -28,13 +28,22 @@ BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
-_PAGE_SIZE: Final = os.sysconf("SC_PAGE_SIZE")
+
+
+def _kilobytes(status: bytes, key: bytes) -> int:
+    start = status.find(key)
+    if start < 0:
+        return 0  # a zombie has no memory lines
+    start += len(key)
+    return int(status[start : status.index(b"kB", start)])
 
 
 def _tree_usage() -> tuple[float, int, int]:
-    """(CPU seconds, anonymous resident bytes, process count) of the namespace but PID 1."""
+    """(CPU seconds, resident anonymous and shared-memory bytes, process count) of the
+    namespace but PID 1. Shared memory counts too: ``mmap(-1, n)`` is ``MAP_SHARED``, and
+    its pages are not anonymous to the kernel."""
     ticks = 0
-    pages = 0
+    kilobytes = 0
     count = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
@@ -42,17 +51,17 @@ def _tree_usage() -> tuple[float, int, int]:
         try:
             with open(f"/proc/{name}/stat", "rb") as file:
                 stat = file.read()
-            with open(f"/proc/{name}/statm", "rb") as file:
-                statm = file.read().split()
+            with open(f"/proc/{name}/status", "rb") as file:
+                status = file.read()
         except OSError:
             continue  # exited between the listing and the read
         fields = stat[stat.rindex(b")") + 2 :].split()
         ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        pages += max(int(statm[1]) - int(statm[2]), 0)
+        kilobytes += _kilobytes(status, b"\nRssAnon:") + _kilobytes(status, b"\nRssShmem:")
         count += 1
     times = os.times()
     cpu = ticks / _CLOCK_TICKS + times.children_user + times.children_system
-    return cpu, pages * _PAGE_SIZE, count
+    return cpu, kilobytes * 1024, count
 
 
 def run_init(

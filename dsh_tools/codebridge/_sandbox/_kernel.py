@@ -25,6 +25,8 @@ __all__ = [
     "FS_EXECUTE",
     "FS_READ_DIR",
     "FS_READ_FILE",
+    "MOUNT_ATTR_RDONLY",
+    "MS_BIND",
     "MS_NODEV",
     "MS_NOEXEC",
     "MS_NOSUID",
@@ -42,6 +44,7 @@ __all__ = [
     "landlock_create_ruleset",
     "landlock_restrict_self",
     "mount",
+    "mount_setattr",
     "set_no_new_privs",
     "set_parent_death_signal",
     "set_seccomp_filter",
@@ -60,6 +63,7 @@ _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
 _SYS_LANDLOCK_CREATE_RULESET: Final = 444
 _SYS_LANDLOCK_ADD_RULE: Final = 445
 _SYS_LANDLOCK_RESTRICT_SELF: Final = 446
+_SYS_MOUNT_SETATTR: Final = 442  # also the generic table's number
 _SYS_CAPSET: Final = {"x86_64": 126, "aarch64": 91}.get(platform.machine(), -1)
 
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
@@ -87,9 +91,14 @@ CLONE_NEWUSER: Final = 0x10000000
 CLONE_NEWPID: Final = 0x20000000
 CLONE_NEWNET: Final = 0x40000000
 
+MOUNT_ATTR_RDONLY: Final = 1
+_AT_FDCWD: Final = -100
+_AT_RECURSIVE: Final = 0x8000
+
 MS_NOSUID: Final = 2
 MS_NODEV: Final = 4
 MS_NOEXEC: Final = 8
+MS_BIND: Final = 1 << 12
 MS_REC: Final = 1 << 14
 MS_PRIVATE: Final = 1 << 18
 
@@ -114,6 +123,15 @@ class _RulesetAttr(ctypes.Structure):
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 class _CapHeader(ctypes.Structure):
@@ -271,3 +289,18 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
         None if data is None else data.encode(),
     )
     _check(result, f"mount {target}")
+
+
+def mount_setattr(path: str, *, set_flags: int, clear_flags: int, recursive: bool) -> None:
+    """``mount_setattr(2)`` on the mount at ``path`` (and every mount beneath when
+    ``recursive``): set and clear ``MOUNT_ATTR_*`` flags."""
+    attr = _MountAttr(set_flags, clear_flags, 0, 0)
+    result = _syscall(
+        ctypes.c_long(_SYS_MOUNT_SETATTR),
+        ctypes.c_int(_AT_FDCWD),
+        path.encode(),
+        ctypes.c_uint(_AT_RECURSIVE if recursive else 0),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    _check(int(result), f"mount_setattr {path}")

@@ -2,11 +2,19 @@
 
 A classic BPF program that checks the architecture (anything but the one the tables below were
 written for is killed, which also closes the 32-bit and x32 entry points) and answers ``EPERM``
-for the listed system calls. ``socketpair`` stays allowed (asyncio's self-pipe needs it; a pair
-reaches nothing outside), ``socket`` does not, so no TCP, UDP, raw, netlink or unix socket can be
-created, whatever the address. ``io_uring`` is refused because its operations bypass this
-filter. ``clone`` is refused only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags
-live in memory a filter cannot read), so the C library falls back to ``clone``.
+for the listed system calls. ``socketpair`` stays allowed for stream and sequenced-packet pairs
+(asyncio's self-pipe needs one; such a pair reaches nothing outside), but not for datagram
+pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the host's
+filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be created,
+whatever the address. ``io_uring`` is refused because its operations bypass this filter.
+``memfd_create`` and System V / POSIX message queues and shared memory are refused because they
+hold memory outside every process's resident set (no budget would see it). ``inotify`` and
+file leases (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover
+them: they would report the names and activity of the host's files, or stall the host's opens.
+Reading extended attributes answers ``EOPNOTSUPP`` (Landlock does not cover it either; that
+answer is the one ``shutil`` already treats as "none"). ``clone`` is refused only with a
+namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read),
+so the C library falls back to ``clone``.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import Final
 
 from ._kernel import SockFilter
 
-__all__ = ["DENIED_SYSCALLS", "seccomp_program", "seccomp_supported"]
+__all__ = ["DENIED_SYSCALLS", "UNSUPPORTED_SYSCALLS", "seccomp_program", "seccomp_supported"]
 
 _AUDIT_ARCH_X86_64: Final = 0xC000003E
 _X32_BIT: Final = 0x40000000
@@ -66,15 +74,41 @@ DENIED_SYSCALLS: Final = {
     "fsmount": 432,
     "fspick": 433,
     "mount_setattr": 442,
+    "shmget": 29,
+    "msgget": 68,
+    "mq_open": 240,
+    "inotify_init": 253,
+    "inotify_add_watch": 254,
+    "inotify_init1": 294,
+    "fanotify_init": 300,
+    "memfd_create": 319,
+    "memfd_secret": 447,
 }
 """The x86_64 numbers of the refused calls."""
+UNSUPPORTED_SYSCALLS: Final = {
+    "getxattr": 191,
+    "lgetxattr": 192,
+    "fgetxattr": 193,
+    "listxattr": 194,
+    "llistxattr": 195,
+    "flistxattr": 196,
+    "getxattrat": 464,
+    "listxattrat": 465,
+}
+"""The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading extended attributes)."""
 _CLONE: Final = 56
 _CLONE3: Final = 435
+_SOCKETPAIR: Final = 53
+_FCNTL: Final = 72
+_SOCK_TYPE_MASK: Final = 0xF
+_ALLOWED_PAIR_TYPES: Final = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
+_DENIED_FCNTL: Final = (1024, 1026)  # F_SETLEASE, F_NOTIFY
 
 _LD_W_ABS: Final = 0x20
 _JMP_JEQ_K: Final = 0x15
 _JMP_JGE_K: Final = 0x35
 _JMP_JSET_K: Final = 0x45
+_ALU_AND_K: Final = 0x54
 _RET_K: Final = 0x06
 _RET_ALLOW: Final = 0x7FFF0000
 _RET_ERRNO: Final = 0x00050000
@@ -82,6 +116,7 @@ _RET_KILL_PROCESS: Final = 0x80000000
 _OFFSET_NR: Final = 0
 _OFFSET_ARCH: Final = 4
 _OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]
+_OFFSET_ARG1_LOW: Final = 24
 
 
 def seccomp_supported() -> bool:
@@ -89,39 +124,79 @@ def seccomp_supported() -> bool:
     return platform.machine() == "x86_64"
 
 
-def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> SockFilter:
-    return SockFilter(code, jt, jf, k)
+Label = str | None
+"""Where a jump goes: a label placed with ``_Assembler.place``, or ``None`` for the next one."""
+
+
+class _Assembler:
+    """Classic BPF with named forward jump targets (offsets are resolved at the end)."""
+
+    def __init__(self) -> None:
+        self._ops: list[tuple[int, int, Label, Label]] = []
+        self._labels: dict[str, int] = {}
+
+    def op(self, code: int, k: int, jt: Label = None, jf: Label = None) -> None:
+        self._ops.append((code, k, jt, jf))
+
+    def place(self, label: str) -> None:
+        self._labels[label] = len(self._ops)
+
+    def program(self) -> list[SockFilter]:
+        program = []
+        for index, (code, k, jt, jf) in enumerate(self._ops):
+            offsets = [0 if to is None else self._labels[to] - index - 1 for to in (jt, jf)]
+            if not all(0 <= offset <= 255 for offset in offsets):
+                raise ValueError(f"seccomp jump out of range at instruction {index}")
+            program.append(SockFilter(code, offsets[0], offsets[1], k))
+        return program
 
 
 def seccomp_program() -> list[SockFilter]:
     """The filter, as instructions for ``set_seccomp_filter``."""
-    denied = sorted(DENIED_SYSCALLS.values())
-    program = [
-        _op(_LD_W_ABS, _OFFSET_ARCH),
-        _op(_JMP_JEQ_K, _AUDIT_ARCH_X86_64, 1, 0),
-        _op(_RET_K, _RET_KILL_PROCESS),
-        _op(_LD_W_ABS, _OFFSET_NR),
-    ]
-    # Layout after the checks: [x32] [denied...] [clone3] [clone] ALLOW DENY ENOSYS CLONE-ARGS
-    checks = 1 + len(denied) + 2
-    allow = checks  # index, relative to the first check, of the ALLOW instruction
-    for index in range(checks):
-        to_deny = allow + 1 - index - 1
-        if index == 0:
-            program.append(_op(_JMP_JGE_K, _X32_BIT, to_deny, 0))
-        elif index <= len(denied):
-            program.append(_op(_JMP_JEQ_K, denied[index - 1], to_deny, 0))
-        elif index == len(denied) + 1:
-            program.append(_op(_JMP_JEQ_K, _CLONE3, to_deny + 1, 0))
-        else:
-            program.append(_op(_JMP_JEQ_K, _CLONE, to_deny + 2, 0))
-    program += [
-        _op(_RET_K, _RET_ALLOW),
-        _op(_RET_K, _RET_ERRNO | errno.EPERM),
-        _op(_RET_K, _RET_ERRNO | errno.ENOSYS),
-        _op(_LD_W_ABS, _OFFSET_ARG0_LOW),
-        _op(_JMP_JSET_K, _NAMESPACE_FLAGS, 0, 1),
-        _op(_RET_K, _RET_ERRNO | errno.EPERM),
-        _op(_RET_K, _RET_ALLOW),
-    ]
-    return program
+    bpf = _Assembler()
+    bpf.op(_LD_W_ABS, _OFFSET_ARCH)
+    bpf.op(_JMP_JEQ_K, _AUDIT_ARCH_X86_64, None, "kill")
+    bpf.op(_LD_W_ABS, _OFFSET_NR)
+    bpf.op(_JMP_JGE_K, _X32_BIT, "deny")
+    for number in sorted(DENIED_SYSCALLS.values()):
+        bpf.op(_JMP_JEQ_K, number, "deny")
+    for number in sorted(UNSUPPORTED_SYSCALLS.values()):
+        bpf.op(_JMP_JEQ_K, number, "unsupported")
+    bpf.op(_JMP_JEQ_K, _CLONE3, "enosys")
+    bpf.op(_JMP_JEQ_K, _CLONE, "clone")
+    bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
+    bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    bpf.place("enosys")
+    bpf.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
+    bpf.place("unsupported")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
+    bpf.place("kill")
+    bpf.op(_RET_K, _RET_KILL_PROCESS)
+    # clone: refused with any namespace flag.
+    bpf.place("clone")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+    bpf.op(_JMP_JSET_K, _NAMESPACE_FLAGS, None, "clone-allow")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    bpf.place("clone-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
+    # socketpair: only stream and sequenced-packet pairs (no datagram sendto to an address).
+    bpf.place("socketpair")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+    bpf.op(_ALU_AND_K, _SOCK_TYPE_MASK)
+    for pair_type in _ALLOWED_PAIR_TYPES:
+        bpf.op(_JMP_JEQ_K, pair_type, "socketpair-allow")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    bpf.place("socketpair-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
+    # fcntl: no leases, no directory notifications.
+    bpf.place("fcntl")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+    for command in _DENIED_FCNTL:
+        bpf.op(_JMP_JEQ_K, command, "fcntl-deny")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("fcntl-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    return bpf.program()

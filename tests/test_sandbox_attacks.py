@@ -1,0 +1,705 @@
+"""Hostile Code Mode programs against the sandbox, each written as an attacker would write it.
+
+Every attack must end as a clean error inside the program (which then reports what it saw) or
+as a clean failed run, and leave the host and the next run unharmed. The programs run through
+the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and through the
+``dsh-tools run-code -`` command, as the user the suite runs as (root on CI).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from code_mode_support import echo_tool, failure_of
+
+from dsh_tools import (
+    CodeRunRequest,
+    CodeRuntimeConfig,
+    ExecuteCall,
+    SubprocessCodeRuntime,
+    ToolsConfig,
+    ToolSystem,
+)
+from dsh_tools.codebridge import BindingNamespace, CodeRunResult
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
+)
+
+
+def run(runtime: SubprocessCodeRuntime, program: str, **functions: Any) -> CodeRunResult:
+    request = CodeRunRequest(program, [BindingNamespace("tools", functions)] if functions else [])
+    return asyncio.run(runtime.run(request))
+
+
+def value(runtime: SubprocessCodeRuntime, program: str, **functions: Any) -> Any:
+    result = run(runtime, program, **functions)
+    assert result.error is None, result.error
+    return result.value
+
+
+def assert_next_run_works(runtime: SubprocessCodeRuntime) -> None:
+    assert value(runtime, "import json, os\nreturn [json.loads('[1]'), os.listdir('.')]") == [
+        [1],
+        [],
+    ]
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[SubprocessCodeRuntime]:
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, max_wall_ms=20000, max_memory_mb=256)
+    )
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+# --- files: what Landlock does not cover ---------------------------------------------------
+
+
+def test_a_host_file_keeps_its_mode_times_and_attributes(
+    sandbox: SubprocessCodeRuntime, tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.key"
+    secret.write_text("hunter2")
+    secret.chmod(0o600)
+    os.setxattr(secret, "user.note", b"kept in an attribute")
+    before = secret.stat()
+    program = f"""
+import os
+seen = []
+for attack in (
+    lambda: os.chmod({str(secret)!r}, 0o666),
+    lambda: os.chmod('/dev/null', 0o666),
+    lambda: os.utime({str(secret)!r}, (0, 0)),
+    lambda: os.setxattr({str(secret)!r}, 'user.planted', b'1'),
+    lambda: os.removexattr({str(secret)!r}, 'user.note'),
+    lambda: os.chown({str(secret)!r}, 0, 0),
+    lambda: os.getxattr({str(secret)!r}, 'user.note'),
+    lambda: os.listxattr({str(secret)!r}),
+):
+    try:
+        seen.append(repr(attack()))
+    except OSError as error:
+        seen.append(error.errno)
+return seen
+"""
+    seen = value(sandbox, program)
+    assert all(isinstance(item, int) for item in seen), seen
+    after = secret.stat()
+    assert stat.S_IMODE(after.st_mode) == 0o600
+    assert (after.st_mtime_ns, after.st_atime_ns) == (before.st_mtime_ns, before.st_atime_ns)
+    assert os.listxattr(secret) == ["user.note"]
+    assert stat.S_IMODE(os.stat("/dev/null").st_mode) == 0o666
+
+
+def test_scratch_files_keep_every_ordinary_file_operation(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import os, shutil
+open('a.sh', 'w').write('#!/bin/sh\\necho hi\\n')
+os.chmod('a.sh', 0o755)
+shutil.copy2('a.sh', 'b.sh')
+shutil.copytree('.', 'tree', ignore=shutil.ignore_patterns('tree'))
+os.utime('b.sh', (1, 1))
+import subprocess
+return [subprocess.run(['./b.sh'], capture_output=True, text=True).stdout,
+        sorted(os.listdir('tree')), os.stat('b.sh').st_mtime]
+"""
+    assert value(sandbox, program) == ["hi\n", ["a.sh", "b.sh"], 1.0]
+
+
+def test_nothing_written_reaches_a_later_run_or_the_python_installation(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    import json
+
+    cache = Path(json.__file__).parent / "__pycache__"
+    planted = [
+        str(cache / "poison.cpython.pyc"),
+        str(Path(sys.prefix) / "poison.pth"),
+        "/dev/shm/poison",
+        "/tmp/poison",
+        "/var/tmp/poison",
+    ]
+    program = f"""
+import os
+refused = []
+for path in {planted!r}:
+    try:
+        open(path, 'w').write('import os; os.system("id")')
+    except OSError as error:
+        refused.append(error.errno)
+open('left-for-the-next-run', 'w').write('x')
+os.symlink('/etc', 'etc-link')
+try:
+    open('etc-link/poison', 'w')
+except OSError as error:
+    refused.append(error.errno)
+try:
+    os.link(os.path.realpath({sys.executable!r}), 'python-link')
+except OSError as error:
+    refused.append(error.errno)
+return refused
+"""
+    assert len(value(sandbox, program)) == len(planted) + 2
+    assert not any(os.path.exists(path) for path in planted)
+    assert not os.path.exists("/etc/poison")
+    assert_next_run_works(sandbox)
+
+
+def test_the_scratch_directory_fills_up_cleanly(tmp_path: Path) -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_memory_mb=32, compute_ms=5000))
+    program = """
+import errno
+chunk = b'x' * (1 << 20)
+try:
+    with open('fill', 'wb') as file:
+        for _ in range(64):
+            file.write(chunk)
+except OSError as error:
+    full = error.errno
+try:
+    for index in range(20000):
+        open(f'f{index}', 'w').close()
+except OSError as error:
+    inodes = error.errno
+return [full == errno.ENOSPC, inodes == errno.ENOSPC]
+"""
+    try:
+        assert value(runtime, program) == [True, True]
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+# --- network ---------------------------------------------------------------------------------
+
+
+def test_no_socket_reaches_a_host_listener(sandbox: SubprocessCodeRuntime, tmp_path: Path) -> None:
+    tcp = socket.create_server(("127.0.0.1", 0))
+    stream_path = str(tmp_path / "stream.sock")
+    stream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stream.bind(stream_path)
+    stream.listen()
+    datagram_path = str(tmp_path / "datagram.sock")
+    datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    datagram.bind(datagram_path)
+    datagram.setblocking(False)
+    port = tcp.getsockname()[1]
+    program = f"""
+import ctypes, socket
+libc = ctypes.CDLL(None, use_errno=True)
+seen = []
+def attempt(label, action):
+    try:
+        action()
+        seen.append(label + ': reached')
+    except OSError as error:
+        seen.append(label + ': ' + type(error).__name__)
+def tcp():
+    socket.create_connection(('127.0.0.1', {port}), timeout=1).sendall(b'exfil')
+def udp():
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'exfil', ('127.0.0.1', {port}))
+def unix_stream():
+    socket.socket(socket.AF_UNIX).connect({stream_path!r})
+def datagram_pair(kind):
+    def send():
+        a, b = socket.socketpair(socket.AF_UNIX, kind)
+        a.sendto(b'exfil', {datagram_path!r})
+    return send
+def abstract():
+    socket.socket(socket.AF_UNIX).connect('\\0dsh-host-service')
+def netlink():
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+def raw():
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+def direct_syscall():
+    if libc.syscall(41, 2, 1, 0) < 0:  # socket(AF_INET, SOCK_STREAM) without the wrapper
+        raise OSError(ctypes.get_errno(), 'socket')
+def stream_pair_with_address():
+    a, b = socket.socketpair()
+    a.sendto(b'exfil', {datagram_path!r})
+for label, action in [('tcp', tcp), ('udp', udp), ('unix', unix_stream),
+                      ('dgram pair', datagram_pair(socket.SOCK_DGRAM)),
+                      ('raw pair', datagram_pair(socket.SOCK_RAW)), ('abstract', abstract),
+                      ('netlink', netlink), ('raw', raw), ('syscall', direct_syscall),
+                      ('stream pair', stream_pair_with_address)]:
+    attempt(label, action)
+return seen
+"""
+    try:
+        seen = value(sandbox, program)
+        assert not [line for line in seen if line.endswith("reached")], seen
+        tcp.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            tcp.accept()
+        with pytest.raises(BlockingIOError):
+            datagram.recv(100)
+    finally:
+        for server in (tcp, stream, datagram):
+            server.close()
+
+
+def test_asyncio_still_has_its_stream_pair(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import socket, threading
+a, b = socket.socketpair()
+a.sendall(b'ping')
+thread = threading.Thread(target=asyncio.run, args=(asyncio.sleep(0),))  # a loop of its own
+thread.start()
+thread.join()
+return b.recv(4).decode()
+"""
+    assert value(sandbox, program) == "ping"
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def test_the_host_the_template_and_the_init_are_out_of_reach(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    host = os.getpid()
+    program = f"""
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {{'pids': sorted(int(name) for name in os.listdir('/proc') if name.isdigit())}}
+def outcome(call):
+    try:
+        result = call()
+        return 'done' if result is None or result >= 0 else os.strerror(ctypes.get_errno())
+    except OSError as error:
+        return type(error).__name__
+seen['kill host'] = outcome(lambda: os.kill({host}, signal.SIGKILL))
+seen['pidfd host'] = outcome(lambda: os.pidfd_open({host}))
+seen['init environ'] = outcome(lambda: open('/proc/1/environ', 'rb').read() and None)
+seen['init mem'] = outcome(lambda: open('/proc/1/mem', 'rb').read(1) and None)
+seen['init fds'] = outcome(lambda: open('/proc/1/fd/5', 'wb') and None)  # its status pipe
+seen['own mem write'] = outcome(lambda: open('/proc/self/mem', 'r+b') and None)
+seen['core pattern'] = outcome(lambda: open('/proc/sys/kernel/core_pattern', 'w') and None)
+seen['ptrace init'] = outcome(lambda: libc.ptrace(16, 1, None, None))
+iov = (ctypes.c_char * 8)()
+seen['vm readv init'] = outcome(lambda: libc.syscall(310, 1, None, 0, None, 0, 0))
+pidfd = libc.syscall(434, 1, 0)
+seen['pidfd getfd init'] = outcome(lambda: libc.syscall(438, pidfd, 0, 0))
+for number in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):
+    seen['signal init ' + str(int(number))] = outcome(lambda: os.kill(1, number))
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    assert seen.pop("pids") == [1, 2]  # the run's init and the worker, nothing else
+    for check in ("kill host", "pidfd host"):
+        assert seen[check] == "ProcessLookupError", seen
+    for check in ("init environ", "init mem", "init fds", "own mem write", "core pattern"):
+        assert seen[check] == "PermissionError", seen
+    for check in ("ptrace init", "vm readv init", "pidfd getfd init"):
+        assert seen[check] == os.strerror(1), seen
+    for number in (9, 19, 15):  # refused, or ignored by the init: the run went on either way
+        assert seen[f"signal init {number}"] in ("PermissionError", "done"), seen
+    assert_next_run_works(sandbox)
+
+
+def test_a_traced_child_cannot_trace_anything(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+read, write = os.pipe()
+child = os.fork()
+if child == 0:
+    result = libc.ptrace(0, 0, None, None)  # PTRACE_TRACEME
+    os.write(write, str(ctypes.get_errno() if result < 0 else 0).encode())
+    os._exit(0)
+os.waitpid(child, 0)
+return int(os.read(read, 10))
+"""
+    assert value(sandbox, program) == 1  # EPERM
+
+
+def test_no_namespace_and_no_kernel_interface_is_reachable(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = {
+    'unshare user': (272, 0x10000000),
+    'clone new user': (56, 0x10000000 | 17, 0, 0, 0, 0),
+    'clone new pid': (56, 0x20000000 | 17, 0, 0, 0, 0),
+    'clone new net': (56, 0x40000000 | 17, 0, 0, 0, 0),
+    'setns': (308, 0, 0),
+    'mount': (165, 0, 0, 0, 0, 0),
+    'umount scratch': (166, 0, 0),
+    'keyctl': (250, 0, 0, 0, 0, 0),
+    'add_key': (248, 0, 0, 0, 0, 0),
+    'userfaultfd': (323, 0),
+    'bpf': (321, 0, 0, 0),
+    'perf_event_open': (298, 0, 0, 0, 0, 0),
+    'io_uring_setup': (425, 1, 0),
+    'open_by_handle_at': (304, 0, 0, 0),
+    'fsopen': (430, 0, 0),
+    'init_module': (175, 0, 0, 0),
+    'x32 getpid': (0x40000000 | 39,),
+    'memfd_create': (319, 0, 0),
+    'inotify_init1': (294, 0),
+}
+seen = {}
+for name, (number, *args) in calls.items():
+    result = libc.syscall(number, *args)
+    seen[name] = ctypes.get_errno() if result < 0 else 'allowed'
+seen['clone3'] = libc.syscall(435, 0, 0) < 0 and ctypes.get_errno()
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    clone3 = seen.pop("clone3")
+    assert set(seen.values()) == {1}, seen  # EPERM everywhere
+    assert clone3 == 38  # ENOSYS: the C library falls back to clone, whose flags are checked
+
+
+def test_the_32_bit_system_call_entry_kills_the_caller(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import ctypes, mmap, os
+code = bytes([0xB8, 0x14, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20 (getpid); int 0x80; ret
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(code)
+address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+child = os.fork()
+if child == 0:
+    ctypes.CFUNCTYPE(ctypes.c_int)(address)()
+    os._exit(0)
+_, status = os.waitpid(child, 0)
+return os.WIFSIGNALED(status) and os.WTERMSIG(status)
+"""
+    assert value(sandbox, program) == 31  # SIGSYS: the filter kills any foreign ABI
+
+
+def test_inotify_leases_and_ipc_memory_are_refused(sandbox: SubprocessCodeRuntime) -> None:
+    program = """
+import ctypes, fcntl, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {}
+fd = os.open(os.path.realpath(sys.executable), os.O_RDONLY)
+for name, command in (('lease', 1024), ('notify', 1026)):
+    try:
+        fcntl.fcntl(fd, command, 0)
+        seen[name] = 'allowed'
+    except OSError as error:
+        seen[name] = error.errno
+for name, call in (('shmget', lambda: libc.shmget(0, 1 << 20, 0o1600)),
+                   ('msgget', lambda: libc.msgget(0, 0o1600)),
+                   ('inotify', lambda: libc.inotify_init())):
+    seen[name] = ctypes.get_errno() if call() < 0 else 'allowed'
+try:
+    os.memfd_create('hidden')
+    seen['memfd'] = 'allowed'
+except OSError as error:
+    seen['memfd'] = error.errno
+return seen
+"""
+    assert set(value(sandbox, program).values()) == {1}
+
+
+def test_a_setsid_double_fork_does_not_outlive_the_run(sandbox: SubprocessCodeRuntime) -> None:
+    marker = f"dsh-attack-survivor-{os.getpid()}"
+    program = f"""
+import os, subprocess, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])
+    os._exit(0)
+import time
+time.sleep(0.3)
+return 'left a sleeper'
+"""
+    assert value(sandbox, program) == "left a sleeper"
+    # The host settles as soon as it has killed the run's init; the kernel then takes the
+    # namespace down, so the sleeper is gone moments later (a few polls, never a minute).
+    for _ in range(200):
+        if not survivors_named(marker):
+            break
+        time.sleep(0.05)
+    assert survivors_named(marker) == []
+
+
+def survivors_named(marker: str) -> list[str]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                    found.append(name)
+            except OSError:
+                pass
+    return found
+
+
+def test_killing_everything_it_can_see_fails_only_its_own_run(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    alone = run(sandbox, "import os, signal\nos.kill(-1, signal.SIGKILL)")
+    assert alone.error is not None and "ProcessLookupError" in alone.error.message  # no one else
+    program = """
+import os, signal, time
+if os.fork() == 0:
+    os.kill(-1, signal.SIGKILL)  # the child kills the worker
+time.sleep(5)
+"""
+    with_child = run(sandbox, program)
+    assert with_child.error is not None and with_child.error.kind == "worker-exit", with_child
+    assert_next_run_works(sandbox)
+
+
+# --- budgets of the whole tree -------------------------------------------------------------
+
+
+def test_shared_memory_of_the_tree_is_charged() -> None:
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(max_memory_mb=160, compute_ms=20000, max_wall_ms=20000)
+    )
+    program = """
+import mmap, os, time
+for _ in range(4):
+    if os.fork() == 0:
+        block = mmap.mmap(-1, 60 << 20)  # MAP_SHARED: shared memory, not anonymous pages
+        for offset in range(0, 60 << 20, 4096):
+            block[offset] = 1
+        time.sleep(30)
+        os._exit(0)
+time.sleep(30)
+return 'kept 240MB'
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error is not None, result
+        assert result.error.kind == "worker-exit"
+        assert "memory budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+def test_a_fork_bomb_ends_the_run_and_nothing_else() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=20000, max_wall_ms=20000))
+    program = """
+import os, time
+for _ in range(12):
+    try:
+        os.fork()
+    except OSError:
+        break
+time.sleep(30)
+return 'thousands of processes'
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert "budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+def test_spinning_children_are_charged_to_the_run() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=600, max_wall_ms=20000))
+    program = """
+import os
+for _ in range(2):
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            pass
+import time
+time.sleep(30)
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error is not None and result.error.kind == "timeout", result
+        assert "compute budget exhausted" in result.error.message
+    finally:
+        runtime.close()
+
+
+# --- the channel and the host's memory -----------------------------------------------------
+
+
+def test_a_program_that_never_reads_its_replies_cannot_fill_the_host(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    program = """
+asyncio.get_running_loop().remove_reader(3)  # stop reading replies
+big = 'x' * (1 << 20)
+for _ in range(3000):
+    tools.echo(big)
+import time
+time.sleep(30)
+"""
+    result = run(sandbox, program, echo=lambda args: args)
+    assert result.error is not None and result.error.kind == "frame-limit", result
+    assert "replies unread" in result.error.message
+    assert_next_run_works(sandbox)
+
+
+def test_native_output_floods_end_at_the_output_cap() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_output_bytes=64 * 1024))
+    program = """
+import os
+chunk = b'x' * (1 << 20)
+for _ in range(200):
+    os.write(1, chunk)
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error is not None and result.error.kind == "output-limit", result
+        many = run(runtime, "for i in range(200000):\n    print(i)")
+        assert many.error is not None and many.error.kind == "output-limit", many
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+def test_forged_frames_reach_only_the_run_own_bindings() -> None:
+    agent_b_only: list[str] = []
+
+    def secret(args: Any, ctx: Any) -> str:
+        agent_b_only.append("ran")
+        return "secret"
+
+    from dsh_tools import ToolOutput, define_tool
+
+    secret_tool = define_tool(
+        name="secret",
+        description="Only for agent B.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=secret,
+    )
+    program = """
+import msgspec, os
+def frame(*fields):
+    body = msgspec.msgpack.encode(list(fields))
+    return len(body).to_bytes(8, 'big') + body
+os.write(4, frame('Call', 999, 'tools', 'secret', []))
+os.write(4, frame('Call', 998, 'admin', 'secret', []))
+os.write(4, frame('Done', None, ['exception', 'forged']))
+try:
+    return await tools.secret({})
+except Exception as error:
+    return str(error)
+"""
+    with ToolSystem.start(ToolsConfig(mode="code")) as system:
+        system.tools.register(echo_tool())
+        system.tools.register(secret_tool)
+        system.agent("A").tools.restrict(deny=["secret"])
+        result = system.execute(
+            ExecuteCall(
+                call_id="c1",
+                name="run_code",
+                arguments={"code": program, "description": "forge frames"},
+                agent="A",
+            )
+        )
+    assert agent_b_only == []
+    failure = failure_of(result)
+    assert "forged" in failure.message or "secret" in failure.message
+
+
+def test_the_command_line_runs_a_hostile_program_in_the_sandbox(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.key"
+    secret.write_text("hunter2")
+    program = f"""
+import os
+try:
+    return open({str(secret)!r}).read()
+except PermissionError:
+    return 'refused'
+"""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("dsh-tools")),
+            "run-code",
+            "--workspace",
+            str(tmp_path),
+            "-",
+        ],
+        input=program,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "refused"
+
+
+def test_concurrent_runs_do_not_see_each_other(sandbox: SubprocessCodeRuntime) -> None:
+    holder = """
+import os, time
+open('mine', 'w').write('run one')
+time.sleep(1.5)
+return sorted(os.listdir('.'))
+"""
+    peeker = """
+import os
+return [sorted(os.listdir('.')), sorted(n for n in os.listdir('/proc') if n.isdigit())]
+"""
+    results: dict[str, Any] = {}
+
+    def hold() -> None:
+        results["holder"] = value(sandbox, holder)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        results["peeker"] = value(sandbox, peeker)
+    finally:
+        thread.join(30)
+    assert results["holder"] == ["mine"]
+    assert results["peeker"] == [[], ["1", "2"]]
+
+
+def test_the_worker_holds_only_its_own_descriptors_and_no_device(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import os
+fds = {}
+for fd in os.listdir('/proc/self/fd'):
+    try:
+        fds[fd] = os.readlink('/proc/self/fd/' + fd).split(':')[0]
+    except FileNotFoundError:
+        pass  # the listing's own descriptor, closed already
+refused = {}
+for path in ('/sys/kernel/notes', '/sys/class/net', '/dev/mem', '/dev/kmsg', '/dev/tty',
+             '/dev/shm', '/proc/kcore', '/proc/sysrq-trigger', '/etc/hostname'):
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, 'rb').close()
+        refused[path] = 'opened'
+    except OSError as error:
+        refused[path] = type(error).__name__
+try:
+    os.mknod('null-copy', 0o20666, os.makedev(1, 3))
+    refused['mknod'] = 'made'
+except OSError as error:
+    refused['mknod'] = type(error).__name__
+return [fds, refused]
+"""
+    fds, refused = value(sandbox, program)
+    kinds = {int(fd): kind for fd, kind in fds.items()}
+    # /dev/null, output pipes, channel pipes; then only the event loop's epoll and self-pipe pair
+    assert [kinds.pop(fd) for fd in range(5)] == ["/dev/null", "pipe", "pipe", "pipe", "pipe"]
+    assert sorted(kinds.values()) == ["anon_inode", "socket", "socket"], kinds
+    assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
+    assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"
