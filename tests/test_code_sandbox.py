@@ -312,7 +312,9 @@ os.wait()
     )
 
 
-def test_a_sandbox_that_cannot_be_set_up_fails_every_run_naming_why(tmp_path: Path) -> None:
+def test_a_grant_that_cannot_be_opened_fails_every_run_naming_it_and_the_fix(
+    tmp_path: Path,
+) -> None:
     missing = str(tmp_path / "missing")
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(read=[missing])))
     try:
@@ -322,9 +324,8 @@ def test_a_sandbox_that_cannot_be_set_up_fails_every_run_naming_why(tmp_path: Pa
     assert result.error is not None
     assert result.error.kind == "worker-exit"
     assert result.error.message == (
-        f"worker error: code sandbox unavailable: granted path {missing!r} (No such file or "
-        'directory); set ToolsConfig(code_isolation="process") to run Code Mode without the '
-        "sandbox"
+        f"worker error: code sandbox: the granted path {missing!r} cannot be opened (No such "
+        "file or directory); fix or remove it in CodeSandbox(read=..., write=...)"
     )
 
 

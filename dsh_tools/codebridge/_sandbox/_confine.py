@@ -180,7 +180,12 @@ class SandboxPlan:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError as exc:
             if required:
-                raise _unavailable(f"granted path {path!r}", exc.strerror) from None
+                # Not a kernel feature: the grant itself is wrong, and turning the sandbox off
+                # would be the wrong advice.
+                raise SandboxUnavailable(
+                    f"code sandbox: the granted path {path!r} cannot be opened ({exc.strerror}); "
+                    "fix or remove it in CodeSandbox(read=..., write=...)"
+                ) from None
             return
         if not os.path.isdir(f"/proc/self/fd/{fd}"):
             rights &= _FILE_RIGHTS
