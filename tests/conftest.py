@@ -12,6 +12,8 @@
 - ``spawn(system, call)``: run ``system.execute`` in a fresh thread (for bodies gated on
   ``threading.Event``); ``arun(coro)``: ``asyncio.run`` for ``execute_async`` scenarios.
 - ``logs``: captures structlog events from every thread; ``logs.wait_for_warnings(n)``.
+- ``errlog``, ``connect``: MCP server stderr per module, and ``connect(system, **options)``
+  registering the live MCP test server (closed after the test).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import pytest
 import structlog
@@ -357,3 +360,37 @@ def post_returning(system: ToolSystem, decision: Any) -> None:
         return decision
 
     system.tools.on_post_execute(post)
+
+
+# --- MCP servers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
+    """Where a test module's MCP server processes write their stderr."""
+    with open(tmp_path_factory.mktemp("mcp-logs") / "stderr.txt", "w") as log:
+        yield log
+
+
+@pytest.fixture
+def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., Any]]:
+    """``connect(system, **options)``: the live MCP test server (``mcp_live_server.py``, over
+    stdio) registered into ``system``; closed after the test."""
+    from mcp_support import live_params
+
+    from dsh_tools.integrations import McpPlugin, register_mcp_server_sync
+
+    plugins: list[McpPlugin] = []
+
+    def make(system: ToolSystem, **options: Any) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield make
+    finally:
+        for plugin in plugins:
+            plugin.close()

@@ -4,7 +4,9 @@
 - ``HttpServer``: the live server over Streamable HTTP on 127.0.0.1, started, killed and
   restarted on the same port;
 - ``Changes``: counts ``change`` notifications and waits (bounded) for the registry to match;
-- ``wait_for_file``, ``process_gone``, ``run``, ``failure``, ``texts``: as in the adapter tests.
+- ``wait_for_file``, ``process_gone``, ``run``, ``failure``, ``texts``: as in the adapter tests;
+- ``RecordingApproval(answer)``: answers every approval request and keeps them (the fixtures
+  ``errlog`` and ``connect`` live in conftest).
 """
 
 from __future__ import annotations
@@ -31,6 +33,18 @@ from dsh_tools import (
 )
 
 LIVE_SERVER = str(Path(__file__).with_name("mcp_live_server.py"))
+
+
+class RecordingApproval:
+    """An approval service answering every request with ``answer`` and keeping the requests."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.requests: list[dict[str, Any]] = []
+
+    def request(self, **kwargs: Any) -> str:
+        self.requests.append(kwargs)
+        return self.answer
 
 
 def live_params(marks: Path) -> StdioServerParameters:

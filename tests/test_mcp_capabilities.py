@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
 from conftest import WAIT, Logs
-from mcp_support import failure, live_params, run, texts
+from mcp_support import (
+    RecordingApproval,
+    failure,
+    run,
+    texts,
+)
 
 from dsh_tools import ExecuteBatch, ToolCall, ToolSystem
 from dsh_tools.integrations import (
@@ -20,46 +25,7 @@ from dsh_tools.integrations import (
     McpProgress,
     McpRequestContext,
     McpToolError,
-    register_mcp_server_sync,
 )
-
-
-@pytest.fixture(scope="module")
-def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
-    with open(tmp_path_factory.mktemp("mcp-caps-logs") / "stderr.txt", "w") as log:
-        yield log
-
-
-@pytest.fixture
-def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
-    """``connect(system, **options)``: the live server registered into ``system``."""
-    plugins: list[McpPlugin] = []
-
-    def make(system: ToolSystem, **options: Any) -> McpPlugin:
-        plugin = register_mcp_server_sync(
-            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
-        )
-        plugins.append(plugin)
-        return plugin
-
-    try:
-        yield make
-    finally:
-        for plugin in plugins:
-            plugin.close()
-
-
-class RecordingApproval:
-    """An approval service answering every request with ``answer`` and keeping the requests."""
-
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-
-    def request(self, **kwargs: Any) -> str:
-        self.requests.append(kwargs)
-        return self.answer
-
 
 # --- sampling ----------------------------------------------------------------------------------
 

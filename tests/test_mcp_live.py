@@ -29,12 +29,6 @@ from dsh_tools.integrations import McpPlugin, ReconnectPolicy, register_mcp_serv
 QUICK = ReconnectPolicy(initial_delay=0.05, max_delay=0.2, max_attempts=None)
 
 
-@pytest.fixture(scope="module")
-def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
-    with open(tmp_path_factory.mktemp("mcp-live-logs") / "stderr.txt", "w") as log:
-        yield log
-
-
 @pytest.fixture
 def live(system: ToolSystem, tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
     """``live(**options)``: the live server over stdio, registered into ``system``."""

@@ -5,14 +5,20 @@ timeouts, task-only tools, output schemas; against the live server and the publi
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import pytest
 from conftest import WAIT, Logs, value_of
 from mcp import StdioServerParameters
-from mcp_support import failure, live_params, run, texts
+from mcp_support import (
+    RecordingApproval,
+    failure,
+    live_params,
+    run,
+    texts,
+)
 
 from dsh_tools import ToolCall, ToolSystem
 from dsh_tools.integrations import (
@@ -22,42 +28,6 @@ from dsh_tools.integrations import (
     mcp_tool_info,
     register_mcp_server_sync,
 )
-
-
-@pytest.fixture(scope="module")
-def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
-    with open(tmp_path_factory.mktemp("mcp-meta-logs") / "stderr.txt", "w") as log:
-        yield log
-
-
-@pytest.fixture
-def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
-    """``connect(system, **options)``: the live server registered into ``system``."""
-    plugins: list[McpPlugin] = []
-
-    def make(system: ToolSystem, **options: Any) -> McpPlugin:
-        plugin = register_mcp_server_sync(
-            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
-        )
-        plugins.append(plugin)
-        return plugin
-
-    try:
-        yield make
-    finally:
-        for plugin in plugins:
-            plugin.close()
-
-
-class RecordingApproval:
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-        self.requests: list[dict[str, Any]] = []
-
-    def request(self, **kwargs: Any) -> str:
-        self.requests.append(kwargs)
-        return self.answer
-
 
 # --- hints and titles --------------------------------------------------------------------------
 
