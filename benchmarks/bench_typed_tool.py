@@ -22,28 +22,11 @@ from typing import Any, Literal
 
 import msgspec
 
+# The same typical call that bench_validation.py measures (run as a script, so the sibling
+# module imports).
+from bench_validation import ARGUMENTS, PARAMETERS
+
 from dsh_tools import ToolOutput, define_tool, snapshot_json, tool
-
-ARGUMENTS: dict[str, Any] = {
-    "path": "/srv/project/src/main.py",
-    "limit": 200,
-    "follow": True,
-    "options": {"encoding": "utf-8", "offset": 10},
-}
-
-PARAMETERS: dict[str, Any] = {
-    "path": {"type": "string", "required": True, "description": "Absolute path"},
-    "limit": {"type": "integer", "description": "Max lines"},
-    "follow": {"type": "boolean"},
-    "options": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "encoding": {"type": "string", "enum": ["utf-8", "latin-1"]},
-            "offset": {"type": "integer"},
-        },
-    },
-}
 
 DSL_TOOL = define_tool(
     "read",

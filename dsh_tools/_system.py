@@ -45,7 +45,7 @@ from .codebridge._assembly import AssembledPrompt, PromptAssembler
 from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
-from .pipeline._approval import Approval, ApprovalFunction, as_approval
+from .pipeline._approval import Approval, ApprovalCall, ApprovalFunction, as_approval
 from .pipeline._loop import drive, driving, new_pool_loop, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
@@ -250,7 +250,7 @@ class ToolSystem:
             self._cell,
             session=self.session,
             executor=self._executor,
-            approval=lambda: self.approval,
+            approval=lambda: self._approval_call,
             background=self._background,
         )
         self._batches = BatchRunner(
@@ -285,7 +285,10 @@ class ToolSystem:
 
     @approval.setter
     def approval(self, value: Approval | ApprovalFunction | None) -> None:
-        self._approval = as_approval(value)
+        approval = as_approval(value)
+        # Checked now (at start), and the pipeline reuses what was learned at every Ask.
+        self._approval_call = None if approval is None else ApprovalCall(approval)
+        self._approval = approval
 
     @classmethod
     def start(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import os
 import sys
 import threading
 import time
@@ -20,13 +19,13 @@ from typing import Any, TextIO
 import pytest
 from conftest import WAIT, fixture, spawn, value_of
 from mcp import StdioServerParameters, stdio_client
+from mcp_support import failure, process_gone, run, texts, wait_for_file
 
 from dsh_tools import (
     AbortController,
     ExecuteBatch,
     ExecuteCall,
     ToolCall,
-    ToolExecutionFailure,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolSystem,
@@ -59,47 +58,11 @@ def server_params(marks: Path) -> StdioServerParameters:
     )
 
 
-def wait_for_file(path: Path) -> str:
-    """Wait (bounded) for a marker file the server process writes; return its text."""
-    deadline = time.monotonic() + WAIT
-    while not path.exists():
-        assert time.monotonic() < deadline, f"the server never wrote {path.name}"
-        time.sleep(0.005)
-    return path.read_text()
-
-
-def process_gone(pid: int) -> bool:
-    """Whether ``pid`` has exited and been reaped (no zombie left), waiting a bounded time."""
-    deadline = time.monotonic() + WAIT
-    while os.path.exists(f"/proc/{pid}"):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 def mcp_threads() -> list[threading.Thread]:
     """Client threads of MCP plugins, except the module's shared one."""
     return [
         t for t in threading.enumerate() if t.name.startswith("mcp[") and t.name != "mcp[shared]"
     ]
-
-
-def run(system: ToolSystem, name: str, arguments: Any, **extra: Any) -> ToolExecutionResult:
-    """``system.execute`` in a fresh thread (its own loop), bounded."""
-    call = ExecuteCall(call_id=f"call-{name}", name=name, arguments=arguments, **extra)
-    result: ToolExecutionResult = spawn(system, call).result(WAIT)
-    return result
-
-
-def failure(result: ToolExecutionResult) -> dict[str, Any]:
-    assert isinstance(result, ToolExecutionFailure), result.to_dict()
-    projected: dict[str, Any] = result.to_dict()
-    return projected
-
-
-def texts(result: ToolExecutionResult) -> list[str]:
-    return [block["text"] for block in result.content]
 
 
 # --- fixtures ----------------------------------------------------------------------------------

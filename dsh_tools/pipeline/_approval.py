@@ -91,22 +91,22 @@ class _FunctionApproval:
 
 def as_approval(value: Any) -> Approval | None:
     """``value`` as an ``Approval``: ``None`` stays ``None``, an object with a callable
-    ``request`` is used as it is, any other callable is the shorthand; ``TypeError`` else."""
+    ``request`` is used as it is, any other callable is the shorthand; ``TypeError`` else.
+    ``ApprovalCall(approval)`` checks the keywords its ``request`` takes."""
     if value is None:
         return None
-    request = getattr(value, "request", None)
-    if callable(request):
-        _accepted_keywords(request)
-        approval: Approval = value
-        return approval
-    if callable(value):
-        _accepted_keywords(value)
-        return _FunctionApproval(value)
-    raise TypeError(
-        "approval must be an object with a request(*, agent, tool_name, call_id, signal, "
-        "arguments, reason=...) method, or a function or async def taking those keywords; "
-        f"got {type(value).__name__}"
-    )
+    approval: Approval
+    if callable(getattr(value, "request", None)):
+        approval = value
+    elif callable(value):
+        approval = _FunctionApproval(value)
+    else:
+        raise TypeError(
+            "approval must be an object with a request(*, agent, tool_name, call_id, signal, "
+            "arguments, reason=...) method, or a function or async def taking those keywords; "
+            f"got {type(value).__name__}"
+        )
+    return approval
 
 
 def unknown_outcome(outcome: Any) -> ValueError:
@@ -132,7 +132,8 @@ _OPTIONAL_KEYWORDS = ("arguments", "reason")
 class ApprovalCall:
     """How the pipeline calls one approver: which keywords its ``request`` takes, and whether
     it is a coroutine function (run on the call's loop) or a plain one (may block: run on a
-    worker thread when the call is not on the caller's own thread)."""
+    worker thread when the call is not on the caller's own thread). Made once, when the
+    approver is set; ``TypeError`` for a ``request`` that cannot take the required keywords."""
 
     __slots__ = ("approval", "is_async", "passes")
 
@@ -141,11 +142,10 @@ class ApprovalCall:
         target: Callable[..., Any] = (
             approval.target() if isinstance(approval, _FunctionApproval) else approval.request
         )
-        request = target
         self.is_async = inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
             getattr(target, "__call__", None)  # noqa: B004 - an object with async __call__
         )
-        self.passes = _accepted_keywords(request)
+        self.passes = _accepted_keywords(target)
 
 
 def _accepted_keywords(request: Callable[..., Any]) -> frozenset[str]:

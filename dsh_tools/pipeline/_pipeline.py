@@ -150,7 +150,7 @@ class Pipeline:
         *,
         session: SessionLog,
         executor: Executor,
-        approval: Callable[[], Any],
+        approval: Callable[[], ApprovalCall | None],
         background: Callable[[Awaitable[Any], str, dict[str, Any]], None],
     ) -> None:
         self._cell = cell
@@ -365,8 +365,8 @@ class Pipeline:
 
     async def _approve(self, rec: CallRecord, ask: Ask) -> tuple[Any, bool]:
         name = rec.name
-        approval = self._approval()
-        if approval is None:
+        how = self._approval()
+        if how is None:
             if ask.reason is not None:
                 return Deny(ask.reason), False
             return Deny(f'tool "{name}" requires approval (not yet supported)'), False
@@ -378,7 +378,7 @@ class Pipeline:
                 ),
                 False,
             )
-        how = ApprovalCall(approval)
+        approval = how.approval
         kwargs: dict[str, Any] = {
             "agent": rec.agent,
             "tool_name": name,

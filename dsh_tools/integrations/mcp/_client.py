@@ -20,7 +20,7 @@ import concurrent.futures
 import contextlib
 import inspect
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from functools import partial
 from pathlib import Path
@@ -69,9 +69,26 @@ _LOG_METHODS = {
 }
 
 
-def _wire(model: Any) -> dict[str, Any]:
+def wire(model: Any) -> dict[str, Any]:
+    """An SDK model in its wire form (JSON names, absent fields left out)."""
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+
+async def list_all(
+    fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], Sequence[Any]]
+) -> list[dict[str, Any]]:
+    """Every item of a paginated list request, in wire form: ``fetch()`` then
+    ``fetch(params=<next cursor>)`` until a page has no ``next_cursor``."""
+    found: list[dict[str, Any]] = []
+    page = await fetch()
+    while True:
+        found.extend(wire(item) for item in items(page))
+        cursor = page.next_cursor
+        if not cursor:
+            return found
+        page = await fetch(params=types.PaginatedRequestParams(cursor=cursor))
 
 
 class Listing:
@@ -176,14 +193,7 @@ class _WatchedReadStream:
 
 
 async def _list_all_tools(session: ClientSession) -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = []
-    result = await session.list_tools()
-    while True:
-        tools.extend(_wire(tool) for tool in result.tools)
-        cursor = result.next_cursor
-        if not cursor:
-            return tools
-        result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor))
+    return await list_all(session.list_tools, lambda page: page.tools)
 
 
 class McpClient:
@@ -358,9 +368,9 @@ class McpClient:
                     await session.set_logging_level(level)  # type: ignore[arg-type]
             listing = Listing(
                 tools,
-                _wire(init.server_info) if init.server_info is not None else None,
+                wire(init.server_info) if init.server_info is not None else None,
                 init.instructions,
-                _wire(init.capabilities),
+                wire(init.capabilities),
             )
             self._session = session
             self._connected = True
@@ -578,7 +588,7 @@ class McpClient:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._note_lost()
             raise self._disconnected() from None
-        return _wire(result)
+        return wire(result)
 
     # --- what the server sends us --------------------------------------------------------------
 
@@ -593,7 +603,7 @@ class McpClient:
         callback = self._options.sampling
         assert callback is not None
         try:
-            out = await _answer(callback, self._context(), _wire(params))
+            out = await _answer(callback, self._context(), wire(params))
             if isinstance(out, Mapping) and isinstance(out.get("content"), list):
                 return types.CreateMessageResultWithTools.model_validate(out)
             return types.CreateMessageResult.model_validate(out)
@@ -607,7 +617,7 @@ class McpClient:
         callback = self._options.elicitation
         assert callback is not None
         try:
-            out = await _answer(callback, self._context(), _wire(params))
+            out = await _answer(callback, self._context(), wire(params))
             return types.ElicitResult.model_validate(out)
         except Exception as exc:
             _log.warning("MCP elicitation callback failed", server=self.label, error=_describe(exc))

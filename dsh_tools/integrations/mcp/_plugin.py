@@ -22,11 +22,10 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
-from mcp import types
 
 from ...actors import FrozenDict
 from ...registry import Disposer, ToolsHandle, snapshot_json
-from ._client import Listing, McpClient, describe
+from ._client import Listing, McpClient, describe, list_all, wire
 from ._errors import McpConnectionError
 from ._tools import ConcurrencyPolicy, build_definition, needs_tasks
 from ._types import McpProgress, McpState, McpToolInfo, ProgressCallback
@@ -324,30 +323,16 @@ class McpPlugin:
         session = self._client.session()
         try:
             if method == "resources/list":
-                listed: list[dict[str, Any]] = []
-                result = await session.list_resources()
-                while True:
-                    listed.extend(_wire(r) for r in result.resources)
-                    if not result.next_cursor:
-                        return listed
-                    cursor = types.PaginatedRequestParams(cursor=result.next_cursor)
-                    result = await session.list_resources(params=cursor)
+                return await list_all(session.list_resources, lambda page: page.resources)
             if method == "resources/templates/list":
                 templates = await session.list_resource_templates()
-                return [_wire(t) for t in templates.resource_templates]
+                return [wire(t) for t in templates.resource_templates]
             if method == "resources/read":
                 read = await session.read_resource(params["uri"])
-                return [_wire(c) for c in read.contents]
+                return [wire(c) for c in read.contents]
             if method == "prompts/list":
-                prompts: list[dict[str, Any]] = []
-                page = await session.list_prompts()
-                while True:
-                    prompts.extend(_wire(p) for p in page.prompts)
-                    if not page.next_cursor:
-                        return prompts
-                    cursor = types.PaginatedRequestParams(cursor=page.next_cursor)
-                    page = await session.list_prompts(params=cursor)
-            got = _wire(await session.get_prompt(params["name"], params["arguments"]))
+                return await list_all(session.list_prompts, lambda page: page.prompts)
+            got = wire(await session.get_prompt(params["name"], params["arguments"]))
             got.pop("resultType", None)  # protocol bookkeeping, not part of the prompt
             return got
         except MCPError as exc:
@@ -447,7 +432,3 @@ class McpPlugin:
     def __repr__(self) -> str:
         return f"<McpPlugin {self.name!r} {self.state} tools={list(self.tool_names)}>"
 
-
-def _wire(model: Any) -> dict[str, Any]:
-    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
