@@ -189,6 +189,10 @@ class CodeRun:
         self._status += slot.status
         host = slot.fds
         self._fds = host
+        # The worker is waiting: write the program before anything else, so that the worker
+        # starts it while the host registers its readers (the pipes keep what it answers).
+        self._send(self._boot)
+        self._flush()
         loop = self._loop
         for name, callback in (
             ("from_worker", self._on_channel),
@@ -199,8 +203,6 @@ class CodeRun:
             fd = host[name]
             loop.add_reader(fd, callback)
             self._readers.add(fd)
-        self._send(self._boot)
-        self._flush()  # the worker is waiting: write now rather than on the next iteration
         if self._status:
             self._loop.call_soon(self._on_status)
 
