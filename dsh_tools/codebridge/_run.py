@@ -724,11 +724,11 @@ class CodeRun:
         self.finished.set_result(None)
 
     def _schedule_refill(self) -> None:
-        """Replace the pre-forked worker this run used once the run is over (scheduled after
-        the caller's wake-up), so that forking it never competes with the run."""
+        """Replace the pre-forked worker this run used once the run is over, on the pool's own
+        thread, so that neither the spawn request nor the fork it starts holds up this loop."""
         if self._refill and self._pool is not None:
             self._refill = False
-            self._loop.call_soon(self._pool.fill)
+            self._pool.fill_soon()
 
     def abandon(self) -> None:
         """Tear down at once without waiting (the awaiting task was cancelled, or its loop died).
