@@ -10,7 +10,10 @@
   loop running the same sleeps ten at a time; a bare ``ThreadPoolExecutor(10)`` doing the same
   sleeps), and trivial calls per second with pools of 1, 10 and 100;
 - Code Mode: an empty ``run_code`` end to end, and a program making 100 trivial calls under
-  ``asyncio.gather``;
+  ``asyncio.gather``, each taken from a warm pool (runs ``POOL_REFILL_PAUSE_S`` apart, as a
+  model's turns keep them, so the single-use worker a run used has been replaced) and back to
+  back (each run then also waits for, and shares the 2 cores with, the fork of its
+  replacement);
 - ``assemble_prompt`` for 2,000 tools (in ``both`` mode: schemas and the SDK section), the first
   call and a call after it with the registry unchanged;
 - the peak resident memory of ``dsh-tools demo`` (run as a child process).
@@ -40,6 +43,7 @@ from .pipeline._loop import new_pool_loop
 from .registry import ToolOutput, define_tool
 
 __all__ = [
+    "POOL_REFILL_PAUSE_S",
     "measure_assembly",
     "measure_code_mode",
     "measure_demo_rss",
@@ -48,6 +52,10 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
+
+POOL_REFILL_PAUSE_S = 0.02
+"""Untimed pause between the warm-pool runs of Code Mode (and of its peer): long enough for
+the pool to have replaced the single-use worker the previous run took."""
 
 
 def _median(runs: int, measure: Callable[[], float]) -> float:
@@ -266,7 +274,7 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
         }
         counter = iter(range(10**9))
 
-        def once(program: str) -> float:
+        def once(program: str, pause: float) -> float:
             call = ExecuteCall(
                 call_id=f"bench-{next(counter)}",
                 name="run_code",
@@ -278,14 +286,17 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
             system.session.clear()
             if result.is_error:
                 raise RuntimeError(f"benchmark program failed: {result.content}")
+            time.sleep(pause)
             return elapsed * 1e3
 
         for key, program in programs.items():
             if progress:
                 progress(key.replace("_ms", "").replace("_", " "))
             for _ in range(3):
-                once(program)
-            figures[key] = _median(runs, partial(once, program))
+                once(program, POOL_REFILL_PAUSE_S)
+            figures[key] = _median(runs, partial(once, program, POOL_REFILL_PAUSE_S))
+            back_to_back = key.replace("_ms", "_back_to_back_ms")
+            figures[back_to_back] = _median(runs, partial(once, program, 0.0))
     return figures
 
 

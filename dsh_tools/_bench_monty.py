@@ -2,11 +2,13 @@
 
 ``pydantic_monty.AsyncMonty`` keeps a warm pool of interpreter workers; one figure is a fresh
 session checkout plus an empty ``feed_run``, the other the same program as the Code Mode
-benchmark with 100 external async function calls under ``asyncio.gather``. Monty is a
-benchmark-only dependency (the ``bench`` extra); without it these figures are left out.
+benchmark with 100 external async function calls under ``asyncio.gather``; each is measured
+with the same untimed pause between runs as Code Mode's warm-pool figures, and back to back.
+Monty is a benchmark-only dependency (the ``bench`` extra); without it these figures are left out.
 
-It is measured in a child interpreter (``python -m dsh_tools._bench_monty RUNS``, printing JSON):
-``pydantic_monty`` 1.4 can abort its process at exit, which must not end ``dsh-tools bench``.
+It is measured in a child interpreter (``python -m dsh_tools._bench_monty RUNS PAUSE``,
+printing JSON): ``pydantic_monty`` 1.4 can abort its process at exit, which must not end
+``dsh-tools bench``.
 """
 
 from __future__ import annotations
@@ -36,16 +38,18 @@ async def _trivial(n: int) -> int:
     return n
 
 
-async def _measure(runs: int) -> dict[str, float]:
+async def _measure(runs: int, pause: float) -> dict[str, float]:
     import pydantic_monty
 
     async with pydantic_monty.AsyncMonty(min_processes=2) as pool:
 
-        async def once(program: str, lookup: dict[str, Any] | None) -> float:
+        async def once(program: str, lookup: dict[str, Any] | None, pause: float) -> float:
             start = time.perf_counter()
             async with pool.checkout() as session:
                 await session.feed_run(program, external_lookup=lookup)
-            return (time.perf_counter() - start) * 1e3
+            elapsed = (time.perf_counter() - start) * 1e3
+            await asyncio.sleep(pause)
+            return elapsed
 
         figures: dict[str, float] = {}
         for key, program, lookup in (
@@ -53,15 +57,21 @@ async def _measure(runs: int) -> dict[str, float]:
             ("monty_100_calls_ms", _GATHER_PROGRAM, {"trivial": _trivial}),
         ):
             for _ in range(3):
-                await once(program, lookup)
-            figures[key] = statistics.median([await once(program, lookup) for _ in range(runs)])
+                await once(program, lookup, pause)
+            figures[key] = statistics.median(
+                [await once(program, lookup, pause) for _ in range(runs)]
+            )
+            figures[key.replace("_ms", "_back_to_back_ms")] = statistics.median(
+                [await once(program, lookup, 0.0) for _ in range(runs)]
+            )
         return figures
 
 
-def measure_monty(runs: int = 20) -> dict[str, float]:
-    """Milliseconds for Monty's empty run and 100 gathered external calls (median)."""
+def measure_monty(runs: int = 20, pause: float = 0.02) -> dict[str, float]:
+    """Milliseconds for Monty's empty run and 100 gathered external calls (median), runs
+    ``pause`` seconds apart, and back to back (``*_back_to_back_ms``)."""
     child = subprocess.run(
-        [sys.executable, "-m", "dsh_tools._bench_monty", str(runs)],
+        [sys.executable, "-m", "dsh_tools._bench_monty", str(runs), str(pause)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -75,4 +85,4 @@ def measure_monty(runs: int = 20) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(_measure(int(sys.argv[1])))), flush=True)
+    print(json.dumps(asyncio.run(_measure(int(sys.argv[1]), float(sys.argv[2])))), flush=True)

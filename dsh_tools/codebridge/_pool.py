@@ -87,7 +87,7 @@ def _alive(slot: Slot) -> bool:
 
 
 class WorkerPool:
-    """Up to ``size`` idle slots of one template; refilled on every ``take()``."""
+    """Up to ``size`` idle slots of one template; refilled after every run."""
 
     def __init__(self, template: TemplateHandle, size: int) -> None:
         self._template = template
@@ -95,6 +95,8 @@ class WorkerPool:
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._wanted = threading.Event()
+        self._filler: threading.Thread | None = None
 
     def take(self) -> Slot | None:
         """A live idle slot, or ``None`` when none is ready (the caller spawns directly)."""
@@ -122,10 +124,37 @@ class WorkerPool:
                     return
                 self._idle.append(slot)
 
+    def fill_soon(self) -> None:
+        """Have the pool's own thread ``fill()``. The spawn request wakes the template, which
+        forks at once: sent from the run's loop it held that loop up (about half a millisecond
+        per run, measured end to end) before the caller got its result."""
+        with self._lock:
+            if self._closed:
+                return
+            if self._filler is None:
+                self._filler = threading.Thread(
+                    target=self._fill_when_wanted, name="dsh-code-worker-pool", daemon=True
+                )
+                self._filler.start()
+        self._wanted.set()
+
+    def _fill_when_wanted(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            with self._lock:
+                if self._closed:
+                    return
+            self.fill()
+
     def close(self) -> None:
-        """Close every idle slot; later fills do nothing."""
+        """Close every idle slot and stop the pool's thread; later fills do nothing."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            filler, self._filler = self._filler, None
+        self._wanted.set()
+        if filler is not None and filler is not threading.current_thread():
+            filler.join(timeout=5)
         for slot in idle:
             slot.close()

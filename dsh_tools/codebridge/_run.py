@@ -193,6 +193,10 @@ class CodeRun:
         self._status += slot.status
         host = slot.fds
         self._fds = host
+        # The worker is waiting: write the program before anything else, so that the worker
+        # starts it while the host registers its readers (the pipes keep what it answers).
+        self._send(self._boot)
+        self._flush()
         loop = self._loop
         for name, callback in (
             ("from_worker", self._on_channel),
@@ -203,8 +207,6 @@ class CodeRun:
             fd = host[name]
             loop.add_reader(fd, callback)
             self._readers.add(fd)
-        self._send(self._boot)
-        self._flush()  # the worker is waiting: write now rather than on the next iteration
         if self._status:
             self._loop.call_soon(self._on_status)
 
@@ -736,11 +738,11 @@ class CodeRun:
         self.finished.set_result(None)
 
     def _schedule_refill(self) -> None:
-        """Replace the pre-forked worker this run used once the run is over (scheduled after
-        the caller's wake-up), so that forking it never competes with the run."""
+        """Replace the pre-forked worker this run used once the run is over, on the pool's own
+        thread, so that neither the spawn request nor the fork it starts holds up this loop."""
         if self._refill and self._pool is not None:
             self._refill = False
-            self._loop.call_soon(self._pool.fill)
+            self._pool.fill_soon()
 
     def abandon(self) -> None:
         """Tear down at once without waiting (the awaiting task was cancelled, or its loop died).

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import marshal
 import threading
 from typing import Final
 
@@ -130,7 +131,7 @@ class SubprocessCodeRuntime:
                 ledger, Outcome(failure=("abort", safe_text(signal_.reason, "aborted")))
             )
         try:
-            compile_program(request.program)
+            code = compile_program(request.program)
         except ProgramError as error:
             return materialize(ledger, Outcome(failure=("exception", error.message)))
         namespaces: dict[str, dict[str, BindingFunction]] = {}
@@ -146,15 +147,16 @@ class SubprocessCodeRuntime:
                     None if spec is None else ErrorClassWire(spec.name, spec.member_attr),
                 )
             )
-        boot = encode_frame(
-            Boot(
-                request.program,
-                wire,
-                config.max_output_bytes,
-                config.max_memory_mb,
-                config.compute_ms,
-            )
+        fields = (
+            request.program,
+            wire,
+            config.max_output_bytes,
+            config.max_memory_mb,
+            config.compute_ms,
         )
+        boot = encode_frame(Boot(*fields, marshal.dumps(code)))
+        if len(boot) - PREFIX_BYTES > config.max_frame_bytes:
+            boot = encode_frame(Boot(*fields))  # the worker compiles the source itself
         boot_size = len(boot) - PREFIX_BYTES
         if boot_size > config.max_frame_bytes:
             return materialize(

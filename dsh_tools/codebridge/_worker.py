@@ -28,6 +28,7 @@ import collections.abc
 import contextlib
 import io
 import linecache
+import marshal
 import math
 import os
 import re
@@ -540,12 +541,24 @@ def _read_boot() -> Boot:
     return frame
 
 
+def _load_code(data: bytes | None) -> types.CodeType | None:
+    """The host's compilation of the program (loading it keeps a second compile off the run's
+    path), or ``None`` when it is absent or unusable."""
+    if data is None:
+        return None
+    try:
+        code = marshal.loads(data)
+    except Exception:
+        return None
+    return code if type(code) is types.CodeType else None
+
+
 def _run(worker: _Worker) -> NoReturn:
     boot = worker.boot
     source = boot.program
     linecache.cache[FILENAME] = (len(source), None, source.splitlines(keepends=True), FILENAME)
     try:
-        code = compile_program(source)
+        code = _load_code(boot.code) or compile_program(source)
     except ProgramError as error:
         if not worker.ledger.fits_message(error.message):
             worker.finish(Done(error=DoneError("output-limit", limit_message(worker.ledger.cap))))
@@ -606,9 +619,15 @@ _LOOPS: list[asyncio.AbstractEventLoop] = []
 """The event loop ``_prewarm`` made for the run."""
 
 
+_WARM_BOOT: Final = bytes(
+    _encode_frame(Boot("return [1]", [], 4, 1.0, 1.0, marshal.dumps(compile_program("return [1]"))))
+)
+"""A boot frame for ``_prewarm``, made once in the template."""
+
+
 def _prewarm() -> None:
-    """Do, before the program arrives, the work every run repeats: the event loop, a compile,
-    a frame each way. A worker is forked ready-made and waits for its ``Boot``; the first
+    """Do, before the program arrives, the work every run repeats: the event loop, loading a
+    program, a frame each way. A worker is forked ready-made and waits for its ``Boot``; the first
     touch of each page it inherited copies that page, so touching them now keeps those copies
     (a few milliseconds) off the run's path."""
     loop = asyncio.new_event_loop()
@@ -618,9 +637,7 @@ def _prewarm() -> None:
 
     loop.run_until_complete(tick())
     _LOOPS.append(loop)
-    compile_program("value = [1]\nreturn value")
-    sample = _encode_frame(Boot("return None", [], 4, 1.0, 1.0))
-    host_frame_decoder().decode(bytes(sample[PREFIX_BYTES:]))
+    _load_code(host_frame_decoder().decode(_WARM_BOOT[PREFIX_BYTES:]).code)
     _encode_frame(Done(value=tokenize(None)))
     _encode_frame(Log(_clean("warm")))
 
