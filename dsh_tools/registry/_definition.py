@@ -24,9 +24,11 @@ from msgspec import UNSET
 
 from ..actors import FrozenList, ToolArgsError, ToolOutputError, message_of
 from ._dsl import compile_parameters, compile_schema
-from ._json_schema import _build_plan, assert_supported_json_schema, prepare_schema, validate_plan
+from ._json_schema import assert_supported_json_schema
 from ._lossless import LosslessJsonError, snapshot_json, thaw
 from ._raw_schema import optional_null_dropper
+from ._schema_plan import _build_plan, prepare_schema
+from ._schema_validate import validate_plan
 
 __all__ = [
     "Placement",
