@@ -1,6 +1,7 @@
 """The registry layer: lossless JSON and frozen values, the schema DSL, the enforced JSON Schema
 subset, tool definitions and the output contract."""
 
+from ._compact_json import compact_json
 from ._define_tool import define_tool, placed_execute
 from ._definition import Placement, ToolDefinition, ToolOutput
 from ._dsl import compile_parameters, compile_schema, validate_args
@@ -10,13 +11,9 @@ from ._json_schema import (
     assert_supported_json_schema,
     validate_json_schema_value,
 )
-from ._lossless import (
-    LosslessJsonError,
-    compact_json,
-    is_json_value,
-    snapshot_json,
-    thaw,
-)
+from ._lossless import LosslessJsonError
+from ._lossless_check import is_json_value
+from ._lossless_copy import snapshot_json, thaw
 from ._presentation import (
     CallView,
     DiffCallView,

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..actors import JsonSchemaError
-from ._lossless import _SURROGATE, INT_MAX, INT_MIN, _float_ok, is_json_value
+from ._lossless import _SURROGATE, INT_MAX, INT_MIN, _float_ok
+from ._lossless_check import is_json_value
 from ._schema_plan import prepare_schema
 from ._schema_predicates import (
     _MISSING,

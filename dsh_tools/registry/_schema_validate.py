@@ -9,15 +9,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from ..actors import FrozenDict, FrozenList
-from ._lossless import (
-    _SURROGATE,
-    INT_MAX,
-    INT_MIN,
-    _float_ok,
-    compact_json,
-    is_json_value_memo,
-    render_path,
-)
+from ._compact_json import compact_json
+from ._lossless import _SURROGATE, INT_MAX, INT_MIN, _float_ok, render_path
+from ._lossless_check import is_json_value_memo
 from ._schema_plan import _P_ANY, _P_ARRAY, _P_OBJECT, _P_ONE_OF, _P_SCALAR, _P_UNKNOWN
 from ._schema_predicates import _MISSING, _in_enum, _scalar_equal
 

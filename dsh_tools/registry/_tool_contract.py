@@ -15,7 +15,8 @@ from msgspec import UNSET
 from ..actors import FrozenList, ToolOutputError, message_of
 from ._definition import ToolDefinition, ToolOutput
 from ._json_schema import assert_supported_json_schema
-from ._lossless import LosslessJsonError, snapshot_json, thaw
+from ._lossless import LosslessJsonError
+from ._lossless_copy import snapshot_json, thaw
 from ._schema_plan import prepare_schema
 from ._schema_validate import validate_plan
 

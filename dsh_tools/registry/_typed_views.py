@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 
 from ..actors import ToolArgsError
-from ._lossless import LosslessJsonError, thaw
+from ._lossless import LosslessJsonError
+from ._lossless_copy import thaw
 
 
 def _class_fields(owner: str, role: str, cls: Any) -> tuple[list[str], set[str]]:
