@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import select
-import selectors
 import threading
 import types
 import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
+
+from ._epoll import PreciseEpoll
 
 __all__ = [
     "drive",
@@ -199,42 +199,10 @@ def start_task(
 
 # --- the loop batches run on -------------------------------------------------------------------
 
-_FD_SETSIZE = 1024  # select() takes descriptors below this
-
 
 def new_pool_loop() -> asyncio.AbstractEventLoop:
     """A new event loop for batches and code runs whose timers fire on time: on Linux a
     selector loop over a precise epoll selector, elsewhere the platform's default loop."""
-    if not hasattr(selectors, "EpollSelector"):
+    if PreciseEpoll is None:
         return asyncio.new_event_loop()
-    return asyncio.SelectorEventLoop(_PreciseEpoll())
-
-
-if hasattr(selectors, "EpollSelector"):
-
-    class _PreciseEpoll(selectors.EpollSelector):
-        """``epoll`` whose timed waits end on time.
-
-        ``epoll_wait`` counts whole milliseconds and the stock selector rounds a timeout up, so
-        a timer due in 0.2 ms fires 0.8 ms late. Sleeping tool bodies and deadlines on the
-        system loop are timers: a pool of ten 5 ms calls lost about 0.4 ms per call to that
-        rounding. A timed wait here is a ``select()`` on the epoll descriptor itself (a
-        microsecond timeout; the descriptor is readable as soon as any registered one is),
-        then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
-        stock ones, and so is every wait when the epoll descriptor is too high for
-        ``select()``.
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._epoll_fd = self.fileno()
-            self._precise = self._epoll_fd < _FD_SETSIZE
-
-        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-            if timeout is not None and timeout > 0 and self._precise:
-                try:
-                    select.select((self._epoll_fd,), (), (), timeout)
-                except InterruptedError:
-                    return []
-                timeout = 0
-            return super().select(timeout)
+    return asyncio.SelectorEventLoop(PreciseEpoll())
