@@ -120,7 +120,11 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
 
     It runs in a copy of the caller's context (as a task would) without an event loop for as
     long as it never suspends; from its first real suspension on it finishes inside a task
-    on this thread's private loop."""
+    on this thread's private loop.
+
+    The loop runs only until that task ends: the task stops the loop itself as it finishes
+    (``run_until_complete`` would stop it from a done callback, one more pass of the loop
+    later, and that pass costs about as much as the hooks that needed the loop)."""
     context = contextvars.copy_context()
     state = _state
     outer = state.driving
@@ -132,25 +136,38 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             value: _T = done.value
             return value
         loop = thread_loop()
-        task = loop.create_task(_carry_on(coro, first), context=context)
-        return loop.run_until_complete(task)
+        task = asyncio.Task(_carry_on(coro, first, loop), loop=loop, context=context)
+        try:
+            loop.run_forever()
+        except BaseException:
+            if task.done() and not task.cancelled():
+                task.exception()  # raised here and now: not "never retrieved"
+            raise
+        if not task.done():  # code on the loop stopped it (as run_until_complete reports)
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return task.result()
     finally:
         state.driving = outer
 
 
 @types.coroutine
-def _carry_on(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+def _carry_on(
+    coro: Coroutine[Any, Any, _T], first: Any, loop: asyncio.AbstractEventLoop
+) -> Generator[Any, Any, _T]:
     """Continue a driven coroutine inside its task: first past every ``event_loop()`` wait
-    (a loop runs now), then as ``resume`` does."""
-    yielded = first
-    while yielded is _NEED_LOOP:
-        try:
-            yielded = coro.send(None)
-        except StopIteration as done:
-            value: _T = done.value
-            return value
-    result: _T = yield from resume(coro, yielded)
-    return result
+    (a loop runs now), then as ``resume`` does; stop ``loop`` once it has ended."""
+    try:
+        yielded = first
+        while yielded is _NEED_LOOP:
+            try:
+                yielded = coro.send(None)
+            except StopIteration as done:
+                value: _T = done.value
+                return value
+        result: _T = yield from resume(coro, yielded)
+        return result
+    finally:
+        loop.stop()
 
 
 # --- resuming a started coroutine in a task ----------------------------------------------------
