@@ -146,9 +146,15 @@ class CodeRunBridgeActor:
 
     # --- bindings ------------------------------------------------------------------------------
 
-    def _binding(self, name: str) -> Callable[..., Awaitable[Any]]:
-        async def call_tool(arguments: Any = _ABSENT) -> Any:
-            return await self._submit(name, arguments)
+    def _binding(self, name: str) -> Callable[..., asyncio.Future[Any]]:
+        def call_tool(arguments: Any = _ABSENT) -> asyncio.Future[Any]:
+            try:
+                return self._submit(name, arguments)
+            except ToolCallRejected as exc:  # refused before submission: a failed awaitable
+                refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                refused.set_exception(exc)
+                _quiet(refused)
+                return refused
 
         call_tool.__name__ = name if name.isidentifier() else "call_tool"
         return call_tool
@@ -156,7 +162,9 @@ class CodeRunBridgeActor:
     def _over(self) -> str:
         return message_of(self._controller.signal.reason)
 
-    async def _submit(self, name: str, arguments: Any) -> Any:
+    def _submit(self, name: str, arguments: Any) -> asyncio.Future[Any]:
+        """Submit one sub-call; its future settles when the pool commits (or abandons) it.
+        A call refused before it is submitted raises ``ToolCallRejected``."""
         if self._controller.signal.aborted:
             raise ToolCallRejected(f"run_code run is over ({self._over()}); {name} not dispatched")
         if arguments is _ABSENT:
@@ -165,6 +173,8 @@ class CodeRunBridgeActor:
                 "object, e.g. `{}`)"
             )
         try:
+            # The tool and the log get distinct copies; the pool hands the tool's snapshot to
+            # the pipeline as it is, without a third copy.
             dispatched = snapshot_json(arguments)
             logged = snapshot_json(arguments)
         except LosslessJsonError as exc:
@@ -180,8 +190,8 @@ class CodeRunBridgeActor:
             parent=self._outer.token,
         )
         assert self._pool is not None
-        self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub)))
-        return await sub.future
+        self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub, frozen=True)))
+        return sub.future
 
     # --- the pool lane -------------------------------------------------------------------------
 
