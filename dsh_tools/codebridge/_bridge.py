@@ -152,8 +152,7 @@ class CodeRunBridgeActor:
                 return self._submit(name, arguments)
             except ToolCallRejected as exc:  # refused before submission: a failed awaitable
                 refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-                refused.set_exception(exc)
-                _quiet(refused)
+                _reject(refused, exc)
                 return refused
 
         call_tool.__name__ = name if name.isidentifier() else "call_tool"
@@ -218,16 +217,16 @@ class CodeRunBridgeActor:
             self._outer.defer_context(context)
         if not sub.future.done():
             if self._controller.signal.aborted:
-                sub.future.set_exception(
+                _reject(
+                    sub.future,
                     ToolCallRejected(
                         f"run_code run is over ({self._over()}); {sub.name} result discarded"
-                    )
+                    ),
                 )
             elif result.is_error:
-                sub.future.set_exception(ToolCallRejected(result.error.message))  # type: ignore[union-attr]
+                _reject(sub.future, ToolCallRejected(result.error.message))  # type: ignore[union-attr]
             else:
                 sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
-            _quiet(sub.future)
         hooks = self._dispatch_log_hooks()
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
@@ -250,12 +249,12 @@ class CodeRunBridgeActor:
         """Lane: a queued sub-call never started because the run settled; nothing is logged."""
         sub: _SubCall = entry.payload
         if not sub.future.done():
-            sub.future.set_exception(
+            _reject(
+                sub.future,
                 ToolCallRejected(
                     f"run_code run is over ({self._over()}); {sub.name} tool call abandoned"
-                )
+                ),
             )
-            _quiet(sub.future)
 
     def finished(self) -> None:
         """Lane: every submitted sub-call is committed or abandoned; the drain may go on."""
@@ -353,6 +352,7 @@ def _token_id(entry: PoolEntry) -> int | None:
     return entry.record.token.id if entry.record is not None else None
 
 
-def _quiet(future: asyncio.Future[Any]) -> None:
-    # A program may never await a handle; do not report its exception as never retrieved.
-    future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
+def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
+    future.set_exception(error)
+    # Retrieved at once: a program may never await the call, and its failure is no noise.
+    future.exception()
