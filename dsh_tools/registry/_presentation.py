@@ -33,7 +33,7 @@ import structlog
 from msgspec import UNSET, UnsetType
 
 from ..actors import FrozenList, ToolExecutionResult
-from ._lossless import snapshot_json
+from ._lossless_copy import snapshot_json
 
 __all__ = [
     "CALL_VIEW_TYPES",

@@ -29,9 +29,12 @@ import docstring_parser
 import msgspec
 
 from ..actors import ToolArgsError
-from ._definition import Placement, ToolDefinition, ToolOutput, placed_execute
+from ._compact_json import compact_json
+from ._define_tool import placed_execute
+from ._definition import Placement, ToolDefinition, ToolOutput
 from ._json_schema import assert_supported_json_schema
-from ._lossless import LosslessJsonError, compact_json, snapshot_json
+from ._lossless import LosslessJsonError
+from ._lossless_copy import snapshot_json
 from ._raw_schema import optional_null_dropper, to_subset_schema
 
 __all__ = ["default_render", "tool"]

@@ -431,4 +431,3 @@ class McpPlugin:
 
     def __repr__(self) -> str:
         return f"<McpPlugin {self.name!r} {self.state} tools={list(self.tool_names)}>"
-
