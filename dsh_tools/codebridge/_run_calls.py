@@ -1,5 +1,7 @@
-"""A run's binding calls on the host: each ``Call`` frame the worker sends runs its binding
-function in its own task (several may be in flight) and is answered by one ``Reply`` frame.
+"""A run's binding calls on the host: each ``Call`` frame the worker sends calls its binding
+function at once and is answered by one ``Reply`` frame when the awaitable it returns settles
+(several may be in flight): from the callback of an ``asyncio.Future``, or from a task that
+awaits any other awaitable.
 
 Arguments and resolutions cross as token lists (``_tokens``): arguments arrive as frozen
 values, and a resolution that is not lossless JSON is answered as a failure. A call id is
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Final
 
 from ..actors import FrozenDict, FrozenList
@@ -87,19 +90,42 @@ class BindingCalls:
         except TokenError:
             self._reply_failure(call_id, _NOT_LOSSLESS_ARGS)
             return
-        self._track(self._loop.create_task(self._invoke(call_id, function, value)))
-
-    async def _invoke(self, call_id: int, function: BindingFunction, value: Any) -> None:
         try:
             result = function(value)
-            if inspect.isawaitable(result):
-                result = await result
+        except Exception as exc:
+            self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
+            return
+        if isinstance(result, asyncio.Future):
+            # A binding that hands back its future is answered from the future's callback:
+            # no task per call.
+            result.add_done_callback(partial(self._on_future, call_id))
+        elif inspect.isawaitable(result):
+            self._track(self._loop.create_task(self._await(call_id, result)))
+        else:
+            self._resolve(call_id, result)
+
+    async def _await(self, call_id: int, awaitable: Awaitable[Any]) -> None:
+        try:
+            result = await awaitable
         except asyncio.CancelledError:
             self._reply_failure(call_id, "binding call cancelled")
             raise
         except Exception as exc:
             self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
             return
+        self._resolve(call_id, result)
+
+    def _on_future(self, call_id: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            self._reply_failure(call_id, "binding call cancelled")
+            return
+        exc = future.exception()
+        if exc is None:
+            self._resolve(call_id, future.result())
+        else:
+            self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
+
+    def _resolve(self, call_id: int, result: Any) -> None:
         if self._settled():
             return
         tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)

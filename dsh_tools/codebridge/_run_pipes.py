@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import os
 from collections.abc import Callable
 from typing import Final
@@ -23,6 +24,7 @@ DRAIN_LIMIT: Final = 1 << 24
 UNREAD_REPLY_BYTES: Final = 64 * 2**20
 """Binding replies a program may leave unread, beyond the one being written, before its run
 fails."""
+_IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
 
 
 def read_available(fd: int, size: int) -> bytes | None:
@@ -92,9 +94,12 @@ class ChannelWriter:
             return
         buffer = self._buffer
         while buffer:
-            head = buffer[0]
+            offered = min(len(buffer), _IOV_MAX)
             try:
-                written = os.write(fd, head)
+                if offered == 1:
+                    written = os.write(fd, buffer[0])
+                else:  # the queued frames in one system call
+                    written = os.writev(fd, list(itertools.islice(buffer, offered)))
             except BlockingIOError:
                 break
             except OSError:
@@ -103,10 +108,17 @@ class ChannelWriter:
                 self._unsent = 0
                 break
             self._unsent -= written
-            if written == len(head):
+            taken = 0
+            while written:
+                head = buffer[0]
+                if written < len(head):
+                    buffer[0] = head[written:]
+                    break
+                written -= len(head)
                 buffer.popleft()
-            else:
-                buffer[0] = head[written:]
+                taken += 1
+            if taken < offered:
+                break  # the pipe took less than it was offered: it is full
         if buffer and not self._writer_on:
             self._writer_on = True
             self._loop.add_writer(fd, self.flush)

@@ -114,7 +114,7 @@ class _Worker:
         self.output_closed = False
         self.done = False
         self.next_id = 0
-        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.pending: dict[int, CallHandle] = {}
         self.thread = _get_ident()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.send_lock = threading.RLock()
@@ -192,20 +192,20 @@ class _Worker:
         loop = self.loop
         if _get_ident() != self.thread or loop is None:
             raise RuntimeError("tools bindings must be called from the run_code event loop")
-        future: asyncio.Future[Any] = loop.create_future()
+        handle = CallHandle(loop, name, error)
         tokens = tokenize(args)
         if tokens is None:
-            future.set_result((False, _NOT_LOSSLESS_ARGS))
-            return CallHandle(future, name, error)
+            handle.reject(_NOT_LOSSLESS_ARGS)
+            return handle
         self.next_id += 1
         call_id = self.next_id
-        self.pending[call_id] = future
+        self.pending[call_id] = handle
         try:
             self.send(Call(call_id, global_name, name, tokens))
         except Exception as exc:
             del self.pending[call_id]
-            future.set_result((False, f"binding call could not be sent: {exc}"))
-        return CallHandle(future, name, error)
+            handle.reject(f"binding call could not be sent: {exc}")
+        return handle
 
     def on_readable(self) -> None:
         try:
@@ -233,8 +233,8 @@ class _Worker:
         del inbox[:start]
 
     def on_reply(self, reply: Reply) -> None:
-        future = self.pending.pop(reply.id, None)
-        if future is None or future.done():
+        handle = self.pending.pop(reply.id, None)
+        if handle is None or handle.done():
             return
         if reply.ok:
             try:
@@ -242,13 +242,13 @@ class _Worker:
                     raise TokenError("missing value")
                 value = detokenize(reply.value)
             except TokenError:
-                future.set_result((False, _NOT_LOSSLESS_RESOLUTION))
+                handle.reject(_NOT_LOSSLESS_RESOLUTION)
             else:
-                future.set_result((True, value))
+                handle.resolve(value)
         elif isinstance(reply.message, str):
-            future.set_result((False, reply.message))
+            handle.reject(reply.message)
         else:
-            future.set_result((False, "binding call failed"))
+            handle.reject("binding call failed")
 
     # -- completion -------------------------------------------------------------------------
 

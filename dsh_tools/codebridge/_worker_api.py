@@ -38,40 +38,45 @@ ABSENT: Final = _Absent()
 """The no-result sentinel: a program that returns it has no result."""
 
 
-class CallHandle(collections.abc.Coroutine[Any, Any, Any]):
+class CallHandle(asyncio.Future[Any]):
     """What calling a binding returns: the call is already submitted; awaiting gets its value.
 
-    It satisfies ``collections.abc.Coroutine`` so ``asyncio.gather``, ``create_task``,
-    ``TaskGroup`` and ``wait_for`` accept it, yet it is not a real coroutine: a handle that is
-    never awaited is simply dropped, with no "never awaited" warning. Outcomes are stored as
-    future *results* so an unobserved failure leaves no "exception was never retrieved" noise.
+    The handle is the call's own future, settled by the host's reply: ``asyncio.gather``,
+    ``wait_for`` and ``ensure_future`` take it as it is, with no task per call. It also
+    satisfies ``collections.abc.Coroutine`` (``send``/``throw``/``close`` drive its await), so
+    ``create_task`` and ``TaskGroup`` accept it, yet it is not a real coroutine: a handle that
+    is never awaited is simply dropped, with no "never awaited" warning. A failure is marked
+    retrieved as it is set, so an unobserved failure leaves no "exception was never retrieved"
+    noise.
     """
 
-    __slots__ = ("_error", "_future", "_name", "_runner")
+    __slots__ = ("_error", "_name", "_runner")
 
     def __init__(
-        self, future: asyncio.Future[Any], name: str, error: Callable[[str, str], BaseException]
+        self,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        error: Callable[[str, str], BaseException],
     ) -> None:
-        self._future = future
+        super().__init__(loop=loop)
         self._name = name
         self._error = error
         self._runner: Generator[Any, Any, Any] | None = None
 
-    def _wait(self) -> Generator[Any, Any, Any]:
-        future = self._future
-        if not future.done():
-            yield from future
-        ok, payload = future.result()
-        if ok:
-            return payload
-        raise self._error(self._name, payload)
+    def resolve(self, value: Any) -> None:
+        """Settle with the call's value (unless the program cancelled the handle)."""
+        if not self.done():
+            self.set_result(value)
 
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return self._wait()
+    def reject(self, message: str) -> None:
+        """Settle with the namespace's error for ``message`` (unless cancelled)."""
+        if not self.done():
+            self.set_exception(self._error(self._name, message))
+            self.exception()  # retrieved: a program may never await the call
 
     def _driver(self) -> Generator[Any, Any, Any]:
         if self._runner is None:
-            self._runner = self._wait()
+            self._runner = self.__await__()
         return self._runner
 
     def send(self, value: Any) -> Any:
@@ -91,6 +96,9 @@ class CallHandle(collections.abc.Coroutine[Any, Any, Any]):
 
     def __repr__(self) -> str:
         return f"<tool call {self._name!r}>"
+
+
+collections.abc.Coroutine.register(CallHandle)
 
 
 class Namespace:
