@@ -134,13 +134,18 @@ SHORT_LIVED_CHILDREN = """
 import os, signal, time
 {setup}
 for _ in range(245):
-    if os.fork() == 0:
+    child = os.fork()
+    if child == 0:
         start = time.process_time()
         while time.process_time() - start < 0.015:
             pass
         os._exit(0)
-    time.sleep(0.004)
-time.sleep(0.2)
+    try:
+        while True:  # gone without a wait: the kernel reaped it
+            os.kill(child, 0)
+            time.sleep(0.001)
+    except ProcessLookupError:
+        pass
 return '3.7 CPU-seconds in children no one waited for'
 """
 
@@ -389,7 +394,7 @@ def test_no_cgroup_outlives_runs_aborts_timeouts_or_the_runtime() -> None:
         parents = template_parents(template)
         assert len(parents) == len(HIERARCHIES)
         for parent in parents:  # only the pre-forked workers' runs remain
-            for _ in range(200):
+            for _ in range(200):  # the last run's go once the template has reaped its init
                 if len(runs_in(parent)) <= 2:
                     break
                 time.sleep(0.05)
@@ -406,6 +411,7 @@ def test_a_killed_template_leaves_no_cgroup_and_no_process() -> None:
     marker = f"dsh-cgroup-orphan-{os.getpid()}"
     program = f"""
 import os, subprocess, sys
+print('started')  # seen by the host: the run is not retried on a fresh template
 if os.fork() == 0:
     os.setsid()
     subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])

@@ -11,7 +11,15 @@ when the kernel's memory ceiling killed it) and exits. Its exit makes the kernel
 left in the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives
 it.
 
-Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code.
+The host asks for the end of a settled run by closing its end of the channel to the worker
+(which the init watches for the hang-up). However the run ends, the init first reports why
+(if it knows), then kills every other process of the namespace, reaps them all and reports
+``b"G"``: from then on nothing the program started can run or write, and the host's result
+may be delivered. Waiting for the init's own exit instead would add the kernel's teardown of
+the run's namespaces to every run.
+
+Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code;
+then ``b"G"``.
 """
 
 from __future__ import annotations
@@ -114,6 +122,19 @@ def _memory_killed(meter: Meter) -> bool:
         return False
 
 
+def _end_every_process() -> None:
+    """Kill every process of the namespace but this one and reap them all: ``kill(-1)`` from
+    the init reaches each of them, and every process of the namespace descends from the init
+    (orphans are reparented to it), so no child left means no process left."""
+    while True:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def run_init(
     start_worker: Callable[[], NoReturn],
     status_fd: int,
@@ -134,6 +155,7 @@ def run_init(
         os.close(wake_w)
         start_worker()
     meter.close_dirs()
+    channel = os.dup(3)  # the host->worker channel's read end: its hang-up ends the run
     for fd in range(5):
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -141,8 +163,10 @@ def run_init(
     report = b""
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
+    poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     while not report:
-        poller.poll(TICK_SECONDS * 1000)
+        if any(fd == channel for fd, _events in poller.poll(TICK_SECONDS * 1000)):
+            break
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
@@ -172,4 +196,7 @@ def run_init(
             report = b"B" + bytes([BUDGET_PROCESSES])
     with contextlib.suppress(OSError):
         os.write(status_fd, report)
+    _end_every_process()
+    with contextlib.suppress(OSError):
+        os.write(status_fd, b"G")
     os._exit(0)
