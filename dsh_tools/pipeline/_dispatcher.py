@@ -14,14 +14,26 @@ The actor's protocol is messages (``SubmitCall``, ``PrepareDone``, ``DispatchSet
 ``CommitDone``, ``AbortPool``, ``ClosePool``); what a start, commit or abandonment means to the
 outside world is the ``PoolLane``'s business (a batch records session events; a Code Mode run
 answers the program).
+
+The mailbox is drained on the system loop, one message at a time. With a lane that may be told
+from any thread (a batch), a worker thread whose plain body has just settled drains it itself
+when nobody else is: it commits, starts the next call and, when that call's dispatch is a plain
+body again, runs it right there. A pool of plain bodies then moves from one body to the next as
+a thread pool does, instead of waking the loop and then a worker thread for every call. Stages
+that need the loop (hooks, async bodies, approvals) carry on there: they await ``event_loop()``
+first, and a stage suspended that way off the loop is handed to a task on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 
 from ..actors import (
@@ -41,15 +53,23 @@ from ..actors._protocol import (
 )
 from ..registry import classify
 from ..registry._execution import CallRecord
-from ._loop import start_task
+from ._dispatch import OFF_LOOP, Inline
+from ._loop import carry_on, running_loop, start_task
 from ._pipeline import DISPATCH, FINISH, Pipeline, Stage
 from ._results import failure_from_exception
 
 _log = structlog.get_logger("dsh_tools.pool")
 
-__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane"]
+__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane", "SubmitCalls"]
 
 _QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
+
+
+class SubmitCalls(msgspec.Struct, frozen=True):
+    """Queue several calls (pool entries, in order) behind the ones already submitted: one
+    message for a whole batch, so that its first calls start at once."""
+
+    entries: tuple[Any, ...]
 
 
 class PoolEntry:
@@ -61,6 +81,7 @@ class PoolEntry:
         "frozen",
         "index",
         "payload",
+        "reader",
         "record",
         "refused",
         "result",
@@ -76,6 +97,9 @@ class PoolEntry:
         self.call = call
         self.payload = payload
         self.frozen = frozen  # the arguments are a snapshot already
+        # Completes the entry the first time the pool would classify or start it (a batch
+        # reads the call's argument text there: the first calls start before the last is read).
+        self.reader: Callable[[PoolEntry], None] | None = None
         self.refused: ToolExecutionResult | None = None  # the call's result before it starts
         self.record: CallRecord | None = None
         self.stage: Stage | None = None
@@ -113,8 +137,15 @@ class DispatcherPoolActor(LoopActor):
         signal: AbortSignal,
         max_parallel: int,
         lane: PoolLane,
+        lane_any_thread: bool = False,
     ) -> None:
+        """``lane_any_thread``: the lane's methods may be called from any thread (see the module
+        docstring); otherwise every message is handled on ``loop``."""
         super().__init__(loop)
+        self._workers_drain = lane_any_thread
+        self._mail_lock = threading.Lock()
+        self._drainer = _NOBODY  # who drains the mailbox now (when workers may drain it)
+        self._handing = False  # a worker's drain is to be handed to the loop
         self._pipeline = pipeline
         self._signal = signal
         self._max_parallel = max_parallel
@@ -139,10 +170,96 @@ class DispatcherPoolActor(LoopActor):
 
     # --- messages ------------------------------------------------------------------------------
 
+    def tell(self, message: Any) -> None:
+        if not self._workers_drain:
+            super().tell(message)
+        elif self._on_loop():
+            self._post(message, _LOOP)
+        else:
+            self._loop.call_soon_threadsafe(self.tell, message)
+
+    def _post(self, message: Any, here: int) -> bool:
+        """Queue ``message`` and drain the mailbox on this thread (``here``: the loop or a
+        worker) unless some thread is at it already; False when a worker finds the loop at it
+        (the message must then reach the loop as any other thread's does)."""
+        with self._mail_lock:
+            drainer = self._drainer
+            if drainer is not _NOBODY:
+                if drainer == _LOOP and here == _WORKER:
+                    return False
+                self._mailbox.append(message)
+                return True
+            self._mailbox.append(message)
+            self._drainer = here
+        self._drain()
+        return True
+
+    def _drain(self) -> None:
+        """Handle queued messages until none is left, or until a worker thread finds a step that
+        runs user code other than a body or a classifier (a guard, a hook, a finalizer, an
+        observer): the loop then takes over the drain, so that such code runs where it always
+        has."""
+        lock, mailbox = self._mail_lock, self._mailbox
+        while True:
+            with lock:
+                if self._handing:
+                    self._handing = False
+                    self._drainer = _LOOP
+                    self._loop.call_soon_threadsafe(self._take_over)
+                    return
+                if not mailbox:
+                    self._drainer = _NOBODY
+                    return
+                message = mailbox.popleft()
+            try:
+                self.on_receive(message)
+            except Exception as exc:  # a handler bug must not wedge the mailbox
+                _log.exception(
+                    "actor message handler failed", actor=type(self).__name__, error=repr(exc)
+                )
+                self.on_failure(exc)
+
+    def _take_over(self) -> None:
+        """On the loop: carry on with a drain a worker thread handed over."""
+        try:
+            self._pump()
+        except Exception as exc:
+            _log.exception(
+                "actor message handler failed", actor=type(self).__name__, error=repr(exc)
+            )
+            self.on_failure(exc)
+        self._drain()
+
+    def _hand_over(self) -> bool:
+        """On a worker thread: leave the rest of this drain to the loop (see ``_drain``)."""
+        self._handing = True
+        return False
+
+    def _on_worker(self) -> bool:
+        """Whether a worker thread runs this drain."""
+        return self._drainer == _WORKER
+
+    def _report(self, message: Any) -> None:
+        """A stage's outcome: on a worker thread (a plain body's dispatch that never needed the
+        loop) the worker drains the mailbox itself and takes a plain dispatch it starts."""
+        if not self._workers_drain or running_loop() is not None:
+            self.tell(message)
+            return
+        here = _here
+        outer, here.taker = here.taker, self
+        try:
+            posted = self._post(message, _WORKER)
+        finally:
+            here.taker = outer
+        if not posted:
+            self._loop.call_soon_threadsafe(self.tell, message)
+
     def on_receive(self, message: Any) -> None:
         kind = type(message)
         if kind is SubmitCall:
             self._entries.append(message.entry)
+        elif kind is SubmitCalls:
+            self._entries.extend(message.entries)
         elif kind is PrepareDone:
             self._busy = False
             message.entry.task = None
@@ -194,6 +311,10 @@ class DispatcherPoolActor(LoopActor):
         if self._commit_cursor < self._start_cursor:
             head = entries[self._commit_cursor]
             if head.state == _SETTLED:
+                if self._on_worker() and not self._pipeline.commits_quietly(
+                    head.record, head.stage
+                ):
+                    return self._hand_over()
                 return self._commit(head)
         if not self.aborted and self._signal.aborted:
             self.aborted = True
@@ -217,6 +338,12 @@ class DispatcherPoolActor(LoopActor):
             # arguments and runs user code.
             if not self._group_closed and self._in_flight < self._max_parallel:
                 head = entries[self._start_cursor]
+                reader = head.reader
+                if reader is not None:
+                    head.reader = None
+                    reader(head)
+                if self._on_worker() and not self._pipeline.starts_quietly(head.call):
+                    return self._hand_over()
                 if self._classify(head):
                     return self._start(head, exclusive=False)
                 if drained:
@@ -255,7 +382,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _PREPARING
         self._busy = True
-        entry.task = start_task(self._loop, self._prepare(entry, record))
+        self._spawn(entry, self._prepare(entry, record))
         return False
 
     async def _prepare(self, entry: PoolEntry, record: CallRecord) -> None:
@@ -263,24 +390,70 @@ class DispatcherPoolActor(LoopActor):
             stage = await self._pipeline.prepare(record)
         except BaseException as exc:  # the pipeline does not raise; stay total regardless
             stage = Stage(2, failure_from_exception(exc))
-        self.tell(PrepareDone(entry, stage))
+        self._report(PrepareDone(entry, stage))
 
     def _settle_prepare(self, entry: PoolEntry, stage: Stage) -> None:
         if stage.kind == DISPATCH:
             entry.state = _DISPATCHING
             self._in_flight += 1
-            assert entry.record is not None
-            entry.task = start_task(self._loop, self._dispatch(entry, entry.record))
+            record = entry.record
+            assert record is not None
+            if self._workers_drain and self._pipeline.plain_dispatch(record):
+                here = _here
+                if here.taker is self and here.handed is None:
+                    here.handed = (entry, record)  # this worker runs it once the drain is done
+                    return
+                try:
+                    self._pipeline.on_body_thread(partial(self._work, entry, record))
+                    return
+                except RuntimeError:  # the body threads have shut down: the usual path says so
+                    pass
+            self._spawn(entry, self._dispatch(entry, record, False))
         else:
             entry.stage = stage
             entry.state = _SETTLED
 
-    async def _dispatch(self, entry: PoolEntry, record: CallRecord) -> None:
+    async def _dispatch(self, entry: PoolEntry, record: CallRecord, inline: Inline) -> None:
         try:
-            stage = await self._pipeline.dispatch(record, inline=False)
+            stage = await self._pipeline.dispatch(record, inline=inline)
         except BaseException as exc:
             stage = Stage(2, failure_from_exception(exc))
-        self.tell(DispatchSettled(entry, stage))
+        self._report(DispatchSettled(entry, stage))
+
+    def _work(self, entry: PoolEntry, record: CallRecord) -> None:
+        """On a body thread: dispatch ``entry`` here, then every plain dispatch handed to this
+        thread as it drained the mailbox after the one before."""
+        here = _here
+        while True:
+            self._spawn(entry, self._dispatch(entry, record, OFF_LOOP))
+            handed = here.handed
+            if handed is None:
+                return
+            here.handed = None
+            entry, record = handed
+
+    def _spawn(self, entry: PoolEntry, coro: Coroutine[Any, Any, None]) -> None:
+        """Start a stage: on the loop as a task started at once; elsewhere run here up to its
+        first suspension (it awaits ``event_loop()`` before anything that needs a loop) and
+        carried on in a task on the loop from there."""
+        if self._on_loop():
+            entry.task = start_task(self._loop, coro)
+            return
+        context = contextvars.copy_context()
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration:
+            return
+        self._loop.call_soon_threadsafe(self._adopt, entry, coro, first, context)
+
+    def _adopt(
+        self,
+        entry: PoolEntry,
+        coro: Coroutine[Any, Any, None],
+        first: Any,
+        context: contextvars.Context,
+    ) -> None:
+        entry.task = carry_on(self._loop, coro, first, context)
 
     def _commit(self, entry: PoolEntry) -> bool:
         assert entry.record is not None and entry.stage is not None
@@ -290,7 +463,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _COMMITTING
         self._busy = True
-        entry.task = start_task(self._loop, self._run_commit(entry))
+        self._spawn(entry, self._run_commit(entry))
         return False
 
     async def _run_commit(self, entry: PoolEntry) -> None:
@@ -299,7 +472,7 @@ class DispatcherPoolActor(LoopActor):
             result = await self._pipeline.commit(entry.record, entry.stage)
         except BaseException as exc:
             result = failure_from_exception(exc)
-        self.tell(CommitDone(entry, result))
+        self._report(CommitDone(entry, result))
 
     def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self._commit_cursor += 1
@@ -310,7 +483,13 @@ class DispatcherPoolActor(LoopActor):
         hold = self._lane.committed(entry, result)
         if hold is not None:
             self._busy = True
-            self._hold_task = start_task(self._loop, self._release_after(hold))
+            if self._on_loop():
+                self._hold(hold)
+            else:
+                self._loop.call_soon_threadsafe(self._hold, hold)
+
+    def _hold(self, hold: Awaitable[None]) -> None:
+        self._hold_task = start_task(self._loop, self._release_after(hold))
 
     async def _release_after(self, hold: Awaitable[None]) -> None:
         try:
@@ -325,5 +504,19 @@ class DispatcherPoolActor(LoopActor):
         self._lane.finished()
 
 
-# The pool starts stages with ``start_task`` only while its mailbox is draining, so a stage
-# that reports back at once is queued, never handled re-entrantly.
+# The pool starts stages only while its mailbox is draining, so a stage that reports back at
+# once is queued, never handled re-entrantly.
+
+
+# Who drains the mailbox of a pool whose workers may drain it.
+_NOBODY, _LOOP, _WORKER = range(3)
+
+
+class _Here(threading.local):
+    """What a worker thread draining a pool's mailbox may take on."""
+
+    taker: DispatcherPoolActor | None = None  # the pool whose drain this thread runs now
+    handed: tuple[PoolEntry, CallRecord] | None = None  # the plain dispatch it runs next
+
+
+_here = _Here()

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from ._epoll import PreciseEpoll
 
 __all__ = [
+    "carry_on",
     "drive",
     "driving",
     "event_loop",
@@ -150,12 +151,23 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
         state.driving = outer
 
 
+def carry_on(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, _T],
+    first: Any,
+    context: contextvars.Context,
+) -> asyncio.Task[_T]:
+    """Continue, in a task on ``loop`` (call this on its thread), a coroutine that was started
+    on another thread and suspended there with ``first`` (an ``event_loop()`` wait, say)."""
+    return loop.create_task(_carry_on(coro, first, None), context=context)
+
+
 @types.coroutine
 def _carry_on(
-    coro: Coroutine[Any, Any, _T], first: Any, loop: asyncio.AbstractEventLoop
+    coro: Coroutine[Any, Any, _T], first: Any, stop: asyncio.AbstractEventLoop | None
 ) -> Generator[Any, Any, _T]:
-    """Continue a driven coroutine inside its task: first past every ``event_loop()`` wait
-    (a loop runs now), then as ``resume`` does; stop ``loop`` once it has ended."""
+    """Continue a started coroutine inside its task: first past every ``event_loop()`` wait
+    (a loop runs now), then as ``resume`` does; stop the loop ``stop`` once it has ended."""
     try:
         yielded = first
         while yielded is _NEED_LOOP:
@@ -167,7 +179,8 @@ def _carry_on(
         result: _T = yield from resume(coro, yielded)
         return result
     finally:
-        loop.stop()
+        if stop is not None:
+            stop.stop()
 
 
 # --- resuming a started coroutine in a task ----------------------------------------------------

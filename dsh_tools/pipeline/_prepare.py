@@ -64,6 +64,19 @@ class PrepareStages(PipelineCore):
             return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None
 
+    def starts_quietly(self, call: ExecuteCall) -> bool:
+        """Whether preparing ``call`` now runs no user code: no pre-execute hook and no guard
+        applies."""
+        current = self._cell.current
+        agent = call.agent
+        if current.hooks_for("pre_execute", agent):
+            return False
+        for layer in (None, agent) if agent is not None else (None,):
+            table = current.guard_table(layer)
+            if table is not None and table.entries:
+                return False
+        return True
+
     def prepare_now(self, rec: CallRecord) -> Stage | None:
         """E4-E10 without suspending, when no pre-execute listener applies; else None."""
         if self._cell.current.hooks_for("pre_execute", rec.agent):
