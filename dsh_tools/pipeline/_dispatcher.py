@@ -27,9 +27,7 @@ first, and a stage suspended that way off the loop is handed to a task on the lo
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
 
@@ -41,7 +39,6 @@ from ..actors import (
     ExecuteCall,
     ToolExecutionResult,
 )
-from ..actors._loop_actor import LoopActor
 from ..actors._protocol import (
     AbortPool,
     ClosePool,
@@ -54,7 +51,8 @@ from ..actors._protocol import (
 from ..registry import classify
 from ..registry._execution import CallRecord
 from ._dispatch import OFF_LOOP, Inline
-from ._loop import carry_on, running_loop, start_task
+from ._loop import start_task
+from ._mailbox import SharedMailboxActor
 from ._pipeline import DISPATCH, FINISH, Pipeline, Stage
 from ._results import failure_from_exception
 
@@ -126,7 +124,7 @@ class PoolLane(Protocol):
         """Every submitted entry is committed or abandoned and the pool is closed."""
 
 
-class DispatcherPoolActor(LoopActor):
+class DispatcherPoolActor(SharedMailboxActor):
     """Schedules submitted calls under the pool rules; see the module docstring."""
 
     def __init__(
@@ -141,11 +139,7 @@ class DispatcherPoolActor(LoopActor):
     ) -> None:
         """``lane_any_thread``: the lane's methods may be called from any thread (see the module
         docstring); otherwise every message is handled on ``loop``."""
-        super().__init__(loop)
-        self._workers_drain = lane_any_thread
-        self._mail_lock = threading.Lock()
-        self._drainer = _NOBODY  # who drains the mailbox now (when workers may drain it)
-        self._handing = False  # a worker's drain is to be handed to the loop
+        super().__init__(loop, workers_drain=lane_any_thread)
         self._pipeline = pipeline
         self._signal = signal
         self._max_parallel = max_parallel
@@ -169,90 +163,6 @@ class DispatcherPoolActor(LoopActor):
         return self._in_flight
 
     # --- messages ------------------------------------------------------------------------------
-
-    def tell(self, message: Any) -> None:
-        if not self._workers_drain:
-            super().tell(message)
-        elif self._on_loop():
-            self._post(message, _LOOP)
-        else:
-            self._loop.call_soon_threadsafe(self.tell, message)
-
-    def _post(self, message: Any, here: int) -> bool:
-        """Queue ``message`` and drain the mailbox on this thread (``here``: the loop or a
-        worker) unless some thread is at it already; False when a worker finds the loop at it
-        (the message must then reach the loop as any other thread's does)."""
-        with self._mail_lock:
-            drainer = self._drainer
-            if drainer is not _NOBODY:
-                if drainer == _LOOP and here == _WORKER:
-                    return False
-                self._mailbox.append(message)
-                return True
-            self._mailbox.append(message)
-            self._drainer = here
-        self._drain()
-        return True
-
-    def _drain(self) -> None:
-        """Handle queued messages until none is left, or until a worker thread finds a step that
-        runs user code other than a body or a classifier (a guard, a hook, a finalizer, an
-        observer): the loop then takes over the drain, so that such code runs where it always
-        has."""
-        lock, mailbox = self._mail_lock, self._mailbox
-        while True:
-            with lock:
-                if self._handing:
-                    self._handing = False
-                    self._drainer = _LOOP
-                    self._loop.call_soon_threadsafe(self._take_over)
-                    return
-                if not mailbox:
-                    self._drainer = _NOBODY
-                    return
-                message = mailbox.popleft()
-            try:
-                self.on_receive(message)
-            except Exception as exc:  # a handler bug must not wedge the mailbox
-                _log.exception(
-                    "actor message handler failed", actor=type(self).__name__, error=repr(exc)
-                )
-                self.on_failure(exc)
-
-    def _take_over(self) -> None:
-        """On the loop: carry on with a drain a worker thread handed over."""
-        try:
-            self._pump()
-        except Exception as exc:
-            _log.exception(
-                "actor message handler failed", actor=type(self).__name__, error=repr(exc)
-            )
-            self.on_failure(exc)
-        self._drain()
-
-    def _hand_over(self) -> bool:
-        """On a worker thread: leave the rest of this drain to the loop (see ``_drain``)."""
-        self._handing = True
-        return False
-
-    def _on_worker(self) -> bool:
-        """Whether a worker thread runs this drain."""
-        return self._drainer == _WORKER
-
-    def _report(self, message: Any) -> None:
-        """A stage's outcome: on a worker thread (a plain body's dispatch that never needed the
-        loop) the worker drains the mailbox itself and takes a plain dispatch it starts."""
-        if not self._workers_drain or running_loop() is not None:
-            self.tell(message)
-            return
-        here = _here
-        outer, here.taker = here.taker, self
-        try:
-            posted = self._post(message, _WORKER)
-        finally:
-            here.taker = outer
-        if not posted:
-            self._loop.call_soon_threadsafe(self.tell, message)
 
     def on_receive(self, message: Any) -> None:
         kind = type(message)
@@ -282,7 +192,7 @@ class DispatcherPoolActor(LoopActor):
             self._interrupt_started(message.reason)
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
-        self._pump()
+        self.pump()
 
     def _interrupt_started(self, reason: Any) -> None:
         """The pool aborted: every started, uncommitted call is interrupted (its async body's
@@ -293,11 +203,11 @@ class DispatcherPoolActor(LoopActor):
                 self._pipeline.interrupt(entry.record, reason)
 
     def on_failure(self, exc: BaseException) -> None:
-        self._pump()
+        self.pump()
 
     # --- scheduling ----------------------------------------------------------------------------
 
-    def _pump(self) -> None:
+    def pump(self) -> None:
         # Synchronous stages (no hooks to await) settle inside _step; keep stepping until the
         # pool must wait for a message. A loop, not recursion: a pool may be very wide.
         while self._step():
@@ -311,10 +221,8 @@ class DispatcherPoolActor(LoopActor):
         if self._commit_cursor < self._start_cursor:
             head = entries[self._commit_cursor]
             if head.state == _SETTLED:
-                if self._on_worker() and not self._pipeline.commits_quietly(
-                    head.record, head.stage
-                ):
-                    return self._hand_over()
+                if self.on_worker() and not self._pipeline.commits_quietly(head.record, head.stage):
+                    return self.hand_over()
                 return self._commit(head)
         if not self.aborted and self._signal.aborted:
             self.aborted = True
@@ -342,8 +250,8 @@ class DispatcherPoolActor(LoopActor):
                 if reader is not None:
                     head.reader = None
                     reader(head)
-                if self._on_worker() and not self._pipeline.starts_quietly(head.call):
-                    return self._hand_over()
+                if self.on_worker() and not self._pipeline.starts_quietly(head.call):
+                    return self.hand_over()
                 if self._classify(head):
                     return self._start(head, exclusive=False)
                 if drained:
@@ -382,7 +290,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _PREPARING
         self._busy = True
-        self._spawn(entry, self._prepare(entry, record))
+        self.spawn(entry, self._prepare(entry, record))
         return False
 
     async def _prepare(self, entry: PoolEntry, record: CallRecord) -> None:
@@ -390,7 +298,7 @@ class DispatcherPoolActor(LoopActor):
             stage = await self._pipeline.prepare(record)
         except BaseException as exc:  # the pipeline does not raise; stay total regardless
             stage = Stage(2, failure_from_exception(exc))
-        self._report(PrepareDone(entry, stage))
+        self.report(PrepareDone(entry, stage))
 
     def _settle_prepare(self, entry: PoolEntry, stage: Stage) -> None:
         if stage.kind == DISPATCH:
@@ -399,16 +307,15 @@ class DispatcherPoolActor(LoopActor):
             record = entry.record
             assert record is not None
             if self._workers_drain and self._pipeline.plain_dispatch(record):
-                here = _here
-                if here.taker is self and here.handed is None:
-                    here.handed = (entry, record)  # this worker runs it once the drain is done
+                job = partial(self._dispatch_here, entry, record)
+                if self.hand(job):  # this worker runs it once its drain is done
                     return
                 try:
-                    self._pipeline.on_body_thread(partial(self._work, entry, record))
+                    self._pipeline.on_body_thread(partial(self.run_jobs, job))
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
                     pass
-            self._spawn(entry, self._dispatch(entry, record, False))
+            self.spawn(entry, self._dispatch(entry, record, False))
         else:
             entry.stage = stage
             entry.state = _SETTLED
@@ -418,42 +325,11 @@ class DispatcherPoolActor(LoopActor):
             stage = await self._pipeline.dispatch(record, inline=inline)
         except BaseException as exc:
             stage = Stage(2, failure_from_exception(exc))
-        self._report(DispatchSettled(entry, stage))
+        self.report(DispatchSettled(entry, stage))
 
-    def _work(self, entry: PoolEntry, record: CallRecord) -> None:
-        """On a body thread: dispatch ``entry`` here, then every plain dispatch handed to this
-        thread as it drained the mailbox after the one before."""
-        here = _here
-        while True:
-            self._spawn(entry, self._dispatch(entry, record, OFF_LOOP))
-            handed = here.handed
-            if handed is None:
-                return
-            here.handed = None
-            entry, record = handed
-
-    def _spawn(self, entry: PoolEntry, coro: Coroutine[Any, Any, None]) -> None:
-        """Start a stage: on the loop as a task started at once; elsewhere run here up to its
-        first suspension (it awaits ``event_loop()`` before anything that needs a loop) and
-        carried on in a task on the loop from there."""
-        if self._on_loop():
-            entry.task = start_task(self._loop, coro)
-            return
-        context = contextvars.copy_context()
-        try:
-            first = context.run(coro.send, None)
-        except StopIteration:
-            return
-        self._loop.call_soon_threadsafe(self._adopt, entry, coro, first, context)
-
-    def _adopt(
-        self,
-        entry: PoolEntry,
-        coro: Coroutine[Any, Any, None],
-        first: Any,
-        context: contextvars.Context,
-    ) -> None:
-        entry.task = carry_on(self._loop, coro, first, context)
+    def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
+        """On a body thread: the dispatch of a plain body, the body inline."""
+        self.spawn(entry, self._dispatch(entry, record, OFF_LOOP))
 
     def _commit(self, entry: PoolEntry) -> bool:
         assert entry.record is not None and entry.stage is not None
@@ -463,7 +339,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _COMMITTING
         self._busy = True
-        self._spawn(entry, self._run_commit(entry))
+        self.spawn(entry, self._run_commit(entry))
         return False
 
     async def _run_commit(self, entry: PoolEntry) -> None:
@@ -472,7 +348,7 @@ class DispatcherPoolActor(LoopActor):
             result = await self._pipeline.commit(entry.record, entry.stage)
         except BaseException as exc:
             result = failure_from_exception(exc)
-        self._report(CommitDone(entry, result))
+        self.report(CommitDone(entry, result))
 
     def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self._commit_cursor += 1
@@ -506,17 +382,3 @@ class DispatcherPoolActor(LoopActor):
 
 # The pool starts stages only while its mailbox is draining, so a stage that reports back at
 # once is queued, never handled re-entrantly.
-
-
-# Who drains the mailbox of a pool whose workers may drain it.
-_NOBODY, _LOOP, _WORKER = range(3)
-
-
-class _Here(threading.local):
-    """What a worker thread draining a pool's mailbox may take on."""
-
-    taker: DispatcherPoolActor | None = None  # the pool whose drain this thread runs now
-    handed: tuple[PoolEntry, CallRecord] | None = None  # the plain dispatch it runs next
-
-
-_here = _Here()
