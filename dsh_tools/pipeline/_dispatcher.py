@@ -50,15 +50,16 @@ from ..actors._protocol import (
 )
 from ..registry import classify
 from ..registry._execution import CallRecord
+from ..registry._snapshot import ToolEntry
+from ._core import DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
 from ._loop import start_task
 from ._mailbox import SharedMailboxActor
-from ._pipeline import DISPATCH, FINISH, Pipeline, Stage
 from ._results import failure_from_exception
 
 _log = structlog.get_logger("dsh_tools.pool")
 
-__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane", "SubmitCalls"]
+__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane", "PoolPipeline", "SubmitCalls"]
 
 _QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
 
@@ -124,12 +125,52 @@ class PoolLane(Protocol):
         """Every submitted entry is committed or abandoned and the pool is closed."""
 
 
+class PoolPipeline(Protocol):
+    """What the pool asks of the pipeline (``Pipeline`` is one): the stages of a call, run one
+    at a time, and what they would run."""
+
+    def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
+        """The entry ``name`` resolves to for ``agent`` now."""
+
+    def starts_quietly(self, call: ExecuteCall) -> bool:
+        """Whether starting ``call`` now runs no user code (no guard or pre-execute hook)."""
+
+    def start_now(
+        self, call: ExecuteCall, *, frozen: bool, refused: ToolExecutionResult | None = None
+    ) -> tuple[CallRecord, Stage | None]:
+        """The call's record and the stage it reached without suspending (None: ``prepare``)."""
+
+    async def prepare(self, rec: CallRecord) -> Stage:
+        """Pre-execute hooks, approval, guards: the stage the call reached."""
+
+    def plain_dispatch(self, rec: CallRecord) -> bool:
+        """Whether the call's dispatch is nothing but a plain body."""
+
+    def on_body_thread(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` on a thread plain bodies run on."""
+
+    async def dispatch(self, rec: CallRecord, *, inline: Inline) -> Stage:
+        """Execute wrappers and the body: the candidate result."""
+
+    def commits_quietly(self, rec: CallRecord | None, stage: Stage | None) -> bool:
+        """Whether committing the call now runs no user code."""
+
+    def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
+        """Post and finish without suspending (None: ``commit``)."""
+
+    async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
+        """Post-execute hooks, then finish: the call's one result."""
+
+    def interrupt(self, rec: CallRecord, reason: Any) -> None:
+        """Abort the call from the pool's side (it still settles and commits)."""
+
+
 class DispatcherPoolActor(SharedMailboxActor):
     """Schedules submitted calls under the pool rules; see the module docstring."""
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PoolPipeline,
         *,
         loop: asyncio.AbstractEventLoop,
         signal: AbortSignal,
@@ -276,15 +317,10 @@ class DispatcherPoolActor(SharedMailboxActor):
         if exclusive:
             self._exclusive_active = True
         self._lane.started(entry)
-        record, stage = self._pipeline.begin(entry.call, frozen=entry.frozen)
-        if entry.refused is not None and stage is None:
-            stage = Stage(FINISH, entry.refused)
+        record, stage = self._pipeline.start_now(
+            entry.call, frozen=entry.frozen, refused=entry.refused
+        )
         entry.record = record
-        if stage is not None:
-            entry.stage = stage
-            entry.state = _SETTLED
-            return True
-        stage = self._pipeline.prepare_now(record)
         if stage is not None:
             self._settle_prepare(entry, stage)
             return True
