@@ -126,8 +126,8 @@ class BatchRunner:
         read: list[tuple[Any, bool, str | None]] | None = None
         if sum(len(t) for t in texts) > _READ_ON_LOOP_CHARS:
             # Long texts are read on a worker thread, so that the loop other batches share
-            # stays responsive; short ones as each call is submitted, so that the first call
-            # starts while the rest are still being read.
+            # stays responsive; short ones as the pool first looks at each call, so that the
+            # first calls start while the rest are still unread.
             read = await loop.run_in_executor(
                 self._executor, lambda: [_read(t, gradual=True) for t in texts]
             )
@@ -202,7 +202,12 @@ def _settle(done: asyncio.Future[BatchOutcome], outcome: BatchOutcome) -> None:
 
 
 def _read_entry(entry: PoolEntry) -> None:
-    _complete(entry, _read(entry.payload))
+    try:
+        read = _read(entry.payload)
+    except Exception as exc:  # never run the call on its unread text
+        entry.refused = failure_from_exception(exc)
+        return
+    _complete(entry, read)
 
 
 def _complete(entry: PoolEntry, read: tuple[Any, bool, str | None]) -> None:
