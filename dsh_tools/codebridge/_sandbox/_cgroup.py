@@ -161,6 +161,7 @@ class CgroupPlan:
         self._pending: dict[int, RunCgroups] = {}
         self._unremoved: list[str] = []
         self._janitor_pipe = -1
+        self._janitor = 0
         self.reason = "not requested (CodeSandbox(cgroups=False))"
 
     @property
@@ -218,6 +219,7 @@ class CgroupPlan:
             finally:
                 os._exit(0)
         os.close(read_end)
+        self._janitor = pid
         # Held by the template alone (close-on-exec, and closed in every run's child): end of
         # file on it is the template's exit.
         self._janitor_pipe = write_end
@@ -279,7 +281,8 @@ class CgroupPlan:
                     self._unremoved.append(name)
 
     def close(self) -> None:
-        """The template is exiting: remove what it can now (the janitor does the rest)."""
+        """The template is exiting: remove what it can now, then let the janitor sweep the
+        rest and wait for it."""
         for parent, base in zip(self._parents, self._base, strict=False):
             for name in os.listdir(parent):
                 if os.path.isdir(f"/proc/self/fd/{parent}/{name}"):
@@ -292,6 +295,13 @@ class CgroupPlan:
                 os.close(fd)
         self._parents = []
         self._base = []
+        if self._janitor_pipe >= 0:
+            os.close(self._janitor_pipe)
+            self._janitor_pipe = -1
+        if self._janitor:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self._janitor, 0)
+            self._janitor = 0
 
 
 class CgroupMeter:
