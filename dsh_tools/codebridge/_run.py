@@ -172,15 +172,12 @@ class CodeRun(RunProcess):
             self._remove_signal()
             self._remove_signal = None
         self._drop_reader("from_worker")
-        self._kill()
-        if self._sandboxed and self._pid is not None and not self._exited:
-            # SIGKILL to the namespace init ends every process of the run (the kernel kills the
-            # namespace), and the program cannot stop its init: waiting for the exit report or
-            # for the dying processes to close the native pipes adds only latency. What the
-            # program wrote natively before it settled is already in the pipes: take it now.
-            self._exited = True
-            self._drop_reader("status")
-            self._drain_native()
+        if self._sandboxed:
+            # The run is over once its init has reaped every process of it (``G``): a result
+            # never arrives while something the program started still runs.
+            self._end_sandboxed()
+        else:
+            self._kill()
         if self._exited:
             self._start_grace()
         else:

@@ -5,7 +5,8 @@ awaits any other awaitable.
 
 Arguments and resolutions cross as token lists (``_tokens``): arguments arrive as frozen
 values, and a resolution that is not lossless JSON is answered as a failure. A call id is
-answered at most once; a reply above ``max_frame_bytes`` fails the run with ``frame-limit``.
+answered at most once; a reply above ``max_frame_bytes`` fails the run with ``frame-limit``, and
+so do arguments of the calls in flight beyond their cap (``_inflight``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Final
 
 from ..actors import FrozenDict, FrozenList
 from ._frames import PREFIX_BYTES, Call, Reply, encode_frame
+from ._inflight import InflightArguments
 from ._outcome import quote, safe_text
 from ._seam import BindingFunction
 from ._tokens import TokenError, detokenize, tokenize
@@ -44,6 +46,7 @@ class BindingCalls:
     __slots__ = (
         "_answered",
         "_fail",
+        "_inflight",
         "_loop",
         "_max_frame_bytes",
         "_namespaces",
@@ -71,6 +74,7 @@ class BindingCalls:
         self._settled = settled
         self._fail = fail
         self._answered: set[int] = set()
+        self._inflight = InflightArguments()
 
     def on_call(self, frame: Call) -> None:
         """Start the binding call ``frame`` asks for (or answer it as a failure at once)."""
@@ -84,6 +88,10 @@ class BindingCalls:
             self._reply_failure(
                 call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
             )
+            return
+        over = self._inflight.admit(call_id, frame.args)
+        if over is not None:
+            self._fail("frame-limit", over)
             return
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict)
@@ -135,6 +143,7 @@ class BindingCalls:
             self._reply(Reply(call_id, True, tokens))
 
     def _reply(self, frame: Reply) -> None:
+        self._inflight.release(frame.id)
         if self._settled():
             return
         try:

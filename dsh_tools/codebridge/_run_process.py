@@ -30,6 +30,7 @@ from ._run_status import (
     BudgetReport,
     ErrorReport,
     ExitReport,
+    GoneReport,
     PidReport,
     RunLimits,
     WorkerReport,
@@ -249,13 +250,6 @@ class RunProcess(abc.ABC):
         if not data:
             self._maybe_finish()
 
-    def _drain_native(self) -> None:
-        """Take what the native pipes hold now (bounded) and stop reading them."""
-        for name, index in (("out", 0), ("err", 1)):
-            self._native.drain(index, self._fds.get(name))
-            self._drop_reader(name)
-        self._native.close()
-
     def _on_status(self) -> None:
         fd = self._fds.get("status")
         if fd is None:
@@ -282,6 +276,8 @@ class RunProcess(abc.ABC):
                 self._budget = report.budget
                 if self._outcome is None:
                     self._settle(self._exit_outcome())
+            elif isinstance(report, GoneReport):
+                self._on_gone()
             elif isinstance(report, ExitReport):
                 self._on_exit(report.wait_status, report.cpu)
             elif isinstance(report, ErrorReport):
@@ -307,6 +303,25 @@ class RunProcess(abc.ABC):
             self._kill()
         elif self._sampler is None and not self._sandboxed:
             self._sampler = self._loop.call_later(_CPU_SAMPLE_SECONDS, self._sample_cpu)
+
+    def _on_gone(self) -> None:
+        """The sandbox's init has reaped every other process of the run: a settled run is over
+        (an unsettled one waits for the exit report, whose CPU figure may decide it)."""
+        if self._outcome is None:
+            return
+        self._exited = True
+        self._drop_reader("status")
+        self._start_grace()
+        self._maybe_finish()
+
+    def _end_sandboxed(self) -> None:
+        """Close the channel to the worker: the namespace init, which watches it, then kills
+        and reaps every process of the run and reports ``G`` (then ``X`` follows)."""
+        self._writer.close()
+        fd = self._fds.pop("to_worker", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _on_exit(self, wait_status: int, cpu: float) -> None:
         self._exited = True

@@ -4,8 +4,9 @@ CPU-time sampling of the ``"process"`` isolation.
 
 Reports are a tag byte and a fixed-size body (``E`` carries a length-prefixed message):
 ``P`` pid, ``W`` worker wait status (the sandbox's init saw the worker exit), ``B`` budget
-(the init ended the run), ``X`` wait status and CPU seconds of the run's process, ``E`` an error
-before the worker started.
+(the init ended the run), ``G`` (the sandbox's init has killed and reaped every other process
+of the run), ``X`` wait status and CPU seconds of the run's process, ``E`` an error before the
+worker started.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "BudgetReport",
     "ErrorReport",
     "ExitReport",
+    "GoneReport",
     "PidReport",
     "RunLimits",
     "StatusReport",
@@ -67,13 +69,17 @@ class ExitReport(msgspec.Struct, frozen=True):
     cpu: float
 
 
+class GoneReport(msgspec.Struct, frozen=True):
+    """``G``: every process of the run but its init is gone (the init exits next)."""
+
+
 class ErrorReport(msgspec.Struct, frozen=True):
     """``E``: the template could not start the worker."""
 
     message: str
 
 
-StatusReport = PidReport | WorkerReport | BudgetReport | ExitReport | ErrorReport
+StatusReport = PidReport | WorkerReport | BudgetReport | GoneReport | ExitReport | ErrorReport
 
 
 def take_report(status: bytearray) -> StatusReport | None:
@@ -92,6 +98,9 @@ def take_report(status: bytearray) -> StatusReport | None:
         budget = status[1] or 1
         del status[:2]
         return BudgetReport(budget)
+    if tag == 0x47:  # "G"
+        del status[:1]
+        return GoneReport()
     if tag == 0x58 and len(status) >= 1 + _EXIT_REPORT.size:  # "X"
         wait_status, cpu = _EXIT_REPORT.unpack_from(status, 1)
         del status[: 1 + _EXIT_REPORT.size]
@@ -104,7 +113,7 @@ def take_report(status: bytearray) -> StatusReport | None:
         message = bytes(status[1 + _LENGTH.size : end]).decode("utf-8", "replace")
         del status[:end]
         return ErrorReport(message)
-    if tag not in b"PWBXE":
+    if tag not in b"PWBGXE":
         status.clear()
     return None
 

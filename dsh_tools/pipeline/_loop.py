@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import select
-import selectors
 import threading
 import types
 import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any, TypeVar
+
+from ._epoll import PreciseEpoll
 
 __all__ = [
     "drive",
@@ -120,7 +120,11 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
 
     It runs in a copy of the caller's context (as a task would) without an event loop for as
     long as it never suspends; from its first real suspension on it finishes inside a task
-    on this thread's private loop."""
+    on this thread's private loop.
+
+    The loop runs only until that task ends: the task stops the loop itself as it finishes
+    (``run_until_complete`` would stop it from a done callback, one more pass of the loop
+    later, and that pass costs about as much as the hooks that needed the loop)."""
     context = contextvars.copy_context()
     state = _state
     outer = state.driving
@@ -132,25 +136,38 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             value: _T = done.value
             return value
         loop = thread_loop()
-        task = loop.create_task(_carry_on(coro, first), context=context)
-        return loop.run_until_complete(task)
+        task = asyncio.Task(_carry_on(coro, first, loop), loop=loop, context=context)
+        try:
+            loop.run_forever()
+        except BaseException:
+            if task.done() and not task.cancelled():
+                task.exception()  # raised here and now: not "never retrieved"
+            raise
+        if not task.done():  # code on the loop stopped it (as run_until_complete reports)
+            raise RuntimeError("Event loop stopped before Future completed.")
+        return task.result()
     finally:
         state.driving = outer
 
 
 @types.coroutine
-def _carry_on(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+def _carry_on(
+    coro: Coroutine[Any, Any, _T], first: Any, loop: asyncio.AbstractEventLoop
+) -> Generator[Any, Any, _T]:
     """Continue a driven coroutine inside its task: first past every ``event_loop()`` wait
-    (a loop runs now), then as ``resume`` does."""
-    yielded = first
-    while yielded is _NEED_LOOP:
-        try:
-            yielded = coro.send(None)
-        except StopIteration as done:
-            value: _T = done.value
-            return value
-    result: _T = yield from resume(coro, yielded)
-    return result
+    (a loop runs now), then as ``resume`` does; stop ``loop`` once it has ended."""
+    try:
+        yielded = first
+        while yielded is _NEED_LOOP:
+            try:
+                yielded = coro.send(None)
+            except StopIteration as done:
+                value: _T = done.value
+                return value
+        result: _T = yield from resume(coro, yielded)
+        return result
+    finally:
+        loop.stop()
 
 
 # --- resuming a started coroutine in a task ----------------------------------------------------
@@ -199,42 +216,10 @@ def start_task(
 
 # --- the loop batches run on -------------------------------------------------------------------
 
-_FD_SETSIZE = 1024  # select() takes descriptors below this
-
 
 def new_pool_loop() -> asyncio.AbstractEventLoop:
     """A new event loop for batches and code runs whose timers fire on time: on Linux a
     selector loop over a precise epoll selector, elsewhere the platform's default loop."""
-    if not hasattr(selectors, "EpollSelector"):
+    if PreciseEpoll is None:
         return asyncio.new_event_loop()
-    return asyncio.SelectorEventLoop(_PreciseEpoll())
-
-
-if hasattr(selectors, "EpollSelector"):
-
-    class _PreciseEpoll(selectors.EpollSelector):
-        """``epoll`` whose timed waits end on time.
-
-        ``epoll_wait`` counts whole milliseconds and the stock selector rounds a timeout up, so
-        a timer due in 0.2 ms fires 0.8 ms late. Sleeping tool bodies and deadlines on the
-        system loop are timers: a pool of ten 5 ms calls lost about 0.4 ms per call to that
-        rounding. A timed wait here is a ``select()`` on the epoll descriptor itself (a
-        microsecond timeout; the descriptor is readable as soon as any registered one is),
-        then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
-        stock ones, and so is every wait when the epoll descriptor is too high for
-        ``select()``.
-        """
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._epoll_fd = self.fileno()
-            self._precise = self._epoll_fd < _FD_SETSIZE
-
-        def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-            if timeout is not None and timeout > 0 and self._precise:
-                try:
-                    select.select((self._epoll_fd,), (), (), timeout)
-                except InterruptedError:
-                    return []
-                timeout = 0
-            return super().select(timeout)
+    return asyncio.SelectorEventLoop(PreciseEpoll())

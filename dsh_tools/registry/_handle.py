@@ -29,7 +29,7 @@ from ..actors._protocol import (
     RemoveEntry,
     ReplaceTool,
 )
-from ._definition import ToolDefinition, check_registration, classify, project_schema
+from ._definition import ToolDefinition
 from ._hooks import (
     AssembleHook,
     ChangeObserver,
@@ -41,6 +41,7 @@ from ._hooks import (
     ResultObserver,
 )
 from ._snapshot import SnapshotCell
+from ._tool_contract import check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
 

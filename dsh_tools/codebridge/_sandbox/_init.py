@@ -1,14 +1,25 @@
 """The init of a run's PID namespace: reaps, charges the whole tree, ends the run.
 
 PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps every process
-(orphans of the run are reparented to it), and every ``TICK_SECONDS`` it sums, over the
-namespace's private ``/proc``, the CPU time of every live process (its own and its reaped
-children's) plus what it has reaped itself, the resident anonymous and shared memory and the
-number of processes. Over a budget it reports which one and exits; when the worker exits it
-reports the worker's wait status and exits. Its exit makes the kernel kill everything left in
-the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives it.
+(orphans of the run are reparented to it), and every ``TICK_SECONDS`` it measures the tree with
+its ``Meter``: the run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise
+``ProcMeter``, which sums over the namespace's private ``/proc`` the CPU time of every live
+process (its own and its reaped children's) plus what the init has reaped itself, the resident
+anonymous and shared memory and the number of processes. Over a budget it reports which one
+and exits; when the worker exits it reports the worker's wait status (or the memory budget,
+when the kernel's memory ceiling killed it) and exits. Its exit makes the kernel kill everything
+left in the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives
+it.
 
-Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code.
+The host asks for the end of a settled run by closing its end of the channel to the worker
+(which the init watches for the hang-up). However the run ends, the init first reports why
+(if it knows), then kills every other process of the namespace, reaps them all and reports
+``b"G"``: from then on nothing the program started can run or write, and the host's result
+may be delivered. Waiting for the init's own exit instead would add the kernel's teardown of
+the run's namespaces to every run.
+
+Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code;
+then ``b"G"``.
 """
 
 from __future__ import annotations
@@ -19,9 +30,17 @@ import select
 import signal
 import struct
 from collections.abc import Callable
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Protocol
 
-__all__ = ["BUDGET_COMPUTE", "BUDGET_MEMORY", "BUDGET_PROCESSES", "TICK_SECONDS", "run_init"]
+__all__ = [
+    "BUDGET_COMPUTE",
+    "BUDGET_MEMORY",
+    "BUDGET_PROCESSES",
+    "TICK_SECONDS",
+    "Meter",
+    "ProcMeter",
+    "run_init",
+]
 
 TICK_SECONDS: Final = 0.025
 BUDGET_COMPUTE: Final = 1
@@ -36,6 +55,38 @@ def _kilobytes(status: bytes, key: bytes) -> int:
         return 0  # a zombie has no memory lines
     start += len(key)
     return int(status[start : status.index(b"kB", start)])
+
+
+class Meter(Protocol):
+    """How the init measures its run."""
+
+    def join(self) -> None:
+        """In the freshly forked worker, before it runs anything."""
+
+    def close_dirs(self) -> None:
+        """In the init, once the worker is forked."""
+
+    def usage(self) -> tuple[float, int, int]:
+        """(CPU seconds, memory bytes, process count) of the run but its init."""
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel ended a process of the run for memory."""
+
+
+class ProcMeter:
+    """The walk over the namespace's ``/proc`` (no cgroups)."""
+
+    def join(self) -> None:
+        pass
+
+    def close_dirs(self) -> None:
+        pass
+
+    def usage(self) -> tuple[float, int, int]:
+        return _tree_usage()
+
+    def oom_killed(self) -> bool:
+        return False
 
 
 def _tree_usage() -> tuple[float, int, int]:
@@ -64,12 +115,33 @@ def _tree_usage() -> tuple[float, int, int]:
     return cpu, kilobytes * 1024, count
 
 
+def _memory_killed(meter: Meter) -> bool:
+    try:
+        return meter.oom_killed()
+    except (OSError, ValueError):
+        return False
+
+
+def _end_every_process() -> None:
+    """Kill every process of the namespace but this one and reap them all: ``kill(-1)`` from
+    the init reaches each of them, and every process of the namespace descends from the init
+    (orphans are reparented to it), so no child left means no process left."""
+    while True:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
 def run_init(
     start_worker: Callable[[], NoReturn],
     status_fd: int,
     compute_ms: float,
     max_memory_mb: float,
     max_processes: int,
+    meter: Meter,
 ) -> NoReturn:
     """Be PID 1: start the worker, watch the tree, report, exit (which ends the namespace)."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -82,6 +154,8 @@ def run_init(
         os.close(wake_r)
         os.close(wake_w)
         start_worker()
+    meter.close_dirs()
+    channel = os.dup(3)  # the host->worker channel's read end: its hang-up ends the run
     for fd in range(5):
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -89,8 +163,10 @@ def run_init(
     report = b""
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
+    poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     while not report:
-        poller.poll(TICK_SECONDS * 1000)
+        if any(fd == channel for fd, _events in poller.poll(TICK_SECONDS * 1000)):
+            break
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
@@ -104,10 +180,12 @@ def run_init(
             if pid == worker:
                 report = b"W" + struct.pack(">i", status)
                 break
+        if _memory_killed(meter):
+            report = b"B" + bytes([BUDGET_MEMORY])
         if report:
             break
         try:
-            cpu, memory, count = _tree_usage()
+            cpu, memory, count = meter.usage()
         except (OSError, ValueError, IndexError):
             continue
         if cpu * 1000 >= compute_ms:
@@ -118,4 +196,7 @@ def run_init(
             report = b"B" + bytes([BUDGET_PROCESSES])
     with contextlib.suppress(OSError):
         os.write(status_fd, report)
+    _end_every_process()
+    with contextlib.suppress(OSError):
+        os.write(status_fd, b"G")
     os._exit(0)

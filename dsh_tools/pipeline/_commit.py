@@ -1,0 +1,195 @@
+"""The commit stages (P1-P3, F1-F4): post-execute hooks, then finish: materialize, the
+captured finalizer, sealing, result observers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from ..actors import (
+    Accept,
+    Block,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolFailure,
+    ToolNotFoundError,
+    ToolOutputError,
+    message_of,
+)
+from ..registry import LosslessJsonError, normalize_output
+from ..registry._execution import CallRecord
+from ._chain import is_awaitable, run_chain
+from ._core import (
+    POST,
+    PipelineCore,
+    Stage,
+    close_awaitable,
+    log,
+    log_fields,
+    replace_if_aborted,
+)
+from ._loop import event_loop
+from ._results import (
+    NOT_LOSSLESS_RESULT,
+    block_message,
+    concat_contexts,
+    exception_type_name,
+    failure_from_exception,
+    freeze_blocks,
+    materialize,
+    stamped,
+)
+
+__all__ = ["ACCEPT", "CommitStages"]
+
+ACCEPT = Accept()
+
+
+class CommitStages(PipelineCore):
+    """P1-P3 and F1-F4 of a call (see ``Pipeline``)."""
+
+    def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
+        """Post and finish without suspending, when no post-execute listener applies."""
+        result = stage.result
+        assert result is not None
+        if stage.kind == POST:
+            if self._cell.current.hooks_for("post_execute", rec.agent):
+                return None
+            result = replace_if_aborted(rec, result)
+        return self.finish(rec, result)
+
+    async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
+        """Post-execute (when the path has it), then finish: materialize, finalize, publish."""
+        result = stage.result
+        assert result is not None
+        if stage.kind == POST:
+            result = await self._post(rec, stamped(result, rec.call_id))
+        return self.finish(rec, result)
+
+    async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+        try:
+            hooks = self._cell.current.hooks_for("post_execute", rec.agent)
+            if hooks:
+                rec.stage = "post-execute"
+                await event_loop()  # hooks are async code: they may await anything asyncio
+                decision = await run_chain(hooks, (rec.view(), result), _accept)
+                result = self._apply_post(rec, result, decision)
+            if rec.outer is not None:
+                self._check_outer(rec)
+            return replace_if_aborted(rec, result)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            failure = self._fault(rec, exc)
+            if failure.settled_with is None and failure.abort_reason is not None:
+                # the awaiting task was cancelled during post-execute: keep the candidate
+                failure = msgspec.structs.replace(failure, settled_with=result)
+            return failure
+
+    def _apply_post(
+        self, rec: CallRecord, result: ToolExecutionResult, decision: Any
+    ) -> ToolExecutionResult:
+        decision_type = type(decision)
+        if decision_type is Block:
+            return ToolExecutionFailure(
+                ToolFailure(block_message(decision.feedback)),
+                decision.feedback,
+                UNSET,
+                decision.additional_contexts,
+            )
+        if decision_type is not Accept:
+            raise TypeError(
+                f"tools/post-execute returned {decision_type.__name__}; "
+                "expected Accept(...) or Block(...)"
+            )
+        contexts = concat_contexts(result.additional_contexts, decision.additional_contexts)
+        has_content = decision.content is not UNSET
+        has_value = decision.value is not UNSET
+        if has_content and has_value:
+            raise ValueError(
+                "tools/post-execute accept decision cannot replace both value and content"
+            )
+        if has_value:
+            if result.is_error:
+                raise ValueError("tools/post-execute cannot replace the value of a failed result")
+            entry = self._cell.current.lookup(rec.name, rec.agent)
+            if entry is None:
+                raise ToolNotFoundError(rec.name)
+            try:
+                value, content, meta = normalize_output(
+                    entry.definition, rec.arguments, decision.value, nested=rec.parent is not None
+                )
+            except ToolOutputError as exc:
+                return msgspec.structs.replace(
+                    failure_from_exception(exc), additional_contexts=contexts
+                )
+            return ToolExecutionSuccess(value, content, meta, contexts)
+        if has_content:
+            return msgspec.structs.replace(
+                result, content=decision.content, additional_contexts=contexts
+            )
+        if contexts is result.additional_contexts:
+            return result
+        return msgspec.structs.replace(result, additional_contexts=contexts)
+
+    def finish(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+        """F1-F4: materialize, run the captured finalizer, seal, publish to observers.
+
+        Every result leaves here carrying its call's ``call_id``."""
+        result = materialize(result, rec.call_id)
+        finalizer = rec.finalizer
+        if finalizer is not None:
+            rec.stage = "finalizer"
+            try:
+                content = finalizer(rec.view(), result)
+                if is_awaitable(content):
+                    close_awaitable(content)
+                    raise TypeError(
+                        "finalize_content must be synchronous; it returned an awaitable"
+                    )
+                if content is not None:
+                    try:
+                        frozen = freeze_blocks(content)
+                    except (LosslessJsonError, RecursionError) as exc:
+                        raise ValueError(NOT_LOSSLESS_RESULT) from exc
+                    result = msgspec.structs.replace(result, content=frozen)
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:
+                result = self._fault(rec, exc)
+            result = stamped(result, rec.call_id)
+        rec.sealed = True
+        observers = self._cell.current.hooks_for("result", rec.agent)
+        if observers:
+            self._notify(rec, result, observers)
+        return result
+
+    def _notify(
+        self, rec: CallRecord, result: ToolExecutionResult, observers: Sequence[Any]
+    ) -> None:
+        view = rec.view()
+        label = f'tool "{rec.name}" ({rec.call_id}): tools/result observer failed: '
+        fields = log_fields(rec)
+        fields["stage"] = "observer"
+        for observer in observers:
+            try:
+                out = observer(view, result)
+                if is_awaitable(out):
+                    self._background(out, label, fields)
+            except BaseException as exc:  # SystemExit included: the loop must survive
+                log.warning(
+                    label + message_of(exc),
+                    exc_info=exc,
+                    exception_type=exception_type_name(exc),
+                    **fields,
+                )
+                if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
+                    rec.reraise = exc
+
+
+async def _accept() -> Accept:
+    return ACCEPT

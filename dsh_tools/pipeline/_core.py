@@ -1,0 +1,244 @@
+"""What every pipeline stage shares: the stage kinds, the abort rules, cancellation of a call
+from the pipeline's side, and turning what escapes user code into a result.
+
+``PipelineCore`` holds the published registry snapshot and the calls running now; the stage
+rooms (``_prepare``, ``_dispatch``, ``_commit``) extend it and ``Pipeline`` chains them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any
+
+import msgspec
+import structlog
+from msgspec import UNSET
+
+from ..actors import (
+    AbortSignal,
+    HarnessError,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+)
+from ..registry import compact_json
+from ..registry._execution import CallRecord
+from ..registry._snapshot import SnapshotCell, ToolEntry
+from ._approval import ApprovalCall
+from ._results import cancelled, failure_from_exception
+from ._session import SessionLog
+
+__all__ = [
+    "CANCELLED_REASON",
+    "DISPATCH",
+    "DISPATCH_STAGE",
+    "FINISH",
+    "POST",
+    "STOPPING_REASON",
+    "BodyCancelled",
+    "PipelineCore",
+    "Stage",
+    "abort_reason",
+    "call_aborted",
+    "cancel_body",
+    "close_awaitable",
+    "compact_arguments",
+    "log",
+    "log_fields",
+    "replace_if_aborted",
+]
+
+CANCELLED_REASON = "the awaiting task was cancelled"
+"""The abort reason of a call whose awaiting task (``execute_async``, a batch) was cancelled."""
+
+STOPPING_REASON = "the tool system is stopping"
+"""The abort reason of a call that ``ToolSystem.stop()`` interrupted."""
+
+
+log = structlog.get_logger("dsh_tools.pipeline")
+
+# Stage kinds: what a prepared or dispatched call needs next.
+DISPATCH = 0  # run the execute waterfall and the body
+POST = 1  # run post-execute, then finish
+FINISH = 2  # finish only (post-execute is bypassed)
+
+
+class Stage:
+    """Where a call stands between stages: the next step and the candidate result."""
+
+    __slots__ = ("kind", "result")
+
+    def __init__(self, kind: int, result: ToolExecutionResult | None) -> None:
+        self.kind = kind
+        self.result = result
+
+
+DISPATCH_STAGE = Stage(DISPATCH, None)
+
+
+class BodyCancelled(Exception):
+    """The body ended by the cancellation the pipeline (or the awaiting task) asked for."""
+
+
+def call_aborted(rec: CallRecord) -> bool:
+    """Whether the caller's signal aborted or the pipeline interrupted the call."""
+    return rec.signal.aborted or rec.stop_reason is not None
+
+
+def abort_reason(rec: CallRecord, signal: AbortSignal | None = None) -> Any:
+    if rec.signal.aborted:
+        return rec.signal.reason
+    if signal is not None and signal.aborted:
+        return signal.reason
+    return rec.stop_reason
+
+
+def replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    """D4 / P2: a success of a call that was aborted meanwhile becomes the cancellation result
+    (keeping the success in ``settled_with``)."""
+    if not result.is_error and call_aborted(rec):
+        code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+        return cancelled(code, result.additional_contexts, reason=abort_reason(rec), settled=result)
+    return result
+
+
+def close_awaitable(value: Any) -> None:
+    close = getattr(value, "close", None)
+    if callable(close):
+        with contextlib.suppress(Exception):
+            close()
+
+
+class PipelineCore:
+    """The published snapshot, the calls running now, and what every stage needs."""
+
+    def __init__(
+        self,
+        cell: SnapshotCell,
+        *,
+        session: SessionLog,
+        executor: Executor,
+        approval: Callable[[], ApprovalCall | None],
+        background: Callable[[Awaitable[Any], str, dict[str, Any]], None],
+    ) -> None:
+        self._cell = cell
+        self.session = session
+        self._executor = executor
+        self._approval = approval
+        self._background = background
+        self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
+
+    def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
+        """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
+        return self._cell.current.lookup(name, agent)
+
+    def visible_names(self, agent: str | None) -> list[str]:
+        """The names ``agent`` sees now, in view order."""
+        return list(self._cell.current.view(agent))
+
+    # --- cancellation --------------------------------------------------------------------------
+
+    def interrupt(self, rec: CallRecord, reason: Any) -> None:
+        """Abort ``rec`` from the pipeline's side (any thread): remember ``reason``, abort the
+        signal the pipeline owns for it, cancel its async body's task. The call still settles
+        and commits as usual; its success becomes ``ABORTED``."""
+        if rec.stop_reason is None:
+            rec.stop_reason = reason
+        own = rec.own
+        if own is not None:
+            own.abort(reason)
+        task, loop = rec.body_task, rec.body_loop
+        if task is not None and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(cancel_soon, rec, task)
+        approval = rec.approval_task
+        if approval is not None:
+            with contextlib.suppress(RuntimeError):
+                approval.get_loop().call_soon_threadsafe(approval.cancel)
+
+    def interrupt_all(self, reason: Any) -> None:
+        """``interrupt`` every call running through ``run`` now (``stop()``)."""
+        for rec in list(self.live):
+            self.interrupt(rec, reason)
+
+    def _check_outer(self, rec: CallRecord) -> bool:
+        """Whether the awaiting task has been cancelled since the call began (then interrupt
+        the call once)."""
+        outer = rec.outer
+        if outer is None:
+            return False
+        if not rec.outer_cancelled and outer.cancelling() > rec.cancel_base:
+            rec.outer_cancelled = True
+            self.interrupt(rec, CANCELLED_REASON)
+        return rec.outer_cancelled
+
+    def _fault(self, rec: CallRecord, exc: BaseException) -> ToolExecutionFailure:
+        """The result for ``exc`` escaping user code at ``rec.stage``: the cancellation result
+        when it is the awaiting task's cancellation, else a failure, logged once with its
+        traceback. ``KeyboardInterrupt`` / ``SystemExit`` on the caller's own thread are
+        re-raised by ``run`` after the result is recorded; anywhere else they stay a failure,
+        so that no user code can stop the system loop."""
+        if isinstance(exc, asyncio.CancelledError) and self._check_outer(rec):
+            code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+            return cancelled(code, reason=CANCELLED_REASON)
+        failure = failure_from_exception(exc)
+        fields = log_fields(rec)
+        fields["stage"] = rec.stage
+        fields["exception_type"] = failure.exception_type
+        if isinstance(exc, HarnessError):
+            # An expected outcome the model is told about (bad arguments, an abort, a
+            # deadline): kept for whoever turns on debug logs, never noise at the default.
+            log.debug(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
+        else:
+            log.warning(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
+        if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
+            rec.reraise = exc
+        return failure
+
+
+def cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """Cancel an aborted call's async body, unless it looks at its signal and that signal has
+    aborted: such a body learns of the abort itself and settles its own way (raises its own
+    error, returns what it has, drains what it started)."""
+    if task.done():
+        return
+    signal = rec.body_signal
+    if rec.signal_read and signal is not None and signal.aborted:
+        return
+    rec.cancel_sent = True
+    task.cancel()
+
+
+def cancel_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    # One more pass of the loop first: a body awaiting its signal is woken by a callback queued
+    # just before this one, and it may settle on its own (raise its own error, return what it
+    # has) before the cancellation would reach it.
+    task.get_loop().call_soon(cancel_body, rec, task)
+
+
+def cancel_from_any_thread(
+    loop: asyncio.AbstractEventLoop, rec: CallRecord, task: asyncio.Task[Any], reason: Any
+) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed
+        loop.call_soon_threadsafe(cancel_soon, rec, task)
+
+
+def log_fields(rec: CallRecord) -> dict[str, Any]:
+    """What every log line about a call carries (the token's id, never the token)."""
+    return {
+        "call_id": rec.call_id,
+        "tool": rec.name,
+        "token": rec.token.id,
+        "parent": rec.parent.id if rec.parent is not None else None,
+    }
+
+
+def compact_arguments(arguments: Any) -> str | None:
+    if arguments is UNSET:
+        return None
+    try:
+        return msgspec.json.encode(arguments).decode()
+    except (RecursionError, TypeError, ValueError):
+        return compact_json(arguments)  # deeper than msgspec goes

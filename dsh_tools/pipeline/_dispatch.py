@@ -1,0 +1,252 @@
+"""The dispatch stage (D1-D5, B1-B8): the execute waterfall and the body (inline, on a worker
+thread, or as its own task), its rendering, and the candidate result for post-execute."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Awaitable, Coroutine
+from functools import partial
+from typing import Any
+
+import msgspec
+
+from ..actors import (
+    AbortSignal,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolExecutionSuccess,
+    ToolNotFoundError,
+    any_signal,
+)
+from ..actors._frozen import EMPTY_LIST
+from ..registry import normalize_output
+from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
+from ..registry._snapshot import ToolEntry
+from ._chain import is_awaitable, run_chain
+from ._core import (
+    FINISH,
+    POST,
+    BodyCancelled,
+    PipelineCore,
+    Stage,
+    abort_reason,
+    cancel_body,
+    cancel_from_any_thread,
+    replace_if_aborted,
+)
+from ._loop import event_loop, resume
+from ._results import cancelled, concat_contexts, failure_from_exception, stamped
+
+__all__ = ["DispatchStages"]
+
+
+class DispatchStages(PipelineCore):
+    """D1-D5 of a call (see ``Pipeline``)."""
+
+    async def dispatch(self, rec: CallRecord, *, inline: bool) -> Stage:
+        """Run the execute waterfall and the body; the candidate result for post-execute."""
+        try:
+            hooks = self._cell.current.hooks_for("execute", rec.agent)
+            if hooks:
+                rec.stage = "execute-wrapper"
+                await event_loop()  # hooks are async code: they may await anything asyncio
+                base = partial(self._invoke, rec, inline)
+                result = await run_chain(hooks, (DispatchExecution(rec),), base)
+            else:
+                result = await self._invoke(rec, inline)
+            rec.dispatch_signal = rec.signal
+            rec.stage = "execute-wrapper"
+            result = self._normalize_dispatch_result(rec, result)
+            rec.contexts_closed = True
+            if rec.deferred:
+                result = msgspec.structs.replace(
+                    result,
+                    additional_contexts=concat_contexts(rec.deferred, result.additional_contexts),
+                )
+            return Stage(POST, replace_if_aborted(rec, result))
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            rec.dispatch_signal = rec.signal
+            rec.contexts_closed = True
+            return Stage(FINISH, self._fault(rec, exc))
+
+    async def _invoke(self, rec: CallRecord, inline: bool) -> ToolExecutionResult:
+        """The base of the execute waterfall (what the last wrapper's ``next()`` runs): the
+        body and its rendering, as a canonical result of this execution. Never raises."""
+        wrapper_signal = rec.dispatch_signal
+        caller = rec.signal
+        if wrapper_signal is caller:
+            fused, detach = caller, None
+        else:
+            fused, detach = any_signal(wrapper_signal, caller)
+        try:
+            if fused.aborted or rec.stop_reason is not None:
+                return _canonical(
+                    rec, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec, fused))
+                )
+            entry = self._cell.current.lookup(rec.name, rec.agent)
+            if entry is None:
+                return _canonical(rec, failure_from_exception(ToolNotFoundError(rec.name)))
+            rec.body_invoked = True
+            # A wrapper that supplied its own signal (a deadline, say) may abort it from a timer
+            # on this very loop: a plain body then runs on a worker thread so the loop stays free
+            # to fire it. Without one, nothing on this loop can abort the body's signal, so the
+            # body runs inline (the hot path).
+            inline = inline and fused is caller
+            rec.stage = "body"
+            try:
+                ctx = ToolRunContext(rec, fused)
+                if inline and not entry.is_async:
+                    value = entry.definition.execute(rec.arguments, ctx)
+                    if is_awaitable(value):
+                        value = await self._run_task(rec, _awaited(value), fused)
+                else:
+                    value = await self._call_body(entry, rec, ctx, inline)
+            except BodyCancelled:
+                return _canonical(rec, cancelled("ABORTED", reason=abort_reason(rec, fused)))
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:  # the base never raises
+                return _canonical(rec, self._fault(rec, exc))
+            rec.stage = "render"
+            try:
+                value, content, meta = normalize_output(
+                    entry.definition, rec.arguments, value, nested=rec.parent is not None
+                )
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:
+                return _canonical(rec, self._fault(rec, exc))
+            success = ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
+            if fused.aborted or rec.stop_reason is not None:
+                success = cancelled("ABORTED", reason=abort_reason(rec, fused), settled=success)
+            return _canonical(rec, success)
+        finally:
+            if detach is not None:
+                detach()
+            rec.dispatch_signal = wrapper_signal
+
+    async def _call_body(
+        self, entry: ToolEntry, rec: CallRecord, ctx: ToolRunContext, inline: bool
+    ) -> Any:
+        execute = entry.definition.execute
+        signal = object.__getattribute__(ctx, "_signal")  # not ctx.signal: the body reads that
+        if entry.is_async:
+            return await self._run_task(rec, execute(rec.arguments, ctx), signal)
+        if inline:
+            value = execute(rec.arguments, ctx)
+        else:
+            value = await self._run_in_worker(rec, execute, ctx)
+        if is_awaitable(value):
+            value = await self._run_task(rec, _awaited(value), signal)
+        return value
+
+    async def _run_task(
+        self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
+    ) -> Any:
+        """Run an async body as its own task (started at once, in a copy of the context) and
+        await it to the end. The task is cancelled when ``signal`` aborts or the pipeline
+        interrupts the call; a cancellation of the awaiting task reaches it the same way. A
+        body that ends by such a cancellation raises ``BodyCancelled``; one that raised
+        ``CancelledError`` of its own accord raises it (a tool failure)."""
+        loop = await event_loop()  # the body's task needs one; it starts right here
+        outcome = _capture(coro)
+        context = contextvars.copy_context()
+        try:
+            first = context.run(outcome.send, None)
+        except StopIteration as done:
+            ok, value = done.value
+        else:
+            task = loop.create_task(resume(outcome, first), context=context)
+            rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
+            remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
+            if rec.stop_reason is not None:
+                cancel_body(rec, task)
+            try:
+                while True:
+                    try:
+                        # Shielded: a cancellation of the awaiting task interrupts the call
+                        # (aborting the signal the pipeline owns, cancelling the body by the
+                        # rule of cancel_body) instead of reaching the body unannounced.
+                        ok, value = await asyncio.shield(task)
+                        break
+                    except asyncio.CancelledError:
+                        if task.done():
+                            ok, value = task.result()
+                            break
+                        if not self._check_outer(rec):
+                            cancel_body(rec, task)
+            finally:
+                remove()
+                rec.body_task = None
+        self._check_outer(rec)
+        if ok:
+            return value
+        if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
+            raise RuntimeError("the tool body raised GeneratorExit") from value
+        if isinstance(value, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
+            raise BodyCancelled
+        raise value
+
+    async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
+        """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
+        call and then waits for the body to return (it is never abandoned)."""
+        await event_loop()  # to wait for the worker
+        work = self._executor.submit(execute, rec.arguments, ctx)
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            if work.done() and not work.cancelled():
+                raise  # the body raised CancelledError itself: its own failure
+        self._check_outer(rec)
+        while not work.done():
+            try:
+                await asyncio.wrap_future(work)
+            except asyncio.CancelledError:
+                self._check_outer(rec)
+        if work.cancelled():  # cancelled before a worker thread picked it up
+            raise BodyCancelled
+        return work.result()
+
+    def _normalize_dispatch_result(self, rec: CallRecord, result: Any) -> ToolExecutionResult:
+        if rec.is_canonical(result):
+            return result  # type: ignore[no-any-return]
+        result_type = type(result)
+        if result_type is ToolExecutionFailure:
+            failure: ToolExecutionFailure = msgspec.structs.replace(result)
+            return failure
+        if result_type is ToolExecutionSuccess:
+            entry = self._cell.current.lookup(rec.name, rec.agent)
+            if entry is None:
+                raise ToolNotFoundError(rec.name)
+            value, content, meta = normalize_output(
+                entry.definition, rec.arguments, result.value, nested=rec.parent is not None
+            )
+            return ToolExecutionSuccess(value, content, meta, result.additional_contexts)
+        raise TypeError(
+            f"tools/execute wrapper returned {result_type.__name__}; "
+            "expected ToolExecutionSuccess or ToolExecutionFailure"
+        )
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def _capture(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
+    """``(True, value)`` or ``(False, exception)``: the body's task itself never fails, so no
+    ``SystemExit`` or ``KeyboardInterrupt`` from a body can escape into the event loop."""
+    try:
+        return True, await coro
+    except BaseException as exc:
+        return False, exc
+
+
+def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    """``result`` stamped with the call's id and remembered as the base's own."""
+    result = stamped(result, rec.call_id)
+    rec.canonical.append(result)
+    rec.stage = "execute-wrapper"
+    return result

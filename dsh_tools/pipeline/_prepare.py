@@ -1,0 +1,236 @@
+"""The prepare stages (E1-E10): the call's record and argument snapshot, pre-execute hooks,
+approval, guards; what the call needs next."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from functools import partial
+from typing import Any
+
+from msgspec import UNSET
+
+from ..actors import AbortController, Allow, Ask, Deny, ExecuteCall
+from ..registry import LosslessJsonError, snapshot_json
+from ..registry._execution import CallRecord
+from ._approval import unknown_outcome
+from ._chain import is_awaitable, run_chain
+from ._core import (
+    DISPATCH_STAGE,
+    FINISH,
+    POST,
+    PipelineCore,
+    Stage,
+    abort_reason,
+    call_aborted,
+    close_awaitable,
+)
+from ._loop import event_loop
+from ._results import NOT_LOSSLESS_ARGS, cancelled, failure
+
+__all__ = ["ALLOW", "PrepareStages"]
+
+ALLOW = Allow()
+
+_APPROVAL_ABANDONED = object()
+"""What ``_await_approval`` returns for an approval abandoned with its call."""
+
+
+class PrepareStages(PipelineCore):
+    """E1-E10 of a call (see ``Pipeline``)."""
+
+    def begin(
+        self, call: ExecuteCall, own: AbortController | None = None, *, frozen: bool = False
+    ) -> tuple[CallRecord, Stage | None]:
+        """E1-E3: mint the record, capture the finalizer, snapshot the arguments.
+
+        ``own``: a controller whose signal replaces the call's absent one (the pipeline may
+        abort it); ``frozen``: the arguments are a snapshot already (taken off the loop)."""
+        cell = self._cell
+        signal = call.signal if own is None else own.signal
+        rec = CallRecord(call.call_id, call.name, UNSET, signal, call.agent, call.parent)
+        rec.own = own
+        name, agent = call.name, call.agent
+        rec.cell = cell
+        entry = cell.current.lookup(name, agent)
+        if entry is not None:
+            rec.entry = entry
+            rec.finalizer = entry.definition.finalize_content
+        try:
+            rec.arguments = call.arguments if frozen else snapshot_json(call.arguments)
+        except (LosslessJsonError, RecursionError, MemoryError):
+            return rec, Stage(FINISH, failure(NOT_LOSSLESS_ARGS))
+        if signal.aborted:
+            return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
+        return rec, None
+
+    def prepare_now(self, rec: CallRecord) -> Stage | None:
+        """E4-E10 without suspending, when no pre-execute listener applies; else None."""
+        if self._cell.current.hooks_for("pre_execute", rec.agent):
+            return None
+        try:
+            return self._decide(rec, ALLOW, False)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            return Stage(FINISH, self._fault(rec, exc))
+
+    async def prepare(self, rec: CallRecord) -> Stage:
+        """E4-E10: pre-execute, approval, guards; the next stage and any candidate result."""
+        try:
+            hooks = self._cell.current.hooks_for("pre_execute", rec.agent)
+            decision: Any = ALLOW
+            if hooks:
+                rec.stage = "pre-execute"
+                await event_loop()  # hooks are async code: they may await anything asyncio
+                decision = await run_chain(hooks, (rec.view(),), _allow)
+            approval_cancelled = False
+            decision_type = type(decision)
+            if decision_type is Ask:
+                rec.stage = "approval"
+                decision, approval_cancelled = await self._approve(rec, decision)
+            elif decision_type is not Allow and decision_type is not Deny:
+                raise TypeError(
+                    f"tools/pre-execute returned {decision_type.__name__}; "
+                    "expected Allow(), Deny(reason) or Ask(reason)"
+                )
+            return self._decide(rec, decision, approval_cancelled)
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:
+            return Stage(FINISH, self._fault(rec, exc))
+
+    def _decide(self, rec: CallRecord, decision: Any, approval_cancelled: bool) -> Stage:
+        """E6-E9 once the decision is final (raises for E10)."""
+        if approval_cancelled and call_aborted(rec):
+            return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec)))
+        if type(decision) is Allow:
+            rec.stage = "guard"
+            reason = self._evaluate_guards(rec)
+        else:
+            reason = decision.reason
+            if type(reason) is not str:
+                raise TypeError("Deny.reason must be a str")
+        if reason is not None:
+            return Stage(POST, failure(reason))
+        if call_aborted(rec):
+            return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec)))
+        return DISPATCH_STAGE
+
+    async def _approve(self, rec: CallRecord, ask: Ask) -> tuple[Any, bool]:
+        name = rec.name
+        how = self._approval()
+        if how is None:
+            if ask.reason is not None:
+                return Deny(ask.reason), False
+            return Deny(f'tool "{name}" requires approval (not yet supported)'), False
+        if rec.agent is None:
+            return (
+                Deny(
+                    f'tool "{name}" requires approval, but the call has no agent to route it '
+                    "through"
+                ),
+                False,
+            )
+        approval = how.approval
+        kwargs: dict[str, Any] = {
+            "agent": rec.agent,
+            "tool_name": name,
+            "call_id": rec.call_id,
+            "signal": rec.signal,
+        }
+        if "arguments" in how.passes:
+            kwargs["arguments"] = rec.arguments
+        if ask.reason is not None and "reason" in how.passes:
+            kwargs["reason"] = ask.reason
+        outcome: Any
+        if rec.inline and not how.is_async:
+            outcome = approval.request(**kwargs)  # the caller's own thread: it may block
+        else:
+            await event_loop()  # approvers may wait on the loop (a future, a timer)
+            if how.is_async:
+                outcome = approval.request(**kwargs)
+            else:
+                # A plain approver may block (a console prompt): never on the shared loop.
+                outcome = asyncio.wrap_future(
+                    self._executor.submit(partial(approval.request, **kwargs))
+                )
+        while is_awaitable(outcome):
+            await event_loop()
+            outcome = await self._await_approval(rec, outcome)
+            if outcome is _APPROVAL_ABANDONED:
+                return Deny(f'approval for tool "{name}" was cancelled'), True
+        if type(outcome) is str:
+            if outcome == "allowed-once":
+                return ALLOW, False
+            if outcome == "rejected":
+                return Deny(f'the user rejected tool "{name}"'), False
+            if outcome == "cancelled":
+                return Deny(f'approval for tool "{name}" was cancelled'), True
+            if outcome == "unavailable":
+                return (
+                    Deny(f'tool "{name}" requires approval, but no approval channel is available'),
+                    False,
+                )
+        raise unknown_outcome(outcome)
+
+    async def _await_approval(self, rec: CallRecord, pending: Awaitable[Any]) -> Any:
+        """What the approver's awaitable settles with, or ``_APPROVAL_ABANDONED`` when the
+        pipeline abandoned the call meanwhile (``stop()`` interrupted it): the approver's task
+        is cancelled then, so nothing waits on a human who will not answer. The caller's own
+        abort does not cancel it: the approver sees its signal and answers (``cancelled``, or
+        an answer that still lets a guard's denial win)."""
+        task = asyncio.ensure_future(pending)
+        rec.approval_task = task
+        if rec.stop_reason is not None:
+            task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and (current is None or not current.cancelling()):
+                return _APPROVAL_ABANDONED
+            raise
+        finally:
+            rec.approval_task = None
+
+    def _evaluate_guards(self, rec: CallRecord) -> str | None:
+        view = rec.view()
+        reason = self._guard_pass(None, view)
+        if reason is None and rec.agent is not None:
+            reason = self._guard_pass(rec.agent, view)
+        return reason
+
+    def _guard_pass(self, agent: str | None, view: Any) -> str | None:
+        cell = self._cell
+        table = cell.current.guard_table(agent)
+        if table is None or not table.entries:
+            return None
+        generation = table.generation
+        last = -1
+        while True:
+            # Re-read the table before each guard: guards may add or remove guards.
+            current = cell.current.guard_table(agent)
+            if current is None or current.generation != generation:
+                return None
+            for following in current.entries:
+                if following[0] > last:
+                    break
+            else:
+                return None
+            last, fn = following
+            out = fn(view)
+            if out is None:
+                continue
+            if type(out) is str:
+                return out
+            if is_awaitable(out):
+                close_awaitable(out)
+                raise TypeError("guards must be synchronous; a guard returned an awaitable")
+            raise TypeError(
+                f"a guard returned {type(out).__name__}; guards return None or a str reason"
+            )
+
+
+async def _allow() -> Allow:
+    return ALLOW
