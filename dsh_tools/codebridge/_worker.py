@@ -394,21 +394,30 @@ _WARM_BOOT: Final = bytes(
     _encode_frame(Boot("return [1]", [], 4, 1.0, 1.0, marshal.dumps(compile_program("return [1]"))))
 )
 """A boot frame for ``_prewarm``, made once in the template."""
+_WARM_REPLY: Final = bytes(_encode_frame(Reply(1, True, tokenize({"n": 1}))))
+"""A reply frame for ``_prewarm``, made once in the template."""
 
 
 def _prewarm() -> None:
     """Do, before the program arrives, the work every run repeats: the event loop, loading a
-    program, a frame each way. A worker is forked ready-made and waits for its ``Boot``; the first
-    touch of each page it inherited copies that page, so touching them now keeps those copies
-    (a few milliseconds) off the run's path."""
+    program, a frame each way, a binding call's handle settled by a reply under ``gather``. A
+    worker is forked ready-made and waits for its ``Boot``; the first touch of each page it
+    inherited copies that page, so touching them now keeps those copies (a few milliseconds)
+    off the run's path."""
     loop = asyncio.new_event_loop()
+    handle = CallHandle(loop, "warm", plain_error)
 
     async def tick() -> None:
-        await asyncio.sleep(0)
+        reply = host_frame_decoder().decode(_WARM_REPLY[PREFIX_BYTES:])
+        loop.call_soon(handle.resolve, detokenize(reply.value))
+        await asyncio.gather(handle)
 
     loop.run_until_complete(tick())
     _LOOPS.append(loop)
     _load_code(host_frame_decoder().decode(_WARM_BOOT[PREFIX_BYTES:]).code)
+    tokens = tokenize({"n": 1})
+    if tokens is not None:
+        _encode_frame(Call(1, "tools", "warm", tokens))
     _encode_frame(Done(value=tokenize(None)))
     _encode_frame(Log(_clean("warm")))
 
