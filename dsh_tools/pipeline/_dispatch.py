@@ -33,6 +33,7 @@ from ._core import (
     abort_reason,
     cancel_body,
     cancel_from_any_thread,
+    cancel_soon,
     replace_if_aborted,
 )
 from ._loop import event_loop, resume, running_loop
@@ -187,7 +188,10 @@ class DispatchStages(PipelineCore):
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
             remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
             if rec.stop_reason is not None:
-                cancel_body(rec, task)
+                # Interrupted while the call was on its way here (from a pool's worker thread):
+                # cancelled once the task has taken its first step, as interrupt() would, so
+                # that the body sees the cancellation where it waits.
+                cancel_soon(rec, task)
             try:
                 while True:
                     try:
@@ -198,7 +202,11 @@ class DispatchStages(PipelineCore):
                         break
                     except asyncio.CancelledError:
                         if task.done():
-                            ok, value = task.result()
+                            # Cancelled before its first step, the body never saw it.
+                            if task.cancelled():
+                                ok, value = False, asyncio.CancelledError()
+                            else:
+                                ok, value = task.result()
                             break
                         if not self._check_outer(rec):
                             cancel_body(rec, task)
