@@ -9,6 +9,9 @@ It is the only module that imports every layer. It owns:
 - the front actor ``ref`` that answers ``ExecuteCall`` / ``ExecuteBatch`` messages;
 - the session log and the approval seam.
 
+It builds each typed part and passes it explicitly: the loop thread (``_system_loop``), the
+front actor (``_front``), owner handles (``_handles``) and the Code Mode wiring (``_code_mode``).
+
 ``execute`` drives the pipeline in the caller's thread, with plain-function bodies inline and no
 event loop until something on the path needs one (then on a private per-thread loop): no
 thread hop and no loop on the hot path (either costs more than the whole pipeline).
@@ -24,14 +27,15 @@ import itertools
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
-from functools import partial
-from typing import Any, Self
+from typing import Any
 
 import pykka
 import structlog
 
 from ._code_mode import install_code_mode
+from ._front import FrontActor, FrontRef
+from ._handles import AgentScope, PluginHandle
+from ._system_loop import SystemLoop
 from .actors import (
     AbortController,
     BatchOutcome,
@@ -46,7 +50,7 @@ from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
 from .pipeline._approval import Approval, ApprovalCall, ApprovalFunction, as_approval
-from .pipeline._loop import drive, driving, new_pool_loop, running_loop
+from .pipeline._loop import drive, driving, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
 from .pipeline._workers import BodyThreads
@@ -73,135 +77,6 @@ def _stop_running_systems() -> None:
 
 
 atexit.register(_stop_running_systems)
-
-
-# --- handles ---------------------------------------------------------------------------------
-
-
-class _OwnerHandle:
-    """What plugins and agent scopes share: an owner actor and the ToolsHandle writing through
-    it, so that ``close()`` can dispose their registrations, last first."""
-
-    def __init__(self, system: ToolSystem, label: str, agent: str | None) -> None:
-        self._system = system
-        self.closed = False
-        self._owner = system._new_owner()
-        self.tools = ToolsHandle(
-            registry=system._registry,
-            owner=self._owner,
-            cell=system._cell,
-            agent=agent,
-            label=label,
-            background=system._background,
-        )
-
-    def close(self) -> None:
-        """Dispose everything registered through this handle, in reverse order."""
-        if self.closed:
-            return
-        self.closed = True
-        self._forget()
-        self._system._close_owner(self._owner, self.tools)
-
-    def _forget(self) -> None:
-        """Drop the system's reference to this handle (subclasses)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class PluginHandle(_OwnerHandle):
-    """An owner of global registrations: ``close()`` disposes them, last first."""
-
-    def __init__(self, system: ToolSystem, name: str) -> None:
-        self.name = name
-        super().__init__(system, f'plugin "{name}"', None)
-
-
-class AgentScope(_OwnerHandle):
-    """One agent's layer: local tools, masks, guards and hooks scoped to ``key``; ``close()``
-    disposes them (LIFO)."""
-
-    def __init__(self, system: ToolSystem, key: str) -> None:
-        self.key = key
-        super().__init__(system, f'agent scope "{key}"', key)
-
-    def _forget(self) -> None:
-        self._system._forget_scope(self)
-
-    def inject_context(self, context: Any) -> None:
-        """Add a hook context for this agent: into the active batch's FIFO, or straight into
-        the session as a ``user/message`` when no batch is running."""
-        self._system._inject(self.key, context)
-
-
-# --- the front actor -------------------------------------------------------------------------
-
-
-class FrontActor(pykka.ThreadingActor):
-    """Answers ``ExecuteCall`` and ``ExecuteBatch`` asks without blocking its mailbox.
-
-    Each request is started on the system loop and answered at once with a future of its
-    result (set when it settles), so many asks may be in flight at once and a slow call never
-    delays another. Its ref (``FrontRef``) waits for that future, so ``ref.ask(message)``
-    returns the result itself.
-    """
-
-    use_daemon_thread = True  # a forgotten stop() must not keep the process alive
-
-    def __init__(self, system: ToolSystem, publish: Callable[[FrontRef], None]) -> None:
-        super().__init__()
-        self._system = system
-        publish(FrontRef(self))  # start() returns the plain ref; the system hands out this one
-
-    def on_receive(self, message: Any) -> Any:
-        if not isinstance(message, ExecuteCall | ExecuteBatch):
-            raise TypeError(
-                "system.ref answers ExecuteCall and ExecuteBatch messages, "
-                f"got {type(message).__name__}"
-            )
-        system = self._system
-        if isinstance(message, ExecuteCall):
-            coro: Coroutine[Any, Any, Any] = system.pipeline.run(message, inline=False)
-        else:
-            coro = system._batches.run(message)
-        answer: pykka.Future[Any] = pykka.ThreadingFuture()
-        system._submit(coro).add_done_callback(partial(_settle_answer, answer))
-        return answer
-
-
-def _settle_answer(answer: pykka.Future[Any], done: concurrent.futures.Future[Any]) -> None:
-    try:
-        answer.set(done.result())
-    except BaseException:
-        answer.set_exception()
-
-
-class FrontRef(pykka.ActorRef[FrontActor]):
-    """The front actor's ref: an ask's reply is the future of the result; ``ask`` waits for
-    both (within one ``timeout``), so callers get the result as from any actor."""
-
-    def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
-        reply: pykka.Future[Any] = super().ask(message, block=False)
-        answer: pykka.Future[Any] = pykka.ThreadingFuture()
-        answer.set_get_hook(partial(_result_of, reply))
-        if block:
-            return answer.get(timeout=timeout)
-        return answer
-
-
-def _result_of(reply: pykka.Future[Any], timeout: float | None) -> Any:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    inner = reply.get(timeout=timeout)
-    if not isinstance(inner, pykka.Future):
-        return inner
-    return inner.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
-
-
-# --- the system ------------------------------------------------------------------------------
 
 
 class ToolSystem:
@@ -236,15 +111,14 @@ class ToolSystem:
         self._stopping = AbortController()  # batches abort when it does
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
-        self._pending: set[concurrent.futures.Future[Any]] = set()
         self._cell = SnapshotCell()
         self._assembler = PromptAssembler()
         self._registry = RegistryActor.start(config.mode, self._cell)
-        self._loop = new_pool_loop()
-        self._loop_thread = threading.Thread(
-            target=self._run_loop, name="dsh-tools-loop", daemon=True
-        )
-        self._loop_thread.start()
+        self._system_loop = SystemLoop()
+        self._loop = self._system_loop.loop
+        self._submit = self._system_loop.submit
+        self._background = self._system_loop.background
+        self._call_on_loop = self._system_loop.call
         self._executor = BodyThreads("dsh-tools-body")
         self.pipeline = Pipeline(
             self._cell,
@@ -274,7 +148,7 @@ class ToolSystem:
             self, code_runtime, registry=self._registry, cell=self._cell, code_sandbox=code_sandbox
         )
         refs: list[FrontRef] = []
-        FrontActor.start(self, refs.append)
+        FrontActor.start(self.pipeline, self._batches, self._submit, refs.append)
         self.ref: FrontRef = refs[0]
         _running.add(self)
 
@@ -328,28 +202,6 @@ class ToolSystem:
             tool_order=self.config.tool_order,
         )
 
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_forever()
-        finally:
-            # However stop() was reached (from another thread, or from a hook or observer on
-            # this very loop), work the loop will never finish fails its waiters here.
-            self._fail_pending()
-            self._loop.close()
-
-    def _fail_pending(self) -> None:
-        """Fail every submitted call or batch that has not finished: its waiter gets an error
-        instead of waiting forever (a body still running, say)."""
-        with self._lock:
-            pending = list(self._pending)
-            self._pending.clear()
-        for future in pending:
-            with contextlib.suppress(concurrent.futures.InvalidStateError):
-                future.set_exception(
-                    RuntimeError("the tool system stopped before the call finished")
-                )
-
     # --- lifecycle -----------------------------------------------------------------------------
 
     def __enter__(self) -> ToolSystem:
@@ -393,12 +245,7 @@ class ToolSystem:
         self.ref.stop()
         self._registry.stop()
         current = threading.current_thread()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        if current is not self._loop_thread:
-            self._loop_thread.join(timeout=10)
-            # The loop thread fails what it never finished as it exits; if a callback still
-            # blocks it, fail the waiters from here rather than leave them waiting.
-            self._fail_pending()
+        self._system_loop.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns
         # cannot be killed, so wait only briefly for each.
@@ -410,12 +257,9 @@ class ToolSystem:
         """Wait (until ``deadline``) for work on the system loop and for calls on other
         threads; never for work this very thread would have to run."""
         current = threading.get_ident()
-        if current == self._loop_thread.ident:
+        if current == self._system_loop.thread.ident:
             return
-        with self._lock:
-            pending = list(self._pending)
-        if pending:
-            concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        self._system_loop.wait_pending(deadline)
         while time.monotonic() < deadline:
             others = [rec for rec in list(self.pipeline.live) if rec.thread != current]
             if not others:
@@ -433,7 +277,8 @@ class ToolSystem:
     def plugin(self, name: str) -> PluginHandle:
         """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
         self._check_running()
-        return PluginHandle(self, name)
+        owner, tools = self._owner_tools(f'plugin "{name}"', None)
+        return PluginHandle(name, owner, tools, self._close_owner)
 
     def agent(self, key: str) -> AgentScope:
         """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
@@ -443,7 +288,15 @@ class ToolSystem:
         with self._lock:
             scope = self._scopes.get(key)
             if scope is None:
-                scope = AgentScope(self, key)
+                owner, tools = self._owner_tools(f'agent scope "{key}"', key)
+                scope = AgentScope(
+                    key,
+                    owner,
+                    tools,
+                    self._close_owner,
+                    forget=self._forget_scope,
+                    inject=self._inject,
+                )
                 self._scopes[key] = scope
             return scope
 
@@ -452,8 +305,18 @@ class ToolSystem:
             if self._scopes.get(scope.key) is scope:
                 del self._scopes[scope.key]
 
-    def _new_owner(self) -> int:
-        return next(self._owner_ids)  # itertools.count: one C call, atomic under the GIL
+    def _owner_tools(self, label: str, agent: str | None) -> tuple[int, ToolsHandle]:
+        """A fresh owner and the ToolsHandle writing through it."""
+        owner = next(self._owner_ids)  # itertools.count: one C call, atomic under the GIL
+        tools = ToolsHandle(
+            registry=self._registry,
+            owner=owner,
+            cell=self._cell,
+            agent=agent,
+            label=label,
+            background=self._background,
+        )
+        return owner, tools
 
     def _close_owner(self, owner: int, handle: ToolsHandle) -> None:
         handle._mark_closed()
@@ -558,43 +421,3 @@ class ToolSystem:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(waiter)
             raise
-
-    def _call_on_loop(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
-        if threading.current_thread() is self._loop_thread:
-            coro.close()
-            raise RuntimeError("this blocking call cannot be made from the system loop")
-        future = self._submit(coro)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"did not finish within {timeout} s") from None
-
-    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-        """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._settled)
-        return future
-
-    def _settled(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._pending.discard(future)
-
-    def _background(
-        self, awaitable: Awaitable[Any], label: str, fields: dict[str, Any] | None = None
-    ) -> None:
-        """Await ``awaitable`` on the system loop; log its failure as ``label + message``."""
-
-        async def watch() -> None:
-            try:
-                await awaitable
-            except BaseException as exc:  # SystemExit included: the loop must survive
-                _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
-
-        try:
-            asyncio.run_coroutine_threadsafe(watch(), self._loop)
-        except RuntimeError:
-            close: Callable[[], None] | None = getattr(awaitable, "close", None)
-            if close is not None:
-                close()

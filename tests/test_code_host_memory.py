@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from dsh_tools.codebridge import (
     BindingNamespace,
@@ -12,6 +13,7 @@ from dsh_tools.codebridge import (
     SubprocessCodeRuntime,
 )
 from dsh_tools.codebridge._frames import FrameReader, worker_frame_decoder
+from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
 
 
 def resident_mb() -> float:
@@ -68,3 +70,34 @@ for _ in range(1024):
     assert isinstance(result.error, CodeRunFailure)
     assert sum(len(entry) for entry in result.logs) <= 2**20
     assert grown < 40, f"the host grew by {grown:.0f} MB for 1 GB of stdout"
+
+
+def test_arguments_of_calls_in_flight_are_capped() -> None:
+    async def slow(args: Any) -> int:
+        await asyncio.sleep(5)
+        return len(args["data"])
+
+    async def quick(args: Any) -> int:
+        return len(args["data"])
+
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=30000))
+    tools = [BindingNamespace("tools", {"slow": slow, "quick": quick})]
+    one_by_one = """
+big = 'x' * (1 << 20)
+total = 0
+for _ in range(100):  # 100 MiB in all, one MiB in flight at a time
+    total += await tools.quick({'data': big})
+return total
+"""
+    all_at_once = """
+big = 'x' * (1 << 20)
+return await asyncio.gather(*[tools.slow({'data': big}) for _ in range(100)])
+"""
+    try:
+        assert asyncio.run(runtime.run(CodeRunRequest(one_by_one, tools))).value == 100 * 2**20
+        result = asyncio.run(runtime.run(CodeRunRequest(all_at_once, tools)))
+        assert result.error is not None and result.error.kind == "frame-limit", result
+        assert f"more than {MAX_INFLIGHT_ARGUMENT_BYTES} bytes of arguments" in result.error.message
+        assert asyncio.run(runtime.run(CodeRunRequest(one_by_one, tools))).value == 100 * 2**20
+    finally:
+        runtime.close()

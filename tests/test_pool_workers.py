@@ -16,7 +16,7 @@ from dsh_tools import ToolSystem
 
 
 def loop_thread(system: ToolSystem) -> int | None:
-    return system._loop_thread.ident
+    return system._system_loop.thread.ident
 
 
 def test_plain_bodies_run_off_the_loop_and_user_callbacks_on_it(system: ToolSystem) -> None:

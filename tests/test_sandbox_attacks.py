@@ -26,6 +26,7 @@ from code_mode_support import echo_tool, failure_of
 from dsh_tools import (
     CodeRunRequest,
     CodeRuntimeConfig,
+    CodeSandbox,
     ExecuteCall,
     SubprocessCodeRuntime,
     ToolsConfig,
@@ -423,13 +424,47 @@ time.sleep(0.3)
 return 'left a sleeper'
 """
     assert value(sandbox, program) == "left a sleeper"
-    # The host settles as soon as it has killed the run's init; the kernel then takes the
-    # namespace down, so the sleeper is gone moments later (a few polls, never a minute).
-    for _ in range(200):
-        if not survivors_named(marker):
-            break
-        time.sleep(0.05)
+    # A result means every process of the run is gone already.
     assert survivors_named(marker) == []
+
+
+def test_nothing_of_a_run_writes_after_its_result(tmp_path: Path) -> None:
+    grant = tmp_path / "granted"
+    grant.mkdir()
+    log = grant / "log"
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(
+            compute_ms=20000, max_wall_ms=20000, sandbox=CodeSandbox(write=[str(grant)])
+        )
+    )
+    program = f"""
+import os, time
+for _ in range(4):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open({str(log)!r}, 'a') as log:
+                while True:  # stamps on the clock the host shares
+                    log.write(f'{{time.monotonic()}}\\n')
+                    log.flush()
+        os._exit(0)
+while not os.path.exists({str(log)!r}) or os.path.getsize({str(log)!r}) < 4096:
+    time.sleep(0.01)
+return 'writers left running'
+"""
+    try:
+        for _ in range(5):
+            log.unlink(missing_ok=True)
+            assert value(runtime, program) == "writers left running"
+            answered = time.monotonic()
+            stamps = [float(line) for line in log.read_text().split()[:-1]]
+            assert max(stamps) < answered
+            size = log.stat().st_size
+            time.sleep(0.2)
+            assert log.stat().st_size == size
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
 
 
 def survivors_named(marker: str) -> list[str]:

@@ -7,6 +7,8 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from dsh_tools.codebridge._sandbox import _kernel
 from dsh_tools.codebridge._sandbox._seccomp import DENIED_SYSCALLS, seccomp_program
 
@@ -64,7 +66,7 @@ def test_a_landlock_ruleset_allows_only_what_it_grants(tmp_path: Path) -> None:
 def test_the_seccomp_filter_refuses_sockets_but_keeps_socketpair() -> None:
     def body() -> str:
         _kernel.set_no_new_privs()
-        _kernel.set_seccomp_filter(seccomp_program())
+        _kernel.set_seccomp_filter(seccomp_program(guard_child_reaping=False))
         left, right = socket.socketpair()
         left.sendall(b"pair")
         paired = right.recv(4).decode()
@@ -94,8 +96,9 @@ def test_dropping_capabilities_leaves_none() -> None:
     )
 
 
-def test_every_jump_of_the_filter_lands_inside_it() -> None:
-    program = seccomp_program()
+@pytest.mark.parametrize("guarded", [False, True])
+def test_every_jump_of_the_filter_lands_inside_it(guarded: bool) -> None:
+    program = seccomp_program(guard_child_reaping=guarded)
     for index, instruction in enumerate(program):
         if instruction.code & 0x07 == 0x05:  # a jump
             assert index + 1 + max(instruction.jt, instruction.jf) < len(program)

@@ -61,12 +61,19 @@ class ToolCallRejected(Exception):
 class _SubCall:
     __slots__ = ("future", "logged_arguments", "name", "number", "sub_call_id")
 
-    def __init__(self, name: str, number: int, sub_call_id: str, logged: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        number: int,
+        sub_call_id: str,
+        logged: Any,
+        future: asyncio.Future[Any],
+    ) -> None:
         self.name = name
         self.number = number
         self.sub_call_id = sub_call_id
         self.logged_arguments = logged
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.future = future
 
 
 class CodeRunBridgeActor:
@@ -95,6 +102,7 @@ class CodeRunBridgeActor:
         self._log_tasks: set[asyncio.Task[None]] = set()
         self._finished: asyncio.Future[None] | None = None
         self._pool: DispatcherPoolActor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def signal(self) -> AbortSignal:
@@ -108,6 +116,7 @@ class CodeRunBridgeActor:
         outer_signal = self._outer.signal
         unsubscribe = outer_signal.add_callback(self._controller.abort)
         self._finished = loop.create_future()
+        self._loop = loop
         self._pool = DispatcherPoolActor(
             self._pipeline,
             loop=loop,
@@ -146,9 +155,14 @@ class CodeRunBridgeActor:
 
     # --- bindings ------------------------------------------------------------------------------
 
-    def _binding(self, name: str) -> Callable[..., Awaitable[Any]]:
-        async def call_tool(arguments: Any = _ABSENT) -> Any:
-            return await self._submit(name, arguments)
+    def _binding(self, name: str) -> Callable[..., asyncio.Future[Any]]:
+        def call_tool(arguments: Any = _ABSENT) -> asyncio.Future[Any]:
+            try:
+                return self._submit(name, arguments)
+            except ToolCallRejected as exc:  # refused before submission: a failed awaitable
+                refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+                _reject(refused, exc)
+                return refused
 
         call_tool.__name__ = name if name.isidentifier() else "call_tool"
         return call_tool
@@ -156,7 +170,9 @@ class CodeRunBridgeActor:
     def _over(self) -> str:
         return message_of(self._controller.signal.reason)
 
-    async def _submit(self, name: str, arguments: Any) -> Any:
+    def _submit(self, name: str, arguments: Any) -> asyncio.Future[Any]:
+        """Submit one sub-call; its future settles when the pool commits (or abandons) it.
+        A call refused before it is submitted raises ``ToolCallRejected``."""
         if self._controller.signal.aborted:
             raise ToolCallRejected(f"run_code run is over ({self._over()}); {name} not dispatched")
         if arguments is _ABSENT:
@@ -165,12 +181,21 @@ class CodeRunBridgeActor:
                 "object, e.g. `{}`)"
             )
         try:
+            # The tool and the log get distinct copies; the pool hands the tool's snapshot to
+            # the pipeline as it is, without a third copy.
             dispatched = snapshot_json(arguments)
             logged = snapshot_json(arguments)
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None
         self._counter += 1
-        sub = _SubCall(name, self._counter, f"{self._parent_call_id}:code:{self._counter}", logged)
+        assert self._pool is not None and self._loop is not None
+        sub = _SubCall(
+            name,
+            self._counter,
+            f"{self._parent_call_id}:code:{self._counter}",
+            logged,
+            self._loop.create_future(),
+        )
         call = ExecuteCall(
             call_id=sub.sub_call_id,
             name=name,
@@ -179,9 +204,8 @@ class CodeRunBridgeActor:
             agent=self._agent,
             parent=self._outer.token,
         )
-        assert self._pool is not None
-        self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub)))
-        return await sub.future
+        self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub, frozen=True)))
+        return sub.future
 
     # --- the pool lane -------------------------------------------------------------------------
 
@@ -208,16 +232,16 @@ class CodeRunBridgeActor:
             self._outer.defer_context(context)
         if not sub.future.done():
             if self._controller.signal.aborted:
-                sub.future.set_exception(
+                _reject(
+                    sub.future,
                     ToolCallRejected(
                         f"run_code run is over ({self._over()}); {sub.name} result discarded"
-                    )
+                    ),
                 )
             elif result.is_error:
-                sub.future.set_exception(ToolCallRejected(result.error.message))  # type: ignore[union-attr]
+                _reject(sub.future, ToolCallRejected(result.error.message))  # type: ignore[union-attr]
             else:
                 sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
-            _quiet(sub.future)
         hooks = self._dispatch_log_hooks()
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
@@ -240,12 +264,12 @@ class CodeRunBridgeActor:
         """Lane: a queued sub-call never started because the run settled; nothing is logged."""
         sub: _SubCall = entry.payload
         if not sub.future.done():
-            sub.future.set_exception(
+            _reject(
+                sub.future,
                 ToolCallRejected(
                     f"run_code run is over ({self._over()}); {sub.name} tool call abandoned"
-                )
+                ),
             )
-            _quiet(sub.future)
 
     def finished(self) -> None:
         """Lane: every submitted sub-call is committed or abandoned; the drain may go on."""
@@ -343,6 +367,7 @@ def _token_id(entry: PoolEntry) -> int | None:
     return entry.record.token.id if entry.record is not None else None
 
 
-def _quiet(future: asyncio.Future[Any]) -> None:
-    # A program may never await a handle; do not report its exception as never retrieved.
-    future.add_done_callback(lambda f: f.exception() if not f.cancelled() else None)
+def _reject(future: asyncio.Future[Any], error: BaseException) -> None:
+    future.set_exception(error)
+    # Retrieved at once: a program may never await the call, and its failure is no noise.
+    future.exception()

@@ -92,6 +92,7 @@ class SubprocessCodeRuntime:
             "compute_ms": config.compute_ms,
             "max_memory_mb": config.max_memory_mb,
             "max_processes": config.sandbox.max_processes,
+            "cgroups": config.sandbox.cgroups,
             "read": list(config.sandbox.read),
             "write": list(config.sandbox.write),
             "env": config.sandbox.env,

@@ -139,6 +139,8 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
                 return
             fd = children.pop(pid, None)
             if fd is not None:
+                if plan is not None:  # before the report: a settled run has left nothing
+                    plan.ended(pid)
                 cpu = usage.ru_utime + usage.ru_stime
                 _write_quiet(fd, b"X" + struct.pack(">id", status, cpu))
                 _close_quiet(fd)
@@ -165,7 +167,8 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
             return
         if pid == 0:
             _child(worker, control, fds, plan)
-        if plan is not None:  # the init cannot know its pid outside its namespace
+        if plan is not None and plan.template_reports_pid:
+            # The init cannot know its pid outside its namespace.
             _write_quiet(fds[4], b"P" + struct.pack(">i", pid))
         for fd in fds[:4]:
             _close_quiet(fd)
@@ -213,6 +216,8 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
         except ChildProcessError:
             status, usage = 0, None
         cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
+        if plan is not None:
+            plan.ended(pid)
         _write_quiet(fd, b"X" + struct.pack(">id", status, cpu))
         _close_quiet(fd)
     children.clear()

@@ -19,6 +19,7 @@ This module imports only the standard library and ``msgspec``: the worker loads 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Annotated, Any, Final
@@ -94,6 +95,17 @@ def tokenize(
     ``dict_types`` and ``list_types`` are the exact container types accepted (the host adds its
     frozen containers; the worker accepts only plain ``dict`` and ``list``).
     """
+    kind = type(value)
+    if kind is int:  # the common shapes first: a scalar, an object of scalars
+        return [value] if INT_MIN <= value <= INT_MAX else None
+    if kind is str:
+        return [value] if _clean_str(value) else None
+    if value is None or kind is bool:
+        return [value]
+    if kind in dict_types:
+        flat = _flat_object(value)
+        if flat is not None:
+            return flat
     out: list[Any] = []
     append = out.append
     stack: list[Any] = [value]
@@ -151,6 +163,46 @@ def tokenize(
     return out
 
 
+def _flat_object(value: Any) -> list[Any] | None:
+    """The tokens of an object whose values are all strings, integers, booleans or ``None``;
+    ``None`` when it has another value (the general walk then decides)."""
+    keys = list(value)
+    tokens: list[Any] = [ObjectMarker(keys)]
+    for name in keys:
+        if type(name) is not str or not _clean_str(name):
+            return None
+    for item in value.values():
+        kind = type(item)
+        if kind is str:
+            if not _clean_str(item):
+                return None
+        elif kind is int:
+            if item < INT_MIN or item > INT_MAX:
+                return None
+        elif item is not None and kind is not bool:
+            return None
+        tokens.append(item)
+    return tokens
+
+
+def _flat_value(keys: list[str], tokens: list[Any], dict_type: Callable[[], dict[str, Any]]) -> Any:
+    """The object ``ObjectMarker(keys)`` followed by one string, integer, boolean or ``None``
+    token per key describes; ``None`` when the tokens hold anything else (the general walk
+    then decides)."""
+    if len(set(keys)) != len(keys):
+        return None
+    node = dict_type()
+    for name, token in zip(keys, itertools.islice(tokens, 1, None), strict=True):
+        kind = type(token)
+        if kind is int:
+            if token < INT_MIN or token > INT_MAX:
+                return None
+        elif kind is not str and token is not None and kind is not bool:
+            return None
+        _dict_set(node, name, token)
+    return node
+
+
 _list_append = list.append
 _dict_set = dict.__setitem__
 
@@ -170,6 +222,19 @@ def detokenize(
     total = len(tokens)
     if total == 0:
         raise TokenError("empty token list")
+    if total == 1:  # a lone scalar, the common reply
+        token = tokens[0]
+        kind = type(token)
+        if kind is str or token is None or kind is bool:
+            return token
+        if kind is int and INT_MIN <= token <= INT_MAX:
+            return token
+    else:
+        head = tokens[0]
+        if type(head) is ObjectMarker and len(head.keys) == total - 1:
+            flat = _flat_value(head.keys, tokens, dict_type)
+            if flat is not None:
+                return flat
     # Each open container: [node, keys or None, next index, child count].
     stack: list[list[Any]] = []
     root: Any = None

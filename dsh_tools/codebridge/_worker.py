@@ -17,16 +17,16 @@ settles and exits at once (no asyncio shutdown: the host kills the process group
 Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the
 ledger) is bound at import time, so a program that monkeypatches ``print``, ``sys.stdout``,
 ``json`` or ``os.write`` cannot break the framing. The host remains the authority regardless.
-This module imports only the standard library, ``msgspec`` and its sibling wire modules.
+This module imports only the standard library, ``msgspec`` and its sibling wire modules; what
+the program sees (``tools``, call handles, error classes, capture streams) is ``_worker_api``,
+how an uncaught exception is rendered ``_worker_render``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import collections.abc
 import contextlib
-import io
 import linecache
 import marshal
 import math
@@ -35,11 +35,11 @@ import re
 import resource
 import sys
 import threading
-import traceback
 import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
+from . import _worker_api
 from ._frames import (
     PREFIX_BYTES,
     Boot,
@@ -55,6 +55,8 @@ from ._frames import (
 from ._ledger import OutputLedger, limit_message
 from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
 from ._tokens import TokenError, detokenize, tokenize
+from ._worker_api import ABSENT, CallHandle, CaptureStream, Namespace, error_class, plain_error
+from ._worker_render import render_exception
 
 __all__ = ["CHANNEL_IN", "CHANNEL_OUT", "main"]
 
@@ -69,23 +71,11 @@ _os_exit = os._exit
 _builtin_print = builtins.print
 _get_ident = threading.get_ident
 _encode_frame = encode_frame
-_THIS_FILE: Final = __file__
+_WORKER_FILES: Final = frozenset({__file__, _worker_api.__file__})
+"""Files whose frames a rendered traceback does not end with: the worker's own."""
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
 _NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
-_UNRENDERABLE: Final = "program threw an unrenderable value"
-
-
-class _Absent:
-    """The no-result sentinel's type."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<no result>"
-
-
-_ABSENT: Final = _Absent()
 
 
 def _clean(text: str) -> str:
@@ -115,177 +105,6 @@ def _read_exact(fd: int, count: int) -> bytes:
     return b"".join(parts)
 
 
-class _Handle(collections.abc.Coroutine[Any, Any, Any]):
-    """What calling a binding returns: the call is already submitted; awaiting gets its value.
-
-    It satisfies ``collections.abc.Coroutine`` so ``asyncio.gather``, ``create_task``,
-    ``TaskGroup`` and ``wait_for`` accept it, yet it is not a real coroutine: a handle that is
-    never awaited is simply dropped, with no "never awaited" warning. Outcomes are stored as
-    future *results* so an unobserved failure leaves no "exception was never retrieved" noise.
-    """
-
-    __slots__ = ("_error", "_future", "_name", "_runner")
-
-    def __init__(
-        self, future: asyncio.Future[Any], name: str, error: Callable[[str, str], BaseException]
-    ) -> None:
-        self._future = future
-        self._name = name
-        self._error = error
-        self._runner: Generator[Any, Any, Any] | None = None
-
-    def _wait(self) -> Generator[Any, Any, Any]:
-        future = self._future
-        if not future.done():
-            yield from future
-        ok, payload = future.result()
-        if ok:
-            return payload
-        raise self._error(self._name, payload)
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        return self._wait()
-
-    def _driver(self) -> Generator[Any, Any, Any]:
-        if self._runner is None:
-            self._runner = self._wait()
-        return self._runner
-
-    def send(self, value: Any) -> Any:
-        """Drive the handle (used when it is wrapped in a task)."""
-        return self._driver().send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        """Throw into the handle (used when it is wrapped in a task)."""
-        if val is None and tb is None:
-            return self._driver().throw(typ)
-        return self._driver().throw(typ, val, tb)
-
-    def close(self) -> None:
-        """Close the handle's driver, if any."""
-        if self._runner is not None:
-            self._runner.close()
-
-    def __repr__(self) -> str:
-        return f"<tool call {self._name!r}>"
-
-
-class _Namespace:
-    """The object a program sees as ``tools``: bindings by item access and by attribute."""
-
-    __slots__ = ("__dsh_bindings__", "__dsh_global__", "__dsh_names__")
-
-    __dsh_bindings__: dict[str, Callable[[Any], _Handle]]
-    __dsh_global__: str
-    __dsh_names__: list[str]
-
-    def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], _Handle]]) -> None:
-        object.__setattr__(self, "__dsh_global__", global_name)
-        object.__setattr__(self, "__dsh_bindings__", bindings)
-        object.__setattr__(self, "__dsh_names__", sorted(bindings))
-
-    def __getattr__(self, name: str) -> Callable[[Any], _Handle]:
-        if not (name.startswith("__") and name.endswith("__")):
-            binding = self.__dsh_bindings__.get(name)
-            if binding is not None:
-                return binding
-        raise AttributeError(f"{self.__dsh_global__!r} has no binding {name!r}")
-
-    def __getitem__(self, name: str) -> Callable[[Any], _Handle]:
-        try:
-            return self.__dsh_bindings__[name]
-        except KeyError:
-            raise KeyError(name) from None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{self.__dsh_global__!r} is read-only")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{self.__dsh_global__!r} is read-only")
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.__dsh_bindings__
-
-    def __iter__(self) -> collections.abc.Iterator[str]:
-        return iter(self.__dsh_names__)
-
-    def __len__(self) -> int:
-        return len(self.__dsh_names__)
-
-    def __dir__(self) -> list[str]:
-        return list(self.__dsh_names__)
-
-    def __repr__(self) -> str:
-        return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
-
-
-def _error_class(name: str, member_attr: str) -> type[Exception]:
-    def __init__(self: Exception, tool_name: str, message: str, /) -> None:
-        Exception.__init__(self, message)
-        setattr(self, member_attr, tool_name)
-        self.message = message  # type: ignore[attr-defined]
-
-    return type(
-        name,
-        (Exception,),
-        {
-            "__init__": __init__,
-            "__module__": "builtins",
-            "__qualname__": name,
-            "__doc__": f"A rejected binding call; ``{member_attr}`` names the binding.",
-        },
-    )
-
-
-def _plain_error(name: str, message: str) -> Exception:
-    return Exception(message)
-
-
-class _CaptureStream(io.TextIOBase):
-    """``sys.stdout``/``sys.stderr`` in a program: each non-empty write is one log entry."""
-
-    encoding = "utf-8"
-    errors = "strict"
-
-    def __init__(self, worker: _Worker, fd: int, name: str) -> None:
-        super().__init__()
-        self._worker = worker
-        self._fd = fd
-        self._name = name
-        self.buffer = io.FileIO(fd, "wb", closefd=False)
-
-    @property
-    def name(self) -> str:
-        """The stream's name."""
-        return self._name
-
-    def write(self, text: str) -> int:
-        """Emit ``text`` as one log entry."""
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        if text:
-            self._worker.emit(text)
-        return len(text)
-
-    def writable(self) -> bool:
-        """Always writable."""
-        return True
-
-    def flush(self) -> None:
-        """Nothing is buffered."""
-
-    def fileno(self) -> int:
-        """The real descriptor (bytes written to it arrive as native output)."""
-        return self._fd
-
-    def isatty(self) -> bool:
-        """Never a terminal."""
-        return False
-
-    def close(self) -> None:
-        """Capture streams stay open."""
-
-
 class _Worker:
     """One run's worker-side state."""
 
@@ -295,14 +114,14 @@ class _Worker:
         self.output_closed = False
         self.done = False
         self.next_id = 0
-        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.pending: dict[int, CallHandle] = {}
         self.thread = _get_ident()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.send_lock = threading.RLock()
         self.decode = host_frame_decoder().decode
         self.inbox = bytearray()
-        self.stdout = _CaptureStream(self, 1, "<stdout>")
-        self.stderr = _CaptureStream(self, 2, "<stderr>")
+        self.stdout = CaptureStream(self.emit, 1, "<stdout>")
+        self.stderr = CaptureStream(self.emit, 2, "<stderr>")
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -360,8 +179,8 @@ class _Worker:
 
     def binding(
         self, global_name: str, name: str, error: Callable[[str, str], BaseException]
-    ) -> Callable[[Any], _Handle]:
-        def call(args: Any, /) -> _Handle:
+    ) -> Callable[[Any], CallHandle]:
+        def call(args: Any, /) -> CallHandle:
             return self.submit(global_name, name, args, error)
 
         call.__name__ = call.__qualname__ = name
@@ -369,24 +188,24 @@ class _Worker:
 
     def submit(
         self, global_name: str, name: str, args: Any, error: Callable[[str, str], BaseException]
-    ) -> _Handle:
+    ) -> CallHandle:
         loop = self.loop
         if _get_ident() != self.thread or loop is None:
             raise RuntimeError("tools bindings must be called from the run_code event loop")
-        future: asyncio.Future[Any] = loop.create_future()
+        handle = CallHandle(loop, name, error)
         tokens = tokenize(args)
         if tokens is None:
-            future.set_result((False, _NOT_LOSSLESS_ARGS))
-            return _Handle(future, name, error)
+            handle.reject(_NOT_LOSSLESS_ARGS)
+            return handle
         self.next_id += 1
         call_id = self.next_id
-        self.pending[call_id] = future
+        self.pending[call_id] = handle
         try:
             self.send(Call(call_id, global_name, name, tokens))
         except Exception as exc:
             del self.pending[call_id]
-            future.set_result((False, f"binding call could not be sent: {exc}"))
-        return _Handle(future, name, error)
+            handle.reject(f"binding call could not be sent: {exc}")
+        return handle
 
     def on_readable(self) -> None:
         try:
@@ -414,8 +233,8 @@ class _Worker:
         del inbox[:start]
 
     def on_reply(self, reply: Reply) -> None:
-        future = self.pending.pop(reply.id, None)
-        if future is None or future.done():
+        handle = self.pending.pop(reply.id, None)
+        if handle is None or handle.done():
             return
         if reply.ok:
             try:
@@ -423,13 +242,13 @@ class _Worker:
                     raise TokenError("missing value")
                 value = detokenize(reply.value)
             except TokenError:
-                future.set_result((False, _NOT_LOSSLESS_RESOLUTION))
+                handle.reject(_NOT_LOSSLESS_RESOLUTION)
             else:
-                future.set_result((True, value))
+                handle.resolve(value)
         elif isinstance(reply.message, str):
-            future.set_result((False, reply.message))
+            handle.reject(reply.message)
         else:
-            future.set_result((False, "binding call failed"))
+            handle.reject("binding call failed")
 
     # -- completion -------------------------------------------------------------------------
 
@@ -444,7 +263,7 @@ class _Worker:
         _os_exit(0)
 
     def finish_value(self, value: Any) -> NoReturn:
-        if value is _ABSENT:
+        if value is ABSENT:
             self.finish(Done())
         tokens = tokenize(value)
         if tokens is None:
@@ -456,58 +275,10 @@ class _Worker:
         self.finish(Done(value=tokens))
 
     def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
-        message = _render_exception(exc, code)
+        message = render_exception(exc, code, _WORKER_FILES)
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))
-
-
-def _trim(
-    tb: types.TracebackType | None, code: types.CodeType | None
-) -> types.TracebackType | None:
-    """Keep the traceback from the program's own frame down, minus trailing worker frames.
-
-    A traceback that never passed through the program (the program broke the worker's event
-    loop, say) shows no frames at all: they would all be the worker's.
-    """
-    if code is not None:
-        cursor = tb
-        while cursor is not None and cursor.tb_frame.f_code is not code:
-            cursor = cursor.tb_next
-        tb = cursor
-    entries: list[types.TracebackType] = []
-    cursor = tb
-    while cursor is not None:
-        entries.append(cursor)
-        cursor = cursor.tb_next
-    while len(entries) > 1 and entries[-1].tb_frame.f_code.co_filename == _THIS_FILE:
-        entries.pop()
-    if entries:
-        entries[-1].tb_next = None
-        return entries[0]
-    return tb
-
-
-def _render_exception(exc: BaseException, code: types.CodeType | None) -> str:
-    try:
-        seen: set[int] = set()
-        pending: list[BaseException] = [exc]
-        while pending:
-            current = pending.pop()
-            if id(current) in seen:
-                continue
-            seen.add(id(current))
-            current.__traceback__ = _trim(current.__traceback__, code)
-            for linked in (current.__cause__, current.__context__):
-                if linked is not None:
-                    pending.append(linked)
-        traceback.clear_frames(exc.__traceback__)  # release the program's locals first
-        str(exc)  # a hostile __str__ makes the value unrenderable
-        return "".join(traceback.format_exception(exc)).rstrip("\n")
-    except MemoryError:
-        return "MemoryError"
-    except BaseException:
-        return _UNRENDERABLE
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -568,20 +339,20 @@ def _run(worker: _Worker) -> NoReturn:
     scope = module.__dict__
     scope["__builtins__"] = builtins
     scope["asyncio"] = asyncio
-    scope[ABSENT_NAME] = _ABSENT
+    scope[ABSENT_NAME] = ABSENT
     for namespace in boot.namespaces:
         if namespace.error_class is not None:
-            error_type: Callable[[str, str], BaseException] = _error_class(
+            error_type: Callable[[str, str], BaseException] = error_class(
                 namespace.error_class.name, namespace.error_class.member_attr
             )
             scope[namespace.error_class.name] = error_type
         else:
-            error_type = _plain_error
+            error_type = plain_error
         bindings = {
             name: worker.binding(namespace.global_name, name, error_type)
             for name in namespace.names
         }
-        scope[namespace.global_name] = _Namespace(namespace.global_name, bindings)
+        scope[namespace.global_name] = Namespace(namespace.global_name, bindings)
     sys.modules["__main__"] = module
     sys.argv = [FILENAME]
     sys.stdout = worker.stdout

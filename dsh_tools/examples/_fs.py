@@ -12,29 +12,43 @@ Presenters follow the reference tools:
 - ``write_file``: a diff card ``Write <path>``; the result shows the applied hunks (3 lines of
   context) from the persisted metadata, or the whole file for a create;
 - ``edit_file``: a diff card ``Edit <path>``; the result shows the applied hunks.
+
+This module declares the four tools (names, descriptions, schemas, classifiers); their bodies,
+renderers and cards live in ``_fs_read`` and ``_fs_write``, the text I/O they share in
+``_fs_common``.
 """
 
 from __future__ import annotations
 
-import os
-import stat
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from ..actors import AbortSignal
 from ..registry import ToolDefinition, ToolOutput, define_tool
-from ..registry._presentation import (
-    DiffCallView,
-    DiffResultView,
-    FileDiff,
-    FileLocation,
-    GenericCallView,
-    ToolResult,
+from ._fs_read import (
+    DEFAULT_READ_LIMIT,
+    MAX_LIST_ENTRIES,
+    MAX_READ_BYTES,
+    list_dir,
+    present_list_dir_call,
+    present_read_file_call,
+    read_file,
+    render_list_dir,
+    render_read_file,
 )
-from ._diffs import diffs_from_meta, hunks, meta_from_hunks, split_lines
-from ._workspace import Workspace, WorkspaceError, check_abort, int_arg
+from ._fs_write import (
+    edit_file,
+    edit_file_meta,
+    present_edit_file_call,
+    present_edit_file_result,
+    present_write_file_call,
+    present_write_file_result,
+    render_edit_file,
+    render_write_file,
+    write_file,
+    write_file_meta,
+)
+from ._workspace import Workspace
 
 __all__ = [
     "DEFAULT_READ_LIMIT",
@@ -46,17 +60,6 @@ __all__ = [
     "read_file_tool",
     "write_file_tool",
 ]
-
-DEFAULT_READ_LIMIT = 2000
-"""Lines ``read_file`` returns when the call gives no ``limit``."""
-
-MAX_READ_BYTES = 256 * 1024
-"""Text ``read_file`` returns at most per call; the rest is left for a later ``offset``."""
-
-MAX_LIST_ENTRIES = 1000
-"""Entries ``list_dir`` returns at most; the total is still reported."""
-
-_BINARY_SNIFF_BYTES = 8192
 
 # The ``path`` parameter of the tools that name one file (read, write, edit).
 _FILE_PATH_PARAMETER: dict[str, Any] = {
@@ -85,147 +88,12 @@ def _always_exclusive(args: Mapping[str, Any]) -> bool:
     return False
 
 
-def _text_block(text: str) -> list[dict[str, Any]]:
-    return [{"type": "text", "text": text}]
-
-
-def _read_text(workspace: Workspace, target: Path, shown: str) -> str:
-    try:
-        data = target.read_bytes()
-    except OSError as exc:
-        raise workspace.io_error(exc, shown) from None
-    if b"\x00" in data[:_BINARY_SNIFF_BYTES]:
-        raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise WorkspaceError(f'"{shown}" is not UTF-8 text', "BINARY_FILE") from None
-
-
-def _write_text(
-    workspace: Workspace, target: Path, shown: str, text: str, signal: AbortSignal
-) -> None:
-    """Write ``text`` to ``target``. An existing file is replaced atomically (a temporary file
-    renamed over it, keeping the file's mode); a new one is created with the process umask."""
-    data = text.encode("utf-8")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            mode = stat.S_IMODE(target.stat().st_mode)
-        except FileNotFoundError:
-            check_abort(signal)  # last point of return: nothing has changed yet
-            with open(target, "xb") as handle:
-                handle.write(data)
-            return
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise workspace.io_error(exc, shown) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp, mode)
-        check_abort(signal)  # last point of return: nothing has changed yet
-        os.replace(temp, target)
-    except BaseException as exc:
-        os.unlink(temp)
-        if isinstance(exc, OSError):
-            raise workspace.io_error(exc, shown) from None
-        raise
-
-
-# --- read_file ----------------------------------------------------------------------------------
-
-
-def _capped_lines(handle: BinaryIO) -> Iterator[bytes]:
-    """The file's lines; a line longer than ``MAX_READ_BYTES`` is cut there (its newline kept)
-    and the rest of it skipped, so one huge line never sits in memory whole."""
-    while True:
-        raw = handle.readline(MAX_READ_BYTES)
-        if not raw:
-            return
-        if len(raw) == MAX_READ_BYTES and not raw.endswith(b"\n"):
-            while True:  # skip the rest of the overlong line
-                rest = handle.readline(MAX_READ_BYTES)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            raw += b"\n"
-        yield raw
-
-
 def read_file_tool(root: Path | str) -> ToolDefinition:
     """``read_file``: numbered lines of a UTF-8 text file, optionally a range of them."""
     workspace = Workspace(root)
 
     def execute(args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
-        signal: AbortSignal = run_ctx.signal
-        check_abort(signal)
-        offset = int_arg(args, "offset")
-        limit = int_arg(args, "limit")
-        if offset is not None and offset < 1:
-            raise WorkspaceError("offset must be a line number of at least 1", "INVALID_RANGE")
-        if limit is not None and limit < 1:
-            raise WorkspaceError("limit must be at least 1", "INVALID_RANGE")
-        start = offset if offset is not None else 1
-        wanted = limit if limit is not None else DEFAULT_READ_LIMIT
-        target = workspace.resolve(args["path"])
-        shown = workspace.display(target)
-        lines: list[str] = []
-        size = 0
-        has_more = False
-        try:
-            with target.open("rb") as handle:
-                if b"\x00" in handle.read(_BINARY_SNIFF_BYTES):
-                    raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
-                handle.seek(0)
-                for number, raw in enumerate(_capped_lines(handle), start=1):
-                    check_abort(signal)
-                    if number < start:
-                        continue
-                    if len(lines) == wanted or (lines and size + len(raw) > MAX_READ_BYTES):
-                        has_more = True
-                        break
-                    lines.append(raw.decode("utf-8", "replace"))
-                    size += len(raw)
-        except OSError as exc:
-            raise workspace.io_error(exc, shown) from None
-        return {
-            "path": shown,
-            "text": "".join(lines),
-            "start_line": start,
-            "line_count": len(lines),
-            "has_more": has_more,
-        }
-
-    def render(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
-        start = value["start_line"]
-        text = value["text"]
-        if not value["line_count"]:
-            if start == 1:
-                return _text_block(f"(empty file: {value['path']})")
-            return _text_block(f"(no lines at offset {start} in {value['path']})")
-        numbered = [
-            f"{number:6}\t{line.removesuffix(chr(10)).removesuffix(chr(13))}"
-            for number, line in enumerate(split_lines(text), start=start)
-        ]
-        if value["has_more"]:
-            following = start + value["line_count"]
-            numbered.append(f"(more lines follow; continue with offset={following})")
-        return _text_block("\n".join(numbered))
-
-    def present_call(args: Mapping[str, Any]) -> GenericCallView:
-        path: str = args["path"]
-        offset = int_arg(args, "offset")
-        limit = int_arg(args, "limit")
-        title = f"Read {path}"
-        if limit is not None and limit > 0:
-            first = offset if offset is not None else 1
-            title += f" ({first} - {first + limit - 1})"
-        elif offset is not None:
-            title += f" (from line {offset})"
-        line = offset if offset is not None and offset >= 1 else 1
-        return GenericCallView(
-            title=title, kind="read", locations=[FileLocation(path=path, line=line)]
-        )
+        return read_file(workspace, args, run_ctx)
 
     return define_tool(
         name="read_file",
@@ -254,25 +122,12 @@ def read_file_tool(root: Path | str) -> ToolDefinition:
                     "has_more": {"type": "boolean", "required": True},
                 },
             },
-            render=render,
+            render=render_read_file,
         ),
         execute=execute,
         is_concurrency_safe=_always_parallel,
-        present_call=present_call,
+        present_call=present_read_file_call,
     )
-
-
-# --- list_dir -----------------------------------------------------------------------------------
-
-
-def _entry_kind(entry: os.DirEntry[str]) -> str:
-    if entry.is_symlink():
-        return "symlink"
-    if entry.is_dir(follow_symlinks=False):
-        return "directory"
-    if entry.is_file(follow_symlinks=False):
-        return "file"
-    return "other"
 
 
 def list_dir_tool(root: Path | str) -> ToolDefinition:
@@ -280,52 +135,7 @@ def list_dir_tool(root: Path | str) -> ToolDefinition:
     workspace = Workspace(root)
 
     def execute(args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
-        signal: AbortSignal = run_ctx.signal
-        check_abort(signal)
-        target = workspace.resolve(args.get("path", "."))
-        shown = workspace.display(target)
-        include_hidden = args.get("include_hidden") is True
-        entries: list[dict[str, Any]] = []
-        total = 0
-        try:
-            with os.scandir(target) as scan:
-                for entry in scan:
-                    check_abort(signal)
-                    if not include_hidden and entry.name.startswith("."):
-                        continue
-                    total += 1
-                    kind = _entry_kind(entry)
-                    size = entry.stat(follow_symlinks=False).st_size if kind == "file" else None
-                    entries.append({"name": entry.name, "type": kind, "size": size})
-        except OSError as exc:
-            raise workspace.io_error(exc, shown) from None
-        entries.sort(key=lambda item: item["name"])
-        return {"path": shown, "entries": entries[:MAX_LIST_ENTRIES], "total": total}
-
-    def render(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
-        entries = value["entries"]
-        if not entries:
-            return _text_block(f"(empty directory: {value['path']})")
-        lines = [f"{value['path']}:"]
-        for entry in entries:
-            if entry["type"] == "directory":
-                lines.append(f"  {entry['name']}/")
-            elif entry["type"] == "symlink":
-                lines.append(f"  {entry['name']}@")
-            elif entry["type"] == "file":
-                lines.append(f"  {entry['name']}  ({entry['size']} bytes)")
-            else:
-                lines.append(f"  {entry['name']}")
-        hidden = value["total"] - len(entries)
-        if hidden:
-            lines.append(f"  ... and {hidden} more entries")
-        return _text_block("\n".join(lines))
-
-    def present_call(args: Mapping[str, Any]) -> GenericCallView:
-        path: str = args.get("path", ".")
-        return GenericCallView(
-            title=f"List {path}", kind="read", locations=[FileLocation(path=path)]
-        )
+        return list_dir(workspace, args, run_ctx)
 
     return define_tool(
         name="list_dir",
@@ -372,15 +182,12 @@ def list_dir_tool(root: Path | str) -> ToolDefinition:
                     "total": {"type": "integer", "required": True},
                 },
             },
-            render=render,
+            render=render_list_dir,
         ),
         execute=execute,
         is_concurrency_safe=_always_parallel,
-        present_call=present_call,
+        present_call=present_list_dir_call,
     )
-
-
-# --- write_file ---------------------------------------------------------------------------------
 
 
 def write_file_tool(root: Path | str) -> ToolDefinition:
@@ -388,49 +195,7 @@ def write_file_tool(root: Path | str) -> ToolDefinition:
     workspace = Workspace(root)
 
     def execute(args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
-        signal: AbortSignal = run_ctx.signal
-        check_abort(signal)
-        target = workspace.resolve(args["path"])
-        shown = workspace.display(target)
-        content: str = args["content"]
-        if target.is_dir():
-            raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
-        created = not target.exists()
-        old = "" if created else _read_text_lenient(workspace, target, shown)
-        applied = [] if created else hunks(old, content)
-        _write_text(workspace, target, shown, content, signal)
-        return {
-            "path": shown,
-            "created": created,
-            "bytes_written": len(content.encode("utf-8")),
-            "hunks": applied,
-        }
-
-    def render(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if value["created"]:
-            return _text_block(f"Created {value['path']} ({value['bytes_written']} bytes)")
-        changed = len(value["hunks"])
-        detail = "unchanged" if not changed else f"{changed} changed region" + "s" * (changed > 1)
-        return _text_block(f"Wrote {value['bytes_written']} bytes to {value['path']} ({detail})")
-
-    def presentation_meta(args: Mapping[str, Any], value: Mapping[str, Any]) -> dict[str, Any]:
-        return meta_from_hunks(args["path"], value["hunks"])
-
-    def present_call(args: Mapping[str, Any]) -> DiffCallView:
-        path: str = args["path"]
-        return DiffCallView(
-            title=f"Write {path}",
-            diffs=[FileDiff(path=path, old_text=None, new_text=args["content"])],
-            locations=[FileLocation(path=path)],
-        )
-
-    def present_result(args: Mapping[str, Any], result: ToolResult) -> DiffResultView | None:
-        if result.is_error:
-            return None
-        diffs = diffs_from_meta(result.meta)
-        if diffs is None:
-            diffs = [FileDiff(path=args["path"], old_text=None, new_text=args["content"])]
-        return DiffResultView(diffs=diffs)
+        return write_file(workspace, args, run_ctx)
 
     return define_tool(
         name="write_file",
@@ -457,25 +222,14 @@ def write_file_tool(root: Path | str) -> ToolDefinition:
                     "hunks": {"type": "array", "required": True, "items": _HUNK_SCHEMA},
                 },
             },
-            render=render,
-            presentation_meta=presentation_meta,
+            render=render_write_file,
+            presentation_meta=write_file_meta,
         ),
         execute=execute,
         is_concurrency_safe=_always_exclusive,
-        present_call=present_call,
-        present_result=present_result,
+        present_call=present_write_file_call,
+        present_result=present_write_file_result,
     )
-
-
-def _read_text_lenient(workspace: Workspace, target: Path, shown: str) -> str:
-    """The current text of a file about to be overwritten (undecodable bytes replaced)."""
-    try:
-        return target.read_bytes().decode("utf-8", "replace")
-    except OSError as exc:
-        raise workspace.io_error(exc, shown) from None
-
-
-# --- edit_file ----------------------------------------------------------------------------------
 
 
 def edit_file_tool(root: Path | str) -> ToolDefinition:
@@ -483,77 +237,7 @@ def edit_file_tool(root: Path | str) -> ToolDefinition:
     workspace = Workspace(root)
 
     def execute(args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
-        signal: AbortSignal = run_ctx.signal
-        check_abort(signal)
-        target = workspace.resolve(args["path"])
-        shown = workspace.display(target)
-        old_string: str = args["old_string"]
-        new_string: str = args["new_string"]
-        replace_all = args.get("replace_all") is True
-        if old_string == new_string:
-            raise WorkspaceError("old_string and new_string are identical", "EDIT_MISMATCH")
-        if not old_string:
-            if target.is_dir():
-                raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
-            existed = target.exists()
-            if existed and _read_text(workspace, target, shown):
-                raise WorkspaceError(
-                    f'old_string is empty but "{shown}" already has content; '
-                    "quote the text to replace",
-                    "EDIT_MISMATCH",
-                )
-            applied = hunks("", new_string) if existed else []
-            _write_text(workspace, target, shown, new_string, signal)
-            return {"path": shown, "created": not existed, "replacements": 1, "hunks": applied}
-        old = _read_text(workspace, target, shown)
-        count = old.count(old_string)
-        if count == 0:
-            raise WorkspaceError(f'old_string was not found in "{shown}"', "EDIT_MISMATCH")
-        if count > 1 and not replace_all:
-            raise WorkspaceError(
-                f'old_string occurs {count} times in "{shown}"; '
-                "include more surrounding text to make it unique, or set replace_all",
-                "EDIT_MISMATCH",
-            )
-        new = (
-            old.replace(old_string, new_string)
-            if replace_all
-            else old.replace(old_string, new_string, 1)
-        )
-        check_abort(signal)
-        applied = hunks(old, new)
-        _write_text(workspace, target, shown, new, signal)
-        return {"path": shown, "created": False, "replacements": count, "hunks": applied}
-
-    def render(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
-        if value["created"]:
-            return _text_block(f"Created {value['path']}")
-        count = value["replacements"]
-        return _text_block(
-            f"Edited {value['path']}: replaced {count} occurrence" + "s" * (count > 1)
-        )
-
-    def presentation_meta(args: Mapping[str, Any], value: Mapping[str, Any]) -> dict[str, Any]:
-        if value["created"]:
-            return {
-                "diffs": [{"path": args["path"], "old_text": None, "new_text": args["new_string"]}]
-            }
-        return meta_from_hunks(args["path"], value["hunks"])
-
-    def present_call(args: Mapping[str, Any]) -> DiffCallView:
-        path: str = args["path"]
-        old_string: str = args["old_string"]
-        return DiffCallView(
-            title=f"Edit {path}",
-            diffs=[FileDiff(path=path, old_text=old_string or None, new_text=args["new_string"])],
-            locations=[FileLocation(path=path)],
-        )
-
-    def present_result(args: Mapping[str, Any], result: ToolResult) -> DiffResultView | None:
-        if result.is_error:
-            return None
-        diffs = diffs_from_meta(result.meta)
-        return DiffResultView(diffs=diffs) if diffs is not None else None
+        return edit_file(workspace, args, run_ctx)
 
     return define_tool(
         name="edit_file",
@@ -591,13 +275,13 @@ def edit_file_tool(root: Path | str) -> ToolDefinition:
                     "hunks": {"type": "array", "required": True, "items": _HUNK_SCHEMA},
                 },
             },
-            render=render,
-            presentation_meta=presentation_meta,
+            render=render_edit_file,
+            presentation_meta=edit_file_meta,
         ),
         execute=execute,
         is_concurrency_safe=_always_exclusive,
-        present_call=present_call,
-        present_result=present_result,
+        present_call=present_edit_file_call,
+        present_result=present_edit_file_result,
     )
 
 

@@ -1,17 +1,9 @@
 """The registry layer: lossless JSON and frozen values, the schema DSL, the enforced JSON Schema
 subset, tool definitions and the output contract."""
 
-from ._definition import (
-    Placement,
-    ToolDefinition,
-    ToolOutput,
-    check_registration,
-    classify,
-    define_tool,
-    normalize_output,
-    placed_execute,
-    project_schema,
-)
+from ._compact_json import compact_json
+from ._define_tool import define_tool, placed_execute
+from ._definition import Placement, ToolDefinition, ToolOutput
 from ._dsl import compile_parameters, compile_schema, validate_args
 from ._handle import Disposer, ExecutionMode, ToolsHandle
 from ._json_schema import (
@@ -19,13 +11,9 @@ from ._json_schema import (
     assert_supported_json_schema,
     validate_json_schema_value,
 )
-from ._lossless import (
-    LosslessJsonError,
-    compact_json,
-    is_json_value,
-    snapshot_json,
-    thaw,
-)
+from ._lossless import LosslessJsonError
+from ._lossless_check import is_json_value
+from ._lossless_copy import snapshot_json, thaw
 from ._presentation import (
     CallView,
     DiffCallView,
@@ -54,6 +42,7 @@ from ._raw_schema import (
 )
 from ._registry_actor import RUN_CODE, RegistryActor
 from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
+from ._tool_contract import check_registration, classify, normalize_output, project_schema
 from ._typed_tool import default_render, tool
 
 __all__ = [

@@ -19,15 +19,12 @@ import contextlib
 from typing import Any, Final
 
 from ..actors import JsonSchemaError
-from ._json_schema import (
-    _build_plan,
-    _is_array,
-    _is_record,
-    _spath,
-    assert_supported_json_schema,
-    validate_plan,
-)
-from ._lossless import LosslessJsonError, snapshot_json, thaw
+from ._json_schema import assert_supported_json_schema
+from ._lossless import LosslessJsonError
+from ._lossless_copy import snapshot_json, thaw
+from ._schema_plan import _build_plan
+from ._schema_predicates import _is_array, _is_record, _spath
+from ._schema_validate import validate_plan
 
 __all__ = ["compile_parameters", "compile_schema", "validate_args"]
 

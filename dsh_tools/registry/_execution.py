@@ -13,7 +13,8 @@ import contextlib
 from typing import Any
 
 from ..actors import AbortSignal, ExecutionToken
-from ._lossless import LosslessJsonError, snapshot_json
+from ._lossless import LosslessJsonError
+from ._lossless_copy import snapshot_json
 
 __all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pykka
 import structlog
 
-from ..actors import message_of
+from ..actors import ExecuteCall, ToolCall, message_of
 from ..actors._protocol import (
     AddGuard,
     AddHook,
@@ -29,7 +29,7 @@ from ..actors._protocol import (
     RemoveEntry,
     ReplaceTool,
 )
-from ._definition import ToolDefinition, check_registration, classify, project_schema
+from ._definition import ToolDefinition
 from ._hooks import (
     AssembleHook,
     ChangeObserver,
@@ -41,6 +41,7 @@ from ._hooks import (
     ResultObserver,
 )
 from ._snapshot import SnapshotCell
+from ._tool_contract import check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
 
@@ -293,7 +294,7 @@ class ToolsHandle:
         """The visible tool names, in view order."""
         return list(self._cell.current.view(self._target(agent)))
 
-    def execution_mode(self, call: Any) -> ExecutionMode:
+    def execution_mode(self, call: ExecuteCall | ToolCall) -> ExecutionMode:
         """``"parallel"`` iff the visible tool's classifier returns exactly ``True``."""
         agent = getattr(call, "agent", None)
         entry = self._cell.current.lookup(call.name, self._target(agent))

@@ -5,40 +5,37 @@ property per parameter, shared shapes under ``$defs``); the arguments of every c
 validated and converted by msgspec in strict mode, so the body receives typed values (a Struct
 instance, an Enum member, a dataclass) and every ``msgspec.Meta`` constraint holds. The output
 schema comes from the return annotation, projected into the enforced subset that the output
-contract checks. Descriptions come from the docstring (Google, NumPy or Sphinx style).
-
-A parameter annotated ``ToolRunContext`` receives the call's run context instead of an argument.
-The registry sits below the pipeline that defines that class, so it is recognized by its
-qualified name rather than imported.
+contract checks. Descriptions come from the docstring (Google, NumPy or Sphinx style). What is
+read from the function is in ``_tool_signature``; the call path of the body in ``_tool_call``.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import inspect
 import math
 import re
-import sys
-import types
-import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Final, overload
+from typing import Any, overload
 
 import docstring_parser
 import msgspec
 
-from ..actors import ToolArgsError
-from ._definition import Placement, ToolDefinition, ToolOutput, placed_execute
-from ._json_schema import assert_supported_json_schema
-from ._lossless import LosslessJsonError, compact_json, snapshot_json
-from ._raw_schema import optional_null_dropper, to_subset_schema
+from ._compact_json import compact_json
+from ._define_tool import placed_execute
+from ._definition import Placement, ToolDefinition, ToolOutput
+from ._lossless import LosslessJsonError
+from ._lossless_copy import snapshot_json
+from ._raw_schema import optional_null_dropper
+from ._tool_call import _make_execute, _PlacedBody, _validator
+from ._tool_signature import (
+    _caller_locals,
+    _output_schema,
+    _parameters_schema,
+    _signature_plan,
+    _type_hints,
+)
 
 __all__ = ["default_render", "tool"]
-
-_RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
-_SCALAR_RESULTS: Final = (str, int, float, bool, type(None))
-_EMPTY = inspect.Parameter.empty
 
 ConcurrencySafe = bool | Callable[[Any], Any]
 Render = Callable[[Any, Any], Any]
@@ -55,52 +52,8 @@ def _pascal_name(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
 
 
-def _annotated(fn: Any) -> Any:
-    """Where the annotations of ``fn`` live: a partial's function, a callable object's
-    ``__call__``, or ``fn`` itself."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and callable(fn):
-        return type(fn).__call__
-    return fn
-
-
-def _caller_locals() -> Mapping[str, Any]:
-    """The local names where the decorator was applied (two frames up: past ``tool`` or
-    ``decorate``), for annotations that name classes defined inside a function."""
-    frame = sys._getframe(2)
-    return dict(frame.f_locals)
-
-
-def _type_hints(fn: Any, owner: str, caller_locals: Mapping[str, Any]) -> dict[str, Any]:
-    """The evaluated annotations; string annotations (``from __future__ import annotations``)
-    that name a class local to the defining function resolve through ``caller_locals``."""
-    target = _annotated(fn)
-    try:
-        return typing.get_type_hints(target, include_extras=True)
-    except NameError:
-        pass
-    except Exception as exc:
-        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
-    try:
-        return typing.get_type_hints(target, localns=dict(caller_locals), include_extras=True)
-    except Exception as exc:
-        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
-
-
 def _always_safe(args: Any) -> bool:
     return True
-
-
-def _is_run_context(hint: Any) -> bool:
-    """``ToolRunContext``, also inside ``Annotated`` or as ``ToolRunContext | None``."""
-    if typing.get_origin(hint) is typing.Annotated:
-        hint = typing.get_args(hint)[0]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        if len(members) == 1:
-            hint = members[0]
-    return isinstance(hint, type) and (hint.__module__, hint.__qualname__) == _RUN_CONTEXT
 
 
 def _description_text(parsed: docstring_parser.Docstring) -> str:
@@ -110,248 +63,6 @@ def _description_text(parsed: docstring_parser.Docstring) -> str:
 
 def _owner(fn: Any) -> str:
     return f"@tool({getattr(fn, '__qualname__', None) or getattr(fn, '__name__', repr(fn))})"
-
-
-def _check_schema_type(owner: str, role: str, hint: Any) -> None:
-    """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
-    try:
-        msgspec.json.schema(hint)
-    except (TypeError, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[-1]
-        raise TypeError(
-            f"{owner}: {role} has an unsupported annotation {hint!r}: {reason}"
-        ) from None
-
-
-def _field_default(default: Any) -> Any:
-    """Mutable defaults become factories, so one call can never change the next one's."""
-    if isinstance(default, (list, dict, set, bytearray)):
-        return msgspec.field(default_factory=lambda: copy.deepcopy(default))
-    return default
-
-
-class _Signature(msgspec.Struct, frozen=True):
-    """How to call the body: which struct fields go where, and where the run context goes."""
-
-    positional: tuple[int, ...]  # struct field index per positional slot; -1 is the context
-    keywords: tuple[tuple[str, int], ...]  # (keyword, field index or -1)
-    simple: bool  # every field positional, in order, and the context (if any) last
-
-
-def _signature_plan(
-    fn: Any, owner: str, hints: Mapping[str, Any]
-) -> tuple[list[tuple[str, Any, Any]], _Signature]:
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{owner}: cannot read the signature: {exc}") from None
-    fields: list[tuple[str, Any, Any]] = []
-    positional: list[int] = []
-    keywords: list[tuple[str, int]] = []
-    context_seen = False
-    for parameter in signature.parameters.values():
-        pname = parameter.name
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-            raise TypeError(
-                f"{owner}: parameter {pname!r} is variadic; a tool's parameters must be named"
-            )
-        if pname not in hints:
-            raise TypeError(f"{owner}: parameter {pname!r} has no type annotation")
-        hint = hints[pname]
-        if _is_run_context(hint):
-            if context_seen:
-                raise TypeError(f"{owner}: only one parameter may be annotated ToolRunContext")
-            context_seen = True
-            index = -1
-        else:
-            if pname.startswith("_"):
-                # Private by convention, and dunder names would shadow the argument struct's.
-                raise TypeError(
-                    f"{owner}: parameter {pname!r} uses a reserved name (names starting with "
-                    "'_' are not tool arguments; annotate a context parameter ToolRunContext)"
-                )
-            _check_schema_type(owner, f"parameter {pname!r}", hint)
-            index = len(fields)
-            if parameter.default is _EMPTY:
-                fields.append((pname, hint, msgspec.NODEFAULT))
-            else:
-                fields.append((pname, hint, _field_default(parameter.default)))
-        if parameter.kind is parameter.KEYWORD_ONLY:
-            keywords.append((pname, index))
-        else:
-            positional.append(index)
-    simple = not keywords and [i for i in positional if i >= 0] == list(range(len(fields)))
-    simple = simple and (-1 not in positional or positional[-1] == -1)
-    return fields, _Signature(tuple(positional), tuple(keywords), simple)
-
-
-def _parameters_schema(owner: str, args_type: Any, param_docs: Mapping[str, str]) -> dict[str, Any]:
-    """The model-facing parameters: the argument struct's object schema at the root, the other
-    generated shapes under ``$defs``; docstring descriptions on the properties."""
-    (ref,), components = msgspec.json.schema_components((args_type,), ref_template="#/$defs/{name}")
-    root_name = ref["$ref"].rsplit("/", 1)[1]
-    root = dict(components.pop(root_name))
-    root.pop("title", None)
-    properties = {name: dict(schema) for name, schema in root.get("properties", {}).items()}
-    for name, text in param_docs.items():
-        if name in properties and text and "description" not in properties[name]:
-            properties[name] = {"description": text, **properties[name]}
-    root["properties"] = properties
-    if not root.get("required"):
-        root.pop("required", None)
-    if components:
-        root["$defs"] = components
-    return root
-
-
-def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tuple[Any, Any]:
-    """(return type, output schema in the enforced subset)."""
-    if "return" not in hints:
-        return typing.Any, {"description": returns_doc} if returns_doc else {}
-    returned = hints["return"]
-    _check_schema_type(owner, "the return annotation", returned)
-    schema = to_subset_schema(msgspec.json.schema(returned))
-    if returns_doc and "description" not in schema:
-        schema["description"] = returns_doc
-    assert_supported_json_schema(schema)
-    return returned, schema
-
-
-def _to_canonical(value: Any) -> Any:
-    """The body's return value as JSON data (Structs, dataclasses and Enums become plain
-    values); an object msgspec cannot convert is left for the output contract to report."""
-    if type(value) in _SCALAR_RESULTS:
-        return value
-    try:
-        return msgspec.to_builtins(value, str_keys=True)
-    except (TypeError, ValueError, OverflowError):
-        return value
-
-
-def _violation(exc: msgspec.ValidationError) -> str:
-    text = str(exc)
-    return (
-        text.replace("`$.", "`arguments.")
-        .replace("`$[", "`arguments[")
-        .replace("`$`", "`arguments`")
-    )
-
-
-def _make_parser(
-    args_type: Any, drop_nulls: Callable[[Any], Any] | None
-) -> Callable[[Any], tuple[Any, ...]]:
-    """``parse(args)``: the frozen arguments strictly converted to the argument struct's field
-    values, in order; ``ToolArgsError`` naming the first violation otherwise."""
-    convert = msgspec.convert
-    astuple = msgspec.structs.astuple
-    validation_error = msgspec.ValidationError
-
-    def parse(args: Any) -> tuple[Any, ...]:
-        try:
-            return astuple(convert(args, args_type, strict=True))
-        except validation_error as exc:
-            error = exc
-        # A null for an optional parameter that does not accept null means "absent" (OpenAI's
-        # strict mode); it always fails conversion, so valid arguments never pay for the look.
-        if drop_nulls is not None:
-            dropped = drop_nulls(args)
-            if dropped is not args:
-                try:
-                    return astuple(convert(dropped, args_type, strict=True))
-                except validation_error as exc:
-                    error = exc
-        raise ToolArgsError([_violation(error)]) from None
-
-    return parse
-
-
-def _make_execute(
-    fn: Any, args_type: Any, plan: _Signature, drop_nulls: Callable[[Any], Any] | None
-) -> Callable[..., Any]:
-    parse = _make_parser(args_type, drop_nulls)
-    has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
-
-    def call(values: tuple[Any, ...], run_ctx: Any) -> Any:
-        if plan.simple:
-            return fn(*values, run_ctx) if has_context else fn(*values)
-        positional = [run_ctx if i == -1 else values[i] for i in plan.positional]
-        keywords = {k: run_ctx if i == -1 else values[i] for k, i in plan.keywords}
-        return fn(*positional, **keywords)
-
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(_annotated(fn)):
-
-        async def execute_async(args: Any, run_ctx: Any) -> Any:
-            return _to_canonical(await call(parse(args), run_ctx))
-
-        return execute_async
-
-    def execute(args: Any, run_ctx: Any) -> Any:
-        return _to_canonical(call(parse(args), run_ctx))
-
-    return execute
-
-
-def _validator(args_type: Any, drop_nulls: Callable[[Any], Any] | None) -> Callable[[Any], None]:
-    """``validate(args)`` for a placed body: the same strict conversion as the local body, run
-    here so a bad call never leaves the process (raises ``ToolArgsError``)."""
-    parse = _make_parser(args_type, drop_nulls)
-
-    def validate(args: Any) -> None:
-        parse(args)
-
-    return validate
-
-
-def _without_constraints(hint: Any) -> Any:
-    """``hint`` with every ``Annotated[T, ...]`` replaced by ``T``, at any depth."""
-    origin = typing.get_origin(hint)
-    if origin is typing.Annotated:
-        return _without_constraints(typing.get_args(hint)[0])
-    args = typing.get_args(hint)
-    if not args or origin is typing.Literal:
-        return hint
-    stripped = tuple(_without_constraints(a) for a in args)
-    if stripped == args:
-        return hint
-    if origin is types.UnionType or origin is typing.Union:
-        return typing.Union[stripped]  # noqa: UP007 - built from a tuple of members
-    return origin[stripped]
-
-
-class _PlacedBody:
-    """The body of a placed ``@tool``: the argument conversion and the function, rebuilt where
-    the placement runs it. The arguments arrive validated, so the fields travel without their
-    constraints: neither the ``msgspec.defstruct`` argument class nor ``msgspec.Meta`` can be
-    pickled; the user's function and annotation types travel as the placement pickles them."""
-
-    def __init__(
-        self, fn: Any, struct_name: str, fields: Any, plan: _Signature, parameters: Any
-    ) -> None:
-        self._fn = fn
-        self._struct_name = struct_name
-        self._fields = [
-            (name, _without_constraints(hint), default) for name, hint, default in fields
-        ]
-        self._plan = plan
-        self._parameters = parameters
-        self._execute: Callable[..., Any] | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_execute"] = None
-        return state
-
-    def __call__(self, args: Any, run_ctx: Any) -> Any:
-        execute = self._execute
-        if execute is None:
-            args_type = msgspec.defstruct(
-                self._struct_name, self._fields, kw_only=True, forbid_unknown_fields=True
-            )
-            execute = _make_execute(
-                self._fn, args_type, self._plan, optional_null_dropper(self._parameters)
-            )
-            self._execute = execute
-        return execute(args, run_ctx)
 
 
 def _build(

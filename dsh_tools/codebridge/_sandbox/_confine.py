@@ -29,7 +29,8 @@ from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 from . import _kernel
-from ._init import run_init
+from ._cgroup import CgroupMeter, CgroupPlan, RunCgroups
+from ._init import Meter, ProcMeter, run_init, task_ceiling
 from ._seccomp import seccomp_program, seccomp_supported
 
 __all__ = ["MIN_LANDLOCK_ABI", "SandboxPlan", "SandboxUnavailable"]
@@ -98,6 +99,13 @@ class SandboxPlan:
         self._abi = 0
         self._grants: list[_Grant] = []
         self._seccomp: list[_kernel.SockFilter] = []
+        self._seccomp_without_cgroups: list[_kernel.SockFilter] = []
+        self._cgroups = CgroupPlan(
+            wanted=bool(settings.get("cgroups", True)),
+            max_memory_mb=self.max_memory_mb,
+            max_processes=self.max_processes,
+        )
+        self._run_cgroups: RunCgroups | None = None
 
     def prepare(self) -> None:
         """Enter the shared namespaces and check the kernel; on failure keep the message."""
@@ -118,7 +126,10 @@ class SandboxPlan:
             raise _unavailable(f"Landlock ABI {MIN_LANDLOCK_ABI} or later", found)
         if not seccomp_supported():
             raise _unavailable("seccomp filter for this architecture", os.uname().machine)
-        self._seccomp = seccomp_program()
+        self._seccomp = seccomp_program(guard_child_reaping=False)
+        self._seccomp_without_cgroups = seccomp_program(guard_child_reaping=True)
+        # Before any namespace: the cgroup filesystems stay writable through the descriptors.
+        self._cgroups.prepare()
         uid, gid = os.geteuid(), os.getegid()
         self._direct = uid == 0
         if uid != 0:
@@ -195,8 +206,25 @@ class SandboxPlan:
         self._grants.append(_Grant(high, rights))
 
     def kept_fds(self) -> list[int]:
-        """The descriptors a run's supervisor must keep open (the granted paths)."""
-        return [grant.fd for grant in self._grants]
+        """The descriptors a run's supervisor must keep open (the granted paths and, during a
+        spawn, the run's cgroup directories)."""
+        run = self._run_cgroups
+        return [grant.fd for grant in self._grants] + (run.fds if run is not None else [])
+
+    @property
+    def cgroups(self) -> str:
+        """Which mechanism measures the runs: ``"cgroup-v1"``, or why ``/proc`` does."""
+        return "cgroup-v1" if self._cgroups.available else f"proc ({self._cgroups.reason})"
+
+    @property
+    def template_reports_pid(self) -> bool:
+        """Whether the template reports the pid of the run's child (as root: the init);
+        otherwise the supervising child reports its init's pid itself."""
+        return self._direct
+
+    def ended(self, pid: int) -> None:
+        """The template reaped the run's child ``pid``: its cgroups can go."""
+        self._cgroups.ended(pid)
 
     def unavailable(self, feature: str, detail: object) -> str:
         """The failure message for a missing ``feature`` (names the opt-out)."""
@@ -205,6 +233,7 @@ class SandboxPlan:
     def cleanup(self) -> None:
         """Remove the scratch mount point (the template is exiting; when the host made it,
         the template's read-only view leaves that to the host)."""
+        self._cgroups.close()
         if self.scratch:
             with contextlib.suppress(OSError):
                 os.rmdir(self.scratch)
@@ -220,7 +249,25 @@ class SandboxPlan:
         namespace cannot return to its parent's PID namespace) the child supervises: it
         creates the namespace and forks the init, which dies with it (parent-death signal).
         Raises ``OSError`` when the namespace cannot be made.
+
+        The run's cgroups (when this host allows them) are made first; the child keeps their
+        directories for the worker to join.
         """
+        run = self._run_cgroups = self._cgroups.new_run()
+        try:
+            pid = self._fork_child()
+        except BaseException:
+            if run is not None:
+                self._cgroups.discard(run)
+            self._run_cgroups = None
+            raise
+        if pid != 0:
+            self._run_cgroups = None
+            if run is not None:
+                self._cgroups.started(pid, run)
+        return pid
+
+    def _fork_child(self) -> int:
         if not self._direct:
             return os.fork()
         _kernel.unshare(_kernel.CLONE_NEWPID)
@@ -250,6 +297,11 @@ class SandboxPlan:
             os._exit(71)
         if init == 0:
             self._init(status_fd, start_worker)
+        # The host kills the init, not this process: the init exits only once every process
+        # of its namespace is gone, so this process's exit (the template's exit report) then
+        # means the whole run is gone.
+        with contextlib.suppress(OSError):
+            os.write(status_fd, b"P" + struct.pack(">i", init))
         os.closerange(0, 1 << 16)
         while True:
             try:
@@ -275,21 +327,31 @@ class SandboxPlan:
             _kernel.mount(
                 "tmpfs", self.scratch, "tmpfs", _kernel.MS_NOSUID | _kernel.MS_NODEV, options
             )
+            run = self._run_cgroups
+            meter: Meter = (
+                ProcMeter(task_ceiling(self.max_processes))
+                if run is None
+                else CgroupMeter(run.fds, self.scratch)
+            )
         except OSError as exc:
             _report_error(status_fd, str(_unavailable("the run's namespaces and mounts", exc)))
             os._exit(0)
+        seccomp = self._seccomp if run is not None else self._seccomp_without_cgroups
 
         def worker() -> NoReturn:
             try:
-                self._confine(status_fd)
+                meter.join()
+                self._confine(status_fd, seccomp)
             except OSError as exc:
                 _report_error(status_fd, str(_unavailable("confining the worker", exc)))
                 os._exit(71)
             start_worker()
 
-        run_init(worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes)
+        run_init(
+            worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes, meter
+        )
 
-    def _confine(self, status_fd: int) -> None:
+    def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter]) -> None:
         os.chdir(self.scratch)
         ruleset = _kernel.landlock_create_ruleset(self._abi)
         scratch = os.open(self.scratch, os.O_PATH | os.O_CLOEXEC)
@@ -302,7 +364,7 @@ class SandboxPlan:
         _kernel.drop_capabilities()
         _kernel.set_no_new_privs()
         _kernel.landlock_restrict_self(ruleset)
-        _kernel.set_seccomp_filter(self._seccomp)
+        _kernel.set_seccomp_filter(seccomp)
         os.close(ruleset)
         os.close(scratch)
         for grant in self._grants:

@@ -1,14 +1,27 @@
 """The init of a run's PID namespace: reaps, charges the whole tree, ends the run.
 
 PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps every process
-(orphans of the run are reparented to it), and every ``TICK_SECONDS`` it sums, over the
-namespace's private ``/proc``, the CPU time of every live process (its own and its reaped
-children's) plus what it has reaped itself, the resident anonymous and shared memory and the
-number of processes. Over a budget it reports which one and exits; when the worker exits it
-reports the worker's wait status and exits. Its exit makes the kernel kill everything left in
-the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives it.
+(orphans of the run are reparented to it), and every ``TICK_SECONDS`` it measures the tree with
+its ``Meter``: the run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise
+``ProcMeter``, which sums over the namespace's private ``/proc`` the CPU time of every live
+process (its own and its reaped children's) plus what the init has reaped itself, the resident
+anonymous and shared memory, the number of processes and the number of tasks (threads
+included: without cgroups nothing else holds them, and a tree of threads could take every PID of
+the host). Over a budget it reports which one
+and exits; when the worker exits it reports the worker's wait status (or the memory budget,
+when the kernel's memory ceiling killed it) and exits. Its exit makes the kernel kill everything
+left in the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives
+it.
 
-Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code.
+The host asks for the end of a settled run by closing its end of the channel to the worker
+(which the init watches for the hang-up). However the run ends, the init first reports why
+(if it knows), then kills every other process of the namespace, reaps them all and reports
+``b"G"``: from then on nothing the program started can run or write, and the host's result
+may be delivered. Waiting for the init's own exit instead would add the kernel's teardown of
+the run's namespaces to every run.
+
+Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code;
+then ``b"G"``.
 """
 
 from __future__ import annotations
@@ -19,15 +32,33 @@ import select
 import signal
 import struct
 from collections.abc import Callable
-from typing import Final, NoReturn
+from typing import Final, NoReturn, Protocol
 
-__all__ = ["BUDGET_COMPUTE", "BUDGET_MEMORY", "BUDGET_PROCESSES", "TICK_SECONDS", "run_init"]
+__all__ = [
+    "BUDGET_COMPUTE",
+    "BUDGET_MEMORY",
+    "BUDGET_PROCESSES",
+    "TICK_SECONDS",
+    "Meter",
+    "ProcMeter",
+    "run_init",
+    "task_ceiling",
+]
 
 TICK_SECONDS: Final = 0.025
 BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_TASKS_PER_PROCESS: Final = 32
+"""Threads allowed per allowed process (a thread pool's size)."""
+_TASK_SLACK: Final = 64
+
+
+def task_ceiling(max_processes: int) -> int:
+    """How many tasks (threads included) a run of ``max_processes`` may have: the cgroups'
+    ``pids.max``, and the ``/proc`` walk's ceiling where there are no cgroups."""
+    return _TASKS_PER_PROCESS * max_processes + _TASK_SLACK
 
 
 def _kilobytes(status: bytes, key: bytes) -> int:
@@ -38,13 +69,67 @@ def _kilobytes(status: bytes, key: bytes) -> int:
     return int(status[start : status.index(b"kB", start)])
 
 
-def _tree_usage() -> tuple[float, int, int]:
-    """(CPU seconds, resident anonymous and shared-memory bytes, process count) of the
-    namespace but PID 1. Shared memory counts too: ``mmap(-1, n)`` is ``MAP_SHARED``, and
+def _threads(status: bytes) -> int:
+    start = status.find(b"\nThreads:")
+    if start < 0:
+        return 1
+    start += len(b"\nThreads:")
+    return int(status[start : status.index(b"\n", start)])
+
+
+class Meter(Protocol):
+    """How the init measures its run."""
+
+    def join(self) -> None:
+        """In the freshly forked worker, before it runs anything."""
+
+    def close_dirs(self) -> None:
+        """In the init, once the worker is forked."""
+
+    def usage(self) -> tuple[float, int, int]:
+        """(CPU seconds, memory bytes, process count) of the run but its init."""
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel ended a process of the run for memory."""
+
+    def over_task_ceiling(self) -> bool:
+        """Whether the last ``usage`` saw more tasks (threads included) than the run may have
+        (with cgroups the kernel's ``pids.max`` holds them instead)."""
+
+
+class ProcMeter:
+    """The walk over the namespace's ``/proc`` (no cgroups); ``max_tasks`` is the ceiling on
+    tasks, threads included (``task_ceiling``)."""
+
+    def __init__(self, max_tasks: int) -> None:
+        self._max_tasks = max_tasks
+        self._tasks = 0
+
+    def join(self) -> None:
+        pass
+
+    def close_dirs(self) -> None:
+        pass
+
+    def usage(self) -> tuple[float, int, int]:
+        cpu, memory, count, self._tasks = _tree_usage()
+        return cpu, memory, count
+
+    def oom_killed(self) -> bool:
+        return False
+
+    def over_task_ceiling(self) -> bool:
+        return self._tasks > self._max_tasks
+
+
+def _tree_usage() -> tuple[float, int, int, int]:
+    """(CPU seconds, resident anonymous and shared-memory bytes, process count, task count) of
+    the namespace but PID 1. Shared memory counts too: ``mmap(-1, n)`` is ``MAP_SHARED``, and
     its pages are not anonymous to the kernel."""
     ticks = 0
     kilobytes = 0
     count = 0
+    tasks = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
             continue
@@ -59,9 +144,30 @@ def _tree_usage() -> tuple[float, int, int]:
         ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         kilobytes += _kilobytes(status, b"\nRssAnon:") + _kilobytes(status, b"\nRssShmem:")
         count += 1
+        tasks += _threads(status)
     times = os.times()
     cpu = ticks / _CLOCK_TICKS + times.children_user + times.children_system
-    return cpu, kilobytes * 1024, count
+    return cpu, kilobytes * 1024, count, tasks
+
+
+def _memory_killed(meter: Meter) -> bool:
+    try:
+        return meter.oom_killed()
+    except (OSError, ValueError):
+        return False
+
+
+def _end_every_process() -> None:
+    """Kill every process of the namespace but this one and reap them all: ``kill(-1)`` from
+    the init reaches each of them, and every process of the namespace descends from the init
+    (orphans are reparented to it), so no child left means no process left."""
+    while True:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 def run_init(
@@ -70,6 +176,7 @@ def run_init(
     compute_ms: float,
     max_memory_mb: float,
     max_processes: int,
+    meter: Meter,
 ) -> NoReturn:
     """Be PID 1: start the worker, watch the tree, report, exit (which ends the namespace)."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -82,6 +189,8 @@ def run_init(
         os.close(wake_r)
         os.close(wake_w)
         start_worker()
+    meter.close_dirs()
+    channel = os.dup(3)  # the host->worker channel's read end: its hang-up ends the run
     for fd in range(5):
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -89,8 +198,10 @@ def run_init(
     report = b""
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
+    poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     while not report:
-        poller.poll(TICK_SECONDS * 1000)
+        if any(fd == channel for fd, _events in poller.poll(TICK_SECONDS * 1000)):
+            break
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
@@ -104,18 +215,23 @@ def run_init(
             if pid == worker:
                 report = b"W" + struct.pack(">i", status)
                 break
+        if _memory_killed(meter):
+            report = b"B" + bytes([BUDGET_MEMORY])
         if report:
             break
         try:
-            cpu, memory, count = _tree_usage()
+            cpu, memory, count = meter.usage()
         except (OSError, ValueError, IndexError):
             continue
         if cpu * 1000 >= compute_ms:
             report = b"B" + bytes([BUDGET_COMPUTE])
         elif memory > memory_limit:
             report = b"B" + bytes([BUDGET_MEMORY])
-        elif count > max_processes:
+        elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
     with contextlib.suppress(OSError):
         os.write(status_fd, report)
+    _end_every_process()
+    with contextlib.suppress(OSError):
+        os.write(status_fd, b"G")
     os._exit(0)

@@ -23,6 +23,10 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     - ``write``: absolute paths the program may read, create, change and remove beneath.
     - ``env``: the program's whole environment (nothing of the host's is passed otherwise).
     - ``max_processes``: how many processes the run may have at once (the worker included).
+    - ``cgroups``: measure and hold each run with its own cgroups when this host lets the
+      runtime make them (root with the v1 ``memory``, ``cpuacct`` and ``pids`` hierarchies);
+      ``False`` keeps to the namespace init's ``/proc`` walk (see ``docs/sandbox.md`` for what
+      each guarantees).
 
     A granted path must exist when the runtime's template starts, else every run fails naming
     it. The program always has its own fresh scratch directory (its working directory, a
@@ -33,6 +37,7 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     write: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     max_processes: int = 64
+    cgroups: bool = True
 
     def __post_init__(self) -> None:
         msgspec.structs.force_setattr(self, "read", _paths("read", self.read))
@@ -49,3 +54,5 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
             raise TypeError("code sandbox: max_processes must be a positive integer")
         if count < 1:
             raise ValueError(f"code sandbox: max_processes must be a positive integer, got {count}")
+        if type(self.cgroups) is not bool:
+            raise TypeError("code sandbox: cgroups must be True or False")

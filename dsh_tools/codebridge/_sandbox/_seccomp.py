@@ -96,6 +96,8 @@ UNSUPPORTED_SYSCALLS: Final = {
     "listxattrat": 465,
 }
 """The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading extended attributes)."""
+_RT_SIGACTION: Final = 13
+_SIGCHLD: Final = 17
 _CLONE: Final = 56
 _CLONE3: Final = 435
 _SOCKETPAIR: Final = 53
@@ -117,6 +119,7 @@ _OFFSET_NR: Final = 0
 _OFFSET_ARCH: Final = 4
 _OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]
 _OFFSET_ARG1_LOW: Final = 24
+_OFFSET_ARG1_HIGH: Final = 28
 
 
 def seccomp_supported() -> bool:
@@ -151,8 +154,15 @@ class _Assembler:
         return program
 
 
-def seccomp_program() -> list[SockFilter]:
-    """The filter, as instructions for ``set_seccomp_filter``."""
+def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
+    """The filter, as instructions for ``set_seccomp_filter``.
+
+    ``guard_child_reaping`` (for a run without cgroups): ``rt_sigaction(SIGCHLD, act)`` with an
+    action answers ``EPERM``, reading the current one still works. Ignoring ``SIGCHLD`` or
+    setting ``SA_NOCLDWAIT`` makes the kernel reap a process's children itself, and their CPU
+    time then reaches no one's ``/proc`` figures; a filter cannot read the action to refuse
+    only those, so it refuses every change of ``SIGCHLD``'s action.
+    """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
     bpf.op(_JMP_JEQ_K, _AUDIT_ARCH_X86_64, None, "kill")
@@ -166,6 +176,8 @@ def seccomp_program() -> list[SockFilter]:
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
+    if guard_child_reaping:
+        bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
@@ -199,4 +211,17 @@ def seccomp_program() -> list[SockFilter]:
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    if guard_child_reaping:
+        # rt_sigaction: SIGCHLD's action may be read (act NULL), not changed.
+        bpf.place("sigaction")
+        bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+        bpf.op(_JMP_JEQ_K, _SIGCHLD, None, "sigaction-allow")
+        bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+        bpf.op(_JMP_JEQ_K, 0, None, "sigaction-deny")
+        bpf.op(_LD_W_ABS, _OFFSET_ARG1_HIGH)
+        bpf.op(_JMP_JEQ_K, 0, "sigaction-allow", "sigaction-deny")
+        bpf.place("sigaction-deny")
+        bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+        bpf.place("sigaction-allow")
+        bpf.op(_RET_K, _RET_ALLOW)
     return bpf.program()

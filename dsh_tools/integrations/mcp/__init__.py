@@ -5,10 +5,13 @@ connects (stdio, Streamable HTTP or any transport factory), registers the server
 returns the ``McpPlugin`` that keeps them in step with the server (list changes, disconnects
 and reconnects) and reaches its resources and prompts. ``close()`` undoes it all.
 
-Modules, one concern each: ``_client`` (the connection, its thread and supervisor, client
-capabilities), ``_plugin`` (registrations that follow the server), ``_tools`` (definitions and
-the call body), ``_content`` (model content and output checks), ``_capabilities``
-(elicitation through the approval seam), ``_policy`` (shipped hooks), ``_register``.
+Modules, one concern each: ``_client`` (the connection, its thread and supervisor),
+``_server_requests`` (client capabilities: what the server asks of us), ``_transport``,
+``_listener`` (what a connection tells its plugin), ``_sdk`` (reading SDK values),
+``_plugin`` (registrations that follow the server), ``_resources`` (the server's resources
+and prompts), ``_tools`` (definitions and the call body), ``_content`` (model content and
+output checks), ``_capabilities`` (elicitation through the approval seam), ``_policy``
+(shipped hooks), ``_register``.
 """
 
 from ._errors import McpConnectionError, McpToolError

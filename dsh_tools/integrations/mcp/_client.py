@@ -1,5 +1,9 @@
 """One MCP server connection: its own thread and event loop, a supervisor that (re)connects,
-the client capabilities, and the requests the plugin sends.
+and the requests the plugin sends.
+
+The supervisor and the requests are one state machine: a request is admitted, and recorded as
+in flight, under the same lock that moves the connection's state, so that a call never slips
+past a disconnect or a close uncut. That is why they share this one module.
 
 The SDK's ``ClientSession`` is bound to the loop it was entered on, while tool bodies run on
 other loops (the caller's per-thread loop for ``system.execute``, the system loop for batches).
@@ -18,182 +22,41 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack
 from functools import partial
-from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import structlog
 from mcp import ClientSession, MCPError, types
-from mcp.client.session import ClientRequestContext
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import ValidationError
 
 from ._errors import McpConnectionError, McpToolError
-from ._types import (
-    ElicitationCallback,
-    ListChangedCallback,
-    McpCallRef,
-    McpRequestContext,
-    McpState,
-    ReconnectPolicy,
-    SamplingCallback,
-)
+from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
+from ._sdk import describe, is_closed, list_all, list_all_tools, wire
+from ._server_requests import ClientOptions, ServerRequests
+from ._transport import TransportFactory, WatchedReadStream
+from ._types import McpCallRef, McpRequestContext, McpState, ReconnectPolicy
 
-__all__ = ["ClientOptions", "ConnectionListener", "Listing", "McpClient", "TransportFactory"]
+__all__ = [
+    "ClientOptions",
+    "ConnectionListener",
+    "Listing",
+    "McpClient",
+    "TransportFactory",
+    "describe",
+    "list_all",
+    "wire",
+]
 
 _log = structlog.get_logger("dsh_tools.mcp")
 
 _T = TypeVar("_T")
 
-TransportFactory = Callable[[], AbstractAsyncContextManager[Any]]
-"""A zero-argument callable returning an async context manager that yields ``(read, write)``
-streams (extra items are ignored), for example ``lambda: streamable_http_client(url)``."""
-
 _CLIENT_INFO = types.Implementation(name="dsh-tools", version="0.1.0")
-
-# MCP log levels -> structlog method names.
-_LOG_METHODS = {
-    "debug": "debug",
-    "info": "info",
-    "notice": "info",
-    "warning": "warning",
-    "error": "error",
-    "critical": "error",
-    "alert": "error",
-    "emergency": "error",
-}
-
-
-def wire(model: Any) -> dict[str, Any]:
-    """An SDK model in its wire form (JSON names, absent fields left out)."""
-    dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
-    return dumped
-
-
-
-async def list_all(
-    fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], Sequence[Any]]
-) -> list[dict[str, Any]]:
-    """Every item of a paginated list request, in wire form: ``fetch()`` then
-    ``fetch(params=<next cursor>)`` until a page has no ``next_cursor``."""
-    found: list[dict[str, Any]] = []
-    page = await fetch()
-    while True:
-        found.extend(wire(item) for item in items(page))
-        cursor = page.next_cursor
-        if not cursor:
-            return found
-        page = await fetch(params=types.PaginatedRequestParams(cursor=cursor))
-
-
-class Listing:
-    """What one successful connection learned: tools (wire form), identity, instructions."""
-
-    __slots__ = ("capabilities", "instructions", "server_info", "tools")
-
-    def __init__(
-        self,
-        tools: list[dict[str, Any]],
-        server_info: dict[str, Any] | None,
-        instructions: str | None,
-        capabilities: dict[str, Any],
-    ) -> None:
-        self.tools = tools
-        self.server_info = server_info
-        self.instructions = instructions
-        self.capabilities = capabilities
-
-
-class ConnectionListener(Protocol):
-    """What the connection tells its plugin; each method runs on a worker thread, in order."""
-
-    def reconnected(self, listing: Listing) -> None: ...
-
-    def tools_changed(self, tools: list[dict[str, Any]]) -> None: ...
-
-    def lost(self, final: bool) -> None: ...
-
-
-class ClientOptions:
-    """The client capabilities one connection advertises, and what answers them."""
-
-    __slots__ = ("elicitation", "log_level", "on_list_changed", "roots", "sampling")
-
-    def __init__(
-        self,
-        *,
-        sampling: SamplingCallback | None = None,
-        elicitation: ElicitationCallback | None = None,
-        roots: Sequence[str | Path] | None = None,
-        log_level: str | None = None,
-        on_list_changed: ListChangedCallback | None = None,
-    ) -> None:
-        self.sampling = sampling
-        self.elicitation = elicitation
-        self.roots = tuple(Path(p) for p in roots) if roots is not None else None
-        self.log_level = log_level
-        self.on_list_changed = on_list_changed
-
-
-async def _answer(
-    callback: Callable[[McpRequestContext, dict[str, Any]], Any],
-    ctx: McpRequestContext,
-    params: dict[str, Any],
-) -> Any:
-    """A harness callback: a coroutine function on this loop, anything else on a thread."""
-    if inspect.iscoroutinefunction(callback):
-        return await callback(ctx, params)
-    out = await asyncio.to_thread(callback, ctx, params)
-    if inspect.isawaitable(out):
-        out = await out
-    return out
-
-
-class _WatchedReadStream:
-    """The transport's read stream, reporting when it ends (the server went away)."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
-        self._inner = inner
-        self._on_end = on_end
-
-    async def receive(self) -> Any:
-        try:
-            return await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end()
-            raise
-
-    @property
-    def last_context(self) -> Any:
-        """The sender's context of the last item, where the transport keeps one."""
-        return getattr(self._inner, "last_context", None)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    def __aiter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _WatchedReadStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-async def _list_all_tools(session: ClientSession) -> list[dict[str, Any]]:
-    return await list_all(session.list_tools, lambda page: page.tools)
 
 
 class McpClient:
@@ -234,8 +97,14 @@ class McpClient:
         self._cut_reason = "closed"
         self._connected = False
         self._missed = False
-        self._background: set[asyncio.Task[None]] = set()
         self._closed = threading.Event()
+        self._answers = ServerRequests(
+            label,
+            options,
+            loop=self._loop,
+            context=self._context,
+            tools_changed=self._tools_list_changed,
+        )
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -302,7 +171,7 @@ class McpClient:
                         return
                     if not self._stopping and not self._connected:
                         _log.warning(
-                            "MCP server connection failed", server=self.label, error=_describe(exc)
+                            "MCP server connection failed", server=self.label, error=describe(exc)
                         )
                 if self._stopping:
                     return
@@ -317,11 +186,11 @@ class McpClient:
                 # Tell the plugin once per outage, and once more when it is for good; the
                 # state says "disconnected" only once the tools are withdrawn.
                 if final:
-                    await self._tell(partial(_lost, final=True))
+                    await self._tell(partial(notify_lost, final=True))
                     self._set_state("disconnected")
                 elif attempt == 1:
                     self._set_state("reconnecting")
-                    await self._tell(partial(_lost, final=False))
+                    await self._tell(partial(notify_lost, final=False))
                 if final or policy is None:
                     return
                 try:
@@ -348,21 +217,23 @@ class McpClient:
         self._relist = False
         async with AsyncExitStack() as stack:
             streams = await stack.enter_async_context(self._open_transport())
-            read = _WatchedReadStream(streams[0], self._note_lost)
+            read = WatchedReadStream(streams[0], self._note_lost)
+            answers = self._answers
+            options = self._options
             session = ClientSession(
                 read,  # the SDK's ReadStream protocol, structurally
                 streams[1],
-                sampling_callback=self._sample if self._options.sampling else None,
-                elicitation_callback=self._elicit if self._options.elicitation else None,
-                list_roots_callback=self._list_roots if self._options.roots is not None else None,
-                logging_callback=self._on_log,
-                message_handler=self._on_message,
+                sampling_callback=answers.sample if options.sampling else None,
+                elicitation_callback=answers.elicit if options.elicitation else None,
+                list_roots_callback=answers.list_roots if options.roots is not None else None,
+                logging_callback=answers.on_log,
+                message_handler=answers.on_message,
                 client_info=_CLIENT_INFO,
             )
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
                 init = await session.initialize()
-                tools = await _list_all_tools(session)
+                tools = await list_all_tools(session)
                 level = self._options.log_level
                 if level is not None and init.capabilities.logging is not None:
                     await session.set_logging_level(level)  # type: ignore[arg-type]
@@ -390,13 +261,13 @@ class McpClient:
             if self._relist:
                 self._relist = False
                 try:
-                    tools = await _list_all_tools(session)
+                    tools = await list_all_tools(session)
                 except MCPError as exc:
-                    if _is_closed(exc):
+                    if is_closed(exc):
                         return
                     _log.warning("MCP tools/list failed", server=self.label, error=exc.message)
                     continue
-                await self._tell(partial(_tools_changed, tools=tools))
+                await self._tell(partial(notify_tools_changed, tools=tools))
                 continue
             self._wake.clear()
             if self._stopping or self._lost or self._relist:
@@ -421,7 +292,7 @@ class McpClient:
         try:
             await asyncio.to_thread(notify, listener)
         except Exception as exc:
-            _log.warning("MCP plugin update failed", server=self.label, error=_describe(exc))
+            _log.warning("MCP plugin update failed", server=self.label, error=describe(exc))
 
     def attach(self, listener: ConnectionListener) -> None:
         """Start telling ``listener`` about changes; a tools change that arrived before (while
@@ -546,7 +417,7 @@ class McpClient:
         lost one response stream says so with it too: unless it is the SDK's own "closed"
         outcome, a ping decides whether the server is still there."""
         if exc.code == types.CONNECTION_CLOSED and (
-            _is_closed(exc) or not await self._answers_ping(session)
+            is_closed(exc) or not await self._answers_ping(session)
         ):
             self._note_lost()
             return McpConnectionError(
@@ -597,104 +468,7 @@ class McpClient:
             calls = tuple(self._calls.values())
         return McpRequestContext(self.label, self.agent, calls)
 
-    async def _sample(
-        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
-        callback = self._options.sampling
-        assert callback is not None
-        try:
-            out = await _answer(callback, self._context(), wire(params))
-            if isinstance(out, Mapping) and isinstance(out.get("content"), list):
-                return types.CreateMessageResultWithTools.model_validate(out)
-            return types.CreateMessageResult.model_validate(out)
-        except Exception as exc:
-            _log.warning("MCP sampling callback failed", server=self.label, error=_describe(exc))
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"sampling failed: {exc}")
-
-    async def _elicit(
-        self, context: ClientRequestContext, params: types.ElicitRequestParams
-    ) -> types.ElicitResult | types.ErrorData:
-        callback = self._options.elicitation
-        assert callback is not None
-        try:
-            out = await _answer(callback, self._context(), wire(params))
-            return types.ElicitResult.model_validate(out)
-        except Exception as exc:
-            _log.warning("MCP elicitation callback failed", server=self.label, error=_describe(exc))
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"elicitation failed: {exc}")
-
-    async def _list_roots(
-        self, context: ClientRequestContext
-    ) -> types.ListRootsResult | types.ErrorData:
-        roots = self._options.roots or ()
-        listed = [
-            {"uri": path.resolve().as_uri(), "name": path.name or str(path)} for path in roots
-        ]
-        return types.ListRootsResult.model_validate({"roots": listed})
-
-    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
-        method = _LOG_METHODS.get(str(params.level), "info")
-        getattr(_log, method)(
-            "MCP server log",
-            server=self.label,
-            level=params.level,
-            server_logger=params.logger,
-            data=params.data,
-        )
-
-    async def _on_message(self, message: Any) -> None:
-        if isinstance(message, types.ToolListChangedNotification):
-            self._relist = True
-            self._wake.set()
-        elif isinstance(message, types.ResourceListChangedNotification):
-            self._list_changed("resources")
-        elif isinstance(message, types.PromptListChangedNotification):
-            self._list_changed("prompts")
-        elif isinstance(message, Exception):
-            _log.debug("MCP transport reported an error", server=self.label, error=str(message))
-
-    def _list_changed(self, kind: Literal["resources", "prompts"]) -> None:
-        """On the client loop: tell the harness, on a worker thread (it may well re-list
-        through the plugin, which waits on this loop)."""
-        _log.info(f"MCP server {kind} changed", server=self.label)
-        callback = self._options.on_list_changed
-        if callback is None:
-            return
-
-        async def tell() -> None:
-            try:
-                out = await asyncio.to_thread(callback, kind)
-                if inspect.isawaitable(out):
-                    await out
-            except Exception as exc:
-                _log.warning(
-                    "MCP on_list_changed callback failed", server=self.label, error=str(exc)
-                )
-
-        task = self._loop.create_task(tell())
-        self._background.add(task)  # a strong reference until it is done
-        task.add_done_callback(self._background.discard)
-
-
-def _lost(listener: ConnectionListener, *, final: bool) -> None:
-    listener.lost(final)
-
-
-def _tools_changed(listener: ConnectionListener, *, tools: list[dict[str, Any]]) -> None:
-    listener.tools_changed(tools)
-
-
-def _is_closed(exc: MCPError) -> bool:
-    """The SDK's own "connection closed" outcome (servers may use the same code for others)."""
-    return exc.code == types.CONNECTION_CLOSED and exc.message == "Connection closed"
-
-
-def _describe(exc: BaseException) -> str:
-    """A readable cause, unwrapping the exception groups anyio task groups raise."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-describe = _describe
+    def _tools_list_changed(self) -> None:
+        """On the client loop: the server's tools changed; the supervisor re-lists them."""
+        self._relist = True
+        self._wake.set()

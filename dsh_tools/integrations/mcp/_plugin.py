@@ -16,17 +16,16 @@ owner (or an agent's scope). It follows the server:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ...actors import FrozenDict
+from ...actors import FrozenDict, message_of
 from ...registry import Disposer, ToolsHandle, snapshot_json
-from ._client import Listing, McpClient, describe, list_all, wire
-from ._errors import McpConnectionError
+from ._client import Listing, McpClient, describe
+from ._resources import ServerResources
 from ._tools import ConcurrencyPolicy, build_definition, needs_tasks
 from ._types import McpProgress, McpState, McpToolInfo, ProgressCallback
 
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["INSTRUCTIONS_ORDER", "McpPlugin"]
 
 _log = structlog.get_logger("dsh_tools.mcp")
-
-_T = TypeVar("_T")
 
 INSTRUCTIONS_ORDER = 200
 """Where a server's instructions section sorts in ``assemble_prompt()`` (after the SDK)."""
@@ -52,7 +49,7 @@ class _Registered:
         self.info = info
 
 
-class McpPlugin:
+class McpPlugin(ServerResources):
     """One MCP server's registrations and its live connection.
 
     ``name`` is the plugin name, ``agent`` the scope the tools are registered in (``None``:
@@ -285,113 +282,14 @@ class McpPlugin:
                 "tool/progress", FrozenDict(snapshot_json(data)), progress.agent
             )
         except Exception as exc:  # a non-finite number from the server, say
-            _log.warning("MCP progress not recorded", server=self.name, error=str(exc))
+            _log.warning("MCP progress not recorded", server=self.name, error=message_of(exc))
         if self._on_progress is None:
             return None
         try:
             return self._on_progress(progress)
         except Exception as exc:
-            _log.warning("MCP on_progress callback failed", server=self.name, error=str(exc))
+            _log.warning("MCP on_progress callback failed", server=self.name, error=message_of(exc))
             return None
-
-    # --- resources and prompts -----------------------------------------------------------------
-
-    def _run(self, coro: Coroutine[Any, Any, _T], timeout: float | None) -> _T:
-        future = self._client.request(coro)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f'MCP server "{self.name}" did not answer in {timeout} s') from None
-        except concurrent.futures.CancelledError:
-            raise McpConnectionError(
-                f'MCP server "{self.name}" disconnected during the request', "MCP_DISCONNECTED"
-            ) from None
-
-    async def _arun(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        future = self._client.request(coro)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-
-    async def _request(self, method: str, **params: Any) -> Any:
-        """On the client loop: one resources/prompts request, results in wire form."""
-        from mcp import MCPError
-
-        session = self._client.session()
-        try:
-            if method == "resources/list":
-                return await list_all(session.list_resources, lambda page: page.resources)
-            if method == "resources/templates/list":
-                templates = await session.list_resource_templates()
-                return [wire(t) for t in templates.resource_templates]
-            if method == "resources/read":
-                read = await session.read_resource(params["uri"])
-                return [wire(c) for c in read.contents]
-            if method == "prompts/list":
-                return await list_all(session.list_prompts, lambda page: page.prompts)
-            got = wire(await session.get_prompt(params["name"], params["arguments"]))
-            got.pop("resultType", None)  # protocol bookkeeping, not part of the prompt
-            return got
-        except MCPError as exc:
-            raise await self._client.failure(exc, session) from None
-
-    def list_resources(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
-        """The server's resources (wire form: ``uri``, ``name``, ``mimeType``...)."""
-        out: list[dict[str, Any]] = self._run(self._request("resources/list"), timeout)
-        return out
-
-    def list_resource_templates(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
-        """The server's resource templates (wire form: ``uriTemplate``, ``name``...)."""
-        out: list[dict[str, Any]] = self._run(self._request("resources/templates/list"), timeout)
-        return out
-
-    def read_resource(self, uri: str, timeout: float | None = 30.0) -> list[dict[str, Any]]:
-        """Read one resource, for example the ``uri`` of a ``resource_link`` block in a
-        result: its contents in wire form (``uri``, ``mimeType``, ``text`` or ``blob``)."""
-        if type(uri) is not str or not uri:
-            raise TypeError("uri must be a non-empty str")
-        out: list[dict[str, Any]] = self._run(self._request("resources/read", uri=uri), timeout)
-        return out
-
-    def list_prompts(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
-        """The server's prompts (wire form: ``name``, ``description``, ``arguments``)."""
-        out: list[dict[str, Any]] = self._run(self._request("prompts/list"), timeout)
-        return out
-
-    def get_prompt(
-        self, name: str, arguments: Mapping[str, str] | None = None, timeout: float | None = 30.0
-    ) -> dict[str, Any]:
-        """One prompt rendered by the server: ``{"description"?, "messages": [{role,
-        content}]}`` with content blocks in the MCP shapes."""
-        call = self._request("prompts/get", name=name, arguments=dict(arguments or {}))
-        out: dict[str, Any] = self._run(call, timeout)
-        return out
-
-    async def alist_resources(self) -> list[dict[str, Any]]:
-        """``list_resources()`` for callers on an event loop."""
-        out: list[dict[str, Any]] = await self._arun(self._request("resources/list"))
-        return out
-
-    async def aread_resource(self, uri: str) -> list[dict[str, Any]]:
-        """``read_resource(uri)`` for callers on an event loop."""
-        out: list[dict[str, Any]] = await self._arun(self._request("resources/read", uri=uri))
-        return out
-
-    async def alist_prompts(self) -> list[dict[str, Any]]:
-        """``list_prompts()`` for callers on an event loop."""
-        out: list[dict[str, Any]] = await self._arun(self._request("prompts/list"))
-        return out
-
-    async def aget_prompt(
-        self, name: str, arguments: Mapping[str, str] | None = None
-    ) -> dict[str, Any]:
-        """``get_prompt(name, arguments)`` for callers on an event loop."""
-        call = self._request("prompts/get", name=name, arguments=dict(arguments or {}))
-        out: dict[str, Any] = await self._arun(call)
-        return out
 
     # --- closing -------------------------------------------------------------------------------
 
@@ -410,7 +308,9 @@ class McpPlugin:
                 if self._owner is not None:
                     self._owner.close()
             except Exception as exc:
-                _log.warning("disposing an MCP plugin failed", server=self.name, error=str(exc))
+                _log.warning(
+                    "disposing an MCP plugin failed", server=self.name, error=message_of(exc)
+                )
         self._client.close(self._close_timeout)
 
     async def aclose(self) -> None:
@@ -431,4 +331,3 @@ class McpPlugin:
 
     def __repr__(self) -> str:
         return f"<McpPlugin {self.name!r} {self.state} tools={list(self.tool_names)}>"
-

@@ -1,0 +1,133 @@
+"""``dsh-tools bench``: measure the figures, show their progress, print them against their
+bars (or as JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import TextIO
+
+__all__ = ["run_bench"]
+
+
+class _Progress:
+    """A one-line progress bar on stderr (silent when stderr is not a terminal)."""
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
+        self.total = total
+        self.done = 0
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._lock = threading.Lock()
+
+    def step(self, label: str) -> None:
+        with self._lock:
+            self.done += 1
+            width = 24
+            filled = int(width * (self.done - 1) / max(1, self.total))
+            bar = "#" * filled + "-" * (width - filled)
+            line = f"[{bar}] {self.done}/{self.total} {label}"
+            if self.tty:
+                self.stream.write("\r" + line[:100].ljust(100))
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\r" + " " * 100 + "\r")
+            self.stream.flush()
+
+
+_BARS: list[tuple[str, str, str, float | None]] = [
+    ("execute_no_hooks_us", "per call, no hooks (system.execute)", "us", 60),
+    ("execute_no_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
+    ("execute_no_hooks_ratio", "  system.execute / on an event loop", "x", 0.6),
+    ("ref_ask_no_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
+    ("execute_four_hooks_us", "per call, four pass-through hooks", "us", 80),
+    ("execute_four_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
+    ("execute_four_hooks_ratio", "  system.execute / on an event loop", "x", 0.7),
+    ("ref_ask_four_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
+    ("pykka_ask_us", "bare pykka ask round trip (reference point)", "us", None),
+    ("pool10_sleep5ms_async_ms", "1,000 x 5 ms safe calls, pool 10 (async)", "ms", 540),
+    ("pool10_sleep5ms_async_floor_ms", "  asyncio loop, same sleeps ten at a time", "ms", None),
+    ("pool10_sleep5ms_async_ratio", "  pool / asyncio loop", "x", 1.05),
+    ("pool10_sleep5ms_thread_ms", "1,000 x 5 ms safe calls, pool 10 (thread)", "ms", 540),
+    ("pool10_sleep5ms_thread_floor_ms", "  bare ThreadPoolExecutor(10), same sleeps", "ms", None),
+    ("pool10_sleep5ms_thread_ratio", "  pool / ThreadPoolExecutor(10)", "x", 1.05),
+    ("trivial_pool1_calls_per_s", "trivial calls per second, pool 1", "/s", None),
+    ("trivial_pool10_calls_per_s", "trivial calls per second, pool 10", "/s", None),
+    ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
+    ("run_code_empty_ms", "empty run_code, end to end", "ms", 15),
+    ("run_code_100_calls_ms", "run_code, 100 calls under asyncio.gather", "ms", 30),
+    ("assemble_2000_first_ms", "assemble_prompt, 2,000 tools, first call", "ms", None),
+    ("assemble_2000_cached_ms", "  the same again, registry unchanged", "ms", 1),
+    ("run_code_empty_back_to_back_ms", "empty run_code, back to back", "ms", None),
+    ("run_code_100_calls_back_to_back_ms", "run_code 100 calls, back to back", "ms", None),
+    ("demo_rss_mb", "resident memory of the demo (peak)", "MB", 80),
+    ("monty_empty_ms", "Monty: session checkout + empty feed_run", "ms", None),
+    ("monty_100_calls_ms", "Monty: 100 external async calls, gathered", "ms", None),
+    ("monty_empty_back_to_back_ms", "Monty: empty run, back to back", "ms", None),
+    ("monty_100_calls_back_to_back_ms", "Monty: 100 calls, back to back", "ms", None),
+    ("run_code_empty_vs_monty", "empty run_code / Monty's empty run", "x", 2),
+    ("run_code_100_calls_vs_monty", "run_code 100 calls / Monty's 100 calls", "x", 0.2),
+]
+
+
+def run_bench(
+    out: TextIO, *, as_json: bool, runs: int, code_mode: bool, check: bool = False
+) -> int:
+    """Measure and print the benchmark table (or JSON)."""
+    from ._bench import (
+        POOL_REFILL_PAUSE_S,
+        measure_assembly,
+        measure_code_mode,
+        measure_demo_rss,
+        measure_pipeline,
+        measure_pool,
+    )
+    from ._bench_monty import measure_monty, monty_available
+
+    progress = _Progress(3 + 5 + (4 if code_mode else 0))
+    figures: dict[str, float] = {}
+    figures.update(measure_pipeline(runs=runs, progress=progress.step))
+    figures.update(measure_pool(runs=runs, progress=progress.step))
+    if code_mode:
+        figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
+        figures.update(measure_assembly(runs=runs, progress=progress.step))
+        figures.update(measure_demo_rss(progress=progress.step))
+        if monty_available():
+            figures.update(measure_monty(runs=max(runs * 4, 10), pause=POOL_REFILL_PAUSE_S))
+            figures["run_code_empty_vs_monty"] = (
+                figures["run_code_empty_ms"] / figures["monty_empty_ms"]
+            )
+            figures["run_code_100_calls_vs_monty"] = (
+                figures["run_code_100_calls_ms"] / figures["monty_100_calls_ms"]
+            )
+    progress.close()
+    if as_json:
+        print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)
+        return 0
+    print(f"{'figure':<48} {'measured':>12}  {'bar':>8}", file=out)
+    print("-" * 72, file=out)
+    over = False
+    for key, label, unit, bar in _BARS:
+        if key not in figures:
+            continue
+        value = figures[key]
+        if unit == "/s":
+            shown = f"{value:,.0f} {unit}"
+        elif unit == "x":
+            shown = f"{value:.2f} {unit}"
+        elif value < 0.1:
+            shown = f"{value:.4f} {unit}"
+        else:
+            shown = f"{value:.1f} {unit}"
+        bar_text = f"<= {bar:g}" if bar is not None else ""
+        mark = ""
+        if bar is not None and value > bar:
+            mark, over = "  (over)", True
+        print(f"{label:<48} {shown:>12}  {bar_text:>8}{mark}", file=out)
+    return 1 if over and check else 0

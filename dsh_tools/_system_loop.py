@@ -1,0 +1,115 @@
+"""The system event loop thread: batches, code runs and ``ref.ask`` calls run there.
+
+It keeps every coroutine submitted to it until that settles, so that stopping fails the waiters
+of work the loop will never finish instead of leaving them waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import structlog
+
+from .pipeline import message_of
+from .pipeline._loop import new_pool_loop
+
+__all__ = ["SystemLoop"]
+
+_log = structlog.get_logger("dsh_tools.system")
+
+
+class SystemLoop:
+    """One event loop on its own daemon thread, and the futures of what runs on it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self.loop = new_pool_loop()
+        self.thread = threading.Thread(target=self._run, name="dsh-tools-loop", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+        finally:
+            # However stop() was reached (from another thread, or from a hook or observer on
+            # this very loop), work the loop will never finish fails its waiters here.
+            self.fail_pending()
+            self.loop.close()
+
+    def fail_pending(self) -> None:
+        """Fail every submitted call or batch that has not finished: its waiter gets an error
+        instead of waiting forever (a body still running, say)."""
+        with self._lock:
+            pending = list(self._pending)
+            self._pending.clear()
+        for future in pending:
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(
+                    RuntimeError("the tool system stopped before the call finished")
+                )
+
+    def wait_pending(self, deadline: float) -> None:
+        """Wait (until ``deadline``) for what was submitted to settle."""
+        with self._lock:
+            pending = list(self._pending)
+        if pending:
+            concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+
+    def stop(self) -> None:
+        """Stop the loop; from another thread, wait for it and fail what it never finished."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
+            # The loop thread fails what it never finished as it exits; if a callback still
+            # blocks it, fail the waiters from here rather than leave them waiting.
+            self.fail_pending()
+
+    def call(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+        """Run ``coro`` on the loop and wait for its result (``TimeoutError`` after
+        ``timeout``); refused on the loop's own thread, which would wait for itself."""
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError("this blocking call cannot be made from the system loop")
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"did not finish within {timeout} s") from None
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._settled)
+        return future
+
+    def _settled(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    def background(
+        self, awaitable: Awaitable[Any], label: str, fields: dict[str, Any] | None = None
+    ) -> None:
+        """Await ``awaitable`` on the system loop; log its failure as ``label + message``."""
+
+        async def watch() -> None:
+            try:
+                await awaitable
+            except BaseException as exc:  # SystemExit included: the loop must survive
+                _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
+
+        try:
+            asyncio.run_coroutine_threadsafe(watch(), self.loop)
+        except RuntimeError:
+            close: Callable[[], None] | None = getattr(awaitable, "close", None)
+            if close is not None:
+                close()

@@ -1,0 +1,163 @@
+"""A run's binding calls on the host: each ``Call`` frame the worker sends calls its binding
+function at once and is answered by one ``Reply`` frame when the awaitable it returns settles
+(several may be in flight): from the callback of an ``asyncio.Future``, or from a task that
+awaits any other awaitable.
+
+Arguments and resolutions cross as token lists (``_tokens``): arguments arrive as frozen
+values, and a resolution that is not lossless JSON is answered as a failure. A call id is
+answered at most once; a reply above ``max_frame_bytes`` fails the run with ``frame-limit``, and
+so do arguments of the calls in flight beyond their cap (``_inflight``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, Final
+
+from ..actors import FrozenDict, FrozenList
+from ._frames import PREFIX_BYTES, Call, Reply, encode_frame
+from ._inflight import InflightArguments
+from ._outcome import quote, safe_text
+from ._seam import BindingFunction
+from ._tokens import TokenError, detokenize, tokenize
+
+__all__ = ["BindingCalls", "Track"]
+
+_HOST_DICTS: Final = (dict, FrozenDict)
+_HOST_LISTS: Final = (list, FrozenList)
+_NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
+_NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
+
+Track = Callable[["asyncio.Task[None]"], None]
+"""Keeps a binding task referenced until it is done."""
+
+
+class BindingCalls:
+    """Answers one run's ``Call`` frames.
+
+    ``send`` queues encoded reply bytes to the worker, ``settled`` tells whether the run is
+    over (nothing is answered then) and ``fail`` settles the run with a failure kind and
+    message.
+    """
+
+    __slots__ = (
+        "_answered",
+        "_fail",
+        "_inflight",
+        "_loop",
+        "_max_frame_bytes",
+        "_namespaces",
+        "_send",
+        "_settled",
+        "_track",
+    )
+
+    def __init__(
+        self,
+        *,
+        namespaces: dict[str, dict[str, BindingFunction]],
+        loop: asyncio.AbstractEventLoop,
+        track: Track,
+        max_frame_bytes: int,
+        send: Callable[[bytearray], None],
+        settled: Callable[[], bool],
+        fail: Callable[[str, str], None],
+    ) -> None:
+        self._namespaces = namespaces
+        self._loop = loop
+        self._track = track
+        self._max_frame_bytes = max_frame_bytes
+        self._send = send
+        self._settled = settled
+        self._fail = fail
+        self._answered: set[int] = set()
+        self._inflight = InflightArguments()
+
+    def on_call(self, frame: Call) -> None:
+        """Start the binding call ``frame`` asks for (or answer it as a failure at once)."""
+        call_id = frame.id
+        if call_id in self._answered:
+            return
+        self._answered.add(call_id)
+        functions = self._namespaces.get(frame.global_name)
+        function = functions.get(frame.name) if functions is not None else None
+        if function is None:
+            self._reply_failure(
+                call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
+            )
+            return
+        over = self._inflight.admit(call_id, frame.args)
+        if over is not None:
+            self._fail("frame-limit", over)
+            return
+        try:
+            value = detokenize(frame.args, FrozenList, FrozenDict)
+        except TokenError:
+            self._reply_failure(call_id, _NOT_LOSSLESS_ARGS)
+            return
+        try:
+            result = function(value)
+        except Exception as exc:
+            self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
+            return
+        if isinstance(result, asyncio.Future):
+            # A binding that hands back its future is answered from the future's callback:
+            # no task per call.
+            result.add_done_callback(partial(self._on_future, call_id))
+        elif inspect.isawaitable(result):
+            self._track(self._loop.create_task(self._await(call_id, result)))
+        else:
+            self._resolve(call_id, result)
+
+    async def _await(self, call_id: int, awaitable: Awaitable[Any]) -> None:
+        try:
+            result = await awaitable
+        except asyncio.CancelledError:
+            self._reply_failure(call_id, "binding call cancelled")
+            raise
+        except Exception as exc:
+            self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
+            return
+        self._resolve(call_id, result)
+
+    def _on_future(self, call_id: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            self._reply_failure(call_id, "binding call cancelled")
+            return
+        exc = future.exception()
+        if exc is None:
+            self._resolve(call_id, future.result())
+        else:
+            self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
+
+    def _resolve(self, call_id: int, result: Any) -> None:
+        if self._settled():
+            return
+        tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)
+        if tokens is None:
+            self._reply_failure(call_id, _NOT_LOSSLESS_RESOLUTION)
+        else:
+            self._reply(Reply(call_id, True, tokens))
+
+    def _reply(self, frame: Reply) -> None:
+        self._inflight.release(frame.id)
+        if self._settled():
+            return
+        try:
+            data = encode_frame(frame)
+        except Exception:
+            data = encode_frame(Reply(frame.id, False, message=_NOT_LOSSLESS_RESOLUTION))
+        size = len(data) - PREFIX_BYTES
+        if size > self._max_frame_bytes:
+            self._fail(
+                "frame-limit",
+                f"reply frame of {size} bytes exceeds max_frame_bytes ({self._max_frame_bytes})",
+            )
+            return
+        self._send(data)
+
+    def _reply_failure(self, call_id: int, message: str) -> None:
+        self._reply(Reply(call_id, False, message=message))

@@ -1,0 +1,391 @@
+"""A run's worker process, as the host sees it: one attempt's descriptors, readers and frames,
+the native output pipes and the status pipe's reports.
+
+``RunProcess`` is the process half of ``CodeRun`` (``_run``), which adds the run's settlement:
+what the worker and its template report arrives here and is turned into calls of the abstract
+settlement methods. An attempt is one worker; when the template dies with a pre-forked worker
+before that worker said anything, the run makes one more attempt with a fresh template (nothing
+of the program ran that anyone could see).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import os
+import select
+import signal
+import subprocess
+from functools import partial
+from typing import Any, Final
+
+from ._frames import FrameReader, worker_frame_decoder
+from ._ledger import OutputLedger
+from ._outcome import LIMIT, Outcome
+from ._pool import WorkerPool, open_slot
+from ._run_output import NativeOutput
+from ._run_pipes import DRAIN_LIMIT, READ_SIZE, ChannelWriter, read_available
+from ._run_status import (
+    BudgetReport,
+    ErrorReport,
+    ExitReport,
+    GoneReport,
+    PidReport,
+    RunLimits,
+    WorkerReport,
+    take_report,
+)
+from ._seam import CodeRuntimeConfig
+from ._template_host import TemplateHandle
+
+__all__ = ["RunProcess"]
+
+_CPU_SAMPLE_SECONDS: Final = 0.025
+_WORKER_FRAMES: Final = worker_frame_decoder()
+"""One decoder for every run (decoding keeps no state; making one costs a few microseconds)."""
+
+
+class RunProcess(abc.ABC):
+    """The worker-process half of one run; every method runs on ``loop``."""
+
+    def __init__(
+        self,
+        *,
+        config: CodeRuntimeConfig,
+        template: TemplateHandle,
+        pool: WorkerPool | None,
+        loop: asyncio.AbstractEventLoop,
+        ledger: OutputLedger,
+        boot: bytes,
+    ) -> None:
+        self._template = template
+        self._pool = pool
+        self._sandboxed = config.isolation == "sandbox"
+        self._limits = RunLimits(
+            config.compute_ms, config.max_memory_mb, config.sandbox.max_processes
+        )
+        self._loop = loop
+        self._ledger = ledger
+        self._boot = boot
+        self._max_frame_bytes = config.max_frame_bytes
+        self._outcome: Outcome | None = None
+        self._done = False
+        self._attempts = 0
+        self._sampler: asyncio.TimerHandle | None = None
+        self._template_process: subprocess.Popen[bytes] | None = None
+        self._reset_attempt()
+
+    # -- settlement, as the run implements it ------------------------------------------------
+
+    @abc.abstractmethod
+    def _on_frame(self, frame: Any) -> None:
+        """A decoded frame from the worker."""
+
+    @abc.abstractmethod
+    def _settle(self, outcome: Outcome) -> None:
+        """Settle the run (the first settlement wins)."""
+
+    def _settle_failure(self, kind: str, message: str) -> None:
+        self._settle(Outcome(failure=(kind, message)))
+
+    @abc.abstractmethod
+    def _start_grace(self) -> None:
+        """The worker exited: bound the wait for end of file on the native pipes."""
+
+    @abc.abstractmethod
+    def _maybe_finish(self) -> None:
+        """Finish the run if it is settled and its process is fully gone."""
+
+    # -- process plumbing -----------------------------------------------------------------
+
+    def _reset_attempt(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._readers: set[int] = set()
+        self._writer = ChannelWriter(self._loop, partial(self._settle_failure, "frame-limit"))
+        self._frames = FrameReader(_WORKER_FRAMES, self._max_frame_bytes)
+        self._native = NativeOutput(self._ledger)
+        self._status = bytearray()
+        self._pid: int | None = None
+        self._exited = False
+        self._exit_status = 0
+        self._exit_cpu = 0.0
+        self._worker_status: int | None = None
+        self._frames_seen = 0
+        self._pooled = False
+        self._refill = False
+        self._budget = 0
+
+    def _spawn(self) -> None:
+        self._attempts += 1
+        pool = self._pool if self._attempts == 1 else None
+        slot = taken = pool.take() if pool is not None else None
+        if slot is None:
+            try:
+                slot = open_slot(self._template)
+            except OSError as exc:
+                self._exited = True
+                self._native.close()
+                self._settle_failure("worker-exit", f"worker error: {exc}")
+                return
+        self._pooled = taken is not None
+        self._refill = pool is not None
+        self._template_process = slot.template
+        self._status += slot.status
+        host = slot.fds
+        self._fds = host
+        self._writer.attach(host["to_worker"])
+        # The worker is waiting: write the program before anything else, so that the worker
+        # starts it while the host registers its readers (the pipes keep what it answers).
+        self._send(self._boot)
+        self._writer.flush()
+        loop = self._loop
+        for name, callback in (
+            ("from_worker", self._on_channel),
+            ("status", self._on_status),
+            ("out", self._on_out),
+            ("err", self._on_err),
+        ):
+            fd = host[name]
+            loop.add_reader(fd, callback)
+            self._readers.add(fd)
+        if self._status:
+            self._loop.call_soon(self._on_status)
+
+    def _drop_reader(self, name: str) -> None:
+        fd = self._fds.get(name)
+        if fd is not None and fd in self._readers:
+            self._readers.discard(fd)
+            self._loop.remove_reader(fd)
+
+    def _close_all(self) -> None:
+        self._frames.close()
+        loop = self._loop
+        for fd in self._readers:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(fd)
+        self._readers.clear()
+        self._writer.close()
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds = {}
+
+    def _kill(self) -> None:
+        pid = self._pid
+        if pid is None:
+            return
+        with contextlib.suppress(OSError):
+            if self._sandboxed:
+                os.kill(pid, signal.SIGKILL)  # the namespace init: the namespace goes with it
+            else:
+                os.killpg(pid, signal.SIGKILL)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _send(self, data: bytes | bytearray) -> None:
+        self._writer.send(data)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _on_channel(self) -> None:
+        fd = self._fds.get("from_worker")
+        if fd is not None:
+            self._read_channel(fd)
+
+    def _read_channel(self, fd: int) -> int:
+        """Take the frames of one read from the worker channel. Returns the bytes read: 0 when
+        nothing was available or the channel closed (its reader is then dropped)."""
+        data = read_available(fd, READ_SIZE)
+        if not data:
+            if data is not None:
+                self._drop_reader("from_worker")
+            return 0
+        self._frames_seen += 1
+        self._take_frames(data)
+        return len(data)
+
+    def _take_frames(self, data: bytes) -> None:
+        frames = self._frames.feed(data)
+        for frame in frames:
+            if self._outcome is not None:
+                return
+            try:
+                self._on_frame(frame)
+            except Exception:  # a hostile frame must never raise in the host
+                continue
+        oversize = self._frames.oversize
+        if oversize is not None and self._outcome is None:
+            self._settle_failure("frame-limit", f"worker {oversize}")
+
+    def _drain_channel(self) -> None:
+        fd = self._fds.get("from_worker")
+        if fd is None or fd not in self._readers:
+            return
+        taken = 0
+        while self._outcome is None and taken < DRAIN_LIMIT:
+            read = self._read_channel(fd)
+            if not read:
+                return
+            taken += read
+
+    def _on_out(self) -> None:
+        self._on_native("out", 0)
+
+    def _on_err(self) -> None:
+        self._on_native("err", 1)
+
+    def _on_native(self, name: str, index: int) -> None:
+        fd = self._fds.get(name)
+        if fd is None:
+            return
+        data = read_available(fd, READ_SIZE)
+        if data is None:
+            return
+        admitted = self._native.take(index, data)
+        if not data:
+            self._drop_reader(name)
+        if not admitted and self._outcome is None:
+            self._settle(LIMIT)
+        if not data:
+            self._maybe_finish()
+
+    def _on_status(self) -> None:
+        fd = self._fds.get("status")
+        if fd is None:
+            return
+        data = read_available(fd, 4096)
+        if data:
+            self._status += data
+        self._parse_status()
+        if data == b"" and "status" in self._fds:
+            self._on_status_eof()
+
+    def _parse_status(self) -> None:
+        status = self._status
+        while status and not self._done:
+            report = take_report(status)
+            if report is None:
+                break
+            if isinstance(report, PidReport):
+                self._on_pid(report.pid)
+            elif isinstance(report, WorkerReport):
+                self._worker_status = report.wait_status
+                self._on_worker_exit(report.wait_status)
+            elif isinstance(report, BudgetReport):
+                self._budget = report.budget
+                if self._outcome is None:
+                    self._settle(self._exit_outcome())
+            elif isinstance(report, GoneReport):
+                self._on_gone()
+            elif isinstance(report, ExitReport):
+                self._on_exit(report.wait_status, report.cpu)
+            elif isinstance(report, ErrorReport):
+                self._settle_failure("worker-exit", f"worker error: {report.message}")
+
+    def _on_worker_exit(self, wait_status: int) -> None:
+        """The init saw the worker exit: settle now, unless the kill may have been the CPU
+        limit's, which only the exit report's CPU figure can tell."""
+        if self._outcome is not None:
+            return
+        if os.WIFSIGNALED(wait_status) and os.WTERMSIG(wait_status) in (
+            signal.SIGKILL,
+            signal.SIGXCPU,
+        ):
+            return
+        self._drain_channel()
+        if self._outcome is None:
+            self._settle(self._exit_outcome())
+
+    def _on_pid(self, pid: int) -> None:
+        self._pid = pid
+        if self._outcome is not None:
+            self._kill()
+        elif self._sampler is None and not self._sandboxed:
+            self._sampler = self._loop.call_later(_CPU_SAMPLE_SECONDS, self._sample_cpu)
+
+    def _on_gone(self) -> None:
+        """The sandbox's init has reaped every other process of the run: a settled run is over
+        (an unsettled one waits for the exit report, whose CPU figure may decide it)."""
+        if self._outcome is None:
+            return
+        self._exited = True
+        self._drop_reader("status")
+        self._start_grace()
+        self._maybe_finish()
+
+    def _end_sandboxed(self) -> None:
+        """Close the channel to the worker: the namespace init, which watches it, then kills
+        and reaps every process of the run and reports ``G`` (then ``X`` follows)."""
+        self._writer.close()
+        fd = self._fds.pop("to_worker", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _on_exit(self, wait_status: int, cpu: float) -> None:
+        self._exited = True
+        self._exit_status = wait_status
+        self._exit_cpu = cpu
+        if self._outcome is None:
+            self._drain_channel()
+        if self._outcome is None:
+            self._settle(self._exit_outcome())
+        else:
+            self._kill()  # grandchildren left in the group
+        self._start_grace()
+        self._maybe_finish()
+
+    def _silent(self) -> bool:
+        """Whether the worker has sent nothing at all: no frame, no native output."""
+        poller = select.poll()
+        for name in ("from_worker", "out", "err"):
+            fd = self._fds.get(name)
+            if fd is None:
+                return False
+            poller.register(fd, select.POLLIN)
+        if any(events & select.POLLIN for _fd, events in poller.poll(0)):
+            return False
+        return self._frames_seen == 0 and not self._ledger.logs
+
+    def _on_status_eof(self) -> None:
+        self._drop_reader("status")
+        if self._exited:
+            return
+        if (
+            self._outcome is None
+            and self._attempts < 2
+            and (self._pid is None or (self._pooled and self._silent()))
+        ):
+            # The template died before forking, or it died with the pre-forked worker this run
+            # took (its processes go with it) before the worker said anything: nothing of the
+            # program ran that anyone could see, so try once more with a fresh template.
+            self._close_all()
+            self._reset_attempt()
+            self._spawn()
+            return
+        self._exited = True
+        if self._outcome is None:
+            self._drain_channel()
+        if self._outcome is None:
+            self._settle_failure("worker-exit", "worker error: the template process exited")
+        self._kill()
+        self._start_grace()
+        self._maybe_finish()
+
+    def _exit_outcome(self) -> Outcome:
+        status = self._exit_status if self._worker_status is None else self._worker_status
+        return self._limits.exit_outcome(self._budget, status, self._exit_cpu)
+
+    def _sample_cpu(self) -> None:
+        self._sampler = None
+        pid = self._pid
+        if self._outcome is not None or pid is None or self._exited:
+            return
+        exhausted = self._limits.cpu_exhausted(pid)
+        if exhausted is None:
+            return  # no /proc (the RLIMIT_CPU backstop remains) or the process is gone
+        if exhausted:
+            self._settle(self._limits.compute_timeout())
+        else:
+            self._sampler = self._loop.call_later(_CPU_SAMPLE_SECONDS, self._sample_cpu)

@@ -1,0 +1,111 @@
+"""What the SDK renderer reads from full JSON Schema besides its types: ``allOf`` merged into
+one object shape, constraint and format notes for the comment above a property, and which
+union branches are shapes of their own."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from ..actors import FrozenDict, FrozenList
+from ..registry import resolve_local_ref
+
+_UNION_KEYS: Final = ("anyOf", "oneOf")
+_NOTE_KEYS: Final = (
+    "format",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "exclusiveMinimum",
+    "maximum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "default",
+)
+_NOTE_LIMIT: Final = 80
+# Keywords that make an ``anyOf``/``oneOf`` branch a type of its own (rather than a constraint
+# on the enclosing node, as in ``{"type": "object", "anyOf": [{"required": ["a"]}, ...]}``).
+_SHAPE_KEYS: Final = frozenset(
+    {"type", "$ref", "properties", "items", "enum", "const", "anyOf", "oneOf", "allOf"}
+)
+
+
+def _is_map(value: Any) -> bool:
+    return type(value) is dict or type(value) is FrozenDict
+
+
+def _is_list(value: Any) -> bool:
+    return type(value) is list or type(value) is FrozenList
+
+
+def _note_value(key: str, value: Any) -> str:
+    try:
+        raw = type(value) is str and key in ("format", "pattern")
+        text = value if raw else msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, msgspec.EncodeError):
+        return "?"
+    return text if len(text) <= _NOTE_LIMIT else text[: _NOTE_LIMIT - 3] + "..."
+
+
+def _constraint_notes(node: Any) -> str:
+    """``key: value`` notes for the constraints and formats of a property (and of its union
+    branches and array items), for the comment above it."""
+    if not _is_map(node):
+        return ""
+    notes: list[str] = []
+    sources: list[tuple[str, Any]] = [("", node)]
+    for key in _UNION_KEYS:
+        branches = node.get(key)
+        if _is_list(branches):
+            sources.extend(("", branch) for branch in branches if _is_map(branch))
+    if _is_map(node.get("items")):
+        sources.append(("items ", node["items"]))
+    for label, source in sources:
+        for key in _NOTE_KEYS:
+            if key in source:
+                note = f"{label}{key}: {_note_value(key, source[key])}"
+                if note not in notes:
+                    notes.append(note)
+    return "; ".join(notes)
+
+
+def _merge_all_of(node: Any, document: Any) -> Any:
+    """One schema for an ``allOf``: a single branch merged with the node's own keywords, or the
+    object shapes of every branch merged; ``None`` when the branches are not object shapes."""
+    branches = node.get("allOf")
+    own = {key: value for key, value in node.items() if key != "allOf"}
+    if not _is_list(branches) or not branches:
+        return own
+    if len(branches) == 1 and _is_map(branches[0]) and not (_SHAPE_KEYS & own.keys()):
+        return {**own, **branches[0]}
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    closed = False
+    for part in [own, *branches]:
+        seen: set[int] = set()
+        while _is_map(part) and "$ref" in part and id(part) not in seen:
+            seen.add(id(part))
+            part = resolve_local_ref(document, part["$ref"])
+        if not _is_map(part):
+            return None
+        declared = part.get("type")
+        if declared not in (None, "object") or any(k in part for k in ("anyOf", "oneOf", "allOf")):
+            return None
+        if _is_map(part.get("properties")):
+            properties.update(part["properties"])
+        if _is_list(part.get("required")):
+            required.extend(name for name in part["required"] if type(name) is str)
+        closed = closed or part.get("additionalProperties") is False
+    merged: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        merged["required"] = list(dict.fromkeys(required))
+    if closed:
+        merged["additionalProperties"] = False
+    return merged

@@ -1,0 +1,217 @@
+"""What a program sees of its worker: the binding namespaces (``tools``), the handles a binding
+call returns, the namespaces' error classes, the capture streams ``sys.stdout``/``sys.stderr``
+and the no-result sentinel.
+
+These objects run inside the sandboxed worker, next to model code; they hold no protocol state
+of their own (calls and output go through the callables they are given), so a program that
+tampers with them can only break its own view. This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import io
+from collections.abc import Callable, Generator
+from typing import Any, Final
+
+__all__ = [
+    "ABSENT",
+    "CallHandle",
+    "CaptureStream",
+    "Namespace",
+    "error_class",
+    "plain_error",
+]
+
+
+class _Absent:
+    """The no-result sentinel's type."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<no result>"
+
+
+ABSENT: Final = _Absent()
+"""The no-result sentinel: a program that returns it has no result."""
+
+
+class CallHandle(asyncio.Future[Any]):
+    """What calling a binding returns: the call is already submitted; awaiting gets its value.
+
+    The handle is the call's own future, settled by the host's reply: ``asyncio.gather``,
+    ``wait_for`` and ``ensure_future`` take it as it is, with no task per call. It also
+    satisfies ``collections.abc.Coroutine`` (``send``/``throw``/``close`` drive its await), so
+    ``create_task`` and ``TaskGroup`` accept it, yet it is not a real coroutine: a handle that
+    is never awaited is simply dropped, with no "never awaited" warning. A failure is marked
+    retrieved as it is set, so an unobserved failure leaves no "exception was never retrieved"
+    noise.
+    """
+
+    __slots__ = ("_error", "_name", "_runner")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        name: str,
+        error: Callable[[str, str], BaseException],
+    ) -> None:
+        super().__init__(loop=loop)
+        self._name = name
+        self._error = error
+        self._runner: Generator[Any, Any, Any] | None = None
+
+    def resolve(self, value: Any) -> None:
+        """Settle with the call's value (unless the program cancelled the handle)."""
+        if not self.done():
+            self.set_result(value)
+
+    def reject(self, message: str) -> None:
+        """Settle with the namespace's error for ``message`` (unless cancelled)."""
+        if not self.done():
+            self.set_exception(self._error(self._name, message))
+            self.exception()  # retrieved: a program may never await the call
+
+    def _driver(self) -> Generator[Any, Any, Any]:
+        if self._runner is None:
+            self._runner = self.__await__()
+        return self._runner
+
+    def send(self, value: Any) -> Any:
+        """Drive the handle (used when it is wrapped in a task)."""
+        return self._driver().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Throw into the handle (used when it is wrapped in a task)."""
+        if val is None and tb is None:
+            return self._driver().throw(typ)
+        return self._driver().throw(typ, val, tb)
+
+    def close(self) -> None:
+        """Close the handle's driver, if any."""
+        if self._runner is not None:
+            self._runner.close()
+
+    def __repr__(self) -> str:
+        return f"<tool call {self._name!r}>"
+
+
+collections.abc.Coroutine.register(CallHandle)
+
+
+class Namespace:
+    """The object a program sees as ``tools``: bindings by item access and by attribute."""
+
+    __slots__ = ("__dsh_bindings__", "__dsh_global__", "__dsh_names__")
+
+    __dsh_bindings__: dict[str, Callable[[Any], CallHandle]]
+    __dsh_global__: str
+    __dsh_names__: list[str]
+
+    def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], CallHandle]]) -> None:
+        object.__setattr__(self, "__dsh_global__", global_name)
+        object.__setattr__(self, "__dsh_bindings__", bindings)
+        object.__setattr__(self, "__dsh_names__", sorted(bindings))
+
+    def __getattr__(self, name: str) -> Callable[[Any], CallHandle]:
+        if not (name.startswith("__") and name.endswith("__")):
+            binding = self.__dsh_bindings__.get(name)
+            if binding is not None:
+                return binding
+        raise AttributeError(f"{self.__dsh_global__!r} has no binding {name!r}")
+
+    def __getitem__(self, name: str) -> Callable[[Any], CallHandle]:
+        try:
+            return self.__dsh_bindings__[name]
+        except KeyError:
+            raise KeyError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{self.__dsh_global__!r} is read-only")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{self.__dsh_global__!r} is read-only")
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.__dsh_bindings__
+
+    def __iter__(self) -> collections.abc.Iterator[str]:
+        return iter(self.__dsh_names__)
+
+    def __len__(self) -> int:
+        return len(self.__dsh_names__)
+
+    def __dir__(self) -> list[str]:
+        return list(self.__dsh_names__)
+
+    def __repr__(self) -> str:
+        return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+def error_class(name: str, member_attr: str) -> type[Exception]:
+    def __init__(self: Exception, tool_name: str, message: str, /) -> None:
+        Exception.__init__(self, message)
+        setattr(self, member_attr, tool_name)
+        self.message = message  # type: ignore[attr-defined]
+
+    return type(
+        name,
+        (Exception,),
+        {
+            "__init__": __init__,
+            "__module__": "builtins",
+            "__qualname__": name,
+            "__doc__": f"A rejected binding call; ``{member_attr}`` names the binding.",
+        },
+    )
+
+
+def plain_error(name: str, message: str) -> Exception:
+    return Exception(message)
+
+
+class CaptureStream(io.TextIOBase):
+    """``sys.stdout``/``sys.stderr`` in a program: each non-empty write is one log entry."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self, emit: Callable[[str], None], fd: int, name: str) -> None:
+        super().__init__()
+        self._emit = emit
+        self._fd = fd
+        self._name = name
+        self.buffer = io.FileIO(fd, "wb", closefd=False)
+
+    @property
+    def name(self) -> str:
+        """The stream's name."""
+        return self._name
+
+    def write(self, text: str) -> int:
+        """Emit ``text`` as one log entry."""
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if text:
+            self._emit(text)
+        return len(text)
+
+    def writable(self) -> bool:
+        """Always writable."""
+        return True
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+    def fileno(self) -> int:
+        """The real descriptor (bytes written to it arrive as native output)."""
+        return self._fd
+
+    def isatty(self) -> bool:
+        """Never a terminal."""
+        return False
+
+    def close(self) -> None:
+        """Capture streams stay open."""

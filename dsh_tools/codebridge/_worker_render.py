@@ -1,0 +1,68 @@
+"""How the worker renders a program's uncaught exception: the traceback from the program's own
+frame down, without the worker's trailing frames, with the program's locals released first.
+A hostile exception (one whose ``__str__`` raises, say) renders as a fixed message. This module
+imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import traceback
+import types
+from collections.abc import Collection
+from typing import Final
+
+__all__ = ["render_exception"]
+
+_UNRENDERABLE: Final = "program threw an unrenderable value"
+
+
+def _trim(
+    tb: types.TracebackType | None, code: types.CodeType | None, worker_files: Collection[str]
+) -> types.TracebackType | None:
+    """Keep the traceback from the program's own frame down, minus trailing worker frames.
+
+    A traceback that never passed through the program (the program broke the worker's event
+    loop, say) shows no frames at all: they would all be the worker's.
+    """
+    if code is not None:
+        cursor = tb
+        while cursor is not None and cursor.tb_frame.f_code is not code:
+            cursor = cursor.tb_next
+        tb = cursor
+    entries: list[types.TracebackType] = []
+    cursor = tb
+    while cursor is not None:
+        entries.append(cursor)
+        cursor = cursor.tb_next
+    while len(entries) > 1 and entries[-1].tb_frame.f_code.co_filename in worker_files:
+        entries.pop()
+    if entries:
+        entries[-1].tb_next = None
+        return entries[0]
+    return tb
+
+
+def render_exception(
+    exc: BaseException, code: types.CodeType | None, worker_files: Collection[str]
+) -> str:
+    """``exc`` rendered as a traceback from ``code``'s frame down (the whole traceback when
+    ``code`` is ``None``), without trailing frames of ``worker_files``."""
+    try:
+        seen: set[int] = set()
+        pending: list[BaseException] = [exc]
+        while pending:
+            current = pending.pop()
+            if id(current) in seen:
+                continue
+            seen.add(id(current))
+            current.__traceback__ = _trim(current.__traceback__, code, worker_files)
+            for linked in (current.__cause__, current.__context__):
+                if linked is not None:
+                    pending.append(linked)
+        traceback.clear_frames(exc.__traceback__)  # release the program's locals first
+        str(exc)  # a hostile __str__ makes the value unrenderable
+        return "".join(traceback.format_exception(exc)).rstrip("\n")
+    except MemoryError:
+        return "MemoryError"
+    except BaseException:
+        return _UNRENDERABLE

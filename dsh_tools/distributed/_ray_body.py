@@ -1,0 +1,147 @@
+"""The local ``async def`` body of a placed tool: connect to Ray, submit the call, await the
+reply without blocking the loop, stop the remote call on an abort or a cancellation, and turn
+the reply into the body's value or exception (or a remote failure code)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ..actors import AbortError
+from ._driver import ensure_ray, import_ray
+from ._errors import RemoteUnavailableError, RemoteWorkerLostError
+from ._ray_runners import LazyRunner, RunnerSettings, Submission
+from ._wire import decode_reply, encode_call, rebuild_exception
+
+__all__ = ["Body", "remote_body"]
+
+# Ray's blocking calls (connecting, waiting for a cancelled task to settle) run here, never on
+# an event loop.
+_blocking = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dsh-ray")
+
+Body = Callable[[Any, Any], Awaitable[Any]]
+
+
+async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
+    """Connect to Ray unless connected; an abort meanwhile ends the wait (not the connection,
+    which goes on for the next call)."""
+    try:
+        ray = import_ray()
+    except ImportError as exc:
+        raise RemoteUnavailableError(tool, str(exc)) from None
+    if ray.is_initialized():
+        return
+    connecting = asyncio.get_running_loop().run_in_executor(_blocking, ensure_ray)
+    connecting.add_done_callback(_retrieve)
+    await asyncio.wait((connecting, aborted), return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():
+        raise AbortError("ABORTED")
+    try:
+        connecting.result()
+    except Exception as exc:
+        raise RemoteUnavailableError(tool, f"ray.init() failed: {exc}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submission) -> Any:
+    """The body's value, or its exception raised here, or a remote failure code."""
+    ray = import_ray()
+    errors = ray.exceptions
+    try:
+        frame = reply.result()
+    except errors.TaskCancelledError:
+        raise RemoteWorkerLostError(tool, "the body was cancelled on the cluster") from None
+    except (
+        errors.WorkerCrashedError,
+        errors.RayActorError,
+        errors.NodeDiedError,
+        errors.ObjectLostError,
+        errors.LocalRayletDiedError,
+        errors.OutOfMemoryError,
+    ) as exc:
+        submission.lost()
+        raise RemoteWorkerLostError(tool, _first_line(exc)) from None
+    except errors.RayError as exc:
+        # The machinery failed before the body could run (its environment could not be set
+        # up, the body could not be unpickled on the worker, the task was unschedulable).
+        raise RemoteUnavailableError(tool, _first_line(exc)) from None
+    value, fault, contexts = decode_reply(frame)
+    for context in contexts:
+        ctx.defer_context(context)
+    if fault is not None:
+        raise rebuild_exception(fault, ray.cloudpickle.loads)
+    return value
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A reply nobody reads (the call was aborted) must not log "exception never retrieved".
+    if not future.cancelled():
+        future.exception()
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _stopped(submission: Submission) -> None:
+    """Cancel the remote call and wait (off the loop) until it settled or was forced."""
+    stopping = asyncio.get_running_loop().run_in_executor(_blocking, submission.stop)
+    await asyncio.shield(stopping)
+
+
+def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunner]]) -> Body:
+    async def body(args: Any, ctx: Any) -> Any:
+        signal = ctx.signal
+        if signal.aborted:
+            raise AbortError("ABORTED")
+        loop = asyncio.get_running_loop()
+        aborted: asyncio.Future[None] = loop.create_future()
+
+        def on_abort(_reason: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing waits
+                loop.call_soon_threadsafe(_wake, aborted)
+
+        remove = signal.add_callback(on_abort)
+        try:
+            await _connected(tool, aborted)
+            placement, lazy = resolve()
+            try:
+                runner = lazy.get(placement)
+            except Exception as exc:
+                raise RemoteUnavailableError(tool, _first_line(exc)) from None
+            frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
+            try:
+                submission = runner.submit(frame)
+            except Exception as exc:  # the body (or its closure) cannot be pickled, say
+                raise RemoteUnavailableError(
+                    tool, f"the body could not be sent to Ray: {_first_line(exc)}"
+                ) from None
+            try:
+                reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
+                reply.add_done_callback(_retrieve)
+                try:
+                    await asyncio.wait((reply, aborted), return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await _stopped(submission)
+                    raise
+                if not reply.done():
+                    await _stopped(submission)
+                    raise AbortError("ABORTED")
+                return _outcome(tool, reply, ctx, submission)
+            finally:
+                submission.release()
+        finally:
+            remove()
+            aborted.cancel()
+
+    body.__name__ = body.__qualname__ = f"ray_body[{tool}]"
+    return body

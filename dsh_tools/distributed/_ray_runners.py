@@ -1,0 +1,195 @@
+"""How a call reaches Ray: one task per call, or a pool of actors holding the body; and how a
+submitted call is stopped (cancel, wait the grace, force) and released."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import structlog
+
+from ._driver import import_ray
+from ._remote import BodyActor, run_body
+
+__all__ = [
+    "ActorPool",
+    "ActorSubmission",
+    "LazyRunner",
+    "RunnerSettings",
+    "Submission",
+    "TaskRunner",
+    "TaskSubmission",
+]
+
+_log = structlog.get_logger("dsh_tools.distributed")
+
+
+class RunnerSettings(Protocol):
+    """What a runner reads from its placement (``RayPlacement``)."""
+
+    @property
+    def actor_pool(self) -> int: ...
+
+    @property
+    def cancel_grace_s(self) -> float: ...
+
+    @property
+    def settle_s(self) -> float: ...
+
+    def _options(self) -> dict[str, Any]:
+        """Ray's scheduling options for each call (or each actor)."""
+        ...
+
+
+class Submission(Protocol):
+    ref: Any
+
+    def stop(self) -> None:
+        """Cancel, wait the grace, force, wait to settle (blocking; run off the loop)."""
+
+    def lost(self) -> None:
+        """The process that ran the call died: do not send it more calls."""
+
+    def release(self) -> None:
+        """The call is over (whatever happened)."""
+
+
+class TaskSubmission:
+    __slots__ = ("grace", "ref", "settle")
+
+    def __init__(self, ref: Any, grace: float, settle: float) -> None:
+        self.ref = ref
+        self.grace = grace
+        self.settle = settle
+
+    def stop(self) -> None:
+        ray = import_ray()
+        ray.cancel(self.ref, force=False, recursive=True)
+        ready, _ = ray.wait([self.ref], timeout=self.grace, fetch_local=False)
+        if ready:
+            return
+        _log.warning("remote body ignored cancellation; forcing its worker to exit")
+        ray.cancel(self.ref, force=True, recursive=True)
+        ray.wait([self.ref], timeout=self.settle, fetch_local=False)
+
+    def lost(self) -> None:
+        return None
+
+    def release(self) -> None:
+        return None
+
+
+class TaskRunner:
+    """Every call is one Ray task running the body (exported to the cluster once)."""
+
+    def __init__(self, tool: str, execute: Callable[[Any, Any], Any], placement: RunnerSettings):
+        ray = import_ray()
+
+        def tool_body(frame: bytes) -> bytes:
+            from ray import cloudpickle
+
+            return run_body(execute, frame, cloudpickle.dumps)
+
+        self._grace = placement.cancel_grace_s
+        self._settle = placement.settle_s
+        self._remote = ray.remote(tool_body).options(
+            name=f"dsh-tool[{tool}]", max_retries=0, retry_exceptions=False, **placement._options()
+        )
+
+    def submit(self, frame: bytes) -> Submission:
+        return TaskSubmission(self._remote.remote(frame), self._grace, self._settle)
+
+
+class ActorSubmission:
+    __slots__ = ("actor", "pool", "ref", "released", "slot")
+
+    def __init__(self, pool: ActorPool, slot: int, actor: Any, ref: Any) -> None:
+        self.pool = pool
+        self.slot = slot
+        self.actor = actor
+        self.ref = ref
+        self.released = False
+
+    def stop(self) -> None:
+        ray = import_ray()
+        pool = self.pool
+        # A pending call is dropped; a running one sees its signal abort (Ray cannot interrupt
+        # an actor's running call, nor force it).
+        ray.cancel(self.ref, recursive=True)
+        ready, _ = ray.wait([self.ref], timeout=pool.grace, fetch_local=False)
+        if ready:
+            return
+        _log.warning("remote body on an actor ignored cancellation; replacing the actor")
+        pool.discard(self.slot, self.actor)
+        ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
+
+    def lost(self) -> None:
+        self.pool.discard(self.slot, self.actor)
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.pool.release(self.slot)
+
+
+class ActorPool:
+    """``size`` actors holding the body; a call goes to the one with the fewest calls queued."""
+
+    def __init__(self, tool: str, execute: Callable[[Any, Any], Any], placement: RunnerSettings):
+        ray = import_ray()
+        self.grace = placement.cancel_grace_s
+        self.settle = placement.settle_s
+        self._execute = execute
+        self._tool = tool
+        self._cls = ray.remote(BodyActor).options(
+            max_restarts=0, max_task_retries=0, max_concurrency=1, **placement._options()
+        )
+        self._lock = threading.Lock()
+        self._actors: list[Any] = [None] * placement.actor_pool
+        self._queued = [0] * placement.actor_pool
+
+    def submit(self, frame: bytes) -> Submission:
+        with self._lock:
+            slot = min(range(len(self._queued)), key=self._queued.__getitem__)
+            actor = self._actors[slot]
+            if actor is None:
+                actor = self._actors[slot] = self._cls.remote(self._execute)
+            self._queued[slot] += 1
+        return ActorSubmission(self, slot, actor, actor.call.remote(frame))
+
+    def release(self, slot: int) -> None:
+        with self._lock:
+            self._queued[slot] -= 1
+
+    def discard(self, slot: int, actor: Any) -> None:
+        """Kill ``actor`` and let the next call of its slot start a fresh one."""
+        with self._lock:
+            if self._actors[slot] is actor:
+                self._actors[slot] = None
+        with contextlib.suppress(Exception):
+            import_ray().kill(actor, no_restart=True)
+
+
+class LazyRunner:
+    """Builds the task runner or actor pool on the first call (after Ray is connected)."""
+
+    def __init__(self, tool: str, execute: Callable[[Any, Any], Any]) -> None:
+        self._tool = tool
+        self._execute = execute
+        self._lock = threading.Lock()
+        self._runner: TaskRunner | ActorPool | None = None
+
+    def get(self, placement: RunnerSettings) -> TaskRunner | ActorPool:
+        runner = self._runner
+        if runner is None:
+            with self._lock:
+                runner = self._runner
+                if runner is None:
+                    runner = self._runner = (
+                        ActorPool(self._tool, self._execute, placement)
+                        if placement.actor_pool
+                        else TaskRunner(self._tool, self._execute, placement)
+                    )
+        return runner

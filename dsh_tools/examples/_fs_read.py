@@ -1,0 +1,188 @@
+"""The bodies, renderers and call cards of the read tools, ``read_file`` and ``list_dir``
+(declared in ``_fs``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO
+
+from ..actors import AbortSignal
+from ..registry._presentation import FileLocation, GenericCallView
+from ._diffs import split_lines
+from ._fs_common import BINARY_SNIFF_BYTES, text_block
+from ._workspace import Workspace, WorkspaceError, check_abort, int_arg
+
+__all__ = [
+    "DEFAULT_READ_LIMIT",
+    "MAX_LIST_ENTRIES",
+    "MAX_READ_BYTES",
+    "list_dir",
+    "present_list_dir_call",
+    "present_read_file_call",
+    "read_file",
+    "render_list_dir",
+    "render_read_file",
+]
+
+DEFAULT_READ_LIMIT = 2000
+"""Lines ``read_file`` returns when the call gives no ``limit``."""
+
+MAX_READ_BYTES = 256 * 1024
+"""Text ``read_file`` returns at most per call; the rest is left for a later ``offset``."""
+
+MAX_LIST_ENTRIES = 1000
+"""Entries ``list_dir`` returns at most; the total is still reported."""
+
+
+# --- read_file ---------------------------------------------------------------------------------
+
+
+def _capped_lines(handle: BinaryIO) -> Iterator[bytes]:
+    """The file's lines; a line longer than ``MAX_READ_BYTES`` is cut there (its newline kept)
+    and the rest of it skipped, so one huge line never sits in memory whole."""
+    while True:
+        raw = handle.readline(MAX_READ_BYTES)
+        if not raw:
+            return
+        if len(raw) == MAX_READ_BYTES and not raw.endswith(b"\n"):
+            while True:  # skip the rest of the overlong line
+                rest = handle.readline(MAX_READ_BYTES)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            raw += b"\n"
+        yield raw
+
+
+def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
+    signal: AbortSignal = run_ctx.signal
+    check_abort(signal)
+    offset = int_arg(args, "offset")
+    limit = int_arg(args, "limit")
+    if offset is not None and offset < 1:
+        raise WorkspaceError("offset must be a line number of at least 1", "INVALID_RANGE")
+    if limit is not None and limit < 1:
+        raise WorkspaceError("limit must be at least 1", "INVALID_RANGE")
+    start = offset if offset is not None else 1
+    wanted = limit if limit is not None else DEFAULT_READ_LIMIT
+    target = workspace.resolve(args["path"])
+    shown = workspace.display(target)
+    lines: list[str] = []
+    size = 0
+    has_more = False
+    try:
+        with target.open("rb") as handle:
+            if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
+                raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
+            handle.seek(0)
+            for number, raw in enumerate(_capped_lines(handle), start=1):
+                check_abort(signal)
+                if number < start:
+                    continue
+                if len(lines) == wanted or (lines and size + len(raw) > MAX_READ_BYTES):
+                    has_more = True
+                    break
+                lines.append(raw.decode("utf-8", "replace"))
+                size += len(raw)
+    except OSError as exc:
+        raise workspace.io_error(exc, shown) from None
+    return {
+        "path": shown,
+        "text": "".join(lines),
+        "start_line": start,
+        "line_count": len(lines),
+        "has_more": has_more,
+    }
+
+
+def render_read_file(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
+    start = value["start_line"]
+    text = value["text"]
+    if not value["line_count"]:
+        if start == 1:
+            return text_block(f"(empty file: {value['path']})")
+        return text_block(f"(no lines at offset {start} in {value['path']})")
+    numbered = [
+        f"{number:6}\t{line.removesuffix(chr(10)).removesuffix(chr(13))}"
+        for number, line in enumerate(split_lines(text), start=start)
+    ]
+    if value["has_more"]:
+        following = start + value["line_count"]
+        numbered.append(f"(more lines follow; continue with offset={following})")
+    return text_block("\n".join(numbered))
+
+
+def present_read_file_call(args: Mapping[str, Any]) -> GenericCallView:
+    path: str = args["path"]
+    offset = int_arg(args, "offset")
+    limit = int_arg(args, "limit")
+    title = f"Read {path}"
+    if limit is not None and limit > 0:
+        first = offset if offset is not None else 1
+        title += f" ({first} - {first + limit - 1})"
+    elif offset is not None:
+        title += f" (from line {offset})"
+    line = offset if offset is not None and offset >= 1 else 1
+    return GenericCallView(title=title, kind="read", locations=[FileLocation(path=path, line=line)])
+
+
+# --- list_dir ----------------------------------------------------------------------------------
+
+
+def _entry_kind(entry: os.DirEntry[str]) -> str:
+    if entry.is_symlink():
+        return "symlink"
+    if entry.is_dir(follow_symlinks=False):
+        return "directory"
+    if entry.is_file(follow_symlinks=False):
+        return "file"
+    return "other"
+
+
+def list_dir(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
+    signal: AbortSignal = run_ctx.signal
+    check_abort(signal)
+    target = workspace.resolve(args.get("path", "."))
+    shown = workspace.display(target)
+    include_hidden = args.get("include_hidden") is True
+    entries: list[dict[str, Any]] = []
+    total = 0
+    try:
+        with os.scandir(target) as scan:
+            for entry in scan:
+                check_abort(signal)
+                if not include_hidden and entry.name.startswith("."):
+                    continue
+                total += 1
+                kind = _entry_kind(entry)
+                size = entry.stat(follow_symlinks=False).st_size if kind == "file" else None
+                entries.append({"name": entry.name, "type": kind, "size": size})
+    except OSError as exc:
+        raise workspace.io_error(exc, shown) from None
+    entries.sort(key=lambda item: item["name"])
+    return {"path": shown, "entries": entries[:MAX_LIST_ENTRIES], "total": total}
+
+
+def render_list_dir(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
+    entries = value["entries"]
+    if not entries:
+        return text_block(f"(empty directory: {value['path']})")
+    lines = [f"{value['path']}:"]
+    for entry in entries:
+        if entry["type"] == "directory":
+            lines.append(f"  {entry['name']}/")
+        elif entry["type"] == "symlink":
+            lines.append(f"  {entry['name']}@")
+        elif entry["type"] == "file":
+            lines.append(f"  {entry['name']}  ({entry['size']} bytes)")
+        else:
+            lines.append(f"  {entry['name']}")
+    hidden = value["total"] - len(entries)
+    if hidden:
+        lines.append(f"  ... and {hidden} more entries")
+    return text_block("\n".join(lines))
+
+
+def present_list_dir_call(args: Mapping[str, Any]) -> GenericCallView:
+    path: str = args.get("path", ".")
+    return GenericCallView(title=f"List {path}", kind="read", locations=[FileLocation(path=path)])

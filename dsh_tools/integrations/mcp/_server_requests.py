@@ -1,0 +1,175 @@
+"""The client capabilities one connection advertises, and the answers to what its server sends:
+sampling and elicitation requests, roots, log messages and list-changed notifications."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+from mcp import types
+from mcp.client.session import ClientRequestContext
+
+from ...actors import message_of
+from ._sdk import describe, wire
+from ._types import (
+    ElicitationCallback,
+    ListChangedCallback,
+    McpRequestContext,
+    SamplingCallback,
+)
+
+__all__ = ["ClientOptions", "ServerRequests"]
+
+_log = structlog.get_logger("dsh_tools.mcp")
+
+# MCP log levels -> structlog method names.
+_LOG_METHODS = {
+    "debug": "debug",
+    "info": "info",
+    "notice": "info",
+    "warning": "warning",
+    "error": "error",
+    "critical": "error",
+    "alert": "error",
+    "emergency": "error",
+}
+
+
+class ClientOptions:
+    """The client capabilities one connection advertises, and what answers them."""
+
+    __slots__ = ("elicitation", "log_level", "on_list_changed", "roots", "sampling")
+
+    def __init__(
+        self,
+        *,
+        sampling: SamplingCallback | None = None,
+        elicitation: ElicitationCallback | None = None,
+        roots: Sequence[str | Path] | None = None,
+        log_level: str | None = None,
+        on_list_changed: ListChangedCallback | None = None,
+    ) -> None:
+        self.sampling = sampling
+        self.elicitation = elicitation
+        self.roots = tuple(Path(p) for p in roots) if roots is not None else None
+        self.log_level = log_level
+        self.on_list_changed = on_list_changed
+
+
+async def _answer(
+    callback: Callable[[McpRequestContext, dict[str, Any]], Any],
+    ctx: McpRequestContext,
+    params: dict[str, Any],
+) -> Any:
+    """A harness callback: a coroutine function on this loop, anything else on a thread."""
+    if inspect.iscoroutinefunction(callback):
+        return await callback(ctx, params)
+    out = await asyncio.to_thread(callback, ctx, params)
+    if inspect.isawaitable(out):
+        out = await out
+    return out
+
+
+class ServerRequests:
+    """The session callbacks of one connection; they all run on its client loop.
+
+    ``context`` gives the request context (the calls in flight) a harness callback sees;
+    ``tools_changed`` is told of ``notifications/tools/list_changed``.
+    """
+
+    def __init__(
+        self,
+        label: str,
+        options: ClientOptions,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        context: Callable[[], McpRequestContext],
+        tools_changed: Callable[[], None],
+    ) -> None:
+        self._label = label
+        self._options = options
+        self._loop = loop
+        self._context = context
+        self._tools_changed = tools_changed
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def sample(
+        self, context: ClientRequestContext, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.CreateMessageResultWithTools | types.ErrorData:
+        callback = self._options.sampling
+        assert callback is not None
+        try:
+            out = await _answer(callback, self._context(), wire(params))
+            if isinstance(out, Mapping) and isinstance(out.get("content"), list):
+                return types.CreateMessageResultWithTools.model_validate(out)
+            return types.CreateMessageResult.model_validate(out)
+        except Exception as exc:
+            _log.warning("MCP sampling callback failed", server=self._label, error=describe(exc))
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"sampling failed: {exc}")
+
+    async def elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        callback = self._options.elicitation
+        assert callback is not None
+        try:
+            out = await _answer(callback, self._context(), wire(params))
+            return types.ElicitResult.model_validate(out)
+        except Exception as exc:
+            _log.warning("MCP elicitation callback failed", server=self._label, error=describe(exc))
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"elicitation failed: {exc}")
+
+    async def list_roots(
+        self, context: ClientRequestContext
+    ) -> types.ListRootsResult | types.ErrorData:
+        roots = self._options.roots or ()
+        listed = [
+            {"uri": path.resolve().as_uri(), "name": path.name or str(path)} for path in roots
+        ]
+        return types.ListRootsResult.model_validate({"roots": listed})
+
+    async def on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        method = _LOG_METHODS.get(str(params.level), "info")
+        getattr(_log, method)(
+            "MCP server log",
+            server=self._label,
+            level=params.level,
+            server_logger=params.logger,
+            data=params.data,
+        )
+
+    async def on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._tools_changed()
+        elif isinstance(message, types.ResourceListChangedNotification):
+            self._list_changed("resources")
+        elif isinstance(message, types.PromptListChangedNotification):
+            self._list_changed("prompts")
+        elif isinstance(message, Exception):
+            _log.debug("MCP transport reported an error", server=self._label, error=str(message))
+
+    def _list_changed(self, kind: Literal["resources", "prompts"]) -> None:
+        """On the client loop: tell the harness, on a worker thread (it may well re-list
+        through the plugin, which waits on this loop)."""
+        _log.info(f"MCP server {kind} changed", server=self._label)
+        callback = self._options.on_list_changed
+        if callback is None:
+            return
+
+        async def tell() -> None:
+            try:
+                out = await asyncio.to_thread(callback, kind)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception as exc:
+                _log.warning(
+                    "MCP on_list_changed callback failed", server=self._label, error=message_of(exc)
+                )
+
+        task = self._loop.create_task(tell())
+        self._background.add(task)  # a strong reference until it is done
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,314 @@
+"""``define_tool``: a ``ToolDefinition`` from the author DSL, with both schemas compiled at
+definition time and the body wrapped so that arguments are validated before it runs (typed
+views, placements and the wrappers of the callbacks included)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from ..actors import ToolArgsError
+from ._definition import Placement, ToolDefinition, ToolOutput, _takes_args_and_context
+from ._dsl import compile_parameters, compile_schema
+from ._raw_schema import optional_null_dropper
+from ._schema_plan import _build_plan
+from ._schema_validate import validate_plan
+from ._typed_views import _check_view, _output_view_builder, _view_builder
+
+__all__ = ["define_tool", "placed_execute"]
+
+
+def _is_async(fn: Any) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    # A callable object whose __call__ is a coroutine function.
+    return inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
+
+
+def define_tool(
+    name: str,
+    description: str,
+    parameters: Any,
+    output: ToolOutput | None = None,
+    execute: Callable[..., Any] | None = None,
+    *,
+    is_concurrency_safe: Callable[[Any], Any] | None = None,
+    timeout_ms: float | None = None,
+    finalize_content: Callable[[Any, Any], Any] | None = None,
+    present_call: Callable[[Any], Any] | None = None,
+    present_result: Callable[[Any, Any], Any] | None = None,
+    args_type: Any = None,
+    output_type: Any = None,
+    placement: Placement | None = None,
+) -> ToolDefinition:
+    """Define a tool from the author DSL and return a registrable ``ToolDefinition``.
+
+    ``parameters`` is a DSL property map and ``output.schema`` a DSL value schema; both are
+    compiled here (a malformed one raises ``JsonSchemaError`` now, never at call time) and
+    captured, so later edits to the author's dicts change nothing. The returned definition's
+    ``execute`` validates the (frozen) arguments and raises ``ToolArgsError`` before the body
+    runs; it is ``async def`` exactly when the body is. With ``args_type`` (a ``TypedDict`` or
+    ``msgspec.Struct`` whose fields must match the parameters) the body, classifier, renderers
+    and presenters receive that typed view instead of the frozen mapping; ``output_type`` does
+    the same for the value given to the renderers, and a body may return an ``output_type``
+    Struct instance. The classifier answers ``False`` and the presenters ``None`` for arguments
+    that do not validate. With a ``placement`` the arguments are validated here and the body
+    (typed view included) runs where the placement says, as an ``async def`` body; everything
+    else stays here.
+    """
+    if type(name) is not str or not name:
+        raise TypeError("define_tool: name must be a non-empty str")
+    owner = f"define_tool({name})"
+    if timeout_ms is not None:
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
+            raise TypeError(f"{owner}: timeout_ms must be a positive finite number")
+        if not math.isfinite(timeout_ms) or timeout_ms <= 0:
+            raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
+    if type(description) is not str:
+        raise TypeError(f"{owner}: description must be a str")
+    if not isinstance(output, ToolOutput) or not callable(output.render):
+        raise TypeError(
+            f"{owner}: must declare output as ToolOutput(schema, render, "
+            "presentation_meta=None) with a callable render"
+        )
+    if output.presentation_meta is not None and not callable(output.presentation_meta):
+        raise TypeError(f"{owner}: output.presentation_meta must be callable or None")
+    if not callable(execute):
+        raise TypeError(f"{owner}: execute must be callable")
+    if not _takes_args_and_context(execute):
+        raise TypeError(f"{owner}: execute must accept two positional arguments (args, run_ctx)")
+    for label, callback in (
+        ("is_concurrency_safe", is_concurrency_safe),
+        ("finalize_content", finalize_content),
+        ("present_call", present_call),
+        ("present_result", present_result),
+    ):
+        if callback is not None and not callable(callback):
+            raise TypeError(f"{owner}: {label} must be callable or None")
+
+    compiled_parameters = compile_parameters(parameters)
+    compiled_output = compile_schema(output.schema)
+    if args_type is not None:
+        _check_view(owner, "args_type", args_type, compiled_parameters, "parameters")
+    if output_type is not None:
+        _check_view(owner, "output_type", output_type, compiled_output, "output schema")
+
+    plan = _build_plan(compiled_parameters)
+    args_view: Callable[[Any], Any] | None = (
+        _view_builder(args_type) if args_type is not None else None
+    )
+    output_view = _output_view_builder(output_type) if output_type is not None else None
+    output_struct: Any = (
+        output_type
+        if isinstance(output_type, type) and issubclass(output_type, msgspec.Struct)
+        else None
+    )
+
+    # A null for an optional property that does not accept null means "absent" (how OpenAI's
+    # strict mode sends an omitted optional argument). Such a null always fails validation, so
+    # it is looked for only then: valid arguments pay nothing.
+    drop_nulls = optional_null_dropper(compiled_parameters)
+
+    def validated(args: Any) -> tuple[Any, list[str]]:
+        violations = validate_plan(plan, args, "")
+        if violations and drop_nulls is not None:
+            dropped = drop_nulls(args)
+            if dropped is not args:
+                return dropped, validate_plan(plan, dropped, "")
+        return args, violations
+
+    def checked(args: Any) -> Any:
+        args, violations = validated(args)
+        if violations:
+            raise ToolArgsError(violations)
+        return args if args_view is None else args_view(args)
+
+    def to_canonical(result: Any) -> Any:
+        if output_struct is not None and isinstance(result, output_struct):
+            return msgspec.to_builtins(result)
+        return result
+
+    body = execute
+    wrapped_execute: Callable[..., Any]
+    if _is_async(body):
+
+        async def wrapped_async(args: Any, run_ctx: Any) -> Any:
+            view = checked(args)
+            return to_canonical(await body(view, run_ctx))
+
+        wrapped_execute = wrapped_async
+    else:
+
+        def wrapped_sync(args: Any, run_ctx: Any) -> Any:
+            view = checked(args)
+            result = body(view, run_ctx)
+            if output_struct is not None and inspect.isawaitable(result):
+                return _convert_later(result, to_canonical)
+            return to_canonical(result)
+
+        wrapped_execute = wrapped_sync
+    _describe(wrapped_execute, body, name, "execute")
+    if placement is not None:
+        wrapped_execute = _placed(owner, placement, name, plan, args_view, body, to_canonical)
+
+    render = output.render
+    projector = output.presentation_meta
+    if args_view is not None or output_view is not None:
+        render = _with_views(render, args_view, output_view, name, "render")
+        if projector is not None:
+            projector = _with_views(projector, args_view, output_view, name, "presentation_meta")
+
+    def soft(args: Any) -> tuple[bool, Any]:
+        """(valid, view) without raising: presenters and the classifier never fail on input."""
+        args, violations = validated(args)
+        if violations:
+            return False, None
+        if args_view is None:
+            return True, args
+        try:
+            return True, args_view(args)
+        except ToolArgsError:
+            return False, None
+
+    classifier = _when_valid(soft, is_concurrency_safe, False, name, "is_concurrency_safe")
+    call_presenter = _when_valid(soft, present_call, None, name, "present_call")
+    result_presenter = _when_valid(soft, present_result, None, name, "present_result")
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=compiled_parameters,
+        output=ToolOutput(compiled_output, render, projector),
+        execute=wrapped_execute,
+        is_concurrency_safe=classifier,
+        timeout_ms=timeout_ms,
+        finalize_content=finalize_content,
+        present_call=call_presenter,
+        present_result=result_presenter,
+        placement=placement,
+    )
+
+
+def placed_execute(
+    tool: str,
+    placement: Placement,
+    body: Callable[[Any, Any], Any],
+    validate: Callable[[Any], None] | None = None,
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """``body(args, run_ctx)`` moved by ``placement``, as the ``async def`` execute of a
+    ``ToolDefinition``.
+
+    ``validate(args)`` runs here first and raises (``ToolArgsError``) for bad arguments, so a bad
+    call never leaves the process; ``body`` (typed views, the author's function, the canonical
+    conversion) runs where the placement says, so what it refers to must be picklable and the
+    classes it builds importable there. ``define_tool(..., placement=...)`` is built on this.
+    """
+    place = getattr(placement, "place", None)
+    if not callable(place):
+        raise TypeError(f"tool {tool!r}: placement must have a place(tool, execute) method")
+    placed: Callable[..., Any] = place(tool, body)
+    if not inspect.iscoroutinefunction(placed):
+        raise TypeError(
+            f"tool {tool!r}: placement.place() must return an async def body, "
+            f"got {type(placed).__name__}"
+        )
+    if validate is None:
+        return placed
+    check = validate
+
+    async def validated_then_placed(args: Any, run_ctx: Any) -> Any:
+        check(args)
+        return await placed(args, run_ctx)
+
+    return validated_then_placed
+
+
+def _placed(
+    owner: str,
+    placement: Placement,
+    tool: str,
+    plan: Any,
+    args_view: Callable[[Any], Any] | None,
+    body: Callable[..., Any],
+    to_canonical: Callable[[Any], Any],
+) -> Callable[..., Any]:
+    """``define_tool``'s body moved by ``placement``: arguments are validated here; the typed
+    view, the body and the canonical conversion run where the placement says."""
+
+    def validate(args: Any) -> None:
+        violations = validate_plan(plan, args, "")
+        if violations:
+            raise ToolArgsError(violations)
+
+    def moved(args: Any, run_ctx: Any) -> Any:
+        result = body(args if args_view is None else args_view(args), run_ctx)
+        if inspect.isawaitable(result):
+            return _convert_later(result, to_canonical)
+        return to_canonical(result)
+
+    _describe(moved, body, tool, "execute")
+    try:
+        execute = placed_execute(tool, placement, moved, validate)
+    except TypeError as exc:
+        raise TypeError(f"{owner}: {str(exc).partition(': ')[2]}") from None
+    _describe(execute, body, tool, "execute")
+    return execute
+
+
+def _with_views(
+    fn: Callable[[Any, Any], Any],
+    args_view: Callable[[Any], Any] | None,
+    value_view: Callable[[Any], Any] | None,
+    tool: str,
+    role: str,
+) -> Callable[[Any, Any], Any]:
+    """``fn(args, value)`` (a renderer or projector) receiving the typed views instead of the
+    frozen arguments and value, for whichever of the two has a view."""
+
+    def with_views(args: Any, value: Any) -> Any:
+        return fn(
+            args if args_view is None else args_view(args),
+            value if value_view is None else value_view(value),
+        )
+
+    _describe(with_views, fn, tool, role)
+    return with_views
+
+
+def _when_valid(
+    soft: Callable[[Any], tuple[bool, Any]],
+    fn: Callable[..., Any] | None,
+    otherwise: Any,
+    tool: str,
+    role: str,
+) -> Callable[..., Any] | None:
+    """``fn(args, *rest)`` (the classifier or a presenter) called with the arguments' view
+    only when they validate; ``otherwise`` answers for arguments that do not. ``None`` when
+    the author gave no ``fn``."""
+    if fn is None:
+        return None
+    user_fn = fn
+
+    def when_valid(args: Any, *rest: Any) -> Any:
+        valid, view = soft(args)
+        return user_fn(view, *rest) if valid else otherwise
+
+    _describe(when_valid, user_fn, tool, role)
+    return when_valid
+
+
+async def _convert_later(awaitable: Awaitable[Any], convert: Callable[[Any], Any]) -> Any:
+    return convert(await awaitable)
+
+
+def _describe(wrapper: Callable[..., Any], wrapped: Any, tool: str, role: str) -> None:
+    """Give a wrapper a readable name and the author's docstring (for logs and tracebacks).
+
+    No ``__wrapped__`` link: nothing should reach the author's body around the validation.
+    """
+    wrapper.__doc__ = getattr(wrapped, "__doc__", None)
+    wrapper.__name__ = f"{role}[{tool}]"
+    wrapper.__qualname__ = f"define_tool.{role}[{tool}]"

@@ -1,0 +1,194 @@
+"""The registry's per-definition contract, as the pipeline calls it: ``check_registration``
+(the ordered registration checks), ``project_schema`` (the model-facing projection),
+``normalize_output`` (canonical success normalization) and ``classify`` (the concurrency
+classifier)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from typing import Any
+
+from msgspec import UNSET
+
+from ..actors import FrozenList, ToolOutputError, message_of
+from ._definition import ToolDefinition, ToolOutput
+from ._json_schema import assert_supported_json_schema
+from ._lossless import LosslessJsonError
+from ._lossless_copy import snapshot_json, thaw
+from ._schema_plan import prepare_schema
+from ._schema_validate import validate_plan
+
+__all__ = ["check_registration", "classify", "normalize_output", "project_schema"]
+
+_RUN_CODE = "run_code"
+
+
+def _positive_finite(value: Any) -> bool:
+    return (type(value) is int or type(value) is float) and math.isfinite(value) and value > 0
+
+
+def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
+    """The registration checks, in order; the first failure raises and nothing is registered.
+
+    0. ``defn`` is a ``ToolDefinition`` with a non-empty ``str`` name, a ``str`` description,
+       a callable ``execute`` and optional callbacks that are callable (``TypeError``);
+    1. ``output`` is a ``ToolOutput`` with a callable ``render`` and an absent or callable
+       ``presentation_meta`` (``TypeError``: ``tool "<name>" must declare output { schema,
+       render, presentation_meta? }``);
+    2. ``output.schema`` is in the supported subset (``JsonSchemaError``);
+    3. ``timeout_ms`` is absent or a positive finite number (``TypeError``);
+    4. with ``reserve_run_code`` (presentation mode ``code`` or ``both``) the name is not
+       ``run_code`` (``ValueError``).
+
+    Duplicate names are the registry's concern; raw ``parameters`` are not checked here (a
+    lossy one fails at projection).
+    """
+    if not isinstance(defn, ToolDefinition):
+        raise TypeError(
+            "register() accepts only a ToolDefinition (build one with define_tool() or "
+            f"ToolDefinition(...)), got {type(defn).__name__}"
+        )
+    name = defn.name
+    if type(name) is not str or not name:
+        raise TypeError("tool name must be a non-empty str")
+    if type(defn.description) is not str:
+        raise TypeError(f'tool "{name}" description must be a str')
+    if not callable(defn.execute):
+        raise TypeError(f'tool "{name}" execute must be callable')
+    for label in ("is_concurrency_safe", "finalize_content", "present_call", "present_result"):
+        callback = getattr(defn, label)
+        if callback is not None and not callable(callback):
+            raise TypeError(f'tool "{name}" {label} must be callable or None')
+    output = defn.output
+    if (
+        not isinstance(output, ToolOutput)
+        or not callable(output.render)
+        or (output.presentation_meta is not None and not callable(output.presentation_meta))
+    ):
+        raise TypeError(
+            f'tool "{name}" must declare output {{ schema, render, presentation_meta? }}'
+        )
+    assert_supported_json_schema(output.schema)
+    if defn.timeout_ms is not None and not _positive_finite(defn.timeout_ms):
+        raise TypeError(f'tool "{name}" timeout_ms must be a positive finite number')
+    if reserve_run_code and name == _RUN_CODE:
+        raise ValueError(
+            'tool name "run_code" is reserved for the Code Mode presentation transport and '
+            "cannot be registered or shadowed"
+        )
+
+
+def project_schema(defn: ToolDefinition) -> dict[str, Any]:
+    """The model-facing projection: exactly ``name``, ``description`` and ``parameters``.
+
+    ``parameters`` is a fresh, detached plain copy (iterative), so callers may mutate what
+    they get. Lossy parameters raise ``ValueError``: ``tool "<name>" parameters must be
+    lossless JSON before schema projection: <path> is <type>``.
+    """
+    try:
+        parameters = thaw(defn.parameters, "parameters")
+    except LosslessJsonError as exc:
+        raise ValueError(
+            f'tool "{defn.name}" parameters must be lossless JSON before schema projection: {exc}'
+        ) from None
+    return {"name": defn.name, "description": defn.description, "parameters": parameters}
+
+
+def _close_if_coroutine(value: Any) -> None:
+    if inspect.iscoroutine(value):
+        value.close()
+
+
+def _snapshot_content(blocks: Any) -> FrozenList:
+    """Render output as a frozen list; a tuple is accepted and converted element by element."""
+    if type(blocks) is tuple:
+        blocks = list(blocks)
+    t = type(blocks)
+    if t is not list and t is not FrozenList:
+        _close_if_coroutine(blocks)
+        raise LosslessJsonError("content", f"{type(blocks).__name__} (not a list of blocks)")
+    content: FrozenList = snapshot_json(blocks, "content")
+    return content
+
+
+def normalize_output(
+    defn: ToolDefinition, arguments: Any, value: Any, *, nested: bool
+) -> tuple[Any, FrozenList, Any]:
+    """Canonical success normalization: ``(frozen value, frozen content, meta or UNSET)``.
+
+    1. snapshot the value (``value is not lossless JSON: <path> is <type>``);
+    2. validate it against ``output.schema`` at root ``value``;
+    3. freeze it (the snapshot is already frozen);
+    4. ``content = render(arguments, value)``, snapshotted (``output.render failed: <msg>``,
+       ``output.render returned non-lossless JSON: <path> is <type>``);
+    5. only when not ``nested`` and a projector exists, ``meta = presentation_meta(arguments,
+       value)`` (``output.presentation_meta failed: ...`` / ``... returned non-lossless
+       JSON: ...``); a returned ``None`` is a present JSON null, no projector is ``UNSET``.
+
+    Any failure raises ``ToolOutputError(defn.name, [violation])``.
+    """
+    output = defn.output
+    assert output is not None, "normalize_output needs a registered definition"
+    try:
+        frozen = snapshot_json(value)
+    except LosslessJsonError as exc:
+        _close_if_coroutine(value)
+        raise ToolOutputError(defn.name, [f"value is not lossless JSON: {exc}"]) from None
+    except Exception as exc:
+        raise ToolOutputError(defn.name, [f"value snapshot failed: {message_of(exc)}"]) from None
+    violations = validate_plan(prepare_schema(output.schema), frozen, "value")
+    if violations:
+        raise ToolOutputError(defn.name, violations)
+    try:
+        blocks = output.render(arguments, frozen)
+    except (Exception, asyncio.CancelledError) as exc:
+        raise ToolOutputError(defn.name, [f"output.render failed: {message_of(exc)}"]) from None
+    try:
+        content = _snapshot_content(blocks)
+    except LosslessJsonError as exc:
+        raise ToolOutputError(
+            defn.name, [f"output.render returned non-lossless JSON: {exc}"]
+        ) from None
+    except Exception as exc:
+        raise ToolOutputError(defn.name, [f"output.render failed: {message_of(exc)}"]) from None
+    projector = output.presentation_meta
+    if projector is None or nested:
+        return frozen, content, UNSET
+    try:
+        raw_meta = projector(arguments, frozen)
+    except (Exception, asyncio.CancelledError) as exc:
+        raise ToolOutputError(
+            defn.name, [f"output.presentation_meta failed: {message_of(exc)}"]
+        ) from None
+    try:
+        meta = snapshot_json(raw_meta, "meta")
+    except LosslessJsonError as exc:
+        _close_if_coroutine(raw_meta)
+        raise ToolOutputError(
+            defn.name, [f"output.presentation_meta returned non-lossless JSON: {exc}"]
+        ) from None
+    except Exception as exc:
+        raise ToolOutputError(
+            defn.name, [f"output.presentation_meta failed: {message_of(exc)}"]
+        ) from None
+    return frozen, content, meta
+
+
+def classify(defn: ToolDefinition, arguments: Any) -> bool:
+    """Whether a call may overlap its siblings: only when the classifier returns ``True``.
+
+    No classifier, an exception, an awaitable or any other return value means exclusive.
+    """
+    classifier = defn.is_concurrency_safe
+    if classifier is None:
+        return False
+    try:
+        verdict = classifier(arguments)
+    except BaseException:  # SystemExit included: a classifier must not stop the system loop
+        return False
+    if verdict is True:
+        return True
+    _close_if_coroutine(verdict)
+    return False

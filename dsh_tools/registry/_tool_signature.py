@@ -1,0 +1,176 @@
+"""What ``@tool`` reads from a function: its evaluated annotations, the argument struct's fields
+and how to call the body with them, and the parameters and output schemas msgspec generates.
+
+A parameter annotated ``ToolRunContext`` receives the call's run context instead of an argument.
+The registry sits below the pipeline that defines that class, so it is recognized by its
+qualified name rather than imported.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from ._json_schema import assert_supported_json_schema
+from ._raw_schema import to_subset_schema
+
+_RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
+
+_EMPTY = inspect.Parameter.empty
+
+
+def _annotated(fn: Any) -> Any:
+    """Where the annotations of ``fn`` live: a partial's function, a callable object's
+    ``__call__``, or ``fn`` itself."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not (inspect.isfunction(fn) or inspect.ismethod(fn)) and callable(fn):
+        return type(fn).__call__
+    return fn
+
+
+def _caller_locals() -> Mapping[str, Any]:
+    """The local names where the decorator was applied (two frames up: past ``tool`` or
+    ``decorate``), for annotations that name classes defined inside a function."""
+    frame = sys._getframe(2)
+    return dict(frame.f_locals)
+
+
+def _type_hints(fn: Any, owner: str, caller_locals: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluated annotations; string annotations (``from __future__ import annotations``)
+    that name a class local to the defining function resolve through ``caller_locals``."""
+    target = _annotated(fn)
+    try:
+        return typing.get_type_hints(target, include_extras=True)
+    except NameError:
+        pass
+    except Exception as exc:
+        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
+    try:
+        return typing.get_type_hints(target, localns=dict(caller_locals), include_extras=True)
+    except Exception as exc:
+        raise TypeError(f"{owner}: cannot resolve the type annotations: {exc}") from None
+
+
+def _is_run_context(hint: Any) -> bool:
+    """``ToolRunContext``, also inside ``Annotated`` or as ``ToolRunContext | None``."""
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if len(members) == 1:
+            hint = members[0]
+    return isinstance(hint, type) and (hint.__module__, hint.__qualname__) == _RUN_CONTEXT
+
+
+def _check_schema_type(owner: str, role: str, hint: Any) -> None:
+    """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
+    try:
+        msgspec.json.schema(hint)
+    except (TypeError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[-1]
+        raise TypeError(
+            f"{owner}: {role} has an unsupported annotation {hint!r}: {reason}"
+        ) from None
+
+
+def _field_default(default: Any) -> Any:
+    """Mutable defaults become factories, so one call can never change the next one's."""
+    if isinstance(default, (list, dict, set, bytearray)):
+        return msgspec.field(default_factory=lambda: copy.deepcopy(default))
+    return default
+
+
+class _Signature(msgspec.Struct, frozen=True):
+    """How to call the body: which struct fields go where, and where the run context goes."""
+
+    positional: tuple[int, ...]  # struct field index per positional slot; -1 is the context
+    keywords: tuple[tuple[str, int], ...]  # (keyword, field index or -1)
+    simple: bool  # every field positional, in order, and the context (if any) last
+
+
+def _signature_plan(
+    fn: Any, owner: str, hints: Mapping[str, Any]
+) -> tuple[list[tuple[str, Any, Any]], _Signature]:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{owner}: cannot read the signature: {exc}") from None
+    fields: list[tuple[str, Any, Any]] = []
+    positional: list[int] = []
+    keywords: list[tuple[str, int]] = []
+    context_seen = False
+    for parameter in signature.parameters.values():
+        pname = parameter.name
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise TypeError(
+                f"{owner}: parameter {pname!r} is variadic; a tool's parameters must be named"
+            )
+        if pname not in hints:
+            raise TypeError(f"{owner}: parameter {pname!r} has no type annotation")
+        hint = hints[pname]
+        if _is_run_context(hint):
+            if context_seen:
+                raise TypeError(f"{owner}: only one parameter may be annotated ToolRunContext")
+            context_seen = True
+            index = -1
+        else:
+            if pname.startswith("_"):
+                # Private by convention, and dunder names would shadow the argument struct's.
+                raise TypeError(
+                    f"{owner}: parameter {pname!r} uses a reserved name (names starting with "
+                    "'_' are not tool arguments; annotate a context parameter ToolRunContext)"
+                )
+            _check_schema_type(owner, f"parameter {pname!r}", hint)
+            index = len(fields)
+            if parameter.default is _EMPTY:
+                fields.append((pname, hint, msgspec.NODEFAULT))
+            else:
+                fields.append((pname, hint, _field_default(parameter.default)))
+        if parameter.kind is parameter.KEYWORD_ONLY:
+            keywords.append((pname, index))
+        else:
+            positional.append(index)
+    simple = not keywords and [i for i in positional if i >= 0] == list(range(len(fields)))
+    simple = simple and (-1 not in positional or positional[-1] == -1)
+    return fields, _Signature(tuple(positional), tuple(keywords), simple)
+
+
+def _parameters_schema(owner: str, args_type: Any, param_docs: Mapping[str, str]) -> dict[str, Any]:
+    """The model-facing parameters: the argument struct's object schema at the root, the other
+    generated shapes under ``$defs``; docstring descriptions on the properties."""
+    (ref,), components = msgspec.json.schema_components((args_type,), ref_template="#/$defs/{name}")
+    root_name = ref["$ref"].rsplit("/", 1)[1]
+    root = dict(components.pop(root_name))
+    root.pop("title", None)
+    properties = {name: dict(schema) for name, schema in root.get("properties", {}).items()}
+    for name, text in param_docs.items():
+        if name in properties and text and "description" not in properties[name]:
+            properties[name] = {"description": text, **properties[name]}
+    root["properties"] = properties
+    if not root.get("required"):
+        root.pop("required", None)
+    if components:
+        root["$defs"] = components
+    return root
+
+
+def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tuple[Any, Any]:
+    """(return type, output schema in the enforced subset)."""
+    if "return" not in hints:
+        return typing.Any, {"description": returns_doc} if returns_doc else {}
+    returned = hints["return"]
+    _check_schema_type(owner, "the return annotation", returned)
+    schema = to_subset_schema(msgspec.json.schema(returned))
+    if returns_doc and "description" not in schema:
+        schema["description"] = returns_doc
+    assert_supported_json_schema(schema)
+    return returned, schema

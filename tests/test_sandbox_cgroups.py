@@ -1,0 +1,470 @@
+"""The sandbox's per-run cgroups and its fallback, against hostile programs.
+
+Where the runtime may make cgroups (root with the v1 ``memory``, ``cpuacct`` and ``pids``
+hierarchies, as on CI), each run is measured by them: CPU of children the kernel reaps by
+itself and kernel memory (socket and pipe buffers) are charged. With ``CodeSandbox(cgroups=False)``
+(what a host without writable cgroups gets) the init's ``/proc`` walk measures the run and the
+worker may not change ``SIGCHLD``'s action. Either way every cgroup is removed after the runs,
+after the runtime and after a template that was killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dsh_tools import CodeRunRequest, CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeRunResult
+from dsh_tools.codebridge._sandbox._cgroup import HIERARCHIES, CgroupMeter, CgroupPlan
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
+)
+
+
+def _own_cgroup(hierarchy: str, pid: int | str = "self") -> Path | None:
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _number, controllers, path = line.split(":", 2)
+        if hierarchy in controllers.split(","):
+            return Path(f"/sys/fs/cgroup/{hierarchy}{path}")
+    return None
+
+
+def _cgroups_writable() -> bool:
+    for hierarchy in HIERARCHIES:
+        base = _own_cgroup(hierarchy)
+        if base is None:
+            return False
+        probe = base / f"dsh-test-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+            probe.rmdir()
+        except OSError:
+            return False
+    return True
+
+
+CGROUPS = _cgroups_writable()
+needs_cgroups = pytest.mark.skipif(not CGROUPS, reason="cgroups are not writable here")
+
+
+def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
+    return asyncio.run(runtime.run(CodeRunRequest(program, [])))
+
+
+def value(runtime: SubprocessCodeRuntime, program: str) -> object:
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    return result.value
+
+
+def assert_next_run_works(runtime: SubprocessCodeRuntime) -> None:
+    assert value(runtime, "import os\nreturn os.listdir('.')") == []
+
+
+def runtime_of(*, cgroups: bool, **budgets: float) -> SubprocessCodeRuntime:
+    settings: dict[str, float] = {"compute_ms": 20000, "max_wall_ms": 30000, "max_memory_mb": 256}
+    settings.update(budgets)
+    return SubprocessCodeRuntime(
+        CodeRuntimeConfig(
+            compute_ms=settings["compute_ms"],
+            max_wall_ms=settings["max_wall_ms"],
+            max_memory_mb=settings["max_memory_mb"],
+            sandbox=CodeSandbox(cgroups=cgroups),
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def measured() -> Iterator[SubprocessCodeRuntime]:
+    runtime = runtime_of(cgroups=True, compute_ms=1000, max_memory_mb=128)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def fallback() -> Iterator[SubprocessCodeRuntime]:
+    runtime = runtime_of(cgroups=False, compute_ms=1000, max_memory_mb=128)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def template_parents(template_pid: int) -> list[Path]:
+    """The per-template parent cgroups of ``template_pid`` (in every hierarchy)."""
+    found = []
+    for hierarchy in HIERARCHIES:
+        base = _own_cgroup(hierarchy)
+        if base is not None and base.is_dir():
+            found += sorted(base.glob(f"dsh-code-{template_pid}-*"))
+    return found
+
+
+# --- CPU of children the kernel reaps itself ------------------------------------------------
+
+REAPED_BY_THE_KERNEL = {
+    "ignore": "signal.signal(signal.SIGCHLD, signal.SIG_IGN)",
+    "nocldwait": """
+import ctypes
+class Action(ctypes.Structure):
+    _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16),
+                ('flags', ctypes.c_int), ('restorer', ctypes.c_void_p)]
+action = Action(None, (ctypes.c_ulong * 16)(), 2, None)  # SIG_DFL with SA_NOCLDWAIT
+if ctypes.CDLL(None, use_errno=True).sigaction(signal.SIGCHLD, ctypes.byref(action), None):
+    raise OSError(ctypes.get_errno(), 'sigaction refused')
+""",
+}
+SHORT_LIVED_CHILDREN = """
+import os, signal, time
+{setup}
+for _ in range(245):
+    child = os.fork()
+    if child == 0:
+        start = time.process_time()
+        while time.process_time() - start < 0.015:
+            pass
+        os._exit(0)
+    try:
+        while True:  # gone without a wait: the kernel reaped it
+            os.kill(child, 0)
+            time.sleep(0.001)
+    except ProcessLookupError:
+        pass
+return '3.7 CPU-seconds in children no one waited for'
+"""
+
+
+@needs_cgroups
+@pytest.mark.parametrize("how", sorted(REAPED_BY_THE_KERNEL))
+def test_children_the_kernel_reaps_are_charged_to_the_run(
+    measured: SubprocessCodeRuntime, how: str
+) -> None:
+    result = run(measured, SHORT_LIVED_CHILDREN.format(setup=REAPED_BY_THE_KERNEL[how]))
+    assert result.error is not None and result.error.kind == "timeout", result
+    assert "compute budget exhausted" in result.error.message
+    assert_next_run_works(measured)
+
+
+@pytest.mark.parametrize("how", sorted(REAPED_BY_THE_KERNEL))
+def test_without_cgroups_a_program_cannot_have_its_children_reaped_unseen(
+    fallback: SubprocessCodeRuntime, how: str
+) -> None:
+    result = run(fallback, SHORT_LIVED_CHILDREN.format(setup=REAPED_BY_THE_KERNEL[how]))
+    assert result.error is not None and result.error.kind == "exception", result
+    assert "PermissionError" in result.error.message or "sigaction refused" in result.error.message
+    assert_next_run_works(fallback)
+
+
+ORDINARY_PROCESSES = """
+import asyncio, os, signal, subprocess, sys
+seen = {'handler': signal.getsignal(signal.SIGCHLD) == signal.SIG_DFL}
+seen['run'] = subprocess.run([sys.executable, '-c', 'print(6 * 7)'],
+                             capture_output=True, text=True).stdout.strip()
+seen['bash'] = subprocess.run(['bash', '-c', 'sleep 0.05 & wait; echo $(echo waited) | cat'],
+                              capture_output=True, text=True).stdout.strip()
+seen['pipeline'] = subprocess.run('echo a b c | wc -w', shell=True,
+                                  capture_output=True, text=True).stdout.strip()
+async def child():
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, '-c', 'print("async")', stdout=asyncio.subprocess.PIPE)
+    out, _ = await process.communicate()
+    return out.decode().strip()
+seen['asyncio'] = await child()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+seen['fork'] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+return seen
+"""
+
+
+@pytest.mark.parametrize("cgroups", [True, False])
+def test_ordinary_processes_keep_working_in_either_mode(
+    measured: SubprocessCodeRuntime, fallback: SubprocessCodeRuntime, cgroups: bool
+) -> None:
+    assert value(measured if cgroups else fallback, ORDINARY_PROCESSES) == {
+        "handler": True,
+        "run": "42",
+        "bash": "waited",
+        "pipeline": "3",
+        "asyncio": "async",
+        "fork": 7,
+    }
+
+
+# --- kernel memory ---------------------------------------------------------------------------
+
+FILLED_SOCKET_PAIRS = """
+import socket
+held = []
+for _ in range(3000):
+    left, right = socket.socketpair()
+    left.setblocking(False)
+    try:
+        while True:
+            left.send(b'x' * 65536)
+    except BlockingIOError:
+        pass
+    held.append((left, right))
+return 'over 600MB of socket buffers'
+"""
+FILLED_PIPES = """
+import fcntl, os
+held = []
+for _ in range(2000):
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except PermissionError:
+        pass  # over the user's pipe allowance: the kernel's default size, then a page
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b'x' * 65536)
+    except BlockingIOError:
+        pass
+    held.append((read_end, write_end))
+return 'pipe buffers'
+"""
+
+
+@needs_cgroups
+@pytest.mark.parametrize("program", [FILLED_SOCKET_PAIRS, FILLED_PIPES], ids=["sockets", "pipes"])
+def test_kernel_buffers_are_charged_to_the_memory_budget(program: str) -> None:
+    # Small enough that pipes exceed it too: the kernel holds a user's pipes to 64 MiB of
+    # buffers (then one page each) unless it may raise that.
+    runtime = runtime_of(cgroups=True, max_memory_mb=48)
+    try:
+        result = run(runtime, program)
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert "memory budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+@needs_cgroups
+def test_a_burst_of_many_processes_ends_as_the_memory_budget() -> None:
+    runtime = runtime_of(cgroups=True, max_memory_mb=48)
+    program = """
+import os, time
+for _ in range(32):
+    if os.fork() == 0:
+        block = b'x' * (12 << 20)  # 384 MiB at once, past the 160 MiB ceiling too
+        time.sleep(30)
+        os._exit(0)
+time.sleep(30)
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert "memory budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+@needs_cgroups
+def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(tmp_path: Path) -> None:
+    plan = CgroupPlan(wanted=True, max_memory_mb=16, max_processes=4)  # ceiling: 96 MiB
+    plan.prepare()
+    run_cgroups = plan.new_run()
+    assert run_cgroups is not None
+    meter = CgroupMeter(run_cgroups.fds, str(tmp_path))
+    child = os.fork()
+    if child == 0:
+        try:
+            meter.join()
+            block = b"x" * (400 << 20)
+            os.write(1, block[:0])
+        finally:
+            os._exit(0)
+    try:
+        plan.started(child, run_cgroups)  # closes the directories (the meter's too, here)
+        _pid, status = os.waitpid(child, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, status
+        assert meter.oom_killed()
+    finally:
+        plan.ended(child)
+        plan.close()
+
+
+def anonymous_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no RssAnon for {pid}")
+
+
+@needs_cgroups
+def test_the_meter_counts_pipe_and_socket_buffers(tmp_path: Path) -> None:
+    """What the cgroup charges on this kernel: a child that fills pipes and socket pairs
+    raises the run's figure by at least what it queued, while its resident set stays small."""
+    plan = CgroupPlan(wanted=True, max_memory_mb=512, max_processes=4)
+    plan.prepare()
+    assert plan.available, plan.reason
+    run_cgroups = plan.new_run()
+    assert run_cgroups is not None
+    meter = CgroupMeter(run_cgroups.fds, str(tmp_path))
+    go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            meter.join()
+            os.read(go_r, 1)
+            import socket
+
+            held = []
+            queued = 0
+            for _ in range(200):
+                read_end, write_end = os.pipe()
+                os.set_blocking(write_end, False)
+                with contextlib.suppress(BlockingIOError):
+                    queued += os.write(write_end, b"x" * 65536)
+                held.append((read_end, write_end))
+            for _ in range(40):
+                left, right = socket.socketpair()
+                left.sendall(b"y" * (100 << 10))
+                queued += 100 << 10
+                held.append((left.detach(), right.detach()))
+            os.write(done_w, queued.to_bytes(8, "big"))
+            time.sleep(30)
+        finally:
+            os._exit(0)
+    try:
+        plan.started(child, run_cgroups)  # closes the directories (the meter's too, here)
+        time.sleep(0.1)
+        _cpu, before, _count = meter.usage()
+        anon_before = anonymous_bytes(child)
+        os.write(go_w, b"!")
+        queued = int.from_bytes(os.read(done_r, 8), "big")
+        _cpu, after, _count = meter.usage()
+        anon_growth = anonymous_bytes(child) - anon_before
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        plan.ended(child)
+        plan.close()
+    assert queued >= 4 << 20
+    assert after - before >= queued, (before, after, queued)
+    assert anon_growth < queued / 4, anon_growth  # the figure is the kernel's buffers
+
+
+# --- nothing left behind ---------------------------------------------------------------------
+
+
+def runs_in(parent: Path) -> list[Path]:
+    return [path for path in parent.iterdir() if path.is_dir()]
+
+
+@needs_cgroups
+def test_no_cgroup_outlives_runs_aborts_timeouts_or_the_runtime() -> None:
+    runtime = runtime_of(cgroups=True, compute_ms=300, max_wall_ms=1500, max_memory_mb=64)
+    programs = [
+        "return 1",
+        "while True:\n    pass",  # compute budget
+        "import time\ntime.sleep(10)",  # wall ceiling
+        "import os\nos.fork() == 0 and os.setsid()\nimport time\ntime.sleep(10)",
+        "block = bytearray(200 << 20)",  # memory
+        "import os\nos._exit(3)",
+    ]
+    try:
+        for _ in range(3):
+            for program in programs:
+                run(runtime, program)
+        template = runtime.template_pid
+        assert template is not None
+        parents = template_parents(template)
+        assert len(parents) == len(HIERARCHIES)
+        for parent in parents:  # only the pre-forked workers' runs remain
+            for _ in range(200):  # the last run's go once the template has reaped its init
+                if len(runs_in(parent)) <= 2:
+                    break
+                time.sleep(0.05)
+            assert len(runs_in(parent)) <= 2, runs_in(parent)
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+    assert template_parents(template) == []
+
+
+@needs_cgroups
+def test_a_killed_template_leaves_no_cgroup_and_no_process() -> None:
+    runtime = runtime_of(cgroups=True)
+    marker = f"dsh-cgroup-orphan-{os.getpid()}"
+    program = f"""
+import os, subprocess, sys
+print('started')  # seen by the host: the run is not retried on a fresh template
+if os.fork() == 0:
+    os.setsid()
+    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])
+    os._exit(0)
+import time
+time.sleep(60)
+"""
+    try:
+        assert_next_run_works(runtime)
+        template = runtime.template_pid
+        assert template is not None
+
+        async def killed_midway() -> CodeRunResult:
+            running = asyncio.ensure_future(runtime.run(CodeRunRequest(program, [])))
+            await asyncio.sleep(1.0)
+            os.kill(template, signal.SIGKILL)
+            return await running
+
+        result = asyncio.run(killed_midway())
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        for _ in range(200):  # the janitor empties and removes them once the template is gone
+            if not template_parents(template):
+                break
+            time.sleep(0.05)
+        assert template_parents(template) == []
+        assert not any(
+            marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes()
+            for name in os.listdir("/proc")
+            if name.isdigit() and Path(f"/proc/{name}/cmdline").exists()
+        )
+        assert_next_run_works(runtime)  # a fresh template
+    finally:
+        runtime.close()
+
+
+@needs_cgroups
+def test_a_new_template_removes_the_cgroups_of_dead_ones() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = []
+    for hierarchy in HIERARCHIES:
+        base = _own_cgroup(hierarchy)
+        assert base is not None
+        parent = base / f"dsh-code-{dead.pid}-1"
+        (parent / "run-1").mkdir(parents=True)
+        stale.append(parent)
+    runtime = runtime_of(cgroups=True)
+    try:
+        assert_next_run_works(runtime)
+        assert [parent for parent in stale if parent.exists()] == []
+    finally:
+        runtime.close()
+        for parent in stale:
+            for path in (parent / "run-1", parent):
+                if path.exists():
+                    path.rmdir()
