@@ -23,7 +23,7 @@ from ..actors._frozen import EMPTY_LIST
 from ..registry import normalize_output
 from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import ToolEntry
-from ._chain import is_awaitable, run_chain
+from ._chain import first_link, is_awaitable
 from ._core import (
     FINISH,
     POST,
@@ -75,7 +75,9 @@ class DispatchStages(PipelineCore):
                 rec.stage = "execute-wrapper"
                 await event_loop()  # hooks are async code: they may await anything asyncio
                 base = partial(self._invoke, rec, inline)
-                result = await run_chain(hooks, (DispatchExecution(rec),), base)
+                result = first_link(hooks, (DispatchExecution(rec),), base)
+                while is_awaitable(result):
+                    result = await result
             else:
                 result = await self._invoke(rec, inline)
             rec.dispatch_signal = rec.signal
