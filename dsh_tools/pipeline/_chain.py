@@ -20,7 +20,7 @@ from ..actors import (
     ToolExecutionSuccess,
 )
 
-__all__ = ["is_awaitable", "run_chain"]
+__all__ = ["first_link", "is_awaitable", "run_chain"]
 
 # What hooks and bodies usually return: known at a glance not to be awaitable.
 _PLAIN: frozenset[type] = frozenset(
@@ -70,3 +70,15 @@ async def run_chain(
     while is_awaitable(out):
         out = await out
     return out
+
+
+def first_link(
+    hooks: Sequence[Callable[..., Any]],
+    args: tuple[Any, ...],
+    end: Callable[[], Awaitable[Any]],
+) -> Any:
+    """What ``run_chain(hooks, args, end)`` starts with: ``hooks[0](*args, next)``, returned as
+    it is. The caller awaits it for as long as it is awaitable, as ``run_chain`` would, so that
+    the outermost link needs no coroutine of its own (``hooks`` is not empty)."""
+    then = end if len(hooks) == 1 else partial(run_chain, hooks, args, end, 1)
+    return hooks[0](*args, then)

@@ -22,7 +22,7 @@ from ..actors import (
 )
 from ..registry import LosslessJsonError, normalize_output
 from ..registry._execution import CallRecord
-from ._chain import is_awaitable, run_chain
+from ._chain import first_link, is_awaitable
 from ._core import (
     POST,
     PipelineCore,
@@ -86,7 +86,9 @@ class CommitStages(PipelineCore):
             if hooks:
                 rec.stage = "post-execute"
                 await event_loop()  # hooks are async code: they may await anything asyncio
-                decision = await run_chain(hooks, (rec.view(), result), _accept)
+                decision = first_link(hooks, (rec.view(), result), _accept)
+                while is_awaitable(decision):
+                    decision = await decision
                 result = self._apply_post(rec, result, decision)
             if rec.outer is not None:
                 self._check_outer(rec)

@@ -43,6 +43,7 @@ __all__ = [
     "abort_reason",
     "call_aborted",
     "cancel_body",
+    "cancel_soon",
     "close_awaitable",
     "compact_arguments",
     "log",

@@ -23,7 +23,7 @@ from ..actors._frozen import EMPTY_LIST
 from ..registry import normalize_output
 from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import ToolEntry
-from ._chain import is_awaitable, run_chain
+from ._chain import first_link, is_awaitable
 from ._core import (
     FINISH,
     POST,
@@ -33,6 +33,7 @@ from ._core import (
     abort_reason,
     cancel_body,
     cancel_from_any_thread,
+    cancel_soon,
     replace_if_aborted,
 )
 from ._loop import event_loop, resume, running_loop
@@ -74,7 +75,9 @@ class DispatchStages(PipelineCore):
                 rec.stage = "execute-wrapper"
                 await event_loop()  # hooks are async code: they may await anything asyncio
                 base = partial(self._invoke, rec, inline)
-                result = await run_chain(hooks, (DispatchExecution(rec),), base)
+                result = first_link(hooks, (DispatchExecution(rec),), base)
+                while is_awaitable(result):
+                    result = await result
             else:
                 result = await self._invoke(rec, inline)
             rec.dispatch_signal = rec.signal
@@ -187,7 +190,10 @@ class DispatchStages(PipelineCore):
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
             remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
             if rec.stop_reason is not None:
-                cancel_body(rec, task)
+                # Interrupted while the call was on its way here (from a pool's worker thread):
+                # cancelled once the task has taken its first step, as interrupt() would, so
+                # that the body sees the cancellation where it waits.
+                cancel_soon(rec, task)
             try:
                 while True:
                     try:
@@ -198,7 +204,11 @@ class DispatchStages(PipelineCore):
                         break
                     except asyncio.CancelledError:
                         if task.done():
-                            ok, value = task.result()
+                            # Cancelled before its first step, the body never saw it.
+                            if task.cancelled():
+                                ok, value = False, asyncio.CancelledError()
+                            else:
+                                ok, value = task.result()
                             break
                         if not self._check_outer(rec):
                             cancel_body(rec, task)

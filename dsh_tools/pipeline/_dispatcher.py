@@ -365,7 +365,7 @@ class DispatcherPoolActor(SharedMailboxActor):
 
     def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
         """On a body thread: the dispatch of a plain body, the body inline."""
-        self.spawn(entry, self._dispatch(entry, record, OFF_LOOP))
+        self.run_here(entry, self._dispatch(entry, record, OFF_LOOP))
 
     def _commit(self, entry: PoolEntry) -> bool:
         assert entry.record is not None and entry.stage is not None

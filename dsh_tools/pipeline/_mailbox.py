@@ -104,12 +104,17 @@ class SharedMailboxActor(LoopActor):
             job = handed
 
     def spawn(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
-        """Start a stage: on the loop as a task started at once; elsewhere run here up to its
-        first suspension (it awaits ``event_loop()`` before anything that needs a loop) and
-        carried on in a task on the loop from there."""
+        """Start a stage on the loop, as a task started at once (from another thread: on the
+        loop's next pass)."""
         if self._on_loop():
             holder.task = start_task(self._loop, coro)
-            return
+        else:
+            self._loop.call_soon_threadsafe(self._start_stage, holder, coro)
+
+    def run_here(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a stage on this worker thread up to its first suspension (it awaits
+        ``event_loop()`` before anything that needs a loop); it carries on in a task on the loop
+        from there."""
         context = contextvars.copy_context()
         try:
             first = context.run(coro.send, None)
@@ -165,6 +170,9 @@ class SharedMailboxActor(LoopActor):
     def _failed(self, exc: Exception) -> None:
         _log.exception("actor message handler failed", actor=type(self).__name__, error=repr(exc))
         self.on_failure(exc)
+
+    def _start_stage(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
+        holder.task = start_task(self._loop, coro)
 
     def _adopt(
         self,

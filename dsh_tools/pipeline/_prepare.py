@@ -14,7 +14,7 @@ from ..actors import AbortController, Allow, Ask, Deny, ExecuteCall, ToolExecuti
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
-from ._chain import is_awaitable, run_chain
+from ._chain import first_link, is_awaitable
 from ._core import (
     DISPATCH_STAGE,
     FINISH,
@@ -107,7 +107,9 @@ class PrepareStages(PipelineCore):
             if hooks:
                 rec.stage = "pre-execute"
                 await event_loop()  # hooks are async code: they may await anything asyncio
-                decision = await run_chain(hooks, (rec.view(),), _allow)
+                decision = first_link(hooks, (rec.view(),), _allow)
+                while is_awaitable(decision):
+                    decision = await decision
             approval_cancelled = False
             decision_type = type(decision)
             if decision_type is Ask:
