@@ -1,7 +1,9 @@
 """Code Mode against Pydantic's Monty, measured side by side in one run.
 
-Prints the medians of an empty run and of 100 gathered calls for ``SubprocessCodeRuntime``
-(the sandbox, the default; runtime level) and ``ToolSystem`` ``run_code`` (end to end), and
+Prints the medians of an empty run and of 100 gathered calls (a plain-function tool body, the
+bar's figure, and an ``async`` one, the shape of Monty's external function) for
+``SubprocessCodeRuntime`` (the sandbox, the default; runtime level) and ``ToolSystem``
+``run_code`` (end to end), and
 for ``pydantic_monty.AsyncMonty`` (fresh session checkout from a warm pool + ``feed_run``), with
 the ratios the bars apply to: empty run <= 2 x Monty, 100 calls <= 0.2 x Monty. Each figure is
 measured from a warm pool (runs a short untimed pause apart, as a model's turns keep them) and
@@ -33,6 +35,9 @@ def main() -> None:
             figures[f"{name}{suffix}_ratio"] = (
                 figures[f"run_code_{name}{suffix}_ms"] / figures[f"monty_{name}{suffix}_ms"]
             )
+        figures[f"100_async_calls{suffix}_ratio"] = (
+            figures[f"run_code_100_async_calls{suffix}_ms"] / figures[f"monty_100_calls{suffix}_ms"]
+        )
     if options.json:
         print(json.dumps(figures))
         return
@@ -50,6 +55,11 @@ def main() -> None:
         )
         print(f"  Monty 100 gathered ext. calls:  {figures[f'monty_100_calls{suffix}_ms']:8.2f} ms")
         print(f"    ratio {figures[f'100_calls{suffix}_ratio']:.2f} (bar <= 0.2)")
+        print(
+            "  run_code 100 calls, async body: "
+            f"{figures[f'run_code_100_async_calls{suffix}_ms']:8.2f} ms"
+        )
+        print(f"    ratio {figures[f'100_async_calls{suffix}_ratio']:.2f} (no body thread hop)")
 
 
 if __name__ == "__main__":

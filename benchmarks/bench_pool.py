@@ -20,8 +20,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(f, indent=2))
         return 0
-    print(f"1,000 x 5 ms async calls, pool 10:  {f['pool10_sleep5ms_async_ms']:6.1f} ms (bar 540)")
-    print(f"1,000 x 5 ms thread calls, pool 10: {f['pool10_sleep5ms_thread_ms']:6.1f} ms (bar 540)")
+    for kind, floor in (("async", "asyncio loop"), ("thread", "ThreadPoolExecutor(10)")):
+        key = f"pool10_sleep5ms_{kind}"
+        print(
+            f"1,000 x 5 ms {kind} calls, pool 10: {f[f'{key}_ms']:6.1f} ms; "
+            f"{floor} {f[f'{key}_floor_ms']:6.1f} ms; ratio {f[f'{key}_ratio']:.3f}"
+        )
     for pool in (1, 10, 100):
         print(f"trivial calls, pool {pool:>3}: {f[f'trivial_pool{pool}_calls_per_s']:8.0f} /s")
     return 0

@@ -179,6 +179,10 @@ async def _sleep_async(args: Any, ctx: Any) -> int:
     return int(args["n"])
 
 
+async def _trivial_async(args: Any, ctx: Any) -> int:
+    return int(args["n"])
+
+
 def _sleep_thread(args: Any, ctx: Any) -> int:
     time.sleep(0.005)
     return int(args["n"])
@@ -261,15 +265,23 @@ def measure_pool(runs: int = 5, progress: Progress | None = None) -> dict[str, f
 
 
 def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[str, float]:
-    """Milliseconds for an empty ``run_code`` and for 100 trivial gathered calls."""
+    """Milliseconds for an empty ``run_code`` and for 100 trivial gathered calls: of a plain
+    function body (the bar's figure; each body hops to a body thread and back) and, as
+    ``run_code_100_async_calls*``, of an ``async`` body (no thread hop; the shape of Monty's
+    external function)."""
     figures: dict[str, float] = {}
     with ToolSystem.start(ToolsConfig(mode="code")) as system:
         system.tools.register(_int_tool("trivial", lambda args, ctx: int(args["n"])))
+        system.tools.register(_int_tool("trivial_async", _trivial_async))
         programs = {
             "run_code_empty_ms": "return None",
             "run_code_100_calls_ms": (
                 "values = await asyncio.gather("
                 "*[tools.trivial({'n': i}) for i in range(100)])\nreturn sum(values)"
+            ),
+            "run_code_100_async_calls_ms": (
+                "values = await asyncio.gather("
+                "*[tools.trivial_async({'n': i}) for i in range(100)])\nreturn sum(values)"
             ),
         }
         counter = iter(range(10**9))
@@ -290,7 +302,7 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
             return elapsed * 1e3
 
         for key, program in programs.items():
-            if progress:
+            if progress and key != "run_code_100_async_calls_ms":  # one step per bar figure
                 progress(key.replace("_ms", "").replace("_", " "))
             for _ in range(3):
                 once(program, POOL_REFILL_PAUSE_S)

@@ -11,6 +11,7 @@ from ._cli_output import content_text
 from ._system import ToolSystem
 from .actors import ExecuteCall
 from .actors._config import ToolsConfig
+from .codebridge._seam import DEFAULT_COMPUTE_MS, DEFAULT_MAX_WALL_MS
 from .pipeline import timeout_policy
 
 __all__ = ["run_catalog", "run_code_file", "run_program", "run_sdk"]
@@ -54,8 +55,8 @@ def run_program(
     out: TextIO,
     *,
     workspace: Path,
-    compute_ms: float = 60_000,
-    max_wall_ms: float = 600_000,
+    compute_ms: float = DEFAULT_COMPUTE_MS,
+    max_wall_ms: float = DEFAULT_MAX_WALL_MS,
     isolation: str = "sandbox",
 ) -> int:
     """Run ``program`` (the body of an async function) in Code Mode against the example tools."""

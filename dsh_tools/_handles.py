@@ -11,9 +11,9 @@ from typing import Any, Self
 
 from .registry import ToolsHandle
 
-__all__ = ["AgentScope", "CloseOwner", "PluginHandle"]
+__all__ = ["AgentScope", "OwnerCloser", "PluginHandle"]
 
-CloseOwner = Callable[[int, ToolsHandle], None]
+OwnerCloser = Callable[[int, ToolsHandle], None]
 """Dispose what ``owner`` registered through ``handle`` (``ToolSystem._close_owner``)."""
 
 
@@ -21,7 +21,7 @@ class _OwnerHandle:
     """What plugins and agent scopes share: an owner and the ToolsHandle writing through it,
     so that ``close()`` can dispose their registrations, last first."""
 
-    def __init__(self, owner: int, tools: ToolsHandle, close_owner: CloseOwner) -> None:
+    def __init__(self, owner: int, tools: ToolsHandle, close_owner: OwnerCloser) -> None:
         self.closed = False
         self._owner = owner
         self._close_owner = close_owner
@@ -48,7 +48,7 @@ class _OwnerHandle:
 class PluginHandle(_OwnerHandle):
     """An owner of global registrations: ``close()`` disposes them, last first."""
 
-    def __init__(self, name: str, owner: int, tools: ToolsHandle, close_owner: CloseOwner) -> None:
+    def __init__(self, name: str, owner: int, tools: ToolsHandle, close_owner: OwnerCloser) -> None:
         self.name = name
         super().__init__(owner, tools, close_owner)
 
@@ -62,7 +62,7 @@ class AgentScope(_OwnerHandle):
         key: str,
         owner: int,
         tools: ToolsHandle,
-        close_owner: CloseOwner,
+        close_owner: OwnerCloser,
         *,
         forget: Callable[[AgentScope], None],
         inject: Callable[[str, Any], None],

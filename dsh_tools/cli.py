@@ -24,6 +24,7 @@ import structlog
 from ._cli_bench import run_bench
 from ._cli_commands import run_catalog, run_code_file, run_program, run_sdk
 from ._cli_demo import run_demo
+from .codebridge._seam import DEFAULT_COMPUTE_MS, DEFAULT_MAX_WALL_MS, ISOLATIONS
 
 __all__ = [
     "main",
@@ -67,18 +68,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--max-wall-ms",
         type=_positive_ms,
-        default=600_000,
-        help="wall-clock budget of the program in milliseconds (default 600000)",
+        default=DEFAULT_MAX_WALL_MS,
+        help=f"wall-clock budget of the program in milliseconds (default {DEFAULT_MAX_WALL_MS})",
     )
     run.add_argument(
         "--compute-ms",
         type=_positive_ms,
-        default=60_000,
-        help="CPU-time budget of the program in milliseconds (default 60000)",
+        default=DEFAULT_COMPUTE_MS,
+        help=f"CPU-time budget of the program in milliseconds (default {DEFAULT_COMPUTE_MS})",
     )
     run.add_argument(
         "--isolation",
-        choices=("sandbox", "process"),
+        choices=ISOLATIONS,
         default="sandbox",
         help="sandbox (default): only the example tools reach the workspace; process: the "
         "program runs with your user's powers",

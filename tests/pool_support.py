@@ -8,8 +8,9 @@
 - ``in_background(system, batch, *gates)``: run ``execute_batch`` on a helper thread while the
   test opens gates; on exit every gate opens, so a failing test never leaves a body blocked.
 - ``quiesce(system)``: let the system loop run everything already scheduled. The pool's state
-  changes all happen on that loop, so once it is quiet and every body is gated, nothing can
-  start until the test opens a gate: "X did not start" is then a fact, not a race.
+  changes happen on that loop, or on the worker thread of a plain body that has just returned;
+  so once the loop is quiet and every body is gated, nothing can start until the test opens a
+  gate: "X did not start" is then a fact, not a race.
 - ``trace(system)``: the session log as ``(type, call_id or context text)`` pairs.
 """
 

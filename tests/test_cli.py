@@ -151,6 +151,29 @@ def test_version_prints_the_installed_version() -> None:
     assert done.stdout.strip() == f"dsh-tools {version('dsh-tools')}"
 
 
+def test_python_m_dsh_tools_runs_the_same_command() -> None:
+    from importlib.metadata import version
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_tools", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"dsh-tools {version('dsh-tools')}"
+    refused = subprocess.run(
+        [sys.executable, "-m", "dsh_tools", "frobnicate"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert refused.returncode == 2
+    assert "invalid choice" in refused.stderr
+
+
 def test_run_code_rejects_a_missing_file(tmp_path: Path) -> None:
     assert main(["run-code", str(tmp_path / "nope.py")]) == 2
 

@@ -61,12 +61,19 @@ class ToolCallRejected(Exception):
 class _SubCall:
     __slots__ = ("future", "logged_arguments", "name", "number", "sub_call_id")
 
-    def __init__(self, name: str, number: int, sub_call_id: str, logged: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        number: int,
+        sub_call_id: str,
+        logged: Any,
+        future: asyncio.Future[Any],
+    ) -> None:
         self.name = name
         self.number = number
         self.sub_call_id = sub_call_id
         self.logged_arguments = logged
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.future = future
 
 
 class CodeRunBridgeActor:
@@ -95,6 +102,7 @@ class CodeRunBridgeActor:
         self._log_tasks: set[asyncio.Task[None]] = set()
         self._finished: asyncio.Future[None] | None = None
         self._pool: DispatcherPoolActor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def signal(self) -> AbortSignal:
@@ -108,6 +116,7 @@ class CodeRunBridgeActor:
         outer_signal = self._outer.signal
         unsubscribe = outer_signal.add_callback(self._controller.abort)
         self._finished = loop.create_future()
+        self._loop = loop
         self._pool = DispatcherPoolActor(
             self._pipeline,
             loop=loop,
@@ -179,7 +188,14 @@ class CodeRunBridgeActor:
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None
         self._counter += 1
-        sub = _SubCall(name, self._counter, f"{self._parent_call_id}:code:{self._counter}", logged)
+        assert self._pool is not None and self._loop is not None
+        sub = _SubCall(
+            name,
+            self._counter,
+            f"{self._parent_call_id}:code:{self._counter}",
+            logged,
+            self._loop.create_future(),
+        )
         call = ExecuteCall(
             call_id=sub.sub_call_id,
             name=name,
@@ -188,7 +204,6 @@ class CodeRunBridgeActor:
             agent=self._agent,
             parent=self._outer.token,
         )
-        assert self._pool is not None
         self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub, frozen=True)))
         return sub.future
 

@@ -101,9 +101,11 @@ def compile_program(source: str) -> CodeType:
         if isinstance(node, ast.Return) and node.value is None:
             node.value = ast.copy_location(ast.Name(ABSENT_NAME, ast.Load()), node)
     last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1
-    final = ast.Return(ast.Name(ABSENT_NAME, ast.Load()))
-    final.lineno = final.end_lineno = last_line
-    final.col_offset = final.end_col_offset = 0
+    absent = ast.Name(ABSENT_NAME, ast.Load())
+    final = ast.Return(absent)
+    for placed in (final, absent):  # every node made here is placed: no tree-wide fix
+        placed.lineno = placed.end_lineno = last_line
+        placed.col_offset = placed.end_col_offset = 0
     function = ast.AsyncFunctionDef(
         name=FUNCTION_NAME,
         args=ast.arguments(
@@ -125,7 +127,6 @@ def compile_program(source: str) -> CodeType:
         end_col_offset=0,
     )
     module = ast.Module(body=[function], type_ignores=[])
-    ast.fix_missing_locations(module)
     try:
         return compile(module, FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as error:

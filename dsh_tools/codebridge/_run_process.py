@@ -42,6 +42,8 @@ from ._template_host import TemplateHandle
 __all__ = ["RunProcess"]
 
 _CPU_SAMPLE_SECONDS: Final = 0.025
+_WORKER_FRAMES: Final = worker_frame_decoder()
+"""One decoder for every run (decoding keeps no state; making one costs a few microseconds)."""
 
 
 class RunProcess(abc.ABC):
@@ -101,7 +103,7 @@ class RunProcess(abc.ABC):
         self._fds: dict[str, int] = {}
         self._readers: set[int] = set()
         self._writer = ChannelWriter(self._loop, partial(self._settle_failure, "frame-limit"))
-        self._frames = FrameReader(worker_frame_decoder(), self._max_frame_bytes)
+        self._frames = FrameReader(_WORKER_FRAMES, self._max_frame_bytes)
         self._native = NativeOutput(self._ledger)
         self._status = bytearray()
         self._pid: int | None = None

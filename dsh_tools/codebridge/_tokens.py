@@ -19,6 +19,7 @@ This module imports only the standard library and ``msgspec``: the worker loads 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Annotated, Any, Final
@@ -184,6 +185,24 @@ def _flat_object(value: Any) -> list[Any] | None:
     return tokens
 
 
+def _flat_value(keys: list[str], tokens: list[Any], dict_type: Callable[[], dict[str, Any]]) -> Any:
+    """The object ``ObjectMarker(keys)`` followed by one string, integer, boolean or ``None``
+    token per key describes; ``None`` when the tokens hold anything else (the general walk
+    then decides)."""
+    if len(set(keys)) != len(keys):
+        return None
+    node = dict_type()
+    for name, token in zip(keys, itertools.islice(tokens, 1, None), strict=True):
+        kind = type(token)
+        if kind is int:
+            if token < INT_MIN or token > INT_MAX:
+                return None
+        elif kind is not str and token is not None and kind is not bool:
+            return None
+        _dict_set(node, name, token)
+    return node
+
+
 _list_append = list.append
 _dict_set = dict.__setitem__
 
@@ -210,6 +229,12 @@ def detokenize(
             return token
         if kind is int and INT_MIN <= token <= INT_MAX:
             return token
+    else:
+        head = tokens[0]
+        if type(head) is ObjectMarker and len(head.keys) == total - 1:
+            flat = _flat_value(head.keys, tokens, dict_type)
+            if flat is not None:
+                return flat
     # Each open container: [node, keys or None, next index, child count].
     stack: list[list[Any]] = []
     root: Any = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from ..actors import HarnessError, ToolOutputError
+from ..actors import HarnessError, ToolOutputError, message_of
 from ..registry import LosslessJsonError, snapshot_json
 from ._errors import RemoteToolError
 
@@ -100,14 +100,6 @@ def decode_reply(frame: bytes) -> tuple[Any, RemoteFault | None, list[Any]]:
     return msgspec.json.decode(reply.value), None, contexts
 
 
-def _message(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:
-        return "<unprintable thrown value>"
-    return text if type(text) is str else "<unprintable thrown value>"
-
-
 def fault_of(exc: BaseException, traceback: str, dumps: Any) -> RemoteFault:
     """Describe ``exc`` for the trip home; ``dumps`` pickles (cloudpickle on a worker)."""
     cls = type(exc)
@@ -127,7 +119,7 @@ def fault_of(exc: BaseException, traceback: str, dumps: Any) -> RemoteFault:
     return RemoteFault(
         module=cls.__module__,
         qualname=cls.__qualname__,
-        message=_message(exc),
+        message=message_of(exc),
         code=code,
         name=name,
         pickled=pickled,
@@ -140,7 +132,7 @@ def _same(exc: BaseException, fault: RemoteFault) -> bool:
     cls = type(exc)
     if (cls.__module__, cls.__qualname__) != (fault.module, fault.qualname):
         return False
-    if _message(exc) != fault.message:
+    if message_of(exc) != fault.message:
         return False
     if fault.code is not None:
         return getattr(exc, "code", None) == fault.code and getattr(exc, "name", None) == fault.name
@@ -203,4 +195,4 @@ def snapshot_value(tool: str, value: Any) -> Any:
     except LosslessJsonError as exc:
         raise ToolOutputError(tool, [f"value is not lossless JSON: {exc}"]) from None
     except Exception as exc:
-        raise ToolOutputError(tool, [f"value snapshot failed: {_message(exc)}"]) from None
+        raise ToolOutputError(tool, [f"value snapshot failed: {message_of(exc)}"]) from None

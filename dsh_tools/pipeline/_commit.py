@@ -52,6 +52,16 @@ ACCEPT = Accept()
 class CommitStages(PipelineCore):
     """P1-P3 and F1-F4 of a call (see ``Pipeline``)."""
 
+    def commits_quietly(self, rec: CallRecord | None, stage: Stage | None) -> bool:
+        """Whether committing ``rec`` now runs no user code: no post-execute hook, finalizer or
+        result observer applies."""
+        if rec is None or stage is None or rec.finalizer is not None:
+            return False
+        current = self._cell.current
+        if stage.kind == POST and current.hooks_for("post_execute", rec.agent):
+            return False
+        return not current.hooks_for("result", rec.agent)
+
     def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
         """Post and finish without suspending, when no post-execute listener applies."""
         result = stage.result

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -35,16 +35,38 @@ from ._core import (
     cancel_from_any_thread,
     replace_if_aborted,
 )
-from ._loop import event_loop, resume
+from ._loop import event_loop, resume, running_loop
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
 
-__all__ = ["DispatchStages"]
+__all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
+
+OFF_LOOP: Final = "off-loop"
+"""``dispatch(inline=OFF_LOOP)``: a plain body runs on the calling thread as long as no event loop
+runs there (a dispatcher pool's worker thread, which has nothing else to do meanwhile); once
+the call has moved onto a loop (an execute wrapper, an async body) it runs on a worker thread."""
+
+Inline = bool | Literal["off-loop"]
 
 
 class DispatchStages(PipelineCore):
     """D1-D5 of a call (see ``Pipeline``)."""
 
-    async def dispatch(self, rec: CallRecord, *, inline: bool) -> Stage:
+    def plain_dispatch(self, rec: CallRecord) -> bool:
+        """Whether ``rec``'s dispatch is, as things stand, nothing but a plain body: no execute
+        wrapper applies and its tool's body is a plain function."""
+        entry = rec.entry
+        return (
+            entry is not None
+            and not entry.is_async
+            and not self._cell.current.hooks_for("execute", rec.agent)
+        )
+
+    def on_body_thread(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` on one of the threads plain bodies run on (raises ``RuntimeError`` once
+        they have shut down)."""
+        self._executor.submit(fn)
+
+    async def dispatch(self, rec: CallRecord, *, inline: Inline) -> Stage:
         """Run the execute waterfall and the body; the candidate result for post-execute."""
         try:
             hooks = self._cell.current.hooks_for("execute", rec.agent)
@@ -72,7 +94,7 @@ class DispatchStages(PipelineCore):
             rec.contexts_closed = True
             return Stage(FINISH, self._fault(rec, exc))
 
-    async def _invoke(self, rec: CallRecord, inline: bool) -> ToolExecutionResult:
+    async def _invoke(self, rec: CallRecord, inline: Inline) -> ToolExecutionResult:
         """The base of the execute waterfall (what the last wrapper's ``next()`` runs): the
         body and its rendering, as a canonical result of this execution. Never raises."""
         wrapper_signal = rec.dispatch_signal
@@ -94,16 +116,18 @@ class DispatchStages(PipelineCore):
             # on this very loop: a plain body then runs on a worker thread so the loop stays free
             # to fire it. Without one, nothing on this loop can abort the body's signal, so the
             # body runs inline (the hot path).
-            inline = inline and fused is caller
+            here = fused is caller and (
+                inline is True or (inline == OFF_LOOP and running_loop() is None)
+            )
             rec.stage = "body"
             try:
                 ctx = ToolRunContext(rec, fused)
-                if inline and not entry.is_async:
+                if here and not entry.is_async:
                     value = entry.definition.execute(rec.arguments, ctx)
                     if is_awaitable(value):
                         value = await self._run_task(rec, _awaited(value), fused)
                 else:
-                    value = await self._call_body(entry, rec, ctx, inline)
+                    value = await self._call_body(entry, rec, ctx, here)
             except BodyCancelled:
                 return _canonical(rec, cancelled("ABORTED", reason=abort_reason(rec, fused)))
             except GeneratorExit:  # this coroutine is being closed

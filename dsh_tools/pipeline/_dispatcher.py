@@ -14,14 +14,24 @@ The actor's protocol is messages (``SubmitCall``, ``PrepareDone``, ``DispatchSet
 ``CommitDone``, ``AbortPool``, ``ClosePool``); what a start, commit or abandonment means to the
 outside world is the ``PoolLane``'s business (a batch records session events; a Code Mode run
 answers the program).
+
+The mailbox is drained on the system loop, one message at a time. With a lane that may be told
+from any thread (a batch), a worker thread whose plain body has just settled drains it itself
+when nobody else is: it commits, starts the next call and, when that call's dispatch is a plain
+body again, runs it right there. A pool of plain bodies then moves from one body to the next as
+a thread pool does, instead of waking the loop and then a worker thread for every call. Stages
+that need the loop (hooks, async bodies, approvals) carry on there: they await ``event_loop()``
+first, and a stage suspended that way off the loop is handed to a task on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 
 from ..actors import (
@@ -29,7 +39,6 @@ from ..actors import (
     ExecuteCall,
     ToolExecutionResult,
 )
-from ..actors._loop_actor import LoopActor
 from ..actors._protocol import (
     AbortPool,
     ClosePool,
@@ -41,15 +50,25 @@ from ..actors._protocol import (
 )
 from ..registry import classify
 from ..registry._execution import CallRecord
+from ..registry._snapshot import ToolEntry
+from ._core import DISPATCH, Stage
+from ._dispatch import OFF_LOOP, Inline
 from ._loop import start_task
-from ._pipeline import DISPATCH, FINISH, Pipeline, Stage
+from ._mailbox import SharedMailboxActor
 from ._results import failure_from_exception
 
 _log = structlog.get_logger("dsh_tools.pool")
 
-__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane"]
+__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane", "PoolPipeline", "SubmitCalls"]
 
 _QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
+
+
+class SubmitCalls(msgspec.Struct, frozen=True):
+    """Queue several calls (pool entries, in order) behind the ones already submitted: one
+    message for a whole batch, so that its first calls start at once."""
+
+    entries: tuple[Any, ...]
 
 
 class PoolEntry:
@@ -61,6 +80,7 @@ class PoolEntry:
         "frozen",
         "index",
         "payload",
+        "reader",
         "record",
         "refused",
         "result",
@@ -76,6 +96,9 @@ class PoolEntry:
         self.call = call
         self.payload = payload
         self.frozen = frozen  # the arguments are a snapshot already
+        # Completes the entry the first time the pool would classify or start it (a batch
+        # reads the call's argument text there: the first calls start before the last is read).
+        self.reader: Callable[[PoolEntry], None] | None = None
         self.refused: ToolExecutionResult | None = None  # the call's result before it starts
         self.record: CallRecord | None = None
         self.stage: Stage | None = None
@@ -102,19 +125,62 @@ class PoolLane(Protocol):
         """Every submitted entry is committed or abandoned and the pool is closed."""
 
 
-class DispatcherPoolActor(LoopActor):
+class PoolPipeline(Protocol):
+    """What the pool asks of the pipeline (``Pipeline`` is one): the stages of a call, run one
+    at a time, and what they would run."""
+
+    def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
+        """The entry ``name`` resolves to for ``agent`` now."""
+
+    def starts_quietly(self, call: ExecuteCall) -> bool:
+        """Whether starting ``call`` now runs no user code (no guard or pre-execute hook)."""
+
+    def start_now(
+        self, call: ExecuteCall, *, frozen: bool, refused: ToolExecutionResult | None = None
+    ) -> tuple[CallRecord, Stage | None]:
+        """The call's record and the stage it reached without suspending (None: ``prepare``)."""
+
+    async def prepare(self, rec: CallRecord) -> Stage:
+        """Pre-execute hooks, approval, guards: the stage the call reached."""
+
+    def plain_dispatch(self, rec: CallRecord) -> bool:
+        """Whether the call's dispatch is nothing but a plain body."""
+
+    def on_body_thread(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` on a thread plain bodies run on."""
+
+    async def dispatch(self, rec: CallRecord, *, inline: Inline) -> Stage:
+        """Execute wrappers and the body: the candidate result."""
+
+    def commits_quietly(self, rec: CallRecord | None, stage: Stage | None) -> bool:
+        """Whether committing the call now runs no user code."""
+
+    def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
+        """Post and finish without suspending (None: ``commit``)."""
+
+    async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
+        """Post-execute hooks, then finish: the call's one result."""
+
+    def interrupt(self, rec: CallRecord, reason: Any) -> None:
+        """Abort the call from the pool's side (it still settles and commits)."""
+
+
+class DispatcherPoolActor(SharedMailboxActor):
     """Schedules submitted calls under the pool rules; see the module docstring."""
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        pipeline: PoolPipeline,
         *,
         loop: asyncio.AbstractEventLoop,
         signal: AbortSignal,
         max_parallel: int,
         lane: PoolLane,
+        lane_any_thread: bool = False,
     ) -> None:
-        super().__init__(loop)
+        """``lane_any_thread``: the lane's methods may be called from any thread (see the module
+        docstring); otherwise every message is handled on ``loop``."""
+        super().__init__(loop, workers_drain=lane_any_thread)
         self._pipeline = pipeline
         self._signal = signal
         self._max_parallel = max_parallel
@@ -143,6 +209,8 @@ class DispatcherPoolActor(LoopActor):
         kind = type(message)
         if kind is SubmitCall:
             self._entries.append(message.entry)
+        elif kind is SubmitCalls:
+            self._entries.extend(message.entries)
         elif kind is PrepareDone:
             self._busy = False
             message.entry.task = None
@@ -165,7 +233,7 @@ class DispatcherPoolActor(LoopActor):
             self._interrupt_started(message.reason)
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
-        self._pump()
+        self.pump()
 
     def _interrupt_started(self, reason: Any) -> None:
         """The pool aborted: every started, uncommitted call is interrupted (its async body's
@@ -176,11 +244,11 @@ class DispatcherPoolActor(LoopActor):
                 self._pipeline.interrupt(entry.record, reason)
 
     def on_failure(self, exc: BaseException) -> None:
-        self._pump()
+        self.pump()
 
     # --- scheduling ----------------------------------------------------------------------------
 
-    def _pump(self) -> None:
+    def pump(self) -> None:
         # Synchronous stages (no hooks to await) settle inside _step; keep stepping until the
         # pool must wait for a message. A loop, not recursion: a pool may be very wide.
         while self._step():
@@ -194,6 +262,8 @@ class DispatcherPoolActor(LoopActor):
         if self._commit_cursor < self._start_cursor:
             head = entries[self._commit_cursor]
             if head.state == _SETTLED:
+                if self.on_worker() and not self._pipeline.commits_quietly(head.record, head.stage):
+                    return self.hand_over()
                 return self._commit(head)
         if not self.aborted and self._signal.aborted:
             self.aborted = True
@@ -217,6 +287,12 @@ class DispatcherPoolActor(LoopActor):
             # arguments and runs user code.
             if not self._group_closed and self._in_flight < self._max_parallel:
                 head = entries[self._start_cursor]
+                reader = head.reader
+                if reader is not None:
+                    head.reader = None
+                    reader(head)
+                if self.on_worker() and not self._pipeline.starts_quietly(head.call):
+                    return self.hand_over()
                 if self._classify(head):
                     return self._start(head, exclusive=False)
                 if drained:
@@ -241,21 +317,16 @@ class DispatcherPoolActor(LoopActor):
         if exclusive:
             self._exclusive_active = True
         self._lane.started(entry)
-        record, stage = self._pipeline.begin(entry.call, frozen=entry.frozen)
-        if entry.refused is not None and stage is None:
-            stage = Stage(FINISH, entry.refused)
+        record, stage = self._pipeline.start_now(
+            entry.call, frozen=entry.frozen, refused=entry.refused
+        )
         entry.record = record
-        if stage is not None:
-            entry.stage = stage
-            entry.state = _SETTLED
-            return True
-        stage = self._pipeline.prepare_now(record)
         if stage is not None:
             self._settle_prepare(entry, stage)
             return True
         entry.state = _PREPARING
         self._busy = True
-        entry.task = start_task(self._loop, self._prepare(entry, record))
+        self.spawn(entry, self._prepare(entry, record))
         return False
 
     async def _prepare(self, entry: PoolEntry, record: CallRecord) -> None:
@@ -263,24 +334,38 @@ class DispatcherPoolActor(LoopActor):
             stage = await self._pipeline.prepare(record)
         except BaseException as exc:  # the pipeline does not raise; stay total regardless
             stage = Stage(2, failure_from_exception(exc))
-        self.tell(PrepareDone(entry, stage))
+        self.report(PrepareDone(entry, stage))
 
     def _settle_prepare(self, entry: PoolEntry, stage: Stage) -> None:
         if stage.kind == DISPATCH:
             entry.state = _DISPATCHING
             self._in_flight += 1
-            assert entry.record is not None
-            entry.task = start_task(self._loop, self._dispatch(entry, entry.record))
+            record = entry.record
+            assert record is not None
+            if self._workers_drain and self._pipeline.plain_dispatch(record):
+                job = partial(self._dispatch_here, entry, record)
+                if self.hand(job):  # this worker runs it once its drain is done
+                    return
+                try:
+                    self._pipeline.on_body_thread(partial(self.run_jobs, job))
+                    return
+                except RuntimeError:  # the body threads have shut down: the usual path says so
+                    pass
+            self.spawn(entry, self._dispatch(entry, record, False))
         else:
             entry.stage = stage
             entry.state = _SETTLED
 
-    async def _dispatch(self, entry: PoolEntry, record: CallRecord) -> None:
+    async def _dispatch(self, entry: PoolEntry, record: CallRecord, inline: Inline) -> None:
         try:
-            stage = await self._pipeline.dispatch(record, inline=False)
+            stage = await self._pipeline.dispatch(record, inline=inline)
         except BaseException as exc:
             stage = Stage(2, failure_from_exception(exc))
-        self.tell(DispatchSettled(entry, stage))
+        self.report(DispatchSettled(entry, stage))
+
+    def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
+        """On a body thread: the dispatch of a plain body, the body inline."""
+        self.spawn(entry, self._dispatch(entry, record, OFF_LOOP))
 
     def _commit(self, entry: PoolEntry) -> bool:
         assert entry.record is not None and entry.stage is not None
@@ -290,7 +375,7 @@ class DispatcherPoolActor(LoopActor):
             return True
         entry.state = _COMMITTING
         self._busy = True
-        entry.task = start_task(self._loop, self._run_commit(entry))
+        self.spawn(entry, self._run_commit(entry))
         return False
 
     async def _run_commit(self, entry: PoolEntry) -> None:
@@ -299,7 +384,7 @@ class DispatcherPoolActor(LoopActor):
             result = await self._pipeline.commit(entry.record, entry.stage)
         except BaseException as exc:
             result = failure_from_exception(exc)
-        self.tell(CommitDone(entry, result))
+        self.report(CommitDone(entry, result))
 
     def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self._commit_cursor += 1
@@ -310,7 +395,13 @@ class DispatcherPoolActor(LoopActor):
         hold = self._lane.committed(entry, result)
         if hold is not None:
             self._busy = True
-            self._hold_task = start_task(self._loop, self._release_after(hold))
+            if self._on_loop():
+                self._hold(hold)
+            else:
+                self._loop.call_soon_threadsafe(self._hold, hold)
+
+    def _hold(self, hold: Awaitable[None]) -> None:
+        self._hold_task = start_task(self._loop, self._release_after(hold))
 
     async def _release_after(self, hold: Awaitable[None]) -> None:
         try:
@@ -325,5 +416,5 @@ class DispatcherPoolActor(LoopActor):
         self._lane.finished()
 
 
-# The pool starts stages with ``start_task`` only while its mailbox is draining, so a stage
-# that reports back at once is queued, never handled re-entrantly.
+# The pool starts stages only while its mailbox is draining, so a stage that reports back at
+# once is queued, never handled re-entrantly.

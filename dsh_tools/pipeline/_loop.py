@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from ._epoll import PreciseEpoll
 
 __all__ = [
+    "carry_on",
     "drive",
     "driving",
     "event_loop",
@@ -122,9 +123,10 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
     long as it never suspends; from its first real suspension on it finishes inside a task
     on this thread's private loop.
 
-    The loop runs only until that task ends: the task stops the loop itself as it finishes
-    (``run_until_complete`` would stop it from a done callback, one more pass of the loop
-    later, and that pass costs about as much as the hooks that needed the loop)."""
+    The loop makes one pass first (``stop()`` before ``run_forever()``): the task's first step,
+    which is the whole call unless it really suspends; only then does the loop run on until the
+    task is done. A call whose hooks merely pass through so costs one pass of the loop, not the
+    two (and the done callback) of ``run_until_complete``."""
     context = contextvars.copy_context()
     state = _state
     outer = state.driving
@@ -136,38 +138,52 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             value: _T = done.value
             return value
         loop = thread_loop()
-        task = asyncio.Task(_carry_on(coro, first, loop), loop=loop, context=context)
+        if first is _NEED_LOOP:
+            # The task resumes the coroutine where it waits for a loop: ``event_loop()`` then
+            # returns the loop that runs now.
+            task = asyncio.Task(coro, loop=loop, context=context)
+        else:
+            task = asyncio.Task(_carry_on(coro, first), loop=loop, context=context)
         try:
+            loop.stop()
             loop.run_forever()
+            if not task.done():
+                return loop.run_until_complete(task)
         except BaseException:
             if task.done() and not task.cancelled():
                 task.exception()  # raised here and now: not "never retrieved"
             raise
-        if not task.done():  # code on the loop stopped it (as run_until_complete reports)
-            raise RuntimeError("Event loop stopped before Future completed.")
         return task.result()
     finally:
         state.driving = outer
 
 
+def carry_on(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, _T],
+    first: Any,
+    context: contextvars.Context,
+) -> asyncio.Task[_T]:
+    """Continue, in a task on ``loop`` (call this on its thread), a coroutine that was started
+    on another thread and suspended there with ``first`` (an ``event_loop()`` wait, say)."""
+    if first is _NEED_LOOP:
+        return loop.create_task(coro, context=context)  # resumed there, event_loop() returns
+    return loop.create_task(_carry_on(coro, first), context=context)
+
+
 @types.coroutine
-def _carry_on(
-    coro: Coroutine[Any, Any, _T], first: Any, loop: asyncio.AbstractEventLoop
-) -> Generator[Any, Any, _T]:
-    """Continue a driven coroutine inside its task: first past every ``event_loop()`` wait
-    (a loop runs now), then as ``resume`` does; stop ``loop`` once it has ended."""
-    try:
-        yielded = first
-        while yielded is _NEED_LOOP:
-            try:
-                yielded = coro.send(None)
-            except StopIteration as done:
-                value: _T = done.value
-                return value
-        result: _T = yield from resume(coro, yielded)
-        return result
-    finally:
-        loop.stop()
+def _carry_on(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+    """Continue a started coroutine inside its task: first past every ``event_loop()`` wait
+    (a loop runs now), then as ``resume`` does."""
+    yielded = first
+    while yielded is _NEED_LOOP:
+        try:
+            yielded = coro.send(None)
+        except StopIteration as done:
+            value: _T = done.value
+            return value
+    result: _T = yield from resume(coro, yielded)
+    return result
 
 
 # --- resuming a started coroutine in a task ----------------------------------------------------

@@ -4,10 +4,13 @@ its argument texts read (off the loop when long), its session events and context
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
+
+import msgspec
 
 from ..actors import (
     AbortController,
@@ -19,11 +22,12 @@ from ..actors import (
     ToolArgsError,
     ToolExecutionResult,
 )
-from ..actors._protocol import AbortPool, ClosePool, SubmitCall
+from ..actors._protocol import AbortPool, ClosePool
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, snapshot_json
-from ._dispatcher import DispatcherPoolActor, PoolEntry
+from ._dispatcher import DispatcherPoolActor, PoolEntry, SubmitCalls
 from ._json_text import ArgumentsTextError, read_arguments
+from ._loop import running_loop
 from ._pipeline import Pipeline
 from ._results import cancelled, failure_from_exception
 
@@ -31,7 +35,8 @@ __all__ = ["BatchRunner"]
 
 
 class _BatchLane:
-    """A batch: session events per call, results in model order, the context FIFO."""
+    """A batch: session events per call, results in model order, the context FIFO. Its methods
+    may be called from any thread (the pool's worker threads commit too)."""
 
     def __init__(
         self, runner: BatchRunner, batch: ExecuteBatch, size: int, signals: tuple[AbortSignal, ...]
@@ -73,8 +78,13 @@ class _BatchLane:
         for context in contexts:
             self.session.record_context(context, self.agent)
         results = tuple(r for r in self.results if r is not None)
-        if not self.done.done():
-            self.done.set_result(BatchOutcome(results, contexts))
+        outcome = BatchOutcome(results, contexts)
+        loop = self.done.get_loop()
+        if running_loop() is loop:
+            _settle(self.done, outcome)
+        else:  # the pool finished on a worker thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: stop() failed it
+                loop.call_soon_threadsafe(_settle, self.done, outcome)
 
 
 class BatchRunner:
@@ -112,7 +122,15 @@ class BatchRunner:
         lane = _BatchLane(self, batch, len(batch.calls), (signal, control.signal))
         loop = asyncio.get_running_loop()
         remove_stop = self._stopping.add_callback(control.abort)
-        entries = await self._entries(batch, signal)
+        texts = [c.arguments for c in batch.calls]
+        read: list[tuple[Any, bool, str | None]] | None = None
+        if sum(len(t) for t in texts) > _READ_ON_LOOP_CHARS:
+            # Long texts are read on a worker thread, so that the loop other batches share
+            # stays responsive; short ones as the pool first looks at each call, so that the
+            # first calls start while the rest are still unread.
+            read = await loop.run_in_executor(
+                self._executor, lambda: [_read(t, gradual=True) for t in texts]
+            )
         with self._lock:
             self._active.setdefault(batch.agent, []).append(lane)
         pool = DispatcherPoolActor(
@@ -121,46 +139,34 @@ class BatchRunner:
             signal=signal,
             max_parallel=max_parallel,
             lane=lane,
+            lane_any_thread=True,
         )
         remove_control: Callable[[], None] = _nothing
         if not own:
             remove_control = control.signal.add_callback(lambda r: pool.tell(AbortPool(r)))
         try:
-            for entry in entries:
-                pool.tell(SubmitCall(entry))
+            entries = []
+            for index, tool_call in enumerate(batch.calls):
+                text = texts[index]
+                call = ExecuteCall(
+                    call_id=tool_call.call_id,
+                    name=tool_call.name,
+                    arguments=text,  # until it is read
+                    signal=signal,
+                    agent=batch.agent,
+                )
+                entry = PoolEntry(index, call, text)
+                if read is None:
+                    entry.reader = _read_entry
+                else:
+                    _complete(entry, read[index])
+                entries.append(entry)
+            pool.tell(SubmitCalls(tuple(entries)))
             pool.tell(ClosePool())
             return await lane.done
         finally:
             remove_control()
             remove_stop()
-
-    async def _entries(self, batch: ExecuteBatch, signal: AbortSignal) -> list[PoolEntry]:
-        """One pool entry per call, its argument text read and snapshotted. Long texts are
-        read on a worker thread, so that the loop other batches share stays responsive."""
-        texts = [c.arguments for c in batch.calls]
-        if sum(len(t) for t in texts) <= _READ_ON_LOOP_CHARS:
-            read = [_read(t) for t in texts]
-        else:
-            loop = asyncio.get_running_loop()
-            read = await loop.run_in_executor(
-                self._executor, lambda: [_read(t, gradual=True) for t in texts]
-            )
-        entries = []
-        for index, (tool_call, (value, frozen, refusal)) in enumerate(
-            zip(batch.calls, read, strict=True)
-        ):
-            call = ExecuteCall(
-                call_id=tool_call.call_id,
-                name=tool_call.name,
-                arguments=value,
-                signal=signal,
-                agent=batch.agent,
-            )
-            entry = PoolEntry(index, call, tool_call.arguments, frozen=frozen)
-            if refusal is not None:
-                entry.refused = failure_from_exception(ToolArgsError([refusal]))
-            entries.append(entry)
-        return entries
 
     def _deactivate(self, lane: _BatchLane) -> None:
         with self._lock:
@@ -188,6 +194,29 @@ _READ_ON_LOOP_CHARS = 16 * 2**10
 
 def _nothing() -> None:
     return None
+
+
+def _settle(done: asyncio.Future[BatchOutcome], outcome: BatchOutcome) -> None:
+    if not done.done():
+        done.set_result(outcome)
+
+
+def _read_entry(entry: PoolEntry) -> None:
+    try:
+        read = _read(entry.payload)
+    except Exception as exc:  # never run the call on its unread text
+        entry.refused = failure_from_exception(exc)
+        return
+    _complete(entry, read)
+
+
+def _complete(entry: PoolEntry, read: tuple[Any, bool, str | None]) -> None:
+    """Give ``entry``'s call the arguments read from its text (or refuse it)."""
+    value, frozen, refusal = read
+    entry.call = msgspec.structs.replace(entry.call, arguments=value)
+    entry.frozen = frozen
+    if refusal is not None:
+        entry.refused = failure_from_exception(ToolArgsError([refusal]))
 
 
 def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..actors import AbortController, Allow, Ask, Deny, ExecuteCall
+from ..actors import AbortController, Allow, Ask, Deny, ExecuteCall, ToolExecutionResult
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
@@ -63,6 +63,30 @@ class PrepareStages(PipelineCore):
         if signal.aborted:
             return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None
+
+    def start_now(
+        self, call: ExecuteCall, *, frozen: bool, refused: ToolExecutionResult | None = None
+    ) -> tuple[CallRecord, Stage | None]:
+        """E1-E10 as far as they go without suspending: the record, and the stage the call has
+        reached (None: ``prepare`` must run, a pre-execute hook applies). ``refused``: the
+        call's result decided before it started (its arguments could not be read)."""
+        rec, stage = self.begin(call, frozen=frozen)
+        if stage is None:
+            stage = Stage(FINISH, refused) if refused is not None else self.prepare_now(rec)
+        return rec, stage
+
+    def starts_quietly(self, call: ExecuteCall) -> bool:
+        """Whether preparing ``call`` now runs no user code: no pre-execute hook and no guard
+        applies."""
+        current = self._cell.current
+        agent = call.agent
+        if current.hooks_for("pre_execute", agent):
+            return False
+        for layer in (None, agent) if agent is not None else (None,):
+            table = current.guard_table(layer)
+            if table is not None and table.entries:
+                return False
+        return True
 
     def prepare_now(self, rec: CallRecord) -> Stage | None:
         """E4-E10 without suspending, when no pre-execute listener applies; else None."""

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pykka
 import structlog
 
-from ..actors import message_of
+from ..actors import ExecuteCall, ToolCall, message_of
 from ..actors._protocol import (
     AddGuard,
     AddHook,
@@ -294,7 +294,7 @@ class ToolsHandle:
         """The visible tool names, in view order."""
         return list(self._cell.current.view(self._target(agent)))
 
-    def execution_mode(self, call: Any) -> ExecutionMode:
+    def execution_mode(self, call: ExecuteCall | ToolCall) -> ExecutionMode:
         """``"parallel"`` iff the visible tool's classifier returns exactly ``True``."""
         agent = getattr(call, "agent", None)
         entry = self._cell.current.lookup(call.name, self._target(agent))

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias, TypeVar
 import msgspec
 
 from ..actors import Accept, Allow, Ask, Block, Deny, ToolExecutionResult
-from ._execution import DispatchExecution, ToolExecution
+from ._execution import DispatchExecution, ToolExecution, ToolRunContext
 
 __all__ = [
     "AssembleHook",
@@ -107,12 +107,12 @@ class CodeDispatchLog(msgspec.Struct, frozen=True, kw_only=True):
     first listener returns is the logged ``content`` of the ``tool/code-dispatch`` event.
     """
 
-    exec: Any
+    exec: ToolRunContext
     agent: str | None
     sub_call_id: str
     name: str
     is_error: bool
-    content: Any
+    content: Sequence[Any]
 
 
 CodeDispatchLogHook: TypeAlias = Callable[

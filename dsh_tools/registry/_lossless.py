@@ -1,4 +1,4 @@
-"""The lossless JSON boundary: validate, copy and deep-freeze in one iterative pass.
+"""The lossless JSON boundary: what crosses it, and the error and path that name what does not.
 
 A value is *lossless JSON* when encoding and decoding it gives back an equal value with the same
 Python types. Accepted, by exact type (never ``isinstance``):
@@ -21,11 +21,6 @@ are ``_lossless_copy`` (``snapshot_json``, ``thaw``), ``_lossless_check`` (``is_
 deep work at the default recursion limit. The walkers never invoke user code: they test exact
 types, iterate exact ``dict``/``list`` instances and read type names through the ``type``
 descriptor.
-
-Already-frozen input is copied like plain input. A ``FrozenDict`` or ``FrozenList`` proves nothing
-about its contents (anyone can build ``FrozenList([float("nan")])``, and ``dict.__setitem__`` still
-writes into a ``FrozenDict``), so reusing one without a full walk would not be provably safe, and
-after a full walk the copy is nearly free.
 """
 
 from __future__ import annotations

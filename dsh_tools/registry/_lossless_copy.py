@@ -1,5 +1,11 @@
 """The lossless copy walkers: ``snapshot_json`` (validate and deep-freeze) and ``thaw`` (validate
-and copy back to plain ``dict``/``list``), each source container read exactly once."""
+and copy back to plain ``dict``/``list``), each source container read exactly once.
+
+Already-frozen input is copied like plain input. A ``FrozenDict`` or ``FrozenList`` proves nothing
+about its contents (anyone can build ``FrozenList([float("nan")])``, and ``dict.__setitem__`` still
+writes into a ``FrozenDict``), so reusing one without a full walk would not be provably safe, and
+after a full walk the copy is nearly free.
+"""
 
 from __future__ import annotations
 

@@ -33,15 +33,14 @@ import signal
 import time
 from typing import Final
 
+from ._init import task_ceiling
+
 __all__ = ["HIERARCHIES", "CgroupMeter", "CgroupPlan", "RunCgroups"]
 
 HIERARCHIES: Final = ("memory", "cpuacct", "pids")
 _MOUNT_ROOT: Final = "/sys/fs/cgroup"
 _PARENT: Final = re.compile(r"dsh-code-(\d+)-(\d+)\Z")
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_TASKS_PER_PROCESS: Final = 32
-"""Threads allowed per allowed process by the ``pids.max`` ceiling (a thread pool's size)."""
-_TASK_SLACK: Final = 64
 _MEMORY_SLACK: Final = 64 * 2**20
 """Beyond twice ``max_memory_mb`` (processes and scratch), before the kernel's hard ceiling."""
 _SWEEP_SECONDS: Final = 5.0
@@ -155,7 +154,7 @@ class CgroupPlan:
     def __init__(self, *, wanted: bool, max_memory_mb: float, max_processes: int) -> None:
         self._wanted = wanted
         self._memory_limit = int(2 * max_memory_mb * 2**20) + _MEMORY_SLACK
-        self._task_limit = _TASKS_PER_PROCESS * max_processes + _TASK_SLACK
+        self._task_limit = task_ceiling(max_processes)
         self._base: list[int] = []
         self._parents: list[int] = []
         self._parent_name = ""
@@ -355,6 +354,10 @@ class CgroupMeter:
         charged -= (scratch.f_blocks - scratch.f_bfree) * scratch.f_frsize
         count = sum(1 for name in os.listdir("/proc") if name.isdigit()) - 1
         return cpu, charged, count
+
+    def over_task_ceiling(self) -> bool:
+        """Never seen here: ``pids.max`` holds the run's tasks in the kernel."""
+        return False
 
     def oom_killed(self) -> bool:
         """Whether the kernel's memory ceiling has killed a process of the run."""

@@ -30,7 +30,7 @@ from typing import Any, Final, NoReturn
 
 from . import _kernel
 from ._cgroup import CgroupMeter, CgroupPlan, RunCgroups
-from ._init import Meter, ProcMeter, run_init
+from ._init import Meter, ProcMeter, run_init, task_ceiling
 from ._seccomp import seccomp_program, seccomp_supported
 
 __all__ = ["MIN_LANDLOCK_ABI", "SandboxPlan", "SandboxUnavailable"]
@@ -328,7 +328,11 @@ class SandboxPlan:
                 "tmpfs", self.scratch, "tmpfs", _kernel.MS_NOSUID | _kernel.MS_NODEV, options
             )
             run = self._run_cgroups
-            meter: Meter = ProcMeter() if run is None else CgroupMeter(run.fds, self.scratch)
+            meter: Meter = (
+                ProcMeter(task_ceiling(self.max_processes))
+                if run is None
+                else CgroupMeter(run.fds, self.scratch)
+            )
         except OSError as exc:
             _report_error(status_fd, str(_unavailable("the run's namespaces and mounts", exc)))
             os._exit(0)

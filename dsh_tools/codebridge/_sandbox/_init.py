@@ -5,7 +5,9 @@ PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps e
 its ``Meter``: the run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise
 ``ProcMeter``, which sums over the namespace's private ``/proc`` the CPU time of every live
 process (its own and its reaped children's) plus what the init has reaped itself, the resident
-anonymous and shared memory and the number of processes. Over a budget it reports which one
+anonymous and shared memory, the number of processes and the number of tasks (threads
+included: without cgroups nothing else holds them, and a tree of threads could take every PID of
+the host). Over a budget it reports which one
 and exits; when the worker exits it reports the worker's wait status (or the memory budget,
 when the kernel's memory ceiling killed it) and exits. Its exit makes the kernel kill everything
 left in the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives
@@ -40,6 +42,7 @@ __all__ = [
     "Meter",
     "ProcMeter",
     "run_init",
+    "task_ceiling",
 ]
 
 TICK_SECONDS: Final = 0.025
@@ -47,6 +50,15 @@ BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_TASKS_PER_PROCESS: Final = 32
+"""Threads allowed per allowed process (a thread pool's size)."""
+_TASK_SLACK: Final = 64
+
+
+def task_ceiling(max_processes: int) -> int:
+    """How many tasks (threads included) a run of ``max_processes`` may have: the cgroups'
+    ``pids.max``, and the ``/proc`` walk's ceiling where there are no cgroups."""
+    return _TASKS_PER_PROCESS * max_processes + _TASK_SLACK
 
 
 def _kilobytes(status: bytes, key: bytes) -> int:
@@ -55,6 +67,14 @@ def _kilobytes(status: bytes, key: bytes) -> int:
         return 0  # a zombie has no memory lines
     start += len(key)
     return int(status[start : status.index(b"kB", start)])
+
+
+def _threads(status: bytes) -> int:
+    start = status.find(b"\nThreads:")
+    if start < 0:
+        return 1
+    start += len(b"\nThreads:")
+    return int(status[start : status.index(b"\n", start)])
 
 
 class Meter(Protocol):
@@ -72,9 +92,18 @@ class Meter(Protocol):
     def oom_killed(self) -> bool:
         """Whether the kernel ended a process of the run for memory."""
 
+    def over_task_ceiling(self) -> bool:
+        """Whether the last ``usage`` saw more tasks (threads included) than the run may have
+        (with cgroups the kernel's ``pids.max`` holds them instead)."""
+
 
 class ProcMeter:
-    """The walk over the namespace's ``/proc`` (no cgroups)."""
+    """The walk over the namespace's ``/proc`` (no cgroups); ``max_tasks`` is the ceiling on
+    tasks, threads included (``task_ceiling``)."""
+
+    def __init__(self, max_tasks: int) -> None:
+        self._max_tasks = max_tasks
+        self._tasks = 0
 
     def join(self) -> None:
         pass
@@ -83,19 +112,24 @@ class ProcMeter:
         pass
 
     def usage(self) -> tuple[float, int, int]:
-        return _tree_usage()
+        cpu, memory, count, self._tasks = _tree_usage()
+        return cpu, memory, count
 
     def oom_killed(self) -> bool:
         return False
 
+    def over_task_ceiling(self) -> bool:
+        return self._tasks > self._max_tasks
 
-def _tree_usage() -> tuple[float, int, int]:
-    """(CPU seconds, resident anonymous and shared-memory bytes, process count) of the
-    namespace but PID 1. Shared memory counts too: ``mmap(-1, n)`` is ``MAP_SHARED``, and
+
+def _tree_usage() -> tuple[float, int, int, int]:
+    """(CPU seconds, resident anonymous and shared-memory bytes, process count, task count) of
+    the namespace but PID 1. Shared memory counts too: ``mmap(-1, n)`` is ``MAP_SHARED``, and
     its pages are not anonymous to the kernel."""
     ticks = 0
     kilobytes = 0
     count = 0
+    tasks = 0
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1":
             continue
@@ -110,9 +144,10 @@ def _tree_usage() -> tuple[float, int, int]:
         ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         kilobytes += _kilobytes(status, b"\nRssAnon:") + _kilobytes(status, b"\nRssShmem:")
         count += 1
+        tasks += _threads(status)
     times = os.times()
     cpu = ticks / _CLOCK_TICKS + times.children_user + times.children_system
-    return cpu, kilobytes * 1024, count
+    return cpu, kilobytes * 1024, count, tasks
 
 
 def _memory_killed(meter: Meter) -> bool:
@@ -192,7 +227,7 @@ def run_init(
             report = b"B" + bytes([BUDGET_COMPUTE])
         elif memory > memory_limit:
             report = b"B" + bytes([BUDGET_MEMORY])
-        elif count > max_processes:
+        elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
     with contextlib.suppress(OSError):
         os.write(status_fd, report)

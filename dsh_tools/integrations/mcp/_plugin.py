@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ...actors import FrozenDict
+from ...actors import FrozenDict, message_of
 from ...registry import Disposer, ToolsHandle, snapshot_json
 from ._client import Listing, McpClient, describe
 from ._resources import ServerResources
@@ -282,13 +282,13 @@ class McpPlugin(ServerResources):
                 "tool/progress", FrozenDict(snapshot_json(data)), progress.agent
             )
         except Exception as exc:  # a non-finite number from the server, say
-            _log.warning("MCP progress not recorded", server=self.name, error=str(exc))
+            _log.warning("MCP progress not recorded", server=self.name, error=message_of(exc))
         if self._on_progress is None:
             return None
         try:
             return self._on_progress(progress)
         except Exception as exc:
-            _log.warning("MCP on_progress callback failed", server=self.name, error=str(exc))
+            _log.warning("MCP on_progress callback failed", server=self.name, error=message_of(exc))
             return None
 
     # --- closing -------------------------------------------------------------------------------
@@ -308,7 +308,9 @@ class McpPlugin(ServerResources):
                 if self._owner is not None:
                     self._owner.close()
             except Exception as exc:
-                _log.warning("disposing an MCP plugin failed", server=self.name, error=str(exc))
+                _log.warning(
+                    "disposing an MCP plugin failed", server=self.name, error=message_of(exc)
+                )
         self._client.close(self._close_timeout)
 
     async def aclose(self) -> None:

@@ -13,6 +13,7 @@ import structlog
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
+from ...actors import message_of
 from ._sdk import describe, wire
 from ._types import (
     ElicitationCallback,
@@ -166,7 +167,7 @@ class ServerRequests:
                     await out
             except Exception as exc:
                 _log.warning(
-                    "MCP on_list_changed callback failed", server=self._label, error=str(exc)
+                    "MCP on_list_changed callback failed", server=self._label, error=message_of(exc)
                 )
 
         task = self._loop.create_task(tell())

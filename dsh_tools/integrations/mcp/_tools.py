@@ -29,7 +29,14 @@ from typing import Any
 
 import structlog
 
-from ...actors import AbortError, HarnessError, JsonSchemaError, ToolArgsError, ToolTimeoutError
+from ...actors import (
+    AbortError,
+    HarnessError,
+    JsonSchemaError,
+    ToolArgsError,
+    ToolTimeoutError,
+    message_of,
+)
 from ...registry import (
     LosslessJsonError,
     ToolDefinition,
@@ -181,7 +188,9 @@ def _body(tool: _Tool) -> Callable[..., Any]:
                     await out
                 except Exception as exc:
                     _log.warning(
-                        "MCP on_progress callback failed", server=client.label, error=str(exc)
+                        "MCP on_progress callback failed",
+                        server=client.label,
+                        error=message_of(exc),
                     )
 
         future = client.call_tool(ref, info.mcp_name, arguments, on_progress=on_progress)

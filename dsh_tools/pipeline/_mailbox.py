@@ -1,0 +1,186 @@
+"""``SharedMailboxActor``: a ``LoopActor`` whose mailbox a worker thread may drain too.
+
+A ``LoopActor`` handles every message on the loop: a stage that ends on a worker thread reports
+back with a cross-thread wake-up of the loop, and whatever the actor starts next on a worker
+thread is another wake-up. For an actor whose work is mostly plain code on worker threads (a
+dispatcher pool of plain bodies) those two wake-ups are most of the time between one body and
+the next. Here a worker thread that reports while nobody drains the mailbox drains it itself,
+one message at a time as ever (a lock guards only the mailbox and who drains it), and may be
+handed one job to run once the drain is done (the next body). A step that must run where it
+always has (on the loop) hands the rest of the drain to the loop (``hand_over``). A message a
+worker reports while the loop is draining reaches the loop as any other thread's does, a loop
+pass later, so that what the loop does next (stopping, say) comes first as it always did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+import structlog
+
+from ..actors._loop_actor import LoopActor
+from ._loop import carry_on, running_loop, start_task
+
+__all__ = ["HoldsTask", "SharedMailboxActor"]
+
+_log = structlog.get_logger("dsh_tools.actors")
+
+# Who drains the mailbox now.
+_NOBODY, _LOOP, _WORKER = range(3)
+
+
+class HoldsTask(Protocol):
+    """What holds the task a stage runs in until it ends (asyncio keeps only weak references)."""
+
+    task: asyncio.Task[None] | None
+
+
+class SharedMailboxActor(LoopActor):
+    """See the module docstring. ``workers_drain`` False: a plain ``LoopActor``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, workers_drain: bool) -> None:
+        super().__init__(loop)
+        self._workers_drain = workers_drain
+        self._mail_lock = threading.Lock()
+        self._drainer = _NOBODY
+        self._handing = False  # a worker's drain is to be handed to the loop
+
+    def tell(self, message: Any) -> None:
+        if not self._workers_drain:
+            super().tell(message)
+        elif self._on_loop():
+            self._post(message, _LOOP)
+        else:
+            self._loop.call_soon_threadsafe(self.tell, message)
+
+    def report(self, message: Any) -> None:
+        """``tell`` for a stage ending here: on a worker thread that finds nobody draining, drain
+        the mailbox right here (see ``hand``)."""
+        if not self._workers_drain or running_loop() is not None:
+            self.tell(message)
+            return
+        here = _here
+        outer, here.taker = here.taker, self
+        try:
+            posted = self._post(message, _WORKER)
+        finally:
+            here.taker = outer
+        if not posted:
+            self._loop.call_soon_threadsafe(self.tell, message)
+
+    def on_worker(self) -> bool:
+        """Whether a worker thread runs this drain (call from a message handler)."""
+        return self._drainer == _WORKER
+
+    def hand_over(self) -> bool:
+        """On a worker thread: leave the rest of this drain to the loop, which goes on with
+        ``pump()`` and the mailbox; returns False (a step that made no progress here)."""
+        self._handing = True
+        return False
+
+    def hand(self, job: Callable[[], None]) -> bool:
+        """Give ``job`` to the worker thread draining now, to run once its drain is done; False
+        when this drain is not a worker's report, or that worker has a job already."""
+        here = _here
+        if here.taker is not self or here.job is not None:
+            return False
+        here.job = job
+        return True
+
+    @staticmethod
+    def run_jobs(job: Callable[[], None]) -> None:
+        """On a worker thread: run ``job``, then each job handed to this thread meanwhile."""
+        here = _here
+        while True:
+            job()
+            handed = here.job
+            if handed is None:
+                return
+            here.job = None
+            job = handed
+
+    def spawn(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
+        """Start a stage: on the loop as a task started at once; elsewhere run here up to its
+        first suspension (it awaits ``event_loop()`` before anything that needs a loop) and
+        carried on in a task on the loop from there."""
+        if self._on_loop():
+            holder.task = start_task(self._loop, coro)
+            return
+        context = contextvars.copy_context()
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration:
+            return
+        self._loop.call_soon_threadsafe(self._adopt, holder, coro, first, context)
+
+    def pump(self) -> None:
+        """Make what progress the handled messages allow (the loop calls it on taking over)."""
+
+    # --- the drain -----------------------------------------------------------------------------
+
+    def _post(self, message: Any, here: int) -> bool:
+        """Queue ``message`` and drain the mailbox on this thread (``here``: the loop or a
+        worker) unless some thread is at it already; False when a worker finds the loop at it."""
+        with self._mail_lock:
+            drainer = self._drainer
+            if drainer is not _NOBODY:
+                if drainer == _LOOP and here == _WORKER:
+                    return False
+                self._mailbox.append(message)
+                return True
+            self._mailbox.append(message)
+            self._drainer = here
+        self._run_drain()
+        return True
+
+    def _run_drain(self) -> None:
+        lock, mailbox = self._mail_lock, self._mailbox
+        while True:
+            with lock:
+                if self._handing:
+                    self._handing = False
+                    self._drainer = _LOOP
+                    self._loop.call_soon_threadsafe(self._take_over)
+                    return
+                if not mailbox:
+                    self._drainer = _NOBODY
+                    return
+                message = mailbox.popleft()
+            try:
+                self.on_receive(message)
+            except Exception as exc:  # a handler bug must not wedge the mailbox
+                self._failed(exc)
+
+    def _take_over(self) -> None:
+        try:
+            self.pump()
+        except Exception as exc:
+            self._failed(exc)
+        self._run_drain()
+
+    def _failed(self, exc: Exception) -> None:
+        _log.exception("actor message handler failed", actor=type(self).__name__, error=repr(exc))
+        self.on_failure(exc)
+
+    def _adopt(
+        self,
+        holder: HoldsTask,
+        coro: Coroutine[Any, Any, None],
+        first: Any,
+        context: contextvars.Context,
+    ) -> None:
+        holder.task = carry_on(self._loop, coro, first, context)
+
+
+class _Here(threading.local):
+    """What a worker thread draining an actor's mailbox may take on."""
+
+    taker: SharedMailboxActor | None = None  # the actor whose drain this thread's report runs
+    job: Callable[[], None] | None = None  # what it runs once that drain is done
+
+
+_here = _Here()

@@ -1,0 +1,72 @@
+"""Hostile Code Mode programs aimed at what a run's budgets and ceilings must hold for the host.
+
+Each program tries to take more of the host than its run is allowed (here: tasks, which share
+the host's PIDs) and must end as a clean failed run or meet the kernel's refusal, leaving the
+next run unharmed. Every case runs with the run's own cgroups and with the ``/proc`` walk that
+hosts without writable cgroups get.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from dsh_tools import CodeRunRequest, CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeRunResult
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
+)
+
+MAX_PROCESSES = 2
+TASK_CEILING = 32 * MAX_PROCESSES + 64
+"""Tasks (threads included) a run of ``MAX_PROCESSES`` may hold, as docs/sandbox.md states."""
+
+
+def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
+    return asyncio.run(runtime.run(CodeRunRequest(program, [])))
+
+
+@pytest.fixture(params=[True, False], ids=["cgroups", "proc-walk"])
+def runtime(request: pytest.FixtureRequest) -> Iterator[SubprocessCodeRuntime]:
+    sandbox = CodeSandbox(max_processes=MAX_PROCESSES, cgroups=request.param)
+    config = CodeRuntimeConfig(
+        compute_ms=20000, max_wall_ms=30000, max_memory_mb=256, sandbox=sandbox
+    )
+    runtime = SubprocessCodeRuntime(config)
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def test_a_thread_swarm_cannot_take_the_host_pids(runtime: SubprocessCodeRuntime) -> None:
+    # Small stacks and one malloc arena make a thread cost a few pages: under RLIMIT_AS alone a
+    # process holds thousands, and max_processes of them would take every PID of the host.
+    program = """
+import ctypes, threading, time
+ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX
+threading.stack_size(32768)
+release = threading.Event()
+started = 0
+try:
+    for _ in range(1500):
+        threading.Thread(target=release.wait).start()
+        started += 1
+except RuntimeError:
+    pass
+time.sleep(1)
+release.set()
+return started
+"""
+    result = run(runtime, program)
+    if result.error is None:
+        assert result.value < TASK_CEILING, "the kernel's pids.max refuses the thread beyond"
+    else:
+        assert result.error.kind == "worker-exit", result
+        assert "process budget exhausted" in result.error.message
+    later = run(runtime, "import threading\nreturn threading.active_count()")
+    assert later.error is None and later.value == 1
