@@ -25,6 +25,7 @@ refuses them to the worker altogether).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -103,8 +104,9 @@ def _empty_and_remove(parent_fd: int, name: str, deadline: float) -> bool:
             return True
         except FileNotFoundError:
             return True
-        except OSError:
-            pass
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                return False  # not ours to remove (another user's, a read-only mount)
         try:
             child = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
         except OSError:
