@@ -1,16 +1,19 @@
 """Hostile Code Mode programs aimed at what a run's budgets and ceilings must hold for the host.
 
-Each program tries to take more of the host than its run is allowed (here: tasks, which share
-the host's PIDs) and must end as a clean failed run or meet the kernel's refusal, leaving the
-next run unharmed. Every case runs with the run's own cgroups and with the ``/proc`` walk that
-hosts without writable cgroups get.
+Each program tries to take more of the host than its run is allowed (tasks, which share the
+host's PIDs; privileges planted for later in a ``write`` grant) and must end as a clean failed
+run or meet the kernel's refusal, leaving the next run unharmed. The task case runs with the
+run's own cgroups and with the ``/proc`` walk that hosts without writable cgroups get.
 """
 
 from __future__ import annotations
 
 import asyncio
+import stat
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,12 @@ TASK_CEILING = 32 * MAX_PROCESSES + 64
 
 def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
     return asyncio.run(runtime.run(CodeRunRequest(program, [])))
+
+
+def value(runtime: SubprocessCodeRuntime, program: str) -> Any:
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    return result.value
 
 
 @pytest.fixture(params=[True, False], ids=["cgroups", "proc-walk"])
@@ -70,3 +79,38 @@ return started
         assert "process budget exhausted" in result.error.message
     later = run(runtime, "import threading\nreturn threading.active_count()")
     assert later.error is None and later.value == 1
+
+
+def test_no_set_id_file_is_left_in_a_write_grant(tmp_path: Path) -> None:
+    # The worker's user owns what it creates in a write grant (root under a root harness): a
+    # set-user-ID copy of an interpreter left there would give any local user that user.
+    config = CodeRuntimeConfig(sandbox=CodeSandbox(write=[str(tmp_path)]))
+    runtime = SubprocessCodeRuntime(config)
+    program = f"""
+import os, shutil, stat
+os.chdir({str(tmp_path)!r})
+outcomes = {{}}
+def attempt(label, action):
+    try:
+        action()
+        outcomes[label] = "done"
+    except OSError as exc:
+        outcomes[label] = exc.errno
+shutil.copyfile("/usr/bin/env", "env")
+attempt("chmod", lambda: os.chmod("env", 0o4755))
+attempt("chmod-group", lambda: os.chmod("env", 0o2755))
+attempt("fchmod", lambda: os.fchmod(os.open("env", os.O_RDONLY), 0o6755))
+attempt("open", lambda: os.close(os.open("created", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("mknod", lambda: os.mknod("made", stat.S_IFREG | 0o4755))
+attempt("ordinary", lambda: os.chmod("env", 0o750))
+return outcomes
+"""
+    try:
+        outcomes = value(runtime, program)
+        assert outcomes["ordinary"] == "done"
+        assert {label for label, outcome in outcomes.items() if outcome == "done"} == {"ordinary"}
+        for path in tmp_path.iterdir():
+            assert not path.stat().st_mode & (stat.S_ISUID | stat.S_ISGID), path
+        assert oct((tmp_path / "env").stat().st_mode & 0o7777) == oct(0o750)
+    finally:
+        runtime.close()
