@@ -84,7 +84,7 @@ return started
 def test_no_set_id_file_is_left_in_a_write_grant(tmp_path: Path) -> None:
     # The worker's user owns what it creates in a write grant (root under a root harness): a
     # set-user-ID copy of an interpreter left there would give any local user that user.
-    config = CodeRuntimeConfig(sandbox=CodeSandbox(write=[str(tmp_path)]))
+    config = CodeRuntimeConfig(sandbox=CodeSandbox(write=(str(tmp_path),)))
     runtime = SubprocessCodeRuntime(config)
     program = f"""
 import os, shutil, stat
