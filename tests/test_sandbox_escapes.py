@@ -1,9 +1,10 @@
 """Hostile Code Mode programs aimed at what a run's budgets and ceilings must hold for the host.
 
 Each program tries to take more of the host than its run is allowed (tasks, which share the
-host's PIDs; privileges planted for later in a ``write`` grant) and must end as a clean failed
-run or meet the kernel's refusal, leaving the next run unharmed. The task case runs with the
-run's own cgroups and with the ``/proc`` walk that hosts without writable cgroups get.
+host's PIDs; memory no process shows; privileges planted for later in a ``write`` grant) and
+must end as a clean failed run or meet the kernel's refusal, leaving the next run unharmed. The
+task and memory cases run with the run's own cgroups and with the ``/proc`` walk that hosts
+without writable cgroups get.
 """
 
 from __future__ import annotations
@@ -114,3 +115,35 @@ return outcomes
         assert oct((tmp_path / "env").stat().st_mode & 0o7777) == oct(0o750)
     finally:
         runtime.close()
+
+
+def test_shared_memory_unmapped_but_one_page_is_still_charged(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The pages of a shared anonymous mapping belong to a hidden memory object that lives as
+    # long as any page of the mapping stays mapped: only the run's cgroup sees them.
+    program = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+size = 32 << 20
+held = 0
+for _ in range(20):
+    address = libc.mmap(None, size, 3, 0x01 | 0x20, -1, 0)  # MAP_SHARED | MAP_ANONYMOUS
+    if address in (None, ctypes.c_void_p(-1).value):
+        return ['refused', ctypes.get_errno(), held]
+    ctypes.memset(address, 1, size)
+    libc.munmap(address + 4096, size - 4096)
+    held += 32
+return ['held', held]
+"""
+    result = run(runtime, program)
+    if result.error is None:
+        assert result.value == ["refused", 1, 0], "shared anonymous memory held unseen"
+    else:
+        assert result.error.kind == "worker-exit", result
+        assert "memory budget exhausted" in result.error.message
+    assert value(runtime, "return 1") == 1

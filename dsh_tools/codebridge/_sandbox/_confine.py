@@ -127,7 +127,9 @@ class SandboxPlan:
         if not seccomp_supported():
             raise _unavailable("seccomp filter for this architecture", os.uname().machine)
         self._seccomp = seccomp_program(guard_child_reaping=False)
-        self._seccomp_without_cgroups = seccomp_program(guard_child_reaping=True)
+        self._seccomp_without_cgroups = seccomp_program(
+            guard_child_reaping=True, refuse_shared_anonymous=True
+        )
         # Before any namespace: the cgroup filesystems stay writable through the descriptors.
         self._cgroups.prepare()
         uid, gid = os.geteuid(), os.getegid()

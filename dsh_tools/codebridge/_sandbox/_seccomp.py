@@ -16,9 +16,13 @@ answer is the one ``shutil`` already treats as "none"). Setting the set-user-ID 
 bit (``chmod``, or ``open``/``mknod`` creating a file with it) is refused: the worker's user owns
 what it creates in a ``write`` grant, and a set-user-ID copy of ``/usr/bin/python3`` left there by
 a run of a root harness would give any local user root. ``openat2`` answers ``ENOSYS`` (its mode
-lives in memory a filter cannot read), so the C library falls back to ``openat``. ``clone`` is
-refused only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a
-filter cannot read), so the C library falls back to ``clone``.
+lives in memory a filter cannot read), so the C library falls back to ``openat``. Without cgroups,
+shared anonymous mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their
+pages belong to a hidden memory object that outlives the part of the mapping still in place, so
+mapping 32 MiB, touching it and unmapping all but one page holds 32 MiB that no process's resident
+set shows, as often as the process likes (the run's cgroup charges them where there is one).
+``clone`` is refused only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in
+memory a filter cannot read), so the C library falls back to ``clone``.
 """
 
 from __future__ import annotations
@@ -123,6 +127,10 @@ _MODE_ARGUMENT: Final = {
 }
 """The x86_64 numbers of the calls that set a file's mode, and which argument holds it."""
 _OPENAT2: Final = 437
+_MMAP: Final = 9
+_OFFSET_MMAP_FLAGS: Final = 16 + 8 * 3
+_MAP_SHARED_BIT: Final = 0x01  # MAP_SHARED and MAP_SHARED_VALIDATE; MAP_PRIVATE is 0x02
+_MAP_ANONYMOUS: Final = 0x20
 
 _LD_W_ABS: Final = 0x20
 _JMP_JEQ_K: Final = 0x15
@@ -172,7 +180,9 @@ class _Assembler:
         return program
 
 
-def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
+def seccomp_program(
+    *, guard_child_reaping: bool, refuse_shared_anonymous: bool = False
+) -> list[SockFilter]:
     """The filter, as instructions for ``set_seccomp_filter``.
 
     ``guard_child_reaping`` (for a run without cgroups): ``rt_sigaction(SIGCHLD, act)`` with an
@@ -180,6 +190,9 @@ def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
     setting ``SA_NOCLDWAIT`` makes the kernel reap a process's children itself, and their CPU
     time then reaches no one's ``/proc`` figures; a filter cannot read the action to refuse
     only those, so it refuses every change of ``SIGCHLD``'s action.
+
+    ``refuse_shared_anonymous`` (for a run without cgroups): ``mmap`` with ``MAP_SHARED`` (or
+    ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``.
     """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
@@ -199,6 +212,8 @@ def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
+    if refuse_shared_anonymous:
+        bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
@@ -240,6 +255,16 @@ def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
         bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("mode-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    if refuse_shared_anonymous:
+        # mmap: no shared anonymous memory.
+        bpf.place("mmap")
+        bpf.op(_LD_W_ABS, _OFFSET_MMAP_FLAGS)
+        bpf.op(_JMP_JSET_K, _MAP_ANONYMOUS, None, "mmap-allow")
+        bpf.op(_JMP_JSET_K, _MAP_SHARED_BIT, "mmap-deny")
+        bpf.place("mmap-allow")
+        bpf.op(_RET_K, _RET_ALLOW)
+        bpf.place("mmap-deny")
+        bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     if guard_child_reaping:
         # rt_sigaction: SIGCHLD's action may be read (act NULL), not changed.
         bpf.place("sigaction")
