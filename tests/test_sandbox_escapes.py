@@ -4,14 +4,17 @@ Each program tries to take more of the host than its run is allowed (tasks, whic
 host's PIDs; memory no process shows; privileges planted for later in a ``write`` grant) and
 must end as a clean failed run or meet the kernel's refusal, leaving the next run unharmed. The
 task and memory cases run with the run's own cgroups and with the ``/proc`` walk that hosts
-without writable cgroups get.
+without writable cgroups get. A host killed with a run in flight leaves nothing behind either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import stat
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -147,3 +150,32 @@ return ['held', held]
         assert result.error.kind == "worker-exit", result
         assert "memory budget exhausted" in result.error.message
     assert value(runtime, "return 1") == 1
+
+
+HOST_KILLED_MIDWAY = """
+import asyncio, sys
+from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig())
+assert asyncio.run(runtime.run(CodeRunRequest("return 1", []))).value == 1
+print("running", flush=True)
+asyncio.run(runtime.run(CodeRunRequest("import time\\ntime.sleep(600)", [])))
+"""
+
+
+def test_a_killed_host_leaves_no_scratch_mount_point(tmp_path: Path) -> None:
+    environment = {**os.environ, "TMPDIR": str(tmp_path)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_KILLED_MIDWAY], env=environment, stdout=subprocess.PIPE
+    )
+    try:
+        assert host.stdout is not None
+        assert host.stdout.readline() == b"running\n"
+        assert [path.name[:17] for path in tmp_path.iterdir()] == ["dsh-code-scratch-"]
+    finally:
+        host.kill()
+        host.wait()
+    # The template notices its host is gone and removes what it can before it exits.
+    deadline = time.monotonic() + 30
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(tmp_path.iterdir()) == []

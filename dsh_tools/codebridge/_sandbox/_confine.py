@@ -106,6 +106,7 @@ class SandboxPlan:
             max_processes=self.max_processes,
         )
         self._run_cgroups: RunCgroups | None = None
+        self._scratch_parent = -1
 
     def prepare(self) -> None:
         """Enter the shared namespaces and check the kernel; on failure keep the message."""
@@ -156,6 +157,12 @@ class SandboxPlan:
         for path in self._write:
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
+        # Opened before the read-only view, so that the template may still remove the scratch
+        # mount point when it exits (also when the host that made it was killed); a run's
+        # child closes it with every descriptor it does not keep.
+        self._scratch_parent = os.open(
+            os.path.dirname(self.scratch), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        )
         self._read_only_host()
         self._template = os.getpid()
         try:
@@ -233,12 +240,14 @@ class SandboxPlan:
         return str(_unavailable(feature, detail))
 
     def cleanup(self) -> None:
-        """Remove the scratch mount point (the template is exiting; when the host made it,
-        the template's read-only view leaves that to the host)."""
+        """Remove the scratch mount point (the template is exiting; every run is over). The
+        host removes it too when it can, but a host that was killed cannot."""
         self._cgroups.close()
-        if self.scratch:
+        if self._scratch_parent >= 0:
             with contextlib.suppress(OSError):
-                os.rmdir(self.scratch)
+                os.rmdir(os.path.basename(self.scratch), dir_fd=self._scratch_parent)
+            os.close(self._scratch_parent)
+            self._scratch_parent = -1
 
     # -- per run (in the template's child) ---------------------------------------------------
 
