@@ -179,3 +179,45 @@ def test_a_killed_host_leaves_no_scratch_mount_point(tmp_path: Path) -> None:
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(tmp_path.iterdir()) == []
+
+
+FLAT_DONE_FRAME = """
+import os
+count = 32 << 20
+# A Done frame by hand (msgpack): ['Done', [ArrayMarker(count), None * count], None].
+body = bytearray(b"\\x93\\xa4Done\\xdd" + (count + 1).to_bytes(4, "big"))
+body += b"\\x92\\xa5array\\xce" + count.to_bytes(4, "big") + b"\\xc0" * count + b"\\xc0"
+os.write(4, len(body).to_bytes(8, "big"))
+view = memoryview(body)
+while view:
+    view = view[os.write(4, view[: 1 << 20]) :]
+"""
+
+HOST_MEASURED = """
+import resource, sys
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
+config = ToolsConfig(mode="code", max_output_bytes=256 * 1024)
+with ToolSystem.start(config) as system:
+    arguments = {"code": sys.stdin.read(), "description": "forge a flat result"}
+    system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=arguments))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a complete worker frame is decoded whole before any output or argument cap "
+    "applies: a 32 MiB body of one-byte tokens costs the host about 16 bytes per byte",
+)
+def test_a_forged_flat_result_costs_the_host_about_its_output_cap() -> None:
+    # The worker writes its channel directly: one 32 MiB Done frame of one-byte tokens, far
+    # beyond max_output_bytes. The host may spill its body to a file and must fail the run
+    # with output-limit; its own memory should stay near the documented per-run figure.
+    host = subprocess.run(
+        [sys.executable, "-c", HOST_MEASURED],
+        input=FLAT_DONE_FRAME.encode(),
+        capture_output=True,
+        check=True,
+    )
+    peak_mb = int(host.stdout.split()[-1])
+    assert peak_mb < 200, f"the host peaked at {peak_mb} MB"
