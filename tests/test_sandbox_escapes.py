@@ -1,16 +1,23 @@
 """Hostile Code Mode programs aimed at what a run's budgets and ceilings must hold for the host.
 
-Each program tries to take more of the host than its run is allowed (here: tasks, which share
-the host's PIDs) and must end as a clean failed run or meet the kernel's refusal, leaving the
-next run unharmed. Every case runs with the run's own cgroups and with the ``/proc`` walk that
-hosts without writable cgroups get.
+Each program tries to take more of the host than its run is allowed (tasks, which share the
+host's PIDs; memory no process shows; privileges planted for later in a ``write`` grant) and
+must end as a clean failed run or meet the kernel's refusal, leaving the next run unharmed. The
+task and memory cases run with the run's own cgroups and with the ``/proc`` walk that hosts
+without writable cgroups get. A host killed with a run in flight leaves nothing behind either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +35,12 @@ TASK_CEILING = 32 * MAX_PROCESSES + 64
 
 def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
     return asyncio.run(runtime.run(CodeRunRequest(program, [])))
+
+
+def value(runtime: SubprocessCodeRuntime, program: str) -> Any:
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    return result.value
 
 
 @pytest.fixture(params=[True, False], ids=["cgroups", "proc-walk"])
@@ -70,3 +83,141 @@ return started
         assert "process budget exhausted" in result.error.message
     later = run(runtime, "import threading\nreturn threading.active_count()")
     assert later.error is None and later.value == 1
+
+
+def test_no_set_id_file_is_left_in_a_write_grant(tmp_path: Path) -> None:
+    # The worker's user owns what it creates in a write grant (root under a root harness): a
+    # set-user-ID copy of an interpreter left there would give any local user that user.
+    config = CodeRuntimeConfig(sandbox=CodeSandbox(write=(str(tmp_path),)))
+    runtime = SubprocessCodeRuntime(config)
+    program = f"""
+import os, shutil, stat
+os.chdir({str(tmp_path)!r})
+outcomes = {{}}
+def attempt(label, action):
+    try:
+        action()
+        outcomes[label] = "done"
+    except OSError as exc:
+        outcomes[label] = exc.errno
+shutil.copyfile("/usr/bin/env", "env")
+attempt("chmod", lambda: os.chmod("env", 0o4755))
+attempt("chmod-group", lambda: os.chmod("env", 0o2755))
+attempt("fchmod", lambda: os.fchmod(os.open("env", os.O_RDONLY), 0o6755))
+attempt("open", lambda: os.close(os.open("created", os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt("mknod", lambda: os.mknod("made", stat.S_IFREG | 0o4755))
+attempt("ordinary", lambda: os.chmod("env", 0o750))
+return outcomes
+"""
+    try:
+        outcomes = value(runtime, program)
+        assert outcomes["ordinary"] == "done"
+        assert {label for label, outcome in outcomes.items() if outcome == "done"} == {"ordinary"}
+        for path in tmp_path.iterdir():
+            assert not path.stat().st_mode & (stat.S_ISUID | stat.S_ISGID), path
+        assert oct((tmp_path / "env").stat().st_mode & 0o7777) == oct(0o750)
+    finally:
+        runtime.close()
+
+
+def test_shared_memory_unmapped_but_one_page_is_still_charged(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The pages of a shared anonymous mapping belong to a hidden memory object that lives as
+    # long as any page of the mapping stays mapped: only the run's cgroup sees them.
+    program = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+size = 32 << 20
+held = 0
+for _ in range(20):
+    address = libc.mmap(None, size, 3, 0x01 | 0x20, -1, 0)  # MAP_SHARED | MAP_ANONYMOUS
+    if address in (None, ctypes.c_void_p(-1).value):
+        return ['refused', ctypes.get_errno(), held]
+    ctypes.memset(address, 1, size)
+    libc.munmap(address + 4096, size - 4096)
+    held += 32
+return ['held', held]
+"""
+    result = run(runtime, program)
+    if result.error is None:
+        assert result.value == ["refused", 1, 0], "shared anonymous memory held unseen"
+    else:
+        assert result.error.kind == "worker-exit", result
+        assert "memory budget exhausted" in result.error.message
+    assert value(runtime, "return 1") == 1
+
+
+HOST_KILLED_MIDWAY = """
+import asyncio, sys
+from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig())
+assert asyncio.run(runtime.run(CodeRunRequest("return 1", []))).value == 1
+print("running", flush=True)
+asyncio.run(runtime.run(CodeRunRequest("import time\\ntime.sleep(600)", [])))
+"""
+
+
+def test_a_killed_host_leaves_no_scratch_mount_point(tmp_path: Path) -> None:
+    environment = {**os.environ, "TMPDIR": str(tmp_path)}
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST_KILLED_MIDWAY], env=environment, stdout=subprocess.PIPE
+    )
+    try:
+        assert host.stdout is not None
+        assert host.stdout.readline() == b"running\n"
+        assert [path.name[:17] for path in tmp_path.iterdir()] == ["dsh-code-scratch-"]
+    finally:
+        host.kill()
+        host.wait()
+    # The template notices its host is gone and removes what it can before it exits.
+    deadline = time.monotonic() + 30
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list(tmp_path.iterdir()) == []
+
+
+FLAT_DONE_FRAME = """
+import os
+count = 32 << 20
+# A Done frame by hand (msgpack): ['Done', [ArrayMarker(count), None * count], None].
+body = bytearray(b"\\x93\\xa4Done\\xdd" + (count + 1).to_bytes(4, "big"))
+body += b"\\x92\\xa5array\\xce" + count.to_bytes(4, "big") + b"\\xc0" * count + b"\\xc0"
+os.write(4, len(body).to_bytes(8, "big"))
+view = memoryview(body)
+while view:
+    view = view[os.write(4, view[: 1 << 20]) :]
+"""
+
+HOST_MEASURED = """
+import resource, sys
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
+config = ToolsConfig(mode="code", max_output_bytes=256 * 1024)
+with ToolSystem.start(config) as system:
+    arguments = {"code": sys.stdin.read(), "description": "forge a flat result"}
+    system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=arguments))
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a complete worker frame is decoded whole before any output or argument cap "
+    "applies: a 32 MiB body of one-byte tokens costs the host about 16 bytes per byte",
+)
+def test_a_forged_flat_result_costs_the_host_about_its_output_cap() -> None:
+    # The worker writes its channel directly: one 32 MiB Done frame of one-byte tokens, far
+    # beyond max_output_bytes. The host may spill its body to a file and must fail the run
+    # with output-limit; its own memory should stay near the documented per-run figure.
+    host = subprocess.run(
+        [sys.executable, "-c", HOST_MEASURED],
+        input=FLAT_DONE_FRAME.encode(),
+        capture_output=True,
+        check=True,
+    )
+    peak_mb = int(host.stdout.split()[-1])
+    assert peak_mb < 200, f"the host peaked at {peak_mb} MB"

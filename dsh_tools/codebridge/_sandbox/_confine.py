@@ -106,6 +106,7 @@ class SandboxPlan:
             max_processes=self.max_processes,
         )
         self._run_cgroups: RunCgroups | None = None
+        self._scratch_parent = -1
 
     def prepare(self) -> None:
         """Enter the shared namespaces and check the kernel; on failure keep the message."""
@@ -127,7 +128,9 @@ class SandboxPlan:
         if not seccomp_supported():
             raise _unavailable("seccomp filter for this architecture", os.uname().machine)
         self._seccomp = seccomp_program(guard_child_reaping=False)
-        self._seccomp_without_cgroups = seccomp_program(guard_child_reaping=True)
+        self._seccomp_without_cgroups = seccomp_program(
+            guard_child_reaping=True, refuse_shared_anonymous=True
+        )
         # Before any namespace: the cgroup filesystems stay writable through the descriptors.
         self._cgroups.prepare()
         uid, gid = os.geteuid(), os.getegid()
@@ -154,6 +157,12 @@ class SandboxPlan:
         for path in self._write:
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
+        # Opened before the read-only view, so that the template may still remove the scratch
+        # mount point when it exits (also when the host that made it was killed); a run's
+        # child closes it with every descriptor it does not keep.
+        self._scratch_parent = os.open(
+            os.path.dirname(self.scratch), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        )
         self._read_only_host()
         self._template = os.getpid()
         try:
@@ -231,12 +240,14 @@ class SandboxPlan:
         return str(_unavailable(feature, detail))
 
     def cleanup(self) -> None:
-        """Remove the scratch mount point (the template is exiting; when the host made it,
-        the template's read-only view leaves that to the host)."""
+        """Remove the scratch mount point (the template is exiting; every run is over). The
+        host removes it too when it can, but a host that was killed cannot."""
         self._cgroups.close()
-        if self.scratch:
+        if self._scratch_parent >= 0:
             with contextlib.suppress(OSError):
-                os.rmdir(self.scratch)
+                os.rmdir(os.path.basename(self.scratch), dir_fd=self._scratch_parent)
+            os.close(self._scratch_parent)
+            self._scratch_parent = -1
 
     # -- per run (in the template's child) ---------------------------------------------------
 

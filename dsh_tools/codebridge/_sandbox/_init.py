@@ -124,8 +124,9 @@ class ProcMeter:
 
 def _tree_usage() -> tuple[float, int, int, int]:
     """(CPU seconds, resident anonymous and shared-memory bytes, process count, task count) of
-    the namespace but PID 1. Shared memory counts too: ``mmap(-1, n)`` is ``MAP_SHARED``, and
-    its pages are not anonymous to the kernel."""
+    the namespace but PID 1. Shared memory counts too (a shared mapping of a scratch file: its
+    pages are not anonymous to the kernel); shared anonymous mappings, whose pages outlive their
+    mapped part, are refused where this walk measures (``_seccomp``)."""
     ticks = 0
     kilobytes = 0
     count = 0

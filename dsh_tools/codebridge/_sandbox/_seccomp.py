@@ -12,9 +12,17 @@ hold memory outside every process's resident set (no budget would see it). ``ino
 file leases (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover
 them: they would report the names and activity of the host's files, or stall the host's opens.
 Reading extended attributes answers ``EOPNOTSUPP`` (Landlock does not cover it either; that
-answer is the one ``shutil`` already treats as "none"). ``clone`` is refused only with a
-namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read),
-so the C library falls back to ``clone``.
+answer is the one ``shutil`` already treats as "none"). Setting the set-user-ID or set-group-ID
+bit (``chmod``, or ``open``/``mknod`` creating a file with it) is refused: the worker's user owns
+what it creates in a ``write`` grant, and a set-user-ID copy of ``/usr/bin/python3`` left there by
+a run of a root harness would give any local user root. ``openat2`` answers ``ENOSYS`` (its mode
+lives in memory a filter cannot read), so the C library falls back to ``openat``. Without cgroups,
+shared anonymous mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their
+pages belong to a hidden memory object that outlives the part of the mapping still in place, so
+mapping 32 MiB, touching it and unmapping all but one page holds 32 MiB that no process's resident
+set shows, as often as the process likes (the run's cgroup charges them where there is one).
+``clone`` is refused only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in
+memory a filter cannot read), so the C library falls back to ``clone``.
 """
 
 from __future__ import annotations
@@ -105,6 +113,24 @@ _FCNTL: Final = 72
 _SOCK_TYPE_MASK: Final = 0xF
 _ALLOWED_PAIR_TYPES: Final = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
 _DENIED_FCNTL: Final = (1024, 1026)  # F_SETLEASE, F_NOTIFY
+_SET_ID_BITS: Final = 0o6000  # S_ISUID | S_ISGID
+_MODE_ARGUMENT: Final = {
+    "open": (2, 2),
+    "chmod": (90, 1),
+    "fchmod": (91, 1),
+    "creat": (85, 1),
+    "mknod": (133, 1),
+    "openat": (257, 3),
+    "mknodat": (259, 2),
+    "fchmodat": (268, 2),
+    "fchmodat2": (452, 2),
+}
+"""The x86_64 numbers of the calls that set a file's mode, and which argument holds it."""
+_OPENAT2: Final = 437
+_MMAP: Final = 9
+_OFFSET_MMAP_FLAGS: Final = 16 + 8 * 3
+_MAP_SHARED_BIT: Final = 0x01  # MAP_SHARED and MAP_SHARED_VALIDATE; MAP_PRIVATE is 0x02
+_MAP_ANONYMOUS: Final = 0x20
 
 _LD_W_ABS: Final = 0x20
 _JMP_JEQ_K: Final = 0x15
@@ -117,7 +143,7 @@ _RET_ERRNO: Final = 0x00050000
 _RET_KILL_PROCESS: Final = 0x80000000
 _OFFSET_NR: Final = 0
 _OFFSET_ARCH: Final = 4
-_OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]
+_OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]; args[i] 8 bytes on
 _OFFSET_ARG1_LOW: Final = 24
 _OFFSET_ARG1_HIGH: Final = 28
 
@@ -154,7 +180,9 @@ class _Assembler:
         return program
 
 
-def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
+def seccomp_program(
+    *, guard_child_reaping: bool, refuse_shared_anonymous: bool = False
+) -> list[SockFilter]:
     """The filter, as instructions for ``set_seccomp_filter``.
 
     ``guard_child_reaping`` (for a run without cgroups): ``rt_sigaction(SIGCHLD, act)`` with an
@@ -162,6 +190,9 @@ def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
     setting ``SA_NOCLDWAIT`` makes the kernel reap a process's children itself, and their CPU
     time then reaches no one's ``/proc`` figures; a filter cannot read the action to refuse
     only those, so it refuses every change of ``SIGCHLD``'s action.
+
+    ``refuse_shared_anonymous`` (for a run without cgroups): ``mmap`` with ``MAP_SHARED`` (or
+    ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``.
     """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
@@ -173,11 +204,16 @@ def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
     for number in sorted(UNSUPPORTED_SYSCALLS.values()):
         bpf.op(_JMP_JEQ_K, number, "unsupported")
     bpf.op(_JMP_JEQ_K, _CLONE3, "enosys")
+    bpf.op(_JMP_JEQ_K, _OPENAT2, "enosys")
+    for name, (number, _argument) in _MODE_ARGUMENT.items():
+        bpf.op(_JMP_JEQ_K, number, f"mode-{name}")
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
+    if refuse_shared_anonymous:
+        bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
@@ -211,6 +247,24 @@ def seccomp_program(*, guard_child_reaping: bool) -> list[SockFilter]:
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # calls setting a mode: no set-user-ID or set-group-ID bit.
+    for name, (_number, argument) in _MODE_ARGUMENT.items():
+        bpf.place(f"mode-{name}")
+        bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW + 8 * argument)
+        bpf.op(_JMP_JSET_K, _SET_ID_BITS, "mode-deny")
+        bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("mode-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    if refuse_shared_anonymous:
+        # mmap: no shared anonymous memory.
+        bpf.place("mmap")
+        bpf.op(_LD_W_ABS, _OFFSET_MMAP_FLAGS)
+        bpf.op(_JMP_JSET_K, _MAP_ANONYMOUS, None, "mmap-allow")
+        bpf.op(_JMP_JSET_K, _MAP_SHARED_BIT, "mmap-deny")
+        bpf.place("mmap-allow")
+        bpf.op(_RET_K, _RET_ALLOW)
+        bpf.place("mmap-deny")
+        bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     if guard_child_reaping:
         # rt_sigaction: SIGCHLD's action may be read (act NULL), not changed.
         bpf.place("sigaction")
