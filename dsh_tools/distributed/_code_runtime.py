@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from ..actors import NEVER_ABORTED, AbortSignal
+from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
@@ -44,14 +44,6 @@ def _default_factory(config: Any) -> Callable[[], Any]:
         return SubprocessCodeRuntime(config)
 
     return build
-
-
-def _text(value: Any, fallback: str) -> str:
-    try:
-        text = str(value)
-    except Exception:
-        return fallback
-    return text if type(text) is str else fallback
 
 
 class RayCodeRuntime:
@@ -130,7 +122,7 @@ class RayCodeRuntime:
 
         signal: AbortSignal = request.signal if request.signal is not None else NEVER_ABORTED
         if signal.aborted:
-            return failed("abort", _text(signal.reason, "aborted"))
+            return failed("abort", message_of(signal.reason, "aborted"))
         loop = asyncio.get_running_loop()
         ray = import_ray()
         if not ray.is_initialized():
@@ -178,12 +170,12 @@ class RayCodeRuntime:
                     if not abort_sent:
                         abort_sent = True
                         deadline = loop.time() + self._grace
-                        reason = _text(signal.reason, "aborted")
+                        reason = message_of(signal.reason, "aborted")
                         host.abort.remote(run_id, reason)
                     elif deadline is not None and loop.time() >= deadline:
                         # The node did not settle the aborted run in time: end it here.
                         self._forget(host, kill=True)
-                        return failed("abort", _text(signal.reason, "aborted"))
+                        return failed("abort", message_of(signal.reason, "aborted"))
                 for event in decode_events(polled.result()):
                     if isinstance(event, CallEvent):
                         task = loop.create_task(self._answer(host, run_id, functions, event))
@@ -236,7 +228,7 @@ class RayCodeRuntime:
         except LosslessJsonError:
             answer = "binding resolved with a value that is not lossless JSON"
         except Exception as exc:
-            answer = _text(exc, "<unprintable thrown value>")
+            answer = message_of(exc)
         host.resolve.remote(run_id, event.number, ok, _encoder.encode(answer))
 
     async def dispose(self) -> None:
