@@ -21,7 +21,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,14 +31,18 @@ from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
 from ._driver import ensure_ray, import_ray
 
+if TYPE_CHECKING:
+    from ..codebridge import CodeRunRequest, CodeRunResult, CodeRuntime, CodeRuntimeConfig
+    from ..codebridge._seam import FailureKind
+
 __all__ = ["RayCodeRuntime"]
 
 _encoder = msgspec.json.Encoder()
 _RUNTIME = "run_code"
 
 
-def _default_factory(config: Any) -> Callable[[], Any]:
-    def build() -> Any:
+def _default_factory(config: CodeRuntimeConfig | None) -> Callable[[], CodeRuntime]:
+    def build() -> CodeRuntime:
         from ..codebridge import SubprocessCodeRuntime
 
         return SubprocessCodeRuntime(config)
@@ -60,9 +64,9 @@ class RayCodeRuntime:
 
     def __init__(
         self,
-        config: Any = None,
+        config: CodeRuntimeConfig | None = None,
         *,
-        runtime_factory: Callable[[], Any] | None = None,
+        runtime_factory: Callable[[], CodeRuntime] | None = None,
         num_cpus: float = 1,
         resources: dict[str, float] | None = None,
         runtime_env: dict[str, Any] | None = None,
@@ -106,7 +110,7 @@ class RayCodeRuntime:
             with contextlib.suppress(Exception):
                 import_ray().kill(host, no_restart=True)
 
-    async def run(self, request: Any) -> Any:
+    async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program on the node; outcomes are results, misuse raises."""
         from ..codebridge import CodeRunFailure, CodeRunRequest, CodeRunResult
 
@@ -117,7 +121,7 @@ class RayCodeRuntime:
                 f"code runtime: run() expects a CodeRunRequest, got {type(request).__name__}"
             )
 
-        def failed(kind: str, message: str, logs: list[str] | None = None) -> Any:
+        def failed(kind: FailureKind, message: str, logs: list[str] | None = None) -> CodeRunResult:
             return CodeRunResult(logs or [], error=CodeRunFailure(kind, message))
 
         signal: AbortSignal = request.signal if request.signal is not None else NEVER_ABORTED
@@ -196,7 +200,7 @@ class RayCodeRuntime:
             for task in answers:
                 task.cancel()
 
-    def _result(self, event: DoneEvent) -> Any:
+    def _result(self, event: DoneEvent) -> CodeRunResult:
         from ..codebridge import CodeRunFailure, CodeRunResult
 
         if event.error_kind is not None:
