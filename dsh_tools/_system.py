@@ -12,6 +12,10 @@ It is the only module that imports every layer. It owns:
 It builds each typed part and passes it explicitly: the loop thread (``_system_loop``), the
 front actor (``_front``), owner handles (``_handles``) and the Code Mode wiring (``_code_mode``).
 
+It stays one module past 400 lines because it is one thing, the public face of a running
+system: its lifecycle, handles and four execute entry points all share the stopping flag, the
+lock and the parts built here, and each would need them all back if split out.
+
 ``execute`` drives the pipeline in the caller's thread, with plain-function bodies inline and no
 event loop until something on the path needs one (then on a private per-thread loop): no
 thread hop and no loop on the hot path (either costs more than the whole pipeline).

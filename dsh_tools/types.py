@@ -1,8 +1,9 @@
 """Types for annotating what you plug into a tool system (in the manner of ``structlog.types``).
 
-Every seam ``ToolSystem`` and its tool handles take is a precise callable type or a Protocol:
-the hooks of each kind, guards, observers, the approver and the Code Mode runtime, with the
-views and values they receive. Nothing here has behaviour of its own.
+Every seam ``ToolSystem``, its tool handles and tool definitions take is a precise callable
+type or a Protocol: the hooks of each kind, guards, observers, the approver, the Code Mode
+runtime, a body's placement and a spill store, with the views and values they receive.
+Nothing here has behaviour of its own.
 
 ```text
 from dsh_tools.types import PreExecuteHook, ToolExecution, Next, PreDecision
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline._approval import Approval, ApprovalFunction, ApprovalOutcome
+from .pipeline._spill import SpillSource, SpillStore
+from .registry._definition import Placement
 from .registry._execution import DispatchExecution, ToolExecution, ToolRunContext
 from .registry._hooks import (
     AssembledPrompt,
@@ -54,12 +57,15 @@ __all__ = [
     "ExecuteWrapper",
     "Guard",
     "Next",
+    "Placement",
     "PostDecision",
     "PostExecuteHook",
     "PreDecision",
     "PreExecuteHook",
     "PromptSection",
     "ResultObserver",
+    "SpillSource",
+    "SpillStore",
     "ToolExecution",
     "ToolRunContext",
 ]

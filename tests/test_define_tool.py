@@ -475,3 +475,32 @@ def test_definitions_compare_by_identity() -> None:
     assert first != second
     assert first == first
     assert len({first, second}) == 2
+
+
+# --- execute signatures ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "execute",
+    [lambda args: "x", lambda: "x", lambda args, ctx, extra: "x", lambda *, args, ctx: "x"],
+    ids=["one-argument", "no-argument", "three-required", "keyword-only"],
+)
+def test_define_tool_refuses_an_execute_that_cannot_take_args_and_context(execute: Any) -> None:
+    with pytest.raises(TypeError, match=r"define_tool\(t\): execute must accept two positional"):
+        define_tool(name="t", description="", parameters={}, output=text_output(), execute=execute)
+
+
+@pytest.mark.parametrize(
+    "execute",
+    [lambda args, ctx: "x", lambda *args: "x", lambda args, ctx=None, more=1: "x", print],
+    ids=["two", "variadic", "defaults", "builtin"],
+)
+def test_define_tool_accepts_every_execute_that_can_take_args_and_context(execute: Any) -> None:
+    define_tool(name="t", description="", parameters={}, output=text_output(), execute=execute)
+
+
+def test_a_raw_definition_whose_execute_cannot_take_args_and_context_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"tool 'raw': execute must accept two positional"):
+        ToolDefinition(
+            name="raw", description="", parameters={}, output=text_output(), execute=lambda a: a
+        )

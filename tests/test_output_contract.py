@@ -1,6 +1,6 @@
 """The output contract: the registry's per-definition checks (check_registration,
-project_schema, normalize_output, classify) and, where it needs execution, output schemas,
-rendering and post-execute values through the pipeline."""
+project_schema, normalize_output) and, where it needs execution, output schemas, rendering and
+post-execute values through the pipeline."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from dsh_tools.registry import (
     ToolDefinition,
     ToolOutput,
     check_registration,
-    classify,
     define_tool,
     normalize_output,
     project_schema,
@@ -450,47 +449,6 @@ def test_a_5000_deep_value_normalizes() -> None:
         frozen = frozen[0]
         depth += 1
     assert (depth, frozen) == (5000, "leaf")
-
-
-# --- classify ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("verdict", [False, 1, "yes", None, [True]])
-def test_only_the_true_singleton_is_parallel(verdict: Any) -> None:
-    assert classify(raw(is_concurrency_safe=lambda args: verdict), {}) is False
-
-
-def test_classifier_variants() -> None:
-    assert classify(raw(is_concurrency_safe=lambda args: True), {}) is True
-    assert classify(raw(), {}) is False
-
-    def explode(args: Any) -> bool:
-        raise RuntimeError("no")
-
-    assert classify(raw(is_concurrency_safe=explode), {}) is False
-
-
-def test_an_async_classifier_is_exclusive_and_its_coroutine_is_closed() -> None:
-    started: list[bool] = []
-
-    async def classifier(args: Any) -> bool:
-        started.append(True)
-        return True
-
-    assert classify(raw(is_concurrency_safe=classifier), {}) is False
-    assert started == []
-
-
-def test_raw_classifiers_receive_the_arguments_unchanged() -> None:
-    seen: list[Any] = []
-
-    def classifier(args: Any) -> bool:
-        seen.append(args)
-        return True
-
-    arguments = {"anything": 1}
-    assert classify(raw(is_concurrency_safe=classifier), arguments) is True
-    assert seen[0] is arguments
 
 
 # --- through the pipeline ----------------------------------------------------------------------

@@ -125,3 +125,8 @@ def test_every_seam_has_a_type_users_can_annotate_with() -> None:
     start = typing.get_type_hints(dsh_tools.ToolSystem.__init__)
     assert typing.Any not in typing.get_args(start["approval"])
     assert dsh_tools.types.CodeRuntime in typing.get_args(start["code_runtime"])
+    definition = typing.get_type_hints(dsh_tools.define_tool)
+    assert dsh_tools.types.Placement in typing.get_args(definition["placement"])
+    assert dsh_tools.types.ContentFinalizer in typing.get_args(definition["finalize_content"])
+    spill = typing.get_type_hints(dsh_tools.spill_policy)
+    assert dsh_tools.types.SpillStore in typing.get_args(spill["store"])

@@ -1,4 +1,5 @@
-"""``execution_mode(call)``: when a call may run in parallel."""
+"""``execution_mode(call)``: when a call may run in parallel, through a handle and in
+``classify``, the rule underneath."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from conftest import block, call, fixture, text
 from pool_support import batch
 
 from dsh_tools import ToolOutput, ToolSystem, define_tool
+from dsh_tools.registry import ToolDefinition, classify
 
 
 def test_rp91_a_classifier_returning_true_is_parallel(system: ToolSystem) -> None:
@@ -139,3 +141,57 @@ def test_a_batch_survives_a_classifier_raising_cancelled_error(system: ToolSyste
         "tool/call",
         "tool/result",
     ]
+
+
+# --- classify(), the rule execution_mode applies -----------------------------------------------
+
+
+def classified(**overrides: Any) -> ToolDefinition:
+    """A raw definition for ``classify`` on its own, without a system."""
+    fields: dict[str, Any] = {
+        "name": "raw",
+        "description": "a raw tool",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        "output": ToolOutput({}, lambda args, value: [{"type": "text", "text": str(value)}]),
+        "execute": lambda args, run_ctx: None,
+    }
+    fields.update(overrides)
+    return ToolDefinition(**fields)
+
+
+@pytest.mark.parametrize("verdict", [False, 1, "yes", None, [True]])
+def test_classify_calls_only_the_true_singleton_parallel(verdict: Any) -> None:
+    assert classify(classified(is_concurrency_safe=lambda args: verdict), {}) is False
+
+
+def test_classify_without_a_classifier_or_when_it_raises_is_exclusive() -> None:
+    assert classify(classified(is_concurrency_safe=lambda args: True), {}) is True
+    assert classify(classified(), {}) is False
+
+    def explode(args: Any) -> bool:
+        raise RuntimeError("no")
+
+    assert classify(classified(is_concurrency_safe=explode), {}) is False
+
+
+def test_classify_never_starts_an_async_classifier() -> None:
+    started: list[bool] = []
+
+    async def classifier(args: Any) -> bool:
+        started.append(True)
+        return True
+
+    assert classify(classified(is_concurrency_safe=classifier), {}) is False
+    assert started == []
+
+
+def test_classify_passes_the_very_arguments_object() -> None:
+    seen: list[Any] = []
+
+    def classifier(args: Any) -> bool:
+        seen.append(args)
+        return True
+
+    arguments = {"anything": 1}
+    assert classify(classified(is_concurrency_safe=classifier), arguments) is True
+    assert seen[0] is arguments

@@ -1,4 +1,6 @@
-"""Exporting projected tool schemas to the OpenAI and Anthropic function-calling formats."""
+"""Exporting projected tool schemas to the OpenAI and Anthropic function-calling formats: the
+shapes, strict mode (and that a strict-mode model's calls round-trip), and provider names
+mapped where they leave the system."""
 
 from __future__ import annotations
 
@@ -7,11 +9,19 @@ import subprocess
 import sys
 from typing import Any
 
+import jsonschema
+import msgspec
 import pytest
 from conftest import echo, fixture
 
-from dsh_tools import ToolOutput, ToolSystem, define_tool
-from dsh_tools.integrations import to_anthropic_tools, to_openai_strict_schema, to_openai_tools
+from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool, tool
+from dsh_tools.integrations import (
+    ToolNameMap,
+    is_provider_name,
+    to_anthropic_tools,
+    to_openai_strict_schema,
+    to_openai_tools,
+)
 
 ECHO_PARAMETERS = {"type": "object", "properties": {"text": {"type": "string"}}}
 
@@ -355,4 +365,139 @@ def test_the_schema_exports_do_not_load_the_mcp_sdk() -> None:
     )
     assert done.stdout.strip() == (
         "register_mcp_server needs the official MCP SDK: pip install 'dsh-tools[mcp]'"
+    )
+
+
+class Window(msgspec.Struct):
+    start: str
+    end: str | None = None
+    limit: int = 10
+
+
+def string_output() -> ToolOutput:
+    return ToolOutput({"type": "string"}, lambda args, value: [{"type": "text", "text": value}])
+
+
+def now_tool(name: str) -> Any:
+    return define_tool(
+        name=name,
+        description="The time.",
+        parameters={"zone": {"type": "string"}},
+        output=string_output(),
+        execute=lambda args, ctx: f"{name} in {args.get('zone', 'UTC')}",
+    )
+
+
+# --- provider names ----------------------------------------------------------------------------
+
+
+def test_names_providers_refuse_are_exported_mapped_and_map_back(system: ToolSystem) -> None:
+    long_name = "a" * 80
+    for name in ("time.now", "bad name!", long_name, "plain_name"):
+        system.tools.register(now_tool(name))
+    schemas = system.tools.schemas()
+    chat = [entry["function"]["name"] for entry in to_openai_tools(schemas)]
+    responses = [entry["name"] for entry in to_openai_tools(schemas, api="responses")]
+    anthropic = [entry["name"] for entry in to_anthropic_tools(schemas)]
+    assert chat == responses == anthropic
+    assert all(is_provider_name(name) for name in chat)
+    names = ToolNameMap.from_schemas(schemas)
+    assert [names.to_registry(name) for name in chat] == [s["name"] for s in schemas]
+    assert chat[:2] == ["time_now", "bad_name_"]
+    assert chat[2] == "a" * 55 + "_" + chat[2][-8:]
+    assert chat[3] == "plain_name"
+
+    # The model calls the provider name; the adapter maps it back and the registry runs it.
+    outcome = system.execute_batch(
+        ExecuteBatch(calls=[ToolCall("c1", names.to_registry("time_now"), '{"zone": "CET"}')])
+    )
+    assert outcome.results[0].content[0]["text"] == "time.now in CET"
+
+
+def test_an_explicit_name_map_must_cover_every_exported_tool(system: ToolSystem) -> None:
+    system.tools.register(now_tool("time.now"))
+    schemas = system.tools.schemas()
+    custom = ToolNameMap(["time.now", "other"])
+    assert to_anthropic_tools(schemas, names=custom)[0]["name"] == "time_now"
+    with pytest.raises(ValueError, match=r"names has no provider name for tool\(s\) time\.now"):
+        to_openai_tools(schemas, names=ToolNameMap(["other"]))
+
+
+# --- strict mode: what a strict-mode model sends runs ------------------------------------------
+
+
+def model_call(strict_parameters: dict[str, Any], arguments: dict[str, Any]) -> str:
+    """What a strict-mode model may send: every property present, nulls for the unused ones."""
+    jsonschema.validate(arguments, strict_parameters)
+    return json.dumps(arguments)
+
+
+def test_strict_define_tool_with_optional_parameters_round_trips(system: ToolSystem) -> None:
+    seen: list[Any] = []
+    search = define_tool(
+        name="search",
+        description="Search.",
+        parameters={
+            "query": {"type": "string", "required": True},
+            "limit": {"type": "integer"},
+            "sort": {"type": "string", "enum": ["new", "old"]},
+        },
+        output=string_output(),
+        execute=lambda args, ctx: seen.append(dict(args)) or "ok",
+    )
+    system.tools.register(search)
+    [exported] = to_openai_tools(system.tools.schemas(), strict=True)
+    parameters = exported["function"]["parameters"]
+    assert parameters["required"] == ["query", "limit", "sort"]
+    assert parameters["properties"]["limit"] == {"type": ["integer", "null"]}
+    assert parameters["properties"]["sort"] == {
+        "type": ["string", "null"],
+        "enum": ["new", "old", None],
+    }
+    raw = model_call(parameters, {"query": "x", "limit": None, "sort": None})
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "search", raw)]))
+    assert not outcome.results[0].is_error, outcome.results[0].content
+    assert seen == [{"query": "x"}]
+
+
+def test_strict_typed_tool_with_optional_and_nested_optional_parameters_round_trips(
+    system: ToolSystem,
+) -> None:
+    seen: list[Any] = []
+
+    @tool
+    def events(window: Window, kind: str = "all", owner: str | None = "me") -> str:
+        seen.append((window, kind, owner))
+        return "ok"
+
+    system.tools.register(events)
+    [exported] = to_openai_tools(system.tools.schemas(), api="responses", strict=True)
+    parameters = exported["parameters"]
+    assert exported["strict"] is True
+    assert parameters["properties"]["kind"] == {"type": ["string", "null"]}
+    assert parameters["$defs"]["Window"]["required"] == ["start", "end", "limit"]
+    assert parameters["$defs"]["Window"]["additionalProperties"] is False
+    raw = model_call(
+        parameters,
+        {"window": {"start": "a", "end": None, "limit": None}, "kind": None, "owner": None},
+    )
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "events", raw)]))
+    assert not outcome.results[0].is_error, outcome.results[0].content
+    # ``owner`` accepts null, so the model's null is a value; the others fall back to defaults.
+    assert seen == [(Window(start="a", end=None, limit=10), "all", None)]
+
+
+def test_a_null_for_a_required_property_is_still_an_error(system: ToolSystem) -> None:
+    system.tools.register(now_tool("clock"))
+    search = define_tool(
+        name="need",
+        description="Needs its argument.",
+        parameters={"query": {"type": "string", "required": True}},
+        output=string_output(),
+        execute=lambda args, ctx: "ran",
+    )
+    system.tools.register(search)
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "need", '{"query": null}')]))
+    assert outcome.results[0].content[0]["text"] == (
+        'Error: invalid arguments: "query" must be a string'
     )

@@ -21,15 +21,19 @@ import math
 import threading
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..actors import NEVER_ABORTED, AbortSignal
+from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
 from ._driver import ensure_ray, import_ray
+
+if TYPE_CHECKING:
+    from ..codebridge import CodeRunRequest, CodeRunResult, CodeRuntime, CodeRuntimeConfig
+    from ..codebridge._seam import FailureKind
 
 __all__ = ["RayCodeRuntime"]
 
@@ -37,21 +41,13 @@ _encoder = msgspec.json.Encoder()
 _RUNTIME = "run_code"
 
 
-def _default_factory(config: Any) -> Callable[[], Any]:
-    def build() -> Any:
+def _default_factory(config: CodeRuntimeConfig | None) -> Callable[[], CodeRuntime]:
+    def build() -> CodeRuntime:
         from ..codebridge import SubprocessCodeRuntime
 
         return SubprocessCodeRuntime(config)
 
     return build
-
-
-def _text(value: Any, fallback: str) -> str:
-    try:
-        text = str(value)
-    except Exception:
-        return fallback
-    return text if type(text) is str else fallback
 
 
 class RayCodeRuntime:
@@ -68,9 +64,9 @@ class RayCodeRuntime:
 
     def __init__(
         self,
-        config: Any = None,
+        config: CodeRuntimeConfig | None = None,
         *,
-        runtime_factory: Callable[[], Any] | None = None,
+        runtime_factory: Callable[[], CodeRuntime] | None = None,
         num_cpus: float = 1,
         resources: dict[str, float] | None = None,
         runtime_env: dict[str, Any] | None = None,
@@ -114,7 +110,7 @@ class RayCodeRuntime:
             with contextlib.suppress(Exception):
                 import_ray().kill(host, no_restart=True)
 
-    async def run(self, request: Any) -> Any:
+    async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program on the node; outcomes are results, misuse raises."""
         from ..codebridge import CodeRunFailure, CodeRunRequest, CodeRunResult
 
@@ -125,12 +121,12 @@ class RayCodeRuntime:
                 f"code runtime: run() expects a CodeRunRequest, got {type(request).__name__}"
             )
 
-        def failed(kind: str, message: str, logs: list[str] | None = None) -> Any:
+        def failed(kind: FailureKind, message: str, logs: list[str] | None = None) -> CodeRunResult:
             return CodeRunResult(logs or [], error=CodeRunFailure(kind, message))
 
         signal: AbortSignal = request.signal if request.signal is not None else NEVER_ABORTED
         if signal.aborted:
-            return failed("abort", _text(signal.reason, "aborted"))
+            return failed("abort", message_of(signal.reason, "aborted"))
         loop = asyncio.get_running_loop()
         ray = import_ray()
         if not ray.is_initialized():
@@ -178,12 +174,12 @@ class RayCodeRuntime:
                     if not abort_sent:
                         abort_sent = True
                         deadline = loop.time() + self._grace
-                        reason = _text(signal.reason, "aborted")
+                        reason = message_of(signal.reason, "aborted")
                         host.abort.remote(run_id, reason)
                     elif deadline is not None and loop.time() >= deadline:
                         # The node did not settle the aborted run in time: end it here.
                         self._forget(host, kill=True)
-                        return failed("abort", _text(signal.reason, "aborted"))
+                        return failed("abort", message_of(signal.reason, "aborted"))
                 for event in decode_events(polled.result()):
                     if isinstance(event, CallEvent):
                         task = loop.create_task(self._answer(host, run_id, functions, event))
@@ -204,7 +200,7 @@ class RayCodeRuntime:
             for task in answers:
                 task.cancel()
 
-    def _result(self, event: DoneEvent) -> Any:
+    def _result(self, event: DoneEvent) -> CodeRunResult:
         from ..codebridge import CodeRunFailure, CodeRunResult
 
         if event.error_kind is not None:
@@ -236,7 +232,7 @@ class RayCodeRuntime:
         except LosslessJsonError:
             answer = "binding resolved with a value that is not lossless JSON"
         except Exception as exc:
-            answer = _text(exc, "<unprintable thrown value>")
+            answer = message_of(exc)
         host.resolve.remote(run_id, event.number, ok, _encoder.encode(answer))
 
     async def dispose(self) -> None:

@@ -34,12 +34,14 @@ from typing import Any
 from msgspec import UNSET
 
 from ..actors import AbortError, AbortSignal
-from ..registry import ToolDefinition, ToolOutput, define_tool
-from ..registry._presentation import (
+from ..registry import (
     GenericResultView,
     TerminalCallView,
     TerminalResultView,
+    ToolDefinition,
+    ToolOutput,
     ToolResult,
+    define_tool,
 )
 from ._workspace import Workspace, WorkspaceError, check_abort
 

@@ -6,7 +6,7 @@ import difflib
 import re
 from typing import Any
 
-from ..registry._presentation import FileDiff
+from ..registry import FileDiff
 
 __all__ = ["CONTEXT_LINES", "diffs_from_meta", "hunks", "meta_from_hunks", "split_lines"]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 from ..actors import AbortSignal
-from ..registry._presentation import FileLocation, GenericCallView
+from ..registry import FileLocation, GenericCallView
 from ._diffs import split_lines
 from ._fs_common import BINARY_SNIFF_BYTES, text_block
 from ._workspace import Workspace, WorkspaceError, check_abort, int_arg

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..actors import AbortSignal
-from ..registry._presentation import (
+from ..registry import (
     DiffCallView,
     DiffResultView,
     FileDiff,

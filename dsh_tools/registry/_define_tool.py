@@ -14,6 +14,7 @@ import msgspec
 from ..actors import ToolArgsError
 from ._definition import Placement, ToolDefinition, ToolOutput, _takes_args_and_context
 from ._dsl import compile_parameters, compile_schema
+from ._hooks import ContentFinalizer
 from ._raw_schema import optional_null_dropper
 from ._schema_plan import _build_plan
 from ._schema_validate import validate_plan
@@ -38,7 +39,7 @@ def define_tool(
     *,
     is_concurrency_safe: Callable[[Any], Any] | None = None,
     timeout_ms: float | None = None,
-    finalize_content: Callable[[Any, Any], Any] | None = None,
+    finalize_content: ContentFinalizer | None = None,
     present_call: Callable[[Any], Any] | None = None,
     present_result: Callable[[Any, Any], Any] | None = None,
     args_type: Any = None,

@@ -15,6 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ._hooks import ContentFinalizer
+
 __all__ = ["Placement", "ToolDefinition", "ToolOutput"]
 
 
@@ -71,7 +73,7 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     execute: Callable[..., Any]
     is_concurrency_safe: Callable[[Any], Any] | None = None
     timeout_ms: float | None = None
-    finalize_content: Callable[[Any, Any], Any] | None = None
+    finalize_content: ContentFinalizer | None = None
     present_call: Callable[[Any], Any] | None = None
     present_result: Callable[[Any, Any], Any] | None = None
     placement: Placement | None = None

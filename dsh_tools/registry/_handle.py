@@ -40,12 +40,16 @@ from ._hooks import (
     PreExecuteHook,
     ResultObserver,
 )
+from ._registry_actor import RegistryActor
 from ._snapshot import SnapshotCell
 from ._tool_contract import check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
 
 ExecutionMode = Literal["parallel", "exclusive"]
+
+_Mutation = RegisterTool | ReplaceTool | AddRestriction | AddGuard | AddHook | AddSection
+"""What a handle asks the registry to apply for its owner."""
 
 _log = structlog.get_logger("dsh_tools.registry")
 
@@ -86,7 +90,7 @@ class ToolsHandle:
     def __init__(
         self,
         *,
-        registry: pykka.ActorRef[Any],
+        registry: pykka.ActorRef[RegistryActor],
         owner: int,
         cell: SnapshotCell,
         agent: str | None,
@@ -108,7 +112,7 @@ class ToolsHandle:
         """The agent this handle writes for, or None for the global layer."""
         return self._agent
 
-    def _mutate(self, mutation: Any) -> MutationReply:
+    def _mutate(self, mutation: _Mutation) -> MutationReply:
         if self._closed:
             raise RuntimeError(f"{self._label} is closed")
         try:
@@ -154,7 +158,7 @@ class ToolsHandle:
     def _mark_closed(self) -> None:
         self._closed = True
 
-    def _changing(self, mutation: Any) -> Disposer:
+    def _changing(self, mutation: _Mutation) -> Disposer:
         reply = self._mutate(mutation)
         disposer = Disposer(self, reply.key)
         if reply.changed:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..actors import FrozenDict, FrozenList
+from ._schema_predicates import _is_array, _is_map
 
 __all__ = ["accepts_null", "optional_null_dropper", "resolve_local_ref", "to_subset_schema"]
 
@@ -26,14 +27,6 @@ _MAX_DEPTH: Final = 256
 _SCALARS: Final = ("string", "number", "integer", "boolean", "null")
 _TYPES: Final = (*_SCALARS, "object", "array")
 _KEEP_ANNOTATIONS: Final = ("description", "title", "default", "examples")
-
-
-def _is_map(value: Any) -> bool:
-    return type(value) is dict or type(value) is FrozenDict
-
-
-def _is_list(value: Any) -> bool:
-    return type(value) is list or type(value) is FrozenList
 
 
 def resolve_local_ref(document: Any, ref: Any) -> Any:
@@ -50,7 +43,7 @@ def resolve_local_ref(document: Any, ref: Any) -> Any:
         segment = raw.replace("~1", "/").replace("~0", "~")
         if _is_map(node) and segment in node:
             node = node[segment]
-        elif _is_list(node) and segment.isdigit() and int(segment) < len(node):
+        elif _is_array(node) and segment.isdigit() and int(segment) < len(node):
             node = node[int(segment)]
         else:
             return None
@@ -149,15 +142,15 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
         return {**projected, **_annotations(node)}
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
-        if _is_list(branches) and branches:
+        if _is_array(branches) and branches:
             projected_branches = [_project(b, document, refs, depth + 1) for b in branches]
             return _union(projected_branches, node)
     if "const" in node:
         return _enum_schema([node["const"]], node)
-    if _is_list(node.get("enum")) and node["enum"]:
+    if _is_array(node.get("enum")) and node["enum"]:
         return _enum_schema(list(node["enum"]), node)
     declared = node.get("type")
-    if _is_list(declared):
+    if _is_array(declared):
         kinds = [kind for kind in declared if kind in _TYPES]
         if not kinds or len(kinds) != len(declared):
             return _annotations(node)
@@ -177,7 +170,7 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
                 if type(name) is str
             }
             required = node.get("required")
-            if _is_list(required):
+            if _is_array(required):
                 names = [n for n in required if type(n) is str and n in out["properties"]]
                 if names:
                     out["required"] = list(dict.fromkeys(names))
@@ -206,16 +199,16 @@ def accepts_null(node: Any, document: Any, refs: tuple[str, ...] = ()) -> bool:
         return accepts_null(target, document, (*refs, ref))
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
-        if _is_list(branches):
+        if _is_array(branches):
             return any(accepts_null(branch, document, refs) for branch in branches)
     if "const" in node:
         return node["const"] is None
-    if _is_list(node.get("enum")):
+    if _is_array(node.get("enum")):
         return any(entry is None for entry in node["enum"])
     declared = node.get("type")
     if declared is None:
         return not _is_map(node.get("properties")) and not _is_map(node.get("items"))
-    if _is_list(declared):
+    if _is_array(declared):
         return "null" in declared
     if node.get("nullable") is True:
         return True
@@ -243,7 +236,7 @@ def _object_node(node: Any, document: Any, refs: tuple[str, ...]) -> Any:
         return None
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
-        if _is_list(branches):
+        if _is_array(branches):
             non_null = [b for b in branches if not (_is_map(b) and b.get("type") == "null")]
             return _object_node(non_null[0], document, refs) if len(non_null) == 1 else None
     return node
@@ -261,7 +254,7 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
     properties = target.get("properties")
     if _is_map(properties):
         required = target.get("required")
-        required_names = set(required) if _is_list(required) else set()
+        required_names = set(required) if _is_array(required) else set()
         entries: dict[str, tuple[bool, Any]] = {}
         for name, child in properties.items():
             droppable = name not in required_names and not accepts_null(child, document)
@@ -279,7 +272,7 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
 def _apply(plan: _Plan, value: Any) -> Any:
     """``value`` without the droppable nulls; the same object when nothing changes."""
     if type(plan) is tuple:
-        if not _is_list(value):
+        if not _is_array(value):
             return value
         child = plan[1]
         items = [_apply(child, item) for item in value]

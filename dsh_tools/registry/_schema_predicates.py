@@ -1,4 +1,4 @@
-"""What the schema walks share: which values count as schema records and arrays, the scalar
+"""What the schema walks share: which values count as schema records, maps and arrays, the scalar
 types of the subset, and type-aware JSON equality of scalars (for ``enum`` and ``const``).
 """
 
@@ -25,7 +25,13 @@ def _is_record(value: Any) -> bool:
     return True
 
 
+def _is_map(value: Any) -> bool:
+    """An exact dict or ``FrozenDict``, whatever its keys."""
+    return type(value) is dict or type(value) is FrozenDict
+
+
 def _is_array(value: Any) -> bool:
+    """An exact list or ``FrozenList``."""
     return type(value) is list or type(value) is FrozenList
 
 

@@ -11,7 +11,8 @@ Modules, one concern each: ``_client`` (the connection, its thread and superviso
 ``_plugin`` (registrations that follow the server), ``_resources`` (the server's resources
 and prompts), ``_tools`` (definitions and the call body), ``_content`` (model content and
 output checks), ``_capabilities`` (elicitation through the approval seam), ``_policy``
-(shipped hooks), ``_register``.
+(shipped hooks), ``_types`` (the public data types and callback shapes), ``_errors`` (how a
+call or a connection fails), ``_register`` (the two entry points).
 """
 
 from ._errors import McpConnectionError, McpToolError

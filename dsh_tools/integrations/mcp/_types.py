@@ -138,10 +138,11 @@ ElicitationCallback = Callable[
 ``{"action": "accept", "content": {...}}``, ``{"action": "decline"}`` or
 ``{"action": "cancel"}``. Runs like a sampling callback."""
 
-ListChangedCallback = Callable[[Literal["resources", "prompts"]], Any]
+ListChangedCallback = Callable[[Literal["resources", "prompts"]], Awaitable[None] | None]
 """``on_list_changed(kind)``: the server's resources or prompts changed (``"resources"`` or
-``"prompts"``); runs on a worker thread, so it may call the plugin (``list_resources()``...)."""
+``"prompts"``); runs on a worker thread, so it may call the plugin (``list_resources()``...).
+What it returns is not used (an awaitable is awaited first)."""
 
-ProgressCallback = Callable[[McpProgress], Any]
+ProgressCallback = Callable[[McpProgress], Awaitable[None] | None]
 """``on_progress(progress)``: called on the MCP client's thread for every progress
 notification; keep it quick (an awaitable it returns is awaited there)."""
