@@ -171,6 +171,20 @@ def _end_every_process() -> None:
             return
 
 
+def _nothing_left() -> bool:
+    """Whether the namespace holds no process but this one, after a kill and a reap that do
+    not wait (the worker that exited is reaped already)."""
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if pid == 0:
+            return False
+
+
 def run_init(
     start_worker: Callable[[], NoReturn],
     status_fd: int,
@@ -230,9 +244,15 @@ def run_init(
             report = b"B" + bytes([BUDGET_MEMORY])
         elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
+    if _nothing_left():
+        # The usual end (the worker exited and started nothing that lives on): one write, so
+        # the host wakes once for the reason and the all-clear.
+        report += b"G"
+    else:
+        with contextlib.suppress(OSError):
+            os.write(status_fd, report)
+        _end_every_process()
+        report = b"G"
     with contextlib.suppress(OSError):
         os.write(status_fd, report)
-    _end_every_process()
-    with contextlib.suppress(OSError):
-        os.write(status_fd, b"G")
     os._exit(0)
