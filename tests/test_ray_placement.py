@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import msgspec
@@ -256,18 +257,52 @@ def test_a_batch_mixing_remote_and_local_calls_keeps_model_order_and_barriers(
     assert results == ["r1", "r2", "b1", "r3", "r4"]
 
 
-def test_remote_bodies_hold_the_batch_pool_bound(system: ToolSystem) -> None:
+def gathered(args: Any, ctx: Any) -> Any:
+    """Runs until a second body runs beside it (or every other call has finished, so none can
+    come), then 0.2 s more so that a third one, were the bound broken, would be seen. How many
+    bodies ran at once is counted from marker files, not from clocks."""
+    running = Path(args["dir"]) / "running"
+    finished = Path(args["dir"]) / "finished"
+    mine = running / ctx.call_id
+    mine.touch()
+    try:
+        at_start = seen = len(list(running.iterdir()))
+        deadline = time.monotonic() + WAIT
+        while seen < 2 and len(list(finished.iterdir())) < args["calls"] - 1:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+            seen = max(seen, len(list(running.iterdir())))
+        linger = time.monotonic() + 0.2
+        while time.monotonic() < linger:
+            time.sleep(0.005)
+            seen = max(seen, len(list(running.iterdir())))
+        return {"at_start": at_start, "seen": seen}
+    finally:
+        mine.unlink()
+        (finished / ctx.call_id).touch()
+
+
+def test_remote_bodies_hold_the_batch_pool_bound(system: ToolSystem, tmp_path: Path) -> None:
     # Ray alone would run four at once (0.5 CPU each on 2 CPUs); the pool allows two.
+    (tmp_path / "running").mkdir()
+    (tmp_path / "finished").mkdir()
     system.tools.register(
-        json_tool("remote", timed, REMOTE, parameters={"ms": {"type": "integer"}})
+        json_tool(
+            "remote",
+            gathered,
+            REMOTE,
+            parameters={"dir": {"type": "string"}, "calls": {"type": "integer"}},
+        )
     )
-    calls = [ToolCall(f"r{i}", "remote", '{"ms": 200}') for i in range(6)]
+    arguments = msgspec.json.encode({"dir": str(tmp_path), "calls": 6}).decode()
+    calls = [ToolCall(f"r{i}", "remote", arguments) for i in range(6)]
 
     outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=2))
 
-    spans = [(r.value["start"], r.value["end"]) for r in outcome.results]
-    most = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
-    assert most == 2, spans
+    counts = [r.value for r in outcome.results]
+    assert all(c["at_start"] <= 2 and c["seen"] <= 2 for c in counts), counts
+    assert max(c["seen"] for c in counts) == 2, counts
 
 
 def counter(args: Any, ctx: Any) -> Any:
