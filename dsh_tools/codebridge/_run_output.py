@@ -7,6 +7,7 @@ from __future__ import annotations
 import codecs
 
 from ._ledger import OutputLedger
+from ._run_pipes import DRAIN_LIMIT, READ_SIZE, read_available
 
 __all__ = ["NativeOutput"]
 
@@ -43,3 +44,21 @@ class NativeOutput:
             text = decoder.decode(b"", True)
             self.eof[index] = True
         return not text or self._ledger.admit(text)
+
+    def drain(self, index: int, fd: int | None) -> None:
+        """Admit what pipe ``index`` holds now (bounded), and the decoder's tail; the pipe then
+        counts as closed."""
+        decoder = self._decoders[index]
+        taken = 0
+        while fd is not None and taken < DRAIN_LIMIT:
+            data = read_available(fd, READ_SIZE)
+            if not data:
+                break
+            taken += len(data)
+            text = decoder.decode(data)
+            if text and not self._ledger.admit(text):
+                break
+        tail = decoder.decode(b"", True)
+        if tail:
+            self._ledger.admit(tail)
+        self.eof[index] = True

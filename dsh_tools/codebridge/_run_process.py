@@ -31,6 +31,7 @@ from ._run_status import (
     ErrorReport,
     ExitReport,
     GoneReport,
+    KilledReport,
     PidReport,
     RunLimits,
     WorkerReport,
@@ -276,7 +277,7 @@ class RunProcess(abc.ABC):
                 self._budget = report.budget
                 if self._outcome is None:
                     self._settle(self._exit_outcome())
-            elif isinstance(report, GoneReport):
+            elif isinstance(report, (KilledReport, GoneReport)):
                 self._on_gone()
             elif isinstance(report, ExitReport):
                 self._on_exit(report.wait_status, report.cpu)
@@ -305,18 +306,29 @@ class RunProcess(abc.ABC):
             self._sampler = self._loop.call_later(_CPU_SAMPLE_SECONDS, self._sample_cpu)
 
     def _on_gone(self) -> None:
-        """The sandbox's init has reaped every other process of the run: a settled run is over
-        (an unsettled one waits for the exit report, whose CPU figure may decide it)."""
+        """The sandbox's init has sent ``SIGKILL`` to every other process of the run (``K``)
+        or reaped them all (``G``): none of them runs any more of the program, so a settled
+        run is over (an unsettled one waits for the exit report, whose CPU figure may decide
+        it). What they wrote natively is in the pipes already: take it now rather than wait
+        for end of file, which only comes once the kernel has torn their memory down."""
         if self._outcome is None:
             return
         self._exited = True
         self._drop_reader("status")
+        self._drain_native()
         self._start_grace()
         self._maybe_finish()
 
+    def _drain_native(self) -> None:
+        """Take what the native pipes hold now (bounded) and stop reading them."""
+        for name, index in (("out", 0), ("err", 1)):
+            self._native.drain(index, self._fds.get(name))
+            self._drop_reader(name)
+
     def _end_sandboxed(self) -> None:
         """Close the channel to the worker: the namespace init, which watches it, then kills
-        and reaps every process of the run and reports ``G`` (then ``X`` follows)."""
+        every process of the run and reports ``K``, reaps them and reports ``G`` (then ``X``
+        follows)."""
         self._writer.close()
         fd = self._fds.pop("to_worker", None)
         if fd is not None:

@@ -4,9 +4,9 @@ CPU-time sampling of the ``"process"`` isolation.
 
 Reports are a tag byte and a fixed-size body (``E`` carries a length-prefixed message):
 ``P`` pid, ``W`` worker wait status (the sandbox's init saw the worker exit), ``B`` budget
-(the init ended the run), ``G`` (the sandbox's init has killed and reaped every other process
-of the run), ``X`` wait status and CPU seconds of the run's process, ``E`` an error before the
-worker started.
+(the init ended the run), ``K`` (the sandbox's init has sent ``SIGKILL`` to every other
+process of the run), ``G`` (it has reaped them all), ``X`` wait status and CPU seconds of the
+run's process, ``E`` an error before the worker started.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = [
     "ErrorReport",
     "ExitReport",
     "GoneReport",
+    "KilledReport",
     "PidReport",
     "RunLimits",
     "StatusReport",
@@ -69,6 +70,11 @@ class ExitReport(msgspec.Struct, frozen=True):
     cpu: float
 
 
+class KilledReport(msgspec.Struct, frozen=True):
+    """``K``: every process of the run but its init has ``SIGKILL`` pending, so none of them
+    runs any more of the program (``G`` follows once they are reaped)."""
+
+
 class GoneReport(msgspec.Struct, frozen=True):
     """``G``: every process of the run but its init is gone (the init exits next)."""
 
@@ -79,7 +85,9 @@ class ErrorReport(msgspec.Struct, frozen=True):
     message: str
 
 
-StatusReport = PidReport | WorkerReport | BudgetReport | GoneReport | ExitReport | ErrorReport
+StatusReport = (
+    PidReport | WorkerReport | BudgetReport | KilledReport | GoneReport | ExitReport | ErrorReport
+)
 
 
 def take_report(status: bytearray) -> StatusReport | None:
@@ -98,6 +106,9 @@ def take_report(status: bytearray) -> StatusReport | None:
         budget = status[1] or 1
         del status[:2]
         return BudgetReport(budget)
+    if tag == 0x4B:  # "K"
+        del status[:1]
+        return KilledReport()
     if tag == 0x47:  # "G"
         del status[:1]
         return GoneReport()
@@ -113,7 +124,7 @@ def take_report(status: bytearray) -> StatusReport | None:
         message = bytes(status[1 + _LENGTH.size : end]).decode("utf-8", "replace")
         del status[:end]
         return ErrorReport(message)
-    if tag not in b"PWBGXE":
+    if tag not in b"PWBKGXE":
         status.clear()
     return None
 

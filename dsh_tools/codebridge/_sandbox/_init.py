@@ -14,14 +14,15 @@ left in the namespace, so nothing a run started (a ``setsid()`` grandchild inclu
 it.
 
 The host asks for the end of a settled run by closing its end of the channel to the worker
-(which the init watches for the hang-up). However the run ends, the init first reports why
-(if it knows), then kills every other process of the namespace, reaps them all and reports
-``b"G"``: from then on nothing the program started can run or write, and the host's result
-may be delivered. Waiting for the init's own exit instead would add the kernel's teardown of
-the run's namespaces to every run.
+(which the init watches for the hang-up). However the run ends, the init sends ``SIGKILL`` to
+every other process of the namespace, then reports why (if it knows) and ``b"K"``: from then
+on nothing the program started runs again, and the host's result may be delivered. It then
+reaps them all and reports ``b"G"``. Waiting for their exit, or for the init's own, would add
+the kernel's teardown of their memory and of the run's namespaces to every run.
 
 Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code;
-then ``b"G"``.
+then ``b"K"`` once every other process has ``SIGKILL`` pending (left out when none is left),
+then ``b"G"`` once all are reaped.
 """
 
 from __future__ import annotations
@@ -172,8 +173,13 @@ def _end_every_process() -> None:
 
 
 def _nothing_left() -> bool:
-    """Whether the namespace holds no process but this one, after a kill and a reap that do
-    not wait (the worker that exited is reaped already)."""
+    """Send ``SIGKILL`` to every other process of the namespace, then tell whether none is
+    left, by a reap that does not wait (the worker that exited is reaped already).
+
+    ``kill(-1)`` from the init reaches every process of the namespace, and for each it makes
+    the kill pending in every thread and interrupts the ones running before it returns: from
+    then on no thread of the run executes the program again (a system call already under way
+    may complete)."""
     with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)
     while True:
@@ -245,12 +251,15 @@ def run_init(
         elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
     if _nothing_left():
-        # The usual end (the worker exited and started nothing that lives on): one write, so
-        # the host wakes once for the reason and the all-clear.
+        # The usual end when the worker exited on its own and started nothing that lives on:
+        # one write, so the host wakes once for the reason and the all-clear.
         report += b"G"
     else:
+        # Every other process has SIGKILL pending (``_nothing_left`` sent it): none of them
+        # returns to the program again, which is what the host waits for; their exit (the
+        # kernel tearing their memory down, milliseconds on some machines) follows.
         with contextlib.suppress(OSError):
-            os.write(status_fd, report)
+            os.write(status_fd, report + b"K")
         _end_every_process()
         report = b"G"
     with contextlib.suppress(OSError):
