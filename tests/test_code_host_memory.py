@@ -13,7 +13,15 @@ from dsh_tools.codebridge import (
     SubprocessCodeRuntime,
 )
 from dsh_tools.codebridge._frame_screen import MAX_CALL_TOKENS, worker_frame_screen
-from dsh_tools.codebridge._frames import Done, FrameReader, encode_frame, worker_frame_decoder
+from dsh_tools.codebridge._frames import (
+    SKIP_FRAME,
+    Done,
+    FrameReader,
+    Log,
+    OutputLimit,
+    encode_frame,
+    worker_frame_decoder,
+)
 from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
 from dsh_tools.codebridge._ledger import tokens_json_size
 from dsh_tools.codebridge._tokens import tokenize
@@ -125,6 +133,16 @@ def test_values_that_fit_the_output_cap_pass_the_done_screen_whatever_their_shap
                 if tokens_json_size(tokens, cap) <= cap:
                     body = bytes(encode_frame(Done(tokens)))[8:]
                     assert screen(body) is None, (cap, candidate)
+
+
+def test_the_output_screen_settles_what_no_value_within_the_cap_could_be() -> None:
+    screen = worker_frame_screen(100)
+    many = tokenize(list(range(60)))  # 61 tokens: more than 100 bytes of JSON can hold
+    assert many is not None
+    assert isinstance(screen(bytes(encode_frame(Done(many)))[8:]), OutputLimit)
+    assert isinstance(screen(bytes(encode_frame(Log("x" * 200)))[8:]), OutputLimit)
+    assert screen(bytes(encode_frame(Log("x" * 90)))[8:]) is None
+    assert screen(b"\x92\xa5Other" + b"\xc0" * 200) is SKIP_FRAME
 
 
 def forged_call(count: int) -> str:

@@ -140,8 +140,14 @@ def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]
     done_tokens = max_output_bytes // 2 + 1
     log_bytes = max_output_bytes + _LOG_ROOM
 
+    # Each token takes at least one byte, so a body no larger than every kind's token cap and
+    # no larger than its size cap is decoded without reading its headers (the common case).
+    small = min(done_tokens, log_bytes, MAX_CALL_TOKENS)
+
     def screen(body: Any) -> object | None:
         size = len(body)
+        if size <= small:
+            return None
         try:
             cursor = _Cursor(body)
             cursor.array()
