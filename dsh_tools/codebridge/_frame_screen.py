@@ -1,7 +1,7 @@
 """What a worker frame may cost the host to decode, judged from its first bytes.
 
 Decoding a frame costs the host far more than its body: a one-byte token (``nil``, a small
-integer) becomes a list slot and often an object, about 16 to 60 bytes each. A frame is
+integer) becomes a list slot and often an object, 16 to about 120 bytes each. A frame is
 therefore screened before it is decoded, from its tag and the header of its token list (the
 frames are array-like tagged structs, so the tag is the first element):
 
