@@ -170,13 +170,19 @@ def test_w87_waiting_on_a_slow_binding_accrues_no_compute(
 def test_w88_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
+    pids: list[int] = []
+
     async def never(value: Any) -> Any:
+        pids.append(value["pid"])
         await asyncio.Event().wait()
 
-    program = "import os\nprint(os.getpid())\nawait tools.never({})"
+    program = "import os\nawait tools.never({'pid': os.getpid()})"
     result = run(runtime_with(max_wall_ms=400), program, tools(never=never))
     assert failure(result) == ("timeout", "wall-clock ceiling reached (400ms)")
-    assert_nothing_left(int(result.logs[0]))
+    # A loaded machine may reach the ceiling before the program reaches its call; when it
+    # did reach it, the worker that made it is gone.
+    for pid in pids:
+        assert_nothing_left(pid)
 
 
 def test_w89_abort_ends_a_hot_loop(runtime: SubprocessCodeRuntime) -> None:
