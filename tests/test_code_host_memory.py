@@ -12,8 +12,19 @@ from dsh_tools.codebridge import (
     CodeRuntimeConfig,
     SubprocessCodeRuntime,
 )
-from dsh_tools.codebridge._frames import FrameReader, worker_frame_decoder
+from dsh_tools.codebridge._frame_screen import MAX_CALL_TOKENS, worker_frame_screen
+from dsh_tools.codebridge._frames import (
+    SKIP_FRAME,
+    Done,
+    FrameReader,
+    Log,
+    OutputLimit,
+    encode_frame,
+    worker_frame_decoder,
+)
 from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
+from dsh_tools.codebridge._ledger import tokens_json_size
+from dsh_tools.codebridge._tokens import tokenize
 
 
 def resident_mb() -> float:
@@ -101,3 +112,93 @@ return await asyncio.gather(*[tools.slow({'data': big}) for _ in range(100)])
         assert asyncio.run(runtime.run(CodeRunRequest(one_by_one, tools))).value == 100 * 2**20
     finally:
         runtime.close()
+
+
+def test_values_that_fit_the_output_cap_pass_the_done_screen_whatever_their_shape() -> None:
+    # The shapes that encode largest per byte of JSON: empty objects and arrays, floats.
+    for cap in (4, 5, 9, 100, 4096):
+        screen = worker_frame_screen(cap)
+        units: list[Any] = [{}, [], 0.0, [[]], {"": {}}]
+        for unit in units:
+            items: list[Any] = []
+            while True:
+                tokens = tokenize([*items, unit])
+                assert tokens is not None
+                if tokens_json_size(tokens, cap) > cap:
+                    break
+                items.append(unit)
+            for candidate in (unit, items):
+                tokens = tokenize(candidate)
+                assert tokens is not None
+                if tokens_json_size(tokens, cap) <= cap:
+                    body = bytes(encode_frame(Done(tokens)))[8:]
+                    assert screen(body) is None, (cap, candidate)
+
+
+def test_the_output_screen_settles_what_no_value_within_the_cap_could_be() -> None:
+    screen = worker_frame_screen(100)
+    many = tokenize(list(range(60)))  # 61 tokens: more than 100 bytes of JSON can hold
+    assert many is not None
+    assert isinstance(screen(bytes(encode_frame(Done(many)))[8:]), OutputLimit)
+    assert isinstance(screen(bytes(encode_frame(Log("x" * 200)))[8:]), OutputLimit)
+    assert screen(bytes(encode_frame(Log("x" * 90)))[8:]) is None
+    assert screen(b"\x92\xa5Other" + b"\xc0" * 200) is SKIP_FRAME
+
+
+def forged_call(count: int) -> str:
+    return f"""
+import os
+count = {count}
+# A Call frame by hand (msgpack): ['Call', 1, 'tools', 'quick', [None] * count].
+body = bytearray(b"\\x95\\xa4Call\\x01\\xa5tools\\xa5quick\\xdd" + count.to_bytes(4, "big"))
+body += b"\\xc0" * count
+os.write(4, len(body).to_bytes(8, "big"))
+view = memoryview(body)
+while view:
+    view = view[os.write(4, view[: 1 << 20]) :]
+await asyncio.sleep(30)
+"""
+
+
+def test_a_forged_call_of_millions_of_tiny_values_fails_undecoded() -> None:
+    calls: list[Any] = []
+
+    async def quick(args: Any) -> int:
+        calls.append(args)
+        return 0
+
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=30000))
+    tools = [BindingNamespace("tools", {"quick": quick})]
+    try:
+        asyncio.run(runtime.run(CodeRunRequest("return 1", [])))
+        before = resident_mb()
+        result = asyncio.run(runtime.run(CodeRunRequest(forged_call(24 << 20), tools)))
+        grown = resident_mb() - before
+    finally:
+        runtime.close()
+    assert result.error is not None and result.error.kind == "frame-limit", result
+    assert f"({MAX_CALL_TOKENS} values)" in result.error.message
+    assert calls == []
+    assert grown < 100, f"the host grew by {grown:.0f} MB for a forged call"
+
+
+def test_a_ten_megabyte_string_argument_still_reaches_its_binding() -> None:
+    written: list[str] = []
+
+    async def write_file(args: Any) -> int:
+        written.append(args["content"])
+        return len(args["content"])
+
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=30000))
+    tools = [BindingNamespace("tools", {"write_file": write_file})]
+    program = """
+content = 'é' * (10 * 10**6)
+return await tools.write_file({'path': 'big.txt', 'content': content})
+"""
+    try:
+        result = asyncio.run(runtime.run(CodeRunRequest(program, tools)))
+    finally:
+        runtime.close()
+    assert result.error is None, result
+    assert result.value == 10 * 10**6
+    assert written == ["é" * (10 * 10**6)]

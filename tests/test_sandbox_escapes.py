@@ -194,21 +194,19 @@ while view:
 """
 
 HOST_MEASURED = """
-import resource, sys
+import sys
 from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
 config = ToolsConfig(mode="code", max_output_bytes=256 * 1024)
 with ToolSystem.start(config) as system:
     arguments = {"code": sys.stdin.read(), "description": "forge a flat result"}
-    system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=arguments))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    result = system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=arguments))
+print("output-limit" in str(result))
+# VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec.
+with open("/proc/self/status") as status:
+    print(next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmHWM:")))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a complete worker frame is decoded whole before any output or argument cap "
-    "applies: a 32 MiB body of one-byte tokens costs the host about 16 bytes per byte",
-)
 def test_a_forged_flat_result_costs_the_host_about_its_output_cap() -> None:
     # The worker writes its channel directly: one 32 MiB Done frame of one-byte tokens, far
     # beyond max_output_bytes. The host may spill its body to a file and must fail the run
@@ -219,5 +217,6 @@ def test_a_forged_flat_result_costs_the_host_about_its_output_cap() -> None:
         capture_output=True,
         check=True,
     )
-    peak_mb = int(host.stdout.split()[-1])
-    assert peak_mb < 200, f"the host peaked at {peak_mb} MB"
+    limited, peak_mb = host.stdout.split()[-2:]
+    assert limited == b"True", host.stdout
+    assert int(peak_mb) < 200, f"the host peaked at {peak_mb} MB"

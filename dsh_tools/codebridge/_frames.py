@@ -8,7 +8,9 @@ travel as token lists (``_tokens``).
 ``FrameReader`` accumulates bytes as they arrive (it never allocates from a declared length) and
 checks each length prefix against ``max_frame_bytes`` before reading the body: a larger frame
 raises ``FrameTooLarge`` and the run fails with kind ``frame-limit``. A body that does not decode
-into one of the expected frame types is skipped: the peer may be hostile.
+into one of the expected frame types is skipped: the peer may be hostile. A reader may be given
+a screen that sees each complete body first and decides, without decoding it, to decode it,
+skip it or stand another frame in for it (the host's is ``_frame_screen``).
 
 This module imports only the standard library and ``msgspec``.
 """
@@ -16,6 +18,7 @@ This module imports only the standard library and ``msgspec``.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -25,6 +28,7 @@ from ._tokens import Token
 
 __all__ = [
     "PREFIX_BYTES",
+    "SKIP_FRAME",
     "Boot",
     "Call",
     "Done",
@@ -153,19 +157,48 @@ class FrameTooLarge(Exception):
         self.cap = cap
 
 
+class _Skipped(Exception):
+    """A body the screen dropped undecoded."""
+
+
+def _screened(
+    decode: Callable[[Any], Any], screen: Callable[[Any], object | None]
+) -> Callable[[Any], Any]:
+    def decode_screened(body: Any) -> Any:
+        verdict = screen(body)
+        if verdict is None:
+            return decode(body)
+        if verdict is SKIP_FRAME:
+            raise _Skipped  # the reader drops it as it drops a body that does not decode
+        return verdict
+
+    return decode_screened
+
+
+SKIP_FRAME: Final = object()
+"""What a screen returns for a body to drop undecoded."""
+
+
 class FrameReader:
     """Splits a byte stream into decoded frames; undecodable bodies are skipped.
 
     After a length prefix above the cap, ``oversize`` holds the ``FrameTooLarge`` and the reader
     accepts nothing more (the frames before it are still returned). A body above
     ``SPILL_BYTES`` is written to disk while it arrives (``_spill``), so the memory one reader
-    holds stays below ``SPILL_BYTES`` plus one read, whatever ``max_frame_bytes`` is.
+    holds stays below ``SPILL_BYTES`` plus one read, whatever ``max_frame_bytes`` is. A
+    ``screen`` sees each complete body before it is decoded: ``None`` decodes it,
+    ``SKIP_FRAME`` drops it, anything else stands in for the frame.
     """
 
     __slots__ = ("_buffer", "_cap", "_decode", "_spilled", "_start", "oversize")
 
-    def __init__(self, decoder: msgspec.msgpack.Decoder[Any], max_frame_bytes: int) -> None:
-        self._decode = decoder.decode
+    def __init__(
+        self,
+        decoder: msgspec.msgpack.Decoder[Any],
+        max_frame_bytes: int,
+        screen: Callable[[Any], object | None] | None = None,
+    ) -> None:
+        self._decode = decoder.decode if screen is None else _screened(decoder.decode, screen)
         self._cap = max_frame_bytes
         self._buffer = bytearray()
         self._start = 0

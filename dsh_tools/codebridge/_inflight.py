@@ -6,8 +6,10 @@ approval-gated tool with large arguments would make the host hold all of them. A
 at most ``MAX_INFLIGHT_ARGUMENT_BYTES`` of them; the call that would go beyond fails the run
 (``frame-limit``, as a host buffer over its bound does).
 
-A call's size is what its argument tokens carry: the length of each string plus 8 bytes per
-token, close to their size on the channel (a number, a marker or a string header).
+A call's size is what its argument tokens carry: the length of each string plus
+``BYTES_PER_TOKEN`` per token, about what a decoded token costs the host (a list slot and,
+for most values, an object: 16 bytes for ``None``, about 46 for an integer, 47 for an array
+marker, 60 for a short string; an empty object marker, the worst, about 117).
 """
 
 from __future__ import annotations
@@ -16,15 +18,20 @@ from typing import Final
 
 from ._tokens import Token
 
-__all__ = ["MAX_INFLIGHT_ARGUMENT_BYTES", "InflightArguments", "argument_bytes"]
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "MAX_INFLIGHT_ARGUMENT_BYTES",
+    "InflightArguments",
+    "argument_bytes",
+]
 
 MAX_INFLIGHT_ARGUMENT_BYTES: Final = 64 * 2**20
-_BYTES_PER_TOKEN: Final = 8
+BYTES_PER_TOKEN: Final = 64
 
 
 def argument_bytes(tokens: list[Token]) -> int:
     """The size a call's argument tokens are counted as."""
-    size = _BYTES_PER_TOKEN * len(tokens)
+    size = BYTES_PER_TOKEN * len(tokens)
     for token in tokens:
         if type(token) is str:
             size += len(token)

@@ -7,7 +7,8 @@ ceiling with a timer and follows the request's abort signal. Under the ``"proces
 it samples the worker's CPU time from ``/proc/<pid>/stat`` every 25 ms; under ``"sandbox"`` the
 run's namespace init charges the whole process tree and reports a budget it ends the run for.
 The first of ``Done``, ``OutputLimit``, a log that overflows, a budget, an abort, a frame over
-``max_frame_bytes`` or the worker's death settles the run; the host then kills the run (the
+``max_frame_bytes`` or over what its kind may cost to decode (``_frame_screen``) or the
+worker's death settles the run; the host then kills the run (the
 process group, or the namespace init, which takes the whole namespace with it), waits for the
 exit report and for end of file on the native pipes (bounded by a short grace, so an escaped
 grandchild holding a pipe cannot hang settlement), closes everything and materializes the
@@ -26,6 +27,7 @@ import contextlib
 from typing import Any, Final
 
 from ..actors import NEVER_ABORTED, FrozenDict, FrozenList, format_ms
+from ._frame_screen import FrameRejected
 from ._frames import Call, Done, Log, OutputLimit
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome, materialize, safe_text
@@ -114,6 +116,8 @@ class CodeRun(RunProcess):
             self._on_done(frame)
         elif kind is OutputLimit:
             self._settle(LIMIT)
+        elif kind is FrameRejected:
+            self._settle_failure(frame.kind, frame.message)
 
     def _on_done(self, frame: Done) -> None:
         error = frame.error

@@ -20,6 +20,7 @@ import subprocess
 from functools import partial
 from typing import Any, Final
 
+from ._frame_screen import worker_frame_screen
 from ._frames import FrameReader, worker_frame_decoder
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome
@@ -70,6 +71,7 @@ class RunProcess(abc.ABC):
         self._ledger = ledger
         self._boot = boot
         self._max_frame_bytes = config.max_frame_bytes
+        self._screen = worker_frame_screen(config.max_output_bytes)
         self._outcome: Outcome | None = None
         self._done = False
         self._attempts = 0
@@ -104,7 +106,7 @@ class RunProcess(abc.ABC):
         self._fds: dict[str, int] = {}
         self._readers: set[int] = set()
         self._writer = ChannelWriter(self._loop, partial(self._settle_failure, "frame-limit"))
-        self._frames = FrameReader(_WORKER_FRAMES, self._max_frame_bytes)
+        self._frames = FrameReader(_WORKER_FRAMES, self._max_frame_bytes, self._screen)
         self._native = NativeOutput(self._ledger)
         self._status = bytearray()
         self._pid: int | None = None

@@ -1,0 +1,188 @@
+"""What a worker frame may cost the host to decode, judged from its first bytes.
+
+Decoding a frame costs the host far more than its body: a one-byte token (``nil``, a small
+integer) becomes a list slot and often an object, 16 to about 120 bytes each. A frame is
+therefore screened before it is decoded, from its tag and the header of its token list (the
+frames are array-like tagged structs, so the tag is the first element):
+
+- ``Done`` and ``Log`` carry model-visible output, at most ``max_output_bytes`` of JSON text.
+  Any value within that encodes to at most ``DONE_BYTES_PER_OUTPUT_BYTE`` (4.5) msgpack bytes
+  per JSON byte (the worst is ``{}``: 2 bytes of JSON, ``["object", []]`` 9 bytes of tokens;
+  ``[]`` costs 8, a float 9 against at least 3 such as ``0.0``; strings, integers, ``null`` and
+  booleans encode smaller than their JSON) and holds at most one token per two JSON bytes
+  plus one (a value's tokens each need a byte and, but for the first, a separator). A frame
+  beyond that, or a ``Log`` longer than the cap, settles the run as ``output-limit``
+  undecoded, as the worker's own ``OutputLimit`` does.
+- ``Call`` carries binding arguments, which the host caps at ``MAX_INFLIGHT_ARGUMENT_BYTES``
+  in flight: one call's frame may have a body of at most that plus ``_NAME_ROOM`` and at
+  most ``MAX_CALL_TOKENS`` argument tokens; beyond either the run fails with ``frame-limit``.
+- ``OutputLimit`` needs no decoding at all.
+
+A body this screen cannot read (not a known tag, not msgpack the encoder writes) is skipped
+undecoded: a frame the host would not understand anyway. This module imports only the
+standard library, ``msgspec`` and the frame and argument definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from ._frames import SKIP_FRAME, OutputLimit
+from ._inflight import BYTES_PER_TOKEN, MAX_INFLIGHT_ARGUMENT_BYTES
+
+__all__ = [
+    "DONE_BYTES_PER_OUTPUT_BYTE",
+    "MAX_CALL_FRAME_BYTES",
+    "MAX_CALL_TOKENS",
+    "FrameRejected",
+    "worker_frame_screen",
+]
+
+DONE_BYTES_PER_OUTPUT_BYTE: Final = 4.5
+"""The most msgpack token bytes one byte of JSON output encodes to."""
+_FRAME_ROOM: Final = 64
+"""Room for what wraps a value in its frame: the array and token-list headers and the tag."""
+_NAME_ROOM: Final = 64 * 1024
+"""Room in a call frame for its binding names and headers."""
+MAX_CALL_FRAME_BYTES: Final = MAX_INFLIGHT_ARGUMENT_BYTES + _NAME_ROOM
+"""The largest body of one ``Call`` frame the host decodes."""
+MAX_CALL_TOKENS: Final = MAX_INFLIGHT_ARGUMENT_BYTES // BYTES_PER_TOKEN
+"""The most argument tokens (JSON values, containers included) one ``Call`` frame may hold:
+as many as the arguments in flight may count (``_inflight``)."""
+
+
+class FrameRejected(msgspec.Struct, frozen=True):
+    """A worker frame the host did not decode: the run fails with ``kind`` and ``message``."""
+
+    kind: str
+    message: str
+
+
+_OUTPUT_LIMIT: Final = OutputLimit()
+_LOG_ROOM: Final = 16
+"""``["Log", text]``: array header, tag and the string's header beyond its JSON size."""
+
+
+class _Cursor:
+    """Reads msgpack headers from the start of a body; ``ValueError`` on anything else."""
+
+    __slots__ = ("_body", "_end", "at")
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+        self._end = len(body)
+        self.at = 0
+
+    def _byte(self) -> int:
+        if self.at >= self._end:
+            raise ValueError("truncated")
+        value: int = self._body[self.at]
+        self.at += 1
+        return value
+
+    def _uint(self, width: int) -> int:
+        start = self.at
+        if start + width > self._end:
+            raise ValueError("truncated")
+        self.at = start + width
+        return int.from_bytes(self._body[start : start + width], "big")
+
+    def array(self) -> int | None:
+        """An array's length; ``None`` for ``nil``."""
+        head = self._byte()
+        if 0x90 <= head <= 0x9F:
+            return head & 0x0F
+        if head == 0xDC:
+            return self._uint(2)
+        if head == 0xDD:
+            return self._uint(4)
+        if head == 0xC0:
+            return None
+        raise ValueError("not an array")
+
+    def string(self) -> bytes:
+        head = self._byte()
+        if 0xA0 <= head <= 0xBF:
+            size = head & 0x1F
+        elif head == 0xD9:
+            size = self._uint(1)
+        elif head == 0xDA:
+            size = self._uint(2)
+        elif head == 0xDB:
+            size = self._uint(4)
+        else:
+            raise ValueError("not a string")
+        start = self.at
+        if start + size > self._end:
+            raise ValueError("truncated")
+        self.at = start + size
+        return bytes(self._body[start : start + size])
+
+    def skip_int(self) -> None:
+        head = self._byte()
+        if head <= 0x7F or head >= 0xE0:
+            return
+        widths = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
+        width = widths.get(head)
+        if width is None:
+            raise ValueError("not an integer")
+        self._uint(width)
+
+
+def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]:
+    """The screen for the frames a host receives from a worker of a run capped at
+    ``max_output_bytes``: ``None`` (decode the body), ``SKIP_FRAME`` or the frame to act on
+    instead."""
+    done_bytes = int(DONE_BYTES_PER_OUTPUT_BYTE * max_output_bytes) + _FRAME_ROOM
+    done_tokens = max_output_bytes // 2 + 1
+    log_bytes = max_output_bytes + _LOG_ROOM
+
+    # Each token takes at least one byte, so a body no larger than every kind's token cap and
+    # no larger than its size cap is decoded without reading its headers (the common case).
+    small = min(done_tokens, log_bytes, MAX_CALL_TOKENS)
+
+    def screen(body: Any) -> object | None:
+        size = len(body)
+        if size <= small:
+            return None
+        try:
+            cursor = _Cursor(body)
+            cursor.array()
+            tag = cursor.string()  # a frame class name (``tag=True``)
+            if tag == b"Call":
+                if size > MAX_CALL_FRAME_BYTES:
+                    return FrameRejected(
+                        "frame-limit",
+                        f"worker call frame of {size} bytes exceeds the host's cap on one "
+                        f"call ({MAX_CALL_FRAME_BYTES} bytes)",
+                    )
+                cursor.skip_int()
+                cursor.string()
+                cursor.string()
+                tokens = cursor.array()
+                if tokens is not None and tokens > MAX_CALL_TOKENS:
+                    return FrameRejected(
+                        "frame-limit",
+                        f"worker call frame holds {tokens} argument values, more than the "
+                        f"host's cap on one call ({MAX_CALL_TOKENS} values)",
+                    )
+                return None
+            if tag == b"Done":
+                if size > done_bytes:
+                    return _OUTPUT_LIMIT
+                tokens = cursor.array()
+                if tokens is not None and tokens > done_tokens:
+                    return _OUTPUT_LIMIT
+                return None
+            if tag == b"Log":
+                return _OUTPUT_LIMIT if size > log_bytes else None
+            if tag == b"OutputLimit":
+                return _OUTPUT_LIMIT
+        except ValueError:
+            return SKIP_FRAME
+        return SKIP_FRAME
+
+    return screen
