@@ -68,3 +68,9 @@ def test_blocks_are_found_inside_list_items_and_behind_longer_fences() -> None:
     ]
     assert blocks[0].source == "x = 1\nif x:\n    y = 2\n"
     assert blocks[1].source == "```python\nnot a block of its own\n```\n"
+
+
+def test_the_guide_index_links_every_page() -> None:
+    index = (ROOT / "docs" / "README.md").read_text()
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md")
+    assert [page for page in pages if f"]({page})" not in index] == []
