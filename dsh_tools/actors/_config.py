@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -14,7 +14,22 @@ UNLISTED_TOOLS = "<unlisted-tools>"
 """The ``tool_order`` marker that stands for every tool not listed, in lexicographic order."""
 
 _MODES = ("native", "code", "both")
-_ISOLATIONS = ("sandbox", "process")
+
+# Code Mode's defaults, here at the bottom layer so that the configuration and the code runtime
+# (which reads its own settings from them) share one definition.
+DEFAULT_COMPUTE_MS: Final = 60_000
+"""Default CPU budget of a run's worker, in milliseconds of busy time."""
+DEFAULT_MAX_WALL_MS: Final = 600_000
+"""Default wall-clock ceiling of a run, from spawn."""
+DEFAULT_MAX_OUTPUT_BYTES: Final = 64 * 2**20
+"""Default cap on the outer output (logs plus value or message), in JSON bytes."""
+DEFAULT_MAX_MEMORY_MB: Final = 512
+"""Default address-space limit of a worker."""
+DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
+"""Default cap on one channel frame, either direction."""
+ISOLATIONS: Final = ("sandbox", "process")
+"""The isolation levels of the subprocess runtime, strictest first."""
+_ISOLATIONS = ISOLATIONS
 
 
 def _positive_int(key: str, value: Any, *, minimum: int = 1) -> None:
@@ -55,11 +70,11 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: str = "native"
     max_parallel_tool_calls: int = 10
     max_parallel_sub_calls: int = 10
-    max_output_bytes: int = 64 * 2**20
-    max_frame_bytes: int = 256 * 2**20
-    compute_ms: float = 60_000
-    max_wall_ms: float = 600_000
-    max_memory_mb: float = 512
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    compute_ms: float = DEFAULT_COMPUTE_MS
+    max_wall_ms: float = DEFAULT_MAX_WALL_MS
+    max_memory_mb: float = DEFAULT_MAX_MEMORY_MB
     code_isolation: str = "sandbox"
     max_inline_bytes: int | None = None
     tool_order: Sequence[str] | None = None

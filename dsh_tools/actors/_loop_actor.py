@@ -27,7 +27,6 @@ class LoopActor:
         self._loop = loop
         self._mailbox: deque[Any] = deque()
         self._draining = False
-        self._loop_thread_id: int | None = None
 
     def tell(self, message: Any) -> None:
         """Queue ``message``; safe from any thread."""

@@ -7,7 +7,7 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from ..actors import FrozenList
+from ..actors import FrozenList, message_of
 from ._ledger import OutputLedger
 from ._seam import CodeRunFailure, CodeRunResult
 
@@ -15,10 +15,9 @@ __all__ = ["LIMIT", "Outcome", "materialize", "quote", "safe_text"]
 
 
 def safe_text(value: Any, fallback: str) -> str:
-    try:
-        text = str(value)
-    except Exception:
-        return fallback
+    """``message_of(value)`` made fit for the wire: lone surrogates (which a hostile or careless
+    ``__str__`` may return) replaced, so encoding it to JSON or msgpack cannot fail."""
+    text = message_of(value, fallback)
     if not text.isascii():
         text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return text

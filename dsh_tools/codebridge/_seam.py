@@ -22,6 +22,14 @@ import msgspec
 from msgspec import UNSET
 
 from ..actors import AbortSignal
+from ..actors._config import (  # one definition of the defaults, shared with ToolsConfig
+    DEFAULT_COMPUTE_MS,
+    DEFAULT_MAX_FRAME_BYTES,
+    DEFAULT_MAX_MEMORY_MB,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_WALL_MS,
+    ISOLATIONS,
+)
 from ._program import ABSENT_NAME
 from ._sandbox._policy import CodeSandbox
 
@@ -45,20 +53,7 @@ __all__ = [
     "validate_request",
 ]
 
-DEFAULT_COMPUTE_MS: Final = 60_000
-"""Default CPU budget of a run's worker, in milliseconds of busy time."""
-DEFAULT_MAX_WALL_MS: Final = 600_000
-"""Default wall-clock ceiling of a run, from spawn."""
-DEFAULT_MAX_OUTPUT_BYTES: Final = 64 * 2**20
-"""Default cap on the outer output (logs plus value or message), in JSON bytes."""
-DEFAULT_MAX_MEMORY_MB: Final = 512
-"""Default address-space limit of a worker."""
-DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
-"""Default cap on one channel frame, either direction."""
-
 _SAFE_INTEGER: Final = 2**53 - 1
-ISOLATIONS: Final = ("sandbox", "process")
-"""The isolation levels of the subprocess runtime, strictest first."""
 
 FailureKind = Literal[
     "exception",

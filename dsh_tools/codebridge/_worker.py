@@ -7,11 +7,11 @@ and cleared the environment before calling ``main()``.
 
 ``main()`` reads exactly one ``Boot`` frame, applies the limits (``RLIMIT_AS`` from
 ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms / 1000) + 1 s as a kernel backstop, no core
-files), compiles the program and runs it on a new event loop with these globals (code-mode
-11.6): ``tools`` (or whatever each namespace is called), the namespaces' error classes,
+files), compiles the program and runs it on a new event loop with these globals:
+``tools`` (or whatever each namespace is called), the namespaces' error classes,
 ``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
 ``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done`` as soon as the program
-settles and exits at once (no asyncio shutdown: the host kills the process group anyway).
+settles and exits at once (no asyncio shutdown: whatever is left of the run is killed anyway).
 ``SystemExit`` ends the process with its status and no ``Done``.
 
 Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the

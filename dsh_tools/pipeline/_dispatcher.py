@@ -198,11 +198,6 @@ class DispatcherPoolActor(SharedMailboxActor):
         self.aborted = False
         self._remove_abort = signal.add_callback(lambda reason: self.tell(AbortPool(reason)))
 
-    @property
-    def in_flight(self) -> int:
-        """How many dispatches are running now."""
-        return self._in_flight
-
     # --- messages ------------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> None:

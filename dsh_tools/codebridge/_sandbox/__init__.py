@@ -1,4 +1,6 @@
-"""The Code Mode sandbox: kernel layer, seccomp filter, per-run confinement and the policy.
+"""The Code Mode sandbox: the kernel layer (``_kernel``: Landlock, namespaces, mounts), the
+seccomp filter (``_seccomp``), per-run cgroups (``_cgroup``), the namespace's init that watches
+and ends a run (``_init``), per-run confinement (``_confine``) and the policy (``_policy``).
 
 The template process imports this package (under a private name) for ``SandboxPlan``; the host
 uses ``CodeSandbox``.
