@@ -19,7 +19,9 @@ ledger) is bound at import time, so a program that monkeypatches ``print``, ``sy
 ``json`` or ``os.write`` cannot break the framing. The host remains the authority regardless.
 This module imports only the standard library, ``msgspec`` and its sibling wire modules; what
 the program sees (``tools``, call handles, error classes, capture streams) is ``_worker_api``,
-how an uncaught exception is rendered ``_worker_render``.
+how an uncaught exception is rendered ``_worker_render``. What is left here is one thing, the
+worker's side of the channel (boot, calls and replies, completion), kept whole so that reading
+it shows every frame the worker may send and when.
 """
 
 from __future__ import annotations
