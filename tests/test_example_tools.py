@@ -32,8 +32,7 @@ from dsh_tools.examples import (
     read_file_tool,
     write_file_tool,
 )
-from dsh_tools.registry import snapshot_json, validate_json_schema_value
-from dsh_tools.registry._presentation import (
+from dsh_tools.registry import (
     DiffCallView,
     DiffResultView,
     FileDiff,
@@ -43,6 +42,8 @@ from dsh_tools.registry._presentation import (
     TerminalCallView,
     TerminalResultView,
     ToolResult,
+    snapshot_json,
+    validate_json_schema_value,
 )
 
 

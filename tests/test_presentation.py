@@ -12,7 +12,7 @@ from msgspec import UNSET
 from dsh_tools.actors import FrozenDict, FrozenList, ToolExecutionFailure, ToolExecutionSuccess
 from dsh_tools.actors import ToolFailure as Failure
 from dsh_tools.registry import ToolOutput, define_tool
-from dsh_tools.registry._presentation import (
+from dsh_tools.registry._cards import (
     DiffCallView,
     DiffResultView,
     FileDiff,
@@ -26,6 +26,8 @@ from dsh_tools.registry._presentation import (
     decode_call_view,
     decode_result_view,
     encode_card,
+)
+from dsh_tools.registry._presentation import (
     fallback_call_view,
     fallback_result_view,
     present_call_view,

@@ -8,7 +8,6 @@ the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and throu
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import stat
@@ -22,9 +21,9 @@ from typing import Any
 
 import pytest
 from code_mode_support import echo_tool, failure_of
+from sandbox_support import assert_next_run_works, run, value
 
 from dsh_tools import (
-    CodeRunRequest,
     CodeRuntimeConfig,
     CodeSandbox,
     ExecuteCall,
@@ -32,29 +31,10 @@ from dsh_tools import (
     ToolsConfig,
     ToolSystem,
 )
-from dsh_tools.codebridge import BindingNamespace, CodeRunResult
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
 )
-
-
-def run(runtime: SubprocessCodeRuntime, program: str, **functions: Any) -> CodeRunResult:
-    request = CodeRunRequest(program, [BindingNamespace("tools", functions)] if functions else [])
-    return asyncio.run(runtime.run(request))
-
-
-def value(runtime: SubprocessCodeRuntime, program: str, **functions: Any) -> Any:
-    result = run(runtime, program, **functions)
-    assert result.error is None, result.error
-    return result.value
-
-
-def assert_next_run_works(runtime: SubprocessCodeRuntime) -> None:
-    assert value(runtime, "import json, os\nreturn [json.loads('[1]'), os.listdir('.')]") == [
-        [1],
-        [],
-    ]
 
 
 @pytest.fixture(scope="module")

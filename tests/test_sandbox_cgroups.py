@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sandbox_support import assert_next_run_works, run, value
 
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge import CodeRunResult
@@ -59,20 +60,6 @@ def _cgroups_writable() -> bool:
 
 CGROUPS = _cgroups_writable()
 needs_cgroups = pytest.mark.skipif(not CGROUPS, reason="cgroups are not writable here")
-
-
-def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
-    return asyncio.run(runtime.run(CodeRunRequest(program, [])))
-
-
-def value(runtime: SubprocessCodeRuntime, program: str) -> object:
-    result = run(runtime, program)
-    assert result.error is None, result.error
-    return result.value
-
-
-def assert_next_run_works(runtime: SubprocessCodeRuntime) -> None:
-    assert value(runtime, "import os\nreturn os.listdir('.')") == []
 
 
 def runtime_of(*, cgroups: bool, **budgets: float) -> SubprocessCodeRuntime:

@@ -9,7 +9,6 @@ without writable cgroups get. A host killed with a run in flight leaves nothing 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import subprocess
@@ -17,12 +16,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from sandbox_support import run, value
 
-from dsh_tools import CodeRunRequest, CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
-from dsh_tools.codebridge import CodeRunResult
+from dsh_tools import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
@@ -31,16 +29,6 @@ pytestmark = pytest.mark.skipif(
 MAX_PROCESSES = 2
 TASK_CEILING = 32 * MAX_PROCESSES + 64
 """Tasks (threads included) a run of ``MAX_PROCESSES`` may hold, as docs/sandbox.md states."""
-
-
-def run(runtime: SubprocessCodeRuntime, program: str) -> CodeRunResult:
-    return asyncio.run(runtime.run(CodeRunRequest(program, [])))
-
-
-def value(runtime: SubprocessCodeRuntime, program: str) -> Any:
-    result = run(runtime, program)
-    assert result.error is None, result.error
-    return result.value
 
 
 @pytest.fixture(params=[True, False], ids=["cgroups", "proc-walk"])

@@ -1,20 +1,7 @@
 """The registry layer: lossless JSON and frozen values, the schema DSL, the enforced JSON Schema
 subset, tool definitions and the output contract."""
 
-from ._compact_json import compact_json
-from ._define_tool import define_tool, placed_execute
-from ._definition import Placement, ToolDefinition, ToolOutput
-from ._dsl import compile_parameters, compile_schema, validate_args
-from ._handle import Disposer, ExecutionMode, ToolsHandle
-from ._json_schema import (
-    assert_object_json_schema,
-    assert_supported_json_schema,
-    validate_json_schema_value,
-)
-from ._lossless import LosslessJsonError
-from ._lossless_check import is_json_value
-from ._lossless_copy import snapshot_json, thaw
-from ._presentation import (
+from ._cards import (
     CallView,
     DiffCallView,
     DiffResultView,
@@ -29,6 +16,21 @@ from ._presentation import (
     decode_call_view,
     decode_result_view,
     encode_card,
+)
+from ._compact_json import compact_json
+from ._define_tool import define_tool, placed_execute
+from ._definition import Placement, ToolDefinition, ToolOutput
+from ._dsl import compile_parameters, compile_schema, validate_args
+from ._handle import Disposer, ExecutionMode, ToolsHandle
+from ._json_schema import (
+    assert_object_json_schema,
+    assert_supported_json_schema,
+    validate_json_schema_value,
+)
+from ._lossless import LosslessJsonError
+from ._lossless_check import is_json_value
+from ._lossless_copy import snapshot_json, thaw
+from ._presentation import (
     fallback_call_view,
     fallback_result_view,
     present_call_view,

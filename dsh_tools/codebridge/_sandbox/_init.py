@@ -159,32 +159,21 @@ def _memory_killed(meter: Meter) -> bool:
         return False
 
 
-def _end_every_process() -> None:
-    """Kill every process of the namespace but this one and reap them all: ``kill(-1)`` from
-    the init reaches each of them, and every process of the namespace descends from the init
-    (orphans are reparented to it), so no child left means no process left."""
+def _end_every_process(*, wait: bool) -> bool:
+    """Send ``SIGKILL`` to every other process of the namespace and reap them; return whether
+    none is left. ``wait=False`` reaps only what has exited already (the worker that exited is
+    reaped before this), ``wait=True`` until every one is gone.
+
+    ``kill(-1)`` from the init reaches every process of the namespace, and for each it makes
+    the kill pending in every thread before it returns: from then on no thread of the run
+    executes the program again (a system call already under way may complete). Every process
+    of the namespace descends from the init (orphans are reparented to it), so no child left
+    means no process left; the kill is repeated in case one was forked as it came."""
     while True:
         with contextlib.suppress(OSError):
             os.kill(-1, signal.SIGKILL)
         try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-
-
-def _nothing_left() -> bool:
-    """Send ``SIGKILL`` to every other process of the namespace, then tell whether none is
-    left, by a reap that does not wait (the worker that exited is reaped already).
-
-    ``kill(-1)`` from the init reaches every process of the namespace, and for each it makes
-    the kill pending in every thread and interrupts the ones running before it returns: from
-    then on no thread of the run executes the program again (a system call already under way
-    may complete)."""
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
+            pid, _status = os.waitpid(-1, 0 if wait else os.WNOHANG)
         except ChildProcessError:
             return True
         if pid == 0:
@@ -250,17 +239,17 @@ def run_init(
             report = b"B" + bytes([BUDGET_MEMORY])
         elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
-    if _nothing_left():
+    if _end_every_process(wait=False):
         # The usual end when the worker exited on its own and started nothing that lives on:
         # one write, so the host wakes once for the reason and the all-clear.
         report += b"G"
     else:
-        # Every other process has SIGKILL pending (``_nothing_left`` sent it): none of them
-        # returns to the program again, which is what the host waits for; their exit (the
-        # kernel tearing their memory down, milliseconds on some machines) follows.
+        # Every other process has SIGKILL pending: none of them returns to the program again,
+        # which is what the host waits for; their exit (the kernel tearing their memory down,
+        # milliseconds on some machines) follows.
         with contextlib.suppress(OSError):
             os.write(status_fd, report + b"K")
-        _end_every_process()
+        _end_every_process(wait=True)
         report = b"G"
     with contextlib.suppress(OSError):
         os.write(status_fd, report)
