@@ -405,7 +405,12 @@ time.sleep(0.3)
 return 'left a sleeper'
 """
     assert value(sandbox, program) == "left a sleeper"
-    # A result means every process of the run is gone already.
+    # A result means every process of the run has SIGKILL pending (it runs none of the program
+    # again; see test_nothing_of_a_run_writes_after_its_result); the kernel then tears it down,
+    # which takes a moment on a loaded machine, never the sleeper's two minutes.
+    deadline = time.monotonic() + 30
+    while survivors_named(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert survivors_named(marker) == []
 
 
@@ -458,6 +463,36 @@ def survivors_named(marker: str) -> list[str]:
             except OSError:
                 pass
     return found
+
+
+def test_a_forged_notice_to_the_init_ends_only_its_own_run(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # Descriptor 5 tells the run's init that the worker's Done is in the channel. Written by
+    # the program before any Done, it ends the program's own run early, nothing else.
+    program = "import os, time\nos.write(5, b'D')\ntime.sleep(10)\nreturn 'still running'"
+    result = run(sandbox, program)
+    assert result.error is not None and result.error.kind == "worker-exit", result
+    assert_next_run_works(sandbox)
+
+
+def test_the_notice_never_lands_in_a_file_the_program_opened(tmp_path: Path) -> None:
+    # A program that closes the notice pipe and opens a file under its number: the worker
+    # checks the descriptor before it tells the init, and the host ends the run instead.
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(sandbox=CodeSandbox(write=(str(tmp_path),)))
+    )
+    program = f"""
+import os
+os.close(5)
+return os.open({str(tmp_path / "kept")!r}, os.O_CREAT | os.O_WRONLY, 0o600)
+"""
+    try:
+        assert value(runtime, program) == 5
+        assert (tmp_path / "kept").read_bytes() == b""
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
 
 
 def test_killing_everything_it_can_see_fails_only_its_own_run(
@@ -720,8 +755,10 @@ return [fds, refused]
 """
     fds, refused = value(sandbox, program)
     kinds = {int(fd): kind for fd, kind in fds.items()}
-    # /dev/null, output pipes, channel pipes; then only the event loop's epoll and self-pipe pair
-    assert [kinds.pop(fd) for fd in range(5)] == ["/dev/null", "pipe", "pipe", "pipe", "pipe"]
+    # /dev/null, output pipes, channel pipes, the notice pipe to the run's own init; then only
+    # the event loop's epoll and self-pipe pair
+    expected = ["/dev/null", "pipe", "pipe", "pipe", "pipe", "pipe"]
+    assert [kinds.pop(fd) for fd in range(6)] == expected
     assert sorted(kinds.values()) == ["anon_inode", "socket", "socket"], kinds
     assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
     assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"

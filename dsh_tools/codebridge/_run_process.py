@@ -312,7 +312,12 @@ class RunProcess(abc.ABC):
         or reaped them all (``G``): none of them runs any more of the program, so a settled
         run is over (an unsettled one waits for the exit report, whose CPU figure may decide
         it). What they wrote natively is in the pipes already: take it now rather than wait
-        for end of file, which only comes once the kernel has torn their memory down."""
+        for end of file, which only comes once the kernel has torn their memory down.
+
+        The init ends the run on the worker's notice, sent once ``Done`` is in the channel, so
+        ``K`` may be read before that frame: the frames are taken first."""
+        if self._outcome is None:
+            self._drain_channel()
         if self._outcome is None:
             return
         self._exited = True

@@ -12,7 +12,9 @@ files), compiles the program and runs it on a new event loop with these globals:
 ``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
 ``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done`` as soon as the program
 settles and exits at once (no asyncio shutdown: whatever is left of the run is killed anyway).
-``SystemExit`` ends the process with its status and no ``Done``.
+``SystemExit`` ends the process with its status and no ``Done``. Under the sandbox ``main``
+gets the write end of the namespace init's notice pipe: one byte there, once ``Done`` is in the
+channel, lets the init end the run while the host is still reading the frame.
 
 Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the
 ledger) is bound at import time, so a program that monkeypatches ``print``, ``sys.stdout``,
@@ -70,6 +72,7 @@ CHANNEL_OUT: Final = 4
 _os_write = os.write
 _os_read = os.read
 _os_exit = os._exit
+_os_fstat = os.fstat
 _builtin_print = builtins.print
 _get_ident = threading.get_ident
 _encode_frame = encode_frame
@@ -124,6 +127,8 @@ class _Worker:
         self.inbox = bytearray()
         self.stdout = CaptureStream(self.emit, 1, "<stdout>")
         self.stderr = CaptureStream(self.emit, 2, "<stderr>")
+        self.notice: tuple[int, int] | None = None
+        """The init's notice pipe: descriptor and inode (``tell_init``)."""
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -262,7 +267,15 @@ class _Worker:
                     stream.flush()
         with contextlib.suppress(Exception):
             self.send(done)
+            self.tell_init()
         _os_exit(0)
+
+    def tell_init(self) -> None:
+        """Tell the init the run is over. Only if the descriptor still is the pipe it was at
+        boot: a program may have closed it and opened a file of its own under its number."""
+        notice = self.notice
+        if notice is not None and _os_fstat(notice[0]).st_ino == notice[1]:
+            _os_write(notice[0], b"D")
 
     def finish_value(self, value: Any) -> NoReturn:
         if value is ABSENT:
@@ -424,15 +437,19 @@ def _prewarm() -> None:
     _encode_frame(Log(_clean("warm")))
 
 
-def main() -> NoReturn:
-    """Run one program (the child's whole life); never returns."""
+def main(notice: int | None = None) -> NoReturn:
+    """Run one program (the child's whole life); never returns. ``notice`` is the write end of
+    the sandbox init's notice pipe (none under ``"process"`` isolation)."""
     try:
         _prewarm()
         boot = _read_boot()
         _apply_limits(boot)
         os.set_inheritable(CHANNEL_IN, False)
         os.set_inheritable(CHANNEL_OUT, False)
-        _run(_Worker(boot))
+        worker = _Worker(boot)
+        if notice is not None:
+            worker.notice = (notice, os.fstat(notice).st_ino)
+        _run(worker)
     except SystemExit as exc:
         _os_exit(_exit_status(exc))
     except BaseException:

@@ -288,11 +288,13 @@ class SandboxPlan:
             if os.getpid() == self._template:
                 _kernel.setns(self._own_pid_namespace, _kernel.CLONE_NEWPID)
 
-    def start_init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
+    def start_init(self, status_fd: int, start_worker: Callable[[int], NoReturn]) -> NoReturn:
         """In ``fork_run``'s child: be (or start) the run's init.
 
         Descriptors 0-4 are the worker's and ``status_fd`` (5) the status pipe; nothing else is
-        open but the grants. The init exits once the worker has exited or a budget is
+        open but the grants. The worker starts with ``start_worker(status_fd)``: by then that
+        descriptor is the write end of the init's notice pipe (``_init.run_init``), no longer
+        the status pipe. The init exits once the worker has exited or a budget is
         exhausted, which ends the namespace and every process in it.
         """
         if self._direct:
@@ -324,7 +326,7 @@ class SandboxPlan:
             break
         os._exit(0)
 
-    def _init(self, status_fd: int, start_worker: Callable[[], NoReturn]) -> NoReturn:
+    def _init(self, status_fd: int, start_worker: Callable[[int], NoReturn]) -> NoReturn:
         try:
             # The template is outside the namespace (getppid() is 0 here), so no re-check: it
             # only dies when killed, and a worker left behind then reads end of file and exits.
@@ -349,14 +351,17 @@ class SandboxPlan:
             os._exit(0)
         seccomp = self._seccomp if run is not None else self._seccomp_without_cgroups
 
-        def worker() -> NoReturn:
+        def worker(notice: int) -> NoReturn:
             try:
                 meter.join()
                 self._confine(status_fd, seccomp)
+                # The status pipe's number, free now: the worker's descriptors stay 0-5.
+                os.dup2(notice, status_fd, inheritable=False)
+                os.close(notice)
             except OSError as exc:
                 _report_error(status_fd, str(_unavailable("confining the worker", exc)))
                 os._exit(71)
-            start_worker()
+            start_worker(status_fd)
 
         run_init(
             worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes, meter

@@ -13,8 +13,12 @@ when the kernel's memory ceiling killed it) and exits. Its exit makes the kernel
 left in the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives
 it.
 
-The host asks for the end of a settled run by closing its end of the channel to the worker
-(which the init watches for the hang-up). However the run ends, the init sends ``SIGKILL`` to
+The worker tells the init that its run is over by writing a byte to its notice pipe (the
+descriptor ``start_worker`` receives) once its ``Done`` frame is in the host's channel, so the
+init ends the run while the host is still reading that frame; the host asks for the end of a
+settled run too, by closing its end of the channel to the worker (which the init watches for the
+hang-up). Whichever comes first ends it: a program that writes to the notice pipe itself only
+ends its own run early. However the run ends, the init sends ``SIGKILL`` to
 every other process of the namespace, then reports why (if it knows) and ``b"K"``: from then
 on nothing the program started runs again, and the host's result may be delivered. It then
 reaps them all and reports ``b"G"``. Waiting for their exit, or for the init's own, would add
@@ -180,25 +184,37 @@ def _end_every_process(*, wait: bool) -> bool:
             return False
 
 
+def _notice_given(notice: int) -> bool:
+    """Whether the notice pipe holds the worker's byte; at end of file (every writer gone: the
+    worker exited, which its wait status reports) it is no notice."""
+    try:
+        return bool(os.read(notice, 64))
+    except BlockingIOError:
+        return False
+
+
 def run_init(
-    start_worker: Callable[[], NoReturn],
+    start_worker: Callable[[int], NoReturn],
     status_fd: int,
     compute_ms: float,
     max_memory_mb: float,
     max_processes: int,
     meter: Meter,
 ) -> NoReturn:
-    """Be PID 1: start the worker, watch the tree, report, exit (which ends the namespace)."""
+    """Be PID 1: start the worker (``start_worker`` gets the write end of the notice pipe),
+    watch the tree, report, exit (which ends the namespace)."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    notice, notice_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
     worker = os.fork()
     if worker == 0:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        os.close(wake_r)
-        os.close(wake_w)
-        start_worker()
+        for fd in (wake_r, wake_w, notice):
+            os.close(fd)
+        start_worker(notice_w)
+    os.close(notice_w)
     meter.close_dirs()
     channel = os.dup(3)  # the host->worker channel's read end: its hang-up ends the run
     for fd in range(5):
@@ -209,9 +225,15 @@ def run_init(
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
     poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
+    poller.register(notice, select.POLLIN)
     while not report:
-        if any(fd == channel for fd, _events in poller.poll(TICK_SECONDS * 1000)):
+        ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000)]
+        if channel in ready:
             break
+        if notice in ready:
+            if _notice_given(notice):
+                break
+            poller.unregister(notice)
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
