@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -34,6 +36,7 @@ from dsh_tools.codebridge._program import (
     ProgramError,
     compile_program,
 )
+from dsh_tools.codebridge._run_readers import RunReaders
 from dsh_tools.codebridge._tokens import (
     ArrayMarker,
     ObjectMarker,
@@ -310,3 +313,40 @@ def test_yield_in_the_body_is_refused_but_not_in_nested_functions() -> None:
     with pytest.raises(ProgramError, match="'yield' is not allowed in a run_code program body"):
         compile_program("x = 1\nyield x")
     assert _outcome("def gen():\n    yield 1\nreturn list(gen())") == [1]
+
+
+def test_a_run_never_reads_a_pipe_it_dropped_even_with_its_event_taken() -> None:
+    loop = asyncio.new_event_loop()
+    pipes = [os.pipe() for _ in range(3)]
+    seen: list[int] = []
+    readers = RunReaders(loop)
+
+    def reading(index: int) -> Callable[[], None]:
+        def on_readable() -> None:
+            seen.append(index)
+            os.read(pipes[index][0], 16)
+            for other, (read_end, _) in enumerate(pipes):
+                if other != index:
+                    readers.drop(read_end)  # ready as well, its event possibly taken already
+
+        return on_readable
+
+    try:
+        readers.watch({read_end: reading(index) for index, (read_end, _) in enumerate(pipes)})
+        assert all(read_end in readers for read_end, _ in pipes)
+        for _, write_end in pipes:
+            os.write(write_end, b"x")
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert len(seen) == 1
+        assert [read_end in readers for read_end, _ in pipes].count(True) == 1
+        readers.close()
+        for _, write_end in pipes:
+            os.write(write_end, b"x")
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert len(seen) == 1  # closed: nothing more is read
+    finally:
+        readers.close()
+        for read_end, write_end in pipes:
+            os.close(read_end)
+            os.close(write_end)
+        loop.close()

@@ -27,6 +27,7 @@ from ._outcome import LIMIT, Outcome
 from ._pool import WorkerPool, open_slot
 from ._run_output import NativeOutput
 from ._run_pipes import DRAIN_LIMIT, READ_SIZE, ChannelWriter, read_available
+from ._run_readers import RunReaders
 from ._run_status import (
     BudgetReport,
     ErrorReport,
@@ -104,7 +105,7 @@ class RunProcess(abc.ABC):
 
     def _reset_attempt(self) -> None:
         self._fds: dict[str, int] = {}
-        self._readers: set[int] = set()
+        self._readers = RunReaders(self._loop)
         self._writer = ChannelWriter(self._loop, partial(self._settle_failure, "frame-limit"))
         self._frames = FrameReader(_WORKER_FRAMES, self._max_frame_bytes, self._screen)
         self._native = NativeOutput(self._ledger)
@@ -142,32 +143,25 @@ class RunProcess(abc.ABC):
         # starts it while the host registers its readers (the pipes keep what it answers).
         self._send(self._boot)
         self._writer.flush()
-        loop = self._loop
-        for name, callback in (
-            ("from_worker", self._on_channel),
-            ("status", self._on_status),
-            ("out", self._on_out),
-            ("err", self._on_err),
-        ):
-            fd = host[name]
-            loop.add_reader(fd, callback)
-            self._readers.add(fd)
+        self._readers.watch(
+            {
+                host["from_worker"]: self._on_channel,
+                host["status"]: self._on_status,
+                host["out"]: self._on_out,
+                host["err"]: self._on_err,
+            }
+        )
         if self._status:
             self._loop.call_soon(self._on_status)
 
     def _drop_reader(self, name: str) -> None:
         fd = self._fds.get(name)
-        if fd is not None and fd in self._readers:
-            self._readers.discard(fd)
-            self._loop.remove_reader(fd)
+        if fd is not None:
+            self._readers.drop(fd)
 
     def _close_all(self) -> None:
         self._frames.close()
-        loop = self._loop
-        for fd in self._readers:
-            with contextlib.suppress(Exception):
-                loop.remove_reader(fd)
-        self._readers.clear()
+        self._readers.close()
         self._writer.close()
         for fd in self._fds.values():
             with contextlib.suppress(OSError):
