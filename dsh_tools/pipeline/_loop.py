@@ -125,8 +125,9 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
 
     The loop makes one pass first (``stop()`` before ``run_forever()``): the task's first step,
     which is the whole call unless it really suspends; only then does the loop run on until the
-    task is done. A call whose hooks merely pass through so costs one pass of the loop, not the
-    two (and the done callback) of ``run_until_complete``."""
+    task is done, which stops the loop in its own last step. A call whose hooks merely pass
+    through so costs one pass of the loop, not the two (and the done callback) of
+    ``run_until_complete``, and a call that suspends saves the pass that callback takes."""
     context = contextvars.copy_context()
     state = _state
     outer = state.driving
@@ -138,17 +139,12 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             value: _T = done.value
             return value
         loop = thread_loop()
-        if first is _NEED_LOOP:
-            # The task resumes the coroutine where it waits for a loop: ``event_loop()`` then
-            # returns the loop that runs now.
-            task = asyncio.Task(coro, loop=loop, context=context)
-        else:
-            task = asyncio.Task(_carry_on(coro, first), loop=loop, context=context)
+        task = asyncio.Task(_carry_on_then_stop(loop, coro, first), loop=loop, context=context)
         try:
             loop.stop()
             loop.run_forever()
-            if not task.done():
-                return loop.run_until_complete(task)
+            while not task.done():
+                loop.run_forever()  # until the task's last step stops the loop
         except BaseException:
             if task.done() and not task.cancelled():
                 task.exception()  # raised here and now: not "never retrieved"
@@ -184,6 +180,19 @@ def _carry_on(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, 
             return value
     result: _T = yield from resume(coro, yielded)
     return result
+
+
+@types.coroutine
+def _carry_on_then_stop(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T], first: Any
+) -> Generator[Any, Any, _T]:
+    """``_carry_on``, then stop ``loop`` in the same step, however the coroutine ends: the
+    ``run_forever`` that ``drive`` runs returns with that pass."""
+    try:
+        result: _T = yield from _carry_on(coro, first)
+        return result
+    finally:
+        loop.stop()
 
 
 # --- resuming a started coroutine in a task ----------------------------------------------------
