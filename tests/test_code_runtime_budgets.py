@@ -672,6 +672,22 @@ def test_fault_cancelling_the_caller_kills_the_worker(runtime: SubprocessCodeRun
     assert_nothing_left(asyncio.run(scenario()))
 
 
+def test_fault_a_template_killed_as_it_prefork_workers_fails_no_run() -> None:
+    # Killed right after a run asked it for a replacement worker: that worker may be half
+    # started (its cgroups removed with the template before it joined them, say) when the
+    # next run takes it. Such a worker ran nothing of the program, so the run tries again.
+    own = SubprocessCodeRuntime()
+    try:
+        for attempt in range(5):
+            assert run(own, f"return {attempt}").value == attempt
+            template = own.template_pid
+            assert template is not None
+            os.kill(template, signal.SIGKILL)
+            assert run(own, "return 'next'").value == "next"
+    finally:
+        own.close()
+
+
 def test_fault_a_dead_template_is_replaced_for_the_next_run() -> None:
     own = SubprocessCodeRuntime()
     try:

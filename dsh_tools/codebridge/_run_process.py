@@ -278,6 +278,11 @@ class RunProcess(abc.ABC):
             elif isinstance(report, ExitReport):
                 self._on_exit(report.wait_status, report.cpu)
             elif isinstance(report, ErrorReport):
+                if self._pooled and self._may_try_again():
+                    # A pre-forked worker whose template died as it started (its cgroups
+                    # then went with the template): nothing of the program ran.
+                    self._try_again()
+                    return
                 self._settle_failure("worker-exit", f"worker error: {report.message}")
 
     def _on_worker_exit(self, wait_status: int) -> None:
@@ -365,17 +370,11 @@ class RunProcess(abc.ABC):
         self._drop_reader("status")
         if self._exited:
             return
-        if (
-            self._outcome is None
-            and self._attempts < 2
-            and (self._pid is None or (self._pooled and self._silent()))
-        ):
+        if self._may_try_again():
             # The template died before forking, or it died with the pre-forked worker this run
             # took (its processes go with it) before the worker said anything: nothing of the
             # program ran that anyone could see, so try once more with a fresh template.
-            self._close_all()
-            self._reset_attempt()
-            self._spawn()
+            self._try_again()
             return
         self._exited = True
         if self._outcome is None:
@@ -385,6 +384,22 @@ class RunProcess(abc.ABC):
         self._kill()
         self._start_grace()
         self._maybe_finish()
+
+    def _may_try_again(self) -> bool:
+        """Whether this is the run's first attempt, unsettled, and no worker of it ever ran
+        anything anyone saw: none was forked, or the pre-forked one has sent nothing (no
+        frame, no native output)."""
+        return (
+            self._outcome is None
+            and self._attempts < 2
+            and (self._pid is None or (self._pooled and self._silent()))
+        )
+
+    def _try_again(self) -> None:
+        """Drop this attempt and start the run's last one on a freshly spawned worker."""
+        self._close_all()
+        self._reset_attempt()
+        self._spawn()
 
     def _exit_outcome(self) -> Outcome:
         status = self._exit_status if self._worker_status is None else self._worker_status
