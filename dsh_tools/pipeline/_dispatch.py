@@ -179,7 +179,8 @@ class DispatchStages(PipelineCore):
         body that ends by such a cancellation raises ``BodyCancelled``; one that raised
         ``CancelledError`` of its own accord raises it (a tool failure)."""
         loop = await event_loop()  # the body's task needs one; it starts right here
-        outcome = _capture(coro)
+        settled: asyncio.Future[None] = loop.create_future()
+        outcome = _capture(coro, settled)
         context = contextvars.copy_context()
         try:
             first = context.run(outcome.send, None)
@@ -187,6 +188,8 @@ class DispatchStages(PipelineCore):
             ok, value = done.value
         else:
             task = loop.create_task(resume(outcome, first), context=context)
+            # A body cancelled before its first step never settles ``settled`` itself.
+            task.add_done_callback(partial(_wake, settled))
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
             remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
             if rec.stop_reason is not None:
@@ -195,23 +198,27 @@ class DispatchStages(PipelineCore):
                 # that the body sees the cancellation where it waits.
                 cancel_soon(rec, task)
             try:
+                waiter = settled
                 while True:
                     try:
-                        # Shielded: a cancellation of the awaiting task interrupts the call
-                        # (aborting the signal the pipeline owns, cancelling the body by the
-                        # rule of cancel_body) instead of reaching the body unannounced.
-                        ok, value = await asyncio.shield(task)
-                        break
+                        # Not the task itself: a cancellation of the awaiting task interrupts
+                        # the call (aborting the signal the pipeline owns, cancelling the body
+                        # by the rule of cancel_body) instead of reaching the body unannounced.
+                        # The body's last step settles the waiter, which wakes this task one
+                        # pass of the loop sooner than the task's done callbacks would.
+                        await waiter
                     except asyncio.CancelledError:
-                        if task.done():
-                            # Cancelled before its first step, the body never saw it.
-                            if task.cancelled():
-                                ok, value = False, asyncio.CancelledError()
-                            else:
-                                ok, value = task.result()
-                            break
-                        if not self._check_outer(rec):
-                            cancel_body(rec, task)
+                        if not task.done():
+                            if not self._check_outer(rec):
+                                cancel_body(rec, task)
+                            waiter = loop.create_future()
+                            task.add_done_callback(partial(_wake, waiter))
+                            continue
+                    break
+                if task.cancelled():  # cancelled before its first step: the body never saw it
+                    ok, value = False, asyncio.CancelledError()
+                else:
+                    ok, value = task.result()
             finally:
                 remove()
                 rec.body_task = None
@@ -269,13 +276,24 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-async def _capture(coro: Coroutine[Any, Any, Any]) -> tuple[bool, Any]:
-    """``(True, value)`` or ``(False, exception)``: the body's task itself never fails, so no
-    ``SystemExit`` or ``KeyboardInterrupt`` from a body can escape into the event loop."""
+async def _capture(
+    coro: Coroutine[Any, Any, Any], settled: asyncio.Future[None]
+) -> tuple[bool, Any]:
+    """``(True, value)`` or ``(False, exception)``, settling ``settled`` in the same step: the
+    body's task itself never fails, so no ``SystemExit`` or ``KeyboardInterrupt`` from a body
+    can escape into the event loop."""
     try:
-        return True, await coro
+        outcome: tuple[bool, Any] = True, await coro
     except BaseException as exc:
-        return False, exc
+        outcome = False, exc
+    _wake(settled)
+    return outcome
+
+
+def _wake(waiter: asyncio.Future[None], _task: object = None) -> None:
+    """Settle ``waiter`` unless it is settled or cancelled already (a task's done callback)."""
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
