@@ -353,8 +353,9 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
-        nested = driving()
-        if not nested and running_loop() is not None:
+        loop = running_loop()
+        nested = driving(loop)
+        if not nested and loop is not None:
             raise RuntimeError(
                 "ToolSystem.execute() cannot run inside a running event loop; "
                 "use await system.execute_async(call)"

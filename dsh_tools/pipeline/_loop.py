@@ -108,12 +108,13 @@ def thread_loop() -> asyncio.AbstractEventLoop:
     return holder.loop
 
 
-def driving() -> bool:
-    """Whether this thread is inside ``drive`` (without a loop, or on its private loop)."""
+def driving(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether this thread is inside ``drive`` (without a loop, or on its private loop), given
+    the loop running on it now (``running_loop()``, which the caller needs too)."""
     if _state.driving:
         return True
     holder = _state.holder
-    return holder is not None and running_loop() is holder.loop
+    return loop is not None and holder is not None and loop is holder.loop
 
 
 def drive(coro: Coroutine[Any, Any, _T]) -> _T:
