@@ -372,7 +372,7 @@ class ToolSystem:
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None
             return result
-        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True))
+        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True, driven=True))
         return out
 
     async def execute_async(self, call: ExecuteCall) -> ToolExecutionResult:

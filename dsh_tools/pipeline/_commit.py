@@ -72,20 +72,26 @@ class CommitStages(PipelineCore):
             result = replace_if_aborted(rec, result)
         return self.finish(rec, result)
 
-    async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
-        """Post-execute (when the path has it), then finish: materialize, finalize, publish."""
+    async def commit(
+        self, rec: CallRecord, stage: Stage, *, looped: bool = False
+    ) -> ToolExecutionResult:
+        """Post-execute (when the path has it), then finish: materialize, finalize, publish.
+        ``looped``: the caller runs on an event loop already."""
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            result = await self._post(rec, stamped(result, rec.call_id))
+            result = await self._post(rec, stamped(result, rec.call_id), looped)
         return self.finish(rec, result)
 
-    async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    async def _post(
+        self, rec: CallRecord, result: ToolExecutionResult, looped: bool
+    ) -> ToolExecutionResult:
         try:
             hooks = self._cell.current.hooks_for("post_execute", rec.agent)
             if hooks:
                 rec.stage = "post-execute"
-                await event_loop()  # hooks are async code: they may await anything asyncio
+                if not looped:
+                    await event_loop()  # hooks are async code: they may await anything asyncio
                 decision = first_link(hooks, (rec.view(), result), _accept)
                 while is_awaitable(decision):
                     decision = await decision

@@ -28,6 +28,7 @@ __all__ = [
     "drive",
     "driving",
     "event_loop",
+    "first_loop",
     "new_pool_loop",
     "resume",
     "running_loop",
@@ -68,6 +69,16 @@ def event_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
     loop = running_loop()
     if loop is not None:
         return loop
+    yield _NEED_LOOP
+    return asyncio.get_running_loop()
+
+
+@types.coroutine
+def first_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
+    """``event_loop()`` for a coroutine that ``drive`` runs and that has not yet suspended:
+    no loop runs there (``execute`` checked before it called ``drive``, and a loop that user
+    code starts meanwhile has stopped by the time that code returns), so it yields for one
+    at once instead of asking, which costs a raised and caught ``RuntimeError``."""
     yield _NEED_LOOP
     return asyncio.get_running_loop()
 
