@@ -225,17 +225,17 @@ class PrepareStages(PipelineCore):
             rec.approval_task = None
 
     def _evaluate_guards(self, rec: CallRecord) -> str | None:
-        view = rec.view()
-        reason = self._guard_pass(None, view)
+        reason = self._guard_pass(None, rec)
         if reason is None and rec.agent is not None:
-            reason = self._guard_pass(rec.agent, view)
+            reason = self._guard_pass(rec.agent, rec)
         return reason
 
-    def _guard_pass(self, agent: str | None, view: Any) -> str | None:
+    def _guard_pass(self, agent: str | None, rec: CallRecord) -> str | None:
         cell = self._cell
         table = cell.current.guard_table(agent)
         if table is None or not table.entries:
-            return None
+            return None  # the call's view is made only for code that sees it
+        view = rec.view()
         generation = table.generation
         last = -1
         while True:
