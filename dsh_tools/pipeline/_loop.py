@@ -2,12 +2,14 @@
 batches run on.
 
 The blocking ``execute`` drives the pipeline's coroutine directly on the caller's thread
-(``drive``): nothing on a call's usual path (hooks that only ``await next()``, a plain body)
-needs an event loop, and starting one costs more than the whole pipeline. Code that does
-need one (an async body, which runs as its own task; a plain body sent to a worker thread;
-an approver; a timer) first awaits ``event_loop()``: without a running loop that suspends
-the coroutine once, and ``drive`` carries on with it inside a task on the calling thread's
-own private loop, exactly where it would have run before.
+(``drive``): nothing on a hook-free call's usual path (guards, a plain body) needs an event
+loop, and starting one costs more than the whole pipeline. Code that does need one (hooks,
+which are async code free to await anything asyncio; an async body, which runs as its own
+task; a plain body sent to a worker thread; an approver; a timer) first awaits
+``event_loop()``: without a running loop that suspends the coroutine once, and ``drive``
+carries on with it inside a task on the calling thread's own private loop, exactly where it
+would have run before. A call asks once: ``Pipeline.run`` tells the later stages that it
+runs on a loop already.
 """
 
 from __future__ import annotations
