@@ -353,8 +353,9 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
-        nested = driving()
-        if not nested and running_loop() is not None:
+        loop = running_loop()
+        nested = driving(loop)
+        if not nested and loop is not None:
             raise RuntimeError(
                 "ToolSystem.execute() cannot run inside a running event loop; "
                 "use await system.execute_async(call)"
@@ -371,7 +372,7 @@ class ToolSystem:
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None
             return result
-        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True))
+        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True, driven=True))
         return out
 
     async def execute_async(self, call: ExecuteCall) -> ToolExecutionResult:

@@ -729,6 +729,40 @@ def test_hooks_under_a_blocking_execute_run_on_a_loop_and_may_await_asyncio(
     assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
 
 
+@pytest.mark.parametrize("stage", ["pre", "wrapper", "post"])
+def test_a_lone_hook_of_any_stage_may_await_asyncio_under_a_blocking_execute(
+    system: ToolSystem, stage: str
+) -> None:
+    # The call finds its loop at whichever stage first has a hook (and only once): a hook of a
+    # later stage alone must still get one.
+    system.tools.register(echo())
+    log: list[str] = []
+
+    async def pre(exec: Any, next: Any) -> Any:
+        await asyncio.sleep(0.001)
+        log.append("pre")
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        await asyncio.sleep(0.001)
+        log.append("wrapper")
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        await asyncio.sleep(0.001)
+        log.append("post")
+        return await next()
+
+    system.tools.guard(lambda exec: log.append("guard"))
+    {"pre": system.tools.on_pre_execute, "wrapper": system.tools.on_execute}.get(
+        stage, system.tools.on_post_execute
+    )({"pre": pre, "wrapper": wrapper, "post": post}[stage])
+    for _ in range(2):  # the second call starts on the thread's loop as it was left
+        log.clear()
+        assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
+        assert log == (["pre", "guard"] if stage == "pre" else ["guard", stage])
+
+
 def test_event_loop_on_a_running_loop_returns_it_at_once(system: ToolSystem) -> None:
     async def main() -> bool:
         return await event_loop() is asyncio.get_running_loop()

@@ -22,6 +22,7 @@ from dsh_tools import (
     Accept,
     Block,
     HarnessError,
+    ToolExecutionSuccess,
     ToolSystem,
 )
 
@@ -334,3 +335,27 @@ def test_contexts_given_as_a_single_dict_fail_instead_of_splicing_its_keys(
     assert result.is_error
     assert "additional_contexts" in text(result)
     assert "source" not in result.additional_contexts
+
+
+def test_a_pass_through_post_still_refuses_a_wrappers_single_dict_of_contexts(
+    system: ToolSystem,
+) -> None:
+    # A post-execute chain that passes Accept() through keeps the result as it is, but only
+    # once its contexts have passed the same check a rebuilt result would.
+    async def wrapper(exec: Any, next: Any) -> Any:
+        result = await next()
+        return ToolExecutionSuccess(
+            result.value, result.content, additional_contexts=context("wrapper")
+        )
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return await next()
+
+    system.tools.register(fixture("x", lambda args, ctx: [{"type": "text", "text": "ok"}]))
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+
+    result = system.execute(call("x", {}))
+
+    assert result.is_error
+    assert "additional_contexts" in text(result)

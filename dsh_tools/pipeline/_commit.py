@@ -34,6 +34,7 @@ from ._core import (
 )
 from ._loop import event_loop
 from ._results import (
+    CONTEXT_SEQUENCES,
     NOT_LOSSLESS_RESULT,
     block_message,
     concat_contexts,
@@ -72,39 +73,44 @@ class CommitStages(PipelineCore):
             result = replace_if_aborted(rec, result)
         return self.finish(rec, result)
 
-    async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
-        """Post-execute (when the path has it), then finish: materialize, finalize, publish."""
+    async def commit(
+        self, rec: CallRecord, stage: Stage, *, looped: bool = False
+    ) -> ToolExecutionResult:
+        """Post-execute (when the path has it), then finish: materialize, finalize, publish.
+        ``looped``: the caller runs on an event loop already."""
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            result = await self._post(rec, stamped(result, rec.call_id))
+            # Post-execute runs here, not in a coroutine of its own: one less per call.
+            result = stamped(result, rec.call_id)
+            try:
+                hooks = self._cell.current.hooks_for("post_execute", rec.agent)
+                if hooks:
+                    rec.stage = "post-execute"
+                    if not looped:
+                        await event_loop()  # hooks are async code: they may await anything
+                    decision = first_link(hooks, (rec.view(), result), _accept)
+                    while is_awaitable(decision):
+                        decision = await decision
+                    result = self._apply_post(rec, result, decision)
+                if rec.outer is not None:
+                    self._check_outer(rec)
+                result = replace_if_aborted(rec, result)
+            except GeneratorExit:  # this coroutine is being closed
+                raise
+            except BaseException as exc:
+                failure = self._fault(rec, exc)
+                if failure.settled_with is None and failure.abort_reason is not None:
+                    # the awaiting task was cancelled during post-execute: keep the candidate
+                    failure = msgspec.structs.replace(failure, settled_with=result)
+                result = failure
         return self.finish(rec, result)
-
-    async def _post(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
-        try:
-            hooks = self._cell.current.hooks_for("post_execute", rec.agent)
-            if hooks:
-                rec.stage = "post-execute"
-                await event_loop()  # hooks are async code: they may await anything asyncio
-                decision = first_link(hooks, (rec.view(), result), _accept)
-                while is_awaitable(decision):
-                    decision = await decision
-                result = self._apply_post(rec, result, decision)
-            if rec.outer is not None:
-                self._check_outer(rec)
-            return replace_if_aborted(rec, result)
-        except GeneratorExit:  # this coroutine is being closed
-            raise
-        except BaseException as exc:
-            failure = self._fault(rec, exc)
-            if failure.settled_with is None and failure.abort_reason is not None:
-                # the awaiting task was cancelled during post-execute: keep the candidate
-                failure = msgspec.structs.replace(failure, settled_with=result)
-            return failure
 
     def _apply_post(
         self, rec: CallRecord, result: ToolExecutionResult, decision: Any
     ) -> ToolExecutionResult:
+        if decision is ACCEPT and type(result.additional_contexts) in CONTEXT_SEQUENCES:
+            return result  # what a pass-through chain returns: the result as it is
         decision_type = type(decision)
         if decision_type is Block:
             return ToolExecutionFailure(

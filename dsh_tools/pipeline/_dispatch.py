@@ -67,13 +67,15 @@ class DispatchStages(PipelineCore):
         they have shut down)."""
         self._executor.submit(fn)
 
-    async def dispatch(self, rec: CallRecord, *, inline: Inline) -> Stage:
-        """Run the execute waterfall and the body; the candidate result for post-execute."""
+    async def dispatch(self, rec: CallRecord, *, inline: Inline, looped: bool = False) -> Stage:
+        """Run the execute waterfall and the body; the candidate result for post-execute.
+        ``looped``: the caller runs on an event loop already."""
         try:
             hooks = self._cell.current.hooks_for("execute", rec.agent)
             if hooks:
                 rec.stage = "execute-wrapper"
-                await event_loop()  # hooks are async code: they may await anything asyncio
+                if not looped:
+                    await event_loop()  # hooks are async code: they may await anything asyncio
                 base = partial(self._invoke, rec, inline)
                 result = first_link(hooks, (DispatchExecution(rec),), base)
                 while is_awaitable(result):

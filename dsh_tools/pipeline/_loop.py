@@ -2,12 +2,14 @@
 batches run on.
 
 The blocking ``execute`` drives the pipeline's coroutine directly on the caller's thread
-(``drive``): nothing on a call's usual path (hooks that only ``await next()``, a plain body)
-needs an event loop, and starting one costs more than the whole pipeline. Code that does
-need one (an async body, which runs as its own task; a plain body sent to a worker thread;
-an approver; a timer) first awaits ``event_loop()``: without a running loop that suspends
-the coroutine once, and ``drive`` carries on with it inside a task on the calling thread's
-own private loop, exactly where it would have run before.
+(``drive``): nothing on a hook-free call's usual path (guards, a plain body) needs an event
+loop, and starting one costs more than the whole pipeline. Code that does need one (hooks,
+which are async code free to await anything asyncio; an async body, which runs as its own
+task; a plain body sent to a worker thread; an approver; a timer) first awaits
+``event_loop()``: without a running loop that suspends the coroutine once, and ``drive``
+carries on with it inside a task on the calling thread's own private loop, exactly where it
+would have run before. A call asks once: ``Pipeline.run`` tells the later stages that it
+runs on a loop already.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "drive",
     "driving",
     "event_loop",
+    "first_loop",
     "new_pool_loop",
     "resume",
     "running_loop",
@@ -72,6 +75,16 @@ def event_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
     return asyncio.get_running_loop()
 
 
+@types.coroutine
+def first_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
+    """``event_loop()`` for a coroutine that ``drive`` runs and that has not yet suspended:
+    no loop runs there (``execute`` checked before it called ``drive``, and a loop that user
+    code starts meanwhile has stopped by the time that code returns), so it yields for one
+    at once instead of asking, which costs a raised and caught ``RuntimeError``."""
+    yield _NEED_LOOP
+    return asyncio.get_running_loop()
+
+
 # --- the per-thread loop and the driver --------------------------------------------------------
 
 
@@ -108,12 +121,13 @@ def thread_loop() -> asyncio.AbstractEventLoop:
     return holder.loop
 
 
-def driving() -> bool:
-    """Whether this thread is inside ``drive`` (without a loop, or on its private loop)."""
+def driving(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether this thread is inside ``drive`` (without a loop, or on its private loop), given
+    the loop running on it now (``running_loop()``, which the caller needs too)."""
     if _state.driving:
         return True
     holder = _state.holder
-    return holder is not None and running_loop() is holder.loop
+    return loop is not None and holder is not None and loop is holder.loop
 
 
 def drive(coro: Coroutine[Any, Any, _T]) -> _T:

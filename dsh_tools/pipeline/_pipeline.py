@@ -25,6 +25,7 @@ from ._core import (
     compact_arguments,
 )
 from ._dispatch import DispatchStages
+from ._loop import event_loop, first_loop
 from ._prepare import PrepareStages
 
 __all__ = [
@@ -50,13 +51,15 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         inline: bool,
         record: bool = True,
         outer: asyncio.Task[Any] | None = None,
+        driven: bool = False,
     ) -> Any:
         """Run one call through every stage and return its one result.
 
         ``inline``: the blocking ``execute`` on the caller's own thread (plain bodies inline;
         ``KeyboardInterrupt`` / ``SystemExit`` from user code propagate once the result is
         recorded). ``outer``: the caller's task (``execute_async``); when it is cancelled the
-        call is aborted, settles, is recorded, and ``CancelledError`` is raised.
+        call is aborted, settles, is recorded, and ``CancelledError`` is raised. ``driven``:
+        ``drive`` runs this coroutine and no event loop runs on this thread as it starts.
         """
         own = None
         if outer is not None and call.signal is NEVER_ABORTED:
@@ -76,19 +79,31 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 self.session.record_call(
                     rec.call_id, rec.name, compact_arguments(rec.arguments), rec.agent
                 )
+            # Whether this coroutine runs on an event loop for sure: each stage with hooks
+            # would otherwise ask (``event_loop()``), which costs more than a pass-through hook.
+            looped = False
             if stage is None:
-                stage = self.prepare_now(rec) or await self.prepare(rec)
+                stage = self.prepare_now(rec)
+                if stage is None:  # a pre-execute hook applies: hooks are async code
+                    rec.stage = "pre-execute"
+                    # Not yet suspended: under ``drive`` no loop runs, none need be asked for.
+                    await (first_loop() if driven else event_loop())
+                    looped = True
+                    stage = await self.prepare(rec, looped=True)
                 if outer is not None:
                     self._check_outer(rec)
             if stage.kind == DISPATCH:
-                stage = await self.dispatch(rec, inline=inline)
+                stage = await self.dispatch(rec, inline=inline, looped=looped)
                 if outer is not None:
                     self._check_outer(rec)
-            result = self.commit_now(rec, stage) or await self.commit(rec, stage)
+            result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
             if top:
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
             live.discard(rec)
+            # The view and the record refer to each other: without this the record would wait
+            # for the cyclic collector; hooks that kept the view still reach the record.
+            rec.exec_view = None
         if rec.reraise is not None:
             raise rec.reraise
         if outer is not None:

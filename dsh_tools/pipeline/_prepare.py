@@ -99,17 +99,21 @@ class PrepareStages(PipelineCore):
         except BaseException as exc:
             return Stage(FINISH, self._fault(rec, exc))
 
-    async def prepare(self, rec: CallRecord) -> Stage:
-        """E4-E10: pre-execute, approval, guards; the next stage and any candidate result."""
+    async def prepare(self, rec: CallRecord, *, looped: bool = False) -> Stage:
+        """E4-E10: pre-execute, approval, guards; the next stage and any candidate result.
+        ``looped``: the caller runs on an event loop already."""
         try:
             hooks = self._cell.current.hooks_for("pre_execute", rec.agent)
             decision: Any = ALLOW
             if hooks:
                 rec.stage = "pre-execute"
-                await event_loop()  # hooks are async code: they may await anything asyncio
+                if not looped:
+                    await event_loop()  # hooks are async code: they may await anything asyncio
                 decision = first_link(hooks, (rec.view(),), _allow)
                 while is_awaitable(decision):
                     decision = await decision
+                if decision is ALLOW:  # what a pass-through chain returns
+                    return self._decide(rec, ALLOW, False)
             approval_cancelled = False
             decision_type = type(decision)
             if decision_type is Ask:
@@ -221,17 +225,17 @@ class PrepareStages(PipelineCore):
             rec.approval_task = None
 
     def _evaluate_guards(self, rec: CallRecord) -> str | None:
-        view = rec.view()
-        reason = self._guard_pass(None, view)
+        reason = self._guard_pass(None, rec)
         if reason is None and rec.agent is not None:
-            reason = self._guard_pass(rec.agent, view)
+            reason = self._guard_pass(rec.agent, rec)
         return reason
 
-    def _guard_pass(self, agent: str | None, view: Any) -> str | None:
+    def _guard_pass(self, agent: str | None, rec: CallRecord) -> str | None:
         cell = self._cell
         table = cell.current.guard_table(agent)
         if table is None or not table.entries:
-            return None
+            return None  # the call's view is made only for code that sees it
+        view = rec.view()
         generation = table.generation
         last = -1
         while True:

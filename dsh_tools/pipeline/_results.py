@@ -25,6 +25,7 @@ from ..actors._frozen import EMPTY_LIST
 from ..registry import LosslessJsonError, snapshot_json
 
 __all__ = [
+    "CONTEXT_SEQUENCES",
     "NOT_LOSSLESS_ARGS",
     "NOT_LOSSLESS_RESULT",
     "block_message",
@@ -133,14 +134,14 @@ def freeze_blocks(value: Any) -> FrozenList:
     return frozen
 
 
-_CONTEXT_SEQUENCES = (FrozenList, list, tuple)
+CONTEXT_SEQUENCES = (FrozenList, list, tuple)
 
 
 def concat_contexts(a: Sequence[Any], b: Sequence[Any]) -> Any:
     """``a + b`` for context lists; anything but a list or tuple is refused, so that a
     single context dict never has its keys spliced in as contexts."""
     for contexts in (a, b):
-        if type(contexts) not in _CONTEXT_SEQUENCES:
+        if type(contexts) not in CONTEXT_SEQUENCES:
             raise TypeError(
                 "additional_contexts must be a list or tuple of contexts, "
                 f"got {type(contexts).__name__}"
