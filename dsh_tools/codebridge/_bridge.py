@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 import structlog
@@ -35,15 +34,14 @@ from ..actors import (
     CodeRunFailedError,
     ExecuteCall,
     FrozenDict,
-    FrozenList,
     ToolExecutionResult,
 )
 from ..actors._protocol import ClosePool, SubmitCall
 from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
-from ..pipeline._chain import run_chain
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
+from ._dispatch_log import shaped_content
 from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
@@ -294,7 +292,7 @@ class CodeRunBridgeActor:
                 content=result.content,
             )
             try:
-                content = _content_blocks(await run_chain(hooks, (log,), partial(_logged, log)))
+                content = await shaped_content(hooks, log)
             except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
@@ -337,30 +335,6 @@ class CodeRunBridgeActor:
             ),
             self._agent,
         )
-
-
-async def _logged(log: CodeDispatchLog) -> Any:
-    """The end of the dispatch-log chain: the content as it is."""
-    return log.content
-
-
-def _content_blocks(value: Any) -> Any:
-    """Freeze what a dispatch-log waterfall returned: a list (or tuple) of content blocks."""
-    if type(value) is tuple:
-        value = list(value)
-    if type(value) not in (list, FrozenList):
-        raise TypeError(
-            f"a code-dispatch-log listener returned {type(value).__name__}; expected a list of "
-            "content blocks"
-        )
-    frozen = snapshot_json(value)
-    for block in frozen:
-        if type(block) is not FrozenDict or type(block.get("type")) is not str:
-            raise TypeError(
-                "a code-dispatch-log listener returned a content block that is not a dict "
-                'with a "type"'
-            )
-    return frozen
 
 
 def _token_id(entry: PoolEntry) -> int | None:
