@@ -16,9 +16,10 @@ outside world is the ``PoolLane``'s business (a batch records session events; a 
 answers the program).
 
 The mailbox is drained on the system loop, one message at a time. With a lane that may be told
-from any thread (a batch), a worker thread whose plain body has just settled drains it itself
-when nobody else is: it commits, starts the next call and, when that call's dispatch is a plain
-body again, runs it right there. A pool of plain bodies then moves from one body to the next as
+from any thread (a batch's, a code run's), a worker thread whose plain body has just settled
+drains it itself when nobody else is: it commits (unless the lane says a commit must run on the
+loop now), starts the next call and, when that call's dispatch is a plain body again, runs it
+right there. A pool of plain bodies then moves from one body to the next as
 a thread pool does, instead of waking the loop and then a worker thread for every call. Stages
 that need the loop (hooks, async bodies, approvals) carry on there: they await ``event_loop()``
 first, and a stage suspended that way off the loop is handed to a task on the loop.
@@ -113,6 +114,10 @@ class PoolLane(Protocol):
 
     def started(self, entry: PoolEntry) -> None:
         """``entry`` is about to run its prepare stage."""
+
+    def commits_anywhere(self) -> bool:
+        """Whether ``committed`` may run on a worker thread now (asked only of a lane that may be
+        told from any thread)."""
 
     def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
         """``entry`` has its final result (in submission order). An awaitable return holds the
@@ -257,7 +262,10 @@ class DispatcherPoolActor(SharedMailboxActor):
         if self._commit_cursor < self._start_cursor:
             head = entries[self._commit_cursor]
             if head.state == _SETTLED:
-                if self.on_worker() and not self._pipeline.commits_quietly(head.record, head.stage):
+                if self.on_worker() and not (
+                    self._pipeline.commits_quietly(head.record, head.stage)
+                    and self._lane.commits_anywhere()
+                ):
                     return self.hand_over()
                 return self._commit(head)
         if not self.aborted and self._signal.aborted:

@@ -53,6 +53,9 @@ class _BatchLane:
     def started(self, entry: PoolEntry) -> None:
         self.session.record_call(entry.call.call_id, entry.call.name, entry.payload, self.agent)
 
+    def commits_anywhere(self) -> bool:
+        return True
+
     def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self.session.record_result(entry.call.call_id, result, self.agent)
         self.results[entry.index] = result
