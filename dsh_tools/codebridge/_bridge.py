@@ -243,7 +243,7 @@ class CodeRunBridgeActor:
         on_loop = running_loop() is self._loop
         # Whether the run is over is read now, at the commit, wherever the delivery runs.
         over = self._controller.signal.aborted
-        self._handoff.run(partial(self._deliver, sub, result, over, later=over and not on_loop))
+        self._handoff.run(partial(self._deliver, sub, result, over, later=over and entry.off_loop))
         hooks = self._dispatch_log_hooks()
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
@@ -271,10 +271,10 @@ class CodeRunBridgeActor:
             return
         if over:
             if later:
-                # The body that settled on a worker thread may have aborted the run itself: the
-                # runtime's abort handling was woken from that thread just before this hand-off.
-                # A loop pass later, it goes first, and the run settles as aborted instead of
-                # failing with the program's reaction to this rejection.
+                # A body that ran on a body thread may have aborted the run itself: the runtime's
+                # abort handling was woken from that thread before the body returned, and needs
+                # a few loop passes to act. The rejection waits one pass more, so that the run
+                # settles as aborted rather than failing with the program's reaction to it.
                 assert self._loop is not None
                 self._loop.call_soon(self._discard, sub)
             else:

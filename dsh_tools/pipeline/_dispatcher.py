@@ -80,6 +80,7 @@ class PoolEntry:
         "exclusive",
         "frozen",
         "index",
+        "off_loop",
         "payload",
         "reader",
         "record",
@@ -105,6 +106,7 @@ class PoolEntry:
         self.stage: Stage | None = None
         self.state = _QUEUED
         self.exclusive = False
+        self.off_loop = False  # its dispatch was handed to a body thread
         self.result: ToolExecutionResult | None = None
         self.task: asyncio.Task[None] | None = None  # the stage running now, held until it ends
 
@@ -347,13 +349,14 @@ class DispatcherPoolActor(SharedMailboxActor):
             assert record is not None
             if self._workers_drain and self._pipeline.plain_dispatch(record):
                 job = partial(self._dispatch_here, entry, record)
+                entry.off_loop = True
                 if self.hand(job):  # this worker runs it once its drain is done
                     return
                 try:
                     self._pipeline.on_body_thread(partial(self.run_jobs, job))
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
-                    pass
+                    entry.off_loop = False
             self.spawn(entry, self._dispatch(entry, record, False))
         else:
             entry.stage = stage
