@@ -7,11 +7,14 @@ settles for any reason), the binding functions the program calls, the run's
 events, the log-shaping tasks and the drain. The tool-agnostic half (the worker process, frames,
 budgets and the output ledger) is the code runtime's.
 
-It is an actor by confinement: every input it receives (a binding call from the runtime, a
-start, commit or abandonment from its pool, a log task finishing) arrives on the one event loop
-the run executes on and is handled to completion before the next, so its state needs no lock and
-is never touched from another thread. Its pool is a ``DispatcherPoolActor`` whose protocol is
-messages; this object is that pool's lane.
+It is an actor by confinement: its state (the counter, the sub-calls' awaitables, the log
+tasks, the outer call's contexts) is touched only on the one event loop the run executes on, so
+it needs no lock. Its pool is a ``DispatcherPoolActor`` whose protocol is messages; this object is
+that pool's lane. The pool lets the worker thread that settled a plain body commit it and start
+the next call itself (as a batch's pool does), so the lane's methods may be called on such a
+thread: there they record session events (the log is thread-safe, and recording at once keeps
+its order) and hand the rest to the loop in commit order (``LoopHandoff``). A commit that runs a
+dispatch-log listener or the spill arm stays on the loop.
 
 Every started sub-call records ``tool/code-dispatch-start`` and, once committed and shaped by the
 ``tools/code-dispatch-log`` waterfall, ``tool/code-dispatch``, with or without an agent on the
@@ -35,15 +38,16 @@ from ..actors import (
     CodeRunFailedError,
     ExecuteCall,
     FrozenDict,
-    FrozenList,
     ToolExecutionResult,
 )
 from ..actors._protocol import ClosePool, SubmitCall
 from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
-from ..pipeline._chain import run_chain
+from ..pipeline._loop import running_loop
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
+from ._dispatch_log import shaped_content
+from ._handoff import LoopHandoff
 from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
@@ -103,6 +107,7 @@ class CodeRunBridgeActor:
         self._finished: asyncio.Future[None] | None = None
         self._pool: DispatcherPoolActor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._handoff: LoopHandoff | None = None
 
     @property
     def signal(self) -> AbortSignal:
@@ -117,12 +122,14 @@ class CodeRunBridgeActor:
         unsubscribe = outer_signal.add_callback(self._controller.abort)
         self._finished = loop.create_future()
         self._loop = loop
+        self._handoff = LoopHandoff(loop)
         self._pool = DispatcherPoolActor(
             self._pipeline,
             loop=loop,
             signal=self._controller.signal,
             max_parallel=self._max_parallel,
             lane=self,
+            lane_any_thread=True,
         )
         names = sorted(n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE)
         functions = {name: self._binding(name) for name in names}
@@ -223,38 +230,75 @@ class CodeRunBridgeActor:
             self._agent,
         )
 
+    def commits_anywhere(self) -> bool:
+        """Lane: whether a worker thread may commit now (no dispatch-log shaping to start)."""
+        return self._spill is None and not self._dispatch_log_hooks()
+
     def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
         """Lane: a sub-call's final result, in submission order. Defer its contexts onto the
         outer call, deliver its outcome to the program, then log it (``tool/code-dispatch``,
         through the dispatch-log waterfall and spill arm when there are any)."""
         sub: _SubCall = entry.payload
-        for context in result.additional_contexts:
-            self._outer.defer_context(context)
-        if not sub.future.done():
-            if self._controller.signal.aborted:
-                _reject(
-                    sub.future,
-                    ToolCallRejected(
-                        f"run_code run is over ({self._over()}); {sub.name} result discarded"
-                    ),
-                )
-            elif result.is_error:
-                _reject(sub.future, ToolCallRejected(result.error.message))  # type: ignore[union-attr]
-            else:
-                sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
+        assert self._handoff is not None
+        on_loop = running_loop() is self._loop
+        # Whether the run is over is read now, at the commit, wherever the delivery runs.
+        over = self._controller.signal.aborted
+        self._handoff.run(partial(self._deliver, sub, result, over, later=over and entry.off_loop))
         hooks = self._dispatch_log_hooks()
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
             self._append_settle(sub, result, result.content)
             return None
-        task = asyncio.get_running_loop().create_task(self._log_settle(entry, result, hooks))
-        self._log_tasks.add(task)
-        task.add_done_callback(self._log_tasks.discard)
+        if not on_loop:
+            # A listener came in after the pool let this thread commit: the loop starts the
+            # task (without backpressure for this one call).
+            self._handoff.run(partial(self._start_log, entry, result, hooks))
+            return None
+        self._start_log(entry, result, hooks)
         if len(self._log_tasks) > self._max_parallel:
             # Backpressure: no further start or commit while more log tasks
             # are pending than the run may have sub-calls in flight.
             return self._log_backlog_drained()
         return None
+
+    def _deliver(
+        self, sub: _SubCall, result: ToolExecutionResult, over: bool, *, later: bool
+    ) -> None:
+        """On the loop: the committed sub-call's contexts and its outcome for the program."""
+        for context in result.additional_contexts:
+            self._outer.defer_context(context)
+        if sub.future.done():
+            return
+        if over:
+            if later:
+                # A body that ran on a body thread may have aborted the run itself: the runtime's
+                # abort handling was woken from that thread before the body returned, and needs
+                # a few loop passes to act. The rejection waits one pass more, so that the run
+                # settles as aborted rather than failing with the program's reaction to it.
+                assert self._loop is not None
+                self._loop.call_soon(self._discard, sub)
+            else:
+                self._discard(sub)
+        elif result.is_error:
+            _reject(sub.future, ToolCallRejected(result.error.message))  # type: ignore[union-attr]
+        else:
+            sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
+
+    def _discard(self, sub: _SubCall) -> None:
+        if not sub.future.done():
+            _reject(
+                sub.future,
+                ToolCallRejected(
+                    f"run_code run is over ({self._over()}); {sub.name} result discarded"
+                ),
+            )
+
+    def _start_log(
+        self, entry: PoolEntry, result: ToolExecutionResult, hooks: tuple[Callable[..., Any], ...]
+    ) -> None:
+        task = asyncio.get_running_loop().create_task(self._log_settle(entry, result, hooks))
+        self._log_tasks.add(task)
+        task.add_done_callback(self._log_tasks.discard)
 
     async def _log_backlog_drained(self) -> None:
         while len(self._log_tasks) > self._max_parallel:
@@ -262,7 +306,10 @@ class CodeRunBridgeActor:
 
     def abandoned(self, entry: PoolEntry) -> None:
         """Lane: a queued sub-call never started because the run settled; nothing is logged."""
-        sub: _SubCall = entry.payload
+        assert self._handoff is not None
+        self._handoff.run(partial(self._abandon, entry.payload))
+
+    def _abandon(self, sub: _SubCall) -> None:
         if not sub.future.done():
             _reject(
                 sub.future,
@@ -273,6 +320,10 @@ class CodeRunBridgeActor:
 
     def finished(self) -> None:
         """Lane: every submitted sub-call is committed or abandoned; the drain may go on."""
+        assert self._handoff is not None
+        self._handoff.run(self._finish)
+
+    def _finish(self) -> None:
         if self._finished is not None and not self._finished.done():
             self._finished.set_result(None)
 
@@ -294,7 +345,7 @@ class CodeRunBridgeActor:
                 content=result.content,
             )
             try:
-                content = _content_blocks(await run_chain(hooks, (log,), partial(_logged, log)))
+                content = await shaped_content(hooks, log)
             except (Exception, asyncio.CancelledError) as exc:
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
@@ -337,30 +388,6 @@ class CodeRunBridgeActor:
             ),
             self._agent,
         )
-
-
-async def _logged(log: CodeDispatchLog) -> Any:
-    """The end of the dispatch-log chain: the content as it is."""
-    return log.content
-
-
-def _content_blocks(value: Any) -> Any:
-    """Freeze what a dispatch-log waterfall returned: a list (or tuple) of content blocks."""
-    if type(value) is tuple:
-        value = list(value)
-    if type(value) not in (list, FrozenList):
-        raise TypeError(
-            f"a code-dispatch-log listener returned {type(value).__name__}; expected a list of "
-            "content blocks"
-        )
-    frozen = snapshot_json(value)
-    for block in frozen:
-        if type(block) is not FrozenDict or type(block.get("type")) is not str:
-            raise TypeError(
-                "a code-dispatch-log listener returned a content block that is not a dict "
-                'with a "type"'
-            )
-    return frozen
 
 
 def _token_id(entry: PoolEntry) -> int | None:

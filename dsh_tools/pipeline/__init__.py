@@ -4,7 +4,7 @@ log and the timeout policy."""
 from ..actors import message_of
 from ..registry._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
 from ._approval import Approval, ApprovalOutcome
-from ._dispatcher import DispatcherPoolActor, PoolEntry, PoolLane
+from ._dispatcher import DispatcherPoolActor
 from ._json_text import (
     MAX_ARGUMENTS_CHARS,
     MAX_ARGUMENTS_DEPTH,
@@ -20,6 +20,7 @@ from ._pipeline import (
     Stage,
 )
 from ._pool import BatchRunner
+from ._pool_parts import PoolEntry, PoolLane
 from ._results import cancelled, exception_type_name, failure_from_exception
 from ._session import SessionEvent, SessionLog
 from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy

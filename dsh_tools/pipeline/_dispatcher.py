@@ -16,9 +16,10 @@ outside world is the ``PoolLane``'s business (a batch records session events; a 
 answers the program).
 
 The mailbox is drained on the system loop, one message at a time. With a lane that may be told
-from any thread (a batch), a worker thread whose plain body has just settled drains it itself
-when nobody else is: it commits, starts the next call and, when that call's dispatch is a plain
-body again, runs it right there. A pool of plain bodies then moves from one body to the next as
+from any thread (a batch's, a code run's), a worker thread whose plain body has just settled
+drains it itself when nobody else is: it commits (unless the lane says a commit must run on the
+loop now), starts the next call and, when that call's dispatch is a plain body again, runs it
+right there. A pool of plain bodies then moves from one body to the next as
 a thread pool does, instead of waking the loop and then a worker thread for every call. Stages
 that need the loop (hooks, async bodies, approvals) carry on there: they await ``event_loop()``
 first, and a stage suspended that way off the loop is handed to a task on the loop.
@@ -27,16 +28,14 @@ first, and a stage suspended that way off the loop is handed to a task on the lo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
-import msgspec
 import structlog
 
 from ..actors import (
     AbortSignal,
-    ExecuteCall,
     ToolExecutionResult,
 )
 from ..actors._protocol import (
@@ -50,119 +49,26 @@ from ..actors._protocol import (
 )
 from ..registry import classify
 from ..registry._execution import CallRecord
-from ..registry._snapshot import ToolEntry
 from ._core import DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
 from ._loop import start_task
 from ._mailbox import SharedMailboxActor
+from ._pool_parts import (
+    COMMITTING,
+    DISPATCHING,
+    DONE,
+    PREPARING,
+    SETTLED,
+    PoolEntry,
+    PoolLane,
+    PoolPipeline,
+    SubmitCalls,
+)
 from ._results import failure_from_exception
 
 _log = structlog.get_logger("dsh_tools.pool")
 
-__all__ = ["DispatcherPoolActor", "PoolEntry", "PoolLane", "PoolPipeline", "SubmitCalls"]
-
-_QUEUED, _PREPARING, _DISPATCHING, _SETTLED, _COMMITTING, _DONE = range(6)
-
-
-class SubmitCalls(msgspec.Struct, frozen=True):
-    """Queue several calls (pool entries, in order) behind the ones already submitted: one
-    message for a whole batch, so that its first calls start at once."""
-
-    entries: tuple[Any, ...]
-
-
-class PoolEntry:
-    """One call in a pool: its request, its record once started, where it stands."""
-
-    __slots__ = (
-        "call",
-        "exclusive",
-        "frozen",
-        "index",
-        "payload",
-        "reader",
-        "record",
-        "refused",
-        "result",
-        "stage",
-        "state",
-        "task",
-    )
-
-    def __init__(
-        self, index: int, call: ExecuteCall, payload: Any = None, *, frozen: bool = False
-    ) -> None:
-        self.index = index
-        self.call = call
-        self.payload = payload
-        self.frozen = frozen  # the arguments are a snapshot already
-        # Completes the entry the first time the pool would classify or start it (a batch
-        # reads the call's argument text there: the first calls start before the last is read).
-        self.reader: Callable[[PoolEntry], None] | None = None
-        self.refused: ToolExecutionResult | None = None  # the call's result before it starts
-        self.record: CallRecord | None = None
-        self.stage: Stage | None = None
-        self.state = _QUEUED
-        self.exclusive = False
-        self.result: ToolExecutionResult | None = None
-        self.task: asyncio.Task[None] | None = None  # the stage running now, held until it ends
-
-
-class PoolLane(Protocol):
-    """What starts, commits and abandonments mean outside the pool."""
-
-    def started(self, entry: PoolEntry) -> None:
-        """``entry`` is about to run its prepare stage."""
-
-    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
-        """``entry`` has its final result (in submission order). An awaitable return holds the
-        coordinator (no start, no commit) until it settles: backpressure from the lane."""
-
-    def abandoned(self, entry: PoolEntry) -> None:
-        """``entry`` never started because the pool aborted."""
-
-    def finished(self) -> None:
-        """Every submitted entry is committed or abandoned and the pool is closed."""
-
-
-class PoolPipeline(Protocol):
-    """What the pool asks of the pipeline (``Pipeline`` is one): the stages of a call, run one
-    at a time, and what they would run."""
-
-    def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
-        """The entry ``name`` resolves to for ``agent`` now."""
-
-    def starts_quietly(self, call: ExecuteCall) -> bool:
-        """Whether starting ``call`` now runs no user code (no guard or pre-execute hook)."""
-
-    def start_now(
-        self, call: ExecuteCall, *, frozen: bool, refused: ToolExecutionResult | None = None
-    ) -> tuple[CallRecord, Stage | None]:
-        """The call's record and the stage it reached without suspending (None: ``prepare``)."""
-
-    async def prepare(self, rec: CallRecord) -> Stage:
-        """Pre-execute hooks, approval, guards: the stage the call reached."""
-
-    def plain_dispatch(self, rec: CallRecord) -> bool:
-        """Whether the call's dispatch is nothing but a plain body."""
-
-    def on_body_thread(self, fn: Callable[[], object]) -> None:
-        """Run ``fn()`` on a thread plain bodies run on."""
-
-    async def dispatch(self, rec: CallRecord, *, inline: Inline) -> Stage:
-        """Execute wrappers and the body: the candidate result."""
-
-    def commits_quietly(self, rec: CallRecord | None, stage: Stage | None) -> bool:
-        """Whether committing the call now runs no user code."""
-
-    def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
-        """Post and finish without suspending (None: ``commit``)."""
-
-    async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
-        """Post-execute hooks, then finish: the call's one result."""
-
-    def interrupt(self, rec: CallRecord, reason: Any) -> None:
-        """Abort the call from the pool's side (it still settles and commits)."""
+__all__ = ["DispatcherPoolActor"]
 
 
 class DispatcherPoolActor(SharedMailboxActor):
@@ -215,7 +121,7 @@ class DispatcherPoolActor(SharedMailboxActor):
             entry = message.entry
             entry.task = None
             entry.stage = message.stage
-            entry.state = _SETTLED
+            entry.state = SETTLED
         elif kind is CommitDone:
             self._busy = False
             message.entry.task = None
@@ -235,7 +141,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         task cancelled, its success committed as ``ABORTED``), whatever signal it holds."""
         self.aborted = True
         for entry in self._entries[self._commit_cursor : self._start_cursor]:
-            if entry.record is not None and entry.state != _DONE:
+            if entry.record is not None and entry.state != DONE:
                 self._pipeline.interrupt(entry.record, reason)
 
     def on_failure(self, exc: BaseException) -> None:
@@ -256,8 +162,11 @@ class DispatcherPoolActor(SharedMailboxActor):
         entries = self._entries
         if self._commit_cursor < self._start_cursor:
             head = entries[self._commit_cursor]
-            if head.state == _SETTLED:
-                if self.on_worker() and not self._pipeline.commits_quietly(head.record, head.stage):
+            if head.state == SETTLED:
+                if self.on_worker() and not (
+                    self._pipeline.commits_quietly(head.record, head.stage)
+                    and self._lane.commits_anywhere()
+                ):
                     return self.hand_over()
                 return self._commit(head)
         if not self.aborted and self._signal.aborted:
@@ -268,7 +177,7 @@ class DispatcherPoolActor(SharedMailboxActor):
                     entry = entries[self._start_cursor]
                     self._start_cursor += 1
                     self._commit_cursor += 1
-                    entry.state = _DONE
+                    entry.state = DONE
                     self._lane.abandoned(entry)
                 if self._closed:
                     self._finish()
@@ -319,7 +228,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         if stage is not None:
             self._settle_prepare(entry, stage)
             return True
-        entry.state = _PREPARING
+        entry.state = PREPARING
         self._busy = True
         self.spawn(entry, self._prepare(entry, record))
         return False
@@ -333,23 +242,24 @@ class DispatcherPoolActor(SharedMailboxActor):
 
     def _settle_prepare(self, entry: PoolEntry, stage: Stage) -> None:
         if stage.kind == DISPATCH:
-            entry.state = _DISPATCHING
+            entry.state = DISPATCHING
             self._in_flight += 1
             record = entry.record
             assert record is not None
             if self._workers_drain and self._pipeline.plain_dispatch(record):
                 job = partial(self._dispatch_here, entry, record)
+                entry.off_loop = True
                 if self.hand(job):  # this worker runs it once its drain is done
                     return
                 try:
                     self._pipeline.on_body_thread(partial(self.run_jobs, job))
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
-                    pass
+                    entry.off_loop = False
             self.spawn(entry, self._dispatch(entry, record, False))
         else:
             entry.stage = stage
-            entry.state = _SETTLED
+            entry.state = SETTLED
 
     async def _dispatch(self, entry: PoolEntry, record: CallRecord, inline: Inline) -> None:
         try:
@@ -368,7 +278,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         if result is not None:
             self._settle_commit(entry, result)
             return True
-        entry.state = _COMMITTING
+        entry.state = COMMITTING
         self._busy = True
         self.spawn(entry, self._run_commit(entry))
         return False
@@ -383,7 +293,7 @@ class DispatcherPoolActor(SharedMailboxActor):
 
     def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self._commit_cursor += 1
-        entry.state = _DONE
+        entry.state = DONE
         entry.result = result
         if entry.exclusive:
             self._exclusive_active = False

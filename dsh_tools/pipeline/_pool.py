@@ -25,10 +25,11 @@ from ..actors import (
 from ..actors._protocol import AbortPool, ClosePool
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, snapshot_json
-from ._dispatcher import DispatcherPoolActor, PoolEntry, SubmitCalls
+from ._dispatcher import DispatcherPoolActor
 from ._json_text import ArgumentsTextError, read_arguments
 from ._loop import running_loop
 from ._pipeline import Pipeline
+from ._pool_parts import PoolEntry, SubmitCalls
 from ._results import cancelled, failure_from_exception
 
 __all__ = ["BatchRunner"]
@@ -52,6 +53,9 @@ class _BatchLane:
 
     def started(self, entry: PoolEntry) -> None:
         self.session.record_call(entry.call.call_id, entry.call.name, entry.payload, self.agent)
+
+    def commits_anywhere(self) -> bool:
+        return True
 
     def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self.session.record_result(entry.call.call_id, result, self.agent)
