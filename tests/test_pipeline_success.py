@@ -10,9 +10,11 @@ import pytest
 from conftest import block, call, echo, fixture, text, value_of
 
 from dsh_tools import (
+    ExecuteBatch,
     ExecutionToken,
     HarnessError,
     ToolArgsError,
+    ToolCall,
     ToolDefinition,
     ToolNotFoundError,
     ToolOutput,
@@ -377,3 +379,30 @@ def test_rp39_raw_tools_get_unvalidated_arguments(system: ToolSystem) -> None:
     assert not result.is_error
     assert text(result) == "raw ran"
     assert seen == [{}]
+
+
+def test_calls_with_hooks_and_guards_leave_no_garbage_for_the_cyclic_collector(
+    system: ToolSystem,
+) -> None:
+    # A call's record and the view its hooks see refer to each other while it runs; once the
+    # call is over nothing of it may wait for the cyclic collector, single or in a batch.
+    async def passing(exec: Any, next: Any) -> Any:
+        return await next()
+
+    system.tools.register(echo())
+    system.tools.on_pre_execute(passing)
+    system.tools.guard(lambda exec: None)
+    batch = ExecuteBatch(
+        calls=[ToolCall(f"c{i}", "echo", '{"text": "x"}') for i in range(50)], max_parallel=4
+    )
+    system.execute(call())
+    system.execute_batch(batch)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(20):
+            system.execute(call())
+        system.execute_batch(batch)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
