@@ -120,12 +120,6 @@ class CloseOwner(msgspec.Struct, frozen=True):
 # --- dispatcher pool stages ----------------------------------------------------------------------
 
 
-class SubmitCall(msgspec.Struct, frozen=True):
-    """Queue one call (a pool entry) behind the ones already submitted."""
-
-    entry: Any
-
-
 class ClosePool(msgspec.Struct, frozen=True):
     """No more submissions: the pool finishes once every entry is committed or abandoned."""
 

@@ -40,8 +40,16 @@ from ..actors import (
     FrozenDict,
     ToolExecutionResult,
 )
-from ..actors._protocol import ClosePool, SubmitCall
-from ..pipeline import DispatcherPoolActor, Pipeline, PoolEntry, SpillPolicy, message_of
+from ..actors._protocol import ClosePool
+from ..pipeline import (
+    DispatcherPoolActor,
+    Pipeline,
+    PoolEntry,
+    PoolRequest,
+    SpillPolicy,
+    SubmitCall,
+    message_of,
+)
 from ..pipeline._loop import running_loop
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
@@ -211,7 +219,7 @@ class CodeRunBridgeActor:
             agent=self._agent,
             parent=self._outer.token,
         )
-        self._pool.tell(SubmitCall(PoolEntry(sub.number - 1, call, sub, frozen=True)))
+        self._pool.tell(SubmitCall(PoolRequest(sub.number - 1, call, sub, frozen=True)))
         return sub.future
 
     # --- the pool lane -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from ._pipeline import (
     Stage,
 )
 from ._pool import BatchRunner
-from ._pool_parts import PoolEntry, PoolLane
+from ._pool_parts import PoolEntry, PoolLane, PoolRequest, SubmitCall
 from ._results import cancelled, exception_type_name, failure_from_exception
 from ._session import SessionEvent, SessionLog
 from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy
@@ -41,12 +41,14 @@ __all__ = [
     "Pipeline",
     "PoolEntry",
     "PoolLane",
+    "PoolRequest",
     "SessionEvent",
     "SessionLog",
     "SpillPolicy",
     "SpillSource",
     "SpillStore",
     "Stage",
+    "SubmitCall",
     "ToolExecution",
     "ToolRunContext",
     "cancelled",

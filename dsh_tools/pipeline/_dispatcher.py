@@ -45,7 +45,6 @@ from ..actors._protocol import (
     DispatchSettled,
     LaneReady,
     PrepareDone,
-    SubmitCall,
 )
 from ..registry import classify
 from ..registry._execution import CallRecord
@@ -62,6 +61,7 @@ from ._pool_parts import (
     PoolEntry,
     PoolLane,
     PoolPipeline,
+    SubmitCall,
     SubmitCalls,
 )
 from ._results import failure_from_exception
@@ -109,9 +109,9 @@ class DispatcherPoolActor(SharedMailboxActor):
     def on_receive(self, message: Any) -> None:
         kind = type(message)
         if kind is SubmitCall:
-            self._entries.append(message.entry)
+            self._entries.append(PoolEntry(message.request))
         elif kind is SubmitCalls:
-            self._entries.extend(message.entries)
+            self._entries.extend(map(PoolEntry, message.requests))
         elif kind is PrepareDone:
             self._busy = False
             message.entry.task = None

@@ -29,7 +29,7 @@ from ._dispatcher import DispatcherPoolActor
 from ._json_text import ArgumentsTextError, read_arguments
 from ._loop import running_loop
 from ._pipeline import Pipeline
-from ._pool_parts import PoolEntry, SubmitCalls
+from ._pool_parts import PoolEntry, PoolRequest, SubmitCalls
 from ._results import cancelled, failure_from_exception
 
 __all__ = ["BatchRunner"]
@@ -149,7 +149,7 @@ class BatchRunner:
         if not own:
             remove_control = control.signal.add_callback(lambda r: pool.tell(AbortPool(r)))
         try:
-            entries = []
+            requests: list[PoolRequest] = []
             for index, tool_call in enumerate(batch.calls):
                 text = texts[index]
                 call = ExecuteCall(
@@ -159,13 +159,11 @@ class BatchRunner:
                     signal=signal,
                     agent=batch.agent,
                 )
-                entry = PoolEntry(index, call, text)
                 if read is None:
-                    entry.reader = _read_entry
+                    requests.append(PoolRequest(index, call, text, reader=_read_entry))
                 else:
-                    _complete(entry, read[index])
-                entries.append(entry)
-            pool.tell(SubmitCalls(tuple(entries)))
+                    requests.append(_read_request(index, call, text, read[index]))
+            pool.tell(SubmitCalls(tuple(requests)))
             pool.tell(ClosePool())
             return await lane.done
         finally:
@@ -220,7 +218,25 @@ def _complete(entry: PoolEntry, read: tuple[Any, bool, str | None]) -> None:
     entry.call = msgspec.structs.replace(entry.call, arguments=value)
     entry.frozen = frozen
     if refusal is not None:
-        entry.refused = failure_from_exception(ToolArgsError([refusal]))
+        entry.refused = _refusal(refusal)
+
+
+def _read_request(
+    index: int, call: ExecuteCall, text: str, read: tuple[Any, bool, str | None]
+) -> PoolRequest:
+    """The request for a call whose argument text was read already."""
+    value, frozen, refusal = read
+    return PoolRequest(
+        index,
+        msgspec.structs.replace(call, arguments=value),
+        text,
+        frozen=frozen,
+        refused=None if refusal is None else _refusal(refusal),
+    )
+
+
+def _refusal(why: str) -> ToolExecutionResult:
+    return failure_from_exception(ToolArgsError([why]))
 
 
 def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:

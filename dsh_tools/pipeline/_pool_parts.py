@@ -1,5 +1,6 @@
-"""What a ``DispatcherPoolActor`` holds and talks through: its entries (one per call, and where
-each stands), the message that queues several calls at once, and the two seams it drives (the
+"""What a ``DispatcherPoolActor`` holds and talks through: the messages that queue calls (each a
+frozen ``PoolRequest``), its entries (one per call, made by the pool from its request, and
+where each stands; only the pool's own code changes them), and the two seams it drives (the
 lane: what starts and commits mean outside the pool; the pipeline: the stages of a call)."""
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ __all__ = [
     "PoolEntry",
     "PoolLane",
     "PoolPipeline",
+    "PoolRequest",
+    "SubmitCall",
     "SubmitCalls",
 ]
 
@@ -33,11 +36,35 @@ QUEUED, PREPARING, DISPATCHING, SETTLED, COMMITTING, DONE = range(6)
 """Where a pool entry stands, in the order it goes through."""
 
 
-class SubmitCalls(msgspec.Struct, frozen=True):
-    """Queue several calls (pool entries, in order) behind the ones already submitted: one
-    message for a whole batch, so that its first calls start at once."""
+class PoolRequest(msgspec.Struct, frozen=True):
+    """One call submitted to a pool.
 
-    entries: tuple[Any, ...]
+    ``index``: its place in submission order (0-based); ``call``: the call as it will run,
+    unless ``reader`` is set: then its arguments are the model's text and ``reader``, run by
+    the pool when it first comes to the call, reads them into the entry (a batch's first calls
+    so start before its last text is read); ``payload``: the submitter's own token, handed back
+    to the lane with the entry; ``frozen``: the arguments are a snapshot already;
+    ``refused``: the call's result decided before it starts."""
+
+    index: int
+    call: ExecuteCall
+    payload: Any = None
+    frozen: bool = False
+    refused: ToolExecutionResult | None = None
+    reader: Callable[[PoolEntry], None] | None = None
+
+
+class SubmitCall(msgspec.Struct, frozen=True):
+    """Queue one call behind the ones already submitted."""
+
+    request: PoolRequest
+
+
+class SubmitCalls(msgspec.Struct, frozen=True):
+    """Queue several calls (in order) behind the ones already submitted: one message for a
+    whole batch, so that its first calls start at once."""
+
+    requests: tuple[PoolRequest, ...]
 
 
 class PoolEntry:
@@ -59,17 +86,14 @@ class PoolEntry:
         "task",
     )
 
-    def __init__(
-        self, index: int, call: ExecuteCall, payload: Any = None, *, frozen: bool = False
-    ) -> None:
-        self.index = index
-        self.call = call
-        self.payload = payload
-        self.frozen = frozen  # the arguments are a snapshot already
-        # Completes the entry the first time the pool would classify or start it (a batch
-        # reads the call's argument text there: the first calls start before the last is read).
-        self.reader: Callable[[PoolEntry], None] | None = None
-        self.refused: ToolExecutionResult | None = None  # the call's result before it starts
+    def __init__(self, request: PoolRequest) -> None:
+        self.index = request.index
+        self.call = request.call
+        self.payload = request.payload
+        self.frozen = request.frozen  # the arguments are a snapshot already
+        # Completes the entry the first time the pool would classify or start it.
+        self.reader = request.reader
+        self.refused = request.refused  # the call's result before it starts
         self.record: CallRecord | None = None
         self.stage: Stage | None = None
         self.state = QUEUED
