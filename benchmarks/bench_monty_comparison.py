@@ -7,10 +7,11 @@ bar's figure, and an ``async`` one, the shape of Monty's external function) for
 for ``pydantic_monty.AsyncMonty`` (fresh session checkout from a warm pool + ``feed_run``), with
 the ratios the bars apply to: empty run <= 2 x Monty, 100 calls <= 0.2 x Monty. Each figure is
 measured from a warm pool (runs a short untimed pause apart, as a model's turns keep them) and
-back to back.
+back to back. The two are measured in turns (``--rounds`` rounds of ``--runs`` runs each):
+each ratio is the median of the rounds' own ratios, each figure the median over the rounds.
 
-Usage: ``python benchmarks/bench_monty_comparison.py [--runs N] [--json]`` (needs the ``bench``
-extra).
+Usage: ``python benchmarks/bench_monty_comparison.py [--runs N] [--rounds R] [--json]`` (needs
+the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -19,25 +20,21 @@ import argparse
 import json
 
 from dsh_tools._bench import POOL_REFILL_PAUSE_S, measure_code_mode
-from dsh_tools._bench_monty import measure_monty
+from dsh_tools._bench_monty import compare_with_monty
+
+
+def _ours(runs: int) -> dict[str, float]:
+    return measure_code_mode(runs=runs)
 
 
 def main() -> None:
     """Measure both and print the figures and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=40, help="timed runs per figure")
+    parser.add_argument("--runs", type=int, default=10, help="timed runs per figure and round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds in turns with Monty")
     parser.add_argument("--json", action="store_true", help="print JSON")
     options = parser.parse_args()
-    figures = measure_code_mode(runs=options.runs)
-    figures.update(measure_monty(runs=options.runs, pause=POOL_REFILL_PAUSE_S))
-    for suffix in ("", "_back_to_back"):
-        for name in ("empty", "100_calls"):
-            figures[f"{name}{suffix}_ratio"] = (
-                figures[f"run_code_{name}{suffix}_ms"] / figures[f"monty_{name}{suffix}_ms"]
-            )
-        figures[f"100_async_calls{suffix}_ratio"] = (
-            figures[f"run_code_100_async_calls{suffix}_ms"] / figures[f"monty_100_calls{suffix}_ms"]
-        )
+    figures = compare_with_monty(_ours, options.runs, options.rounds, POOL_REFILL_PAUSE_S)
     if options.json:
         print(json.dumps(figures))
         return

@@ -9,6 +9,10 @@ Monty is a benchmark-only dependency (the ``bench`` extra); without it these fig
 It is measured in a child interpreter (``python -m dsh_tools._bench_monty RUNS PAUSE``,
 printing JSON): ``pydantic_monty`` 1.4 can abort its process at exit, which must not end
 ``dsh-tools bench``.
+
+``compare_with_monty`` measures Code Mode and Monty in turns, a few runs of each per round: the
+project's machine changes speed by a factor of two within a minute, so each ratio is taken
+within one round and the figures reported are medians over the rounds.
 """
 
 from __future__ import annotations
@@ -20,9 +24,17 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["measure_monty", "monty_available"]
+__all__ = ["compare_with_monty", "measure_monty", "monty_available"]
+
+_RATIOS = (
+    ("empty", "run_code_empty", "monty_empty"),
+    ("100_calls", "run_code_100_calls", "monty_100_calls"),
+    ("100_async_calls", "run_code_100_async_calls", "monty_100_calls"),
+)
+"""(ratio name, our figure, Monty's figure), each also ``_back_to_back``."""
 
 _GATHER_PROGRAM = (
     "import asyncio\nvalues = await asyncio.gather(*[trivial(i) for i in range(100)])\nsum(values)"
@@ -82,6 +94,25 @@ def measure_monty(runs: int = 20, pause: float = 0.02) -> dict[str, float]:
     except (IndexError, ValueError):
         raise RuntimeError(f"the Monty benchmark failed: {child.stderr.strip()[-500:]}") from None
     return {str(key): float(value) for key, value in figures.items()}
+
+
+def compare_with_monty(
+    ours: Callable[[int], dict[str, float]], runs: int, rounds: int, pause: float
+) -> dict[str, float]:
+    """Code Mode's figures (``ours(runs)``, ``measure_code_mode``'s keys) and Monty's, measured
+    in ``rounds`` turns of ``runs`` each: the median of each figure over the rounds, and for
+    each ratio ``<name>[_back_to_back]_ratio`` the median of the rounds' own ratios."""
+    per_round: list[dict[str, float]] = []
+    for _ in range(rounds):
+        figures = ours(runs)
+        figures.update(measure_monty(runs=runs, pause=pause))
+        for name, our, peer in _RATIOS:
+            for suffix in ("", "_back_to_back"):
+                figures[f"{name}{suffix}_ratio"] = (
+                    figures[f"{our}{suffix}_ms"] / figures[f"{peer}{suffix}_ms"]
+                )
+        per_round.append(figures)
+    return {key: statistics.median(f[key] for f in per_round) for key in per_round[0]}
 
 
 if __name__ == "__main__":

@@ -88,24 +88,27 @@ def run_bench(
         measure_pipeline,
         measure_pool,
     )
-    from ._bench_monty import measure_monty, monty_available
+    from ._bench_monty import compare_with_monty, monty_available
 
     progress = _Progress(3 + 5 + (4 if code_mode else 0))
     figures: dict[str, float] = {}
     figures.update(measure_pipeline(runs=runs, progress=progress.step))
     figures.update(measure_pool(runs=runs, progress=progress.step))
     if code_mode:
-        figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
+        if monty_available():
+            # In turns with Monty, a ratio per round (see compare_with_monty).
+            steps = iter([progress.step])  # the first round shows progress
+
+            def ours(count: int) -> dict[str, float]:
+                return measure_code_mode(runs=count, progress=next(steps, None))
+
+            figures.update(compare_with_monty(ours, max(runs * 2, 8), 4, POOL_REFILL_PAUSE_S))
+            figures["run_code_empty_vs_monty"] = figures["empty_ratio"]
+            figures["run_code_100_calls_vs_monty"] = figures["100_calls_ratio"]
+        else:
+            figures.update(measure_code_mode(runs=max(runs * 4, 10), progress=progress.step))
         figures.update(measure_assembly(runs=runs, progress=progress.step))
         figures.update(measure_demo_rss(progress=progress.step))
-        if monty_available():
-            figures.update(measure_monty(runs=max(runs * 4, 10), pause=POOL_REFILL_PAUSE_S))
-            figures["run_code_empty_vs_monty"] = (
-                figures["run_code_empty_ms"] / figures["monty_empty_ms"]
-            )
-            figures["run_code_100_calls_vs_monty"] = (
-                figures["run_code_100_calls_ms"] / figures["monty_100_calls_ms"]
-            )
     progress.close()
     if as_json:
         print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)

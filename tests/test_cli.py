@@ -248,6 +248,36 @@ def test_bench_json_lists_the_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     assert figures == {"execute_no_hooks_us": 30.0, "pool10_sleep5ms_async_ms": 520.0}
 
 
+def test_the_monty_comparison_takes_each_ratio_within_a_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The machine's speed changes between rounds; a ratio must compare figures of one round.
+    import dsh_tools._bench_monty as peer
+
+    speeds = iter([1.0, 3.0, 2.0])  # the machine's slowness in each round
+    current: list[float] = []
+
+    def ours(runs: int) -> dict[str, float]:
+        current.append(next(speeds))
+        figures = {}
+        for name in ("empty", "100_calls", "100_async_calls"):
+            for suffix in ("", "_back_to_back"):
+                figures[f"run_code_{name}{suffix}_ms"] = 2.0 * current[-1]
+        return figures
+
+    def monty(runs: int, pause: float) -> dict[str, float]:
+        return {
+            f"monty_{name}{suffix}_ms": 4.0 * current[-1]
+            for name in ("empty", "100_calls")
+            for suffix in ("", "_back_to_back")
+        }
+
+    monkeypatch.setattr(peer, "measure_monty", monty)
+    figures = peer.compare_with_monty(ours, runs=3, rounds=3, pause=0.0)
+    assert figures["empty_ratio"] == figures["100_calls_back_to_back_ratio"] == 0.5
+    assert figures["run_code_empty_ms"] == 4.0 and figures["monty_empty_ms"] == 8.0
+
+
 def test_run_code_honours_a_wall_clock_budget(tmp_path: Path) -> None:
     program = tmp_path / "sleepy.py"
     program.write_text("await asyncio.sleep(60)\n")
