@@ -292,13 +292,13 @@ class CodeRunBridgeActor:
         else:
             sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
 
-    def _discard(self, sub: _SubCall) -> None:
+    def _discard(self, sub: _SubCall, what: str = "result discarded") -> None:
+        """Reject ``sub`` because the run is over: its result discarded, or the call
+        abandoned before it started."""
         if not sub.future.done():
             _reject(
                 sub.future,
-                ToolCallRejected(
-                    f"run_code run is over ({self._over()}); {sub.name} result discarded"
-                ),
+                ToolCallRejected(f"run_code run is over ({self._over()}); {sub.name} {what}"),
             )
 
     def _start_log(
@@ -315,16 +315,7 @@ class CodeRunBridgeActor:
     def abandoned(self, entry: PoolEntry) -> None:
         """Lane: a queued sub-call never started because the run settled; nothing is logged."""
         assert self._handoff is not None
-        self._handoff.run(partial(self._abandon, entry.payload))
-
-    def _abandon(self, sub: _SubCall) -> None:
-        if not sub.future.done():
-            _reject(
-                sub.future,
-                ToolCallRejected(
-                    f"run_code run is over ({self._over()}); {sub.name} tool call abandoned"
-                ),
-            )
+        self._handoff.run(partial(self._discard, entry.payload, "tool call abandoned"))
 
     def finished(self) -> None:
         """Lane: every submitted sub-call is committed or abandoned; the drain may go on."""
