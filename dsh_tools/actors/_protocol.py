@@ -1,4 +1,5 @@
-"""Internal actor messages: registry mutations, owner bookkeeping and pool stages.
+"""Internal actor messages: registry mutations and owner bookkeeping (the pool's messages live
+with the pool, in ``pipeline._pool_parts``).
 
 They are frozen msgspec Structs like the public catalog, but they are not part of the public
 surface; a harness talks to the system through ``ExecuteCall`` and ``ExecuteBatch``.
@@ -17,7 +18,6 @@ __all__ = [
     "AddRestriction",
     "AddSection",
     "CloseOwner",
-    "LaneReady",
     "MutationReply",
     "OwnerMutation",
     "RegisterTool",
@@ -115,42 +115,3 @@ class CloseOwner(msgspec.Struct, frozen=True):
     the reply is how many of the removals emitted a ``change``."""
 
     owner: int
-
-
-# --- dispatcher pool stages ----------------------------------------------------------------------
-
-
-class ClosePool(msgspec.Struct, frozen=True):
-    """No more submissions: the pool finishes once every entry is committed or abandoned."""
-
-
-class PrepareDone(msgspec.Struct, frozen=True):
-    """An entry's prepare stage settled with ``stage`` (dispatch next, or a candidate result)."""
-
-    entry: Any
-    stage: Any
-
-
-class DispatchSettled(msgspec.Struct, frozen=True):
-    """An entry's dispatch (wrappers and body) settled with ``stage``; its slot is free."""
-
-    entry: Any
-    stage: Any
-
-
-class CommitDone(msgspec.Struct, frozen=True):
-    """An entry's post-execute and finish stages produced its final ``result``."""
-
-    entry: Any
-    result: Any
-
-
-class LaneReady(msgspec.Struct, frozen=True):
-    """The lane finished the work a commit handed it (e.g. a log backlog drained); the
-    coordinator may go on."""
-
-
-class AbortPool(msgspec.Struct, frozen=True):
-    """The pool's signal aborted: stop starting, drain, commit the started, abandon the rest."""
-
-    reason: Any

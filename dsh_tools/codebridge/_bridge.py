@@ -40,8 +40,8 @@ from ..actors import (
     FrozenDict,
     ToolExecutionResult,
 )
-from ..actors._protocol import ClosePool
 from ..pipeline import (
+    ClosePool,
     DispatcherPoolActor,
     Pipeline,
     PoolEntry,

@@ -20,7 +20,7 @@ from ._pipeline import (
     Stage,
 )
 from ._pool import BatchRunner
-from ._pool_parts import PoolEntry, PoolLane, PoolRequest, SubmitCall
+from ._pool_parts import ClosePool, PoolEntry, PoolLane, PoolRequest, SubmitCall
 from ._results import cancelled, exception_type_name, failure_from_exception
 from ._session import SessionEvent, SessionLog
 from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy
@@ -36,6 +36,7 @@ __all__ = [
     "ApprovalOutcome",
     "BatchRunner",
     "CallRecord",
+    "ClosePool",
     "DispatchExecution",
     "DispatcherPoolActor",
     "Pipeline",

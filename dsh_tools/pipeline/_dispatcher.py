@@ -38,14 +38,6 @@ from ..actors import (
     AbortSignal,
     ToolExecutionResult,
 )
-from ..actors._protocol import (
-    AbortPool,
-    ClosePool,
-    CommitDone,
-    DispatchSettled,
-    LaneReady,
-    PrepareDone,
-)
 from ..registry import classify
 from ..registry._execution import CallRecord
 from ._core import DISPATCH, Stage
@@ -58,9 +50,15 @@ from ._pool_parts import (
     DONE,
     PREPARING,
     SETTLED,
+    AbortPool,
+    ClosePool,
+    CommitDone,
+    DispatchSettled,
+    LaneReady,
     PoolEntry,
     PoolLane,
     PoolPipeline,
+    PrepareDone,
     SubmitCall,
     SubmitCalls,
 )

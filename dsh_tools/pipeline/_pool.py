@@ -22,14 +22,13 @@ from ..actors import (
     ToolArgsError,
     ToolExecutionResult,
 )
-from ..actors._protocol import AbortPool, ClosePool
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, snapshot_json
 from ._dispatcher import DispatcherPoolActor
 from ._json_text import ArgumentsTextError, read_arguments
 from ._loop import running_loop
 from ._pipeline import Pipeline
-from ._pool_parts import PoolEntry, PoolRequest, SubmitCalls
+from ._pool_parts import AbortPool, ClosePool, PoolEntry, PoolRequest, SubmitCalls
 from ._results import cancelled, failure_from_exception
 
 __all__ = ["BatchRunner"]

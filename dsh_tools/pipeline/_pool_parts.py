@@ -24,10 +24,16 @@ __all__ = [
     "PREPARING",
     "QUEUED",
     "SETTLED",
+    "AbortPool",
+    "ClosePool",
+    "CommitDone",
+    "DispatchSettled",
+    "LaneReady",
     "PoolEntry",
     "PoolLane",
     "PoolPipeline",
     "PoolRequest",
+    "PrepareDone",
     "SubmitCall",
     "SubmitCalls",
 ]
@@ -101,6 +107,45 @@ class PoolEntry:
         self.off_loop = False  # its dispatch was handed to a body thread
         self.result: ToolExecutionResult | None = None
         self.task: asyncio.Task[None] | None = None  # the stage running now, held until it ends
+
+
+class ClosePool(msgspec.Struct, frozen=True):
+    """No more submissions: the pool finishes once every entry is committed or abandoned."""
+
+
+class AbortPool(msgspec.Struct, frozen=True):
+    """The pool's signal aborted: stop starting, drain, commit the started, abandon the rest."""
+
+    reason: object
+
+
+class PrepareDone(msgspec.Struct, frozen=True):
+    """The pool to itself: ``entry``'s prepare stage settled with ``stage`` (dispatch next,
+    or a candidate result)."""
+
+    entry: PoolEntry
+    stage: Stage
+
+
+class DispatchSettled(msgspec.Struct, frozen=True):
+    """The pool to itself: ``entry``'s dispatch (wrappers and body) settled with ``stage``;
+    its slot is free."""
+
+    entry: PoolEntry
+    stage: Stage
+
+
+class CommitDone(msgspec.Struct, frozen=True):
+    """The pool to itself: ``entry``'s post-execute and finish stages produced its final
+    ``result``."""
+
+    entry: PoolEntry
+    result: ToolExecutionResult
+
+
+class LaneReady(msgspec.Struct, frozen=True):
+    """The lane finished the work a commit handed it (e.g. a log backlog drained); the pool
+    may go on."""
 
 
 class PoolLane(Protocol):
