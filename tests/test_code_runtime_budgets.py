@@ -680,6 +680,11 @@ def test_fault_a_template_killed_as_it_prefork_workers_fails_no_run() -> None:
     try:
         for attempt in range(5):
             assert run(own, f"return {attempt}").value == attempt
+            # A run may have been served by a worker pre-forked before the last kill; the
+            # replacement template starts with the pool's next spawn, moments later.
+            deadline = time.monotonic() + 10
+            while own.template_pid is None and time.monotonic() < deadline:
+                time.sleep(0.001)
             template = own.template_pid
             assert template is not None
             os.kill(template, signal.SIGKILL)

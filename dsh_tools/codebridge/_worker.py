@@ -13,17 +13,18 @@ files), compiles the program and runs it on a new event loop with these globals:
 ``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done`` as soon as the program
 settles and exits at once (no asyncio shutdown: whatever is left of the run is killed anyway).
 ``SystemExit`` ends the process with its status and no ``Done``. Under the sandbox ``main``
-gets the write end of the namespace init's notice pipe: one byte there, once ``Done`` is in the
+gets the write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the
+program has arrived starts the init's measuring, and one more byte, once ``Done`` is in the
 channel, lets the init end the run while the host is still reading the frame.
 
 Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the
 ledger) is bound at import time, so a program that monkeypatches ``print``, ``sys.stdout``,
 ``json`` or ``os.write`` cannot break the framing. The host remains the authority regardless.
-This module imports only the standard library, ``msgspec`` and its sibling wire modules; what
-the program sees (``tools``, call handles, error classes, capture streams) is ``_worker_api``,
-how an uncaught exception is rendered ``_worker_render``. What is left here is one thing, the
-worker's side of the channel (boot, calls and replies, completion), kept whole so that reading
-it shows every frame the worker may send and when.
+This module imports only the standard library, ``msgspec``, its sibling wire modules and the
+sandbox init's notice byte; what the program sees (``tools``, call handles, error classes,
+capture streams) is ``_worker_api``, how an uncaught exception is rendered ``_worker_render``.
+What is left here is one thing, the worker's side of the channel (boot, calls and replies,
+completion), kept whole so that reading it shows every frame the worker may send and when.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from ._frames import (
 )
 from ._ledger import OutputLedger, limit_message
 from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
+from ._sandbox._init import NOTICE_STARTED
 from ._tokens import TokenError, detokenize, tokenize
 from ._worker_api import ABSENT, CallHandle, CaptureStream, Namespace, error_class, plain_error
 from ._worker_render import render_exception
@@ -449,6 +451,7 @@ def main(notice: int | None = None) -> NoReturn:
         worker = _Worker(boot)
         if notice is not None:
             worker.notice = (notice, os.fstat(notice).st_ino)
+            _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
         _run(worker)
     except SystemExit as exc:
         _os_exit(_exit_status(exc))

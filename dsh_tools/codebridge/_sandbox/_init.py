@@ -1,19 +1,20 @@
 """The init of a run's PID namespace: reaps, charges the whole tree, ends the run.
 
 PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps every process
-(orphans of the run are reparented to it), and every ``TICK_SECONDS`` it measures the tree with
-its ``Meter``: the run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise
-``ProcMeter``, which sums over the namespace's private ``/proc`` the CPU time of every live
-process (its own and its reaped children's) plus what the init has reaped itself, the resident
-anonymous and shared memory, the number of processes and the number of tasks (threads
-included: without cgroups nothing else holds them, and a tree of threads could take every PID of
-the host). Over a budget it reports which one
-and exits; when the worker exits it reports the worker's wait status (or the memory budget,
-when the kernel's memory ceiling killed it) and exits. Its exit makes the kernel kill everything
-left in the namespace, so nothing a run started (a ``setsid()`` grandchild included) outlives
-it.
+(orphans of the run are reparented to it), and once the worker has its program (it says so on
+its notice pipe before running any of it; a pre-forked worker may wait long for its run, and
+its init sleeps until then) it measures the tree every ``TICK_SECONDS`` with its ``Meter``: the
+run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise ``ProcMeter``, which sums
+over the namespace's private ``/proc`` the CPU time of every live process (its own and its
+reaped children's) plus what the init has reaped itself, the resident anonymous and shared
+memory, the number of processes and the number of tasks (threads included: without cgroups
+nothing else holds them, and a tree of threads could take every PID of the host). Over a
+budget it reports which one and exits; when the worker exits it reports the worker's wait
+status (or the memory budget, when the kernel's memory ceiling killed it) and exits. Its exit
+makes the kernel kill everything left in the namespace, so nothing a run started (a
+``setsid()`` grandchild included) outlives it.
 
-The worker tells the init that its run is over by writing a byte to its notice pipe (the
+The worker tells the init that its run is over by writing another byte to its notice pipe (the
 descriptor ``start_worker`` receives) once its ``Done`` frame is in the host's channel, so the
 init ends the run while the host is still reading that frame; the host asks for the end of a
 settled run too, by closing its end of the channel to the worker (which the init watches for the
@@ -43,6 +44,7 @@ __all__ = [
     "BUDGET_COMPUTE",
     "BUDGET_MEMORY",
     "BUDGET_PROCESSES",
+    "NOTICE_STARTED",
     "TICK_SECONDS",
     "Meter",
     "ProcMeter",
@@ -51,6 +53,9 @@ __all__ = [
 ]
 
 TICK_SECONDS: Final = 0.025
+NOTICE_STARTED: Final = b"S"
+"""What the worker writes to the notice pipe once it has its program (before running any of
+it); any other byte there ends the run."""
 BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
@@ -184,13 +189,13 @@ def _end_every_process(*, wait: bool) -> bool:
             return False
 
 
-def _notice_given(notice: int) -> bool:
-    """Whether the notice pipe holds the worker's byte; at end of file (every writer gone: the
-    worker exited, which its wait status reports) it is no notice."""
+def _read_notice(notice: int) -> bytes | None:
+    """What the notice pipe holds: ``None`` when nothing, ``b""`` at end of file (every writer
+    gone: the worker exited, which its wait status reports)."""
     try:
-        return bool(os.read(notice, 64))
+        return os.read(notice, 64)
     except BlockingIOError:
-        return False
+        return None
 
 
 def run_init(
@@ -226,14 +231,19 @@ def run_init(
     poller.register(wake_r, select.POLLIN)
     poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     poller.register(notice, select.POLLIN)
+    started = False  # the worker has its program: measure from now on
     while not report:
-        ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000)]
+        ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
         if channel in ready:
             break
         if notice in ready:
-            if _notice_given(notice):
-                break
-            poller.unregister(notice)
+            heard = _read_notice(notice)
+            if heard == b"":
+                poller.unregister(notice)
+            elif heard is not None:
+                if heard.strip(NOTICE_STARTED):
+                    break  # anything else is the end of the run
+                started = True
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
@@ -251,6 +261,8 @@ def run_init(
             report = b"B" + bytes([BUDGET_MEMORY])
         if report:
             break
+        if not started:
+            continue  # nothing of the program has run: an idle worker costs no measuring
         try:
             cpu, memory, count = meter.usage()
         except (OSError, ValueError, IndexError):
