@@ -476,6 +476,21 @@ def test_a_forged_notice_to_the_init_ends_only_its_own_run(
     assert_next_run_works(sandbox)
 
 
+def test_a_repeated_start_notice_changes_nothing_and_the_budget_still_holds(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # "S" only starts the init's measuring, which the worker started before the program ran:
+    # repeating it neither ends the run nor stops the compute budget.
+    assert value(sandbox, "import os\nos.write(5, b'SSS')\nreturn 'on'") == "on"
+    budgeted = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=300, max_wall_ms=20_000))
+    try:
+        spinning = run(budgeted, "import os\nos.write(5, b'S')\nwhile True:\n    pass")
+    finally:
+        budgeted.close()
+    assert spinning.error is not None and spinning.error.kind == "timeout", spinning
+    assert "compute" in spinning.error.message, spinning
+
+
 def test_the_notice_never_lands_in_a_file_the_program_opened(tmp_path: Path) -> None:
     # A program that closes the notice pipe and opens a file under its number: the worker
     # checks the descriptor before it tells the init, and the host ends the run instead.
