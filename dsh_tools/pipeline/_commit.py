@@ -184,6 +184,10 @@ class CommitStages(PipelineCore):
         observers = self._cell.current.hooks_for("result", rec.agent)
         if observers:
             self._notify(rec, result, observers)
+        # The last stage that shows the call's view: the view and the record refer to each
+        # other, and without this every call (single or in a pool) would wait for the cyclic
+        # collector. Hooks that kept the view still reach the record.
+        rec.exec_view = None
         return result
 
     def _notify(

@@ -296,11 +296,6 @@ class DispatcherPoolActor(SharedMailboxActor):
         if entry.exclusive:
             self._exclusive_active = False
         hold = self._lane.committed(entry, result)
-        # The view and the record refer to each other (see Pipeline.run): without this every
-        # call of a batch would wait for the cyclic collector.
-        record = entry.record
-        if record is not None:
-            record.exec_view = None
         if hold is not None:
             self._busy = True
             if self._on_loop():

@@ -101,9 +101,6 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
             live.discard(rec)
-            # The view and the record refer to each other: without this the record would wait
-            # for the cyclic collector; hooks that kept the view still reach the record.
-            rec.exec_view = None
         if rec.reraise is not None:
             raise rec.reraise
         if outer is not None:

@@ -213,29 +213,25 @@ def _read_entry(entry: PoolEntry) -> None:
 
 def _complete(entry: PoolEntry, read: tuple[Any, bool, str | None]) -> None:
     """Give ``entry``'s call the arguments read from its text (or refuse it)."""
-    value, frozen, refusal = read
-    entry.call = msgspec.structs.replace(entry.call, arguments=value)
-    entry.frozen = frozen
-    if refusal is not None:
-        entry.refused = _refusal(refusal)
+    entry.call, entry.frozen, entry.refused = _applied(entry.call, read)
 
 
 def _read_request(
     index: int, call: ExecuteCall, text: str, read: tuple[Any, bool, str | None]
 ) -> PoolRequest:
     """The request for a call whose argument text was read already."""
+    call, frozen, refused = _applied(call, read)
+    return PoolRequest(index, call, text, frozen=frozen, refused=refused)
+
+
+def _applied(
+    call: ExecuteCall, read: tuple[Any, bool, str | None]
+) -> tuple[ExecuteCall, bool, ToolExecutionResult | None]:
+    """``call`` with the arguments ``_read`` gave, whether they are a snapshot, and the
+    call's refusal when its text was refused."""
     value, frozen, refusal = read
-    return PoolRequest(
-        index,
-        msgspec.structs.replace(call, arguments=value),
-        text,
-        frozen=frozen,
-        refused=None if refusal is None else _refusal(refusal),
-    )
-
-
-def _refusal(why: str) -> ToolExecutionResult:
-    return failure_from_exception(ToolArgsError([why]))
+    refused = None if refusal is None else failure_from_exception(ToolArgsError([refusal]))
+    return msgspec.structs.replace(call, arguments=value), frozen, refused
 
 
 def _read(text: str, gradual: bool = False) -> tuple[Any, bool, str | None]:
