@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 from typing import Any
@@ -477,3 +478,56 @@ def test_a_program_that_stops_the_template_still_settles_and_the_next_run_works(
     assert after.error is None and after.value == 2, after
     with pytest.raises(ProcessLookupError):  # the frozen template was killed and reaped
         os.kill(frozen.value, 0)
+
+
+def test_real_runs_leave_no_garbage_for_the_cyclic_collector() -> None:
+    # A run's parts refer to each other while it runs (the bridge and its pool, the run and its
+    # binding calls); once it is over, reference counting must free all of it, and every
+    # sub-call's record with it: a burst of sub-calls otherwise lives on until a collection,
+    # and the collections of a busy host cost more than the sub-calls.
+    async def twice(args: Any, ctx: Any) -> Any:
+        return str(args["value"]) * 2
+
+    def rejecting(args: Any, ctx: Any) -> Any:
+        raise ValueError("refused")
+
+    tools = [
+        define_tool(
+            name="twice",
+            description="Double a string.",
+            parameters={"value": {"type": "string", "required": True}},
+            output=ToolOutput(schema={"type": "string"}, render=lambda args, value: []),
+            execute=twice,
+        ),
+        define_tool(
+            name="rejecting",
+            description="Always fails.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda args, value: []),
+            execute=rejecting,
+        ),
+    ]
+    programs = [
+        "values = await asyncio.gather(*[tools.twice({'value': str(i)}) for i in range(50)])\n"
+        "return len(values)",
+        "try:\n    await tools.rejecting({})\nexcept ToolCallError as error:\n    print(error)\n"
+        "return 1",
+        "print('partial')\nraise ValueError('the program fails')",
+    ]
+    with ToolSystem.start(ToolsConfig(mode="code")) as system:
+        for tool in tools:
+            system.tools.register(tool)
+
+        def run_all() -> list[bool]:
+            outcomes = [system.execute(run_code(program)).is_error for program in programs]
+            system.session.clear()
+            return outcomes
+
+        assert run_all() == [False, False, True]
+        gc.collect()
+        gc.disable()
+        try:
+            assert run_all() == [False, False, True]
+            assert gc.collect() == 0
+        finally:
+            gc.enable()

@@ -5,6 +5,7 @@ deadlock; the blocking entry points behave at their edges (timeouts, loops, stop
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import Any
 
@@ -105,6 +106,29 @@ def test_a_raising_stage_on_the_async_path_gives_one_result(system: ToolSystem, 
     result = arun(system.execute_async(call()))
     assert events_for(system, "c1") == ["tool/call", "tool/result"]
     assert result.is_error == (stage != "observer")
+
+
+@pytest.mark.parametrize("suspends", [False, True], ids=["at-once", "after-suspending"])
+def test_a_failing_async_body_leaves_no_garbage_for_the_cyclic_collector(
+    system: ToolSystem, suspends: bool
+) -> None:
+    # The traceback keeps every frame the failure passed through; none of them may keep the
+    # failure itself, or the call's record waits for the cyclic collector with it.
+    async def failing(args: Any, ctx: Any) -> Any:
+        if suspends:
+            await asyncio.sleep(0)
+        raise ValueError("the body fails")
+
+    system.tools.register(echo(execute=failing))
+    assert system.execute(call()).is_error
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(10):
+            assert text(system.execute(call())) == "Error: the body fails"
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_a_body_ignoring_its_signal_finishes_once_when_released(system: ToolSystem) -> None:

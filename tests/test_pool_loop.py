@@ -76,6 +76,24 @@ def test_a_body_awaiting_a_future_nobody_else_holds_is_not_collected(
     assert outcome.results[0].content[0]["text"] == "woken with 7"
 
 
+def test_a_long_batch_lets_go_of_its_committed_calls_as_it_goes(system: ToolSystem) -> None:
+    # A turn of thousands of calls (a Code Mode program's sub-calls, say) must not keep every
+    # finished call's record until its end: the pool lets go of committed calls as it goes.
+    tokens: list[weakref.ref[Any]] = []
+    alive_at_end: list[int] = []
+
+    def guard(exec: Any) -> None:
+        tokens.append(weakref.ref(exec.token))
+        if len(tokens) == 2000:
+            alive_at_end.append(sum(ref() is not None for ref in tokens))
+
+    system.tools.register(fixture("x", lambda args, ctx: [block("ok")], is_concurrency_safe=safe))
+    system.tools.guard(guard)
+    outcome = system.execute_batch(batch(*(f"c{i}" for i in range(2000)), max_parallel=4))
+    assert not any(r.is_error for r in outcome.results)
+    assert alive_at_end and alive_at_end[0] < 1000, alive_at_end
+
+
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     created = new_pool_loop()

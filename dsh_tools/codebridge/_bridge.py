@@ -158,6 +158,7 @@ class CodeRunBridgeActor:
             self._controller.abort("run_code settled")
             self._pool.tell(ClosePool())
             await self._finished
+            self._pool = None  # the pool's lane is this object: reference counting frees both
             while self._log_tasks:
                 await asyncio.gather(*list(self._log_tasks), return_exceptions=True)
             unsubscribe()

@@ -229,6 +229,7 @@ class CodeRun(RunProcess):
                 handle.cancel()
         self._grace = self._report_deadline = None
         self._close_all()
+        self._calls.close()
         assert self._outcome is not None
         result = materialize(self._ledger, self._outcome)
         if not self.future.done():
@@ -261,6 +262,7 @@ class CodeRun(RunProcess):
             self._remove_signal = None
         self._kill()
         self._close_all()
+        self._calls.close()
         with contextlib.suppress(RuntimeError):  # a closed loop: the next run refills
             self._schedule_refill()
         self.finished.set_result(None)

@@ -35,6 +35,18 @@ Track = Callable[["asyncio.Task[None]"], None]
 """Keeps a binding task referenced until it is done."""
 
 
+def _over() -> bool:
+    return True
+
+
+def _drop(data: bytearray) -> None:
+    pass
+
+
+def _ignore(kind: str, message: str) -> None:
+    pass
+
+
 class BindingCalls:
     """Answers one run's ``Call`` frames.
 
@@ -75,6 +87,13 @@ class BindingCalls:
         self._fail = fail
         self._answered: set[int] = set()
         self._inflight = InflightArguments()
+
+    def close(self) -> None:
+        """The run is over: answer nothing more, and let go of the run's callbacks (they refer
+        to the run, which refers to this object: reference counting frees both at once)."""
+        self._settled = _over
+        self._send = _drop
+        self._fail = _ignore
 
     def on_call(self, frame: Call) -> None:
         """Start the binding call ``frame`` asks for (or answer it as a failure at once)."""

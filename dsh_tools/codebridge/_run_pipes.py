@@ -38,6 +38,10 @@ def read_available(fd: int, size: int) -> bytes | None:
         return b""
 
 
+def _ignore(message: str) -> None:
+    """The overflow callback of a closed writer."""
+
+
 class ChannelWriter:
     """The host->worker channel's outgoing bytes for one attempt of a run.
 
@@ -127,7 +131,9 @@ class ChannelWriter:
             self._loop.remove_writer(fd)
 
     def close(self) -> None:
-        """Stop watching the descriptor and drop what is queued."""
+        """Stop watching the descriptor and drop what is queued (and the overflow callback,
+        which refers to the run: a closed writer reports nothing)."""
+        self._overflow = _ignore
         if self._writer_on and self._fd is not None:
             with contextlib.suppress(Exception):  # a closed loop: nothing watches it any more
                 self._loop.remove_writer(self._fd)

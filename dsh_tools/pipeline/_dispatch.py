@@ -224,14 +224,22 @@ class DispatchStages(PipelineCore):
             finally:
                 remove()
                 rec.body_task = None
+                del remove, task  # see below: no name of this frame may lead to a failure
         self._check_outer(rec)
         if ok:
             return value
-        if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
-            raise RuntimeError("the tool body raised GeneratorExit") from value
-        if isinstance(value, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
-            raise BodyCancelled
-        raise value
+        try:
+            if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
+                raise RuntimeError("the tool body raised GeneratorExit") from value
+            if isinstance(value, asyncio.CancelledError) and (
+                rec.cancel_sent or rec.outer_cancelled
+            ):
+                raise BodyCancelled
+            raise value
+        finally:
+            # The traceback keeps this frame: without the names that lead to the exception it
+            # holds no cycle, and reference counting frees the failed call at once.
+            value = None
 
     async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
@@ -285,11 +293,12 @@ async def _capture(
     body's task itself never fails, so no ``SystemExit`` or ``KeyboardInterrupt`` from a body
     can escape into the event loop."""
     try:
-        outcome: tuple[bool, Any] = True, await coro
+        value = await coro
     except BaseException as exc:
-        outcome = False, exc
+        _wake(settled)
+        return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
-    return outcome
+    return True, value
 
 
 def _wake(waiter: asyncio.Future[None], _task: object = None) -> None:

@@ -68,6 +68,9 @@ _log = structlog.get_logger("dsh_tools.pool")
 
 __all__ = ["DispatcherPoolActor"]
 
+_COMPACT_AFTER = 256
+"""Committed entries a pool keeps before it lets go of them."""
+
 
 class DispatcherPoolActor(SharedMailboxActor):
     """Schedules submitted calls under the pool rules; see the module docstring."""
@@ -89,6 +92,8 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._signal = signal
         self._max_parallel = max_parallel
         self._lane = lane
+        # The submitted entries not yet let go of, in submission order: those before
+        # ``_commit_cursor`` are committed, those before ``_start_cursor`` started.
         self._entries: list[PoolEntry] = []
         self._start_cursor = 0
         self._commit_cursor = 0
@@ -292,7 +297,12 @@ class DispatcherPoolActor(SharedMailboxActor):
     def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
         self._commit_cursor += 1
         entry.state = DONE
-        entry.result = result
+        if self._commit_cursor >= _COMPACT_AFTER and 2 * self._commit_cursor >= len(self._entries):
+            # Committed entries are never looked at again: a long run lets go of them (and of
+            # their records) as it goes, in amortized constant time, instead of at its end.
+            del self._entries[: self._commit_cursor]
+            self._start_cursor -= self._commit_cursor
+            self._commit_cursor = 0
         if entry.exclusive:
             self._exclusive_active = False
         hold = self._lane.committed(entry, result)
@@ -315,6 +325,11 @@ class DispatcherPoolActor(SharedMailboxActor):
 
     def _finish(self) -> None:
         self._finished = True
+        # Every entry is committed or abandoned: nothing of them is needed any more, and the
+        # lane (a code run's bridge) refers to this pool, so keeping them would leave the
+        # whole turn to the cyclic collector.
+        self._entries.clear()
+        self._start_cursor = self._commit_cursor = 0
         self._remove_abort()
         self._lane.finished()
 

@@ -86,7 +86,6 @@ class PoolEntry:
         "reader",
         "record",
         "refused",
-        "result",
         "stage",
         "state",
         "task",
@@ -105,7 +104,6 @@ class PoolEntry:
         self.state = QUEUED
         self.exclusive = False
         self.off_loop = False  # its dispatch was handed to a body thread
-        self.result: ToolExecutionResult | None = None
         self.task: asyncio.Task[None] | None = None  # the stage running now, held until it ends
 
 
