@@ -42,6 +42,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final, NoReturn
 
 from . import _worker_api
@@ -51,7 +52,9 @@ from ._frames import (
     Call,
     Done,
     DoneError,
+    ErrorClassWire,
     Log,
+    NamespaceWire,
     OutputLimit,
     Reply,
     encode_frame,
@@ -115,8 +118,12 @@ def _read_exact(fd: int, count: int) -> bytes:
 class _Worker:
     """One run's worker-side state."""
 
-    def __init__(self, boot: Boot) -> None:
+    def __init__(
+        self, boot: Boot, write: Callable[[bytes | bytearray], None] | None = None
+    ) -> None:
+        """``write``: where frames go (all of one frame at once); the worker->host channel."""
         self.boot = boot
+        self.write = write if write is not None else partial(_write_all, CHANNEL_OUT)
         self.ledger = OutputLedger(boot.max_output_bytes)
         self.output_closed = False
         self.done = False
@@ -125,7 +132,7 @@ class _Worker:
         self.thread = _get_ident()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.send_lock = threading.RLock()
-        self.decode = host_frame_decoder().decode
+        self.decode = _HOST_FRAMES.decode
         self.inbox = bytearray()
         self.stdout = CaptureStream(self.emit, 1, "<stdout>")
         self.stderr = CaptureStream(self.emit, 2, "<stderr>")
@@ -137,7 +144,7 @@ class _Worker:
     def send(self, frame: Any) -> None:
         data = _encode_frame(frame)
         with self.send_lock:
-            _write_all(CHANNEL_OUT, data)
+            self.write(data)
 
     def emit(self, text: str) -> None:
         """Admit one log entry through the ledger and stream it to the host."""
@@ -323,7 +330,7 @@ def _apply_limits(boot: Boot) -> None:
 
 def _read_boot() -> Boot:
     size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
-    frame = host_frame_decoder().decode(_read_exact(CHANNEL_IN, size))
+    frame = _HOST_FRAMES.decode(_read_exact(CHANNEL_IN, size))
     if type(frame) is not Boot:
         _os_exit(70)
     return frame
@@ -341,7 +348,10 @@ def _load_code(data: bytes | None) -> types.CodeType | None:
     return code if type(code) is types.CodeType else None
 
 
-def _run(worker: _Worker) -> NoReturn:
+def _load_program(worker: _Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
+    """The boot's program, defined in a fresh ``__main__`` module with its bindings: that
+    module and the program's coroutine function. A program that does not compile finishes the
+    run."""
     boot = worker.boot
     source = boot.program
     linecache.cache[FILENAME] = (len(source), None, source.splitlines(keepends=True), FILENAME)
@@ -370,14 +380,18 @@ def _run(worker: _Worker) -> NoReturn:
             for name in namespace.names
         }
         scope[namespace.global_name] = Namespace(namespace.global_name, bindings)
+    exec(code, scope)  # defines the program's function; nothing of the program runs yet
+    return module, scope.pop(FUNCTION_NAME)
+
+
+def _run(worker: _Worker) -> NoReturn:
+    module, function = _load_program(worker)
+    program_code: types.CodeType = function.__code__
     sys.modules["__main__"] = module
     sys.argv = [FILENAME]
     sys.stdout = worker.stdout
     sys.stderr = worker.stderr
     builtins.print = worker.print
-    exec(code, scope)
-    function = scope.pop(FUNCTION_NAME)
-    program_code: types.CodeType = function.__code__
 
     loop = _LOOPS.pop() if _LOOPS else asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -407,36 +421,54 @@ _LOOPS: list[asyncio.AbstractEventLoop] = []
 """The event loop ``_prewarm`` made for the run."""
 
 
+_HOST_FRAMES: Final = host_frame_decoder()
+"""The decoder of host frames, made once in the template."""
+_WARM_PROGRAM: Final = "return [await tools.warm({'n': 1})]"
 _WARM_BOOT: Final = bytes(
-    _encode_frame(Boot("return [1]", [], 4, 1.0, 1.0, marshal.dumps(compile_program("return [1]"))))
+    _encode_frame(
+        Boot(
+            _WARM_PROGRAM,
+            [NamespaceWire("tools", ["warm"], ErrorClassWire("ToolCallError", "tool_name"))],
+            1 << 20,
+            1.0,
+            1.0,
+            marshal.dumps(compile_program(_WARM_PROGRAM)),
+        )
+    )
 )
 """A boot frame for ``_prewarm``, made once in the template."""
 _WARM_REPLY: Final = bytes(_encode_frame(Reply(1, True, tokenize({"n": 1}))))
 """A reply frame for ``_prewarm``, made once in the template."""
 
 
+def _discard(data: bytes | bytearray) -> None:
+    """Where the rehearsal's frames go."""
+
+
 def _prewarm() -> None:
-    """Do, before the program arrives, the work every run repeats: the event loop, loading a
-    program, a frame each way, a binding call's handle settled by a reply under ``gather``. A
-    worker is forked ready-made and waits for its ``Boot``; the first touch of each page it
-    inherited copies that page, so touching them now keeps those copies (a few milliseconds)
-    off the run's path."""
+    """Rehearse, before the program arrives, the work every run repeats: the worker's state,
+    loading a program with its bindings, the event loop, a binding call settled by a reply,
+    the completion frame. A worker is forked ready-made and waits for its ``Boot``; the first
+    write to each page it inherited copies that page (and in CPython a read writes a reference
+    count), so rehearsing now keeps those copies off the run's path: measured, that moved
+    about half of the page faults between a run's boot and its program out of the run."""
+    boot = _HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:])
+    warm = _Worker(boot, write=_discard)  # the binding call's frame is made, not sent
+    _module, function = _load_program(warm)
     loop = asyncio.new_event_loop()
-    handle = CallHandle(loop, "warm", plain_error)
+    warm.loop = loop
 
-    async def tick() -> None:
-        reply = host_frame_decoder().decode(_WARM_REPLY[PREFIX_BYTES:])
-        loop.call_soon(handle.resolve, detokenize(reply.value))
-        await asyncio.gather(handle)
+    async def rehearse() -> Any:
+        running = asyncio.ensure_future(function())
+        await asyncio.sleep(0)  # the program waits for its binding call's reply
+        warm.on_reply(_HOST_FRAMES.decode(_WARM_REPLY[PREFIX_BYTES:]))
+        return await running
 
-    loop.run_until_complete(tick())
+    value = loop.run_until_complete(rehearse())
     _LOOPS.append(loop)
-    _load_code(host_frame_decoder().decode(_WARM_BOOT[PREFIX_BYTES:]).code)
-    tokens = tokenize({"n": 1})
-    if tokens is not None:
-        _encode_frame(Call(1, "tools", "warm", tokens))
-    _encode_frame(Done(value=tokenize(None)))
+    _encode_frame(Done(value=tokenize(value)))
     _encode_frame(Log(_clean("warm")))
+    linecache.cache.pop(FILENAME, None)
 
 
 def main(notice: int | None = None) -> NoReturn:
