@@ -181,15 +181,16 @@ class DispatchStages(PipelineCore):
         body that ends by such a cancellation raises ``BodyCancelled``; one that raised
         ``CancelledError`` of its own accord raises it (a tool failure)."""
         loop = await event_loop()  # the body's task needs one; it starts right here
-        settled: asyncio.Future[None] = loop.create_future()
-        outcome = _capture(coro, settled)
         context = contextvars.copy_context()
         try:
-            first = context.run(outcome.send, None)
-        except StopIteration as done:
-            ok, value = done.value
+            first = context.run(coro.send, None)
+        except StopIteration as done:  # the usual body: finished without suspending
+            ok, value = True, done.value
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
+            ok, value = False, exc
         else:
-            task = loop.create_task(resume(outcome, first), context=context)
+            settled: asyncio.Future[None] = loop.create_future()
+            task = loop.create_task(_capture(coro, first, settled), context=context)
             # A body cancelled before its first step never settles ``settled`` itself.
             task.add_done_callback(partial(_wake, settled))
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
@@ -287,13 +288,14 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 async def _capture(
-    coro: Coroutine[Any, Any, Any], settled: asyncio.Future[None]
+    coro: Coroutine[Any, Any, Any], first: Any, settled: asyncio.Future[None]
 ) -> tuple[bool, Any]:
-    """``(True, value)`` or ``(False, exception)``, settling ``settled`` in the same step: the
-    body's task itself never fails, so no ``SystemExit`` or ``KeyboardInterrupt`` from a body
-    can escape into the event loop."""
+    """The rest of a body that suspended with ``first``: ``(True, value)`` or
+    ``(False, exception)``, settling ``settled`` in the same step. The body's task itself never
+    fails, so no ``SystemExit`` or ``KeyboardInterrupt`` from a body can escape into the event
+    loop."""
     try:
-        value = await coro
+        value = await resume(coro, first)
     except BaseException as exc:
         _wake(settled)
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame

@@ -28,7 +28,8 @@ first, and a stage suspended that way off the loop is handed to a task on the lo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import contextvars
+from collections.abc import Awaitable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -42,7 +43,7 @@ from ..registry import classify
 from ..registry._execution import CallRecord
 from ._core import DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
-from ._loop import start_task
+from ._loop import resume, start_task
 from ._mailbox import SharedMailboxActor
 from ._pool_parts import (
     COMMITTING,
@@ -259,10 +260,43 @@ class DispatcherPoolActor(SharedMailboxActor):
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
                     entry.off_loop = False
-            self.spawn(entry, self._dispatch(entry, record, False))
+            if self._on_loop():
+                self._dispatch_on_loop(entry, record)
+            else:
+                self.spawn(entry, self._dispatch(entry, record, False))
         else:
             entry.stage = stage
             entry.state = SETTLED
+
+    def _dispatch_on_loop(self, entry: PoolEntry, record: CallRecord) -> None:
+        """Start the dispatch right here, in its own context; one that settles without
+        suspending (an ``async def`` body that never waits, the usual tool) settles the entry at
+        once, with no task and no message, and only one that suspends goes on in a task."""
+        coro = self._pipeline.dispatch(record, inline=False)
+        context = contextvars.copy_context()
+        try:
+            first = context.run(coro.send, None)
+        except StopIteration as done:
+            stage: Stage = done.value
+        except BaseException as exc:  # the pipeline does not raise; stay total regardless
+            stage = Stage(2, failure_from_exception(exc))
+        else:
+            entry.task = self._loop.create_task(
+                self._dispatch_rest(entry, coro, first), context=context
+            )
+            return
+        self._in_flight -= 1
+        entry.stage = stage
+        entry.state = SETTLED
+
+    async def _dispatch_rest(
+        self, entry: PoolEntry, coro: Coroutine[Any, Any, Stage], first: Any
+    ) -> None:
+        try:
+            stage = await resume(coro, first)
+        except BaseException as exc:
+            stage = Stage(2, failure_from_exception(exc))
+        self.report(DispatchSettled(entry, stage))
 
     async def _dispatch(self, entry: PoolEntry, record: CallRecord, inline: Inline) -> None:
         try:
