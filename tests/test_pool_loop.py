@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import WAIT, block, fixture
+from conftest import WAIT, arun, block, call, fixture
 from pool_support import batch, in_background, safe
 
 from dsh_tools import ToolSystem
@@ -168,3 +168,105 @@ def test_a_descriptor_too_high_for_select_falls_back_to_plain_epoll() -> None:
         assert selector.select(0.0005) == []
     finally:
         loop.close()
+
+
+# --- user code runs in its own task, in a context of its own -----------------------------------
+
+
+async def timing_out(args: Any, ctx: Any) -> Any:
+    # asyncio.timeout() binds to the task running its first line: the body's own task, or the
+    # timeout would cancel whoever happened to run that line (the caller, a batch).
+    try:
+        async with asyncio.timeout(0.02):
+            await asyncio.sleep(5)
+    except TimeoutError:
+        return [block("timed out")]
+    return [block("slept")]
+
+
+async def grouping(args: Any, ctx: Any) -> Any:
+    async with asyncio.TaskGroup() as group:
+        child = group.create_task(asyncio.sleep(0.001, "child"))
+    return [block(f"group {child.result()}")]
+
+
+@pytest.mark.parametrize("body", [timing_out, grouping], ids=["timeout", "task-group"])
+@pytest.mark.parametrize("entry", ["execute", "execute_async", "batch", "batch_async"])
+def test_an_async_body_runs_in_its_own_task_from_its_first_line(
+    system: ToolSystem, body: Any, entry: str
+) -> None:
+    tasks: list[tuple[Any, Any]] = []
+
+    async def observed(args: Any, ctx: Any) -> Any:
+        first = asyncio.current_task()
+        out = await body(args, ctx)
+        tasks.append((first, asyncio.current_task()))
+        return out
+
+    system.tools.register(fixture("x", observed, is_concurrency_safe=safe))
+    expected = "timed out" if body is timing_out else "group child"
+    if entry == "execute":
+        results = [system.execute(call("x"))]
+    elif entry == "execute_async":
+        results = [arun(asyncio.wait_for(system.execute_async(call("x")), WAIT))]
+    elif entry == "batch":
+        results = list(system.execute_batch(batch("c1", "c2", "c3")).results)
+    else:
+        outcome = arun(asyncio.wait_for(system.execute_batch_async(batch("c1", "c2", "c3")), WAIT))
+        results = list(outcome.results)
+    assert [r.content[0]["text"] for r in results] == [expected] * len(results)
+    assert all(first is not None and first is last for first, last in tasks), tasks
+
+
+@pytest.mark.parametrize("stage", ["pre", "wrapper", "post"])
+def test_a_hook_in_a_batch_runs_in_its_own_task_from_its_first_line(
+    system: ToolSystem, stage: str
+) -> None:
+    timed_out: list[str] = []
+
+    async def bounded(exec: Any, *rest: Any) -> Any:
+        try:
+            async with asyncio.timeout(0.02):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            timed_out.append(exec.call_id)
+        return await rest[-1]()
+
+    system.tools.register(fixture("x", is_concurrency_safe=safe))
+    if stage == "pre":
+        system.tools.on_pre_execute(bounded)
+    elif stage == "wrapper":
+        system.tools.on_execute(bounded)
+    else:
+        system.tools.on_post_execute(bounded)
+    outcome = system.execute_batch(batch("c1", "c2", "c3"))
+    assert [r.content[0]["text"] for r in outcome.results] == ["ran:x"] * 3
+    assert sorted(timed_out) == ["c1", "c2", "c3"]
+
+
+def test_what_a_wrapper_sets_in_its_context_never_reaches_the_next_call(
+    system: ToolSystem,
+) -> None:
+    # Each call of a pool starts in a copy of the submitter's context, not in the context of
+    # whichever call's task happened to finish and start it.
+    seen: list[tuple[str, str]] = []
+
+    async def marking(exec: Any, next: Any) -> Any:
+        seen.append((exec.call_id, current_call.get()))
+        current_call.set(f"set by {exec.call_id}")
+        await asyncio.sleep(0)
+        return await next()
+
+    async def waiting(args: Any, ctx: Any) -> Any:
+        await asyncio.sleep(0)
+        return [block("ok")]
+
+    system.tools.register(fixture("x", waiting, is_concurrency_safe=safe))
+    system.tools.on_execute(marking)
+    token = current_call.set("the submitter's")
+    try:
+        outcome = system.execute_batch(batch("c1", "c2", "c3", "c4", max_parallel=1))
+    finally:
+        current_call.reset(token)
+    assert not any(r.is_error for r in outcome.results)
+    assert seen == [(f"c{i}", "the submitter's") for i in range(1, 5)]

@@ -36,7 +36,7 @@ from ._core import (
     cancel_soon,
     replace_if_aborted,
 )
-from ._loop import event_loop, resume, running_loop
+from ._loop import event_loop, new_task, running_loop
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
 
 __all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
@@ -61,6 +61,11 @@ class DispatchStages(PipelineCore):
             and not entry.is_async
             and not self._cell.current.hooks_for("execute", rec.agent)
         )
+
+    def dispatches_quietly(self, rec: CallRecord) -> bool:
+        """Whether ``rec``'s dispatch runs no user code outside the body, as things stand: no
+        execute wrapper applies (the body itself runs in its own task or thread)."""
+        return not self._cell.current.hooks_for("execute", rec.agent)
 
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on one of the threads plain bodies run on (raises ``RuntimeError`` once
@@ -175,22 +180,19 @@ class DispatchStages(PipelineCore):
     async def _run_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
     ) -> Any:
-        """Run an async body as its own task (started at once, in a copy of the context) and
-        await it to the end. The task is cancelled when ``signal`` aborts or the pipeline
-        interrupts the call; a cancellation of the awaiting task reaches it the same way. A
-        body that ends by such a cancellation raises ``BodyCancelled``; one that raised
-        ``CancelledError`` of its own accord raises it (a tool failure)."""
-        loop = await event_loop()  # the body's task needs one; it starts right here
-        context = contextvars.copy_context()
-        try:
-            first = context.run(coro.send, None)
-        except StopIteration as done:  # the usual body: finished without suspending
-            ok, value = True, done.value
-        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
-            ok, value = False, exc
+        """Run an async body as its own task from its first step (in a copy of the context;
+        started at once where asyncio can, see ``new_task``) and await it to the end. The task
+        is cancelled when ``signal`` aborts or the pipeline interrupts the call; a cancellation
+        of the awaiting task reaches it the same way. A body that ends by such a cancellation
+        raises ``BodyCancelled``; one that raised ``CancelledError`` of its own accord raises
+        it (a tool failure)."""
+        loop = await event_loop()  # the body's task needs one
+        settled: asyncio.Future[None] = loop.create_future()
+        task = new_task(loop, _capture(coro, settled), contextvars.copy_context())
+        if task.done():  # an eager task (Python 3.12+) whose body never waited
+            ok, value = task.result()
+            del task
         else:
-            settled: asyncio.Future[None] = loop.create_future()
-            task = loop.create_task(_capture(coro, first, settled), context=context)
             # A body cancelled before its first step never settles ``settled`` itself.
             task.add_done_callback(partial(_wake, settled))
             rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
@@ -288,14 +290,13 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 async def _capture(
-    coro: Coroutine[Any, Any, Any], first: Any, settled: asyncio.Future[None]
+    coro: Coroutine[Any, Any, Any], settled: asyncio.Future[None]
 ) -> tuple[bool, Any]:
-    """The rest of a body that suspended with ``first``: ``(True, value)`` or
-    ``(False, exception)``, settling ``settled`` in the same step. The body's task itself never
-    fails, so no ``SystemExit`` or ``KeyboardInterrupt`` from a body can escape into the event
-    loop."""
+    """A body's outcome, ``(True, value)`` or ``(False, exception)``, settling ``settled`` in
+    the same step. The body's task itself never fails, so no ``SystemExit`` or
+    ``KeyboardInterrupt`` from a body can escape into the event loop."""
     try:
-        value = await resume(coro, first)
+        value = await coro
     except BaseException as exc:
         _wake(settled)
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame

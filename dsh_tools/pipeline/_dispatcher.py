@@ -28,7 +28,6 @@ first, and a stage suspended that way off the loop is handed to a task on the lo
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Awaitable, Coroutine
 from functools import partial
 from typing import Any
@@ -260,7 +259,7 @@ class DispatcherPoolActor(SharedMailboxActor):
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
                     entry.off_loop = False
-            if self._on_loop():
+            if self._pipeline.dispatches_quietly(record) and self._on_loop():
                 self._dispatch_on_loop(entry, record)
             else:
                 self.spawn(entry, self._dispatch(entry, record, False))
@@ -269,11 +268,12 @@ class DispatcherPoolActor(SharedMailboxActor):
             entry.state = SETTLED
 
     def _dispatch_on_loop(self, entry: PoolEntry, record: CallRecord) -> None:
-        """Start the dispatch right here, in its own context; one that settles without
-        suspending (an ``async def`` body that never waits, the usual tool) settles the entry at
-        once, with no task and no message, and only one that suspends goes on in a task."""
+        """Start a dispatch that runs no user code of its own (no execute wrapper; the body
+        runs in its own task) right here, in its own context; one that settles without
+        suspending (a plain body, a refusal) settles the entry at once, with no task and no
+        message, and only one that suspends goes on in a task."""
         coro = self._pipeline.dispatch(record, inline=False)
-        context = contextvars.copy_context()
+        context = self._context.copy()
         try:
             first = context.run(coro.send, None)
         except StopIteration as done:
@@ -348,7 +348,7 @@ class DispatcherPoolActor(SharedMailboxActor):
                 self._loop.call_soon_threadsafe(self._hold, hold)
 
     def _hold(self, hold: Awaitable[None]) -> None:
-        self._hold_task = start_task(self._loop, self._release_after(hold))
+        self._hold_task = start_task(self._loop, self._release_after(hold), self._context.copy())
 
     async def _release_after(self, hold: Awaitable[None]) -> None:
         try:

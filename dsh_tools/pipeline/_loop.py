@@ -17,21 +17,24 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import sys
 import threading
 import types
 import weakref
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ._epoll import PreciseEpoll
 
 __all__ = [
+    "EAGER_TASKS",
     "carry_on",
     "drive",
     "driving",
     "event_loop",
     "first_loop",
     "new_pool_loop",
+    "new_task",
     "resume",
     "running_loop",
     "start_task",
@@ -234,23 +237,35 @@ def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]
                 return value
 
 
-def start_task(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None]
-) -> asyncio.Task[None] | None:
-    """Run ``coro`` up to its first suspension now, then hand it to a task (None when it
-    finished without suspending).
+EAGER_TASKS: Final = sys.version_info >= (3, 12)
+"""Whether asyncio can start a task at once, its first step inside the task (Python 3.12+)."""
 
-    A plain ``create_task`` first runs the coroutine on a later pass of the loop, behind every
-    callback already queued: when ten 5 ms bodies wake together, the call that takes the first
-    freed slot would start only after the other nine were settled and committed. Starting it
-    at once puts its body (and its timer) to work right away. The coroutine runs in its own
-    copy of the context, as it would in a task."""
-    context = contextvars.copy_context()
-    try:
-        first = context.run(coro.send, None)
-    except StopIteration:
-        return None
-    return loop.create_task(resume(coro, first), context=context)
+
+def new_task(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T], context: contextvars.Context
+) -> asyncio.Task[_T]:
+    """A task on ``loop`` (call on its thread, with the loop running) running ``coro`` in
+    ``context``: started at once where asyncio can (Python 3.12+: an eager task, which may be
+    done on return), else on the loop's next pass.
+
+    User code (hooks, bodies) always starts inside its own task, never in whichever task or
+    callback happens to be running: ``asyncio.current_task()``, ``asyncio.timeout()`` and
+    ``TaskGroup`` must find that task from the first line on, or a body's timeout would cancel
+    its caller."""
+    if EAGER_TASKS:
+        return asyncio.Task(coro, loop=loop, context=context, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    return loop.create_task(coro, context=context)
+
+
+def start_task(
+    loop: asyncio.AbstractEventLoop,
+    coro: Coroutine[Any, Any, None],
+    context: contextvars.Context | None = None,
+) -> asyncio.Task[None] | None:
+    """Run a stage coroutine as its own task (``new_task``) in ``context`` (by default a copy
+    of the current one); None when it is done already."""
+    task = new_task(loop, coro, context if context is not None else contextvars.copy_context())
+    return None if task.done() else task
 
 
 # --- the loop batches run on -------------------------------------------------------------------

@@ -48,6 +48,10 @@ class SharedMailboxActor(LoopActor):
         self._mail_lock = threading.Lock()
         self._drainer = _NOBODY
         self._handing = False  # a worker's drain is to be handed to the loop
+        # Every stage starts in a copy of the context the actor was made in (its submitter's),
+        # never in whichever task or thread drains the mailbox: what one call's hooks set in
+        # their context must not reach the next call.
+        self._context = contextvars.copy_context()
 
     def tell(self, message: Any) -> None:
         if not self._workers_drain:
@@ -107,7 +111,7 @@ class SharedMailboxActor(LoopActor):
         """Start a stage on the loop, as a task started at once (from another thread: on the
         loop's next pass)."""
         if self._on_loop():
-            holder.task = start_task(self._loop, coro)
+            holder.task = start_task(self._loop, coro, self._context.copy())
         else:
             self._loop.call_soon_threadsafe(self._start_stage, holder, coro)
 
@@ -115,7 +119,7 @@ class SharedMailboxActor(LoopActor):
         """Run a stage on this worker thread up to its first suspension (it awaits
         ``event_loop()`` before anything that needs a loop); it carries on in a task on the loop
         from there."""
-        context = contextvars.copy_context()
+        context = self._context.copy()
         try:
             first = context.run(coro.send, None)
         except StopIteration:
@@ -172,7 +176,7 @@ class SharedMailboxActor(LoopActor):
         self.on_failure(exc)
 
     def _start_stage(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
-        holder.task = start_task(self._loop, coro)
+        holder.task = start_task(self._loop, coro, self._context.copy())
 
     def _adopt(
         self,

@@ -188,6 +188,10 @@ class PoolPipeline(Protocol):
     def plain_dispatch(self, rec: CallRecord) -> bool:
         """Whether the call's dispatch is nothing but a plain body."""
 
+    def dispatches_quietly(self, rec: CallRecord) -> bool:
+        """Whether the call's dispatch runs no user code outside the body (no execute
+        wrapper applies)."""
+
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on a thread plain bodies run on."""
 
