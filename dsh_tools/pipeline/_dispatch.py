@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Coroutine
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -72,9 +73,13 @@ class DispatchStages(PipelineCore):
         they have shut down)."""
         self._executor.submit(fn)
 
-    async def dispatch(self, rec: CallRecord, *, inline: Inline, looped: bool = False) -> Stage:
+    async def dispatch(
+        self, rec: CallRecord, *, inline: Inline, looped: bool = False, own_task: bool = False
+    ) -> Stage:
         """Run the execute waterfall and the body; the candidate result for post-execute.
-        ``looped``: the caller runs on an event loop already."""
+        ``looped``: the caller runs on an event loop already. ``own_task``: this coroutine is
+        its task's whole work (a pool's dispatch task): with no execute wrapper, an async body
+        then runs right in that task rather than in one of its own."""
         try:
             hooks = self._cell.current.hooks_for("execute", rec.agent)
             if hooks:
@@ -86,7 +91,7 @@ class DispatchStages(PipelineCore):
                 while is_awaitable(result):
                     result = await result
             else:
-                result = await self._invoke(rec, inline)
+                result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal
             rec.stage = "execute-wrapper"
             result = self._normalize_dispatch_result(rec, result)
@@ -104,7 +109,9 @@ class DispatchStages(PipelineCore):
             rec.contexts_closed = True
             return Stage(FINISH, self._fault(rec, exc))
 
-    async def _invoke(self, rec: CallRecord, inline: Inline) -> ToolExecutionResult:
+    async def _invoke(
+        self, rec: CallRecord, inline: Inline, own_task: bool = False
+    ) -> ToolExecutionResult:
         """The base of the execute waterfall (what the last wrapper's ``next()`` runs): the
         body and its rendering, as a canonical result of this execution. Never raises."""
         wrapper_signal = rec.dispatch_signal
@@ -137,7 +144,7 @@ class DispatchStages(PipelineCore):
                     if is_awaitable(value):
                         value = await self._run_task(rec, _awaited(value), fused)
                 else:
-                    value = await self._call_body(entry, rec, ctx, here)
+                    value = await self._call_body(entry, rec, ctx, here, own_task)
             except BodyCancelled:
                 return _canonical(rec, cancelled("ABORTED", reason=abort_reason(rec, fused)))
             except GeneratorExit:  # this coroutine is being closed
@@ -163,11 +170,18 @@ class DispatchStages(PipelineCore):
             rec.dispatch_signal = wrapper_signal
 
     async def _call_body(
-        self, entry: ToolEntry, rec: CallRecord, ctx: ToolRunContext, inline: bool
+        self,
+        entry: ToolEntry,
+        rec: CallRecord,
+        ctx: ToolRunContext,
+        inline: bool,
+        own_task: bool = False,
     ) -> Any:
         execute = entry.definition.execute
         signal = object.__getattribute__(ctx, "_signal")  # not ctx.signal: the body reads that
         if entry.is_async:
+            if own_task:
+                return await self._run_in_this_task(rec, execute(rec.arguments, ctx), signal)
             return await self._run_task(rec, execute(rec.arguments, ctx), signal)
         if inline:
             value = execute(rec.arguments, ctx)
@@ -244,6 +258,48 @@ class DispatchStages(PipelineCore):
             # holds no cycle, and reference counting frees the failed call at once.
             value = None
 
+    async def _run_in_this_task(
+        self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
+    ) -> Any:
+        """``_run_task`` for a coroutine whose task does nothing but this call's dispatch: the
+        body runs right here, in a copy of the context, and this task is the body's task (what
+        ``asyncio.current_task()``, ``asyncio.timeout()`` and ``TaskGroup`` find from its first
+        line). An abort cancels this task, which reaches the body where it waits; nothing after
+        the body awaits, so the cancellation ends with it. One task per call instead of two,
+        and no pass of the loop between the body's end and its call's settlement."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = task.get_loop()
+        rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
+        remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
+        if rec.stop_reason is not None:
+            cancel_soon(rec, task)  # interrupted on its way here: as interrupt() would
+        try:
+            value = await _stepped(coro, contextvars.copy_context())
+            ok = True
+        except GeneratorExit:  # this coroutine is being closed
+            raise
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
+            ok, value = False, exc
+        finally:
+            remove()
+            rec.body_task = None
+            del remove
+        if rec.cancel_sent:
+            task.uncancel()  # the pipeline's own cancellation ends here, however the body took it
+        del task
+        self._check_outer(rec)
+        if ok:
+            return value
+        try:
+            if isinstance(value, asyncio.CancelledError) and (
+                rec.cancel_sent or rec.outer_cancelled
+            ):
+                raise BodyCancelled
+            raise value
+        finally:
+            value = None  # the traceback keeps this frame: no cycle through the failure
+
     async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return (it is never abandoned)."""
@@ -302,6 +358,26 @@ async def _capture(
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
     return True, value
+
+
+@types.coroutine
+def _stepped(
+    coro: Coroutine[Any, Any, Any], context: contextvars.Context
+) -> Generator[Any, Any, Any]:
+    """Await ``coro`` with each of its steps run in ``context`` (a body's own copy), passing
+    what it yields to the task and what the task sends or throws back to it."""
+    send: Any = coro.send
+    arg: Any = None
+    while True:
+        try:
+            yielded = context.run(send, arg)
+        except StopIteration as done:
+            return done.value
+        try:
+            arg = yield yielded
+            send = coro.send
+        except BaseException as exc:
+            send, arg = coro.throw, exc
 
 
 def _wake(waiter: asyncio.Future[None], _task: object = None) -> None:

@@ -28,7 +28,7 @@ first, and a stage suspended that way off the loop is handed to a task on the lo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
@@ -42,7 +42,7 @@ from ..registry import classify
 from ..registry._execution import CallRecord
 from ._core import DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
-from ._loop import resume, start_task
+from ._loop import start_task
 from ._mailbox import SharedMailboxActor
 from ._pool_parts import (
     COMMITTING,
@@ -259,48 +259,19 @@ class DispatcherPoolActor(SharedMailboxActor):
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
                     entry.off_loop = False
-            if self._pipeline.dispatches_quietly(record) and self._on_loop():
-                self._dispatch_on_loop(entry, record)
-            else:
-                self.spawn(entry, self._dispatch(entry, record, False))
+            # Its own task either way: with no execute wrapper the body runs right in it (the
+            # body's task, from its first line), else the wrappers do and the body gets one.
+            own_task = self._pipeline.dispatches_quietly(record)
+            self.spawn(entry, self._dispatch(entry, record, False, own_task))
         else:
             entry.stage = stage
             entry.state = SETTLED
 
-    def _dispatch_on_loop(self, entry: PoolEntry, record: CallRecord) -> None:
-        """Start a dispatch that runs no user code of its own (no execute wrapper; the body
-        runs in its own task) right here, in its own context; one that settles without
-        suspending (a plain body, a refusal) settles the entry at once, with no task and no
-        message, and only one that suspends goes on in a task."""
-        coro = self._pipeline.dispatch(record, inline=False)
-        context = self._context.copy()
-        try:
-            first = context.run(coro.send, None)
-        except StopIteration as done:
-            stage: Stage = done.value
-        except BaseException as exc:  # the pipeline does not raise; stay total regardless
-            stage = Stage(2, failure_from_exception(exc))
-        else:
-            entry.task = self._loop.create_task(
-                self._dispatch_rest(entry, coro, first), context=context
-            )
-            return
-        self._in_flight -= 1
-        entry.stage = stage
-        entry.state = SETTLED
-
-    async def _dispatch_rest(
-        self, entry: PoolEntry, coro: Coroutine[Any, Any, Stage], first: Any
+    async def _dispatch(
+        self, entry: PoolEntry, record: CallRecord, inline: Inline, own_task: bool = False
     ) -> None:
         try:
-            stage = await resume(coro, first)
-        except BaseException as exc:
-            stage = Stage(2, failure_from_exception(exc))
-        self.report(DispatchSettled(entry, stage))
-
-    async def _dispatch(self, entry: PoolEntry, record: CallRecord, inline: Inline) -> None:
-        try:
-            stage = await self._pipeline.dispatch(record, inline=inline)
+            stage = await self._pipeline.dispatch(record, inline=inline, own_task=own_task)
         except BaseException as exc:
             stage = Stage(2, failure_from_exception(exc))
         self.report(DispatchSettled(entry, stage))

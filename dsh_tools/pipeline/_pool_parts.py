@@ -195,8 +195,9 @@ class PoolPipeline(Protocol):
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on a thread plain bodies run on."""
 
-    async def dispatch(self, rec: CallRecord, *, inline: Inline) -> Stage:
-        """Execute wrappers and the body: the candidate result."""
+    async def dispatch(self, rec: CallRecord, *, inline: Inline, own_task: bool = False) -> Stage:
+        """Execute wrappers and the body: the candidate result. ``own_task``: the coroutine is
+        its task's whole work (then an async body without wrappers runs right in it)."""
 
     def commits_quietly(self, rec: CallRecord | None, stage: Stage | None) -> bool:
         """Whether committing the call now runs no user code."""
