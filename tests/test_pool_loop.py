@@ -270,3 +270,32 @@ def test_what_a_wrapper_sets_in_its_context_never_reaches_the_next_call(
         current_call.reset(token)
     assert not any(r.is_error for r in outcome.results)
     assert seen == [(f"c{i}", "the submitter's") for i in range(1, 5)]
+
+
+@pytest.mark.parametrize("max_parallel", [1, 3])
+def test_what_a_body_sets_in_its_context_never_reaches_the_next_call(
+    system: ToolSystem, max_parallel: int
+) -> None:
+    # A pool's dispatch task may go on with the next call once its own has settled: that call
+    # still starts in a fresh copy of the submitter's context, in a task that is its own.
+    seen: list[tuple[str, str]] = []
+    tasks: dict[str, tuple[Any, Any]] = {}
+
+    async def marking(args: Any, ctx: Any) -> Any:
+        first = asyncio.current_task()
+        seen.append((ctx.call_id, current_call.get()))
+        current_call.set(f"set by {ctx.call_id}")
+        await asyncio.sleep(0.001)
+        tasks[ctx.call_id] = (first, asyncio.current_task())
+        return [block("ok")]
+
+    system.tools.register(fixture("x", marking, is_concurrency_safe=safe))
+    token = current_call.set("the submitter's")
+    try:
+        calls = [f"c{i}" for i in range(12)]
+        outcome = system.execute_batch(batch(*calls, max_parallel=max_parallel))
+    finally:
+        current_call.reset(token)
+    assert not any(r.is_error for r in outcome.results)
+    assert sorted(seen) == sorted((c, "the submitter's") for c in calls)
+    assert all(first is last for first, last in tasks.values())

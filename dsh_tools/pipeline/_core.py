@@ -203,8 +203,8 @@ def cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     """Cancel an aborted call's async body, unless it looks at its signal and that signal has
     aborted: such a body learns of the abort itself and settles its own way (raises its own
     error, returns what it has, drains what it started)."""
-    if task.done():
-        return
+    if task.done() or rec.body_task is not task:
+        return  # the body has ended (its task may run another call's body by now)
     signal = rec.body_signal
     if rec.signal_read and signal is not None and signal.aborted:
         return

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -37,7 +36,7 @@ from ._core import (
     cancel_soon,
     replace_if_aborted,
 )
-from ._loop import event_loop, new_task, running_loop
+from ._loop import event_loop, in_context, new_task, running_loop
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
 
 __all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
@@ -275,7 +274,7 @@ class DispatchStages(PipelineCore):
         if rec.stop_reason is not None:
             cancel_soon(rec, task)  # interrupted on its way here: as interrupt() would
         try:
-            value = await _stepped(coro, contextvars.copy_context())
+            value = await in_context(coro, contextvars.copy_context())
             ok = True
         except GeneratorExit:  # this coroutine is being closed
             raise
@@ -358,26 +357,6 @@ async def _capture(
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
     return True, value
-
-
-@types.coroutine
-def _stepped(
-    coro: Coroutine[Any, Any, Any], context: contextvars.Context
-) -> Generator[Any, Any, Any]:
-    """Await ``coro`` with each of its steps run in ``context`` (a body's own copy), passing
-    what it yields to the task and what the task sends or throws back to it."""
-    send: Any = coro.send
-    arg: Any = None
-    while True:
-        try:
-            yielded = context.run(send, arg)
-        except StopIteration as done:
-            return done.value
-        try:
-            arg = yield yielded
-            send = coro.send
-        except BaseException as exc:
-            send, arg = coro.throw, exc
 
 
 def _wake(waiter: asyncio.Future[None], _task: object = None) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "driving",
     "event_loop",
     "first_loop",
+    "in_context",
     "new_pool_loop",
     "new_task",
     "resume",
@@ -266,6 +267,27 @@ def start_task(
     of the current one); None when it is done already."""
     task = new_task(loop, coro, context if context is not None else contextvars.copy_context())
     return None if task.done() else task
+
+
+@types.coroutine
+def in_context(
+    coro: Coroutine[Any, Any, Any], context: contextvars.Context
+) -> Generator[Any, Any, Any]:
+    """Await ``coro`` with each of its steps run in ``context`` (its own copy, inside the
+    awaiting task), passing what it yields to the task and what the task sends or throws back
+    to it."""
+    send: Any = coro.send
+    arg: Any = None
+    while True:
+        try:
+            yielded = context.run(send, arg)
+        except StopIteration as done:
+            return done.value
+        try:
+            arg = yield yielded
+            send = coro.send
+        except BaseException as exc:
+            send, arg = coro.throw, exc
 
 
 # --- the loop batches run on -------------------------------------------------------------------
