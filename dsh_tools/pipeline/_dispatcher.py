@@ -293,6 +293,8 @@ class DispatcherPoolActor(SharedMailboxActor):
         while True:
             try:
                 stage = await dispatch
+            except GeneratorExit:  # this coroutine is being closed (its loop is going away)
+                raise
             except BaseException as exc:
                 stage = Stage(2, failure_from_exception(exc))
             if task is None or task.cancelling():
