@@ -16,7 +16,7 @@ import pytest
 from conftest import WAIT, arun, block, call, fixture
 from pool_support import batch, in_background, safe
 
-from dsh_tools import ToolSystem
+from dsh_tools import AbortController, ToolSystem
 from dsh_tools.pipeline._epoll import PreciseEpoll
 from dsh_tools.pipeline._loop import new_pool_loop
 
@@ -299,3 +299,37 @@ def test_what_a_body_sets_in_its_context_never_reaches_the_next_call(
     assert not any(r.is_error for r in outcome.results)
     assert sorted(seen) == sorted((c, "the submitter's") for c in calls)
     assert all(first is last for first, last in tasks.values())
+    # A task of its own each: what one body leaves on "its" task (a pending cancel, a timer
+    # that cancels it later, state keyed by the task) can never reach another call.
+    assert len({first for first, _last in tasks.values()}) == len(calls)
+
+
+def test_timeouts_and_aborts_in_a_pool_leave_no_garbage_for_the_cyclic_collector(
+    system: ToolSystem,
+) -> None:
+    async def sleeping(args: Any, ctx: Any) -> Any:
+        await asyncio.sleep(5)
+        return [block("slept")]
+
+    system.tools.register(fixture("x", timing_out, is_concurrency_safe=safe))
+    system.tools.register(fixture("sleeping", sleeping, is_concurrency_safe=safe))
+
+    def both() -> None:
+        timed = system.execute_batch(batch("t1", "t2", "t3", max_parallel=2))
+        assert [r.content[0]["text"] for r in timed.results] == ["timed out"] * 3
+        control = AbortController()
+        threading.Timer(0.05, control.abort, ("enough",)).start()
+        aborted = system.execute_batch(
+            batch("s1", "s2", "s3", name="sleeping", signal=control.signal, max_parallel=2)
+        )
+        assert all(r.is_error for r in aborted.results)
+        system.session.clear()
+
+    both()
+    gc.collect()
+    gc.disable()
+    try:
+        both()
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

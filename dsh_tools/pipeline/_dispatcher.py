@@ -42,7 +42,7 @@ from ..registry import classify
 from ..registry._execution import CallRecord
 from ._core import DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
-from ._loop import in_context, start_task
+from ._loop import start_task
 from ._mailbox import SharedMailboxActor
 from ._pool_parts import (
     COMMITTING,
@@ -103,9 +103,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._busy = False  # the coordinator runs one prepare or commit at a time
         self._closed = False
         self._hold_task: asyncio.Task[None] | None = None  # a lane backpressure wait
-        # A dispatch task reporting its call's end, and the quiet dispatch it takes on next.
-        self._taker: asyncio.Task[None] | None = None
-        self._taken: tuple[PoolEntry, CallRecord] | None = None
+
         self._finished = False
         self.aborted = False
         self._remove_abort = signal.add_callback(lambda reason: self.tell(AbortPool(reason)))
@@ -267,17 +265,6 @@ class DispatcherPoolActor(SharedMailboxActor):
             # Its own task either way: with no execute wrapper the body runs right in it (the
             # body's task, from its first line), else the wrappers do and the body gets one.
             own_task = self._pipeline.dispatches_quietly(record)
-            taker = self._taker
-            if (
-                own_task
-                and taker is not None
-                and self._taken is None
-                and self._on_loop()
-                and asyncio.current_task() is taker
-            ):
-                entry.task = taker  # it runs this dispatch once its report is done
-                self._taken = (entry, record)
-                return
             self.spawn(entry, self._dispatch(entry, record, False, own_task))
         else:
             entry.stage = stage
@@ -286,35 +273,13 @@ class DispatcherPoolActor(SharedMailboxActor):
     async def _dispatch(
         self, entry: PoolEntry, record: CallRecord, inline: Inline, own_task: bool = False
     ) -> None:
-        task = asyncio.current_task() if own_task else None
-        dispatch: Awaitable[Stage] = self._pipeline.dispatch(
-            record, inline=inline, own_task=own_task
-        )
-        while True:
-            try:
-                stage = await dispatch
-            except GeneratorExit:  # this coroutine is being closed (its loop is going away)
-                raise
-            except BaseException as exc:
-                stage = Stage(2, failure_from_exception(exc))
-            if task is None or task.cancelling():
-                self.report(DispatchSettled(entry, stage))
-                return
-            # This task is free once it reports: it takes the next quiet dispatch the report
-            # starts (``_settle_prepare``) as its own, the body's task from its first line as a
-            # fresh one would be, but without waiting a pass of the loop to start.
-            self._taker = task
-            try:
-                self.report(DispatchSettled(entry, stage))
-            finally:
-                self._taker = None
-            taken, self._taken = self._taken, None
-            if taken is None:
-                return
-            entry, record = taken
-            dispatch = in_context(
-                self._pipeline.dispatch(record, inline=False, own_task=True), self._context.copy()
-            )
+        try:
+            stage = await self._pipeline.dispatch(record, inline=inline, own_task=own_task)
+        except GeneratorExit:  # this coroutine is being closed (its loop is going away)
+            raise
+        except BaseException as exc:
+            stage = Stage(2, failure_from_exception(exc))
+        self.report(DispatchSettled(entry, stage))
 
     def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
         """On a body thread: the dispatch of a plain body, the body inline."""

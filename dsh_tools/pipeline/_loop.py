@@ -279,15 +279,23 @@ def in_context(
     send: Any = coro.send
     arg: Any = None
     while True:
+        # What was thrown in carries a traceback that holds this frame: once it is passed on,
+        # nothing here may keep it, or the call waits for the cyclic collector.
         try:
             yielded = context.run(send, arg)
         except StopIteration as done:
+            send = arg = None
             return done.value
+        except BaseException:
+            send = arg = None
+            raise
+        arg = None
         try:
             arg = yield yielded
             send = coro.send
         except BaseException as exc:
             send, arg = coro.throw, exc
+        yielded = None
 
 
 # --- the loop batches run on -------------------------------------------------------------------
