@@ -253,14 +253,12 @@ class DispatcherPoolActor(SharedMailboxActor):
             if self._workers_drain and self._pipeline.plain_dispatch(record):
                 job = partial(self._dispatch_here, entry, record)
                 entry.off_loop = True
-                if self.hand(job):  # this worker takes a queued job once its drain is done
+                if self.hand(job):  # this worker runs it once its drain is done
                     return
                 try:
-                    self._pipeline.on_body_thread(self.run_jobs)
+                    self._pipeline.on_body_thread(partial(self.run_jobs, job))
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
-                    if not self.unhand(job):
-                        return  # a body thread took it meanwhile
                     entry.off_loop = False
             # Its own task either way: with no execute wrapper the body runs right in it (the
             # body's task, from its first line), else the wrappers do and the body gets one.

@@ -5,19 +5,16 @@ back with a cross-thread wake-up of the loop, and whatever the actor starts next
 thread is another wake-up. For an actor whose work is mostly plain code on worker threads (a
 dispatcher pool of plain bodies) those two wake-ups are most of the time between one body and
 the next. Here a worker thread that reports while nobody drains the mailbox drains it itself,
-one message at a time as ever (a lock guards only the mailbox and who drains it), and may
-promise to run one more job once the drain is done (the next body). Jobs wait in one queue,
-oldest first, and each promise or started thread takes whichever job is oldest then. A step
-that must run where it always has (on the loop) hands the rest of the drain to the loop
-(``hand_over``). A message a worker reports while the loop is draining reaches the loop as any
-other thread's does, a loop pass later, so that what the loop does next (stopping, say) comes
-first as it always did.
+one message at a time as ever (a lock guards only the mailbox and who drains it), and may be
+handed one job to run once the drain is done (the next body). A step that must run where it
+always has (on the loop) hands the rest of the drain to the loop (``hand_over``). A message a
+worker reports while the loop is draining reaches the loop as any other thread's does, a loop
+pass later, so that what the loop does next (stopping, say) comes first as it always did.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
@@ -51,10 +48,6 @@ class SharedMailboxActor(LoopActor):
         self._mail_lock = threading.Lock()
         self._drainer = _NOBODY
         self._handing = False  # a worker's drain is to be handed to the loop
-        # Jobs for the body threads, oldest first; as many threads are coming as there are
-        # jobs queued (each ``hand`` promises one).
-        self._jobs: collections.deque[Callable[[], None]] = collections.deque()
-        self._jobs_lock = threading.Lock()
         # Every stage starts in a copy of the context the actor was made in (its submitter's),
         # never in whichever task or thread drains the mailbox: what one call's hooks set in
         # their context must not reach the next call.
@@ -94,44 +87,25 @@ class SharedMailboxActor(LoopActor):
         return False
 
     def hand(self, job: Callable[[], None]) -> bool:
-        """Queue ``job`` (the body threads take queued jobs oldest first) and see that a thread
-        will take one: the worker thread draining now, once its drain is done, when it has not
-        promised that already (True); else the caller starts a thread on ``run_jobs`` (False).
-
-        A job is never bound to one thread: a thread that has just started may not get the GIL
-        while the others run body after body, and a job bound to it would wait behind hundreds
-        of later calls, holding its slot and every later commit."""
-        with self._jobs_lock:
-            self._jobs.append(job)
+        """Give ``job`` to the worker thread draining now, to run once its drain is done; False
+        when this drain is not a worker's report, or that worker has a job already."""
         here = _here
-        if here.taker is self and not here.promised:
-            here.promised = True
-            return True
-        return False
-
-    def unhand(self, job: Callable[[], None]) -> bool:
-        """Take ``job`` back from the queue when no thread could be started for it; False when
-        a thread has taken it already."""
-        with self._jobs_lock:
-            try:
-                self._jobs.remove(job)
-            except ValueError:
-                return False
+        if here.taker is not self or here.job is not None:
+            return False
+        here.job = job
         return True
 
-    def run_jobs(self) -> None:
-        """On a body thread: run queued jobs, oldest first, for as long as this thread has
-        promised to take one (``hand``); return when the queue is empty."""
+    @staticmethod
+    def run_jobs(job: Callable[[], None]) -> None:
+        """On a worker thread: run ``job``, then each job handed to this thread meanwhile."""
         here = _here
         while True:
-            with self._jobs_lock:
-                if not self._jobs:
-                    return
-                job = self._jobs.popleft()
-            here.promised = False
             job()
-            if not here.promised:
+            handed = here.job
+            if handed is None:
                 return
+            here.job = None
+            job = handed
 
     def spawn(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
         """Start a stage on the loop, as a task started at once (from another thread: on the
@@ -218,7 +192,7 @@ class _Here(threading.local):
     """What a worker thread draining an actor's mailbox may take on."""
 
     taker: SharedMailboxActor | None = None  # the actor whose drain this thread's report runs
-    promised = False  # it takes one more queued job once that drain is done
+    job: Callable[[], None] | None = None  # what it runs once that drain is done
 
 
 _here = _Here()
