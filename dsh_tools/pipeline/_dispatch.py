@@ -276,8 +276,10 @@ class DispatchStages(PipelineCore):
         try:
             value = await in_context(coro, contextvars.copy_context())
             ok = True
-        except GeneratorExit:  # this coroutine is being closed
-            raise
+        except GeneratorExit as exc:
+            if _closing(task):  # this coroutine is being closed, not the body raising
+                raise
+            ok, value = False, exc
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
             ok, value = False, exc
         finally:
@@ -291,6 +293,8 @@ class DispatchStages(PipelineCore):
         if ok:
             return value
         try:
+            if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
+                raise RuntimeError("the tool body raised GeneratorExit") from value
             if isinstance(value, asyncio.CancelledError) and (
                 rec.cancel_sent or rec.outer_cancelled
             ):
@@ -357,6 +361,15 @@ async def _capture(
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
     return True, value
+
+
+def _closing(task: asyncio.Task[Any]) -> bool:
+    """Whether a ``GeneratorExit`` that reached ``task``'s coroutine comes from its closing (no
+    step of the task runs now) rather than from a body that raised it within a step."""
+    try:
+        return asyncio.current_task() is not task
+    except RuntimeError:  # no loop runs: the coroutine is being closed
+        return True
 
 
 def _wake(waiter: asyncio.Future[None], _task: object = None) -> None:

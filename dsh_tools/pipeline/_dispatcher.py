@@ -273,9 +273,7 @@ class DispatcherPoolActor(SharedMailboxActor):
     ) -> None:
         try:
             stage = await self._pipeline.dispatch(record, inline=inline, own_task=own_task)
-        except GeneratorExit:  # this coroutine is being closed (its loop is going away)
-            raise
-        except BaseException as exc:
+        except BaseException as exc:  # a plain body's GeneratorExit too: that call's failure
             stage = Stage(2, failure_from_exception(exc))
         self.report(DispatchSettled(entry, stage))
 
