@@ -7,7 +7,7 @@ import asyncio
 import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NoReturn
 
 import msgspec
 
@@ -245,13 +245,7 @@ class DispatchStages(PipelineCore):
         if ok:
             return value
         try:
-            if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
-                raise RuntimeError("the tool body raised GeneratorExit") from value
-            if isinstance(value, asyncio.CancelledError) and (
-                rec.cancel_sent or rec.outer_cancelled
-            ):
-                raise BodyCancelled
-            raise value
+            _raise_body_failure(rec, value)
         finally:
             # The traceback keeps this frame: without the names that lead to the exception it
             # holds no cycle, and reference counting frees the failed call at once.
@@ -293,13 +287,7 @@ class DispatchStages(PipelineCore):
         if ok:
             return value
         try:
-            if isinstance(value, GeneratorExit):  # raised by the body: not our coroutine closing
-                raise RuntimeError("the tool body raised GeneratorExit") from value
-            if isinstance(value, asyncio.CancelledError) and (
-                rec.cancel_sent or rec.outer_cancelled
-            ):
-                raise BodyCancelled
-            raise value
+            _raise_body_failure(rec, value)
         finally:
             value = None  # the traceback keeps this frame: no cycle through the failure
 
@@ -361,6 +349,22 @@ async def _capture(
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
     return True, value
+
+
+def _raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
+    """Raise what a body's failure means to its dispatch: ``BodyCancelled`` when the pipeline
+    (or the awaiting task's cancellation) cancelled it, a ``RuntimeError`` for a
+    ``GeneratorExit`` the body raised itself (not this coroutine closing), else the failure."""
+    try:
+        if isinstance(failure, GeneratorExit):
+            raise RuntimeError("the tool body raised GeneratorExit") from failure
+        if isinstance(failure, asyncio.CancelledError) and (
+            rec.cancel_sent or rec.outer_cancelled
+        ):
+            raise BodyCancelled
+        raise failure
+    finally:
+        del failure  # the traceback keeps this frame too
 
 
 def _closing(task: asyncio.Task[Any]) -> bool:
