@@ -103,7 +103,6 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._busy = False  # the coordinator runs one prepare or commit at a time
         self._closed = False
         self._hold_task: asyncio.Task[None] | None = None  # a lane backpressure wait
-
         self._finished = False
         self.aborted = False
         self._remove_abort = signal.add_callback(lambda reason: self.tell(AbortPool(reason)))

@@ -27,7 +27,6 @@ from typing import Any, Final, TypeVar
 from ._epoll import PreciseEpoll
 
 __all__ = [
-    "EAGER_TASKS",
     "carry_on",
     "drive",
     "driving",
@@ -238,7 +237,7 @@ def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]
                 return value
 
 
-EAGER_TASKS: Final = sys.version_info >= (3, 12)
+_EAGER_TASKS: Final = sys.version_info >= (3, 12)
 """Whether asyncio can start a task at once, its first step inside the task (Python 3.12+)."""
 
 
@@ -253,19 +252,17 @@ def new_task(
     callback happens to be running: ``asyncio.current_task()``, ``asyncio.timeout()`` and
     ``TaskGroup`` must find that task from the first line on, or a body's timeout would cancel
     its caller."""
-    if EAGER_TASKS:
+    if _EAGER_TASKS:
         return asyncio.Task(coro, loop=loop, context=context, eager_start=True)  # type: ignore[call-arg,unused-ignore]
     return loop.create_task(coro, context=context)
 
 
 def start_task(
-    loop: asyncio.AbstractEventLoop,
-    coro: Coroutine[Any, Any, None],
-    context: contextvars.Context | None = None,
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None], context: contextvars.Context
 ) -> asyncio.Task[None] | None:
-    """Run a stage coroutine as its own task (``new_task``) in ``context`` (by default a copy
-    of the current one); None when it is done already."""
-    task = new_task(loop, coro, context if context is not None else contextvars.copy_context())
+    """Run a stage coroutine as its own task (``new_task``) in ``context``; None when it is
+    done already."""
+    task = new_task(loop, coro, context)
     return None if task.done() else task
 
 
