@@ -194,9 +194,7 @@ def test_a_blocking_plain_approver_does_not_stall_another_agents_batch() -> None
             args=(ExecuteBatch(calls=[ToolCall("a1", "echo", '{"text": "x"}')], agent="A"),),
         )
         asked.start()
-        other = system.execute_batch(
-            ExecuteBatch(calls=[ToolCall("b1", "other", "{}")], agent="B")
-        )
+        other = system.execute_batch(ExecuteBatch(calls=[ToolCall("b1", "other", "{}")], agent="B"))
         asked.join(WAIT)
     assert text(other.results[0]) == "other"
     assert waited == [True]

@@ -111,9 +111,7 @@ def test_rp30_a_nested_call_has_no_meta_but_keeps_its_value(system: ToolSystem) 
 
 
 @pytest.mark.parametrize("returned", [lambda: None, {1, 2}], ids=["function", "set"])
-def test_rp31_a_lossy_body_value_is_invalid_tool_output(
-    system: ToolSystem, returned: Any
-) -> None:
+def test_rp31_a_lossy_body_value_is_invalid_tool_output(system: ToolSystem, returned: Any) -> None:
     system.tools.register(raw_tool("lossy", lambda a, c: returned, schema={}))
     posts = record_post(system)
     result = system.execute(call("lossy"))

@@ -94,6 +94,31 @@ def test_a_long_batch_lets_go_of_its_committed_calls_as_it_goes(system: ToolSyst
     assert alive_at_end and alive_at_end[0] < 1000, alive_at_end
 
 
+def test_a_freed_slot_starts_its_next_body_before_the_other_settled_calls_are_committed(
+    system: ToolSystem,
+) -> None:
+    # Bodies that settle in the same loop pass (ten timers firing together) must not hold back
+    # each other's successors: a successor's body takes its first step (and so starts its own
+    # timer or request) before the pool commits the next settled call, as with eager tasks.
+    order: list[str] = []
+    woken: list[asyncio.Event] = []
+
+    async def body(args: Any, ctx: Any) -> Any:
+        order.append(f"start {ctx.call_id}")
+        if ctx.call_id in ("c1", "c2"):
+            if not woken:
+                woken.append(asyncio.Event())
+                asyncio.get_running_loop().call_later(0.02, woken[0].set)
+            await woken[0].wait()  # c1 and c2 wake in the same pass
+        return [block("ok")]
+
+    system.tools.register(fixture("x", body, is_concurrency_safe=safe))
+    system.tools.on_result(lambda exec, result: order.append(f"commit {exec.call_id}"))
+    outcome = system.execute_batch(batch("c1", "c2", "c3", "c4", max_parallel=2))
+    assert not any(r.is_error for r in outcome.results)
+    assert order.index("commit c1") < order.index("start c3") < order.index("commit c2"), order
+
+
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     created = new_pool_loop()

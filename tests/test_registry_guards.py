@@ -118,9 +118,7 @@ def test_rp26_a_guard_replacing_itself_starts_a_new_generation(system: ToolSyste
     disposers.append(scope.tools.guard(first))
     assert text(system.execute(call("t", agent="A"))) == "ran:t"
     assert log == ["first"]
-    assert text(system.execute(call("t", agent="A", call_id="c2"))) == (
-        "Error: replacement denial"
-    )
+    assert text(system.execute(call("t", agent="A", call_id="c2"))) == ("Error: replacement denial")
     assert log == ["first", "replacement"]
 
 
@@ -149,9 +147,7 @@ def test_rp27_a_raising_guard_fails_closed_without_post(system: ToolSystem) -> N
 
 
 @pytest.mark.parametrize("returned", [42, b"bytes", ["reason"]])
-def test_rp27_a_guard_returning_a_non_str_fails_closed(
-    system: ToolSystem, returned: Any
-) -> None:
+def test_rp27_a_guard_returning_a_non_str_fails_closed(system: ToolSystem, returned: Any) -> None:
     body = Counter()
     system.tools.register(fixture("t", body))
     system.tools.guard(lambda exec: returned)

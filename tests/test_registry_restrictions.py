@@ -120,7 +120,7 @@ def test_rp21_restrict_refuses_the_reserved_transport_before_unknown_names(
     make_system: Any,
 ) -> None:
     code = make_system(mode="code")
-    with pytest.raises(ValueError, match='cannot name reserved Code Mode presentation transport'):
+    with pytest.raises(ValueError, match="cannot name reserved Code Mode presentation transport"):
         code.agent("A").tools.restrict(deny=["run_code", "ghost"])
 
 

@@ -494,9 +494,7 @@ def test_a_repeated_start_notice_changes_nothing_and_the_budget_still_holds(
 def test_the_notice_never_lands_in_a_file_the_program_opened(tmp_path: Path) -> None:
     # A program that closes the notice pipe and opens a file under its number: the worker
     # checks the descriptor before it tells the init, and the host ends the run instead.
-    runtime = SubprocessCodeRuntime(
-        CodeRuntimeConfig(sandbox=CodeSandbox(write=(str(tmp_path),)))
-    )
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=(str(tmp_path),))))
     program = f"""
 import os
 os.close(5)

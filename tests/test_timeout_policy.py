@@ -221,9 +221,7 @@ def test_timeout_ms_prints_like_a_js_number(system: ToolSystem) -> None:
     clock = ManualClock()
     install(system, clock)
     started = threading.Event()
-    system.tools.register(
-        echo(execute=cooperative(started, lambda ctx: "late"), timeout_ms=12.5)
-    )
+    system.tools.register(echo(execute=cooperative(started, lambda ctx: "late"), timeout_ms=12.5))
     future = spawn(system, call())
     wait(started)
     clock.advance(13)

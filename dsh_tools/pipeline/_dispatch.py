@@ -358,9 +358,7 @@ def _raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
     try:
         if isinstance(failure, GeneratorExit):
             raise RuntimeError("the tool body raised GeneratorExit") from failure
-        if isinstance(failure, asyncio.CancelledError) and (
-            rec.cancel_sent or rec.outer_cancelled
-        ):
+        if isinstance(failure, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
             raise BodyCancelled
         raise failure
     finally:

@@ -27,6 +27,7 @@ from typing import Any, Final, TypeVar
 from ._epoll import PreciseEpoll
 
 __all__ = [
+    "STARTS_AT_ONCE",
     "carry_on",
     "drive",
     "driving",
@@ -237,8 +238,9 @@ def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]
                 return value
 
 
-_EAGER_TASKS: Final = sys.version_info >= (3, 12)
-"""Whether asyncio can start a task at once, its first step inside the task (Python 3.12+)."""
+STARTS_AT_ONCE: Final = sys.version_info >= (3, 12)
+"""Whether ``new_task`` starts a task at once, its first step inside the task (Python 3.12+:
+an eager task); else the task takes its first step on the loop's next pass."""
 
 
 def new_task(
@@ -252,7 +254,7 @@ def new_task(
     callback happens to be running: ``asyncio.current_task()``, ``asyncio.timeout()`` and
     ``TaskGroup`` must find that task from the first line on, or a body's timeout would cancel
     its caller."""
-    if _EAGER_TASKS:
+    if STARTS_AT_ONCE:
         return asyncio.Task(coro, loop=loop, context=context, eager_start=True)  # type: ignore[call-arg,unused-ignore]
     return loop.create_task(coro, context=context)
 

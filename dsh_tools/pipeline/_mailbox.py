@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import structlog
 
 from ..actors._loop_actor import LoopActor
-from ._loop import carry_on, running_loop, start_task
+from ._loop import STARTS_AT_ONCE, carry_on, running_loop, start_task
 
 __all__ = ["HoldsTask", "SharedMailboxActor"]
 
@@ -48,6 +48,13 @@ class SharedMailboxActor(LoopActor):
         self._mail_lock = threading.Lock()
         self._drainer = _NOBODY
         self._handing = False  # a worker's drain is to be handed to the loop
+        # Where asyncio cannot start a task at once: the first stage task the loop's drain has
+        # started since ``_stage_started`` last ran (which is queued right behind it), whether
+        # the drain waits for that task's first step (only while stages' first steps tend to
+        # suspend: a body waiting on a timer or a socket), and whether it is waiting now.
+        self._starting: asyncio.Task[None] | None = None
+        self._wait_for_starts = True
+        self._parked = False
         # Every stage starts in a copy of the context the actor was made in (its submitter's),
         # never in whichever task or thread drains the mailbox: what one call's hooks set in
         # their context must not reach the next call.
@@ -112,6 +119,9 @@ class SharedMailboxActor(LoopActor):
         loop's next pass)."""
         if self._on_loop():
             holder.task = start_task(self._loop, coro, self._context.copy())
+            if holder.task is not None and not STARTS_AT_ONCE and self._starting is None:
+                self._starting = holder.task
+                self._loop.call_soon(self._stage_started)
         else:
             self._loop.call_soon_threadsafe(self._start_stage, holder, coro)
 
@@ -143,6 +153,9 @@ class SharedMailboxActor(LoopActor):
                 return True
             self._mailbox.append(message)
             self._drainer = here
+            if here == _LOOP and self._starting is not None and self._wait_for_starts:
+                self._parked = True
+                return True
         self._run_drain()
         return True
 
@@ -158,11 +171,29 @@ class SharedMailboxActor(LoopActor):
                 if not mailbox:
                     self._drainer = _NOBODY
                     return
+                if self._starting is not None and self._wait_for_starts and self._drainer == _LOOP:
+                    self._parked = True
+                    return
                 message = mailbox.popleft()
             try:
                 self.on_receive(message)
             except Exception as exc:  # a handler bug must not wedge the mailbox
                 self._failed(exc)
+
+    def _stage_started(self) -> None:
+        """Queued right behind ``_starting``, which has now taken its first step.
+
+        Waiting for it lets a body's first timer or request be on its way before the loop goes
+        on with the next settled call: the ten bodies of a pool that settle in one pass then
+        start their successors one by one, as eager tasks would, instead of each successor
+        waiting for all ten commits and starts. That costs a loop pass per start, which a body
+        that ends in its first step gains nothing from: the drain waits only while the last
+        task observed here did not end in its first step."""
+        task, self._starting = self._starting, None
+        self._wait_for_starts = task is not None and not task.done()
+        if self._parked:
+            self._parked = False
+            self._take_over()
 
     def _take_over(self) -> None:
         try:

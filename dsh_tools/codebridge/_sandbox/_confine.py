@@ -363,9 +363,7 @@ class SandboxPlan:
                 os._exit(71)
             start_worker(status_fd)
 
-        run_init(
-            worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes, meter
-        )
+        run_init(worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes, meter)
 
     def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter]) -> None:
         os.chdir(self.scratch)
