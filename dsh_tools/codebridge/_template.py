@@ -16,7 +16,7 @@ end), worker->host channel (write end), native stdout and stderr (write ends) an
 status pipe (write end). The template forks; the child calls ``setsid()`` and moves its
 descriptors to 0-4 (0 = ``/dev/null``) and the status pipe to 5, closing every other descriptor.
 Under ``"process"`` it reports ``b"P"`` + its pid, clears the environment and enters
-``_worker.main()``. Under ``"sandbox"`` the child is forked into a new PID namespace, of which
+``_worker_start.main()``. Under ``"sandbox"`` the child is forked into a new PID namespace, of which
 it is the init: the template reports ``b"P"`` + its pid (killing that process ends the whole
 run), and the init creates the run's other namespaces, forks the confined worker and reports
 ``b"W"`` + the worker's wait status or ``b"B"`` + the budget it ended the run for. The template
@@ -58,7 +58,7 @@ def _load_worker() -> Any:
     package.__path__ = [here]
     package.__package__ = _PACKAGE
     sys.modules[_PACKAGE] = package
-    return importlib.import_module(_PACKAGE + "._worker")
+    return importlib.import_module(_PACKAGE + "._worker_start")
 
 
 def _become_subreaper() -> None:

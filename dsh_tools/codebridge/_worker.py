@@ -1,30 +1,26 @@
-"""The worker: runs one program in a fresh child process and talks frames with the host.
+"""The worker's side of the channel: one program, its binding calls and replies, its completion.
 
-The template process (``_template``) imports this module once and forks one child per run; the
-child has already called ``setsid()``, put its descriptors in place (0 = ``/dev/null``, 1 and 2 =
-the native output pipes, 3 = host->worker channel, 4 = worker->host channel; nothing else open)
-and cleared the environment before calling ``main()``.
-
-``main()`` reads exactly one ``Boot`` frame, applies the limits (``RLIMIT_AS`` from
-``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms / 1000) + 1 s as a kernel backstop, no core
-files), compiles the program and runs it on a new event loop with these globals:
-``tools`` (or whatever each namespace is called), the namespaces' error classes,
-``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
-``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done`` as soon as the program
-settles and exits at once (no asyncio shutdown: whatever is left of the run is killed anyway).
-``SystemExit`` ends the process with its status and no ``Done``. Under the sandbox ``main``
-gets the write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the
-program has arrived starts the init's measuring, and one more byte, once ``Done`` is in the
-channel, lets the init end the run while the host is still reading the frame.
+The worker process starts in ``_worker_start.main()`` (in a child the template forked: it has
+called ``setsid()``, its descriptors are in place (0 = ``/dev/null``, 1 and 2 = the native output
+pipes, 3 = host->worker channel, 4 = worker->host channel; nothing else open) and its
+environment is clear), which reads exactly one ``Boot`` frame (``read_boot``) and hands it here.
+``run_program`` loads the program (the host's compilation, or compiled afresh) and runs it on
+an event loop with these globals: ``tools`` (or whatever each namespace is called), the
+namespaces' error classes, ``asyncio`` and the private no-result sentinel; ``print`` is
+replaced process-wide and ``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done``
+as soon as the program settles and exits at once (no asyncio shutdown: whatever is left of the
+run is killed anyway). ``SystemExit`` ends the process with its status and no ``Done``. Under
+the sandbox one byte on the init's notice pipe, once ``Done`` is in the channel, lets the init
+end the run while the host is still reading the frame.
 
 Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the
 ledger) is bound at import time, so a program that monkeypatches ``print``, ``sys.stdout``,
 ``json`` or ``os.write`` cannot break the framing. The host remains the authority regardless.
-This module imports only the standard library, ``msgspec``, its sibling wire modules and the
-sandbox init's notice byte; what the program sees (``tools``, call handles, error classes,
-capture streams) is ``_worker_api``, how an uncaught exception is rendered ``_worker_render``.
-What is left here is one thing, the worker's side of the channel (boot, calls and replies,
-completion), kept whole so that reading it shows every frame the worker may send and when.
+This module imports only the standard library, ``msgspec`` and its sibling wire modules; what
+the program sees (``tools``, call handles, error classes, capture streams) is ``_worker_api``,
+how an uncaught exception is rendered ``_worker_render``. What is left here is one thing, the
+worker's side of the channel, kept whole so that reading it shows every frame the worker may
+send and when.
 """
 
 from __future__ import annotations
@@ -34,10 +30,8 @@ import builtins
 import contextlib
 import linecache
 import marshal
-import math
 import os
 import re
-import resource
 import sys
 import threading
 import types
@@ -52,9 +46,7 @@ from ._frames import (
     Call,
     Done,
     DoneError,
-    ErrorClassWire,
     Log,
-    NamespaceWire,
     OutputLimit,
     Reply,
     encode_frame,
@@ -62,12 +54,21 @@ from ._frames import (
 )
 from ._ledger import OutputLedger, limit_message
 from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
-from ._sandbox._init import NOTICE_STARTED
 from ._tokens import TokenError, detokenize, tokenize
 from ._worker_api import ABSENT, CallHandle, CaptureStream, Namespace, error_class, plain_error
 from ._worker_render import render_exception
 
-__all__ = ["CHANNEL_IN", "CHANNEL_OUT", "main"]
+__all__ = [
+    "CHANNEL_IN",
+    "CHANNEL_OUT",
+    "HOST_FRAMES",
+    "Worker",
+    "clean_text",
+    "exit_status",
+    "load_program",
+    "read_boot",
+    "run_program",
+]
 
 CHANNEL_IN: Final = 3
 """Descriptor the worker reads host frames from."""
@@ -88,7 +89,7 @@ _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
 _NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
 
 
-def _clean(text: str) -> str:
+def clean_text(text: str) -> str:
     if text.isascii():
         return text
     return _SURROGATES.sub("\ufffd", text)
@@ -115,7 +116,7 @@ def _read_exact(fd: int, count: int) -> bytes:
     return b"".join(parts)
 
 
-class _Worker:
+class Worker:
     """One run's worker-side state."""
 
     def __init__(
@@ -132,7 +133,7 @@ class _Worker:
         self.thread = _get_ident()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.send_lock = threading.RLock()
-        self.decode = _HOST_FRAMES.decode
+        self.decode = HOST_FRAMES.decode
         self.inbox = bytearray()
         self.stdout = CaptureStream(self.emit, 1, "<stdout>")
         self.stderr = CaptureStream(self.emit, 2, "<stderr>")
@@ -150,7 +151,7 @@ class _Worker:
         """Admit one log entry through the ledger and stream it to the host."""
         if self.output_closed:
             return
-        text = _clean(text)
+        text = clean_text(text)
         with self.send_lock:
             if self.output_closed:
                 return
@@ -305,32 +306,9 @@ class _Worker:
         self.finish(Done(error=DoneError("exception", message)))
 
 
-def _exit_status(exc: SystemExit) -> int:
-    status = exc.code
-    if status is None:
-        return 0
-    if isinstance(status, int):
-        return status & 0xFF
-    with contextlib.suppress(Exception):
-        _write_all(2, (str(status) + "\n").encode("utf-8", "replace"))
-    return 1
-
-
-def _apply_limits(boot: Boot) -> None:
-    limits: list[tuple[int, tuple[int, int]]] = [(resource.RLIMIT_CORE, (0, 0))]
-    memory = int(boot.max_memory_mb * 1024 * 1024)
-    if memory > 0:
-        limits.append((resource.RLIMIT_AS, (memory, memory)))
-    seconds = math.ceil(boot.compute_ms / 1000) + 1
-    limits.append((resource.RLIMIT_CPU, (seconds, seconds + 1)))
-    for which, value in limits:
-        with contextlib.suppress(OSError, ValueError):  # best effort
-            resource.setrlimit(which, value)
-
-
-def _read_boot() -> Boot:
+def read_boot() -> Boot:
     size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
-    frame = _HOST_FRAMES.decode(_read_exact(CHANNEL_IN, size))
+    frame = HOST_FRAMES.decode(_read_exact(CHANNEL_IN, size))
     if type(frame) is not Boot:
         _os_exit(70)
     return frame
@@ -348,7 +326,7 @@ def _load_code(data: bytes | None) -> types.CodeType | None:
     return code if type(code) is types.CodeType else None
 
 
-def _load_program(worker: _Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
+def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
     """The boot's program, defined in a fresh ``__main__`` module with its bindings: that
     module and the program's coroutine function. A program that does not compile finishes the
     run."""
@@ -384,8 +362,8 @@ def _load_program(worker: _Worker) -> tuple[types.ModuleType, Callable[[], Any]]
     return module, scope.pop(FUNCTION_NAME)
 
 
-def _run(worker: _Worker) -> NoReturn:
-    module, function = _load_program(worker)
+def run_program(worker: Worker, loop: asyncio.AbstractEventLoop | None) -> NoReturn:
+    module, function = load_program(worker)
     program_code: types.CodeType = function.__code__
     sys.modules["__main__"] = module
     sys.argv = [FILENAME]
@@ -393,7 +371,8 @@ def _run(worker: _Worker) -> NoReturn:
     sys.stderr = worker.stderr
     builtins.print = worker.print
 
-    loop = _LOOPS.pop() if _LOOPS else asyncio.new_event_loop()
+    if loop is None:
+        loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     worker.loop = loop
     os.set_blocking(CHANNEL_IN, False)
@@ -411,82 +390,22 @@ def _run(worker: _Worker) -> NoReturn:
     try:
         loop.run_until_complete(settle())
     except SystemExit as exc:
-        _os_exit(_exit_status(exc))
+        _os_exit(exit_status(exc))
     except BaseException as exc:
         worker.finish_exception(exc, program_code)
     worker.finish_exception(RuntimeError("the program's event loop stopped early"), None)
 
 
-_LOOPS: list[asyncio.AbstractEventLoop] = []
-"""The event loop ``_prewarm`` made for the run."""
+def exit_status(exc: SystemExit) -> int:
+    status = exc.code
+    if status is None:
+        return 0
+    if isinstance(status, int):
+        return status & 0xFF
+    with contextlib.suppress(Exception):
+        _write_all(2, (str(status) + "\n").encode("utf-8", "replace"))
+    return 1
 
 
-_HOST_FRAMES: Final = host_frame_decoder()
+HOST_FRAMES: Final = host_frame_decoder()
 """The decoder of host frames, made once in the template."""
-_WARM_PROGRAM: Final = "return [await tools.warm({'n': 1})]"
-_WARM_BOOT: Final = bytes(
-    _encode_frame(
-        Boot(
-            _WARM_PROGRAM,
-            [NamespaceWire("tools", ["warm"], ErrorClassWire("ToolCallError", "tool_name"))],
-            1 << 20,
-            1.0,
-            1.0,
-            marshal.dumps(compile_program(_WARM_PROGRAM)),
-        )
-    )
-)
-"""A boot frame for ``_prewarm``, made once in the template."""
-_WARM_REPLY: Final = bytes(_encode_frame(Reply(1, True, tokenize({"n": 1}))))
-"""A reply frame for ``_prewarm``, made once in the template."""
-
-
-def _discard(data: bytes | bytearray) -> None:
-    """Where the rehearsal's frames go."""
-
-
-def _prewarm() -> None:
-    """Rehearse, before the program arrives, the work every run repeats: the worker's state,
-    loading a program with its bindings, the event loop, a binding call settled by a reply,
-    the completion frame. A worker is forked ready-made and waits for its ``Boot``; the first
-    write to each page it inherited copies that page (and in CPython a read writes a reference
-    count), so rehearsing now keeps those copies off the run's path: measured, that moved
-    about half of the page faults between a run's boot and its program out of the run."""
-    boot = _HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:])
-    warm = _Worker(boot, write=_discard)  # the binding call's frame is made, not sent
-    _module, function = _load_program(warm)
-    loop = asyncio.new_event_loop()
-    warm.loop = loop
-
-    async def rehearse() -> Any:
-        running = asyncio.ensure_future(function())
-        await asyncio.sleep(0)  # the program waits for its binding call's reply
-        warm.on_reply(_HOST_FRAMES.decode(_WARM_REPLY[PREFIX_BYTES:]))
-        return await running
-
-    value = loop.run_until_complete(rehearse())
-    _LOOPS.append(loop)
-    _encode_frame(Done(value=tokenize(value)))
-    _encode_frame(Log(_clean("warm")))
-    linecache.cache.pop(FILENAME, None)
-
-
-def main(notice: int | None = None) -> NoReturn:
-    """Run one program (the child's whole life); never returns. ``notice`` is the write end of
-    the sandbox init's notice pipe (none under ``"process"`` isolation)."""
-    try:
-        _prewarm()
-        boot = _read_boot()
-        _apply_limits(boot)
-        os.set_inheritable(CHANNEL_IN, False)
-        os.set_inheritable(CHANNEL_OUT, False)
-        worker = _Worker(boot)
-        if notice is not None:
-            worker.notice = (notice, os.fstat(notice).st_ino)
-            _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
-        _run(worker)
-    except SystemExit as exc:
-        _os_exit(_exit_status(exc))
-    except BaseException:
-        pass
-    _os_exit(70)

@@ -1,0 +1,136 @@
+"""The worker process's life: ``main()`` rehearses a run while it waits, reads its ``Boot``,
+applies the boot's limits and runs the program (``_worker``).
+
+The template (``_template``) imports this module once and calls ``main()`` in each child it
+forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
+1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
+tree against ``compute_ms``), no core files. Under the sandbox ``main`` gets the write end of
+the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program has arrived starts
+the init's measuring.
+
+This module imports only the standard library, ``msgspec`` (through its sibling wire modules),
+``_worker`` and the sandbox init's notice byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import linecache
+import marshal
+import math
+import os
+import resource
+from typing import Any, Final, NoReturn
+
+from ._frames import (
+    PREFIX_BYTES,
+    Boot,
+    Done,
+    ErrorClassWire,
+    Log,
+    NamespaceWire,
+    Reply,
+    encode_frame,
+)
+from ._program import FILENAME, compile_program
+from ._sandbox._init import NOTICE_STARTED
+from ._tokens import tokenize
+from ._worker import (
+    CHANNEL_IN,
+    CHANNEL_OUT,
+    HOST_FRAMES,
+    Worker,
+    clean_text,
+    exit_status,
+    load_program,
+    read_boot,
+    run_program,
+)
+
+__all__ = ["main"]
+
+_os_write = os.write
+_os_exit = os._exit
+_encode_frame = encode_frame
+
+_WARM_PROGRAM: Final = "return [await tools.warm({'n': 1})]"
+_WARM_BOOT: Final = bytes(
+    _encode_frame(
+        Boot(
+            _WARM_PROGRAM,
+            [NamespaceWire("tools", ["warm"], ErrorClassWire("ToolCallError", "tool_name"))],
+            1 << 20,
+            1.0,
+            1.0,
+            marshal.dumps(compile_program(_WARM_PROGRAM)),
+        )
+    )
+)
+"""A boot frame for ``_rehearse``, made once in the template."""
+_WARM_REPLY: Final = bytes(_encode_frame(Reply(1, True, tokenize({"n": 1}))))
+"""A reply frame for ``_rehearse``, made once in the template."""
+
+
+def _discard(data: bytes | bytearray) -> None:
+    """Where the rehearsal's frames go."""
+
+
+def _rehearse() -> asyncio.AbstractEventLoop:
+    """Rehearse, before the program arrives, the work every run repeats: the worker's state,
+    loading a program with its bindings, the event loop, a binding call settled by a reply,
+    the completion frame; returns the event loop, for the run. A worker is forked ready-made
+    and waits for its ``Boot``; the first write to each page it inherited copies that page (and
+    in CPython a read writes a reference count), so rehearsing now keeps those copies off the
+    run's path: measured, that moved about half of the page faults between a run's boot and
+    its program out of the run."""
+    boot = HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:])
+    warm = Worker(boot, write=_discard)  # the binding call's frame is made, not sent
+    _module, function = load_program(warm)
+    loop = asyncio.new_event_loop()
+    warm.loop = loop
+
+    async def rehearse() -> Any:
+        running = asyncio.ensure_future(function())
+        await asyncio.sleep(0)  # the program waits for its binding call's reply
+        warm.on_reply(HOST_FRAMES.decode(_WARM_REPLY[PREFIX_BYTES:]))
+        return await running
+
+    value = loop.run_until_complete(rehearse())
+    _encode_frame(Done(value=tokenize(value)))
+    _encode_frame(Log(clean_text("warm")))
+    linecache.cache.pop(FILENAME, None)
+    return loop
+
+
+def _apply_limits(boot: Boot) -> None:
+    limits: list[tuple[int, tuple[int, int]]] = [(resource.RLIMIT_CORE, (0, 0))]
+    memory = int(boot.max_memory_mb * 1024 * 1024)
+    if memory > 0:
+        limits.append((resource.RLIMIT_AS, (memory, memory)))
+    seconds = math.ceil(boot.compute_ms / 1000) + 1
+    limits.append((resource.RLIMIT_CPU, (seconds, seconds + 1)))
+    for which, value in limits:
+        with contextlib.suppress(OSError, ValueError):  # best effort
+            resource.setrlimit(which, value)
+
+
+def main(notice: int | None = None) -> NoReturn:
+    """Run one program (the child's whole life); never returns. ``notice`` is the write end of
+    the sandbox init's notice pipe (none under ``"process"`` isolation)."""
+    try:
+        loop = _rehearse()
+        boot = read_boot()
+        _apply_limits(boot)
+        os.set_inheritable(CHANNEL_IN, False)
+        os.set_inheritable(CHANNEL_OUT, False)
+        worker = Worker(boot)
+        if notice is not None:
+            worker.notice = (notice, os.fstat(notice).st_ino)
+            _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
+        run_program(worker, loop)
+    except SystemExit as exc:
+        _os_exit(exit_status(exc))
+    except BaseException:
+        pass
+    _os_exit(70)
