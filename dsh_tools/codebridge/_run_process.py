@@ -6,6 +6,11 @@ what the worker and its template report arrives here and is turned into calls of
 settlement methods. An attempt is one worker; when the template dies with a pre-forked worker
 before that worker said anything, the run makes one more attempt with a fresh template (nothing
 of the program ran that anyone could see).
+
+It stays one module a little past 400 lines because it is one state machine: the channel, the
+native pipes, the status reports and the exit handling all read and move the same attempt's
+state (its descriptors, pid, exit figures and settlement), in an order that only reads right
+in one place.
 """
 
 from __future__ import annotations
