@@ -10,6 +10,13 @@ handed one job to run once the drain is done (the next body). A step that must r
 always has (on the loop) hands the rest of the drain to the loop (``hand_over``). A message a
 worker reports while the loop is draining reaches the loop as any other thread's does, a loop
 pass later, so that what the loop does next (stopping, say) comes first as it always did.
+
+Where asyncio cannot start a task at once (Python 3.11), the loop's drain waits, after it has
+started a stage task, until that task has taken its first step (``_stage_started``), while the
+stages it sees suspend in their first step: a slot's next body then starts its timer or request
+before the loop commits the other calls that settled in the same pass, as with eager tasks. A
+call's first step may so come before the commit of a call that settled earlier; if that step
+aborts the pool, the earlier call is committed as aborted, as on Python 3.12+.
 """
 
 from __future__ import annotations
