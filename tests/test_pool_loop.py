@@ -181,6 +181,46 @@ def test_a_readable_descriptor_wakes_the_loop_during_a_long_timed_wait(
     assert received == [b"ping"]
 
 
+def test_a_pass_with_callbacks_ready_still_sees_a_readable_descriptor(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # A zero wait skips its system call only while nothing but the loop's own wake-up socket
+    # is registered: a descriptor of the caller's is always looked at.
+    reader, writer = socket.socketpair()
+    received: list[bytes] = []
+    try:
+        loop.add_reader(reader.fileno(), lambda: received.append(reader.recv(16)))
+        writer.send(b"ping")
+        loop.call_soon(lambda: None)  # a callback ready: the pass does not block
+        loop.stop()
+        loop.run_forever()
+        loop.remove_reader(reader.fileno())
+    finally:
+        reader.close()
+        writer.close()
+    assert received == [b"ping"]
+
+
+def test_callbacks_from_threads_run_while_the_loop_makes_passes_that_do_not_block(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # Passes with callbacks ready read nothing from the wake-up socket; what other threads
+    # add still runs, and the bytes they left wake the next blocking wait without harm.
+    ran: list[int] = []
+    for i in range(200):
+        thread = threading.Thread(target=loop.call_soon_threadsafe, args=(ran.append, i))
+        thread.start()
+        thread.join()
+        loop.call_soon(lambda: None)
+        loop.stop()
+        loop.run_forever()
+    assert ran == list(range(200))
+    loop.call_later(0.01, loop.stop)
+    started = loop.time()
+    loop.run_forever()
+    assert loop.time() - started >= 0.01
+
+
 def test_a_descriptor_too_high_for_select_falls_back_to_plain_epoll() -> None:
     if PreciseEpoll is None:
         pytest.skip("no epoll on this platform")

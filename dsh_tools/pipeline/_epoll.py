@@ -1,12 +1,13 @@
-"""``PreciseEpoll``: the selector of the loop batches and code runs run on (Linux), whose timed
-waits end on time; None where the platform has no ``epoll``."""
+"""``PreciseEpoll``: the selector of the loops batches, code runs and calls with hooks run on
+(Linux), whose timed waits end on time; None where the platform has no ``epoll``."""
 
 from __future__ import annotations
 
 import select
 import selectors
+from typing import Any
 
-__all__ = ["PreciseEpoll"]
+__all__ = ["PreciseEpoll", "loop_selector"]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
 
@@ -25,14 +26,45 @@ if hasattr(selectors, "EpollSelector"):
         then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
         stock ones, and so is every wait when the epoll descriptor is too high for
         ``select()``.
+
+        One exception, for a selector made by ``loop_selector``: a zero wait (the loop has
+        callbacks ready) while nothing is registered but the loop's own wake-up socket (the
+        first descriptor a selector loop registers, as it is made) returns no events without a
+        system call. That socket only wakes a blocked wait, and a zero wait
+        does not block: a callback another thread added is in the loop's ready queue already,
+        and the socket's byte is read by the next wait that does block. A call with hooks makes
+        one such pass of its thread's loop; the system call was about a seventh of it.
         """
 
-        def __init__(self) -> None:
+        def __init__(self, *, first_wakes: bool = False) -> None:
+            """``first_wakes``: the first descriptor registered only wakes a blocked wait."""
             super().__init__()
             self._epoll_fd = self.fileno()
             self._precise = self._epoll_fd < _FD_SETSIZE
+            self._first_wakes = first_wakes
+            self._wake_fd: int | None = None
+            self._only_wake = False  # nothing is registered but ``_wake_fd``
+
+        def _note_keys(self) -> None:
+            keys = self.get_map()
+            self._only_wake = len(keys) == 1 and self._wake_fd in {k.fd for k in keys.values()}
+
+        def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+            key = super().register(fileobj, events, data)
+            if self._first_wakes:
+                self._first_wakes = False
+                self._wake_fd = key.fd
+            self._note_keys()
+            return key
+
+        def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+            key = super().unregister(fileobj)
+            self._note_keys()
+            return key
 
         def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+            if self._only_wake and timeout is not None and timeout <= 0:
+                return []
             if timeout is not None and timeout > 0 and self._precise:
                 try:
                     select.select((self._epoll_fd,), (), (), timeout)
@@ -42,3 +74,11 @@ if hasattr(selectors, "EpollSelector"):
             return super().select(timeout)
 
     PreciseEpoll = _PreciseEpoll
+
+
+def loop_selector() -> selectors.BaseSelector | None:
+    """A ``PreciseEpoll`` for a new selector event loop, which registers its own wake-up socket
+    first (see the class docstring); None where the platform has no ``epoll``."""
+    if PreciseEpoll is None:
+        return None
+    return _PreciseEpoll(first_wakes=True)

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any, Final, TypeVar
 
-from ._epoll import PreciseEpoll
+from ._epoll import loop_selector
 
 __all__ = [
     "STARTS_AT_ONCE",
@@ -104,7 +104,7 @@ class _ThreadLoop:
     """One private event loop per calling thread, closed when the thread's locals go away."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_pool_loop()
         weakref.finalize(self, _close_in_owner, self.loop, os.getpid())
 
 
@@ -301,8 +301,10 @@ def in_context(
 
 
 def new_pool_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop for batches and code runs whose timers fire on time: on Linux a
-    selector loop over a precise epoll selector, elsewhere the platform's default loop."""
-    if PreciseEpoll is None:
+    """A new event loop whose timers fire on time (for batches, code runs and each thread's
+    private loop): on Linux a selector loop over a precise epoll selector, elsewhere the
+    platform's default loop."""
+    selector = loop_selector()
+    if selector is None:
         return asyncio.new_event_loop()
-    return asyncio.SelectorEventLoop(PreciseEpoll())
+    return asyncio.SelectorEventLoop(selector)
