@@ -4,7 +4,9 @@ applies the boot's limits and runs the program (``_worker``).
 The template (``_template``) imports this module once and calls ``main()`` in each child it
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
-tree against ``compute_ms``), no core files. Under the sandbox ``main`` gets the write end of
+tree against ``compute_ms``), no core files. They are the runtime's config, which the template
+passes on (``expect_limits``) and every ``Boot`` repeats: a worker applies them once it has
+rehearsed, before it waits, and again at its boot only if the boot carries others. Under the sandbox ``main`` gets the write end of
 the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program has arrived starts
 the init's measuring.
 
@@ -15,12 +17,14 @@ This module imports only the standard library, ``msgspec`` (through its sibling 
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import linecache
 import marshal
 import math
 import os
 import resource
+import sys
 from typing import Any, Final, NoReturn
 
 from ._frames import (
@@ -48,7 +52,7 @@ from ._worker import (
     run_program,
 )
 
-__all__ = ["main"]
+__all__ = ["expect_limits", "main"]
 
 _os_write = os.write
 _os_exit = os._exit
@@ -76,18 +80,21 @@ def _discard(data: bytes | bytearray) -> None:
     """Where the rehearsal's frames go."""
 
 
-def _rehearse() -> asyncio.AbstractEventLoop:
+def _discard_call() -> None:
+    """What the rehearsal's channel reader would run."""
+
+
+def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     """Rehearse, before the program arrives, the work every run repeats: the worker's state,
-    loading a program with its bindings, the event loop, a binding call settled by a reply,
-    the completion frame; returns the event loop, for the run. A worker is forked ready-made
-    and waits for its ``Boot``; the first write to each page it inherited copies that page (and
-    in CPython a read writes a reference count), so rehearsing now keeps those copies off the
-    run's path: measured, that moved about half of the page faults between a run's boot and
-    its program out of the run."""
+    loading a program with its bindings, the event loop (``loop``, the run's), a binding call
+    settled by a reply, the completion frame, and what the run sets up around its program. A
+    worker is forked ready-made and waits for its ``Boot``; the first write to each page it
+    inherited copies that page (and in CPython a read writes a reference count), so rehearsing
+    now keeps those copies off the run's path: measured, that moved about half of the page
+    faults between a run's boot and its program out of the run."""
     boot = HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:])
     warm = Worker(boot, write=_discard)  # the binding call's frame is made, not sent
     _module, function = load_program(warm)
-    loop = asyncio.new_event_loop()
     warm.loop = loop
 
     async def rehearse() -> Any:
@@ -100,15 +107,35 @@ def _rehearse() -> asyncio.AbstractEventLoop:
     _encode_frame(Done(value=tokenize(value)))
     _encode_frame(Log(clean_text("warm")))
     linecache.cache.pop(FILENAME, None)
-    return loop
+    # What the run sets up around its program: the loop it reads the channel with, and the
+    # entries of ``sys`` and ``builtins`` it replaces (written back as they are).
+    asyncio.set_event_loop(loop)
+    loop.add_reader(CHANNEL_IN, _discard_call)
+    loop.remove_reader(CHANNEL_IN)
+    sys.modules["__main__"] = sys.modules["__main__"]
+    sys.argv = sys.argv
+    sys.stdout, sys.stderr = sys.stdout, sys.stderr
+    builtins.print = builtins.print
 
 
-def _apply_limits(boot: Boot) -> None:
+_expected_limits: tuple[float, float] | None = None
+"""``(max_memory_mb, compute_ms)`` of every run of this template (``expect_limits``)."""
+
+
+def expect_limits(max_memory_mb: float, compute_ms: float) -> None:
+    """Tell the workers of this template the limits their runs' ``Boot`` frames will carry (the
+    runtime's config): a worker applies them before it waits, off its run's path, and again at
+    its boot only if the boot's differ."""
+    global _expected_limits
+    _expected_limits = (max_memory_mb, compute_ms)
+
+
+def _apply_limits(max_memory_mb: float, compute_ms: float) -> None:
     limits: list[tuple[int, tuple[int, int]]] = [(resource.RLIMIT_CORE, (0, 0))]
-    memory = int(boot.max_memory_mb * 1024 * 1024)
+    memory = int(max_memory_mb * 1024 * 1024)
     if memory > 0:
         limits.append((resource.RLIMIT_AS, (memory, memory)))
-    seconds = math.ceil(boot.compute_ms / 1000) + 1
+    seconds = math.ceil(compute_ms / 1000) + 1
     limits.append((resource.RLIMIT_CPU, (seconds, seconds + 1)))
     for which, value in limits:
         with contextlib.suppress(OSError, ValueError):  # best effort
@@ -119,9 +146,14 @@ def main(notice: int | None = None) -> NoReturn:
     """Run one program (the child's whole life); never returns. ``notice`` is the write end of
     the sandbox init's notice pipe (none under ``"process"`` isolation)."""
     try:
-        loop = _rehearse()
+        loop = asyncio.new_event_loop()
+        _rehearse(loop)
+        applied = _expected_limits
+        if applied is not None:
+            _apply_limits(*applied)
         boot = read_boot()
-        _apply_limits(boot)
+        if (boot.max_memory_mb, boot.compute_ms) != applied:
+            _apply_limits(boot.max_memory_mb, boot.compute_ms)
         os.set_inheritable(CHANNEL_IN, False)
         os.set_inheritable(CHANNEL_OUT, False)
         worker = Worker(boot)
