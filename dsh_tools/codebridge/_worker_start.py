@@ -6,9 +6,9 @@ forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(c
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
 tree against ``compute_ms``), no core files. They are the runtime's config, which the template
 passes on (``expect_limits``) and every ``Boot`` repeats: a worker applies them once it has
-rehearsed, before it waits, and again at its boot only if the boot carries others. Under the sandbox ``main`` gets the write end of
-the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program has arrived starts
-the init's measuring.
+rehearsed, before it waits, and again at its boot only if the boot carries others. Under the
+sandbox ``main`` gets the write end of the namespace init's notice pipe: ``NOTICE_STARTED``
+there once the program has arrived starts the init's measuring.
 
 This module imports only the standard library, ``msgspec`` (through its sibling wire modules),
 ``_worker`` and the sandbox init's notice byte.
