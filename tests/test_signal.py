@@ -8,6 +8,7 @@ from typing import Any
 
 from dsh_tools import AbortController, AbortSignal, ExecuteCall
 from dsh_tools.actors import NEVER_ABORTED, any_signal
+from dsh_tools.actors._signal import follow
 
 
 def test_default_reason_is_aborted() -> None:
@@ -116,3 +117,45 @@ def test_an_abort_callback_raising_cancelled_error_does_not_stop_the_others(logs
 
     assert seen == ["stop"]
     assert logs.warnings == ["abort callback failed"]
+
+
+def test_a_signal_that_follows_another_is_aborted_as_soon_as_its_parent_is() -> None:
+    parent = AbortController()
+    child = AbortController()
+    seen_from_parent: list[tuple[bool, Any]] = []
+    child_fired: list[Any] = []
+
+    # A callback of the parent that runs before the one that aborts the child (as an event
+    # loop's wake-up may, leaving its thread waiting while other threads run) already finds
+    # the child aborted, with the parent's reason.
+    parent.signal.add_callback(
+        lambda reason: seen_from_parent.append((child.signal.aborted, child.signal.reason))
+    )
+    remove = follow(child, parent.signal)
+    child.signal.add_callback(child_fired.append)
+    parent.abort("stop")
+    assert seen_from_parent == [(True, "stop")]
+    assert child_fired == ["stop"]  # once, whichever came first
+    remove()
+
+
+def test_a_follower_of_an_aborted_or_never_aborting_signal() -> None:
+    aborted = AbortController()
+    aborted.abort("early")
+    child = AbortController()
+    follow(child, aborted.signal)
+    assert child.signal.aborted and child.signal.reason == "early"
+    calm = AbortController()
+    remove = follow(calm, NEVER_ABORTED)
+    assert not calm.signal.aborted
+    remove()
+
+
+def test_a_follower_aborted_on_its_own_leaves_its_parent_alone() -> None:
+    parent = AbortController()
+    child = AbortController()
+    follow(child, parent.signal)
+    child.abort("settled")
+    assert child.signal.reason == "settled" and not parent.signal.aborted
+    parent.abort("later")
+    assert child.signal.reason == "settled"

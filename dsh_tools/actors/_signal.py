@@ -37,7 +37,7 @@ def _noop() -> None:
 class AbortSignal:
     """A read-only view of an abort state. Obtain one from ``AbortController().signal``."""
 
-    __slots__ = ("_aborted", "_callbacks", "_event", "_lock", "_never", "_reason")
+    __slots__ = ("_aborted", "_callbacks", "_event", "_lock", "_never", "_parent", "_reason")
 
     def __init__(self, *, _never: bool = False) -> None:
         self._lock = threading.Lock()
@@ -46,6 +46,7 @@ class AbortSignal:
         self._callbacks: dict[object, Callable[[Any], object]] | None = None
         self._event: threading.Event | None = None
         self._never = _never
+        self._parent: AbortSignal | None = None  # see ``follow``
 
     @staticmethod
     def aborted_signal(reason: Any = _DEFAULT_REASON) -> AbortSignal:
@@ -57,7 +58,13 @@ class AbortSignal:
     @property
     def aborted(self) -> bool:
         """Whether the signal has aborted."""
-        return self._aborted
+        if self._aborted:
+            return True
+        parent = self._parent
+        if parent is not None and parent.aborted:
+            self._fire(parent._reason)  # its callback has not reached this signal yet
+            return True
+        return False
 
     @property
     def reason(self) -> Any:
@@ -86,7 +93,7 @@ class AbortSignal:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until aborted or ``timeout`` seconds pass; return whether it aborted."""
-        if self._aborted:
+        if self.aborted:
             return True
         if self._never:
             if timeout is None:
@@ -102,7 +109,7 @@ class AbortSignal:
         return event.wait(timeout)
 
     def __await__(self) -> Generator[Any, None, Any]:
-        if self._aborted:
+        if self.aborted:
             return self._reason
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -123,7 +130,7 @@ class AbortSignal:
 
     def throw_if_aborted(self) -> None:
         """Raise ``asyncio.CancelledError`` carrying the reason if the signal has aborted."""
-        if self._aborted:
+        if self.aborted:
             raise asyncio.CancelledError(self._reason)
 
     def _fire(self, reason: Any) -> bool:
@@ -194,3 +201,19 @@ def any_signal(*signals: AbortSignal) -> tuple[AbortSignal, Callable[[], None]]:
             remove()
 
     return controller.signal, detach
+
+
+def follow(controller: AbortController, parent: AbortSignal) -> Callable[[], None]:
+    """Have ``controller`` abort when ``parent`` does, with ``parent``'s reason; return the
+    remover of the callback that does so.
+
+    Besides that callback, ``controller.signal`` reads as aborted as soon as ``parent`` has
+    aborted (and aborts then, in the reading thread): the callbacks of ``parent`` run one after
+    another in the thread that aborts it, and one that wakes another thread (an event loop,
+    say) may leave that thread waiting for the interpreter lock while other threads run for
+    milliseconds, still seeing ``controller.signal`` as live. A run that follows its caller's
+    signal so stops starting sub-calls the moment its caller aborts."""
+    signal = controller.signal
+    if not parent._never:
+        signal._parent = parent
+    return parent.add_callback(controller.abort)

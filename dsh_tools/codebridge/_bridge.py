@@ -40,6 +40,7 @@ from ..actors import (
     FrozenDict,
     ToolExecutionResult,
 )
+from ..actors._signal import follow
 from ..pipeline import (
     ClosePool,
     DispatcherPoolActor,
@@ -127,7 +128,7 @@ class CodeRunBridgeActor:
         ``CodeRunFailedError`` once every started sub-call has settled."""
         loop = asyncio.get_running_loop()
         outer_signal = self._outer.signal
-        unsubscribe = outer_signal.add_callback(self._controller.abort)
+        unsubscribe = follow(self._controller, outer_signal)
         self._finished = loop.create_future()
         self._loop = loop
         self._handoff = LoopHandoff(loop)
