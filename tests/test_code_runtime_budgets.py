@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -31,6 +33,7 @@ from dsh_tools.codebridge._frames import (
     OutputLimit,
     encode_frame,
 )
+from dsh_tools.codebridge._pool import Slot, _alive
 from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
@@ -691,6 +694,32 @@ def test_fault_a_template_killed_as_it_prefork_workers_fails_no_run() -> None:
             assert run(own, "return 'next'").value == "next"
     finally:
         own.close()
+
+
+def test_a_pooled_slot_whose_template_died_before_forking_it_is_not_idle() -> None:
+    # The template took the spawn request and was killed before it forked the worker: the
+    # slot's status pipe shows nothing, and need never reach end of file (another process of
+    # that template may still hold its write end). It must not pass for an idle worker, or the
+    # pool stays "full" of such slots and never starts a new template.
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    living = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    pipes = [os.pipe() for _ in range(2)]
+    try:
+        for read_end, _write_end in pipes:
+            os.set_blocking(read_end, False)
+        dead_slot = Slot({"status": pipes[0][0]}, exited)
+        waiting_slot = Slot({"status": pipes[1][0]}, living)
+        assert not _alive(dead_slot)
+        assert _alive(waiting_slot)
+        os.write(pipes[0][1], b"P\x00\x00\x00\x07")  # a worker that did report lives on
+        assert _alive(dead_slot)
+    finally:
+        living.kill()
+        living.wait()
+        for read_end, write_end in pipes:
+            os.close(read_end)
+            os.close(write_end)
 
 
 def test_fault_a_dead_template_is_replaced_for_the_next_run() -> None:

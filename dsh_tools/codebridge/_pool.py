@@ -73,7 +73,10 @@ def open_slot(template: TemplateHandle) -> Slot:
 
 
 def _alive(slot: Slot) -> bool:
-    """Read what the status pipe holds; a live idle worker has sent its pid report only."""
+    """Read what the status pipe holds; a live idle worker has sent its pid report only. A slot
+    with no report yet is live only while its template is: a template killed before it forked
+    the worker leaves a slot that would otherwise look idle for ever (its status pipe may
+    never reach end of file)."""
     fd = slot.fds["status"]
     try:
         while True:
@@ -85,6 +88,8 @@ def _alive(slot: Slot) -> bool:
         pass
     except OSError:
         return False
+    if not slot.status:
+        return slot.template.poll() is None
     return len(slot.status) <= _PID_REPORT_BYTES
 
 
@@ -112,6 +117,11 @@ class WorkerPool:
 
     def fill(self) -> None:
         """Spawn slots until ``size`` are idle (quietly stops when the template cannot)."""
+        with self._lock:
+            stale = [slot for slot in self._idle if not _alive(slot)]
+            for slot in stale:
+                self._idle.remove(slot)
+                slot.close()
         while True:
             with self._lock:
                 if self._closed or len(self._idle) >= self._size:
