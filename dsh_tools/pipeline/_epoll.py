@@ -30,10 +30,10 @@ if hasattr(selectors, "EpollSelector"):
         One exception, for a selector made by ``loop_selector``: a zero wait (the loop has
         callbacks ready) while nothing is registered but the loop's own wake-up socket (the
         first descriptor a selector loop registers, as it is made) returns no events without a
-        system call. That socket only wakes a blocked wait, and a zero wait
-        does not block: a callback another thread added is in the loop's ready queue already,
-        and the socket's byte is read by the next wait that does block. A call with hooks makes
-        one such pass of its thread's loop; the system call was about a seventh of it.
+        system call. That socket only wakes a blocked wait, and a zero wait does not block: a
+        callback another thread added is in the loop's ready queue already, and the socket's
+        byte is read by the next wait that does block. A call with hooks makes one such pass of
+        its thread's loop; the system call was about a seventh of it.
         """
 
         def __init__(self, *, first_wakes: bool = False) -> None:
