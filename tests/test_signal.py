@@ -128,15 +128,34 @@ def test_a_signal_that_follows_another_is_aborted_as_soon_as_its_parent_is() -> 
     # A callback of the parent that runs before the one that aborts the child (as an event
     # loop's wake-up may, leaving its thread waiting while other threads run) already finds
     # the child aborted, with the parent's reason.
+    # Reading runs no callback: the child's run in the aborting thread, as every signal's do.
     parent.signal.add_callback(
-        lambda reason: seen_from_parent.append((child.signal.aborted, child.signal.reason))
+        lambda reason: seen_from_parent.append(
+            (child.signal.aborted, child.signal.reason, list(child_fired))
+        )
     )
     remove = follow(child, parent.signal)
     child.signal.add_callback(child_fired.append)
     parent.abort("stop")
-    assert seen_from_parent == [(True, "stop")]
-    assert child_fired == ["stop"]  # once, whichever came first
+    assert seen_from_parent == [(True, "stop", [])]
+    assert child_fired == ["stop"]
     remove()
+
+
+def test_a_follower_keeps_its_parents_reason_even_when_aborted_on_its_own_meanwhile() -> None:
+    parent = AbortController()
+    child = AbortController()
+    reasons: list[Any] = []
+
+    def meanwhile(reason: Any) -> None:
+        reasons.append(child.signal.reason)
+        child.abort("its own")  # before the parent's callback reaches the child
+
+    parent.signal.add_callback(meanwhile)
+    follow(child, parent.signal)
+    parent.abort("stop")
+    assert reasons == ["stop"]
+    assert child.signal.reason == "stop"
 
 
 def test_a_follower_of_an_aborted_or_never_aborting_signal() -> None:

@@ -61,15 +61,15 @@ class AbortSignal:
         if self._aborted:
             return True
         parent = self._parent
-        if parent is not None and parent.aborted:
-            self._fire(parent._reason)  # its callback has not reached this signal yet
-            return True
-        return False
+        return parent is not None and parent.aborted  # before its callback reaches this one
 
     @property
     def reason(self) -> Any:
         """The abort reason, or ``None`` while not aborted."""
-        return self._reason
+        if self._aborted:
+            return self._reason
+        parent = self._parent
+        return parent.reason if parent is not None and parent.aborted else None
 
     def add_callback(self, fn: Callable[[Any], object]) -> Callable[[], None]:
         """Call ``fn(reason)`` once on abort (at once if already aborted); return a remover."""
@@ -110,7 +110,7 @@ class AbortSignal:
 
     def __await__(self) -> Generator[Any, None, Any]:
         if self.aborted:
-            return self._reason
+            return self.reason
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
 
@@ -131,7 +131,7 @@ class AbortSignal:
     def throw_if_aborted(self) -> None:
         """Raise ``asyncio.CancelledError`` carrying the reason if the signal has aborted."""
         if self.aborted:
-            raise asyncio.CancelledError(self._reason)
+            raise asyncio.CancelledError(self.reason)
 
     def _fire(self, reason: Any) -> bool:
         if self._never:
@@ -139,6 +139,9 @@ class AbortSignal:
         with self._lock:
             if self._aborted:
                 return False
+            parent = self._parent
+            if parent is not None and parent.aborted:
+                reason = parent.reason  # it aborted first, as this signal has been reading
             self._reason = reason
             self._aborted = True
             callbacks = self._callbacks
@@ -207,12 +210,14 @@ def follow(controller: AbortController, parent: AbortSignal) -> Callable[[], Non
     """Have ``controller`` abort when ``parent`` does, with ``parent``'s reason; return the
     remover of the callback that does so.
 
-    Besides that callback, ``controller.signal`` reads as aborted as soon as ``parent`` has
-    aborted (and aborts then, in the reading thread): the callbacks of ``parent`` run one after
-    another in the thread that aborts it, and one that wakes another thread (an event loop,
-    say) may leave that thread waiting for the interpreter lock while other threads run for
-    milliseconds, still seeing ``controller.signal`` as live. A run that follows its caller's
-    signal so stops starting sub-calls the moment its caller aborts."""
+    Besides that callback, ``controller.signal`` reads as aborted, with ``parent``'s reason, as
+    soon as ``parent`` has aborted: the callbacks of ``parent`` run one after another in the
+    thread that aborts it, and one that wakes another thread (an event loop, say) may leave
+    that thread waiting for the interpreter lock while other threads run for milliseconds,
+    which would still see ``controller.signal`` as live. A run that follows its caller's signal
+    so stops starting sub-calls the moment its caller aborts. Reading never runs callbacks:
+    ``controller.signal``'s own run, as ever, in the thread that aborts ``parent``, when the
+    callback registered here reaches them (or in the thread that aborts ``controller``)."""
     signal = controller.signal
     if not parent._never:
         signal._parent = parent
