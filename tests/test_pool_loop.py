@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import os
+import signal
 import socket
 import threading
 import weakref
@@ -219,6 +221,31 @@ def test_callbacks_from_threads_run_while_the_loop_makes_passes_that_do_not_bloc
     started = loop.time()
     loop.run_forever()
     assert loop.time() - started >= 0.01
+
+
+@pytest.mark.skipif(
+    threading.current_thread() is not threading.main_thread(), reason="signals need the main thread"
+)
+def test_a_signal_handler_runs_while_the_loop_is_busy(loop: asyncio.AbstractEventLoop) -> None:
+    # The wake-up socket carries the signal: a loop with callbacks ready on every pass must
+    # still look at it.
+    ran: list[str] = []
+    loop.add_signal_handler(signal.SIGUSR1, ran.append, "sig")
+
+    async def busy() -> int:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        for passes in range(10_000):
+            if ran:
+                return passes
+            await asyncio.sleep(0)
+        return -1
+
+    try:
+        passes = loop.run_until_complete(busy())
+    finally:
+        loop.remove_signal_handler(signal.SIGUSR1)
+    assert ran == ["sig"]
+    assert 0 <= passes < 10
 
 
 def test_a_descriptor_too_high_for_select_falls_back_to_plain_epoll() -> None:

@@ -1,15 +1,21 @@
 """``PreciseEpoll``: the selector of the loops batches, code runs and calls with hooks run on
-(Linux), whose timed waits end on time; None where the platform has no ``epoll``."""
+(Linux), whose timed waits end on time; None where the platform has no ``epoll``.
+``new_selector_loop`` makes such a loop."""
 
 from __future__ import annotations
 
+import asyncio
 import select
 import selectors
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final, TypeVarTuple
 
-__all__ = ["PreciseEpoll", "loop_selector"]
+__all__ = ["PreciseEpoll", "new_selector_loop"]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
+_Ts = TypeVarTuple("_Ts")
+_SKIPPED_AT_MOST: Final = 64
+"""Zero waits in a row that may skip their system call (see ``PreciseEpoll``)."""
 
 PreciseEpoll: type[selectors.BaseSelector] | None = None
 
@@ -27,13 +33,15 @@ if hasattr(selectors, "EpollSelector"):
         stock ones, and so is every wait when the epoll descriptor is too high for
         ``select()``.
 
-        One exception, for a selector made by ``loop_selector``: a zero wait (the loop has
+        One exception, in a loop made by ``new_selector_loop``: a zero wait (the loop has
         callbacks ready) while nothing is registered but the loop's own wake-up socket (the
         first descriptor a selector loop registers, as it is made) returns no events without a
-        system call. That socket only wakes a blocked wait, and a zero wait does not block: a
-        callback another thread added is in the loop's ready queue already, and the socket's
-        byte is read by the next wait that does block. A call with hooks makes one such pass of
-        its thread's loop; the system call was about a seventh of it.
+        system call, up to ``_SKIPPED_AT_MOST`` times in a row. That socket only wakes a
+        blocked wait, and a zero wait does not block: a callback another thread added is in the
+        loop's ready queue already, and the socket's bytes are read by the next wait that makes
+        the call. Once the loop has a signal handler the socket carries signals too, and every
+        wait makes the call. A call with hooks makes one such pass of its thread's loop; the
+        system call was about a seventh of it.
         """
 
         def __init__(self, *, first_wakes: bool = False) -> None:
@@ -44,6 +52,12 @@ if hasattr(selectors, "EpollSelector"):
             self._first_wakes = first_wakes
             self._wake_fd: int | None = None
             self._only_wake = False  # nothing is registered but ``_wake_fd``
+            self._skipped = 0  # zero waits in a row that made no system call
+
+        def carries_signals(self) -> None:
+            """The wake-up socket carries signals from now on: every wait looks at it."""
+            self._wake_fd = None
+            self._only_wake = False
 
         def _note_keys(self) -> None:
             keys = self.get_map()
@@ -64,7 +78,10 @@ if hasattr(selectors, "EpollSelector"):
 
         def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
             if self._only_wake and timeout is not None and timeout <= 0:
-                return []
+                self._skipped += 1
+                if self._skipped < _SKIPPED_AT_MOST:
+                    return []
+                self._skipped = 0
             if timeout is not None and timeout > 0 and self._precise:
                 try:
                     select.select((self._epoll_fd,), (), (), timeout)
@@ -73,12 +90,26 @@ if hasattr(selectors, "EpollSelector"):
                 timeout = 0
             return super().select(timeout)
 
+    class _PreciseLoop(asyncio.SelectorEventLoop):
+        """A selector loop over a ``_PreciseEpoll`` that knows when the loop's wake-up socket
+        starts carrying signals."""
+
+        def __init__(self) -> None:
+            self._wake_selector = _PreciseEpoll(first_wakes=True)
+            super().__init__(self._wake_selector)
+
+        def add_signal_handler(
+            self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts
+        ) -> None:
+            self._wake_selector.carries_signals()
+            super().add_signal_handler(sig, callback, *args)
+
     PreciseEpoll = _PreciseEpoll
 
 
-def loop_selector() -> selectors.BaseSelector | None:
-    """A ``PreciseEpoll`` for a new selector event loop, which registers its own wake-up socket
-    first (see the class docstring); None where the platform has no ``epoll``."""
+def new_selector_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop over a ``PreciseEpoll`` (see the class docstring); the platform's
+    default loop where there is no ``epoll``."""
     if PreciseEpoll is None:
-        return None
-    return _PreciseEpoll(first_wakes=True)
+        return asyncio.new_event_loop()
+    return _PreciseLoop()

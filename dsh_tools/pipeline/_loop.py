@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any, Final, TypeVar
 
-from ._epoll import loop_selector
+from ._epoll import new_selector_loop
 
 __all__ = [
     "STARTS_AT_ONCE",
@@ -304,7 +304,4 @@ def new_pool_loop() -> asyncio.AbstractEventLoop:
     """A new event loop whose timers fire on time (for batches, code runs and each thread's
     private loop): on Linux a selector loop over a precise epoll selector, elsewhere the
     platform's default loop."""
-    selector = loop_selector()
-    if selector is None:
-        return asyncio.new_event_loop()
-    return asyncio.SelectorEventLoop(selector)
+    return new_selector_loop()
