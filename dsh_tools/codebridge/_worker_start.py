@@ -5,8 +5,9 @@ The template (``_template``) imports this module once and calls ``main()`` in ea
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
 tree against ``compute_ms``), no core files. They are the runtime's config, which the template
-passes on (``expect_limits``) and every ``Boot`` repeats: a worker applies them once it has
-rehearsed, before it waits, and again at its boot only if the boot carries others. Under the
+passes on (``expect_limits``) and every ``Boot`` repeats: a worker applies the CPU limit once it
+has rehearsed, before it waits (and again at its boot only if the boot carries another), and the
+memory limit once it has read its boot. Under the
 sandbox ``main`` gets the write end of the namespace init's notice pipe: ``NOTICE_STARTED``
 there once the program has arrived starts the init's measuring.
 
@@ -118,28 +119,34 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     builtins.print = builtins.print
 
 
-_expected_limits: tuple[float, float] | None = None
-"""``(max_memory_mb, compute_ms)`` of every run of this template (``expect_limits``)."""
+_expected_compute_ms: float | None = None
+"""The ``compute_ms`` of every run of this template (``expect_limits``)."""
 
 
-def expect_limits(max_memory_mb: float, compute_ms: float) -> None:
-    """Tell the workers of this template the limits their runs' ``Boot`` frames will carry (the
-    runtime's config): a worker applies them before it waits, off its run's path, and again at
-    its boot only if the boot's differ."""
-    global _expected_limits
-    _expected_limits = (max_memory_mb, compute_ms)
+def expect_limits(compute_ms: float) -> None:
+    """Tell the workers of this template the ``compute_ms`` their runs' ``Boot`` frames will
+    carry (the runtime's config). A worker applies the CPU limit before it waits, off its run's
+    path, and again at its boot only if the boot's differs; the memory limit waits for the
+    boot, so that reading a large one is not charged to the run."""
+    global _expected_compute_ms
+    _expected_compute_ms = compute_ms
 
 
-def _apply_limits(max_memory_mb: float, compute_ms: float) -> None:
-    limits: list[tuple[int, tuple[int, int]]] = [(resource.RLIMIT_CORE, (0, 0))]
-    memory = int(max_memory_mb * 1024 * 1024)
-    if memory > 0:
-        limits.append((resource.RLIMIT_AS, (memory, memory)))
+def _apply_cpu_limits(compute_ms: float) -> None:
     seconds = math.ceil(compute_ms / 1000) + 1
-    limits.append((resource.RLIMIT_CPU, (seconds, seconds + 1)))
-    for which, value in limits:
+    for which, value in (
+        (resource.RLIMIT_CORE, (0, 0)),
+        (resource.RLIMIT_CPU, (seconds, seconds + 1)),
+    ):
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(which, value)
+
+
+def _apply_memory_limit(max_memory_mb: float) -> None:
+    memory = int(max_memory_mb * 1024 * 1024)
+    if memory > 0:
+        with contextlib.suppress(OSError, ValueError):  # best effort
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
 
 def main(notice: int | None = None) -> NoReturn:
@@ -148,12 +155,13 @@ def main(notice: int | None = None) -> NoReturn:
     try:
         loop = asyncio.new_event_loop()
         _rehearse(loop)
-        applied = _expected_limits
-        if applied is not None:
-            _apply_limits(*applied)
+        expected = _expected_compute_ms
+        if expected is not None:
+            _apply_cpu_limits(expected)
         boot = read_boot()
-        if (boot.max_memory_mb, boot.compute_ms) != applied:
-            _apply_limits(boot.max_memory_mb, boot.compute_ms)
+        if boot.compute_ms != expected:
+            _apply_cpu_limits(boot.compute_ms)
+        _apply_memory_limit(boot.max_memory_mb)
         os.set_inheritable(CHANNEL_IN, False)
         os.set_inheritable(CHANNEL_OUT, False)
         worker = Worker(boot)
