@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import gc
 import os
@@ -130,6 +131,16 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
         created.close()
 
 
+@contextlib.contextmanager
+def socket_pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    reader, writer = socket.socketpair()
+    try:
+        yield reader, writer
+    finally:
+        reader.close()
+        writer.close()
+
+
 def test_timers_fire_in_due_order_and_never_early(loop: asyncio.AbstractEventLoop) -> None:
     fired: list[tuple[str, float, float]] = []
 
@@ -164,9 +175,8 @@ def test_a_thread_wakes_the_loop_during_a_long_timed_wait(
 def test_a_readable_descriptor_wakes_the_loop_during_a_long_timed_wait(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    reader, writer = socket.socketpair()
     received: list[bytes] = []
-    try:
+    with socket_pair() as (reader, writer):
         loop.call_later(3600, loop.stop)
 
         def on_readable() -> None:
@@ -177,9 +187,6 @@ def test_a_readable_descriptor_wakes_the_loop_during_a_long_timed_wait(
         loop.call_later(0.001, writer.send, b"ping")
         loop.run_forever()
         loop.remove_reader(reader.fileno())
-    finally:
-        reader.close()
-        writer.close()
     assert received == [b"ping"]
 
 
@@ -188,18 +195,14 @@ def test_a_pass_with_callbacks_ready_still_sees_a_readable_descriptor(
 ) -> None:
     # A zero wait skips its system call only while nothing but the loop's own wake-up socket
     # is registered: a descriptor of the caller's is always looked at.
-    reader, writer = socket.socketpair()
     received: list[bytes] = []
-    try:
+    with socket_pair() as (reader, writer):
         loop.add_reader(reader.fileno(), lambda: received.append(reader.recv(16)))
         writer.send(b"ping")
         loop.call_soon(lambda: None)  # a callback ready: the pass does not block
         loop.stop()
         loop.run_forever()
         loop.remove_reader(reader.fileno())
-    finally:
-        reader.close()
-        writer.close()
     assert received == [b"ping"]
 
 
