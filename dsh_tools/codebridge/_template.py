@@ -240,7 +240,7 @@ def main() -> None:
     settings = _read_settings(control)
     worker = _load_worker()
     with contextlib.suppress(KeyError, TypeError, ValueError):
-        worker.expect_limits(float(settings["compute_ms"]))
+        worker.expect_compute_ms(float(settings["compute_ms"]))
     plan: Any = None
     if settings.get("isolation") == "sandbox":
         plan = importlib.import_module(_PACKAGE + "._sandbox").SandboxPlan(settings)

@@ -362,7 +362,7 @@ def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
     return module, scope.pop(FUNCTION_NAME)
 
 
-def run_program(worker: Worker, loop: asyncio.AbstractEventLoop | None) -> NoReturn:
+def run_program(worker: Worker, loop: asyncio.AbstractEventLoop) -> NoReturn:
     module, function = load_program(worker)
     program_code: types.CodeType = function.__code__
     sys.modules["__main__"] = module
@@ -371,8 +371,6 @@ def run_program(worker: Worker, loop: asyncio.AbstractEventLoop | None) -> NoRet
     sys.stderr = worker.stderr
     builtins.print = worker.print
 
-    if loop is None:
-        loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     worker.loop = loop
     os.set_blocking(CHANNEL_IN, False)

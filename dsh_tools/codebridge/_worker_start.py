@@ -5,11 +5,11 @@ The template (``_template``) imports this module once and calls ``main()`` in ea
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
 tree against ``compute_ms``), no core files. They are the runtime's config, which the template
-passes on (``expect_limits``) and every ``Boot`` repeats: a worker applies the CPU limit once it
-has rehearsed, before it waits (and again at its boot only if the boot carries another), and the
-memory limit once it has read its boot. Under the
-sandbox ``main`` gets the write end of the namespace init's notice pipe: ``NOTICE_STARTED``
-there once the program has arrived starts the init's measuring.
+passes on (``expect_compute_ms``) and every ``Boot`` repeats: a worker applies the CPU limit
+once it has rehearsed, before it waits (and again at its boot only if the boot carries
+another), and the memory limit once it has read its boot. Under the sandbox ``main`` gets the
+write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program has
+arrived starts the init's measuring.
 
 This module imports only the standard library, ``msgspec`` (through its sibling wire modules),
 ``_worker`` and the sandbox init's notice byte.
@@ -53,7 +53,7 @@ from ._worker import (
     run_program,
 )
 
-__all__ = ["expect_limits", "main"]
+__all__ = ["expect_compute_ms", "main"]
 
 _os_write = os.write
 _os_exit = os._exit
@@ -120,10 +120,10 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
 
 
 _expected_compute_ms: float | None = None
-"""The ``compute_ms`` of every run of this template (``expect_limits``)."""
+"""The ``compute_ms`` of every run of this template (``expect_compute_ms``)."""
 
 
-def expect_limits(compute_ms: float) -> None:
+def expect_compute_ms(compute_ms: float) -> None:
     """Tell the workers of this template the ``compute_ms`` their runs' ``Boot`` frames will
     carry (the runtime's config). A worker applies the CPU limit before it waits, off its run's
     path, and again at its boot only if the boot's differs; the memory limit waits for the

@@ -180,7 +180,9 @@ class DispatchStages(PipelineCore):
         signal = object.__getattribute__(ctx, "_signal")  # not ctx.signal: the body reads that
         if entry.is_async:
             if own_task:
-                return await self._run_in_this_task(rec, execute(rec.arguments, ctx), signal)
+                return await self._run_task(
+                    rec, execute(rec.arguments, ctx), signal, this_task=True
+                )
             return await self._run_task(rec, execute(rec.arguments, ctx), signal)
         if inline:
             value = execute(rec.arguments, ctx)
@@ -191,56 +193,27 @@ class DispatchStages(PipelineCore):
         return value
 
     async def _run_task(
-        self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
+        self,
+        rec: CallRecord,
+        coro: Coroutine[Any, Any, Any],
+        signal: AbortSignal,
+        *,
+        this_task: bool = False,
     ) -> Any:
         """Run an async body as its own task from its first step (in a copy of the context;
-        started at once where asyncio can, see ``new_task``) and await it to the end. The task
-        is cancelled when ``signal`` aborts or the pipeline interrupts the call; a cancellation
-        of the awaiting task reaches it the same way. A body that ends by such a cancellation
-        raises ``BodyCancelled``; one that raised ``CancelledError`` of its own accord raises
-        it (a tool failure)."""
-        loop = await event_loop()  # the body's task needs one
-        settled: asyncio.Future[None] = loop.create_future()
-        task = new_task(loop, _capture(coro, settled), contextvars.copy_context())
-        if task.done():  # an eager task (Python 3.12+) whose body never waited
-            ok, value = task.result()
-            del task
+        started at once where asyncio can, see ``new_task``) and return what it returns. The
+        task is cancelled when ``signal`` aborts or the pipeline interrupts the call; a
+        cancellation of the awaiting task reaches it the same way. A body that ends by such a
+        cancellation raises ``BodyCancelled``; one that raised ``CancelledError`` of its own
+        accord raises it (a tool failure).
+
+        ``this_task``: the awaiting task does nothing but this call's dispatch, so it is the
+        body's task (``_in_this_task``); otherwise the body gets a task of its own
+        (``_in_own_task``)."""
+        if this_task:
+            ok, value = await self._in_this_task(rec, coro, signal)
         else:
-            # A body cancelled before its first step never settles ``settled`` itself.
-            task.add_done_callback(partial(_wake, settled))
-            rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
-            remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
-            if rec.stop_reason is not None:
-                # Interrupted while the call was on its way here (from a pool's worker thread):
-                # cancelled once the task has taken its first step, as interrupt() would, so
-                # that the body sees the cancellation where it waits.
-                cancel_soon(rec, task)
-            try:
-                waiter = settled
-                while True:
-                    try:
-                        # Not the task itself: a cancellation of the awaiting task interrupts
-                        # the call (aborting the signal the pipeline owns, cancelling the body
-                        # by the rule of cancel_body) instead of reaching the body unannounced.
-                        # The body's last step settles the waiter, which wakes this task one
-                        # pass of the loop sooner than the task's done callbacks would.
-                        await waiter
-                    except asyncio.CancelledError:
-                        if not task.done():
-                            if not self._check_outer(rec):
-                                cancel_body(rec, task)
-                            waiter = loop.create_future()
-                            task.add_done_callback(partial(_wake, waiter))
-                            continue
-                    break
-                if task.cancelled():  # cancelled before its first step: the body never saw it
-                    ok, value = False, asyncio.CancelledError()
-                else:
-                    ok, value = task.result()
-            finally:
-                remove()
-                rec.body_task = None
-                del remove, task  # see below: no name of this frame may lead to a failure
+            ok, value = await self._in_own_task(rec, coro, signal)
         self._check_outer(rec)
         if ok:
             return value
@@ -251,31 +224,69 @@ class DispatchStages(PipelineCore):
             # holds no cycle, and reference counting frees the failed call at once.
             value = None
 
-    async def _run_in_this_task(
+    async def _in_own_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
-    ) -> Any:
-        """``_run_task`` for a coroutine whose task does nothing but this call's dispatch: the
-        body runs right here, in a copy of the context, and this task is the body's task (what
-        ``asyncio.current_task()``, ``asyncio.timeout()`` and ``TaskGroup`` find from its first
-        line). An abort cancels this task, which reaches the body where it waits; nothing after
-        the body awaits, so the cancellation ends with it. One task per call instead of two,
-        and no pass of the loop between the body's end and its call's settlement."""
+    ) -> tuple[bool, Any]:
+        """``_run_task``'s body in a task of its own: ``(True, value)`` or ``(False, error)``."""
+        loop = await event_loop()  # the body's task needs one
+        settled: asyncio.Future[None] = loop.create_future()
+        task = new_task(loop, _capture(coro, settled), contextvars.copy_context())
+        if task.done():  # an eager task (Python 3.12+) whose body never waited
+            outcome: tuple[bool, Any] = task.result()
+            del task
+            return outcome
+        # A body cancelled before its first step never settles ``settled`` itself.
+        task.add_done_callback(partial(_wake, settled))
+        remove = _watch_body(rec, task, loop, signal)
+        try:
+            waiter = settled
+            while True:
+                try:
+                    # Not the task itself: a cancellation of the awaiting task interrupts the
+                    # call (aborting the signal the pipeline owns, cancelling the body by the
+                    # rule of cancel_body) instead of reaching the body unannounced. The body's
+                    # last step settles the waiter, which wakes this task one pass of the loop
+                    # sooner than the task's done callbacks would.
+                    await waiter
+                except asyncio.CancelledError:
+                    if not task.done():
+                        if not self._check_outer(rec):
+                            cancel_body(rec, task)
+                        waiter = loop.create_future()
+                        task.add_done_callback(partial(_wake, waiter))
+                        continue
+                break
+            if task.cancelled():  # cancelled before its first step: the body never saw it
+                return False, asyncio.CancelledError()
+            outcome = task.result()
+            return outcome
+        finally:
+            remove()
+            rec.body_task = None
+            del remove, task  # no name of this frame may lead to a failure
+
+    async def _in_this_task(
+        self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
+    ) -> tuple[bool, Any]:
+        """``_run_task``'s body in the awaiting task, whose task does nothing but this call's
+        dispatch: the body runs right here, in a copy of the context, and this task is the
+        body's task (what ``asyncio.current_task()``, ``asyncio.timeout()`` and ``TaskGroup``
+        find from its first line). An abort cancels this task, which reaches the body where it
+        waits; nothing after the body awaits, so the cancellation ends with it. One task per
+        call instead of two, and no pass of the loop between the body's end and its call's
+        settlement."""
         task = asyncio.current_task()
         assert task is not None
-        loop = task.get_loop()
-        rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
-        remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
-        if rec.stop_reason is not None:
-            cancel_soon(rec, task)  # interrupted on its way here: as interrupt() would
+        remove = _watch_body(rec, task, task.get_loop(), signal)
+        outcome: tuple[bool, Any]
         try:
-            value = await in_context(coro, contextvars.copy_context())
-            ok = True
+            outcome = True, await in_context(coro, contextvars.copy_context())
         except GeneratorExit as exc:
             if _closing(task):  # this coroutine is being closed, not the body raising
                 raise
-            ok, value = False, exc
+            outcome = False, exc
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
-            ok, value = False, exc
+            outcome = False, exc
         finally:
             remove()
             rec.body_task = None
@@ -283,13 +294,10 @@ class DispatchStages(PipelineCore):
         if rec.cancel_sent:
             task.uncancel()  # the pipeline's own cancellation ends here, however the body took it
         del task
-        self._check_outer(rec)
-        if ok:
-            return value
         try:
-            _raise_body_failure(rec, value)
+            return outcome
         finally:
-            value = None  # the traceback keeps this frame: no cycle through the failure
+            del outcome  # a failure's traceback keeps this frame: no cycle through the failure
 
     async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
@@ -349,6 +357,20 @@ async def _capture(
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
     return True, value
+
+
+def _watch_body(
+    rec: CallRecord, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop, signal: AbortSignal
+) -> Callable[[], None]:
+    """Make ``task`` the call's body task, cancelled when ``signal`` aborts (return the remover
+    of that callback) or, if the call was interrupted on its way here (from a pool's worker
+    thread), once it has taken its first step, as ``interrupt()`` would: the body then sees the
+    cancellation where it waits."""
+    rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
+    remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
+    if rec.stop_reason is not None:
+        cancel_soon(rec, task)
+    return remove
 
 
 def _raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:

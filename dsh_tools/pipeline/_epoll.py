@@ -1,6 +1,6 @@
 """``PreciseEpoll``: the selector of the loops batches, code runs and calls with hooks run on
 (Linux), whose timed waits end on time; None where the platform has no ``epoll``.
-``new_selector_loop`` makes such a loop."""
+``new_pool_loop`` makes such a loop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import selectors
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple
 
-__all__ = ["PreciseEpoll", "new_selector_loop"]
+__all__ = ["PreciseEpoll", "new_pool_loop"]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
 _Ts = TypeVarTuple("_Ts")
@@ -33,41 +33,35 @@ if hasattr(selectors, "EpollSelector"):
         stock ones, and so is every wait when the epoll descriptor is too high for
         ``select()``.
 
-        One exception, in a loop made by ``new_selector_loop``: a zero wait (the loop has
-        callbacks ready) while nothing is registered but the loop's own wake-up socket (the
-        first descriptor a selector loop registers, as it is made) returns no events without a
-        system call, up to ``_SKIPPED_AT_MOST`` times in a row. That socket only wakes a
-        blocked wait, and a zero wait does not block: a callback another thread added is in the
-        loop's ready queue already, and the socket's bytes are read by the next wait that makes
-        the call. Once the loop has a signal handler the socket carries signals too, and every
-        wait makes the call. A call with hooks makes one such pass of its thread's loop; the
-        system call was about a seventh of it.
+        One exception, in a loop made by ``new_pool_loop``: a zero wait (the loop has callbacks
+        ready) while nothing is registered but the loop's own wake-up socket (``wake_fd``)
+        returns no events without a system call, up to ``_SKIPPED_AT_MOST`` times in a row.
+        That socket only wakes a blocked wait, and a zero wait does not block: a callback
+        another thread added is in the loop's ready queue already, and the socket's bytes are
+        read by the next wait that makes the call. Once the loop has a signal handler the
+        socket carries signals too, and every wait makes the call. A call with hooks makes one
+        such pass of its thread's loop; the system call was about a seventh of it.
         """
 
-        def __init__(self, *, first_wakes: bool = False) -> None:
-            """``first_wakes``: the first descriptor registered only wakes a blocked wait."""
+        def __init__(self) -> None:
             super().__init__()
             self._epoll_fd = self.fileno()
             self._precise = self._epoll_fd < _FD_SETSIZE
-            self._first_wakes = first_wakes
-            self._wake_fd: int | None = None
+            self._wake_fd: int | None = None  # the descriptor that only wakes a blocked wait
             self._only_wake = False  # nothing is registered but ``_wake_fd``
             self._skipped = 0  # zero waits in a row that made no system call
 
-        def carries_signals(self) -> None:
-            """The wake-up socket carries signals from now on: every wait looks at it."""
-            self._wake_fd = None
-            self._only_wake = False
+        def wake_fd(self, fd: int | None) -> None:
+            """Name the loop's wake-up socket (None once it carries signals too)."""
+            self._wake_fd = fd
+            self._note_keys()
 
         def _note_keys(self) -> None:
-            keys = self.get_map()
-            self._only_wake = len(keys) == 1 and self._wake_fd in {k.fd for k in keys.values()}
+            keys = list(self.get_map().values())
+            self._only_wake = len(keys) == 1 and keys[0].fd == self._wake_fd
 
         def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
             key = super().register(fileobj, events, data)
-            if self._first_wakes:
-                self._first_wakes = False
-                self._wake_fd = key.fd
             self._note_keys()
             return key
 
@@ -91,25 +85,29 @@ if hasattr(selectors, "EpollSelector"):
             return super().select(timeout)
 
     class _PreciseLoop(asyncio.SelectorEventLoop):
-        """A selector loop over a ``_PreciseEpoll`` that knows when the loop's wake-up socket
-        starts carrying signals."""
+        """A selector loop over a ``_PreciseEpoll`` that tells it which descriptor is its
+        wake-up socket, and when that socket starts carrying signals."""
 
         def __init__(self) -> None:
-            self._wake_selector = _PreciseEpoll(first_wakes=True)
-            super().__init__(self._wake_selector)
+            self._precise_selector = _PreciseEpoll()
+            super().__init__(self._precise_selector)
+            # All the loop has registered as it is made is its own wake-up socket.
+            (wake,) = self._precise_selector.get_map().values()
+            self._precise_selector.wake_fd(wake.fd)
 
         def add_signal_handler(
             self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts
         ) -> None:
-            self._wake_selector.carries_signals()
+            self._precise_selector.wake_fd(None)
             super().add_signal_handler(sig, callback, *args)
 
     PreciseEpoll = _PreciseEpoll
 
 
-def new_selector_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop over a ``PreciseEpoll`` (see the class docstring); the platform's
-    default loop where there is no ``epoll``."""
+def new_pool_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop whose timers fire on time (for batches, code runs and each thread's
+    private loop): on Linux a selector loop over a ``PreciseEpoll`` (see the class docstring),
+    elsewhere the platform's default loop."""
     if PreciseEpoll is None:
         return asyncio.new_event_loop()
     return _PreciseLoop()

@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Coroutine, Generator
 from typing import Any, Final, TypeVar
 
-from ._epoll import new_selector_loop
+from ._epoll import new_pool_loop
 
 __all__ = [
     "STARTS_AT_ONCE",
@@ -295,13 +295,3 @@ def in_context(
         except BaseException as exc:
             send, arg = coro.throw, exc
         yielded = None
-
-
-# --- the loop batches run on -------------------------------------------------------------------
-
-
-def new_pool_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop whose timers fire on time (for batches, code runs and each thread's
-    private loop): on Linux a selector loop over a precise epoll selector, elsewhere the
-    platform's default loop."""
-    return new_selector_loop()

@@ -160,9 +160,6 @@ class SharedMailboxActor(LoopActor):
                 return True
             self._mailbox.append(message)
             self._drainer = here
-            if here == _LOOP and self._starting is not None and self._wait_for_starts:
-                self._parked = True
-                return True
         self._run_drain()
         return True
 
