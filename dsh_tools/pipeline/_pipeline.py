@@ -93,7 +93,9 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 if outer is not None:
                     self._check_outer(rec)
             if stage.kind == DISPATCH:
-                stage = await self.dispatch(rec, inline=inline, looped=looped)
+                # Under ``drive`` this coroutine is its task's whole work: an async body runs
+                # right in that task (no task of its own, no loop pass to start or settle it).
+                stage = await self.dispatch(rec, inline=inline, looped=looped, own_task=driven)
                 if outer is not None:
                     self._check_outer(rec)
             result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
