@@ -132,14 +132,6 @@ class CodeRunBridgeActor:
         self._finished = loop.create_future()
         self._loop = loop
         self._handoff = LoopHandoff(loop)
-        self._pool = DispatcherPoolActor(
-            self._pipeline,
-            loop=loop,
-            signal=self._controller.signal,
-            max_parallel=self._max_parallel,
-            lane=self,
-            lane_any_thread=True,
-        )
         names = sorted(n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE)
         functions = {name: self._binding(name) for name in names}
         request = CodeRunRequest(
@@ -157,9 +149,10 @@ class CodeRunBridgeActor:
             outcome = await self._runtime.run(request)
         finally:
             self._controller.abort("run_code settled")
-            self._pool.tell(ClosePool())
-            await self._finished
-            self._pool = None  # the pool's lane is this object: reference counting frees both
+            if self._pool is not None:
+                self._pool.tell(ClosePool())
+                await self._finished
+                self._pool = None  # the pool's lane is this object: reference counting frees both
             while self._log_tasks:
                 await asyncio.gather(*list(self._log_tasks), return_exceptions=True)
             unsubscribe()
@@ -205,7 +198,20 @@ class CodeRunBridgeActor:
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None
         self._counter += 1
-        assert self._pool is not None and self._loop is not None
+        assert self._loop is not None
+        pool = self._pool
+        if pool is None:
+            # Made at the first sub-call: a program that calls no tool costs no pool. Calls
+            # come only on the run's loop and only while the run's signal stands, so no call
+            # can make a second pool once the run has closed this one.
+            pool = self._pool = DispatcherPoolActor(
+                self._pipeline,
+                loop=self._loop,
+                signal=self._controller.signal,
+                max_parallel=self._max_parallel,
+                lane=self,
+                lane_any_thread=True,
+            )
         sub = _SubCall(
             name,
             self._counter,
@@ -221,7 +227,7 @@ class CodeRunBridgeActor:
             agent=self._agent,
             parent=self._outer.token,
         )
-        self._pool.tell(SubmitCall(PoolRequest(sub.number - 1, call, sub, frozen=True)))
+        pool.tell(SubmitCall(PoolRequest(sub.number - 1, call, sub, frozen=True)))
         return sub.future
 
     # --- the pool lane -------------------------------------------------------------------------
