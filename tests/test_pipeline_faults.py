@@ -100,6 +100,39 @@ def test_a_stage_raising_cancelled_error_is_a_result_not_a_crash(
         assert text(result) == "Error: user code cancelled"
 
 
+@pytest.mark.parametrize("waits", [False, True], ids=["returns-at-once", "then-waits"])
+@pytest.mark.parametrize("post_hook", [False, True], ids=["no-post-hook", "awaiting-post-hook"])
+def test_a_body_that_cancels_its_own_task_fails_as_the_body_and_never_raises_out_of_execute(
+    system: ToolSystem, waits: bool, post_hook: bool
+) -> None:
+    # The body's task is the body's alone: a cancellation it asks for itself ends the body (a
+    # tool failure), never the call's own steps after it (a post-execute hook's await) nor the
+    # caller of ``execute``.
+    async def cancels_itself(args: Any, ctx: Any) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        if waits:
+            await asyncio.sleep(0)
+        return [{"type": "text", "text": "the body returned"}]
+
+    seen: list[str] = []
+
+    async def post(execution: Any, result: Any, next: Any) -> Any:
+        await asyncio.sleep(0)
+        seen.append("post")
+        return await next()
+
+    system.tools.register(fixture("cancels_itself", cancels_itself))
+    if post_hook:
+        system.tools.on_post_execute(post)
+    result = system.execute(ExecuteCall(call_id="c1", name="cancels_itself", arguments={}))
+    assert result.is_error
+    assert result.to_dict()["error"] == {"message": ""}  # the body's own bare CancelledError
+    assert seen == (["post"] if post_hook else [])
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_raising_stage_on_the_async_path_gives_one_result(system: ToolSystem, stage: str) -> None:
     install_raising(system, stage, RuntimeError(f"{stage} exploded"))

@@ -180,7 +180,6 @@ class DispatchStages(PipelineCore):
         signal = object.__getattribute__(ctx, "_signal")  # not ctx.signal: the body reads that
         if entry.is_async:
             if own_task:
-                await event_loop()  # a driven call may not be on its task yet
                 return await self._run_task(
                     rec, execute(rec.arguments, ctx), signal, this_task=True
                 )

@@ -93,9 +93,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 if outer is not None:
                     self._check_outer(rec)
             if stage.kind == DISPATCH:
-                # Under ``drive`` this coroutine is its task's whole work: an async body runs
-                # right in that task (no task of its own, no loop pass to start or settle it).
-                stage = await self.dispatch(rec, inline=inline, looped=looped, own_task=driven)
+                stage = await self.dispatch(rec, inline=inline, looped=looped)
                 if outer is not None:
                     self._check_outer(rec)
             result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
