@@ -313,6 +313,36 @@ def test_an_async_body_runs_in_its_own_task_from_its_first_line(
     assert all(first is not None and first is last for first, last in tasks), tasks
 
 
+def test_what_an_async_body_schedules_before_it_returns_starts_before_execute_returns(
+    system: ToolSystem,
+) -> None:
+    # The body's own task settles the call a pass of the loop after the body ends, so a task
+    # the body started and a callback it scheduled have taken their first step by then: a
+    # caller may wait for what they signal without a timeout.
+    started = threading.Event()
+    seen: list[str] = []
+
+    async def child() -> None:
+        seen.append("child")
+        started.set()
+
+    async def starts_work(args: Any, ctx: Any) -> Any:
+        background = asyncio.create_task(child())
+        asyncio.get_running_loop().call_soon(seen.append, "callback")
+        if args.get("suspend"):
+            await asyncio.sleep(0)
+        del background
+        return [{"type": "text", "text": "returned"}]
+
+    system.tools.register(fixture("starts_work", starts_work, parameters={"suspend": "boolean"}))
+    for suspend in (False, True):
+        seen.clear()
+        started.clear()
+        result = system.execute(call("starts_work", {"suspend": suspend}))
+        assert result.content[0]["text"] == "returned"
+        assert started.wait(0) and sorted(seen) == ["callback", "child"]
+
+
 @pytest.mark.parametrize("stage", ["pre", "wrapper", "post"])
 def test_a_hook_in_a_batch_runs_in_its_own_task_from_its_first_line(
     system: ToolSystem, stage: str
