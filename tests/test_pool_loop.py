@@ -10,6 +10,7 @@ import gc
 import os
 import signal
 import socket
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -367,6 +368,42 @@ def test_a_hook_in_a_batch_runs_in_its_own_task_from_its_first_line(
     outcome = system.execute_batch(batch("c1", "c2", "c3"))
     assert [r.content[0]["text"] for r in outcome.results] == ["ran:x"] * 3
     assert sorted(timed_out) == ["c1", "c2", "c3"]
+
+
+@pytest.mark.parametrize("stage", ["pre", "wrapper", "post"])
+@pytest.mark.parametrize("entry", ["execute", "execute_async", "batch"])
+def test_a_hook_that_handled_a_timeout_handles_nothing_after_it(
+    system: ToolSystem, stage: str, entry: str
+) -> None:
+    # As in a task of its own: once the hook's own handler is done, no exception is being
+    # handled, and what it raises next carries no context from the cancellation.
+    after: list[tuple[Any, Any]] = []
+
+    async def times_out(exec: Any, *rest: Any) -> Any:
+        try:
+            async with asyncio.timeout(0.01):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            pass
+        handled = sys.exc_info()[0]
+        try:
+            raise ValueError("next")
+        except ValueError as raised:
+            after.append((handled, raised.__context__))
+        return await rest[-1]()
+
+    system.tools.register(fixture("x", is_concurrency_safe=safe))
+    {"pre": system.tools.on_pre_execute, "wrapper": system.tools.on_execute}.get(
+        stage, system.tools.on_post_execute
+    )(times_out)
+    if entry == "execute":
+        results = [system.execute(call("x"))]
+    elif entry == "execute_async":
+        results = [arun(asyncio.wait_for(system.execute_async(call("x")), WAIT))]
+    else:
+        results = list(system.execute_batch(batch("c1", "c2")).results)
+    assert [r.content[0]["text"] for r in results] == ["ran:x"] * len(results)
+    assert after == [(None, None)] * len(results)
 
 
 def test_what_a_wrapper_sets_in_its_context_never_reaches_the_next_call(

@@ -219,23 +219,32 @@ def _carry_on_then_stop(
 @types.coroutine
 def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
     """Drive a coroutine that has already yielded ``first`` (to its task, unchanged); return
-    what it returns. Cancellation and other throws go to the coroutine."""
+    what it returns. Cancellation and other throws go to the coroutine, from outside the
+    handler that caught them: thrown from inside it, the coroutine would see that exception as
+    the one being handled once it has handled it itself (``sys.exc_info()``, and the context
+    of what it raises next), as it never would in a task of its own."""
+    step: Any = coro.send
+    arg: Any = None
     yielded = first
     while True:
+        # What was thrown in carries a traceback that holds this frame: once it is passed on,
+        # nothing here may keep it, or the call waits for the cyclic collector.
         try:
-            sent = yield yielded
+            arg = yield yielded
+            step = coro.send
         except BaseException as exc:
-            try:
-                yielded = coro.throw(exc)
-            except StopIteration as done:
-                value: _T = done.value
-                return value
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as done:
-                value = done.value
-                return value
+            step, arg = coro.throw, exc
+        yielded = None
+        try:
+            yielded = step(arg)
+        except StopIteration as done:
+            step = arg = None
+            value: _T = done.value
+            return value
+        except BaseException:
+            step = arg = None
+            raise
+        arg = None
 
 
 STARTS_AT_ONCE: Final = sys.version_info >= (3, 12)
