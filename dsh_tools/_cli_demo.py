@@ -18,7 +18,7 @@ from ._cli_output import content_text, indent
 from ._system import ToolSystem
 from .actors import AbortSignal, Ask, ExecuteBatch, ExecuteCall, ToolCall
 from .actors._config import ToolsConfig
-from .codebridge._seam import DEFAULT
+from .codebridge._seam import DEFAULT, DefaultRuntime
 from .pipeline import timeout_policy
 from .pipeline._approval import ApprovalOutcome
 
@@ -75,7 +75,7 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
         _demo_workspace(root)
         mode = "both" if code_mode else "native"
         config = ToolsConfig(mode=mode, max_parallel_tool_calls=4)
-        runtime: Any = DEFAULT if code_mode else None
+        runtime: DefaultRuntime | None = DEFAULT if code_mode else None
         decided_by: dict[str, str] = {}
         with ToolSystem.start(
             config, approval=_ScriptedApproval(out, decided_by), code_runtime=runtime

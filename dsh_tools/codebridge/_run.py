@@ -24,9 +24,10 @@ Rooms: this module is the run's settlement (timers, abort, the first outcome, fi
 import asyncio
 import concurrent.futures
 import contextlib
+from collections.abc import Callable
 from typing import Any, Final
 
-from ..actors import NEVER_ABORTED, FrozenDict, FrozenList, format_ms
+from ..actors import NEVER_ABORTED, AbortSignal, FrozenDict, FrozenList, format_ms
 from ._frame_screen import FrameRejected
 from ._frames import Call, Done, Log, OutputLimit
 from ._ledger import OutputLedger
@@ -69,7 +70,7 @@ class CodeRun(RunProcess):
         self._max_wall_ms = config.max_wall_ms
         self.future: asyncio.Future[CodeRunResult] = loop.create_future()
         self.finished = concurrent.futures.Future[None]()
-        self._remove_signal: Any = None
+        self._remove_signal: Callable[[], None] | None = None
         self._wall: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
         self._grace_over = False
@@ -86,7 +87,7 @@ class CodeRun(RunProcess):
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def start(self, signal_: Any) -> None:
+    def start(self, signal_: AbortSignal) -> None:
         """Spawn the worker and start watching it."""
         self._spawn()
         if self._done or self._outcome is not None:

@@ -9,12 +9,17 @@ see read-only views of it: ``ToolExecution`` (pre/post hooks, guards, finalizers
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..actors import AbortSignal, ExecutionToken
+from ..actors import AbortController, AbortSignal, ExecutionToken, ToolExecutionResult
 from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
+
+if TYPE_CHECKING:  # the snapshot's types, for annotations only
+    from ._snapshot import SnapshotCell, ToolEntry
 
 __all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
 
@@ -76,24 +81,26 @@ class CallRecord:
         self.body_invoked = False
         self.deferred: list[Any] | None = None
         self.contexts_closed = False
-        self.finalizer: Any = None
-        self.entry: Any = None
-        self.canonical: list[Any] = []
+        # The tool's ``finalize_content`` (``types.ContentFinalizer``), captured at the start
+        self.finalizer: Callable[[ToolExecution, ToolExecutionResult], Any] | None = None
+        self.entry: ToolEntry | None = None
+        self.canonical: list[ToolExecutionResult] = []
         self.sealed = False
         self.dispatch_signal: AbortSignal = signal
         self.exec_view: ToolExecution | None = None
-        self.cell: Any = None  # the snapshot cell, for wrappers that look up the definition
+        self.cell: SnapshotCell | None = None  # for wrappers that look up the definition
         # Cancellation and fault bookkeeping (see Pipeline.interrupt and Pipeline._fault).
         self.stage = "prepare"  # which user code runs now, for fault logs
         self.stop_reason: Any = None  # set when the pipeline itself aborted the call
-        self.own: Any = None  # an AbortController the pipeline owns for this call's signal
-        self.body_task: Any = None  # the async body's task while it runs
-        self.approval_task: Any = None  # the approver's task while it is awaited
-        self.body_loop: Any = None
+        self.own: AbortController | None = None  # the pipeline's own, for this call's signal
+        self.body_task: asyncio.Task[Any] | None = None  # the async body's task while it runs
+        self.approval_task: asyncio.Future[Any] | None = None  # the approver's, while awaited
+        self.body_loop: asyncio.AbstractEventLoop | None = None
         self.body_signal: AbortSignal | None = None
         self.signal_read = False  # the body asked its context for its signal
         self.cancel_sent = False  # the pipeline cancelled the body's task
-        self.outer: Any = None  # the awaiting task (execute_async), whose cancellation counts
+        # The awaiting task (execute_async), whose cancellation counts
+        self.outer: asyncio.Task[Any] | None = None
         self.cancel_base = 0
         self.outer_cancelled = False
         self.inline = False  # running on the caller's own thread (blocking execute)
