@@ -44,6 +44,7 @@ import structlog
 from msgspec import UNSET
 
 from ..actors import Accept, FrozenDict, FrozenList, message_of
+from ..registry._handle import ToolsHandle
 
 __all__ = ["SpillPolicy", "SpillSource", "SpillStore", "spill_policy"]
 
@@ -242,7 +243,7 @@ class SpillPolicy:
         """The source of a dispatch-log spill."""
         return SpillSource(tool_name=tool_name, call_id=sub_call_id, label="dispatch")
 
-    def install(self, tools: Any) -> Callable[[], None]:
+    def install(self, tools: ToolsHandle) -> Callable[[], None]:
         """Register both arms on a tools handle (the model-facing one outermost); the returned
         function disposes both."""
         disposers = [
