@@ -321,6 +321,28 @@ def test_w82_syntax_errors_and_yield_fail_before_any_process_starts(
     assert fresh_runtime.template_pid is None  # nothing was spawned
 
 
+@pytest.mark.parametrize(
+    ("program", "named"),
+    [
+        ("x = " + "-" * 100_000 + "1", "MemoryError: the program is nested too deeply to parse"),
+        ("f = " + "lambda: " * 5_000 + "1", "MemoryError: the program is nested too deeply"),
+        ("x = " + "+".join(["1"] * 200_000), "RecursionError: maximum recursion depth exceeded"),
+    ],
+    ids=["unary-minus", "lambdas", "long-sum"],
+)
+def test_a_program_past_the_parsers_limits_fails_naming_the_limit_before_any_process_starts(
+    fresh_runtime: SubprocessCodeRuntime, program: str, named: str
+) -> None:
+    kind, message = failure(run(fresh_runtime, program))
+    assert kind == "exception"
+    assert message.startswith(named)
+    assert fresh_runtime.template_pid is None  # nothing was spawned
+    assert failure(run(fresh_runtime, "x = (")) == (
+        "exception",
+        "  File \"<run_code>\", line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed",
+    )
+
+
 def test_w83_an_uncaught_exception_keeps_earlier_logs(runtime: SubprocessCodeRuntime) -> None:
     result = run(runtime, 'print("before")\nraise ValueError("kaboom")')
     assert result.logs == ["before"]

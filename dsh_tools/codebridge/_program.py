@@ -73,17 +73,27 @@ def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
     return found
 
 
+def _too_deep(error: MemoryError | RecursionError) -> ProgramError:
+    """The parser's or compiler's refusal of a program nested past its limits (CPython raises a
+    bare ``MemoryError`` from the parser, ``RecursionError`` from the compiler)."""
+    text = str(error) or "the program is nested too deeply to parse"
+    return ProgramError(f"{type(error).__name__}: {text}")
+
+
 def compile_program(source: str) -> CodeType:
     """Compile a program body to a module code object defining ``FUNCTION_NAME``.
 
     Raises ``ProgramError`` with the ``SyntaxError`` text (``<run_code>`` filename) when the
-    program does not compile or yields.
+    program does not compile or yields, and naming the limit when it is nested too deeply for
+    the parser or the compiler.
     """
     lines = source.splitlines(keepends=True)
     try:
         tree = ast.parse(source, FILENAME, "exec")
     except (SyntaxError, ValueError) as error:
         raise ProgramError(_format_syntax_error(error, lines)) from None
+    except (MemoryError, RecursionError) as error:
+        raise _too_deep(error) from None
     for node in _own_nodes(tree.body):
         if isinstance(node, ast.Yield | ast.YieldFrom):
             rejected = SyntaxError(
@@ -131,3 +141,5 @@ def compile_program(source: str) -> CodeType:
         return compile(module, FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as error:
         raise ProgramError(_format_syntax_error(error, lines)) from None
+    except (MemoryError, RecursionError) as error:
+        raise _too_deep(error) from None
