@@ -24,6 +24,7 @@ from dsh_tools.codebridge import (
     SubprocessCodeRuntime,
     runtime_config_from,
 )
+from dsh_tools.codebridge._runtime import HOST_COMPILE_LIMIT
 from dsh_tools.codebridge._tokens import tokenize
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
@@ -324,15 +325,16 @@ def test_w82_syntax_errors_and_yield_fail_before_any_process_starts(
 @pytest.mark.parametrize(
     ("program", "named"),
     [
-        ("x = " + "-" * 100_000 + "1", "MemoryError: the program is nested too deeply to parse"),
-        ("f = " + "lambda: " * 5_000 + "1", "MemoryError: the program is nested too deeply"),
-        ("x = " + "+".join(["1"] * 200_000), "RecursionError: maximum recursion depth exceeded"),
+        ("x = " + "-" * 10_000 + "1", "MemoryError: the program is too large or nested too deeply"),
+        ("f = " + "lambda: " * 3_000 + "1", "MemoryError: the program is too large or nested"),
+        ("x = " + "+".join(["1"] * 10_000), "RecursionError: maximum recursion depth exceeded"),
     ],
     ids=["unary-minus", "lambdas", "long-sum"],
 )
 def test_a_program_past_the_parsers_limits_fails_naming_the_limit_before_any_process_starts(
     fresh_runtime: SubprocessCodeRuntime, program: str, named: str
 ) -> None:
+    assert len(program) <= HOST_COMPILE_LIMIT
     kind, message = failure(run(fresh_runtime, program))
     assert kind == "exception"
     assert message.startswith(named)
@@ -340,6 +342,24 @@ def test_a_program_past_the_parsers_limits_fails_naming_the_limit_before_any_pro
     assert failure(run(fresh_runtime, "x = (")) == (
         "exception",
         "  File \"<run_code>\", line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed",
+    )
+
+
+def test_a_program_longer_than_the_host_compiles_is_compiled_by_its_worker(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Parsing costs the host memory and time in proportion to the program, so a long one is
+    # compiled inside its run's limits: it runs as any other, and its syntax error reads the
+    # same, from the worker.
+    body = "x = 1\n" * (HOST_COMPILE_LIMIT // 6 + 1)
+    assert run(runtime, body + "return 3").value == 3
+    assert failure(run(runtime, body + "return (")) == (
+        "exception",
+        f'  File "<run_code>", line {body.count(chr(10)) + 1}\n    return (\n           ^\n'
+        "SyntaxError: '(' was never closed",
+    )
+    assert failure(run(runtime, body + "x = " + "-" * 10_000 + "1"))[1].startswith(
+        "MemoryError: the program is too large or nested too deeply"
     )
 
 

@@ -74,9 +74,10 @@ def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
 
 
 def _too_deep(error: MemoryError | RecursionError) -> ProgramError:
-    """The parser's or compiler's refusal of a program nested past its limits (CPython raises a
-    bare ``MemoryError`` from the parser, ``RecursionError`` from the compiler)."""
-    text = str(error) or "the program is nested too deeply to parse"
+    """The parser's or compiler's refusal of a program past its limits: CPython's parser raises a
+    bare ``MemoryError`` for a program nested too deeply (and so does running out of memory,
+    which in a worker is the run's memory budget), the compiler ``RecursionError``."""
+    text = str(error) or "the program is too large or nested too deeply to compile"
     return ProgramError(f"{type(error).__name__}: {text}")
 
 
