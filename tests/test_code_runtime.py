@@ -24,7 +24,7 @@ from dsh_tools.codebridge import (
     SubprocessCodeRuntime,
     runtime_config_from,
 )
-from dsh_tools.codebridge._runtime import HOST_COMPILE_LIMIT
+from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT
 from dsh_tools.codebridge._tokens import tokenize
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
@@ -334,7 +334,7 @@ def test_w82_syntax_errors_and_yield_fail_before_any_process_starts(
 def test_a_program_past_the_parsers_limits_fails_naming_the_limit_before_any_process_starts(
     fresh_runtime: SubprocessCodeRuntime, program: str, named: str
 ) -> None:
-    assert len(program) <= HOST_COMPILE_LIMIT
+    assert len(program) <= HOST_PARSE_LIMIT
     kind, message = failure(run(fresh_runtime, program))
     assert kind == "exception"
     assert message.startswith(named)
@@ -351,7 +351,7 @@ def test_a_program_longer_than_the_host_compiles_is_compiled_by_its_worker(
     # Parsing costs the host memory and time in proportion to the program, so a long one is
     # compiled inside its run's limits: it runs as any other, and its syntax error reads the
     # same, from the worker.
-    body = "x = 1\n" * (HOST_COMPILE_LIMIT // 6 + 1)
+    body = "x = 1\n" * (HOST_PARSE_LIMIT // 6 + 1)
     assert run(runtime, body + "return 3").value == 3
     assert failure(run(runtime, body + "return (")) == (
         "exception",
@@ -360,6 +360,35 @@ def test_a_program_longer_than_the_host_compiles_is_compiled_by_its_worker(
     )
     assert failure(run(runtime, body + "x = " + "-" * 10_000 + "1"))[1].startswith(
         "MemoryError: the program is too large or nested too deeply"
+    )
+
+
+def test_a_short_program_that_would_cost_the_compiler_gigabytes_costs_only_its_own_run() -> None:
+    # A finally block is emitted twice per nesting level: twenty levels in under a kilobyte
+    # take the compiler seconds and gigabytes. Only the worker compiles, inside the run's
+    # memory budget; the host merely parses.
+    levels = 20
+    bomb = "".join(f"{' ' * i}try:\n{' ' * i} x = 1\n{' ' * i}finally:\n" for i in range(levels))
+    bomb += " " * levels + "x = 1\n"
+    assert len(bomb) < 1024
+    limited = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=20_000, max_memory_mb=256))
+    try:
+        kind, message = failure(run(limited, bomb + "return 1"))
+        assert (kind, message.splitlines()[-1]) == (
+            "exception",
+            "MemoryError: the program is too large or nested too deeply to compile",
+        )
+        assert run(limited, "return 1").value == 1
+    finally:
+        limited.close()
+
+
+def test_an_error_only_the_compiler_finds_fails_from_the_worker_as_a_syntax_error(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    assert failure(run(runtime, "x = 1\nbreak")) == (
+        "exception",
+        "  File \"<run_code>\", line 2\n    break\n    ^^^^^\nSyntaxError: 'break' outside loop",
     )
 
 

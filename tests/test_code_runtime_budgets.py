@@ -34,6 +34,7 @@ from dsh_tools.codebridge._frames import (
     encode_frame,
 )
 from dsh_tools.codebridge._pool import Slot, _alive
+from dsh_tools.codebridge._run_calls import OUT_OF_SEQUENCE_LIMIT
 from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
@@ -404,6 +405,32 @@ def test_w96_hostile_frames_are_ignored_or_answered(runtime: SubprocessCodeRunti
     result = run(runtime, writes_then(forged, "return await tools.real({})"), tools(real=real))
     assert result == CodeRunResult([], value="still-works")
     assert calls == [{}]
+
+
+def test_call_ids_far_out_of_sequence_fail_the_run_before_the_host_remembers_too_many(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The host remembers every id it has answered above the worker's own sequence (1, 2, ...)
+    # so as never to answer one twice; a program forging ids past that sequence would grow
+    # that memory without end, so past OUT_OF_SEQUENCE_LIMIT of them the run fails.
+    program = f"""
+import os, msgspec
+frames = bytearray()
+for i in range({OUT_OF_SEQUENCE_LIMIT + 1}):
+    body = msgspec.msgpack.encode(["Call", 1_000_000 + i, "tools", "nope", [["object", []]]])
+    frames += len(body).to_bytes(8, "big") + body
+    if len(frames) > 1 << 20:
+        os.write(4, frames)
+        frames = bytearray()
+os.write(4, frames)
+await asyncio.sleep(60)
+"""
+    kind, message = failure(run(runtime, program))
+    assert (kind, message) == (
+        "frame-limit",
+        f"the program used more than {OUT_OF_SEQUENCE_LIMIT} binding call ids out of sequence",
+    )
+    assert run(runtime, "return 1").value == 1
 
 
 def test_w96_unknown_bindings_are_answered_with_the_dotted_name(

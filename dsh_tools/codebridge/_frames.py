@@ -74,10 +74,6 @@ class Boot(msgspec.Struct, frozen=True, array_like=True, tag=True):
     max_output_bytes: int
     max_memory_mb: float
     compute_ms: float
-    code: bytes | None = None
-    """The program as the host compiled it (``marshal``; the template runs the host's own
-    interpreter), so the worker loads it instead of compiling the source again; the worker
-    compiles ``program`` when this is absent or does not load."""
 
 
 class Reply(msgspec.Struct, frozen=True, array_like=True, tag=True):

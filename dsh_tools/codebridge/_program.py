@@ -9,8 +9,10 @@ bare ``return`` or falling off the end gives the sentinel, i.e. no result.
 Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
 ``yield`` is rejected.
 
-The host compiles once to reject syntax errors before spawning anything; the worker compiles
-again to run. This module imports only the standard library.
+The host parses a program of up to 32 KiB (``check_program``) to reject syntax errors before it
+starts anything; only the worker compiles it to bytecode, inside its run's limits, and reports
+what only the compiler finds (``break`` outside a loop, say) as the same ``exception``. This
+module imports only the standard library.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ import traceback
 from types import CodeType
 from typing import Final
 
-__all__ = ["ABSENT_NAME", "FILENAME", "FUNCTION_NAME", "ProgramError", "compile_program"]
+__all__ = [
+    "ABSENT_NAME",
+    "FILENAME",
+    "FUNCTION_NAME",
+    "ProgramError",
+    "check_program",
+    "compile_program",
+]
 
 FILENAME: Final = "<run_code>"
 """The filename programs compile under (tracebacks and ``linecache``)."""
@@ -81,6 +90,15 @@ def _too_deep(error: MemoryError | RecursionError) -> ProgramError:
     return ProgramError(f"{type(error).__name__}: {text}")
 
 
+def check_program(source: str) -> None:
+    """Raise ``ProgramError`` when ``source`` does not parse as a program body (what the host
+    checks before it starts anything: the syntax, ``yield``, the parser's limits). Compiling
+    to bytecode is left to the worker, inside its run's limits: a short program can cost the
+    compiler gigabytes (nested ``finally`` blocks are emitted twice per level; a ``match`` with
+    thousands of captures is quadratic)."""
+    _program_module(source, source.splitlines(keepends=True))
+
+
 def compile_program(source: str) -> CodeType:
     """Compile a program body to a module code object defining ``FUNCTION_NAME``.
 
@@ -89,6 +107,17 @@ def compile_program(source: str) -> CodeType:
     the parser or the compiler.
     """
     lines = source.splitlines(keepends=True)
+    module = _program_module(source, lines)
+    try:
+        return compile(module, FILENAME, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as error:
+        raise ProgramError(_format_syntax_error(error, lines)) from None
+    except (MemoryError, RecursionError) as error:
+        raise _too_deep(error) from None
+
+
+def _program_module(source: str, lines: list[str]) -> ast.Module:
+    """The program parsed and wrapped (see the module docstring), not yet compiled."""
     try:
         tree = ast.parse(source, FILENAME, "exec")
     except (SyntaxError, ValueError) as error:
@@ -137,10 +166,4 @@ def compile_program(source: str) -> CodeType:
         end_lineno=last_line,
         end_col_offset=0,
     )
-    module = ast.Module(body=[function], type_ignores=[])
-    try:
-        return compile(module, FILENAME, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as error:
-        raise ProgramError(_format_syntax_error(error, lines)) from None
-    except (MemoryError, RecursionError) as error:
-        raise _too_deep(error) from None
+    return ast.Module(body=[function], type_ignores=[])

@@ -30,6 +30,10 @@ _HOST_DICTS: Final = (dict, FrozenDict)
 _HOST_LISTS: Final = (list, FrozenList)
 _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
 _NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
+OUT_OF_SEQUENCE_LIMIT: Final = 100_000
+"""How many call ids above the lowest unseen one a run may have used. The worker numbers its
+calls 1, 2, 3...; ids out of that sequence come from a program writing its own frames, and each
+one the host remembers (so as never to answer an id twice) costs it memory."""
 
 Track = Callable[["asyncio.Task[None]"], None]
 """Keeps a binding task referenced until it is done."""
@@ -58,6 +62,7 @@ class BindingCalls:
     __slots__ = (
         "_answered",
         "_fail",
+        "_floor",
         "_inflight",
         "_loop",
         "_max_frame_bytes",
@@ -85,7 +90,8 @@ class BindingCalls:
         self._send = send
         self._settled = settled
         self._fail = fail
-        self._answered: set[int] = set()
+        self._floor = 0  # every call id up to this one has been seen
+        self._answered: set[int] = set()  # the ids seen above the floor
         self._inflight = InflightArguments()
 
     def close(self) -> None:
@@ -98,9 +104,20 @@ class BindingCalls:
     def on_call(self, frame: Call) -> None:
         """Start the binding call ``frame`` asks for (or answer it as a failure at once)."""
         call_id = frame.id
-        if call_id in self._answered:
+        if call_id <= self._floor or call_id in self._answered:
+            return  # an id seen before is never answered twice
+        answered = self._answered
+        answered.add(call_id)
+        while self._floor + 1 in answered:
+            self._floor += 1
+            answered.discard(self._floor)
+        if len(answered) > OUT_OF_SEQUENCE_LIMIT:
+            self._fail(
+                "frame-limit",
+                f"the program used more than {OUT_OF_SEQUENCE_LIMIT} binding call ids out of "
+                "sequence",
+            )
             return
-        self._answered.add(call_id)
         functions = self._namespaces.get(frame.global_name)
         function = functions.get(frame.name) if functions is not None else None
         if function is None:

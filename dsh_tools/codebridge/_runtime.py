@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import marshal
 import threading
 from typing import Final
 
@@ -50,7 +49,7 @@ from ._frames import PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_f
 from ._ledger import OutputLedger
 from ._outcome import Outcome, materialize, safe_text
 from ._pool import WorkerPool
-from ._program import ProgramError, compile_program
+from ._program import ProgramError, check_program
 from ._run import CodeRun
 from ._seam import (
     BindingFunction,
@@ -64,12 +63,12 @@ from ._template_host import TemplateHandle, wait_process
 __all__ = ["SubprocessCodeRuntime"]
 
 _PREFORKED: Final = 2
-HOST_COMPILE_LIMIT: Final = 32 * 1024
-"""The longest program (in characters) the host compiles itself, so that its syntax errors fail
+HOST_PARSE_LIMIT: Final = 32 * 1024
+"""The longest program (in characters) the host parses itself, so that its syntax errors fail
 before any process starts. Parsing costs the host about 2 KiB of memory and 10 us per short
-statement (a 6 MB program took 32 s and 2.4 GB), so a longer program is compiled by its worker
-instead, inside the run's limits (memory, CPU, wall ceiling), and its syntax errors come from
-there."""
+statement (a 6 MB program took 32 s and 2.4 GB), so a longer program's syntax errors come from
+its worker, which parses and compiles every program inside the run's limits (memory, CPU, wall
+ceiling): compiling to bytecode can cost gigabytes for a program of a kilobyte."""
 """Idle workers kept spawned (and, under the sandbox, confined) ahead of the runs."""
 
 
@@ -137,10 +136,9 @@ class SubprocessCodeRuntime:
             return materialize(
                 ledger, Outcome(failure=("abort", safe_text(signal_.reason, "aborted")))
             )
-        code = None
-        if len(request.program) <= HOST_COMPILE_LIMIT:
+        if len(request.program) <= HOST_PARSE_LIMIT:
             try:
-                code = compile_program(request.program)
+                check_program(request.program)
             except ProgramError as error:
                 return materialize(ledger, Outcome(failure=("exception", error.message)))
         namespaces: dict[str, dict[str, BindingFunction]] = {}
@@ -163,9 +161,7 @@ class SubprocessCodeRuntime:
             config.max_memory_mb,
             config.compute_ms,
         )
-        boot = encode_frame(Boot(*fields, None if code is None else marshal.dumps(code)))
-        if code is not None and len(boot) - PREFIX_BYTES > config.max_frame_bytes:
-            boot = encode_frame(Boot(*fields))  # the worker compiles the source itself
+        boot = encode_frame(Boot(*fields))
         boot_size = len(boot) - PREFIX_BYTES
         if boot_size > config.max_frame_bytes:
             return materialize(

@@ -4,10 +4,10 @@ The worker process starts in ``_worker_start.main()`` (in a child the template f
 called ``setsid()``, its descriptors are in place (0 = ``/dev/null``, 1 and 2 = the native output
 pipes, 3 = host->worker channel, 4 = worker->host channel; nothing else open) and its
 environment is clear), which reads exactly one ``Boot`` frame (``read_boot``) and hands it here.
-``run_program`` loads the program (the host's compilation, or compiled afresh) and runs it on
-an event loop with these globals: ``tools`` (or whatever each namespace is called), the
-namespaces' error classes, ``asyncio`` and the private no-result sentinel; ``print`` is
-replaced process-wide and ``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done``
+``run_program`` compiles the program (``_program``) and runs it on an event loop with these
+globals: ``tools`` (or whatever each namespace is called), the namespaces' error classes,
+``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
+``sys.stdout``/``sys.stderr`` are capture streams. It sends ``Done``
 as soon as the program settles and exits at once (no asyncio shutdown: whatever is left of the
 run is killed anyway). ``SystemExit`` ends the process with its status and no ``Done``. Under
 the sandbox one byte on the init's notice pipe, once ``Done`` is in the channel, lets the init
@@ -29,7 +29,6 @@ import asyncio
 import builtins
 import contextlib
 import linecache
-import marshal
 import os
 import re
 import sys
@@ -314,18 +313,6 @@ def read_boot() -> Boot:
     return frame
 
 
-def _load_code(data: bytes | None) -> types.CodeType | None:
-    """The host's compilation of the program (loading it keeps a second compile off the run's
-    path), or ``None`` when it is absent or unusable."""
-    if data is None:
-        return None
-    try:
-        code = marshal.loads(data)
-    except Exception:
-        return None
-    return code if type(code) is types.CodeType else None
-
-
 def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
     """The boot's program, defined in a fresh ``__main__`` module with its bindings: that
     module and the program's coroutine function. A program that does not compile finishes the
@@ -334,7 +321,7 @@ def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
     source = boot.program
     linecache.cache[FILENAME] = (len(source), None, source.splitlines(keepends=True), FILENAME)
     try:
-        code = _load_code(boot.code) or compile_program(source)
+        code = compile_program(source)
     except ProgramError as error:
         if not worker.ledger.fits_message(error.message):
             worker.finish(Done(error=DoneError("output-limit", limit_message(worker.ledger.cap))))

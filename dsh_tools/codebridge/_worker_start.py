@@ -21,7 +21,6 @@ import asyncio
 import builtins
 import contextlib
 import linecache
-import marshal
 import math
 import os
 import resource
@@ -38,7 +37,7 @@ from ._frames import (
     Reply,
     encode_frame,
 )
-from ._program import FILENAME, compile_program
+from ._program import FILENAME
 from ._sandbox._init import NOTICE_STARTED
 from ._tokens import tokenize
 from ._worker import (
@@ -68,7 +67,6 @@ _WARM_BOOT: Final = bytes(
             1 << 20,
             1.0,
             1.0,
-            marshal.dumps(compile_program(_WARM_PROGRAM)),
         )
     )
 )
