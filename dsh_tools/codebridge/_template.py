@@ -48,6 +48,7 @@ from typing import Any, NoReturn
 
 _PACKAGE = "_dsh_codebridge_worker"
 _PR_SET_CHILD_SUBREAPER = 36
+_CLEANUP_RETRY_MS = 50  # how often a populated cgroup of a reaped run is retried
 
 
 def _load_worker() -> Any:
@@ -180,7 +181,13 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
     control_fd = control.fileno()
     running = True
     while running:
-        for fd, _events in poller.poll():
+        # While a reaped run's cgroups are still populated (the kernel detaches its killed
+        # processes a moment later), wake up to retry their removal even if nothing comes.
+        retrying = plan is not None and plan.cleanup_pending
+        ready = poller.poll(_CLEANUP_RETRY_MS if retrying else None)
+        if not ready and plan is not None:
+            plan.retry_cleanup()
+        for fd, _events in ready:
             if fd == wake_r:
                 try:
                     while os.read(wake_r, 512):

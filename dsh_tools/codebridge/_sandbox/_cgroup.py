@@ -263,11 +263,22 @@ class CgroupPlan:
     def ended(self, pid: int) -> None:
         """The template reaped ``pid``: remove its run's cgroups (and retry earlier ones)."""
         run = self._pending.pop(pid, None)
+        self.retry()
+        if run is not None:
+            self._remove(run.name)
+
+    @property
+    def unremoved(self) -> bool:
+        """Whether a reaped run's cgroups could not be removed yet (still populated)."""
+        return bool(self._unremoved)
+
+    def retry(self) -> None:
+        """Try again to remove the cgroups that were still populated: the kernel detaches a
+        killed run's last processes a little after its init is reaped, and no later reap may
+        come to retry them (an idle pool)."""
         retry, self._unremoved = self._unremoved, []
         for name in retry:
             self._remove(name)
-        if run is not None:
-            self._remove(run.name)
 
     def _remove(self, name: str) -> None:
         for parent in self._parents:

@@ -235,6 +235,15 @@ class SandboxPlan:
         """The template reaped the run's child ``pid``: its cgroups can go."""
         self._cgroups.ended(pid)
 
+    @property
+    def cleanup_pending(self) -> bool:
+        """Whether a reaped run's cgroups still wait to be removed (``retry_cleanup``)."""
+        return self._cgroups.unremoved
+
+    def retry_cleanup(self) -> None:
+        """Try again to remove reaped runs' cgroups that were still populated."""
+        self._cgroups.retry()
+
     def unavailable(self, feature: str, detail: object) -> str:
         """The failure message for a missing ``feature`` (names the opt-out)."""
         return str(_unavailable(feature, detail))
