@@ -292,6 +292,49 @@ def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(tmp_path: Path) ->
         plan.close()
 
 
+@needs_cgroups
+def test_a_reaped_runs_cgroup_still_holding_a_process_is_removed_on_a_retry(
+    tmp_path: Path,
+) -> None:
+    # A run's child is reaped while another process of the run is still attached (the kernel
+    # detaches killed processes a moment later): removal waits, and a retry (the template makes
+    # one every few milliseconds while any waits) removes it once the cgroup is empty.
+    plan = CgroupPlan(wanted=True, max_memory_mb=64, max_processes=4)
+    plan.prepare()
+    run_cgroups = plan.new_run()
+    assert run_cgroups is not None
+    meter = CgroupMeter(run_cgroups.fds, str(tmp_path))
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            meter.join()
+            if os.fork() == 0:  # a straggler: stays in the run's cgroup until told to go
+                os.read(go_r, 1)
+        finally:
+            os._exit(0)
+    parents = template_parents(os.getpid())
+    assert len(parents) == len(HIERARCHIES)
+    try:
+        plan.started(child, run_cgroups)
+        os.waitpid(child, 0)
+        plan.ended(child)
+        assert plan.unremoved
+        os.write(go_w, b"x")
+        for _ in range(200):
+            plan.retry()
+            if not plan.unremoved:
+                break
+            time.sleep(0.01)
+        assert not plan.unremoved
+        assert all(runs_in(parent) == [] for parent in parents)
+    finally:
+        os.write(go_w, b"x")
+        os.close(go_r)
+        os.close(go_w)
+        plan.close()
+
+
 def anonymous_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("RssAnon:"):
