@@ -49,13 +49,15 @@ class ProgramError(Exception):
         self.message = message
 
 
-def _format_syntax_error(error: BaseException, lines: list[str]) -> str:
+def _format_syntax_error(error: BaseException, source: str) -> str:
     if isinstance(error, SyntaxError):
         if error.filename in (None, "<unknown>"):
             error.filename = FILENAME
         lineno = error.lineno
-        if error.text is None and lineno is not None and 0 < lineno <= len(lines):
-            error.text = lines[lineno - 1]
+        if error.text is None and lineno is not None:
+            lines = source.splitlines(keepends=True)  # only a failure needs them
+            if 0 < lineno <= len(lines):
+                error.text = lines[lineno - 1]
     return "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
 
 
@@ -96,7 +98,7 @@ def check_program(source: str) -> None:
     to bytecode is left to the worker, inside its run's limits: a short program can cost the
     compiler gigabytes (nested ``finally`` blocks are emitted twice per level; a ``match`` with
     thousands of captures is quadratic)."""
-    _program_module(source, source.splitlines(keepends=True))
+    _program_module(source)
 
 
 def compile_program(source: str) -> CodeType:
@@ -106,22 +108,21 @@ def compile_program(source: str) -> CodeType:
     program does not compile or yields, and naming the limit when it is nested too deeply for
     the parser or the compiler.
     """
-    lines = source.splitlines(keepends=True)
-    module = _program_module(source, lines)
+    module = _program_module(source)
     try:
         return compile(module, FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as error:
-        raise ProgramError(_format_syntax_error(error, lines)) from None
+        raise ProgramError(_format_syntax_error(error, source)) from None
     except (MemoryError, RecursionError) as error:
         raise _too_deep(error) from None
 
 
-def _program_module(source: str, lines: list[str]) -> ast.Module:
+def _program_module(source: str) -> ast.Module:
     """The program parsed and wrapped (see the module docstring), not yet compiled."""
     try:
         tree = ast.parse(source, FILENAME, "exec")
     except (SyntaxError, ValueError) as error:
-        raise ProgramError(_format_syntax_error(error, lines)) from None
+        raise ProgramError(_format_syntax_error(error, source)) from None
     except (MemoryError, RecursionError) as error:
         raise _too_deep(error) from None
     for node in _own_nodes(tree.body):
@@ -137,7 +138,7 @@ def _program_module(source: str, lines: list[str]) -> ast.Module:
                     (node.end_col_offset or 0) + 1,
                 ),
             )
-            raise ProgramError(_format_syntax_error(rejected, lines))
+            raise ProgramError(_format_syntax_error(rejected, source))
         if isinstance(node, ast.Return) and node.value is None:
             node.value = ast.copy_location(ast.Name(ABSENT_NAME, ast.Load()), node)
     last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1

@@ -63,13 +63,13 @@ from ._template_host import TemplateHandle, wait_process
 __all__ = ["SubprocessCodeRuntime"]
 
 _PREFORKED: Final = 2
+"""Idle workers kept spawned (and, under the sandbox, confined) ahead of the runs."""
 HOST_PARSE_LIMIT: Final = 32 * 1024
 """The longest program (in characters) the host parses itself, so that its syntax errors fail
 before any process starts. Parsing costs the host about 2 KiB of memory and 10 us per short
 statement (a 6 MB program took 32 s and 2.4 GB), so a longer program's syntax errors come from
 its worker, which parses and compiles every program inside the run's limits (memory, CPU, wall
 ceiling): compiling to bytecode can cost gigabytes for a program of a kilobyte."""
-"""Idle workers kept spawned (and, under the sandbox, confined) ahead of the runs."""
 
 
 class SubprocessCodeRuntime:

@@ -217,12 +217,15 @@ def _carry_on_then_stop(
 
 
 @types.coroutine
-def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+def resume(
+    coro: Coroutine[Any, Any, _T], first: Any, context: contextvars.Context | None = None
+) -> Generator[Any, Any, _T]:
     """Drive a coroutine that has already yielded ``first`` (to its task, unchanged); return
-    what it returns. Cancellation and other throws go to the coroutine, from outside the
-    handler that caught them: thrown from inside it, the coroutine would see that exception as
-    the one being handled once it has handled it itself (``sys.exc_info()``, and the context
-    of what it raises next), as it never would in a task of its own."""
+    what it returns, each step run in ``context`` when one is given. Cancellation and other
+    throws go to the coroutine, from outside the handler that caught them: thrown from inside
+    it, the coroutine would see that exception as the one being handled once it has handled it
+    itself (``sys.exc_info()``, and the context of what it raises next), as it never would in a
+    task of its own."""
     step: Any = coro.send
     arg: Any = None
     yielded = first
@@ -236,7 +239,7 @@ def resume(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]
             step, arg = coro.throw, exc
         yielded = None
         try:
-            yielded = step(arg)
+            yielded = step(arg) if context is None else context.run(step, arg)
         except StopIteration as done:
             step = arg = None
             value: _T = done.value
@@ -283,24 +286,9 @@ def in_context(
 ) -> Generator[Any, Any, Any]:
     """Await ``coro`` with each of its steps run in ``context`` (its own copy, inside the
     awaiting task), passing what it yields to the task and what the task sends or throws back
-    to it."""
-    send: Any = coro.send
-    arg: Any = None
-    while True:
-        # What was thrown in carries a traceback that holds this frame: once it is passed on,
-        # nothing here may keep it, or the call waits for the cyclic collector.
-        try:
-            yielded = context.run(send, arg)
-        except StopIteration as done:
-            send = arg = None
-            return done.value
-        except BaseException:
-            send = arg = None
-            raise
-        arg = None
-        try:
-            arg = yield yielded
-            send = coro.send
-        except BaseException as exc:
-            send, arg = coro.throw, exc
-        yielded = None
+    to it (``resume``)."""
+    try:
+        first = context.run(coro.send, None)
+    except StopIteration as done:
+        return done.value
+    return (yield from resume(coro, first, context))
