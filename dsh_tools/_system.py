@@ -34,7 +34,6 @@ import weakref
 from typing import Any
 
 import pykka
-import structlog
 
 from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
@@ -48,6 +47,7 @@ from .actors import (
     ToolExecutionResult,
 )
 from .actors._config import ToolsConfig
+from .actors._logging import get_logger
 from .actors._protocol import CloseOwner, StopRegistry
 from .codebridge._assembly import AssembledPrompt, PromptAssembler
 from .codebridge._sandbox import CodeSandbox
@@ -62,7 +62,7 @@ from .registry import RegistryActor, SnapshotCell, ToolsHandle
 
 __all__ = ["STOP_GRACE_S", "AgentScope", "FrontRef", "PluginHandle", "ToolSystem"]
 
-_log = structlog.get_logger("dsh_tools.system")
+_log = get_logger("dsh_tools.system")
 
 STOP_GRACE_S = 5.0
 """How long ``stop()`` waits for aborted calls to settle before it stops the actors."""

@@ -14,14 +14,13 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-import structlog
-
+from .actors._logging import get_logger
 from .pipeline import message_of
 from .pipeline._loop import new_pool_loop
 
 __all__ = ["SystemLoop"]
 
-_log = structlog.get_logger("dsh_tools.system")
+_log = get_logger("dsh_tools.system")
 
 
 class SystemLoop:

@@ -13,11 +13,11 @@ import asyncio
 from collections import deque
 from typing import Any
 
-import structlog
+from ._logging import get_logger
 
 __all__ = ["LoopActor"]
 
-_log = structlog.get_logger("dsh_tools.actors")
+_log = get_logger("dsh_tools.actors")
 
 
 class LoopActor:

@@ -21,11 +21,11 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
-import structlog
+from ._logging import get_logger
 
 __all__ = ["NEVER_ABORTED", "AbortController", "AbortSignal"]
 
-_log = structlog.get_logger("dsh_tools.signal")
+_log = get_logger("dsh_tools.signal")
 
 _DEFAULT_REASON = "aborted"
 

@@ -29,7 +29,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
-import structlog
 from msgspec import UNSET
 
 from ..actors import (
@@ -40,6 +39,7 @@ from ..actors import (
     FrozenDict,
     ToolExecutionResult,
 )
+from ..actors._logging import get_logger
 from ..actors._signal import follow
 from ..pipeline import (
     ClosePool,
@@ -61,7 +61,7 @@ from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
 
-_log = structlog.get_logger("dsh_tools.codebridge")
+_log = get_logger("dsh_tools.codebridge")
 
 _ABSENT: Any = object()
 

@@ -16,13 +16,12 @@ import contextlib
 import threading
 from collections.abc import Callable
 
-import structlog
-
+from ..actors._logging import get_logger
 from ..pipeline._loop import running_loop
 
 __all__ = ["LoopHandoff"]
 
-_log = structlog.get_logger("dsh_tools.codebridge")
+_log = get_logger("dsh_tools.codebridge")
 
 
 class LoopHandoff:

@@ -8,8 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import structlog
-
+from ..actors._logging import get_logger
 from ._driver import import_ray
 from ._remote import BodyActor, run_body
 
@@ -23,7 +22,7 @@ __all__ = [
     "TaskSubmission",
 ]
 
-_log = structlog.get_logger("dsh_tools.distributed")
+_log = get_logger("dsh_tools.distributed")
 
 
 class RunnerSettings(Protocol):

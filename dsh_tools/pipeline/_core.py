@@ -14,7 +14,6 @@ from concurrent.futures import Executor
 from typing import Any
 
 import msgspec
-import structlog
 from msgspec import UNSET
 
 from ..actors import (
@@ -23,6 +22,7 @@ from ..actors import (
     ToolExecutionFailure,
     ToolExecutionResult,
 )
+from ..actors._logging import get_logger
 from ..registry import compact_json
 from ..registry._execution import CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
@@ -58,7 +58,7 @@ STOPPING_REASON = "the tool system is stopping"
 """The abort reason of a call that ``ToolSystem.stop()`` interrupted."""
 
 
-log = structlog.get_logger("dsh_tools.pipeline")
+log = get_logger("dsh_tools.pipeline")
 
 # Stage kinds: what a prepared or dispatched call needs next.
 DISPATCH = 0  # run the execute waterfall and the body

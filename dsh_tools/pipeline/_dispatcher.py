@@ -32,12 +32,11 @@ from collections.abc import Awaitable
 from functools import partial
 from typing import Any
 
-import structlog
-
 from ..actors import (
     AbortSignal,
     ToolExecutionResult,
 )
+from ..actors._logging import get_logger
 from ..registry import classify
 from ..registry._execution import CallRecord
 from ._core import DISPATCH, Stage
@@ -64,7 +63,7 @@ from ._pool_parts import (
 )
 from ._results import failure_from_exception
 
-_log = structlog.get_logger("dsh_tools.pool")
+_log = get_logger("dsh_tools.pool")
 
 __all__ = ["DispatcherPoolActor"]
 

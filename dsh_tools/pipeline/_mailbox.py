@@ -27,14 +27,13 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-import structlog
-
+from ..actors._logging import get_logger
 from ..actors._loop_actor import LoopActor
 from ._loop import STARTS_AT_ONCE, carry_on, running_loop, start_task
 
 __all__ = ["HoldsTask", "SharedMailboxActor"]
 
-_log = structlog.get_logger("dsh_tools.actors")
+_log = get_logger("dsh_tools.actors")
 
 # Who drains the mailbox now.
 _NOBODY, _LOOP, _WORKER = range(3)

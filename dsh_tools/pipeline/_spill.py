@@ -40,15 +40,15 @@ import inspect
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypedDict
 
-import structlog
 from msgspec import UNSET
 
 from ..actors import Accept, FrozenDict, FrozenList, message_of
+from ..actors._logging import get_logger
 from ..registry._handle import ToolsHandle
 
 __all__ = ["SpillPolicy", "SpillSource", "SpillStore", "spill_policy"]
 
-_log = structlog.get_logger("dsh_tools.spill")
+_log = get_logger("dsh_tools.spill")
 
 NOTICE_LEAD = "Full formatted result stored at: "
 """The fixed text before the locator in every spill notice."""

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 import pykka
-import structlog
 
 from ..actors import ExecuteCall, ToolCall, message_of
+from ..actors._logging import get_logger
 from ..actors._protocol import (
     AddGuard,
     AddHook,
@@ -51,7 +51,7 @@ ExecutionMode = Literal["parallel", "exclusive"]
 _Mutation = RegisterTool | ReplaceTool | AddRestriction | AddGuard | AddHook | AddSection
 """What a handle asks the registry to apply for its owner."""
 
-_log = structlog.get_logger("dsh_tools.registry")
+_log = get_logger("dsh_tools.registry")
 
 
 class Disposer:

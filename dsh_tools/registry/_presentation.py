@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias
 
-import structlog
-
+from ..actors._logging import get_logger
 from ._cards import (
     CALL_VIEW_TYPES,
     RESULT_VIEW_TYPES,
@@ -47,7 +46,7 @@ __all__ = [
     "safe_present_result",
 ]
 
-_log = structlog.get_logger("dsh_tools.presentation")
+_log = get_logger("dsh_tools.presentation")
 
 
 # --- fallbacks and safe invocation --------------------------------------------------------------

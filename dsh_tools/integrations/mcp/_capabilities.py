@@ -7,9 +7,8 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from ...actors import AbortController
+from ...actors._logging import get_logger
 from ._types import ElicitationCallback, McpRequestContext
 
 if TYPE_CHECKING:
@@ -17,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["approval_elicitation"]
 
-_log = structlog.get_logger("dsh_tools.mcp")
+_log = get_logger("dsh_tools.mcp")
 
 
 def _defaults(schema: Any) -> dict[str, Any] | None:

@@ -29,11 +29,11 @@ from functools import partial
 from typing import Any, TypeVar
 
 import anyio
-import structlog
 from mcp import ClientSession, MCPError, types
 from mcp.shared.dispatcher import ProgressFnT
 from pydantic import ValidationError
 
+from ...actors._logging import get_logger
 from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
 from ._sdk import describe, is_closed, list_all, list_all_tools, wire
@@ -52,7 +52,7 @@ __all__ = [
     "wire",
 ]
 
-_log = structlog.get_logger("dsh_tools.mcp")
+_log = get_logger("dsh_tools.mcp")
 
 _T = TypeVar("_T")
 

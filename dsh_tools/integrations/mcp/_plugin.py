@@ -20,9 +20,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from ...actors import FrozenDict, message_of
+from ...actors._logging import get_logger
 from ...registry import Disposer, ToolsHandle, snapshot_json
 from ._client import Listing, McpClient, describe
 from ._resources import ServerResources
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["INSTRUCTIONS_ORDER", "McpPlugin"]
 
-_log = structlog.get_logger("dsh_tools.mcp")
+_log = get_logger("dsh_tools.mcp")
 
 INSTRUCTIONS_ORDER = 200
 """Where a server's instructions section sorts in ``assemble_prompt()`` (after the SDK)."""

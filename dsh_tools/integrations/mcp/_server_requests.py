@@ -9,11 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import structlog
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
 from ...actors import message_of
+from ...actors._logging import get_logger
 from ._sdk import describe, wire
 from ._types import (
     ElicitationCallback,
@@ -24,7 +24,7 @@ from ._types import (
 
 __all__ = ["ClientOptions", "ServerRequests"]
 
-_log = structlog.get_logger("dsh_tools.mcp")
+_log = get_logger("dsh_tools.mcp")
 
 # MCP log levels -> structlog method names.
 _LOG_METHODS = {

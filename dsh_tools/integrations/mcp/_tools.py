@@ -27,8 +27,6 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
-
 from ...actors import (
     AbortError,
     HarnessError,
@@ -37,6 +35,7 @@ from ...actors import (
     ToolTimeoutError,
     message_of,
 )
+from ...actors._logging import get_logger
 from ...registry import (
     LosslessJsonError,
     ToolDefinition,
@@ -61,7 +60,7 @@ __all__ = [
     "needs_tasks",
 ]
 
-_log = structlog.get_logger("dsh_tools.mcp")
+_log = get_logger("dsh_tools.mcp")
 
 ConcurrencyPolicy = bool | Callable[[Mapping[str, Any]], bool] | None
 
