@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from typing import Any
 
+from code_mode_support import code_system, dispatch_events, run_code
+
+from dsh_tools import DEFAULT, ToolOutput, define_tool
 from dsh_tools.codebridge import (
     BindingNamespace,
     CodeRunFailure,
@@ -202,3 +206,37 @@ return await tools.write_file({'path': 'big.txt', 'content': content})
     assert result.error is None, result
     assert result.value == 10 * 10**6
     assert written == ["é" * (10 * 10**6)]
+
+
+def test_a_long_run_lets_go_of_each_calls_arguments_once_it_is_committed() -> None:
+    # 300 sequential calls of 256 KiB each: the host may hold the call in flight and a few
+    # more, never the run's history (the pool once kept its last 256 committed calls, and the
+    # session log every call's arguments in full).
+    live: list[int] = []
+
+    def store(args: Any, ctx: Any) -> str:
+        live.append(tracemalloc.get_traced_memory()[0])
+        return "ok"
+
+    tool = define_tool(
+        name="store",
+        description="Store a blob.",
+        parameters={"v": {"type": "string", "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=store,
+    )
+    program = "for i in range(300):\n    await tools.store({'v': 'x' * 262144 + str(i)})\n"
+    tracemalloc.start()
+    try:
+        with code_system(DEFAULT, mode="code", tools=[tool]) as system:
+            result = system.execute(run_code(program))
+            logged = dispatch_events(system)
+    finally:
+        tracemalloc.stop()
+    assert not result.is_error, result.content
+    assert len(live) == 300 and len(logged) == 300
+    grown = (max(live[10:]) - live[10]) / 2**20
+    assert grown < 16, f"the host held {grown:.0f} MB more after 300 calls of 256 KiB"
+    assert all(type(event["arguments"]) is str for event in logged)

@@ -36,6 +36,11 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
 )
+from dsh_tools.codebridge._dispatch_log import (
+    LOGGED_ARGUMENTS_LIMIT,
+    PREVIEW_CHARS,
+    logged_arguments,
+)
 
 
 async def settle() -> None:
@@ -812,6 +817,47 @@ def test_50_a_5000_level_argument_through_the_real_worker() -> None:
     assert seen == [(5000, "leaf")]
     assert value_of(result)["result"] == 5000
     assert depth_of(settle_event["arguments"]["value"]) == (5000, "leaf")
+
+
+def test_the_log_keeps_a_preview_of_arguments_above_its_limit_and_the_tool_gets_them_whole() -> (
+    None
+):
+    seen: list[Any] = []
+    big = {"value": "x" * (LOGGED_ARGUMENTS_LIMIT + 1)}
+
+    async def program(p: FakeProgram) -> Any:
+        await p.call("echo", {"value": "small"})
+        return await p.call("echo", big)
+
+    with code_system(FakeRuntime(program), tools=[echo_tool(seen=seen)]) as system:
+        result = system.execute(run_code())
+        starts = dispatch_events(system, "tool/code-dispatch-start")
+        settles = dispatch_events(system)
+    assert not result.is_error
+    assert seen == [{"value": "small"}, big]
+    size = len(json.dumps(big, separators=(",", ":")))
+    for events in (starts, settles):
+        small, large = events
+        assert small["arguments"] == {"value": "small"} and "arguments_bytes" not in small
+        assert large["arguments_bytes"] == size
+        preview = large["arguments"]
+        assert preview.startswith('{"value":"xxx')
+        assert preview.endswith(
+            f"... [arguments of {size} JSON bytes; the session log keeps at most "
+            f"{LOGGED_ARGUMENTS_LIMIT} per call]"
+        )
+        assert len(preview) < 2 * PREVIEW_CHARS
+
+
+def test_arguments_nested_deeper_than_the_encoder_are_measured_without_it() -> None:
+    deep = {"value": _nested(5000)}
+    assert logged_arguments(deep) == (deep, None)
+    wide_and_deep: Any = "y" * LOGGED_ARGUMENTS_LIMIT
+    for _ in range(5000):
+        wide_and_deep = [wide_and_deep]
+    notice, size = logged_arguments({"value": wide_and_deep})
+    assert size is not None and size > LOGGED_ARGUMENTS_LIMIT
+    assert notice.startswith(f"... [arguments of {size} JSON bytes")
 
 
 # --- 51-52: contexts ---------------------------------------------------------------------------

@@ -55,7 +55,7 @@ from ..pipeline._loop import running_loop
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
-from ._dispatch_log import shaped_content
+from ._dispatch_log import logged_arguments, shaped_content
 from ._handoff import LoopHandoff
 from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
@@ -72,7 +72,11 @@ class ToolCallRejected(Exception):
 
 
 class _SubCall:
-    __slots__ = ("future", "logged_arguments", "name", "number", "sub_call_id")
+    """One sub-call as the bridge tracks it. ``logged_arguments`` is what its dispatch events
+    record as ``arguments``; ``logged_bytes`` is None when that is the whole arguments, else
+    their JSON size (the events then carry it as ``arguments_bytes``)."""
+
+    __slots__ = ("future", "logged_arguments", "logged_bytes", "name", "number", "sub_call_id")
 
     def __init__(
         self,
@@ -80,13 +84,27 @@ class _SubCall:
         number: int,
         sub_call_id: str,
         logged: Any,
+        logged_bytes: int | None,
         future: asyncio.Future[Any],
     ) -> None:
         self.name = name
         self.number = number
         self.sub_call_id = sub_call_id
         self.logged_arguments = logged
+        self.logged_bytes = logged_bytes
         self.future = future
+
+    def event_fields(self, parent_call_id: str) -> dict[str, Any]:
+        """The fields both dispatch events start with."""
+        fields = {
+            "parent_call_id": parent_call_id,
+            "sub_call_id": self.sub_call_id,
+            "name": self.name,
+            "arguments": self.logged_arguments,
+        }
+        if self.logged_bytes is not None:
+            fields["arguments_bytes"] = self.logged_bytes
+        return fields
 
 
 class CodeRunBridgeActor:
@@ -194,7 +212,7 @@ class CodeRunBridgeActor:
             # The tool and the log get distinct copies; the pool hands the tool's snapshot to
             # the pipeline as it is, without a third copy.
             dispatched = snapshot_json(arguments)
-            logged = snapshot_json(arguments)
+            logged, logged_bytes = logged_arguments(snapshot_json(arguments))
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None
         self._counter += 1
@@ -217,6 +235,7 @@ class CodeRunBridgeActor:
             self._counter,
             f"{self._parent_call_id}:code:{self._counter}",
             logged,
+            logged_bytes,
             self._loop.create_future(),
         )
         call = ExecuteCall(
@@ -237,12 +256,7 @@ class CodeRunBridgeActor:
         sub: _SubCall = entry.payload
         self._pipeline.session.append(
             "tool/code-dispatch-start",
-            FrozenDict(
-                parent_call_id=self._parent_call_id,
-                sub_call_id=sub.sub_call_id,
-                name=sub.name,
-                arguments=sub.logged_arguments,
-            ),
+            FrozenDict(sub.event_fields(self._parent_call_id)),
             self._agent,
         )
 
@@ -386,12 +400,7 @@ class CodeRunBridgeActor:
         self._pipeline.session.append(
             "tool/code-dispatch",
             FrozenDict(
-                parent_call_id=self._parent_call_id,
-                sub_call_id=sub.sub_call_id,
-                name=sub.name,
-                arguments=sub.logged_arguments,
-                is_error=result.is_error,
-                content=content,
+                sub.event_fields(self._parent_call_id), is_error=result.is_error, content=content
             ),
             self._agent,
         )

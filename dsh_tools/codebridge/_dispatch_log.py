@@ -1,18 +1,81 @@
-"""The ``tools/code-dispatch-log`` waterfall over one sub-call's logged content: what the
-listeners return, frozen and checked to be content blocks."""
+"""What the session log keeps of a sub-call: its arguments up to a bound, and the
+``tools/code-dispatch-log`` waterfall over its content (what the listeners return, frozen and
+checked to be content blocks).
+
+The arguments come straight from the program, which can send a call frame of up to
+``max_frame_bytes`` per call and make as many calls as it likes; the log lives as long as the
+system. So the logged copy of one call's arguments is kept whole only up to
+``LOGGED_ARGUMENTS_LIMIT`` JSON bytes; a larger one is logged as a preview string (the first
+``PREVIEW_CHARS`` characters of its compact JSON and a notice), beside ``arguments_bytes``.
+The tool itself always receives the whole arguments.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Final
+
+import msgspec
 
 from ..actors import FrozenDict, FrozenList
 from ..pipeline._chain import run_chain
 from ..registry import snapshot_json
 from ..registry._hooks import CodeDispatchLog
 
-__all__ = ["shaped_content"]
+__all__ = ["LOGGED_ARGUMENTS_LIMIT", "PREVIEW_CHARS", "logged_arguments", "shaped_content"]
+
+LOGGED_ARGUMENTS_LIMIT: Final = 64 * 1024
+"""The most JSON bytes of one sub-call's arguments that its dispatch events keep whole."""
+PREVIEW_CHARS: Final = 1024
+"""How much of larger arguments' compact JSON the dispatch events keep."""
+
+
+def logged_arguments(copy: Any) -> tuple[Any, int | None]:
+    """What the dispatch events record for a sub-call's frozen arguments ``copy``:
+    ``(copy, None)`` when its compact JSON is within ``LOGGED_ARGUMENTS_LIMIT`` bytes, else
+    ``(preview, size)`` with the JSON's size in bytes (a lower bound for values nested deeper
+    than the encoder goes)."""
+    try:
+        encoded = msgspec.json.encode(copy)
+    except RecursionError:  # nested deeper than the C encoder recurses; rare, so walk it
+        size = _json_size_beyond(copy, LOGGED_ARGUMENTS_LIMIT)
+        if size <= LOGGED_ARGUMENTS_LIMIT:
+            return copy, None
+        return _notice("", size), size
+    size = len(encoded)
+    if size <= LOGGED_ARGUMENTS_LIMIT:
+        return copy, None
+    return _notice(encoded[:PREVIEW_CHARS].decode("utf-8", "ignore"), size), size
+
+
+def _notice(preview: str, size: int) -> str:
+    return (
+        f"{preview}... [arguments of {size} JSON bytes; the session log keeps at most "
+        f"{LOGGED_ARGUMENTS_LIMIT} per call]"
+    )
+
+
+def _json_size_beyond(value: Any, limit: int) -> int:
+    """A lower bound of ``value``'s compact JSON size, exact enough to compare with ``limit``:
+    walks iteratively and stops as soon as the count passes ``limit``."""
+    size = 0
+    stack = [value]
+    while stack and size <= limit:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, dict):
+            size += 2 + len(item)
+            for key, child in item.items():
+                size += len(key) + 3
+                stack.append(child)
+        elif isinstance(item, list):
+            size += 2 + len(item)
+            stack.extend(item)
+        else:
+            size += 4
+    return size
 
 
 async def shaped_content(hooks: tuple[Callable[..., Any], ...], log: CodeDispatchLog) -> Any:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from ..actors import (
     AbortSignal,
@@ -68,7 +68,12 @@ _log = get_logger("dsh_tools.pool")
 __all__ = ["DispatcherPoolActor"]
 
 _COMPACT_AFTER = 256
-"""Committed entries a pool keeps before it lets go of them."""
+"""Committed slots a pool keeps before it drops them from its list."""
+
+_LET_GO: Final = PoolEntry.__new__(PoolEntry)
+"""What fills a committed entry's slot until the list is compacted: the pool never reads a
+committed slot again, and holding the entry there would keep its call's arguments and record
+alive (256 calls of 10 MB arguments kept 2.5 GB)."""
 
 
 class DispatcherPoolActor(SharedMailboxActor):
@@ -92,7 +97,8 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._max_parallel = max_parallel
         self._lane = lane
         # The submitted entries not yet let go of, in submission order: those before
-        # ``_commit_cursor`` are committed, those before ``_start_cursor`` started.
+        # ``_commit_cursor`` are committed (their slots hold ``_LET_GO``), those before
+        # ``_start_cursor`` started.
         self._entries: list[PoolEntry] = []
         self._start_cursor = 0
         self._commit_cursor = 0
@@ -177,6 +183,7 @@ class DispatcherPoolActor(SharedMailboxActor):
             if self._in_flight == 0 and self._commit_cursor == self._start_cursor:
                 while self._start_cursor < len(entries):
                     entry = entries[self._start_cursor]
+                    entries[self._start_cursor] = _LET_GO
                     self._start_cursor += 1
                     self._commit_cursor += 1
                     entry.state = DONE
@@ -299,6 +306,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         self.report(CommitDone(entry, result))
 
     def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+        self._entries[self._commit_cursor] = _LET_GO
         self._commit_cursor += 1
         entry.state = DONE
         if self._commit_cursor >= _COMPACT_AFTER and 2 * self._commit_cursor >= len(self._entries):
