@@ -230,8 +230,45 @@ for arg in [(1, 2), {1: "x"}, float("inf"), -0.0, {"s": {1}}, Custom()]:
 return out
 """
     result = run(runtime, program, tools(echo=recording))
-    assert result.value == [["echo", "binding arguments must be lossless JSON"]] * 6
+    problems = [
+        "arguments is tuple",
+        "arguments is dict with int key",
+        "arguments is float (infinite)",
+        "arguments is float (-0.0)",
+        "arguments.s is set",
+        "arguments is Custom",
+    ]
+    assert result.value == [
+        ["echo", f"binding arguments must be lossless JSON: {problem}"] for problem in problems
+    ]
     assert calls == []
+
+
+def test_a_rejected_argument_is_named_by_its_path_however_deep_or_cyclic(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+deep = "leaf"
+for _ in range(3000):
+    deep = [deep]
+deep[0][0][0] = float("nan")
+loop = {"items": [1]}
+loop["items"].append(loop)
+out = []
+for arg in [{"deep": [0, deep]}, loop, {"text": "\\ud800"}, {"n": 2**70}]:
+    try:
+        await tools.echo(arg)
+    except ToolCallError as e:
+        out.append(e.message.removeprefix("binding arguments must be lossless JSON: "))
+return out
+"""
+    result = run(runtime, program, tools(echo=lambda value: "sent"))
+    assert result.value == [
+        "arguments.deep[1][0][0][0] is float (NaN)",
+        "arguments.items[1] is a cycle",
+        "arguments.text is str (lone surrogate)",
+        "arguments.n is int (out of range)",
+    ]
 
 
 def test_w79_a_non_lossless_resolution_is_rejected(runtime: SubprocessCodeRuntime) -> None:
@@ -245,19 +282,26 @@ except ToolCallError as e:
     return e.message
 """
     result = run(runtime, program, tools(odd=returns_set))
-    assert result.value == "binding resolution must be lossless JSON"
+    assert result.value == "binding resolution must be lossless JSON: value is set"
 
 
 @pytest.mark.parametrize(
-    "expression", ["(1, 2)", "{1: 2}", 'float("nan")', "-0.0", "float('inf')", "{'s': {1}}"]
+    ("expression", "problem"),
+    [
+        ("(1, 2)", "value is tuple"),
+        ("{1: 2}", "value is dict with int key"),
+        ('float("nan")', "value is float (NaN)"),
+        ("-0.0", "value is float (-0.0)"),
+        ("float('inf')", "value is float (infinite)"),
+        ("{'s': {1}}", "value.s is set"),
+    ],
 )
 def test_w80_a_non_lossless_completion_is_invalid_output(
-    runtime: SubprocessCodeRuntime, expression: str
+    runtime: SubprocessCodeRuntime, expression: str, problem: str
 ) -> None:
     result = run(runtime, f"return {expression}")
-    assert result == CodeRunResult(
-        [], error=CodeRunFailure("invalid-output", "program completion must be lossless JSON")
-    )
+    message = f"program completion must be lossless JSON: {problem}"
+    assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
 
 
 def test_w81_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:

@@ -503,8 +503,9 @@ def test_w97_a_forged_negative_zero_completion_is_invalid_output(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     program = writes_then(forge(Done(value=[-0.0])), "while True:\n    pass")
+    message = "program completion must be lossless JSON: negative zero"
     assert run(runtime, program) == CodeRunResult(
-        [], error=CodeRunFailure("invalid-output", "program completion must be lossless JSON")
+        [], error=CodeRunFailure("invalid-output", message)
     )
 
 
@@ -541,9 +542,16 @@ def test_w98_forged_calls_with_invalid_arguments_are_refused_without_invoking(
             Call(704, "tools", "real", [1, 2]),
         ],
     )
+    problems = [
+        "negative zero",
+        "a container announces more children than remain",
+        "repeated object key",
+        "empty token list",
+        "tokens left over after the value",
+    ]
     assert replies == [
-        [call_id, False, None, "binding arguments must be lossless JSON"]
-        for call_id in range(700, 705)
+        [call_id, False, None, f"binding arguments must be lossless JSON: {problem}"]
+        for call_id, problem in zip(range(700, 705), problems, strict=True)
     ]
 
 

@@ -211,7 +211,7 @@ class CodeRunBridgeActor:
         try:
             # The tool and the log get distinct copies; the pool hands the tool's snapshot to
             # the pipeline as it is, without a third copy.
-            dispatched = snapshot_json(arguments)
+            dispatched = snapshot_json(arguments, "arguments")
             logged, logged_bytes = logged_arguments(snapshot_json(arguments))
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None

@@ -132,8 +132,9 @@ class CodeRun(RunProcess):
         elif frame.value is not None:
             try:
                 value = detokenize(frame.value, FrozenList, FrozenDict)
-            except TokenError:
-                self._settle(Outcome(failure=("invalid-output", _NOT_LOSSLESS_COMPLETION)))
+            except TokenError as exc:
+                message = f"{_NOT_LOSSLESS_COMPLETION}: {exc}"
+                self._settle(Outcome(failure=("invalid-output", message)))
                 return
             self._settle(Outcome(tokens=frame.value, value=value))
         else:

@@ -22,7 +22,7 @@ from ._frames import PREFIX_BYTES, Call, Reply, encode_frame
 from ._inflight import InflightArguments
 from ._outcome import quote, safe_text
 from ._seam import BindingFunction
-from ._tokens import TokenError, detokenize, tokenize
+from ._tokens import TokenError, detokenize, not_lossless, tokenize
 
 __all__ = ["BindingCalls", "Track"]
 
@@ -131,8 +131,8 @@ class BindingCalls:
             return
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict)
-        except TokenError:
-            self._reply_failure(call_id, _NOT_LOSSLESS_ARGS)
+        except TokenError as exc:
+            self._reply_failure(call_id, f"{_NOT_LOSSLESS_ARGS}: {exc}")
             return
         try:
             result = function(value)
@@ -174,7 +174,8 @@ class BindingCalls:
             return
         tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)
         if tokens is None:
-            self._reply_failure(call_id, _NOT_LOSSLESS_RESOLUTION)
+            problem = not_lossless(result, "value", _HOST_DICTS, _HOST_LISTS)
+            self._reply_failure(call_id, f"{_NOT_LOSSLESS_RESOLUTION}: {problem}")
         else:
             self._reply(Reply(call_id, True, tokens))
 

@@ -34,6 +34,7 @@ __all__ = [
     "Token",
     "TokenError",
     "detokenize",
+    "not_lossless",
     "tokenize",
 ]
 
@@ -161,6 +162,65 @@ def tokenize(
         else:
             return None
     return out
+
+
+def not_lossless(
+    value: Any,
+    root: str,
+    dict_types: tuple[type, ...] = (dict,),
+    list_types: tuple[type, ...] = (list,),
+) -> str:
+    """Why ``tokenize`` refused ``value``: ``"<path> is <what>"`` for its first problem in
+    document order, with ``root`` naming the value (``arguments.a[1] is float (NaN)``).
+
+    Only called once ``tokenize`` returned ``None``, so the walk may take its time: it builds
+    a path per container it enters. Iterative, like ``tokenize``, for deep values.
+    """
+    stack: list[Any] = [(value, root)]
+    on_path: set[int] = set()
+    while stack:
+        item, path = stack.pop()
+        if type(item) is _Exit:
+            on_path.discard(item.key)
+            continue
+        kind = type(item)
+        if kind is str:
+            if not _clean_str(item):
+                return f"{path} is str (lone surrogate)"
+        elif kind is int:
+            if item < INT_MIN or item > INT_MAX:
+                return f"{path} is int (out of range)"
+        elif item is None or kind is bool:
+            pass
+        elif kind is float:
+            if item != item:
+                return f"{path} is float (NaN)"
+            if item in (_INF, -_INF):
+                return f"{path} is float (infinite)"
+            if item == 0.0 and math.copysign(1.0, item) < 0.0:
+                return f"{path} is float (-0.0)"
+        elif kind in list_types or kind in dict_types:
+            key = id(item)
+            if key in on_path:
+                return f"{path} is a cycle"
+            on_path.add(key)
+            stack.append((_Exit(key), path))
+            if kind in list_types:
+                stack.extend(
+                    (child, f"{path}[{index}]") for index, child in reversed(list(enumerate(item)))
+                )
+                continue
+            for name in item:
+                if type(name) is not str:
+                    return f"{path} is dict with {type(name).__name__} key"
+                if not _clean_str(name):
+                    return f"{path} is dict with str (lone surrogate) key"
+            children = [(child, f"{path}.{name}") for name, child in item.items()]
+            children.reverse()
+            stack.extend(children)
+        else:
+            return f"{path} is {kind.__name__}"
+    return f"{root} is not lossless JSON"
 
 
 def _flat_object(value: Any) -> list[Any] | None:

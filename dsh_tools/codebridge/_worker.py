@@ -53,7 +53,7 @@ from ._frames import (
 )
 from ._ledger import OutputLedger, limit_message
 from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
-from ._tokens import TokenError, detokenize, tokenize
+from ._tokens import TokenError, detokenize, not_lossless, tokenize
 from ._worker_api import ABSENT, CallHandle, CaptureStream, Namespace, error_class, plain_error
 from ._worker_render import render_exception
 
@@ -211,7 +211,7 @@ class Worker:
         handle = CallHandle(loop, name, error)
         tokens = tokenize(args)
         if tokens is None:
-            handle.reject(_NOT_LOSSLESS_ARGS)
+            handle.reject(f"{_NOT_LOSSLESS_ARGS}: {not_lossless(args, 'arguments')}")
             return handle
         self.next_id += 1
         call_id = self.next_id
@@ -257,8 +257,8 @@ class Worker:
                 if reply.value is None:
                     raise TokenError("missing value")
                 value = detokenize(reply.value)
-            except TokenError:
-                handle.reject(_NOT_LOSSLESS_RESOLUTION)
+            except TokenError as exc:
+                handle.reject(f"{_NOT_LOSSLESS_RESOLUTION}: {exc}")
             else:
                 handle.resolve(value)
         elif isinstance(reply.message, str):
@@ -291,8 +291,13 @@ class Worker:
             self.finish(Done())
         tokens = tokenize(value)
         if tokens is None:
+            problem = not_lossless(value, "value")
             self.finish(
-                Done(error=DoneError("invalid-output", "program completion must be lossless JSON"))
+                Done(
+                    error=DoneError(
+                        "invalid-output", f"program completion must be lossless JSON: {problem}"
+                    )
+                )
             )
         if not self.ledger.fits_value(tokens):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
