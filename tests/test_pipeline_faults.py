@@ -26,8 +26,10 @@ from conftest import (
 
 from dsh_tools import (
     AbortController,
+    ExecuteBatch,
     ExecuteCall,
     HarnessError,
+    ToolCall,
     ToolSystem,
 )
 
@@ -100,10 +102,11 @@ def test_a_stage_raising_cancelled_error_is_a_result_not_a_crash(
         assert text(result) == "Error: user code cancelled"
 
 
+@pytest.mark.parametrize("entry", ["execute", "batch"])
 @pytest.mark.parametrize("waits", [False, True], ids=["returns-at-once", "then-waits"])
 @pytest.mark.parametrize("post_hook", [False, True], ids=["no-post-hook", "awaiting-post-hook"])
 def test_a_body_that_cancels_its_own_task_fails_as_the_body_and_never_raises_out_of_execute(
-    system: ToolSystem, waits: bool, post_hook: bool
+    system: ToolSystem, entry: str, waits: bool, post_hook: bool
 ) -> None:
     # The body's task is the body's alone: a cancellation it asks for itself ends the body (a
     # tool failure), never the call's own steps after it (a post-execute hook's await) nor the
@@ -126,7 +129,11 @@ def test_a_body_that_cancels_its_own_task_fails_as_the_body_and_never_raises_out
     system.tools.register(fixture("cancels_itself", cancels_itself))
     if post_hook:
         system.tools.on_post_execute(post)
-    result = system.execute(ExecuteCall(call_id="c1", name="cancels_itself", arguments={}))
+    if entry == "execute":
+        result = system.execute(ExecuteCall(call_id="c1", name="cancels_itself", arguments={}))
+    else:  # the pool runs the body in the task of the call's own steps
+        calls = [ToolCall(call_id="c1", name="cancels_itself", arguments="{}")]
+        (result,) = system.execute_batch(ExecuteBatch(calls=calls)).results
     assert result.is_error
     assert result.to_dict()["error"] == {"message": ""}  # the body's own bare CancelledError
     assert seen == (["post"] if post_hook else [])

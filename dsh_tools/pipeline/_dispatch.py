@@ -278,6 +278,7 @@ class DispatchStages(PipelineCore):
         task = asyncio.current_task()
         assert task is not None
         remove = _watch_body(rec, task, task.get_loop(), signal)
+        requests = task.cancelling()
         outcome: tuple[bool, Any]
         try:
             outcome = True, await in_context(coro, contextvars.copy_context())
@@ -293,6 +294,8 @@ class DispatchStages(PipelineCore):
             del remove
         if rec.cancel_sent:
             task.uncancel()  # the pipeline's own cancellation ends here, however the body took it
+        elif task.cancelling() > requests:
+            outcome = await _own_cancellation(task, requests, outcome)
         del task
         try:
             return outcome
@@ -338,6 +341,27 @@ class DispatchStages(PipelineCore):
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
         )
+
+
+async def _own_cancellation(
+    task: asyncio.Task[Any], requests: int, outcome: tuple[bool, Any]
+) -> tuple[bool, Any]:
+    """The outcome of a body that cancelled its own task (the awaiting one), which it shares
+    with the call's later steps. A body in a task of its own that asks for its cancellation and
+    returns before it arrives ends cancelled, a failure; here the request would instead reach
+    whatever the call awaits next. So it is taken now, as the body's outcome. A request the body
+    already received (and swallowed) leaves its outcome as it is. Either way the requests are
+    the body's, and the task's count goes back to what it was before the body."""
+    try:
+        if outcome[0]:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError as exc:
+                return False, exc  # from inside the handler, which unbinds ``exc``: no cycle
+        return outcome
+    finally:
+        while task.cancelling() > requests:
+            task.uncancel()
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
