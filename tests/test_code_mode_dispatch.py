@@ -41,6 +41,7 @@ from dsh_tools.codebridge._dispatch_log import (
     PREVIEW_CHARS,
     logged_arguments,
 )
+from dsh_tools.registry import snapshot_json
 
 
 async def settle() -> None:
@@ -850,12 +851,14 @@ def test_the_log_keeps_a_preview_of_arguments_above_its_limit_and_the_tool_gets_
 
 
 def test_arguments_nested_deeper_than_the_encoder_are_measured_without_it() -> None:
-    deep = {"value": _nested(5000)}
-    assert logged_arguments(deep) == (deep, None)
+    deep = snapshot_json({"value": _nested(5000)})
+    copy, size = logged_arguments(deep)
+    assert size is None and copy is not deep
+    assert depth_of(copy["value"]) == (5000, "leaf")
     wide_and_deep: Any = "y" * LOGGED_ARGUMENTS_LIMIT
     for _ in range(5000):
         wide_and_deep = [wide_and_deep]
-    notice, size = logged_arguments({"value": wide_and_deep})
+    notice, size = logged_arguments(snapshot_json({"value": wide_and_deep}))
     assert size is not None and size > LOGGED_ARGUMENTS_LIMIT
     assert notice.startswith(f"... [arguments of {size} JSON bytes")
 

@@ -11,6 +11,7 @@ import pytest
 
 from dsh_tools.actors import (
     FrozenDict,
+    FrozenList,
     HarnessError,
     JsonSchemaError,
     ToolArgsError,
@@ -504,3 +505,23 @@ def test_a_raw_definition_whose_execute_cannot_take_args_and_context_is_refused(
         ToolDefinition(
             name="raw", description="", parameters={}, output=text_output(), execute=lambda a: a
         )
+
+
+def test_a_json_parameter_called_directly_is_checked_in_full_however_the_call_looks() -> None:
+    # Through the pipeline a body gets the call's own snapshot, proven lossless already; a
+    # direct call of execute proves nothing, even with frozen containers, and is walked.
+    received: list[Any] = []
+    tool = define_tool(
+        name="take",
+        description="Take any JSON.",
+        parameters={"v": {"type": "json", "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=lambda args, ctx: received.append(args) or "ok",
+    )
+    forged = FrozenDict(v=FrozenList([1, FrozenList([float("nan")])]))
+    with pytest.raises(ToolArgsError, match='"v"'):
+        tool.execute(forged, None)
+    assert received == []
+    assert tool.execute(FrozenDict(v=FrozenList([1, 2])), None) == "ok"

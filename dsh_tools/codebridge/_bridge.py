@@ -209,10 +209,10 @@ class CodeRunBridgeActor:
                 "object, e.g. `{}`)"
             )
         try:
-            # The tool and the log get distinct copies; the pool hands the tool's snapshot to
-            # the pipeline as it is, without a third copy.
+            # The tool and the log get distinct copies (the log keeps a preview of large
+            # ones); the pool hands the tool's snapshot to the pipeline as it is.
             dispatched = snapshot_json(arguments, "arguments")
-            logged, logged_bytes = logged_arguments(snapshot_json(arguments))
+            logged, logged_bytes = logged_arguments(dispatched)
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None
         self._counter += 1

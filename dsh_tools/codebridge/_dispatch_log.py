@@ -31,21 +31,22 @@ PREVIEW_CHARS: Final = 1024
 """How much of larger arguments' compact JSON the dispatch events keep."""
 
 
-def logged_arguments(copy: Any) -> tuple[Any, int | None]:
-    """What the dispatch events record for a sub-call's frozen arguments ``copy``:
-    ``(copy, None)`` when its compact JSON is within ``LOGGED_ARGUMENTS_LIMIT`` bytes, else
-    ``(preview, size)`` with the JSON's size in bytes (a lower bound for values nested deeper
-    than the encoder goes)."""
+def logged_arguments(dispatched: Any) -> tuple[Any, int | None]:
+    """What the dispatch events record for a sub-call whose tool gets ``dispatched`` (its
+    checked, frozen arguments): ``(copy, None)``, a copy of its own, when their compact JSON is
+    within ``LOGGED_ARGUMENTS_LIMIT`` bytes, else ``(preview, size)`` with the JSON's size in
+    bytes (a lower bound for values nested deeper than the encoder goes). Larger arguments are
+    never copied: a program could make the host copy up to a frame's worth per call."""
     try:
-        encoded = msgspec.json.encode(copy)
+        encoded = msgspec.json.encode(dispatched)
     except RecursionError:  # nested deeper than the C encoder recurses; rare, so walk it
-        size = _json_size_beyond(copy, LOGGED_ARGUMENTS_LIMIT)
+        size = _json_size_beyond(dispatched, LOGGED_ARGUMENTS_LIMIT)
         if size <= LOGGED_ARGUMENTS_LIMIT:
-            return copy, None
+            return snapshot_json(dispatched, "arguments"), None
         return _notice("", size), size
     size = len(encoded)
     if size <= LOGGED_ARGUMENTS_LIMIT:
-        return copy, None
+        return snapshot_json(dispatched, "arguments"), None
     return _notice(encoded[:PREVIEW_CHARS].decode("utf-8", "ignore"), size), size
 
 

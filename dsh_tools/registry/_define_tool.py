@@ -14,6 +14,7 @@ import msgspec
 from ..actors import ToolArgsError
 from ._definition import Placement, ToolDefinition, ToolOutput, _takes_args_and_context
 from ._dsl import compile_parameters, compile_schema
+from ._execution import is_call_snapshot
 from ._hooks import ContentFinalizer
 from ._raw_schema import optional_null_dropper
 from ._schema_plan import _build_plan
@@ -114,16 +115,16 @@ def define_tool(
     # it is looked for only then: valid arguments pay nothing.
     drop_nulls = optional_null_dropper(compiled_parameters)
 
-    def validated(args: Any) -> tuple[Any, list[str]]:
-        violations = validate_plan(plan, args, "")
+    def validated(args: Any, lossless: bool = False) -> tuple[Any, list[str]]:
+        violations = validate_plan(plan, args, "", lossless=lossless)
         if violations and drop_nulls is not None:
             dropped = drop_nulls(args)
             if dropped is not args:
-                return dropped, validate_plan(plan, dropped, "")
+                return dropped, validate_plan(plan, dropped, "", lossless=lossless)
         return args, violations
 
-    def checked(args: Any) -> Any:
-        args, violations = validated(args)
+    def checked(args: Any, run_ctx: Any) -> Any:
+        args, violations = validated(args, is_call_snapshot(args, run_ctx))
         if violations:
             raise ToolArgsError(violations)
         return args if args_view is None else args_view(args)
@@ -138,14 +139,14 @@ def define_tool(
     if _is_async(body):
 
         async def wrapped_async(args: Any, run_ctx: Any) -> Any:
-            view = checked(args)
+            view = checked(args, run_ctx)
             return to_canonical(await body(view, run_ctx))
 
         wrapped_execute = wrapped_async
     else:
 
         def wrapped_sync(args: Any, run_ctx: Any) -> Any:
-            view = checked(args)
+            view = checked(args, run_ctx)
             result = body(view, run_ctx)
             if output_struct is not None and inspect.isawaitable(result):
                 return _convert_later(result, to_canonical)

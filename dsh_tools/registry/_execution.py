@@ -21,7 +21,13 @@ from ._lossless_copy import snapshot_json
 if TYPE_CHECKING:  # the snapshot's types, for annotations only
     from ._snapshot import SnapshotCell, ToolEntry
 
-__all__ = ["CallRecord", "DispatchExecution", "ToolExecution", "ToolRunContext"]
+__all__ = [
+    "CallRecord",
+    "DispatchExecution",
+    "ToolExecution",
+    "ToolRunContext",
+    "is_call_snapshot",
+]
 
 
 class CallRecord:
@@ -220,6 +226,16 @@ class ToolRunContext(_ReadOnly):
         with contextlib.suppress(LosslessJsonError, RecursionError):
             context = snapshot_json(context)
         record.deferred.append(context)
+
+
+def is_call_snapshot(args: object, run_ctx: object) -> bool:
+    """Whether a body called with ``(args, run_ctx)`` got its call's own arguments from the
+    pipeline: a ``snapshot_json`` of them, so lossless JSON throughout (a direct call of a
+    definition's ``execute`` with anything else is checked in full)."""
+    return (
+        type(run_ctx) is ToolRunContext
+        and object.__getattribute__(run_ctx, "_record").arguments is args
+    )
 
 
 class DispatchExecution(_ReadOnly):

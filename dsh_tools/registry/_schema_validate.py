@@ -228,13 +228,33 @@ def _one_of_result(path: Any, matches: int) -> list[str]:
     return [f'"{_vpath(path)}" must match exactly one oneOf branch (matched {matches})']
 
 
-def validate_plan(plan: Any, value: Any, path: str = "value") -> list[str]:
-    """``validate_json_schema_value`` on a plan from ``prepare_schema``."""
+class _AllProven(set[int]):
+    """The memo of a value known to be lossless JSON as a whole: every container in it counts
+    as proven, so a ``json``-typed part costs no walk."""
+
+    __slots__ = ()
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+    def add(self, item: int) -> None:
+        pass
+
+
+_ALL_PROVEN: Final = _AllProven()
+
+
+def validate_plan(
+    plan: Any, value: Any, path: str = "value", *, lossless: bool = False
+) -> list[str]:
+    """``validate_json_schema_value`` on a plan from ``prepare_schema``. ``lossless``: the
+    caller knows ``value`` is lossless JSON throughout (a ``snapshot_json`` it took), so the
+    lossless checks of ``json``-typed parts are skipped."""
     if plan[0] == _P_SCALAR:
         violation = _scalar_violation(plan, value, path)
         return [] if violation is None else [violation]
     frames: list[list[Any]] = []
-    proven: set[int] = set()
+    proven: set[int] = _ALL_PROVEN if lossless else set()
     current_plan: Any = plan
     current: Any = value
     current_path: Any = path
