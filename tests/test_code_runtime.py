@@ -271,6 +271,43 @@ return out
     ]
 
 
+def test_arguments_decoded_from_a_frame_go_to_the_snapshot_bindings_as_they_are(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The runtime builds each call's arguments afresh from checked tokens: a snapshot that
+    # the bindings for snapshots may keep without copying. Without a snapshot binding for
+    # every name, the plain bindings are called.
+    received: list[tuple[str, Any]] = []
+
+    def binding(kind: str) -> Any:
+        async def call(value: Any) -> Any:
+            received.append((kind, value))
+            return "ok"
+
+        return call
+
+    program = "return await tools.echo({'a': [1, {'b': None}], 'c': 'x'})"
+    both = BindingNamespace(
+        "tools",
+        {"echo": binding("plain")},
+        TOOL_CALL_ERROR,
+        snapshot_functions={"echo": binding("snapshot")},
+    )
+    partial = BindingNamespace(
+        "tools",
+        {"echo": binding("plain"), "other": binding("plain")},
+        TOOL_CALL_ERROR,
+        snapshot_functions={"echo": binding("snapshot")},
+    )
+    assert run(runtime, program, [both]).value == "ok"
+    assert run(runtime, program, [partial]).value == "ok"
+    (first_kind, first), (second_kind, _) = received
+    assert (first_kind, second_kind) == ("snapshot", "plain")
+    assert first == {"a": [1, {"b": None}], "c": "x"}
+    assert type(first) is FrozenDict and type(first["a"]) is FrozenList
+    assert type(first["a"][1]) is FrozenDict
+
+
 def test_w79_a_non_lossless_resolution_is_rejected(runtime: SubprocessCodeRuntime) -> None:
     async def returns_set(value: Any) -> Any:
         return {1, 2}

@@ -151,14 +151,14 @@ class CodeRunBridgeActor:
         self._loop = loop
         self._handoff = LoopHandoff(loop)
         names = sorted(n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE)
-        functions = {name: self._binding(name) for name in names}
         request = CodeRunRequest(
             program=program,
             bindings=[
                 BindingNamespace(
                     global_name="tools",
-                    functions=functions,
+                    functions={name: self._binding(name, snapshot=False) for name in names},
                     error_class=ErrorClassSpec(name="ToolCallError", member_attr="tool_name"),
+                    snapshot_functions={name: self._binding(name, snapshot=True) for name in names},
                 )
             ],
             signal=self._controller.signal,
@@ -183,10 +183,13 @@ class CodeRunBridgeActor:
 
     # --- bindings ------------------------------------------------------------------------------
 
-    def _binding(self, name: str) -> Callable[..., asyncio.Future[Any]]:
+    def _binding(self, name: str, *, snapshot: bool) -> Callable[..., asyncio.Future[Any]]:
+        """The binding of tool ``name``; ``snapshot``: it takes arguments that are a snapshot
+        already (see ``BindingNamespace.snapshot_functions``)."""
+
         def call_tool(arguments: Any = _ABSENT) -> asyncio.Future[Any]:
             try:
-                return self._submit(name, arguments)
+                return self._submit(name, arguments, snapshot)
             except ToolCallRejected as exc:  # refused before submission: a failed awaitable
                 refused: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 _reject(refused, exc)
@@ -198,9 +201,10 @@ class CodeRunBridgeActor:
     def _over(self) -> str:
         return message_of(self._controller.signal.reason)
 
-    def _submit(self, name: str, arguments: Any) -> asyncio.Future[Any]:
+    def _submit(self, name: str, arguments: Any, snapshot: bool) -> asyncio.Future[Any]:
         """Submit one sub-call; its future settles when the pool commits (or abandons) it.
-        A call refused before it is submitted raises ``ToolCallRejected``."""
+        A call refused before it is submitted raises ``ToolCallRejected``. ``snapshot``: the
+        arguments are a snapshot already, which the tool may have as they are."""
         if self._controller.signal.aborted:
             raise ToolCallRejected(f"run_code run is over ({self._over()}); {name} not dispatched")
         if arguments is _ABSENT:
@@ -211,7 +215,7 @@ class CodeRunBridgeActor:
         try:
             # The tool and the log get distinct copies (the log keeps a preview of large
             # ones); the pool hands the tool's snapshot to the pipeline as it is.
-            dispatched = snapshot_json(arguments, "arguments")
+            dispatched = arguments if snapshot else snapshot_json(arguments, "arguments")
             logged, logged_bytes = logged_arguments(dispatched)
         except LosslessJsonError as exc:
             raise ToolCallRejected(f"tool arguments must be lossless JSON: {exc}") from None

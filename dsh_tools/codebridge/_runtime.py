@@ -145,7 +145,13 @@ class SubprocessCodeRuntime:
         wire: list[NamespaceWire] = []
         for namespace in request.bindings:
             functions = dict(namespace.functions)
-            namespaces[namespace.global_name] = functions
+            # Arguments decoded from a frame are a fresh snapshot (``detokenize`` checks every
+            # token and builds new frozen containers): the bindings that take one save a copy.
+            snapshots = namespace.snapshot_functions
+            if snapshots is not None and snapshots.keys() == functions.keys():
+                namespaces[namespace.global_name] = dict(snapshots)
+            else:
+                namespaces[namespace.global_name] = functions
             spec = namespace.error_class
             wire.append(
                 NamespaceWire(

@@ -83,11 +83,19 @@ class ErrorClassSpec(msgspec.Struct, frozen=True):
 
 
 class BindingNamespace(msgspec.Struct, frozen=True):
-    """One global of the program (``tools``) whose members are host binding functions."""
+    """One global of the program (``tools``) whose members are host binding functions.
+
+    ``snapshot_functions``, when given, holds the same bindings for arguments that are already
+    a snapshot: a fresh, deep-frozen tree of lossless JSON (``FrozenDict``, ``FrozenList`` and
+    scalars, no shared or cyclic parts) that nothing else holds. A runtime that decodes each
+    call's arguments into exactly that (the subprocess runtime does) calls these instead of
+    ``functions``, which must copy and check what they are given.
+    """
 
     global_name: str
     functions: Mapping[str, BindingFunction]
     error_class: ErrorClassSpec | None = None
+    snapshot_functions: Mapping[str, BindingFunction] | None = None
 
 
 class CodeRunRequest(msgspec.Struct, frozen=True):
