@@ -42,6 +42,7 @@ from dsh_tools.codebridge._tokens import (
     ObjectMarker,
     TokenError,
     detokenize,
+    not_lossless,
     tokenize,
 )
 
@@ -350,3 +351,15 @@ def test_a_run_never_reads_a_pipe_it_dropped_even_with_its_event_taken() -> None
             os.close(read_end)
             os.close(write_end)
         loop.close()
+
+
+def test_the_path_of_a_problem_deep_down_is_named_by_its_two_ends() -> None:
+    value: Any = float("nan")
+    for _ in range(200_000):
+        value = [value]
+    message = not_lossless({"v": value, "w": 1}, "arguments")
+    assert message.startswith("arguments.v[0][0]")
+    assert message.endswith("[0][0] is float (NaN)")
+    assert "..." in message and len(message) < 250
+    long_key = {"k" * 10_000: {"a": float("inf")}}
+    assert not_lossless(long_key, "value").endswith("kkk.a is float (infinite)")

@@ -173,8 +173,9 @@ def not_lossless(
     """Why ``tokenize`` refused ``value``: ``"<path> is <what>"`` for its first problem in
     document order, with ``root`` naming the value (``arguments.a[1] is float (NaN)``).
 
-    Only called once ``tokenize`` returned ``None``, so the walk may take its time: it builds
-    a path per container it enters. Iterative, like ``tokenize``, for deep values.
+    Only called once ``tokenize`` returned ``None``. Iterative, like ``tokenize``, for deep
+    values; paths are parent links, rendered only for the problem found, and a path longer
+    than ``_PATH_CHARS`` keeps its two ends around an ellipsis.
     """
     stack: list[Any] = [(value, root)]
     on_path: set[int] = set()
@@ -184,43 +185,70 @@ def not_lossless(
             on_path.discard(item.key)
             continue
         kind = type(item)
+        problem: str | None = None
         if kind is str:
             if not _clean_str(item):
-                return f"{path} is str (lone surrogate)"
+                problem = "str (lone surrogate)"
         elif kind is int:
             if item < INT_MIN or item > INT_MAX:
-                return f"{path} is int (out of range)"
+                problem = "int (out of range)"
         elif item is None or kind is bool:
             pass
         elif kind is float:
             if item != item:
-                return f"{path} is float (NaN)"
-            if item in (_INF, -_INF):
-                return f"{path} is float (infinite)"
-            if item == 0.0 and math.copysign(1.0, item) < 0.0:
-                return f"{path} is float (-0.0)"
+                problem = "float (NaN)"
+            elif item in (_INF, -_INF):
+                problem = "float (infinite)"
+            elif item == 0.0 and math.copysign(1.0, item) < 0.0:
+                problem = "float (-0.0)"
         elif kind in list_types or kind in dict_types:
             key = id(item)
             if key in on_path:
-                return f"{path} is a cycle"
-            on_path.add(key)
-            stack.append((_Exit(key), path))
-            if kind in list_types:
-                stack.extend(
-                    (child, f"{path}[{index}]") for index, child in reversed(list(enumerate(item)))
-                )
-                continue
-            for name in item:
-                if type(name) is not str:
-                    return f"{path} is dict with {type(name).__name__} key"
-                if not _clean_str(name):
-                    return f"{path} is dict with str (lone surrogate) key"
-            children = [(child, f"{path}.{name}") for name, child in item.items()]
-            children.reverse()
-            stack.extend(children)
+                problem = "a cycle"
+            else:
+                on_path.add(key)
+                stack.append((_Exit(key), path))
+                if kind in list_types:
+                    stack.extend(
+                        (item[index], (path, index)) for index in reversed(range(len(item)))
+                    )
+                    continue
+                for name in item:
+                    if type(name) is not str:
+                        problem = f"dict with {type(name).__name__} key"
+                        break
+                    if not _clean_str(name):
+                        problem = "dict with str (lone surrogate) key"
+                        break
+                else:
+                    children = [(child, (path, name)) for name, child in item.items()]
+                    children.reverse()
+                    stack.extend(children)
+                    continue
         else:
-            return f"{path} is {kind.__name__}"
+            problem = kind.__name__
+        if problem is not None:
+            return f"{_render_path(path)} is {problem}"
     return f"{root} is not lossless JSON"
+
+
+_PATH_CHARS: Final = 200
+"""The longest path ``not_lossless`` names whole."""
+
+
+def _render_path(path: Any) -> str:
+    """A path of parent links ``(parent, key or index)`` ending at the root's name."""
+    segments: list[str] = []
+    while type(path) is tuple:
+        path, segment = path
+        segments.append(f"[{segment}]" if type(segment) is int else f".{segment}")
+    segments.append(path)
+    segments.reverse()
+    text = "".join(segments)
+    if len(text) <= _PATH_CHARS:
+        return text
+    half = _PATH_CHARS // 2
+    return f"{text[:half]}...{text[-half:]}"
 
 
 def _flat_object(value: Any) -> list[Any] | None:
