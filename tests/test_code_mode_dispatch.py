@@ -861,6 +861,12 @@ def test_arguments_nested_deeper_than_the_encoder_are_measured_without_it() -> N
     notice, size = logged_arguments(snapshot_json({"value": wide_and_deep}))
     assert size is not None and size > LOGGED_ARGUMENTS_LIMIT
     assert notice.startswith(f"... [arguments of {size} JSON bytes")
+    # Escapes count as what they encode to: 55,000 control characters are 330,000 bytes.
+    escaped: Any = "\x01" * 55_000
+    for _ in range(1_500):
+        escaped = [escaped]
+    notice, size = logged_arguments(snapshot_json({"value": escaped}))
+    assert size is not None and size > LOGGED_ARGUMENTS_LIMIT
 
 
 # --- 51-52: contexts ---------------------------------------------------------------------------

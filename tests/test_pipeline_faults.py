@@ -140,6 +140,27 @@ def test_a_body_that_cancels_its_own_task_fails_as_the_body_and_never_raises_out
     assert events_for(system, "c1") == ["tool/call", "tool/result"]
 
 
+@pytest.mark.parametrize("entry", ["execute", "batch"])
+def test_a_body_that_cancels_its_own_task_then_raises_fails_with_what_it_raised(
+    system: ToolSystem, entry: str
+) -> None:
+    # As an asyncio task would: the raise ends the body before the request reaches it.
+    async def cancels_then_raises(args: Any, ctx: Any) -> Any:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        raise ValueError("the body's own error")
+
+    system.tools.register(fixture("cancels_then_raises", cancels_then_raises))
+    if entry == "execute":
+        result = system.execute(ExecuteCall(call_id="c1", name="cancels_then_raises", arguments={}))
+    else:
+        calls = [ToolCall(call_id="c1", name="cancels_then_raises", arguments="{}")]
+        (result,) = system.execute_batch(ExecuteBatch(calls=calls)).results
+    assert text(result) == "Error: the body's own error"
+    assert result.exception_type == "ValueError"  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_raising_stage_on_the_async_path_gives_one_result(system: ToolSystem, stage: str) -> None:
     install_raising(system, stage, RuntimeError(f"{stage} exploded"))

@@ -58,25 +58,29 @@ def _notice(preview: str, size: int) -> str:
 
 
 def _json_size_beyond(value: Any, limit: int) -> int:
-    """A lower bound of ``value``'s compact JSON size, exact enough to compare with ``limit``:
-    walks iteratively and stops as soon as the count passes ``limit``."""
+    """``value``'s compact JSON size in bytes, counted exactly (escapes and UTF-8 included) up
+    to the point where it passes ``limit``: walks iteratively and stops there."""
     size = 0
     stack = [value]
     while stack and size <= limit:
         item = stack.pop()
-        if isinstance(item, str):
-            size += len(item) + 2
-        elif isinstance(item, dict):
-            size += 2 + len(item)
+        if isinstance(item, dict):
+            size += 1 + max(len(item), 1)  # the braces and the commas between members
             for key, child in item.items():
-                size += len(key) + 3
+                size += _scalar_size(key, limit) + 1  # the key and its colon
                 stack.append(child)
         elif isinstance(item, list):
-            size += 2 + len(item)
+            size += 1 + max(len(item), 1)  # the brackets and the commas between items
             stack.extend(item)
         else:
-            size += 4
+            size += _scalar_size(item, limit)
     return size
+
+
+def _scalar_size(item: Any, limit: int) -> int:
+    if isinstance(item, str) and len(item) > limit:
+        return limit + 1  # every character costs at least a byte
+    return len(msgspec.json.encode(item))
 
 
 async def shaped_content(hooks: tuple[Callable[..., Any], ...], log: CodeDispatchLog) -> Any:

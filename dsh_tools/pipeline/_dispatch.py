@@ -4,6 +4,7 @@ thread, or as its own task), its rendering, and the candidate result for post-ex
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
@@ -377,10 +378,26 @@ async def _capture(
     try:
         value = await coro
     except BaseException as exc:
+        if _cancel_requested():
+            await _take_pending_cancel()
         _wake(settled)
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
     _wake(settled)
     return True, value
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _take_pending_cancel() -> None:
+    """Receive a cancellation requested of this task and not yet delivered, if any. A body that
+    cancels its own task and then raises fails with what it raised, as an asyncio task would;
+    returning its failure with the request still pending would end the task cancelled instead.
+    (A cancellation the body already received passes through here without a trace.)"""
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(0)
 
 
 def _watch_body(

@@ -231,7 +231,9 @@ class ToolRunContext(_ReadOnly):
 def is_call_snapshot(args: object, run_ctx: object) -> bool:
     """Whether a body called with ``(args, run_ctx)`` got its call's own arguments from the
     pipeline: a ``snapshot_json`` of them, so lossless JSON throughout (a direct call of a
-    definition's ``execute`` with anything else is checked in full)."""
+    definition's ``execute`` with anything else is checked in full). Hooks see the same
+    snapshot; one that writes into it past the freeze (``dict.__setitem__``) is trusted too,
+    like any other harness code."""
     return (
         type(run_ctx) is ToolRunContext
         and object.__getattribute__(run_ctx, "_record").arguments is args
