@@ -126,7 +126,7 @@ def _text_block(text: str) -> dict[str, Any]:
 
 
 def echo(**extra: Any) -> ToolDefinition:
-    """The spec's echo tool; ``extra`` goes to ``define_tool`` (execute, timeout_ms, ...)."""
+    """The echo tool most tests use; ``extra`` goes to ``define_tool`` (execute, timeout_ms...)."""
     options: dict[str, Any] = {
         "name": "echo",
         "description": "echo arguments back",

@@ -46,7 +46,7 @@ def plain_tool(name: str) -> ToolDefinition:
     )
 
 
-def test_01_native_mode_without_runtime_contributes_every_tool_and_no_sdk() -> None:
+def test_native_mode_without_runtime_contributes_every_tool_and_no_sdk() -> None:
     with ToolSystem.start(ToolsConfig(mode="native"), code_runtime=None) as system:
         system.tools.register(echo_tool())
         prompt = system.assemble_prompt()
@@ -54,7 +54,7 @@ def test_01_native_mode_without_runtime_contributes_every_tool_and_no_sdk() -> N
     assert section(prompt) is None
 
 
-def test_02_code_mode_contributes_only_run_code_and_an_sdk_without_it() -> None:
+def test_code_mode_contributes_only_run_code_and_an_sdk_without_it() -> None:
     with code_system(mode="code", tools=[echo_tool()]) as system:
         prompt = system.assemble_prompt()
     assert names(prompt) == ["run_code"]
@@ -67,7 +67,7 @@ def test_02_code_mode_contributes_only_run_code_and_an_sdk_without_it() -> None:
     assert 'ToolName = Literal["echo"]' in sdk
 
 
-def test_03_both_mode_contributes_every_tool_plus_run_code_and_the_sdk() -> None:
+def test_both_mode_contributes_every_tool_plus_run_code_and_the_sdk() -> None:
     with code_system(mode="both", tools=[echo_tool()]) as system:
         prompt = system.assemble_prompt()
     assert names(prompt) == ["echo", "run_code"]
@@ -75,7 +75,7 @@ def test_03_both_mode_contributes_every_tool_plus_run_code_and_the_sdk() -> None
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_04_a_5000_deep_output_schema_assembles(mode: str) -> None:
+def test_a_5000_deep_output_schema_assembles(mode: str) -> None:
     schema: dict[str, Any] = {"type": "string"}
     for _ in range(5000):
         schema = {"oneOf": [schema, {"type": "null"}]}
@@ -94,7 +94,7 @@ def test_04_a_5000_deep_output_schema_assembles(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_05_an_assemble_listener_that_drops_the_sdk_and_run_code_is_authoritative(
+def test_an_assemble_listener_that_drops_the_sdk_and_run_code_is_authoritative(
     mode: str,
 ) -> None:
     def drop_code_mode(assembly: AssembledPrompt) -> AssembledPrompt:
@@ -111,7 +111,7 @@ def test_05_an_assemble_listener_that_drops_the_sdk_and_run_code_is_authoritativ
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_06_a_scoped_tools_sdk_section_shadows_the_generated_one_for_that_scope(
+def test_a_scoped_tools_sdk_section_shadows_the_generated_one_for_that_scope(
     mode: str,
 ) -> None:
     with code_system(mode=mode, tools=[echo_tool()]) as system:
@@ -127,7 +127,7 @@ def test_06_a_scoped_tools_sdk_section_shadows_the_generated_one_for_that_scope(
 @pytest.mark.parametrize(
     ("mode", "scoped"), [("code", ["run_code"]), ("both", ["echo", "run_code"])]
 )
-def test_07_an_allow_restriction_shapes_the_scoped_tools_sdk_and_bindings(
+def test_an_allow_restriction_shapes_the_scoped_tools_sdk_and_bindings(
     mode: str, scoped: list[str]
 ) -> None:
     runtime = FakeRuntime()
@@ -151,7 +151,7 @@ def test_07_an_allow_restriction_shapes_the_scoped_tools_sdk_and_bindings(
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_08_a_deny_restriction_removes_the_tool_from_sdk_and_bindings(mode: str) -> None:
+def test_a_deny_restriction_removes_the_tool_from_sdk_and_bindings(mode: str) -> None:
     runtime = FakeRuntime()
     with code_system(runtime, mode=mode, tools=[plain_tool("denied"), plain_tool("kept")]) as s:
         s.agent("A").tools.restrict(deny=["denied"])
@@ -174,7 +174,7 @@ RESERVED_TRANSPORT = (
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_09_run_code_is_reserved_and_the_same_transport_for_every_scope(mode: str) -> None:
+def test_run_code_is_reserved_and_the_same_transport_for_every_scope(mode: str) -> None:
     with code_system(mode=mode, tools=[echo_tool()]) as system:
         scope = system.agent("A")
         with pytest.raises(ValueError) as global_error:
@@ -200,7 +200,7 @@ def test_09_run_code_is_reserved_and_the_same_transport_for_every_scope(mode: st
     assert transport.description.startswith("Execute a Python program")
 
 
-def test_10_native_mode_lets_a_tool_be_called_run_code() -> None:
+def test_native_mode_lets_a_tool_be_called_run_code() -> None:
     with ToolSystem.start(ToolsConfig(mode="native"), code_runtime=None) as system:
         system.tools.register(plain_tool("run_code"))
         assert names(system.assemble_prompt()) == ["run_code"]
@@ -212,13 +212,13 @@ def test_10_native_mode_lets_a_tool_be_called_run_code() -> None:
 @pytest.mark.parametrize(
     ("mode", "order"), [("code", ["run_code"]), ("both", ["run_code", "echo"])]
 )
-def test_11_tool_order_can_put_run_code_first(mode: str, order: list[str]) -> None:
+def test_tool_order_can_put_run_code_first(mode: str, order: list[str]) -> None:
     config: dict[str, Any] = {"tool_order": ["run_code", "<unlisted-tools>"]}
     with code_system(mode=mode, tools=[echo_tool()], **config) as system:
         assert names(system.assemble_prompt()) == order
 
 
-def test_12_tool_order_naming_a_tool_code_mode_does_not_contribute_fails() -> None:
+def test_tool_order_naming_a_tool_code_mode_does_not_contribute_fails() -> None:
     config: dict[str, Any] = {"tool_order": ["echo", "<unlisted-tools>"]}
     with (
         code_system(mode="code", tools=[echo_tool()], **config) as system,
@@ -229,7 +229,7 @@ def test_12_tool_order_naming_a_tool_code_mode_does_not_contribute_fails() -> No
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_13_a_non_native_mode_without_runtime_refuses_every_assembly(mode: str) -> None:
+def test_a_non_native_mode_without_runtime_refuses_every_assembly(mode: str) -> None:
     with ToolSystem.start(ToolsConfig(mode=mode), code_runtime=None) as system:
         system.tools.register(echo_tool())
         for _ in range(2):
@@ -242,7 +242,7 @@ def test_13_a_non_native_mode_without_runtime_refuses_every_assembly(mode: str) 
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_14_a_runtime_of_another_language_refuses_every_assembly(mode: str) -> None:
+def test_a_runtime_of_another_language_refuses_every_assembly(mode: str) -> None:
     runtime = FakeRuntime(language="typescript")
     with code_system(runtime, mode=mode, tools=[echo_tool()]) as system:
         for _ in range(2):
@@ -255,7 +255,7 @@ def test_14_a_runtime_of_another_language_refuses_every_assembly(mode: str) -> N
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_15_an_unchanged_tool_set_assembles_a_byte_identical_sdk(mode: str) -> None:
+def test_an_unchanged_tool_set_assembles_a_byte_identical_sdk(mode: str) -> None:
     with code_system(mode=mode, tools=[echo_tool(), plain_tool("other")]) as system:
         first = section(system.assemble_prompt())
         second = section(system.assemble_prompt())
@@ -264,7 +264,7 @@ def test_15_an_unchanged_tool_set_assembles_a_byte_identical_sdk(mode: str) -> N
 
 
 @pytest.mark.parametrize("mode", NON_NATIVE)
-def test_16_a_stopped_system_assembles_nothing(mode: str) -> None:
+def test_a_stopped_system_assembles_nothing(mode: str) -> None:
     system = code_system(mode=mode, tools=[echo_tool()])
     assert section(system.assemble_prompt()) is not None
     system.stop()
@@ -272,7 +272,7 @@ def test_16_a_stopped_system_assembles_nothing(mode: str) -> None:
         system.assemble_prompt()
 
 
-def test_17_max_parallel_sub_calls_is_validated_and_defaults_to_ten() -> None:
+def test_max_parallel_sub_calls_is_validated_and_defaults_to_ten() -> None:
     with pytest.raises(ValueError) as error:
         ToolsConfig(mode="code", max_parallel_sub_calls=0)
     assert "max_parallel_sub_calls must be a positive integer" in str(error.value)
@@ -287,7 +287,7 @@ def test_17_max_parallel_sub_calls_is_validated_and_defaults_to_ten() -> None:
         assert section(default.assemble_prompt()) is None
 
 
-def test_18_the_runtime_request_holds_one_tools_namespace_without_run_code() -> None:
+def test_the_runtime_request_holds_one_tools_namespace_without_run_code() -> None:
     runtime = FakeRuntime()
     with code_system(runtime, mode="both", tools=[echo_tool()]) as system:
         system.execute(run_code())

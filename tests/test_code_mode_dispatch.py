@@ -91,10 +91,10 @@ def depth_tool(seen: list[Any]) -> ToolDefinition:
     )
 
 
-# --- 29-30: sequential calls, the outer token ----------------------------------------------
+# --- sequential calls, the outer token -----------------------------------------------------------
 
 
-def test_29_two_sequential_calls_return_values_logs_and_settle_events() -> None:
+def test_two_sequential_calls_return_values_logs_and_settle_events() -> None:
     seen: list[Any] = []
 
     async def program(p: FakeProgram) -> Any:
@@ -123,7 +123,7 @@ def test_29_two_sequential_calls_return_values_logs_and_settle_events() -> None:
     assert "meta" not in result.to_dict()
 
 
-def test_30_a_signal_swapping_wrapper_on_run_code_and_the_sub_calls_parent_token() -> None:
+def test_a_signal_swapping_wrapper_on_run_code_and_the_sub_calls_parent_token() -> None:
     observed: list[tuple[str, Any, Any, Any]] = []
 
     async def swap_signal(exec: Any, next: Any) -> Any:
@@ -161,7 +161,7 @@ def test_30_a_signal_swapping_wrapper_on_run_code_and_the_sub_calls_parent_token
         parent.extra = 1
 
 
-def test_30_aborting_a_wrapper_signal_aborts_the_run() -> None:
+def test_aborting_a_wrapper_signal_aborts_the_run() -> None:
     """The run follows the signal its body receives, wrapper swaps
     included."""
     gates = Gates()
@@ -194,10 +194,10 @@ def test_30_aborting_a_wrapper_signal_aborts_the_run() -> None:
     assert gates.aborted == ["slow"]
 
 
-# --- 31-35: the per-run pool -----------------------------------------------------------------
+# --- the per-run pool ----------------------------------------------------------------------------
 
 
-def test_31_three_safe_calls_overlap_and_join_in_submission_order() -> None:
+def test_three_safe_calls_overlap_and_join_in_submission_order() -> None:
     gates = Gates()
 
     async def program(p: FakeProgram) -> Any:
@@ -222,7 +222,7 @@ def test_31_three_safe_calls_overlap_and_join_in_submission_order() -> None:
     assert value_of(result)["result"] == "read:a,read:b,read:c"
 
 
-def test_32_an_exclusive_call_waits_for_earlier_calls_and_blocks_later_ones() -> None:
+def test_an_exclusive_call_waits_for_earlier_calls_and_blocks_later_ones() -> None:
     gates = Gates()
 
     async def program(p: FakeProgram) -> Any:
@@ -260,7 +260,7 @@ def test_32_an_exclusive_call_waits_for_earlier_calls_and_blocks_later_ones() ->
     assert gates.log.index("exit w") < gates.log.index("enter r3")
 
 
-def test_33_max_parallel_sub_calls_bounds_the_live_bodies() -> None:
+def test_max_parallel_sub_calls_bounds_the_live_bodies() -> None:
     gates = Gates()
 
     async def program(p: FakeProgram) -> Any:
@@ -288,7 +288,7 @@ def test_33_max_parallel_sub_calls_bounds_the_live_bodies() -> None:
     assert value_of(result)["result"] == "read:a,read:b,read:c"
 
 
-def test_34_one_sub_call_slot_runs_safe_calls_one_after_another() -> None:
+def test_one_sub_call_slot_runs_safe_calls_one_after_another() -> None:
     gates = Gates()
 
     async def program(p: FakeProgram) -> Any:
@@ -314,7 +314,7 @@ def test_34_one_sub_call_slot_runs_safe_calls_one_after_another() -> None:
     assert value_of(result)["result"] == "read:a,read:b,read:c"
 
 
-def test_35_calls_of_a_tool_without_classifier_never_overlap() -> None:
+def test_calls_of_a_tool_without_classifier_never_overlap() -> None:
     intervals: list[str] = []
 
     async def probe_body(args: Any, ctx: Any) -> str:
@@ -343,10 +343,10 @@ def test_35_calls_of_a_tool_without_classifier_never_overlap() -> None:
     assert value_of(result)["result"] == "a,b,c"
 
 
-# --- 36-42: registry changes, ordered stages, settlement ---------------------------------------
+# --- registry changes, ordered stages, settlement ------------------------------------------------
 
 
-def test_36_a_binding_whose_tool_was_unregistered_fails_as_an_unknown_tool() -> None:
+def test_a_binding_whose_tool_was_unregistered_fails_as_an_unknown_tool() -> None:
     ran: list[Any] = []
     caught: list[str] = []
     disposers: list[Any] = []
@@ -364,7 +364,7 @@ def test_36_a_binding_whose_tool_was_unregistered_fails_as_an_unknown_tool() -> 
     assert value_of(result)["result"] == "after"
 
 
-def test_37_the_next_start_waits_for_the_previous_pre_execute() -> None:
+def test_the_next_start_waits_for_the_previous_pre_execute() -> None:
     stages: list[str] = []
     gate = asyncio.Event()
     first_entered = asyncio.Event()
@@ -399,7 +399,7 @@ def test_37_the_next_start_waits_for_the_previous_pre_execute() -> None:
     assert value_of(result)["result"] == ["echo:a", "echo:b"]
 
 
-def test_38_a_safe_call_after_an_exclusive_one_waits_for_its_post_execute() -> None:
+def test_a_safe_call_after_an_exclusive_one_waits_for_its_post_execute() -> None:
     log: list[str] = []
     gate = asyncio.Event()
     post_entered = asyncio.Event()
@@ -472,7 +472,7 @@ def test_38_a_safe_call_after_an_exclusive_one_waits_for_its_post_execute() -> N
     assert value_of(result)["result"] == ["writer:w", "reader:r"]
 
 
-def test_39_a_fired_call_mid_post_execute_at_settlement_settles_once_as_an_error() -> None:
+def test_a_fired_call_mid_post_execute_at_settlement_settles_once_as_an_error() -> None:
     post_entered = asyncio.Event()
     gate = asyncio.Event()
 
@@ -499,7 +499,7 @@ def test_39_a_fired_call_mid_post_execute_at_settlement_settles_once_as_an_error
     assert events.index(settles[0]) < outer_result
 
 
-def test_40_contexts_follow_commit_order_even_when_bodies_finish_out_of_order() -> None:
+def test_contexts_follow_commit_order_even_when_bodies_finish_out_of_order() -> None:
     gates = Gates()
     post_order: list[str] = []
 
@@ -534,7 +534,7 @@ def test_40_contexts_follow_commit_order_even_when_bodies_finish_out_of_order() 
     ]
 
 
-def test_41_a_later_value_is_delivered_only_after_every_earlier_call_committed() -> None:
+def test_a_later_value_is_delivered_only_after_every_earlier_call_committed() -> None:
     gates = Gates()
     received: list[str] = []
 
@@ -561,7 +561,7 @@ def test_41_a_later_value_is_delivered_only_after_every_earlier_call_committed()
     assert value_of(result)["result"] == ["read:a", "read:b"]
 
 
-def test_42_a_queued_call_is_abandoned_without_events_when_the_program_fails() -> None:
+def test_a_queued_call_is_abandoned_without_events_when_the_program_fails() -> None:
     gates = Gates()
     handles: list[asyncio.Task[Any]] = []
 
@@ -587,10 +587,10 @@ def test_42_a_queued_call_is_abandoned_without_events_when_the_program_fails() -
     )
 
 
-# --- 43-46: failures the program sees --------------------------------------------------------
+# --- failures the program sees -------------------------------------------------------------------
 
 
-def test_43_a_tool_failure_is_caught_by_the_program() -> None:
+def test_a_tool_failure_is_caught_by_the_program() -> None:
     def fail(args: Any, ctx: Any) -> str:
         raise RuntimeError("deliberate failure")
 
@@ -612,7 +612,7 @@ def test_43_a_tool_failure_is_caught_by_the_program() -> None:
     assert texts(result.content) == ["caught: deliberate failure"]
 
 
-def test_44_a_pre_execute_denial_reaches_the_program_as_the_message() -> None:
+def test_a_pre_execute_denial_reaches_the_program_as_the_message() -> None:
     messages: list[str] = []
 
     async def deny_sub_calls(exec: Any, next: Any) -> Any:
@@ -631,7 +631,7 @@ def test_44_a_pre_execute_denial_reaches_the_program_as_the_message() -> None:
     assert "not on my watch" in message
 
 
-def test_45_a_throwing_pre_execute_listener_fails_the_call_and_skips_post_execute() -> None:
+def test_a_throwing_pre_execute_listener_fails_the_call_and_skips_post_execute() -> None:
     messages: list[str] = []
     ran: list[Any] = []
     posts: list[str] = []
@@ -661,7 +661,7 @@ def test_45_a_throwing_pre_execute_listener_fails_the_call_and_skips_post_execut
     assert settles[0]["is_error"] is True
 
 
-def test_46_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns() -> None:
+def test_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns() -> None:
     async def shaper(log: Any, next: Any) -> Any:
         raise RuntimeError("shaper broke")
 
@@ -684,7 +684,7 @@ def test_46_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns(
     assert warnings[0]["tool"] == "echo"
 
 
-# --- 47-50: arguments --------------------------------------------------------------------------
+# --- arguments -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -702,7 +702,7 @@ def test_46_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns(
     ],
     ids=["set", "tuple", "nan", "int-key", "no-argument"],
 )
-def test_47_non_lossless_binding_arguments_fail_before_dispatch(
+def test_non_lossless_binding_arguments_fail_before_dispatch(
     arguments: tuple[Any, ...], detail: str
 ) -> None:
     ran: list[Any] = []
@@ -725,7 +725,7 @@ def test_47_non_lossless_binding_arguments_fail_before_dispatch(
     assert events == ["tool/call", "tool/result"]
 
 
-def test_47_rejected_arguments_consume_no_submission_number() -> None:
+def test_rejected_arguments_consume_no_submission_number() -> None:
     async def program(p: FakeProgram) -> Any:
         await p.attempt("echo", {"bad": {1, 2}})
         return await p.call("echo", {"value": "x"})
@@ -736,7 +736,7 @@ def test_47_rejected_arguments_consume_no_submission_number() -> None:
     assert settle_event["sub_call_id"] == "call-1:code:1"
 
 
-def test_48_the_tool_and_the_log_get_equal_but_distinct_argument_copies() -> None:
+def test_the_tool_and_the_log_get_equal_but_distinct_argument_copies() -> None:
     seen: list[Any] = []
     arguments = {"value": "x", "nested": ["same"]}
 
@@ -754,7 +754,7 @@ def test_48_the_tool_and_the_log_get_equal_but_distinct_argument_copies() -> Non
     assert received["nested"] is not logged["nested"]
 
 
-def test_49_a_tool_cannot_mutate_its_arguments_or_the_logged_copy() -> None:
+def test_a_tool_cannot_mutate_its_arguments_or_the_logged_copy() -> None:
     attempts: list[str] = []
 
     def mutate(args: Any, ctx: Any) -> str:
@@ -792,7 +792,7 @@ def _nested(depth: int) -> Any:
     return value
 
 
-def test_50_a_5000_level_argument_through_an_in_process_binding() -> None:
+def test_a_5000_level_argument_through_an_in_process_binding() -> None:
     seen: list[Any] = []
 
     async def program(p: FakeProgram) -> Any:
@@ -806,7 +806,7 @@ def test_50_a_5000_level_argument_through_an_in_process_binding() -> None:
     assert depth_of(settle_event["arguments"]["value"]) == (5000, "leaf")
 
 
-def test_50_a_5000_level_argument_through_the_real_worker() -> None:
+def test_a_5000_level_argument_through_the_real_worker() -> None:
     seen: list[Any] = []
     program = (
         'v = "leaf"\nfor _ in range(5000):\n    v = [v]\nreturn await tools.depth({"value": v})'
@@ -869,10 +869,10 @@ def test_arguments_nested_deeper_than_the_encoder_are_measured_without_it() -> N
     assert size is not None and size > LOGGED_ARGUMENTS_LIMIT
 
 
-# --- 51-52: contexts ---------------------------------------------------------------------------
+# --- contexts ------------------------------------------------------------------------------------
 
 
-def test_51_sub_call_contexts_reach_the_outer_result_in_call_order_with_source_and_meta() -> None:
+def test_sub_call_contexts_reach_the_outer_result_in_call_order_with_source_and_meta() -> None:
     async def post(exec: Any, result: Any, next: Any) -> Any:
         if exec.parent is None:
             return await next()
@@ -901,7 +901,7 @@ def test_51_sub_call_contexts_reach_the_outer_result_in_call_order_with_source_a
     ]
 
 
-def test_52_contexts_survive_a_run_that_fails_later() -> None:
+def test_contexts_survive_a_run_that_fails_later() -> None:
     async def post(exec: Any, result: Any, next: Any) -> Any:
         if exec.parent is None:
             return await next()

@@ -92,10 +92,10 @@ class MemoryStore:
         return f"mem://{len(self.saved)}"
 
 
-# --- 53-58: failures and settlement ------------------------------------------------------------
+# --- failures and settlement ---------------------------------------------------------------------
 
 
-def test_53_a_failed_run_is_a_code_run_failed_error_result_with_its_logs() -> None:
+def test_a_failed_run_is_a_code_run_failed_error_result_with_its_logs() -> None:
     runtime = failing("timeout", "compute budget exhausted (300ms busy)", ("got this far",))
     with code_system(runtime) as system:
         result = system.execute(run_code())
@@ -107,7 +107,7 @@ def test_53_a_failed_run_is_a_code_run_failed_error_result_with_its_logs() -> No
     assert "got this far" in text
 
 
-def test_54_code_run_failed_error_has_its_code_and_class_name() -> None:
+def test_code_run_failed_error_has_its_code_and_class_name() -> None:
     error = CodeRunFailedError("exception", "boom")
     assert isinstance(error, HarnessError)
     assert error.code == "CODE_RUN_FAILED"
@@ -115,7 +115,7 @@ def test_54_code_run_failed_error_has_its_code_and_class_name() -> None:
     assert str(error) == "code run failed (exception): boom"
 
 
-def test_55_an_outer_cancel_aborts_the_running_call_and_abandons_the_queued_one() -> None:
+def test_an_outer_cancel_aborts_the_running_call_and_abandons_the_queued_one() -> None:
     gates = Gates()
     controller = AbortController()
 
@@ -142,7 +142,7 @@ def test_55_an_outer_cancel_aborts_the_running_call_and_abandons_the_queued_one(
     assert "code run failed (abort)" in texts(result.content)[0]
 
 
-def test_56_a_raising_runtime_still_drains_and_its_message_is_the_error() -> None:
+def test_a_raising_runtime_still_drains_and_its_message_is_the_error() -> None:
     gates = Gates()
 
     async def program(p: FakeProgram) -> Any:
@@ -161,7 +161,7 @@ def test_56_a_raising_runtime_still_drains_and_its_message_is_the_error() -> Non
     assert kinds.index("tool/code-dispatch") < kinds.index("tool/result")
 
 
-def test_57_without_an_agent_sub_calls_run_and_are_logged_without_one() -> None:
+def test_without_an_agent_sub_calls_run_and_are_logged_without_one() -> None:
     """Dispatch events are recorded with or without an agent; global listeners shape
     them."""
     seen: list[Any] = []
@@ -191,17 +191,17 @@ def test_57_without_an_agent_sub_calls_run_and_are_logged_without_one() -> None:
     assert shaped == [None]
 
 
-def test_58_executing_run_code_without_a_runtime_is_an_error_result() -> None:
+def test_executing_run_code_without_a_runtime_is_an_error_result() -> None:
     with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=None) as system:
         result = system.execute(run_code())
     assert result.is_error
     assert "requires a code runtime" in texts(result.content)[0]
 
 
-# --- 59-63: the transport's card, preconditions and content ------------------------------------
+# --- the transport's card, preconditions and content ---------------------------------------------
 
 
-def test_59_the_call_card_is_titled_by_the_description() -> None:
+def test_the_call_card_is_titled_by_the_description() -> None:
     with code_system() as system:
         transport = system.tools.get("run_code")
     assert transport is not None
@@ -213,7 +213,7 @@ def test_59_the_call_card_is_titled_by_the_description() -> None:
     assert transport.present_result is None
 
 
-def test_60_a_blank_description_is_an_error_before_the_runtime_runs() -> None:
+def test_a_blank_description_is_an_error_before_the_runtime_runs() -> None:
     runtime = FakeRuntime()
     with code_system(runtime) as system:
         result = system.execute(run_code(description="   "))
@@ -232,15 +232,13 @@ def test_60_a_blank_description_is_an_error_before_the_runtime_runs() -> None:
     ],
     ids=["logs", "result", "both", "neither"],
 )
-def test_61_the_content_joins_logs_and_result(
-    logs: tuple[str, ...], value: Any, content: str
-) -> None:
+def test_the_content_joins_logs_and_result(logs: tuple[str, ...], value: Any, content: str) -> None:
     with code_system(returning(value, logs)) as system:
         result = system.execute(run_code())
     assert texts(result.content) == [content]
 
 
-def test_62_a_post_execute_spill_preview_is_the_final_content() -> None:
+def test_a_post_execute_spill_preview_is_the_final_content() -> None:
     store = MemoryStore()
     full = "\n".join(f"line {n}" for n in range(400))
     with code_system(returning(full)) as system:
@@ -252,7 +250,7 @@ def test_62_a_post_execute_spill_preview_is_the_final_content() -> None:
     assert value_of(result) == {"logs": [], "result": full}
 
 
-def test_63_an_output_limit_failure_shows_the_captured_output() -> None:
+def test_an_output_limit_failure_shows_the_captured_output() -> None:
     runtime = failing("output-limit", "outer output exceeded 8 bytes", ("captured before failure",))
     with code_system(runtime) as system:
         result = system.execute(run_code())
@@ -262,10 +260,10 @@ def test_63_an_output_limit_failure_shows_the_captured_output() -> None:
     ]
 
 
-# --- 64-65: what crosses to the program --------------------------------------------------------
+# --- what crosses to the program -----------------------------------------------------------------
 
 
-def test_64_the_program_gets_the_value_and_the_log_keeps_every_content_block() -> None:
+def test_the_program_gets_the_value_and_the_log_keeps_every_content_block() -> None:
     blocks = [{"type": "text", "text": "x" * 300}, {"type": "reasoning", "text": "hidden"}]
     mixed = define_tool(
         name="mixed",
@@ -306,7 +304,7 @@ def dunder_tools(seen: list[str]) -> list[ToolDefinition]:
     return [make("__class__"), make("keys")]
 
 
-def test_65_exotic_tool_names_are_bindings_keyed_exactly() -> None:
+def test_exotic_tool_names_are_bindings_keyed_exactly() -> None:
     seen: list[str] = []
 
     async def program(p: FakeProgram) -> Any:
@@ -318,7 +316,7 @@ def test_65_exotic_tool_names_are_bindings_keyed_exactly() -> None:
     assert value_of(result)["result"] == ["reached __class__", "reached keys"]
 
 
-def test_65_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
+def test_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
     seen: list[str] = []
     program = 'return [await tools["__class__"]({}), await tools.keys({})]'
     with code_system(DEFAULT, tools=dunder_tools(seen)) as system:
@@ -328,7 +326,7 @@ def test_65_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
     assert value_of(result)["result"] == ["reached __class__", "reached keys"]
 
 
-# --- 66-67: rendering through the system -------------------------------------------------------
+# --- rendering through the system ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -345,7 +343,7 @@ def test_65_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
     ],
     ids=["object", "empty-object", "nested", "array", "empty-array", "null", "string", "absent"],
 )
-def test_66_results_render_as_pretty_json_or_raw_text(value: Any, text: str) -> None:
+def test_results_render_as_pretty_json_or_raw_text(value: Any, text: str) -> None:
     with code_system(returning(value)) as system:
         result = system.execute(run_code())
     assert texts(result.content) == [text]
@@ -356,7 +354,7 @@ def test_66_results_render_as_pretty_json_or_raw_text(value: Any, text: str) -> 
         assert value_of(result) == {"logs": [], "result": value}
 
 
-def test_67_a_5000_deep_result_renders_with_bounded_indentation() -> None:
+def test_a_5000_deep_result_renders_with_bounded_indentation() -> None:
     value: Any = {
         "emptyArray": [],
         "emptyObject": {},
@@ -376,10 +374,10 @@ def test_67_a_5000_deep_result_renders_with_bounded_indentation() -> None:
     assert '[{"emptyArray":[],"emptyObject":{},"pair":["leaf",2],' in text
 
 
-# --- 68-70: cancellation and the session -------------------------------------------------------
+# --- cancellation and the session ----------------------------------------------------------------
 
 
-def test_68_a_pre_aborted_outer_signal_never_reaches_the_runtime() -> None:
+def test_a_pre_aborted_outer_signal_never_reaches_the_runtime() -> None:
     ran: list[Any] = []
     runtime = FakeRuntime()
     with code_system(runtime, tools=[echo_tool(seen=ran)]) as system:
@@ -390,7 +388,7 @@ def test_68_a_pre_aborted_outer_signal_never_reaches_the_runtime() -> None:
     assert ran == []
 
 
-def test_69_an_outer_cancel_seen_by_a_program_that_ignores_it() -> None:
+def test_an_outer_cancel_seen_by_a_program_that_ignores_it() -> None:
     ran: list[Any] = []
     caught: list[str] = []
     controller = AbortController()
@@ -409,7 +407,7 @@ def test_69_an_outer_cancel_seen_by_a_program_that_ignores_it() -> None:
     assert failure_of(result).info == ToolErrorInfo("AbortError", "ABORTED")
 
 
-def test_70_session_derivation_hides_dispatch_events() -> None:
+def test_session_derivation_hides_dispatch_events() -> None:
     log = SessionLog()
     log.append("user/message", FrozenDict(content=[{"type": "text", "text": "hello"}]), "A")
     dispatch = FrozenDict(
@@ -426,7 +424,7 @@ def test_70_session_derivation_hides_dispatch_events() -> None:
     ]
 
 
-def test_70_a_real_run_derives_only_its_outer_result() -> None:
+def test_a_real_run_derives_only_its_outer_result() -> None:
     async def program(p: FakeProgram) -> Any:
         return await p.call("echo", {"value": "x"})
 

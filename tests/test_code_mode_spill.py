@@ -113,7 +113,7 @@ def single_text(content: Any) -> str:
 # --- the dispatch-log arm -------------------------------------------------------------------------
 
 
-def test_100_an_oversized_sub_call_result_is_spilled_in_the_log_only() -> None:
+def test_an_oversized_sub_call_result_is_spilled_in_the_log_only() -> None:
     store = MemoryStore()
     with code_system(
         DEFAULT, tools=[text_tool("huge_read", "H" * 2000)], max_inline_bytes=200
@@ -134,7 +134,7 @@ def test_100_an_oversized_sub_call_result_is_spilled_in_the_log_only() -> None:
     ]
 
 
-def test_100_within_cap_and_non_text_results_are_logged_unchanged_without_a_save() -> None:
+def test_within_cap_and_non_text_results_are_logged_unchanged_without_a_save() -> None:
     store = MemoryStore()
     blocks = [{"type": "image", "data": "A" * 1000, "mime_type": "image/png"}]
     picture = define_tool(
@@ -158,7 +158,7 @@ def test_100_within_cap_and_non_text_results_are_logged_unchanged_without_a_save
     assert store.saved == []
 
 
-def test_100_a_failing_store_keeps_the_full_content_and_warns() -> None:
+def test_a_failing_store_keeps_the_full_content_and_warns() -> None:
     async def program(p: FakeProgram) -> Any:
         return len(await p.call("huge_read", {}))
 
@@ -177,7 +177,7 @@ def test_100_a_failing_store_keeps_the_full_content_and_warns() -> None:
     assert warning["call_id"] == "call-1:code:1"
 
 
-def test_100_without_a_store_the_full_content_is_logged_with_a_warning() -> None:
+def test_without_a_store_the_full_content_is_logged_with_a_warning() -> None:
     async def program(p: FakeProgram) -> Any:
         return len(await p.call("huge_read", {}))
 
@@ -193,7 +193,7 @@ def test_100_without_a_store_the_full_content_is_logged_with_a_warning() -> None
     )
 
 
-def test_100_a_hanging_store_delays_neither_values_nor_the_next_start() -> None:
+def test_a_hanging_store_delays_neither_values_nor_the_next_start() -> None:
     store = HangingStore()
     values: list[Any] = []
     program_done = asyncio.Event()
@@ -224,7 +224,7 @@ def test_100_a_hanging_store_delays_neither_values_nor_the_next_start() -> None:
     assert all(NOTICE in single_text(s["content"]) for s in settles)
 
 
-def test_100_two_hung_saves_block_the_third_start_with_one_sub_call_slot() -> None:
+def test_two_hung_saves_block_the_third_start_with_one_sub_call_slot() -> None:
     store = HangingStore()
 
     async def program(p: FakeProgram) -> Any:
@@ -253,7 +253,7 @@ def test_100_two_hung_saves_block_the_third_start_with_one_sub_call_slot() -> No
     assert value_of(result)["result"] == [2000, 2000, 2000]
 
 
-def test_100_the_output_limit_failure_of_a_run_is_spilled_by_the_model_facing_arm() -> None:
+def test_the_output_limit_failure_of_a_run_is_spilled_by_the_model_facing_arm() -> None:
     store = MemoryStore()
     program = 'for i in range(1000):\n    print("spam line", i)'
     with code_system(DEFAULT, max_output_bytes=2000) as system:
@@ -273,7 +273,7 @@ def test_100_the_output_limit_failure_of_a_run_is_spilled_by_the_model_facing_ar
     assert shown.endswith(f"{NOTICE}mem://1]")
 
 
-def test_100_the_dispatch_log_arm_as_a_listener_bounds_every_tool_even_read() -> None:
+def test_the_dispatch_log_arm_as_a_listener_bounds_every_tool_even_read() -> None:
     store = MemoryStore()
 
     async def program(p: FakeProgram) -> Any:
@@ -290,7 +290,7 @@ def test_100_the_dispatch_log_arm_as_a_listener_bounds_every_tool_even_read() ->
     assert utf8(single_text(settle["content"])) <= 100
 
 
-def test_100_the_configured_arm_bounds_content_a_failing_listener_left_unshaped() -> None:
+def test_the_configured_arm_bounds_content_a_failing_listener_left_unshaped() -> None:
     store = MemoryStore()
 
     async def broken(log: Any, next: Any) -> Any:

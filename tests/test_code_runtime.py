@@ -83,14 +83,14 @@ def fresh_runtime() -> Iterator[SubprocessCodeRuntime]:
     ],
     ids=["falls-off", "bare-return", "return-none", "nested-block", "inner-bare-return"],
 )
-def test_w71_return_none_is_a_result_and_bare_return_is_none(
+def test_return_none_is_a_result_and_bare_return_is_none(
     runtime: SubprocessCodeRuntime, program: str, value: Any
 ) -> None:
     result = run(runtime, program)
     assert result == CodeRunResult([], value=value)
 
 
-def test_w72_multiline_strings_keep_their_text_and_errors_keep_the_models_line(
+def test_multiline_strings_keep_their_text_and_errors_keep_the_models_line(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     text = run(runtime, 'text = """first\n    indented\n  back"""\nreturn text')
@@ -101,7 +101,7 @@ def test_w72_multiline_strings_keep_their_text_and_errors_keep_the_models_line(
     assert "raise KeyError('third line')" in message
 
 
-def test_w73_gather_create_task_and_task_group_work(runtime: SubprocessCodeRuntime) -> None:
+def test_gather_create_task_and_task_group_work(runtime: SubprocessCodeRuntime) -> None:
     gathered = run(
         runtime,
         'return await asyncio.gather(tools.echo({"value": "a"}), tools.echo({"value": "b"}))',
@@ -124,7 +124,7 @@ return [await task, first.result(), second.result(), waited]
     ]
 
 
-def test_w74_a_call_never_awaited_is_still_submitted_without_noise(
+def test_a_call_never_awaited_is_still_submitted_without_noise(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     async def scenario() -> tuple[CodeRunResult, list[Any]]:
@@ -146,7 +146,7 @@ def test_w74_a_call_never_awaited_is_still_submitted_without_noise(
     assert calls == [{"value": "fire"}]
 
 
-def test_w75_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
+def test_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
     program = """
 import sys
 print("point", {"x": 1})
@@ -159,7 +159,7 @@ return 1 + 2
     assert result == CodeRunResult(["point {'x': 1}", "raw-out\n", "careful", ""], value=3)
 
 
-def test_w76_bindings_round_trip_and_failures_raise_tool_call_error(
+def test_bindings_round_trip_and_failures_raise_tool_call_error(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     async def echo_args(value: Any) -> Any:
@@ -183,7 +183,7 @@ return [echoed, caught]
     ]
 
 
-def test_w77_a_generic_error_class_descriptor_names_its_own_member(
+def test_a_generic_error_class_descriptor_names_its_own_member(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     async def broken(value: Any) -> Any:
@@ -208,7 +208,7 @@ except HelperCallError as e:
     ]
 
 
-def test_w78_non_lossless_arguments_are_rejected_in_the_worker(
+def test_non_lossless_arguments_are_rejected_in_the_worker(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     calls: list[Any] = []
@@ -308,7 +308,7 @@ def test_arguments_decoded_from_a_frame_go_to_the_snapshot_bindings_as_they_are(
     assert type(first["a"][1]) is FrozenDict
 
 
-def test_w79_a_non_lossless_resolution_is_rejected(runtime: SubprocessCodeRuntime) -> None:
+def test_a_non_lossless_resolution_is_rejected(runtime: SubprocessCodeRuntime) -> None:
     async def returns_set(value: Any) -> Any:
         return {1, 2}
 
@@ -333,7 +333,7 @@ except ToolCallError as e:
         ("{'s': {1}}", "value.s is set"),
     ],
 )
-def test_w80_a_non_lossless_completion_is_invalid_output(
+def test_a_non_lossless_completion_is_invalid_output(
     runtime: SubprocessCodeRuntime, expression: str, problem: str
 ) -> None:
     result = run(runtime, f"return {expression}")
@@ -341,7 +341,7 @@ def test_w80_a_non_lossless_completion_is_invalid_output(
     assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
 
 
-def test_w81_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:
+def test_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "return [7] * 50000").value == [7] * 50000
 
     async def identity(value: Any) -> Any:
@@ -361,7 +361,7 @@ return await tools.identity(value)
     assert same_json(result.value, expected)
 
 
-def test_5000_deep_values_work_end_to_end(runtime: SubprocessCodeRuntime) -> None:
+def test_deep_values_work_end_to_end(runtime: SubprocessCodeRuntime) -> None:
     seen: list[Any] = []
 
     async def identity(value: Any) -> Any:
@@ -390,7 +390,7 @@ return {"depth": depth, "leaf": back, "again": value}
     assert same_json(seen[0], expected)
 
 
-def test_w82_syntax_errors_and_yield_fail_before_any_process_starts(
+def test_syntax_errors_and_yield_fail_before_any_process_starts(
     fresh_runtime: SubprocessCodeRuntime,
 ) -> None:
     kind, message = failure(run(fresh_runtime, "def f(:"))
@@ -473,7 +473,7 @@ def test_an_error_only_the_compiler_finds_fails_from_the_worker_as_a_syntax_erro
     )
 
 
-def test_w83_an_uncaught_exception_keeps_earlier_logs(runtime: SubprocessCodeRuntime) -> None:
+def test_an_uncaught_exception_keeps_earlier_logs(runtime: SubprocessCodeRuntime) -> None:
     result = run(runtime, 'print("before")\nraise ValueError("kaboom")')
     assert result.logs == ["before"]
     kind, message = failure(result)
@@ -482,18 +482,18 @@ def test_w83_an_uncaught_exception_keeps_earlier_logs(runtime: SubprocessCodeRun
     assert message.endswith("ValueError: kaboom")
 
 
-def test_w84_the_program_sees_an_empty_environment(runtime: SubprocessCodeRuntime) -> None:
+def test_the_program_sees_an_empty_environment(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "import os\nreturn dict(os.environ)").value == {}
 
 
 @pytest.mark.parametrize("program", ["import sys\nsys.exit(7)", "import os\nos._exit(7)"])
-def test_w85_exiting_is_a_worker_exit(runtime: SubprocessCodeRuntime, program: str) -> None:
+def test_exiting_is_a_worker_exit(runtime: SubprocessCodeRuntime, program: str) -> None:
     assert run(runtime, program) == CodeRunResult(
         [], error=CodeRunFailure("worker-exit", "worker exited with code 7 before completing")
     )
 
 
-def test_w86_no_state_survives_between_runs(runtime: SubprocessCodeRuntime) -> None:
+def test_no_state_survives_between_runs(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "import builtins\nbuiltins.leak = 1\nreturn 1").value == 1
     assert run(runtime, 'return hasattr(__import__("builtins"), "leak")').value is False
 
@@ -764,7 +764,7 @@ def _namespace(name: str, error: ErrorClassSpec | None = None) -> BindingNamespa
     ],
     ids=lambda bindings: repr([(b.global_name, b.error_class) for b in bindings]),
 )
-def test_w99_misused_bindings_raise_before_spawning(
+def test_misused_bindings_raise_before_spawning(
     fresh_runtime: SubprocessCodeRuntime, bindings: list[BindingNamespace]
 ) -> None:
     with pytest.raises(ValueError, match=r"^code runtime: "):
@@ -772,7 +772,7 @@ def test_w99_misused_bindings_raise_before_spawning(
     assert fresh_runtime.template_pid is None
 
 
-def test_w99_a_namespace_named_like_an_error_class_is_allowed(
+def test_a_namespace_named_like_an_error_class_is_allowed(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     result = run(
@@ -809,7 +809,7 @@ def _positive(key: str, got: str) -> str:
         ),
     ],
 )
-def test_w99_bad_config_values_are_rejected(
+def test_bad_config_values_are_rejected(
     settings: dict[str, Any], error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error) as raised:
@@ -834,7 +834,7 @@ def test_runtime_config_from_copies_the_five_budgets() -> None:
     )
 
 
-def test_w99_disposal_settles_live_runs_reaps_workers_and_refuses_later_runs() -> None:
+def test_disposal_settles_live_runs_reaps_workers_and_refuses_later_runs() -> None:
     # The process isolation, whose worker pid is the host's (the sandbox tests cover disposal
     # under the sandbox).
     disposable = SubprocessCodeRuntime(CodeRuntimeConfig(isolation="process"))

@@ -148,7 +148,7 @@ def runtime(runtime_with: Callable[..., SubprocessCodeRuntime]) -> SubprocessCod
 # --- budgets --------------------------------------------------------------------------------------
 
 
-def test_w87_a_hot_loop_exhausts_the_compute_budget_despite_pending_calls(
+def test_a_hot_loop_exhausts_the_compute_budget_despite_pending_calls(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     async def never(value: Any) -> Any:
@@ -160,7 +160,7 @@ def test_w87_a_hot_loop_exhausts_the_compute_budget_despite_pending_calls(
     assert_nothing_left(int(result.logs[0]))
 
 
-def test_w87_waiting_on_a_slow_binding_accrues_no_compute(
+def test_waiting_on_a_slow_binding_accrues_no_compute(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     async def slow(value: Any) -> Any:
@@ -171,7 +171,7 @@ def test_w87_waiting_on_a_slow_binding_accrues_no_compute(
     assert result == CodeRunResult([], value="slow-done")
 
 
-def test_w88_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
+def test_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     pids: list[int] = []
@@ -189,7 +189,7 @@ def test_w88_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
         assert_nothing_left(pid)
 
 
-def test_w89_abort_ends_a_hot_loop(runtime: SubprocessCodeRuntime) -> None:
+def test_abort_ends_a_hot_loop(runtime: SubprocessCodeRuntime) -> None:
     async def scenario() -> CodeRunResult:
         controller = AbortController()
         loop = asyncio.get_running_loop()
@@ -207,7 +207,7 @@ def test_w89_abort_ends_a_hot_loop(runtime: SubprocessCodeRuntime) -> None:
     assert_nothing_left(int(result.logs[0]))
 
 
-def test_w89_a_pre_aborted_signal_fails_without_spawning() -> None:
+def test_a_pre_aborted_signal_fails_without_spawning() -> None:
     fresh = SubprocessCodeRuntime()
     controller = AbortController()
     controller.abort("too-late")
@@ -220,7 +220,7 @@ def test_w89_a_pre_aborted_signal_fails_without_spawning() -> None:
         fresh.close()
 
 
-def test_w89_failures_before_spawn_go_through_the_ledger(
+def test_failures_before_spawn_go_through_the_ledger(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     controller = AbortController()
@@ -231,7 +231,7 @@ def test_w89_failures_before_spawn_go_through_the_ledger(
     assert counted_bytes(tiny) <= 4
 
 
-def test_w90_an_abort_during_a_call_wins_and_the_late_resolution_is_dropped(
+def test_an_abort_during_a_call_wins_and_the_late_resolution_is_dropped(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     async def scenario() -> tuple[CodeRunResult, list[Any]]:
@@ -258,7 +258,7 @@ def test_w90_an_abort_during_a_call_wins_and_the_late_resolution_is_dropped(
     assert problems == []
 
 
-def test_w91_unbounded_allocation_fails_the_run_and_the_next_run_works(
+def test_unbounded_allocation_fails_the_run_and_the_next_run_works(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     limited = runtime_with(max_memory_mb=64)
@@ -279,7 +279,7 @@ while True:
 # --- the exact ledger -----------------------------------------------------------------------------
 
 
-def test_w92_a_value_fits_the_cap_to_the_byte(
+def test_a_value_fits_the_cap_to_the_byte(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     assert run(runtime_with(max_output_bytes=7), 'return "€"').value == "€"
@@ -291,7 +291,7 @@ def test_w92_a_value_fits_the_cap_to_the_byte(
     assert counted_bytes(over) <= 10
 
 
-def test_w92_an_exception_message_fits_the_cap_to_the_byte(
+def test_an_exception_message_fits_the_cap_to_the_byte(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     program = 'print("abc")\nraise ValueError("xy")'
@@ -302,7 +302,7 @@ def test_w92_an_exception_message_fits_the_cap_to_the_byte(
     assert failure(run(runtime_with(max_output_bytes=cap - 1), program))[0] == "output-limit"
 
 
-def test_w93_a_flood_of_logs_ends_as_output_limit_with_a_bounded_prefix(
+def test_a_flood_of_logs_ends_as_output_limit_with_a_bounded_prefix(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     result = run(
@@ -315,7 +315,7 @@ def test_w93_a_flood_of_logs_ends_as_output_limit_with_a_bounded_prefix(
     assert counted_bytes(result) <= 300
 
 
-def test_w93_an_oversized_first_entry_keeps_its_fitting_prefix(
+def test_an_oversized_first_entry_keeps_its_fitting_prefix(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     result = run(runtime_with(max_output_bytes=96), 'print("start-" + \'😀"\\\\\\n\' * 100)')
@@ -326,20 +326,20 @@ def test_w93_an_oversized_first_entry_keeps_its_fitting_prefix(
 
 
 @pytest.mark.parametrize("program", ['return "y" * 10000', 'raise ValueError("x" * 1_000_000)'])
-def test_w93_an_oversized_completion_is_exactly_output_limit(
+def test_an_oversized_completion_is_exactly_output_limit(
     runtime_with: Callable[..., SubprocessCodeRuntime], program: str
 ) -> None:
     assert run(runtime_with(max_output_bytes=64), program) == limit_result(64)
 
 
-def test_w94_the_default_cap_is_64_mib_to_the_byte(runtime: SubprocessCodeRuntime) -> None:
+def test_the_default_cap_is_64_mib_to_the_byte(runtime: SubprocessCodeRuntime) -> None:
     fits = run(runtime, 'return "x" * 67_108_860')
     assert fits.error is None
     assert fits.value == "x" * 67_108_860
     assert run(runtime, 'return "x" * 67_108_861') == limit_result(67_108_864)
 
 
-def test_w95_native_output_goes_through_the_same_ledger(
+def test_native_output_goes_through_the_same_ledger(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     program = """
@@ -358,7 +358,7 @@ return 1
     assert ("b" * 100).startswith(result.logs[1])
 
 
-def test_w95_native_output_is_captured_until_the_end_after_a_forged_done(
+def test_native_output_is_captured_until_the_end_after_a_forged_done(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     forged = forge(Done(value=["done"]))
@@ -379,7 +379,7 @@ while True:
 # --- hostile frames -------------------------------------------------------------------------------
 
 
-def test_w96_hostile_frames_are_ignored_or_answered(runtime: SubprocessCodeRuntime) -> None:
+def test_hostile_frames_are_ignored_or_answered(runtime: SubprocessCodeRuntime) -> None:
     calls: list[Any] = []
 
     async def real(value: Any) -> Any:
@@ -433,7 +433,7 @@ await asyncio.sleep(60)
     assert run(runtime, "return 1").value == 1
 
 
-def test_w96_unknown_bindings_are_answered_with_the_dotted_name(
+def test_unknown_bindings_are_answered_with_the_dotted_name(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     replies = _replies_to(runtime, [Call(500, "tools", "nope", [None]), Call(501, "x", "y", [1])])
@@ -473,7 +473,7 @@ return replies
     return result.value
 
 
-def test_w97_forged_logs_cannot_bypass_the_cap(
+def test_forged_logs_cannot_bypass_the_cap(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:
     forged = forge(*[Log("l" * 100)] * 50, Done(value=["v" * 10_000]))
@@ -492,14 +492,14 @@ def test_w97_forged_logs_cannot_bypass_the_cap(
     ],
     ids=["huge-value", "huge-message", "forged-limit-done", "forged-output-limit"],
 )
-def test_w97_forged_completions_are_checked_against_the_ledger(
+def test_forged_completions_are_checked_against_the_ledger(
     runtime_with: Callable[..., SubprocessCodeRuntime], cap: int, frame: Any
 ) -> None:
     program = writes_then(forge(frame), "while True:\n    pass")
     assert run(runtime_with(max_output_bytes=cap), program) == limit_result(cap)
 
 
-def test_w97_a_forged_negative_zero_completion_is_invalid_output(
+def test_a_forged_negative_zero_completion_is_invalid_output(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     program = writes_then(forge(Done(value=[-0.0])), "while True:\n    pass")
@@ -509,7 +509,7 @@ def test_w97_a_forged_negative_zero_completion_is_invalid_output(
     )
 
 
-def test_w97_when_a_forged_done_has_value_and_error_the_error_wins(
+def test_when_a_forged_done_has_value_and_error_the_error_wins(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     forged = forge(Done(value=["value"], error=DoneError("exception", "the error")))
@@ -519,7 +519,7 @@ def test_w97_when_a_forged_done_has_value_and_error_the_error_wins(
     )
 
 
-def test_w97_a_forged_3000_deep_completion_decodes_exactly(
+def test_a_forged_3000_deep_completion_decodes_exactly(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     tokens: list[Any] = [ArrayMarker(1)] * 3000 + ["core"]
@@ -529,7 +529,7 @@ def test_w97_a_forged_3000_deep_completion_decodes_exactly(
     assert tokenize(result.value, (dict, FrozenDict), (list, FrozenList)) == tokens
 
 
-def test_w98_forged_calls_with_invalid_arguments_are_refused_without_invoking(
+def test_forged_calls_with_invalid_arguments_are_refused_without_invoking(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     replies = _replies_to(

@@ -233,7 +233,7 @@ return "escaped?"
         time.sleep(0.01)
 
 
-def test_500_forked_children_end_the_run_cleanly(sandbox: SubprocessCodeRuntime) -> None:
+def test_forked_children_end_the_run_cleanly(sandbox: SubprocessCodeRuntime) -> None:
     program = """
 import os, time
 for _ in range(500):

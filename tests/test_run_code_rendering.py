@@ -322,7 +322,7 @@ def test_containers_five_levels_deep_render_compact() -> None:
 # --- a 5000-deep result ---------------------------------------------------------------------------
 
 
-def test_5000_deep_result_renders_with_bounded_indentation() -> None:
+def test_deep_result_renders_with_bounded_indentation() -> None:
     value: Any = {
         "emptyArray": [],
         "emptyObject": {},
@@ -342,7 +342,7 @@ def test_5000_deep_result_renders_with_bounded_indentation() -> None:
     assert max(len(line) - len(line.lstrip(" ")) for line in text.split("\n")) <= 10
 
 
-def test_5000_deep_object_result_renders_compact_below_depth_five() -> None:
+def test_deep_object_result_renders_compact_below_depth_five() -> None:
     value: Any = "bottom"
     for _ in range(5000):
         value = {"k": value}

@@ -366,7 +366,7 @@ def nullable_chain(depth: int) -> dict[str, Any]:
     return schema
 
 
-def test_5000_level_one_of_chain_renders_a_flat_union_expression() -> None:
+def test_level_one_of_chain_renders_a_flat_union_expression() -> None:
     expression = sdk_type_expression(nullable_chain(5000))
     assert expression.startswith("str | None | None")
     assert expression.endswith(" | None")
@@ -400,7 +400,7 @@ def test_long_unions_chain_through_part_aliases_that_keep_every_term() -> None:
     assert terms == ["str"] + ["None"] * 5000
 
 
-def test_5000_deep_arrays_render_parseable_declarations() -> None:
+def test_deep_arrays_render_parseable_declarations() -> None:
     schema: dict[str, Any] = {"type": "integer"}
     for _ in range(5000):
         schema = {"type": "array", "items": schema}
@@ -418,7 +418,7 @@ def test_5000_deep_arrays_render_parseable_declarations() -> None:
     assert expression.endswith("[int" + "]" * expression.count("list["))
 
 
-def test_5000_deep_objects_render_parseable_declarations() -> None:
+def test_deep_objects_render_parseable_declarations() -> None:
     schema: dict[str, Any] = {"type": "boolean"}
     for _ in range(5000):
         schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}

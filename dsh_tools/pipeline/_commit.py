@@ -1,4 +1,4 @@
-"""The commit stages (P1-P3, F1-F4): post-execute hooks, then finish: materialize, the
+"""The commit stages: post-execute hooks, then finish: materialize, the
 captured finalizer, sealing, result observers."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ ACCEPT = Accept()
 
 
 class CommitStages(PipelineCore):
-    """P1-P3 and F1-F4 of a call (see ``Pipeline``)."""
+    """The post-execute and finish stages of a call (see ``Pipeline``)."""
 
     def commits_quietly(self, rec: CallRecord | None, stage: Stage | None) -> bool:
         """Whether committing ``rec`` now runs no user code: no post-execute hook, finalizer or
@@ -155,7 +155,7 @@ class CommitStages(PipelineCore):
         return msgspec.structs.replace(result, additional_contexts=contexts)
 
     def finish(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
-        """F1-F4: materialize, run the captured finalizer, seal, publish to observers.
+        """Materialize, run the captured finalizer, seal, publish to observers.
 
         Every result leaves here carrying its call's ``call_id``."""
         result = materialize(result, rec.call_id)

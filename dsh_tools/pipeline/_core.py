@@ -97,7 +97,7 @@ def abort_reason(rec: CallRecord, signal: AbortSignal | None = None) -> Any:
 
 
 def replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
-    """D4 / P2: a success of a call that was aborted meanwhile becomes the cancellation result
+    """A success of a call that was aborted meanwhile becomes the cancellation result
     (keeping the success in ``settled_with``)."""
     if not result.is_error and call_aborted(rec):
         code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"

@@ -1,4 +1,4 @@
-"""The dispatch stage (D1-D5, B1-B8): the execute waterfall and the body (inline, on a worker
+"""The dispatch stage: the execute waterfall and the body (inline, on a worker
 thread, or as its own task), its rendering, and the candidate result for post-execute."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ Inline = bool | Literal["off-loop"]
 
 
 class DispatchStages(PipelineCore):
-    """D1-D5 of a call (see ``Pipeline``)."""
+    """The dispatch stage of a call (see ``Pipeline``)."""
 
     def plain_dispatch(self, rec: CallRecord) -> bool:
         """Whether ``rec``'s dispatch is, as things stand, nothing but a plain body: no execute

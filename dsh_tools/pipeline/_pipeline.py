@@ -1,4 +1,4 @@
-"""The per-call pipeline: prepare (E1-E10), dispatch (D1-D5, B1-B8), post (P1-P3), finish (F1-F4).
+"""The per-call pipeline: prepare, dispatch, post-execute, finish.
 
 The stages live in rooms of their own (``_prepare``, ``_dispatch``, ``_commit`` over the shared
 ``_core``) and are separate coroutines, so the dispatcher pool can run prepare and commit on one

@@ -1,4 +1,4 @@
-"""The prepare stages (E1-E10): the call's record and argument snapshot, pre-execute hooks,
+"""The prepare stages: the call's record and argument snapshot, pre-execute hooks,
 approval, guards; what the call needs next."""
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ _APPROVAL_ABANDONED = object()
 
 
 class PrepareStages(PipelineCore):
-    """E1-E10 of a call (see ``Pipeline``)."""
+    """The prepare stages of a call (see ``Pipeline``)."""
 
     def begin(
         self, call: ExecuteCall, own: AbortController | None = None, *, frozen: bool = False
     ) -> tuple[CallRecord, Stage | None]:
-        """E1-E3: mint the record, capture the finalizer, snapshot the arguments.
+        """Mint the record, capture the finalizer, snapshot the arguments.
 
         ``own``: a controller whose signal replaces the call's absent one (the pipeline may
         abort it); ``frozen``: the arguments are a snapshot already (taken off the loop)."""
@@ -67,9 +67,10 @@ class PrepareStages(PipelineCore):
     def start_now(
         self, call: ExecuteCall, *, frozen: bool, refused: ToolExecutionResult | None = None
     ) -> tuple[CallRecord, Stage | None]:
-        """E1-E10 as far as they go without suspending: the record, and the stage the call has
-        reached (None: ``prepare`` must run, a pre-execute hook applies). ``refused``: the
-        call's result decided before it started (its arguments could not be read)."""
+        """The prepare stages as far as they go without suspending: the record, and the stage
+        the call has reached (None: ``prepare`` must run, a pre-execute hook applies).
+        ``refused``: the call's result decided before it started (its arguments could not be
+        read)."""
         rec, stage = self.begin(call, frozen=frozen)
         if stage is None:
             stage = Stage(FINISH, refused) if refused is not None else self.prepare_now(rec)
@@ -89,7 +90,8 @@ class PrepareStages(PipelineCore):
         return True
 
     def prepare_now(self, rec: CallRecord) -> Stage | None:
-        """E4-E10 without suspending, when no pre-execute listener applies; else None."""
+        """Pre-execute, approval and guards without suspending, when no pre-execute listener
+        applies; else None."""
         if self._cell.current.hooks_for("pre_execute", rec.agent):
             return None
         try:
@@ -100,7 +102,7 @@ class PrepareStages(PipelineCore):
             return Stage(FINISH, self._fault(rec, exc))
 
     async def prepare(self, rec: CallRecord, *, looped: bool = False) -> Stage:
-        """E4-E10: pre-execute, approval, guards; the next stage and any candidate result.
+        """Pre-execute, approval, guards: the next stage and any candidate result.
         ``looped``: the caller runs on an event loop already."""
         try:
             hooks = self._cell.current.hooks_for("pre_execute", rec.agent)
@@ -131,7 +133,8 @@ class PrepareStages(PipelineCore):
             return Stage(FINISH, self._fault(rec, exc))
 
     def _decide(self, rec: CallRecord, decision: Any, approval_cancelled: bool) -> Stage:
-        """E6-E9 once the decision is final (raises for E10)."""
+        """Guards once the pre-execute decision is final (raises ``TypeError`` for a ``Deny``
+        whose reason is not a ``str``)."""
         if approval_cancelled and call_aborted(rec):
             return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec)))
         if type(decision) is Allow:

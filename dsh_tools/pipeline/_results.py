@@ -180,7 +180,7 @@ def stamped(result: ToolExecutionResult, call_id: str) -> ToolExecutionResult:
 
 
 def materialize(result: Any, call_id: str) -> ToolExecutionResult:
-    """F1: freeze content, error, meta and contexts and stamp ``call_id``; a lossy result
+    """Freeze content, error, meta and contexts and stamp ``call_id``; a lossy result
     becomes a plain failure."""
     try:
         result_type = type(result)
