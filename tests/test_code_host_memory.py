@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import tracemalloc
 from typing import Any
 
@@ -23,11 +24,13 @@ from dsh_tools.codebridge._frames import (
     FrameReader,
     Log,
     OutputLimit,
+    Reply,
     encode_frame,
     worker_frame_decoder,
 )
 from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
 from dsh_tools.codebridge._ledger import tokens_json_size
+from dsh_tools.codebridge._run_pipes import UNREAD_REPLY_BYTES, ChannelWriter
 from dsh_tools.codebridge._tokens import tokenize
 
 
@@ -240,3 +243,31 @@ def test_a_long_run_lets_go_of_each_calls_arguments_once_it_is_committed() -> No
     grown = (max(live[10:]) - live[10]) / 2**20
     assert grown < 16, f"the host held {grown:.0f} MB more after 300 calls of 256 KiB"
     assert all(type(event["arguments"]) is str for event in logged)
+
+
+def test_small_replies_a_program_leaves_unread_cost_the_host_about_their_size() -> None:
+    # Nobody reads the pipe and the loop never runs: every reply stays queued until the
+    # writer reports the overflow. Held one object per reply, 200-byte replies cost more
+    # than twice their size.
+    read_end, write_end = os.pipe()
+    loop = asyncio.new_event_loop()
+    overflowed: list[str] = []
+    writer = ChannelWriter(loop, overflowed.append)
+    writer.attach(write_end)
+    frame = encode_frame(Reply(1, False, message="x" * 180))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        while not overflowed:
+            writer.send(frame)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        writer.close()
+        loop.close()
+        os.close(read_end)
+        os.close(write_end)
+    assert overflowed == [
+        f"the program left more than {UNREAD_REPLY_BYTES} bytes of binding replies unread"
+    ]
+    assert held < 1.2 * UNREAD_REPLY_BYTES, f"{held / 2**20:.0f} MB held for 64 MiB of replies"

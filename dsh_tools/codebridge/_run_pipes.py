@@ -25,6 +25,10 @@ UNREAD_REPLY_BYTES: Final = 64 * 2**20
 """Binding replies a program may leave unread, beyond the one being written, before its run
 fails."""
 _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+_COALESCE_BYTES: Final = 1 << 16
+"""Queued frames shorter than this share one buffer: a reply of a few dozen bytes held as an
+object of its own costs several times its size, so a program that leaves millions of small
+replies unread would make the host hold far more than ``UNREAD_REPLY_BYTES``."""
 
 
 def read_available(fd: int, size: int) -> bytes | None:
@@ -67,7 +71,9 @@ class ChannelWriter:
         self._fd: int | None = None
         self._writer_on = False
         self._flush_scheduled = False
-        self._buffer: collections.deque[memoryview] = collections.deque()
+        # What is left to write, in order. Only the head is ever written in part (it is then
+        # a view of what remains of it); only the last item, when it is not the head, grows.
+        self._buffer: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._unsent = 0
         self._broken = False
 
@@ -79,8 +85,16 @@ class ChannelWriter:
         """Queue ``data``; it is written on the next loop iteration (or as the pipe drains)."""
         if self._broken or self._fd is None:
             return
-        self._buffer.append(memoryview(data))
-        self._unsent += len(data)
+        buffer = self._buffer
+        last = buffer[-1] if len(buffer) > 1 else None
+        size = len(data)
+        if type(last) is bytearray and len(last) + size <= _COALESCE_BYTES:
+            last += data
+        elif size < _COALESCE_BYTES:
+            buffer.append(bytearray(data))
+        else:
+            buffer.append(data)
+        self._unsent += size
         if self._unsent > UNREAD_REPLY_BYTES and len(self._buffer) > 1:
             self._overflow(
                 f"the program left more than {UNREAD_REPLY_BYTES} bytes of binding replies unread"
@@ -116,7 +130,7 @@ class ChannelWriter:
             while written:
                 head = buffer[0]
                 if written < len(head):
-                    buffer[0] = head[written:]
+                    buffer[0] = memoryview(head)[written:]
                     break
                 written -= len(head)
                 buffer.popleft()
