@@ -24,6 +24,7 @@ from dsh_tools.codebridge import (
     SubprocessCodeRuntime,
     runtime_config_from,
 )
+from dsh_tools.codebridge._ledger import MAX_LOG_ENTRIES
 from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT
 from dsh_tools.codebridge._tokens import tokenize
 
@@ -879,3 +880,14 @@ def test_a_program_that_breaks_the_workers_loop_shows_no_worker_frames(
     assert result.error == CodeRunFailure(
         "exception", "RuntimeError: Event loop stopped before Future completed."
     )
+
+
+def test_a_program_printing_more_entries_than_are_kept_apart_shows_every_line(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    count = MAX_LOG_ENTRIES + 50_000
+    result = run(runtime, f"for i in range({count}):\n    print(i)")
+    assert result.error is None, result.error
+    assert len(result.logs) == MAX_LOG_ENTRIES
+    assert result.logs[:3] == ["0", "1", "2"]
+    assert "\n".join(result.logs) == "\n".join(str(i) for i in range(count))

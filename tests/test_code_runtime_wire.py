@@ -24,6 +24,7 @@ from dsh_tools.codebridge._frames import (
     worker_frame_decoder,
 )
 from dsh_tools.codebridge._ledger import (
+    MAX_LOG_ENTRIES,
     OutputLedger,
     json_prefix,
     json_str_size,
@@ -363,3 +364,33 @@ def test_the_path_of_a_problem_deep_down_is_named_by_its_two_ends() -> None:
     assert "..." in message and len(message) < 250
     long_key = {"k" * 10_000: {"a": float("inf")}}
     assert not_lossless(long_key, "value").endswith("kkk.a is float (infinite)")
+
+
+def test_entries_past_the_kept_number_join_the_last_and_show_the_same_text() -> None:
+    apart = OutputLedger(10**9)
+    joined = OutputLedger(10**9)
+    entries = [f"line {index}" if index % 7 else "" for index in range(MAX_LOG_ENTRIES + 500)]
+    for entry in entries:
+        assert joined.admit(entry)
+    for entry in entries[: MAX_LOG_ENTRIES - 1]:
+        assert apart.admit(entry)
+    logs = joined.logs
+    assert len(logs) == MAX_LOG_ENTRIES
+    assert logs[: MAX_LOG_ENTRIES - 1] == entries[: MAX_LOG_ENTRIES - 1]
+    assert "\n".join(logs) == "\n".join(entries)
+    # Counted as separate entries, as the program wrote them: the same limits apply.
+    assert joined.used == len(_compact(entries))
+    assert len(_compact(logs)) <= joined.used
+    assert joined.has_logs and not OutputLedger(10).has_logs
+
+
+def test_a_limited_result_past_the_kept_number_still_fits_the_cap() -> None:
+    cap = 16 * MAX_LOG_ENTRIES
+    ledger = OutputLedger(cap)
+    index = 0
+    while ledger.admit(f"é{index}"):
+        index += 1
+    assert index > MAX_LOG_ENTRIES
+    logs, message = ledger.limited()
+    assert len(_compact(logs)) + len(_compact(message)) <= cap
+    assert "\n".join(logs).startswith("é0\né1\n")

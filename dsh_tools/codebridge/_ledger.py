@@ -17,8 +17,18 @@ Admission rules:
   prefix (kept only when non-empty). The counted total never exceeds the cap.
 
 Sizes are measured from ``msgspec.json`` text in bounded chunks, so an over-budget string is never
-encoded whole. The worker mirrors this ledger before sending; the host repeats it for everything
-it receives. This module imports only the standard library and ``msgspec``.
+encoded whole.
+
+What is kept: the first ``MAX_LOG_ENTRIES - 1`` entries as they are; every later one is joined
+to the last entry by a newline, held as UTF-8 bytes. Each entry still counts as an entry of its
+own (so what fits is decided exactly as above), and the text a model is shown (the entries
+joined by newlines) is the same; the joined entry only counts less (a newline escape, 2 bytes,
+instead of a closing quote, a comma and an opening quote). A program printing millions of tiny
+entries would otherwise make whoever holds the ledger keep one string object per entry, some
+18 bytes per counted byte.
+
+The worker mirrors this ledger before sending; the host repeats it for everything it receives.
+This module imports only the standard library and ``msgspec``.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import msgspec
 from ._tokens import ArrayMarker, ObjectMarker
 
 __all__ = [
+    "MAX_LOG_ENTRIES",
     "OutputLedger",
     "json_prefix",
     "json_str_size",
@@ -38,6 +49,8 @@ __all__ = [
 ]
 
 _CHUNK: Final = 1 << 16
+MAX_LOG_ENTRIES: Final = 100_000
+"""The most log entries a ledger keeps apart; later ones join the last (see the docstring)."""
 _encode = msgspec.json.encode
 
 
@@ -127,14 +140,30 @@ def tokens_json_size(tokens: list[Any], limit: int) -> int:
 class OutputLedger:
     """Admits log entries against a cap and decides whether a completion or failure fits."""
 
-    __slots__ = ("cap", "logs", "overflow", "overflowed", "used")
+    __slots__ = ("_joined", "_kept", "cap", "overflow", "overflowed", "used")
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.logs: list[str] = []
-        self.used = 2
+        # The entries kept apart, then (once there are MAX_LOG_ENTRIES - 1 of them) the last
+        # entry: every later admitted entry, UTF-8, joined by newlines.
+        self._kept: list[str] = []
+        self._joined: bytearray | None = None
+        self.used = 2  # the counted size of the logs array; above 2 once an entry is admitted
         self.overflowed = False
         self.overflow: str | None = None
+
+    @property
+    def logs(self) -> list[str]:
+        """The admitted entries (a new list; the joined last entry decoded)."""
+        joined = self._joined
+        if joined is None:
+            return list(self._kept)
+        return [*self._kept, joined.decode("utf-8", "surrogatepass")]
+
+    @property
+    def has_logs(self) -> bool:
+        """Whether any entry was admitted."""
+        return self.used > 2
 
     @property
     def room(self) -> int:
@@ -145,11 +174,18 @@ class OutputLedger:
         """Admit one log entry; ``False`` (and the ledger is overflowed) when it does not fit."""
         if self.overflowed:
             return False
-        comma = 1 if self.logs else 0
+        comma = 1 if self.used > 2 else 0
         room = self.cap - self.used - comma
         size = json_str_size(entry, room)
         if size <= room:
-            self.logs.append(entry)
+            kept = self._kept
+            if len(kept) < MAX_LOG_ENTRIES - 1:
+                kept.append(entry)
+            elif self._joined is None:
+                self._joined = bytearray(entry.encode("utf-8", "surrogatepass"))
+            else:
+                self._joined += b"\n"
+                self._joined += entry.encode("utf-8", "surrogatepass")
             self.used += comma + size
             return True
         self.overflowed = True
@@ -161,7 +197,7 @@ class OutputLedger:
         if self.overflow is None:
             return ""
         message = limit_message(self.cap)
-        comma = 1 if self.logs else 0
+        comma = 1 if self.used > 2 else 0
         room = self.cap - self.used - comma - json_str_size(message, self.cap)
         return json_prefix(self.overflow, room) or ""
 
@@ -188,7 +224,8 @@ class OutputLedger:
         budget = cap - json_str_size(message, cap)
         kept: list[str] = []
         used = 2
-        entries = self.logs if self.overflow is None else [*self.logs, self.overflow]
+        logs = self.logs
+        entries = logs if self.overflow is None else [*logs, self.overflow]
         for entry in entries:
             comma = 1 if kept else 0
             room = budget - used - comma

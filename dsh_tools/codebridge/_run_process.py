@@ -369,7 +369,7 @@ class RunProcess(abc.ABC):
             poller.register(fd, select.POLLIN)
         if any(events & select.POLLIN for _fd, events in poller.poll(0)):
             return False
-        return self._frames_seen == 0 and not self._ledger.logs
+        return self._frames_seen == 0 and not self._ledger.has_logs
 
     def _on_status_eof(self) -> None:
         self._drop_reader("status")
