@@ -39,6 +39,8 @@ from dsh_tools.codebridge._program import (
 )
 from dsh_tools.codebridge._run_readers import RunReaders
 from dsh_tools.codebridge._tokens import (
+    INT_MAX,
+    INT_MIN,
     ArrayMarker,
     ObjectMarker,
     TokenError,
@@ -394,3 +396,48 @@ def test_a_limited_result_past_the_kept_number_still_fits_the_cap() -> None:
     logs, message = ledger.limited()
     assert len(_compact(logs)) + len(_compact(message)) <= cap
     assert "\n".join(logs).startswith("é0\né1\n")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        list(range(40)),
+        ["s"] * 30 + [None, True, False],
+        {"a": [1] * 20, "b": [[2] * 17, ["x"] * 16], "c": [1, "mixed"] * 10},
+        [True, 1] * 10,  # booleans beside integers: the general path
+        [1.5] * 20,
+        [INT_MAX] * 16 + [INT_MIN],
+        [[0] * 16 for _ in range(3)] + [[]] * 16,
+    ],
+)
+def test_long_runs_of_scalars_rebuild_the_same_value(value: Any) -> None:
+    rebuilt = detokenize(tokenize(value))
+    assert rebuilt == value
+    assert _compact(rebuilt) == _compact(value)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "problem"),
+    [
+        ([ArrayMarker(20)] + [1] * 19 + [INT_MAX + 1], "integer out of range"),
+        ([ArrayMarker(20)] + [1] * 19, "more children than remain"),
+        ([ArrayMarker(16)] + [1] * 16 + [2], "tokens left over"),
+        ([ArrayMarker(20)] + [1.0] * 19 + [float("nan")], "non-finite float"),
+    ],
+)
+def test_long_runs_of_scalars_are_checked_like_any_token(tokens: list[Any], problem: str) -> None:
+    with pytest.raises(TokenError, match=problem):
+        detokenize(tokens)
+
+
+def test_a_completion_is_measured_the_same_from_its_value_as_from_its_tokens() -> None:
+    deep: Any = [1.5, "é", None]
+    for _ in range(3000):
+        deep = [deep, {"k": True}]
+    for value in ([0] * 1000, {"a": ["x\\n" * 10, 2.5e-300, -7]}, deep):
+        tokens = tokenize(value)
+        assert tokens is not None
+        size = tokens_json_size(tokens, 10**9)
+        for room in (size - 1, size):
+            ledger = OutputLedger(room + 2)
+            assert ledger.fits_value(tokens, value) == ledger.fits_value(tokens) == (room >= size)

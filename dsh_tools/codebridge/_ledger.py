@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 _CHUNK: Final = 1 << 16
+_NO_VALUE: Final[Any] = object()
 MAX_LOG_ENTRIES: Final = 100_000
 """The most log entries a ledger keeps apart; later ones join the last (see the docstring)."""
 _encode = msgspec.json.encode
@@ -201,11 +202,18 @@ class OutputLedger:
         room = self.cap - self.used - comma - json_str_size(message, self.cap)
         return json_prefix(self.overflow, room) or ""
 
-    def fits_value(self, tokens: list[Any]) -> bool:
-        """Whether a completion value (as tokens) fits beside the admitted logs."""
+    def fits_value(self, tokens: list[Any], value: Any = _NO_VALUE) -> bool:
+        """Whether a completion value (as tokens) fits beside the admitted logs. ``value``, the
+        value the tokens describe when the caller has it, is measured by the C encoder (its
+        compact JSON is exactly what the tokens count), unless it nests deeper than that goes."""
         if self.overflowed:
             return False
         room = self.room
+        if value is not _NO_VALUE:
+            try:
+                return len(_encode(value)) <= room
+            except (RecursionError, TypeError):  # too deep, or not a value: count the tokens
+                pass
         return tokens_json_size(tokens, room) <= room
 
     def fits_message(self, message: str) -> bool:

@@ -57,7 +57,7 @@ def materialize(ledger: OutputLedger, outcome: Outcome) -> CodeRunResult:
                 return CodeRunResult(FrozenList(ledger.logs), error=CodeRunFailure(kind, message))
         elif outcome.tokens is None:
             return CodeRunResult(FrozenList(ledger.logs))
-        elif ledger.fits_value(outcome.tokens):
+        elif ledger.fits_value(outcome.tokens, outcome.value):
             return CodeRunResult(FrozenList(ledger.logs), value=outcome.value)
     logs, message = ledger.limited()
     return CodeRunResult(FrozenList(logs), error=CodeRunFailure("output-limit", message))

@@ -292,7 +292,23 @@ def _flat_value(keys: list[str], tokens: list[Any], dict_type: Callable[[], dict
 
 
 _list_append = list.append
+_list_extend = list.extend
 _dict_set = dict.__setitem__
+_FLAT_RUN: Final = 16
+"""Arrays at least this long are first tried as a run of plain scalars, checked and copied at
+C speed (a program's completion can hold millions of values)."""
+_PLAIN: Final = frozenset({str, bool, type(None), int})
+
+
+def _plain_scalars(run: list[Any]) -> bool:
+    """Whether ``run`` holds only strings, booleans, ``None`` and in-range integers (no
+    integers beside other kinds: those take the general path)."""
+    kinds = set(map(type, run))
+    if not kinds <= _PLAIN:
+        return False
+    if int not in kinds:
+        return True
+    return len(kinds) == 1 and min(run) >= INT_MIN and max(run) <= INT_MAX
 
 
 def detokenize(
@@ -328,7 +344,8 @@ def detokenize(
     root: Any = None
     have_root = False
     owed = 0
-    for position, token in enumerate(tokens):
+    positions = enumerate(tokens)
+    for position, token in positions:
         if have_root and not stack:
             raise TokenError("tokens left over after the value")
         kind = type(token)
@@ -350,6 +367,12 @@ def detokenize(
         elif kind is ArrayMarker:
             count = token.length
             node = list_type()
+            if count >= _FLAT_RUN:
+                run = tokens[position + 1 : position + 1 + count]
+                if len(run) == count and _plain_scalars(run):
+                    _list_extend(node, run)
+                    next(itertools.islice(positions, count - 1, count))  # past the run
+                    count = 0
         elif kind is ObjectMarker:
             keys = token.keys
             count = len(keys)
