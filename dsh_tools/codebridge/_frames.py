@@ -18,6 +18,7 @@ This module imports only the standard library and ``msgspec``.
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -49,6 +50,7 @@ __all__ = [
 
 PREFIX_BYTES: Final = 8
 """Width of the big-endian length prefix."""
+_read_prefix: Final = struct.Struct(">Q").unpack_from
 
 
 class ErrorClassWire(msgspec.Struct, frozen=True, array_like=True):
@@ -233,25 +235,36 @@ class FrameReader:
         start = self._start
         end = len(buffer)
         decode = self._decode
-        while end - start >= PREFIX_BYTES:
-            size = int.from_bytes(buffer[start : start + PREFIX_BYTES], "big")
-            if size > self._cap:
-                self.oversize = FrameTooLarge(size, self._cap)
-                buffer.clear()
-                self._start = 0
-                return frames
-            body_end = start + PREFIX_BYTES + size
-            if body_end > end:
-                if size > SPILL_BYTES and self._spill(size, buffer, start + PREFIX_BYTES):
-                    start = end = 0
-                break
-            with (
-                memoryview(buffer) as view,
-                view[start + PREFIX_BYTES : body_end] as body,
-                contextlib.suppress(Exception),  # hostile bytes: skip the frame, never raise
-            ):
-                frames.append(decode(body))
-            start = body_end
+        cap = self._cap
+        append = frames.append
+        size = 0
+        partial = False
+        # One view for the whole read, each body a slice of it released at once (a live export
+        # would keep the buffer from being resized): a read may hold thousands of frames.
+        with memoryview(buffer) as view:
+            while end - start >= PREFIX_BYTES:
+                size = _read_prefix(buffer, start)[0]
+                if size > cap:
+                    break
+                body_end = start + PREFIX_BYTES + size
+                if body_end > end:
+                    partial = True
+                    break
+                body = view[start + PREFIX_BYTES : body_end]
+                try:
+                    append(decode(body))
+                except Exception:  # hostile bytes: skip the frame, never raise
+                    pass
+                finally:
+                    body.release()
+                start = body_end
+        if size > cap:
+            self.oversize = FrameTooLarge(size, cap)
+            buffer.clear()
+            self._start = 0
+            return frames
+        if partial and size > SPILL_BYTES and self._spill(size, buffer, start + PREFIX_BYTES):
+            start = end = 0
         if start == end:
             buffer.clear()
             start = 0
