@@ -24,7 +24,7 @@ $(BIN)/python:
 
 $(RUNTIME): pyproject.toml | $(BIN)/python
 	@echo "make: installing dsh-tools and its runtime dependencies" \
-		"(pykka, msgspec, jsonschema, structlog, docstring-parser)"
+		"(pykka, msgspec, structlog, docstring-parser)"
 	@$(PIP) $(EDITABLE) .
 	@touch $@
 
