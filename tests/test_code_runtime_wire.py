@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -441,3 +442,27 @@ def test_a_completion_is_measured_the_same_from_its_value_as_from_its_tokens() -
         for room in (size - 1, size):
             ledger = OutputLedger(room + 2)
             assert ledger.fits_value(tokens, value) == ledger.fits_value(tokens) == (room >= size)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\x00" * 3_000_000,  # longer than the room: over without any encoding
+        "\x00" * 500_000,  # shorter, but six bytes a character in JSON
+        ["ok", {"\x01" * 400_000: 1}],  # the text hides in an object key
+    ],
+)
+def test_a_completion_of_escaped_text_is_measured_without_encoding_it_whole(value: Any) -> None:
+    cap = 2**20
+    tokens = tokenize(value)
+    assert tokens is not None
+    ledger = OutputLedger(cap)
+    tracemalloc.start()
+    try:
+        fits = ledger.fits_value(tokens, value)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert fits is False
+    assert fits == (tokens_json_size(tokens, 10**9) <= ledger.room)
+    assert peak < cap  # the whole JSON would be 2.4 to 18 MB

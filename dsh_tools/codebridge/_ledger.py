@@ -33,6 +33,7 @@ This module imports only the standard library and ``msgspec``.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Final
 
 import msgspec
@@ -106,6 +107,25 @@ def json_prefix(text: str, room: int) -> str | None:
                 high = middle
         return text[: start + low]
     return text
+
+
+_MAX_ESCAPE: Final = 6
+"""The most JSON bytes one character can take (``\\u0000``)."""
+_TEXT_KINDS: Final = frozenset({str, ObjectMarker})
+
+
+def _text_length(tokens: list[Any]) -> int:
+    """How many characters of text (strings and object keys) a token list holds; numbers,
+    booleans and arrays are skipped at C speed (a completion can hold millions of them)."""
+    if _TEXT_KINDS.isdisjoint(set(map(type, tokens))):
+        return 0
+    chars = 0
+    for token in itertools.compress(tokens, map(_TEXT_KINDS.__contains__, map(type, tokens))):
+        if type(token) is str:
+            chars += len(token)
+        else:
+            chars += sum(map(len, token.keys))
+    return chars
 
 
 def tokens_json_size(tokens: list[Any], limit: int) -> int:
@@ -205,15 +225,22 @@ class OutputLedger:
     def fits_value(self, tokens: list[Any], value: Any = _NO_VALUE) -> bool:
         """Whether a completion value (as tokens) fits beside the admitted logs. ``value``, the
         value the tokens describe when the caller has it, is measured by the C encoder (its
-        compact JSON is exactly what the tokens count), unless it nests deeper than that goes."""
+        compact JSON is exactly what the tokens count) when that cannot cost much more than the
+        cap: JSON escapes write up to six bytes per character, so a value whose text could
+        grow past the room (or one nested deeper than the encoder goes) is counted token by
+        token with early exit instead."""
         if self.overflowed:
             return False
         room = self.room
-        if value is not _NO_VALUE:
-            try:
-                return len(_encode(value)) <= room
-            except (RecursionError, TypeError):  # too deep, or not a value: count the tokens
-                pass
+        if value is not _NO_VALUE and len(tokens) <= room:  # each token is at least one byte
+            chars = _text_length(tokens)
+            if chars > room:
+                return False
+            if chars * _MAX_ESCAPE <= room:
+                try:
+                    return len(_encode(value)) <= room
+                except (RecursionError, TypeError):  # too deep, or not a value: count tokens
+                    pass
         return tokens_json_size(tokens, room) <= room
 
     def fits_message(self, message: str) -> bool:
