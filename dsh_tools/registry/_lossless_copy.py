@@ -215,6 +215,11 @@ def snapshot_json(value: Any, root: str = "value") -> Any:
         if value.isascii() or _SURROGATE.search(value) is None:
             return value
         raise _fail(root, "str (lone surrogate)")
+    if t is int:  # a tool's usual value; out of range, it is named by the general walk
+        if INT_MIN <= value <= INT_MAX:
+            return value
+    elif t is bool or value is None:
+        return value
     return _copy_tree(value, root, True)
 
 
