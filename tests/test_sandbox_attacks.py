@@ -378,6 +378,7 @@ for name, command in (('lease', 1024), ('notify', 1026)):
     except OSError as error:
         seen[name] = error.errno
 for name, call in (('shmget', lambda: libc.shmget(0, 1 << 20, 0o1600)),
+                   ('semget', lambda: libc.semget(0, 32000, 0o1600)),
                    ('msgget', lambda: libc.msgget(0, 0o1600)),
                    ('inotify', lambda: libc.inotify_init())):
     seen[name] = ctypes.get_errno() if call() < 0 else 'allowed'

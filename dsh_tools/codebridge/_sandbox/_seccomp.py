@@ -83,6 +83,7 @@ DENIED_SYSCALLS: Final = {
     "fspick": 433,
     "mount_setattr": 442,
     "shmget": 29,
+    "semget": 64,
     "msgget": 68,
     "mq_open": 240,
     "inotify_init": 253,
