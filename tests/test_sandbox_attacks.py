@@ -525,6 +525,40 @@ time.sleep(5)
     assert_next_run_works(sandbox)
 
 
+def test_a_run_that_keeps_its_own_channel_open_still_ends_alone() -> None:
+    # The init ends a settled run when the host's channel to the worker hangs up. A program
+    # that reopens that channel for writing through /proc/self/fd withholds the hang-up: the
+    # host then kills the init itself, and neither the template nor a concurrent run suffers.
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_output_bytes=4096, max_wall_ms=20_000))
+    hostile = """
+import os, time
+keep = os.open('/proc/self/fd/3', os.O_WRONLY)
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(3600)
+print('x' * 5000, flush=True)
+time.sleep(3600)
+"""
+    honest = "import time\ntime.sleep(2)\nreturn 'honest ok'"
+    results: dict[str, Any] = {}
+    try:
+        assert value(runtime, "return 0") == 0
+        template = runtime.template_pid
+        thread = threading.Thread(target=lambda: results.update(honest=run(runtime, honest)))
+        thread.start()
+        try:
+            time.sleep(0.3)  # the honest run is under way
+            settled = run(runtime, hostile)
+        finally:
+            thread.join(30)
+        assert settled.error is not None and settled.error.kind == "output-limit", settled
+        assert results["honest"].error is None and results["honest"].value == "honest ok"
+        assert runtime.template_pid == template
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 # --- budgets of the whole tree -------------------------------------------------------------
 
 

@@ -42,6 +42,10 @@ from ._tokens import TokenError, detokenize
 __all__ = ["CodeRun"]
 
 _EXIT_GRACE_SECONDS: Final = 0.5
+_END_NOTICE_SECONDS: Final = 0.25
+"""How long after closing the channel a sandboxed run waits for its init to report the end
+(the init watches the channel's hang-up, which a program holding a write end of its own channel,
+reopened through ``/proc/self/fd``, can withhold) before the host kills the init itself."""
 _EXIT_REPORT_SECONDS: Final = 3.0
 """How long after the kill a run waits for the template's exit report before it judges the
 template unresponsive (a program can stop or freeze its parent) and replaces it."""
@@ -75,6 +79,7 @@ class CodeRun(RunProcess):
         self._grace: asyncio.TimerHandle | None = None
         self._grace_over = False
         self._report_deadline: asyncio.TimerHandle | None = None
+        self._end_deadline: asyncio.TimerHandle | None = None
         self._calls = BindingCalls(
             namespaces=namespaces,
             loop=loop,
@@ -182,6 +187,8 @@ class CodeRun(RunProcess):
             # The run is over once its init has reaped every process of it (``G``): a result
             # never arrives while something the program started still runs.
             self._end_sandboxed()
+            if not self._exited:
+                self._end_deadline = self._loop.call_later(_END_NOTICE_SECONDS, self._end_unheard)
         else:
             self._kill()
         if self._exited:
@@ -191,6 +198,15 @@ class CodeRun(RunProcess):
                 _EXIT_REPORT_SECONDS, self._template_silent
             )
         self._maybe_finish()
+
+    def _end_unheard(self) -> None:
+        """The init has not reported the end of a settled sandboxed run: kill it, which takes
+        its namespace with it (the template then reports its exit). Reports already in the
+        status pipe are read first: the init may have ended the run and been reaped."""
+        self._end_deadline = None
+        self._on_status()
+        if not self._done and not self._exited:
+            self._kill()
 
     def _template_silent(self) -> None:
         """The worker was killed but its exit was never reported: the template is stopped or
@@ -226,10 +242,10 @@ class CodeRun(RunProcess):
 
     def _finish(self) -> None:
         self._done = True
-        for handle in (self._grace, self._report_deadline):
+        for handle in (self._grace, self._report_deadline, self._end_deadline):
             if handle is not None:
                 handle.cancel()
-        self._grace = self._report_deadline = None
+        self._grace = self._report_deadline = self._end_deadline = None
         self._close_all()
         self._calls.close()
         assert self._outcome is not None
@@ -256,7 +272,13 @@ class CodeRun(RunProcess):
         self._done = True
         if self._outcome is None:
             self._outcome = Outcome(failure=("abort", "cancelled"))
-        for handle in (self._wall, self._sampler, self._grace, self._report_deadline):
+        for handle in (
+            self._wall,
+            self._sampler,
+            self._grace,
+            self._report_deadline,
+            self._end_deadline,
+        ):
             if handle is not None:
                 handle.cancel()
         if self._remove_signal is not None:

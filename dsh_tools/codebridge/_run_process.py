@@ -354,7 +354,7 @@ class RunProcess(abc.ABC):
             self._drain_channel()
         if self._outcome is None:
             self._settle(self._exit_outcome())
-        else:
+        elif not self._sandboxed:  # the init's exit took its namespace with it
             self._kill()  # grandchildren left in the group
         self._start_grace()
         self._maybe_finish()
