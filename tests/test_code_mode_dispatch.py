@@ -38,10 +38,11 @@ from dsh_tools import (
 )
 from dsh_tools.codebridge._dispatch_log import (
     LOGGED_ARGUMENTS_LIMIT,
+    LOGGED_VALUES_LIMIT,
     PREVIEW_CHARS,
     logged_arguments,
 )
-from dsh_tools.registry import snapshot_json
+from dsh_tools.registry import snapshot_json, thaw
 
 
 async def settle() -> None:
@@ -845,9 +846,21 @@ def test_the_log_keeps_a_preview_of_arguments_above_its_limit_and_the_tool_gets_
         assert preview.startswith('{"value":"xxx')
         assert preview.endswith(
             f"... [arguments of {size} JSON bytes; the session log keeps at most "
-            f"{LOGGED_ARGUMENTS_LIMIT} per call]"
+            f"{LOGGED_ARGUMENTS_LIMIT} bytes and {LOGGED_VALUES_LIMIT} values per call]"
         )
         assert len(preview) < 2 * PREVIEW_CHARS
+
+
+def test_the_log_keeps_a_preview_of_arguments_of_many_small_values() -> None:
+    # 5,000 empty objects are 15 KB of JSON but about 64 bytes each once decoded: kept whole,
+    # a program's loop of such calls would make the log hold 20 times what it counts.
+    many = snapshot_json({"items": [{}] * (LOGGED_VALUES_LIMIT + 1)})
+    notice, size = logged_arguments(many)
+    assert size == len(json.dumps(thaw(many), separators=(",", ":"))) < LOGGED_ARGUMENTS_LIMIT
+    assert notice.startswith('{"items":[{},{}') and notice.endswith("values per call]")
+    within = snapshot_json({"items": [{}] * (LOGGED_VALUES_LIMIT - 2)})  # with the list, the root
+    copy, size = logged_arguments(within)
+    assert size is None and copy == within and copy is not within
 
 
 def test_arguments_nested_deeper_than_the_encoder_are_measured_without_it() -> None:

@@ -5,9 +5,11 @@ checked to be content blocks).
 The arguments come straight from the program, which can send a call frame of up to
 ``max_frame_bytes`` per call and make as many calls as it likes; the log lives as long as the
 system. So the logged copy of one call's arguments is kept whole only up to
-``LOGGED_ARGUMENTS_LIMIT`` JSON bytes; a larger one is logged as a preview string (the first
-``PREVIEW_CHARS`` characters of its compact JSON and a notice), beside ``arguments_bytes``.
-The tool itself always receives the whole arguments.
+``LOGGED_ARGUMENTS_LIMIT`` JSON bytes and ``LOGGED_VALUES_LIMIT`` values (a decoded value costs
+far more than its JSON: an empty object is 3 bytes of JSON and about 64 bytes of host memory);
+larger ones are logged as a preview string (the first ``PREVIEW_CHARS`` characters of their
+compact JSON and a notice), beside ``arguments_bytes``. The tool itself always receives the
+whole arguments.
 """
 
 from __future__ import annotations
@@ -23,10 +25,19 @@ from ..pipeline._chain import run_chain
 from ..registry import snapshot_json
 from ..registry._hooks import CodeDispatchLog
 
-__all__ = ["LOGGED_ARGUMENTS_LIMIT", "PREVIEW_CHARS", "logged_arguments", "shaped_content"]
+__all__ = [
+    "LOGGED_ARGUMENTS_LIMIT",
+    "LOGGED_VALUES_LIMIT",
+    "PREVIEW_CHARS",
+    "logged_arguments",
+    "shaped_content",
+]
 
 LOGGED_ARGUMENTS_LIMIT: Final = 64 * 1024
 """The most JSON bytes of one sub-call's arguments that its dispatch events keep whole."""
+LOGGED_VALUES_LIMIT: Final = 8192
+"""The most values (objects, arrays and scalars, the arguments object included) of one
+sub-call's arguments that its dispatch events keep whole."""
 PREVIEW_CHARS: Final = 1024
 """How much of larger arguments' compact JSON the dispatch events keep."""
 
@@ -34,18 +45,19 @@ PREVIEW_CHARS: Final = 1024
 def logged_arguments(dispatched: Any) -> tuple[Any, int | None]:
     """What the dispatch events record for a sub-call whose tool gets ``dispatched`` (its
     checked, frozen arguments): ``(copy, None)``, a copy of its own, when their compact JSON is
-    within ``LOGGED_ARGUMENTS_LIMIT`` bytes, else ``(preview, size)`` with the JSON's size in
-    bytes (a lower bound for values nested deeper than the encoder goes). Larger arguments are
-    never copied: a program could make the host copy up to a frame's worth per call."""
+    within ``LOGGED_ARGUMENTS_LIMIT`` bytes and they hold at most ``LOGGED_VALUES_LIMIT``
+    values, else ``(preview, size)`` with the JSON's size in bytes (a lower bound for values
+    nested deeper than the encoder goes). Larger arguments are never copied: a program could
+    make the host copy up to a frame's worth per call."""
     try:
         encoded = msgspec.json.encode(dispatched)
     except RecursionError:  # nested deeper than the C encoder recurses; rare, so walk it
         size = _json_size_beyond(dispatched, LOGGED_ARGUMENTS_LIMIT)
-        if size <= LOGGED_ARGUMENTS_LIMIT:
+        if size <= LOGGED_ARGUMENTS_LIMIT and _values_within(dispatched, LOGGED_VALUES_LIMIT):
             return snapshot_json(dispatched, "arguments"), None
         return _notice("", size), size
     size = len(encoded)
-    if size <= LOGGED_ARGUMENTS_LIMIT:
+    if size <= LOGGED_ARGUMENTS_LIMIT and _values_within(dispatched, LOGGED_VALUES_LIMIT):
         return snapshot_json(dispatched, "arguments"), None
     return _notice(encoded[:PREVIEW_CHARS].decode("utf-8", "ignore"), size), size
 
@@ -53,8 +65,25 @@ def logged_arguments(dispatched: Any) -> tuple[Any, int | None]:
 def _notice(preview: str, size: int) -> str:
     return (
         f"{preview}... [arguments of {size} JSON bytes; the session log keeps at most "
-        f"{LOGGED_ARGUMENTS_LIMIT} per call]"
+        f"{LOGGED_ARGUMENTS_LIMIT} bytes and {LOGGED_VALUES_LIMIT} values per call]"
     )
+
+
+def _values_within(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds at most ``limit`` values, itself included; walks iteratively
+    and stops past the limit, so it costs at most ``limit`` steps."""
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def _json_size_beyond(value: Any, limit: int) -> int:
