@@ -655,6 +655,34 @@ time.sleep(30)
     assert_next_run_works(sandbox)
 
 
+@pytest.mark.parametrize(
+    ("frame", "what"),
+    [
+        ("bytes([0xC0])", "undecodable"),
+        ("msgspec.msgpack.encode(['Done', None, ['no-such-kind', 'x']])", "ill-typed"),
+        ("msgspec.msgpack.encode(['Call', 1, 'tools', 'echo', ['x']])", "repeated call id"),
+    ],
+)
+def test_a_flood_of_frames_the_host_drops_ends_the_run(
+    sandbox: SubprocessCodeRuntime, frame: str, what: str
+) -> None:
+    # Frames the host drops cost it a decode each and the program almost nothing: without a
+    # bound the host would decode junk for the whole wall ceiling.
+    program = f"""
+import os, time, msgspec
+body = {frame}
+chunk = (len(body).to_bytes(8, 'big') + body) * 1000
+for _ in range(1000):
+    os.write(4, chunk)
+time.sleep(30)
+return 'the host kept decoding'
+"""
+    result = run(sandbox, program, echo=lambda args: args)
+    assert result.error is not None and result.error.kind == "frame-limit", (what, result)
+    assert "frames the host could not use" in result.error.message
+    assert_next_run_works(sandbox)
+
+
 def test_native_output_floods_end_at_the_output_cap() -> None:
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_output_bytes=64 * 1024))
     program = """

@@ -17,7 +17,6 @@ This module imports only the standard library and ``msgspec``.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 from collections.abc import Callable
 from typing import Any, Final
@@ -185,10 +184,11 @@ class FrameReader:
     ``SPILL_BYTES`` is written to disk while it arrives (``_spill``), so the memory one reader
     holds stays below ``SPILL_BYTES`` plus one read, whatever ``max_frame_bytes`` is. A
     ``screen`` sees each complete body before it is decoded: ``None`` decodes it,
-    ``SKIP_FRAME`` drops it, anything else stands in for the frame.
+    ``SKIP_FRAME`` drops it, anything else stands in for the frame. ``dropped`` counts the
+    bodies skipped (a reader of a hostile peer bounds how many it tolerates).
     """
 
-    __slots__ = ("_buffer", "_cap", "_decode", "_spilled", "_start", "oversize")
+    __slots__ = ("_buffer", "_cap", "_decode", "_spilled", "_start", "dropped", "oversize")
 
     def __init__(
         self,
@@ -202,6 +202,7 @@ class FrameReader:
         self._start = 0
         self._spilled: SpilledBody | None = None
         self.oversize: FrameTooLarge | None = None
+        self.dropped = 0
 
     def close(self) -> None:
         """Drop a partly received spilled body, if any."""
@@ -217,8 +218,10 @@ class FrameReader:
         if spilled.remaining:
             return b""
         self._spilled = None
-        with contextlib.suppress(Exception):  # hostile bytes: skip the frame, never raise
+        try:
             frames.append(spilled.decode(self._decode))
+        except Exception:  # hostile bytes: skip the frame, never raise
+            self.dropped += 1
         return data[taken:]
 
     def feed(self, data: bytes) -> list[Any]:
@@ -254,7 +257,7 @@ class FrameReader:
                 try:
                     append(decode(body))
                 except Exception:  # hostile bytes: skip the frame, never raise
-                    pass
+                    self.dropped += 1
                 finally:
                     body.release()
                 start = body_end

@@ -114,7 +114,8 @@ class CodeRun(RunProcess):
     def _on_frame(self, frame: Any) -> None:
         kind = type(frame)
         if kind is Call:
-            self._calls.on_call(frame)
+            if not self._calls.on_call(frame):
+                self._ignored += 1
         elif kind is Log:
             if not self._ledger.admit(frame.text):
                 self._settle(LIMIT)
@@ -129,6 +130,7 @@ class CodeRun(RunProcess):
         error = frame.error
         if error is not None:
             if error.kind not in _DONE_KINDS:
+                self._ignored += 1
                 return
             if error.kind == "output-limit":
                 self._settle(LIMIT)

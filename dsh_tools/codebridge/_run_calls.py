@@ -101,11 +101,12 @@ class BindingCalls:
         self._send = _drop
         self._fail = _ignore
 
-    def on_call(self, frame: Call) -> None:
-        """Start the binding call ``frame`` asks for (or answer it as a failure at once)."""
+    def on_call(self, frame: Call) -> bool:
+        """Start the binding call ``frame`` asks for (or answer it as a failure at once);
+        ``False`` when it is ignored (its id was seen before)."""
         call_id = frame.id
         if call_id <= self._floor or call_id in self._answered:
-            return  # an id seen before is never answered twice
+            return False  # an id seen before is never answered twice
         answered = self._answered
         answered.add(call_id)
         while self._floor + 1 in answered:
@@ -117,28 +118,28 @@ class BindingCalls:
                 f"the program used more than {OUT_OF_SEQUENCE_LIMIT} binding call ids out of "
                 "sequence",
             )
-            return
+            return True
         functions = self._namespaces.get(frame.global_name)
         function = functions.get(frame.name) if functions is not None else None
         if function is None:
             self._reply_failure(
                 call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
             )
-            return
+            return True
         over = self._inflight.admit(call_id, frame.args)
         if over is not None:
             self._fail("frame-limit", over)
-            return
+            return True
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict)
         except TokenError as exc:
             self._reply_failure(call_id, f"{_NOT_LOSSLESS_ARGS}: {exc}")
-            return
+            return True
         try:
             result = function(value)
         except Exception as exc:
             self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
-            return
+            return True
         if isinstance(result, asyncio.Future):
             # A binding that hands back its future is answered from the future's callback:
             # no task per call.
@@ -147,6 +148,7 @@ class BindingCalls:
             self._track(self._loop.create_task(self._await(call_id, result)))
         else:
             self._resolve(call_id, result)
+        return True
 
     async def _await(self, call_id: int, awaitable: Awaitable[Any]) -> None:
         try:

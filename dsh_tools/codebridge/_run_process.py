@@ -47,11 +47,16 @@ from ._run_status import (
 from ._seam import CodeRuntimeConfig
 from ._template_host import TemplateHandle
 
-__all__ = ["RunProcess"]
+__all__ = ["IGNORED_FRAMES_LIMIT", "RunProcess"]
 
 _CPU_SAMPLE_SECONDS: Final = 0.025
 _WORKER_FRAMES: Final = worker_frame_decoder()
 """One decoder for every run (decoding keeps no state; making one costs a few microseconds)."""
+IGNORED_FRAMES_LIMIT: Final = 10_000
+"""How many frames a run's worker may send that the host drops (undecodable, ill-typed, over
+what their kind may cost, a binding call id seen before, a ``Done`` of no known kind). The
+worker's own code sends none; a program writing its own frames could otherwise keep the host
+decoding junk for the whole wall ceiling while it spends almost no CPU itself."""
 
 
 class RunProcess(abc.ABC):
@@ -121,6 +126,7 @@ class RunProcess(abc.ABC):
         self._exit_cpu = 0.0
         self._worker_status: int | None = None
         self._frames_seen = 0
+        self._ignored = 0  # frames the run dropped after decoding (the reader counts its own)
         self._pooled = False
         self._refill = False
         self._budget = 0
@@ -219,6 +225,12 @@ class RunProcess(abc.ABC):
         oversize = self._frames.oversize
         if oversize is not None and self._outcome is None:
             self._settle_failure("frame-limit", f"worker {oversize}")
+        elif self._ignored + self._frames.dropped > IGNORED_FRAMES_LIMIT and self._outcome is None:
+            self._settle_failure(
+                "frame-limit",
+                f"the program sent more than {IGNORED_FRAMES_LIMIT} frames the host could not "
+                "use (undecodable, ill-typed or repeated)",
+            )
 
     def _drain_channel(self) -> None:
         fd = self._fds.get("from_worker")
