@@ -365,7 +365,9 @@ return os.WIFSIGNALED(status) and os.WTERMSIG(status)
     assert value(sandbox, program) == 31  # SIGSYS: the filter kills any foreign ABI
 
 
-def test_inotify_leases_and_ipc_memory_are_refused(sandbox: SubprocessCodeRuntime) -> None:
+def test_inotify_leases_ipc_memory_and_shared_kernel_tables_are_refused(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
     program = """
 import ctypes, fcntl, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -379,6 +381,8 @@ for name, command in (('lease', 1024), ('notify', 1026)):
         seen[name] = error.errno
 for name, call in (('shmget', lambda: libc.shmget(0, 1 << 20, 0o1600)),
                    ('semget', lambda: libc.semget(0, 32000, 0o1600)),
+                   ('io_setup', lambda: libc.syscall(206, 32768, ctypes.byref(ctypes.c_ulong()))),
+                   ('epoll_create1', lambda: libc.epoll_create1(0)),
                    ('msgget', lambda: libc.msgget(0, 0o1600)),
                    ('inotify', lambda: libc.inotify_init())):
     seen[name] = ctypes.get_errno() if call() < 0 else 'allowed'
@@ -832,9 +836,9 @@ return [fds, refused]
     fds, refused = value(sandbox, program)
     kinds = {int(fd): kind for fd, kind in fds.items()}
     # /dev/null, output pipes, channel pipes, the notice pipe to the run's own init; then only
-    # the event loop's epoll and self-pipe pair
+    # the event loop's self-pipe pair
     expected = ["/dev/null", "pipe", "pipe", "pipe", "pipe", "pipe"]
     assert [kinds.pop(fd) for fd in range(6)] == expected
-    assert sorted(kinds.values()) == ["anon_inode", "socket", "socket"], kinds
+    assert sorted(kinds.values()) == ["socket", "socket"], kinds
     assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
     assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"

@@ -24,6 +24,7 @@ import linecache
 import math
 import os
 import resource
+import selectors
 import sys
 from typing import Any, Final, NoReturn
 
@@ -151,7 +152,9 @@ def main(notice: int | None = None) -> NoReturn:
     """Run one program (the child's whole life); never returns. ``notice`` is the write end of
     the sandbox init's notice pipe (none under ``"process"`` isolation)."""
     try:
-        loop = asyncio.new_event_loop()
+        # A poll loop: the sandbox refuses epoll, whose watches count against a limit the
+        # worker would share with every process of its user on the machine (as root: the host).
+        loop = asyncio.SelectorEventLoop(selectors.PollSelector())
         _rehearse(loop)
         expected = _expected_compute_ms
         if expected is not None:
