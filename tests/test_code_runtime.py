@@ -891,3 +891,26 @@ def test_a_program_printing_more_entries_than_are_kept_apart_shows_every_line(
     assert len(result.logs) == MAX_LOG_ENTRIES
     assert result.logs[:3] == ["0", "1", "2"]
     assert "\n".join(result.logs) == "\n".join(str(i) for i in range(count))
+
+
+class _LoopOutOfWatches(asyncio.SelectorEventLoop):
+    """A loop whose kernel refuses every new watch, as one out of descriptors or of epoll
+    watches does."""
+
+    def add_reader(self, fd: Any, callback: Any, *args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_a_host_that_cannot_watch_its_worker_gets_a_failed_result_not_an_exception() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig())
+    refusing = _LoopOutOfWatches()
+    try:
+        result = refusing.run_until_complete(runtime.run(CodeRunRequest("return 1", [])))
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert "cannot watch the worker" in result.error.message
+        assert "No space left on device" in result.error.message
+        later = asyncio.run(runtime.run(CodeRunRequest("return 2", [])))
+        assert later.error is None and later.value == 2
+    finally:
+        refusing.close()
+        runtime.close()

@@ -154,14 +154,21 @@ class RunProcess(abc.ABC):
         # starts it while the host registers its readers (the pipes keep what it answers).
         self._send(self._boot)
         self._writer.flush()
-        self._readers.watch(
-            {
-                host["from_worker"]: self._on_channel,
-                host["status"]: self._on_status,
-                host["out"]: self._on_out,
-                host["err"]: self._on_err,
-            }
-        )
+        try:
+            self._readers.watch(
+                {
+                    host["from_worker"]: self._on_channel,
+                    host["status"]: self._on_status,
+                    host["out"]: self._on_out,
+                    host["err"]: self._on_err,
+                }
+            )
+        except OSError as exc:  # the host is out of descriptors or epoll watches: a result
+            self._exited = True  # nothing of this worker is watched; closing ends it
+            self._native.close()
+            self._kill()
+            self._settle_failure("worker-exit", f"host error: cannot watch the worker: {exc}")
+            return
         if self._status:
             self._loop.call_soon(self._on_status)
 

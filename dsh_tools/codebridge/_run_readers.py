@@ -36,7 +36,9 @@ class RunReaders:
         self._epoll: select.epoll | None = None
 
     def watch(self, callbacks: dict[int, Callable[[], None]]) -> None:
-        """Start watching each descriptor of ``callbacks`` for reading (called once)."""
+        """Start watching each descriptor of ``callbacks`` for reading (called once). Raises
+        ``OSError`` when the kernel refuses (out of descriptors or of epoll watches); what was
+        registered is then undone by ``close()``."""
         if _EPOLL:
             epoll = select.epoll(len(callbacks))
             try:
@@ -47,10 +49,11 @@ class RunReaders:
                 epoll.close()
                 raise
             self._epoll = epoll
+            self._callbacks.update(callbacks)
         else:
             for fd, callback in callbacks.items():
                 self._loop.add_reader(fd, callback)
-        self._callbacks.update(callbacks)
+                self._callbacks[fd] = callback  # so that close() removes what was added
 
     def __contains__(self, fd: int) -> bool:
         return fd in self._callbacks
