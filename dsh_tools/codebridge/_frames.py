@@ -185,7 +185,8 @@ class FrameReader:
     holds stays below ``SPILL_BYTES`` plus one read, whatever ``max_frame_bytes`` is. A
     ``screen`` sees each complete body before it is decoded: ``None`` decodes it,
     ``SKIP_FRAME`` drops it, anything else stands in for the frame. ``dropped`` counts the
-    bodies skipped (a reader of a hostile peer bounds how many it tolerates).
+    bodies skipped; its owner adds the frames it drops after decoding, and bounds the sum (a
+    hostile peer's junk costs a decode each).
     """
 
     __slots__ = ("_buffer", "_cap", "_decode", "_spilled", "_start", "dropped", "oversize")

@@ -115,7 +115,7 @@ class CodeRun(RunProcess):
         kind = type(frame)
         if kind is Call:
             if not self._calls.on_call(frame):
-                self._ignored += 1
+                self._frames.dropped += 1
         elif kind is Log:
             if not self._ledger.admit(frame.text):
                 self._settle(LIMIT)
@@ -130,7 +130,7 @@ class CodeRun(RunProcess):
         error = frame.error
         if error is not None:
             if error.kind not in _DONE_KINDS:
-                self._ignored += 1
+                self._frames.dropped += 1
                 return
             if error.kind == "output-limit":
                 self._settle(LIMIT)

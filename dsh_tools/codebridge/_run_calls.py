@@ -118,28 +118,32 @@ class BindingCalls:
                 f"the program used more than {OUT_OF_SEQUENCE_LIMIT} binding call ids out of "
                 "sequence",
             )
-            return True
+        else:
+            self._start(call_id, frame)
+        return True
+
+    def _start(self, call_id: int, frame: Call) -> None:
         functions = self._namespaces.get(frame.global_name)
         function = functions.get(frame.name) if functions is not None else None
         if function is None:
             self._reply_failure(
                 call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
             )
-            return True
+            return
         over = self._inflight.admit(call_id, frame.args)
         if over is not None:
             self._fail("frame-limit", over)
-            return True
+            return
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict)
         except TokenError as exc:
             self._reply_failure(call_id, f"{_NOT_LOSSLESS_ARGS}: {exc}")
-            return True
+            return
         try:
             result = function(value)
         except Exception as exc:
             self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
-            return True
+            return
         if isinstance(result, asyncio.Future):
             # A binding that hands back its future is answered from the future's callback:
             # no task per call.
@@ -148,7 +152,6 @@ class BindingCalls:
             self._track(self._loop.create_task(self._await(call_id, result)))
         else:
             self._resolve(call_id, result)
-        return True
 
     async def _await(self, call_id: int, awaitable: Awaitable[Any]) -> None:
         try:

@@ -126,7 +126,6 @@ class RunProcess(abc.ABC):
         self._exit_cpu = 0.0
         self._worker_status: int | None = None
         self._frames_seen = 0
-        self._ignored = 0  # frames the run dropped after decoding (the reader counts its own)
         self._pooled = False
         self._refill = False
         self._budget = 0
@@ -164,9 +163,8 @@ class RunProcess(abc.ABC):
                 }
             )
         except OSError as exc:  # the host is out of descriptors or epoll watches: a result
-            self._exited = True  # nothing of this worker is watched; closing ends it
+            self._exited = True  # nothing of this worker is watched; settling ends it
             self._native.close()
-            self._kill()
             self._settle_failure("worker-exit", f"host error: cannot watch the worker: {exc}")
             return
         if self._status:
@@ -232,7 +230,7 @@ class RunProcess(abc.ABC):
         oversize = self._frames.oversize
         if oversize is not None and self._outcome is None:
             self._settle_failure("frame-limit", f"worker {oversize}")
-        elif self._ignored + self._frames.dropped > IGNORED_FRAMES_LIMIT and self._outcome is None:
+        elif self._frames.dropped > IGNORED_FRAMES_LIMIT and self._outcome is None:
             self._settle_failure(
                 "frame-limit",
                 f"the program sent more than {IGNORED_FRAMES_LIMIT} frames the host could not "
