@@ -27,6 +27,8 @@ DEFAULT_MAX_MEMORY_MB: Final = 512
 """Default address-space limit of a worker."""
 DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
 """Default cap on one channel frame, either direction."""
+DEFAULT_MAX_PARALLEL_RUNS: Final = 8
+"""Default number of code runs one runtime has in flight at once; more wait their turn."""
 ISOLATIONS: Final = ("sandbox", "process")
 """The isolation levels of the subprocess runtime, strictest first."""
 _ISOLATIONS = ISOLATIONS
@@ -56,6 +58,8 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
       SDK) or ``"both"``.
     - ``max_parallel_tool_calls``: the dispatcher pool size of a batch.
     - ``max_parallel_sub_calls``: the pool size of one code run's sub-calls.
+    - ``max_parallel_code_runs``: how many code runs are in flight at once (each with its worker
+      processes and its share of host memory); more wait their turn, in arrival order.
     - ``max_output_bytes``: the cap on what one code run returns to the model (at least 4).
     - ``max_frame_bytes``: the cap on one worker frame.
     - ``compute_ms``, ``max_wall_ms``, ``max_memory_mb``: the code worker's CPU, wall-clock and
@@ -70,6 +74,7 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: str = "native"
     max_parallel_tool_calls: int = 10
     max_parallel_sub_calls: int = 10
+    max_parallel_code_runs: int = DEFAULT_MAX_PARALLEL_RUNS
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     compute_ms: float = DEFAULT_COMPUTE_MS
@@ -88,6 +93,7 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"mode must be one of native, code, both; got {self.mode!r}")
         _positive_int("max_parallel_tool_calls", self.max_parallel_tool_calls)
         _positive_int("max_parallel_sub_calls", self.max_parallel_sub_calls)
+        _positive_int("max_parallel_code_runs", self.max_parallel_code_runs)
         _positive_int("max_output_bytes", self.max_output_bytes, minimum=4)
         _positive_int("max_frame_bytes", self.max_frame_bytes)
         _positive_number("compute_ms", self.compute_ms)

@@ -44,13 +44,14 @@ import concurrent.futures
 import threading
 from typing import Final
 
-from ..actors import NEVER_ABORTED
+from ..actors import NEVER_ABORTED, AbortSignal
 from ._frames import PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_frame
 from ._ledger import OutputLedger
 from ._outcome import Outcome, materialize, safe_text
 from ._pool import WorkerPool
 from ._program import ProgramError, check_program
 from ._run import CodeRun
+from ._run_slots import RunSlots
 from ._seam import (
     BindingFunction,
     CodeRunRequest,
@@ -76,7 +77,8 @@ class SubprocessCodeRuntime:
     """The shipped ``CodeRuntime``: Python programs in fresh, contained child processes.
 
     ``SubprocessCodeRuntime(config=None)`` (default budgets when ``None``). ``await run(request)``
-    runs on the caller's event loop; runs may be in flight at once, from one or several loops.
+    runs on the caller's event loop; up to ``config.max_parallel_runs`` runs may be in flight at
+    once, from one or several loops, and later ones wait for a slot (``_run_slots``).
     ``await dispose()`` settles live runs as ``abort`` / ``runtime disposed``, waits for their
     workers, stops the template process and makes later runs raise. ``close()`` does the same
     from synchronous code (a thread without a running loop). See the module docstring.
@@ -104,6 +106,7 @@ class SubprocessCodeRuntime:
         }
         self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
+        self._slots = RunSlots(config.max_parallel_runs)
         self._lock = threading.Lock()
         self._runs: set[CodeRun] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -119,6 +122,16 @@ class SubprocessCodeRuntime:
     def template_pid(self) -> int | None:
         """The template process's pid while it runs (for diagnostics and tests)."""
         return self._template.pid
+
+    @property
+    def runs_in_flight(self) -> int:
+        """How many runs hold one of the ``config.max_parallel_runs`` slots now."""
+        return self._slots.taken
+
+    @property
+    def runs_waiting(self) -> int:
+        """How many runs wait for a slot now."""
+        return self._slots.waiting
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -180,6 +193,22 @@ class SubprocessCodeRuntime:
                     )
                 ),
             )
+        if not await self._slots.acquire(signal_):
+            reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
+            return materialize(ledger, Outcome(failure=("abort", reason)))
+        try:
+            return await self._run_in_slot(config, signal_, ledger, namespaces, bytes(boot))
+        finally:
+            self._slots.release()
+
+    async def _run_in_slot(
+        self,
+        config: CodeRuntimeConfig,
+        signal_: AbortSignal,
+        ledger: OutputLedger,
+        namespaces: dict[str, dict[str, BindingFunction]],
+        boot: bytes,
+    ) -> CodeRunResult:
         loop = asyncio.get_running_loop()
         run = CodeRun(
             config=config,
@@ -189,7 +218,7 @@ class SubprocessCodeRuntime:
             loop=loop,
             ledger=ledger,
             namespaces=namespaces,
-            boot=bytes(boot),
+            boot=boot,
         )
         with self._lock:
             if self._disposed:
@@ -214,6 +243,7 @@ class SubprocessCodeRuntime:
                 self._disposal = concurrent.futures.Future()
             disposal = self._disposal
             runs = list(self._runs)
+        self._slots.close()
         if not first:
             await asyncio.wrap_future(disposal)
             return

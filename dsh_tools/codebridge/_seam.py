@@ -27,6 +27,7 @@ from ..actors._config import (  # one definition of the defaults, shared with To
     DEFAULT_MAX_FRAME_BYTES,
     DEFAULT_MAX_MEMORY_MB,
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_PARALLEL_RUNS,
     DEFAULT_MAX_WALL_MS,
     ISOLATIONS,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
     "DEFAULT_MAX_MEMORY_MB",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_PARALLEL_RUNS",
     "DEFAULT_MAX_WALL_MS",
     "ISOLATIONS",
     "BindingFunction",
@@ -179,7 +181,9 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     whole process tree and the size of the scratch directory); ``max_frame_bytes``: cap on one
     channel frame in either direction; ``isolation``: ``"sandbox"`` (the default: Landlock,
     namespaces, seccomp, see ``docs/sandbox.md``) or ``"process"`` (own process group, limits
-    and a clean environment only); ``sandbox``: the grants under ``"sandbox"``. A wrong type
+    and a clean environment only); ``sandbox``: the grants under ``"sandbox"``;
+    ``max_parallel_runs``: how many runs the runtime has in flight at once (more wait their
+    turn in arrival order, their wall ceiling not yet started; see ``_run_slots``). A wrong type
     raises ``TypeError``, a bad value ``ValueError``, both with ``code runtime: config.<key>
     must be ...``.
     """
@@ -191,6 +195,7 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     isolation: str = "sandbox"
     sandbox: CodeSandbox = msgspec.field(default_factory=CodeSandbox)
+    max_parallel_runs: int = DEFAULT_MAX_PARALLEL_RUNS
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATIONS:
@@ -221,6 +226,15 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise TypeError(message)
         if not 1 <= frame <= _SAFE_INTEGER:
             raise ValueError(message)
+        runs = self.max_parallel_runs
+        message = (
+            "code runtime: config.max_parallel_runs must be a positive integer, "
+            f"got {_number_repr(runs)}"
+        )
+        if type(runs) is not int:
+            raise TypeError(message)
+        if runs < 1:
+            raise ValueError(message)
 
 
 class DefaultRuntime:
@@ -243,7 +257,8 @@ DEFAULT: Final = DefaultRuntime()
 
 def runtime_config_from(config: Any, sandbox: CodeSandbox | None = None) -> CodeRuntimeConfig:
     """The runtime settings of a ``ToolsConfig`` (or any object with the same five budgets;
-    ``code_isolation`` defaults to ``"sandbox"``), with ``sandbox``'s grants."""
+    ``code_isolation`` defaults to ``"sandbox"``, ``max_parallel_code_runs`` to its default),
+    with ``sandbox``'s grants."""
     return CodeRuntimeConfig(
         isolation=getattr(config, "code_isolation", "sandbox"),
         sandbox=CodeSandbox() if sandbox is None else sandbox,
@@ -252,6 +267,7 @@ def runtime_config_from(config: Any, sandbox: CodeSandbox | None = None) -> Code
         max_output_bytes=config.max_output_bytes,
         max_memory_mb=config.max_memory_mb,
         max_frame_bytes=config.max_frame_bytes,
+        max_parallel_runs=getattr(config, "max_parallel_code_runs", DEFAULT_MAX_PARALLEL_RUNS),
     )
 
 
