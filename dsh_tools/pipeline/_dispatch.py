@@ -4,11 +4,10 @@ thread, or as its own task), its rendering, and the candidate result for post-ex
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -24,6 +23,15 @@ from ..actors._frozen import EMPTY_LIST
 from ..registry import normalize_output
 from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import ToolEntry
+from ._body_task import (
+    awaited,
+    capture,
+    closing,
+    own_cancellation,
+    raise_body_failure,
+    wake,
+    watch_body,
+)
 from ._chain import first_link, is_awaitable
 from ._core import (
     FINISH,
@@ -33,8 +41,6 @@ from ._core import (
     Stage,
     abort_reason,
     cancel_body,
-    cancel_from_any_thread,
-    cancel_soon,
     replace_if_aborted,
 )
 from ._loop import event_loop, in_context, new_task, running_loop
@@ -142,7 +148,7 @@ class DispatchStages(PipelineCore):
                 if here and not entry.is_async:
                     value = entry.definition.execute(rec.arguments, ctx)
                     if is_awaitable(value):
-                        value = await self._run_task(rec, _awaited(value), fused)
+                        value = await self._run_task(rec, awaited(value), fused)
                 else:
                     value = await self._call_body(entry, rec, ctx, here, own_task)
             except BodyCancelled:
@@ -190,7 +196,7 @@ class DispatchStages(PipelineCore):
         else:
             value = await self._run_in_worker(rec, execute, ctx)
         if is_awaitable(value):
-            value = await self._run_task(rec, _awaited(value), signal)
+            value = await self._run_task(rec, awaited(value), signal)
         return value
 
     async def _run_task(
@@ -219,7 +225,7 @@ class DispatchStages(PipelineCore):
         if ok:
             return value
         try:
-            _raise_body_failure(rec, value)
+            raise_body_failure(rec, value)
         finally:
             # The traceback keeps this frame: without the names that lead to the exception it
             # holds no cycle, and reference counting frees the failed call at once.
@@ -231,14 +237,14 @@ class DispatchStages(PipelineCore):
         """``_run_task``'s body in a task of its own: ``(True, value)`` or ``(False, error)``."""
         loop = await event_loop()  # the body's task needs one
         settled: asyncio.Future[None] = loop.create_future()
-        task = new_task(loop, _capture(coro, settled), contextvars.copy_context())
+        task = new_task(loop, capture(coro, settled), contextvars.copy_context())
         if task.done():  # an eager task (Python 3.12+) whose body never waited
             outcome: tuple[bool, Any] = task.result()
             del task
             return outcome
         # A body cancelled before its first step never settles ``settled`` itself.
-        task.add_done_callback(partial(_wake, settled))
-        remove = _watch_body(rec, task, loop, signal)
+        task.add_done_callback(partial(wake, settled))
+        remove = watch_body(rec, task, loop, signal)
         try:
             waiter = settled
             while True:
@@ -254,7 +260,7 @@ class DispatchStages(PipelineCore):
                         if not self._check_outer(rec):
                             cancel_body(rec, task)
                         waiter = loop.create_future()
-                        task.add_done_callback(partial(_wake, waiter))
+                        task.add_done_callback(partial(wake, waiter))
                         continue
                 break
             if task.cancelled():  # cancelled before its first step: the body never saw it
@@ -278,13 +284,13 @@ class DispatchStages(PipelineCore):
         settlement."""
         task = asyncio.current_task()
         assert task is not None
-        remove = _watch_body(rec, task, task.get_loop(), signal)
+        remove = watch_body(rec, task, task.get_loop(), signal)
         requests = task.cancelling()
         outcome: tuple[bool, Any]
         try:
             outcome = True, await in_context(coro, contextvars.copy_context())
         except GeneratorExit as exc:
-            if _closing(task):  # this coroutine is being closed, not the body raising
+            if closing(task):  # this coroutine is being closed, not the body raising
                 raise
             outcome = False, exc
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
@@ -296,7 +302,7 @@ class DispatchStages(PipelineCore):
         if rec.cancel_sent:
             task.uncancel()  # the pipeline's own cancellation ends here, however the body took it
         elif task.cancelling() > requests:
-            outcome = await _own_cancellation(task, requests, outcome)
+            outcome = await own_cancellation(task, requests, outcome)
         del task
         try:
             return outcome
@@ -342,105 +348,6 @@ class DispatchStages(PipelineCore):
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
         )
-
-
-async def _own_cancellation(
-    task: asyncio.Task[Any], requests: int, outcome: tuple[bool, Any]
-) -> tuple[bool, Any]:
-    """The outcome of a body that cancelled its own task (the awaiting one), which it shares
-    with the call's later steps. A body in a task of its own that asks for its cancellation and
-    returns before it arrives ends cancelled, a failure; here the request would instead reach
-    whatever the call awaits next. So it is taken now, as the body's outcome. A request the body
-    already received (and swallowed) leaves its outcome as it is. Either way the requests are
-    the body's, and the task's count goes back to what it was before the body."""
-    try:
-        if outcome[0]:
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError as exc:
-                return False, exc  # from inside the handler, which unbinds ``exc``: no cycle
-        return outcome
-    finally:
-        while task.cancelling() > requests:
-            task.uncancel()
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
-
-
-async def _capture(
-    coro: Coroutine[Any, Any, Any], settled: asyncio.Future[None]
-) -> tuple[bool, Any]:
-    """A body's outcome, ``(True, value)`` or ``(False, exception)``, settling ``settled`` in
-    the same step. The body's task itself never fails, so no ``SystemExit`` or
-    ``KeyboardInterrupt`` from a body can escape into the event loop."""
-    try:
-        value = await coro
-    except BaseException as exc:
-        if _cancel_requested():
-            await _take_pending_cancel()
-        _wake(settled)
-        return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
-    _wake(settled)
-    return True, value
-
-
-def _cancel_requested() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-async def _take_pending_cancel() -> None:
-    """Receive a cancellation requested of this task and not yet delivered, if any. A body that
-    cancels its own task and then raises fails with what it raised, as an asyncio task would;
-    returning its failure with the request still pending would end the task cancelled instead.
-    (A cancellation the body already received passes through here without a trace.)"""
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.sleep(0)
-
-
-def _watch_body(
-    rec: CallRecord, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop, signal: AbortSignal
-) -> Callable[[], None]:
-    """Make ``task`` the call's body task, cancelled when ``signal`` aborts (return the remover
-    of that callback) or, if the call was interrupted on its way here (from a pool's worker
-    thread), once it has taken its first step, as ``interrupt()`` would: the body then sees the
-    cancellation where it waits."""
-    rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
-    remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
-    if rec.stop_reason is not None:
-        cancel_soon(rec, task)
-    return remove
-
-
-def _raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
-    """Raise what a body's failure means to its dispatch: ``BodyCancelled`` when the pipeline
-    (or the awaiting task's cancellation) cancelled it, a ``RuntimeError`` for a
-    ``GeneratorExit`` the body raised itself (not this coroutine closing), else the failure."""
-    try:
-        if isinstance(failure, GeneratorExit):
-            raise RuntimeError("the tool body raised GeneratorExit") from failure
-        if isinstance(failure, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
-            raise BodyCancelled
-        raise failure
-    finally:
-        del failure  # the traceback keeps this frame too
-
-
-def _closing(task: asyncio.Task[Any]) -> bool:
-    """Whether a ``GeneratorExit`` that reached ``task``'s coroutine comes from its closing (no
-    step of the task runs now) rather than from a body that raised it within a step."""
-    try:
-        return asyncio.current_task() is not task
-    except RuntimeError:  # no loop runs: the coroutine is being closed
-        return True
-
-
-def _wake(waiter: asyncio.Future[None], _task: object = None) -> None:
-    """Settle ``waiter`` unless it is settled or cancelled already (a task's done callback)."""
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:

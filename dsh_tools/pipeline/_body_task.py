@@ -1,0 +1,125 @@
+"""A tool body in a task of its own: its outcome captured without failing the task, its
+cancellation (the pipeline's, the awaiting task's, or one it asked for itself) told apart, and
+the call's abort signal watched for it. The dispatch stage (``_dispatch``) runs bodies with these.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any, NoReturn
+
+from ..actors import AbortSignal
+from ..registry._execution import CallRecord
+from ._core import BodyCancelled, cancel_from_any_thread, cancel_soon
+
+__all__ = [
+    "awaited",
+    "capture",
+    "closing",
+    "own_cancellation",
+    "raise_body_failure",
+    "wake",
+    "watch_body",
+]
+
+
+async def own_cancellation(
+    task: asyncio.Task[Any], requests: int, outcome: tuple[bool, Any]
+) -> tuple[bool, Any]:
+    """The outcome of a body that cancelled its own task (the awaiting one), which it shares
+    with the call's later steps. A body in a task of its own that asks for its cancellation and
+    returns before it arrives ends cancelled, a failure; here the request would instead reach
+    whatever the call awaits next. So it is taken now, as the body's outcome. A request the body
+    already received (and swallowed) leaves its outcome as it is. Either way the requests are
+    the body's, and the task's count goes back to what it was before the body."""
+    try:
+        if outcome[0]:
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError as exc:
+                return False, exc  # from inside the handler, which unbinds ``exc``: no cycle
+        return outcome
+    finally:
+        while task.cancelling() > requests:
+            task.uncancel()
+
+
+async def awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def capture(
+    coro: Coroutine[Any, Any, Any], settled: asyncio.Future[None]
+) -> tuple[bool, Any]:
+    """A body's outcome, ``(True, value)`` or ``(False, exception)``, settling ``settled`` in
+    the same step. The body's task itself never fails, so no ``SystemExit`` or
+    ``KeyboardInterrupt`` from a body can escape into the event loop."""
+    try:
+        value = await coro
+    except BaseException as exc:
+        if _cancel_requested():
+            await _take_pending_cancel()
+        wake(settled)
+        return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
+    wake(settled)
+    return True, value
+
+
+def _cancel_requested() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _take_pending_cancel() -> None:
+    """Receive a cancellation requested of this task and not yet delivered, if any. A body that
+    cancels its own task and then raises fails with what it raised, as an asyncio task would;
+    returning its failure with the request still pending would end the task cancelled instead.
+    (A cancellation the body already received passes through here without a trace.)"""
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.sleep(0)
+
+
+def watch_body(
+    rec: CallRecord, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop, signal: AbortSignal
+) -> Callable[[], None]:
+    """Make ``task`` the call's body task, cancelled when ``signal`` aborts (return the remover
+    of that callback) or, if the call was interrupted on its way here (from a pool's worker
+    thread), once it has taken its first step, as ``interrupt()`` would: the body then sees the
+    cancellation where it waits."""
+    rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
+    remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
+    if rec.stop_reason is not None:
+        cancel_soon(rec, task)
+    return remove
+
+
+def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
+    """Raise what a body's failure means to its dispatch: ``BodyCancelled`` when the pipeline
+    (or the awaiting task's cancellation) cancelled it, a ``RuntimeError`` for a
+    ``GeneratorExit`` the body raised itself (not this coroutine closing), else the failure."""
+    try:
+        if isinstance(failure, GeneratorExit):
+            raise RuntimeError("the tool body raised GeneratorExit") from failure
+        if isinstance(failure, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
+            raise BodyCancelled
+        raise failure
+    finally:
+        del failure  # the traceback keeps this frame too
+
+
+def closing(task: asyncio.Task[Any]) -> bool:
+    """Whether a ``GeneratorExit`` that reached ``task``'s coroutine comes from its closing (no
+    step of the task runs now) rather than from a body that raised it within a step."""
+    try:
+        return asyncio.current_task() is not task
+    except RuntimeError:  # no loop runs: the coroutine is being closed
+        return True
+
+
+def wake(waiter: asyncio.Future[None], _task: object = None) -> None:
+    """Settle ``waiter`` unless it is settled or cancelled already (a task's done callback)."""
+    if not waiter.done():
+        waiter.set_result(None)
