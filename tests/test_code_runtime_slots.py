@@ -4,19 +4,23 @@ turn in arrival order, and stop waiting when aborted, cancelled or disposed, hol
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsh_tools import ToolsConfig, ToolSystem
-from dsh_tools.actors import AbortController
+from dsh_tools.actors import AbortController, AbortSignal
 from dsh_tools.codebridge import (
     BindingNamespace,
     CodeRunRequest,
     CodeRunResult,
     CodeRuntimeConfig,
+    CodeSandbox,
     ErrorClassSpec,
     SubprocessCodeRuntime,
     runtime_config_from,
@@ -98,6 +102,10 @@ def test_runs_past_the_bound_wait_and_start_in_arrival_order(
         assert (await tasks[1]).value == 1
         await until(lambda: len(gates.entered) == 3)
         assert gates.entered[2] == 2  # the first in line, not a later one
+        gates.open(2)
+        assert (await tasks[2]).value == 2
+        await until(lambda: len(gates.entered) == 4)
+        assert gates.entered[3] == 3  # then the next in line
         for number in range(5):
             gates.open(number)
         results = await asyncio.gather(*tasks)
@@ -282,3 +290,227 @@ def test_slots_released_from_other_threads_wake_waiters_on_their_own_loops() -> 
         thread.join()
     assert granted == [True] * 800
     assert (slots.taken, slots.waiting) == (0, 0)
+
+
+# --- runs whose loop goes away, and disposal racing them ----------------------------------------
+
+
+def test_a_run_granted_its_slot_as_the_runtime_is_disposed_ends_aborted_not_raising() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1))
+
+    async def scenario() -> None:
+        gates = Gates()
+        holder = (await start_in_order(runtime, gates, 1))[0]
+        await until(lambda: gates.entered == [0])
+        waiting = asyncio.create_task(runtime.run(request(gates, 1)))
+        await until(lambda: runtime.runs_waiting == 1)
+        gates.open(0)
+        await holder  # its slot has passed to the waiting run, which has not yet resumed
+        await runtime.dispose()
+        result = await waiting
+        assert result.error is not None
+        assert (result.error.kind, result.error.message) == ("abort", "runtime disposed")
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_passed_to_a_run_whose_loop_has_closed_goes_on_to_the_next_run() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1))
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever)
+    thread.start()
+    signal = AbortController().signal  # held, never aborted: it keeps the waiter referenced
+
+    async def scenario() -> None:
+        gates = Gates()
+        holder = (await start_in_order(runtime, gates, 1))[0]
+        stranded = asyncio.run_coroutine_threadsafe(runtime.run(request(gates, 1, signal)), other)
+        await until(lambda: runtime.runs_waiting == 1)
+        other.call_soon_threadsafe(other.stop)
+        await asyncio.to_thread(thread.join)
+        other.close()  # the waiting run's loop is gone, its coroutine never resumed
+        gates.open(0)
+        assert (await holder).value == 0
+        gates.open(2)
+        later = await runtime.run(request(gates, 2))
+        assert later.value == 2
+        assert (runtime.runs_in_flight, runtime.runs_waiting) == (0, 0)
+        assert not stranded.done()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.close()
+
+
+def test_a_signal_that_refuses_callbacks_leaves_no_waiter_behind() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1))
+
+    class RefusingSignal(AbortSignal):
+        def add_callback(self, fn: Callable[[Any], object]) -> Callable[[], None]:
+            raise RuntimeError("this signal takes no callbacks")
+
+    async def scenario() -> None:
+        gates = Gates()
+        holder = (await start_in_order(runtime, gates, 1))[0]
+        with pytest.raises(RuntimeError, match="takes no callbacks"):
+            await runtime.run(request(gates, 1, RefusingSignal()))
+        assert runtime.runs_waiting == 0
+        gates.open(0)
+        await holder
+        gates.open(2)
+        assert (await runtime.run(request(gates, 2))).value == 2
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.close()
+
+
+def test_a_run_whose_loop_closed_under_it_is_ended_by_the_next_run(tmp_path: Path) -> None:
+    beat = tmp_path / "beat"
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(max_parallel_runs=1, sandbox=CodeSandbox(write=[str(tmp_path)]))
+    )
+
+    stranded: list[asyncio.Future[CodeRunResult]] = []
+
+    def strand() -> None:
+        loop = asyncio.new_event_loop()
+
+        async def start() -> None:
+            program = (
+                "import time\nfor n in range(100_000):\n"
+                f"    open({str(beat)!r}, 'w').write(str(n))\n    time.sleep(0.02)"
+            )
+            stranded.append(asyncio.ensure_future(runtime.run(CodeRunRequest(program, []))))
+            await until(beat.exists)  # the program is running
+
+        loop.run_until_complete(start())
+        loop.close()  # neither the run's task nor its worker is told
+
+    try:
+        thread = threading.Thread(target=strand)
+        thread.start()
+        thread.join()
+        assert runtime.runs_in_flight == 1
+        later = asyncio.run(runtime.run(CodeRunRequest("return 'next'", [])))
+        assert later.value == "next"
+        assert runtime.runs_in_flight == 0
+        last = beat.read_text()
+        time.sleep(0.2)  # ten beats, had the stranded program lived on
+        assert beat.read_text() == last
+    finally:
+        runtime.close()
+
+
+def test_dispose_returns_when_a_runs_loop_stops_before_it_could_settle_the_run() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=2))
+    entered = threading.Event()
+
+    def stop_my_loop(value: Any) -> int:
+        entered.set()
+        time.sleep(0.5)  # dispose() is called meanwhile and queues the run's settlement here
+        asyncio.get_running_loop().stop()  # and this loop never runs it
+        return 1
+
+    bindings = [BindingNamespace("tools", {"stop": stop_my_loop}, None)]
+    other = asyncio.new_event_loop()
+
+    started: list[asyncio.Task[CodeRunResult]] = []
+
+    def serve() -> None:
+        program = "return await tools.stop({})"
+        started.append(other.create_task(runtime.run(CodeRunRequest(program, bindings))))
+        other.run_forever()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        assert entered.wait(30)
+        runtime.close()  # returns: the run is torn down once its loop has stopped
+        assert (runtime.runs_in_flight, runtime.runs_waiting) == (0, 0)
+    finally:
+        thread.join()
+        other.close()
+
+
+def test_a_run_on_a_paused_loop_gets_the_disposal_once_its_loop_runs_again() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=2))
+    gates = Gates()
+    paused = threading.Event()
+    resume = threading.Event()
+    outcome: list[CodeRunResult] = []
+
+    def caller() -> None:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(runtime.run(request(gates, 0)))
+        loop.run_until_complete(until(lambda: gates.entered == [0]))
+        paused.set()  # the loop stands still between two steps of its owner
+        resume.wait(30)
+        outcome.append(loop.run_until_complete(asyncio.wait_for(task, 30)))
+        loop.close()
+
+    thread = threading.Thread(target=caller)
+    thread.start()
+    assert paused.wait(30)
+    runtime.close()
+    resume.set()
+    thread.join()
+    assert outcome[0].error is not None
+    assert (outcome[0].error.kind, outcome[0].error.message) == ("abort", "runtime disposed")
+
+
+def test_runs_that_stop_waiting_do_not_pile_up_in_the_queue() -> None:
+    slots = RunSlots(1)
+
+    async def scenario() -> None:
+        assert await slots.acquire(AbortController().signal)
+        for _ in range(20):
+            controllers = [AbortController() for _ in range(100)]
+            waits = [asyncio.create_task(slots.acquire(c.signal)) for c in controllers]
+            await until(lambda: slots.waiting == 100)
+            for controller in controllers:
+                controller.abort()
+            assert await asyncio.gather(*waits) == [False] * 100
+            assert slots.waiting == 0
+            assert len(slots._waiters) <= 64  # compacted as they left
+        slots.release()
+        assert slots.taken == 0
+
+    asyncio.run(scenario())
+
+
+def test_no_collection_can_start_while_the_slots_lock_is_held() -> None:
+    # A collection that started under the lock could finalize an abandoned waiter, whose
+    # cleanup takes the same lock on the same thread: nothing is allocated while it is held.
+    slots = RunSlots(1)
+    under_lock: list[bool] = []
+
+    def on_collection(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            under_lock.append(slots._lock.locked())
+
+    async def scenario() -> None:
+        assert await slots.acquire(AbortController().signal)
+        controllers = [AbortController() for _ in range(40)]
+        waits = [asyncio.create_task(slots.acquire(c.signal)) for c in controllers]
+        await until(lambda: slots.waiting == 40)
+        for controller in controllers[:30]:
+            controller.abort()
+        slots.release()
+        assert (await asyncio.gather(*waits[:31])) == [False] * 30 + [True]
+        slots.release()
+        await asyncio.sleep(0)
+        slots.close()
+        assert await asyncio.gather(*waits[31:]) in ([True] + [False] * 8, [False] * 9)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(on_collection)
+    gc.set_threshold(1)  # a collection at almost every allocation of a tracked object
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(on_collection)
+    assert under_lock and not any(under_lock)

@@ -166,6 +166,8 @@ class CodeRun(RunProcess):
             self._settle_failure("abort", "runtime disposed")
             return
         if loop.is_closed() or not loop.is_running():
+            if self._outcome is None:
+                self._outcome = Outcome(failure=("abort", "runtime disposed"))
             self.abandon()
             return
         try:
@@ -291,4 +293,23 @@ class CodeRun(RunProcess):
         self._calls.close()
         with contextlib.suppress(RuntimeError):  # a closed loop: the next run refills
             self._schedule_refill()
+        if not self.future.done():
+            # A loop that is only paused (the runtime was disposed meanwhile) gives its awaiting
+            # task the outcome once it runs again; after a cancellation nobody reads it.
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits there
+                self._loop.call_soon_threadsafe(self._deliver_abandoned)
         self.finished.set_result(None)
+
+    def _deliver_abandoned(self) -> None:
+        if not self.future.done() and self._outcome is not None:
+            self.future.set_result(materialize(self._ledger, self._outcome))
+
+    @property
+    def loop_closed(self) -> bool:
+        """Whether the loop this run executes on has closed (it can then never settle there)."""
+        return self._loop.is_closed()
+
+    @property
+    def loop_running(self) -> bool:
+        """Whether the loop this run executes on is running now."""
+        return self._loop.is_running()

@@ -8,34 +8,46 @@ worker; its wall ceiling starts when its worker does. A run whose signal aborts 
 or whose runtime is disposed meanwhile, stops waiting at once.
 
 Runs come from any thread's event loop, so the state sits behind one lock and a waiter is woken
-on its own loop (``call_soon_threadsafe``). A slot freed while waiters wait passes straight to the
-first of them: it is never free in between, so a newcomer cannot overtake the queue.
+on its own loop (``call_soon_threadsafe``). A slot freed while runs wait passes straight to the
+first of them: it is never free in between, so a newcomer cannot overtake the queue. A waiter
+whose loop has closed can never take the slot it is given, so the slot passes on.
+
+Nothing is allocated while the lock is held (no object the cyclic collector tracks): a
+collection could otherwise start there and finalize an abandoned waiter (a run whose loop was
+closed while it waited), whose ``finally`` takes this same lock on the same thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections import deque
+from functools import partial
+from typing import Any, Final
 
 from ..actors import AbortSignal
 
 __all__ = ["RunSlots"]
 
+_QUEUED: Final = 0  # in the queue, waiting
+_GRANTED: Final = 1  # given a slot, not yet woken to take it
+_HELD: Final = 2  # took its slot: its run frees it
+_GONE: Final = 3  # stopped waiting (aborted, cancelled, closed, its loop gone); holds nothing
+
+_SPARSE_SLACK: Final = 64
+"""Runs that stopped waiting stay in the queue until it is compacted, once it holds more than
+twice the runs still waiting plus this many."""
+
 
 class _Waiter:
-    """One run waiting for a slot. ``granted``: the slot is this run's (it must free it);
-    ``gone``: the run stopped waiting before a slot came (skipped when one frees). Both change
-    only under the slots' lock."""
+    """One run waiting for a slot; ``state`` changes only under the slots' lock."""
 
-    __slots__ = ("future", "gone", "granted", "loop")
+    __slots__ = ("future", "loop", "state")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.future: asyncio.Future[bool] = loop.create_future()
-        self.granted = False
-        self.gone = False
+        self.state = _QUEUED
 
 
 def _settle(future: asyncio.Future[bool], value: bool) -> None:
@@ -43,9 +55,13 @@ def _settle(future: asyncio.Future[bool], value: bool) -> None:
         future.set_result(value)
 
 
-def _wake(waiter: _Waiter, value: bool) -> None:
-    with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits there any more
+def _wake(waiter: _Waiter, value: bool, _reason: Any = None) -> bool:
+    """Tell ``waiter`` on its own loop; ``False`` when that loop has closed."""
+    try:
         waiter.loop.call_soon_threadsafe(_settle, waiter.future, value)
+    except RuntimeError:
+        return False
+    return True
 
 
 class RunSlots:
@@ -54,8 +70,9 @@ class RunSlots:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._taken = 0  # slots held (0 <= _taken <= limit)
-        self._waiters: deque[_Waiter] = deque()
+        self._taken = 0  # slots held or granted (0 <= _taken <= limit)
+        self._waiters: deque[_Waiter] = deque()  # arrival order; may hold gone waiters
+        self._live = 0  # waiters in the queue still waiting
         self._closed = False
 
     @property
@@ -66,62 +83,115 @@ class RunSlots:
     @property
     def waiting(self) -> int:
         """How many runs wait for a slot now."""
-        with self._lock:
-            return sum(1 for waiter in self._waiters if not waiter.gone)
+        return self._live
+
+    def _take_free(self) -> bool | None:
+        """Under the lock: ``True`` (a slot taken), ``False`` (closed) or ``None`` (wait)."""
+        if self._closed:
+            return False
+        if self._taken < self.limit and not self._live:
+            self._taken += 1
+            return True
+        return None
 
     async def acquire(self, signal: AbortSignal) -> bool:
         """Take a slot, waiting for one if all are held; ``False`` (and no slot) when ``signal``
         aborts or the slots close first. Cancelled while waiting, it holds no slot."""
         with self._lock:
-            if self._closed:
-                return False
-            if self._taken < self.limit and not self._waiters:
-                self._taken += 1
-                return True
-            waiter = _Waiter(asyncio.get_running_loop())
-            self._waiters.append(waiter)
-        remove = signal.add_callback(lambda _reason: _wake(waiter, False))
+            now = self._take_free()
+        if now is not None:
+            return now
+        waiter = _Waiter(asyncio.get_running_loop())  # made before the lock is taken
+        with self._lock:
+            now = self._take_free()  # a slot may have come free meanwhile
+            if now is None:
+                self._waiters.append(waiter)
+                self._live += 1
+        if now is not None:
+            return now
         try:
-            granted = await waiter.future
+            remove = signal.add_callback(partial(_wake, waiter, False))
+            try:
+                granted = await waiter.future
+            finally:
+                remove()
         except BaseException:
             self._leave(waiter)
             raise
-        finally:
-            remove()
-        if not granted:
-            self._leave(waiter)
-        return granted
+        with self._lock:
+            if granted and waiter.state == _GRANTED:
+                waiter.state = _HELD
+                return True
+        self._leave(waiter)
+        return False
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` stops waiting: a slot already passed to it is freed again."""
         with self._lock:
-            waiter.gone = True
-            if not waiter.granted:
+            state = waiter.state
+            waiter.state = _GONE
+            if state == _QUEUED:
+                self._live -= 1
+                self._compact_if_sparse()
+                return
+            if state != _GRANTED:
                 return
         self.release()
 
+    def _compact_if_sparse(self) -> None:
+        """Under the lock: drop the gone waiters from a queue that is mostly them, in place."""
+        queue = self._waiters
+        count = len(queue)
+        if count <= 2 * self._live + _SPARSE_SLACK:
+            return
+        while count:
+            count -= 1
+            waiter = queue.popleft()
+            if waiter.state == _QUEUED:
+                queue.append(waiter)
+
     def release(self) -> None:
-        """Free a slot: it passes to the first run still waiting, if any."""
-        with self._lock:
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.gone:
-                    waiter.granted = True
-                    break
-            else:
-                self._taken -= 1
+        """Free a slot: it passes to the first run still waiting whose loop lives, if any."""
+        while True:
+            with self._lock:
+                waiter = self._next_waiter()
+                if waiter is None:
+                    self._taken -= 1
+                    return
+                waiter.state = _GRANTED
+            if _wake(waiter, True):
                 return
-        _wake(waiter, True)
+            with self._lock:  # its loop closed just now: nobody there will take the slot
+                if waiter.state != _GRANTED:
+                    return  # it left meanwhile, and passed the slot on itself
+                waiter.state = _GONE
+
+    def _next_waiter(self) -> _Waiter | None:
+        """Under the lock: the first waiter still waiting on a live loop, out of the queue."""
+        queue = self._waiters
+        while queue:
+            waiter = queue.popleft()
+            if waiter.state != _QUEUED:
+                continue
+            self._live -= 1
+            if waiter.loop.is_closed():
+                waiter.state = _GONE
+                continue
+            return waiter
+        return None
 
     def close(self) -> None:
         """No slot is given any more: every waiting run stops waiting (``acquire`` returns
         ``False``), and so does every later one. Slots held are still released as runs end."""
         with self._lock:
             self._closed = True
-            waiters = [waiter for waiter in self._waiters if not waiter.gone]
-            self._waiters.clear()
-        for waiter in waiters:
+        while True:
+            with self._lock:
+                waiter = self._next_waiter()
+                if waiter is None:
+                    return
+                waiter.state = _GONE
             _wake(waiter, False)
 
     def __repr__(self) -> str:
-        return f"RunSlots(limit={self.limit}, taken={self._taken})"
+        return f"RunSlots(limit={self.limit}, taken={self._taken}, waiting={self._live})"

@@ -42,9 +42,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from functools import partial
 from typing import Final
 
-from ..actors import NEVER_ABORTED, AbortSignal
+from ..actors import NEVER_ABORTED
 from ._frames import PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_frame
 from ._ledger import OutputLedger
 from ._outcome import Outcome, materialize, safe_text
@@ -107,7 +108,9 @@ class SubprocessCodeRuntime:
         self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
         self._slots = RunSlots(config.max_parallel_runs)
-        self._lock = threading.Lock()
+        # Reentrant: a run abandoned by the cyclic collector (its loop closed while it waited)
+        # ends in a finalizer, which may run on a thread that holds this lock already.
+        self._lock = threading.RLock()
         self._runs: set[CodeRun] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._disposed = False
@@ -193,46 +196,53 @@ class SubprocessCodeRuntime:
                     )
                 ),
             )
+        self._end_orphans()
         if not await self._slots.acquire(signal_):
             reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
             return materialize(ledger, Outcome(failure=("abort", reason)))
         try:
-            return await self._run_in_slot(config, signal_, ledger, namespaces, bytes(boot))
-        finally:
+            run = CodeRun(
+                config=config,
+                template=self._template,
+                pool=self._pool,
+                track=self._track,
+                loop=asyncio.get_running_loop(),
+                ledger=ledger,
+                namespaces=namespaces,
+                boot=bytes(boot),
+            )
+        except BaseException:
             self._slots.release()
-
-    async def _run_in_slot(
-        self,
-        config: CodeRuntimeConfig,
-        signal_: AbortSignal,
-        ledger: OutputLedger,
-        namespaces: dict[str, dict[str, BindingFunction]],
-        boot: bytes,
-    ) -> CodeRunResult:
-        loop = asyncio.get_running_loop()
-        run = CodeRun(
-            config=config,
-            template=self._template,
-            pool=self._pool,
-            track=self._track,
-            loop=loop,
-            ledger=ledger,
-            namespaces=namespaces,
-            boot=boot,
-        )
+            raise
         with self._lock:
-            if self._disposed:
-                raise RuntimeError("code runtime: run() after disposal")
-            self._runs.add(run)
+            disposed = self._disposed
+            if not disposed:
+                self._runs.add(run)
+        if disposed:  # while this run waited for its slot
+            self._slots.release()
+            return materialize(ledger, Outcome(failure=("abort", "runtime disposed")))
+        # The slot is the run's from here until it has ended, its processes gone, however it
+        # ends: settled, abandoned, or ended from elsewhere because its loop closed under it.
+        run.finished.add_done_callback(partial(self._run_ended, run))
         try:
             run.start(signal_)
             return await run.future
         except BaseException:
             run.abandon()
             raise
-        finally:
-            with self._lock:
-                self._runs.discard(run)
+
+    def _run_ended(self, run: CodeRun, _finished: object) -> None:
+        with self._lock:
+            self._runs.discard(run)
+        self._slots.release()
+
+    def _end_orphans(self) -> None:
+        """End the runs whose event loop closed under them: nothing there can settle them any
+        more, and each would keep its slot and its worker until the runtime is disposed."""
+        with self._lock:
+            orphans = [run for run in self._runs if run.loop_closed]
+        for run in orphans:
+            run.abandon()
 
     async def dispose(self) -> None:
         """Settle live runs as ``abort`` / ``runtime disposed``, await them, stop the template."""
@@ -251,7 +261,7 @@ class SubprocessCodeRuntime:
             for run in runs:
                 run.dispose_any_thread()
             for run in runs:
-                await asyncio.wrap_future(run.finished)
+                await _until_ended(run)
             if self._pool is not None:
                 self._pool.close()
             process = self._template.close()
@@ -269,3 +279,19 @@ class SubprocessCodeRuntime:
             asyncio.run(self.dispose())
             return
         raise RuntimeError("code runtime: close() inside a running event loop; await dispose()")
+
+
+_DISPOSE_CHECK_SECONDS: Final = 0.5
+"""How often ``dispose()`` looks at a run it waits for whose loop may have stopped."""
+
+
+async def _until_ended(run: CodeRun) -> None:
+    """Wait until ``run`` has ended. Its settlement was queued on its own loop: if that loop
+    stops (or closes) before running it, nothing there ends the run, so it is torn down here."""
+    ended = asyncio.wrap_future(run.finished)
+    while True:
+        done, _pending = await asyncio.wait({ended}, timeout=_DISPOSE_CHECK_SECONDS)
+        if done:
+            return
+        if not run.loop_running:
+            run.abandon()
