@@ -74,6 +74,10 @@ class CodeRun(RunProcess):
         self._max_wall_ms = config.max_wall_ms
         self.future: asyncio.Future[CodeRunResult] = loop.create_future()
         self.finished = concurrent.futures.Future[None]()
+        # Called once, with this run, as it has ended (``finished`` is set), then dropped: a
+        # done callback of ``finished`` would stay referenced by it and keep the run alive
+        # until a collection.
+        self.on_ended: Callable[[CodeRun], None] | None = None
         self._remove_signal: Callable[[], None] | None = None
         self._wall: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
@@ -257,7 +261,7 @@ class CodeRun(RunProcess):
         if not self.future.done():
             self.future.set_result(result)
         self._schedule_refill()
-        self.finished.set_result(None)
+        self._ended()
 
     def _schedule_refill(self) -> None:
         """Replace the pre-forked worker this run used once the run is over, on the pool's own
@@ -298,7 +302,13 @@ class CodeRun(RunProcess):
             # task the outcome once it runs again; after a cancellation nobody reads it.
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits there
                 self._loop.call_soon_threadsafe(self._deliver_abandoned)
+        self._ended()
+
+    def _ended(self) -> None:
         self.finished.set_result(None)
+        on_ended, self.on_ended = self.on_ended, None
+        if on_ended is not None:
+            on_ended(self)
 
     def _deliver_abandoned(self) -> None:
         if not self.future.done() and self._outcome is not None:

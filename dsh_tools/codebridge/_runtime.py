@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from functools import partial
 from typing import Final
 
 from ..actors import NEVER_ABORTED
@@ -214,16 +213,17 @@ class SubprocessCodeRuntime:
         except BaseException:
             self._slots.release()
             raise
+        # The slot is the run's from here until it has ended, its processes gone, however it
+        # ends: settled, abandoned, or ended from elsewhere because its loop closed under it.
+        run.on_ended = self._run_ended
         with self._lock:
             disposed = self._disposed
             if not disposed:
                 self._runs.add(run)
         if disposed:  # while this run waited for its slot
+            run.on_ended = None
             self._slots.release()
             return materialize(ledger, Outcome(failure=("abort", "runtime disposed")))
-        # The slot is the run's from here until it has ended, its processes gone, however it
-        # ends: settled, abandoned, or ended from elsewhere because its loop closed under it.
-        run.finished.add_done_callback(partial(self._run_ended, run))
         try:
             run.start(signal_)
             return await run.future
@@ -231,7 +231,7 @@ class SubprocessCodeRuntime:
             run.abandon()
             raise
 
-    def _run_ended(self, run: CodeRun, _finished: object) -> None:
+    def _run_ended(self, run: CodeRun) -> None:
         with self._lock:
             self._runs.discard(run)
         self._slots.release()
