@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -22,6 +23,7 @@ from dsh_tools.codebridge import (
     CodeRunRequest,
     CodeRunResult,
     CodeRuntimeConfig,
+    CodeSandbox,
     ErrorClassSpec,
     SubprocessCodeRuntime,
 )
@@ -187,6 +189,39 @@ def test_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
     # did reach it, the worker that made it is gone.
     for pid in pids:
         assert_nothing_left(pid)
+
+
+def test_the_sandbox_ends_a_run_at_its_wall_ceiling_when_the_hosts_loop_stands_still(
+    tmp_path: Path,
+) -> None:
+    # The host's timer lives on the run's event loop; a harness that stops that loop for good
+    # (without closing it) leaves the timer unrun. The sandbox's init holds the ceiling anyway.
+    beat = tmp_path / "beat"
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(max_wall_ms=500, sandbox=CodeSandbox(write=[str(tmp_path)]))
+    )
+    loop = asyncio.new_event_loop()
+    try:
+        program = (
+            "import time\nfor n in range(100_000):\n"
+            f"    open({str(beat)!r}, 'w').write(str(n))\n    time.sleep(0.02)"
+        )
+        task = loop.create_task(runtime.run(CodeRunRequest(program, [])))
+
+        async def until_it_beats() -> None:
+            while not beat.exists():
+                await asyncio.sleep(0.01)
+
+        loop.run_until_complete(until_it_beats())
+        time.sleep(3.0)  # the loop stands still: ceiling (0.5 s) + backstop (1 s), and more
+        last = beat.read_text()
+        time.sleep(0.2)  # ten beats, had the program lived on
+        assert beat.read_text() == last
+        result = loop.run_until_complete(task)  # the loop runs again: the run has ended
+        assert failure(result) == ("timeout", "wall-clock ceiling reached (500ms)")
+    finally:
+        runtime.close()
+        loop.close()
 
 
 def test_abort_ends_a_hot_loop(runtime: SubprocessCodeRuntime) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -514,3 +515,141 @@ def test_no_collection_can_start_while_the_slots_lock_is_held() -> None:
         gc.set_threshold(*threshold)
         gc.callbacks.remove(on_collection)
     assert under_lock and not any(under_lock)
+
+
+def test_a_slot_given_to_a_run_whose_stopped_loop_then_closes_is_given_back() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1))
+    other = asyncio.new_event_loop()
+    signal = AbortController().signal  # held, never aborted: it keeps the waiter referenced
+
+    async def scenario() -> None:
+        gates = Gates()
+        holder = (await start_in_order(runtime, gates, 1))[0]
+
+        def give_up_on_the_loop() -> None:
+            task = other.create_task(runtime.run(request(gates, 1, signal)))
+            other.run_until_complete(asyncio.wait({task}, timeout=0.3))  # stopped, still open
+
+        await asyncio.to_thread(give_up_on_the_loop)
+        assert runtime.runs_waiting == 1
+        gates.open(0)
+        await holder  # the slot goes to the stopped loop's run, which cannot take it yet
+        other.close()  # and never will
+        gates.open(2)
+        later = await runtime.run(request(gates, 2))
+        assert later.value == 2
+        assert (runtime.runs_in_flight, runtime.runs_waiting) == (0, 0)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.close()
+
+
+def test_a_run_waiting_behind_a_run_whose_loop_closed_gets_its_slot_without_a_newcomer() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1))
+    started = threading.Event()
+    close_now = threading.Event()
+    stranded: list[asyncio.Task[CodeRunResult]] = []
+
+    def holder() -> None:
+        loop = asyncio.new_event_loop()
+        program = "import time\nwhile True:\n    time.sleep(0.01)"
+        stranded.append(loop.create_task(runtime.run(CodeRunRequest(program, []))))
+        loop.run_until_complete(until(lambda: runtime.runs_in_flight == 1))
+        started.set()
+        close_now.wait(30)
+        loop.close()  # the holder's loop goes away under its run
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+
+    async def scenario() -> None:
+        assert await asyncio.to_thread(started.wait, 30)
+        waiting = asyncio.create_task(runtime.run(CodeRunRequest("return 'waited'", [])))
+        await until(lambda: runtime.runs_waiting == 1)
+        close_now.set()
+        await asyncio.to_thread(thread.join)
+        assert (await waiting).value == "waited"  # it looked again while it waited
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.close()
+
+
+def test_a_run_whose_loop_stops_for_good_gives_its_slot_back_after_its_wall_ceiling() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1, max_wall_ms=300))
+    abandoned = asyncio.new_event_loop()
+    program = "import time\nwhile True:\n    time.sleep(0.01)"
+
+    def give_up() -> None:
+        task = abandoned.create_task(runtime.run(CodeRunRequest(program, [])))
+        abandoned.run_until_complete(asyncio.wait({task}, timeout=0.2))  # stopped, not closed
+
+    try:
+        thread = threading.Thread(target=give_up)
+        thread.start()
+        thread.join()
+        assert runtime.runs_in_flight == 1
+        later = asyncio.run(runtime.run(CodeRunRequest("return 'next'", [])))
+        assert later.value == "next"
+        (task,) = asyncio.all_tasks(abandoned)
+        result = abandoned.run_until_complete(task)  # the loop runs again: it gets its outcome
+        assert failure_of(result) == ("timeout", "wall-clock ceiling reached (300ms)")
+    finally:
+        runtime.close()
+        abandoned.close()
+
+
+def failure_of(result: CodeRunResult) -> tuple[str, str]:
+    assert result.error is not None, result
+    return result.error.kind, result.error.message
+
+
+def test_a_dispose_whose_caller_stops_waiting_still_stops_the_template() -> None:
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=2))
+    entered = threading.Event()
+
+    def block_my_loop(value: Any) -> int:
+        entered.set()
+        time.sleep(1.5)  # the run cannot settle meanwhile: dispose() must wait for it
+        return 1
+
+    bindings = [BindingNamespace("tools", {"block": block_my_loop}, None)]
+    other = asyncio.new_event_loop()
+    started: list[asyncio.Task[CodeRunResult]] = []
+
+    def serve() -> None:
+        program = "return await tools.block({})"
+        started.append(other.create_task(runtime.run(CodeRunRequest(program, bindings))))
+        other.run_forever()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+
+    async def scenario() -> int:
+        assert await asyncio.to_thread(entered.wait, 30)
+        template = runtime.template_pid
+        assert template is not None
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(runtime.dispose(), 0.3)  # the harness bounds its shutdown
+        await runtime.dispose()
+        return template
+
+    try:
+        template = asyncio.run(scenario())
+        gone = False
+        for _ in range(100):  # the template exits on its own once told to
+            try:
+                os.kill(template, 0)
+            except ProcessLookupError:
+                gone = True
+                break
+            time.sleep(0.05)
+        assert gone
+        assert runtime.template_pid is None
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join()
+        other.close()

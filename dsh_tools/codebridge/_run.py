@@ -24,6 +24,8 @@ Rooms: this module is the run's settlement (timers, abort, the first outcome, fi
 import asyncio
 import concurrent.futures
 import contextlib
+import math
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -35,6 +37,7 @@ from ._outcome import LIMIT, Outcome, materialize, safe_text
 from ._pool import WorkerPool
 from ._run_calls import BindingCalls, Track
 from ._run_process import RunProcess
+from ._sandbox._init import WALL_BACKSTOP_SECONDS
 from ._seam import BindingFunction, CodeRunResult, CodeRuntimeConfig
 from ._template_host import TemplateHandle
 from ._tokens import TokenError, detokenize
@@ -78,6 +81,7 @@ class CodeRun(RunProcess):
         # done callback of ``finished`` would stay referenced by it and keep the run alive
         # until a collection.
         self.on_ended: Callable[[CodeRun], None] | None = None
+        self._overdue_at = math.inf  # see ``overdue``; set once the worker is spawned
         self._remove_signal: Callable[[], None] | None = None
         self._wall: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
@@ -101,6 +105,7 @@ class CodeRun(RunProcess):
         self._spawn()
         if self._done or self._outcome is not None:
             return
+        self._overdue_at = time.monotonic() + self._max_wall_ms / 1000 + WALL_BACKSTOP_SECONDS
         self._wall = self._loop.call_later(
             self._max_wall_ms / 1000,
             self._settle_failure,
@@ -313,6 +318,20 @@ class CodeRun(RunProcess):
     def _deliver_abandoned(self) -> None:
         if not self.future.done() and self._outcome is not None:
             self.future.set_result(materialize(self._ledger, self._outcome))
+
+    @property
+    def overdue(self) -> bool:
+        """Whether this run's loop stands still past its wall ceiling and the sandbox's backstop
+        after it: its processes have ended (the sandbox's init ends them by itself), and only
+        its loop, which may never run again, would tell."""
+        return time.monotonic() >= self._overdue_at and not self._loop.is_running()
+
+    def end_overdue(self) -> None:
+        """End an overdue run from another thread: it is over as its wall ceiling made it, and
+        its loop gets that outcome if it runs again."""
+        if self._outcome is None:
+            self._outcome = self._limits.wall_timeout()
+        self.abandon()
 
     @property
     def loop_closed(self) -> bool:

@@ -76,7 +76,10 @@ class RunProcess(abc.ABC):
         self._pool = pool
         self._sandboxed = config.isolation == "sandbox"
         self._limits = RunLimits(
-            config.compute_ms, config.max_memory_mb, config.sandbox.max_processes
+            config.compute_ms,
+            config.max_memory_mb,
+            config.sandbox.max_processes,
+            config.max_wall_ms,
         )
         self._loop = loop
         self._ledger = ledger

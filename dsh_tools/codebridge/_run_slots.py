@@ -10,7 +10,11 @@ or whose runtime is disposed meanwhile, stops waiting at once.
 Runs come from any thread's event loop, so the state sits behind one lock and a waiter is woken
 on its own loop (``call_soon_threadsafe``). A slot freed while runs wait passes straight to the
 first of them: it is never free in between, so a newcomer cannot overtake the queue. A waiter
-whose loop has closed can never take the slot it is given, so the slot passes on.
+whose loop has closed can never take the slot it is given, so the slot passes on; one whose
+loop closes after it was given a slot and before it took it gives the slot back at the next
+``reclaim()``. A run that waits long calls ``on_stall`` now and then (every
+``STALL_CHECK_SECONDS``): the runtime ends there the runs whose loop closed under them, which
+would otherwise hold their slots until another run starts.
 
 Nothing is allocated while the lock is held (no object the cyclic collector tracks): a
 collection could otherwise start there and finalize an abandoned waiter (a run whose loop was
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
 
@@ -34,6 +39,8 @@ _GRANTED: Final = 1  # given a slot, not yet woken to take it
 _HELD: Final = 2  # took its slot: its run frees it
 _GONE: Final = 3  # stopped waiting (aborted, cancelled, closed, its loop gone); holds nothing
 
+STALL_CHECK_SECONDS: Final = 1.0
+"""How often a waiting run calls ``on_stall``."""
 _SPARSE_SLACK: Final = 64
 """Runs that stopped waiting stay in the queue until it is compacted, once it holds more than
 twice the runs still waiting plus this many."""
@@ -67,12 +74,16 @@ def _wake(waiter: _Waiter, value: bool, _reason: Any = None) -> bool:
 class RunSlots:
     """At most ``limit`` runs hold a slot at once; the rest wait in arrival order."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, on_stall: Callable[[], None] | None = None) -> None:
         self.limit = limit
+        self._on_stall = on_stall
         self._lock = threading.Lock()
         self._taken = 0  # slots held or granted (0 <= _taken <= limit)
         self._waiters: deque[_Waiter] = deque()  # arrival order; may hold gone waiters
         self._live = 0  # waiters in the queue still waiting
+        # The waiters given a slot and not yet woken to take it (at most one per slot), in a
+        # table made once, so that it changes under the lock without allocating.
+        self._granted: list[_Waiter | None] = [None] * limit
         self._closed = False
 
     @property
@@ -112,7 +123,7 @@ class RunSlots:
         try:
             remove = signal.add_callback(partial(_wake, waiter, False))
             try:
-                granted = await waiter.future
+                granted = await self._wait(waiter.future)
             finally:
                 remove()
         except BaseException:
@@ -121,9 +132,19 @@ class RunSlots:
         with self._lock:
             if granted and waiter.state == _GRANTED:
                 waiter.state = _HELD
+                self._ungrant(waiter)
                 return True
         self._leave(waiter)
         return False
+
+    async def _wait(self, future: asyncio.Future[bool]) -> bool:
+        if self._on_stall is None:
+            return await future
+        while True:
+            done, _pending = await asyncio.wait((future,), timeout=STALL_CHECK_SECONDS)
+            if done:
+                return future.result()
+            self._on_stall()
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` stops waiting: a slot already passed to it is freed again."""
@@ -136,7 +157,40 @@ class RunSlots:
                 return
             if state != _GRANTED:
                 return
+            self._ungrant(waiter)
         self.release()
+
+    def _ungrant(self, waiter: _Waiter) -> None:
+        """Under the lock: ``waiter`` no longer waits to take the slot it was given."""
+        granted = self._granted
+        index = 0
+        while index < self.limit:
+            if granted[index] is waiter:
+                granted[index] = None
+                return
+            index += 1
+
+    def reclaim(self) -> None:
+        """Give back the slots given to waiters whose loop closed before they could take them."""
+        while True:
+            with self._lock:
+                lost = self._lost_grant()
+            if lost is None:
+                return
+            self.release()
+
+    def _lost_grant(self) -> _Waiter | None:
+        """Under the lock: a granted waiter whose loop has closed, made gone; else None."""
+        granted = self._granted
+        index = 0
+        while index < self.limit:
+            waiter = granted[index]
+            if waiter is not None and waiter.loop.is_closed():
+                granted[index] = None
+                waiter.state = _GONE
+                return waiter
+            index += 1
+        return None
 
     def _compact_if_sparse(self) -> None:
         """Under the lock: drop the gone waiters from a queue that is mostly them, in place."""
@@ -159,12 +213,23 @@ class RunSlots:
                     self._taken -= 1
                     return
                 waiter.state = _GRANTED
+                self._grant(waiter)
             if _wake(waiter, True):
                 return
             with self._lock:  # its loop closed just now: nobody there will take the slot
                 if waiter.state != _GRANTED:
                     return  # it left meanwhile, and passed the slot on itself
                 waiter.state = _GONE
+                self._ungrant(waiter)
+
+    def _grant(self, waiter: _Waiter) -> None:
+        """Under the lock: note ``waiter`` among those given a slot (there is room: each holds
+        one of the ``limit`` slots)."""
+        granted = self._granted
+        index = 0
+        while granted[index] is not None:
+            index += 1
+        granted[index] = waiter
 
     def _next_waiter(self) -> _Waiter | None:
         """Under the lock: the first waiter still waiting on a live loop, out of the queue."""

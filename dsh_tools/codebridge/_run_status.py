@@ -39,6 +39,7 @@ _EXIT_REPORT: Final = struct.Struct(">id")
 _PID_REPORT: Final = struct.Struct(">i")
 _LENGTH: Final = struct.Struct(">H")
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_BUDGET_WALL: Final = 4  # the sandbox init's wall backstop (``_sandbox._init.BUDGET_WALL``)
 _BUDGET_MESSAGES: Final = {
     2: "memory budget exhausted ({}MB across the run's processes)",
     3: "process budget exhausted (more than {} processes)",
@@ -58,7 +59,8 @@ class WorkerReport(msgspec.Struct, frozen=True):
 
 
 class BudgetReport(msgspec.Struct, frozen=True):
-    """``B``: the init ended the run for budget ``budget`` (2 memory, 3 processes, else CPU)."""
+    """``B``: the init ended the run for budget ``budget`` (2 memory, 3 processes, 4 the wall
+    ceiling, else CPU)."""
 
     budget: int
 
@@ -130,15 +132,24 @@ def take_report(status: bytearray) -> StatusReport | None:
 
 
 class RunLimits:
-    """A run's compute, memory and process budgets, and how an end of the worker reads
+    """A run's compute, memory, process and wall budgets, and how an end of the worker reads
     against them."""
 
-    __slots__ = ("compute_ms", "cpu_limit_seconds", "max_memory_mb", "max_processes")
+    __slots__ = (
+        "compute_ms",
+        "cpu_limit_seconds",
+        "max_memory_mb",
+        "max_processes",
+        "max_wall_ms",
+    )
 
-    def __init__(self, compute_ms: float, max_memory_mb: float, max_processes: int) -> None:
+    def __init__(
+        self, compute_ms: float, max_memory_mb: float, max_processes: int, max_wall_ms: float
+    ) -> None:
         self.compute_ms = compute_ms
         self.max_memory_mb = max_memory_mb
         self.max_processes = max_processes
+        self.max_wall_ms = max_wall_ms
         self.cpu_limit_seconds = math.ceil(compute_ms / 1000) + 1
 
     def compute_timeout(self) -> Outcome:
@@ -147,10 +158,18 @@ class RunLimits:
             failure=("timeout", f"compute budget exhausted ({format_ms(self.compute_ms)}ms busy)")
         )
 
+    def wall_timeout(self) -> Outcome:
+        """The wall ceiling's failure."""
+        return Outcome(
+            failure=("timeout", f"wall-clock ceiling reached ({format_ms(self.max_wall_ms)}ms)")
+        )
+
     def exit_outcome(self, budget: int, wait_status: int, cpu: float) -> Outcome:
         """The failure of a run whose worker ended before completing: a reported budget, the
         CPU limit's kill, another signal or an exit code."""
         if budget:
+            if budget == _BUDGET_WALL:
+                return self.wall_timeout()
             if budget in _BUDGET_MESSAGES:
                 limit = self.max_memory_mb if budget == 2 else self.max_processes
                 message = _BUDGET_MESSAGES[budget].format(format_ms(limit))

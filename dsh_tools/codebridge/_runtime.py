@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import subprocess
 import threading
 from typing import Final
 
@@ -97,6 +98,7 @@ class SubprocessCodeRuntime:
         settings = {
             "isolation": config.isolation,
             "compute_ms": config.compute_ms,
+            "max_wall_ms": config.max_wall_ms,
             "max_memory_mb": config.max_memory_mb,
             "max_processes": config.sandbox.max_processes,
             "cgroups": config.sandbox.cgroups,
@@ -106,7 +108,7 @@ class SubprocessCodeRuntime:
         }
         self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
-        self._slots = RunSlots(config.max_parallel_runs)
+        self._slots = RunSlots(config.max_parallel_runs, on_stall=self._end_orphans)
         # Reentrant: a run abandoned by the cyclic collector (its loop closed while it waited)
         # ends in a finalizer, which may run on a thread that holds this lock already.
         self._lock = threading.RLock()
@@ -238,11 +240,23 @@ class SubprocessCodeRuntime:
 
     def _end_orphans(self) -> None:
         """End the runs whose event loop closed under them: nothing there can settle them any
-        more, and each would keep its slot and its worker until the runtime is disposed."""
+        more, and each would keep its slot and its worker until the runtime is disposed; and
+        those whose loop has stood still past their wall ceiling (see ``CodeRun.overdue``). Give
+        back the slots of waiters whose loop closed before they took them, and let go of binding
+        tasks that can never finish. Every run calls this as it starts, and so does a run that
+        has waited long for a slot."""
         with self._lock:
             orphans = [run for run in self._runs if run.loop_closed]
+            overdue = [run for run in self._runs if not run.loop_closed and run.overdue]
         for run in orphans:
             run.abandon()
+        for run in overdue:
+            run.end_overdue()
+        self._slots.reclaim()
+        if orphans:
+            for task in list(self._tasks):  # one step: loops elsewhere change the set
+                if task.get_loop().is_closed():
+                    self._tasks.discard(task)
 
     async def dispose(self) -> None:
         """Settle live runs as ``abort`` / ``runtime disposed``, await them, stop the template."""
@@ -262,14 +276,31 @@ class SubprocessCodeRuntime:
                 run.dispose_any_thread()
             for run in runs:
                 await _until_ended(run)
-            if self._pool is not None:
-                self._pool.close()
-            process = self._template.close()
+        except BaseException:
+            # The caller gave up waiting (cancelled): the pool and the template stop anyway,
+            # and a later dispose() has nothing left to do.
+            process = self._stop_pool_and_template()
             if process is not None:
-                await wait_process(process, 5.0)
+                _reap_later(self._template, process)
+            disposal.set_result(None)
+            raise
+        try:
+            process = self._stop_pool_and_template()
+            if process is not None:
+                try:
+                    await wait_process(process, 5.0)
+                except BaseException:
+                    _reap_later(self._template, process)
+                    raise
                 self._template.release(process)
         finally:
             disposal.set_result(None)
+
+    def _stop_pool_and_template(self) -> subprocess.Popen[bytes] | None:
+        """Close the pool's idle workers and tell the template to exit; return the template."""
+        if self._pool is not None:
+            self._pool.close()
+        return self._template.close()
 
     def close(self) -> None:
         """``dispose()`` for synchronous callers; raises when called inside a running loop."""
@@ -295,3 +326,18 @@ async def _until_ended(run: CodeRun) -> None:
             return
         if not run.loop_running:
             run.abandon()
+
+
+def _reap_later(template: TemplateHandle, process: subprocess.Popen[bytes]) -> None:
+    """Wait for ``process``, a template told to exit, on a thread of its own, then remove
+    what the host made for it (for a ``dispose()`` whose caller stopped waiting)."""
+
+    def reap() -> None:
+        try:
+            process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        template.release(process)
+
+    threading.Thread(target=reap, name="dsh-template-reaper", daemon=True).start()

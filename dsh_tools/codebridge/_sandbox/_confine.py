@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import signal
 import struct
@@ -86,6 +87,7 @@ class SandboxPlan:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.compute_ms = float(settings["compute_ms"])
         self.max_memory_mb = float(settings["max_memory_mb"])
+        self.max_wall_ms = float(settings.get("max_wall_ms", math.inf))
         self.max_processes = int(settings["max_processes"])
         self.env = {str(k): str(v) for k, v in dict(settings.get("env") or {}).items()}
         self._read = [str(path) for path in settings.get("read") or ()]
@@ -372,7 +374,15 @@ class SandboxPlan:
                 os._exit(71)
             start_worker(status_fd)
 
-        run_init(worker, status_fd, self.compute_ms, self.max_memory_mb, self.max_processes, meter)
+        run_init(
+            worker,
+            status_fd,
+            self.compute_ms,
+            self.max_memory_mb,
+            self.max_processes,
+            meter,
+            self.max_wall_ms,
+        )
 
     def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter]) -> None:
         os.chdir(self.scratch)

@@ -33,10 +33,12 @@ then ``b"G"`` once all are reaped.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
 import struct
+import time
 from collections.abc import Callable
 from typing import Final, NoReturn, Protocol
 
@@ -44,6 +46,7 @@ __all__ = [
     "BUDGET_COMPUTE",
     "BUDGET_MEMORY",
     "BUDGET_PROCESSES",
+    "BUDGET_WALL",
     "NOTICE_STARTED",
     "TICK_SECONDS",
     "Meter",
@@ -59,6 +62,12 @@ it); any other byte there ends the run."""
 BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
+BUDGET_WALL: Final = 4
+WALL_BACKSTOP_SECONDS: Final = 1.0
+"""How long past the wall ceiling (from the program's start) the init ends a run by itself.
+The host's own timer (from spawn, a little earlier) normally ends it first; this holds when
+nothing on the host runs that timer any more (the event loop the run belongs to stopped for
+good), so that no process of the run outlives its ceiling by more than this."""
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _TASKS_PER_PROCESS: Final = 32
 """Threads allowed per allowed process (a thread pool's size)."""
@@ -205,6 +214,7 @@ def run_init(
     max_memory_mb: float,
     max_processes: int,
     meter: Meter,
+    max_wall_ms: float = math.inf,
 ) -> NoReturn:
     """Be PID 1: start the worker (``start_worker`` gets the write end of the notice pipe),
     watch the tree, report, exit (which ends the namespace)."""
@@ -232,6 +242,7 @@ def run_init(
     poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     poller.register(notice, select.POLLIN)
     started = False  # the worker has its program: measure from now on
+    deadline = math.inf  # the wall backstop, once started
     while not report:
         ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
         if channel in ready:
@@ -243,7 +254,9 @@ def run_init(
             elif heard is not None:
                 if heard.strip(NOTICE_STARTED):
                     break  # anything else is the end of the run
-                started = True
+                if not started:
+                    started = True
+                    deadline = time.monotonic() + max_wall_ms / 1000 + WALL_BACKSTOP_SECONDS
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
@@ -263,6 +276,9 @@ def run_init(
             break
         if not started:
             continue  # nothing of the program has run: an idle worker costs no measuring
+        if time.monotonic() >= deadline:
+            report = b"B" + bytes([BUDGET_WALL])
+            break
         try:
             cpu, memory, count = meter.usage()
         except (OSError, ValueError, IndexError):
