@@ -653,3 +653,34 @@ def test_a_dispose_whose_caller_stops_waiting_still_stops_the_template() -> None
         other.call_soon_threadsafe(other.stop)
         thread.join()
         other.close()
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_run_that_finished_in_time_keeps_its_result_though_its_slot_went_on(
+    tmp_path: Path, isolation: str
+) -> None:
+    # Its loop stands still past the ceiling while another run waits for the only slot: the
+    # slot goes on, and the program's completion, already sent, is still what the run reports.
+    marker = tmp_path / "done"
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(
+            isolation=isolation,
+            max_wall_ms=500,
+            max_parallel_runs=1,
+            sandbox=CodeSandbox(write=[str(tmp_path)]),
+        )
+    )
+    loop = asyncio.new_event_loop()
+    program = f"import time\nopen({str(marker)!r}, 'w').write('x')\ntime.sleep(0.1)\nreturn 42"
+    try:
+        task = loop.create_task(runtime.run(CodeRunRequest(program, [])))
+        loop.run_until_complete(until(marker.exists))
+        # Meanwhile, on another thread, a run waits for the slot and gets it.
+        other = asyncio.run(runtime.run(CodeRunRequest("return 'other'", [])))
+        assert other.value == "other"
+        result = loop.run_until_complete(task)
+        assert result.error is None and result.value == 42
+        assert (runtime.runs_in_flight, runtime.runs_waiting) == (0, 0)
+    finally:
+        runtime.close()
+        loop.close()

@@ -82,6 +82,8 @@ class CodeRun(RunProcess):
         # until a collection.
         self.on_ended: Callable[[CodeRun], None] | None = None
         self._overdue_at = math.inf  # see ``overdue``; set once the worker is spawned
+        # The runtime gave this run's slot back while its loop stood still (``overdue``).
+        self.slot_returned = False
         self._remove_signal: Callable[[], None] | None = None
         self._wall: asyncio.TimerHandle | None = None
         self._grace: asyncio.TimerHandle | None = None
@@ -321,17 +323,20 @@ class CodeRun(RunProcess):
 
     @property
     def overdue(self) -> bool:
-        """Whether this run's loop stands still past its wall ceiling and the sandbox's backstop
-        after it: its processes have ended (the sandbox's init ends them by itself), and only
-        its loop, which may never run again, would tell."""
+        """Whether this run's loop stands still past its wall ceiling and a second more: its
+        program is over (see ``end_overdue``), and only its loop, which may never run again,
+        would tell."""
         return time.monotonic() >= self._overdue_at and not self._loop.is_running()
 
     def end_overdue(self) -> None:
-        """End an overdue run from another thread: it is over as its wall ceiling made it, and
-        its loop gets that outcome if it runs again."""
-        if self._outcome is None:
-            self._outcome = self._limits.wall_timeout()
-        self.abandon()
+        """From another thread, while the run's loop stands still: make sure no process of the
+        run goes on. Under the sandbox its init ends them by itself at the same deadline;
+        elsewhere they are killed here. Nothing else changes: if the loop runs again, the run
+        settles from what it finds (a completion the program sent in time, else the
+        ceiling)."""
+        self._past_ceiling = True
+        if not self._sandboxed:
+            self._kill()
 
     @property
     def loop_closed(self) -> bool:

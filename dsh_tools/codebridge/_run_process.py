@@ -90,6 +90,7 @@ class RunProcess(abc.ABC):
         self._done = False
         self._attempts = 0
         self._sampler: asyncio.TimerHandle | None = None
+        self._past_ceiling = False  # killed from another thread past the wall ceiling
         self._template_process: subprocess.Popen[bytes] | None = None
         self._reset_attempt()
 
@@ -427,6 +428,8 @@ class RunProcess(abc.ABC):
         self._spawn()
 
     def _exit_outcome(self) -> Outcome:
+        if self._past_ceiling:  # ended by ``end_overdue``: past the wall ceiling
+            return self._limits.wall_timeout()
         status = self._exit_status if self._worker_status is None else self._worker_status
         return self._limits.exit_outcome(self._budget, status, self._exit_cpu)
 

@@ -236,22 +236,33 @@ class SubprocessCodeRuntime:
     def _run_ended(self, run: CodeRun) -> None:
         with self._lock:
             self._runs.discard(run)
-        self._slots.release()
+            owed = not run.slot_returned
+            run.slot_returned = True
+        if owed:
+            self._slots.release()
 
     def _end_orphans(self) -> None:
         """End the runs whose event loop closed under them: nothing there can settle them any
-        more, and each would keep its slot and its worker until the runtime is disposed; and
-        those whose loop has stood still past their wall ceiling (see ``CodeRun.overdue``). Give
+        more, and each would keep its slot and its worker until the runtime is disposed. Give
+        back the slots of the runs whose loop has stood still past their wall ceiling
+        (``CodeRun.overdue``: they stay the runtime's, to settle if their loop runs again). Give
         back the slots of waiters whose loop closed before they took them, and let go of binding
         tasks that can never finish. Every run calls this as it starts, and so does a run that
         has waited long for a slot."""
         with self._lock:
             orphans = [run for run in self._runs if run.loop_closed]
-            overdue = [run for run in self._runs if not run.loop_closed and run.overdue]
+            overdue = [
+                run
+                for run in self._runs
+                if not run.slot_returned and not run.loop_closed and run.overdue
+            ]
+            for run in overdue:
+                run.slot_returned = True  # under the lock, against ``_run_ended``
         for run in orphans:
             run.abandon()
         for run in overdue:
             run.end_overdue()
+            self._slots.release()
         self._slots.reclaim()
         if orphans:
             for task in list(self._tasks):  # one step: loops elsewhere change the set
