@@ -66,6 +66,22 @@ async def until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
+def serve_on_another_loop(
+    runtime: SubprocessCodeRuntime, program: str, bindings: list[BindingNamespace]
+) -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """Start ``program`` on a new loop that runs forever on a thread of its own."""
+    other = asyncio.new_event_loop()
+    started: list[asyncio.Task[CodeRunResult]] = []
+
+    def serve() -> None:
+        started.append(other.create_task(runtime.run(CodeRunRequest(program, bindings))))
+        other.run_forever()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    return other, thread
+
+
 @pytest.fixture
 def two_at_a_time() -> Iterator[SubprocessCodeRuntime]:
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=2, max_wall_ms=60_000))
@@ -416,17 +432,7 @@ def test_dispose_returns_when_a_runs_loop_stops_before_it_could_settle_the_run()
         return 1
 
     bindings = [BindingNamespace("tools", {"stop": stop_my_loop}, None)]
-    other = asyncio.new_event_loop()
-
-    started: list[asyncio.Task[CodeRunResult]] = []
-
-    def serve() -> None:
-        program = "return await tools.stop({})"
-        started.append(other.create_task(runtime.run(CodeRunRequest(program, bindings))))
-        other.run_forever()
-
-    thread = threading.Thread(target=serve)
-    thread.start()
+    other, thread = serve_on_another_loop(runtime, "return await tools.stop({})", bindings)
     try:
         assert entered.wait(30)
         runtime.close()  # returns: the run is torn down once its loop has stopped
@@ -617,16 +623,7 @@ def test_a_dispose_whose_caller_stops_waiting_still_stops_the_template() -> None
         return 1
 
     bindings = [BindingNamespace("tools", {"block": block_my_loop}, None)]
-    other = asyncio.new_event_loop()
-    started: list[asyncio.Task[CodeRunResult]] = []
-
-    def serve() -> None:
-        program = "return await tools.block({})"
-        started.append(other.create_task(runtime.run(CodeRunRequest(program, bindings))))
-        other.run_forever()
-
-    thread = threading.Thread(target=serve)
-    thread.start()
+    other, thread = serve_on_another_loop(runtime, "return await tools.block({})", bindings)
 
     async def scenario() -> int:
         assert await asyncio.to_thread(entered.wait, 30)

@@ -172,6 +172,15 @@ def _check_positive(key: str, value: object) -> None:
         raise ValueError(message)
 
 
+def _check_count(key: str, value: object, what: str) -> None:
+    """An integer of 1 up to the largest safe integer: ``TypeError`` or ``ValueError``."""
+    message = f"code runtime: config.{key} must be {what}, got {_number_repr(value)}"
+    if type(value) is not int:
+        raise TypeError(message)
+    if not 1 <= value <= _SAFE_INTEGER:
+        raise ValueError(message)
+
+
 class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Budgets of a code runtime, validated at construction.
 
@@ -217,24 +226,8 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
                 "code runtime: config.max_output_bytes must be a safe integer of at least 4, "
                 f"got {_number_repr(output)}"
             )
-        frame = self.max_frame_bytes
-        message = (
-            "code runtime: config.max_frame_bytes must be a positive safe integer, "
-            f"got {_number_repr(frame)}"
-        )
-        if type(frame) is not int:
-            raise TypeError(message)
-        if not 1 <= frame <= _SAFE_INTEGER:
-            raise ValueError(message)
-        runs = self.max_parallel_runs
-        message = (
-            "code runtime: config.max_parallel_runs must be a positive integer, "
-            f"got {_number_repr(runs)}"
-        )
-        if type(runs) is not int:
-            raise TypeError(message)
-        if runs < 1:
-            raise ValueError(message)
+        _check_count("max_frame_bytes", self.max_frame_bytes, "a positive safe integer")
+        _check_count("max_parallel_runs", self.max_parallel_runs, "a positive integer")
 
 
 class DefaultRuntime:
