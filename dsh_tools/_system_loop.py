@@ -103,6 +103,10 @@ class SystemLoop:
         async def watch() -> None:
             try:
                 await awaitable
+            except GeneratorExit:
+                # Closed unfinished (its loop stopped for good, or the collector took it): no
+                # failure of the awaitable, and nothing to report into whatever logs by then.
+                raise
             except BaseException as exc:  # SystemExit included: the loop must survive
                 _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import warnings
 from typing import Any
@@ -144,3 +145,20 @@ def test_an_async_change_observer_is_awaited_and_its_failure_logged(
     assert ran == ["change"]
     assert any("async change failure" in w for w in found)
     assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
+def test_an_async_observer_left_pending_at_stop_is_not_reported_as_failed(logs: Logs) -> None:
+    # Its task is dropped unfinished with the system's loop; when the collector closes it
+    # (possibly while another system's logs are being captured), nothing failed.
+    with ToolSystem.start() as system:
+        system.tools.register(echo())
+
+        async def waits_forever(exec: Any, result: Any) -> None:
+            await asyncio.sleep(3600)
+
+        system.tools.on_result(waits_forever)
+        assert not system.execute(call()).is_error
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    assert logs.warnings == []
