@@ -22,6 +22,9 @@ __all__ = ["SystemLoop"]
 
 _log = get_logger("dsh_tools.system")
 
+_BACKGROUND_GRACE_SECONDS = 1.0
+"""How long a stopping system waits for its cancelled background listeners to end."""
+
 
 class SystemLoop:
     """One event loop on its own daemon thread, and the futures of what runs on it."""
@@ -29,6 +32,10 @@ class SystemLoop:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending: set[concurrent.futures.Future[Any]] = set()
+        # The tasks of ``background`` awaits still running (touched on the loop's thread only),
+        # and whether the loop is ending them because the system stops.
+        self._background: set[asyncio.Task[Any] | None] = set()
+        self._closing = False
         self.loop = new_pool_loop()
         self.thread = threading.Thread(target=self._run, name="dsh-tools-loop", daemon=True)
         self.thread.start()
@@ -41,7 +48,20 @@ class SystemLoop:
             # However stop() was reached (from another thread, or from a hook or observer on
             # this very loop), work the loop will never finish fails its waiters here.
             self.fail_pending()
+            self._end_background()
             self.loop.close()
+
+    def _end_background(self) -> None:
+        """Cancel the listeners still awaited in the background (``background``) and give them
+        a moment to end, rather than drop their tasks unfinished with the loop."""
+        tasks = [task for task in self._background if task is not None and not task.done()]
+        if not tasks:
+            return
+        self._closing = True
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(Exception):  # stopped again meanwhile: close as it stands
+            self.loop.run_until_complete(asyncio.wait(tasks, timeout=_BACKGROUND_GRACE_SECONDS))
 
     def fail_pending(self) -> None:
         """Fail every submitted call or batch that has not finished: its waiter gets an error
@@ -101,14 +121,21 @@ class SystemLoop:
         """Await ``awaitable`` on the system loop; log its failure as ``label + message``."""
 
         async def watch() -> None:
+            task = asyncio.current_task()
+            self._background.add(task)
             try:
                 await awaitable
             except GeneratorExit:
                 # Closed unfinished (its loop stopped for good, or the collector took it): no
                 # failure of the awaitable, and nothing to report into whatever logs by then.
                 raise
+            except asyncio.CancelledError as exc:
+                if not self._closing:  # cancelled by the system's stop: no failure either
+                    _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
             except BaseException as exc:  # SystemExit included: the loop must survive
                 _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
+            finally:
+                self._background.discard(task)
 
         try:
             asyncio.run_coroutine_threadsafe(watch(), self.loop)
