@@ -34,7 +34,7 @@ class SystemLoop:
         self._pending: set[concurrent.futures.Future[Any]] = set()
         # The tasks of ``background`` awaits still running (touched on the loop's thread only),
         # and whether the loop is ending them because the system stops.
-        self._background: set[asyncio.Task[Any] | None] = set()
+        self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.loop = new_pool_loop()
         self.thread = threading.Thread(target=self._run, name="dsh-tools-loop", daemon=True)
@@ -54,7 +54,7 @@ class SystemLoop:
     def _end_background(self) -> None:
         """Cancel the listeners still awaited in the background (``background``) and give them
         a moment to end, rather than drop their tasks unfinished with the loop."""
-        tasks = [task for task in self._background if task is not None and not task.done()]
+        tasks = [task for task in self._background if not task.done()]
         if not tasks:
             return
         self._closing = True
@@ -122,6 +122,7 @@ class SystemLoop:
 
         async def watch() -> None:
             task = asyncio.current_task()
+            assert task is not None  # a coroutine run_coroutine_threadsafe wraps in a task
             self._background.add(task)
             try:
                 await awaitable
@@ -129,11 +130,10 @@ class SystemLoop:
                 # Closed unfinished (its loop stopped for good, or the collector took it): no
                 # failure of the awaitable, and nothing to report into whatever logs by then.
                 raise
-            except asyncio.CancelledError as exc:
-                if not self._closing:  # cancelled by the system's stop: no failure either
-                    _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
             except BaseException as exc:  # SystemExit included: the loop must survive
-                _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
+                # A cancellation by the system's stop is no failure either.
+                if not (self._closing and isinstance(exc, asyncio.CancelledError)):
+                    _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
             finally:
                 self._background.discard(task)
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..actors import NEVER_ABORTED, AbortSignal, FrozenDict, FrozenList, format_ms
+from ..actors import NEVER_ABORTED, AbortSignal, FrozenDict, FrozenList
 from ._frame_screen import FrameRejected
 from ._frames import Call, Done, Log, OutputLimit
 from ._ledger import OutputLedger
@@ -74,7 +74,6 @@ class CodeRun(RunProcess):
         super().__init__(
             config=config, template=template, pool=pool, loop=loop, ledger=ledger, boot=boot
         )
-        self._max_wall_ms = config.max_wall_ms
         self.future: asyncio.Future[CodeRunResult] = loop.create_future()
         self.finished = concurrent.futures.Future[None]()
         # Called once, with this run, as it has ended (``finished`` is set), then dropped: a
@@ -107,13 +106,9 @@ class CodeRun(RunProcess):
         self._spawn()
         if self._done or self._outcome is not None:
             return
-        self._overdue_at = time.monotonic() + self._max_wall_ms / 1000 + WALL_BACKSTOP_SECONDS
-        self._wall = self._loop.call_later(
-            self._max_wall_ms / 1000,
-            self._settle_failure,
-            "timeout",
-            f"wall-clock ceiling reached ({format_ms(self._max_wall_ms)}ms)",
-        )
+        ceiling = self._limits.max_wall_ms / 1000
+        self._overdue_at = time.monotonic() + ceiling + WALL_BACKSTOP_SECONDS
+        self._wall = self._loop.call_later(ceiling, self._settle, self._limits.wall_timeout())
         if signal_ is not NEVER_ABORTED:
             self._remove_signal = signal_.add_callback(self._on_abort_any_thread)
 

@@ -28,11 +28,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ..actors import AbortSignal
 
-__all__ = ["RunSlots"]
+__all__ = ["RunSlots", "wait_checking"]
 
 _QUEUED: Final = 0  # in the queue, waiting
 _GRANTED: Final = 1  # given a slot, not yet woken to take it
@@ -44,6 +44,19 @@ STALL_CHECK_SECONDS: Final = 1.0
 _SPARSE_SLACK: Final = 64
 """Runs that stopped waiting stay in the queue until it is compacted, once it holds more than
 twice the runs still waiting plus this many."""
+
+
+_T = TypeVar("_T")
+
+
+async def wait_checking(future: asyncio.Future[_T], every: float, check: Callable[[], None]) -> _T:
+    """Await ``future``, calling ``check()`` each time ``every`` seconds pass without it
+    settling (cancelling the wait leaves ``future`` as it is)."""
+    while True:
+        done, _pending = await asyncio.wait((future,), timeout=every)
+        if done:
+            return future.result()
+        check()
 
 
 class _Waiter:
@@ -140,11 +153,7 @@ class RunSlots:
     async def _wait(self, future: asyncio.Future[bool]) -> bool:
         if self._on_stall is None:
             return await future
-        while True:
-            done, _pending = await asyncio.wait((future,), timeout=STALL_CHECK_SECONDS)
-            if done:
-                return future.result()
-            self._on_stall()
+        return await wait_checking(future, STALL_CHECK_SECONDS, self._on_stall)
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` stops waiting: a slot already passed to it is freed again."""

@@ -21,6 +21,7 @@ import msgspec
 
 from ..actors import format_ms
 from ._outcome import Outcome
+from ._sandbox._init import BUDGET_MEMORY, BUDGET_PROCESSES, BUDGET_WALL
 
 __all__ = [
     "BudgetReport",
@@ -39,10 +40,9 @@ _EXIT_REPORT: Final = struct.Struct(">id")
 _PID_REPORT: Final = struct.Struct(">i")
 _LENGTH: Final = struct.Struct(">H")
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_BUDGET_WALL: Final = 4  # the sandbox init's wall backstop (``_sandbox._init.BUDGET_WALL``)
 _BUDGET_MESSAGES: Final = {
-    2: "memory budget exhausted ({}MB across the run's processes)",
-    3: "process budget exhausted (more than {} processes)",
+    BUDGET_MEMORY: "memory budget exhausted ({}MB across the run's processes)",
+    BUDGET_PROCESSES: "process budget exhausted (more than {} processes)",
 }
 
 
@@ -168,10 +168,10 @@ class RunLimits:
         """The failure of a run whose worker ended before completing: a reported budget, the
         CPU limit's kill, another signal or an exit code."""
         if budget:
-            if budget == _BUDGET_WALL:
+            if budget == BUDGET_WALL:
                 return self.wall_timeout()
             if budget in _BUDGET_MESSAGES:
-                limit = self.max_memory_mb if budget == 2 else self.max_processes
+                limit = self.max_memory_mb if budget == BUDGET_MEMORY else self.max_processes
                 message = _BUDGET_MESSAGES[budget].format(format_ms(limit))
                 return Outcome(failure=("worker-exit", message))
             return self.compute_timeout()

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import subprocess
 import threading
 from typing import Final
 
@@ -52,7 +51,7 @@ from ._outcome import Outcome, materialize, safe_text
 from ._pool import WorkerPool
 from ._program import ProgramError, check_program
 from ._run import CodeRun
-from ._run_slots import RunSlots
+from ._run_slots import RunSlots, wait_checking
 from ._seam import (
     BindingFunction,
     CodeRunRequest,
@@ -60,7 +59,7 @@ from ._seam import (
     CodeRuntimeConfig,
     validate_request,
 )
-from ._template_host import TemplateHandle, wait_process
+from ._template_host import TemplateHandle, reap
 
 __all__ = ["SubprocessCodeRuntime"]
 
@@ -249,15 +248,15 @@ class SubprocessCodeRuntime:
         back the slots of waiters whose loop closed before they took them, and let go of binding
         tasks that can never finish. Every run calls this as it starts, and so does a run that
         has waited long for a slot."""
+        orphans: list[CodeRun] = []
+        overdue: list[CodeRun] = []
         with self._lock:
-            orphans = [run for run in self._runs if run.loop_closed]
-            overdue = [
-                run
-                for run in self._runs
-                if not run.slot_returned and not run.loop_closed and run.overdue
-            ]
-            for run in overdue:
-                run.slot_returned = True  # under the lock, against ``_run_ended``
+            for run in self._runs:
+                if run.loop_closed:
+                    orphans.append(run)
+                elif not run.slot_returned and run.overdue:
+                    run.slot_returned = True  # under the lock, against ``_run_ended``
+                    overdue.append(run)
         for run in orphans:
             run.abandon()
         for run in overdue:
@@ -279,39 +278,31 @@ class SubprocessCodeRuntime:
             disposal = self._disposal
             runs = list(self._runs)
         self._slots.close()
-        if not first:
-            await asyncio.wrap_future(disposal)
-            return
-        try:
-            for run in runs:
-                run.dispose_any_thread()
-            for run in runs:
-                await _until_ended(run)
-        except BaseException:
-            # The caller gave up waiting (cancelled): the pool and the template stop anyway,
-            # and a later dispose() has nothing left to do.
-            process = self._stop_pool_and_template()
-            if process is not None:
-                _reap_later(self._template, process)
-            disposal.set_result(None)
-            raise
-        try:
-            process = self._stop_pool_and_template()
-            if process is not None:
-                try:
-                    await wait_process(process, 5.0)
-                except BaseException:
-                    _reap_later(self._template, process)
-                    raise
-                self._template.release(process)
-        finally:
-            disposal.set_result(None)
+        if first:
+            try:
+                for run in runs:
+                    run.dispose_any_thread()
+                for run in runs:
+                    await _until_ended(run)
+            finally:
+                # Also when the caller gave up waiting (cancelled): the pool and the template
+                # stop anyway, the template is reaped on a thread of its own, and every
+                # dispose() waits for that.
+                self._stop_pool_and_template(disposal)
+        await asyncio.wrap_future(disposal)
 
-    def _stop_pool_and_template(self) -> subprocess.Popen[bytes] | None:
-        """Close the pool's idle workers and tell the template to exit; return the template."""
+    def _stop_pool_and_template(self, disposal: concurrent.futures.Future[None]) -> None:
+        """Close the pool's idle workers and tell the template to exit; ``disposal`` settles
+        once the template is reaped."""
         if self._pool is not None:
             self._pool.close()
-        return self._template.close()
+        process = self._template.close()
+        if process is None:
+            disposal.set_result(None)
+        else:
+            reap(self._template, process, 5.0).add_done_callback(
+                lambda _reaped: disposal.set_result(None)
+            )
 
     def close(self) -> None:
         """``dispose()`` for synchronous callers; raises when called inside a running loop."""
@@ -330,25 +321,9 @@ _DISPOSE_CHECK_SECONDS: Final = 0.5
 async def _until_ended(run: CodeRun) -> None:
     """Wait until ``run`` has ended. Its settlement was queued on its own loop: if that loop
     stops (or closes) before running it, nothing there ends the run, so it is torn down here."""
-    ended = asyncio.wrap_future(run.finished)
-    while True:
-        done, _pending = await asyncio.wait({ended}, timeout=_DISPOSE_CHECK_SECONDS)
-        if done:
-            return
+
+    def end_if_stranded() -> None:
         if not run.loop_running:
             run.abandon()
 
-
-def _reap_later(template: TemplateHandle, process: subprocess.Popen[bytes]) -> None:
-    """Wait for ``process``, a template told to exit, on a thread of its own, then remove
-    what the host made for it (for a ``dispose()`` whose caller stopped waiting)."""
-
-    def reap() -> None:
-        try:
-            process.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        template.release(process)
-
-    threading.Thread(target=reap, name="dsh-template-reaper", daemon=True).start()
+    await wait_checking(asyncio.wrap_future(run.finished), _DISPOSE_CHECK_SECONDS, end_if_stranded)

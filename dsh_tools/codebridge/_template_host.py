@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import array
-import asyncio
+import concurrent.futures
 import contextlib
 import os
 import socket
@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["TemplateHandle", "wait_process"]
+__all__ = ["TemplateHandle", "reap"]
 
 
 def _remove_dir(path: str) -> None:
@@ -141,31 +141,22 @@ class TemplateHandle:
         return process.pid if process is not None and process.poll() is None else None
 
 
-async def wait_process(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is not None:
-        return
-    loop = asyncio.get_running_loop()
-    try:
-        pidfd = os.pidfd_open(process.pid)
-    except (AttributeError, OSError):
+def reap(
+    template: TemplateHandle, process: subprocess.Popen[bytes], timeout: float
+) -> concurrent.futures.Future[None]:
+    """Wait for ``process``, a template told to exit (killed after ``timeout`` seconds), then
+    remove what the host made for it, on a thread of its own: the returned future settles then,
+    whether or not anyone still waits for it (a ``dispose()`` whose caller gave up)."""
+    reaped = concurrent.futures.Future[None]()
+
+    def wait() -> None:
         try:
-            await asyncio.wait_for(loop.run_in_executor(None, process.wait), timeout)
-        except TimeoutError:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        return
-    exited: asyncio.Future[None] = loop.create_future()
+        template.release(process)
+        reaped.set_result(None)
 
-    def on_exit() -> None:
-        if not exited.done():
-            exited.set_result(None)
-
-    loop.add_reader(pidfd, on_exit)
-    try:
-        await asyncio.wait_for(exited, timeout)
-    except TimeoutError:
-        process.kill()
-    finally:
-        loop.remove_reader(pidfd)
-        os.close(pidfd)
-    process.wait()
+    threading.Thread(target=wait, name="dsh-template-reaper", daemon=True).start()
+    return reaped
