@@ -32,6 +32,7 @@ from dsh_tools.examples import (
     read_file_tool,
     write_file_tool,
 )
+from dsh_tools.examples._workspace import Workspace
 from dsh_tools.registry import (
     DiffCallView,
     DiffResultView,
@@ -173,6 +174,70 @@ def test_writes_escaping_the_workspace_change_nothing(root: Path) -> None:
         call(write_file_tool(root), {"path": "../planted.txt", "content": "x"})
 
     assert not (root.parent / "planted.txt").exists()
+
+
+@pytest.fixture
+def swapped_after_check(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``root/d`` (holding ``victim.txt``) is replaced by a link to a folder outside the
+    workspace right after each path is checked, as a program with write access to the workspace
+    racing a tool would; returns that outside folder, which holds its own ``victim.txt``."""
+    outside = root.parent / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("outside secret\n")
+    (root / "d").mkdir()
+    (root / "d" / "victim.txt").write_text("inside\n")
+    checked = Workspace.resolve
+
+    def resolve_then_swap(self: Workspace, path: str) -> Path:
+        resolved = checked(self, path)
+        if (root / "d").is_dir() and not (root / "d").is_symlink():
+            (root / "d").rename(root / "d.moved")
+            (root / "d").symlink_to(outside)
+        return resolved
+
+    monkeypatch.setattr(Workspace, "resolve", resolve_then_swap)
+    return outside
+
+
+@pytest.mark.parametrize(
+    ("make", "args"),
+    [
+        (read_file_tool, {"path": "d/victim.txt"}),
+        (list_dir_tool, {"path": "d"}),
+        (write_file_tool, {"path": "d/victim.txt", "content": "OWNED"}),
+        (write_file_tool, {"path": "d/planted.txt", "content": "OWNED"}),
+        (edit_file_tool, {"path": "d/victim.txt", "old_string": "inside", "new_string": "OWNED"}),
+    ],
+    ids=["read", "list", "overwrite", "create", "edit"],
+)
+def test_a_folder_swapped_for_a_link_after_the_check_leads_nowhere_outside(
+    root: Path, swapped_after_check: Path, make: Any, args: dict[str, Any]
+) -> None:
+    with pytest.raises(WorkspaceError, match="changed while in use") as raised:
+        call(make(root), args)
+
+    assert raised.value.code == "PATH_OUTSIDE_WORKSPACE"
+    assert sorted(os.listdir(swapped_after_check)) == ["victim.txt"]
+    assert (swapped_after_check / "victim.txt").read_text() == "outside secret\n"
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("make", [read_file_tool, edit_file_tool, write_file_tool])
+def test_a_fifo_in_the_workspace_is_refused_without_waiting_for_a_writer(
+    root: Path, make: Any
+) -> None:
+    os.mkfifo(root / "pipe")
+    args: dict[str, Any] = {"path": "pipe"}
+    if make is edit_file_tool:
+        args |= {"old_string": "a", "new_string": "b"}
+    elif make is write_file_tool:
+        args["content"] = "x"
+
+    with pytest.raises(WorkspaceError, match="not a regular file") as raised:
+        call(make(root), args)
+
+    assert raised.value.code == "NOT_A_FILE"
+    assert stat.S_ISFIFO(os.lstat(root / "pipe").st_mode)
 
 
 def test_bash_workdir_escaping_the_workspace_is_refused(root: Path) -> None:

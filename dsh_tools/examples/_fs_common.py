@@ -3,9 +3,10 @@ atomic replacement that keeps a file's mode, and the abort check before anything
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,19 @@ def text_block(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
 
 
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+
+
+def _read_bytes(workspace: Workspace, target: Path, shown: str) -> bytes:
+    with workspace.open_file(target, shown) as handle:
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise workspace.io_error(exc, shown) from None
+
+
 def read_text(workspace: Workspace, target: Path, shown: str) -> str:
-    try:
-        data = target.read_bytes()
-    except OSError as exc:
-        raise workspace.io_error(exc, shown) from None
+    data = _read_bytes(workspace, target, shown)
     if b"\x00" in data[:BINARY_SNIFF_BYTES]:
         raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
     try:
@@ -38,36 +47,54 @@ def write_text(
     workspace: Workspace, target: Path, shown: str, text: str, signal: AbortSignal
 ) -> None:
     """Write ``text`` to ``target``. An existing file is replaced atomically (a temporary file
-    renamed over it, keeping the file's mode); a new one is created with the process umask."""
+    renamed over it, keeping the file's mode); a new one is created with the process umask.
+    Everything happens in the directory ``Workspace.parent`` reached, so a path changed
+    meanwhile never leads the write out of the workspace."""
     data = text.encode("utf-8")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+    with workspace.parent(target, shown, make=True) as (directory, name):
+        if not name:
+            raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
         try:
-            mode = stat.S_IMODE(target.stat().st_mode)
-        except FileNotFoundError:
-            check_abort(signal)  # last point of return: nothing has changed yet
-            with open(target, "xb") as handle:
-                handle.write(data)
-            return
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise workspace.io_error(exc, shown) from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(temp, mode)
-        check_abort(signal)  # last point of return: nothing has changed yet
-        os.replace(temp, target)
-    except BaseException as exc:
-        os.unlink(temp)
-        if isinstance(exc, OSError):
+            try:
+                existing = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                check_abort(signal)  # last point of return: nothing has changed yet
+                fd = os.open(name, _CREATE_FLAGS, 0o666, dir_fd=directory)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                return
+            if not stat.S_ISREG(existing):
+                kind = "a directory" if stat.S_ISDIR(existing) else "not a regular file"
+                raise WorkspaceError(f'"{shown}" is {kind}', "NOT_A_FILE")
+            temp, fd = _temporary(directory, name)
+        except OSError as exc:
             raise workspace.io_error(exc, shown) from None
-        raise
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                os.fchmod(handle.fileno(), stat.S_IMODE(existing))
+            check_abort(signal)  # last point of return: nothing has changed yet
+            os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=directory)
+            if isinstance(exc, OSError):
+                raise workspace.io_error(exc, shown) from None
+            raise
+
+
+def _temporary(directory: int, name: str) -> tuple[str, int]:
+    """A new file beside ``name`` in ``directory``, for an atomic replace: its name and an
+    open descriptor."""
+    for _ in range(100):
+        temp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return temp, os.open(temp, _CREATE_FLAGS, 0o600, dir_fd=directory)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {name}")
 
 
 def read_text_lenient(workspace: Workspace, target: Path, shown: str) -> str:
     """The current text of a file about to be overwritten (undecodable bytes replaced)."""
-    try:
-        return target.read_bytes().decode("utf-8", "replace")
-    except OSError as exc:
-        raise workspace.io_error(exc, shown) from None
+    return _read_bytes(workspace, target, shown).decode("utf-8", "replace")

@@ -71,7 +71,7 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     size = 0
     has_more = False
     try:
-        with target.open("rb") as handle:
+        with workspace.open_file(target, shown) as handle:
             if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
                 raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
             handle.seek(0)
@@ -147,8 +147,9 @@ def list_dir(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> dic
     include_hidden = args.get("include_hidden") is True
     entries: list[dict[str, Any]] = []
     total = 0
+    directory = workspace.open_directory(target, shown)
     try:
-        with os.scandir(target) as scan:
+        with os.scandir(directory) as scan:
             for entry in scan:
                 check_abort(signal)
                 if not include_hidden and entry.name.startswith("."):
@@ -159,6 +160,8 @@ def list_dir(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> dic
                 entries.append({"name": entry.name, "type": kind, "size": size})
     except OSError as exc:
         raise workspace.io_error(exc, shown) from None
+    finally:
+        os.close(directory)
     entries.sort(key=lambda item: item["name"])
     return {"path": shown, "entries": entries[:MAX_LIST_ENTRIES], "total": total}
 

@@ -41,9 +41,10 @@ def write_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> d
     target = workspace.resolve(args["path"])
     shown = workspace.display(target)
     content: str = args["content"]
-    if target.is_dir():
+    kind = workspace.kind(target, shown)
+    if kind == "directory":
         raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
-    created = not target.exists()
+    created = kind is None
     old = "" if created else read_text_lenient(workspace, target, shown)
     applied = [] if created else hunks(old, content)
     write_text(workspace, target, shown, content, signal)
@@ -99,9 +100,10 @@ def edit_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     if old_string == new_string:
         raise WorkspaceError("old_string and new_string are identical", "EDIT_MISMATCH")
     if not old_string:
-        if target.is_dir():
+        kind = workspace.kind(target, shown)
+        if kind == "directory":
             raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
-        existed = target.exists()
+        existed = kind is not None
         if existed and read_text(workspace, target, shown):
             raise WorkspaceError(
                 f'old_string is empty but "{shown}" already has content; quote the text to replace',

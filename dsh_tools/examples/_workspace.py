@@ -1,14 +1,31 @@
-"""The workspace the example tools work in: path confinement, error vocabulary, abort checks."""
+"""The workspace the example tools work in: path confinement, error vocabulary, abort checks.
+
+A path is checked twice. ``resolve`` gives its real path (symbolic links followed) and refuses
+one outside the root, which names the problem early and plainly. What a tool then reads or
+writes is reached again from the root, one directory descriptor at a time, without following a
+symbolic link anywhere (``Workspace.parent``): whoever may change the workspace meanwhile (a
+Code Mode program with a write grant on it, swapping a directory for a link to ``/etc`` in a
+loop) can make the call fail, never make it act outside the root.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..actors import AbortError, AbortSignal, HarnessError
 
 __all__ = ["Workspace", "WorkspaceError", "check_abort", "int_arg"]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW | os.O_CLOEXEC
+# Not blocking: opening a FIFO for reading would otherwise wait for a writer for ever.
+_READ_FLAGS = os.O_RDONLY | _NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
 
 
 class WorkspaceError(HarnessError):
@@ -49,6 +66,113 @@ class Workspace:
                 f'path "{path}" is outside the workspace', "PATH_OUTSIDE_WORKSPACE"
             )
         return resolved
+
+    @contextlib.contextmanager
+    def parent(
+        self, resolved: Path, shown: str, *, make: bool = False
+    ) -> Iterator[tuple[int, str]]:
+        """The directory holding ``resolved`` (a path ``resolve`` gave), open, and the entry's
+        name in it (``""`` for the root itself), reached from the root without following a
+        symbolic link; ``make``: create missing directories on the way. Raises
+        ``WorkspaceError`` when the path changed since it was resolved (a link appeared)."""
+        parts = resolved.relative_to(self.root).parts
+        directories, name = (parts[:-1], parts[-1]) if parts else ((), "")
+        try:
+            fd = os.open(self.root, _DIRECTORY_FLAGS)
+        except OSError as exc:
+            raise self.io_error(exc, ".") from None
+        part = ""
+        try:
+            for part in directories:
+                try:
+                    following = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    if not make:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, dir_fd=fd)
+                    following = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = following
+        except OSError as exc:
+            error = self._walk_error(exc, shown, fd, part)
+            os.close(fd)
+            raise error from None
+        try:
+            yield fd, name
+        finally:
+            os.close(fd)
+
+    def open_directory(self, resolved: Path, shown: str) -> int:
+        """A descriptor of the directory ``resolved``, reached as ``parent`` reaches it."""
+        with self.parent(resolved, shown) as (directory, name):
+            if not name:
+                return os.dup(directory)
+            try:
+                return os.open(name, _DIRECTORY_FLAGS, dir_fd=directory)
+            except OSError as exc:
+                raise self._walk_error(exc, shown, directory, name) from None
+
+    def open_file(self, resolved: Path, shown: str) -> BinaryIO:
+        """The regular file ``resolved``, open for reading (reached as ``parent`` reaches it);
+        a directory, a FIFO, a device or a socket is refused with ``NOT_A_FILE``."""
+        with self.parent(resolved, shown) as (directory, name):
+            if not name:
+                raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
+            try:
+                fd = os.open(name, _READ_FLAGS, dir_fd=directory)
+            except OSError as exc:
+                raise self._walk_error(exc, shown, directory, name) from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
+            if not stat.S_ISREG(mode):
+                raise WorkspaceError(f'"{shown}" is not a regular file', "NOT_A_FILE")
+            return os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def kind(self, resolved: Path, shown: str) -> str | None:
+        """``"file"``, ``"directory"``, ``"other"`` or None (no such entry) for ``resolved``,
+        without following a symbolic link."""
+        try:
+            return self._kind(resolved, shown)
+        except WorkspaceError as exc:
+            if exc.code == "NOT_FOUND":  # a directory on the way is missing
+                return None
+            raise
+
+    def _kind(self, resolved: Path, shown: str) -> str | None:
+        with self.parent(resolved, shown) as (directory, name):
+            if not name:
+                return "directory"
+            try:
+                mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                raise self.io_error(exc, shown) from None
+        if stat.S_ISREG(mode):
+            return "file"
+        return "directory" if stat.S_ISDIR(mode) else "other"
+
+    def _walk_error(self, exc: OSError, shown: str, directory: int, name: str) -> WorkspaceError:
+        """What an ``open`` of ``name`` in ``directory`` failing with ``exc`` means: a symbolic
+        link there now (``O_NOFOLLOW`` refused it) means the path changed after it was resolved
+        inside the root."""
+        try:
+            link = stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+        except OSError:
+            link = False
+        if link or exc.errno in (errno.ELOOP, errno.EMLINK):
+            return WorkspaceError(
+                f'path "{shown}" changed while in use (a symbolic link replaced part of it); '
+                "it is no longer inside the workspace",
+                "PATH_OUTSIDE_WORKSPACE",
+            )
+        return self.io_error(exc, shown)
 
     def display(self, resolved: Path) -> str:
         """A resolved path as the tools report it: relative to the root, ``.`` for the root."""
