@@ -19,7 +19,7 @@ from code_mode_support import (
 )
 from structlog.testing import capture_logs
 
-from dsh_tools import CodeDispatchLog, ToolOutput, define_tool
+from dsh_tools import CodeDispatchLog, ExecuteBatch, ToolCall, ToolOutput, define_tool
 
 
 async def until(predicate: Any) -> None:
@@ -320,3 +320,23 @@ def test_presentation_meta_is_not_computed_for_sub_calls() -> None:
         (settle,) = dispatch_events(system)
     assert metas == []
     assert "meta" not in settle
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt], ids=lambda e: e.__name__)
+def test_a_listener_raising_systemexit_logs_the_unshaped_content_and_the_loop_runs_on(
+    raised: type[BaseException],
+) -> None:
+    # A batch runs the program on the system loop, and so the log task: what a listener raises
+    # there must stay a contained failure, never stop that loop.
+    async def broken(log: CodeDispatchLog, next: Any) -> Any:
+        raise raised("listener bug")
+
+    with code_system(FakeRuntime(echo_program), tools=[echo_tool()]) as system:
+        system.tools.on_code_dispatch_log(broken)
+        for call_id in ("c1", "c2"):
+            arguments = '{"code": "return 1", "description": "Run the test program"}'
+            batch = ExecuteBatch(calls=[ToolCall(call_id, "run_code", arguments)], agent="A")
+            (result,) = system.execute_batch(batch, timeout=10).results
+            assert value_of(result)["result"] == "echo:x"
+        settles = dispatch_events(system)
+    assert [settle["content"] for settle in settles] == [[{"type": "text", "text": "echo:x"}]] * 2

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from conftest import arun, await_event, call, echo, text
 
-from dsh_tools import AbortController, Ask, ToolSystem
+from dsh_tools import AbortController, Ask, ExecuteBatch, ToolCall, ToolSystem
 
 
 class Answerer:
@@ -240,3 +240,22 @@ def test_rp76_an_abort_with_a_rejected_answer_stays_a_rejection(make_system: Any
     asking(system, "check")
     result = run_pending(system, answerer, "rejected")
     assert text(result) == 'Error: the user rejected tool "echo"'
+
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt], ids=lambda e: e.__name__)
+def test_an_approver_raising_systemexit_fails_its_call_and_leaves_the_system_loop_running(
+    make_system: Any, raised: type[BaseException]
+) -> None:
+    # The approver runs in a task of its own on the system loop: what it raises is its call's
+    # failure, never a stop of that loop (every later call through the loop would then hang).
+    async def broken(**kwargs: Any) -> Any:
+        raise raised("approver bug")
+
+    system = make_system(approval=broken)
+    system.tools.register(echo())
+    asking(system)
+    for call_id in ("c1", "c2"):
+        batch = ExecuteBatch(calls=[ToolCall(call_id, "echo", "{}")], agent="A")
+        (result,) = system.execute_batch(batch, timeout=10).results
+        assert text(result) == "Error: approver bug"
+    assert [event.type for event in system.session.events] == ["tool/call", "tool/result"] * 2

@@ -371,7 +371,7 @@ class CodeRunBridgeActor:
             )
             try:
                 content = await shaped_content(hooks, log)
-            except (Exception, asyncio.CancelledError) as exc:
+            except BaseException as exc:  # SystemExit too: user code never stops the loop
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
                     f"{message_of(exc)}; logging the unshaped content",

@@ -213,12 +213,21 @@ class PrepareStages(PipelineCore):
         is cancelled then, so nothing waits on a human who will not answer. The caller's own
         abort does not cancel it: the approver sees its signal and answers (``cancelled``, or
         an answer that still lets a guard's denial win)."""
-        task = asyncio.ensure_future(pending)
+        task = asyncio.ensure_future(_approval_outcome(pending))
         rec.approval_task = task
         if rec.stop_reason is not None:
             task.cancel()
         try:
-            return await task
+            settled, outcome = await task
+            if not settled:
+                # Raised here, in the call's own task, where a failing stage becomes the call's
+                # failure; in the approver's task a SystemExit or KeyboardInterrupt would have
+                # gone through the event loop and stopped it.
+                try:
+                    raise outcome
+                finally:
+                    outcome = None
+            return outcome
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and (current is None or not current.cancelling()):
@@ -263,6 +272,17 @@ class PrepareStages(PipelineCore):
             raise TypeError(
                 f"a guard returned {type(out).__name__}; guards return None or a str reason"
             )
+
+
+async def _approval_outcome(pending: Awaitable[Any]) -> tuple[bool, Any]:
+    """What an approver's awaitable settles with: ``(True, answer)``, or ``(False, exception)``
+    for anything it raised but its cancellation (which ends its task as cancelled)."""
+    try:
+        return True, await pending
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        return False, exc  # from inside the handler, which unbinds ``exc``: no cycle
 
 
 async def _allow() -> Allow:
