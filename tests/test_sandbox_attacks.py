@@ -842,3 +842,27 @@ return [fds, refused]
     assert sorted(kinds.values()) == ["socket", "socket"], kinds
     assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
     assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"
+
+
+def test_queued_signals_take_a_bounded_share_of_the_users_allowance(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # Real-time signals queue one entry each, counted against the (shared) user's allowance;
+    # the host's own sigqueue and timer_create would fail once a run had taken all of it. The
+    # loop stops at 5,000 so that a run without the bound does not starve the host either.
+    program = """
+import signal, threading
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+queued = 0
+try:
+    while queued < 5000:
+        signal.pthread_kill(threading.get_ident(), signal.SIGRTMIN)
+        queued += 1
+except OSError as error:
+    return [queued, error.errno]
+return [queued, None]
+"""
+    queued, errno = value(sandbox, program)
+    assert errno == 11  # EAGAIN
+    assert queued <= 1024
+    assert_next_run_works(sandbox)

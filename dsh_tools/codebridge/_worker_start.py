@@ -4,10 +4,11 @@ applies the boot's limits and runs the program (``_worker``).
 The template (``_template``) imports this module once and calls ``main()`` in each child it
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
-tree against ``compute_ms``), no core files. They are the runtime's config, which the template
-passes on (``expect_compute_ms``) and every ``Boot`` repeats: a worker applies the CPU limit
-once it has rehearsed, before it waits (and again at its boot only if the boot carries
-another), and the memory limit once it has read its boot. Under the sandbox ``main`` gets the
+tree against ``compute_ms``), no core files, at most ``SIGNALS_PENDING`` queued signals.
+They are the runtime's config, which the template passes on (``expect_compute_ms``) and
+every ``Boot`` repeats: a worker applies the CPU limit once it has rehearsed, before it waits
+(and again at its boot only if the boot carries another), and the memory limit once it has
+read its boot. Under the sandbox ``main`` gets the
 write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program has
 arrived starts the init's measuring.
 
@@ -131,11 +132,20 @@ def expect_compute_ms(compute_ms: float) -> None:
     _expected_compute_ms = compute_ms
 
 
+SIGNALS_PENDING: Final = 1024
+"""``RLIMIT_SIGPENDING`` of a run's processes. The kernel counts queued signals per user and
+checks the count against the receiving process's limit: the worker runs as the host's user, so
+without this a run that blocks a real-time signal and queues it to itself takes that user's
+whole allowance (about 96,000 for root here), and ``sigqueue`` and ``timer_create`` fail in the
+host until the run ends. A run may queue at most this many while the user has no others."""
+
+
 def _apply_cpu_limits(compute_ms: float) -> None:
     seconds = math.ceil(compute_ms / 1000) + 1
     for which, value in (
         (resource.RLIMIT_CORE, (0, 0)),
         (resource.RLIMIT_CPU, (seconds, seconds + 1)),
+        (resource.RLIMIT_SIGPENDING, (SIGNALS_PENDING, SIGNALS_PENDING)),
     ):
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(which, value)
