@@ -24,6 +24,7 @@ from dsh_tools.codebridge._frames import (
     encode_frame,
     worker_frame_decoder,
 )
+from dsh_tools.codebridge._inflight import InflightArguments, argument_bytes
 from dsh_tools.codebridge._ledger import (
     MAX_LOG_ENTRIES,
     OutputLedger,
@@ -466,3 +467,18 @@ def test_a_completion_of_escaped_text_is_measured_without_encoding_it_whole(valu
     assert fits is False
     assert fits == (tokens_json_size(tokens, 10**9) <= ledger.room)
     assert peak < cap  # the whole JSON would be 2.4 to 18 MB
+
+
+def test_arguments_in_flight_count_object_keys_like_string_values() -> None:
+    # A key is held like any string: a call whose object has a 48 MB key (which the program
+    # may write as its own frame) counts 48 MB, not the one marker it is carried by.
+    big_key = "k" * (48 * 2**20)
+    tokens = tokenize({big_key: 1, "value": "x"})
+    assert tokens is not None
+    assert argument_bytes(tokens) >= 48 * 2**20
+    inflight = InflightArguments()
+    assert inflight.admit(1, tokens) is None
+    refused = inflight.admit(2, tokens)
+    assert refused is not None and refused.startswith("binding calls in flight would hold more")
+    inflight.release(1)
+    assert inflight.admit(3, tokens) is None

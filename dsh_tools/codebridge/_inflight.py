@@ -9,14 +9,15 @@ at most ``MAX_INFLIGHT_ARGUMENT_BYTES`` of them; the call that would go beyond f
 A call's size is what its argument tokens carry: the length of each string plus
 ``BYTES_PER_TOKEN`` per token, about what a decoded token costs the host (a list slot and,
 for most values, an object: 16 bytes for ``None``, about 46 for an integer, 47 for an array
-marker, 60 for a short string; an empty object marker, the worst, about 117).
+marker, 60 for a short string; an empty object marker, the worst, about 117), and an object
+marker's keys as strings of their own (a key is held like any string value).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from ._tokens import Token
+from ._tokens import ObjectMarker, Token
 
 __all__ = [
     "BYTES_PER_TOKEN",
@@ -33,8 +34,12 @@ def argument_bytes(tokens: list[Token]) -> int:
     """The size a call's argument tokens are counted as."""
     size = BYTES_PER_TOKEN * len(tokens)
     for token in tokens:
-        if type(token) is str:
-            size += len(token)
+        kind = type(token)
+        if kind is str:
+            size += len(token)  # type: ignore[arg-type]
+        elif kind is ObjectMarker:
+            keys = token.keys  # type: ignore[union-attr]
+            size += BYTES_PER_TOKEN * len(keys) + sum(map(len, keys))
     return size
 
 
