@@ -371,6 +371,11 @@ class ToolSystem:
                 raise TimeoutError(
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None
+            except KeyboardInterrupt:
+                # Ctrl-C while waiting: the call is cancelled on the system loop, where it
+                # settles and records its result, as a blocking batch's calls do.
+                future.cancel()
+                raise
             return result
         out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True, driven=True))
         return out

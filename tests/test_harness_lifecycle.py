@@ -203,6 +203,74 @@ def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
     assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
 
 
+CTRL_C_EXECUTE = """
+import asyncio, os, signal, sys, threading
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+
+started = threading.Event()
+ends = []
+
+
+async def wait_long(args, ctx):
+    started.set()
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        ends.append("cancelled")
+        raise
+    return "done"
+
+
+async def quick(args, ctx):
+    return "quick"
+
+
+system = ToolSystem.start()
+for name, body in (("wait_long", wait_long), ("quick", quick)):
+    system.tools.register(
+        define_tool(
+            name=name,
+            description="Wait.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+            execute=body,
+        )
+    )
+threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+timeout = float(sys.argv[1]) if len(sys.argv) > 1 else None
+try:
+    system.execute(ExecuteCall(call_id="c1", name="wait_long", arguments={}), timeout=timeout)
+except KeyboardInterrupt:
+    print("interrupted")
+for _ in range(1000):  # the call settles (at once under the blocking execute itself)
+    results = [e.data for e in system.session.events if e.type == "tool/result"]
+    if results:
+        break
+    threading.Event().wait(0.01)
+print([r["error"]["code"] for r in results], ends)
+later = system.execute(ExecuteCall(call_id="c2", name="quick", arguments={}))
+print(later.value, len(system.pipeline.live))
+system.stop()
+"""
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0], ids=["execute", "execute-with-timeout"])
+def test_ctrl_c_during_a_blocking_execute_cancels_the_call_and_records_its_result(
+    timeout: float | None,
+) -> None:
+    # Left pending, the interrupted call ran on: resumed by the next call on the same thread
+    # (and recorded as a success there), or to its end on the system loop.
+    args = [] if timeout is None else [str(timeout)]
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CTRL_C_EXECUTE), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["interrupted", "['ABORTED'] ['cancelled']", "quick 0"]
+
+
 def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_hanging() -> None:
     system = ToolSystem.start(code_runtime=None)
     try:

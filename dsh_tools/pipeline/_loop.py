@@ -164,12 +164,29 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             while not task.done():
                 loop.run_forever()  # until the task's last step stops the loop
         except BaseException:
+            if not task.done():
+                # Interrupted while the call waits (Ctrl-C in the blocking wait): the call is
+                # cancelled and settles here, its one result recorded, before the interruption
+                # goes on. Left pending, the next call driven on this thread would resume it.
+                _settle_interrupted(loop, task)
             if task.done() and not task.cancelled():
                 task.exception()  # raised here and now: not "never retrieved"
             raise
         return task.result()
     finally:
         state.driving = outer
+
+
+def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` (a driven call whose loop an interruption left) and run the loop until it
+    has settled; a second interruption stops the wait and leaves the call to be closed with
+    the thread's loop."""
+    task.cancel()
+    try:
+        while not task.done():
+            loop.run_forever()  # until the task's last step stops the loop
+    except BaseException:  # a second interruption: the first one is what propagates
+        pass
 
 
 def carry_on(
