@@ -576,3 +576,30 @@ def test_stop_from_inside_a_body_does_not_hang(entry: str) -> None:
     for thread in [t for t in threading.enumerate() if t not in before]:
         thread.join(WAIT)
     assert [t for t in threading.enumerate() if t not in before] == []
+
+
+@pytest.mark.parametrize("entry", ["execute", "execute_async", "batch"])
+@pytest.mark.parametrize("stage", ["guard", "finalizer", "body"])
+def test_user_code_raising_generatorexit_fails_its_call_and_nothing_else(
+    system: ToolSystem, stage: str, entry: str
+) -> None:
+    # These are plain functions: a GeneratorExit out of them is theirs, never the pipeline's
+    # coroutine being closed, so it must not end (or hang) the call as one would.
+    def raises(*args: Any) -> Any:
+        raise GeneratorExit
+
+    extra: dict[str, Any] = {"finalize_content": raises} if stage == "finalizer" else {}
+    system.tools.register(fixture("t", raises if stage == "body" else None, **extra))
+    if stage == "guard":
+        system.tools.guard(raises)
+    for call_id in ("c1", "c2"):
+        if entry == "execute":
+            result = system.execute(call(call_id=call_id, name="t"))
+        elif entry == "execute_async":
+            result = arun(system.execute_async(call(call_id=call_id, name="t")))
+        else:
+            batch = ExecuteBatch(calls=[ToolCall(call_id, "t", "{}")])
+            (result,) = system.execute_batch(batch, timeout=WAIT).results
+        owner = {"guard": "a guard", "finalizer": "the finalizer", "body": "the tool body"}
+        assert text(result) == f"Error: {owner[stage]} raised GeneratorExit"
+        assert events_for(system, call_id) == ["tool/call", "tool/result"]

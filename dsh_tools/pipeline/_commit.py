@@ -163,7 +163,10 @@ class CommitStages(PipelineCore):
         if finalizer is not None:
             rec.stage = "finalizer"
             try:
-                content = finalizer(rec.view(), result)
+                try:
+                    content = finalizer(rec.view(), result)
+                except GeneratorExit as exc:  # raised by the finalizer, a plain function
+                    raise RuntimeError("the finalizer raised GeneratorExit") from exc
                 if is_awaitable(content):
                     close_awaitable(content)
                     raise TypeError(
@@ -175,9 +178,7 @@ class CommitStages(PipelineCore):
                     except (LosslessJsonError, RecursionError) as exc:
                         raise ValueError(NOT_LOSSLESS_RESULT) from exc
                     result = msgspec.structs.replace(result, content=frozen)
-            except GeneratorExit:  # this coroutine is being closed
-                raise
-            except BaseException as exc:
+            except BaseException as exc:  # a plain method: no coroutine of it is ever closed
                 result = self._fault(rec, exc)
             result = stamped(result, rec.call_id)
         rec.sealed = True

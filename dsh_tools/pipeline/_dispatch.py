@@ -146,7 +146,10 @@ class DispatchStages(PipelineCore):
             try:
                 ctx = ToolRunContext(rec, fused)
                 if here and not entry.is_async:
-                    value = entry.definition.execute(rec.arguments, ctx)
+                    try:
+                        value = entry.definition.execute(rec.arguments, ctx)
+                    except GeneratorExit as exc:  # raised by the plain body itself
+                        raise RuntimeError("the tool body raised GeneratorExit") from exc
                     if is_awaitable(value):
                         value = await self._run_task(rec, awaited(value), fused)
                 else:
@@ -313,7 +316,7 @@ class DispatchStages(PipelineCore):
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return (it is never abandoned)."""
         await event_loop()  # to wait for the worker
-        work = self._executor.submit(execute, rec.arguments, ctx)
+        work = self._executor.submit(_plain_body, execute, rec.arguments, ctx)
         try:
             return await asyncio.wrap_future(work)
         except asyncio.CancelledError:
@@ -348,6 +351,15 @@ class DispatchStages(PipelineCore):
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
         )
+
+
+def _plain_body(execute: Callable[..., Any], arguments: Any, ctx: ToolRunContext) -> Any:
+    """A plain body on a worker thread; a ``GeneratorExit`` it raises arrives as what it is, a
+    failure of the body, not as the closing of the coroutine that awaits it."""
+    try:
+        return execute(arguments, ctx)
+    except GeneratorExit as exc:
+        raise RuntimeError("the tool body raised GeneratorExit") from exc
 
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:

@@ -96,9 +96,7 @@ class PrepareStages(PipelineCore):
             return None
         try:
             return self._decide(rec, ALLOW, False)
-        except GeneratorExit:  # this coroutine is being closed
-            raise
-        except BaseException as exc:
+        except BaseException as exc:  # a plain method: no coroutine of it is ever closed
             return Stage(FINISH, self._fault(rec, exc))
 
     async def prepare(self, rec: CallRecord, *, looped: bool = False) -> Stage:
@@ -261,7 +259,10 @@ class PrepareStages(PipelineCore):
             else:
                 return None
             last, fn = following
-            out = fn(view)
+            try:
+                out = fn(view)
+            except GeneratorExit as exc:  # raised by the guard: no coroutine is closing here
+                raise RuntimeError("a guard raised GeneratorExit") from exc
             if out is None:
                 continue
             if type(out) is str:
