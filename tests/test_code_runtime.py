@@ -362,6 +362,37 @@ return await tools.identity(value)
     assert same_json(result.value, expected)
 
 
+def test_values_nested_past_the_hosts_depth_are_refused_not_rebuilt(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Each level costs the host's later steps a few hundred bytes: a 16 MB completion of nested
+    # lists would otherwise take gigabytes of the host.
+    seen: list[Any] = []
+
+    async def identity(value: Any) -> Any:
+        seen.append(value)
+        return value
+
+    program = """
+value = []
+for _ in range(10_001):
+    value = [value]
+try:
+    await tools.identity(value)
+except ToolCallError as error:
+    print(error)
+return value
+"""
+    result = run(runtime, program, tools(identity=identity))
+    assert seen == []
+    assert result.error is not None
+    assert result.error.kind == "invalid-output"
+    assert result.error.message.endswith("the value nests deeper than 10000 levels")
+    assert result.logs == [
+        "binding arguments must be lossless JSON: the value nests deeper than 10000 levels"
+    ]
+
+
 def test_deep_values_work_end_to_end(runtime: SubprocessCodeRuntime) -> None:
     seen: list[Any] = []
 

@@ -40,7 +40,7 @@ from ._run_process import RunProcess
 from ._sandbox._init import WALL_BACKSTOP_SECONDS
 from ._seam import BindingFunction, CodeRunResult, CodeRuntimeConfig
 from ._template_host import TemplateHandle
-from ._tokens import TokenError, detokenize
+from ._tokens import MAX_DEPTH_FROM_WORKER, TokenError, detokenize
 
 __all__ = ["CodeRun"]
 
@@ -144,7 +144,7 @@ class CodeRun(RunProcess):
                 self._settle(Outcome(failure=(error.kind, error.message)))
         elif frame.value is not None:
             try:
-                value = detokenize(frame.value, FrozenList, FrozenDict)
+                value = detokenize(frame.value, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
             except TokenError as exc:
                 message = f"{_NOT_LOSSLESS_COMPLETION}: {exc}"
                 self._settle(Outcome(failure=("invalid-output", message)))

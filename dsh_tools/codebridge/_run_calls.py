@@ -22,7 +22,7 @@ from ._frames import PREFIX_BYTES, Call, Reply, encode_frame
 from ._inflight import InflightArguments
 from ._outcome import quote, safe_text
 from ._seam import BindingFunction
-from ._tokens import TokenError, detokenize, not_lossless, tokenize
+from ._tokens import MAX_DEPTH_FROM_WORKER, TokenError, detokenize, not_lossless, tokenize
 
 __all__ = ["BindingCalls", "Track"]
 
@@ -135,7 +135,7 @@ class BindingCalls:
             self._fail("frame-limit", over)
             return
         try:
-            value = detokenize(frame.args, FrozenList, FrozenDict)
+            value = detokenize(frame.args, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
         except TokenError as exc:
             self._reply_failure(call_id, f"{_NOT_LOSSLESS_ARGS}: {exc}")
             return

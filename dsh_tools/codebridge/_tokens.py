@@ -29,6 +29,7 @@ import msgspec
 __all__ = [
     "INT_MAX",
     "INT_MIN",
+    "MAX_DEPTH_FROM_WORKER",
     "ArrayMarker",
     "ObjectMarker",
     "Token",
@@ -311,15 +312,24 @@ def _plain_scalars(run: list[Any]) -> bool:
     return len(kinds) == 1 and min(run) >= INT_MIN and max(run) <= INT_MAX
 
 
+MAX_DEPTH_FROM_WORKER: Final = 10_000
+"""How deeply a value the host takes from a worker may nest (a call's arguments, a program's
+completion), as deeply as a model's own arguments may. Deeper, the value is refused: every
+level costs the host's later steps (snapshots, validation) a few hundred bytes and a few
+microseconds, and a 16 MB completion of nested empty lists took 5 GB and 85 s of the host."""
+
+
 def detokenize(
     tokens: list[Any],
     list_type: Callable[[], list[Any]] = list,
     dict_type: Callable[[], dict[str, Any]] = dict,
+    max_depth: int | None = None,
 ) -> Any:
     """Rebuild the value a token list describes; raise ``TokenError`` when it is invalid.
 
     Invalid: empty; a marker announcing more children than tokens remain; repeated keys; a
-    non-finite float or ``-0.0``; an out-of-range integer; an unknown token; leftover tokens.
+    non-finite float or ``-0.0``; an out-of-range integer; an unknown token; leftover tokens;
+    containers nested more than ``max_depth`` deep (when given).
     Containers are built with ``list_type()`` / ``dict_type()`` and filled through the base
     ``list``/``dict`` methods, so read-only subclasses work.
     """
@@ -339,7 +349,8 @@ def detokenize(
             flat = _flat_value(head.keys, tokens, dict_type)
             if flat is not None:
                 return flat
-    # Each open container: [node, keys or None, next index, child count].
+    # Each open container: [node, keys or None, next index, child count, depth]. A container
+    # leaves the stack once its last child is placed, so the stack is no measure of depth.
     stack: list[list[Any]] = []
     root: Any = None
     have_root = False
@@ -381,8 +392,10 @@ def detokenize(
             node = dict_type()
         else:
             raise TokenError("unknown token")
+        depth = 1
         if stack:
             frame = stack[-1]
+            depth = frame[4] + 1
             index = frame[2]
             frame_keys = frame[1]
             if frame_keys is None:
@@ -402,7 +415,9 @@ def detokenize(
             owed += count
             if owed > total - position - 1:
                 raise TokenError("a container announces more children than remain")
-            stack.append([node, keys, 0, count])
+            if max_depth is not None and depth > max_depth:
+                raise TokenError(f"the value nests deeper than {max_depth} levels")
+            stack.append([node, keys, 0, count, depth])
     if stack or not have_root:
         raise TokenError("token list ends inside a container")
     return root
