@@ -17,9 +17,14 @@ from dsh_tools.codebridge import (
     CodeRuntimeConfig,
     SubprocessCodeRuntime,
 )
-from dsh_tools.codebridge._frame_screen import MAX_CALL_TOKENS, worker_frame_screen
+from dsh_tools.codebridge._frame_screen import (
+    MAX_CALL_TOKENS,
+    FrameRejected,
+    worker_frame_screen,
+)
 from dsh_tools.codebridge._frames import (
     SKIP_FRAME,
+    Call,
     Done,
     FrameReader,
     Log,
@@ -31,7 +36,7 @@ from dsh_tools.codebridge._frames import (
 from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
 from dsh_tools.codebridge._ledger import tokens_json_size
 from dsh_tools.codebridge._run_pipes import UNREAD_REPLY_BYTES, ChannelWriter
-from dsh_tools.codebridge._tokens import tokenize
+from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
 
 
 def resident_mb() -> float:
@@ -271,3 +276,43 @@ def test_small_replies_a_program_leaves_unread_cost_the_host_about_their_size() 
         f"the program left more than {UNREAD_REPLY_BYTES} bytes of binding replies unread"
     ]
     assert held < 1.2 * UNREAD_REPLY_BYTES, f"{held / 2**20:.0f} MB held for 64 MiB of replies"
+
+
+def _call_body(args: list[Any]) -> bytes:
+    return bytes(encode_frame(Call(1, "tools", "echo", args)))[8:]
+
+
+def test_object_keys_count_against_a_call_frames_values_and_are_not_all_read() -> None:
+    # ['object', [22 million keys]] is one top-level token: decoded, it held 2 GB of the host.
+    screen = worker_frame_screen(64 * 2**20)
+    one_object = _call_body([ObjectMarker(["k"] * (3 * MAX_CALL_TOKENS)), *[None] * 3])
+    rejected = screen(one_object)
+    assert isinstance(rejected, FrameRejected) and rejected.kind == "frame-limit"
+    assert "object keys included" in rejected.message
+    # Many objects, each under the cap, together over it.
+    per_object = MAX_CALL_TOKENS // 100
+    objects: list[Any] = []
+    for _ in range(101):
+        objects += [ObjectMarker([f"k{n}" for n in range(per_object)]), *[None] * per_object]
+    many = [ArrayMarker(101), *objects]
+    assert isinstance(screen(_call_body(many)), FrameRejected)
+
+
+def test_large_call_frames_within_the_cap_are_decoded() -> None:
+    screen = worker_frame_screen(64 * 2**20)
+    for args in (
+        tokenize({"text": "x" * (8 * 2**20)}),  # one large string
+        tokenize(list(range(MAX_CALL_TOKENS - 1))),  # as many values as a call may have
+        tokenize({f"key{n}": n for n in range(MAX_CALL_TOKENS // 2 - 1)}),
+    ):
+        assert args is not None
+        assert screen(_call_body(args)) is None
+
+
+def test_object_keys_count_against_the_values_a_completion_may_have() -> None:
+    screen = worker_frame_screen(4096)  # at most 2,049 values
+    keys = ObjectMarker([str(n) for n in range(3000)])  # two top-level tokens, 3,000 keys
+    assert isinstance(screen(bytes(encode_frame(Done([keys, None])))[8:]), OutputLimit)
+    fits = tokenize({str(n): None for n in range(100)})
+    assert fits is not None
+    assert screen(bytes(encode_frame(Done(fits)))[8:]) is None

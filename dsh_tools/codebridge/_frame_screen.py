@@ -18,6 +18,11 @@ frames are array-like tagged structs, so the tag is the first element):
   most ``MAX_CALL_TOKENS`` argument tokens; beyond either the run fails with ``frame-limit``.
 - ``OutputLimit`` needs no decoding at all.
 
+An object marker carries its keys in a list of its own, inside one token: the keys are counted
+as values too (a call of one object with 22 million keys held 2 GB of the host). They are read
+only when the frame is large enough to hold more values than its cap, and no further than the
+cap, so the count costs at most one step per value a frame may have.
+
 A body this screen cannot read (not a known tag, not msgpack the encoder writes) is skipped
 undecoded: a frame the host would not understand anyway. This module imports only the
 standard library, ``msgspec`` and the frame and argument definitions.
@@ -64,6 +69,14 @@ class FrameRejected(msgspec.Struct, frozen=True):
 _OUTPUT_LIMIT: Final = OutputLimit()
 _LOG_ROOM: Final = 16
 """``["Log", text]``: array header, tag and the string's header beyond its JSON size."""
+
+
+_SCALAR_WIDTHS: Final = {
+    0xC0: 0, 0xC2: 0, 0xC3: 0,  # nil, false, true
+    0xCA: 4, 0xCB: 8,  # floats
+    0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,  # integers
+}  # fmt: skip
+"""The bytes after the header byte of each scalar token other than a string."""
 
 
 class _Cursor:
@@ -121,6 +134,49 @@ class _Cursor:
         self.at = start + size
         return bytes(self._body[start : start + size])
 
+    def skip_string(self) -> None:
+        head = self._byte()
+        if 0xA0 <= head <= 0xBF:
+            size = head & 0x1F
+        elif head in (0xD9, 0xDA, 0xDB):
+            size = self._uint({0xD9: 1, 0xDA: 2, 0xDB: 4}[head])
+        else:
+            raise ValueError("not a string")
+        if self.at + size > self._end:
+            raise ValueError("truncated")
+        self.at += size
+
+    def object_keys(self, budget: int) -> int | None:
+        """Step over one token; return how many keys it carries (0 but for an object marker),
+        or None once that is more than ``budget`` (its keys are then left unread)."""
+        head = self._byte()
+        if head == 0x92:  # a marker: ["array", length] or ["object", [key, ...]]
+            tag = self.string()
+            if tag == b"array":
+                self.skip_int()
+                return 0
+            if tag != b"object":
+                raise ValueError("not a token")
+            keys = self.array()
+            if keys is None:
+                raise ValueError("not a token")
+            if keys > budget:
+                return None
+            for _ in range(keys):
+                self.skip_string()
+            return keys
+        if head <= 0x7F or head >= 0xE0:  # a fixed integer
+            return 0
+        width = _SCALAR_WIDTHS.get(head)
+        if width is None:
+            self.at -= 1
+            self.skip_string()
+        elif self.at + width > self._end:
+            raise ValueError("truncated")
+        else:
+            self.at += width
+        return 0
+
     def skip_int(self) -> None:
         head = self._byte()
         if head <= 0x7F or head >= 0xE0:
@@ -130,6 +186,21 @@ class _Cursor:
         if width is None:
             raise ValueError("not an integer")
         self._uint(width)
+
+
+def _values(cursor: _Cursor, tokens: int, cap: int) -> int | None:
+    """The values of the token list ``cursor`` has just entered (``tokens`` long), object keys
+    included, or None once they are more than ``cap``: reading stops there, so it costs at
+    most one step per value the cap allows."""
+    values = tokens
+    if values > cap:
+        return None
+    for _ in range(tokens):
+        keys = cursor.object_keys(cap - values)
+        if keys is None:
+            return None
+        values += keys
+    return values
 
 
 def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]:
@@ -163,18 +234,29 @@ def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]
                 cursor.string()
                 cursor.string()
                 tokens = cursor.array()
-                if tokens is not None and tokens > MAX_CALL_TOKENS:
+                # An object's keys are values too, each at least a byte: they are counted
+                # unless the frame is too small to hold more than the cap allows.
+                if (
+                    tokens is not None
+                    and tokens + size > MAX_CALL_TOKENS
+                    and _values(cursor, tokens, MAX_CALL_TOKENS) is None
+                ):
                     return FrameRejected(
                         "frame-limit",
-                        f"worker call frame holds {tokens} argument values, more than the "
-                        f"host's cap on one call ({MAX_CALL_TOKENS} values)",
+                        "worker call frame holds more argument values (object keys "
+                        f"included) than the host's cap on one call ({MAX_CALL_TOKENS} "
+                        "values)",
                     )
                 return None
             if tag == b"Done":
                 if size > done_bytes:
                     return _OUTPUT_LIMIT
                 tokens = cursor.array()
-                if tokens is not None and tokens > done_tokens:
+                if (  # object keys count too (see the call frame's case)
+                    tokens is not None
+                    and tokens + size > done_tokens
+                    and _values(cursor, tokens, done_tokens) is None
+                ):
                     return _OUTPUT_LIMIT
                 return None
             if tag == b"Log":
