@@ -247,6 +247,23 @@ return b.recv(4).decode()
     assert value(sandbox, program) == "ping"
 
 
+def test_a_socket_pair_of_any_other_family_is_refused(sandbox: SubprocessCodeRuntime) -> None:
+    # Only unix pairs: another family's socket code would run in the kernel (and could load a
+    # module for it) before failing.
+    program = """
+import socket
+seen = {}
+for name in ('AF_INET', 'AF_INET6', 'AF_VSOCK', 'AF_PACKET', 'AF_NETLINK'):
+    try:
+        socket.socketpair(getattr(socket, name), socket.SOCK_STREAM)
+        seen[name] = 'allowed'
+    except OSError as error:
+        seen[name] = error.errno
+return seen
+"""
+    assert set(value(sandbox, program).values()) == {1}
+
+
 # --- processes -------------------------------------------------------------------------------
 
 

@@ -2,8 +2,9 @@
 
 A classic BPF program that checks the architecture (anything but the one the tables below were
 written for is killed, which also closes the 32-bit and x32 entry points) and answers ``EPERM``
-for the listed system calls. ``socketpair`` stays allowed for stream and sequenced-packet pairs
-(asyncio's self-pipe needs one; such a pair reaches nothing outside), but not for datagram
+for the listed system calls. ``socketpair`` stays allowed for unix stream and sequenced-packet
+pairs (asyncio's self-pipe needs one; such a pair reaches nothing outside), but not for other
+families (whose socket code would run, and on some kernels load a module) nor for datagram
 pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the host's
 filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be created,
 whatever the address. ``io_uring`` is refused because its operations bypass this filter.
@@ -114,6 +115,7 @@ _CLONE: Final = 56
 _CLONE3: Final = 435
 _SOCKETPAIR: Final = 53
 _FCNTL: Final = 72
+_AF_UNIX: Final = 1
 _SOCK_TYPE_MASK: Final = 0xF
 _ALLOWED_PAIR_TYPES: Final = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
 _DENIED_FCNTL: Final = (1024, 1026)  # F_SETLEASE, F_NOTIFY
@@ -234,12 +236,16 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     bpf.place("clone-allow")
     bpf.op(_RET_K, _RET_ALLOW)
-    # socketpair: only stream and sequenced-packet pairs (no datagram sendto to an address).
+    # socketpair: only unix stream and sequenced-packet pairs (no datagram sendto to an
+    # address, and no other family's socket code, which could load a kernel module).
     bpf.place("socketpair")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+    bpf.op(_JMP_JEQ_K, _AF_UNIX, None, "socketpair-deny")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
     bpf.op(_ALU_AND_K, _SOCK_TYPE_MASK)
     for pair_type in _ALLOWED_PAIR_TYPES:
         bpf.op(_JMP_JEQ_K, pair_type, "socketpair-allow")
+    bpf.place("socketpair-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     bpf.place("socketpair-allow")
     bpf.op(_RET_K, _RET_ALLOW)
