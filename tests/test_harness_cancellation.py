@@ -5,6 +5,7 @@ batch aborts interrupting async bodies, and what an aborted call keeps for the h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from typing import Any
 
@@ -339,3 +340,34 @@ def test_a_shielded_critical_section_finishes_despite_the_abort(system: ToolSyst
     )
     assert code_of(result) == "ABORTED"
     assert written == ["committed"]
+
+
+def test_a_wrapper_that_swallows_the_callers_cancellation_does_not_start_the_body() -> None:
+    ran: list[str] = []
+
+    async def body(args: Any, ctx: Any) -> Any:
+        ran.append("body")
+        await asyncio.sleep(30)
+        return [{"type": "text", "text": "late"}]
+
+    async def swallowing(exec: Any, next: Any) -> Any:
+        with contextlib.suppress(asyncio.CancelledError):  # careless code carries on
+            await asyncio.sleep(30)
+        return await next()
+
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("slow", body))
+        system.tools.on_execute(swallowing)
+
+        async def caller() -> None:
+            async with asyncio.timeout(0.2):
+                await system.execute_async(ExecuteCall(call_id="c1", name="slow", arguments={}))
+
+        with pytest.raises(TimeoutError):
+            asyncio.run(caller())
+        assert ran == []
+        (result,) = [e.data for e in system.session.events if e.type == "tool/result"]
+        assert result["error"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    finally:
+        system.stop()

@@ -127,7 +127,8 @@ class DispatchStages(PipelineCore):
         else:
             fused, detach = any_signal(wrapper_signal, caller)
         try:
-            if fused.aborted or rec.stop_reason is not None:
+            # The awaiting task's cancellation counts too, though a wrapper swallowed it.
+            if fused.aborted or rec.stop_reason is not None or self._check_outer(rec):
                 return _canonical(
                     rec, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec, fused))
                 )
