@@ -66,6 +66,8 @@ _log = get_logger("dsh_tools.system")
 
 STOP_GRACE_S = 5.0
 """How long ``stop()`` waits for aborted calls to settle before it stops the actors."""
+RUNTIME_DISPOSAL_S = 10.0
+"""How long ``stop()`` waits for the code runtime it owns to dispose of itself."""
 
 # Systems not stopped yet: the interpreter stops them at exit, so a script that forgets
 # stop() (or dies of an exception) still exits, and every call it started gets its result.
@@ -240,10 +242,7 @@ class ToolSystem:
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         runtime = self.code_runtime
         if runtime is not None and self._owns_runtime:
-            try:
-                self._call_on_loop(runtime.dispose(), timeout=10)
-            except Exception as exc:
-                _log.warning("code runtime disposal failed", error=message_of(exc))
+            self._dispose_runtime(runtime)
         with contextlib.suppress(pykka.ActorDeadError):
             self._registry.ask(StopRegistry())
         self.ref.stop()
@@ -256,6 +255,26 @@ class ToolSystem:
         for thread in self._executor.threads():
             if thread is not current:
                 thread.join(timeout=2)
+
+    def _dispose_runtime(self, runtime: CodeRuntime) -> None:
+        """Dispose the code runtime the system owns, waiting up to ``RUNTIME_DISPOSAL_S``. A
+        run whose event loop cannot move (it is this very thread's, blocked in this ``stop()``
+        from a hook of one of its sub-calls) would keep the disposal waiting for ever: it is
+        then cancelled, which stops the runtime's pool and template anyway, and a second
+        ``dispose()``, which waits only for that, sees them gone."""
+        future = self._system_loop.submit(runtime.dispose())
+        try:
+            future.result(RUNTIME_DISPOSAL_S)
+            return
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+        except Exception as exc:
+            _log.warning("code runtime disposal failed", error=message_of(exc))
+            return
+        try:
+            self._call_on_loop(runtime.dispose(), timeout=RUNTIME_DISPOSAL_S)
+        except Exception as exc:
+            _log.warning("code runtime disposal failed", error=message_of(exc))
 
     def _settle_in_flight(self, deadline: float) -> None:
         """Wait (until ``deadline``) for work on the system loop and for calls on other

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +16,8 @@ import pytest
 from conftest import WAIT, block, call, echo, fixture
 from pool_support import batch
 
-from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+import dsh_tools._system as system_module
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem
 
 
 def test_stop_mid_batch_gives_every_started_call_its_result() -> None:
@@ -281,3 +284,47 @@ def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_ha
             system.execute_batch(batch("c1", "c2"), timeout=10)
     finally:
         system.stop()
+
+
+def test_stop_from_a_hook_of_a_code_mode_sub_call_leaves_no_template_or_pool_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sub-call's hook runs on the run's own loop, which this stop() then blocks: the run
+    # cannot end, so the disposal gives up waiting for it and still stops what it started.
+    monkeypatch.setattr(system_module, "RUNTIME_DISPOSAL_S", 1.0, raising=False)
+    before = set(threading.enumerate())
+    system = ToolSystem.start(ToolsConfig(mode="code"))
+    system.tools.register(fixture("p"))
+
+    async def stop_here(exec: Any, next: Any) -> Any:
+        if exec.name == "p":
+            system.stop()
+        return await next()
+
+    system.tools.on_pre_execute(stop_here)
+    program = {"code": "return await tools.p({})", "description": "Call p"}
+    call = ExecuteCall(call_id="c1", name="run_code", arguments=program)
+    with contextlib.suppress(Exception):
+        asyncio.run(system.execute_async(call))
+    for thread in set(threading.enumerate()) - before:
+        thread.join(timeout=10)
+    assert {t.name for t in set(threading.enumerate()) - before if t.is_alive()} == set()
+    assert templates_of_this_process() == []
+
+
+def templates_of_this_process() -> list[int]:
+    """The worker templates this process started that still run (zombies are gone)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != b"Z" and b"_template.py" in command:
+            found.append(int(entry))
+    return found
