@@ -12,6 +12,7 @@ import inspect
 import os
 import select
 import stat
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -327,6 +328,34 @@ def test_read_file_stops_when_the_call_is_aborted(root: Path) -> None:
 
     with pytest.raises(AbortError):
         call(read_file_tool(root), {"path": "a.txt"}, AbortSignal.aborted_signal())
+
+
+def test_a_path_that_cannot_be_resolved_is_a_workspace_error(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python's realpath raises EINVAL when a link turns into a directory as it reads it.
+    def racing(path: Any, **kwargs: Any) -> str:
+        raise OSError(22, "Invalid argument")
+
+    tool = read_file_tool(root)
+    monkeypatch.setattr(os.path, "realpath", racing)
+    with pytest.raises(WorkspaceError) as raised:
+        call(tool, {"path": "d/a.txt"})
+    assert raised.value.code == "IO_ERROR"
+
+
+@pytest.mark.timeout(30)
+def test_read_file_skipping_an_endless_line_stops_when_the_call_is_aborted(root: Path) -> None:
+    # Text, then a terabyte hole with no newline: skipping the rest of that first line would
+    # read all of it.
+    with open(root / "sparse.txt", "wb") as file:
+        file.write(b"a" * 9000)
+        file.truncate(1 << 40)
+    controller = AbortController()
+    threading.Timer(0.2, controller.abort, args=("enough",)).start()
+
+    with pytest.raises(AbortError):
+        call(read_file_tool(root), {"path": "sparse.txt", "limit": 1}, controller.signal)
 
 
 @pytest.mark.parametrize(

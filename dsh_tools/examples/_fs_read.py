@@ -38,15 +38,17 @@ MAX_LIST_ENTRIES = 1000
 # --- read_file ---------------------------------------------------------------------------------
 
 
-def _capped_lines(handle: BinaryIO) -> Iterator[bytes]:
+def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
     """The file's lines; a line longer than ``MAX_READ_BYTES`` is cut there (its newline kept)
-    and the rest of it skipped, so one huge line never sits in memory whole."""
+    and the rest of it skipped, so one huge line never sits in memory whole. Skipping watches
+    ``signal``: the rest of a line may be the terabyte hole of a sparse file."""
     while True:
         raw = handle.readline(MAX_READ_BYTES)
         if not raw:
             return
         if len(raw) == MAX_READ_BYTES and not raw.endswith(b"\n"):
             while True:  # skip the rest of the overlong line
+                check_abort(signal)
                 rest = handle.readline(MAX_READ_BYTES)
                 if not rest or rest.endswith(b"\n"):
                     break
@@ -75,7 +77,7 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
             if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
                 raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
             handle.seek(0)
-            for number, raw in enumerate(_capped_lines(handle), start=1):
+            for number, raw in enumerate(_capped_lines(handle, signal), start=1):
                 check_abort(signal)
                 if number < start:
                     continue

@@ -60,7 +60,10 @@ class Workspace:
         candidate = Path(path)
         if not candidate.is_absolute():
             candidate = self.root / candidate
-        resolved = Path(os.path.realpath(candidate))
+        try:
+            resolved = Path(os.path.realpath(candidate))
+        except OSError as exc:  # a link that turned into a directory as it was read, say
+            raise self.io_error(exc, path) from None
         if resolved != self.root and not resolved.is_relative_to(self.root):
             raise WorkspaceError(
                 f'path "{path}" is outside the workspace', "PATH_OUTSIDE_WORKSPACE"
