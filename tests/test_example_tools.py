@@ -832,3 +832,22 @@ def test_bash_result_card_declines_content_that_is_not_one_text_block() -> None:
 
     assert tool.present_result(args, two) is None
     assert tool.present_result(args, image) is None
+
+
+@pytest.mark.parametrize("make", [write_file_tool, edit_file_tool])
+def test_a_file_too_large_to_read_whole_is_refused_before_it_is_read(root: Path, make: Any) -> None:
+    # A sparse file claiming a terabyte: read whole to diff or edit it, it would take that much.
+    with open(root / "huge.txt", "wb") as file:
+        file.write(b"text\n")
+        file.truncate(1 << 40)
+    args: dict[str, Any] = {"path": "huge.txt"}
+    if make is edit_file_tool:
+        args |= {"old_string": "text", "new_string": "more"}
+    else:
+        args["content"] = "small\n"
+
+    with pytest.raises(WorkspaceError, match="more than the 16777216") as raised:
+        call(make(root), args)
+
+    assert raised.value.code == "FILE_TOO_LARGE"
+    assert os.path.getsize(root / "huge.txt") == 1 << 40

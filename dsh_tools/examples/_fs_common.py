@@ -13,7 +13,14 @@ from typing import Any
 from ..actors import AbortSignal
 from ._workspace import Workspace, WorkspaceError, check_abort
 
-__all__ = ["BINARY_SNIFF_BYTES", "read_text", "read_text_lenient", "text_block", "write_text"]
+__all__ = [
+    "BINARY_SNIFF_BYTES",
+    "MAX_EDIT_BYTES",
+    "read_text",
+    "read_text_lenient",
+    "text_block",
+    "write_text",
+]
 
 BINARY_SNIFF_BYTES = 8192
 
@@ -25,12 +32,31 @@ def text_block(text: str) -> list[dict[str, Any]]:
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
 
 
+MAX_EDIT_BYTES = 16 * 2**20
+"""The largest existing file ``write_file`` and ``edit_file`` read whole (to edit it, or to show
+what an overwrite changed): a larger one, or a sparse file claiming a terabyte, is refused
+(``FILE_TOO_LARGE``) before any of it is read."""
+
+
 def _read_bytes(workspace: Workspace, target: Path, shown: str) -> bytes:
     with workspace.open_file(target, shown) as handle:
         try:
-            return handle.read()
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_EDIT_BYTES:
+                raise WorkspaceError(
+                    f'"{shown}" has {size} bytes, more than the {MAX_EDIT_BYTES} this tool reads '
+                    "whole",
+                    "FILE_TOO_LARGE",
+                )
+            data = handle.read(MAX_EDIT_BYTES + 1)
         except OSError as exc:
             raise workspace.io_error(exc, shown) from None
+    if len(data) > MAX_EDIT_BYTES:  # it grew as it was read
+        raise WorkspaceError(
+            f'"{shown}" has more than the {MAX_EDIT_BYTES} bytes this tool reads whole',
+            "FILE_TOO_LARGE",
+        )
+    return data
 
 
 def read_text(workspace: Workspace, target: Path, shown: str) -> str:

@@ -33,7 +33,7 @@ class WorkspaceError(HarnessError):
 
     Codes: ``PATH_OUTSIDE_WORKSPACE``, ``INVALID_PATH``, ``NOT_FOUND``, ``NOT_A_FILE``,
     ``NOT_A_DIRECTORY``, ``BINARY_FILE``, ``PERMISSION_DENIED``, ``IO_ERROR``,
-    ``INVALID_RANGE``, ``EDIT_MISMATCH``.
+    ``INVALID_RANGE``, ``EDIT_MISMATCH``, ``FILE_TOO_LARGE``.
     """
 
     def __init__(self, message: str, code: str) -> None:
