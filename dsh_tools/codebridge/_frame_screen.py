@@ -71,12 +71,12 @@ _LOG_ROOM: Final = 16
 """``["Log", text]``: array header, tag and the string's header beyond its JSON size."""
 
 
-_SCALAR_WIDTHS: Final = {
-    0xC0: 0, 0xC2: 0, 0xC3: 0,  # nil, false, true
-    0xCA: 4, 0xCB: 8,  # floats
-    0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,  # integers
-}  # fmt: skip
-"""The bytes after the header byte of each scalar token other than a string."""
+_INTEGER_WIDTHS: Final = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
+"""The bytes after the header byte of each integer wider than a fixed one."""
+_SCALAR_WIDTHS: Final = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, **_INTEGER_WIDTHS}
+"""The same for each scalar token but a string: nil, false, true, the floats, the integers."""
+_STRING_WIDTHS: Final = {0xD9: 1, 0xDA: 2, 0xDB: 4}
+"""The width of the length after each header byte of a string longer than a fixed one."""
 
 
 class _Cursor:
@@ -116,35 +116,30 @@ class _Cursor:
             return None
         raise ValueError("not an array")
 
-    def string(self) -> bytes:
-        head = self._byte()
-        if 0xA0 <= head <= 0xBF:
-            size = head & 0x1F
-        elif head == 0xD9:
-            size = self._uint(1)
-        elif head == 0xDA:
-            size = self._uint(2)
-        elif head == 0xDB:
-            size = self._uint(4)
-        else:
-            raise ValueError("not a string")
+    def _skip(self, size: int) -> int:
+        """Step over ``size`` bytes; return where they start."""
         start = self.at
         if start + size > self._end:
             raise ValueError("truncated")
         self.at = start + size
+        return start
+
+    def _string_size(self) -> int:
+        head = self._byte()
+        if 0xA0 <= head <= 0xBF:
+            return head & 0x1F
+        width = _STRING_WIDTHS.get(head)
+        if width is None:
+            raise ValueError("not a string")
+        return self._uint(width)
+
+    def string(self) -> bytes:
+        size = self._string_size()
+        start = self._skip(size)
         return bytes(self._body[start : start + size])
 
     def skip_string(self) -> None:
-        head = self._byte()
-        if 0xA0 <= head <= 0xBF:
-            size = head & 0x1F
-        elif head in (0xD9, 0xDA, 0xDB):
-            size = self._uint({0xD9: 1, 0xDA: 2, 0xDB: 4}[head])
-        else:
-            raise ValueError("not a string")
-        if self.at + size > self._end:
-            raise ValueError("truncated")
-        self.at += size
+        self._skip(self._string_size())
 
     def object_keys(self, budget: int) -> int | None:
         """Step over one token; return how many keys it carries (0 but for an object marker),
@@ -171,21 +166,18 @@ class _Cursor:
         if width is None:
             self.at -= 1
             self.skip_string()
-        elif self.at + width > self._end:
-            raise ValueError("truncated")
         else:
-            self.at += width
+            self._skip(width)
         return 0
 
     def skip_int(self) -> None:
         head = self._byte()
         if head <= 0x7F or head >= 0xE0:
             return
-        widths = {0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8}
-        width = widths.get(head)
+        width = _INTEGER_WIDTHS.get(head)
         if width is None:
             raise ValueError("not an integer")
-        self._uint(width)
+        self._skip(width)
 
 
 def _values(cursor: _Cursor, tokens: int, cap: int) -> int | None:

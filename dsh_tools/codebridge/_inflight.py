@@ -34,12 +34,10 @@ def argument_bytes(tokens: list[Token]) -> int:
     """The size a call's argument tokens are counted as."""
     size = BYTES_PER_TOKEN * len(tokens)
     for token in tokens:
-        kind = type(token)
-        if kind is str:
-            size += len(token)  # type: ignore[arg-type]
-        elif kind is ObjectMarker:
-            keys = token.keys  # type: ignore[union-attr]
-            size += BYTES_PER_TOKEN * len(keys) + sum(map(len, keys))
+        if type(token) is str:
+            size += len(token)
+        elif type(token) is ObjectMarker:
+            size += BYTES_PER_TOKEN * len(token.keys) + sum(map(len, token.keys))
     return size
 
 

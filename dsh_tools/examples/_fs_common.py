@@ -35,23 +35,16 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW",
 MAX_EDIT_BYTES = 16 * 2**20
 """The largest existing file ``write_file`` and ``edit_file`` read whole (to edit it, or to show
 what an overwrite changed): a larger one, or a sparse file claiming a terabyte, is refused
-(``FILE_TOO_LARGE``) before any of it is read."""
+(``FILE_TOO_LARGE``) once this much of it is read."""
 
 
 def _read_bytes(workspace: Workspace, target: Path, shown: str) -> bytes:
     with workspace.open_file(target, shown) as handle:
         try:
-            size = os.fstat(handle.fileno()).st_size
-            if size > MAX_EDIT_BYTES:
-                raise WorkspaceError(
-                    f'"{shown}" has {size} bytes, more than the {MAX_EDIT_BYTES} this tool reads '
-                    "whole",
-                    "FILE_TOO_LARGE",
-                )
             data = handle.read(MAX_EDIT_BYTES + 1)
         except OSError as exc:
             raise workspace.io_error(exc, shown) from None
-    if len(data) > MAX_EDIT_BYTES:  # it grew as it was read
+    if len(data) > MAX_EDIT_BYTES:
         raise WorkspaceError(
             f'"{shown}" has more than the {MAX_EDIT_BYTES} bytes this tool reads whole',
             "FILE_TOO_LARGE",

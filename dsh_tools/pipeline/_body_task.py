@@ -13,10 +13,11 @@ from typing import Any, NoReturn
 
 from ..actors import AbortSignal
 from ..registry._execution import CallRecord
-from ._core import BodyCancelled, cancel_from_any_thread, cancel_soon
+from ._core import BodyCancelled, cancel_from_any_thread, cancel_soon, owned_generator_exit
 
 __all__ = [
     "awaited",
+    "call_plain_body",
     "capture",
     "closing",
     "own_cancellation",
@@ -102,12 +103,21 @@ def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
     ``GeneratorExit`` the body raised itself (not this coroutine closing), else the failure."""
     try:
         if isinstance(failure, GeneratorExit):
-            raise RuntimeError("the tool body raised GeneratorExit") from failure
+            raise owned_generator_exit("the tool body") from failure
         if isinstance(failure, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
             raise BodyCancelled
         raise failure
     finally:
         del failure  # the traceback keeps this frame too
+
+
+def call_plain_body(execute: Callable[..., Any], arguments: Any, ctx: Any) -> Any:
+    """Call a plain body, inline or on a worker thread; a ``GeneratorExit`` it raises is its
+    failure, not the closing of the coroutine that awaits it."""
+    try:
+        return execute(arguments, ctx)
+    except GeneratorExit as exc:
+        raise owned_generator_exit("the tool body") from exc
 
 
 def closing(task: asyncio.Task[Any]) -> bool:

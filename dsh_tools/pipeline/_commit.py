@@ -30,6 +30,7 @@ from ._core import (
     close_awaitable,
     log,
     log_fields,
+    owned_generator_exit,
     replace_if_aborted,
 )
 from ._loop import event_loop
@@ -166,7 +167,7 @@ class CommitStages(PipelineCore):
                 try:
                     content = finalizer(rec.view(), result)
                 except GeneratorExit as exc:  # raised by the finalizer, a plain function
-                    raise RuntimeError("the finalizer raised GeneratorExit") from exc
+                    raise owned_generator_exit("the finalizer") from exc
                 if is_awaitable(content):
                     close_awaitable(content)
                     raise TypeError(

@@ -48,6 +48,7 @@ __all__ = [
     "compact_arguments",
     "log",
     "log_fields",
+    "owned_generator_exit",
     "replace_if_aborted",
 ]
 
@@ -197,6 +198,13 @@ class PipelineCore:
         if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
             rec.reraise = exc
         return failure
+
+
+def owned_generator_exit(owner: str) -> RuntimeError:
+    """What a ``GeneratorExit`` raised by user code (``owner``: "a guard", "the tool body")
+    fails its call with. The stages pass a ``GeneratorExit`` on unchanged only where it may be
+    their own coroutine closing; one out of a plain function never is."""
+    return RuntimeError(f"{owner} raised GeneratorExit")
 
 
 def cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:

@@ -25,6 +25,7 @@ from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import ToolEntry
 from ._body_task import (
     awaited,
+    call_plain_body,
     capture,
     closing,
     own_cancellation,
@@ -147,10 +148,7 @@ class DispatchStages(PipelineCore):
             try:
                 ctx = ToolRunContext(rec, fused)
                 if here and not entry.is_async:
-                    try:
-                        value = entry.definition.execute(rec.arguments, ctx)
-                    except GeneratorExit as exc:  # raised by the plain body itself
-                        raise RuntimeError("the tool body raised GeneratorExit") from exc
+                    value = call_plain_body(entry.definition.execute, rec.arguments, ctx)
                     if is_awaitable(value):
                         value = await self._run_task(rec, awaited(value), fused)
                 else:
@@ -317,7 +315,7 @@ class DispatchStages(PipelineCore):
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return (it is never abandoned)."""
         await event_loop()  # to wait for the worker
-        work = self._executor.submit(_plain_body, execute, rec.arguments, ctx)
+        work = self._executor.submit(call_plain_body, execute, rec.arguments, ctx)
         try:
             return await asyncio.wrap_future(work)
         except asyncio.CancelledError:
@@ -352,15 +350,6 @@ class DispatchStages(PipelineCore):
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
         )
-
-
-def _plain_body(execute: Callable[..., Any], arguments: Any, ctx: ToolRunContext) -> Any:
-    """A plain body on a worker thread; a ``GeneratorExit`` it raises arrives as what it is, a
-    failure of the body, not as the closing of the coroutine that awaits it."""
-    try:
-        return execute(arguments, ctx)
-    except GeneratorExit as exc:
-        raise RuntimeError("the tool body raised GeneratorExit") from exc
 
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:

@@ -24,6 +24,7 @@ from ._core import (
     abort_reason,
     call_aborted,
     close_awaitable,
+    owned_generator_exit,
 )
 from ._loop import event_loop
 from ._results import NOT_LOSSLESS_ARGS, cancelled, failure
@@ -262,7 +263,7 @@ class PrepareStages(PipelineCore):
             try:
                 out = fn(view)
             except GeneratorExit as exc:  # raised by the guard: no coroutine is closing here
-                raise RuntimeError("a guard raised GeneratorExit") from exc
+                raise owned_generator_exit("a guard") from exc
             if out is None:
                 continue
             if type(out) is str:
