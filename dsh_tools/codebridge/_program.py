@@ -98,7 +98,10 @@ def check_program(source: str) -> None:
     to bytecode is left to the worker, inside its run's limits: a short program can cost the
     compiler gigabytes (nested ``finally`` blocks are emitted twice per level; a ``match`` with
     thousands of captures is quadratic)."""
-    _program_module(source)
+    if "yield" in source:
+        _program_module(source)  # its walk refuses a ``yield`` of the program's own
+    else:
+        _parse(source)  # no yield without the keyword spelt out: the parse is the check
 
 
 def compile_program(source: str) -> CodeType:
@@ -117,14 +120,18 @@ def compile_program(source: str) -> CodeType:
         raise _too_deep(error) from None
 
 
-def _program_module(source: str) -> ast.Module:
-    """The program parsed and wrapped (see the module docstring), not yet compiled."""
+def _parse(source: str) -> ast.Module:
     try:
-        tree = ast.parse(source, FILENAME, "exec")
+        return ast.parse(source, FILENAME, "exec")
     except (SyntaxError, ValueError) as error:
         raise ProgramError(_format_syntax_error(error, source)) from None
     except (MemoryError, RecursionError) as error:
         raise _too_deep(error) from None
+
+
+def _program_module(source: str) -> ast.Module:
+    """The program parsed and wrapped (see the module docstring), not yet compiled."""
+    tree = _parse(source)
     for node in _own_nodes(tree.body):
         if isinstance(node, ast.Yield | ast.YieldFrom):
             rejected = SyntaxError(

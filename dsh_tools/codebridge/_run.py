@@ -197,17 +197,20 @@ class CodeRun(RunProcess):
             # The run is over once its init has reaped every process of it (``G``): a result
             # never arrives while something the program started still runs.
             self._end_sandboxed()
-            if not self._exited:
-                self._end_deadline = self._loop.call_later(_END_NOTICE_SECONDS, self._end_unheard)
         else:
             self._kill()
         if self._exited:
             self._start_grace()
+        elif self._sandboxed:
+            # One timer while the init is expected to report: its ``_end_unheard`` starts the
+            # wait for the exit report (``_EXIT_REPORT_SECONDS`` from here in all).
+            self._end_deadline = self._loop.call_later(_END_NOTICE_SECONDS, self._end_unheard)
         else:
-            self._report_deadline = self._loop.call_later(
-                _EXIT_REPORT_SECONDS, self._template_silent
-            )
+            self._await_exit_report(_EXIT_REPORT_SECONDS)
         self._maybe_finish()
+
+    def _await_exit_report(self, seconds: float) -> None:
+        self._report_deadline = self._loop.call_later(seconds, self._template_silent)
 
     def _end_unheard(self) -> None:
         """The init has not reported the end of a settled sandboxed run: kill it, which takes
@@ -217,6 +220,7 @@ class CodeRun(RunProcess):
         self._on_status()
         if not self._done and not self._exited:
             self._kill()
+            self._await_exit_report(_EXIT_REPORT_SECONDS - _END_NOTICE_SECONDS)
 
     def _template_silent(self) -> None:
         """The worker was killed but its exit was never reported: the template is stopped or
@@ -235,7 +239,7 @@ class CodeRun(RunProcess):
         self._maybe_finish()
 
     def _start_grace(self) -> None:
-        if self._grace is None and not self._grace_over:
+        if self._grace is None and not self._grace_over and not self._native.closed:
             self._grace = self._loop.call_later(_EXIT_GRACE_SECONDS, self._grace_expired)
 
     def _grace_expired(self) -> None:

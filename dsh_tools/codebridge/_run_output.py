@@ -11,6 +11,8 @@ from ._run_pipes import DRAIN_LIMIT, READ_SIZE, read_available
 
 __all__ = ["NativeOutput"]
 
+_UTF8 = codecs.getincrementaldecoder("utf-8")
+
 
 class NativeOutput:
     """One attempt's two native pipes (index 0 stdout, 1 stderr) as ledger entries."""
@@ -19,10 +21,8 @@ class NativeOutput:
 
     def __init__(self, ledger: OutputLedger) -> None:
         self._ledger = ledger
-        self._decoders = [
-            codecs.getincrementaldecoder("utf-8")("replace"),
-            codecs.getincrementaldecoder("utf-8")("replace"),
-        ]
+        # Made at a pipe's first bytes: most runs write nothing natively.
+        self._decoders: list[codecs.IncrementalDecoder | None] = [None, None]
         self.eof = [False, False]
 
     @property
@@ -37,28 +37,34 @@ class NativeOutput:
     def take(self, index: int, data: bytes) -> bool:
         """Admit one read of pipe ``index`` (``b""``: its end of file); ``False`` when the
         ledger overflowed."""
-        decoder = self._decoders[index]
         if data:
-            text = decoder.decode(data)
+            text = self._decoder(index).decode(data)
         else:
-            text = decoder.decode(b"", True)
+            decoder = self._decoders[index]
+            text = "" if decoder is None else decoder.decode(b"", True)
             self.eof[index] = True
         return not text or self._ledger.admit(text)
+
+    def _decoder(self, index: int) -> codecs.IncrementalDecoder:
+        decoder = self._decoders[index]
+        if decoder is None:
+            decoder = self._decoders[index] = _UTF8("replace")
+        return decoder
 
     def drain(self, index: int, fd: int | None) -> None:
         """Admit what pipe ``index`` holds now (bounded), and the decoder's tail; the pipe then
         counts as closed."""
-        decoder = self._decoders[index]
         taken = 0
         while fd is not None and taken < DRAIN_LIMIT:
             data = read_available(fd, READ_SIZE)
             if not data:
                 break
             taken += len(data)
-            text = decoder.decode(data)
+            text = self._decoder(index).decode(data)
             if text and not self._ledger.admit(text):
                 break
-        tail = decoder.decode(b"", True)
+        decoder = self._decoders[index]
+        tail = "" if decoder is None else decoder.decode(b"", True)
         if tail:
             self._ledger.admit(tail)
         self.eof[index] = True

@@ -57,8 +57,11 @@ if hasattr(selectors, "EpollSelector"):
             self._note_keys()
 
         def _note_keys(self) -> None:
-            keys = list(self.get_map().values())
-            self._only_wake = len(keys) == 1 and keys[0].fd == self._wake_fd
+            # Called at every register and unregister: a length and, only when one descriptor
+            # is left, a lookup (listing the keys cost a code run four times as many calls).
+            registered = self.get_map()
+            wake = self._wake_fd
+            self._only_wake = len(registered) == 1 and wake is not None and wake in registered
 
         def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
             key = super().register(fileobj, events, data)
