@@ -114,6 +114,7 @@ class ToolSystem:
             raise TypeError(f"session must be a SessionLog, got {type(session).__name__}")
         self.session = session if session is not None else SessionLog()
         self._stopped = False
+        self._finishing: threading.Thread | None = None  # see stop(): set once, under _lock
         self._stopping = AbortController()  # batches abort when it does
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
@@ -232,13 +233,39 @@ class ToolSystem:
         ``RuntimeError``. Calls submitted after ``stop()`` raise ``RuntimeError``.
         """
         with self._lock:
+            finishing = self._finishing
             if self._stopped:
+                if finishing is not None and not self._inside_own_work():
+                    finishing.join(STOP_GRACE_S + RUNTIME_DISPOSAL_S)
                 return
             self._stopped = True
             self._scopes.clear()
+            if self._inside_own_work():
+                # Called from a hook or body of this system's own calls: those calls settle
+                # only once this returns, so the rest of the stop waits for them on a thread
+                # of its own (a later stop() from elsewhere waits for that thread).
+                finishing = self._finishing = threading.Thread(
+                    target=self._finish_stop, name="dsh-tools-stop", daemon=True
+                )
         _running.discard(self)
         self._stopping.abort(STOPPING_REASON)
         self.pipeline.interrupt_all(STOPPING_REASON)
+        if finishing is not None:
+            finishing.start()
+        else:
+            self._finish_stop()
+
+    def _inside_own_work(self) -> bool:
+        """Whether this thread runs work of this system's calls that is in flight: it is the
+        system loop's, or a body thread's, or calls of the system are in flight on it."""
+        current = threading.current_thread()
+        if current is self._system_loop.thread or current in self._executor.threads():
+            return True
+        ident = current.ident
+        return any(record.thread == ident for record in list(self.pipeline.live))
+
+    def _finish_stop(self) -> None:
+        """The rest of ``stop()``, once the calls in flight were aborted."""
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         runtime = self.code_runtime
         if runtime is not None and self._owns_runtime:

@@ -274,16 +274,65 @@ def test_ctrl_c_during_a_blocking_execute_cancels_the_call_and_records_its_resul
     assert done.stdout.split("\n")[:3] == ["interrupted", "['ABORTED'] ['cancelled']", "quick 0"]
 
 
-def test_stopping_the_system_from_a_batch_observer_fails_the_batch_instead_of_hanging() -> None:
+def test_stopping_the_system_from_a_batch_observer_lets_the_batch_settle_first() -> None:
     system = ToolSystem.start(code_runtime=None)
     try:
         system.tools.register(fixture("x"))
         system.tools.on_result(lambda exec, result: system.stop())
 
-        with pytest.raises(RuntimeError, match="stopped before the call finished"):
-            system.execute_batch(batch("c1", "c2"), timeout=10)
+        outcome = system.execute_batch(batch("c1", "c2"), timeout=10)
+        assert [r.call_id for r in outcome.results] == ["c1", "c2"]
+        assert result_ids(system) == ["c1", "c2"]
+        assert not system.running
     finally:
         system.stop()
+
+
+def result_ids(system: ToolSystem) -> list[str]:
+    return [e.data["call_id"] for e in system.session.events if e.type == "tool/result"]
+
+
+@pytest.mark.parametrize("entry", ["batch", "batch_async"])
+@pytest.mark.parametrize("where", ["plain body", "async body", "pre-execute", "post-execute"])
+def test_stop_from_inside_a_batch_call_lets_the_batch_settle_with_every_result(
+    entry: str, where: str
+) -> None:
+    # The call that stops the system runs on the system's own threads: its batch settles only
+    # once stop() returns, so the rest of the stop waits for it instead of tearing it down.
+    before = set(threading.enumerate())
+    system = ToolSystem.start(code_runtime=None)
+
+    def plain(args: Any, ctx: Any) -> Any:
+        if where == "plain body":
+            system.stop()
+        return [block("done")]
+
+    async def async_body(args: Any, ctx: Any) -> Any:
+        if where == "async body":
+            system.stop()
+        return [block("done")]
+
+    async def stop_in(stage: str, exec: Any, *rest: Any) -> Any:
+        if where == stage:
+            system.stop()
+        return await rest[-1]()
+
+    body = async_body if where == "async body" else plain
+    system.tools.register(fixture("t", body, is_concurrency_safe=lambda args: False))
+    system.tools.on_pre_execute(lambda exec, next: stop_in("pre-execute", exec, next))
+    system.tools.on_post_execute(lambda e, r, next: stop_in("post-execute", e, r, next))
+    turn = ExecuteBatch(calls=[ToolCall("c1", "t", "{}"), ToolCall("c2", "t", "{}")])
+    if entry == "batch":
+        outcome = system.execute_batch(turn, timeout=WAIT)
+    else:
+        outcome = asyncio.run(asyncio.wait_for(system.execute_batch_async(turn), WAIT))
+    codes = [r.to_dict()["error"]["info"]["code"] for r in outcome.results]
+    first = "ABORTED_BEFORE_DISPATCH" if where == "pre-execute" else "ABORTED"
+    assert codes == [first, "ABORTED_BEFORE_DISPATCH"]
+    assert result_ids(system) == ["c1", "c2"]
+    assert not system.running
+    system.stop()  # from outside: waits for the rest of the first stop
+    assert [t for t in threading.enumerate() if t not in before] == []
 
 
 def test_stop_from_a_hook_of_a_code_mode_sub_call_leaves_no_template_or_pool_behind(
