@@ -285,10 +285,10 @@ class ToolSystem:
 
     def _dispose_runtime(self, runtime: CodeRuntime) -> None:
         """Dispose the code runtime the system owns, waiting up to ``RUNTIME_DISPOSAL_S``. A
-        run whose event loop cannot move (it is this very thread's, blocked in this ``stop()``
-        from a hook of one of its sub-calls) would keep the disposal waiting for ever: it is
-        then cancelled, which stops the runtime's pool and template anyway, and a second
-        ``dispose()``, which waits only for that, sees them gone."""
+        run whose event loop does not move (a thread blocked for good while its run waits)
+        would keep the disposal waiting for ever: it is then cancelled, which stops the
+        runtime's pool and template anyway, and a second ``dispose()``, which waits only for
+        that, sees them gone."""
         future = self._system_loop.submit(runtime.dispose())
         try:
             future.result(RUNTIME_DISPOSAL_S)

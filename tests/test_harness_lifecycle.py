@@ -338,8 +338,8 @@ def test_stop_from_inside_a_batch_call_lets_the_batch_settle_with_every_result(
 def test_stop_from_a_hook_of_a_code_mode_sub_call_leaves_no_template_or_pool_behind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The sub-call's hook runs on the run's own loop, which this stop() then blocks: the run
-    # cannot end, so the disposal gives up waiting for it and still stops what it started.
+    # The sub-call's hook runs on the run's own loop: stop() returns at once there, and the
+    # rest of the stop (the runtime's disposal among it) follows once the run has settled.
     monkeypatch.setattr(system_module, "RUNTIME_DISPOSAL_S", 1.0, raising=False)
     before = set(threading.enumerate())
     system = ToolSystem.start(ToolsConfig(mode="code"))
