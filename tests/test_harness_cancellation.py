@@ -371,3 +371,119 @@ def test_a_wrapper_that_swallows_the_callers_cancellation_does_not_start_the_bod
         assert result["error"]["code"] == "ABORTED_BEFORE_DISPATCH"
     finally:
         system.stop()
+
+
+class StuckHook:
+    """An async hook for one stage that waits ``FOREVER`` without looking at its signal (or,
+    ``swallowing``, catches the cancellation once and carries on), noting how it ended."""
+
+    def __init__(self, system: ToolSystem, stage: str, swallowing: bool = False) -> None:
+        self.waiting = threading.Event()
+        self.ends: list[str] = []
+
+        async def wait(rest: tuple[Any, ...]) -> Any:
+            self.waiting.set()
+            try:
+                await asyncio.sleep(FOREVER)
+            except asyncio.CancelledError:
+                self.ends.append("cancelled")
+                if not swallowing:
+                    raise
+            return await rest[-1]()
+
+        async def pre(exec: Any, next: Any) -> Any:
+            return await wait((exec, next))
+
+        async def post(exec: Any, result: Any, next: Any) -> Any:
+            return await wait((exec, result, next))
+
+        {
+            "pre-execute": lambda: system.tools.on_pre_execute(pre),
+            "execute wrapper": lambda: system.tools.on_execute(pre),
+            "post-execute": lambda: system.tools.on_post_execute(post),
+        }[stage]()
+
+
+def expected_code(stage: str) -> str:
+    return "ABORTED" if stage == "post-execute" else "ABORTED_BEFORE_DISPATCH"
+
+
+STAGES = ["pre-execute", "execute wrapper", "post-execute"]
+
+
+@pytest.mark.parametrize("entry", ["execute", "execute_async", "execute_batch"])
+@pytest.mark.parametrize("stage", STAGES)
+def test_stop_cancels_a_hook_that_never_returns_and_the_call_keeps_its_one_result(
+    entry: str, stage: str
+) -> None:
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("t"))
+    hook = StuckHook(system, stage)
+    outcomes: list[Any] = []
+
+    def caller() -> None:
+        one = ExecuteCall(call_id="c1", name="t", arguments={})
+        if entry == "execute":
+            outcomes.append(system.execute(one))
+        elif entry == "execute_async":
+            outcomes.append(asyncio.run(system.execute_async(one)))
+        else:
+            turn = ExecuteBatch(calls=[ToolCall("c1", "t", "{}")])
+            outcomes.append(system.execute_batch(turn).results[0])
+
+    waiting = threading.Thread(target=caller)
+    waiting.start()
+    assert hook.waiting.wait(WAIT)
+    system.stop()
+    waiting.join(WAIT)
+    assert not waiting.is_alive()
+    (result,) = outcomes
+    assert code_of(result) == expected_code(stage)
+    assert result.abort_reason == "the tool system is stopping"
+    assert hook.ends == ["cancelled"]
+    assert list(results_of(system)) == ["c1"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_cancelling_execute_batch_async_does_not_wait_for_a_stuck_hook(stage: str) -> None:
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("t"))
+        hook = StuckHook(system, stage)
+
+        async def caller() -> None:
+            turn = ExecuteBatch(calls=[ToolCall("c1", "t", "{}"), ToolCall("c2", "t", "{}")])
+            async with asyncio.timeout(0.3):
+                await system.execute_batch_async(turn)
+
+        with pytest.raises(TimeoutError):
+            asyncio.run(asyncio.wait_for(caller(), WAIT))
+        codes = {call_id: data["error"]["code"] for call_id, data in results_of(system).items()}
+        assert codes == {"c1": expected_code(stage), "c2": "ABORTED_BEFORE_DISPATCH"}
+        assert hook.ends == ["cancelled"]
+    finally:
+        system.stop()
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_hook_that_swallows_the_stop_leaves_the_callers_task_as_it_was(stage: str) -> None:
+    # The pipeline cancels the task its hooks wait in, under execute_async the caller's own:
+    # a hook that swallows that cancellation must not leave the caller's task cancelling.
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("t"))
+    hook = StuckHook(system, stage, swallowing=True)
+
+    async def caller() -> tuple[Any, int]:
+        stopper = threading.Thread(target=lambda: hook.waiting.wait(WAIT) and system.stop())
+        stopper.start()
+        result = await system.execute_async(ExecuteCall(call_id="c1", name="t", arguments={}))
+        await asyncio.sleep(0)  # no cancellation is left pending for this task
+        cancelling = asyncio.current_task().cancelling()  # type: ignore[union-attr]
+        stopper.join(WAIT)
+        return result, cancelling
+
+    result, cancelling = asyncio.run(asyncio.wait_for(caller(), WAIT))
+    assert hook.ends == ["cancelled"]
+    assert code_of(result) == expected_code(stage)  # carried on: the body does not start
+    assert cancelling == 0
+    assert list(results_of(system)) == ["c1"]

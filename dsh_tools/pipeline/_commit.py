@@ -3,6 +3,7 @@ captured finalizer, sealing, result observers."""
 
 from __future__ import annotations
 
+from asyncio import current_task
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from ._core import (
     log_fields,
     owned_generator_exit,
     replace_if_aborted,
+    take_back_hook_cancels,
 )
 from ._loop import event_loop
 from ._results import (
@@ -88,11 +90,14 @@ class CommitStages(PipelineCore):
                 hooks = self._cell.current.hooks_for("post_execute", rec.agent)
                 if hooks:
                     rec.stage = "post-execute"
-                    if not looped:
-                        await event_loop()  # hooks are async code: they may await anything
+                    if not looped:  # hooks are async code: they may await anything
+                        rec.loop = await event_loop()
+                        rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                     decision = first_link(hooks, (rec.view(), result), _accept)
                     while is_awaitable(decision):
                         decision = await decision
+                    if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
+                        take_back_hook_cancels(rec)
                     result = self._apply_post(rec, result, decision)
                 if rec.outer is not None:
                     self._check_outer(rec)

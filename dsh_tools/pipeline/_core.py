@@ -50,6 +50,7 @@ __all__ = [
     "log_fields",
     "owned_generator_exit",
     "replace_if_aborted",
+    "take_back_hook_cancels",
 ]
 
 CANCELLED_REASON = "the awaiting task was cancelled"
@@ -159,6 +160,10 @@ class PipelineCore:
         if approval is not None:
             with contextlib.suppress(RuntimeError):
                 approval.get_loop().call_soon_threadsafe(approval.cancel)
+        hooks = rec.hook_task
+        if hooks is not None:
+            with contextlib.suppress(RuntimeError):
+                hooks.get_loop().call_soon_threadsafe(cancel_hooks_soon, rec, hooks)
 
     def interrupt_all(self, reason: Any) -> None:
         """``interrupt`` every call running through ``run`` now (``stop()``)."""
@@ -182,9 +187,14 @@ class PipelineCore:
         traceback. ``KeyboardInterrupt`` / ``SystemExit`` on the caller's own thread are
         re-raised by ``run`` after the result is recorded; anywhere else they stay a failure,
         so that no user code can stop the system loop."""
-        if isinstance(exc, asyncio.CancelledError) and self._check_outer(rec):
-            code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-            return cancelled(code, reason=CANCELLED_REASON)
+        rec.hook_task = None  # the call finishes now: no hook of it waits any more
+        if isinstance(exc, asyncio.CancelledError):
+            if take_back_hook_cancels(rec):  # the interrupt's own, into a waiting hook
+                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+                return cancelled(code, reason=abort_reason(rec))
+            if self._check_outer(rec):
+                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+                return cancelled(code, reason=CANCELLED_REASON)
         failure = failure_from_exception(exc)
         fields = log_fields(rec)
         fields["stage"] = rec.stage
@@ -218,6 +228,39 @@ def cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
         return
     rec.cancel_sent = True
     task.cancel()
+
+
+HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
+"""The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
+
+
+def cancel_hooks(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """Cancel the task that waits on an interrupted call's hooks, if it still does (on its
+    loop, between its steps: it is suspended inside a hook or in what a hook awaits)."""
+    if task.done() or rec.hook_task is not task or rec.stage not in HOOK_STAGES:
+        return
+    rec.hook_cancels += 1
+    task.cancel()
+
+
+def cancel_hooks_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    # One more pass first, as for a body: a hook awaiting the call's signal may settle on its
+    # own before the cancellation would reach it.
+    task.get_loop().call_soon(cancel_hooks, rec, task)
+
+
+def take_back_hook_cancels(rec: CallRecord) -> bool:
+    """Withdraw the cancellations ``cancel_hooks`` sent (call in the task they went to, once it
+    has caught or outlived them); whether there were any."""
+    sent = rec.hook_cancels
+    if not sent:
+        return False
+    rec.hook_cancels = 0
+    task = asyncio.current_task()
+    if task is not None:
+        for _ in range(sent):
+            task.uncancel()
+    return True
 
 
 def cancel_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from asyncio import current_task
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, Final, Literal
@@ -43,6 +44,7 @@ from ._core import (
     abort_reason,
     cancel_body,
     replace_if_aborted,
+    take_back_hook_cancels,
 )
 from ._loop import event_loop, in_context, new_task, running_loop
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
@@ -91,12 +93,15 @@ class DispatchStages(PipelineCore):
             hooks = self._cell.current.hooks_for("execute", rec.agent)
             if hooks:
                 rec.stage = "execute-wrapper"
-                if not looped:
-                    await event_loop()  # hooks are async code: they may await anything asyncio
+                if not looped:  # hooks are async code: they may await anything asyncio
+                    rec.loop = await event_loop()
+                    rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                 base = partial(self._invoke, rec, inline)
                 result = first_link(hooks, (DispatchExecution(rec),), base)
                 while is_awaitable(result):
                     result = await result
+                if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
+                    take_back_hook_cancels(rec)
             else:
                 result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal

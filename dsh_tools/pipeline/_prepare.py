@@ -4,6 +4,7 @@ approval, guards; what the call needs next."""
 from __future__ import annotations
 
 import asyncio
+from asyncio import current_task
 from collections.abc import Awaitable
 from functools import partial
 from typing import Any
@@ -25,6 +26,7 @@ from ._core import (
     call_aborted,
     close_awaitable,
     owned_generator_exit,
+    take_back_hook_cancels,
 )
 from ._loop import event_loop
 from ._results import NOT_LOSSLESS_ARGS, cancelled, failure
@@ -108,11 +110,14 @@ class PrepareStages(PipelineCore):
             decision: Any = ALLOW
             if hooks:
                 rec.stage = "pre-execute"
-                if not looped:
-                    await event_loop()  # hooks are async code: they may await anything asyncio
+                if not looped:  # hooks are async code: they may await anything asyncio
+                    rec.loop = await event_loop()
+                    rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                 decision = first_link(hooks, (rec.view(),), _allow)
                 while is_awaitable(decision):
                     decision = await decision
+                if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
+                    take_back_hook_cancels(rec)
                 if decision is ALLOW:  # what a pass-through chain returns
                     return self._decide(rec, ALLOW, False)
             approval_cancelled = False

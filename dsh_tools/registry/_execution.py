@@ -52,7 +52,10 @@ class CallRecord:
         "entry",
         "exec_view",
         "finalizer",
+        "hook_cancels",
+        "hook_task",
         "inline",
+        "loop",
         "name",
         "outer",
         "outer_cancelled",
@@ -105,6 +108,12 @@ class CallRecord:
         self.body_signal: AbortSignal | None = None
         self.signal_read = False  # the body asked its context for its signal
         self.cancel_sent = False  # the pipeline cancelled the body's task
+        # The loop the call's stages run on, once one does; the task its hook stages
+        # (pre-execute, execute wrappers, post-execute) run in, and how many cancellations
+        # the pipeline sent that task (``interrupt``) and has not taken back.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.hook_task: asyncio.Task[Any] | None = None
+        self.hook_cancels = 0
         # The awaiting task (execute_async), whose cancellation counts
         self.outer: asyncio.Task[Any] | None = None
         self.cancel_base = 0
