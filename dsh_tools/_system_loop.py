@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -31,7 +32,12 @@ class SystemLoop:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: set[concurrent.futures.Future[Any]] = set()
+        # What was submitted and has not settled, with its coroutine (closed unstarted when the
+        # loop ends before it ran); ``background`` awaitables not started yet; whether the loop
+        # has ended (from then on both are refused at once). All under ``_lock``.
+        self._pending: dict[concurrent.futures.Future[Any], Coroutine[Any, Any, Any]] = {}
+        self._unstarted: dict[object, Awaitable[Any]] = {}
+        self._ended = False
         # The tasks of ``background`` awaits still running (touched on the loop's thread only),
         # and whether the loop is ending them because the system stops.
         self._background: set[asyncio.Task[Any]] = set()
@@ -46,8 +52,15 @@ class SystemLoop:
             self.loop.run_forever()
         finally:
             # However stop() was reached (from another thread, or from a hook or observer on
-            # this very loop), work the loop will never finish fails its waiters here.
+            # this very loop), work the loop will never finish fails its waiters here, and what
+            # it never started is closed (an awaitable left unawaited would be reported so).
+            with self._lock:
+                self._ended = True
+                unstarted = list(self._unstarted.values())
+                self._unstarted.clear()
             self.fail_pending()
+            for awaitable in unstarted:
+                _close(awaitable)
             self._end_background()
             self.loop.close()
 
@@ -67,13 +80,13 @@ class SystemLoop:
         """Fail every submitted call or batch that has not finished: its waiter gets an error
         instead of waiting forever (a body still running, say)."""
         with self._lock:
-            pending = list(self._pending)
+            pending = list(self._pending.items())
             self._pending.clear()
-        for future in pending:
+        for future, coro in pending:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
-                future.set_exception(
-                    RuntimeError("the tool system stopped before the call finished")
-                )
+                future.set_exception(RuntimeError(_STOPPED_BEFORE))
+            if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                coro.close()  # never started: its loop will not run it
 
     def wait_pending(self, deadline: float) -> None:
         """Wait (until ``deadline``) for what was submitted to settle."""
@@ -105,15 +118,20 @@ class SystemLoop:
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         with self._lock:
-            self._pending.add(future)
+            if self._ended:
+                coro.close()
+                future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                future.set_exception(RuntimeError(_STOPPED_BEFORE))
+                return future
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            self._pending[future] = coro
         future.add_done_callback(self._settled)
         return future
 
     def _settled(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
-            self._pending.discard(future)
+            self._pending.pop(future, None)
 
     def background(
         self, awaitable: Awaitable[Any], label: str, fields: dict[str, Any] | None = None
@@ -121,9 +139,6 @@ class SystemLoop:
         """Await ``awaitable`` on the system loop; log its failure as ``label + message``."""
 
         async def watch() -> None:
-            task = asyncio.current_task()
-            assert task is not None  # a coroutine run_coroutine_threadsafe wraps in a task
-            self._background.add(task)
             try:
                 await awaitable
             except GeneratorExit:
@@ -134,12 +149,34 @@ class SystemLoop:
                 # A cancellation by the system's stop is no failure either.
                 if not (self._closing and isinstance(exc, asyncio.CancelledError)):
                     _log.warning(label + message_of(exc), exc_info=exc, **(fields or {}))
-            finally:
-                self._background.discard(task)
 
-        try:
-            asyncio.run_coroutine_threadsafe(watch(), self.loop)
-        except RuntimeError:
-            close: Callable[[], None] | None = getattr(awaitable, "close", None)
-            if close is not None:
-                close()
+        request = object()
+
+        def start() -> None:
+            with self._lock:
+                if self._unstarted.pop(request, None) is None:
+                    return  # the loop ended meanwhile and closed it
+            task = self.loop.create_task(watch())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        with self._lock:
+            if not self._ended:
+                self._unstarted[request] = awaitable
+                try:
+                    self.loop.call_soon_threadsafe(start)
+                    return
+                except RuntimeError:  # closed
+                    del self._unstarted[request]
+        _close(awaitable)
+
+
+_STOPPED_BEFORE = "the tool system stopped before the call finished"
+
+
+def _close(awaitable: Awaitable[Any]) -> None:
+    """Close an awaitable that will never be awaited (a coroutine: no warning that it was not)."""
+    close: Callable[[], None] | None = getattr(awaitable, "close", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            close()

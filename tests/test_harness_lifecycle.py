@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -377,3 +379,42 @@ def templates_of_this_process() -> list[int]:
         if int(fields[1]) == os.getpid() and fields[0] != b"Z" and b"_template.py" in command:
             found.append(int(entry))
     return found
+
+
+def test_an_async_observer_of_a_call_that_outlives_the_stop_is_closed_not_left_unawaited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The call's body outlasts stop()'s grace, so the system loop has ended by the time the
+    # call commits: its async result observer can never run there, and must be closed rather
+    # than collected unawaited (a RuntimeWarning into whatever runs then).
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.1)
+    system = ToolSystem.start(code_runtime=None)
+    entered, release = threading.Event(), threading.Event()
+    observed: list[str] = []
+
+    def slow(args: Any, ctx: Any) -> Any:
+        entered.set()
+        release.wait(WAIT)
+        return [block("late")]
+
+    async def observer(exec: Any, result: Any) -> None:
+        observed.append(exec.call_id)
+
+    system.tools.register(fixture("slow", slow))
+    system.tools.on_result(observer)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute, ExecuteCall(call_id="c1", name="slow", arguments={}))
+        assert entered.wait(WAIT)
+        system.stop()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            release.set()
+            result = pending.result(WAIT)
+            gc.collect()
+    assert text_of(result) == "Error: tool call aborted"
+    assert observed == []
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
+
+
+def text_of(result: Any) -> str:
+    return str(result.content[0]["text"])
