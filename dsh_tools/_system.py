@@ -66,6 +66,8 @@ _log = get_logger("dsh_tools.system")
 
 STOP_GRACE_S = 5.0
 """How long ``stop()`` waits for aborted calls to settle before it stops the actors."""
+ABANDONED_SETTLE_S = 1.0
+"""How long ``stop()`` then waits for the calls whose plain bodies it stopped waiting for."""
 RUNTIME_DISPOSAL_S = 10.0
 """How long ``stop()`` waits for the code runtime it owns to dispose of itself."""
 
@@ -228,9 +230,10 @@ class ToolSystem:
         Calls in flight are aborted first (reason ``"the tool system is stopping"``: their
         signals abort where the system owns them, async bodies are cancelled, batches stop
         starting calls) and given up to ``STOP_GRACE_S`` seconds to settle, so every started
-        call records its one ``tool/result`` and its caller gets its result. A body still
-        running after that is left to its worker thread and its waiter fails with
-        ``RuntimeError``. Calls submitted after ``stop()`` raise ``RuntimeError``.
+        call records its one ``tool/result`` and its caller gets its result. A plain body
+        still running on a worker thread after that is left to it: its call settles
+        ``ABORTED`` without it (a batch's waiter fails with ``RuntimeError``). Calls submitted
+        after ``stop()`` raise ``RuntimeError``.
         """
         with self._lock:
             finishing = self._finishing
@@ -267,6 +270,10 @@ class ToolSystem:
     def _finish_stop(self) -> None:
         """The rest of ``stop()``, once the calls in flight were aborted."""
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
+        if self.pipeline.abandon_bodies():
+            # Plain bodies that ignored their signal through the grace are left to their
+            # threads: their calls settle without them, a moment for that.
+            self._settle_in_flight(time.monotonic() + ABANDONED_SETTLE_S)
         runtime = self.code_runtime
         if runtime is not None and self._owns_runtime:
             self._dispose_runtime(runtime)

@@ -418,3 +418,40 @@ def test_an_async_observer_of_a_call_that_outlives_the_stop_is_closed_not_left_u
 
 def text_of(result: Any) -> str:
     return str(result.content[0]["text"])
+
+
+@pytest.mark.parametrize("entry", ["execute_async", "ref.ask"])
+def test_a_plain_body_that_outlasts_the_stop_is_left_to_its_thread_and_its_call_settles(
+    monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    system = ToolSystem.start(code_runtime=None)
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(args: Any, ctx: Any) -> Any:  # never looks at its signal
+        entered.set()
+        release.wait(WAIT)
+        return [block("too late")]
+
+    system.tools.register(fixture("stuck", stuck))
+    one = ExecuteCall(call_id="c1", name="stuck", arguments={})
+
+    async def awaiting() -> tuple[Any, int]:
+        result = await system.execute_async(one)
+        return result, asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    with ThreadPoolExecutor(1) as pool:
+        if entry == "execute_async":
+            pending = pool.submit(asyncio.run, awaiting())
+        else:
+            pending = pool.submit(lambda: (system.ref.ask(one, timeout=WAIT), 0))
+        assert entered.wait(WAIT)
+        try:
+            system.stop()
+            result, cancelling = pending.result(WAIT)
+        finally:
+            release.set()
+    assert text_of(result) == "Error: tool call aborted"
+    assert result.abort_reason == "the tool system is stopping"
+    assert cancelling == 0
+    assert result_ids(system) == ["c1"]

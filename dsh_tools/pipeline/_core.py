@@ -170,6 +170,19 @@ class PipelineCore:
         for rec in list(self.live):
             self.interrupt(rec, reason)
 
+    def abandon_bodies(self) -> bool:
+        """Stop waiting for the plain bodies still running on worker threads for calls inside
+        ``run`` (``stop()``, once its grace is over): each is left to its thread, what it
+        returns is dropped, and its call settles ``ABORTED``. Whether there were any."""
+        found = False
+        for rec in list(self.live):
+            task = rec.body_wait
+            if task is not None:
+                found = True
+                with contextlib.suppress(RuntimeError):  # the loop has closed
+                    task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
+        return found
+
     def _check_outer(self, rec: CallRecord) -> bool:
         """Whether the awaiting task has been cancelled since the call began (then interrupt
         the call once)."""
@@ -247,6 +260,14 @@ def cancel_hooks_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     # One more pass first, as for a body: a hook awaiting the call's signal may settle on its
     # own before the cancellation would reach it.
     task.get_loop().call_soon(cancel_hooks, rec, task)
+
+
+def abandon_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """Cancel the task waiting for ``rec``'s plain body, if it still waits (on its loop)."""
+    if task.done() or rec.body_wait is not task:
+        return
+    rec.hook_cancels += 1
+    task.cancel()
 
 
 def take_back_hook_cancels(rec: CallRecord) -> bool:

@@ -318,23 +318,32 @@ class DispatchStages(PipelineCore):
 
     async def _run_in_worker(self, rec: CallRecord, execute: Any, ctx: ToolRunContext) -> Any:
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
-        call and then waits for the body to return (it is never abandoned)."""
-        await event_loop()  # to wait for the worker
+        call and then waits for the body to return. Only ``stop()`` abandons it, once its grace
+        is over (``abandon_bodies``): the body is left to its thread, the call is ``ABORTED``."""
+        loop = await event_loop()  # to wait for the worker
         work = self._executor.submit(call_plain_body, execute, rec.arguments, ctx)
+        rec.body_wait = current_task(loop)
         try:
-            return await asyncio.wrap_future(work)
-        except asyncio.CancelledError:
-            if work.done() and not work.cancelled():
-                raise  # the body raised CancelledError itself: its own failure
-        self._check_outer(rec)
-        while not work.done():
             try:
-                await asyncio.wrap_future(work)
+                return await asyncio.wrap_future(work)
             except asyncio.CancelledError:
-                self._check_outer(rec)
-        if work.cancelled():  # cancelled before a worker thread picked it up
-            raise BodyCancelled
-        return work.result()
+                if take_back_hook_cancels(rec):
+                    raise BodyCancelled from None  # abandoned
+                if work.done() and not work.cancelled():
+                    raise  # the body raised CancelledError itself: its own failure
+            self._check_outer(rec)
+            while not work.done():
+                try:
+                    await asyncio.wrap_future(work)
+                except asyncio.CancelledError:
+                    if take_back_hook_cancels(rec):
+                        raise BodyCancelled from None  # abandoned
+                    self._check_outer(rec)
+            if work.cancelled():  # cancelled before a worker thread picked it up
+                raise BodyCancelled
+            return work.result()
+        finally:
+            rec.body_wait = None
 
     def _normalize_dispatch_result(self, rec: CallRecord, result: Any) -> ToolExecutionResult:
         if rec.is_canonical(result):

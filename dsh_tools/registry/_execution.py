@@ -41,6 +41,7 @@ class CallRecord:
         "body_loop",
         "body_signal",
         "body_task",
+        "body_wait",
         "call_id",
         "cancel_base",
         "cancel_sent",
@@ -114,6 +115,9 @@ class CallRecord:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hook_task: asyncio.Task[Any] | None = None
         self.hook_cancels = 0
+        # The task awaiting the call's plain body on a worker thread, while it does (``stop()``
+        # cancels it once its grace is over; ``hook_cancels`` counts that cancellation too).
+        self.body_wait: asyncio.Task[Any] | None = None
         # The awaiting task (execute_async), whose cancellation counts
         self.outer: asyncio.Task[Any] | None = None
         self.cancel_base = 0
