@@ -116,7 +116,8 @@ class ToolSystem:
             raise TypeError(f"session must be a SessionLog, got {type(session).__name__}")
         self.session = session if session is not None else SessionLog()
         self._stopped = False
-        self._finishing: threading.Thread | None = None  # see stop(): set once, under _lock
+        self._stop_done = threading.Event()  # set once the first stop() has ended
+        self._finisher: threading.Thread | None = None  # the thread that ends it
         self._stopping = AbortController()  # batches abort when it does
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
@@ -235,21 +236,26 @@ class ToolSystem:
         ``ABORTED`` without it (a batch's waiter fails with ``RuntimeError``). Calls submitted
         after ``stop()`` raise ``RuntimeError``.
         """
+        finishing: threading.Thread | None = None
         with self._lock:
-            finishing = self._finishing
-            if self._stopped:
-                if finishing is not None and not self._inside_own_work():
-                    finishing.join(STOP_GRACE_S + RUNTIME_DISPOSAL_S)
-                return
-            self._stopped = True
-            self._scopes.clear()
-            if self._inside_own_work():
-                # Called from a hook or body of this system's own calls: those calls settle
-                # only once this returns, so the rest of the stop waits for them on a thread
-                # of its own (a later stop() from elsewhere waits for that thread).
-                finishing = self._finishing = threading.Thread(
-                    target=self._finish_stop, name="dsh-tools-stop", daemon=True
-                )
+            stopped_already = self._stopped
+            if not stopped_already:
+                self._stopped = True
+                self._scopes.clear()
+                if self._inside_own_work():
+                    # Called from a hook or body of this system's own calls: those calls settle
+                    # only once this returns, so the rest of the stop waits for them on a
+                    # thread of its own (a later stop() from elsewhere waits for it).
+                    finishing = threading.Thread(
+                        target=self._finish_stop, name="dsh-tools-stop", daemon=True
+                    )
+                self._finisher = finishing or threading.current_thread()
+        if stopped_already:
+            # A later stop(): it returns once the first has ended, unless it is called from
+            # work that the first waits for, or by the first itself.
+            if threading.current_thread() is not self._finisher and not self._inside_own_work():
+                self._stop_done.wait(STOP_GRACE_S + ABANDONED_SETTLE_S + RUNTIME_DISPOSAL_S)
+            return
         _running.discard(self)
         self._stopping.abort(STOPPING_REASON)
         self.pipeline.interrupt_all(STOPPING_REASON)
@@ -269,6 +275,12 @@ class ToolSystem:
 
     def _finish_stop(self) -> None:
         """The rest of ``stop()``, once the calls in flight were aborted."""
+        try:
+            self._end_everything()
+        finally:
+            self._stop_done.set()
+
+    def _end_everything(self) -> None:
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         if self.pipeline.abandon_bodies():
             # Plain bodies that ignored their signal through the grace are left to their

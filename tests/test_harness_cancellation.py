@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -486,4 +487,105 @@ def test_a_hook_that_swallows_the_stop_leaves_the_callers_task_as_it_was(stage: 
     assert hook.ends == ["cancelled"]
     assert code_of(result) == expected_code(stage)  # carried on: the body does not start
     assert cancelling == 0
+    assert list(results_of(system)) == ["c1"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_cancellation_reaches_the_callers_task_after_the_call_has_ended(stage: str) -> None:
+    # The caller's timeout interrupts the call; its hook swallows that and carries on. The
+    # cancellation the interrupt queues for the hook's task (the caller's own) must not land
+    # once the hook is done: the caller awaits on, and its next call is its own.
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("t"))
+
+        async def careless(*args: Any) -> Any:
+            if args[0].call_id == "c1":
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(30)
+            return await args[-1]()
+
+        {
+            "pre-execute": system.tools.on_pre_execute,
+            "execute wrapper": system.tools.on_execute,
+            "post-execute": system.tools.on_post_execute,
+        }[stage](careless)
+
+        async def caller() -> tuple[int, str]:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await system.execute_async(ExecuteCall(call_id="c1", name="t", arguments={}))
+            await asyncio.sleep(0.1)  # raised CancelledError when a late cancellation landed
+            later = await system.execute_async(ExecuteCall(call_id="c2", name="t", arguments={}))
+            return asyncio.current_task().cancelling(), text(later)  # type: ignore[union-attr]
+
+        cancelling, later = asyncio.run(asyncio.wait_for(caller(), WAIT))
+        assert cancelling == 0
+        assert not later.startswith("Error")
+    finally:
+        system.stop()
+
+
+@pytest.mark.parametrize("entry", ["execute", "execute_async", "execute_batch"])
+@pytest.mark.parametrize("stage", ["execute wrapper", "post-execute"])
+def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_too(
+    entry: str, stage: str
+) -> None:
+    # stop() comes while the body runs; the wrapper (after its body) or the post-execute hook
+    # only then starts to wait, and nothing else would ever end that wait.
+    system = ToolSystem.start(code_runtime=None)
+    running, release = threading.Event(), threading.Event()
+    ends: list[str] = []
+
+    def body(args: Any, ctx: Any) -> Any:
+        running.set()
+        release.wait(WAIT)
+        return [block("done")]
+
+    async def wait_forever() -> None:
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            ends.append("cancelled")
+            raise
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        result = await next()
+        await wait_forever()
+        return result
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        await wait_forever()
+        return await next()
+
+    system.tools.register(fixture("t", body))
+    if stage == "post-execute":
+        system.tools.on_post_execute(post)
+    else:
+        system.tools.on_execute(wrapper)
+    outcomes: list[Any] = []
+
+    def caller() -> None:
+        one = ExecuteCall(call_id="c1", name="t", arguments={})
+        if entry == "execute":
+            outcomes.append(system.execute(one))
+        elif entry == "execute_async":
+            outcomes.append(asyncio.run(system.execute_async(one)))
+        else:
+            outcomes.append(system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "t", "{}")])))
+
+    waiting = threading.Thread(target=caller)
+    waiting.start()
+    assert running.wait(WAIT)
+    stopper = threading.Thread(target=system.stop)
+    stopper.start()
+    time.sleep(0.1)  # stop() interrupts the call as it starts; the body then returns
+    release.set()
+    waiting.join(WAIT)
+    stopper.join(WAIT)
+    assert not waiting.is_alive()
+    (outcome,) = outcomes
+    result = outcome.results[0] if entry == "execute_batch" else outcome
+    assert code_of(result) == "ABORTED"
+    assert ends == ["cancelled"]
     assert list(results_of(system)) == ["c1"]

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -455,3 +456,49 @@ def test_a_plain_body_that_outlasts_the_stop_is_left_to_its_thread_and_its_call_
     assert result.abort_reason == "the tool system is stopping"
     assert cancelling == 0
     assert result_ids(system) == ["c1"]
+
+
+def test_a_stop_from_elsewhere_while_an_inside_stop_is_starting_waits_for_it() -> None:
+    # The inside stop() runs the abort callbacks before it starts the thread that finishes
+    # it (a slow one widens that moment): a stop() from another thread then must wait for
+    # the end of the stop, not fail or return early.
+    before = set(threading.enumerate())
+    system = ToolSystem.start(code_runtime=None)
+    watching, stopping = threading.Event(), threading.Event()
+
+    async def sibling(args: Any, ctx: Any) -> Any:
+        ctx.signal.add_callback(lambda reason: time.sleep(0.5))  # a slow abort callback
+        watching.set()
+        await ctx.signal
+        return [block("saw the abort")]
+
+    def stops(args: Any, ctx: Any) -> Any:
+        stopping.set()
+        system.stop()
+        return [block("stopped")]
+
+    system.tools.register(fixture("sibling", sibling))
+    system.tools.register(fixture("stops", stops))
+    outside: list[Any] = []
+
+    def stop_from_elsewhere() -> None:
+        stopping.wait(WAIT)
+        time.sleep(0.1)
+        try:
+            system.stop()
+            outside.append([t.name for t in threading.enumerate() if t.name == "dsh-tools-stop"])
+        except BaseException as exc:
+            outside.append(exc)
+
+    with ThreadPoolExecutor(2) as pool:
+        sibling_call = ExecuteCall(call_id="s1", name="sibling", arguments={})
+        pending = pool.submit(asyncio.run, system.execute_async(sibling_call))
+        assert watching.wait(WAIT)
+        other = pool.submit(stop_from_elsewhere)
+        result = system.execute(ExecuteCall(call_id="c1", name="stops", arguments={}))
+        other.result(WAIT)
+        pending.result(WAIT)
+    assert outside == [[]]  # returned without error, once the stop had ended
+    assert text_of(result) == "Error: tool call aborted"
+    assert sorted(result_ids(system)) == ["c1", "s1"]
+    assert [t for t in threading.enumerate() if t not in before] == []

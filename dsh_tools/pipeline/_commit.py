@@ -29,11 +29,12 @@ from ._core import (
     PipelineCore,
     Stage,
     close_awaitable,
+    hooks_done,
+    hooks_wait,
     log,
     log_fields,
     owned_generator_exit,
     replace_if_aborted,
-    take_back_hook_cancels,
 )
 from ._loop import event_loop
 from ._results import (
@@ -94,10 +95,11 @@ class CommitStages(PipelineCore):
                         rec.loop = await event_loop()
                         rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                     decision = first_link(hooks, (rec.view(), result), _accept)
-                    while is_awaitable(decision):
-                        decision = await decision
-                    if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
-                        take_back_hook_cancels(rec)
+                    if is_awaitable(decision):
+                        hooks_wait(rec)
+                        while is_awaitable(decision):
+                            decision = await decision
+                        hooks_done(rec)
                     result = self._apply_post(rec, result, decision)
                 if rec.outer is not None:
                     self._check_outer(rec)

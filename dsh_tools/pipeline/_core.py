@@ -43,9 +43,12 @@ __all__ = [
     "abort_reason",
     "call_aborted",
     "cancel_body",
+    "cancel_hooks_soon",
     "cancel_soon",
     "close_awaitable",
     "compact_arguments",
+    "hooks_done",
+    "hooks_wait",
     "log",
     "log_fields",
     "owned_generator_exit",
@@ -200,7 +203,7 @@ class PipelineCore:
         traceback. ``KeyboardInterrupt`` / ``SystemExit`` on the caller's own thread are
         re-raised by ``run`` after the result is recorded; anywhere else they stay a failure,
         so that no user code can stop the system loop."""
-        rec.hook_task = None  # the call finishes now: no hook of it waits any more
+        rec.hooks_waiting = False  # whatever raised, no hook of this stage waits any more
         if isinstance(exc, asyncio.CancelledError):
             if take_back_hook_cancels(rec):  # the interrupt's own, into a waiting hook
                 code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
@@ -247,10 +250,33 @@ HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
 
 
+def hooks_wait(rec: CallRecord) -> None:
+    """A hook chain of the call returned an awaitable: the task awaits it from now on (call in
+    that task). A call interrupted already has it cancelled as soon as it waits."""
+    rec.hooks_waiting = True
+    task = rec.hook_task
+    if rec.stop_reason is not None and task is not None:
+        cancel_hooks_soon(rec, task)
+
+
+def hooks_done(rec: CallRecord) -> None:
+    """The awaited hook chain returned (call in its task): no cancellation reaches it any
+    more, and any it swallowed is taken back."""
+    rec.hooks_waiting = False
+    if rec.hook_cancels:
+        take_back_hook_cancels(rec)
+
+
 def cancel_hooks(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     """Cancel the task that waits on an interrupted call's hooks, if it still does (on its
-    loop, between its steps: it is suspended inside a hook or in what a hook awaits)."""
-    if task.done() or rec.hook_task is not task or rec.stage not in HOOK_STAGES:
+    loop, between its steps: it is suspended inside a hook or in what a hook awaits, not in
+    a body a wrapper awaits)."""
+    if (
+        not rec.hooks_waiting
+        or rec.hook_task is not task
+        or rec.stage not in HOOK_STAGES
+        or task.done()
+    ):
         return
     rec.hook_cancels += 1
     task.cancel()

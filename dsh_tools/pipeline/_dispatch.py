@@ -43,6 +43,9 @@ from ._core import (
     Stage,
     abort_reason,
     cancel_body,
+    cancel_hooks_soon,
+    hooks_done,
+    hooks_wait,
     replace_if_aborted,
     take_back_hook_cancels,
 )
@@ -98,10 +101,11 @@ class DispatchStages(PipelineCore):
                     rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                 base = partial(self._invoke, rec, inline)
                 result = first_link(hooks, (DispatchExecution(rec),), base)
-                while is_awaitable(result):
-                    result = await result
-                if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
-                    take_back_hook_cancels(rec)
+                if is_awaitable(result):
+                    hooks_wait(rec)
+                    while is_awaitable(result):
+                        result = await result
+                    hooks_done(rec)
             else:
                 result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal
@@ -371,4 +375,7 @@ def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionRes
     result = stamped(result, rec.call_id)
     rec.canonical.append(result)
     rec.stage = "execute-wrapper"
+    task = rec.hook_task
+    if rec.stop_reason is not None and rec.hooks_waiting and task is not None:
+        cancel_hooks_soon(rec, task)  # interrupted under its wrappers: they may wait again
     return result

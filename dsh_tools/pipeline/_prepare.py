@@ -25,8 +25,9 @@ from ._core import (
     abort_reason,
     call_aborted,
     close_awaitable,
+    hooks_done,
+    hooks_wait,
     owned_generator_exit,
-    take_back_hook_cancels,
 )
 from ._loop import event_loop
 from ._results import NOT_LOSSLESS_ARGS, cancelled, failure
@@ -114,10 +115,11 @@ class PrepareStages(PipelineCore):
                     rec.loop = await event_loop()
                     rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                 decision = first_link(hooks, (rec.view(),), _allow)
-                while is_awaitable(decision):
-                    decision = await decision
-                if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
-                    take_back_hook_cancels(rec)
+                if is_awaitable(decision):
+                    hooks_wait(rec)
+                    while is_awaitable(decision):
+                        decision = await decision
+                    hooks_done(rec)
                 if decision is ALLOW:  # what a pass-through chain returns
                     return self._decide(rec, ALLOW, False)
             approval_cancelled = False

@@ -55,6 +55,7 @@ class CallRecord:
         "finalizer",
         "hook_cancels",
         "hook_task",
+        "hooks_waiting",
         "inline",
         "loop",
         "name",
@@ -114,6 +115,7 @@ class CallRecord:
         # the pipeline sent that task (``interrupt``) and has not taken back.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.hook_task: asyncio.Task[Any] | None = None
+        self.hooks_waiting = False  # that task awaits a hook chain of the call now
         self.hook_cancels = 0
         # The task awaiting the call's plain body on a worker thread, while it does (``stop()``
         # cancels it once its grace is over; ``hook_cancels`` counts that cancellation too).
