@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 from conftest import WAIT, block, fixture, text
 
+import dsh_tools.pipeline._core as pipeline_core
 from dsh_tools import (
     AbortController,
+    Accept,
     ExecuteBatch,
     ExecuteCall,
     ToolCall,
@@ -528,11 +530,12 @@ def test_no_cancellation_reaches_the_callers_task_after_the_call_has_ended(stage
 
 @pytest.mark.parametrize("entry", ["execute", "execute_async", "execute_batch"])
 @pytest.mark.parametrize("stage", ["execute wrapper", "post-execute"])
-def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_too(
-    entry: str, stage: str
+def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_after_a_while(
+    monkeypatch: pytest.MonkeyPatch, entry: str, stage: str
 ) -> None:
     # stop() comes while the body runs; the wrapper (after its body) or the post-execute hook
     # only then starts to wait, and nothing else would ever end that wait.
+    monkeypatch.setattr(pipeline_core, "HOOK_WIND_DOWN_S", 0.2)
     system = ToolSystem.start(code_runtime=None)
     running, release = threading.Event(), threading.Event()
     ends: list[str] = []
@@ -589,3 +592,34 @@ def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_too(
     assert code_of(result) == "ABORTED"
     assert ends == ["cancelled"]
     assert list(results_of(system)) == ["c1"]
+
+
+@pytest.mark.parametrize("entry", ["execute_async", "execute_batch"])
+def test_a_post_execute_hook_of_an_aborted_call_may_wait_briefly_and_keeps_its_context(
+    entry: str,
+) -> None:
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        controller = AbortController()
+
+        async def aborts(args: Any, ctx: Any) -> Any:
+            controller.abort("the harness gave up")
+            await asyncio.sleep(FOREVER)  # cancelled: its call is aborted
+
+        async def post(exec: Any, result: Any, next: Any) -> Any:
+            await asyncio.sleep(0.05)  # a short wait of its own, well within the wind-down
+            await next()
+            return Accept(additional_contexts=[{"content": [block("noted")]}])
+
+        system.tools.register(fixture("t", aborts))
+        system.tools.on_post_execute(post)
+        if entry == "execute_async":
+            one = ExecuteCall(call_id="c1", name="t", arguments={}, signal=controller.signal)
+            result = asyncio.run(system.execute_async(one))
+        else:
+            turn = ExecuteBatch(calls=[ToolCall("c1", "t", "{}")], signal=controller.signal)
+            result = system.execute_batch(turn).results[0]
+        assert code_of(result) == "ABORTED"
+        assert [c["content"][0]["text"] for c in result.additional_contexts] == ["noted"]
+    finally:
+        system.stop()

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from conftest import block, fixture
-from hypothesis import event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from pool_support import code, context_text, plugin_context, safe, tool_call, trace
 
@@ -187,6 +187,9 @@ def is_subsequence_in_order(seen: list[str], ids: list[str]) -> bool:
 
 @settings(max_examples=150, deadline=None)
 @given(plan=plans())
+# An abort inside a pre-execute hook that then waits: the post-execute hook of that call still
+# runs, waits in turn, and its context is kept.
+@example(plan=Plan((("par_sync", 0, False),), 1, ("pre", 0)))
 def test_batches_keep_the_ordering_guarantees_and_the_pool_bound(
     pool: tuple[ToolSystem, Recorder], plan: Plan
 ) -> None:

@@ -43,7 +43,6 @@ __all__ = [
     "abort_reason",
     "call_aborted",
     "cancel_body",
-    "cancel_hooks_soon",
     "cancel_soon",
     "close_awaitable",
     "compact_arguments",
@@ -54,6 +53,7 @@ __all__ = [
     "owned_generator_exit",
     "replace_if_aborted",
     "take_back_hook_cancels",
+    "wind_down",
 ]
 
 CANCELLED_REASON = "the awaiting task was cancelled"
@@ -246,17 +246,28 @@ def cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     task.cancel()
 
 
+HOOK_WIND_DOWN_S = 1.0
+"""How long a hook of an interrupted call may wait once it starts waiting (``wind_down``)."""
+
 HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
 
 
 def hooks_wait(rec: CallRecord) -> None:
     """A hook chain of the call returned an awaitable: the task awaits it from now on (call in
-    that task). A call interrupted already has it cancelled as soon as it waits."""
+    that task). On a call interrupted already, see ``wind_down``."""
     rec.hooks_waiting = True
     task = rec.hook_task
     if rec.stop_reason is not None and task is not None:
-        cancel_hooks_soon(rec, task)
+        wind_down(rec, task)
+
+
+def wind_down(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """A hook chain starts waiting on a call already interrupted (a post-execute hook, a
+    wrapper once its body returned): it is part of the call's wind-down and may wait a while
+    (its contexts, its cleanup), but not for ever: its task is cancelled if it still waits
+    ``HOOK_WIND_DOWN_S`` seconds on."""
+    task.get_loop().call_later(HOOK_WIND_DOWN_S, cancel_hooks, rec, task)
 
 
 def hooks_done(rec: CallRecord) -> None:

@@ -43,11 +43,11 @@ from ._core import (
     Stage,
     abort_reason,
     cancel_body,
-    cancel_hooks_soon,
     hooks_done,
     hooks_wait,
     replace_if_aborted,
     take_back_hook_cancels,
+    wind_down,
 )
 from ._loop import event_loop, in_context, new_task, running_loop
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
@@ -377,5 +377,5 @@ def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionRes
     rec.stage = "execute-wrapper"
     task = rec.hook_task
     if rec.stop_reason is not None and rec.hooks_waiting and task is not None:
-        cancel_hooks_soon(rec, task)  # interrupted under its wrappers: they may wait again
+        wind_down(rec, task)  # interrupted under its wrappers: they may wait again
     return result
