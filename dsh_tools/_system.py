@@ -68,6 +68,8 @@ STOP_GRACE_S = 5.0
 """How long ``stop()`` waits for aborted calls to settle before it stops the actors."""
 ABANDONED_SETTLE_S = 1.0
 """How long ``stop()`` then waits for the calls whose plain bodies it stopped waiting for."""
+WORKER_EXIT_S = 2.0
+"""How long ``stop()`` then waits, in all, for the worker threads to exit."""
 RUNTIME_DISPOSAL_S = 10.0
 """How long ``stop()`` waits for the code runtime it owns to dispose of itself."""
 
@@ -254,7 +256,9 @@ class ToolSystem:
             # A later stop(): it returns once the first has ended, unless it is called from
             # work that the first waits for, or by the first itself.
             if threading.current_thread() is not self._finisher and not self._inside_own_work():
-                self._stop_done.wait(STOP_GRACE_S + ABANDONED_SETTLE_S + RUNTIME_DISPOSAL_S)
+                self._stop_done.wait(
+                    STOP_GRACE_S + ABANDONED_SETTLE_S + RUNTIME_DISPOSAL_S + WORKER_EXIT_S + 1
+                )
             return
         _running.discard(self)
         self._stopping.abort(STOPPING_REASON)
@@ -297,10 +301,11 @@ class ToolSystem:
         self._system_loop.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns
-        # cannot be killed, so wait only briefly for each.
+        # cannot be killed, so wait only briefly for them, all together.
+        deadline = time.monotonic() + WORKER_EXIT_S
         for thread in self._executor.threads():
             if thread is not current:
-                thread.join(timeout=2)
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def _dispose_runtime(self, runtime: CodeRuntime) -> None:
         """Dispose the code runtime the system owns, waiting up to ``RUNTIME_DISPOSAL_S``. A

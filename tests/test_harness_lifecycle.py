@@ -502,3 +502,40 @@ def test_a_stop_from_elsewhere_while_an_inside_stop_is_starting_waits_for_it() -
     assert text_of(result) == "Error: tool call aborted"
     assert sorted(result_ids(system)) == ["c1", "s1"]
     assert [t for t in threading.enumerate() if t not in before] == []
+
+
+@pytest.mark.parametrize("entry", ["execute_async", "execute_batch"])
+def test_an_async_body_that_watches_its_signal_but_outlasts_the_stop_is_cancelled(
+    monkeypatch: pytest.MonkeyPatch, entry: str
+) -> None:
+    # A body that reads its signal is trusted to end itself when it aborts; one that then
+    # keeps waiting through stop()'s grace is cancelled all the same, and its call settles.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    system = ToolSystem.start(code_runtime=None)
+    entered = threading.Event()
+    ends: list[str] = []
+
+    async def watches_then_ignores(args: Any, ctx: Any) -> Any:
+        ctx.signal.add_callback(lambda reason: None)
+        entered.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            ends.append("cancelled")
+            raise
+        return [block("never")]
+
+    system.tools.register(fixture("t", watches_then_ignores))
+    one = ExecuteCall(call_id="c1", name="t", arguments={})
+    with ThreadPoolExecutor(1) as pool:
+        if entry == "execute_async":
+            pending = pool.submit(asyncio.run, system.execute_async(one))
+        else:
+            turn = ExecuteBatch(calls=[ToolCall("c1", "t", "{}")])
+            pending = pool.submit(lambda: system.execute_batch(turn).results[0])
+        assert entered.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    assert text_of(result) == "Error: tool call aborted"
+    assert ends == ["cancelled"]
+    assert result_ids(system) == ["c1"]

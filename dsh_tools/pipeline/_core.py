@@ -135,6 +135,8 @@ class PipelineCore:
         self._approval = approval
         self._background = background
         self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
+        # Calls whose async body runs now, whatever started them (``run``, a pool).
+        self.bodies: set[CallRecord] = set()
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
@@ -174,9 +176,10 @@ class PipelineCore:
             self.interrupt(rec, reason)
 
     def abandon_bodies(self) -> bool:
-        """Stop waiting for the plain bodies still running on worker threads for calls inside
-        ``run`` (``stop()``, once its grace is over): each is left to its thread, what it
-        returns is dropped, and its call settles ``ABORTED``. Whether there were any."""
+        """``stop()``, once its grace is over: stop waiting for the plain bodies still running
+        on worker threads for calls inside ``run`` (each is left to its thread, what it returns
+        is dropped), and cancel the async bodies still running, those trusted to watch their
+        signal included. Their calls settle ``ABORTED``. Whether there were any."""
         found = False
         for rec in list(self.live):
             task = rec.body_wait
@@ -184,6 +187,12 @@ class PipelineCore:
                 found = True
                 with contextlib.suppress(RuntimeError):  # the loop has closed
                     task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
+        for rec in list(self.bodies):
+            task = rec.body_task
+            if task is not None:
+                found = True
+                with contextlib.suppress(RuntimeError):
+                    task.get_loop().call_soon_threadsafe(cancel_body_anyway, rec, task)
         return found
 
     def _check_outer(self, rec: CallRecord) -> bool:
@@ -297,6 +306,15 @@ def cancel_hooks_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     # One more pass first, as for a body: a hook awaiting the call's signal may settle on its
     # own before the cancellation would reach it.
     task.get_loop().call_soon(cancel_hooks, rec, task)
+
+
+def cancel_body_anyway(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """Cancel an async body still running, though it watches its signal (``stop()``, past
+    its grace)."""
+    if task.done() or rec.body_task is not task:
+        return
+    rec.cancel_sent = True
+    task.cancel()
 
 
 def abandon_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:

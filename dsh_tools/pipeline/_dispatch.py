@@ -256,6 +256,7 @@ class DispatchStages(PipelineCore):
         # A body cancelled before its first step never settles ``settled`` itself.
         task.add_done_callback(partial(wake, settled))
         remove = watch_body(rec, task, loop, signal)
+        self.bodies.add(rec)
         try:
             waiter = settled
             while True:
@@ -281,6 +282,7 @@ class DispatchStages(PipelineCore):
         finally:
             remove()
             rec.body_task = None
+            self.bodies.discard(rec)
             del remove, task  # no name of this frame may lead to a failure
 
     async def _in_this_task(
@@ -296,6 +298,7 @@ class DispatchStages(PipelineCore):
         task = asyncio.current_task()
         assert task is not None
         remove = watch_body(rec, task, task.get_loop(), signal)
+        self.bodies.add(rec)
         requests = task.cancelling()
         outcome: tuple[bool, Any]
         try:
@@ -309,6 +312,7 @@ class DispatchStages(PipelineCore):
         finally:
             remove()
             rec.body_task = None
+            self.bodies.discard(rec)
             del remove
         if rec.cancel_sent:
             task.uncancel()  # the pipeline's own cancellation ends here, however the body took it
