@@ -407,6 +407,16 @@ class StuckHook:
         }[stage]()
 
 
+def call_t_once(system: ToolSystem, entry: str) -> Any:
+    """The result of call ``c1`` of tool ``t`` through ``entry`` (a batch of that one call)."""
+    one = ExecuteCall(call_id="c1", name="t", arguments={})
+    if entry == "execute":
+        return system.execute(one)
+    if entry == "execute_async":
+        return asyncio.run(system.execute_async(one))
+    return system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "t", "{}")])).results[0]
+
+
 def expected_code(stage: str) -> str:
     return "ABORTED" if stage == "post-execute" else "ABORTED_BEFORE_DISPATCH"
 
@@ -423,18 +433,7 @@ def test_stop_cancels_a_hook_that_never_returns_and_the_call_keeps_its_one_resul
     system.tools.register(fixture("t"))
     hook = StuckHook(system, stage)
     outcomes: list[Any] = []
-
-    def caller() -> None:
-        one = ExecuteCall(call_id="c1", name="t", arguments={})
-        if entry == "execute":
-            outcomes.append(system.execute(one))
-        elif entry == "execute_async":
-            outcomes.append(asyncio.run(system.execute_async(one)))
-        else:
-            turn = ExecuteBatch(calls=[ToolCall("c1", "t", "{}")])
-            outcomes.append(system.execute_batch(turn).results[0])
-
-    waiting = threading.Thread(target=caller)
+    waiting = threading.Thread(target=lambda: outcomes.append(call_t_once(system, entry)))
     waiting.start()
     assert hook.waiting.wait(WAIT)
     system.stop()
@@ -567,17 +566,7 @@ def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_after_a_whi
     else:
         system.tools.on_execute(wrapper)
     outcomes: list[Any] = []
-
-    def caller() -> None:
-        one = ExecuteCall(call_id="c1", name="t", arguments={})
-        if entry == "execute":
-            outcomes.append(system.execute(one))
-        elif entry == "execute_async":
-            outcomes.append(asyncio.run(system.execute_async(one)))
-        else:
-            outcomes.append(system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "t", "{}")])))
-
-    waiting = threading.Thread(target=caller)
+    waiting = threading.Thread(target=lambda: outcomes.append(call_t_once(system, entry)))
     waiting.start()
     assert running.wait(WAIT)
     stopper = threading.Thread(target=system.stop)
@@ -587,8 +576,7 @@ def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_after_a_whi
     waiting.join(WAIT)
     stopper.join(WAIT)
     assert not waiting.is_alive()
-    (outcome,) = outcomes
-    result = outcome.results[0] if entry == "execute_batch" else outcome
+    (result,) = outcomes
     assert code_of(result) == "ABORTED"
     assert ends == ["cancelled"]
     assert list(results_of(system)) == ["c1"]
