@@ -29,12 +29,12 @@ from ._core import (
     PipelineCore,
     Stage,
     close_awaitable,
-    hooks_done,
-    hooks_wait,
     log,
     log_fields,
     owned_generator_exit,
     replace_if_aborted,
+    take_back_hook_cancels,
+    wind_down,
 )
 from ._loop import event_loop
 from ._results import (
@@ -96,10 +96,15 @@ class CommitStages(PipelineCore):
                         rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                     decision = first_link(hooks, (rec.view(), result), _accept)
                     if is_awaitable(decision):
-                        hooks_wait(rec)
+                        # Inline, not calls: the four-hook path pays for every call on it.
+                        rec.hooks_waiting = True  # interrupt() cancels the task from now on
+                        if rec.stop_reason is not None:
+                            wind_down(rec)
                         while is_awaitable(decision):
                             decision = await decision
-                        hooks_done(rec)
+                        rec.hooks_waiting = False
+                        if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
+                            take_back_hook_cancels(rec)
                     result = self._apply_post(rec, result, decision)
                 if rec.outer is not None:
                     self._check_outer(rec)

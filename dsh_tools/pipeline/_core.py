@@ -46,8 +46,6 @@ __all__ = [
     "cancel_soon",
     "close_awaitable",
     "compact_arguments",
-    "hooks_done",
-    "hooks_wait",
     "log",
     "log_fields",
     "owned_generator_exit",
@@ -262,29 +260,14 @@ HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
 
 
-def hooks_wait(rec: CallRecord) -> None:
-    """A hook chain of the call returned an awaitable: the task awaits it from now on (call in
-    that task). On a call interrupted already, see ``wind_down``."""
-    rec.hooks_waiting = True
-    task = rec.hook_task
-    if rec.stop_reason is not None and task is not None:
-        wind_down(rec, task)
-
-
-def wind_down(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+def wind_down(rec: CallRecord) -> None:
     """A hook chain starts waiting on a call already interrupted (a post-execute hook, a
-    wrapper once its body returned): it is part of the call's wind-down and may wait a while
-    (its contexts, its cleanup), but not for ever: its task is cancelled if it still waits
-    ``HOOK_WIND_DOWN_S`` seconds on."""
-    task.get_loop().call_later(HOOK_WIND_DOWN_S, cancel_hooks, rec, task)
-
-
-def hooks_done(rec: CallRecord) -> None:
-    """The awaited hook chain returned (call in its task): no cancellation reaches it any
-    more, and any it swallowed is taken back."""
-    rec.hooks_waiting = False
-    if rec.hook_cancels:
-        take_back_hook_cancels(rec)
+    wrapper once its body returned; call in the task that awaits it): it is part of the call's
+    wind-down and may wait a while (its contexts, its cleanup), but not for ever: its task is
+    cancelled if it still waits ``HOOK_WIND_DOWN_S`` seconds on."""
+    task = rec.hook_task
+    if task is not None:
+        task.get_loop().call_later(HOOK_WIND_DOWN_S, cancel_hooks, rec, task)
 
 
 def cancel_hooks(rec: CallRecord, task: asyncio.Task[Any]) -> None:

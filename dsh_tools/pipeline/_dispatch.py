@@ -43,8 +43,6 @@ from ._core import (
     Stage,
     abort_reason,
     cancel_body,
-    hooks_done,
-    hooks_wait,
     replace_if_aborted,
     take_back_hook_cancels,
     wind_down,
@@ -102,10 +100,15 @@ class DispatchStages(PipelineCore):
                 base = partial(self._invoke, rec, inline)
                 result = first_link(hooks, (DispatchExecution(rec),), base)
                 if is_awaitable(result):
-                    hooks_wait(rec)
+                    # Inline, not calls: the four-hook path pays for every call on it.
+                    rec.hooks_waiting = True  # interrupt() cancels the task from now on
+                    if rec.stop_reason is not None:
+                        wind_down(rec)
                     while is_awaitable(result):
                         result = await result
-                    hooks_done(rec)
+                    rec.hooks_waiting = False
+                    if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
+                        take_back_hook_cancels(rec)
             else:
                 result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal
@@ -379,7 +382,6 @@ def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionRes
     result = stamped(result, rec.call_id)
     rec.canonical.append(result)
     rec.stage = "execute-wrapper"
-    task = rec.hook_task
-    if rec.stop_reason is not None and rec.hooks_waiting and task is not None:
-        wind_down(rec, task)  # interrupted under its wrappers: they may wait again
+    if rec.stop_reason is not None and rec.hooks_waiting:
+        wind_down(rec)  # interrupted under its wrappers: they may wait again
     return result

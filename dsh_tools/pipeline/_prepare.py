@@ -25,9 +25,9 @@ from ._core import (
     abort_reason,
     call_aborted,
     close_awaitable,
-    hooks_done,
-    hooks_wait,
     owned_generator_exit,
+    take_back_hook_cancels,
+    wind_down,
 )
 from ._loop import event_loop
 from ._results import NOT_LOSSLESS_ARGS, cancelled, failure
@@ -116,10 +116,15 @@ class PrepareStages(PipelineCore):
                     rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
                 decision = first_link(hooks, (rec.view(),), _allow)
                 if is_awaitable(decision):
-                    hooks_wait(rec)
+                    # Inline, not calls: the four-hook path pays for every call on it.
+                    rec.hooks_waiting = True  # interrupt() cancels the task from now on
+                    if rec.stop_reason is not None:
+                        wind_down(rec)
                     while is_awaitable(decision):
                         decision = await decision
-                    hooks_done(rec)
+                    rec.hooks_waiting = False
+                    if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
+                        take_back_hook_cancels(rec)
                 if decision is ALLOW:  # what a pass-through chain returns
                     return self._decide(rec, ALLOW, False)
             approval_cancelled = False
