@@ -84,17 +84,28 @@ async def _take_pending_cancel() -> None:
 
 
 def watch_body(
-    rec: CallRecord, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop, signal: AbortSignal
+    rec: CallRecord,
+    task: asyncio.Task[Any],
+    loop: asyncio.AbstractEventLoop,
+    signal: AbortSignal,
+    running: set[CallRecord],
 ) -> Callable[[], None]:
-    """Make ``task`` the call's body task, cancelled when ``signal`` aborts (return the remover
-    of that callback) or, if the call was interrupted on its way here (from a pool's worker
+    """Make ``task`` the call's body task, one of the bodies ``running`` now, cancelled when
+    ``signal`` aborts or, if the call was interrupted on its way here (from a pool's worker
     thread), once it has taken its first step, as ``interrupt()`` would: the body then sees the
-    cancellation where it waits."""
+    cancellation where it waits. Returns what undoes all that once the body has ended."""
     rec.body_task, rec.body_loop, rec.body_signal = task, loop, signal
+    running.add(rec)
     remove = signal.add_callback(partial(cancel_from_any_thread, loop, rec, task))
     if rec.stop_reason is not None:
         cancel_soon(rec, task)
-    return remove
+
+    def unwatch() -> None:
+        remove()
+        rec.body_task = None
+        running.discard(rec)
+
+    return unwatch
 
 
 def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:

@@ -33,7 +33,7 @@ from ._core import (
     log_fields,
     owned_generator_exit,
     replace_if_aborted,
-    take_back_hook_cancels,
+    take_back_cancels,
     wind_down,
 )
 from ._loop import event_loop
@@ -92,8 +92,8 @@ class CommitStages(PipelineCore):
                 if hooks:
                     rec.stage = "post-execute"
                     if not looped:  # hooks are async code: they may await anything
-                        rec.loop = await event_loop()
-                        rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
+                        loop = await event_loop()
+                        rec.hook_task = current_task(loop)  # interrupt() cancels it
                     decision = first_link(hooks, (rec.view(), result), _accept)
                     if is_awaitable(decision):
                         # Inline, not calls: the four-hook path pays for every call on it.
@@ -103,8 +103,8 @@ class CommitStages(PipelineCore):
                         while is_awaitable(decision):
                             decision = await decision
                         rec.hooks_waiting = False
-                        if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
-                            take_back_hook_cancels(rec)
+                        if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
+                            take_back_cancels(rec)
                     result = self._apply_post(rec, result, decision)
                 if rec.outer is not None:
                     self._check_outer(rec)

@@ -50,7 +50,7 @@ __all__ = [
     "log_fields",
     "owned_generator_exit",
     "replace_if_aborted",
-    "take_back_hook_cancels",
+    "take_back_cancels",
     "wind_down",
 ]
 
@@ -190,7 +190,7 @@ class PipelineCore:
             if task is not None:
                 found = True
                 with contextlib.suppress(RuntimeError):
-                    task.get_loop().call_soon_threadsafe(cancel_body_anyway, rec, task)
+                    task.get_loop().call_soon_threadsafe(cancel_body, rec, task, True)
         return found
 
     def _check_outer(self, rec: CallRecord) -> bool:
@@ -212,7 +212,7 @@ class PipelineCore:
         so that no user code can stop the system loop."""
         rec.hooks_waiting = False  # whatever raised, no hook of this stage waits any more
         if isinstance(exc, asyncio.CancelledError):
-            if take_back_hook_cancels(rec):  # the interrupt's own, into a waiting hook
+            if take_back_cancels(rec):  # the interrupt's own, into a waiting hook
                 code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
                 return cancelled(code, reason=abort_reason(rec))
             if self._check_outer(rec):
@@ -240,14 +240,15 @@ def owned_generator_exit(owner: str) -> RuntimeError:
     return RuntimeError(f"{owner} raised GeneratorExit")
 
 
-def cancel_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+def cancel_body(rec: CallRecord, task: asyncio.Task[Any], anyway: bool = False) -> None:
     """Cancel an aborted call's async body, unless it looks at its signal and that signal has
     aborted: such a body learns of the abort itself and settles its own way (raises its own
-    error, returns what it has, drains what it started)."""
+    error, returns what it has, drains what it started). ``anyway``: such a body too
+    (``stop()``, past its grace)."""
     if task.done() or rec.body_task is not task:
         return  # the body has ended (its task may run another call's body by now)
     signal = rec.body_signal
-    if rec.signal_read and signal is not None and signal.aborted:
+    if not anyway and rec.signal_read and signal is not None and signal.aborted:
         return
     rec.cancel_sent = True
     task.cancel()
@@ -281,7 +282,7 @@ def cancel_hooks(rec: CallRecord, task: asyncio.Task[Any]) -> None:
         or task.done()
     ):
         return
-    rec.hook_cancels += 1
+    rec.own_cancels += 1
     task.cancel()
 
 
@@ -291,30 +292,21 @@ def cancel_hooks_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     task.get_loop().call_soon(cancel_hooks, rec, task)
 
 
-def cancel_body_anyway(rec: CallRecord, task: asyncio.Task[Any]) -> None:
-    """Cancel an async body still running, though it watches its signal (``stop()``, past
-    its grace)."""
-    if task.done() or rec.body_task is not task:
-        return
-    rec.cancel_sent = True
-    task.cancel()
-
-
 def abandon_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
     """Cancel the task waiting for ``rec``'s plain body, if it still waits (on its loop)."""
     if task.done() or rec.body_wait is not task:
         return
-    rec.hook_cancels += 1
+    rec.own_cancels += 1
     task.cancel()
 
 
-def take_back_hook_cancels(rec: CallRecord) -> bool:
-    """Withdraw the cancellations ``cancel_hooks`` sent (call in the task they went to, once it
-    has caught or outlived them); whether there were any."""
-    sent = rec.hook_cancels
+def take_back_cancels(rec: CallRecord) -> bool:
+    """Withdraw the cancellations ``cancel_hooks`` or ``abandon_body`` sent (call in the task
+    they went to, once it has caught or outlived them); whether there were any."""
+    sent = rec.own_cancels
     if not sent:
         return False
-    rec.hook_cancels = 0
+    rec.own_cancels = 0
     task = asyncio.current_task()
     if task is not None:
         for _ in range(sent):

@@ -44,7 +44,7 @@ from ._core import (
     abort_reason,
     cancel_body,
     replace_if_aborted,
-    take_back_hook_cancels,
+    take_back_cancels,
     wind_down,
 )
 from ._loop import event_loop, in_context, new_task, running_loop
@@ -95,8 +95,8 @@ class DispatchStages(PipelineCore):
             if hooks:
                 rec.stage = "execute-wrapper"
                 if not looped:  # hooks are async code: they may await anything asyncio
-                    rec.loop = await event_loop()
-                    rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
+                    loop = await event_loop()
+                    rec.hook_task = current_task(loop)  # interrupt() cancels it
                 base = partial(self._invoke, rec, inline)
                 result = first_link(hooks, (DispatchExecution(rec),), base)
                 if is_awaitable(result):
@@ -107,8 +107,8 @@ class DispatchStages(PipelineCore):
                     while is_awaitable(result):
                         result = await result
                     rec.hooks_waiting = False
-                    if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
-                        take_back_hook_cancels(rec)
+                    if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
+                        take_back_cancels(rec)
             else:
                 result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal
@@ -258,8 +258,7 @@ class DispatchStages(PipelineCore):
             return outcome
         # A body cancelled before its first step never settles ``settled`` itself.
         task.add_done_callback(partial(wake, settled))
-        remove = watch_body(rec, task, loop, signal)
-        self.bodies.add(rec)
+        unwatch = watch_body(rec, task, loop, signal, self.bodies)
         try:
             waiter = settled
             while True:
@@ -283,10 +282,8 @@ class DispatchStages(PipelineCore):
             outcome = task.result()
             return outcome
         finally:
-            remove()
-            rec.body_task = None
-            self.bodies.discard(rec)
-            del remove, task  # no name of this frame may lead to a failure
+            unwatch()
+            del unwatch, task  # no name of this frame may lead to a failure
 
     async def _in_this_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
@@ -300,8 +297,7 @@ class DispatchStages(PipelineCore):
         settlement."""
         task = asyncio.current_task()
         assert task is not None
-        remove = watch_body(rec, task, task.get_loop(), signal)
-        self.bodies.add(rec)
+        unwatch = watch_body(rec, task, task.get_loop(), signal, self.bodies)
         requests = task.cancelling()
         outcome: tuple[bool, Any]
         try:
@@ -313,10 +309,8 @@ class DispatchStages(PipelineCore):
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: a body's outcome
             outcome = False, exc
         finally:
-            remove()
-            rec.body_task = None
-            self.bodies.discard(rec)
-            del remove
+            unwatch()
+            del unwatch
         if rec.cancel_sent:
             task.uncancel()  # the pipeline's own cancellation ends here, however the body took it
         elif task.cancelling() > requests:
@@ -338,7 +332,7 @@ class DispatchStages(PipelineCore):
             try:
                 return await asyncio.wrap_future(work)
             except asyncio.CancelledError:
-                if take_back_hook_cancels(rec):
+                if take_back_cancels(rec):
                     raise BodyCancelled from None  # abandoned
                 if work.done() and not work.cancelled():
                     raise  # the body raised CancelledError itself: its own failure
@@ -347,7 +341,7 @@ class DispatchStages(PipelineCore):
                 try:
                     await asyncio.wrap_future(work)
                 except asyncio.CancelledError:
-                    if take_back_hook_cancels(rec):
+                    if take_back_cancels(rec):
                         raise BodyCancelled from None  # abandoned
                     self._check_outer(rec)
             if work.cancelled():  # cancelled before a worker thread picked it up

@@ -88,10 +88,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 if stage is None:  # a pre-execute hook applies: hooks are async code
                     rec.stage = "pre-execute"
                     # Not yet suspended: under ``drive`` no loop runs, none need be asked for.
-                    rec.loop = await (first_loop() if driven else event_loop())
+                    loop = await (first_loop() if driven else event_loop())
                     # Every later stage runs in this task: interrupt() cancels it while a hook
                     # of any of them waits.
-                    rec.hook_task = current_task(rec.loop)
+                    rec.hook_task = current_task(loop)
                     looped = True
                     stage = await self.prepare(rec, looped=True)
                 if outer is not None:

@@ -26,7 +26,7 @@ from ._core import (
     call_aborted,
     close_awaitable,
     owned_generator_exit,
-    take_back_hook_cancels,
+    take_back_cancels,
     wind_down,
 )
 from ._loop import event_loop
@@ -112,8 +112,8 @@ class PrepareStages(PipelineCore):
             if hooks:
                 rec.stage = "pre-execute"
                 if not looped:  # hooks are async code: they may await anything asyncio
-                    rec.loop = await event_loop()
-                    rec.hook_task = current_task(rec.loop)  # interrupt() cancels it
+                    loop = await event_loop()
+                    rec.hook_task = current_task(loop)  # interrupt() cancels it
                 decision = first_link(hooks, (rec.view(),), _allow)
                 if is_awaitable(decision):
                     # Inline, not calls: the four-hook path pays for every call on it.
@@ -123,8 +123,8 @@ class PrepareStages(PipelineCore):
                     while is_awaitable(decision):
                         decision = await decision
                     rec.hooks_waiting = False
-                    if rec.hook_cancels:  # a hook swallowed the interrupt's cancellation
-                        take_back_hook_cancels(rec)
+                    if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
+                        take_back_cancels(rec)
                 if decision is ALLOW:  # what a pass-through chain returns
                     return self._decide(rec, ALLOW, False)
             approval_cancelled = False

@@ -53,15 +53,14 @@ class CallRecord:
         "entry",
         "exec_view",
         "finalizer",
-        "hook_cancels",
         "hook_task",
         "hooks_waiting",
         "inline",
-        "loop",
         "name",
         "outer",
         "outer_cancelled",
         "own",
+        "own_cancels",
         "parent",
         "reraise",
         "sealed",
@@ -110,16 +109,15 @@ class CallRecord:
         self.body_signal: AbortSignal | None = None
         self.signal_read = False  # the body asked its context for its signal
         self.cancel_sent = False  # the pipeline cancelled the body's task
-        # The loop the call's stages run on, once one does; the task its hook stages
-        # (pre-execute, execute wrappers, post-execute) run in, and how many cancellations
-        # the pipeline sent that task (``interrupt``) and has not taken back.
-        self.loop: asyncio.AbstractEventLoop | None = None
+        # The task the call's hook stages (pre-execute, execute wrappers, post-execute) run
+        # in, once one does, and whether it awaits a hook chain of the call now.
         self.hook_task: asyncio.Task[Any] | None = None
-        self.hooks_waiting = False  # that task awaits a hook chain of the call now
-        self.hook_cancels = 0
-        # The task awaiting the call's plain body on a worker thread, while it does (``stop()``
-        # cancels it once its grace is over; ``hook_cancels`` counts that cancellation too).
+        self.hooks_waiting = False
+        # The task awaiting the call's plain body on a worker thread, while it does.
         self.body_wait: asyncio.Task[Any] | None = None
+        # Cancellations the pipeline sent ``hook_task`` or ``body_wait`` (an interrupt, a
+        # stop() past its grace) and has not taken back (``take_back_cancels``).
+        self.own_cancels = 0
         # The awaiting task (execute_async), whose cancellation counts
         self.outer: asyncio.Task[Any] | None = None
         self.cancel_base = 0
