@@ -235,8 +235,8 @@ class ToolSystem:
         starting calls) and given up to ``STOP_GRACE_S`` seconds to settle, so every started
         call records its one ``tool/result`` and its caller gets its result. A plain body
         still running on a worker thread after that is left to it: its call settles
-        ``ABORTED`` without it (a batch's waiter fails with ``RuntimeError``). Calls submitted
-        after ``stop()`` raise ``RuntimeError``.
+        ``ABORTED`` without it (in a batch too). Calls submitted after ``stop()`` raise
+        ``RuntimeError``.
         """
         finishing: threading.Thread | None = None
         with self._lock:

@@ -458,6 +458,82 @@ def test_a_plain_body_that_outlasts_the_stop_is_left_to_its_thread_and_its_call_
     assert result_ids(system) == ["c1"]
 
 
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain body", "under a wrapper"])
+def test_a_batch_whose_plain_body_outlasts_the_stop_settles_with_every_result(
+    monkeypatch: pytest.MonkeyPatch, wrapped: bool
+) -> None:
+    # Without a wrapper the pool runs the body right on a body thread; under one, a task on
+    # the loop waits for it. Either way, once the grace is over the stuck call settles without
+    # its body, the batch commits in order and its waiter gets every result.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    system = ToolSystem.start(code_runtime=None)
+    entered, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def stuck(args: Any, ctx: Any) -> Any:  # never looks at its signal
+        entered.set()
+        release.wait(WAIT)
+        returned.set()
+        return [block("too late")]
+
+    async def passes(exec: Any, next: Any) -> Any:
+        return await next()
+
+    system.tools.register(fixture("stuck", stuck))
+    system.tools.register(echo())
+    if wrapped:
+        system.tools.on_execute(passes)
+    turn = ExecuteBatch(calls=[ToolCall("c1", "stuck", "{}"), ToolCall("c2", "echo", "{}")])
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute_batch, turn)
+        assert entered.wait(WAIT)
+        try:
+            system.stop()
+            outcome = pending.result(WAIT)
+        finally:
+            release.set()
+    assert returned.wait(WAIT)
+    stuck_result, sibling = outcome.results
+    assert stuck_result.error.info.code == "ABORTED"
+    assert stuck_result.abort_reason == "the tool system is stopping"
+    assert stuck_result.call_id == "c1" and sibling.call_id == "c2"
+    assert sibling.abort_reason == "the tool system is stopping"  # committed after the stop
+    assert result_ids(system) == ["c1", "c2"]  # what the body returned late is dropped
+
+
+def test_a_code_mode_sub_call_whose_plain_body_outlasts_the_stop_records_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    system = ToolSystem.start(ToolsConfig(mode="code"))
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(args: Any, ctx: Any) -> Any:
+        entered.set()
+        release.wait(WAIT)
+        return [block("too late")]
+
+    system.tools.register(fixture("stuck", stuck))
+    program = {"code": "return await tools.stuck({})", "description": "waits"}
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute, call("run_code", program, call_id="r1"))
+        assert entered.wait(WAIT)
+        try:
+            system.stop()
+            result = pending.result(WAIT)
+        finally:
+            release.set()
+    assert result.is_error
+    kinds = [e.type for e in system.session.events]
+    assert kinds == [
+        "tool/call",
+        "tool/code-dispatch-start",
+        "tool/code-dispatch",
+        "tool/result",
+    ]
+    (end,) = [e for e in system.session.events if e.type == "tool/code-dispatch"]
+    assert "aborted" in str(end.data)
+
+
 def test_a_stop_from_elsewhere_while_an_inside_stop_is_starting_waits_for_it() -> None:
     # The inside stop() runs the abort callbacks before it starts the thread that finishes
     # it (a slow one widens that moment): a stop() from another thread then must wait for

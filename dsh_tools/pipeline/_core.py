@@ -135,6 +135,11 @@ class PipelineCore:
         self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
         # Calls whose async body runs now, whatever started them (``run``, a pool).
         self.bodies: set[CallRecord] = set()
+        # Calls whose plain body a task awaits on a worker thread now (``body_wait``), and
+        # calls whose plain body a pool runs right on a body thread, each with what settles
+        # it without its body (``abandon_bodies``), whatever started them.
+        self.body_waits: set[CallRecord] = set()
+        self.off_loop: dict[CallRecord, Callable[[], None]] = {}
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
@@ -175,16 +180,20 @@ class PipelineCore:
 
     def abandon_bodies(self) -> bool:
         """``stop()``, once its grace is over: stop waiting for the plain bodies still running
-        on worker threads for calls inside ``run`` (each is left to its thread, what it returns
-        is dropped), and cancel the async bodies still running, those trusted to watch their
-        signal included. Their calls settle ``ABORTED``. Whether there were any."""
+        on worker threads (each is left to its thread, what it returns is dropped), and cancel
+        the async bodies still running, those trusted to watch their signal included. Their
+        calls settle ``ABORTED`` (``ABORTED_BEFORE_DISPATCH`` when a pool's body never began),
+        whatever started them. Whether there were any."""
         found = False
-        for rec in list(self.live):
+        for rec in list(self.body_waits):
             task = rec.body_wait
             if task is not None:
                 found = True
                 with contextlib.suppress(RuntimeError):  # the loop has closed
                     task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
+        for abandon in list(self.off_loop.values()):
+            found = True
+            abandon()
         for rec in list(self.bodies):
             task = rec.body_task
             if task is not None:

@@ -78,6 +78,23 @@ class DispatchStages(PipelineCore):
         execute wrapper applies (the body itself runs in its own task or thread)."""
         return not self._cell.current.hooks_for("execute", rec.agent)
 
+    def run_off_loop(self, rec: CallRecord, abandon: Callable[[], None]) -> None:
+        """A pool runs ``rec``'s plain body right on a body thread from now on (its dispatch
+        with ``inline=OFF_LOOP``): once ``stop()``'s grace is over ``abandon()`` is called (on
+        any thread) to settle the call without its body (``abandoned_stage``), until
+        ``off_loop_done(rec)``."""
+        self.off_loop[rec] = abandon
+
+    def off_loop_done(self, rec: CallRecord) -> None:
+        """``rec``'s dispatch on a body thread settled (or was abandoned)."""
+        self.off_loop.pop(rec, None)
+
+    def abandoned_stage(self, rec: CallRecord) -> Stage:
+        """What a call whose plain body ``stop()`` gave up on settles with: ``ABORTED``, or
+        ``ABORTED_BEFORE_DISPATCH`` when the body never began."""
+        code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+        return Stage(POST, cancelled(code, call_id=rec.call_id, reason=abort_reason(rec)))
+
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on one of the threads plain bodies run on (raises ``RuntimeError`` once
         they have shut down)."""
@@ -328,6 +345,8 @@ class DispatchStages(PipelineCore):
         loop = await event_loop()  # to wait for the worker
         work = self._executor.submit(call_plain_body, execute, rec.arguments, ctx)
         rec.body_wait = current_task(loop)
+        waits = self.body_waits
+        waits.add(rec)
         try:
             try:
                 return await asyncio.wrap_future(work)
@@ -349,6 +368,7 @@ class DispatchStages(PipelineCore):
             return work.result()
         finally:
             rec.body_wait = None
+            waits.discard(rec)
 
     def _normalize_dispatch_result(self, rec: CallRecord, result: Any) -> ToolExecutionResult:
         if rec.is_canonical(result):

@@ -49,6 +49,7 @@ from ._pool_parts import (
     DONE,
     PREPARING,
     SETTLED,
+    AbandonDispatch,
     AbortPool,
     ClosePool,
     CommitDone,
@@ -125,11 +126,14 @@ class DispatcherPoolActor(SharedMailboxActor):
             message.entry.task = None
             self._settle_prepare(message.entry, message.stage)
         elif kind is DispatchSettled:
-            self._in_flight -= 1
             entry = message.entry
             entry.task = None
-            entry.stage = message.stage
-            entry.state = SETTLED
+            if not entry.abandoned:  # else it settled already, without its body
+                if entry.off_loop and entry.record is not None:
+                    self._pipeline.off_loop_done(entry.record)
+                self._in_flight -= 1
+                entry.stage = message.stage
+                entry.state = SETTLED
         elif kind is CommitDone:
             self._busy = False
             message.entry.task = None
@@ -140,6 +144,8 @@ class DispatcherPoolActor(SharedMailboxActor):
             self._busy = False
         elif kind is AbortPool:
             self._interrupt_started(message.reason)
+        elif kind is AbandonDispatch:
+            self._abandon(message.entry)
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         self.pump()
@@ -151,6 +157,18 @@ class DispatcherPoolActor(SharedMailboxActor):
         for entry in self._entries[self._commit_cursor : self._start_cursor]:
             if entry.record is not None and entry.state != DONE:
                 self._pipeline.interrupt(entry.record, reason)
+
+    def _abandon(self, entry: PoolEntry) -> None:
+        """``stop()`` gave up on ``entry``'s plain body on a body thread: the call settles
+        without it (and commits as any other), its slot is free."""
+        record = entry.record
+        if entry.state != DISPATCHING or entry.abandoned or record is None:
+            return
+        entry.abandoned = True
+        self._pipeline.off_loop_done(record)
+        self._in_flight -= 1
+        entry.stage = self._pipeline.abandoned_stage(record)
+        entry.state = SETTLED
 
     def on_failure(self, exc: BaseException) -> None:
         self.pump()
@@ -258,6 +276,7 @@ class DispatcherPoolActor(SharedMailboxActor):
             if self._workers_drain and self._pipeline.plain_dispatch(record):
                 job = partial(self._dispatch_here, entry, record)
                 entry.off_loop = True
+                self._pipeline.run_off_loop(record, partial(self.tell, AbandonDispatch(entry)))
                 if self.hand(job):  # this worker runs it once its drain is done
                     return
                 try:
@@ -265,6 +284,7 @@ class DispatcherPoolActor(SharedMailboxActor):
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
                     entry.off_loop = False
+                    self._pipeline.off_loop_done(record)
             # Its own task either way: with no execute wrapper the body runs right in it (the
             # body's task, from its first line), else the wrappers do and the body gets one.
             own_task = self._pipeline.dispatches_quietly(record)
@@ -283,8 +303,10 @@ class DispatcherPoolActor(SharedMailboxActor):
         self.report(DispatchSettled(entry, stage))
 
     def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
-        """On a body thread: the dispatch of a plain body, the body inline."""
-        self.run_here(entry, self._dispatch(entry, record, OFF_LOOP))
+        """On a body thread: the dispatch of a plain body, the body inline (none once ``stop()``
+        has given up on it)."""
+        if not entry.abandoned:
+            self.run_here(entry, self._dispatch(entry, record, OFF_LOOP))
 
     def _commit(self, entry: PoolEntry) -> bool:
         assert entry.record is not None and entry.stage is not None

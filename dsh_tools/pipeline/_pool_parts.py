@@ -24,6 +24,7 @@ __all__ = [
     "PREPARING",
     "QUEUED",
     "SETTLED",
+    "AbandonDispatch",
     "AbortPool",
     "ClosePool",
     "CommitDone",
@@ -77,6 +78,7 @@ class PoolEntry:
     """One call in a pool: its request, its record once started, where it stands."""
 
     __slots__ = (
+        "abandoned",
         "call",
         "exclusive",
         "frozen",
@@ -104,6 +106,7 @@ class PoolEntry:
         self.state = QUEUED
         self.exclusive = False
         self.off_loop = False  # its dispatch was handed to a body thread
+        self.abandoned = False  # settled without its body: what that dispatch reports is dropped
         self.task: asyncio.Task[None] | None = None  # the stage running now, held until it ends
 
 
@@ -115,6 +118,13 @@ class AbortPool(msgspec.Struct, frozen=True):
     """The pool's signal aborted: stop starting, drain, commit the started, abandon the rest."""
 
     reason: object
+
+
+class AbandonDispatch(msgspec.Struct, frozen=True):
+    """``stop()``'s grace is over: settle ``entry``'s dispatch on a body thread without its
+    body, if it has not settled yet (what it reports later is dropped)."""
+
+    entry: PoolEntry
 
 
 class PrepareDone(msgspec.Struct, frozen=True):
@@ -194,6 +204,16 @@ class PoolPipeline(Protocol):
 
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on a thread plain bodies run on."""
+
+    def run_off_loop(self, rec: CallRecord, abandon: Callable[[], None]) -> None:
+        """The call's plain body runs right on a body thread from now on; ``abandon()`` (any
+        thread) settles it without its body once ``stop()``'s grace is over."""
+
+    def off_loop_done(self, rec: CallRecord) -> None:
+        """The call's dispatch on a body thread settled (or was abandoned)."""
+
+    def abandoned_stage(self, rec: CallRecord) -> Stage:
+        """What a call settles with when ``stop()`` gave up on its plain body."""
 
     async def dispatch(self, rec: CallRecord, *, inline: Inline, own_task: bool = False) -> Stage:
         """Execute wrappers and the body: the candidate result. ``own_task``: the coroutine is
