@@ -343,6 +343,14 @@ def test_isolation_is_the_sandbox_by_default_and_validated() -> None:
         CodeSandbox(read=["relative"])
 
 
+def test_the_descriptor_limit_is_validated() -> None:
+    assert CodeSandbox().max_open_files == 256
+    with pytest.raises(TypeError, match=r"^code sandbox: max_open_files must be an integer$"):
+        CodeSandbox(max_open_files=True)
+    with pytest.raises(ValueError, match=r"^code sandbox: max_open_files must be at least 32 "):
+        CodeSandbox(max_open_files=8)
+
+
 def test_a_tool_system_passes_its_grants_to_the_runtime(tmp_path: Path) -> None:
     from dsh_tools import ToolSystem
 

@@ -62,7 +62,9 @@ CGROUPS = _cgroups_writable()
 needs_cgroups = pytest.mark.skipif(not CGROUPS, reason="cgroups are not writable here")
 
 
-def runtime_of(*, cgroups: bool, **budgets: float) -> SubprocessCodeRuntime:
+def runtime_of(
+    *, cgroups: bool, max_open_files: int = 256, **budgets: float
+) -> SubprocessCodeRuntime:
     settings: dict[str, float] = {"compute_ms": 20000, "max_wall_ms": 30000, "max_memory_mb": 256}
     settings.update(budgets)
     return SubprocessCodeRuntime(
@@ -70,7 +72,7 @@ def runtime_of(*, cgroups: bool, **budgets: float) -> SubprocessCodeRuntime:
             compute_ms=settings["compute_ms"],
             max_wall_ms=settings["max_wall_ms"],
             max_memory_mb=settings["max_memory_mb"],
-            sandbox=CodeSandbox(cgroups=cgroups),
+            sandbox=CodeSandbox(cgroups=cgroups, max_open_files=max_open_files),
         )
     )
 
@@ -235,8 +237,9 @@ return 'pipe buffers'
 @pytest.mark.parametrize("program", [FILLED_SOCKET_PAIRS, FILLED_PIPES], ids=["sockets", "pipes"])
 def test_kernel_buffers_are_charged_to_the_memory_budget(program: str) -> None:
     # Small enough that pipes exceed it too: the kernel holds a user's pipes to 64 MiB of
-    # buffers (then one page each) unless it may raise that.
-    runtime = runtime_of(cgroups=True, max_memory_mb=48)
+    # buffers (then one page each) unless it may raise that. The buffers, not the descriptors,
+    # are what is measured: the run may open thousands.
+    runtime = runtime_of(cgroups=True, max_open_files=8192, max_memory_mb=48)
     try:
         result = run(runtime, program)
         assert result.error is not None and result.error.kind == "worker-exit", result

@@ -73,6 +73,51 @@ return started
     assert later.error is None and later.value == 1
 
 
+def test_descriptors_hold_at_most_their_limit_of_the_host_file_table() -> None:
+    # Every open() takes an entry of the machine-wide open-file table; with the host's own
+    # limit (often tens of thousands per process) a few runs of forked openers could fill it
+    # and make the harness's own opens fail with ENFILE.
+    sandbox = CodeSandbox(max_processes=4, max_open_files=64)
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=sandbox))
+    program = """
+import os, resource
+def open_all():
+    fds = []
+    try:
+        while len(fds) < 100_000:
+            fds.append(os.open(".", os.O_RDONLY))
+    except OSError as exc:
+        return len(fds), exc.errno
+read, write = os.pipe()
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        held, errno = open_all()
+        os.write(write, f"{held} {errno}\\n".encode())
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+seen = [line.split() for line in os.read(read, 4096).decode().splitlines()]
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (100_000, 100_000))
+    raised = "raised"
+except (OSError, ValueError):
+    raised = "refused"
+return [resource.getrlimit(resource.RLIMIT_NOFILE)[0], raised, seen]
+"""
+    try:
+        limit, raised, seen = value(runtime, program)
+        assert (limit, raised) == (64, "refused")
+        assert len(seen) == 3
+        for held, errno in seen:
+            assert int(held) < 64 and int(errno) == 24  # EMFILE: this process's limit
+        assert value(runtime, "return 1") == 1
+    finally:
+        runtime.close()
+
+
 def test_no_set_id_file_is_left_in_a_write_grant(tmp_path: Path) -> None:
     # The worker's user owns what it creates in a write grant (root under a root harness): a
     # set-user-ID copy of an interpreter left there would give any local user that user.

@@ -100,6 +100,7 @@ class SubprocessCodeRuntime:
             "max_wall_ms": config.max_wall_ms,
             "max_memory_mb": config.max_memory_mb,
             "max_processes": config.sandbox.max_processes,
+            "max_open_files": config.sandbox.max_open_files,
             "cgroups": config.sandbox.cgroups,
             "read": list(config.sandbox.read),
             "write": list(config.sandbox.write),

@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import math
 import os
+import resource
 import signal
 import struct
 import sys
@@ -89,6 +90,7 @@ class SandboxPlan:
         self.max_memory_mb = float(settings["max_memory_mb"])
         self.max_wall_ms = float(settings.get("max_wall_ms", math.inf))
         self.max_processes = int(settings["max_processes"])
+        self.max_open_files = int(settings.get("max_open_files", 256))
         self.env = {str(k): str(v) for k, v in dict(settings.get("env") or {}).items()}
         self._read = [str(path) for path in settings.get("read") or ()]
         self._write = [str(path) for path in settings.get("write") or ()]
@@ -394,6 +396,12 @@ class SandboxPlan:
         os.close(proc)
         for grant in self._grants:
             _kernel.landlock_add_path(ruleset, grant.fd, grant.rights)
+        # Lowering a limit needs no privilege; with CAP_SYS_RESOURCE gone it cannot be raised.
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        files = self.max_open_files
+        if hard != resource.RLIM_INFINITY:
+            files = min(files, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
         _kernel.drop_capabilities()
         _kernel.set_no_new_privs()
         _kernel.landlock_restrict_self(ruleset)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["CodeSandbox"]
+__all__ = ["MIN_OPEN_FILES", "CodeSandbox"]
+
+MIN_OPEN_FILES = 32
+"""The least ``max_open_files`` a run may be given: the worker holds about ten descriptors of
+its own (its channel, pipes and event loop) before the program opens any."""
 
 
 def _paths(key: str, value: object) -> tuple[str, ...]:
@@ -23,6 +27,9 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     - ``write``: absolute paths the program may read, create, change and remove beneath.
     - ``env``: the program's whole environment (nothing of the host's is passed otherwise).
     - ``max_processes``: how many processes the run may have at once (the worker included).
+    - ``max_open_files``: how many descriptors each of the run's processes may have open
+      (``RLIMIT_NOFILE``), so that a run's descriptors hold at most ``max_processes x
+      max_open_files`` of the machine's open-file table, whatever the host's own limit is.
     - ``cgroups``: measure and hold each run with its own cgroups when this host lets the
       runtime make them (root with the v1 ``memory``, ``cpuacct`` and ``pids`` hierarchies);
       ``False`` keeps to the namespace init's ``/proc`` walk (see ``docs/sandbox.md`` for what
@@ -37,6 +44,7 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     write: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     max_processes: int = 64
+    max_open_files: int = 256
     cgroups: bool = True
 
     def __post_init__(self) -> None:
@@ -54,5 +62,13 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
             raise TypeError("code sandbox: max_processes must be a positive integer")
         if count < 1:
             raise ValueError(f"code sandbox: max_processes must be a positive integer, got {count}")
+        files = self.max_open_files
+        if type(files) is not int:
+            raise TypeError("code sandbox: max_open_files must be an integer")
+        if files < MIN_OPEN_FILES:
+            raise ValueError(
+                f"code sandbox: max_open_files must be at least {MIN_OPEN_FILES} (the worker's own "
+                f"descriptors and its imports need them), got {files}"
+            )
         if type(self.cgroups) is not bool:
             raise TypeError("code sandbox: cgroups must be True or False")
