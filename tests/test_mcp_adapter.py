@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
-from conftest import WAIT, fixture, spawn, value_of
+from conftest import WAIT, Logs, fixture, spawn, value_of
 from mcp import StdioServerParameters, stdio_client
 from mcp_support import failure, process_gone, run, texts, wait_for_file
 
@@ -499,6 +499,40 @@ def test_a_stdio_server_that_dies_is_disconnected_and_its_tools_withdrawn(
     assert process_gone(pid)
     plugin.close()
     assert plugin.state == "closed"
+    assert mcp_threads() == []
+
+
+PAGING_SERVER = str(Path(__file__).with_name("mcp_paging_server.py"))
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["repeated cursor", "pages without end"])
+def test_a_tool_list_whose_pages_never_end_fails_that_listing_not_the_connection(
+    system: ToolSystem, errlog: TextIO, logs: Logs, fresh: bool
+) -> None:
+    # Told its tools changed, the plugin lists them again: a server that keeps naming a next
+    # page (the same one, or a new one each time) must not keep it listing for ever.
+    params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER])
+    plugin = register_mcp_server_sync(system, "pager", params, errlog=errlog, connect_timeout=WAIT)
+    try:
+        run(system, "start_paging", {"fresh": fresh})
+        deadline = time.monotonic() + WAIT
+        while not [e for e in logs.entries if e["event"] == "MCP tools/list failed"]:
+            assert time.monotonic() < deadline, "the endless listing never failed"
+            time.sleep(0.02)
+        (failed,) = [e for e in logs.entries if e["event"] == "MCP tools/list failed"]
+        if fresh:
+            assert failed["error"] == "tools/list: the server sent more than 1000 pages"
+        else:
+            assert failed["error"] == (
+                "tools/list: the server sent the cursor 'again' twice (its pages never end)"
+            )
+        before = texts(run(system, "echo", {}))
+        time.sleep(0.3)
+        assert texts(run(system, "echo", {})) == before  # no more listing: the server is idle
+        assert plugin.state == "connected"
+        assert sorted(system.tools.names()) == ["echo", "start_paging"]
+    finally:
+        plugin.close()
     assert mcp_threads() == []
 
 

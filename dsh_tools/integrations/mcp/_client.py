@@ -261,11 +261,21 @@ class McpClient:
             if self._relist:
                 self._relist = False
                 try:
-                    tools = await list_all_tools(session)
+                    # As bounded as the first listing: a server that never finishes its list
+                    # must not hold the connection's keep-alive.
+                    with anyio.fail_after(self._connect_timeout):
+                        tools = await list_all_tools(session)
                 except MCPError as exc:
                     if is_closed(exc):
                         return
                     _log.warning("MCP tools/list failed", server=self.label, error=exc.message)
+                    continue
+                except TimeoutError:
+                    _log.warning(
+                        "MCP tools/list failed",
+                        server=self.label,
+                        error=f"no whole list within connect_timeout={self._connect_timeout} s",
+                    )
                     continue
                 await self._tell(partial(notify_tools_changed, tools=tools))
                 continue

@@ -50,7 +50,7 @@ class ServerResources:
         session = self._client.session()
         try:
             if method == "resources/list":
-                return await list_all(session.list_resources, lambda page: page.resources)
+                return await list_all(session.list_resources, lambda page: page.resources, method)
             if method == "resources/templates/list":
                 templates = await session.list_resource_templates()
                 return [wire(t) for t in templates.resource_templates]
@@ -58,7 +58,7 @@ class ServerResources:
                 read = await session.read_resource(params["uri"])
                 return [wire(c) for c in read.contents]
             if method == "prompts/list":
-                return await list_all(session.list_prompts, lambda page: page.prompts)
+                return await list_all(session.list_prompts, lambda page: page.prompts, method)
             got = wire(await session.get_prompt(params["name"], params["arguments"]))
             got.pop("resultType", None)  # protocol bookkeeping, not part of the prompt
             return got

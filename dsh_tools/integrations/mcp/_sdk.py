@@ -7,7 +7,7 @@ from typing import Any
 
 from mcp import ClientSession, MCPError, types
 
-__all__ = ["describe", "is_closed", "list_all", "list_all_tools", "wire"]
+__all__ = ["MAX_LIST_PAGES", "describe", "is_closed", "list_all", "list_all_tools", "wire"]
 
 
 def wire(model: Any) -> dict[str, Any]:
@@ -16,23 +16,42 @@ def wire(model: Any) -> dict[str, Any]:
     return dumped
 
 
+MAX_LIST_PAGES = 1_000
+"""The most pages one list request may take: a server whose pages never end (a cursor that
+keeps changing) would otherwise keep its client listing for ever."""
+
+
 async def list_all(
-    fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], Sequence[Any]]
+    fetch: Callable[..., Awaitable[Any]], items: Callable[[Any], Sequence[Any]], method: str
 ) -> list[dict[str, Any]]:
     """Every item of a paginated list request, in wire form: ``fetch()`` then
-    ``fetch(params=<next cursor>)`` until a page has no ``next_cursor``."""
+    ``fetch(params=<next cursor>)`` until a page has no ``next_cursor``. A server that repeats
+    a cursor, or has more than ``MAX_LIST_PAGES`` pages, fails the request (``MCPError``, as a
+    failure the server sent would): its list has no end to wait for."""
     found: list[dict[str, Any]] = []
+    seen: set[str] = set()
     page = await fetch()
     while True:
         found.extend(wire(item) for item in items(page))
         cursor = page.next_cursor
         if not cursor:
             return found
+        if cursor in seen:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"{method}: the server sent the cursor {cursor[:100]!r} twice "
+                "(its pages never end)",
+            )
+        if len(seen) + 1 >= MAX_LIST_PAGES:
+            raise MCPError(
+                types.INTERNAL_ERROR, f"{method}: the server sent more than {MAX_LIST_PAGES} pages"
+            )
+        seen.add(cursor)
         page = await fetch(params=types.PaginatedRequestParams(cursor=cursor))
 
 
 async def list_all_tools(session: ClientSession) -> list[dict[str, Any]]:
-    return await list_all(session.list_tools, lambda page: page.tools)
+    return await list_all(session.list_tools, lambda page: page.tools, "tools/list")
 
 
 def is_closed(exc: MCPError) -> bool:

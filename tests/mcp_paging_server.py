@@ -1,0 +1,59 @@
+"""An MCP server whose ``tools/list`` pages never end once asked to, started as a real process
+by the MCP tests (the official SDK's low-level ``Server``, over stdio).
+
+Tools: ``echo()``: how many ``tools/list`` requests the server has answered so far;
+``start_paging(fresh=False)``: from now on every page of ``tools/list`` names a next page (the
+same cursor again, or with ``fresh`` a new one each time), then the server sends
+``notifications/tools/list_changed``.
+
+Run: ``python tests/mcp_paging_server.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+_state: dict[str, Any] = {"paging": None, "lists": 0}
+
+_TOOLS = [
+    types.Tool(name="echo", input_schema={"type": "object"}),
+    types.Tool(
+        name="start_paging",
+        input_schema={"type": "object", "properties": {"fresh": {"type": "boolean"}}},
+    ),
+]
+
+
+async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    _state["lists"] += 1
+    cursor = None
+    if _state["paging"] == "repeat":
+        cursor = "again"
+    elif _state["paging"] == "fresh":
+        cursor = f"page-{_state['lists']}"
+    return types.ListToolsResult(tools=_TOOLS, next_cursor=cursor)
+
+
+async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    if params.name == "start_paging":
+        _state["paging"] = "fresh" if (params.arguments or {}).get("fresh") else "repeat"
+        await ctx.session.send_tool_list_changed()
+    text = f"tools/list requests so far: {_state['lists']}"
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+
+server = Server("pager", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def main() -> None:
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
