@@ -29,7 +29,9 @@ _TOOLS = [
 ]
 
 
-async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+async def list_tools(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListToolsResult:
     _state["lists"] += 1
     cursor = None
     if _state["paging"] == "repeat":

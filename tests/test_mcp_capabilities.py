@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,33 @@ def test_sampling_requests_reach_the_harness_callback_with_the_calling_context(
     assert params["messages"] == [
         {"role": "user", "content": {"type": "text", "text": "meaning of life?"}}
     ]
+
+
+def test_close_does_not_wait_for_a_plain_sampling_callback_still_running(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # A plain callback cannot be interrupted: close() leaves it to its thread (it returns
+    # when the callback does) and ends the session, the server and the client thread now.
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_model(ctx: McpRequestContext, params: dict[str, Any]) -> Mapping[str, Any]:
+        entered.set()
+        release.wait(WAIT)
+        return {"role": "assistant", "content": {"type": "text", "text": "late"}, "model": "m"}
+
+    plugin = connect(system, sampling=slow_model)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            call = pool.submit(run, system, "ask_model", {"question": "?"})
+            assert entered.wait(WAIT)
+            closing = pool.submit(plugin.close)
+            closing.result(WAIT)
+            assert not release.is_set()  # closed while the callback still waits
+            assert failure(call.result(WAIT))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+            assert plugin.state == "closed"
+            assert [t for t in threading.enumerate() if t.name.startswith("mcp[")] == []
+    finally:
+        release.set()
 
 
 def test_a_failing_sampling_callback_fails_the_servers_request(
@@ -186,11 +215,65 @@ def test_progress_becomes_session_events_with_the_call_id_and_reaches_the_callba
         }
         for step in (1, 2, 3)
     ]
+    wait_until(lambda: len(observed) == 3)  # delivered off the connection, in order
     assert [(p.call_id, p.progress, p.total) for p in observed] == [
         ("b1", 1.0, 3.0),
         ("b1", 2.0, 3.0),
         ("b1", 3.0, 3.0),
     ]
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.01)
+
+
+def test_a_slow_progress_callback_holds_neither_the_call_nor_the_connection(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # A plain callback that blocks (a user interface that is slow to update) gets its
+    # notifications in order once it can; meanwhile the call and the server's other
+    # requests go on.
+    release = threading.Event()
+    observed: list[tuple[float, str]] = []
+
+    def slow(progress: McpProgress) -> None:
+        release.wait(WAIT)
+        observed.append((progress.progress, threading.current_thread().name))
+
+    connect(system, on_progress=slow)
+    try:
+        assert texts(run(system, "count", {"steps": 3})) == ["counted"]
+        assert texts(run(system, "greet", {"name": "ada"})) == ["hello ada"]
+        assert observed == []  # still held by the first notification
+    finally:
+        release.set()
+    wait_until(lambda: len(observed) == 3)
+    assert [progress for progress, _ in observed] == [1.0, 2.0, 3.0]
+    assert {thread for _, thread in observed} == {"mcp-callback[live]_0"}
+
+
+def test_an_async_progress_callback_that_waits_holds_nothing_either(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    release = threading.Event()
+    observed: list[float] = []
+
+    async def waits(progress: McpProgress) -> None:
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        observed.append(progress.progress)
+
+    connect(system, on_progress=waits)
+    try:
+        assert texts(run(system, "count", {"steps": 2})) == ["counted"]
+        assert observed == []
+    finally:
+        release.set()
+    wait_until(lambda: len(observed) == 2)
+    assert observed == [1.0, 2.0]
 
 
 # --- resources and prompts ---------------------------------------------------------------------

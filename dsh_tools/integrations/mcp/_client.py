@@ -34,6 +34,7 @@ from mcp.shared.dispatcher import ProgressFnT
 from pydantic import ValidationError
 
 from ...actors._logging import get_logger
+from ._callbacks import CallbackRunner
 from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
 from ._sdk import describe, is_closed, list_all, list_all_tools, wire
@@ -98,10 +99,11 @@ class McpClient:
         self._connected = False
         self._missed = False
         self._closed = threading.Event()
+        self.callbacks = CallbackRunner(label, self._loop)
         self._answers = ServerRequests(
             label,
             options,
-            loop=self._loop,
+            callbacks=self.callbacks,
             context=self._context,
             tools_changed=self._tools_list_changed,
         )
@@ -344,6 +346,7 @@ class McpClient:
                     self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(timeout)
         finally:
+            self.callbacks.close()
             self._closed.set()
 
     def _request_stop(self) -> None:

@@ -265,7 +265,9 @@ class McpPlugin(ServerResources):
 
     # --- progress ------------------------------------------------------------------------------
 
-    def _progress(self, progress: McpProgress) -> Any:
+    def _progress(self, progress: McpProgress) -> None:
+        """On the client loop: record the notification; the callback gets it in order, off
+        the session's receive loop."""
         data: dict[str, Any] = {
             "call_id": progress.call_id,
             "tool": progress.tool,
@@ -282,13 +284,8 @@ class McpPlugin(ServerResources):
             )
         except Exception as exc:  # a non-finite number from the server, say
             _log.warning("MCP progress not recorded", server=self.name, error=message_of(exc))
-        if self._on_progress is None:
-            return None
-        try:
-            return self._on_progress(progress)
-        except Exception as exc:
-            _log.warning("MCP on_progress callback failed", server=self.name, error=message_of(exc))
-            return None
+        if self._on_progress is not None:
+            self._client.callbacks.progress(self._on_progress, progress)
 
     # --- closing -------------------------------------------------------------------------------
 

@@ -3,8 +3,6 @@ sampling and elicitation requests, roots, log messages and list-changed notifica
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +12,7 @@ from mcp.client.session import ClientRequestContext
 
 from ...actors import message_of
 from ...actors._logging import get_logger
+from ._callbacks import CallbackRunner
 from ._sdk import describe, wire
 from ._types import (
     ElicitationCallback,
@@ -60,20 +59,6 @@ class ClientOptions:
         self.on_list_changed = on_list_changed
 
 
-async def _answer(
-    callback: Callable[[McpRequestContext, dict[str, Any]], Any],
-    ctx: McpRequestContext,
-    params: dict[str, Any],
-) -> Any:
-    """A harness callback: a coroutine function on this loop, anything else on a thread."""
-    if inspect.iscoroutinefunction(callback):
-        return await callback(ctx, params)
-    out = await asyncio.to_thread(callback, ctx, params)
-    if inspect.isawaitable(out):
-        out = await out
-    return out
-
-
 class ServerRequests:
     """The session callbacks of one connection; they all run on its client loop.
 
@@ -86,16 +71,15 @@ class ServerRequests:
         label: str,
         options: ClientOptions,
         *,
-        loop: asyncio.AbstractEventLoop,
+        callbacks: CallbackRunner,
         context: Callable[[], McpRequestContext],
         tools_changed: Callable[[], None],
     ) -> None:
         self._label = label
         self._options = options
-        self._loop = loop
+        self._callbacks = callbacks
         self._context = context
         self._tools_changed = tools_changed
-        self._background: set[asyncio.Task[None]] = set()
 
     async def sample(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
@@ -103,7 +87,7 @@ class ServerRequests:
         callback = self._options.sampling
         assert callback is not None
         try:
-            out = await _answer(callback, self._context(), wire(params))
+            out = await self._callbacks.call(callback, self._context(), wire(params))
             if isinstance(out, Mapping) and isinstance(out.get("content"), list):
                 return types.CreateMessageResultWithTools.model_validate(out)
             return types.CreateMessageResult.model_validate(out)
@@ -117,7 +101,7 @@ class ServerRequests:
         callback = self._options.elicitation
         assert callback is not None
         try:
-            out = await _answer(callback, self._context(), wire(params))
+            out = await self._callbacks.call(callback, self._context(), wire(params))
             return types.ElicitResult.model_validate(out)
         except Exception as exc:
             _log.warning("MCP elicitation callback failed", server=self._label, error=describe(exc))
@@ -162,14 +146,10 @@ class ServerRequests:
 
         async def tell() -> None:
             try:
-                out = await asyncio.to_thread(callback, kind)
-                if inspect.isawaitable(out):
-                    await out
+                await self._callbacks.call(callback, kind)
             except Exception as exc:
                 _log.warning(
                     "MCP on_list_changed callback failed", server=self._label, error=message_of(exc)
                 )
 
-        task = self._loop.create_task(tell())
-        self._background.add(task)  # a strong reference until it is done
-        task.add_done_callback(self._background.discard)
+        self._callbacks.in_background(tell())

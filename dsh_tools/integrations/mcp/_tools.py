@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,7 +32,6 @@ from ...actors import (
     JsonSchemaError,
     ToolArgsError,
     ToolTimeoutError,
-    message_of,
 )
 from ...actors._logging import get_logger
 from ...registry import (
@@ -64,7 +62,7 @@ _log = get_logger("dsh_tools.mcp")
 
 ConcurrencyPolicy = bool | Callable[[Mapping[str, Any]], bool] | None
 
-ProgressSink = Callable[[McpProgress], Any]
+ProgressSink = Callable[[McpProgress], None]
 
 MCP_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -177,20 +175,11 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         ref = McpCallRef(run_ctx.call_id, run_ctx.name, run_ctx.agent)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            out = tool.progress(
+            tool.progress(
                 McpProgress(
                     client.label, ref.call_id, ref.tool, ref.agent, progress, total, message
                 )
             )
-            if inspect.isawaitable(out):
-                try:
-                    await out
-                except Exception as exc:
-                    _log.warning(
-                        "MCP on_progress callback failed",
-                        server=client.label,
-                        error=message_of(exc),
-                    )
 
         future = client.call_tool(ref, info.mcp_name, arguments, on_progress=on_progress)
         remove = signal.add_callback(lambda _reason: future.cancel())

@@ -144,5 +144,6 @@ ListChangedCallback = Callable[[Literal["resources", "prompts"]], Awaitable[None
 What it returns is not used (an awaitable is awaited first)."""
 
 ProgressCallback = Callable[[McpProgress], Awaitable[None] | None]
-"""``on_progress(progress)``: called on the MCP client's thread for every progress
-notification; keep it quick (an awaitable it returns is awaited there)."""
+"""``on_progress(progress)``: called for every progress notification, in order, never holding
+the connection: a plain function on one of the plugin's callback threads, a coroutine function
+on the MCP client's loop (an awaitable a plain one returns is awaited there)."""
