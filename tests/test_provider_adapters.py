@@ -229,6 +229,40 @@ def test_calls_are_read_from_plain_dicts_with_names_mapped_back() -> None:
     ]
 
 
+@pytest.mark.parametrize("given", ["Oslo", '{"city": "Oslo"}', 5, True, [1, 2]], ids=repr)
+def test_a_tool_use_whose_input_is_not_an_object_fails_that_call_alone(given: Any) -> None:
+    # Anthropic sends `input` as the JSON value itself: a string is that string, never JSON
+    # text to read again, and a number or a boolean is a value like any other.
+    from dsh_tools import ExecuteBatch, ToolOutput, define_tool
+
+    message = {
+        "content": [
+            {"type": "tool_use", "id": "u1", "name": "weather", "input": given},
+            {"type": "tool_use", "id": "u2", "name": "weather", "input": {"city": "Lima"}},
+        ]
+    }
+    calls = anthropic_tool_calls(message)
+    assert [call.call_id for call in calls] == ["u1", "u2"]
+    with ToolSystem.start(ToolsConfig(mode="native"), code_runtime=None) as system:
+        system.tools.register(
+            define_tool(
+                name="weather",
+                description="The weather in a city.",
+                parameters={"city": {"type": "string", "required": True}},
+                output=ToolOutput(
+                    schema={"type": "string"},
+                    render=lambda args, value: [{"type": "text", "text": value}],
+                ),
+                execute=lambda args, ctx: f"{args['city']}: mild",
+            )
+        )
+        reply = anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=calls)))
+    first, second = reply["content"]
+    assert first["is_error"] is True
+    assert first["content"][0]["text"] == 'Error: invalid arguments: "arguments" must be an object'
+    assert (second["is_error"], second["content"][0]["text"]) == (False, "Lima: mild")
+
+
 def test_bad_responses_get_errors_that_name_the_place() -> None:
     with pytest.raises(ValueError, match=r"message.tool_calls\[0\] has no call id"):
         openai_tool_calls({"tool_calls": [{"type": "function", "function": {"name": "x"}}]})

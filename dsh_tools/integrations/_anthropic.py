@@ -84,14 +84,14 @@ def anthropic_tool_calls(
     for index, block in enumerate(items_of(field(message, "content"), "message.content")):
         if field(block, "type") != "tool_use":
             continue
-        arguments = field(block, "input")
         calls.append(
             make_call(
                 field(block, "id"),
                 field(block, "name"),
-                {} if arguments is None else arguments,
+                field(block, "input"),
                 names,
                 f"message.content[{index}]",
+                parsed=True,  # `input` is the JSON value itself
             )
         )
     return calls

@@ -63,10 +63,29 @@ def _arguments_text(arguments: object, where: str) -> str:
     raise ValueError(f"{where} must be JSON text or a JSON object, got {type(arguments).__name__}")
 
 
+def _value_text(value: object, where: str) -> str:
+    """The JSON text of a provider's already-parsed arguments, whatever JSON value the model
+    sent (a string or a number is that value, never text to parse again): the batch then
+    fails that call alone if it is not an object."""
+    if value is None:
+        return "{}"  # a call without arguments; the tool's schema decides whether that is valid
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{where} is not a JSON value: {exc}") from None
+
+
 def make_call(
-    call_id: object, name: object, arguments: object, names: ToolNameMap | None, where: str
+    call_id: object,
+    name: object,
+    arguments: object,
+    names: ToolNameMap | None,
+    where: str,
+    *,
+    parsed: bool = False,
 ) -> ToolCall:
-    """A ``ToolCall`` from one provider call, its name mapped back to the registry's."""
+    """A ``ToolCall`` from one provider call, its name mapped back to the registry's.
+    ``parsed``: the provider sends the arguments as a JSON value, not as JSON text."""
     if type(call_id) is not str or not call_id:
         raise ValueError(f"{where} has no call id (a non-empty str)")
     if type(name) is not str or not name:
@@ -74,7 +93,8 @@ def make_call(
     if names is not None and not isinstance(names, ToolNameMap):
         raise TypeError(f"names must be a ToolNameMap or None, got {type(names).__name__}")
     registry_name = names.to_registry(name) if names is not None else name
-    return ToolCall(call_id, registry_name, _arguments_text(arguments, f"{where} arguments"))
+    read = _value_text if parsed else _arguments_text
+    return ToolCall(call_id, registry_name, read(arguments, f"{where} arguments"))
 
 
 def items_of(value: object, where: str) -> list[Any]:
