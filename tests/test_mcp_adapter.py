@@ -557,6 +557,24 @@ def test_a_name_conflict_rolls_back_and_stops_the_server(
     assert mcp_threads() == []
 
 
+def test_a_plugin_name_in_use_is_refused_before_the_server_starts(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path, errlog: TextIO
+) -> None:
+    # Its instructions section, log lines and progress events are known by the name: a second
+    # plugin under it would silently replace the first one's instructions in the prompt.
+    first = connect("docs")
+    pid = wait_for_file(marks / "pid")
+    with pytest.raises(ValueError, match=r'^an MCP plugin named "docs" is registered already '):
+        connect("docs", tool_prefix="b_")
+    assert (marks / "pid").read_text() == pid  # no second server was started
+    assert first.state == "connected"
+    other = connect("docs", agent="planner", tool_prefix="p_")  # another agent's names
+    assert other.state == "connected"
+    first.close()
+    again = connect("docs", tool_prefix="c_")  # the name is free once its plugin closed
+    assert again.state == "connected"
+
+
 def test_the_async_form_registers_calls_and_closes(
     system: ToolSystem, marks: Path, errlog: TextIO
 ) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...actors import FrozenDict, message_of
@@ -77,7 +77,9 @@ class McpPlugin(ServerResources):
         instructions_section: bool,
         on_progress: ProgressCallback | None,
         close_timeout: float,
+        release_name: Callable[[], None],
     ) -> None:
+        """``release_name``: gives the plugin's name back for another plugin (at ``close()``)."""
         self.name = name
         self.agent = agent
         self.server_info: dict[str, Any] | None = None
@@ -93,6 +95,7 @@ class McpPlugin(ServerResources):
         self._instructions_section = instructions_section
         self._on_progress = on_progress
         self._close_timeout = close_timeout
+        self._release_name = release_name
         self._registered: dict[str, _Registered] = {}  # by MCP name, in server order
         self._skipped: tuple[str, ...] = ()
         self._section: Disposer | None = None
@@ -307,7 +310,11 @@ class McpPlugin(ServerResources):
                 _log.warning(
                     "disposing an MCP plugin failed", server=self.name, error=message_of(exc)
                 )
-        self._client.close(self._close_timeout)
+        try:
+            self._client.close(self._close_timeout)
+        finally:
+            if first:
+                self._release_name()
 
     async def aclose(self) -> None:
         """``close()`` on a worker thread, for callers on an event loop."""

@@ -7,7 +7,8 @@ import concurrent.futures
 import math
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -182,12 +183,17 @@ def register_mcp_server_sync(
         log_level=log_level,
         on_list_changed=on_list_changed,
     )
+    release = _claim(system, agent, name)
     owner: PluginHandle | None = None
-    if agent is None:
-        owner = system.plugin(name)
-        tools = owner.tools
-    else:
-        tools = system.agent(agent).tools
+    try:
+        if agent is None:
+            owner = system.plugin(name)
+            tools = owner.tools
+        else:
+            tools = system.agent(agent).tools
+    except BaseException:
+        release()
+        raise
     client = McpClient(
         name,
         open_transport,
@@ -211,6 +217,7 @@ def register_mcp_server_sync(
         instructions_section=instructions_section,
         on_progress=on_progress,
         close_timeout=close_timeout,
+        release_name=release,
     )
     try:
         ready = client.start()
@@ -239,6 +246,34 @@ def register_mcp_server_sync(
         plugin.close()
         raise
     return plugin
+
+
+_claims_lock = threading.Lock()
+_claimed: weakref.WeakKeyDictionary[ToolSystem, set[tuple[str | None, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The plugin names in use, per tool system, with the agent each is registered for."""
+
+
+def _claim(system: ToolSystem, agent: str | None, name: str) -> Callable[[], None]:
+    """Take ``name`` for a plugin of ``agent`` in ``system`` (its instructions section, its log
+    lines and its progress events are known by it); the returned function gives it back."""
+    key = (agent, name)
+    with _claims_lock:
+        names = _claimed.setdefault(system, set())
+        if key in names:
+            scope = "" if agent is None else f' for agent "{agent}"'
+            raise ValueError(
+                f'an MCP plugin named "{name}"{scope} is registered already in this tool '
+                "system; close it first or give this server another name"
+            )
+        names.add(key)
+
+    def release() -> None:
+        with _claims_lock:
+            names.discard(key)
+
+    return release
 
 
 def _first_cause(exc: BaseException) -> type[BaseException]:
