@@ -349,3 +349,15 @@ def test_assemble_hooks_run_on_every_assembly_with_schemas_they_may_change() -> 
         assert system.assemble_prompt().tools[0]["description"] == "call 1"
         assert system.assemble_prompt().tools[0]["description"] == "call 2"
         assert seen == [0, 1]
+
+
+def test_sections_sort_by_a_finite_order_and_refuse_any_other() -> None:
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.section("late", 5, "late")
+        system.tools.section("early", 1, "early")
+        for order in (float("nan"), float("inf"), float("-inf")):
+            with pytest.raises(ValueError, match=r"^section order must be a finite number, got "):
+                system.tools.section("odd", order, "odd")
+        with pytest.raises(TypeError, match=r"^section order must be a number$"):
+            system.tools.section("odd", "1", "odd")  # type: ignore[arg-type]
+        assert [s.name for s in system.assemble_prompt().sections] == ["early", "late"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
@@ -275,6 +276,8 @@ class ToolsHandle:
             raise TypeError("section name must be a non-empty str")
         if type(order) not in (int, float):
             raise TypeError("section order must be a number")
+        if not math.isfinite(order):
+            raise ValueError(f"section order must be a finite number, got {order!r}")
         if type(text) is not str:
             raise TypeError("section text must be a str")
         return Disposer(self, self._mutate(AddSection(name, order, text, self._agent)).key)
