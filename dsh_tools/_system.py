@@ -78,6 +78,25 @@ RUNTIME_DISPOSAL_S = 10.0
 _running: weakref.WeakSet[ToolSystem] = weakref.WeakSet()
 
 
+def _checked_timeout(timeout: object) -> float | None:
+    """``timeout`` (seconds) for a blocking wait, checked before anything is submitted: a
+    bad value found only once the call runs would leave it running with nobody to take its
+    result."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"timeout must be a number of seconds or None, got {type(timeout).__name__}"
+        )
+    seconds = float(timeout)
+    if not 0 < seconds <= threading.TIMEOUT_MAX:
+        raise ValueError(
+            f"timeout must be a number of seconds above 0 and at most {threading.TIMEOUT_MAX:g} "
+            f"(threading.TIMEOUT_MAX), or None to wait without one; got {timeout!r}"
+        )
+    return seconds
+
+
 def _stop_running_systems() -> None:
     for system in list(_running):
         try:
@@ -414,7 +433,9 @@ class ToolSystem:
         the wrapper set on this thread's loop can still fire while the body waits.
 
         With ``timeout``, the call runs on the system loop and ``TimeoutError`` is raised here
-        if it has not finished in time (the call still finishes, with its one result and event).
+        if it has not finished in time (the call still finishes, with its one result and event);
+        it is seconds above 0 and at most ``threading.TIMEOUT_MAX`` (else ``ValueError``, or
+        ``TypeError`` for a non-number, before the call starts).
         Raises ``RuntimeError`` when called from a thread running an event loop: use
         ``await execute_async(call)`` there. The one exception is a plain body or hook that
         ``execute`` itself is running inline on this thread: its nested call runs on the system
@@ -423,6 +444,7 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
+        timeout = _checked_timeout(timeout)
         loop = running_loop()
         nested = driving(loop)
         if not nested and loop is not None:
@@ -468,6 +490,7 @@ class ToolSystem:
         self._check_running()
         if not isinstance(batch, ExecuteBatch):
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
+        timeout = _checked_timeout(timeout)
         control = AbortController()
         try:
             outcome: BatchOutcome = self._call_on_loop(

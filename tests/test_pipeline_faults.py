@@ -604,3 +604,27 @@ def test_user_code_raising_generatorexit_fails_its_call_and_nothing_else(
         owner = {"guard": "a guard", "finalizer": "the finalizer", "body": "the tool body"}
         assert text(result) == f"Error: {owner[stage]} raised GeneratorExit"
         assert events_for(system, call_id) == ["tool/call", "tool/result"]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error", "text"),
+    [
+        (float("inf"), ValueError, r"^timeout must be a number of seconds above 0 and at most "),
+        (1e12, ValueError, r"^timeout must be a number of seconds above 0 and at most "),
+        (0, ValueError, r"^timeout must be a number of seconds above 0 and at most "),
+        (float("nan"), ValueError, r"^timeout must be a number of seconds above 0 and at most "),
+        ("1", TypeError, r"^timeout must be a number of seconds or None, got str$"),
+        (True, TypeError, r"^timeout must be a number of seconds or None, got bool$"),
+    ],
+)
+def test_a_bad_timeout_is_refused_before_the_call_or_batch_starts(
+    system: ToolSystem, timeout: Any, error: type[Exception], text: str
+) -> None:
+    ran: list[str] = []
+    system.tools.register(echo(execute=lambda args, ctx: ran.append("ran") or "ran"))
+    with pytest.raises(error, match=text):
+        system.execute(call(), timeout=timeout)
+    with pytest.raises(error, match=text):
+        system.execute_batch(ExecuteBatch(calls=[ToolCall("b1", "echo", "{}")]), timeout=timeout)
+    assert ran == []
+    assert system.session.events == []
