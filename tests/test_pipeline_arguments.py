@@ -23,7 +23,7 @@ from dsh_tools import (
     FrozenList,
     ToolSystem,
 )
-from dsh_tools.pipeline._json_text import parse_arguments
+from dsh_tools.registry._json_text import parse_arguments
 
 _ARGS_MESSAGE = "tool execution arguments must be losslessly JSON-serializable"
 NOT_LOSSLESS = {

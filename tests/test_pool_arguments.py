@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pool_support import batch, code, of_type, safe, tool_call
 
 from dsh_tools import AbortController, ExecuteBatch, ToolSystem
-from dsh_tools.pipeline._json_text import parse_arguments, parse_json_text
+from dsh_tools.registry._json_text import parse_arguments, parse_json_text
 
 
 class Receiver:

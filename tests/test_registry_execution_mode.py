@@ -12,7 +12,7 @@ import pytest
 from conftest import block, call, fixture, text
 from pool_support import batch
 
-from dsh_tools import ToolOutput, ToolSystem, define_tool
+from dsh_tools import ToolCall, ToolOutput, ToolSystem, define_tool
 from dsh_tools.registry import ToolDefinition, classify
 
 
@@ -48,6 +48,18 @@ def test_rp91_a_typed_classifier_reads_the_arguments(system: ToolSystem) -> None
     system.tools.register(typed_mode_tool(lambda args: args.get("mode") == "read"))
     assert system.tools.execution_mode(call("files", {"mode": "read"})) == "parallel"
     assert system.tools.execution_mode(call("files", {"mode": "write"})) == "exclusive"
+
+
+def test_a_tool_call_is_classified_on_its_argument_text_read_as_a_batch_reads_it(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(typed_mode_tool(lambda args: args.get("mode") == "read"))
+    assert system.tools.execution_mode(ToolCall("c1", "files", '{"mode": "read"}')) == "parallel"
+    assert system.tools.execution_mode(ToolCall("c1", "files", '{"mode": "write"}')) == "exclusive"
+    # A text the batch refuses runs nothing, so it holds no sibling back, as in the pool.
+    assert system.tools.execution_mode(ToolCall("c1", "files", "{not json")) == "parallel"
+    turn = batch(ToolCall("c1", "files", '{"mode": "read"}'), ToolCall("c2", "files", "{}"))
+    assert [system.tools.execution_mode(c) for c in turn.calls] == ["parallel", "exclusive"]
 
 
 def test_rp91_invalid_typed_arguments_are_exclusive_without_asking(system: ToolSystem) -> None:

@@ -3,14 +3,14 @@ log and the timeout policy."""
 
 from ..actors import message_of
 from ..registry._execution import CallRecord, DispatchExecution, ToolExecution, ToolRunContext
-from ._approval import Approval, ApprovalOutcome
-from ._dispatcher import DispatcherPoolActor
-from ._json_text import (
+from ..registry._json_text import (
     MAX_ARGUMENTS_CHARS,
     MAX_ARGUMENTS_DEPTH,
     parse_arguments,
     parse_json_text,
 )
+from ._approval import Approval, ApprovalOutcome
+from ._dispatcher import DispatcherPoolActor
 from ._loop import event_loop
 from ._pipeline import (
     DISPATCH,

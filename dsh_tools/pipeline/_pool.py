@@ -24,8 +24,8 @@ from ..actors import (
 )
 from ..actors._signal import NEVER_ABORTED
 from ..registry import LosslessJsonError, snapshot_json
+from ..registry._json_text import ArgumentsTextError, read_arguments
 from ._dispatcher import DispatcherPoolActor
-from ._json_text import ArgumentsTextError, read_arguments
 from ._loop import running_loop
 from ._pipeline import Pipeline
 from ._pool_parts import AbortPool, ClosePool, PoolEntry, PoolRequest, SubmitCalls

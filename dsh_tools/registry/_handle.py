@@ -41,6 +41,8 @@ from ._hooks import (
     PreExecuteHook,
     ResultObserver,
 )
+from ._json_text import ArgumentsTextError, read_arguments
+from ._lossless_copy import snapshot_json
 from ._registry_actor import RegistryActor
 from ._snapshot import SnapshotCell
 from ._tool_contract import check_registration, classify, project_schema
@@ -302,12 +304,21 @@ class ToolsHandle:
         return list(self._cell.current.view(self._target(agent)))
 
     def execution_mode(self, call: ExecuteCall | ToolCall) -> ExecutionMode:
-        """``"parallel"`` iff the visible tool's classifier returns exactly ``True``."""
+        """``"parallel"`` iff the visible tool's classifier returns exactly ``True``, given the
+        call's arguments; a ``ToolCall``'s argument text is read first, as a batch reads it (a
+        text the batch would refuse runs nothing, so it holds no sibling back: ``"parallel"``,
+        as in the pool)."""
         agent = getattr(call, "agent", None)
         entry = self._cell.current.lookup(call.name, self._target(agent))
         if entry is None:
             return "exclusive"
-        return "parallel" if classify(entry.definition, call.arguments) else "exclusive"
+        arguments = call.arguments
+        if isinstance(call, ToolCall):
+            try:
+                arguments = snapshot_json(read_arguments(call.arguments), "arguments")
+            except (ArgumentsTextError, ValueError, RecursionError, MemoryError):
+                return "parallel"
+        return "parallel" if classify(entry.definition, arguments) else "exclusive"
 
 
 def _names(label: str, names: Iterable[str] | None) -> tuple[str, ...] | None:
