@@ -26,11 +26,16 @@ from dsh_tools import (
 from dsh_tools.registry._json_text import parse_arguments
 
 _ARGS_MESSAGE = "tool execution arguments must be losslessly JSON-serializable"
-NOT_LOSSLESS = {
-    "content": [{"type": "text", "text": "Error: " + _ARGS_MESSAGE}],
-    "is_error": True,
-    "error": {"message": _ARGS_MESSAGE},
-}
+
+
+def not_lossless(detail: str) -> dict[str, Any]:
+    """The failure for lossy arguments: the pinned text, then the path and what is there."""
+    message = f"{_ARGS_MESSAGE}: {detail}"
+    return {
+        "content": [{"type": "text", "text": "Error: " + message}],
+        "is_error": True,
+        "error": {"message": message},
+    }
 
 
 class Phases:
@@ -79,21 +84,25 @@ def _self_containing() -> dict[str, Any]:
 
 
 LOSSY = [
-    ({"invalid": lambda: None}, "lambda"),
-    ({"invalid": {1, 2}}, "set"),
-    ({"invalid": (1, 2)}, "tuple"),
-    ({1: "x"}, "int-key"),
-    ({"x": float("nan")}, "nan"),
-    (-0.0, "neg-zero"),
-    (SubDict(a=1), "dict-subclass"),
-    (collections.OrderedDict(a=1), "ordered-dict"),
-    ({"x": Opaque()}, "object"),
-    (_self_containing(), "cycle"),
+    ({"invalid": lambda: None}, "lambda", "arguments.invalid is function"),
+    ({"invalid": {1, 2}}, "set", "arguments.invalid is set"),
+    ({"invalid": (1, 2)}, "tuple", "arguments.invalid is tuple"),
+    ({1: "x"}, "int-key", "arguments is dict with int key"),
+    ({"x": float("nan")}, "nan", "arguments.x is float (NaN)"),
+    (-0.0, "neg-zero", "arguments is float (-0.0)"),
+    (SubDict(a=1), "dict-subclass", "arguments is SubDict"),
+    (collections.OrderedDict(a=1), "ordered-dict", "arguments is OrderedDict"),
+    ({"x": Opaque()}, "object", "arguments.x is Opaque"),
+    (_self_containing(), "cycle", "arguments.self is cycle"),
 ]
 
 
-@pytest.mark.parametrize("arguments", [a for a, _ in LOSSY], ids=[i for _, i in LOSSY])
-def test_rp40_lossy_arguments_finish_without_any_hook(system: ToolSystem, arguments: Any) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "detail"), [(a, d) for a, _, d in LOSSY], ids=[i for _, i, _ in LOSSY]
+)
+def test_rp40_lossy_arguments_finish_without_any_hook(
+    system: ToolSystem, arguments: Any, detail: str
+) -> None:
     body = Recording("x")
     system.tools.register(echo(execute=body))
     phases = Phases(system)
@@ -103,7 +112,7 @@ def test_rp40_lossy_arguments_finish_without_any_hook(system: ToolSystem, argume
     original_type = type(arguments)
 
     result = system.execute(call("echo", arguments, agent="A", parent=parent, signal=signal))
-    assert result.to_dict() == NOT_LOSSLESS
+    assert result.to_dict() == not_lossless(detail)
     assert phases.log == []
     assert body.args == []
     assert len(phases.observed) == 1
@@ -131,7 +140,7 @@ def test_rp41_materialization_failure_beats_a_pre_aborted_signal(system: ToolSys
     phases = Phases(system)
     aborted = AbortSignal.aborted_signal("gone")
     result = system.execute(call("echo", {"invalid": {1}}, signal=aborted))
-    assert result.to_dict() == NOT_LOSSLESS
+    assert result.to_dict() == not_lossless("arguments.invalid is set")
     assert len(phases.observed) == 1
     assert phases.log == []
 

@@ -45,6 +45,7 @@ from ._results import (
     exception_type_name,
     failure_from_exception,
     freeze_blocks,
+    lossless_detail,
     materialize,
     stamped,
 )
@@ -189,7 +190,7 @@ class CommitStages(PipelineCore):
                     try:
                         frozen = freeze_blocks(content)
                     except (LosslessJsonError, RecursionError) as exc:
-                        raise ValueError(NOT_LOSSLESS_RESULT) from exc
+                        raise ValueError(f"{NOT_LOSSLESS_RESULT}: {lossless_detail(exc)}") from exc
                     result = msgspec.structs.replace(result, content=frozen)
             except BaseException as exc:  # a plain method: no coroutine of it is ever closed
                 result = self._fault(rec, exc)

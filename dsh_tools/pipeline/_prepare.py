@@ -30,7 +30,7 @@ from ._core import (
     wind_down,
 )
 from ._loop import event_loop
-from ._results import NOT_LOSSLESS_ARGS, cancelled, failure
+from ._results import NOT_LOSSLESS_ARGS, cancelled, failure, lossless_detail
 
 __all__ = ["ALLOW", "PrepareStages"]
 
@@ -61,9 +61,9 @@ class PrepareStages(PipelineCore):
             rec.entry = entry
             rec.finalizer = entry.definition.finalize_content
         try:
-            rec.arguments = call.arguments if frozen else snapshot_json(call.arguments)
-        except (LosslessJsonError, RecursionError, MemoryError):
-            return rec, Stage(FINISH, failure(NOT_LOSSLESS_ARGS))
+            rec.arguments = call.arguments if frozen else snapshot_json(call.arguments, "arguments")
+        except (LosslessJsonError, RecursionError, MemoryError) as exc:
+            return rec, Stage(FINISH, failure(f"{NOT_LOSSLESS_ARGS}: {lossless_detail(exc)}"))
         if signal.aborted:
             return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None

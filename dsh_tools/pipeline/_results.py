@@ -35,7 +35,9 @@ __all__ = [
     "failure",
     "failure_from_exception",
     "freeze_blocks",
+    "lossless_detail",
     "materialize",
+    "not_lossless_result",
     "stamped",
 ]
 
@@ -124,14 +126,34 @@ def _reason_text(reason: Any) -> str:
     return message_of(reason, "<unprintable abort reason>")
 
 
-def freeze_blocks(value: Any) -> FrozenList:
-    """Snapshot a list or tuple of JSON values into a FrozenList."""
+def freeze_blocks(value: Any, root: str = "content") -> FrozenList:
+    """Snapshot a list or tuple of JSON values into a FrozenList (``LosslessJsonError`` paths
+    rooted at ``root``; ``TypeError`` for anything but a list or tuple)."""
     if type(value) is tuple:
-        return FrozenList(snapshot_json(item) for item in value)
-    frozen = snapshot_json(value)
+        return FrozenList(snapshot_json(item, f"{root}[{i}]") for i, item in enumerate(value))
+    frozen = snapshot_json(value, root)
     if type(frozen) is not FrozenList:
-        raise TypeError(f"content must be a list of blocks, got {type(value).__name__}")
+        raise TypeError(f"{root} must be a list of blocks, got {type(value).__name__}")
     return frozen
+
+
+def lossless_detail(exc: BaseException) -> str:
+    """What a failed snapshot says after a boundary's pinned text: ``<path> is <type>`` (or
+    the reason a value was refused)."""
+    if isinstance(exc, LosslessJsonError):
+        return f"{exc.path} is {exc.type_name}"
+    if isinstance(exc, RecursionError):
+        return "nested too deep"
+    return message_of(exc, type(exc).__name__)
+
+
+def not_lossless_result(detail: str, call_id: str = "") -> ToolExecutionFailure:
+    """The failure a result that cannot be materialized becomes: the pinned text, then what
+    was wrong and where."""
+    message = f"{NOT_LOSSLESS_RESULT}: {detail}"
+    return ToolExecutionFailure(
+        ToolFailure(message), _text("Error: " + message), UNSET, EMPTY_LIST, call_id
+    )
 
 
 CONTEXT_SEQUENCES = (FrozenList, list, tuple)
@@ -189,12 +211,12 @@ def materialize(result: Any, call_id: str) -> ToolExecutionResult:
             content = freeze_blocks(content)
         contexts = result.additional_contexts
         if contexts and type(contexts) is not FrozenList:
-            contexts = freeze_blocks(contexts)
+            contexts = freeze_blocks(contexts, "additional_contexts")
         elif not contexts:
             contexts = EMPTY_LIST
         meta = result.meta
         if meta is not UNSET:
-            meta = snapshot_json(meta)
+            meta = snapshot_json(meta, "meta")
         if result_type is ToolExecutionSuccess:
             if (
                 content is result.content
@@ -217,11 +239,5 @@ def materialize(result: Any, call_id: str) -> ToolExecutionResult:
         return msgspec.structs.replace(  # type: ignore[no-any-return]
             result, content=content, meta=meta, additional_contexts=contexts, call_id=call_id
         )
-    except (LosslessJsonError, RecursionError, TypeError, ValueError):
-        return ToolExecutionFailure(
-            ToolFailure(NOT_LOSSLESS_RESULT),
-            _text("Error: " + NOT_LOSSLESS_RESULT),
-            UNSET,
-            EMPTY_LIST,
-            call_id,
-        )
+    except (LosslessJsonError, RecursionError, TypeError, ValueError) as exc:
+        return not_lossless_result(lossless_detail(exc), call_id)
