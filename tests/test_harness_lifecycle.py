@@ -500,6 +500,55 @@ def test_a_batch_whose_plain_body_outlasts_the_stop_settles_with_every_result(
     assert result_ids(system) == ["c1", "c2"]  # what the body returned late is dropped
 
 
+@pytest.mark.parametrize("entry", ["execute_batch", "ref.ask", "execute_async"])
+@pytest.mark.parametrize("stage", ["pre-execute", "post-execute"])
+def test_a_hook_that_takes_the_stops_cancellation_and_waits_on_is_cancelled_past_the_grace(
+    monkeypatch: pytest.MonkeyPatch, entry: str, stage: str
+) -> None:
+    # The interrupt cancels a waiting hook; one that catches that and goes on waiting (a long
+    # cleanup) is cancelled once more when the grace is over, so its call still settles and
+    # its caller gets the result.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    system = ToolSystem.start(code_runtime=None)
+    waiting = threading.Event()
+    cancellations: list[str] = []
+
+    async def stubborn(*args: Any) -> Any:
+        waiting.set()
+        try:
+            await asyncio.sleep(WAIT)
+        except asyncio.CancelledError:
+            cancellations.append("first")
+            try:
+                await asyncio.sleep(WAIT)  # a cleanup longer than the grace
+            except asyncio.CancelledError:
+                cancellations.append("second")
+                raise
+        return await args[-1]()
+
+    system.tools.register(echo())
+    if stage == "pre-execute":
+        system.tools.on_pre_execute(stubborn)
+    else:
+        system.tools.on_post_execute(stubborn)
+    one = ExecuteCall(call_id="c1", name="echo", arguments={})
+    with ThreadPoolExecutor(1) as pool:
+        if entry == "execute_batch":
+            turn = ExecuteBatch(calls=[ToolCall("c1", "echo", "{}")])
+            pending = pool.submit(lambda: system.execute_batch(turn).results[0])
+        elif entry == "ref.ask":
+            pending = pool.submit(system.ref.ask, one, timeout=WAIT)
+        else:
+            pending = pool.submit(asyncio.run, system.execute_async(one))
+        assert waiting.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    code = "ABORTED_BEFORE_DISPATCH" if stage == "pre-execute" else "ABORTED"
+    assert result.error.info.code == code
+    assert cancellations == ["first", "second"]
+    assert result_ids(system) == ["c1"]
+
+
 def test_a_code_mode_sub_call_whose_plain_body_outlasts_the_stop_records_its_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -135,11 +135,11 @@ class PipelineCore:
         self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
         # Calls whose async body runs now, whatever started them (``run``, a pool).
         self.bodies: set[CallRecord] = set()
-        # Calls whose plain body a task awaits on a worker thread now (``body_wait``), and
-        # calls whose plain body a pool runs right on a body thread, each with what settles
-        # it without its body (``abandon_bodies``), whatever started them.
+        # Calls whose plain body a task awaits on a worker thread now (``body_wait``),
+        # whatever started them.
         self.body_waits: set[CallRecord] = set()
-        self.off_loop: dict[CallRecord, Callable[[], None]] = {}
+        # What each running pool does once stop()'s grace is over (``watch_pool``).
+        self._pools: dict[object, Callable[[], None]] = {}
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
@@ -178,12 +178,36 @@ class PipelineCore:
         for rec in list(self.live):
             self.interrupt(rec, reason)
 
+    def watch_pool(self, overdue: Callable[[], None]) -> Callable[[], None]:
+        """Have ``overdue()`` called (on any thread) once ``stop()``'s grace is over, while
+        the pool that gives it runs: it settles what its calls still wait for
+        (``abandon_bodies``). Returns the function that stops the watch."""
+        key = object()  # the remover holds this, not ``overdue``: no cycle through the pool
+        pools = self._pools
+        pools[key] = overdue
+
+        def unwatch() -> None:
+            pools.pop(key, None)
+
+        return unwatch
+
+    def hooks_overdue(self, rec: CallRecord) -> bool:
+        """``stop()``'s grace is over: cancel the hook chain ``rec`` still waits on, once more
+        (a hook that took the interrupt's cancellation and went on waiting); whether it
+        waits."""
+        task = rec.hook_task
+        if task is None or not rec.hooks_waiting or task.done():
+            return False
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            task.get_loop().call_soon_threadsafe(cancel_hooks, rec, task)
+        return True
+
     def abandon_bodies(self) -> bool:
         """``stop()``, once its grace is over: stop waiting for the plain bodies still running
         on worker threads (each is left to its thread, what it returns is dropped), and cancel
-        the async bodies still running, those trusted to watch their signal included. Their
-        calls settle ``ABORTED`` (``ABORTED_BEFORE_DISPATCH`` when a pool's body never began),
-        whatever started them. Whether there were any."""
+        the async bodies and hook chains still waiting, those trusted to watch their signal or
+        that took the interrupt's cancellation included. Their calls settle ``ABORTED`` (or
+        ``ABORTED_BEFORE_DISPATCH``), whatever started them. Whether there were any."""
         found = False
         for rec in list(self.body_waits):
             task = rec.body_wait
@@ -191,9 +215,11 @@ class PipelineCore:
                 found = True
                 with contextlib.suppress(RuntimeError):  # the loop has closed
                     task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
-        for abandon in list(self.off_loop.values()):
+        for rec in list(self.live):
+            found = self.hooks_overdue(rec) or found
+        for overdue in list(self._pools.values()):
             found = True
-            abandon()
+            overdue()
         for rec in list(self.bodies):
             task = rec.body_task
             if task is not None:

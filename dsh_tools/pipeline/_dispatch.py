@@ -78,17 +78,6 @@ class DispatchStages(PipelineCore):
         execute wrapper applies (the body itself runs in its own task or thread)."""
         return not self._cell.current.hooks_for("execute", rec.agent)
 
-    def run_off_loop(self, rec: CallRecord, abandon: Callable[[], None]) -> None:
-        """A pool runs ``rec``'s plain body right on a body thread from now on (its dispatch
-        with ``inline=OFF_LOOP``): once ``stop()``'s grace is over ``abandon()`` is called (on
-        any thread) to settle the call without its body (``abandoned_stage``), until
-        ``off_loop_done(rec)``."""
-        self.off_loop[rec] = abandon
-
-    def off_loop_done(self, rec: CallRecord) -> None:
-        """``rec``'s dispatch on a body thread settled (or was abandoned)."""
-        self.off_loop.pop(rec, None)
-
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call whose plain body ``stop()`` gave up on settles with: ``ABORTED``, or
         ``ABORTED_BEFORE_DISPATCH`` when the body never began."""

@@ -49,7 +49,6 @@ from ._pool_parts import (
     DONE,
     PREPARING,
     SETTLED,
-    AbandonDispatch,
     AbortPool,
     ClosePool,
     CommitDone,
@@ -57,6 +56,7 @@ from ._pool_parts import (
     LaneReady,
     PoolEntry,
     PoolLane,
+    PoolOverdue,
     PoolPipeline,
     PrepareDone,
     SubmitCall,
@@ -112,6 +112,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._finished = False
         self.aborted = False
         self._remove_abort = signal.add_callback(lambda reason: self.tell(AbortPool(reason)))
+        self._unwatch = pipeline.watch_pool(partial(self.tell, PoolOverdue()))
 
     # --- messages ------------------------------------------------------------------------------
 
@@ -129,8 +130,6 @@ class DispatcherPoolActor(SharedMailboxActor):
             entry = message.entry
             entry.task = None
             if not entry.abandoned:  # else it settled already, without its body
-                if entry.off_loop and entry.record is not None:
-                    self._pipeline.off_loop_done(entry.record)
                 self._in_flight -= 1
                 entry.stage = message.stage
                 entry.state = SETTLED
@@ -144,8 +143,8 @@ class DispatcherPoolActor(SharedMailboxActor):
             self._busy = False
         elif kind is AbortPool:
             self._interrupt_started(message.reason)
-        elif kind is AbandonDispatch:
-            self._abandon(message.entry)
+        elif kind is PoolOverdue:
+            self._overdue()
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         self.pump()
@@ -158,17 +157,21 @@ class DispatcherPoolActor(SharedMailboxActor):
             if entry.record is not None and entry.state != DONE:
                 self._pipeline.interrupt(entry.record, reason)
 
-    def _abandon(self, entry: PoolEntry) -> None:
-        """``stop()`` gave up on ``entry``'s plain body on a body thread: the call settles
-        without it (and commits as any other), its slot is free."""
-        record = entry.record
-        if entry.state != DISPATCHING or entry.abandoned or record is None:
-            return
-        entry.abandoned = True
-        self._pipeline.off_loop_done(record)
-        self._in_flight -= 1
-        entry.stage = self._pipeline.abandoned_stage(record)
-        entry.state = SETTLED
+    def _overdue(self) -> None:
+        """``stop()``'s grace is over: a plain body a body thread runs for a started call is
+        given up (the call settles without it and commits as any other, its slot free), and
+        a hook chain still waiting is cancelled once more."""
+        for entry in self._entries[self._commit_cursor : self._start_cursor]:
+            record = entry.record
+            if record is None or entry.state == DONE:
+                continue
+            if entry.state == DISPATCHING and entry.off_loop and not entry.abandoned:
+                entry.abandoned = True
+                self._in_flight -= 1
+                entry.stage = self._pipeline.abandoned_stage(record)
+                entry.state = SETTLED
+            else:
+                self._pipeline.hooks_overdue(record)
 
     def on_failure(self, exc: BaseException) -> None:
         self.pump()
@@ -276,7 +279,6 @@ class DispatcherPoolActor(SharedMailboxActor):
             if self._workers_drain and self._pipeline.plain_dispatch(record):
                 job = partial(self._dispatch_here, entry, record)
                 entry.off_loop = True
-                self._pipeline.run_off_loop(record, partial(self.tell, AbandonDispatch(entry)))
                 if self.hand(job):  # this worker runs it once its drain is done
                     return
                 try:
@@ -284,7 +286,6 @@ class DispatcherPoolActor(SharedMailboxActor):
                     return
                 except RuntimeError:  # the body threads have shut down: the usual path says so
                     entry.off_loop = False
-                    self._pipeline.off_loop_done(record)
             # Its own task either way: with no execute wrapper the body runs right in it (the
             # body's task, from its first line), else the wrappers do and the body gets one.
             own_task = self._pipeline.dispatches_quietly(record)
@@ -365,6 +366,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._entries.clear()
         self._start_cursor = self._commit_cursor = 0
         self._remove_abort()
+        self._unwatch()
         self._lane.finished()
 
 

@@ -24,7 +24,6 @@ __all__ = [
     "PREPARING",
     "QUEUED",
     "SETTLED",
-    "AbandonDispatch",
     "AbortPool",
     "ClosePool",
     "CommitDone",
@@ -32,6 +31,7 @@ __all__ = [
     "LaneReady",
     "PoolEntry",
     "PoolLane",
+    "PoolOverdue",
     "PoolPipeline",
     "PoolRequest",
     "PrepareDone",
@@ -120,11 +120,10 @@ class AbortPool(msgspec.Struct, frozen=True):
     reason: object
 
 
-class AbandonDispatch(msgspec.Struct, frozen=True):
-    """``stop()``'s grace is over: settle ``entry``'s dispatch on a body thread without its
-    body, if it has not settled yet (what it reports later is dropped)."""
-
-    entry: PoolEntry
+class PoolOverdue(msgspec.Struct, frozen=True):
+    """``stop()``'s grace is over: settle each started call's plain body running on a body
+    thread without it (what it reports later is dropped) and cancel the hook chains still
+    waiting once more."""
 
 
 class PrepareDone(msgspec.Struct, frozen=True):
@@ -205,12 +204,11 @@ class PoolPipeline(Protocol):
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on a thread plain bodies run on."""
 
-    def run_off_loop(self, rec: CallRecord, abandon: Callable[[], None]) -> None:
-        """The call's plain body runs right on a body thread from now on; ``abandon()`` (any
-        thread) settles it without its body once ``stop()``'s grace is over."""
+    def watch_pool(self, overdue: Callable[[], None]) -> Callable[[], None]:
+        """Have ``overdue()`` called once ``stop()``'s grace is over; returns the remover."""
 
-    def off_loop_done(self, rec: CallRecord) -> None:
-        """The call's dispatch on a body thread settled (or was abandoned)."""
+    def hooks_overdue(self, rec: CallRecord) -> bool:
+        """Cancel the hook chain the call still waits on once more; whether it waits."""
 
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call settles with when ``stop()`` gave up on its plain body."""
