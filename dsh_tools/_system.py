@@ -55,7 +55,7 @@ from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
 from .pipeline._approval import Approval, ApprovalCall, ApprovalFunction, as_approval
 from .pipeline._loop import drive, driving, running_loop
-from .pipeline._pipeline import CANCELLED_REASON, STOPPING_REASON
+from .pipeline._pipeline import CANCELLED_REASON, INTERRUPTED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
 from .pipeline._workers import BodyThreads
 from .registry import RegistryActor, SnapshotCell, ToolsHandle
@@ -469,7 +469,13 @@ class ToolSystem:
                 future.cancel()
                 raise
             return result
-        out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True, driven=True))
+        try:
+            out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True, driven=True))
+        except BaseException:
+            # Interrupted before the call settled (a second Ctrl-C while it winds down): it is
+            # finished and recorded without waiting any longer.
+            self.pipeline.abandon_interrupted(threading.get_ident())
+            raise
         return out
 
     async def execute_async(self, call: ExecuteCall) -> ToolExecutionResult:
@@ -497,7 +503,7 @@ class ToolSystem:
                 self._batches.run(batch, control), timeout=timeout
             )
         except KeyboardInterrupt:
-            control.abort("the caller was interrupted")
+            control.abort(INTERRUPTED_REASON)
             raise
         return outcome
 

@@ -277,6 +277,74 @@ def test_ctrl_c_during_a_blocking_execute_cancels_the_call_and_records_its_resul
     assert done.stdout.split("\n")[:3] == ["interrupted", "['ABORTED'] ['cancelled']", "quick 0"]
 
 
+CTRL_C_TWICE = """
+import asyncio, os, signal, threading, time
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+
+cleaning = threading.Event()
+
+
+async def slow_cleanup(args, ctx):
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        cleaning.set()
+        await asyncio.sleep(3600)  # a cleanup the second Ctrl-C stops waiting for
+        raise
+    return "done"
+
+
+def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def press_twice():
+    time.sleep(0.3)
+    ctrl_c()
+    if cleaning.wait(10):
+        ctrl_c()
+
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="slow_cleanup",
+        description="Wait.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=slow_cleanup,
+    )
+)
+threading.Thread(target=press_twice).start()
+try:
+    system.execute(ExecuteCall(call_id="c1", name="slow_cleanup", arguments={}))
+except KeyboardInterrupt:
+    print("interrupted")
+results = [e.data for e in system.session.events if e.type == "tool/result"]
+print([(r["call_id"], r["error"]["code"]) for r in results], len(system.pipeline.live))
+system.stop()
+print(sorted(t.name for t in threading.enumerate()))
+"""
+
+
+def test_a_second_ctrl_c_stops_the_wait_and_the_call_keeps_its_one_result() -> None:
+    # The call is finished and recorded as the caller stops waiting, so that nothing waits for
+    # it and a later stop() on the same thread stops the system rather than taking the thread
+    # for the system's own work.
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CTRL_C_TWICE)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == [
+        "interrupted",
+        "[('c1', 'ABORTED')] 0",
+        "['MainThread']",
+    ]
+
+
 def test_stopping_the_system_from_a_batch_observer_lets_the_batch_settle_first() -> None:
     system = ToolSystem.start(code_runtime=None)
     try:

@@ -70,7 +70,10 @@ async def capture(
 
 
 def _cancel_requested() -> bool:
-    task = asyncio.current_task()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no loop runs: the coroutine is being closed, nothing is pending
+        return False
     return task is not None and task.cancelling() > 0
 
 

@@ -171,7 +171,11 @@ class CommitStages(PipelineCore):
     def finish(self, rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
         """Materialize, run the captured finalizer, seal, publish to observers.
 
-        Every result leaves here carrying its call's ``call_id``."""
+        Every result leaves here carrying its call's ``call_id``. A call is finished once: one
+        whose caller gave up on it was finished then, and what it settles with later is
+        dropped (``Pipeline.abandon_interrupted``)."""
+        if rec.sealed:
+            return result
         result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:

@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 CANCELLED_REASON = "the awaiting task was cancelled"
+INTERRUPTED_REASON = "the caller was interrupted"
+"""Why a call or batch whose blocking caller was interrupted (Ctrl-C) was aborted."""
 """The abort reason of a call whose awaiting task (``execute_async``, a batch) was cancelled."""
 
 STOPPING_REASON = "the tool system is stopping"

@@ -20,19 +20,23 @@ from ._core import (
     CANCELLED_REASON,
     DISPATCH,
     FINISH,
+    INTERRUPTED_REASON,
     POST,
     STOPPING_REASON,
     Stage,
+    abort_reason,
     compact_arguments,
 )
 from ._dispatch import DispatchStages
 from ._loop import event_loop, first_loop
 from ._prepare import PrepareStages
+from ._results import cancelled
 
 __all__ = [
     "CANCELLED_REASON",
     "DISPATCH",
     "FINISH",
+    "INTERRUPTED_REASON",
     "POST",
     "STOPPING_REASON",
     "Pipeline",
@@ -101,14 +105,34 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 if outer is not None:
                     self._check_outer(rec)
             result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
-            if top:
+            if top and not rec.abandoned:
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
             live.discard(rec)
-        if rec.reraise is not None:
+        if rec.reraise is not None and not rec.abandoned:
             raise rec.reraise
         if outer is not None:
             self._check_outer(rec)
             if rec.outer_cancelled:
                 raise asyncio.CancelledError(CANCELLED_REASON)
         return result
+
+    # --- a blocking caller that stopped waiting ------------------------------------------------
+
+    def abandon_interrupted(self, thread: int) -> None:
+        """The blocking ``execute`` on ``thread`` stopped waiting for its call, which had not
+        settled (a second Ctrl-C while the first one's cancellation was still settling): it
+        is finished and recorded now as aborted (reason ``INTERRUPTED_REASON`` unless it was
+        aborted for another), so that it keeps its one result and no ``stop()`` takes that
+        thread for the system's own work. Whatever it settles with later, should the
+        thread's loop ever run it on, is dropped."""
+        for rec in list(self.live):
+            if rec.thread != thread or not rec.inline or rec.sealed:
+                continue
+            self.live.discard(rec)
+            rec.abandoned = True
+            code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+            reason = abort_reason(rec) or INTERRUPTED_REASON
+            result = self.finish(rec, cancelled(code, call_id=rec.call_id, reason=reason))
+            if rec.parent is None:
+                self.session.record_result(rec.call_id, result, rec.agent)

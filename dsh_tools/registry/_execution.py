@@ -34,6 +34,7 @@ class CallRecord:
     """Private per-call state; never handed to user code."""
 
     __slots__ = (
+        "abandoned",
         "agent",
         "approval_task",
         "arguments",
@@ -123,6 +124,9 @@ class CallRecord:
         self.cancel_base = 0
         self.outer_cancelled = False
         self.inline = False  # running on the caller's own thread (blocking execute)
+        # Its blocking caller stopped waiting and it was finished without it: nothing it
+        # settles with later is recorded or raised.
+        self.abandoned = False
         self.reraise: BaseException | None = None
         self.thread = 0  # the thread ``run`` runs on
 
