@@ -6,7 +6,7 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import pykka
 
@@ -29,7 +29,13 @@ from .pipeline import Pipeline, SpillPolicy, spill_policy
 from .registry import SnapshotCell, ToolDefinition, ToolOutput, define_tool
 from .registry._execution import ToolRunContext
 
-__all__ = ["CodeModeHost", "build_run_code", "check_code_sandbox", "install_code_mode"]
+__all__ = [
+    "CodeModeHost",
+    "build_run_code",
+    "check_code_sandbox",
+    "check_runtime_settings",
+    "install_code_mode",
+]
 
 
 class CodeModeHost(Protocol):
@@ -53,6 +59,38 @@ def check_code_sandbox(
         raise ValueError(
             "code_sandbox must go with the default code runtime; give your own runtime "
             "CodeRuntimeConfig(sandbox=...)"
+        )
+
+
+_RUNTIME_SETTINGS: Final = (
+    "code_isolation",
+    "compute_ms",
+    "max_wall_ms",
+    "max_output_bytes",
+    "max_memory_mb",
+    "max_frame_bytes",
+    "max_parallel_code_runs",
+)
+"""The ``ToolsConfig`` settings that configure the default code runtime, and nothing else."""
+
+
+def check_runtime_settings(config: ToolsConfig, code_runtime: object) -> None:
+    """Refuse Code Mode settings of ``config`` that a runtime the harness gave would never
+    see: they configure the default runtime only (``runtime_config_from``)."""
+    if code_runtime is None or isinstance(code_runtime, DefaultRuntime):
+        return
+    defaults = ToolsConfig()
+    given = [
+        f"{name}={getattr(config, name)!r}"
+        for name in _RUNTIME_SETTINGS
+        if getattr(config, name) != getattr(defaults, name)
+    ]
+    if given:
+        raise ValueError(
+            f"ToolsConfig({', '.join(given)}) configures the default code runtime, which "
+            f"code_runtime={type(code_runtime).__name__}(...) replaces; give that runtime "
+            "these settings itself (CodeRuntimeConfig(isolation=, compute_ms=, max_wall_ms=, "
+            "max_output_bytes=, max_memory_mb=, max_frame_bytes=, max_parallel_runs=))"
         )
 
 

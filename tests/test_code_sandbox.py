@@ -498,3 +498,26 @@ def test_grants_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
         ToolSystem.start(code_runtime=None, code_sandbox=CodeSandbox())
     with pytest.raises(TypeError, match=r"^code_sandbox must be a CodeSandbox, got dict$"):
         ToolSystem.start(ToolsConfig(mode="code"), code_sandbox={"read": []})  # type: ignore[arg-type]
+
+
+def test_budgets_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
+    # They configure the default runtime only: given beside another runtime they would be
+    # silently ignored (its own config decides), so they are refused.
+    from dsh_tools import ToolSystem
+
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig())
+    try:
+        config = ToolsConfig(mode="code", compute_ms=500, max_parallel_code_runs=1)
+        before = set(threading.enumerate())
+        with pytest.raises(ValueError) as caught:
+            ToolSystem.start(config, code_runtime=runtime)
+        assert set(threading.enumerate()) <= before  # refused before anything started
+        assert str(caught.value).startswith(
+            "ToolsConfig(compute_ms=500, max_parallel_code_runs=1) configures the default code "
+            "runtime, which code_runtime=SubprocessCodeRuntime(...) replaces; give that runtime "
+            "these settings itself (CodeRuntimeConfig("
+        )
+        with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
+            assert system.code_runtime is runtime
+    finally:
+        runtime.close()
