@@ -8,9 +8,12 @@ budgets and a lost node settle the run as they would locally.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,7 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
 )
-from dsh_tools.codebridge import CodeRuntimeConfig
+from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox
 from dsh_tools.distributed import RayCodeRuntime
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
@@ -175,4 +178,71 @@ def test_a_lost_node_actor_fails_the_run_as_worker_exit_and_the_next_run_starts_
     again = run_code(code_system, "return 1 + 1\n", call_id="again")
 
     assert lost.content[0]["text"].startswith("Error: code run failed (worker-exit): ")
+    assert again.value["result"] == 2
+
+
+def test_stopping_the_tool_system_ends_the_programs_on_the_node(
+    node_runtime: RayCodeRuntime, tmp_path: Path
+) -> None:
+    # The runtime is the harness's own (stop() does not dispose it), so the cancelled run must
+    # tell the node to end its program rather than leave it to run to its wall ceiling.
+    beats = tmp_path / "beats"
+    config = CodeRuntimeConfig(
+        compute_ms=20_000, max_wall_ms=60_000, sandbox=CodeSandbox(write=[str(tmp_path)])
+    )
+    runtime = RayCodeRuntime(config, num_cpus=0, cancel_grace_s=5)
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)
+    program = (
+        "import time\n"
+        f"while True:\n    open({str(beats)!r}, 'a').write('.')\n    time.sleep(0.05)\n"
+    )
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(run_code, system, program)
+            deadline = time.monotonic() + 60
+            while not beats.exists() or beats.stat().st_size < 3:
+                assert time.monotonic() < deadline, "the program never started"
+                time.sleep(0.05)
+            system.stop()
+            result = pending.result(60)
+        assert result.is_error
+        # Every process of the run is killed once the node settles it; the node's run ends
+        # well within its grace (5 s), far from the 60 s wall ceiling.
+        deadline = time.monotonic() + 10
+        while True:
+            size = beats.stat().st_size
+            time.sleep(1.0)
+            if beats.stat().st_size == size:
+                break
+            assert time.monotonic() < deadline, "the program went on running on the node"
+    finally:
+        system.stop()
+        asyncio.run(runtime.dispose())
+
+
+def test_a_node_that_stops_answering_fails_the_run_as_worker_exit(
+    code_system: ToolSystem, node_runtime: RayCodeRuntime
+) -> None:
+    # A hung or overloaded node (here: its actor's process stopped) must not hold the run for
+    # ever: no sign of life within the grace (at least a second) ends it.
+    frozen: list[int] = []
+
+    def freeze_node(args: Any, ctx: Any) -> int:
+        pid = node_actor_pid(node_runtime)
+        frozen.append(pid)
+        os.kill(pid, signal.SIGSTOP)
+        return 0
+
+    code_system.tools.register(int_tool("freeze_node", freeze_node))
+    program = "await tools.freeze_node({'n': 0})\nimport time\ntime.sleep(30)\n"
+    try:
+        result = run_code(code_system, program, call_id="frozen")
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):  # killed as unresponsive by now
+                os.kill(pid, signal.SIGCONT)
+    assert result.content[0]["text"].startswith(
+        "Error: code run failed (worker-exit): remote code runtime stopped answering"
+    )
+    again = run_code(code_system, "return 1 + 1\n", call_id="again")
     assert again.value["result"] == 2

@@ -10,6 +10,7 @@ pipeline.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,8 @@ from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec
 __all__ = ["CodeRunHost"]
 
 _encoder = msgspec.json.Encoder()
+_ENDED_KEPT = 1024
+"""How many ended runs the actor remembers, so that an abort arriving late makes no run."""
 
 
 class _BindingFailed(Exception):
@@ -69,12 +72,15 @@ class CodeRunHost:
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._runtime = factory()
         self._runs: dict[str, _NodeRun] = {}
+        self._ended: collections.deque[str] = collections.deque(maxlen=_ENDED_KEPT)
 
     async def start(self, run_id: str, program: str, namespaces: list[NamespaceSpec]) -> None:
         """Start one run; its events are collected with ``events(run_id)``."""
         from ..codebridge import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
-        run = self._runs[run_id] = _NodeRun()
+        # An abort may arrive first (the harness's task was cancelled as it started the run):
+        # the run then starts aborted and settles at once.
+        run = self._runs.setdefault(run_id, _NodeRun())
         bindings = [
             BindingNamespace(
                 spec.global_name,
@@ -112,6 +118,7 @@ class CodeRunHost:
         run.ready.clear()
         if any(not isinstance(event, CallEvent) for event in events):
             self._runs.pop(run_id, None)
+            self._ended.append(run_id)  # a late abort of it must not leave a run behind
         return _encoder.encode(events)
 
     async def resolve(self, run_id: str, number: int, ok: bool, payload: bytes) -> None:
@@ -125,6 +132,8 @@ class CodeRunHost:
     async def abort(self, run_id: str, reason: str) -> None:
         """Abort the run (the runtime settles it as ``abort`` with ``reason``)."""
         run = self._runs.get(run_id)
+        if run is None and run_id not in self._ended:
+            run = self._runs[run_id] = _NodeRun()  # not started yet: it starts aborted
         if run is not None:
             run.controller.abort(reason)
 

@@ -39,6 +39,9 @@ __all__ = ["RayCodeRuntime"]
 
 _encoder = msgspec.json.Encoder()
 _RUNTIME = "run_code"
+_CANCELLED = "the run's task was cancelled"
+_MIN_PING_ANSWER_S = 1.0
+"""The least time the node's actor has to answer a sign-of-life request."""
 
 
 def _default_factory(config: CodeRuntimeConfig | None) -> Callable[[], CodeRuntime]:
@@ -156,22 +159,48 @@ class RayCodeRuntime:
 
         remove = signal.add_callback(on_abort)
         answers: set[asyncio.Task[None]] = set()
+        # A node that stops answering (hung, overloaded, its process stopped) would hold the
+        # run for ever: while it waits, the actor is asked for a sign of life now and then.
+        answer_within = max(self._grace, _MIN_PING_ANSWER_S)
         try:
             await asyncio.wrap_future(host.start.remote(run_id, request.program, spec).future())
             abort_sent = False
             deadline: float | None = None
+            ping: asyncio.Future[Any] | None = None
+            next_ping = loop.time() + answer_within
             while True:
                 polled = asyncio.wrap_future(host.events.remote(run_id).future())
                 while not polled.done():
-                    timeout = None if deadline is None else max(0.0, deadline - loop.time())
-                    waiting = {polled} if abort_sent else {polled, stop}
-                    await asyncio.wait(waiting, timeout=timeout, return_when="FIRST_COMPLETED")
+                    if ping is None and loop.time() >= next_ping:
+                        ping = asyncio.wrap_future(host.ready.remote().future())
+                        next_ping = loop.time() + answer_within  # its answer is due then
+                    wake_at = next_ping if deadline is None else min(next_ping, deadline)
+                    waiting: set[asyncio.Future[Any]] = {polled}
+                    if not abort_sent:
+                        waiting.add(stop)
+                    if ping is not None:
+                        waiting.add(ping)
+                    await asyncio.wait(
+                        waiting,
+                        timeout=max(0.0, wake_at - loop.time()),
+                        return_when="FIRST_COMPLETED",
+                    )
                     if polled.done():
                         break
+                    if ping is not None and ping.done():
+                        ping.result()  # a RayError: the actor is gone (below)
+                        ping = None
+                    elif ping is not None and loop.time() >= next_ping:
+                        self._forget(host, kill=True)
+                        return failed(
+                            "worker-exit",
+                            "remote code runtime stopped answering (no sign of life within "
+                            f"{answer_within:g} s)",
+                        )
                     if self._disposed:
                         self._forget(host, kill=True)
                         return failed("abort", "runtime disposed")
-                    if not abort_sent:
+                    if stop.done() and not abort_sent:
                         abort_sent = True
                         deadline = loop.time() + self._grace
                         reason = message_of(signal.reason, "aborted")
@@ -180,6 +209,8 @@ class RayCodeRuntime:
                         # The node did not settle the aborted run in time: end it here.
                         self._forget(host, kill=True)
                         return failed("abort", message_of(signal.reason, "aborted"))
+                if ping is None:  # it answered: the next sign of life is due later
+                    next_ping = loop.time() + answer_within
                 for event in decode_events(polled.result()):
                     if isinstance(event, CallEvent):
                         task = loop.create_task(self._answer(host, run_id, functions, event))
@@ -194,6 +225,13 @@ class RayCodeRuntime:
             self._forget(host, kill=False)
             text = str(exc).strip().splitlines()
             return failed("worker-exit", f"remote code runtime lost: {text[0] if text else exc}")
+        except asyncio.CancelledError:
+            # The awaiting task was cancelled (a stopping tool system, a cancelled caller): the
+            # program on the node must end too, not run on to its wall ceiling.
+            reason = message_of(signal.reason, _CANCELLED) if signal.aborted else _CANCELLED
+            with contextlib.suppress(Exception):
+                host.abort.remote(run_id, reason)
+            raise
         finally:
             remove()
             self._live.discard(stop)
