@@ -29,7 +29,8 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     - ``max_processes``: how many processes the run may have at once (the worker included).
     - ``max_open_files``: how many descriptors each of the run's processes may have open
       (``RLIMIT_NOFILE``), so that a run's descriptors hold at most ``max_processes x
-      max_open_files`` of the machine's open-file table, whatever the host's own limit is.
+      max_open_files`` of the machine's open-file table, whatever the host's own limit is (a
+      value above the host process's own hard limit gets that limit).
     - ``cgroups``: measure and hold each run with its own cgroups when this host lets the
       runtime make them (root with the v1 ``memory``, ``cpuacct`` and ``pids`` hierarchies);
       ``False`` keeps to the namespace init's ``/proc`` walk (see ``docs/sandbox.md`` for what
