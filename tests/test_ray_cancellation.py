@@ -258,3 +258,32 @@ def test_an_actor_that_ignores_an_abort_is_killed_after_the_grace_and_replaced(
     assert logs.warnings == ["remote body on an actor ignored cancellation; replacing the actor"]
     assert gone(pid)
     assert fresh.value["calls"] == 1 and fresh.value["pid"] != pid
+
+
+def test_calls_queued_behind_a_stubborn_call_run_on_the_actor_that_replaces_it(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    # The actor runs one call at a time: a call queued behind the stubborn one has not
+    # started when the actor is killed, so it is moved to the fresh actor rather than lost.
+    params = {"dir": {"type": "string"}, "then": {"type": "string"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)
+    system.tools.register(json_tool("tally", tally, pool, parameters=params))
+    controller = AbortController()
+    hang = ExecuteCall(
+        call_id="c1",
+        name="tally",
+        arguments={"dir": str(tmp_path), "then": "hang"},
+        signal=controller.signal,
+    )
+    pending = spawn(system, hang)
+    pid = int(wait_for_file(tmp_path / "started"))
+    queued = spawn(system, ExecuteCall(call_id="c2", name="tally", arguments={}))
+    time.sleep(0.5)  # submitted to the busy actor by now
+    controller.abort()
+    result = pending.result(WAIT)
+    moved = queued.result(WAIT)
+
+    assert result.error.info.code == "ABORTED"
+    assert not moved.is_error, moved.content
+    assert moved.value["calls"] == 1 and moved.value["pid"] != pid  # a fresh actor ran it
+    assert logs.warnings == ["remote body on an actor ignored cancellation; replacing the actor"]

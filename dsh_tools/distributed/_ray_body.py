@@ -80,6 +80,12 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
     return value
 
 
+def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
+    """Whether the call's reply is Ray's "cancelled before it ran"."""
+    exc = None if reply.cancelled() else reply.exception()
+    return isinstance(exc, import_ray().exceptions.TaskCancelledError)
+
+
 def _retrieve(future: asyncio.Future[Any]) -> None:
     # A reply nobody reads (the call was aborted) must not log "exception never retrieved".
     if not future.cancelled():
@@ -118,27 +124,30 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
             except Exception as exc:
                 raise RemoteUnavailableError(tool, _first_line(exc)) from None
             frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
-            try:
-                submission = runner.submit(frame)
-            except Exception as exc:  # the body (or its closure) cannot be pickled, say
-                raise RemoteUnavailableError(
-                    tool, f"the body could not be sent to Ray: {_first_line(exc)}"
-                ) from None
-            try:
-                reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
-                reply.add_done_callback(_retrieve)
+            while True:
                 try:
-                    await asyncio.wait((reply, aborted), return_when=asyncio.FIRST_COMPLETED)
-                except asyncio.CancelledError:
-                    with contextlib.suppress(asyncio.CancelledError):
+                    submission = runner.submit(frame)
+                except Exception as exc:  # the body (or its closure) cannot be pickled, say
+                    raise RemoteUnavailableError(
+                        tool, f"the body could not be sent to Ray: {_first_line(exc)}"
+                    ) from None
+                try:
+                    reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
+                    reply.add_done_callback(_retrieve)
+                    try:
+                        await asyncio.wait((reply, aborted), return_when=asyncio.FIRST_COMPLETED)
+                    except asyncio.CancelledError:
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await _stopped(submission)
+                        raise
+                    if not reply.done():
                         await _stopped(submission)
-                    raise
-                if not reply.done():
-                    await _stopped(submission)
-                    raise AbortError("ABORTED")
-                return _outcome(tool, reply, ctx, submission)
-            finally:
-                submission.release()
+                        raise AbortError("ABORTED")
+                    if submission.moved and _cancelled_on_cluster(reply):
+                        continue  # taken off a replaced actor before it started: again
+                    return _outcome(tool, reply, ctx, submission)
+                finally:
+                    submission.release()
         finally:
             remove()
             aborted.cancel()

@@ -45,6 +45,11 @@ class RunnerSettings(Protocol):
 class Submission(Protocol):
     ref: Any
 
+    @property
+    def moved(self) -> bool:
+        """Whether the call was taken off its worker before it started (that worker was
+        replaced): a ``TaskCancelledError`` then means "submit it again", not a failure."""
+
     def stop(self) -> None:
         """Cancel, wait the grace, force, wait to settle (blocking; run off the loop)."""
 
@@ -62,6 +67,10 @@ class TaskSubmission:
         self.ref = ref
         self.grace = grace
         self.settle = settle
+
+    @property
+    def moved(self) -> bool:
+        return False  # a task is never queued behind another call
 
     def stop(self) -> None:
         ray = import_ray()
@@ -102,7 +111,7 @@ class TaskRunner:
 
 
 class ActorSubmission:
-    __slots__ = ("actor", "pool", "ref", "released", "slot")
+    __slots__ = ("actor", "moved", "pool", "ref", "released", "slot")
 
     def __init__(self, pool: ActorPool, slot: int, actor: Any, ref: Any) -> None:
         self.pool = pool
@@ -110,6 +119,7 @@ class ActorSubmission:
         self.actor = actor
         self.ref = ref
         self.released = False
+        self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
 
     def stop(self) -> None:
         ray = import_ray()
@@ -121,7 +131,7 @@ class ActorSubmission:
         if ready:
             return
         _log.warning("remote body on an actor ignored cancellation; replacing the actor")
-        pool.discard(self.slot, self.actor)
+        pool.discard(self.slot, self.actor, running=self)
         ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
 
     def lost(self) -> None:
@@ -130,7 +140,7 @@ class ActorSubmission:
     def release(self) -> None:
         if not self.released:
             self.released = True
-            self.pool.release(self.slot)
+            self.pool.release(self.slot, self)
 
 
 class ActorPool:
@@ -148,6 +158,8 @@ class ActorPool:
         self._lock = threading.Lock()
         self._actors: list[Any] = [None] * placement.actor_pool
         self._queued = [0] * placement.actor_pool
+        # The calls submitted to each slot's actors and not yet released.
+        self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
@@ -156,19 +168,42 @@ class ActorPool:
             if actor is None:
                 actor = self._actors[slot] = self._cls.remote(self._execute)
             self._queued[slot] += 1
-        return ActorSubmission(self, slot, actor, actor.call.remote(frame))
+            submission = ActorSubmission(self, slot, actor, actor.call.remote(frame))
+            self._calls[slot].add(submission)
+        return submission
 
-    def release(self, slot: int) -> None:
+    def release(self, slot: int, submission: ActorSubmission) -> None:
         with self._lock:
             self._queued[slot] -= 1
+            self._calls[slot].discard(submission)
 
-    def discard(self, slot: int, actor: Any) -> None:
-        """Kill ``actor`` and let the next call of its slot start a fresh one."""
+    def discard(self, slot: int, actor: Any, running: ActorSubmission | None = None) -> None:
+        """Kill ``actor`` and let the next call of its slot start a fresh one.
+
+        When it is replaced because ``running`` will not stop, the calls queued behind it
+        have not started (an actor runs one call at a time): they are taken off it first
+        (cancelled before they start, ``moved``) and their bodies submit them again, so
+        that only the stubborn call is lost with it. Ray reports a call it cancelled before
+        it ran as ``TaskCancelledError``; one that did start meanwhile (the stubborn call
+        ended just then) cannot be cancelled, fails as lost with the kill, and is not run
+        again."""
         with self._lock:
             if self._actors[slot] is actor:
                 self._actors[slot] = None
+            queued = (
+                [s for s in self._calls[slot] if s.actor is actor and s is not running]
+                if running is not None
+                else []
+            )
+            for submission in queued:
+                submission.moved = True
+        ray = import_ray()
+        for submission in queued:
+            # Marked cancelled before the kill, a queued call fails as cancelled, not as lost.
+            with contextlib.suppress(Exception):
+                ray.cancel(submission.ref)
         with contextlib.suppress(Exception):
-            import_ray().kill(actor, no_restart=True)
+            ray.kill(actor, no_restart=True)
 
 
 class LazyRunner:
