@@ -252,7 +252,7 @@ def test_a_slow_progress_callback_holds_neither_the_call_nor_the_connection(
         release.set()
     wait_until(lambda: len(observed) == 3)
     assert [progress for progress, _ in observed] == [1.0, 2.0, 3.0]
-    assert {thread for _, thread in observed} == {"mcp-callback[live]_0"}
+    assert all(thread.startswith("mcp-callback[live]_") for _, thread in observed), observed
 
 
 def test_an_async_progress_callback_that_waits_holds_nothing_either(

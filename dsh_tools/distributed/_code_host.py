@@ -10,7 +10,6 @@ pipeline.
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 from collections.abc import Callable
 from typing import Any
@@ -25,8 +24,6 @@ from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec
 __all__ = ["CodeRunHost"]
 
 _encoder = msgspec.json.Encoder()
-_ENDED_KEPT = 1024
-"""How many ended runs the actor remembers, so that an abort arriving late makes no run."""
 
 
 class _BindingFailed(Exception):
@@ -34,10 +31,11 @@ class _BindingFailed(Exception):
 
 
 class _NodeRun:
-    __slots__ = ("controller", "done", "numbers", "pending", "queue", "ready", "task")
+    __slots__ = ("controller", "done", "dropped", "numbers", "pending", "queue", "ready", "task")
 
     def __init__(self) -> None:
         self.controller = AbortController()
+        self.dropped = False  # nobody will collect its events: forget it once it settles
         self.queue: list[Any] = []
         self.ready = asyncio.Event()
         self.pending: dict[int, asyncio.Future[tuple[bool, Any]]] = {}
@@ -72,14 +70,13 @@ class CodeRunHost:
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._runtime = factory()
         self._runs: dict[str, _NodeRun] = {}
-        self._ended: collections.deque[str] = collections.deque(maxlen=_ENDED_KEPT)
 
     async def start(self, run_id: str, program: str, namespaces: list[NamespaceSpec]) -> None:
         """Start one run; its events are collected with ``events(run_id)``."""
         from ..codebridge import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
-        # An abort may arrive first (the harness's task was cancelled as it started the run):
-        # the run then starts aborted and settles at once.
+        # ``drop`` may arrive first (the harness's task was cancelled as it started the run):
+        # the run then starts aborted, settles at once and is forgotten.
         run = self._runs.setdefault(run_id, _NodeRun())
         bindings = [
             BindingNamespace(
@@ -90,9 +87,16 @@ class CodeRunHost:
             for spec in namespaces
         ]
         request = CodeRunRequest(program, bindings, run.controller.signal)
-        run.task = asyncio.ensure_future(self._settle(run, request))
+        run.task = asyncio.ensure_future(self._settle(run_id, run, request))
 
-    async def _settle(self, run: _NodeRun, request: Any) -> None:
+    async def _settle(self, run_id: str, run: _NodeRun, request: Any) -> None:
+        try:
+            await self._settle_run(run, request)
+        finally:
+            if run.dropped:
+                self._runs.pop(run_id, None)
+
+    async def _settle_run(self, run: _NodeRun, request: Any) -> None:
         try:
             result = await self._runtime.run(request)
         except Exception as exc:
@@ -118,7 +122,6 @@ class CodeRunHost:
         run.ready.clear()
         if any(not isinstance(event, CallEvent) for event in events):
             self._runs.pop(run_id, None)
-            self._ended.append(run_id)  # a late abort of it must not leave a run behind
         return _encoder.encode(events)
 
     async def resolve(self, run_id: str, number: int, ok: bool, payload: bytes) -> None:
@@ -132,10 +135,22 @@ class CodeRunHost:
     async def abort(self, run_id: str, reason: str) -> None:
         """Abort the run (the runtime settles it as ``abort`` with ``reason``)."""
         run = self._runs.get(run_id)
-        if run is None and run_id not in self._ended:
-            run = self._runs[run_id] = _NodeRun()  # not started yet: it starts aborted
         if run is not None:
             run.controller.abort(reason)
+
+    async def drop(self, run_id: str, reason: str, started: bool) -> None:
+        """Abort the run and forget it once it settles: the harness stopped waiting for it
+        (its task was cancelled). ``started``: ``start`` had returned there; otherwise it
+        may still be on its way, and the run then starts aborted."""
+        run = self._runs.get(run_id)
+        if run is None:
+            if started:
+                return  # it has ended and its events were collected
+            run = self._runs[run_id] = _NodeRun()
+        run.dropped = True
+        run.controller.abort(reason)
+        if run.task is not None and run.task.done():
+            self._runs.pop(run_id, None)
 
     async def dispose(self) -> None:
         """Dispose of the node's runtime (its live runs settle, its processes are killed)."""

@@ -162,11 +162,13 @@ class RayCodeRuntime:
         # A node that stops answering (hung, overloaded, its process stopped) would hold the
         # run for ever: while it waits, the actor is asked for a sign of life now and then.
         answer_within = max(self._grace, _MIN_PING_ANSWER_S)
+        started = False
+        ping: asyncio.Future[Any] | None = None
         try:
             await asyncio.wrap_future(host.start.remote(run_id, request.program, spec).future())
+            started = True
             abort_sent = False
             deadline: float | None = None
-            ping: asyncio.Future[Any] | None = None
             next_ping = loop.time() + answer_within
             while True:
                 polled = asyncio.wrap_future(host.events.remote(run_id).future())
@@ -230,9 +232,11 @@ class RayCodeRuntime:
             # program on the node must end too, not run on to its wall ceiling.
             reason = message_of(signal.reason, _CANCELLED) if signal.aborted else _CANCELLED
             with contextlib.suppress(Exception):
-                host.abort.remote(run_id, reason)
+                host.drop.remote(run_id, reason, started)
             raise
         finally:
+            if ping is not None and not ping.done():
+                ping.cancel()  # its answer is not wanted (nor its failure, should the actor go)
             remove()
             self._live.discard(stop)
             for task in answers:

@@ -55,9 +55,10 @@ __all__ = [
 ]
 
 CANCELLED_REASON = "the awaiting task was cancelled"
-INTERRUPTED_REASON = "the caller was interrupted"
-"""Why a call or batch whose blocking caller was interrupted (Ctrl-C) was aborted."""
 """The abort reason of a call whose awaiting task (``execute_async``, a batch) was cancelled."""
+
+INTERRUPTED_REASON = "the caller was interrupted"
+"""The abort reason of a call or batch whose blocking caller was interrupted (Ctrl-C)."""
 
 STOPPING_REASON = "the tool system is stopping"
 """The abort reason of a call that ``ToolSystem.stop()`` interrupted."""
@@ -221,7 +222,8 @@ class PipelineCore:
             found = self.hooks_overdue(rec) or found
         for overdue in list(self._pools.values()):
             found = True
-            overdue()
+            with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there
+                overdue()
         for rec in list(self.bodies):
             task = rec.body_task
             if task is not None:

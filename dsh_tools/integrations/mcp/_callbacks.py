@@ -45,6 +45,7 @@ class CallbackRunner:
         self._progress: deque[tuple[ProgressCallback, McpProgress]] = deque()
         self._delivering = False
         self._dropping = False
+        self._closed = False
 
     async def call(self, callback: Callable[..., Any], *args: Any) -> Any:
         """What ``callback(*args)`` returns: a coroutine function awaited here, anything else
@@ -64,7 +65,10 @@ class CallbackRunner:
         task.add_done_callback(self._background.discard)
 
     def progress(self, callback: ProgressCallback, progress: McpProgress) -> None:
-        """Queue ``callback(progress)`` behind the progress already queued."""
+        """Queue ``callback(progress)`` behind the progress already queued (none once the
+        connection closed: its calls are over)."""
+        if self._closed:
+            return
         if len(self._progress) >= MAX_PENDING_PROGRESS:
             if not self._dropping:
                 self._dropping = True
@@ -82,7 +86,7 @@ class CallbackRunner:
 
     async def _deliver_progress(self) -> None:
         try:
-            while self._progress:
+            while self._progress and not self._closed:
                 callback, progress = self._progress.popleft()
                 try:
                     await self.call(callback, progress)
@@ -94,5 +98,8 @@ class CallbackRunner:
             self._delivering = False
 
     def close(self) -> None:
-        """Start no more plain callbacks; those running are left to their threads."""
+        """Start no more callbacks (progress still queued is dropped: the connection and its
+        calls are over); plain ones running are left to their threads."""
+        self._closed = True
+        self._progress.clear()
         self._threads.shutdown(wait=False, cancel_futures=True)
