@@ -246,3 +246,31 @@ def test_a_node_that_stops_answering_fails_the_run_as_worker_exit(
     )
     again = run_code(code_system, "return 1 + 1\n", call_id="again")
     assert again.value["result"] == 2
+
+
+def test_the_node_forgets_a_run_its_harness_dropped_whenever_the_drop_arrives() -> None:
+    # The node actor lives for many runs: one whose harness task was cancelled (before or
+    # after its start reached the node) must not stay in it, nor a late drop make one.
+    from dsh_tools.codebridge import CodeRunResult
+    from dsh_tools.distributed._code_host import CodeRunHost
+
+    class UntilAborted:
+        async def run(self, request: Any) -> CodeRunResult:
+            while not request.signal.aborted:
+                await asyncio.sleep(0.01)
+            return CodeRunResult([])
+
+        async def dispose(self) -> None:
+            return None
+
+    async def scenario() -> dict[str, Any]:
+        host = CodeRunHost(UntilAborted)
+        await host.drop("before", "cancelled", False)  # the start is still on its way
+        await host.start("before", "return 1", [])
+        await host.start("after", "return 1", [])
+        await host.drop("after", "cancelled", True)
+        await host.drop("long-gone", "cancelled", True)  # ended and collected long ago
+        await asyncio.sleep(0.3)
+        return dict(host._runs)
+
+    assert asyncio.run(scenario()) == {}
