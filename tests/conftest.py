@@ -242,6 +242,18 @@ def block(value: str) -> dict[str, Any]:
     return _text_block(value)
 
 
+def not_lossless(boundary: str, detail: str) -> dict[str, Any]:
+    """The projection of a failure for data that is not lossless JSON: the boundary's pinned
+    text (``"tool execution arguments"``, ``"tool result"``), then the path and what is
+    there."""
+    message = f"{boundary} must be losslessly JSON-serializable: {detail}"
+    return {
+        "content": [{"type": "text", "text": "Error: " + message}],
+        "is_error": True,
+        "error": {"message": message},
+    }
+
+
 def context(source: str, **extra: Any) -> dict[str, Any]:
     """A hook context tagged with ``source`` (a plugin name)."""
     out: dict[str, Any] = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from conftest import Recording, call, echo, fixture, text
+from conftest import Recording, call, echo, fixture, not_lossless, text
 from msgspec import UNSET
 from pool_support import tool_call
 
@@ -25,17 +25,7 @@ from dsh_tools import (
 )
 from dsh_tools.registry._json_text import parse_arguments
 
-_ARGS_MESSAGE = "tool execution arguments must be losslessly JSON-serializable"
-
-
-def not_lossless(detail: str) -> dict[str, Any]:
-    """The failure for lossy arguments: the pinned text, then the path and what is there."""
-    message = f"{_ARGS_MESSAGE}: {detail}"
-    return {
-        "content": [{"type": "text", "text": "Error: " + message}],
-        "is_error": True,
-        "error": {"message": message},
-    }
+ARGUMENTS = "tool execution arguments"
 
 
 class Phases:
@@ -112,7 +102,7 @@ def test_rp40_lossy_arguments_finish_without_any_hook(
     original_type = type(arguments)
 
     result = system.execute(call("echo", arguments, agent="A", parent=parent, signal=signal))
-    assert result.to_dict() == not_lossless(detail)
+    assert result.to_dict() == not_lossless(ARGUMENTS, detail)
     assert phases.log == []
     assert body.args == []
     assert len(phases.observed) == 1
@@ -140,7 +130,7 @@ def test_rp41_materialization_failure_beats_a_pre_aborted_signal(system: ToolSys
     phases = Phases(system)
     aborted = AbortSignal.aborted_signal("gone")
     result = system.execute(call("echo", {"invalid": {1}}, signal=aborted))
-    assert result.to_dict() == not_lossless("arguments.invalid is set")
+    assert result.to_dict() == not_lossless(ARGUMENTS, "arguments.invalid is set")
     assert len(phases.observed) == 1
     assert phases.log == []
 

@@ -12,6 +12,7 @@ from conftest import (
     context,
     echo,
     fixture,
+    not_lossless,
     post_returning,
     projected,
     sources,
@@ -159,7 +160,7 @@ def test_rp63_mixed_feedback_joins_with_newlines(system: ToolSystem) -> None:
 def test_rp63_non_json_feedback_fails_materialization(system: ToolSystem) -> None:
     system.tools.register(echo())
     result = blocked(system, [{"type": "text", "text": "x", "bad": {1, 2}}])
-    assert result.to_dict() == not_lossless_result("content[0].bad is set")
+    assert result.to_dict() == not_lossless("tool result", "content[0].bad is set")
 
 
 def test_rp64_accept_content_on_a_failure_keeps_the_error(system: ToolSystem) -> None:
@@ -245,17 +246,9 @@ def test_rp68_a_lossy_deferred_context_fails_the_whole_result(system: ToolSystem
 
     system.tools.register(echo(execute=body))
     result = system.execute(call())
-    assert result.to_dict() == not_lossless_result("additional_contexts[0].meta.when is object")
-
-
-def not_lossless_result(detail: str) -> dict[str, Any]:
-    """A result that cannot be materialized: the pinned text, then the path and what is there."""
-    message = f"tool result must be losslessly JSON-serializable: {detail}"
-    return {
-        "content": [{"type": "text", "text": "Error: " + message}],
-        "is_error": True,
-        "error": {"message": message},
-    }
+    assert result.to_dict() == not_lossless(
+        "tool result", "additional_contexts[0].meta.when is object"
+    )
 
 
 @pytest.mark.parametrize(
@@ -269,7 +262,9 @@ def test_content_that_is_not_a_list_of_blocks_is_named_as_such(
     system.tools.register(echo())
     post_returning(system, decision)
     result = system.execute(call())
-    assert result.to_dict() == not_lossless_result("content must be a list of blocks, got str")
+    assert result.to_dict() == not_lossless(
+        "tool result", "content must be a list of blocks, got str"
+    )
 
 
 def test_rp69_the_finalizer_captured_at_entry_runs_after_the_tool_is_gone(

@@ -8,6 +8,7 @@ call; a worker process that dies under a call settles it as ``REMOTE_WORKER_LOST
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import time
@@ -238,18 +239,25 @@ def test_a_stateful_actor_observes_aborts_and_a_lost_actor_is_replaced(
     assert replaced.value["calls"] == 1 and replaced.value["pid"] != first.value["pid"]
 
 
-def test_an_actor_that_ignores_an_abort_is_killed_after_the_grace_and_replaced(
-    system: ToolSystem, tmp_path: Path, logs: Logs
-) -> None:
+def hang_on_one_actor(
+    system: ToolSystem, folder: Path
+) -> tuple[AbortController, concurrent.futures.Future[Any], int]:
+    """``tally`` on a pool of one actor that is killed 0.2 s after an abort it ignores, and a
+    call to it hanging there: its controller, its pending result and the actor's pid."""
     params = {"dir": {"type": "string"}, "then": {"type": "string"}}
     pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)
     system.tools.register(json_tool("tally", tally, pool, parameters=params))
     controller = AbortController()
-    arguments = {"dir": str(tmp_path), "then": "hang"}
-
+    arguments = {"dir": str(folder), "then": "hang"}
     hang = ExecuteCall(call_id="c1", name="tally", arguments=arguments, signal=controller.signal)
     pending = spawn(system, hang)
-    pid = int(wait_for_file(tmp_path / "started"))
+    return controller, pending, int(wait_for_file(folder / "started"))
+
+
+def test_an_actor_that_ignores_an_abort_is_killed_after_the_grace_and_replaced(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    controller, pending, pid = hang_on_one_actor(system, tmp_path)
     controller.abort()
     result = pending.result(WAIT)
     fresh = system.execute(ExecuteCall(call_id="c2", name="tally", arguments={}))
@@ -265,18 +273,7 @@ def test_calls_queued_behind_a_stubborn_call_run_on_the_actor_that_replaces_it(
 ) -> None:
     # The actor runs one call at a time: a call queued behind the stubborn one has not
     # started when the actor is killed, so it is moved to the fresh actor rather than lost.
-    params = {"dir": {"type": "string"}, "then": {"type": "string"}}
-    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)
-    system.tools.register(json_tool("tally", tally, pool, parameters=params))
-    controller = AbortController()
-    hang = ExecuteCall(
-        call_id="c1",
-        name="tally",
-        arguments={"dir": str(tmp_path), "then": "hang"},
-        signal=controller.signal,
-    )
-    pending = spawn(system, hang)
-    pid = int(wait_for_file(tmp_path / "started"))
+    controller, pending, pid = hang_on_one_actor(system, tmp_path)
     queued = spawn(system, ExecuteCall(call_id="c2", name="tally", arguments={}))
     time.sleep(0.5)  # submitted to the busy actor by now
     controller.abort()
