@@ -130,6 +130,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             if rec.thread != thread or not rec.inline or rec.sealed:
                 continue
             self.live.discard(rec)
+            # Its body's task waits on the thread's loop, which no longer runs: nothing of the
+            # system waits for it or stops it any more.
+            self.bodies.discard(rec)
+            self.body_waits.discard(rec)
             rec.abandoned = True
             code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
             reason = abort_reason(rec) or INTERRUPTED_REASON
