@@ -259,3 +259,20 @@ def test_an_approver_raising_systemexit_fails_its_call_and_leaves_the_system_loo
         (result,) = system.execute_batch(batch, timeout=10).results
         assert text(result) == "Error: approver bug"
     assert [event.type for event in system.session.events] == ["tool/call", "tool/result"] * 2
+
+
+def test_a_plain_approver_raising_stop_iteration_on_a_worker_thread_gives_a_result(
+    make_system: Any,
+) -> None:
+    class Exhausted:
+        def request(self, **kwargs: Any) -> Any:
+            return next(iter([]))
+
+    system = make_system(approval=Exhausted())
+    system.tools.register(echo())
+    asking(system)
+    # Under execute_async a plain approver runs on a worker thread, whose future could not
+    # carry StopIteration and never settled.
+    result = asyncio.run(system.execute_async(call(agent="A")))
+    assert result.is_error
+    assert "the approver raised StopIteration" in text(result)

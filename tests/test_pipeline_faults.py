@@ -628,3 +628,39 @@ def test_a_bad_timeout_is_refused_before_the_call_or_batch_starts(
         system.execute_batch(ExecuteBatch(calls=[ToolCall("b1", "echo", "{}")]), timeout=timeout)
     assert ran == []
     assert system.session.events == []
+
+
+def _next_of_nothing(args: Any, ctx: Any) -> Any:
+    return next(iter([]))  # raises StopIteration
+
+
+@pytest.mark.parametrize(
+    "entry", ["execute", "execute-timeout", "execute_async", "execute_batch", "wrapped"]
+)
+def test_a_plain_body_raising_stop_iteration_fails_as_an_async_body_would(
+    system: ToolSystem, entry: str
+) -> None:
+    # asyncio refuses StopIteration on the future a body on a worker thread settles, which
+    # then never settled: the call hung (the timeout policy's deadline never fired either).
+    system.tools.register(echo(execute=_next_of_nothing))
+    if entry == "wrapped":  # a wrapper's own signal sends the body to a worker thread
+
+        async def deadline(exec: Any, next: Any) -> Any:
+            exec.signal = AbortController().signal
+            return await next()
+
+        system.tools.on_execute(deadline)
+    one = call()
+    if entry in ("execute", "wrapped"):
+        result = system.execute(one)
+    elif entry == "execute-timeout":
+        result = system.execute(one, timeout=WAIT)
+    elif entry == "execute_async":
+        result = arun(system.execute_async(one))
+    else:
+        result = system.execute_batch(
+            ExecuteBatch(calls=[ToolCall("c1", "echo", "{}")]), timeout=WAIT
+        ).results[0]
+    assert text(result) == "Error: the tool body raised StopIteration"
+    assert result.exception_type == "RuntimeError"
+    assert events_for(system, "c1") == ["tool/call", "tool/result"]

@@ -12,6 +12,7 @@ from ._errors import (
     ToolTimeoutError,
     format_ms,
     message_of,
+    without_stop_iteration,
 )
 from ._frozen import EMPTY_DICT, EMPTY_LIST, FrozenDict, FrozenList
 from ._messages import (
@@ -67,4 +68,5 @@ __all__ = [
     "any_signal",
     "format_ms",
     "message_of",
+    "without_stop_iteration",
 ]

@@ -6,7 +6,8 @@ the concrete class name), so a failure's ``info`` is ``ToolErrorInfo(name, code)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import ParamSpec, TypeVar
 
 __all__ = [
     "AbortError",
@@ -19,9 +20,26 @@ __all__ = [
     "ToolTimeoutError",
     "format_ms",
     "message_of",
+    "without_stop_iteration",
 ]
 
 UNPRINTABLE = "<unprintable thrown value>"
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def without_stop_iteration(
+    what: str, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+) -> _T:
+    """``fn(*args, **kwargs)``, with a ``StopIteration`` it raises turned into
+    ``RuntimeError("<what> raised StopIteration")``, as Python does for a generator or a
+    coroutine (PEP 479). User code run on a worker thread needs it: asyncio refuses to set
+    ``StopIteration`` on the future its caller awaits, which then never settles."""
+    try:
+        return fn(*args, **kwargs)
+    except StopIteration as exc:
+        raise RuntimeError(f"{what} raised StopIteration") from exc
 
 
 def message_of(value: object, unprintable: str = UNPRINTABLE) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, NoReturn
 
-from ..actors import AbortSignal
+from ..actors import AbortSignal, without_stop_iteration
 from ..registry._execution import CallRecord
 from ._core import BodyCancelled, cancel_from_any_thread, cancel_soon, owned_generator_exit
 
@@ -127,9 +127,10 @@ def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
 
 def call_plain_body(execute: Callable[..., Any], arguments: Any, ctx: Any) -> Any:
     """Call a plain body, inline or on a worker thread; a ``GeneratorExit`` it raises is its
-    failure, not the closing of the coroutine that awaits it."""
+    failure, not the closing of the coroutine that awaits it, and a ``StopIteration`` is a
+    ``RuntimeError`` as from an ``async def`` body (``without_stop_iteration``)."""
     try:
-        return execute(arguments, ctx)
+        return without_stop_iteration("the tool body", execute, arguments, ctx)
     except GeneratorExit as exc:
         raise owned_generator_exit("the tool body") from exc
 

@@ -11,7 +11,15 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..actors import AbortController, Allow, Ask, Deny, ExecuteCall, ToolExecutionResult
+from ..actors import (
+    AbortController,
+    Allow,
+    Ask,
+    Deny,
+    ExecuteCall,
+    ToolExecutionResult,
+    without_stop_iteration,
+)
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
@@ -197,7 +205,9 @@ class PrepareStages(PipelineCore):
             else:
                 # A plain approver may block (a console prompt): never on the shared loop.
                 outcome = asyncio.wrap_future(
-                    self._executor.submit(partial(approval.request, **kwargs))
+                    self._executor.submit(
+                        partial(without_stop_iteration, "the approver", approval.request, **kwargs)
+                    )
                 )
         while is_awaitable(outcome):
             await event_loop()

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Final
 
-from ...actors import message_of
+from ...actors import message_of, without_stop_iteration
 from ...actors._logging import get_logger
 from ._types import McpProgress, ProgressCallback
 
@@ -53,7 +53,10 @@ class CallbackRunner:
         if inspect.iscoroutinefunction(callback):
             return await callback(*args)
         context = contextvars.copy_context()
-        out = await self._loop.run_in_executor(self._threads, partial(context.run, callback, *args))
+        out = await self._loop.run_in_executor(
+            self._threads,
+            partial(context.run, without_stop_iteration, "the MCP callback", callback, *args),
+        )
         if inspect.isawaitable(out):
             out = await out
         return out
