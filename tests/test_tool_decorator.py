@@ -527,3 +527,30 @@ def test_string_annotations_may_name_classes_local_to_the_defining_function(
         @tool
         def broken(item: Nowhere) -> int:  # type: ignore[name-defined]  # noqa: F821
             return 0
+
+
+class Span(msgspec.Struct):
+    bounds: tuple[int, int]
+
+
+def test_tuples_in_the_return_type_come_back_as_the_arrays_their_schema_declares(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def pair() -> tuple[int, str]:
+        """A pair."""
+        return 1, "a"
+
+    @tool
+    def pairs() -> list[tuple[int, int]]:
+        """Pairs."""
+        return [(1, 2), (3, 4)]
+
+    @tool
+    def span() -> Span:
+        """A span."""
+        return Span((2, 5))
+
+    assert run(system, pair, {}).value == [1, "a"]
+    assert run(system, pairs, {}).value == [[1, 2], [3, 4]]
+    assert run(system, span, {}).value == {"bounds": [2, 5]}

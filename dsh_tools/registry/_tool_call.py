@@ -30,6 +30,64 @@ def _to_canonical(value: Any) -> Any:
         return value
 
 
+def _to_canonical_lists(value: Any) -> Any:
+    """``_to_canonical`` for a return type that may hold tuples, which ``to_builtins`` keeps:
+    they become the JSON arrays their schema declares."""
+    out = _to_canonical(value)
+    try:
+        return _tuples_as_lists(out)
+    except RecursionError:
+        return out  # deeper than any tool output may be: the output contract reports it
+
+
+def _tuples_as_lists(value: Any) -> Any:
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return [_tuples_as_lists(item) for item in value]
+    if kind is dict:
+        return {key: _tuples_as_lists(item) for key, item in value.items()}
+    return value
+
+
+def may_hold_tuples(return_type: Any) -> bool:
+    """Whether a value of ``return_type`` may hold a tuple (anywhere inside it), as far as its
+    annotation tells; an unknown or ``Any`` type may."""
+    try:
+        info = msgspec.inspect.type_info(return_type)
+    except (TypeError, ValueError):
+        return True
+    seen: set[Any] = set()
+
+    def holds(t: msgspec.inspect.Type) -> bool:
+        if isinstance(
+            t,
+            msgspec.inspect.TupleType
+            | msgspec.inspect.VarTupleType
+            | msgspec.inspect.NamedTupleType
+            | msgspec.inspect.AnyType
+            | msgspec.inspect.CustomType,
+        ):
+            return True
+        if isinstance(
+            t,
+            msgspec.inspect.StructType
+            | msgspec.inspect.DataclassType
+            | msgspec.inspect.TypedDictType,
+        ):
+            if t.cls in seen:
+                return False
+            seen.add(t.cls)
+            return any(holds(field.type) for field in t.fields)
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(holds(member) for member in t.types)
+        if isinstance(t, msgspec.inspect.Metadata):
+            return holds(t.type)
+        inner = [getattr(t, name, None) for name in ("item_type", "key_type", "value_type")]
+        return any(holds(item) for item in inner if isinstance(item, msgspec.inspect.Type))
+
+    return holds(info)
+
+
 def _violation(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     return (
@@ -68,9 +126,15 @@ def _make_parser(
 
 
 def _make_execute(
-    fn: Any, args_type: Any, plan: _Signature, drop_nulls: Callable[[Any], Any] | None
+    fn: Any,
+    args_type: Any,
+    plan: _Signature,
+    drop_nulls: Callable[[Any], Any] | None,
+    tuples: bool = True,
 ) -> Callable[..., Any]:
+    """``tuples``: the return type may hold tuples (``may_hold_tuples``)."""
     parse = _make_parser(args_type, drop_nulls)
+    canonical = _to_canonical_lists if tuples else _to_canonical
     has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
 
     def call(values: tuple[Any, ...], run_ctx: Any) -> Any:
@@ -83,12 +147,12 @@ def _make_execute(
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(_annotated(fn)):
 
         async def execute_async(args: Any, run_ctx: Any) -> Any:
-            return _to_canonical(await call(parse(args), run_ctx))
+            return canonical(await call(parse(args), run_ctx))
 
         return execute_async
 
     def execute(args: Any, run_ctx: Any) -> Any:
-        return _to_canonical(call(parse(args), run_ctx))
+        return canonical(call(parse(args), run_ctx))
 
     return execute
 
@@ -127,9 +191,16 @@ class _PlacedBody:
     pickled; the user's function and annotation types travel as the placement pickles them."""
 
     def __init__(
-        self, fn: Any, struct_name: str, fields: Any, plan: _Signature, parameters: Any
+        self,
+        fn: Any,
+        struct_name: str,
+        fields: Any,
+        plan: _Signature,
+        parameters: Any,
+        tuples: bool = True,
     ) -> None:
         self._fn = fn
+        self._tuples = tuples
         self._struct_name = struct_name
         self._fields = [
             (name, _without_constraints(hint), default) for name, hint, default in fields
@@ -150,7 +221,11 @@ class _PlacedBody:
                 self._struct_name, self._fields, kw_only=True, forbid_unknown_fields=True
             )
             execute = _make_execute(
-                self._fn, args_type, self._plan, optional_null_dropper(self._parameters)
+                self._fn,
+                args_type,
+                self._plan,
+                optional_null_dropper(self._parameters),
+                self._tuples,
             )
             self._execute = execute
         return execute(args, run_ctx)

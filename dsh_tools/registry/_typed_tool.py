@@ -26,7 +26,7 @@ from ._definition import Placement, ToolDefinition, ToolOutput
 from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
 from ._raw_schema import optional_null_dropper
-from ._tool_call import _make_execute, _PlacedBody, _validator
+from ._tool_call import _make_execute, _PlacedBody, _validator, may_hold_tuples
 from ._tool_signature import (
     _caller_locals,
     _output_schema,
@@ -125,14 +125,15 @@ def _build(
     drop_nulls = optional_null_dropper(frozen_parameters)
     options = dict(options)
     placement: Placement | None = options.get("placement")
+    tuples = may_hold_tuples(hints.get("return", Any))
     if placement is None:
-        execute = _make_execute(fn, args_type, plan, drop_nulls)
+        execute = _make_execute(fn, args_type, plan, drop_nulls, tuples)
     else:
         try:
             execute = placed_execute(
                 tool_name,
                 placement,
-                _PlacedBody(fn, args_type.__name__, fields, plan, frozen_parameters),
+                _PlacedBody(fn, args_type.__name__, fields, plan, frozen_parameters, tuples),
                 _validator(args_type, drop_nulls),
             )
         except TypeError as exc:
