@@ -201,6 +201,24 @@ def test_constraints_and_formats_become_comments() -> None:
     )
 
 
+def test_constraints_of_items_and_values_behind_a_union_become_comments_too() -> None:
+    non_negative = {"type": "integer", "minimum": 0}
+    schema = {
+        "type": "object",
+        "properties": {
+            "maybe": {"anyOf": [{"type": "array", "items": non_negative}, {"type": "null"}]},
+            "by_name": {"type": "object", "additionalProperties": non_negative},
+        },
+    }
+    assert output_of(schema) == (
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    # [items minimum: 0]\n"
+        "    maybe: NotRequired[list[int] | None]\n"
+        "    # [values minimum: 0]\n"
+        "    by_name: NotRequired[dict[str, int]]"
+    )
+
+
 def test_properties_beside_an_additional_properties_schema_type_the_extra_items() -> None:
     schema = {
         "type": "object",

@@ -56,17 +56,22 @@ def _note_value(key: str, value: Any) -> str:
 
 def _constraint_notes(node: Any) -> str:
     """``key: value`` notes for the constraints and formats of a property (and of its union
-    branches and array items), for the comment above it."""
+    branches, and of the array items and map values of each), for the comment above it."""
     if not _is_map(node):
         return ""
     notes: list[str] = []
-    sources: list[tuple[str, Any]] = [("", node)]
+    shapes: list[Any] = [node]
     for key in _UNION_KEYS:
         branches = node.get(key)
         if _is_list(branches):
-            sources.extend(("", branch) for branch in branches if _is_map(branch))
-    if _is_map(node.get("items")):
-        sources.append(("items ", node["items"]))
+            shapes.extend(branch for branch in branches if _is_map(branch))
+    sources: list[tuple[str, Any]] = []
+    for shape in shapes:
+        sources.append(("", shape))
+        if _is_map(shape.get("items")):
+            sources.append(("items ", shape["items"]))
+        if _is_map(shape.get("additionalProperties")):
+            sources.append(("values ", shape["additionalProperties"]))
     for label, source in sources:
         for key in _NOTE_KEYS:
             if key in source:
