@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, NoReturn
 
-from ..actors import AbortSignal, without_stop_iteration
+from ..actors import AbortSignal
 from ..registry._execution import CallRecord
 from ._core import BodyCancelled, cancel_from_any_thread, cancel_soon, owned_generator_exit
 
@@ -130,9 +130,11 @@ def call_plain_body(execute: Callable[..., Any], arguments: Any, ctx: Any) -> An
     failure, not the closing of the coroutine that awaits it, and a ``StopIteration`` is a
     ``RuntimeError`` as from an ``async def`` body (``without_stop_iteration``)."""
     try:
-        return without_stop_iteration("the tool body", execute, arguments, ctx)
+        return execute(arguments, ctx)
     except GeneratorExit as exc:
         raise owned_generator_exit("the tool body") from exc
+    except StopIteration as exc:  # written out, not a call: the hookless call's hot path
+        raise RuntimeError("the tool body raised StopIteration") from exc
 
 
 def closing(task: asyncio.Task[Any]) -> bool:
