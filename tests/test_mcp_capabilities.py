@@ -344,3 +344,24 @@ def test_reading_an_unknown_resource_is_a_request_failure(
         plugin.read_resource("notes://nowhere")
     assert caught.value.code == "MCP_REQUEST_FAILED"
     assert "notes://nowhere" in str(caught.value)
+
+
+def test_progress_queued_when_the_connection_closes_is_dropped_quietly(logs: Logs) -> None:
+    # The connection's calls are over: its queued notifications reach no callback, and none
+    # fails on the callback threads that closing shut down.
+    from dsh_tools.integrations.mcp._callbacks import CallbackRunner
+
+    delivered: list[float] = []
+
+    async def scenario() -> None:
+        runner = CallbackRunner("gone", asyncio.get_running_loop())
+        for step in (1.0, 2.0, 3.0):
+            runner.progress(delivered.append, McpProgress("gone", "c1", "t", None, step, 3.0, None))
+        runner.close()
+        runner.progress(delivered.append, McpProgress("gone", "c1", "t", None, 4.0, 3.0, None))
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    assert delivered == []
+    assert logs.warnings == []
