@@ -31,6 +31,7 @@ import itertools
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pykka
@@ -141,6 +142,8 @@ class ToolSystem:
         self._stop_done = threading.Event()  # set once the first stop() has ended
         self._finisher: threading.Thread | None = None  # the thread that ends it
         self._stopping = AbortController()  # batches abort when it does
+        # What stop() closes once the calls in flight settled (``on_stop``), by key.
+        self._on_stop: dict[object, Callable[[], object]] = {}
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
         self._cell = SnapshotCell()
@@ -310,6 +313,13 @@ class ToolSystem:
             # Plain bodies that ignored their signal through the grace are left to their
             # threads: their calls settle without them, a moment for that.
             self._settle_in_flight(time.monotonic() + ABANDONED_SETTLE_S)
+        with self._lock:
+            closers, self._on_stop = list(self._on_stop.values()), {}
+        for close in reversed(closers):  # the last attached first, as disposers go
+            try:
+                close()
+            except Exception as exc:
+                _log.warning("closing a resource at stop() failed", error=message_of(exc))
         runtime = self.code_runtime
         if runtime is not None and self._owns_runtime:
             self._dispose_runtime(runtime)
@@ -359,6 +369,25 @@ class ToolSystem:
             if not others:
                 return
             time.sleep(0.005)
+
+    def on_stop(self, close: Callable[[], object]) -> Callable[[], None]:
+        """Have ``stop()`` call ``close()`` once the calls in flight have settled, before the
+        system's loop and threads end: for resources whose life is the system's (an MCP
+        plugin's server and connection, say). Closers run on the stopping thread, the last
+        attached first; one that raises is logged and the rest still run. Returns the function
+        that detaches ``close`` (when the resource is closed earlier by itself)."""
+        if not callable(close):
+            raise TypeError(f"on_stop() takes a callable, got {type(close).__name__}")
+        key = object()
+        with self._lock:  # stop() marks itself under this lock: no closer is missed
+            self._check_running()
+            self._on_stop[key] = close
+
+        def detach() -> None:
+            with self._lock:
+                self._on_stop.pop(key, None)
+
+        return detach
 
     def _check_running(self) -> None:
         if self._stopped:

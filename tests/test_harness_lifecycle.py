@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from conftest import WAIT, block, call, echo, fixture
+from conftest import WAIT, Logs, block, call, echo, fixture
 from pool_support import batch
 
 import dsh_tools._system as system_module
@@ -732,3 +732,24 @@ def test_an_async_body_that_watches_its_signal_but_outlasts_the_stop_is_cancelle
     assert text_of(result) == "Error: tool call aborted"
     assert ends == ["cancelled"]
     assert result_ids(system) == ["c1"]
+
+
+def test_on_stop_closers_run_once_the_calls_settle_last_attached_first(logs: Logs) -> None:
+    system = ToolSystem.start(code_runtime=None)
+    closed: list[str] = []
+    system.on_stop(lambda: closed.append("first"))
+    detach = system.on_stop(lambda: closed.append("detached"))
+    system.on_stop(lambda: 1 / 0)  # logged; the others still run
+    system.on_stop(lambda: closed.append("last"))
+    detach()
+    system.stop()
+    system.stop()
+    assert closed == ["last", "first"]
+    assert logs.warnings == ["closing a resource at stop() failed"]
+    with pytest.raises(RuntimeError, match="the tool system is stopped"):
+        system.on_stop(lambda: None)
+    with (
+        ToolSystem.start(code_runtime=None) as other,
+        pytest.raises(TypeError, match=r"^on_stop\(\) takes a callable, got int$"),
+    ):
+        other.on_stop(3)  # type: ignore[arg-type]

@@ -457,6 +457,34 @@ def test_close_removes_the_tools_and_the_server_process_exits(
     assert mcp_threads() == []
 
 
+def test_stopping_the_system_closes_its_plugins_and_their_servers(
+    marks: Path, errlog: TextIO
+) -> None:
+    # A harness that starts a tool system per session must not collect server processes.
+    system = ToolSystem.start(code_runtime=None)
+    plugin = register_mcp_server_sync(
+        system, "fixture", server_params(marks), errlog=errlog, connect_timeout=WAIT
+    )
+    pid = int(wait_for_file(marks / "pid"))
+    system.stop()
+    assert plugin.state == "closed"
+    assert process_gone(pid)
+    assert mcp_threads() == []
+
+
+def test_a_plugin_closed_first_is_not_closed_again_by_stop(
+    marks: Path, errlog: TextIO, logs: Logs
+) -> None:
+    system = ToolSystem.start(code_runtime=None)
+    plugin = register_mcp_server_sync(
+        system, "fixture", server_params(marks), errlog=errlog, connect_timeout=WAIT
+    )
+    plugin.close()
+    system.stop()
+    assert plugin.state == "closed"
+    assert logs.warnings == []
+
+
 def test_close_is_idempotent(system: ToolSystem, connect: Callable[..., McpPlugin]) -> None:
     plugin = connect()
     plugin.close()

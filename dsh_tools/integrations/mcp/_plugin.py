@@ -96,6 +96,7 @@ class McpPlugin(ServerResources):
         self._on_progress = on_progress
         self._close_timeout = close_timeout
         self._release_name = release_name
+        self._detach: Callable[[], None] | None = None  # from the system's stop()
         self._registered: dict[str, _Registered] = {}  # by MCP name, in server order
         self._skipped: tuple[str, ...] = ()
         self._section: Disposer | None = None
@@ -292,6 +293,11 @@ class McpPlugin(ServerResources):
 
     # --- closing -------------------------------------------------------------------------------
 
+    def close_with(self, detach: Callable[[], None]) -> None:
+        """``detach`` takes this plugin off what its system's ``stop()`` closes (``close()``
+        calls it: closed earlier, the plugin is no longer the system's to close)."""
+        self._detach = detach
+
     def close(self) -> None:
         """Dispose the registrations (LIFO), then close the session and the server process.
 
@@ -315,6 +321,9 @@ class McpPlugin(ServerResources):
         finally:
             if first:
                 self._release_name()
+                detach, self._detach = self._detach, None
+                if detach is not None:
+                    detach()
 
     async def aclose(self) -> None:
         """``close()`` on a worker thread, for callers on an event loop."""

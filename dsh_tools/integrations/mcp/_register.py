@@ -242,6 +242,8 @@ def register_mcp_server_sync(
         plugin.adopt(listing)
         # Only now may list changes and reconnects reach the plugin: the first listing is in.
         client.attach(plugin)
+        # The server and its connection live no longer than the system they serve.
+        plugin.close_with(system.on_stop(plugin.close))
     except BaseException:
         plugin.close()
         raise
