@@ -47,6 +47,7 @@ from .actors import (
     ExecuteCall,
     ToolExecutionResult,
 )
+from .actors._attached import Attached
 from .actors._config import ToolsConfig
 from .actors._logging import get_logger
 from .actors._protocol import CloseOwner, StopRegistry
@@ -142,8 +143,8 @@ class ToolSystem:
         self._stop_done = threading.Event()  # set once the first stop() has ended
         self._finisher: threading.Thread | None = None  # the thread that ends it
         self._stopping = AbortController()  # batches abort when it does
-        # What stop() closes once the calls in flight settled (``on_stop``), by key.
-        self._on_stop: dict[object, Callable[[], object]] = {}
+        # What stop() closes once the calls in flight settled (``on_stop``).
+        self._on_stop: Attached[Callable[[], object]] = Attached()
         self._lock = threading.Lock()
         self._scopes: dict[str, AgentScope] = {}
         self._cell = SnapshotCell()
@@ -314,7 +315,7 @@ class ToolSystem:
             # threads: their calls settle without them, a moment for that.
             self._settle_in_flight(time.monotonic() + ABANDONED_SETTLE_S)
         with self._lock:
-            closers, self._on_stop = list(self._on_stop.values()), {}
+            closers = self._on_stop.take()
         for close in reversed(closers):  # the last attached first, as disposers go
             try:
                 close()
@@ -378,16 +379,9 @@ class ToolSystem:
         that detaches ``close`` (when the resource is closed earlier by itself)."""
         if not callable(close):
             raise TypeError(f"on_stop() takes a callable, got {type(close).__name__}")
-        key = object()
         with self._lock:  # stop() marks itself under this lock: no closer is missed
             self._check_running()
-            self._on_stop[key] = close
-
-        def detach() -> None:
-            with self._lock:
-                self._on_stop.pop(key, None)
-
-        return detach
+            return self._on_stop.attach(close)
 
     def _check_running(self) -> None:
         if self._stopped:

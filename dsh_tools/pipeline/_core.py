@@ -22,6 +22,7 @@ from ..actors import (
     ToolExecutionFailure,
     ToolExecutionResult,
 )
+from ..actors._attached import Attached
 from ..actors._logging import get_logger
 from ..registry import compact_json
 from ..registry._execution import CallRecord
@@ -41,6 +42,7 @@ __all__ = [
     "PipelineCore",
     "Stage",
     "abort_reason",
+    "aborted_code",
     "call_aborted",
     "cancel_body",
     "cancel_soon",
@@ -102,12 +104,19 @@ def abort_reason(rec: CallRecord, signal: AbortSignal | None = None) -> Any:
     return rec.stop_reason
 
 
+def aborted_code(rec: CallRecord) -> str:
+    """The code an aborted call settles with: ``ABORTED`` once its body began, else
+    ``ABORTED_BEFORE_DISPATCH``."""
+    return "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
+
+
 def replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
     """A success of a call that was aborted meanwhile becomes the cancellation result
     (keeping the success in ``settled_with``)."""
     if not result.is_error and call_aborted(rec):
-        code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-        return cancelled(code, result.additional_contexts, reason=abort_reason(rec), settled=result)
+        return cancelled(
+            aborted_code(rec), result.additional_contexts, reason=abort_reason(rec), settled=result
+        )
     return result
 
 
@@ -142,7 +151,7 @@ class PipelineCore:
         # whatever started them.
         self.body_waits: set[CallRecord] = set()
         # What each running pool does once stop()'s grace is over (``watch_pool``).
-        self._pools: dict[object, Callable[[], None]] = {}
+        self._pools: Attached[Callable[[], None]] = Attached()
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
@@ -185,14 +194,7 @@ class PipelineCore:
         """Have ``overdue()`` called (on any thread) once ``stop()``'s grace is over, while
         the pool that gives it runs: it settles what its calls still wait for
         (``abandon_bodies``). Returns the function that stops the watch."""
-        key = object()  # the remover holds this, not ``overdue``: no cycle through the pool
-        pools = self._pools
-        pools[key] = overdue
-
-        def unwatch() -> None:
-            pools.pop(key, None)
-
-        return unwatch
+        return self._pools.attach(overdue)
 
     def hooks_overdue(self, rec: CallRecord) -> bool:
         """``stop()``'s grace is over: cancel the hook chain ``rec`` still waits on, once more
@@ -220,7 +222,7 @@ class PipelineCore:
                     task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
         for rec in list(self.live):
             found = self.hooks_overdue(rec) or found
-        for overdue in list(self._pools.values()):
+        for overdue in self._pools.now():
             found = True
             with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there
                 overdue()
@@ -252,11 +254,9 @@ class PipelineCore:
         rec.hooks_waiting = False  # whatever raised, no hook of this stage waits any more
         if isinstance(exc, asyncio.CancelledError):
             if take_back_cancels(rec):  # the interrupt's own, into a waiting hook
-                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-                return cancelled(code, reason=abort_reason(rec))
+                return cancelled(aborted_code(rec), reason=abort_reason(rec))
             if self._check_outer(rec):
-                code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-                return cancelled(code, reason=CANCELLED_REASON)
+                return cancelled(aborted_code(rec), reason=CANCELLED_REASON)
         failure = failure_from_exception(exc)
         fields = log_fields(rec)
         fields["stage"] = rec.stage

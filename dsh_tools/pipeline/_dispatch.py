@@ -42,6 +42,7 @@ from ._core import (
     PipelineCore,
     Stage,
     abort_reason,
+    aborted_code,
     cancel_body,
     replace_if_aborted,
     take_back_cancels,
@@ -81,8 +82,8 @@ class DispatchStages(PipelineCore):
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call whose plain body ``stop()`` gave up on settles with: ``ABORTED``, or
         ``ABORTED_BEFORE_DISPATCH`` when the body never began."""
-        code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
-        return Stage(POST, cancelled(code, call_id=rec.call_id, reason=abort_reason(rec)))
+        failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=abort_reason(rec))
+        return Stage(POST, failed)
 
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on one of the threads plain bodies run on (raises ``RuntimeError`` once

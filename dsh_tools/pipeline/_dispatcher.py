@@ -129,7 +129,7 @@ class DispatcherPoolActor(SharedMailboxActor):
         elif kind is DispatchSettled:
             entry = message.entry
             entry.task = None
-            if not entry.abandoned:  # else it settled already, without its body
+            if entry.state == DISPATCHING:  # else it settled already, without its body
                 self._in_flight -= 1
                 entry.stage = message.stage
                 entry.state = SETTLED
@@ -165,8 +165,7 @@ class DispatcherPoolActor(SharedMailboxActor):
             record = entry.record
             if record is None or entry.state == DONE:
                 continue
-            if entry.state == DISPATCHING and entry.off_loop and not entry.abandoned:
-                entry.abandoned = True
+            if entry.state == DISPATCHING and entry.off_loop:
                 self._in_flight -= 1
                 entry.stage = self._pipeline.abandoned_stage(record)
                 entry.state = SETTLED
@@ -306,7 +305,7 @@ class DispatcherPoolActor(SharedMailboxActor):
     def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
         """On a body thread: the dispatch of a plain body, the body inline (none once ``stop()``
         has given up on it)."""
-        if not entry.abandoned:
+        if entry.state == DISPATCHING:
             self.run_here(entry, self._dispatch(entry, record, OFF_LOOP))
 
     def _commit(self, entry: PoolEntry) -> bool:

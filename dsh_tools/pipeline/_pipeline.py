@@ -25,6 +25,7 @@ from ._core import (
     STOPPING_REASON,
     Stage,
     abort_reason,
+    aborted_code,
     compact_arguments,
 )
 from ._dispatch import DispatchStages
@@ -135,8 +136,8 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             self.bodies.discard(rec)
             self.body_waits.discard(rec)
             rec.abandoned = True
-            code = "ABORTED" if rec.body_invoked else "ABORTED_BEFORE_DISPATCH"
             reason = abort_reason(rec) or INTERRUPTED_REASON
-            result = self.finish(rec, cancelled(code, call_id=rec.call_id, reason=reason))
+            failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason)
+            result = self.finish(rec, failed)
             if rec.parent is None:
                 self.session.record_result(rec.call_id, result, rec.agent)

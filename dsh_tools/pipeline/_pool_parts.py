@@ -78,7 +78,6 @@ class PoolEntry:
     """One call in a pool: its request, its record once started, where it stands."""
 
     __slots__ = (
-        "abandoned",
         "call",
         "exclusive",
         "frozen",
@@ -106,7 +105,6 @@ class PoolEntry:
         self.state = QUEUED
         self.exclusive = False
         self.off_loop = False  # its dispatch was handed to a body thread
-        self.abandoned = False  # settled without its body: what that dispatch reports is dropped
         self.task: asyncio.Task[None] | None = None  # the stage running now, held until it ends
 
 

@@ -1,0 +1,45 @@
+"""``Attached``: things attached for later, each with the function that detaches it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["Attached"]
+
+_T = TypeVar("_T")
+
+
+class Attached(Generic[_T]):
+    """Things attached for later (closers, callbacks), each with the function that detaches
+    it. A detacher keeps its thing's key, not the thing, so a thing that refers back to what
+    keeps its detacher (a pool's bound method, a plugin's ``close``) makes no reference cycle.
+
+    Every operation is one operation on a dict, atomic as such; a caller that must check
+    something before it attaches, or take everything at once against those checks, holds a
+    lock of its own around both."""
+
+    __slots__ = ("_things",)
+
+    def __init__(self) -> None:
+        self._things: dict[object, _T] = {}
+
+    def attach(self, thing: _T) -> Callable[[], None]:
+        """Attach ``thing``; the returned function detaches it (again: nothing)."""
+        key = object()
+        things = self._things
+        things[key] = thing
+
+        def detach() -> None:
+            things.pop(key, None)
+
+        return detach
+
+    def now(self) -> list[_T]:
+        """What is attached now, oldest first."""
+        return list(self._things.values())
+
+    def take(self) -> list[_T]:
+        """Detach everything and return it, oldest first."""
+        things, self._things = self._things, {}
+        return list(things.values())
