@@ -115,7 +115,7 @@ class RayCodeRuntime:
 
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program on the node; outcomes are results, misuse raises."""
-        from ..codebridge import CodeRunFailure, CodeRunRequest, CodeRunResult
+        from ..codebridge import CodeRunRequest
 
         if self._disposed:
             raise RuntimeError("code runtime: run() after disposal")
@@ -124,19 +124,16 @@ class RayCodeRuntime:
                 f"code runtime: run() expects a CodeRunRequest, got {type(request).__name__}"
             )
 
-        def failed(kind: FailureKind, message: str, logs: list[str] | None = None) -> CodeRunResult:
-            return CodeRunResult(logs or [], error=CodeRunFailure(kind, message))
-
         signal: AbortSignal = request.signal if request.signal is not None else NEVER_ABORTED
         if signal.aborted:
-            return failed("abort", message_of(signal.reason, "aborted"))
+            return _failed("abort", message_of(signal.reason, "aborted"))
         loop = asyncio.get_running_loop()
         ray = import_ray()
         if not ray.is_initialized():
             try:
                 await loop.run_in_executor(None, ensure_ray)
             except Exception as exc:
-                return failed("worker-exit", f"remote code runtime unavailable: {exc}")
+                return _failed("worker-exit", f"remote code runtime unavailable: {exc}")
         functions = {ns.global_name: dict(ns.functions) for ns in request.bindings}
         spec = [
             NamespaceSpec(
@@ -159,61 +156,16 @@ class RayCodeRuntime:
 
         remove = signal.add_callback(on_abort)
         answers: set[asyncio.Task[None]] = set()
-        # A node that stops answering (hung, overloaded, its process stopped) would hold the
-        # run for ever: while it waits, the actor is asked for a sign of life now and then.
-        answer_within = max(self._grace, _MIN_PING_ANSWER_S)
+        watch = _RunWatch(self, host, run_id, signal, stop)
         started = False
-        ping: asyncio.Future[Any] | None = None
         try:
             await asyncio.wrap_future(host.start.remote(run_id, request.program, spec).future())
             started = True
-            abort_sent = False
-            deadline: float | None = None
-            next_ping = loop.time() + answer_within
             while True:
-                polled = asyncio.wrap_future(host.events.remote(run_id).future())
-                while not polled.done():
-                    if ping is None and loop.time() >= next_ping:
-                        ping = asyncio.wrap_future(host.ready.remote().future())
-                        next_ping = loop.time() + answer_within  # its answer is due then
-                    wake_at = next_ping if deadline is None else min(next_ping, deadline)
-                    waiting: set[asyncio.Future[Any]] = {polled}
-                    if not abort_sent:
-                        waiting.add(stop)
-                    if ping is not None:
-                        waiting.add(ping)
-                    await asyncio.wait(
-                        waiting,
-                        timeout=max(0.0, wake_at - loop.time()),
-                        return_when="FIRST_COMPLETED",
-                    )
-                    if polled.done():
-                        break
-                    if ping is not None and ping.done():
-                        ping.result()  # a RayError: the actor is gone (below)
-                        ping = None
-                    elif ping is not None and loop.time() >= next_ping:
-                        self._forget(host, kill=True)
-                        return failed(
-                            "worker-exit",
-                            "remote code runtime stopped answering (no sign of life within "
-                            f"{answer_within:g} s)",
-                        )
-                    if self._disposed:
-                        self._forget(host, kill=True)
-                        return failed("abort", "runtime disposed")
-                    if stop.done() and not abort_sent:
-                        abort_sent = True
-                        deadline = loop.time() + self._grace
-                        reason = message_of(signal.reason, "aborted")
-                        host.abort.remote(run_id, reason)
-                    elif deadline is not None and loop.time() >= deadline:
-                        # The node did not settle the aborted run in time: end it here.
-                        self._forget(host, kill=True)
-                        return failed("abort", message_of(signal.reason, "aborted"))
-                if ping is None:  # it answered: the next sign of life is due later
-                    next_ping = loop.time() + answer_within
-                for event in decode_events(polled.result()):
+                polled = await watch.next_events()
+                if not isinstance(polled, bytes):
+                    return polled  # the run ended here, without the node
+                for event in decode_events(polled):
                     if isinstance(event, CallEvent):
                         task = loop.create_task(self._answer(host, run_id, functions, event))
                         answers.add(task)
@@ -226,7 +178,7 @@ class RayCodeRuntime:
         except import_ray().exceptions.RayError as exc:
             self._forget(host, kill=False)
             text = str(exc).strip().splitlines()
-            return failed("worker-exit", f"remote code runtime lost: {text[0] if text else exc}")
+            return _failed("worker-exit", f"remote code runtime lost: {text[0] if text else exc}")
         except asyncio.CancelledError:
             # The awaiting task was cancelled (a stopping tool system, a cancelled caller): the
             # program on the node must end too, not run on to its wall ceiling.
@@ -235,8 +187,7 @@ class RayCodeRuntime:
                 host.drop.remote(run_id, reason, started)
             raise
         finally:
-            if ping is not None and not ping.done():
-                ping.cancel()  # its answer is not wanted (nor its failure, should the actor go)
+            watch.close()
             remove()
             self._live.discard(stop)
             for task in answers:
@@ -292,6 +243,102 @@ class RayCodeRuntime:
             await asyncio.wait({asyncio.wrap_future(ref.future())}, timeout=self._grace)
         with contextlib.suppress(Exception):
             ray.kill(host, no_restart=True)
+
+
+def _failed(kind: FailureKind, message: str) -> CodeRunResult:
+    from ..codebridge import CodeRunFailure, CodeRunResult
+
+    return CodeRunResult([], error=CodeRunFailure(kind, message))
+
+
+class _RunWatch:
+    """What a run waits for between its events from the node: an abort (forwarded to the
+    node, which then has ``cancel_grace_s`` to settle the run before its actor is killed),
+    the runtime's disposal, and the node's signs of life. A node that stops answering (hung,
+    overloaded, its process stopped) would hold the run for ever: while it waits, the actor
+    is asked for a sign of life every ``cancel_grace_s`` (at least every second), due as
+    long again."""
+
+    def __init__(
+        self,
+        runtime: RayCodeRuntime,
+        host: Any,
+        run_id: str,
+        signal: AbortSignal,
+        stop: asyncio.Future[None],
+    ) -> None:
+        self._runtime = runtime
+        self._host = host
+        self._run_id = run_id
+        self._signal = signal
+        self._stop = stop  # set on an abort or the disposal
+        self._loop = stop.get_loop()
+        self._answer_within = max(runtime._grace, _MIN_PING_ANSWER_S)
+        self._abort_sent = False
+        self._deadline: float | None = None  # by when the node must settle an aborted run
+        self._ping: asyncio.Future[Any] | None = None  # a sign of life asked for, unanswered
+        self._next_ping = self._loop.time() + self._answer_within  # or its answer's due time
+
+    async def next_events(self) -> bytes | CodeRunResult:
+        """The run's next events from the node, or the result that ends the run here."""
+        loop = self._loop
+        polled = asyncio.wrap_future(self._host.events.remote(self._run_id).future())
+        while not polled.done():
+            if self._ping is None and loop.time() >= self._next_ping:
+                self._ping = asyncio.wrap_future(self._host.ready.remote().future())
+                self._next_ping = loop.time() + self._answer_within  # its answer is due then
+            wake_at = self._next_ping
+            if self._deadline is not None:
+                wake_at = min(wake_at, self._deadline)
+            waiting: set[asyncio.Future[Any]] = {polled}
+            if not self._abort_sent:
+                waiting.add(self._stop)
+            if self._ping is not None:
+                waiting.add(self._ping)
+            await asyncio.wait(
+                waiting, timeout=max(0.0, wake_at - loop.time()), return_when="FIRST_COMPLETED"
+            )
+            if not polled.done():
+                ended = self._check()
+                if ended is not None:
+                    return ended
+        if self._ping is None:  # it answered: the next sign of life is due later
+            self._next_ping = loop.time() + self._answer_within
+        events: bytes = polled.result()
+        return events
+
+    def _check(self) -> CodeRunResult | None:
+        """After a wait that brought no events: the run's end here, if it has come."""
+        runtime, signal = self._runtime, self._signal
+        ping = self._ping
+        if ping is not None and ping.done():
+            ping.result()  # a RayError: the actor is gone (the run settles as lost)
+            self._ping = None
+        elif ping is not None and self._loop.time() >= self._next_ping:
+            runtime._forget(self._host, kill=True)
+            return _failed(
+                "worker-exit",
+                "remote code runtime stopped answering (no sign of life within "
+                f"{self._answer_within:g} s)",
+            )
+        if runtime._disposed:
+            runtime._forget(self._host, kill=True)
+            return _failed("abort", "runtime disposed")
+        if self._stop.done() and not self._abort_sent:
+            self._abort_sent = True
+            self._deadline = self._loop.time() + runtime._grace
+            self._host.abort.remote(self._run_id, message_of(signal.reason, "aborted"))
+        elif self._deadline is not None and self._loop.time() >= self._deadline:
+            # The node did not settle the aborted run in time: end it here.
+            runtime._forget(self._host, kill=True)
+            return _failed("abort", message_of(signal.reason, "aborted"))
+        return None
+
+    def close(self) -> None:
+        """The run is over: a sign of life still asked for is not wanted (nor its failure,
+        should the actor go)."""
+        if self._ping is not None and not self._ping.done():
+            self._ping.cancel()
 
 
 def _wake(future: asyncio.Future[None]) -> None:
