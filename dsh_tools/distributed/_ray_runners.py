@@ -157,24 +157,22 @@ class ActorPool:
         )
         self._lock = threading.Lock()
         self._actors: list[Any] = [None] * placement.actor_pool
-        self._queued = [0] * placement.actor_pool
         # The calls submitted to each slot's actors and not yet released.
         self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
-            slot = min(range(len(self._queued)), key=self._queued.__getitem__)
+            calls = self._calls
+            slot = min(range(len(calls)), key=lambda index: len(calls[index]))
             actor = self._actors[slot]
             if actor is None:
                 actor = self._actors[slot] = self._cls.remote(self._execute)
-            self._queued[slot] += 1
             submission = ActorSubmission(self, slot, actor, actor.call.remote(frame))
-            self._calls[slot].add(submission)
+            calls[slot].add(submission)
         return submission
 
     def release(self, slot: int, submission: ActorSubmission) -> None:
         with self._lock:
-            self._queued[slot] -= 1
             self._calls[slot].discard(submission)
 
     def discard(self, slot: int, actor: Any, running: ActorSubmission | None = None) -> None:

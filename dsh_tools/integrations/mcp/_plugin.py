@@ -77,9 +77,7 @@ class McpPlugin(ServerResources):
         instructions_section: bool,
         on_progress: ProgressCallback | None,
         close_timeout: float,
-        release_name: Callable[[], None],
     ) -> None:
-        """``release_name``: gives the plugin's name back for another plugin (at ``close()``)."""
         self.name = name
         self.agent = agent
         self.server_info: dict[str, Any] | None = None
@@ -95,8 +93,7 @@ class McpPlugin(ServerResources):
         self._instructions_section = instructions_section
         self._on_progress = on_progress
         self._close_timeout = close_timeout
-        self._release_name = release_name
-        self._detach: Callable[[], None] | None = None  # from the system's stop()
+        self._at_close: list[Callable[[], None]] = []  # ``close_with``
         self._registered: dict[str, _Registered] = {}  # by MCP name, in server order
         self._skipped: tuple[str, ...] = ()
         self._section: Disposer | None = None
@@ -293,10 +290,11 @@ class McpPlugin(ServerResources):
 
     # --- closing -------------------------------------------------------------------------------
 
-    def close_with(self, detach: Callable[[], None]) -> None:
-        """``detach`` takes this plugin off what its system's ``stop()`` closes (``close()``
-        calls it: closed earlier, the plugin is no longer the system's to close)."""
-        self._detach = detach
+    def close_with(self, undo: Callable[[], None]) -> None:
+        """Have the first ``close()`` call ``undo()`` once the connection is closed, the last
+        given first: what registration did beside the tools (the plugin's name claimed in its
+        system, its place among what the system's ``stop()`` closes)."""
+        self._at_close.append(undo)
 
     def close(self) -> None:
         """Dispose the registrations (LIFO), then close the session and the server process.
@@ -320,10 +318,8 @@ class McpPlugin(ServerResources):
             self._client.close(self._close_timeout)
         finally:
             if first:
-                self._release_name()
-                detach, self._detach = self._detach, None
-                if detach is not None:
-                    detach()
+                while self._at_close:
+                    self._at_close.pop()()
 
     async def aclose(self) -> None:
         """``close()`` on a worker thread, for callers on an event loop."""

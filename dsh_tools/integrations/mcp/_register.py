@@ -191,34 +191,34 @@ def register_mcp_server_sync(
             tools = owner.tools
         else:
             tools = system.agent(agent).tools
+        client = McpClient(
+            name,
+            open_transport,
+            agent=agent,
+            connect_timeout=connect_timeout,
+            reconnect=policy,
+            ping_interval=ping_interval,
+            options=options,
+        )
+        plugin = McpPlugin(
+            system=system,
+            name=name,
+            agent=agent,
+            client=client,
+            tools=tools,
+            owner=owner,
+            prefix=tool_prefix,
+            policy=concurrency_safe,
+            timeout_ms=timeout_ms,
+            timeouts=timeouts,
+            instructions_section=instructions_section,
+            on_progress=on_progress,
+            close_timeout=close_timeout,
+        )
     except BaseException:
         release()
         raise
-    client = McpClient(
-        name,
-        open_transport,
-        agent=agent,
-        connect_timeout=connect_timeout,
-        reconnect=policy,
-        ping_interval=ping_interval,
-        options=options,
-    )
-    plugin = McpPlugin(
-        system=system,
-        name=name,
-        agent=agent,
-        client=client,
-        tools=tools,
-        owner=owner,
-        prefix=tool_prefix,
-        policy=concurrency_safe,
-        timeout_ms=timeout_ms,
-        timeouts=timeouts,
-        instructions_section=instructions_section,
-        on_progress=on_progress,
-        close_timeout=close_timeout,
-        release_name=release,
-    )
+    plugin.close_with(release)  # the name is free again once the plugin is closed
     try:
         ready = client.start()
         try:
