@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from dsh_tools import (
     ToolsConfig,
     ToolSystem,
 )
+from dsh_tools.codebridge._assembly import PromptAssembler
 
 NON_NATIVE = ("code", "both")
 SDK = "tools:sdk"
@@ -334,6 +338,52 @@ def test_a_registry_change_is_in_the_next_assembly() -> None:
         dispose()
         assert names(system.assemble_prompt()) == names(before)
         assert system.assemble_prompt("A").tools == before.tools
+
+
+def stale_assembly_shown_after(pause_at: int) -> list[str] | None:
+    """What ``planner`` is shown once a thread assembling for it from the snapshot it read
+    just before a registry change (planner loses ``deploy``) was paused at line ``pause_at`` of
+    ``assemble`` while another thread assembled for another agent from the new snapshot; None
+    when that assembly never reaches the line."""
+    assemble_code = PromptAssembler.assemble.__code__
+    with code_system(mode="native", tools=[plain_tool("read"), plain_tool("deploy")]) as system:
+        planner = system.agent("planner")
+        assert names(system.assemble_prompt("planner")) == ["deploy", "read"]
+        paused, resume = threading.Event(), threading.Event()
+
+        def on_line(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" and frame.f_lineno == pause_at and not paused.is_set():
+                paused.set()
+                resume.wait(10)
+            return on_line
+
+        def pause(frame: FrameType, event: str, arg: object) -> Any:
+            return on_line if frame.f_code is assemble_code else None
+
+        def stale() -> None:
+            sys.settrace(pause)
+            try:
+                system.assemble_prompt("planner")
+            finally:
+                sys.settrace(None)
+
+        thread = threading.Thread(target=stale)
+        thread.start()
+        while not paused.wait(0.01) and thread.is_alive():
+            pass
+        if not paused.is_set():
+            return None
+        planner.tools.restrict(deny=["deploy"])
+        assert names(system.assemble_prompt("coder")) == ["deploy", "read"]
+        resume.set()
+        thread.join(10)
+        return names(system.assemble_prompt("planner"))
+
+
+def test_an_assembly_of_a_replaced_snapshot_never_stands_for_the_new_one() -> None:
+    lines = {line for _, _, line in PromptAssembler.assemble.__code__.co_lines() if line}
+    for pause_at in sorted(lines)[1:]:
+        assert stale_assembly_shown_after(pause_at) in (None, ["read"]), pause_at
 
 
 def test_assemble_hooks_run_on_every_assembly_with_schemas_they_may_change() -> None:

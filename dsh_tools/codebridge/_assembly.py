@@ -90,6 +90,10 @@ def order_tools(
     return [by_name[n] for n in ordered]
 
 
+_Basis = tuple[RegistrySnapshot, CodeRuntime | None, Sequence[str] | None]
+_Parts = tuple[list[PromptSection], list[dict[str, Any]]]
+
+
 class PromptAssembler:
     """Assembles prompts, keeping each agent's assembly for as long as the registry snapshot,
     the code runtime and ``tool_order`` stay the same (a snapshot never changes; any change to
@@ -101,11 +105,13 @@ class PromptAssembler:
     cannot change what the next caller gets. Assemble hooks still run on every call, on fresh
     plain (mutable) copies of the schemas, as before."""
 
-    __slots__ = ("_basis", "_kept")
+    __slots__ = ("_state",)
 
     def __init__(self) -> None:
-        self._basis: tuple[RegistrySnapshot, Any, Sequence[str] | None] | None = None
-        self._kept: dict[str | None, tuple[list[PromptSection], list[dict[str, Any]]]] = {}
+        # What the kept assemblies were made from, and the assemblies by agent. One attribute,
+        # read and replaced whole: a thread that read it before another thread replaced it
+        # stores into the old dict, never into the one kept for the new basis.
+        self._state: tuple[_Basis, dict[str | None, _Parts]] | None = None
 
     def assemble(
         self,
@@ -119,17 +125,15 @@ class PromptAssembler:
         if snapshot.closed:
             raise RuntimeError("the tool system is stopped: nothing to assemble")
         check_runtime(snapshot.mode, runtime)
-        basis = self._basis
-        kept = self._kept
+        state = self._state
         if (
-            basis is None
-            or basis[0] is not snapshot
-            or basis[1] is not runtime
-            or basis[2] is not tool_order
+            state is None
+            or state[0][0] is not snapshot
+            or state[0][1] is not runtime
+            or state[0][2] is not tool_order
         ):
-            kept = {}
-            # Replaced whole, never cleared: a thread still reading the old dict is unharmed.
-            self._basis, self._kept = (snapshot, runtime, tool_order), kept
+            state = self._state = ((snapshot, runtime, tool_order), {})
+        kept = state[1]
         parts = kept.get(agent)
         if parts is None:
             sections, tools = _parts(snapshot, agent, tool_order)
