@@ -4,6 +4,8 @@ mapped where they leave the system."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import subprocess
 import sys
@@ -412,6 +414,29 @@ def test_names_providers_refuse_are_exported_mapped_and_map_back(system: ToolSys
         ExecuteBatch(calls=[ToolCall("c1", names.to_registry("time_now"), '{"zone": "CET"}')])
     )
     assert outcome.results[0].content[0]["text"] == "time.now in CET"
+
+
+def test_a_hashed_provider_name_that_another_tool_has_already_is_hashed_again(
+    system: ToolSystem,
+) -> None:
+    # ``x.y`` collides with ``x_y``, and its hashed form is the name of a third tool.
+    hashed = "x_y_" + hashlib.sha256(b"x.y").hexdigest()[:8]
+    for name in ("x.y", "x_y", hashed):
+        system.tools.register(now_tool(name))
+    schemas = system.tools.schemas()
+    exported = [entry["name"] for entry in to_anthropic_tools(schemas)]
+    assert len(set(exported)) == 3 and all(is_provider_name(name) for name in exported)
+    provider = dict(zip([schema["name"] for schema in schemas], exported, strict=True))
+    assert provider["x_y"] == "x_y" and provider[hashed] == hashed
+    assert provider["x.y"] not in ("x_y", hashed)
+    names = ToolNameMap.from_schemas(schemas)
+    assert [names.to_registry(name) for name in exported] == [s["name"] for s in schemas]
+    # The map is a function of the set of names, whatever their order.
+    for order in itertools.permutations(["x.y", "x_y", hashed, "x y"]):
+        mapped = ToolNameMap(order)
+        assert {n: mapped.to_provider(n) for n in sorted(order)} == {
+            n: ToolNameMap(sorted(order)).to_provider(n) for n in sorted(order)
+        }
 
 
 def test_an_explicit_name_map_must_cover_every_exported_tool(system: ToolSystem) -> None:

@@ -8,7 +8,8 @@ names one request exposes gives every name a provider form and maps a model's ca
 - any other name has its other characters replaced by ``_`` (``time.now`` -> ``time_now``),
   truncated to 64 characters;
 - where that form collides with another name of the same map, or was truncated, the form is
-  made unique with ``_`` and eight hex digits of the name's SHA-256.
+  made unique with ``_`` and eight hex digits of the name's SHA-256 (hashed again, with a
+  counter, in the rare case that another name of the map has that form already).
 
 The map is a pure function of the set of names, so the exporter and the adapters that read a
 response agree whenever they are built from the same tools.
@@ -66,13 +67,25 @@ class ToolNameMap:
         counts: dict[str, int] = {}
         for candidate in candidates.values():
             counts[candidate] = counts.get(candidate, 0) + 1
+        hashed: list[str] = []
         for name in pending:
             candidate = candidates[name]
             if len(candidate) > _MAX_LENGTH or counts[candidate] > 1 or candidate in taken:
-                candidate = _with_digest(candidate, name)
+                hashed.append(name)
+            else:
+                to_provider[name] = candidate
+                taken.add(candidate)
+        # In sorted order, so that the map stays a function of the set of names: a hashed form
+        # that another name already has (``x.y`` beside a tool called ``x_y_b24ca9b7``, its own
+        # hashed form) is hashed again with a counter until it is free.
+        for name in sorted(hashed):
+            candidate = _with_digest(candidates[name], name)
+            again = 0
+            while candidate in taken:
+                again += 1
+                candidate = _with_digest(candidates[name], f"{name}\x00{again}")
             to_provider[name] = candidate
-        if len(set(to_provider.values())) != len(to_provider):  # pragma: no cover - sha256 clash
-            raise ValueError("two tool names map to one provider name; rename one of them")
+            taken.add(candidate)
         self._to_provider = to_provider
         self._to_registry = {provider: name for name, provider in to_provider.items()}
 
