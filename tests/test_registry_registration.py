@@ -112,6 +112,17 @@ def test_rp5_invalid_timeout_ms_is_refused(system: ToolSystem, timeout_ms: Any) 
     assert changes == []
 
 
+def test_a_name_or_description_that_is_not_valid_unicode_is_refused(system: ToolSystem) -> None:
+    # It would break every prompt, SDK and provider request of the agents that see it.
+    system.tools.register(fixture("read"))
+    with pytest.raises(ValueError, match=r"^tool name 'bad\\ud800name' holds a lone surrogate "):
+        system.tools.register(fixture("bad\ud800name"))
+    with pytest.raises(ValueError, match=r'^tool "odd" description holds a lone surrogate at '):
+        system.tools.register(fixture("odd", description="text \udfff"))
+    assert system.tools.names() == ["read"]
+    assert [tool["name"] for tool in system.assemble_prompt().tools] == ["read"]
+
+
 def test_rp5_a_positive_timeout_ms_registers(system: ToolSystem) -> None:
     system.tools.register(fixture("budgeted", timeout_ms=5000))
     definition = system.tools.get("budgeted")

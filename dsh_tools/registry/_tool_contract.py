@@ -33,7 +33,9 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
     """The registration checks, in order; the first failure raises and nothing is registered.
 
     0. ``defn`` is a ``ToolDefinition`` with a non-empty ``str`` name, a ``str`` description,
-       a callable ``execute`` and optional callbacks that are callable (``TypeError``);
+       a callable ``execute`` and optional callbacks that are callable (``TypeError``); the
+       name and the description are valid Unicode text, without lone surrogates
+       (``ValueError``);
     1. ``output`` is a ``ToolOutput`` with a callable ``render`` and an absent or callable
        ``presentation_meta`` (``TypeError``: ``tool "<name>" must declare output { schema,
        render, presentation_meta? }``);
@@ -53,8 +55,10 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
     name = defn.name
     if type(name) is not str or not name:
         raise TypeError("tool name must be a non-empty str")
+    _check_text(name, f"tool name {name!r}")
     if type(defn.description) is not str:
         raise TypeError(f'tool "{name}" description must be a str')
+    _check_text(defn.description, f'tool "{name}" description')
     if not callable(defn.execute):
         raise TypeError(f'tool "{name}" execute must be callable')
     for label in ("is_concurrency_safe", "finalize_content", "present_call", "present_result"):
@@ -78,6 +82,17 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
             'tool name "run_code" is reserved for the Code Mode presentation transport and '
             "cannot be registered or shadowed"
         )
+
+
+def _check_text(text: str, what: str) -> None:
+    """A name or description goes into every prompt, SDK and provider request as UTF-8 JSON:
+    one that cannot be encoded (a lone surrogate) would break all of them, not this tool."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} holds a lone surrogate at index {exc.start}; it must be valid Unicode text"
+        ) from None
 
 
 def project_schema(defn: ToolDefinition) -> dict[str, Any]:
