@@ -81,6 +81,44 @@ def test_a_ref_ask_in_flight_when_stop_is_called_receives_its_result() -> None:
     assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
 
 
+def test_a_call_that_arrives_while_stop_waits_for_the_calls_in_flight_never_starts() -> None:
+    system = ToolSystem.start(code_runtime=None)
+    entered, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def holding(args: Any, ctx: Any) -> Any:  # a plain body slow to see its signal
+        entered.set()
+        release.wait(WAIT)
+        return [block("held")]
+
+    async def delete(args: Any, ctx: Any) -> Any:
+        ran.append("delete")
+        return [block("deleted")]
+
+    system.tools.register(fixture("holding", holding))
+    system.tools.register(fixture("delete", delete))
+    held = system.ref.ask(ExecuteCall(call_id="c0", name="holding", arguments={}), block=False)
+    assert entered.wait(WAIT)
+    stopper = threading.Thread(target=system.stop)
+    stopper.start()
+    deadline = time.monotonic() + WAIT
+    while system.running and time.monotonic() < deadline:
+        time.sleep(0.001)
+    late = system.ref.ask(ExecuteCall(call_id="c1", name="delete", arguments={}), timeout=WAIT)
+    release.set()
+    stopper.join(WAIT)
+    assert late.to_dict()["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert late.abort_reason == "the tool system is stopping"
+    assert ran == []
+    assert held.get(timeout=WAIT).to_dict()["error"]["info"]["code"] == "ABORTED"
+    assert sorted((e.type, e.data["call_id"]) for e in system.session.events) == [
+        ("tool/call", "c0"),
+        ("tool/call", "c1"),
+        ("tool/result", "c0"),
+        ("tool/result", "c1"),
+    ]
+
+
 def test_stop_aborts_a_blocking_execute_running_on_another_thread() -> None:
     system = ToolSystem.start(code_runtime=None)
     entered = threading.Event()

@@ -145,6 +145,10 @@ class PipelineCore:
         self._approval = approval
         self._background = background
         self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
+        # Set by ``interrupt_all`` (stop()) before it reads ``live``: a call that enters ``run``
+        # later (it passed the system's running check as stop() began) reads it after adding
+        # itself to ``live``, so one of the two interrupts it.
+        self.stop_reason: Any = None
         # Calls whose async body runs now, whatever started them (``run``, a pool).
         self.bodies: set[CallRecord] = set()
         # Calls whose plain body a task awaits on a worker thread now (``body_wait``),
@@ -186,7 +190,9 @@ class PipelineCore:
                 hooks.get_loop().call_soon_threadsafe(cancel_hooks_soon, rec, hooks)
 
     def interrupt_all(self, reason: Any) -> None:
-        """``interrupt`` every call running through ``run`` now (``stop()``)."""
+        """``interrupt`` every call running through ``run`` now, and every call that enters it
+        from now on (``stop()``)."""
+        self.stop_reason = reason
         for rec in list(self.live):
             self.interrupt(rec, reason)
 

@@ -79,6 +79,8 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             rec.cancel_base = outer.cancelling()
         live = self.live
         live.add(rec)
+        if self.stop_reason is not None:  # stop() began as this call came in
+            self.interrupt(rec, self.stop_reason)
         try:
             top = record and call.parent is None
             if top:
