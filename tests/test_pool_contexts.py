@@ -4,7 +4,9 @@ injections join when they happen)."""
 
 from __future__ import annotations
 
+import sys
 import threading
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
 )
+from dsh_tools.pipeline._pool import BatchRunner
 
 
 def add_post_context(system: ToolSystem, label: str = "ctx-{}") -> None:
@@ -218,3 +221,66 @@ def test_a_deferred_context_is_frozen_when_deferred() -> None:
         )
         result = system.execute(ExecuteCall(call_id="c1", name="defers", arguments={}))
     assert result.additional_contexts[0]["content"][0]["text"] == "before"
+
+
+def late_injection_is_kept(pause_at: int) -> bool | None:
+    """Whether a context injected for agent A, by a thread paused at line ``pause_at`` of
+    ``BatchRunner.inject`` while A's batch finished, is drained or recorded exactly once;
+    None when the injection never reaches that line."""
+    inject_code = BatchRunner.inject.__code__
+    with ToolSystem.start(code_runtime=None) as system:
+        entered, go = threading.Event(), threading.Event()
+
+        def held(args: Any, ctx: Any) -> Any:
+            entered.set()
+            go.wait(WAIT)
+            return [block("ran")]
+
+        system.tools.register(fixture("held", held))
+        outcomes: list[Any] = []
+        batch_thread = threading.Thread(
+            target=lambda: outcomes.append(
+                system.execute_batch(batch("c1", name="held", agent="A"))
+            )
+        )
+        batch_thread.start()
+        assert entered.wait(WAIT)
+        paused, resume = threading.Event(), threading.Event()
+
+        def on_line(frame: FrameType, event: str, arg: object) -> Any:
+            if event == "line" and frame.f_lineno == pause_at and not paused.is_set():
+                paused.set()
+                resume.wait(WAIT)
+            return on_line
+
+        def pause(frame: FrameType, event: str, arg: object) -> Any:
+            return on_line if frame.f_code is inject_code else None
+
+        def inject() -> None:
+            sys.settrace(pause)
+            try:
+                system.agent("A").inject_context(plugin_context("late"))
+            finally:
+                sys.settrace(None)
+
+        injector = threading.Thread(target=inject)
+        injector.start()
+        while not paused.wait(0.01) and injector.is_alive():
+            pass
+        reached = paused.is_set()
+        go.set()
+        batch_thread.join(0.5)  # the batch may wait for the paused injection's lock
+        resume.set()
+        injector.join(WAIT)
+        batch_thread.join(WAIT)
+        if not reached:
+            return None
+        drained = [context_text(c) for c in outcomes[0].contexts]
+        recorded = [e for e in system.session.events if e.type == "user/message"]
+        return drained.count("late") <= 1 and len(recorded) == 1
+
+
+def test_a_context_injected_as_its_batch_finishes_is_never_lost() -> None:
+    lines = {line for _, _, line in BatchRunner.inject.__code__.co_lines() if line}
+    for pause_at in sorted(lines)[1:]:
+        assert late_injection_is_kept(pause_at) in (None, True), pause_at

@@ -47,6 +47,7 @@ class _BatchLane:
         self.session = runner.pipeline.session
         self.results: list[ToolExecutionResult | None] = [None] * size
         self.contexts: list[Any] = []
+        self.drained = False  # the FIFO was read for the outcome: contexts join it no more
         self.lock = threading.Lock()
         self.done: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
 
@@ -70,16 +71,24 @@ class _BatchLane:
         self.session.record_result(entry.call.call_id, result, self.agent)
         self.results[entry.index] = result
 
-    def inject(self, context: Any) -> None:
+    def inject(self, context: Any) -> bool:
+        """Add an injected context to the FIFO; False once the batch has drained it (the
+        caller then records the context itself, after the batch's)."""
         with self.lock:
+            if self.drained:
+                return False
             self.contexts.append(context)
+            return True
 
     def finished(self) -> None:
         self.runner._deactivate(self)
         with self.lock:
+            # An injection that chose this lane before it was deactivated may still come:
+            # it finds the FIFO drained and records its context after these.
+            self.drained = True
             contexts = FrozenList(self.contexts)
-        for context in contexts:
-            self.session.record_context(context, self.agent)
+            for context in contexts:
+                self.session.record_context(context, self.agent)
         results = tuple(r for r in self.results if r is not None)
         outcome = BatchOutcome(results, contexts)
         loop = self.done.get_loop()
@@ -183,9 +192,7 @@ class BatchRunner:
         with self._lock:
             lanes = self._active.get(agent)
             lane = lanes[-1] if lanes else None
-        if lane is not None:
-            lane.inject(frozen)
-        else:
+        if lane is None or not lane.inject(frozen):
             self.pipeline.session.record_context(frozen, agent)
 
 
