@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from conftest import arun, await_event, call, echo, text
+from conftest import WAIT, arun, await_event, call, echo, text
 
 from dsh_tools import AbortController, Ask, ExecuteBatch, ToolCall, ToolSystem
 
@@ -276,3 +278,30 @@ def test_a_plain_approver_raising_stop_iteration_on_a_worker_thread_gives_a_resu
     result = asyncio.run(system.execute_async(call(agent="A")))
     assert result.is_error
     assert "the approver raised StopIteration" in text(result)
+
+
+def test_stop_settles_a_blocking_execute_whose_plain_approver_never_answers(
+    make_system: Any,
+) -> None:
+    asked, answer = threading.Event(), threading.Event()
+    threads: list[str] = []
+
+    class Console:  # a prompt nobody attends
+        def request(self, **kwargs: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            asked.set()
+            answer.wait(WAIT)
+            return "allowed-once"
+
+    system = make_system(approval=Console())
+    system.tools.register(echo())
+    asking(system)
+    with ThreadPoolExecutor(1, thread_name_prefix="harness") as caller:
+        pending = caller.submit(system.execute, call(agent="A"))
+        assert asked.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    answer.set()
+    assert threads and not threads[0].startswith("harness")
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]

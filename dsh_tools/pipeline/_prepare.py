@@ -196,19 +196,17 @@ class PrepareStages(PipelineCore):
         if ask.reason is not None and "reason" in how.passes:
             kwargs["reason"] = ask.reason
         outcome: Any
-        if rec.inline and not how.is_async:
-            outcome = approval.request(**kwargs)  # the caller's own thread: it may block
+        await event_loop()  # approvers may wait on the loop (a future, a timer)
+        if how.is_async:
+            outcome = approval.request(**kwargs)
         else:
-            await event_loop()  # approvers may wait on the loop (a future, a timer)
-            if how.is_async:
-                outcome = approval.request(**kwargs)
-            else:
-                # A plain approver may block (a console prompt): never on the shared loop.
-                outcome = asyncio.wrap_future(
-                    self._executor.submit(
-                        partial(without_stop_iteration, "the approver", approval.request, **kwargs)
-                    )
+            # A plain approver may block (a console prompt): never on a loop, nor on the thread
+            # of a blocking execute, whose call stop() must still be able to settle.
+            outcome = asyncio.wrap_future(
+                self._executor.submit(
+                    partial(without_stop_iteration, "the approver", approval.request, **kwargs)
                 )
+            )
         while is_awaitable(outcome):
             await event_loop()
             outcome = await self._await_approval(rec, outcome)
