@@ -7,6 +7,7 @@ frozen data.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -253,6 +254,23 @@ def test_concurrent_calls_each_record_their_pair(system: ToolSystem) -> None:
     for i in range(40):
         mine = [e.type for e in events if e.data["call_id"] == f"c{i}"]
         assert mine == ["tool/call", "tool/result"]
+
+
+def test_events_logged_from_many_threads_are_in_the_order_of_their_times() -> None:
+    log = SessionLog()
+
+    def record(worker: int) -> None:
+        for i in range(2000):
+            log.append("note", f"{worker}-{i}")
+
+    threads = [threading.Thread(target=record, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    times = [event.time for event in log.events]
+    assert len(times) == 8000
+    assert times == sorted(times)
 
 
 def test_a_system_records_into_the_session_log_it_was_given() -> None:

@@ -56,8 +56,8 @@ class SessionLog:
 
     def append(self, type: str, data: Any, agent: str | None = None) -> SessionEvent:
         """Record one event now and return it."""
-        event = SessionEvent(type, data, time.time(), agent)
-        with self._lock:
+        with self._lock:  # stamped in the lock: the log's order is the order of its times
+            event = SessionEvent(type, data, time.time(), agent)
             self._events.append(event)
         return event
 
