@@ -201,6 +201,47 @@ def test_a_script_that_never_calls_stop_exits(ending: str, exit_code: int) -> No
     assert done.stdout.split() == ["hello"] * 4
 
 
+BLOCKED_LOOP_AT_EXIT = """
+import threading, time
+import dsh_tools._system as system_module
+system_module.STOP_GRACE_S = system_module.ABANDONED_SETTLE_S = 0.2
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="hello",
+        description="Say hello.",
+        parameters={},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=lambda args, ctx: "hello",
+    )
+)
+entered = threading.Event()
+
+async def stuck(exec, next):
+    entered.set()
+    time.sleep(3600)  # blocks the running loop of its thread
+
+system.tools.on_pre_execute(stuck)
+call = ExecuteCall(call_id="c1", name="hello", arguments={})
+threading.Thread(target=system.execute, args=(call,), daemon=True).start()
+assert entered.wait(10)
+print("exiting")
+"""
+
+
+def test_a_script_that_exits_while_a_hook_blocks_its_threads_loop_exits_cleanly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_LOOP_AT_EXIT], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["exiting"]
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 CTRL_C = """
 import asyncio, os, signal, threading
 from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool

@@ -96,7 +96,9 @@ def _close_in_owner(loop: asyncio.AbstractEventLoop, owner_pid: int) -> None:
     # A child forked by another thread drops this thread's locals at once; closing the loop
     # there would unregister its descriptors from the epoll instance it shares with the parent,
     # and the parent's loop would never again be woken from another thread.
-    if os.getpid() == owner_pid:
+    # At interpreter exit a daemon thread may still be running its loop (a hook blocking it):
+    # that loop is left to the process's end.
+    if os.getpid() == owner_pid and not loop.is_running():
         loop.close()
 
 
