@@ -162,6 +162,20 @@ def test_a_hot_loop_exhausts_the_compute_budget_despite_pending_calls(
     assert_nothing_left(int(result.logs[0]))
 
 
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_budgets_too_large_for_a_kernel_limit_mean_no_limit(isolation: str) -> None:
+    # 1e25 ms of CPU and 1e30 MB are finite, so accepted, and past what setrlimit takes.
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(isolation=isolation, compute_ms=1e25, max_memory_mb=1e30)
+    )
+    try:
+        result = run(runtime, "return sum(range(10))")
+    finally:
+        runtime.close()
+    assert result.error is None, result.error
+    assert result.value == 45
+
+
 def test_waiting_on_a_slow_binding_accrues_no_compute(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:

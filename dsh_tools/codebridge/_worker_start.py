@@ -140,8 +140,13 @@ whole allowance (about 96,000 for root here), and ``sigqueue`` and ``timer_creat
 host until the run ends. A run may queue at most this many while the user has no others."""
 
 
+_LIMIT_CEILING: Final = 2**62
+"""The largest value a limit is set to: a budget beyond it (``compute_ms=1e25``, finite) means
+no limit in practice, and ``setrlimit`` refuses values past 64 bits with ``OverflowError``."""
+
+
 def _apply_cpu_limits(compute_ms: float) -> None:
-    seconds = math.ceil(compute_ms / 1000) + 1
+    seconds = min(math.ceil(compute_ms / 1000) + 1, _LIMIT_CEILING)
     for which, value in (
         (resource.RLIMIT_CORE, (0, 0)),
         (resource.RLIMIT_CPU, (seconds, seconds + 1)),
@@ -152,7 +157,7 @@ def _apply_cpu_limits(compute_ms: float) -> None:
 
 
 def _apply_memory_limit(max_memory_mb: float) -> None:
-    memory = int(max_memory_mb * 1024 * 1024)
+    memory = min(int(max_memory_mb * 1024 * 1024), _LIMIT_CEILING)
     if memory > 0:
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
