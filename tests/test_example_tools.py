@@ -12,6 +12,8 @@ import inspect
 import os
 import select
 import stat
+import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,11 +30,13 @@ from dsh_tools.examples import (
     bash_tool,
     edit_file_tool,
     example_tools,
+    hunks,
     list_dir_tool,
     parse_bash_output,
     read_file_tool,
     write_file_tool,
 )
+from dsh_tools.examples._fs_common import MAX_EDIT_BYTES
 from dsh_tools.examples._workspace import Workspace
 from dsh_tools.registry import (
     DiffCallView,
@@ -851,3 +855,110 @@ def test_a_file_too_large_to_read_whole_is_refused_before_it_is_read(root: Path,
 
     assert raised.value.code == "FILE_TOO_LARGE"
     assert os.path.getsize(root / "huge.txt") == 1 << 40
+
+
+# --- what the write tools may cost and whose files they touch -----------------------------------
+
+
+def test_a_rewrite_too_costly_to_match_line_by_line_is_shown_as_one_hunk(root: Path) -> None:
+    # Matching the lines of an interleaving costs time quadratic in its size (a 16,000-line
+    # file took 20 s of the host's CPU): past DIFF_WORK, everything between the common head
+    # and tail is one hunk, though the first line's change alone would make a hunk of its own.
+    lines = [f"line {i}\n" for i in range(4000)]
+    old = "".join(lines)
+    new = "".join(["top\n", *lines[1:100], *lines[100::2], *lines[101::2]])
+    assert hunks(old, new) == [
+        {"old_start": 1, "old_text": old, "new_start": 1, "new_text": new},
+    ]
+    (root / "a.txt").write_text(old)
+    value = call(write_file_tool(root), {"path": "a.txt", "content": new})
+    assert len(value["hunks"]) == 1
+    assert (root / "a.txt").read_text() == new
+
+
+def test_scattered_edits_of_a_long_file_keep_a_hunk_each() -> None:
+    lines = [f"line {i}\n" for i in range(20_000)]
+    edited = list(lines)
+    for at in range(100, 20_000, 1000):
+        edited[at] = "changed\n"
+    shown = hunks("".join(lines), "".join(edited))
+    assert [hunk["old_start"] for hunk in shown] == list(range(98, 20_000, 1000))
+    assert all(hunk["new_text"].count("changed") == 1 for hunk in shown)
+
+
+def test_edit_file_refuses_an_edit_whose_result_would_exceed_the_limit(root: Path) -> None:
+    (root / "a.txt").write_text("a" * 2_000_000)
+    args = {"path": "a.txt", "old_string": "a", "new_string": "b" * 500, "replace_all": True}
+    with pytest.raises(WorkspaceError, match=r'^"a\.txt" would have 1000000000 bytes, more') as e:
+        call(edit_file_tool(root), args)
+    assert e.value.code == "FILE_TOO_LARGE"
+    assert (root / "a.txt").stat().st_size == 2_000_000
+
+
+def test_write_file_refuses_content_over_the_limit(root: Path) -> None:
+    content = "x" * (MAX_EDIT_BYTES + 1)
+    with pytest.raises(WorkspaceError, match="more than the 16777216 these tools write") as e:
+        call(write_file_tool(root), {"path": "big.txt", "content": content})
+    assert e.value.code == "FILE_TOO_LARGE"
+    assert not (root / "big.txt").exists()
+
+
+def test_an_existing_file_with_the_longest_name_can_be_rewritten(root: Path) -> None:
+    name = "x" * 255
+    (root / name).write_text("old\n")
+    call(write_file_tool(root), {"path": name, "content": "new\n"})
+    call(edit_file_tool(root), {"path": name, "old_string": "new", "new_string": "newer"})
+    assert (root / name).read_text() == "newer\n"
+    assert sorted(os.listdir(root)) == [name]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user takes root")
+def test_a_rewritten_file_keeps_its_owner_and_group(root: Path) -> None:
+    target = root / "theirs.txt"
+    target.write_text("mine\n")
+    os.chown(target, 65534, 65534)
+    call(write_file_tool(root), {"path": "theirs.txt", "content": "written\n"})
+    assert (target.stat().st_uid, target.stat().st_gid) == (65534, 65534)
+    call(edit_file_tool(root), {"path": "theirs.txt", "old_string": "written", "new_string": "ok"})
+    assert (target.stat().st_uid, target.stat().st_gid) == (65534, 65534)
+    assert target.read_text() == "ok\n"
+
+
+READ_ONLY_WRITER = """
+import sys
+from pathlib import Path
+from dsh_tools.actors import NEVER_ABORTED
+from dsh_tools.examples import WorkspaceError, edit_file_tool, write_file_tool
+from dsh_tools.registry import snapshot_json
+
+class Context:
+    signal = NEVER_ABORTED
+    call_id = "c1"
+    agent = None
+
+root = Path(sys.argv[1])
+for tool, args in (
+    (write_file_tool(root), {"path": "ro.txt", "content": "clobbered\\n"}),
+    (edit_file_tool(root), {"path": "ro.txt", "old_string": "original", "new_string": "x"}),
+):
+    try:
+        tool.execute(snapshot_json(args), Context())
+    except WorkspaceError as exc:
+        print(exc.code)
+"""
+
+
+def test_a_file_this_process_may_not_write_is_refused_though_its_folder_is_writable(
+    root: Path,
+) -> None:
+    target = root / "ro.txt"
+    target.write_text("original\n")
+    target.chmod(0o444)
+    command = [sys.executable, "-c", READ_ONLY_WRITER, str(root)]
+    if os.geteuid() == 0:  # root may write any file: the tools run as another user
+        os.chown(root, 65534, 65534)
+        os.chown(root.parent, 65534, 65534)
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.split() == ["PERMISSION_DENIED", "PERMISSION_DENIED"], done.stderr
+    assert target.read_text() == "original\n"

@@ -8,10 +8,21 @@ from typing import Any
 
 from ..registry import FileDiff
 
-__all__ = ["CONTEXT_LINES", "diffs_from_meta", "hunks", "meta_from_hunks", "split_lines"]
+__all__ = [
+    "CONTEXT_LINES",
+    "DIFF_WORK",
+    "diffs_from_meta",
+    "hunks",
+    "meta_from_hunks",
+    "split_lines",
+]
 
 CONTEXT_LINES = 3
 """Unchanged lines kept around each change in a hunk."""
+
+DIFF_WORK = 400_000
+"""How many lines in all the searches for matching lines may look at (about a tenth of a
+second of the host's CPU); a change that needs more is shown as one hunk."""
 
 
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")
@@ -32,8 +43,17 @@ def hunks(old: str, new: str, context: int = CONTEXT_LINES) -> list[dict[str, An
     a = split_lines(old)
     b = split_lines(new)
     out: list[dict[str, Any]] = []
-    matcher = difflib.SequenceMatcher(None, a, b)
-    for group in matcher.get_grouped_opcodes(context):
+    try:
+        groups = list(_BoundedMatcher(a, b).get_grouped_opcodes(context))
+    except _TooCostly:
+        # Matching the lines of some changes takes time quadratic in their size (a rewrite
+        # that interleaves a 16,000-line file took 20 s of the host's CPU): one hunk shows
+        # everything between the texts' common head and tail instead.
+        head, tail = _common_ends(a, b)
+        i1, j1 = max(0, head - context), max(0, head - context)
+        i2, j2 = min(len(a), len(a) - tail + context), min(len(b), len(b) - tail + context)
+        groups = [[("replace", i1, i2, j1, j2)]]
+    for group in groups:
         i1, i2 = group[0][1], group[-1][2]
         j1, j2 = group[0][3], group[-1][4]
         out.append(
@@ -45,6 +65,40 @@ def hunks(old: str, new: str, context: int = CONTEXT_LINES) -> list[dict[str, An
             }
         )
     return out
+
+
+class _TooCostly(Exception):
+    """Raised by ``_BoundedMatcher`` once its work is over ``DIFF_WORK``."""
+
+
+class _BoundedMatcher(difflib.SequenceMatcher[str]):
+    """A ``SequenceMatcher`` of lines that gives up (``_TooCostly``) once its searches for the
+    longest match have looked at more than ``DIFF_WORK`` lines in all."""
+
+    def __init__(self, a: list[str], b: list[str]) -> None:
+        self._work_left = DIFF_WORK
+        self._old_lines = len(a)
+        super().__init__(None, a, b)
+
+    def find_longest_match(
+        self, alo: int = 0, ahi: int | None = None, blo: int = 0, bhi: int | None = None
+    ) -> difflib.Match:
+        self._work_left -= (self._old_lines if ahi is None else ahi) - alo
+        if self._work_left < 0:
+            raise _TooCostly
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
+def _common_ends(a: list[str], b: list[str]) -> tuple[int, int]:
+    """How many lines ``a`` and ``b`` share at their head, and then at their tail."""
+    shorter = min(len(a), len(b))
+    head = 0
+    while head < shorter and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < shorter - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return head, tail
 
 
 def meta_from_hunks(path: str, applied: Any) -> dict[str, Any]:

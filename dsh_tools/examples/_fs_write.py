@@ -15,7 +15,14 @@ from ..registry import (
     ToolResult,
 )
 from ._diffs import diffs_from_meta, hunks, meta_from_hunks
-from ._fs_common import read_text, read_text_lenient, text_block, write_text
+from ._fs_common import (
+    MAX_EDIT_BYTES,
+    read_text,
+    read_text_lenient,
+    text_block,
+    too_large,
+    write_text,
+)
 from ._workspace import Workspace, WorkspaceError, check_abort
 
 __all__ = [
@@ -122,6 +129,11 @@ def edit_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
             "include more surrounding text to make it unique, or set replace_all",
             "EDIT_MISMATCH",
         )
+    # Characters are at most bytes: a result over the limit in characters is refused before
+    # it is built.
+    length = len(old) + (count if replace_all else 1) * (len(new_string) - len(old_string))
+    if length > MAX_EDIT_BYTES:
+        raise WorkspaceError(too_large(shown, length), "FILE_TOO_LARGE")
     new = (
         old.replace(old_string, new_string)
         if replace_all
