@@ -13,7 +13,8 @@ __all__ = ["run_bench"]
 
 
 class _Progress:
-    """A one-line progress bar on stderr (silent when stderr is not a terminal)."""
+    """Progress on stderr: one line redrawn in place at a terminal, else a line per step (a log
+    shows how far the run got)."""
 
     def __init__(self, total: int, stream: TextIO = sys.stderr) -> None:
         self.total = total

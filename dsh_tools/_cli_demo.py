@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tempfile
 import textwrap
 import time
@@ -54,7 +55,27 @@ class _ScriptedApproval:
         return answer
 
 
+_MARKER = ".dsh-tools-demo"
+"""The file that marks a folder as the demo's own: a folder given with ``--workspace`` must be
+empty or hold it, since the demo writes over ``README.md`` and ``src/`` there."""
+
+
+def _refusal(root: Path) -> str | None:
+    """Why the demo will not use ``root``, a folder the user named; None when it may."""
+    try:
+        entries = [entry.name for entry in root.iterdir()]
+    except OSError as error:
+        return f"cannot read --workspace {root}: {error.strerror or error}"
+    if entries and _MARKER not in entries:
+        return (
+            f"--workspace {root} is not empty; the demo writes README.md, src/ and notes/ there, "
+            "so give it an empty folder (or one it used before)"
+        )
+    return None
+
+
 def _demo_workspace(root: Path) -> None:
+    (root / _MARKER).write_text("A workspace of `dsh-tools demo`: it writes over anything here.\n")
     (root / "src").mkdir(parents=True, exist_ok=True)
     (root / "notes").mkdir(exist_ok=True)
     (root / "README.md").write_text("# Demo project\n\nA tiny workspace for the dsh-tools demo.\n")
@@ -70,9 +91,19 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
     from .examples import example_tools
 
     own_dir = workspace is None
+    if workspace is not None and (refused := _refusal(workspace)) is not None:
+        print(f"dsh-tools demo: {refused}", file=sys.stderr)
+        return 2
     root = Path(tempfile.mkdtemp(prefix="dsh-tools-demo-")) if workspace is None else workspace
     try:
-        _demo_workspace(root)
+        try:
+            _demo_workspace(root)
+        except OSError as error:
+            print(
+                f"dsh-tools demo: cannot set up the workspace in {root}: {error.strerror or error}",
+                file=sys.stderr,
+            )
+            return 2
         mode = "both" if code_mode else "native"
         config = ToolsConfig(mode=mode, max_parallel_tool_calls=4)
         runtime: DefaultRuntime | None = DEFAULT if code_mode else None

@@ -2,8 +2,9 @@
 (``run-code -`` reads the program from standard input), and ``--version``.
 
 Exit codes: 0 success, 1 the work itself failed (a failed program; with ``bench --check``, a
-figure over its bar), 2 bad command-line arguments. A reader that closes standard output early
-(``| head``) ends the command quietly with the usual SIGPIPE status, 141.
+figure over its bar; output that cannot be written), 2 bad command-line arguments, 130
+interrupted (Ctrl-C). A reader that closes standard output early (``| head``) ends the command
+quietly with the usual SIGPIPE status, 141.
 
 This module parses the arguments and dispatches; each command's work lives in its own module
 (``_cli_demo``, ``_cli_bench``, ``_cli_commands``).
@@ -62,7 +63,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--workspace",
         type=Path,
-        default=Path.cwd(),
         help="folder the example tools work in (default: the current folder)",
     )
     run.add_argument(
@@ -132,6 +132,9 @@ def _positive_ms(text: str) -> float:
 _SIGPIPE_STATUS = 141
 
 
+_INTERRUPTED_STATUS = 130  # what a shell reports for a command ended by Ctrl-C
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     args = _parser().parse_args(argv)
@@ -141,17 +144,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _dispatch(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit
         return status
+    except KeyboardInterrupt:
+        # Ctrl-C: what was running has been stopped and cleaned up on the way out.
+        print(f"dsh-tools {args.command}: interrupted", file=sys.stderr)
+        return _INTERRUPTED_STATUS
     except BrokenPipeError:
-        # The reader went away (`dsh-tools sdk | head`): stop quietly. Point stdout at /dev/null
-        # so the interpreter's final flush does not raise a second time.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        finally:
-            os.close(devnull)
+        # The reader went away (`dsh-tools sdk | head`): stop quietly.
+        _drop_stdout()
         return _SIGPIPE_STATUS
+    except OSError as error:  # the output cannot be written (a full disk, say)
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"dsh-tools {args.command}: {where}{error.strerror or error}", file=sys.stderr)
+        _drop_stdout()
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of output that could
+    not be written does not fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
 
 
 def _quiet_logs() -> None:
@@ -186,8 +203,18 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         return run_sdk(out)
     if args.command == "catalog":
         return run_catalog(out)
-    if not args.workspace.is_dir():
-        print(f"dsh-tools run-code: --workspace {args.workspace} is not a folder", file=sys.stderr)
+    workspace = args.workspace
+    if workspace is None:
+        try:
+            workspace = Path.cwd()
+        except FileNotFoundError:
+            print(
+                "dsh-tools run-code: the current folder no longer exists; pass --workspace DIR",
+                file=sys.stderr,
+            )
+            return 2
+    if not workspace.is_dir():
+        print(f"dsh-tools run-code: --workspace {workspace} is not a folder", file=sys.stderr)
         return 2
     read = _read_program(args.file)
     if isinstance(read, str):
@@ -198,7 +225,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         program,
         name,
         out,
-        workspace=args.workspace,
+        workspace=workspace,
         compute_ms=args.compute_ms,
         max_wall_ms=args.max_wall_ms,
         isolation=args.isolation,

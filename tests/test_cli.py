@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -314,3 +316,83 @@ def test_run_code_rejects_standard_input_that_is_not_utf8_text(tmp_path: Path) -
     assert done.returncode == 2
     assert b"standard input is not UTF-8 text" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_demo_refuses_a_folder_with_files_of_its_own_and_touches_none(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    (mine / "src").mkdir(parents=True)
+    (mine / "README.md").write_text("my precious readme\n")
+    done = run_cli("demo", "--workspace", str(mine), "--no-code-mode")
+    assert done.returncode == 2
+    assert "is not empty; the demo writes README.md, src/ and notes/ there" in done.stderr
+    assert (mine / "README.md").read_text() == "my precious readme\n"
+    assert sorted(p.name for p in mine.iterdir()) == ["README.md", "src"]
+
+
+def test_demo_runs_again_in_a_folder_it_used_before(tmp_path: Path) -> None:
+    for _ in range(2):
+        assert run_demo(io.StringIO(), workspace=tmp_path, code_mode=False) == 0
+
+
+def test_output_that_cannot_be_written_is_an_error_message_not_a_traceback() -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "dsh_tools.cli", "sdk"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+    assert done.returncode == 1
+    assert done.stderr == "dsh-tools sdk: No space left on device\n"
+
+
+def test_a_current_folder_that_no_longer_exists_is_named_not_a_traceback(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    script = (
+        "import os, sys\n"
+        f"os.mkdir({str(gone)!r}); os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})\n"
+        "from dsh_tools.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for args, status, text in (
+        (["--version"], 0, "dsh-tools "),
+        (["run-code", "-"], 2, "the current folder no longer exists; pass --workspace DIR"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args],
+            input="return 1\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert done.returncode == status, done.stderr
+        assert text in done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_ends_run_code_with_status_130_and_no_traceback(tmp_path: Path) -> None:
+    program = tmp_path / "wait.py"
+    program.write_text(
+        'await tools.write_file({"path": "started", "content": "yes"})\nawait asyncio.sleep(60)\n'
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dsh_tools.cli", "run-code", str(program)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert err.strip() == "dsh-tools run-code: interrupted"
