@@ -147,9 +147,10 @@ DEFAULT_MANIFEST: list[CatalogEntry] = [
         writes=["tool/call", "tool/result", "anything the command changes"],
         boot=_boot_bash,
         note=(
-            "Built by `bash_tool(root, timeout_ms=120000)`: the command runs in its own process "
-            "group, which is killed on abort, on timeout (enforced by `timeout_policy`) and when "
-            "the shell exits."
+            "Built by `bash_tool(root, timeout_ms=120000)`: the command runs under a supervisor "
+            "that kills every process it started (those that left its process group included) "
+            "on abort, on timeout (enforced by `timeout_policy`), when the shell exits and when "
+            "the harness dies."
         ),
     ),
 ]

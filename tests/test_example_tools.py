@@ -749,6 +749,77 @@ def test_bash_kills_background_jobs_when_the_shell_exits(root: Path) -> None:
     assert _terminates(pid)
 
 
+DETACH = (
+    "setsid -f sh -c 'echo $$ > detached.pid; exec sleep 30' > /dev/null 2>&1; "
+    "while [ ! -s detached.pid ]; do sleep 0.01; done"
+)
+"""A command leaving a sleeper in a session of its own (a fork, then ``setsid``)."""
+
+
+def test_bash_kills_what_left_the_process_group_when_the_command_finishes(root: Path) -> None:
+    value = call(bash_tool(root), {"command": DETACH + "; echo done"})
+
+    assert value["stdout"] == "done\n"
+    assert _terminates(int((root / "detached.pid").read_text()))
+
+
+@pytest.mark.parametrize("how", ["abort", "cancel"])
+def test_bash_kills_what_left_the_process_group_when_the_call_is_stopped(
+    root: Path, how: str
+) -> None:
+    tool = bash_tool(root)
+    controller = AbortController()
+    args = snapshot_json({"command": DETACH + "; touch ready; sleep 30"})
+
+    async def scenario() -> None:
+        body = asyncio.ensure_future(tool.execute(args, RunContext(controller.signal, "bash")))
+        while not (root / "ready").exists():
+            await asyncio.sleep(0.01)
+        if how == "abort":
+            controller.abort("user pressed stop")
+            with pytest.raises(AbortError):
+                await asyncio.wait_for(body, timeout=10)
+        else:
+            body.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await body
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+
+    assert _terminates(int((root / "detached.pid").read_text()))
+
+
+HOST_DIES = """
+import asyncio, os, signal, sys
+from dsh_tools.actors import NEVER_ABORTED
+from dsh_tools.examples import bash_tool
+from dsh_tools.registry import snapshot_json
+
+class Context:
+    signal = NEVER_ABORTED
+    call_id = "c1"
+    agent = None
+
+async def main():
+    tool = bash_tool(sys.argv[1])
+    command = sys.argv[2] + "; touch ready; sleep 30"
+    body = asyncio.ensure_future(tool.execute(snapshot_json({"command": command}), Context()))
+    while not os.path.exists(os.path.join(sys.argv[1], "ready")):
+        await asyncio.sleep(0.01)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+def test_bash_kills_what_it_started_when_the_host_dies(root: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", HOST_DIES, str(root), DETACH], timeout=60, check=False
+    )
+    assert done.returncode == -9
+    assert _terminates(int((root / "detached.pid").read_text()))
+
+
 def test_bash_abort_kills_the_process_group_promptly(root: Path) -> None:
     fifo = root / "started"
     os.mkfifo(fifo)
@@ -962,3 +1033,17 @@ def test_a_file_this_process_may_not_write_is_refused_though_its_folder_is_writa
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout.split() == ["PERMISSION_DENIED", "PERMISSION_DENIED"], done.stderr
     assert target.read_text() == "original\n"
+
+
+def test_bash_names_a_command_it_cannot_start_without_host_paths(root: Path) -> None:
+    tool = bash_tool(root)
+    for args, code, message in (
+        ({"command": "echo a\0b"}, "INVALID_COMMAND", "the command holds a NUL character"),
+        ({"command": "true " + "x" * 3_000_000}, "INVALID_COMMAND", "the command is too long"),
+        ({"command": "true", "workdir": "missing"}, "NOT_FOUND", 'workdir "missing" does not'),
+    ):
+        with pytest.raises(WorkspaceError) as raised:
+            call(tool, args)
+        assert raised.value.code == code
+        assert str(raised.value).startswith(message)
+        assert str(root) not in str(raised.value)

@@ -1,13 +1,16 @@
 """Example tools a harness author can use as they are or copy: small, real and complete.
 
-Every tool works inside one workspace folder and refuses paths that leave it (``..``,
-absolute paths elsewhere, symbolic links pointing out). Each declares its full parameter and
+Every tool works inside one workspace folder. The file tools refuse paths that leave it
+(``..``, absolute paths elsewhere, symbolic links pointing out); ``bash`` starts its command
+there, but the command can reach whatever the harness's user can: confine it with a sandbox
+of your own before a model you do not trust uses it. Each declares its full parameter and
 output schemas, a renderer, a concurrency classifier (reads may overlap, writes run alone) and
 tool-owned presentation cards.
 
 - ``read_file``, ``list_dir``: concurrency-safe reads (``fs_tools``);
 - ``write_file``, ``edit_file``: exclusive writes with diff cards (``fs_tools``);
-- ``bash``: a shell command in its own process group, killed on abort or timeout.
+- ``bash``: a shell command under a supervisor that, when the command ends, is aborted or
+  times out, or the harness dies, kills every process the command started.
 
 ``example_tools(root)`` returns all five definitions, ready for ``system.tools.register``.
 """

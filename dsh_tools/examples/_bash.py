@@ -1,13 +1,14 @@
-"""``bash``: run a shell command in the workspace, in its own process group.
+"""``bash``: run a shell command in the workspace, under a supervisor of its own.
 
 The command runs under ``/bin/sh -c`` with the workspace (or ``workdir`` inside it) as its
-working directory, no stdin, and its own session, so it and everything it starts share one
-process group. That group is killed with ``SIGKILL``
-
-- when the call's abort signal fires (a caller abort, or the timeout policy enforcing the
-  definition's ``timeout_ms``); the body then raises ``AbortError``;
-- when the shell itself exits, so background jobs never outlive the call and never keep its
-  pipes open.
+working directory and no stdin. The shell is the child of a small supervisor process
+(``_bash_supervisor``) that leads the command's own session and process group and, on Linux,
+inherits every orphan below it (a child subreaper). When the shell exits, or when the call's
+abort signal fires (a caller abort, or the timeout policy enforcing the definition's
+``timeout_ms``; the body then raises ``AbortError``), the supervisor kills every process left
+below it, those that called ``setsid`` or forked twice included, so background jobs never
+outlive the call and never keep its pipes open. Its process group is killed with ``SIGKILL``
+after it, in case it died first.
 
 Each of stdout and stderr is captured up to ``max_output_bytes``; the rest is read and dropped
 and the value says ``truncated``. The model sees stdout, then stderr under a ``[stderr]`` line,
@@ -24,9 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
 import signal as signals
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,7 @@ from ..registry import (
     ToolResult,
     define_tool,
 )
+from . import _bash_supervisor
 from ._workspace import Workspace, WorkspaceError, check_abort
 
 __all__ = [
@@ -59,8 +64,8 @@ DEFAULT_BASH_TIMEOUT_MS = 120_000
 DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024
 """Bytes kept of each of stdout and stderr."""
 
-_SHELL = "/bin/sh"
 _DRAIN_SECONDS = 2.0  # a process that left the group may hold the pipes; stop waiting then
+_STOP_SECONDS = 6.0  # the supervisor's cleanup takes at most 5 s
 _NO_OUTPUT = "(no output)\n"
 _MARKER = re.compile(r"\n\[(?:exit code: (-?\d+)|signal: ([A-Z0-9]+))\]\Z")
 
@@ -119,6 +124,54 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signals.SIGKILL)
 
 
+_SUPERVISOR_SOURCE: str | None = None
+
+
+def _supervised(command: str, stop: int) -> tuple[str, ...]:
+    """The program and arguments that run ``command`` under the supervisor
+    (``_bash_supervisor``), which ends it once descriptor ``stop`` reads end of file: an
+    isolated interpreter, which imports nothing of the package."""
+    global _SUPERVISOR_SOURCE
+    if _SUPERVISOR_SOURCE is None:
+        _SUPERVISOR_SOURCE = Path(_bash_supervisor.__file__).read_text(encoding="utf-8")
+    return (sys.executable, "-I", "-S", "-c", _SUPERVISOR_SOURCE, command, str(stop))
+
+
+def _spawn_error(exc: OSError, command: str, shown: str, workspace: Workspace) -> WorkspaceError:
+    """What the model is told when the command cannot be started: never a host path."""
+    if exc.errno == errno.E2BIG:
+        size = len(command.encode("utf-8", "surrogatepass"))
+        return WorkspaceError(f"the command is too long to run ({size} bytes)", "INVALID_COMMAND")
+    return workspace.io_error(exc, shown)
+
+
+def _told_to_stop(fd: int) -> int:
+    """Tell the supervisor holding the other end of pipe ``fd`` to end its command (a byte,
+    for the case that a process forked from this one holds the pipe open too), and close it
+    unless it is closed already (-1); -1."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.write(fd, b"\0")
+        os.close(fd)
+    return -1
+
+
+def _wait_for_exit(pid: int) -> None:
+    """Wait (blocking, at most ``_STOP_SECONDS``) until the supervisor, told to stop, has
+    exited: the call was cancelled from outside, and closing its transport kills the
+    supervisor, which must first have killed what left its process group."""
+    deadline = time.monotonic() + _STOP_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:  # gone, or no /proc to tell
+            return
+        if stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z":
+            return
+        time.sleep(0.001)
+
+
 class _Capture(asyncio.SubprocessProtocol):
     """Collects stdout and stderr up to a cap each and reports exit and pipe closure.
 
@@ -171,31 +224,49 @@ def bash_tool(
     async def execute(args: Mapping[str, Any], run_ctx: Any) -> dict[str, Any]:
         signal: AbortSignal = run_ctx.signal
         check_abort(signal)
+        command: str = args["command"]
+        if "\0" in command:
+            raise WorkspaceError("the command holds a NUL character", "INVALID_COMMAND")
         workdir = args.get("workdir")
         cwd = workspace.resolve(workdir) if workdir is not None else workspace.root
+        shown = workspace.display(cwd)
         if not cwd.is_dir():
-            shown = workspace.display(cwd)
+            if not cwd.exists():
+                raise WorkspaceError(f'workdir "{shown}" does not exist', "NOT_FOUND")
             raise WorkspaceError(f'workdir "{shown}" is not a directory', "NOT_A_DIRECTORY")
         loop = asyncio.get_running_loop()
-        transport, capture = await loop.subprocess_exec(
-            lambda: _Capture(loop, max_output_bytes),
-            _SHELL,
-            "-c",
-            args["command"],
-            cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
-        pgid = transport.get_pid()  # the shell leads its own session and process group
+        # Closing ``stop`` (or the host's death) tells the supervisor to end the command.
+        held, stop = os.pipe()
+        try:
+            transport, capture = await loop.subprocess_exec(
+                lambda: _Capture(loop, max_output_bytes),
+                *_supervised(command, held),
+                pass_fds=(held,),
+                cwd=cwd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except BaseException as exc:
+            os.close(stop)
+            if isinstance(exc, OSError):
+                raise _spawn_error(exc, command, shown, workspace) from None
+            raise
+        finally:
+            os.close(held)
+        # The supervisor leads the command's own session and process group.
+        pgid = transport.get_pid()
         aborted = asyncio.ensure_future(_until_aborted(signal))
         try:
             done, _ = await asyncio.wait(
                 (capture.exited, aborted), return_when=asyncio.FIRST_COMPLETED
             )
             interrupted = capture.exited not in done
-            _kill_group(pgid)  # the command's leftovers, or all of it on abort
+            if interrupted:  # the supervisor kills everything below it, then exits
+                stop = _told_to_stop(stop)
+                await asyncio.wait((capture.exited,), timeout=_STOP_SECONDS)
+            _kill_group(pgid)  # what is left of the group, had the supervisor died first
             # Settle only once the work has stopped: the group's death closes the pipes, unless
             # a process left the group and took them along (then stop waiting after a while).
             await capture.exited
@@ -206,7 +277,11 @@ def bash_tool(
         finally:
             aborted.cancel()
             if transport.get_returncode() is None:  # cancelled from outside: leave nothing
+                stop = _told_to_stop(stop)
+                _wait_for_exit(pgid)
                 _kill_group(pgid)
+            if stop >= 0:
+                os.close(stop)
             transport.close()
         code = transport.get_returncode()
         assert code is not None

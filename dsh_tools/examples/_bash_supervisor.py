@@ -1,0 +1,133 @@
+"""The process a ``bash`` command runs under: it makes itself the reaper of everything the
+command starts, runs the shell, and once the shell exits, or the host closes the pipe it holds
+(the call was stopped, or the host is gone), kills every process left below it, those that
+left the command's process group and session included (``setsid``, a double fork), before it
+exits as the shell did.
+
+It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` the
+read end of the host's pipe), so it imports nothing of the package, and only modules that
+start fast. On Linux a process marked a "child subreaper" inherits the orphans of its
+descendants instead of ``init``: nothing the command starts can leave it. Elsewhere it still
+kills every descendant it can still see.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import sys
+import time
+
+_PR_SET_CHILD_SUBREAPER = 36
+_SIGKILL = 9
+_SHELL = "/bin/sh"
+_CLEANUP_SECONDS = 5.0  # a descendant forking faster than it is killed: stop trying then
+_POLL_SECONDS = 0.05  # without pidfds: how often the shell's exit is looked for
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root``, read from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+# ``try``/``except`` rather than ``contextlib.suppress`` here: importing contextlib would
+# add about a tenth to the supervisor's start, which every ``bash`` call waits for.
+
+
+def _kill(pid: int) -> None:
+    try:  # noqa: SIM105
+        os.kill(pid, _SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _kill_everything_below(me: int) -> None:
+    deadline = time.monotonic() + _CLEANUP_SECONDS
+    while time.monotonic() < deadline:
+        left = _descendants(me)
+        if not left:
+            return
+        for pid in left:
+            _kill(pid)
+        _reap()
+        time.sleep(0.001)
+
+
+def _wait(shell: int, stop: int) -> int:
+    """The shell's wait status, once it exits or (killed first) once ``stop`` is readable."""
+    try:
+        exited = os.pidfd_open(shell)
+    except (AttributeError, OSError):
+        exited = None
+    while True:
+        watched = [stop] if exited is None else [stop, exited]
+        ready, _, _ = select.select(watched, [], [], None if exited is not None else _POLL_SECONDS)
+        if stop in ready:  # the call was stopped, or the host is gone
+            _kill(shell)
+            return os.waitpid(shell, 0)[1]
+        if exited is not None and exited in ready:
+            return os.waitpid(shell, 0)[1]
+        if exited is None:
+            pid, status = os.waitpid(shell, os.WNOHANG)
+            if pid:
+                return status
+
+
+def main(command: str, stop: int) -> None:
+    os.set_inheritable(stop, False)
+    try:  # noqa: SIM105
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the descendants still to be seen are killed
+        pass
+    me = os.getpid()
+    shell = os.fork()
+    if shell == 0:
+        try:
+            os.execv(_SHELL, [_SHELL, "-c", command])
+        finally:
+            os._exit(127)  # as a shell reports a command it cannot run
+    status = _wait(shell, stop)
+    _kill_everything_below(me)
+    if os.WIFSIGNALED(status):  # end as the shell did, for the host to read
+        import resource
+        import signal
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:  # noqa: SIM105
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL has no handler to reset
+            pass
+        os.kill(me, os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
