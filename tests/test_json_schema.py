@@ -413,6 +413,12 @@ def test_sp57_integers_outside_the_wire_range_fail() -> None:
     assert V({"type": "integer"}, 2**70) == ['"value" must be an integer']
     assert V({"type": "integer"}, 2**64 - 1) == []
     assert V({"type": "number"}, -(2**63) - 1) == ['"value" must be a finite JSON number']
+    # An integral float is an integer of the same range (1e300 used to pass, then overflow).
+    for outside in (1e300, 2.0**64, -(2.0**63) * 2):
+        assert V({"type": "integer"}, outside) == ['"value" must be an integer']
+    assert V({"type": "integer"}, 2.0**63) == []
+    assert V({"type": "integer"}, -(2.0**63)) == []
+    assert V({"type": "integer", "enum": [1, 2]}, 1e300) == ['"value" must be an integer']
 
 
 def test_sp58_enum_then_const() -> None:

@@ -69,7 +69,12 @@ def _scalar_matches(schema_type: str, value: Any) -> bool:
     if schema_type == "integer":
         if t is int:
             return bool(INT_MIN <= value <= INT_MAX)
-        return t is float and _float_ok(value) and value.is_integer()
+        return (
+            t is float
+            and _float_ok(value)
+            and value.is_integer()
+            and bool(INT_MIN <= value <= INT_MAX)
+        )
     if schema_type == "boolean":
         return t is bool
     return value is None

@@ -56,8 +56,10 @@ def _scalar_violation(plan: Any, value: Any, parent: Any, key: Any = _MISSING) -
         if t is int:
             if not INT_MIN <= value <= INT_MAX:
                 message = "must be an integer"
-        elif not (t is float and _float_ok(value) and value.is_integer()):
-            message = "must be an integer"
+        elif not (
+            t is float and _float_ok(value) and value.is_integer() and INT_MIN <= value <= INT_MAX
+        ):
+            message = "must be an integer"  # an integral float too, past the integer range
     elif schema_type == "boolean":
         if t is not bool:
             message = "must be a boolean"
