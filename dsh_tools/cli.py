@@ -13,6 +13,7 @@ This module parses the arguments and dispatches; each command's work lives in it
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import sys
@@ -140,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if argv is None:
         _quiet_logs()
+        # A terminal or pipe that cannot show some character (PYTHONIOENCODING=ascii, say)
+        # gets an escape for it rather than a traceback in place of the output.
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(errors="backslashreplace")
     try:
         status = _dispatch(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit

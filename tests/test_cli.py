@@ -396,3 +396,17 @@ def test_ctrl_c_ends_run_code_with_status_130_and_no_traceback(tmp_path: Path) -
         child.kill()
     assert child.returncode == 130, err
     assert err.strip() == "dsh-tools run-code: interrupted"
+
+
+def test_output_a_terminal_cannot_show_is_escaped_not_a_traceback(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dsh_tools.cli", "run-code", "-", "--workspace", str(tmp_path)],
+        input='return "caf\\u00e9"\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONIOENCODING="ascii"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "caf\\xe9\n"
