@@ -1047,3 +1047,13 @@ def test_bash_names_a_command_it_cannot_start_without_host_paths(root: Path) -> 
         assert raised.value.code == code
         assert str(raised.value).startswith(message)
         assert str(root) not in str(raised.value)
+
+
+def test_a_loop_of_symbolic_links_is_named_as_one(root: Path) -> None:
+    (root / "loop1").symlink_to("loop2")
+    (root / "loop2").symlink_to("loop1")
+    for tool in (read_file_tool(root), write_file_tool(root)):
+        args = {"path": "loop1", "content": "x"} if tool.name == "write_file" else {"path": "loop1"}
+        with pytest.raises(WorkspaceError, match=r'^path "loop1" is a loop of symbolic links') as e:
+            call(tool, args)
+        assert e.value.code == "INVALID_PATH"

@@ -169,6 +169,8 @@ class Workspace:
             link = stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
         except OSError:
             link = False
+        if link and _loops(directory, name):  # resolving it found no end: it never changed
+            return WorkspaceError(f'path "{shown}" is a loop of symbolic links', "INVALID_PATH")
         if link or exc.errno in (errno.ELOOP, errno.EMLINK):
             return WorkspaceError(
                 f'path "{shown}" changed while in use (a symbolic link replaced part of it); '
@@ -193,6 +195,16 @@ class Workspace:
         if isinstance(exc, PermissionError):
             return WorkspaceError(f'permission denied: "{shown}"', "PERMISSION_DENIED")
         return WorkspaceError(f'cannot access "{shown}": {exc.strerror or exc}', "IO_ERROR")
+
+
+def _loops(directory: int, name: str) -> bool:
+    """Whether following the symbolic link ``name`` in ``directory`` never ends (only its
+    metadata is read, wherever it points)."""
+    try:
+        os.stat(name, dir_fd=directory)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def check_abort(signal: AbortSignal) -> None:
