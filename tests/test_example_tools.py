@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import resource
 import select
 import stat
 import subprocess
@@ -1057,3 +1058,34 @@ def test_a_loop_of_symbolic_links_is_named_as_one(root: Path) -> None:
         with pytest.raises(WorkspaceError, match=r'^path "loop1" is a loop of symbolic links') as e:
             call(tool, args)
         assert e.value.code == "INVALID_PATH"
+
+
+def test_bash_commands_start_with_the_default_pipe_signals(root: Path) -> None:
+    # Python ignores SIGPIPE, and an ignored signal stays ignored across exec: a pipeline's
+    # writer would spin after its reader ended.
+    tool = bash_tool(root)
+    assert call(tool, {"command": "yes | head -n 1"})["stdout"] == "y\n"
+    assert call(tool, {"command": "kill -PIPE $$; echo survived"})["signal"] == "SIGPIPE"
+    value = call(tool, {"command": "grep SigIgn /proc/self/status"})
+    assert int(value["stdout"].split()[1], 16) & (1 << 12 | 1 << 24) == 0  # PIPE, XFSZ
+
+
+def test_bash_works_for_a_host_with_more_than_1024_descriptors_open(root: Path) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200 <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        value = call(bash_tool(root), {"command": "sleep 0.2; echo late"})
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert value["stdout"] == "late\n"
+
+
+def test_bash_cleans_up_after_a_command_that_kills_its_own_process_group(root: Path) -> None:
+    value = call(bash_tool(root), {"command": DETACH + "; trap 'kill 0' EXIT; echo done"})
+
+    assert value["stdout"] == "done\n"
+    assert _terminates(int((root / "detached.pid").read_text()))

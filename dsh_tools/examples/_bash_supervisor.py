@@ -4,6 +4,10 @@ command starts, runs the shell, and once the shell exits, or the host closes the
 left the command's process group and session included (``setsid``, a double fork), before it
 exits as the shell did.
 
+A command that kills the supervisor itself (``kill -9 $PPID``) takes this cleanup with it: what
+it left behind is then killed only as far as it stayed in the supervisor's process group, which
+the host kills after.
+
 It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` the
 read end of the host's pipe), so it imports nothing of the package, and only modules that
 start fast. On Linux a process marked a "child subreaper" inherits the orphans of its
@@ -21,15 +25,24 @@ import time
 
 _PR_SET_CHILD_SUBREAPER = 36
 _SIGKILL = 9
+# Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the shell
+# gets them back at their defaults (``yes | head -n 1`` must end). Numbered, not imported: the
+# signal module would add about a quarter to the supervisor's start.
+_SIGPIPE = 13
+_SIGXFSZ = 25
 _SHELL = "/bin/sh"
 _CLEANUP_SECONDS = 5.0  # a descendant forking faster than it is killed: stop trying then
-_POLL_SECONDS = 0.05  # without pidfds: how often the shell's exit is looked for
+_POLL_MS = 50  # without pidfds: how often the shell's exit is looked for
 
 
 def _descendants(root: int) -> list[int]:
-    """Every live process below ``root``, read from ``/proc``."""
+    """Every live process below ``root``, read from ``/proc`` (none without it)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
         if not entry.isdigit():
             continue
         try:
@@ -87,9 +100,13 @@ def _wait(shell: int, stop: int) -> int:
         exited = os.pidfd_open(shell)
     except (AttributeError, OSError):
         exited = None
+    # poll, not select: the descriptors may be numbered past select's 1024.
+    watch = select.poll()
+    watch.register(stop, select.POLLIN)
+    if exited is not None:
+        watch.register(exited, select.POLLIN)
     while True:
-        watched = [stop] if exited is None else [stop, exited]
-        ready, _, _ = select.select(watched, [], [], None if exited is not None else _POLL_SECONDS)
+        ready = {fd for fd, _ in watch.poll(None if exited is not None else _POLL_MS)}
         if stop in ready:  # the call was stopped, or the host is gone
             _kill(shell)
             return os.waitpid(shell, 0)[1]
@@ -108,12 +125,19 @@ def main(command: str, stop: int) -> None:
     except (OSError, AttributeError):  # not Linux: the descendants still to be seen are killed
         pass
     me = os.getpid()
-    shell = os.fork()
-    if shell == 0:
-        try:
-            os.execv(_SHELL, [_SHELL, "-c", command])
-        finally:
-            os._exit(127)  # as a shell reports a command it cannot run
+    try:
+        # A process group of its own: the command's ``kill 0`` (``trap 'kill 0' EXIT``) ends
+        # the command, not this supervisor with it.
+        shell = os.posix_spawn(
+            _SHELL,
+            [_SHELL, "-c", command],
+            os.environ,
+            setpgroup=0,
+            setsigdef=(_SIGPIPE, _SIGXFSZ),
+        )
+    except OSError as exc:
+        os.write(2, f"cannot run {_SHELL}: {exc.strerror or exc}\n".encode())
+        os._exit(127)  # as a shell reports a command it cannot run
     status = _wait(shell, stop)
     _kill_everything_below(me)
     if os.WIFSIGNALED(status):  # end as the shell did, for the host to read
