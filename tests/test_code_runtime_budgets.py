@@ -169,11 +169,13 @@ def test_budgets_too_large_for_a_kernel_limit_mean_no_limit(isolation: str) -> N
         CodeRuntimeConfig(isolation=isolation, compute_ms=1e25, max_memory_mb=1e30)
     )
     try:
-        result = run(runtime, "return sum(range(10))")
+        # A few tenths of a second of CPU: a limit that wrapped in the kernel's arithmetic
+        # (2**62 s counted in nanoseconds) fires within the first ones.
+        result = run(runtime, "x = 0\nfor i in range(3_000_000):\n    x += i\nreturn x")
     finally:
         runtime.close()
     assert result.error is None, result.error
-    assert result.value == 45
+    assert result.value == sum(range(3_000_000))
 
 
 def test_waiting_on_a_slow_binding_accrues_no_compute(

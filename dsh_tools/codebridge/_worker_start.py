@@ -140,16 +140,26 @@ whole allowance (about 96,000 for root here), and ``sigqueue`` and ``timer_creat
 host until the run ends. A run may queue at most this many while the user has no others."""
 
 
-_LIMIT_CEILING: Final = 2**62
-"""The largest value a limit is set to: a budget beyond it (``compute_ms=1e25``, finite) means
-no limit in practice, and ``setrlimit`` refuses values past 64 bits with ``OverflowError``."""
+_CPU_SECONDS_CEILING: Final = 2**32
+"""The most CPU seconds ``RLIMIT_CPU`` is set to (136 years); a larger budget
+(``compute_ms=1e25``, finite) sets no limit. The kernel counts the limit in nanoseconds in 64
+bits: 2**62 seconds wrapped to a limit of 0 and killed the worker at once."""
+
+_MEMORY_CEILING: Final = 2**62
+"""The most bytes ``RLIMIT_AS`` is set to; ``setrlimit`` refuses values past 64 bits with
+``OverflowError``."""
 
 
 def _apply_cpu_limits(compute_ms: float) -> None:
-    seconds = min(math.ceil(compute_ms / 1000) + 1, _LIMIT_CEILING)
+    seconds = math.ceil(compute_ms / 1000) + 1
+    cpu = (
+        (seconds, seconds + 1)
+        if seconds < _CPU_SECONDS_CEILING
+        else (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+    )
     for which, value in (
         (resource.RLIMIT_CORE, (0, 0)),
-        (resource.RLIMIT_CPU, (seconds, seconds + 1)),
+        (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_SIGPENDING, (SIGNALS_PENDING, SIGNALS_PENDING)),
     ):
         with contextlib.suppress(OSError, ValueError):  # best effort
@@ -157,7 +167,7 @@ def _apply_cpu_limits(compute_ms: float) -> None:
 
 
 def _apply_memory_limit(max_memory_mb: float) -> None:
-    memory = min(int(max_memory_mb * 1024 * 1024), _LIMIT_CEILING)
+    memory = min(int(max_memory_mb * 1024 * 1024), _MEMORY_CEILING)
     if memory > 0:
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
