@@ -28,6 +28,7 @@ from dsh_tools.examples import (
     DEFAULT_BASH_TIMEOUT_MS,
     DEFAULT_READ_LIMIT,
     WorkspaceError,
+    _fs_write,
     bash_tool,
     edit_file_tool,
     example_tools,
@@ -967,12 +968,23 @@ def test_edit_file_refuses_an_edit_whose_result_would_exceed_the_limit(root: Pat
     assert (root / "a.txt").stat().st_size == 2_000_000
 
 
-def test_write_file_refuses_content_over_the_limit(root: Path) -> None:
-    content = "x" * (MAX_EDIT_BYTES + 1)
+def test_write_file_refuses_content_over_the_limit_before_comparing_it(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "big.txt").write_text("old\n")
+    compared: list[int] = []
+    monkeypatch.setattr(_fs_write, "hunks", lambda old, new: compared.append(1) or [])
+    content = "x\n" * (MAX_EDIT_BYTES // 2 + 1)
     with pytest.raises(WorkspaceError, match="more than the 16777216 these tools write") as e:
         call(write_file_tool(root), {"path": "big.txt", "content": content})
     assert e.value.code == "FILE_TOO_LARGE"
-    assert not (root / "big.txt").exists()
+    assert compared == []
+    assert (root / "big.txt").read_text() == "old\n"
+
+
+def test_equal_texts_give_no_hunks_however_long() -> None:
+    text = "".join(f"line {i}\n" for i in range(401_000))
+    assert hunks(text, text) == []
 
 
 def test_an_existing_file_with_the_longest_name_can_be_rewritten(root: Path) -> None:

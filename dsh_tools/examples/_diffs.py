@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections import Counter
 from typing import Any
 
 from ..registry import FileDiff
@@ -20,9 +21,9 @@ __all__ = [
 CONTEXT_LINES = 3
 """Unchanged lines kept around each change in a hunk."""
 
-DIFF_WORK = 400_000
-"""How many lines in all the searches for matching lines may look at (about a tenth of a
-second of the host's CPU); a change that needs more is shown as one hunk."""
+DIFF_WORK = 2_000_000
+"""How many lines in all the searches for matching lines may look at (a few tenths of a
+second of the host's CPU at most); a change that needs more is shown as one hunk."""
 
 
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")
@@ -40,6 +41,8 @@ def hunks(old: str, new: str, context: int = CONTEXT_LINES) -> list[dict[str, An
     A hunk is ``{"old_start", "old_text", "new_start", "new_text"}`` with 1-based line numbers
     and the texts of the region (line endings kept). Equal texts give no hunks.
     """
+    if old == new:
+        return []
     a = split_lines(old)
     b = split_lines(new)
     out: list[dict[str, Any]] = []
@@ -72,18 +75,33 @@ class _TooCostly(Exception):
 
 
 class _BoundedMatcher(difflib.SequenceMatcher[str]):
-    """A ``SequenceMatcher`` of lines that gives up (``_TooCostly``) once its searches for the
-    longest match have looked at more than ``DIFF_WORK`` lines in all."""
+    """A ``SequenceMatcher`` of lines that gives up (``_TooCostly``) before its searches for
+    the longest match would look at more than ``DIFF_WORK`` lines in all.
+
+    A search over the old lines ``alo:ahi`` looks at each of them and at every place in the new
+    text where it occurs (a line repeated hundreds of times costs hundreds): ``_work_before``
+    sums that per old line, so the cost of a search is known before it runs."""
 
     def __init__(self, a: list[str], b: list[str]) -> None:
         self._work_left = DIFF_WORK
-        self._old_lines = len(a)
         super().__init__(None, a, b)
+        occurs = Counter(b)
+        # The documented "autojunk" rule: in 200 lines or more, a line making up more than 1%
+        # of them is never looked up.
+        popular = len(b) // 100 + 1 if len(b) >= 200 else len(b)
+        total = 0
+        work_before = [0]
+        for line in a:
+            places = occurs.get(line, 0)
+            total += 1 + (places if places <= popular else 0)
+            work_before.append(total)
+        self._work_before = work_before
 
     def find_longest_match(
         self, alo: int = 0, ahi: int | None = None, blo: int = 0, bhi: int | None = None
     ) -> difflib.Match:
-        self._work_left -= (self._old_lines if ahi is None else ahi) - alo
+        end = len(self._work_before) - 1 if ahi is None else ahi
+        self._work_left -= self._work_before[end] - self._work_before[alo]
         if self._work_left < 0:
             raise _TooCostly
         return super().find_longest_match(alo, ahi, blo, bhi)

@@ -48,6 +48,9 @@ def write_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> d
     target = workspace.resolve(args["path"])
     shown = workspace.display(target)
     content: str = args["content"]
+    size = len(content.encode("utf-8"))
+    if size > MAX_EDIT_BYTES:  # before the old text is read and compared with it
+        raise WorkspaceError(too_large(shown, size), "FILE_TOO_LARGE")
     kind = workspace.kind(target, shown)
     if kind == "directory":
         raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
@@ -58,7 +61,7 @@ def write_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> d
     return {
         "path": shown,
         "created": created,
-        "bytes_written": len(content.encode("utf-8")),
+        "bytes_written": size,
         "hunks": applied,
     }
 
