@@ -74,7 +74,7 @@ class CatalogEntry:
 
 # --- boot recipes ------------------------------------------------------------------------------
 
-_BOOT_ROOT = Path(".")  # the schemas do not depend on the workspace a tool is given
+_BOOT_ROOT = Path("/")  # the schemas do not depend on the workspace; "/" is always there
 
 
 def boot_in_system(

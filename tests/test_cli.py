@@ -359,6 +359,7 @@ def test_a_current_folder_that_no_longer_exists_is_named_not_a_traceback(tmp_pat
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for args, status, text in (
         (["--version"], 0, "dsh-tools "),
+        (["catalog"], 0, "| `dsh-tools-bash` | `bash` |"),
         (["run-code", "-"], 2, "the current folder no longer exists; pass --workspace DIR"),
     ):
         done = subprocess.run(
