@@ -50,7 +50,7 @@ from .actors import (
 from .actors._attached import Attached
 from .actors._config import ToolsConfig
 from .actors._logging import get_logger
-from .actors._protocol import CloseOwner, StopRegistry
+from .actors._protocol import StopRegistry
 from .codebridge._assembly import AssembledPrompt, PromptAssembler
 from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
@@ -436,12 +436,7 @@ class ToolSystem:
         return owner, tools
 
     def _close_owner(self, owner: int, handle: ToolsHandle) -> None:
-        handle._mark_closed()
-        try:
-            changes: int = self._registry.ask(CloseOwner(owner), block=True)
-        except pykka.ActorDeadError:
-            return
-        for _ in range(changes):
+        for _ in range(handle._close_owner()):
             handle._notify_quietly()
 
     def _inject(self, agent: str, context: Any) -> None:

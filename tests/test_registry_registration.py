@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -397,6 +399,51 @@ def test_closed_plugins_leave_nothing_behind(system: ToolSystem) -> None:
             plugin.tools.register(fixture(f"t{n}"))
     assert system.tools.schemas() == []
     assert threading.active_count() == threads
+
+
+def test_closed_scopes_cost_the_registry_nothing(system: ToolSystem) -> None:
+    # A harness with an agent scope per conversation closes millions of them over its life.
+    def churn(count: int) -> None:
+        for n in range(count):
+            scope = system.agent(f"conversation-{n}")
+            scope.tools.register(fixture("local"))
+            scope.close()
+
+    churn(500)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        churn(3000)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown / 3000 < 16  # bytes per closed scope (it was 160)
+
+
+def keep_registering(scope: Any, registered: threading.Event) -> None:
+    """Register tools through ``scope`` until it is closed."""
+    n = 0
+    while True:
+        try:
+            scope.tools.register(fixture(f"t{n}"))
+        except RuntimeError:  # the scope is closed
+            return
+        registered.set()
+        n += 1
+
+
+def test_a_registration_racing_its_scopes_close_is_undone_or_refused(system: ToolSystem) -> None:
+    for round_ in range(50):
+        scope = system.agent(f"racing-{round_}")
+        registered = threading.Event()
+        thread = threading.Thread(target=keep_registering, args=(scope, registered))
+        thread.start()
+        registered.wait(10)
+        scope.close()
+        thread.join(10)
+        assert system.agent(f"racing-{round_}").tools.names() == []
 
 
 def test_a_thousand_agent_scopes_and_plugins_start_no_thread(system: ToolSystem) -> None:

@@ -24,6 +24,7 @@ from ..actors._protocol import (
     AddHook,
     AddRestriction,
     AddSection,
+    CloseOwner,
     MutationReply,
     OwnerMutation,
     RegisterTool,
@@ -107,6 +108,10 @@ class ToolsHandle:
         self._agent = agent
         self._label = label
         self._closed = False
+        # Held while a mutation is sent and while the close is: every mutation of this owner
+        # reaches the registry before its close, or is refused here, so the registry need not
+        # remember closed owners.
+        self._order = threading.Lock()
 
     # --- plumbing ------------------------------------------------------------------------------
 
@@ -116,12 +121,14 @@ class ToolsHandle:
         return self._agent
 
     def _mutate(self, mutation: _Mutation) -> MutationReply:
-        if self._closed:
-            raise RuntimeError(f"{self._label} is closed")
         try:
-            reply: MutationReply = self._registry.ask(
-                OwnerMutation(mutation, self._owner, self._label), block=True
-            )
+            with self._order:
+                if self._closed:
+                    raise RuntimeError(f"{self._label} is closed")
+                pending = self._registry.ask(
+                    OwnerMutation(mutation, self._owner, self._label), block=False
+                )
+            reply: MutationReply = pending.get()
         except pykka.ActorDeadError:
             raise RuntimeError(f"{self._label} is closed") from None
         return reply
@@ -158,8 +165,17 @@ class ToolsHandle:
                 close()
         _log.warning("tools/change observer returned an awaitable that nothing can await")
 
-    def _mark_closed(self) -> None:
-        self._closed = True
+    def _close_owner(self) -> int:
+        """Close this handle and dispose what its owner registered (last first): how many
+        registrations that changed; 0 once the registry has stopped."""
+        try:
+            with self._order:
+                self._closed = True
+                pending = self._registry.ask(CloseOwner(self._owner), block=False)
+            changes: int = pending.get()
+        except pykka.ActorDeadError:
+            return 0
+        return changes
 
     def _changing(self, mutation: _Mutation) -> Disposer:
         reply = self._mutate(mutation)

@@ -74,7 +74,6 @@ class RegistryActor(pykka.ThreadingActor):
         # Who registered what, so that closing an owner undoes its registrations, last first.
         self._owned: dict[int, list[int]] = {}
         self._owner_of: dict[int, int] = {}
-        self._closed_owners: set[int] = set()
         self.cell = cell
         cell.current = self._build()
 
@@ -142,9 +141,8 @@ class RegistryActor(pykka.ThreadingActor):
         return super().on_receive(message)
 
     def _owner_mutation(self, message: OwnerMutation) -> MutationReply:
+        # A handle sends nothing for its owner after the owner's close (``ToolsHandle._order``).
         owner, label, mutation = message.owner, message.label, message.mutation
-        if owner in self._closed_owners:
-            raise RuntimeError(f"{label} is closed")
         keys = self._owned.setdefault(owner, [])
         replacing = isinstance(mutation, ReplaceTool)
         if replacing and mutation.key not in keys:
@@ -160,7 +158,6 @@ class RegistryActor(pykka.ThreadingActor):
         return reply
 
     def _close_owner(self, owner: int) -> int:
-        self._closed_owners.add(owner)
         keys = self._owned.pop(owner, [])
         changes = 0
         while keys:
