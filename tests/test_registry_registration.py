@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from conftest import call, echo, fixture, text, text_tool
 
-from dsh_tools import ToolDefinition, ToolSystem
+from dsh_tools import ToolDefinition, ToolsConfig, ToolSystem
 
 
 def names(schemas: list[dict[str, Any]]) -> list[str]:
@@ -420,6 +420,38 @@ def test_closed_scopes_cost_the_registry_nothing(system: ToolSystem) -> None:
     finally:
         tracemalloc.stop()
     assert grown / 3000 < 16  # bytes per closed scope (it was 160)
+
+
+def test_a_new_agent_key_per_conversation_keeps_nothing_once_it_is_done() -> None:
+    # Calls and prompts for agents that nothing applies to alone share what a call without an
+    # agent sees: a key per conversation must not grow the registry's snapshot or caches.
+    with ToolSystem.start(ToolsConfig(mode="both")) as system:
+        for n in range(5):
+            system.tools.register(fixture(f"t{n}"))
+
+        async def passing(exec: Any, next: Any) -> Any:
+            return await next()
+
+        system.tools.on_pre_execute(passing)
+
+        def converse(first: int, count: int) -> None:
+            for n in range(first, first + count):
+                agent = f"conversation-{n}"
+                assert not system.execute(call("t0", {}, agent=agent)).is_error
+                assert len(system.assemble_prompt(agent).tools) == 6
+            system.session.clear()
+
+        converse(0, 300)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            converse(300, 2000)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    assert grown / 2000 < 64  # bytes per agent key (it was about 9,000)
 
 
 def keep_registering(scope: Any, registered: threading.Event) -> None:

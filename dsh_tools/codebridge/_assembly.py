@@ -134,10 +134,13 @@ class PromptAssembler:
         ):
             state = self._state = ((snapshot, runtime, tool_order), {})
         kept = state[1]
-        parts = kept.get(agent)
+        # An agent nothing applies to alone shares the assembly of calls without an agent, so
+        # a new agent key per conversation keeps nothing more.
+        shown = agent if snapshot.scoped(agent) else None
+        parts = kept.get(shown)
         if parts is None:
-            sections, tools = _parts(snapshot, agent, tool_order)
-            parts = kept[agent] = (sections, [snapshot_json(tool) for tool in tools])
+            sections, tools = _parts(snapshot, shown, tool_order)
+            parts = kept[shown] = (sections, [snapshot_json(tool) for tool in tools])
         hooks = snapshot.hooks_for("assemble", agent)
         if hooks:
             return _run_hooks(

@@ -134,6 +134,7 @@ class RegistrySnapshot:
 
     __slots__ = (
         "_hook_cache",
+        "_scoped",
         "_view_cache",
         "closed",
         "global_layer",
@@ -165,14 +166,31 @@ class RegistrySnapshot:
         self.sections = sections
         self.transport = transport
         self.closed = closed
+        # Caches hold entries for None and for the agents in ``_scoped`` only: any other agent
+        # sees what a call without an agent sees, and a harness may use a new agent key per
+        # conversation without this snapshot growing.
         self._view_cache: dict[str | None, dict[str, ToolEntry]] = {}
         self._hook_cache: dict[tuple[str, str | None], tuple[Callable[..., Any], ...]] = {}
+        self._scoped = frozenset(
+            [
+                *scopes,
+                *(entry.agent for entries in hooks.values() for entry in entries),
+                *(section.agent for section in sections),
+            ]
+        ) - {None}
+
+    def scoped(self, agent: str | None) -> bool:
+        """Whether anything in this snapshot (a layer, a hook, a section) applies to ``agent``
+        alone; if not, ``agent`` sees exactly what a call without an agent sees."""
+        return agent in self._scoped
 
     def view(self, agent: str | None) -> dict[str, ToolEntry]:
         """The tools ``agent`` sees, in view order (treat the returned dict as read-only)."""
         cached = self._view_cache.get(agent)
         if cached is not None:
             return cached
+        if agent is not None and agent not in self._scoped:
+            return self.view(None)
         layer = self.scopes.get(agent) if agent is not None else None
         out: dict[str, ToolEntry] = {}
         if layer is None:
@@ -200,6 +218,8 @@ class RegistrySnapshot:
         cached = self._hook_cache.get(key)
         if cached is not None:
             return cached
+        if agent is not None and agent not in self._scoped:
+            return self.hooks_for(point, None)
         entries = self.hooks.get(point, ())
         fns = tuple(e.fn for e in entries if e.agent is None or e.agent == agent)
         self._hook_cache[key] = fns
