@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import sys
 import threading
+import types
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -406,3 +408,44 @@ def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., Any]]:
     finally:
         for plugin in plugins:
             plugin.close()
+
+
+class PausedAtLine:
+    """Runs ``work()`` on a thread of its own that stops at line ``line`` of ``code`` (the first
+    time it gets there) until ``resume()``: a way to put another thread's step at exactly that
+    point of a race. ``reached`` says whether it got there; if not, the thread has finished."""
+
+    def __init__(self, code: types.CodeType, line: int, work: Callable[[], object]) -> None:
+        self._code, self._line, self._work = code, line, work
+        self._paused, self._resume = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+        while not self._paused.wait(0.01) and self._thread.is_alive():
+            pass
+        self.reached = self._paused.is_set()
+
+    def _on_line(self, frame: types.FrameType, event: str, arg: object) -> Any:
+        if event == "line" and frame.f_lineno == self._line and not self._paused.is_set():
+            self._paused.set()
+            self._resume.wait(WAIT)
+        return self._on_line
+
+    def _trace(self, frame: types.FrameType, event: str, arg: object) -> Any:
+        return self._on_line if frame.f_code is self._code else None
+
+    def _run(self) -> None:
+        sys.settrace(self._trace)
+        try:
+            self._work()
+        finally:
+            sys.settrace(None)
+
+    def resume(self) -> None:
+        """Let the thread go on, and wait for it to finish."""
+        self._resume.set()
+        self._thread.join(WAIT)
+
+
+def lines_of(code: types.CodeType) -> list[int]:
+    """The line numbers of ``code``'s body (its first line, the ``def``, left out)."""
+    return sorted({line for _, _, line in code.co_lines() if line})[1:]

@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import sys
-import threading
-from types import FrameType
 from typing import Any
 
 import pytest
 from code_mode_support import FakeRuntime, code_system, echo_tool, run_code
+from conftest import PausedAtLine, lines_of
 
 from dsh_tools import (
     AssembledPrompt,
@@ -345,44 +343,22 @@ def stale_assembly_shown_after(pause_at: int) -> list[str] | None:
     just before a registry change (planner loses ``deploy``) was paused at line ``pause_at`` of
     ``assemble`` while another thread assembled for another agent from the new snapshot; None
     when that assembly never reaches the line."""
-    assemble_code = PromptAssembler.assemble.__code__
     with code_system(mode="native", tools=[plain_tool("read"), plain_tool("deploy")]) as system:
         planner = system.agent("planner")
         assert names(system.assemble_prompt("planner")) == ["deploy", "read"]
-        paused, resume = threading.Event(), threading.Event()
-
-        def on_line(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "line" and frame.f_lineno == pause_at and not paused.is_set():
-                paused.set()
-                resume.wait(10)
-            return on_line
-
-        def pause(frame: FrameType, event: str, arg: object) -> Any:
-            return on_line if frame.f_code is assemble_code else None
-
-        def stale() -> None:
-            sys.settrace(pause)
-            try:
-                system.assemble_prompt("planner")
-            finally:
-                sys.settrace(None)
-
-        thread = threading.Thread(target=stale)
-        thread.start()
-        while not paused.wait(0.01) and thread.is_alive():
-            pass
-        if not paused.is_set():
+        stale = PausedAtLine(
+            PromptAssembler.assemble.__code__, pause_at, lambda: system.assemble_prompt("planner")
+        )
+        if not stale.reached:
             return None
         planner.tools.restrict(deny=["deploy"])
         assert names(system.assemble_prompt("coder")) == ["deploy", "read"]
-        resume.set()
-        thread.join(10)
+        stale.resume()
         return names(system.assemble_prompt("planner"))
 
 
 def test_an_assembly_of_a_replaced_snapshot_never_stands_for_the_new_one() -> None:
-    lines = {line for _, _, line in PromptAssembler.assemble.__code__.co_lines() if line}
-    for pause_at in sorted(lines)[1:]:
+    for pause_at in lines_of(PromptAssembler.assemble.__code__):
         assert stale_assembly_shown_after(pause_at) in (None, ["read"]), pause_at
 
 

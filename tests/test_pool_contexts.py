@@ -4,13 +4,11 @@ injections join when they happen)."""
 
 from __future__ import annotations
 
-import sys
 import threading
-from types import FrameType
 from typing import Any
 
 import pytest
-from conftest import WAIT, block, fixture
+from conftest import WAIT, PausedAtLine, block, fixture, lines_of
 from pool_support import (
     Gates,
     batch,
@@ -227,7 +225,6 @@ def late_injection_is_kept(pause_at: int) -> bool | None:
     """Whether a context injected for agent A, by a thread paused at line ``pause_at`` of
     ``BatchRunner.inject`` while A's batch finished, is drained or recorded exactly once;
     None when the injection never reaches that line."""
-    inject_code = BatchRunner.inject.__code__
     with ToolSystem.start(code_runtime=None) as system:
         entered, go = threading.Event(), threading.Event()
 
@@ -238,42 +235,22 @@ def late_injection_is_kept(pause_at: int) -> bool | None:
 
         system.tools.register(fixture("held", held))
         outcomes: list[Any] = []
+        held_batch = batch("c1", name="held", agent="A")
         batch_thread = threading.Thread(
-            target=lambda: outcomes.append(
-                system.execute_batch(batch("c1", name="held", agent="A"))
-            )
+            target=lambda: outcomes.append(system.execute_batch(held_batch))
         )
         batch_thread.start()
         assert entered.wait(WAIT)
-        paused, resume = threading.Event(), threading.Event()
-
-        def on_line(frame: FrameType, event: str, arg: object) -> Any:
-            if event == "line" and frame.f_lineno == pause_at and not paused.is_set():
-                paused.set()
-                resume.wait(WAIT)
-            return on_line
-
-        def pause(frame: FrameType, event: str, arg: object) -> Any:
-            return on_line if frame.f_code is inject_code else None
-
-        def inject() -> None:
-            sys.settrace(pause)
-            try:
-                system.agent("A").inject_context(plugin_context("late"))
-            finally:
-                sys.settrace(None)
-
-        injector = threading.Thread(target=inject)
-        injector.start()
-        while not paused.wait(0.01) and injector.is_alive():
-            pass
-        reached = paused.is_set()
+        injection = PausedAtLine(
+            BatchRunner.inject.__code__,
+            pause_at,
+            lambda: system.agent("A").inject_context(plugin_context("late")),
+        )
         go.set()
         batch_thread.join(0.5)  # the batch may wait for the paused injection's lock
-        resume.set()
-        injector.join(WAIT)
+        injection.resume()
         batch_thread.join(WAIT)
-        if not reached:
+        if not injection.reached:
             return None
         drained = [context_text(c) for c in outcomes[0].contexts]
         recorded = [e for e in system.session.events if e.type == "user/message"]
@@ -281,6 +258,5 @@ def late_injection_is_kept(pause_at: int) -> bool | None:
 
 
 def test_a_context_injected_as_its_batch_finishes_is_never_lost() -> None:
-    lines = {line for _, _, line in BatchRunner.inject.__code__.co_lines() if line}
-    for pause_at in sorted(lines)[1:]:
+    for pause_at in lines_of(BatchRunner.inject.__code__):
         assert late_injection_is_kept(pause_at) in (None, True), pause_at
