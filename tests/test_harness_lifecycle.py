@@ -160,11 +160,7 @@ def test_stop_aborts_a_call_awaited_on_another_event_loop() -> None:
     assert result.to_dict()["error"]["info"]["code"] == "ABORTED"
 
 
-SCRIPT = """
-import asyncio
-from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolOutput, ToolSystem, define_tool
-
-system = ToolSystem.start()  # mode "native": no Code Mode template
+HELLO_TOOL = """
 system.tools.register(
     define_tool(
         name="hello",
@@ -176,7 +172,18 @@ system.tools.register(
         execute=lambda args, ctx: "hello",
     )
 )
-def hello(call_id):
+"""
+"""A script's lines registering a ``hello`` tool on ``system``."""
+
+SCRIPT = (
+    """
+import asyncio
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolOutput, ToolSystem, define_tool
+
+system = ToolSystem.start()  # mode "native": no Code Mode template
+"""
+    + HELLO_TOOL
+    + """def hello(call_id):
     return ExecuteCall(call_id=call_id, name="hello", arguments={})
 
 print(system.execute(hello("c1")).value)
@@ -185,6 +192,7 @@ print(system.ref.ask(hello("c3")).value)
 print(asyncio.run(system.execute_async(hello("c4"))).value)
 ENDING
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -201,24 +209,17 @@ def test_a_script_that_never_calls_stop_exits(ending: str, exit_code: int) -> No
     assert done.stdout.split() == ["hello"] * 4
 
 
-BLOCKED_LOOP_AT_EXIT = """
+BLOCKED_LOOP_AT_EXIT = (
+    """
 import threading, time
 import dsh_tools._system as system_module
 system_module.STOP_GRACE_S = system_module.ABANDONED_SETTLE_S = 0.2
 from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
 
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="hello",
-        description="Say hello.",
-        parameters={},
-        output=ToolOutput(
-            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
-        ),
-        execute=lambda args, ctx: "hello",
-    )
-)
+"""
+    + HELLO_TOOL
+    + """
 entered = threading.Event()
 
 async def stuck(exec, next):
@@ -231,6 +232,7 @@ threading.Thread(target=system.execute, args=(call,), daemon=True).start()
 assert entered.wait(10)
 print("exiting")
 """
+)
 
 
 def test_a_script_that_exits_while_a_hook_blocks_its_threads_loop_exits_cleanly() -> None:
