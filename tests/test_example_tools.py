@@ -1101,3 +1101,45 @@ def test_bash_cleans_up_after_a_command_that_kills_its_own_process_group(root: P
 
     assert value["stdout"] == "done\n"
     assert _terminates(int((root / "detached.pid").read_text()))
+
+
+COUNT_ZOMBIES = (
+    "import os\n"
+    "parent, zombies = int(os.environ['SUPERVISOR']), 0\n"
+    "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    try:\n"
+    "        stat = open(f'/proc/{pid}/stat', 'rb').read()\n"
+    "    except OSError:\n"
+    "        continue\n"
+    "    fields = stat[stat.rindex(b')') + 2 :].split()\n"
+    "    zombies += fields[0] == b'Z' and int(fields[1]) == parent\n"
+    "print(zombies)\n"
+)
+
+
+def test_bash_reaps_the_orphans_of_a_command_while_it_runs(root: Path) -> None:
+    (root / "count.py").write_text(COUNT_ZOMBIES)
+    command = (
+        "for i in $(seq 300); do (true &); done; sleep 0.5; "
+        f"SUPERVISOR=$PPID {sys.executable} count.py"
+    )
+    value = call(bash_tool(root), {"command": command})
+    assert value["stdout"] == "0\n", value
+
+
+def test_bash_kills_the_jobs_of_a_command_that_killed_its_supervisor(root: Path) -> None:
+    command = "sleep 300 & echo $! > job.pid; kill -9 $PPID; sleep 0.2"
+    value = call(bash_tool(root), {"command": command})
+    assert value["signal"] == "SIGKILL"
+    assert _terminates(int((root / "job.pid").read_text()))
+
+
+@pytest.mark.parametrize("interpreter", ["", "/nonexistent/python3"])
+def test_bash_says_when_its_supervisor_cannot_start(
+    root: Path, interpreter: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "executable", interpreter)
+    with pytest.raises(WorkspaceError, match=r"^the shell's supervisor ") as raised:
+        call(bash_tool(root), {"command": "touch ran"})
+    assert raised.value.code == "UNAVAILABLE"
+    assert not (root / "ran").exists()

@@ -137,12 +137,20 @@ def _supervised(command: str, stop: int) -> tuple[str, ...]:
     return (sys.executable, "-I", "-S", "-c", _SUPERVISOR_SOURCE, command, str(stop))
 
 
-def _spawn_error(exc: OSError, command: str, shown: str, workspace: Workspace) -> WorkspaceError:
+def _spawn_error(
+    exc: OSError, command: str, cwd: Path, shown: str, workspace: Workspace
+) -> WorkspaceError:
     """What the model is told when the command cannot be started: never a host path."""
     if exc.errno == errno.E2BIG:
         size = len(command.encode("utf-8", "surrogatepass"))
         return WorkspaceError(f"the command is too long to run ({size} bytes)", "INVALID_COMMAND")
-    return workspace.io_error(exc, shown)
+    if exc.filename is not None and os.fsdecode(exc.filename) == str(cwd):
+        return workspace.io_error(exc, shown)  # entering the working directory failed
+    return WorkspaceError(
+        f"the shell's supervisor (this process's Python interpreter) cannot be started: "
+        f"{exc.strerror or type(exc).__name__}",
+        "UNAVAILABLE",
+    )
 
 
 def _told_to_stop(fd: int) -> int:
@@ -234,6 +242,12 @@ def bash_tool(
             if not cwd.exists():
                 raise WorkspaceError(f'workdir "{shown}" does not exist', "NOT_FOUND")
             raise WorkspaceError(f'workdir "{shown}" is not a directory', "NOT_A_DIRECTORY")
+        if not sys.executable:  # an embedding that has no interpreter to start
+            raise WorkspaceError(
+                "the shell's supervisor needs this process's Python interpreter, and "
+                "sys.executable is empty",
+                "UNAVAILABLE",
+            )
         loop = asyncio.get_running_loop()
         # Closing ``stop`` (or the host's death) tells the supervisor to end the command.
         held, stop = os.pipe()
@@ -251,7 +265,7 @@ def bash_tool(
         except BaseException as exc:
             os.close(stop)
             if isinstance(exc, OSError):
-                raise _spawn_error(exc, command, shown, workspace) from None
+                raise _spawn_error(exc, command, cwd, shown, workspace) from None
             raise
         finally:
             os.close(held)

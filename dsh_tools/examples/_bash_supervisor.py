@@ -5,8 +5,8 @@ left the command's process group and session included (``setsid``, a double fork
 exits as the shell did.
 
 A command that kills the supervisor itself (``kill -9 $PPID``) takes this cleanup with it: what
-it left behind is then killed only as far as it stayed in the supervisor's process group, which
-the host kills after.
+it left behind is then killed only as far as it stayed in the supervisor's process group (the
+shell's own, which the host kills after).
 
 It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` the
 read end of the host's pipe), so it imports nothing of the package, and only modules that
@@ -24,15 +24,16 @@ import sys
 import time
 
 _PR_SET_CHILD_SUBREAPER = 36
+_SIG_DFL = 0
+_SIG_IGN = 1
+# Numbered, not imported: the signal module would add about a quarter to the supervisor's start.
 _SIGKILL = 9
-# Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec: the shell
-# gets them back at their defaults (``yes | head -n 1`` must end). Numbered, not imported: the
-# signal module would add about a quarter to the supervisor's start.
-_SIGPIPE = 13
-_SIGXFSZ = 25
+_IGNORED_HERE = (1, 2, 3, 15)  # SIGHUP, SIGINT, SIGQUIT, SIGTERM: the command's to receive
+# Python ignores SIGPIPE (13) and SIGXFSZ (25): ``yes | head -n 1`` must end.
+_RESET_SIGNALS = (*_IGNORED_HERE, 13, 25)
 _SHELL = "/bin/sh"
 _CLEANUP_SECONDS = 5.0  # a descendant forking faster than it is killed: stop trying then
-_POLL_MS = 50  # without pidfds: how often the shell's exit is looked for
+_REAP_MS = 100  # how often orphans that ended below the supervisor are reaped
 
 
 def _descendants(root: int) -> list[int]:
@@ -95,7 +96,9 @@ def _kill_everything_below(me: int) -> None:
 
 
 def _wait(shell: int, stop: int) -> int:
-    """The shell's wait status, once it exits or (killed first) once ``stop`` is readable."""
+    """The shell's wait status, once it exits or (killed first) once ``stop`` is readable.
+    Meanwhile the orphans that end below the supervisor are reaped, a few times a second, so
+    that a command that keeps leaving children behind does not pile up zombies."""
     try:
         exited = os.pidfd_open(shell)
     except (AttributeError, OSError):
@@ -106,38 +109,55 @@ def _wait(shell: int, stop: int) -> int:
     if exited is not None:
         watch.register(exited, select.POLLIN)
     while True:
-        ready = {fd for fd, _ in watch.poll(None if exited is not None else _POLL_MS)}
+        ready = {fd for fd, _ in watch.poll(_REAP_MS)}
         if stop in ready:  # the call was stopped, or the host is gone
             _kill(shell)
             return os.waitpid(shell, 0)[1]
-        if exited is not None and exited in ready:
-            return os.waitpid(shell, 0)[1]
-        if exited is None:
-            pid, status = os.waitpid(shell, os.WNOHANG)
-            if pid:
+        while True:  # the shell's end, and what ended below it meanwhile
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+            if pid == shell:
                 return status
+            if pid == 0:
+                break
+
+
+def _default_signals(libc: ctypes.CDLL | None) -> None:
+    """In the shell's process, before exec: the signals this supervisor ignores, and those
+    Python ignores, back to their defaults (an ignored signal stays ignored across exec)."""
+    if libc is None:
+        return
+    for signum in _RESET_SIGNALS:
+        libc.signal(signum, _SIG_DFL)
 
 
 def main(command: str, stop: int) -> None:
     os.set_inheritable(stop, False)
-    try:  # noqa: SIM105
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the descendants still to be seen are killed
-        pass
-    me = os.getpid()
+    libc: ctypes.CDLL | None
     try:
-        # A process group of its own: the command's ``kill 0`` (``trap 'kill 0' EXIT``) ends
-        # the command, not this supervisor with it.
-        shell = os.posix_spawn(
-            _SHELL,
-            [_SHELL, "-c", command],
-            os.environ,
-            setpgroup=0,
-            setsigdef=(_SIGPIPE, _SIGXFSZ),
-        )
-    except OSError as exc:
-        os.write(2, f"cannot run {_SHELL}: {exc.strerror or exc}\n".encode())
-        os._exit(127)  # as a shell reports a command it cannot run
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+        libc.signal.restype = ctypes.c_void_p
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # The command shares this process group, so that the host's kill of the group reaches
+        # it should the command kill this supervisor (``kill -9 $PPID``); its ``kill 0``
+        # (``trap 'kill 0' EXIT``) reaches this supervisor too, which does not end for it.
+        for signum in _IGNORED_HERE:
+            libc.signal(signum, _SIG_IGN)
+    except (OSError, AttributeError):  # not Linux: the descendants still to be seen are killed
+        libc = None
+    me = os.getpid()
+    shell = os.fork()
+    if shell == 0:
+        try:
+            _default_signals(libc)
+            os.execv(_SHELL, [_SHELL, "-c", command])
+        except OSError as exc:
+            os.write(2, f"cannot run {_SHELL}: {exc.strerror or exc}\n".encode())
+        finally:
+            os._exit(127)  # as a shell reports a command it cannot run
     status = _wait(shell, stop)
     _kill_everything_below(me)
     if os.WIFSIGNALED(status):  # end as the shell did, for the host to read
