@@ -408,6 +408,59 @@ print(sorted(t.name for t in threading.enumerate()))
 """
 
 
+CTRL_C_ON_ANOTHER_THREAD = """
+import asyncio, signal, threading, time
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+
+started = threading.Event()
+
+
+async def sleeper(args, ctx):
+    started.set()
+    await asyncio.sleep(3600)
+    return "done"
+
+
+def ctrl_c_taken_by_this_thread():
+    started.wait(10)
+    time.sleep(0.2)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="sleeper",
+        description="Sleep.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=sleeper,
+    )
+)
+threading.Thread(target=ctrl_c_taken_by_this_thread).start()
+begun = time.monotonic()
+try:
+    system.execute(ExecuteCall(call_id="c1", name="sleeper", arguments={}))
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic() - begun < 10)
+print([e.data["error"]["code"] for e in system.session.events if e.type == "tool/result"])
+system.stop()
+"""
+
+
+def test_a_ctrl_c_that_another_thread_takes_still_interrupts_a_blocking_execute_at_once() -> None:
+    # The kernel gives a process's SIGINT to any of its threads; Python notes it for the main
+    # thread, which must not sleep on in its loop's wait until the body's timer.
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CTRL_C_ON_ANOTHER_THREAD)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["interrupted True", "['ABORTED']"]
+
+
 def test_a_second_ctrl_c_stops_the_wait_and_the_call_keeps_its_one_result() -> None:
     # The call is finished and recorded as the caller stops waiting, so that nothing waits for
     # it and a later stop() on the same thread stops the system rather than taking the thread

@@ -15,13 +15,16 @@ runs on a loop already.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
+import signal
+import socket
 import sys
 import threading
 import types
 import weakref
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Iterator
 from typing import Any, Final, TypeVar
 
 from ._epoll import new_pool_loop
@@ -163,8 +166,10 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
         try:
             loop.stop()
             loop.run_forever()
-            while not task.done():
-                loop.run_forever()  # until the task's last step stops the loop
+            if not task.done():
+                with _woken_by_signals(loop):
+                    while not task.done():
+                        loop.run_forever()  # until the task's last step stops the loop
         except BaseException:
             if not task.done():
                 # Interrupted while the call waits (Ctrl-C in the blocking wait): the call is
@@ -185,10 +190,47 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
     the thread's loop."""
     task.cancel()
     try:
-        while not task.done():
-            loop.run_forever()  # until the task's last step stops the loop
+        with _woken_by_signals(loop):
+            while not task.done():
+                loop.run_forever()  # until the task's last step stops the loop
     except BaseException:  # a second interruption: the first one is what propagates
         pass
+
+
+@contextlib.contextmanager
+def _woken_by_signals(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While the main thread's loop waits: a signal the kernel delivers to another thread
+    (any thread may take a process's Ctrl-C) wakes the wait at once, so that the main thread
+    raises its ``KeyboardInterrupt`` then, not when the wait would have ended (an hour, for
+    a body sleeping that long). Python notes the signal and writes its number to the wakeup
+    descriptor, which the loop watches for as long as it waits."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reader, writer = socket.socketpair()
+    try:
+        reader.setblocking(False)
+        writer.setblocking(False)
+        loop.add_reader(reader.fileno(), _drain, reader)
+        try:
+            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main interpreter: signals are not delivered here
+            previous = None
+        try:
+            yield
+        finally:
+            if previous is not None:
+                signal.set_wakeup_fd(previous)
+            loop.remove_reader(reader.fileno())
+    finally:
+        reader.close()
+        writer.close()
+
+
+def _drain(reader: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while reader.recv(4096):
+            pass
 
 
 def carry_on(
