@@ -1134,7 +1134,7 @@ def test_bash_kills_the_jobs_of_a_command_that_killed_its_supervisor(root: Path)
     assert _terminates(int((root / "job.pid").read_text()))
 
 
-@pytest.mark.parametrize("interpreter", ["", "/nonexistent/python3"])
+@pytest.mark.parametrize("interpreter", ["", "/nonexistent/python3", "/bin/true"])
 def test_bash_says_when_its_supervisor_cannot_start(
     root: Path, interpreter: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

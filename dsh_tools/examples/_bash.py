@@ -29,6 +29,7 @@ import errno
 import os
 import re
 import signal as signals
+import socket
 import sys
 import time
 from collections.abc import Mapping
@@ -65,6 +66,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024
 """Bytes kept of each of stdout and stderr."""
 
 _DRAIN_SECONDS = 2.0  # a process that left the group may hold the pipes; stop waiting then
+_RUNNING = b"1"  # what the supervisor sends once it runs (``_bash_supervisor``)
 _STOP_SECONDS = 6.0  # the supervisor's cleanup takes at most 5 s
 _NO_OUTPUT = "(no output)\n"
 _MARKER = re.compile(r"\n\[(?:exit code: (-?\d+)|signal: ([A-Z0-9]+))\]\Z")
@@ -151,6 +153,15 @@ def _spawn_error(
         f"{exc.strerror or type(exc).__name__}",
         "UNAVAILABLE",
     )
+
+
+def _supervisor_ran(fd: int) -> bool:
+    """Whether the supervisor, now exited, said on the other end of ``fd`` that it ran."""
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 1) == _RUNNING
+    except OSError:
+        return False
 
 
 def _told_to_stop(fd: int) -> int:
@@ -249,8 +260,10 @@ def bash_tool(
                 "UNAVAILABLE",
             )
         loop = asyncio.get_running_loop()
-        # Closing ``stop`` (or the host's death) tells the supervisor to end the command.
-        held, stop = os.pipe()
+        # A connected pair: the supervisor says on its end that it runs, and closing ``stop``
+        # (or the host's death) tells it to end the command.
+        ends = socket.socketpair()
+        held, stop = ends[0].detach(), ends[1].detach()
         try:
             transport, capture = await loop.subprocess_exec(
                 lambda: _Capture(loop, max_output_bytes),
@@ -287,6 +300,12 @@ def bash_tool(
             await asyncio.wait((capture.finished,), timeout=_DRAIN_SECONDS)
             if interrupted:
                 raise AbortError()
+            if not _supervisor_ran(stop):
+                raise WorkspaceError(
+                    "the shell's supervisor did not run (sys.executable is not a Python "
+                    "interpreter), so the command did not run",
+                    "UNAVAILABLE",
+                )
             truncated = capture.dropped or not capture.finished.done()
         finally:
             aborted.cancel()

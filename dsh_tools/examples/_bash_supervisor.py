@@ -8,8 +8,9 @@ A command that kills the supervisor itself (``kill -9 $PPID``) takes this cleanu
 it left behind is then killed only as far as it stayed in the supervisor's process group (the
 shell's own, which the host kills after).
 
-It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` the
-read end of the host's pipe), so it imports nothing of the package, and only modules that
+It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` its
+end of a socket pair with the host: it writes one byte there as it starts, and reads end of
+file there when it is to stop), so it imports nothing of the package, and only modules that
 start fast. On Linux a process marked a "child subreaper" inherits the orphans of its
 descendants instead of ``init``: nothing the command starts can leave it. Elsewhere it still
 kills every descendant it can still see.
@@ -135,6 +136,7 @@ def _default_signals(libc: ctypes.CDLL | None) -> None:
 
 def main(command: str, stop: int) -> None:
     os.set_inheritable(stop, False)
+    os.write(stop, b"1")  # the host reads that a Python interpreter runs this source
     libc: ctypes.CDLL | None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
