@@ -461,6 +461,56 @@ def test_a_ctrl_c_that_another_thread_takes_still_interrupts_a_blocking_execute_
     assert done.stdout.split("\n")[:2] == ["interrupted True", "['ABORTED']"]
 
 
+SIGNAL_FOR_ANOTHER_LOOP = """
+import asyncio, signal, threading, time
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+
+app_loop = asyncio.new_event_loop()  # the harness's own loop, not running now
+seen = []
+app_loop.add_signal_handler(signal.SIGUSR1, seen.append, "usr1")
+started = threading.Event()
+
+
+async def sleeper(args, ctx):
+    started.set()
+    await asyncio.sleep(0.5)
+    return "done"
+
+
+def usr1_taken_by_this_thread():
+    started.wait(10)
+    signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="sleeper",
+        description="Sleep.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=sleeper,
+    )
+)
+threading.Thread(target=usr1_taken_by_this_thread).start()
+print(system.execute(ExecuteCall(call_id="c1", name="sleeper", arguments={})).value)
+app_loop.run_until_complete(asyncio.sleep(0.1))
+print(seen)
+system.stop()
+"""
+
+
+def test_a_signal_arriving_while_execute_waits_still_reaches_the_harness_loops_handler() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SIGNAL_FOR_ANOTHER_LOOP)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["done", "['usr1']"]
+
+
 def test_a_second_ctrl_c_stops_the_wait_and_the_call_keeps_its_one_result() -> None:
     # The call is finished and recorded as the caller stops waiting, so that nothing waits for
     # it and a later stop() on the same thread stops the system rather than taking the thread

@@ -211,26 +211,31 @@ def _woken_by_signals(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
     try:
         reader.setblocking(False)
         writer.setblocking(False)
-        loop.add_reader(reader.fileno(), _drain, reader)
         try:
             previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         except ValueError:  # not the main interpreter: signals are not delivered here
             previous = None
+        # What arrives is passed on to the descriptor it replaced (a stopped asyncio loop's,
+        # whose signal handlers learn of their signals only from it).
+        loop.add_reader(reader.fileno(), _pass_on, reader, previous)
         try:
             yield
         finally:
             if previous is not None:
                 signal.set_wakeup_fd(previous)
             loop.remove_reader(reader.fileno())
+            _pass_on(reader, previous)  # what came in since the loop last looked
     finally:
         reader.close()
         writer.close()
 
 
-def _drain(reader: socket.socket) -> None:
+def _pass_on(reader: socket.socket, previous: int | None) -> None:
     with contextlib.suppress(OSError):
-        while reader.recv(4096):
-            pass
+        while data := reader.recv(4096):
+            if previous is not None and previous >= 0:
+                with contextlib.suppress(OSError):
+                    os.write(previous, data)
 
 
 def carry_on(
