@@ -1,7 +1,7 @@
 """Owner handles: a plugin's or an agent scope's registrations, disposed together on close.
 
-The system builds each handle's ``ToolsHandle`` (writing through a fresh owner) and passes it
-in with the callables that close the owner, so this module needs nothing from the system.
+The system builds each handle's ``ToolsHandle`` (writing through a fresh owner, which it also
+closes) and passes it in, so this module needs nothing from the system.
 """
 
 from __future__ import annotations
@@ -11,20 +11,15 @@ from typing import Any, Self
 
 from .registry import ToolsHandle
 
-__all__ = ["AgentScope", "OwnerCloser", "PluginHandle"]
-
-OwnerCloser = Callable[[int, ToolsHandle], None]
-"""Dispose what ``owner`` registered through ``handle`` (``ToolSystem._close_owner``)."""
+__all__ = ["AgentScope", "PluginHandle"]
 
 
 class _OwnerHandle:
-    """What plugins and agent scopes share: an owner and the ToolsHandle writing through it,
-    so that ``close()`` can dispose their registrations, last first."""
+    """What plugins and agent scopes share: the ToolsHandle writing through their owner, so
+    that ``close()`` can dispose their registrations, last first."""
 
-    def __init__(self, owner: int, tools: ToolsHandle, close_owner: OwnerCloser) -> None:
+    def __init__(self, tools: ToolsHandle) -> None:
         self.closed = False
-        self._owner = owner
-        self._close_owner = close_owner
         self.tools = tools
 
     def close(self) -> None:
@@ -33,7 +28,7 @@ class _OwnerHandle:
             return
         self.closed = True
         self._forget()
-        self._close_owner(self._owner, self.tools)
+        self.tools._close_owner()
 
     def _forget(self) -> None:
         """Drop the system's reference to this handle (subclasses)."""
@@ -48,9 +43,9 @@ class _OwnerHandle:
 class PluginHandle(_OwnerHandle):
     """An owner of global registrations: ``close()`` disposes them, last first."""
 
-    def __init__(self, name: str, owner: int, tools: ToolsHandle, close_owner: OwnerCloser) -> None:
+    def __init__(self, name: str, tools: ToolsHandle) -> None:
         self.name = name
-        super().__init__(owner, tools, close_owner)
+        super().__init__(tools)
 
 
 class AgentScope(_OwnerHandle):
@@ -60,9 +55,7 @@ class AgentScope(_OwnerHandle):
     def __init__(
         self,
         key: str,
-        owner: int,
         tools: ToolsHandle,
-        close_owner: OwnerCloser,
         *,
         forget: Callable[[AgentScope], None],
         inject: Callable[[str, Any], None],
@@ -70,7 +63,7 @@ class AgentScope(_OwnerHandle):
         self.key = key
         self._forget_scope = forget
         self._inject = inject
-        super().__init__(owner, tools, close_owner)
+        super().__init__(tools)
 
     def _forget(self) -> None:
         self._forget_scope(self)

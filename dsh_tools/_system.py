@@ -394,8 +394,7 @@ class ToolSystem:
     def plugin(self, name: str) -> PluginHandle:
         """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
         self._check_running()
-        owner, tools = self._owner_tools(f'plugin "{name}"', None)
-        return PluginHandle(name, owner, tools, self._close_owner)
+        return PluginHandle(name, self._owner_tools(f'plugin "{name}"', None))
 
     def agent(self, key: str) -> AgentScope:
         """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
@@ -405,12 +404,9 @@ class ToolSystem:
         with self._lock:
             scope = self._scopes.get(key)
             if scope is None:
-                owner, tools = self._owner_tools(f'agent scope "{key}"', key)
                 scope = AgentScope(
                     key,
-                    owner,
-                    tools,
-                    self._close_owner,
+                    self._owner_tools(f'agent scope "{key}"', key),
                     forget=self._forget_scope,
                     inject=self._inject,
                 )
@@ -422,22 +418,16 @@ class ToolSystem:
             if self._scopes.get(scope.key) is scope:
                 del self._scopes[scope.key]
 
-    def _owner_tools(self, label: str, agent: str | None) -> tuple[int, ToolsHandle]:
-        """A fresh owner and the ToolsHandle writing through it."""
-        owner = next(self._owner_ids)  # itertools.count: one C call, atomic under the GIL
-        tools = ToolsHandle(
+    def _owner_tools(self, label: str, agent: str | None) -> ToolsHandle:
+        """The ToolsHandle writing through a fresh owner (which closing it disposes)."""
+        return ToolsHandle(
             registry=self._registry,
-            owner=owner,
+            owner=next(self._owner_ids),  # itertools.count: one C call, atomic under the GIL
             cell=self._cell,
             agent=agent,
             label=label,
             background=self._background,
         )
-        return owner, tools
-
-    def _close_owner(self, owner: int, handle: ToolsHandle) -> None:
-        for _ in range(handle._close_owner()):
-            handle._notify_quietly()
 
     def _inject(self, agent: str, context: Any) -> None:
         self._batches.inject(agent, context)

@@ -408,7 +408,22 @@ print(sorted(t.name for t in threading.enumerate()))
 """
 
 
-CTRL_C_ON_ANOTHER_THREAD = """
+SLEEPER_SYSTEM = """
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="sleeper",
+        description="Sleep.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=sleeper,
+    )
+)
+"""
+"""A script's lines starting ``system`` with the ``sleeper`` tool it defined before them."""
+
+CTRL_C_ON_ANOTHER_THREAD = (
+    """
 import asyncio, signal, threading, time
 from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
 
@@ -426,18 +441,9 @@ def ctrl_c_taken_by_this_thread():
     time.sleep(0.2)
     signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
-
-system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="sleeper",
-        description="Sleep.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=sleeper,
-    )
-)
-threading.Thread(target=ctrl_c_taken_by_this_thread).start()
+"""
+    + SLEEPER_SYSTEM
+    + """threading.Thread(target=ctrl_c_taken_by_this_thread).start()
 begun = time.monotonic()
 try:
     system.execute(ExecuteCall(call_id="c1", name="sleeper", arguments={}))
@@ -446,6 +452,7 @@ except KeyboardInterrupt:
 print([e.data["error"]["code"] for e in system.session.events if e.type == "tool/result"])
 system.stop()
 """
+)
 
 
 def test_a_ctrl_c_that_another_thread_takes_still_interrupts_a_blocking_execute_at_once() -> None:
@@ -461,7 +468,8 @@ def test_a_ctrl_c_that_another_thread_takes_still_interrupts_a_blocking_execute_
     assert done.stdout.split("\n")[:2] == ["interrupted True", "['ABORTED']"]
 
 
-SIGNAL_FOR_ANOTHER_LOOP = """
+SIGNAL_FOR_ANOTHER_LOOP = (
+    """
 import asyncio, signal, threading, time
 from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
 
@@ -481,23 +489,15 @@ def usr1_taken_by_this_thread():
     started.wait(10)
     signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
 
-
-system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="sleeper",
-        description="Sleep.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=sleeper,
-    )
-)
-threading.Thread(target=usr1_taken_by_this_thread).start()
+"""
+    + SLEEPER_SYSTEM
+    + """threading.Thread(target=usr1_taken_by_this_thread).start()
 print(system.execute(ExecuteCall(call_id="c1", name="sleeper", arguments={})).value)
 app_loop.run_until_complete(asyncio.sleep(0.1))
 print(seen)
 system.stop()
 """
+)
 
 
 def test_a_signal_arriving_while_execute_waits_still_reaches_the_harness_loops_handler() -> None:

@@ -26,12 +26,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
 import re
+import select
 import signal as signals
 import socket
 import sys
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -126,17 +127,16 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signals.SIGKILL)
 
 
-_SUPERVISOR_SOURCE: str | None = None
+@functools.cache
+def _supervisor_source() -> str:
+    return Path(_bash_supervisor.__file__).read_text(encoding="utf-8")
 
 
 def _supervised(command: str, stop: int) -> tuple[str, ...]:
     """The program and arguments that run ``command`` under the supervisor
     (``_bash_supervisor``), which ends it once descriptor ``stop`` reads end of file: an
     isolated interpreter, which imports nothing of the package."""
-    global _SUPERVISOR_SOURCE
-    if _SUPERVISOR_SOURCE is None:
-        _SUPERVISOR_SOURCE = Path(_bash_supervisor.__file__).read_text(encoding="utf-8")
-    return (sys.executable, "-I", "-S", "-c", _SUPERVISOR_SOURCE, command, str(stop))
+    return (sys.executable, "-I", "-S", "-c", _supervisor_source(), command, str(stop))
 
 
 def _spawn_error(
@@ -178,17 +178,18 @@ def _told_to_stop(fd: int) -> int:
 def _wait_for_exit(pid: int) -> None:
     """Wait (blocking, at most ``_STOP_SECONDS``) until the supervisor, told to stop, has
     exited: the call was cancelled from outside, and closing its transport kills the
-    supervisor, which must first have killed what left its process group."""
-    deadline = time.monotonic() + _STOP_SECONDS
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:  # gone, or no /proc to tell
-            return
-        if stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"Z":
-            return
-        time.sleep(0.001)
+    supervisor, which must first have killed what left its process group. (Its pidfd turns
+    readable as it exits; without pidfds there is nothing to wait on.)"""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return
+    try:
+        exited = select.poll()
+        exited.register(fd, select.POLLIN)
+        exited.poll(_STOP_SECONDS * 1000)
+    finally:
+        os.close(fd)
 
 
 class _Capture(asyncio.SubprocessProtocol):

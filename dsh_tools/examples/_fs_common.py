@@ -17,11 +17,12 @@ from ._workspace import Workspace, WorkspaceError, check_abort
 __all__ = [
     "BINARY_SNIFF_BYTES",
     "MAX_EDIT_BYTES",
+    "encoded",
     "read_text",
     "read_text_lenient",
+    "refuse_past_limit",
     "text_block",
-    "too_large",
-    "write_text",
+    "write_bytes",
 ]
 
 BINARY_SNIFF_BYTES = 8192
@@ -42,9 +43,21 @@ that what they write they can edit again (and a ``replace_all`` of one character
 turn 2 MB into a gigabyte)."""
 
 
-def too_large(shown: str, size: int) -> str:
-    """The message for a write of ``size`` bytes (or more) to ``shown`` over the limit."""
-    return f'"{shown}" would have {size} bytes, more than the {MAX_EDIT_BYTES} these tools write'
+def refuse_past_limit(shown: str, size: int) -> None:
+    """Refuse (``FILE_TOO_LARGE``) a write of ``size`` bytes, or more, to ``shown`` past
+    ``MAX_EDIT_BYTES``."""
+    if size > MAX_EDIT_BYTES:
+        raise WorkspaceError(
+            f'"{shown}" would have {size} bytes, more than the {MAX_EDIT_BYTES} these tools write',
+            "FILE_TOO_LARGE",
+        )
+
+
+def encoded(shown: str, text: str) -> bytes:
+    """``text`` as the UTF-8 bytes to write to ``shown`` (refused past ``MAX_EDIT_BYTES``)."""
+    data = text.encode("utf-8")
+    refuse_past_limit(shown, len(data))
+    return data
 
 
 def _read_bytes(workspace: Workspace, target: Path, shown: str) -> bytes:
@@ -71,18 +84,15 @@ def read_text(workspace: Workspace, target: Path, shown: str) -> str:
         raise WorkspaceError(f'"{shown}" is not UTF-8 text', "BINARY_FILE") from None
 
 
-def write_text(
-    workspace: Workspace, target: Path, shown: str, text: str, signal: AbortSignal
+def write_bytes(
+    workspace: Workspace, target: Path, shown: str, data: bytes, signal: AbortSignal
 ) -> None:
-    """Write ``text`` to ``target``. An existing file is replaced atomically (a temporary file
-    renamed over it, keeping the file's mode, and its owner and group as far as this process
-    may set them; a file this process may not write is refused); a new one is created with the
-    process umask.
+    """Write ``data`` (from ``encoded``) to ``target``. An existing file is replaced atomically
+    (a temporary file renamed over it, keeping the file's mode, and its owner and group as far
+    as this process may set them; a file this process may not write is refused); a new one is
+    created with the process umask.
     Everything happens in the directory ``Workspace.parent`` reached, so a path changed
     meanwhile never leads the write out of the workspace."""
-    data = text.encode("utf-8")
-    if len(data) > MAX_EDIT_BYTES:
-        raise WorkspaceError(too_large(shown, len(data)), "FILE_TOO_LARGE")
     with workspace.parent(target, shown, make=True) as (directory, name):
         if not name:
             raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")

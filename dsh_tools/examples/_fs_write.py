@@ -16,12 +16,12 @@ from ..registry import (
 )
 from ._diffs import diffs_from_meta, hunks, meta_from_hunks
 from ._fs_common import (
-    MAX_EDIT_BYTES,
+    encoded,
     read_text,
     read_text_lenient,
+    refuse_past_limit,
     text_block,
-    too_large,
-    write_text,
+    write_bytes,
 )
 from ._workspace import Workspace, WorkspaceError, check_abort
 
@@ -48,20 +48,18 @@ def write_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> d
     target = workspace.resolve(args["path"])
     shown = workspace.display(target)
     content: str = args["content"]
-    size = len(content.encode("utf-8"))
-    if size > MAX_EDIT_BYTES:  # before the old text is read and compared with it
-        raise WorkspaceError(too_large(shown, size), "FILE_TOO_LARGE")
+    data = encoded(shown, content)  # refused before the old text is read and compared
     kind = workspace.kind(target, shown)
     if kind == "directory":
         raise WorkspaceError(f'"{shown}" is a directory, not a file', "NOT_A_FILE")
     created = kind is None
     old = "" if created else read_text_lenient(workspace, target, shown)
     applied = [] if created else hunks(old, content)
-    write_text(workspace, target, shown, content, signal)
+    write_bytes(workspace, target, shown, data, signal)
     return {
         "path": shown,
         "created": created,
-        "bytes_written": size,
+        "bytes_written": len(data),
         "hunks": applied,
     }
 
@@ -120,7 +118,7 @@ def edit_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
                 "EDIT_MISMATCH",
             )
         applied = hunks("", new_string) if existed else []
-        write_text(workspace, target, shown, new_string, signal)
+        write_bytes(workspace, target, shown, encoded(shown, new_string), signal)
         return {"path": shown, "created": not existed, "replacements": 1, "hunks": applied}
     old = read_text(workspace, target, shown)
     count = old.count(old_string)
@@ -135,8 +133,7 @@ def edit_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     # Characters are at most bytes: a result over the limit in characters is refused before
     # it is built.
     length = len(old) + (count if replace_all else 1) * (len(new_string) - len(old_string))
-    if length > MAX_EDIT_BYTES:
-        raise WorkspaceError(too_large(shown, length), "FILE_TOO_LARGE")
+    refuse_past_limit(shown, length)
     new = (
         old.replace(old_string, new_string)
         if replace_all
@@ -144,7 +141,7 @@ def edit_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     )
     check_abort(signal)
     applied = hunks(old, new)
-    write_text(workspace, target, shown, new, signal)
+    write_bytes(workspace, target, shown, encoded(shown, new), signal)
     return {"path": shown, "created": False, "replacements": count, "hunks": applied}
 
 

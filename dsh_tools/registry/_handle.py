@@ -165,17 +165,19 @@ class ToolsHandle:
                 close()
         _log.warning("tools/change observer returned an awaitable that nothing can await")
 
-    def _close_owner(self) -> int:
-        """Close this handle and dispose what its owner registered (last first): how many
-        registrations that changed; 0 once the registry has stopped."""
+    def _close_owner(self) -> None:
+        """Close this handle and dispose what its owner registered (last first), telling the
+        change observers once per registration that changed; nothing once the registry has
+        stopped."""
         try:
             with self._order:
                 self._closed = True
                 pending = self._registry.ask(CloseOwner(self._owner), block=False)
             changes: int = pending.get()
         except pykka.ActorDeadError:
-            return 0
-        return changes
+            return
+        for _ in range(changes):
+            self._notify_quietly()
 
     def _changing(self, mutation: _Mutation) -> Disposer:
         reply = self._mutate(mutation)
