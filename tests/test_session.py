@@ -7,6 +7,7 @@ frozen data.
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -147,6 +148,16 @@ def test_event_data_is_frozen(system: ToolSystem) -> None:
             event.data["call_id"] = "other"
     with pytest.raises(AttributeError):
         system.session.events[0].type = "other"  # type: ignore[misc]
+
+
+def test_events_are_left_out_of_the_cyclic_collectors_walks(system: ToolSystem) -> None:
+    # A long session holds hundreds of thousands of events; a full collection walks every
+    # tracked object, so each tracked event would cost every later collection.
+    system.tools.register(echo())
+    system.execute(call())
+    events = system.session.events
+    assert [e.type for e in events] == ["tool/call", "tool/result"]
+    assert not any(gc.is_tracked(event) for event in events)
 
 
 def test_events_is_a_copy(system: ToolSystem) -> None:

@@ -21,8 +21,14 @@ from ..actors import FrozenDict, FrozenList, ToolExecutionResult
 __all__ = ["SessionEvent", "SessionLog"]
 
 
-class SessionEvent(msgspec.Struct, frozen=True):
-    """One logged event: ``type`` (``tool/result``...), snake_case ``data``, ``time``, ``agent``."""
+class SessionEvent(msgspec.Struct, frozen=True, gc=False):
+    """One logged event: ``type`` (``tool/result``...), snake_case ``data``, ``time``, ``agent``.
+
+    Events are not tracked by the cyclic garbage collector (``gc=False``): a long session's log
+    holds hundreds of thousands of them, and every full collection would walk them all. They
+    can take part in no reference cycle: an event is made after its ``data`` and is frozen, and
+    what the pipeline logs is frozen JSON (a caller of ``SessionLog.append`` must not put the
+    returned event into the ``data`` it passed, which would leak both)."""
 
     type: str
     data: Any
@@ -73,12 +79,9 @@ class SessionLog:
 
     def record_result(self, call_id: str, result: ToolExecutionResult, agent: str | None) -> None:
         """``tool/result``: content, is_error, error info when present, meta when present."""
-        data: dict[str, Any] = {
-            "call_id": call_id,
-            "content": result.content,
-            "is_error": result.is_error,
-        }
-        if result.is_error:
+        is_error = result.is_error
+        data: dict[str, Any] = {"call_id": call_id, "content": result.content, "is_error": is_error}
+        if is_error:
             info = result.error.info  # type: ignore[union-attr]
             if info is not UNSET:
                 data["error"] = FrozenDict(name=info.name, code=info.code)
