@@ -148,7 +148,7 @@ def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:
             runtime=runtime,
             outer=run_ctx,
             max_parallel=system.config.max_parallel_sub_calls,
-            dispatch_log_hooks=lambda: cell.current.hooks_for("code_dispatch_log", run_ctx.agent),
+            dispatch_log_hooks=lambda: cell.current.hooks_of(run_ctx.agent).code_dispatch_log,
             spill=system.dispatch_spill,
         )
         return await bridge.run(args["code"])

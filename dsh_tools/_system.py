@@ -450,10 +450,12 @@ class ToolSystem:
         ``execute`` itself is running inline on this thread: its nested call runs on the system
         loop while this thread waits.
         """
-        self._check_running()
+        if self._stopped:
+            self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
-        timeout = _checked_timeout(timeout)
+        if timeout is not None:
+            timeout = _checked_timeout(timeout)
         loop = running_loop()
         nested = driving(loop)
         if not nested and loop is not None:

@@ -141,7 +141,7 @@ class PromptAssembler:
         if parts is None:
             sections, tools = _parts(snapshot, shown, tool_order)
             parts = kept[shown] = (sections, [snapshot_json(tool) for tool in tools])
-        hooks = snapshot.hooks_for("assemble", agent)
+        hooks = snapshot.hooks_of(agent).assemble
         if hooks:
             return _run_hooks(
                 hooks, AssembledPrompt(list(parts[0]), [thaw(tool) for tool in parts[1]])
@@ -161,7 +161,7 @@ def assemble(
         raise RuntimeError("the tool system is stopped: nothing to assemble")
     check_runtime(snapshot.mode, runtime)
     sections, tools = _parts(snapshot, agent, tool_order)
-    return _run_hooks(snapshot.hooks_for("assemble", agent), AssembledPrompt(sections, tools))
+    return _run_hooks(snapshot.hooks_of(agent).assemble, AssembledPrompt(sections, tools))
 
 
 def _parts(

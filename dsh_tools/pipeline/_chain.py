@@ -20,7 +20,7 @@ from ..actors import (
     ToolExecutionSuccess,
 )
 
-__all__ = ["first_link", "is_awaitable", "run_chain"]
+__all__ = ["is_awaitable", "rest_of_chain", "run_chain"]
 
 # What hooks and bodies usually return: known at a glance not to be awaitable.
 _PLAIN: frozenset[type] = frozenset(
@@ -72,13 +72,14 @@ async def run_chain(
     return out
 
 
-def first_link(
+def rest_of_chain(
     hooks: Sequence[Callable[..., Any]],
     args: tuple[Any, ...],
     end: Callable[[], Awaitable[Any]],
-) -> Any:
-    """What ``run_chain(hooks, args, end)`` starts with: ``hooks[0](*args, next)``, returned as
-    it is. The caller awaits it for as long as it is awaitable, as ``run_chain`` would, so that
-    the outermost link needs no coroutine of its own (``hooks`` is not empty)."""
-    then = end if len(hooks) == 1 else partial(run_chain, hooks, args, end, 1)
-    return hooks[0](*args, then)
+) -> Callable[[], Awaitable[Any]]:
+    """The ``next`` of the outermost of several hooks: ``run_chain`` from the second hook on.
+
+    A stage calls the outermost hook itself, ``hooks[0](*args, next)``, with ``end`` as its
+    ``next`` when it is the only one, and awaits what it returns for as long as it is
+    awaitable, as ``run_chain`` would: the outermost link needs no coroutine of its own."""
+    return partial(run_chain, hooks, args, end, 1)

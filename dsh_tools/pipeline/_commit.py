@@ -4,7 +4,8 @@ captured finalizer, sealing, result observers."""
 from __future__ import annotations
 
 from asyncio import current_task
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from types import CoroutineType
 from typing import Any
 
 import msgspec
@@ -23,7 +24,7 @@ from ..actors import (
 )
 from ..registry import LosslessJsonError, normalize_output
 from ..registry._execution import CallRecord
-from ._chain import first_link, is_awaitable
+from ._chain import is_awaitable, rest_of_chain
 from ._core import (
     POST,
     PipelineCore,
@@ -64,16 +65,16 @@ class CommitStages(PipelineCore):
         if rec is None or stage is None or rec.finalizer is not None:
             return False
         current = self._cell.current
-        if stage.kind == POST and current.hooks_for("post_execute", rec.agent):
+        if stage.kind == POST and current.hooks_of(rec.agent).post_execute:
             return False
-        return not current.hooks_for("result", rec.agent)
+        return not current.hooks_of(rec.agent).result
 
     def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
         """Post and finish without suspending, when no post-execute listener applies."""
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            if self._cell.current.hooks_for("post_execute", rec.agent):
+            if self._cell.current.hooks_of(rec.agent).post_execute:
                 return None
             result = replace_if_aborted(rec, result)
         return self.finish(rec, result)
@@ -87,21 +88,27 @@ class CommitStages(PipelineCore):
         assert result is not None
         if stage.kind == POST:
             # Post-execute runs here, not in a coroutine of its own: one less per call.
-            result = stamped(result, rec.call_id)
+            if result.call_id != rec.call_id:  # ``stamped``, its usual case inline
+                result = stamped(result, rec.call_id)
             try:
-                hooks = self._cell.current.hooks_for("post_execute", rec.agent)
+                hooks = self._cell.current.hooks_of(rec.agent).post_execute
                 if hooks:
                     rec.stage = "post-execute"
                     if not looped:  # hooks are async code: they may await anything
                         loop = await event_loop()
                         rec.hook_task = current_task(loop)  # interrupt() cancels it
-                    decision = first_link(hooks, (rec.view(), result), _accept)
-                    if is_awaitable(decision):
+                    view = rec.view()
+                    then: Callable[[], Awaitable[Any]] = _accept
+                    if len(hooks) > 1:
+                        then = rest_of_chain(hooks, (view, result), _accept)
+                    decision = hooks[0](view, result, then)
+                    if type(decision) is CoroutineType or is_awaitable(decision):
                         # Inline, not calls: the four-hook path pays for every call on it.
                         rec.hooks_waiting = True  # interrupt() cancels the task from now on
                         if rec.stop_reason is not None:
                             wind_down(rec)
-                        while is_awaitable(decision):
+                        decision = await decision
+                        while is_awaitable(decision):  # a hook may return next() unawaited
                             decision = await decision
                         rec.hooks_waiting = False
                         if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
@@ -200,7 +207,7 @@ class CommitStages(PipelineCore):
                 result = self._fault(rec, exc)
             result = stamped(result, rec.call_id)
         rec.sealed = True
-        observers = self._cell.current.hooks_for("result", rec.agent)
+        observers = self._cell.current.hooks_of(rec.agent).result
         if observers:
             self._notify(rec, result, observers)
         # The last stage that shows the call's view: the view and the record refer to each

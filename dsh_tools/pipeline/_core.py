@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..actors import (
+    NEVER_ABORTED,
     AbortSignal,
     HarnessError,
     ToolExecutionFailure,
@@ -93,7 +94,11 @@ class BodyCancelled(Exception):
 
 def call_aborted(rec: CallRecord) -> bool:
     """Whether the caller's signal aborted or the pipeline interrupted the call."""
-    return rec.signal.aborted or rec.stop_reason is not None
+    # Most calls have no signal of their own (``NEVER_ABORTED``), and asking a signal costs a
+    # property call: every call passes here, and where the pipeline asks a call's signal
+    # inline it first compares it with ``NEVER_ABORTED`` the same way.
+    signal = rec.signal
+    return (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None
 
 
 def abort_reason(rec: CallRecord, signal: AbortSignal | None = None) -> Any:
@@ -113,7 +118,11 @@ def aborted_code(rec: CallRecord) -> str:
 def replace_if_aborted(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
     """A success of a call that was aborted meanwhile becomes the cancellation result
     (keeping the success in ``settled_with``)."""
-    if not result.is_error and call_aborted(rec):
+    # ``call_aborted``, inline: every call passes here twice.
+    signal = rec.signal
+    if (
+        (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None
+    ) and not result.is_error:
         return cancelled(
             aborted_code(rec), result.additional_contexts, reason=abort_reason(rec), settled=result
         )

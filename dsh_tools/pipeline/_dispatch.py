@@ -8,11 +8,13 @@ import contextvars
 from asyncio import current_task
 from collections.abc import Callable, Coroutine
 from functools import partial
+from types import CoroutineType
 from typing import Any, Final, Literal
 
 import msgspec
 
 from ..actors import (
+    NEVER_ABORTED,
     AbortSignal,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -34,7 +36,7 @@ from ._body_task import (
     wake,
     watch_body,
 )
-from ._chain import first_link, is_awaitable
+from ._chain import is_awaitable, rest_of_chain
 from ._core import (
     FINISH,
     POST,
@@ -71,13 +73,13 @@ class DispatchStages(PipelineCore):
         return (
             entry is not None
             and not entry.is_async
-            and not self._cell.current.hooks_for("execute", rec.agent)
+            and not self._cell.current.hooks_of(rec.agent).execute
         )
 
     def dispatches_quietly(self, rec: CallRecord) -> bool:
         """Whether ``rec``'s dispatch runs no user code outside the body, as things stand: no
         execute wrapper applies (the body itself runs in its own task or thread)."""
-        return not self._cell.current.hooks_for("execute", rec.agent)
+        return not self._cell.current.hooks_of(rec.agent).execute
 
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call whose plain body ``stop()`` gave up on settles with: ``ABORTED``, or
@@ -98,20 +100,23 @@ class DispatchStages(PipelineCore):
         its task's whole work (a pool's dispatch task): with no execute wrapper, an async body
         then runs right in that task rather than in one of its own."""
         try:
-            hooks = self._cell.current.hooks_for("execute", rec.agent)
+            hooks = self._cell.current.hooks_of(rec.agent).execute
             if hooks:
                 rec.stage = "execute-wrapper"
                 if not looped:  # hooks are async code: they may await anything asyncio
                     loop = await event_loop()
                     rec.hook_task = current_task(loop)  # interrupt() cancels it
                 base = partial(self._invoke, rec, inline)
-                result = first_link(hooks, (DispatchExecution(rec),), base)
-                if is_awaitable(result):
+                view = DispatchExecution(rec)
+                then = base if len(hooks) == 1 else rest_of_chain(hooks, (view,), base)
+                result = hooks[0](view, then)
+                if type(result) is CoroutineType or is_awaitable(result):
                     # Inline, not calls: the four-hook path pays for every call on it.
                     rec.hooks_waiting = True  # interrupt() cancels the task from now on
                     if rec.stop_reason is not None:
                         wind_down(rec)
-                    while is_awaitable(result):
+                    result = await result
+                    while is_awaitable(result):  # a hook may return next() unawaited
                         result = await result
                     rec.hooks_waiting = False
                     if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
@@ -148,7 +153,11 @@ class DispatchStages(PipelineCore):
             fused, detach = any_signal(wrapper_signal, caller)
         try:
             # The awaiting task's cancellation counts too, though a wrapper swallowed it.
-            if fused.aborted or rec.stop_reason is not None or self._check_outer(rec):
+            if (
+                (fused is not NEVER_ABORTED and fused.aborted)  # see ``call_aborted``
+                or rec.stop_reason is not None
+                or (rec.outer is not None and self._check_outer(rec))
+            ):
                 return _canonical(
                     rec, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec, fused))
                 )
@@ -187,8 +196,10 @@ class DispatchStages(PipelineCore):
                 raise
             except BaseException as exc:
                 return _canonical(rec, self._fault(rec, exc))
-            success = ToolExecutionSuccess(value, content, meta, EMPTY_LIST, rec.call_id)
-            if fused.aborted or rec.stop_reason is not None:
+            success: ToolExecutionResult = ToolExecutionSuccess(
+                value, content, meta, EMPTY_LIST, rec.call_id
+            )
+            if (fused is not NEVER_ABORTED and fused.aborted) or rec.stop_reason is not None:
                 success = cancelled("ABORTED", reason=abort_reason(rec, fused), settled=success)
             return _canonical(rec, success)
         finally:
@@ -383,7 +394,8 @@ class DispatchStages(PipelineCore):
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
     """``result`` stamped with the call's id and remembered as the base's own."""
-    result = stamped(result, rec.call_id)
+    if result.call_id != rec.call_id:  # ``stamped``, its usual case inline
+        result = stamped(result, rec.call_id)
     rec.canonical.append(result)
     rec.stage = "execute-wrapper"
     if rec.stop_reason is not None and rec.hooks_waiting:

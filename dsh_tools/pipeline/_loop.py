@@ -60,6 +60,11 @@ _NEED_LOOP = _NeedLoop()
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop running in this thread, or None."""
+    # An asyncio loop (uvloop's too) installs its async generator hooks for as long as it
+    # runs: with none installed, no loop runs here. Asking asyncio instead costs a raised and
+    # caught RuntimeError, more than a pass-through hook, on every blocking call.
+    if sys.get_asyncgen_hooks().firstiter is None:
+        return None
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

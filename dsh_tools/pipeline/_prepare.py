@@ -7,11 +7,13 @@ import asyncio
 from asyncio import current_task
 from collections.abc import Awaitable
 from functools import partial
+from types import CoroutineType
 from typing import Any
 
 from msgspec import UNSET
 
 from ..actors import (
+    NEVER_ABORTED,
     AbortController,
     Allow,
     Ask,
@@ -23,7 +25,7 @@ from ..actors import (
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
-from ._chain import first_link, is_awaitable
+from ._chain import is_awaitable, rest_of_chain
 from ._core import (
     DISPATCH_STAGE,
     FINISH,
@@ -72,7 +74,7 @@ class PrepareStages(PipelineCore):
             rec.arguments = call.arguments if frozen else snapshot_json(call.arguments, "arguments")
         except (LosslessJsonError, RecursionError, MemoryError) as exc:
             return rec, Stage(FINISH, failure(f"{NOT_LOSSLESS_ARGS}: {lossless_detail(exc)}"))
-        if signal.aborted:
+        if signal is not NEVER_ABORTED and signal.aborted:  # see ``call_aborted``
             return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         return rec, None
 
@@ -93,7 +95,7 @@ class PrepareStages(PipelineCore):
         applies."""
         current = self._cell.current
         agent = call.agent
-        if current.hooks_for("pre_execute", agent):
+        if current.hooks_of(agent).pre_execute:
             return False
         for layer in (None, agent) if agent is not None else (None,):
             table = current.guard_table(layer)
@@ -104,7 +106,7 @@ class PrepareStages(PipelineCore):
     def prepare_now(self, rec: CallRecord) -> Stage | None:
         """Pre-execute, approval and guards without suspending, when no pre-execute listener
         applies; else None."""
-        if self._cell.current.hooks_for("pre_execute", rec.agent):
+        if self._cell.current.hooks_of(rec.agent).pre_execute:
             return None
         try:
             return self._decide(rec, ALLOW, False)
@@ -115,20 +117,23 @@ class PrepareStages(PipelineCore):
         """Pre-execute, approval, guards: the next stage and any candidate result.
         ``looped``: the caller runs on an event loop already."""
         try:
-            hooks = self._cell.current.hooks_for("pre_execute", rec.agent)
+            hooks = self._cell.current.hooks_of(rec.agent).pre_execute
             decision: Any = ALLOW
             if hooks:
                 rec.stage = "pre-execute"
                 if not looped:  # hooks are async code: they may await anything asyncio
                     loop = await event_loop()
                     rec.hook_task = current_task(loop)  # interrupt() cancels it
-                decision = first_link(hooks, (rec.view(),), _allow)
-                if is_awaitable(decision):
+                view = rec.view()
+                then = _allow if len(hooks) == 1 else rest_of_chain(hooks, (view,), _allow)
+                decision = hooks[0](view, then)
+                if type(decision) is CoroutineType or is_awaitable(decision):
                     # Inline, not calls: the four-hook path pays for every call on it.
                     rec.hooks_waiting = True  # interrupt() cancels the task from now on
                     if rec.stop_reason is not None:
                         wind_down(rec)
-                    while is_awaitable(decision):
+                    decision = await decision
+                    while is_awaitable(decision):  # a hook may return next() unawaited
                         decision = await decision
                     rec.hooks_waiting = False
                     if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
@@ -269,11 +274,8 @@ class PrepareStages(PipelineCore):
         view = rec.view()
         generation = table.generation
         last = -1
+        current = table
         while True:
-            # Re-read the table before each guard: guards may add or remove guards.
-            current = cell.current.guard_table(agent)
-            if current is None or current.generation != generation:
-                return None
             for following in current.entries:
                 if following[0] > last:
                     break
@@ -285,6 +287,11 @@ class PrepareStages(PipelineCore):
             except GeneratorExit as exc:  # raised by the guard: no coroutine is closing here
                 raise owned_generator_exit("a guard") from exc
             if out is None:
+                # Re-read the table before each next guard: guards may add or remove guards.
+                fresh = cell.current.guard_table(agent)
+                if fresh is None or fresh.generation != generation:
+                    return None
+                current = fresh
                 continue
             if type(out) is str:
                 return out

@@ -124,9 +124,12 @@ def define_tool(
         return args, violations
 
     def checked(args: Any, run_ctx: Any) -> Any:
-        args, violations = validated(args, is_call_snapshot(args, run_ctx))
-        if violations:
-            raise ToolArgsError(violations)
+        lossless = is_call_snapshot(args, run_ctx)
+        # ``validated``, its passing case inline: every call of the tool passes here.
+        if validate_plan(plan, args, "", lossless=lossless):
+            args, violations = validated(args, lossless)
+            if violations:
+                raise ToolArgsError(violations)
         return args if args_view is None else args_view(args)
 
     def to_canonical(result: Any) -> Any:
@@ -148,7 +151,9 @@ def define_tool(
         def wrapped_sync(args: Any, run_ctx: Any) -> Any:
             view = checked(args, run_ctx)
             result = body(view, run_ctx)
-            if output_struct is not None and inspect.isawaitable(result):
+            if output_struct is None:
+                return result  # what ``to_canonical`` would return
+            if inspect.isawaitable(result):
                 return _convert_later(result, to_canonical)
             return to_canonical(result)
 

@@ -216,7 +216,7 @@ class ToolRunContext(_ReadOnly):
     __slots__ = ("_signal",)
 
     def __init__(self, record: CallRecord, signal: AbortSignal) -> None:
-        super().__init__(record)
+        object.__setattr__(self, "_record", record)  # not super().__init__: one call less
         object.__setattr__(self, "_signal", signal)
 
     @property

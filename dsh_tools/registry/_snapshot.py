@@ -15,6 +15,7 @@ __all__ = [
     "HOOK_POINTS",
     "GuardTable",
     "HookEntry",
+    "HookSet",
     "Layer",
     "RegistrySnapshot",
     "Restriction",
@@ -116,6 +117,31 @@ class HookEntry:
         self.agent = agent
 
 
+class HookSet:
+    """The listeners of every hook point that apply to one agent's calls, outermost first (one
+    attribute per point of ``HOOK_POINTS``; each a tuple, empty when none applies). The
+    pipeline reads a point as an attribute: a stage asks for its hooks on every call."""
+
+    __slots__ = HOOK_POINTS
+
+    pre_execute: tuple[Callable[..., Any], ...]
+    execute: tuple[Callable[..., Any], ...]
+    post_execute: tuple[Callable[..., Any], ...]
+    result: tuple[Callable[..., Any], ...]
+    change: tuple[Callable[..., Any], ...]
+    code_dispatch_log: tuple[Callable[..., Any], ...]
+    assemble: tuple[Callable[..., Any], ...]
+
+    def __init__(self, hooks: Mapping[str, tuple[HookEntry, ...]], agent: str | None) -> None:
+        for point in HOOK_POINTS:
+            entries = hooks.get(point, ())
+            fns = tuple(e.fn for e in entries if e.agent is None or e.agent == agent)
+            object.__setattr__(self, point, fns)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"HookSet.{name} is read-only")
+
+
 class SectionEntry:
     """A prompt section registered through a handle."""
 
@@ -133,7 +159,7 @@ class RegistrySnapshot:
     """One published, immutable state of the registry."""
 
     __slots__ = (
-        "_hook_cache",
+        "_hook_sets",
         "_scoped",
         "_view_cache",
         "closed",
@@ -170,7 +196,7 @@ class RegistrySnapshot:
         # sees what a call without an agent sees, and a harness may use a new agent key per
         # conversation without this snapshot growing.
         self._view_cache: dict[str | None, dict[str, ToolEntry]] = {}
-        self._hook_cache: dict[tuple[str, str | None], tuple[Callable[..., Any], ...]] = {}
+        self._hook_sets: dict[str | None, HookSet] = {}
         self._scoped = frozenset(
             [
                 *scopes,
@@ -210,20 +236,18 @@ class RegistrySnapshot:
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The visible entry called ``name`` for ``agent``, or None."""
-        return self.view(agent).get(name)
+        view = self._view_cache.get(agent)  # ``view``'s cache, read here: every call looks up
+        return (view if view is not None else self.view(agent)).get(name)
 
-    def hooks_for(self, point: str, agent: str | None) -> tuple[Callable[..., Any], ...]:
-        """The listeners of ``point`` that apply to a call of ``agent``, outermost first."""
-        key = (point, agent)
-        cached = self._hook_cache.get(key)
+    def hooks_of(self, agent: str | None) -> HookSet:
+        """The listeners of every point that apply to a call of ``agent``."""
+        cached = self._hook_sets.get(agent)
         if cached is not None:
             return cached
         if agent is not None and agent not in self._scoped:
-            return self.hooks_for(point, None)
-        entries = self.hooks.get(point, ())
-        fns = tuple(e.fn for e in entries if e.agent is None or e.agent == agent)
-        self._hook_cache[key] = fns
-        return fns
+            return self.hooks_of(None)
+        hook_set = self._hook_sets[agent] = HookSet(self.hooks, agent)
+        return hook_set
 
     def all_hooks(self, point: str) -> tuple[Callable[..., Any], ...]:
         """Every listener of ``point`` regardless of scope (``change`` observers are unfiltered)."""
