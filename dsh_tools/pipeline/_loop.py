@@ -83,8 +83,8 @@ def event_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
     loop = running_loop()
     if loop is not None:
         return loop
-    yield _NEED_LOOP
-    return asyncio.get_running_loop()
+    sent: asyncio.AbstractEventLoop | None = yield _NEED_LOOP  # see ``first_loop``
+    return sent if sent is not None else asyncio.get_running_loop()
 
 
 @types.coroutine
@@ -92,9 +92,12 @@ def first_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
     """``event_loop()`` for a coroutine that ``drive`` runs and that has not yet suspended:
     no loop runs there (``execute`` checked before it called ``drive``, and a loop that user
     code starts meanwhile has stopped by the time that code returns), so it yields for one
-    at once instead of asking, which costs a raised and caught ``RuntimeError``."""
-    yield _NEED_LOOP
-    return asyncio.get_running_loop()
+    at once instead of asking, which costs a raised and caught ``RuntimeError``.
+
+    Both return the loop that what resumes the coroutine sends in (``drive`` does), else
+    the running loop: asking asyncio costs a system call (``getpid``, its fork check)."""
+    sent: asyncio.AbstractEventLoop | None = yield _NEED_LOOP
+    return sent if sent is not None else asyncio.get_running_loop()
 
 
 # --- the per-thread loop and the driver --------------------------------------------------------
@@ -257,13 +260,16 @@ def carry_on(
 
 
 @types.coroutine
-def _carry_on(coro: Coroutine[Any, Any, _T], first: Any) -> Generator[Any, Any, _T]:
+def _carry_on(
+    coro: Coroutine[Any, Any, _T], first: Any, loop: asyncio.AbstractEventLoop | None = None
+) -> Generator[Any, Any, _T]:
     """Continue a started coroutine inside its task: first past every ``event_loop()`` wait
-    (a loop runs now), then as ``resume`` does."""
+    (a loop runs now: ``loop``, when the caller knows it, is what the wait returns), then as
+    ``resume`` does."""
     yielded = first
     while yielded is _NEED_LOOP:
         try:
-            yielded = coro.send(None)
+            yielded = coro.send(loop)
         except StopIteration as done:
             value: _T = done.value
             return value
@@ -278,7 +284,7 @@ def _carry_on_then_stop(
     """``_carry_on``, then stop ``loop`` in the same step, however the coroutine ends: the
     ``run_forever`` that ``drive`` runs returns with that pass."""
     try:
-        result: _T = yield from _carry_on(coro, first)
+        result: _T = yield from _carry_on(coro, first, loop)
         return result
     finally:
         loop.stop()
