@@ -47,11 +47,17 @@ class _Progress:
 _BARS: list[tuple[str, str, str, float | None]] = [
     ("execute_no_hooks_us", "per call, no hooks (system.execute)", "us", None),
     ("execute_no_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
-    ("execute_no_hooks_ratio", "  system.execute / on an event loop", "x", 0.6),
+    ("execute_no_hooks_ratio", "  system.execute / on an event loop", "x", None),
+    ("execute_no_hooks_then_us", "  the --against revision, same call, in turns", "us", None),
+    ("execute_no_hooks_vs_first_release", "  this checkout / the first release", "x", 0.6),
+    ("execute_no_hooks_vs_revision", "  this checkout / the --against revision", "x", None),
     ("ref_ask_no_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
     ("execute_four_hooks_us", "per call, four pass-through hooks", "us", None),
     ("execute_four_hooks_on_loop_us", "  the same on a per-thread event loop", "us", None),
-    ("execute_four_hooks_ratio", "  system.execute / on an event loop", "x", 0.7),
+    ("execute_four_hooks_ratio", "  system.execute / on an event loop", "x", None),
+    ("execute_four_hooks_then_us", "  the --against revision, same call, in turns", "us", None),
+    ("execute_four_hooks_vs_first_release", "  this checkout / the first release", "x", 0.7),
+    ("execute_four_hooks_vs_revision", "  this checkout / the --against revision", "x", None),
     ("ref_ask_four_hooks_us", "  the same as system.ref.ask(ExecuteCall)", "us", None),
     ("pykka_ask_us", "bare pykka ask round trip (reference point)", "us", None),
     ("pool10_sleep5ms_async_ms", "1,000 x 5 ms safe calls, pool 10 (async)", "ms", None),
@@ -60,6 +66,8 @@ _BARS: list[tuple[str, str, str, float | None]] = [
     ("pool10_sleep5ms_thread_ms", "1,000 x 5 ms safe calls, pool 10 (thread)", "ms", None),
     ("pool10_sleep5ms_thread_floor_ms", "  bare ThreadPoolExecutor(10), same sleeps", "ms", None),
     ("pool10_sleep5ms_thread_ratio", "  pool / ThreadPoolExecutor(10)", "x", 1.05),
+    ("thread_batch_vs_first_release", "  the same / the first release, in turns", "x", None),
+    ("thread_batch_vs_revision", "  the same / the --against revision, in turns", "x", None),
     ("trivial_pool1_calls_per_s", "trivial calls per second, pool 1", "/s", None),
     ("trivial_pool10_calls_per_s", "trivial calls per second, pool 10", "/s", None),
     ("trivial_pool100_calls_per_s", "trivial calls per second, pool 100", "/s", None),
@@ -80,9 +88,19 @@ _BARS: list[tuple[str, str, str, float | None]] = [
 
 
 def run_bench(
-    out: TextIO, *, as_json: bool, runs: int, code_mode: bool, check: bool = False
+    out: TextIO,
+    *,
+    as_json: bool,
+    runs: int,
+    code_mode: bool,
+    check: bool = False,
+    against: str | None = None,
 ) -> int:
-    """Measure and print the benchmark table (or JSON)."""
+    """Measure and print the benchmark table (or JSON).
+
+    ``against``: a git revision (the first release, ``FIRST_RELEASE``, for the per-call bars)
+    to measure in turns with this checkout, when the package runs from a git checkout; else
+    that comparison is left out and a line says why."""
     from ._bench import (
         POOL_REFILL_PAUSE_S,
         measure_assembly,
@@ -93,8 +111,13 @@ def run_bench(
     )
     from ._bench_monty import compare_with_monty, monty_available
 
-    progress = _Progress(3 + 5 + (4 if code_mode else 0))
+    progress = _Progress(3 + 5 + (4 if code_mode else 0) + (1 if against else 0))
     figures: dict[str, float] = {}
+    skipped: str | None = None
+    if against:
+        progress.step(f"this checkout against {against}, in turns")
+        measured, skipped = _against_revision(against, rounds=max(runs, 3))
+        figures.update(measured)
     figures.update(measure_pipeline(runs=runs, progress=progress.step))
     figures.update(measure_pool(runs=runs, progress=progress.step))
     if code_mode:
@@ -114,7 +137,10 @@ def run_bench(
         figures.update(measure_demo_rss(progress=progress.step))
     progress.close()
     if as_json:
-        print(json.dumps({"cpus": os.cpu_count(), "figures": figures}, indent=2), file=out)
+        report: dict[str, object] = {"cpus": os.cpu_count(), "figures": figures}
+        if skipped is not None:
+            report["skipped"] = skipped
+        print(json.dumps(report, indent=2), file=out)
         return 0
     print(f"{'figure':<48} {'measured':>12}  {'bar':>8}", file=out)
     print("-" * 72, file=out)
@@ -136,4 +162,35 @@ def run_bench(
         if bar is not None and value > bar:
             mark, over = "  (over)", True
         print(f"{label:<48} {shown:>12}  {bar_text:>8}{mark}", file=out)
+    if skipped is not None:
+        print(f"(not measured: {skipped})", file=out)
     return 1 if over and check else 0
+
+
+def _against_revision(revision: str, *, rounds: int) -> tuple[dict[str, float], str | None]:
+    """The per-call figures of this checkout against ``revision`` (see ``_bench_revision``),
+    and why they are missing, if they are. The bars apply to the first release only."""
+    from ._bench_revision import FIRST_RELEASE, compare_with_revision, source_checkout
+
+    checkout = source_checkout()
+    if checkout is None:
+        return {}, (
+            f"the comparison with {revision}: this package does not run from a git checkout"
+        )
+    try:
+        report = compare_with_revision(checkout, revision, rounds=rounds)
+    except RuntimeError as exc:
+        return {}, f"the comparison with {revision}: {exc}"
+    figures = {
+        "execute_no_hooks_then_us": report["no_hooks_us"]["revision"],
+        "execute_four_hooks_then_us": report["four_hooks_us"]["revision"],
+    }
+    ratios = {
+        "execute_no_hooks_vs_first_release": report["no_hooks_us"]["ratio"],
+        "execute_four_hooks_vs_first_release": report["four_hooks_us"]["ratio"],
+        "thread_batch_vs_first_release": report["thread_batch_ms"]["ratio"],
+    }
+    if revision != FIRST_RELEASE:  # another revision's ratios are shown under other names
+        ratios = {key.replace("first_release", "revision"): v for key, v in ratios.items()}
+    figures.update(ratios)
+    return figures, None

@@ -23,6 +23,7 @@ from typing import TextIO
 
 import structlog
 
+from ._bench_revision import FIRST_RELEASE
 from ._cli_bench import run_bench
 from ._cli_commands import run_catalog, run_code_file, run_program, run_sdk
 from ._cli_demo import run_demo
@@ -54,6 +55,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--runs", type=int, default=5, help="runs per figure (median)")
     bench.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode figures")
     bench.add_argument("--check", action="store_true", help="exit 1 when a figure is over its bar")
+    bench.add_argument(
+        "--against",
+        default=FIRST_RELEASE,
+        metavar="REVISION",
+        help="git revision to measure in turns with this checkout (default: the first release, "
+        f"{FIRST_RELEASE}, which the per-call bars are fractions of; '' to skip)",
+    )
     sub.add_parser("sdk", help="print the generated Code Mode SDK for the example tools")
     sub.add_parser("catalog", help="print the tool catalog as Markdown")
     run = sub.add_parser("run-code", help="run a Python program in Code Mode")
@@ -204,6 +212,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
             runs=args.runs,
             code_mode=not args.no_code_mode,
             check=args.check,
+            against=args.against or None,
         )
     if args.command == "sdk":
         return run_sdk(out)

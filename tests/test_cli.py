@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import os
 import signal
 import subprocess
@@ -411,3 +412,38 @@ def test_output_a_terminal_cannot_show_is_escaped_not_a_traceback(tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "caf\\xe9\n"
+
+
+def test_bench_names_why_it_left_out_the_comparison_with_a_revision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dsh_tools.cli import run_bench
+
+    _fixed_figures(monkeypatch, 1.01)
+    out = io.StringIO()
+    status = run_bench(out, as_json=False, runs=1, code_mode=False, against="no-such-revision")
+    assert status == 0
+    assert "(not measured: the comparison with no-such-revision: git cannot check out" in (
+        out.getvalue()
+    )
+    out = io.StringIO()
+    run_bench(out, as_json=True, runs=1, code_mode=False, against="no-such-revision")
+    assert "no-such-revision" in json.loads(out.getvalue())["skipped"]
+
+
+def test_the_comparison_with_the_first_release_measures_both_trees_and_leaves_no_worktree() -> None:
+    from dsh_tools._bench_revision import FIRST_RELEASE, compare_with_revision, source_checkout
+
+    checkout = source_checkout()
+    assert checkout == REPO  # the tests run from the checkout
+    report = compare_with_revision(checkout, FIRST_RELEASE, rounds=1, calls=300)
+    assert set(report) == {"no_hooks_us", "four_hooks_us", "thread_batch_ms"}
+    for figure in report.values():
+        assert figure["this_checkout"] > 0 and figure["revision"] > 0
+        assert figure["ratio"] == figure["this_checkout"] / figure["revision"]
+    # 1,000 bodies of 5 ms, ten at a time, in either tree
+    assert report["thread_batch_ms"]["revision"] >= 500
+    worktrees = subprocess.run(
+        ["git", "-C", str(checkout), "worktree", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "dsh-bench-rev-" not in worktrees
