@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 from typing import Any
 
@@ -357,6 +358,26 @@ def test_execute_inside_a_running_loop_raises_runtime_error(system: ToolSystem) 
 
     arun(inside())
     assert system.session.events == []
+
+
+def test_a_loop_that_installs_no_async_generator_hooks_is_still_a_running_loop(
+    system: ToolSystem,
+) -> None:
+    # Not every loop installs them while it runs (QtAsyncio's does not).
+    system.tools.register(echo())
+
+    async def inside() -> None:
+        installed = sys.get_asyncgen_hooks()
+        sys.set_asyncgen_hooks(firstiter=None, finalizer=None)
+        try:
+            with pytest.raises(RuntimeError, match="execute_async"):
+                system.execute(call())
+            assert text(await system.execute_async(call(call_id="c2"))) == "hi"
+        finally:
+            sys.set_asyncgen_hooks(*installed)
+
+    arun(inside())
+    assert [e.data["call_id"] for e in system.session.events] == ["c2", "c2"]
 
 
 def test_a_plain_body_run_by_execute_may_execute_a_sub_call(system: ToolSystem) -> None:

@@ -60,11 +60,9 @@ _NEED_LOOP = _NeedLoop()
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop running in this thread, or None."""
-    # An asyncio loop (uvloop's too) installs its async generator hooks for as long as it
-    # runs: with none installed, no loop runs here. Asking asyncio instead costs a raised and
-    # caught RuntimeError, more than a pass-through hook, on every blocking call.
-    if sys.get_asyncgen_hooks().firstiter is None:
-        return None
+    # Asked of asyncio, though the answer costs a raised and caught RuntimeError when no loop
+    # runs: a loop need not install async generator hooks while it runs (QtAsyncio's does
+    # not), and nothing else public tells.
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

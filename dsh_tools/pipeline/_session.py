@@ -21,14 +21,12 @@ from ..actors import FrozenDict, FrozenList, ToolExecutionResult
 __all__ = ["SessionEvent", "SessionLog"]
 
 
-class SessionEvent(msgspec.Struct, frozen=True, gc=False):
+class SessionEvent(msgspec.Struct, frozen=True):
     """One logged event: ``type`` (``tool/result``...), snake_case ``data``, ``time``, ``agent``.
 
-    Events are not tracked by the cyclic garbage collector (``gc=False``): a long session's log
-    holds hundreds of thousands of them, and every full collection would walk them all. They
-    can take part in no reference cycle: an event is made after its ``data`` and is frozen, and
-    what the pipeline logs is frozen JSON (a caller of ``SessionLog.append`` must not put the
-    returned event into the ``data`` it passed, which would leak both)."""
+    Events are tracked by the cyclic garbage collector: ``SessionLog.append`` takes any data,
+    which may lead back to whatever holds the log (a harness logging one of its own callbacks),
+    and such a cycle must still be collected once the harness lets go of it."""
 
     type: str
     data: Any
