@@ -271,6 +271,25 @@ def test_read_file_returns_numbered_lines(root: Path) -> None:
     assert text_of(tool, {"path": "a.txt"}, value) == "     1\talpha\n     2\tbeta"
 
 
+def test_read_file_says_how_many_bytes_of_the_lines_it_shows_are_not_utf8(root: Path) -> None:
+    # Latin-1 "café" and a lone continuation byte; the third line is plain, and an honest
+    # U+FFFD in the file is not counted.
+    (root / "a.txt").write_bytes(b"caf\xe9\n\x80 and \xef\xbf\xbd\nplain\n")
+    tool = read_file_tool(root)
+
+    value = call(tool, {"path": "a.txt"})
+
+    assert value["text"] == "caf\ufffd\n\ufffd and \ufffd\nplain\n"
+    assert value["not_utf8_bytes"] == 2
+    assert text_of(tool, {"path": "a.txt"}, value).splitlines()[-1] == (
+        "(2 bytes are not UTF-8 in these lines, shown as U+FFFD: edit_file refuses this file, "
+        "and write_file would replace the file's bytes with what you write)"
+    )
+    # Only the lines returned count.
+    assert "not_utf8_bytes" not in call(tool, {"path": "a.txt", "offset": 3})
+    assert call(tool, {"path": "a.txt", "limit": 1})["not_utf8_bytes"] == 1
+
+
 def test_read_file_numbers_lines_only_at_newlines(root: Path) -> None:
     (root / "a.txt").write_bytes(b"page\x0cbreak\r\nlast")
     tool = read_file_tool(root)

@@ -120,6 +120,8 @@ def read_file_tool(root: Path | str) -> ToolDefinition:
                     "start_line": {"type": "integer", "required": True},
                     "line_count": {"type": "integer", "required": True},
                     "has_more": {"type": "boolean", "required": True},
+                    # present when some bytes of the lines returned are not UTF-8
+                    "not_utf8_bytes": {"type": "integer"},
                 },
             },
             render=render_read_file,

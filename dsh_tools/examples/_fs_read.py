@@ -72,6 +72,7 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     lines: list[str] = []
     size = 0
     has_more = False
+    not_utf8 = 0  # bytes of the returned lines that are not UTF-8 (shown as U+FFFD)
     try:
         with workspace.open_file(target, shown) as handle:
             if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
@@ -84,17 +85,29 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
                 if len(lines) == wanted or (lines and size + len(raw) > MAX_READ_BYTES):
                     has_more = True
                     break
-                lines.append(raw.decode("utf-8", "replace"))
+                try:
+                    lines.append(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    lines.append(raw.decode("utf-8", "replace"))
+                    not_utf8 += _undecodable_bytes(raw)
                 size += len(raw)
     except OSError as exc:
         raise workspace.io_error(exc, shown) from None
-    return {
+    value: dict[str, Any] = {
         "path": shown,
         "text": "".join(lines),
         "start_line": start,
         "line_count": len(lines),
         "has_more": has_more,
     }
+    if not_utf8:
+        value["not_utf8_bytes"] = not_utf8
+    return value
+
+
+def _undecodable_bytes(raw: bytes) -> int:
+    """How many bytes of ``raw`` are not UTF-8 (each becomes one escape of its own)."""
+    return sum(1 for ch in raw.decode("utf-8", "surrogateescape") if "\udc80" <= ch <= "\udcff")
 
 
 def render_read_file(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -111,6 +124,13 @@ def render_read_file(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[
     if value["has_more"]:
         following = start + value["line_count"]
         numbered.append(f"(more lines follow; continue with offset={following})")
+    not_utf8 = value.get("not_utf8_bytes")
+    if not_utf8:
+        what = "1 byte is" if not_utf8 == 1 else f"{not_utf8} bytes are"
+        numbered.append(
+            f"({what} not UTF-8 in these lines, shown as U+FFFD: edit_file refuses this file, "
+            "and write_file would replace the file's bytes with what you write)"
+        )
     return text_block("\n".join(numbered))
 
 
