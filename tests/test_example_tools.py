@@ -1153,6 +1153,14 @@ def test_bash_kills_the_jobs_of_a_command_that_killed_its_supervisor(root: Path)
     assert _terminates(int((root / "job.pid").read_text()))
 
 
+def test_bash_kills_what_left_the_group_of_a_command_that_killed_its_supervisor(
+    root: Path,
+) -> None:
+    value = call(bash_tool(root), {"command": DETACH + "; kill -9 $PPID; sleep 0.2"})
+    assert value["signal"] == "SIGKILL"
+    assert _terminates(int((root / "detached.pid").read_text()))
+
+
 @pytest.mark.parametrize("interpreter", ["", "/nonexistent/python3", "/bin/true"])
 def test_bash_says_when_its_supervisor_cannot_start(
     root: Path, interpreter: str, monkeypatch: pytest.MonkeyPatch

@@ -29,10 +29,12 @@ import errno
 import functools
 import os
 import re
+import secrets
 import select
 import signal as signals
 import socket
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,8 @@ DEFAULT_MAX_OUTPUT_BYTES = 256 * 1024
 
 _DRAIN_SECONDS = 2.0  # a process that left the group may hold the pipes; stop waiting then
 _RUNNING = b"1"  # what the supervisor sends once it runs (``_bash_supervisor``)
+_CLEANED = b"2"  # and once it has killed everything below it
+_CALL_MARK = "DSH_TOOLS_BASH_CALL"  # in the environment of everything a command starts
 _STOP_SECONDS = 6.0  # the supervisor's cleanup takes at most 5 s
 _NO_OUTPUT = "(no output)\n"
 _MARKER = re.compile(r"\n\[(?:exit code: (-?\d+)|signal: ([A-Z0-9]+))\]\Z")
@@ -155,24 +159,51 @@ def _spawn_error(
     )
 
 
-def _supervisor_ran(fd: int) -> bool:
-    """Whether the supervisor, now exited, said on the other end of ``fd`` that it ran."""
+def _supervisor_report(fd: int) -> tuple[bool, bool]:
+    """What the supervisor, now exited, said on the other end of ``fd``: whether it ran, and
+    whether it finished its cleanup (a command may have killed it first)."""
     os.set_blocking(fd, False)
-    try:
-        return os.read(fd, 1) == _RUNNING
-    except OSError:
-        return False
+    said = b""
+    with contextlib.suppress(OSError):
+        while len(said) < 2 and (more := os.read(fd, 2 - len(said))):
+            said += more
+    return said[:1] == _RUNNING, said == _RUNNING + _CLEANED
 
 
-def _told_to_stop(fd: int) -> int:
-    """Tell the supervisor holding the other end of pipe ``fd`` to end its command (a byte,
-    for the case that a process forked from this one holds the pipe open too), and close it
-    unless it is closed already (-1); -1."""
-    if fd >= 0:
-        with contextlib.suppress(OSError):
-            os.write(fd, b"\0")
-        os.close(fd)
-    return -1
+def _tell_to_stop(fd: int) -> None:
+    """Tell the supervisor holding the other end of ``fd`` to end its command: a byte, which
+    turns its end readable (the host keeps its own end to read the supervisor's report)."""
+    with contextlib.suppress(OSError):
+        os.write(fd, b"\0")
+
+
+def _kill_marked(mark: bytes) -> None:
+    """Kill every process whose environment holds ``mark`` (``_CALL_MARK=token``, the call's
+    own): what a command that killed its supervisor before its cleanup left outside the
+    process group (``setsid``). Bounded like the supervisor's own cleanup."""
+    me = os.getpid()
+    deadline = time.monotonic() + _STOP_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return
+        found = False
+        for entry in entries:
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as handle:
+                    environment = handle.read()
+            except OSError:  # gone, or another user's
+                continue
+            if mark in environment.split(b"\0"):
+                found = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(entry), signals.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.001)
 
 
 def _wait_for_exit(pid: int) -> None:
@@ -261,15 +292,17 @@ def bash_tool(
                 "UNAVAILABLE",
             )
         loop = asyncio.get_running_loop()
-        # A connected pair: the supervisor says on its end that it runs, and closing ``stop``
-        # (or the host's death) tells it to end the command.
+        # A connected pair: the supervisor says on its end that it runs and that it cleaned up,
+        # and a byte written to ``stop`` (or the host's death) tells it to end the command.
         ends = socket.socketpair()
         held, stop = ends[0].detach(), ends[1].detach()
+        mark = f"{_CALL_MARK}={secrets.token_hex(8)}"
         try:
             transport, capture = await loop.subprocess_exec(
                 lambda: _Capture(loop, max_output_bytes),
                 *_supervised(command, held),
                 pass_fds=(held,),
+                env={**os.environ, _CALL_MARK: mark.partition("=")[2]},
                 cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -292,16 +325,19 @@ def bash_tool(
             )
             interrupted = capture.exited not in done
             if interrupted:  # the supervisor kills everything below it, then exits
-                stop = _told_to_stop(stop)
+                _tell_to_stop(stop)
                 await asyncio.wait((capture.exited,), timeout=_STOP_SECONDS)
             _kill_group(pgid)  # what is left of the group, had the supervisor died first
+            await capture.exited
+            ran, cleaned = _supervisor_report(stop)
+            if ran and not cleaned:  # killed before its cleanup (``kill -9 $PPID``)
+                await asyncio.to_thread(_kill_marked, mark.encode())
             # Settle only once the work has stopped: the group's death closes the pipes, unless
             # a process left the group and took them along (then stop waiting after a while).
-            await capture.exited
             await asyncio.wait((capture.finished,), timeout=_DRAIN_SECONDS)
             if interrupted:
                 raise AbortError()
-            if not _supervisor_ran(stop):
+            if not ran:
                 raise WorkspaceError(
                     "the shell's supervisor did not run (sys.executable is not a Python "
                     "interpreter), so the command did not run",
@@ -311,11 +347,12 @@ def bash_tool(
         finally:
             aborted.cancel()
             if transport.get_returncode() is None:  # cancelled from outside: leave nothing
-                stop = _told_to_stop(stop)
+                _tell_to_stop(stop)
                 _wait_for_exit(pgid)
                 _kill_group(pgid)
-            if stop >= 0:
-                os.close(stop)
+                if _supervisor_report(stop) == (True, False):
+                    _kill_marked(mark.encode())
+            os.close(stop)
             transport.close()
         code = transport.get_returncode()
         assert code is not None

@@ -1,19 +1,20 @@
 """The process a ``bash`` command runs under: it makes itself the reaper of everything the
-command starts, runs the shell, and once the shell exits, or the host closes the pipe it holds
-(the call was stopped, or the host is gone), kills every process left below it, those that
+command starts, runs the shell, and once the shell exits, or the host tells it to stop (the
+call was stopped, or the host is gone), kills every process left below it, those that
 left the command's process group and session included (``setsid``, a double fork), before it
 exits as the shell did.
 
-A command that kills the supervisor itself (``kill -9 $PPID``) takes this cleanup with it: what
-it left behind is then killed only as far as it stayed in the supervisor's process group (the
-shell's own, which the host kills after).
+A command that kills the supervisor itself (``kill -9 $PPID``) takes this cleanup with it; the
+host then kills the supervisor's process group and every process that still carries the
+call's own environment variable (``_bash``).
 
 It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` its
-end of a socket pair with the host: it writes one byte there as it starts, and reads end of
-file there when it is to stop), so it imports nothing of the package, and only modules that
-start fast. On Linux a process marked a "child subreaper" inherits the orphans of its
-descendants instead of ``init``: nothing the command starts can leave it. Elsewhere it still
-kills every descendant it can still see.
+end of a socket pair with the host: it writes ``1`` there as it starts and ``2`` once its
+cleanup is done, and it stops when that end turns readable: the host wrote to it, closed it,
+or died), so it imports nothing of the package, and only modules that start fast. On Linux a
+process marked a "child subreaper" inherits the orphans of its descendants instead of
+``init``: nothing the command starts can leave it. Elsewhere it still kills every descendant
+it can still see.
 """
 
 from __future__ import annotations
@@ -162,6 +163,10 @@ def main(command: str, stop: int) -> None:
             os._exit(127)  # as a shell reports a command it cannot run
     status = _wait(shell, stop)
     _kill_everything_below(me)
+    try:  # noqa: SIM105
+        os.write(stop, b"2")  # the host reads that nothing is left to kill
+    except OSError:  # the host is gone
+        pass
     if os.WIFSIGNALED(status):  # end as the shell did, for the host to read
         import resource
         import signal
