@@ -113,7 +113,10 @@ class CommitStages(PipelineCore):
                         rec.hooks_waiting = False
                         if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
                             take_back_cancels(rec)
-                    result = self._apply_post(rec, result, decision)
+                    if not (
+                        decision is ACCEPT and type(result.additional_contexts) in CONTEXT_SEQUENCES
+                    ):  # else a pass-through chain's answer: the result as it is
+                        result = self._apply_post(rec, result, decision)
                 if rec.outer is not None:
                     self._check_outer(rec)
                 result = replace_if_aborted(rec, result)
@@ -130,8 +133,8 @@ class CommitStages(PipelineCore):
     def _apply_post(
         self, rec: CallRecord, result: ToolExecutionResult, decision: Any
     ) -> ToolExecutionResult:
-        if decision is ACCEPT and type(result.additional_contexts) in CONTEXT_SEQUENCES:
-            return result  # what a pass-through chain returns: the result as it is
+        """``decision`` (not a pass-through ``ACCEPT``, which ``commit`` keeps the result for)
+        applied to ``result``."""
         decision_type = type(decision)
         if decision_type is Block:
             return ToolExecutionFailure(

@@ -125,7 +125,9 @@ class DispatchStages(PipelineCore):
                 result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal
             rec.stage = "execute-wrapper"
-            result = self._normalize_dispatch_result(rec, result)
+            canonical = rec.canonical
+            if not canonical or result is not canonical[-1]:  # else the base's own, as it is
+                result = self._normalize_dispatch_result(rec, result)
             rec.contexts_closed = True
             if rec.deferred:
                 result = msgspec.structs.replace(

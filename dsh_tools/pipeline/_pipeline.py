@@ -107,7 +107,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 stage = await self.dispatch(rec, inline=inline, looped=looped)
                 if outer is not None:
                     self._check_outer(rec)
-            result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
+            if looped and outer is None:  # in a task already, and no awaiting task to check
+                result = await self.commit(rec, stage, looped=True)
+            else:
+                result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
             if top and not rec.abandoned:
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
