@@ -17,15 +17,19 @@ It needs git and a source checkout of the project (an installed wheel has no his
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["FIRST_RELEASE", "LABELS", "compare_with_revision", "source_checkout"]
+__all__ = ["FIRST_RELEASE", "LABELS", "compare_with_revision", "resolve", "source_checkout"]
 
 FIRST_RELEASE = "0f77180"
 """The commit the per-call bars are fractions of."""
@@ -121,12 +125,36 @@ def source_checkout() -> Path | None:
     return root if (root / ".git").exists() else None
 
 
-def _measure(tree: Path, calls: int) -> dict[str, float]:
+def _git(checkout: Path, *args: str) -> str:
+    """``git -C checkout ARGS``'s output; ``RuntimeError`` naming what failed otherwise."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(checkout), *args], capture_output=True, text=True, check=False
+        )
+    except OSError as exc:
+        raise RuntimeError(f"git cannot be run: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"git {args[0]} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def resolve(checkout: Path, revision: str) -> str:
+    """The full hash of the commit ``revision`` names in ``checkout`` (``RuntimeError`` when it
+    names none: a shallow clone may lack the first release)."""
+    try:
+        return _git(checkout, "rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}")
+    except RuntimeError as exc:
+        raise RuntimeError(f"git cannot find {revision!r}: {exc}") from None
+
+
+def _measure(tree: Path, calls: int, scratch: Path) -> dict[str, float]:
+    # -P and a scratch working directory: nothing but the tree and the interpreter's own
+    # library may answer the probe's imports (``-c`` would put the working directory first).
     env = dict(os.environ, PYTHONPATH=str(tree))
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(calls)],
+        [sys.executable, "-P", "-c", _PROBE, str(calls)],
         env=env,
-        cwd=tempfile.gettempdir(),
+        cwd=scratch,
         capture_output=True,
         text=True,
         check=False,
@@ -142,42 +170,43 @@ def compare_with_revision(
 ) -> dict[str, dict[str, float]]:
     """Each figure of ``LABELS`` for ``checkout`` as it is and for ``revision`` of it, in
     turns over ``rounds`` rounds: ``{"this_checkout": median, "revision": median, "ratio":
-    their ratio}``. Raises ``RuntimeError`` when git cannot check ``revision`` out."""
-    with tempfile.TemporaryDirectory(prefix="dsh-bench-rev-") as scratch:
+    their ratio}``. Raises ``RuntimeError`` when git cannot check ``revision`` out or a tree
+    cannot be measured. The temporary worktree is removed however the comparison ends, a
+    ``SIGTERM`` (a CI job's timeout) included."""
+    commit = resolve(checkout, revision)  # a hash: nothing git could take for an option
+    with tempfile.TemporaryDirectory(prefix="dsh-bench-rev-") as scratch, _terminated_as_exit():
         earlier = Path(scratch) / "earlier"
-        added = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(checkout),
-                "worktree",
-                "add",
-                "--quiet",
-                "--detach",
-                str(earlier),
-                revision,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if added.returncode != 0:
-            raise RuntimeError(f"git cannot check out {revision!r}: {added.stderr.strip()}")
+        _git(checkout, "worktree", "add", "--quiet", "--detach", str(earlier), commit)
         try:
             ours: list[dict[str, float]] = []
             theirs: list[dict[str, float]] = []
             for _ in range(rounds):
-                theirs.append(_measure(earlier, calls))
-                ours.append(_measure(checkout, calls))
+                theirs.append(_measure(earlier, calls, Path(scratch)))
+                ours.append(_measure(checkout, calls, Path(scratch)))
         finally:
-            subprocess.run(
-                ["git", "-C", str(checkout), "worktree", "remove", "--force", str(earlier)],
-                capture_output=True,
-                check=False,
-            )
+            with contextlib.suppress(RuntimeError):
+                _git(checkout, "worktree", "remove", "--force", str(earlier))
     report: dict[str, dict[str, float]] = {}
     for key in LABELS:
         now = statistics.median(r[key] for r in ours)
         then = statistics.median(r[key] for r in theirs)
         report[key] = {"this_checkout": now, "revision": then, "ratio": now / then}
     return report
+
+
+@contextlib.contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """While the comparison runs on the main thread: ``SIGTERM`` raises ``SystemExit`` (status
+    143, as the signal would have), so that the worktree is still removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -423,17 +424,27 @@ def test_bench_names_why_it_left_out_the_comparison_with_a_revision(
     out = io.StringIO()
     status = run_bench(out, as_json=False, runs=1, code_mode=False, against="no-such-revision")
     assert status == 0
-    assert "(not measured: the comparison with no-such-revision: git cannot check out" in (
+    assert "(not measured: the comparison with no-such-revision: git cannot find" in (
         out.getvalue()
     )
+    # With --check, a bar that could not be measured is not met.
+    check = run_bench(
+        io.StringIO(), as_json=False, runs=1, code_mode=False, check=True, against="no-such-rev"
+    )
+    assert check == 1
     out = io.StringIO()
     run_bench(out, as_json=True, runs=1, code_mode=False, against="no-such-revision")
     assert "no-such-revision" in json.loads(out.getvalue())["skipped"]
 
 
-def test_the_comparison_with_the_first_release_measures_both_trees_and_leaves_no_worktree() -> None:
+def test_the_comparison_with_the_first_release_measures_both_trees_and_leaves_no_worktree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dsh_tools._bench_revision import FIRST_RELEASE, compare_with_revision, source_checkout
 
+    # A module lying in the temporary folder must not answer the probes' imports.
+    (tmp_path / "json.py").write_text("raise SystemExit('a stray json.py was imported')\n")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     checkout = source_checkout()
     assert checkout == REPO  # the tests run from the checkout
     report = compare_with_revision(checkout, FIRST_RELEASE, rounds=1, calls=300)
@@ -447,3 +458,18 @@ def test_the_comparison_with_the_first_release_measures_both_trees_and_leaves_no
         ["git", "-C", str(checkout), "worktree", "list"], capture_output=True, text=True, check=True
     ).stdout
     assert "dsh-bench-rev-" not in worktrees
+
+
+@pytest.mark.parametrize("revision", ["--lock", "-b", "no-such-revision"])
+def test_a_revision_git_cannot_find_is_named_and_leaves_no_worktree(revision: str) -> None:
+    from dsh_tools._bench_revision import compare_with_revision
+
+    before = subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    with pytest.raises(RuntimeError, match=f"git cannot find {revision!r}"):
+        compare_with_revision(REPO, revision, rounds=1, calls=10)
+    after = subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    assert after == before
