@@ -39,6 +39,7 @@ from dsh_tools.examples import (
     write_file_tool,
 )
 from dsh_tools.examples._fs_common import MAX_EDIT_BYTES
+from dsh_tools.examples._fs_read import MAX_READ_BYTES
 from dsh_tools.examples._workspace import Workspace
 from dsh_tools.registry import (
     DiffCallView,
@@ -288,6 +289,17 @@ def test_read_file_says_how_many_bytes_of_the_lines_it_shows_are_not_utf8(root: 
     # Only the lines returned count.
     assert "not_utf8_bytes" not in call(tool, {"path": "a.txt", "offset": 3})
     assert call(tool, {"path": "a.txt", "limit": 1})["not_utf8_bytes"] == 1
+
+
+@pytest.mark.parametrize("character", ["\u20ac", "\U0001f600", "\u00e9"])
+def test_read_file_cuts_an_overlong_line_between_characters(root: Path, character: str) -> None:
+    # The cut at MAX_READ_BYTES falls inside the character: valid text is not reported as
+    # undecodable.
+    line = b"a" * (MAX_READ_BYTES - 1) + character.encode() * 10
+    (root / "long.txt").write_bytes(line + b"\nnext\n")
+    value = call(read_file_tool(root), {"path": "long.txt", "limit": 1})
+    assert "not_utf8_bytes" not in value
+    assert value["text"] == "a" * (MAX_READ_BYTES - 1) + "\n"
 
 
 def test_read_file_numbers_lines_only_at_newlines(root: Path) -> None:

@@ -34,6 +34,7 @@ import select
 import signal as signals
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -136,11 +137,12 @@ def _supervisor_source() -> str:
     return Path(_bash_supervisor.__file__).read_text(encoding="utf-8")
 
 
-def _supervised(command: str, stop: int) -> tuple[str, ...]:
+def _supervised(command: str, stop: int, mark: str) -> tuple[str, ...]:
     """The program and arguments that run ``command`` under the supervisor
-    (``_bash_supervisor``), which ends it once descriptor ``stop`` reads end of file: an
-    isolated interpreter, which imports nothing of the package."""
-    return (sys.executable, "-I", "-S", "-c", _supervisor_source(), command, str(stop))
+    (``_bash_supervisor``), which ends it once descriptor ``stop`` turns readable and puts
+    ``mark`` in its environment: an isolated interpreter, which imports nothing of the
+    package."""
+    return (sys.executable, "-I", "-S", "-c", _supervisor_source(), command, str(stop), mark)
 
 
 def _spawn_error(
@@ -180,7 +182,11 @@ def _tell_to_stop(fd: int) -> None:
 def _kill_marked(mark: bytes) -> None:
     """Kill every process whose environment holds ``mark`` (``_CALL_MARK=token``, the call's
     own): what a command that killed its supervisor before its cleanup left outside the
-    process group (``setsid``). Bounded like the supervisor's own cleanup."""
+    process group (``setsid``). At most ``_STOP_SECONDS`` in all, whatever the number of
+    processes or the size of their environments; each process is held by a pidfd while it is
+    looked at, so a number reused meanwhile is never signalled. A command that drops the
+    variable, or hides behind enough processes with huge environments to outlast the bound,
+    on purpose, is not found."""
     me = os.getpid()
     deadline = time.monotonic() + _STOP_SECONDS
     while time.monotonic() < deadline:
@@ -190,20 +196,36 @@ def _kill_marked(mark: bytes) -> None:
             return
         found = False
         for entry in entries:
+            if time.monotonic() >= deadline:
+                return
             if not entry.isdigit() or int(entry) == me:
                 continue
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as handle:
-                    environment = handle.read()
-            except OSError:  # gone, or another user's
-                continue
-            if mark in environment.split(b"\0"):
+            if _kill_if_marked(int(entry), mark):
                 found = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(int(entry), signals.SIGKILL)
         if not found:
             return
         time.sleep(0.001)
+
+
+def _kill_if_marked(pid: int, mark: bytes) -> bool:
+    """Kill ``pid`` if its environment holds ``mark``; whether it did."""
+    try:
+        handle = os.pidfd_open(pid)
+    except OSError:  # gone, or no pidfds
+        return False
+    try:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                environment = environ.read()
+        except OSError:  # another user's
+            return False
+        if mark not in environment.split(b"\0"):
+            return False
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            signals.pidfd_send_signal(handle, signals.SIGKILL)
+        return True
+    finally:
+        os.close(handle)
 
 
 def _wait_for_exit(pid: int) -> None:
@@ -300,9 +322,8 @@ def bash_tool(
         try:
             transport, capture = await loop.subprocess_exec(
                 lambda: _Capture(loop, max_output_bytes),
-                *_supervised(command, held),
+                *_supervised(command, held, mark),
                 pass_fds=(held,),
-                env={**os.environ, _CALL_MARK: mark.partition("=")[2]},
                 cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -319,6 +340,9 @@ def bash_tool(
         # The supervisor leads the command's own session and process group.
         pgid = transport.get_pid()
         aborted = asyncio.ensure_future(_until_aborted(signal))
+        # What the supervisor said (ran, cleaned up), once the body has read it: until then
+        # the cleanup is the ``finally``'s to do, however the body was left.
+        report: tuple[bool, bool] | None = None
         try:
             done, _ = await asyncio.wait(
                 (capture.exited, aborted), return_when=asyncio.FIRST_COMPLETED
@@ -329,7 +353,7 @@ def bash_tool(
                 await asyncio.wait((capture.exited,), timeout=_STOP_SECONDS)
             _kill_group(pgid)  # what is left of the group, had the supervisor died first
             await capture.exited
-            ran, cleaned = _supervisor_report(stop)
+            report = ran, cleaned = _supervisor_report(stop)
             if ran and not cleaned:  # killed before its cleanup (``kill -9 $PPID``)
                 await asyncio.to_thread(_kill_marked, mark.encode())
             # Settle only once the work has stopped: the group's death closes the pipes, unless
@@ -346,12 +370,16 @@ def bash_tool(
             truncated = capture.dropped or not capture.finished.done()
         finally:
             aborted.cancel()
-            if transport.get_returncode() is None:  # cancelled from outside: leave nothing
+            if report is None:  # cancelled from outside: leave nothing
                 _tell_to_stop(stop)
-                _wait_for_exit(pgid)
+                if transport.get_returncode() is None:
+                    _wait_for_exit(pgid)
                 _kill_group(pgid)
-                if _supervisor_report(stop) == (True, False):
-                    _kill_marked(mark.encode())
+                if _supervisor_report(stop) != (True, True):
+                    # Off the loop: the search may take seconds, and nothing waits for it.
+                    threading.Thread(
+                        target=_kill_marked, args=(mark.encode(),), name="bash-cleanup", daemon=True
+                    ).start()
             os.close(stop)
             transport.close()
         code = transport.get_returncode()

@@ -8,10 +8,11 @@ A command that kills the supervisor itself (``kill -9 $PPID``) takes this cleanu
 host then kills the supervisor's process group and every process that still carries the
 call's own environment variable (``_bash``).
 
-It runs as ``python -I -S -c SOURCE COMMAND FD`` (``SOURCE`` is this module's text, ``FD`` its
+It runs as ``python -I -S -c SOURCE COMMAND FD MARK`` (``SOURCE`` is this module's text, ``FD`` its
 end of a socket pair with the host: it writes ``1`` there as it starts and ``2`` once its
 cleanup is done, and it stops when that end turns readable: the host wrote to it, closed it,
-or died), so it imports nothing of the package, and only modules that start fast. On Linux a
+or died; ``MARK`` is ``NAME=TOKEN``, the call's own variable, which it adds to the shell's
+environment), so it imports nothing of the package, and only modules that start fast. On Linux a
 process marked a "child subreaper" inherits the orphans of its descendants instead of
 ``init``: nothing the command starts can leave it. Elsewhere it still kills every descendant
 it can still see.
@@ -135,8 +136,10 @@ def _default_signals(libc: ctypes.CDLL | None) -> None:
         libc.signal(signum, _SIG_DFL)
 
 
-def main(command: str, stop: int) -> None:
+def main(command: str, stop: int, mark: str) -> None:
     os.set_inheritable(stop, False)
+    name, _, token = mark.partition("=")
+    os.environ[name] = token  # inherited by the shell and everything it starts
     os.write(stop, b"1")  # the host reads that a Python interpreter runs this source
     libc: ctypes.CDLL | None
     try:
@@ -181,4 +184,4 @@ def main(command: str, stop: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
