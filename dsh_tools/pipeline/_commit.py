@@ -108,7 +108,8 @@ class CommitStages(PipelineCore):
                         if rec.stop_reason is not None:
                             wind_down(rec)
                         decision = await decision
-                        while is_awaitable(decision):  # a hook may return next() unawaited
+                        # A hook may return next() unawaited; a pass-through answer is ACCEPT.
+                        while decision is not ACCEPT and is_awaitable(decision):
                             decision = await decision
                         rec.hooks_waiting = False
                         if rec.own_cancels:  # a hook swallowed the interrupt's cancellation

@@ -116,7 +116,8 @@ class DispatchStages(PipelineCore):
                     if rec.stop_reason is not None:
                         wind_down(rec)
                     result = await result
-                    while is_awaitable(result):  # a hook may return next() unawaited
+                    # A wrapper may return next() unawaited; a pass-through answer is a success.
+                    while type(result) is not ToolExecutionSuccess and is_awaitable(result):
                         result = await result
                     rec.hooks_waiting = False
                     if rec.own_cancels:  # a hook swallowed the interrupt's cancellation

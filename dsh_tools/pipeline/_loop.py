@@ -282,7 +282,15 @@ def _carry_on_then_stop(
     """``_carry_on``, then stop ``loop`` in the same step, however the coroutine ends: the
     ``run_forever`` that ``drive`` runs returns with that pass."""
     try:
-        result: _T = yield from _carry_on(coro, first, loop)
+        # ``_carry_on``, written out: one generator less on every call that enters the loop.
+        yielded = first
+        while yielded is _NEED_LOOP:
+            try:
+                yielded = coro.send(loop)
+            except StopIteration as done:
+                value: _T = done.value
+                return value
+        result: _T = yield from resume(coro, yielded)
         return result
     finally:
         loop.stop()
