@@ -168,7 +168,9 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             value: _T = done.value
             return value
         loop = thread_loop()
-        task = asyncio.Task(_carry_on_then_stop(loop, coro, first), loop=loop, context=context)
+        task = asyncio.Task(
+            _carry_on(coro, first, loop, then_stop=True), loop=loop, context=context
+        )
         try:
             loop.stop()
             loop.run_forever()
@@ -259,30 +261,17 @@ def carry_on(
 
 @types.coroutine
 def _carry_on(
-    coro: Coroutine[Any, Any, _T], first: Any, loop: asyncio.AbstractEventLoop | None = None
+    coro: Coroutine[Any, Any, _T],
+    first: Any,
+    loop: asyncio.AbstractEventLoop | None = None,
+    *,
+    then_stop: bool = False,
 ) -> Generator[Any, Any, _T]:
     """Continue a started coroutine inside its task: first past every ``event_loop()`` wait
     (a loop runs now: ``loop``, when the caller knows it, is what the wait returns), then as
-    ``resume`` does."""
-    yielded = first
-    while yielded is _NEED_LOOP:
-        try:
-            yielded = coro.send(loop)
-        except StopIteration as done:
-            value: _T = done.value
-            return value
-    result: _T = yield from resume(coro, yielded)
-    return result
-
-
-@types.coroutine
-def _carry_on_then_stop(
-    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T], first: Any
-) -> Generator[Any, Any, _T]:
-    """``_carry_on``, then stop ``loop`` in the same step, however the coroutine ends: the
-    ``run_forever`` that ``drive`` runs returns with that pass."""
+    ``resume`` does. ``then_stop``: stop ``loop`` in the same step, however the coroutine ends
+    (the ``run_forever`` that ``drive`` runs returns with that pass)."""
     try:
-        # ``_carry_on``, written out: one generator less on every call that enters the loop.
         yielded = first
         while yielded is _NEED_LOOP:
             try:
@@ -293,7 +282,8 @@ def _carry_on_then_stop(
         result: _T = yield from resume(coro, yielded)
         return result
     finally:
-        loop.stop()
+        if then_stop and loop is not None:
+            loop.stop()
 
 
 # --- resuming a started coroutine in a task ----------------------------------------------------
