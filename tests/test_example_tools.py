@@ -8,6 +8,7 @@ tool body, its renderer, its classifier or its presenters.
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import os
 import resource
@@ -289,6 +290,28 @@ def test_read_file_says_how_many_bytes_of_the_lines_it_shows_are_not_utf8(root: 
     # Only the lines returned count.
     assert "not_utf8_bytes" not in call(tool, {"path": "a.txt", "offset": 3})
     assert call(tool, {"path": "a.txt", "limit": 1})["not_utf8_bytes"] == 1
+
+
+@pytest.mark.parametrize(
+    ("ending", "undecodable"),
+    [
+        (b"\xff", 1),  # a byte no character starts with, at the end of the file
+        (b"\xe2\x82", 2),  # a character the file itself cut short
+        (b"\xc3\n", 1),  # the same, before the newline
+        (b"\xff" + b"b" * 10 + b"\n", 1),  # cut there, but not inside a character
+    ],
+)
+def test_read_file_counts_undecodable_bytes_at_the_cap(
+    root: Path, ending: bytes, undecodable: int
+) -> None:
+    data = b"a" * (MAX_READ_BYTES - len(ending.rstrip(b"\n").rstrip(b"b"))) + ending
+    (root / "long.txt").write_bytes(data)
+    assert call(read_file_tool(root), {"path": "long.txt"})["not_utf8_bytes"] == undecodable
+
+
+def test_read_file_keeps_a_last_line_exactly_as_long_as_the_cap(root: Path) -> None:
+    (root / "cap.txt").write_bytes(b"a" * MAX_READ_BYTES)
+    assert call(read_file_tool(root), {"path": "cap.txt"})["text"] == "a" * MAX_READ_BYTES
 
 
 @pytest.mark.parametrize("character", ["\u20ac", "\U0001f600", "\u00e9"])
@@ -1171,6 +1194,58 @@ def test_bash_kills_what_left_the_group_of_a_command_that_killed_its_supervisor(
     value = call(bash_tool(root), {"command": DETACH + "; kill -9 $PPID; sleep 0.2"})
     assert value["signal"] == "SIGKILL"
     assert _terminates(int((root / "detached.pid").read_text()))
+
+
+def test_bash_finds_what_a_command_left_without_pidfds(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open is refused here")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    value = call(bash_tool(root), {"command": DETACH + "; kill -9 $PPID; sleep 0.2"})
+    monkeypatch.undo()
+    assert value["signal"] == "SIGKILL"
+    assert _terminates(int((root / "detached.pid").read_text()))
+
+
+_CANCEL_THEN_EXIT = """
+import asyncio, sys
+from pathlib import Path
+from dsh_tools.actors import AbortController
+from dsh_tools.examples import bash_tool
+from dsh_tools.registry import snapshot_json
+from test_example_tools import DETACH, RunContext
+
+root = Path(sys.argv[1])
+
+async def main():
+    args = snapshot_json({"command": DETACH + "; touch ready; kill -STOP $PPID; sleep 30"})
+    body = asyncio.ensure_future(
+        bash_tool(root).execute(args, RunContext(AbortController().signal, "bash"))
+    )
+    while not (root / "ready").exists():
+        await asyncio.sleep(0.01)
+    body.cancel()
+    try:
+        await body
+    except asyncio.CancelledError:
+        pass
+
+asyncio.run(main())
+"""
+
+
+def test_bash_leftovers_of_a_cancelled_call_are_gone_when_the_host_exits(root: Path) -> None:
+    # The command stopped its supervisor, so the host searches for what it left, off the loop:
+    # the host's exit waits for that search.
+    subprocess.run(
+        [sys.executable, "-c", _CANCEL_THEN_EXIT, str(root)],
+        cwd=Path(__file__).parent,
+        check=True,
+        timeout=30,
+    )
+    assert _terminates(int((root / "detached.pid").read_text()), within=1.0)
 
 
 @pytest.mark.parametrize("interpreter", ["", "/nonexistent/python3", "/bin/true"])

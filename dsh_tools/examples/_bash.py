@@ -207,25 +207,43 @@ def _kill_marked(mark: bytes) -> None:
         time.sleep(0.001)
 
 
+def _kill_marked_soon(mark: bytes) -> None:
+    """``_kill_marked`` off the loop (it may take seconds, and the cancelled call does not wait
+    for it), on a thread the interpreter waits for at exit: what it kills must not outlive
+    the host's own end. Where no thread can start (the process limit), here and now."""
+    try:
+        threading.Thread(target=_kill_marked, args=(mark,), name="bash-cleanup").start()
+    except RuntimeError:
+        _kill_marked(mark)
+
+
 def _kill_if_marked(pid: int, mark: bytes) -> bool:
-    """Kill ``pid`` if its environment holds ``mark``; whether it did."""
+    """Kill ``pid`` if its environment holds ``mark``; whether it did. Without pidfds (an old
+    kernel, a sandbox that refuses them) the number is signalled, as it was read."""
+    handle: int | None
     try:
         handle = os.pidfd_open(pid)
-    except OSError:  # gone, or no pidfds
+    except ProcessLookupError:
         return False
+    except OSError:
+        handle = None
     try:
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
                 environment = environ.read()
-        except OSError:  # another user's
+        except OSError:  # gone, or another user's
             return False
         if mark not in environment.split(b"\0"):
             return False
         with contextlib.suppress(OSError):  # it ended meanwhile
-            signals.pidfd_send_signal(handle, signals.SIGKILL)
+            if handle is not None:
+                signals.pidfd_send_signal(handle, signals.SIGKILL)
+            else:
+                os.kill(pid, signals.SIGKILL)
         return True
     finally:
-        os.close(handle)
+        if handle is not None:
+            os.close(handle)
 
 
 def _wait_for_exit(pid: int) -> None:
@@ -370,18 +388,17 @@ def bash_tool(
             truncated = capture.dropped or not capture.finished.done()
         finally:
             aborted.cancel()
-            if report is None:  # cancelled from outside: leave nothing
-                _tell_to_stop(stop)
-                if transport.get_returncode() is None:
-                    _wait_for_exit(pgid)
-                _kill_group(pgid)
-                if _supervisor_report(stop) != (True, True):
-                    # Off the loop: the search may take seconds, and nothing waits for it.
-                    threading.Thread(
-                        target=_kill_marked, args=(mark.encode(),), name="bash-cleanup", daemon=True
-                    ).start()
-            os.close(stop)
-            transport.close()
+            try:
+                if report is None:  # cancelled from outside: leave nothing
+                    _tell_to_stop(stop)
+                    if transport.get_returncode() is None:
+                        _wait_for_exit(pgid)
+                    _kill_group(pgid)
+                    if _supervisor_report(stop) != (True, True):
+                        _kill_marked_soon(mark.encode())
+            finally:
+                os.close(stop)
+                transport.close()
         code = transport.get_returncode()
         assert code is not None
         stdout, stderr = capture.stdout, capture.stderr

@@ -47,27 +47,33 @@ def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
         if not raw:
             return
         if len(raw) == MAX_READ_BYTES and not raw.endswith(b"\n"):
-            raw = _whole_characters(raw)
-            while True:  # skip the rest of the overlong line
+            rest = handle.readline(MAX_READ_BYTES)
+            if not rest:  # the file's last line, exactly as long as the cap: nothing was cut
+                yield raw
+                return
+            if rest[0] & 0xC0 == 0x80:  # the cut split a character: keep none of it
+                raw = _whole_characters(raw)
+            while not rest.endswith(b"\n"):  # skip the rest of the overlong line
                 check_abort(signal)
                 rest = handle.readline(MAX_READ_BYTES)
-                if not rest or rest.endswith(b"\n"):
+                if not rest:
                     break
             raw += b"\n"
         yield raw
 
 
 def _whole_characters(cut: bytes) -> bytes:
-    """``cut`` without a UTF-8 character that the cut at ``MAX_READ_BYTES`` split (its first
-    bytes are not undecodable text, only the start of what was cut off)."""
+    """``cut`` without the start of a UTF-8 character that the cut at ``MAX_READ_BYTES`` split
+    (the line goes on with a continuation byte): those bytes are not undecodable text, only
+    the start of what was cut off. A byte that can start no character is kept."""
     for back in range(1, min(4, len(cut)) + 1):
         byte = cut[-back]
         if byte & 0xC0 == 0x80:  # a continuation byte: its lead byte is further back
             continue
-        if byte >= 0xC0:  # a lead byte: is its sequence whole?
+        if 0xC2 <= byte <= 0xF4:  # a lead byte: is its sequence whole?
             length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
             return cut[:-back] if back < length else cut
-        return cut  # ASCII
+        return cut  # ASCII, or a byte no character starts with
     return cut
 
 
