@@ -29,6 +29,7 @@ from dsh_tools.examples import (
     DEFAULT_BASH_TIMEOUT_MS,
     DEFAULT_READ_LIMIT,
     WorkspaceError,
+    _fs_read,
     _fs_write,
     bash_tool,
     edit_file_tool,
@@ -405,9 +406,35 @@ def test_a_path_that_cannot_be_resolved_is_a_workspace_error(
 
 
 @pytest.mark.timeout(30)
-def test_read_file_skipping_an_endless_line_stops_when_the_call_is_aborted(root: Path) -> None:
-    # Text, then a terabyte hole with no newline: skipping the rest of that first line would
-    # read all of it.
+def test_read_file_jumps_over_the_holes_of_a_sparse_file(root: Path) -> None:
+    # Text, then a terabyte hole, then two short lines: the hole ends no line, and reading
+    # it would take hours.
+    with open(root / "sparse.txt", "wb") as file:
+        file.write(b"a" * 9000)
+        file.seek(1 << 40)
+        file.write(b"\nb\nc\n")
+    tool = read_file_tool(root)
+    assert call(tool, {"path": "sparse.txt", "offset": 2}) == {
+        "path": "sparse.txt",
+        "text": "b\nc\n",
+        "start_line": 2,
+        "line_count": 2,
+        "has_more": False,
+    }
+    with open(root / "sparse.txt", "r+b") as file:
+        file.truncate(1 << 40)  # now the hole runs to the end
+    value = call(tool, {"path": "sparse.txt"})
+    assert value["line_count"] == 1
+    assert not value["has_more"]
+
+
+@pytest.mark.timeout(30)
+def test_read_file_skipping_an_endless_line_stops_when_the_call_is_aborted(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Text, then a terabyte hole with no newline, on a file system that cannot tell holes
+    # from data: skipping the rest of that first line would read all of it.
+    monkeypatch.setattr(_fs_read, "_past_hole", lambda handle: True)
     with open(root / "sparse.txt", "wb") as file:
         file.write(b"a" * 9000)
         file.truncate(1 << 40)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
@@ -41,7 +42,8 @@ MAX_LIST_ENTRIES = 1000
 def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
     """The file's lines; a line longer than ``MAX_READ_BYTES`` is cut there (its newline kept)
     and the rest of it skipped, so one huge line never sits in memory whole. Skipping watches
-    ``signal``: the rest of a line may be the terabyte hole of a sparse file."""
+    ``signal``, and jumps over the holes of a sparse file (zeros, which end no line): the rest
+    of a line may be a terabyte hole."""
     while True:
         raw = handle.readline(MAX_READ_BYTES)
         if not raw:
@@ -55,11 +57,32 @@ def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
                 raw = _whole_characters(raw)
             while not rest.endswith(b"\n"):  # skip the rest of the overlong line
                 check_abort(signal)
+                if not _past_hole(handle):
+                    break  # a hole runs to the end of the file
                 rest = handle.readline(MAX_READ_BYTES)
                 if not rest:
                     break
             raw += b"\n"
         yield raw
+
+
+def _past_hole(handle: BinaryIO) -> bool:
+    """Move ``handle`` to the next data when it stands in a hole of a sparse file; when only a
+    hole is left, to the end of the file, and False. Where the file system cannot tell (no
+    ``SEEK_DATA``), it stays where it is."""
+    position = handle.tell()
+    try:
+        data = os.lseek(handle.fileno(), position, os.SEEK_DATA)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            return True
+        handle.seek(0, os.SEEK_END)  # no data past here: the rest is a hole
+        return False
+    except AttributeError:  # a platform without SEEK_DATA
+        return True
+    if data != position:
+        handle.seek(data)
+    return True
 
 
 def _whole_characters(cut: bytes) -> bytes:
