@@ -23,6 +23,16 @@ import dsh_tools._system as system_module
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem
 
 
+def run_script(source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` (dedented) in a fresh interpreter with ``args``; its output as text."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 def test_stop_mid_batch_gives_every_started_call_its_result() -> None:
     system = ToolSystem.start(code_runtime=None)
     sleeping, polling = threading.Event(), threading.Event()
@@ -201,10 +211,7 @@ ENDING
     ids=["forgets stop", "exits with a code", "dies of an exception"],
 )
 def test_a_script_that_never_calls_stop_exits(ending: str, exit_code: int) -> None:
-    script = textwrap.dedent(SCRIPT).replace("ENDING", ending)
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
-    )
+    done = run_script(SCRIPT.replace("ENDING", ending))
     assert done.returncode == exit_code, done.stderr
     assert done.stdout.split() == ["hello"] * 4
 
@@ -236,9 +243,7 @@ print("exiting")
 
 
 def test_a_script_that_exits_while_a_hook_blocks_its_threads_loop_exits_cleanly() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", BLOCKED_LOOP_AT_EXIT], capture_output=True, text=True, timeout=30
-    )
+    done = run_script(BLOCKED_LOOP_AT_EXIT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["exiting"]
     assert "Traceback" not in done.stderr, done.stderr
@@ -283,9 +288,7 @@ system.stop()
 
 
 def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CTRL_C)], capture_output=True, text=True, timeout=30
-    )
+    done = run_script(CTRL_C)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
 
@@ -348,12 +351,7 @@ def test_ctrl_c_during_a_blocking_execute_cancels_the_call_and_records_its_resul
     # Left pending, the interrupted call ran on: resumed by the next call on the same thread
     # (and recorded as a success there), or to its end on the system loop.
     args = [] if timeout is None else [str(timeout)]
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CTRL_C_EXECUTE), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_script(CTRL_C_EXECUTE, *args)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == ["interrupted", "['ABORTED'] ['cancelled']", "quick 0"]
 
@@ -458,12 +456,7 @@ system.stop()
 def test_a_ctrl_c_that_another_thread_takes_still_interrupts_a_blocking_execute_at_once() -> None:
     # The kernel gives a process's SIGINT to any of its threads; Python notes it for the main
     # thread, which must not sleep on in its loop's wait until the body's timer.
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CTRL_C_ON_ANOTHER_THREAD)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_script(CTRL_C_ON_ANOTHER_THREAD)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["interrupted True", "['ABORTED']"]
 
@@ -501,12 +494,7 @@ system.stop()
 
 
 def test_a_signal_arriving_while_execute_waits_still_reaches_the_harness_loops_handler() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SIGNAL_FOR_ANOTHER_LOOP)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_script(SIGNAL_FOR_ANOTHER_LOOP)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["done", "['usr1']"]
 
@@ -515,12 +503,7 @@ def test_a_second_ctrl_c_stops_the_wait_and_the_call_keeps_its_one_result() -> N
     # The call is finished and recorded as the caller stops waiting, so that nothing waits for
     # it and a later stop() on the same thread stops the system rather than taking the thread
     # for the system's own work.
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CTRL_C_TWICE)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_script(CTRL_C_TWICE)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == [
         "interrupted",
