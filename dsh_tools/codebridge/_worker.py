@@ -11,7 +11,8 @@ globals: ``tools`` (or whatever each namespace is called), the namespaces' error
 as soon as the program settles and exits at once (no asyncio shutdown: whatever is left of the
 run is killed anyway). ``SystemExit`` ends the process with its status and no ``Done``. Under
 the sandbox one byte on the init's notice pipe, once ``Done`` is in the channel, lets the init
-end the run while the host is still reading the frame.
+end the run while the host is still reading the frame; the worker then waits for the init's
+kill rather than exiting.
 
 Everything the protocol depends on (``os.write``, ``os.read``, ``os._exit``, the encoder, the
 ledger) is bound at import time, so a program that monkeypatches ``print``, ``sys.stdout``,
@@ -31,6 +32,8 @@ import contextlib
 import linecache
 import os
 import re
+import select
+import signal
 import sys
 import threading
 import types
@@ -78,6 +81,10 @@ _os_write = os.write
 _os_read = os.read
 _os_exit = os._exit
 _os_fstat = os.fstat
+_pthread_sigmask = signal.pthread_sigmask
+_SIG_BLOCK = signal.SIG_BLOCK
+_ALL_SIGNALS = frozenset(signal.valid_signals())
+_select = select.select
 _builtin_print = builtins.print
 _get_ident = threading.get_ident
 _encode_frame = encode_frame
@@ -274,17 +281,22 @@ class Worker:
             with contextlib.suppress(Exception):
                 if stream is not None:
                     stream.flush()
+        told = False
         with contextlib.suppress(Exception):
             self.send(done)
-            self.tell_init()
+            told = self.tell_init()
+        if told:
+            _await_kill()
         _os_exit(0)
 
-    def tell_init(self) -> None:
-        """Tell the init the run is over. Only if the descriptor still is the pipe it was at
-        boot: a program may have closed it and opened a file of its own under its number."""
+    def tell_init(self) -> bool:
+        """Tell the init the run is over; return whether it was told. Only if the descriptor
+        still is the pipe it was at boot: a program may have closed it and opened a file of its
+        own under its number."""
         notice = self.notice
         if notice is not None and _os_fstat(notice[0]).st_ino == notice[1]:
-            _os_write(notice[0], b"D")
+            return _os_write(notice[0], b"D") == 1
+        return False
 
     def finish_value(self, value: Any) -> NoReturn:
         if value is ABSENT:
@@ -308,6 +320,19 @@ class Worker:
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))
+
+
+def _await_kill() -> NoReturn:
+    """Wait, running nothing of the program, for the init's ``SIGKILL``, which the notice has
+    asked for. Exiting here instead would put the kernel's teardown of this process's memory
+    (up to milliseconds for an interpreter's worth of pages) ahead of the init on the core the
+    notice woke it on, and so ahead of its report that the run is over; killed, the teardown
+    follows that report. The init's own exit takes this process with it whatever happens."""
+    with contextlib.suppress(BaseException):
+        _pthread_sigmask(_SIG_BLOCK, _ALL_SIGNALS)  # no handler of the program runs again
+    while True:
+        with contextlib.suppress(BaseException):
+            _select((), (), ())
 
 
 def read_boot() -> Boot:
