@@ -101,7 +101,9 @@ def first_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
 # --- the per-thread loop and the driver --------------------------------------------------------
 
 
-def _close_in_owner(loop: asyncio.AbstractEventLoop, owner_pid: int) -> None:
+def _close_in_owner(
+    loop: asyncio.AbstractEventLoop, owner_pid: int, wakeup: _SignalWakeup | None
+) -> None:
     # A child forked by another thread drops this thread's locals at once; closing the loop
     # there would unregister its descriptors from the epoll instance it shares with the parent,
     # and the parent's loop would never again be woken from another thread.
@@ -109,6 +111,38 @@ def _close_in_owner(loop: asyncio.AbstractEventLoop, owner_pid: int) -> None:
     # that loop is left to the process's end.
     if os.getpid() == owner_pid and not loop.is_running():
         loop.close()
+        if wakeup is not None:
+            wakeup.close()
+
+
+class _SignalWakeup:
+    """The main thread's wakeup descriptor for its private loop's waits (``_woken_by_signals``):
+    one socket pair for the loop's life, its reading end watched by the loop all along (the
+    loop runs only while a call waits, and only such a wait points Python's wakeup descriptor
+    at the writing end). A pair made and closed per wait cost every waiting call two socket
+    closes and two watch changes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.reader, self.writer = socket.socketpair()
+        self.reader.setblocking(False)
+        self.writer.setblocking(False)
+        self.previous: int | None = None
+        """The descriptor the current wait's signals are passed on to."""
+        loop.add_reader(self.reader.fileno(), self.pass_on)
+
+    def pass_on(self) -> None:
+        """Pass what arrived on to the descriptor the wait replaced (a stopped asyncio loop's,
+        whose signal handlers learn of their signals only from it)."""
+        previous = self.previous
+        with contextlib.suppress(OSError):
+            while data := self.reader.recv(4096):
+                if previous is not None and previous >= 0:
+                    with contextlib.suppress(OSError):
+                        os.write(previous, data)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.writer.close()
 
 
 class _ThreadLoop:
@@ -116,7 +150,18 @@ class _ThreadLoop:
 
     def __init__(self) -> None:
         self.loop = new_pool_loop()
-        weakref.finalize(self, _close_in_owner, self.loop, os.getpid())
+        self._wakeup: _SignalWakeup | None = None
+        self._finalizer = weakref.finalize(self, _close_in_owner, self.loop, os.getpid(), None)
+
+    def wakeup(self) -> _SignalWakeup:
+        """The main thread's ``_SignalWakeup`` (made on first use; closed with the loop)."""
+        if self._wakeup is None:
+            self._wakeup = _SignalWakeup(self.loop)
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(
+                self, _close_in_owner, self.loop, os.getpid(), self._wakeup
+            )
+        return self._wakeup
 
 
 class _ThreadState(threading.local):
@@ -211,39 +256,25 @@ def _woken_by_signals(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
     (any thread may take a process's Ctrl-C) wakes the wait at once, so that the main thread
     raises its ``KeyboardInterrupt`` then, not when the wait would have ended (an hour, for
     a body sleeping that long). Python notes the signal and writes its number to the wakeup
-    descriptor, which the loop watches for as long as it waits."""
-    if threading.current_thread() is not threading.main_thread():
+    descriptor, which the loop watches (``_SignalWakeup``)."""
+    holder = _state.holder
+    if threading.current_thread() is not threading.main_thread() or holder is None:
         yield
         return
-    reader, writer = socket.socketpair()
+    assert holder.loop is loop  # ``drive`` waits on this thread's private loop only
+    wakeup = holder.wakeup()
     try:
-        reader.setblocking(False)
-        writer.setblocking(False)
-        try:
-            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        except ValueError:  # not the main interpreter: signals are not delivered here
-            previous = None
-        # What arrives is passed on to the descriptor it replaced (a stopped asyncio loop's,
-        # whose signal handlers learn of their signals only from it).
-        loop.add_reader(reader.fileno(), _pass_on, reader, previous)
-        try:
-            yield
-        finally:
-            if previous is not None:
-                signal.set_wakeup_fd(previous)
-            loop.remove_reader(reader.fileno())
-            _pass_on(reader, previous)  # what came in since the loop last looked
+        previous = signal.set_wakeup_fd(wakeup.writer.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main interpreter: signals are not delivered here
+        yield
+        return
+    wakeup.previous = previous
+    try:
+        yield
     finally:
-        reader.close()
-        writer.close()
-
-
-def _pass_on(reader: socket.socket, previous: int | None) -> None:
-    with contextlib.suppress(OSError):
-        while data := reader.recv(4096):
-            if previous is not None and previous >= 0:
-                with contextlib.suppress(OSError):
-                    os.write(previous, data)
+        signal.set_wakeup_fd(previous)
+        wakeup.pass_on()  # what came in since the loop last looked
+        wakeup.previous = None
 
 
 def carry_on(
