@@ -476,6 +476,16 @@ def test_a_program_longer_than_the_host_compiles_is_compiled_by_its_worker(
     )
 
 
+def test_a_program_longer_than_the_channels_buffer_reaches_its_worker_whole(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A pre-forked worker is sent what its channel takes of the program before the run is set
+    # up around it; the rest follows through the run's own writer. Each run is its own worker.
+    for size in (65_536 - 64, 300_000, 1_000_000):
+        program = f"text = '{'a' * size}'\nreturn [len(text), text[-3:]]"
+        assert run(runtime, program).value == [size, "aaa"], size
+
+
 def test_a_short_program_that_would_cost_the_compiler_gigabytes_costs_only_its_own_run() -> None:
     # A finally block is emitted twice per nesting level: twenty levels in under a kilobyte
     # take the compiler seconds and gigabytes. Only the worker compiles, inside the run's

@@ -37,6 +37,15 @@ class Slot:
         self.template = template
         self.status = b""
 
+    def write_early(self, data: bytes) -> int:
+        """Write what the worker's channel takes of ``data`` now, without waiting; return how
+        many bytes that was (0 when the write failed: the run's own writer then tries, and its
+        failure is the run's)."""
+        try:
+            return os.write(self.fds["to_worker"], data)
+        except OSError:
+            return 0
+
     def close(self) -> None:
         """Close the host's descriptors (an idle worker then reads end of file and exits)."""
         for fd in self.fds.values():

@@ -34,7 +34,7 @@ from ._frame_screen import FrameRejected
 from ._frames import Call, Done, Log, OutputLimit
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome, materialize, safe_text
-from ._pool import WorkerPool
+from ._pool import Slot, WorkerPool
 from ._run_calls import BindingCalls, Track
 from ._run_process import RunProcess
 from ._sandbox._init import WALL_BACKSTOP_SECONDS
@@ -70,9 +70,18 @@ class CodeRun(RunProcess):
         ledger: OutputLedger,
         namespaces: dict[str, dict[str, BindingFunction]],
         boot: bytes,
+        taken: Slot | None = None,
+        boot_sent: int = 0,
     ) -> None:
         super().__init__(
-            config=config, template=template, pool=pool, loop=loop, ledger=ledger, boot=boot
+            config=config,
+            template=template,
+            pool=pool,
+            loop=loop,
+            ledger=ledger,
+            boot=boot,
+            taken=taken,
+            boot_sent=boot_sent,
         )
         self.future: asyncio.Future[CodeRunResult] = loop.create_future()
         self.finished = concurrent.futures.Future[None]()

@@ -29,7 +29,7 @@ from ._frame_screen import worker_frame_screen
 from ._frames import FrameReader, worker_frame_decoder
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome
-from ._pool import WorkerPool, open_slot
+from ._pool import Slot, WorkerPool, open_slot
 from ._run_output import NativeOutput
 from ._run_pipes import DRAIN_LIMIT, READ_SIZE, ChannelWriter, read_available
 from ._run_readers import RunReaders
@@ -71,9 +71,15 @@ class RunProcess(abc.ABC):
         loop: asyncio.AbstractEventLoop,
         ledger: OutputLedger,
         boot: bytes,
+        taken: Slot | None = None,
+        boot_sent: int = 0,
     ) -> None:
+        """``taken``: the pre-forked worker the first attempt runs on, taken from ``pool``
+        already, with the first ``boot_sent`` bytes of ``boot`` written to it."""
         self._template = template
         self._pool = pool
+        self._taken = taken
+        self._boot_sent = boot_sent
         self._sandboxed = config.isolation == "sandbox"
         self._limits = RunLimits(
             config.compute_ms,
@@ -137,7 +143,12 @@ class RunProcess(abc.ABC):
     def _spawn(self) -> None:
         self._attempts += 1
         pool = self._pool if self._attempts == 1 else None
-        slot = taken = pool.take() if pool is not None else None
+        taken, self._taken = self._taken, None
+        sent, self._boot_sent = self._boot_sent, 0
+        if taken is None and pool is not None:
+            taken = pool.take()
+            sent = 0
+        slot = taken
         if slot is None:
             try:
                 slot = open_slot(self._template)
@@ -155,8 +166,9 @@ class RunProcess(abc.ABC):
         self._writer.attach(host["to_worker"])
         # The worker is waiting: write the program before anything else, so that the worker
         # starts it while the host registers its readers (the pipes keep what it answers).
-        self._send(self._boot)
-        self._writer.flush()
+        if sent < len(self._boot):
+            self._send(self._boot[sent:] if sent else self._boot)
+            self._writer.flush()
         try:
             self._readers.watch(
                 {
@@ -180,6 +192,10 @@ class RunProcess(abc.ABC):
             self._readers.drop(fd)
 
     def _close_all(self) -> None:
+        taken, self._taken = self._taken, None
+        if taken is not None:  # never started: ended before its first attempt spawned
+            taken.close()
+            self._refill = self._pool is not None
         self._frames.close()
         self._readers.close()
         self._writer.close()
