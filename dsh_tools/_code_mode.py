@@ -6,6 +6,7 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Final, Protocol
 
 import pykka
@@ -20,6 +21,7 @@ from .codebridge._seam import CodeRuntime, DefaultRuntime, runtime_config_from
 from .codebridge._transport import (
     INVALID_DESCRIPTION_MESSAGE,
     RUN_CODE_DESCRIPTION,
+    RUN_CODE_TOOL_NAME,
     present_run_code_call,
     render_run_code_output,
     run_code_output_dsl,
@@ -128,8 +130,16 @@ def install_code_mode(
         system.dispatch_spill = spill_policy(config.max_inline_bytes, None)
     if config.mode != "native":
         definition = build_run_code(system, cell)
+        system.pipeline.announcers[RUN_CODE_TOOL_NAME] = partial(_expect_run, system)
         registry.ask(SetTransport(definition, True))
     return owns_runtime
+
+
+def _expect_run(system: CodeModeHost) -> None:
+    """A ``run_code`` call has begun: the runtime, if it pre-forks workers, wakes the next."""
+    runtime = system.code_runtime
+    if isinstance(runtime, SubprocessCodeRuntime):
+        runtime.expect_run()
 
 
 def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:

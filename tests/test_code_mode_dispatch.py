@@ -30,12 +30,14 @@ from dsh_tools import (
     Block,
     Deny,
     ExecuteBatch,
+    ExecuteCall,
     ToolCall,
     ToolDefinition,
     ToolOutput,
     ToolSystem,
     define_tool,
 )
+from dsh_tools.codebridge import SubprocessCodeRuntime
 from dsh_tools.codebridge._dispatch_log import (
     LOGGED_ARGUMENTS_LIMIT,
     LOGGED_VALUES_LIMIT,
@@ -1007,3 +1009,34 @@ def test_an_outer_block_discards_the_sub_calls_deferred_contexts() -> None:
     assert result.is_error
     assert texts(result.content) == ["run_code output withheld"]
     assert list(result.additional_contexts) == []
+
+
+def test_a_run_code_call_tells_the_runtime_a_run_is_coming_before_its_guards_run() -> None:
+    # The runtime wakes the pre-forked worker the run will take as soon as the call begins, so
+    # that it warms up while guards, hooks and the pipeline prepare the run. A call refused
+    # after that leaves the worker idle for a later run.
+    order: list[str] = []
+    with code_system(DEFAULT, mode="code") as system:
+        runtime = system.code_runtime
+        assert isinstance(runtime, SubprocessCodeRuntime)
+        expect_run = runtime.expect_run
+
+        def told() -> None:
+            order.append("told")
+            expect_run()
+
+        runtime.expect_run = told  # type: ignore[method-assign]
+
+        def guard(execution: Any) -> str | None:
+            order.append("guard")
+            return "refused" if len(order) <= 2 else None
+
+        system.tools.guard(guard)
+        refused = system.execute(run_code("return 1", call_id="refused"))
+        ran = system.execute(run_code("return 2", call_id="ran"))
+        again = system.execute(run_code("return 3", call_id="again"))
+        other = system.execute(ExecuteCall(call_id="x", name="no_such_tool", arguments={}))
+    assert refused.is_error and "refused" in texts(refused.content)[0]
+    assert value_of(ran)["result"] == 2 and value_of(again)["result"] == 3
+    assert other.is_error
+    assert order == ["told", "guard", "told", "guard", "told", "guard", "guard"]

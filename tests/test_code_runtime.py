@@ -540,6 +540,22 @@ def test_no_state_survives_between_runs(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, 'return hasattr(__import__("builtins"), "leak")').value is False
 
 
+def test_workers_told_a_run_is_coming_serve_runs_as_any_other(
+    fresh_runtime: SubprocessCodeRuntime,
+) -> None:
+    # A notice warms a pre-forked worker up while the host prepares its run; notices with no
+    # run after them (a call refused before its body) leave the workers idle and ready.
+    assert run(fresh_runtime, "return 1").value == 1  # the pool is filled after a first run
+    for _ in range(5):
+        fresh_runtime.expect_run()
+    for value in range(4):
+        assert run(fresh_runtime, f"return {value}").value == value
+        fresh_runtime.expect_run()
+    assert run(fresh_runtime, "return await tools.echo({'value': 7})", tools(echo=echo)).value == (
+        "echo:7"
+    )
+
+
 # --- the program environment (11.6) ----------------------------------------------------------
 
 

@@ -141,6 +141,13 @@ class SubprocessCodeRuntime:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def expect_run(self) -> None:
+        """A run is coming (a ``run_code`` call has begun): the pre-forked worker it will take
+        warms up meanwhile. Any thread; never blocks or raises."""
+        pool = self._pool
+        if pool is not None:
+            pool.wake()
+
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program; see ``CodeRuntime.run``."""
         if self._disposed:

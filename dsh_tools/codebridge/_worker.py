@@ -335,8 +335,16 @@ def _await_kill() -> NoReturn:
             _select((), (), ())
 
 
-def read_boot() -> Boot:
-    size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
+def read_boot(on_notice: Callable[[], None] | None = None) -> Boot:
+    """The run's ``Boot`` frame. Empty frames before it are notices that it is on its way
+    (the pool's ``WAKE_NOTICE``): ``on_notice`` runs for each (the worker warms up while the
+    host prepares the run)."""
+    while True:
+        size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
+        if size:
+            break
+        if on_notice is not None:
+            on_notice()
     frame = HOST_FRAMES.decode(_read_exact(CHANNEL_IN, size))
     if type(frame) is not Boot:
         _os_exit(70)

@@ -165,6 +165,10 @@ class PipelineCore:
         self.body_waits: set[CallRecord] = set()
         # What each running pool does once stop()'s grace is over (``watch_pool``).
         self._pools: Attached[Callable[[], None]] = Attached()
+        # By tool name: what a call to that tool tells as it begins, before its guards, hooks
+        # and approval, so that what its body will need can get ready meanwhile (Code Mode
+        # wakes the worker a run will take). Quick, any thread, never raises.
+        self.announcers: dict[str, Callable[[], None]] = {}
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""

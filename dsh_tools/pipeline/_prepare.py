@@ -70,6 +70,10 @@ class PrepareStages(PipelineCore):
         if entry is not None:
             rec.entry = entry
             rec.finalizer = entry.definition.finalize_content
+            if self.announcers:
+                announce = self.announcers.get(name)
+                if announce is not None:
+                    announce()
         try:
             rec.arguments = call.arguments if frozen else snapshot_json(call.arguments, "arguments")
         except (LosslessJsonError, RecursionError, MemoryError) as exc:
