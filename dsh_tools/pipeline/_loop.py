@@ -56,6 +56,9 @@ class _NeedLoop:
 
 
 _NEED_LOOP = _NeedLoop()
+_NEED_LOOP_TO_WAIT = _NeedLoop()
+"""What ``event_loop(to_wait=True)`` yields: the coroutine will wait on the loop for more than
+one pass (a body's task, a worker thread), so ``drive`` need not try a single pass first."""
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
@@ -70,18 +73,21 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 @types.coroutine
-def event_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
+def event_loop(*, to_wait: bool = False) -> Generator[Any, Any, asyncio.AbstractEventLoop]:
     """``loop = await event_loop()``: the running loop, once there is one.
 
     Under the blocking ``execute`` hooks and plain bodies run without an event loop (nothing
     they usually do needs one). A hook that needs the loop itself (to set a timer, create a
     future, call ``asyncio.sleep``) awaits this first: the call then carries on inside a
     task on the calling thread's private loop. Anywhere else it returns the running loop
-    at once."""
+    at once. ``to_wait``: what follows waits on the loop for certain (a task or a thread
+    settles it on a later pass)."""
     loop = running_loop()
     if loop is not None:
         return loop
-    sent: asyncio.AbstractEventLoop | None = yield _NEED_LOOP  # see ``first_loop``
+    sent: asyncio.AbstractEventLoop | None = yield (  # see ``first_loop``
+        _NEED_LOOP_TO_WAIT if to_wait else _NEED_LOOP
+    )
     return sent if sent is not None else asyncio.get_running_loop()
 
 
@@ -201,7 +207,9 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
     which is the whole call unless it really suspends; only then does the loop run on until the
     task is done, which stops the loop in its own last step. A call whose hooks merely pass
     through so costs one pass of the loop, not the two (and the done callback) of
-    ``run_until_complete``, and a call that suspends saves the pass that callback takes."""
+    ``run_until_complete``, and a call that suspends saves the pass that callback takes. A
+    coroutine that first suspends for a loop it will wait on (``event_loop(to_wait=True)``:
+    its body's task, a worker thread) skips that first pass, and the loop's second start."""
     context = contextvars.copy_context()
     state = _state
     outer = state.driving
@@ -217,8 +225,9 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             _carry_on(coro, first, loop, then_stop=True), loop=loop, context=context
         )
         try:
-            loop.stop()
-            loop.run_forever()
+            if first is not _NEED_LOOP_TO_WAIT:
+                loop.stop()
+                loop.run_forever()
             if not task.done():
                 with _woken_by_signals(loop):
                     while not task.done():
@@ -285,7 +294,7 @@ def carry_on(
 ) -> asyncio.Task[_T]:
     """Continue, in a task on ``loop`` (call this on its thread), a coroutine that was started
     on another thread and suspended there with ``first`` (an ``event_loop()`` wait, say)."""
-    if first is _NEED_LOOP:
+    if type(first) is _NeedLoop:
         return loop.create_task(coro, context=context)  # resumed there, event_loop() returns
     return loop.create_task(_carry_on(coro, first), context=context)
 
@@ -304,7 +313,7 @@ def _carry_on(
     (the ``run_forever`` that ``drive`` runs returns with that pass)."""
     try:
         yielded = first
-        while yielded is _NEED_LOOP:
+        while type(yielded) is _NeedLoop:
             try:
                 yielded = coro.send(loop)
             except StopIteration as done:
