@@ -6,6 +6,7 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -14,8 +15,13 @@ import pykka
 from .actors._config import ToolsConfig
 from .actors._protocol import SetTransport
 from .codebridge._assembly import check_runtime
-from .codebridge._bridge import CodeRunBridgeActor
-from .codebridge._runtime import SubprocessCodeRuntime
+from .codebridge._bridge import (
+    TOOL_CALL_ERROR,
+    TOOLS_NAMESPACE,
+    CodeRunBridgeActor,
+    binding_names,
+)
+from .codebridge._runtime import SubprocessCodeRuntime, namespace_wire
 from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import CodeRuntime, DefaultRuntime, runtime_config_from
 from .codebridge._transport import (
@@ -130,16 +136,22 @@ def install_code_mode(
         system.dispatch_spill = spill_policy(config.max_inline_bytes, None)
     if config.mode != "native":
         definition = build_run_code(system, cell)
-        system.pipeline.announcers[RUN_CODE_TOOL_NAME] = partial(_expect_run, system)
+        system.pipeline.announcers[RUN_CODE_TOOL_NAME] = partial(_prepare_run, system)
         registry.ask(SetTransport(definition, True))
     return owns_runtime
 
 
-def _expect_run(system: CodeModeHost) -> None:
-    """A ``run_code`` call has begun: the runtime, if it pre-forks workers, wakes the next."""
+def _prepare_run(system: CodeModeHost, arguments: Any, agent: str | None) -> None:
+    """A ``run_code`` call has begun: the runtime, if it pre-forks workers, prepares the run
+    its body will ask for (``SubprocessCodeRuntime.prepare``) with the same program and the
+    same bindings, so that the run finds it."""
     runtime = system.code_runtime
-    if isinstance(runtime, SubprocessCodeRuntime):
-        runtime.expect_run()
+    if not isinstance(runtime, SubprocessCodeRuntime):
+        return
+    program = arguments.get("code") if isinstance(arguments, Mapping) else None
+    if isinstance(program, str):
+        names = binding_names(system.pipeline, agent)
+        runtime.prepare(program, [namespace_wire(TOOLS_NAMESPACE, names, TOOL_CALL_ERROR)])
 
 
 def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:

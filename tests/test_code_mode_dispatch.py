@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,10 +37,11 @@ from dsh_tools import (
     ToolCall,
     ToolDefinition,
     ToolOutput,
+    ToolsConfig,
     ToolSystem,
     define_tool,
 )
-from dsh_tools.codebridge import SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge._dispatch_log import (
     LOGGED_ARGUMENTS_LIMIT,
     LOGGED_VALUES_LIMIT,
@@ -1011,32 +1015,53 @@ def test_an_outer_block_discards_the_sub_calls_deferred_contexts() -> None:
     assert list(result.additional_contexts) == []
 
 
-def test_a_run_code_call_tells_the_runtime_a_run_is_coming_before_its_guards_run() -> None:
-    # The runtime wakes the pre-forked worker the run will take as soon as the call begins, so
-    # that it warms up while guards, hooks and the pipeline prepare the run. A call refused
-    # after that leaves the worker idle for a later run.
+def test_a_run_code_call_prepares_its_run_before_its_guards_and_a_refused_one_never_runs(
+    tmp_path: Path,
+) -> None:
+    # As a run_code call begins, the runtime gives its program to a pre-forked worker, which
+    # compiles it while guards, hooks and approval decide, and runs it only once the call's
+    # body asks for the run: a refused call's program never runs.
     order: list[str] = []
-    with code_system(DEFAULT, mode="code") as system:
+
+    def marking(name: str) -> str:
+        return f"open({str(tmp_path / name)!r}, 'a').write('ran')\nreturn {name!r}"
+
+    with ToolSystem.start(
+        ToolsConfig(mode="code"), code_sandbox=CodeSandbox(write=[str(tmp_path)])
+    ) as system:
         runtime = system.code_runtime
         assert isinstance(runtime, SubprocessCodeRuntime)
-        expect_run = runtime.expect_run
+        assert not system.execute(run_code("return 0", call_id="first")).is_error
+        prepare = runtime.prepare
 
-        def told() -> None:
-            order.append("told")
-            expect_run()
+        def preparing(program: str, namespaces: Any) -> None:
+            order.append(f"prepare {program.splitlines()[-1]}")
+            prepare(program, namespaces)
 
-        runtime.expect_run = told  # type: ignore[method-assign]
+        runtime.prepare = preparing  # type: ignore[method-assign]
 
         def guard(execution: Any) -> str | None:
-            order.append("guard")
-            return "refused" if len(order) <= 2 else None
+            order.append(f"guard {execution.call_id}")
+            return "refused" if execution.call_id == "refused" else None
 
         system.tools.guard(guard)
-        refused = system.execute(run_code("return 1", call_id="refused"))
-        ran = system.execute(run_code("return 2", call_id="ran"))
-        again = system.execute(run_code("return 3", call_id="again"))
+        deadline = time.monotonic() + 10
+        while runtime.idle_workers < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        refused = system.execute(run_code(marking("refused"), call_id="refused"))
+        assert runtime.prepared_runs == 1
+        ran = system.execute(run_code(marking("ran"), call_id="ran"))
+        assert runtime.prepared_runs == 1  # the refused call's, until it expires
         other = system.execute(ExecuteCall(call_id="x", name="no_such_tool", arguments={}))
     assert refused.is_error and "refused" in texts(refused.content)[0]
-    assert value_of(ran)["result"] == 2 and value_of(again)["result"] == 3
+    assert value_of(ran)["result"] == "ran"
     assert other.is_error
-    assert order == ["told", "guard", "told", "guard", "told", "guard", "guard"]
+    assert order == [
+        "prepare return 'refused'",
+        "guard refused",
+        "prepare return 'ran'",
+        "guard ran",
+        "guard x",
+    ]
+    assert os.listdir(tmp_path) == ["ran"]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,12 +22,14 @@ from dsh_tools.codebridge import (
     CodeRunResult,
     CodeRuntime,
     CodeRuntimeConfig,
+    CodeSandbox,
     ErrorClassSpec,
     SubprocessCodeRuntime,
+    _prepared,
     runtime_config_from,
 )
 from dsh_tools.codebridge._ledger import MAX_LOG_ENTRIES
-from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT
+from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT, namespace_wire
 from dsh_tools.codebridge._tokens import tokenize
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
@@ -540,20 +544,86 @@ def test_no_state_survives_between_runs(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, 'return hasattr(__import__("builtins"), "leak")').value is False
 
 
-def test_workers_told_a_run_is_coming_serve_runs_as_any_other(
-    fresh_runtime: SubprocessCodeRuntime,
+def marking(marks: Path, name: str) -> str:
+    """A program that leaves a mark named ``name`` in ``marks`` (granted to it) and returns it."""
+    return f"open({str(marks / name)!r}, 'a').write('ran')\nreturn {name!r}"
+
+
+def wait_for_idle_workers(runtime: SubprocessCodeRuntime, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while runtime.idle_workers < count:
+        assert time.monotonic() < deadline, "the pool did not refill"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def granting_runtime(tmp_path: Path) -> Iterator[SubprocessCodeRuntime]:
+    own = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[str(tmp_path)])))
+    assert run(own, "return 0").value == 0  # a first run starts the pool of idle workers
+    wait_for_idle_workers(own, 2)
+    yield own
+    own.close()
+
+
+def test_a_prepared_run_runs_nothing_of_its_program_until_the_run_comes(
+    granting_runtime: SubprocessCodeRuntime, tmp_path: Path
 ) -> None:
-    # A notice warms a pre-forked worker up while the host prepares its run; notices with no
-    # run after them (a call refused before its body) leave the workers idle and ready.
-    assert run(fresh_runtime, "return 1").value == 1  # the pool is filled after a first run
-    for _ in range(5):
-        fresh_runtime.expect_run()
-    for value in range(4):
-        assert run(fresh_runtime, f"return {value}").value == value
-        fresh_runtime.expect_run()
-    assert run(fresh_runtime, "return await tools.echo({'value': 7})", tools(echo=echo)).value == (
-        "echo:7"
+    runtime = granting_runtime
+    runtime.prepare(marking(tmp_path, "never"), [])
+    runtime.prepare(marking(tmp_path, "claimed"), [])
+    assert runtime.prepared_runs == 2
+    time.sleep(0.5)  # long enough for both workers to have compiled their programs
+    assert sorted(os.listdir(tmp_path)) == []
+    assert run(runtime, marking(tmp_path, "claimed")).value == "claimed"
+    assert runtime.prepared_runs == 1
+    assert (tmp_path / "claimed").read_text() == "ran"
+    assert run(runtime, marking(tmp_path, "again")).value == "again"  # not prepared: as ever
+    runtime.close()
+    assert runtime.prepared_runs == 0
+    assert sorted(os.listdir(tmp_path)) == ["again", "claimed"]
+
+
+def test_a_prepared_run_is_claimed_only_by_the_same_program_and_bindings(
+    granting_runtime: SubprocessCodeRuntime, tmp_path: Path
+) -> None:
+    runtime = granting_runtime
+    program = "return await tools.echo({'value': 1})"
+    runtime.prepare(program, [namespace_wire("tools", ["echo", "other"], TOOL_CALL_ERROR)])
+    assert run(runtime, program, tools(echo=echo)).value == "echo:1"
+    assert runtime.prepared_runs == 1  # its bindings differ: the run took a fresh worker
+    wait_for_idle_workers(runtime, 1)
+    runtime.prepare(program, [namespace_wire("tools", ["echo"], TOOL_CALL_ERROR)])
+    assert runtime.prepared_runs == 2
+    assert run(runtime, program, tools(echo=echo)).value == "echo:1"
+    assert runtime.prepared_runs == 1
+
+
+def test_a_prepared_program_that_does_not_compile_fails_as_any_other_once_its_run_comes(
+    granting_runtime: SubprocessCodeRuntime,
+) -> None:
+    runtime = granting_runtime
+    runtime.prepare("x = (", [])
+    assert runtime.prepared_runs == 1
+    assert failure(run(runtime, "x = (")) == (
+        "exception",
+        "  File \"<run_code>\", line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed",
     )
+    assert runtime.prepared_runs == 0
+
+
+def test_a_prepared_run_no_run_claims_in_time_is_closed_unrun(
+    granting_runtime: SubprocessCodeRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = granting_runtime
+    monkeypatch.setattr(_prepared, "HELD_SECONDS", 0.0)
+    runtime.prepare(marking(tmp_path, "expired"), [])
+    assert runtime.prepared_runs == 1
+    assert run(runtime, "return 1").value == 1  # each run closes the expired ones first
+    assert runtime.prepared_runs == 0
+    time.sleep(0.3)
+    assert os.listdir(tmp_path) == []
+    for _ in range(3):  # the pool is whole again
+        assert run(runtime, "return 2").value == 2
 
 
 # --- the program environment (11.6) ----------------------------------------------------------

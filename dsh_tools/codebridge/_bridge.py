@@ -59,11 +59,30 @@ from ._dispatch_log import logged_arguments, shaped_content
 from ._handoff import LoopHandoff
 from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
-__all__ = ["CodeDispatchLog", "CodeRunBridgeActor", "ToolCallRejected"]
+__all__ = [
+    "TOOLS_NAMESPACE",
+    "TOOL_CALL_ERROR",
+    "CodeDispatchLog",
+    "CodeRunBridgeActor",
+    "ToolCallRejected",
+    "binding_names",
+]
 
 _log = get_logger("dsh_tools.codebridge")
 
 _ABSENT: Any = object()
+
+
+TOOLS_NAMESPACE = "tools"
+"""The global a program calls its tools through."""
+TOOL_CALL_ERROR = ErrorClassSpec(name="ToolCallError", member_attr="tool_name")
+"""What a program sees a failed tool call raise."""
+
+
+def binding_names(pipeline: Pipeline, agent: str | None) -> list[str]:
+    """The tools a program run for ``agent`` may call: every tool it sees but ``run_code``,
+    sorted."""
+    return sorted(name for name in pipeline.visible_names(agent) if name != RUN_CODE)
 
 
 class ToolCallRejected(Exception):
@@ -150,14 +169,14 @@ class CodeRunBridgeActor:
         self._finished = loop.create_future()
         self._loop = loop
         self._handoff = LoopHandoff(loop)
-        names = sorted(n for n in self._pipeline.visible_names(self._agent) if n != RUN_CODE)
+        names = binding_names(self._pipeline, self._agent)
         request = CodeRunRequest(
             program=program,
             bindings=[
                 BindingNamespace(
-                    global_name="tools",
+                    global_name=TOOLS_NAMESPACE,
                     functions={name: self._binding(name, snapshot=False) for name in names},
-                    error_class=ErrorClassSpec(name="ToolCallError", member_attr="tool_name"),
+                    error_class=TOOL_CALL_ERROR,
                     snapshot_functions={name: self._binding(name, snapshot=True) for name in names},
                 )
             ],

@@ -27,6 +27,7 @@ from ._spill import SPILL_BYTES, SpilledBody
 from ._tokens import Token
 
 __all__ = [
+    "GO",
     "PREFIX_BYTES",
     "SKIP_FRAME",
     "Boot",
@@ -68,13 +69,22 @@ class NamespaceWire(msgspec.Struct, frozen=True, array_like=True):
 
 
 class Boot(msgspec.Struct, frozen=True, array_like=True, tag=True):
-    """host -> worker, first frame: the program, its namespaces and the worker-side limits."""
+    """host -> worker, first frame: the program, its namespaces and the worker-side limits.
+
+    ``held``: the run may not happen (its call has yet to pass its guards, hooks and
+    approval): the worker compiles the program and then waits for an empty frame (``GO``)
+    before it runs any of it; the host closes the channel instead when the run never comes."""
 
     program: str
     namespaces: list[NamespaceWire]
     max_output_bytes: int
     max_memory_mb: float
     compute_ms: float
+    held: bool = False
+
+
+GO: Final = bytes(PREFIX_BYTES)
+"""host -> worker after a held ``Boot``: an empty frame, the run goes ahead."""
 
 
 class Reply(msgspec.Struct, frozen=True, array_like=True, tag=True):

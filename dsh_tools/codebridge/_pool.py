@@ -19,28 +19,23 @@ import threading
 import time
 from typing import Final
 
-from ._frames import PREFIX_BYTES
 from ._template_host import TemplateHandle
 
 __all__ = ["Slot", "WorkerPool", "open_slot"]
 
 _PID_REPORT_BYTES: Final = 5
 _REFILL_DELAY_SECONDS: Final = 0.003
-WAKE_NOTICE: Final = bytes(PREFIX_BYTES)
-"""An empty frame: a run is on its way (see ``_worker.read_boot``)."""
 
 
 class Slot:
     """One spawned worker: host-side descriptors, its template, status bytes already read."""
 
-    __slots__ = ("fds", "status", "template", "woken")
+    __slots__ = ("fds", "status", "template")
 
     def __init__(self, fds: dict[str, int], template: subprocess.Popen[bytes]) -> None:
         self.fds = fds
         self.template = template
         self.status = b""
-        self.woken = False
-        """Told that a run is coming (``WorkerPool.wake``)."""
 
     def write_early(self, data: bytes) -> int:
         """Write what the worker's channel takes of ``data`` now, without waiting; return how
@@ -119,6 +114,12 @@ class WorkerPool:
         self._wanted = threading.Event()
         self._filler: threading.Thread | None = None
 
+    @property
+    def idle(self) -> int:
+        """How many slots are idle (live or not: ``take`` tells)."""
+        with self._lock:
+            return len(self._idle)
+
     def take(self) -> Slot | None:
         """A live idle slot, or ``None`` when none is ready (the caller spawns directly)."""
         with self._lock:
@@ -128,19 +129,6 @@ class WorkerPool:
                     return slot
                 slot.close()
             return None
-
-    def wake(self) -> None:
-        """Tell the first idle worker not yet told that a run is coming (``take()`` hands them
-        out in that order): it warms up while the host prepares the run, instead of waking
-        cold, from an idle spell, once its program arrives. Each worker is told at most once.
-        Never blocks or raises."""
-        with self._lock:
-            for slot in self._idle:
-                if not slot.woken:
-                    slot.woken = True
-                    with contextlib.suppress(OSError):
-                        os.write(slot.fds["to_worker"], WAKE_NOTICE)
-                    return
 
     def fill(self) -> None:
         """Spawn slots until ``size`` are idle (quietly stops when the template cannot)."""

@@ -41,14 +41,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
+from collections.abc import Iterable
 from typing import Final
 
 from ..actors import NEVER_ABORTED
-from ._frames import PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_frame
+from ..actors._logging import get_logger
+from ._frames import GO, PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_frame
 from ._ledger import OutputLedger
 from ._outcome import Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
+from ._prepared import PreparedRuns
 from ._program import ProgramError, check_program
 from ._run import CodeRun
 from ._run_slots import RunSlots, wait_checking
@@ -57,14 +61,21 @@ from ._seam import (
     CodeRunRequest,
     CodeRunResult,
     CodeRuntimeConfig,
+    ErrorClassSpec,
     validate_request,
 )
 from ._template_host import TemplateHandle, reap
 
-__all__ = ["SubprocessCodeRuntime"]
+__all__ = ["SubprocessCodeRuntime", "namespace_wire"]
 
 _PREFORKED: Final = 2
 """Idle workers kept spawned (and, under the sandbox, confined) ahead of the runs."""
+_log = get_logger("dsh_tools.codebridge")
+
+_PREPARED_BOOT_BYTES: Final = 60_000
+"""The largest held boot a run is prepared with: what a pipe's buffer (64 KiB) takes in one
+write, so that preparing never waits for the worker."""
+
 HOST_PARSE_LIMIT: Final = 32 * 1024
 """The longest program (in characters) the host parses itself, so that its syntax errors fail
 before any process starts. Parsing costs the host about 2 KiB of memory and 10 us per short
@@ -108,6 +119,7 @@ class SubprocessCodeRuntime:
         }
         self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
+        self._prepared = PreparedRuns(self._refill)
         self._slots = RunSlots(config.max_parallel_runs, on_stall=self._end_orphans)
         # Reentrant: a run abandoned by the cyclic collector (its loop closed while it waited)
         # ends in a finalizer, which may run on a thread that holds this lock already.
@@ -133,6 +145,17 @@ class SubprocessCodeRuntime:
         return self._slots.taken
 
     @property
+    def idle_workers(self) -> int:
+        """How many pre-forked workers wait for a run now (the pool refills in the
+        background after each run)."""
+        return 0 if self._pool is None else self._pool.idle
+
+    @property
+    def prepared_runs(self) -> int:
+        """How many pre-forked workers hold a prepared program now (``prepare``)."""
+        return len(self._prepared)
+
+    @property
     def runs_waiting(self) -> int:
         """How many runs wait for a slot now."""
         return self._slots.waiting
@@ -141,12 +164,43 @@ class SubprocessCodeRuntime:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def expect_run(self) -> None:
-        """A run is coming (a ``run_code`` call has begun): the pre-forked worker it will take
-        warms up meanwhile. Any thread; never blocks or raises."""
+    def _boot_fields(
+        self, program: str, wire: list[NamespaceWire]
+    ) -> tuple[str, list[NamespaceWire], int, float, float]:
+        config = self.config
+        return (program, wire, config.max_output_bytes, config.max_memory_mb, config.compute_ms)
+
+    def prepare(self, program: str, namespaces: list[NamespaceWire]) -> None:
+        """A run of ``program`` with ``namespaces`` (``namespace_wire``) may be asked for soon:
+        its ``run_code`` call has begun. A pre-forked worker gets the program in a held boot
+        and compiles it while the call passes its guards, hooks and approval, and runs nothing
+        of it unless that run comes (``_prepared``). Any thread; never blocks or raises; does
+        nothing without an idle pre-forked worker or for a boot the channel cannot take at
+        once."""
         pool = self._pool
-        if pool is not None:
-            pool.wake()
+        if pool is None or self._disposed:
+            return
+        try:
+            if self._prepared.full():
+                return
+            fields = self._boot_fields(program, namespaces)
+            held = bytes(encode_frame(Boot(*fields, held=True)))
+            if len(held) > min(_PREPARED_BOOT_BYTES, self.config.max_frame_bytes):
+                return  # too large for one write, or for the run itself (frame-limit)
+            slot = pool.take()
+            if slot is None:
+                return
+            if slot.write_early(held) != len(held):
+                _give_back(pool, slot)
+                return
+            self._prepared.add(bytes(encode_frame(Boot(*fields))), slot)
+        except Exception:  # a hint only: the run goes ahead without it
+            _log.debug("preparing a run failed", exc_info=True)
+
+    def _refill(self) -> None:
+        if self._pool is not None:
+            with contextlib.suppress(RuntimeError):  # no thread at interpreter exit
+                self._pool.fill_soon()
 
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program; see ``CodeRuntime.run``."""
@@ -160,11 +214,6 @@ class SubprocessCodeRuntime:
             return materialize(
                 ledger, Outcome(failure=("abort", safe_text(signal_.reason, "aborted")))
             )
-        if len(request.program) <= HOST_PARSE_LIMIT:
-            try:
-                check_program(request.program)
-            except ProgramError as error:
-                return materialize(ledger, Outcome(failure=("exception", error.message)))
         namespaces: dict[str, dict[str, BindingFunction]] = {}
         wire: list[NamespaceWire] = []
         for namespace in request.bindings:
@@ -177,22 +226,9 @@ class SubprocessCodeRuntime:
             else:
                 namespaces[namespace.global_name] = functions
             spec = namespace.error_class
-            wire.append(
-                NamespaceWire(
-                    namespace.global_name,
-                    sorted(functions),
-                    None if spec is None else ErrorClassWire(spec.name, spec.member_attr),
-                )
-            )
-        fields = (
-            request.program,
-            wire,
-            config.max_output_bytes,
-            config.max_memory_mb,
-            config.compute_ms,
-        )
-        boot = encode_frame(Boot(*fields))
-        boot_size = len(boot) - PREFIX_BYTES
+            wire.append(namespace_wire(namespace.global_name, functions, spec))
+        boot_bytes = bytes(encode_frame(Boot(*self._boot_fields(request.program, wire))))
+        boot_size = len(boot_bytes) - PREFIX_BYTES
         if boot_size > config.max_frame_bytes:
             return materialize(
                 ledger,
@@ -204,17 +240,31 @@ class SubprocessCodeRuntime:
                     )
                 ),
             )
+        pool = self._pool
+        prepared = self._prepared
+        prepared.sweep()
+        # A worker prepared as this run's call began has the program compiled already (a
+        # syntax error is its to report): it needs only the go.
+        early = prepared.claim(boot_bytes) if pool is not None else None
+        if early is None and len(request.program) <= HOST_PARSE_LIMIT:
+            try:
+                check_program(request.program)
+            except ProgramError as error:
+                return materialize(ledger, Outcome(failure=("exception", error.message)))
         self._end_orphans()
         if not await self._slots.acquire(signal_):
+            _give_back(pool, early)
             reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
             return materialize(ledger, Outcome(failure=("abort", reason)))
-        boot_bytes = bytes(boot)
-        # A pre-forked worker gets its program before the host builds the run around it: it
-        # wakes (which takes its core a while after an idle spell) and starts the program
-        # meanwhile (measured: an empty run's median about a tenth shorter end to end).
-        pool = self._pool
-        early = pool.take() if pool is not None else None
-        sent = early.write_early(boot_bytes) if early is not None else 0
+        if early is not None:
+            early.write_early(GO)  # a worker that died meanwhile: the run tries a fresh one
+            sent = len(boot_bytes)
+        else:
+            # A pre-forked worker gets its program before the host builds the run around it:
+            # it wakes (which takes its core a while after an idle spell) and starts the
+            # program meanwhile (measured: an empty run's median about a tenth shorter).
+            early = pool.take() if pool is not None else None
+            sent = early.write_early(boot_bytes) if early is not None else 0
         try:
             run = CodeRun(
                 config=config,
@@ -313,6 +363,7 @@ class SubprocessCodeRuntime:
     def _stop_pool_and_template(self, disposal: concurrent.futures.Future[None]) -> None:
         """Close the pool's idle workers and tell the template to exit; ``disposal`` settles
         once the template is reaped."""
+        self._prepared.close()
         if self._pool is not None:
             self._pool.close()
         process = self._template.close()
@@ -331,6 +382,17 @@ class SubprocessCodeRuntime:
             asyncio.run(self.dispose())
             return
         raise RuntimeError("code runtime: close() inside a running event loop; await dispose()")
+
+
+def namespace_wire(
+    global_name: str, names: Iterable[str], error_class: ErrorClassSpec | None
+) -> NamespaceWire:
+    """How a ``Boot`` names one binding namespace: its bindings sorted."""
+    return NamespaceWire(
+        global_name,
+        sorted(names),
+        None if error_class is None else ErrorClassWire(error_class.name, error_class.member_attr),
+    )
 
 
 def _give_back(pool: WorkerPool | None, taken: Slot | None) -> None:

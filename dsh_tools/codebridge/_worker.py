@@ -3,7 +3,8 @@
 The worker process starts in ``_worker_start.main()`` (in a child the template forked: it has
 called ``setsid()``, its descriptors are in place (0 = ``/dev/null``, 1 and 2 = the native output
 pipes, 3 = host->worker channel, 4 = worker->host channel; nothing else open) and its
-environment is clear), which reads exactly one ``Boot`` frame (``read_boot``) and hands it here.
+environment is clear), which reads exactly one ``Boot`` frame (``read_boot``) and hands it here
+(a held boot's program is compiled by ``load_program`` at once and run after ``read_go``).
 ``run_program`` compiles the program (``_program``) and runs it on an event loop with these
 globals: ``tools`` (or whatever each namespace is called), the namespaces' error classes,
 ``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
@@ -64,11 +65,13 @@ __all__ = [
     "CHANNEL_IN",
     "CHANNEL_OUT",
     "HOST_FRAMES",
+    "Loaded",
     "Worker",
     "clean_text",
     "exit_status",
     "load_program",
     "read_boot",
+    "read_go",
     "run_program",
 ]
 
@@ -335,26 +338,21 @@ def _await_kill() -> NoReturn:
             _select((), (), ())
 
 
-def read_boot(on_notice: Callable[[], None] | None = None) -> Boot:
-    """The run's ``Boot`` frame. Empty frames before it are notices that it is on its way
-    (the pool's ``WAKE_NOTICE``): ``on_notice`` runs for each (the worker warms up while the
-    host prepares the run)."""
-    while True:
-        size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
-        if size:
-            break
-        if on_notice is not None:
-            on_notice()
+def read_boot() -> Boot:
+    size = int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big")
     frame = HOST_FRAMES.decode(_read_exact(CHANNEL_IN, size))
     if type(frame) is not Boot:
         _os_exit(70)
     return frame
 
 
-def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
-    """The boot's program, defined in a fresh ``__main__`` module with its bindings: that
-    module and the program's coroutine function. A program that does not compile finishes the
-    run."""
+Loaded = tuple[types.ModuleType, Callable[[], Any]]
+"""A program ready to run: its fresh ``__main__`` module and its coroutine function."""
+
+
+def load_program(worker: Worker) -> Loaded | Done:
+    """The boot's program, defined in a fresh ``__main__`` module with its bindings (nothing
+    of it runs yet), or, when it does not compile, the ``Done`` frame that finishes its run."""
     boot = worker.boot
     source = boot.program
     linecache.cache[FILENAME] = (len(source), None, source.splitlines(keepends=True), FILENAME)
@@ -362,8 +360,8 @@ def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
         code = compile_program(source)
     except ProgramError as error:
         if not worker.ledger.fits_message(error.message):
-            worker.finish(Done(error=DoneError("output-limit", limit_message(worker.ledger.cap))))
-        worker.finish(Done(error=DoneError("exception", error.message)))
+            return Done(error=DoneError("output-limit", limit_message(worker.ledger.cap)))
+        return Done(error=DoneError("exception", error.message))
 
     module = types.ModuleType("__main__")
     scope = module.__dict__
@@ -387,8 +385,23 @@ def load_program(worker: Worker) -> tuple[types.ModuleType, Callable[[], Any]]:
     return module, scope.pop(FUNCTION_NAME)
 
 
-def run_program(worker: Worker, loop: asyncio.AbstractEventLoop) -> NoReturn:
-    module, function = load_program(worker)
+def read_go() -> None:
+    """Wait, after a held ``Boot``, for the host's ``GO`` (an empty frame); end of file means
+    the run never came, and the worker exits without running anything of the program."""
+    if int.from_bytes(_read_exact(CHANNEL_IN, PREFIX_BYTES), "big"):
+        _os_exit(70)
+
+
+def run_program(
+    worker: Worker, loop: asyncio.AbstractEventLoop, loaded: Loaded | Done | None = None
+) -> NoReturn:
+    """Run the boot's program (``loaded`` already, or loaded now) and finish the run."""
+    if loaded is None:
+        loaded = load_program(worker)
+    if type(loaded) is Done:
+        worker.finish(loaded)
+    assert not isinstance(loaded, Done)
+    module, function = loaded
     program_code: types.CodeType = function.__code__
     sys.modules["__main__"] = module
     sys.argv = [FILENAME]

@@ -1,6 +1,5 @@
-"""The worker process's life: ``main()`` rehearses a run while it waits, reads its ``Boot``
-(warming up again on a notice that it is on its way), applies the boot's limits and runs the
-program (``_worker``).
+"""The worker process's life: ``main()`` rehearses a run while it waits, reads its ``Boot``,
+applies the boot's limits and runs the program (``_worker``).
 
 The template (``_template``) imports this module once and calls ``main()`` in each child it
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
@@ -40,7 +39,7 @@ from ._frames import (
     Reply,
     encode_frame,
 )
-from ._program import FILENAME, compile_program
+from ._program import FILENAME
 from ._sandbox._init import NOTICE_STARTED
 from ._tokens import tokenize
 from ._worker import (
@@ -52,6 +51,7 @@ from ._worker import (
     exit_status,
     load_program,
     read_boot,
+    read_go,
     run_program,
 )
 
@@ -96,7 +96,9 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     faults between a run's boot and its program out of the run."""
     boot = HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:])
     warm = Worker(boot, write=_discard)  # the binding call's frame is made, not sent
-    _module, function = load_program(warm)
+    loaded = load_program(warm)
+    assert not isinstance(loaded, Done)  # the rehearsal's program compiles
+    _module, function = loaded
     warm.loop = loop
 
     async def rehearse() -> Any:
@@ -118,19 +120,6 @@ def _rehearse(loop: asyncio.AbstractEventLoop) -> None:
     sys.argv = sys.argv
     sys.stdout, sys.stderr = sys.stdout, sys.stderr
     builtins.print = builtins.print
-
-
-def _warm_up() -> None:
-    """What a worker does when told that its run is on its way (``WorkerPool.wake``), while
-    the host prepares the run: the first steps of a run (decoding a boot frame, the worker's
-    state, compiling a program), on the rehearsal's boot. A worker that has slept since its
-    rehearsal runs them slowly at first (cold caches and predictors), and the run's own
-    first steps then find them warm. Kept short: the run's boot frame waits until it is
-    over (measured end to end, an empty run's median was a few percent shorter than
-    without it, and longer with a whole rehearsal here)."""
-    with contextlib.suppress(Exception):
-        Worker(HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:]), write=_discard)
-        compile_program(_WARM_PROGRAM)
 
 
 _expected_compute_ms: float | None = None
@@ -198,17 +187,23 @@ def main(notice: int | None = None) -> NoReturn:
         expected = _expected_compute_ms
         if expected is not None:
             _apply_cpu_limits(expected)
-        boot = read_boot(_warm_up)
+        boot = read_boot()
         if boot.compute_ms != expected:
             _apply_cpu_limits(boot.compute_ms)
         _apply_memory_limit(boot.max_memory_mb)
         os.set_inheritable(CHANNEL_IN, False)
         os.set_inheritable(CHANNEL_OUT, False)
         worker = Worker(boot)
+        loaded = None
+        if boot.held:
+            # Compiled now, inside the boot's limits, while the host decides whether the run
+            # happens: nothing of the program runs before the go, and nothing is measured.
+            loaded = load_program(worker)
+            read_go()
         if notice is not None:
             worker.notice = (notice, os.fstat(notice).st_ino)
             _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
-        run_program(worker, loop)
+        run_program(worker, loop, loaded)
     except SystemExit as exc:
         _os_exit(exit_status(exc))
     except BaseException:

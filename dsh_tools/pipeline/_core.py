@@ -165,10 +165,11 @@ class PipelineCore:
         self.body_waits: set[CallRecord] = set()
         # What each running pool does once stop()'s grace is over (``watch_pool``).
         self._pools: Attached[Callable[[], None]] = Attached()
-        # By tool name: what a call to that tool tells as it begins, before its guards, hooks
-        # and approval, so that what its body will need can get ready meanwhile (Code Mode
-        # wakes the worker a run will take). Quick, any thread, never raises.
-        self.announcers: dict[str, Callable[[], None]] = {}
+        # By tool name: who is told, with its arguments (a snapshot) and agent, as a call to
+        # that tool begins, before its guards, hooks and approval, so that what its body will
+        # need can get ready meanwhile (Code Mode prepares the run). Quick, any thread, never
+        # raises; it must not act on the call's behalf, which may yet be refused.
+        self.announcers: dict[str, Callable[[Any, str | None], None]] = {}
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
