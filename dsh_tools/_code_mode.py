@@ -6,7 +6,7 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -141,17 +141,20 @@ def install_code_mode(
     return owns_runtime
 
 
-def _prepare_run(system: CodeModeHost, arguments: Any, agent: str | None) -> None:
+def _prepare_run(
+    system: CodeModeHost, arguments: Any, agent: str | None
+) -> Callable[[], None] | None:
     """A ``run_code`` call has begun: the runtime, if it pre-forks workers, prepares the run
     its body will ask for (``SubprocessCodeRuntime.prepare``) with the same program and the
-    same bindings, so that the run finds it."""
+    same bindings, so that the run finds it; what it returns releases it as the call ends."""
     runtime = system.code_runtime
     if not isinstance(runtime, SubprocessCodeRuntime):
-        return
+        return None
     program = arguments.get("code") if isinstance(arguments, Mapping) else None
-    if isinstance(program, str):
-        names = binding_names(system.pipeline, agent)
-        runtime.prepare(program, [namespace_wire(TOOLS_NAMESPACE, names, TOOL_CALL_ERROR)])
+    if not isinstance(program, str):
+        return None
+    names = binding_names(system.pipeline, agent)
+    return runtime.prepare(program, [namespace_wire(TOOLS_NAMESPACE, names, TOOL_CALL_ERROR)])
 
 
 def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:

@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1034,9 +1035,9 @@ def test_a_run_code_call_prepares_its_run_before_its_guards_and_a_refused_one_ne
         assert not system.execute(run_code("return 0", call_id="first")).is_error
         prepare = runtime.prepare
 
-        def preparing(program: str, namespaces: Any) -> None:
+        def preparing(program: str, namespaces: Any) -> Callable[[], None] | None:
             order.append(f"prepare {program.splitlines()[-1]}")
-            prepare(program, namespaces)
+            return prepare(program, namespaces)
 
         runtime.prepare = preparing  # type: ignore[method-assign]
 
@@ -1050,13 +1051,17 @@ def test_a_run_code_call_prepares_its_run_before_its_guards_and_a_refused_one_ne
             assert time.monotonic() < deadline
             time.sleep(0.01)
         refused = system.execute(run_code(marking("refused"), call_id="refused"))
-        assert runtime.prepared_runs == 1
+        assert runtime.prepared_runs == 0  # its call ended: closed, its program never run
         ran = system.execute(run_code(marking("ran"), call_id="ran"))
-        assert runtime.prepared_runs == 1  # the refused call's, until it expires
+        assert runtime.prepared_runs == 0  # claimed by its run
         other = system.execute(ExecuteCall(call_id="x", name="no_such_tool", arguments={}))
+        aborted = AbortController()
+        aborted.abort("gone")
+        late = system.execute(run_code("return 1", call_id="late", signal=aborted.signal))
     assert refused.is_error and "refused" in texts(refused.content)[0]
     assert value_of(ran)["result"] == "ran"
     assert other.is_error
+    assert late.is_error  # arrived aborted: not prepared, no guard asked
     assert order == [
         "prepare return 'refused'",
         "guard refused",

@@ -611,6 +611,114 @@ def test_a_prepared_program_that_does_not_compile_fails_as_any_other_once_its_ru
     assert runtime.prepared_runs == 0
 
 
+def test_a_prepared_run_is_released_unrun_when_its_call_ends_and_the_pool_refills(
+    granting_runtime: SubprocessCodeRuntime, tmp_path: Path
+) -> None:
+    runtime = granting_runtime
+    release = runtime.prepare(marking(tmp_path, "released"), [])
+    assert release is not None and runtime.prepared_runs == 1
+    wait_for_idle_workers(runtime, 2)  # the worker it took is replaced at once
+    release()
+    release()  # once is enough; again does nothing
+    assert runtime.prepared_runs == 0
+    wait_for_idle_workers(runtime, 2)  # the worker it took is replaced
+    claimed = runtime.prepare(marking(tmp_path, "claimed"), [])
+    assert claimed is not None
+    assert run(runtime, marking(tmp_path, "claimed")).value == "claimed"
+    claimed()  # its run took it: nothing to release
+    time.sleep(0.3)
+    assert os.listdir(tmp_path) == ["claimed"]
+
+
+def slow_to_compile(functions: int, levels: int = 14) -> str:
+    """A short program whose compilation takes seconds in little memory: the compiler emits
+    each ``finally`` block twice per level of nesting, in each of ``functions`` functions."""
+    nest = "".join(
+        " " * (level + 1)
+        + "try:\n"
+        + " " * (level + 1)
+        + " x = 1\n"
+        + " " * (level + 1)
+        + "finally:\n"
+        for level in range(levels)
+    )
+    body = nest + " " * (levels + 1) + "y = 2\n"
+    return "".join(f"def f{index}():\n{body}" for index in range(functions)) + "return 1"
+
+
+def test_a_prepared_worker_still_compiling_is_killed_when_released_under_process_isolation() -> (
+    None
+):
+    # Closing a held worker's channel ends it only once it reads again; a worker busy
+    # compiling a costly program is killed instead.
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(isolation="process"))
+    try:
+        assert run(runtime, "return 0").value == 0
+        wait_for_idle_workers(runtime, 2)
+        release = runtime.prepare(slow_to_compile(60), [])  # seconds to compile
+        assert release is not None
+        (held,) = runtime._prepared._held  # the worker's pid is in its slot's pid report
+        pid = int.from_bytes(held.slot.status[1:5], "big")
+        time.sleep(0.2)
+        assert _cpu_ticks(pid) is not None  # compiling
+        release()
+        deadline = time.monotonic() + 5
+        while _cpu_ticks(pid) is not None:
+            assert time.monotonic() < deadline, "the released worker still runs"
+            time.sleep(0.02)
+    finally:
+        runtime.close()
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU ticks of live process ``pid``; ``None`` once it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[11]) + int(fields[12])
+
+
+def test_a_run_cancelled_while_it_waits_for_a_slot_ends_the_worker_it_claimed(
+    tmp_path: Path,
+) -> None:
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(max_parallel_runs=1, sandbox=CodeSandbox(write=[str(tmp_path)]))
+    )
+
+    async def scenario() -> None:
+        assert (await runtime.run(CodeRunRequest("return 0", []))).value == 0
+        while runtime.idle_workers < 2:
+            await asyncio.sleep(0.01)
+        descriptors = len(os.listdir("/proc/self/fd"))
+        holder = asyncio.ensure_future(runtime.run(CodeRunRequest("await asyncio.sleep(30)", [])))
+        while runtime.runs_in_flight < 1:
+            await asyncio.sleep(0.01)
+        program = marking(tmp_path, "cancelled")
+        assert runtime.prepare(program, []) is not None
+        waiting = asyncio.ensure_future(runtime.run(CodeRunRequest(program, [])))
+        while runtime.runs_waiting < 1:
+            await asyncio.sleep(0.01)
+        assert runtime.prepared_runs == 0  # claimed by the waiting run
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        holder.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await holder
+        while runtime.idle_workers < 2:  # the pool refills
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        assert len(os.listdir("/proc/self/fd")) == descriptors
+        assert os.listdir(tmp_path) == []
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        runtime.close()
+
+
 def test_a_prepared_run_no_run_claims_in_time_is_closed_unrun(
     granting_runtime: SubprocessCodeRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

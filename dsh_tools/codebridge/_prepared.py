@@ -3,14 +3,15 @@
 A ``run_code`` call's program is known as soon as the call begins, long before its body asks
 the runtime for the run (guards, hooks, approval and the pipeline come first). The runtime then
 takes a pre-forked worker and sends it the program in a held ``Boot``: the worker wakes and
-compiles it meanwhile, and runs nothing of it until the run itself sends ``GO``. The run claims
-the worker whose boot is exactly its own (the same bytes: program, namespaces, limits), so no
-identity links the call to its run and a mismatch (a tool registered in between, say) only
-means the run takes a fresh worker.
+compiles it meanwhile (measured by its init as the run would be), and runs nothing of it until
+the run itself sends ``GO``. The run claims a worker whose boot is exactly its own (the same
+bytes: program, namespaces, limits), so no identity links the call to its run and a mismatch
+(a tool registered in between, say) only means the run takes a fresh worker.
 
-A prepared worker that no run claims within ``HELD_SECONDS`` (its call was refused, failed, or
-waits for approval that long) is closed, which ends it without running anything: its channel's
-end of file is the worker's answer to a held boot (``_worker.read_go``).
+Each prepared worker is released when the call that prepared it ends: claimed by then, or
+closed, its program never run (the channel's end of file is a held worker's answer, and the
+runtime kills what closing does not end at once). One left held for ``HELD_SECONDS`` (its call
+waits that long for approval, say) is closed at the next prepare or run.
 """
 
 from __future__ import annotations
@@ -22,23 +23,34 @@ from typing import Final
 
 from ._pool import Slot
 
-__all__ = ["HELD_SECONDS", "PreparedRuns"]
+__all__ = ["HELD_SECONDS", "MAX_HELD", "PreparedRuns"]
 
 HELD_SECONDS: Final = 30.0
-"""How long a prepared worker waits for its run before it is closed."""
-MAX_HELD: Final = 8
-"""At most this many prepared workers wait at once (each holds a compiled program)."""
+"""How long a prepared worker waits for its run at most."""
+MAX_HELD: Final = 2
+"""At most this many prepared workers wait at once: each may hold a compiled program as large
+as the run's memory budget allows."""
+
+
+class _Held:
+    """One prepared worker: the bytes of the ``Boot`` it holds (unheld) and its deadline."""
+
+    __slots__ = ("boot", "deadline", "slot")
+
+    def __init__(self, boot: bytes, slot: Slot) -> None:
+        self.boot = boot
+        self.slot = slot
+        self.deadline = time.monotonic() + HELD_SECONDS
 
 
 class PreparedRuns:
-    """The prepared workers of one runtime, each with the bytes of the ``Boot`` it holds
-    (unheld) and its deadline; thread-safe. ``closed`` is called after each worker this closes
-    unclaimed (the pool refills)."""
+    """The prepared workers of one runtime; thread-safe. ``end`` closes a worker that no run
+    claimed (and has the pool replace it)."""
 
-    def __init__(self, closed: Callable[[], None]) -> None:
+    def __init__(self, end: Callable[[Slot], None]) -> None:
         self._lock = threading.Lock()
-        self._held: list[tuple[bytes, Slot, float]] = []
-        self._closed = closed
+        self._held: list[_Held] = []
+        self._end = end
         self._shut = False
 
     def __len__(self) -> int:
@@ -51,39 +63,50 @@ class PreparedRuns:
         with self._lock:
             return self._shut or len(self._held) >= MAX_HELD
 
-    def add(self, boot: bytes, slot: Slot) -> None:
-        """Keep ``slot``, whose worker holds ``boot``, for the run that claims it."""
+    def add(self, boot: bytes, slot: Slot) -> Callable[[], None]:
+        """Keep ``slot``, whose worker holds ``boot``, for the run that claims it; return what
+        releases it once its call has ended (nothing if a run claimed it)."""
+        held = _Held(boot, slot)
         with self._lock:
-            if not self._shut:
-                self._held.append((boot, slot, time.monotonic() + HELD_SECONDS))
-                return
-        slot.close()
+            shut = self._shut
+            if not shut:
+                self._held.append(held)
+        if shut:
+            self._end(slot)
+        return lambda: self._release(held)
 
     def claim(self, boot: bytes) -> Slot | None:
-        """The prepared worker holding ``boot``, taken out, or ``None``."""
+        """A prepared worker holding ``boot``, taken out, or ``None``."""
         with self._lock:
-            for index, (held, slot, _deadline) in enumerate(self._held):
-                if held == boot:
+            for index, held in enumerate(self._held):
+                if held.boot == boot:
                     del self._held[index]
-                    return slot
+                    return held.slot
         return None
+
+    def _release(self, held: _Held) -> None:
+        with self._lock:
+            try:
+                self._held.remove(held)
+            except ValueError:  # claimed, expired or closed already
+                return
+        self._end(held.slot)
 
     def sweep(self) -> None:
         """Close the workers no run claimed in time."""
         now = time.monotonic()
         with self._lock:
-            expired = [slot for _boot, slot, deadline in self._held if deadline <= now]
+            expired = [held for held in self._held if held.deadline <= now]
             if not expired:
                 return
-            self._held = [entry for entry in self._held if entry[2] > now]
-        for slot in expired:
-            slot.close()
-            self._closed()
+            self._held = [held for held in self._held if held.deadline > now]
+        for held in expired:
+            self._end(held.slot)
 
     def close(self) -> None:
         """Close every prepared worker; later ones are closed as they come."""
         with self._lock:
             self._shut = True
             held, self._held = self._held, []
-        for _boot, slot, _deadline in held:
-            slot.close()
+        for entry in held:
+            self._end(entry.slot)

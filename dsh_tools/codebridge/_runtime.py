@@ -42,8 +42,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
+import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from ..actors import NEVER_ABORTED
@@ -56,6 +58,7 @@ from ._prepared import PreparedRuns
 from ._program import ProgramError, check_program
 from ._run import CodeRun
 from ._run_slots import RunSlots, wait_checking
+from ._run_status import PidReport, take_report
 from ._seam import (
     BindingFunction,
     CodeRunRequest,
@@ -119,7 +122,8 @@ class SubprocessCodeRuntime:
         }
         self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
-        self._prepared = PreparedRuns(self._refill)
+        self._sandboxed = config.isolation == "sandbox"
+        self._prepared = PreparedRuns(self._end_unrun)
         self._slots = RunSlots(config.max_parallel_runs, on_stall=self._end_orphans)
         # Reentrant: a run abandoned by the cyclic collector (its loop closed while it waited)
         # ends in a finalizer, which may run on a thread that holds this lock already.
@@ -170,32 +174,49 @@ class SubprocessCodeRuntime:
         config = self.config
         return (program, wire, config.max_output_bytes, config.max_memory_mb, config.compute_ms)
 
-    def prepare(self, program: str, namespaces: list[NamespaceWire]) -> None:
+    def prepare(self, program: str, namespaces: list[NamespaceWire]) -> Callable[[], None] | None:
         """A run of ``program`` with ``namespaces`` (``namespace_wire``) may be asked for soon:
         its ``run_code`` call has begun. A pre-forked worker gets the program in a held boot
         and compiles it while the call passes its guards, hooks and approval, and runs nothing
-        of it unless that run comes (``_prepared``). Any thread; never blocks or raises; does
-        nothing without an idle pre-forked worker or for a boot the channel cannot take at
-        once."""
+        of it unless that run comes (``_prepared``). Returns what to call once the call has
+        ended (which closes the worker if no run claimed it), or ``None`` when nothing was
+        prepared: without an idle pre-forked worker, with as many prepared as may be, or for a
+        boot the channel cannot take at once. Any thread; never blocks or raises."""
         pool = self._pool
         if pool is None or self._disposed:
-            return
+            return None
         try:
             if self._prepared.full():
-                return
+                return None
             fields = self._boot_fields(program, namespaces)
             held = bytes(encode_frame(Boot(*fields, held=True)))
             if len(held) > min(_PREPARED_BOOT_BYTES, self.config.max_frame_bytes):
-                return  # too large for one write, or for the run itself (frame-limit)
+                return None  # too large for one write, or for the run itself (frame-limit)
             slot = pool.take()
             if slot is None:
-                return
+                return None
+            self._refill()
             if slot.write_early(held) != len(held):
-                _give_back(pool, slot)
-                return
-            self._prepared.add(bytes(encode_frame(Boot(*fields))), slot)
+                self._end_unrun(slot)
+                return None
+            return self._prepared.add(bytes(encode_frame(Boot(*fields))), slot)
         except Exception:  # a hint only: the run goes ahead without it
             _log.debug("preparing a run failed", exc_info=True)
+            return None
+
+    def _end_unrun(self, slot: Slot) -> None:
+        """End a worker taken for a run that never came (a prepared one no run claimed, or one
+        given its program as the run fell through): closing its channel ends a sandboxed one
+        (its init watches the hang-up); under ``"process"`` its process group is killed too,
+        since a worker still compiling or running would not read the end of file. The pool
+        replaces it."""
+        if not self._sandboxed:
+            report = take_report(bytearray(slot.status)) if slot.status else None
+            if isinstance(report, PidReport):
+                with contextlib.suppress(OSError):
+                    os.killpg(report.pid, signal.SIGKILL)
+        slot.close()
+        self._refill()
 
     def _refill(self) -> None:
         if self._pool is not None:
@@ -246,14 +267,21 @@ class SubprocessCodeRuntime:
         # A worker prepared as this run's call began has the program compiled already (a
         # syntax error is its to report): it needs only the go.
         early = prepared.claim(boot_bytes) if pool is not None else None
-        if early is None and len(request.program) <= HOST_PARSE_LIMIT:
-            try:
-                check_program(request.program)
-            except ProgramError as error:
-                return materialize(ledger, Outcome(failure=("exception", error.message)))
-        self._end_orphans()
-        if not await self._slots.acquire(signal_):
-            _give_back(pool, early)
+        try:
+            if early is None and len(request.program) <= HOST_PARSE_LIMIT:
+                try:
+                    check_program(request.program)
+                except ProgramError as error:
+                    return materialize(ledger, Outcome(failure=("exception", error.message)))
+            self._end_orphans()
+            acquired = await self._slots.acquire(signal_)
+        except BaseException:  # cancelled while waiting for a slot, say
+            if early is not None:
+                self._end_unrun(early)
+            raise
+        if not acquired:
+            if early is not None:
+                self._end_unrun(early)
             reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
             return materialize(ledger, Outcome(failure=("abort", reason)))
         if early is not None:
@@ -280,7 +308,8 @@ class SubprocessCodeRuntime:
             )
         except BaseException:
             self._slots.release()
-            _give_back(pool, early)
+            if early is not None:
+                self._end_unrun(early)
             raise
         # The slot is the run's from here until it has ended, its processes gone, however it
         # ends: settled, abandoned, or ended from elsewhere because its loop closed under it.
@@ -292,7 +321,8 @@ class SubprocessCodeRuntime:
         if disposed:  # while this run waited for its slot
             run.on_ended = None
             self._slots.release()
-            _give_back(pool, early)
+            if early is not None:
+                self._end_unrun(early)
             return materialize(ledger, Outcome(failure=("abort", "runtime disposed")))
         try:
             run.start(signal_)
@@ -363,9 +393,9 @@ class SubprocessCodeRuntime:
     def _stop_pool_and_template(self, disposal: concurrent.futures.Future[None]) -> None:
         """Close the pool's idle workers and tell the template to exit; ``disposal`` settles
         once the template is reaped."""
-        self._prepared.close()
         if self._pool is not None:
             self._pool.close()
+        self._prepared.close()
         process = self._template.close()
         if process is None:
             disposal.set_result(None)
@@ -393,15 +423,6 @@ def namespace_wire(
         sorted(names),
         None if error_class is None else ErrorClassWire(error_class.name, error_class.member_attr),
     )
-
-
-def _give_back(pool: WorkerPool | None, taken: Slot | None) -> None:
-    """End the pre-forked worker a run took but never started (closing its channel ends it,
-    program or not) and have the pool replace it."""
-    if taken is not None:
-        taken.close()
-        if pool is not None:
-            pool.fill_soon()
 
 
 _DISPOSE_CHECK_SECONDS: Final = 0.5

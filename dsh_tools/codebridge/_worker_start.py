@@ -194,15 +194,15 @@ def main(notice: int | None = None) -> NoReturn:
         os.set_inheritable(CHANNEL_IN, False)
         os.set_inheritable(CHANNEL_OUT, False)
         worker = Worker(boot)
-        loaded = None
-        if boot.held:
-            # Compiled now, inside the boot's limits, while the host decides whether the run
-            # happens: nothing of the program runs before the go, and nothing is measured.
-            loaded = load_program(worker)
-            read_go()
         if notice is not None:
             worker.notice = (notice, os.fstat(notice).st_ino)
             _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
+        loaded = None
+        if boot.held:
+            # Compiled now, measured and inside the boot's limits, while the host decides
+            # whether the run happens: nothing of the program runs before the go.
+            loaded = load_program(worker)
+            read_go()
         run_program(worker, loop, loaded)
     except SystemExit as exc:
         _os_exit(exit_status(exc))

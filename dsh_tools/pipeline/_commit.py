@@ -3,6 +3,7 @@ captured finalizer, sealing, result observers."""
 
 from __future__ import annotations
 
+import contextlib
 from asyncio import current_task
 from collections.abc import Awaitable, Callable, Sequence
 from types import CoroutineType
@@ -187,6 +188,11 @@ class CommitStages(PipelineCore):
         dropped (``Pipeline.abandon_interrupted``)."""
         if rec.sealed:
             return result
+        announced = rec.announced
+        if announced is not None:
+            rec.announced = None
+            with contextlib.suppress(Exception):  # never raises; nothing of it is the call's
+                announced()
         result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:

@@ -136,6 +136,10 @@ def close_awaitable(value: Any) -> None:
             close()
 
 
+Announcer = Callable[[Any, str | None], Callable[[], None] | None]
+"""See ``PipelineCore.announcers``."""
+
+
 class PipelineCore:
     """The published snapshot, the calls running now, and what every stage needs."""
 
@@ -167,9 +171,10 @@ class PipelineCore:
         self._pools: Attached[Callable[[], None]] = Attached()
         # By tool name: who is told, with its arguments (a snapshot) and agent, as a call to
         # that tool begins, before its guards, hooks and approval, so that what its body will
-        # need can get ready meanwhile (Code Mode prepares the run). Quick, any thread, never
-        # raises; it must not act on the call's behalf, which may yet be refused.
-        self.announcers: dict[str, Callable[[Any, str | None], None]] = {}
+        # need can get ready meanwhile (Code Mode prepares the run). It may return what to call
+        # once the call has ended, however it ended. Quick, any thread, never raises; it must
+        # not act on the call's behalf, which may yet be refused.
+        self.announcers: dict[str, Announcer] = {}
 
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""

@@ -74,12 +74,12 @@ class PrepareStages(PipelineCore):
             rec.arguments = call.arguments if frozen else snapshot_json(call.arguments, "arguments")
         except (LosslessJsonError, RecursionError, MemoryError) as exc:
             return rec, Stage(FINISH, failure(f"{NOT_LOSSLESS_ARGS}: {lossless_detail(exc)}"))
+        if signal is not NEVER_ABORTED and signal.aborted:  # see ``call_aborted``
+            return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
         if entry is not None and self.announcers:
             announce = self.announcers.get(name)
             if announce is not None:
-                announce(rec.arguments, agent)
-        if signal is not NEVER_ABORTED and signal.aborted:  # see ``call_aborted``
-            return rec, Stage(FINISH, cancelled("ABORTED_BEFORE_DISPATCH", reason=signal.reason))
+                rec.announced = announce(rec.arguments, agent)
         return rec, None
 
     def start_now(

@@ -36,6 +36,7 @@ class CallRecord:
     __slots__ = (
         "abandoned",
         "agent",
+        "announced",
         "approval_task",
         "arguments",
         "body_invoked",
@@ -129,6 +130,9 @@ class CallRecord:
         self.abandoned = False
         self.reraise: BaseException | None = None
         self.thread = 0  # the thread ``run`` runs on
+        # What the tool's announcer (``Pipeline.announcers``) returned: called once the call
+        # has ended.
+        self.announced: Callable[[], None] | None = None
 
     def view(self) -> ToolExecution:
         """The read-only view shared by hooks, guards, finalizers and observers."""
