@@ -73,6 +73,7 @@ __all__ = [
     "read_boot",
     "read_go",
     "run_program",
+    "set_up",
 ]
 
 CHANNEL_IN: Final = 3
@@ -148,6 +149,11 @@ class Worker:
         self.stderr = CaptureStream(self.emit, 2, "<stderr>")
         self.notice: tuple[int, int] | None = None
         """The init's notice pipe: descriptor and inode (``tell_init``)."""
+
+    def attach(self, boot: Boot) -> None:
+        """Take the run's boot: the worker was made while it waited for one."""
+        self.boot = boot
+        self.ledger = OutputLedger(boot.max_output_bytes)
 
     # -- sending ----------------------------------------------------------------------------
 
@@ -392,6 +398,20 @@ def read_go() -> None:
         _os_exit(70)
 
 
+def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+    """What a run sets up around its program that does not depend on the program: the
+    process-wide ``print``, ``sys.argv``, the capture streams, the event loop and its reader of
+    the channel (it reads only once the loop runs, which is when the program does). A worker
+    does this while it waits for its boot, off its run's path."""
+    sys.argv = [FILENAME]
+    sys.stdout = worker.stdout
+    sys.stderr = worker.stderr
+    builtins.print = worker.print
+    asyncio.set_event_loop(loop)
+    worker.loop = loop
+    loop.add_reader(CHANNEL_IN, worker.on_readable)
+
+
 def run_program(
     worker: Worker, loop: asyncio.AbstractEventLoop, loaded: Loaded | Done | None = None
 ) -> NoReturn:
@@ -404,15 +424,9 @@ def run_program(
     module, function = loaded
     program_code: types.CodeType = function.__code__
     sys.modules["__main__"] = module
-    sys.argv = [FILENAME]
-    sys.stdout = worker.stdout
-    sys.stderr = worker.stderr
-    builtins.print = worker.print
-
-    asyncio.set_event_loop(loop)
-    worker.loop = loop
+    if worker.loop is not loop:  # not set up while it waited (``set_up``)
+        set_up(worker, loop)
     os.set_blocking(CHANNEL_IN, False)
-    loop.add_reader(CHANNEL_IN, worker.on_readable)
 
     async def settle() -> None:
         try:

@@ -53,6 +53,7 @@ from ._worker import (
     read_boot,
     read_go,
     run_program,
+    set_up,
 )
 
 __all__ = ["expect_compute_ms", "main"]
@@ -187,15 +188,21 @@ def main(notice: int | None = None) -> NoReturn:
         expected = _expected_compute_ms
         if expected is not None:
             _apply_cpu_limits(expected)
+        os.set_inheritable(CHANNEL_IN, False)
+        os.set_inheritable(CHANNEL_OUT, False)
+        # Everything of the run that does not depend on its program, made while waiting for
+        # it: a woken worker's first steps run slowly (cold caches), and these were a third of
+        # an empty run's steps in the worker.
+        worker = Worker(HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:]))
+        if notice is not None:
+            worker.notice = (notice, os.fstat(notice).st_ino)
+        set_up(worker, loop)
         boot = read_boot()
         if boot.compute_ms != expected:
             _apply_cpu_limits(boot.compute_ms)
         _apply_memory_limit(boot.max_memory_mb)
-        os.set_inheritable(CHANNEL_IN, False)
-        os.set_inheritable(CHANNEL_OUT, False)
-        worker = Worker(boot)
+        worker.attach(boot)
         if notice is not None:
-            worker.notice = (notice, os.fstat(notice).st_ino)
             _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
         loaded = None
         if boot.held:
