@@ -72,7 +72,6 @@ class CodeRun(RunProcess):
         boot: bytes,
         taken: Slot | None = None,
         boot_sent: int = 0,
-        refilled: bool = False,
     ) -> None:
         super().__init__(
             config=config,
@@ -83,7 +82,6 @@ class CodeRun(RunProcess):
             boot=boot,
             taken=taken,
             boot_sent=boot_sent,
-            refilled=refilled,
         )
         self.future: asyncio.Future[CodeRunResult] = loop.create_future()
         self.finished = concurrent.futures.Future[None]()

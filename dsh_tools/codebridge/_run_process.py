@@ -73,16 +73,13 @@ class RunProcess(abc.ABC):
         boot: bytes,
         taken: Slot | None = None,
         boot_sent: int = 0,
-        refilled: bool = False,
     ) -> None:
         """``taken``: the pre-forked worker the first attempt runs on, taken from ``pool``
-        already, with the first ``boot_sent`` bytes of ``boot`` written to it; ``refilled``:
-        the pool was asked to replace it then (else the run asks as it ends)."""
+        already, with the first ``boot_sent`` bytes of ``boot`` written to it."""
         self._template = template
         self._pool = pool
         self._taken = taken
         self._boot_sent = boot_sent
-        self._refilled = refilled
         self._sandboxed = config.isolation == "sandbox"
         self._limits = RunLimits(
             config.compute_ms,
@@ -161,7 +158,7 @@ class RunProcess(abc.ABC):
                 self._settle_failure("worker-exit", f"worker error: {exc}")
                 return
         self._pooled = taken is not None
-        self._refill = pool is not None and not self._refilled
+        self._refill = pool is not None
         self._template_process = slot.template
         self._status += slot.status
         host = slot.fds

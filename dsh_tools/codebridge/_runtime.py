@@ -198,7 +198,8 @@ class SubprocessCodeRuntime:
             if slot.write_early(held) != len(held):
                 self._end_unrun(slot)
                 return None
-            self._refill()  # now rather than as its run ends (``CodeRun``: ``refilled``)
+            # Replaced as its call ends, as a run's worker is: a fork during a run competes
+            # with it for the machine's cores (a 100-call run took about a tenth longer).
             return self._prepared.add(bytes(encode_frame(Boot(*fields))), slot)
         except Exception:  # a hint only: the run goes ahead without it
             _log.debug("preparing a run failed", exc_info=True)
@@ -284,7 +285,6 @@ class SubprocessCodeRuntime:
                 self._end_unrun(early)
             reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
             return materialize(ledger, Outcome(failure=("abort", reason)))
-        refilled = early is not None
         if early is not None:
             early.write_early(GO)  # a worker that died meanwhile: the run tries a fresh one
             sent = len(boot_bytes)
@@ -306,7 +306,6 @@ class SubprocessCodeRuntime:
                 boot=boot_bytes,
                 taken=early,
                 boot_sent=sent,
-                refilled=refilled,
             )
         except BaseException:
             self._slots.release()
