@@ -1040,6 +1040,16 @@ def test_a_run_code_call_prepares_its_run_before_its_guards_and_a_refused_one_ne
             return prepare(program, namespaces)
 
         runtime.prepare = preparing  # type: ignore[method-assign]
+        prepared = runtime._prepared
+        claim = prepared.claim
+        claimed: list[bool] = []
+
+        def claiming(boot: bytes) -> Any:
+            slot = claim(boot)
+            claimed.append(slot is not None)
+            return slot
+
+        prepared.claim = claiming  # type: ignore[method-assign]
 
         def guard(execution: Any) -> str | None:
             order.append(f"guard {execution.call_id}")
@@ -1070,3 +1080,4 @@ def test_a_run_code_call_prepares_its_run_before_its_guards_and_a_refused_one_ne
         "guard x",
     ]
     assert os.listdir(tmp_path) == ["ran"]
+    assert claimed == [True]  # the allowed call's run took the worker its call prepared

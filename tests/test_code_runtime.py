@@ -630,6 +630,54 @@ def test_a_prepared_run_is_released_unrun_when_its_call_ends_and_the_pool_refill
     assert os.listdir(tmp_path) == ["claimed"]
 
 
+def test_a_prepared_run_waiting_past_its_wall_ceiling_for_its_run_still_runs(
+    tmp_path: Path,
+) -> None:
+    # Time a prepared worker waits for its run (guards, approval, a run slot) is not the run's:
+    # its init starts the wall clock only at the go.
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(max_wall_ms=300, sandbox=CodeSandbox(write=[str(tmp_path)]))
+    )
+    try:
+        assert run(runtime, "return 0").value == 0
+        wait_for_idle_workers(runtime, 2)
+        ended: list[Any] = []
+        end_unrun = runtime._end_unrun
+
+        def ending(slot: Any) -> None:
+            ended.append(slot)
+            end_unrun(slot)
+
+        runtime._end_unrun = ending  # type: ignore[method-assign]
+        program = marking(tmp_path, "late")
+        assert runtime.prepare(program, []) is not None
+        time.sleep(1.6)  # past the ceiling and the init's second of backstop
+        assert runtime.prepared_runs == 1
+        assert run(runtime, program).value == "late"
+        assert runtime.prepared_runs == 0
+        assert ended == []  # its run took the prepared worker, alive and well
+    finally:
+        runtime.close()
+
+
+def test_a_failure_while_preparing_ends_the_worker_it_took(
+    granting_runtime: SubprocessCodeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = granting_runtime
+    descriptors = len(os.listdir("/proc/self/fd"))
+
+    def failing(self: Any, boot: bytes, slot: Any) -> Any:
+        raise MemoryError("as a prepared run is kept")
+
+    monkeypatch.setattr(_prepared.PreparedRuns, "add", failing)
+    assert runtime.prepare("return 1", []) is None  # a hint only: never raises
+    assert runtime.prepared_runs == 0
+    wait_for_idle_workers(runtime, 2)  # the worker it took was ended and replaced
+    time.sleep(0.1)
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    assert run(runtime, "return 2").value == 2
+
+
 def slow_to_compile(functions: int, levels: int = 14) -> str:
     """A short program whose compilation takes seconds in little memory: the compiler emits
     each ``finally`` block twice per level of nesting, in each of ``functions`` functions."""

@@ -920,3 +920,55 @@ def test_on_stop_closers_run_once_the_calls_settle_last_attached_first(logs: Log
         pytest.raises(TypeError, match=r"^on_stop\(\) takes a callable, got int$"),
     ):
         other.on_stop(3)  # type: ignore[arg-type]
+
+
+CTRL_C_BEFORE_THE_FIRST_STEP = """
+import asyncio, contextlib, os, signal
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools.pipeline import _loop
+
+
+async def nap(args, ctx):
+    await asyncio.sleep(0.2)
+    return "woke"
+
+
+arming = _loop._woken_by_signals
+
+
+@contextlib.contextmanager
+def ctrl_c_as_the_wait_is_armed(loop):
+    # The first time only: the Ctrl-C lands after the call's task was made, before it ran.
+    _loop._woken_by_signals = arming
+    os.kill(os.getpid(), signal.SIGINT)
+    with arming(loop):
+        yield
+
+
+_loop._woken_by_signals = ctrl_c_as_the_wait_is_armed
+system = ToolSystem.start()
+system.tools.register(
+    define_tool(
+        name="nap",
+        description="Sleep a little.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=nap,
+    )
+)
+try:
+    system.execute(ExecuteCall(call_id="a", name="nap", arguments={}))
+except KeyboardInterrupt:
+    print("interrupted")
+print([e.data["error"]["code"] for e in system.session.events if e.type == "tool/result"])
+system.stop()
+"""
+
+
+def test_ctrl_c_before_a_driven_calls_first_step_settles_it_and_propagates() -> None:
+    # A call whose body waits skips the loop's trial pass: a Ctrl-C between making its task and
+    # the task's first step used to cancel it unstarted, which left the loop running for ever.
+    done = run_script(CTRL_C_BEFORE_THE_FIRST_STEP)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
+    assert "never awaited" not in done.stderr

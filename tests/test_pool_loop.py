@@ -21,7 +21,7 @@ from conftest import WAIT, arun, block, call, fixture
 from pool_support import batch, in_background, safe
 
 from dsh_tools import AbortController, ToolSystem
-from dsh_tools.pipeline._epoll import PreciseEpoll
+from dsh_tools.pipeline._epoll import PreciseEpoll, mark_wake_only
 from dsh_tools.pipeline._loop import new_pool_loop
 
 current_call: contextvars.ContextVar[str] = contextvars.ContextVar("current_call", default="-")
@@ -250,6 +250,34 @@ def test_a_signal_handler_runs_while_the_loop_is_busy(loop: asyncio.AbstractEven
         loop.remove_signal_handler(signal.SIGUSR1)
     assert ran == ["sig"]
     assert 0 <= passes < 10
+
+
+def test_a_zero_wait_skips_its_system_call_while_only_wake_descriptors_are_watched() -> None:
+    # The main thread's private loop also watches its signal wake-up socket, which only wakes
+    # a blocked wait as the loop's own wake-up socket does: the pass of a call whose hooks
+    # merely pass through makes no epoll_wait for it. Any other descriptor needs the call.
+    if PreciseEpoll is None:
+        pytest.skip("no epoll on this platform")
+    loop = new_pool_loop()
+    try:
+        selector: Any = loop._selector  # type: ignore[attr-defined]
+        assert selector._only_wake
+        signal_reader, signal_writer = socket.socketpair()
+        other_reader, other_writer = socket.socketpair()
+        loop.add_reader(signal_reader.fileno(), lambda: None)
+        assert not selector._only_wake
+        mark_wake_only(loop, signal_reader.fileno())
+        assert selector._only_wake
+        loop.add_reader(other_reader.fileno(), lambda: None)
+        assert not selector._only_wake
+        loop.remove_reader(other_reader.fileno())
+        assert selector._only_wake
+        loop.remove_reader(signal_reader.fileno())
+        assert selector._only_wake
+        for end in (signal_reader, signal_writer, other_reader, other_writer):
+            end.close()
+    finally:
+        loop.close()
 
 
 def test_a_descriptor_too_high_for_select_falls_back_to_plain_epoll() -> None:

@@ -37,6 +37,10 @@ class Slot:
         self.template = template
         self.status = b""
 
+    def alive(self) -> bool:
+        """Whether its worker is still waiting (see ``_alive``)."""
+        return _alive(self)
+
     def write_early(self, data: bytes) -> int:
         """Write what the worker's channel takes of ``data`` now, without waiting; return how
         many bytes that was (0 when the write failed: the run's own writer then tries, and its

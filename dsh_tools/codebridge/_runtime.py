@@ -192,16 +192,24 @@ class SubprocessCodeRuntime:
             held = bytes(encode_frame(Boot(*fields, held=True)))
             if len(held) > min(_PREPARED_BOOT_BYTES, self.config.max_frame_bytes):
                 return None  # too large for one write, or for the run itself (frame-limit)
+            boot = bytes(encode_frame(Boot(*fields)))
             slot = pool.take()
-            if slot is None:
-                return None
+        except Exception:  # a hint only: the run goes ahead without it
+            _log.debug("preparing a run failed", exc_info=True)
+            return None
+        if slot is None:
+            return None
+        try:
             if slot.write_early(held) != len(held):
                 self._end_unrun(slot)
                 return None
             # Replaced as its call ends, as a run's worker is: a fork during a run competes
             # with it for the machine's cores (a 100-call run took about a tenth longer).
-            return self._prepared.add(bytes(encode_frame(Boot(*fields))), slot)
-        except Exception:  # a hint only: the run goes ahead without it
+            return self._prepared.add(boot, slot)
+        except BaseException as exc:  # the worker ends with it, taken for nothing
+            self._end_unrun(slot)
+            if not isinstance(exc, Exception):
+                raise
             _log.debug("preparing a run failed", exc_info=True)
             return None
 
@@ -268,6 +276,9 @@ class SubprocessCodeRuntime:
         # A worker prepared as this run's call began has the program compiled already (a
         # syntax error is its to report): it needs only the go.
         early = prepared.claim(boot_bytes) if pool is not None else None
+        if early is not None and not early.alive():  # its init ended it (a budget, say)
+            self._end_unrun(early)
+            early = None
         try:
             if early is None and len(request.program) <= HOST_PARSE_LIMIT:
                 try:
@@ -286,7 +297,9 @@ class SubprocessCodeRuntime:
             reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
             return materialize(ledger, Outcome(failure=("abort", reason)))
         if early is not None:
-            early.write_early(GO)  # a worker that died meanwhile: the run tries a fresh one
+            # One that died while this run waited for its slot ends the run as its status
+            # says (its compile's budget, say), or the run tries a fresh worker (``_spawn``).
+            early.write_early(GO)
             sent = len(boot_bytes)
         else:
             # A pre-forked worker gets its program before the host builds the run around it:

@@ -1,5 +1,7 @@
-"""The worker process's life: ``main()`` rehearses a run while it waits, reads its ``Boot``,
-applies the boot's limits and runs the program (``_worker``).
+"""The worker process's life: ``main()`` rehearses a run and sets up what does not depend on
+the program (``_worker.set_up``) while it waits, reads its ``Boot``, applies the boot's limits
+and runs the program (``_worker``); a held boot's program is compiled at once and run only
+after the host's go (``_worker.read_go``).
 
 The template (``_template``) imports this module once and calls ``main()`` in each child it
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
@@ -9,8 +11,9 @@ They are the runtime's config, which the template passes on (``expect_compute_ms
 every ``Boot`` repeats: a worker applies the CPU limit once it has rehearsed, before it waits
 (and again at its boot only if the boot carries another), and the memory limit once it has
 read its boot. Under the sandbox ``main`` gets the
-write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program has
-arrived starts the init's measuring.
+write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program may
+run starts the init's measuring, wall clock included; on a held boot ``NOTICE_HELD`` starts it
+first without the wall clock (the compile is charged, the wait for the go is not).
 
 This module imports only the standard library, ``msgspec`` (through its sibling wire modules),
 ``_worker`` and the sandbox init's notice byte.
@@ -40,7 +43,7 @@ from ._frames import (
     encode_frame,
 )
 from ._program import FILENAME
-from ._sandbox._init import NOTICE_STARTED
+from ._sandbox._init import NOTICE_HELD, NOTICE_STARTED
 from ._tokens import tokenize
 from ._worker import (
     CHANNEL_IN,
@@ -202,14 +205,17 @@ def main(notice: int | None = None) -> NoReturn:
             _apply_cpu_limits(boot.compute_ms)
         _apply_memory_limit(boot.max_memory_mb)
         worker.attach(boot)
-        if notice is not None:
-            _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
         loaded = None
         if boot.held:
-            # Compiled now, measured and inside the boot's limits, while the host decides
-            # whether the run happens: nothing of the program runs before the go.
+            # Compiled now, measured (but not against the wall clock) and inside the boot's
+            # limits, while the host decides whether the run happens: nothing of the program
+            # runs before the go.
+            if notice is not None:
+                _os_write(notice, NOTICE_HELD)
             loaded = load_program(worker)
             read_go()
+        if notice is not None:
+            _os_write(notice, NOTICE_STARTED)  # the init measures the run from now on
         run_program(worker, loop, loaded)
     except SystemExit as exc:
         _os_exit(exit_status(exc))

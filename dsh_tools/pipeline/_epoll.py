@@ -10,7 +10,7 @@ import selectors
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple
 
-__all__ = ["PreciseEpoll", "new_pool_loop"]
+__all__ = ["PreciseEpoll", "mark_wake_only", "new_pool_loop"]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
 _Ts = TypeVarTuple("_Ts")
@@ -34,8 +34,10 @@ if hasattr(selectors, "EpollSelector"):
         ``select()``.
 
         One exception, in a loop made by ``new_pool_loop``: a zero wait (the loop has callbacks
-        ready) while nothing is registered but the loop's own wake-up socket (``wake_fd``)
-        returns no events without a system call, up to ``_SKIPPED_AT_MOST`` times in a row.
+        ready) while nothing is registered but the loop's own wake-up socket (``wake_fd``) and
+        descriptors that only wake as it does (``wake_only``: the main thread's signal wake-up
+        socket) returns no events without a system call, up to ``_SKIPPED_AT_MOST`` times in a
+        row.
         That socket only wakes a blocked wait, and a zero wait does not block: a callback
         another thread added is in the loop's ready queue already, and the socket's bytes are
         read by the next wait that makes the call. Once the loop has a signal handler the
@@ -48,7 +50,8 @@ if hasattr(selectors, "EpollSelector"):
             self._epoll_fd = self.fileno()
             self._precise = self._epoll_fd < _FD_SETSIZE
             self._wake_fd: int | None = None  # the descriptor that only wakes a blocked wait
-            self._only_wake = False  # nothing is registered but ``_wake_fd``
+            self._also_waking: set[int] = set()  # others that do only that (``wake_only``)
+            self._only_wake = False  # nothing is registered but those
             self._skipped = 0  # zero waits in a row that made no system call
 
         def wake_fd(self, fd: int | None) -> None:
@@ -56,12 +59,25 @@ if hasattr(selectors, "EpollSelector"):
             self._wake_fd = fd
             self._note_keys()
 
+        def wake_only(self, fd: int) -> None:
+            """Name another descriptor that only wakes a blocked wait."""
+            self._also_waking.add(fd)
+            self._note_keys()
+
         def _note_keys(self) -> None:
-            # Called at every register and unregister: a length and, only when one descriptor
-            # is left, a lookup (listing the keys cost a code run four times as many calls).
+            # Called at every register and unregister: a length and, only when no more
+            # descriptors are left than wake ones, lookups (listing the keys cost a code run
+            # four times as many calls).
             registered = self.get_map()
             wake = self._wake_fd
-            self._only_wake = len(registered) == 1 and wake is not None and wake in registered
+            also = self._also_waking
+            count = len(registered)
+            self._only_wake = (
+                wake is not None
+                and count <= 1 + len(also)
+                and wake in registered
+                and (count == 1 or all(fd == wake or fd in also for fd in registered))
+            )
 
         def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
             key = super().register(fileobj, events, data)
@@ -98,6 +114,10 @@ if hasattr(selectors, "EpollSelector"):
             (wake,) = self._precise_selector.get_map().values()
             self._precise_selector.wake_fd(wake.fd)
 
+        def wake_only(self, fd: int) -> None:
+            """See ``_PreciseEpoll.wake_only``."""
+            self._precise_selector.wake_only(fd)
+
         def add_signal_handler(
             self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts
         ) -> None:
@@ -105,6 +125,13 @@ if hasattr(selectors, "EpollSelector"):
             super().add_signal_handler(sig, callback, *args)
 
     PreciseEpoll = _PreciseEpoll
+
+
+def mark_wake_only(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Tell ``loop``, if ``new_pool_loop`` made it, that ``fd`` (registered with it) only wakes
+    a blocked wait of it, as its own wake-up socket does."""
+    if PreciseEpoll is not None and isinstance(loop, _PreciseLoop):
+        loop.wake_only(fd)
 
 
 def new_pool_loop() -> asyncio.AbstractEventLoop:

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Coroutine, Generator, Iterator
 from typing import Any, Final, TypeVar
 
-from ._epoll import new_pool_loop
+from ._epoll import mark_wake_only, new_pool_loop
 
 __all__ = [
     "STARTS_AT_ONCE",
@@ -135,6 +135,9 @@ class _SignalWakeup:
         self.previous: int | None = None
         """The descriptor the current wait's signals are passed on to."""
         loop.add_reader(self.reader.fileno(), self.pass_on)
+        # Like the loop's own wake-up socket, it only wakes a blocked wait: a pass of the loop
+        # that does not block need not look at it (``PreciseEpoll``).
+        mark_wake_only(loop, self.reader.fileno())
 
     def pass_on(self) -> None:
         """Pass what arrived on to the descriptor the wait replaced (a stopped asyncio loop's,
@@ -250,8 +253,14 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
     """Cancel ``task`` (a driven call whose loop an interruption left) and run the loop until it
     has settled; a second interruption stops the wait and leaves the call to be closed with
     the thread's loop."""
-    task.cancel()
     try:
+        # The interruption may have come before the task's first step (as the wait was being
+        # set up): cancelled then, it would end without the call it carries ever settling,
+        # and without the stop() of its last step. One pass of the loop lets it take that
+        # step (a task past it is waiting: the pass runs nothing of it).
+        loop.stop()
+        loop.run_forever()
+        task.cancel()
         with _woken_by_signals(loop):
             while not task.done():
                 loop.run_forever()  # until the task's last step stops the loop

@@ -47,6 +47,7 @@ __all__ = [
     "BUDGET_MEMORY",
     "BUDGET_PROCESSES",
     "BUDGET_WALL",
+    "NOTICE_HELD",
     "NOTICE_STARTED",
     "TICK_SECONDS",
     "Meter",
@@ -57,8 +58,14 @@ __all__ = [
 
 TICK_SECONDS: Final = 0.025
 NOTICE_STARTED: Final = b"S"
-"""What the worker writes to the notice pipe once it has its program (before running any of
-it); any other byte there ends the run."""
+"""What the worker writes to the notice pipe once its program may run (before it runs any of
+it): the init measures the run, wall clock included, from then on. Any byte but this and
+``NOTICE_HELD`` ends the run."""
+NOTICE_HELD: Final = b"H"
+"""What the worker writes on a held boot (its program compiles, the run may never come): the
+init measures CPU time, memory and processes from then on, and the wall clock only from
+``NOTICE_STARTED``, which the worker writes once the run has come: waiting for a run that is
+not due to start is no part of its wall time."""
 BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
@@ -242,7 +249,7 @@ def run_init(
     poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     poller.register(notice, select.POLLIN)
     started = False  # the worker has its program: measure from now on
-    deadline = math.inf  # the wall backstop, once started
+    deadline = math.inf  # the wall backstop, once the program may run (``NOTICE_STARTED``)
     while not report:
         ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
         if channel in ready:
@@ -252,17 +259,21 @@ def run_init(
             if heard == b"":
                 poller.unregister(notice)
             elif heard is not None:
-                if heard.strip(NOTICE_STARTED):
+                if heard.strip(NOTICE_STARTED + NOTICE_HELD):
                     break  # anything else is the end of the run
-                if not started:
-                    started = True
+                # Each of the two notices may put the next measuring off once (a program that
+                # writes them itself gets no more out of that).
+                put_off = not started
+                if NOTICE_STARTED in heard and deadline == math.inf:
                     deadline = time.monotonic() + max_wall_ms / 1000 + WALL_BACKSTOP_SECONDS
-                    if ready == [notice]:
-                        # Nothing of the program has run yet: the first measuring waits a
-                        # tick. Measured now, it took the init most of a millisecond (the
-                        # pages it touches are copied on first write) on a core the host
-                        # needs once the program's result arrives.
-                        continue
+                    put_off = True
+                started = True
+                if put_off and ready == [notice]:
+                    # Nothing of the program has run yet: the measuring waits a tick. Measured
+                    # now, it took the init most of a millisecond (the pages it touches are
+                    # copied on first write) on a core the host needs once the program's
+                    # result arrives.
+                    continue
         with contextlib.suppress(OSError):
             while os.read(wake_r, 512):
                 pass
