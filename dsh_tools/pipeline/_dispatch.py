@@ -50,7 +50,7 @@ from ._core import (
     take_back_cancels,
     wind_down,
 )
-from ._loop import event_loop, in_context, new_task, running_loop
+from ._loop import event_loop, in_context, new_task, running_loop, waiting_loop
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
 
 __all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
@@ -270,7 +270,7 @@ class DispatchStages(PipelineCore):
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
     ) -> tuple[bool, Any]:
         """``_run_task``'s body in a task of its own: ``(True, value)`` or ``(False, error)``."""
-        loop = await event_loop(to_wait=True)  # the body's task needs one
+        loop = await waiting_loop()  # the body's task needs one
         settled: asyncio.Future[None] = loop.create_future()
         task = new_task(loop, capture(coro, settled), contextvars.copy_context())
         if task.done():  # an eager task (Python 3.12+) whose body never waited
@@ -346,7 +346,7 @@ class DispatchStages(PipelineCore):
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return. Only ``stop()`` abandons it, once its grace
         is over (``abandon_bodies``): the body is left to its thread, the call is ``ABORTED``."""
-        loop = await event_loop(to_wait=True)  # to wait for the worker
+        loop = await waiting_loop()  # to wait for the worker
         work = self._executor.submit(call_plain_body, execute, rec.arguments, ctx)
         rec.body_wait = current_task(loop)
         waits = self.body_waits

@@ -43,6 +43,7 @@ __all__ = [
     "running_loop",
     "start_task",
     "thread_loop",
+    "waiting_loop",
 ]
 
 _T = TypeVar("_T")
@@ -57,8 +58,8 @@ class _NeedLoop:
 
 _NEED_LOOP = _NeedLoop()
 _NEED_LOOP_TO_WAIT = _NeedLoop()
-"""What ``event_loop(to_wait=True)`` yields: the coroutine will wait on the loop for more than
-one pass (a body's task, a worker thread), so ``drive`` need not try a single pass first."""
+"""What ``waiting_loop()`` yields: the coroutine will wait on the loop for more than one pass
+(a body's task, a worker thread), so ``drive`` need not try a single pass first."""
 
 
 def running_loop() -> asyncio.AbstractEventLoop | None:
@@ -73,21 +74,29 @@ def running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 @types.coroutine
-def event_loop(*, to_wait: bool = False) -> Generator[Any, Any, asyncio.AbstractEventLoop]:
+def event_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
     """``loop = await event_loop()``: the running loop, once there is one.
 
     Under the blocking ``execute`` hooks and plain bodies run without an event loop (nothing
     they usually do needs one). A hook that needs the loop itself (to set a timer, create a
     future, call ``asyncio.sleep``) awaits this first: the call then carries on inside a
     task on the calling thread's private loop. Anywhere else it returns the running loop
-    at once. ``to_wait``: what follows waits on the loop for certain (a task or a thread
-    settles it on a later pass)."""
+    at once."""
     loop = running_loop()
     if loop is not None:
         return loop
-    sent: asyncio.AbstractEventLoop | None = yield (  # see ``first_loop``
-        _NEED_LOOP_TO_WAIT if to_wait else _NEED_LOOP
-    )
+    sent: asyncio.AbstractEventLoop | None = yield _NEED_LOOP  # see ``first_loop``
+    return sent if sent is not None else asyncio.get_running_loop()
+
+
+@types.coroutine
+def waiting_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
+    """``event_loop()`` for what waits on the loop for certain (a body's own task, a worker
+    thread: either settles it on a later pass), which ``drive`` then need not try in one."""
+    loop = running_loop()
+    if loop is not None:
+        return loop
+    sent: asyncio.AbstractEventLoop | None = yield _NEED_LOOP_TO_WAIT
     return sent if sent is not None else asyncio.get_running_loop()
 
 
@@ -211,8 +220,8 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
     task is done, which stops the loop in its own last step. A call whose hooks merely pass
     through so costs one pass of the loop, not the two (and the done callback) of
     ``run_until_complete``, and a call that suspends saves the pass that callback takes. A
-    coroutine that first suspends for a loop it will wait on (``event_loop(to_wait=True)``:
-    its body's task, a worker thread) skips that first pass, and the loop's second start."""
+    coroutine that first suspends for a loop it will wait on (``waiting_loop()``: its body's
+    task, a worker thread) skips that first pass, and the loop's second start."""
     context = contextvars.copy_context()
     state = _state
     outer = state.driving
@@ -303,7 +312,7 @@ def carry_on(
 ) -> asyncio.Task[_T]:
     """Continue, in a task on ``loop`` (call this on its thread), a coroutine that was started
     on another thread and suspended there with ``first`` (an ``event_loop()`` wait, say)."""
-    if type(first) is _NeedLoop:
+    if first is _NEED_LOOP or first is _NEED_LOOP_TO_WAIT:
         return loop.create_task(coro, context=context)  # resumed there, event_loop() returns
     return loop.create_task(_carry_on(coro, first), context=context)
 
@@ -322,7 +331,7 @@ def _carry_on(
     (the ``run_forever`` that ``drive`` runs returns with that pass)."""
     try:
         yielded = first
-        while type(yielded) is _NeedLoop:
+        while yielded is _NEED_LOOP or yielded is _NEED_LOOP_TO_WAIT:
             try:
                 yielded = coro.send(loop)
             except StopIteration as done:
