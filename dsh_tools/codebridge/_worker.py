@@ -150,6 +150,17 @@ class Worker:
         self.stderr = CaptureStream(self.emit, 2, "<stderr>")
         self.notice: tuple[int, int] | None = None
         """The init's notice pipe: descriptor and inode (``tell_init``)."""
+        self.module: types.ModuleType | None = None
+        """The run's fresh ``__main__``, made ahead (``set_up``); ``load_program`` takes it."""
+        self.error_classes: dict[tuple[str, str], type[Exception]] = {}
+        """The error classes of the run's namespaces by (name, member attribute)."""
+
+    def error_class(self, name: str, member_attr: str) -> type[Exception]:
+        """The run's error class ``name`` (made once: a worker serves one run)."""
+        made = self.error_classes.get((name, member_attr))
+        if made is None:
+            made = self.error_classes[name, member_attr] = error_class(name, member_attr)
+        return made
 
     def attach(self, boot: Boot) -> None:
         """Take the run's boot: the worker was made while it waited for one."""
@@ -357,6 +368,16 @@ Loaded = tuple[types.ModuleType, Callable[[], Any]]
 """A program ready to run: its fresh ``__main__`` module and its coroutine function."""
 
 
+def _fresh_main() -> types.ModuleType:
+    """A fresh ``__main__`` with what every program's globals hold."""
+    module = types.ModuleType("__main__")
+    scope = module.__dict__
+    scope["__builtins__"] = builtins
+    scope["asyncio"] = asyncio
+    scope[ABSENT_NAME] = ABSENT
+    return module
+
+
 def load_program(worker: Worker) -> Loaded | Done:
     """The boot's program, defined in a fresh ``__main__`` module with its bindings (nothing
     of it runs yet), or, when it does not compile, the ``Done`` frame that finishes its run."""
@@ -370,14 +391,13 @@ def load_program(worker: Worker) -> Loaded | Done:
             return Done(error=DoneError("output-limit", limit_message(worker.ledger.cap)))
         return Done(error=DoneError("exception", error.message))
 
-    module = types.ModuleType("__main__")
+    module, worker.module = worker.module, None
+    if module is None:
+        module = _fresh_main()
     scope = module.__dict__
-    scope["__builtins__"] = builtins
-    scope["asyncio"] = asyncio
-    scope[ABSENT_NAME] = ABSENT
     for namespace in boot.namespaces:
         if namespace.error_class is not None:
-            error_type: Callable[[str, str], BaseException] = error_class(
+            error_type: Callable[[str, str], BaseException] = worker.error_class(
                 namespace.error_class.name, namespace.error_class.member_attr
             )
             scope[namespace.error_class.name] = error_type
@@ -402,8 +422,10 @@ def read_go() -> None:
 def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     """What a run sets up around its program that does not depend on the program: the
     process-wide ``print``, ``sys.argv``, the capture streams, the event loop and its reader of
-    the channel (it reads only once the loop runs, which is when the program does). A worker
-    does this while it waits for its boot, off its run's path."""
+    the channel (it reads only once the loop runs, which is when the program does), a fresh
+    ``__main__`` and the error classes of the namespaces the worker's boot so far names (the
+    runtime's usual ones). A worker does this while it waits for its boot, off its run's
+    path."""
     sys.argv = [FILENAME]
     sys.stdout = worker.stdout
     sys.stderr = worker.stderr
@@ -411,6 +433,11 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)
     worker.loop = loop
     loop.add_reader(CHANNEL_IN, worker.on_readable)
+    worker.module = _fresh_main()
+    for namespace in worker.boot.namespaces:  # the usual ones (the worker's boot so far)
+        spec = namespace.error_class
+        if spec is not None:
+            worker.error_class(spec.name, spec.member_attr)
 
 
 def run_program(
