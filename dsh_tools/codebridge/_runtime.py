@@ -213,12 +213,14 @@ class SubprocessCodeRuntime:
             _log.debug("preparing a run failed", exc_info=True)
             return None
 
-    def _end_unrun(self, slot: Slot) -> None:
+    def _end_unrun(self, slot: Slot | None) -> None:
         """End a worker taken for a run that never came (a prepared one no run claimed, or one
-        given its program as the run fell through): closing its channel ends a sandboxed one
-        (its init watches the hang-up); under ``"process"`` its process group is killed too,
-        since a worker still compiling or running would not read the end of file. The pool
-        replaces it."""
+        given its program as the run fell through), if any: closing its channel ends a
+        sandboxed one (its init watches the hang-up); under ``"process"`` its process group is
+        killed too, since a worker still compiling or running would not read the end of file.
+        The pool replaces it."""
+        if slot is None:
+            return
         if not self._sandboxed:
             report = take_report(bytearray(slot.status)) if slot.status else None
             if isinstance(report, PidReport):
@@ -288,12 +290,10 @@ class SubprocessCodeRuntime:
             self._end_orphans()
             acquired = await self._slots.acquire(signal_)
         except BaseException:  # cancelled while waiting for a slot, say
-            if early is not None:
-                self._end_unrun(early)
+            self._end_unrun(early)
             raise
         if not acquired:
-            if early is not None:
-                self._end_unrun(early)
+            self._end_unrun(early)
             reason = "runtime disposed" if self._disposed else safe_text(signal_.reason, "aborted")
             return materialize(ledger, Outcome(failure=("abort", reason)))
         if early is not None:
@@ -322,8 +322,7 @@ class SubprocessCodeRuntime:
             )
         except BaseException:
             self._slots.release()
-            if early is not None:
-                self._end_unrun(early)
+            self._end_unrun(early)
             raise
         # The slot is the run's from here until it has ended, its processes gone, however it
         # ends: settled, abandoned, or ended from elsewhere because its loop closed under it.
@@ -335,8 +334,7 @@ class SubprocessCodeRuntime:
         if disposed:  # while this run waited for its slot
             run.on_ended = None
             self._slots.release()
-            if early is not None:
-                self._end_unrun(early)
+            self._end_unrun(early)
             return materialize(ledger, Outcome(failure=("abort", "runtime disposed")))
         try:
             run.start(signal_)

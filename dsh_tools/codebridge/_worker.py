@@ -443,17 +443,15 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
 def run_program(
     worker: Worker, loop: asyncio.AbstractEventLoop, loaded: Loaded | Done | None = None
 ) -> NoReturn:
-    """Run the boot's program (``loaded`` already, or loaded now) and finish the run."""
+    """Run the boot's program (``loaded`` already, or loaded now) on ``loop`` and finish the
+    run; ``set_up`` has been done."""
     if loaded is None:
         loaded = load_program(worker)
-    if type(loaded) is Done:
+    if isinstance(loaded, Done):
         worker.finish(loaded)
-    assert not isinstance(loaded, Done)
     module, function = loaded
     program_code: types.CodeType = function.__code__
     sys.modules["__main__"] = module
-    if worker.loop is not loop:  # not set up while it waited (``set_up``)
-        set_up(worker, loop)
     os.set_blocking(CHANNEL_IN, False)
 
     async def settle() -> None:

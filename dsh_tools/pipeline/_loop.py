@@ -117,7 +117,7 @@ def first_loop() -> Generator[Any, Any, asyncio.AbstractEventLoop]:
 
 
 def _close_in_owner(
-    loop: asyncio.AbstractEventLoop, owner_pid: int, wakeup: _SignalWakeup | None
+    loop: asyncio.AbstractEventLoop, owner_pid: int, wakeups: list[_SignalWakeup]
 ) -> None:
     # A child forked by another thread drops this thread's locals at once; closing the loop
     # there would unregister its descriptors from the epoll instance it shares with the parent,
@@ -126,7 +126,7 @@ def _close_in_owner(
     # that loop is left to the process's end.
     if os.getpid() == owner_pid and not loop.is_running():
         loop.close()
-        if wakeup is not None:
+        for wakeup in wakeups:
             wakeup.close()
 
 
@@ -168,18 +168,14 @@ class _ThreadLoop:
 
     def __init__(self) -> None:
         self.loop = new_pool_loop()
-        self._wakeup: _SignalWakeup | None = None
-        self._finalizer = weakref.finalize(self, _close_in_owner, self.loop, os.getpid(), None)
+        self._wakeups: list[_SignalWakeup] = []  # at most one, closed with the loop
+        weakref.finalize(self, _close_in_owner, self.loop, os.getpid(), self._wakeups)
 
     def wakeup(self) -> _SignalWakeup:
         """The main thread's ``_SignalWakeup`` (made on first use; closed with the loop)."""
-        if self._wakeup is None:
-            self._wakeup = _SignalWakeup(self.loop)
-            self._finalizer.detach()
-            self._finalizer = weakref.finalize(
-                self, _close_in_owner, self.loop, os.getpid(), self._wakeup
-            )
-        return self._wakeup
+        if not self._wakeups:
+            self._wakeups.append(_SignalWakeup(self.loop))
+        return self._wakeups[0]
 
 
 class _ThreadState(threading.local):
