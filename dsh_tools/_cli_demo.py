@@ -206,13 +206,6 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
                 )
                 print("through the same pipeline (events tool/code-dispatch-*).", file=out)
                 print(indent(program.rstrip(), "    | "), file=out)
-                if getattr(system.code_runtime, "template_pid", None) is None:
-                    print(
-                        "  (cold start: this first run also starts the worker template process;"
-                        " later runs fork from it)",
-                        file=out,
-                    )
-                    out.flush()
                 start = time.perf_counter()
                 result = system.execute(
                     ExecuteCall(

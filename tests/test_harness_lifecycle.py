@@ -21,6 +21,7 @@ from pool_support import batch
 
 import dsh_tools._system as system_module
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem
+from dsh_tools.codebridge import SubprocessCodeRuntime
 
 
 def run_script(source: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -615,6 +616,35 @@ def templates_of_this_process() -> list[int]:
         if int(fields[1]) == os.getpid() and fields[0] != b"Z" and b"_template.py" in command:
             found.append(int(entry))
     return found
+
+
+def test_a_code_mode_system_has_its_workers_waiting_before_its_first_run() -> None:
+    with ToolSystem.start(ToolsConfig(mode="code")) as system:
+        runtime = system.code_runtime
+        assert isinstance(runtime, SubprocessCodeRuntime)
+        deadline = time.monotonic() + WAIT
+        while runtime.idle_workers < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runtime.idle_workers == 2  # started with the system, not by the first run
+        assert templates_of_this_process() == [runtime.template_pid]
+        program = {"code": "return 6 * 7", "description": "Multiply"}
+        result = system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=program))
+        assert result.content[0]["text"].endswith("42")
+    assert templates_of_this_process() == []
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.001, 0.01, 0.05])
+def test_stopping_a_code_mode_system_while_its_workers_start_leaves_nothing_behind(
+    pause: float,
+) -> None:
+    before = set(threading.enumerate())
+    system = ToolSystem.start(ToolsConfig(mode="code"))
+    time.sleep(pause)
+    system.stop()
+    for thread in set(threading.enumerate()) - before:
+        thread.join(timeout=10)
+    assert {t.name for t in set(threading.enumerate()) - before if t.is_alive()} == set()
+    assert templates_of_this_process() == []
 
 
 def test_an_async_observer_of_a_call_that_outlives_the_stop_is_closed_not_left_unawaited(

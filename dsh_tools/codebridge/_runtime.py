@@ -1,12 +1,13 @@
 """``SubprocessCodeRuntime``: every run in a fresh, confined child process.
 
 Spawning ``python -I`` per run costs 20 ms or more, over the whole budget of an empty run, so
-each runtime starts one *template process* lazily (``python -I -X utf8 _template.py`` with an
-empty environment and its own session). The template imports the worker modules once and never
-runs model code; it forks one single-use worker per run (see ``_template``). Every run therefore
-starts from the same clean interpreter state in its own process. A small pool (``_pool``) keeps
-two workers forked, confined and prewarmed ahead of the runs; each run takes one and the pool
-is refilled once the run settles. If the template dies it is restarted for the next run.
+each runtime starts one *template process* at its first run or ``warm_up()`` (``python -I -X
+utf8 _template.py`` with an empty environment and its own session). The template imports the
+worker modules once and never runs model code; it forks one single-use worker per run (see
+``_template``). Every run therefore starts from the same clean interpreter state in its own
+process. A small pool (``_pool``) keeps two workers forked, confined and prewarmed ahead of the
+runs; each run takes one and the pool is refilled once the run settles. If the template dies it
+is restarted for the next run.
 
 Isolation (``CodeRuntimeConfig.isolation``):
 
@@ -26,8 +27,9 @@ Trade-offs of the template against a fresh interpreter per run:
 - Runs share the template's start-up state: the same modules already imported (but never used
   by model code), the same ``PYTHONHASHSEED``-style hash seed, the same executable. ``random``
   reseeds after fork. Nothing a program does reaches the template or a later run.
-- One extra long-lived process per runtime (started on the first run, ~100 ms once; its pages are
-  shared copy-on-write with the children), and the pool's idle workers.
+- One extra long-lived process per runtime (started on the first run or by ``warm_up()``,
+  ~100 ms once; its pages are shared copy-on-write with the children), and the pool's idle
+  workers.
 - The host kills by pid. The template reaps the worker (or init), so a pid whose process has
   exited could in principle be reused before the host learns of the exit; pids are allocated
   sequentially, so this needs a full wrap of the pid space within microseconds and is accepted.
@@ -167,6 +169,14 @@ class SubprocessCodeRuntime:
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def warm_up(self) -> None:
+        """Start the template process and fill the pool of pre-forked workers now, on the
+        pool's own thread, rather than at the first run (which would otherwise wait about
+        100-150 ms for both). Any thread; never blocks or raises; does nothing once disposed
+        or when called again."""
+        if not self._disposed:
+            self._refill()
 
     def _boot_fields(
         self, program: str, wire: list[NamespaceWire]
