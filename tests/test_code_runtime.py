@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from msgspec import UNSET
 
+import dsh_tools.codebridge._runtime as runtime_module
 from dsh_tools.actors import AbortController, FrozenDict, FrozenList
 from dsh_tools.codebridge import (
     BindingNamespace,
@@ -29,6 +30,7 @@ from dsh_tools.codebridge import (
     runtime_config_from,
 )
 from dsh_tools.codebridge._ledger import MAX_LOG_ENTRIES
+from dsh_tools.codebridge._run import CodeRun
 from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT, namespace_wire
 from dsh_tools.codebridge._tokens import tokenize
 
@@ -714,6 +716,44 @@ def test_a_prepared_worker_still_compiling_is_killed_when_released_under_process
         while _cpu_ticks(pid) is not None:
             assert time.monotonic() < deadline, "the released worker still runs"
             time.sleep(0.02)
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("isolation", ["process", "sandbox"])
+def test_a_run_disposed_before_it_starts_ends_the_worker_that_already_has_its_program(
+    isolation: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The runtime hands a pre-forked worker its program before it builds the run; a run that
+    # ends before it starts must end that worker, which may be running the program already.
+    beats = tmp_path / "beats"
+    program = f"import time\nwhile True:\n    open({str(beats)!r}, 'a').write('.')\n"
+    program += "    time.sleep(0.02)"
+    config = CodeRuntimeConfig(isolation=isolation, sandbox=CodeSandbox(write=(str(tmp_path),)))
+    runtime = SubprocessCodeRuntime(config)
+    attached: list[int] = []
+
+    class EndedBeforeStart(CodeRun):
+        def start(self, signal_: Any) -> None:
+            while not beats.exists():  # the worker, given its program, runs it meanwhile
+                time.sleep(0.01)
+            self.dispose_any_thread()
+            super().start(signal_)
+            attached.append(len(self._fds))  # the host's ends of a worker it took
+
+    try:
+        assert run(runtime, "return 0").value == 0
+        wait_for_idle_workers(runtime, 2)
+        monkeypatch.setattr(runtime_module, "CodeRun", EndedBeforeStart)
+        assert failure(run(runtime, program)) == ("abort", "runtime disposed")
+        monkeypatch.undo()
+        time.sleep(0.2)
+        size = beats.stat().st_size
+        time.sleep(0.3)
+        assert beats.stat().st_size == size, "the ended run's worker still runs its program"
+        assert attached == [0]  # an ended run starts nothing: it takes no other worker
+        wait_for_idle_workers(runtime, 2)  # nothing else took a worker for it
+        assert run(runtime, "return 2").value == 2
     finally:
         runtime.close()
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import threading
 import time
 from typing import Final
 
+from ._run_status import PidReport, take_report
 from ._template_host import TemplateHandle
 
 __all__ = ["Slot", "WorkerPool", "open_slot"]
@@ -49,6 +51,19 @@ class Slot:
             return os.write(self.fds["to_worker"], data)
         except OSError:
             return 0
+
+    def end(self, *, kill_group: bool) -> None:
+        """End the worker of a run it will never serve, which may have its program already:
+        ``kill_group`` (process isolation) kills its process group first, since a worker busy
+        compiling or running reads no end of file (a sandboxed worker's init watches the
+        channel's hang-up and ends the run's namespace itself); then ``close()``."""
+        if kill_group and self.fds:
+            _alive(self)  # reads the pid report if it has come since
+            report = take_report(bytearray(self.status)) if self.status else None
+            if isinstance(report, PidReport):
+                with contextlib.suppress(OSError):
+                    os.killpg(report.pid, signal.SIGKILL)
+        self.close()
 
     def close(self) -> None:
         """Close the host's descriptors (an idle worker then reads end of file and exits)."""

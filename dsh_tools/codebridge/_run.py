@@ -111,7 +111,9 @@ class CodeRun(RunProcess):
     # -- lifecycle --------------------------------------------------------------------------
 
     def start(self, signal_: AbortSignal) -> None:
-        """Spawn the worker and start watching it."""
+        """Spawn the worker and start watching it (nothing when the run has ended already)."""
+        if self._done or self._outcome is not None:
+            return
         self._spawn()
         if self._done or self._outcome is not None:
             return

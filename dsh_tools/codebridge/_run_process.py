@@ -194,7 +194,7 @@ class RunProcess(abc.ABC):
     def _close_all(self) -> None:
         taken, self._taken = self._taken, None
         if taken is not None:  # never started: ended before its first attempt spawned
-            taken.close()
+            taken.end(kill_group=not self._sandboxed)
             self._refill = self._pool is not None
         self._frames.close()
         self._readers.close()

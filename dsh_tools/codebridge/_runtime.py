@@ -44,8 +44,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import os
-import signal
 import threading
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -60,7 +58,6 @@ from ._prepared import PreparedRuns
 from ._program import ProgramError, check_program
 from ._run import CodeRun
 from ._run_slots import RunSlots, wait_checking
-from ._run_status import PidReport, take_report
 from ._seam import (
     BindingFunction,
     CodeRunRequest,
@@ -231,12 +228,7 @@ class SubprocessCodeRuntime:
         The pool replaces it."""
         if slot is None:
             return
-        if not self._sandboxed:
-            report = take_report(bytearray(slot.status)) if slot.status else None
-            if isinstance(report, PidReport):
-                with contextlib.suppress(OSError):
-                    os.killpg(report.pid, signal.SIGKILL)
-        slot.close()
+        slot.end(kill_group=not self._sandboxed)
         self._refill()
 
     def _refill(self) -> None:
