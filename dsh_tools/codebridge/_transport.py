@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..registry import GenericCallView
+from ..registry import RUN_CODE, GenericCallView
 
 __all__ = [
     "INVALID_DESCRIPTION_MESSAGE",
@@ -33,8 +33,9 @@ __all__ = [
     "runtime_required_message",
 ]
 
-RUN_CODE_TOOL_NAME: Final = "run_code"
-"""The reserved name of the Code Mode transport."""
+RUN_CODE_TOOL_NAME: Final = RUN_CODE
+"""The reserved name of the Code Mode transport (the registry's ``RUN_CODE``, which keeps the
+name out of the lists it gives in non-native modes)."""
 
 RUN_CODE_DESCRIPTION: Final = (
     "Execute a Python program against the available tools. Write the BODY of an async "

@@ -9,7 +9,7 @@ deadlock on it; ``change`` observers run in the caller's thread after publicatio
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, Final
 
 import pykka
 
@@ -43,7 +43,9 @@ from ._snapshot import (
 
 __all__ = ["RUN_CODE", "RegistryActor"]
 
-RUN_CODE = "run_code"
+RUN_CODE: Final = "run_code"
+"""The reserved name of the Code Mode transport (``codebridge`` names it ``RUN_CODE_TOOL_NAME``
+for harness authors)."""
 
 _RESERVED_RESTRICT = (
     'tools.restrict() cannot name reserved Code Mode presentation transport "run_code"; '
