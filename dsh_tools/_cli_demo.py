@@ -19,6 +19,7 @@ from ._cli_output import content_text, indent
 from ._system import ToolSystem
 from .actors import AbortSignal, Ask, ExecuteBatch, ExecuteCall, ToolCall
 from .actors._config import ToolsConfig
+from .codebridge import SubprocessCodeRuntime
 from .codebridge._seam import DEFAULT, DefaultRuntime
 from .pipeline import timeout_policy
 from .pipeline._approval import ApprovalOutcome
@@ -111,6 +112,10 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
         with ToolSystem.start(
             config, approval=_ScriptedApproval(out, decided_by), code_runtime=runtime
         ) as system:
+            if isinstance(system.code_runtime, SubprocessCodeRuntime):
+                # The workspace is ready: the worker template may start now, so that the
+                # program below finds a worker waiting.
+                system.code_runtime.warm_up()
             demo = system.plugin("demo-tools")
             for definition in example_tools(root, bash_timeout_ms=300):
                 demo.tools.register(definition)

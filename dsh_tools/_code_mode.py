@@ -124,12 +124,8 @@ def install_code_mode(
         if config.mode == "native":
             system.code_runtime = None
         else:
-            runtime = SubprocessCodeRuntime(runtime_config_from(config, code_sandbox))
-            system.code_runtime = runtime
+            system.code_runtime = SubprocessCodeRuntime(runtime_config_from(config, code_sandbox))
             owns_runtime = True
-            # A system in Code Mode will run programs: its first run finds a worker waiting
-            # instead of starting the template itself.
-            runtime.warm_up()
     else:
         system.code_runtime = code_runtime
     # The dispatch-log spill arm: configured by max_inline_bytes, applied by the

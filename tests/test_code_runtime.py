@@ -721,7 +721,7 @@ def test_a_prepared_worker_still_compiling_is_killed_when_released_under_process
 
 
 @pytest.mark.parametrize("isolation", ["process", "sandbox"])
-def test_a_run_disposed_before_it_starts_ends_the_worker_that_already_has_its_program(
+def test_a_run_that_ends_before_it_starts_ends_at_once_with_the_worker_it_took(
     isolation: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The runtime hands a pre-forked worker its program before it builds the run; a run that
@@ -732,12 +732,14 @@ def test_a_run_disposed_before_it_starts_ends_the_worker_that_already_has_its_pr
     config = CodeRuntimeConfig(isolation=isolation, sandbox=CodeSandbox(write=(str(tmp_path),)))
     runtime = SubprocessCodeRuntime(config)
     attached: list[int] = []
+    ended: list[bool] = []
 
     class EndedBeforeStart(CodeRun):
         def start(self, signal_: Any) -> None:
             while not beats.exists():  # the worker, given its program, runs it meanwhile
                 time.sleep(0.01)
             self.dispose_any_thread()
+            ended.append(self._done)  # nothing of it to wait for: it ended its worker at once
             super().start(signal_)
             attached.append(len(self._fds))  # the host's ends of a worker it took
 
@@ -751,6 +753,7 @@ def test_a_run_disposed_before_it_starts_ends_the_worker_that_already_has_its_pr
         size = beats.stat().st_size
         time.sleep(0.3)
         assert beats.stat().st_size == size, "the ended run's worker still runs its program"
+        assert ended == [True]
         assert attached == [0]  # an ended run starts nothing: it takes no other worker
         wait_for_idle_workers(runtime, 2)  # nothing else took a worker for it
         assert run(runtime, "return 2").value == 2

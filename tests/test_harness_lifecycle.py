@@ -13,6 +13,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from pool_support import batch
 
 import dsh_tools._system as system_module
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem
-from dsh_tools.codebridge import SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeSandbox, SubprocessCodeRuntime
 
 
 def run_script(source: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -618,10 +619,12 @@ def templates_of_this_process() -> list[int]:
     return found
 
 
-def test_a_code_mode_system_has_its_workers_waiting_before_its_first_run() -> None:
+def test_a_warmed_up_system_has_its_workers_waiting_before_its_first_run() -> None:
     with ToolSystem.start(ToolsConfig(mode="code")) as system:
         runtime = system.code_runtime
         assert isinstance(runtime, SubprocessCodeRuntime)
+        assert templates_of_this_process() == []  # nothing starts before it is asked for
+        runtime.warm_up()
         deadline = time.monotonic() + WAIT
         while runtime.idle_workers < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -633,12 +636,29 @@ def test_a_code_mode_system_has_its_workers_waiting_before_its_first_run() -> No
     assert templates_of_this_process() == []
 
 
+def test_a_workspace_the_harness_makes_after_start_is_granted_to_the_first_run(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "workspace"
+    sandbox = CodeSandbox(write=(str(workspace),))
+    with ToolSystem.start(ToolsConfig(mode="code"), code_sandbox=sandbox) as system:
+        time.sleep(0.3)  # the harness sets up its workspace after start
+        workspace.mkdir()
+        (workspace / "input.txt").write_text("hello")
+        program = {"code": f"return open({str(workspace / 'input.txt')!r}).read()"}
+        program["description"] = "Read the input"
+        result = system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=program))
+        assert result.content[0]["text"].endswith("hello"), result
+
+
 @pytest.mark.parametrize("pause", [0.0, 0.001, 0.01, 0.05])
-def test_stopping_a_code_mode_system_while_its_workers_start_leaves_nothing_behind(
+def test_stopping_a_system_while_its_workers_warm_up_leaves_nothing_behind(
     pause: float,
 ) -> None:
     before = set(threading.enumerate())
     system = ToolSystem.start(ToolsConfig(mode="code"))
+    assert isinstance(system.code_runtime, SubprocessCodeRuntime)
+    system.code_runtime.warm_up()
     time.sleep(pause)
     system.stop()
     for thread in set(threading.enumerate()) - before:

@@ -196,6 +196,11 @@ class CodeRun(RunProcess):
         if self._outcome is not None or self._done:
             return
         self._outcome = outcome
+        if not self._attempts:
+            # Ended before it started: no worker of it is watched, so none will report its
+            # exit; the one it took is ended as the run finishes (``_close_all``).
+            self._exited = True
+            self._native.close()
         for handle in (self._wall, self._sampler):
             if handle is not None:
                 handle.cancel()

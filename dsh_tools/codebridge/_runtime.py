@@ -170,8 +170,10 @@ class SubprocessCodeRuntime:
     def warm_up(self) -> None:
         """Start the template process and fill the pool of pre-forked workers now, on the
         pool's own thread, rather than at the first run (which would otherwise wait about
-        100-150 ms for both). Any thread; never blocks or raises; does nothing once disposed
-        or when called again."""
+        100-150 ms for both). The template takes the grants (which must exist by then) and,
+        under ``"process"``, the host's working directory, umask and credentials as they are
+        when it starts: call this once they are what the runs should see. Any thread; never
+        blocks or raises; does nothing once disposed or when the template runs already."""
         if not self._disposed:
             self._refill()
 
