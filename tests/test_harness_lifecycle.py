@@ -651,6 +651,29 @@ def test_a_workspace_the_harness_makes_after_start_is_granted_to_the_first_run(
         assert result.content[0]["text"].endswith("hello"), result
 
 
+def test_a_process_forked_from_the_harness_does_not_keep_its_template_from_stopping() -> None:
+    # A multiprocessing worker forked after a run holds a copy of everything the host had
+    # open: the template must still see the host's stop() as the end of its control socket.
+    system = ToolSystem.start(ToolsConfig(mode="code"))
+    program = {"code": "return 1", "description": "One"}
+    system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=program))
+    runtime = system.code_runtime
+    assert isinstance(runtime, SubprocessCodeRuntime)
+    template = runtime._template._process
+    assert template is not None
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child only waits to be killed
+        time.sleep(60)
+        os._exit(0)
+    try:
+        system.stop()
+        assert template.wait(WAIT) == 0  # it ended on the end of file, not killed past a wait
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+    assert templates_of_this_process() == []
+
+
 @pytest.mark.parametrize("pause", [0.0, 0.001, 0.01, 0.05])
 def test_stopping_a_system_while_its_workers_warm_up_leaves_nothing_behind(
     pause: float,

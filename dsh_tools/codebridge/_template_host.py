@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +29,19 @@ def _remove_dir(path: str) -> None:
 
 _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
 
+_HANDLES: Final[weakref.WeakSet[TemplateHandle]] = weakref.WeakSet()
+"""Every live handle, for ``_forget_in_child``."""
+
+
+def _forget_in_child() -> None:
+    """In a child forked from the host: let go of the templates without closing them. The
+    child's copy of a control socket would keep its template waiting for the end of file that
+    the host's ``close()`` means to give it (a ``multiprocessing`` worker forked after a run
+    made the host's ``stop()`` wait 5 s and kill its template). A lock held by another thread
+    at the fork stays held in the child, so none is taken here."""
+    for handle in list(_HANDLES):
+        handle._forget()
+
 
 class TemplateHandle:
     """The host's handle on the template process; thread-safe, restarted when it has died."""
@@ -39,6 +53,17 @@ class TemplateHandle:
         self._process: subprocess.Popen[bytes] | None = None
         self._socket: socket.socket | None = None
         self._closed = False
+        _HANDLES.add(self)
+
+    def _forget(self) -> None:
+        """The host forked: this is the child, which never uses the template (see
+        ``_forget_in_child``)."""
+        self._closed = True
+        self._process = None
+        sock, self._socket = self._socket, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def spawn(self, fds: list[int]) -> subprocess.Popen[bytes]:
         """Ask the template to fork a worker with ``fds``; return the template process that
@@ -160,3 +185,6 @@ def reap(
 
     threading.Thread(target=wait, name="dsh-template-reaper", daemon=True).start()
     return reaped
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
