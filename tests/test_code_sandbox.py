@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dsh_tools import CodeSandbox, ToolsConfig
@@ -341,6 +342,32 @@ def test_isolation_is_the_sandbox_by_default_and_validated() -> None:
         ToolsConfig(code_isolation="x")
     with pytest.raises(ValueError, match=r"^code sandbox: read\[0\] must be an absolute path"):
         CodeSandbox(read=["relative"])
+
+
+def test_grants_that_cannot_reach_the_template_are_refused_where_they_are_given() -> None:
+    # os.fsdecode of an undecodable byte gives a lone surrogate, which UTF-8 cannot carry.
+    undecodable = os.fsdecode(b"/tmp/caf\xe9")
+    with pytest.raises(ValueError, match=r"^code sandbox: write\[1\] must be valid UTF-8 "):
+        CodeSandbox(write=["/tmp", undecodable])
+    with pytest.raises(ValueError, match=r"^code sandbox: env\['LANG'\] must be valid UTF-8"):
+        CodeSandbox(env={"LANG": undecodable})
+
+
+def test_settings_that_cannot_reach_the_template_fail_the_run_at_once() -> None:
+    # Past the policy's checks (a struct forced into shape): the template is never started
+    # without its settings, and every run fails naming why instead of waiting for it.
+    sandbox = CodeSandbox()
+    msgspec.structs.force_setattr(sandbox, "env", {"LANG": os.fsdecode(b"caf\xe9")})
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=sandbox))
+    try:
+        for _ in range(2):
+            result = asyncio.run(runtime.run(CodeRunRequest("return 1", [])))
+            assert result.error is not None
+            assert result.error.kind == "worker-exit"
+            assert "settings cannot reach its template" in result.error.message
+        assert runtime.template_pid is None
+    finally:
+        runtime.close()
 
 
 def test_the_descriptor_limit_is_validated() -> None:

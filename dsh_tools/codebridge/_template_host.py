@@ -89,6 +89,10 @@ class TemplateHandle:
 
     def _start(self) -> None:
         settings = dict(self._settings)
+        try:
+            msgspec.json.encode(settings)  # before anything is started for it
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError among them
+            raise OSError(f"the code runtime's settings cannot reach its template: {exc}") from None
         scratch = ""
         if settings.get("isolation") == "sandbox":
             # The runs' scratch mount point, made here so that the host removes it even when
@@ -116,7 +120,7 @@ class TemplateHandle:
         self._scratch[self._process.pid] = scratch
         try:
             host_end.sendmsg([b"C" + msgspec.json.encode(settings)], [], socket.MSG_NOSIGNAL)
-        except OSError:
+        except BaseException:  # a template without its settings would never answer
             self._discard()
             raise
 

@@ -11,12 +11,27 @@ MIN_OPEN_FILES = 32
 its own (its channel, pipes and event loop) before the program opens any."""
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8, as the runtime's settings cross to its template (a
+    lone surrogate, such as ``os.fsdecode`` makes of an undecodable byte, does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _paths(key: str, value: object) -> tuple[str, ...]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise TypeError(f"code sandbox: {key} must be a list of absolute paths")
     for index, path in enumerate(value):
         if type(path) is not str or not path.startswith("/") or "\0" in path:
             raise ValueError(f"code sandbox: {key}[{index}] must be an absolute path, got {path!r}")
+        if not _utf8(path):
+            raise ValueError(
+                f"code sandbox: {key}[{index}] must be valid UTF-8 (a path with undecodable "
+                f"bytes cannot be granted; grant a parent directory), got {path!r}"
+            )
     return tuple(value)
 
 
@@ -58,6 +73,11 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
                 raise TypeError("code sandbox: env must be a dict of str to str")
             if not name or "=" in name or "\0" in name or "\0" in value:
                 raise ValueError(f"code sandbox: env name {name!r} must be a valid variable name")
+            if not _utf8(name) or not _utf8(value):
+                raise ValueError(
+                    f"code sandbox: env[{name!r}] must be valid UTF-8, name and value, "
+                    f"got {value!r}"
+                )
         count = self.max_processes
         if type(count) is not int:
             raise TypeError("code sandbox: max_processes must be a positive integer")
