@@ -28,6 +28,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import threading
 import time
 import weakref
@@ -110,6 +111,17 @@ def _stop_running_systems() -> None:
 atexit.register(_stop_running_systems)
 
 
+def _forsake_running_systems() -> None:
+    """In a child the host forked: none of a system's threads exist here, so the child's
+    copies are stopped without stopping anything (the parent stops the system itself)."""
+    for system in list(_running):
+        system._forsake()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_forsake_running_systems)
+
+
 class ToolSystem:
     """A running tool system: registry, scopes, pipeline, pool, session log and front actor.
 
@@ -140,6 +152,7 @@ class ToolSystem:
             raise TypeError(f"session must be a SessionLog, got {type(session).__name__}")
         self.session = session if session is not None else SessionLog()
         self._stopped = False
+        self._pid = os.getpid()  # the process whose threads run this system
         self._stop_done = threading.Event()  # set once the first stop() has ended
         self._finisher: threading.Thread | None = None  # the thread that ends it
         self._stopping = AbortController()  # batches abort when it does
@@ -385,9 +398,25 @@ class ToolSystem:
 
     def _check_running(self) -> None:
         if self._stopped:
+            if self._pid != os.getpid():
+                raise RuntimeError(
+                    f"the tool system runs in process {self._pid}, which forked this one after "
+                    "starting it; start a new one here with ToolSystem.start()"
+                )
             raise RuntimeError(
                 "the tool system is stopped; start a new one with ToolSystem.start()"
             )
+
+    def _forsake(self) -> None:
+        """This is a child forked from the system's process (``_forsake_running_systems``):
+        mark it stopped, with fresh locks (one held by a thread of the parent at the fork
+        would stay held here), so that using it raises and stopping it returns at once."""
+        self._lock = threading.Lock()
+        self._stopped = True
+        self._finisher = None
+        done = threading.Event()
+        done.set()
+        self._stop_done = done
 
     # --- handles -------------------------------------------------------------------------------
 

@@ -674,6 +674,38 @@ def test_a_process_forked_from_the_harness_does_not_keep_its_template_from_stopp
     assert templates_of_this_process() == []
 
 
+def test_a_child_forked_after_start_exits_and_refuses_the_parents_system() -> None:
+    # None of the system's threads exist in a forked child: its exit must not wait for them
+    # (the interpreter stops running systems at exit), and using the system there says why.
+    done = run_script(
+        """
+        import faulthandler, os, sys
+        from dsh_tools import ExecuteCall, ToolSystem
+        system = ToolSystem.start(code_runtime=None)
+        child = os.fork()
+        if child == 0:
+            faulthandler.dump_traceback_later(20, exit=True)
+            try:
+                system.execute(ExecuteCall(call_id="c1", name="missing", arguments={}))
+            except RuntimeError as error:
+                print("child:", error, flush=True)
+            with system:  # stopping it here returns at once
+                pass
+            sys.exit(0)  # the interpreter's exit stops every system still running
+        _, status = os.waitpid(child, 0)
+        print("child exit status:", os.waitstatus_to_exitcode(status), flush=True)
+        print("parent running:", system.running, flush=True)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("child: the tool system runs in process "), lines
+    assert lines[0].endswith(
+        "which forked this one after starting it; start a new one here with ToolSystem.start()"
+    )
+    assert lines[1:] == ["child exit status: 0", "parent running: True"]
+
+
 @pytest.mark.parametrize("pause", [0.0, 0.001, 0.01, 0.05])
 def test_stopping_a_system_while_its_workers_warm_up_leaves_nothing_behind(
     pause: float,
