@@ -761,6 +761,23 @@ def test_a_run_that_ends_before_it_starts_ends_at_once_with_the_worker_it_took(
         runtime.close()
 
 
+def test_a_dispose_whose_caller_gives_up_still_lets_a_later_one_wait_for_the_template() -> None:
+    async def scenario() -> None:
+        runtime = SubprocessCodeRuntime()
+        assert (await runtime.run(CodeRunRequest("return 1", []))).value == 1
+        template = runtime._template._process
+        assert template is not None
+        first = asyncio.ensure_future(runtime.dispose())
+        await asyncio.sleep(0)  # it waits for the template to be reaped
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        await runtime.dispose()  # waits for the reaping, not cancelled by the first's caller
+        assert template.returncode == 0
+
+    asyncio.run(scenario())
+
+
 def _cpu_ticks(pid: int) -> int | None:
     """The CPU ticks of live process ``pid``; ``None`` once it is gone or a zombie."""
     try:

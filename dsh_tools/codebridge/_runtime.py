@@ -404,7 +404,9 @@ class SubprocessCodeRuntime:
                 # stop anyway, the template is reaped on a thread of its own, and every
                 # dispose() waits for that.
                 self._stop_pool_and_template(disposal)
-        await asyncio.wrap_future(disposal)
+        # Shielded: a caller that gives up waiting must not cancel the disposal every later
+        # dispose() waits for (``wrap_future`` passes a cancellation on to it).
+        await asyncio.shield(asyncio.wrap_future(disposal))
 
     def _stop_pool_and_template(self, disposal: concurrent.futures.Future[None]) -> None:
         """Close the pool's idle workers and tell the template to exit; ``disposal`` settles
