@@ -111,15 +111,20 @@ def _stop_running_systems() -> None:
 atexit.register(_stop_running_systems)
 
 
-def _forsake_running_systems() -> None:
+# Every system this process started, stopped or not: a child forked while one stops has
+# its copy too.
+_started: weakref.WeakSet[ToolSystem] = weakref.WeakSet()
+
+
+def _forsake_started_systems() -> None:
     """In a child the host forked: none of a system's threads exist here, so the child's
     copies are stopped without stopping anything (the parent stops the system itself)."""
-    for system in list(_running):
+    for system in list(_started):
         system._forsake()
     _running.clear()
 
 
-os.register_at_fork(after_in_child=_forsake_running_systems)
+os.register_at_fork(after_in_child=_forsake_started_systems)
 
 
 class ToolSystem:
@@ -200,6 +205,7 @@ class ToolSystem:
         FrontActor.start(self.pipeline, self._batches, self._submit, refs.append)
         self.ref: FrontRef = refs[0]
         _running.add(self)
+        _started.add(self)
 
     @property
     def approval(self) -> Approval | None:
@@ -408,15 +414,18 @@ class ToolSystem:
             )
 
     def _forsake(self) -> None:
-        """This is a child forked from the system's process (``_forsake_running_systems``):
+        """This is a child forked from the system's process (``_forsake_started_systems``):
         mark it stopped, with fresh locks (one held by a thread of the parent at the fork
-        would stay held here), so that using it raises and stopping it returns at once."""
+        would stay held here), so that using it raises and stopping it returns at once, and
+        mark its actors dead, so that its handles raise instead of waiting for them."""
         self._lock = threading.Lock()
         self._stopped = True
         self._finisher = None
         done = threading.Event()
         done.set()
         self._stop_done = done
+        for ref in (self._registry, self.ref):
+            ref.actor_stopped.set()
 
     # --- handles -------------------------------------------------------------------------------
 

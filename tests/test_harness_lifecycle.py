@@ -25,13 +25,14 @@ from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSyst
 from dsh_tools.codebridge import CodeSandbox, SubprocessCodeRuntime
 
 
-def run_script(source: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_script(source: str, *args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``source`` (dedented) in a fresh interpreter with ``args``; its output as text."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(source), *args],
         capture_output=True,
         text=True,
         timeout=30,
+        cwd=cwd,
     )
 
 
@@ -689,6 +690,10 @@ def test_a_child_forked_after_start_exits_and_refuses_the_parents_system() -> No
                 system.execute(ExecuteCall(call_id="c1", name="missing", arguments={}))
             except RuntimeError as error:
                 print("child:", error, flush=True)
+            try:  # the handles ask the system's actors, which have no thread here
+                system.tools.section("notes", 1.0, "text")
+            except RuntimeError as error:
+                print("child handle:", error, flush=True)
             with system:  # stopping it here returns at once
                 pass
             sys.exit(0)  # the interpreter's exit stops every system still running
@@ -703,7 +708,48 @@ def test_a_child_forked_after_start_exits_and_refuses_the_parents_system() -> No
     assert lines[0].endswith(
         "which forked this one after starting it; start a new one here with ToolSystem.start()"
     )
-    assert lines[1:] == ["child exit status: 0", "parent running: True"]
+    assert lines[1:] == [
+        "child handle: the global tools handle is closed",
+        "child exit status: 0",
+        "parent running: True",
+    ]
+
+
+def test_a_child_forked_while_the_parent_stops_its_system_stops_its_copy_at_once() -> None:
+    done = run_script(
+        """
+        import faulthandler, os, threading
+        from dsh_tools import ExecuteCall, ToolSystem
+        from conftest import block, fixture
+        system = ToolSystem.start(code_runtime=None)
+        started, forked = threading.Event(), threading.Event()
+        def lingering(args, ctx):  # keeps the parent's stop() waiting
+            started.set()
+            forked.wait(10)
+            return [block("done")]
+        system.tools.register(fixture("lingering", lingering))
+        call = ExecuteCall(call_id="c1", name="lingering", arguments={})
+        threading.Thread(target=system.execute, args=(call,), daemon=True).start()
+        started.wait(10)
+        stopping = threading.Thread(target=system.stop)
+        stopping.start()
+        while system.running:
+            pass
+        child = os.fork()
+        if child == 0:
+            faulthandler.dump_traceback_later(20, exit=True)
+            system.stop()
+            print("child stopped its copy", flush=True)
+            os._exit(0)
+        forked.set()
+        stopping.join()
+        _, status = os.waitpid(child, 0)
+        print("child exit status:", os.waitstatus_to_exitcode(status), flush=True)
+        """,
+        cwd=str(Path(__file__).parent),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["child stopped its copy", "child exit status: 0"]
 
 
 @pytest.mark.parametrize("pause", [0.0, 0.001, 0.01, 0.05])
