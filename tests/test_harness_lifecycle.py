@@ -718,7 +718,7 @@ def test_a_child_forked_after_start_exits_and_refuses_the_parents_system() -> No
 def test_a_child_forked_while_the_parent_stops_its_system_stops_its_copy_at_once() -> None:
     done = run_script(
         """
-        import faulthandler, os, threading
+        import faulthandler, os, threading, time
         from dsh_tools import ExecuteCall, ToolSystem
         from conftest import block, fixture
         system = ToolSystem.start(code_runtime=None)
@@ -735,9 +735,11 @@ def test_a_child_forked_while_the_parent_stops_its_system_stops_its_copy_at_once
         stopping.start()
         while system.running:
             pass
+        time.sleep(0.3)  # the stop now waits for the call to settle
         child = os.fork()
         if child == 0:
-            faulthandler.dump_traceback_later(20, exit=True)
+            # A stop that waits for the parent's threads would wait up to 19 s here.
+            faulthandler.dump_traceback_later(5, exit=True)
             system.stop()
             print("child stopped its copy", flush=True)
             os._exit(0)
