@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,9 @@ from conftest import WAIT, Logs, block, call, echo, fixture
 from pool_support import batch
 
 import dsh_tools._system as system_module
+import dsh_tools.codebridge._template_host as template_host
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem
-from dsh_tools.codebridge import CodeSandbox, SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeRunRequest, CodeSandbox, SubprocessCodeRuntime
 
 
 def run_script(source: str, *args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -752,6 +754,89 @@ def test_a_child_forked_while_the_parent_stops_its_system_stops_its_copy_at_once
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["child stopped its copy", "child exit status: 0"]
+
+
+def forked(child: Callable[[], str]) -> str:
+    """Fork; the child runs ``child`` and exits, the parent returns what it wrote."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked child
+        try:
+            os.write(write_end, child().encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        text = reader.read().decode()
+    os.waitpid(pid, 0)
+    return text
+
+
+def test_a_forked_child_closes_its_copies_of_the_workers_pipes_and_refuses_the_runtime() -> None:
+    system = ToolSystem.start(ToolsConfig(mode="code"))
+    try:
+        runtime = system.code_runtime
+        assert isinstance(runtime, SubprocessCodeRuntime)
+        runtime.warm_up()
+        deadline = time.monotonic() + WAIT
+        while runtime.idle_workers < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        descriptors = [fd for slot in runtime._pool._idle for fd in slot.fds.values()]
+        assert len(descriptors) == 10
+
+        def child() -> str:
+            still_open = [fd for fd in descriptors if os.path.exists(f"/proc/self/fd/{fd}")]
+            try:
+                asyncio.run(runtime.run(CodeRunRequest("return 1", [])))
+            except RuntimeError as error:
+                return f"{still_open} {error}"
+            return f"{still_open} ran"
+
+        assert forked(child) == (
+            "[] code runtime: it belongs to the process that forked this one; make a new "
+            "runtime here"
+        )
+        program = {"code": "return 6 * 7", "description": "Multiply"}
+        result = system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=program))
+        assert result.content[0]["text"].endswith("42")  # the parent's workers are its own
+    finally:
+        system.stop()
+
+
+def test_a_fork_while_the_template_starts_waits_and_leaves_the_template_to_the_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The template's control socket exists before its process does: a child forked in
+    # between would copy it unknown, and the template would wait for the child's end.
+    starting = threading.Event()
+    real_popen = template_host.subprocess.Popen
+
+    def slow_popen(*args: Any, **kwargs: Any) -> Any:
+        starting.set()
+        time.sleep(0.3)  # the fork below lands now
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(template_host.subprocess, "Popen", slow_popen)
+    system = ToolSystem.start(ToolsConfig(mode="code"))
+    runtime = system.code_runtime
+    assert isinstance(runtime, SubprocessCodeRuntime)
+    runtime.warm_up()
+    assert starting.wait(WAIT)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child only waits to be killed
+        time.sleep(60)
+        os._exit(0)
+    try:
+        monkeypatch.undo()
+        program = {"code": "return 1", "description": "One"}
+        system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=program))
+        template = runtime._template._process
+        assert template is not None
+        system.stop()
+        assert template.wait(WAIT) == 0  # it ended on the end of file, not killed past a wait
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
 
 
 @pytest.mark.parametrize("pause", [0.0, 0.001, 0.01, 0.05])

@@ -21,7 +21,7 @@ import time
 from typing import Final
 
 from ._run_status import PidReport, take_report
-from ._template_host import TemplateHandle
+from ._template_host import FORK_GUARD, TemplateHandle, close_host_fds, keep_host_fds
 
 __all__ = ["Slot", "WorkerPool", "open_slot"]
 
@@ -67,34 +67,44 @@ class Slot:
 
     def close(self) -> None:
         """Close the host's descriptors (an idle worker then reads end of file and exits)."""
-        for fd in self.fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        close_host_fds(self.fds.values())
         self.fds = {}
 
 
 def open_slot(template: TemplateHandle) -> Slot:
-    """Create the five pipes and have ``template`` spawn a worker on them; raises ``OSError``."""
-    pipes = [os.pipe() for _ in range(5)]  # non-inheritable, as every Python descriptor
-    (to_worker_r, to_worker_w), (from_worker_r, from_worker_w) = pipes[0], pipes[1]
-    (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes[2], pipes[3], pipes[4]
-    worker_ends = [to_worker_r, from_worker_w, out_w, err_w, status_w]
-    host = {
-        "to_worker": to_worker_w,
-        "from_worker": from_worker_r,
-        "out": out_r,
-        "err": err_r,
-        "status": status_r,
-    }
-    try:
-        process = template.spawn(worker_ends)
-    except BaseException:
-        for fd in host.values():
-            os.close(fd)
-        raise
-    finally:
-        for fd in worker_ends:
-            os.close(fd)
+    """Create the five pipes and have ``template`` spawn a worker on them; raises ``OSError``.
+    A fork of the host waits for this (``FORK_GUARD``): a child would otherwise keep copies of
+    pipes it does not know of, and the worker would never see the host close them."""
+    with FORK_GUARD:
+        pipes: list[tuple[int, int]] = []
+        try:
+            for _ in range(5):
+                pipes.append(os.pipe())  # non-inheritable, as every Python descriptor
+        except BaseException:
+            for pair in pipes:
+                for fd in pair:
+                    os.close(fd)
+            raise
+        (to_worker_r, to_worker_w), (from_worker_r, from_worker_w) = pipes[0], pipes[1]
+        (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes[2], pipes[3], pipes[4]
+        worker_ends = [to_worker_r, from_worker_w, out_w, err_w, status_w]
+        host = {
+            "to_worker": to_worker_w,
+            "from_worker": from_worker_r,
+            "out": out_r,
+            "err": err_r,
+            "status": status_r,
+        }
+        try:
+            process = template.spawn(worker_ends)
+        except BaseException:
+            for fd in host.values():
+                os.close(fd)
+            raise
+        finally:
+            for fd in worker_ends:
+                os.close(fd)
+        keep_host_fds(host.values())
     for fd in host.values():
         os.set_blocking(fd, False)
     return Slot(host, process)

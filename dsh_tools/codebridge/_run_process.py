@@ -45,7 +45,7 @@ from ._run_status import (
     take_report,
 )
 from ._seam import CodeRuntimeConfig
-from ._template_host import TemplateHandle
+from ._template_host import TemplateHandle, close_host_fds
 
 __all__ = ["IGNORED_FRAMES_LIMIT", "RunProcess"]
 
@@ -199,9 +199,7 @@ class RunProcess(abc.ABC):
         self._frames.close()
         self._readers.close()
         self._writer.close()
-        for fd in self._fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        close_host_fds(self._fds.values())
         self._fds = {}
 
     def _kill(self) -> None:
@@ -380,8 +378,7 @@ class RunProcess(abc.ABC):
         self._writer.close()
         fd = self._fds.pop("to_worker", None)
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            close_host_fds((fd,))
 
     def _on_exit(self, wait_status: int, cpu: float) -> None:
         self._exited = True

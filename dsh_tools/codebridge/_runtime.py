@@ -44,7 +44,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -131,6 +133,15 @@ class SubprocessCodeRuntime:
         self._tasks: set[asyncio.Task[None]] = set()
         self._disposed = False
         self._disposal: concurrent.futures.Future[None] | None = None
+        self._forgotten = False  # a copy in a child forked from the host (``_forget``)
+        _RUNTIMES.add(self)
+
+    def _forget(self) -> None:
+        """This is a child forked from the host (``_forget_runtimes_in_child``): the template,
+        the workers and the runs are the parent's. This copy refuses runs and disposes of
+        nothing; its locks may be held by threads of the parent, so none is taken."""
+        self._forgotten = True
+        self._disposed = True
 
     @property
     def isolation(self) -> str:
@@ -241,6 +252,11 @@ class SubprocessCodeRuntime:
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program; see ``CodeRuntime.run``."""
         if self._disposed:
+            if self._forgotten:
+                raise RuntimeError(
+                    "code runtime: it belongs to the process that forked this one; make a new "
+                    "runtime here"
+                )
             raise RuntimeError("code runtime: run() after disposal")
         validate_request(request)
         config = self.config
@@ -385,6 +401,8 @@ class SubprocessCodeRuntime:
 
     async def dispose(self) -> None:
         """Settle live runs as ``abort`` / ``runtime disposed``, await them, stop the template."""
+        if self._forgotten:
+            return  # the parent's to dispose of
         with self._lock:
             first = self._disposal is None
             self._disposed = True
@@ -430,6 +448,18 @@ class SubprocessCodeRuntime:
             asyncio.run(self.dispose())
             return
         raise RuntimeError("code runtime: close() inside a running event loop; await dispose()")
+
+
+_RUNTIMES: Final[weakref.WeakSet[SubprocessCodeRuntime]] = weakref.WeakSet()
+"""Every runtime of this process, for ``_forget_runtimes_in_child``."""
+
+
+def _forget_runtimes_in_child() -> None:
+    for runtime in list(_RUNTIMES):
+        runtime._forget()
+
+
+os.register_at_fork(after_in_child=_forget_runtimes_in_child)
 
 
 def namespace_wire(

@@ -12,13 +12,13 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import msgspec
 
-__all__ = ["TemplateHandle", "reap"]
+__all__ = ["FORK_GUARD", "TemplateHandle", "close_host_fds", "keep_host_fds", "reap"]
 
 
 def _remove_dir(path: str) -> None:
@@ -32,15 +32,48 @@ _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
 _HANDLES: Final[weakref.WeakSet[TemplateHandle]] = weakref.WeakSet()
 """Every live handle, for ``_forget_in_child``."""
 
+FORK_GUARD: Final = threading.RLock()
+"""Held while the host makes a descriptor of the code runtime (a template's control socket, a
+worker's pipes) until it is recorded (``keep_host_fds``), and across every fork of the host:
+a child forked from the host never copies one that it would not know to close."""
+
+_HOST_FDS: Final[set[int]] = set()
+"""The host's ends of every worker's pipes, open now (guarded by ``FORK_GUARD``)."""
+
+
+def keep_host_fds(fds: Iterable[int]) -> None:
+    """Record the host's ends of a worker's pipes; the caller holds ``FORK_GUARD`` since it
+    made them."""
+    _HOST_FDS.update(fds)
+
+
+def close_host_fds(fds: Iterable[int]) -> None:
+    """Close those of ``fds`` still recorded with ``keep_host_fds``: in a child forked from
+    the host none is (the child closed its copies), so what the host's objects there hold
+    never closes a descriptor the child has opened since under the same number."""
+    with FORK_GUARD:
+        for fd in fds:
+            if fd in _HOST_FDS:
+                _HOST_FDS.discard(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
 
 def _forget_in_child() -> None:
-    """In a child forked from the host: let go of the templates without closing them. The
+    """In a child forked from the host: let go of the templates and the workers' pipes. The
     child's copy of a control socket would keep its template waiting for the end of file that
     the host's ``close()`` means to give it (a ``multiprocessing`` worker forked after a run
-    made the host's ``stop()`` wait 5 s and kill its template). A lock held by another thread
-    at the fork stays held in the child, so none is taken here."""
+    made the host's ``stop()`` wait 5 s and kill its template), and its copy of a worker's
+    channel would keep that worker from seeing the host end its run. ``FORK_GUARD`` was taken
+    for the fork by this very thread; any other lock held by a thread of the parent at the
+    fork stays held here, so none is taken."""
+    for fd in _HOST_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HOST_FDS.clear()
     for handle in list(_HANDLES):
         handle._forget()
+    FORK_GUARD.release()
 
 
 class TemplateHandle:
@@ -69,7 +102,7 @@ class TemplateHandle:
         """Ask the template to fork a worker with ``fds``; return the template process that
         took the request; raise ``OSError`` when it cannot."""
         payload = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-        with self._lock:
+        with FORK_GUARD, self._lock:  # a template started here: its socket is new
             if self._closed:
                 raise OSError("the code runtime was disposed")
             for attempt in range(2):
@@ -191,4 +224,6 @@ def reap(
     return reaped
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(
+    before=FORK_GUARD.acquire, after_in_parent=FORK_GUARD.release, after_in_child=_forget_in_child
+)
