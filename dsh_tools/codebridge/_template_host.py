@@ -34,8 +34,9 @@ _HANDLES: Final[weakref.WeakSet[TemplateHandle]] = weakref.WeakSet()
 
 FORK_GUARD: Final = threading.RLock()
 """Held while the host makes a descriptor of the code runtime (a template's control socket, a
-worker's pipes) until it is recorded (``keep_host_fds``), and across every fork of the host:
-a child forked from the host never copies one that it would not know to close."""
+worker's pipes) until it is recorded (``keep_host_fds``), while it closes one, and across
+every fork of the host: a child forked from the host never copies one that it would not know
+to close. Taken before a ``TemplateHandle``'s own lock, never after it."""
 
 _HOST_FDS: Final[set[int]] = set()
 """The host's ends of every worker's pipes, open now (guarded by ``FORK_GUARD``)."""
@@ -176,7 +177,7 @@ class TemplateHandle:
     def replace_unresponsive(self, process: subprocess.Popen[bytes]) -> None:
         """Kill ``process``, a template that stopped reporting (the next spawn starts a fresh
         one). Its workers' runs see their status pipes close and settle."""
-        with self._lock:
+        with FORK_GUARD, self._lock:  # a fork never copies the socket as it closes
             if self._process is process:
                 self._discard()
                 return
@@ -187,7 +188,7 @@ class TemplateHandle:
 
     def close(self) -> subprocess.Popen[bytes] | None:
         """Stop accepting runs; closing the socket makes the template exit. Returns it."""
-        with self._lock:
+        with FORK_GUARD, self._lock:  # a fork never copies the socket as it closes
             self._closed = True
             if self._socket is not None:
                 self._socket.close()
