@@ -654,6 +654,16 @@ def test_a_workspace_the_harness_makes_after_start_is_granted_to_the_first_run(
         assert result.content[0]["text"].endswith("hello"), result
 
 
+def fork_a_sleeper() -> int:
+    """Fork a child that only sleeps until it is killed, as a harness's helper process would
+    live on; its pid."""
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child
+        time.sleep(60)
+        os._exit(0)
+    return child
+
+
 def test_a_process_forked_from_the_harness_does_not_keep_its_template_from_stopping() -> None:
     # A multiprocessing worker forked after a run holds a copy of everything the host had
     # open: the template must still see the host's stop() as the end of its control socket.
@@ -664,10 +674,7 @@ def test_a_process_forked_from_the_harness_does_not_keep_its_template_from_stopp
     assert isinstance(runtime, SubprocessCodeRuntime)
     template = runtime._template._process
     assert template is not None
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the forked child only waits to be killed
-        time.sleep(60)
-        os._exit(0)
+    child = fork_a_sleeper()
     try:
         system.stop()
         assert template.wait(WAIT) == 0  # it ended on the end of file, not killed past a wait
@@ -822,10 +829,7 @@ def test_a_fork_while_the_template_starts_waits_and_leaves_the_template_to_the_p
     assert isinstance(runtime, SubprocessCodeRuntime)
     runtime.warm_up()
     assert starting.wait(WAIT)
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the forked child only waits to be killed
-        time.sleep(60)
-        os._exit(0)
+    child = fork_a_sleeper()
     try:
         monkeypatch.undo()
         program = {"code": "return 1", "description": "One"}
