@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -212,6 +213,38 @@ def test_a_killed_host_leaves_no_scratch_mount_point(tmp_path: Path) -> None:
     while list(tmp_path.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_scratch_mount_point_left_by_a_host_killed_with_its_template_goes_with_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A supervisor that ends a whole process tree kills the template with its host: neither
+    # can remove the mount point then. The next template start does, if it is empty and its
+    # host is gone; anything else stays.
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = int(gone.stdout)
+    left = tmp_path / f"dsh-code-scratch-{dead}-abc123"
+    kept = [tmp_path / f"dsh-code-scratch-{os.getpid()}-def456", tmp_path / "dsh-code-scratch-x"]
+    not_empty = tmp_path / f"dsh-code-scratch-{dead}-ghi789"
+    for path in [left, *kept, not_empty]:
+        path.mkdir()
+    (not_empty / "file").write_text("not ours to remove")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig())
+    try:
+        assert value(runtime, "return 1") == 1
+        names = {path.name for path in tmp_path.iterdir()}
+        assert left.name not in names
+        assert {path.name for path in [*kept, not_empty]} <= names
+        (mount_point,) = names - {path.name for path in [*kept, not_empty]}
+        assert mount_point.startswith(f"dsh-code-scratch-{os.getpid()}-")  # named after its host
+    finally:
+        runtime.close()
 
 
 FLAT_DONE_FRAME = """

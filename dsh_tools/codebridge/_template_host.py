@@ -6,6 +6,7 @@ import array
 import concurrent.futures
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -28,6 +29,36 @@ def _remove_dir(path: str) -> None:
 
 
 _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
+
+_SCRATCH_PREFIX: Final = "dsh-code-scratch-"
+_SCRATCH_NAME: Final = re.compile(r"dsh-code-scratch-([0-9]+)-[^/]*")
+
+
+def _remove_abandoned_scratch() -> None:
+    """Remove the scratch mount points that hosts which are gone left behind: a host and its
+    template killed together (a supervisor that ends a whole process tree) leave one, empty.
+    Only empty directories of this user named after a process that no longer exists."""
+    directory = tempfile.gettempdir()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    uid = os.getuid()
+    for name in names:
+        match = _SCRATCH_NAME.fullmatch(name)
+        if match is None:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.lstat(path).st_uid != uid:
+                continue
+            os.kill(int(match.group(1)), 0)
+        except ProcessLookupError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # fails unless it is an empty directory
+        except (OSError, OverflowError):
+            continue
+
 
 _HANDLES: Final[weakref.WeakSet[TemplateHandle]] = weakref.WeakSet()
 """Every live handle, for ``_forget_in_child``."""
@@ -130,8 +161,10 @@ class TemplateHandle:
         scratch = ""
         if settings.get("isolation") == "sandbox":
             # The runs' scratch mount point, made here so that the host removes it even when
-            # the template is killed before it can.
-            scratch = tempfile.mkdtemp(prefix="dsh-code-scratch-")
+            # the template is killed before it can; named after the host, so that a later
+            # one removes it when both were killed.
+            _remove_abandoned_scratch()
+            scratch = tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
             settings["scratch"] = scratch
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
