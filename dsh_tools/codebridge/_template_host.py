@@ -105,7 +105,12 @@ def _forget_in_child() -> None:
     _HOST_FDS.clear()
     for handle in list(_HANDLES):
         handle._forget()
-    FORK_GUARD.release()
+    _release_after_fork()
+
+
+def _release_after_fork() -> None:
+    with contextlib.suppress(RuntimeError):  # not taken: a signal interrupted the fork's wait
+        FORK_GUARD.release()
 
 
 class TemplateHandle:
@@ -259,5 +264,5 @@ def reap(
 
 
 os.register_at_fork(
-    before=FORK_GUARD.acquire, after_in_parent=FORK_GUARD.release, after_in_child=_forget_in_child
+    before=FORK_GUARD.acquire, after_in_parent=_release_after_fork, after_in_child=_forget_in_child
 )
