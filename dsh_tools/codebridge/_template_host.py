@@ -31,7 +31,7 @@ def _remove_dir(path: str) -> None:
 _TEMPLATE_PATH: Final = str(Path(__file__).with_name("_template.py"))
 
 _SCRATCH_PREFIX: Final = "dsh-code-scratch-"
-_SCRATCH_NAME: Final = re.compile(r"dsh-code-scratch-([0-9]+)-[^/]*")
+_SCRATCH_NAME: Final = re.compile(re.escape(_SCRATCH_PREFIX) + r"([0-9]+)-[^/]*")
 
 
 def _remove_abandoned_scratch() -> None:
@@ -99,10 +99,7 @@ def _forget_in_child() -> None:
     channel would keep that worker from seeing the host end its run. ``FORK_GUARD`` was taken
     for the fork by this very thread; any other lock held by a thread of the parent at the
     fork stays held here, so none is taken."""
-    for fd in _HOST_FDS:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _HOST_FDS.clear()
+    close_host_fds(list(_HOST_FDS))
     for handle in list(_HANDLES):
         handle._forget()
     _release_after_fork()
