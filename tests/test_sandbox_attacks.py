@@ -9,8 +9,10 @@ the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and throu
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import threading
@@ -631,6 +633,59 @@ return 'thousands of processes'
         result = run(runtime, program)
         assert result.error is not None and result.error.kind == "worker-exit", result
         assert "budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+def _fork_burst_program(depth: int) -> bytes:
+    """A static x86_64 Linux program (no libc) that forks ``depth`` times, every process
+    doubling the tree, then pauses: ``2 ** depth`` processes within milliseconds, faster than
+    any sampled budget can see them come."""
+    base = 0x400000
+    code = (
+        b"\x41\xbc"
+        + struct.pack("<I", depth)  # mov r12d, depth
+        + b"\xb8\x39\x00\x00\x00\x0f\x05"  # again: fork (mov eax, 57; syscall)
+        + b"\x48\x85\xc0\x78\x05"  # test rax, rax; js pause (the fork failed)
+        + b"\x41\xff\xcc\x75\xef"  # dec r12d; jnz again
+        + b"\xb8\x22\x00\x00\x00\x0f\x05\xeb\xf7"  # pause: pause (eax 34); jmp pause
+    )
+    headers = 64 + 56
+    size = headers + len(code)
+    elf = b"\x7fELF\x02\x01\x01" + bytes(9)
+    elf += struct.pack("<HHIQQQIHHHHHH", 2, 0x3E, 1, base + headers, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+    elf += struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # one R+X segment
+    return elf + code
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the burst is x86_64 machine code")
+def test_a_burst_of_thousands_of_processes_ends_at_once_without_cgroups() -> None:
+    # Without cgroups nothing caps a run's processes between two samples of its tree, so a
+    # native program makes thousands before the budget sees them. Ending them must not take
+    # long: repeating kill(-1), which visits every process, for each child reaped took 12 s
+    # for 8,192 processes (quadratic); the run now ends in well under a second.
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=20000, max_wall_ms=20000, sandbox=CodeSandbox(cgroups=False))
+    )
+    program = f"""
+import os, time
+with open("burst", "wb") as file:
+    file.write({_fork_burst_program(13)!r})
+os.chmod("burst", 0o755)
+if os.fork() == 0:
+    os.execv("burst", ["burst"])
+time.sleep(30)
+return "survived"
+"""
+    try:
+        runtime.warm_up()
+        started = time.monotonic()
+        result = run(runtime, program)
+        took = time.monotonic() - started
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert "process budget exhausted" in result.error.message
+        assert took < 6, f"ending the burst took {took:.1f} s"
         assert_next_run_works(runtime)
     finally:
         runtime.close()

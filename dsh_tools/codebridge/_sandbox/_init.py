@@ -79,6 +79,8 @@ _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _TASKS_PER_PROCESS: Final = 32
 """Threads allowed per allowed process (a thread pool's size)."""
 _TASK_SLACK: Final = 64
+_KILL_AGAIN_SECONDS: Final = 0.01
+"""How often the end of a run repeats its ``kill(-1)`` while processes of it remain."""
 
 
 def task_ceiling(max_processes: int) -> int:
@@ -193,16 +195,30 @@ def _end_every_process(*, wait: bool) -> bool:
     the kill pending in every thread before it returns: from then on no thread of the run
     executes the program again (a system call already under way may complete). Every process
     of the namespace descends from the init (orphans are reparented to it), so no child left
-    means no process left; the kill is repeated in case one was forked as it came."""
+    means no process left. The kill is repeated in case one was forked as it came, at most
+    every ``_KILL_AGAIN_SECONDS``: each ``kill(-1)`` visits every process, and repeating it
+    for every child reaped took 12 s to end a burst of 8,000 processes."""
+    if wait:
+        # A child's exit is then waited for with a timeout (``sigtimedwait``), which a blocked
+        # SIGCHLD keeps pending from the last non-blocking wait on; the init exits after this.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    killed_at = time.monotonic()
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
     while True:
-        with contextlib.suppress(OSError):
-            os.kill(-1, signal.SIGKILL)
         try:
-            pid, _status = os.waitpid(-1, 0 if wait else os.WNOHANG)
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass
         except ChildProcessError:
             return True
-        if pid == 0:
+        if not wait:
             return False
+        if time.monotonic() - killed_at >= _KILL_AGAIN_SECONDS:
+            killed_at = time.monotonic()
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
+        else:
+            signal.sigtimedwait({signal.SIGCHLD}, _KILL_AGAIN_SECONDS)
 
 
 def _read_notice(notice: int) -> bytes | None:
