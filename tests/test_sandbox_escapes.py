@@ -186,6 +186,66 @@ return ['held', held]
     assert value(runtime, "return 1") == 1
 
 
+def test_pages_put_into_a_pipe_by_reference_are_refused_without_cgroups() -> None:
+    # vmsplice puts a page into a pipe by reference: one byte of a 2 MiB huge page keeps the
+    # whole page in the pipe's buffer after the process unmaps it, where no resident set shows
+    # it (1 GiB held this way from a 20 MB process). Without cgroups nothing would charge it,
+    # so the calls that do this are refused; copying files still works (``shutil`` falls back
+    # from ``sendfile``).
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(max_memory_mb=256, sandbox=CodeSandbox(cgroups=False))
+    )
+    program = """
+import ctypes, os, shutil
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.syscall.restype = ctypes.c_long
+class Piece(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+huge = 2 << 20
+held = 0
+reader, writer = os.pipe()
+for _ in range(512):
+    address = libc.mmap(None, 2 * huge, 3, 0x22, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
+    page = (address + huge - 1) & ~(huge - 1)
+    libc.madvise(page, huge, 14)  # MADV_HUGEPAGE
+    ctypes.memset(page, 1, huge)
+    piece = Piece(page, 1)
+    put = libc.syscall(ctypes.c_long(278), ctypes.c_long(writer), ctypes.byref(piece),
+                       ctypes.c_long(1), ctypes.c_long(2))  # vmsplice, SPLICE_F_NONBLOCK
+    if put != 1:
+        return ['refused', ctypes.get_errno(), held]
+    libc.munmap(address, 2 * huge)
+    held += 2
+    if held % 16 == 0:  # a fresh pipe before this one's 16 slots run out
+        reader, writer = os.pipe()
+return ['held', held]
+"""
+    copy = """
+import os, shutil
+with open("source", "wb") as file:
+    file.write(b"x" * 100_000)
+shutil.copyfile("source", "copy")
+reader, writer = os.pipe()
+source = os.open("source", os.O_RDONLY)
+try:
+    os.splice(source, writer, 1)
+    spliced = "spliced"
+except PermissionError:
+    spliced = "refused"
+return [os.path.getsize("copy"), spliced]
+"""
+    try:
+        assert value(runtime, program) == ["refused", 1, 0]
+        assert value(runtime, copy) == [100_000, "refused"]
+    finally:
+        runtime.close()
+
+
 HOST_KILLED_MIDWAY = """
 import asyncio, sys
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime

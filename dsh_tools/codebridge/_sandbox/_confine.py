@@ -133,7 +133,7 @@ class SandboxPlan:
             raise _unavailable("seccomp filter for this architecture", os.uname().machine)
         self._seccomp = seccomp_program(guard_child_reaping=False)
         self._seccomp_without_cgroups = seccomp_program(
-            guard_child_reaping=True, refuse_shared_anonymous=True
+            guard_child_reaping=True, refuse_hidden_memory=True
         )
         # Before any namespace: the cgroup filesystems stay writable through the descriptors.
         self._cgroups.prepare()

@@ -21,9 +21,11 @@ lives in memory a filter cannot read), so the C library falls back to ``openat``
 shared anonymous mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their
 pages belong to a hidden memory object that outlives the part of the mapping still in place, so
 mapping 32 MiB, touching it and unmapping all but one page holds 32 MiB that no process's resident
-set shows, as often as the process likes (the run's cgroup charges them where there is one).
-``clone`` is refused only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in
-memory a filter cannot read), so the C library falls back to ``clone``.
+set shows, as often as the process likes (the run's cgroup charges them where there is one); and
+so are the calls that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``,
+``sendfile``), whose buffers hold whole pages outside every resident set. ``clone`` is refused
+only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter
+cannot read), so the C library falls back to ``clone``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ from typing import Final
 
 from ._kernel import SockFilter
 
-__all__ = ["DENIED_SYSCALLS", "UNSUPPORTED_SYSCALLS", "seccomp_program", "seccomp_supported"]
+__all__ = [
+    "DENIED_SYSCALLS",
+    "PIPE_PAGE_SYSCALLS",
+    "UNSUPPORTED_SYSCALLS",
+    "seccomp_program",
+    "seccomp_supported",
+]
 
 _AUDIT_ARCH_X86_64: Final = 0xC000003E
 _X32_BIT: Final = 0x40000000
@@ -109,6 +117,13 @@ UNSUPPORTED_SYSCALLS: Final = {
     "listxattrat": 465,
 }
 """The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading extended attributes)."""
+PIPE_PAGE_SYSCALLS: Final = {"sendfile": 40, "splice": 275, "tee": 276, "vmsplice": 278}
+"""The x86_64 numbers of the calls that put pages into a pipe by reference, refused without
+cgroups: a pipe buffer holds a whole page (a 2 MiB one where transparent huge pages back the
+memory) for one byte of it, outside every process's resident set, so 1 GiB vmspliced one byte
+per huge page from a process of 20 MB held 1 GiB that no budget saw (the kernel's per-user pipe
+allowance counts buffers, not their size). ``shutil`` falls back to reading and writing when
+``sendfile`` is refused."""
 _RT_SIGACTION: Final = 13
 _SIGCHLD: Final = 17
 _CLONE: Final = 56
@@ -187,7 +202,7 @@ class _Assembler:
 
 
 def seccomp_program(
-    *, guard_child_reaping: bool, refuse_shared_anonymous: bool = False
+    *, guard_child_reaping: bool, refuse_hidden_memory: bool = False
 ) -> list[SockFilter]:
     """The filter, as instructions for ``set_seccomp_filter``.
 
@@ -197,8 +212,9 @@ def seccomp_program(
     time then reaches no one's ``/proc`` figures; a filter cannot read the action to refuse
     only those, so it refuses every change of ``SIGCHLD``'s action.
 
-    ``refuse_shared_anonymous`` (for a run without cgroups): ``mmap`` with ``MAP_SHARED`` (or
-    ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``.
+    ``refuse_hidden_memory`` (for a run without cgroups): ``mmap`` with ``MAP_SHARED`` (or
+    ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``, and so do the calls that
+    put pages into a pipe by reference (``PIPE_PAGE_SYSCALLS``).
     """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
@@ -218,8 +234,10 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
-    if refuse_shared_anonymous:
+    if refuse_hidden_memory:
         bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
+        for number in sorted(PIPE_PAGE_SYSCALLS.values()):
+            bpf.op(_JMP_JEQ_K, number, "deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
@@ -265,7 +283,7 @@ def seccomp_program(
         bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("mode-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
-    if refuse_shared_anonymous:
+    if refuse_hidden_memory:
         # mmap: no shared anonymous memory.
         bpf.place("mmap")
         bpf.op(_LD_W_ABS, _OFFSET_MMAP_FLAGS)
