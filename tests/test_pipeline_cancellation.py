@@ -14,6 +14,7 @@ from typing import Any
 
 from conftest import (
     WAIT,
+    Logs,
     arun,
     await_event,
     block,
@@ -351,6 +352,30 @@ def test_rp87_a_body_that_raises_on_abort_keeps_its_error(system: ToolSystem) ->
     result = abort_at(system, gate)
     assert text(result) == "Error: tool failed"
     assert result.to_dict()["error"]["info"] == {"name": "HarnessError", "code": "TOOL_FAILURE"}
+
+
+def test_a_cancelled_body_whose_cleanup_raises_is_still_aborted(
+    system: ToolSystem, logs: Logs
+) -> None:
+    # A body that never reads its signal is cancelled; one that catches the cancellation to
+    # clean up and fails doing so was cancelled all the same: ABORTED with the abort's reason,
+    # the cleanup's error in the log, not a tool failure the model would act on.
+    gate = Gate()
+
+    async def body(args: Any, ctx: Any) -> Any:
+        gate.reached.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise ValueError("closing the connection failed") from None
+
+    Stages(system, body)
+    gate.release.set()
+    result = abort_at(system, gate)
+    assert result.to_dict()["error"]["info"] == {"name": "AbortError", "code": "ABORTED"}
+    assert result.abort_reason is not None
+    (warning,) = logs.wait_for_warnings(1)
+    assert "closing the connection failed" in warning
 
 
 def test_rp87_a_sync_body_that_raises_on_abort_keeps_its_error(system: ToolSystem) -> None:

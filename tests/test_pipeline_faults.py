@@ -27,11 +27,14 @@ from conftest import (
 
 from dsh_tools import (
     AbortController,
+    Ask,
     ExecuteBatch,
     ExecuteCall,
     HarnessError,
     ToolCall,
+    ToolOutput,
     ToolSystem,
+    define_tool,
 )
 
 STAGES = ["pre", "guard", "wrapper", "post", "finalizer", "observer", "body"]
@@ -625,6 +628,72 @@ def test_user_code_raising_generatorexit_fails_its_call_and_nothing_else(
         owner = {"guard": "a guard", "finalizer": "the finalizer", "body": "the tool body"}
         assert text(result) == f"Error: {owner[stage]} raised GeneratorExit"
         assert events_for(system, call_id) == ["tool/call", "tool/result"]
+
+
+@pytest.mark.parametrize("entry", ["execute", "execute_async", "batch"])
+@pytest.mark.parametrize("stage", ["pre-execute", "wrapper", "post-execute", "render", "approver"])
+def test_a_hook_raising_generatorexit_fails_its_call_and_nothing_else(
+    stage: str, entry: str
+) -> None:
+    # Hooks, renderers and approvers run inside the pipeline's coroutines; a GeneratorExit they
+    # raise in a step is theirs, and must become the call's failure (one tool/result), not
+    # escape execute() as if the coroutine were being closed. (Approval goes through an
+    # agent.)
+    def raise_in(where: str) -> None:
+        if where == stage:
+            raise GeneratorExit("misused")
+
+    async def pre(exec: Any, next: Any) -> Any:
+        raise_in("pre-execute")
+        if stage == "approver":
+            return Ask("may I?")
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        raise_in("wrapper")
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        raise_in("post-execute")
+        return await next()
+
+    def render(args: Any, value: Any) -> list[dict[str, Any]]:
+        raise_in("render")
+        return [{"type": "text", "text": "rendered"}]
+
+    def approver(**request: Any) -> str:
+        raise_in("approver")
+        return "allowed-once"
+
+    with ToolSystem.start(code_runtime=None, approval=approver) as system:
+        system.tools.register(
+            define_tool(
+                name="t",
+                description="t",
+                parameters={},
+                output=ToolOutput(schema={"type": "integer"}, render=render),
+                execute=lambda args, ctx: 1,
+            )
+        )
+        system.tools.on_pre_execute(pre)
+        system.tools.on_execute(wrapper)
+        system.tools.on_post_execute(post)
+        for call_id in ("c1", "c2"):
+            if entry == "execute":
+                result = system.execute(
+                    ExecuteCall(call_id=call_id, name="t", arguments={}, agent="a")
+                )
+            elif entry == "execute_async":
+                result = arun(
+                    system.execute_async(
+                        ExecuteCall(call_id=call_id, name="t", arguments={}, agent="a")
+                    )
+                )
+            else:
+                batch = ExecuteBatch(calls=[ToolCall(call_id, "t", "{}")], agent="a")
+                (result,) = system.execute_batch(batch, timeout=WAIT).results
+            assert result.is_error and text(result) == "Error: misused", result
+            assert events_for(system, call_id) == ["tool/call", "tool/result"]
 
 
 @pytest.mark.parametrize(

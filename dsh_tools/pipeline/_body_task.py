@@ -13,7 +13,14 @@ from typing import Any, NoReturn
 
 from ..actors import AbortSignal
 from ..registry._execution import CallRecord
-from ._core import BodyCancelled, cancel_from_any_thread, cancel_soon, owned_generator_exit
+from ._core import (
+    BodyCancelled,
+    cancel_from_any_thread,
+    cancel_soon,
+    log,
+    log_fields,
+    owned_generator_exit,
+)
 
 __all__ = [
     "awaited",
@@ -114,12 +121,26 @@ def watch_body(
 def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
     """Raise what a body's failure means to its dispatch: ``BodyCancelled`` when the pipeline
     (or the awaiting task's cancellation) cancelled it, a ``RuntimeError`` for a
-    ``GeneratorExit`` the body raised itself (not this coroutine closing), else the failure."""
+    ``GeneratorExit`` the body raised itself (not this coroutine closing), else the failure. A
+    body the pipeline cancelled that ends with an error of its own instead (its cleanup
+    failed) was cancelled all the same: ``BodyCancelled``, the error logged."""
     try:
         if isinstance(failure, GeneratorExit):
             raise owned_generator_exit("the tool body") from failure
-        if isinstance(failure, asyncio.CancelledError) and (rec.cancel_sent or rec.outer_cancelled):
-            raise BodyCancelled
+        if rec.cancel_sent or rec.outer_cancelled:
+            if isinstance(failure, asyncio.CancelledError):
+                raise BodyCancelled
+            if isinstance(failure, Exception):
+                # Its cleanup failed as the cancellation ended it: the call was still cancelled
+                # (ABORTED, as any cancelled body), and the cleanup's error is the log's.
+                fields = log_fields(rec)
+                fields["stage"] = "execute"
+                log.warning(
+                    f"the tool body's cleanup after its cancellation raised: {failure!r}",
+                    exc_info=failure,
+                    **fields,
+                )
+                raise BodyCancelled
         raise failure
     finally:
         del failure  # the traceback keeps this frame too

@@ -9,12 +9,15 @@ call. Nothing here raises for tool, hook, policy or data faults: every outcome i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import threading
 from asyncio import current_task
-from typing import Any
+from typing import Any, Final
 
-from ..actors import AbortController, ExecuteCall
+from ..actors import AbortController, ExecuteCall, ToolExecutionFailure
 from ..actors._signal import NEVER_ABORTED
+from ..registry._execution import CallRecord
 from ._commit import CommitStages
 from ._core import (
     CANCELLED_REASON,
@@ -32,6 +35,9 @@ from ._dispatch import DispatchStages
 from ._loop import event_loop, first_loop
 from ._prepare import PrepareStages
 from ._results import cancelled
+
+_STEPPING: Final = contextvars.ContextVar[CallRecord]("dsh_tools_stepping_call")
+"""The record of the call whose ``Pipeline.run`` runs in this context (set for its duration)."""
 
 __all__ = [
     "CANCELLED_REASON",
@@ -79,6 +85,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             rec.cancel_base = outer.cancelling()
         live = self.live
         live.add(rec)
+        # Marks this call's own steps: a GeneratorExit that reaches a stage while it is set was
+        # raised by user code in this step (a hook, an approver, a renderer), not thrown in by
+        # the closing of this coroutine (which runs in whatever context closes it).
+        stepping = _STEPPING.set(rec)
         if self.stop_reason is not None:  # stop() began as this call came in
             self.interrupt(rec, self.stop_reason)
         try:
@@ -100,21 +110,34 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                     # of any of them waits.
                     rec.hook_task = current_task(loop)
                     looped = True
-                    stage = await self.prepare(rec, looped=True)
+                    try:
+                        stage = await self.prepare(rec, looped=True)
+                    except GeneratorExit as exc:
+                        stage = Stage(FINISH, self._raised_generator_exit(rec, exc))
                 if outer is not None:
                     self._check_outer(rec)
             if stage.kind == DISPATCH:
-                stage = await self.dispatch(rec, inline=inline, looped=looped)
+                try:
+                    stage = await self.dispatch(rec, inline=inline, looped=looped)
+                except GeneratorExit as exc:
+                    stage = Stage(FINISH, self._raised_generator_exit(rec, exc))
                 if outer is not None:
                     self._check_outer(rec)
-            if looped and outer is None:  # in a task already, and no awaiting task to check
-                result = await self.commit(rec, stage, looped=True)
-            else:
-                result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
+            try:
+                if looped and outer is None:  # in a task already, and no task to check
+                    result = await self.commit(rec, stage, looped=True)
+                else:
+                    result = self.commit_now(rec, stage) or await self.commit(
+                        rec, stage, looped=looped
+                    )
+            except GeneratorExit as exc:
+                result = self.finish(rec, self._raised_generator_exit(rec, exc))
             if top and not rec.abandoned:
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
             live.discard(rec)
+            with contextlib.suppress(ValueError):  # closed from another context
+                _STEPPING.reset(stepping)
         if rec.reraise is not None and not rec.abandoned:
             raise rec.reraise
         if outer is not None:
@@ -122,6 +145,13 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             if rec.outer_cancelled:
                 raise asyncio.CancelledError(CANCELLED_REASON)
         return result
+
+    def _raised_generator_exit(self, rec: CallRecord, exc: GeneratorExit) -> ToolExecutionFailure:
+        """The failure for a ``GeneratorExit`` that user code raised in one of this call's
+        steps; re-raised when it is this coroutine being closed instead."""
+        if _STEPPING.get(None) is not rec:
+            raise exc
+        return self._fault(rec, exc)
 
     # --- a blocking caller that stopped waiting ------------------------------------------------
 
