@@ -57,11 +57,17 @@ def test_tool_order_is_copied_into_a_tuple() -> None:
 
 @pytest.mark.parametrize("value", [0, -2])
 def test_batch_max_parallel_must_be_positive(value: int) -> None:
-    with pytest.raises(ValueError, match="max_parallel_tool_calls must be a positive integer"):
+    with pytest.raises(
+        ValueError, match=rf"^ExecuteBatch\.max_parallel must be a positive integer, got {value}$"
+    ):
         ExecuteBatch(calls=[], max_parallel=value)
 
 
 @pytest.mark.parametrize("value", [1.5, True])
 def test_batch_max_parallel_must_be_an_int(value: Any) -> None:
-    with pytest.raises(TypeError, match="max_parallel_tool_calls must be a positive integer"):
+    with pytest.raises(
+        TypeError,
+        match=rf"^ExecuteBatch\.max_parallel must be a positive integer or None, got "
+        rf"{type(value).__name__}$",
+    ):
         ExecuteBatch(calls=[], max_parallel=value)

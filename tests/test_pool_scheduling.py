@@ -250,7 +250,7 @@ def test_rp105_a_pool_of_one_runs_calls_one_at_a_time(system: ToolSystem, kind: 
     ("value", "error"), [(0, ValueError), (-3, ValueError), (1.5, TypeError), (True, TypeError)]
 )
 def test_rp105_a_pool_size_must_be_a_positive_integer(value: Any, error: type) -> None:
-    with pytest.raises(error, match="max_parallel_tool_calls must be a positive integer"):
+    with pytest.raises(error, match=r"ExecuteBatch\.max_parallel must be a positive integer"):
         ExecuteBatch(calls=[], max_parallel=value)
     with pytest.raises(error, match="max_parallel_tool_calls must be a positive integer"):
         ToolsConfig(max_parallel_tool_calls=value)

@@ -459,3 +459,72 @@ def test_two_anthropic_turns_send_tool_results_with_errors_images_and_contexts(
             }
         ],
     }
+
+
+def test_anthropic_tool_use_input_the_sdk_decodes_as_nan_fails_that_call_alone(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The SDK's HTTP client decodes with Python's json, which reads NaN, -Infinity and an
+    # escaped lone surrogate; none of them may reach the tool as something else.
+    path = "/v1/messages"
+    calls = [
+        ("call_w", "weather", '{"city": "Oslo"}'),
+        ("call_n", "weather", '{"city": NaN}'),
+        ("call_i", "weather", '{"city": -Infinity}'),
+        ("call_u", "weather", '{"city": "\\ud800"}'),
+    ]
+    server.answer(path, anthropic_message("msg_1", None, calls))
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    reply = client.messages.create(
+        model="claude-test",
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Weather?"}],
+    )
+    read = anthropic_tool_calls(reply)
+    assert [call.arguments for call in read] == [
+        '{"city":"Oslo"}',
+        '{"city":NaN}',
+        '{"city":-1e400}',
+        '{"city":"\\ud800"}',
+    ]
+    results: Any = anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=read)))["content"]
+    assert [
+        (block["tool_use_id"], block.get("is_error"), block.get("content"))
+        for block in results
+        if block["type"] == "tool_result"
+    ] == [
+        ("call_w", False, [{"type": "text", "text": "Oslo: 4 C"}]),
+        (
+            "call_n",
+            True,
+            [
+                {
+                    "type": "text",
+                    "text": "Error: invalid arguments: arguments are not valid JSON: "
+                    "unexpected character 'N' at line 1, column 9",
+                }
+            ],
+        ),
+        (
+            "call_i",
+            True,
+            [
+                {
+                    "type": "text",
+                    "text": "Error: invalid arguments: arguments are not lossless JSON: "
+                    "arguments.city is float (-inf)",
+                }
+            ],
+        ),
+        (
+            "call_u",
+            True,
+            [
+                {
+                    "type": "text",
+                    "text": "Error: invalid arguments: arguments are not lossless JSON: "
+                    "arguments.city is str (lone surrogate)",
+                }
+            ],
+        ),
+    ]

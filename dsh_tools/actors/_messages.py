@@ -272,10 +272,16 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
         msgspec.structs.force_setattr(self, "calls", calls)
         _check_signal_and_agent(self, "ExecuteBatch")
         if self.max_parallel is not None:
+            # Named as the field the caller set, not as the ToolsConfig default it overrides.
             if type(self.max_parallel) is not int:
-                raise TypeError("max_parallel_tool_calls must be a positive integer")
+                raise TypeError(
+                    "ExecuteBatch.max_parallel must be a positive integer or None, got "
+                    f"{type(self.max_parallel).__name__}"
+                )
             if self.max_parallel < 1:
-                raise ValueError("max_parallel_tool_calls must be a positive integer")
+                raise ValueError(
+                    f"ExecuteBatch.max_parallel must be a positive integer, got {self.max_parallel}"
+                )
 
 
 class BatchOutcome(msgspec.Struct, frozen=True):

@@ -91,6 +91,7 @@ def anthropic_tool_calls(
                 field(block, "input"),
                 names,
                 f"message.content[{index}]",
+                arguments_at=f"message.content[{index}].input",
                 parsed=True,  # `input` is the JSON value itself
             )
         )

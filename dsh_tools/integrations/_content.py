@@ -155,14 +155,16 @@ def context_parts(outcome: BatchOutcome) -> list[Part]:
     required to be JSON) is shown as compact JSON rather than lost.
     """
     parts: list[Part] = []
-    for context in outcome.contexts:
+    for index, context in enumerate(outcome.contexts):
         content = context.get("content") if isinstance(context, Mapping) else None
         if isinstance(content, Sequence) and not isinstance(content, str):
             parts.extend(parts_of(content))
         elif isinstance(content, str):
             parts.append(Text(content))
         else:
-            parts.append(Text(compact_json(context)))
+            # compact_json refuses (LosslessJsonError) rather than writes NaN as null; the
+            # root names the context in a BatchOutcome built by hand.
+            parts.append(Text(compact_json(context, f"outcome.contexts[{index}]")))
     return parts
 
 

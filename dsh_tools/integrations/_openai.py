@@ -168,6 +168,7 @@ def openai_tool_calls(
                 field(function, "arguments"),
                 names,
                 where,
+                arguments_at=f"{where}.function.arguments",
             )
         )
     return calls
@@ -197,6 +198,7 @@ def openai_assistant_message(
             field(function, "arguments"),
             None,
             f"message.tool_calls[{index}]",
+            arguments_at=f"message.tool_calls[{index}].function.arguments",
         )
         calls.append(
             {
@@ -298,6 +300,7 @@ def responses_tool_calls(
                 field(item, "arguments"),
                 names,
                 f"response.output[{index}]",
+                arguments_at=f"response.output[{index}].arguments",
             )
         )
     return calls

@@ -16,6 +16,7 @@ import msgspec
 
 from ..actors import ToolCall
 from ..codebridge import AssembledPrompt
+from ._arguments import arguments_text
 from ._names import ToolNameMap
 
 __all__ = ["ProviderPrompt", "make_call", "mapped_schemas", "system_text"]
@@ -53,26 +54,23 @@ def mapped_schemas(prompt: AssembledPrompt) -> tuple[list[dict[str, Any]], ToolN
     return schemas, names
 
 
-def _arguments_text(arguments: object, where: str) -> str:
+def _arguments_text(arguments: object, at: str) -> str:
     if arguments is None:
         return "{}"  # a call without arguments; the tool's schema decides whether that is valid
     if isinstance(arguments, str):
         return arguments
     if isinstance(arguments, (Mapping, list)):
-        return msgspec.json.encode(arguments).decode()
-    raise ValueError(f"{where} must be JSON text or a JSON object, got {type(arguments).__name__}")
+        return arguments_text(arguments, at)
+    raise ValueError(f"{at} must be JSON text or a JSON object, got {type(arguments).__name__}")
 
 
-def _value_text(value: object, where: str) -> str:
+def _value_text(value: object, at: str) -> str:
     """The JSON text of a provider's already-parsed arguments, whatever JSON value the model
     sent (a string or a number is that value, never text to parse again): the batch then
     fails that call alone if it is not an object."""
     if value is None:
         return "{}"  # a call without arguments; the tool's schema decides whether that is valid
-    try:
-        return msgspec.json.encode(value).decode()
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ValueError(f"{where} is not a JSON value: {exc}") from None
+    return arguments_text(value, at)
 
 
 def make_call(
@@ -82,10 +80,13 @@ def make_call(
     names: ToolNameMap | None,
     where: str,
     *,
+    arguments_at: str,
     parsed: bool = False,
 ) -> ToolCall:
-    """A ``ToolCall`` from one provider call, its name mapped back to the registry's.
-    ``parsed``: the provider sends the arguments as a JSON value, not as JSON text."""
+    """A ``ToolCall`` from one provider call at ``where``, its name mapped back to the
+    registry's. ``arguments_at``: where the arguments are, for errors; ``parsed``: the
+    provider sends the arguments as a JSON value, not as JSON text. Arguments that are not
+    lossless JSON keep a text the batch refuses for that call alone (``arguments_text``)."""
     if type(call_id) is not str or not call_id:
         raise ValueError(f"{where} has no call id (a non-empty str)")
     if type(name) is not str or not name:
@@ -94,7 +95,7 @@ def make_call(
         raise TypeError(f"names must be a ToolNameMap or None, got {type(names).__name__}")
     registry_name = names.to_registry(name) if names is not None else name
     read = _value_text if parsed else _arguments_text
-    return ToolCall(call_id, registry_name, read(arguments, f"{where} arguments"))
+    return ToolCall(call_id, registry_name, read(arguments, arguments_at))
 
 
 def items_of(value: object, where: str) -> list[Any]:
