@@ -691,6 +691,61 @@ return "survived"
         runtime.close()
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the burst is x86_64 machine code")
+@pytest.mark.skipif(os.geteuid() == 0, reason="root is exempt from RLIMIT_NPROC (cgroups hold it)")
+def test_a_burst_is_held_to_the_runtimes_task_ceiling_by_the_kernel_when_not_root() -> None:
+    # A harness that is not root has no cgroups: between two samples of a run's tree only
+    # RLIMIT_NPROC, counted in the template's user namespace, holds a native fork burst, to
+    # every run's ceiling together (32 x 8 + 64 per run, plus 256), far below the 4,096 it
+    # asks for and the host's pid_max.
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(
+            compute_ms=20000,
+            max_wall_ms=20000,
+            max_parallel_runs=1,
+            sandbox=CodeSandbox(max_processes=8),
+        )
+    )
+    program = f"""
+import os, time
+with open("burst", "wb") as file:
+    file.write({_fork_burst_program(12)!r})
+os.chmod("burst", 0o755)
+if os.fork() == 0:
+    os.execv("burst", ["burst"])
+time.sleep(30)
+"""
+
+    def host_tasks() -> int:
+        with open("/proc/loadavg") as loadavg:
+            return int(loadavg.read().split()[3].split("/")[1])
+
+    peak = 0
+    watching = True
+
+    def watch() -> None:
+        nonlocal peak
+        while watching:
+            peak = max(peak, host_tasks())
+            time.sleep(0.0005)
+
+    try:
+        runtime.warm_up()
+        before = host_tasks()
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            result = run(runtime, program)
+        finally:
+            watching = False
+            watcher.join()
+        assert result.error is not None and "process budget exhausted" in result.error.message
+        assert peak - before < 32 * 8 + 64 + 256 + 200, (before, peak)  # 200: the host's own
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 def test_spinning_children_are_charged_to_the_run() -> None:
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=600, max_wall_ms=20000))
     program = """

@@ -116,6 +116,7 @@ class SubprocessCodeRuntime:
             "max_memory_mb": config.max_memory_mb,
             "max_processes": config.sandbox.max_processes,
             "max_open_files": config.sandbox.max_open_files,
+            "max_parallel_runs": config.max_parallel_runs,
             "cgroups": config.sandbox.cgroups,
             "read": list(config.sandbox.read),
             "write": list(config.sandbox.write),

@@ -59,6 +59,8 @@ _RUN_NAMESPACES: Final = _kernel.CLONE_NEWNS | _kernel.CLONE_NEWIPC | _kernel.CL
 _FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
 _GRANT_FD_FLOOR: Final = 256
 _READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
+_RUNTIME_TASK_SLACK: Final = 256
+"""Tasks beyond the runs' own ceilings: the template's, and the idle and prepared workers'."""
 
 
 class SandboxUnavailable(Exception):
@@ -91,6 +93,7 @@ class SandboxPlan:
         self.max_wall_ms = float(settings.get("max_wall_ms", math.inf))
         self.max_processes = int(settings["max_processes"])
         self.max_open_files = int(settings.get("max_open_files", 256))
+        self.max_parallel_runs = int(settings.get("max_parallel_runs", 1))
         self.env = {str(k): str(v) for k, v in dict(settings.get("env") or {}).items()}
         self._read = [str(path) for path in settings.get("read") or ()]
         self._write = [str(path) for path in settings.get("write") or ()]
@@ -402,6 +405,18 @@ class SandboxPlan:
         if hard != resource.RLIM_INFINITY:
             files = min(files, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+        if not self._direct:
+            # Nothing caps a run's processes between two samples of its tree without cgroups
+            # (which a harness that is not root never has), and a native fork burst makes
+            # thousands in that time, up to the host's pid_max. In the template's own user
+            # namespace RLIMIT_NPROC counts the tasks of every run of this runtime (and of
+            # nothing else), so the kernel holds them all to the runtime's bound. (Root is
+            # exempt from it; its runs have cgroups where the host lets it make them.)
+            tasks = _runtime_task_ceiling(self.max_processes, self.max_parallel_runs)
+            hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+            if hard != resource.RLIM_INFINITY:
+                tasks = min(tasks, hard)
+            resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
         _kernel.drop_capabilities()
         _kernel.set_no_new_privs()
         _kernel.landlock_restrict_self(ruleset)
@@ -414,6 +429,12 @@ class SandboxPlan:
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = True
+
+
+def _runtime_task_ceiling(max_processes: int, max_parallel_runs: int) -> int:
+    """The tasks every run of a runtime may have together: each run's ceiling, plus the
+    template, the idle and prepared workers and their inits."""
+    return task_ceiling(max_processes) * max_parallel_runs + _RUNTIME_TASK_SLACK
 
 
 def _report_error(fd: int, message: str) -> None:
