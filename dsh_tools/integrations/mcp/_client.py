@@ -37,7 +37,7 @@ from ...actors._logging import get_logger
 from ._callbacks import CallbackRunner
 from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
-from ._sdk import describe, is_closed, list_all, list_all_tools, wire
+from ._sdk import describe, is_closed, list_all, list_all_tools, summarize, wire
 from ._server_requests import ClientOptions, ServerRequests
 from ._transport import TransportFactory, WatchedReadStream
 from ._types import McpCallRef, McpRequestContext, McpState, ReconnectPolicy
@@ -88,6 +88,7 @@ class McpClient:
         self._wake = asyncio.Event()
         self._stopping = False
         self._lost = False
+        self._ended = "the session ended"
         self._relist = False
         self._serving: concurrent.futures.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -153,10 +154,11 @@ class McpClient:
         self._serving = asyncio.run_coroutine_threadsafe(self._supervise(ready), self._loop)
         return ready
 
-    def _note_lost(self) -> None:
-        """On the client loop: the transport is gone."""
+    def _note_lost(self, why: str = "the server closed the connection") -> None:
+        """On the client loop: the transport is gone (``why``, for the log)."""
         if not self._lost:
             self._lost = True
+            self._ended = why
             self._wake.set()
 
     async def _supervise(self, ready: concurrent.futures.Future[Listing]) -> None:
@@ -171,6 +173,8 @@ class McpClient:
                     if not ready.done():
                         ready.set_exception(exc)
                         return
+                    if not self._lost:  # else the first sign of the end says more
+                        self._ended = describe(exc)
                     if not self._stopping and not self._connected:
                         _log.warning(
                             "MCP server connection failed", server=self.label, error=describe(exc)
@@ -188,11 +192,11 @@ class McpClient:
                 # Tell the plugin once per outage, and once more when it is for good; the
                 # state says "disconnected" only once the tools are withdrawn.
                 if final:
-                    await self._tell(partial(notify_lost, final=True))
+                    await self._tell(partial(notify_lost, final=True, reason=self._ended))
                     self._set_state("disconnected")
                 elif attempt == 1:
                     self._set_state("reconnecting")
-                    await self._tell(partial(notify_lost, final=False))
+                    await self._tell(partial(notify_lost, final=False, reason=self._ended))
                 if final or policy is None:
                     return
                 try:
@@ -216,6 +220,7 @@ class McpClient:
     async def _session_once(self, ready: concurrent.futures.Future[Listing]) -> None:
         """One session, from connecting to its end (``_connected`` says if it got that far)."""
         self._lost = False
+        self._ended = "the session ended"
         self._relist = False
         async with AsyncExitStack() as stack:
             streams = await stack.enter_async_context(self._open_transport())
@@ -269,15 +274,23 @@ class McpClient:
                         tools = await list_all_tools(session)
                 except MCPError as exc:
                     if is_closed(exc):
+                        self._ended = "the connection closed during tools/list"
                         return
-                    _log.warning("MCP tools/list failed", server=self.label, error=exc.message)
+                    self._relist_failed(exc.message)
                     continue
                 except TimeoutError:
-                    _log.warning(
-                        "MCP tools/list failed",
-                        server=self.label,
-                        error=f"no whole list within connect_timeout={self._connect_timeout} s",
+                    self._relist_failed(
+                        f"no whole list within connect_timeout={self._connect_timeout} s"
                     )
+                    continue
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                    self._ended = f"the connection broke during tools/list ({describe(exc)})"
+                    return
+                except Exception as exc:
+                    # A listing the SDK refuses (a ValidationError: a tool whose input schema
+                    # is not an object schema, say) is this one request's failure: a server
+                    # that answers is still connected, and its tools stay as they were.
+                    self._relist_failed(describe(exc))
                     continue
                 await self._tell(partial(notify_tools_changed, tools=tools))
                 continue
@@ -292,7 +305,11 @@ class McpClient:
                         await session.send_ping()
                 except Exception as exc:
                     _log.warning("MCP server stopped answering", server=self.label, error=str(exc))
+                    self._ended = f"no answer to a keep-alive ping ({describe(exc)})"
                     return
+
+    def _relist_failed(self, why: str) -> None:
+        _log.warning("MCP tools/list failed", server=self.label, error=why)
 
     async def _tell(self, notify: Callable[[ConnectionListener], None]) -> None:
         """Run a listener method on a worker thread: registry changes block on actor asks and
@@ -432,7 +449,7 @@ class McpClient:
         if exc.code == types.CONNECTION_CLOSED and (
             is_closed(exc) or not await self._answers_ping(session)
         ):
-            self._note_lost()
+            self._note_lost(f"a request reported the connection closed ({exc.message})")
             return McpConnectionError(
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )
@@ -465,12 +482,10 @@ class McpClient:
         except MCPError as exc:
             raise await self.failure(exc, session) from None
         except ValidationError as exc:
-            raise McpToolError(
-                f"MCP request failed: malformed tools/call result ({exc.error_count()} errors)",
-                "MCP_REQUEST_FAILED",
-            ) from None
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._note_lost()
+            text = f"MCP request failed: {summarize(exc)}"
+            raise McpToolError(text, "MCP_REQUEST_FAILED") from None
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._note_lost(f"the connection broke during a call ({describe(exc)})")
             raise self._disconnected() from None
         return wire(result)
 

@@ -32,11 +32,11 @@ class ConnectionListener(Protocol):
 
     def tools_changed(self, tools: list[dict[str, Any]]) -> None: ...
 
-    def lost(self, final: bool) -> None: ...
+    def lost(self, final: bool, reason: str) -> None: ...
 
 
-def notify_lost(listener: ConnectionListener, *, final: bool) -> None:
-    listener.lost(final)
+def notify_lost(listener: ConnectionListener, *, final: bool, reason: str) -> None:
+    listener.lost(final, reason)
 
 
 def notify_tools_changed(listener: ConnectionListener, *, tools: list[dict[str, Any]]) -> None:

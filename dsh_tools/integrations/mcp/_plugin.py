@@ -24,6 +24,7 @@ from ...actors import FrozenDict, message_of
 from ...actors._logging import get_logger
 from ...registry import Disposer, ToolsHandle, snapshot_json
 from ._client import Listing, McpClient, describe
+from ._errors import McpConnectionError
 from ._resources import ServerResources
 from ._tools import ConcurrencyPolicy, build_definition, needs_tasks
 from ._types import McpProgress, McpState, McpToolInfo, ProgressCallback
@@ -185,7 +186,24 @@ class McpPlugin(ServerResources):
                 return
             wanted: dict[str, Mapping[str, Any]] = {}
             skipped: list[str] = []
-            for wire in tools:
+            for index, wire in enumerate(tools):
+                if not wire.get("name"):
+                    # The SDK lets an empty name through, and the registry refuses it with an
+                    # error that names neither this server nor the entry: say both here.
+                    problem = f"tools[{index}] has an empty name"
+                    if strict:
+                        raise McpConnectionError(
+                            f'MCP server "{self.name}" listed a tool that cannot be '
+                            f"registered: {problem}",
+                            "MCP_CONNECT_FAILED",
+                        )
+                    _log.warning(
+                        "MCP tool could not be registered",
+                        server=self.name,
+                        tool=f"tools[{index}]",
+                        error=problem,
+                    )
+                    continue
                 if needs_tasks(wire):
                     skipped.append(wire["name"])
                     continue
@@ -257,12 +275,14 @@ class McpPlugin(ServerResources):
     def tools_changed(self, tools: list[dict[str, Any]]) -> None:
         self._apply(tools, strict=False)
 
-    def lost(self, final: bool) -> None:
+    def lost(self, final: bool, reason: str) -> None:
         if final:
-            _log.warning("MCP server disconnected; its tools are withdrawn", server=self.name)
+            _log.warning(
+                "MCP server disconnected; its tools are withdrawn", server=self.name, reason=reason
+            )
             self._withdraw()
         else:
-            _log.warning("MCP server disconnected; reconnecting", server=self.name)
+            _log.warning("MCP server disconnected; reconnecting", server=self.name, reason=reason)
 
     # --- progress ------------------------------------------------------------------------------
 

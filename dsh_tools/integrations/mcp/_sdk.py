@@ -6,8 +6,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from mcp import ClientSession, MCPError, types
+from pydantic import ValidationError
 
-__all__ = ["MAX_LIST_PAGES", "describe", "is_closed", "list_all", "list_all_tools", "wire"]
+__all__ = [
+    "MAX_LIST_PAGES",
+    "describe",
+    "is_closed",
+    "list_all",
+    "list_all_tools",
+    "summarize",
+    "wire",
+]
 
 
 def wire(model: Any) -> dict[str, Any]:
@@ -63,5 +72,21 @@ def describe(exc: BaseException) -> str:
     """A readable cause, unwrapping the exception groups anyio task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    if isinstance(exc, ValidationError):
+        return f"ValidationError: {summarize(exc)}"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def summarize(exc: ValidationError, what: str | None = None) -> str:
+    """One line for what the SDK found malformed (``what``, by default the model's name), and
+    where: its own text takes several lines per error, each with a link, which a log line or a
+    tool's error message cannot carry."""
+    what = exc.title if what is None else what
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return f"malformed {what}"
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the top level"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"malformed {what} at {where}: {first['msg']}{more}"

@@ -9,11 +9,12 @@ from typing import Any, Literal
 
 from mcp import types
 from mcp.client.session import ClientRequestContext
+from pydantic import ValidationError
 
 from ...actors import message_of
 from ...actors._logging import get_logger
 from ._callbacks import CallbackRunner
-from ._sdk import describe, wire
+from ._sdk import describe, summarize, wire
 from ._types import (
     ElicitationCallback,
     ListChangedCallback,
@@ -133,6 +134,18 @@ class ServerRequests:
             self._list_changed("resources")
         elif isinstance(message, types.PromptListChangedNotification):
             self._list_changed("prompts")
+        elif isinstance(message, ValidationError):
+            # A message the transport could not parse that names no request it answers (a
+            # reply that does was passed on as an error reply to it: see WatchedReadStream).
+            # Calls in flight are left to go on: such a line is most often stray output (a
+            # print to stdout), and the replies around it still arrive, so failing every call
+            # would turn working calls into failures. A reply that lost its id too cannot be
+            # told from such a line: its call waits for its deadline or its abort.
+            _log.warning(
+                "MCP server sent a message that could not be read",
+                server=self._label,
+                error=summarize(message, "JSON-RPC message"),
+            )
         elif isinstance(message, Exception):
             _log.debug("MCP transport reported an error", server=self._label, error=str(message))
 

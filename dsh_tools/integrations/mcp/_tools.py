@@ -27,7 +27,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...actors import (
-    AbortError,
     HarnessError,
     JsonSchemaError,
     ToolArgsError,
@@ -169,9 +168,11 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         if drop_optional_nulls is not None:
             args = drop_optional_nulls(args)
         arguments = _arguments(args)
-        signal = run_ctx.signal
-        if signal.aborted:
-            raise AbortError()
+        # The body never reads ``run_ctx.signal``: so the pipeline cancels its task when the
+        # call is aborted (its signal, ``stop()``), the cancellation cancels the request (the
+        # SDK tells the server), and the call settles ``ABORTED`` with the abort's reason as
+        # any cancelled body does. A body that read its signal would have to settle on its own,
+        # and an ``AbortError`` it raised would carry no reason.
         ref = McpCallRef(run_ctx.call_id, run_ctx.name, run_ctx.agent)
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -182,7 +183,6 @@ def _body(tool: _Tool) -> Callable[..., Any]:
             )
 
         future = client.call_tool(ref, info.mcp_name, arguments, on_progress=on_progress)
-        remove = signal.add_callback(lambda _reason: future.cancel())
         # The deadline cancels the request the way an abort does (one path, so the SDK's
         # notifications/cancelled goes out whichever of this and a timeout policy fires).
         expired: list[bool] = []
@@ -199,9 +199,7 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
-                raise  # our own task is being cancelled: let it go
-            if signal.aborted:
-                raise AbortError() from None
+                raise  # the call is aborted or interrupted: the pipeline settles it
             if expired and info.timeout_ms is not None:
                 raise ToolTimeoutError(info.timeout_ms) from None
             verb = "closed" if client.cut_reason() == "closed" else "disconnected"
@@ -213,7 +211,6 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         except Exception as exc:
             raise McpToolError(f"MCP request failed: {exc}", "MCP_REQUEST_FAILED") from exc
         finally:
-            remove()
             if deadline is not None:
                 deadline.cancel()
         return tool.value(result)

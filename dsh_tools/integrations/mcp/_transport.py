@@ -1,22 +1,70 @@
-"""The transport a connection opens, and its read stream watched for the server going away."""
+"""The transport a connection opens, and its read stream watched for the server going away and
+for replies the SDK cannot read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
+from mcp import types
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
-__all__ = ["TransportFactory", "WatchedReadStream"]
+__all__ = ["TransportFactory", "WatchedReadStream", "error_reply_for"]
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Any]]
 """A zero-argument callable returning an async context manager that yields ``(read, write)``
 streams (extra items are ignored), for example ``lambda: streamable_http_client(url)``."""
 
 
+def _reply_of(exc: ValidationError) -> Mapping[str, Any] | None:
+    """The JSON-RPC message a parse failure is about, when it was a JSON object: pydantic
+    reports the object itself as the input of the errors about its own fields, and the one with
+    the shortest location is the message (deeper ones are parts of it)."""
+    found: Mapping[str, Any] | None = None
+    depth = 0
+    for error in exc.errors(include_url=False):
+        value = error.get("input")
+        if isinstance(value, Mapping) and (found is None or len(error["loc"]) < depth):
+            found, depth = value, len(error["loc"])
+    return found
+
+
+def error_reply_for(exc: ValidationError) -> SessionMessage | None:
+    """An error reply standing in for a reply the transport could not parse, when that reply
+    names the request it answers; ``None`` for anything else (a request or notification, a
+    line that is not a JSON object, a reply without a usable id)."""
+    message = _reply_of(exc)
+    if message is None or "method" in message:
+        return None
+    request_id = message.get("id")
+    if type(request_id) not in (int, str):  # bool is an int to isinstance, not to JSON-RPC
+        return None
+    part = "error" if "error" in message and "result" not in message else "result"
+    what = "it is not a JSON-RPC 2.0 reply"
+    for error in exc.errors(include_url=False, include_input=False):
+        where = [str(item) for item in error["loc"]]
+        if part in where:
+            path = ".".join(where[where.index(part) :])
+            what = f"{path}: {error['msg']}"
+            break
+    failure = types.ErrorData(
+        code=types.PARSE_ERROR, message=f"the server's reply is malformed ({what})"
+    )
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=failure))
+
+
 class WatchedReadStream:
-    """The transport's read stream, reporting when it ends (the server went away)."""
+    """The transport's read stream, reporting when it ends (the server went away).
+
+    A reply the transport could not parse (``"result": 12``, say) comes through as the
+    exception it raised, which the SDK only logs and drops: the request it answers would wait
+    out its whole timeout. When the reply names its request's id, it is passed on as an error
+    reply to that request instead, as the SDK's own Streamable HTTP transport does, so that
+    request fails at once with what was wrong. Anything else passes through unchanged.
+    """
 
     def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
         self._inner = inner
@@ -24,10 +72,13 @@ class WatchedReadStream:
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if isinstance(item, ValidationError):
+            return error_reply_for(item) or item
+        return item
 
     @property
     def last_context(self) -> Any:

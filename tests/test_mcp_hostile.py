@@ -1,0 +1,239 @@
+"""An MCP plugin against a server that sends what it must survive (``tests/mcp_hostile_server.py``,
+a real process over stdio): a re-listing the SDK refuses, a reply whose result is not an
+object, a tool with an empty name. Aborted calls and disconnects against the live server
+(``tests/mcp_live_server.py``) carry their reasons.
+
+Everything that waits is bounded: results through ``spawn(...).result(WAIT)``, log lines and
+marker files through polling with the same bound.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+from conftest import WAIT, Logs, spawn
+from mcp import StdioServerParameters
+from mcp_support import Changes, failure, process_gone, run, texts, wait_for_file, wait_until
+
+from dsh_tools import (
+    AbortController,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolCall,
+    ToolExecutionFailure,
+    ToolExecutionResult,
+    ToolSystem,
+)
+from dsh_tools.integrations import McpConnectionError, McpPlugin, register_mcp_server_sync
+
+HOSTILE_SERVER = str(Path(__file__).with_name("mcp_hostile_server.py"))
+HOSTILE_TOOLS = [
+    "echo",
+    "publish_bad_schema",
+    "publish_good_tool",
+    "malformed_reply",
+    "stray_output",
+    "wait",
+]
+
+
+def hostile_params(marks: Path, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[HOSTILE_SERVER, *args],
+        env={"MCP_FIXTURE_MARKS": str(marks)},
+    )
+
+
+@pytest.fixture
+def hostile(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> Iterator[Callable[..., McpPlugin]]:
+    """``hostile(*args)``: the hostile server registered into ``system``; closed after the test."""
+    plugins: list[McpPlugin] = []
+
+    def make(*args: str) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, "hostile", hostile_params(tmp_path, *args), errlog=errlog, connect_timeout=WAIT
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield make
+    finally:
+        for plugin in plugins:
+            plugin.close()
+
+
+def logged(logs: Logs, event: str) -> Any:
+    """The first log entry named ``event``, waiting (bounded) for it."""
+
+    def found() -> list[Any]:
+        return [entry for entry in list(logs.entries) if entry["event"] == event]
+
+    wait_until(lambda: bool(found()), f"the log line {event!r}")
+    return found()[0]
+
+
+def client_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == f"mcp[{name}]"]
+
+
+# --- a re-listing the SDK refuses --------------------------------------------------------------
+
+
+def test_a_relisting_the_sdk_refuses_keeps_the_tools_and_the_connection(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    plugin = hostile()
+    changes = Changes(system)
+    # The new listing names a tool whose input schema is {"type": "string"}: the SDK refuses
+    # the whole listing. That is this one request's failure, not the connection's.
+    assert texts(run(system, "publish_bad_schema", {})) == ["publish_bad_schema"]
+    warning = logged(logs, "MCP tools/list failed")
+    assert warning["server"] == "hostile"
+    assert warning["error"].startswith(
+        "ValidationError: malformed ListToolsResult at tools.6.inputSchema.type: "
+    )
+    assert plugin.state == "connected"
+    assert list(plugin.tool_names) == HOSTILE_TOOLS
+    assert texts(run(system, "echo", {"text": "still here"})) == ["still here"]
+    # The plugin goes on following the server: the next listing is applied.
+    assert texts(run(system, "publish_good_tool", {})) == ["publish_good_tool"]
+    changes.wait_for(lambda: "extra" in changes.names(), "the next listing to be applied")
+    assert list(plugin.tool_names) == [*HOSTILE_TOOLS, "extra"]
+    assert "MCP server disconnected; its tools are withdrawn" not in logs.warnings
+
+
+# --- a reply whose result is not an object -----------------------------------------------------
+
+
+def test_a_malformed_reply_fails_its_call_at_once_naming_what_was_wrong(
+    system: ToolSystem, hostile: Callable[..., McpPlugin]
+) -> None:
+    plugin = hostile()
+    # The reply has the call's id and "result": 12. Without a reply of its own the call would
+    # wait for ever (the tool has no deadline): the bounded wait fails the test instead.
+    call = ExecuteCall(call_id="m", name="malformed_reply", arguments={})
+    result = spawn(system, call).result(WAIT)
+    error = failure(result)["error"]
+    assert error["info"] == {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"}
+    assert error["message"].startswith(
+        "MCP request failed: the server's reply is malformed (result: "
+    )
+    # One bad reply is that call's failure: the connection and the other calls go on.
+    assert plugin.state == "connected"
+    assert texts(run(system, "echo", {"text": "next"})) == ["next"]
+
+
+def test_a_line_that_is_no_message_is_logged_and_the_calls_go_on(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    hostile()
+    # Nothing ties such a line to a call, and the reply after it still comes: the call gets it.
+    assert texts(run(system, "stray_output", {})) == ["stray_output"]
+    warning = logged(logs, "MCP server sent a message that could not be read")
+    assert warning["server"] == "hostile"
+    assert warning["error"].startswith("malformed JSON-RPC message at the top level: ")
+
+
+# --- a tool with an empty name -----------------------------------------------------------------
+
+
+def test_an_empty_tool_name_fails_registration_naming_the_server_and_the_entry(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    params = hostile_params(tmp_path, "empty-name")
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "hostile", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        'MCP server "hostile" listed a tool that cannot be registered: tools[1] has an empty name'
+    )
+    assert caught.value.code == "MCP_CONNECT_FAILED"
+    assert system.tools.names() == []
+    assert process_gone(int(wait_for_file(tmp_path / "pid")))
+    assert client_threads("hostile") == []
+
+
+# --- reasons -----------------------------------------------------------------------------------
+
+
+def in_batch(system: ToolSystem, tag: str, signal: Any = None) -> Future[ToolExecutionResult]:
+    """The live server's ``slow`` as the one call of a batch, run on a thread of its own."""
+    batch = ExecuteBatch(
+        calls=[ToolCall(tag, "slow", json.dumps({"seconds": 60, "tag": tag}))], signal=signal
+    )
+    pending: Future[ToolExecutionResult] = Future()
+
+    def run_batch() -> None:
+        try:
+            pending.set_result(system.execute_batch(batch, WAIT).results[0])
+        except BaseException as exc:
+            pending.set_exception(exc)
+
+    threading.Thread(target=run_batch, name="test-batch", daemon=True).start()
+    return pending
+
+
+@pytest.mark.parametrize("how", ["call", "batch"])
+def test_an_aborted_call_carries_the_abort_reason(
+    how: str, system: ToolSystem, connect: Callable[..., McpPlugin], tmp_path: Path
+) -> None:
+    connect(system)
+    controller = AbortController()
+    if how == "call":
+        arguments = {"seconds": 60, "tag": "-abort"}
+        call = ExecuteCall(
+            call_id="-abort", name="slow", arguments=arguments, signal=controller.signal
+        )
+        pending = spawn(system, call)
+    else:
+        pending = in_batch(system, "-abort", controller.signal)
+    wait_for_file(tmp_path / "started-abort")
+    controller.abort("user pressed stop")
+    result = pending.result(WAIT)
+    assert isinstance(result, ToolExecutionFailure)
+    assert failure(result)["error"]["info"]["code"] == "ABORTED"
+    assert result.abort_reason == "user pressed stop"
+    assert result.exception_type == ""  # ended by its cancellation, like a local tool
+
+
+def test_a_batch_call_cut_short_by_stop_carries_the_stop_reason(
+    connect: Callable[..., McpPlugin], tmp_path: Path
+) -> None:
+    # A batch's calls share a signal the system owns, and stop() aborts it.
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        connect(system)
+        pending = in_batch(system, "-stop")
+        wait_for_file(tmp_path / "started-stop")
+    finally:
+        system.stop()
+    result = pending.result(WAIT)
+    assert isinstance(result, ToolExecutionFailure)
+    assert failure(result)["error"]["info"]["code"] == "ABORTED"
+    assert result.abort_reason == "the tool system is stopping"
+
+
+def test_a_withdrawal_logs_why_the_server_disconnected(
+    system: ToolSystem, connect: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    plugin = connect(system)
+    assert failure(run(system, "die", {}))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+    warning = logged(logs, "MCP server disconnected; its tools are withdrawn")
+    assert warning["server"] == "live"
+    # The end showed itself first either as the server's output ending or as the call's
+    # request reporting the connection closed; which comes first is a race.
+    assert warning["reason"] in (
+        "the server closed the connection",
+        "a request reported the connection closed (Connection closed)",
+    )
+    assert plugin.wait_for_state("disconnected", timeout=WAIT)
