@@ -19,7 +19,14 @@ from code_mode_support import (
 )
 from structlog.testing import capture_logs
 
-from dsh_tools import CodeDispatchLog, ExecuteBatch, ToolCall, ToolOutput, define_tool
+from dsh_tools import (
+    AbortController,
+    CodeDispatchLog,
+    ExecuteBatch,
+    ToolCall,
+    ToolOutput,
+    define_tool,
+)
 
 
 async def until(predicate: Any) -> None:
@@ -340,3 +347,32 @@ def test_a_listener_raising_systemexit_logs_the_unshaped_content_and_the_loop_ru
             assert value_of(result)["result"] == "echo:x"
         settles = dispatch_events(system)
     assert [settle["content"] for settle in settles] == [[{"type": "text", "text": "echo:x"}]] * 2
+
+
+def test_a_listener_that_never_returns_is_cancelled_once_the_run_is_aborted() -> None:
+    # Listeners are hooks of the dispatch log: once the run_code call is aborted, one still
+    # waiting gets the wind-down an interrupted call's hooks get, then is cancelled, and the
+    # sub-call's settle event lands with the unshaped content. Before, the aborted call waited
+    # for it until stop() gave up on it.
+    reached = asyncio.Event()
+    controller = AbortController()
+
+    async def stuck(log: CodeDispatchLog, next: Any) -> Any:
+        reached.set()
+        await asyncio.Event().wait()
+
+    async def scenario(system: Any) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
+        await wait_for(reached.wait())
+        controller.abort("user pressed stop")
+        return await wait_for(task)
+
+    with code_system(FakeRuntime(echo_program), tools=[echo_tool()]) as system:
+        system.tools.on_code_dispatch_log(stuck)
+        with capture_logs() as logs:
+            asyncio.run(scenario(system))
+        (settle,) = dispatch_events(system)
+        assert [e.type for e in system.session.events][-1] == "tool/result"
+    assert settle["content"] == [{"type": "text", "text": "echo:x"}]
+    (warning,) = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
+    assert "listener failed for echo: cancelled" in warning

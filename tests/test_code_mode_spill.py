@@ -22,9 +22,12 @@ from structlog.testing import capture_logs
 
 from dsh_tools import (
     DEFAULT,
+    AbortController,
     Accept,
     Block,
+    ExecuteBatch,
     ExecuteCall,
+    ToolCall,
     ToolDefinition,
     ToolErrorInfo,
     ToolOutput,
@@ -35,6 +38,8 @@ from dsh_tools.pipeline import SpillPolicy, SpillStore, spill_policy
 from dsh_tools.pipeline._spill import preview_text
 
 NOTICE = "Full formatted result stored at: "
+RUN_CODE_ARGUMENTS = '{"code": "return 1", "description": "Run the test program"}'
+WAIT = 10.0
 
 
 class MemoryStore:
@@ -175,6 +180,63 @@ def test_a_failing_store_keeps_the_full_content_and_warns() -> None:
         "spill: saving the full content of huge_read failed: disk full; keeping the full content"
     )
     assert warning["call_id"] == "call-1:code:1"
+
+
+@pytest.mark.parametrize(
+    "raised", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError()], ids=type
+)
+def test_a_store_raising_a_base_exception_keeps_the_content_and_the_system_runs_on(
+    raised: BaseException,
+) -> None:
+    # The store is user code: what it raises, SystemExit included, is contained like any
+    # failure of it. The sub-call's settle event lands, the run and the next one succeed.
+    class RaisingStore:
+        def save(self, text: str, source: Any) -> str:
+            raise raised
+
+    async def program(p: FakeProgram) -> Any:
+        return len(await p.call("huge_read", {}))
+
+    huge = text_tool("huge_read", "H" * 2000)
+    with code_system(FakeRuntime(program), tools=[huge], max_inline_bytes=200) as system:
+        system.dispatch_spill.store = RaisingStore()
+        with capture_logs() as logs:
+            (first,) = system.execute_batch(
+                ExecuteBatch(calls=[ToolCall("b1", "run_code", RUN_CODE_ARGUMENTS)]),
+                timeout=WAIT,
+            ).results
+            second = system.execute(run_code(call_id="call-2"))
+        settles = dispatch_events(system)
+    assert value_of(first)["result"] == 2000
+    assert value_of(second)["result"] == 2000
+    assert [settle["content"] for settle in settles] == [[{"type": "text", "text": "H" * 2000}]] * 2
+    warnings = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
+    assert len(warnings) == 2 and all("dispatch-log spill failed" in w for w in warnings)
+
+
+def test_a_hanging_store_is_cancelled_once_the_run_is_aborted_and_its_settle_lands() -> None:
+    # An aborted call's hooks get a short wind-down, then are cancelled; the dispatch log's
+    # spill arm (user code that may await anything) is held to the same.
+    store = HangingStore()
+    controller = AbortController()
+
+    async def program(p: FakeProgram) -> Any:
+        return len(await p.call("huge_read", {}))
+
+    async def scenario(system: ToolSystem) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
+        await until(lambda: store.pending == 1)
+        controller.abort("user pressed stop")
+        return await wait_for(task)
+
+    huge = text_tool("huge_read", "H" * 2000)
+    with code_system(FakeRuntime(program), tools=[huge], max_inline_bytes=200) as system:
+        system.dispatch_spill.store = store
+        asyncio.run(scenario(system))
+        (settle,) = dispatch_events(system)
+        assert [e.type for e in system.session.events][-1] == "tool/result"
+    assert settle["content"] == [{"type": "text", "text": "H" * 2000}]
+    assert store.pending == 0
 
 
 def test_without_a_store_the_full_content_is_logged_with_a_warning() -> None:

@@ -51,6 +51,7 @@ from ..pipeline import (
     SubmitCall,
     message_of,
 )
+from ..pipeline._core import HOOK_WIND_DOWN_S
 from ..pipeline._loop import running_loop
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
@@ -182,16 +183,19 @@ class CodeRunBridgeActor:
             ],
             signal=self._controller.signal,
         )
+        interrupted = False
         try:
             outcome = await self._runtime.run(request)
+        except asyncio.CancelledError:  # the pipeline interrupted the call (stop(), say)
+            interrupted = True
+            raise
         finally:
             self._controller.abort("run_code settled")
             if self._pool is not None:
                 self._pool.tell(ClosePool())
                 await self._finished
                 self._pool = None  # the pool's lane is this object: reference counting frees both
-            while self._log_tasks:
-                await asyncio.gather(*list(self._log_tasks), return_exceptions=True)
+            await self._drain_logs(interrupted)
             unsubscribe()
         if outcome.error is not None:
             raise CodeRunFailedError(outcome.error.kind, outcome.error.message, outcome.logs)
@@ -199,6 +203,27 @@ class CodeRunBridgeActor:
         if outcome.value is not UNSET:
             value["result"] = outcome.value
         return value
+
+    async def _drain_logs(self, interrupted: bool) -> None:
+        """Wait for the dispatch-log tasks (listeners and the spill arm are user code that may
+        await anything). Once the ``run_code`` call is aborted or ``interrupted``, what is
+        still pending gets ``HOOK_WIND_DOWN_S`` more, as an interrupted call's hooks do, and is
+        then cancelled: each task still records its ``tool/code-dispatch``."""
+        signal = self._outer.signal
+        while self._log_tasks:
+            tasks = list(self._log_tasks)
+            if not (interrupted or signal.aborted):
+                aborted = asyncio.ensure_future(_until_aborted(signal))
+                try:
+                    await asyncio.wait([*tasks, aborted], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    aborted.cancel()
+                continue
+            _done, pending = await asyncio.wait(tasks, timeout=HOOK_WIND_DOWN_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
 
     # --- bindings ------------------------------------------------------------------------------
 
@@ -393,7 +418,7 @@ class CodeRunBridgeActor:
             except BaseException as exc:  # SystemExit too: user code never stops the loop
                 _log.warning(
                     f"tools: code-dispatch-log listener failed for {sub.name}: "
-                    f"{message_of(exc)}; logging the unshaped content",
+                    f"{_failure_text(exc)}; logging the unshaped content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
                     token=_token_id(entry),
@@ -408,9 +433,9 @@ class CodeRunBridgeActor:
                     spill.dispatch_source(sub.name, sub.sub_call_id),
                     {"token": _token_id(entry), "parent": self._outer.token.id},
                 )
-            except Exception as exc:  # a replaced policy object; the settle event must land
+            except BaseException as exc:  # the store is user code; the settle event must land
                 _log.warning(
-                    f"tools: dispatch-log spill failed for {sub.name}: {message_of(exc)}; "
+                    f"tools: dispatch-log spill failed for {sub.name}: {_failure_text(exc)}; "
                     "logging the full content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
@@ -427,6 +452,16 @@ class CodeRunBridgeActor:
             ),
             self._agent,
         )
+
+
+async def _until_aborted(signal: AbortSignal) -> None:
+    await signal
+
+
+def _failure_text(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled (the run_code call was aborted or stopped while it waited)"
+    return message_of(exc) or type(exc).__name__
 
 
 def _token_id(entry: PoolEntry) -> int | None:
