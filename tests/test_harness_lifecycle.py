@@ -411,6 +411,54 @@ print(sorted(t.name for t in threading.enumerate()))
 """
 
 
+CTRL_C_IN_A_SUB_CALL = """
+import os, signal
+from dsh_tools import ExecuteCall, ToolOutput, ToolsConfig, ToolSystem, define_tool
+
+
+async def poke(args, ctx):
+    return "pressed"
+
+
+def render(args, value):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C lands as the sub-call is rendered
+    return [{"type": "text", "text": value}]
+
+
+with ToolSystem.start(ToolsConfig(mode="code")) as system:
+    system.tools.register(
+        define_tool(
+            name="poke",
+            description="Poke.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=render),
+            execute=poke,
+        )
+    )
+    program = "seen = await tools.poke({})\\nprint(seen)\\nawait asyncio.sleep(60)"
+    arguments = {"code": program, "description": "d"}
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="run_code", arguments=arguments))
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    settles = [e.data for e in system.session.events if e.type == "tool/code-dispatch"]
+    print([s["is_error"] for s in settles])
+    (result,) = [e.data for e in system.session.events if e.type == "tool/result"]
+    print(result["error"]["code"])
+"""
+
+
+def test_ctrl_c_during_a_code_run_interrupts_the_call_not_the_sub_call_running_then() -> None:
+    # A Code Mode run's sub-calls run on the waiting thread's loop: a KeyboardInterrupt raised
+    # wherever the main thread stood took the sub-call being rendered for its own failure, and
+    # the run went on without the Ctrl-C (or, landing in a loop callback, lost the wake-up the
+    # wait was for, and the wait never ended). The wait cancels the call instead.
+    done = run_script(CTRL_C_IN_A_SUB_CALL)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["interrupted", "[False]", "ABORTED"]
+
+
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
 system.tools.register(
@@ -1179,11 +1227,11 @@ arming = _loop._woken_by_signals
 
 
 @contextlib.contextmanager
-def ctrl_c_as_the_wait_is_armed(loop):
+def ctrl_c_as_the_wait_is_armed(loop, *rest):
     # The first time only: the Ctrl-C lands after the call's task was made, before it ran.
     _loop._woken_by_signals = arming
     os.kill(os.getpid(), signal.SIGINT)
-    with arming(loop):
+    with arming(loop, *rest):
         yield
 
 

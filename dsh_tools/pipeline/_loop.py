@@ -232,19 +232,23 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
         task = asyncio.Task(
             _carry_on(coro, first, loop, then_stop=True), loop=loop, context=context
         )
+        interruption = _Interruption()
         try:
             if first is not _NEED_LOOP_TO_WAIT:
                 loop.stop()
                 loop.run_forever()
             if not task.done():
-                with _woken_by_signals(loop):
+                with _woken_by_signals(loop, interruption, task):
                     while not task.done():
                         loop.run_forever()  # until the task's last step stops the loop
+                if interruption.count:
+                    raise KeyboardInterrupt  # the call was cancelled for it and has settled
         except BaseException:
-            if not task.done():
+            if not task.done() and not interruption.count:
                 # Interrupted while the call waits (Ctrl-C in the blocking wait): the call is
                 # cancelled and settles here, its one result recorded, before the interruption
                 # goes on. Left pending, the next call driven on this thread would resume it.
+                # (A second Ctrl-C after the first one's cancellation leaves it instead.)
                 _settle_interrupted(loop, task)
             if task.done() and not task.cancelled():
                 task.exception()  # raised here and now: not "never retrieved"
@@ -273,13 +277,39 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
         pass
 
 
+class _Interruption:
+    """How many Ctrl-Cs came while ``drive`` waited with its own SIGINT handler."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def _cancel(task: asyncio.Task[Any]) -> None:
+    if not task.done():
+        task.cancel()
+
+
 @contextlib.contextmanager
-def _woken_by_signals(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+def _woken_by_signals(
+    loop: asyncio.AbstractEventLoop,
+    interruption: _Interruption | None = None,
+    task: asyncio.Task[Any] | None = None,
+) -> Iterator[None]:
     """While the main thread's loop waits: a signal the kernel delivers to another thread
     (any thread may take a process's Ctrl-C) wakes the wait at once, so that the main thread
     raises its ``KeyboardInterrupt`` then, not when the wait would have ended (an hour, for
     a body sleeping that long). Python notes the signal and writes its number to the wakeup
-    descriptor, which the loop watches (``_SignalWakeup``)."""
+    descriptor, which the loop watches (``_SignalWakeup``).
+
+    With ``task`` (the driven call), while Python's own SIGINT handler is in place, a first
+    Ctrl-C cancels ``task`` from the loop instead (counted in ``interruption``; ``drive``
+    raises ``KeyboardInterrupt`` once the call has settled), as ``asyncio.run`` does: raised
+    wherever the main thread stood, it could land in a loop callback, losing the wake-up the
+    call waited for (the wait then never ended), or in a Code Mode sub-call's hook or renderer
+    running on this loop, which took it for its own failure (the run went on without it). A
+    second Ctrl-C raises ``KeyboardInterrupt`` as ever."""
     holder = _state.holder
     if threading.current_thread() is not threading.main_thread() or holder is None:
         yield
@@ -292,9 +322,27 @@ def _woken_by_signals(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
         yield
         return
     wakeup.previous = previous
+    cancels = (
+        interruption is not None
+        and task is not None
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    if cancels:
+
+        def on_interrupt(signum: int, frame: Any) -> None:
+            assert interruption is not None and task is not None
+            interruption.count += 1
+            if interruption.count == 1 and not task.done():
+                loop.call_soon_threadsafe(_cancel, task)
+                return
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_interrupt)
     try:
         yield
     finally:
+        if cancels:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.set_wakeup_fd(previous)
         wakeup.pass_on()  # what came in since the loop last looked
         wakeup.previous = None
