@@ -708,6 +708,11 @@ def test_a_prepared_worker_still_compiling_is_killed_when_released_under_process
         release = runtime.prepare(slow_to_compile(60), [])  # seconds to compile
         assert release is not None
         (held,) = runtime._prepared._held  # the worker's pid is in its slot's pid report
+        deadline = time.monotonic() + 10
+        while len(held.slot.status) < 5:  # a busy machine may not have sent it yet
+            held.slot.alive()  # reads what has come
+            assert time.monotonic() < deadline, "no pid report from the held worker"
+            time.sleep(0.01)
         pid = int.from_bytes(held.slot.status[1:5], "big")
         time.sleep(0.2)
         assert _cpu_ticks(pid) is not None  # compiling
