@@ -168,6 +168,22 @@ def run_bench(
     return 1 if check and (over or skipped is not None) else 0
 
 
+def revision_problem(revision: str) -> str | None:
+    """Why this checkout cannot be measured against ``revision`` (None when it can): this
+    package does not run from a git checkout, or git cannot find the revision. Asked before
+    anything is measured, for a revision named on the command line."""
+    from ._bench_revision import resolve, source_checkout
+
+    checkout = source_checkout()
+    if checkout is None:
+        return "this package does not run from a git checkout (an installed copy has no history)"
+    try:
+        resolve(checkout, revision)
+    except RuntimeError as exc:
+        return str(exc)
+    return None
+
+
 def _against_revision(revision: str, *, rounds: int) -> tuple[dict[str, float], str | None]:
     """The per-call figures of this checkout against ``revision`` (see ``_bench_revision``),
     and why they are missing, if they are. The bars apply to the first release only."""

@@ -24,7 +24,7 @@ from typing import TextIO
 import structlog
 
 from ._bench_revision import FIRST_RELEASE
-from ._cli_bench import run_bench
+from ._cli_bench import revision_problem, run_bench
 from ._cli_commands import run_catalog, run_code_file, run_program, run_sdk
 from ._cli_demo import run_demo
 from .codebridge._seam import DEFAULT_COMPUTE_MS, DEFAULT_MAX_WALL_MS, ISOLATIONS
@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--check", action="store_true", help="exit 1 when a figure is over its bar")
     bench.add_argument(
         "--against",
-        default=FIRST_RELEASE,
+        default=None,
         metavar="REVISION",
         help="git revision to measure in turns with this checkout (default: the first release, "
         f"{FIRST_RELEASE}, which the per-call bars are fractions of; '' to skip)",
@@ -206,13 +206,21 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
         if args.runs < 1:
             print("dsh-tools bench: --runs must be at least 1", file=sys.stderr)
             return 2
+        if args.against:
+            # A revision the user named that cannot be compared with is a mistake in the
+            # command, found before minutes of measuring; the default one (the first release)
+            # is only left out with a note when this is not a full checkout.
+            problem = revision_problem(args.against)
+            if problem is not None:
+                print(f"dsh-tools bench: --against {args.against}: {problem}", file=sys.stderr)
+                return 2
         return run_bench(
             out,
             as_json=args.json,
             runs=args.runs,
             code_mode=not args.no_code_mode,
             check=args.check,
-            against=args.against or None,
+            against=FIRST_RELEASE if args.against is None else args.against or None,
         )
     if args.command == "sdk":
         return run_sdk(out)

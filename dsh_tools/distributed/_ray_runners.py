@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ..actors._logging import get_logger
 from ._driver import import_ray
+from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
 
 __all__ = [
@@ -209,7 +210,9 @@ class LazyRunner:
 
     def __init__(self, tool: str, execute: Callable[[Any, Any], Any]) -> None:
         self._tool = tool
-        self._execute = execute
+        # Pickled by ``_ray_pickle`` whenever Ray sends it, so a typed body's classes that
+        # travel by value arrive usable (see that module).
+        self._execute: Callable[[Any, Any], Any] = ShippedBody(execute)
         self._lock = threading.Lock()
         self._runner: TaskRunner | ActorPool | None = None
 

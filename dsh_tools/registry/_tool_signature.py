@@ -80,6 +80,16 @@ def _check_schema_type(owner: str, role: str, hint: Any) -> None:
         raise TypeError(
             f"{owner}: {role} has an unsupported annotation {hint!r}: {reason}"
         ) from None
+    except (NameError, AttributeError, SyntaxError) as exc:
+        # msgspec evaluates the string annotations of the classes inside ``hint`` in their
+        # module's globals (and the class body): a name only the defining function's locals
+        # hold (a class defined there, recursive or naming a sibling) is not found there.
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise TypeError(
+            f"{owner}: {role} has an annotation {hint!r} that names a type msgspec cannot "
+            f"resolve: {reason} (a class's string annotations are read in its module's "
+            "globals, which do not hold classes defined inside a function)"
+        ) from None
 
 
 def _field_default(default: Any) -> Any:

@@ -1,0 +1,109 @@
+"""A ``@tool`` body on a real local Ray instance receives typed values of classes that travel
+by value.
+
+The parameter types are defined at this module's top level and the annotations are evaluated
+(no ``from __future__ import annotations``), so the classes themselves travel with the body:
+this module is pickled by value (see ``ray_support``), as ``__main__`` is for a script. They
+are used here first (the local validation), which leaves msgspec's compiled type information
+on them; and a ``msgspec.Struct`` class cannot be rebuilt the way cloudpickle rebuilds other
+classes.
+"""
+
+import dataclasses
+import enum
+import os
+from typing import Annotated, Any, TypedDict
+
+import msgspec
+import pytest
+from ray_support import ray_instance  # noqa: F401  (the session fixture)
+
+from dsh_tools import ExecuteCall, ToolDefinition, ToolSystem, tool
+from dsh_tools.distributed import RayPlacement
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
+
+
+class Mode(enum.Enum):
+    FAST = "fast"
+    SLOW = "slow"
+
+
+@dataclasses.dataclass
+class Box:
+    width: Annotated[int, msgspec.Meta(ge=0)]
+    mode: Mode = Mode.FAST
+
+
+class Labels(TypedDict):
+    name: str
+    box: Box
+
+
+class Node(msgspec.Struct, kw_only=True, rename="camel"):
+    node_value: int
+    children: list[int] = []
+    # A string annotation naming this module's class: the worker cannot import this module.
+    next_node: "Node | None" = None
+
+    def total(self) -> int:
+        return self.node_value + (self.next_node.total() if self.next_node else 0)
+
+
+def describe(
+    box: Box,
+    mode: Mode,
+    labels: Labels,
+    node: Node,
+    count: Annotated[int, msgspec.Meta(ge=0)],
+) -> dict[str, Any]:
+    """What the body received, and where it ran."""
+    return {
+        "pid": os.getpid(),
+        "box": [type(box) is Box, box.width, box.mode is Mode.SLOW],
+        "mode": mode is Mode.SLOW,
+        "labels": [type(labels["box"]) is Box, labels["name"]],
+        "node": [type(node) is Node, type(node.next_node) is Node, node.total()],
+        "count": count,
+    }
+
+
+def typed_tool(name: str, placement: RayPlacement) -> ToolDefinition:
+    return tool(name=name, placement=placement)(describe)
+
+
+ARGUMENTS = {
+    "box": {"width": 2, "mode": "slow"},
+    "mode": "slow",
+    "labels": {"name": "l", "box": {"width": 3}},
+    "node": {"nodeValue": 1, "nextNode": {"nodeValue": 5}},
+    "count": 4,
+}
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [RayPlacement(num_cpus=0.5), RayPlacement(num_cpus=0.5, actor_pool=1)],
+    ids=["task", "actor"],
+)
+def test_a_typed_body_on_ray_receives_instances_of_classes_that_travel_by_value(
+    system: ToolSystem, placement: RayPlacement
+) -> None:
+    system.tools.register(typed_tool("describe", placement))
+
+    result = system.execute(ExecuteCall(call_id="c1", name="describe", arguments=ARGUMENTS))
+
+    assert not result.is_error, result.content
+    value = result.value
+    assert value["pid"] != os.getpid()
+    assert value["box"] == [True, 2, True]
+    assert value["mode"] is True
+    assert value["labels"] == [True, "l"]
+    assert value["node"] == [True, True, 6]
+    assert value["count"] == 4
+
+    # The constraints still hold here, before anything is sent.
+    bad = system.execute(
+        ExecuteCall(call_id="c2", name="describe", arguments={**ARGUMENTS, "count": -1})
+    )
+    assert bad.error.info.code == "INVALID_ARGS" and "arguments.count" in bad.error.message
