@@ -30,8 +30,8 @@ from typing import Any, Final
 
 import msgspec
 
-from ..actors import FrozenDict, FrozenList
 from ..registry import LosslessJsonError, is_json_value
+from ..registry._compact_json import write_json
 from ..registry._lossless import render_path
 
 __all__ = ["arguments_text"]
@@ -44,8 +44,6 @@ _NAN: Final = "NaN"
 # An integer with more digits than ``str()`` writes is far outside the lossless range; the
 # batch reads any such integer text as 2**64 (negated) too, and refuses it as out of range.
 _TOO_LONG: Final = str(2**64)
-
-_END: Final = object()  # no value pending in the walk
 
 
 def arguments_text(value: object, at: str) -> str:
@@ -89,53 +87,18 @@ def _scalar(value: Any, node: Any) -> str:
         if value == -_INF:
             return _NEGATIVE_INFINITY
         return msgspec.json.encode(value).decode()
-    raise _refused(node, kind.__name__)
+    raise LosslessJsonError(render_path(node), kind.__name__)
 
 
-def _refused(node: Any, type_name: str) -> ValueError:
-    found = LosslessJsonError(render_path(node), type_name)
-    return ValueError(f"tool call arguments are not JSON: {found}")
+def _key(key: Any, node: Any) -> str:
+    if type(key) is not str:
+        raise LosslessJsonError(render_path(node), f"dict with {type(key).__name__} key")
+    return _string(key)
 
 
 def _walk(value: Any, at: str) -> str:
     """The text of ``value`` by an explicit stack, so any depth works."""
-    out: list[str] = []
-    # Entries: [items iterator, is an object, path node, container id, first item pending].
-    stack: list[list[Any]] = []
-    ancestors: set[int] = set()
-    pending: Any = value
-    node: Any = at
-    while True:
-        if pending is not _END:
-            kind = type(pending)
-            is_dict = kind is dict or kind is FrozenDict
-            if is_dict or kind is list or kind is FrozenList:
-                if id(pending) in ancestors:
-                    raise _refused(node, "cycle")
-                ancestors.add(id(pending))
-                items = iter(pending.items()) if is_dict else enumerate(pending)
-                stack.append([items, is_dict, node, id(pending), True])
-                out.append("{" if is_dict else "[")
-            else:
-                out.append(_scalar(pending, node))
-            pending = _END
-        if not stack:
-            return "".join(out)
-        entry = stack[-1]
-        for slot, item in entry[0]:
-            if entry[4]:
-                entry[4] = False
-            else:
-                out.append(",")
-            if entry[1]:
-                if type(slot) is not str:
-                    raise _refused(entry[2], f"dict with {type(slot).__name__} key")
-                out.append(_string(slot))
-                out.append(":")
-            pending = item
-            node = (entry[2], slot)
-            break
-        else:
-            stack.pop()
-            ancestors.discard(entry[3])
-            out.append("}" if entry[1] else "]")
+    try:
+        return write_json(value, at, _scalar, _key)
+    except LosslessJsonError as exc:
+        raise ValueError(f"tool call arguments are not JSON: {exc}") from None

@@ -10,7 +10,7 @@ from typing import Any, Final
 from ..actors import FrozenDict, FrozenList
 from ._lossless import PathNode, _fail, _key_problem, _scalar_problem
 
-__all__ = ["compact_json"]
+__all__ = ["compact_json", "write_json"]
 
 _encode_str: Final[Callable[[str], str]] = json.encoder.encode_basestring
 
@@ -56,6 +56,13 @@ def _scalar_text(value: Any, node: PathNode) -> str:
     return str(value)
 
 
+def _key_text(key: Any, node: PathNode) -> str:
+    problem = _key_problem(key)
+    if problem is not None:
+        raise _fail(node, problem)
+    return str(_encode_str(key))
+
+
 def compact_json(value: Any, root: str = "value") -> str:
     """Compact JSON text of a lossless value for diagnostics and logs.
 
@@ -64,9 +71,24 @@ def compact_json(value: Any, root: str = "value") -> str:
     Iterative, so deep values work; raises ``LosslessJsonError`` for values that are not
     lossless JSON.
     """
+    return write_json(value, root, _scalar_text, _key_text)
+
+
+def write_json(
+    value: Any,
+    root: PathNode,
+    scalar: Callable[[Any, PathNode], str],
+    key: Callable[[Any, PathNode], str],
+) -> str:
+    """Compact JSON text of ``value``, written by an explicit stack so that any depth works.
+
+    Dicts, lists and their frozen kinds are the containers; ``scalar(item, node)`` writes
+    everything else and ``key(key, node of its dict)`` each key, raising for what they refuse.
+    A container inside itself raises ``LosslessJsonError`` (``cycle``) at its path.
+    """
     t = type(value)
     if not (t is dict or t is FrozenDict or t is list or t is FrozenList):
-        return _scalar_text(value, root)
+        return scalar(value, root)
     out: list[str] = []
     # Stack entries: [iterator, is_dict, path node, source id, first-item flag].
     stack: list[list[Any]] = []
@@ -97,10 +119,7 @@ def compact_json(value: Any, root: str = "value") -> str:
             else:
                 out.append(",")
             if entry[1]:
-                problem = _key_problem(slot)
-                if problem is not None:
-                    raise _fail(entry[2], problem)
-                out.append(str(_encode_str(slot)))
+                out.append(key(slot, entry[2]))
                 out.append(":")
             ti = type(item)
             if ti is dict or ti is FrozenDict or ti is list or ti is FrozenList:
@@ -109,7 +128,7 @@ def compact_json(value: Any, root: str = "value") -> str:
                 pending = item
                 pending_node = (entry[2], slot)
                 break
-            out.append(_scalar_text(item, (entry[2], slot)))
+            out.append(scalar(item, (entry[2], slot)))
         else:
             stack.pop()
             ancestors.discard(entry[3])
