@@ -390,24 +390,10 @@ def errlog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TextIO]:
 def connect(tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., Any]]:
     """``connect(system, **options)``: the live MCP test server (``mcp_live_server.py``, over
     stdio) registered into ``system``; closed after the test."""
-    from mcp_support import live_params
+    from mcp_support import live_params, registering
 
-    from dsh_tools.integrations import McpPlugin, register_mcp_server_sync
-
-    plugins: list[McpPlugin] = []
-
-    def make(system: ToolSystem, **options: Any) -> McpPlugin:
-        plugin = register_mcp_server_sync(
-            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
-        )
-        plugins.append(plugin)
-        return plugin
-
-    try:
-        yield make
-    finally:
-        for plugin in plugins:
-            plugin.close()
+    with registering(errlog) as register:
+        yield lambda system, **options: register(system, "live", live_params(tmp_path), **options)
 
 
 class PausedAtLine:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -18,9 +19,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from conftest import WAIT, spawn
 from mcp import StdioServerParameters
@@ -31,6 +32,7 @@ from dsh_tools import (
     ToolExecutionResult,
     ToolSystem,
 )
+from dsh_tools.integrations import McpPlugin, register_mcp_server_sync
 
 LIVE_SERVER = str(Path(__file__).with_name("mcp_live_server.py"))
 
@@ -45,6 +47,28 @@ class RecordingApproval:
     def request(self, **kwargs: Any) -> str:
         self.requests.append(kwargs)
         return self.answer
+
+
+@contextlib.contextmanager
+def registering(errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
+    """``register(system, name, params, **options)``: a stdio server registered with the
+    suite's connect timeout and ``errlog``; every one closed when the block ends."""
+    plugins: list[McpPlugin] = []
+
+    def register(
+        system: ToolSystem, name: str, params: StdioServerParameters, **options: Any
+    ) -> McpPlugin:
+        plugin = register_mcp_server_sync(
+            system, name, params, errlog=errlog, connect_timeout=WAIT, **options
+        )
+        plugins.append(plugin)
+        return plugin
+
+    try:
+        yield register
+    finally:
+        for plugin in plugins:
+            plugin.close()
 
 
 def live_params(marks: Path) -> StdioServerParameters:

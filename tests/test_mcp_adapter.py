@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import pytest
 from conftest import WAIT, Logs, fixture, spawn, value_of
 from mcp import StdioServerParameters, stdio_client
-from mcp_support import failure, process_gone, run, texts, wait_for_file
+from mcp_support import failure, process_gone, registering, run, texts, wait_for_file
 
 from dsh_tools import (
     AbortController,
@@ -104,20 +104,12 @@ def marks(tmp_path: Path) -> Path:
 @pytest.fixture
 def connect(system: ToolSystem, marks: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
     """``connect(**options)``: register a fresh fixture server into ``system``; closed after."""
-    plugins: list[McpPlugin] = []
+    with registering(errlog) as register:
 
-    def make(name: str = "fixture", **options: Any) -> McpPlugin:
-        plugin = register_mcp_server_sync(
-            system, name, server_params(marks), errlog=errlog, connect_timeout=WAIT, **options
-        )
-        plugins.append(plugin)
-        return plugin
+        def make(name: str = "fixture", **options: Any) -> McpPlugin:
+            return register(system, name, server_params(marks), **options)
 
-    try:
         yield make
-    finally:
-        for plugin in plugins:
-            plugin.close()
 
 
 # --- registration ------------------------------------------------------------------------------

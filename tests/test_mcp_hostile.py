@@ -20,7 +20,16 @@ from typing import Any, TextIO
 import pytest
 from conftest import WAIT, Logs, spawn
 from mcp import StdioServerParameters
-from mcp_support import Changes, failure, process_gone, run, texts, wait_for_file, wait_until
+from mcp_support import (
+    Changes,
+    failure,
+    process_gone,
+    registering,
+    run,
+    texts,
+    wait_for_file,
+    wait_until,
+)
 
 from dsh_tools import (
     AbortController,
@@ -57,20 +66,12 @@ def hostile(
     system: ToolSystem, tmp_path: Path, errlog: TextIO
 ) -> Iterator[Callable[..., McpPlugin]]:
     """``hostile(*args)``: the hostile server registered into ``system``; closed after the test."""
-    plugins: list[McpPlugin] = []
+    with registering(errlog) as register:
 
-    def make(*args: str) -> McpPlugin:
-        plugin = register_mcp_server_sync(
-            system, "hostile", hostile_params(tmp_path, *args), errlog=errlog, connect_timeout=WAIT
-        )
-        plugins.append(plugin)
-        return plugin
+        def make(*args: str) -> McpPlugin:
+            return register(system, "hostile", hostile_params(tmp_path, *args))
 
-    try:
         yield make
-    finally:
-        for plugin in plugins:
-            plugin.close()
 
 
 def logged(logs: Logs, event: str) -> Any:

@@ -17,6 +17,7 @@ from mcp_support import (
     failure,
     live_params,
     process_gone,
+    registering,
     run,
     texts,
     wait_for_file,
@@ -32,20 +33,12 @@ QUICK = ReconnectPolicy(initial_delay=0.05, max_delay=0.2, max_attempts=None)
 @pytest.fixture
 def live(system: ToolSystem, tmp_path: Path, errlog: TextIO) -> Iterator[Callable[..., McpPlugin]]:
     """``live(**options)``: the live server over stdio, registered into ``system``."""
-    plugins: list[McpPlugin] = []
+    with registering(errlog) as register:
 
-    def make(**options: Any) -> McpPlugin:
-        plugin = register_mcp_server_sync(
-            system, "live", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT, **options
-        )
-        plugins.append(plugin)
-        return plugin
+        def make(**options: Any) -> McpPlugin:
+            return register(system, "live", live_params(tmp_path), **options)
 
-    try:
         yield make
-    finally:
-        for plugin in plugins:
-            plugin.close()
 
 
 # --- the tool list follows the server ----------------------------------------------------------

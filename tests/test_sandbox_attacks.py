@@ -659,6 +659,21 @@ def _fork_burst_program(depth: int) -> bytes:
     return elf + code
 
 
+def _bursting_program(depth: int) -> str:
+    """A Code Mode program that writes ``_fork_burst_program(depth)`` to its scratch directory,
+    starts it in a child and waits."""
+    return f"""
+import os, time
+with open("burst", "wb") as file:
+    file.write({_fork_burst_program(depth)!r})
+os.chmod("burst", 0o755)
+if os.fork() == 0:
+    os.execv("burst", ["burst"])
+time.sleep(30)
+return "survived"
+"""
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the burst is x86_64 machine code")
 def test_a_burst_of_thousands_of_processes_ends_at_once_without_cgroups() -> None:
     # Without cgroups nothing caps a run's processes between two samples of its tree, so a
@@ -668,16 +683,7 @@ def test_a_burst_of_thousands_of_processes_ends_at_once_without_cgroups() -> Non
     runtime = SubprocessCodeRuntime(
         CodeRuntimeConfig(compute_ms=20000, max_wall_ms=20000, sandbox=CodeSandbox(cgroups=False))
     )
-    program = f"""
-import os, time
-with open("burst", "wb") as file:
-    file.write({_fork_burst_program(13)!r})
-os.chmod("burst", 0o755)
-if os.fork() == 0:
-    os.execv("burst", ["burst"])
-time.sleep(30)
-return "survived"
-"""
+    program = _bursting_program(13)
     try:
         runtime.warm_up()
         started = time.monotonic()
@@ -706,15 +712,7 @@ def test_a_burst_is_held_to_the_runtimes_task_ceiling_by_the_kernel_when_not_roo
             sandbox=CodeSandbox(max_processes=8),
         )
     )
-    program = f"""
-import os, time
-with open("burst", "wb") as file:
-    file.write({_fork_burst_program(12)!r})
-os.chmod("burst", 0o755)
-if os.fork() == 0:
-    os.execv("burst", ["burst"])
-time.sleep(30)
-"""
+    program = _bursting_program(12)
 
     def host_tasks() -> int:
         with open("/proc/loadavg") as loadavg:

@@ -154,18 +154,25 @@ return outcomes
         runtime.close()
 
 
-def test_shared_memory_unmapped_but_one_page_is_still_charged(
-    runtime: SubprocessCodeRuntime,
-) -> None:
-    # The pages of a shared anonymous mapping belong to a hidden memory object that lives as
-    # long as any page of the mapping stays mapped: only the run's cgroup sees them.
-    program = """
+LIBC_MAPPING = """
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                       ctypes.c_int, ctypes.c_long]
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+"""
+"""The start of a program that maps memory itself, through the C library."""
+
+
+def test_shared_memory_unmapped_but_one_page_is_still_charged(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The pages of a shared anonymous mapping belong to a hidden memory object that lives as
+    # long as any page of the mapping stays mapped: only the run's cgroup sees them.
+    program = (
+        LIBC_MAPPING
+        + """
 size = 32 << 20
 held = 0
 for _ in range(20):
@@ -177,6 +184,7 @@ for _ in range(20):
     held += 32
 return ['held', held]
 """
+    )
     result = run(runtime, program)
     if result.error is None:
         assert result.value == ["refused", 1, 0], "shared anonymous memory held unseen"
@@ -195,13 +203,10 @@ def test_pages_put_into_a_pipe_by_reference_are_refused_without_cgroups() -> Non
     runtime = SubprocessCodeRuntime(
         CodeRuntimeConfig(max_memory_mb=256, sandbox=CodeSandbox(cgroups=False))
     )
-    program = """
-import ctypes, os, shutil
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                      ctypes.c_int, ctypes.c_long]
-libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    program = (
+        LIBC_MAPPING
+        + """
+import os
 libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 libc.syscall.restype = ctypes.c_long
 class Piece(ctypes.Structure):
@@ -225,6 +230,7 @@ for _ in range(512):
         reader, writer = os.pipe()
 return ['held', held]
 """
+    )
     copy = """
 import os, shutil
 with open("source", "wb") as file:
