@@ -232,19 +232,20 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
         task = asyncio.Task(
             _carry_on(coro, first, loop, then_stop=True), loop=loop, context=context
         )
-        interruption = _Interruption()
+        interruption: _Interruption | None = None  # made only for a call that waits on
         try:
             if first is not _NEED_LOOP_TO_WAIT:
                 loop.stop()
                 loop.run_forever()
             if not task.done():
+                interruption = _Interruption()
                 with _woken_by_signals(loop, interruption, task):
                     while not task.done():
                         loop.run_forever()  # until the task's last step stops the loop
                 if interruption.count:
                     raise KeyboardInterrupt  # the call was cancelled for it and has settled
         except BaseException:
-            if not task.done() and not interruption.count:
+            if not task.done() and not (interruption is not None and interruption.count):
                 # Interrupted while the call waits (Ctrl-C in the blocking wait): the call is
                 # cancelled and settles here, its one result recorded, before the interruption
                 # goes on. Left pending, the next call driven on this thread would resume it.

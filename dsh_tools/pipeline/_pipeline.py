@@ -9,7 +9,6 @@ call. Nothing here raises for tool, hook, policy or data faults: every outcome i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import threading
 from asyncio import current_task
@@ -136,8 +135,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
             live.discard(rec)
-            with contextlib.suppress(ValueError):  # closed from another context
+            try:  # noqa: SIM105 (contextlib.suppress costs every call a context manager)
                 _STEPPING.reset(stepping)
+            except ValueError:  # closed from another context
+                pass
         if rec.reraise is not None and not rec.abandoned:
             raise rec.reraise
         if outer is not None:
