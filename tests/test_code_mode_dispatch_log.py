@@ -376,3 +376,60 @@ def test_a_listener_that_never_returns_is_cancelled_once_the_run_is_aborted() ->
     assert settle["content"] == [{"type": "text", "text": "echo:x"}]
     (warning,) = [entry["event"] for entry in logs if entry["log_level"] == "warning"]
     assert "listener failed for echo: cancelled" in warning
+
+
+def test_a_cancelled_call_records_the_settle_event_of_a_stuck_listener_before_its_result() -> None:
+    # Cancelling the awaiting task interrupts the run_code call while it waits for the dispatch
+    # log: the stuck listener gets the wind-down, is cancelled, and its sub-call's settle event
+    # lands before the call's tool/result (the wait used to leave it running, recorded later).
+    reached = asyncio.Event()
+
+    async def stuck(log: CodeDispatchLog, next: Any) -> Any:
+        reached.set()
+        await asyncio.Event().wait()
+
+    async def scenario(system: Any) -> None:
+        task = asyncio.ensure_future(
+            system.execute_async(run_code(signal=AbortController().signal))
+        )
+        await wait_for(reached.wait())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await wait_for(task)
+
+    with code_system(FakeRuntime(echo_program), tools=[echo_tool()]) as system:
+        system.tools.on_code_dispatch_log(stuck)
+        asyncio.run(scenario(system))
+        types = [e.type for e in system.session.events]
+    assert types == ["tool/call", "tool/code-dispatch-start", "tool/code-dispatch", "tool/result"]
+
+
+def test_a_stuck_listener_then_a_stuck_spill_store_still_let_an_aborted_call_settle() -> None:
+    # The wind-down cancels again while a log task goes on waiting: a task that took the
+    # listener's cancellation waits in the spill store next, and is cancelled there too.
+    reached = asyncio.Event()
+    controller = AbortController()
+
+    class StuckStore:
+        async def save(self, text: str, source: Any) -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+    async def stuck(log: CodeDispatchLog, next: Any) -> Any:
+        reached.set()
+        await asyncio.Event().wait()
+
+    async def scenario(system: Any) -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
+        await wait_for(reached.wait())
+        controller.abort("user pressed stop")
+        return await wait_for(task)
+
+    tools = [echo_tool()]
+    with code_system(FakeRuntime(echo_program), tools=tools, max_inline_bytes=4) as system:
+        system.dispatch_spill.store = StuckStore()
+        system.tools.on_code_dispatch_log(stuck)
+        asyncio.run(scenario(system))
+        (settle,) = dispatch_events(system)
+        assert [e.type for e in system.session.events][-1] == "tool/result"
+    assert settle["content"] == [{"type": "text", "text": "echo:x"}]

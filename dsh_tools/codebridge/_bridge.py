@@ -195,8 +195,10 @@ class CodeRunBridgeActor:
                 self._pool.tell(ClosePool())
                 await self._finished
                 self._pool = None  # the pool's lane is this object: reference counting frees both
-            await self._drain_logs(interrupted)
-            unsubscribe()
+            try:
+                await self._drain_logs(interrupted)
+            finally:
+                unsubscribe()
         if outcome.error is not None:
             raise CodeRunFailedError(outcome.error.kind, outcome.error.message, outcome.logs)
         value: dict[str, Any] = {"logs": list(outcome.logs)}
@@ -206,24 +208,37 @@ class CodeRunBridgeActor:
 
     async def _drain_logs(self, interrupted: bool) -> None:
         """Wait for the dispatch-log tasks (listeners and the spill arm are user code that may
-        await anything). Once the ``run_code`` call is aborted or ``interrupted``, what is
-        still pending gets ``HOOK_WIND_DOWN_S`` more, as an interrupted call's hooks do, and is
-        then cancelled: each task still records its ``tool/code-dispatch``."""
+        await anything). Once the ``run_code`` call is aborted, ``interrupted``, or this wait
+        is cancelled, what is still pending gets ``HOOK_WIND_DOWN_S`` more, as an interrupted
+        call's hooks do, and is then cancelled, again each ``HOOK_WIND_DOWN_S`` while it goes
+        on (a task that took the listener's cancellation may wait in the spill store next):
+        each task records its ``tool/code-dispatch`` before the call settles. A cancellation
+        of this wait is raised once the tasks are done."""
         signal = self._outer.signal
+        cancelled: asyncio.CancelledError | None = None
+        winding_down = False
         while self._log_tasks:
-            tasks = list(self._log_tasks)
-            if not (interrupted or signal.aborted):
-                aborted = asyncio.ensure_future(_until_aborted(signal))
-                try:
-                    await asyncio.wait([*tasks, aborted], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    aborted.cancel()
-                continue
-            _done, pending = await asyncio.wait(tasks, timeout=HOOK_WIND_DOWN_S)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
+            tasks = set(self._log_tasks)
+            try:
+                if not (winding_down or interrupted or signal.aborted):
+                    aborted = asyncio.ensure_future(_until_aborted(signal))
+                    try:
+                        await asyncio.wait([*tasks, aborted], return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        aborted.cancel()
+                    continue
+                winding_down = True
+                _done, pending = await asyncio.wait(tasks, timeout=HOOK_WIND_DOWN_S)
+                for task in pending:
+                    task.cancel()
+            except asyncio.CancelledError as exc:
+                if cancelled is not None:  # cancelled again (stop()'s grace is over): go now
+                    for task in self._log_tasks:
+                        task.cancel()
+                    raise
+                cancelled, winding_down = exc, True
+        if cancelled is not None:
+            raise cancelled
 
     # --- bindings ------------------------------------------------------------------------------
 
