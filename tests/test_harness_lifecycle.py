@@ -459,6 +459,50 @@ def test_ctrl_c_during_a_code_run_interrupts_the_call_not_the_sub_call_running_t
     assert done.stdout.split("\n")[:3] == ["interrupted", "[False]", "ABORTED"]
 
 
+CTRL_C_IN_AN_INLINE_BODY = """
+import asyncio, os, signal, threading, time
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+
+
+def body(args, ctx):
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    time.sleep(60)  # runs inline on the main thread, inside the call's own task
+    return "slept"
+
+
+async def pre(exec, next):
+    await asyncio.sleep(0.01)  # the call waits on the thread's loop from here on
+    return await next()
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(
+        define_tool(
+            name="sleepy",
+            description="Sleep.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+            execute=body,
+        )
+    )
+    system.tools.on_pre_execute(pre)
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="sleepy", arguments={}))
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+"""
+
+
+def test_ctrl_c_still_interrupts_a_plain_body_running_inline_in_the_waiting_call() -> None:
+    # The wait takes a Ctrl-C itself only while the loop runs something else; one that comes
+    # while the call's own task runs (here a plain body sleeping on the main thread) is raised
+    # there, as ever: cancelling from the loop would wait for the body's whole minute.
+    done = run_script(CTRL_C_IN_AN_INLINE_BODY)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "interrupted"
+
+
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
 system.tools.register(

@@ -242,10 +242,10 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
                 with _woken_by_signals(loop, interruption, task):
                     while not task.done():
                         loop.run_forever()  # until the task's last step stops the loop
-                if interruption.count:
+                if interruption.cancelled:
                     raise KeyboardInterrupt  # the call was cancelled for it and has settled
         except BaseException:
-            if not task.done() and not (interruption is not None and interruption.count):
+            if not task.done() and not (interruption is not None and interruption.cancelled):
                 # Interrupted while the call waits (Ctrl-C in the blocking wait): the call is
                 # cancelled and settles here, its one result recorded, before the interruption
                 # goes on. Left pending, the next call driven on this thread would resume it.
@@ -279,12 +279,12 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
 
 
 class _Interruption:
-    """How many Ctrl-Cs came while ``drive`` waited with its own SIGINT handler."""
+    """Whether a Ctrl-C cancelled the call ``drive`` waits for (its SIGINT handler's doing)."""
 
-    __slots__ = ("count",)
+    __slots__ = ("cancelled",)
 
     def __init__(self) -> None:
-        self.count = 0
+        self.cancelled = False
 
 
 def _cancel(task: asyncio.Task[Any]) -> None:
@@ -305,12 +305,14 @@ def _woken_by_signals(
     descriptor, which the loop watches (``_SignalWakeup``).
 
     With ``task`` (the driven call), while Python's own SIGINT handler is in place, a first
-    Ctrl-C cancels ``task`` from the loop instead (counted in ``interruption``; ``drive``
-    raises ``KeyboardInterrupt`` once the call has settled), as ``asyncio.run`` does: raised
-    wherever the main thread stood, it could land in a loop callback, losing the wake-up the
-    call waited for (the wait then never ended), or in a Code Mode sub-call's hook or renderer
-    running on this loop, which took it for its own failure (the run went on without it). A
-    second Ctrl-C raises ``KeyboardInterrupt`` as ever."""
+    Ctrl-C that comes while the loop waits or runs anything but ``task`` cancels ``task`` from
+    the loop instead (``interruption.cancelled``; ``drive`` raises ``KeyboardInterrupt`` once
+    the call has settled), as ``asyncio.run`` does: raised wherever the main thread stood, it
+    could land in a loop callback, losing the wake-up the call waited for (the wait then never
+    ended), or in a Code Mode sub-call's hook or renderer running on this loop, which took it
+    for its own failure (the run went on without it). One that comes while ``task`` itself
+    runs (a plain body inline, a nested blocking call it waits for) is raised there as ever,
+    and so is a second Ctrl-C."""
     holder = _state.holder
     if threading.current_thread() is not threading.main_thread() or holder is None:
         yield
@@ -332,8 +334,12 @@ def _woken_by_signals(
 
         def on_interrupt(signum: int, frame: Any) -> None:
             assert interruption is not None and task is not None
-            interruption.count += 1
-            if interruption.count == 1 and not task.done():
+            if (
+                not interruption.cancelled
+                and not task.done()
+                and asyncio.current_task(loop) is not task
+            ):
+                interruption.cancelled = True
                 loop.call_soon_threadsafe(_cancel, task)
                 return
             raise KeyboardInterrupt
@@ -342,7 +348,7 @@ def _woken_by_signals(
     try:
         yield
     finally:
-        if cancels:
+        if cancels and signal.getsignal(signal.SIGINT) is on_interrupt:  # else user code's now
             signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.set_wakeup_fd(previous)
         wakeup.pass_on()  # what came in since the loop last looked
