@@ -8,6 +8,8 @@ alone, naming what is wrong, while the other calls of the turn run.
 
 from __future__ import annotations
 
+import collections
+import json
 import math
 import types
 from collections.abc import Callable, Iterator
@@ -175,6 +177,16 @@ def test_arguments_nested_thousands_of_levels_deep_reach_the_tool(
     first, second = system.execute_batch(ExecuteBatch(calls=[deep, calls[1]])).results
     assert (first.is_error, first.content[0]["text"]) == (False, str(levels))
     assert second.is_error is False
+
+
+@ADAPTERS
+def test_arguments_a_json_decoder_hook_made_reach_the_tool_as_json(
+    system: ToolSystem, read: Read
+) -> None:
+    # json.loads(object_pairs_hook=OrderedDict) makes dict subclasses: still JSON objects.
+    given = json.loads('{"x": {"b": 1, "a": [2]}}', object_pairs_hook=collections.OrderedDict)
+    calls = read(given, {"x": 1.5})
+    assert calls[0].arguments == '{"x":{"b":1,"a":[2]}}'
 
 
 def _cycle() -> dict[str, Any]:

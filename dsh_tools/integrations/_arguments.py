@@ -14,6 +14,8 @@ arguments the model sent, not a repaired copy:
 - NaN, which no JSON number spells, is written ``NaN``: the batch fails that call alone as
   arguments that are not valid JSON, at the line and column of the ``NaN``, as it does for a
   Chat Completions call whose arguments text holds ``NaN``;
+- subclasses of ``dict`` and ``list`` (the ``OrderedDict`` of a decoder's
+  ``object_pairs_hook``) are objects and arrays like any other;
 - anything no JSON decoder produces (a tuple, a set, a non-``str`` key, a cycle, another
   object) raises ``ValueError`` naming its path: that is a bug in the code that built the
   response, with no model to tell.
@@ -99,6 +101,6 @@ def _key(key: Any, node: Any) -> str:
 def _walk(value: Any, at: str) -> str:
     """The text of ``value`` by an explicit stack, so any depth works."""
     try:
-        return write_json(value, at, _scalar, _key)
+        return write_json(value, at, _scalar, _key, subclasses=True)
     except LosslessJsonError as exc:
         raise ValueError(f"tool call arguments are not JSON: {exc}") from None

@@ -79,15 +79,25 @@ def write_json(
     root: PathNode,
     scalar: Callable[[Any, PathNode], str],
     key: Callable[[Any, PathNode], str],
+    *,
+    subclasses: bool = False,
 ) -> str:
     """Compact JSON text of ``value``, written by an explicit stack so that any depth works.
 
-    Dicts, lists and their frozen kinds are the containers; ``scalar(item, node)`` writes
-    everything else and ``key(key, node of its dict)`` each key, raising for what they refuse.
-    A container inside itself raises ``LosslessJsonError`` (``cycle``) at its path.
+    Dicts, lists and their frozen kinds are the containers (``subclasses``: any subclass of
+    ``dict`` or ``list`` too, such as the ``OrderedDict`` a JSON decoder's hook makes);
+    ``scalar(item, node)`` writes everything else and ``key(key, node of its dict)`` each key,
+    raising for what they refuse. A container inside itself raises ``LosslessJsonError``
+    (``cycle``) at its path.
     """
     t = type(value)
-    if not (t is dict or t is FrozenDict or t is list or t is FrozenList):
+    if not (
+        t is dict
+        or t is FrozenDict
+        or t is list
+        or t is FrozenList
+        or (subclasses and isinstance(value, dict | list))
+    ):
         return scalar(value, root)
     out: list[str] = []
     # Stack entries: [iterator, is_dict, path node, source id, first-item flag].
@@ -97,7 +107,8 @@ def write_json(
     pending_node: PathNode = root
     while True:
         if pending is not None:
-            is_dict = type(pending) is dict or type(pending) is FrozenDict
+            t = type(pending)
+            is_dict = t is dict or t is FrozenDict or (subclasses and isinstance(pending, dict))
             ancestors.add(id(pending))
             out.append("{" if is_dict else "[")
             stack.append(
@@ -122,7 +133,13 @@ def write_json(
                 out.append(key(slot, entry[2]))
                 out.append(":")
             ti = type(item)
-            if ti is dict or ti is FrozenDict or ti is list or ti is FrozenList:
+            if (
+                ti is dict
+                or ti is FrozenDict
+                or ti is list
+                or ti is FrozenList
+                or (subclasses and isinstance(item, dict | list))
+            ):
                 if id(item) in ancestors:
                     raise _fail((entry[2], slot), "cycle")
                 pending = item
