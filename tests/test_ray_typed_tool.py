@@ -9,9 +9,13 @@ on them; and a ``msgspec.Struct`` class cannot be rebuilt the way cloudpickle re
 classes.
 """
 
+import base64
 import dataclasses
 import enum
 import os
+import subprocess
+import sys
+import textwrap
 from typing import Annotated, Any, TypedDict
 
 import msgspec
@@ -107,3 +111,31 @@ def test_a_typed_body_on_ray_receives_instances_of_classes_that_travel_by_value(
         ExecuteCall(call_id="c2", name="describe", arguments={**ARGUMENTS, "count": -1})
     )
     assert bad.error.info.code == "INVALID_ARGS" and "arguments.count" in bad.error.message
+
+
+def test_a_struct_class_sent_twice_is_one_class_on_the_worker() -> None:
+    # cloudpickle keeps one class for a class it sends by value again; a rebuilt Struct class
+    # must too, or two tools (or two calls) sharing it would see two unrelated classes.
+    from dsh_tools.distributed._ray_pickle import dumps
+
+    def first(args: Any, ctx: Any) -> Any:
+        return Node, Box
+
+    def second(args: Any, ctx: Any) -> Any:
+        return Node, Box
+
+    shipped = [base64.b64encode(dumps(body)).decode() for body in (first, second)]
+    program = textwrap.dedent(
+        f"""
+        import base64
+        import msgspec
+        from ray import cloudpickle
+        one, two = [cloudpickle.loads(base64.b64decode(text))(None, None) for text in {shipped!r}]
+        value = msgspec.convert({{"nodeValue": 1}}, one[0])
+        print(one[0] is two[0], one[1] is two[1], isinstance(value, two[0]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["True", "True", "True"], done.stderr

@@ -25,6 +25,8 @@ import inspect
 import io
 import types
 import typing
+import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +47,12 @@ _STRUCT_DERIVED = frozenset(
         "__weakref__",
     }
 )
+
+_SENT: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+"""Here: the identity each Struct class sent by value travels with."""
+_REBUILT: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
+"""On a worker: the class rebuilt for each identity, so that a class sent twice (with two
+bodies, or in two calls) is one class there, as cloudpickle keeps the other classes it sends."""
 
 _STRUCT_OPTIONS = (
     "array_like",
@@ -200,9 +208,19 @@ def _struct_reduce(cls: type[msgspec.Struct]) -> tuple[Any, ...]:
     state["__annotations__"] = _evaluated_annotations(cls)
     bases = cls.__dict__.get("__orig_bases__", cls.__bases__)
     shape = (own, own_defaults, "__post_init__" in cls.__dict__)
+    identity = _SENT.setdefault(cls, uuid.uuid4().hex)
     return (
         _struct_skeleton,
-        (type(cls), cls.__name__, cls.__qualname__, cls.__module__, bases, shape, options),
+        (
+            type(cls),
+            cls.__name__,
+            cls.__qualname__,
+            cls.__module__,
+            bases,
+            shape,
+            options,
+            identity,
+        ),
         state,
         None,
         None,
@@ -218,7 +236,11 @@ def _struct_skeleton(
     bases: tuple[Any, ...],
     shape: tuple[list[str], dict[str, tuple[str, Any]], bool],
     options: dict[str, Any],
+    identity: str,
 ) -> type:
+    known = _REBUILT.get(identity)
+    if known is not None:  # sent before: the one class, as cloudpickle keeps a class it sends
+        return known
     own, own_defaults, has_post_init = shape
     built: list[type] = []
 
@@ -242,6 +264,7 @@ def _struct_skeleton(
 
     cls = types.new_class(name, bases, {"metaclass": metaclass, **options}, body)
     built.append(cls)
+    _REBUILT[identity] = cls
     return cls
 
 
