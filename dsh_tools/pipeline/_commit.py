@@ -31,6 +31,7 @@ from ._core import (
     PipelineCore,
     Stage,
     close_awaitable,
+    closing_call,
     log,
     log_fields,
     owned_generator_exit,
@@ -122,9 +123,9 @@ class CommitStages(PipelineCore):
                 if rec.outer is not None:
                     self._check_outer(rec)
                 result = replace_if_aborted(rec, result)
-            except GeneratorExit:  # this coroutine is being closed
-                raise
             except BaseException as exc:
+                if closing_call(rec, exc):
+                    raise
                 failure = self._fault(rec, exc)
                 if failure.settled_with is None and failure.abort_reason is not None:
                     # the awaiting task was cancelled during post-execute: keep the candidate

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET
@@ -295,6 +296,20 @@ class PipelineCore:
         if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
             rec.reraise = exc
         return failure
+
+
+STEPPING: Final = contextvars.ContextVar[CallRecord]("dsh_tools_stepping_call")
+"""The record of the call whose ``Pipeline.run`` runs in this context (set for its duration):
+a ``GeneratorExit`` that reaches one of its stages while it is set was raised by user code in
+a step of the call (a hook, an approver, a renderer), not thrown in by the closing of its
+coroutine, which runs in whatever context closes it."""
+
+
+def closing_call(rec: CallRecord, exc: BaseException) -> bool:
+    """Whether ``exc``, reaching a stage of ``rec``, is its coroutine being closed: a
+    ``GeneratorExit`` not raised in one of its steps under ``Pipeline.run`` (a dispatcher
+    pool's stages handle what their stages raise themselves)."""
+    return isinstance(exc, GeneratorExit) and STEPPING.get(None) is not rec
 
 
 def owned_generator_exit(owner: str) -> RuntimeError:

@@ -46,6 +46,7 @@ from ._core import (
     abort_reason,
     aborted_code,
     cancel_body,
+    closing_call,
     replace_if_aborted,
     take_back_cancels,
     wind_down,
@@ -136,9 +137,9 @@ class DispatchStages(PipelineCore):
                     additional_contexts=concat_contexts(rec.deferred, result.additional_contexts),
                 )
             return Stage(POST, replace_if_aborted(rec, result))
-        except GeneratorExit:  # this coroutine is being closed
-            raise
         except BaseException as exc:
+            if closing_call(rec, exc):
+                raise
             rec.dispatch_signal = rec.signal
             rec.contexts_closed = True
             return Stage(FINISH, self._fault(rec, exc))
@@ -186,18 +187,18 @@ class DispatchStages(PipelineCore):
                     value = await self._call_body(entry, rec, ctx, here, own_task)
             except BodyCancelled:
                 return _canonical(rec, cancelled("ABORTED", reason=abort_reason(rec, fused)))
-            except GeneratorExit:  # this coroutine is being closed
-                raise
             except BaseException as exc:  # the base never raises
+                if closing_call(rec, exc):
+                    raise
                 return _canonical(rec, self._fault(rec, exc))
             rec.stage = "render"
             try:
                 value, content, meta = normalize_output(
                     entry.definition, rec.arguments, value, nested=rec.parent is not None
                 )
-            except GeneratorExit:  # this coroutine is being closed
-                raise
             except BaseException as exc:
+                if closing_call(rec, exc):
+                    raise
                 return _canonical(rec, self._fault(rec, exc))
             success: ToolExecutionResult = ToolExecutionSuccess(
                 value, content, meta, EMPTY_LIST, rec.call_id

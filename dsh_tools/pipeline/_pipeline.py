@@ -9,14 +9,12 @@ call. Nothing here raises for tool, hook, policy or data faults: every outcome i
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 from asyncio import current_task
-from typing import Any, Final
+from typing import Any
 
-from ..actors import AbortController, ExecuteCall, ToolExecutionFailure
+from ..actors import AbortController, ExecuteCall
 from ..actors._signal import NEVER_ABORTED
-from ..registry._execution import CallRecord
 from ._commit import CommitStages
 from ._core import (
     CANCELLED_REASON,
@@ -24,6 +22,7 @@ from ._core import (
     FINISH,
     INTERRUPTED_REASON,
     POST,
+    STEPPING,
     STOPPING_REASON,
     Stage,
     abort_reason,
@@ -34,9 +33,6 @@ from ._dispatch import DispatchStages
 from ._loop import event_loop, first_loop
 from ._prepare import PrepareStages
 from ._results import cancelled
-
-_STEPPING: Final = contextvars.ContextVar[CallRecord]("dsh_tools_stepping_call")
-"""The record of the call whose ``Pipeline.run`` runs in this context (set for its duration)."""
 
 __all__ = [
     "CANCELLED_REASON",
@@ -84,10 +80,9 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             rec.cancel_base = outer.cancelling()
         live = self.live
         live.add(rec)
-        # Marks this call's own steps: a GeneratorExit that reaches a stage while it is set was
-        # raised by user code in this step (a hook, an approver, a renderer), not thrown in by
-        # the closing of this coroutine (which runs in whatever context closes it).
-        stepping = _STEPPING.set(rec)
+        # Marks this call's own steps (``closing_call``): a GeneratorExit raised in one is user
+        # code's, handled by the stage as any failure of it.
+        stepping = STEPPING.set(rec)
         if self.stop_reason is not None:  # stop() began as this call came in
             self.interrupt(rec, self.stop_reason)
         try:
@@ -109,34 +104,23 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                     # of any of them waits.
                     rec.hook_task = current_task(loop)
                     looped = True
-                    try:
-                        stage = await self.prepare(rec, looped=True)
-                    except GeneratorExit as exc:
-                        stage = Stage(FINISH, self._raised_generator_exit(rec, exc))
+                    stage = await self.prepare(rec, looped=True)
                 if outer is not None:
                     self._check_outer(rec)
             if stage.kind == DISPATCH:
-                try:
-                    stage = await self.dispatch(rec, inline=inline, looped=looped)
-                except GeneratorExit as exc:
-                    stage = Stage(FINISH, self._raised_generator_exit(rec, exc))
+                stage = await self.dispatch(rec, inline=inline, looped=looped)
                 if outer is not None:
                     self._check_outer(rec)
-            try:
-                if looped and outer is None:  # in a task already, and no task to check
-                    result = await self.commit(rec, stage, looped=True)
-                else:
-                    result = self.commit_now(rec, stage) or await self.commit(
-                        rec, stage, looped=looped
-                    )
-            except GeneratorExit as exc:
-                result = self.finish(rec, self._raised_generator_exit(rec, exc))
+            if looped and outer is None:  # in a task already, and no task to check
+                result = await self.commit(rec, stage, looped=True)
+            else:
+                result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
             if top and not rec.abandoned:
                 self.session.record_result(rec.call_id, result, rec.agent)
         finally:
             live.discard(rec)
             try:  # noqa: SIM105 (contextlib.suppress costs every call a context manager)
-                _STEPPING.reset(stepping)
+                STEPPING.reset(stepping)
             except ValueError:  # closed from another context
                 pass
         if rec.reraise is not None and not rec.abandoned:
@@ -146,13 +130,6 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             if rec.outer_cancelled:
                 raise asyncio.CancelledError(CANCELLED_REASON)
         return result
-
-    def _raised_generator_exit(self, rec: CallRecord, exc: GeneratorExit) -> ToolExecutionFailure:
-        """The failure for a ``GeneratorExit`` that user code raised in one of this call's
-        steps; re-raised when it is this coroutine being closed instead."""
-        if _STEPPING.get(None) is not rec:
-            raise exc
-        return self._fault(rec, exc)
 
     # --- a blocking caller that stopped waiting ------------------------------------------------
 

@@ -35,6 +35,7 @@ from ._core import (
     abort_reason,
     call_aborted,
     close_awaitable,
+    closing_call,
     owned_generator_exit,
     take_back_cancels,
     wind_down,
@@ -156,9 +157,9 @@ class PrepareStages(PipelineCore):
                     "expected Allow(), Deny(reason) or Ask(reason)"
                 )
             return self._decide(rec, decision, approval_cancelled)
-        except GeneratorExit:  # this coroutine is being closed
-            raise
         except BaseException as exc:
+            if closing_call(rec, exc):
+                raise
             return Stage(FINISH, self._fault(rec, exc))
 
     def _decide(self, rec: CallRecord, decision: Any, approval_cancelled: bool) -> Stage:
