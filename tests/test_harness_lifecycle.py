@@ -503,6 +503,53 @@ def test_ctrl_c_still_interrupts_a_plain_body_running_inline_in_the_waiting_call
     assert done.stdout.split("\n")[0] == "interrupted"
 
 
+A_WAIT_CUT_SHORT = """
+import asyncio, signal
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools.pipeline import _loop
+
+
+async def pre(exec, next):
+    await asyncio.sleep(0.01)  # the call waits on the main thread's loop
+    return await next()
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(
+        define_tool(
+            name="t",
+            description="t",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+            execute=lambda args, ctx: "ok",
+        )
+    )
+    system.tools.on_pre_execute(pre)
+    call = ExecuteCall(call_id="c1", name="t", arguments={})
+    system.execute(call)
+    # What a Ctrl-C landing in a wait's own ending leaves: Python's wakeup descriptor still on
+    # the wait's socket, and the wait's SIGINT handler still installed.
+    wakeup = _loop._state.holder.wakeup()
+    signal.set_wakeup_fd(wakeup.writer.fileno(), warn_on_full_buffer=False)
+    loop = _loop.thread_loop()
+    stale = _loop._CancelOnInterrupt(loop, loop.create_future(), _loop._Interruption())
+    stale.waiting = False
+    signal.signal(signal.SIGINT, stale)
+    wakeup.writer.send(b"\\x11")  # a signal that came meanwhile, for the next wait to pass on
+    system.execute(ExecuteCall(call_id="c2", name="t", arguments={}))
+    print("second call settled", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+"""
+
+
+def test_a_wait_whose_ending_a_ctrl_c_cut_short_leaves_the_next_wait_working() -> None:
+    # A Ctrl-C can land in the few lines that end a wait (restoring the wakeup descriptor and
+    # the SIGINT handler). The next wait found its own socket as the descriptor to pass what
+    # arrives on to, and wrote it back into itself for ever.
+    done = run_script(A_WAIT_CUT_SHORT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "second call settled True"
+
+
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
 system.tools.register(

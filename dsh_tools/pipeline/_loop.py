@@ -154,7 +154,7 @@ class _SignalWakeup:
         previous = self.previous
         with contextlib.suppress(OSError):
             while data := self.reader.recv(4096):
-                if previous is not None and previous >= 0:
+                if previous is not None and previous >= 0 and previous != self.writer.fileno():
                     with contextlib.suppress(OSError):
                         os.write(previous, data)
 
@@ -292,6 +292,38 @@ def _cancel(task: asyncio.Task[Any]) -> None:
         task.cancel()
 
 
+class _CancelOnInterrupt:
+    """The SIGINT handler of a ``drive`` wait (see ``_woken_by_signals``). Left in place by a
+    wait whose ending a Ctrl-C cut short, it acts as Python's own, and the next wait replaces
+    it as it would Python's."""
+
+    __slots__ = ("interruption", "loop", "task", "waiting")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        task: asyncio.Task[Any],
+        interruption: _Interruption,
+    ) -> None:
+        self.loop = loop
+        self.task = task
+        self.interruption = interruption
+        self.waiting = True
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        task = self.task
+        if (
+            self.waiting
+            and not self.interruption.cancelled
+            and not task.done()
+            and asyncio.current_task(self.loop) is not task
+        ):
+            self.interruption.cancelled = True
+            self.loop.call_soon_threadsafe(_cancel, task)
+            return
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _woken_by_signals(
     loop: asyncio.AbstractEventLoop,
@@ -324,32 +356,27 @@ def _woken_by_signals(
     except ValueError:  # not the main interpreter: signals are not delivered here
         yield
         return
+    if previous == wakeup.writer.fileno():
+        # Left pointing here by a wait whose ending a Ctrl-C cut short: passing on to it would
+        # write what arrives straight back to where it is read from, for ever.
+        previous = -1
     wakeup.previous = previous
-    cancels = (
+    current = signal.getsignal(signal.SIGINT)
+    handler = None
+    if (
         interruption is not None
         and task is not None
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
-    if cancels:
-
-        def on_interrupt(signum: int, frame: Any) -> None:
-            assert interruption is not None and task is not None
-            if (
-                not interruption.cancelled
-                and not task.done()
-                and asyncio.current_task(loop) is not task
-            ):
-                interruption.cancelled = True
-                loop.call_soon_threadsafe(_cancel, task)
-                return
-            raise KeyboardInterrupt
-
-        signal.signal(signal.SIGINT, on_interrupt)
+        and (current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt))
+    ):
+        handler = _CancelOnInterrupt(loop, task, interruption)
+        signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
-        if cancels and signal.getsignal(signal.SIGINT) is on_interrupt:  # else user code's now
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        if handler is not None:
+            handler.waiting = False  # if this ending is cut short, it acts as Python's own
+            if signal.getsignal(signal.SIGINT) is handler:  # else user code's now
+                signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.set_wakeup_fd(previous)
         wakeup.pass_on()  # what came in since the loop last looked
         wakeup.previous = None
