@@ -349,28 +349,40 @@ def test_a_listener_raising_systemexit_logs_the_unshaped_content_and_the_loop_ru
     assert [settle["content"] for settle in settles] == [[{"type": "text", "text": "echo:x"}]] * 2
 
 
+class StuckListener:
+    """A dispatch-log listener that never returns; ``reached`` is set once it is waiting."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+
+    async def __call__(self, log: CodeDispatchLog, next: Any) -> Any:
+        self.reached.set()
+        await asyncio.Event().wait()
+
+
+def run_aborted_while_stuck(system: Any, listener: StuckListener) -> Any:
+    """Run a program whose sub-call's log waits in ``listener``; abort the call once it does."""
+    controller = AbortController()
+
+    async def scenario() -> Any:
+        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
+        await wait_for(listener.reached.wait())
+        controller.abort("user pressed stop")
+        return await wait_for(task)
+
+    return asyncio.run(scenario())
+
+
 def test_a_listener_that_never_returns_is_cancelled_once_the_run_is_aborted() -> None:
     # Listeners are hooks of the dispatch log: once the run_code call is aborted, one still
     # waiting gets the wind-down an interrupted call's hooks get, then is cancelled, and the
     # sub-call's settle event lands with the unshaped content. Before, the aborted call waited
     # for it until stop() gave up on it.
-    reached = asyncio.Event()
-    controller = AbortController()
-
-    async def stuck(log: CodeDispatchLog, next: Any) -> Any:
-        reached.set()
-        await asyncio.Event().wait()
-
-    async def scenario(system: Any) -> Any:
-        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
-        await wait_for(reached.wait())
-        controller.abort("user pressed stop")
-        return await wait_for(task)
-
+    stuck = StuckListener()
     with code_system(FakeRuntime(echo_program), tools=[echo_tool()]) as system:
         system.tools.on_code_dispatch_log(stuck)
         with capture_logs() as logs:
-            asyncio.run(scenario(system))
+            run_aborted_while_stuck(system, stuck)
         (settle,) = dispatch_events(system)
         assert [e.type for e in system.session.events][-1] == "tool/result"
     assert settle["content"] == [{"type": "text", "text": "echo:x"}]
@@ -382,17 +394,13 @@ def test_a_cancelled_call_records_the_settle_event_of_a_stuck_listener_before_it
     # Cancelling the awaiting task interrupts the run_code call while it waits for the dispatch
     # log: the stuck listener gets the wind-down, is cancelled, and its sub-call's settle event
     # lands before the call's tool/result (the wait used to leave it running, recorded later).
-    reached = asyncio.Event()
-
-    async def stuck(log: CodeDispatchLog, next: Any) -> Any:
-        reached.set()
-        await asyncio.Event().wait()
+    stuck = StuckListener()
 
     async def scenario(system: Any) -> None:
         task = asyncio.ensure_future(
             system.execute_async(run_code(signal=AbortController().signal))
         )
-        await wait_for(reached.wait())
+        await wait_for(stuck.reached.wait())
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await wait_for(task)
@@ -407,29 +415,18 @@ def test_a_cancelled_call_records_the_settle_event_of_a_stuck_listener_before_it
 def test_a_stuck_listener_then_a_stuck_spill_store_still_let_an_aborted_call_settle() -> None:
     # The wind-down cancels again while a log task goes on waiting: a task that took the
     # listener's cancellation waits in the spill store next, and is cancelled there too.
-    reached = asyncio.Event()
-    controller = AbortController()
+    stuck = StuckListener()
 
     class StuckStore:
         async def save(self, text: str, source: Any) -> str:
             await asyncio.Event().wait()
             return "never"
 
-    async def stuck(log: CodeDispatchLog, next: Any) -> Any:
-        reached.set()
-        await asyncio.Event().wait()
-
-    async def scenario(system: Any) -> Any:
-        task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
-        await wait_for(reached.wait())
-        controller.abort("user pressed stop")
-        return await wait_for(task)
-
     tools = [echo_tool()]
     with code_system(FakeRuntime(echo_program), tools=tools, max_inline_bytes=4) as system:
         system.dispatch_spill.store = StuckStore()
         system.tools.on_code_dispatch_log(stuck)
-        asyncio.run(scenario(system))
+        run_aborted_while_stuck(system, stuck)
         (settle,) = dispatch_events(system)
         assert [e.type for e in system.session.events][-1] == "tool/result"
     assert settle["content"] == [{"type": "text", "text": "echo:x"}]
