@@ -189,11 +189,10 @@ def _against_revision(revision: str, *, rounds: int) -> tuple[dict[str, float], 
     and why they are missing, if they are. The bars apply to the first release only."""
     from ._bench_revision import FIRST_RELEASE, compare_with_revision, resolve, source_checkout
 
+    problem = revision_problem(revision)
     checkout = source_checkout()
-    if checkout is None:
-        return {}, (
-            f"the comparison with {revision}: this package does not run from a git checkout"
-        )
+    if problem is not None or checkout is None:
+        return {}, f"the comparison with {revision}: {problem}"
     try:
         first_release = resolve(checkout, revision) == resolve(checkout, FIRST_RELEASE)
         report = compare_with_revision(checkout, revision, rounds=rounds)

@@ -532,7 +532,7 @@ with ToolSystem.start(code_runtime=None) as system:
     wakeup = _loop._state.holder.wakeup()
     signal.set_wakeup_fd(wakeup.writer.fileno(), warn_on_full_buffer=False)
     loop = _loop.thread_loop()
-    stale = _loop._CancelOnInterrupt(loop, loop.create_future(), _loop._Interruption())
+    stale = _loop._CancelOnInterrupt(loop, loop.create_future())
     stale.waiting = False
     signal.signal(signal.SIGINT, stale)
     wakeup.writer.send(b"\\x11")  # a signal that came meanwhile, for the next wait to pass on

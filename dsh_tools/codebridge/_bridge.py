@@ -221,7 +221,7 @@ class CodeRunBridgeActor:
             tasks = set(self._log_tasks)
             try:
                 if not (winding_down or interrupted or signal.aborted):
-                    aborted = asyncio.ensure_future(_until_aborted(signal))
+                    aborted = asyncio.ensure_future(signal)
                     try:
                         await asyncio.wait([*tasks, aborted], return_when=asyncio.FIRST_COMPLETED)
                     finally:
@@ -467,10 +467,6 @@ class CodeRunBridgeActor:
             ),
             self._agent,
         )
-
-
-async def _until_aborted(signal: AbortSignal) -> None:
-    await signal
 
 
 def _failure_text(exc: BaseException) -> str:

@@ -232,20 +232,19 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
         task = asyncio.Task(
             _carry_on(coro, first, loop, then_stop=True), loop=loop, context=context
         )
-        interruption: _Interruption | None = None  # made only for a call that waits on
+        handler: _CancelOnInterrupt | None = None  # the wait's SIGINT handler, if it has one
         try:
             if first is not _NEED_LOOP_TO_WAIT:
                 loop.stop()
                 loop.run_forever()
             if not task.done():
-                interruption = _Interruption()
-                with _woken_by_signals(loop, interruption, task):
+                with _woken_by_signals(loop, task) as handler:
                     while not task.done():
                         loop.run_forever()  # until the task's last step stops the loop
-                if interruption.cancelled:
+                if handler is not None and handler.cancelled:
                     raise KeyboardInterrupt  # the call was cancelled for it and has settled
         except BaseException:
-            if not task.done() and not (interruption is not None and interruption.cancelled):
+            if not task.done() and not (handler is not None and handler.cancelled):
                 # Interrupted while the call waits (Ctrl-C in the blocking wait): the call is
                 # cancelled and settles here, its one result recorded, before the interruption
                 # goes on. Left pending, the next call driven on this thread would resume it.
@@ -278,15 +277,6 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
         pass
 
 
-class _Interruption:
-    """Whether a Ctrl-C cancelled the call ``drive`` waits for (its SIGINT handler's doing)."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self) -> None:
-        self.cancelled = False
-
-
 def _cancel(task: asyncio.Task[Any]) -> None:
     if not task.done():
         task.cancel()
@@ -295,30 +285,25 @@ def _cancel(task: asyncio.Task[Any]) -> None:
 class _CancelOnInterrupt:
     """The SIGINT handler of a ``drive`` wait (see ``_woken_by_signals``). Left in place by a
     wait whose ending a Ctrl-C cut short, it acts as Python's own, and the next wait replaces
-    it as it would Python's."""
+    it as it would Python's. ``cancelled``: a Ctrl-C cancelled the call."""
 
-    __slots__ = ("interruption", "loop", "task", "waiting")
+    __slots__ = ("cancelled", "loop", "task", "waiting")
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        task: asyncio.Task[Any],
-        interruption: _Interruption,
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
         self.loop = loop
         self.task = task
-        self.interruption = interruption
+        self.cancelled = False
         self.waiting = True
 
     def __call__(self, signum: int, frame: Any) -> None:
         task = self.task
         if (
             self.waiting
-            and not self.interruption.cancelled
+            and not self.cancelled
             and not task.done()
             and asyncio.current_task(self.loop) is not task
         ):
-            self.interruption.cancelled = True
+            self.cancelled = True
             self.loop.call_soon_threadsafe(_cancel, task)
             return
         raise KeyboardInterrupt
@@ -326,10 +311,8 @@ class _CancelOnInterrupt:
 
 @contextlib.contextmanager
 def _woken_by_signals(
-    loop: asyncio.AbstractEventLoop,
-    interruption: _Interruption | None = None,
-    task: asyncio.Task[Any] | None = None,
-) -> Iterator[None]:
+    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | None = None
+) -> Iterator[_CancelOnInterrupt | None]:
     """While the main thread's loop waits: a signal the kernel delivers to another thread
     (any thread may take a process's Ctrl-C) wakes the wait at once, so that the main thread
     raises its ``KeyboardInterrupt`` then, not when the wait would have ended (an hour, for
@@ -338,23 +321,23 @@ def _woken_by_signals(
 
     With ``task`` (the driven call), while Python's own SIGINT handler is in place, a first
     Ctrl-C that comes while the loop waits or runs anything but ``task`` cancels ``task`` from
-    the loop instead (``interruption.cancelled``; ``drive`` raises ``KeyboardInterrupt`` once
-    the call has settled), as ``asyncio.run`` does: raised wherever the main thread stood, it
-    could land in a loop callback, losing the wake-up the call waited for (the wait then never
-    ended), or in a Code Mode sub-call's hook or renderer running on this loop, which took it
-    for its own failure (the run went on without it). One that comes while ``task`` itself
-    runs (a plain body inline, a nested blocking call it waits for) is raised there as ever,
-    and so is a second Ctrl-C."""
+    the loop instead (the handler it yields says so: ``cancelled``; ``drive`` raises
+    ``KeyboardInterrupt`` once the call has settled), as ``asyncio.run`` does: raised wherever
+    the main thread stood, it could land in a loop callback, losing the wake-up the call waited
+    for (the wait then never ended), or in a Code Mode sub-call's hook or renderer running on
+    this loop, which took it for its own failure (the run went on without it). One that comes
+    while ``task`` itself runs (a plain body inline, a nested blocking call it waits for) is
+    raised there as ever, and so is a second Ctrl-C."""
     holder = _state.holder
     if threading.current_thread() is not threading.main_thread() or holder is None:
-        yield
+        yield None
         return
     assert holder.loop is loop  # ``drive`` waits on this thread's private loop only
     wakeup = holder.wakeup()
     try:
         previous = signal.set_wakeup_fd(wakeup.writer.fileno(), warn_on_full_buffer=False)
     except ValueError:  # not the main interpreter: signals are not delivered here
-        yield
+        yield None
         return
     if previous == wakeup.writer.fileno():
         # Left pointing here by a wait whose ending a Ctrl-C cut short: passing on to it would
@@ -362,16 +345,14 @@ def _woken_by_signals(
         previous = -1
     wakeup.previous = previous
     current = signal.getsignal(signal.SIGINT)
-    handler = None
-    if (
-        interruption is not None
-        and task is not None
-        and (current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt))
+    handler: _CancelOnInterrupt | None = None
+    if task is not None and (
+        current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt)
     ):
-        handler = _CancelOnInterrupt(loop, task, interruption)
+        handler = _CancelOnInterrupt(loop, task)
         signal.signal(signal.SIGINT, handler)
     try:
-        yield
+        yield handler
     finally:
         if handler is not None:
             handler.waiting = False  # if this ending is cut short, it acts as Python's own
