@@ -776,3 +776,43 @@ def _loop_running() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+@pytest.mark.parametrize(
+    ("register", "wrong_shape", "expected"),
+    [
+        ("on_pre_execute", lambda exec: None, "pre_execute listener .* 2 positional arguments"),
+        ("on_execute", lambda exec: None, r"execute listener .* \(exec, next\)"),
+        ("on_post_execute", lambda exec, next: None, r"\(exec, result, next\)"),
+        ("on_result", lambda exec: None, r"result listener .* \(exec, result\)"),
+        ("guard", lambda: None, r"guard listener .* 1 positional argument \(exec\)"),
+        ("on_change", lambda changed: None, "change listener .* 0 positional arguments"),
+    ],
+)
+def test_a_listener_that_cannot_take_its_arguments_is_refused_when_registered(
+    system: ToolSystem, register: str, wrong_shape: Any, expected: str
+) -> None:
+    system.tools.register(echo())
+    with pytest.raises(TypeError, match=expected):
+        getattr(system.tools, register)(wrong_shape)
+    # Nothing was registered: calls run as before.
+    assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
+
+
+def test_listeners_of_any_callable_shape_that_takes_the_arguments_are_accepted(
+    system: ToolSystem,
+) -> None:
+    class Observer:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def __call__(self, exec: Any, result: Any, *rest: Any) -> None:
+            self.seen.append(exec.call_id)
+
+    observer = Observer()
+    system.tools.register(echo())
+    system.tools.on_result(observer)
+    system.tools.guard(lambda *args, **kwargs: None)
+    system.tools.on_change(print)  # a builtin whose signature cannot be read
+    assert text(system.execute(call("echo", {"text": "hi"}, call_id="c1"))) == "hi"
+    assert observer.seen == ["c1"]

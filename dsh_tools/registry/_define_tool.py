@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ..actors import ToolArgsError
-from ._definition import Placement, ToolDefinition, ToolOutput, _takes_args_and_context
+from ._definition import Placement, ToolDefinition, ToolOutput, accepts_positional
 from ._dsl import compile_parameters, compile_schema
 from ._execution import is_call_snapshot
 from ._hooks import ContentFinalizer
@@ -81,7 +81,7 @@ def define_tool(
         raise TypeError(f"{owner}: output.presentation_meta must be callable or None")
     if not callable(execute):
         raise TypeError(f"{owner}: execute must be callable")
-    if not _takes_args_and_context(execute):
+    if not accepts_positional(execute, 2):
         raise TypeError(f"{owner}: execute must accept two positional arguments (args, run_ctx)")
     for label, callback in (
         ("is_concurrency_safe", is_concurrency_safe),

@@ -81,21 +81,21 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
     def __post_init__(self) -> None:
         # Refused when defined, not when the first call fails; other field checks stay with
         # check_registration, which reports them in its documented order.
-        if callable(self.execute) and not _takes_args_and_context(self.execute):
+        if callable(self.execute) and not accepts_positional(self.execute, 2):
             raise TypeError(
                 f"tool {self.name!r}: execute must accept two positional arguments (args, run_ctx)"
             )
 
 
-def _takes_args_and_context(fn: Any) -> bool:
-    """Whether ``fn`` can be called as ``fn(args, run_ctx)`` (``True`` when the signature
-    cannot be read, as for some builtins: then the call itself decides)."""
+def accepts_positional(fn: Any, count: int) -> bool:
+    """Whether ``fn`` can be called with ``count`` positional arguments (``True`` when the
+    signature cannot be read, as for some builtins: then the call itself decides)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
         return True
     try:
-        signature.bind(None, None)
+        signature.bind(*(None,) * count)
     except TypeError:
         return False
     return True

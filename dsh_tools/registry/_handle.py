@@ -31,7 +31,7 @@ from ..actors._protocol import (
     RemoveEntry,
     ReplaceTool,
 )
-from ._definition import ToolDefinition
+from ._definition import ToolDefinition, accepts_positional
 from ._hooks import (
     AssembleHook,
     ChangeObserver,
@@ -351,6 +351,29 @@ def _names(label: str, names: Iterable[str] | None) -> tuple[str, ...] | None:
     return out
 
 
+_SHAPES: dict[str, tuple[str, ...]] = {
+    "guard": ("exec",),
+    "pre_execute": ("exec", "next"),
+    "execute": ("exec", "next"),
+    "post_execute": ("exec", "result", "next"),
+    "result": ("exec", "result"),
+    "change": (),
+    "code_dispatch_log": ("log", "next"),
+    "assemble": ("assembly",),
+}
+"""The positional arguments the pipeline passes each kind of listener."""
+
+
 def _callable(label: str, fn: object) -> None:
+    """Refuse a listener that is not callable, or cannot take the arguments it will be given:
+    when registered, rather than failing every call (or, for an observer, every warning) once
+    it runs."""
     if not callable(fn):
         raise TypeError(f"{label} listener must be callable, got {type(fn).__name__}")
+    shape = _SHAPES[label]
+    if not accepts_positional(fn, len(shape)):
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise TypeError(
+            f"{label} listener {name} must accept {len(shape)} positional "
+            f"argument{'' if len(shape) == 1 else 's'} ({', '.join(shape)})"
+        )
