@@ -10,9 +10,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import os
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from types import FrameType
 from typing import Any
 
 from .actors._logging import get_logger
@@ -25,6 +28,18 @@ _log = get_logger("dsh_tools.system")
 
 _BACKGROUND_GRACE_SECONDS = 1.0
 """How long a stopping system waits for its cancelled background listeners to end."""
+
+STALL_WARNING_SECONDS = 2.0
+"""How long the loop may go without turning, while work waits for it, before a warning names
+what holds it."""
+
+_OWN_CODE = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(threading.__file__)) + os.sep + "threading.py",
+    os.path.dirname(os.path.abspath(concurrent.futures.__file__)) + os.sep,
+)
+"""Where frames that are not the harness author's own come from (this package, asyncio)."""
 
 
 class SystemLoop:
@@ -45,6 +60,13 @@ class SystemLoop:
         self.loop = new_pool_loop()
         self.thread = threading.Thread(target=self._run, name="dsh-tools-loop", daemon=True)
         self.thread.start()
+        # Set while submitted work waits (under ``_lock``); the stall watch's thread, started
+        # with the first submission, sleeps on it otherwise.
+        self._busy = threading.Event()
+        self._watch: threading.Thread | None = None
+        # Set by the loop when the watch's probe runs; both set when the loop ends.
+        self._turned = threading.Event()
+        self._watch_ends = threading.Event()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -58,6 +80,8 @@ class SystemLoop:
                 self._ended = True
                 unstarted = list(self._unstarted.values())
                 self._unstarted.clear()
+            for wake in (self._busy, self._turned, self._watch_ends):
+                wake.set()  # the stall watch sees the end and returns
             self.fail_pending()
             for awaitable in unstarted:
                 _close(awaitable)
@@ -124,14 +148,58 @@ class SystemLoop:
                 future: concurrent.futures.Future[Any] = concurrent.futures.Future()
                 future.set_exception(RuntimeError(_STOPPED_BEFORE))
                 return future
+            if self._watch is None:
+                # Started before the work is (a Ctrl-C landing in the start then precedes it).
+                self._watch = threading.Thread(
+                    target=self._watch_stalls, name="dsh-tools-loop-watch", daemon=True
+                )
+                self._watch.start()
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
             self._pending[future] = coro
+            self._busy.set()
         future.add_done_callback(self._settled)
         return future
 
     def _settled(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._pending.pop(future, None)
+            if not self._pending:
+                self._busy.clear()
+
+    def _watch_stalls(self) -> None:
+        """While submitted work waits, check every ``STALL_WARNING_SECONDS`` that the loop
+        still turns; when it does not, warn once per stall, naming the code that holds it.
+
+        Synchronous callbacks (guards, renderers, classifiers, finalizers, observers, plain
+        hooks) run on the loop, so one that blocks holds every batch and timed call: without
+        this, that looks like a hang with nothing to show for it."""
+        turned = self._turned
+        while True:
+            self._busy.wait()
+            if self._ended:
+                return
+            turned.clear()
+            try:
+                self.loop.call_soon_threadsafe(turned.set)
+            except RuntimeError:  # the loop is closed
+                return
+            if turned.wait(STALL_WARNING_SECONDS):
+                self._watch_ends.wait(STALL_WARNING_SECONDS)  # one look per period
+                continue
+            started = time.monotonic() - STALL_WARNING_SECONDS
+            _log.warning(
+                "the system loop is blocked: synchronous callbacks (guards, renderers, "
+                "classifiers, finalizers, observers, plain hooks) must not wait; do blocking "
+                "work in the tool's body, or in an async hook through asyncio.to_thread",
+                blocked_for_s=STALL_WARNING_SECONDS,
+                running=_blocking_frame(sys._current_frames().get(self.thread.ident or 0)),
+            )
+            turned.wait()
+            if self._ended:
+                return
+            _log.info(
+                "the system loop turns again", blocked_for_s=round(time.monotonic() - started, 1)
+            )
 
     def background(
         self, awaitable: Awaitable[Any], label: str, fields: dict[str, Any] | None = None
@@ -172,6 +240,22 @@ class SystemLoop:
 
 
 _STOPPED_BEFORE = "the tool system stopped before the call finished"
+
+
+def _blocking_frame(frame: FrameType | None) -> str:
+    """``function (file:line)`` of the innermost frame of ``frame``'s stack that is not this
+    package's or asyncio's (the harness author's callback), else of the innermost frame."""
+    innermost = frame
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_OWN_CODE):
+            innermost = frame
+            break
+        frame = frame.f_back
+    if innermost is None:
+        return "unknown"
+    code = innermost.f_code
+    return f"{code.co_qualname} ({code.co_filename}:{innermost.f_lineno})"
 
 
 def _close(awaitable: Awaitable[Any]) -> None:

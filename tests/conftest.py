@@ -102,6 +102,14 @@ class Logs(LogCapture):
         with self._changed:
             return [e["event"] for e in self.entries if e["log_level"] == "warning"]
 
+    def wait_for_event(self, event: str) -> dict[str, Any]:
+        """Wait until a line with this event text was logged; return its entry."""
+        with self._changed:
+            assert self._changed.wait_for(
+                lambda: any(e["event"] == event for e in self.entries), WAIT
+            ), f"expected {event!r}, got {self.entries}"
+            return next(e for e in self.entries if e["event"] == event)
+
     def wait_for_warnings(self, count: int) -> list[str]:
         """Wait until at least ``count`` warnings were logged; return them all."""
         with self._changed:

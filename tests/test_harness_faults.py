@@ -5,10 +5,11 @@ code never stops the system loop; any argument text gets a result."""
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import pytest
-from conftest import WAIT, block, call, echo, fixture, text
+from conftest import WAIT, Logs, block, call, echo, fixture, text
 from structlog.testing import capture_logs
 
 from dsh_tools import (
@@ -17,6 +18,7 @@ from dsh_tools import (
     ToolCall,
     ToolExecutionFailure,
     ToolSystem,
+    _system_loop,
 )
 
 
@@ -131,6 +133,35 @@ def test_sys_exit_in_an_observer_during_a_batch_leaves_the_system_working() -> N
     assert system.running
     system.stop()
     assert not system.running
+
+
+def test_a_guard_that_blocks_the_system_loop_is_named_in_a_warning(
+    system: ToolSystem, logs: Logs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_system_loop, "STALL_WARNING_SECONDS", 0.2)
+    release = threading.Event()
+
+    def waits_for_a_lock(exec: Any) -> None:
+        release.wait(WAIT)  # what a guard must not do: it holds the loop every batch runs on
+
+    system.tools.register(fixture("a"))
+    system.tools.guard(waits_for_a_lock)
+    outcome: list[Any] = []
+    caller = threading.Thread(
+        target=lambda: outcome.append(system.execute_batch(batch(("c1", "a", "{}"))))
+    )
+    caller.start()
+    try:
+        (warning,) = logs.wait_for_warnings(1)
+    finally:
+        release.set()
+        caller.join(WAIT)
+    assert warning.startswith("the system loop is blocked")
+    (entry,) = [e for e in logs.entries if e["event"] == warning]
+    assert entry["running"].startswith("test_a_guard_that_blocks_the_system_loop")
+    assert "waits_for_a_lock" in entry["running"] and __file__ in entry["running"]
+    assert not outcome[0].results[0].is_error  # the call then ran as ever
+    assert logs.wait_for_event("the system loop turns again")["blocked_for_s"] >= 0.2
 
 
 @pytest.mark.parametrize("raised", [SystemExit(2), KeyboardInterrupt(), GeneratorExit()])
