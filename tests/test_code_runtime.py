@@ -428,6 +428,23 @@ return {"depth": depth, "leaf": back, "again": value}
     assert same_json(seen[0], expected)
 
 
+def test_an_indented_program_with_a_global_helper_runs_in_the_worker(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = (
+        "    total = 0\n"
+        "    def add(n):\n"
+        "        global total\n"
+        "        total += n\n"
+        "    for n in range(4):\n"
+        "        add(n)\n"
+        "    return total"
+    )
+    result = run(runtime, program)
+    assert result.error is None, result
+    assert result.value == 6
+
+
 def test_syntax_errors_and_yield_fail_before_any_process_starts(
     fresh_runtime: SubprocessCodeRuntime,
 ) -> None:

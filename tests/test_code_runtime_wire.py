@@ -321,6 +321,45 @@ def test_yield_in_the_body_is_refused_but_not_in_nested_functions() -> None:
     assert _outcome("def gen():\n    yield 1\nreturn list(gen())") == [1]
 
 
+def test_a_helper_s_global_statement_reaches_the_program_s_top_level_variable() -> None:
+    program = (
+        "counter = 0\n"
+        "def bump():\n"
+        "    global counter\n"
+        "    counter += 1\n"
+        "class Tally:\n"
+        "    global seen\n"
+        "    seen = 'class body'\n"
+        "bump()\nbump()\n"
+        "return [counter, seen]"
+    )
+    assert _outcome(program) == [2, "class body"]
+
+
+def test_a_program_indented_as_a_whole_runs_with_its_strings_and_line_numbers_as_written() -> None:
+    assert _outcome('    text = """a\n  b"""\n    if text:\n        return text') == "a\n  b"
+    assert _outcome("\n  # a comment first\n  return 7") == 7
+    with pytest.raises(ZeroDivisionError) as raised:
+        _outcome("    x = 1\n    y = x / 0")
+    assert raised.traceback[-1].lineno + 1 == 2  # the model's own line 2
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("  return 1\nreturn 2", "line 1\n    return 1\nIndentationError: unexpected indent"),
+        ("    x = 1\n  y = 2", "line 2\n    y = 2\n         ^\nIndentationError: unindent"),
+        ("    x = (\n", "line 1\n    x = (\n        ^\nSyntaxError: '(' was never closed"),
+    ],
+)
+def test_an_indented_program_that_is_not_one_block_keeps_its_own_error(
+    source: str, error: str
+) -> None:
+    with pytest.raises(ProgramError) as raised:
+        compile_program(source)
+    assert error in raised.value.message
+
+
 def test_a_run_never_reads_a_pipe_it_dropped_even_with_its_event_taken() -> None:
     loop = asyncio.new_event_loop()
     pipes = [os.pipe() for _ in range(3)]

@@ -9,6 +9,12 @@ bare ``return`` or falling off the end gives the sentinel, i.e. no result.
 Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
 ``yield`` is rejected.
 
+Two things a script does that a function body does not are kept. A name that a nested function
+or class declares ``global`` is declared ``global`` in the program's own scope too, so that it is
+the program's top-level variable, as in a script (``counter = 0`` beside a helper that does
+``global counter``). And a program indented as a whole (a model's habit) is parsed as the body
+of an ``if`` block, as written: its strings keep their text and its lines their numbers.
+
 The host parses a program of up to 32 KiB (``check_program``) to reject syntax errors before it
 starts anything; only the worker compiles it to bytecode, inside its run's limits, and reports
 what only the compiler finds (``break`` outside a loop, say) as the same ``exception``. This
@@ -123,10 +129,61 @@ def compile_program(source: str) -> CodeType:
 def _parse(source: str) -> ast.Module:
     try:
         return ast.parse(source, FILENAME, "exec")
+    except IndentationError as error:
+        indented = error.msg == "unexpected indent" and _indented_as_a_whole(source)
+        module = _parse_indented(source) if indented else None
+        if module is None:
+            raise ProgramError(_format_syntax_error(error, source)) from None
+        return module
     except (SyntaxError, ValueError) as error:
         raise ProgramError(_format_syntax_error(error, source)) from None
     except (MemoryError, RecursionError) as error:
         raise _too_deep(error) from None
+
+
+def _indented_as_a_whole(source: str) -> bool:
+    """Whether the first line that holds code is indented (then so is every other one that
+    parses as the program's own; the parse of the block says whether they all are)."""
+    for line in source.splitlines():
+        stripped = line.lstrip(" \t")
+        if stripped and not stripped.startswith("#"):
+            return stripped != line
+    return False
+
+
+def _parse_indented(source: str) -> ast.Module | None:
+    """An indented program, parsed as the body of ``if 1:`` on a line of its own before it;
+    its statements are moved back up one line, to the model's own numbers. ``None`` when a
+    statement of the program is outside that block (not indented as a whole after all)."""
+    try:
+        block = ast.parse("if 1:\n" + source, FILENAME, "exec")
+    except (SyntaxError, ValueError) as error:
+        if isinstance(error, SyntaxError) and error.lineno is not None:
+            error.lineno -= 1
+            if error.end_lineno is not None:
+                error.end_lineno -= 1
+            error.text = None
+        raise ProgramError(_format_syntax_error(error, source)) from None
+    except (MemoryError, RecursionError) as error:
+        raise _too_deep(error) from None
+    if len(block.body) != 1:
+        return None
+    body = block.body[0]
+    assert isinstance(body, ast.If)
+    module = ast.Module(body=body.body, type_ignores=[])
+    ast.increment_lineno(module, -1)
+    return module
+
+
+def _globals_of_nested_scopes(body: list[ast.stmt]) -> list[str]:
+    """The names that a function or class inside the program declares ``global``."""
+    own = {id(node) for node in _own_nodes(body)}
+    names: set[str] = set()
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Global) and id(node) not in own:
+                names.update(node.names)
+    return sorted(names)
 
 
 def _program_module(source: str) -> ast.Module:
@@ -148,6 +205,14 @@ def _program_module(source: str) -> ast.Module:
             raise ProgramError(_format_syntax_error(rejected, source))
         if isinstance(node, ast.Return) and node.value is None:
             node.value = ast.copy_location(ast.Name(ABSENT_NAME, ast.Load()), node)
+    hoisted: list[ast.stmt] = []
+    if "global" in source:
+        names = _globals_of_nested_scopes(tree.body)
+        if names:
+            declared = ast.Global(names=names)
+            declared.lineno = declared.end_lineno = 1
+            declared.col_offset = declared.end_col_offset = 0
+            hoisted.append(declared)
     last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1
     absent = ast.Name(ABSENT_NAME, ast.Load())
     final = ast.Return(absent)
@@ -165,7 +230,7 @@ def _program_module(source: str) -> ast.Module:
             kwarg=None,
             defaults=[],
         ),
-        body=[*tree.body, final],
+        body=[*hoisted, *tree.body, final],
         decorator_list=[],
         returns=None,
         type_comment=None,
