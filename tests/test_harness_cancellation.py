@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import WAIT, block, fixture, text
+from conftest import WAIT, Logs, block, fixture, text
 
 import dsh_tools.pipeline._core as pipeline_core
 from dsh_tools import (
@@ -378,9 +378,12 @@ def test_a_wrapper_that_swallows_the_callers_cancellation_does_not_start_the_bod
 
 class StuckHook:
     """An async hook for one stage that waits ``FOREVER`` without looking at its signal (or,
-    ``swallowing``, catches the cancellation once and carries on), noting how it ended."""
+    ``swallowing``, catches the cancellation once and carries on; ``raising``, fails its
+    cleanup), noting how it ended."""
 
-    def __init__(self, system: ToolSystem, stage: str, swallowing: bool = False) -> None:
+    def __init__(
+        self, system: ToolSystem, stage: str, swallowing: bool = False, raising: bool = False
+    ) -> None:
         self.waiting = threading.Event()
         self.ends: list[str] = []
 
@@ -390,6 +393,8 @@ class StuckHook:
                 await asyncio.sleep(FOREVER)
             except asyncio.CancelledError:
                 self.ends.append("cancelled")
+                if raising:
+                    raise RuntimeError("the policy service's connection was reset") from None
                 if not swallowing:
                     raise
             return await rest[-1]()
@@ -489,6 +494,56 @@ def test_a_hook_that_swallows_the_stop_leaves_the_callers_task_as_it_was(stage: 
     assert code_of(result) == expected_code(stage)  # carried on: the body does not start
     assert cancelling == 0
     assert list(results_of(system)) == ["c1"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_hook_whose_cleanup_fails_when_stopped_leaves_the_callers_task_as_it_was(
+    stage: str, logs: Logs
+) -> None:
+    # The stop's cancellation reaches the hook in the caller's own task; the hook turns it into
+    # an error of its own. The call still ends as the stop's, and the caller's task is not left
+    # with a cancellation it never asked for.
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("t"))
+    hook = StuckHook(system, stage, raising=True)
+
+    async def caller() -> tuple[Any, int]:
+        stopper = threading.Thread(target=lambda: hook.waiting.wait(WAIT) and system.stop())
+        stopper.start()
+        result = await system.execute_async(ExecuteCall(call_id="c1", name="t", arguments={}))
+        await asyncio.sleep(0)
+        cancelling = asyncio.current_task().cancelling()  # type: ignore[union-attr]
+        stopper.join(WAIT)
+        return result, cancelling
+
+    result, cancelling = asyncio.run(asyncio.wait_for(caller(), WAIT))
+    assert hook.ends == ["cancelled"]
+    assert code_of(result) == expected_code(stage)
+    assert result.abort_reason == "the tool system is stopping"
+    assert cancelling == 0
+    assert any("connection was reset" in w for w in logs.warnings)
+    assert list(results_of(system)) == ["c1"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_timeout_around_a_call_whose_hook_cleanup_fails_is_a_timeout_error(stage: str) -> None:
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("t"))
+        StuckHook(system, stage, raising=True)
+
+        async def caller() -> str:
+            try:
+                async with asyncio.timeout(0.2):
+                    await system.execute_async(ExecuteCall(call_id="c1", name="t", arguments={}))
+            except TimeoutError:
+                return "TimeoutError"
+            return "no timeout"
+
+        assert asyncio.run(asyncio.wait_for(caller(), WAIT)) == "TimeoutError"
+        assert results_of(system)["c1"]["error"]["code"] == expected_code(stage)
+    finally:
+        system.stop()
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -305,3 +305,38 @@ def test_stop_settles_a_blocking_execute_whose_plain_approver_never_answers(
     assert threads and not threads[0].startswith("harness")
     assert result.to_dict()["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
     assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
+
+
+@pytest.mark.parametrize("stopped", [True, False], ids=["stop", "caller-timeout"])
+def test_an_async_approver_whose_cleanup_fails_when_cancelled_ends_before_dispatch(
+    make_system: Any, stopped: bool
+) -> None:
+    asked = threading.Event()
+
+    async def dialog(**kwargs: Any) -> str:
+        asked.set()
+        try:
+            await asyncio.sleep(WAIT)
+        except asyncio.CancelledError:
+            raise ConnectionError("the approval dialog is gone") from None
+        return "allowed-once"
+
+    system = make_system(approval=dialog)
+    system.tools.register(echo())
+    asking(system)
+
+    async def caller() -> Any:
+        if stopped:
+            threading.Thread(target=lambda: asked.wait(WAIT) and system.stop()).start()
+            return await system.execute_async(call(agent="A"))
+        try:
+            async with asyncio.timeout(0.2):
+                await system.execute_async(call(agent="A"))
+        except TimeoutError:
+            return "TimeoutError"
+
+    outcome = arun(asyncio.wait_for(caller(), WAIT))
+    (result,) = [e.data for e in system.session.events if e.type == "tool/result"]
+    assert result["error"]["code"] == "ABORTED_BEFORE_DISPATCH"  # not the dialog's error
+    if not stopped:
+        assert outcome == "TimeoutError"

@@ -20,6 +20,7 @@ from ..actors import (
     Deny,
     ExecuteCall,
     ToolExecutionResult,
+    message_of,
     without_stop_iteration,
 )
 from ..registry import LosslessJsonError, snapshot_json
@@ -36,6 +37,8 @@ from ._core import (
     call_aborted,
     close_awaitable,
     closing_call,
+    log,
+    log_fields,
     owned_generator_exit,
     take_back_cancels,
     wind_down,
@@ -249,6 +252,23 @@ class PrepareStages(PipelineCore):
             task.cancel()
         try:
             settled, outcome = await task
+            if (
+                not settled
+                and isinstance(outcome, Exception)
+                and (rec.stop_reason is not None or self._check_outer(rec))
+            ):
+                # The approver was cancelled (by ``stop()``, or with the awaiting task) and its
+                # cleanup raised: the call ends as cancelled all the same, as a hook's would.
+                fields = log_fields(rec)
+                log.warning(
+                    f"approval raised while cancelled: {message_of(outcome)}",
+                    exc_info=outcome,
+                    stage="approval",
+                    exception_type=type(outcome).__name__,
+                    **fields,
+                )
+                outcome = None
+                return _APPROVAL_ABANDONED
             if not settled:
                 # Raised here, in the call's own task, where a failing stage becomes the call's
                 # failure; in the approver's task a SystemExit or KeyboardInterrupt would have
