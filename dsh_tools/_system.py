@@ -33,10 +33,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pykka
 
+from ._blocking_wait import wait_for_future
 from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
 from ._handles import AgentScope, PluginHandle
@@ -505,18 +507,18 @@ class ToolSystem:
             # A plain body (or hook) that ``execute`` is running inline on this thread calls
             # back in: this thread is busy with the outer call, so the nested call runs on the
             # system loop while this thread waits for it.
-            future = self._submit(self.pipeline.run(call, inline=False))
+            # A Ctrl-C while waiting cancels the call on the system loop, where it settles and
+            # records its result, as a blocking batch's calls do.
             try:
-                result: ToolExecutionResult = future.result(timeout)
+                result: ToolExecutionResult = wait_for_future(
+                    partial(self._submit, self.pipeline.run(call, inline=False)),
+                    timeout,
+                    concurrent.futures.Future.cancel,
+                )
             except concurrent.futures.TimeoutError:
                 raise TimeoutError(
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None
-            except KeyboardInterrupt:
-                # Ctrl-C while waiting: the call is cancelled on the system loop, where it
-                # settles and records its result, as a blocking batch's calls do.
-                future.cancel()
-                raise
             return result
         try:
             out: ToolExecutionResult = drive(self.pipeline.run(call, inline=True, driven=True))
@@ -547,13 +549,11 @@ class ToolSystem:
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
         timeout = _checked_timeout(timeout)
         control = AbortController()
-        try:
-            outcome: BatchOutcome = self._call_on_loop(
-                self._batches.run(batch, control), timeout=timeout
-            )
-        except KeyboardInterrupt:
-            control.abort(INTERRUPTED_REASON)
-            raise
+        outcome: BatchOutcome = self._call_on_loop(
+            self._batches.run(batch, control),
+            timeout,
+            lambda _future: control.abort(INTERRUPTED_REASON),
+        )
         return outcome
 
     async def execute_batch_async(self, batch: ExecuteBatch) -> BatchOutcome:

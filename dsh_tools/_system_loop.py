@@ -15,9 +15,12 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Future
+from functools import partial
 from types import FrameType
 from typing import Any
 
+from ._blocking_wait import wait_for_future
 from .actors._logging import get_logger
 from .pipeline import message_of
 from .pipeline._loop import new_pool_loop
@@ -128,15 +131,21 @@ class SystemLoop:
             # blocks it, fail the waiters from here rather than leave them waiting.
             self.fail_pending()
 
-    def call(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+    def call(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        timeout: float | None,
+        on_interrupt: Callable[[Future[Any]], object] = Future.cancel,
+    ) -> Any:
         """Run ``coro`` on the loop and wait for its result (``TimeoutError`` after
-        ``timeout``); refused on the loop's own thread, which would wait for itself."""
+        ``timeout``); refused on the loop's own thread, which would wait for itself. A Ctrl-C
+        while waiting runs ``on_interrupt(future)`` (by default, cancels the work) and raises
+        ``KeyboardInterrupt`` (``wait_for_future``)."""
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("this blocking call cannot be made from the system loop")
-        future = self.submit(coro)
         try:
-            return future.result(timeout)
+            return wait_for_future(partial(self.submit, coro), timeout, on_interrupt)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"did not finish within {timeout} s") from None
 

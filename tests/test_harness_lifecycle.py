@@ -298,6 +298,80 @@ def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
     assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
 
 
+CTRL_C_INSIDE_A_LOCK = """
+import asyncio, concurrent.futures, os, signal, sys, threading
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolOutput, ToolSystem, define_tool
+
+# A Ctrl-C that lands right after the main thread has taken a future's lock, before the
+# ``with`` block that releases it has begun: what a Ctrl-C at a random moment sometimes does.
+armed = [False]
+enter = threading.Condition.__enter__
+make_future = concurrent.futures.Future.__init__
+
+
+def future_with_a_marked_lock(self):
+    make_future(self)
+    self._condition.of_a_future = True
+
+
+def enter_then_interrupted(self):
+    held = enter(self)
+    if armed[0] and getattr(self, "of_a_future", False):
+        if threading.current_thread() is threading.main_thread():
+            armed[0] = False
+            os.kill(os.getpid(), signal.SIGINT)
+    return held
+
+
+concurrent.futures.Future.__init__ = future_with_a_marked_lock
+threading.Condition.__enter__ = enter_then_interrupted
+
+
+async def wait_long(args, ctx):
+    await asyncio.sleep(3600)
+
+
+async def quick(args, ctx):
+    return "quick"
+
+
+system = ToolSystem.start(code_runtime=None)
+for name, body in (("wait_long", wait_long), ("quick", quick)):
+    system.tools.register(
+        define_tool(
+            name=name,
+            description="Wait.",
+            parameters={},
+            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+            execute=body,
+        )
+    )
+armed[0] = True
+try:
+    if sys.argv[1] == "batch":
+        system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "wait_long", "{}")]))
+    else:
+        system.execute(ExecuteCall(call_id="c1", name="wait_long", arguments={}), timeout=60)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+later = system.execute_batch(ExecuteBatch(calls=[ToolCall("c2", "quick", "{}")]), timeout=10)
+print(later.results[0].value, [e.data["error"]["code"] for e in system.session.events
+                               if e.type == "tool/result" and e.data["call_id"] == "c1"])
+system.stop()
+"""
+
+
+@pytest.mark.parametrize("entry", ["batch", "execute-with-timeout"])
+def test_a_ctrl_c_landing_inside_a_lock_of_the_wait_leaves_the_system_working(entry: str) -> None:
+    # Interrupted that way, the wait once left the lock of the future the system loop settles
+    # held for ever: that call's result was never recorded and every later call hung.
+    done = run_script(CTRL_C_INSIDE_A_LOCK, entry)
+    assert done.returncode == 0, done.stderr
+    interrupted, later = done.stdout.splitlines()
+    assert interrupted == "interrupted"
+    assert later in ("quick ['ABORTED']", "quick ['ABORTED_BEFORE_DISPATCH']")
+
+
 CTRL_C_EXECUTE = """
 import asyncio, os, signal, sys, threading
 from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
