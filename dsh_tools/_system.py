@@ -59,7 +59,7 @@ from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
 from .pipeline._approval import Approval, ApprovalCall, ApprovalFunction, as_approval
-from .pipeline._loop import drive, driving, running_loop
+from .pipeline._loop import drive, driving, interrupts_deferred, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, INTERRUPTED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
 from .pipeline._workers import BodyThreads
@@ -525,7 +525,8 @@ class ToolSystem:
         except BaseException:
             # Interrupted before the call settled (a second Ctrl-C while it winds down): it is
             # finished and recorded without waiting any longer.
-            self.pipeline.abandon_interrupted(threading.get_ident())
+            with interrupts_deferred():
+                self.pipeline.abandon_interrupted(threading.get_ident())
             raise
         return out
 

@@ -372,6 +372,59 @@ def test_a_ctrl_c_landing_inside_a_lock_of_the_wait_leaves_the_system_working(en
     assert later in ("quick ['ABORTED']", "quick ['ABORTED_BEFORE_DISPATCH']")
 
 
+CTRL_C_IN_THE_RECORDING = """
+import os, signal, sys
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools.pipeline import SessionLog
+
+# A Ctrl-C that lands in the pipeline's own bookkeeping, just after an event was appended.
+which = sys.argv[1]
+append = SessionLog.append
+
+
+def append_then_interrupted(self, type, data, agent=None):
+    event = append(self, type, data, agent)
+    if type == which and data["call_id"] == "c1":
+        os.kill(os.getpid(), signal.SIGINT)
+    return event
+
+
+SessionLog.append = append_then_interrupted
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="plain",
+        description="A plain body.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=lambda args, ctx: "done",
+    )
+)
+try:
+    system.execute(ExecuteCall(call_id="c1", name="plain", arguments={}))
+except KeyboardInterrupt:
+    print("interrupted")
+events = [(e.type, e.data.get("error", {}).get("code")) for e in system.session.events]
+print(events)
+system.stop()
+"""
+
+
+@pytest.mark.parametrize(
+    ("landing", "events"),
+    [
+        ("tool/call", "[('tool/call', None), ('tool/result', 'ABORTED_BEFORE_DISPATCH')]"),
+        ("tool/result", "[('tool/call', None), ('tool/result', None)]"),
+    ],
+)
+def test_a_ctrl_c_in_the_recording_of_a_call_leaves_it_exactly_one_result(
+    landing: str, events: str
+) -> None:
+    done = run_script(CTRL_C_IN_THE_RECORDING, landing)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", events]
+
+
 CTRL_C_EXECUTE = """
 import asyncio, os, signal, sys, threading
 from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool

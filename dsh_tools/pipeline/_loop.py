@@ -297,16 +297,59 @@ class _CancelOnInterrupt:
 
     def __call__(self, signum: int, frame: Any) -> None:
         task = self.task
-        if (
-            self.waiting
-            and not self.cancelled
-            and not task.done()
-            and asyncio.current_task(self.loop) is not task
-        ):
+        if not self.waiting or task.done():
+            raise KeyboardInterrupt
+        if asyncio.current_task(self.loop) is not task:
+            if self.cancelled:
+                raise KeyboardInterrupt  # a second Ctrl-C: the wait for the call stops
             self.cancelled = True
             self.loop.call_soon_threadsafe(_cancel, task)
             return
-        raise KeyboardInterrupt
+        if _in_library_code(frame):
+            # The call's own task runs the pipeline's bookkeeping (recording its result, say):
+            # raised there, the call would end without its result. Cancelled instead, the call
+            # settles at its next wait, or ends as it would have; ``drive`` raises afterwards.
+            if not self.cancelled:
+                self.cancelled = True
+                task.cancel()
+            return
+        raise KeyboardInterrupt  # in user code the call runs (a plain body inline): its outcome
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Bookkeeping that a Ctrl-C must not cut short (recording an interrupted call's result,
+    while one ``KeyboardInterrupt`` propagates already): on the main thread, with Python's own
+    SIGINT handler in place, a Ctrl-C meanwhile is dropped rather than raised inside it."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, _ignore_interrupt)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is _ignore_interrupt:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _ignore_interrupt(signum: int, frame: types.FrameType | None) -> None:
+    """The SIGINT handler of ``interrupts_deferred``: one interruption is on its way already."""
+
+
+_LIBRARY_CODE: Final = tuple(
+    os.path.dirname(os.path.abspath(module.__file__ or "")) + os.sep
+    for module in (sys.modules[__name__.rpartition(".")[0].rpartition(".")[0]], asyncio)
+)
+"""The folders of this package and of asyncio: code that runs a call, not the call's own."""
+
+
+def _in_library_code(frame: types.FrameType | None) -> bool:
+    """Whether ``frame`` (where the main thread stood when a signal's handler ran) is code of
+    this package or asyncio."""
+    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_CODE)
 
 
 @contextlib.contextmanager

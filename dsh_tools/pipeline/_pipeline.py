@@ -15,6 +15,7 @@ from typing import Any
 
 from ..actors import AbortController, ExecuteCall
 from ..actors._signal import NEVER_ABORTED
+from ..registry._execution import CallRecord
 from ._commit import CommitStages
 from ._core import (
     CANCELLED_REASON,
@@ -30,7 +31,7 @@ from ._core import (
     compact_arguments,
 )
 from ._dispatch import DispatchStages
-from ._loop import event_loop, first_loop
+from ._loop import event_loop, first_loop, interrupts_deferred
 from ._prepare import PrepareStages
 from ._results import cancelled
 
@@ -85,12 +86,13 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         stepping = STEPPING.set(rec)
         if self.stop_reason is not None:  # stop() began as this call came in
             self.interrupt(rec, self.stop_reason)
+        top = False  # whether the call's tool/call is recorded
         try:
-            top = record and call.parent is None
-            if top:
+            if record and call.parent is None:
                 self.session.record_call(
                     rec.call_id, rec.name, compact_arguments(rec.arguments), rec.agent
                 )
+                top = True
             # Whether this coroutine runs on an event loop for sure: each stage with hooks
             # would otherwise ask (``event_loop()``), which costs more than a pass-through hook.
             looped = False
@@ -117,6 +119,14 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
             if top and not rec.abandoned:
                 self.session.record_result(rec.call_id, result, rec.agent)
+        except BaseException:
+            # Something raised through the pipeline's own steps: a Ctrl-C that landed in them
+            # (Python raises it wherever the main thread stands), or the coroutine closed. The
+            # call still keeps its one result: aborted, as an interrupted call's is. (The
+            # pipeline ends every fault of user code as a result.)
+            if not rec.abandoned and record and call.parent is None:
+                self._record_interrupted(rec, recorded=None)
+            raise
         finally:
             live.discard(rec)
             try:  # noqa: SIM105 (contextlib.suppress costs every call a context manager)
@@ -130,6 +140,20 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             if rec.outer_cancelled:
                 raise asyncio.CancelledError(CANCELLED_REASON)
         return result
+
+    def _record_interrupted(self, rec: CallRecord, *, recorded: bool | None = False) -> None:
+        """Finish and record ``rec`` as aborted now. ``recorded``: whether its ``tool/result``
+        is in the log already; ``None`` when an interruption may have cut the recording of its
+        ``tool/call`` or ``tool/result`` short, before or after the event was appended (the log
+        then says whether its newest ``tool/call`` still awaits a result)."""
+        rec.abandoned = True  # whatever the call might settle with later is dropped
+        reason = abort_reason(rec) or INTERRUPTED_REASON
+        failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason)
+        with interrupts_deferred():  # a Ctrl-C more must not lose it
+            if recorded is None:
+                recorded = not self.session.awaits_result(rec.call_id)
+            if not recorded:
+                self.session.record_result(rec.call_id, self.finish(rec, failed), rec.agent)
 
     # --- a blocking caller that stopped waiting ------------------------------------------------
 
@@ -148,9 +172,9 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             # system waits for it or stops it any more.
             self.bodies.discard(rec)
             self.body_waits.discard(rec)
-            rec.abandoned = True
-            reason = abort_reason(rec) or INTERRUPTED_REASON
-            failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason)
-            result = self.finish(rec, failed)
             if rec.parent is None:
-                self.session.record_result(rec.call_id, result, rec.agent)
+                self._record_interrupted(rec)
+            else:
+                rec.abandoned = True
+                reason = abort_reason(rec) or INTERRUPTED_REASON
+                self.finish(rec, cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason))

@@ -75,6 +75,16 @@ class SessionLog:
             agent,
         )
 
+    def awaits_result(self, call_id: str) -> bool:
+        """Whether the newest ``tool/call`` of ``call_id`` has no ``tool/result`` yet (for a
+        call whose recording an interruption may have cut short before or after its append;
+        an id used before has its result after its call)."""
+        with self._lock:
+            for event in reversed(self._events):
+                if event.type in ("tool/call", "tool/result") and event.data["call_id"] == call_id:
+                    return event.type == "tool/call"
+        return False
+
     def record_result(self, call_id: str, result: ToolExecutionResult, agent: str | None) -> None:
         """``tool/result``: content, is_error, error info when present, meta when present."""
         is_error = result.is_error
