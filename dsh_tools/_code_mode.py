@@ -40,6 +40,7 @@ from .registry._execution import ToolRunContext
 __all__ = [
     "CodeModeHost",
     "build_run_code",
+    "check_code_runtime",
     "check_code_sandbox",
     "check_runtime_settings",
     "install_code_mode",
@@ -53,6 +54,24 @@ class CodeModeHost(Protocol):
     pipeline: Pipeline
     code_runtime: CodeRuntime | None
     dispatch_spill: SpillPolicy | None
+
+
+def check_code_runtime(code_runtime: object) -> None:
+    """Refuse a ``code_runtime`` that is not ``DEFAULT``, ``None`` or a runtime: an object with
+    a ``language`` and a ``run`` method (``CodeRuntime``). Found only at the first ``run_code``
+    call, anything else would fail there with a message about the runtime's language."""
+    if code_runtime is None or isinstance(code_runtime, DefaultRuntime):
+        return
+    if isinstance(code_runtime, type):
+        got = f"the class {code_runtime.__name__} (give an instance of it)"
+    elif not hasattr(code_runtime, "language") or not callable(getattr(code_runtime, "run", None)):
+        got = type(code_runtime).__name__
+    else:
+        return
+    raise TypeError(
+        "code_runtime must be a CodeRuntime (an object with a language and an async run "
+        f"method), DEFAULT or None, got {got}"
+    )
 
 
 def check_code_sandbox(

@@ -149,8 +149,9 @@ class ToolSystem:
             config = ToolsConfig()
         if not isinstance(config, ToolsConfig):
             raise TypeError(f"config must be a ToolsConfig, got {type(config).__name__}")
-        from ._code_mode import check_code_sandbox, check_runtime_settings
+        from ._code_mode import check_code_runtime, check_code_sandbox, check_runtime_settings
 
+        check_code_runtime(code_runtime)
         check_code_sandbox(code_runtime, code_sandbox)  # before anything is started
         check_runtime_settings(config, code_runtime)
         self.config = config

@@ -243,6 +243,24 @@ def test_a_non_native_mode_without_runtime_refuses_every_assembly(mode: str) -> 
             )
 
 
+@pytest.mark.parametrize(
+    ("runtime", "got"),
+    [
+        (5, "int"),
+        ("python", "str"),
+        (FakeRuntime, "the class FakeRuntime (give an instance of it)"),
+    ],
+)
+def test_a_code_runtime_that_is_no_runtime_is_refused_at_start(runtime: object, got: str) -> None:
+    # Not a run_code failure later about the runtime's language "None".
+    with pytest.raises(TypeError) as error:
+        ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)  # type: ignore[arg-type]
+    assert str(error.value) == (
+        "code_runtime must be a CodeRuntime (an object with a language and an async run "
+        f"method), DEFAULT or None, got {got}"
+    )
+
+
 @pytest.mark.parametrize("mode", NON_NATIVE)
 def test_a_runtime_of_another_language_refuses_every_assembly(mode: str) -> None:
     runtime = FakeRuntime(language="typescript")
