@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
 import pytest
 import structlog
 from structlog.testing import LogCapture
@@ -373,6 +374,14 @@ def projected() -> ToolDefinition:
         ),
         execute=lambda a, c: {"text": "body"},
     )
+
+
+def changed_after(decision: Any, **fields: Any) -> Any:
+    """``decision`` with ``fields`` set after it was built, past its own checks: what the
+    pipeline checks again at call time."""
+    for name, value in fields.items():
+        msgspec.structs.force_setattr(decision, name, value)
+    return decision
 
 
 def post_returning(system: ToolSystem, decision: Any) -> None:

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from conftest import WAIT, arun, await_event, call, echo, text
+from conftest import WAIT, arun, await_event, call, changed_after, echo, text
 
 from dsh_tools import AbortController, Ask, ExecuteBatch, ToolCall, ToolSystem
 
@@ -115,6 +115,22 @@ def test_rp72_an_allowed_once_answer_runs_the_call(make_system: Any) -> None:
         "signal": signal,
     }
     assert request["signal"] is signal
+
+
+def test_an_ask_whose_reason_is_not_a_str_names_ask_and_never_reaches_the_service(
+    make_system: Any,
+) -> None:
+    answerer = Answerer("allowed-once")
+    system = make_system(approval=answerer)
+    system.tools.register(echo())
+
+    async def pre(exec: Any, next: Any) -> Any:
+        return changed_after(Ask("why"), reason=5)
+
+    system.tools.on_pre_execute(pre)
+    result = system.execute(call(agent="A"))
+    assert text(result) == "Error: Ask.reason must be a str or None, got int"
+    assert answerer.requests == []
 
 
 def test_rp72_a_bare_ask_sends_no_reason(make_system: Any) -> None:

@@ -6,12 +6,23 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import Recording, block, call, context, echo, sources, text, value_of
+from conftest import (
+    Recording,
+    block,
+    call,
+    changed_after,
+    context,
+    echo,
+    sources,
+    text,
+    value_of,
+)
 
 from dsh_tools import (
     AbortController,
     Accept,
     Allow,
+    Ask,
     Deny,
     FrozenList,
     HarnessError,
@@ -451,16 +462,58 @@ def test_an_unknown_pre_decision_fails_closed(system: ToolSystem, decision: Any)
     assert posts == []
 
 
-def test_a_deny_with_a_non_str_reason_fails_closed(system: ToolSystem) -> None:
-    system.tools.register(echo())
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Deny(42), "Deny.reason must be a str, got int"),
+        (lambda: Deny(None), "Deny.reason must be a str, got NoneType"),
+        (lambda: Ask(5), "Ask.reason must be a str or None, got int"),
+        (lambda: Ask(b"why"), "Ask.reason must be a str or None, got bytes"),
+    ],
+    ids=["Deny(42)", "Deny(None)", "Ask(5)", "Ask(bytes)"],
+)
+def test_a_pre_decision_refuses_a_reason_that_is_not_a_str_when_built(
+    system: ToolSystem, build: Any, message: str
+) -> None:
+    with pytest.raises(TypeError) as error:
+        build()
+    assert str(error.value) == message
+    body = Recording("hi")
+    system.tools.register(echo(execute=body))
 
     async def pre(exec: Any, next: Any) -> Any:
-        return Deny(42)  # type: ignore[arg-type]
+        return build()  # the hook raises: the call fails closed, naming the decision
 
     system.tools.on_pre_execute(pre)
     result = system.execute(call())
     assert result.is_error
-    assert text(result) == "Error: Deny.reason must be a str"
+    assert text(result) == f"Error: {message}"
+    assert result.exception_type == "TypeError"
+    assert body.args == []
+
+
+@pytest.mark.parametrize(
+    ("decision", "message"),
+    [
+        (changed_after(Deny("no"), reason=42), "Deny.reason must be a str, got int"),
+        (changed_after(Ask("why"), reason=5), "Ask.reason must be a str or None, got int"),
+    ],
+    ids=["Deny", "Ask"],
+)
+def test_a_decision_whose_reason_was_changed_after_it_was_built_fails_closed(
+    system: ToolSystem, decision: Any, message: str
+) -> None:
+    body = Recording("hi")
+    system.tools.register(echo(execute=body))
+
+    async def pre(exec: Any, next: Any) -> Any:
+        return decision
+
+    system.tools.on_pre_execute(pre)
+    result = system.execute(call())
+    assert result.is_error
+    assert text(result) == f"Error: {message}"
+    assert body.args == []
 
 
 @pytest.mark.parametrize("decision", [None, Allow(), "accept"], ids=["none", "allow", "str"])

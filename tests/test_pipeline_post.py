@@ -9,6 +9,7 @@ import pytest
 from conftest import (
     block,
     call,
+    changed_after,
     context,
     echo,
     fixture,
@@ -252,13 +253,70 @@ def test_rp68_a_lossy_deferred_context_fails_the_whole_result(system: ToolSystem
 
 
 @pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda: Block("hidden"),  # type: ignore[arg-type]
+            "Block.feedback must be a list or tuple of content blocks, got str",
+        ),
+        (
+            lambda: Block([block("no")], additional_contexts=context("why")),  # type: ignore[arg-type]
+            "Block.additional_contexts must be a list or tuple of contexts, got dict",
+        ),
+        (
+            lambda: Accept(content="replaced"),
+            "Accept.content must be a list or tuple of content blocks, got str",
+        ),
+        (
+            lambda: Accept(content=None),
+            "Accept.content must be a list or tuple of content blocks, got NoneType",
+        ),
+        (
+            lambda: Accept(additional_contexts=5),  # type: ignore[arg-type]
+            "Accept.additional_contexts must be a list or tuple of contexts, got int",
+        ),
+    ],
+    ids=[
+        "Block(str)",
+        "Block(additional_contexts=dict)",
+        "Accept(content=str)",
+        "Accept(content=None)",
+        "Accept(additional_contexts=int)",
+    ],
+)
+def test_a_post_decision_refuses_a_field_that_is_not_a_list_when_built(
+    system: ToolSystem, build: Any, message: str
+) -> None:
+    with pytest.raises(TypeError) as error:
+        build()
+    assert str(error.value) == message
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        return build()  # the hook raises: the call fails closed, naming the field
+
+    system.tools.register(echo())
+    system.tools.on_post_execute(post)
+    result = system.execute(call())
+    assert result.to_dict() == {
+        "content": [{"type": "text", "text": f"Error: {message}"}],
+        "is_error": True,
+        "error": {"message": message},
+    }
+    assert result.exception_type == "TypeError"
+
+
+@pytest.mark.parametrize(
     "decision",
-    [Block("hidden"), Accept(content="replaced")],  # type: ignore[arg-type]
+    [
+        changed_after(Block([]), feedback="hidden"),
+        changed_after(Accept(content=[]), content="replaced"),
+    ],
     ids=["Block(str)", "Accept(content=str)"],
 )
 def test_content_that_is_not_a_list_of_blocks_is_named_as_such(
     system: ToolSystem, decision: Any
 ) -> None:
+    # A decision changed after it was built is checked again when the pipeline applies it.
     system.tools.register(echo())
     post_returning(system, decision)
     result = system.execute(call())
@@ -333,7 +391,8 @@ def test_contexts_given_as_a_single_dict_fail_instead_of_splicing_its_keys(
 
     async def post(exec: Any, result: Any, next: Any) -> Any:
         await next()
-        return Accept(additional_contexts=single)  # one context, not a list of them
+        # one context, not a list of them (set after it was built, past Accept's own check)
+        return changed_after(Accept(), additional_contexts=single)
 
     system.tools.register(fixture("x", body))
     system.tools.on_post_execute(post)

@@ -164,6 +164,31 @@ ToolExecutionResult = ToolExecutionSuccess | ToolExecutionFailure
 
 
 # --- decisions ---------------------------------------------------------------------------------
+#
+# Each decision checks its fields when built, so a hook that builds a wrong one raises in the
+# hook, naming the decision and the field. The pipeline checks again what it is given at call
+# time (``check_reason``): a hook may return an object whose fields were changed after.
+
+_SEQUENCES: tuple[type, ...] = (FrozenList, list, tuple)
+
+
+def check_reason(decision: Deny | Ask) -> None:
+    """``TypeError`` unless ``decision.reason`` is a ``str`` (or ``None`` for an ``Ask``)."""
+    reason = decision.reason
+    if type(reason) is str:
+        return
+    if type(decision) is Ask:
+        if reason is None:
+            return
+        raise TypeError(f"Ask.reason must be a str or None, got {type(reason).__name__}")
+    raise TypeError(f"Deny.reason must be a str, got {type(reason).__name__}")
+
+
+def _check_sequence(owner: str, field: str, value: object, of: str) -> None:
+    if type(value) not in _SEQUENCES:
+        raise TypeError(
+            f"{owner}.{field} must be a list or tuple of {of}, got {type(value).__name__}"
+        )
 
 
 class Allow(msgspec.Struct, frozen=True):
@@ -175,11 +200,17 @@ class Deny(msgspec.Struct, frozen=True):
 
     reason: str
 
+    def __post_init__(self) -> None:
+        check_reason(self)
+
 
 class Ask(msgspec.Struct, frozen=True):
     """A pre-execute decision: route the call through the approval seam."""
 
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        check_reason(self)
 
 
 class Accept(msgspec.Struct, frozen=True):
@@ -189,12 +220,21 @@ class Accept(msgspec.Struct, frozen=True):
     value: Any = UNSET
     additional_contexts: Sequence[Any] = ()
 
+    def __post_init__(self) -> None:
+        if self.content is not UNSET:
+            _check_sequence("Accept", "content", self.content, "content blocks")
+        _check_sequence("Accept", "additional_contexts", self.additional_contexts, "contexts")
+
 
 class Block(msgspec.Struct, frozen=True):
     """A post-execute decision: replace the result with a failure showing ``feedback``."""
 
     feedback: Sequence[Any]
     additional_contexts: Sequence[Any] = ()
+
+    def __post_init__(self) -> None:
+        _check_sequence("Block", "feedback", self.feedback, "content blocks")
+        _check_sequence("Block", "additional_contexts", self.additional_contexts, "contexts")
 
 
 # --- requests ----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ..actors import (
     message_of,
     without_stop_iteration,
 )
+from ..actors._messages import check_reason
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
@@ -152,6 +153,7 @@ class PrepareStages(PipelineCore):
             approval_cancelled = False
             decision_type = type(decision)
             if decision_type is Ask:
+                check_reason(decision)  # before an approver is asked with it
                 rec.stage = "approval"
                 decision, approval_cancelled = await self._approve(rec, decision)
             elif decision_type is not Allow and decision_type is not Deny:
@@ -174,9 +176,8 @@ class PrepareStages(PipelineCore):
             rec.stage = "guard"
             reason = self._evaluate_guards(rec)
         else:
+            check_reason(decision)
             reason = decision.reason
-            if type(reason) is not str:
-                raise TypeError("Deny.reason must be a str")
         if reason is not None:
             return Stage(POST, failure(reason))
         if call_aborted(rec):
