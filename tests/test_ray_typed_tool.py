@@ -139,3 +139,27 @@ def test_a_struct_class_sent_twice_is_one_class_on_the_worker() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
     )
     assert done.stdout.split() == ["True", "True", "True"], done.stderr
+
+
+def looping_node() -> Node:
+    """A node that is its own next node."""
+    node = Node(node_value=1)
+    node.next_node = node
+    return node
+
+
+def test_a_typed_body_on_ray_returning_a_value_that_contains_itself_is_invalid_output(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(tool(placement=RayPlacement(num_cpus=0.5))(looping_node))
+
+    result = system.execute(ExecuteCall(call_id="c1", name="looping_node", arguments={}))
+
+    message = (
+        'tool "looping_node" returned invalid output: value is not lossless JSON: '
+        "value.nextNode is cycle"
+    )
+    assert result.to_dict()["error"] == {
+        "message": message,
+        "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"},
+    }

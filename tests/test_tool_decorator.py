@@ -382,6 +382,110 @@ def test_the_output_contract_checks_the_returned_value(system: ToolSystem) -> No
     assert '"value" must be an integer' in text(result)
 
 
+def nested_lists(depth: int, innermost: Any = None) -> list[Any]:
+    """``[[[...]]]``, ``depth`` lists inside the outer one, ``innermost`` in the last if given."""
+    outer: list[Any] = []
+    current = outer
+    for _ in range(depth):
+        inner: list[Any] = []
+        current.append(inner)
+        current = inner
+    if innermost is not None:
+        current.append(innermost)
+    return outer
+
+
+def invalid_output(name: str, detail: str) -> dict[str, Any]:
+    message = f'tool "{name}" returned invalid output: value is not lossless JSON: {detail}'
+    return {
+        "content": [{"type": "text", "text": f"Error: {message}"}],
+        "is_error": True,
+        "error": {
+            "message": message,
+            "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"},
+        },
+    }
+
+
+@dataclasses.dataclass
+class Folder:
+    entries: list[Any]
+
+
+def test_a_value_that_contains_itself_is_invalid_output_naming_where(system: ToolSystem) -> None:
+    # As from a define_tool body, never msgspec's RecursionError.
+    loop: list[Any] = []
+    loop.append(loop)
+    root = Tree("root")
+    root.children.append(Tree("child", [root]))
+    folder = Folder([])
+    folder.entries.append({"self": folder})
+
+    @tool
+    def cyclic() -> list:  # type: ignore[type-arg]
+        return loop
+
+    @tool
+    def in_a_tuple() -> tuple:  # type: ignore[type-arg]
+        return ("first", loop)
+
+    @tool
+    def tree() -> Tree:
+        return root
+
+    @tool
+    def folders() -> Folder:
+        return folder
+
+    for definition, detail in [
+        (cyclic, "value[0] is cycle"),
+        (in_a_tuple, "value[1][0] is cycle"),
+        (tree, "value.children[0].children[0] is cycle"),
+        (folders, "value.entries[0].self is cycle"),
+    ]:
+        result = run(system, definition, {})
+        assert result.to_dict() == invalid_output(definition.name, detail)
+        assert result.exception_type == "dsh_tools.ToolOutputError"
+
+
+def test_a_plain_value_nested_deeper_than_msgspec_converts_is_kept_as_from_define_tool(
+    system: ToolSystem,
+) -> None:
+    deep = nested_lists(100_000)
+
+    @tool
+    def deep_lists() -> list:  # type: ignore[type-arg]
+        return deep
+
+    result = run(system, deep_lists, {})
+    assert not result.is_error
+    assert text(result) == "[" * 100_001 + "]" * 100_001
+
+
+def test_a_deep_value_that_is_not_json_is_invalid_output(system: ToolSystem) -> None:
+    with_nan = nested_lists(3_000, float("nan"))
+    chain = Tree("0")
+    link = chain
+    for depth in range(1, 5_000):
+        link.children.append(Tree(str(depth)))
+        link = link.children[0]
+
+    @tool
+    def deep_nan() -> list:  # type: ignore[type-arg]
+        return with_nan
+
+    @tool
+    def deep_tree() -> Tree:
+        return chain
+
+    assert run(system, deep_nan, {}).to_dict() == invalid_output(
+        "deep_nan", "value" + "[0]" * 3_001 + " is float (NaN)"
+    )
+    assert run(system, deep_tree, {}).to_dict() == invalid_output(
+        "deep_tree", "value is nested too deep to convert"
+    )
+
+
 def test_render_overrides_the_default_text(system: ToolSystem) -> None:
     @tool(render=lambda args, value: [{"type": "text", "text": f"{args['city']}: {value} C"}])
     def weather(city: str) -> float:

@@ -12,22 +12,28 @@ from typing import Any, Final
 
 import msgspec
 
-from ..actors import ToolArgsError
+from ..actors import ToolArgsError, ToolOutputError
+from ._lossless import LosslessJsonError
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature
+from ._typed_output import unconvertible
 
 _SCALAR_RESULTS: Final = (str, int, float, bool, type(None))
 
 
 def _to_canonical(value: Any) -> Any:
     """The body's return value as JSON data (Structs, dataclasses and Enums become plain
-    values); an object msgspec cannot convert is left for the output contract to report."""
+    values); an object msgspec cannot convert is left for the output contract to report. A
+    value msgspec gives up on as too deep is kept when it is plain JSON, and otherwise raises
+    ``LosslessJsonError`` naming where it contains itself (``unconvertible``)."""
     if type(value) in _SCALAR_RESULTS:
         return value
     try:
         return msgspec.to_builtins(value, str_keys=True)
     except (TypeError, ValueError, OverflowError):
         return value
+    except RecursionError:
+        return unconvertible(value)
 
 
 def _to_canonical_lists(value: Any) -> Any:
@@ -131,10 +137,20 @@ def _make_execute(
     plan: _Signature,
     drop_nulls: Callable[[Any], Any] | None,
     tuples: bool = True,
+    *,
+    name: str,
 ) -> Callable[..., Any]:
-    """``tuples``: the return type may hold tuples (``may_hold_tuples``)."""
+    """``tuples``: the return type may hold tuples (``may_hold_tuples``). A value that
+    cannot be made canonical raises ``ToolOutputError`` for the tool called ``name``."""
     parse = _make_parser(args_type, drop_nulls)
-    canonical = _to_canonical_lists if tuples else _to_canonical
+    convert = _to_canonical_lists if tuples else _to_canonical
+
+    def canonical(value: Any) -> Any:
+        try:
+            return convert(value)
+        except LosslessJsonError as exc:
+            raise ToolOutputError(name, [f"value is not lossless JSON: {exc}"]) from None
+
     has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
 
     def call(values: tuple[Any, ...], run_ctx: Any) -> Any:
@@ -198,9 +214,12 @@ class _PlacedBody:
         plan: _Signature,
         parameters: Any,
         tuples: bool = True,
+        *,
+        name: str,
     ) -> None:
         self._fn = fn
         self._tuples = tuples
+        self._name = name
         self._struct_name = struct_name
         self._fields = [
             (name, _without_constraints(hint), default) for name, hint, default in fields
@@ -226,6 +245,7 @@ class _PlacedBody:
                 self._plan,
                 optional_null_dropper(self._parameters),
                 self._tuples,
+                name=self._name,
             )
             self._execute = execute
         return execute(args, run_ctx)

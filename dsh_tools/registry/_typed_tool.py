@@ -127,13 +127,21 @@ def _build(
     placement: Placement | None = options.get("placement")
     tuples = may_hold_tuples(hints.get("return", Any))
     if placement is None:
-        execute = _make_execute(fn, args_type, plan, drop_nulls, tuples)
+        execute = _make_execute(fn, args_type, plan, drop_nulls, tuples, name=tool_name)
     else:
         try:
             execute = placed_execute(
                 tool_name,
                 placement,
-                _PlacedBody(fn, args_type.__name__, fields, plan, frozen_parameters, tuples),
+                _PlacedBody(
+                    fn,
+                    args_type.__name__,
+                    fields,
+                    plan,
+                    frozen_parameters,
+                    tuples,
+                    name=tool_name,
+                ),
                 _validator(args_type, drop_nulls),
             )
         except TypeError as exc:
