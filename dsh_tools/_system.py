@@ -50,6 +50,7 @@ from .actors import (
     ExecuteCall,
     ToolExecutionResult,
 )
+from .actors._agent_key import check_agent_key
 from .actors._attached import Attached
 from .actors._config import ToolsConfig
 from .actors._logging import get_logger
@@ -252,7 +253,9 @@ class ToolSystem:
         Kept per registry snapshot: until the registry changes, a call reuses the last
         assembly. Its ``tools`` schemas are then read-only (``FrozenDict``, equal to and
         encoding like plain dicts; copy one to change it); the lists are fresh on every call.
+        ``TypeError`` for an ``agent`` that is not a ``str`` or ``None``.
         """
+        check_agent_key(agent)
         return self._assembler.assemble(
             self._cell.current,
             agent,
@@ -440,8 +443,7 @@ class ToolSystem:
     def agent(self, key: str) -> AgentScope:
         """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
         self._check_running()
-        if type(key) is not str:
-            raise TypeError(f"agent keys are str, got {type(key).__name__}")
+        check_agent_key(key, optional=False)
         with self._lock:
             scope = self._scopes.get(key)
             if scope is None:

@@ -334,6 +334,30 @@ def test_agent_scopes_are_live_per_key_and_fresh_after_close(system: ToolSystem)
         system.agent(1)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("key", [5, b"A", ("A",)], ids=["int", "bytes", "tuple"])
+def test_every_read_refuses_an_agent_key_that_is_not_a_str(system: ToolSystem, key: Any) -> None:
+    # Not the global view for a key nobody could have meant: the same refusal as agent(key).
+    system.agent("A").tools.register(fixture("mine"))
+    message = f"agent keys are str, got {type(key).__name__}"
+    scope_tools = system.agent("A").tools
+    reads = {
+        "agent": lambda: system.agent(key),
+        "names": lambda: system.tools.names(agent=key),
+        "schemas": lambda: system.tools.schemas(key),
+        "get": lambda: system.tools.get("mine", key),
+        "scope names": lambda: scope_tools.names(agent=key),
+        "assemble_prompt": lambda: system.assemble_prompt(key),
+        "derive_messages": lambda: system.session.derive_messages(key),
+    }
+    for label, read in reads.items():
+        with pytest.raises(TypeError) as error:
+            read()
+        assert str(error.value) == message, label
+    assert system.tools.names(agent="A") == ["mine"]
+    assert system.tools.names() == []
+    assert scope_tools.names() == ["mine"]
+
+
 def test_a_closed_plugin_refuses_registrations(system: ToolSystem) -> None:
     owner = system.plugin("O")
     owner.tools.register(fixture("a"))

@@ -17,6 +17,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..actors import FrozenDict, FrozenList, ToolExecutionResult
+from ..actors._agent_key import check_agent_key
 
 __all__ = ["SessionEvent", "SessionLog"]
 
@@ -110,7 +111,9 @@ class SessionLog:
 
     def derive_messages(self, agent: str | None = None) -> list[dict[str, Any]]:
         """The model history: one user message per ``tool/result`` (a single ``tool-result``
-        block) and per ``user/message``; dispatch and call events derive nothing."""
+        block) and per ``user/message``; dispatch and call events derive nothing. ``agent``
+        keeps that agent's events only (``TypeError`` for a key that is not a ``str``)."""
+        check_agent_key(agent)
         out: list[dict[str, Any]] = []
         for event in self.events:
             if agent is not None and event.agent != agent:

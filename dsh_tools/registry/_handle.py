@@ -18,6 +18,7 @@ from typing import Any, Literal
 import pykka
 
 from ..actors import ExecuteCall, ToolCall, message_of
+from ..actors._agent_key import check_agent_key
 from ..actors._logging import get_logger
 from ..actors._protocol import (
     AddGuard,
@@ -305,7 +306,12 @@ class ToolsHandle:
     # --- reads ---------------------------------------------------------------------------------
 
     def _target(self, agent: str | None) -> str | None:
-        return self._agent if agent is None else agent
+        """The agent a read is for: ``agent`` when given, else this handle's (``TypeError``
+        for a key that is not a ``str``)."""
+        if agent is None:
+            return self._agent
+        check_agent_key(agent)
+        return agent
 
     def get(self, name: str, agent: str | None = None) -> ToolDefinition | None:
         """The definition ``name`` resolves to in the agent's view, or None."""
