@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 from typing import Any
 
 import pytest
@@ -281,6 +282,127 @@ def test_bad_responses_get_errors_that_name_the_place() -> None:
         openai_tool_messages(BatchOutcome(results=[ToolExecutionSuccess(None, FrozenList())]))
     with pytest.raises(ValueError, match="nothing to send"):
         anthropic_tool_results(BatchOutcome(results=[]))
+
+
+CHAT_EXPECTED = (
+    "a Chat Completions assistant message or a one-choice completion (an SDK object or a dict)"
+)
+
+
+@pytest.mark.parametrize(
+    ("read", "given", "message"),
+    [
+        (
+            openai_tool_calls,
+            "I am not a completion",
+            f"openai_tool_calls() takes {CHAT_EXPECTED}, got str",
+        ),
+        (openai_tool_calls, None, f"openai_tool_calls() takes {CHAT_EXPECTED}, got NoneType"),
+        (
+            openai_assistant_message,
+            42,
+            f"openai_assistant_message() takes {CHAT_EXPECTED}, got int",
+        ),
+        (
+            responses_tool_calls,
+            42,
+            "responses_tool_calls() takes a Responses API response (an SDK object or a dict) "
+            "or its output list, got int",
+        ),
+        (
+            anthropic_tool_calls,
+            [{"type": "tool_use", "id": "u", "name": "n", "input": {}}],
+            "anthropic_tool_calls() takes a Messages API response message (an SDK object or a "
+            "dict), got list",
+        ),
+    ],
+    ids=["chat-str", "chat-none", "assistant-int", "responses-int", "anthropic-list"],
+)
+def test_a_response_of_the_wrong_kind_is_refused_not_read_as_no_calls(
+    read: Any, given: Any, message: str
+) -> None:
+    with pytest.raises(TypeError) as refused:
+        read(given)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    ("read", "given", "message"),
+    [
+        (
+            anthropic_tool_calls,
+            {"content": [5, "x"]},
+            "message.content[0] must be a content block (an SDK object or a dict), got int",
+        ),
+        (
+            anthropic_tool_calls,
+            {"content": [{"type": "text", "text": "hi"}, "x"]},
+            "message.content[1] must be a content block (an SDK object or a dict), got str",
+        ),
+        (
+            responses_tool_calls,
+            {"output": [None]},
+            "response.output[0] must be an output item (an SDK object or a dict), got NoneType",
+        ),
+        (
+            openai_tool_calls,
+            {"tool_calls": ["call_1"]},
+            "message.tool_calls[0] must be a tool call (an SDK object or a dict), got str",
+        ),
+        (
+            openai_tool_calls,
+            {"choices": [7]},
+            "completion.choices[0] must be a choice (an SDK object or a dict), got int",
+        ),
+        (
+            openai_tool_calls,
+            {"choices": [{"index": 0}]},
+            "completion.choices[0].message must be an assistant message (an SDK object or a "
+            "dict), got NoneType",
+        ),
+    ],
+    ids=[
+        "anthropic-int",
+        "anthropic-str",
+        "responses-none",
+        "chat-tool-call-str",
+        "chat-choice-int",
+        "chat-choice-without-message",
+    ],
+)
+def test_an_entry_of_the_wrong_kind_is_refused_naming_where(
+    read: Any, given: Any, message: str
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        read(given)
+    assert str(refused.value) == message
+
+
+def test_responses_read_from_objects_with_the_sdk_attributes_are_still_read() -> None:
+    block = types.SimpleNamespace(type="tool_use", id="u1", name="weather", input={"city": "Oslo"})
+    assert anthropic_tool_calls(types.SimpleNamespace(content=[block])) == [  # type: ignore[arg-type]
+        ToolCall("u1", "weather", '{"city":"Oslo"}')
+    ]
+    item = types.SimpleNamespace(type="function_call", call_id="c1", name="f", arguments="{}")
+    response: Any = types.SimpleNamespace(output=[item])
+    assert responses_tool_calls(response) == [ToolCall("c1", "f", "{}")]
+    answer: Any = types.SimpleNamespace(tool_calls=None, content="no calls")
+    assert openai_tool_calls(answer) == []
+
+
+@pytest.mark.parametrize(
+    "write",
+    [openai_tool_messages, responses_tool_outputs, anthropic_tool_results],
+    ids=lambda write: write.__name__,
+)
+@pytest.mark.parametrize("given", [None, [], {"results": []}], ids=["None", "list", "dict"])
+def test_writing_results_takes_only_a_batch_outcome(write: Any, given: Any) -> None:
+    with pytest.raises(TypeError) as refused:
+        write(given)
+    assert str(refused.value) == (
+        f"{write.__name__}() takes the BatchOutcome that system.execute_batch(...) returns, "
+        f"got {type(given).__name__}"
+    )
 
 
 def test_prompts_map_names_the_provider_refuses_and_carry_the_sections() -> None:

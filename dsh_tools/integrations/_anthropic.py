@@ -18,10 +18,27 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..actors import BatchOutcome, ToolCall
 from ..codebridge import AssembledPrompt
-from ._content import Media, Part, Text, call_id_of, context_parts, field, media_placeholder
+from ._content import (
+    Media,
+    Part,
+    Text,
+    call_id_of,
+    check_outcome,
+    context_parts,
+    field,
+    media_placeholder,
+)
 from ._content import parts_of as _parts_of
 from ._names import ToolNameMap
-from ._prompt import ProviderPrompt, items_of, make_call, mapped_schemas, system_text
+from ._prompt import (
+    ProviderPrompt,
+    entry_of,
+    items_of,
+    make_call,
+    mapped_schemas,
+    response_of,
+    system_text,
+)
 from ._schemas import to_anthropic_tools
 
 if TYPE_CHECKING:
@@ -80,9 +97,16 @@ def anthropic_tool_calls(
     (``anthropic_prompt(...).names``) maps provider names back to registry names. Other blocks
     (text, thinking, server tools that Anthropic runs itself) are left out.
     """
+    response_of(
+        message,
+        "anthropic_tool_calls",
+        "a Messages API response message (an SDK object or a dict)",
+        ("content",),
+    )
     calls: list[ToolCall] = []
     for index, block in enumerate(items_of(field(message, "content"), "message.content")):
-        if field(block, "type") != "tool_use":
+        where = f"message.content[{index}]"
+        if field(entry_of(block, where, "a content block", ("type",)), "type") != "tool_use":
             continue
         calls.append(
             make_call(
@@ -90,8 +114,8 @@ def anthropic_tool_calls(
                 field(block, "name"),
                 field(block, "input"),
                 names,
-                f"message.content[{index}]",
-                arguments_at=f"message.content[{index}].input",
+                where,
+                arguments_at=f"{where}.input",
                 parsed=True,  # `input` is the JSON value itself
             )
         )
@@ -135,6 +159,7 @@ def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
     ``ValueError`` for an outcome with neither results nor contexts (the API refuses an empty
     message).
     """
+    check_outcome(outcome, "anthropic_tool_results")
     content: list[ContentBlockParam] = []
     for position, result in enumerate(outcome.results):
         block: ToolResultBlockParam = {

@@ -23,6 +23,7 @@ __all__ = [
     "Part",
     "Text",
     "call_id_of",
+    "check_outcome",
     "context_parts",
     "field",
     "media_placeholder",
@@ -176,3 +177,12 @@ def call_id_of(result: ToolExecutionResult, position: int) -> str:
             f"results[{position}] has no call_id; pass the BatchOutcome that execute_batch returned"
         )
     return call_id
+
+
+def check_outcome(outcome: object, adapter: str) -> None:
+    """``TypeError`` naming ``adapter`` unless ``outcome`` is a ``BatchOutcome``."""
+    if not isinstance(outcome, BatchOutcome):
+        raise TypeError(
+            f"{adapter}() takes the BatchOutcome that system.execute_batch(...) returns, got "
+            f"{type(outcome).__name__}"
+        )

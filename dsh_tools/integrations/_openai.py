@@ -22,10 +22,27 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ..actors import BatchOutcome, ToolCall
 from ..codebridge import AssembledPrompt
-from ._content import Media, Part, Text, call_id_of, context_parts, field, media_placeholder
+from ._content import (
+    Media,
+    Part,
+    Text,
+    call_id_of,
+    check_outcome,
+    context_parts,
+    field,
+    media_placeholder,
+)
 from ._content import parts_of as _parts_of
 from ._names import ToolNameMap
-from ._prompt import ProviderPrompt, items_of, make_call, mapped_schemas, system_text
+from ._prompt import (
+    ProviderPrompt,
+    entry_of,
+    items_of,
+    make_call,
+    mapped_schemas,
+    response_of,
+    system_text,
+)
 from ._schemas import StrictMode, to_openai_tools
 
 if TYPE_CHECKING:
@@ -125,8 +142,15 @@ def responses_prompt(
 # --- Chat Completions --------------------------------------------------------------------------
 
 
-def _chat_message(message: Any) -> Any:
-    """The assistant message of a completion (one choice) or the message itself."""
+def _chat_message(message: Any, adapter: str) -> Any:
+    """The assistant message of a completion (one choice) or the message itself; what is
+    neither raises, naming ``adapter`` or the place in the completion."""
+    response_of(
+        message,
+        adapter,
+        "a Chat Completions assistant message or a one-choice completion (an SDK object or a dict)",
+        ("tool_calls", "choices"),
+    )
     choices = field(message, "choices")
     if choices is None:
         return message
@@ -136,7 +160,17 @@ def _chat_message(message: Any) -> Any:
             f"the completion has {len(listed)} choices; pass the message of the one you continue "
             "(completion.choices[i].message)"
         )
-    return field(listed[0], "message")
+    choice = entry_of(listed[0], "completion.choices[0]", "a choice", ("message",))
+    return entry_of(
+        field(choice, "message"),
+        "completion.choices[0].message",
+        "an assistant message",
+        ("tool_calls",),
+    )
+
+
+def _tool_call(item: Any, where: str) -> Any:
+    return entry_of(item, where, "a tool call", ("type", "function"))
 
 
 def openai_tool_calls(
@@ -151,11 +185,11 @@ def openai_tool_calls(
     without it the names are taken as they are. Calls of other kinds (custom tools) are not
     function calls of this registry and are left out.
     """
-    assistant = _chat_message(message)
+    assistant = _chat_message(message, "openai_tool_calls")
     calls: list[ToolCall] = []
     for index, item in enumerate(items_of(field(assistant, "tool_calls"), "message.tool_calls")):
         where = f"message.tool_calls[{index}]"
-        kind = field(item, "type")
+        kind = field(_tool_call(item, where), "type")
         if kind not in (None, "function"):
             continue
         function = field(item, "function")
@@ -179,7 +213,7 @@ def openai_assistant_message(
 ) -> ChatCompletionAssistantMessageParam:
     """The assistant message as the next Chat request repeats it: its text and its function
     calls under the names the model used (SDK object or dict in, request ``TypedDict`` out)."""
-    assistant = _chat_message(message)
+    assistant = _chat_message(message, "openai_assistant_message")
     echo: ChatCompletionAssistantMessageParam = {"role": "assistant"}
     content = field(assistant, "content")
     if isinstance(content, str):
@@ -189,7 +223,10 @@ def openai_assistant_message(
         echo["refusal"] = refusal
     calls: list[ChatCompletionMessageFunctionToolCallParam] = []
     for index, item in enumerate(items_of(field(assistant, "tool_calls"), "message.tool_calls")):
-        if field(item, "type") not in (None, "function"):
+        if field(_tool_call(item, f"message.tool_calls[{index}]"), "type") not in (
+            None,
+            "function",
+        ):
             continue
         function = field(item, "function")
         call = make_call(
@@ -247,6 +284,7 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
     after the tool messages, followed by the batch's contexts (``outcome.contexts``). Media
     Chat cannot take at all become text placeholders.
     """
+    check_outcome(outcome, "openai_tool_messages")
     messages: list[ChatCompletionMessageParam] = []
     attachments: list[ChatCompletionContentPartParam] = []
     for position, result in enumerate(outcome.results):
@@ -288,10 +326,20 @@ def responses_tool_calls(
     order, as SDK objects or dicts; ``call_id`` is the item's ``call_id``. ``names``
     (``responses_prompt(...).names``) maps provider names back to registry names. Other items
     (messages, reasoning, built-in tools) are left out."""
-    output = response if isinstance(response, list) else field(response, "output")
+    if isinstance(response, list):
+        output: Any = response
+    else:
+        response_of(
+            response,
+            "responses_tool_calls",
+            "a Responses API response (an SDK object or a dict) or its output list",
+            ("output",),
+        )
+        output = field(response, "output")
     calls: list[ToolCall] = []
     for index, item in enumerate(items_of(output, "response.output")):
-        if field(item, "type") != "function_call":
+        where = f"response.output[{index}]"
+        if field(entry_of(item, where, "an output item", ("type",)), "type") != "function_call":
             continue
         calls.append(
             make_call(
@@ -299,8 +347,8 @@ def responses_tool_calls(
                 field(item, "name"),
                 field(item, "arguments"),
                 names,
-                f"response.output[{index}]",
-                arguments_at=f"response.output[{index}].arguments",
+                where,
+                arguments_at=f"{where}.arguments",
             )
         )
     return calls
@@ -336,6 +384,7 @@ def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam
     ``input_file`` parts (audio becomes a text placeholder). The batch's contexts follow as
     one user message.
     """
+    check_outcome(outcome, "responses_tool_outputs")
     items: list[ResponseInputItemParam] = []
     for position, result in enumerate(outcome.results):
         call_id = call_id_of(result, position)

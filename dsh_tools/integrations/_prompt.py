@@ -19,7 +19,15 @@ from ..codebridge import AssembledPrompt
 from ._arguments import arguments_text
 from ._names import ToolNameMap
 
-__all__ = ["ProviderPrompt", "make_call", "mapped_schemas", "system_text"]
+__all__ = [
+    "ProviderPrompt",
+    "entry_of",
+    "items_of",
+    "make_call",
+    "mapped_schemas",
+    "response_of",
+    "system_text",
+]
 
 ToolT = TypeVar("ToolT")
 
@@ -105,3 +113,27 @@ def items_of(value: object, where: str) -> list[Any]:
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise ValueError(f"{where} must be a list, got {type(value).__name__}")
     return list(value)
+
+
+def _shaped(value: object, attributes: tuple[str, ...]) -> bool:
+    """Whether ``value`` is a dict, or an SDK object with one of ``attributes``."""
+    return isinstance(value, Mapping) or any(hasattr(value, name) for name in attributes)
+
+
+def response_of(value: object, adapter: str, expected: str, attributes: tuple[str, ...]) -> None:
+    """Refuse what ``adapter`` was given when it is not ``expected``: neither a dict nor an SDK
+    object with one of ``attributes`` (a string, ``None``, a number...), so that the wrong
+    object never reads as a response without calls."""
+    if not _shaped(value, attributes):
+        raise TypeError(f"{adapter}() takes {expected}, got {type(value).__name__}")
+
+
+def entry_of(item: object, where: str, expected: str, attributes: tuple[str, ...]) -> Any:
+    """``item``, one entry of a response's list at ``where``, when it is a dict or an SDK object
+    with one of ``attributes``; ``ValueError`` naming the place otherwise, so that a malformed
+    entry is never skipped as an entry of another kind."""
+    if not _shaped(item, attributes):
+        raise ValueError(
+            f"{where} must be {expected} (an SDK object or a dict), got {type(item).__name__}"
+        )
+    return item
