@@ -422,11 +422,11 @@ def test_a_value_that_contains_itself_is_invalid_output_naming_where(system: Too
     folder.entries.append({"self": folder})
 
     @tool
-    def cyclic() -> list:  # type: ignore[type-arg]
+    def cyclic() -> list[Any]:
         return loop
 
     @tool
-    def in_a_tuple() -> tuple:  # type: ignore[type-arg]
+    def in_a_tuple() -> tuple[Any, ...]:
         return ("first", loop)
 
     @tool
@@ -454,7 +454,7 @@ def test_a_plain_value_nested_deeper_than_msgspec_converts_is_kept_as_from_defin
     deep = nested_lists(100_000)
 
     @tool
-    def deep_lists() -> list:  # type: ignore[type-arg]
+    def deep_lists() -> list[Any]:
         return deep
 
     result = run(system, deep_lists, {})
@@ -471,7 +471,7 @@ def test_a_deep_value_that_is_not_json_is_invalid_output(system: ToolSystem) -> 
         link = link.children[0]
 
     @tool
-    def deep_nan() -> list:  # type: ignore[type-arg]
+    def deep_nan() -> list[Any]:
         return with_nan
 
     @tool
