@@ -96,7 +96,8 @@ def run_bench(
     check: bool = False,
     against: str | None = None,
 ) -> int:
-    """Measure and print the benchmark table (or JSON).
+    """Measure and print the benchmark table (or JSON); return 1 when ``check`` and a bar is
+    not met (a figure over its bar, or a comparison that could not be measured), else 0.
 
     ``against``: a git revision (the first release, ``FIRST_RELEASE``, for the per-call bars)
     to measure in turns with this checkout, when the package runs from a git checkout; else
@@ -136,15 +137,32 @@ def run_bench(
         figures.update(measure_assembly(runs=runs, progress=progress.step))
         figures.update(measure_demo_rss(progress=progress.step))
     progress.close()
+    bars = {key: float(bar) for key, _, _, bar in _BARS if bar is not None and key in figures}
+    over = [key for key, bar in bars.items() if figures[key] > bar]
+    # A bar that could not be measured is not met: ``--check`` fails for it too.
+    met = not over and skipped is None
     if as_json:
-        report: dict[str, object] = {"cpus": os.cpu_count(), "figures": figures}
+        report: dict[str, object] = {
+            "cpus": os.cpu_count(),
+            "figures": figures,
+            "bars": bars,
+            "over": over,
+            "bars_met": met,
+        }
         if skipped is not None:
             report["skipped"] = skipped
         print(json.dumps(report, indent=2), file=out)
-        return 0
+    else:
+        _print_table(out, figures, over)
+        if skipped is not None:
+            print(f"(not measured: {skipped})", file=out)
+    return 1 if check and not met else 0
+
+
+def _print_table(out: TextIO, figures: dict[str, float], over: list[str]) -> None:
+    """The measured figures with their bars, a figure over its bar marked "(over)"."""
     print(f"{'figure':<48} {'measured':>12}  {'bar':>8}", file=out)
     print("-" * 72, file=out)
-    over = False
     for key, label, unit, bar in _BARS:
         if key not in figures:
             continue
@@ -158,14 +176,8 @@ def run_bench(
         else:
             shown = f"{value:.1f} {unit}"
         bar_text = f"<= {bar:g}" if bar is not None else ""
-        mark = ""
-        if bar is not None and value > bar:
-            mark, over = "  (over)", True
+        mark = "  (over)" if key in over else ""
         print(f"{label:<48} {shown:>12}  {bar_text:>8}{mark}", file=out)
-    if skipped is not None:
-        # A bar that could not be measured is not met: ``--check`` fails for it too.
-        print(f"(not measured: {skipped})", file=out)
-    return 1 if check and (over or skipped is not None) else 0
 
 
 def revision_problem(revision: str) -> str | None:

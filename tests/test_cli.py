@@ -260,6 +260,25 @@ def test_bench_json_lists_the_figures(monkeypatch: pytest.MonkeyPatch) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("pool_ratio", "check", "status"),
+    [(1.01, False, 0), (1.01, True, 0), (1.20, False, 0), (1.20, True, 1)],
+)
+def test_bench_json_names_the_bars_and_the_figures_over_them_and_check_still_applies(
+    monkeypatch: pytest.MonkeyPatch, pool_ratio: float, check: bool, status: int
+) -> None:
+    from dsh_tools.cli import run_bench
+
+    _fixed_figures(monkeypatch, pool_ratio)
+    out = io.StringIO()
+    assert run_bench(out, as_json=True, runs=1, code_mode=False, check=check) == status
+    report = json.loads(out.getvalue())
+    assert report["bars"] == {"pool10_sleep5ms_async_ratio": 1.03}
+    is_over = pool_ratio > 1.03
+    assert report["over"] == (["pool10_sleep5ms_async_ratio"] if is_over else [])
+    assert report["bars_met"] is not is_over
+
+
 def test_the_monty_comparison_takes_each_ratio_within_a_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
