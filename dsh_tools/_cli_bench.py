@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import threading
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 __all__ = ["run_bench"]
 
@@ -95,13 +95,17 @@ def run_bench(
     code_mode: bool,
     check: bool = False,
     against: str | None = None,
+    against_by_default: bool = False,
 ) -> int:
     """Measure and print the benchmark table (or JSON); return 1 when ``check`` and a bar is
     not met (a figure over its bar, or a comparison that could not be measured), else 0.
 
     ``against``: a git revision (the first release, ``FIRST_RELEASE``, for the per-call bars)
     to measure in turns with this checkout, when the package runs from a git checkout; else
-    that comparison is left out and a line says why."""
+    that comparison is left out and a line says why. ``against_by_default``: the revision is
+    the command's default, not one the user asked for; then a comparison this copy cannot make
+    (it is not a git checkout, or its history lacks the revision) is left out with that line but
+    is not a bar unmet."""
     from ._bench import (
         POOL_REFILL_PAUSE_S,
         measure_assembly,
@@ -115,10 +119,15 @@ def run_bench(
     progress = _Progress(3 + 5 + (4 if code_mode else 0) + (1 if against else 0))
     figures: dict[str, float] = {}
     skipped: str | None = None
+    skip_fails = False
     if against:
         progress.step(f"this checkout against {against}, in turns")
-        measured, skipped = _against_revision(against, rounds=max(runs, 3))
-        figures.update(measured)
+        comparison = _against_revision(against, rounds=max(runs, 3))
+        figures.update(comparison.figures)
+        skipped = comparison.missing
+        # A bar that could not be measured is not met, unless the comparison is only the
+        # default one and this copy cannot make it (an installed package has no history).
+        skip_fails = skipped is not None and (comparison.possible or not against_by_default)
     figures.update(measure_pipeline(runs=runs, progress=progress.step))
     figures.update(measure_pool(runs=runs, progress=progress.step))
     if code_mode:
@@ -139,8 +148,7 @@ def run_bench(
     progress.close()
     bars = {key: float(bar) for key, _, _, bar in _BARS if bar is not None and key in figures}
     over = [key for key, bar in bars.items() if figures[key] > bar]
-    # A bar that could not be measured is not met: ``--check`` fails for it too.
-    met = not over and skipped is None
+    met = not over and not skip_fails
     if as_json:
         report: dict[str, object] = {
             "cpus": os.cpu_count(),
@@ -196,20 +204,31 @@ def revision_problem(revision: str) -> str | None:
     return None
 
 
-def _against_revision(revision: str, *, rounds: int) -> tuple[dict[str, float], str | None]:
+class _Comparison(NamedTuple):
+    """The figures of this checkout against a revision, or why they are missing."""
+
+    figures: dict[str, float]
+    missing: str | None = None
+    """Why the comparison is missing, if it is."""
+    possible: bool = True
+    """False when this copy cannot make the comparison at all: it is not a git checkout, git
+    cannot be run, or its history lacks the revision (a shallow clone)."""
+
+
+def _against_revision(revision: str, *, rounds: int) -> _Comparison:
     """The per-call figures of this checkout against ``revision`` (see ``_bench_revision``),
-    and why they are missing, if they are. The bars apply to the first release only."""
+    or why they are missing. The bars apply to the first release only."""
     from ._bench_revision import FIRST_RELEASE, compare_with_revision, resolve, source_checkout
 
     problem = revision_problem(revision)
     checkout = source_checkout()
     if problem is not None or checkout is None:
-        return {}, f"the comparison with {revision}: {problem}"
+        return _Comparison({}, f"the comparison with {revision}: {problem}", possible=False)
     try:
         first_release = resolve(checkout, revision) == resolve(checkout, FIRST_RELEASE)
         report = compare_with_revision(checkout, revision, rounds=rounds)
     except RuntimeError as exc:
-        return {}, f"the comparison with {revision}: {exc}"
+        return _Comparison({}, f"the comparison with {revision}: {exc}")
     figures = {
         "execute_no_hooks_then_us": report["no_hooks_us"]["revision"],
         "execute_four_hooks_then_us": report["four_hooks_us"]["revision"],
@@ -222,4 +241,4 @@ def _against_revision(revision: str, *, rounds: int) -> tuple[dict[str, float], 
     if not first_release:  # another revision's ratios are shown under other names
         ratios = {key.replace("first_release", "revision"): v for key, v in ratios.items()}
     figures.update(ratios)
-    return figures, None
+    return _Comparison(figures)

@@ -221,6 +221,7 @@ def _dispatch(args: argparse.Namespace, out: TextIO) -> int:
             code_mode=not args.no_code_mode,
             check=args.check,
             against=FIRST_RELEASE if args.against is None else args.against or None,
+            against_by_default=args.against is None,
         )
     if args.command == "sdk":
         return run_sdk(out)
