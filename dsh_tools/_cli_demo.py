@@ -31,11 +31,14 @@ class _ScriptedApproval:
     """The demo's stand-in for a human: approves writes to notes/, rejects anything else.
 
     It notes its answer per call in ``decided_by``, so the demo can say which component
-    produced each outcome."""
+    produced each outcome, and what it was asked in ``asked``. It prints nothing itself: it
+    answers on one of the pipeline's worker threads, where a write to a closed pipe or a full
+    disk would be an approval failure, logged with its traceback, instead of the end of the
+    command. ``report`` prints what it was asked, from the demo's own thread."""
 
-    def __init__(self, out: TextIO, decided_by: dict[str, str]) -> None:
-        self.out = out
+    def __init__(self, decided_by: dict[str, str]) -> None:
         self.decided_by = decided_by
+        self.asked: list[str] = []
 
     def request(
         self,
@@ -48,12 +51,16 @@ class _ScriptedApproval:
         reason: str = "",
     ) -> ApprovalOutcome:
         answer: ApprovalOutcome = "allowed-once" if "notes/" in reason else "rejected"
-        print(
-            f"    [approval] {agent} asks to run {tool_name} ({reason}) -> {answer}", file=self.out
-        )
+        self.asked.append(f"    [approval] {agent} asks to run {tool_name} ({reason}) -> {answer}")
         verdict = "allowed it" if answer == "allowed-once" else "rejected it"
         self.decided_by[call_id] = f"policy hook (Ask) -> approval {verdict}"
         return answer
+
+    def report(self, out: TextIO) -> None:
+        """Print what the approver was asked since the last report."""
+        asked, self.asked = self.asked, []
+        for line in asked:
+            print(line, file=out)
 
 
 _MARKER = ".dsh-tools-demo"
@@ -109,9 +116,8 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
         config = ToolsConfig(mode=mode, max_parallel_tool_calls=4)
         runtime: DefaultRuntime | None = DEFAULT if code_mode else None
         decided_by: dict[str, str] = {}
-        with ToolSystem.start(
-            config, approval=_ScriptedApproval(out, decided_by), code_runtime=runtime
-        ) as system:
+        approval = _ScriptedApproval(decided_by)
+        with ToolSystem.start(config, approval=approval, code_runtime=runtime) as system:
             if isinstance(system.code_runtime, SubprocessCodeRuntime):
                 # The workspace is ready: the worker template may start now, so that the
                 # program below finds a worker waiting.
@@ -176,6 +182,7 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
             start = time.perf_counter()
             outcome = system.execute_batch(ExecuteBatch(calls=calls, agent=agent.key))
             elapsed = (time.perf_counter() - start) * 1000
+            approval.report(out)
             print(f"\nResults ({elapsed:.0f} ms for the whole turn):", file=out)
             durations = call_durations(system)
             for call, result in zip(calls, outcome.results, strict=True):
@@ -221,6 +228,7 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
                     )
                 )
                 elapsed = (time.perf_counter() - start) * 1000
+                approval.report(out)
                 status = "ERROR" if result.is_error else "ok"
                 print(f"  c8 run_code: {status} ({elapsed:.0f} ms)", file=out)
                 print(indent(content_text(result)), file=out)

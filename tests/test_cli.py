@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import errno
 import io
 import json
 import os
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Logs
 
 from dsh_tools.cli import main, run_demo
 
@@ -211,6 +213,54 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly() -> None:
         os.close(write_end)
     assert done.stderr == ""
     assert done.returncode == 141
+
+
+def test_a_reader_that_closes_the_pipe_during_the_demo_ends_it_quietly() -> None:
+    # `dsh-tools demo | head -12`: the reader leaves after the list of calls, as the turn (and
+    # the stand-in approver's answer) is still to come. Unbuffered, each line reaches the pipe
+    # as it is printed, as at a terminal.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "dsh_tools.cli", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    assert child.stdout is not None
+    try:
+        head = [child.stdout.readline() for _ in range(12)]
+        child.stdout.close()
+        _, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    assert head[-1].split()[:2] == [b"c7", b"bash"]  # the last call of the list
+    assert err.decode() == ""
+    assert child.returncode == 141
+
+
+class _ReaderLeavesAfter(io.StringIO):
+    """Standard output whose reader leaves after ``lines`` lines: every later write fails."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def write(self, text: str) -> int:
+        if self.getvalue().count("\n") >= self.lines:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        return super().write(text)
+
+
+def test_the_demo_writes_from_its_own_thread_only_so_a_closed_pipe_fails_no_call(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # The reader leaves after the list of calls: the stand-in approver, which answers during
+    # the turn on a worker thread, must not be the one to find out.
+    out = _ReaderLeavesAfter(12)
+    with pytest.raises(BrokenPipeError):
+        run_demo(out, workspace=tmp_path, code_mode=False)
+    assert out.getvalue().splitlines()[-1].split()[:2] == ["c7", "bash"]
+    assert logs.warnings == []  # no approval failure
 
 
 def _fixed_figures(monkeypatch: pytest.MonkeyPatch, pool_ratio: float) -> None:
