@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import structlog
 
@@ -28,6 +28,9 @@ from ._cli_bench import revision_problem, run_bench
 from ._cli_commands import run_catalog, run_code_file, run_program, run_sdk
 from ._cli_demo import run_demo
 from .codebridge._seam import DEFAULT_COMPUTE_MS, DEFAULT_MAX_WALL_MS, ISOLATIONS
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = [
     "main",
@@ -40,8 +43,21 @@ __all__ = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, except that what it prints on standard output (``--help``,
+    ``--version``) fails as the command's own output does: argparse drops an ``OSError``
+    there, so a full disk or a closed pipe would go unnoticed. Its subcommands' parsers are of
+    this class too."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message and file is sys.stdout:
+            file.write(message)
+        else:
+            super()._print_message(message, file)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dsh-tools",
         description="Tool registry and execution pipeline for LLM agent harnesses.",
     )
@@ -146,7 +162,6 @@ _INTERRUPTED_STATUS = 130  # what a shell reports for a command ended by Ctrl-C
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    args = _parser().parse_args(argv)
     if argv is None:
         _quiet_logs()
         # A terminal or pipe that cannot show some character (PYTHONIOENCODING=ascii, say)
@@ -154,13 +169,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for stream in (sys.stdout, sys.stderr):
             if isinstance(stream, io.TextIOWrapper):
                 stream.reconfigure(errors="backslashreplace")
+    name = "dsh-tools"  # who speaks in a message: the command, once it is known
     try:
+        try:
+            args = _parser().parse_args(argv)
+        except SystemExit as done:  # --help, --version, or bad arguments: argparse has spoken
+            sys.stdout.flush()  # what --help or --version printed: it must reach the reader
+            return _status(done)
+        name = f"dsh-tools {args.command}"
         status = _dispatch(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe surfaces here, not in the interpreter's exit
         return status
     except KeyboardInterrupt:
         # Ctrl-C: what was running has been stopped and cleaned up on the way out.
-        print(f"dsh-tools {args.command}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return _INTERRUPTED_STATUS
     except BrokenPipeError:
         # The reader went away (`dsh-tools sdk | head`): stop quietly.
@@ -168,9 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _SIGPIPE_STATUS
     except OSError as error:  # the output cannot be written (a full disk, say)
         where = f"{error.filename}: " if error.filename else ""
-        print(f"dsh-tools {args.command}: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"{name}: {where}{error.strerror or error}", file=sys.stderr)
         _drop_stdout()
         return 1
+
+
+def _status(done: SystemExit) -> int:
+    """The exit status a ``SystemExit`` stands for, as the interpreter would take it."""
+    if done.code is None or isinstance(done.code, int):
+        return done.code or 0
+    return 1
 
 
 def _drop_stdout() -> None:

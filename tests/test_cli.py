@@ -418,6 +418,54 @@ def test_output_that_cannot_be_written_is_an_error_message_not_a_traceback() -> 
     assert done.stderr == "dsh-tools sdk: No space left on device\n"
 
 
+def _stdout_env(*, buffered: bool) -> dict[str, str]:
+    """The environment for a child whose standard output is buffered (a pipe or a file, by
+    default) or written through at each write (``PYTHONUNBUFFERED``)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["demo", "--help"]], ids=" ".join)
+def test_version_and_help_that_cannot_be_written_are_an_error_message(
+    args: list[str], buffered: bool
+) -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "dsh_tools.cli", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=_stdout_env(buffered=buffered),
+        )
+    assert done.returncode == 1
+    assert done.stderr == "dsh-tools: No space left on device\n"
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+def test_help_for_a_reader_that_closed_the_pipe_ends_quietly(buffered: bool) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dsh_tools.cli", "--help"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env=_stdout_env(buffered=buffered),
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == 141
+
+
 def test_a_current_folder_that_no_longer_exists_is_named_not_a_traceback(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     script = (
