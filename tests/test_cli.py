@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from checkout_support import needs_first_release, needs_git_checkout
 from conftest import Logs
 
 from dsh_tools.cli import main, run_demo
@@ -531,6 +532,7 @@ def test_output_a_terminal_cannot_show_is_escaped_not_a_traceback(tmp_path: Path
     assert done.stdout == "caf\\xe9\n"
 
 
+@needs_git_checkout
 def test_bench_names_why_it_left_out_the_comparison_with_a_revision(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -553,6 +555,7 @@ def test_bench_names_why_it_left_out_the_comparison_with_a_revision(
     assert "no-such-revision" in json.loads(out.getvalue())["skipped"]
 
 
+@needs_first_release
 def test_the_comparison_with_the_first_release_measures_both_trees_and_leaves_no_worktree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -576,6 +579,7 @@ def test_the_comparison_with_the_first_release_measures_both_trees_and_leaves_no
     assert "dsh-bench-rev-" not in worktrees
 
 
+@needs_git_checkout
 @pytest.mark.parametrize("revision", ["--lock", "-b", "no-such-revision"])
 def test_a_revision_git_cannot_find_is_named_and_leaves_no_worktree(revision: str) -> None:
     from dsh_tools._bench_revision import compare_with_revision

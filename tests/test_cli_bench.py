@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from checkout_support import needs_git_checkout
 
 from dsh_tools.cli import main
 
@@ -33,6 +34,7 @@ def measured(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ran
 
 
+@needs_git_checkout
 def test_a_named_revision_git_cannot_find_fails_at_once_with_exit_2(
     measured: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
