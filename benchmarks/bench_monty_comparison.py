@@ -18,26 +18,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from dsh_tools._bench import POOL_REFILL_PAUSE_S, measure_code_mode
-from dsh_tools._bench_monty import compare_with_monty
+from dsh_tools._bench_monty import compare_with_monty, monty_available
 
 
 def _ours(runs: int) -> dict[str, float]:
     return measure_code_mode(runs=runs)
 
 
-def main() -> None:
-    """Measure both and print the figures and ratios."""
+def main() -> int:
+    """Measure both and print the figures and ratios; return the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="timed runs per figure and round")
     parser.add_argument("--rounds", type=int, default=5, help="rounds in turns with Monty")
     parser.add_argument("--json", action="store_true", help="print JSON")
     options = parser.parse_args()
+    if not monty_available():
+        # Found before minutes of measuring Code Mode alone.
+        print(
+            "bench_monty_comparison.py: Monty (pydantic-monty) is not installed; install the "
+            "bench extra: pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
+        return 2
     figures = compare_with_monty(_ours, options.runs, options.rounds, POOL_REFILL_PAUSE_S)
     if options.json:
         print(json.dumps(figures))
-        return
+        return 0
     pause_ms = POOL_REFILL_PAUSE_S * 1e3
     for suffix, heading in (
         ("", f"from a warm pool (runs {pause_ms:.0f} ms apart, untimed; the bars' figures)"),
@@ -57,7 +66,8 @@ def main() -> None:
             f"{figures[f'run_code_100_async_calls{suffix}_ms']:8.2f} ms"
         )
         print(f"    ratio {figures[f'100_async_calls{suffix}_ratio']:.2f} (no body thread hop)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
