@@ -1058,6 +1058,67 @@ return [list(resource.getrlimit(resource.RLIMIT_AS)), list(resource.getrlimit(re
     assert core == [0, 0]
 
 
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_pool_of_threads_fits_a_small_memory_budget_and_recurses_as_deep_as_the_main_thread(
+    isolation: str,
+) -> None:
+    # RLIMIT_AS is max_memory_mb; each of these threads uses a few pages, not a budget's share.
+    limited = SubprocessCodeRuntime(
+        CodeRuntimeConfig(
+            isolation=isolation, max_memory_mb=256, compute_ms=20_000, max_wall_ms=60_000
+        )
+    )
+    program = """
+import concurrent.futures, threading
+
+class Down:  # each level goes through C (the class's call) and back into Python
+    def __init__(self, depth):
+        try:
+            self.depth = Down(depth + 1).depth
+        except RecursionError:
+            self.depth = depth
+
+def nested_repr():
+    deep = []
+    for _ in range(100_000):
+        deep = [deep]
+    try:
+        return len(repr(deep))
+    except RecursionError:
+        return "RecursionError"
+
+everyone = threading.Barrier(32)  # all 32 at once: no thread of the pool is reused early
+
+def job(_):
+    everyone.wait()
+    return [Down(0).depth, nested_repr()]
+
+pool = concurrent.futures.ThreadPoolExecutor(32)
+try:
+    in_threads = list(pool.map(job, range(64)))
+finally:
+    everyone.abort()  # a thread that could not start must not leave the others waiting
+    pool.shutdown()
+twenty = threading.Barrier(20)
+asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(20))
+try:
+    await asyncio.gather(*(asyncio.to_thread(twenty.wait) for _ in range(20)))
+finally:
+    twenty.abort()
+return [sorted({depth for depth, _ in in_threads}), {text for _, text in in_threads}.pop(),
+        Down(0).depth]
+"""
+    try:
+        result = run(limited, program)
+    finally:
+        limited.close()
+    assert result.error is None, result.error
+    depths, nested, on_main_thread = result.value
+    assert nested == "RecursionError"
+    # As deep as the recursion limit allows, less the frames each thread starts under.
+    assert len(depths) == 1 and on_main_thread - 20 <= depths[0] <= on_main_thread + 20
+
+
 def test_runs_may_be_in_flight_at_once(runtime: SubprocessCodeRuntime) -> None:
     async def scenario() -> list[CodeRunResult]:
         gate = asyncio.Event()

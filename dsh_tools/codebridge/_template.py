@@ -246,6 +246,7 @@ def main() -> None:
     control = socket.socket(fileno=int(sys.argv[1]))
     settings = _read_settings(control)
     worker = _load_worker()
+    worker.fit_threads()  # before any fork: every worker inherits it
     with contextlib.suppress(KeyError, TypeError, ValueError):
         worker.expect_compute_ms(float(settings["compute_ms"]))
     plan: Any = None

@@ -15,8 +15,11 @@ write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the
 run starts the init's measuring, wall clock included; on a held boot ``NOTICE_HELD`` starts it
 first without the wall clock (the compile is charged, the wait for the go is not).
 
+The template also calls ``fit_threads`` (``_worker_threads``) once, before it forks: what it
+sets (the threads' stacks, the malloc arenas) is inherited by every worker.
+
 This module imports only the standard library, ``msgspec`` (through its sibling wire modules),
-``_worker`` and the sandbox init's notice byte.
+``_worker``, ``_worker_threads`` and the sandbox init's notice byte.
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ from ._worker import (
     run_program,
     set_up,
 )
+from ._worker_threads import fit_threads
 
-__all__ = ["expect_compute_ms", "main"]
+__all__ = ["expect_compute_ms", "fit_threads", "main"]
 
 _os_write = os.write
 _os_exit = os._exit
