@@ -312,6 +312,43 @@ return seen
     assert_next_run_works(sandbox)
 
 
+def test_the_limits_of_the_init_and_of_every_other_process_stay_as_they_are(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # The init has the worker's user: without the filter, no descriptors left killed it at its
+    # next measure, no CPU time at once. The program's own limits stay its own to lower.
+    program = """
+import os, resource, time
+seen = {}
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+for name, pid in (('init', 1), ('child', child), ('self by pid', os.getpid())):
+    for which, limit in (('files', resource.RLIMIT_NOFILE), ('cpu', resource.RLIMIT_CPU)):
+        try:
+            resource.prlimit(pid, limit, (0, 0))
+            seen[name + ' ' + which] = 'lowered'
+        except PermissionError:
+            seen[name + ' ' + which] = 'refused'
+try:
+    resource.prlimit(1, resource.RLIMIT_NOFILE)
+    seen['init read'] = 'read'
+except PermissionError:
+    seen['init read'] = 'refused'
+time.sleep(0.5)  # the init measures the run meanwhile, as it would after any change
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+seen['own'] = [list(resource.getrlimit(resource.RLIMIT_NOFILE)),
+               list(resource.prlimit(0, resource.RLIMIT_NOFILE, (32, 32))),
+               list(resource.getrlimit(resource.RLIMIT_NOFILE))]
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    assert seen.pop("own") == [[64, 64], [64, 64], [32, 32]]
+    assert set(seen.values()) == {"refused"}, seen
+    assert_next_run_works(sandbox)
+
+
 def test_a_traced_child_cannot_trace_anything(sandbox: SubprocessCodeRuntime) -> None:
     program = """
 import ctypes, os

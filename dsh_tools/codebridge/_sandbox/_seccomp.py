@@ -25,7 +25,10 @@ set shows, as often as the process likes (the run's cgroup charges them where th
 so are the calls that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``,
 ``sendfile``), whose buffers hold whole pages outside every resident set. ``clone`` is refused
 only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter
-cannot read), so the C library falls back to ``clone``.
+cannot read), so the C library falls back to ``clone``. ``prlimit64`` is refused for any process
+but the caller (a pid other than 0): the run's init has the worker's user, so a program could
+otherwise lower the init's limits (no descriptors left, or no CPU time, and the init died);
+``setrlimit`` and ``getrlimit`` go through ``prlimit64`` with pid 0 and keep working.
 """
 
 from __future__ import annotations
@@ -148,6 +151,7 @@ _MODE_ARGUMENT: Final = {
 }
 """The x86_64 numbers of the calls that set a file's mode, and which argument holds it."""
 _OPENAT2: Final = 437
+_PRLIMIT64: Final = 302
 _MMAP: Final = 9
 _OFFSET_MMAP_FLAGS: Final = 16 + 8 * 3
 _MAP_SHARED_BIT: Final = 0x01  # MAP_SHARED and MAP_SHARED_VALIDATE; MAP_PRIVATE is 0x02
@@ -232,6 +236,7 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
+    bpf.op(_JMP_JEQ_K, _PRLIMIT64, "prlimit")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
     if refuse_hidden_memory:
@@ -274,6 +279,13 @@ def seccomp_program(
         bpf.op(_JMP_JEQ_K, command, "fcntl-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # prlimit64: the caller's own limits only (pid 0; the kernel reads the pid as 32 bits).
+    bpf.place("prlimit")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+    bpf.op(_JMP_JEQ_K, 0, None, "prlimit-deny")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("prlimit-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     # calls setting a mode: no set-user-ID or set-group-ID bit.
     for name, (_number, argument) in _MODE_ARGUMENT.items():
