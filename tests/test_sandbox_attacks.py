@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import socket
 import stat
 import struct
@@ -26,6 +27,7 @@ from code_mode_support import echo_tool, failure_of
 from sandbox_support import assert_next_run_works, run, value
 
 from dsh_tools import (
+    CodeRunFailure,
     CodeRuntimeConfig,
     CodeSandbox,
     ExecuteCall,
@@ -582,6 +584,38 @@ time.sleep(5)
 """
     with_child = run(sandbox, program)
     assert with_child.error is not None and with_child.error.kind == "worker-exit", with_child
+    assert_next_run_works(sandbox)
+
+
+def test_an_init_killed_from_outside_fails_its_run_naming_the_init(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # Something outside the run (an administrator, the kernel's out-of-memory killer) kills the
+    # run's init while the program waits: the init's exit is not the worker's.
+    async def kill_init(namespace: Any) -> Any:
+        for name in os.listdir("/proc"):
+            try:
+                if not name.isdigit() or os.stat(f"/proc/{name}/ns/pid").st_ino != namespace:
+                    continue
+                status = Path(f"/proc/{name}/status").read_text()
+            except OSError:
+                continue
+            ids = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+            if ids.split()[-1] == "1":
+                os.kill(int(name), signal.SIGKILL)
+                return "killed"
+        return "no init found"
+
+    program = """
+import os, time
+await tools.kill_init(os.stat('/proc/self/ns/pid').st_ino)
+time.sleep(30)
+"""
+    result = run(sandbox, program, kill_init=kill_init)
+    assert result.error == CodeRunFailure(
+        "worker-exit",
+        "the sandbox's init failed: it exited with signal SIGKILL before the run completed",
+    ), result
     assert_next_run_works(sandbox)
 
 

@@ -135,6 +135,7 @@ class RunProcess(abc.ABC):
         self._exit_status = 0
         self._exit_cpu = 0.0
         self._worker_status: int | None = None
+        self._init_ended_run = False  # the sandbox's init reported the run's end (K or G)
         self._frames_seen = 0
         self._pooled = False
         self._refill = False
@@ -314,6 +315,7 @@ class RunProcess(abc.ABC):
                 if self._outcome is None:
                     self._settle(self._exit_outcome())
             elif isinstance(report, (KilledReport, GoneReport)):
+                self._init_ended_run = True
                 self._on_gone()
             elif isinstance(report, ExitReport):
                 self._on_exit(report.wait_status, report.cpu)
@@ -443,6 +445,16 @@ class RunProcess(abc.ABC):
     def _exit_outcome(self) -> Outcome:
         if self._past_ceiling:  # ended by ``end_overdue``: past the wall ceiling
             return self._limits.wall_timeout()
+        if (
+            self._sandboxed
+            and self._worker_status is None
+            and not self._budget
+            and not self._init_ended_run
+        ):
+            # The exit report is the init's: an init that ends a run reports it (``K``, ``G``)
+            # before it exits, and the host kills it only once the run has settled. This one
+            # ended before it had seen the worker end: it failed or was killed from outside.
+            return self._limits.init_failure(self._exit_status)
         status = self._exit_status if self._worker_status is None else self._worker_status
         return self._limits.exit_outcome(self._budget, status, self._exit_cpu)
 

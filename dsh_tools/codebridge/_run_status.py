@@ -131,6 +131,18 @@ def take_report(status: bytearray) -> StatusReport | None:
     return None
 
 
+def _how(wait_status: int) -> str:
+    """How a process ended: ``signal <NAME>`` or ``code <n>``."""
+    if os.WIFSIGNALED(wait_status):
+        number = os.WTERMSIG(wait_status)
+        try:
+            return f"signal {signal.Signals(number).name}"
+        except ValueError:
+            return f"signal {number}"
+    code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
+    return f"code {code}"
+
+
 class RunLimits:
     """A run's compute, memory, process and wall budgets, and how an end of the worker reads
     against them."""
@@ -181,15 +193,18 @@ class RunLimits:
                 number == signal.SIGKILL and cpu >= self.cpu_limit_seconds
             ):
                 return self.compute_timeout()
-            try:
-                name = signal.Signals(number).name
-            except ValueError:
-                name = str(number)
-            return Outcome(
-                failure=("worker-exit", f"worker exited with signal {name} before completing")
-            )
-        code = os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else wait_status
-        return Outcome(failure=("worker-exit", f"worker exited with code {code} before completing"))
+        return Outcome(
+            failure=("worker-exit", f"worker exited with {_how(wait_status)} before completing")
+        )
+
+    @staticmethod
+    def init_failure(wait_status: int) -> Outcome:
+        """The failure of a sandboxed run whose namespace init ended (``wait_status``) before
+        it had ended the run: it was killed from outside the run, or failed. Nothing is known
+        of the worker, which the init's end took with it."""
+        how = _how(wait_status)
+        message = f"the sandbox's init failed: it exited with {how} before the run completed"
+        return Outcome(failure=("worker-exit", message))
 
     def cpu_exhausted(self, pid: int) -> bool | None:
         """Whether process ``pid`` has used the compute budget (``/proc``); ``None`` when that

@@ -332,15 +332,16 @@ class SandboxPlan:
         with contextlib.suppress(OSError):
             os.write(status_fd, b"P" + struct.pack(">i", init))
         os.closerange(0, 1 << 16)
+        status = 0
         while True:
             try:
-                os.waitpid(init, 0)
+                _pid, status = os.waitpid(init, 0)
             except InterruptedError:
                 continue
             except ChildProcessError:
                 pass
             break
-        os._exit(0)
+        _exit_as(status)
 
     def _init(self, status_fd: int, start_worker: Callable[[int], NoReturn]) -> NoReturn:
         try:
@@ -429,6 +430,25 @@ class SandboxPlan:
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = True
+
+
+def _exit_as(wait_status: int) -> NoReturn:
+    """End as the init ended (``wait_status``), so that the template's exit report of this
+    process tells the host how its init ended, as it does where the template's child is the
+    init. A signal is raised again with no core dump; one that would not end this process (no
+    init dies of those) falls back to the shell's convention, 128 + its number."""
+    if os.WIFSIGNALED(wait_status):
+        number = os.WTERMSIG(wait_status)
+        for step in (
+            lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+            lambda: signal.signal(number, signal.SIG_DFL),  # refused for SIGKILL: no matter
+            lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {number}),
+            lambda: os.kill(os.getpid(), number),
+        ):
+            with contextlib.suppress(OSError, ValueError):
+                step()
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else 0)
 
 
 def _runtime_task_ceiling(max_processes: int, max_parallel_runs: int) -> int:
