@@ -742,6 +742,25 @@ return "unreachable"
     )
 
 
+@pytest.mark.parametrize("isolation", ["process", "sandbox"])
+def test_fault_a_program_that_closes_the_channel_from_the_host_ends_its_run_quietly(
+    runtime_with: Callable[..., SubprocessCodeRuntime], isolation: str
+) -> None:
+    async def echo(value: Any) -> Any:
+        return value
+
+    program = """
+import os
+os.close(3)  # where the host's replies would come from
+await tools.echo({})
+return "unreachable"
+"""
+    result = run(runtime_with(isolation=isolation), program, tools(echo=echo))
+    assert result == CodeRunResult(
+        [], error=CodeRunFailure("worker-exit", "worker exited with code 70 before completing")
+    )
+
+
 def test_fault_cancelling_the_caller_kills_the_worker(runtime: SubprocessCodeRuntime) -> None:
     async def scenario() -> int:
         announced: asyncio.Future[int] = asyncio.get_running_loop().create_future()

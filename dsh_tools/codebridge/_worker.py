@@ -98,6 +98,9 @@ _WORKER_FILES: Final = frozenset({__file__, _worker_api.__file__})
 _SURROGATES = re.compile("[\ud800-\udfff]")
 _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
 _NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
+_CHANNEL_LOST: Final = 70
+"""The worker's exit status when it can no longer read its channel (as for any run it cannot
+go on with)."""
 
 
 def clean_text(text: str) -> str:
@@ -256,6 +259,11 @@ class Worker:
             data = _os_read(CHANNEL_IN, 1 << 20)
         except BlockingIOError:
             return
+        except OSError:
+            # The program closed the channel's descriptor (or put something unreadable in its
+            # place): no reply can come any more, and the loop would call this again at once,
+            # for ever, logging each failure to the program's output.
+            _os_exit(_CHANNEL_LOST)
         if not data:
             _os_exit(0)  # the host is gone
         inbox = self.inbox
