@@ -587,6 +587,27 @@ time.sleep(5)
     assert_next_run_works(sandbox)
 
 
+def test_a_program_that_closes_its_channel_to_the_host_gives_its_slot_back() -> None:
+    # With its channel to the host closed the run can never complete; held here until the wall
+    # ceiling, it would keep the runtime's only slot. Its init ends it when the host hangs up,
+    # which the program also withholds: it keeps a write end of the host's channel open.
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_parallel_runs=1, max_wall_ms=20_000))
+    program = """
+import os, time
+keep = os.open('/proc/self/fd/3', os.O_WRONLY)
+os.close(4)
+time.sleep(3600)
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error == CodeRunFailure(
+            "worker-exit", "worker closed its channel before completing"
+        ), result
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 def test_an_init_killed_from_outside_fails_its_run_naming_the_init(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

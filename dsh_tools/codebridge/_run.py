@@ -7,12 +7,12 @@ ceiling with a timer and follows the request's abort signal. Under the ``"proces
 it samples the worker's CPU time from ``/proc/<pid>/stat`` every 25 ms; under ``"sandbox"`` the
 run's namespace init charges the whole process tree and reports a budget it ends the run for.
 The first of ``Done``, ``OutputLimit``, a log that overflows, a budget, an abort, a frame over
-``max_frame_bytes`` or over what its kind may cost to decode (``_frame_screen``) or the
-worker's death settles the run; the host then kills the run (the
-process group, or the namespace init, which takes the whole namespace with it), waits for the
-exit report and for end of file on the native pipes (bounded by a short grace, so an escaped
-grandchild holding a pipe cannot hang settlement), closes everything and materializes the
-result through the output ledger. The worker is a hostile peer: nothing read from it raises in
+``max_frame_bytes`` or over what its kind may cost to decode (``_frame_screen``), the
+worker's death or its channel closing while it lives settles the run; the host then kills the
+run (the process group, or the namespace init, which takes the whole namespace with it), waits
+for the exit report and for end of file on the native pipes (bounded by a short grace, so an
+escaped grandchild holding a pipe cannot hang settlement), closes everything and materializes
+the result through the output ledger. The worker is a hostile peer: nothing read from it raises in
 the host.
 
 Rooms: this module is the run's settlement (timers, abort, the first outcome, finishing);
@@ -201,10 +201,10 @@ class CodeRun(RunProcess):
             # exit; the one it took is ended as the run finishes (``_close_all``).
             self._exited = True
             self._native.close()
-        for handle in (self._wall, self._sampler):
+        for handle in (self._wall, self._sampler, self._channel_deadline):
             if handle is not None:
                 handle.cancel()
-        self._wall = self._sampler = None
+        self._wall = self._sampler = self._channel_deadline = None
         if self._remove_signal is not None:
             self._remove_signal()
             self._remove_signal = None
@@ -305,6 +305,7 @@ class CodeRun(RunProcess):
         for handle in (
             self._wall,
             self._sampler,
+            self._channel_deadline,
             self._grace,
             self._report_deadline,
             self._end_deadline,

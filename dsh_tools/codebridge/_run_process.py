@@ -38,18 +38,26 @@ from ._run_status import (
     ErrorReport,
     ExitReport,
     GoneReport,
+    HangUpReport,
     KilledReport,
     PidReport,
     RunLimits,
     WorkerReport,
     take_report,
 )
+from ._sandbox._init import process_exiting
 from ._seam import CodeRuntimeConfig
 from ._template_host import TemplateHandle, close_host_fds
 
 __all__ = ["IGNORED_FRAMES_LIMIT", "RunProcess"]
 
 _CPU_SAMPLE_SECONDS: Final = 0.025
+_CHANNEL_CLOSED: Final = "worker closed its channel before completing"
+"""The failure of a run whose worker lives on after its channel to the host closed (the
+program closed it): no ``Done`` can come."""
+_CHANNEL_CLOSED_SECONDS: Final = 0.25
+"""How long after end of file on a sandboxed worker's channel the host waits for its init to
+report the end it then asks for (see ``_on_channel_eof``) before it settles on its own."""
 _WORKER_FRAMES: Final = worker_frame_decoder()
 """One decoder for every run (decoding keeps no state; making one costs a few microseconds)."""
 IGNORED_FRAMES_LIMIT: Final = 10_000
@@ -96,6 +104,7 @@ class RunProcess(abc.ABC):
         self._done = False
         self._attempts = 0
         self._sampler: asyncio.TimerHandle | None = None
+        self._channel_deadline: asyncio.TimerHandle | None = None  # see ``_on_channel_eof``
         self._past_ceiling = False  # killed from another thread past the wall ceiling
         self._template_process: subprocess.Popen[bytes] | None = None
         self._reset_attempt()
@@ -136,6 +145,7 @@ class RunProcess(abc.ABC):
         self._exit_cpu = 0.0
         self._worker_status: int | None = None
         self._init_ended_run = False  # the sandbox's init reported the run's end (K or G)
+        self._channel_lost = False  # the worker's channel closed before Done (sandbox)
         self._frames_seen = 0
         self._pooled = False
         self._refill = False
@@ -232,6 +242,7 @@ class RunProcess(abc.ABC):
         if not data:
             if data is not None:
                 self._drop_reader("from_worker")
+                self._on_channel_eof()
             return 0
         self._frames_seen += 1
         self._take_frames(data)
@@ -314,6 +325,9 @@ class RunProcess(abc.ABC):
                 self._budget = report.budget
                 if self._outcome is None:
                     self._settle(self._exit_outcome())
+            elif isinstance(report, HangUpReport):
+                if self._channel_lost and self._outcome is None:
+                    self._settle_failure("worker-exit", _CHANNEL_CLOSED)
             elif isinstance(report, (KilledReport, GoneReport)):
                 self._init_ended_run = True
                 self._on_gone()
@@ -326,6 +340,51 @@ class RunProcess(abc.ABC):
                     self._try_again()
                     return
                 self._settle_failure("worker-exit", f"worker error: {report.message}")
+
+    def _on_channel_eof(self) -> None:
+        """End of file on the worker's channel: no process of the run holds its write end any
+        more, so no ``Done`` can come. A worker's exit closes it as it goes, and the exit then
+        decides the run as usual; a worker that lives on had it closed by its program, and
+        would keep the run (and its slot) until the wall ceiling: that run ends now."""
+        if self._outcome is not None or self._exited or self._worker_status is not None:
+            return
+        attempt = self._attempts
+        self._on_status()  # what is reported already comes first (the pid, the init's end)
+        if (
+            self._outcome is not None
+            or self._attempts != attempt
+            or self._exited
+            or self._worker_status is not None
+            or self._init_ended_run
+        ):
+            return
+        if not self._sandboxed:
+            pid = self._pid  # reported before the worker ran anything
+            if pid is not None and not process_exiting(pid):
+                self._settle_failure("worker-exit", _CHANNEL_CLOSED)
+            return
+        # The host cannot see the worker from here; its init can. Asked for the end, it
+        # reports a worker that is exiting on its own as such (``W``), and otherwise ends the
+        # run and says so (``H``). A program holding a write end of the channel from the host
+        # withholds that hang-up: then the run ends without the init's word.
+        self._channel_lost = True
+        self._end_sandboxed()
+        self._channel_deadline = self._loop.call_later(
+            _CHANNEL_CLOSED_SECONDS, self._channel_unheard
+        )
+
+    def _channel_unheard(self) -> None:
+        """The init has not answered the hang-up ``_on_channel_eof`` asked for: unless it has
+        reported the worker's exit or an end of its own meanwhile, the run ends here."""
+        self._channel_deadline = None
+        self._on_status()
+        if (
+            self._outcome is None
+            and not self._done
+            and self._worker_status is None
+            and not self._init_ended_run
+        ):
+            self._settle_failure("worker-exit", _CHANNEL_CLOSED)
 
     def _on_worker_exit(self, wait_status: int) -> None:
         """The init saw the worker exit: settle now, unless the kill may have been the CPU

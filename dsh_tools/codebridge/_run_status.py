@@ -4,7 +4,8 @@ CPU-time sampling of the ``"process"`` isolation.
 
 Reports are a tag byte and a fixed-size body (``E`` carries a length-prefixed message):
 ``P`` pid, ``W`` worker wait status (the sandbox's init saw the worker exit), ``B`` budget
-(the init ended the run), ``K`` (the sandbox's init has sent ``SIGKILL`` to every other
+(the init ended the run), ``H`` (the init ended the run on the host's hang-up while the
+worker lived), ``K`` (the sandbox's init has sent ``SIGKILL`` to every other
 process of the run), ``G`` (it has reaped them all), ``X`` wait status and CPU seconds of the
 run's process, ``E`` an error before the worker started.
 """
@@ -28,6 +29,7 @@ __all__ = [
     "ErrorReport",
     "ExitReport",
     "GoneReport",
+    "HangUpReport",
     "KilledReport",
     "PidReport",
     "RunLimits",
@@ -72,6 +74,11 @@ class ExitReport(msgspec.Struct, frozen=True):
     cpu: float
 
 
+class HangUpReport(msgspec.Struct, frozen=True):
+    """``H``: the init ended the run because the host closed its channel to the worker, which
+    was not exiting on its own (``K`` or ``G`` follows)."""
+
+
 class KilledReport(msgspec.Struct, frozen=True):
     """``K``: every process of the run but its init has ``SIGKILL`` pending, so none of them
     runs any more of the program (``G`` follows once they are reaped)."""
@@ -88,7 +95,14 @@ class ErrorReport(msgspec.Struct, frozen=True):
 
 
 StatusReport = (
-    PidReport | WorkerReport | BudgetReport | KilledReport | GoneReport | ExitReport | ErrorReport
+    PidReport
+    | WorkerReport
+    | BudgetReport
+    | HangUpReport
+    | KilledReport
+    | GoneReport
+    | ExitReport
+    | ErrorReport
 )
 
 
@@ -108,6 +122,9 @@ def take_report(status: bytearray) -> StatusReport | None:
         budget = status[1] or 1
         del status[:2]
         return BudgetReport(budget)
+    if tag == 0x48:  # "H"
+        del status[:1]
+        return HangUpReport()
     if tag == 0x4B:  # "K"
         del status[:1]
         return KilledReport()
@@ -126,7 +143,7 @@ def take_report(status: bytearray) -> StatusReport | None:
         message = bytes(status[1 + _LENGTH.size : end]).decode("utf-8", "replace")
         del status[:end]
         return ErrorReport(message)
-    if tag not in b"PWBKGXE":
+    if tag not in b"PWBHKGXE":
         status.clear()
     return None
 

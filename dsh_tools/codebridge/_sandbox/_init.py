@@ -25,9 +25,15 @@ on nothing the program started runs again, and the host's result may be delivere
 reaps them all and reports ``b"G"``. Waiting for their exit, or for the init's own, would add
 the kernel's teardown of their memory and of the run's namespaces to every run.
 
-Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code;
-then ``b"K"`` once every other process has ``SIGKILL`` pending (left out when none is left),
-then ``b"G"`` once all are reaped.
+The host also closes that channel when the worker's own channel to the host reaches end of
+file before any ``Done``: the program closed it, or the worker is exiting. The init tells the
+two apart, which the host cannot (it does not know the worker's pid): a worker that is exiting
+on its own (``process_exiting``) is reaped first and its exit reported as usual; otherwise the
+init ends the run and reports ``b"H"``, the hang-up, as its reason.
+
+Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code, or
+``b"H"``; then ``b"K"`` once every other process has ``SIGKILL`` pending (left out when none is
+left), then ``b"G"`` once all are reaped.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ __all__ = [
     "TICK_SECONDS",
     "Meter",
     "ProcMeter",
+    "process_exiting",
     "run_init",
     "task_ceiling",
 ]
@@ -81,6 +88,11 @@ _TASKS_PER_PROCESS: Final = 32
 _TASK_SLACK: Final = 64
 _KILL_AGAIN_SECONDS: Final = 0.01
 """How often the end of a run repeats its ``kill(-1)`` while processes of it remain."""
+_PF_EXITING: Final = 0x4
+"""The kernel's flag of a thread that has begun to exit (``/proc/<pid>/task/<tid>/stat``'s
+ninth field), set before the exit closes any descriptor."""
+REPORT_HANG_UP: Final = b"H"
+"""The init's report that it ended the run on the host's hang-up while its worker lived."""
 
 
 def task_ceiling(max_processes: int) -> int:
@@ -179,6 +191,31 @@ def _tree_usage() -> tuple[float, int, int, int]:
     return cpu, kilobytes * 1024, count, tasks
 
 
+def process_exiting(pid: int, proc: str = "/proc") -> bool:
+    """Whether process ``pid`` (as ``proc`` numbers it) is ending on its own: it is gone, or
+    every thread of it is a zombie or has begun to exit. An exit sets a thread's exiting flag
+    before it closes a descriptor, so a process whose descriptor was closed by its exit shows
+    it; ``False`` when ``proc`` cannot tell."""
+    try:
+        tasks = os.listdir(f"{proc}/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going as it is read
+        return True
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"{proc}/{pid}/task/{task}/stat", "rb") as file:
+                stat = file.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            if fields[0] not in (b"Z", b"X") and not int(fields[6]) & _PF_EXITING:
+                return False
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # that thread is gone, or going as it is read
+        except (OSError, ValueError, IndexError):
+            return False
+    return True
+
+
 def _memory_killed(meter: Meter) -> bool:
     try:
         return meter.oom_killed()
@@ -269,7 +306,12 @@ def run_init(
     while not report:
         ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
         if channel in ready:
-            break
+            if not process_exiting(worker):
+                report = REPORT_HANG_UP
+                break
+            # The worker is exiting on its own (the host may have seen its channel close as it
+            # went): its exit, reaped below, is what the host must hear.
+            poller.unregister(channel)
         if notice in ready:
             heard = _read_notice(notice)
             if heard == b"":
