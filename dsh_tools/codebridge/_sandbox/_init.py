@@ -305,7 +305,7 @@ def run_init(
     deadline = math.inf  # the wall backstop, once the program may run (``NOTICE_STARTED``)
     while not report:
         ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
-        if channel in ready:
+        if channel in ready and notice not in ready:  # (with the end notice: a run's usual end)
             if not process_exiting(worker):
                 report = REPORT_HANG_UP
                 break
