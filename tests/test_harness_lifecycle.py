@@ -372,6 +372,106 @@ def test_a_ctrl_c_landing_inside_a_lock_of_the_wait_leaves_the_system_working(en
     assert later in ("quick ['ABORTED']", "quick ['ABORTED_BEFORE_DISPATCH']")
 
 
+CTRL_C_BEFORE_A_REUSED_ID_IS_LOGGED = """
+import os, signal, threading
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools.pipeline import SessionLog
+
+append = SessionLog.append
+
+
+def interrupted_before_b_is_logged(self, type, data, agent=None):
+    if type == "tool/call" and agent == "B":
+        os.kill(os.getpid(), signal.SIGINT)
+    return append(self, type, data, agent)
+
+
+release = threading.Event()
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="held",
+        description="Waits.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=lambda args, ctx: release.wait(10) and "done",
+    )
+)
+a = threading.Thread(
+    target=system.execute, args=(ExecuteCall(call_id="c1", name="held", arguments={}, agent="A"),)
+)
+a.start()
+while not system.session.events:
+    threading.Event().wait(0.01)
+SessionLog.append = interrupted_before_b_is_logged
+try:
+    system.execute(ExecuteCall(call_id="c1", name="held", arguments={}, agent="B"))
+except KeyboardInterrupt:
+    print("interrupted")
+SessionLog.append = append
+release.set()
+a.join(10)
+print([(e.type, e.agent) for e in system.session.events])
+system.stop()
+"""
+
+
+def test_a_call_interrupted_before_it_is_logged_gets_no_result_beside_one_of_the_same_id() -> None:
+    done = run_script(CTRL_C_BEFORE_A_REUSED_ID_IS_LOGGED)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "interrupted",
+        "[('tool/call', 'A'), ('tool/result', 'A')]",
+    ]
+
+
+CTRL_C_AS_THE_WAIT_BEGINS = """
+import os, signal, warnings
+import dsh_tools._blocking_wait as blocking_wait
+from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool
+
+warnings.simplefilter("error")  # a coroutine never awaited fails the script
+make_handler = blocking_wait._Interruptions.__init__
+
+
+def made_then_interrupted(self, *args):
+    make_handler(self, *args)
+    os.kill(os.getpid(), signal.SIGINT)  # just before the wait installs its handler
+
+
+async def body(args, ctx):
+    return "done"
+
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="quick",
+        description="Quick.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=body,
+    )
+)
+blocking_wait._Interruptions.__init__ = made_then_interrupted
+before = len(os.listdir("/proc/self/fd"))
+for i in range(20):
+    try:
+        system.execute_batch(ExecuteBatch(calls=[ToolCall(f"c{i}", "quick", "{}")]), timeout=5)
+    except KeyboardInterrupt:
+        pass
+print(len(os.listdir("/proc/self/fd")) - before)
+blocking_wait._Interruptions.__init__ = make_handler
+system.stop()
+"""
+
+
+def test_a_ctrl_c_as_a_blocking_wait_begins_leaves_nothing_open() -> None:
+    done = run_script(CTRL_C_AS_THE_WAIT_BEGINS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]  # no descriptor left open, no coroutine left unawaited
+
+
 CTRL_C_IN_THE_RECORDING = """
 import os, signal, sys
 from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool

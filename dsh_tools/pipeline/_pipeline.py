@@ -89,9 +89,11 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         top = False  # whether the call's tool/call is recorded
         try:
             if record and call.parent is None:
-                self.session.record_call(
-                    rec.call_id, rec.name, compact_arguments(rec.arguments), rec.agent
+                session = self.session
+                rec.logged_call = data = session.call_data(
+                    rec.call_id, rec.name, compact_arguments(rec.arguments)
                 )
+                session.append("tool/call", data, rec.agent)
                 top = True
             # Whether this coroutine runs on an event loop for sure: each stage with hooks
             # would otherwise ask (``event_loop()``), which costs more than a pass-through hook.
@@ -124,8 +126,8 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             # (Python raises it wherever the main thread stands), or the coroutine closed. The
             # call still keeps its one result: aborted, as an interrupted call's is. (The
             # pipeline ends every fault of user code as a result.)
-            if not rec.abandoned and record and call.parent is None:
-                self._record_interrupted(rec, recorded=None)
+            if not rec.abandoned and rec.logged_call is not None:
+                self._record_interrupted(rec)
             raise
         finally:
             live.discard(rec)
@@ -141,19 +143,18 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 raise asyncio.CancelledError(CANCELLED_REASON)
         return result
 
-    def _record_interrupted(self, rec: CallRecord, *, recorded: bool | None = False) -> None:
-        """Finish and record ``rec`` as aborted now. ``recorded``: whether its ``tool/result``
-        is in the log already; ``None`` when an interruption may have cut the recording of its
-        ``tool/call`` or ``tool/result`` short, before or after the event was appended (the log
-        then says whether its newest ``tool/call`` still awaits a result)."""
+    def _record_interrupted(self, rec: CallRecord) -> None:
+        """Finish ``rec`` as aborted now and record that result, if its ``tool/call`` is in the
+        log without one: an interruption may have cut the recording of either short, before or
+        after the event was appended (``SessionLog.awaits_result``)."""
         rec.abandoned = True  # whatever the call might settle with later is dropped
         reason = abort_reason(rec) or INTERRUPTED_REASON
         failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason)
         with interrupts_deferred():  # a Ctrl-C more must not lose it
-            if recorded is None:
-                recorded = not self.session.awaits_result(rec.call_id)
-            if not recorded:
-                self.session.record_result(rec.call_id, self.finish(rec, failed), rec.agent)
+            result = self.finish(rec, failed)
+            logged = rec.logged_call
+            if logged is not None and self.session.awaits_result(logged, rec.agent):
+                self.session.record_result(rec.call_id, result, rec.agent)
 
     # --- a blocking caller that stopped waiting ------------------------------------------------
 
@@ -172,9 +173,4 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             # system waits for it or stops it any more.
             self.bodies.discard(rec)
             self.body_waits.discard(rec)
-            if rec.parent is None:
-                self._record_interrupted(rec)
-            else:
-                rec.abandoned = True
-                reason = abort_reason(rec) or INTERRUPTED_REASON
-                self.finish(rec, cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason))
+            self._record_interrupted(rec)

@@ -70,20 +70,28 @@ class SessionLog:
 
     def record_call(self, call_id: str, name: str, arguments: Any, agent: str | None) -> None:
         """``tool/call``: ``arguments`` is the raw text (batch) or compact JSON (or None)."""
-        self.append(
-            "tool/call",
-            FrozenDict(call_id=call_id, name=name, arguments=arguments),
-            agent,
-        )
+        self.append("tool/call", self.call_data(call_id, name, arguments), agent)
 
-    def awaits_result(self, call_id: str) -> bool:
-        """Whether the newest ``tool/call`` of ``call_id`` has no ``tool/result`` yet (for a
-        call whose recording an interruption may have cut short before or after its append;
-        an id used before has its result after its call)."""
+    def call_data(self, call_id: str, name: str, arguments: Any) -> FrozenDict:
+        """The data of a ``tool/call`` event (``record_call`` appends one)."""
+        return FrozenDict(call_id=call_id, name=name, arguments=arguments)
+
+    def awaits_result(self, call_data: Any, agent: str | None) -> bool:
+        """Whether the ``tool/call`` event holding ``call_data`` (this very object) is in the log
+        with no ``tool/result`` of its call after it: for a call whose recording an
+        interruption may have cut short, before or after an event was appended."""
+        call_id = call_data["call_id"]
         with self._lock:
+            answered = False
             for event in reversed(self._events):
-                if event.type in ("tool/call", "tool/result") and event.data["call_id"] == call_id:
-                    return event.type == "tool/call"
+                if event.data is call_data:
+                    return not answered
+                if (
+                    event.type == "tool/result"
+                    and event.agent == agent
+                    and event.data["call_id"] == call_id
+                ):
+                    answered = True
         return False
 
     def record_result(self, call_id: str, result: ToolExecutionResult, agent: str | None) -> None:

@@ -58,6 +58,7 @@ class CallRecord:
         "hook_task",
         "hooks_waiting",
         "inline",
+        "logged_call",
         "name",
         "outer",
         "outer_cancelled",
@@ -128,6 +129,9 @@ class CallRecord:
         # Its blocking caller stopped waiting and it was finished without it: nothing it
         # settles with later is recorded or raised.
         self.abandoned = False
+        # The data of the call's tool/call event, set just before it is appended: which event
+        # is this call's when an interruption cut its recording short (``Pipeline.run``).
+        self.logged_call: Any = None
         self.reraise: BaseException | None = None
         self.thread = 0  # the thread ``run`` runs on
         # What the tool's announcer (``Pipeline.announcers``) returned: called once the call
