@@ -31,13 +31,15 @@ class _Interruptions:
 
     __slots__ = ("interrupted", "wake")
 
-    def __init__(self, wake: _Wake) -> None:
+    def __init__(self) -> None:
         self.interrupted = False
-        self.wake = wake
+        self.wake: _Wake | None = None  # set once made (under this handler already)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.interrupted = True
-        self.wake.write_here()
+        wake = self.wake
+        if wake is not None:
+            wake.write_here()
 
 
 class _Wake:
@@ -102,16 +104,18 @@ def wait_for_future(
         except KeyboardInterrupt:
             on_interrupt(future)
             raise
-    wake = _Wake()
-    handler = _Interruptions(wake)
+    handler = _Interruptions()
     try:
         signal.signal(signal.SIGINT, handler)
     except ValueError:  # not the main interpreter: signals are not delivered here
-        wake.close()
         return start().result(timeout)
     value: Any = None
     error: BaseException | None = None
+    wake: _Wake | None = None
     try:
+        # Made under this handler: a Ctrl-C that came before it interrupts the work once it
+        # has started (``on_interrupt`` aborts it), and nothing made here is left open.
+        handler.wake = wake = _Wake()
         future = start()
         future.add_done_callback(wake.write)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -130,7 +134,8 @@ def wait_for_future(
             except BaseException as exc:  # raised below, once the handler is Python's again
                 error = exc
     finally:
-        wake.close()
+        if wake is not None:
+            wake.close()
         if signal.getsignal(signal.SIGINT) is handler:  # else the application's own now
             signal.signal(signal.SIGINT, signal.default_int_handler)
     if handler.interrupted:

@@ -33,12 +33,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import pykka
 
-from ._blocking_wait import wait_for_future
 from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
 from ._handles import AgentScope, PluginHandle
@@ -513,12 +511,10 @@ class ToolSystem:
             # A Ctrl-C while waiting cancels the call on the system loop, where it settles and
             # records its result, as a blocking batch's calls do.
             try:
-                result: ToolExecutionResult = wait_for_future(
-                    partial(self._submit, self.pipeline.run(call, inline=False)),
-                    timeout,
-                    concurrent.futures.Future.cancel,
+                result: ToolExecutionResult = self._call_on_loop(
+                    self.pipeline.run(call, inline=False), timeout
                 )
-            except concurrent.futures.TimeoutError:
+            except TimeoutError:
                 raise TimeoutError(
                     f"call {call.call_id!r} did not finish within {timeout} s"
                 ) from None

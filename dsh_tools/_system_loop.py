@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
-from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -144,10 +143,20 @@ class SystemLoop:
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("this blocking call cannot be made from the system loop")
+        submitted: list[Future[Any]] = []
+
+        def start() -> Future[Any]:
+            submitted.append(self.submit(coro))
+            return submitted[0]
+
         try:
-            return wait_for_future(partial(self.submit, coro), timeout, on_interrupt)
+            return wait_for_future(start, timeout, on_interrupt)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"did not finish within {timeout} s") from None
+        except BaseException:
+            if not submitted:  # a Ctrl-C before the wait could take it: the work never started
+                coro.close()
+            raise
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
@@ -188,6 +197,7 @@ class SystemLoop:
             if self._ended:
                 return
             turned.clear()
+            posted = time.monotonic()  # the loop runs the probe at its next turn
             try:
                 self.loop.call_soon_threadsafe(turned.set)
             except RuntimeError:  # the loop is closed
@@ -195,19 +205,18 @@ class SystemLoop:
             if turned.wait(STALL_WARNING_SECONDS):
                 self._watch_ends.wait(STALL_WARNING_SECONDS)  # one look per period
                 continue
-            started = time.monotonic() - STALL_WARNING_SECONDS
             _log.warning(
                 "the system loop is blocked: synchronous callbacks (guards, renderers, "
                 "classifiers, finalizers, observers, plain hooks) must not wait; do blocking "
                 "work in the tool's body, or in an async hook through asyncio.to_thread",
-                blocked_for_s=STALL_WARNING_SECONDS,
+                blocked_for_s=round(time.monotonic() - posted, 1),
                 running=_blocking_frame(sys._current_frames().get(self.thread.ident or 0)),
             )
             turned.wait()
             if self._ended:
                 return
             _log.info(
-                "the system loop turns again", blocked_for_s=round(time.monotonic() - started, 1)
+                "the system loop turns again", blocked_for_s=round(time.monotonic() - posted, 1)
             )
 
     def background(
