@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -862,8 +863,17 @@ def test_listeners_of_any_callable_shape_that_takes_the_arguments_are_accepted(
         def __call__(self, exec: Any, result: Any, *rest: Any) -> None:
             self.seen.append(exec.call_id)
 
+    def adapted(fn: Any) -> Any:
+        @functools.wraps(fn)  # says it wraps a one-argument function; takes what it is given
+        async def hook(exec: Any, next: Any) -> Any:
+            fn(exec)
+            return await next()
+
+        return hook
+
     observer = Observer()
     system.tools.register(echo())
+    system.tools.on_pre_execute(adapted(lambda exec: None))
     system.tools.on_result(observer)
     system.tools.guard(lambda *args, **kwargs: None)
     system.tools.on_change(print)  # a builtin whose signature cannot be read

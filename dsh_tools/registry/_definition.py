@@ -91,7 +91,9 @@ def accepts_positional(fn: Any, count: int) -> bool:
     """Whether ``fn`` can be called with ``count`` positional arguments (``True`` when the
     signature cannot be read, as for some builtins: then the call itself decides)."""
     try:
-        signature = inspect.signature(fn)
+        # The callable itself, not what a ``functools.wraps`` wrapper says it wraps: the
+        # wrapper is what gets called.
+        signature = inspect.signature(fn, follow_wrapped=False)
     except (TypeError, ValueError):
         return True
     try:
