@@ -336,6 +336,20 @@ def test_a_helper_s_global_statement_reaches_the_program_s_top_level_variable() 
     assert _outcome(program) == [2, "class body"]
 
 
+def test_a_global_of_a_helper_may_be_annotated_at_the_top_level() -> None:
+    program = (
+        "counter: int = 0\n"
+        "total: int\n"
+        "def bump():\n"
+        "    global counter, total\n"
+        "    counter += 1\n"
+        "    total = counter * 10\n"
+        "bump()\n"
+        "return [counter, total]"
+    )
+    assert _outcome(program) == [1, 10]
+
+
 def test_a_program_indented_as_a_whole_runs_with_its_strings_and_line_numbers_as_written() -> None:
     assert _outcome('    text = """a\n  b"""\n    if text:\n        return text') == "a\n  b"
     assert _outcome("\n  # a comment first\n  return 7") == 7

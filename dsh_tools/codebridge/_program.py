@@ -175,6 +175,35 @@ def _parse_indented(source: str) -> ast.Module | None:
     return module
 
 
+class _Unannotated(ast.NodeTransformer):
+    """The program's own statements with the annotations of ``names`` dropped (nested scopes
+    left as they are: their annotated names are their own)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def visit_body(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for statement in body:
+            kept = self.visit(statement)
+            if kept is not None:
+                out.append(kept)
+        return out
+
+    def _nested(self, node: ast.AST) -> ast.AST:
+        return node  # a scope of its own
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST | None:
+        target = node.target
+        if not (isinstance(target, ast.Name) and target.id in self.names):
+            return node
+        if node.value is None:
+            return ast.copy_location(ast.Pass(), node)
+        return ast.copy_location(ast.Assign(targets=[target], value=node.value), node)
+
+
 def _globals_of_nested_scopes(body: list[ast.stmt]) -> list[str]:
     """The names that a function or class inside the program declares ``global``."""
     own = {id(node) for node in _own_nodes(body)}
@@ -213,6 +242,10 @@ def _program_module(source: str) -> ast.Module:
             declared.lineno = declared.end_lineno = 1
             declared.col_offset = declared.end_col_offset = 0
             hoisted.append(declared)
+            # A global name cannot be annotated where it is declared so: the program's own
+            # ``counter: int = 0`` becomes ``counter = 0`` (an annotation changes nothing at
+            # run time but ``__annotations__``), and ``counter: int`` alone goes.
+            tree.body = _Unannotated(set(names)).visit_body(tree.body)
     last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1
     absent = ast.Name(ABSENT_NAME, ast.Load())
     final = ast.Return(absent)
