@@ -1059,17 +1059,16 @@ return [list(resource.getrlimit(resource.RLIMIT_AS)), list(resource.getrlimit(re
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
-def test_a_pool_of_threads_fits_a_small_memory_budget_and_recurses_as_deep_as_the_main_thread(
+def test_a_pool_of_threads_fits_the_memory_budget_and_recurses_as_deep_as_the_main_thread(
     isolation: str,
 ) -> None:
-    # RLIMIT_AS is max_memory_mb; each of these threads uses a few pages, not a budget's share.
+    # RLIMIT_AS is max_memory_mb (the default here); each of these threads uses a few pages of
+    # it, not a budget's share.
     limited = SubprocessCodeRuntime(
-        CodeRuntimeConfig(
-            isolation=isolation, max_memory_mb=256, compute_ms=20_000, max_wall_ms=60_000
-        )
+        CodeRuntimeConfig(isolation=isolation, compute_ms=20_000, max_wall_ms=60_000)
     )
     program = """
-import concurrent.futures, threading
+import concurrent.futures, functools, sys, threading
 
 class Down:  # each level goes through C (the class's call) and back into Python
     def __init__(self, depth):
@@ -1105,18 +1104,32 @@ try:
     await asyncio.gather(*(asyncio.to_thread(twenty.wait) for _ in range(20)))
 finally:
     twenty.abort()
+on_main_thread = Down(0).depth
+
+# Models raise the recursion limit; a thread still takes a depth the main thread takes.
+sys.setrecursionlimit(100_000)
+
+@functools.lru_cache(None)
+def count_down(n):
+    return 0 if n == 0 else count_down(n - 1) + 1
+
+deep_in_a_thread = []
+thread = threading.Thread(target=lambda: deep_in_a_thread.append(count_down(5000)))
+thread.start()
+thread.join()
 return [sorted({depth for depth, _ in in_threads}), {text for _, text in in_threads}.pop(),
-        Down(0).depth]
+        on_main_thread, deep_in_a_thread]
 """
     try:
         result = run(limited, program)
     finally:
         limited.close()
     assert result.error is None, result.error
-    depths, nested, on_main_thread = result.value
+    depths, nested, on_main_thread, deep_in_a_thread = result.value
     assert nested == "RecursionError"
     # As deep as the recursion limit allows, less the frames each thread starts under.
     assert len(depths) == 1 and on_main_thread - 20 <= depths[0] <= on_main_thread + 20
+    assert deep_in_a_thread == [5000]
 
 
 def test_runs_may_be_in_flight_at_once(runtime: SubprocessCodeRuntime) -> None:

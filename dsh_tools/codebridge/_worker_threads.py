@@ -30,14 +30,16 @@ from typing import Final
 
 __all__ = ["ARENAS", "THREAD_STACK_BYTES", "fit_threads"]
 
-THREAD_STACK_BYTES: Final = 2 * 1024 * 1024
+THREAD_STACK_BYTES: Final = 4 * 1024 * 1024
 """The stack of each thread the program starts with ``threading``. The deepest recursions
-measured in a thread (at the default recursion limit: through ``functools.lru_cache``, class
+measured in a thread at the default recursion limit (through ``functools.lru_cache``, class
 construction, generators, operator methods, ``compile`` of a 50,000-term expression; and the
 C-level recursions of ``repr``, ``==``, ``json`` and ``pickle`` on nested lists up to their own
 limits) needed at most 430 KiB on CPython 3.11 and 3.12 and 1.7 MiB on 3.13, whose C-level
-limit lets ``==`` on lists nested 10,000 deep recurse that far; an 8 MiB stack instead costs
-four times the address space for depth no program at these limits reaches."""
+limit lets ``==`` on lists nested 10,000 deep recurse that far. A program that raises the
+recursion limit, as models' programs often do, recurses further: a 2 MiB stack crashed at a
+depth of 5,000 ``lru_cache`` calls that the main thread's 8 MiB took. Half the main thread's
+stack takes about twice that depth, at half its address space."""
 
 ARENAS: Final = 1
 """The most malloc arenas a worker's C library keeps (its main arena only)."""
