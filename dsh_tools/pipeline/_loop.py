@@ -339,17 +339,31 @@ def _ignore_interrupt(signum: int, frame: types.FrameType | None) -> None:
     """The SIGINT handler of ``interrupts_deferred``: one interruption is on its way already."""
 
 
-_LIBRARY_CODE: Final = tuple(
-    os.path.dirname(os.path.abspath(module.__file__ or "")) + os.sep
-    for module in (sys.modules[__name__.rpartition(".")[0].rpartition(".")[0]], asyncio)
+_PACKAGE_DIR: Final = os.path.dirname(
+    os.path.abspath(sys.modules[__name__.rpartition(".")[0].rpartition(".")[0]].__file__ or "")
+)
+_LIBRARY_CODE: Final = (
+    _PACKAGE_DIR + os.sep,
+    os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
 )
 """The folders of this package and of asyncio: code that runs a call, not the call's own."""
+_TOOL_CODE: Final = os.path.join(_PACKAGE_DIR, "examples") + os.sep
+"""The package's example tools: bodies, the call's own code like any other tool's."""
 
 
 def _in_library_code(frame: types.FrameType | None) -> bool:
-    """Whether ``frame`` (where the main thread stood when a signal's handler ran) is code of
-    this package or asyncio."""
-    return frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_LIBRARY_CODE)
+    """Whether the main thread, where a signal's handler found it (``frame``), runs only this
+    package's or asyncio's code on behalf of the driven call: no frame of user code (a body,
+    a hook, what they call) stands between it and ``drive``."""
+    while frame is not None:
+        code = frame.f_code
+        if code is drive.__code__:
+            return True
+        path = os.path.abspath(code.co_filename)
+        if not path.startswith(_LIBRARY_CODE) or path.startswith(_TOOL_CODE):
+            return False
+        frame = frame.f_back
+    return True
 
 
 @contextlib.contextmanager
