@@ -425,6 +425,52 @@ def test_a_call_interrupted_before_it_is_logged_gets_no_result_beside_one_of_the
     ]
 
 
+CTRL_C_IN_A_BODY_USING_THE_PACKAGE = """
+import asyncio, os, signal, threading, time
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool, snapshot_json
+
+finished = []
+
+
+def busy(args, ctx):  # a plain body that spends its time in the package's own helpers
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        snapshot_json({"rows": list(range(100))})
+    finished.append(True)
+    return "done"
+
+
+async def pre(exec, next):  # the call then runs in the wait's own task
+    await asyncio.sleep(0)
+    return await next()
+
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(
+    define_tool(
+        name="busy",
+        description="Busy.",
+        parameters={},
+        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=busy,
+    )
+)
+system.tools.on_pre_execute(pre)
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+try:
+    system.execute(ExecuteCall(call_id="c1", name="busy", arguments={}))
+except KeyboardInterrupt:
+    print("interrupted", finished)
+system.stop()
+"""
+
+
+def test_ctrl_c_interrupts_a_plain_body_while_it_runs_the_package_s_own_code() -> None:
+    done = run_script(CTRL_C_IN_A_BODY_USING_THE_PACKAGE)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted []"]  # the body did not run on to its end
+
+
 CTRL_C_AS_THE_WAIT_BEGINS = """
 import os, signal, warnings
 import dsh_tools._blocking_wait as blocking_wait
