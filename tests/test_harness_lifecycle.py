@@ -26,11 +26,28 @@ import dsh_tools.codebridge._template_host as template_host
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem
 from dsh_tools.codebridge import CodeRunRequest, CodeSandbox, SubprocessCodeRuntime
 
+A_TOOL = """
+from dsh_tools import ToolOutput as _ToolOutput, define_tool as _define_tool
+
+
+def a_tool(name, body):
+    \"\"\"A tool of no parameters whose string value renders as nothing.\"\"\"
+    return _define_tool(
+        name=name,
+        description=name,
+        parameters={},
+        output=_ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
+        execute=body,
+    )
+"""
+"""What every script may use (``run_script`` runs it first)."""
+
 
 def run_script(source: str, *args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``source`` (dedented) in a fresh interpreter with ``args``; its output as text."""
+    """Run ``source`` (dedented, after ``A_TOOL``) in a fresh interpreter with ``args``; its
+    output as text."""
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(source), *args],
+        [sys.executable, "-c", A_TOOL + textwrap.dedent(source), *args],
         capture_output=True,
         text=True,
         timeout=30,
@@ -300,7 +317,7 @@ def test_ctrl_c_during_a_blocking_batch_aborts_it() -> None:
 
 CTRL_C_INSIDE_A_LOCK = """
 import asyncio, concurrent.futures, os, signal, sys, threading
-from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
 
 # A Ctrl-C that lands right after the main thread has taken a future's lock, before the
 # ``with`` block that releases it has begun: what a Ctrl-C at a random moment sometimes does.
@@ -336,16 +353,8 @@ async def quick(args, ctx):
 
 
 system = ToolSystem.start(code_runtime=None)
-for name, body in (("wait_long", wait_long), ("quick", quick)):
-    system.tools.register(
-        define_tool(
-            name=name,
-            description="Wait.",
-            parameters={},
-            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-            execute=body,
-        )
-    )
+system.tools.register(a_tool("wait_long", wait_long))
+system.tools.register(a_tool("quick", quick))
 armed[0] = True
 try:
     if sys.argv[1] == "batch":
@@ -374,7 +383,7 @@ def test_a_ctrl_c_landing_inside_a_lock_of_the_wait_leaves_the_system_working(en
 
 CTRL_C_BEFORE_A_REUSED_ID_IS_LOGGED = """
 import os, signal, threading
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 from dsh_tools.pipeline import SessionLog
 
 append = SessionLog.append
@@ -388,15 +397,7 @@ def interrupted_before_b_is_logged(self, type, data, agent=None):
 
 release = threading.Event()
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="held",
-        description="Waits.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=lambda args, ctx: release.wait(10) and "done",
-    )
-)
+system.tools.register(a_tool("held", lambda args, ctx: release.wait(10) and "done"))
 a = threading.Thread(
     target=system.execute, args=(ExecuteCall(call_id="c1", name="held", arguments={}, agent="A"),)
 )
@@ -427,7 +428,7 @@ def test_a_call_interrupted_before_it_is_logged_gets_no_result_beside_one_of_the
 
 CTRL_C_IN_A_BODY_USING_THE_PACKAGE = """
 import asyncio, os, signal, threading, time
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool, snapshot_json
+from dsh_tools import ExecuteCall, ToolSystem, snapshot_json
 
 finished = []
 
@@ -446,15 +447,7 @@ async def pre(exec, next):  # the call then runs in the wait's own task
 
 
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="busy",
-        description="Busy.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=busy,
-    )
-)
+system.tools.register(a_tool("busy", busy))
 system.tools.on_pre_execute(pre)
 threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
 try:
@@ -474,7 +467,7 @@ def test_ctrl_c_interrupts_a_plain_body_while_it_runs_the_package_s_own_code() -
 CTRL_C_AS_THE_WAIT_BEGINS = """
 import os, signal, warnings
 import dsh_tools._blocking_wait as blocking_wait
-from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteBatch, ToolCall, ToolSystem
 
 warnings.simplefilter("error")  # a coroutine never awaited fails the script
 make_handler = blocking_wait._Interruptions.__init__
@@ -490,15 +483,7 @@ async def body(args, ctx):
 
 
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="quick",
-        description="Quick.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=body,
-    )
-)
+system.tools.register(a_tool("quick", body))
 blocking_wait._Interruptions.__init__ = made_then_interrupted
 before = len(os.listdir("/proc/self/fd"))
 for i in range(20):
@@ -520,7 +505,7 @@ def test_a_ctrl_c_as_a_blocking_wait_begins_leaves_nothing_open() -> None:
 
 CTRL_C_IN_THE_RECORDING = """
 import os, signal, sys
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 from dsh_tools.pipeline import SessionLog
 
 # A Ctrl-C that lands in the pipeline's own bookkeeping, just after an event was appended.
@@ -537,15 +522,7 @@ def append_then_interrupted(self, type, data, agent=None):
 
 SessionLog.append = append_then_interrupted
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="plain",
-        description="A plain body.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=lambda args, ctx: "done",
-    )
-)
+system.tools.register(a_tool("plain", lambda args, ctx: "done"))
 try:
     system.execute(ExecuteCall(call_id="c1", name="plain", arguments={}))
 except KeyboardInterrupt:
