@@ -23,6 +23,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from .pipeline._loop import pythons_interrupts_here
+
 __all__ = ["wait_for_future"]
 
 
@@ -58,16 +60,14 @@ class _Wake:
 
     def write(self, _settled: object = None) -> None:
         with self._lock:
-            if not self.closed:
-                with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
-                    os.write(self.writer, b"!")
+            self.write_here()
 
     def write_here(self) -> None:
         """``write`` from the main thread's signal handler, which runs between two steps of
         whatever the main thread does, maybe inside ``write`` or ``close`` holding the lock:
         no lock here (nothing else on this thread runs meanwhile)."""
         if not self.closed:
-            with contextlib.suppress(BlockingIOError):
+            with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
                 os.write(self.writer, b"!")
 
     def drain(self) -> None:
@@ -92,10 +92,7 @@ def wait_for_future(
     too). On a Ctrl-C, ``on_interrupt(future)`` (cancel or abort the work), then
     ``KeyboardInterrupt`` once the wait has let go of everything; ``TimeoutError`` (the
     ``concurrent.futures`` one) after ``timeout`` seconds."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    if not pythons_interrupts_here():
         # Elsewhere no KeyboardInterrupt is raised; a handler of the application's own is
         # left as it is.
         future = start()

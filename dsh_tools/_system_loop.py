@@ -10,7 +10,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
-import os
 import sys
 import threading
 import time
@@ -22,7 +21,7 @@ from typing import Any
 from ._blocking_wait import wait_for_future
 from .actors._logging import get_logger
 from .pipeline import message_of
-from .pipeline._loop import new_pool_loop
+from .pipeline._loop import is_library_code, new_pool_loop
 
 __all__ = ["SystemLoop"]
 
@@ -34,14 +33,6 @@ _BACKGROUND_GRACE_SECONDS = 1.0
 STALL_WARNING_SECONDS = 2.0
 """How long the loop may go without turning, while work waits for it, before a warning names
 what holds it."""
-
-_OWN_CODE = (
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,
-    os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
-    os.path.dirname(os.path.abspath(threading.__file__)) + os.sep + "threading.py",
-    os.path.dirname(os.path.abspath(concurrent.futures.__file__)) + os.sep,
-)
-"""Where frames that are not the harness author's own come from (this package, asyncio)."""
 
 
 class SystemLoop:
@@ -261,12 +252,11 @@ _STOPPED_BEFORE = "the tool system stopped before the call finished"
 
 
 def _blocking_frame(frame: FrameType | None) -> str:
-    """``function (file:line)`` of the innermost frame of ``frame``'s stack that is not this
-    package's or asyncio's (the harness author's callback), else of the innermost frame."""
+    """``function (file:line)`` of the innermost frame of ``frame``'s stack that is not library
+    code (the harness author's callback), else of the innermost frame."""
     innermost = frame
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_OWN_CODE):
+        if not is_library_code(frame.f_code.co_filename):
             innermost = frame
             break
         frame = frame.f_back

@@ -273,7 +273,7 @@ def test_a_script_that_exits_while_a_hook_blocks_its_threads_loop_exits_cleanly(
 
 CTRL_C = """
 import asyncio, os, signal, threading
-from dsh_tools import ExecuteBatch, ToolCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteBatch, ToolCall, ToolSystem
 
 started = threading.Event()
 
@@ -285,15 +285,7 @@ async def wait_long(args, ctx):
 
 
 system = ToolSystem.start()
-system.tools.register(
-    define_tool(
-        name="wait_long",
-        description="Wait.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=wait_long,
-    )
-)
+system.tools.register(a_tool("wait_long", wait_long))
 threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
 try:
     system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "wait_long", "{}")]))
@@ -550,7 +542,7 @@ def test_a_ctrl_c_in_the_recording_of_a_call_leaves_it_exactly_one_result(
 
 CTRL_C_EXECUTE = """
 import asyncio, os, signal, sys, threading
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 
 started = threading.Event()
 ends = []
@@ -572,15 +564,7 @@ async def quick(args, ctx):
 
 system = ToolSystem.start()
 for name, body in (("wait_long", wait_long), ("quick", quick)):
-    system.tools.register(
-        define_tool(
-            name=name,
-            description="Wait.",
-            parameters={},
-            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-            execute=body,
-        )
-    )
+    system.tools.register(a_tool(name, body))
 threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
 timeout = float(sys.argv[1]) if len(sys.argv) > 1 else None
 try:
@@ -613,7 +597,7 @@ def test_ctrl_c_during_a_blocking_execute_cancels_the_call_and_records_its_resul
 
 CTRL_C_TWICE = """
 import asyncio, os, signal, threading, time
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 
 cleaning = threading.Event()
 
@@ -640,15 +624,7 @@ def press_twice():
 
 
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="slow_cleanup",
-        description="Wait.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=slow_cleanup,
-    )
-)
+system.tools.register(a_tool("slow_cleanup", slow_cleanup))
 threading.Thread(target=press_twice).start()
 try:
     system.execute(ExecuteCall(call_id="c1", name="slow_cleanup", arguments={}))
@@ -711,7 +687,7 @@ def test_ctrl_c_during_a_code_run_interrupts_the_call_not_the_sub_call_running_t
 
 CTRL_C_IN_AN_INLINE_BODY = """
 import asyncio, os, signal, threading, time
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 
 
 def body(args, ctx):
@@ -726,15 +702,7 @@ async def pre(exec, next):
 
 
 with ToolSystem.start(code_runtime=None) as system:
-    system.tools.register(
-        define_tool(
-            name="sleepy",
-            description="Sleep.",
-            parameters={},
-            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-            execute=body,
-        )
-    )
+    system.tools.register(a_tool("sleepy", body))
     system.tools.on_pre_execute(pre)
     try:
         system.execute(ExecuteCall(call_id="c1", name="sleepy", arguments={}))
@@ -755,7 +723,7 @@ def test_ctrl_c_still_interrupts_a_plain_body_running_inline_in_the_waiting_call
 
 A_WAIT_CUT_SHORT = """
 import asyncio, signal
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 from dsh_tools.pipeline import _loop
 
 
@@ -765,15 +733,7 @@ async def pre(exec, next):
 
 
 with ToolSystem.start(code_runtime=None) as system:
-    system.tools.register(
-        define_tool(
-            name="t",
-            description="t",
-            parameters={},
-            output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-            execute=lambda args, ctx: "ok",
-        )
-    )
+    system.tools.register(a_tool("t", lambda args, ctx: "ok"))
     system.tools.on_pre_execute(pre)
     call = ExecuteCall(call_id="c1", name="t", arguments={})
     system.execute(call)
@@ -802,15 +762,7 @@ def test_a_wait_whose_ending_a_ctrl_c_cut_short_leaves_the_next_wait_working() -
 
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
-system.tools.register(
-    define_tool(
-        name="sleeper",
-        description="Sleep.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=sleeper,
-    )
-)
+system.tools.register(a_tool("sleeper", sleeper))
 """
 """A script's lines starting ``system`` with the ``sleeper`` tool it defined before them."""
 
@@ -1555,7 +1507,7 @@ def test_on_stop_closers_run_once_the_calls_settle_last_attached_first(logs: Log
 
 CTRL_C_BEFORE_THE_FIRST_STEP = """
 import asyncio, contextlib, os, signal
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteCall, ToolSystem
 from dsh_tools.pipeline import _loop
 
 
@@ -1578,15 +1530,7 @@ def ctrl_c_as_the_wait_is_armed(loop, *rest):
 
 _loop._woken_by_signals = ctrl_c_as_the_wait_is_armed
 system = ToolSystem.start()
-system.tools.register(
-    define_tool(
-        name="nap",
-        description="Sleep a little.",
-        parameters={},
-        output=ToolOutput(schema={"type": "string"}, render=lambda a, v: []),
-        execute=nap,
-    )
-)
+system.tools.register(a_tool("nap", nap))
 try:
     system.execute(ExecuteCall(call_id="a", name="nap", arguments={}))
 except KeyboardInterrupt:

@@ -287,25 +287,23 @@ class PipelineCore:
         fields = log_fields(rec)
         fields["stage"] = rec.stage
         fields["exception_type"] = failure.exception_type
+        # The interrupt's cancellation reached a waiting hook (taken back all the same: left on
+        # the awaiting task, it would read as the caller's own cancellation), or the awaiting
+        # task's own did, and the hook's cleanup raised this instead: the call ends as that
+        # cancellation, as a body's does.
         if take_back_cancels(rec):
-            # The interrupt's cancellation reached a waiting hook, whose cleanup raised this
-            # instead. Taken back all the same (left on the awaiting task, it would read as the
-            # caller's own cancellation); the call ends as the interrupt's, as a body's does.
+            cancelled_here, reason = True, abort_reason(rec)
+        else:
+            cancelled_here = isinstance(exc, Exception) and self._check_outer(rec)
+            reason = CANCELLED_REASON
+        if cancelled_here:
             log.warning(
                 f"{rec.stage} raised while cancelled: {failure.error.message}",
                 exc_info=exc,
                 **fields,
             )
             if isinstance(exc, Exception):
-                return cancelled(aborted_code(rec), reason=abort_reason(rec))
-        elif isinstance(exc, Exception) and self._check_outer(rec):
-            # The awaiting task's cancellation, turned into this by a hook's cleanup.
-            log.warning(
-                f"{rec.stage} raised while cancelled: {failure.error.message}",
-                exc_info=exc,
-                **fields,
-            )
-            return cancelled(aborted_code(rec), reason=CANCELLED_REASON)
+                return cancelled(aborted_code(rec), reason=reason)
         if isinstance(exc, HarnessError):
             # An expected outcome the model is told about (bad arguments, an abort, a
             # deadline): kept for whoever turns on debug logs, never noise at the default.

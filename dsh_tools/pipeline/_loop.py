@@ -15,6 +15,7 @@ runs on a loop already.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import os
@@ -316,15 +317,21 @@ class _CancelOnInterrupt:
         raise KeyboardInterrupt  # in user code the call runs (a plain body inline): its outcome
 
 
+def pythons_interrupts_here() -> bool:
+    """Whether a Ctrl-C raises ``KeyboardInterrupt`` on this thread as Python's own handler
+    does: the main thread, with that handler in place (an application's own is left alone)."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+
+
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
     """Bookkeeping that a Ctrl-C must not cut short (recording an interrupted call's result,
     while one ``KeyboardInterrupt`` propagates already): on the main thread, with Python's own
     SIGINT handler in place, a Ctrl-C meanwhile is dropped rather than raised inside it."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    if not pythons_interrupts_here():
         yield
         return
     signal.signal(signal.SIGINT, _ignore_interrupt)
@@ -345,22 +352,30 @@ _PACKAGE_DIR: Final = os.path.dirname(
 _LIBRARY_CODE: Final = (
     _PACKAGE_DIR + os.sep,
     os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
+    os.path.dirname(os.path.abspath(concurrent.futures.__file__)) + os.sep,
+    os.path.abspath(threading.__file__),
 )
-"""The folders of this package and of asyncio: code that runs a call, not the call's own."""
+"""This package, asyncio and the standard library's thread primitives: code that runs calls
+(or that a call waits in), not a call's own."""
 _TOOL_CODE: Final = os.path.join(_PACKAGE_DIR, "examples") + os.sep
 """The package's example tools: bodies, the call's own code like any other tool's."""
 
 
+def is_library_code(filename: str) -> bool:
+    """Whether code of ``filename`` is library code (``_LIBRARY_CODE``), not user code (a
+    body, a hook, what they call, the package's example tools)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_LIBRARY_CODE) and not path.startswith(_TOOL_CODE)
+
+
 def _in_library_code(frame: types.FrameType | None) -> bool:
-    """Whether the main thread, where a signal's handler found it (``frame``), runs only this
-    package's or asyncio's code on behalf of the driven call: no frame of user code (a body,
-    a hook, what they call) stands between it and ``drive``."""
+    """Whether the main thread, where a signal's handler found it (``frame``), runs only library
+    code on behalf of the driven call: no frame of user code stands between it and ``drive``."""
     while frame is not None:
         code = frame.f_code
         if code is drive.__code__:
             return True
-        path = os.path.abspath(code.co_filename)
-        if not path.startswith(_LIBRARY_CODE) or path.startswith(_TOOL_CODE):
+        if not is_library_code(code.co_filename):
             return False
         frame = frame.f_back
     return True

@@ -86,7 +86,6 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         stepping = STEPPING.set(rec)
         if self.stop_reason is not None:  # stop() began as this call came in
             self.interrupt(rec, self.stop_reason)
-        top = False  # whether the call's tool/call is recorded
         try:
             if record and call.parent is None:
                 session = self.session
@@ -94,7 +93,6 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                     rec.call_id, rec.name, compact_arguments(rec.arguments)
                 )
                 session.append("tool/call", data, rec.agent)
-                top = True
             # Whether this coroutine runs on an event loop for sure: each stage with hooks
             # would otherwise ask (``event_loop()``), which costs more than a pass-through hook.
             looped = False
@@ -119,7 +117,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 result = await self.commit(rec, stage, looped=True)
             else:
                 result = self.commit_now(rec, stage) or await self.commit(rec, stage, looped=looped)
-            if top and not rec.abandoned:
+            if rec.logged_call is not None and not rec.abandoned:
                 self.session.record_result(rec.call_id, result, rec.agent)
         except BaseException:
             # Something raised through the pipeline's own steps: a Ctrl-C that landed in them
