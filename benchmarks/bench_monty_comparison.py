@@ -1,14 +1,15 @@
 """Code Mode against Pydantic's Monty, measured side by side in one run.
 
 Prints the medians of an empty run and of 100 gathered calls (a plain-function tool body, the
-bar's figure, and an ``async`` one, the shape of Monty's external function) for
-``SubprocessCodeRuntime`` (the sandbox, the default; runtime level) and ``ToolSystem``
-``run_code`` (end to end), and
-for ``pydantic_monty.AsyncMonty`` (fresh session checkout from a warm pool + ``feed_run``), with
-the ratios the bars apply to: empty run <= 2 x Monty, 100 calls <= 0.2 x Monty. Each figure is
-measured from a warm pool (runs a short untimed pause apart, as a model's turns keep them) and
-back to back. The two are measured in turns (``--rounds`` rounds of ``--runs`` runs each):
-each ratio is the median of the rounds' own ratios, each figure the median over the rounds.
+bar's figure, and an ``async`` one, the shape of Monty's external function) for ``ToolSystem``
+``run_code`` (end to end, in the sandbox, the default) and for ``pydantic_monty.AsyncMonty``
+(fresh session checkout from a warm pool + ``feed_run``), with the ratios the bars apply to:
+empty run <= 2 x Monty, 100 calls <= 0.2 x Monty. Each figure is measured from a warm pool
+(runs a short untimed pause apart, as a model's turns keep them) and back to back. The two are
+measured in turns (``--rounds`` rounds of ``--runs`` runs each): each ratio is the median of the
+rounds' own ratios, each figure the median over the rounds. It also prints the floor under the
+100-call figure: ``SubprocessCodeRuntime`` alone running the same program, its binding
+answering at once (the worker, the sandbox and the frames, without the pipeline).
 
 Usage: ``python benchmarks/bench_monty_comparison.py [--runs N] [--rounds R] [--json]`` (needs
 the ``bench`` extra).
@@ -66,6 +67,10 @@ def main() -> int:
             f"{figures[f'run_code_100_async_calls{suffix}_ms']:8.2f} ms"
         )
         print(f"    ratio {figures[f'100_async_calls{suffix}_ratio']:.2f} (no body thread hop)")
+    print("the code runtime alone, its binding answering at once (no pipeline; warm pool)")
+    print(f"  empty run:                      {figures['runtime_empty_ms']:8.2f} ms")
+    print(f"  100 gathered calls:             {figures['runtime_100_calls_ms']:8.2f} ms")
+    print(f"    ratio {figures['100_calls_floor_ratio']:.2f} to Monty's 100 calls (the floor)")
     return 0
 
 

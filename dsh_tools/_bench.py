@@ -14,6 +14,8 @@
   model's turns keep them, so the single-use worker a run used has been replaced) and back to
   back (each run then also waits for, and shares the 2 cores with, the fork of its
   replacement);
+- the code runtime alone running the same two programs, its binding answering at once: the
+  floor every ``run_code`` pays (worker, sandbox, frames) before a tool runs;
 - ``assemble_prompt`` for 2,000 tools (in ``both`` mode: schemas and the SDK section), the first
   call and a call after it with the registry unchanged;
 - the peak resident memory of ``dsh-tools demo`` (run as a child process).
@@ -49,6 +51,7 @@ __all__ = [
     "measure_demo_rss",
     "measure_pipeline",
     "measure_pool",
+    "measure_runtime_floor",
 ]
 
 Progress = Callable[[str], None]
@@ -309,7 +312,62 @@ def measure_code_mode(runs: int = 20, progress: Progress | None = None) -> dict[
             figures[key] = _median(runs, partial(once, program, POOL_REFILL_PAUSE_S))
             back_to_back = key.replace("_ms", "_back_to_back_ms")
             figures[back_to_back] = _median(runs, partial(once, program, 0.0))
+    figures.update(measure_runtime_floor(runs))
     return figures
+
+
+def _answered_at_once(arguments: Any) -> asyncio.Future[Any]:
+    # What a binding hands back when its result is known at once: a settled future.
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_result(arguments["n"])
+    return future
+
+
+def measure_runtime_floor(runs: int = 20) -> dict[str, float]:
+    """Milliseconds for the empty and the 100-call program run by the code runtime alone,
+    with a binding that answers at once (no pipeline): the worker, the sandbox and the frames,
+    which every ``run_code`` pays before any tool runs. Runs are ``POOL_REFILL_PAUSE_S`` apart."""
+    from .codebridge import (
+        BindingNamespace,
+        CodeRunRequest,
+        ErrorClassSpec,
+        SubprocessCodeRuntime,
+    )
+
+    bindings = {"trivial": _answered_at_once}
+    namespace = BindingNamespace(
+        "tools", bindings, ErrorClassSpec("ToolCallError", "tool_name"), bindings
+    )
+    programs = {
+        "runtime_empty_ms": "return None",
+        "runtime_100_calls_ms": (
+            "values = await asyncio.gather("
+            "*[tools.trivial({'n': i}) for i in range(100)])\nreturn sum(values)"
+        ),
+    }
+
+    async def measure() -> dict[str, float]:
+        runtime = SubprocessCodeRuntime()
+        try:
+            figures: dict[str, float] = {}
+            for key, program in programs.items():
+                request = CodeRunRequest(program, [namespace])
+                samples = []
+                for count in range(runs + 3):  # three untimed runs first
+                    start = time.perf_counter()
+                    result = await runtime.run(request)
+                    elapsed = time.perf_counter() - start
+                    if result.error is not None:
+                        raise RuntimeError(f"benchmark program failed: {result.error.message}")
+                    if count >= 3:
+                        samples.append(elapsed * 1e3)
+                    await asyncio.sleep(POOL_REFILL_PAUSE_S)
+                figures[key] = statistics.median(samples)
+            return figures
+        finally:
+            await runtime.dispose()
+
+    return asyncio.run(measure())
 
 
 def measure_assembly(

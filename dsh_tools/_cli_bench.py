@@ -84,6 +84,9 @@ _BARS: list[tuple[str, str, str, float | None]] = [
     ("monty_100_calls_back_to_back_ms", "Monty: 100 calls, back to back", "ms", None),
     ("run_code_empty_vs_monty", "empty run_code / Monty's empty run", "x", 2),
     ("run_code_100_calls_vs_monty", "run_code 100 calls / Monty's 100 calls", "x", 0.2),
+    ("runtime_empty_ms", "code runtime alone, empty run (no pipeline)", "ms", None),
+    ("runtime_100_calls_ms", "code runtime alone, 100 calls answered at once", "ms", None),
+    ("100_calls_floor_ratio", "  the same / Monty's 100 calls", "x", None),
 ]
 
 

@@ -345,6 +345,7 @@ def test_the_monty_comparison_takes_each_ratio_within_a_round(
         for name in ("empty", "100_calls", "100_async_calls"):
             for suffix in ("", "_back_to_back"):
                 figures[f"run_code_{name}{suffix}_ms"] = 2.0 * current[-1]
+        figures["runtime_100_calls_ms"] = 1.0 * current[-1]  # the floor: warm pool only
         return figures
 
     def monty(runs: int, pause: float) -> dict[str, float]:
@@ -357,7 +358,17 @@ def test_the_monty_comparison_takes_each_ratio_within_a_round(
     monkeypatch.setattr(peer, "measure_monty", monty)
     figures = peer.compare_with_monty(ours, runs=3, rounds=3, pause=0.0)
     assert figures["empty_ratio"] == figures["100_calls_back_to_back_ratio"] == 0.5
+    assert figures["100_calls_floor_ratio"] == 0.25
+    assert "100_calls_floor_back_to_back_ratio" not in figures
     assert figures["run_code_empty_ms"] == 4.0 and figures["monty_empty_ms"] == 8.0
+
+
+def test_the_runtime_floor_runs_both_programs_through_the_sandboxed_runtime() -> None:
+    from dsh_tools._bench import measure_runtime_floor
+
+    figures = measure_runtime_floor(runs=1)  # a program that fails raises RuntimeError
+    assert sorted(figures) == ["runtime_100_calls_ms", "runtime_empty_ms"]
+    assert all(value > 0 for value in figures.values())
 
 
 def test_run_code_honours_a_wall_clock_budget(tmp_path: Path) -> None:
