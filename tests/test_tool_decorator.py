@@ -169,6 +169,47 @@ def test_nested_and_recursive_shapes(system: ToolSystem) -> None:
     assert run(system, count_nodes, arguments).value == 5
 
 
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Shelf(msgspec.Struct):
+    slots: dict[int, str]
+
+
+def test_dicts_with_number_keys_take_the_text_keys_json_objects_have(system: ToolSystem) -> None:
+    @tool
+    def label(
+        names: dict[int, str],
+        levels: dict[Level, float],
+        shelves: list[Shelf],
+        plain: dict[str, int],
+    ) -> str:
+        return f"{names!r} {levels!r} {shelves!r} {plain!r}"
+
+    assert label.parameters["properties"]["names"] == {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+    }
+    arguments = {
+        "names": {"1": "one", "-2": "minus two"},
+        "levels": {"2": 0.5},
+        "shelves": [{"slots": {"3": "c"}}],
+        "plain": {"7": 7},
+    }
+    assert text(run(system, label, arguments)) == (
+        "{1: 'one', -2: 'minus two'} {<Level.HIGH: 2>: 0.5} [Shelf(slots={3: 'c'})] {'7': 7}"
+    )
+    bad = run(system, label, {**arguments, "names": {"x": "one"}})
+    assert text(bad) == (
+        "Error: invalid arguments: Expected `int`, got `str` - at `key` in `arguments.names`"
+    )
+    wrong_level = run(system, label, {**arguments, "levels": {"5": 1.0}})
+    assert wrong_level.is_error
+    assert "arguments.levels" in text(wrong_level)
+
+
 def test_wrong_types_unknown_and_missing_arguments_fail_before_the_body(
     system: ToolSystem,
 ) -> None:

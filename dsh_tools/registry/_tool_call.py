@@ -94,6 +94,46 @@ def may_hold_tuples(return_type: Any) -> bool:
     return holds(info)
 
 
+def has_keys_from_text(args_type: Any) -> bool:
+    """Whether ``args_type`` holds a dict whose keys are not strings (``dict[int, str]``, an
+    ``IntEnum`` key...). JSON object keys are always text, and msgspec turns them into such
+    keys only when it decodes JSON text: converting the already decoded arguments refuses
+    every key. Such arguments are converted through their JSON text instead."""
+    try:
+        info = msgspec.inspect.type_info(args_type)
+    except (TypeError, ValueError):
+        return False
+    seen: set[Any] = set()
+
+    def holds(t: msgspec.inspect.Type) -> bool:
+        if isinstance(t, msgspec.inspect.DictType):
+            key = t.key_type
+            while isinstance(key, msgspec.inspect.Metadata):
+                key = key.type
+            return not isinstance(key, msgspec.inspect.StrType) or holds(t.value_type)
+        if isinstance(
+            t,
+            msgspec.inspect.StructType
+            | msgspec.inspect.DataclassType
+            | msgspec.inspect.TypedDictType
+            | msgspec.inspect.NamedTupleType,
+        ):
+            if t.cls in seen:
+                return False
+            seen.add(t.cls)
+            return any(holds(field.type) for field in t.fields)
+        if isinstance(t, msgspec.inspect.UnionType):
+            return any(holds(member) for member in t.types)
+        if isinstance(t, msgspec.inspect.TupleType):
+            return any(holds(member) for member in t.item_types)
+        if isinstance(t, msgspec.inspect.Metadata):
+            return holds(t.type)
+        inner = getattr(t, "item_type", None)
+        return isinstance(inner, msgspec.inspect.Type) and holds(inner)
+
+    return holds(info)
+
+
 def _violation(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     return (
@@ -108,13 +148,25 @@ def _make_parser(
 ) -> Callable[[Any], tuple[Any, ...]]:
     """``parse(args)``: the frozen arguments strictly converted to the argument struct's field
     values, in order; ``ToolArgsError`` naming the first violation otherwise."""
-    convert = msgspec.convert
     astuple = msgspec.structs.astuple
     validation_error = msgspec.ValidationError
+    convert: Callable[[Any], Any]
+    if has_keys_from_text(args_type):
+        encode = msgspec.json.encode
+        decoder = msgspec.json.Decoder(args_type, strict=True)
+
+        def convert(args: Any) -> Any:
+            return decoder.decode(encode(args))
+
+    else:
+        to_type = msgspec.convert
+
+        def convert(args: Any) -> Any:
+            return to_type(args, args_type, strict=True)
 
     def parse(args: Any) -> tuple[Any, ...]:
         try:
-            return astuple(convert(args, args_type, strict=True))
+            return astuple(convert(args))
         except validation_error as exc:
             error = exc
         # A null for an optional parameter that does not accept null means "absent" (OpenAI's
@@ -123,7 +175,7 @@ def _make_parser(
             dropped = drop_nulls(args)
             if dropped is not args:
                 try:
-                    return astuple(convert(dropped, args_type, strict=True))
+                    return astuple(convert(dropped))
                 except validation_error as exc:
                     error = exc
         raise ToolArgsError([_violation(error)]) from None
