@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 __all__ = ["MIN_OPEN_FILES", "CodeSandbox"]
@@ -56,8 +58,9 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     tmpfs of at most ``max_memory_mb``) and read access to the Python installation.
     """
 
-    read: tuple[str, ...] = ()
-    write: tuple[str, ...] = ()
+    # Sequence, so that a checked harness may pass the lists the docs show; stored as tuples.
+    read: Sequence[str] = ()
+    write: Sequence[str] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     max_processes: int = 64
     max_open_files: int = 256
