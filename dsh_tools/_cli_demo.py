@@ -188,8 +188,8 @@ def run_demo(out: TextIO, *, workspace: Path | None = None, code_mode: bool = Tr
             for call, result in zip(calls, outcome.results, strict=True):
                 status = "ERROR" if result.is_error else "ok"
                 code = ""
-                if result.is_error and result.error.info is not UNSET:  # type: ignore[union-attr]
-                    code = f" [{result.error.info.code}]"  # type: ignore[union-attr]
+                if result.is_error and result.error.info is not UNSET:
+                    code = f" [{result.error.info.code}]"
                 took = durations.get(call.call_id)
                 timing = f" ({took:.1f} ms)" if took is not None else ""
                 source = outcome_source(result, call.call_id, decided_by)

@@ -21,10 +21,38 @@ def start() -> ToolSystem:
 """
 
 
-def test_code_sandbox_grants_given_as_lists_type_check(tmp_path: Path) -> None:
+RESULT_NARROWING = """
+from typing import Any
+
+from dsh_tools import ExecuteCall, ToolExecutionResult, ToolSystem
+
+
+def report(result: ToolExecutionResult) -> str:
+    if result.is_error:
+        return f"{result.error.message} {result.abort_reason}"
+    value: Any = result.value
+    return str(value)
+
+
+def first_error(system: ToolSystem) -> str:
+    result = system.execute(ExecuteCall(call_id="c1", name="t", arguments={}))
+    assert result.is_error and result.error.message
+    return result.error.message
+"""
+
+
+def check(tmp_path: Path, source: str) -> None:
     module = tmp_path / "harness.py"
-    module.write_text(textwrap.dedent(SANDBOX_GRANTS))
+    module.write_text(textwrap.dedent(source))
     out, err, status = api.run(
         ["--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), str(module)]
     )
     assert status == 0, out + err
+
+
+def test_code_sandbox_grants_given_as_lists_type_check(tmp_path: Path) -> None:
+    check(tmp_path, SANDBOX_GRANTS)
+
+
+def test_is_error_narrows_a_result_to_its_failure_or_success(tmp_path: Path) -> None:
+    check(tmp_path, RESULT_NARROWING)

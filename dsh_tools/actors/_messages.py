@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -107,8 +107,8 @@ class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
     call_id: str = ""
 
     @property
-    def is_error(self) -> bool:
-        """Always ``False``."""
+    def is_error(self) -> Literal[False]:
+        """Always ``False`` (typed so that ``if result.is_error:`` narrows a result)."""
         return False
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,8 +146,8 @@ class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     settled_with: Any = None
 
     @property
-    def is_error(self) -> bool:
-        """Always ``True``."""
+    def is_error(self) -> Literal[True]:
+        """Always ``True`` (typed so that ``if result.is_error:`` narrows a result)."""
         return True
 
     def to_dict(self) -> dict[str, Any]:

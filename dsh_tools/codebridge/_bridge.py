@@ -373,9 +373,9 @@ class CodeRunBridgeActor:
             else:
                 self._discard(sub)
         elif result.is_error:
-            _reject(sub.future, ToolCallRejected(result.error.message))  # type: ignore[union-attr]
+            _reject(sub.future, ToolCallRejected(result.error.message))
         else:
-            sub.future.set_result(thaw(result.value))  # type: ignore[union-attr]
+            sub.future.set_result(thaw(result.value))
 
     def _discard(self, sub: _SubCall, what: str = "result discarded") -> None:
         """Reject ``sub`` because the run is over: its result discarded, or the call
