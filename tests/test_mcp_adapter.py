@@ -19,7 +19,15 @@ from typing import Any, TextIO
 import pytest
 from conftest import WAIT, Logs, fixture, spawn, value_of
 from mcp import StdioServerParameters, stdio_client
-from mcp_support import failure, process_gone, registering, run, texts, wait_for_file
+from mcp_support import (
+    failure,
+    process_gone,
+    registering,
+    run,
+    texts,
+    wait_for_file,
+    wait_until,
+)
 
 from dsh_tools import (
     AbortController,
@@ -619,6 +627,43 @@ def test_the_async_form_registers_calls_and_closes(
     assert process_gone(int(wait_for_file(marks / "pid")))
 
 
+SILENT_SERVER = """
+import os, sys, time
+open(sys.argv[1] + ".draft", "w").write(str(os.getpid()))
+os.replace(sys.argv[1] + ".draft", sys.argv[1])
+time.sleep(3600)  # started, but never answers initialize
+"""
+
+
+def test_cancelling_an_async_registration_cuts_a_connection_under_way_short(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    pid_file = tmp_path / "pid"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-c", SILENT_SERVER, str(pid_file)]
+    )
+
+    async def scenario() -> int:
+        task = asyncio.create_task(
+            register_mcp_server(system, "silent", params, errlog=errlog, connect_timeout=3600)
+        )
+        pid = int(await asyncio.to_thread(wait_for_file, pid_file))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return pid
+
+    pid = asyncio.run(scenario())
+    # Not left to run until connect_timeout: the server is stopped and the thread ends.
+    assert process_gone(pid)
+    wait_until(lambda: not mcp_threads(), "the abandoned connection's thread to end")
+    assert system.tools.schemas() == []
+    # The name is free again: the next registration under it gets as far as connecting.
+    exits = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
+    with pytest.raises(McpConnectionError):
+        register_mcp_server_sync(system, "silent", exits, errlog=errlog, connect_timeout=WAIT)
+
+
 def test_a_transport_factory_can_replace_stdio_parameters(
     system: ToolSystem, marks: Path, errlog: TextIO
 ) -> None:
@@ -646,8 +691,10 @@ def test_a_cancelled_async_registration_is_closed_again(
             await task
 
     asyncio.run(scenario())
-    assert process_gone(int(wait_for_file(marks / "pid")))
     deadline = time.monotonic() + WAIT
     while mcp_threads() or system.tools.schemas():
         assert time.monotonic() < deadline, "the abandoned registration was never closed"
         time.sleep(0.005)
+    # Cut short, the server may not have got as far as starting; if it did, it is gone.
+    pid = marks / "pid"
+    assert not pid.exists() or process_gone(int(pid.read_text()))

@@ -156,6 +156,57 @@ def register_mcp_server_sync(
     It blocks its thread while the server starts (usually well under a second); on an event
     loop, ``await register_mcp_server(...)`` instead.
     """
+    return _register_sync(
+        system,
+        name,
+        server_params,
+        None,
+        agent=agent,
+        concurrency_safe=concurrency_safe,
+        tool_prefix=tool_prefix,
+        timeout_ms=timeout_ms,
+        timeouts=timeouts,
+        reconnect=reconnect,
+        sampling=sampling,
+        elicitation=elicitation,
+        roots=roots,
+        log_level=log_level,
+        on_progress=on_progress,
+        on_list_changed=on_list_changed,
+        instructions_section=instructions_section,
+        ping_interval=ping_interval,
+        connect_timeout=connect_timeout,
+        close_timeout=close_timeout,
+        errlog=errlog,
+    )
+
+
+def _register_sync(
+    system: ToolSystem,
+    name: str,
+    server_params: ServerParams,
+    abandoned: concurrent.futures.Future[None] | None,
+    *,
+    agent: str | None,
+    concurrency_safe: ConcurrencyPolicy,
+    tool_prefix: str,
+    timeout_ms: float | None,
+    timeouts: Mapping[str, float] | None,
+    reconnect: bool | ReconnectPolicy | None,
+    sampling: SamplingCallback | None,
+    elicitation: Literal["approval"] | ElicitationCallback | None,
+    roots: Sequence[str | Path] | None,
+    log_level: str | None,
+    on_progress: ProgressCallback | None,
+    on_list_changed: ListChangedCallback | None,
+    instructions_section: bool,
+    ping_interval: float | None,
+    connect_timeout: float,
+    close_timeout: float,
+    errlog: TextIO | None,
+) -> McpPlugin:
+    """``register_mcp_server_sync``; a connection still under way when ``abandoned`` settles
+    (the task awaiting ``register_mcp_server`` was cancelled) is cut short and fails."""
     timeouts = {} if timeouts is None else timeouts
     _check(
         name,
@@ -221,6 +272,19 @@ def register_mcp_server_sync(
     plugin.close_with(release)  # the name is free again once the plugin is closed
     try:
         ready = client.start()
+        if abandoned is not None:
+            either: tuple[concurrent.futures.Future[Any], ...] = (ready, abandoned)
+            concurrent.futures.wait(
+                either,
+                connect_timeout + close_timeout,
+                return_when=concurrent.futures.FIRST_COMPLETED,
+            )
+            if abandoned.done() and not ready.done():
+                raise McpConnectionError(
+                    f'MCP server "{name}" was not registered: the task awaiting the '
+                    "registration was cancelled",
+                    "MCP_CONNECT_FAILED",
+                )
         try:
             listing = ready.result(connect_timeout + close_timeout)
         except concurrent.futures.TimeoutError:
@@ -340,8 +404,9 @@ async def register_mcp_server(
     Raises ``McpConnectionError`` (``MCP_CONNECT_FAILED``) when the server cannot be started,
     initialized or listed within ``connect_timeout`` seconds, and whatever ``register`` raises
     (a duplicate name, say); in every failure nothing stays registered and the server is
-    stopped. If the awaiting task is cancelled, the registration finishes in the background
-    and is closed again at once.
+    stopped. If the awaiting task is cancelled, a connection still under way is cut short (the
+    server stopped and the name free again once it has), and a registration that finished
+    meanwhile is closed again at once.
     """
     done: concurrent.futures.Future[McpPlugin] = concurrent.futures.Future()
     options: dict[str, Any] = {
@@ -364,22 +429,33 @@ async def register_mcp_server(
         "errlog": errlog,
     }
 
+    abandoned: concurrent.futures.Future[None] = concurrent.futures.Future()
+
     def connect() -> None:
         if not done.set_running_or_notify_cancel():
             return
         try:
-            done.set_result(register_mcp_server_sync(system, name, server_params, **options))
+            done.set_result(_register_sync(system, name, server_params, abandoned, **options))
         except BaseException as exc:
             done.set_exception(exc)
 
     threading.Thread(target=connect, name=f"mcp-connect[{name}]", daemon=True).start()
+    waiting = asyncio.wrap_future(done)
     try:
-        return await asyncio.shield(asyncio.wrap_future(done))
+        return await asyncio.shield(waiting)
     except asyncio.CancelledError:
-        # Not tied to the caller's loop, which may be closing: the plugin is closed as soon as
-        # the registration finishes, in the thread that finishes it.
+        # A connection still under way is cut short (its server stopped, its name given
+        # back); one that finished meanwhile is closed as soon as it is in. Not tied to the
+        # caller's loop, which may be closing: that happens in the thread that registers.
+        abandoned.set_result(None)
         done.add_done_callback(_close_abandoned)
+        waiting.add_done_callback(_retrieve)  # the failure is expected: nobody awaits it
         raise
+
+
+def _retrieve(waiting: asyncio.Future[McpPlugin]) -> None:
+    if not waiting.cancelled():
+        waiting.exception()
 
 
 def _close_abandoned(done: concurrent.futures.Future[McpPlugin]) -> None:
