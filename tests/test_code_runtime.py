@@ -886,12 +886,20 @@ out = {
 }
 try:
     tools.nope
-except AttributeError:
-    out["attr_missing"] = True
+except AttributeError as exc:
+    out["attr_missing"] = str(exc)
 try:
     tools["nope"]
-except KeyError:
-    out["item_missing"] = True
+except KeyError as exc:
+    out["item_missing"] = exc.args[0]
+try:
+    tools.my_tool
+except AttributeError as exc:
+    out["near_miss"] = str(exc)
+try:
+    tools[["unhashable"]]
+except KeyError as exc:
+    out["unhashable"] = exc.args[0]
 try:
     tools.echo()
 except TypeError:
@@ -906,8 +914,10 @@ return out
         "keys": "named",
         "dunder": "named",
         "exotic": "named",
-        "attr_missing": True,
-        "item_missing": True,
+        "attr_missing": "'tools' has no binding 'nope'",
+        "item_missing": "'tools' has no binding 'nope'",
+        "near_miss": "'tools' has no binding 'my_tool'; call it as tools[\"my-tool\"]",
+        "unhashable": "'tools' has no binding ['unhashable']",
         "arity": True,
     }
 

@@ -120,13 +120,25 @@ class Namespace:
             binding = self.__dsh_bindings__.get(name)
             if binding is not None:
                 return binding
-        raise AttributeError(f"{self.__dsh_global__!r} has no binding {name!r}")
+        raise AttributeError(self.__dsh_missing__(name))
 
     def __getitem__(self, name: str) -> Callable[[Any], CallHandle]:
         try:
             return self.__dsh_bindings__[name]
-        except KeyError:
-            raise KeyError(name) from None
+        except (KeyError, TypeError):  # TypeError: a key that cannot be hashed
+            raise KeyError(self.__dsh_missing__(name)) from None
+
+    def __dsh_missing__(self, name: object) -> str:
+        """What a program that asks for a binding there is not is told: a model reads it, so
+        it names the namespace and, for a name that is not a valid attribute, how to reach
+        the binding it most likely meant (``tools["math.big"]`` for ``tools.math_big``)."""
+        text = f"{self.__dsh_global__!r} has no binding {name!r}"
+        if type(name) is str:
+            wanted = _loose(name)
+            for known in self.__dsh_names__:
+                if known != name and _loose(known) == wanted:
+                    return f'{text}; call it as {self.__dsh_global__}["{known}"]'
+        return text
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self.__dsh_global__!r} is read-only")
@@ -148,6 +160,11 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+def _loose(name: str) -> str:
+    """``name`` with every character that cannot be part of an identifier read as ``_``."""
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
 
 def error_class(name: str, member_attr: str) -> type[Exception]:
