@@ -554,6 +554,31 @@ def test_a_repeated_start_notice_changes_nothing_and_the_budget_still_holds(
     assert "compute" in spinning.error.message, spinning
 
 
+def test_a_flood_of_repeated_notices_does_not_keep_the_init_busy(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # The init is outside the run's budgets: a program that kept its notice pipe full of "S"
+    # (at almost no CPU of its own, blocked in its writes) woke the init for a measuring per
+    # 64 bytes, a whole core of the host for as long as the wall ceiling allowed. The init
+    # now takes repeated notices at most once a tick, so 3 MiB of them cost it a few
+    # milliseconds. Its CPU time is read in clock ticks (10 ms) from its /proc/1/stat.
+    program = """
+import os
+def cpu_of_init():
+    with open('/proc/1/stat') as stat:
+        fields = stat.read().rsplit(')', 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+os.set_blocking(5, True)
+before = cpu_of_init()
+for _ in range(48):
+    os.write(5, b'S' * 65536)
+return [cpu_of_init() - before, os.sysconf('SC_CLK_TCK')]
+"""
+    ticks, per_second = value(sandbox, program)
+    assert ticks / per_second < 0.25, ticks
+    assert_next_run_works(sandbox)
+
+
 def test_the_notice_never_lands_in_a_file_the_program_opened(tmp_path: Path) -> None:
     # A program that closes the notice pipe and opens a file under its number: the worker
     # checks the descriptor before it tells the init, and the host ends the run instead.

@@ -91,6 +91,8 @@ _KILL_AGAIN_SECONDS: Final = 0.01
 _PF_EXITING: Final = 0x4
 """The kernel's flag of a thread that has begun to exit (``/proc/<pid>/task/<tid>/stat``'s
 ninth field), set before the exit closes any descriptor."""
+_NOTICE_READ_BYTES: Final = 1 << 16
+"""What one read of the notice pipe takes at most: all a pipe holds by default."""
 REPORT_HANG_UP: Final = b"H"
 """The init's report that it ended the run on the host's hang-up while its worker lived."""
 
@@ -262,7 +264,7 @@ def _read_notice(notice: int) -> bytes | None:
     """What the notice pipe holds: ``None`` when nothing, ``b""`` at end of file (every writer
     gone: the worker exited, which its wait status reports)."""
     try:
-        return os.read(notice, 64)
+        return os.read(notice, _NOTICE_READ_BYTES)
     except BlockingIOError:
         return None
 
@@ -303,7 +305,11 @@ def run_init(
     poller.register(notice, select.POLLIN)
     started = False  # the worker has its program: measure from now on
     deadline = math.inf  # the wall backstop, once the program may run (``NOTICE_STARTED``)
+    muted_at: float | None = None  # when a repeated notice took the notice pipe off the poll
     while not report:
+        if muted_at is not None and time.monotonic() - muted_at >= TICK_SECONDS:
+            poller.register(notice, select.POLLIN)
+            muted_at = None
         ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
         if channel in ready and notice not in ready:  # (with the end notice: a run's usual end)
             if not process_exiting(worker):
@@ -325,6 +331,13 @@ def run_init(
                 if NOTICE_STARTED in heard and deadline == math.inf:
                     deadline = time.monotonic() + max_wall_ms / 1000 + WALL_BACKSTOP_SECONDS
                     put_off = True
+                elif started:
+                    # Only the program repeats a notice: each would wake the init for a
+                    # measuring of its own, outside the run's budgets (a program that kept
+                    # the pipe full, at almost no CPU of its own, kept the init busy on a
+                    # whole core). The pipe waits for the next tick instead.
+                    poller.unregister(notice)
+                    muted_at = time.monotonic()
                 started = True
                 if put_off and ready == [notice]:
                     # Nothing of the program has run yet: the measuring waits a tick. Measured
