@@ -172,6 +172,46 @@ await asyncio.sleep(30)
 """
 
 
+def forged_done_of_empty_objects(count: int) -> str:
+    return f"""
+import os
+count = {count}
+# A Done frame by hand (msgpack): ['Done', [['array', count], ['object', []] * count], None].
+body = bytearray(b"\\x93\\xa4Done\\xdd" + (count + 1).to_bytes(4, "big"))
+body += b"\\x92\\xa5array\\xce" + count.to_bytes(4, "big")
+body += b"\\x92\\xa6object\\x90" * count
+body += b"\\xc0"
+os.write(4, len(body).to_bytes(8, "big"))
+view = memoryview(body)
+while view:
+    view = view[os.write(4, view[: 1 << 20]) :]
+await asyncio.sleep(30)
+"""
+
+
+def test_a_forged_completion_over_the_cap_is_not_built_into_a_value() -> None:
+    # As many empty objects as the screen lets a completion hold (one value per two bytes of
+    # the cap), three JSON bytes each: over the cap. Their tokens cost the host about 105 bytes
+    # each; building the value as well cost about 73 more, past the documented 60 bytes per
+    # byte of max_output_bytes.
+    cap = 10**6
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_output_bytes=cap, max_wall_ms=30000))
+    tools = [BindingNamespace("tools", {})]
+    try:
+        asyncio.run(runtime.run(CodeRunRequest("return 1", [])))
+        tracemalloc.start()
+        try:
+            program = forged_done_of_empty_objects(cap // 2)
+            result = asyncio.run(runtime.run(CodeRunRequest(program, tools)))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        runtime.close()
+    assert result.error is not None and result.error.kind == "output-limit", result
+    assert peak < 70 * cap, f"the host held {peak / cap:.0f} bytes per byte of the cap"
+
+
 def test_a_forged_call_of_millions_of_tiny_values_fails_undecoded() -> None:
     calls: list[Any] = []
 

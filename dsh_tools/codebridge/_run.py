@@ -54,6 +54,12 @@ _EXIT_REPORT_SECONDS: Final = 3.0
 template unresponsive (a program can stop or freeze its parent) and replaces it."""
 _DONE_KINDS: Final = frozenset({"exception", "invalid-output", "output-limit"})
 _NOT_LOSSLESS_COMPLETION: Final = "program completion must be lossless JSON"
+_MEASURED_FIRST_TOKENS: Final = 1 << 16
+"""A completion of more tokens than this is measured against the output cap before its value
+is built: the value costs the host about as much again as its tokens (an empty object about
+73 bytes beside its marker's 105), so building it for a completion over the cap doubled what
+the host held for one (``docs/sandbox.md``: about 60 bytes per byte of ``max_output_bytes``).
+Smaller ones are measured once built, by the C encoder."""
 
 
 class CodeRun(RunProcess):
@@ -154,6 +160,11 @@ class CodeRun(RunProcess):
             else:
                 self._settle(Outcome(failure=(error.kind, error.message)))
         elif frame.value is not None:
+            if len(frame.value) > _MEASURED_FIRST_TOKENS and not self._ledger.fits_value(
+                frame.value
+            ):
+                self._settle(LIMIT)  # what the ledger would settle once the value was built
+                return
             try:
                 value = detokenize(frame.value, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
             except TokenError as exc:
