@@ -463,12 +463,13 @@ def test_call_ids_far_out_of_sequence_fail_the_run_before_the_host_remembers_too
 ) -> None:
     # The host remembers every id it has answered above the worker's own sequence (1, 2, ...)
     # so as never to answer one twice; a program forging ids past that sequence would grow
-    # that memory without end, so past OUT_OF_SEQUENCE_LIMIT of them the run fails.
+    # that memory without end, so past OUT_OF_SEQUENCE_LIMIT of them the run fails. (The calls
+    # name a real binding, which never answers: calls of no binding end the run sooner.)
     program = f"""
 import os, msgspec
 frames = bytearray()
 for i in range({OUT_OF_SEQUENCE_LIMIT + 1}):
-    body = msgspec.msgpack.encode(["Call", 1_000_000 + i, "tools", "nope", [["object", []]]])
+    body = msgspec.msgpack.encode(["Call", 1_000_000 + i, "tools", "wait", [["object", []]]])
     frames += len(body).to_bytes(8, "big") + body
     if len(frames) > 1 << 20:
         os.write(4, frames)
@@ -476,7 +477,11 @@ for i in range({OUT_OF_SEQUENCE_LIMIT + 1}):
 os.write(4, frames)
 await asyncio.sleep(60)
 """
-    kind, message = failure(run(runtime, program))
+
+    def wait(args: Any) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    kind, message = failure(run(runtime, program, tools(wait=wait)))
     assert (kind, message) == (
         "frame-limit",
         f"the program used more than {OUT_OF_SEQUENCE_LIMIT} binding call ids out of sequence",

@@ -929,6 +929,30 @@ return 'the host kept decoding'
     assert_next_run_works(sandbox)
 
 
+def test_a_flood_of_calls_of_no_binding_ends_the_run(sandbox: SubprocessCodeRuntime) -> None:
+    # Each call of a name the run has no binding for has a fresh id, so the host answers it
+    # (as a failure) rather than drop it, a decode and a reply for each: a program that wrote
+    # them in bulk kept a host core busy, at a tenth of that of its own, until its wall
+    # ceiling. The worker never sends one (``tools.nope`` raises AttributeError first).
+    program = """
+import os, time, msgspec
+os.set_blocking(4, True)
+frames = bytearray()
+for call_id in range(1, 20_001):
+    body = msgspec.msgpack.encode(['Call', call_id, 'tools', 'nope', [None]])
+    frames += len(body).to_bytes(8, 'big') + body
+view = memoryview(frames)
+while view:
+    view = view[os.write(4, view):]
+time.sleep(30)
+return 'the host kept answering'
+"""
+    result = run(sandbox, program, echo=lambda args: args)
+    assert result.error is not None and result.error.kind == "frame-limit", result
+    assert "calling no binding" in result.error.message
+    assert_next_run_works(sandbox)
+
+
 def test_native_output_floods_end_at_the_output_cap() -> None:
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_output_bytes=64 * 1024))
     program = """

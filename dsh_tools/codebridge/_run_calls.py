@@ -103,7 +103,10 @@ class BindingCalls:
 
     def on_call(self, frame: Call) -> bool:
         """Start the binding call ``frame`` asks for (or answer it as a failure at once);
-        ``False`` when it is ignored (its id was seen before)."""
+        ``False`` when the host could not use it: its id was seen before (it is ignored), or
+        it names no binding of the run (answered as a failure). The worker's own code sends
+        neither, and each still costs the host a decode (and a reply) for almost nothing of
+        the program's: the caller bounds how many a run may send."""
         call_id = frame.id
         if call_id <= self._floor or call_id in self._answered:
             return False  # an id seen before is never answered twice
@@ -118,18 +121,21 @@ class BindingCalls:
                 f"the program used more than {OUT_OF_SEQUENCE_LIMIT} binding call ids out of "
                 "sequence",
             )
-        else:
-            self._start(call_id, frame)
-        return True
+            return True
+        return self._start(call_id, frame)
 
-    def _start(self, call_id: int, frame: Call) -> None:
+    def _start(self, call_id: int, frame: Call) -> bool:
         functions = self._namespaces.get(frame.global_name)
         function = functions.get(frame.name) if functions is not None else None
         if function is None:
             self._reply_failure(
                 call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
             )
-            return
+            return False
+        self._call(call_id, frame, function)
+        return True
+
+    def _call(self, call_id: int, frame: Call, function: BindingFunction) -> None:
         over = self._inflight.admit(call_id, frame.args)
         if over is not None:
             self._fail("frame-limit", over)
