@@ -929,17 +929,26 @@ return 'the host kept decoding'
     assert_next_run_works(sandbox)
 
 
-def test_a_flood_of_calls_of_no_binding_ends_the_run(sandbox: SubprocessCodeRuntime) -> None:
-    # Each call of a name the run has no binding for has a fresh id, so the host answers it
-    # (as a failure) rather than drop it, a decode and a reply for each: a program that wrote
-    # them in bulk kept a host core busy, at a tenth of that of its own, until its wall
-    # ceiling. The worker never sends one (``tools.nope`` raises AttributeError first).
-    program = """
+@pytest.mark.parametrize(
+    ("name", "args", "what"),
+    [
+        ("'nope'", "[None]", "no binding"),
+        ("'echo'", "[['object', ['a', 'a']], 1, 2]", "arguments that are no value"),
+    ],
+)
+def test_a_flood_of_calls_the_host_cannot_make_ends_the_run(
+    sandbox: SubprocessCodeRuntime, name: str, args: str, what: str
+) -> None:
+    # Each such call has a fresh id, so the host answers it (as a failure) rather than drop
+    # it, a decode and a reply for each: a program that wrote them in bulk kept a host core
+    # busy, at a tenth of that of its own, until its wall ceiling. The worker sends neither
+    # (``tools.nope`` raises AttributeError, a repeated key cannot be encoded).
+    program = f"""
 import os, time, msgspec
 os.set_blocking(4, True)
 frames = bytearray()
 for call_id in range(1, 20_001):
-    body = msgspec.msgpack.encode(['Call', call_id, 'tools', 'nope', [None]])
+    body = msgspec.msgpack.encode(['Call', call_id, 'tools', {name}, {args}])
     frames += len(body).to_bytes(8, 'big') + body
 view = memoryview(frames)
 while view:
@@ -947,9 +956,11 @@ while view:
 time.sleep(30)
 return 'the host kept answering'
 """
-    result = run(sandbox, program, echo=lambda args: args)
-    assert result.error is not None and result.error.kind == "frame-limit", result
-    assert "calling no binding" in result.error.message
+    calls: list[Any] = []
+    result = run(sandbox, program, echo=calls.append)
+    assert result.error is not None and result.error.kind == "frame-limit", (what, result)
+    assert "frames the host could not use" in result.error.message
+    assert calls == []
     assert_next_run_works(sandbox)
 
 

@@ -103,9 +103,10 @@ class BindingCalls:
 
     def on_call(self, frame: Call) -> bool:
         """Start the binding call ``frame`` asks for (or answer it as a failure at once);
-        ``False`` when the host could not use it: its id was seen before (it is ignored), or
-        it names no binding of the run (answered as a failure). The worker's own code sends
-        neither, and each still costs the host a decode (and a reply) for almost nothing of
+        ``False`` when the host could not use it: its id was seen before (it is ignored), it
+        names no binding of the run or its arguments are no value (answered as a failure).
+        The worker's own code sends none of those (but arguments nested deeper than the host
+        takes), and each still costs the host a decode (and a reply) for almost nothing of
         the program's: the caller bounds how many a run may send."""
         call_id = frame.id
         if call_id <= self._floor or call_id in self._answered:
@@ -132,24 +133,25 @@ class BindingCalls:
                 call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
             )
             return False
-        self._call(call_id, frame, function)
-        return True
+        return self._call(call_id, frame, function)
 
-    def _call(self, call_id: int, frame: Call, function: BindingFunction) -> None:
+    def _call(self, call_id: int, frame: Call, function: BindingFunction) -> bool:
+        """Call ``function``; ``False`` when the arguments are no value (answered as a failure:
+        the worker's own encoder writes none but values nested deeper than the host takes)."""
         over = self._inflight.admit(call_id, frame.args)
         if over is not None:
             self._fail("frame-limit", over)
-            return
+            return True
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
         except TokenError as exc:
             self._reply_failure(call_id, f"{_NOT_LOSSLESS_ARGS}: {exc}")
-            return
+            return False
         try:
             result = function(value)
         except Exception as exc:
             self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
-            return
+            return True
         if isinstance(result, asyncio.Future):
             # A binding that hands back its future is answered from the future's callback:
             # no task per call.
@@ -158,6 +160,7 @@ class BindingCalls:
             self._track(self._loop.create_task(self._await(call_id, result)))
         else:
             self._resolve(call_id, result)
+        return True
 
     async def _await(self, call_id: int, awaitable: Awaitable[Any]) -> None:
         try:

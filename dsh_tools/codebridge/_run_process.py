@@ -264,7 +264,7 @@ class RunProcess(abc.ABC):
             self._settle_failure(
                 "frame-limit",
                 f"the program sent more than {IGNORED_FRAMES_LIMIT} frames the host could not "
-                "use (undecodable, ill-typed, repeated or calling no binding)",
+                "use (undecodable, ill-typed, repeated, calling no binding or with no value)",
             )
 
     def _drain_channel(self) -> None:
