@@ -34,7 +34,7 @@ from dsh_tools.codebridge._frames import (
     worker_frame_decoder,
 )
 from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
-from dsh_tools.codebridge._ledger import tokens_json_size
+from dsh_tools.codebridge._ledger import json_size_floor, tokens_json_size
 from dsh_tools.codebridge._run_pipes import UNREAD_REPLY_BYTES, ChannelWriter
 from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
 
@@ -170,6 +170,31 @@ while view:
     view = view[os.write(4, view[: 1 << 20]) :]
 await asyncio.sleep(30)
 """
+
+
+def test_the_json_size_floor_never_exceeds_the_size() -> None:
+    # What a completion is held against before its value is built: a lower bound, exact for
+    # the costliest shape to build.
+    values: list[Any] = [
+        0,
+        "",
+        "é\n",
+        [],
+        {},
+        [[[]]],
+        {"": {"": []}},
+        [1.5, True, None, "abc", -7],
+        {"a": [1, {"bb": None}], "c": "x"},
+        [{f"k{n}": [n, {}]} for n in range(50)],
+        [{}] * 1000,
+    ]
+    for candidate in values:
+        tokens = tokenize(candidate)
+        assert tokens is not None
+        assert json_size_floor(tokens) <= tokens_json_size(tokens, 10**9), candidate
+    empty_objects = tokenize([{}] * 1000)
+    assert empty_objects is not None
+    assert json_size_floor(empty_objects) == tokens_json_size(empty_objects, 10**9)
 
 
 def forged_done_of_empty_objects(count: int) -> str:

@@ -32,7 +32,7 @@ from typing import Any, Final
 from ..actors import NEVER_ABORTED, AbortSignal, FrozenDict, FrozenList
 from ._frame_screen import FrameRejected
 from ._frames import Call, Done, Log, OutputLimit
-from ._ledger import OutputLedger
+from ._ledger import OutputLedger, json_size_floor
 from ._outcome import LIMIT, Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
 from ._run_calls import BindingCalls, Track
@@ -55,11 +55,12 @@ template unresponsive (a program can stop or freeze its parent) and replaces it.
 _DONE_KINDS: Final = frozenset({"exception", "invalid-output", "output-limit"})
 _NOT_LOSSLESS_COMPLETION: Final = "program completion must be lossless JSON"
 _MEASURED_FIRST_TOKENS: Final = 1 << 16
-"""A completion of more tokens than this is measured against the output cap before its value
-is built: the value costs the host about as much again as its tokens (an empty object about
-73 bytes beside its marker's 105), so building it for a completion over the cap doubled what
-the host held for one (``docs/sandbox.md``: about 60 bytes per byte of ``max_output_bytes``).
-Smaller ones are measured once built, by the C encoder."""
+"""A completion of more tokens than this is first held against the output cap by a lower
+bound on its JSON size (``json_size_floor``, at C speed) before its value is built: the value
+costs the host about as much again as its tokens (an empty object about 73 bytes beside its
+marker's 105), so building it for a completion over the cap doubled what the host held for one
+(``docs/sandbox.md``: about 60 bytes per byte of ``max_output_bytes``). The bound is exact for
+the costliest shape (an array of empty objects); the built value is then measured as before."""
 
 
 class CodeRun(RunProcess):
@@ -160,8 +161,9 @@ class CodeRun(RunProcess):
             else:
                 self._settle(Outcome(failure=(error.kind, error.message)))
         elif frame.value is not None:
-            if len(frame.value) > _MEASURED_FIRST_TOKENS and not self._ledger.fits_value(
-                frame.value
+            tokens = frame.value
+            if len(tokens) > _MEASURED_FIRST_TOKENS and (
+                self._ledger.overflowed or json_size_floor(tokens) > self._ledger.room
             ):
                 self._settle(LIMIT)  # what the ledger would settle once the value was built
                 return
