@@ -760,6 +760,107 @@ def test_a_wait_whose_ending_a_ctrl_c_cut_short_leaves_the_next_wait_working() -
     assert done.stdout.split("\n")[0] == "second call settled True"
 
 
+CTRL_C_TWICE_IN_A_RUNS_TEARDOWN = """
+import _thread, contextlib, os, signal, sys, threading
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
+from dsh_tools.codebridge._run import CodeRun
+
+started = threading.Event()
+
+
+def wait(args, ctx):
+    started.set()
+    ctx.signal.wait(10)
+    return "late"
+
+
+refill = CodeRun._schedule_refill
+# A second Ctrl-C that lands while the first one's cancellation tears the run down (C
+# callables: no frame of this script stands where the handler finds the main thread).
+if sys.argv[1] == "package":
+    CodeRun._schedule_refill = _thread.interrupt_main
+else:  # in the standard library's code that the teardown runs (contextlib, selectors)
+    stack = contextlib.ExitStack()
+    stack.callback(_thread.interrupt_main)
+    CodeRun._schedule_refill = stack.close
+system = ToolSystem.start(ToolsConfig(mode="code", max_parallel_code_runs=1))
+system.tools.register(a_tool("wait", wait))
+threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    system.execute(
+        ExecuteCall(call_id="c1", name="run_code", arguments={"code": "await tools.wait({})",
+                                                               "description": "d"})
+    )
+except KeyboardInterrupt:
+    print("interrupted")
+CodeRun._schedule_refill = refill
+print(system.code_runtime.runs_in_flight)
+later = ExecuteCall(
+    call_id="c2", name="run_code", arguments={"code": "return 2", "description": "d"}
+)
+print(system.execute(later, timeout=10).value["result"])
+system.stop()
+"""
+
+
+@pytest.mark.parametrize("landing", ["package", "stdlib"])
+def test_a_second_ctrl_c_in_a_code_runs_teardown_leaves_no_run_holding_its_slot(
+    landing: str,
+) -> None:
+    # Raised inside the run's teardown, the second KeyboardInterrupt cut it short: the run kept
+    # its slot of ``max_parallel_code_runs`` (for the wall ceiling, 10 minutes by default),
+    # and often its worker's five descriptors for good; a storm of Ctrl-C so left every later
+    # run waiting for a slot. The wait stops once the loop has finished its turn instead.
+    done = run_script(CTRL_C_TWICE_IN_A_RUNS_TEARDOWN, landing)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["interrupted", "0", "2"]
+
+
+CTRL_C_AS_A_RUN_TAKES_ITS_WORKER = """
+import os, signal, time
+import dsh_tools.codebridge._template_host as template_host
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
+from dsh_tools.codebridge._pool import WorkerPool
+
+take = WorkerPool.take
+
+
+def take_then_interrupted(self):
+    slot = take(self)
+    if slot is not None:
+        WorkerPool.take = take
+        os.kill(os.getpid(), signal.SIGINT)  # lands as the call takes a pre-forked worker
+    return slot
+
+
+system = ToolSystem.start(ToolsConfig(mode="code"))
+system.code_runtime.warm_up()
+for _ in range(1000):
+    if system.code_runtime.idle_workers == 2:
+        break
+    time.sleep(0.01)
+WorkerPool.take = take_then_interrupted
+try:
+    system.execute(
+        ExecuteCall(call_id="c1", name="run_code", arguments={"code": "return 1",
+                                                               "description": "d"})
+    )
+except KeyboardInterrupt:
+    print("interrupted")
+system.stop()
+print(len(template_host._HOST_FDS))  # the workers' pipes the host still holds open
+"""
+
+
+def test_a_ctrl_c_as_a_code_run_call_takes_its_worker_leaves_no_descriptor_open() -> None:
+    # The call takes a pre-forked worker as it begins, to give it the program early; a
+    # KeyboardInterrupt raised between the pool's hands and the call's dropped the worker with
+    # its five pipes still open, for the process's life.
+    done = run_script(CTRL_C_AS_A_RUN_TAKES_ITS_WORKER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["interrupted", "0"]
+
+
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
 system.tools.register(a_tool("sleeper", sleeper))

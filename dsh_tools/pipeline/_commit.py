@@ -39,7 +39,7 @@ from ._core import (
     take_back_cancels,
     wind_down,
 )
-from ._loop import event_loop
+from ._loop import event_loop, interrupts_held
 from ._results import (
     CONTEXT_SEQUENCES,
     NOT_LOSSLESS_RESULT,
@@ -191,9 +191,10 @@ class CommitStages(PipelineCore):
             return result
         announced = rec.announced
         if announced is not None:
-            rec.announced = None
-            with contextlib.suppress(Exception):  # never raises; nothing of it is the call's
-                announced()
+            with interrupts_held():  # the release runs whole (``PrepareStages.begin``)
+                rec.announced = None
+                with contextlib.suppress(Exception):  # never raises; nothing of it the call's
+                    announced()
         result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:

@@ -38,6 +38,7 @@ __all__ = [
     "event_loop",
     "first_loop",
     "in_context",
+    "interrupts_held",
     "new_pool_loop",
     "new_task",
     "resume",
@@ -240,7 +241,7 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
                 loop.run_forever()
             if not task.done():
                 with _woken_by_signals(loop, task) as handler:
-                    while not task.done():
+                    while not task.done() and not (handler is not None and handler.left):
                         loop.run_forever()  # until the task's last step stops the loop
                 if handler is not None and handler.cancelled:
                     raise KeyboardInterrupt  # the call was cancelled for it and has settled
@@ -264,15 +265,18 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
     has settled; a second interruption stops the wait and leaves the call to be closed with
     the thread's loop."""
     try:
-        # The interruption may have come before the task's first step (as the wait was being
-        # set up): cancelled then, it would end without the call it carries ever settling,
-        # and without the stop() of its last step. One pass of the loop lets it take that
-        # step (a task past it is waiting: the pass runs nothing of it).
-        loop.stop()
-        loop.run_forever()
-        task.cancel()
-        with _woken_by_signals(loop):
-            while not task.done():
+        # Every Ctrl-C from here on is a second one: the wait's handler stops the wait at the
+        # loop's next turn rather than raise inside whatever the loop runs (see
+        # ``_CancelOnInterrupt``).
+        with _woken_by_signals(loop, task, cancelled=True) as handler:
+            # The interruption may have come before the task's first step (as the wait was
+            # being set up): cancelled then, it would end without the call it carries ever
+            # settling, and without the stop() of its last step. One pass of the loop lets it
+            # take that step (a task past it is waiting: the pass runs nothing of it).
+            loop.stop()
+            loop.run_forever()
+            task.cancel()
+            while not task.done() and not (handler is not None and handler.left):
                 loop.run_forever()  # until the task's last step stops the loop
     except BaseException:  # a second interruption: the first one is what propagates
         pass
@@ -286,35 +290,49 @@ def _cancel(task: asyncio.Task[Any]) -> None:
 class _CancelOnInterrupt:
     """The SIGINT handler of a ``drive`` wait (see ``_woken_by_signals``). Left in place by a
     wait whose ending a Ctrl-C cut short, it acts as Python's own, and the next wait replaces
-    it as it would Python's. ``cancelled``: a Ctrl-C cancelled the call."""
+    it as it would Python's. ``cancelled``: a Ctrl-C cancelled the call (``cancelled=True``:
+    the call is cancelled already, every Ctrl-C is a second one); ``left``: a second Ctrl-C
+    stopped the wait, which leaves the call as it stands."""
 
-    __slots__ = ("cancelled", "loop", "task", "waiting")
+    __slots__ = ("cancelled", "left", "loop", "task", "waiting")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], *, cancelled: bool = False
+    ) -> None:
         self.loop = loop
         self.task = task
-        self.cancelled = False
+        self.cancelled = cancelled
+        self.left = False
         self.waiting = True
 
     def __call__(self, signum: int, frame: Any) -> None:
         task = self.task
         if not self.waiting or task.done():
             raise KeyboardInterrupt
-        if asyncio.current_task(self.loop) is not task:
-            if self.cancelled:
-                raise KeyboardInterrupt  # a second Ctrl-C: the wait for the call stops
-            self.cancelled = True
-            self.loop.call_soon_threadsafe(_cancel, task)
+        if not _in_library_code(frame):
+            if asyncio.current_task(self.loop) is task or self.cancelled:
+                # In user code (a plain body inline, a callback that blocks the loop): raised
+                # there, as ever; a second Ctrl-C so ends a wait the loop cannot turn in.
+                raise KeyboardInterrupt
+        elif self.cancelled:
+            # A second Ctrl-C while the loop runs the package's or asyncio's own code (a Code
+            # Mode run's teardown, a callback waking a task, the wait itself): the wait stops
+            # once the loop has finished its turn. Raised there instead, it would cut that
+            # code short: a run's worker, its descriptors and its slot were never given back,
+            # a wake-up was lost and the task waiting for it with it.
+            self.left = True
+            self.loop.stop()
             return
-        if _in_library_code(frame):
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if asyncio.current_task(self.loop) is task:
             # The call's own task runs the pipeline's bookkeeping (recording its result, say):
             # raised there, the call would end without its result. Cancelled instead, the call
             # settles at its next wait, or ends as it would have; ``drive`` raises afterwards.
-            if not self.cancelled:
-                self.cancelled = True
-                task.cancel()
-            return
-        raise KeyboardInterrupt  # in user code the call runs (a plain body inline): its outcome
+            task.cancel()
+        else:
+            self.loop.call_soon_threadsafe(_cancel, task)
 
 
 def pythons_interrupts_here() -> bool:
@@ -346,9 +364,43 @@ def _ignore_interrupt(signum: int, frame: types.FrameType | None) -> None:
     """The SIGINT handler of ``interrupts_deferred``: one interruption is on its way already."""
 
 
+class _HeldInterrupt:
+    """The SIGINT handler of ``interrupts_held``: notes the Ctrl-C, raised once the work is
+    done."""
+
+    __slots__ = ("came",)
+
+    def __init__(self) -> None:
+        self.came = False
+
+    def __call__(self, signum: int, frame: types.FrameType | None) -> None:
+        self.came = True
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Work that a Ctrl-C must not cut in two (taking a pre-forked worker and handing it to
+    its owner, or giving it back): on the main thread, with Python's own SIGINT handler in
+    place, a Ctrl-C meanwhile raises ``KeyboardInterrupt`` once the work is done. Raised
+    inside it, the worker was held by neither: its five descriptors stayed open for good."""
+    if not pythons_interrupts_here():
+        yield
+        return
+    held = _HeldInterrupt()
+    signal.signal(signal.SIGINT, held)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is held:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if held.came:
+        raise KeyboardInterrupt
+
+
 _PACKAGE_DIR: Final = os.path.dirname(
     os.path.abspath(sys.modules[__name__.rpartition(".")[0].rpartition(".")[0]].__file__ or "")
 )
+_STDLIB_DIR: Final = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
 _LIBRARY_CODE: Final = (
     _PACKAGE_DIR + os.sep,
     os.path.dirname(os.path.abspath(asyncio.__file__)) + os.sep,
@@ -359,13 +411,27 @@ _LIBRARY_CODE: Final = (
 (or that a call waits in), not a call's own."""
 _TOOL_CODE: Final = os.path.join(_PACKAGE_DIR, "examples") + os.sep
 """The package's example tools: bodies, the call's own code like any other tool's."""
+_INSTALLED: Final = (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep)
+"""Where installed distributions live, inside the standard library's directory too."""
 
 
 def is_library_code(filename: str) -> bool:
     """Whether code of ``filename`` is library code (``_LIBRARY_CODE``), not user code (a
-    body, a hook, what they call, the package's example tools)."""
+    body, a hook, the package's example tools)."""
     path = os.path.abspath(filename)
     return path.startswith(_LIBRARY_CODE) and not path.startswith(_TOOL_CODE)
+
+
+def _runs_for_others(filename: str) -> bool:
+    """Whether a frame of ``filename`` runs only on behalf of the frames below it on the stack:
+    library code, or the standard library (``contextlib``, ``selectors``, a frozen module),
+    which the package's code calls as user code does; what called it tells whose it is."""
+    if filename.startswith("<frozen "):
+        return True
+    if is_library_code(filename):
+        return True
+    path = os.path.abspath(filename)
+    return path.startswith(_STDLIB_DIR) and not any(part in path for part in _INSTALLED)
 
 
 def _in_library_code(frame: types.FrameType | None) -> bool:
@@ -375,7 +441,7 @@ def _in_library_code(frame: types.FrameType | None) -> bool:
         code = frame.f_code
         if code is drive.__code__:
             return True
-        if not is_library_code(code.co_filename):
+        if not _runs_for_others(code.co_filename):
             return False
         frame = frame.f_back
     return True
@@ -383,7 +449,10 @@ def _in_library_code(frame: types.FrameType | None) -> bool:
 
 @contextlib.contextmanager
 def _woken_by_signals(
-    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any] | None = None
+    loop: asyncio.AbstractEventLoop,
+    task: asyncio.Task[Any] | None = None,
+    *,
+    cancelled: bool = False,
 ) -> Iterator[_CancelOnInterrupt | None]:
     """While the main thread's loop waits: a signal the kernel delivers to another thread
     (any thread may take a process's Ctrl-C) wakes the wait at once, so that the main thread
@@ -399,7 +468,10 @@ def _woken_by_signals(
     for (the wait then never ended), or in a Code Mode sub-call's hook or renderer running on
     this loop, which took it for its own failure (the run went on without it). One that comes
     while ``task`` itself runs (a plain body inline, a nested blocking call it waits for) is
-    raised there as ever, and so is a second Ctrl-C."""
+    raised there as ever. A second Ctrl-C (every one, with ``cancelled``: the call is
+    cancelled already) stops the wait: raised where user code runs, else once the loop has
+    finished its turn (the handler's ``left``), never inside the package's or asyncio's own
+    code that the loop runs."""
     holder = _state.holder
     if threading.current_thread() is not threading.main_thread() or holder is None:
         yield None
@@ -421,7 +493,7 @@ def _woken_by_signals(
     if task is not None and (
         current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt)
     ):
-        handler = _CancelOnInterrupt(loop, task)
+        handler = _CancelOnInterrupt(loop, task, cancelled=cancelled)
         signal.signal(signal.SIGINT, handler)
     try:
         yield handler

@@ -44,7 +44,7 @@ from ._core import (
     take_back_cancels,
     wind_down,
 )
-from ._loop import event_loop
+from ._loop import event_loop, interrupts_held
 from ._results import NOT_LOSSLESS_ARGS, cancelled, failure, lossless_detail
 
 __all__ = ["ALLOW", "PrepareStages"]
@@ -84,7 +84,9 @@ class PrepareStages(PipelineCore):
         if entry is not None and self.announcers:
             announce = self.announcers.get(name)
             if announce is not None:
-                rec.announced = announce(rec.arguments, agent)
+                # Whole or not at all: what it returns owns what it took (a pre-forked worker).
+                with interrupts_held():
+                    rec.announced = announce(rec.arguments, agent)
         return rec, None
 
     def start_now(
