@@ -162,6 +162,9 @@ class ToolSystem:
         self._pid = os.getpid()  # the process whose threads run this system
         self._stop_done = threading.Event()  # set once the first stop() has ended
         self._finisher: threading.Thread | None = None  # the thread that ends it
+        # A stop() that a KeyboardInterrupt cut short: the next stop() finishes it.
+        self._cut_short = False
+        self._closing: list[Callable[[], object]] = []  # ``on_stop`` closers not yet run
         self._stopping = AbortController()  # batches abort when it does
         # What stop() closes once the calls in flight settled (``on_stop``).
         self._on_stop: Attached[Callable[[], object]] = Attached()
@@ -283,14 +286,20 @@ class ToolSystem:
         call records its one ``tool/result`` and its caller gets its result. A plain body
         still running on a worker thread after that is left to it: its call settles
         ``ABORTED`` without it (in a batch too). Calls submitted after ``stop()`` raise
-        ``RuntimeError``.
+        ``RuntimeError``. A stop that a ``KeyboardInterrupt`` cut short (a Ctrl-C while it
+        waits) is finished by the next ``stop()``, or as the interpreter exits.
         """
         finishing: threading.Thread | None = None
         with self._lock:
             stopped_already = self._stopped
-            if not stopped_already:
+            # The first stop(), or one after a stop that an interruption cut short, which
+            # left the loop, the threads, the template and the workers running.
+            ends_it = not stopped_already or self._cut_short
+            if ends_it:
                 self._stopped = True
+                self._cut_short = False
                 self._scopes.clear()
+                self._stop_done.clear()
                 if self._inside_own_work():
                     # Called from a hook or body of this system's own calls: those calls settle
                     # only once this returns, so the rest of the stop waits for them on a
@@ -299,7 +308,7 @@ class ToolSystem:
                         target=self._finish_stop, name="dsh-tools-stop", daemon=True
                     )
                 self._finisher = finishing or threading.current_thread()
-        if stopped_already:
+        if not ends_it:
             # A later stop(): it returns once the first has ended, unless it is called from
             # work that the first waits for, or by the first itself.
             if threading.current_thread() is not self._finisher and not self._inside_own_work():
@@ -307,13 +316,25 @@ class ToolSystem:
                     STOP_GRACE_S + ABANDONED_SETTLE_S + RUNTIME_DISPOSAL_S + WORKER_EXIT_S + 1
                 )
             return
-        _running.discard(self)
-        self._stopping.abort(STOPPING_REASON)
-        self.pipeline.interrupt_all(STOPPING_REASON)
-        if finishing is not None:
-            finishing.start()
-        else:
-            self._finish_stop()
+        try:
+            _running.discard(self)
+            self._stopping.abort(STOPPING_REASON)
+            self.pipeline.interrupt_all(STOPPING_REASON)
+            if finishing is not None:
+                finishing.start()
+                return
+        except BaseException:
+            self._stop_cut_short()
+            raise
+        self._finish_stop()
+
+    def _stop_cut_short(self) -> None:
+        """An interruption ended this stop() before the system had stopped: the next stop()
+        (the one at the interpreter's exit, if none comes sooner) finishes it."""
+        with self._lock:
+            self._cut_short = True
+        _running.add(self)
+        self._stop_done.set()  # stop()s waiting for it return: none of them was to end it
 
     def _inside_own_work(self) -> bool:
         """Whether this thread runs work of this system's calls that is in flight: it is the
@@ -328,8 +349,10 @@ class ToolSystem:
         """The rest of ``stop()``, once the calls in flight were aborted."""
         try:
             self._end_everything()
-        finally:
-            self._stop_done.set()
+        except BaseException:
+            self._stop_cut_short()
+            raise
+        self._stop_done.set()
 
     def _end_everything(self) -> None:
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
@@ -338,8 +361,12 @@ class ToolSystem:
             # threads: their calls settle without them, a moment for that.
             self._settle_in_flight(time.monotonic() + ABANDONED_SETTLE_S)
         with self._lock:
-            closers = self._on_stop.take()
-        for close in reversed(closers):  # the last attached first, as disposers go
+            self._closing.extend(self._on_stop.take())
+        while True:
+            with self._lock:  # one at a time: a stop cut short leaves the rest to the next
+                if not self._closing:
+                    break
+                close = self._closing.pop()  # the last attached first, as disposers go
             try:
                 close()
             except Exception as exc:
@@ -424,6 +451,7 @@ class ToolSystem:
         mark its actors dead, so that its handles raise instead of waiting for them."""
         self._lock = threading.Lock()
         self._stopped = True
+        self._cut_short = False  # a stop the parent began is the parent's to finish
         self._finisher = None
         done = threading.Event()
         done.set()

@@ -114,7 +114,8 @@ class SystemLoop:
 
     def stop(self) -> None:
         """Stop the loop; from another thread, wait for it and fail what it never finished."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        with contextlib.suppress(RuntimeError):  # closed: stopped by an earlier stop()
+            self.loop.call_soon_threadsafe(self.loop.stop)
         if threading.current_thread() is not self.thread:
             self.thread.join(timeout=10)
             # The loop thread fails what it never finished as it exits; if a callback still

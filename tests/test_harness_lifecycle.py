@@ -861,6 +861,47 @@ def test_a_ctrl_c_as_a_code_run_call_takes_its_worker_leaves_no_descriptor_open(
     assert done.stdout.split("\n")[:2] == ["interrupted", "0"]
 
 
+A_STOP_CUT_SHORT = """
+import threading
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
+
+system = ToolSystem.start(ToolsConfig(mode="code"))
+system.execute(
+    ExecuteCall(call_id="c1", name="run_code", arguments={"code": "return 1", "description": "d"})
+)
+closed = []
+system.on_stop(lambda: closed.append("the other resource"))
+
+
+def interrupted():
+    raise KeyboardInterrupt  # a Ctrl-C while stop() waits for a resource to close
+
+
+system.on_stop(interrupted)  # the last attached closes first
+try:
+    system.stop()
+except KeyboardInterrupt:
+    print("interrupted")
+system.stop()
+print(closed, system.code_runtime.template_pid)
+print(sorted(t.name for t in threading.enumerate()))
+"""
+
+
+def test_a_stop_that_a_ctrl_c_cut_short_is_finished_by_the_next_stop() -> None:
+    # The next stop() returned at once, as if the first had ended: the system loop, the
+    # actors' threads, the pool's thread, the template and its workers ran on for the
+    # process's life (five threads and four descriptors per system, in a harness that
+    # stops its systems under Ctrl-C).
+    done = run_script(A_STOP_CUT_SHORT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "interrupted",
+        "['the other resource'] None",
+        "['MainThread']",
+    ]
+
+
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
 system.tools.register(a_tool("sleeper", sleeper))
