@@ -30,6 +30,9 @@ _log = get_logger("dsh_tools.system")
 _BACKGROUND_GRACE_SECONDS = 1.0
 """How long a stopping system waits for its cancelled background listeners to end."""
 
+_WATCH_EXIT_SECONDS = 1.0
+"""How long a stop waits for the stall watch to return once the loop has ended."""
+
 STALL_WARNING_SECONDS = 2.0
 """How long the loop may go without turning, while work waits for it, before a warning names
 what holds it."""
@@ -121,6 +124,11 @@ class SystemLoop:
             # The loop thread fails what it never finished as it exits; if a callback still
             # blocks it, fail the waiters from here rather than leave them waiting.
             self.fail_pending()
+            with self._lock:
+                watch = self._watch
+            if watch is not None and not self.thread.is_alive():
+                # Woken by the loop's end, it returns at once: stop() leaves no thread of it.
+                watch.join(timeout=_WATCH_EXIT_SECONDS)
 
     def call(
         self,
@@ -189,6 +197,8 @@ class SystemLoop:
             if self._ended:
                 return
             turned.clear()
+            if self._ended:  # ended since: the clear undid what the end set
+                return
             posted = time.monotonic()  # the loop runs the probe at its next turn
             try:
                 self.loop.call_soon_threadsafe(turned.set)

@@ -4,6 +4,7 @@ code never stops the system loop; any argument text gets a result."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 from typing import Any
@@ -162,6 +163,49 @@ def test_a_guard_that_blocks_the_system_loop_is_named_in_a_warning(
     assert "waits_for_a_lock" in entry["running"] and __file__ in entry["running"]
     assert not outcome[0].results[0].is_error  # the call then ran as ever
     assert logs.wait_for_event("the system loop turns again")["blocked_for_s"] >= 0.2
+
+
+def test_the_stall_watch_ends_with_the_loop_when_the_end_comes_as_it_looks() -> None:
+    # The loop ends between the watch's look at it and its clearing of the probe's event:
+    # the watch then probed a loop that would never turn again, took it for blocked, and
+    # waited for it to turn for the process's life (a thread left per system).
+    system_loop = _system_loop.SystemLoop()
+    loop = system_loop.loop
+    posted = threading.Event()
+
+    class ClearedAfterTheEnd(threading.Event):
+        def clear(self) -> None:
+            while not system_loop._ended:
+                threading.Event().wait(0.001)
+            super().clear()
+
+    post = loop.call_soon_threadsafe
+
+    def probe(callback: Any, *args: Any) -> Any:
+        if threading.current_thread() is system_loop._watch:
+            posted.set()
+        return post(callback, *args)
+
+    close = loop.close
+
+    def close_once_probed() -> None:  # a probe that comes at all comes before the close
+        while not posted.is_set() and system_loop._watch and system_loop._watch.is_alive():
+            threading.Event().wait(0.001)
+        close()
+
+    system_loop._turned = ClearedAfterTheEnd()
+    loop.call_soon_threadsafe = probe  # type: ignore[method-assign]
+    loop.close = close_once_probed  # type: ignore[method-assign]
+
+    async def waits() -> None:
+        await asyncio.sleep(3600)
+
+    system_loop.submit(waits())  # starts the watch
+    watch = system_loop._watch
+    assert watch is not None
+    system_loop.stop()
+    watch.join(WAIT)
+    assert not watch.is_alive()
 
 
 @pytest.mark.parametrize("raised", [SystemExit(2), KeyboardInterrupt(), GeneratorExit()])
