@@ -290,6 +290,9 @@ class ToolSystem:
         waits) is finished by the next ``stop()``, or as the interpreter exits.
         """
         finishing: threading.Thread | None = None
+        # Calls whose caller's loop closed under them never settle: nothing to wait for, nor
+        # work of this system running on the thread that ran that loop.
+        self.pipeline.abandon_stranded()
         with self._lock:
             stopped_already = self._stopped
             # The first stop(), or one after a stop that an interruption cut short, which

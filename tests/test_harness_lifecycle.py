@@ -1381,6 +1381,33 @@ def text_of(result: Any) -> str:
     return str(result.content[0]["text"])
 
 
+def test_calls_whose_event_loop_closed_under_them_are_finished_and_recorded() -> None:
+    # The harness closed its loop with execute_async calls in flight: their tasks never ran
+    # again, so each call stayed in flight for the process's life with all it held, had no
+    # tool/result, and a stop() from that thread took it for the system's own work (it
+    # returned at once and the system stopped seconds later, on a thread of its own).
+    before = set(threading.enumerate())
+    system = ToolSystem.start(code_runtime=None)
+
+    async def nap(args: Any, ctx: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    system.tools.register(fixture("nap", nap))
+    calls = 70
+    for i in range(calls):
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(system.execute_async(call("nap", call_id=f"c{i}")))
+        loop.run_until_complete(asyncio.sleep(0))  # the call starts and waits
+        assert not task.done()
+        loop.close()
+    assert len(system.pipeline.live) < calls  # the calls that came later found them
+    system.stop()
+    assert system.pipeline.live == set()
+    codes = [e.data["error"]["code"] for e in system.session.events if e.type == "tool/result"]
+    assert codes == ["ABORTED"] * calls
+    assert [t for t in threading.enumerate() if t not in before] == []
+
+
 @pytest.mark.parametrize("entry", ["execute_async", "ref.ask"])
 def test_a_plain_body_that_outlasts_the_stop_is_left_to_its_thread_and_its_call_settles(
     monkeypatch: pytest.MonkeyPatch, entry: str

@@ -170,4 +170,7 @@ def closing(task: asyncio.Task[Any]) -> bool:
 def wake(waiter: asyncio.Future[None], _task: object = None) -> None:
     """Settle ``waiter`` unless it is settled or cancelled already (a task's done callback)."""
     if not waiter.done():
-        waiter.set_result(None)
+        try:  # noqa: SIM105 (contextlib.suppress costs every body a context manager)
+            waiter.set_result(None)
+        except RuntimeError:  # its loop has closed: the collector closes the body's task
+            pass

@@ -62,6 +62,9 @@ CANCELLED_REASON = "the awaiting task was cancelled"
 """The abort reason of a call whose awaiting task (``execute_async``, a batch) was cancelled."""
 
 INTERRUPTED_REASON = "the caller was interrupted"
+STRANDED_CHECK = 64
+"""How many calls may be in flight at once before ``run`` looks for calls whose caller's event
+loop closed under them (``abandon_stranded``); then twice as many as remain."""
 """The abort reason of a call or batch whose blocking caller was interrupted (Ctrl-C)."""
 
 STOPPING_REASON = "the tool system is stopping"
@@ -159,6 +162,8 @@ class PipelineCore:
         self._approval = approval
         self._background = background
         self.live: set[CallRecord] = set()  # calls inside ``run`` now (stop() interrupts them)
+        # ``live``'s size at which ``run`` next looks for calls stranded on a closed loop.
+        self.stranded_check_at = STRANDED_CHECK
         # Set by ``interrupt_all`` (stop()) before it reads ``live``: a call that enters ``run``
         # later (it passed the system's running check as stop() began) reads it after adding
         # itself to ``live``, so one of the two interrupts it.

@@ -25,6 +25,7 @@ from ._core import (
     POST,
     STEPPING,
     STOPPING_REASON,
+    STRANDED_CHECK,
     Stage,
     abort_reason,
     aborted_code,
@@ -81,6 +82,9 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             rec.cancel_base = outer.cancelling()
         live = self.live
         live.add(rec)
+        if len(live) >= self.stranded_check_at:
+            self.abandon_stranded()
+            self.stranded_check_at = max(STRANDED_CHECK, 2 * len(live))
         # Marks this call's own steps (``closing_call``): a GeneratorExit raised in one is user
         # code's, handled by the stage as any failure of it.
         stepping = STEPPING.set(rec)
@@ -153,6 +157,26 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             logged = rec.logged_call
             if logged is not None and self.session.awaits_result(logged, rec.agent):
                 self.session.record_result(rec.call_id, result, rec.agent)
+
+    # --- a caller whose event loop closed -------------------------------------------------------
+
+    def abandon_stranded(self) -> bool:
+        """Finish and record as aborted (``abandon_interrupted``) every ``execute_async`` call
+        whose caller's event loop has closed under it (closed with the call's task pending):
+        that task never runs again, so the call would stay in flight for the process's life,
+        with everything it holds, and a later ``stop()`` on the thread that ran the loop would
+        take that thread for the system's own work. Whether there were any."""
+        found = False
+        for rec in list(self.live):
+            outer = rec.outer
+            if outer is None or rec.sealed or not outer.get_loop().is_closed():
+                continue
+            found = True
+            self.live.discard(rec)
+            self.bodies.discard(rec)
+            self.body_waits.discard(rec)
+            self._record_interrupted(rec)
+        return found
 
     # --- a blocking caller that stopped waiting ------------------------------------------------
 
