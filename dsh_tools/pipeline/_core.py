@@ -62,10 +62,11 @@ CANCELLED_REASON = "the awaiting task was cancelled"
 """The abort reason of a call whose awaiting task (``execute_async``, a batch) was cancelled."""
 
 INTERRUPTED_REASON = "the caller was interrupted"
+"""The abort reason of a call or batch whose blocking caller was interrupted (Ctrl-C)."""
+
 STRANDED_CHECK = 64
 """How many calls may be in flight at once before ``run`` looks for calls whose caller's event
 loop closed under them (``abandon_stranded``); then twice as many as remain."""
-"""The abort reason of a call or batch whose blocking caller was interrupted (Ctrl-C)."""
 
 STOPPING_REASON = "the tool system is stopping"
 """The abort reason of a call that ``ToolSystem.stop()`` interrupted."""
