@@ -7,13 +7,14 @@ or a clean failed result, with the host and later runs unharmed.
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import msgspec
 import pytest
@@ -548,3 +549,32 @@ def test_budgets_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
             assert system.code_runtime is runtime
     finally:
         runtime.close()
+
+
+class _Paths(Sequence[str]):
+    """A sequence of paths that is neither a list nor a tuple."""
+
+    def __init__(self, *paths: str) -> None:
+        self._paths = paths
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._paths[index]
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+
+def test_grants_take_any_sequence_of_paths_but_a_string() -> None:
+    # The fields are typed Sequence[str]: any sequence a checked harness passes is taken
+    # (and stored as a tuple); a bare string, which is a sequence too, is refused.
+    assert CodeSandbox(read=_Paths("/usr")).read == ("/usr",)
+    assert CodeSandbox(write=collections.UserList(["/tmp"])).write == ("/tmp",)
+    for paths in ("/usr", b"/usr"):
+        with pytest.raises(TypeError, match=r"^code sandbox: read must be a list of absolute"):
+            CodeSandbox(read=paths)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^code sandbox: write must be a list of absolute"):
+        CodeSandbox(write={"/tmp"})  # type: ignore[arg-type]

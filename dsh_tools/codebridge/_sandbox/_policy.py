@@ -24,7 +24,8 @@ def _utf8(text: str) -> bool:
 
 
 def _paths(key: str, value: object) -> tuple[str, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+    # Any sequence the field's type admits, but text: a string is a sequence of characters.
+    if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
         raise TypeError(f"code sandbox: {key} must be a list of absolute paths")
     for index, path in enumerate(value):
         if type(path) is not str or not path.startswith("/") or "\0" in path:
