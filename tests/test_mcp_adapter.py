@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -48,6 +49,7 @@ from dsh_tools.integrations import (
     to_anthropic_tools,
     to_openai_tools,
 )
+from dsh_tools.integrations.mcp._client import McpClient
 
 SERVER = str(Path(__file__).with_name("mcp_server_fixture.py"))
 SERVER_TOOLS = ["echo", "fail", "sleep", "mixed", "add", "crash"]
@@ -662,6 +664,55 @@ def test_cancelling_an_async_registration_cuts_a_connection_under_way_short(
     exits = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
     with pytest.raises(McpConnectionError):
         register_mcp_server_sync(system, "silent", exits, errlog=errlog, connect_timeout=WAIT)
+
+
+def test_an_async_registration_waits_for_a_server_no_longer_than_a_sync_one(
+    system: ToolSystem, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Both forms give a server connect_timeout + close_timeout to be listed. The async one
+    # waits that long for the listing or its cancellation; a server still not listed then has
+    # had its time, and is not waited for a second time as long.
+    released = threading.Event()
+
+    @contextlib.asynccontextmanager
+    async def stubborn() -> AsyncIterator[Any]:
+        while not released.is_set():  # deaf to the connect timeout's cancellation
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0.01)
+        raise OSError("released")
+        yield
+
+    waits: list[float | None] = []
+    start = McpClient.start
+
+    def recording_start(client: McpClient) -> concurrent.futures.Future[Any]:
+        ready = start(client)
+        result = ready.result
+
+        def timed_result(timeout: float | None = None) -> Any:
+            waits.append(timeout)
+            return result(timeout)
+
+        ready.result = timed_result  # type: ignore[method-assign]
+        return ready
+
+    monkeypatch.setattr(McpClient, "start", recording_start)
+    try:
+        with pytest.raises(McpConnectionError, match="did not answer within"):
+            asyncio.run(
+                register_mcp_server(
+                    system,
+                    "deaf",
+                    stubborn,
+                    errlog=errlog,
+                    connect_timeout=0.05,
+                    close_timeout=0.05,
+                )
+            )
+    finally:
+        released.set()
+    assert waits == [0]
+    wait_until(lambda: not mcp_threads(), "the connection's thread to end")
 
 
 def test_a_transport_factory_can_replace_stdio_parameters(

@@ -272,12 +272,11 @@ def _register_sync(
     plugin.close_with(release)  # the name is free again once the plugin is closed
     try:
         ready = client.start()
+        allowance = connect_timeout + close_timeout
         if abandoned is not None:
             either: tuple[concurrent.futures.Future[Any], ...] = (ready, abandoned)
             concurrent.futures.wait(
-                either,
-                connect_timeout + close_timeout,
-                return_when=concurrent.futures.FIRST_COMPLETED,
+                either, allowance, return_when=concurrent.futures.FIRST_COMPLETED
             )
             if abandoned.done() and not ready.done():
                 raise McpConnectionError(
@@ -285,8 +284,9 @@ def _register_sync(
                     "registration was cancelled",
                     "MCP_CONNECT_FAILED",
                 )
+            allowance = 0  # spent above: a listing not in by now is as late as the sync form's
         try:
-            listing = ready.result(connect_timeout + close_timeout)
+            listing = ready.result(allowance)
         except concurrent.futures.TimeoutError:
             raise McpConnectionError(
                 f'MCP server "{name}" did not answer within {connect_timeout} s',
