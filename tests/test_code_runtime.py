@@ -15,6 +15,7 @@ import pytest
 from msgspec import UNSET
 
 import dsh_tools.codebridge._runtime as runtime_module
+import dsh_tools.codebridge._worker_api as worker_api
 from dsh_tools.actors import AbortController, FrozenDict, FrozenList
 from dsh_tools.codebridge import (
     BindingNamespace,
@@ -33,6 +34,7 @@ from dsh_tools.codebridge._ledger import MAX_LOG_ENTRIES
 from dsh_tools.codebridge._run import CodeRun
 from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT, namespace_wire
 from dsh_tools.codebridge._tokens import tokenize
+from dsh_tools.codebridge._worker_api import _loose as loose_name
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
 
@@ -920,6 +922,26 @@ return out
         "unhashable": "'tools' has no binding ['unhashable']",
         "arity": True,
     }
+
+
+def test_a_namespace_spells_the_bindings_out_once_for_all_its_misses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A program probing names (hasattr, getattr with a default) misses often: each miss
+    # must not spell out every binding of a namespace of thousands again.
+    spelt: list[str] = []
+
+    def loose(name: str) -> str:
+        spelt.append(name)
+        return loose_name(name)
+
+    monkeypatch.setattr(worker_api, "_loose", loose)
+    names = [f"server.tool-{index}" for index in range(200)]
+    namespace = worker_api.Namespace("tools", dict.fromkeys(names, echo))
+    assert not any(hasattr(namespace, f"candidate_{index}") for index in range(100))
+    with pytest.raises(AttributeError, match=r'call it as tools\["server.tool-7"\]$'):
+        namespace.server_tool_7  # noqa: B018
+    assert len(spelt) <= len(names) + 101
 
 
 def test_a_namespace_without_error_class_rejects_with_plain_exception(

@@ -104,16 +104,18 @@ collections.abc.Coroutine.register(CallHandle)
 class Namespace:
     """The object a program sees as ``tools``: bindings by item access and by attribute."""
 
-    __slots__ = ("__dsh_bindings__", "__dsh_global__", "__dsh_names__")
+    __slots__ = ("__dsh_bindings__", "__dsh_global__", "__dsh_loose__", "__dsh_names__")
 
     __dsh_bindings__: dict[str, Callable[[Any], CallHandle]]
     __dsh_global__: str
     __dsh_names__: list[str]
+    __dsh_loose__: dict[str, list[str]] | None
 
     def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], CallHandle]]) -> None:
         object.__setattr__(self, "__dsh_global__", global_name)
         object.__setattr__(self, "__dsh_bindings__", bindings)
         object.__setattr__(self, "__dsh_names__", sorted(bindings))
+        object.__setattr__(self, "__dsh_loose__", None)  # made at the first miss
 
     def __getattr__(self, name: str) -> Callable[[Any], CallHandle]:
         if not (name.startswith("__") and name.endswith("__")):
@@ -134,9 +136,16 @@ class Namespace:
         the binding it most likely meant (``tools["math.big"]`` for ``tools.math_big``)."""
         text = f"{self.__dsh_global__!r} has no binding {name!r}"
         if type(name) is str:
-            wanted = _loose(name)
-            for known in self.__dsh_names__:
-                if known != name and _loose(known) == wanted:
+            # The bindings by their loose spelling, made once: a program probing names
+            # (hasattr, getattr with a default) may miss many times.
+            loose = self.__dsh_loose__
+            if loose is None:
+                loose = {}
+                for known in self.__dsh_names__:
+                    loose.setdefault(_loose(known), []).append(known)
+                object.__setattr__(self, "__dsh_loose__", loose)
+            for known in loose.get(_loose(name), ()):
+                if known != name:
                     return f'{text}; call it as {self.__dsh_global__}["{known}"]'
         return text
 
