@@ -944,6 +944,15 @@ def test_a_namespace_spells_the_bindings_out_once_for_all_its_misses(
     assert len(spelt) <= len(names) + 101
 
 
+@pytest.mark.parametrize("name", ["my-tool", 'say"hi', "new\\nline", "it's", "line\nbreak"])
+def test_the_spelling_a_miss_suggests_reaches_the_binding(name: str) -> None:
+    namespace = worker_api.Namespace("tools", {name: echo})
+    with pytest.raises(AttributeError) as caught:
+        getattr(namespace, loose_name(name))
+    suggestion = str(caught.value).split("; call it as ", 1)[1]
+    assert eval(suggestion, {"tools": namespace}) is echo
+
+
 def test_a_namespace_without_error_class_rejects_with_plain_exception(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -146,7 +146,7 @@ class Namespace:
                 object.__setattr__(self, "__dsh_loose__", loose)
             for known in loose.get(_loose(name), ()):
                 if known != name:
-                    return f'{text}; call it as {self.__dsh_global__}["{known}"]'
+                    return f"{text}; call it as {self.__dsh_global__}[{_literal(known)}]"
         return text
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -169,6 +169,12 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+def _literal(name: str) -> str:
+    """``name`` as a Python string literal, in double quotes when it needs no escape."""
+    text = repr(name)
+    return f'"{name}"' if text == f"'{name}'" and '"' not in name else text
 
 
 def _loose(name: str) -> str:
