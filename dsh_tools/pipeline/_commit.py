@@ -3,7 +3,6 @@ captured finalizer, sealing, result observers."""
 
 from __future__ import annotations
 
-import contextlib
 from asyncio import current_task
 from collections.abc import Awaitable, Callable, Sequence
 from types import CoroutineType
@@ -189,12 +188,9 @@ class CommitStages(PipelineCore):
         dropped (``Pipeline.abandon_interrupted``)."""
         if rec.sealed:
             return result
-        announced = rec.announced
-        if announced is not None:
+        if rec.announced is not None:
             with interrupts_held():  # the release runs whole (``PrepareStages.begin``)
-                rec.announced = None
-                with contextlib.suppress(Exception):  # never raises; nothing of it the call's
-                    announced()
+                self.release_announced(rec)
         result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:

@@ -183,6 +183,15 @@ class PipelineCore:
         # not act on the call's behalf, which may yet be refused.
         self.announcers: dict[str, Announcer] = {}
 
+    def release_announced(self, rec: CallRecord) -> None:
+        """Give back what announcing ``rec`` took (a pre-forked worker), if it still holds it.
+        Never raises: nothing of it is the call's."""
+        announced = rec.announced
+        if announced is not None:
+            rec.announced = None
+            with contextlib.suppress(Exception):
+                announced()
+
     def lookup(self, name: str, agent: str | None) -> ToolEntry | None:
         """The entry ``name`` resolves to for ``agent`` in the current snapshot."""
         return self._cell.current.lookup(name, agent)

@@ -44,7 +44,7 @@ from ._core import (
     take_back_cancels,
     wind_down,
 )
-from ._loop import event_loop, interrupts_held
+from ._loop import event_loop, interrupts_deferred, interrupts_held
 from ._results import NOT_LOSSLESS_ARGS, cancelled, failure, lossless_detail
 
 __all__ = ["ALLOW", "PrepareStages"]
@@ -85,8 +85,15 @@ class PrepareStages(PipelineCore):
             announce = self.announcers.get(name)
             if announce is not None:
                 # Whole or not at all: what it returns owns what it took (a pre-forked worker).
-                with interrupts_held():
-                    rec.announced = announce(rec.arguments, agent)
+                try:
+                    with interrupts_held():
+                        rec.announced = announce(rec.arguments, agent)
+                except BaseException:
+                    # A Ctrl-C held meanwhile ends the call here, before it began: nothing
+                    # would ever give back what it took. (A Ctrl-C more is dropped meanwhile.)
+                    with interrupts_deferred():
+                        self.release_announced(rec)
+                    raise
         return rec, None
 
     def start_now(
