@@ -721,6 +721,45 @@ def test_ctrl_c_still_interrupts_a_plain_body_running_inline_in_the_waiting_call
     assert done.stdout.split("\n")[0] == "interrupted"
 
 
+CTRL_C_IN_AN_ASYNC_BODY_HOLDING_THE_LOOP = """
+import os, signal, threading, time
+from dsh_tools import ExecuteCall, ToolSystem
+
+ran_to_its_end = []
+
+
+async def body(args, ctx):
+    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+    end = time.monotonic() + 20
+    while time.monotonic() < end:  # holds the thread's loop, in its own task, never awaiting
+        time.sleep(0.01)
+    ran_to_its_end.append(True)
+    return "slept"
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("sleepy", body))
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="sleepy", arguments={}))
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    print(ran_to_its_end, signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    print([e.data["is_error"] for e in system.session.events if e.type == "tool/result"])
+"""
+
+
+def test_ctrl_c_interrupts_an_async_body_that_holds_the_loop_in_a_blocking_execute() -> None:
+    # An async body of the blocking call runs in a task of its own: a first Ctrl-C while it
+    # holds the loop (a blocking sleep, a loop of pure Python) was taken for the loop's
+    # and only cancelled the call from it, so the body ran on to its end, its result was
+    # recorded as a success, and only then was KeyboardInterrupt raised. It is the call's own
+    # code, as a plain body inline is: the Ctrl-C is raised there.
+    done = run_script(CTRL_C_IN_AN_ASYNC_BODY_HOLDING_THE_LOOP)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["interrupted", "[] True", "[True]"]
+
+
 A_WAIT_CUT_SHORT = """
 import asyncio, signal
 from dsh_tools import ExecuteCall, ToolSystem

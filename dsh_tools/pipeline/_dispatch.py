@@ -25,6 +25,7 @@ from ..actors import (
 from ..actors._frozen import EMPTY_LIST
 from ..registry import normalize_output
 from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
+from ..registry._registry_actor import RUN_CODE
 from ..registry._snapshot import ToolEntry
 from ._body_task import (
     awaited,
@@ -51,7 +52,15 @@ from ._core import (
     take_back_cancels,
     wind_down,
 )
-from ._loop import event_loop, in_context, new_task, running_loop, waiting_loop
+from ._loop import (
+    disown_body,
+    event_loop,
+    in_context,
+    new_task,
+    own_body,
+    running_loop,
+    waiting_loop,
+)
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
 
 __all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
@@ -281,6 +290,11 @@ class DispatchStages(PipelineCore):
         # A body cancelled before its first step never settles ``settled`` itself.
         task.add_done_callback(partial(wake, settled))
         unwatch = watch_body(rec, task, loop, signal, self.bodies)
+        # The body of a blocking execute: a Ctrl-C in its code is its own. Not a Code Mode
+        # run's (the package's own code), whose task may run what its sub-calls attach.
+        owned = rec.inline and rec.name != RUN_CODE
+        if owned:
+            own_body(task)
         try:
             waiter = settled
             while True:
@@ -305,6 +319,8 @@ class DispatchStages(PipelineCore):
             return outcome
         finally:
             unwatch()
+            if owned:
+                disown_body(task)
             del unwatch, task  # no name of this frame may lead to a failure
 
     async def _in_this_task(

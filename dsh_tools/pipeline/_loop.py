@@ -33,6 +33,7 @@ from ._epoll import mark_wake_only, new_pool_loop
 __all__ = [
     "STARTS_AT_ONCE",
     "carry_on",
+    "disown_body",
     "drive",
     "driving",
     "event_loop",
@@ -41,6 +42,7 @@ __all__ = [
     "interrupts_held",
     "new_pool_loop",
     "new_task",
+    "own_body",
     "resume",
     "running_loop",
     "start_task",
@@ -183,6 +185,8 @@ class _ThreadLoop:
 class _ThreadState(threading.local):
     holder: _ThreadLoop | None = None
     driving = False  # a coroutine is being driven on this thread without a loop
+    # The tasks running async bodies of the calls driven on this thread (``own_body``).
+    own_bodies: weakref.WeakSet[asyncio.Task[Any]] | None = None
 
 
 _state = _ThreadState()
@@ -310,9 +314,16 @@ class _CancelOnInterrupt:
         if not self.waiting or task.done():
             raise KeyboardInterrupt
         if not _in_library_code(frame):
-            if asyncio.current_task(self.loop) is task or self.cancelled:
-                # In user code (a plain body inline, a callback that blocks the loop): raised
-                # there, as ever; a second Ctrl-C so ends a wait the loop cannot turn in.
+            current = asyncio.current_task(self.loop)
+            bodies = _state.own_bodies
+            if (
+                current is task
+                or self.cancelled
+                or (current is not None and bodies is not None and current in bodies)
+            ):
+                # In user code (a plain body inline, the call's async body holding the loop,
+                # a callback that blocks it): raised there, as ever; a second Ctrl-C so ends
+                # a wait the loop cannot turn in.
                 raise KeyboardInterrupt
         elif self.cancelled:
             # A second Ctrl-C while the loop runs the package's or asyncio's own code (a Code
@@ -333,6 +344,25 @@ class _CancelOnInterrupt:
             task.cancel()
         else:
             self.loop.call_soon_threadsafe(_cancel, task)
+
+
+def own_body(task: asyncio.Task[Any]) -> None:
+    """``task`` runs the async body of the call that a blocking ``execute`` drives on this
+    thread: a Ctrl-C that comes while its code holds the loop (a blocking sleep, a loop of
+    pure Python) is the call's own, raised there as in a plain body inline (see
+    ``_CancelOnInterrupt``). Only the main thread takes a Ctrl-C; ``disown_body`` undoes it."""
+    if threading.current_thread() is threading.main_thread():
+        bodies = _state.own_bodies
+        if bodies is None:
+            bodies = _state.own_bodies = weakref.WeakSet()
+        bodies.add(task)
+
+
+def disown_body(task: asyncio.Task[Any]) -> None:
+    """``task``'s body has ended (``own_body``)."""
+    bodies = _state.own_bodies
+    if bodies is not None:
+        bodies.discard(task)
 
 
 def pythons_interrupts_here() -> bool:
