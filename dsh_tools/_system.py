@@ -164,7 +164,6 @@ class ToolSystem:
         self._finisher: threading.Thread | None = None  # the thread that ends it
         # A stop() that a KeyboardInterrupt cut short: the next stop() finishes it.
         self._cut_short = False
-        self._closing: list[Callable[[], object]] = []  # ``on_stop`` closers not yet run
         self._stopping = AbortController()  # batches abort when it does
         # What stop() closes once the calls in flight settled (``on_stop``).
         self._on_stop: Attached[Callable[[], object]] = Attached()
@@ -363,13 +362,13 @@ class ToolSystem:
             # Plain bodies that ignored their signal through the grace are left to their
             # threads: their calls settle without them, a moment for that.
             self._settle_in_flight(time.monotonic() + ABANDONED_SETTLE_S)
-        with self._lock:
-            self._closing.extend(self._on_stop.take())
         while True:
-            with self._lock:  # one at a time: a stop cut short leaves the rest to the next
-                if not self._closing:
-                    break
-                close = self._closing.pop()  # the last attached first, as disposers go
+            # One at a time, the last attached first, as disposers go: a stop cut short leaves
+            # the rest attached, to the next stop() (a closer detached meanwhile is not run).
+            with self._lock:
+                close = self._on_stop.take_last()
+            if close is None:
+                break
             try:
                 close()
             except Exception as exc:

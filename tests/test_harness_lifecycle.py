@@ -985,6 +985,25 @@ def test_a_stop_that_a_ctrl_c_cut_short_is_finished_by_the_next_stop() -> None:
     ]
 
 
+def test_a_closer_detached_after_a_stop_cut_short_is_not_run_by_the_next_stop() -> None:
+    # A stop cut short in one closer leaves the others to the next stop(); a resource that
+    # closes by itself meanwhile detaches its closer, which the next stop() ran all the same.
+    system = ToolSystem.start(code_runtime=None)
+    ran: list[str] = []
+    detach = system.on_stop(lambda: ran.append("closed by the stop"))
+
+    def interrupted() -> None:
+        ran.append("interrupted")
+        raise KeyboardInterrupt
+
+    system.on_stop(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        system.stop()
+    detach()  # its resource closed by itself meanwhile
+    system.stop()
+    assert ran == ["interrupted"]
+
+
 SLEEPER_SYSTEM = """
 system = ToolSystem.start(code_runtime=None)
 system.tools.register(a_tool("sleeper", sleeper))

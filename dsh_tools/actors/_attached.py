@@ -39,6 +39,14 @@ class Attached(Generic[_T]):
         """What is attached now, oldest first."""
         return list(self._things.values())
 
+    def take_last(self) -> _T | None:
+        """Detach the thing attached last and return it (``None`` when there is none)."""
+        things = self._things
+        try:
+            return things.pop(next(reversed(things)))
+        except (StopIteration, KeyError):  # none left, or detached meanwhile
+            return None
+
     def take(self) -> list[_T]:
         """Detach everything and return it, oldest first."""
         things, self._things = self._things, {}
