@@ -23,9 +23,8 @@ from ..actors import (
     any_signal,
 )
 from ..actors._frozen import EMPTY_LIST
-from ..registry import normalize_output
+from ..registry import RUN_CODE, normalize_output
 from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
-from ..registry._registry_actor import RUN_CODE
 from ..registry._snapshot import ToolEntry
 from ._body_task import (
     awaited,
