@@ -55,62 +55,23 @@ def _tuples_as_lists(value: Any) -> Any:
     return value
 
 
-def may_hold_tuples(return_type: Any) -> bool:
-    """Whether a value of ``return_type`` may hold a tuple (anywhere inside it), as far as its
-    annotation tells; an unknown or ``Any`` type may."""
+def _any_part(
+    annotation: Any, judge: Callable[[msgspec.inspect.Type], bool | None], unknown: bool
+) -> bool:
+    """Whether some part of the type ``annotation`` (itself, a field of a struct, dataclass,
+    typed dict or named tuple, a union member, a container's items, keys or values) is one
+    ``judge`` answers True for; ``judge`` answers None to look inside a part. ``unknown``:
+    the answer for an annotation msgspec cannot describe. A recursive type is looked at once."""
     try:
-        info = msgspec.inspect.type_info(return_type)
+        info = msgspec.inspect.type_info(annotation)
     except (TypeError, ValueError):
-        return True
+        return unknown
     seen: set[Any] = set()
 
     def holds(t: msgspec.inspect.Type) -> bool:
-        if isinstance(
-            t,
-            msgspec.inspect.TupleType
-            | msgspec.inspect.VarTupleType
-            | msgspec.inspect.NamedTupleType
-            | msgspec.inspect.AnyType
-            | msgspec.inspect.CustomType,
-        ):
-            return True
-        if isinstance(
-            t,
-            msgspec.inspect.StructType
-            | msgspec.inspect.DataclassType
-            | msgspec.inspect.TypedDictType,
-        ):
-            if t.cls in seen:
-                return False
-            seen.add(t.cls)
-            return any(holds(field.type) for field in t.fields)
-        if isinstance(t, msgspec.inspect.UnionType):
-            return any(holds(member) for member in t.types)
-        if isinstance(t, msgspec.inspect.Metadata):
-            return holds(t.type)
-        inner = [getattr(t, name, None) for name in ("item_type", "key_type", "value_type")]
-        return any(holds(item) for item in inner if isinstance(item, msgspec.inspect.Type))
-
-    return holds(info)
-
-
-def has_keys_from_text(args_type: Any) -> bool:
-    """Whether ``args_type`` holds a dict whose keys are not strings (``dict[int, str]``, an
-    ``IntEnum`` key...). JSON object keys are always text, and msgspec turns them into such
-    keys only when it decodes JSON text: converting the already decoded arguments refuses
-    every key. Such arguments are converted through their JSON text instead."""
-    try:
-        info = msgspec.inspect.type_info(args_type)
-    except (TypeError, ValueError):
-        return False
-    seen: set[Any] = set()
-
-    def holds(t: msgspec.inspect.Type) -> bool:
-        if isinstance(t, msgspec.inspect.DictType):
-            key = t.key_type
-            while isinstance(key, msgspec.inspect.Metadata):
-                key = key.type
-            return not isinstance(key, msgspec.inspect.StrType) or holds(t.value_type)
+        judged = judge(t)
+        if judged is not None:
+            return judged
         if isinstance(
             t,
             msgspec.inspect.StructType
@@ -128,10 +89,46 @@ def has_keys_from_text(args_type: Any) -> bool:
             return any(holds(member) for member in t.item_types)
         if isinstance(t, msgspec.inspect.Metadata):
             return holds(t.type)
-        inner = getattr(t, "item_type", None)
-        return isinstance(inner, msgspec.inspect.Type) and holds(inner)
+        inner = [getattr(t, name, None) for name in ("item_type", "key_type", "value_type")]
+        return any(holds(item) for item in inner if isinstance(item, msgspec.inspect.Type))
 
     return holds(info)
+
+
+def _is_tuple(t: msgspec.inspect.Type) -> bool | None:
+    if isinstance(
+        t,
+        msgspec.inspect.TupleType
+        | msgspec.inspect.VarTupleType
+        | msgspec.inspect.NamedTupleType
+        | msgspec.inspect.AnyType
+        | msgspec.inspect.CustomType,
+    ):
+        return True
+    return None
+
+
+def may_hold_tuples(return_type: Any) -> bool:
+    """Whether a value of ``return_type`` may hold a tuple (anywhere inside it), as far as its
+    annotation tells; an unknown or ``Any`` type may."""
+    return _any_part(return_type, _is_tuple, unknown=True)
+
+
+def _has_key_not_text(t: msgspec.inspect.Type) -> bool | None:
+    if isinstance(t, msgspec.inspect.DictType):
+        key = t.key_type
+        while isinstance(key, msgspec.inspect.Metadata):
+            key = key.type
+        return True if not isinstance(key, msgspec.inspect.StrType) else None
+    return None
+
+
+def has_keys_from_text(args_type: Any) -> bool:
+    """Whether ``args_type`` holds a dict whose keys are not strings (``dict[int, str]``, an
+    ``IntEnum`` key...). JSON object keys are always text, and msgspec turns them into such
+    keys only when it decodes JSON text: converting the already decoded arguments refuses
+    every key. Such arguments are converted through their JSON text instead."""
+    return _any_part(args_type, _has_key_not_text, unknown=False)
 
 
 def _violation(exc: msgspec.ValidationError) -> str:
