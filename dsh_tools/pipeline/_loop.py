@@ -379,24 +379,24 @@ def interrupts_deferred() -> Iterator[None]:
     """Bookkeeping that a Ctrl-C must not cut short (recording an interrupted call's result,
     while one ``KeyboardInterrupt`` propagates already): on the main thread, with Python's own
     SIGINT handler in place, a Ctrl-C meanwhile is dropped rather than raised inside it."""
-    if not pythons_interrupts_here():
+    with _interrupts_noted():
         yield
-        return
-    signal.signal(signal.SIGINT, _ignore_interrupt)
-    try:
+
+
+@contextlib.contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Work that a Ctrl-C must not cut in two (taking a pre-forked worker and handing it to
+    its owner, or giving it back): on the main thread, with Python's own SIGINT handler in
+    place, a Ctrl-C meanwhile raises ``KeyboardInterrupt`` once the work is done. Raised
+    inside it, the worker was held by neither: its five descriptors stayed open for good."""
+    with _interrupts_noted() as noted:
         yield
-    finally:
-        if signal.getsignal(signal.SIGINT) is _ignore_interrupt:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if noted is not None and noted.came:
+        raise KeyboardInterrupt
 
 
-def _ignore_interrupt(signum: int, frame: types.FrameType | None) -> None:
-    """The SIGINT handler of ``interrupts_deferred``: one interruption is on its way already."""
-
-
-class _HeldInterrupt:
-    """The SIGINT handler of ``interrupts_held``: notes the Ctrl-C, raised once the work is
-    done."""
+class _NotedInterrupt:
+    """The SIGINT handler of ``_interrupts_noted``: notes the Ctrl-C, raises nothing."""
 
     __slots__ = ("came",)
 
@@ -408,23 +408,20 @@ class _HeldInterrupt:
 
 
 @contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Work that a Ctrl-C must not cut in two (taking a pre-forked worker and handing it to
-    its owner, or giving it back): on the main thread, with Python's own SIGINT handler in
-    place, a Ctrl-C meanwhile raises ``KeyboardInterrupt`` once the work is done. Raised
-    inside it, the worker was held by neither: its five descriptors stayed open for good."""
+def _interrupts_noted() -> Iterator[_NotedInterrupt | None]:
+    """A Ctrl-C meanwhile is noted, not raised (on the main thread, with Python's own SIGINT
+    handler in place; elsewhere it yields None and changes nothing). Python's handler is put
+    back after, unless someone else's was installed meanwhile."""
     if not pythons_interrupts_here():
-        yield
+        yield None
         return
-    held = _HeldInterrupt()
-    signal.signal(signal.SIGINT, held)
+    noted = _NotedInterrupt()
+    signal.signal(signal.SIGINT, noted)
     try:
-        yield
+        yield noted
     finally:
-        if signal.getsignal(signal.SIGINT) is held:
+        if signal.getsignal(signal.SIGINT) is noted:
             signal.signal(signal.SIGINT, signal.default_int_handler)
-    if held.came:
-        raise KeyboardInterrupt
 
 
 _PACKAGE_DIR: Final = os.path.dirname(
