@@ -1470,6 +1470,43 @@ def test_calls_whose_event_loop_closed_under_them_are_finished_and_recorded() ->
     assert [t for t in threading.enumerate() if t not in before] == []
 
 
+def test_calls_stranded_after_a_burst_are_looked_for_as_early_as_before_it() -> None:
+    # A burst of calls in flight at once raises the count at which calls stranded on a closed
+    # loop are looked for; once it is over, that count comes back down, so stranded calls do
+    # not pile up to the size of the biggest burst the system ever had.
+    system = ToolSystem.start(code_runtime=None)
+    release = asyncio.Event()
+
+    async def held(args: Any, ctx: Any) -> Any:
+        await release.wait()
+
+    async def nap(args: Any, ctx: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    system.tools.register(fixture("held", held))
+    system.tools.register(fixture("nap", nap))
+
+    async def burst() -> None:
+        calls = [
+            asyncio.ensure_future(system.execute_async(call("held", call_id=f"b{i}")))
+            for i in range(600)
+        ]
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.gather(*calls)
+
+    asyncio.run(burst())
+    stranded = 70
+    for i in range(stranded):
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(system.execute_async(call("nap", call_id=f"c{i}")))
+        loop.run_until_complete(asyncio.sleep(0))  # the call starts and waits
+        assert not task.done()
+        loop.close()
+    assert len(system.pipeline.live) < stranded  # the calls that came later found them
+    system.stop()
+
+
 @pytest.mark.parametrize("entry", ["execute_async", "ref.ask"])
 def test_a_plain_body_that_outlasts_the_stop_is_left_to_its_thread_and_its_call_settles(
     monkeypatch: pytest.MonkeyPatch, entry: str

@@ -66,7 +66,8 @@ INTERRUPTED_REASON = "the caller was interrupted"
 
 STRANDED_CHECK = 64
 """How many calls may be in flight at once before ``run`` looks for calls whose caller's event
-loop closed under them (``abandon_stranded``); then twice as many as remain."""
+loop closed under them (``abandon_stranded``); then twice as many as remain, and back down to
+twice as many as are in flight (at least this) once fewer than a quarter of that are."""
 
 STOPPING_REASON = "the tool system is stopping"
 """The abort reason of a call that ``ToolSystem.stop()`` interrupted."""

@@ -133,6 +133,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             raise
         finally:
             live.discard(rec)
+            check_at = self.stranded_check_at
+            if check_at > STRANDED_CHECK and 4 * len(live) < check_at:
+                # A burst is over: stranded calls are looked for as early as before it.
+                self.stranded_check_at = max(STRANDED_CHECK, 2 * len(live))
             try:  # noqa: SIM105 (contextlib.suppress costs every call a context manager)
                 STEPPING.reset(stepping)
             except ValueError:  # closed from another context
