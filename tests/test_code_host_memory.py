@@ -34,7 +34,7 @@ from dsh_tools.codebridge._frames import (
     worker_frame_decoder,
 )
 from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
-from dsh_tools.codebridge._ledger import json_size_floor, tokens_json_size
+from dsh_tools.codebridge._ledger import json_size_floor, over_room, tokens_json_size
 from dsh_tools.codebridge._run_pipes import UNREAD_REPLY_BYTES, ChannelWriter
 from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
 
@@ -195,6 +195,25 @@ def test_the_json_size_floor_never_exceeds_the_size() -> None:
     empty_objects = tokenize([{}] * 1000)
     assert empty_objects is not None
     assert json_size_floor(empty_objects) == tokens_json_size(empty_objects, 10**9)
+
+
+def test_a_completion_far_from_the_room_is_judged_by_its_length_as_the_floor_would() -> None:
+    # over_room answers from the token count alone when that settles it (the floor lies
+    # between 2n - 1 and 5n for n tokens), and must agree with the floor everywhere.
+    values: list[Any] = [
+        [0] * 300,
+        [{}] * 300,
+        [[]] * 300,
+        {f"key{n}": "v" * n for n in range(60)},
+        [{f"k{n}": [n, {}]} for n in range(50)],
+        ["é" * 40] * 20,
+    ]
+    for candidate in values:
+        tokens = tokenize(candidate)
+        assert tokens is not None
+        floor = json_size_floor(tokens)
+        for room in range(0, 6 * len(tokens) + 2):
+            assert over_room(tokens, room) is (floor > room), (candidate, room)
 
 
 def forged_done_of_empty_objects(count: int) -> str:

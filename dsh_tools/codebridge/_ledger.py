@@ -49,6 +49,7 @@ __all__ = [
     "json_size_floor",
     "json_str_size",
     "limit_message",
+    "over_room",
     "tokens_json_size",
 ]
 
@@ -133,6 +134,19 @@ def _text_length(tokens: list[Any]) -> int:
 
 _keys_of = operator.attrgetter("keys")
 _IS_OBJECT: Final = frozenset({ObjectMarker}).__contains__
+
+
+def over_room(tokens: list[Any], room: int) -> bool:
+    """Whether the value a (valid) token list describes cannot fit ``room`` bytes of compact
+    JSON, as far as ``json_size_floor`` tells. That floor lies between ``2 * n - 1`` and
+    ``5 * n`` for ``n`` tokens, so a list far enough from ``room`` either way is judged by its
+    length alone (a million integers in a large room, at once)."""
+    count = len(tokens)
+    if 5 * count <= room:
+        return False
+    if 2 * count - 1 > room:
+        return True
+    return json_size_floor(tokens) > room
 
 
 def json_size_floor(tokens: list[Any]) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Final
 from ..actors import NEVER_ABORTED, AbortSignal, FrozenDict, FrozenList
 from ._frame_screen import FrameRejected
 from ._frames import Call, Done, Log, OutputLimit
-from ._ledger import OutputLedger, json_size_floor
+from ._ledger import OutputLedger, over_room
 from ._outcome import LIMIT, Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
 from ._run_calls import BindingCalls, Track
@@ -56,7 +56,7 @@ _DONE_KINDS: Final = frozenset({"exception", "invalid-output", "output-limit"})
 _NOT_LOSSLESS_COMPLETION: Final = "program completion must be lossless JSON"
 _MEASURED_FIRST_TOKENS: Final = 1 << 16
 """A completion of more tokens than this is first held against the output cap by a lower
-bound on its JSON size (``json_size_floor``, at C speed) before its value is built: the value
+bound on its JSON size (``over_room``, at C speed) before its value is built: the value
 costs the host about as much again as its tokens (an empty object about 73 bytes beside its
 marker's 105), so building it for a completion over the cap doubled what the host held for one
 (``docs/sandbox.md``: about 60 bytes per byte of ``max_output_bytes``). The bound is exact for
@@ -163,7 +163,7 @@ class CodeRun(RunProcess):
         elif frame.value is not None:
             tokens = frame.value
             if len(tokens) > _MEASURED_FIRST_TOKENS and (
-                self._ledger.overflowed or json_size_floor(tokens) > self._ledger.room
+                self._ledger.overflowed or over_room(tokens, self._ledger.room)
             ):
                 self._settle(LIMIT)  # what the ledger would settle once the value was built
                 return
