@@ -75,6 +75,11 @@ def mcp_threads() -> list[threading.Thread]:
     ]
 
 
+def registering_threads() -> list[threading.Thread]:
+    """The threads of ``await register_mcp_server(...)`` calls still registering."""
+    return [t for t in threading.enumerate() if t.name.startswith("mcp-connect[")]
+
+
 # --- fixtures ----------------------------------------------------------------------------------
 
 
@@ -656,9 +661,13 @@ def test_cancelling_an_async_registration_cuts_a_connection_under_way_short(
         return pid
 
     pid = asyncio.run(scenario())
-    # Not left to run until connect_timeout: the server is stopped and the thread ends.
+    # Not left to run until connect_timeout: the server is stopped, and the connection's
+    # threads end (the registering thread last, once the plugin is closed and its name free).
     assert process_gone(pid)
-    wait_until(lambda: not mcp_threads(), "the abandoned connection's thread to end")
+    wait_until(
+        lambda: not mcp_threads() and not registering_threads(),
+        "the abandoned connection's threads to end",
+    )
     assert system.tools.schemas() == []
     # The name is free again: the next registration under it gets as far as connecting.
     exits = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
