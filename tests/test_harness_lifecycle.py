@@ -1443,6 +1443,16 @@ def text_of(result: Any) -> str:
     return str(result.content[0]["text"])
 
 
+def strand_calls(system: ToolSystem, count: int) -> None:
+    """Start ``count`` calls of ``nap`` on event loops that are then closed under them."""
+    for i in range(count):
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(system.execute_async(call("nap", call_id=f"c{i}")))
+        loop.run_until_complete(asyncio.sleep(0))  # the call starts and waits
+        assert not task.done()
+        loop.close()
+
+
 def test_calls_whose_event_loop_closed_under_them_are_finished_and_recorded() -> None:
     # The harness closed its loop with execute_async calls in flight: their tasks never ran
     # again, so each call stayed in flight for the process's life with all it held, had no
@@ -1456,12 +1466,7 @@ def test_calls_whose_event_loop_closed_under_them_are_finished_and_recorded() ->
 
     system.tools.register(fixture("nap", nap))
     calls = 70
-    for i in range(calls):
-        loop = asyncio.new_event_loop()
-        task = loop.create_task(system.execute_async(call("nap", call_id=f"c{i}")))
-        loop.run_until_complete(asyncio.sleep(0))  # the call starts and waits
-        assert not task.done()
-        loop.close()
+    strand_calls(system, calls)
     assert len(system.pipeline.live) < calls  # the calls that came later found them
     system.stop()
     assert system.pipeline.live == set()
@@ -1497,12 +1502,7 @@ def test_calls_stranded_after_a_burst_are_looked_for_as_early_as_before_it() -> 
 
     asyncio.run(burst())
     stranded = 70
-    for i in range(stranded):
-        loop = asyncio.new_event_loop()
-        task = loop.create_task(system.execute_async(call("nap", call_id=f"c{i}")))
-        loop.run_until_complete(asyncio.sleep(0))  # the call starts and waits
-        assert not task.done()
-        loop.close()
+    strand_calls(system, stranded)
     assert len(system.pipeline.live) < stranded  # the calls that came later found them
     system.stop()
 

@@ -245,8 +245,7 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
                 loop.run_forever()
             if not task.done():
                 with _woken_by_signals(loop, task) as handler:
-                    while not task.done() and not (handler is not None and handler.left):
-                        loop.run_forever()  # until the task's last step stops the loop
+                    _run_until_settled(loop, task, handler)
                 if handler is not None and handler.cancelled:
                     raise KeyboardInterrupt  # the call was cancelled for it and has settled
         except BaseException:
@@ -280,10 +279,17 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
             loop.stop()
             loop.run_forever()
             task.cancel()
-            while not task.done() and not (handler is not None and handler.left):
-                loop.run_forever()  # until the task's last step stops the loop
+            _run_until_settled(loop, task, handler)
     except BaseException:  # a second interruption: the first one is what propagates
         pass
+
+
+def _run_until_settled(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], handler: _CancelOnInterrupt | None
+) -> None:
+    """Run ``loop`` until ``task`` is done, or a second Ctrl-C left the wait (``handler``)."""
+    while not task.done() and not (handler is not None and handler.left):
+        loop.run_forever()  # until the task's last step stops the loop
 
 
 def _cancel(task: asyncio.Task[Any]) -> None:
