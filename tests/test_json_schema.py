@@ -26,7 +26,7 @@ from dsh_tools.registry import (
 
 KEYWORD_HINT = (
     " is not a supported keyword (subset: type/oneOf/properties/required/"
-    "additionalProperties/items/enum/const + annotations)"
+    "additionalProperties/items/uniqueItems/enum/const + annotations)"
 )
 
 
@@ -807,3 +807,70 @@ def test_a_cyclic_value_is_never_accepted_whatever_the_schema_depth() -> None:
             name = "b" if (depth - level) % 2 == 0 else "a"
             schema = {"type": "object", "properties": {name: schema}, "required": [name]}
         assert V(schema, outer) != [], depth
+
+
+# --- uniqueItems -------------------------------------------------------------------------------
+
+
+def test_unique_items_is_a_boolean_keyword_of_arrays() -> None:
+    assert A({"type": "array", "uniqueItems": True}) == []
+    assert A({"type": "array", "items": {"type": "integer"}, "uniqueItems": False}) == []
+    assert A({"type": "array", "uniqueItems": 1}) == ["schema.uniqueItems must be a boolean"]
+    assert A({"type": "string", "uniqueItems": True}) == [
+        'schema.uniqueItems is not supported on type "string"'
+    ]
+    assert A({"uniqueItems": True}) == ["schema.uniqueItems requires type or oneOf"]
+
+
+def test_repeated_items_are_refused_naming_both_places() -> None:
+    unique = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    assert V(unique, [1, 2, 3]) == []
+    assert V(unique, [1, 2, 1]) == ['"value[2]" repeats "value[0]" (uniqueItems: true)']
+    # Rendered as every argument violation is: from the property, under an empty root label.
+    arguments = {"type": "object", "properties": {"t": unique}}
+    assert validate_json_schema_value(arguments, {"t": [5, "x", 5]}, "") == [
+        '"t[2]" repeats "t[0]" (uniqueItems: true)',
+        '"t[1]" must be an integer',
+    ]
+    nested = {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "uniqueItems": True}},
+    }
+    assert V(nested, {"tags": ["a", "b", "b"]}) == [
+        '"value.tags[2]" repeats "value.tags[1]" (uniqueItems: true)'
+    ]
+    assert V({**unique, "uniqueItems": False}, [1, 1]) == []
+    # Repeats and the items' own violations are all reported, the repeat first.
+    assert V(unique, [1, "x", 1]) == [
+        '"value[2]" repeats "value[0]" (uniqueItems: true)',
+        '"value[1]" must be an integer',
+    ]
+
+
+def test_repeats_are_judged_by_json_equality() -> None:
+    unique = {"type": "array", "uniqueItems": True}
+    assert V(unique, [1, 1.0]) == ['"value[1]" repeats "value[0]" (uniqueItems: true)']
+    assert V(unique, [True, 1]) == []
+    assert V(unique, [False, 0, None, "", [], {}]) == []
+    assert V(unique, ["1", 1]) == []
+    assert V(unique, [{"a": 1, "b": [2, {"c": True}]}, {"b": [2.0, {"c": True}], "a": 1}]) == [
+        '"value[1]" repeats "value[0]" (uniqueItems: true)'
+    ]
+    assert V(unique, [{"a": [1]}, {"a": [True]}]) == []
+    assert V(unique, [[1, [2]], [1, [2, 3]]]) == []
+    assert V(unique, [[], {}]) == []
+    frozen = snapshot_json({"list": [{"k": [1]}, {"k": [1.0]}]})["list"]
+    assert V(unique, frozen) == ['"value[1]" repeats "value[0]" (uniqueItems: true)']
+
+
+def test_repeats_of_deep_items_are_found_without_recursion_errors() -> None:
+    first: list[Any] = []
+    second: list[Any] = []
+    other: list[Any] = [1]
+    for _ in range(5000):
+        first, second, other = [first], [second], [other]
+    unique = {"type": "array", "uniqueItems": True}
+    assert V(unique, [first, other]) == []
+    assert V(unique, [first, other, second]) == [
+        '"value[2]" repeats "value[0]" (uniqueItems: true)'
+    ]

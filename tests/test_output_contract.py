@@ -98,7 +98,7 @@ def test_output_schema_must_be_in_the_subset_before_the_timeout_is_checked() -> 
         check_registration(definition, reserve_run_code=False)
     assert info.value.violations == [
         "schema.minimum is not a supported keyword (subset: type/oneOf/properties/required/"
-        "additionalProperties/items/enum/const + annotations)"
+        "additionalProperties/items/uniqueItems/enum/const + annotations)"
     ]
 
 

@@ -64,6 +64,11 @@ PROJECTIONS = [
     ),
     ({"$ref": "#/$defs/missing"}, {}),
     ({"type": "widget"}, {}),
+    (
+        {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
+        {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+    ),
+    ({"type": "array", "uniqueItems": False, "minItems": 1}, {"type": "array"}),
 ]
 
 
@@ -112,6 +117,10 @@ WIDENING = [
     ({"anyOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]}, [1, 2.5, -1]),
     ({"type": ["array", "null"], "items": {"enum": ["x", 2]}}, [None, ["x", 2], []]),
     ({"allOf": [{"type": "string"}, {"minLength": 2}]}, ["ab"]),
+    (
+        {"type": "array", "uniqueItems": True},
+        [[1, True], [{"a": 1, "b": 2}, {"a": 2, "b": 1}], [[1], [1, 1]], ["1", 1]],
+    ),
 ]
 
 

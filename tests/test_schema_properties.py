@@ -195,6 +195,7 @@ def subset_schemas() -> st.SearchStrategy[dict[str, Any]]:
         scalar_schemas(),
         st.just({}),
         st.just({"type": "array"}),
+        st.just({"type": "array", "uniqueItems": True}),
         st.builds(lambda closed: {"type": "object", "additionalProperties": closed}, st.booleans()),
     )
 
@@ -212,6 +213,11 @@ def subset_schemas() -> st.SearchStrategy[dict[str, Any]]:
             return schema
 
         return st.one_of(
+            st.builds(
+                lambda items, unique: {"type": "array", "items": items, "uniqueItems": unique},
+                children,
+                st.sampled_from([True, True, False]),
+            ),
             st.builds(lambda items: {"type": "array", "items": items}, children),
             objects(),
             st.lists(children, min_size=2, max_size=3).map(lambda branches: {"oneOf": branches}),

@@ -3,9 +3,10 @@
 
 Supported vocabulary: ``type`` (one of ``object``, ``array``, ``string``, ``number``,
 ``integer``, ``boolean``, ``null``), ``oneOf``, ``properties``, ``required``,
-``additionalProperties``, ``items``, ``enum``, ``const`` and the annotations ``description``,
-``title``, ``default`` and ``examples``. A node with neither ``type`` nor ``oneOf`` accepts any
-lossless JSON value.
+``additionalProperties``, ``items``, ``uniqueItems`` (JSON equality: ``1`` equals ``1.0``,
+``true`` never equals ``1``, key order is irrelevant), ``enum``, ``const`` and the annotations
+``description``, ``title``, ``default`` and ``examples``. A node with neither ``type`` nor
+``oneOf`` accepts any lossless JSON value.
 
 Schema records are exact ``dict`` or ``FrozenDict`` with exact ``str`` keys; schema arrays are
 exact ``list`` or ``FrozenList``. Every walk of the subset is an explicit work-stack loop (no
@@ -39,21 +40,40 @@ __all__ = [
 ]
 
 _CONSTRAINTS: Final = frozenset(
-    {"type", "oneOf", "properties", "required", "additionalProperties", "items", "enum", "const"}
+    {
+        "type",
+        "oneOf",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "uniqueItems",
+        "enum",
+        "const",
+    }
 )
 _ANNOTATIONS: Final = frozenset({"description", "title", "default", "examples"})
-_SIBLINGS: Final = ("properties", "required", "additionalProperties", "items", "enum", "const")
+_SIBLINGS: Final = (
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "uniqueItems",
+    "enum",
+    "const",
+)
 _PLACEMENT: Final = (
     ("properties", frozenset({"object"})),
     ("required", frozenset({"object"})),
     ("additionalProperties", frozenset({"object"})),
     ("items", frozenset({"array"})),
+    ("uniqueItems", frozenset({"array"})),
     ("enum", _SCALAR_TYPES),
     ("const", _SCALAR_TYPES),
 )
 _UNSUPPORTED_KEYWORD: Final = (
     " is not a supported keyword (subset: type/oneOf/properties/required/"
-    "additionalProperties/items/enum/const + annotations)"
+    "additionalProperties/items/uniqueItems/enum/const + annotations)"
 )
 
 
@@ -187,6 +207,8 @@ def _schema_violations(schema: Any, root: str = "schema") -> list[str]:
                     for name, child in reversed(entries):
                         tasks.append((_ENTER, child, (path, f".properties.{name}")))
         elif schema_type == "array":
+            if "uniqueItems" in node and type(node["uniqueItems"]) is not bool:
+                out.append(f"{_spath(path)}.uniqueItems must be a boolean")
             if "items" in node:
                 tasks.append((_ENTER, node["items"], (path, ".items")))
         else:

@@ -122,10 +122,11 @@ def _union(branches: list[dict[str, Any]], node: Mapping[str, Any]) -> dict[str,
 def to_subset_schema(schema: Any) -> dict[str, Any]:
     """Project a full-vocabulary JSON Schema into the enforced subset (a fresh plain dict).
 
-    Keeps ``type``, ``properties``, ``required``, ``items``, scalar ``enum``/``const`` and the
-    annotations; inlines local ``$ref``s; turns type arrays and disjoint ``anyOf``/``oneOf`` into
-    ``oneOf``; drops constraints, formats, ``additionalProperties`` schemas and ``$schema``/
-    ``$id``. Whatever the subset cannot express becomes a wider schema, never a narrower one.
+    Keeps ``type``, ``properties``, ``required``, ``items``, ``uniqueItems``, scalar
+    ``enum``/``const`` and the annotations; inlines local ``$ref``s; turns type arrays and
+    disjoint ``anyOf``/``oneOf`` into ``oneOf``; drops the other constraints, formats,
+    ``additionalProperties`` schemas and ``$schema``/``$id``. Whatever the subset cannot
+    express becomes a wider schema, never a narrower one.
     """
     return _project(schema, schema, (), 0)
 
@@ -180,6 +181,9 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
         items = node.get("items")
         if _is_map(items):
             out["items"] = _project(items, document, refs, depth + 1)
+        if node.get("uniqueItems") is True:
+            # Kept: the subset enforces it with the same JSON equality, so it narrows nothing.
+            out["uniqueItems"] = True
     return out
 
 

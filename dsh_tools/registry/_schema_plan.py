@@ -18,7 +18,7 @@ from ._schema_predicates import _MISSING, _SCALAR_TYPES, _SCHEMA_TYPES, _is_arra
 #   [_P_OBJECT, required, [[name, plan], ...], closed, properties, shallow, clean names]
 #       (shallow: every declared property is a scalar plan, so the object is checked inline;
 #       clean names: every declared name is an encodable str)
-#   [_P_ARRAY, items plan or None]
+#   [_P_ARRAY, items plan or None, unique items]
 #   [_P_ONE_OF, [plan, ...], catches]
 #   (_P_UNKNOWN, type)                             forged: a type outside the subset
 #   (_P_BROKEN, description)                       forged: a node that is not a mapping
@@ -86,7 +86,7 @@ def _build_plan(schema: Any) -> Any:
             for index in range(len(children) - 1, -1, -1):
                 tasks.append((children[index], pairs[index], 1))
         elif schema_type == "array":
-            plan = [_P_ARRAY, None]
+            plan = [_P_ARRAY, None, node.get("uniqueItems") is True]
             items = node.get("items")
             if items is not None:
                 tasks.append((items, plan, 1))

@@ -14,6 +14,7 @@ from ._lossless import _SURROGATE, INT_MAX, INT_MIN, _float_ok, render_path
 from ._lossless_check import is_json_value_memo
 from ._schema_plan import _P_ANY, _P_ARRAY, _P_OBJECT, _P_ONE_OF, _P_SCALAR, _P_UNKNOWN
 from ._schema_predicates import _MISSING, _in_enum, _scalar_equal
+from ._unique_items import first_json_repeat
 
 
 class _UnknownSchemaType(Exception):
@@ -174,6 +175,14 @@ def _enter_array(
         return [f'"{_vpath(path)}" must be an array']
     items = plan[1]
     violations: list[str] = []
+    # Off the path of every array whose schema does not ask for unique items.
+    if plan[2] and len(value) > 1:
+        repeat = first_json_repeat(value)
+        if repeat is not None:
+            violations.append(
+                f'"{_vpath((path, repeat[1]))}" repeats "{_vpath((path, repeat[0]))}" '
+                "(uniqueItems: true)"
+            )
     provable = False
     if items is not None and value:
         provable = True
