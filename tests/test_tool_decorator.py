@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
@@ -208,6 +209,101 @@ def test_dicts_with_number_keys_take_the_text_keys_json_objects_have(system: Too
     wrong_level = run(system, label, {**arguments, "levels": {"5": 1.0}})
     assert wrong_level.is_error
     assert "arguments.levels" in text(wrong_level)
+
+
+class Crate(msgspec.Struct):
+    labels: frozenset[str]
+    slots: dict[int, str] = {}
+
+
+@dataclasses.dataclass
+class Badge:
+    ids: set[uuid.UUID]
+
+
+def test_repeated_items_of_a_set_are_refused_not_dropped(system: ToolSystem) -> None:
+    calls: list[Any] = []
+
+    @tool
+    def pick(
+        numbers: set[int],
+        weights: frozenset[float] = frozenset(),
+        crates: list[Crate] = [],  # noqa: B006 - each call gets its own copy
+        badge: Badge | None = None,
+    ) -> str:
+        calls.append(numbers)
+        return f"{sorted(numbers)} {sorted(weights)} {crates!r} {badge!r}"
+
+    assert pick.parameters["properties"]["numbers"] == {
+        "type": "array",
+        "items": {"type": "integer"},
+        "uniqueItems": True,
+    }
+    assert text(run(system, pick, {"numbers": [3, 1]})) == "[1, 3] [] [] None"
+    u = "6ba7b810-9dad-11d1-80b4-00c04fd430c8"
+    cases = {
+        "Expected `array` of unique items, items 0 and 2 are both `1` - at `arguments.numbers`": {
+            "numbers": [1, 2, 1]
+        },
+        # JSON equality: 1 and 1.0 are the same number.
+        "Expected `array` of unique items, items 0 and 1 are both `1` - at `arguments.weights`": {
+            "numbers": [],
+            "weights": [1, 1.0],
+        },
+        'Expected `array` of unique items, items 1 and 2 are both `"b"` '
+        "- at `arguments.crates[1].labels`": {
+            "numbers": [],
+            "crates": [{"labels": ["a", "b"]}, {"labels": ["a", "b", "b"]}],
+        },
+        # Distinct as JSON text, one value once converted.
+        f'Expected `array` of unique items, items 0 (`"{u}"`) and 1 (`"{u.upper()}"`) convert '
+        "to the same value - at `arguments.badge.ids`": {
+            "numbers": [],
+            "badge": {"ids": [u, u.upper()]},
+        },
+    }
+    for expected, arguments in cases.items():
+        result = run(system, pick, arguments)
+        assert result.is_error, arguments
+        assert text(result) == f"Error: invalid arguments: {expected}"
+    assert calls == [{1, 3}]
+
+
+def test_object_keys_that_convert_to_one_key_are_refused(system: ToolSystem) -> None:
+    calls: list[Any] = []
+
+    @tool
+    def tally(
+        counts: dict[int, str],
+        rates: dict[float, int] | None = None,
+        levels: dict[Level, int] | None = None,
+        crate: Crate | None = None,
+    ) -> str:
+        calls.append(counts)
+        return f"{counts!r} {rates!r} {levels!r} {crate!r}"
+
+    fine = {"counts": {"0": "a", "1": "b"}, "rates": {"1": 1, "1.5": 2}, "levels": {"2": 1}}
+    assert text(run(system, tally, fine)) == (
+        "{0: 'a', 1: 'b'} {1.0: 1, 1.5: 2} {<Level.HIGH: 2>: 1} None"
+    )
+    cases = {
+        'Expected `object` with distinct keys, keys "0" and "-0" both convert to the key `0` '
+        "- at `arguments.counts`": {"counts": {"0": "a", "1": "b", "-0": "c"}},
+        'Expected `object` with distinct keys, keys "1" and "1.0" both convert to the key `1.0` '
+        "- at `arguments.rates`": {"counts": {}, "rates": {"1": 1, "1.0": 2}},
+        'Expected `object` with distinct keys, keys "0" and "-0.0" both convert to the key '
+        "`-0.0` - at `arguments.rates`": {"counts": {}, "rates": {"0": 1, "-0.0": 2}},
+        'Expected `object` with distinct keys, keys "0" and "-0" both convert to the key `0` '
+        "- at `arguments.crate.slots`": {
+            "counts": {},
+            "crate": {"labels": [], "slots": {"0": "a", "1": "b", "-0": "c"}},
+        },
+    }
+    for expected, arguments in cases.items():
+        result = run(system, tally, arguments)
+        assert result.is_error, arguments
+        assert text(result) == f"Error: invalid arguments: {expected}"
+    assert calls == [{0: "a", 1: "b"}]
 
 
 def test_wrong_types_unknown_and_missing_arguments_fail_before_the_body(

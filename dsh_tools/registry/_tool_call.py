@@ -16,6 +16,7 @@ from ..actors import ToolArgsError, ToolOutputError
 from ._lossless import LosslessJsonError
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature
+from ._typed_losses import losses_check
 from ._typed_output import unconvertible
 
 _SCALAR_RESULTS: Final = (str, int, float, bool, type(None))
@@ -144,7 +145,8 @@ def _make_parser(
     args_type: Any, drop_nulls: Callable[[Any], Any] | None
 ) -> Callable[[Any], tuple[Any, ...]]:
     """``parse(args)``: the frozen arguments strictly converted to the argument struct's field
-    values, in order; ``ToolArgsError`` naming the first violation otherwise."""
+    values, in order; ``ToolArgsError`` naming the first violation otherwise, or what the
+    conversion would lose (repeated set items, keys that convert to one key)."""
     astuple = msgspec.structs.astuple
     validation_error = msgspec.ValidationError
     convert: Callable[[Any], Any]
@@ -160,6 +162,17 @@ def _make_parser(
 
         def convert(args: Any) -> Any:
             return to_type(args, args_type, strict=True)
+
+    losses = losses_check(args_type)
+    if losses is not None:
+        convert_all = convert
+
+        def convert(args: Any) -> Any:
+            converted = convert_all(args)
+            lost = losses(args, converted)
+            if lost is not None:
+                raise ToolArgsError([lost])
+            return converted
 
     def parse(args: Any) -> tuple[Any, ...]:
         try:

@@ -1,0 +1,285 @@
+"""What converting ``@tool`` arguments would lose without a word, refused instead.
+
+msgspec converts a JSON array into a ``set`` or ``frozenset`` by dropping repeated items, and
+JSON object keys into ``int``, ``float``, ``Enum``... keys by overwriting when two keys convert
+to the same key (``"0"`` and ``"-0"`` both become ``0``). The model was told ``uniqueItems`` and
+has no way to know which of two keys won, so either loss is an argument error, worded as
+msgspec words its own (``Expected ... - at `arguments.path```).
+
+``losses_check`` compares the converted arguments with the arguments they came from, guided
+by the argument type; it exists only for argument types that hold such parts, so every other
+tool pays nothing. The items of a set are not looked into: an item is a hashable value
+(``frozenset``, ``tuple``, a frozen Struct) whose own repeats cannot be paired with the raw
+items once the set has them in its own order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import typing
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import msgspec
+from msgspec import inspect as mi
+
+from ._compact_json import compact_json
+from ._unique_items import first_json_repeat
+
+__all__ = ["LossesCheck", "losses_check"]
+
+LossesCheck = Callable[[Any, Any], "str | None"]
+"""``check(arguments, converted)``: the first loss as an argument violation, or ``None``."""
+
+_MISSING: Final = object()
+
+# A path is built lazily as (parent, segment) pairs and rendered only for a violation.
+_Path = tuple[Any, str] | None
+
+_SIMPLE_KEYS: Final[dict[type[mi.Type], Any]] = {
+    mi.StrType: str,
+    mi.IntType: int,
+    mi.FloatType: float,
+    mi.BoolType: bool,
+    mi.UUIDType: uuid.UUID,
+    mi.DateTimeType: datetime.datetime,
+    mi.DateType: datetime.date,
+    mi.TimeType: datetime.time,
+    mi.DecimalType: decimal.Decimal,
+}
+
+
+def _render(path: _Path) -> str:
+    segments: list[str] = []
+    while path is not None:
+        path, segment = path
+        segments.append(segment)
+    return "arguments" + "".join(reversed(segments))
+
+
+def _bare(info: mi.Type) -> mi.Type:
+    while isinstance(info, mi.Metadata):
+        info = info.type
+    return info
+
+
+def _annotation(info: mi.Type) -> Any:
+    """The annotation of a scalar type (constraints aside: the value already passed them), to
+    convert one key or item alone; ``None`` for a type that is not a scalar."""
+    info = _bare(info)
+    simple = _SIMPLE_KEYS.get(type(info))
+    if simple is not None:
+        return simple
+    if isinstance(info, mi.EnumType):
+        return info.cls
+    if isinstance(info, mi.LiteralType):
+        return typing.Literal[info.values]
+    return None
+
+
+def _converted_alone(annotation: Any, value: Any, as_key: bool) -> Any:
+    """``value`` converted on its own, as the whole arguments converted it (a key through a
+    one-entry JSON object, as object keys are only converted from JSON text)."""
+    if as_key:
+        decoded = msgspec.json.decode(
+            msgspec.json.encode({value: None}), type=dict[annotation, None], strict=True
+        )
+        return next(iter(decoded))
+    return msgspec.json.decode(msgspec.json.encode(value), type=annotation, strict=True)
+
+
+def _first_collision(
+    annotation: Any, values: list[Any], as_key: bool
+) -> tuple[int, int, Any] | None:
+    """The first two of ``values`` that convert to equal values: (earlier, later, converted)."""
+    if annotation is None:
+        return None
+    seen: dict[Any, int] = {}
+    for index, value in enumerate(values):
+        try:
+            converted = _converted_alone(annotation, value, as_key)
+        except (msgspec.ValidationError, TypeError, ValueError):
+            return None
+        try:
+            earlier = seen.setdefault(converted, index)
+        except TypeError:
+            return None
+        if earlier != index:
+            return earlier, index, converted
+    return None
+
+
+def _show(value: Any) -> str:
+    try:
+        text = compact_json(value)
+    except Exception:
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _repeated_items(info: mi.Type, raw: list[Any], path: _Path) -> str:
+    where = _render(path)
+    repeat = first_json_repeat(raw)
+    if repeat is not None:
+        first, second = repeat
+        return (
+            f"Expected `array` of unique items, items {first} and {second} are both "
+            f"`{_show(raw[first])}` - at `{where}`"
+        )
+    collision = _first_collision(_annotation(getattr(info, "item_type", info)), raw, False)
+    if collision is not None:
+        first, second, _ = collision
+        return (
+            f"Expected `array` of unique items, items {first} (`{_show(raw[first])}`) and "
+            f"{second} (`{_show(raw[second])}`) convert to the same value - at `{where}`"
+        )
+    return f"Expected `array` of unique items, some items convert to the same value - at `{where}`"
+
+
+def _colliding_keys(info: mi.DictType, raw: Mapping[str, Any], path: _Path) -> str:
+    where = _render(path)
+    keys = list(raw)
+    collision = _first_collision(_annotation(info.key_type), keys, True)
+    if collision is not None:
+        first, second, converted = collision
+        return (
+            f"Expected `object` with distinct keys, keys {_show(keys[first])} and "
+            f"{_show(keys[second])} both convert to the key `{converted!r}` - at `{where}`"
+        )
+    return f"Expected `object` with distinct keys, some keys convert to one key - at `{where}`"
+
+
+def _text_keyed(info: mi.DictType) -> bool:
+    return isinstance(_bare(info.key_type), mi.StrType)
+
+
+def _origin(cls: Any) -> Any:
+    return typing.get_origin(cls) or cls
+
+
+def _fits(info: mi.Type, value: Any) -> bool:
+    """Whether ``value``, a converted value, is what union member ``info`` converts to."""
+    kind = type(value)
+    if isinstance(info, mi.StructType | mi.DataclassType | mi.NamedTupleType):
+        return kind is _origin(info.cls)
+    if isinstance(info, mi.DictType | mi.TypedDictType):
+        return kind is dict
+    if isinstance(info, mi.ListType):
+        return kind is list
+    if isinstance(info, mi.SetType):
+        return kind is set
+    if isinstance(info, mi.FrozenSetType):
+        return kind is frozenset
+    if isinstance(info, mi.TupleType | mi.VarTupleType):
+        return kind is tuple
+    return False
+
+
+class _Holds:
+    """Which parts of a type hold a set or a dict with keys that are not text, memoized per
+    part (the parts of one ``type_info`` tree, kept alive by it; a recursive type is one part
+    that refers to itself, looked at once)."""
+
+    def __init__(self) -> None:
+        self._known: dict[int, bool] = {}
+
+    def __call__(self, info: mi.Type) -> bool:
+        known = self._known.get(id(info))
+        if known is not None:
+            return known
+        self._known[id(info)] = False  # a recursive reference holds what its first visit finds
+        answer = self._judge(info)
+        self._known[id(info)] = answer
+        return answer
+
+    def _judge(self, info: mi.Type) -> bool:
+        if isinstance(info, mi.SetType | mi.FrozenSetType):
+            return True
+        if isinstance(info, mi.DictType):
+            return not _text_keyed(info) or self(info.value_type)
+        if isinstance(info, mi.Metadata):
+            return self(info.type)
+        if isinstance(
+            info, mi.StructType | mi.DataclassType | mi.TypedDictType | mi.NamedTupleType
+        ):
+            return any(self(field.type) for field in info.fields)
+        if isinstance(info, mi.UnionType):
+            return any(self(member) for member in info.types)
+        if isinstance(info, mi.TupleType):
+            return any(self(member) for member in info.item_types)
+        if isinstance(info, mi.ListType | mi.VarTupleType):
+            return self(info.item_type)
+        return False
+
+
+def _parts(
+    info: mi.Type, raw: Any, value: Any, path: _Path
+) -> list[tuple[mi.Type, Any, Any, _Path]]:
+    """The (type, raw part, converted part, path) of the parts of a converted container."""
+    if isinstance(info, mi.DictType):
+        # Keys that are text stay themselves, and keys that are not are known distinct here:
+        # every key converted to a key of its own, in the same order.
+        pairs = zip(raw.values(), value.values(), strict=True)
+        return [(info.value_type, r, v, (path, "[...]")) for r, v in pairs]
+    if isinstance(info, mi.ListType | mi.VarTupleType):
+        pairs = zip(raw, value, strict=True)
+        return [(info.item_type, r, v, (path, f"[{i}]")) for i, (r, v) in enumerate(pairs)]
+    if isinstance(info, mi.TupleType):
+        return [
+            (member, raw[i], value[i], (path, f"[{i}]")) for i, member in enumerate(info.item_types)
+        ]
+    if isinstance(info, mi.NamedTupleType) or (isinstance(info, mi.StructType) and info.array_like):
+        return [
+            (field.type, raw[i], getattr(value, field.name), (path, f"[{i}]"))
+            for i, field in enumerate(info.fields)
+            if i < len(raw)  # past the end: a default, not from the arguments
+        ]
+    if isinstance(info, mi.StructType | mi.DataclassType | mi.TypedDictType):
+        as_dict = isinstance(info, mi.TypedDictType)
+        parts: list[tuple[mi.Type, Any, Any, _Path]] = []
+        for field in info.fields:
+            raw_item = raw.get(field.encode_name, _MISSING)
+            if raw_item is _MISSING:
+                continue  # a default: not from the arguments
+            item = value[field.name] if as_dict else getattr(value, field.name)
+            parts.append((field.type, raw_item, item, (path, f".{field.encode_name}")))
+        return parts
+    return []
+
+
+def losses_check(args_type: Any) -> LossesCheck | None:
+    """The check for the arguments of ``args_type`` (the argument struct), or ``None`` when
+    its conversion cannot lose anything."""
+    try:
+        root = mi.type_info(args_type)
+    except (TypeError, ValueError):
+        return None
+    holds = _Holds()
+    if not holds(root):
+        return None
+
+    def check(arguments: Any, converted: Any) -> str | None:
+        stack: list[tuple[mi.Type, Any, Any, _Path]] = [(root, arguments, converted, None)]
+        while stack:
+            info, raw, value, path = stack.pop()
+            info = _bare(info)
+            if isinstance(info, mi.UnionType):
+                member = next((m for m in map(_bare, info.types) if _fits(m, value)), None)
+                if member is None:
+                    continue
+                info = member
+            if not holds(info):
+                continue
+            if isinstance(info, mi.SetType | mi.FrozenSetType):
+                if len(value) != len(raw):
+                    return _repeated_items(info, list(raw), path)
+                continue
+            if isinstance(info, mi.DictType) and not _text_keyed(info) and len(value) != len(raw):
+                return _colliding_keys(info, raw, path)
+            # Pushed last part first, so the first loss in document order is the one named.
+            stack.extend(reversed(_parts(info, raw, value, path)))
+        return None
+
+    return check
