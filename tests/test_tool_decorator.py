@@ -153,6 +153,37 @@ def test_containers_optionals_and_defaults(system: ToolSystem) -> None:
     assert second.value == [[], {}, "x", ["seen"], 0]
 
 
+@dataclasses.dataclass
+class Page:
+    number: int
+    seen: list[str] = dataclasses.field(default_factory=list)
+
+
+def test_every_call_gets_its_own_copy_of_a_default_and_the_schema_shows_it(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def visit(
+        tags: list[str] = ["new"],  # noqa: B006 - each call gets its own copy
+        place: Point = Point(x=1, y=2),  # noqa: B008 - each call gets its own copy
+        page: Page = Page(number=1),  # noqa: B008 - each call gets its own copy
+        color: Color = Color.RED,
+    ) -> list[Any]:
+        tags.append("seen")
+        place.x += 1
+        page.seen.append("me")
+        return [tags, place.x, page.seen, color]
+
+    properties = visit.parameters["properties"]
+    # What the model may leave out, it is told the value of; lists included.
+    assert properties["tags"]["default"] == ["new"]
+    assert properties["place"]["default"] == {"x": 1, "y": 2}
+    assert properties["page"]["default"] == {"number": 1, "seen": []}
+    assert properties["color"]["default"] == "red"
+    for _ in range(2):
+        assert run(system, visit, {}).value == [["new", "seen"], 2.0, ["me"], "red"]
+
+
 def test_nested_and_recursive_shapes(system: ToolSystem) -> None:
     @tool
     def count_nodes(tree: Tree, groups: list[dict[str, list[Point]]]) -> int:
@@ -685,9 +716,36 @@ def bad_return(x: int) -> NotJson:
     return NotJson()
 
 
+def none_default(limit: int = None) -> int:  # type: ignore[assignment]  # noqa: RUF013
+    return limit
+
+
+def outside_default(level: Annotated[int, msgspec.Meta(ge=0)] = -1) -> int:
+    return level
+
+
+def struct_default(at: Point = Point(x=0, y="0")) -> str:  # type: ignore[arg-type]  # noqa: B008
+    return ""
+
+
 @pytest.mark.parametrize(
     ("function", "message"),
     [
+        (
+            none_default,
+            r"@tool\(none_default\): parameter 'limit' has a default None that its annotation "
+            r"refuses: Expected `int`, got `null`$",
+        ),
+        (
+            outside_default,
+            r"@tool\(outside_default\): parameter 'level' has a default -1 that its annotation "
+            r"refuses: Expected `int` >= 0$",
+        ),
+        (
+            struct_default,
+            r"@tool\(struct_default\): parameter 'at' has a default .* that its annotation "
+            r"refuses: Expected `float`, got `str` - at `default.y`$",
+        ),
         (missing, r"@tool\(missing\): parameter 'path' has no type annotation"),
         (unsupported, r"@tool\(unsupported\): parameter 'value' has an unsupported annotation"),
         (reserved, r"@tool\(reserved\): parameter '_secret' uses a reserved name"),

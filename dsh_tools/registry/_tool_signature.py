@@ -92,11 +92,37 @@ def _check_schema_type(owner: str, role: str, hint: Any) -> None:
         ) from None
 
 
+def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
+    """Fail now for a default the parameter's own annotation refuses (``n: int = None``,
+    ``level: Annotated[int, Meta(ge=0)] = -1``): the schema would show the model a default it
+    may not send, and an omitted argument would reach the body as a value of another type."""
+    try:
+        text = msgspec.json.encode(default)
+    except (TypeError, ValueError, OverflowError):
+        return  # not JSON: the schema's generation names the problem
+    try:
+        msgspec.json.decode(text, type=hint, strict=True)
+    except msgspec.ValidationError as exc:
+        reason = str(exc).replace("`$", "`default")
+        raise TypeError(
+            f"{owner}: parameter {pname!r} has a default {default!r} that its annotation "
+            f"refuses: {reason}"
+        ) from None
+
+
 def _field_default(default: Any) -> Any:
-    """Mutable defaults become factories, so one call can never change the next one's."""
-    if isinstance(default, (list, dict, set, bytearray)):
-        return msgspec.field(default_factory=lambda: copy.deepcopy(default))
-    return default
+    """A default the body could change (a list, a dict, a Struct or dataclass instance...)
+    becomes a factory of deep copies, so one call can never change the next one's; a value
+    ``deepcopy`` gives back as it is (a number, a string, an Enum member, a tuple of them) is
+    shared. msgspec refuses a mutable Struct default outright, which would make a natural
+    ``place: Place = Place(city="Oslo")`` an error."""
+    try:
+        copied = copy.deepcopy(default)
+    except Exception:
+        return default  # msgspec judges it, and names the parameter if it refuses
+    if copied is default:
+        return default
+    return msgspec.field(default_factory=functools.partial(copy.deepcopy, default))
 
 
 class _Signature(msgspec.Struct, frozen=True):
@@ -109,12 +135,15 @@ class _Signature(msgspec.Struct, frozen=True):
 
 def _signature_plan(
     fn: Any, owner: str, hints: Mapping[str, Any]
-) -> tuple[list[tuple[str, Any, Any]], _Signature]:
+) -> tuple[list[tuple[str, Any, Any]], _Signature, dict[str, Any]]:
+    """The argument struct's fields, how to call the body, and the parameters' defaults as
+    written (a field's own default may be a factory of copies)."""
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{owner}: cannot read the signature: {exc}") from None
     fields: list[tuple[str, Any, Any]] = []
+    defaults: dict[str, Any] = {}
     positional: list[int] = []
     keywords: list[tuple[str, int]] = []
     context_seen = False
@@ -144,19 +173,24 @@ def _signature_plan(
             if parameter.default is _EMPTY:
                 fields.append((pname, hint, msgspec.NODEFAULT))
             else:
+                _check_default(owner, pname, hint, parameter.default)
                 fields.append((pname, hint, _field_default(parameter.default)))
+                defaults[pname] = parameter.default
         if parameter.kind is parameter.KEYWORD_ONLY:
             keywords.append((pname, index))
         else:
             positional.append(index)
     simple = not keywords and [i for i in positional if i >= 0] == list(range(len(fields)))
     simple = simple and (-1 not in positional or positional[-1] == -1)
-    return fields, _Signature(tuple(positional), tuple(keywords), simple)
+    return fields, _Signature(tuple(positional), tuple(keywords), simple), defaults
 
 
-def _parameters_schema(owner: str, args_type: Any, param_docs: Mapping[str, str]) -> dict[str, Any]:
+def _parameters_schema(
+    owner: str, args_type: Any, param_docs: Mapping[str, str], defaults: Mapping[str, Any]
+) -> dict[str, Any]:
     """The model-facing parameters: the argument struct's object schema at the root, the other
-    generated shapes under ``$defs``; docstring descriptions on the properties."""
+    generated shapes under ``$defs``; docstring descriptions and every default on the
+    properties (msgspec leaves out the default of a field built by a factory)."""
     (ref,), components = msgspec.json.schema_components((args_type,), ref_template="#/$defs/{name}")
     root_name = ref["$ref"].rsplit("/", 1)[1]
     root = dict(components.pop(root_name))
@@ -165,6 +199,9 @@ def _parameters_schema(owner: str, args_type: Any, param_docs: Mapping[str, str]
     for name, text in param_docs.items():
         if name in properties and text and "description" not in properties[name]:
             properties[name] = {"description": text, **properties[name]}
+    for name, default in defaults.items():
+        if name in properties and "default" not in properties[name]:
+            properties[name]["default"] = msgspec.to_builtins(default, str_keys=True)
     root["properties"] = properties
     if not root.get("required"):
         root.pop("required", None)

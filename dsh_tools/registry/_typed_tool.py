@@ -107,12 +107,12 @@ def _build(
     param_docs = {p.arg_name: p.description or "" for p in parsed.params}
     returns_doc = (parsed.returns.description or "") if parsed.returns else ""
 
-    fields, plan = _signature_plan(fn, owner, hints)
+    fields, plan, defaults = _signature_plan(fn, owner, hints)
     try:
         args_type = msgspec.defstruct(
             f"{_pascal_name(tool_name)}Arguments", fields, kw_only=True, forbid_unknown_fields=True
         )
-        parameters = _parameters_schema(owner, args_type, param_docs)
+        parameters = _parameters_schema(owner, args_type, param_docs, defaults)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{owner}: cannot build the parameters: {exc}") from None
     _, output_schema = _output_schema(owner, hints, returns_doc)
