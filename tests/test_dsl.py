@@ -96,6 +96,24 @@ def test_sp06_key_order_is_canonical() -> None:
     assert list(scalar) == ["type", "title", "examples", "enum", "const"]
 
 
+def test_unique_items_compiles_after_the_items_and_is_enforced() -> None:
+    tags = {"uniqueItems": True, "items": {"type": "string"}, "type": "array", "title": "Tags"}
+    compiled = C(tags)
+    assert list(compiled) == ["type", "title", "items", "uniqueItems"]
+    assert compiled == {**tags}
+    spec = {"tags": tags}
+    assert validate_args(spec, {"tags": ["a", "b"]}) == []
+    assert validate_args(spec, {"tags": ["a", "b", "a"]}) == [
+        '"tags[2]" repeats "tags[0]" (uniqueItems: true)'
+    ]
+    assert violations_of(C, {"type": "array", "uniqueItems": "yes"}) == [
+        "schema.uniqueItems must be a boolean"
+    ]
+    assert violations_of(C, {"type": "string", "uniqueItems": True}) == [
+        "schema.uniqueItems is not supported by the value schema DSL"
+    ]
+
+
 def test_sp07_parameter_map_compiles_to_an_object_root() -> None:
     compiled = P(
         {

@@ -30,7 +30,7 @@ __all__ = ["compile_parameters", "compile_schema", "validate_args"]
 
 _ANNOTATION_KEYS: Final = ("description", "title", "default", "examples")
 _SCALAR_KEYS: Final = frozenset({"type", "enum", "const", *_ANNOTATION_KEYS})
-_ARRAY_KEYS: Final = frozenset({"type", "items", *_ANNOTATION_KEYS})
+_ARRAY_KEYS: Final = frozenset({"type", "items", "uniqueItems", *_ANNOTATION_KEYS})
 _OBJECT_KEYS: Final = frozenset({"type", "properties", "additionalProperties", *_ANNOTATION_KEYS})
 _JSON_KEYS: Final = frozenset({"type", *_ANNOTATION_KEYS})
 _UNION_KEYS: Final = frozenset({"type", "oneOf", *_ANNOTATION_KEYS})
@@ -172,7 +172,10 @@ def _run_compiler(initial: tuple[Any, ...]) -> None:
             node["type"] = "array"
             _copy_annotations(source, node)
             if "items" in source:
+                node["items"] = None  # its place in the canonical order; compiled below
                 tasks.append((_VALUE, source["items"], (path, ".items"), False, node, "items"))
+            if "uniqueItems" in source:
+                node["uniqueItems"] = source["uniqueItems"]  # the assertion wants a boolean
         elif schema_type in _SCALAR_TYPES:
             _check_keys(source, path, _SCALAR_KEYS, allow_required)
             node["type"] = schema_type
