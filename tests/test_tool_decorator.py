@@ -464,6 +464,33 @@ def test_docstring_styles_give_the_descriptions(function: Any) -> None:
     assert definition.output.schema == {"type": "string", "description": "The lines, joined."}
 
 
+def test_a_text_in_annotated_describes_its_parameter() -> None:
+    @tool
+    def find(
+        query: Annotated[str, "What to look for."],
+        limit: Annotated[int, msgspec.Meta(ge=1), "How many at most."] = 5,
+        scope: Annotated[str, "Where.", msgspec.Meta(description="The scope.")] = "all",
+        exact: Annotated[bool, "Match the whole word."] = False,
+    ) -> str:
+        """Find things.
+
+        Args:
+            exact: Ignored: the annotation says it.
+        """
+        return query
+
+    properties = find.parameters["properties"]
+    assert properties["query"] == {"description": "What to look for.", "type": "string"}
+    assert properties["limit"] == {
+        "description": "How many at most.",
+        "type": "integer",
+        "minimum": 1,
+        "default": 5,
+    }
+    assert properties["scope"]["description"] == "The scope."
+    assert properties["exact"]["description"] == "Match the whole word."
+
+
 def test_explicit_name_and_description_win_over_the_function() -> None:
     @tool(name="fs.read", description="Reads.")
     def read(path: str) -> str:

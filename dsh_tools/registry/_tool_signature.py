@@ -92,6 +92,21 @@ def _check_schema_type(owner: str, role: str, hint: Any) -> None:
         ) from None
 
 
+def _text_described(hint: Any) -> Any:
+    """``Annotated[T, "text"]`` with the text as the parameter's description. msgspec ignores a
+    plain string there, so the description an author wrote (as other tool libraries read it)
+    would vanish without a word; a ``msgspec.Meta`` description, when given, is the one kept."""
+    if typing.get_origin(hint) is not typing.Annotated:
+        return hint
+    base, *extras = typing.get_args(hint)
+    texts = [extra for extra in extras if type(extra) is str]
+    if not texts or any(
+        isinstance(extra, msgspec.Meta) and extra.description is not None for extra in extras
+    ):
+        return hint
+    return typing.Annotated[(base, *extras, msgspec.Meta(description="\n\n".join(texts)))]
+
+
 def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
     """Fail now for a default the parameter's own annotation refuses (``n: int = None``,
     ``level: Annotated[int, Meta(ge=0)] = -1``): the schema would show the model a default it
@@ -168,6 +183,7 @@ def _signature_plan(
                     f"{owner}: parameter {pname!r} uses a reserved name (names starting with "
                     "'_' are not tool arguments; annotate a context parameter ToolRunContext)"
                 )
+            hint = _text_described(hint)
             _check_schema_type(owner, f"parameter {pname!r}", hint)
             index = len(fields)
             if parameter.default is _EMPTY:
