@@ -11,8 +11,9 @@ PIP := $(BIN)/pip install -qq --disable-pip-version-check
 EDITABLE := --config-settings editable_mode=compat -e
 RUNTIME := $(VENV)/.runtime-installed
 TESTING := $(VENV)/.test-installed
-# Test modules that mypy --strict checks too (the provider adapters against the SDKs' types).
-TYPED_TESTS := tests/test_provider_sdks.py
+# Test modules that mypy --strict checks too (the provider adapters against the SDKs' types,
+# @tool definitions as user code reads them).
+TYPED_TESTS := tests/test_provider_sdks.py tests/test_tool_typing.py
 
 .PHONY: demo test lint bench clean
 

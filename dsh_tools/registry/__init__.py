@@ -19,7 +19,7 @@ from ._cards import (
 )
 from ._compact_json import compact_json
 from ._define_tool import define_tool, placed_execute
-from ._definition import Placement, ToolDefinition, ToolOutput
+from ._definition import Placement, ToolDefinition, ToolOutput, TypedToolDefinition
 from ._dsl import compile_parameters, compile_schema, validate_args
 from ._handle import Disposer, ExecutionMode, ToolsHandle
 from ._json_schema import (
@@ -71,6 +71,7 @@ __all__ = [
     "ToolOutput",
     "ToolResult",
     "ToolsHandle",
+    "TypedToolDefinition",
     "accepts_null",
     "assert_object_json_schema",
     "assert_supported_json_schema",

@@ -17,7 +17,7 @@ import msgspec
 
 from ._hooks import ContentFinalizer
 
-__all__ = ["Placement", "ToolDefinition", "ToolOutput"]
+__all__ = ["Placement", "ToolDefinition", "ToolOutput", "TypedToolDefinition"]
 
 
 class ToolOutput(msgspec.Struct, frozen=True, eq=False):
@@ -85,6 +85,13 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
             raise TypeError(
                 f"tool {self.name!r}: execute must accept two positional arguments (args, run_ctx)"
             )
+
+
+class TypedToolDefinition(ToolDefinition, frozen=True, kw_only=True, eq=False):
+    """What ``@tool`` returns: a ``ToolDefinition`` whose output contract is always there (built
+    from the return annotation), so ``definition.output.schema`` needs no ``None`` check."""
+
+    output: ToolOutput
 
 
 def accepts_positional(fn: Any, count: int) -> bool:

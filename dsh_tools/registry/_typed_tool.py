@@ -22,7 +22,7 @@ import msgspec
 
 from ._compact_json import compact_json
 from ._define_tool import placed_execute
-from ._definition import Placement, ToolDefinition, ToolOutput
+from ._definition import Placement, ToolOutput, TypedToolDefinition
 from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
 from ._raw_schema import optional_null_dropper
@@ -75,7 +75,7 @@ def _build(
     render: Render | None,
     options: Mapping[str, Any],
     caller_locals: Mapping[str, Any],
-) -> ToolDefinition:
+) -> TypedToolDefinition:
     owner = _owner(fn)
     if isinstance(fn, type) or not callable(fn):
         raise TypeError(f"{owner}: @tool decorates a function, got {type(fn).__name__}")
@@ -157,7 +157,7 @@ def _build(
     else:
         classifier = concurrency_safe
     try:
-        return ToolDefinition(
+        return TypedToolDefinition(
             name=tool_name,
             description=_description_text(parsed) if description is None else description,
             parameters=frozen_parameters,
@@ -172,7 +172,7 @@ def _build(
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> ToolDefinition: ...
+def tool(fn: Callable[..., Any], /) -> TypedToolDefinition: ...
 
 
 @overload
@@ -184,7 +184,7 @@ def tool(
     timeout_ms: float | None = None,
     render: Render | None = None,
     **options: Any,
-) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
+) -> Callable[[Callable[..., Any]], TypedToolDefinition]: ...
 
 
 def tool(
@@ -197,8 +197,9 @@ def tool(
     timeout_ms: float | None = None,
     render: Render | None = None,
     **options: Any,
-) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
-    """Build a ``ToolDefinition`` from a plain or ``async def`` function.
+) -> TypedToolDefinition | Callable[[Callable[..., Any]], TypedToolDefinition]:
+    """Build a ``ToolDefinition`` (a ``TypedToolDefinition``, whose ``output`` is never
+    ``None``) from a plain or ``async def`` function.
 
     Used bare (``@tool``) or with options (``@tool(name=..., description=...,
     concurrency_safe=..., timeout_ms=..., render=...)``). ``name`` defaults to the function's
@@ -213,7 +214,9 @@ def tool(
     annotation msgspec cannot describe, a variadic parameter or a reserved parameter name.
     """
 
-    def build(function: Callable[..., Any], caller_locals: Mapping[str, Any]) -> ToolDefinition:
+    def build(
+        function: Callable[..., Any], caller_locals: Mapping[str, Any]
+    ) -> TypedToolDefinition:
         return _build(
             function,
             name=name,
@@ -227,7 +230,7 @@ def tool(
 
     if fn is None:
 
-        def decorate(function: Callable[..., Any]) -> ToolDefinition:
+        def decorate(function: Callable[..., Any]) -> TypedToolDefinition:
             return build(function, _caller_locals())
 
         return decorate
