@@ -300,6 +300,40 @@ def test_repeated_items_of_a_set_are_refused_not_dropped(system: ToolSystem) -> 
     assert calls == [{1, 3}]
 
 
+class Mark(msgspec.Struct, frozen=True):
+    name: str
+    marks: frozenset[int] = frozenset()
+
+
+def test_repeats_inside_the_items_of_a_set_are_refused_too(system: ToolSystem) -> None:
+    @tool
+    def group(
+        groups: set[frozenset[int]] = set(),  # noqa: B006 - each call gets its own copy
+        pairs: frozenset[tuple[int, frozenset[str]]] = frozenset(),
+        marked: set[Mark] = set(),  # noqa: B006 - each call gets its own copy
+    ) -> list[int]:
+        return [len(groups), len(pairs), len(marked)]
+
+    fine = {"groups": [[1, 2], [3]], "pairs": [[1, ["a"]], [1, ["b"]]], "marked": [{"name": "a"}]}
+    assert run(system, group, fine).value == [2, 2, 1]
+    cases = {
+        "Expected `array` of unique items, items 0 and 1 are both `3` - at `arguments.groups[1]`": {
+            "groups": [[1, 2], [3, 3]]
+        },
+        # Distinct arrays, one frozenset: the set would keep one of them.
+        "Expected `array` of unique items, items 0 (`[1,2]`) and 1 (`[2,1]`) convert to the "
+        "same value - at `arguments.groups`": {"groups": [[1, 2], [2, 1]]},
+        'Expected `array` of unique items, items 0 and 2 are both `"a"` '
+        "- at `arguments.pairs[1][1]`": {"pairs": [[1, ["a"]], [2, ["a", "b", "a"]]]},
+        "Expected `array` of unique items, items 0 and 1 are both `1` "
+        "- at `arguments.marked[0].marks`": {"marked": [{"name": "a", "marks": [1, 1]}]},
+    }
+    for expected, arguments in cases.items():
+        result = run(system, group, arguments)
+        assert result.is_error, arguments
+        assert text(result) == f"Error: invalid arguments: {expected}"
+
+
 def test_object_keys_that_convert_to_one_key_are_refused(system: ToolSystem) -> None:
     calls: list[Any] = []
 

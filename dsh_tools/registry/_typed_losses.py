@@ -8,15 +8,16 @@ msgspec words its own (``Expected ... - at `arguments.path```).
 
 ``losses_check`` compares the converted arguments with the arguments they came from, guided
 by the argument type; it exists only for argument types that hold such parts, so every other
-tool pays nothing. The items of a set are not looked into: an item is a hashable value
-(``frozenset``, ``tuple``, a frozen Struct) whose own repeats cannot be paired with the raw
-items once the set has them in its own order.
+tool pays nothing. The items of a set that may hold such parts themselves (a ``frozenset``, a
+``tuple`` or a frozen Struct holding one) are converted one by one to be paired with their raw
+items, since the set keeps them in an order of its own.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping
@@ -66,17 +67,37 @@ def _bare(info: mi.Type) -> mi.Type:
 
 
 def _annotation(info: mi.Type) -> Any:
-    """The annotation of a scalar type (constraints aside: the value already passed them), to
-    convert one key or item alone; ``None`` for a type that is not a scalar."""
+    """The annotation of a type that can be a set item or a dict key (constraints aside: the
+    value already passed them), to convert one item or key alone; ``None`` for another type."""
     info = _bare(info)
     simple = _SIMPLE_KEYS.get(type(info))
     if simple is not None:
         return simple
-    if isinstance(info, mi.EnumType):
+    if isinstance(info, mi.NoneType):
+        return None.__class__
+    if isinstance(info, mi.EnumType | mi.StructType | mi.DataclassType | mi.NamedTupleType):
         return info.cls
     if isinstance(info, mi.LiteralType):
         return typing.Literal[info.values]
-    return None
+    inner: list[Any]
+    if isinstance(info, mi.FrozenSetType | mi.VarTupleType):
+        inner = [_annotation(info.item_type)]
+    elif isinstance(info, mi.TupleType | mi.UnionType):
+        inner = [
+            _annotation(t)
+            for t in (info.item_types if isinstance(info, mi.TupleType) else info.types)
+        ]
+    else:
+        return None
+    if any(part is None for part in inner):
+        return None
+    if isinstance(info, mi.FrozenSetType):
+        return types.GenericAlias(frozenset, (inner[0],))
+    if isinstance(info, mi.VarTupleType):
+        return types.GenericAlias(tuple, (inner[0], ...))
+    if isinstance(info, mi.TupleType):
+        return types.GenericAlias(tuple, tuple(inner))
+    return typing.Union[tuple(inner)]  # noqa: UP007 - built from a tuple of members
 
 
 def _converted_alone(annotation: Any, value: Any, as_key: bool) -> Any:
@@ -249,6 +270,24 @@ def _parts(
     return []
 
 
+def _set_items(
+    info: mi.SetType | mi.FrozenSetType, raw: Any, path: _Path
+) -> list[tuple[mi.Type, Any, Any, _Path]]:
+    """The items of a set whose items may themselves lose something (``set[frozenset[int]]``):
+    the set holds them in its own order, so each raw item is paired with its own conversion."""
+    annotation = _annotation(info.item_type)
+    if annotation is None:
+        return []
+    items: list[tuple[mi.Type, Any, Any, _Path]] = []
+    for index, item in enumerate(raw):
+        try:
+            converted = _converted_alone(annotation, item, False)
+        except (msgspec.ValidationError, TypeError, ValueError):
+            continue  # it converted within the whole set; alone it cannot be paired
+        items.append((info.item_type, item, converted, (path, f"[{index}]")))
+    return items
+
+
 def losses_check(args_type: Any) -> LossesCheck | None:
     """The check for the arguments of ``args_type`` (the argument struct), or ``None`` when
     its conversion cannot lose anything."""
@@ -275,6 +314,8 @@ def losses_check(args_type: Any) -> LossesCheck | None:
             if isinstance(info, mi.SetType | mi.FrozenSetType):
                 if len(value) != len(raw):
                     return _repeated_items(info, list(raw), path)
+                if holds(info.item_type):
+                    stack.extend(reversed(_set_items(info, raw, path)))
                 continue
             if isinstance(info, mi.DictType) and not _text_keyed(info) and len(value) != len(raw):
                 return _colliding_keys(info, raw, path)
