@@ -789,9 +789,19 @@ def struct_default(at: Point = Point(x=0, y="0")) -> str:  # type: ignore[arg-ty
     return ""
 
 
+class Toolbox:
+    def search(self, query: str) -> str:
+        return query
+
+
 @pytest.mark.parametrize(
     ("function", "message"),
     [
+        (
+            Toolbox.search,
+            r"@tool\(Toolbox.search\): parameter 'self' has no type annotation \(for a method, "
+            r"build the tool from the bound method: tool\(instance.method\)\)$",
+        ),
         (
             none_default,
             r"@tool\(none_default\): parameter 'limit' has a default None that its annotation "

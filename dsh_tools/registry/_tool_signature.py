@@ -169,6 +169,12 @@ def _signature_plan(
                 f"{owner}: parameter {pname!r} is variadic; a tool's parameters must be named"
             )
         if pname not in hints:
+            if pname in ("self", "cls") and not fields and not positional and not keywords:
+                # ``@tool`` on a method in a class body sees the plain function.
+                raise TypeError(
+                    f"{owner}: parameter {pname!r} has no type annotation (for a method, build "
+                    "the tool from the bound method: tool(instance.method))"
+                )
             raise TypeError(f"{owner}: parameter {pname!r} has no type annotation")
         hint = hints[pname]
         if _is_run_context(hint):
