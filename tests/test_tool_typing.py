@@ -27,6 +27,18 @@ async def wait_read(sensor: str, ctx: ToolRunContext) -> list[float]:
     return [float(len(sensor))]
 
 
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key
+
+
+def test_a_function_and_its_options_in_one_call() -> None:
+    definition = tool(lookup, name="kv.lookup", concurrency_safe=True, timeout_ms=500)
+    assert (definition.name, definition.timeout_ms) == ("kv.lookup", 500)
+    assert definition.is_concurrency_safe is not None
+    assert definition.is_concurrency_safe({}) is True
+
+
 def test_a_tool_always_has_its_output_contract() -> None:
     definitions: list[TypedToolDefinition] = [read, wait_read]
     for definition in definitions:

@@ -172,7 +172,17 @@ def _build(
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> TypedToolDefinition: ...
+def tool(
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency_safe: ConcurrencySafe = False,
+    timeout_ms: float | None = None,
+    render: Render | None = None,
+    **options: Any,
+) -> TypedToolDefinition: ...
 
 
 @overload
@@ -201,8 +211,9 @@ def tool(
     """Build a ``ToolDefinition`` (a ``TypedToolDefinition``, whose ``output`` is never
     ``None``) from a plain or ``async def`` function.
 
-    Used bare (``@tool``) or with options (``@tool(name=..., description=...,
-    concurrency_safe=..., timeout_ms=..., render=...)``). ``name`` defaults to the function's
+    Used bare (``@tool``), with options (``@tool(name=..., description=...,
+    concurrency_safe=..., timeout_ms=..., render=...)``) or called on a function with them
+    (``tool(search, name="web.search")``). ``name`` defaults to the function's
     name and ``description`` to its docstring's text; ``concurrency_safe`` is ``True`` (every
     call may overlap its siblings), ``False`` (the default: every call runs alone) or a
     classifier ``callable(args) -> bool`` on the frozen arguments; ``render(args, value)``
