@@ -334,6 +334,26 @@ def test_repeats_inside_the_items_of_a_set_are_refused_too(system: ToolSystem) -
         assert text(result) == f"Error: invalid arguments: {expected}"
 
 
+class Drawer(msgspec.Struct):
+    # The recursion first: the part that holds a set is met only after it.
+    folders: list[Drawer] = []
+    labels: set[str] = set()
+
+
+def test_repeats_are_found_at_any_depth_of_a_recursive_type(system: ToolSystem) -> None:
+    @tool
+    def count(root: Drawer) -> int:
+        return len(root.folders)
+
+    deep = {"folders": [{"folders": [{"labels": ["a"]}, {"labels": ["x", "y", "x"]}]}]}
+    result = run(system, count, {"root": deep})
+    assert text(result) == (
+        'Error: invalid arguments: Expected `array` of unique items, items 0 and 2 are both `"x"` '
+        "- at `arguments.root.folders[0].folders[1].labels`"
+    )
+    assert run(system, count, {"root": {"labels": ["a"], "folders": [{}]}}).value == 1
+
+
 def test_object_keys_that_convert_to_one_key_are_refused(system: ToolSystem) -> None:
     calls: list[Any] = []
 

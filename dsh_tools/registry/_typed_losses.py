@@ -31,7 +31,7 @@ from ._unique_items import first_json_repeat
 
 __all__ = ["LossesCheck", "losses_check"]
 
-LossesCheck = Callable[[Any, Any], "str | None"]
+LossesCheck = Callable[[Any, Any], str | None]
 """``check(arguments, converted)``: the first loss as an argument violation, or ``None``."""
 
 _MISSING: Final = object()
@@ -39,7 +39,7 @@ _MISSING: Final = object()
 # A path is built lazily as (parent, segment) pairs and rendered only for a violation.
 _Path = tuple[Any, str] | None
 
-_SIMPLE_KEYS: Final[dict[type[mi.Type], Any]] = {
+_SCALARS: Final[dict[type[mi.Type], Any]] = {
     mi.StrType: str,
     mi.IntType: int,
     mi.FloatType: float,
@@ -70,7 +70,7 @@ def _annotation(info: mi.Type) -> Any:
     """The annotation of a type that can be a set item or a dict key (constraints aside: the
     value already passed them), to convert one item or key alone; ``None`` for another type."""
     info = _bare(info)
-    simple = _SIMPLE_KEYS.get(type(info))
+    simple = _SCALARS.get(type(info))
     if simple is not None:
         return simple
     if isinstance(info, mi.NoneType):
@@ -140,7 +140,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _repeated_items(info: mi.Type, raw: list[Any], path: _Path) -> str:
+def _repeated_items(info: mi.SetType | mi.FrozenSetType, raw: list[Any], path: _Path) -> str:
     where = _render(path)
     repeat = first_json_repeat(raw)
     if repeat is not None:
@@ -149,7 +149,7 @@ def _repeated_items(info: mi.Type, raw: list[Any], path: _Path) -> str:
             f"Expected `array` of unique items, items {first} and {second} are both "
             f"`{_show(raw[first])}` - at `{where}`"
         )
-    collision = _first_collision(_annotation(getattr(info, "item_type", info)), raw, False)
+    collision = _first_collision(_annotation(info.item_type), raw, False)
     if collision is not None:
         first, second, _ = collision
         return (
@@ -198,41 +198,50 @@ def _fits(info: mi.Type, value: Any) -> bool:
     return False
 
 
-class _Holds:
-    """Which parts of a type hold a set or a dict with keys that are not text, memoized per
-    part (the parts of one ``type_info`` tree, kept alive by it; a recursive type is one part
-    that refers to itself, looked at once)."""
+def _inner_types(info: mi.Type) -> list[mi.Type]:
+    """The types a value of ``info`` holds its parts as (not a dict's keys: they are text)."""
+    if isinstance(info, mi.Metadata):
+        return [info.type]
+    if isinstance(info, mi.StructType | mi.DataclassType | mi.TypedDictType | mi.NamedTupleType):
+        return [field.type for field in info.fields]
+    if isinstance(info, mi.UnionType):
+        return list(info.types)
+    if isinstance(info, mi.TupleType):
+        return list(info.item_types)
+    if isinstance(info, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
+        return [info.item_type]
+    if isinstance(info, mi.DictType):
+        return [info.value_type]
+    return []
 
-    def __init__(self) -> None:
-        self._known: dict[int, bool] = {}
 
-    def __call__(self, info: mi.Type) -> bool:
-        known = self._known.get(id(info))
-        if known is not None:
-            return known
-        self._known[id(info)] = False  # a recursive reference holds what its first visit finds
-        answer = self._judge(info)
-        self._known[id(info)] = answer
-        return answer
-
-    def _judge(self, info: mi.Type) -> bool:
-        if isinstance(info, mi.SetType | mi.FrozenSetType):
-            return True
-        if isinstance(info, mi.DictType):
-            return not _text_keyed(info) or self(info.value_type)
-        if isinstance(info, mi.Metadata):
-            return self(info.type)
-        if isinstance(
-            info, mi.StructType | mi.DataclassType | mi.TypedDictType | mi.NamedTupleType
+def _holding(root: mi.Type) -> frozenset[int]:
+    """The ids of the parts of ``root`` (one ``type_info`` tree, which the caller keeps alive)
+    that are or hold a set or a dict whose keys are not text. A recursive type is one part
+    that refers to itself, so this is a fixed point over the graph of parts, not a walk down
+    a tree: a part holds what any part it refers to holds, wherever the cycle closes."""
+    parts: dict[int, list[mi.Type]] = {}
+    holding: set[int] = set()
+    pending = [root]
+    while pending:
+        info = pending.pop()
+        if id(info) in parts:
+            continue
+        inner = _inner_types(info)
+        parts[id(info)] = inner
+        pending.extend(inner)
+        if isinstance(info, mi.SetType | mi.FrozenSetType) or (
+            isinstance(info, mi.DictType) and not _text_keyed(info)
         ):
-            return any(self(field.type) for field in info.fields)
-        if isinstance(info, mi.UnionType):
-            return any(self(member) for member in info.types)
-        if isinstance(info, mi.TupleType):
-            return any(self(member) for member in info.item_types)
-        if isinstance(info, mi.ListType | mi.VarTupleType):
-            return self(info.item_type)
-        return False
+            holding.add(id(info))
+    changed = True
+    while changed:
+        changed = False
+        for part, inner in parts.items():
+            if part not in holding and any(id(t) in holding for t in inner):
+                holding.add(part)
+                changed = True
+    return frozenset(holding)
 
 
 def _parts(
@@ -295,9 +304,12 @@ def losses_check(args_type: Any) -> LossesCheck | None:
         root = mi.type_info(args_type)
     except (TypeError, ValueError):
         return None
-    holds = _Holds()
-    if not holds(root):
+    holding = _holding(root)
+    if id(root) not in holding:
         return None
+
+    def holds(info: mi.Type) -> bool:
+        return id(info) in holding
 
     def check(arguments: Any, converted: Any) -> str | None:
         stack: list[tuple[mi.Type, Any, Any, _Path]] = [(root, arguments, converted, None)]
