@@ -525,6 +525,7 @@ def test_a_text_in_annotated_describes_its_parameter() -> None:
         limit: Annotated[int, msgspec.Meta(ge=1), "How many at most."] = 5,
         scope: Annotated[str, "Where.", msgspec.Meta(description="The scope.")] = "all",
         exact: Annotated[bool, "Match the whole word."] = False,
+        after: Annotated[int, msgspec.Meta(ge=0), "Skip this many."] | None = None,
     ) -> str:
         """Find things.
 
@@ -543,6 +544,12 @@ def test_a_text_in_annotated_describes_its_parameter() -> None:
     }
     assert properties["scope"]["description"] == "The scope."
     assert properties["exact"]["description"] == "Match the whole word."
+    # On the property, not on one branch of its union.
+    assert properties["after"] == {
+        "description": "Skip this many.",
+        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+        "default": None,
+    }
 
 
 def test_explicit_name_and_description_win_over_the_function() -> None:

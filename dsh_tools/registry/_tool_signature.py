@@ -92,19 +92,37 @@ def _check_schema_type(owner: str, role: str, hint: Any) -> None:
         ) from None
 
 
+def _texts_apart(hint: Any) -> tuple[Any, list[str]]:
+    """``hint`` without the plain strings of its ``Annotated``, and those strings; also for the
+    members of a union (``Annotated[str, "text"] | None``), where they describe the whole."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        texts = [extra for extra in extras if type(extra) is str]
+        if not texts:
+            return hint, []
+        if any(isinstance(extra, msgspec.Meta) and extra.description for extra in extras):
+            return hint, []  # a Meta description is the one kept
+        rest = [extra for extra in extras if type(extra) is not str]
+        return (typing.Annotated[(base, *rest)] if rest else base), texts
+    if origin is typing.Union or origin is types.UnionType:
+        members = [_texts_apart(member) for member in typing.get_args(hint)]
+        texts = [text for _, member_texts in members for text in member_texts]
+        if not texts:
+            return hint, []
+        return typing.Union[tuple(member for member, _ in members)], texts  # noqa: UP007
+    return hint, []
+
+
 def _text_described(hint: Any) -> Any:
-    """``Annotated[T, "text"]`` with the text as the parameter's description. msgspec ignores a
-    plain string there, so the description an author wrote (as other tool libraries read it)
-    would vanish without a word; a ``msgspec.Meta`` description, when given, is the one kept."""
-    if typing.get_origin(hint) is not typing.Annotated:
+    """``Annotated[T, "text"]`` (or ``Annotated[T, "text"] | None``) with the text as the
+    parameter's description. msgspec ignores a plain string there, so the description an author
+    wrote (as other tool libraries read it) would vanish without a word; a ``msgspec.Meta``
+    description, when given, is the one kept."""
+    bare, texts = _texts_apart(hint)
+    if not texts:
         return hint
-    base, *extras = typing.get_args(hint)
-    texts = [extra for extra in extras if type(extra) is str]
-    if not texts or any(
-        isinstance(extra, msgspec.Meta) and extra.description is not None for extra in extras
-    ):
-        return hint
-    return typing.Annotated[(base, *extras, msgspec.Meta(description="\n\n".join(texts)))]
+    return typing.Annotated[(bare, msgspec.Meta(description="\n\n".join(texts)))]
 
 
 def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
