@@ -33,7 +33,11 @@ from dsh_tools.codebridge._frames import (
     encode_frame,
     worker_frame_decoder,
 )
-from dsh_tools.codebridge._inflight import MAX_INFLIGHT_ARGUMENT_BYTES
+from dsh_tools.codebridge._inflight import (
+    BYTES_PER_TOKEN,
+    CALL_BYTES,
+    MAX_INFLIGHT_ARGUMENT_BYTES,
+)
 from dsh_tools.codebridge._ledger import json_size_floor, over_room, tokens_json_size
 from dsh_tools.codebridge._run_pipes import UNREAD_REPLY_BYTES, ChannelWriter
 from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
@@ -122,6 +126,34 @@ return await asyncio.gather(*[tools.slow({'data': big}) for _ in range(100)])
         assert result.error is not None and result.error.kind == "frame-limit", result
         assert f"more than {MAX_INFLIGHT_ARGUMENT_BYTES} bytes of arguments" in result.error.message
         assert asyncio.run(runtime.run(CodeRunRequest(one_by_one, tools))).value == 100 * 2**20
+    finally:
+        runtime.close()
+
+
+def test_many_calls_of_empty_arguments_in_flight_are_capped_too() -> None:
+    # Each call in flight costs the host a task (or a place in a tool system's pipeline), a
+    # few kilobytes, whatever its arguments: counted as its 64 bytes of arguments alone, a
+    # million calls of `{}` fitted the cap and held gigabytes of the host.
+    async def slow(args: Any) -> int:
+        await asyncio.sleep(30)
+        return 1
+
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=30000))
+    tools = [BindingNamespace("tools", {"slow": slow})]
+    flood = """
+calls = [asyncio.ensure_future(tools.slow({})) for _ in range(20_000)]
+await asyncio.sleep(2)
+return len(calls)
+"""
+    try:
+        result = asyncio.run(runtime.run(CodeRunRequest(flood, tools)))
+        assert result.error is not None and result.error.kind == "frame-limit", result
+        assert f"more than {MAX_INFLIGHT_ARGUMENT_BYTES} bytes of arguments" in result.error.message
+        most = MAX_INFLIGHT_ARGUMENT_BYTES // (CALL_BYTES + BYTES_PER_TOKEN)  # 16,131
+        assert f"({most} calls unanswered" in result.error.message
+        few = "return len(await asyncio.gather(*[tools.quick({}) for _ in range(1000)]))"
+        quick = [BindingNamespace("tools", {"quick": lambda args: 1})]
+        assert asyncio.run(runtime.run(CodeRunRequest(few, quick))).value == 1000
     finally:
         runtime.close()
 
