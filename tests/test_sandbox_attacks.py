@@ -1055,6 +1055,34 @@ except PermissionError:
     assert done.stdout.strip() == "refused"
 
 
+def test_the_command_line_shows_terminal_controls_escaped(tmp_path: Path) -> None:
+    # Printed raw, the program's output would reach the user's terminal from inside the
+    # sandbox: OSC 52 writes the clipboard, a clear screen or a carriage return fakes what
+    # the run did, a C1 CSI recolours, a right-to-left override reorders the line.
+    program = (
+        'print("a\\x1b]52;c;cm0gLXJmIH4=\\x07b\\x1b[2J\\rc\\x9b31m\\u202ed\\x00\\x7f")\n'
+        'return "\\x1b]0;title\\x07\\tkept"\n'
+    )
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("dsh-tools")),
+            "run-code",
+            "--workspace",
+            str(tmp_path),
+            "-",
+        ],
+        input=program,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "a\\x1b]52;c;cm0gLXJmIH4=\\x07b\\x1b[2J\\rc\\x9b31m\\u202ed\\x00\\x7f\n"
+        "\\x1b]0;title\\x07\tkept\n"
+    )
+
+
 def test_concurrent_runs_do_not_see_each_other(sandbox: SubprocessCodeRuntime) -> None:
     holder = """
 import os, time
