@@ -579,6 +579,39 @@ return [cpu_of_init() - before, os.sysconf('SC_CLK_TCK')]
     assert_next_run_works(sandbox)
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="clone's number is x86_64's")
+def test_children_that_exit_at_once_do_not_keep_the_init_measuring() -> None:
+    # Each child's exit wakes the init (its SIGCHLD), which is outside the run's budgets. A
+    # program whose children were made the init's own (CLONE_PARENT) and exited at once, with
+    # 40 idle processes for the /proc walk to read, had the init spend about as much CPU time
+    # measuring the tree on every wake-up as the program spent making them. The init still
+    # reaps on every wake-up but measures once a tick.
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=20000, max_wall_ms=30000, sandbox=CodeSandbox(cgroups=False))
+    )
+    program = """
+import ctypes, os, subprocess, time
+def cpu_of_init():
+    with open('/proc/1/stat') as stat:
+        fields = stat.read().rsplit(')', 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+sleepers = [subprocess.Popen(['sleep', '60']) for _ in range(40)]
+libc = ctypes.CDLL(None, use_errno=True)
+before, own = cpu_of_init(), time.process_time()
+for _ in range(3000):
+    if libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0) == 0:  # clone(CLONE_PARENT | SIGCHLD)
+        libc.syscall(231, 0)  # exit_group in the child
+init = (cpu_of_init() - before) / os.sysconf('SC_CLK_TCK')
+return [init, time.process_time() - own]
+"""
+    try:
+        init, own = value(runtime, program)
+        assert init < own / 2, (init, own)
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 def test_the_notice_never_lands_in_a_file_the_program_opened(tmp_path: Path) -> None:
     # A program that closes the notice pipe and opens a file under its number: the worker
     # checks the descriptor before it tells the init, and the host ends the run instead.

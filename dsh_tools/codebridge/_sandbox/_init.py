@@ -304,13 +304,17 @@ def run_init(
     poller.register(channel, 0)  # hang-up and errors only: the worker reads the data
     poller.register(notice, select.POLLIN)
     started = False  # the worker has its program: measure from now on
+    measured_at = 0.0  # the last measuring (or the start, which puts the first one off a tick)
     deadline = math.inf  # the wall backstop, once the program may run (``NOTICE_STARTED``)
     muted_at: float | None = None  # when a repeated notice took the notice pipe off the poll
     while not report:
         if muted_at is not None and time.monotonic() - muted_at >= TICK_SECONDS:
             poller.register(notice, select.POLLIN)
             muted_at = None
-        ready = [fd for fd, _events in poller.poll(TICK_SECONDS * 1000 if started else None)]
+        timeout = None
+        if started:
+            timeout = max(0.0, measured_at + TICK_SECONDS - time.monotonic()) * 1000
+        ready = [fd for fd, _events in poller.poll(timeout)]
         if channel in ready and notice not in ready:  # (with the end notice: a run's usual end)
             if not process_exiting(worker):
                 report = REPORT_HANG_UP
@@ -338,6 +342,8 @@ def run_init(
                     # whole core). The pipe waits for the next tick instead.
                     poller.unregister(notice)
                     muted_at = time.monotonic()
+                if not started:
+                    measured_at = time.monotonic()
                 started = True
                 if put_off and ready == [notice]:
                     # Nothing of the program has run yet: the measuring waits a tick. Measured
@@ -367,6 +373,14 @@ def run_init(
         if time.monotonic() >= deadline:
             report = b"B" + bytes([BUDGET_WALL])
             break
+        now = time.monotonic()
+        if now - measured_at < TICK_SECONDS:
+            # Woken early, by a child's exit (reaped above): the measuring waits for its tick.
+            # Measured on every wake-up, a program whose children exited as fast as it could
+            # make them kept the init (outside the run's budgets) measuring as much CPU time
+            # as the program spent itself, most of a /proc walk of 50 processes per child.
+            continue
+        measured_at = now
         try:
             cpu, memory, count = meter.usage()
         except (OSError, ValueError, IndexError):
