@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import signal
 import socket
 import stat
@@ -1180,6 +1181,64 @@ return [fds, refused]
     assert sorted(kinds.values()) == ["socket", "socket"], kinds
     assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
     assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"
+
+
+def _can_raise_hard_limits() -> bool:
+    """Whether this process may raise its hard limits (``CAP_SYS_RESOURCE``)."""
+    try:
+        with open("/proc/self/status") as status:
+            line = next(line for line in status if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(line.split()[1], 16) >> 24 & 1)
+
+
+@pytest.mark.skipif(not _can_raise_hard_limits(), reason="raising a hard limit takes CAP_SYS_RESOURCE")
+def test_no_real_time_scheduling_or_raised_priority_reaches_a_run() -> None:
+    # The runs inherit the harness's limits. Where its hard RLIMIT_RTPRIO is above 0 (a
+    # container started with `--ulimit rtprio=...`, a service with LimitRTPRIO=), a program
+    # could make itself SCHED_FIFO: a real-time process that spins leaves every other process
+    # of its CPU (the host's, and the run's init that would end it) 5% of it until compute_ms
+    # runs out. A raised RLIMIT_NICE likewise let it put itself ahead of the host.
+    program = """
+import os, resource
+seen = [list(resource.getrlimit(limit)) for limit in (resource.RLIMIT_RTPRIO, resource.RLIMIT_NICE)]
+for attempt in (
+    lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1)),
+    lambda: os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1)),
+    lambda: os.setpriority(os.PRIO_PROCESS, 0, -5),
+    lambda: resource.setrlimit(resource.RLIMIT_RTPRIO, (1, 1)),
+):
+    try:
+        attempt()
+        seen.append('allowed')
+    except (PermissionError, ValueError):
+        seen.append('refused')
+return seen + [os.sched_getscheduler(0) == os.SCHED_OTHER]
+"""
+    raised = {resource.RLIMIT_RTPRIO: (1, 1), resource.RLIMIT_NICE: (30, 30)}
+    saved = {which: resource.getrlimit(which) for which in raised}
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=3000, max_wall_ms=20000))
+    try:
+        for which, limits in raised.items():
+            resource.setrlimit(which, limits)
+        try:
+            assert value(runtime, "return 1") == 1  # the template starts with these limits
+        finally:
+            for which, limits in saved.items():
+                resource.setrlimit(which, limits)
+        assert value(runtime, program) == [
+            [0, 0],
+            [0, 0],
+            "refused",
+            "refused",
+            "refused",
+            "refused",
+            True,
+        ]
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
 
 
 def test_queued_signals_take_a_bounded_share_of_the_users_allowance(

@@ -6,7 +6,8 @@ after the host's go (``_worker.read_go``).
 The template (``_template``) imports this module once and calls ``main()`` in each child it
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
-tree against ``compute_ms``), no core files, at most ``SIGNALS_PENDING`` queued signals.
+tree against ``compute_ms``), no core files, at most ``SIGNALS_PENDING`` queued signals, no
+real-time scheduling and no nice value below 0 (``RLIMIT_RTPRIO`` and ``RLIMIT_NICE`` at 0).
 They are the runtime's config, which the template passes on (``expect_compute_ms``) and
 every ``Boot`` repeats: a worker applies the CPU limit once it has rehearsed, before it waits
 (and again at its boot only if the boot carries another), and the memory limit once it has
@@ -172,6 +173,11 @@ def _apply_cpu_limits(compute_ms: float) -> None:
         (resource.RLIMIT_CORE, (0, 0)),
         (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_SIGPENDING, (SIGNALS_PENDING, SIGNALS_PENDING)),
+        # No real-time scheduling and no priority above the default, whatever the harness
+        # may: a spinning SCHED_FIFO process leaves the rest of its CPU, the host and the
+        # sandbox init that would end it included, 5% of it until compute_ms runs out.
+        (resource.RLIMIT_RTPRIO, (0, 0)),
+        (resource.RLIMIT_NICE, (0, 0)),
     ):
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(which, value)
