@@ -1193,7 +1193,9 @@ def _can_raise_hard_limits() -> bool:
     return bool(int(line.split()[1], 16) >> 24 & 1)
 
 
-@pytest.mark.skipif(not _can_raise_hard_limits(), reason="raising a hard limit takes CAP_SYS_RESOURCE")
+@pytest.mark.skipif(
+    not _can_raise_hard_limits(), reason="raising a hard limit takes CAP_SYS_RESOURCE"
+)
 def test_no_real_time_scheduling_or_raised_priority_reaches_a_run() -> None:
     # The runs inherit the harness's limits. Where its hard RLIMIT_RTPRIO is above 0 (a
     # container started with `--ulimit rtprio=...`, a service with LimitRTPRIO=), a program
