@@ -455,6 +455,76 @@ return seen
     assert set(value(sandbox, program).values()) == {1}
 
 
+def _pages_cached(path: Path) -> tuple[int, int]:
+    """How many pages of ``path`` the host's page cache holds, and how many it has."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    vector = (ctypes.c_ubyte * pages)()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert start not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        try:
+            assert libc.mincore(start, size, vector) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(start, size)
+    finally:
+        os.close(fd)
+    return sum(byte & 1 for byte in vector), pages
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_the_hosts_page_cache_of_a_readable_file_stays(tmp_path: Path) -> None:
+    # A read-only descriptor or mapping was enough to drop a file's pages from the page cache
+    # of the whole machine (posix_fadvise DONTNEED, madvise MADV_PAGEOUT): a run could evict
+    # everything it may read, the Python installation included, over and over, and the
+    # host's processes would read it all from disk again.
+    data = tmp_path / "data.bin"
+    with open(data, "wb") as file:
+        file.write(os.urandom(4 * 2**20))
+        file.flush()
+        os.fsync(file.fileno())  # clean pages, which the kernel may drop
+    data.read_bytes()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(data)]))
+    )
+    program = f"""
+import mmap, os
+fd = os.open({str(data)!r}, os.O_RDONLY)
+mapped = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+sum(mapped[i] for i in range(0, len(mapped), mmap.PAGESIZE))
+seen = []
+for attempt in (
+    lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED),
+    lambda: mapped.madvise(21),  # MADV_PAGEOUT
+    lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL),
+    lambda: mapped.madvise(mmap.MADV_WILLNEED),
+):
+    try:
+        attempt()
+        seen.append('allowed')
+    except PermissionError:
+        seen.append('refused')
+return seen
+"""
+    try:
+        assert _pages_cached(data)[0] == _pages_cached(data)[1]
+        assert value(runtime, program) == ["refused", "refused", "allowed", "allowed"]
+        cached, pages = _pages_cached(data)
+        assert cached == pages, f"{pages - cached} of {pages} pages dropped from the page cache"
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 def test_a_setsid_double_fork_does_not_outlive_the_run(sandbox: SubprocessCodeRuntime) -> None:
     marker = f"dsh-attack-survivor-{os.getpid()}"
     program = f"""

@@ -29,6 +29,11 @@ cannot read), so the C library falls back to ``clone``. ``prlimit64`` is refused
 but the caller (a pid other than 0): the run's init has the worker's user, so a program could
 otherwise lower the init's limits (no descriptors left, or no CPU time, and the init died);
 ``setrlimit`` and ``getrlimit`` go through ``prlimit64`` with pid 0 and keep working.
+``posix_fadvise(POSIX_FADV_DONTNEED)`` and ``madvise(MADV_PAGEOUT)`` are refused: with nothing but
+a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
+Python installation, ``/usr``, a harness's ``read`` grants) from the host's page cache, for every
+process of the machine, which then reads them from disk again; ``MADV_PAGEOUT`` would also move
+a run's own memory to swap, where no budget sees it.
 """
 
 from __future__ import annotations
@@ -156,6 +161,10 @@ _MMAP: Final = 9
 _OFFSET_MMAP_FLAGS: Final = 16 + 8 * 3
 _MAP_SHARED_BIT: Final = 0x01  # MAP_SHARED and MAP_SHARED_VALIDATE; MAP_PRIVATE is 0x02
 _MAP_ANONYMOUS: Final = 0x20
+_FADVISE64: Final = 221
+_POSIX_FADV_DONTNEED: Final = 4
+_MADVISE: Final = 28
+_MADV_PAGEOUT: Final = 21
 
 _LD_W_ABS: Final = 0x20
 _JMP_JEQ_K: Final = 0x15
@@ -171,6 +180,8 @@ _OFFSET_ARCH: Final = 4
 _OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]; args[i] 8 bytes on
 _OFFSET_ARG1_LOW: Final = 24
 _OFFSET_ARG1_HIGH: Final = 28
+_OFFSET_ARG2_LOW: Final = 32
+_OFFSET_ARG3_LOW: Final = 40
 
 
 def seccomp_supported() -> bool:
@@ -237,6 +248,8 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     bpf.op(_JMP_JEQ_K, _PRLIMIT64, "prlimit")
+    bpf.op(_JMP_JEQ_K, _FADVISE64, "fadvise")
+    bpf.op(_JMP_JEQ_K, _MADVISE, "madvise")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
     if refuse_hidden_memory:
@@ -286,6 +299,18 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, 0, None, "prlimit-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("prlimit-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # fadvise64 and madvise: nothing that drops pages from the host's page cache (the kernel
+    # reads both as 32-bit ints).
+    bpf.place("fadvise")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG3_LOW)
+    bpf.op(_JMP_JEQ_K, _POSIX_FADV_DONTNEED, "cache-deny")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("madvise")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG2_LOW)
+    bpf.op(_JMP_JEQ_K, _MADV_PAGEOUT, "cache-deny")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("cache-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     # calls setting a mode: no set-user-ID or set-group-ID bit.
     for name, (_number, argument) in _MODE_ARGUMENT.items():
