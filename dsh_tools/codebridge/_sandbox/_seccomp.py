@@ -29,7 +29,8 @@ cannot read), so the C library falls back to ``clone``. ``prlimit64`` is refused
 but the caller (a pid other than 0): the run's init has the worker's user, so a program could
 otherwise lower the init's limits (no descriptors left, or no CPU time, and the init died);
 ``setrlimit`` and ``getrlimit`` go through ``prlimit64`` with pid 0 and keep working.
-``posix_fadvise(POSIX_FADV_DONTNEED)`` and ``madvise(MADV_PAGEOUT)`` are refused: with nothing but
+``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``process_madvise`` (which
+gives the same hint through a pidfd, the caller's own included) are refused: with nothing but
 a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
 Python installation, ``/usr``, a harness's ``read`` grants) from the host's page cache, for every
 process of the machine, which then reads them from disk again; ``MADV_PAGEOUT`` would also move
@@ -67,6 +68,7 @@ DENIED_SYSCALLS: Final = {
     "syslog": 103,
     "process_vm_readv": 310,
     "process_vm_writev": 311,
+    "process_madvise": 440,
     "mount": 165,
     "umount2": 166,
     "pivot_root": 155,
