@@ -534,6 +534,39 @@ return seen
         runtime.close()
 
 
+def test_a_run_cannot_pin_the_hosts_cached_pages(tmp_path: Path) -> None:
+    # Pages of a file the host has cached stay charged where they were first read, so no
+    # budget of the run sees them, but mlock made them unevictable: under the usual 8 MiB of
+    # RLIMIT_MEMLOCK a process, a run of 24 processes pinned 168 MB of the host's cache beside
+    # a 128 MB memory budget. A run may lock 64 KiB a process, enough for a key or two.
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(8 * 2**20))
+    data.read_bytes()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(data)]))
+    )
+    program = f"""
+import ctypes, mmap, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]
+libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+fd = os.open({str(data)!r}, os.O_RDONLY)
+cached = libc.mmap(None, 8 << 20, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+key = ctypes.create_string_buffer(16 << 10)
+return [
+    max(resource.getrlimit(resource.RLIMIT_MEMLOCK)) <= 64 << 10,
+    libc.mlock(cached, 8 << 20) == 0,
+    libc.mlock(ctypes.addressof(key), len(key)) == 0,
+]
+"""
+    try:
+        assert value(runtime, program) == [True, False, True]
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 def test_a_setsid_double_fork_does_not_outlive_the_run(sandbox: SubprocessCodeRuntime) -> None:
     marker = f"dsh-attack-survivor-{os.getpid()}"
     program = f"""

@@ -7,7 +7,8 @@ The template (``_template``) imports this module once and calls ``main()`` in ea
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
 tree against ``compute_ms``), no core files, at most ``SIGNALS_PENDING`` queued signals, no
-real-time scheduling and no nice value below 0 (``RLIMIT_RTPRIO`` and ``RLIMIT_NICE`` at 0).
+real-time scheduling and no nice value below 0 (``RLIMIT_RTPRIO`` and ``RLIMIT_NICE`` at 0), at
+most ``LOCKED_BYTES`` of locked memory.
 They are the runtime's config, which the template passes on (``expect_compute_ms``) and
 every ``Boot`` repeats: a worker applies the CPU limit once it has rehearsed, before it waits
 (and again at its boot only if the boot carries another), and the memory limit once it has
@@ -152,6 +153,13 @@ whole allowance (about 96,000 for root here), and ``sigqueue`` and ``timer_creat
 host until the run ends. A run may queue at most this many while the user has no others."""
 
 
+LOCKED_BYTES: Final = 64 * 1024
+"""``RLIMIT_MEMLOCK`` of a run's processes (or the harness's, when lower): what ``gpg`` locks for
+its keys fits. ``mlock`` of a file's pages that the host already caches charges them to no run
+(they stay charged where they were first read, or nowhere without cgroups), yet makes them
+unevictable: under the usual 8 MiB a process, a run of 24 processes pinned 168 MB of the host's
+cache beside a 128 MB memory budget."""
+
 _CPU_SECONDS_CEILING: Final = 2**32
 """The most CPU seconds ``RLIMIT_CPU`` is set to (136 years); a larger budget
 (``compute_ms=1e25``, finite) sets no limit. The kernel counts the limit in nanoseconds in 64
@@ -178,6 +186,10 @@ def _apply_cpu_limits(compute_ms: float) -> None:
         # sandbox init that would end it included, 5% of it until compute_ms runs out.
         (resource.RLIMIT_RTPRIO, (0, 0)),
         (resource.RLIMIT_NICE, (0, 0)),
+        # Locked memory for a secret or two, no more: a run's processes could otherwise pin
+        # the host's own cached pages of every file they may read (no budget sees those,
+        # which another cgroup or none is charged for) up to the harness's limit each.
+        (resource.RLIMIT_MEMLOCK, (LOCKED_BYTES, LOCKED_BYTES)),
     ):
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(which, value)
