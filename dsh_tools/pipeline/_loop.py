@@ -129,9 +129,40 @@ def _close_in_owner(
     # At interpreter exit a daemon thread may still be running its loop (a hook blocking it):
     # that loop is left to the process's end.
     if os.getpid() == owner_pid and not loop.is_running():
+        _wind_down(loop)
         loop.close()
         for wakeup in wakeups:
             wakeup.close()
+
+
+_WIND_DOWN_S: Final = 1.0
+"""How long a private loop's last tasks are given to end once cancelled, as it closes."""
+
+
+def _wind_down(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is still pending on ``loop`` (a call whose wait a second Ctrl-C left, with
+    its body's cleanup) and run the loop until it has ended, at most ``_WIND_DOWN_S``, as
+    ``asyncio.run`` does before it closes its loop. Closed with them pending, asyncio reported
+    each as a task destroyed while pending, and a body's coroutine collected before the task
+    that drives it made that task's close fail ("cannot reuse already awaited coroutine")."""
+    if loop.is_closed():
+        return
+    tasks = asyncio.all_tasks(loop)
+    if not tasks:
+        return
+    try:
+        for task in tasks:
+            task.cancel()
+        ended = asyncio.gather(*tasks, return_exceptions=True)  # every end retrieved
+        ended.add_done_callback(lambda _ended: loop.stop())
+        deadline = loop.time() + _WIND_DOWN_S
+        timer = loop.call_at(deadline, loop.stop)
+        # A driven call's task stops the loop in its last step too: run on until all have ended.
+        while not ended.done() and loop.time() < deadline:
+            loop.run_forever()
+        timer.cancel()
+    except BaseException:  # a Ctrl-C more, at exit say: what is left is closed as it stands
+        pass
 
 
 class _SignalWakeup:
