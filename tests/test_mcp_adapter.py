@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -673,6 +674,52 @@ def test_cancelling_an_async_registration_cuts_a_connection_under_way_short(
     exits = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
     with pytest.raises(McpConnectionError):
         register_mcp_server_sync(system, "silent", exits, errlog=errlog, connect_timeout=WAIT)
+
+
+def test_a_cancelled_async_registration_has_stopped_its_server_when_the_cancellation_arrives(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # As a batch's awaiting task, the registration's raises CancelledError once what it started
+    # has ended: the server process, the connection's threads, the name. It returned at once
+    # and left them to end later: a retry under the same name (after asyncio.timeout, say) was
+    # refused as a duplicate, and the server outlived the cancellation.
+    pid_file = tmp_path / "pid"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-c", SILENT_SERVER, str(pid_file)]
+    )
+
+    async def scenario() -> tuple[bool, list[str], str]:
+        task = asyncio.create_task(
+            register_mcp_server(system, "silent", params, errlog=errlog, connect_timeout=3600)
+        )
+        pid = int(await asyncio.to_thread(wait_for_file, pid_file))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = [t.name for t in mcp_threads() + registering_threads()]
+        exits = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
+        with pytest.raises(McpConnectionError) as retried:
+            await register_mcp_server(system, "silent", exits, errlog=errlog, connect_timeout=WAIT)
+        return os.path.exists(f"/proc/{pid}"), left, retried.value.code
+
+    assert asyncio.run(scenario()) == (False, [], "MCP_CONNECT_FAILED")
+
+
+def test_a_cancelled_aclose_returns_once_the_plugin_is_closed(
+    system: ToolSystem, marks: Path, errlog: TextIO
+) -> None:
+    async def scenario() -> tuple[str, bool]:
+        plugin = await register_mcp_server(
+            system, "fixture", server_params(marks), errlog=errlog, connect_timeout=WAIT
+        )
+        closing = asyncio.create_task(plugin.aclose())
+        await asyncio.sleep(0)  # the close has begun on its thread
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        return plugin.state, bool(mcp_threads())
+
+    assert asyncio.run(scenario()) == ("closed", False)
 
 
 def test_an_async_registration_waits_for_a_server_no_longer_than_a_sync_one(

@@ -16,6 +16,7 @@ owner (or an agent's scope). It follows the server:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,16 @@ class _Registered:
         self.wire = wire
         self.disposer = disposer
         self.info = info
+
+
+async def wait_out(future: asyncio.Future[Any]) -> None:
+    """Wait for ``future`` to end, through any cancellation of the awaiting task (its caller
+    raises that cancellation once this returns); the outcome is retrieved, not raised."""
+    while not future.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait((future,))
+    if not future.cancelled():
+        future.exception()
 
 
 class McpPlugin(ServerResources):
@@ -342,8 +353,15 @@ class McpPlugin(ServerResources):
                     self._at_close.pop()()
 
     async def aclose(self) -> None:
-        """``close()`` on a worker thread, for callers on an event loop."""
-        await asyncio.to_thread(self.close)
+        """``close()`` on a worker thread, for callers on an event loop. Cancelling the awaiting
+        task raises ``CancelledError`` once the plugin is closed: the close is never cut
+        short, nor left to go on after the cancellation."""
+        closing = asyncio.ensure_future(asyncio.to_thread(self.close))
+        try:
+            await asyncio.shield(closing)
+        except asyncio.CancelledError:
+            await wait_out(closing)
+            raise
 
     def __enter__(self) -> McpPlugin:
         return self

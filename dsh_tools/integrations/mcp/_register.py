@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
-from ._plugin import McpPlugin
+from ._plugin import McpPlugin, wait_out
 from ._tools import ConcurrencyPolicy
 from ._types import (
     ElicitationCallback,
@@ -404,9 +404,9 @@ async def register_mcp_server(
     Raises ``McpConnectionError`` (``MCP_CONNECT_FAILED``) when the server cannot be started,
     initialized or listed within ``connect_timeout`` seconds, and whatever ``register`` raises
     (a duplicate name, say); in every failure nothing stays registered and the server is
-    stopped. If the awaiting task is cancelled, a connection still under way is cut short (the
-    server stopped and the name free again once it has), and a registration that finished
-    meanwhile is closed again at once.
+    stopped. If the awaiting task is cancelled, a connection still under way is cut short, and a
+    registration that finished meanwhile is closed again at once; ``CancelledError`` is raised
+    once that is done: the server stopped, the connection's threads ended, the name free.
     """
     done: concurrent.futures.Future[McpPlugin] = concurrent.futures.Future()
     options: dict[str, Any] = {
@@ -430,35 +430,42 @@ async def register_mcp_server(
     }
 
     abandoned: concurrent.futures.Future[None] = concurrent.futures.Future()
+    ended: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     def connect() -> None:
-        if not done.set_running_or_notify_cancel():
-            return
         try:
-            done.set_result(_register_sync(system, name, server_params, abandoned, **options))
-        except BaseException as exc:
-            done.set_exception(exc)
+            try:
+                plugin = _register_sync(system, name, server_params, abandoned, **options)
+            except BaseException as exc:
+                done.set_exception(exc)
+                return
+            done.set_result(plugin)
+            if abandoned.done():  # it finished as its caller was cancelled: closed again
+                plugin.close()
+        finally:
+            ended.set_result(None)
 
-    threading.Thread(target=connect, name=f"mcp-connect[{name}]", daemon=True).start()
+    done.set_running_or_notify_cancel()
+    registering = threading.Thread(target=connect, name=f"mcp-connect[{name}]", daemon=True)
+    registering.start()
     waiting = asyncio.wrap_future(done)
     try:
         return await asyncio.shield(waiting)
     except asyncio.CancelledError:
         # A connection still under way is cut short (its server stopped, its name given
-        # back); one that finished meanwhile is closed as soon as it is in. Not tied to the
-        # caller's loop, which may be closing: that happens in the thread that registers.
+        # back); one that finished meanwhile is closed again. Whichever, in the thread that
+        # registers, and the cancellation goes on once that thread is through: left to end
+        # later, the server outlived the cancellation and its name stayed taken, so a retry
+        # under it was refused.
         abandoned.set_result(None)
-        done.add_done_callback(_close_abandoned)
         waiting.add_done_callback(_retrieve)  # the failure is expected: nobody awaits it
+        await wait_out(asyncio.wrap_future(ended))
+        registering.join()  # past its last step already
+        if done.exception() is None:  # finished as abandoned was set, after the thread looked
+            await wait_out(asyncio.ensure_future(asyncio.to_thread(done.result().close)))
         raise
 
 
 def _retrieve(waiting: asyncio.Future[McpPlugin]) -> None:
     if not waiting.cancelled():
         waiting.exception()
-
-
-def _close_abandoned(done: concurrent.futures.Future[McpPlugin]) -> None:
-    if done.cancelled() or done.exception() is not None:
-        return
-    done.result().close()
