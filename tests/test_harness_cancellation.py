@@ -115,6 +115,50 @@ def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
     assert text(result) == "Error: tool call aborted"
 
 
+@pytest.mark.parametrize("cancellations", [1, 2], ids=["cancelled-once", "cancelled-again"])
+def test_a_cancellation_does_not_wait_for_ever_on_a_body_that_reads_its_signal_then_ignores_it(
+    system: ToolSystem, cancellations: int
+) -> None:
+    # A body that reads its signal is trusted to end itself once it aborts; one that never
+    # does held the awaiting task's cancellation for ever, a second cancellation too (an
+    # asyncio.timeout inside an asyncio.wait_for). It is cancelled once BODY_WIND_DOWN_S has
+    # passed, or at once when the awaiting task is cancelled again.
+    started = threading.Event()
+    ends: list[str] = []
+
+    async def stubborn(args: Any, ctx: Any) -> Any:
+        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
+        started.set()
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            ends.append("cancelled")
+            raise
+        return [block("slept")]
+
+    system.tools.register(fixture("stubborn", stubborn))
+    outcome: list[str] = []
+
+    async def harness() -> None:
+        task = asyncio.create_task(
+            system.execute_async(ExecuteCall(call_id="c1", name="stubborn", arguments={}))
+        )
+        await asyncio.to_thread(started.wait, WAIT)
+        for _ in range(cancellations):
+            task.cancel()
+            await asyncio.sleep(0)
+        try:
+            await task
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+
+    waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
+    waiting.start()
+    waiting.join(WAIT)  # else it waits until stop() cancels the body, past its grace
+    assert (outcome, ends) == (["cancelled"], ["cancelled"])
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+
+
 def test_a_task_group_cancels_a_sibling_call_when_another_task_fails(
     system: ToolSystem,
 ) -> None:

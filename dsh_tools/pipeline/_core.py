@@ -34,6 +34,7 @@ from ._results import cancelled, failure_from_exception
 from ._session import SessionLog
 
 __all__ = [
+    "BODY_WIND_DOWN_S",
     "CANCELLED_REASON",
     "DISPATCH",
     "DISPATCH_STAGE",
@@ -368,6 +369,10 @@ def cancel_body(rec: CallRecord, task: asyncio.Task[Any], anyway: bool = False) 
 
 HOOK_WIND_DOWN_S = 1.0
 """How long a hook of an interrupted call may wait once it starts waiting (``wind_down``)."""
+
+BODY_WIND_DOWN_S = 1.0
+"""How long an ``async def`` body that reads its signal may go on once the awaiting task was
+cancelled (its signal aborted with it) before it is cancelled too (``_in_own_task``)."""
 
 HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""

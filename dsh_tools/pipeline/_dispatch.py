@@ -38,6 +38,7 @@ from ._body_task import (
 )
 from ._chain import is_awaitable, rest_of_chain
 from ._core import (
+    BODY_WIND_DOWN_S,
     FINISH,
     POST,
     BodyCancelled,
@@ -294,6 +295,7 @@ class DispatchStages(PipelineCore):
         owned = rec.inline and rec.name != RUN_CODE
         if owned:
             own_body(task)
+        forced: asyncio.TimerHandle | None = None
         try:
             waiter = settled
             while True:
@@ -308,6 +310,14 @@ class DispatchStages(PipelineCore):
                     if not task.done():
                         if not self._check_outer(rec):
                             cancel_body(rec, task)
+                        elif forced is None:
+                            # A body trusted to watch its signal (which aborted with the
+                            # awaiting task) settles its own way, but not for ever: a body that
+                            # read its signal and never ended held the caller's cancellation
+                            # for good, every later cancellation too.
+                            forced = loop.call_later(BODY_WIND_DOWN_S, cancel_body, rec, task, True)
+                        else:  # the awaiting task cancelled again: no more waiting
+                            cancel_body(rec, task, True)
                         waiter = loop.create_future()
                         task.add_done_callback(partial(wake, waiter))
                         continue
@@ -317,10 +327,12 @@ class DispatchStages(PipelineCore):
             outcome = task.result()
             return outcome
         finally:
+            if forced is not None:
+                forced.cancel()
             unwatch()
             if owned:
                 disown_body(task)
-            del unwatch, task  # no name of this frame may lead to a failure
+            del unwatch, task, forced  # no name of this frame may lead to a failure
 
     async def _in_this_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
