@@ -58,6 +58,7 @@ from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
 from .pipeline._approval import Approval, ApprovalCall, ApprovalFunction, as_approval
+from .pipeline._core import BODY_WIND_DOWN_S
 from .pipeline._loop import drive, driving, interrupts_deferred, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, INTERRUPTED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
@@ -591,12 +592,15 @@ class ToolSystem:
 
         Cancelling the awaiting task aborts the batch (reason ``"the awaiting task was
         cancelled"``), waits for it to settle (every started call commits its result and
-        event, the rest are ``ABORTED_BEFORE_DISPATCH``), then raises ``CancelledError``."""
+        event, the rest are ``ABORTED_BEFORE_DISPATCH``; an async body that watches its
+        signal is cancelled after ``BODY_WIND_DOWN_S``, or when the task is cancelled again),
+        then raises ``CancelledError``."""
         self._check_running()
         if not isinstance(batch, ExecuteBatch):
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
         control = AbortController()
-        future = self._submit(self._batches.run(batch, control))
+        forced = AbortController()
+        future = self._submit(self._batches.run(batch, control, forced.signal))
         waiter = asyncio.wrap_future(future)
         try:
             outcome: BatchOutcome = await asyncio.shield(waiter)
@@ -605,7 +609,18 @@ class ToolSystem:
             if waiter.done() and not waiter.cancelled():
                 raise
             control.abort(CANCELLED_REASON)
-            while not waiter.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(waiter)
+            # An async body that watches its signal settles its own way, as under
+            # execute_async: for BODY_WIND_DOWN_S at most, or until this task is cancelled
+            # again; then it is cancelled too.
+            timer = asyncio.get_running_loop().call_later(
+                BODY_WIND_DOWN_S, forced.abort, CANCELLED_REASON
+            )
+            try:
+                while not waiter.done():
+                    try:
+                        await asyncio.shield(waiter)
+                    except asyncio.CancelledError:
+                        forced.abort(CANCELLED_REASON)
+            finally:
+                timer.cancel()
             raise

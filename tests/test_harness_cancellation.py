@@ -159,6 +159,43 @@ def test_a_cancellation_does_not_wait_for_ever_on_a_body_that_reads_its_signal_t
     assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
 
 
+@pytest.mark.parametrize("cancellations", [1, 2], ids=["cancelled-once", "cancelled-again"])
+def test_a_cancelled_batch_does_not_wait_for_ever_on_a_body_that_reads_its_signal(
+    system: ToolSystem, cancellations: int
+) -> None:
+    # The batch's abort reaches such a body through its signal only; one that never ended held
+    # execute_batch_async for good, and every later cancellation of its task was swallowed by
+    # the wait for the batch to settle. Its body is cancelled as a single call's is.
+    started = threading.Event()
+
+    async def stubborn(args: Any, ctx: Any) -> Any:
+        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
+        started.set()
+        await asyncio.sleep(FOREVER)
+        return [block("slept")]
+
+    system.tools.register(fixture("stubborn", stubborn))
+    outcome: list[str] = []
+
+    async def harness() -> None:
+        batch = ExecuteBatch(calls=[ToolCall("b1", "stubborn", "{}")])
+        task = asyncio.create_task(system.execute_batch_async(batch))
+        await asyncio.to_thread(started.wait, WAIT)
+        for _ in range(cancellations):
+            task.cancel()
+            await asyncio.sleep(0)
+        try:
+            await task
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+
+    waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
+    waiting.start()
+    waiting.join(WAIT)  # else it waits until stop() cancels the body, past its grace
+    assert outcome == ["cancelled"]
+    assert results_of(system)["b1"]["error"]["code"] == "ABORTED"
+
+
 def test_a_task_group_cancels_a_sibling_call_when_another_task_fails(
     system: ToolSystem,
 ) -> None:

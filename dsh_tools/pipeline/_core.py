@@ -204,10 +204,11 @@ class PipelineCore:
 
     # --- cancellation --------------------------------------------------------------------------
 
-    def interrupt(self, rec: CallRecord, reason: Any) -> None:
+    def interrupt(self, rec: CallRecord, reason: Any, anyway: bool = False) -> None:
         """Abort ``rec`` from the pipeline's side (any thread): remember ``reason``, abort the
-        signal the pipeline owns for it, cancel its async body's task. The call still settles
-        and commits as usual; its success becomes ``ABORTED``."""
+        signal the pipeline owns for it, cancel its async body's task (by the rule of
+        ``cancel_body``; ``anyway``: even a body that watches its signal). The call still
+        settles and commits as usual; its success becomes ``ABORTED``."""
         if rec.stop_reason is None:
             rec.stop_reason = reason
         own = rec.own
@@ -216,7 +217,10 @@ class PipelineCore:
         task, loop = rec.body_task, rec.body_loop
         if task is not None and loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has closed
-                loop.call_soon_threadsafe(cancel_soon, rec, task)
+                if anyway:
+                    loop.call_soon_threadsafe(cancel_body, rec, task, True)
+                else:
+                    loop.call_soon_threadsafe(cancel_soon, rec, task)
         approval = rec.approval_task
         if approval is not None:
             with contextlib.suppress(RuntimeError):

@@ -142,20 +142,21 @@ class DispatcherPoolActor(SharedMailboxActor):
         elif kind is LaneReady:
             self._busy = False
         elif kind is AbortPool:
-            self._interrupt_started(message.reason)
+            self._interrupt_started(message.reason, message.anyway)
         elif kind is PoolOverdue:
             self._overdue()
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         self.pump()
 
-    def _interrupt_started(self, reason: Any) -> None:
+    def _interrupt_started(self, reason: Any, anyway: bool = False) -> None:
         """The pool aborted: every started, uncommitted call is interrupted (its async body's
-        task cancelled, its success committed as ``ABORTED``), whatever signal it holds."""
+        task cancelled, its success committed as ``ABORTED``), whatever signal it holds;
+        ``anyway``: a body that watches its signal too."""
         self.aborted = True
         for entry in self._entries[self._commit_cursor : self._start_cursor]:
             if entry.record is not None and entry.state != DONE:
-                self._pipeline.interrupt(entry.record, reason)
+                self._pipeline.interrupt(entry.record, reason, anyway)
 
     def _overdue(self) -> None:
         """``stop()``'s grace is over: a plain body a body thread runs for a started call is

@@ -119,13 +119,18 @@ class BatchRunner:
         self._lock = threading.Lock()
 
     async def run(
-        self, batch: ExecuteBatch, control: AbortController | None = None
+        self,
+        batch: ExecuteBatch,
+        control: AbortController | None = None,
+        forced: AbortSignal = NEVER_ABORTED,
     ) -> BatchOutcome:
         """Run ``batch`` to completion (call on the system loop).
 
         ``control`` aborts the batch from the harness's side (a cancelled awaiting task);
         ``stop()`` aborts it too. When the batch has no signal of its own, its calls get the
-        signal of ``control``, so that even plain bodies can see such an abort."""
+        signal of ``control``, so that even plain bodies can see such an abort. ``forced``
+        aborts it too, and cancels the started calls' async bodies even where they watch
+        their signal (the awaiting task's cancellation, once they had their time)."""
         if control is None:
             control = AbortController()
         max_parallel = batch.max_parallel or self._max_parallel
@@ -156,6 +161,7 @@ class BatchRunner:
         remove_control: Callable[[], None] = _nothing
         if not own:
             remove_control = control.signal.add_callback(lambda r: pool.tell(AbortPool(r)))
+        remove_forced = forced.add_callback(lambda r: pool.tell(AbortPool(r, anyway=True)))
         try:
             requests: list[PoolRequest] = []
             for index, tool_call in enumerate(batch.calls):
@@ -175,6 +181,7 @@ class BatchRunner:
             pool.tell(ClosePool())
             return await lane.done
         finally:
+            remove_forced()
             remove_control()
             remove_stop()
 

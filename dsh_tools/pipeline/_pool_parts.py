@@ -113,9 +113,12 @@ class ClosePool(msgspec.Struct, frozen=True):
 
 
 class AbortPool(msgspec.Struct, frozen=True):
-    """The pool's signal aborted: stop starting, drain, commit the started, abandon the rest."""
+    """The pool's signal aborted: stop starting, drain, commit the started, abandon the rest.
+    ``anyway``: cancel the started calls' async bodies even where they watch their signal
+    (a batch whose awaiting task was cancelled, once such a body had its time to settle)."""
 
     reason: object
+    anyway: bool = False
 
 
 class PoolOverdue(msgspec.Struct, frozen=True):
@@ -224,5 +227,6 @@ class PoolPipeline(Protocol):
     async def commit(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult:
         """Post-execute hooks, then finish: the call's one result."""
 
-    def interrupt(self, rec: CallRecord, reason: Any) -> None:
-        """Abort the call from the pool's side (it still settles and commits)."""
+    def interrupt(self, rec: CallRecord, reason: Any, anyway: bool = False) -> None:
+        """Abort the call from the pool's side (it still settles and commits); ``anyway``:
+        cancel its async body even if it watches its signal."""
