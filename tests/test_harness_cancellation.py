@@ -22,6 +22,7 @@ from dsh_tools import (
     ToolCall,
     ToolExecutionFailure,
     ToolExecutionSuccess,
+    ToolsConfig,
     ToolSystem,
     timeout_policy,
 )
@@ -194,6 +195,47 @@ def test_a_cancelled_batch_does_not_wait_for_ever_on_a_body_that_reads_its_signa
     waiting.join(WAIT)  # else it waits until stop() cancels the body, past its grace
     assert outcome == ["cancelled"]
     assert results_of(system)["b1"]["error"]["code"] == "ABORTED"
+
+
+def test_a_cancelled_code_run_ends_its_sub_call_that_reads_its_signal_before_it_settles() -> None:
+    # The run_code call gave up on its sub-calls once its own body was cancelled: the sub-call
+    # (whose body reads its signal and never ends) was left running on the caller's loop, its
+    # tool/code-dispatch recorded only when that loop's end cancelled it, after the run's
+    # tool/result. Now the run interrupts it too, and settles once it has.
+    started = threading.Event()
+
+    async def stubborn(args: Any, ctx: Any) -> Any:
+        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
+        started.set()
+        await asyncio.sleep(FOREVER)
+        return [block("slept")]
+
+    with ToolSystem.start(ToolsConfig(mode="code")) as system:
+        system.tools.register(fixture("stubborn", stubborn))
+        left: list[str] = []
+
+        async def harness() -> None:
+            code = {"code": "return await tools.stubborn({})", "description": "d"}
+            task = asyncio.create_task(
+                system.execute_async(ExecuteCall(call_id="r1", name="run_code", arguments=code))
+            )
+            await asyncio.to_thread(started.wait, WAIT)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            left.extend(r.call_id for r in system.pipeline.live)
+
+        waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
+        waiting.start()
+        waiting.join(WAIT)
+        assert not waiting.is_alive()
+        assert left == []
+        ends = [
+            (e.type, e.data.get("sub_call_id") or e.data["call_id"])
+            for e in system.session.events
+            if e.type in ("tool/code-dispatch", "tool/result")
+        ]
+        assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
 
 
 def test_a_task_group_cancels_a_sibling_call_when_another_task_fails(

@@ -25,6 +25,7 @@ too); the events carry the outer call's agent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -53,6 +54,7 @@ from ..pipeline import (
 )
 from ..pipeline._core import HOOK_WIND_DOWN_S
 from ..pipeline._loop import running_loop
+from ..pipeline._pool_parts import AbortPool
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
@@ -184,6 +186,7 @@ class CodeRunBridgeActor:
             signal=self._controller.signal,
         )
         interrupted = False
+        cancelled: asyncio.CancelledError | None = None
         try:
             outcome = await self._runtime.run(request)
         except asyncio.CancelledError:  # the pipeline interrupted the call (stop(), say)
@@ -193,18 +196,44 @@ class CodeRunBridgeActor:
             self._controller.abort("run_code settled")
             if self._pool is not None:
                 self._pool.tell(ClosePool())
-                await self._finished
+                cancelled = await self._pool_finished()
                 self._pool = None  # the pool's lane is this object: reference counting frees both
             try:
-                await self._drain_logs(interrupted)
+                await self._drain_logs(interrupted or cancelled is not None)
             finally:
                 unsubscribe()
+            if cancelled is not None:
+                raise cancelled
         if outcome.error is not None:
             raise CodeRunFailedError(outcome.error.kind, outcome.error.message, outcome.logs)
         value: dict[str, Any] = {"logs": list(outcome.logs)}
         if outcome.value is not UNSET:
             value["result"] = outcome.value
         return value
+
+    async def _pool_finished(self) -> asyncio.CancelledError | None:
+        """Wait for the sub-calls' pool to finish (every sub-call committed or abandoned). A
+        cancellation of this wait (the ``run_code`` body cancelled while its sub-calls drain)
+        interrupts the started sub-calls, cancelling their async bodies even where they watch
+        their signal, and waits ``HOOK_WIND_DOWN_S`` more for them, or until cancelled again;
+        that cancellation is returned, for the caller to raise once the run has wound down.
+        Left at the first one, a sub-call whose body watches its signal and never ended ran
+        on after its run had settled, its ``tool/code-dispatch`` recorded after the run's
+        result, if ever."""
+        finished = self._finished
+        pool = self._pool
+        assert finished is not None and pool is not None
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            await asyncio.shield(finished)
+        except asyncio.CancelledError as exc:
+            if finished.done():
+                return exc
+            cancelled = exc
+            pool.tell(AbortPool(self._controller.signal.reason, anyway=True))
+            with contextlib.suppress(asyncio.CancelledError):  # cancelled again: go now
+                await asyncio.wait([finished], timeout=HOOK_WIND_DOWN_S)
+        return cancelled
 
     async def _drain_logs(self, interrupted: bool) -> None:
         """Wait for the dispatch-log tasks (listeners and the spill arm are user code that may
