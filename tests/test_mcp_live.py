@@ -4,6 +4,7 @@ live server (``tests/mcp_live_server.py``) as a real process over stdio and Stre
 from __future__ import annotations
 
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from mcp_support import (
     Changes,
     HttpServer,
     failure,
+    free_port,
     live_params,
     process_gone,
     registering,
@@ -25,7 +27,12 @@ from mcp_support import (
 )
 
 from dsh_tools import ExecuteCall, ToolSystem
-from dsh_tools.integrations import McpPlugin, ReconnectPolicy, register_mcp_server_sync
+from dsh_tools.integrations import (
+    McpConnectionError,
+    McpPlugin,
+    ReconnectPolicy,
+    register_mcp_server_sync,
+)
 
 QUICK = ReconnectPolicy(initial_delay=0.05, max_delay=0.2, max_attempts=None)
 
@@ -281,3 +288,46 @@ def test_http_reconnects_by_default_and_stdio_does_not(
         assert web.state == "reconnecting"
         assert not web.closed
         assert stdio.closed
+
+
+# --- a URL that is not a Streamable HTTP endpoint ----------------------------------------------
+
+
+def test_a_url_without_an_mcp_endpoint_fails_naming_the_url_and_the_http_status(
+    system: ToolSystem, http_server: HttpServer
+) -> None:
+    wrong = http_server.url.removesuffix("/mcp") + "/elsewhere"
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "web", wrong, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        f'MCP server "web" could not be connected at {wrong}: MCPError: Not Found '
+        "(HTTP 404 Not Found)"
+    )
+    assert caught.value.code == "MCP_CONNECT_FAILED"
+    assert system.tools.names() == []
+    assert [t.name for t in threading.enumerate() if t.name == "mcp[web]"] == []
+
+
+def test_a_url_nothing_listens_on_fails_naming_the_url(system: ToolSystem) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "web", url, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        f'MCP server "web" could not be connected at {url}: ConnectError: All connection '
+        "attempts failed"
+    )
+    assert [t.name for t in threading.enumerate() if t.name == "mcp[web]"] == []
+
+
+def test_a_url_that_never_answers_fails_naming_the_url_and_the_limit(system: ToolSystem) -> None:
+    with socket.socket() as listener:  # accepts connections, never answers a request
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/mcp"
+        with pytest.raises(McpConnectionError) as caught:
+            register_mcp_server_sync(system, "web", url, connect_timeout=0.5)
+    assert str(caught.value) == (
+        f'MCP server "web" at {url} did not initialize and list its tools within '
+        "connect_timeout=0.5 s"
+    )
+    assert [t.name for t in threading.enumerate() if t.name == "mcp[web]"] == []

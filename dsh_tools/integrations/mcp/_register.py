@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import math
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TextIO
 
+import httpx2
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
@@ -40,29 +43,56 @@ _HTTP_PING_INTERVAL = 15.0
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def _transport(server_params: Any, errlog: TextIO | None) -> tuple[TransportFactory, str]:
-    """The transport factory and its kind (``stdio``, ``http`` or ``factory``)."""
+class _HttpStatus:
+    """The last error status an HTTP server answered with: the SDK's error for a refused
+    request says only "Not Found" or "Server returned an error response", which leaves a
+    harness author guessing whether the URL, its path or the server's transport is wrong."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    async def record(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self.last = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+
+
+class _Transport(NamedTuple):
+    open: TransportFactory
+    kind: str  # "stdio", "http" or "factory"
+    where: str  # where the server is, for errors: "" or " at <url>"
+    status: _HttpStatus | None
+
+
+def _transport(server_params: Any, errlog: TextIO | None) -> _Transport:
+    """The transport factory, its kind and what errors say about it."""
     if isinstance(server_params, StdioServerParameters):
         params = server_params
 
         def open_stdio() -> AbstractAsyncContextManager[Any]:
             return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
-        return open_stdio, "stdio"
+        return _Transport(open_stdio, "stdio", "", None)
     if isinstance(server_params, str):
         if not server_params.startswith(("http://", "https://")):
             raise ValueError(
                 f"server_params as a str must be a Streamable HTTP URL, got {server_params!r}"
             )
         url = server_params
+        status = _HttpStatus()
 
-        def open_http() -> AbstractAsyncContextManager[Any]:
-            return streamable_http_client(url)
+        @contextlib.asynccontextmanager
+        async def open_http() -> AsyncIterator[Any]:
+            status.last = None
+            # The SDK's own client (its timeouts), which the SDK leaves to its owner to close.
+            async with create_mcp_http_client() as client:
+                client.event_hooks = {"response": [status.record]}
+                async with streamable_http_client(url, http_client=client) as streams:
+                    yield streams
 
-        return open_http, "http"
+        return _Transport(open_http, "http", f" at {url}", status)
     if callable(server_params):
         factory: TransportFactory = server_params
-        return factory, "factory"
+        return _Transport(factory, "factory", "", None)
     raise TypeError(
         "server_params must be StdioServerParameters, a Streamable HTTP URL or a transport "
         f"factory, got {type(server_params).__name__}"
@@ -220,7 +250,8 @@ def _register_sync(
         on_progress,
         on_list_changed,
     )
-    open_transport, kind = _transport(server_params, errlog)
+    transport = _transport(server_params, errlog)
+    open_transport, kind = transport.open, transport.kind
     policy = _reconnect_policy(reconnect, kind)
     if ping_interval is None and kind == "http":
         ping_interval = _HTTP_PING_INTERVAL
@@ -289,19 +320,19 @@ def _register_sync(
             listing = ready.result(allowance)
         except concurrent.futures.TimeoutError:
             raise McpConnectionError(
-                f'MCP server "{name}" did not answer within {connect_timeout} s',
+                f'MCP server "{name}"{transport.where} did not answer within {connect_timeout} s',
                 "MCP_CONNECT_FAILED",
             ) from None
         except Exception as exc:
             if _first_cause(exc) is TimeoutError:
+                started = " started but" if kind == "stdio" else transport.where
                 raise McpConnectionError(
-                    f'MCP server "{name}" started but did not initialize and list its tools '
+                    f'MCP server "{name}"{started} did not initialize and list its tools '
                     f"within connect_timeout={connect_timeout} s",
                     "MCP_CONNECT_FAILED",
                 ) from exc
             raise McpConnectionError(
-                f'MCP server "{name}" could not be started: {describe(exc)}',
-                "MCP_CONNECT_FAILED",
+                _connect_failure(name, transport, exc), "MCP_CONNECT_FAILED"
             ) from exc
         plugin.adopt(listing)
         # Only now may list changes and reconnects reach the plugin: the first listing is in.
@@ -312,6 +343,15 @@ def _register_sync(
         plugin.close()
         raise
     return plugin
+
+
+def _connect_failure(name: str, transport: _Transport, exc: BaseException) -> str:
+    """Why the first connection failed, naming where the server is."""
+    if transport.kind == "stdio":
+        return f'MCP server "{name}" could not be started: {describe(exc)}'
+    text = f'MCP server "{name}" could not be connected{transport.where}: {describe(exc)}'
+    status = transport.status.last if transport.status is not None else None
+    return text if status is None else f"{text} ({status})"
 
 
 _claims_lock = threading.Lock()
