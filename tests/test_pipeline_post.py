@@ -98,6 +98,16 @@ def test_rp61_an_invalid_replacement_value_is_invalid_output(system: ToolSystem)
     assert "value" not in data
 
 
+def test_an_invalid_replacement_value_names_the_hook_not_the_tool(system: ToolSystem) -> None:
+    # The tool's own value was fine: the error must send the reader to the hook.
+    system.tools.register(echo())
+    post_returning(system, Accept(value=1))
+    assert system.execute(call()).to_dict()["error"]["message"] == (
+        'tool "echo": the value a post-execute hook put in place with Accept(value=...) is '
+        'invalid output: "value" must be a string'
+    )
+
+
 def test_rp61_a_failed_result_value_cannot_be_replaced(system: ToolSystem) -> None:
     system.tools.register(echo(execute=raising("body failed")))
     post_returning(system, Accept(value="replacement"))

@@ -102,13 +102,19 @@ class ToolArgsError(HarnessError):
 class ToolOutputError(HarnessError):
     """A body value, render or presentation projection that breaks the output contract."""
 
-    def __init__(self, tool_name: str, violations: Iterable[str]) -> None:
+    def __init__(
+        self, tool_name: str, violations: Iterable[str], *, source: str | None = None
+    ) -> None:
         self.tool_name = tool_name
         self.violations: list[str] = list(violations)
-        super().__init__(
-            f'tool "{tool_name}" returned invalid output: ' + "; ".join(self.violations),
-            "INVALID_TOOL_OUTPUT",
+        # ``source`` names what produced the output when it was not the tool's body (a
+        # post-execute hook's replacement), so the message does not blame the tool.
+        what = (
+            f'tool "{tool_name}" returned invalid output: '
+            if source is None
+            else f'tool "{tool_name}": {source} is invalid output: '
         )
+        super().__init__(what + "; ".join(self.violations), "INVALID_TOOL_OUTPUT")
 
 
 class ToolNotFoundError(HarnessError):

@@ -56,6 +56,8 @@ __all__ = ["ACCEPT", "CommitStages"]
 
 ACCEPT = Accept()
 
+_REPLACED_VALUE = "the value a post-execute hook put in place with Accept(value=...)"
+
 
 class CommitStages(PipelineCore):
     """The post-execute and finish stages of a call (see ``Pipeline``)."""
@@ -168,8 +170,9 @@ class CommitStages(PipelineCore):
                     entry.definition, rec.arguments, decision.value, nested=rec.parent is not None
                 )
             except ToolOutputError as exc:
+                blamed = ToolOutputError(exc.tool_name, exc.violations, source=_REPLACED_VALUE)
                 return msgspec.structs.replace(
-                    failure_from_exception(exc), additional_contexts=contexts
+                    failure_from_exception(blamed), additional_contexts=contexts
                 )
             return ToolExecutionSuccess(value, content, meta, contexts)
         if has_content:
