@@ -120,6 +120,18 @@ def test_timeouts_name_tools_by_their_registered_name_too(
     assert peek is not None and peek.timeout_ms == 9000
 
 
+def test_a_timeouts_key_that_names_no_listed_tool_is_warned_about(
+    system: ToolSystem, connect: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    # A misspelled name would leave the tool it meant without a deadline, with no sign of it.
+    connect(system, tool_prefix="live_", timeouts={"slwo": 100, "live_greet": 500, "slow": 200})
+    [line] = [e for e in logs.entries if e["event"].startswith("MCP timeouts")]
+    assert line["event"] == "MCP timeouts name no tool the server listed"
+    assert line["server"] == "live"
+    assert line["names"] == ["slwo"]
+    assert line["log_level"] == "warning"
+
+
 def test_a_non_positive_timeout_is_refused_before_connecting(system: ToolSystem) -> None:
     with pytest.raises(ValueError, match=r"timeouts\['slow'\] must be a positive number"):
         register_mcp_server_sync(system, "live", live_params(Path(".")), timeouts={"slow": 0})

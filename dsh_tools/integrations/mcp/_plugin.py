@@ -176,6 +176,25 @@ class McpPlugin(ServerResources):
         self.instructions = listing.instructions
         self._apply(listing.tools, strict=first)
         self._set_section(listing.instructions)
+        if first:
+            self._check_timeouts(listing.tools)
+
+    def _check_timeouts(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """Warn about ``timeouts`` keys that name none of the first listing's tools: a
+        misspelled one would leave the tool it meant without a deadline, silently."""
+        known: set[str] = set()
+        for wire in tools:
+            mcp_name = wire.get("name")
+            if isinstance(mcp_name, str):
+                known.update((mcp_name, self._definition_name(mcp_name)))
+        unknown = [key for key in self._timeouts if key not in known]
+        if unknown:
+            _log.warning(
+                "MCP timeouts name no tool the server listed",
+                server=self.name,
+                names=unknown,
+                listed=sorted(w["name"] for w in tools if isinstance(w.get("name"), str)),
+            )
 
     def _set_section(self, text: str | None) -> None:
         if not self._instructions_section:
