@@ -593,6 +593,23 @@ def test_a_name_conflict_rolls_back_and_stops_the_server(
     assert mcp_threads() == []
 
 
+def test_a_name_conflict_names_the_server_and_the_way_out(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # A tool of another server (or the harness) has the name: the error must say which server
+    # and tool, and that a prefix keeps them apart (not the registry's per-agent hint).
+    system.tools.register(fixture("sleep"))
+    with pytest.raises(ValueError) as caught:
+        connect()
+    assert str(caught.value) == (
+        'MCP server "fixture" lists tool "sleep", but a tool named "sleep" is registered '
+        'already; give this server a tool_prefix (tool_prefix="fixture_", say) to keep its '
+        "tools apart"
+    )
+    assert [s["name"] for s in system.tools.schemas()] == ["sleep"]
+    assert mcp_threads() == []
+
+
 def test_a_plugin_name_in_use_is_refused_before_the_server_starts(
     system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path, errlog: TextIO
 ) -> None:

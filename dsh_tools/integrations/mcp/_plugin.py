@@ -265,6 +265,9 @@ class McpPlugin(ServerResources):
                     if strict:
                         for entry in reversed(list(order.values())):
                             entry.disposer()
+                        taken = self._name_taken(mcp_name, exc)
+                        if taken is not None:
+                            raise taken from exc
                         raise
                     _log.warning(
                         "MCP tool could not be registered",
@@ -278,6 +281,22 @@ class McpPlugin(ServerResources):
                 info = self._info_of(definition)
                 order[mcp_name] = _Registered(wire, disposer, info)
             self._registered = order
+
+    def _name_taken(self, mcp_name: str, exc: Exception) -> ValueError | None:
+        """The error for a first listing's tool whose name another tool has: the registry's
+        own names neither this server nor the way out."""
+        name = self._definition_name(mcp_name)
+        if type(exc) is not ValueError or self._tools.get(name) is None:
+            return None
+        way_out = (
+            f'give this server a tool_prefix (tool_prefix="{self.name}_", say)'
+            if not self._prefix
+            else "give this server another tool_prefix"
+        )
+        return ValueError(
+            f'MCP server "{self.name}" lists tool "{mcp_name}", but a tool named "{name}" is '
+            f"registered already; {way_out} to keep its tools apart"
+        )
 
     @staticmethod
     def _info_of(definition: Any) -> McpToolInfo:
