@@ -9,10 +9,17 @@ A local instance's processes die with the thread that started them (Ray ties the
 parent with a death signal), so ``ray.init`` always runs on one long-lived daemon thread of its
 own, never on a caller's pool or loop thread that may end. ``init_ray(**options)`` does the same
 for a harness that wants its own ``ray.init`` options.
+
+An address given as ``host:port`` (``address=`` or ``RAY_ADDRESS``) is tried with a plain TCP
+connection first: where nothing listens, ``ray.init`` retries its connection for many minutes
+before it gives up, and a placed call would wait all that time. No answer there fails at once
+with ``ConnectionError`` naming the address.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from types import ModuleType
 from typing import Any
@@ -21,6 +28,9 @@ __all__ = ["ensure_ray", "import_ray", "init_ray"]
 
 _lock = threading.Lock()
 _keeper: threading.Thread | None = None
+
+_PROBE_TIMEOUT = 5.0
+"""Seconds a ``host:port`` address has to accept a TCP connection before ``ray.init``."""
 
 
 def import_ray() -> ModuleType:
@@ -52,8 +62,32 @@ def init_ray(**options: Any) -> ModuleType:
     return ray
 
 
+def _probe(options: dict[str, Any]) -> None:
+    """Raise ``ConnectionError`` when the cluster address ``ray.init`` would connect to is a
+    ``host:port`` where nothing accepts a connection. Other forms (``auto``, ``local``,
+    ``ray://...``, none at all) are left to Ray."""
+    if options.get("address") is not None:
+        address, source = options["address"], "address="
+    else:
+        address, source = os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"
+    if not isinstance(address, str) or "://" in address:
+        return
+    host, colon, port = address.strip().rpartition(":")
+    if not colon or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_TIMEOUT):
+            pass
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        raise ConnectionError(
+            f"no Ray cluster answers at {address.strip()} ({source}): {why}"
+        ) from None
+
+
 def _init_on_keeper(ray: Any, options: dict[str, Any]) -> None:
     global _keeper
+    _probe(options)
     done = threading.Event()
     failure: list[BaseException] = []
 

@@ -1,0 +1,88 @@
+"""A Ray address where no cluster answers fails the placed call with ``REMOTE_UNAVAILABLE``
+at once, naming the address, instead of holding the call while ``ray.init`` retries.
+
+Each case runs in a fresh interpreter: the process-wide Ray connection of the other Ray tests
+must not be touched, and a Ray that never connected is the state under test.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The call's result, one line: its error code and message.
+PROGRAM = """
+import os, sys
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools.distributed import RayPlacement, init_ray
+
+tool = define_tool(
+    name="far",
+    description="Runs on the cluster.",
+    parameters={},
+    output=ToolOutput(schema={"type": "json"}, render=lambda a, v: [{"type": "text", "text": "x"}]),
+    execute=lambda args, ctx: 1,
+    placement=RayPlacement(num_cpus=0),
+)
+if sys.argv[1] == "init_ray":
+    try:
+        init_ray(address=sys.argv[2])
+    except ConnectionError as exc:
+        print("init_ray:", exc)
+    sys.exit(0)
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(tool)
+    result = system.execute(ExecuteCall(call_id="c", name="far", arguments={}))
+    print(result.error.info.code, result.error.message)
+"""
+
+
+def closed_port() -> int:
+    """A 127.0.0.1 port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def run(*args: str, ray_address: str | None) -> str:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    if ray_address is not None:
+        env["RAY_ADDRESS"] = ray_address
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", PROGRAM, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=45,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the placed call was still waiting for ray.init after 45 s")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_ray_address_nothing_listens_on_fails_the_call_naming_it() -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    assert run("call", ray_address=address) == (
+        'REMOTE_UNAVAILABLE cannot run tool "far" on Ray: ray.init() failed: no Ray cluster '
+        f"answers at {address} (RAY_ADDRESS): Connection refused"
+    )
+
+
+def test_init_ray_with_such_an_address_raises_naming_it() -> None:
+    address = f"127.0.0.1:{closed_port()}"
+    assert run("init_ray", address, ray_address=None) == (
+        f"init_ray: no Ray cluster answers at {address} (address=): Connection refused"
+    )
