@@ -582,6 +582,42 @@ def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog
     assert mcp_threads() == []
 
 
+CHATTY_SERVER = """
+import sys
+from mcp.server.mcpserver import MCPServer
+
+print("chatty server starting", file=sys.stderr, flush=True)
+server = MCPServer("chatty")
+
+@server.tool(description="Say hi.")
+def hi() -> str:
+    return "hi"
+
+server.run()
+"""
+
+
+def test_an_errlog_without_a_file_descriptor_gets_the_servers_stderr(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # Notebooks, captured test output and redirected logs replace sys.stderr with a stream
+    # that has no descriptor, which a child process cannot write to directly.
+    import io
+
+    script = tmp_path / "chatty_server.py"
+    script.write_text(CHATTY_SERVER)
+    errlog = io.StringIO()
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with register_mcp_server_sync(system, "chatty", params, errlog=errlog, connect_timeout=WAIT):
+        assert texts(run(system, "hi", {})) == ["hi"]
+    wait_until(lambda: "chatty server starting\n" in errlog.getvalue(), "the server's stderr")
+    wait_until(lambda: not forwarding_threads(), "the stderr forwarding to end")
+
+
+def forwarding_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("mcp-stderr[")]
+
+
 def test_a_name_conflict_rolls_back_and_stops_the_server(
     system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
 ) -> None:

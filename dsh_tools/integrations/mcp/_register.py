@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
+import os
 import sys
 import threading
 import weakref
@@ -63,13 +64,57 @@ class _Transport(NamedTuple):
     status: _HttpStatus | None
 
 
-def _transport(server_params: Any, errlog: TextIO | None) -> _Transport:
+def _has_descriptor(stream: TextIO) -> bool:
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+        return False
+    return True
+
+
+def _forward(reader: TextIO, errlog: TextIO) -> None:
+    """Copy a server's stderr to ``errlog`` until the server (every writer) closes it."""
+    with reader:
+        for line in reader:
+            # A closed or failing errlog must not stop the draining: a server whose stderr
+            # pipe fills up blocks.
+            with contextlib.suppress(Exception):
+                errlog.write(line)
+                errlog.flush()
+
+
+@contextlib.asynccontextmanager
+async def _stdio_forwarding_stderr(
+    params: StdioServerParameters, errlog: TextIO, name: str
+) -> AsyncIterator[Any]:
+    """``stdio_client`` for an ``errlog`` without a file descriptor (a notebook's or a test
+    capture's ``sys.stderr``, an ``io.StringIO``), which a child process cannot write to: the
+    server writes to a pipe, and a thread copies the pipe to ``errlog``."""
+    read_fd, write_fd = os.pipe()
+    reader = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
+    writer = os.fdopen(write_fd, "w")
+    forwarding = threading.Thread(
+        target=_forward, args=(reader, errlog), name=f"mcp-stderr[{name}]", daemon=True
+    )
+    forwarding.start()
+    try:
+        async with stdio_client(params, errlog=writer) as streams:
+            writer.close()  # the server has its own copy; its exit ends the forwarding
+            yield streams
+    finally:
+        writer.close()
+
+
+def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transport:
     """The transport factory, its kind and what errors say about it."""
     if isinstance(server_params, StdioServerParameters):
         params = server_params
 
         def open_stdio() -> AbstractAsyncContextManager[Any]:
-            return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
+            target = errlog if errlog is not None else sys.stderr
+            if _has_descriptor(target):
+                return stdio_client(params, errlog=target)
+            return _stdio_forwarding_stderr(params, target, name)
 
         return _Transport(open_stdio, "stdio", "", None)
     if isinstance(server_params, str):
@@ -250,7 +295,7 @@ def _register_sync(
         on_progress,
         on_list_changed,
     )
-    transport = _transport(server_params, errlog)
+    transport = _transport(server_params, errlog, name)
     open_transport, kind = transport.open, transport.kind
     policy = _reconnect_policy(reconnect, kind)
     if ping_interval is None and kind == "http":
