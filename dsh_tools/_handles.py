@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Self
 
+from .actors import message_of
+from .actors._attached import Attached
+from .actors._logging import get_logger
 from .registry import ToolsHandle
+
+_log = get_logger("dsh_tools")
 
 __all__ = ["AgentScope", "PluginHandle"]
 
@@ -21,13 +26,28 @@ class _OwnerHandle:
     def __init__(self, tools: ToolsHandle) -> None:
         self.closed = False
         self.tools = tools
+        self._on_close: Attached[Callable[[], object]] = Attached()
+
+    def on_close(self, close: Callable[[], object]) -> Callable[[], None]:
+        """Have ``close()`` call ``close`` first, the last attached first: for what lives as
+        long as these registrations (an MCP plugin registered in an agent's scope, say). One
+        that raises is logged and the rest still run. Returns the function that detaches it."""
+        if not callable(close):
+            raise TypeError(f"on_close() takes a callable, got {type(close).__name__}")
+        return self._on_close.attach(close)
 
     def close(self) -> None:
-        """Dispose everything registered through this handle, in reverse order."""
+        """Run the ``on_close`` closers, then dispose everything registered through this
+        handle, in reverse order."""
         if self.closed:
             return
         self.closed = True
         self._forget()
+        while (closer := self._on_close.take_last()) is not None:
+            try:
+                closer()
+            except Exception as exc:
+                _log.warning("closing a resource with its owner failed", error=message_of(exc))
         self.tools._close_owner()
 
     def _forget(self) -> None:

@@ -1819,3 +1819,26 @@ def test_ctrl_c_before_a_driven_calls_first_step_settles_it_and_propagates() -> 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
     assert "never awaited" not in done.stderr
+
+
+def test_an_owners_closers_run_first_last_attached_first_despite_a_failing_one(
+    system: ToolSystem, logs: Logs
+) -> None:
+    order: list[str] = []
+    scope = system.agent("worker")
+    scope.tools.register(echo())
+
+    def failing() -> None:
+        order.append("failing")
+        raise RuntimeError("closer broke")
+
+    scope.on_close(lambda: order.append(f"first, echo visible: {scope.tools.names()}"))
+    scope.on_close(failing)
+    detach = scope.on_close(lambda: order.append("detached"))
+    detach()
+    scope.close()
+    assert order == ["failing", "first, echo visible: ['echo']"]
+    assert system.agent("worker").tools.names() == []
+    assert "closing a resource with its owner failed" in logs.warnings
+    with pytest.raises(TypeError, match="on_close\\(\\) takes a callable, got int"):
+        system.plugin("p").on_close(1)  # type: ignore[arg-type]

@@ -450,6 +450,22 @@ def test_an_agent_scoped_server_is_visible_to_that_agent_only(
     assert [s["name"] for s in scope.tools.schemas()] == ["notes"]
 
 
+def test_closing_the_agents_scope_closes_its_servers(
+    system: ToolSystem, connect: Callable[..., McpPlugin], marks: Path
+) -> None:
+    # The scope's close() disposes what was registered in it; a server whose tools are gone
+    # must not live on behind them, nor keep its name from the agent's next scope.
+    plugin = connect(agent="researcher")
+    pid = int(wait_for_file(marks / "pid"))
+    system.agent("researcher").close()
+    assert plugin.state == "closed"
+    assert process_gone(pid)
+    assert mcp_threads() == []
+    again = connect(agent="researcher")
+    assert texts(run(system, "echo", {"text": "again"}, agent="researcher")) == ["again"]
+    again.close()
+
+
 # --- lifecycle ---------------------------------------------------------------------------------
 
 

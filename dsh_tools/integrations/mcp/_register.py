@@ -34,6 +34,7 @@ from ._types import (
 )
 
 if TYPE_CHECKING:
+    from ..._handles import AgentScope
     from ..._system import PluginHandle, ToolSystem
 
 __all__ = ["register_mcp_server", "register_mcp_server_sync"]
@@ -312,12 +313,14 @@ def _register_sync(
     )
     release = _claim(system, agent, name)
     owner: PluginHandle | None = None
+    scope: AgentScope | None = None
     try:
         if agent is None:
             owner = system.plugin(name)
             tools = owner.tools
         else:
-            tools = system.agent(agent).tools
+            scope = system.agent(agent)
+            tools = scope.tools
         client = McpClient(
             name,
             open_transport,
@@ -382,8 +385,11 @@ def _register_sync(
         plugin.adopt(listing)
         # Only now may list changes and reconnects reach the plugin: the first listing is in.
         client.attach(plugin)
-        # The server and its connection live no longer than the system they serve.
+        # The server and its connection live no longer than the system they serve, nor than
+        # the agent scope whose tools they are.
         plugin.close_with(system.on_stop(plugin.close))
+        if scope is not None:
+            plugin.close_with(scope.on_close(plugin.close))
     except BaseException:
         plugin.close()
         raise
