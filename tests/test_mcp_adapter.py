@@ -554,6 +554,34 @@ def test_a_stdio_server_that_dies_is_disconnected_and_its_tools_withdrawn(
     assert mcp_threads() == []
 
 
+def test_a_call_the_disconnect_failed_finds_the_plugin_already_disconnected(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # A harness that reads the state on seeing MCP_DISCONNECTED must not be told "connected"
+    # (and then have its retry fail as "not connected" instead of UNKNOWN_TOOL).
+    plugin = connect()
+    crashed = failure(run(system, "crash", {}))["error"]
+    assert crashed["info"]["code"] == "MCP_DISCONNECTED"
+    assert plugin.state == "disconnected"
+    assert system.tools.schemas() == []
+    assert failure(run(system, "echo", {"text": "anyone?"}))["error"]["info"]["code"] == (
+        "UNKNOWN_TOOL"
+    )
+
+
+def test_under_a_reconnect_policy_it_finds_the_plugin_reconnecting(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    from dsh_tools.integrations import ReconnectPolicy
+
+    plugin = connect(reconnect=ReconnectPolicy(initial_delay=5.0, max_attempts=1))
+    assert failure(run(system, "crash", {}))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+    assert plugin.state == "reconnecting"
+    assert failure(run(system, "echo", {"text": "anyone?"}))["error"]["message"] == (
+        'MCP server "fixture" is disconnected (reconnecting)'
+    )
+
+
 PAGING_SERVER = str(Path(__file__).with_name("mcp_paging_server.py"))
 
 

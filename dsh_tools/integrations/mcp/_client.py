@@ -59,6 +59,9 @@ _T = TypeVar("_T")
 
 _CLIENT_INFO = types.Implementation(name="dsh-tools", version="0.1.0")
 
+_END_HANDLING_S = 10.0
+"""How long a call that failed on a lost connection waits for the loss to be handled."""
+
 
 class McpClient:
     """One server connection on its own thread and loop, for the plugin's lifetime."""
@@ -91,6 +94,10 @@ class McpClient:
         self._ended = "the session ended"
         self._relist = False
         self._serving: concurrent.futures.Future[None] | None = None
+        # Set once the end of the current session is handled (the state moved on, the plugin
+        # told, the calls in flight cut): a call that fails on that end waits for it, so that
+        # whoever reads its MCP_DISCONNECTED sees the state and the tools that follow from it.
+        self._end_handled: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._calls: dict[concurrent.futures.Future[Any], McpCallRef] = {}
         self._lock = threading.Lock()
@@ -167,6 +174,7 @@ class McpClient:
         try:
             while True:
                 self._connected = False
+                handled = self._end_handled = asyncio.Event()
                 try:
                     await self._session_once(ready)
                 except Exception as exc:
@@ -181,7 +189,6 @@ class McpClient:
                         )
                 if self._stopping:
                     return
-                self._cut_calls("disconnected")
                 if self._connected:
                     attempt = 0
                 attempt += 1
@@ -197,6 +204,8 @@ class McpClient:
                 elif attempt == 1:
                     self._set_state("reconnecting")
                     await self._tell(partial(notify_lost, final=False, reason=self._ended))
+                self._cut_calls("disconnected")
+                handled.set()
                 if final or policy is None:
                     return
                 try:
@@ -211,6 +220,15 @@ class McpClient:
             raise
         finally:
             self._session = None
+            if self._end_handled is not None:
+                self._end_handled.set()
+
+    async def _end_of(self, handled: asyncio.Event | None) -> None:
+        """On the client loop: wait (bounded) until the end of the session a call ran on is
+        handled; see ``_end_handled``."""
+        if handled is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(handled.wait(), _END_HANDLING_S)
 
     async def _stopped(self) -> None:
         while not self._stopping:
@@ -470,6 +488,7 @@ class McpClient:
         on_progress: ProgressFnT,
     ) -> dict[str, Any]:
         session = self.session()
+        handled = self._end_handled
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=tool, arguments=arguments)
         )
@@ -480,12 +499,16 @@ class McpClient:
                 request, types.CallToolResult, progress_callback=on_progress
             )
         except MCPError as exc:
-            raise await self.failure(exc, session) from None
+            error = await self.failure(exc, session)
+            if isinstance(error, McpConnectionError):
+                await self._end_of(handled)
+            raise error from None
         except ValidationError as exc:
             text = f"MCP request failed: {summarize(exc)}"
             raise McpToolError(text, "MCP_REQUEST_FAILED") from None
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self._note_lost(f"the connection broke during a call ({describe(exc)})")
+            await self._end_of(handled)
             raise self._disconnected() from None
         return wire(result)
 
