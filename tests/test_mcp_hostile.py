@@ -238,3 +238,37 @@ def test_a_withdrawal_logs_why_the_server_disconnected(
         "a request reported the connection closed (Connection closed)",
     )
     assert plugin.wait_for_state("disconnected", timeout=WAIT)
+
+
+WEDGED_SERVER = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("wedged")
+
+@server.tool(description="A file name that is not text.")
+def name() -> str:
+    # The SDK cannot encode the reply: its server loop dies, while the thread reading stdin
+    # keeps the process alive with its output open. It never answers again.
+    return "report\\udcff.txt"
+
+server.run()
+"""
+
+
+def test_a_stdio_server_that_stops_answering_without_exiting_is_found_out(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    script = tmp_path / "wedged_server.py"
+    script.write_text(WEDGED_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    # Registered as the guide shows it, with no timeout: only the default keep-alive ping can
+    # tell this server from a slow one.
+    with register_mcp_server_sync(
+        system, "wedged", params, errlog=errlog, connect_timeout=2
+    ) as plugin:
+        result = spawn(system, ExecuteCall(call_id="n", name="name", arguments={})).result(45)
+        assert failure(result)["error"] == {
+            "message": 'MCP server "wedged" disconnected during the call',
+            "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+        }
+        assert plugin.state == "disconnected"

@@ -41,7 +41,10 @@ __all__ = ["register_mcp_server", "register_mcp_server_sync"]
 
 ServerParams = StdioServerParameters | str | TransportFactory
 
-_HTTP_PING_INTERVAL = 15.0
+_PING_INTERVAL = 15.0
+"""The default keep-alive ping, for every transport: a server can stop answering without its
+connection ending (a stdio server whose loop died while a thread keeps the process alive), and
+only a ping tells that from a slow call."""
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -299,8 +302,8 @@ def _register_sync(
     transport = _transport(server_params, errlog, name)
     open_transport, kind = transport.open, transport.kind
     policy = _reconnect_policy(reconnect, kind)
-    if ping_interval is None and kind == "http":
-        ping_interval = _HTTP_PING_INTERVAL
+    if ping_interval is None:
+        ping_interval = _PING_INTERVAL
     answer_elicitation: ElicitationCallback | None = (
         approval_elicitation(system) if elicitation == "approval" else elicitation
     )
@@ -480,7 +483,7 @@ async def register_mcp_server(
 
     ``reconnect``: ``None`` (default) reconnects Streamable HTTP servers (``ReconnectPolicy()``)
     and not stdio servers or factories; ``True``/``False`` or a ``ReconnectPolicy`` decide.
-    ``ping_interval`` (seconds; default 15 for URLs, none otherwise) checks an idle connection.
+    ``ping_interval`` (seconds; default 15) checks that the server still answers.
 
     Client capabilities, each advertised only when given: ``sampling`` (a callback answering
     ``sampling/createMessage``), ``elicitation`` (``"approval"``: routed to
