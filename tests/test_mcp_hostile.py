@@ -9,7 +9,9 @@ marker files through polling with the same bound.
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -238,6 +240,22 @@ def test_a_withdrawal_logs_why_the_server_disconnected(
         "a request reported the connection closed (Connection closed)",
     )
     assert plugin.wait_for_state("disconnected", timeout=WAIT)
+
+
+
+def test_a_call_cut_short_by_the_disconnect_leaves_no_unretrieved_failure(
+    system: ToolSystem, connect: Callable[..., McpPlugin], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The withdrawal cancels the call's future while its request is failing on the client
+    # loop: the request's own failure must not be left for the collector to report as
+    # "Task exception was never retrieved" (in whatever thread and code it happens to run).
+    plugin = connect(system)
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        assert failure(run(system, "die", {}))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
+        plugin.close()  # its loop and thread end: nothing of the call is left but garbage
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 WEDGED_SERVER = """

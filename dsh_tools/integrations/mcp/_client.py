@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from mcp import ClientSession, MCPError, types
@@ -437,11 +437,14 @@ class McpClient:
             if self._state != "connected" or self._session is None:
                 coro.close()
                 raise self._disconnected()
+            submitted: list[concurrent.futures.Future[_T]] = []
+            guarded = _unless_given_up(coro, submitted)
             try:
-                future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+                future = asyncio.run_coroutine_threadsafe(guarded, self._loop)
             except RuntimeError:  # the loop is gone
-                coro.close()
+                guarded.close()
                 raise self._disconnected() from None
+            submitted.append(future)
             if ref is not None:
                 self._calls[future] = ref
         if ref is not None:
@@ -523,3 +526,20 @@ class McpClient:
         """On the client loop: the server's tools changed; the supervisor re-lists them."""
         self._relist = True
         self._wake.set()
+
+
+async def _unless_given_up(
+    coro: Coroutine[Any, Any, _T], submitted: list[concurrent.futures.Future[_T]]
+) -> _T:
+    """``coro``'s outcome, except that a failure nobody waits for any more (its future was
+    cancelled, by the caller or by a withdrawal cutting the calls short, while the request
+    was failing) ends the task quietly: the future does not take it, and left in the task it
+    would be reported as "Task exception was never retrieved" whenever the collector got to it,
+    from whatever code was running then. ``submitted`` holds the future once it is made."""
+    try:
+        return await coro
+    except Exception:
+        if submitted and submitted[0].cancelled():
+            return cast("_T", None)
+        raise
+
