@@ -638,6 +638,25 @@ def test_the_output_contract_checks_the_returned_value(system: ToolSystem) -> No
     assert '"value" must be an integer' in text(result)
 
 
+class Pin(msgspec.Struct, frozen=True, eq=False):
+    x: int
+
+
+def test_a_set_the_annotation_allows_is_valid_output_though_alike_as_json(
+    system: ToolSystem,
+) -> None:
+    # A set keeps items apart by Python equality: two eq=False Structs that look alike are two
+    # items. The return annotation allows the value, so its output schema must not refuse it.
+    @tool
+    def pins() -> set[Pin]:
+        return {Pin(1), Pin(1)}
+
+    assert "uniqueItems" not in pins.output.schema
+    result = run(system, pins, {})
+    assert not result.is_error, text(result)
+    assert text(result) == '[{"x":1},{"x":1}]'
+
+
 def nested_lists(depth: int, innermost: Any = None) -> list[Any]:
     """``[[[...]]]``, ``depth`` lists inside the outer one, ``innermost`` in the last if given."""
     outer: list[Any] = []

@@ -21,7 +21,13 @@ from typing import Any, Final
 from ..actors import FrozenDict, FrozenList
 from ._schema_predicates import _is_array, _is_map
 
-__all__ = ["accepts_null", "optional_null_dropper", "resolve_local_ref", "to_subset_schema"]
+__all__ = [
+    "accepts_null",
+    "annotation_subset_schema",
+    "optional_null_dropper",
+    "resolve_local_ref",
+    "to_subset_schema",
+]
 
 _MAX_DEPTH: Final = 256
 _SCALARS: Final = ("string", "number", "integer", "boolean", "null")
@@ -128,10 +134,20 @@ def to_subset_schema(schema: Any) -> dict[str, Any]:
     ``additionalProperties`` schemas and ``$schema``/``$id``. Whatever the subset cannot
     express becomes a wider schema, never a narrower one.
     """
-    return _project(schema, schema, (), 0)
+    return _project(schema, schema, (), 0, True)
 
 
-def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dict[str, Any]:
+def annotation_subset_schema(schema: Any) -> dict[str, Any]:
+    """``to_subset_schema`` for the schema msgspec generates from a Python annotation, less
+    ``uniqueItems``: a ``set`` holds items distinct by Python equality, not JSON equality (two
+    Structs or dataclasses with ``eq=False`` that look alike, an ``Enum`` member beside its
+    value), and a value the annotation accepts must never fail its own output schema."""
+    return _project(schema, schema, (), 0, False)
+
+
+def _project(
+    node: Any, document: Any, refs: tuple[str, ...], depth: int, unique: bool
+) -> dict[str, Any]:
     if not _is_map(node) or depth > _MAX_DEPTH:
         return {}
     ref = node.get("$ref")
@@ -139,12 +155,12 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
         target = resolve_local_ref(document, ref)
         if target is None or ref in refs:
             return _annotations(node)  # unresolvable, or where a recursive shape recurs
-        projected = _project(target, document, (*refs, ref), depth + 1)
+        projected = _project(target, document, (*refs, ref), depth + 1, unique)
         return {**projected, **_annotations(node)}
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
         if _is_array(branches) and branches:
-            projected_branches = [_project(b, document, refs, depth + 1) for b in branches]
+            projected_branches = [_project(b, document, refs, depth + 1, unique) for b in branches]
             return _union(projected_branches, node)
     if "const" in node:
         return _enum_schema([node["const"]], node)
@@ -155,7 +171,9 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
         kinds = [kind for kind in declared if kind in _TYPES]
         if not kinds or len(kinds) != len(declared):
             return _annotations(node)
-        branches = [_project({**node, "type": kind}, document, refs, depth) for kind in kinds]
+        branches = [
+            _project({**node, "type": kind}, document, refs, depth, unique) for kind in kinds
+        ]
         return _union(branches, node)
     if declared is None and _is_map(node.get("properties")):
         declared = "object"
@@ -166,7 +184,7 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
         properties = node.get("properties")
         if _is_map(properties) and properties:
             out["properties"] = {
-                name: _project(child, document, refs, depth + 1)
+                name: _project(child, document, refs, depth + 1, unique)
                 for name, child in properties.items()
                 if type(name) is str
             }
@@ -180,8 +198,8 @@ def _project(node: Any, document: Any, refs: tuple[str, ...], depth: int) -> dic
     elif declared == "array":
         items = node.get("items")
         if _is_map(items):
-            out["items"] = _project(items, document, refs, depth + 1)
-        if node.get("uniqueItems") is True:
+            out["items"] = _project(items, document, refs, depth + 1, unique)
+        if unique and node.get("uniqueItems") is True:
             # Kept: the subset enforces it with the same JSON equality, so it narrows nothing.
             out["uniqueItems"] = True
     return out

@@ -20,7 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from ._json_schema import assert_supported_json_schema
-from ._raw_schema import to_subset_schema
+from ._raw_schema import annotation_subset_schema
 
 _RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
 
@@ -256,7 +256,7 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
         return typing.Any, {"description": returns_doc} if returns_doc else {}
     returned = hints["return"]
     _check_schema_type(owner, "the return annotation", returned)
-    schema = to_subset_schema(msgspec.json.schema(returned))
+    schema = annotation_subset_schema(msgspec.json.schema(returned))
     if returns_doc and "description" not in schema:
         schema["description"] = returns_doc
     assert_supported_json_schema(schema)
