@@ -6,6 +6,7 @@ closes) and passes it in, so this module needs nothing from the system.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -27,21 +28,28 @@ class _OwnerHandle:
         self.closed = False
         self.tools = tools
         self._on_close: Attached[Callable[[], object]] = Attached()
+        # ``close()`` marks itself under this lock: no closer is attached after it looked.
+        self._closing = threading.Lock()
 
     def on_close(self, close: Callable[[], object]) -> Callable[[], None]:
         """Have ``close()`` call ``close`` first, the last attached first: for what lives as
         long as these registrations (an MCP plugin registered in an agent's scope, say). One
-        that raises is logged and the rest still run. Returns the function that detaches it."""
+        that raises is logged and the rest still run. Returns the function that detaches it.
+        ``RuntimeError`` once ``close()`` has begun: nothing would ever call ``close``."""
         if not callable(close):
             raise TypeError(f"on_close() takes a callable, got {type(close).__name__}")
-        return self._on_close.attach(close)
+        with self._closing:
+            if self.closed:
+                raise RuntimeError(f"{self.tools._label} is closed")
+            return self._on_close.attach(close)
 
     def close(self) -> None:
         """Run the ``on_close`` closers, then dispose everything registered through this
         handle, in reverse order."""
-        if self.closed:
-            return
-        self.closed = True
+        with self._closing:
+            if self.closed:
+                return
+            self.closed = True
         self._forget()
         while (closer := self._on_close.take_last()) is not None:
             try:

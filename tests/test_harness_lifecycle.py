@@ -1842,3 +1842,20 @@ def test_an_owners_closers_run_first_last_attached_first_despite_a_failing_one(
     assert "closing a resource with its owner failed" in logs.warnings
     with pytest.raises(TypeError, match="on_close\\(\\) takes a callable, got int"):
         system.plugin("p").on_close(1)  # type: ignore[arg-type]
+
+
+def test_on_close_refuses_a_closer_once_its_owner_is_closed(system: ToolSystem) -> None:
+    # Attached after close() took its closers, it would never run: an MCP server registered
+    # in a scope closed meanwhile would outlive the scope. Refused instead, as on_stop() is.
+    scope = system.agent("gone")
+    scope.close()
+    closed: list[str] = []
+    with pytest.raises(RuntimeError, match='agent scope "gone" is closed'):
+        scope.on_close(lambda: closed.append("late"))
+    plugin = system.plugin("gone")
+    plugin.close()
+    with pytest.raises(RuntimeError, match='plugin "gone" is closed'):
+        plugin.on_close(lambda: closed.append("late"))
+    scope.close()
+    plugin.close()
+    assert closed == []
