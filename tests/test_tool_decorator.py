@@ -835,6 +835,10 @@ def struct_default(at: Point = Point(x=0, y="0")) -> str:  # type: ignore[arg-ty
     return ""
 
 
+def infinite_default(limit: float = float("inf")) -> str:
+    return ""
+
+
 class Toolbox:
     def search(self, query: str) -> str:
         return query
@@ -862,6 +866,12 @@ class Toolbox:
             struct_default,
             r"@tool\(struct_default\): parameter 'at' has a default .* that its annotation "
             r"refuses: Expected `float`, got `str` - at `default.y`$",
+        ),
+        (
+            # A float allows infinity; JSON does not (it would be written null).
+            infinite_default,
+            r"@tool\(infinite_default\): a default or constraint is not JSON data: "
+            r"parameters.properties.limit.default is float \(inf\)$",
         ),
         (missing, r"@tool\(missing\): parameter 'path' has no type annotation"),
         (unsupported, r"@tool\(unsupported\): parameter 'value' has an unsupported annotation"),

@@ -20,6 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from ._json_schema import assert_supported_json_schema
+from ._lossless_check import is_json_value
 from ._raw_schema import annotation_subset_schema
 
 _RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
@@ -131,8 +132,13 @@ def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
     may not send, and an omitted argument would reach the body as a value of another type."""
     try:
         text = msgspec.json.encode(default)
+        lossless = is_json_value(msgspec.to_builtins(default, str_keys=True))
     except (TypeError, ValueError, OverflowError):
         return  # not JSON: the schema's generation names the problem
+    if not lossless:
+        # JSON text cannot carry it (``math.inf`` is written ``null``): what refuses it is the
+        # schema's check of its default, which names the value, not the annotation.
+        return
     try:
         msgspec.json.decode(text, type=hint, strict=True)
     except msgspec.ValidationError as exc:
