@@ -958,3 +958,27 @@ def test_fault_a_host_that_dies_takes_its_template_and_workers_along() -> None:
     while _running(template) or os.path.exists(f"/proc/{worker}"):
         assert time.monotonic() < deadline, "template or worker outlived the host"
         time.sleep(0.005)
+
+
+def test_a_harness_lower_locked_memory_limit_is_kept() -> None:
+    # Runs may lock 64 KiB a process, or less where the harness allows less: its lower soft
+    # limit was raised to 64 KiB for them.
+    script = """
+import asyncio, json, resource
+from dsh_tools.codebridge import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime
+hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+resource.setrlimit(resource.RLIMIT_MEMLOCK, (16384, hard))
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig(isolation="process"))
+program = "import resource\\nreturn list(resource.getrlimit(resource.RLIMIT_MEMLOCK))"
+try:
+    print(json.dumps(asyncio.run(runtime.run(CodeRunRequest(program, []))).value))
+finally:
+    runtime.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    soft, hard = msgspec.json.decode(done.stdout)
+    assert soft == 16384
+    assert hard <= 64 * 1024

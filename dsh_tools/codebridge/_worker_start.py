@@ -189,10 +189,24 @@ def _apply_cpu_limits(compute_ms: float) -> None:
         # Locked memory for a secret or two, no more: a run's processes could otherwise pin
         # the host's own cached pages of every file they may read (no budget sees those,
         # which another cgroup or none is charged for) up to the harness's limit each.
-        (resource.RLIMIT_MEMLOCK, (LOCKED_BYTES, LOCKED_BYTES)),
+        (resource.RLIMIT_MEMLOCK, _lowered(resource.RLIMIT_MEMLOCK, LOCKED_BYTES)),
     ):
         with contextlib.suppress(OSError, ValueError):  # best effort
             resource.setrlimit(which, value)
+
+
+def _lowered(which: int, most: int) -> tuple[int, int]:
+    """Limit ``which`` at ``most``, or where the harness has it lower, soft and hard apart: a
+    lower limit is never raised (a harness with ``CAP_SYS_RESOURCE`` could raise it)."""
+    try:
+        limits = resource.getrlimit(which)
+    except (OSError, ValueError):
+        return most, most
+    soft, hard = (
+        most if limit == resource.RLIM_INFINITY or limit < 0 else min(limit, most)
+        for limit in limits
+    )
+    return soft, hard
 
 
 def _apply_memory_limit(max_memory_mb: float) -> None:
