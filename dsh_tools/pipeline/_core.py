@@ -376,7 +376,8 @@ HOOK_WIND_DOWN_S = 1.0
 
 BODY_WIND_DOWN_S = 1.0
 """How long an ``async def`` body that reads its signal may go on once the awaiting task was
-cancelled (its signal aborted with it) before it is cancelled too (``_in_own_task``)."""
+cancelled (its signal aborted with it) before it is cancelled too: the task awaiting
+``execute_async`` (``_in_own_task``) or ``execute_batch_async`` (its ``forced`` signal)."""
 
 HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
