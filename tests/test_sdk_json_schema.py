@@ -201,6 +201,32 @@ def test_constraints_and_formats_become_comments() -> None:
     )
 
 
+def test_a_bytes_parameter_says_its_text_is_base64() -> None:
+    # msgspec declares bytes as a base64 string: a program passing plain text would be refused
+    # (or its text decoded into other bytes), so the SDK says how the string is encoded.
+    @tool
+    def upload(data: bytes, kind: str = "raw") -> bytes:
+        """Store a blob.
+
+        Args:
+            data: The blob.
+            kind: What it is.
+        """
+        return data
+
+    text = declarations(
+        SdkTool("upload", "", upload.parameters, upload.output.schema if upload.output else None)
+    )
+    assert "    # The blob. [contentEncoding: base64]\n    data: str\n" in text
+    assert "UploadOutput = str" in text
+    media = {"type": "string", "contentEncoding": "base64", "contentMediaType": "image/png"}
+    assert output_of({"type": "object", "properties": {"png": media}}) == (
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    # [contentEncoding: base64; contentMediaType: image/png]\n"
+        "    png: NotRequired[str]"
+    )
+
+
 def test_constraints_of_items_and_values_behind_a_union_become_comments_too() -> None:
     non_negative = {"type": "integer", "minimum": 0}
     schema = {

@@ -28,7 +28,11 @@ _NOTE_KEYS: Final = (
     "minProperties",
     "maxProperties",
     "default",
+    "contentEncoding",
+    "contentMediaType",
 )
+# Notes whose string values are shown as they are, not as JSON.
+_TEXT_NOTE_KEYS: Final = frozenset({"format", "pattern", "contentEncoding", "contentMediaType"})
 _NOTE_LIMIT: Final = 80
 # Keywords that make an ``anyOf``/``oneOf`` branch a type of its own (rather than a constraint
 # on the enclosing node, as in ``{"type": "object", "anyOf": [{"required": ["a"]}, ...]}``).
@@ -47,7 +51,7 @@ def _is_list(value: Any) -> bool:
 
 def _note_value(key: str, value: Any) -> str:
     try:
-        raw = type(value) is str and key in ("format", "pattern")
+        raw = type(value) is str and key in _TEXT_NOTE_KEYS
         text = value if raw else msgspec.json.encode(value).decode()
     except (TypeError, ValueError, msgspec.EncodeError):
         return "?"
