@@ -350,6 +350,44 @@ def test_a_non_lossless_completion_is_invalid_output(
     assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
 
 
+@pytest.mark.parametrize(
+    ("program", "problem"),
+    [
+        ('return tools.echo({"a": 1})', "value is CallHandle"),
+        ('return {"r": [tools.echo({})]}', "value.r[0] is CallHandle"),
+        ("async def helper():\n    return 1\nreturn helper()", "value is coroutine"),
+    ],
+)
+def test_an_awaitable_left_unawaited_is_named_as_one(
+    runtime: SubprocessCodeRuntime, program: str, problem: str
+) -> None:
+    # A program that forgets `await` returns the call itself: the message says what to do.
+    async def echo(value: Any) -> Any:
+        return value
+
+    result = run(runtime, program, tools(echo=echo))
+    message = f"program completion must be lossless JSON: {problem} (an awaitable: use await on it)"
+    assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
+
+
+def test_an_awaitable_passed_as_an_argument_is_named_as_one(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def echo(value: Any) -> Any:
+        return value
+
+    program = """
+try:
+    await tools.echo({"inner": tools.echo({})})
+except ToolCallError as e:
+    return e.message
+"""
+    assert run(runtime, program, tools(echo=echo)).value == (
+        "binding arguments must be lossless JSON: arguments.inner is CallHandle"
+        " (an awaitable: use await on it)"
+    )
+
+
 def test_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "return [7] * 50000").value == [7] * 50000
 

@@ -226,6 +226,9 @@ def not_lossless(
                     children.reverse()
                     stack.extend(children)
                     continue
+        elif any("__await__" in vars(klass) for klass in kind.__mro__):
+            # A tool call or coroutine the program forgot to await: say what to do about it.
+            problem = f"{kind.__name__} (an awaitable: use await on it)"
         else:
             problem = kind.__name__
         if problem is not None:
