@@ -962,6 +962,35 @@ return out
     }
 
 
+def test_a_misspelt_binding_names_the_closest_one(runtime: SubprocessCodeRuntime) -> None:
+    # A model that mistypes a tool name is told the name it most likely meant, as Python
+    # suggests a misspelt attribute; a name like none of them gets no guess.
+    async def echo(value: Any) -> Any:
+        return value
+
+    program = """
+out = []
+for attempt in ("read_fiel", "raed_file", "list_dirs", "frobnicate"):
+    try:
+        getattr(tools, attempt)
+    except AttributeError as exc:
+        out.append(str(exc))
+try:
+    tools["write-fle"]
+except KeyError as exc:
+    out.append(exc.args[0])
+return out
+"""
+    bindings = tools(read_file=echo, list_dir=echo, **{"write-file": echo})
+    assert run(runtime, program, bindings).value == [
+        "'tools' has no binding 'read_fiel'; did you mean tools.read_file?",
+        "'tools' has no binding 'raed_file'; did you mean tools.read_file?",
+        "'tools' has no binding 'list_dirs'; did you mean tools.list_dir?",
+        "'tools' has no binding 'frobnicate'",
+        "'tools' has no binding 'write-fle'; did you mean tools[\"write-file\"]?",
+    ]
+
+
 def test_a_namespace_spells_the_bindings_out_once_for_all_its_misses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import difflib
 import io
+import keyword
 from collections.abc import Callable, Generator
 from typing import Any, Final
 
@@ -147,7 +149,19 @@ class Namespace:
             for known in loose.get(_loose(name), ()):
                 if known != name:
                     return f"{text}; call it as {self.__dsh_global__}[{_literal(known)}]"
+            names = self.__dsh_names__
+            if len(names) <= _GUESS_LIMIT:
+                close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+                if close:
+                    return f"{text}; did you mean {self.__dsh_access__(close[0])}?"
         return text
+
+    def __dsh_access__(self, name: str) -> str:
+        """How a program reaches the binding ``name``: by attribute when it can."""
+        dunder = name.startswith("__") and name.endswith("__")
+        if name.isidentifier() and not keyword.iskeyword(name) and not dunder:
+            return f"{self.__dsh_global__}.{name}"
+        return f"{self.__dsh_global__}[{_literal(name)}]"
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self.__dsh_global__!r} is read-only")
@@ -169,6 +183,10 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+_GUESS_LIMIT: Final = 1000
+"""The most bindings a namespace looks through for the one a misspelt name meant."""
 
 
 def _literal(name: str) -> str:
