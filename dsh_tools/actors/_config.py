@@ -67,7 +67,9 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     - ``code_isolation``: ``"sandbox"`` (the default: each program confined to its scratch
       directory, the granted paths and its tools) or ``"process"`` (own process group, limits
       and a clean environment only: the program has the host user's powers).
-    - ``max_inline_bytes``: when set, dispatch logs larger than this are spilled.
+    - ``max_inline_bytes``: when set, dispatch logs larger than this are spilled to the store
+      given as ``system.dispatch_spill.store`` (without one they are kept whole, with a
+      warning).
     - ``tool_order``: tool names in prompt order, with at most one ``"<unlisted-tools>"`` marker.
     """
 
