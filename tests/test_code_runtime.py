@@ -962,6 +962,39 @@ return out
     }
 
 
+def test_calling_a_binding_with_keywords_says_to_pass_one_dict(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Python-style keyword arguments are the likeliest wrong shape a model writes: the error
+    # shows the call as it should have been written.
+    async def echo(value: Any) -> Any:
+        return value
+
+    program = """
+out = []
+for attempt in (
+    lambda: tools.read_file(path="a.txt", limit=3),
+    lambda: tools.read_file(),
+    lambda: tools.read_file({"path": "a.txt"}, 3),
+    lambda: tools["my-tool"](x=1),
+):
+    try:
+        attempt()
+    except TypeError as exc:
+        out.append(str(exc))
+return out
+"""
+    bindings = tools(read_file=echo, **{"my-tool": echo})
+    assert run(runtime, program, bindings).value == [
+        "tools.read_file() takes one dict of arguments, not keywords:"
+        ' await tools.read_file({"path": ..., "limit": ...})',
+        "tools.read_file() takes one dict of arguments: await tools.read_file({...})",
+        "tools.read_file() takes one dict of arguments: await tools.read_file({...})",
+        'tools["my-tool"]() takes one dict of arguments, not keywords:'
+        ' await tools["my-tool"]({"x": ...})',
+    ]
+
+
 def test_a_misspelt_binding_names_the_closest_one(runtime: SubprocessCodeRuntime) -> None:
     # A model that mistypes a tool name is told the name it most likely meant, as Python
     # suggests a misspelt attribute; a name like none of them gets no guess.

@@ -59,7 +59,15 @@ from ._frames import (
 from ._ledger import OutputLedger, limit_message
 from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
 from ._tokens import TokenError, detokenize, not_lossless, tokenize
-from ._worker_api import ABSENT, CallHandle, CaptureStream, Namespace, error_class, plain_error
+from ._worker_api import (
+    ABSENT,
+    CallHandle,
+    CaptureStream,
+    Namespace,
+    arity_message,
+    error_class,
+    plain_error,
+)
 from ._worker_render import render_exception
 
 __all__ = [
@@ -227,8 +235,10 @@ class Worker:
     def binding(
         self, global_name: str, name: str, error: Callable[[str, str], BaseException]
     ) -> Callable[[Any], CallHandle]:
-        def call(args: Any, /) -> CallHandle:
-            return self.submit(global_name, name, args, error)
+        def call(*args: Any, **kwargs: Any) -> CallHandle:
+            if len(args) != 1 or kwargs:
+                raise TypeError(arity_message(global_name, name, kwargs))
+            return self.submit(global_name, name, args[0], error)
 
         call.__name__ = call.__qualname__ = name
         return call

@@ -14,7 +14,7 @@ import collections.abc
 import difflib
 import io
 import keyword
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Collection, Generator
 from typing import Any, Final
 
 __all__ = [
@@ -158,10 +158,7 @@ class Namespace:
 
     def __dsh_access__(self, name: str) -> str:
         """How a program reaches the binding ``name``: by attribute when it can."""
-        dunder = name.startswith("__") and name.endswith("__")
-        if name.isidentifier() and not keyword.iskeyword(name) and not dunder:
-            return f"{self.__dsh_global__}.{name}"
-        return f"{self.__dsh_global__}[{_literal(name)}]"
+        return access_expression(self.__dsh_global__, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self.__dsh_global__!r} is read-only")
@@ -183,6 +180,25 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+def access_expression(global_name: str, name: str) -> str:
+    """How a program reaches the binding ``name`` of ``global_name``: by attribute when it
+    can (``tools.read``), else by item (``tools["my-tool"]``)."""
+    dunder = name.startswith("__") and name.endswith("__")
+    if name.isidentifier() and not keyword.iskeyword(name) and not dunder:
+        return f"{global_name}.{name}"
+    return f"{global_name}[{_literal(name)}]"
+
+
+def arity_message(global_name: str, name: str, keywords: Collection[str]) -> str:
+    """What a program calling a binding with anything but one positional dict is told: the
+    call as it should be written, with the keywords it used as the dict's keys."""
+    access = access_expression(global_name, name)
+    if keywords:
+        keys = ", ".join(f"{_literal(key)}: ..." for key in keywords)
+        return f"{access}() takes one dict of arguments, not keywords: await {access}({{{keys}}})"
+    return f"{access}() takes one dict of arguments: await {access}({{...}})"
 
 
 _GUESS_LIMIT: Final = 1000
