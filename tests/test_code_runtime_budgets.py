@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -645,7 +646,12 @@ def test_a_reply_frame_over_the_cap_fails_the_run(
     )
     kind, message = failure(result)
     assert kind == "frame-limit"
-    assert message.startswith("reply frame of ")
+    # The model is told which of its calls brought back too much.
+    assert re.fullmatch(
+        r"reply frame of \d+ bytes \(the result of tools\.huge\) exceeds max_frame_bytes "
+        r"\(100000\)",
+        message,
+    ), message
 
 
 # --- faults: whatever the program does, one result and nothing left behind --------------------

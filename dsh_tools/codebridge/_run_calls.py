@@ -23,6 +23,7 @@ from ._inflight import InflightArguments
 from ._outcome import quote, safe_text
 from ._seam import BindingFunction
 from ._tokens import MAX_DEPTH_FROM_WORKER, TokenError, detokenize, not_lossless, tokenize
+from ._worker_api import access_expression
 
 __all__ = ["BindingCalls", "Track"]
 
@@ -66,6 +67,7 @@ class BindingCalls:
         "_inflight",
         "_loop",
         "_max_frame_bytes",
+        "_names",
         "_namespaces",
         "_send",
         "_settled",
@@ -93,6 +95,7 @@ class BindingCalls:
         self._floor = 0  # every call id up to this one has been seen
         self._answered: set[int] = set()  # the ids seen above the floor
         self._inflight = InflightArguments()
+        self._names: dict[int, str] = {}  # the binding each call in flight reached, by id
 
     def close(self) -> None:
         """The run is over: answer nothing more, and let go of the run's callbacks (they refer
@@ -142,6 +145,7 @@ class BindingCalls:
         if over is not None:
             self._fail("frame-limit", over)
             return True
+        self._names[call_id] = access_expression(frame.global_name, frame.name)
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
         except TokenError as exc:
@@ -195,6 +199,7 @@ class BindingCalls:
 
     def _reply(self, frame: Reply) -> None:
         self._inflight.release(frame.id)
+        name = self._names.pop(frame.id, None)
         if self._settled():
             return
         try:
@@ -203,9 +208,11 @@ class BindingCalls:
             data = encode_frame(Reply(frame.id, False, message=_NOT_LOSSLESS_RESOLUTION))
         size = len(data) - PREFIX_BYTES
         if size > self._max_frame_bytes:
+            of = f" (the result of {name})" if name is not None else ""
             self._fail(
                 "frame-limit",
-                f"reply frame of {size} bytes exceeds max_frame_bytes ({self._max_frame_bytes})",
+                f"reply frame of {size} bytes{of} exceeds max_frame_bytes "
+                f"({self._max_frame_bytes})",
             )
             return
         self._send(data)
