@@ -370,6 +370,38 @@ def test_an_awaitable_left_unawaited_is_named_as_one(
     assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
 
 
+def test_using_a_call_that_was_not_awaited_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # `r = tools.x(...)` then `r["key"]` or `r.method()`: the error names the call and the fix
+    # rather than an internal class the program never wrote.
+    async def echo(value: Any) -> Any:
+        return value
+
+    program = """
+out = []
+r = tools.echo({"text": "a b"})
+try:
+    r["text"]
+except TypeError as exc:
+    out.append(str(exc))
+try:
+    r.split()
+except AttributeError as exc:
+    out.append(str(exc))
+out.append(hasattr(r, "__dsh_nothing__"))
+await r
+return out
+"""
+    assert run(runtime, program, tools(echo=echo)).value == [
+        "tools.echo(...) was not awaited: it is the pending call, not its result;"
+        " write (await tools.echo(...))[...]",
+        "tools.echo(...) was not awaited: it is the pending call, not its result;"
+        " write (await tools.echo(...)).split",
+        False,
+    ]
+
+
 def test_an_awaitable_passed_as_an_argument_is_named_as_one(
     runtime: SubprocessCodeRuntime,
 ) -> None:

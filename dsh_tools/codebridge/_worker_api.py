@@ -99,6 +99,22 @@ class CallHandle(asyncio.Future[Any]):
     def __repr__(self) -> str:
         return f"<tool call {self._name!r}>"
 
+    def _unawaited(self, then: str) -> str:
+        """What a program that uses the handle as if it were the call's result is told."""
+        return (
+            f"{self.access}(...) was not awaited: it is the pending call, not its result;"
+            f" write (await {self.access}(...)){then}"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names the future does not have: the result's methods, most likely.
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(self._unawaited(f".{name}"))
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError(self._unawaited("[...]"))
+
 
 collections.abc.Coroutine.register(CallHandle)
 
