@@ -390,7 +390,14 @@ try:
 except AttributeError as exc:
     out.append(str(exc))
 out.append(hasattr(r, "__dsh_nothing__"))
-await r
+out.append(hasattr(r, "keys"))  # a probe of a result's method is only False
+out.append(hasattr(r, "_dsh_nothing"))
+bare = type(r).__new__(type(r))  # no __init__: its own slots are unset
+try:
+    bare.split
+except AttributeError as exc:
+    out.append(type(exc).__name__)
+out.append(await r)
 return out
 """
     assert run(runtime, program, tools(echo=echo)).value == [
@@ -399,6 +406,10 @@ return out
         "tools.echo(...) was not awaited: it is the pending call, not its result;"
         " write (await tools.echo(...)).split",
         False,
+        False,
+        False,
+        "AttributeError",
+        {"text": "a b"},
     ]
 
 

@@ -249,7 +249,7 @@ class Worker:
         loop = self.loop
         if _get_ident() != self.thread or loop is None:
             raise RuntimeError("tools bindings must be called from the run_code event loop")
-        handle = CallHandle(loop, name, error)
+        handle = CallHandle(loop, global_name, name, error)
         tokens = tokenize(args)
         if tokens is None:
             handle.reject(f"{_NOT_LOSSLESS_ARGS}: {not_lossless(args, 'arguments')}")

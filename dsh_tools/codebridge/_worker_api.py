@@ -52,15 +52,17 @@ class CallHandle(asyncio.Future[Any]):
     noise.
     """
 
-    __slots__ = ("_error", "_name", "_runner")
+    __slots__ = ("_error", "_global", "_name", "_runner")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
+        global_name: str,
         name: str,
         error: Callable[[str, str], BaseException],
     ) -> None:
         super().__init__(loop=loop)
+        self._global = global_name
         self._name = name
         self._error = error
         self._runner: Generator[Any, Any, Any] | None = None
@@ -101,15 +103,19 @@ class CallHandle(asyncio.Future[Any]):
 
     def _unawaited(self, then: str) -> str:
         """What a program that uses the handle as if it were the call's result is told."""
+        access = access_expression(self._global, self._name)
         return (
-            f"{self.access}(...) was not awaited: it is the pending call, not its result;"
-            f" write (await {self.access}(...)){then}"
+            f"{access}(...) was not awaited: it is the pending call, not its result;"
+            f" write (await {access}(...)){then}"
         )
 
     def __getattr__(self, name: str) -> Any:
-        # Only for names the future does not have: the result's methods, most likely.
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
+        # Only for names the future does not have: the result's methods, most likely. A
+        # private or special name is no result's method but a probe (asyncio's, copy's, or
+        # this class's own slots before they are set): it gets the ordinary error, and the
+        # lookup never comes back here.
+        if name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         raise AttributeError(self._unawaited(f".{name}"))
 
     def __getitem__(self, key: Any) -> Any:
