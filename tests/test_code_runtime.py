@@ -4,6 +4,7 @@ environment a program runs in."""
 from __future__ import annotations
 
 import asyncio
+import difflib
 import os
 import threading
 import time
@@ -1085,6 +1086,29 @@ def test_a_namespace_spells_the_bindings_out_once_for_all_its_misses(
     with pytest.raises(AttributeError, match=r'call it as tools\["server.tool-7"\]$'):
         namespace.server_tool_7  # noqa: B018
     assert len(spelt) <= len(names) + 101
+
+
+def test_a_miss_compares_itself_with_only_the_bindings_spelt_nearly_like_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each miss may look for the binding it most likely meant, but a program probing names
+    # of a namespace of a thousand bindings must not measure each against all of them.
+    compared: list[object] = []
+    set_seq1 = difflib.SequenceMatcher.set_seq1
+
+    def counted(self: difflib.SequenceMatcher[str], a: str) -> None:
+        compared.append(a)
+        set_seq1(self, a)
+
+    monkeypatch.setattr(difflib.SequenceMatcher, "set_seq1", counted)
+    names = [f"server_tool_{index}" for index in range(1000)]
+    namespace = worker_api.Namespace("tools", dict.fromkeys(names, echo))
+    assert not any(hasattr(namespace, f"candidate_{index}") for index in range(100))
+    with pytest.raises(AttributeError, match=r"did you mean tools\.server_tool_7\?$"):
+        namespace.server_tool_7_  # noqa: B018
+    with pytest.raises(AttributeError, match=r"did you mean tools\.server_tool_12\?$"):
+        namespace.sevrer_tool_12  # noqa: B018
+    assert len(compared) <= 100 + 2 * 20
 
 
 @pytest.mark.parametrize("name", ["my-tool", 'say"hi', "new\\nline", "it's", "line\nbreak"])

@@ -128,18 +128,26 @@ collections.abc.Coroutine.register(CallHandle)
 class Namespace:
     """The object a program sees as ``tools``: bindings by item access and by attribute."""
 
-    __slots__ = ("__dsh_bindings__", "__dsh_global__", "__dsh_loose__", "__dsh_names__")
+    __slots__ = (
+        "__dsh_bindings__",
+        "__dsh_global__",
+        "__dsh_loose__",
+        "__dsh_names__",
+        "__dsh_near__",
+    )
 
     __dsh_bindings__: dict[str, Callable[[Any], CallHandle]]
     __dsh_global__: str
     __dsh_names__: list[str]
     __dsh_loose__: dict[str, list[str]] | None
+    __dsh_near__: dict[str, list[str]]
 
     def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], CallHandle]]) -> None:
         object.__setattr__(self, "__dsh_global__", global_name)
         object.__setattr__(self, "__dsh_bindings__", bindings)
         object.__setattr__(self, "__dsh_names__", sorted(bindings))
         object.__setattr__(self, "__dsh_loose__", None)  # made at the first miss
+        object.__setattr__(self, "__dsh_near__", {})  # made with __dsh_loose__
 
     def __getattr__(self, name: str) -> Callable[[Any], CallHandle]:
         if not (name.startswith("__") and name.endswith("__")):
@@ -160,22 +168,33 @@ class Namespace:
         the binding it most likely meant (``tools["math.big"]`` for ``tools.math_big``)."""
         text = f"{self.__dsh_global__!r} has no binding {name!r}"
         if type(name) is str:
-            # The bindings by their loose spelling, made once: a program probing names
-            # (hasattr, getattr with a default) may miss many times.
+            # The bindings by their loose spelling and by each spelling one character short,
+            # made once: a program probing names (hasattr, getattr with a default) may miss
+            # many times, and each miss then costs the length of its name, not a comparison
+            # with every binding.
             loose = self.__dsh_loose__
+            near = self.__dsh_near__
             if loose is None:
                 loose = {}
-                for known in self.__dsh_names__:
+                names = self.__dsh_names__
+                for known in names:
                     loose.setdefault(_loose(known), []).append(known)
+                    if len(names) <= _GUESS_LIMIT and len(known) <= _GUESS_LENGTH:
+                        for short in _one_short(known):
+                            near.setdefault(short, []).append(known)
                 object.__setattr__(self, "__dsh_loose__", loose)
             for known in loose.get(_loose(name), ()):
                 if known != name:
-                    return f"{text}; call it as {self.__dsh_global__}[{_literal(known)}]"
-            names = self.__dsh_names__
-            if len(names) <= _GUESS_LIMIT:
-                close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
-                if close:
-                    return f"{text}; did you mean {self.__dsh_access__(close[0])}?"
+                    return f"{text}; call it as {self.__dsh_access__(known)}"
+            if near and len(name) <= _GUESS_LENGTH + 1:
+                # A binding one edit away (a character dropped, added, changed or two
+                # swapped) shares one of these spellings with the name; the likeliest of
+                # those few is the one difflib finds closest.
+                candidates = {known for short in _one_short(name) for known in near.get(short, ())}
+                if candidates:
+                    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
+                    if close:
+                        return f"{text}; did you mean {self.__dsh_access__(close[0])}?"
         return text
 
     def __dsh_access__(self, name: str) -> str:
@@ -225,6 +244,15 @@ def arity_message(global_name: str, name: str, keywords: Collection[str]) -> str
 
 _GUESS_LIMIT: Final = 1000
 """The most bindings a namespace looks through for the one a misspelt name meant."""
+_GUESS_LENGTH: Final = 64
+"""The longest binding name a misspelt name is matched with."""
+
+
+def _one_short(name: str) -> set[str]:
+    """``name`` and each spelling of it with one character left out."""
+    shorts = {name[:index] + name[index + 1 :] for index in range(len(name))}
+    shorts.add(name)
+    return shorts
 
 
 def _literal(name: str) -> str:
