@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
+import dsh_tools.codebridge._run_calls as run_calls
 from dsh_tools.actors import AbortController, FrozenDict, FrozenList
 from dsh_tools.codebridge import (
     BindingNamespace,
@@ -39,6 +40,7 @@ from dsh_tools.codebridge._frames import (
 from dsh_tools.codebridge._pool import Slot, _alive
 from dsh_tools.codebridge._run_calls import OUT_OF_SEQUENCE_LIMIT
 from dsh_tools.codebridge._tokens import ArrayMarker, ObjectMarker, tokenize
+from dsh_tools.codebridge._worker_api import access_expression
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
 DEFAULT_LIMIT = "outer output exceeded 67108864 bytes"
@@ -652,6 +654,36 @@ def test_a_reply_frame_over_the_cap_fails_the_run(
         r"\(100000\)",
         message,
     ), message
+
+
+def test_only_a_reply_over_the_cap_spells_out_the_call_it_answers(
+    runtime_with: Callable[..., SubprocessCodeRuntime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # How the program wrote the call is wanted only by the frame-limit message: the calls
+    # whose replies fit, all of them but that one, do not spell it out.
+    spelt: list[str] = []
+
+    def access(global_name: str, name: str) -> str:
+        spelt.append(name)
+        return access_expression(global_name, name)
+
+    monkeypatch.setattr(run_calls, "access_expression", access)
+
+    async def small(value: Any) -> Any:
+        return value
+
+    async def huge(value: Any) -> Any:
+        return "h" * 200_000
+
+    program = (
+        "await asyncio.gather(*[tools.small({'n': n}) for n in range(50)])\n"
+        "return await tools.huge({})"
+    )
+    result = run(runtime_with(max_frame_bytes=100_000), program, tools(small=small, huge=huge))
+    kind, message = failure(result)
+    assert kind == "frame-limit"
+    assert "(the result of tools.huge)" in message
+    assert spelt == ["huge"]
 
 
 # --- faults: whatever the program does, one result and nothing left behind --------------------

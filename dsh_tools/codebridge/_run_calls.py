@@ -95,7 +95,9 @@ class BindingCalls:
         self._floor = 0  # every call id up to this one has been seen
         self._answered: set[int] = set()  # the ids seen above the floor
         self._inflight = InflightArguments()
-        self._names: dict[int, str] = {}  # the binding each call in flight reached, by id
+        # The binding each call in flight reached, by id: spelt out only by a reply over
+        # max_frame_bytes.
+        self._names: dict[int, tuple[str, str]] = {}
 
     def close(self) -> None:
         """The run is over: answer nothing more, and let go of the run's callbacks (they refer
@@ -145,7 +147,7 @@ class BindingCalls:
         if over is not None:
             self._fail("frame-limit", over)
             return True
-        self._names[call_id] = access_expression(frame.global_name, frame.name)
+        self._names[call_id] = (frame.global_name, frame.name)
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
         except TokenError as exc:
@@ -208,7 +210,7 @@ class BindingCalls:
             data = encode_frame(Reply(frame.id, False, message=_NOT_LOSSLESS_RESOLUTION))
         size = len(data) - PREFIX_BYTES
         if size > self._max_frame_bytes:
-            of = f" (the result of {name})" if name is not None else ""
+            of = f" (the result of {access_expression(*name)})" if name is not None else ""
             self._fail(
                 "frame-limit",
                 f"reply frame of {size} bytes{of} exceeds max_frame_bytes "
