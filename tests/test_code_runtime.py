@@ -1021,6 +1021,7 @@ for attempt in (
     lambda: tools.read_file(),
     lambda: tools.read_file({"path": "a.txt"}, 3),
     lambda: tools["my-tool"](x=1),
+    lambda: tools.read_file({"path": "a.txt"}, limit=3),
 ):
     try:
         attempt()
@@ -1036,6 +1037,9 @@ return out
         "tools.read_file() takes one dict of arguments: await tools.read_file({...})",
         'tools["my-tool"]() takes one dict of arguments, not keywords:'
         ' await tools["my-tool"]({"x": ...})',
+        # The dict it did pass is not dropped from the call shown.
+        "tools.read_file() takes one dict of arguments, not keywords:"
+        ' await tools.read_file({..., "limit": ...})',
     ]
 
 

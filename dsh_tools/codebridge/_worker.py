@@ -237,7 +237,7 @@ class Worker:
     ) -> Callable[[Any], CallHandle]:
         def call(*args: Any, **kwargs: Any) -> CallHandle:
             if len(args) != 1 or kwargs:
-                raise TypeError(arity_message(global_name, name, kwargs))
+                raise TypeError(arity_message(global_name, name, len(args), kwargs))
             return self.submit(global_name, name, args[0], error)
 
         call.__name__ = call.__qualname__ = name

@@ -232,12 +232,15 @@ def access_expression(global_name: str, name: str) -> str:
     return f"{global_name}[{_literal(name)}]"
 
 
-def arity_message(global_name: str, name: str, keywords: Collection[str]) -> str:
+def arity_message(global_name: str, name: str, positional: int, keywords: Collection[str]) -> str:
     """What a program calling a binding with anything but one positional dict is told: the
-    call as it should be written, with the keywords it used as the dict's keys."""
+    call as it should be written, with the keywords it used as the dict's keys (after those
+    of the dict it passed too, if it did)."""
     access = access_expression(global_name, name)
     if keywords:
         keys = ", ".join(f"{_literal(key)}: ..." for key in keywords)
+        if positional:
+            keys = f"..., {keys}"
         return f"{access}() takes one dict of arguments, not keywords: await {access}({{{keys}}})"
     return f"{access}() takes one dict of arguments: await {access}({{...}})"
 
