@@ -390,6 +390,10 @@ try:
     r.split()
 except AttributeError as exc:
     out.append(str(exc))
+try:
+    "text" in r
+except TypeError as exc:
+    out.append(str(exc))
 out.append(hasattr(r, "__dsh_nothing__"))
 out.append(hasattr(r, "keys"))  # a probe of a result's method is only False
 out.append(hasattr(r, "_dsh_nothing"))
@@ -406,6 +410,8 @@ return out
         " write (await tools.echo(...))[...]",
         "tools.echo(...) was not awaited: it is the pending call, not its result;"
         " write (await tools.echo(...)).split",
+        "tools.echo(...) was not awaited: it is the pending call, not its result;"
+        " write ... in (await tools.echo(...))",
         False,
         False,
         False,

@@ -101,12 +101,13 @@ class CallHandle(asyncio.Future[Any]):
     def __repr__(self) -> str:
         return f"<tool call {self._name!r}>"
 
-    def _unawaited(self, then: str) -> str:
-        """What a program that uses the handle as if it were the call's result is told."""
+    def _unawaited(self, before: str, after: str) -> str:
+        """What a program that uses the handle as if it were the call's result is told: the
+        awaited call written between ``before`` and ``after``."""
         access = access_expression(self._global, self._name)
         return (
             f"{access}(...) was not awaited: it is the pending call, not its result;"
-            f" write (await {access}(...)){then}"
+            f" write {before}(await {access}(...)){after}"
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -116,10 +117,15 @@ class CallHandle(asyncio.Future[Any]):
         # lookup never comes back here.
         if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        raise AttributeError(self._unawaited(f".{name}"))
+        raise AttributeError(self._unawaited("", f".{name}"))
 
     def __getitem__(self, key: Any) -> Any:
-        raise TypeError(self._unawaited("[...]"))
+        raise TypeError(self._unawaited("", "[...]"))
+
+    def __contains__(self, item: Any) -> bool:
+        # Without it ``in`` would iterate the future, which fails with "await wasn't used
+        # with future".
+        raise TypeError(self._unawaited("... in ", ""))
 
 
 collections.abc.Coroutine.register(CallHandle)
