@@ -438,6 +438,25 @@ except ToolCallError as e:
     )
 
 
+def test_an_awaitable_a_binding_resolves_to_is_not_the_program_s_to_await(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The program did await the call; what the host-side binding handed back is not something
+    # it can await, so it is not told to.
+    async def lazy(value: Any) -> Any:
+        return asyncio.get_running_loop().create_future()
+
+    program = """
+try:
+    await tools.lazy({})
+except ToolCallError as e:
+    return e.message
+"""
+    assert run(runtime, program, tools(lazy=lazy)).value == (
+        "binding resolution must be lossless JSON: value is Future"
+    )
+
+
 def test_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "return [7] * 50000").value == [7] * 50000
 

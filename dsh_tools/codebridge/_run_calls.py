@@ -194,7 +194,7 @@ class BindingCalls:
             return
         tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)
         if tokens is None:
-            problem = not_lossless(result, "value", _HOST_DICTS, _HOST_LISTS)
+            problem = not_lossless(result, "value", _HOST_DICTS, _HOST_LISTS, awaitable_hint=False)
             self._reply_failure(call_id, f"{_NOT_LOSSLESS_RESOLUTION}: {problem}")
         else:
             self._reply(Reply(call_id, True, tokens))

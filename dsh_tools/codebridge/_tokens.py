@@ -170,9 +170,13 @@ def not_lossless(
     root: str,
     dict_types: tuple[type, ...] = (dict,),
     list_types: tuple[type, ...] = (list,),
+    *,
+    awaitable_hint: bool = True,
 ) -> str:
     """Why ``tokenize`` refused ``value``: ``"<path> is <what>"`` for its first problem in
     document order, with ``root`` naming the value (``arguments.a[1] is float (NaN)``).
+    ``awaitable_hint`` tells the program to await an awaitable it left in the value; the
+    host, naming a binding's resolution, has no such advice for it.
 
     Only called once ``tokenize`` returned ``None``. Iterative, like ``tokenize``, for deep
     values; paths are parent links, rendered only for the problem found, and a path longer
@@ -226,7 +230,7 @@ def not_lossless(
                     children.reverse()
                     stack.extend(children)
                     continue
-        elif any("__await__" in vars(klass) for klass in kind.__mro__):
+        elif awaitable_hint and any("__await__" in vars(klass) for klass in kind.__mro__):
             # A tool call or coroutine the program forgot to await: say what to do about it.
             problem = f"{kind.__name__} (an awaitable: use await on it)"
         else:
