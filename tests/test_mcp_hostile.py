@@ -242,7 +242,6 @@ def test_a_withdrawal_logs_why_the_server_disconnected(
     assert plugin.wait_for_state("disconnected", timeout=WAIT)
 
 
-
 def test_a_call_cut_short_by_the_disconnect_leaves_no_unretrieved_failure(
     system: ToolSystem, connect: Callable[..., McpPlugin], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -542,4 +542,3 @@ async def _unless_given_up(
         if submitted and submitted[0].cancelled():
             return cast("_T", None)
         raise
-
