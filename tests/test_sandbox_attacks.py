@@ -352,6 +352,36 @@ return seen
     assert_next_run_works(sandbox)
 
 
+
+def test_every_process_of_a_run_is_the_first_the_oom_killer_picks(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # Inherited, a harness's shield from the OOM killer (down to -1000: never killed) would
+    # shield its runs too, and a run at its memory limit would stall instead of being killed.
+    host_score = Path("/proc/self/oom_score_adj").read_text()
+    program = """
+import os
+def score(pid='self'):
+    with open(f'/proc/{pid}/oom_score_adj') as file:
+        return file.read().strip()
+seen = {'worker': score()}
+child = os.fork()
+if child == 0:
+    os._exit(0 if score() == '1000' else 1)
+seen['child'] = os.waitpid(child, 0)[1] == 0
+try:
+    with open('/proc/self/oom_score_adj', 'w') as file:
+        file.write('-1000')
+    seen['lowered'] = score()
+except OSError as exc:
+    seen['lowered'] = type(exc).__name__
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    assert seen == {"worker": "1000", "child": True, "lowered": "PermissionError"}
+    assert Path("/proc/self/oom_score_adj").read_text() == host_score
+    assert_next_run_works(sandbox)
+
 def test_a_traced_child_cannot_trace_anything(sandbox: SubprocessCodeRuntime) -> None:
     program = """
 import ctypes, os

@@ -352,6 +352,7 @@ class SandboxPlan:
             flags = _kernel.MS_NOSUID | _kernel.MS_NODEV | _kernel.MS_NOEXEC
             _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
             _kernel.mount("proc", "/proc", "proc", flags, None)
+            _most_killable()
             size = max(int(self.max_memory_mb), 1)
             options = f"size={size}m,nr_inodes=16384,mode=0700"
             _kernel.mount(
@@ -430,6 +431,17 @@ class SandboxPlan:
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = True
+
+
+def _most_killable() -> None:
+    """Make this process, and so every process of the run, the first the kernel's OOM killer
+    picks (raising the score needs no privilege). As inherited, a harness that had shielded
+    itself (``-1000``: never killed) would shield its runs too: a run at its cgroup's memory
+    limit would then stall in reclaim instead of being killed, and a machine out of memory
+    would kill the harness before a run. Best effort: a kernel without the file keeps what
+    it has."""
+    with contextlib.suppress(OSError):
+        _write_file("/proc/self/oom_score_adj", "1000")
 
 
 def _exit_as(wait_status: int) -> NoReturn:
