@@ -530,8 +530,8 @@ def test_arguments_in_flight_count_object_keys_like_string_values() -> None:
     assert tokens is not None
     assert argument_bytes(tokens) >= 48 * 2**20
     inflight = InflightArguments()
-    assert inflight.admit(1, tokens) is None
-    refused = inflight.admit(2, tokens)
+    assert inflight.admit(1, tokens, "tools", "echo") is None
+    refused = inflight.admit(2, tokens, "tools", "echo")
     assert refused is not None and refused.startswith("binding calls in flight would hold more")
     inflight.release(1)
-    assert inflight.admit(3, tokens) is None
+    assert inflight.admit(3, tokens, "tools", "echo") is None

@@ -1,4 +1,5 @@
-"""The arguments of a run's binding calls in flight, and their cap.
+"""The arguments of a run's binding calls in flight, and their cap (with the binding each call
+reached, for the message of a reply over max_frame_bytes).
 
 A program chooses how many binding calls it starts at once, and the host holds each call's
 arguments until the call is answered: a program starting many calls of a slow or
@@ -53,25 +54,34 @@ def argument_bytes(tokens: list[Token]) -> int:
 class InflightArguments:
     """One run's count of the argument bytes of its unanswered binding calls."""
 
-    __slots__ = ("_held", "_sizes")
+    __slots__ = ("_calls", "_held")
 
     def __init__(self) -> None:
         self._held = 0
-        self._sizes: dict[int, int] = {}
+        # Each call in flight by id: its counted size and the binding it reached (namespace
+        # and name), which only a reply over max_frame_bytes spells out.
+        self._calls: dict[int, tuple[int, str, str]] = {}
 
-    def admit(self, call_id: int, tokens: list[Token]) -> str | None:
-        """Count call ``call_id``; the failure message when it would go beyond the cap."""
+    def admit(self, call_id: int, tokens: list[Token], global_name: str, name: str) -> str | None:
+        """Count call ``call_id`` of binding ``global_name.name``; the failure message when it
+        would go beyond the cap."""
         size = argument_bytes(tokens) + CALL_BYTES
         if self._held + size > MAX_INFLIGHT_ARGUMENT_BYTES:
             return (
                 f"binding calls in flight would hold more than {MAX_INFLIGHT_ARGUMENT_BYTES} "
-                f"bytes of arguments ({len(self._sizes)} calls unanswered, each counted as "
+                f"bytes of arguments ({len(self._calls)} calls unanswered, each counted as "
                 f"{CALL_BYTES} bytes besides its arguments)"
             )
-        self._sizes[call_id] = size
+        self._calls[call_id] = (size, global_name, name)
         self._held += size
         return None
 
-    def release(self, call_id: int) -> None:
-        """Call ``call_id`` is answered (or never counted)."""
-        self._held -= self._sizes.pop(call_id, 0)
+    def release(self, call_id: int) -> tuple[str, str] | None:
+        """Call ``call_id`` is answered (or never counted); the binding it reached, if it was
+        counted."""
+        counted = self._calls.pop(call_id, None)
+        if counted is None:
+            return None
+        size, global_name, name = counted
+        self._held -= size
+        return global_name, name

@@ -67,7 +67,6 @@ class BindingCalls:
         "_inflight",
         "_loop",
         "_max_frame_bytes",
-        "_names",
         "_namespaces",
         "_send",
         "_settled",
@@ -95,9 +94,6 @@ class BindingCalls:
         self._floor = 0  # every call id up to this one has been seen
         self._answered: set[int] = set()  # the ids seen above the floor
         self._inflight = InflightArguments()
-        # The binding each call in flight reached, by id: spelt out only by a reply over
-        # max_frame_bytes.
-        self._names: dict[int, tuple[str, str]] = {}
 
     def close(self) -> None:
         """The run is over: answer nothing more, and let go of the run's callbacks (they refer
@@ -143,11 +139,10 @@ class BindingCalls:
     def _call(self, call_id: int, frame: Call, function: BindingFunction) -> bool:
         """Call ``function``; ``False`` when the arguments are no value (answered as a failure:
         the worker's own encoder writes none but values nested deeper than the host takes)."""
-        over = self._inflight.admit(call_id, frame.args)
+        over = self._inflight.admit(call_id, frame.args, frame.global_name, frame.name)
         if over is not None:
             self._fail("frame-limit", over)
             return True
-        self._names[call_id] = (frame.global_name, frame.name)
         try:
             value = detokenize(frame.args, FrozenList, FrozenDict, MAX_DEPTH_FROM_WORKER)
         except TokenError as exc:
@@ -200,8 +195,7 @@ class BindingCalls:
             self._reply(Reply(call_id, True, tokens))
 
     def _reply(self, frame: Reply) -> None:
-        self._inflight.release(frame.id)
-        name = self._names.pop(frame.id, None)
+        name = self._inflight.release(frame.id)
         if self._settled():
             return
         try:
