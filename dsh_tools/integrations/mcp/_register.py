@@ -13,12 +13,11 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TextIO
 
 import httpx2
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
@@ -45,6 +44,9 @@ _PING_INTERVAL = 15.0
 """The default keep-alive ping, for every transport: a server can stop answering without its
 connection ending (a stdio server whose loop died while a thread keeps the process alive), and
 only a ping tells that from a slow call."""
+_HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
+"""The SDK's default HTTP timeouts: 30 s to connect, write or wait for the pool, 300 s to read
+(a server may hold a response stream open)."""
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
@@ -132,11 +134,14 @@ def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transpo
         @contextlib.asynccontextmanager
         async def open_http() -> AsyncIterator[Any]:
             status.last = None
-            # The SDK's own client (its timeouts), which the SDK leaves to its owner to close.
-            async with create_mcp_http_client() as client:
-                client.event_hooks = {"response": [status.record]}
-                async with streamable_http_client(url, http_client=client) as streams:
-                    yield streams
+            # A client of our own, with the timeouts the SDK gives its default one, so that its
+            # responses' statuses can be seen; the SDK leaves a client it is given to its owner
+            # to close.
+            client = httpx2.AsyncClient(
+                timeout=_HTTP_TIMEOUT, event_hooks={"response": [status.record]}
+            )
+            async with client, streamable_http_client(url, http_client=client) as streams:
+                yield streams
 
         return _Transport(open_http, "http", f" at {url}", status)
     if callable(server_params):
