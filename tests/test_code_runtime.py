@@ -44,6 +44,11 @@ async def echo(value: Any) -> Any:
     return f"echo:{value['value']}"
 
 
+async def identity(value: Any) -> Any:
+    """A binding that returns the arguments it was called with."""
+    return value
+
+
 def tools(**functions: Any) -> list[BindingNamespace]:
     return [BindingNamespace("tools", functions, TOOL_CALL_ERROR)]
 
@@ -363,10 +368,7 @@ def test_an_awaitable_left_unawaited_is_named_as_one(
     runtime: SubprocessCodeRuntime, program: str, problem: str
 ) -> None:
     # A program that forgets `await` returns the call itself: the message says what to do.
-    async def echo(value: Any) -> Any:
-        return value
-
-    result = run(runtime, program, tools(echo=echo))
+    result = run(runtime, program, tools(echo=identity))
     message = f"program completion must be lossless JSON: {problem} (an awaitable: use await on it)"
     assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
 
@@ -376,9 +378,6 @@ def test_using_a_call_that_was_not_awaited_says_to_await_it(
 ) -> None:
     # `r = tools.x(...)` then `r["key"]` or `r.method()`: the error names the call and the fix
     # rather than an internal class the program never wrote.
-    async def echo(value: Any) -> Any:
-        return value
-
     program = """
 out = []
 r = tools.echo({"text": "a b"})
@@ -405,7 +404,7 @@ except AttributeError as exc:
 out.append(await r)
 return out
 """
-    assert run(runtime, program, tools(echo=echo)).value == [
+    assert run(runtime, program, tools(echo=identity)).value == [
         "tools.echo(...) was not awaited: it is the pending call, not its result;"
         " write (await tools.echo(...))[...]",
         "tools.echo(...) was not awaited: it is the pending call, not its result;"
@@ -423,16 +422,13 @@ return out
 def test_an_awaitable_passed_as_an_argument_is_named_as_one(
     runtime: SubprocessCodeRuntime,
 ) -> None:
-    async def echo(value: Any) -> Any:
-        return value
-
     program = """
 try:
     await tools.echo({"inner": tools.echo({})})
 except ToolCallError as e:
     return e.message
 """
-    assert run(runtime, program, tools(echo=echo)).value == (
+    assert run(runtime, program, tools(echo=identity)).value == (
         "binding arguments must be lossless JSON: arguments.inner is CallHandle"
         " (an awaitable: use await on it)"
     )
@@ -1036,9 +1032,6 @@ def test_calling_a_binding_with_keywords_says_to_pass_one_dict(
 ) -> None:
     # Python-style keyword arguments are the likeliest wrong shape a model writes: the error
     # shows the call as it should have been written.
-    async def echo(value: Any) -> Any:
-        return value
-
     program = """
 out = []
 for attempt in (
@@ -1054,7 +1047,7 @@ for attempt in (
         out.append(str(exc))
 return out
 """
-    bindings = tools(read_file=echo, **{"my-tool": echo})
+    bindings = tools(read_file=identity, **{"my-tool": identity})
     assert run(runtime, program, bindings).value == [
         "tools.read_file() takes one dict of arguments, not keywords:"
         ' await tools.read_file({"path": ..., "limit": ...})',
@@ -1071,9 +1064,6 @@ return out
 def test_a_misspelt_binding_names_the_closest_one(runtime: SubprocessCodeRuntime) -> None:
     # A model that mistypes a tool name is told the name it most likely meant, as Python
     # suggests a misspelt attribute; a name like none of them gets no guess.
-    async def echo(value: Any) -> Any:
-        return value
-
     program = """
 out = []
 for attempt in ("read_fiel", "raed_file", "list_dirs", "frobnicate"):
@@ -1087,7 +1077,7 @@ except KeyError as exc:
     out.append(exc.args[0])
 return out
 """
-    bindings = tools(read_file=echo, list_dir=echo, **{"write-file": echo})
+    bindings = tools(read_file=identity, list_dir=identity, **{"write-file": identity})
     assert run(runtime, program, bindings).value == [
         "'tools' has no binding 'read_fiel'; did you mean tools.read_file?",
         "'tools' has no binding 'raed_file'; did you mean tools.read_file?",

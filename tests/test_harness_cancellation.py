@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -116,6 +117,31 @@ def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
     assert text(result) == "Error: tool call aborted"
 
 
+def cancelled_on_its_own_loop(
+    awaited: Callable[[], Coroutine[Any, Any, Any]], started: threading.Event, cancellations: int
+) -> list[str]:
+    """Awaits ``awaited()`` in a task on a loop of its own thread, cancels that task
+    ``cancellations`` times once ``started`` is set, and gives ``["cancelled"]`` if the task
+    then ended by its cancellation within ``WAIT`` (``[]`` otherwise)."""
+    outcome: list[str] = []
+
+    async def harness() -> None:
+        task = asyncio.create_task(awaited())
+        await asyncio.to_thread(started.wait, WAIT)
+        for _ in range(cancellations):
+            task.cancel()
+            await asyncio.sleep(0)
+        try:
+            await task
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+
+    waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
+    waiting.start()
+    waiting.join(WAIT)  # else it waits until stop() cancels the body, past its grace
+    return outcome
+
+
 @pytest.mark.parametrize("cancellations", [1, 2], ids=["cancelled-once", "cancelled-again"])
 def test_a_cancellation_does_not_wait_for_ever_on_a_body_that_reads_its_signal_then_ignores_it(
     system: ToolSystem, cancellations: int
@@ -138,24 +164,8 @@ def test_a_cancellation_does_not_wait_for_ever_on_a_body_that_reads_its_signal_t
         return [block("slept")]
 
     system.tools.register(fixture("stubborn", stubborn))
-    outcome: list[str] = []
-
-    async def harness() -> None:
-        task = asyncio.create_task(
-            system.execute_async(ExecuteCall(call_id="c1", name="stubborn", arguments={}))
-        )
-        await asyncio.to_thread(started.wait, WAIT)
-        for _ in range(cancellations):
-            task.cancel()
-            await asyncio.sleep(0)
-        try:
-            await task
-        except asyncio.CancelledError:
-            outcome.append("cancelled")
-
-    waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
-    waiting.start()
-    waiting.join(WAIT)  # else it waits until stop() cancels the body, past its grace
+    call = ExecuteCall(call_id="c1", name="stubborn", arguments={})
+    outcome = cancelled_on_its_own_loop(lambda: system.execute_async(call), started, cancellations)
     assert (outcome, ends) == (["cancelled"], ["cancelled"])
     assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
 
@@ -176,23 +186,10 @@ def test_a_cancelled_batch_does_not_wait_for_ever_on_a_body_that_reads_its_signa
         return [block("slept")]
 
     system.tools.register(fixture("stubborn", stubborn))
-    outcome: list[str] = []
-
-    async def harness() -> None:
-        batch = ExecuteBatch(calls=[ToolCall("b1", "stubborn", "{}")])
-        task = asyncio.create_task(system.execute_batch_async(batch))
-        await asyncio.to_thread(started.wait, WAIT)
-        for _ in range(cancellations):
-            task.cancel()
-            await asyncio.sleep(0)
-        try:
-            await task
-        except asyncio.CancelledError:
-            outcome.append("cancelled")
-
-    waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
-    waiting.start()
-    waiting.join(WAIT)  # else it waits until stop() cancels the body, past its grace
+    batch = ExecuteBatch(calls=[ToolCall("b1", "stubborn", "{}")])
+    outcome = cancelled_on_its_own_loop(
+        lambda: system.execute_batch_async(batch), started, cancellations
+    )
     assert outcome == ["cancelled"]
     assert results_of(system)["b1"]["error"]["code"] == "ABORTED"
 

@@ -740,25 +740,29 @@ time.sleep(3600)  # started, but never answers initialize
 """
 
 
-def test_cancelling_an_async_registration_cuts_a_connection_under_way_short(
+async def cancel_a_registration_under_way(
     system: ToolSystem, tmp_path: Path, errlog: TextIO
-) -> None:
+) -> int:
+    """Registers a server that never answers initialize as "silent", cancels the registration
+    once the server has started, and gives the server's pid once the cancellation raised."""
     pid_file = tmp_path / "pid"
     params = StdioServerParameters(
         command=sys.executable, args=["-c", SILENT_SERVER, str(pid_file)]
     )
+    task = asyncio.create_task(
+        register_mcp_server(system, "silent", params, errlog=errlog, connect_timeout=3600)
+    )
+    pid = int(await asyncio.to_thread(wait_for_file, pid_file))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return pid
 
-    async def scenario() -> int:
-        task = asyncio.create_task(
-            register_mcp_server(system, "silent", params, errlog=errlog, connect_timeout=3600)
-        )
-        pid = int(await asyncio.to_thread(wait_for_file, pid_file))
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        return pid
 
-    pid = asyncio.run(scenario())
+def test_cancelling_an_async_registration_cuts_a_connection_under_way_short(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    pid = asyncio.run(cancel_a_registration_under_way(system, tmp_path, errlog))
     # Not left to run until connect_timeout: the server is stopped, and the connection's
     # threads end (the registering thread last, once the plugin is closed and its name free).
     assert process_gone(pid)
@@ -780,19 +784,8 @@ def test_a_cancelled_async_registration_has_stopped_its_server_when_the_cancella
     # has ended: the server process, the connection's threads, the name. It returned at once
     # and left them to end later: a retry under the same name (after asyncio.timeout, say) was
     # refused as a duplicate, and the server outlived the cancellation.
-    pid_file = tmp_path / "pid"
-    params = StdioServerParameters(
-        command=sys.executable, args=["-c", SILENT_SERVER, str(pid_file)]
-    )
-
     async def scenario() -> tuple[bool, list[str], str]:
-        task = asyncio.create_task(
-            register_mcp_server(system, "silent", params, errlog=errlog, connect_timeout=3600)
-        )
-        pid = int(await asyncio.to_thread(wait_for_file, pid_file))
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        pid = await cancel_a_registration_under_way(system, tmp_path, errlog)
         left = [t.name for t in mcp_threads() + registering_threads()]
         exits = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
         with pytest.raises(McpConnectionError) as retried:

@@ -352,7 +352,6 @@ return seen
     assert_next_run_works(sandbox)
 
 
-
 def test_every_process_of_a_run_is_the_first_the_oom_killer_picks(
     sandbox: SubprocessCodeRuntime,
 ) -> None:
@@ -381,6 +380,7 @@ return seen
     assert seen == {"worker": "1000", "child": True, "lowered": "PermissionError"}
     assert Path("/proc/self/oom_score_adj").read_text() == host_score
     assert_next_run_works(sandbox)
+
 
 def test_a_traced_child_cannot_trace_anything(sandbox: SubprocessCodeRuntime) -> None:
     program = """
@@ -1204,6 +1204,23 @@ except Exception as error:
     assert "forged" in failure.message or "secret" in failure.message
 
 
+def run_code_on_the_command_line(program: str, workspace: Path) -> subprocess.CompletedProcess[str]:
+    """``dsh-tools run-code --workspace WORKSPACE -`` with ``program`` on its stdin."""
+    return subprocess.run(
+        [
+            str(Path(sys.executable).with_name("dsh-tools")),
+            "run-code",
+            "--workspace",
+            str(workspace),
+            "-",
+        ],
+        input=program,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_the_command_line_runs_a_hostile_program_in_the_sandbox(tmp_path: Path) -> None:
     secret = tmp_path / "secret.key"
     secret.write_text("hunter2")
@@ -1214,19 +1231,7 @@ try:
 except PermissionError:
     return 'refused'
 """
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("dsh-tools")),
-            "run-code",
-            "--workspace",
-            str(tmp_path),
-            "-",
-        ],
-        input=program,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_code_on_the_command_line(program, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "refused"
 
@@ -1239,19 +1244,7 @@ def test_the_command_line_shows_terminal_controls_escaped(tmp_path: Path) -> Non
         'print("a\\x1b]52;c;cm0gLXJmIH4=\\x07b\\x1b[2J\\rc\\x9b31m\\u202ed\\x00\\x7f")\n'
         'return "\\x1b]0;title\\x07\\tkept"\n'
     )
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("dsh-tools")),
-            "run-code",
-            "--workspace",
-            str(tmp_path),
-            "-",
-        ],
-        input=program,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_code_on_the_command_line(program, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "a\\x1b]52;c;cm0gLXJmIH4=\\x07b\\x1b[2J\\rc\\x9b31m\\u202ed\\x00\\x7f\n"
