@@ -54,11 +54,13 @@ def closed_port() -> int:
     return port
 
 
-def run(*args: str, ray_address: str | None) -> str:
+def run(*args: str, ray_address: str | None, ray_tmpdir: Path | None = None) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
     if ray_address is not None:
         env["RAY_ADDRESS"] = ray_address
+    if ray_tmpdir is not None:
+        env["RAY_TMPDIR"] = str(ray_tmpdir)
     try:
         done = subprocess.run(
             [sys.executable, "-c", PROGRAM, *args],
@@ -85,4 +87,20 @@ def test_init_ray_with_such_an_address_raises_naming_it() -> None:
     address = f"127.0.0.1:{closed_port()}"
     assert run("init_ray", address, ray_address=None) == (
         f"init_ray: no Ray cluster answers at {address} (address=): Connection refused"
+    )
+
+
+def test_a_cluster_file_left_by_a_dead_ray_start_fails_the_call_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    # ``ray start`` records its cluster's address there; a cluster killed without ``ray stop``
+    # leaves the file, and ``ray.init()`` would retry that address for minutes.
+    address = f"127.0.0.1:{closed_port()}"
+    recorded = tmp_path / "ray" / "ray_current_cluster"
+    recorded.parent.mkdir()
+    recorded.write_text(address + "\n")
+    assert run("call", ray_address=None, ray_tmpdir=tmp_path) == (
+        'REMOTE_UNAVAILABLE cannot run tool "far" on Ray: ray.init() failed: no Ray cluster '
+        f"answers at {address} (recorded by `ray start` in {recorded}; remove that file to "
+        "start a local instance instead): Connection refused"
     )

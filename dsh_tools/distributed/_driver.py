@@ -10,10 +10,14 @@ parent with a death signal), so ``ray.init`` always runs on one long-lived daemo
 own, never on a caller's pool or loop thread that may end. ``init_ray(**options)`` does the same
 for a harness that wants its own ``ray.init`` options.
 
-An address given as ``host:port`` (``address=`` or ``RAY_ADDRESS``) is tried with a plain TCP
-connection first: where nothing listens, ``ray.init`` retries its connection for many minutes
-before it gives up, and a placed call would wait all that time. No answer there fails at once
-with ``ConnectionError`` naming the address.
+The address ``ray.init`` would connect to is tried with a plain TCP connection first: where
+nothing listens, ``ray.init`` retries its connection for many minutes before it gives up, and a
+placed call would wait all that time. No answer there fails at once with ``ConnectionError``
+naming the address and where it came from. That address is ``address=`` or ``RAY_ADDRESS`` given
+as ``host:port``, or, with neither, the one the last ``ray start`` on this machine recorded in
+``ray_current_cluster`` under Ray's temporary directory (``$RAY_TMPDIR/ray``, else
+``$TMPDIR/ray``, else ``/tmp/ray``; ``ray.init``'s ``_temp_dir`` when given): a cluster that
+died without ``ray stop`` leaves that file behind.
 """
 
 from __future__ import annotations
@@ -62,14 +66,34 @@ def init_ray(**options: Any) -> ModuleType:
     return ray
 
 
+def _recorded_cluster(options: dict[str, Any]) -> tuple[str | None, str]:
+    """The address the last ``ray start`` on this machine recorded, and the file it is in
+    (``None`` when there is no such file); see the module docstring."""
+    temp_dir = options.get("_temp_dir")
+    if not isinstance(temp_dir, str):
+        base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+        temp_dir = os.path.join(base, "ray")
+    path = os.path.join(temp_dir, "ray_current_cluster")
+    try:
+        with open(path, encoding="utf-8") as recorded:
+            return recorded.read().strip() or None, path
+    except (OSError, ValueError):  # no file, or not text: Ray starts a local instance
+        return None, path
+
+
 def _probe(options: dict[str, Any]) -> None:
     """Raise ``ConnectionError`` when the cluster address ``ray.init`` would connect to is a
     ``host:port`` where nothing accepts a connection. Other forms (``auto``, ``local``,
-    ``ray://...``, none at all) are left to Ray."""
+    ``ray://...``) are left to Ray."""
     if options.get("address") is not None:
         address, source = options["address"], "address="
+    elif os.environ.get("RAY_ADDRESS"):
+        address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     else:
-        address, source = os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"
+        address, path = _recorded_cluster(options)
+        source = (
+            f"recorded by `ray start` in {path}; remove that file to start a local instance instead"
+        )
     if not isinstance(address, str) or "://" in address:
         return
     host, colon, port = address.strip().rpartition(":")
