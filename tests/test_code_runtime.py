@@ -419,6 +419,50 @@ return out
     ]
 
 
+def test_iterating_a_call_that_was_not_awaited_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # `for x in r` on a handle once ran its body with the handle itself and then failed with
+    # "await wasn't used with future", or, after the call had settled, ran zero times and
+    # said nothing. `len` named an internal class. Truth and printing stay ordinary.
+    program = """
+out = []
+r = tools.echo({"text": "a b"})
+for attempt in ("pending", "settled"):
+    try:
+        for x in r:
+            out.append(("looped", x))
+    except TypeError as exc:
+        out.append(str(exc))
+    await asyncio.sleep(0)
+    await r
+try:
+    list(r)
+except TypeError as exc:
+    out.append(str(exc))
+try:
+    len(r)
+except TypeError as exc:
+    out.append(str(exc))
+out.append(bool(r))
+out.append(str(r))
+return out
+"""
+    again = (
+        "tools.echo(...) was not awaited: it is the pending call, not its result;"
+        " write for ... in (await tools.echo(...))"
+    )
+    assert run(runtime, program, tools(echo=identity)).value == [
+        again,
+        again,
+        again,
+        "tools.echo(...) was not awaited: it is the pending call, not its result;"
+        " write len(await tools.echo(...))",
+        True,
+        "<tool call 'echo'>",
+    ]
+
+
 def test_an_awaitable_passed_as_an_argument_is_named_as_one(
     runtime: SubprocessCodeRuntime,
 ) -> None:

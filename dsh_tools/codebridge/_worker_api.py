@@ -127,6 +127,22 @@ class CallHandle(asyncio.Future[Any]):
         # with future".
         raise TypeError(self._unawaited("... in ", ""))
 
+    # Iterating a future is how pre-``await`` code waited for it: ``for x in r`` would run the
+    # loop body once with the handle itself, then fail with "await wasn't used with future",
+    # or, once the call has settled, run it zero times and say nothing. ``await`` goes through
+    # ``__await__``, not this, so no use of a handle as a call needs it. ``bool`` and ``str``
+    # keep their ordinary meaning: a handle is truthy and prints as the pending call, both of
+    # which a correct program may rely on.
+    def __iter__(self) -> Generator[Any, None, Any]:
+        raise TypeError(self._unawaited("for ... in ", ""))
+
+    def __len__(self) -> int:
+        raise TypeError(self._unawaited("len", ""))
+
+    def __bool__(self) -> bool:
+        # Without it ``bool`` would fall back on ``__len__`` above and raise.
+        return True
+
 
 collections.abc.Coroutine.register(CallHandle)
 
