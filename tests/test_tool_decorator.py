@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
@@ -20,6 +21,7 @@ from dsh_tools import (
     assert_supported_json_schema,
     tool,
 )
+from dsh_tools.integrations import to_anthropic_tools, to_openai_tools
 
 
 class Color(enum.Enum):
@@ -223,6 +225,7 @@ def test_dicts_with_number_keys_take_the_text_keys_json_objects_have(system: Too
     assert label.parameters["properties"]["names"] == {
         "type": "object",
         "additionalProperties": {"type": "string"},
+        "propertyNames": {"pattern": "^-?(0|[1-9][0-9]*)$"},
     }
     arguments = {
         "names": {"1": "one", "-2": "minus two"},
@@ -240,6 +243,78 @@ def test_dicts_with_number_keys_take_the_text_keys_json_objects_have(system: Too
     wrong_level = run(system, label, {**arguments, "levels": {"5": 1.0}})
     assert wrong_level.is_error
     assert "arguments.levels" in text(wrong_level)
+
+
+INTEGER_KEYS = {"pattern": "^-?(0|[1-9][0-9]*)$"}
+
+
+class Bin(msgspec.Struct, tag=True):
+    counts: dict[int, int]
+
+
+class Box(msgspec.Struct, tag=True):
+    sizes: dict[Level, int]
+
+
+@dataclasses.dataclass
+class Rack:
+    shelves: dict[int, Shelf]
+    spare: Rack | None = None
+
+
+class Ledger(TypedDict):
+    rows: NotRequired[dict[Literal[1, 2, "total"], float]]
+
+
+def test_number_keyed_dicts_say_in_their_schema_which_keys_they_take(system: ToolSystem) -> None:
+    # JSON keys are text: without propertyNames a dict[int, T] reads as dict[str, T] and the
+    # model cannot know "one" will be refused. Every place such a dict can sit says it.
+    @tool
+    def stock(
+        rack: Rack,
+        containers: list[Bin | Box],
+        ledger: Ledger | None = None,
+        grid: dict[int, dict[Annotated[int, msgspec.Meta(ge=0)], bool]] | None = None,
+        named: dict[Annotated[str, msgspec.Meta(pattern="^[a-z]+$")], int] | None = None,
+    ) -> int:
+        return len(rack.shelves)
+
+    params = stock.parameters
+    defs = params["$defs"]
+    assert defs["Rack"]["properties"]["shelves"]["propertyNames"] == INTEGER_KEYS
+    assert defs["Shelf"]["properties"]["slots"]["propertyNames"] == INTEGER_KEYS
+    assert defs["Bin"]["properties"]["counts"]["propertyNames"] == INTEGER_KEYS
+    assert defs["Box"]["properties"]["sizes"]["propertyNames"] == {"enum": ["1", "2"]}
+    assert defs["Ledger"]["properties"]["rows"]["propertyNames"] == {"enum": ["1", "2", "total"]}
+    grid = params["properties"]["grid"]["anyOf"][0]
+    assert grid["propertyNames"] == INTEGER_KEYS
+    assert grid["additionalProperties"]["propertyNames"] == INTEGER_KEYS
+    # msgspec's own propertyNames for string keys is kept as it is
+    named = params["properties"]["named"]["anyOf"][0]
+    assert named["propertyNames"] == {"pattern": "^[a-z]+$"}
+
+    # what the pattern admits is exactly what validation takes
+    pattern = re.compile(INTEGER_KEYS["pattern"])
+    rack = {"shelves": {}}
+    keys = ["0", "7", "-3", "-0", "12345678901234567890", "01", "+1", " 1", "1.0", "1e3", "x", ""]
+    for key in keys:
+        result = run(system, stock, {"rack": rack, "containers": [], "grid": {key: {}}})
+        assert result.is_error is (pattern.fullmatch(key) is None), key
+    arguments = {
+        "rack": {"shelves": {"1": {"slots": {"2": "b"}}}},
+        "containers": [{"type": "Bin", "counts": {"3": 4}}, {"type": "Box", "sizes": {"2": 1}}],
+        "ledger": {"rows": {"1": 0.5, "total": 0.5}},
+    }
+    assert run(system, stock, arguments).value == 1
+
+    # the providers get the keyword as it is; a map stays an open object, which OpenAI's
+    # strict mode cannot take whatever its keys, so "auto" leaves the tool non-strict
+    schema = {"name": "stock", "description": "", "parameters": params}
+    (anthropic,) = to_anthropic_tools([schema])
+    assert anthropic["input_schema"]["$defs"]["Rack"] == defs["Rack"]
+    (openai,) = to_openai_tools([schema], strict="auto")
+    assert "strict" not in openai["function"]
+    assert openai["function"]["parameters"]["$defs"]["Bin"] == defs["Bin"]
 
 
 class Crate(msgspec.Struct):

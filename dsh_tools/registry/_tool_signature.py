@@ -22,6 +22,7 @@ import msgspec
 from ._json_schema import assert_supported_json_schema
 from ._lossless_check import is_json_value
 from ._raw_schema import annotation_subset_schema
+from ._schema_keys import describe_key_text
 
 _RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
 
@@ -249,6 +250,7 @@ def _parameters_schema(
         if name in properties and "default" not in properties[name]:
             properties[name]["default"] = msgspec.to_builtins(default, str_keys=True)
     root["properties"] = properties
+    describe_key_text(args_type, root, components)
     if not root.get("required"):
         root.pop("required", None)
     if components:
