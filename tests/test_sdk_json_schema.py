@@ -7,7 +7,7 @@ import ast
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -243,6 +243,26 @@ def test_constraints_of_items_and_values_behind_a_union_become_comments_too() ->
         "    # [values minimum: 0]\n"
         "    by_name: NotRequired[dict[str, int]]"
     )
+
+
+def test_what_a_map_s_keys_must_be_becomes_a_comment() -> None:
+    # The keys are typed str, so the comment is all that says a dict[int, T] wants numbers.
+    @tool
+    def shelve(slots: dict[int, str], rows: dict[Literal[1, 2], int] | None = None) -> None:
+        """Store.
+
+        Args:
+            slots: Items by slot.
+            rows: Counts by row.
+        """
+
+    text = declarations(SdkTool("shelve", "", shelve.parameters, None))
+    assert (
+        "    # Items by slot. [keys pattern: ^-?(0|[1-9][0-9]*)$]\n"
+        "    slots: dict[str, str]\n"
+        '    # Counts by row. [default: null; keys enum: ["1","2"]]\n'
+        "    rows: NotRequired[dict[str, int] | None]\n"
+    ) in text
 
 
 def test_properties_beside_an_additional_properties_schema_type_the_extra_items() -> None:

@@ -31,6 +31,8 @@ _NOTE_KEYS: Final = (
     "contentEncoding",
     "contentMediaType",
 )
+# A map's ``propertyNames``: its string constraints, and the keys it lists.
+_KEY_NOTE_KEYS: Final = ("enum", "const", "format", "pattern", "minLength", "maxLength")
 # Notes whose string values are shown as they are, not as JSON.
 _TEXT_NOTE_KEYS: Final = frozenset({"format", "pattern", "contentEncoding", "contentMediaType"})
 _NOTE_LIMIT: Final = 80
@@ -76,8 +78,12 @@ def _constraint_notes(node: Any) -> str:
             sources.append(("items ", shape["items"]))
         if _is_map(shape.get("additionalProperties")):
             sources.append(("values ", shape["additionalProperties"]))
+        # A map's keys are typed ``str`` (JSON keys are text): only this note tells a program
+        # that the keys of a ``dict[int, T]`` parameter must be numbers, or which keys exist.
+        if _is_map(shape.get("propertyNames")):
+            sources.append(("keys ", shape["propertyNames"]))
     for label, source in sources:
-        for key in _NOTE_KEYS:
+        for key in _KEY_NOTE_KEYS if label == "keys " else _NOTE_KEYS:
             if key in source:
                 note = f"{label}{key}: {_note_value(key, source[key])}"
                 if note not in notes:
