@@ -36,6 +36,7 @@ from dsh_tools.codebridge._run import CodeRun
 from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT, namespace_wire
 from dsh_tools.codebridge._tokens import tokenize
 from dsh_tools.codebridge._worker_api import _loose as loose_name
+from dsh_tools.codebridge._worker_api import guard_nested_run
 
 TOOL_CALL_ERROR = ErrorClassSpec("ToolCallError", "tool_name")
 
@@ -461,6 +462,48 @@ return out
         True,
         "<tool call 'echo'>",
     ]
+
+
+def test_a_script_s_asyncio_run_of_main_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A program is already the body of a coroutine on a running loop; a model that ends it
+    # with a script's `asyncio.run(main())` is told what to write, and the coroutine it made
+    # is closed rather than left to warn "never awaited" into the program's output.
+    program = """
+async def main():
+    return await tools.echo({"a": 1})
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+    result = run(runtime, program, tools(echo=identity))
+    assert result.logs == []
+    assert failure(result) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 6, in <module>\n'
+        "    asyncio.run(main())\n"
+        "RuntimeError: asyncio.run() cannot be called from a running event loop: the program"
+        " already runs in one, so await the coroutine instead (write `await main()`, not"
+        " `asyncio.run(main())`)",
+    )
+    # off a running loop it is asyncio.run itself, and wrapping it twice changes nothing
+    guarded = guard_nested_run(asyncio.run)
+    assert guard_nested_run(guarded) is guarded
+
+    async def main() -> str:
+        return "ran"
+
+    assert guarded(main()) == "ran"
+
+    async def nested() -> None:
+        inner = main()
+        with pytest.raises(RuntimeError, match="await the coroutine instead"):
+            guarded(inner)
+        assert inner.cr_frame is None  # closed: nothing is left to warn "never awaited"
+
+    asyncio.run(nested())
 
 
 def test_an_awaitable_passed_as_an_argument_is_named_as_one(

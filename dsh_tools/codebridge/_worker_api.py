@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import difflib
+import functools
+import inspect
 import io
 import keyword
 from collections.abc import Callable, Collection, Generator
@@ -23,6 +25,7 @@ __all__ = [
     "CaptureStream",
     "Namespace",
     "error_class",
+    "guard_nested_run",
     "plain_error",
 ]
 
@@ -311,6 +314,36 @@ def error_class(name: str, member_attr: str) -> type[Exception]:
 
 def plain_error(name: str, message: str) -> Exception:
     return Exception(message)
+
+
+NESTED_RUN_MESSAGE: Final = (
+    "asyncio.run() cannot be called from a running event loop: the program already runs in"
+    " one, so await the coroutine instead (write `await main()`, not `asyncio.run(main())`)"
+)
+
+
+def guard_nested_run(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``asyncio.run`` as a program sees it. A program is the body of an async function, yet a
+    model often ends it with a script's ``asyncio.run(main())``: asyncio's own error does not
+    say what to write instead, and the coroutine it leaves unawaited adds a "never awaited"
+    warning to the program's output. Called on the program's running loop, this closes the
+    coroutine and says to await it; anywhere else (a thread of the program's own) it is
+    ``asyncio.run``."""
+    if getattr(run, "__dsh_guarded__", False):
+        return run
+
+    @functools.wraps(run)
+    def guarded(main: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run(main, *args, **kwargs)
+        if inspect.iscoroutine(main):
+            main.close()
+        raise RuntimeError(NESTED_RUN_MESSAGE)
+
+    guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    return guarded
 
 
 class CaptureStream(io.TextIOBase):
