@@ -17,6 +17,7 @@ hook: PreExecuteHook = audit
 
 from __future__ import annotations
 
+from .actors import ToolExecutionResult
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline._approval import Approval, ApprovalFunction, ApprovalOutcome
 from .pipeline._spill import SpillSource, SpillStore
@@ -67,5 +68,6 @@ __all__ = [
     "SpillSource",
     "SpillStore",
     "ToolExecution",
+    "ToolExecutionResult",
     "ToolRunContext",
 ]

@@ -5,6 +5,7 @@ a precise type in ``dsh_tools.types``."""
 from __future__ import annotations
 
 import ast
+import re
 import typing
 from pathlib import Path
 
@@ -96,6 +97,19 @@ def test_the_actor_layer_imports_nothing_above_it() -> None:
         if not target.startswith("dsh_tools.actors")
     )
     assert wrong == []
+
+
+def test_every_type_a_seam_s_documented_shape_names_is_in_dsh_tools_types() -> None:
+    # A hook annotated as docs/types.md shows it needs every name of its shape; one missing
+    # from dsh_tools.types (ToolExecutionResult was) sends the reader hunting elsewhere.
+    page = (Path(__file__).resolve().parents[1] / "docs" / "types.md").read_text()
+    rows = [line.split("|") for line in page.splitlines() if line.startswith("| `")]
+    shapes = " ".join(" ".join(re.findall(r"`([^`]*)`", row[3])) for row in rows if len(row) > 3)
+    # RayPlacement is named as an example of a Placement; it lives in dsh_tools.distributed
+    named = set(re.findall(r"\b([A-Z][A-Za-z]+)\b", shapes)) - {"None", "RayPlacement"}
+    assert named, "the table of seams was not found"
+    missing = sorted(name for name in named if name not in dsh_tools.types.__all__)
+    assert missing == []
 
 
 def test_every_seam_has_a_type_users_can_annotate_with() -> None:
