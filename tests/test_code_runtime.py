@@ -464,6 +464,34 @@ return out
     ]
 
 
+def test_arithmetic_or_ordering_on_a_call_that_was_not_awaited_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Python would name the operand type CallHandle, which the program never wrote; equality,
+    # hashing and %-formatting keep their ordinary meaning.
+    program = """
+out = []
+r = tools.echo(3)
+for attempt in (lambda: r + 1, lambda: 10 - r, lambda: [1] + r, lambda: r * 2, lambda: r > 0):
+    try:
+        attempt()
+    except TypeError as exc:
+        out.append(str(exc).split("; ")[1])
+out.append([r == r, r != r, len({r, r}), "%s" % r])
+out.append(await r)
+return out
+"""
+    assert run(runtime, program, tools(echo=identity)).value == [
+        "write (await tools.echo(...)) + ...",
+        "write ... - (await tools.echo(...))",
+        "write ... + (await tools.echo(...))",
+        "write (await tools.echo(...)) * ...",
+        "write (await tools.echo(...)) > ...",
+        [True, False, 1, "<tool call 'echo'>"],
+        3,
+    ]
+
+
 def test_a_script_s_asyncio_run_of_main_says_to_await_it(
     runtime: SubprocessCodeRuntime,
 ) -> None:

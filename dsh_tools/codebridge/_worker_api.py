@@ -147,6 +147,36 @@ class CallHandle(asyncio.Future[Any]):
         return True
 
 
+def _misused_operator(symbol: str, reflected: bool) -> Callable[[CallHandle, Any], Any]:
+    """The method of ``symbol`` (reflected: with the handle on its right) for a handle used
+    as its result in arithmetic or an ordering (``r + 1``, ``total - r``, ``r > 0``): Python
+    would otherwise say the operand type ``CallHandle``, which the program never wrote."""
+
+    def misused(self: CallHandle, other: Any) -> Any:
+        if reflected:
+            raise TypeError(self._unawaited(f"... {symbol} ", ""))
+        raise TypeError(self._unawaited("", f" {symbol} ..."))
+
+    return misused
+
+
+# No future has arithmetic or an order, so each of these was a TypeError already; equality and
+# hashing stay the future's own (asyncio keeps futures in sets and dicts).
+for _name, _symbol in (
+    ("add", "+"),
+    ("sub", "-"),
+    ("mul", "*"),
+    ("truediv", "/"),
+    ("floordiv", "//"),
+    ("mod", "%"),
+    ("pow", "**"),
+):
+    setattr(CallHandle, f"__{_name}__", _misused_operator(_symbol, reflected=False))
+    setattr(CallHandle, f"__r{_name}__", _misused_operator(_symbol, reflected=True))
+for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
+    setattr(CallHandle, f"__{_name}__", _misused_operator(_symbol, reflected=False))
+del _name, _symbol
+
 collections.abc.Coroutine.register(CallHandle)
 
 
