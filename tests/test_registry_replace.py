@@ -51,3 +51,18 @@ def test_replace_refuses_a_disposed_tool_and_a_foreign_disposer(system: ToolSyst
         system.tools.replace(mine, text_tool("wave", "hello"))
     with pytest.raises(TypeError, match="takes a ToolDefinition"):
         system.tools.replace(mine, "wave")  # type: ignore[arg-type]
+
+
+def test_registering_a_plain_function_says_how_to_make_a_tool_of_it(system: ToolSystem) -> None:
+    def weather(city: str) -> float:
+        return 3.5
+
+    with pytest.raises(TypeError) as raised:
+        system.tools.register(weather)  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "register() takes a ToolDefinition (build one with define_tool), got function"
+        " test_registering_a_plain_function_says_how_to_make_a_tool_of_it.<locals>.weather:"
+        " decorate it with @tool to build one from its type hints and docstring"
+    )
+    with pytest.raises(TypeError, match=r"got str$"):
+        system.tools.register("weather")  # type: ignore[arg-type]

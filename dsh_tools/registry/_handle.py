@@ -196,10 +196,7 @@ class ToolsHandle:
     def register(self, definition: ToolDefinition) -> Disposer:
         """Add a tool to this handle's layer; returns its idempotent disposer."""
         if not isinstance(definition, ToolDefinition):
-            raise TypeError(
-                "register() takes a ToolDefinition (build one with define_tool), "
-                f"got {type(definition).__name__}"
-            )
+            raise TypeError(_not_a_definition("register", definition))
         check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
         is_async = inspect.iscoroutinefunction(definition.execute)
         return self._changing(RegisterTool(definition, self._agent, is_async))
@@ -209,10 +206,7 @@ class ToolsHandle:
         of the same name, in one change: readers see the old tool or the new one, never
         neither. Returns the new tool's disposer; the old disposer becomes a no-op."""
         if not isinstance(definition, ToolDefinition):
-            raise TypeError(
-                "replace() takes a ToolDefinition (build one with define_tool), "
-                f"got {type(definition).__name__}"
-            )
+            raise TypeError(_not_a_definition("replace", definition))
         if not isinstance(disposer, Disposer) or disposer._handle is not self:
             raise ValueError("replace() takes a disposer that this handle returned")
         check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
@@ -343,6 +337,20 @@ class ToolsHandle:
             except (ArgumentsTextError, ValueError, RecursionError, MemoryError):
                 return "parallel"
         return "parallel" if classify(entry.definition, arguments) else "exclusive"
+
+
+def _not_a_definition(method: str, given: object) -> str:
+    """What ``register``/``replace`` say when given something else. A plain function is the
+    likeliest (a harness author registering the body itself), so that one is told how to
+    make a tool of it."""
+    text = (
+        f"{method}() takes a ToolDefinition (build one with define_tool), "
+        f"got {type(given).__name__}"
+    )
+    if inspect.isfunction(given) or inspect.ismethod(given):
+        name = getattr(given, "__qualname__", "the function")
+        text += f" {name}: decorate it with @tool to build one from its type hints and docstring"
+    return text
 
 
 def _names(label: str, names: Iterable[str] | None) -> tuple[str, ...] | None:
