@@ -103,3 +103,32 @@ def test_every_jump_of_the_filter_lands_inside_it(guarded: bool) -> None:
         if instruction.code & 0x07 == 0x05:  # a jump
             assert index + 1 + max(instruction.jt, instruction.jf) < len(program)
     assert len(set(DENIED_SYSCALLS.values())) == len(DENIED_SYSCALLS)
+
+
+@pytest.mark.parametrize("without_cgroups", [False, True])
+def test_the_filter_keeps_the_core_limit_but_lets_it_be_read(without_cgroups: bool) -> None:
+    import resource
+
+    def body() -> str:
+        resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
+        _kernel.set_no_new_privs()
+        _kernel.set_seccomp_filter(
+            seccomp_program(
+                guard_child_reaping=without_cgroups, refuse_hidden_memory=without_cgroups
+            )
+        )
+        seen = []
+        for change in (
+            lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+            lambda: resource.prlimit(0, resource.RLIMIT_CORE, (1, 1)),
+        ):
+            try:
+                change()
+                seen.append("changed")
+            except (OSError, ValueError) as exc:
+                seen.append(type(exc).__name__)
+        resource.setrlimit(resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))
+        seen.append(str(resource.prlimit(0, resource.RLIMIT_CORE)))
+        return ", ".join(seen)
+
+    assert in_child(body) == "ValueError, PermissionError, (1, 1)"

@@ -38,6 +38,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -72,6 +73,18 @@ def _become_subreaper() -> None:
         pass  # orphans then go to init instead
 
 
+def _no_core_dumps() -> None:
+    """``RLIMIT_CORE`` at 1 byte, soft and hard, for this run's every process (inherited across
+    ``fork`` and ``execve``; under the sandbox its seccomp filter refuses any change of it).
+    At 0 the kernel still hands a crashing process's memory to a ``core_pattern`` that is a
+    pipe (``systemd-coredump``, ``apport``): the host's handler then writes it to the host's
+    disk with the host's CPU, outside every budget of the run. The kernel skips piped dumps
+    at exactly 1, and a core file needs at least a page, so 1 means no dump of either kind.
+    Best effort: a harness that is not root and whose hard limit is 0 cannot raise it to 1."""
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
+
+
 def _write_quiet(fd: int, data: bytes) -> None:
     with contextlib.suppress(OSError):
         os.write(fd, data)
@@ -101,6 +114,7 @@ def _child(worker: Any, control: socket.socket, fds: list[int], plan: Any) -> No
     status = 70
     try:
         os.setsid()
+        _no_core_dumps()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         control.detach()  # the descriptor is closed below; the object must never close it

@@ -6,9 +6,11 @@ after the host's go (``_worker.read_go``).
 The template (``_template``) imports this module once and calls ``main()`` in each child it
 forks. The limits: ``RLIMIT_AS`` from ``max_memory_mb``, ``RLIMIT_CPU`` = ceil(compute_ms /
 1000) + 1 s as a kernel backstop (the host and the sandbox init charge the run's whole process
-tree against ``compute_ms``), no core files, at most ``SIGNALS_PENDING`` queued signals, no
+tree against ``compute_ms``), at most ``SIGNALS_PENDING`` queued signals, no
 real-time scheduling and no nice value below 0 (``RLIMIT_RTPRIO`` and ``RLIMIT_NICE`` at 0), at
-most ``LOCKED_BYTES`` of locked memory.
+most ``LOCKED_BYTES`` of locked memory. No core dumps: the template's child sets
+``RLIMIT_CORE`` to 1 before the worker exists (``_template._no_core_dumps``), which the
+sandbox's filter then keeps (0, which would let a piped ``core_pattern`` dump, is refused too).
 They are the runtime's config, which the template passes on (``expect_compute_ms``) and
 every ``Boot`` repeats: a worker applies the CPU limit once it has rehearsed, before it waits
 (and again at its boot only if the boot carries another), and the memory limit once it has
@@ -178,7 +180,6 @@ def _apply_cpu_limits(compute_ms: float) -> None:
         else (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
     )
     for which, value in (
-        (resource.RLIMIT_CORE, (0, 0)),
         (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_SIGPENDING, (SIGNALS_PENDING, SIGNALS_PENDING)),
         # No real-time scheduling and no priority above the default, whatever the harness

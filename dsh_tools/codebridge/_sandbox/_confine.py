@@ -447,12 +447,15 @@ def _most_killable() -> None:
 def _exit_as(wait_status: int) -> NoReturn:
     """End as the init ended (``wait_status``), so that the template's exit report of this
     process tells the host how its init ended, as it does where the template's child is the
-    init. A signal is raised again with no core dump; one that would not end this process (no
-    init dies of those) falls back to the shell's convention, 128 + its number."""
+    init. A signal is raised again with no core dump (not dumpable, whatever its
+    ``RLIMIT_CORE``: that is 0 rather than 1 where the harness's hard limit is 0, and at 0 the
+    kernel still hands a process's memory to a ``core_pattern`` that is a pipe); one that would
+    not end this process (no init dies of those) falls back to the shell's convention, 128 +
+    its number."""
     if os.WIFSIGNALED(wait_status):
         number = os.WTERMSIG(wait_status)
         for step in (
-            lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+            _kernel.set_not_dumpable,
             lambda: signal.signal(number, signal.SIG_DFL),  # refused for SIGKILL: no matter
             lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, {number}),
             lambda: os.kill(os.getpid(), number),

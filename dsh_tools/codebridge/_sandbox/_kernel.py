@@ -46,6 +46,7 @@ __all__ = [
     "mount",
     "mount_setattr",
     "set_no_new_privs",
+    "set_not_dumpable",
     "set_parent_death_signal",
     "set_seccomp_filter",
     "setns",
@@ -103,6 +104,7 @@ MS_REC: Final = 1 << 14
 MS_PRIVATE: Final = 1 << 18
 
 _PR_SET_PDEATHSIG: Final = 1
+_PR_SET_DUMPABLE: Final = 4
 _PR_CAPBSET_DROP: Final = 24
 _PR_SET_SECCOMP: Final = 22
 _PR_SET_NO_NEW_PRIVS: Final = 38
@@ -234,6 +236,12 @@ def landlock_restrict_self(ruleset_fd: int) -> None:
 def set_no_new_privs() -> None:
     """``PR_SET_NO_NEW_PRIVS``: no exec can ever grant privileges again."""
     _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def set_not_dumpable() -> None:
+    """``PR_SET_DUMPABLE`` 0: the kernel makes no core dump of this process, piped or not,
+    whatever its ``RLIMIT_CORE`` (until it runs ``execve``, which makes it dumpable again)."""
+    _check(_prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
 
 
 def set_parent_death_signal(signal_number: int) -> None:

@@ -28,7 +28,11 @@ only with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in mem
 cannot read), so the C library falls back to ``clone``. ``prlimit64`` is refused for any process
 but the caller (a pid other than 0): the run's init has the worker's user, so a program could
 otherwise lower the init's limits (no descriptors left, or no CPU time, and the init died);
-``setrlimit`` and ``getrlimit`` go through ``prlimit64`` with pid 0 and keep working.
+``setrlimit`` and ``getrlimit`` go through ``prlimit64`` with pid 0 and keep working, except
+that ``RLIMIT_CORE`` may be read but not set (``prlimit64`` with a new limit, or the older
+``setrlimit`` call): a run's processes have it at 1, at which the kernel makes no core dump,
+and at 0 (or anything else) a ``core_pattern`` that is a pipe would get the crashing process's
+memory, to be written to the host's disk by the host's handler outside every budget.
 ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``process_madvise`` (which
 gives the same hint through a pidfd, the caller's own included) are refused: with nothing but
 a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
@@ -159,6 +163,8 @@ _MODE_ARGUMENT: Final = {
 """The x86_64 numbers of the calls that set a file's mode, and which argument holds it."""
 _OPENAT2: Final = 437
 _PRLIMIT64: Final = 302
+_SETRLIMIT: Final = 160
+_RLIMIT_CORE: Final = 4
 _MMAP: Final = 9
 _OFFSET_MMAP_FLAGS: Final = 16 + 8 * 3
 _MAP_SHARED_BIT: Final = 0x01  # MAP_SHARED and MAP_SHARED_VALIDATE; MAP_PRIVATE is 0x02
@@ -183,6 +189,7 @@ _OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]; args[i] 
 _OFFSET_ARG1_LOW: Final = 24
 _OFFSET_ARG1_HIGH: Final = 28
 _OFFSET_ARG2_LOW: Final = 32
+_OFFSET_ARG2_HIGH: Final = 36
 _OFFSET_ARG3_LOW: Final = 40
 
 
@@ -250,6 +257,7 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     bpf.op(_JMP_JEQ_K, _PRLIMIT64, "prlimit")
+    bpf.op(_JMP_JEQ_K, _SETRLIMIT, "setrlimit")
     bpf.op(_JMP_JEQ_K, _FADVISE64, "fadvise")
     bpf.op(_JMP_JEQ_K, _MADVISE, "madvise")
     if guard_child_reaping:
@@ -295,10 +303,23 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
-    # prlimit64: the caller's own limits only (pid 0; the kernel reads the pid as 32 bits).
+    # prlimit64: the caller's own limits only (pid 0; the kernel reads the pid and the
+    # resource as 32 bits), and RLIMIT_CORE only read (no new limit: a null pointer, 64 bits).
     bpf.place("prlimit")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
     bpf.op(_JMP_JEQ_K, 0, None, "prlimit-deny")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+    bpf.op(_JMP_JEQ_K, _RLIMIT_CORE, None, "prlimit-allow")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG2_LOW)
+    bpf.op(_JMP_JEQ_K, 0, None, "prlimit-deny")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG2_HIGH)
+    bpf.op(_JMP_JEQ_K, 0, None, "prlimit-deny")
+    bpf.place("prlimit-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
+    # setrlimit (the call the C library no longer makes, still there): not RLIMIT_CORE.
+    bpf.place("setrlimit")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+    bpf.op(_JMP_JEQ_K, _RLIMIT_CORE, "prlimit-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("prlimit-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
