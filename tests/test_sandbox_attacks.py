@@ -432,6 +432,49 @@ return seen
     assert_next_run_works(sandbox)
 
 
+def test_proc_files_only_root_may_read_show_a_run_nothing(sandbox: SubprocessCodeRuntime) -> None:
+    # Under a root harness the worker is root without capabilities, and root owns these: what
+    # exploits of the kernel look for (its heap's layout, the flags of every physical page,
+    # its vmalloc areas), the host's timers and its serial lines' traffic, and the keyrings
+    # the user may view.
+    paths = [
+        "/proc/slabinfo",
+        "/proc/vmallocinfo",
+        "/proc/pagetypeinfo",
+        "/proc/kpageflags",
+        "/proc/kpagecount",
+        "/proc/timer_list",
+        "/proc/keys",
+        "/proc/key-users",
+        "/proc/tty/driver",
+    ]
+    program = f"""
+import os
+seen = {{}}
+for path in {paths!r}:
+    try:
+        if os.path.isdir(path):
+            seen[path] = sorted(os.listdir(path))
+        else:
+            with open(path, 'rb') as file:
+                seen[path] = file.read(64).decode('latin-1')
+    except FileNotFoundError:
+        seen[path] = 'absent'
+    except PermissionError:
+        seen[path] = 'refused'
+seen['cpuinfo'] = 'processor' in open('/proc/cpuinfo').read()
+seen['own status'] = open('/proc/self/status').read().startswith('Name:')
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    assert seen.pop("cpuinfo") is seen.pop("own status") is True
+    readable = {
+        path: text for path, text in seen.items() if text not in ("", [], "absent", "refused")
+    }
+    assert readable == {}
+    assert_next_run_works(sandbox)
+
+
 def test_a_traced_child_cannot_trace_anything(sandbox: SubprocessCodeRuntime) -> None:
     program = """
 import ctypes, os

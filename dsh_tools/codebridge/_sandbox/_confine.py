@@ -24,6 +24,7 @@ import math
 import os
 import resource
 import signal
+import stat
 import struct
 import sys
 import tempfile
@@ -60,6 +61,14 @@ _FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
 _GRANT_FD_FLOOR: Final = 256
 _READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
 _RUNTIME_TASK_SLACK: Final = 256
+_PROC_ALWAYS_MASKED: Final = ("keys", "key-users")
+"""Entries of ``/proc`` masked whatever their mode: they list the keyrings the caller's user
+may view (the harness user's, or root's), descriptions included, which no program needs (the
+filter refuses the keyring calls)."""
+_PROC_NOT_SCANNED: Final = ("self", "thread-self", "sys", "net")
+"""Entries of ``/proc`` not scanned for owner-only files: the run's own processes, the sysctls
+(whose owner-only files hold nothing of the host's: ASLR bits, the run's own network
+namespace's keys) and the run's own network namespace."""
 """Tasks beyond the runs' own ceilings: the template's, and the idle and prepared workers'."""
 
 
@@ -114,6 +123,7 @@ class SandboxPlan:
         )
         self._run_cgroups: RunCgroups | None = None
         self._scratch_parent = -1
+        self._proc_masks: list[tuple[str, bool]] = []
 
     def prepare(self) -> None:
         """Enter the shared namespaces and check the kernel; on failure keep the message."""
@@ -171,6 +181,7 @@ class SandboxPlan:
             os.path.dirname(self.scratch), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
         )
         self._read_only_host()
+        self._proc_masks = _proc_masks()
         self._template = os.getpid()
         try:
             namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -352,6 +363,7 @@ class SandboxPlan:
             flags = _kernel.MS_NOSUID | _kernel.MS_NODEV | _kernel.MS_NOEXEC
             _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
             _kernel.mount("proc", "/proc", "proc", flags, None)
+            self._mask_proc()
             _most_killable()
             size = max(int(self.max_memory_mb), 1)
             options = f"size={size}m,nr_inodes=16384,mode=0700"
@@ -390,6 +402,17 @@ class SandboxPlan:
             meter,
             self.max_wall_ms,
         )
+
+    def _mask_proc(self) -> None:
+        """Cover the run's ``/proc`` files that only their owner may read (``_proc_masks``)
+        with ``/dev/null``, and such directories with an empty read-only tmpfs."""
+        for path, directory in self._proc_masks:
+            if directory:
+                flags = _kernel.MS_RDONLY | _kernel.MS_NOSUID | _kernel.MS_NODEV
+                flags |= _kernel.MS_NOEXEC
+                _kernel.mount("none", path, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555")
+            else:
+                _kernel.mount("/dev/null", path, None, _kernel.MS_BIND, None)
 
     def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter]) -> None:
         os.chdir(self.scratch)
@@ -431,6 +454,41 @@ class SandboxPlan:
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = True
+
+
+def _proc_masks() -> list[tuple[str, bool]]:
+    """The entries of ``/proc`` (and of its directories, one level down) outside the
+    processes' own that only their owner may read, as ``(path, is_directory)``; a run's init
+    masks them (``SandboxPlan._mask_proc``). Under a root harness the worker is root without
+    capabilities, and root owns them: ``slabinfo``, ``vmallocinfo``, ``kpageflags``,
+    ``kpagecount``, ``pagetypeinfo``, ``timer_list`` and ``tty/driver`` would tell a run how
+    the host's kernel lays out its memory (what exploits of the kernel look for), the flags of
+    every physical page, the host's timers and its serial lines' traffic. Read once, in the
+    template: the kernel's ``/proc`` is the same for every run."""
+    found = [(f"/proc/{name}", False) for name in _PROC_ALWAYS_MASKED]
+    found = [(path, directory) for path, directory in found if os.path.isfile(path)]
+    directories = ["/proc"]
+    for directory in directories:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            path = f"{directory}/{name}"
+            if directory == "/proc" and (name.isdigit() or name in _PROC_NOT_SCANNED):
+                continue
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if not mode & stat.S_IROTH or not mode & stat.S_IXOTH:
+                    found.append((path, True))
+                elif directory == "/proc":
+                    directories.append(path)
+            elif stat.S_ISREG(mode) and not mode & stat.S_IROTH and mode & stat.S_IRUSR:
+                found.append((path, False))
+    return found
 
 
 def _most_killable() -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "MS_NOEXEC",
     "MS_NOSUID",
     "MS_PRIVATE",
+    "MS_RDONLY",
     "MS_REC",
     "NET_BIND_TCP",
     "NET_CONNECT_TCP",
@@ -96,6 +97,7 @@ MOUNT_ATTR_RDONLY: Final = 1
 _AT_FDCWD: Final = -100
 _AT_RECURSIVE: Final = 0x8000
 
+MS_RDONLY: Final = 1
 MS_NOSUID: Final = 2
 MS_NODEV: Final = 4
 MS_NOEXEC: Final = 8
