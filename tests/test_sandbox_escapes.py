@@ -262,6 +262,32 @@ asyncio.run(runtime.run(CodeRunRequest("import time\\ntime.sleep(600)", [])))
 """
 
 
+def test_no_run_takes_the_hosts_pool_of_huge_pages(runtime: SubprocessCodeRuntime) -> None:
+    # MAP_HUGETLB pages come from the machine's pool (vm.nr_hugepages, reserved for a
+    # database, say), which neither a resident set nor a run's cgroups count: measured, a run
+    # took the whole pool from the host. Refused whatever the pool holds (here, where it is
+    # empty, the kernel itself answers ENOMEM); ordinary mappings keep working.
+    program = """
+import mmap
+seen = {}
+for name, flags in (('private', mmap.MAP_PRIVATE), ('shared', mmap.MAP_SHARED)):
+    try:
+        mmap.mmap(-1, 2 << 20, flags | mmap.MAP_ANONYMOUS | 0x40000)  # MAP_HUGETLB
+        seen[name] = 'mapped'
+    except OSError as error:
+        seen[name] = error.errno
+ordinary = mmap.mmap(-1, 4 << 20, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+ordinary[-1] = 1
+with open('file', 'w+b') as file:
+    file.truncate(1 << 20)
+    shared = mmap.mmap(file.fileno(), 1 << 20)
+    shared[0] = 2
+seen['ordinary'] = [ordinary[-1], shared[0]]
+return seen
+"""
+    assert value(runtime, program) == {"private": 1, "shared": 1, "ordinary": [1, 2]}  # EPERM
+
+
 def test_a_killed_host_leaves_no_scratch_mount_point(tmp_path: Path) -> None:
     environment = {**os.environ, "TMPDIR": str(tmp_path)}
     host = subprocess.Popen(

@@ -33,6 +33,10 @@ that ``RLIMIT_CORE`` may be read but not set (``prlimit64`` with a new limit, or
 ``setrlimit`` call): a run's processes have it at 1, at which the kernel makes no core dump,
 and at 0 (or anything else) a ``core_pattern`` that is a pipe would get the crashing process's
 memory, to be written to the host's disk by the host's handler outside every budget.
+``mmap`` with ``MAP_HUGETLB`` is refused: its pages come from the machine's pool of huge pages
+(``vm.nr_hugepages``, which an administrator reserves for a database, say), which neither a
+process's resident set nor a run's cgroups count, so a run could take the whole pool from the
+host's own users; ``shmget`` and ``memfd_create``, the other ways to that pool, are refused too.
 ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``process_madvise`` (which
 gives the same hint through a pidfd, the caller's own included) are refused: with nothing but
 a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
@@ -169,6 +173,7 @@ _MMAP: Final = 9
 _OFFSET_MMAP_FLAGS: Final = 16 + 8 * 3
 _MAP_SHARED_BIT: Final = 0x01  # MAP_SHARED and MAP_SHARED_VALIDATE; MAP_PRIVATE is 0x02
 _MAP_ANONYMOUS: Final = 0x20
+_MAP_HUGETLB: Final = 0x40000
 _FADVISE64: Final = 221
 _POSIX_FADV_DONTNEED: Final = 4
 _MADVISE: Final = 28
@@ -262,8 +267,8 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _MADVISE, "madvise")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
+    bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
     if refuse_hidden_memory:
-        bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
         for number in sorted(PIPE_PAGE_SYSCALLS.values()):
             bpf.op(_JMP_JEQ_K, number, "deny")
     bpf.op(_RET_K, _RET_ALLOW)
@@ -343,16 +348,18 @@ def seccomp_program(
         bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("mode-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # mmap: no huge pages of the machine's hugetlb pool; without cgroups, no shared anonymous
+    # memory either.
+    bpf.place("mmap")
+    bpf.op(_LD_W_ABS, _OFFSET_MMAP_FLAGS)
+    bpf.op(_JMP_JSET_K, _MAP_HUGETLB, "mmap-deny")
     if refuse_hidden_memory:
-        # mmap: no shared anonymous memory.
-        bpf.place("mmap")
-        bpf.op(_LD_W_ABS, _OFFSET_MMAP_FLAGS)
         bpf.op(_JMP_JSET_K, _MAP_ANONYMOUS, None, "mmap-allow")
         bpf.op(_JMP_JSET_K, _MAP_SHARED_BIT, "mmap-deny")
-        bpf.place("mmap-allow")
-        bpf.op(_RET_K, _RET_ALLOW)
-        bpf.place("mmap-deny")
-        bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    bpf.place("mmap-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("mmap-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     if guard_child_reaping:
         # rt_sigaction: SIGCHLD's action may be read (act NULL), not changed.
         bpf.place("sigaction")
