@@ -402,6 +402,38 @@ return seen
     assert_next_run_works(sandbox)
 
 
+def test_the_init_that_measures_the_run_cannot_be_deprioritized(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # The init has the worker's user. Reniced to 19, made SCHED_IDLE or pinned to a CPU the
+    # run's spinners fill, it would measure the budgets (and end the run) late; the kernel
+    # refuses a process without capabilities any change of the scheduling of one with them.
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(call):
+    return 'changed' if call() == 0 else ctypes.get_errno()
+seen = {
+    'nice': attempt(lambda: libc.setpriority(0, 1, 19)),  # PRIO_PROCESS
+    'group nice': attempt(lambda: libc.setpriority(1, 0, 19)),  # PRIO_PGRP: the init's group
+    'idle': attempt(lambda: libc.sched_setscheduler(1, 5, ctypes.byref(ctypes.c_int(0)))),
+    'io idle': attempt(lambda: libc.syscall(251, 1, 1, 3 << 13)),  # ioprio_set
+}
+try:
+    os.sched_setaffinity(1, {0})
+    seen['affinity'] = 'changed'
+except OSError as error:
+    seen['affinity'] = error.errno
+fields = open('/proc/1/stat').read().rsplit(')', 1)[1].split()
+seen['init'] = [fields[16], fields[38]]  # its nice value and scheduling policy
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    assert seen.pop("init") == ["0", "0"]
+    assert set(seen.values()) == {1}, seen  # EPERM
+    assert_next_run_works(sandbox)
+
+
 def test_every_process_of_a_run_is_the_first_the_oom_killer_picks(
     sandbox: SubprocessCodeRuntime,
 ) -> None:
