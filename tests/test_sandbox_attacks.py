@@ -92,6 +92,55 @@ return seen
     assert stat.S_IMODE(os.stat("/dev/null").st_mode) == 0o666
 
 
+def test_a_path_only_descriptor_opens_nothing_outside_the_grants(tmp_path: Path) -> None:
+    # Landlock does not check an O_PATH open, so a program holds a descriptor of any file it
+    # can name. Reopening it (through /proc/self/fd), opening beneath it, entering it, or
+    # linking what it names into the scratch directory or a write grant on the same
+    # filesystem must all still meet Landlock.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.key"
+    secret.write_text("hunter2")
+    grant = tmp_path / "grant"
+    grant.mkdir()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(
+            compute_ms=3000, max_wall_ms=20000, sandbox=CodeSandbox(write=[str(grant)])
+        )
+    )
+    program = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+file = os.open({str(secret)!r}, os.O_PATH)
+folder = os.open({str(outside)!r}, os.O_PATH | os.O_DIRECTORY)
+seen = {{'size through O_PATH': os.fstat(file).st_size}}
+def attempt(name, action):
+    try:
+        seen[name] = repr(action())
+    except OSError as error:
+        seen[name] = error.errno
+attempt('reopen', lambda: open(f'/proc/self/fd/{{file}}').read())
+attempt('open beneath', lambda: os.read(os.open('secret.key', os.O_RDONLY, dir_fd=folder), 9))
+def link_empty_path(target):
+    if libc.linkat(file, b'', -100, target.encode(), 0x1000) == 0:  # AT_EMPTY_PATH
+        return 'linked'
+    raise OSError(ctypes.get_errno(), 'linkat')
+for target in ('stolen', {str(grant / "stolen")!r}):
+    attempt('link to ' + target, lambda: os.link(f'/proc/self/fd/{{file}}', target))
+    attempt('link empty path to ' + target, lambda: link_empty_path(target))
+attempt('enter', lambda: (os.fchdir(folder), open('secret.key').read()))
+return seen
+"""
+    try:
+        seen = dict(value(runtime, program))
+    finally:
+        runtime.close()
+    assert seen.pop("size through O_PATH") == 7  # metadata stays visible, as documented
+    assert all(isinstance(outcome, int) for outcome in seen.values()), seen
+    assert os.listdir(grant) == []
+    assert secret.read_text() == "hunter2"
+
+
 def test_scratch_files_keep_every_ordinary_file_operation(sandbox: SubprocessCodeRuntime) -> None:
     program = """
 import os, shutil
