@@ -505,3 +505,36 @@ def test_a_new_template_removes_the_cgroups_of_dead_ones() -> None:
             for path in (parent / "run-1", parent):
                 if path.exists():
                     path.rmdir()
+
+
+@needs_cgroups
+def test_a_run_can_neither_raise_its_cgroup_limits_nor_leave_its_cgroups(
+    measured: SubprocessCodeRuntime,
+) -> None:
+    # The run's cgroups are named in its /proc/self/cgroup; writing their limits, or moving
+    # itself to the parent cgroup (outside every ceiling of the run), must fail.
+    program = """
+import os
+seen = {}
+before = open('/proc/self/cgroup').read()
+for line in before.split():
+    _number, controllers, path = line.split(':', 2)
+    if 'run-' not in path:
+        continue
+    run = f'/sys/fs/cgroup/{controllers}{path}'
+    for name, text in (('memory.limit_in_bytes', '-1'), ('memory.memsw.limit_in_bytes', '-1'),
+                       ('pids.max', 'max'), ('cgroup.procs', '0'), ('../cgroup.procs', '0'),
+                       ('../tasks', str(os.getpid()))):
+        try:
+            with open(f'{run}/{name}', 'w') as file:
+                file.write(text)
+            seen[f'{controllers} {name}'] = 'written'
+        except OSError as error:
+            seen[f'{controllers} {name}'] = type(error).__name__
+seen['moved'] = open('/proc/self/cgroup').read() != before
+return seen
+"""
+    seen = dict(value(measured, program))
+    assert seen.pop("moved") is False
+    assert seen and "written" not in seen.values(), seen
+    assert_next_run_works(measured)
