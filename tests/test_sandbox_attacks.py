@@ -591,6 +591,7 @@ calls = {
     'perf_event_open': (298, 0, 0, 0, 0, 0),
     'io_uring_setup': (425, 1, 0),
     'open_by_handle_at': (304, 0, 0, 0),
+    'name_to_handle_at': (303, -100, b'/etc', 0, 0, 0),
     'fsopen': (430, 0, 0),
     'init_module': (175, 0, 0, 0),
     'x32 getpid': (0x40000000 | 39,),
@@ -604,12 +605,15 @@ for name, (number, *args) in calls.items():
     result = libc.syscall(number, *args)
     seen[name] = ctypes.get_errno() if result < 0 else 'allowed'
 seen['clone3'] = libc.syscall(435, 0, 0) < 0 and ctypes.get_errno()
+how = (ctypes.c_uint64 * 3)(0, 0, 0x08)  # RESOLVE_NO_MAGICLINKS: what openat2 adds to openat
+seen['openat2'] = libc.syscall(437, -100, b'/etc/passwd', how, 24) < 0 and ctypes.get_errno()
 return seen
 """
     seen = dict(value(sandbox, program))
-    clone3 = seen.pop("clone3")
+    clone3, openat2 = seen.pop("clone3"), seen.pop("openat2")
     assert set(seen.values()) == {1}, seen  # EPERM everywhere
     assert clone3 == 38  # ENOSYS: the C library falls back to clone, whose flags are checked
+    assert openat2 == 38  # ENOSYS too (its mode and resolve flags live in memory), so openat
 
 
 def test_the_32_bit_system_call_entry_kills_the_caller(sandbox: SubprocessCodeRuntime) -> None:
