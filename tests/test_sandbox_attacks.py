@@ -1458,6 +1458,18 @@ return [sorted(os.listdir('.')), sorted(n for n in os.listdir('/proc') if n.isdi
     assert results["peeker"] == [[], ["1", "2"]]
 
 
+def test_a_run_does_not_learn_the_hosts_name(sandbox: SubprocessCodeRuntime) -> None:
+    # A run's UTS namespace starts as a copy of the host's, whose name can tell a program
+    # which machine (or whose) it runs on.
+    program = """
+import os, socket
+return [socket.gethostname(), os.uname().nodename,
+        open('/proc/sys/kernel/hostname').read().strip()]
+"""
+    assert value(sandbox, program) == ["sandbox"] * 3
+    assert socket.gethostname() == os.uname().nodename  # the host's own is unchanged
+
+
 def test_the_worker_holds_only_its_own_descriptors_and_no_device(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "set_not_dumpable",
     "set_parent_death_signal",
     "set_seccomp_filter",
+    "sethostname",
     "setns",
     "unshare",
 ]
@@ -282,6 +283,12 @@ def set_seccomp_filter(program: list[SockFilter]) -> None:
 def unshare(flags: int) -> None:
     """``unshare(2)``."""
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def sethostname(name: str) -> None:
+    """``sethostname(2)`` (of the caller's UTS namespace)."""
+    data = name.encode()
+    _check(_libc.sethostname(data, ctypes.c_size_t(len(data))), "sethostname")
 
 
 def setns(fd: int, nstype: int) -> None:
