@@ -63,10 +63,24 @@ _FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
 _GRANT_FD_FLOOR: Final = 256
 _READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
 _RUNTIME_TASK_SLACK: Final = 256
-_PROC_ALWAYS_MASKED: Final = ("keys", "key-users")
-"""Entries of ``/proc`` masked whatever their mode: they list the keyrings the caller's user
-may view (the harness user's, or root's), descriptions included, which no program needs (the
-filter refuses the keyring calls)."""
+_PROC_ALWAYS_MASKED: Final = (
+    "keys",
+    "key-users",
+    "kpagecgroup",
+    "kpagecount",
+    "kpageflags",
+    "pagetypeinfo",
+    "sched_debug",
+    "slabinfo",
+    "timer_list",
+    "tty/driver",
+    "vmallocinfo",
+)
+"""Entries of ``/proc`` masked whatever their mode (``_proc_masks``): ``keys`` and
+``key-users`` list the keyrings the worker's user may view (the harness user's, or root's),
+descriptions included, which no program needs (the filter refuses the keyring calls); the
+others are the owner-only ones, named too in case a container runtime has already masked them
+in the template's view (a run's fresh ``/proc`` would show them again)."""
 _PROC_NOT_SCANNED: Final = ("self", "thread-self", "sys", "net")
 """Entries of ``/proc`` not scanned for owner-only files: the run's own processes, the sysctls
 (whose owner-only files hold nothing of the host's: ASLR bits, the run's own network
@@ -470,8 +484,11 @@ def _proc_masks() -> list[tuple[str, bool]]:
     the host's kernel lays out its memory (what exploits of the kernel look for), the flags of
     every physical page, the host's timers and its serial lines' traffic. Read once, in the
     template: the kernel's ``/proc`` is the same for every run."""
-    found = [(f"/proc/{name}", False) for name in _PROC_ALWAYS_MASKED]
-    found = [(path, directory) for path, directory in found if os.path.isfile(path)]
+    found = [
+        (f"/proc/{name}", os.path.isdir(f"/proc/{name}"))
+        for name in _PROC_ALWAYS_MASKED
+        if os.path.lexists(f"/proc/{name}")
+    ]
     directories = ["/proc"]
     for directory in directories:
         try:
@@ -493,7 +510,7 @@ def _proc_masks() -> list[tuple[str, bool]]:
                     directories.append(path)
             elif stat.S_ISREG(mode) and not mode & stat.S_IROTH and mode & stat.S_IRUSR:
                 found.append((path, False))
-    return found
+    return sorted(set(found))
 
 
 def _most_killable() -> None:
