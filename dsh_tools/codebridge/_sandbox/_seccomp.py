@@ -1,49 +1,50 @@
 """The worker's seccomp filter: no sockets, no namespaces, no tracing, no kernel administration.
 
 A classic BPF program that checks the architecture (anything but the one the tables below were
-written for is killed, which also closes the 32-bit and x32 entry points) and answers ``EPERM`` for
-the listed system calls (``modify_ldt`` among them: segment descriptors of its own, which only
-16-bit emulators use, are kernel code any process could otherwise reach). ``socketpair`` stays
-allowed for unix stream and sequenced-packet pairs (asyncio's self-pipe needs one; such a pair
-reaches nothing outside), but not for other families (whose socket code would run, and on some
-kernels load a module) nor for datagram pairs, whose ``sendto`` takes an address and so reaches any
-datagram socket bound on the host's filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink
-or unix socket can be created, whatever the address. ``io_uring`` is refused because its operations
-bypass this filter. ``memfd_create`` and System V / POSIX message queues and shared memory are
-refused because they hold memory outside every process's resident set (no budget would see it).
-``inotify`` and file leases (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does
-not cover them: they would report the names and activity of the host's files, or stall the host's
-opens. Reading extended attributes answers ``EOPNOTSUPP`` (Landlock does not cover it either; that
-answer is the one ``shutil`` already treats as "none"). Setting the set-user-ID or set-group-ID bit
-(``chmod``, or ``open``/``mknod`` creating a file with it) is refused: the worker's user owns what
-it creates in a ``write`` grant, and a set-user-ID copy of ``/usr/bin/python3`` left there by a run
-of a root harness would give any local user root. ``openat2`` answers ``ENOSYS`` (its mode lives in
-memory a filter cannot read), so the C library falls back to ``openat``. Without cgroups, shared
-anonymous mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their pages
-belong to a hidden memory object that outlives the part of the mapping still in place, so mapping
-32 MiB, touching it and unmapping all but one page holds 32 MiB that no process's resident set
-shows, as often as the process likes (the run's cgroup charges them where there is one); and so are
-the calls that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``,
-``sendfile``), whose buffers hold whole pages outside every resident set. ``clone`` is refused only
-with a namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot
-read), so the C library falls back to ``clone``. ``prlimit64`` is refused for any process but the
-caller (a pid other than 0): the run's init has the worker's user, so a program could otherwise
-lower the init's limits (no descriptors left, or no CPU time, and the init died); ``setrlimit`` and
-``getrlimit`` go through ``prlimit64`` with pid 0 and keep working, except that ``RLIMIT_CORE`` may
-be read but not set (``prlimit64`` with a new limit, or the older ``setrlimit`` call): a run's
-processes have it at 1, at which the kernel makes no core dump, and at 0 (or anything else) a
-``core_pattern`` that is a pipe would get the crashing process's memory, to be written to the
-host's disk by the host's handler outside every budget. ``mmap`` with ``MAP_HUGETLB`` is refused:
-its pages come from the machine's pool of huge pages (``vm.nr_hugepages``, which an administrator
-reserves for a database, say), which neither a process's resident set nor a run's cgroups count, so
-a run could take the whole pool from the host's own users; ``shmget`` and ``memfd_create``, the
-other ways to that pool, are refused too. ``posix_fadvise(POSIX_FADV_DONTNEED)``,
-``madvise(MADV_PAGEOUT)`` and ``process_madvise`` (which gives the same hint through a pidfd, the
-caller's own included) are refused: with nothing but a read-only descriptor or mapping they drop
-the cached pages of any file the run may read (the Python installation, ``/usr``, a harness's
-``read`` grants) from the host's page cache, for every process of the machine, which then reads
-them from disk again; ``MADV_PAGEOUT`` would also move a run's own memory to swap, where no budget
-sees it.
+written for answers ``ENOSYS``, which also closes the 32-bit and x32 entry points; not a kill,
+which the kernel records in the audit log each time, to the host's disk where ``auditd`` runs, as
+often as a program forks children to die that way) and answers ``EPERM`` for the listed system
+calls (``modify_ldt`` among them: segment descriptors of its own, which only 16-bit emulators use,
+are kernel code any process could otherwise reach). ``socketpair`` stays allowed for unix stream
+and sequenced-packet pairs (asyncio's self-pipe needs one; such a pair reaches nothing outside),
+but not for other families (whose socket code would run, and on some kernels load a module) nor for
+datagram pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the
+host's filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be
+created, whatever the address. ``io_uring`` is refused because its operations bypass this filter.
+``memfd_create`` and System V / POSIX message queues and shared memory are refused because they
+hold memory outside every process's resident set (no budget would see it). ``inotify`` and file
+leases (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover them: they
+would report the names and activity of the host's files, or stall the host's opens. Reading
+extended attributes answers ``EOPNOTSUPP`` (Landlock does not cover it either; that answer is the
+one ``shutil`` already treats as "none"). Setting the set-user-ID or set-group-ID bit (``chmod``,
+or ``open``/``mknod`` creating a file with it) is refused: the worker's user owns what it creates
+in a ``write`` grant, and a set-user-ID copy of ``/usr/bin/python3`` left there by a run of a root
+harness would give any local user root. ``openat2`` answers ``ENOSYS`` (its mode lives in memory a
+filter cannot read), so the C library falls back to ``openat``. Without cgroups, shared anonymous
+mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their pages belong to a
+hidden memory object that outlives the part of the mapping still in place, so mapping 32 MiB,
+touching it and unmapping all but one page holds 32 MiB that no process's resident set shows, as
+often as the process likes (the run's cgroup charges them where there is one); and so are the calls
+that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``, ``sendfile``), whose
+buffers hold whole pages outside every resident set. ``clone`` is refused only with a namespace
+flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read), so the C
+library falls back to ``clone``. ``prlimit64`` is refused for any process but the caller (a pid
+other than 0): the run's init has the worker's user, so a program could otherwise lower the init's
+limits (no descriptors left, or no CPU time, and the init died); ``setrlimit`` and ``getrlimit`` go
+through ``prlimit64`` with pid 0 and keep working, except that ``RLIMIT_CORE`` may be read but not
+set (``prlimit64`` with a new limit, or the older ``setrlimit`` call): a run's processes have it at
+1, at which the kernel makes no core dump, and at 0 (or anything else) a ``core_pattern`` that is a
+pipe would get the crashing process's memory, to be written to the host's disk by the host's
+handler outside every budget. ``mmap`` with ``MAP_HUGETLB`` is refused: its pages come from the
+machine's pool of huge pages (``vm.nr_hugepages``, which an administrator reserves for a database,
+say), which neither a process's resident set nor a run's cgroups count, so a run could take the
+whole pool from the host's own users; ``shmget`` and ``memfd_create``, the other ways to that pool,
+are refused too. ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and
+``process_madvise`` (which gives the same hint through a pidfd, the caller's own included) are
+refused: with nothing but a read-only descriptor or mapping they drop the cached pages of any file
+the run may read (the Python installation, ``/usr``, a harness's ``read`` grants) from the host's
+page cache, for every process of the machine, which then reads them from disk again;
+``MADV_PAGEOUT`` would also move a run's own memory to swap, where no budget sees it.
 """
 
 from __future__ import annotations
@@ -189,7 +190,6 @@ _ALU_AND_K: Final = 0x54
 _RET_K: Final = 0x06
 _RET_ALLOW: Final = 0x7FFF0000
 _RET_ERRNO: Final = 0x00050000
-_RET_KILL_PROCESS: Final = 0x80000000
 _OFFSET_NR: Final = 0
 _OFFSET_ARCH: Final = 4
 _OFFSET_ARG0_LOW: Final = 16  # little endian: the low word of args[0]; args[i] 8 bytes on
@@ -249,7 +249,7 @@ def seccomp_program(
     """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
-    bpf.op(_JMP_JEQ_K, _AUDIT_ARCH_X86_64, None, "kill")
+    bpf.op(_JMP_JEQ_K, _AUDIT_ARCH_X86_64, None, "enosys")
     bpf.op(_LD_W_ABS, _OFFSET_NR)
     bpf.op(_JMP_JGE_K, _X32_BIT, "deny")
     for number in sorted(DENIED_SYSCALLS.values()):
@@ -280,8 +280,6 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
     bpf.place("unsupported")
     bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
-    bpf.place("kill")
-    bpf.op(_RET_K, _RET_KILL_PROCESS)
     # clone: refused with any namespace flag.
     bpf.place("clone")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
