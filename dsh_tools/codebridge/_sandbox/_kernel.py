@@ -25,6 +25,8 @@ __all__ = [
     "FS_EXECUTE",
     "FS_READ_DIR",
     "FS_READ_FILE",
+    "LOG_SAME_EXEC_OFF",
+    "LOG_SUBDOMAINS_OFF",
     "MOUNT_ATTR_RDONLY",
     "MS_BIND",
     "MS_NODEV",
@@ -86,6 +88,8 @@ NET_BIND_TCP: Final = 1 << 0  # ABI 4
 NET_CONNECT_TCP: Final = 1 << 1  # ABI 4
 SCOPE_ABSTRACT_UNIX_SOCKET: Final = 1 << 0  # ABI 6
 SCOPE_SIGNAL: Final = 1 << 1  # ABI 6
+LOG_SAME_EXEC_OFF: Final = 1 << 0  # ABI 7, landlock_restrict_self's flags
+LOG_SUBDOMAINS_OFF: Final = 1 << 2  # ABI 7
 
 CLONE_NEWNS: Final = 0x00020000
 CLONE_NEWUTS: Final = 0x04000000
@@ -228,10 +232,13 @@ def landlock_add_path(ruleset_fd: int, path_fd: int, rights: int) -> None:
     _check(int(result), "landlock_add_rule")
 
 
-def landlock_restrict_self(ruleset_fd: int) -> None:
-    """Confine the calling thread (and its future children) to the ruleset."""
+def landlock_restrict_self(ruleset_fd: int, flags: int = 0) -> None:
+    """Confine the calling thread (and its future children) to the ruleset; ``flags`` are
+    ``LOG_*`` (Landlock ABI 7)."""
     result = _syscall(
-        ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)
+        ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF),
+        ctypes.c_int(ruleset_fd),
+        ctypes.c_uint32(flags),
     )
     _check(int(result), "landlock_restrict_self")
 
