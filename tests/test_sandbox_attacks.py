@@ -639,6 +639,38 @@ return [os.WIFSIGNALED(status) and os.WTERMSIG(status),
     assert value(sandbox, program) == [False, 38]  # ENOSYS, no SIGSYS
 
 
+def test_a_program_installs_no_seccomp_filter_of_its_own(sandbox: SubprocessCodeRuntime) -> None:
+    # The run's filter already holds it; one of its own could only log, and the kernel
+    # writes an audit record (to the host's disk where auditd runs) for every system call a
+    # filter answers with SECCOMP_RET_LOG, as fast as a loop of getpid() runs. Asking which
+    # actions exist still works.
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+class Filter(ctypes.Structure):
+    _fields_ = [('code', ctypes.c_uint16), ('jt', ctypes.c_uint8), ('jf', ctypes.c_uint8),
+                ('k', ctypes.c_uint32)]
+class Program(ctypes.Structure):
+    _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.POINTER(Filter))]
+log = (Filter * 1)(Filter(0x06, 0, 0, 0x7FFC0000))  # return SECCOMP_RET_LOG
+program = Program(1, ctypes.cast(log, ctypes.POINTER(Filter)))
+def attempt(call):
+    return 'installed' if call() == 0 else ctypes.get_errno()
+child = os.fork()
+if child == 0:  # where a filter would be installed, it logs only this child's calls
+    seen = [
+        attempt(lambda: libc.syscall(317, 1, 0, ctypes.byref(program))),  # SET_MODE_FILTER
+        attempt(lambda: libc.syscall(317, 1, 2, ctypes.byref(program))),  # ... FLAG_LOG
+        attempt(lambda: libc.prctl(22, 2, ctypes.byref(program), 0, 0)),  # PR_SET_SECCOMP
+    ]
+    os._exit(0 if seen == [1, 1, 1] else 1)
+refused = os.waitpid(child, 0)[1] == 0
+action = ctypes.c_uint32(0x7FFC0000)
+return [refused, libc.syscall(317, 2, 0, ctypes.byref(action))]  # GET_ACTION_AVAIL
+"""
+    assert value(sandbox, program) == [True, 0]
+
+
 def test_inotify_leases_ipc_memory_and_shared_kernel_tables_are_refused(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

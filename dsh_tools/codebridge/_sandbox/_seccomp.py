@@ -39,12 +39,16 @@ handler outside every budget. ``mmap`` with ``MAP_HUGETLB`` is refused: its page
 machine's pool of huge pages (``vm.nr_hugepages``, which an administrator reserves for a database,
 say), which neither a process's resident set nor a run's cgroups count, so a run could take the
 whole pool from the host's own users; ``shmget`` and ``memfd_create``, the other ways to that pool,
-are refused too. ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and
-``process_madvise`` (which gives the same hint through a pidfd, the caller's own included) are
-refused: with nothing but a read-only descriptor or mapping they drop the cached pages of any file
-the run may read (the Python installation, ``/usr``, a harness's ``read`` grants) from the host's
-page cache, for every process of the machine, which then reads them from disk again;
-``MADV_PAGEOUT`` would also move a run's own memory to swap, where no budget sees it.
+are refused too. A program may not install seccomp filters of its own (``seccomp`` and
+``prctl(PR_SET_SECCOMP)`` answer ``EPERM``; asking which actions exist still works): this filter
+already holds it, and the kernel writes an audit record (to the host's disk where ``auditd`` runs)
+for every system call a filter answers with ``SECCOMP_RET_LOG`` or a kill, and for a strict mode's
+kill. ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``process_madvise``
+(which gives the same hint through a pidfd, the caller's own included) are refused: with nothing
+but a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
+Python installation, ``/usr``, a harness's ``read`` grants) from the host's page cache, for every
+process of the machine, which then reads them from disk again; ``MADV_PAGEOUT`` would also move a
+run's own memory to swap, where no budget sees it.
 """
 
 from __future__ import annotations
@@ -151,6 +155,10 @@ _CLONE: Final = 56
 _CLONE3: Final = 435
 _SOCKETPAIR: Final = 53
 _FCNTL: Final = 72
+_PRCTL: Final = 157
+_PR_SET_SECCOMP: Final = 22
+_SECCOMP: Final = 317
+_SECCOMP_GET_ACTION_AVAIL: Final = 2  # and later operations only ask
 _AF_UNIX: Final = 1
 _SOCK_TYPE_MASK: Final = 0xF
 _ALLOWED_PAIR_TYPES: Final = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
@@ -263,6 +271,8 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
+    bpf.op(_JMP_JEQ_K, _PRCTL, "prctl")
+    bpf.op(_JMP_JEQ_K, _SECCOMP, "seccomp")
     bpf.op(_JMP_JEQ_K, _PRLIMIT64, "prlimit")
     bpf.op(_JMP_JEQ_K, _SETRLIMIT, "setrlimit")
     bpf.op(_JMP_JEQ_K, _FADVISE64, "fadvise")
@@ -307,6 +317,18 @@ def seccomp_program(
         bpf.op(_JMP_JEQ_K, command, "fcntl-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # prctl and seccomp: no filter of the program's own (it could only log: every system call
+    # one of its filters logs, or the kill of strict mode, is an audit record on the host).
+    bpf.place("prctl")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+    bpf.op(_JMP_JEQ_K, _PR_SET_SECCOMP, "seccomp-deny")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("seccomp")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
+    bpf.op(_JMP_JGE_K, _SECCOMP_GET_ACTION_AVAIL, None, "seccomp-deny")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("seccomp-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     # prlimit64: the caller's own limits only (pid 0; the kernel reads the pid and the
     # resource as 32 bits), and RLIMIT_CORE only read (no new limit: a null pointer, 64 bits).
