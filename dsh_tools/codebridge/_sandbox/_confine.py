@@ -63,6 +63,7 @@ _FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
 _GRANT_FD_FLOOR: Final = 256
 _READ_RIGHTS: Final = _kernel.FS_READ_FILE | _kernel.FS_READ_DIR | _kernel.FS_EXECUTE
 _RUNTIME_TASK_SLACK: Final = 256
+"""Tasks beyond the runs' own ceilings: the template's, and the idle and prepared workers'."""
 _PROC_ALWAYS_MASKED: Final = (
     "keys",
     "key-users",
@@ -85,7 +86,6 @@ _PROC_NOT_SCANNED: Final = ("self", "thread-self", "sys", "net")
 """Entries of ``/proc`` not scanned for owner-only files: the run's own processes, the sysctls
 (whose owner-only files hold nothing of the host's: ASLR bits, the run's own network
 namespace's keys) and the run's own network namespace."""
-"""Tasks beyond the runs' own ceilings: the template's, and the idle and prepared workers'."""
 
 
 class SandboxUnavailable(Exception):

@@ -158,7 +158,7 @@ _FCNTL: Final = 72
 _PRCTL: Final = 157
 _PR_SET_SECCOMP: Final = 22
 _SECCOMP: Final = 317
-_SECCOMP_GET_ACTION_AVAIL: Final = 2  # and later operations only ask
+_SECCOMP_QUESTIONS: Final = (2, 3)  # SECCOMP_GET_ACTION_AVAIL, SECCOMP_GET_NOTIF_SIZES
 _AF_UNIX: Final = 1
 _SOCK_TYPE_MASK: Final = 0xF
 _ALLOWED_PAIR_TYPES: Final = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
@@ -326,10 +326,12 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("seccomp")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
-    bpf.op(_JMP_JGE_K, _SECCOMP_GET_ACTION_AVAIL, None, "seccomp-deny")
-    bpf.op(_RET_K, _RET_ALLOW)
+    for operation in _SECCOMP_QUESTIONS:
+        bpf.op(_JMP_JEQ_K, operation, "seccomp-allow")
     bpf.place("seccomp-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    bpf.place("seccomp-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
     # prlimit64: the caller's own limits only (pid 0; the kernel reads the pid and the
     # resource as 32 bits), and RLIMIT_CORE only read (no new limit: a null pointer, 64 bits).
     bpf.place("prlimit")
