@@ -424,14 +424,17 @@ class SandboxPlan:
 
     def _mask_proc(self) -> None:
         """Cover the run's ``/proc`` files that only their owner may read (``_proc_masks``)
-        with ``/dev/null``, and such directories with an empty read-only tmpfs."""
+        with ``/dev/null``, and such directories with an empty read-only tmpfs. Each is best
+        effort: an entry this kernel will not let the init cover stays as readable as it was
+        before these masks existed, where failing would fail every run of such a host."""
         for path, directory in self._proc_masks:
-            if directory:
-                flags = _kernel.MS_RDONLY | _kernel.MS_NOSUID | _kernel.MS_NODEV
-                flags |= _kernel.MS_NOEXEC
-                _kernel.mount("none", path, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555")
-            else:
-                _kernel.mount("/dev/null", path, None, _kernel.MS_BIND, None)
+            with contextlib.suppress(OSError):
+                if directory:
+                    flags = _kernel.MS_RDONLY | _kernel.MS_NOSUID | _kernel.MS_NODEV
+                    flags |= _kernel.MS_NOEXEC
+                    _kernel.mount("none", path, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555")
+                else:
+                    _kernel.mount("/dev/null", path, None, _kernel.MS_BIND, None)
 
     def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter]) -> None:
         os.chdir(self.scratch)
