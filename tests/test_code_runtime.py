@@ -492,6 +492,49 @@ return out
     ]
 
 
+def test_asyncio_wait_takes_call_handles_as_it_takes_tasks(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # asyncio.wait refuses whatever passes for a coroutine, and a handle does (so that
+    # create_task takes it); a program waiting on its calls gets the handles it gave back.
+    program = """
+out = []
+handles = [tools.echo(i) for i in range(3)]
+done, pending = await asyncio.wait(handles)
+out.append([sorted([h.result() for h in done]), len(pending), all(h in done for h in handles)])
+sleeper = asyncio.create_task(asyncio.sleep(60))
+first = tools.echo(5)
+done, pending = await asyncio.wait([first, sleeper], return_when=asyncio.FIRST_COMPLETED)
+out.append([done == {first}, pending == {sleeper}])
+done, pending = await asyncio.wait({first, sleeper}, timeout=0.01)
+out.append([done == {first}, pending == {sleeper}])
+sleeper.cancel()
+coroutine = asyncio.sleep(0)
+for wrong in ([tools.echo(6), coroutine], tools.echo(7), [], ):
+    try:
+        await asyncio.wait(wrong)
+    except (TypeError, ValueError) as exc:
+        out.append(str(exc))
+coroutine.close()
+try:
+    await asyncio.wait([tools.echo(8)], return_when="SOON")
+except ValueError as exc:
+    out.append(str(exc))
+return out
+"""
+    result = run(runtime, program, tools(echo=identity))
+    assert result.logs == []
+    assert result.value == [
+        [[0, 1, 2], 0, True],
+        [True, True],
+        [True, True],
+        "Passing coroutines is forbidden, use tasks explicitly.",
+        "expect a list of futures, not CallHandle",
+        "Set of Tasks/Futures is empty.",
+        "Invalid return_when value: SOON",
+    ]
+
+
 def test_a_script_s_asyncio_run_of_main_says_to_await_it(
     runtime: SubprocessCodeRuntime,
 ) -> None:

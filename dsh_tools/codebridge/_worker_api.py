@@ -27,6 +27,7 @@ __all__ = [
     "error_class",
     "guard_nested_run",
     "plain_error",
+    "wait_accepting_handles",
 ]
 
 
@@ -374,6 +375,77 @@ def guard_nested_run(run: Callable[..., Any]) -> Callable[..., Any]:
 
     guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
     return guarded
+
+
+_WAIT_ENDS: Final = (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED)
+
+
+def wait_accepting_handles(wait: Callable[..., Any]) -> Callable[..., Any]:
+    """``asyncio.wait`` as a program sees it: it also takes call handles. asyncio refuses
+    anything that passes for a coroutine ("Passing coroutines is forbidden"), and a handle
+    does (so that ``create_task`` takes it), although it is a future already submitted. Given
+    at least one handle, and no real coroutine, this waits as asyncio's own does: the same
+    checks, ``timeout`` and ``return_when``, and ``(done, pending)`` sets of the very objects
+    given, so ``handle in done`` holds. Anything else goes to ``asyncio.wait`` unchanged."""
+    if getattr(wait, "__dsh_guarded__", False):
+        return wait
+
+    @functools.wraps(wait)
+    async def waiting(
+        fs: Any, *, timeout: float | None = None, return_when: str = asyncio.ALL_COMPLETED
+    ) -> tuple[set[Any], set[Any]]:
+        if asyncio.isfuture(fs) or asyncio.iscoroutine(fs):
+            raise TypeError(f"expect a list of futures, not {type(fs).__name__}")
+        given = set(fs)
+        if not any(isinstance(item, CallHandle) for item in given) or any(
+            not isinstance(item, CallHandle) and asyncio.iscoroutine(item) for item in given
+        ):
+            result: tuple[set[Any], set[Any]] = await wait(
+                given, timeout=timeout, return_when=return_when
+            )
+            return result
+        if not given:
+            raise ValueError("Set of Tasks/Futures is empty.")
+        if return_when not in _WAIT_ENDS:
+            raise ValueError(f"Invalid return_when value: {return_when}")
+        loop = asyncio.get_running_loop()
+        futures = {asyncio.ensure_future(item) for item in given}  # a handle is its own future
+        waiter = loop.create_future()
+        left = len(futures)
+
+        def wake(_: Any = None) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        def on_done(future: asyncio.Future[Any]) -> None:
+            nonlocal left
+            left -= 1
+            if (
+                left <= 0
+                or return_when == asyncio.FIRST_COMPLETED
+                or (
+                    return_when == asyncio.FIRST_EXCEPTION
+                    and not future.cancelled()
+                    and future.exception() is not None
+                )
+            ):
+                wake()
+
+        timer = loop.call_later(timeout, wake) if timeout is not None else None
+        for future in futures:
+            future.add_done_callback(on_done)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for future in futures:
+                future.remove_done_callback(on_done)
+        done = {future for future in futures if future.done()}
+        return done, futures - done
+
+    waiting.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    return waiting
 
 
 class CaptureStream(io.TextIOBase):
