@@ -9,7 +9,7 @@ import itertools
 import json
 import subprocess
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import jsonschema
 import msgspec
@@ -286,6 +286,50 @@ def test_strict_chat_tools_that_cannot_be_strict_carry_no_flag(system: ToolSyste
     system.tools.register(open_bag())
     [tool] = to_openai_tools(system.tools.schemas(), strict="auto")
     assert "strict" not in tool["function"]
+
+
+def test_strict_moves_the_keywords_strict_mode_refuses_into_notes(system: ToolSystem) -> None:
+    # OpenAI refuses a strict schema carrying minLength, uniqueItems, an unknown format or a
+    # lookaround pattern; the model still reads them as notes, and the registry still enforces
+    # them against the tool's own schema.
+    @tool
+    def tag(name: Annotated[str, msgspec.Meta(min_length=3)], labels: set[str]) -> str:
+        """Tag."""
+        return name
+
+    system.tools.register(tag)
+    system.tools.register(
+        fixture(
+            "mail",
+            parameters={
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string", "format": "email"},
+                    "site": {"type": "string", "format": "uri", "description": "Home page"},
+                    "code": {"type": "string", "pattern": "^(?!x)[a-z]+$"},
+                    "plain": {"type": "string", "pattern": "^[a-z]+$"},
+                },
+                "required": ["to", "site", "code", "plain"],
+            },
+        )
+    )
+    tag_schema, mail_schema = (
+        exported["function"]["parameters"]
+        for exported in to_openai_tools(system.tools.schemas(), strict=True)
+    )
+    assert tag_schema["properties"] == {
+        "name": {"type": "string", "description": "minLength=3"},
+        "labels": {"type": "array", "items": {"type": "string"}, "description": "uniqueItems=true"},
+    }
+    assert mail_schema["properties"] == {
+        "to": {"type": "string", "format": "email"},
+        "site": {"type": "string", "description": "Home page (format=uri)"},
+        "code": {"type": "string", "description": "pattern=^(?!x)[a-z]+$"},
+        "plain": {"type": "string", "pattern": "^[a-z]+$"},
+    }
+    model_sent = json.dumps({"name": "ab", "labels": ["a", "a"]})
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "tag", model_sent)]))
+    assert outcome.results[0].is_error
 
 
 def test_strict_schema_helper_rewrites_a_copy() -> None:

@@ -22,15 +22,20 @@ rewritten without changing which calls the registry accepts: an object with no
 ``additionalProperties`` key is closed, which only narrows what the model may send; ``oneOf``
 becomes ``anyOf``, which the registry still checks as exactly-one; an optional property becomes
 required and nullable (its ``default`` dropped), and the registry's argument validation
-(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent. What cannot
-be rewritten (explicitly open objects) is reported. Every walk here is iterative, so schemas
+(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent. Keywords
+strict mode refuses (``_STRICT_REFUSED``: ``minLength``, ``uniqueItems``, ``propertyNames``...,
+a ``format`` it does not know, a ``pattern`` with a lookaround) move into the node's
+``description`` as notes (``minLength=3``): the model still reads them, and the registry still
+enforces them, since it validates against the tool's own schema. What cannot be rewritten
+(explicitly open objects) is reported. Every walk here is iterative, so schemas
 nested thousands of levels deep export at the default recursion limit.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ..registry import LosslessJsonError, accepts_null, thaw
 from ._names import ToolNameMap
@@ -39,6 +44,27 @@ __all__ = ["to_anthropic_tools", "to_openai_strict_schema", "to_openai_tools"]
 
 OpenAIApi = Literal["chat", "responses"]
 StrictMode = bool | Literal["auto"]
+
+_STRICT_REFUSED: Final = (
+    "minLength",
+    "maxLength",
+    "patternProperties",
+    "unevaluatedProperties",
+    "propertyNames",
+    "minProperties",
+    "maxProperties",
+    "unevaluatedItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "uniqueItems",
+)
+"""Keywords OpenAI's strict mode refuses in a schema; ``_strictify`` turns them into notes."""
+_STRICT_FORMATS: Final = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
+)
+"""The string formats strict mode knows; any other ``format`` becomes a note."""
+_LOOKAROUNDS: Final = ("(?=", "(?!", "(?<=", "(?<!")
 
 # Keywords whose value is one subschema, a list of subschemas, or a map of named subschemas.
 _ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
@@ -119,6 +145,7 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
     stack: list[tuple[dict[str, Any], str]] = [(parameters, root)]
     while stack:
         node, path = stack.pop()
+        _note_refused(node)
         if "oneOf" in node:
             if "anyOf" in node:
                 violations.append(f"{path} declares both oneOf and anyOf")
@@ -147,6 +174,34 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
         # Reversed, so that violations come out in document order.
         stack.extend(reversed(_children(node, path)))
     return violations
+
+
+def _note_refused(node: dict[str, Any]) -> None:
+    """Move the keywords strict mode refuses out of ``node`` into notes at the end of its
+    ``description`` (``minLength=3, uniqueItems=true``), in the node's key order. A subschema
+    under a refused keyword (``contains``, ``propertyNames``) goes with it, as JSON."""
+    notes: list[str] = []
+    for key in [key for key in node if _refused(key, node[key])]:
+        value = node.pop(key)
+        text = value if type(value) is str else json.dumps(value, ensure_ascii=False)
+        notes.append(f"{key}={text}")
+    if not notes:
+        return
+    description = node.get("description")
+    joined = ", ".join(notes)
+    node["description"] = (
+        f"{description} ({joined})" if type(description) is str and description else joined
+    )
+
+
+def _refused(key: str, value: Any) -> bool:
+    if key in _STRICT_REFUSED:
+        return True
+    if key == "format":
+        return value not in _STRICT_FORMATS
+    if key == "pattern":
+        return type(value) is str and any(token in value for token in _LOOKAROUNDS)
+    return False
 
 
 def _nullable(schema: Any, document: dict[str, Any]) -> Any:
