@@ -14,6 +14,7 @@ runs on a loop already.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found,unused-ignore]  # see ``_getsignal``
 import asyncio
 import concurrent.futures
 import contextlib
@@ -25,7 +26,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from typing import Any, Final, TypeVar
 
 from ._epoll import mark_wake_only, new_pool_loop
@@ -51,6 +52,17 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+_getsignal: Final[Callable[[int], object]] = _signal.getsignal
+_setsignal: Final[Callable[[int, Callable[[int, types.FrameType | None], Any]], object]] = (
+    _signal.signal
+)
+"""The C functions that ``signal.getsignal`` and ``signal.signal`` wrap. The wrappers turn
+the handler they return into a ``signal.Handlers`` member where they can: for a Python handler
+(every one compared here, and by identity only) that is a failed enum lookup, a ``ValueError``
+raised and caught each time, which made the handler swaps of one blocking call cost about
+30 us. Both raise ``ValueError`` off the main thread, as the wrappers do."""
+_SIGINT: Final = int(signal.SIGINT)
 
 
 class _NeedLoop:
@@ -407,58 +419,62 @@ def pythons_interrupts_here() -> bool:
     does: the main thread, with that handler in place (an application's own is left alone)."""
     return (
         threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        and _getsignal(_SIGINT) is signal.default_int_handler
     )
 
 
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[None]:
+def interrupts_deferred() -> contextlib.AbstractContextManager[None]:
     """Bookkeeping that a Ctrl-C must not cut short (recording an interrupted call's result,
     while one ``KeyboardInterrupt`` propagates already): on the main thread, with Python's own
     SIGINT handler in place, a Ctrl-C meanwhile is dropped rather than raised inside it."""
-    with _interrupts_noted():
-        yield
+    return _InterruptsNoted(raise_after=False)
 
 
-@contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
+def interrupts_held() -> contextlib.AbstractContextManager[None]:
     """Work that a Ctrl-C must not cut in two (taking a pre-forked worker and handing it to
     its owner, or giving it back): on the main thread, with Python's own SIGINT handler in
     place, a Ctrl-C meanwhile raises ``KeyboardInterrupt`` once the work is done. Raised
     inside it, the worker was held by neither: its five descriptors stayed open for good."""
-    with _interrupts_noted() as noted:
-        yield
-    if noted is not None and noted.came:
-        raise KeyboardInterrupt
+    return _InterruptsNoted(raise_after=True)
 
 
-class _NotedInterrupt:
-    """The SIGINT handler of ``_interrupts_noted``: notes the Ctrl-C, raises nothing."""
+class _InterruptsNoted:
+    """A Ctrl-C meanwhile is noted, not raised (on the main thread, with Python's own SIGINT
+    handler in place; elsewhere it changes nothing): the instance is the SIGINT handler while
+    the block runs. Python's handler is put back after, unless someone else's was installed
+    meanwhile. ``raise_after``: a noted Ctrl-C raises ``KeyboardInterrupt`` once the block has
+    ended without an exception of its own.
 
-    __slots__ = ("came",)
+    A class rather than a generator-based context manager: every Code Mode run passes through
+    two of these, and a generator's setup and teardown cost several times this one's."""
 
-    def __init__(self) -> None:
+    __slots__ = ("came", "installed", "raise_after")
+
+    def __init__(self, *, raise_after: bool) -> None:
         self.came = False
+        self.installed = False
+        self.raise_after = raise_after
 
     def __call__(self, signum: int, frame: types.FrameType | None) -> None:
         self.came = True
 
+    def __enter__(self) -> None:
+        if pythons_interrupts_here():
+            _setsignal(_SIGINT, self)
+            self.installed = True
 
-@contextlib.contextmanager
-def _interrupts_noted() -> Iterator[_NotedInterrupt | None]:
-    """A Ctrl-C meanwhile is noted, not raised (on the main thread, with Python's own SIGINT
-    handler in place; elsewhere it yields None and changes nothing). Python's handler is put
-    back after, unless someone else's was installed meanwhile."""
-    if not pythons_interrupts_here():
-        yield None
-        return
-    noted = _NotedInterrupt()
-    signal.signal(signal.SIGINT, noted)
-    try:
-        yield noted
-    finally:
-        if signal.getsignal(signal.SIGINT) is noted:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> None:
+        if not self.installed:
+            return
+        if _getsignal(_SIGINT) is self:
+            _setsignal(_SIGINT, signal.default_int_handler)
+        if kind is None and self.raise_after and self.came:
+            raise KeyboardInterrupt
 
 
 _PACKAGE_DIR: Final = os.path.dirname(
@@ -552,20 +568,20 @@ def _woken_by_signals(
         # write what arrives straight back to where it is read from, for ever.
         previous = -1
     wakeup.previous = previous
-    current = signal.getsignal(signal.SIGINT)
+    current = _getsignal(_SIGINT)
     handler: _CancelOnInterrupt | None = None
     if task is not None and (
         current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt)
     ):
         handler = _CancelOnInterrupt(loop, task, cancelled=cancelled)
-        signal.signal(signal.SIGINT, handler)
+        _setsignal(_SIGINT, handler)
     try:
         yield handler
     finally:
         if handler is not None:
             handler.waiting = False  # if this ending is cut short, it acts as Python's own
-            if signal.getsignal(signal.SIGINT) is handler:  # else user code's now
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+            if _getsignal(_SIGINT) is handler:  # else user code's now
+                _setsignal(_SIGINT, signal.default_int_handler)
         signal.set_wakeup_fd(previous)
         wakeup.pass_on()  # what came in since the loop last looked
         wakeup.previous = None
