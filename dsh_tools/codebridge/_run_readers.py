@@ -3,9 +3,11 @@ watched through a single descriptor of the run's event loop.
 
 Adding a reader to an asyncio loop and removing it again costs about ten microseconds each (the
 loop's bookkeeping, measured on the project's machine), and a run watches four pipes: on Linux
-they go into an epoll instance of the run's own, which is then the one descriptor the loop
-watches, and a pipe is dropped with one ``epoll_ctl``. Elsewhere each pipe is a reader of the
-loop.
+they go into an epoll instance that the loop's runs share (``_LoopWatch``), which is the one
+descriptor the loop watches, and a pipe is dropped with one ``epoll_ctl``. The instance is made
+at the loop's first run and watched by the loop from then on: one made and closed per run cost
+each run two system calls more and the loop's bookkeeping of a reader added and removed.
+Elsewhere each pipe is a reader of the loop.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import weakref
 from collections.abc import Callable
 
 __all__ = ["RunReaders"]
@@ -20,75 +23,121 @@ __all__ = ["RunReaders"]
 _EPOLL = hasattr(select, "epoll")
 
 
+class _LoopWatch:
+    """The epoll instance of one event loop's runs, watched by that loop for as long as it
+    lives (it closes with the loop's last reference), and the callback of every descriptor in
+    it. It holds no reference to the loop, so that its entry in ``_WATCHES`` goes with the
+    loop."""
+
+    __slots__ = ("callbacks", "epoll")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.epoll = select.epoll()
+        self.callbacks: dict[int, Callable[[], None]] = {}
+        try:
+            loop.add_reader(self.epoll.fileno(), self.on_ready)
+        except BaseException:
+            self.epoll.close()
+            raise
+
+    def on_ready(self) -> None:
+        callbacks = self.callbacks
+        for fd, _events in self.epoll.poll(0):
+            # Looked up now: an earlier callback may have dropped it (``RunReaders.drop``).
+            callback = callbacks.get(fd)
+            if callback is not None:
+                callback()
+
+
+_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = (
+    weakref.WeakKeyDictionary()
+)
+"""Each event loop's ``_LoopWatch`` (made at its first run); touched on that loop only."""
+
+
+def _loop_watch(loop: asyncio.AbstractEventLoop) -> tuple[_LoopWatch, bool]:
+    """``loop``'s shared ``_LoopWatch`` and ``True``; for a loop that cannot be referenced
+    weakly (a loop type without ``__weakref__``), one of the run's own and ``False``."""
+    try:
+        watch = _WATCHES.get(loop)
+    except TypeError:
+        return _LoopWatch(loop), False
+    if watch is None:
+        watch = _WATCHES[loop] = _LoopWatch(loop)
+    return watch, True
+
+
 class RunReaders:
     """One attempt's readers; every method runs on ``loop``.
 
-    ``_callbacks`` holds the descriptors watched now, each with the callback that reads it; a
-    callback may drop any reader or close them all, and is then never called for a dropped
-    descriptor again (not even for an event already taken from the kernel).
+    ``_fds`` holds the descriptors watched now; a callback may drop any reader or close them
+    all, and is then never called for a dropped descriptor again (not even for an event already
+    taken from the kernel: the loop's ``_LoopWatch`` looks each callback up as it calls it).
+    Each descriptor leaves the shared epoll instance before it is closed (``drop``, ``close``):
+    the kernel would otherwise keep watching it while a copy of it lives in another process,
+    and report its events under a number a later run may reuse.
     """
 
-    __slots__ = ("_callbacks", "_epoll", "_loop")
+    __slots__ = ("_fds", "_loop", "_own", "_watch")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._callbacks: dict[int, Callable[[], None]] = {}
-        self._epoll: select.epoll | None = None
+        self._fds: dict[int, Callable[[], None]] = {}
+        self._watch: _LoopWatch | None = None
+        self._own = False  # ``_watch`` is this attempt's alone, closed with it
 
     def watch(self, callbacks: dict[int, Callable[[], None]]) -> None:
         """Start watching each descriptor of ``callbacks`` for reading (called once). Raises
         ``OSError`` when the kernel refuses (out of descriptors or of epoll watches); what was
         registered is then undone by ``close()``."""
         if _EPOLL:
-            epoll = select.epoll(len(callbacks))
-            try:
-                for fd in callbacks:
-                    epoll.register(fd, select.EPOLLIN)
-                self._loop.add_reader(epoll.fileno(), self._on_ready)
-            except BaseException:
-                epoll.close()
-                raise
-            self._epoll = epoll
-            self._callbacks.update(callbacks)
+            watch, shared = _loop_watch(self._loop)
+            self._watch, self._own = watch, not shared
+            for fd, callback in callbacks.items():
+                watch.epoll.register(fd, select.EPOLLIN)
+                self._fds[fd] = callback  # so that close() unregisters what was registered
+                watch.callbacks[fd] = callback
         else:
             for fd, callback in callbacks.items():
                 self._loop.add_reader(fd, callback)
-                self._callbacks[fd] = callback  # so that close() removes what was added
+                self._fds[fd] = callback  # so that close() removes what was added
 
     def __contains__(self, fd: int) -> bool:
-        return fd in self._callbacks
-
-    def _on_ready(self) -> None:
-        callbacks = self._callbacks
-        epoll = self._epoll
-        if epoll is None:
-            return
-        for fd, _events in epoll.poll(0):
-            if self._callbacks is not callbacks:
-                return  # closed by an earlier callback
-            callback = callbacks.get(fd)
-            if callback is not None:
-                callback()
+        return fd in self._fds
 
     def drop(self, fd: int) -> None:
         """Stop watching ``fd`` (nothing when it is not watched)."""
-        if self._callbacks.pop(fd, None) is None:
+        if self._fds.pop(fd, None) is None:
             return
-        if self._epoll is not None:
-            with contextlib.suppress(OSError):
-                self._epoll.unregister(fd)
+        watch = self._watch
+        if watch is not None:
+            watch.callbacks.pop(fd, None)
+            _unregister(watch.epoll, fd)
         else:
             self._loop.remove_reader(fd)
 
     def close(self) -> None:
         """Stop watching every descriptor (before they are closed)."""
-        callbacks, self._callbacks = self._callbacks, {}
-        epoll, self._epoll = self._epoll, None
-        if epoll is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(epoll.fileno())
-            epoll.close()
-            return
-        for fd in callbacks:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(fd)
+        fds, self._fds = self._fds, {}
+        watch = self._watch
+        for fd in fds:
+            if watch is not None:
+                watch.callbacks.pop(fd, None)
+                _unregister(watch.epoll, fd)
+            else:
+                with contextlib.suppress(Exception):
+                    self._loop.remove_reader(fd)
+        if watch is not None and self._own:
+            self._watch = None
+            with contextlib.suppress(Exception):  # a closed loop: nothing watches it any more
+                self._loop.remove_reader(watch.epoll.fileno())
+            watch.epoll.close()
+
+
+def _unregister(epoll: select.epoll, fd: int) -> None:
+    # Not ``contextlib.suppress``: a run drops four descriptors, and the context manager cost
+    # each three Python calls more than the ``epoll_ctl`` itself.
+    try:
+        epoll.unregister(fd)
+    except (OSError, ValueError):  # ValueError: the epoll instance is closed
+        return
