@@ -53,7 +53,10 @@ class NativeOutput:
 
     def drain(self, index: int, fd: int | None) -> None:
         """Admit what pipe ``index`` holds now (bounded), and the decoder's tail; the pipe then
-        counts as closed."""
+        counts as closed. Nothing for a pipe closed already: it was read to its end of file
+        (its decoder's tail taken then), or is no longer counted."""
+        if self.eof[index]:
+            return
         taken = 0
         while fd is not None and taken < DRAIN_LIMIT:
             data = read_available(fd, READ_SIZE)

@@ -195,7 +195,10 @@ class RunProcess(abc.ABC):
             self._settle_failure("worker-exit", f"host error: cannot watch the worker: {exc}")
             return
         if self._status:
-            self._loop.call_soon(self._on_status)
+            # What the slot read of the status pipe (at most the pid report, ``_alive``), taken
+            # now: the reader above reports only what arrives from here on. Last, since a
+            # report may settle the run or start its next attempt.
+            self._parse_status()
 
     def _drop_reader(self, name: str) -> None:
         fd = self._fds.get(name)
