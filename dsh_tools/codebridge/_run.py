@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
@@ -52,6 +53,10 @@ reopened through ``/proc/self/fd``, can withhold) before the host kills the init
 _EXIT_REPORT_SECONDS: Final = 3.0
 """How long after the kill a run waits for the template's exit report before it judges the
 template unresponsive (a program can stop or freeze its parent) and replaces it."""
+_FINISHED_LOCK: Final = threading.RLock()
+"""Guards every run's ``finished`` future as it is made or the run ends (on different
+threads: a disposal asks from its own). Reentrant: making the future may start a collection
+that ends an abandoned run in a finalizer, on this thread (see the runtime's own lock)."""
 _DONE_KINDS: Final = frozenset({"exception", "invalid-output", "output-limit"})
 _NOT_LOSSLESS_COMPLETION: Final = "program completion must be lossless JSON"
 _MEASURED_FIRST_TOKENS: Final = 1 << 16
@@ -91,7 +96,10 @@ class CodeRun(RunProcess):
             boot_sent=boot_sent,
         )
         self.future: asyncio.Future[CodeRunResult] = loop.create_future()
-        self.finished = concurrent.futures.Future[None]()
+        # See ``finished``: made only when asked for (a disposal waits for it), since a
+        # ``concurrent.futures.Future`` and its settling cost every run a few microseconds.
+        self._finished: concurrent.futures.Future[None] | None = None
+        self._has_ended = False
         # Called once, with this run, as it has ended (``finished`` is set), then dropped: a
         # done callback of ``finished`` would stay referenced by it and keep the run alive
         # until a collection.
@@ -126,9 +134,13 @@ class CodeRun(RunProcess):
             return
         ceiling = self._limits.max_wall_ms / 1000
         self._overdue_at = time.monotonic() + ceiling + WALL_BACKSTOP_SECONDS
-        self._wall = self._loop.call_later(ceiling, self._settle, self._limits.wall_timeout())
+        self._wall = self._loop.call_later(ceiling, self._wall_reached)
         if signal_ is not NEVER_ABORTED:
             self._remove_signal = signal_.add_callback(self._on_abort_any_thread)
+
+    def _wall_reached(self) -> None:
+        # Its failure made only now: nearly every run settles before its ceiling.
+        self._settle(self._limits.wall_timeout())
 
     # -- frames -----------------------------------------------------------------------------
 
@@ -340,8 +352,23 @@ class CodeRun(RunProcess):
                 self._loop.call_soon_threadsafe(self._deliver_abandoned)
         self._ended()
 
+    @property
+    def finished(self) -> concurrent.futures.Future[None]:
+        """Settled (any thread may wait for it) once the run has ended."""
+        with _FINISHED_LOCK:
+            finished = self._finished
+            if finished is None:
+                finished = self._finished = concurrent.futures.Future()
+                if self._has_ended:
+                    finished.set_result(None)
+        return finished
+
     def _ended(self) -> None:
-        self.finished.set_result(None)
+        with _FINISHED_LOCK:
+            self._has_ended = True
+            finished = self._finished
+        if finished is not None:
+            finished.set_result(None)
         on_ended, self.on_ended = self.on_ended, None
         if on_ended is not None:
             on_ended(self)
