@@ -13,6 +13,7 @@ descriptors, not bound to any event loop; the pool is thread-safe.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -106,7 +107,9 @@ def open_slot(template: TemplateHandle) -> Slot:
                 os.close(fd)
         keep_host_fds(host.values())
     for fd in host.values():
-        os.set_blocking(fd, False)
+        # One ``fcntl`` each, not ``os.set_blocking``'s two (it reads the flags first): a
+        # fresh pipe end has no status flag to keep (the access mode is not one).
+        fcntl.fcntl(fd, fcntl.F_SETFL, os.O_NONBLOCK)
     return Slot(host, process)
 
 
@@ -140,7 +143,11 @@ class WorkerPool:
         self._idle: list[Slot] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._wanted = threading.Event()
+        # Released when a fill is wanted, taken back by the pool's thread as it starts one: a
+        # lock used as an event, whose release (one C call) is all a run's end costs, where an
+        # ``Event.set()`` ran a dozen Python calls on the run's loop.
+        self._wanted = threading.Lock()
+        self._wanted.acquire()
         self._filler: threading.Thread | None = None
 
     @property
@@ -192,12 +199,16 @@ class WorkerPool:
                     target=self._fill_when_wanted, name="dsh-code-worker-pool", daemon=True
                 )
                 self._filler.start()
-        self._wanted.set()
+            self._want()
+
+    def _want(self) -> None:
+        """Wake the pool's thread (under ``_lock``, which keeps two releases apart)."""
+        if self._wanted.locked():  # else released already: a fill is wanted
+            self._wanted.release()
 
     def _fill_when_wanted(self) -> None:
         while True:
-            self._wanted.wait()
-            self._wanted.clear()
+            self._wanted.acquire()
             # Let the run that asked deliver its result first: the request and the fork it
             # starts compete with the run's last steps for the GIL and for the machine's
             # cores (an empty run's median was 10-25% longer on the project's 2-core machine,
@@ -214,7 +225,7 @@ class WorkerPool:
             self._closed = True
             idle, self._idle = self._idle, []
             filler, self._filler = self._filler, None
-        self._wanted.set()
+            self._want()
         if filler is not None and filler is not threading.current_thread():
             filler.join(timeout=5)
         for slot in idle:
