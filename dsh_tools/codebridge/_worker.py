@@ -120,7 +120,10 @@ def clean_text(text: str) -> str:
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:
-    view = memoryview(data)
+    written = _os_write(fd, data)
+    if written == len(data):  # nearly always: a frame fits in the pipe at once
+        return
+    view = memoryview(data)[written:]
     try:
         while view:
             written = _os_write(fd, view)
@@ -278,23 +281,36 @@ class Worker:
             _os_exit(_CHANNEL_LOST)
         if not data:
             _os_exit(0)  # the host is gone
+        # The frames are read in place (a slice would copy each body once more, about a
+        # microsecond per reply): out of what arrived, or out of the inbox once it holds the
+        # start of a frame (a large reply comes in many reads).
         inbox = self.inbox
-        inbox += data
+        buffer: bytes | bytearray = data
+        if inbox:
+            inbox += data
+            buffer = inbox
+        view = memoryview(buffer)
         start = 0
-        end = len(inbox)
-        while end - start >= PREFIX_BYTES:
-            size = int.from_bytes(inbox[start : start + PREFIX_BYTES], "big")
-            body_end = start + PREFIX_BYTES + size
-            if body_end > end:
-                break
-            try:
-                frame = self.decode(bytes(inbox[start + PREFIX_BYTES : body_end]))
-            except Exception:
-                frame = None
-            start = body_end
-            if type(frame) is Reply:
-                self.on_reply(frame)
-        del inbox[:start]
+        end = len(buffer)
+        try:
+            while end - start >= PREFIX_BYTES:
+                size = int.from_bytes(view[start : start + PREFIX_BYTES], "big")
+                body_end = start + PREFIX_BYTES + size
+                if body_end > end:
+                    break
+                try:
+                    frame = self.decode(view[start + PREFIX_BYTES : body_end])
+                except Exception:
+                    frame = None
+                start = body_end
+                if type(frame) is Reply:
+                    self.on_reply(frame)
+        finally:
+            view.release()  # before the inbox changes size, which a view forbids
+            if buffer is inbox:
+                del inbox[:start]
+            elif start < end:
+                inbox += data[start:]  # the start of a frame still to come
 
     def on_reply(self, reply: Reply) -> None:
         handle = self.pending.pop(reply.id, None)
