@@ -66,8 +66,8 @@ class PreparedRuns:
     def add(self, boot: bytes, slot: Slot) -> Callable[[], None]:
         """Keep ``slot``, whose worker holds ``boot``, for the run that claims it; return what
         releases it once its call has ended (nothing if a run claimed it)."""
-        held = _Held(boot, slot)
-        with self._lock:
+        with self._lock:  # the deadline taken under it: ``_held`` stays in deadline order
+            held = _Held(boot, slot)
             shut = self._shut
             if not shut:
                 self._held.append(held)
@@ -96,9 +96,11 @@ class PreparedRuns:
         """Close the workers no run claimed in time."""
         now = time.monotonic()
         with self._lock:
-            expired = [held for held in self._held if held.deadline <= now]
-            if not expired:
+            # In deadline order (``add``): none has expired unless the first has (every run
+            # and every prepare asks, nearly always with none held or none due).
+            if not self._held or self._held[0].deadline > now:
                 return
+            expired = [held for held in self._held if held.deadline <= now]
             self._held = [held for held in self._held if held.deadline > now]
         for held in expired:
             self._end(held.slot)

@@ -22,7 +22,7 @@ import os
 import select
 import signal
 import subprocess
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Final
 
 from ._frame_screen import worker_frame_screen
@@ -60,6 +60,9 @@ _CHANNEL_CLOSED_SECONDS: Final = 0.25
 report the end it then asks for (see ``_on_channel_eof``) before it settles on its own."""
 _WORKER_FRAMES: Final = worker_frame_decoder()
 """One decoder for every run (decoding keeps no state; making one costs a few microseconds)."""
+_screen_of: Final = lru_cache(maxsize=16)(worker_frame_screen)
+"""The frame screen of a run with that output cap: the runs of a runtime share one (it keeps
+no state), rather than each making its own closure."""
 IGNORED_FRAMES_LIMIT: Final = 10_000
 """How many frames a run's worker may send that the host drops (undecodable, ill-typed, over
 what their kind may cost, a binding call id seen before, a ``Done`` of no known kind). The
@@ -99,7 +102,7 @@ class RunProcess(abc.ABC):
         self._ledger = ledger
         self._boot = boot
         self._max_frame_bytes = config.max_frame_bytes
-        self._screen = worker_frame_screen(config.max_output_bytes)
+        self._screen = _screen_of(config.max_output_bytes)
         self._outcome: Outcome | None = None
         self._done = False
         self._attempts = 0
