@@ -14,7 +14,6 @@ runs on a loop already.
 
 from __future__ import annotations
 
-import _signal  # type: ignore[import-not-found,unused-ignore]  # see ``_getsignal``
 import asyncio
 import concurrent.futures
 import contextlib
@@ -26,7 +25,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any, Final, TypeVar
 
 from ._epoll import mark_wake_only, new_pool_loop
@@ -52,17 +51,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-_getsignal: Final[Callable[[int], object]] = _signal.getsignal
-_setsignal: Final[Callable[[int, Callable[[int, types.FrameType | None], Any]], object]] = (
-    _signal.signal
-)
-"""The C functions that ``signal.getsignal`` and ``signal.signal`` wrap. The wrappers turn
-the handler they return into a ``signal.Handlers`` member where they can: for a Python handler
-(every one compared here, and by identity only) that is a failed enum lookup, a ``ValueError``
-raised and caught each time, which made the handler swaps of one blocking call cost about
-30 us. Both raise ``ValueError`` off the main thread, as the wrappers do."""
-_SIGINT: Final = int(signal.SIGINT)
 
 
 class _NeedLoop:
@@ -423,7 +411,7 @@ def pythons_interrupts_here() -> bool:
     does: the main thread, with that handler in place (an application's own is left alone)."""
     return (
         threading.current_thread() is threading.main_thread()
-        and _getsignal(_SIGINT) is signal.default_int_handler
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     )
 
 
@@ -464,7 +452,7 @@ class _InterruptsNoted:
 
     def __enter__(self) -> None:
         if pythons_interrupts_here():
-            _setsignal(_SIGINT, self)
+            signal.signal(signal.SIGINT, self)
             self.installed = True
 
     def __exit__(
@@ -475,8 +463,8 @@ class _InterruptsNoted:
     ) -> None:
         if not self.installed:
             return
-        if _getsignal(_SIGINT) is self:
-            _setsignal(_SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGINT) is self:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if kind is None and self.raise_after and self.came:
             raise KeyboardInterrupt
 
@@ -591,14 +579,14 @@ class _SignalWait:
             previous = -1
         self.previous = wakeup.previous = previous
         self.wakeup = wakeup
-        current = _getsignal(_SIGINT)
+        current = signal.getsignal(signal.SIGINT)
         if self.task is not None and (
             current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt)
         ):
             handler = self.handler = _CancelOnInterrupt(
                 self.loop, self.task, cancelled=self.cancelled
             )
-            _setsignal(_SIGINT, handler)
+            signal.signal(signal.SIGINT, handler)
         return self.handler
 
     def __exit__(
@@ -613,8 +601,8 @@ class _SignalWait:
         handler = self.handler
         if handler is not None:
             handler.waiting = False  # if this ending is cut short, it acts as Python's own
-            if _getsignal(_SIGINT) is handler:  # else user code's now
-                _setsignal(_SIGINT, signal.default_int_handler)
+            if signal.getsignal(signal.SIGINT) is handler:  # else user code's now
+                signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.set_wakeup_fd(self.previous)
         wakeup.pass_on()  # what came in since the loop last looked
         wakeup.previous = None
