@@ -60,8 +60,14 @@ class AbortSignal:
         """Whether the signal has aborted."""
         if self._aborted:
             return True
+        # The chain of followed signals, walked here rather than through each one's property:
+        # the hot path asks a run's signal (which follows its caller's) several times per call.
         parent = self._parent
-        return parent is not None and parent.aborted  # before its callback reaches this one
+        while parent is not None:
+            if parent._aborted:
+                return True  # before its callback reaches this one
+            parent = parent._parent
+        return False
 
     @property
     def reason(self) -> Any:
