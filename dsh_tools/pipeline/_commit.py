@@ -67,10 +67,10 @@ class CommitStages(PipelineCore):
         result observer applies."""
         if rec is None or stage is None or rec.finalizer is not None:
             return False
-        current = self._cell.current
-        if stage.kind == POST and current.hooks_of(rec.agent).post_execute:
+        hooks = self._cell.current.hooks_of(rec.agent)
+        if stage.kind == POST and hooks.post_execute:
             return False
-        return not current.hooks_of(rec.agent).result
+        return not hooks.result
 
     def commit_now(self, rec: CallRecord, stage: Stage) -> ToolExecutionResult | None:
         """Post and finish without suspending, when no post-execute listener applies."""

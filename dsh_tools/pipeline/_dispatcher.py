@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from functools import partial
+from threading import get_ident
 from typing import Any, Final
 
 from ..actors import (
@@ -42,7 +43,7 @@ from ..registry._execution import CallRecord
 from ._core import DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
 from ._loop import start_task
-from ._mailbox import SharedMailboxActor
+from ._mailbox import WORKER, SharedMailboxActor
 from ._pool_parts import (
     COMMITTING,
     DISPATCHING,
@@ -189,16 +190,20 @@ class DispatcherPoolActor(SharedMailboxActor):
         if self._busy or self._finished:
             return False
         entries = self._entries
+        on_worker = self._drainer == WORKER  # ``on_worker()``, read once per step
         if self._commit_cursor < self._start_cursor:
             head = entries[self._commit_cursor]
             if head.state == SETTLED:
-                if self.on_worker() and not (
+                if on_worker and not (
                     self._pipeline.commits_quietly(head.record, head.stage)
                     and self._lane.commits_anywhere()
                 ):
                     return self.hand_over()
                 return self._commit(head)
-        if not self.aborted and self._signal.aborted:
+        # With nothing left to start, whether the pool aborted changes nothing below (a pool
+        # with every started call committed finishes either way once closed): the signal is
+        # read only when a call might start.
+        if not self.aborted and self._start_cursor < len(entries) and self._signal.aborted:
             self.aborted = True
         if self.aborted:
             if self._in_flight == 0 and self._commit_cursor == self._start_cursor:
@@ -225,7 +230,7 @@ class DispatcherPoolActor(SharedMailboxActor):
                 if reader is not None:
                     head.reader = None
                     reader(head)
-                if self.on_worker() and not self._pipeline.starts_quietly(head.call):
+                if on_worker and not self._pipeline.starts_quietly(head.call):
                     return self.hand_over()
                 if self._classify(head):
                     return self._start(head, exclusive=False)
@@ -297,11 +302,15 @@ class DispatcherPoolActor(SharedMailboxActor):
     async def _dispatch(
         self, entry: PoolEntry, record: CallRecord, inline: Inline, own_task: bool = False
     ) -> None:
+        # A dispatch off the loop starts on a body thread, where no loop runs; when it ends
+        # there too (it never moved onto the loop) the report need not ask asyncio whether a
+        # loop runs (a raised exception, off the loop).
+        thread = get_ident() if inline == OFF_LOOP else None
         try:
             stage = await self._pipeline.dispatch(record, inline=inline, own_task=own_task)
         except BaseException as exc:  # a plain body's GeneratorExit too: that call's failure
             stage = Stage(2, failure_from_exception(exc))
-        self.report(DispatchSettled(entry, stage))
+        self.report(DispatchSettled(entry, stage), off_loop=thread == get_ident())
 
     def _dispatch_here(self, entry: PoolEntry, record: CallRecord) -> None:
         """On a body thread: the dispatch of a plain body, the body inline (none once ``stop()``

@@ -25,18 +25,21 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..actors._logging import get_logger
 from ..actors._loop_actor import LoopActor
 from ._loop import STARTS_AT_ONCE, carry_on, running_loop, start_task
 
-__all__ = ["HoldsTask", "SharedMailboxActor"]
+__all__ = ["WORKER", "HoldsTask", "SharedMailboxActor"]
 
 _log = get_logger("dsh_tools.actors")
 
 # Who drains the mailbox now.
 _NOBODY, _LOOP, _WORKER = range(3)
+WORKER: Final = _WORKER
+"""``_drainer`` while a worker thread drains (what ``on_worker()`` asks; a subclass's hot path
+reads it inline)."""
 
 
 class HoldsTask(Protocol):
@@ -74,10 +77,11 @@ class SharedMailboxActor(LoopActor):
         else:
             self._loop.call_soon_threadsafe(self.tell, message)
 
-    def report(self, message: Any) -> None:
+    def report(self, message: Any, *, off_loop: bool = False) -> None:
         """``tell`` for a stage ending here: on a worker thread that finds nobody draining, drain
-        the mailbox right here (see ``hand``)."""
-        if not self._workers_drain or running_loop() is not None:
+        the mailbox right here (see ``hand``). ``off_loop``: the caller knows that no event loop
+        runs on this thread (else asyncio is asked)."""
+        if not self._workers_drain or (not off_loop and running_loop() is not None):
             self.tell(message)
             return
         here = _here

@@ -124,9 +124,25 @@ class PrepareStages(PipelineCore):
     def prepare_now(self, rec: CallRecord) -> Stage | None:
         """Pre-execute, approval and guards without suspending, when no pre-execute listener
         applies; else None."""
-        if self._cell.current.hooks_of(rec.agent).pre_execute:
+        current = self._cell.current
+        agent = rec.agent
+        if current.hooks_of(agent).pre_execute:
             return None
         try:
+            if not current.global_layer.guards.entries and (
+                agent is None
+                or (layer := current.scopes.get(agent)) is None
+                or not layer.guards.entries
+            ):
+                # No guard applies either (the usual call): what ``_decide`` comes to then,
+                # without its calls (``call_aborted`` inline).
+                rec.stage = "guard"
+                signal = rec.signal
+                if (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None:
+                    return Stage(
+                        POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec))
+                    )
+                return DISPATCH_STAGE
             return self._decide(rec, ALLOW, False)
         except BaseException as exc:  # a plain method: no coroutine of it is ever closed
             return Stage(FINISH, self._fault(rec, exc))
