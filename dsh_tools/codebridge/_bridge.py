@@ -94,39 +94,43 @@ class ToolCallRejected(Exception):
 
 
 class _SubCall:
-    """One sub-call as the bridge tracks it. ``logged_arguments`` is what its dispatch events
-    record as ``arguments``; ``logged_bytes`` is None when that is the whole arguments, else
-    their JSON size (the events then carry it as ``arguments_bytes``)."""
+    """One sub-call as the bridge tracks it. ``fields`` are the fields both its dispatch
+    events start with (``tool/code-dispatch-start`` records them as they are): ``arguments`` is
+    what they record of its arguments and, when that is not the whole arguments, their JSON
+    size is ``arguments_bytes``."""
 
-    __slots__ = ("future", "logged_arguments", "logged_bytes", "name", "number", "sub_call_id")
+    __slots__ = ("fields", "future", "name", "number", "sub_call_id")
 
     def __init__(
         self,
         name: str,
         number: int,
         sub_call_id: str,
-        logged: Any,
-        logged_bytes: int | None,
+        fields: FrozenDict,
         future: asyncio.Future[Any],
     ) -> None:
         self.name = name
         self.number = number
         self.sub_call_id = sub_call_id
-        self.logged_arguments = logged
-        self.logged_bytes = logged_bytes
+        self.fields = fields
         self.future = future
 
-    def event_fields(self, parent_call_id: str) -> dict[str, Any]:
-        """The fields both dispatch events start with."""
-        fields = {
-            "parent_call_id": parent_call_id,
-            "sub_call_id": self.sub_call_id,
-            "name": self.name,
-            "arguments": self.logged_arguments,
-        }
-        if self.logged_bytes is not None:
-            fields["arguments_bytes"] = self.logged_bytes
-        return fields
+
+def _event_fields(
+    parent_call_id: str, sub_call_id: str, name: str, logged: Any, logged_bytes: int | None
+) -> FrozenDict:
+    """The fields both dispatch events of a sub-call start with."""
+    if logged_bytes is None:
+        return FrozenDict(
+            parent_call_id=parent_call_id, sub_call_id=sub_call_id, name=name, arguments=logged
+        )
+    return FrozenDict(
+        parent_call_id=parent_call_id,
+        sub_call_id=sub_call_id,
+        name=name,
+        arguments=logged,
+        arguments_bytes=logged_bytes,
+    )
 
 
 class CodeRunBridgeActor:
@@ -147,6 +151,7 @@ class CodeRunBridgeActor:
         self._outer = outer
         self._agent: str | None = outer.agent
         self._parent_call_id: str = outer.call_id
+        self._outer_token = outer.token  # every sub-call's parent, read once
         self._max_parallel = max_parallel
         self._dispatch_log_hooks = dispatch_log_hooks
         self._spill = spill
@@ -322,21 +327,21 @@ class CodeRunBridgeActor:
                 lane=self,
                 lane_any_thread=True,
             )
+        sub_call_id = f"{self._parent_call_id}:code:{self._counter}"
         sub = _SubCall(
             name,
             self._counter,
-            f"{self._parent_call_id}:code:{self._counter}",
-            logged,
-            logged_bytes,
+            sub_call_id,
+            _event_fields(self._parent_call_id, sub_call_id, name, logged, logged_bytes),
             self._loop.create_future(),
         )
         call = ExecuteCall(
-            call_id=sub.sub_call_id,
+            call_id=sub_call_id,
             name=name,
             arguments=dispatched,
             signal=self._controller.signal,
             agent=self._agent,
-            parent=self._outer.token,
+            parent=self._outer_token,
         )
         pool.tell(SubmitCall(PoolRequest(sub.number - 1, call, sub, frozen=True)))
         return sub.future
@@ -346,11 +351,8 @@ class CodeRunBridgeActor:
     def started(self, entry: PoolEntry) -> None:
         """Lane: a sub-call starts (before its pre-execute): ``tool/code-dispatch-start``."""
         sub: _SubCall = entry.payload
-        self._pipeline.session.append(
-            "tool/code-dispatch-start",
-            FrozenDict(sub.event_fields(self._parent_call_id)),
-            self._agent,
-        )
+        # The fields are a FrozenDict of their own, which the event may hold as they are.
+        self._pipeline.session.append("tool/code-dispatch-start", sub.fields, self._agent)
 
     def commits_anywhere(self) -> bool:
         """Lane: whether a worker thread may commit now (no dispatch-log shaping to start)."""
@@ -362,10 +364,16 @@ class CodeRunBridgeActor:
         through the dispatch-log waterfall and spill arm when there are any)."""
         sub: _SubCall = entry.payload
         assert self._handoff is not None
-        on_loop = running_loop() is self._loop
+        pool = self._pool
+        # The pool calls this in its drain, which only the loop or a worker thread without a
+        # loop runs: the pool knows which, without asking asyncio (which costs a raised
+        # exception off the loop).
+        on_loop = not pool.on_worker() if pool is not None else running_loop() is self._loop
         # Whether the run is over is read now, at the commit, wherever the delivery runs.
         over = self._controller.signal.aborted
-        self._handoff.run(partial(self._deliver, sub, result, over, later=over and entry.off_loop))
+        self._handoff.run(
+            partial(self._deliver, sub, result, over, later=over and entry.off_loop), on_loop
+        )
         hooks = self._dispatch_log_hooks()
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
@@ -374,7 +382,7 @@ class CodeRunBridgeActor:
         if not on_loop:
             # A listener came in after the pool let this thread commit: the loop starts the
             # task (without backpressure for this one call).
-            self._handoff.run(partial(self._start_log, entry, result, hooks))
+            self._handoff.run(partial(self._start_log, entry, result, hooks), False)
             return None
         self._start_log(entry, result, hooks)
         if len(self._log_tasks) > self._max_parallel:
@@ -491,9 +499,7 @@ class CodeRunBridgeActor:
     def _append_settle(self, sub: _SubCall, result: ToolExecutionResult, content: Any) -> None:
         self._pipeline.session.append(
             "tool/code-dispatch",
-            FrozenDict(
-                sub.event_fields(self._parent_call_id), is_error=result.is_error, content=content
-            ),
+            FrozenDict(sub.fields, is_error=result.is_error, content=content),
             self._agent,
         )
 

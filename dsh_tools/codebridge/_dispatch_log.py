@@ -40,6 +40,7 @@ LOGGED_VALUES_LIMIT: Final = 8192
 sub-call's arguments that its dispatch events keep whole."""
 PREVIEW_CHARS: Final = 1024
 """How much of larger arguments' compact JSON the dispatch events keep."""
+_CONTAINERS: Final = (dict, FrozenDict, list, FrozenList)
 
 
 def logged_arguments(dispatched: Any) -> tuple[Any, int | None]:
@@ -57,6 +58,18 @@ def logged_arguments(dispatched: Any) -> tuple[Any, int | None]:
             return snapshot_json(dispatched, "arguments"), None
         return _notice("", size), size
     size = len(encoded)
+    if (
+        size <= LOGGED_ARGUMENTS_LIMIT
+        and type(dispatched) is FrozenDict
+        and len(dispatched) < LOGGED_VALUES_LIMIT
+    ):
+        # The usual arguments, an object of scalars: checked already, so a copy of the object
+        # is all ``snapshot_json`` would make, and it holds one value per member besides itself.
+        for item in dispatched.values():
+            if type(item) in _CONTAINERS:
+                break
+        else:
+            return FrozenDict(dispatched), None
     if size <= LOGGED_ARGUMENTS_LIMIT and _values_within(dispatched, LOGGED_VALUES_LIMIT):
         return snapshot_json(dispatched, "arguments"), None
     return _notice(encoded[:PREVIEW_CHARS].decode("utf-8", "ignore"), size), size

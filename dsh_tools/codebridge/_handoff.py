@@ -36,9 +36,12 @@ class LoopHandoff:
         self._queue: list[Callable[[], None]] = []
         self._scheduled = False  # a wake-up of the loop is on its way
 
-    def run(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on the loop, after every callback handed over before it."""
-        if running_loop() is self._loop:
+    def run(self, fn: Callable[[], None], on_loop: bool | None = None) -> None:
+        """Run ``fn`` on the loop, after every callback handed over before it. ``on_loop``:
+        whether this thread runs the loop, when the caller knows (None: asked of asyncio)."""
+        if on_loop is None:
+            on_loop = running_loop() is self._loop
+        if on_loop:
             # Whatever was handed over before this call (an earlier commit on a worker thread,
             # whose drain ended under the pool's lock before this one began) is queued already.
             if self._queue:

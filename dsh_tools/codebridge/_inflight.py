@@ -65,7 +65,13 @@ class InflightArguments:
     def admit(self, call_id: int, tokens: list[Token], global_name: str, name: str) -> str | None:
         """Count call ``call_id`` of binding ``global_name.name``; the failure message when it
         would go beyond the cap."""
-        size = argument_bytes(tokens) + CALL_BYTES
+        # ``argument_bytes``, inline: every binding call passes here.
+        size = BYTES_PER_TOKEN * len(tokens) + CALL_BYTES
+        for token in tokens:
+            if type(token) is str:
+                size += len(token)
+            elif type(token) is ObjectMarker:
+                size += BYTES_PER_TOKEN * len(token.keys) + sum(map(len, token.keys))
         if self._held + size > MAX_INFLIGHT_ARGUMENT_BYTES:
             return (
                 f"binding calls in flight would hold more than {MAX_INFLIGHT_ARGUMENT_BYTES} "

@@ -124,9 +124,7 @@ class BindingCalls:
                 "sequence",
             )
             return True
-        return self._start(call_id, frame)
-
-    def _start(self, call_id: int, frame: Call) -> bool:
+        # The binding, looked up here rather than in a method of its own: every call passes.
         functions = self._namespaces.get(frame.global_name)
         function = functions.get(frame.name) if functions is not None else None
         if function is None:
@@ -179,10 +177,19 @@ class BindingCalls:
             self._reply_failure(call_id, "binding call cancelled")
             return
         exc = future.exception()
-        if exc is None:
-            self._resolve(call_id, future.result())
-        else:
+        if exc is not None:
             self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
+            return
+        # ``_resolve``, inline: every call of a tool system's binding settles here.
+        if self._settled():
+            return
+        result = future.result()
+        tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)
+        if tokens is None:
+            problem = not_lossless(result, "value", _HOST_DICTS, _HOST_LISTS, awaitable_hint=False)
+            self._reply_failure(call_id, f"{_NOT_LOSSLESS_RESOLUTION}: {problem}")
+        else:
+            self._reply(Reply(call_id, True, tokens))
 
     def _resolve(self, call_id: int, result: Any) -> None:
         if self._settled():

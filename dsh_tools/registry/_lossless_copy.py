@@ -229,4 +229,15 @@ def thaw(value: Any, root: str = "value") -> Any:
     The walk validates as it copies (it is the same walker as ``snapshot_json``), so a value
     that is not lossless JSON raises ``LosslessJsonError`` instead of looping on a cycle.
     """
+    t = type(value)
+    # Fast path: a scalar accepted as it is (a tool's usual value); anything else, every
+    # problem included, is the general walk's.
+    if t is int:
+        if INT_MIN <= value <= INT_MAX:
+            return value
+    elif t is str:
+        if value.isascii():
+            return value
+    elif t is bool or value is None:
+        return value
     return _copy_tree(value, root, False)
