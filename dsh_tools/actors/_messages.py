@@ -266,7 +266,15 @@ class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
             raise TypeError("ExecuteCall.call_id must be a non-empty str")
         if type(self.name) is not str:
             raise TypeError("ExecuteCall.name must be a str")
-        _check_signal_and_agent(self, "ExecuteCall")
+        # ``_check_signal_and_agent``, its passing case inline: every call is one of these.
+        signal = self.signal
+        agent = self.agent
+        if (
+            signal is None
+            or (signal is not NEVER_ABORTED and not isinstance(signal, AbortSignal))
+            or (agent is not None and type(agent) is not str)
+        ):
+            _check_signal_and_agent(self, "ExecuteCall")
         if self.parent is not None and not isinstance(self.parent, ExecutionToken):
             raise TypeError("ExecuteCall.parent must be an ExecutionToken or None")
 

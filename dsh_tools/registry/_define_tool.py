@@ -14,7 +14,7 @@ import msgspec
 from ..actors import ToolArgsError
 from ._definition import Placement, ToolDefinition, ToolOutput, accepts_positional
 from ._dsl import compile_parameters, compile_schema
-from ._execution import is_call_snapshot
+from ._execution import ToolRunContext
 from ._hooks import ContentFinalizer
 from ._raw_schema import optional_null_dropper
 from ._schema_plan import _build_plan
@@ -124,7 +124,11 @@ def define_tool(
         return args, violations
 
     def checked(args: Any, run_ctx: Any) -> Any:
-        lossless = is_call_snapshot(args, run_ctx)
+        # ``is_call_snapshot``, inline: every call of the tool passes here.
+        lossless = (
+            type(run_ctx) is ToolRunContext
+            and object.__getattribute__(run_ctx, "_record").arguments is args
+        )
         # ``validated``, its passing case inline: every call of the tool passes here.
         if validate_plan(plan, args, "", lossless=lossless):
             args, violations = validated(args, lossless)
@@ -181,9 +185,12 @@ def define_tool(
         except ToolArgsError:
             return False, None
 
-    classifier = _when_valid(soft, is_concurrency_safe, False, name, "is_concurrency_safe")
-    call_presenter = _when_valid(soft, present_call, None, name, "present_call")
-    result_presenter = _when_valid(soft, present_result, None, name, "present_result")
+    # Without a view, valid arguments are handed over as they are: that case is checked
+    # inline (the classifier runs before every call), everything else goes through ``soft``.
+    plain = plan if args_view is None else None
+    classifier = _when_valid(soft, is_concurrency_safe, False, name, "is_concurrency_safe", plain)
+    call_presenter = _when_valid(soft, present_call, None, name, "present_call", plain)
+    result_presenter = _when_valid(soft, present_result, None, name, "present_result", plain)
     return ToolDefinition(
         name=name,
         description=description,
@@ -291,15 +298,19 @@ def _when_valid(
     otherwise: Any,
     tool: str,
     role: str,
+    plain: Any = None,
 ) -> Callable[..., Any] | None:
     """``fn(args, *rest)`` (the classifier or a presenter) called with the arguments' view
     only when they validate; ``otherwise`` answers for arguments that do not. ``None`` when
-    the author gave no ``fn``."""
+    the author gave no ``fn``. ``plain``: the validation plan of a tool without an arguments
+    view (its view of valid arguments is the arguments themselves)."""
     if fn is None:
         return None
     user_fn = fn
 
     def when_valid(args: Any, *rest: Any) -> Any:
+        if plain is not None and not validate_plan(plain, args, ""):
+            return user_fn(args, *rest)  # ``soft``'s passing case, inline
         valid, view = soft(args)
         return user_fn(view, *rest) if valid else otherwise
 

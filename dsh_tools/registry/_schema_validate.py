@@ -79,6 +79,11 @@ def _scalar_violation(plan: Any, value: Any, parent: Any, key: Any = _MISSING) -
     return f'"{_vpath(parent if key is _MISSING else (parent, key))}" {message}'
 
 
+_PLAIN_TYPES: Final = {str: "string", int: "integer", bool: "boolean", type(None): "null"}
+"""The schema type each exact Python type is a value of, where the type alone decides (an
+integer's range aside)."""
+
+
 # A validation frame is a list: [kind, value, path, violations, children, next child index,
 # tail violations, provable (containers) or matched branches (oneOf)]. ``children`` holds
 # pending (plan, value, path) triples and, in document order between them, violations of
@@ -110,13 +115,24 @@ def _enter_object(
         present += 1
         kind = child[0]
         if kind == _P_SCALAR:
-            violation = _scalar_violation(child, item, path, name)
+            ti = type(item)
+            if (
+                child[2] is None
+                and child[3] is _MISSING
+                and _PLAIN_TYPES.get(ti) == child[1]
+                and (ti is not int or INT_MIN <= item <= INT_MAX)
+            ):
+                # A value of the plan's own type with no enum or const to meet: valid, as
+                # ``_scalar_violation`` finds (inline: every property of every call is here).
+                violation = None
+            else:
+                violation = _scalar_violation(child, item, path, name)
             if violation is not None:
                 if children is None:
                     violations.append(violation)
                 else:
                     children.append(violation)
-            elif type(item) is str and not item.isascii() and _SURROGATE.search(item) is not None:
+            elif ti is str and not item.isascii() and _SURROGATE.search(item) is not None:
                 provable = False
         elif kind == _P_OBJECT and child[5]:
             inline = _enter_shallow(child, item, (path, name), proven)
@@ -148,7 +164,8 @@ def _enter_object(
         if violations:
             return violations
         if provable:
-            proven.add(id(value))
+            if proven is not _ALL_PROVEN:  # whose ``add`` keeps nothing
+                proven.add(id(value))
             return []
         if is_json_value_memo(value, proven):
             return []
@@ -262,6 +279,14 @@ def validate_plan(
     caller knows ``value`` is lossless JSON throughout (a ``snapshot_json`` it took), so the
     lossless checks of ``json``-typed parts are skipped."""
     if plan[0] == _P_SCALAR:
+        t = type(value)
+        if (
+            plan[2] is None
+            and plan[3] is _MISSING
+            and _PLAIN_TYPES.get(t) == plan[1]
+            and (t is not int or INT_MIN <= value <= INT_MAX)
+        ):
+            return []  # see ``_enter_object``: a value of the plan's own type
         violation = _scalar_violation(plan, value, path)
         return [] if violation is None else [violation]
     frames: list[list[Any]] = []

@@ -161,7 +161,11 @@ def normalize_output(
     except (Exception, asyncio.CancelledError) as exc:
         raise ToolOutputError(defn.name, [f"output.render failed: {message_of(exc)}"]) from None
     try:
-        content = _snapshot_content(blocks)
+        # A list, as renderers return, is snapshotted here; ``_snapshot_content`` takes the rest.
+        if type(blocks) is list:
+            content = snapshot_json(blocks, "content")
+        else:
+            content = _snapshot_content(blocks)
     except LosslessJsonError as exc:
         raise ToolOutputError(
             defn.name, [f"output.render returned non-lossless JSON: {exc}"]
