@@ -60,6 +60,7 @@ from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
 from ._dispatch_log import logged_arguments, shaped_content
 from ._handoff import LoopHandoff
+from ._run_calls import AnsweredFuture
 from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = [
@@ -333,7 +334,8 @@ class CodeRunBridgeActor:
             self._counter,
             sub_call_id,
             _event_fields(self._parent_call_id, sub_call_id, name, logged, logged_bytes),
-            self._loop.create_future(),
+            # A subprocess run answers the program as the future settles (see the class).
+            AnsweredFuture(loop=self._loop),
         )
         call = ExecuteCall(
             call_id=sub_call_id,

@@ -62,6 +62,7 @@ from ._loop import (
     waiting_loop,
 )
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
+from ._workers import BodyThreads
 
 __all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
 
@@ -100,7 +101,11 @@ class DispatchStages(PipelineCore):
     def on_body_thread(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` on one of the threads plain bodies run on (raises ``RuntimeError`` once
         they have shut down)."""
-        self._executor.submit(fn)
+        executor = self._executor
+        if type(executor) is BodyThreads:
+            executor.run(fn)  # no future: nobody reads one
+        else:
+            executor.submit(fn)
 
     async def dispatch(
         self, rec: CallRecord, *, inline: Inline, looped: bool = False, own_task: bool = False

@@ -20,7 +20,14 @@ __all__ = ["BodyThreads"]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-_Work = tuple["concurrent.futures.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+_Work = tuple[
+    "concurrent.futures.Future[Any] | None", Callable[..., Any], tuple[Any, ...], dict[str, Any]
+]
+"""What a thread runs: ``fn(*args, **kwargs)`` settling the future, or with no future (``run``)
+whatever it returns or raises dropped."""
+
+_NO_ARGS: tuple[Any, ...] = ()
+_NO_KWARGS: dict[str, Any] = {}
 
 
 class _Worker:
@@ -46,17 +53,26 @@ class BodyThreads(concurrent.futures.Executor):
         self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
     ) -> concurrent.futures.Future[_T]:
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        work: _Work = (future, fn, args, kwargs)
+        self._hand((future, fn, args, kwargs))
+        return future
+
+    def run(self, fn: Callable[[], object]) -> None:
+        """``submit(fn)`` for a caller that never looks at the outcome: no future is made (its
+        condition and lock cost a call as much as a short body), and what ``fn`` returns or
+        raises is dropped, as an unread future's would be."""
+        self._hand((None, fn, _NO_ARGS, _NO_KWARGS))
+
+    def _hand(self, work: _Work) -> None:
+        """Give ``work`` to an idle thread, else to a new one."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if self._idle:
                 self._idle.pop().inbox.put(work)
-                return future
+                return
             worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
             self._all.append(worker.thread)
         worker.thread.start()
-        return future
 
     def _serve(self, worker: _Worker) -> None:
         while True:
@@ -65,7 +81,12 @@ class BodyThreads(concurrent.futures.Executor):
                 return
             future, fn, args, kwargs = work
             del work
-            if future.set_running_or_notify_cancel():
+            if future is None:
+                try:  # noqa: SIM105 (a context manager costs every body a call)
+                    fn(*args, **kwargs)
+                except BaseException:  # dropped, as from a future nobody reads
+                    pass
+            elif future.set_running_or_notify_cancel():
                 try:
                     result = fn(*args, **kwargs)
                 except BaseException as exc:  # the waiter gets it, as from ThreadPoolExecutor
