@@ -117,23 +117,6 @@ class _SubCall:
         self.future = future
 
 
-def _event_fields(
-    parent_call_id: str, sub_call_id: str, name: str, logged: Any, logged_bytes: int | None
-) -> FrozenDict:
-    """The fields both dispatch events of a sub-call start with."""
-    if logged_bytes is None:
-        return FrozenDict(
-            parent_call_id=parent_call_id, sub_call_id=sub_call_id, name=name, arguments=logged
-        )
-    return FrozenDict(
-        parent_call_id=parent_call_id,
-        sub_call_id=sub_call_id,
-        name=name,
-        arguments=logged,
-        arguments_bytes=logged_bytes,
-    )
-
-
 class CodeRunBridgeActor:
     """Runs one program against the calling scope's tools; see the module docstring."""
 
@@ -328,12 +311,24 @@ class CodeRunBridgeActor:
                 lane=self,
                 lane_any_thread=True,
             )
-        sub_call_id = f"{self._parent_call_id}:code:{self._counter}"
+        parent_call_id = self._parent_call_id
+        sub_call_id = f"{parent_call_id}:code:{self._counter}"
         sub = _SubCall(
             name,
             self._counter,
             sub_call_id,
-            _event_fields(self._parent_call_id, sub_call_id, name, logged, logged_bytes),
+            # The fields both dispatch events start with.
+            FrozenDict(
+                parent_call_id=parent_call_id, sub_call_id=sub_call_id, name=name, arguments=logged
+            )
+            if logged_bytes is None
+            else FrozenDict(
+                parent_call_id=parent_call_id,
+                sub_call_id=sub_call_id,
+                name=name,
+                arguments=logged,
+                arguments_bytes=logged_bytes,
+            ),
             # A subprocess run answers the program as the future settles (see the class).
             AnsweredFuture(loop=self._loop),
         )

@@ -230,7 +230,8 @@ class BindingCalls:
             problem = not_lossless(result, "value", _HOST_DICTS, _HOST_LISTS, awaitable_hint=False)
             self._reply_failure(call_id, f"{_NOT_LOSSLESS_RESOLUTION}: {problem}")
         else:
-            self._reply(Reply(call_id, True, tokens))
+            # ``_reply``, less its test whether the run is over: just made.
+            self._write(Reply(call_id, True, tokens), self._inflight.release(call_id))
 
     def _resolve(self, call_id: int, result: Any) -> None:
         if self._settled():
@@ -246,6 +247,11 @@ class BindingCalls:
         name = self._inflight.release(frame.id)
         if self._settled():
             return
+        self._write(frame, name)
+
+    def _write(self, frame: Reply, name: tuple[str, str] | None) -> None:
+        """Send ``frame``, answering a call of binding ``name`` (if known), unless it is over
+        max_frame_bytes (the run fails then)."""
         try:
             data = encode_frame(frame)
         except Exception:

@@ -12,6 +12,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..actors import (
+    NEVER_ABORTED,
     Accept,
     Block,
     ToolExecutionFailure,
@@ -67,7 +68,10 @@ class CommitStages(PipelineCore):
         result observer applies."""
         if rec is None or stage is None or rec.finalizer is not None:
             return False
-        hooks = self._cell.current.hooks_of(rec.agent)
+        current = self._cell.current
+        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
+        if hooks is None:
+            hooks = current.hooks_of(rec.agent)
         if stage.kind == POST and hooks.post_execute:
             return False
         return not hooks.result
@@ -77,9 +81,13 @@ class CommitStages(PipelineCore):
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            if self._cell.current.hooks_of(rec.agent).post_execute:
+            current = self._cell.current
+            hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord``
+            if (hooks if hooks is not None else current.hooks_of(rec.agent)).post_execute:
                 return None
-            result = replace_if_aborted(rec, result)
+            signal = rec.signal
+            if (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None:
+                result = replace_if_aborted(rec, result)  # its test inline: most calls pass
         return self.finish(rec, result)
 
     async def commit(
@@ -218,13 +226,17 @@ class CommitStages(PipelineCore):
                 result = self._fault(rec, exc)
             result = stamped(result, rec.call_id)
         rec.sealed = True
-        observers = self._cell.current.hooks_of(rec.agent).result
+        current = self._cell.current
+        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
+        observers = (hooks if hooks is not None else current.hooks_of(rec.agent)).result
         if observers:
             self._notify(rec, result, observers)
         # The last stage that shows the call's view: the view and the record refer to each
         # other, and without this every call (single or in a pool) would wait for the cyclic
         # collector. Hooks that kept the view still reach the record.
         rec.exec_view = None
+        # Nor may a record a hook kept hold on to the registry as it was.
+        rec.snapshot = rec.hooks = None
         return result
 
     def _notify(

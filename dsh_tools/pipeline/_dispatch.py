@@ -81,11 +81,11 @@ class DispatchStages(PipelineCore):
         """Whether ``rec``'s dispatch is, as things stand, nothing but a plain body: no execute
         wrapper applies and its tool's body is a plain function."""
         entry = rec.entry
-        return (
-            entry is not None
-            and not entry.is_async
-            and not self._cell.current.hooks_of(rec.agent).execute
-        )
+        if entry is None or entry.is_async:
+            return False
+        current = self._cell.current
+        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
+        return not (hooks if hooks is not None else current.hooks_of(rec.agent)).execute
 
     def dispatches_quietly(self, rec: CallRecord) -> bool:
         """Whether ``rec``'s dispatch runs no user code outside the body, as things stand: no
@@ -115,7 +115,9 @@ class DispatchStages(PipelineCore):
         its task's whole work (a pool's dispatch task): with no execute wrapper, an async body
         then runs right in that task rather than in one of its own."""
         try:
-            hooks = self._cell.current.hooks_of(rec.agent).execute
+            current = self._cell.current
+            hook_set = rec.hooks if current is rec.snapshot else None  # see ``CallRecord``
+            hooks = (hook_set if hook_set is not None else current.hooks_of(rec.agent)).execute
             if hooks:
                 rec.stage = "execute-wrapper"
                 if not looped:  # hooks are async code: they may await anything asyncio
@@ -150,7 +152,10 @@ class DispatchStages(PipelineCore):
                     result,
                     additional_contexts=concat_contexts(rec.deferred, result.additional_contexts),
                 )
-            return Stage(POST, replace_if_aborted(rec, result))
+            signal = rec.signal
+            if (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None:
+                result = replace_if_aborted(rec, result)  # its test inline: most calls pass
+            return Stage(POST, result)
         except BaseException as exc:
             if closing_call(rec, exc):
                 raise
@@ -179,7 +184,12 @@ class DispatchStages(PipelineCore):
                 return _canonical(
                     rec, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec, fused))
                 )
-            entry = self._cell.current.lookup(rec.name, rec.agent)
+            current = self._cell.current
+            entry = (
+                rec.entry  # what it resolved to as it began (see ``CallRecord.snapshot``)
+                if current is rec.snapshot
+                else current.lookup(rec.name, rec.agent)
+            )
             if entry is None:
                 return _canonical(rec, failure_from_exception(ToolNotFoundError(rec.name)))
             rec.body_invoked = True

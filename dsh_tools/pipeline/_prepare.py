@@ -71,7 +71,9 @@ class PrepareStages(PipelineCore):
         rec.own = own
         name, agent = call.name, call.agent
         rec.cell = cell
-        entry = cell.current.lookup(name, agent)
+        current = rec.snapshot = cell.current
+        rec.hooks = current.hooks_of(agent)
+        entry = current.lookup(name, agent)
         if entry is not None:
             rec.entry = entry
             rec.finalizer = entry.definition.finalize_content
@@ -115,18 +117,23 @@ class PrepareStages(PipelineCore):
         agent = call.agent
         if current.hooks_of(agent).pre_execute:
             return False
-        for layer in (None, agent) if agent is not None else (None,):
-            table = current.guard_table(layer)
-            if table is not None and table.entries:
-                return False
-        return True
+        # ``guard_table`` of both layers, inline: a pool asks this before every call it
+        # starts on a worker thread.
+        if current.global_layer.guards.entries:
+            return False
+        return (
+            agent is None
+            or (layer := current.scopes.get(agent)) is None
+            or not (layer.guards.entries)
+        )
 
     def prepare_now(self, rec: CallRecord) -> Stage | None:
         """Pre-execute, approval and guards without suspending, when no pre-execute listener
         applies; else None."""
         current = self._cell.current
         agent = rec.agent
-        if current.hooks_of(agent).pre_execute:
+        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
+        if (hooks if hooks is not None else current.hooks_of(agent)).pre_execute:
             return None
         try:
             if not current.global_layer.guards.entries and (

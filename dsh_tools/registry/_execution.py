@@ -19,7 +19,7 @@ from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
 
 if TYPE_CHECKING:  # the snapshot's types, for annotations only
-    from ._snapshot import SnapshotCell, ToolEntry
+    from ._snapshot import HookSet, RegistrySnapshot, SnapshotCell, ToolEntry
 
 __all__ = [
     "CallRecord",
@@ -56,6 +56,7 @@ class CallRecord:
         "exec_view",
         "finalizer",
         "hook_task",
+        "hooks",
         "hooks_waiting",
         "inline",
         "logged_call",
@@ -69,6 +70,7 @@ class CallRecord:
         "sealed",
         "signal",
         "signal_read",
+        "snapshot",
         "stage",
         "stop_reason",
         "thread",
@@ -102,6 +104,11 @@ class CallRecord:
         self.dispatch_signal: AbortSignal = signal
         self.exec_view: ToolExecution | None = None
         self.cell: SnapshotCell | None = None  # for wrappers that look up the definition
+        # The snapshot current when the call began, and the hooks and entry it had for the
+        # call (``entry`` above): a stage that finds it still current reads them here rather
+        # than asking it again (it is immutable, and answers the same).
+        self.snapshot: RegistrySnapshot | None = None
+        self.hooks: HookSet | None = None
         # Cancellation and fault bookkeeping (see Pipeline.interrupt and Pipeline._fault).
         self.stage = "prepare"  # which user code runs now, for fault logs
         self.stop_reason: Any = None  # set when the pipeline itself aborted the call

@@ -15,7 +15,7 @@ from msgspec import UNSET
 from ..actors import FrozenList, ToolOutputError, message_of
 from ._definition import ToolDefinition, ToolOutput
 from ._json_schema import assert_supported_json_schema
-from ._lossless import LosslessJsonError
+from ._lossless import INT_MAX, INT_MIN, LosslessJsonError
 from ._lossless_copy import snapshot_json, thaw
 from ._schema_plan import prepare_schema
 from ._schema_validate import validate_plan
@@ -147,7 +147,10 @@ def normalize_output(
     output = defn.output
     assert output is not None, "normalize_output needs a registered definition"
     try:
-        frozen = snapshot_json(value)
+        # An integer in range, a tool's usual value, is its own snapshot.
+        frozen = (
+            value if type(value) is int and INT_MIN <= value <= INT_MAX else snapshot_json(value)
+        )
     except LosslessJsonError as exc:
         _close_if_coroutine(value)
         raise ToolOutputError(defn.name, [f"value is not lossless JSON: {exc}"]) from None
