@@ -58,6 +58,7 @@ from ..pipeline._pool_parts import AbortPool
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
+from ..registry._lossless import INT_MAX, INT_MIN
 from ._dispatch_log import logged_arguments, shaped_content
 from ._handoff import LoopHandoff
 from ._run_calls import AnsweredFuture
@@ -340,7 +341,8 @@ class CodeRunBridgeActor:
             agent=self._agent,
             parent=self._outer_token,
         )
-        pool.tell(SubmitCall(PoolRequest(sub.number - 1, call, sub, frozen=True)))
+        # Bindings are called on the run's loop, the pool's.
+        pool.tell_here(SubmitCall(PoolRequest(sub.number - 1, call, sub, frozen=True)))
         return sub.future
 
     # --- the pool lane -------------------------------------------------------------------------
@@ -374,7 +376,11 @@ class CodeRunBridgeActor:
         hooks = self._dispatch_log_hooks()
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
-            self._append_settle(sub, result, result.content)
+            self._pipeline.session.append(
+                "tool/code-dispatch",
+                FrozenDict(sub.fields, is_error=result.is_error, content=result.content),
+                self._agent,
+            )
             return None
         if not on_loop:
             # A listener came in after the pool let this thread commit: the loop starts the
@@ -409,7 +415,11 @@ class CodeRunBridgeActor:
         elif result.is_error:
             _reject(sub.future, ToolCallRejected(result.error.message))
         else:
-            sub.future.set_result(thaw(result.value))
+            value = result.value
+            # ``thaw``'s own fast path, inline: an integer in range, the usual value, as it is.
+            if type(value) is not int or not INT_MIN <= value <= INT_MAX:
+                value = thaw(value)
+            sub.future.set_result(value)
 
     def _discard(self, sub: _SubCall, what: str = "result discarded") -> None:
         """Reject ``sub`` because the run is over: its result discarded, or the call

@@ -62,7 +62,10 @@ class LoopHandoff:
             queued, self._queue = self._queue, []
             self._scheduled = False
         for fn in queued:
-            _call(fn)
+            try:  # ``_call``, inline: every sub-call's delivery passes here
+                fn()
+            except Exception as exc:  # one failing callback must not drop those queued behind it
+                _log.exception("code run hand-off callback failed", error=repr(exc))
 
 
 def _call(fn: Callable[[], None]) -> None:

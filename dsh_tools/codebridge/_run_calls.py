@@ -63,8 +63,15 @@ class AnsweredFuture(asyncio.Future[Any]):
 
     def set_result(self, result: Any, /) -> None:
         super().set_result(result)
-        if self._answer is not None:
-            self._answered()
+        answer = self._answer
+        if answer is not None:  # ``_answered``, inline: the usual settlement
+            self._answer = None
+            try:
+                answer(self)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._failed(answer, exc)
 
     def set_exception(self, exception: type | BaseException, /) -> None:
         super().set_exception(exception)
@@ -85,10 +92,14 @@ class AnsweredFuture(asyncio.Future[Any]):
             answer(self)
         except (SystemExit, KeyboardInterrupt):
             raise
-        except BaseException as exc:  # what the loop does with a failing done callback
-            self.get_loop().call_exception_handler(
-                {"message": f"Exception in callback {answer!r}", "exception": exc, "future": self}
-            )
+        except BaseException as exc:
+            self._failed(answer, exc)
+
+    def _failed(self, answer: Callable[[AnsweredFuture], None], exc: BaseException) -> None:
+        """What the loop does with a failing done callback."""
+        self.get_loop().call_exception_handler(
+            {"message": f"Exception in callback {answer!r}", "exception": exc, "future": self}
+        )
 
 
 class BindingCalls:

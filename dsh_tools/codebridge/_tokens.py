@@ -281,24 +281,6 @@ def _flat_object(value: Any) -> list[Any] | None:
     return tokens
 
 
-def _flat_value(keys: list[str], tokens: list[Any], dict_type: Callable[[], dict[str, Any]]) -> Any:
-    """The object ``ObjectMarker(keys)`` followed by one string, integer, boolean or ``None``
-    token per key describes; ``None`` when the tokens hold anything else (the general walk
-    then decides)."""
-    if len(set(keys)) != len(keys):
-        return None
-    node = dict_type()
-    for name, token in zip(keys, itertools.islice(tokens, 1, None), strict=True):
-        kind = type(token)
-        if kind is int:
-            if token < INT_MIN or token > INT_MAX:
-                return None
-        elif kind is not str and token is not None and kind is not bool:
-            return None
-        _dict_set(node, name, token)
-    return node
-
-
 _list_append = list.append
 _list_extend = list.extend
 _dict_set = dict.__setitem__
@@ -353,9 +335,20 @@ def detokenize(
     else:
         head = tokens[0]
         if type(head) is ObjectMarker and len(head.keys) == total - 1:
-            flat = _flat_value(head.keys, tokens, dict_type)
-            if flat is not None:
-                return flat
+            # ``_flat_value``, inline: a binding call's usual arguments.
+            flat_keys = head.keys
+            if len(set(flat_keys)) == total - 1:
+                flat = dict_type()
+                for name, item in zip(flat_keys, itertools.islice(tokens, 1, None), strict=True):
+                    item_kind = type(item)
+                    if item_kind is int:
+                        if item < INT_MIN or item > INT_MAX:
+                            break
+                    elif item_kind is not str and item is not None and item_kind is not bool:
+                        break  # anything else: the general walk decides
+                    _dict_set(flat, name, item)
+                else:
+                    return flat
     # Each open container: [node, keys or None, next index, child count, depth]. A container
     # leaves the stack once its last child is placed, so the stack is no measure of depth.
     stack: list[list[Any]] = []

@@ -48,6 +48,7 @@ from ._core import (
     aborted_code,
     cancel_body,
     closing_call,
+    owned_generator_exit,
     replace_if_aborted,
     take_back_cancels,
     wind_down,
@@ -204,7 +205,12 @@ class DispatchStages(PipelineCore):
             try:
                 ctx = ToolRunContext(rec, fused)
                 if here and not entry.is_async:
-                    value = call_plain_body(entry.definition.execute, rec.arguments, ctx)
+                    try:  # ``call_plain_body``, inline: the hot path
+                        value = entry.definition.execute(rec.arguments, ctx)
+                    except GeneratorExit as exc:
+                        raise owned_generator_exit("the tool body") from exc
+                    except StopIteration as exc:
+                        raise RuntimeError("the tool body raised StopIteration") from exc
                     if is_awaitable(value):
                         value = await self._run_task(rec, awaited(value), fused)
                 else:

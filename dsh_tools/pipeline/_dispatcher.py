@@ -148,7 +148,8 @@ class DispatcherPoolActor(SharedMailboxActor):
             self._overdue()
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
-        self.pump()
+        while self._step():  # ``pump()``, inline: every message ends here
+            pass
 
     def _interrupt_started(self, reason: Any, anyway: bool = False) -> None:
         """The pool aborted: every started, uncommitted call is interrupted (its async body's
@@ -200,10 +201,17 @@ class DispatcherPoolActor(SharedMailboxActor):
                 ):
                     return self.hand_over()
                 return self._commit(head)
-        # With nothing left to start, whether the pool aborted changes nothing below (a pool
-        # with every started call committed finishes either way once closed): the signal is
-        # read only when a call might start.
-        if not self.aborted and self._start_cursor < len(entries) and self._signal.aborted:
+        # The signal is read only when a call might start (or, aborted, be abandoned): with
+        # nothing left to start, a pool with every started call committed finishes either way
+        # once closed, and with every slot taken or an exclusive call running, a call is in
+        # flight, so nothing starts and nothing is abandoned either way.
+        if (
+            not self.aborted
+            and self._start_cursor < len(entries)
+            and self._in_flight < self._max_parallel
+            and not self._exclusive_active
+            and self._signal.aborted
+        ):
             self.aborted = True
         if self.aborted:
             if self._in_flight == 0 and self._commit_cursor == self._start_cursor:

@@ -77,6 +77,14 @@ class SharedMailboxActor(LoopActor):
         else:
             self._loop.call_soon_threadsafe(self.tell, message)
 
+    def tell_here(self, message: Any) -> None:
+        """``tell`` from the loop's own thread, as the caller knows (nothing is asked of
+        asyncio)."""
+        if self._workers_drain:
+            self._post(message, _LOOP)
+        else:
+            super().tell(message)
+
     def report(self, message: Any, *, off_loop: bool = False) -> None:
         """``tell`` for a stage ending here: on a worker thread that finds nobody draining, drain
         the mailbox right here (see ``hand``). ``off_loop``: the caller knows that no event loop
