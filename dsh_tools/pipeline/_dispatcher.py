@@ -190,31 +190,38 @@ class DispatcherPoolActor(SharedMailboxActor):
         """Advance by one action; True when another step may make progress at once."""
         if self._busy or self._finished:
             return False
+        # The cursors and counts, read once: a step that changes them returns at once (but the
+        # abandoning loop, which works on the attributes). ``_drainer == WORKER`` is
+        # ``on_worker()``, inline.
         entries = self._entries
-        on_worker = self._drainer == WORKER  # ``on_worker()``, read once per step
-        if self._commit_cursor < self._start_cursor:
-            head = entries[self._commit_cursor]
+        start = self._start_cursor
+        commit = self._commit_cursor
+        if commit < start:
+            head = entries[commit]
             if head.state == SETTLED:
-                if on_worker and not (
+                if self._drainer == WORKER and not (
                     self._pipeline.commits_quietly(head.record, head.stage)
                     and self._lane.commits_anywhere()
                 ):
                     return self.hand_over()
                 return self._commit(head)
+        pending = start < len(entries)
+        in_flight = self._in_flight
         # The signal is read only when a call might start (or, aborted, be abandoned): with
         # nothing left to start, a pool with every started call committed finishes either way
         # once closed, and with every slot taken or an exclusive call running, a call is in
         # flight, so nothing starts and nothing is abandoned either way.
+        aborted = self.aborted
         if (
-            not self.aborted
-            and self._start_cursor < len(entries)
-            and self._in_flight < self._max_parallel
+            not aborted
+            and pending
+            and in_flight < self._max_parallel
             and not self._exclusive_active
             and self._signal.aborted
         ):
-            self.aborted = True
-        if self.aborted:
-            if self._in_flight == 0 and self._commit_cursor == self._start_cursor:
+            self.aborted = aborted = True
+        if aborted:
+            if in_flight == 0 and commit == start:
                 while self._start_cursor < len(entries):
                     entry = entries[self._start_cursor]
                     entries[self._start_cursor] = _LET_GO
@@ -225,20 +232,20 @@ class DispatcherPoolActor(SharedMailboxActor):
                 if self._closed:
                     self._finish()
             return False
-        if self._start_cursor < len(entries) and not self._exclusive_active:
-            drained = self._in_flight == 0 and self._commit_cursor == self._start_cursor
+        if pending and not self._exclusive_active:
+            drained = in_flight == 0 and commit == start
             if self._group_closed and drained:
                 self._group_closed = False  # the group has ended: classify the head afresh
             # With every slot taken nothing can start (an exclusive call needs an empty pool),
             # so the head is classified only when it might start: a classifier validates the
             # arguments and runs user code.
-            if not self._group_closed and self._in_flight < self._max_parallel:
-                head = entries[self._start_cursor]
+            if not self._group_closed and in_flight < self._max_parallel:
+                head = entries[start]
                 reader = head.reader
                 if reader is not None:
                     head.reader = None
                     reader(head)
-                if on_worker and not self._pipeline.starts_quietly(head.call):
+                if self._drainer == WORKER and not self._pipeline.starts_quietly(head.call):
                     return self.hand_over()
                 if self._classify(head):
                     return self._start(head, exclusive=False)
@@ -247,7 +254,7 @@ class DispatcherPoolActor(SharedMailboxActor):
                 # Not concurrency-safe beside running calls: replenishment stops here until
                 # the group has drained, whatever a later classification would say.
                 self._group_closed = True
-        if self._closed and self._commit_cursor == len(entries):
+        if self._closed and commit == len(entries):
             self._finish()
         return False
 

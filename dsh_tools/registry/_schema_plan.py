@@ -15,9 +15,11 @@ from ._schema_predicates import _MISSING, _SCALAR_TYPES, _SCHEMA_TYPES, _is_arra
 # walk of the schema would). Plan kinds:
 #   (_P_ANY,)                                      annotation-only: any lossless JSON value
 #   (_P_SCALAR, type, enum or None, const or _MISSING)
-#   [_P_OBJECT, required, [[name, plan], ...], closed, properties, shallow, clean names]
+#   [_P_OBJECT, required, [[name, plan], ...], closed, properties, shallow, clean names, plain]
 #       (shallow: every declared property is a scalar plan, so the object is checked inline;
-#       clean names: every declared name is an encodable str)
+#       clean names: every declared name is an encodable str; plain: when shallow with clean
+#       names and every property a plain type (below) with no enum or const, each property's
+#       name and the one Python type its values have, else None)
 #   [_P_ARRAY, items plan or None, unique items]
 #   [_P_ONE_OF, [plan, ...], catches]
 #   (_P_UNKNOWN, type)                             forged: a type outside the subset
@@ -80,6 +82,7 @@ def _build_plan(schema: Any) -> Any:
                 properties,
                 False,
                 False,
+                None,
             ]
             objects.append(plan)
             children = list(properties.values())
@@ -100,7 +103,25 @@ def _build_plan(schema: Any) -> Any:
             type(name) is str and (name.isascii() or _SURROGATE.search(name) is None)
             for name, _ in plan[2]
         )
+        if plan[5] and plan[6]:
+            plain = tuple(
+                (name, _PLAIN_TYPE.get(child[1]))
+                for name, child in plan[2]
+                if child[2] is None and child[3] is _MISSING
+            )
+            if len(plain) == len(plan[2]) and all(kind is not None for _, kind in plain):
+                plan[7] = plain
     return holder[0]
+
+
+_PLAIN_TYPE: Final[dict[Any, type]] = {
+    "string": str,
+    "integer": int,
+    "boolean": bool,
+    "null": type(None),
+}
+"""The scalar schema types whose values are exactly one Python type (an integer's range and a
+string's surrogates aside; a float is an integer only past the general check)."""
 
 
 def _type_name(value: Any) -> str:

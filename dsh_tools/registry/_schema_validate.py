@@ -79,6 +79,7 @@ def _scalar_violation(plan: Any, value: Any, parent: Any, key: Any = _MISSING) -
     return f'"{_vpath(parent if key is _MISSING else (parent, key))}" {message}'
 
 
+_OBJECTS: Final[frozenset[type]] = frozenset((dict, FrozenDict))
 _PLAIN_TYPES: Final = {str: "string", int: "integer", bool: "boolean", type(None): "null"}
 """The schema type each exact Python type is a value of, where the type alone decides (an
 integer's range aside)."""
@@ -148,16 +149,17 @@ def _enter_object(
                 children = [(child, item, (path, name))]
             else:
                 children.append((child, item, (path, name)))
+    tail: list[str] | None = None
     if present != len(value):
         provable = False
-    tail: list[str] | None = None
-    if plan[3]:
-        declared = plan[4]
-        tail = [
-            f'"{_vpath((path, key))}" is not a declared property (additionalProperties: false)'
-            for key in value
-            if type(key) is str and key not in declared
-        ]
+        # Only then may a key be undeclared: ``present`` counts distinct declared keys.
+        if plan[3]:
+            declared = plan[4]
+            tail = [
+                f'"{_vpath((path, key))}" is not a declared property (additionalProperties: false)'
+                for key in value
+                if type(key) is str and key not in declared
+            ]
     if children is None:
         if tail:
             violations.extend(tail)
@@ -289,8 +291,40 @@ def validate_plan(
             return []  # see ``_enter_object``: a value of the plan's own type
         violation = _scalar_violation(plan, value, path)
         return [] if violation is None else [violation]
-    frames: list[list[Any]] = []
+    if plan[0] == _P_OBJECT and plan[7] is not None and type(value) in _OBJECTS:
+        # An object of plain-typed properties (most arguments): valid when every required
+        # property is present, every property has its one type (an integer in range, an ASCII
+        # string) and no other key is there, as the general walk finds; anything else is
+        # left to that walk (a forged ``required`` that raises here too).
+        try:
+            present = 0
+            for name, kind in plan[7]:
+                item = value.get(name, _MISSING)
+                if item is _MISSING:
+                    continue
+                if type(item) is not kind:
+                    break
+                if kind is int:
+                    if not INT_MIN <= item <= INT_MAX:
+                        break
+                elif kind is str and not item.isascii():
+                    break
+                present += 1
+            else:
+                if present == len(value):
+                    for name in plan[1]:
+                        if name not in value:
+                            break
+                    else:
+                        return []
+        except Exception:  # the general walk says what is wrong
+            pass
     proven: set[int] = _ALL_PROVEN if lossless else set()
+    if plan[0] == _P_OBJECT and plan[5]:
+        # An object of scalar properties (most arguments) never pushes a frame: it is checked
+        # as an object property of that kind is, with the same containment of failures.
+        return _enter_shallow(plan, value, path, proven)
+    frames: list[list[Any]] = []
     current_plan: Any = plan
     current: Any = value
     current_path: Any = path
