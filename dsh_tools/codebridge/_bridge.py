@@ -357,10 +357,13 @@ class CodeRunBridgeActor:
         """Lane: whether a worker thread may commit now (no dispatch-log shaping to start)."""
         return self._spill is None and not self._dispatch_log_hooks()
 
-    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
+    def committed(
+        self, entry: PoolEntry, result: ToolExecutionResult, anywhere: bool = False
+    ) -> Awaitable[None] | None:
         """Lane: a sub-call's final result, in submission order. Defer its contexts onto the
         outer call, deliver its outcome to the program, then log it (``tool/code-dispatch``,
-        through the dispatch-log waterfall and spill arm when there are any)."""
+        through the dispatch-log waterfall and spill arm when there are any). ``anywhere``:
+        ``commits_anywhere()`` just found nothing to shape the log with."""
         sub: _SubCall = entry.payload
         assert self._handoff is not None
         pool = self._pool
@@ -373,7 +376,7 @@ class CodeRunBridgeActor:
         self._handoff.run(
             partial(self._deliver, sub, result, over, later=over and entry.off_loop), on_loop
         )
-        hooks = self._dispatch_log_hooks()
+        hooks = () if anywhere else self._dispatch_log_hooks()  # known empty when ``anywhere``
         if not hooks and self._spill is None:
             # Nothing shapes the log: append now (what the side task would do, without a task).
             self._pipeline.session.append(

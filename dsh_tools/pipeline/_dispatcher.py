@@ -119,14 +119,9 @@ class DispatcherPoolActor(SharedMailboxActor):
 
     def on_receive(self, message: Any) -> None:
         kind = type(message)
+        # The two messages every call sends first.
         if kind is SubmitCall:
             self._entries.append(PoolEntry(message.request))
-        elif kind is SubmitCalls:
-            self._entries.extend(map(PoolEntry, message.requests))
-        elif kind is PrepareDone:
-            self._busy = False
-            message.entry.task = None
-            self._settle_prepare(message.entry, message.stage)
         elif kind is DispatchSettled:
             entry = message.entry
             entry.task = None
@@ -134,6 +129,12 @@ class DispatcherPoolActor(SharedMailboxActor):
                 self._in_flight -= 1
                 entry.stage = message.stage
                 entry.state = SETTLED
+        elif kind is SubmitCalls:
+            self._entries.extend(map(PoolEntry, message.requests))
+        elif kind is PrepareDone:
+            self._busy = False
+            message.entry.task = None
+            self._settle_prepare(message.entry, message.stage)
         elif kind is CommitDone:
             self._busy = False
             message.entry.task = None
@@ -199,11 +200,13 @@ class DispatcherPoolActor(SharedMailboxActor):
         if commit < start:
             head = entries[commit]
             if head.state == SETTLED:
-                if self._drainer == WORKER and not (
-                    self._pipeline.commits_quietly(head.record, head.stage)
-                    and self._lane.commits_anywhere()
-                ):
-                    return self.hand_over()
+                if self._drainer == WORKER:
+                    if not (
+                        self._pipeline.commits_quietly(head.record, head.stage)
+                        and self._lane.commits_anywhere()
+                    ):
+                        return self.hand_over()
+                    return self._commit(head, anywhere=True)
                 return self._commit(head)
         pending = start < len(entries)
         in_flight = self._in_flight
@@ -333,11 +336,12 @@ class DispatcherPoolActor(SharedMailboxActor):
         if entry.state == DISPATCHING:
             self.run_here(entry, self._dispatch(entry, record, OFF_LOOP))
 
-    def _commit(self, entry: PoolEntry) -> bool:
+    def _commit(self, entry: PoolEntry, *, anywhere: bool = False) -> bool:
+        """``anywhere``: the lane said ``commits_anywhere()`` for this commit just now."""
         assert entry.record is not None and entry.stage is not None
         result = self._pipeline.commit_now(entry.record, entry.stage)
         if result is not None:
-            self._settle_commit(entry, result)
+            self._settle_commit(entry, result, anywhere)
             return True
         entry.state = COMMITTING
         self._busy = True
@@ -352,7 +356,9 @@ class DispatcherPoolActor(SharedMailboxActor):
             result = failure_from_exception(exc)
         self.report(CommitDone(entry, result))
 
-    def _settle_commit(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+    def _settle_commit(
+        self, entry: PoolEntry, result: ToolExecutionResult, anywhere: bool = False
+    ) -> None:
         self._entries[self._commit_cursor] = _LET_GO
         self._commit_cursor += 1
         entry.state = DONE
@@ -364,7 +370,7 @@ class DispatcherPoolActor(SharedMailboxActor):
             self._commit_cursor = 0
         if entry.exclusive:
             self._exclusive_active = False
-        hold = self._lane.committed(entry, result)
+        hold = self._lane.committed(entry, result, anywhere)
         if hold is not None:
             self._busy = True
             if self._on_loop():

@@ -57,7 +57,9 @@ class _BatchLane:
     def commits_anywhere(self) -> bool:
         return True
 
-    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> None:
+    def committed(
+        self, entry: PoolEntry, result: ToolExecutionResult, anywhere: bool = False
+    ) -> None:
         self.session.record_result(entry.call.call_id, result, self.agent)
         self.results[entry.index] = result
         if result.additional_contexts:

@@ -166,9 +166,13 @@ class PoolLane(Protocol):
         """Whether ``committed`` may run on a worker thread now (asked only of a lane that may be
         told from any thread)."""
 
-    def committed(self, entry: PoolEntry, result: ToolExecutionResult) -> Awaitable[None] | None:
+    def committed(
+        self, entry: PoolEntry, result: ToolExecutionResult, anywhere: bool = False
+    ) -> Awaitable[None] | None:
         """``entry`` has its final result (in submission order). An awaitable return holds the
-        coordinator (no start, no commit) until it settles: backpressure from the lane."""
+        coordinator (no start, no commit) until it settles: backpressure from the lane.
+        ``anywhere``: ``commits_anywhere()`` answered True for this very commit, in this drain,
+        and no user code has run since."""
 
     def abandoned(self, entry: PoolEntry) -> None:
         """``entry`` never started because the pool aborted."""
