@@ -204,6 +204,14 @@ def stamped(result: ToolExecutionResult, call_id: str) -> ToolExecutionResult:
 def materialize(result: Any, call_id: str) -> ToolExecutionResult:
     """Freeze content, error, meta and contexts and stamp ``call_id``; a lossy result
     becomes a plain failure."""
+    if (
+        type(result) is ToolExecutionSuccess
+        and type(result.content) is FrozenList
+        and result.additional_contexts is EMPTY_LIST
+        and result.meta is UNSET
+        and result.call_id == call_id
+    ):
+        return result  # what the checks below find for a body's usual success, at a glance
     try:
         result_type = type(result)
         content = result.content
