@@ -169,8 +169,18 @@ class SharedMailboxActor(LoopActor):
                     return False
                 self._mailbox.append(message)
                 return True
-            self._mailbox.append(message)
             self._drainer = here
+            # Nobody drained, so the mailbox is empty and this message comes first: it is
+            # handled at once, not queued and taken back, unless the loop's drain must wait
+            # for a stage's first step before it handles anything (see ``_run_drain``).
+            first = here != _LOOP or self._starting is None or not self._wait_for_starts
+            if not first:
+                self._mailbox.append(message)
+        if first:
+            try:
+                self.on_receive(message)
+            except Exception as exc:  # a handler bug must not wedge the mailbox
+                self._failed(exc)
         self._run_drain()
         return True
 
