@@ -30,12 +30,11 @@ standard library, ``msgspec`` and the frame and argument definitions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
 
-from ._frames import SKIP_FRAME, OutputLimit
+from ._frames import SKIP_FRAME, FrameScreen, OutputLimit
 from ._inflight import BYTES_PER_TOKEN, MAX_INFLIGHT_ARGUMENT_BYTES
 
 __all__ = [
@@ -195,7 +194,7 @@ def _values(cursor: _Cursor, tokens: int, cap: int) -> int | None:
     return values
 
 
-def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]:
+def worker_frame_screen(max_output_bytes: int) -> FrameScreen:
     """The screen for the frames a host receives from a worker of a run capped at
     ``max_output_bytes``: ``None`` (decode the body), ``SKIP_FRAME`` or the frame to act on
     instead."""
@@ -208,6 +207,7 @@ def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]
     small = min(done_tokens, log_bytes, MAX_CALL_TOKENS)
 
     def screen(body: Any) -> object | None:
+        # (``FrameReader`` decodes a body of at most ``decodes_below`` bytes without asking.)
         size = len(body)
         if size <= small:
             return None
@@ -259,4 +259,4 @@ def worker_frame_screen(max_output_bytes: int) -> Callable[[Any], object | None]
             return SKIP_FRAME
         return SKIP_FRAME
 
-    return screen
+    return FrameScreen(screen, small)

@@ -36,6 +36,7 @@ __all__ = [
     "DoneError",
     "ErrorClassWire",
     "FrameReader",
+    "FrameScreen",
     "FrameTooLarge",
     "HostFrame",
     "Log",
@@ -168,10 +169,31 @@ class _Skipped(Exception):
     """A body the screen dropped undecoded."""
 
 
+class FrameScreen:
+    """A frame screen (see ``FrameReader``) that lets any body of at most ``decodes_below``
+    bytes be decoded without being asked about it: most bodies are, and asking costs a call
+    per frame."""
+
+    __slots__ = ("decodes_below", "screen")
+
+    def __init__(self, screen: Callable[[Any], object | None], decodes_below: int) -> None:
+        self.screen = screen
+        self.decodes_below = decodes_below
+
+    def __call__(self, body: Any) -> object | None:
+        return self.screen(body)
+
+
 def _screened(
     decode: Callable[[Any], Any], screen: Callable[[Any], object | None]
 ) -> Callable[[Any], Any]:
+    below = screen.decodes_below if type(screen) is FrameScreen else -1
+    if type(screen) is FrameScreen:
+        screen = screen.screen
+
     def decode_screened(body: Any) -> Any:
+        if len(body) <= below:
+            return decode(body)
         verdict = screen(body)
         if verdict is None:
             return decode(body)

@@ -238,7 +238,11 @@ class DispatchStages(PipelineCore):
             )
             if (fused is not NEVER_ABORTED and fused.aborted) or rec.stop_reason is not None:
                 success = cancelled("ABORTED", reason=abort_reason(rec, fused), settled=success)
-            return _canonical(rec, success)
+                return _canonical(rec, success)
+            # ``_canonical``, inline for the usual success (stamped already, not interrupted).
+            rec.canonical.append(success)
+            rec.stage = "execute-wrapper"
+            return success
         finally:
             if detach is not None:
                 detach()
