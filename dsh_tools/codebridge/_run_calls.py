@@ -160,13 +160,16 @@ class BindingCalls:
         takes), and each still costs the host a decode (and a reply) for almost nothing of
         the program's: the caller bounds how many a run may send."""
         call_id = frame.id
-        if call_id <= self._floor or call_id in self._answered:
-            return False  # an id seen before is never answered twice
         answered = self._answered
-        answered.add(call_id)
-        while self._floor + 1 in answered:
-            self._floor += 1
-            answered.discard(self._floor)
+        if call_id == self._floor + 1 and not answered:
+            self._floor = call_id  # the next id in sequence, none seen above it (the usual)
+        else:
+            if call_id <= self._floor or call_id in answered:
+                return False  # an id seen before is never answered twice
+            answered.add(call_id)
+            while self._floor + 1 in answered:
+                self._floor += 1
+                answered.discard(self._floor)
         if len(answered) > OUT_OF_SEQUENCE_LIMIT:
             self._fail(
                 "frame-limit",

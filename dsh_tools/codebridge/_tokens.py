@@ -335,8 +335,20 @@ def detokenize(
     else:
         head = tokens[0]
         if type(head) is ObjectMarker and len(head.keys) == total - 1:
-            # ``_flat_value``, inline: a binding call's usual arguments.
+            # An object of scalars, a binding call's usual arguments.
             flat_keys = head.keys
+            if total == 2:  # one member: no set, zip or slice for it
+                item = tokens[1]
+                item_kind = type(item)
+                if (
+                    item_kind is str
+                    or item is None
+                    or item_kind is bool
+                    or (item_kind is int and INT_MIN <= item <= INT_MAX)
+                ):
+                    flat = dict_type()
+                    _dict_set(flat, flat_keys[0], item)
+                    return flat
             if len(set(flat_keys)) == total - 1:
                 flat = dict_type()
                 for name, item in zip(flat_keys, itertools.islice(tokens, 1, None), strict=True):
