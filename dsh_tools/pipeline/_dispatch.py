@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from asyncio import current_task, events
+from asyncio import current_task
 from collections.abc import Callable, Coroutine
 from functools import partial
 from types import CoroutineType
@@ -59,16 +59,13 @@ from ._loop import (
     in_context,
     new_task,
     own_body,
+    running_loop,
     waiting_loop,
 )
 from ._results import cancelled, concat_contexts, failure_from_exception, stamped
 from ._workers import BodyThreads
 
 __all__ = ["OFF_LOOP", "DispatchStages", "Inline"]
-
-_loop_here: Final = events._get_running_loop
-"""``running_loop()`` without its raised and caught exception where no loop runs: asked where a
-pool's plain body starts, on a body thread, before every body it runs there."""
 
 OFF_LOOP: Final = "off-loop"
 """``dispatch(inline=OFF_LOOP)``: a plain body runs on the calling thread as long as no event loop
@@ -202,7 +199,7 @@ class DispatchStages(PipelineCore):
             # to fire it. Without one, nothing on this loop can abort the body's signal, so the
             # body runs inline (the hot path).
             here = fused is caller and (
-                inline is True or (inline == OFF_LOOP and _loop_here() is None)
+                inline is True or (inline == OFF_LOOP and running_loop() is None)
             )
             rec.stage = "body"
             try:
