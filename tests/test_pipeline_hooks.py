@@ -879,3 +879,35 @@ def test_listeners_of_any_callable_shape_that_takes_the_arguments_are_accepted(
     system.tools.on_change(print)  # a builtin whose signature cannot be read
     assert text(system.execute(call("echo", {"text": "hi"}, call_id="c1"))) == "hi"
     assert observer.seen == ["c1"]
+
+
+@pytest.mark.parametrize("forgetful_is_outermost", [True, False], ids=["outermost", "inner"])
+@pytest.mark.parametrize("point", ["pre-execute", "execute", "post-execute"])
+def test_a_hook_that_forgets_to_return_next_s_answer_is_named(
+    system: ToolSystem, point: str, forgetful_is_outermost: bool
+) -> None:
+    # The usual slip: the hook awaits next() and returns nothing. The failure names it, in
+    # whichever place of its chain it stands.
+    body = Recording("hi")
+    system.tools.register(echo(execute=body))
+
+    async def forgetful(*args: Any) -> None:
+        await args[-1]()
+
+    async def passing(*args: Any) -> Any:
+        return await args[-1]()
+
+    register = {
+        "pre-execute": system.tools.on_pre_execute,
+        "execute": system.tools.on_execute,
+        "post-execute": system.tools.on_post_execute,
+    }[point]
+    register(passing)
+    register(forgetful, prepend=forgetful_is_outermost)
+    result = system.execute(call())
+    assert result.is_error
+    assert (
+        "hook test_a_hook_that_forgets_to_return_next_s_answer_is_named.<locals>.forgetful "
+        "returned None; a hook returns its own decision or what next() answers "
+        "(return await next())"
+    ) in text(result)

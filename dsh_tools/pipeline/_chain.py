@@ -20,7 +20,7 @@ from ..actors import (
     ToolExecutionSuccess,
 )
 
-__all__ = ["is_awaitable", "rest_of_chain", "run_chain"]
+__all__ = ["is_awaitable", "none_from", "rest_of_chain", "run_chain"]
 
 # What hooks and bodies usually return: known at a glance not to be awaitable.
 _PLAIN: frozenset[type] = frozenset(
@@ -52,6 +52,16 @@ def is_awaitable(value: Any) -> bool:
     return inspect.isawaitable(value)
 
 
+def none_from(hook: Callable[..., Any]) -> str:
+    """Why a chain failed whose ``hook`` returned ``None``: no hook point takes ``None`` as an
+    answer, and the usual slip is a hook that awaits ``next()`` and forgets to return it."""
+    name = getattr(hook, "__qualname__", None) or repr(hook)
+    return (
+        f"hook {name} returned None; a hook returns its own decision or what next() answers "
+        "(return await next())"
+    )
+
+
 async def run_chain(
     hooks: Sequence[Callable[..., Any]],
     args: tuple[Any, ...],
@@ -60,7 +70,9 @@ async def run_chain(
 ) -> Any:
     """Call ``hooks[index](*args, next)``; ``next()`` runs the rest of the chain, and past the
     last hook it is ``end()``. What a hook returns is awaited for as long as it is awaitable,
-    so a hook may ``return next()`` without awaiting it."""
+    so a hook may ``return next()`` without awaiting it. A hook inside the chain that returns
+    ``None`` fails it with ``TypeError`` naming it (``none_from``); what the outermost returns
+    (``index`` 0) is its caller's to judge, and a stage names that hook itself."""
     if index == len(hooks):
         out: Any = end()
     else:
@@ -69,6 +81,8 @@ async def run_chain(
         out = hooks[index](*args, then)
     while is_awaitable(out):
         out = await out
+    if out is None and 0 < index < len(hooks):
+        raise TypeError(none_from(hooks[index]))
     return out
 
 

@@ -25,7 +25,7 @@ from ..actors import (
 )
 from ..registry import LosslessJsonError, normalize_output
 from ..registry._execution import CallRecord
-from ._chain import is_awaitable, rest_of_chain
+from ._chain import is_awaitable, none_from, rest_of_chain
 from ._core import (
     POST,
     PipelineCore,
@@ -128,7 +128,7 @@ class CommitStages(PipelineCore):
                     if not (
                         decision is ACCEPT and type(result.additional_contexts) in CONTEXT_SEQUENCES
                     ):  # else a pass-through chain's answer: the result as it is
-                        result = self._apply_post(rec, result, decision)
+                        result = self._apply_post(rec, result, decision, hooks[0])
                 if rec.outer is not None:
                     self._check_outer(rec)
                 result = replace_if_aborted(rec, result)
@@ -143,10 +143,14 @@ class CommitStages(PipelineCore):
         return self.finish(rec, result)
 
     def _apply_post(
-        self, rec: CallRecord, result: ToolExecutionResult, decision: Any
+        self,
+        rec: CallRecord,
+        result: ToolExecutionResult,
+        decision: Any,
+        outermost: Callable[..., Any],
     ) -> ToolExecutionResult:
         """``decision`` (not a pass-through ``ACCEPT``, which ``commit`` keeps the result for)
-        applied to ``result``."""
+        applied to ``result``; ``outermost`` is the hook that returned it."""
         decision_type = type(decision)
         if decision_type is Block:
             return ToolExecutionFailure(
@@ -159,6 +163,7 @@ class CommitStages(PipelineCore):
             raise TypeError(
                 f"tools/post-execute returned {decision_type.__name__}; "
                 "expected Accept(...) or Block(...)"
+                + (f" ({none_from(outermost)})" if decision is None else "")
             )
         contexts = concat_contexts(result.additional_contexts, decision.additional_contexts)
         has_content = decision.content is not UNSET

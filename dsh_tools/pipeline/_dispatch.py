@@ -36,7 +36,7 @@ from ._body_task import (
     wake,
     watch_body,
 )
-from ._chain import is_awaitable, rest_of_chain
+from ._chain import is_awaitable, none_from, rest_of_chain
 from ._core import (
     BODY_WIND_DOWN_S,
     FINISH,
@@ -146,7 +146,7 @@ class DispatchStages(PipelineCore):
             rec.stage = "execute-wrapper"
             canonical = rec.canonical
             if not canonical or result is not canonical[-1]:  # else the base's own, as it is
-                result = self._normalize_dispatch_result(rec, result)
+                result = self._normalize_dispatch_result(rec, result, hooks)
             rec.contexts_closed = True
             if rec.deferred:
                 result = msgspec.structs.replace(
@@ -427,7 +427,11 @@ class DispatchStages(PipelineCore):
             rec.body_wait = None
             waits.discard(rec)
 
-    def _normalize_dispatch_result(self, rec: CallRecord, result: Any) -> ToolExecutionResult:
+    def _normalize_dispatch_result(
+        self, rec: CallRecord, result: Any, wrappers: tuple[Callable[..., Any], ...]
+    ) -> ToolExecutionResult:
+        """What the execute waterfall answered (``wrappers``, outermost first, gave it), as the
+        call's result (raises ``TypeError`` for anything but a success or a failure)."""
         if rec.is_canonical(result):
             return result  # type: ignore[no-any-return]
         result_type = type(result)
@@ -445,6 +449,7 @@ class DispatchStages(PipelineCore):
         raise TypeError(
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
+            + (f" ({none_from(wrappers[0])})" if result is None and wrappers else "")
         )
 
 

@@ -27,7 +27,7 @@ from ..actors._messages import check_reason
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
-from ._chain import is_awaitable, rest_of_chain
+from ._chain import is_awaitable, none_from, rest_of_chain
 from ._core import (
     DISPATCH_STAGE,
     FINISH,
@@ -192,6 +192,7 @@ class PrepareStages(PipelineCore):
                 raise TypeError(
                     f"tools/pre-execute returned {decision_type.__name__}; "
                     "expected Allow(), Deny(reason) or Ask(reason)"
+                    + (f" ({none_from(hooks[0])})" if decision is None else "")
                 )
             return self._decide(rec, decision, approval_cancelled)
         except BaseException as exc:
