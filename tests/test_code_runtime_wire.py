@@ -50,6 +50,8 @@ from dsh_tools.codebridge._tokens import (
     not_lossless,
     tokenize,
 )
+from dsh_tools.pipeline._epoll import PreciseEpoll
+from dsh_tools.pipeline._loop import new_pool_loop
 
 json_values = st.recursive(
     st.none()
@@ -405,6 +407,36 @@ def test_a_run_never_reads_a_pipe_it_dropped_even_with_its_event_taken() -> None
         assert len(seen) == 1  # closed: nothing more is read
     finally:
         readers.close()
+        for read_end, write_end in pipes:
+            os.close(read_end)
+            os.close(write_end)
+        loop.close()
+
+
+def test_a_pool_loop_again_skips_its_zero_waits_once_a_run_s_readers_are_gone() -> None:
+    # A loop made by new_pool_loop (each thread's private loop among them) makes no system
+    # call for a zero wait while it watches nothing but its wake-up descriptors: a call whose
+    # hooks merely pass through makes one such pass. The epoll instance the loop's runs share
+    # must not stay watched between runs, or one run_code call would cost every later call
+    # on that thread its saving.
+    if PreciseEpoll is None:
+        pytest.skip("no epoll on this platform")
+    loop = new_pool_loop()
+    selector: Any = loop._selector  # type: ignore[attr-defined]
+    pipes = [os.pipe() for _ in range(2)]
+    try:
+        assert selector._only_wake
+        for ending in ("close", "drop"):
+            readers = RunReaders(loop)
+            readers.watch({read_end: lambda: None for read_end, _ in pipes})
+            assert not selector._only_wake  # a run's pipes need every wait's system call
+            if ending == "close":
+                readers.close()
+            else:
+                for read_end, _ in pipes:
+                    readers.drop(read_end)
+            assert selector._only_wake, ending
+    finally:
         for read_end, write_end in pipes:
             os.close(read_end)
             os.close(write_end)

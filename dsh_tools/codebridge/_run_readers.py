@@ -5,8 +5,10 @@ Adding a reader to an asyncio loop and removing it again costs about ten microse
 loop's bookkeeping, measured on the project's machine), and a run watches four pipes: on Linux
 they go into an epoll instance that the loop's runs share (``_LoopWatch``), which is the one
 descriptor the loop watches, and a pipe is dropped with one ``epoll_ctl``. The instance is made
-at the loop's first run and watched by the loop from then on: one made and closed per run cost
-each run two system calls more and the loop's bookkeeping of a reader added and removed.
+at the loop's first run and kept for the loop's life: one made and closed per run cost each run
+two system calls more. The loop watches it only while it holds a pipe: a loop of
+``new_pool_loop`` that watches nothing but its wake-up descriptors makes no system call for a
+zero wait, which every later call with hooks on that loop would otherwise pay.
 Elsewhere each pipe is a reader of the loop.
 """
 
@@ -24,21 +26,32 @@ _EPOLL = hasattr(select, "epoll")
 
 
 class _LoopWatch:
-    """The epoll instance of one event loop's runs, watched by that loop for as long as it
-    lives (it closes with the loop's last reference), and the callback of every descriptor in
-    it. It holds no reference to the loop, so that its entry in ``_WATCHES`` goes with the
-    loop."""
+    """The epoll instance of one event loop's runs (it closes with the loop's last reference),
+    the callback of every descriptor in it, and whether the loop watches it now: from its
+    first descriptor in to its last out (``RunReaders`` calls ``start`` and ``stop``). It
+    holds no reference to the loop, so that its entry in ``_WATCHES`` goes with the loop."""
 
-    __slots__ = ("callbacks", "epoll")
+    __slots__ = ("callbacks", "epoll", "watched")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self) -> None:
         self.epoll = select.epoll()
         self.callbacks: dict[int, Callable[[], None]] = {}
-        try:
+        self.watched = False
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``loop`` watch the instance (it holds a descriptor now)."""
+        if not self.watched:
             loop.add_reader(self.epoll.fileno(), self.on_ready)
-        except BaseException:
-            self.epoll.close()
-            raise
+            self.watched = True
+
+    def stop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Have ``loop`` stop watching the instance once it holds no descriptor."""
+        if self.watched and not self.callbacks:
+            self.watched = False
+            try:
+                loop.remove_reader(self.epoll.fileno())
+            except Exception:  # a closed loop: nothing watches it any more
+                return
 
     def on_ready(self) -> None:
         callbacks = self.callbacks
@@ -61,9 +74,9 @@ def _loop_watch(loop: asyncio.AbstractEventLoop) -> tuple[_LoopWatch, bool]:
     try:
         watch = _WATCHES.get(loop)
     except TypeError:
-        return _LoopWatch(loop), False
+        return _LoopWatch(), False
     if watch is None:
-        watch = _WATCHES[loop] = _LoopWatch(loop)
+        watch = _WATCHES[loop] = _LoopWatch()
     return watch, True
 
 
@@ -97,6 +110,7 @@ class RunReaders:
                 watch.epoll.register(fd, select.EPOLLIN)
                 self._fds[fd] = callback  # so that close() unregisters what was registered
                 watch.callbacks[fd] = callback
+            watch.start(self._loop)
         else:
             for fd, callback in callbacks.items():
                 self._loop.add_reader(fd, callback)
@@ -113,6 +127,7 @@ class RunReaders:
         if watch is not None:
             watch.callbacks.pop(fd, None)
             _unregister(watch.epoll, fd)
+            watch.stop(self._loop)
         else:
             self._loop.remove_reader(fd)
 
@@ -127,11 +142,11 @@ class RunReaders:
             else:
                 with contextlib.suppress(Exception):
                     self._loop.remove_reader(fd)
-        if watch is not None and self._own:
-            self._watch = None
-            with contextlib.suppress(Exception):  # a closed loop: nothing watches it any more
-                self._loop.remove_reader(watch.epoll.fileno())
-            watch.epoll.close()
+        if watch is not None:
+            watch.stop(self._loop)
+            if self._own:
+                self._watch = None
+                watch.epoll.close()
 
 
 def _unregister(epoll: select.epoll, fd: int) -> None:
