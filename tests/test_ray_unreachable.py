@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,29 @@ def test_a_cluster_file_left_by_a_dead_ray_start_fails_the_call_naming_the_file(
         f"answers at {address} (recorded by `ray start` in {recorded}; remove that file to "
         "start a local instance instead): Connection refused"
     )
+
+
+@pytest.mark.parametrize(
+    ("platform", "expected"),
+    [("linux", "from TMPDIR"), ("darwin", "/tmp/ray"), ("freebsd", "/tmp/ray")],
+)
+def test_the_cluster_file_is_looked_for_where_ray_looks_for_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, platform: str, expected: str
+) -> None:
+    # Ray takes TMPDIR into account on Linux only (macOS always sets it, to a directory of its
+    # own): a file under TMPDIR elsewhere is not one ray.init() would connect to, and failing
+    # the call for its address would refuse a cluster Ray starts itself.
+    from dsh_tools.distributed import _driver
+
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(sys, "platform", platform)
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: "/tmp")  # elsewhere, Ray asks it
+    recorded = tmp_path / "ray" / "ray_current_cluster"
+    recorded.parent.mkdir()
+    recorded.write_text("127.0.0.1:1\n")
+    address, path = _driver._recorded_cluster({})
+    if expected == "from TMPDIR":
+        assert (address, path) == ("127.0.0.1:1", str(recorded))
+    else:
+        assert path == f"{expected}/ray_current_cluster"

@@ -15,7 +15,7 @@ nothing listens, ``ray.init`` retries its connection for many minutes before it 
 placed call would wait all that time. No answer there fails at once with ``ConnectionError``
 naming the address and where it came from. That address is ``address=`` or ``RAY_ADDRESS`` given
 as ``host:port``, or, with neither, the one the last ``ray start`` on this machine recorded in
-``ray_current_cluster`` under Ray's temporary directory (``$RAY_TMPDIR/ray``, else
+``ray_current_cluster`` under Ray's temporary directory (``$RAY_TMPDIR/ray``, else on Linux
 ``$TMPDIR/ray``, else ``/tmp/ray``; ``ray.init``'s ``_temp_dir`` when given): a cluster that
 died without ``ray stop`` leaves that file behind.
 """
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
+import tempfile
 import threading
 from types import ModuleType
 from typing import Any
@@ -71,14 +73,28 @@ def _recorded_cluster(options: dict[str, Any]) -> tuple[str | None, str]:
     (``None`` when there is no such file); see the module docstring."""
     temp_dir = options.get("_temp_dir")
     if not isinstance(temp_dir, str):
-        base = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
-        temp_dir = os.path.join(base, "ray")
+        temp_dir = os.path.join(_ray_temp_root(), "ray")
     path = os.path.join(temp_dir, "ray_current_cluster")
     try:
         with open(path, encoding="utf-8") as recorded:
             return recorded.read().strip() or None, path
     except (OSError, ValueError):  # no file, or not text: Ray starts a local instance
         return None, path
+
+
+def _ray_temp_root() -> str:
+    """The directory Ray's temporary directory is made in, as Ray chooses it: ``TMPDIR``
+    counts on Linux only (macOS sets it for every process, to a directory Ray does not use),
+    and a ``RAY_TMPDIR`` that is set counts even when empty. A file anywhere else is not one
+    ``ray.init`` reads, and failing a call for its address would refuse a cluster Ray would
+    have started."""
+    if "RAY_TMPDIR" in os.environ:
+        return os.environ["RAY_TMPDIR"]
+    if sys.platform.startswith("linux") and "TMPDIR" in os.environ:
+        return os.environ["TMPDIR"]
+    if sys.platform.startswith(("linux", "darwin")):
+        return "/tmp"
+    return tempfile.gettempdir()
 
 
 def _probe(options: dict[str, Any]) -> None:
