@@ -332,6 +332,41 @@ def test_strict_moves_the_keywords_strict_mode_refuses_into_notes(system: ToolSy
     assert outcome.results[0].is_error
 
 
+@pytest.mark.parametrize(
+    "opening",
+    [
+        {"patternProperties": {"^X-": {"type": "string"}}},
+        {"unevaluatedProperties": {"type": "string"}},
+        {"unevaluatedProperties": True},
+        {"unevaluatedProperties": {}},
+    ],
+    ids=[
+        "patternProperties",
+        "unevaluatedProperties-schema",
+        "unevaluatedProperties-true",
+        "unevaluatedProperties-empty-schema",
+    ],
+)
+def test_an_object_open_to_keys_it_does_not_list_is_not_made_strict(
+    system: ToolSystem, opening: dict[str, Any]
+) -> None:
+    # Closed for strict mode, with the keyword only a note, such an object would take no key
+    # at all from a model whose output strict mode constrains: every call the tool exists for
+    # (headers named "X-..." here) could no longer be made. It is an open object.
+    (keyword,) = opening
+    headers = {"type": "object", "properties": {"Host": {"type": "string"}}, **opening}
+    parameters = {"type": "object", "properties": {"headers": headers}, "required": ["headers"]}
+    system.tools.register(fixture("headers", parameters=parameters))
+    [tool] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in tool["function"]
+    assert tool["function"]["parameters"]["properties"]["headers"] == headers
+    with pytest.raises(ValueError, match=f"properties.headers.{keyword} admits keys"):
+        to_openai_strict_schema(parameters)
+    # one that admits nothing more may go: strict mode closes the object anyway
+    closed = {"type": "object", "patternProperties": {}, "unevaluatedProperties": False}
+    assert to_openai_strict_schema(closed)["additionalProperties"] is False
+
+
 def test_strict_schema_helper_rewrites_a_copy() -> None:
     source = {
         "type": "object",

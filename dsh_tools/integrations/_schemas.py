@@ -27,7 +27,8 @@ strict mode refuses (``_STRICT_REFUSED``: ``minLength``, ``uniqueItems``, ``prop
 a ``format`` it does not know, a ``pattern`` with a lookaround) move into the node's
 ``description`` as notes (``minLength=3``): the model still reads them, and the registry still
 enforces them, since it validates against the tool's own schema. What cannot be rewritten
-(explicitly open objects) is reported. Every walk here is iterative, so schemas
+(explicitly open objects, and objects whose ``patternProperties`` or ``unevaluatedProperties``
+admit keys they do not list) is reported. Every walk here is iterative, so schemas
 nested thousands of levels deep export at the default recursion limit.
 """
 
@@ -145,6 +146,8 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
     stack: list[tuple[dict[str, Any], str]] = [(parameters, root)]
     while stack:
         node, path = stack.pop()
+        if _is_object_node(node):
+            violations.extend(_opening_keywords(node, path))
         _note_refused(node)
         if "oneOf" in node:
             if "anyOf" in node:
@@ -174,6 +177,24 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
         # Reversed, so that violations come out in document order.
         stack.extend(reversed(_children(node, path)))
     return violations
+
+
+def _opening_keywords(node: dict[str, Any], path: str) -> list[str]:
+    """The violations of an object node whose refused keywords admit keys it does not list
+    (``patternProperties``, an ``unevaluatedProperties`` other than ``false``). As a note
+    such a keyword says nothing that counts: the object is closed for strict mode, and a
+    model held to the schema could send none of those keys."""
+    found: list[str] = []
+    for key, admits in (
+        ("patternProperties", node.get("patternProperties", {}) != {}),  # no pattern: none
+        ("unevaluatedProperties", node.get("unevaluatedProperties", False) is not False),
+    ):
+        if admits:
+            found.append(
+                f"{path}.{key} admits keys strict mode cannot declare (open objects cannot be "
+                "strict)"
+            )
+    return found
 
 
 def _note_refused(node: dict[str, Any]) -> None:
