@@ -99,10 +99,12 @@ def _ray_temp_root() -> str:
 
 def _probe(options: dict[str, Any]) -> None:
     """Raise ``ConnectionError`` when the cluster address ``ray.init`` would connect to is a
-    ``host:port`` where nothing accepts a connection. Other forms (``auto``, ``local``,
+    ``host:port`` where nothing accepts a connection. ``auto`` is what it is for Ray: the
+    ``RAY_ADDRESS`` or the recorded cluster, when there is one. Other forms (``local``,
     ``ray://...``) are left to Ray."""
-    if options.get("address") is not None:
-        address, source = options["address"], "address="
+    given = options.get("address")
+    if given is not None and given != "auto":
+        address, source = given, "address="
     elif os.environ.get("RAY_ADDRESS"):
         address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
     else:
