@@ -178,3 +178,22 @@ def test_a_follower_aborted_on_its_own_leaves_its_parent_alone() -> None:
     assert child.signal.reason == "settled" and not parent.signal.aborted
     parent.abort("later")
     assert child.signal.reason == "settled"
+
+
+def test_a_follower_asks_a_parent_that_works_out_whether_it_aborted() -> None:
+    # A placed body's signal on a Ray worker reads Ray's cancellation flag when asked (its
+    # ``aborted`` is its own): a run that follows it, a Code Mode run the body starts with
+    # that signal, must see the cancellation through it, not only the flag already set.
+    from dsh_tools.distributed._remote import _CancelFlagSignal
+
+    cancelled = [False]
+    parent = _CancelFlagSignal(lambda: cancelled[0])
+    grandchild = AbortController()
+    child = AbortController()
+    follow(child, parent)
+    follow(grandchild, child.signal)
+    assert not child.signal.aborted and not grandchild.signal.aborted
+    cancelled[0] = True
+    assert grandchild.signal.aborted
+    assert child.signal.aborted
+    assert grandchild.signal.reason == "cancelled"

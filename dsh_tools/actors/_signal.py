@@ -62,10 +62,14 @@ class AbortSignal:
             return True
         # The chain of followed signals, walked here rather than through each one's property:
         # the hot path asks a run's signal (which follows its caller's) several times per call.
+        # A signal of a subclass may work out whether it aborted when asked (a placed body's
+        # signal on a Ray worker reads Ray's cancellation flag): that one is asked in full.
         parent = self._parent
         while parent is not None:
             if parent._aborted:
                 return True  # before its callback reaches this one
+            if type(parent) is not AbortSignal:
+                return parent.aborted
             parent = parent._parent
         return False
 
