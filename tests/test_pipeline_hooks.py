@@ -883,11 +883,11 @@ def test_listeners_of_any_callable_shape_that_takes_the_arguments_are_accepted(
 
 @pytest.mark.parametrize("forgetful_is_outermost", [True, False], ids=["outermost", "inner"])
 @pytest.mark.parametrize("point", ["pre-execute", "execute", "post-execute"])
-def test_a_hook_that_forgets_to_return_next_s_answer_is_named(
+def test_a_hook_that_forgets_to_return_next_s_answer_is_among_those_named(
     system: ToolSystem, point: str, forgetful_is_outermost: bool
 ) -> None:
-    # The usual slip: the hook awaits next() and returns nothing. The failure names it, in
-    # whichever place of its chain it stands.
+    # The usual slip: the hook awaits next() and returns nothing. An outer hook passes on what
+    # next() answered, so the failure names the stage's hooks, outermost first.
     body = Recording("hi")
     system.tools.register(echo(execute=body))
 
@@ -906,8 +906,32 @@ def test_a_hook_that_forgets_to_return_next_s_answer_is_named(
     register(forgetful, prepend=forgetful_is_outermost)
     result = system.execute(call())
     assert result.is_error
-    assert (
-        "hook test_a_hook_that_forgets_to_return_next_s_answer_is_named.<locals>.forgetful "
-        "returned None; a hook returns its own decision or what next() answers "
-        "(return await next())"
-    ) in text(result)
+    local = "test_a_hook_that_forgets_to_return_next_s_answer_is_among_those_named.<locals>"
+    order = ["forgetful", "passing"] if forgetful_is_outermost else ["passing", "forgetful"]
+    assert text(result).endswith(
+        " returned NoneType; "
+        + {
+            "pre-execute": "expected Allow(), Deny(reason) or Ask(reason)",
+            "execute": "expected ToolExecutionSuccess or ToolExecutionFailure",
+            "post-execute": "expected Accept(...) or Block(...)",
+        }[point]
+        + " (a hook returns its own decision or what next() answers (return await next()); "
+        f"the hooks, outermost first: {local}.{order[0]}, {local}.{order[1]})"
+    )
+
+
+def test_an_outer_hook_may_answer_for_an_inner_one_that_returned_none(system: ToolSystem) -> None:
+    # What an outer hook does with next()'s answer is its own business: its own decision
+    # stands.
+    system.tools.register(echo(execute=Recording("hi")))
+
+    async def inner(exec: Any, next: Any) -> None:
+        await next()
+
+    async def outer(exec: Any, next: Any) -> Any:
+        await next()
+        return Allow()
+
+    system.tools.on_pre_execute(outer)
+    system.tools.on_pre_execute(inner)
+    assert not system.execute(call()).is_error

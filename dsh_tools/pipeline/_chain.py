@@ -52,13 +52,15 @@ def is_awaitable(value: Any) -> bool:
     return inspect.isawaitable(value)
 
 
-def none_from(hook: Callable[..., Any]) -> str:
-    """Why a chain failed whose ``hook`` returned ``None``: no hook point takes ``None`` as an
-    answer, and the usual slip is a hook that awaits ``next()`` and forgets to return it."""
-    name = getattr(hook, "__qualname__", None) or repr(hook)
+def none_from(hooks: Sequence[Callable[..., Any]]) -> str:
+    """Why a stage failed whose chain of ``hooks`` (outermost first) answered ``None``: no hook
+    point takes ``None``, and the usual slip is a hook that awaits ``next()`` and forgets to
+    return its answer. Any of them may have (an outer one passes on what ``next()`` gave it),
+    so all are named."""
+    names = ", ".join(getattr(hook, "__qualname__", None) or repr(hook) for hook in hooks)
     return (
-        f"hook {name} returned None; a hook returns its own decision or what next() answers "
-        "(return await next())"
+        "a hook returns its own decision or what next() answers (return await next()); "
+        f"the hooks, outermost first: {names}"
     )
 
 
@@ -70,9 +72,7 @@ async def run_chain(
 ) -> Any:
     """Call ``hooks[index](*args, next)``; ``next()`` runs the rest of the chain, and past the
     last hook it is ``end()``. What a hook returns is awaited for as long as it is awaitable,
-    so a hook may ``return next()`` without awaiting it. A hook inside the chain that returns
-    ``None`` fails it with ``TypeError`` naming it (``none_from``); what the outermost returns
-    (``index`` 0) is its caller's to judge, and a stage names that hook itself."""
+    so a hook may ``return next()`` without awaiting it."""
     if index == len(hooks):
         out: Any = end()
     else:
@@ -81,8 +81,6 @@ async def run_chain(
         out = hooks[index](*args, then)
     while is_awaitable(out):
         out = await out
-    if out is None and 0 < index < len(hooks):
-        raise TypeError(none_from(hooks[index]))
     return out
 
 

@@ -128,7 +128,7 @@ class CommitStages(PipelineCore):
                     if not (
                         decision is ACCEPT and type(result.additional_contexts) in CONTEXT_SEQUENCES
                     ):  # else a pass-through chain's answer: the result as it is
-                        result = self._apply_post(rec, result, decision, hooks[0])
+                        result = self._apply_post(rec, result, decision, hooks)
                 if rec.outer is not None:
                     self._check_outer(rec)
                 result = replace_if_aborted(rec, result)
@@ -147,10 +147,10 @@ class CommitStages(PipelineCore):
         rec: CallRecord,
         result: ToolExecutionResult,
         decision: Any,
-        outermost: Callable[..., Any],
+        hooks: tuple[Callable[..., Any], ...],
     ) -> ToolExecutionResult:
         """``decision`` (not a pass-through ``ACCEPT``, which ``commit`` keeps the result for)
-        applied to ``result``; ``outermost`` is the hook that returned it."""
+        applied to ``result``; ``hooks`` (outermost first) answered it."""
         decision_type = type(decision)
         if decision_type is Block:
             return ToolExecutionFailure(
@@ -163,7 +163,7 @@ class CommitStages(PipelineCore):
             raise TypeError(
                 f"tools/post-execute returned {decision_type.__name__}; "
                 "expected Accept(...) or Block(...)"
-                + (f" ({none_from(outermost)})" if decision is None else "")
+                + (f" ({none_from(hooks)})" if decision is None else "")
             )
         contexts = concat_contexts(result.additional_contexts, decision.additional_contexts)
         has_content = decision.content is not UNSET

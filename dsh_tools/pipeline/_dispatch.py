@@ -449,7 +449,7 @@ class DispatchStages(PipelineCore):
         raise TypeError(
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
-            + (f" ({none_from(wrappers[0])})" if result is None and wrappers else "")
+            + (f" ({none_from(wrappers)})" if result is None and wrappers else "")
         )
 
 

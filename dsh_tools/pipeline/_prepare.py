@@ -192,7 +192,7 @@ class PrepareStages(PipelineCore):
                 raise TypeError(
                     f"tools/pre-execute returned {decision_type.__name__}; "
                     "expected Allow(), Deny(reason) or Ask(reason)"
-                    + (f" ({none_from(hooks[0])})" if decision is None else "")
+                    + (f" ({none_from(hooks)})" if decision is None else "")
                 )
             return self._decide(rec, decision, approval_cancelled)
         except BaseException as exc:
