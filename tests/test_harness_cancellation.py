@@ -235,6 +235,52 @@ def test_a_cancelled_code_run_ends_its_sub_call_that_reads_its_signal_before_it_
         assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
 
 
+def test_a_cancelled_code_run_gives_up_its_plain_sub_call_body_before_it_settles() -> None:
+    # A plain body that ignores its signal cannot be cancelled: the cancelled run settled
+    # without it, and its sub-call's tool/code-dispatch came after the run's tool/result, when
+    # the body at last returned (never, for one that hangs). Now the run gives the body up,
+    # as stop() does, and its sub-call settles ABORTED before the run does.
+    started = threading.Event()
+    release = threading.Event()
+
+    def hangs(args: Any, ctx: Any) -> Any:
+        started.set()
+        release.wait(FOREVER)  # never looks at its signal
+        return [block("late")]
+
+    with ToolSystem.start(ToolsConfig(mode="code")) as system:
+        system.tools.register(fixture("hangs", hangs))
+        left: list[str] = []
+
+        async def harness() -> None:
+            code = {"code": "return await tools.hangs({})", "description": "d"}
+            task = asyncio.create_task(
+                system.execute_async(ExecuteCall(call_id="r1", name="run_code", arguments=code))
+            )
+            await asyncio.to_thread(started.wait, WAIT)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            left.extend(r.call_id for r in system.pipeline.live)
+
+        try:
+            waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
+            waiting.start()
+            waiting.join(WAIT)
+            assert not waiting.is_alive()
+            ends = [
+                (e.type, e.data.get("sub_call_id") or e.data["call_id"])
+                for e in system.session.events
+                if e.type in ("tool/code-dispatch", "tool/result")
+            ]
+        finally:
+            release.set()
+        assert left == []
+        assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
+        [dispatch] = [e for e in system.session.events if e.type == "tool/code-dispatch"]
+        assert dispatch.data["is_error"] is True
+
+
 def test_a_task_group_cancels_a_sibling_call_when_another_task_fails(
     system: ToolSystem,
 ) -> None:

@@ -54,7 +54,7 @@ from ..pipeline import (
 )
 from ..pipeline._core import HOOK_WIND_DOWN_S
 from ..pipeline._loop import running_loop
-from ..pipeline._pool_parts import AbortPool
+from ..pipeline._pool_parts import AbortPool, PoolOverdue
 from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
@@ -209,7 +209,9 @@ class CodeRunBridgeActor:
         that cancellation is returned, for the caller to raise once the run has wound down.
         Left at the first one, a sub-call whose body watches its signal and never ended ran
         on after its run had settled, its ``tool/code-dispatch`` recorded after the run's
-        result, if ever."""
+        result, if ever. A plain body still running then cannot be cancelled: it is given up
+        as ``stop()`` gives it up once its grace is over (left to its thread, what it returns
+        dropped), so that its sub-call settles ``ABORTED`` before the run does."""
         finished = self._finished
         pool = self._pool
         assert finished is not None and pool is not None
@@ -223,6 +225,9 @@ class CodeRunBridgeActor:
             pool.tell(AbortPool(self._controller.signal.reason, anyway=True))
             with contextlib.suppress(asyncio.CancelledError):  # cancelled again: go now
                 await asyncio.wait([finished], timeout=HOOK_WIND_DOWN_S)
+                if not finished.done():  # a plain body ignores its signal: give it up
+                    pool.tell(PoolOverdue())
+                    await asyncio.wait([finished], timeout=HOOK_WIND_DOWN_S)
         return cancelled
 
     async def _drain_logs(self, interrupted: bool) -> None:
