@@ -828,6 +828,21 @@ def test_fault_cancelling_the_caller_kills_the_worker(runtime: SubprocessCodeRun
     assert_nothing_left(asyncio.run(scenario()))
 
 
+def killed(template: int) -> None:
+    """Wait until the template ``os.kill`` just killed has exited, which sends its workers
+    their parent-death signal: no worker of it reads a program written after this. One that
+    read its program may have run some of it, and its run fails rather than run it again."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{template}/stat").read_text()
+        except FileNotFoundError:
+            return  # reaped already
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return
+        time.sleep(0.001)
+
+
 def test_fault_a_template_killed_as_it_prefork_workers_fails_no_run() -> None:
     # Killed right after a run asked it for a replacement worker: that worker may be half
     # started (its cgroups removed with the template before it joined them, say) when the
@@ -844,7 +859,51 @@ def test_fault_a_template_killed_as_it_prefork_workers_fails_no_run() -> None:
             template = own.template_pid
             assert template is not None
             os.kill(template, signal.SIGKILL)
+            killed(template)
             assert run(own, "return 'next'").value == "next"
+    finally:
+        own.close()
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_fault_a_template_killed_while_a_silent_program_runs_does_not_run_it_again(
+    tmp_path: Path, isolation: str
+) -> None:
+    # A program that had neither printed nor called a tool when its template was killed
+    # looked like a worker that never started, and the run tried again on a new template:
+    # the program ran twice (its writes twice, its wall time from the start again). Its
+    # worker had read its program, so the run fails instead.
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    log = marks / "ran"
+    settings: dict[str, Any] = {"max_wall_ms": 60_000}
+    if isolation == "sandbox":
+        settings["sandbox"] = CodeSandbox(write=[str(marks)])
+    else:
+        settings["isolation"] = "process"
+    own = SubprocessCodeRuntime(CodeRuntimeConfig(**settings))
+    try:
+        assert run(own, "return 1").value == 1
+        own.warm_up()
+        deadline = time.monotonic() + 30
+        while own.idle_workers < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the run takes a pre-forked worker, as most runs do
+        program = f"import time\nopen({str(log)!r}, 'a').write('ran\\n')\ntime.sleep(5)\nreturn 2"
+
+        async def scenario() -> CodeRunResult:
+            task = asyncio.create_task(own.run(CodeRunRequest(program, [])))
+            while not (log.exists() and log.read_text()):
+                assert not task.done(), task.result()
+                await asyncio.sleep(0.01)
+            template = own.template_pid
+            assert template is not None
+            os.kill(template, signal.SIGKILL)
+            return await asyncio.wait_for(task, 30)
+
+        result = asyncio.run(scenario())
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert log.read_text() == "ran\n"
+        assert run(own, "return 3").value == 3
     finally:
         own.close()
 
@@ -882,6 +941,7 @@ def test_fault_a_dead_template_is_replaced_for_the_next_run() -> None:
         template = own.template_pid
         assert template is not None
         os.kill(template, signal.SIGKILL)
+        killed(template)
         assert run(own, "return 2").value == 2
         # A worker the dead template had already forked may serve that run; the one after
         # finds every such worker gone and starts a new template.

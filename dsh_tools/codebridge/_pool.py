@@ -33,12 +33,13 @@ _REFILL_DELAY_SECONDS: Final = 0.003
 class Slot:
     """One spawned worker: host-side descriptors, its template, status bytes already read."""
 
-    __slots__ = ("fds", "status", "template")
+    __slots__ = ("delivered", "fds", "status", "template")
 
     def __init__(self, fds: dict[str, int], template: subprocess.Popen[bytes]) -> None:
         self.fds = fds
         self.template = template
         self.status = b""
+        self.delivered = 0  # bytes ``write_early`` put in the worker's channel
 
     def alive(self) -> bool:
         """Whether its worker is still waiting (see ``_alive``)."""
@@ -49,9 +50,11 @@ class Slot:
         many bytes that was (0 when the write failed: the run's own writer then tries, and its
         failure is the run's)."""
         try:
-            return os.write(self.fds["to_worker"], data)
+            written = os.write(self.fds["to_worker"], data)
         except OSError:
             return 0
+        self.delivered += written
+        return written
 
     def end(self, *, kill_group: bool) -> None:
         """End the worker of a run it will never serve, which may have its program already:

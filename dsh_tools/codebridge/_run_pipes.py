@@ -63,6 +63,7 @@ class ChannelWriter:
         "_overflow",
         "_unsent",
         "_writer_on",
+        "written",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, overflow: Callable[[str], None]) -> None:
@@ -76,6 +77,7 @@ class ChannelWriter:
         self._buffer: collections.deque[bytes | bytearray | memoryview] = collections.deque()
         self._unsent = 0
         self._broken = False
+        self.written = 0  # bytes the pipe has taken (the worker may have read them)
 
     def attach(self, fd: int) -> None:
         """Write to ``fd`` from now on."""
@@ -126,6 +128,7 @@ class ChannelWriter:
                 self._unsent = 0
                 break
             self._unsent -= written
+            self.written += written
             taken = 0
             while written:
                 head = buffer[0]

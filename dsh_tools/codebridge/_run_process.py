@@ -4,8 +4,9 @@ the native output pipes and the status pipe's reports.
 ``RunProcess`` is the process half of ``CodeRun`` (``_run``), which adds the run's settlement:
 what the worker and its template report arrives here and is turned into calls of the abstract
 settlement methods. An attempt is one worker; when the template dies with a pre-forked worker
-before that worker said anything, the run makes one more attempt with a fresh template (nothing
-of the program ran that anyone could see).
+before that worker read its program (or after the template had died already), the run makes
+one more attempt with a fresh template (nothing of the program ran). A silent program (no
+frame, no output) may have run, writes and all, once its worker read it: its run fails.
 
 It stays one module a little past 400 lines because it is one state machine: the channel, the
 native pipes, the status reports and the exit handling all read and move the same attempt's
@@ -18,10 +19,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import fcntl
 import os
 import select
 import signal
+import struct
 import subprocess
+import termios
 from functools import lru_cache, partial
 from typing import Any, Final
 
@@ -151,6 +155,8 @@ class RunProcess(abc.ABC):
         self._channel_lost = False  # the worker's channel closed before Done (sandbox)
         self._frames_seen = 0
         self._pooled = False
+        self._early = 0  # bytes of the program written to the pre-forked worker before the run
+        self._fed_live = True  # its template still lived once the worker had its program
         self._refill = False
         self._budget = 0
 
@@ -172,6 +178,7 @@ class RunProcess(abc.ABC):
                 self._settle_failure("worker-exit", f"worker error: {exc}")
                 return
         self._pooled = taken is not None
+        self._early = 0 if taken is None else taken.delivered
         self._refill = pool is not None
         self._template_process = slot.template
         self._status += slot.status
@@ -183,6 +190,7 @@ class RunProcess(abc.ABC):
         if sent < len(self._boot):
             self._send(self._boot[sent:] if sent else self._boot)
             self._writer.flush()
+        self._fed_live = slot.template.poll() is None
         try:
             self._readers.watch(
                 {
@@ -478,8 +486,8 @@ class RunProcess(abc.ABC):
             return
         if self._may_try_again():
             # The template died before forking, or it died with the pre-forked worker this run
-            # took (its processes go with it) before the worker said anything: nothing of the
-            # program ran that anyone could see, so try once more with a fresh template.
+            # took (its processes go with it) before the worker read its program: nothing of
+            # the program ran, so try once more with a fresh template.
             self._try_again()
             return
         self._exited = True
@@ -498,8 +506,29 @@ class RunProcess(abc.ABC):
         return (
             self._outcome is None
             and self._attempts < 2
-            and (self._pid is None or (self._pooled and self._silent()))
+            and (
+                self._pid is None
+                or (self._pooled and self._silent() and (self._unread() or not self._fed_live))
+            )
         )
+
+    def _unread(self) -> bool:
+        """Whether the pooled worker never read what the host wrote to its channel: a program
+        may run without a word to the host (no frame, no output), so a worker that read its
+        boot (or its go) while its template lived may have run some of it, and trying again
+        would run it twice. (One whose template had died before it got its program is dying
+        too, which is what the retry is for.)"""
+        if self._early + self._writer.written == 0:
+            return True  # its channel took nothing: the worker was gone before its program
+        fd = self._fds.get("to_worker")
+        if fd is None:
+            return False
+        try:
+            queued = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
+        except OSError:
+            return False
+        unread: int = struct.unpack("i", queued)[0]
+        return unread > 0  # it stopped before the end of what it got
 
     def _try_again(self) -> None:
         """Drop this attempt and start the run's last one on a freshly spawned worker."""
