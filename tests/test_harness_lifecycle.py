@@ -1147,10 +1147,25 @@ def test_stop_from_a_hook_of_a_code_mode_sub_call_leaves_no_template_or_pool_beh
     call = ExecuteCall(call_id="c1", name="run_code", arguments=program)
     with contextlib.suppress(Exception):
         asyncio.run(system.execute_async(call))
-    for thread in set(threading.enumerate()) - before:
-        thread.join(timeout=10)
+    join_threads_started_since(before)
     assert {t.name for t in set(threading.enumerate()) - before if t.is_alive()} == set()
     assert templates_of_this_process() == []
+
+
+def join_threads_started_since(before: set[threading.Thread], timeout: float = 10.0) -> None:
+    """Wait for every thread that is not in ``before`` to end, those whose start is still under
+    way in another thread included (``join`` refuses such a thread until it runs)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        starting = False
+        for thread in set(threading.enumerate()) - before:
+            try:
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            except RuntimeError:  # started a moment ago by another thread, not running yet
+                starting = True
+        if not starting or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def templates_of_this_process() -> list[int]:
@@ -1402,8 +1417,7 @@ def test_stopping_a_system_while_its_workers_warm_up_leaves_nothing_behind(
     system.code_runtime.warm_up()
     time.sleep(pause)
     system.stop()
-    for thread in set(threading.enumerate()) - before:
-        thread.join(timeout=10)
+    join_threads_started_since(before)
     assert {t.name for t in set(threading.enumerate()) - before if t.is_alive()} == set()
     assert templates_of_this_process() == []
 
