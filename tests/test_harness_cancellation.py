@@ -194,6 +194,35 @@ def test_a_cancelled_batch_does_not_wait_for_ever_on_a_body_that_reads_its_signa
     assert results_of(system)["b1"]["error"]["code"] == "ABORTED"
 
 
+def cancel_a_run_calling(system: ToolSystem, tool: str, started: threading.Event) -> list[Any]:
+    """Cancel, on a loop of its own, the task awaiting a run of ``return await tools.<tool>({})``
+    once the tool's body has set ``started``; the call ids the pipeline still held after the
+    cancelled task ended (none is right), and the run's ends in the session log."""
+    left: list[str] = []
+
+    async def harness() -> None:
+        code = {"code": f"return await tools.{tool}({{}})", "description": "d"}
+        task = asyncio.create_task(
+            system.execute_async(ExecuteCall(call_id="r1", name="run_code", arguments=code))
+        )
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left.extend(r.call_id for r in system.pipeline.live)
+
+    waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
+    waiting.start()
+    waiting.join(WAIT)
+    assert not waiting.is_alive()
+    assert left == []
+    return [
+        (e.type, e.data.get("sub_call_id") or e.data["call_id"])
+        for e in system.session.events
+        if e.type in ("tool/code-dispatch", "tool/result")
+    ]
+
+
 def test_a_cancelled_code_run_ends_its_sub_call_that_reads_its_signal_before_it_settles() -> None:
     # The run_code call gave up on its sub-calls once its own body was cancelled: the sub-call
     # (whose body reads its signal and never ends) was left running on the caller's loop, its
@@ -209,29 +238,7 @@ def test_a_cancelled_code_run_ends_its_sub_call_that_reads_its_signal_before_it_
 
     with ToolSystem.start(ToolsConfig(mode="code")) as system:
         system.tools.register(fixture("stubborn", stubborn))
-        left: list[str] = []
-
-        async def harness() -> None:
-            code = {"code": "return await tools.stubborn({})", "description": "d"}
-            task = asyncio.create_task(
-                system.execute_async(ExecuteCall(call_id="r1", name="run_code", arguments=code))
-            )
-            await asyncio.to_thread(started.wait, WAIT)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            left.extend(r.call_id for r in system.pipeline.live)
-
-        waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
-        waiting.start()
-        waiting.join(WAIT)
-        assert not waiting.is_alive()
-        assert left == []
-        ends = [
-            (e.type, e.data.get("sub_call_id") or e.data["call_id"])
-            for e in system.session.events
-            if e.type in ("tool/code-dispatch", "tool/result")
-        ]
+        ends = cancel_a_run_calling(system, "stubborn", started)
         assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
 
 
@@ -250,32 +257,10 @@ def test_a_cancelled_code_run_gives_up_its_plain_sub_call_body_before_it_settles
 
     with ToolSystem.start(ToolsConfig(mode="code")) as system:
         system.tools.register(fixture("hangs", hangs))
-        left: list[str] = []
-
-        async def harness() -> None:
-            code = {"code": "return await tools.hangs({})", "description": "d"}
-            task = asyncio.create_task(
-                system.execute_async(ExecuteCall(call_id="r1", name="run_code", arguments=code))
-            )
-            await asyncio.to_thread(started.wait, WAIT)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            left.extend(r.call_id for r in system.pipeline.live)
-
         try:
-            waiting = threading.Thread(target=asyncio.run, args=(harness(),), daemon=True)
-            waiting.start()
-            waiting.join(WAIT)
-            assert not waiting.is_alive()
-            ends = [
-                (e.type, e.data.get("sub_call_id") or e.data["call_id"])
-                for e in system.session.events
-                if e.type in ("tool/code-dispatch", "tool/result")
-            ]
+            ends = cancel_a_run_calling(system, "hangs", started)
         finally:
             release.set()
-        assert left == []
         assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
         [dispatch] = [e for e in system.session.events if e.type == "tool/code-dispatch"]
         assert dispatch.data["is_error"] is True
