@@ -68,10 +68,7 @@ class CommitStages(PipelineCore):
         result observer applies."""
         if rec is None or stage is None or rec.finalizer is not None:
             return False
-        current = self._cell.current
-        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
-        if hooks is None:
-            hooks = current.hooks_of(rec.agent)
+        hooks = rec.hooks_under(self._cell.current)
         if stage.kind == POST and hooks.post_execute:
             return False
         return not hooks.result
@@ -81,9 +78,7 @@ class CommitStages(PipelineCore):
         result = stage.result
         assert result is not None
         if stage.kind == POST:
-            current = self._cell.current
-            hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord``
-            if (hooks if hooks is not None else current.hooks_of(rec.agent)).post_execute:
+            if rec.hooks_under(self._cell.current).post_execute:
                 return None
             signal = rec.signal
             if (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None:
@@ -102,7 +97,7 @@ class CommitStages(PipelineCore):
             if result.call_id != rec.call_id:  # ``stamped``, its usual case inline
                 result = stamped(result, rec.call_id)
             try:
-                hooks = self._cell.current.hooks_of(rec.agent).post_execute
+                hooks = rec.hooks_under(self._cell.current).post_execute
                 if hooks:
                     rec.stage = "post-execute"
                     if not looped:  # hooks are async code: they may await anything
@@ -231,9 +226,7 @@ class CommitStages(PipelineCore):
                 result = self._fault(rec, exc)
             result = stamped(result, rec.call_id)
         rec.sealed = True
-        current = self._cell.current
-        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
-        observers = (hooks if hooks is not None else current.hooks_of(rec.agent)).result
+        observers = rec.hooks_under(self._cell.current).result
         if observers:
             self._notify(rec, result, observers)
         # The last stage that shows the call's view: the view and the record refer to each

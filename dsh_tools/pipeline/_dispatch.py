@@ -84,14 +84,12 @@ class DispatchStages(PipelineCore):
         entry = rec.entry
         if entry is None or entry.is_async:
             return False
-        current = self._cell.current
-        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
-        return not (hooks if hooks is not None else current.hooks_of(rec.agent)).execute
+        return not rec.hooks_under(self._cell.current).execute
 
     def dispatches_quietly(self, rec: CallRecord) -> bool:
         """Whether ``rec``'s dispatch runs no user code outside the body, as things stand: no
         execute wrapper applies (the body itself runs in its own task or thread)."""
-        return not self._cell.current.hooks_of(rec.agent).execute
+        return not rec.hooks_under(self._cell.current).execute
 
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call whose plain body ``stop()`` gave up on settles with: ``ABORTED``, or
@@ -116,9 +114,7 @@ class DispatchStages(PipelineCore):
         its task's whole work (a pool's dispatch task): with no execute wrapper, an async body
         then runs right in that task rather than in one of its own."""
         try:
-            current = self._cell.current
-            hook_set = rec.hooks if current is rec.snapshot else None  # see ``CallRecord``
-            hooks = (hook_set if hook_set is not None else current.hooks_of(rec.agent)).execute
+            hooks = rec.hooks_under(self._cell.current).execute
             if hooks:
                 rec.stage = "execute-wrapper"
                 if not looped:  # hooks are async code: they may await anything asyncio

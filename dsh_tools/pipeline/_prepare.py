@@ -132,8 +132,7 @@ class PrepareStages(PipelineCore):
         applies; else None."""
         current = self._cell.current
         agent = rec.agent
-        hooks = rec.hooks if current is rec.snapshot else None  # see ``CallRecord.snapshot``
-        if (hooks if hooks is not None else current.hooks_of(agent)).pre_execute:
+        if rec.hooks_under(current).pre_execute:
             return None
         try:
             if not current.global_layer.guards.entries and (
@@ -158,7 +157,7 @@ class PrepareStages(PipelineCore):
         """Pre-execute, approval, guards: the next stage and any candidate result.
         ``looped``: the caller runs on an event loop already."""
         try:
-            hooks = self._cell.current.hooks_of(rec.agent).pre_execute
+            hooks = rec.hooks_under(self._cell.current).pre_execute
             decision: Any = ALLOW
             if hooks:
                 rec.stage = "pre-execute"

@@ -145,6 +145,14 @@ class CallRecord:
         # has ended.
         self.announced: Callable[[], None] | None = None
 
+    def hooks_under(self, current: RegistrySnapshot) -> HookSet:
+        """The hooks that apply to the call under ``current``, the registry as it stands: the
+        ones it began with while that snapshot is still current, else ``current``'s own."""
+        hooks = self.hooks
+        if hooks is not None and current is self.snapshot:
+            return hooks
+        return current.hooks_of(self.agent)
+
     def view(self) -> ToolExecution:
         """The read-only view shared by hooks, guards, finalizers and observers."""
         view = self.exec_view
