@@ -117,34 +117,21 @@ def _copy_tree(value: Any, root: PathNode, frozen: bool, top: Any = None) -> Any
 def _flat_child(item: Any) -> Any:
     """A frozen copy of ``item`` when it is a container of accepted scalars, else ``None``.
 
-    An object's keys are checked with its values, in one pass (a content block: two strings
-    and their keys); an array's items are checked the same way.
+    An object's keys are checked first, then its values as an array's items are.
     """
     ti = type(item)
+    child: Any
     if ti is dict or ti is FrozenDict:
-        child: Any = FrozenDict(item)
-        for key, member in child.items():
+        child = FrozenDict(item)
+        for key in child:
             if type(key) is not str or (not key.isascii() and _SURROGATE.search(key) is not None):
                 return None
-            tm = type(member)
-            if tm is str:
-                if not member.isascii() and _SURROGATE.search(member) is not None:
-                    return None
-            elif tm is int:
-                if not INT_MIN <= member <= INT_MAX:
-                    return None
-            elif tm is bool or member is None:
-                pass
-            elif tm is float:
-                if not _float_ok(member):
-                    return None
-            else:
-                return None
-        return child
-    if ti is not list and ti is not FrozenList:
+        members = child.values()
+    elif ti is list or ti is FrozenList:
+        child = members = FrozenList(item)
+    else:
         return None
-    child = FrozenList(item)
-    for member in child:
+    for member in members:
         tm = type(member)
         if tm is str:
             if not member.isascii() and _SURROGATE.search(member) is not None:

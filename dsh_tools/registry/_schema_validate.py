@@ -85,6 +85,19 @@ _PLAIN_TYPES: Final = {str: "string", int: "integer", bool: "boolean", type(None
 integer's range aside)."""
 
 
+def plainly_valid(plan: Any, value: Any) -> bool:
+    """Whether ``value`` meets the scalar ``plan`` by its type alone: a value of the plan's own
+    type (an integer in range) where no enum or const applies, as ``_scalar_violation`` finds.
+    Most values of most calls are such; this answers them without building a path."""
+    t = type(value)
+    return (
+        plan[2] is None
+        and plan[3] is _MISSING
+        and _PLAIN_TYPES.get(t) == plan[1]
+        and (t is not int or INT_MIN <= value <= INT_MAX)
+    )
+
+
 # A validation frame is a list: [kind, value, path, violations, children, next child index,
 # tail violations, provable (containers) or matched branches (oneOf)]. ``children`` holds
 # pending (plan, value, path) triples and, in document order between them, violations of
@@ -117,17 +130,9 @@ def _enter_object(
         kind = child[0]
         if kind == _P_SCALAR:
             ti = type(item)
-            if (
-                child[2] is None
-                and child[3] is _MISSING
-                and _PLAIN_TYPES.get(ti) == child[1]
-                and (ti is not int or INT_MIN <= item <= INT_MAX)
-            ):
-                # A value of the plan's own type with no enum or const to meet: valid, as
-                # ``_scalar_violation`` finds (inline: every property of every call is here).
-                violation = None
-            else:
-                violation = _scalar_violation(child, item, path, name)
+            violation = (
+                None if plainly_valid(child, item) else _scalar_violation(child, item, path, name)
+            )
             if violation is not None:
                 if children is None:
                     violations.append(violation)
@@ -281,14 +286,8 @@ def validate_plan(
     caller knows ``value`` is lossless JSON throughout (a ``snapshot_json`` it took), so the
     lossless checks of ``json``-typed parts are skipped."""
     if plan[0] == _P_SCALAR:
-        t = type(value)
-        if (
-            plan[2] is None
-            and plan[3] is _MISSING
-            and _PLAIN_TYPES.get(t) == plan[1]
-            and (t is not int or INT_MIN <= value <= INT_MAX)
-        ):
-            return []  # see ``_enter_object``: a value of the plan's own type
+        if plainly_valid(plan, value):
+            return []
         violation = _scalar_violation(plan, value, path)
         return [] if violation is None else [violation]
     if plan[0] == _P_OBJECT and plan[7] is not None and type(value) in _OBJECTS:

@@ -18,8 +18,7 @@ from ._json_schema import assert_supported_json_schema
 from ._lossless import INT_MAX, INT_MIN, LosslessJsonError
 from ._lossless_copy import snapshot_json, thaw
 from ._schema_plan import _P_SCALAR, _PLAN_CACHE, prepare_schema
-from ._schema_predicates import _MISSING
-from ._schema_validate import _PLAIN_TYPES, validate_plan
+from ._schema_validate import plainly_valid, validate_plan
 
 __all__ = ["check_registration", "classify", "normalize_output", "project_schema"]
 
@@ -160,14 +159,7 @@ def normalize_output(
     schema = output.schema
     cached = _PLAN_CACHE.get(id(schema))  # ``prepare_schema``'s cache, read inline
     plan = cached[1] if cached is not None and cached[0] is schema else prepare_schema(schema)
-    kind = type(frozen)
-    if not (  # a value of a plain scalar plan's own type, as ``validate_plan`` finds at once
-        plan[0] == _P_SCALAR
-        and plan[2] is None
-        and plan[3] is _MISSING
-        and _PLAIN_TYPES.get(kind) == plan[1]
-        and (kind is not int or INT_MIN <= frozen <= INT_MAX)
-    ):
+    if not (plan[0] == _P_SCALAR and plainly_valid(plan, frozen)):  # else no walk is needed
         violations = validate_plan(plan, frozen, "value")
         if violations:
             raise ToolOutputError(defn.name, violations)
