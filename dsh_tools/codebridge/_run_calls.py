@@ -63,15 +63,8 @@ class AnsweredFuture(asyncio.Future[Any]):
 
     def set_result(self, result: Any, /) -> None:
         super().set_result(result)
-        answer = self._answer
-        if answer is not None:  # ``_answered``, inline: the usual settlement
-            self._answer = None
-            try:
-                answer(self)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._failed(answer, exc)
+        if self._answer is not None:
+            self._answered()
 
     def set_exception(self, exception: type | BaseException, /) -> None:
         super().set_exception(exception)
@@ -86,6 +79,8 @@ class AnsweredFuture(asyncio.Future[Any]):
         return True
 
     def _answered(self) -> None:
+        """Answer the call now that the future is done, once; a failing answer goes where the
+        loop sends a failing done callback."""
         answer, self._answer = self._answer, None
         assert answer is not None
         try:
@@ -93,13 +88,9 @@ class AnsweredFuture(asyncio.Future[Any]):
         except (SystemExit, KeyboardInterrupt):
             raise
         except BaseException as exc:
-            self._failed(answer, exc)
-
-    def _failed(self, answer: Callable[[AnsweredFuture], None], exc: BaseException) -> None:
-        """What the loop does with a failing done callback."""
-        self.get_loop().call_exception_handler(
-            {"message": f"Exception in callback {answer!r}", "exception": exc, "future": self}
-        )
+            self.get_loop().call_exception_handler(
+                {"message": f"Exception in callback {answer!r}", "exception": exc, "future": self}
+            )
 
 
 class BindingCalls:

@@ -463,10 +463,16 @@ class _InterruptsNoted:
     ) -> None:
         if not self.installed:
             return
-        if signal.getsignal(signal.SIGINT) is self:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        _put_back_pythons_handler(self)
         if kind is None and self.raise_after and self.came:
             raise KeyboardInterrupt
+
+
+def _put_back_pythons_handler(ours: object) -> None:
+    """Python's own SIGINT handler again in place of ``ours``, unless user code installed its
+    own meanwhile (it is left alone)."""
+    if signal.getsignal(signal.SIGINT) is ours:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 _PACKAGE_DIR: Final = os.path.dirname(
@@ -601,8 +607,7 @@ class _SignalWait:
         handler = self.handler
         if handler is not None:
             handler.waiting = False  # if this ending is cut short, it acts as Python's own
-            if signal.getsignal(signal.SIGINT) is handler:  # else user code's now
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+            _put_back_pythons_handler(handler)
         signal.set_wakeup_fd(self.previous)
         wakeup.pass_on()  # what came in since the loop last looked
         wakeup.previous = None
