@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -117,6 +117,26 @@ def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
     assert text(result) == "Error: tool call aborted"
 
 
+def stubborn_body(
+    started: threading.Event, ends: list[str] | None = None
+) -> Callable[[Any, Any], Awaitable[Any]]:
+    """An ``async`` body that reads its signal (so it is trusted to watch it), sets
+    ``started`` and then sleeps for ever, ignoring it; its cancellation is noted in ``ends``."""
+
+    async def stubborn(args: Any, ctx: Any) -> Any:
+        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
+        started.set()
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            if ends is not None:
+                ends.append("cancelled")
+            raise
+        return [block("slept")]
+
+    return stubborn
+
+
 def cancelled_on_its_own_loop(
     awaited: Callable[[], Coroutine[Any, Any, Any]], started: threading.Event, cancellations: int
 ) -> list[str]:
@@ -153,17 +173,7 @@ def test_a_cancellation_does_not_wait_for_ever_on_a_body_that_reads_its_signal_t
     started = threading.Event()
     ends: list[str] = []
 
-    async def stubborn(args: Any, ctx: Any) -> Any:
-        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
-        started.set()
-        try:
-            await asyncio.sleep(FOREVER)
-        except asyncio.CancelledError:
-            ends.append("cancelled")
-            raise
-        return [block("slept")]
-
-    system.tools.register(fixture("stubborn", stubborn))
+    system.tools.register(fixture("stubborn", stubborn_body(started, ends)))
     call = ExecuteCall(call_id="c1", name="stubborn", arguments={})
     outcome = cancelled_on_its_own_loop(lambda: system.execute_async(call), started, cancellations)
     assert (outcome, ends) == (["cancelled"], ["cancelled"])
@@ -179,13 +189,7 @@ def test_a_cancelled_batch_does_not_wait_for_ever_on_a_body_that_reads_its_signa
     # the wait for the batch to settle. Its body is cancelled as a single call's is.
     started = threading.Event()
 
-    async def stubborn(args: Any, ctx: Any) -> Any:
-        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
-        started.set()
-        await asyncio.sleep(FOREVER)
-        return [block("slept")]
-
-    system.tools.register(fixture("stubborn", stubborn))
+    system.tools.register(fixture("stubborn", stubborn_body(started)))
     batch = ExecuteBatch(calls=[ToolCall("b1", "stubborn", "{}")])
     outcome = cancelled_on_its_own_loop(
         lambda: system.execute_batch_async(batch), started, cancellations
@@ -230,14 +234,8 @@ def test_a_cancelled_code_run_ends_its_sub_call_that_reads_its_signal_before_it_
     # tool/result. Now the run interrupts it too, and settles once it has.
     started = threading.Event()
 
-    async def stubborn(args: Any, ctx: Any) -> Any:
-        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
-        started.set()
-        await asyncio.sleep(FOREVER)
-        return [block("slept")]
-
     with ToolSystem.start(ToolsConfig(mode="code")) as system:
-        system.tools.register(fixture("stubborn", stubborn))
+        system.tools.register(fixture("stubborn", stubborn_body(started)))
         ends = cancel_a_run_calling(system, "stubborn", started)
         assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
 
