@@ -836,8 +836,8 @@ def killed(template: int) -> None:
     while time.monotonic() < deadline:
         try:
             stat = Path(f"/proc/{template}/stat").read_text()
-        except FileNotFoundError:
-            return  # reaped already
+        except (FileNotFoundError, ProcessLookupError):
+            return  # reaped already (between the open and the read, for the second)
         if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X"):
             return
         time.sleep(0.001)
