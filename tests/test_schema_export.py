@@ -332,6 +332,63 @@ def test_strict_moves_the_keywords_strict_mode_refuses_into_notes(system: ToolSy
     assert outcome.results[0].is_error
 
 
+def strict_nodes(schema: Any) -> list[dict[str, Any]]:
+    """Every schema dict of a strict export (any dict under a JSON Schema keyword)."""
+    found: list[dict[str, Any]] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            found.append(node)
+            for key, value in node.items():
+                if key in ("properties", "$defs"):
+                    stack.extend(value.values())
+                elif key in ("anyOf", "items", "additionalProperties"):
+                    stack.extend(value if isinstance(value, list) else [value])
+    return found
+
+
+def test_strict_never_gives_a_ref_sibling_keywords(system: ToolSystem) -> None:
+    # OpenAI's strict mode refuses a "$ref" beside other keywords, and a Struct or Enum
+    # parameter with a description is generated as exactly that; "anyOf" takes siblings, and a
+    # one-branch anyOf accepts what its branch accepts.
+    @tool
+    def plan(place: Window, later: Annotated[Window, "When to look again."] | None = None) -> str:
+        """Plan.
+
+        Args:
+            place: Where to look.
+        """
+        return "ok"
+
+    system.tools.register(plan)
+    [exported] = to_openai_tools(system.tools.schemas(), strict=True)
+    parameters = exported["function"]["parameters"]
+    assert all(len(node) == 1 for node in strict_nodes(parameters) if "$ref" in node)
+    assert parameters["properties"]["place"] == {
+        "description": "Where to look.",
+        "anyOf": [{"$ref": "#/$defs/Window"}],
+    }
+    raw = model_call(
+        parameters, {"place": {"start": "a", "end": None, "limit": None}, "later": None}
+    )
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "plan", raw)]))
+    assert not outcome.results[0].is_error, outcome.results[0].content
+
+
+def test_strict_moves_a_remaining_default_into_a_note() -> None:
+    # Strict mode refuses "default"; an optional property loses it when it becomes nullable
+    # (its null then means "absent"), and one anywhere else is kept for the model as a note.
+    parameters = {
+        "type": "object",
+        "properties": {"mode": {"type": "string", "default": "fast"}},
+        "required": ["mode"],
+    }
+    strict = to_openai_strict_schema(parameters)
+    assert strict["properties"]["mode"] == {"type": "string", "description": "default=fast"}
+    assert all("default" not in node for node in strict_nodes(strict))
+
+
 @pytest.mark.parametrize(
     "opening",
     [

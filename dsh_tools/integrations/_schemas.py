@@ -22,9 +22,11 @@ rewritten without changing which calls the registry accepts: an object with no
 ``additionalProperties`` key is closed, which only narrows what the model may send; ``oneOf``
 becomes ``anyOf``, which the registry still checks as exactly-one; an optional property becomes
 required and nullable (its ``default`` dropped), and the registry's argument validation
-(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent. Keywords
-strict mode refuses (``_STRICT_REFUSED``: ``minLength``, ``uniqueItems``, ``propertyNames``...,
-a ``format`` it does not know, a ``pattern`` with a lookaround) move into the node's
+(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent; a ``$ref``
+beside other keywords becomes the one branch of an ``anyOf`` beside them, the same schema in the
+spelling strict mode takes. Keywords strict mode refuses (``_STRICT_REFUSED``: ``minLength``,
+``uniqueItems``, ``propertyNames``, ``default``..., a ``format`` it does not know, a ``pattern``
+with a lookaround) move into the node's
 ``description`` as notes (``minLength=3``): the model still reads them, and the registry still
 enforces them, since it validates against the tool's own schema. What cannot be rewritten
 (explicitly open objects, and objects whose ``patternProperties`` or ``unevaluatedProperties``
@@ -59,8 +61,10 @@ _STRICT_REFUSED: Final = (
     "minContains",
     "maxContains",
     "uniqueItems",
+    "default",
 )
-"""Keywords OpenAI's strict mode refuses in a schema; ``_strictify`` turns them into notes."""
+"""Keywords OpenAI's strict mode refuses in a schema; ``_strictify`` turns them into notes.
+(An optional property's ``default`` is dropped before: its null stands for "absent".)"""
 _STRICT_FORMATS: Final = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
 )
@@ -154,6 +158,18 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
                 violations.append(f"{path} declares both oneOf and anyOf")
             else:
                 items = [("anyOf" if k == "oneOf" else k, v) for k, v in node.items()]
+                node.clear()
+                node.update(items)
+        if "$ref" in node and len(node) > 1:
+            # Strict mode refuses keywords beside "$ref" (a described Struct parameter has a
+            # description there) but takes them beside "anyOf": a one-branch anyOf is the same
+            # schema.
+            if "anyOf" in node:
+                violations.append(f"{path} declares both $ref and anyOf")
+            else:
+                items = [
+                    ("anyOf", [{"$ref": v}]) if k == "$ref" else (k, v) for k, v in node.items()
+                ]
                 node.clear()
                 node.update(items)
         if _is_object_node(node):
