@@ -145,6 +145,27 @@ def test_anthropic_results_carry_is_error_base64_sources_and_pdf_documents() -> 
     assert second["content"] == [{"type": "text", "text": "Error: boom"}]
 
 
+def test_anthropic_gets_no_blank_text_blocks_from_an_empty_result_or_context() -> None:
+    # The Messages API refuses a text block that is empty or only whitespace, in a tool_result
+    # as anywhere else; a tool that printed nothing answers with a tool_result without content.
+    blank = [{"type": "text", "text": ""}]
+    done = outcome(
+        success("t1", blank),
+        success("t2", [{"type": "text", "text": " \n"}, {"type": "text", "text": "done"}]),
+        contexts=[{"content": blank, "source": {}}, {"content": "", "source": {}}],
+    )
+    message: Any = anthropic_tool_results(done)
+    assert message["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "is_error": False},
+        {
+            "type": "tool_result",
+            "tool_use_id": "t2",
+            "is_error": False,
+            "content": [{"type": "text", "text": "done"}],
+        },
+    ]
+
+
 def test_contexts_follow_the_results_where_each_provider_takes_extra_context() -> None:
     contexts = [
         {"content": [{"type": "text", "text": "remember this"}], "source": {"kind": "plugin"}},

@@ -150,6 +150,12 @@ def _block(part: Part) -> TextBlockParam | ImageBlockParam | DocumentBlockParam:
     return {"type": "text", "text": media_placeholder(part, ANTHROPIC).text}
 
 
+def _sendable(parts: list[Part]) -> list[Part]:
+    """``parts`` without blank text: the API refuses a text block that is empty or only
+    whitespace (in a ``tool_result`` too), which a tool that printed nothing gives."""
+    return [part for part in parts if not isinstance(part, Text) or part.text.strip()]
+
+
 def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
     """The user message that answers a response's ``tool_use`` blocks.
 
@@ -157,7 +163,8 @@ def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
     as ``text``, ``image`` (base64 source) and ``document`` (PDF) blocks; audio and other media
     become text placeholders. The batch's contexts follow the results as further blocks. Raises
     ``ValueError`` for an outcome with neither results nor contexts (the API refuses an empty
-    message).
+    message). Blank text is left out (the API refuses it), so a result with no other content
+    is a ``tool_result`` without ``content``.
     """
     check_outcome(outcome, "anthropic_tool_results")
     content: list[ContentBlockParam] = []
@@ -167,11 +174,11 @@ def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
             "tool_use_id": call_id_of(result, position),
             "is_error": result.is_error,
         }
-        parts = [_block(part) for part in _parts_of(result.content)]
+        parts = [_block(part) for part in _sendable(_parts_of(result.content))]
         if parts:
             block["content"] = parts
         content.append(block)
-    content.extend(_block(part) for part in context_parts(outcome))
+    content.extend(_block(part) for part in _sendable(context_parts(outcome)))
     if not content:
         raise ValueError("the outcome has no results and no contexts: nothing to send")
     return {"role": "user", "content": content}
