@@ -424,6 +424,30 @@ def test_an_object_open_to_keys_it_does_not_list_is_not_made_strict(
     assert to_openai_strict_schema(closed)["additionalProperties"] is False
 
 
+def test_a_parameter_of_any_value_is_not_made_strict(system: ToolSystem) -> None:
+    # Strict mode cannot declare "any JSON value": a schema with no type is refused by the
+    # API, and a closed object without properties, or an array whose items it had to invent,
+    # would take nothing the tool exists for. Like dict[str, T], each is reported.
+    @tool
+    def note(meta: dict[str, Any], tags: list[Any], extra: Any = None) -> str:
+        """Note."""
+        return "ok"
+
+    system.tools.register(note)
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    assert exported["function"]["parameters"] == note.parameters
+    with pytest.raises(ValueError) as raised:
+        to_openai_tools(system.tools.schemas(), strict=True)
+    assert str(raised.value) == (
+        'tools cannot be exported in strict mode: tool "note": '
+        "parameters.properties.meta declares no properties (an object of any keys cannot be "
+        "strict); parameters.properties.tags declares no items (an array of any values cannot "
+        "be strict); parameters.properties.extra accepts any JSON value (strict mode cannot "
+        "declare one)"
+    )
+
+
 def test_strict_schema_helper_rewrites_a_copy() -> None:
     source = {
         "type": "object",

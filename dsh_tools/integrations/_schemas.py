@@ -26,12 +26,13 @@ required and nullable (its ``default`` dropped), and the registry's argument val
 beside other keywords becomes the one branch of an ``anyOf`` beside them, the same schema in the
 spelling strict mode takes. Keywords strict mode refuses (``_STRICT_REFUSED``: ``minLength``,
 ``uniqueItems``, ``propertyNames``, ``default``..., a ``format`` it does not know, a ``pattern``
-with a lookaround) move into the node's
-``description`` as notes (``minLength=3``): the model still reads them, and the registry still
-enforces them, since it validates against the tool's own schema. What cannot be rewritten
-(explicitly open objects, and objects whose ``patternProperties`` or ``unevaluatedProperties``
-admit keys they do not list) is reported. Every walk here is iterative, so schemas
-nested thousands of levels deep export at the default recursion limit.
+with a lookaround) move into the node's ``description`` as notes (``minLength=3``): the model
+still reads them, and the registry still enforces them, since it validates against the tool's
+own schema. What cannot be rewritten (explicitly open objects, objects whose
+``patternProperties`` or ``unevaluatedProperties`` admit keys they do not list, and values of
+any shape: a schema with no type, an object that lists no keys, an array with no item schema)
+is reported. Every walk here is iterative, so schemas nested thousands of levels deep export
+at the default recursion limit.
 """
 
 from __future__ import annotations
@@ -75,6 +76,11 @@ _LOOKAROUNDS: Final = ("(?=", "(?!", "(?<=", "(?<!")
 _ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# The keywords whose subschemas each describe a whole value (not a partial constraint like an
+# allOf branch or a "then"): such a schema must say what the value is for strict mode.
+_VALUE_SCHEMAS = ("properties", "$defs", "definitions", "items", "prefixItems", "anyOf", "oneOf")
+# A schema with none of these keywords accepts any JSON value.
+_DECLARING = ("type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "not")
 
 
 def _tool_entries(
@@ -114,20 +120,22 @@ def _tool_entries(
     return entries
 
 
-def _children(node: dict[str, Any], path: str) -> list[tuple[dict[str, Any], str]]:
-    """The subschema dicts directly under ``node``, with their paths, in key order."""
-    found: list[tuple[dict[str, Any], str]] = []
+def _children(node: dict[str, Any], path: str) -> list[tuple[dict[str, Any], str, bool]]:
+    """The subschema dicts directly under ``node``, with their paths and whether each
+    describes a whole value (``_VALUE_SCHEMAS``), in key order."""
+    found: list[tuple[dict[str, Any], str, bool]] = []
     for key, value in node.items():
+        whole = key in _VALUE_SCHEMAS
         if key in _SCHEMA_MAPS and type(value) is dict:
             for name, child in value.items():
                 if type(child) is dict:
-                    found.append((child, f"{path}.{key}.{name}"))
+                    found.append((child, f"{path}.{key}.{name}", whole))
         elif key in _SCHEMA_LISTS and type(value) is list:
             for i, child in enumerate(value):
                 if type(child) is dict:
-                    found.append((child, f"{path}.{key}[{i}]"))
+                    found.append((child, f"{path}.{key}[{i}]", whole))
         elif (key in _ONE_SCHEMA or key == "additionalProperties") and type(value) is dict:
-            found.append((value, f"{path}.{key}"))
+            found.append((value, f"{path}.{key}", whole))
     return found
 
 
@@ -147,9 +155,11 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
     that is explicitly open or has a property missing from ``required`` is a violation.
     """
     violations: list[str] = []
-    stack: list[tuple[dict[str, Any], str]] = [(parameters, root)]
+    stack: list[tuple[dict[str, Any], str, bool]] = [(parameters, root, True)]
     while stack:
-        node, path = stack.pop()
+        node, path, whole = stack.pop()
+        if whole:
+            violations.extend(_undeclared(node, path))
         if _is_object_node(node):
             violations.extend(_opening_keywords(node, path))
         _note_refused(node)
@@ -193,6 +203,29 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
         # Reversed, so that violations come out in document order.
         stack.extend(reversed(_children(node, path)))
     return violations
+
+
+def _undeclared(node: dict[str, Any], path: str) -> list[str]:
+    """The violation of a value's schema that leaves the value open: strict mode cannot say
+    "any value" (the API refuses a schema without a type), and closing an object that lists
+    no keys, or an array with no item schema, would leave the model nothing the tool takes."""
+    if not any(key in node for key in _DECLARING):
+        return [f"{path} accepts any JSON value (strict mode cannot declare one)"]
+    if _is_object_node(node) and not any(
+        key in node
+        for key in (
+            "properties",
+            "additionalProperties",
+            "patternProperties",
+            "unevaluatedProperties",
+        )
+    ):
+        return [f"{path} declares no properties (an object of any keys cannot be strict)"]
+    declared = node.get("type")
+    arrays = declared == "array" or (type(declared) is list and "array" in declared)
+    if arrays and "items" not in node and "prefixItems" not in node:
+        return [f"{path} declares no items (an array of any values cannot be strict)"]
+    return []
 
 
 def _opening_keywords(node: dict[str, Any], path: str) -> list[str]:
@@ -276,9 +309,9 @@ def to_openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """Return a strict-mode copy of an object-rooted JSON Schema, or raise ``ValueError``.
 
     Objects without ``additionalProperties`` are closed, ``oneOf`` is spelled ``anyOf`` and every
-    optional property becomes required and nullable; an explicitly open object cannot be made
-    strict without changing what the tool accepts, so it is reported (every violation, in
-    document order, joined with ``; ``). The input is not modified.
+    optional property becomes required and nullable; an explicitly open object or a value of
+    any shape cannot be made strict without changing what the tool accepts, so it is reported
+    (every violation, in document order, joined with ``; ``). The input is not modified.
     """
     try:
         copy = thaw(schema, "schema")
