@@ -525,3 +525,75 @@ def test_a_json_parameter_called_directly_is_checked_in_full_however_the_call_lo
         tool.execute(forged, None)
     assert received == []
     assert tool.execute(FrozenDict(v=FrozenList([1, 2])), None) == "ok"
+
+
+class Limits(msgspec.Struct):
+    word: str
+    unit: str = "C"
+
+
+LIMITS_SPEC = {"word": {"type": "string", "required": True}, "unit": {"type": "string"}}
+
+
+def test_a_strict_mode_null_is_absent_for_the_renderer_as_for_the_body() -> None:
+    # OpenAI's strict mode sends null for an optional argument it leaves out; the body
+    # receives it absent, and so must the renderers: with an args_type view, a null where the
+    # view wants a str failed the call after the body had run.
+    seen: list[Any] = []
+    viewed = define_tool(
+        "viewed",
+        "d",
+        LIMITS_SPEC,
+        ToolOutput(
+            {"type": "string"},
+            lambda args, value: [{"type": "text", "text": f"{value} {args.unit}"}],
+            lambda args, value: {"unit": args.unit},
+        ),
+        lambda args, run_ctx: seen.append(args) or args.word,
+        args_type=Limits,
+    )
+    plain = define_tool(
+        "plain",
+        "d",
+        LIMITS_SPEC,
+        ToolOutput(
+            {"type": "string"},
+            lambda args, value: [{"type": "text", "text": f"{value} {args.get('unit', 'C')}"}],
+        ),
+        lambda args, run_ctx: args["word"],
+    )
+    model_sent = snapshot_json({"word": "hot", "unit": None})
+    for tool in (viewed, plain):
+        value = tool.execute(model_sent, None)
+        assert tool.output.render(model_sent, value) == [{"type": "text", "text": "hot C"}]
+    assert viewed.output.presentation_meta is not None
+    assert viewed.output.presentation_meta(model_sent, "hot") == {"unit": "C"}
+    assert seen == [Limits("hot", "C")]
+
+
+class InProcess:
+    """A placement that runs the body right here, as an async body."""
+
+    def place(self, tool: str, execute: Any) -> Any:
+        async def run(args: Any, run_ctx: Any) -> Any:
+            return execute(args, run_ctx)
+
+        return run
+
+
+@pytest.mark.parametrize("args_type", [None, Limits])
+def test_a_placed_body_takes_a_strict_mode_null_as_absent(args_type: Any) -> None:
+    seen: list[Any] = []
+    tool = define_tool(
+        "placed",
+        "d",
+        LIMITS_SPEC,
+        text_output(),
+        lambda args, run_ctx: seen.append(args) or "ok",
+        args_type=args_type,
+        placement=InProcess(),
+    )
+    assert asyncio.run(tool.execute(snapshot_json({"word": "w", "unit": None}), None)) == "ok"
+    assert seen == [{"word": "w"} if args_type is None else Limits("w", "C")]
+    with pytest.raises(ToolArgsError, match='"word" must be a string'):
+        asyncio.run(tool.execute(snapshot_json({"word": None, "unit": None}), None))

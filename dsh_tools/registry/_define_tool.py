@@ -164,14 +164,16 @@ def define_tool(
         wrapped_execute = wrapped_sync
     _describe(wrapped_execute, body, name, "execute")
     if placement is not None:
-        wrapped_execute = _placed(owner, placement, name, plan, args_view, body, to_canonical)
+        wrapped_execute = _placed(owner, placement, name, validated, args_view, body, to_canonical)
 
     render = output.render
     projector = output.presentation_meta
-    if args_view is not None or output_view is not None:
-        render = _with_views(render, args_view, output_view, name, "render")
+    if args_view is not None or output_view is not None or drop_nulls is not None:
+        render = _with_views(render, drop_nulls, args_view, output_view, name, "render")
         if projector is not None:
-            projector = _with_views(projector, args_view, output_view, name, "presentation_meta")
+            projector = _with_views(
+                projector, drop_nulls, args_view, output_view, name, "presentation_meta"
+            )
 
     def soft(args: Any) -> tuple[bool, Any]:
         """(valid, view) without raising: presenters and the classifier never fail on input."""
@@ -244,18 +246,14 @@ def _placed(
     owner: str,
     placement: Placement,
     tool: str,
-    plan: Any,
+    validated: Callable[[Any], tuple[Any, list[str]]],
     args_view: Callable[[Any], Any] | None,
     body: Callable[..., Any],
     to_canonical: Callable[[Any], Any],
 ) -> Callable[..., Any]:
-    """``define_tool``'s body moved by ``placement``: arguments are validated here; the typed
+    """``define_tool``'s body moved by ``placement``: arguments are validated here (a null that
+    means "absent" is dropped here too, so the body gets what a local body would); the typed
     view, the body and the canonical conversion run where the placement says."""
-
-    def validate(args: Any) -> None:
-        violations = validate_plan(plan, args, "")
-        if violations:
-            raise ToolArgsError(violations)
 
     def moved(args: Any, run_ctx: Any) -> Any:
         result = body(args if args_view is None else args_view(args), run_ctx)
@@ -265,24 +263,35 @@ def _placed(
 
     _describe(moved, body, tool, "execute")
     try:
-        execute = placed_execute(tool, placement, moved, validate)
+        placed = placed_execute(tool, placement, moved)
     except TypeError as exc:
         raise TypeError(f"{owner}: {str(exc).partition(': ')[2]}") from None
+
+    async def execute(args: Any, run_ctx: Any) -> Any:
+        args, violations = validated(args)
+        if violations:
+            raise ToolArgsError(violations)
+        return await placed(args, run_ctx)
+
     _describe(execute, body, tool, "execute")
     return execute
 
 
 def _with_views(
     fn: Callable[[Any, Any], Any],
+    drop_nulls: Callable[[Any], Any] | None,
     args_view: Callable[[Any], Any] | None,
     value_view: Callable[[Any], Any] | None,
     tool: str,
     role: str,
 ) -> Callable[[Any, Any], Any]:
     """``fn(args, value)`` (a renderer or projector) receiving the typed views instead of the
-    frozen arguments and value, for whichever of the two has a view."""
+    frozen arguments and value, for whichever of the two has a view, and the arguments as the
+    body received them: without the nulls that mean "absent" (``drop_nulls``)."""
 
     def with_views(args: Any, value: Any) -> Any:
+        if drop_nulls is not None:
+            args = drop_nulls(args)
         return fn(
             args if args_view is None else args_view(args),
             value if value_view is None else value_view(value),
