@@ -1055,3 +1055,29 @@ def test_tuples_in_the_return_type_come_back_as_the_arrays_their_schema_declares
     assert run(system, pair, {}).value == [1, "a"]
     assert run(system, pairs, {}).value == [[1, 2], [3, 4]]
     assert run(system, span, {}).value == {"bounds": [2, 5]}
+
+
+@dataclasses.dataclass
+class Window:
+    bounds: tuple[int, int] = (0, 10)
+
+
+def test_a_tuple_default_is_shown_as_the_array_it_is(system: ToolSystem) -> None:
+    # A tuple is the natural default of a tuple parameter (a mutable list would be shared);
+    # the schema shows the model a JSON array for it, in a nested dataclass too.
+    @tool
+    def crop(
+        size: tuple[int, int] = (640, 480),
+        path: tuple[str, ...] = (),
+        window: Window = Window(),  # noqa: B008 - each call gets its own copy
+    ) -> Window:
+        """Crop."""
+        return Window((size[0], len(path)))
+
+    properties = crop.parameters["properties"]
+    assert properties["size"]["default"] == [640, 480]
+    assert properties["path"]["default"] == []
+    assert properties["window"]["default"] == {"bounds": [0, 10]}
+    assert crop.parameters["$defs"]["Window"]["properties"]["bounds"]["default"] == [0, 10]
+    assert crop.output.schema["properties"]["bounds"]["default"] == [0, 10]
+    assert run(system, crop, {}).value == {"bounds": [640, 0]}

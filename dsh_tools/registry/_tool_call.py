@@ -15,7 +15,7 @@ import msgspec
 from ..actors import ToolArgsError, ToolOutputError
 from ._lossless import LosslessJsonError
 from ._raw_schema import optional_null_dropper
-from ._tool_signature import _annotated, _Signature
+from ._tool_signature import _annotated, _Signature, _tuples_as_lists
 from ._typed_losses import losses_check
 from ._typed_output import unconvertible
 
@@ -45,15 +45,6 @@ def _to_canonical_lists(value: Any) -> Any:
         return _tuples_as_lists(out)
     except RecursionError:
         return out  # deeper than any tool output may be: the output contract reports it
-
-
-def _tuples_as_lists(value: Any) -> Any:
-    kind = type(value)
-    if kind is tuple or kind is list:
-        return [_tuples_as_lists(item) for item in value]
-    if kind is dict:
-        return {key: _tuples_as_lists(item) for key, item in value.items()}
-    return value
 
 
 def _any_part(

@@ -232,6 +232,28 @@ def _signature_plan(
     return fields, _Signature(tuple(positional), tuple(keywords), simple), defaults
 
 
+def _tuples_as_lists(value: Any) -> Any:
+    """``value`` with its tuples as the lists JSON arrays are (``msgspec.to_builtins`` and
+    msgspec's schemas keep a tuple as it is)."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return [_tuples_as_lists(item) for item in value]
+    if kind is dict:
+        return {key: _tuples_as_lists(item) for key, item in value.items()}
+    return value
+
+
+def _schema_defaults(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its tuple defaults (``size: tuple[int, int] = (640, 480)``, a
+    dataclass field's) as JSON arrays; a default too deep to convert stays for the schema's
+    check to name."""
+    try:
+        converted: dict[str, Any] = _tuples_as_lists(schema)
+    except RecursionError:
+        return schema
+    return converted
+
+
 def _parameters_schema(
     owner: str, args_type: Any, param_docs: Mapping[str, str], defaults: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -255,7 +277,7 @@ def _parameters_schema(
         root.pop("required", None)
     if components:
         root["$defs"] = components
-    return root
+    return _schema_defaults(root)
 
 
 def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tuple[Any, Any]:
@@ -264,7 +286,7 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
         return typing.Any, {"description": returns_doc} if returns_doc else {}
     returned = hints["return"]
     _check_schema_type(owner, "the return annotation", returned)
-    schema = annotation_subset_schema(msgspec.json.schema(returned))
+    schema = annotation_subset_schema(_schema_defaults(msgspec.json.schema(returned)))
     if returns_doc and "description" not in schema:
         schema["description"] = returns_doc
     assert_supported_json_schema(schema)
