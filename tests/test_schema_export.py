@@ -448,6 +448,23 @@ def test_a_parameter_of_any_value_is_not_made_strict(system: ToolSystem) -> None
     )
 
 
+def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
+    # Strict mode reads no prefixItems: the API refuses such an array as one without items.
+    @tool
+    def move(to: tuple[int, int], path: tuple[int, ...] = ()) -> str:
+        """Move."""
+        return "ok"
+
+    system.tools.register(move)
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    with pytest.raises(ValueError, match=r"properties\.to\.prefixItems \(a tuple\) cannot be"):
+        to_openai_strict_schema(move.parameters)
+    assert to_openai_strict_schema(
+        {"type": "object", "properties": {"path": move.parameters["properties"]["path"]}}
+    )["properties"]["path"] == {"type": ["array", "null"], "items": {"type": "integer"}}
+
+
 def test_strict_schema_helper_rewrites_a_copy() -> None:
     source = {
         "type": "object",

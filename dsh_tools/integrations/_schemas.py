@@ -30,9 +30,9 @@ with a lookaround) move into the node's ``description`` as notes (``minLength=3`
 still reads them, and the registry still enforces them, since it validates against the tool's
 own schema. What cannot be rewritten (explicitly open objects, objects whose
 ``patternProperties`` or ``unevaluatedProperties`` admit keys they do not list, and values of
-any shape: a schema with no type, an object that lists no keys, an array with no item schema)
-is reported. Every walk here is iterative, so schemas nested thousands of levels deep export
-at the default recursion limit.
+any shape: a schema with no type, an object that lists no keys, an array with no item schema;
+and tuples, whose ``prefixItems`` strict mode does not read) is reported. Every walk here is
+iterative, so schemas nested thousands of levels deep export at the default recursion limit.
 """
 
 from __future__ import annotations
@@ -221,9 +221,12 @@ def _undeclared(node: dict[str, Any], path: str) -> list[str]:
         )
     ):
         return [f"{path} declares no properties (an object of any keys cannot be strict)"]
+    if "prefixItems" in node:
+        # The API reads no prefixItems in strict mode and refuses the array as untyped.
+        return [f"{path}.prefixItems (a tuple) cannot be strict: strict mode types only items"]
     declared = node.get("type")
     arrays = declared == "array" or (type(declared) is list and "array" in declared)
-    if arrays and "items" not in node and "prefixItems" not in node:
+    if arrays and "items" not in node:
         return [f"{path} declares no items (an array of any values cannot be strict)"]
     return []
 
