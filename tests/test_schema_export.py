@@ -110,6 +110,28 @@ def test_anthropic_shape_names_the_schema_input_schema(system: ToolSystem) -> No
     ]
 
 
+def test_anthropic_input_schema_has_no_union_at_its_root(system: ToolSystem) -> None:
+    # The Messages API refuses the whole request when one tool's input_schema has oneOf, anyOf
+    # or allOf at its root (MCP servers publish "one of these arguments" that way). They become
+    # a note the model reads; the tool (its server) still checks the arguments it is sent.
+    parameters = {
+        "type": "object",
+        "description": "Where to look.",
+        "properties": {"id": {"type": "string"}, "path": {"type": "string"}},
+        "oneOf": [{"required": ["id"]}, {"required": ["path"]}],
+        "allOf": [{"not": {"required": ["both"]}}],
+    }
+    system.tools.register(fixture("find", parameters=parameters))
+    [exported] = to_anthropic_tools(system.tools.schemas())
+    assert exported["input_schema"] == {
+        "type": "object",
+        "description": 'Where to look. (oneOf=[{"required": ["id"]}, {"required": ["path"]}], '
+        'allOf=[{"not": {"required": ["both"]}}])',
+        "properties": {"id": {"type": "string"}, "path": {"type": "string"}},
+    }
+    assert system.tools.schemas()[0]["parameters"] == parameters
+
+
 def test_assembled_prompt_tools_keep_their_final_order(system: ToolSystem) -> None:
     for name in ("zeta", "alpha", "mid"):
         system.tools.register(fixture(name))

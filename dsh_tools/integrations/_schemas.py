@@ -71,6 +71,8 @@ _STRICT_FORMATS: Final = frozenset(
 )
 """The string formats strict mode knows; any other ``format`` becomes a note."""
 _LOOKAROUNDS: Final = ("(?=", "(?!", "(?<=", "(?<!")
+_ROOT_UNIONS: Final = ("oneOf", "anyOf", "allOf")
+"""Keywords the Anthropic Messages API refuses at the root of a tool's ``input_schema``."""
 
 # Keywords whose value is one subschema, a list of subschemas, or a map of named subschemas.
 _ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
@@ -253,8 +255,13 @@ def _note_refused(node: dict[str, Any]) -> None:
     """Move the keywords strict mode refuses out of ``node`` into notes at the end of its
     ``description`` (``minLength=3, uniqueItems=true``), in the node's key order. A subschema
     under a refused keyword (``contains``, ``propertyNames``) goes with it, as JSON."""
+    _note(node, [key for key in node if _refused(key, node[key])])
+
+
+def _note(node: dict[str, Any], keys: list[str]) -> None:
+    """Move ``keys`` out of ``node`` into notes at the end of its ``description``."""
     notes: list[str] = []
-    for key in [key for key in node if _refused(key, node[key])]:
+    for key in keys:
         value = node.pop(key)
         text = value if type(value) is str else json.dumps(value, ensure_ascii=False)
         notes.append(f"{key}={text}")
@@ -397,7 +404,8 @@ def to_anthropic_tools(
     Each entry is ``{"name", "description", "input_schema"}`` (fresh, detached dicts). With
     ``cache_control`` (for example ``{"type": "ephemeral"}``) the last tool carries a copy of it,
     which marks the whole tool list as a cacheable prompt prefix. Names are mapped and errors
-    raised like ``to_openai_tools``.
+    raised like ``to_openai_tools``. The API refuses ``oneOf``, ``anyOf`` and ``allOf`` at the
+    root of an ``input_schema``, so there they become notes in its ``description``.
     """
     marker: Any = None
     if cache_control is not None:
@@ -409,6 +417,10 @@ def to_anthropic_tools(
             raise TypeError("cache_control must be a dict such as {'type': 'ephemeral'}")
     entries = _tool_entries(schemas, "Anthropic")
     provider = _name_map(entries, names)
+    for _, _, params in entries:
+        # The API refuses the whole request for one root union (an MCP server's "one of these
+        # arguments"); as a note the model still reads it, and the tool still enforces it.
+        _note(params, [key for key in params if key in _ROOT_UNIONS])
     tools: list[dict[str, Any]] = [
         {"name": provider.to_provider(name), "description": description, "input_schema": params}
         for name, description, params in entries
