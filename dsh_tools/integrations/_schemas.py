@@ -81,7 +81,8 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 # The keywords whose subschemas each describe a whole value (not a partial constraint like an
 # allOf branch or a "then"): such a schema must say what the value is for strict mode.
 _VALUE_SCHEMAS = ("properties", "$defs", "definitions", "items", "prefixItems", "anyOf", "oneOf")
-# A schema with none of these keywords accepts any JSON value.
+# A schema with none of these keywords declares no type: it accepts any JSON value, or (an
+# anyOf branch that only lists "required" keys) any value but some objects.
 _DECLARING = ("type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties", "not")
 
 
@@ -212,7 +213,7 @@ def _undeclared(node: dict[str, Any], path: str) -> list[str]:
     "any value" (the API refuses a schema without a type), and closing an object that lists
     no keys, or an array with no item schema, would leave the model nothing the tool takes."""
     if not any(key in node for key in _DECLARING):
-        return [f"{path} accepts any JSON value (strict mode cannot declare one)"]
+        return [f"{path} declares no type (strict mode needs one for every value)"]
     if _is_object_node(node) and not any(
         key in node
         for key in (
