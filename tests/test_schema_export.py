@@ -4,12 +4,13 @@ mapped where they leave the system."""
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import itertools
 import json
 import subprocess
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import jsonschema
 import msgspec
@@ -396,6 +397,69 @@ def test_strict_never_gives_a_ref_sibling_keywords(system: ToolSystem) -> None:
     )
     outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "plan", raw)]))
     assert not outcome.results[0].is_error, outcome.results[0].content
+
+
+class Mood(enum.Enum):
+    CALM = "calm"
+    LOUD = "loud"
+
+
+def test_strict_gives_every_enum_and_const_its_type(system: ToolSystem) -> None:
+    # Strict mode refuses a schema without a type, and msgspec writes a Literal or an Enum as
+    # a bare enum: each gets the one JSON type of its values (nullable when null is one).
+    @tool
+    def say(
+        mood: Mood,
+        level: Literal[1, 2, 3] = 1,
+        pace: Literal["slow", "fast"] | None = None,
+    ) -> str:
+        """Say."""
+        return f"{mood.value} {level} {pace}"
+
+    system.tools.register(say)
+    system.tools.register(
+        fixture(
+            "fixed",
+            parameters={
+                "type": "object",
+                "properties": {
+                    "kind": {"const": "x"},
+                    "mark": {"enum": ["a", None]},
+                    "ratio": {"enum": [0.5, 1]},
+                },
+                "required": ["kind", "mark", "ratio"],
+            },
+        )
+    )
+    say_tool, fixed_tool = to_openai_tools(system.tools.schemas(), strict=True)
+    parameters = say_tool["function"]["parameters"]
+    assert parameters["$defs"]["Mood"] == {
+        "title": "Mood",
+        "type": "string",
+        "enum": ["calm", "loud"],
+    }
+    assert parameters["properties"]["level"] == {
+        "type": ["integer", "null"],
+        "enum": [1, 2, 3, None],
+    }
+    assert fixed_tool["function"]["parameters"]["properties"] == {
+        "kind": {"type": "string", "const": "x"},
+        "mark": {"type": ["string", "null"], "enum": ["a", None]},
+        "ratio": {"type": "number", "enum": [0.5, 1]},
+    }
+    for exported in (parameters, fixed_tool["function"]["parameters"]):
+        assert all(
+            "type" in node for node in strict_nodes(exported) if "enum" in node or "const" in node
+        )
+    raw = model_call(parameters, {"mood": "loud", "level": None, "pace": "fast"})
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "say", raw)]))
+    assert outcome.results[0].content[0]["text"] == "loud 1 fast"
+
+
+def test_an_enum_of_several_types_is_not_made_strict() -> None:
+    mixed = {"type": "object", "properties": {"v": {"enum": [1, "one"]}}, "required": ["v"]}
+    with pytest.raises(ValueError, match=r"properties\.v\.enum mixes integer and string"):
+        to_openai_strict_schema(mixed)
 
 
 def test_strict_moves_a_remaining_default_into_a_note() -> None:

@@ -24,11 +24,12 @@ becomes ``anyOf``, which the registry still checks as exactly-one; an optional p
 required and nullable (its ``default`` dropped), and the registry's argument validation
 (``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent; a ``$ref``
 beside other keywords becomes the one branch of an ``anyOf`` beside them, the same schema in the
-spelling strict mode takes. Keywords strict mode refuses (``_STRICT_REFUSED``: ``minLength``,
-``uniqueItems``, ``propertyNames``, ``default``..., a ``format`` it does not know, a ``pattern``
-with a lookaround) move into the node's ``description`` as notes (``minLength=3``): the model
-still reads them, and the registry still enforces them, since it validates against the tool's
-own schema. What cannot be rewritten (explicitly open objects, objects whose
+spelling strict mode takes; an ``enum`` or ``const`` without a ``type`` gets its values' type.
+Keywords strict mode refuses (``_STRICT_REFUSED``: ``minLength``, ``uniqueItems``,
+``propertyNames``, ``default``..., a ``format`` it does not know, a ``pattern`` with a
+lookaround) move into the node's ``description`` as notes (``minLength=3``): the model still
+reads them, and the registry still enforces them, since it validates against the tool's own
+schema. What cannot be rewritten (explicitly open objects, objects whose
 ``patternProperties`` or ``unevaluatedProperties`` admit keys they do not list, and values of
 any shape: a schema with no type, an object that lists no keys, an array with no item schema;
 and tuples, whose ``prefixItems`` strict mode does not read) is reported. Every walk here is
@@ -185,6 +186,7 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
                 ]
                 node.clear()
                 node.update(items)
+        violations.extend(_type_values(node, path))
         if _is_object_node(node):
             additional = node.get("additionalProperties", None)
             if "additionalProperties" not in node:
@@ -285,11 +287,60 @@ def _refused(key: str, value: Any) -> bool:
     return False
 
 
+def _value_type(value: Any) -> str | None:
+    """The JSON type of a scalar value (``None`` for an object or an array)."""
+    kind = type(value)
+    if kind is bool:
+        return "boolean"
+    if kind is int:
+        return "integer"
+    if kind is float:
+        return "number"
+    if kind is str:
+        return "string"
+    return "null" if value is None else None
+
+
+def _type_values(node: dict[str, Any], path: str) -> list[str]:
+    """Give an ``enum`` or ``const`` without a ``type`` (how msgspec writes a ``Literal`` or an
+    ``Enum``) the type of its values, which strict mode requires, nullable when ``null`` is
+    one of them; the violation of values of several types, or of objects and arrays."""
+    if "type" in node or ("enum" not in node and "const" not in node):
+        return []
+    key = "enum" if "enum" in node else "const"
+    values = node[key] if key == "enum" else [node[key]]
+    if type(values) is not list:
+        return []  # not a schema the registry takes; the tool's own validation judges it
+    kinds: list[str] = []
+    for value in values:
+        kind = _value_type(value)
+        if kind is None:
+            return [f"{path}.{key} holds an object or an array (strict mode needs one type)"]
+        if kind not in kinds:
+            kinds.append(kind)
+    if "integer" in kinds and "number" in kinds:
+        kinds.remove("integer")  # a number type takes both
+    scalars = [kind for kind in kinds if kind != "null"]
+    if len(scalars) > 1:
+        return [f"{path}.{key} mixes {' and '.join(scalars)} values (strict mode needs one type)"]
+    declared: str | list[str] = scalars[0] if scalars else "null"
+    if scalars and "null" in kinds:
+        declared = [scalars[0], "null"]
+    items = list(node.items())
+    node.clear()
+    for name, value in items:
+        if name == key:
+            node["type"] = declared
+        node[name] = value
+    return []
+
+
 def _nullable(schema: Any, document: dict[str, Any]) -> Any:
     """An optional property's schema, made to accept ``null`` (which then means "absent")."""
     if type(schema) is not dict:
         return schema
     schema.pop("default", None)
+    _type_values(schema, "")  # a typed enum takes null in place; a violation is found later
     if accepts_null(schema, document):
         return schema
     declared = schema.get("type")
