@@ -775,6 +775,76 @@ def test_strict_typed_tool_with_optional_and_nested_optional_parameters_round_tr
     assert seen == [(Window(start="a", end=None, limit=10), "all", None)]
 
 
+class ById(msgspec.Struct, tag=True):
+    id: int
+    rev: int = 0
+
+
+class ByPath(msgspec.Struct, tag=True):
+    path: str
+    ref: str = "main"
+
+
+def test_strict_nulls_inside_the_branches_of_a_union_round_trip(system: ToolSystem) -> None:
+    # Strict mode makes the optional properties of every branch required and nullable, so a
+    # model picking a branch sends null for the ones it leaves out, there as anywhere else.
+    seen: list[Any] = []
+    branch = {"type": "object", "additionalProperties": False}
+    pick = define_tool(
+        name="pick",
+        description="Pick.",
+        parameters={
+            "target": {
+                "required": True,
+                "oneOf": [
+                    {
+                        **branch,
+                        "properties": {
+                            "id": {"type": "integer", "required": True},
+                            "rev": {"type": "integer"},
+                        },
+                    },
+                    {
+                        **branch,
+                        "properties": {
+                            "path": {"type": "string", "required": True},
+                            "ref": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+                        },
+                    },
+                ],
+            }
+        },
+        output=string_output(),
+        execute=lambda args, ctx: seen.append(args["target"]) or "ok",
+    )
+
+    @tool
+    def find(target: ById | ByPath) -> str:
+        seen.append(target)
+        return "ok"
+
+    system.tools.register(pick)
+    system.tools.register(find)
+    strict = {
+        exported["function"]["name"]: exported["function"]["parameters"]
+        for exported in to_openai_tools(system.tools.schemas(), strict=True)
+    }
+    sent = [
+        ("pick", {"target": {"id": 1, "rev": None}}),
+        ("pick", {"target": {"path": "a", "ref": None}}),
+        ("find", {"target": {"type": "ById", "id": 1, "rev": None}}),
+        ("find", {"target": {"type": "ByPath", "path": "a", "ref": None}}),
+    ]
+    calls = [
+        ToolCall(f"c{index}", name, model_call(strict[name], arguments))
+        for index, (name, arguments) in enumerate(sent)
+    ]
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    assert [result.content[0]["text"] for result in outcome.results] == ["ok"] * 4
+    # ``ref`` of the DSL branch accepts null, so there the model's null is a value.
+    assert seen == [{"id": 1}, {"path": "a", "ref": None}, ById(1, 0), ByPath("a", "main")]
+
+
 def test_a_null_for_a_required_property_is_still_an_error(system: ToolSystem) -> None:
     system.tools.register(now_tool("clock"))
     search = define_tool(

@@ -237,8 +237,9 @@ def accepts_null(node: Any, document: Any, refs: tuple[str, ...] = ()) -> bool:
     return bool(declared == "null")
 
 
-# A dropper plan: {name: (drop_when_null, child plan or None)} for one object, or
-# ("items", child plan) for an array. Plans are built once per schema.
+# A dropper plan: {name: (drop_when_null, child plan or None)} for one object,
+# ("items", child plan) for an array, or a list of plans applied in turn (an object and the
+# branches of its union). Plans are built once per schema.
 _Plan = Any
 
 
@@ -256,12 +257,19 @@ def _object_node(node: Any, document: Any, refs: tuple[str, ...]) -> Any:
         node = resolve_local_ref(document, ref)
     else:
         return None
+    branches = _union_branches(node)
+    if branches is not None and len(branches) == 1:
+        return _object_node(branches[0], document, refs)
+    return node  # an object, an array, or a union of several branches (``_build``)
+
+
+def _union_branches(node: Any) -> list[Any] | None:
+    """The branches other than ``{"type": "null"}`` of ``node``'s ``anyOf`` (or ``oneOf``)."""
     for key in ("anyOf", "oneOf"):
         branches = node.get(key)
         if _is_array(branches):
-            non_null = [b for b in branches if not (_is_map(b) and b.get("type") == "null")]
-            return _object_node(non_null[0], document, refs) if len(non_null) == 1 else None
-    return node
+            return [b for b in branches if not (_is_map(b) and b.get("type") == "null")]
+    return None
 
 
 def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
@@ -272,7 +280,7 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
     if key in memo:
         return memo[key]
     memo[key] = None  # a recursive shape is walked once, not forever
-    plan: _Plan = None
+    plans: list[_Plan] = []
     properties = target.get("properties")
     if _is_map(properties):
         required = target.get("required")
@@ -283,16 +291,55 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
             child_plan = _build(child, document, depth + 1, memo)
             if droppable or child_plan is not None:
                 entries[name] = (droppable, child_plan)
-        plan = entries or None
+        if entries:
+            plans.append(entries)
     elif _is_map(target.get("items")):
         child_plan = _build(target["items"], document, depth + 1, memo)
-        plan = ("items", child_plan) if child_plan is not None else None
+        if child_plan is not None:
+            plans.append(("items", child_plan))
+    branches = _union_branches(target)
+    if branches:
+        # Strict mode made each branch's optional properties required and nullable too. A
+        # null is dropped for a property that no branch takes null for, whichever branch the
+        # value was meant for (the value is validated again afterwards).
+        nullable = _null_taking(branches, document)
+        for branch in branches:
+            branch_plan = _build(branch, document, depth + 1, memo)
+            if branch_plan is not None:
+                plans.append(_keeping(branch_plan, nullable))
+    plan: _Plan = None if not plans else plans[0] if len(plans) == 1 else plans
     memo[key] = plan
     return plan
 
 
+def _null_taking(branches: list[Any], document: Any) -> set[str]:
+    """The names of the properties that some branch declares with a schema taking null."""
+    names: set[str] = set()
+    for branch in branches:
+        target = _object_node(branch, document, ())
+        properties: Any = target.get("properties") if _is_map(target) else None
+        if _is_map(properties):
+            names.update(n for n, child in properties.items() if accepts_null(child, document))
+    return names
+
+
+def _keeping(plan: _Plan, names: set[str]) -> _Plan:
+    """``plan`` with the nulls of ``names`` kept at its top level."""
+    if type(plan) is list:
+        return [_keeping(part, names) for part in plan]
+    if type(plan) is tuple:
+        return plan
+    return {
+        name: (droppable and name not in names, child) for name, (droppable, child) in plan.items()
+    }
+
+
 def _apply(plan: _Plan, value: Any) -> Any:
     """``value`` without the droppable nulls; the same object when nothing changes."""
+    if type(plan) is list:
+        for part in plan:
+            value = _apply(part, value)
+        return value
     if type(plan) is tuple:
         if not _is_array(value):
             return value
