@@ -597,3 +597,36 @@ def test_a_placed_body_takes_a_strict_mode_null_as_absent(args_type: Any) -> Non
     assert seen == [{"word": "w"} if args_type is None else Limits("w", "C")]
     with pytest.raises(ToolArgsError, match='"word" must be a string'):
         asyncio.run(tool.execute(snapshot_json({"word": None, "unit": None}), None))
+
+
+def test_the_renderer_sees_a_null_the_arguments_were_valid_with() -> None:
+    # Only arguments that do not validate lose their nulls: here the second branch takes any
+    # extra key, so {"x": null} is valid as sent, and the body and the renderer both see it.
+    seen: list[Any] = []
+    parameters = {
+        "target": {
+            "required": True,
+            "oneOf": [
+                {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"x": {"type": "integer"}},
+                },
+                {
+                    "type": "object",
+                    "additionalProperties": True,
+                    "properties": {"y": {"type": "string", "required": True}},
+                },
+            ],
+        }
+    }
+    tool = define_tool(
+        "open",
+        "d",
+        parameters,
+        ToolOutput({"type": "string"}, lambda args, value: seen.append(args) or []),
+        lambda args, run_ctx: seen.append(args) or "ok",
+    )
+    sent = snapshot_json({"target": {"y": "a", "x": None}})
+    tool.output.render(sent, tool.execute(sent, None))
+    assert seen == [sent, sent]

@@ -166,13 +166,25 @@ def define_tool(
     if placement is not None:
         wrapped_execute = _placed(owner, placement, name, validated, args_view, body, to_canonical)
 
+    as_body_saw: Callable[[Any], Any] | None = None
+    if drop_nulls is not None:
+        dropper = drop_nulls
+
+        def as_body_saw(args: Any) -> Any:
+            """The arguments as the body received them: without the nulls that mean "absent",
+            which are dropped only from arguments that do not validate as they are."""
+            dropped = dropper(args)
+            if dropped is args or not validate_plan(plan, args, ""):
+                return args
+            return dropped
+
     render = output.render
     projector = output.presentation_meta
-    if args_view is not None or output_view is not None or drop_nulls is not None:
-        render = _with_views(render, drop_nulls, args_view, output_view, name, "render")
+    if args_view is not None or output_view is not None or as_body_saw is not None:
+        render = _with_views(render, as_body_saw, args_view, output_view, name, "render")
         if projector is not None:
             projector = _with_views(
-                projector, drop_nulls, args_view, output_view, name, "presentation_meta"
+                projector, as_body_saw, args_view, output_view, name, "presentation_meta"
             )
 
     def soft(args: Any) -> tuple[bool, Any]:
@@ -279,7 +291,7 @@ def _placed(
 
 def _with_views(
     fn: Callable[[Any, Any], Any],
-    drop_nulls: Callable[[Any], Any] | None,
+    as_body_saw: Callable[[Any], Any] | None,
     args_view: Callable[[Any], Any] | None,
     value_view: Callable[[Any], Any] | None,
     tool: str,
@@ -287,11 +299,11 @@ def _with_views(
 ) -> Callable[[Any, Any], Any]:
     """``fn(args, value)`` (a renderer or projector) receiving the typed views instead of the
     frozen arguments and value, for whichever of the two has a view, and the arguments as the
-    body received them: without the nulls that mean "absent" (``drop_nulls``)."""
+    body received them (``as_body_saw``)."""
 
     def with_views(args: Any, value: Any) -> Any:
-        if drop_nulls is not None:
-            args = drop_nulls(args)
+        if as_body_saw is not None:
+            args = as_body_saw(args)
         return fn(
             args if args_view is None else args_view(args),
             value if value_view is None else value_view(value),
