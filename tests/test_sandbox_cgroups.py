@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import platform
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -25,7 +27,7 @@ from sandbox_support import assert_next_run_works, run, value
 
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge import CodeRunResult
-from dsh_tools.codebridge._sandbox._cgroup import HIERARCHIES, CgroupMeter, CgroupPlan
+from dsh_tools.codebridge._sandbox._cgroup import HIERARCHIES, SCHEDULER, CgroupMeter, CgroupPlan
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
@@ -60,6 +62,18 @@ def _cgroups_writable() -> bool:
 
 CGROUPS = _cgroups_writable()
 needs_cgroups = pytest.mark.skipif(not CGROUPS, reason="cgroups are not writable here")
+
+
+def _joined_hierarchies() -> tuple[str, ...]:
+    """Every hierarchy a run has a cgroup in: ``SCHEDULER``'s too where it is not
+    ``cpuacct``'s."""
+    cpu, cpuacct = _own_cgroup(SCHEDULER), _own_cgroup("cpuacct")
+    if cpu is None or cpuacct is None or not cpu.is_dir() or os.path.samefile(cpu, cpuacct):
+        return HIERARCHIES
+    return (*HIERARCHIES, SCHEDULER)
+
+
+JOINED = _joined_hierarchies()
 
 
 def runtime_of(
@@ -98,7 +112,7 @@ def fallback() -> Iterator[SubprocessCodeRuntime]:
 def template_parents(template_pid: int) -> list[Path]:
     """The per-template parent cgroups of ``template_pid`` (in every hierarchy)."""
     found = []
-    for hierarchy in HIERARCHIES:
+    for hierarchy in JOINED:
         base = _own_cgroup(hierarchy)
         if base is not None and base.is_dir():
             found += sorted(base.glob(f"dsh-code-{template_pid}-*"))
@@ -270,6 +284,45 @@ time.sleep(30)
         runtime.close()
 
 
+def _spinning_fork_bomb() -> str:
+    """A Code Mode program that starts a static x86_64 program (no libc) in which every
+    process forks for ever, failed forks included, never pausing: as many spinning processes
+    as the kernel lets the run have."""
+    base = 0x400000
+    code = b"\xb8\x39\x00\x00\x00\x0f\x05\xeb\xf7"  # again: fork (eax 57; syscall); jmp again
+    headers = 64 + 56
+    size = headers + len(code)
+    elf = b"\x7fELF\x02\x01\x01" + bytes(9)
+    elf += struct.pack("<HHIQQQIHHHHHH", 2, 0x3E, 1, base + headers, 64, 0, 0, 64, 56, 1, 0, 0, 0)
+    elf += struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # one R+X segment
+    return f"""
+import os, time
+with open("bomb", "wb") as file:
+    file.write({elf + code!r})
+os.chmod("bomb", 0o755)
+if os.fork() == 0:
+    os.execv("bomb", ["bomb"])
+time.sleep(60)
+"""
+
+
+@needs_cgroups
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the bomb is x86_64 machine code")
+def test_a_spinning_fork_bomb_ends_by_its_budget_not_its_wall_ceiling() -> None:
+    # Two thousand spinning processes (the run's task ceiling) had two thousand shares of the
+    # CPU against one for the run's init: its measuring came so late that the run went on,
+    # every core of the host busy, until its wall ceiling. As one entity of the scheduler the
+    # run leaves the init (and the host) their share, and its process budget ends it.
+    runtime = runtime_of(cgroups=True, max_wall_ms=8000)
+    try:
+        result = run(runtime, _spinning_fork_bomb())
+        assert result.error is not None and result.error.kind == "worker-exit", result.error
+        assert "budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 @needs_cgroups
 def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(tmp_path: Path) -> None:
     plan = CgroupPlan(wanted=True, max_memory_mb=16, max_processes=4)  # ceiling: 96 MiB
@@ -317,7 +370,7 @@ def test_a_reaped_runs_cgroup_still_holding_a_process_is_removed_on_a_retry(
         finally:
             os._exit(0)
     parents = template_parents(os.getpid())
-    assert len(parents) == len(HIERARCHIES)
+    assert len(parents) == len(JOINED)
     try:
         plan.started(child, run_cgroups)
         os.waitpid(child, 0)
@@ -425,7 +478,7 @@ def test_no_cgroup_outlives_runs_aborts_timeouts_or_the_runtime() -> None:
         template = runtime.template_pid
         assert template is not None
         parents = template_parents(template)
-        assert len(parents) == len(HIERARCHIES)
+        assert len(parents) == len(JOINED)
         for parent in parents:  # only the pre-forked workers' runs remain
             for _ in range(200):  # the last run's go once the template has reaped its init
                 if len(runs_in(parent)) <= 2:
