@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import platform
 import signal
@@ -284,12 +285,10 @@ time.sleep(30)
         runtime.close()
 
 
-def _spinning_fork_bomb() -> str:
-    """A Code Mode program that starts a static x86_64 program (no libc) in which every
-    process forks for ever, failed forks included, never pausing: as many spinning processes
-    as the kernel lets the run have."""
+def _started_native(code: bytes) -> str:
+    """A Code Mode program that starts ``code`` as a static x86_64 program (no libc) in a
+    child and waits."""
     base = 0x400000
-    code = b"\xb8\x39\x00\x00\x00\x0f\x05\xeb\xf7"  # again: fork (eax 57; syscall); jmp again
     headers = 64 + 56
     size = headers + len(code)
     elf = b"\x7fELF\x02\x01\x01" + bytes(9)
@@ -297,13 +296,51 @@ def _spinning_fork_bomb() -> str:
     elf += struct.pack("<IIQQQQQQ", 1, 5, 0, base, base, size, size, 0x1000)  # one R+X segment
     return f"""
 import os, time
-with open("bomb", "wb") as file:
+with open("native", "wb") as file:
     file.write({elf + code!r})
-os.chmod("bomb", 0o755)
+os.chmod("native", 0o755)
 if os.fork() == 0:
-    os.execv("bomb", ["bomb"])
+    os.execv("native", ["native"])
 time.sleep(60)
 """
+
+
+SPINNING_FORK_BOMB = b"\xb8\x39\x00\x00\x00\x0f\x05\xeb\xf7"  # again: fork (eax 57); jmp again
+"""Every process forks for ever, failed forks included, never pausing: as many spinning
+processes as the kernel lets the run have."""
+
+
+def _spinning_sessions(depth: int) -> bytes:
+    """``2 ** depth`` spinning processes, each of which tried to start a session of its own
+    (``setsid``) before each of its forks."""
+    return (
+        b"\x41\xbc"
+        + struct.pack("<I", depth)  # mov r12d, depth
+        + b"\xb8\x70\x00\x00\x00\x0f\x05"  # again: setsid (eax 112)
+        + b"\xb8\x39\x00\x00\x00\x0f\x05"  # fork (eax 57)
+        + b"\x41\xff\xcc\x75\xed"  # dec r12d; jnz again
+        + b"\xeb\xfe"  # spin: jmp spin
+    )
+
+
+OWN_SESSION = """
+import os
+own = os.getsid(0) == os.getpid()
+try:
+    os.setsid()
+    refused = 0
+except OSError as exc:
+    refused = exc.errno
+return [own, refused]
+"""
+"""Whether the worker leads a session of its own (not its init's), and how a new one fails."""
+
+
+def _autogroups() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 @needs_cgroups
@@ -315,9 +352,30 @@ def test_a_spinning_fork_bomb_ends_by_its_budget_not_its_wall_ceiling() -> None:
     # run leaves the init (and the host) their share, and its process budget ends it.
     runtime = runtime_of(cgroups=True, max_wall_ms=8000)
     try:
-        result = run(runtime, _spinning_fork_bomb())
+        result = run(runtime, _started_native(SPINNING_FORK_BOMB))
         assert result.error is not None and result.error.kind == "worker-exit", result.error
         assert "budget exhausted" in result.error.message
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the bomb is x86_64 machine code")
+@pytest.mark.skipif(not _autogroups(), reason="the kernel does not schedule by session here")
+def test_without_cgroups_spinning_processes_in_sessions_of_their_own_end_by_the_budget() -> None:
+    # Where the kernel schedules by session (autogroups), each session is one entity. Under a
+    # harness that is not root, 17,000 spinning processes (the runtime's task ceiling), each
+    # in a session of its own, had 17,000 shares of the CPU against one for the host and one
+    # for the run's init, which measured too late for any budget: the run went on until its
+    # wall ceiling, the host standing still for 15 s. In its init's session they starved the
+    # init alone. Without cgroups the run keeps to its worker's own session (setsid is
+    # refused), apart from the init's.
+    runtime = runtime_of(cgroups=False, max_wall_ms=8000)
+    try:
+        result = run(runtime, _started_native(_spinning_sessions(11)))
+        assert result.error is not None and result.error.kind == "worker-exit", result.error
+        assert "budget exhausted" in result.error.message
+        assert value(runtime, OWN_SESSION) == [True, errno.EPERM]
         assert_next_run_works(runtime)
     finally:
         runtime.close()

@@ -163,7 +163,7 @@ class SandboxPlan:
             raise _unavailable("seccomp filter for this architecture", os.uname().machine)
         self._seccomp = seccomp_program(guard_child_reaping=False)
         self._seccomp_without_cgroups = seccomp_program(
-            guard_child_reaping=True, refuse_hidden_memory=True
+            guard_child_reaping=True, refuse_hidden_memory=True, refuse_new_sessions=True
         )
         # Before any namespace: the cgroup filesystems stay writable through the descriptors.
         self._cgroups.prepare()
@@ -403,6 +403,14 @@ class SandboxPlan:
 
         def worker(notice: int) -> NoReturn:
             try:
+                if run is None:
+                    # A session of the run's own, apart from its init's: where the kernel
+                    # schedules by session (autogroups), the run is then one entity of the
+                    # scheduler, and the init another, which a run of thousands of spinning
+                    # processes would otherwise starve of the CPU it measures them with (the
+                    # filter keeps the run to this session). Its cgroups do that where it
+                    # has them.
+                    os.setsid()
                 meter.join()
                 self._confine(status_fd, seccomp)
                 # The status pipe's number, free now: the worker's descriptors stay 0-5.

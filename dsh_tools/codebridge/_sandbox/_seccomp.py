@@ -150,6 +150,7 @@ per huge page from a process of 20 MB held 1 GiB that no budget saw (the kernel'
 allowance counts buffers, not their size). ``shutil`` falls back to reading and writing when
 ``sendfile`` is refused."""
 _RT_SIGACTION: Final = 13
+_SETSID: Final = 112
 _SIGCHLD: Final = 17
 _CLONE: Final = 56
 _CLONE3: Final = 435
@@ -241,7 +242,10 @@ class _Assembler:
 
 
 def seccomp_program(
-    *, guard_child_reaping: bool, refuse_hidden_memory: bool = False
+    *,
+    guard_child_reaping: bool,
+    refuse_hidden_memory: bool = False,
+    refuse_new_sessions: bool = False,
 ) -> list[SockFilter]:
     """The filter, as instructions for ``set_seccomp_filter``.
 
@@ -254,6 +258,14 @@ def seccomp_program(
     ``refuse_hidden_memory`` (for a run without cgroups): ``mmap`` with ``MAP_SHARED`` (or
     ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``, and so do the calls that
     put pages into a pipe by reference (``PIPE_PAGE_SYSCALLS``).
+
+    ``refuse_new_sessions`` (for a run without cgroups): ``setsid`` answers ``EPERM``. Where the
+    kernel groups processes by session for scheduling (``kernel.sched_autogroup_enabled``, the
+    usual default), a session is one entity of the scheduler however many processes it has,
+    and a run without a ``cpu`` cgroup of its own keeps to the one its worker starts: a fork
+    bomb whose every process called ``setsid`` had as many shares of the CPU as processes
+    (thousands), against one for the host and one for the run's init, and the host stood
+    still for seconds.
     """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
@@ -283,6 +295,8 @@ def seccomp_program(
     if refuse_hidden_memory:
         for number in sorted(PIPE_PAGE_SYSCALLS.values()):
             bpf.op(_JMP_JEQ_K, number, "deny")
+    if refuse_new_sessions:
+        bpf.op(_JMP_JEQ_K, _SETSID, "deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
