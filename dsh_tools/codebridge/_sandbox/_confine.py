@@ -73,15 +73,20 @@ _PROC_ALWAYS_MASKED: Final = (
     "pagetypeinfo",
     "sched_debug",
     "slabinfo",
+    "sys/vm/stat_refresh",
     "timer_list",
     "tty/driver",
     "vmallocinfo",
 )
 """Entries of ``/proc`` masked whatever their mode (``_proc_masks``): ``keys`` and
 ``key-users`` list the keyrings the worker's user may view (the harness user's, or root's),
-descriptions included, which no program needs (the filter refuses the keyring calls); the
-others are the owner-only ones, named too in case a container runtime has already masked them
-in the template's view (a run's fresh ``/proc`` would show them again)."""
+descriptions included, which no program needs (the filter refuses the keyring calls);
+``sys/vm/stat_refresh`` (the one sysctl below ``sys``, which is not scanned, whose reading
+does something) runs work on every CPU of the machine each time root reads it, in the kernel's
+own threads, outside every budget of the run (eight processes reading it made the kernel spend
+as much CPU again as the run); the others are the owner-only ones, named too in case a
+container runtime has already masked them in the template's view (a run's fresh ``/proc``
+would show them again)."""
 _PROC_NOT_SCANNED: Final = ("self", "thread-self", "sys", "net")
 """Entries of ``/proc`` not scanned for owner-only files: the run's own processes, the sysctls
 (whose owner-only files hold nothing of the host's: ASLR bits, the run's own network
