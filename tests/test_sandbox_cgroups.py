@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import platform
+import shutil
 import signal
 import struct
 import subprocess
@@ -379,6 +380,40 @@ def test_without_cgroups_spinning_processes_in_sessions_of_their_own_end_by_the_
         assert_next_run_works(runtime)
     finally:
         runtime.close()
+
+
+READ_ONLY_SCHEDULER = """
+import os, subprocess, sys
+from dsh_tools.codebridge._sandbox._cgroup import CgroupPlan
+cpu = sys.argv[1]
+subprocess.run(["mount", "--bind", cpu, cpu], check=True)
+subprocess.run(["mount", "-o", "remount,bind,ro", cpu], check=True)
+plan = CgroupPlan(wanted=True, max_memory_mb=64, max_processes=4)
+plan.prepare()
+try:
+    run = plan.new_run()
+    print(plan.available, run is not None and len(run.fds))
+finally:
+    plan.close()
+"""
+
+
+@needs_cgroups
+@pytest.mark.skipif(SCHEDULER not in JOINED, reason="no cpu hierarchy apart from cpuacct")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_cpu_hierarchy_the_runtime_cannot_write_leaves_the_runs_their_other_cgroups() -> None:
+    # A container may leave the cpu hierarchy read-only where memory, cpuacct and pids are
+    # writable: a failed cpu parent took every run's cgroups with it.
+    cpu = _own_cgroup(SCHEDULER)
+    assert cpu is not None
+    command = ["unshare", "-m", "--propagation", "private", sys.executable, "-c"]
+    seen = subprocess.run(
+        [*command, READ_ONLY_SCHEDULER, str(cpu)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert seen.stdout.split() == ["True", str(len(HIERARCHIES))], seen
 
 
 @needs_cgroups

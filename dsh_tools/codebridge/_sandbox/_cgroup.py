@@ -201,46 +201,60 @@ class CgroupPlan:
             if path is None:
                 raise OSError(0, f"no v1 {hierarchy} hierarchy", f"{_MOUNT_ROOT}/{hierarchy}")
             self._base.append(os.open(f"{_MOUNT_ROOT}/{hierarchy}{path}", _DIR_FLAGS))
-        scheduler = self._scheduler_base()
-        if scheduler is not None:
-            self._base.append(scheduler)
         self._sweep_stale()
         pid = os.getpid()
         self._parent_name = f"dsh-code-{pid}-{_start_time(pid)}"
         for base in self._base:
             os.mkdir(self._parent_name, 0o755, dir_fd=base)
             self._parents.append(os.open(self._parent_name, _DIR_FLAGS, dir_fd=base))
-        if scheduler is not None:
-            # Each run weighs as one task at nice 0 against the host's, as when it had an
-            # autogroup of its own: the runtime's runs together as many as may run at once.
-            shares = _CPU_SHARES * self._max_parallel_runs
-            _write_at(self._parents[-1], "cpu.shares", str(shares))
+        self._add_scheduler()
         self._start_janitor()
 
-    def _scheduler_base(self) -> int | None:
-        """This process's cgroup in the v1 ``cpu`` hierarchy, where that is not the
-        ``cpuacct`` one (``_base[1]``); ``None`` where there is none or it is the same."""
+    def _add_scheduler(self) -> None:
+        """Make the parent in the v1 ``cpu`` hierarchy too, where that is not the ``cpuacct``
+        one (``_base[1]``). Best effort: without it the runs keep their other cgroups."""
         path = _own_path(SCHEDULER)
         if path is None:
-            return None
+            return
         try:
-            fd = os.open(f"{_MOUNT_ROOT}/{SCHEDULER}{path}", _DIR_FLAGS)
+            base = os.open(f"{_MOUNT_ROOT}/{SCHEDULER}{path}", _DIR_FLAGS)
         except OSError:
-            return None
-        if os.path.samestat(os.fstat(fd), os.fstat(self._base[1])):
-            os.close(fd)
-            return None
-        return fd
+            return
+        if os.path.samestat(os.fstat(base), os.fstat(self._base[1])):
+            os.close(base)  # one hierarchy: the runs' cpuacct cgroups are their cpu ones
+            return
+        parent = -1
+        try:
+            self._sweep_stale_in(base)
+            os.mkdir(self._parent_name, 0o755, dir_fd=base)
+            parent = os.open(self._parent_name, _DIR_FLAGS, dir_fd=base)
+            # Each run weighs as one task at nice 0 against the host's, as when it had an
+            # autogroup of its own: the runtime's runs together as many as may run at once
+            # (the kernel holds the weight to its largest).
+            _write_at(parent, "cpu.shares", str(_CPU_SHARES * self._max_parallel_runs))
+        except OSError:
+            if parent >= 0:
+                os.close(parent)
+                with contextlib.suppress(OSError):
+                    os.rmdir(self._parent_name, dir_fd=base)
+            os.close(base)
+            return
+        self._base.append(base)
+        self._parents.append(parent)
 
     def _sweep_stale(self) -> None:
         for base in self._base:
-            for name in os.listdir(base):
-                match = _PARENT.match(name)
-                if match is None:
-                    continue
-                owner, started = int(match[1]), int(match[2])
-                if _start_time(owner) != started:
-                    _sweep_parent(base, name)
+            self._sweep_stale_in(base)
+
+    @staticmethod
+    def _sweep_stale_in(base: int) -> None:
+        for name in os.listdir(base):
+            match = _PARENT.match(name)
+            if match is None:
+                continue
+            owner, started = int(match[1]), int(match[2])
+            if _start_time(owner) != started:
+                _sweep_parent(base, name)
 
     def _start_janitor(self) -> None:
         """Fork the process that removes the parents once the template has exited."""
