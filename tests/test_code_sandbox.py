@@ -221,7 +221,10 @@ def test_a_setsid_double_forked_sleeper_does_not_outlive_the_run(
     program = f"""
 import os, time
 if os.fork() == 0:
-    os.setsid()
+    try:
+        os.setsid()
+    except PermissionError:  # a run without cgroups starts no session
+        pass
     if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "{marker}"])
     os._exit(0)
@@ -462,7 +465,10 @@ return {
 SLEEPER = """
 import asyncio, os
 if os.fork() == 0:
-    os.setsid()
+    try:
+        os.setsid()
+    except PermissionError:  # a run without cgroups starts no session
+        pass
     if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "{marker}"])
     os._exit(0)

@@ -847,7 +847,10 @@ def test_a_setsid_double_fork_does_not_outlive_the_run(sandbox: SubprocessCodeRu
     program = f"""
 import os, subprocess, sys
 if os.fork() == 0:
-    os.setsid()
+    try:
+        os.setsid()
+    except PermissionError:  # a run without cgroups starts no session
+        pass
     if os.fork() == 0:
         subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])
     os._exit(0)
@@ -878,7 +881,10 @@ def test_nothing_of_a_run_writes_after_its_result(tmp_path: Path) -> None:
 import os, time
 for _ in range(4):
     if os.fork() == 0:
-        os.setsid()
+        try:
+            os.setsid()
+        except PermissionError:  # a run without cgroups starts no session
+            pass
         if os.fork() == 0:
             with open({str(log)!r}, 'a') as log:
                 while True:  # stamps on the clock the host shares
@@ -1095,7 +1101,10 @@ def test_a_run_that_keeps_its_own_channel_open_still_ends_alone() -> None:
 import os, time
 keep = os.open('/proc/self/fd/3', os.O_WRONLY)
 if os.fork() == 0:
-    os.setsid()
+    try:
+        os.setsid()
+    except PermissionError:  # a run without cgroups starts no session
+        pass
     time.sleep(3600)
 print('x' * 5000, flush=True)
 time.sleep(3600)
@@ -1288,7 +1297,10 @@ def test_spinning_children_are_charged_to_the_run() -> None:
 import os
 for _ in range(2):
     if os.fork() == 0:
-        os.setsid()
+        try:
+            os.setsid()
+        except PermissionError:  # a run without cgroups starts no session
+            pass
         while True:
             pass
 import time
