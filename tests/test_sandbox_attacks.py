@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import shutil
 import signal
 import socket
 import stat
@@ -1645,6 +1646,37 @@ return seen + [os.sched_getscheduler(0) == os.SCHED_OTHER]
         assert_next_run_works(runtime)
     finally:
         runtime.close()
+
+
+REAL_TIME_HOST = """
+from dsh_tools import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
+from sandbox_support import value
+program = "import os\\nreturn [os.sched_getscheduler(0), os.getpriority(os.PRIO_PROCESS, 0)]"
+for cgroups in (True, False):
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(cgroups=cgroups)))
+    try:
+        print(list(value(runtime, program)))
+    finally:
+        runtime.close()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may start a real-time harness here")
+@pytest.mark.skipif(shutil.which("chrt") is None, reason="needs chrt(1)")
+def test_a_real_time_harness_hands_neither_its_policy_nor_its_priority_to_a_run() -> None:
+    # Policy and nice value are inherited across fork, which no limit of the run's undoes: a
+    # harness started under SCHED_FIFO at nice -10 gave both to the program (a spinning one
+    # leaves every other process of its CPU 5% of it), and the run's cpu cgroup, which refuses
+    # a real-time task, failed every run.
+    host = subprocess.run(
+        ["chrt", "-f", "10", "nice", "-n", "-10", sys.executable, "-c", REAL_TIME_HOST],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent,
+        timeout=120,
+    )
+    assert host.stdout.split("\n")[:2] == ["[0, 0]", "[0, 0]"], host  # SCHED_OTHER, nice 0
 
 
 def test_queued_signals_take_a_bounded_share_of_the_users_allowance(

@@ -85,6 +85,22 @@ def _no_core_dumps() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
 
 
+def _ordinary_scheduling() -> None:
+    """No real-time policy and no nice value below 0 for this run's every process, whatever
+    the harness's are (both are inherited across ``fork``): the worker's ``RLIMIT_RTPRIO`` and
+    ``RLIMIT_NICE`` at 0 keep a process from taking them, not from keeping them. A harness
+    started under ``SCHED_FIFO`` (``chrt``) handed it to the program, whose spinning leaves
+    every other process of its CPU, the host's included, 5% of it; and the run's ``cpu``
+    cgroup refuses a real-time task, which failed every run. Giving either up needs no
+    privilege; best effort."""
+    with contextlib.suppress(OSError):
+        if os.sched_getscheduler(0) not in (os.SCHED_OTHER, os.SCHED_BATCH, os.SCHED_IDLE):
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    with contextlib.suppress(OSError):
+        if os.getpriority(os.PRIO_PROCESS, 0) < 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
 def _write_quiet(fd: int, data: bytes) -> None:
     with contextlib.suppress(OSError):
         os.write(fd, data)
@@ -115,6 +131,7 @@ def _child(worker: Any, control: socket.socket, fds: list[int], plan: Any) -> No
     try:
         os.setsid()
         _no_core_dumps()
+        _ordinary_scheduling()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         control.detach()  # the descriptor is closed below; the object must never close it
