@@ -6,6 +6,9 @@ Tools: ``echo()``: how many ``tools/list`` requests the server has answered so f
 same cursor again, or with ``fresh`` a new one each time), then the server sends
 ``notifications/tools/list_changed``.
 
+Resource templates come in two pages: ``notes://{name}`` on the first, ``logs://{day}`` on
+the second.
+
 Run: ``python tests/mcp_paging_server.py``.
 """
 
@@ -49,7 +52,25 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
 
-server = Server("pager", on_list_tools=list_tools, on_call_tool=call_tool)
+_TEMPLATE_PAGES = {
+    None: (types.ResourceTemplate(name="note", uri_template="notes://{name}"), "second"),
+    "second": (types.ResourceTemplate(name="log", uri_template="logs://{day}"), None),
+}
+
+
+async def list_resource_templates(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListResourceTemplatesResult:
+    template, cursor = _TEMPLATE_PAGES[params.cursor if params is not None else None]
+    return types.ListResourceTemplatesResult(resource_templates=[template], next_cursor=cursor)
+
+
+server = Server(
+    "pager",
+    on_list_tools=list_tools,
+    on_call_tool=call_tool,
+    on_list_resource_templates=list_resource_templates,
+)
 
 
 async def main() -> None:

@@ -616,6 +616,15 @@ def test_a_tool_list_whose_pages_never_end_fails_that_listing_not_the_connection
     assert mcp_threads() == []
 
 
+def test_resource_templates_are_listed_from_every_page(system: ToolSystem, errlog: TextIO) -> None:
+    params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER])
+    with register_mcp_server_sync(
+        system, "pager", params, errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        templates = plugin.list_resource_templates(timeout=WAIT)
+    assert [t["uriTemplate"] for t in templates] == ["notes://{name}", "logs://{day}"]
+
+
 def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:
     params = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
     with pytest.raises(McpConnectionError) as caught:

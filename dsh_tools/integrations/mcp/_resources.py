@@ -52,8 +52,9 @@ class ServerResources:
             if method == "resources/list":
                 return await list_all(session.list_resources, lambda page: page.resources, method)
             if method == "resources/templates/list":
-                templates = await session.list_resource_templates()
-                return [wire(t) for t in templates.resource_templates]
+                return await list_all(
+                    session.list_resource_templates, lambda page: page.resource_templates, method
+                )
             if method == "resources/read":
                 read = await session.read_resource(params["uri"])
                 return [wire(c) for c in read.contents]
