@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
-from conftest import WAIT, spawn
+from conftest import WAIT, Logs, spawn
 from mcp_support import (
     Changes,
     HttpServer,
@@ -64,6 +64,39 @@ def test_a_tool_the_server_adds_is_registered_with_one_change(
     assert changes.count == 1
     assert plugin.tool_names[-1] == "howdy"
     assert texts(run(system, "howdy", {"who": "you"})) == ["howdy says hi to you"]
+
+
+@pytest.mark.parametrize("agent", [None, "scout"])
+def test_a_change_observer_may_close_the_plugin_whose_tools_changed(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, logs: Logs, agent: str | None
+) -> None:
+    # Observers run on the thread that applies the server's change, which the connection
+    # waits for: a close from there must not wait for the connection in turn, and what that
+    # change was registering is undone with the rest.
+    plugin = register_mcp_server_sync(
+        system, "live", live_params(tmp_path), agent=agent, errlog=errlog, connect_timeout=WAIT
+    )
+    pid = int(wait_for_file(tmp_path / "pid"))
+    closed = threading.Event()
+
+    def refuse_intruders() -> None:
+        if "intruder" in system.tools.names(agent):
+            plugin.close()
+            closed.set()
+
+    system.tools.on_change(refuse_intruders)
+    run(system, "add_tool", {"name": "intruder"}, agent=agent)
+    assert closed.wait(WAIT)
+    plugin.close()  # waits for the close under way
+    assert plugin.state == "closed"
+    assert system.tools.names(agent) == []
+    assert plugin.tool_names == ()
+    assert process_gone(pid)
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name.startswith("mcp")],
+        "the connection's threads to end",
+    )
+    assert not [e for e in logs.entries if e["event"] == "MCP session did not close in time"]
 
 
 def test_a_tool_the_server_removes_is_unregistered_and_calls_are_unknown(

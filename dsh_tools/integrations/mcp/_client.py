@@ -99,6 +99,7 @@ class McpClient:
         # whoever reads its MCP_DISCONNECTED sees the state and the tools that follow from it.
         self._end_handled: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._updater: int | None = None  # the thread running a listener update, if any
         self._calls: dict[concurrent.futures.Future[Any], McpCallRef] = {}
         self._lock = threading.Lock()
         self._state: McpState = "connecting"
@@ -337,9 +338,19 @@ class McpClient:
             self._missed = True
             return
         try:
-            await asyncio.to_thread(notify, listener)
+            await asyncio.to_thread(self._update, notify, listener)
         except Exception as exc:
             _log.warning("MCP plugin update failed", server=self.label, error=describe(exc))
+
+    def _update(
+        self, notify: Callable[[ConnectionListener], None], listener: ConnectionListener
+    ) -> None:
+        """On a worker thread: one listener update, its thread known to ``close``."""
+        self._updater = threading.get_ident()
+        try:
+            notify(listener)
+        finally:
+            self._updater = None
 
     def attach(self, listener: ConnectionListener) -> None:
         """Start telling ``listener`` about changes; a tools change that arrived before (while
@@ -355,14 +366,33 @@ class McpClient:
             self._wake.set()
 
     def close(self, timeout: float) -> None:
-        """Cut in-flight calls short, end the session (stopping the server) and the thread."""
+        """Cut in-flight calls short, end the session (stopping the server) and the thread.
+
+        Called from a listener update (a ``change`` observer that closes the plugin or stops
+        the system), it returns at once and the close finishes on a thread of its own: the
+        supervisor waits for that update to return, so waiting for the supervisor here would
+        wait for itself until ``timeout``, twice."""
+        in_update = self._updater == threading.get_ident()
         with self._lock:
             first = self._state != "closed"
             self._state = "closed"
             self._state_changed.notify_all()
         if not first:
-            self._closed.wait(timeout)
+            if not in_update:
+                self._closed.wait(timeout)
             return
+        if in_update:
+            finishing = threading.Thread(
+                target=self._finish_close,
+                args=(timeout,),
+                name=f"mcp-close[{self.label}]",
+                daemon=True,
+            )
+            finishing.start()
+            return
+        self._finish_close(timeout)
+
+    def _finish_close(self, timeout: float) -> None:
         try:
             self._cut_calls("closed")
             serving = self._serving

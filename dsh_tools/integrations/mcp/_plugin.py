@@ -280,6 +280,14 @@ class McpPlugin(ServerResources):
                     continue
                 info = self._info_of(definition)
                 order[mcp_name] = _Registered(wire, disposer, info)
+                if self._closing:
+                    break
+            if self._closing:
+                # Closed by a change observer of this very update (on this thread): the close
+                # withdrew what was registered before, and this update's own are undone here.
+                for entry in reversed(list(order.values())):
+                    entry.disposer()
+                order = {}
             self._registered = order
 
     def _name_taken(self, mcp_name: str, exc: Exception) -> ValueError | None:
