@@ -76,6 +76,7 @@ class McpClient:
         reconnect: ReconnectPolicy | None,
         ping_interval: float | None,
         options: ClientOptions,
+        session_ended: Callable[[], str | None] | None = None,
     ) -> None:
         self.label = label
         self.agent = agent
@@ -85,6 +86,9 @@ class McpClient:
         self._reconnect = reconnect
         self._ping_interval = ping_interval
         self._options = options
+        # Why the transport's session is over though its streams are not (a URL's server
+        # answered the session id with 404), or None.
+        self._session_ended = session_ended
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"mcp[{label}]", daemon=True)
         self._session: ClientSession | None = None
@@ -323,6 +327,10 @@ class McpClient:
                     with anyio.fail_after(self._connect_timeout):
                         await session.send_ping()
                 except Exception as exc:
+                    ended = self._session_ended() if self._session_ended is not None else None
+                    if ended is not None:
+                        self._ended = ended
+                        return
                     _log.warning("MCP server stopped answering", server=self.label, error=str(exc))
                     self._ended = f"no answer to a keep-alive ping ({describe(exc)})"
                     return
@@ -496,11 +504,17 @@ class McpClient:
         """On the client loop: the harness error for a failed request. The code the SDK uses
         for a closed connection is also a server's generic error code, and a transport that
         lost one response stream says so with it too: unless it is the SDK's own "closed"
-        outcome, a ping decides whether the server is still there."""
-        if exc.code == types.CONNECTION_CLOSED and (
-            is_closed(exc) or not await self._answers_ping(session)
+        outcome, a ping decides whether the server is still there. A request the server
+        refused because it no longer knows the session ends the session too."""
+        ended = self._session_ended() if self._session_ended is not None else None
+        if (
+            ended is None
+            and exc.code == types.CONNECTION_CLOSED
+            and (is_closed(exc) or not await self._answers_ping(session))
         ):
-            self._note_lost(f"a request reported the connection closed ({exc.message})")
+            ended = f"a request reported the connection closed ({exc.message})"
+        if ended is not None:
+            self._note_lost(ended)
             return McpConnectionError(
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )

@@ -47,20 +47,44 @@ only a ping tells that from a slow call."""
 _HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 """The SDK's default HTTP timeouts: 30 s to connect, write or wait for the pool, 300 s to read
 (a server may hold a response stream open)."""
+_SESSION_HEADER: Final = "mcp-session-id"
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
 class _HttpStatus:
     """The last error status an HTTP server answered with: the SDK's error for a refused
     request says only "Not Found" or "Server returned an error response", which leaves a
-    harness author guessing whether the URL, its path or the server's transport is wrong."""
+    harness author guessing whether the URL, its path or the server's transport is wrong.
+
+    It also sees the server end the session: a 404 to a request that carried the session's id
+    means the server no longer knows it (it restarted, or let the session expire), and the
+    protocol has the client start a new one. The SDK reports that only as the failure of the
+    request, so ``session_ended`` tells the connection, which then reconnects."""
 
     def __init__(self) -> None:
         self.last: str | None = None
+        self.ended: str | None = None
+
+    def reset(self) -> None:
+        """A new connection: nothing answered yet."""
+        self.last = None
+        self.ended = None
 
     async def record(self, response: httpx2.Response) -> None:
         if response.status_code >= 400:
             self.last = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+        request = response.request
+        # POSTs only: a GET that resumes the server's stream may see 404 while the session
+        # lives on.
+        if (
+            response.status_code == 404
+            and request.method == "POST"
+            and request.headers.get(_SESSION_HEADER)
+        ):
+            self.ended = "the server no longer knows the session (HTTP 404 to its session id)"
+
+    def session_ended(self) -> str | None:
+        return self.ended
 
 
 class _Transport(NamedTuple):
@@ -133,7 +157,7 @@ def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transpo
 
         @contextlib.asynccontextmanager
         async def open_http() -> AsyncIterator[Any]:
-            status.last = None
+            status.reset()
             # A client of our own, with the timeouts the SDK gives its default one, so that its
             # responses' statuses can be seen; the SDK leaves a client it is given to its owner
             # to close.
@@ -337,6 +361,7 @@ def _register_sync(
             reconnect=policy,
             ping_interval=ping_interval,
             options=options,
+            session_ended=transport.status.session_ended if transport.status else None,
         )
         plugin = McpPlugin(
             system=system,
