@@ -21,7 +21,7 @@ from mcp_support import (
     texts,
 )
 
-from dsh_tools import ExecuteBatch, ToolCall, ToolSystem
+from dsh_tools import AbortSignal, ExecuteBatch, ToolCall, ToolSystem
 from dsh_tools.integrations import (
     McpPlugin,
     McpProgress,
@@ -145,6 +145,72 @@ def test_elicitation_routed_to_the_approval_seam_accepts_with_the_defaults(
     assert request["tool_name"] == "confirm"
     assert request["call_id"] == "call-confirm"
     assert request["reason"] == "Really deploy?"
+
+
+class ApprovalWithArguments:
+    """An approver that requires every keyword the pipeline gives, ``arguments`` included."""
+
+    def __init__(self) -> None:
+        self.arguments: list[Any] = []
+
+    def request(
+        self,
+        *,
+        agent: str,
+        tool_name: str,
+        call_id: str,
+        signal: AbortSignal,
+        arguments: Any,
+        reason: str | None = None,
+    ) -> str:
+        self.arguments.append(arguments)
+        return "allowed-once"
+
+
+def approve_without_reasons(
+    *, agent: str, tool_name: str, call_id: str, signal: AbortSignal
+) -> str:
+    return "allowed-once"
+
+
+def test_elicitation_calls_the_approver_with_the_keywords_it_takes(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    # As the pipeline does: ``arguments`` and ``reason`` only for an approver that takes them,
+    # and every approver that takes the required keywords can answer.
+    approval = ApprovalWithArguments()
+    system = make_system(approval=approval)
+    connect(system, elicitation="approval")
+    assert texts(run(system, "confirm", {"action": "deploy"}, agent="ops")) == ["accept True"]
+    [arguments] = approval.arguments
+    assert arguments["message"] == "Really deploy?"
+    assert arguments["requestedSchema"]["properties"]["sure"]["default"] is True
+
+    plain = make_system(approval=approve_without_reasons)
+    connect(plain, elicitation="approval")
+    assert texts(run(plain, "confirm", {"action": "deploy"}, agent="ops")) == ["accept True"]
+
+
+def test_an_elicitation_approval_is_abandoned_when_the_connection_ends(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    asked = threading.Event()
+    abandoned: list[bool] = []
+
+    def wait_for_a_human(*, signal: AbortSignal, **request: Any) -> str:
+        asked.set()
+        abandoned.append(signal.wait(WAIT))
+        return "cancelled"
+
+    system = make_system(approval=wait_for_a_human)
+    plugin = connect(system, elicitation="approval")
+    with ThreadPoolExecutor(1) as pool:
+        calling = pool.submit(run, system, "confirm", {"action": "deploy"}, agent="ops")
+        assert asked.wait(WAIT)
+        plugin.close()
+        assert failure(calling.result(WAIT))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+    wait_until(lambda: bool(abandoned))
+    assert abandoned == [True]
 
 
 def test_a_rejected_approval_declines_the_elicitation(

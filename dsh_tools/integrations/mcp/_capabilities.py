@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...actors import AbortController
 from ...actors._logging import get_logger
+from ...pipeline._approval import ApprovalCall
+from ...registry import snapshot_json
 from ._types import ElicitationCallback, McpRequestContext
 
 if TYPE_CHECKING:
@@ -41,7 +43,11 @@ def approval_elicitation(system: ToolSystem) -> ElicitationCallback:
     """Elicitation answered by ``system.approval``: the request's message is the approval's
     ``reason``; ``"allowed-once"`` accepts (with the requested schema's defaults as content,
     or consent to open the URL), ``"rejected"`` declines, anything else cancels. A form whose
-    required fields have no default is declined: an approval cannot fill it in."""
+    required fields have no default is declined: an approval cannot fill it in.
+
+    The approver is called as the pipeline calls it: ``arguments`` (here the elicitation
+    request, frozen) and ``reason`` only when its ``request`` takes them; its ``signal`` aborts
+    when the server withdraws the request or the connection ends."""
 
     async def elicit(ctx: McpRequestContext, params: dict[str, Any]) -> dict[str, Any]:
         approval = system.approval
@@ -60,16 +66,30 @@ def approval_elicitation(system: ToolSystem) -> ElicitationCallback:
         message = str(params.get("message") or f'MCP server "{ctx.server}" asks to continue')
         if is_url and params.get("url"):
             message += f" ({params['url']})"
+        how = ApprovalCall(approval)
+        abandon = AbortController()
         kwargs: dict[str, Any] = {
             "agent": call.agent if call is not None else ctx.agent,
             "tool_name": call.tool if call is not None else ctx.server,
             "call_id": call.call_id if call is not None else "",
-            "signal": AbortController().signal,
-            "reason": message,
+            "signal": abandon.signal,
         }
-        outcome = await asyncio.to_thread(approval.request, **kwargs)
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
+        if "arguments" in how.passes:
+            kwargs["arguments"] = snapshot_json(params, "params")
+        if "reason" in how.passes:
+            kwargs["reason"] = message
+        try:
+            if how.is_async:
+                outcome = approval.request(**kwargs)
+            else:
+                outcome = await asyncio.to_thread(approval.request, **kwargs)
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+        except asyncio.CancelledError:
+            # The SDK cancels the handler when the server withdraws the request or the session
+            # ends: a human still being asked is told through the signal.
+            abandon.abort("the MCP server no longer waits for the answer")
+            raise
         if outcome == "allowed-once":
             return {"action": "accept"} if is_url else {"action": "accept", "content": content}
         if outcome == "rejected":
