@@ -137,6 +137,28 @@ def test_a_non_positive_timeout_is_refused_before_connecting(system: ToolSystem)
         register_mcp_server_sync(system, "live", live_params(Path(".")), timeouts={"slow": 0})
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("timeout_ms", 0),
+        ("timeout_ms", float("nan")),
+        ("ping_interval", 0),
+        ("ping_interval", -1.0),
+        ("connect_timeout", -1),
+        ("connect_timeout", float("inf")),
+        ("close_timeout", 0),
+    ],
+)
+def test_a_bound_that_is_no_positive_number_is_refused_before_the_server_starts(
+    system: ToolSystem, tmp_path: Path, option: str, value: float
+) -> None:
+    # ping_interval=0 would ping without pause; a zero or negative timeout gives up at once.
+    with pytest.raises(ValueError, match=rf"^{option} must be a positive number of"):
+        register_mcp_server_sync(system, "live", live_params(tmp_path), **{option: value})
+    assert not (tmp_path / "pid").exists()
+    assert system.tools.names() == []
+
+
 # --- tasks and output schemas ------------------------------------------------------------------
 
 

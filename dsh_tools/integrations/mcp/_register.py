@@ -193,6 +193,27 @@ def _reconnect_policy(
     raise TypeError("reconnect must be None, a bool or a ReconnectPolicy")
 
 
+def _positive(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value > 0
+
+
+def _check_bounds(
+    timeout_ms: Any, ping_interval: Any, connect_timeout: Any, close_timeout: Any
+) -> None:
+    """Each bound is a positive finite number (``timeout_ms`` and ``ping_interval`` may be
+    ``None``): a zero or negative ``ping_interval`` pings without pause, a zero or negative
+    timeout gives up at once, and an infinite one overflows the waits it bounds."""
+    bounds = (
+        ("timeout_ms", timeout_ms, "milliseconds", True),
+        ("ping_interval", ping_interval, "seconds", True),
+        ("connect_timeout", connect_timeout, "seconds", False),
+        ("close_timeout", close_timeout, "seconds", False),
+    )
+    for label, value, unit, optional in bounds:
+        if not (optional and value is None) and not _positive(value):
+            raise ValueError(f"{label} must be a positive number of {unit}, got {value!r}")
+
+
 def _check(
     name: Any,
     tool_prefix: Any,
@@ -218,7 +239,7 @@ def _check(
     for key, value in timeouts.items():
         if type(key) is not str:
             raise TypeError("timeouts keys must be tool names (str)")
-        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        if not _positive(value):
             raise ValueError(f"timeouts[{key!r}] must be a positive number of milliseconds")
     if roots is not None and (isinstance(roots, str | bytes) or not isinstance(roots, Sequence)):
         raise TypeError("roots must be a list of paths")
@@ -328,6 +349,7 @@ def _register_sync(
         on_progress,
         on_list_changed,
     )
+    _check_bounds(timeout_ms, ping_interval, connect_timeout, close_timeout)
     transport = _transport(server_params, errlog, name)
     open_transport, kind = transport.open, transport.kind
     policy = _reconnect_policy(reconnect, kind)
