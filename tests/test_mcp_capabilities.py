@@ -87,6 +87,30 @@ def test_close_does_not_wait_for_a_plain_sampling_callback_still_running(
         release.set()
 
 
+@pytest.mark.parametrize("closing", ["aclose", "close"])
+def test_a_coroutine_callback_may_close_its_own_plugin(
+    system: ToolSystem, connect: Callable[..., McpPlugin], logs: Logs, closing: str
+) -> None:
+    # A coroutine callback runs on the connection's loop, inside the request the server is
+    # waiting on: its close cannot wait for the connection to end, which waits for it.
+    plugins: list[McpPlugin] = []
+
+    async def give_up(ctx: McpRequestContext, params: dict[str, Any]) -> Mapping[str, Any]:
+        if closing == "aclose":
+            await plugins[0].aclose()
+        else:
+            plugins[0].close()
+        return {"role": "assistant", "content": {"type": "text", "text": "bye"}, "model": "m"}
+
+    plugins.append(connect(system, sampling=give_up))
+    error = failure(run(system, "ask_model", {"question": "?"}))["error"]
+    assert error["info"]["code"] == "MCP_DISCONNECTED"
+    plugins[0].close()  # waits for the close under way
+    assert plugins[0].state == "closed"
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("mcp[")])
+    assert not [e for e in logs.entries if e["event"] == "MCP session did not close in time"]
+
+
 def test_a_failing_sampling_callback_fails_the_servers_request(
     system: ToolSystem, connect: Callable[..., McpPlugin]
 ) -> None:

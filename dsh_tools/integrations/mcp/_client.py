@@ -376,20 +376,19 @@ class McpClient:
     def close(self, timeout: float) -> None:
         """Cut in-flight calls short, end the session (stopping the server) and the thread.
 
-        Called from a listener update (a ``change`` observer that closes the plugin or stops
-        the system), it returns at once and the close finishes on a thread of its own: the
-        supervisor waits for that update to return, so waiting for the supervisor here would
-        wait for itself until ``timeout``, twice."""
-        in_update = self._updater == threading.get_ident()
+        Called where the end of the session waits for the caller, it returns at once and the
+        close finishes on a thread of its own (see ``waits_for_caller``): waiting for the
+        supervisor there would wait for itself until ``timeout``, twice."""
+        waited_for = self.waits_for_caller()
         with self._lock:
             first = self._state != "closed"
             self._state = "closed"
             self._state_changed.notify_all()
         if not first:
-            if not in_update:
+            if not waited_for:
                 self._closed.wait(timeout)
             return
-        if in_update:
+        if waited_for:
             finishing = threading.Thread(
                 target=self._finish_close,
                 args=(timeout,),
@@ -399,6 +398,13 @@ class McpClient:
             finishing.start()
             return
         self._finish_close(timeout)
+
+    def waits_for_caller(self) -> bool:
+        """Whether the session's end waits for the calling thread: the client loop's (a
+        coroutine callback, which the request it answers waits for) or a listener update's (a
+        ``change`` observer, which the supervisor waits for)."""
+        caller = threading.get_ident()
+        return caller == self._updater or caller == self._thread.ident
 
     def _finish_close(self, timeout: float) -> None:
         try:

@@ -401,7 +401,12 @@ class McpPlugin(ServerResources):
     async def aclose(self) -> None:
         """``close()`` on a worker thread, for callers on an event loop. Cancelling the awaiting
         task raises ``CancelledError`` once the plugin is closed: the close is never cut
-        short, nor left to go on after the cancellation."""
+        short, nor left to go on after the cancellation. From a coroutine callback (on the
+        connection's own loop, which the session's end waits for) it starts the close and
+        returns, as ``close()`` does there."""
+        if self._client.waits_for_caller():
+            self.close()
+            return
         closing = asyncio.ensure_future(asyncio.to_thread(self.close))
         try:
             await asyncio.shield(closing)
