@@ -509,6 +509,19 @@ def test_a_plugin_closed_first_is_not_closed_again_by_stop(
     assert logs.warnings == []
 
 
+def test_wait_for_state_refuses_what_is_no_state(connect: Callable[..., McpPlugin]) -> None:
+    # A timeout given by position would be a state never reached, waited for without limit.
+    plugin = connect()
+    assert plugin.wait_for_state("connected", timeout=WAIT)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(plugin.wait_for_state, "closed", 5)
+        try:
+            with pytest.raises(ValueError, match=r"timeout= by keyword\), got 5"):
+                waiting.result(WAIT)
+        finally:
+            plugin.close()  # ends a wait that was let through
+
+
 def test_close_is_idempotent(system: ToolSystem, connect: Callable[..., McpPlugin]) -> None:
     plugin = connect()
     plugin.close()

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from ...actors import FrozenDict, message_of
 from ...actors._logging import get_logger
@@ -125,7 +125,18 @@ class McpPlugin(ServerResources):
         return self._client.state in ("closed", "disconnected")
 
     def wait_for_state(self, *states: McpState, timeout: float | None = None) -> bool:
-        """Block until ``state`` is one of ``states``; False if ``timeout`` passed first."""
+        """Block until ``state`` is one of ``states``; False if ``timeout`` passed first.
+
+        ``ValueError`` for a state that is none of the five: ``wait_for_state("connected",
+        5)`` (the timeout given by position) would otherwise wait for a state that never comes,
+        with no timeout."""
+        known = get_args(McpState)
+        for state in states:
+            if state not in known:
+                raise ValueError(
+                    f"wait_for_state takes states among {', '.join(known)} (and timeout= by "
+                    f"keyword), got {state!r}"
+                )
         return self._client.wait_for_state(states, timeout)
 
     @property
