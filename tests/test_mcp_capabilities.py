@@ -426,6 +426,34 @@ def test_a_resource_list_change_reaches_the_callback_which_may_re_list(
     assert plugin.read_resource("notes://later")[0]["text"] == "call mum"
 
 
+def test_a_coroutine_callback_lists_with_the_awaitable_forms_and_is_told_so(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # On the connection's own loop a blocking list would stall the connection until its
+    # timeout and then blame the server: it is refused at once, and the a-forms work there.
+    seen: list[Any] = []
+    done = threading.Event()
+    plugins: list[McpPlugin] = []
+
+    async def changed(kind: str) -> None:
+        try:
+            plugins[0].list_resources(timeout=WAIT)
+        except RuntimeError as exc:
+            seen.append(str(exc))
+        seen.append([r["uri"] for r in await plugins[0].alist_resources()])
+        seen.append([t["name"] for t in await plugins[0].alist_resource_templates()])
+        done.set()
+
+    plugins.append(connect(system, on_list_changed=changed))
+    assert texts(run(system, "add_note", {"name": "later", "text": "call mum"})) == ["noted later"]
+    assert done.wait(WAIT)
+    refusal, uris, templates = seen
+    assert "from a coroutine callback would stop the loop that answers it" in refusal
+    assert uris == ["notes://today", "notes://logo", "notes://later"]
+    assert templates == []
+    assert texts(run(system, "greet", {"name": "after"})) == ["hello after"]
+
+
 def test_reading_an_unknown_resource_is_a_request_failure(
     system: ToolSystem, connect: Callable[..., McpPlugin]
 ) -> None:

@@ -403,8 +403,12 @@ class McpClient:
         """Whether the session's end waits for the calling thread: the client loop's (a
         coroutine callback, which the request it answers waits for) or a listener update's (a
         ``change`` observer, which the supervisor waits for)."""
-        caller = threading.get_ident()
-        return caller == self._updater or caller == self._thread.ident
+        return self.on_client_loop() or threading.get_ident() == self._updater
+
+    def on_client_loop(self) -> bool:
+        """Whether the caller runs on the client loop's thread (a coroutine callback), where
+        blocking on a request would stop the loop that answers it."""
+        return threading.get_ident() == self._thread.ident
 
     def _finish_close(self, timeout: float) -> None:
         try:

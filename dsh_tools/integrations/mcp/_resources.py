@@ -24,6 +24,15 @@ class ServerResources:
     _client: McpClient
 
     def _run(self, coro: Coroutine[Any, Any, _T], timeout: float | None) -> _T:
+        if self._client.on_client_loop():
+            # A coroutine callback runs on the loop that would carry the request: blocking it
+            # stalls the whole connection and then reports that the server did not answer.
+            coro.close()
+            raise RuntimeError(
+                f'a blocking request to MCP server "{self.name}" from a coroutine callback '
+                "would stop the loop that answers it; await the a-prefixed form "
+                "(await plugin.alist_resources(), ...) instead"
+            )
         future = self._client.request(coro)
         try:
             return future.result(timeout)
@@ -101,6 +110,11 @@ class ServerResources:
     async def alist_resources(self) -> list[dict[str, Any]]:
         """``list_resources()`` for callers on an event loop."""
         out: list[dict[str, Any]] = await self._arun(self._request("resources/list"))
+        return out
+
+    async def alist_resource_templates(self) -> list[dict[str, Any]]:
+        """``list_resource_templates()`` for callers on an event loop."""
+        out: list[dict[str, Any]] = await self._arun(self._request("resources/templates/list"))
         return out
 
     async def aread_resource(self, uri: str) -> list[dict[str, Any]]:
