@@ -2,8 +2,10 @@
 real process by the MCP tests (``MCPServer`` of the official SDK).
 
 Run: ``python tests/mcp_live_server.py`` (stdio) or ``python tests/mcp_live_server.py http
-PORT`` (Streamable HTTP on 127.0.0.1:PORT, path ``/mcp``). With ``MCP_FIXTURE_MARKS`` naming a
-directory, it writes its process id to ``pid`` there and the marker files described below.
+PORT`` (Streamable HTTP on 127.0.0.1:PORT, path ``/mcp``; ``http-400`` instead of ``http``
+answers an unknown session id with 400 where the SDK's server answers 404). With
+``MCP_FIXTURE_MARKS`` naming a directory, it writes its process id to ``pid`` there and the
+marker files described below.
 
 Tools:
 - ``greet(name)``: ``hello <name>`` (read-only); ``add_tool(name)`` / ``remove_tool(name)``:
@@ -32,6 +34,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import types
@@ -268,10 +271,30 @@ def review(code: str) -> str:
     return f"Please review:\n{code}"
 
 
+def _not_found_as_400(app: Any) -> Any:
+    """``app`` answering 400 where it answers 404, as servers that refuse an unknown session
+    id with "Bad Request" do."""
+
+    async def answer(scope: Any, receive: Any, send: Any) -> None:
+        async def send_400(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 404:
+                message = {**message, "status": 400}
+            await send(message)
+
+        await app(scope, receive, send_400)
+
+    return answer
+
+
 def main(argv: list[str]) -> None:
     _mark("pid", str(os.getpid()))
     if argv[:1] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))
+    elif argv[:1] == ["http-400"]:
+        import uvicorn
+
+        app = _not_found_as_400(server.streamable_http_app(host="127.0.0.1"))
+        uvicorn.run(app, host="127.0.0.1", port=int(argv[1]), log_level="warning")
     else:
         server.run()
 

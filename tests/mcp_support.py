@@ -152,7 +152,8 @@ def free_port() -> int:
 class HttpServer:
     """The live server over Streamable HTTP on one 127.0.0.1 port, as a child process."""
 
-    def __init__(self, marks: Path, log: Any) -> None:
+    def __init__(self, marks: Path, log: Any, mode: str = "http") -> None:
+        self.mode = mode  # "http", or "http-400": see tests/mcp_live_server.py
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._marks = marks
@@ -162,7 +163,7 @@ class HttpServer:
     def start(self) -> None:
         env = {**os.environ, "MCP_FIXTURE_MARKS": str(self._marks)}
         self.process = subprocess.Popen(
-            [sys.executable, LIVE_SERVER, "http", str(self.port)],
+            [sys.executable, LIVE_SERVER, self.mode, str(self.port)],
             env=env,
             stdout=self._log,
             stderr=self._log,

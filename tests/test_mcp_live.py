@@ -263,22 +263,29 @@ def test_an_http_server_follows_list_changes_and_reconnects_after_a_restart(
     assert system.tools.names() == []
 
 
+@pytest.mark.parametrize("refusal", ["http", "http-400"], ids=["404", "400"])
 def test_a_session_the_http_server_no_longer_knows_is_a_lost_connection(
-    system: ToolSystem, http_server: HttpServer
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, refusal: str
 ) -> None:
-    # A server restarted between two calls answers the old session id with 404: the session
-    # is gone (the client must start a new one), so the call fails as disconnected and the
-    # plugin reconnects, rather than every later call failing on the dead session.
-    with register_mcp_server_sync(
-        system, "web", http_server.url, reconnect=QUICK, ping_interval=None, connect_timeout=WAIT
-    ) as plugin:
-        assert texts(run(system, "greet", {"name": "web"})) == ["hello web"]
+    # A server restarted between two calls answers the old session id with 404 (or, some
+    # servers, 400 and a ping too): the session is gone (the client must start a new one), so
+    # the call fails as disconnected and the plugin reconnects, rather than every later call
+    # failing on the dead session.
+    http_server = HttpServer(tmp_path, errlog, refusal)
+    http_server.start()
+    try:
+        with register_mcp_server_sync(
+            system, "web", http_server.url, reconnect=QUICK, connect_timeout=WAIT
+        ) as plugin:
+            assert texts(run(system, "greet", {"name": "web"})) == ["hello web"]
+            http_server.kill()
+            http_server.start()
+            gone = failure(run(system, "greet", {"name": "x"}))["error"]
+            assert gone["info"]["code"] == "MCP_DISCONNECTED"
+            assert plugin.wait_for_state("connected", timeout=WAIT)
+            assert texts(run(system, "greet", {"name": "again"})) == ["hello again"]
+    finally:
         http_server.kill()
-        http_server.start()
-        gone = failure(run(system, "greet", {"name": "x"}))["error"]
-        assert gone["info"]["code"] == "MCP_DISCONNECTED"
-        assert plugin.wait_for_state("connected", timeout=WAIT)
-        assert texts(run(system, "greet", {"name": "again"})) == ["hello again"]
 
 
 def test_server_requests_and_progress_ride_the_http_response_streams(

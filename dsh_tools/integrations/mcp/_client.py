@@ -39,7 +39,7 @@ from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
 from ._sdk import describe, is_closed, list_all, list_all_tools, summarize, wire
 from ._server_requests import ClientOptions, ServerRequests
-from ._transport import TransportFactory, WatchedReadStream
+from ._transport import SessionWatch, TransportFactory, WatchedReadStream
 from ._types import McpCallRef, McpRequestContext, McpState, ReconnectPolicy
 
 __all__ = [
@@ -76,7 +76,7 @@ class McpClient:
         reconnect: ReconnectPolicy | None,
         ping_interval: float | None,
         options: ClientOptions,
-        session_ended: Callable[[], str | None] | None = None,
+        session: SessionWatch | None = None,
     ) -> None:
         self.label = label
         self.agent = agent
@@ -86,9 +86,8 @@ class McpClient:
         self._reconnect = reconnect
         self._ping_interval = ping_interval
         self._options = options
-        # Why the transport's session is over though its streams are not (a URL's server
-        # answered the session id with 404), or None.
-        self._session_ended = session_ended
+        # What the transport sees of its session that its streams do not say (a URL's).
+        self._watch = session
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"mcp[{label}]", daemon=True)
         self._session: ClientSession | None = None
@@ -327,7 +326,7 @@ class McpClient:
                     with anyio.fail_after(self._connect_timeout):
                         await session.send_ping()
                 except Exception as exc:
-                    ended = self._session_ended() if self._session_ended is not None else None
+                    ended = self._watched_end()
                     if ended is not None:
                         self._ended = ended
                         return
@@ -515,8 +514,9 @@ class McpClient:
         for a closed connection is also a server's generic error code, and a transport that
         lost one response stream says so with it too: unless it is the SDK's own "closed"
         outcome, a ping decides whether the server is still there. A request the server
-        refused because it no longer knows the session ends the session too."""
-        ended = self._session_ended() if self._session_ended is not None else None
+        refused because it no longer knows the session ends the session too, and so does any
+        refusal of a request of the session when the server then refuses a ping as well."""
+        ended = await self._session_gone(session)
         if (
             ended is None
             and exc.code == types.CONNECTION_CLOSED
@@ -529,6 +529,28 @@ class McpClient:
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )
         return McpToolError(f"MCP request failed: {exc.message}", "MCP_REQUEST_FAILED")
+
+    def _watched_end(self) -> str | None:
+        """After a failed ping: why the transport saw the session end or refused, or ``None``."""
+        watch = self._watch
+        if watch is None:
+            return None
+        refused = watch.refused()
+        return watch.ended() or (f"the server refuses the session ({refused})" if refused else None)
+
+    async def _session_gone(self, session: ClientSession) -> str | None:
+        """After a failed request: why the transport's session is over though its streams go
+        on, or ``None``."""
+        watch = self._watch
+        if watch is None:
+            return None
+        ended = watch.ended()
+        if ended is not None:
+            return ended
+        refused = watch.refused()
+        if refused is not None and not await self._answers_ping(session):
+            return f"the server refuses the session ({refused}), a ping too"
+        return None
 
     async def _answers_ping(self, session: ClientSession) -> bool:
         try:

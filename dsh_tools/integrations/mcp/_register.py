@@ -56,35 +56,43 @@ class _HttpStatus:
     request says only "Not Found" or "Server returned an error response", which leaves a
     harness author guessing whether the URL, its path or the server's transport is wrong.
 
-    It also sees the server end the session: a 404 to a request that carried the session's id
-    means the server no longer knows it (it restarted, or let the session expire), and the
-    protocol has the client start a new one. The SDK reports that only as the failure of the
-    request, so ``session_ended`` tells the connection, which then reconnects."""
+    It also watches the session for the connection (``SessionWatch``): a 404 to a request
+    that carried the session's id means the server no longer knows it (it restarted, or let
+    the session expire), and the protocol has the client start a new one; a server may say
+    the same with another refusal (400 "No valid session ID"), which a ping then tells from a
+    refusal of that one request. The SDK reports either only as the failure of the request."""
 
     def __init__(self) -> None:
         self.last: str | None = None
-        self.ended: str | None = None
+        self._ended: str | None = None
+        self._refused: str | None = None
 
     def reset(self) -> None:
         """A new connection: nothing answered yet."""
         self.last = None
-        self.ended = None
+        self._ended = None
+        self._refused = None
 
     async def record(self, response: httpx2.Response) -> None:
-        if response.status_code >= 400:
-            self.last = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
+        if response.status_code < 400:
+            return
+        self.last = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
         request = response.request
         # POSTs only: a GET that resumes the server's stream may see 404 while the session
         # lives on.
-        if (
-            response.status_code == 404
-            and request.method == "POST"
-            and request.headers.get(_SESSION_HEADER)
-        ):
-            self.ended = "the server no longer knows the session (HTTP 404 to its session id)"
+        if request.method != "POST" or not request.headers.get(_SESSION_HEADER):
+            return
+        if response.status_code == 404:
+            self._ended = "the server no longer knows the session (HTTP 404 to its session id)"
+        else:
+            self._refused = self.last
 
-    def session_ended(self) -> str | None:
-        return self.ended
+    def ended(self) -> str | None:
+        return self._ended
+
+    def refused(self) -> str | None:
+        refused, self._refused = self._refused, None
+        return refused
 
 
 class _Transport(NamedTuple):
@@ -383,7 +391,7 @@ def _register_sync(
             reconnect=policy,
             ping_interval=ping_interval,
             options=options,
-            session_ended=transport.status.session_ended if transport.status else None,
+            session=transport.status,
         )
         plugin = McpPlugin(
             system=system,

@@ -5,18 +5,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from mcp import types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["TransportFactory", "WatchedReadStream", "error_reply_for"]
+__all__ = ["SessionWatch", "TransportFactory", "WatchedReadStream", "error_reply_for"]
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Any]]
 """A zero-argument callable returning an async context manager that yields ``(read, write)``
 streams (extra items are ignored), for example ``lambda: streamable_http_client(url)``."""
+
+
+class SessionWatch(Protocol):
+    """What a transport saw of its session that its streams do not say (a URL's responses)."""
+
+    def ended(self) -> str | None:
+        """Why the server ended the session, or ``None`` while it has not."""
+        ...
+
+    def refused(self) -> str | None:
+        """Why the server last refused a request of the session (taken: the next call says
+        ``None`` until it refuses another), or ``None``."""
+        ...
 
 
 def _reply_of(exc: ValidationError) -> Mapping[str, Any] | None:
