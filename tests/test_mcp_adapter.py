@@ -496,6 +496,53 @@ def test_stopping_the_system_closes_its_plugins_and_their_servers(
     assert mcp_threads() == []
 
 
+@pytest.mark.parametrize("closing", ["system", "agent scope"])
+def test_stopping_the_system_during_a_registration_stops_its_server_and_says_so(
+    marks: Path, errlog: TextIO, closing: str
+) -> None:
+    # The server started and is still connecting (it never answers): stop() ends it at once,
+    # and the registration says why it failed, rather than waiting out connect_timeout and
+    # then naming a closed plugin handle.
+    silent = StdioServerParameters(
+        command=sys.executable,
+        args=["-c", SILENT_SERVER, str(marks / "pid")],
+    )
+    system = ToolSystem.start(code_runtime=None)
+    agent = "scout" if closing == "agent scope" else None
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            registering = pool.submit(
+                register_mcp_server_sync,
+                system,
+                "slow",
+                silent,
+                agent=agent,
+                errlog=errlog,
+                connect_timeout=WAIT * 3,
+            )
+            pid = int(wait_for_file(marks / "pid"))
+            if agent is None:
+                system.stop()
+            else:
+                system.agent(agent).close()
+            with pytest.raises(McpConnectionError) as caught:
+                registering.result(WAIT)
+    finally:
+        system.stop()
+    assert caught.value.code == "MCP_CONNECT_FAILED"
+    why = "the tool system stopped" if agent is None else "its agent scope closed"
+    assert str(caught.value) == f'MCP server "slow" was not registered: {why} while it connected'
+    assert process_gone(pid)
+    assert mcp_threads() == []
+
+
+SILENT_SERVER = """
+import os, pathlib, sys
+pathlib.Path(sys.argv[1]).write_text(str(os.getpid()))
+sys.stdin.read()
+"""
+
+
 def test_a_plugin_closed_first_is_not_closed_again_by_stop(
     marks: Path, errlog: TextIO, logs: Logs
 ) -> None:

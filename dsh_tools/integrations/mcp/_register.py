@@ -413,6 +413,12 @@ def _register_sync(
         raise
     plugin.close_with(release)  # the name is free again once the plugin is closed
     try:
+        # The server and its connection live no longer than the system they serve, nor than
+        # the agent scope whose tools they are: from its start, so that a stop() while it
+        # connects ends it then.
+        plugin.close_with(system.on_stop(plugin.close))
+        if scope is not None:
+            plugin.close_with(scope.on_close(plugin.close))
         ready = client.start()
         allowance = connect_timeout + close_timeout
         if abandoned is not None:
@@ -434,7 +440,11 @@ def _register_sync(
                 f'MCP server "{name}"{transport.where} did not answer within {connect_timeout} s',
                 "MCP_CONNECT_FAILED",
             ) from None
-        except Exception as exc:
+        except BaseException as exc:
+            if client.state == "closed":
+                raise _closed_while_connecting(system, name) from None
+            if not isinstance(exc, Exception):
+                raise
             if _first_cause(exc) is TimeoutError:
                 started = " started but" if kind == "stdio" else transport.where
                 raise McpConnectionError(
@@ -446,17 +456,24 @@ def _register_sync(
                 _connect_failure(name, transport, exc), "MCP_CONNECT_FAILED"
             ) from exc
         plugin.adopt(listing)
+        if client.state == "closed":  # as the listing came in: the plugin adopted nothing
+            raise _closed_while_connecting(system, name)
         # Only now may list changes and reconnects reach the plugin: the first listing is in.
         client.attach(plugin)
-        # The server and its connection live no longer than the system they serve, nor than
-        # the agent scope whose tools they are.
-        plugin.close_with(system.on_stop(plugin.close))
-        if scope is not None:
-            plugin.close_with(scope.on_close(plugin.close))
     except BaseException:
         plugin.close()
         raise
     return plugin
+
+
+def _closed_while_connecting(system: ToolSystem, name: str) -> McpConnectionError:
+    """The failure of a registration whose plugin ``stop()`` or its agent scope's close closed
+    while it connected."""
+    closer = "its agent scope closed" if system.running else "the tool system stopped"
+    return McpConnectionError(
+        f'MCP server "{name}" was not registered: {closer} while it connected',
+        "MCP_CONNECT_FAILED",
+    )
 
 
 def _connect_failure(name: str, transport: _Transport, exc: BaseException) -> str:
