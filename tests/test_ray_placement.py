@@ -357,9 +357,36 @@ def test_a_body_that_cannot_be_sent_to_ray_fails_the_call_as_remote_unavailable(
     result = run(system, "locked")
 
     assert result.error.info.code == "REMOTE_UNAVAILABLE"
-    assert result.error.message.startswith(
+    # What could not be pickled, and where the body holds it (not Ray's internal wrapper).
+    assert result.error.message == (
         'cannot run tool "locked" on Ray: the body could not be sent to Ray: '
+        "cannot pickle '_thread.lock' object (in holds_a_lock: lock)"
     )
+
+
+@pytest.mark.parametrize("actor_pool", [0, 1])
+def test_a_body_its_worker_cannot_load_fails_the_call_naming_what_is_missing_and_where(
+    system: ToolSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, actor_pool: int
+) -> None:
+    # A body of a module only this process can import (not installed on the nodes, not sent
+    # by value): the worker cannot unpickle it, and the body never runs.
+    (tmp_path / "only_here.py").write_text("def body(args, ctx):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "only_here", raising=False)
+    import only_here
+
+    placement = RayPlacement(num_cpus=0, actor_pool=actor_pool)
+    system.tools.register(json_tool("elsewhere", only_here.body, placement))
+
+    results = [run(system, "elsewhere", call_id=f"c{n}") for n in range(2)]
+
+    for result in results:  # the next call tries again (a fresh actor), and fails the same way
+        assert result.error.info.code == "REMOTE_UNAVAILABLE"
+        message = result.error.message
+        assert message.startswith('cannot run tool "elsewhere" on Ray: ')
+        assert message.endswith(": ModuleNotFoundError: No module named 'only_here'")
+        assert "pid=" in message and "\x1b" not in message
+    monkeypatch.delitem(sys.modules, "only_here")
 
 
 def test_a_placement_must_return_an_async_body() -> None:

@@ -6,9 +6,35 @@ cluster can do to a call: lose the process or node that ran it, or not be reacha
 
 from __future__ import annotations
 
-from ..actors import HarnessError
+import re
 
-__all__ = ["RemoteToolError", "RemoteUnavailableError", "RemoteWorkerLostError"]
+from ..actors import HarnessError, message_of
+
+__all__ = [
+    "RemoteToolError",
+    "RemoteUnavailableError",
+    "RemoteWorkerLostError",
+    "describe_ray_failure",
+]
+
+_COLOR = re.compile(r"\x1b\[[0-9;]*m")
+_RAISED = re.compile(r"[A-Za-z_][\w.]*: \S")
+"""A traceback's last line: the exception that was raised, ``ModuleNotFoundError: ...``."""
+
+
+def describe_ray_failure(exc: BaseException) -> str:
+    """One line saying what Ray reported and where: the first line of its message (the task or
+    actor, with its pid and node address when Ray names them), and, when the message carries a
+    traceback from the worker or node, the exception it ends with. Ray's first line alone is
+    only a header there (``ray::dsh-tool[build]() (pid=..., ip=...)``, ``Failed to set up
+    runtime environment.``), and its colour codes are no part of a message."""
+    lines = [line for line in _COLOR.sub("", message_of(exc)).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first, last = lines[0].strip(), lines[-1]
+    if len(lines) > 1 and _RAISED.match(last):
+        return f"{first.rstrip('.:')}: {last.strip()}"
+    return first
 
 
 class RemoteWorkerLostError(HarnessError):

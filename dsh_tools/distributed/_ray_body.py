@@ -12,7 +12,7 @@ from typing import Any
 
 from ..actors import AbortError
 from ._driver import ensure_ray, import_ray
-from ._errors import RemoteUnavailableError, RemoteWorkerLostError
+from ._errors import RemoteUnavailableError, RemoteWorkerLostError, describe_ray_failure
 from ._ray_runners import LazyRunner, RunnerSettings, Submission
 from ._wire import decode_reply, encode_call, rebuild_exception
 
@@ -45,11 +45,6 @@ async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
         raise RemoteUnavailableError(tool, f"ray.init() failed: {exc}") from None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submission) -> Any:
     """The body's value, or its exception raised here, or a remote failure code."""
     ray = import_ray()
@@ -58,20 +53,28 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
         frame = reply.result()
     except errors.TaskCancelledError:
         raise RemoteWorkerLostError(tool, "the body was cancelled on the cluster") from None
+    except errors.RayActorError as exc:
+        submission.lost()
+        if exc.actor_init_failed:
+            # The actor holding the body could not be made (its arguments, the body itself,
+            # could not be loaded there): the body did not run. The next call tries a fresh one.
+            raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
+        raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
     except (
         errors.WorkerCrashedError,
-        errors.RayActorError,
         errors.NodeDiedError,
         errors.ObjectLostError,
         errors.LocalRayletDiedError,
         errors.OutOfMemoryError,
     ) as exc:
         submission.lost()
-        raise RemoteWorkerLostError(tool, _first_line(exc)) from None
+        raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
     except errors.RayError as exc:
         # The machinery failed before the body could run (its environment could not be set
-        # up, the body could not be unpickled on the worker, the task was unschedulable).
-        raise RemoteUnavailableError(tool, _first_line(exc)) from None
+        # up, the body could not be unpickled on the worker, the task was unschedulable). An
+        # actor that failed so never runs a call: the next call tries a fresh one.
+        submission.lost()
+        raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
     value, fault, contexts = decode_reply(frame)
     for context in contexts:
         ctx.defer_context(context)
@@ -122,14 +125,14 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
             try:
                 runner = lazy.get(placement)
             except Exception as exc:
-                raise RemoteUnavailableError(tool, _first_line(exc)) from None
+                raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
             frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
             while True:
                 try:
                     submission = runner.submit(frame)
                 except Exception as exc:  # the body (or its closure) cannot be pickled, say
                     raise RemoteUnavailableError(
-                        tool, f"the body could not be sent to Ray: {_first_line(exc)}"
+                        tool, f"the body could not be sent to Ray: {lazy.unsendable(exc)}"
                     ) from None
                 try:
                     reply = asyncio.wrap_future(submission.ref.future(), loop=loop)

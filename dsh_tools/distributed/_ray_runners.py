@@ -212,7 +212,7 @@ class LazyRunner:
         self._tool = tool
         # Pickled by ``_ray_pickle`` whenever Ray sends it, so a typed body's classes that
         # travel by value arrive usable (see that module).
-        self._execute: Callable[[Any, Any], Any] = ShippedBody(execute)
+        self._execute = ShippedBody(execute)
         self._lock = threading.Lock()
         self._runner: TaskRunner | ActorPool | None = None
 
@@ -228,3 +228,7 @@ class LazyRunner:
                         else TaskRunner(self._tool, self._execute, placement)
                     )
         return runner
+
+    def unsendable(self, exc: BaseException) -> str:
+        """Why the body could not be sent to Ray (see ``ShippedBody.unsendable``)."""
+        return self._execute.unsendable(exc)
