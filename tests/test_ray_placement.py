@@ -343,6 +343,31 @@ def test_tools_that_opt_into_the_default_use_the_options_set_at_call_time(
     assert (first.value, second.value) == (0.25, 0.5)
 
 
+def worker_pid(args: Any, ctx: Any) -> Any:
+    return os.getpid()
+
+
+def test_a_new_default_releases_the_actors_of_the_default_it_replaces(
+    system: ToolSystem,
+) -> None:
+    # Kept alive, the old default's actors would hold their resources for ever, and those of
+    # the new default might never be placed.
+    system.tools.register(json_tool("pid", worker_pid, RAY_DEFAULT))
+    previous = set_ray_default(RayPlacement(num_cpus=0, actor_pool=1))
+    try:
+        first = run(system, "pid").value
+        set_ray_default(RayPlacement(num_cpus=0, actor_pool=1))
+        second = run(system, "pid", call_id="c2").value
+    finally:
+        set_ray_default(previous)
+
+    assert first != second
+    deadline = time.monotonic() + WAIT
+    while os.path.exists(f"/proc/{first}"):
+        assert time.monotonic() < deadline, "the replaced default's actor is still alive"
+        time.sleep(0.05)
+
+
 def test_a_body_that_cannot_be_sent_to_ray_fails_the_call_as_remote_unavailable(
     system: ToolSystem,
 ) -> None:

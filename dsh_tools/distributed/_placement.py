@@ -101,16 +101,19 @@ class _RayDefault:
     """The placement of tools that opt into the system-wide default (``set_ray_default``)."""
 
     def place(self, tool: str, execute: Callable[[Any, Any], Any]) -> Body:
-        runners: dict[int, tuple[RayPlacement, LazyRunner]] = {}
+        held: list[tuple[RayPlacement, LazyRunner]] = []
         lock = threading.Lock()
 
         def current() -> tuple[RayPlacement, LazyRunner]:
             placement = _default
             with lock:
-                found = runners.get(id(placement))
-                if found is None or found[0] is not placement:
-                    found = runners[id(placement)] = (placement, LazyRunner(tool, execute))
-            return found
+                if not held or held[0][0] is not placement:
+                    # Only the current default's runner is kept: an earlier one's actors end
+                    # once the calls still on them are done, and give their resources back
+                    # (kept, they would hold them for ever, and the new default's actors
+                    # might never be placed).
+                    held[:] = [(placement, LazyRunner(tool, execute))]
+                return held[0]
 
         return remote_body(tool, current)
 
