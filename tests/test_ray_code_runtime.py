@@ -248,6 +248,25 @@ def test_a_node_that_stops_answering_fails_the_run_as_worker_exit(
     assert again.value["result"] == 2
 
 
+def test_an_abort_ends_a_run_whose_node_actor_cannot_be_placed() -> None:
+    # No node offers the actor's resources: the node never takes the run, and the abort
+    # must still end it (after the grace) rather than leave it waiting for the actor.
+    runtime = RayCodeRuntime(num_cpus=0, resources={"no_such_node": 1}, cancel_grace_s=0.2)
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)
+    controller = AbortController()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(run_code, system, "return 1\n", controller.signal)
+            time.sleep(0.5)  # the run is waiting for its actor
+            controller.abort("user pressed stop")
+            result = pending.result(30)
+    finally:
+        system.stop()
+        asyncio.run(runtime.dispose())
+
+    assert result.content[0]["text"] == "Error: code run failed (abort): user pressed stop"
+
+
 def test_the_node_forgets_a_run_its_harness_dropped_whenever_the_drop_arrives() -> None:
     # The node actor lives for many runs: one whose harness task was cancelled (before or
     # after its start reached the node) must not stay in it, nor a late drop make one.

@@ -30,6 +30,7 @@ from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
 from ._driver import ensure_ray, import_ray
+from ._errors import describe_ray_failure
 
 if TYPE_CHECKING:
     from ..codebridge import CodeRunRequest, CodeRunResult, CodeRuntime, CodeRuntimeConfig
@@ -159,7 +160,9 @@ class RayCodeRuntime:
         watch = _RunWatch(self, host, run_id, signal, stop)
         started = False
         try:
-            await asyncio.wrap_future(host.start.remote(run_id, request.program, spec).future())
+            ended = await watch.started(host.start.remote(run_id, request.program, spec))
+            if ended is not None:
+                return ended  # the run ended here before the node took it
             started = True
             while True:
                 polled = await watch.next_events()
@@ -177,8 +180,7 @@ class RayCodeRuntime:
                         raise error(event.message)
         except import_ray().exceptions.RayError as exc:
             self._forget(host, kill=False)
-            text = str(exc).strip().splitlines()
-            return _failed("worker-exit", f"remote code runtime lost: {text[0] if text else exc}")
+            return _failed("worker-exit", f"remote code runtime lost: {describe_ray_failure(exc)}")
         except asyncio.CancelledError:
             # The awaiting task was cancelled (a stopping tool system, a cancelled caller): the
             # program on the node must end too, not run on to its wall ceiling.
@@ -279,6 +281,36 @@ class _RunWatch:
         self._ping: asyncio.Future[Any] | None = None  # a sign of life asked for, unanswered
         self._next_ping = self._loop.time() + self._answer_within  # or its answer's due time
 
+    async def started(self, starting: Any) -> CodeRunResult | None:
+        """Wait for the node to take the run (``starting``: its ``start`` call), or the
+        result that ends the run here first. The node may be slow to take it (its actor is
+        still being placed, its environment set up) or never take it (no node offers the
+        actor's resources): an abort still ends the run, after ``cancel_grace_s`` for the node
+        to take it and settle it (the actor is killed then), and so does the disposal."""
+        loop = self._loop
+        taken = asyncio.wrap_future(starting.future())
+        taken.add_done_callback(_retrieve)
+        deadline: float | None = None
+        while not taken.done():
+            waiting: set[asyncio.Future[Any]] = {taken}
+            if deadline is None:
+                waiting.add(self._stop)
+            timeout = None if deadline is None else max(0.0, deadline - loop.time())
+            await asyncio.wait(waiting, timeout=timeout, return_when="FIRST_COMPLETED")
+            if taken.done():
+                break
+            runtime = self._runtime
+            if runtime._disposed:
+                runtime._forget(self._host, kill=True)
+                return _failed("abort", "runtime disposed")
+            if deadline is None:
+                deadline = loop.time() + runtime._grace  # aborted: the node has this long
+            elif loop.time() >= deadline:
+                runtime._forget(self._host, kill=True)
+                return _failed("abort", message_of(self._signal.reason, "aborted"))
+        taken.result()  # a RayError: the actor could not be made, or is gone
+        return None
+
     async def next_events(self) -> bytes | CodeRunResult:
         """The run's next events from the node, or the result that ends the run here."""
         loop = self._loop
@@ -344,3 +376,10 @@ class _RunWatch:
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    # A start whose run ended without it (its actor killed) must not log "exception never
+    # retrieved".
+    if not future.cancelled():
+        future.exception()
