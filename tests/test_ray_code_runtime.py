@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
 )
-from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox
+from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.distributed import RayCodeRuntime
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
@@ -265,6 +266,27 @@ def test_an_abort_ends_a_run_whose_node_actor_cannot_be_placed() -> None:
         asyncio.run(runtime.dispose())
 
     assert result.content[0]["text"] == "Error: code run failed (abort): user pressed stop"
+
+
+def test_a_runtime_factory_that_cannot_be_sent_fails_the_run_saying_what_and_where() -> None:
+    lock = threading.Lock()
+
+    def locked_factory() -> Any:
+        with lock:
+            return SubprocessCodeRuntime()
+
+    runtime = RayCodeRuntime(runtime_factory=locked_factory, num_cpus=0)
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)
+    try:
+        result = run_code(system, "return 1\n")
+    finally:
+        system.stop()
+        asyncio.run(runtime.dispose())
+
+    assert result.content[0]["text"] == (
+        "Error: code run failed (worker-exit): remote code runtime unavailable: "
+        "cannot pickle '_thread.lock' object (in locked_factory: lock)"
+    )
 
 
 def test_the_node_forgets_a_run_its_harness_dropped_whenever_the_drop_arrives() -> None:

@@ -31,6 +31,7 @@ from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
 from ._driver import ensure_ray, import_ray
 from ._errors import describe_ray_failure
+from ._ray_pickle import unsendable
 
 if TYPE_CHECKING:
     from ..codebridge import CodeRunRequest, CodeRunResult, CodeRuntime, CodeRuntimeConfig
@@ -146,7 +147,11 @@ class RayCodeRuntime:
             )
             for ns in request.bindings
         ]
-        host = self._actor()
+        try:
+            host = self._actor()
+        except Exception as exc:  # the factory cannot be pickled, the options are refused
+            why = unsendable(self._factory, exc)
+            return _failed("worker-exit", f"remote code runtime unavailable: {why}")
         run_id = uuid.uuid4().hex
         stop: asyncio.Future[None] = loop.create_future()
         self._live.add(stop)

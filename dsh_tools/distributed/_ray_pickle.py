@@ -35,7 +35,7 @@ import msgspec
 
 from ..actors import message_of
 
-__all__ = ["ShippedBody"]
+__all__ = ["ShippedBody", "unsendable"]
 
 # Attributes of a Struct class that its metaclass derives from the class body (or that are its
 # fields' slots): the rebuilt class derives them again.
@@ -89,28 +89,33 @@ class ShippedBody:
         return _loads, (dumps(self._body),)
 
     def unsendable(self, exc: BaseException) -> str:
-        """Why sending the body failed, for its caller: the pickler's own message (Ray wraps
-        it in a report of many lines headed by its internal wrapper's name), and where the
-        objects that cannot be pickled are, as Ray's ``inspect_serializability`` finds them
-        (``cannot pickle '_thread.lock' object (in build: lock)``)."""
-        root = exc
-        while root.__cause__ is not None and root.__cause__ is not root:
-            root = root.__cause__
-        lines = message_of(root).strip().splitlines()
-        text = lines[0] if lines else type(root).__name__
-        found: list[str] = []
-        with contextlib.suppress(Exception):  # a report of what to fix, never a new failure
-            from ray.util import inspect_serializability
+        """Why sending the body failed (see ``unsendable``)."""
+        return unsendable(self._body, exc)
 
-            _, failures = inspect_serializability(self._body, print_file=io.StringIO())
-            for failure in failures:
-                # The name its owner (a function, an object) holds it by: the last step of
-                # ``path`` (newer Ray), or ``name`` (older).
-                path = getattr(failure, "path", None) or (getattr(failure, "name", "?"),)
-                owner = failure.parent
-                label = getattr(owner, "__name__", None) or type(owner).__name__
-                found.append(f"in {label}: {path[-1]}")
-        return f"{text} ({'; '.join(sorted(found))})" if found else text
+
+def unsendable(obj: Any, exc: BaseException) -> str:
+    """Why sending ``obj`` to Ray failed with ``exc``, for its caller: the pickler's own
+    message (Ray wraps it in a report of many lines headed by its internal wrapper's name), and
+    where the objects that cannot be pickled are, as Ray's ``inspect_serializability`` finds
+    them (``cannot pickle '_thread.lock' object (in build: lock)``)."""
+    root = exc
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    lines = message_of(root).strip().splitlines()
+    text = lines[0] if lines else type(root).__name__
+    found: list[str] = []
+    with contextlib.suppress(Exception):  # a report of what to fix, never a new failure
+        from ray.util import inspect_serializability
+
+        _, failures = inspect_serializability(obj, print_file=io.StringIO())
+        for failure in failures:
+            # The name its owner (a function, an object) holds it by: the last step of
+            # ``path`` (newer Ray), or ``name`` (older).
+            path = getattr(failure, "path", None) or (getattr(failure, "name", "?"),)
+            owner = failure.parent
+            label = getattr(owner, "__name__", None) or type(owner).__name__
+            found.append(f"in {label}: {path[-1]}")
+    return f"{text} ({'; '.join(sorted(found))})" if found else text
 
 
 def _loads(payload: bytes) -> Callable[[Any, Any], Any]:
