@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import os
 import signal
 import time
@@ -173,6 +174,51 @@ def test_an_aborted_batch_cancels_its_remote_calls_and_settles_every_one(
 
     assert [r.error.info.code for r in outcome.results] == ["ABORTED", "ABORTED"]
     assert all((tmp_path / s / "interrupted").exists() for s in "ab")
+
+
+def shrugs_off(args: Any, ctx: Any) -> Any:
+    """Ignores Ray's interrupts until the test releases it (a ``release`` file)."""
+    mark(args["dir"], "started", str(os.getpid()))
+    release = Path(args["dir"], "release")
+    while True:
+        try:
+            while not release.exists():
+                time.sleep(0.01)
+            return None
+        except KeyboardInterrupt:
+            continue
+
+
+def test_every_call_of_an_aborted_batch_is_cancelled_at_once_however_many_ignore_it(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # Eight calls wait out a long grace; the ninth, last in the batch, must be cancelled at
+    # the abort too, not once a thread that waits for one of the eight comes free.
+    patient = RayPlacement(num_cpus=0, cancel_grace_s=60.0)
+    system.tools.register(json_tool("shrug", shrugs_off, patient, parameters=PATH))
+    system.tools.register(json_tool("loop", cooperative, patient, parameters=PATH))
+    folders = [tmp_path / f"f{n}" for n in range(9)]
+    calls = []
+    for n, folder in enumerate(folders):
+        folder.mkdir()
+        arguments = json.dumps({"dir": str(folder)})
+        calls.append(ToolCall(f"c{n}", "loop" if n == 8 else "shrug", arguments))
+    controller = AbortController()
+    batch = ExecuteBatch(calls=calls, max_parallel=9, signal=controller.signal)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(system.execute_batch, batch)
+        for folder in folders:
+            wait_for_file(folder / "started")
+        controller.abort()
+        try:
+            assert wait_for_file(folders[8] / "interrupted") == "yes"
+        finally:
+            for folder in folders[:8]:
+                (folder / "release").write_text("go")
+        outcome = pending.result(WAIT)
+
+    assert [r.error.info.code for r in outcome.results] == ["ABORTED"] * 9
 
 
 def test_a_killed_worker_process_settles_the_call_as_remote_worker_lost(

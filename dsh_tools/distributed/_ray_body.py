@@ -5,7 +5,9 @@ the reply into the body's value or exception (or a remote failure code)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,8 +20,7 @@ from ._wire import decode_reply, encode_call, rebuild_exception
 
 __all__ = ["Body", "remote_body"]
 
-# Ray's blocking calls (connecting, waiting for a cancelled task to settle) run here, never on
-# an event loop.
+# Connecting to Ray (a blocking call) runs here, never on an event loop.
 _blocking = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dsh-ray")
 
 Body = Callable[[Any, Any], Awaitable[Any]]
@@ -101,9 +102,24 @@ def _wake(future: asyncio.Future[None]) -> None:
 
 
 async def _stopped(submission: Submission) -> None:
-    """Cancel the remote call and wait (off the loop) until it settled or was forced."""
-    stopping = asyncio.get_running_loop().run_in_executor(_blocking, submission.stop)
-    await asyncio.shield(stopping)
+    """Cancel the remote call and wait (off the loop) until it settled or was forced.
+
+    Each stop waits on a thread of its own: its grace then runs from the abort. On a shared
+    pool, the calls of an aborted batch beyond its size would wait for a thread while others
+    wait out their graces, and would be forced only graces later."""
+    stopping: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def stop() -> None:
+        try:
+            submission.stop()
+        except BaseException as exc:
+            stopping.set_exception(exc)
+        else:
+            stopping.set_result(None)
+
+    # Not a daemon: a call that is being forced is forced before the interpreter exits.
+    threading.Thread(target=stop, name="dsh-ray-stop").start()
+    await asyncio.shield(asyncio.wrap_future(stopping))
 
 
 def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunner]]) -> Body:
