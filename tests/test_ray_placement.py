@@ -168,9 +168,19 @@ def defer_then_fail(args: Any, ctx: Any) -> Any:
     raise RuntimeError("after deferring")
 
 
+def defer_a_set(args: Any, ctx: Any) -> Any:
+    ctx.defer_context({"content": [{"type": "text", "text": "seen"}], "ids": {1, 2}})
+    return 1
+
+
+def defer_an_object(args: Any, ctx: Any) -> Any:
+    ctx.defer_context({"content": [{"type": "text", "text": "seen"}], "handle": object()})
+    return 1
+
+
 @pytest.mark.parametrize(
     "body",
-    [raise_value_error, raise_quota, return_a_set, defer_then_fail],
+    [raise_value_error, raise_quota, return_a_set, defer_then_fail, defer_a_set, defer_an_object],
     ids=lambda f: f.__name__,
 )
 def test_a_remote_failure_is_the_failure_the_same_body_gives_locally(

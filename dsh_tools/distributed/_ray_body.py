@@ -76,7 +76,7 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
         # actor that failed so never runs a call: the next call tries a fresh one.
         submission.lost()
         raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
-    value, fault, contexts = decode_reply(frame)
+    value, fault, contexts = decode_reply(frame, ray.cloudpickle.loads)
     for context in contexts:
         ctx.defer_context(context)
     if fault is not None:

@@ -10,7 +10,6 @@ it).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import threading
 import traceback
@@ -74,12 +73,13 @@ class RemoteRunContext:
     ``parent``: execution tokens are identities of the calling process and never cross it.
     """
 
-    __slots__ = ("_call", "_contexts", "_signal", "arguments")
+    __slots__ = ("_call", "_contexts", "_odd", "_signal", "arguments")
 
     def __init__(self, call: RemoteCall, arguments: Any) -> None:
         self._call = call
         self.arguments = arguments
         self._contexts: list[Any] = []
+        self._odd: set[int] = set()  # the contexts that are not lossless JSON
         probe = _cancel_probe()
         self._signal = AbortSignal() if probe is None else _CancelFlagSignal(probe)
 
@@ -105,8 +105,12 @@ class RemoteRunContext:
 
     def defer_context(self, context: Any) -> None:
         """Attach a hook context to this call's result (frozen now, sent with the result)."""
-        with contextlib.suppress(LosslessJsonError, RecursionError):
+        try:
             context = snapshot_json(context)
+        except (LosslessJsonError, RecursionError):
+            # Kept as given, as locally, where it fails the result; it travels pickled so
+            # that it fails the result there the same way (not turned into JSON on the way).
+            self._odd.add(len(self._contexts))
         self._contexts.append(context)
 
 
@@ -145,8 +149,9 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
         finally:
             contexts = ctx._contexts
     except Exception as exc:
-        return encode_reply(None, fault_of(exc, traceback.format_exc(), dumps), contexts)
-    return encode_reply(value, None, contexts)
+        fault = fault_of(exc, traceback.format_exc(), dumps)
+        return encode_reply(None, fault, contexts, ctx._odd, dumps)
+    return encode_reply(value, None, contexts, ctx._odd, dumps)
 
 
 class BodyActor:

@@ -22,6 +22,7 @@ __all__ = [
     "RemoteCall",
     "RemoteFault",
     "RemoteReply",
+    "UnsentContext",
     "decode_call",
     "decode_reply",
     "encode_call",
@@ -56,11 +57,22 @@ class RemoteFault(msgspec.Struct, frozen=True):
 
 
 class RemoteReply(msgspec.Struct, frozen=True):
-    """A settled body: its value (JSON) or its fault, and the contexts it deferred."""
+    """A settled body: its value (JSON) or its fault, and the contexts it deferred.
+
+    A deferred context that is not lossless JSON travels pickled (``odd_contexts``, by its
+    index; ``null`` in ``contexts``): kept as given, it fails the result here exactly as it
+    fails a local body's."""
 
     value: msgspec.Raw = _NULL
     fault: RemoteFault | None = None
     contexts: msgspec.Raw = _NO_CONTEXTS
+    odd_contexts: dict[int, bytes] = msgspec.field(default_factory=dict)
+
+
+class UnsentContext:
+    """Stands in for a deferred context that was neither lossless JSON nor picklable on the
+    worker (or cannot be unpickled here): it is not JSON either, so the result fails as a
+    local body's would, naming this class instead of the original one."""
 
 
 _encoder = msgspec.json.Encoder()
@@ -80,21 +92,43 @@ def decode_call(frame: bytes) -> tuple[RemoteCall, Any]:
     return call, snapshot_json(msgspec.json.decode(call.arguments))
 
 
-def encode_reply(value: Any, fault: RemoteFault | None, contexts: list[Any]) -> bytes:
-    """The frame for a settled body; ``value`` must already be a lossless snapshot."""
+def encode_reply(
+    value: Any, fault: RemoteFault | None, contexts: list[Any], odd: set[int], dumps: Any
+) -> bytes:
+    """The frame for a settled body; ``value`` must already be a lossless snapshot, and so must
+    the contexts but those at the indexes in ``odd`` (pickled by ``dumps``)."""
+    sent: list[Any] = []
+    pickled: dict[int, bytes] = {}
+    for index, context in enumerate(contexts):
+        if index in odd:
+            try:
+                pickled[index] = dumps(context)
+            except Exception:
+                pickled[index] = b""  # an ``UnsentContext`` here
+            context = None
+        sent.append(context)
     return _encoder.encode(
         RemoteReply(
             value=msgspec.Raw(_encoder.encode(value)) if fault is None else _NULL,
             fault=fault,
-            contexts=msgspec.Raw(_encoder.encode(contexts)) if contexts else _NO_CONTEXTS,
+            contexts=msgspec.Raw(_encoder.encode(sent)) if sent else _NO_CONTEXTS,
+            odd_contexts=pickled,
         )
     )
 
 
-def decode_reply(frame: bytes) -> tuple[Any, RemoteFault | None, list[Any]]:
-    """``(value, fault, contexts)``; the value and contexts are plain JSON values."""
+def decode_reply(frame: bytes, loads: Any) -> tuple[Any, RemoteFault | None, list[Any]]:
+    """``(value, fault, contexts)``; the value is plain JSON, and so are the contexts but
+    those that were not lossless JSON on the worker (unpickled by ``loads``)."""
     reply = _reply_decoder.decode(frame)
     contexts: list[Any] = msgspec.json.decode(reply.contexts)
+    for index, pickled in reply.odd_contexts.items():
+        context: Any = UnsentContext()
+        if pickled:
+            with contextlib.suppress(Exception):
+                context = loads(pickled)
+        if 0 <= index < len(contexts):
+            contexts[index] = context
     if reply.fault is not None:
         return None, reply.fault, contexts
     return msgspec.json.decode(reply.value), None, contexts
