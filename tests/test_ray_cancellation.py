@@ -271,7 +271,8 @@ def test_a_stateful_actor_observes_aborts_and_a_lost_actor_is_replaced(
     after_abort = system.execute(tally_call("return", "after-abort"))
 
     pending = spawn(system, tally_call("hang", "killed"))
-    os.kill(int(wait_for_file(tmp_path / "killed" / "started")), signal.SIGKILL)
+    actor_pid = int(wait_for_file(tmp_path / "killed" / "started"))
+    os.kill(actor_pid, signal.SIGKILL)
     killed = pending.result(WAIT)
     replaced = system.execute(tally_call("return", "replaced"))
 
@@ -282,6 +283,10 @@ def test_a_stateful_actor_observes_aborts_and_a_lost_actor_is_replaced(
     assert after_abort.value == {"calls": 3, "pid": first.value["pid"]}
     # ... and a dead actor is replaced by a fresh one (its state starts over)
     assert killed.error.info.code == "REMOTE_WORKER_LOST"
+    assert killed.error.message.startswith(  # what happened, and to which process
+        'remote worker running tool "tally" was lost: '
+        f"The actor died unexpectedly before finishing this task (pid={actor_pid}, ip="
+    )
     assert replaced.value["calls"] == 1 and replaced.value["pid"] != first.value["pid"]
 
 

@@ -20,11 +20,12 @@ __all__ = [
 _COLOR = re.compile(r"\x1b\[[0-9;]*m")
 _RAISED = re.compile(r"[A-Za-z_][\w.]*: \S")
 """A traceback's last line: the exception that was raised, ``ModuleNotFoundError: ...``."""
+_FIELD = re.compile(r"\s+(\w+): (\S.*)")
 
 
 def describe_ray_failure(exc: BaseException) -> str:
     """One line saying what Ray reported and where: the first line of its message (the task or
-    actor, with its pid and node address when Ray names them), and, when the message carries a
+    actor, with its pid and node address when Ray gives them), and, when the message carries a
     traceback from the worker or node, the exception it ends with. Ray's first line alone is
     only a header there (``ray::dsh-tool[build]() (pid=..., ip=...)``, ``Failed to set up
     runtime environment.``), and its colour codes are no part of a message."""
@@ -32,6 +33,11 @@ def describe_ray_failure(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     first, last = lines[0].strip(), lines[-1]
+    # An actor's death lists the process it ran in as indented ``pid: ...``, ``ip: ...``.
+    listed = {field[1]: field[2] for field in map(_FIELD.fullmatch, lines[1:]) if field}
+    where = ", ".join(f"{key}={listed[key]}" for key in ("pid", "ip") if key in listed)
+    if where and "pid=" not in first:
+        first = f"{first.rstrip('.')} ({where})"
     if len(lines) > 1 and _RAISED.match(last):
         return f"{first.rstrip('.:')}: {last.strip()}"
     return first
