@@ -40,6 +40,19 @@ if sys.argv[1] == "init_ray":
     except ConnectionError as exc:
         print("init_ray:", exc)
     sys.exit(0)
+if sys.argv[1] == "code":
+    # A Code Mode run on the cluster, aborted while ray.init() still waits for an answer.
+    import threading
+    from dsh_tools import AbortController, ToolsConfig
+    from dsh_tools.distributed import RayCodeRuntime
+
+    controller = AbortController()
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=RayCodeRuntime(num_cpus=0))
+    threading.Timer(1.0, controller.abort, ["user pressed stop"]).start()
+    arguments = {"code": "return 1", "description": "test program"}
+    call = ExecuteCall(call_id="c", name="run_code", arguments=arguments, signal=controller.signal)
+    print(system.execute(call).content[0]["text"], flush=True)
+    os._exit(0)  # ray.init() goes on retrying on its thread: nothing to wait for here
 with ToolSystem.start(code_runtime=None) as system:
     system.tools.register(tool)
     result = system.execute(ExecuteCall(call_id="c", name="far", arguments={}))
@@ -82,6 +95,18 @@ def test_a_ray_address_nothing_listens_on_fails_the_call_naming_it() -> None:
         'REMOTE_UNAVAILABLE cannot run tool "far" on Ray: ray.init() failed: no Ray cluster '
         f"answers at {address} (RAY_ADDRESS): Connection refused"
     )
+
+
+def test_an_abort_ends_a_code_run_while_ray_init_waits_for_an_address_that_is_not_ray() -> None:
+    # Something accepts connections there (a wrong port, say) but never speaks Ray:
+    # ray.init() retries for minutes, and the run must not wait for it once aborted.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        assert run("code", ray_address=address) == (
+            "Error: code run failed (abort): user pressed stop"
+        )
 
 
 def test_init_ray_with_such_an_address_raises_naming_it() -> None:

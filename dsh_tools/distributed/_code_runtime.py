@@ -130,12 +130,10 @@ class RayCodeRuntime:
         if signal.aborted:
             return _failed("abort", message_of(signal.reason, "aborted"))
         loop = asyncio.get_running_loop()
-        ray = import_ray()
-        if not ray.is_initialized():
-            try:
-                await loop.run_in_executor(None, ensure_ray)
-            except Exception as exc:
-                return _failed("worker-exit", f"remote code runtime unavailable: {exc}")
+        if not import_ray().is_initialized():
+            unconnected = await self._connect(signal)
+            if unconnected is not None:
+                return unconnected
         functions = {ns.global_name: dict(ns.functions) for ns in request.bindings}
         spec = [
             NamespaceSpec(
@@ -199,6 +197,36 @@ class RayCodeRuntime:
             self._live.discard(stop)
             for task in answers:
                 task.cancel()
+
+    async def _connect(self, signal: AbortSignal) -> CodeRunResult | None:
+        """Connect to Ray (``ensure_ray``), or the result that ends the run first: connecting
+        can take minutes (an address where something that is not Ray answers), and an abort
+        or the disposal ends the wait (not the connection, which goes on for the next run)."""
+        loop = asyncio.get_running_loop()
+        connecting = loop.run_in_executor(None, ensure_ray)
+        connecting.add_done_callback(_retrieve)
+        stop: asyncio.Future[None] = loop.create_future()
+        self._live.add(stop)
+
+        def on_abort(_reason: Any) -> None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_wake, stop)
+
+        remove = signal.add_callback(on_abort)
+        try:
+            await asyncio.wait((connecting, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            remove()
+            self._live.discard(stop)
+        if not connecting.done():
+            if self._disposed:
+                return _failed("abort", "runtime disposed")
+            return _failed("abort", message_of(signal.reason, "aborted"))
+        try:
+            connecting.result()
+        except Exception as exc:
+            return _failed("worker-exit", f"remote code runtime unavailable: {exc}")
+        return None
 
     def _result(self, event: DoneEvent) -> CodeRunResult:
         from ..codebridge import CodeRunFailure, CodeRunResult
