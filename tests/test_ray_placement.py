@@ -168,6 +168,14 @@ def defer_then_fail(args: Any, ctx: Any) -> Any:
     raise RuntimeError("after deferring")
 
 
+class LibraryTimeout(BaseException):
+    """A library's exception that is not an ``Exception`` (as ``gevent.Timeout`` is)."""
+
+
+def raise_a_base_exception(args: Any, ctx: Any) -> Any:
+    raise LibraryTimeout("gave up after 5 s")
+
+
 def defer_a_set(args: Any, ctx: Any) -> Any:
     ctx.defer_context({"content": [{"type": "text", "text": "seen"}], "ids": {1, 2}})
     return 1
@@ -180,7 +188,15 @@ def defer_an_object(args: Any, ctx: Any) -> Any:
 
 @pytest.mark.parametrize(
     "body",
-    [raise_value_error, raise_quota, return_a_set, defer_then_fail, defer_a_set, defer_an_object],
+    [
+        raise_value_error,
+        raise_quota,
+        raise_a_base_exception,
+        return_a_set,
+        defer_then_fail,
+        defer_a_set,
+        defer_an_object,
+    ],
     ids=lambda f: f.__name__,
 )
 def test_a_remote_failure_is_the_failure_the_same_body_gives_locally(

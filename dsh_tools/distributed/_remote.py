@@ -137,7 +137,7 @@ async def _awake(awaitable: Any, signal: AbortSignal) -> Any:
 def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> bytes:
     """Run one call: decode, run the body (awaiting it on a fresh loop when it is async),
     check the value is lossless, encode the reply. Exceptions from the body become a fault in
-    the reply; a cancellation (``KeyboardInterrupt``) propagates to Ray."""
+    the reply; a cancellation (``KeyboardInterrupt``) or an exit propagates to Ray."""
     call, arguments = decode_call(frame)
     ctx = RemoteRunContext(call, arguments)
     try:
@@ -148,7 +148,9 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
             value = snapshot_value(call.name, value)
         finally:
             contexts = ctx._contexts
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
+        raise  # Ray's cancellation, the worker's exit: they end the task, as Ray expects
+    except BaseException as exc:  # a library's BaseException too: the body's failure, as locally
         fault = fault_of(exc, traceback.format_exc(), dumps)
         return encode_reply(None, fault, contexts, ctx._odd, dumps)
     return encode_reply(value, None, contexts, ctx._odd, dumps)

@@ -8,6 +8,7 @@ when one round-trips) and is raised again here as itself. Deferred contexts trav
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib
 from typing import Any
@@ -173,6 +174,13 @@ def _same(exc: BaseException, fault: RemoteFault) -> bool:
     return True
 
 
+def _raisable(cls: Any) -> bool:
+    """Whether ``cls`` is a body's exception to raise here: any ``BaseException`` the worker
+    reports as a fault (a cancellation or an exit is never one: it ends the task there)."""
+    stops = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
+    return isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, stops)
+
+
 def _import_class(module: str, qualname: str) -> Any:
     try:
         owner: Any = importlib.import_module(module)
@@ -183,18 +191,18 @@ def _import_class(module: str, qualname: str) -> Any:
     return owner
 
 
-def rebuild_exception(fault: RemoteFault, loads: Any) -> Exception:
+def rebuild_exception(fault: RemoteFault, loads: Any) -> BaseException:
     """The remote exception as an exception of this process, failing the same way.
 
     First the original class with its args and attributes (its constructor is not called);
     else an instance of the same class with the same message (and harness code and name); else
     a ``RemoteToolError`` carrying all three.
     """
-    rebuilt: Exception | None = None
+    rebuilt: BaseException | None = None
     if fault.pickled is not None:
         with contextlib.suppress(Exception):
             cls, args, state = loads(fault.pickled)
-            if isinstance(cls, type) and issubclass(cls, Exception):
+            if _raisable(cls):
                 candidate = cls.__new__(cls, *args)
                 candidate.args = tuple(args)
                 candidate.__dict__.update(state)
@@ -202,7 +210,7 @@ def rebuild_exception(fault: RemoteFault, loads: Any) -> Exception:
                     rebuilt = candidate
     if rebuilt is None:
         cls = _import_class(fault.module, fault.qualname)
-        if isinstance(cls, type) and issubclass(cls, Exception):
+        if _raisable(cls):
             with contextlib.suppress(Exception):
                 candidate = cls.__new__(cls)
                 candidate.args = (fault.message,)
