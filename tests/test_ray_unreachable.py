@@ -40,19 +40,30 @@ if sys.argv[1] == "init_ray":
     except ConnectionError as exc:
         print("init_ray:", exc)
     sys.exit(0)
-if sys.argv[1] == "code":
-    # A Code Mode run on the cluster, aborted while ray.init() still waits for an answer.
+if sys.argv[1] in ("code", "aborted"):
+    # A placed call, or a Code Mode run on the cluster, aborted while ray.init() still waits
+    # for an answer; then the process exits (ray.init() goes on retrying: not waited for).
     import threading
     from dsh_tools import AbortController, ToolsConfig
     from dsh_tools.distributed import RayCodeRuntime
 
     controller = AbortController()
-    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=RayCodeRuntime(num_cpus=0))
     threading.Timer(1.0, controller.abort, ["user pressed stop"]).start()
-    arguments = {"code": "return 1", "description": "test program"}
-    call = ExecuteCall(call_id="c", name="run_code", arguments=arguments, signal=controller.signal)
-    print(system.execute(call).content[0]["text"], flush=True)
-    os._exit(0)  # ray.init() goes on retrying on its thread: nothing to wait for here
+    if sys.argv[1] == "code":
+        runtime = RayCodeRuntime(num_cpus=0)
+        with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
+            arguments = {"code": "return 1", "description": "test program"}
+            call = ExecuteCall(
+                call_id="c", name="run_code", arguments=arguments, signal=controller.signal
+            )
+            print(system.execute(call).content[0]["text"], flush=True)
+    else:
+        with ToolSystem.start(code_runtime=None) as system:
+            system.tools.register(tool)
+            call = ExecuteCall(call_id="c", name="far", arguments={}, signal=controller.signal)
+            result = system.execute(call)
+            print(result.error.info.code, result.error.message, flush=True)
+    sys.exit(0)
 with ToolSystem.start(code_runtime=None) as system:
     system.tools.register(tool)
     result = system.execute(ExecuteCall(call_id="c", name="far", arguments={}))
@@ -84,7 +95,7 @@ def run(*args: str, ray_address: str | None, ray_tmpdir: Path | None = None) -> 
             timeout=45,
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("the placed call was still waiting for ray.init after 45 s")
+        pytest.fail("the program was still running after 45 s (waiting for ray.init)")
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -97,16 +108,24 @@ def test_a_ray_address_nothing_listens_on_fails_the_call_naming_it() -> None:
     )
 
 
-def test_an_abort_ends_a_code_run_while_ray_init_waits_for_an_address_that_is_not_ray() -> None:
+@pytest.mark.parametrize(
+    ("waiting", "settled"),
+    [
+        ("aborted", "ABORTED tool call aborted"),
+        ("code", "Error: code run failed (abort): user pressed stop"),
+    ],
+)
+def test_an_abort_ends_a_call_waiting_for_an_address_that_is_not_ray_and_the_process_exits(
+    waiting: str, settled: str
+) -> None:
     # Something accepts connections there (a wrong port, say) but never speaks Ray:
-    # ray.init() retries for minutes, and the run must not wait for it once aborted.
+    # ray.init() retries for minutes. The aborted call or run must not wait for it, and
+    # neither must the process as it exits.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         address = f"127.0.0.1:{silent.getsockname()[1]}"
-        assert run("code", ray_address=address) == (
-            "Error: code run failed (abort): user pressed stop"
-        )
+        assert run(waiting, ray_address=address) == settled
 
 
 def test_init_ray_with_such_an_address_raises_naming_it() -> None:

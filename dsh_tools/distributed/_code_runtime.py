@@ -29,7 +29,7 @@ from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
-from ._driver import ensure_ray, import_ray
+from ._driver import connect_in_background, import_ray
 from ._errors import describe_ray_failure
 from ._ray_pickle import unsendable
 
@@ -203,7 +203,7 @@ class RayCodeRuntime:
         can take minutes (an address where something that is not Ray answers), and an abort
         or the disposal ends the wait (not the connection, which goes on for the next run)."""
         loop = asyncio.get_running_loop()
-        connecting = loop.run_in_executor(None, ensure_ray)
+        connecting = asyncio.wrap_future(connect_in_background())
         connecting.add_done_callback(_retrieve)
         stop: asyncio.Future[None] = loop.create_future()
         self._live.add(stop)

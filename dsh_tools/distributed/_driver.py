@@ -22,6 +22,7 @@ died without ``ray stop`` leaves that file behind.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import socket
 import sys
@@ -30,7 +31,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ensure_ray", "import_ray", "init_ray"]
+__all__ = ["connect_in_background", "ensure_ray", "import_ray", "init_ray"]
 
 _lock = threading.Lock()
 _keeper: threading.Thread | None = None
@@ -54,6 +55,23 @@ def ensure_ray() -> ModuleType:
     """``ray``, connected with ``ray.init()`` unless already connected (see the module
     docstring); raises what ``ray.init`` raised."""
     return init_ray()
+
+
+def connect_in_background() -> concurrent.futures.Future[ModuleType]:
+    """``ensure_ray()`` on a daemon thread of its own; the future gets its outcome. A caller
+    awaits it without holding a thread, and an interpreter that exits while ``ray.init`` still
+    retries (for minutes, where something that is not Ray answers) does not wait for it, as it
+    waits for the threads of an executor."""
+    outcome: concurrent.futures.Future[ModuleType] = concurrent.futures.Future()
+
+    def connect() -> None:
+        try:
+            outcome.set_result(ensure_ray())
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
+    threading.Thread(target=connect, name="dsh-ray-connect", daemon=True).start()
+    return outcome
 
 
 def init_ray(**options: Any) -> ModuleType:

@@ -9,19 +9,15 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..actors import AbortError
-from ._driver import ensure_ray, import_ray
+from ._driver import connect_in_background, import_ray
 from ._errors import RemoteUnavailableError, RemoteWorkerLostError, describe_ray_failure
 from ._ray_runners import LazyRunner, RunnerSettings, Submission
 from ._wire import decode_reply, encode_call, rebuild_exception
 
 __all__ = ["Body", "remote_body"]
-
-# Connecting to Ray (a blocking call) runs here, never on an event loop.
-_blocking = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dsh-ray")
 
 Body = Callable[[Any, Any], Awaitable[Any]]
 
@@ -35,7 +31,7 @@ async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
         raise RemoteUnavailableError(tool, str(exc)) from None
     if ray.is_initialized():
         return
-    connecting = asyncio.get_running_loop().run_in_executor(_blocking, ensure_ray)
+    connecting = asyncio.wrap_future(connect_in_background())
     connecting.add_done_callback(_retrieve)
     await asyncio.wait((connecting, aborted), return_when=asyncio.FIRST_COMPLETED)
     if not connecting.done():
