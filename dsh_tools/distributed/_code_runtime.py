@@ -348,6 +348,9 @@ class _RunWatch:
         """The run's next events from the node, or the result that ends the run here."""
         loop = self._loop
         polled = asyncio.wrap_future(self._host.events.remote(self._run_id).future())
+        # Left unread when the run ends here (its actor killed as unresponsive, say), it fails
+        # with the actor's death: not an "exception never retrieved" in the harness's log.
+        polled.add_done_callback(_retrieve)
         while not polled.done():
             if self._ping is None and loop.time() >= self._next_ping:
                 self._ping = asyncio.wrap_future(self._host.ready.remote().future())
@@ -412,7 +415,7 @@ def _wake(future: asyncio.Future[None]) -> None:
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
-    # A start whose run ended without it (its actor killed) must not log "exception never
-    # retrieved".
+    # A start or a poll whose run ended without it (its actor killed) must not log "exception
+    # never retrieved".
     if not future.cancelled():
         future.exception()
