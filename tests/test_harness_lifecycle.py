@@ -595,6 +595,101 @@ def test_ctrl_c_during_a_blocking_execute_cancels_the_call_and_records_its_resul
     assert done.stdout.split("\n")[:3] == ["interrupted", "['ABORTED'] ['cancelled']", "quick 0"]
 
 
+CTRL_C_IN_A_HOOK = """
+import asyncio, os, signal, sys, threading
+from dsh_tools import Ask, ExecuteCall, ToolSystem
+
+waiting = threading.Event()
+
+
+async def wait_long():
+    waiting.set()
+    await asyncio.sleep(3600)
+
+
+async def pre(exec, next):
+    await wait_long()
+    return await next()
+
+
+async def ask(exec, next):
+    return Ask("may it?")
+
+
+async def wrapper(exec, next):
+    await wait_long()
+    return await next()
+
+
+async def post(exec, result, next):
+    await wait_long()
+    return await next()
+
+
+async def approver(*, agent, tool_name, call_id, signal):
+    await wait_long()
+    return "allowed-once"
+
+
+async def body(args, ctx):
+    await wait_long()
+    return "done"
+
+
+stage, timeout = sys.argv[1], float(sys.argv[2]) if sys.argv[2] != "none" else None
+system = ToolSystem.start(code_runtime=None, approval=approver)
+system.tools.register(a_tool("quick", body if stage == "body" else lambda args, ctx: "done"))
+if stage == "pre-execute":
+    system.tools.on_pre_execute(pre)
+elif stage == "approval":
+    system.tools.on_pre_execute(ask)
+elif stage == "execute-wrapper":
+    system.tools.on_execute(wrapper)
+elif stage == "post-execute":
+    system.tools.on_post_execute(post)
+seen = []
+system.tools.on_result(lambda exec, result: seen.append(result))
+threading.Thread(target=lambda: waiting.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+call = ExecuteCall(call_id="c1", name="quick", arguments={}, agent="coder")
+try:
+    system.execute(call, timeout=timeout)
+except KeyboardInterrupt:
+    print("interrupted")
+for _ in range(1000):  # with timeout=, the call settles on the system loop
+    if seen:
+        break
+    threading.Event().wait(0.01)
+(result,) = seen
+print(result.content[0]["text"], "/", result.abort_reason, "/", result.exception_type)
+system.stop()
+"""
+
+
+@pytest.mark.parametrize("timeout", ["none", "30"], ids=["execute", "execute-with-timeout"])
+@pytest.mark.parametrize(
+    ("stage", "shown"),
+    [
+        ("pre-execute", "Error: tool call aborted before dispatch"),
+        ("approval", "Error: tool call aborted before dispatch"),
+        ("execute-wrapper", "Error: tool call aborted before dispatch"),
+        ("post-execute", "Error: tool call aborted"),
+        ("body", "Error: tool call aborted"),
+    ],
+)
+def test_ctrl_c_while_a_blocking_execute_waits_in_a_hook_aborts_the_call(
+    stage: str, shown: str, timeout: str
+) -> None:
+    # The Ctrl-C cancels the call's task where the hook waits: that ended the call as the
+    # hook's own failure, "Error: " with exception_type CancelledError, instead of as the
+    # interrupted call it is (and a body so cancelled was ABORTED without a reason).
+    done = run_script(CTRL_C_IN_A_HOOK, stage, timeout)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == [
+        "interrupted",
+        f"{shown} / the caller was interrupted / ",
+    ]
+
+
 CTRL_C_TWICE = """
 import asyncio, os, signal, threading, time
 from dsh_tools import ExecuteCall, ToolSystem

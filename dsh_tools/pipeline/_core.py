@@ -30,6 +30,7 @@ from ..registry import compact_json
 from ..registry._execution import CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
+from ._loop import running_loop
 from ._results import cancelled, failure_from_exception
 from ._session import SessionLog
 
@@ -47,6 +48,7 @@ __all__ = [
     "abort_reason",
     "aborted_code",
     "call_aborted",
+    "caller_interrupted",
     "cancel_body",
     "cancel_soon",
     "close_awaitable",
@@ -304,6 +306,8 @@ class PipelineCore:
                 return cancelled(aborted_code(rec), reason=abort_reason(rec))
             if self._check_outer(rec):
                 return cancelled(aborted_code(rec), reason=CANCELLED_REASON)
+            if caller_interrupted(rec):
+                return cancelled(aborted_code(rec), reason=abort_reason(rec) or INTERRUPTED_REASON)
         failure = failure_from_exception(exc)
         fields = log_fields(rec)
         fields["stage"] = rec.stage
@@ -314,9 +318,11 @@ class PipelineCore:
         # cancellation, as a body's does.
         if take_back_cancels(rec):
             cancelled_here, reason = True, abort_reason(rec)
+        elif isinstance(exc, Exception) and self._check_outer(rec):
+            cancelled_here, reason = True, CANCELLED_REASON
         else:
-            cancelled_here = isinstance(exc, Exception) and self._check_outer(rec)
-            reason = CANCELLED_REASON
+            cancelled_here = isinstance(exc, Exception) and caller_interrupted(rec)
+            reason = abort_reason(rec) or INTERRUPTED_REASON
         if cancelled_here:
             log.warning(
                 f"{rec.stage} raised while cancelled: {failure.error.message}",
@@ -420,6 +426,19 @@ def abandon_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
         return
     rec.own_cancels += 1
     task.cancel()
+
+
+def caller_interrupted(rec: CallRecord) -> bool:
+    """Whether the task running ``rec``'s stage now was cancelled, for a call without an
+    awaiting task of the caller's to watch (``outer``): that task is the call's own, and only
+    the blocking caller's Ctrl-C cancels it (the wait of ``execute``, on this thread's loop or,
+    with ``timeout=``, on the system loop). A hook or approver waiting then was interrupted,
+    as one cancelled with ``execute_async``'s task is: not a failure of its own."""
+    if rec.outer is not None:
+        return False
+    loop = running_loop()
+    task = None if loop is None else asyncio.current_task(loop)
+    return task is not None and task.cancelling() > 0
 
 
 def take_back_cancels(rec: CallRecord) -> bool:

@@ -40,12 +40,14 @@ from ._chain import is_awaitable, none_from, rest_of_chain
 from ._core import (
     BODY_WIND_DOWN_S,
     FINISH,
+    INTERRUPTED_REASON,
     POST,
     BodyCancelled,
     PipelineCore,
     Stage,
     abort_reason,
     aborted_code,
+    caller_interrupted,
     cancel_body,
     closing_call,
     owned_generator_exit,
@@ -212,7 +214,10 @@ class DispatchStages(PipelineCore):
                 else:
                     value = await self._call_body(entry, rec, ctx, here, own_task)
             except BodyCancelled:
-                return _canonical(rec, cancelled("ABORTED", reason=abort_reason(rec, fused)))
+                reason = abort_reason(rec, fused)
+                if reason is None and caller_interrupted(rec):
+                    reason = INTERRUPTED_REASON  # its blocking caller's Ctrl-C cancelled it
+                return _canonical(rec, cancelled("ABORTED", reason=reason))
             except BaseException as exc:  # the base never raises
                 if closing_call(rec, exc):
                     raise
