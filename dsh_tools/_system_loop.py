@@ -13,10 +13,11 @@ import inspect
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Future
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._blocking_wait import wait_for_future
 from .actors._logging import get_logger
@@ -29,6 +30,9 @@ _log = get_logger("dsh_tools.system")
 
 _BACKGROUND_GRACE_SECONDS = 1.0
 """How long a stopping system waits for its cancelled background listeners to end."""
+
+_REFUSAL_TURNS = 3
+"""How many more turns an ended loop takes to fail work submitted as it stopped."""
 
 _WATCH_EXIT_SECONDS = 1.0
 """How long a stop waits for the stall watch to return once the loop has ended."""
@@ -46,7 +50,7 @@ class SystemLoop:
         # What was submitted and has not settled, with its coroutine (closed unstarted when the
         # loop ends before it ran); ``background`` awaitables not started yet; whether the loop
         # has ended (from then on both are refused at once). All under ``_lock``.
-        self._pending: dict[concurrent.futures.Future[Any], Coroutine[Any, Any, Any]] = {}
+        self._pending: dict[concurrent.futures.Future[Any], _Submitted] = {}
         self._unstarted: dict[object, Awaitable[Any]] = {}
         self._ended = False
         # The tasks of ``background`` awaits still running (touched on the loop's thread only),
@@ -78,6 +82,7 @@ class SystemLoop:
                 self._unstarted.clear()
             for wake in (self._busy, self._turned, self._watch_ends):
                 wake.set()  # the stall watch sees the end and returns
+            self._refuse_unstarted()
             self.fail_pending()
             for awaitable in unstarted:
                 _close(awaitable)
@@ -96,17 +101,54 @@ class SystemLoop:
         with contextlib.suppress(Exception):  # stopped again meanwhile: close as it stands
             self.loop.run_until_complete(asyncio.wait(tasks, timeout=_BACKGROUND_GRACE_SECONDS))
 
+    def _refuse_unstarted(self) -> None:
+        """The loop has ended (``_ended``): work submitted as it stopped, whose task the loop
+        never stepped (made in its last turn, or still to be made by a callback ``submit``
+        queued), takes that first step now, which fails it (``_unless_ended``) without running
+        any of it. Left pending, the task was reported destroyed unfinished once collected."""
+        with self._lock:
+            unstarted = [
+                future
+                for future, submitted in self._pending.items()
+                if inspect.getcoroutinestate(submitted.coro) == inspect.CORO_CREATED
+            ]
+        # A turn each to make the task, to take its first step and to settle its future with
+        # what that step raised (else never retrieved); no more, whatever else waits.
+        for _ in range(_REFUSAL_TURNS):
+            if all(future.done() for future in unstarted):
+                return
+            try:
+                self.loop.stop()
+                self.loop.run_forever()
+            except Exception:  # stopped again meanwhile: fail_pending fails what is left
+                return
+
+    async def _unless_ended(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """``coro``, unless its task's first step comes once the loop has ended
+        (``_refuse_unstarted``). ``submit`` takes the step up to ``_handed_over`` itself, so
+        that whatever ends this before that first step (a cancellation, a close) closes
+        ``coro`` too: else it would be reported never awaited."""
+        try:
+            await _handed_over()
+        except BaseException:
+            coro.close()
+            raise
+        if self._ended:
+            coro.close()
+            raise RuntimeError(_STOPPED_BEFORE)
+        return await coro
+
     def fail_pending(self) -> None:
         """Fail every submitted call or batch that has not finished: its waiter gets an error
         instead of waiting forever (a body still running, say)."""
         with self._lock:
             pending = list(self._pending.items())
             self._pending.clear()
-        for future, coro in pending:
+        for future, submitted in pending:
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 future.set_exception(RuntimeError(_STOPPED_BEFORE))
-            if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
-                coro.close()  # never started: its loop will not run it
+            if inspect.getcoroutinestate(submitted.coro) == inspect.CORO_CREATED:
+                submitted.wrapper.close()  # never started: its loop will not run it
 
     def wait_pending(self, deadline: float) -> None:
         """Wait (until ``deadline``) for what was submitted to settle."""
@@ -172,8 +214,10 @@ class SystemLoop:
                     target=self._watch_stalls, name="dsh-tools-loop-watch", daemon=True
                 )
                 self._watch.start()
-            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-            self._pending[future] = coro
+            wrapper = self._unless_ended(coro)
+            wrapper.send(None)  # up to ``_handed_over``: see ``_unless_ended``
+            future = asyncio.run_coroutine_threadsafe(wrapper, self.loop)
+            self._pending[future] = _Submitted(coro, wrapper)
             self._busy.set()
         future.add_done_callback(self._settled)
         return future
@@ -260,6 +304,19 @@ class SystemLoop:
 
 
 _STOPPED_BEFORE = "the tool system stopped before the call finished"
+
+
+@types.coroutine
+def _handed_over() -> Generator[None, None, None]:
+    """Where ``SystemLoop.submit`` leaves what it submits: the task resumes it from here."""
+    yield
+
+
+class _Submitted(NamedTuple):
+    """What ``SystemLoop.submit`` started: the work, and what its task runs around it."""
+
+    coro: Coroutine[Any, Any, Any]
+    wrapper: Coroutine[Any, Any, Any]
 
 
 def _blocking_frame(frame: FrameType | None) -> str:

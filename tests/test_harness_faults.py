@@ -5,6 +5,7 @@ code never stops the system loop; any argument text gets a result."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 from typing import Any
@@ -206,6 +207,38 @@ def test_the_stall_watch_ends_with_the_loop_when_the_end_comes_as_it_looks() -> 
     system_loop.stop()
     watch.join(WAIT)
     assert not watch.is_alive()
+
+
+def test_work_submitted_as_the_loop_stops_fails_its_waiter_and_leaves_no_pending_task(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A call submitted just as stop() ends the loop (an execute(timeout=...) past its check
+    # of the stopping flag, a ref.ask): its task was made in the loop's last turn and never
+    # took its first step. Its waiter got its RuntimeError, but the task was left pending
+    # and asyncio reported it destroyed so when it was collected.
+    gc.collect()  # what earlier tests left behind is reported now, not below
+    caplog.clear()
+    system_loop = _system_loop.SystemLoop()
+    loop = system_loop.loop
+    holding, release = threading.Event(), threading.Event()
+    loop.call_soon_threadsafe(lambda: holding.set() or release.wait(WAIT))
+    assert holding.wait(WAIT)
+    loop.call_soon_threadsafe(loop.stop)  # what stop() asks of the loop first
+    started: list[str] = []
+
+    async def work() -> str:
+        started.append("started")
+        return "done"
+
+    future = system_loop.submit(work())  # its task is made in the same turn as the stop
+    release.set()
+    system_loop.stop()
+    with pytest.raises(RuntimeError, match="stopped before the call finished"):
+        future.result(WAIT)
+    del system_loop, loop, future  # and with them the last references to what the loop ran
+    gc.collect()
+    assert started == []
+    assert "Task was destroyed but it is pending" not in caplog.text
 
 
 @pytest.mark.parametrize("raised", [SystemExit(2), KeyboardInterrupt(), GeneratorExit()])
