@@ -225,7 +225,7 @@ class SystemLoop:
     def _settled(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._pending.pop(future, None)
-            if not self._pending:
+            if not self._pending and not self._ended:  # once ended, the watch must see it
                 self._busy.clear()
 
     def _watch_stalls(self) -> None:

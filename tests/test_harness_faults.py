@@ -209,6 +209,34 @@ def test_the_stall_watch_ends_with_the_loop_when_the_end_comes_as_it_looks() -> 
     assert not watch.is_alive()
 
 
+def test_the_stall_watch_ends_with_the_loop_when_the_end_fails_the_work_still_pending() -> None:
+    # The loop's end wakes the watch; failing the work still pending then marked the loop
+    # idle again before the watch looked: it went back to wait for work that could never
+    # come, a thread left per system (and each stop() waited a second for it).
+    system_loop = _system_loop.SystemLoop()
+    looking = threading.Event()
+
+    class LooksOnceTheWorkFailed(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            looking.set()
+            while not (system_loop._ended and not system_loop._pending):
+                threading.Event().wait(0.001)
+            return True
+
+    system_loop._watch_ends = LooksOnceTheWorkFailed()
+
+    async def waits() -> None:
+        await asyncio.sleep(3600)
+
+    system_loop.submit(waits())  # starts the watch
+    watch = system_loop._watch
+    assert watch is not None
+    assert looking.wait(WAIT)  # the watch saw the loop turn, and waits for its next look
+    system_loop.stop()
+    watch.join(WAIT)
+    assert not watch.is_alive()
+
+
 def test_work_submitted_as_the_loop_stops_fails_its_waiter_and_leaves_no_pending_task(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
