@@ -358,11 +358,13 @@ class ToolSystem:
         self._stop_done.set()
 
     def _end_everything(self) -> None:
+        in_flight = self._system_loop.pending_now()
         self._settle_in_flight(time.monotonic() + STOP_GRACE_S)
         if self.pipeline.abandon_bodies():
             # Plain bodies that ignored their signal through the grace are left to their
             # threads: their calls settle without them, a moment for that.
             self._settle_in_flight(time.monotonic() + ABANDONED_SETTLE_S)
+        given_up = in_flight & self._system_loop.pending_now()
         while True:
             # One at a time, the last attached first, as disposers go: a stop cut short leaves
             # the rest attached, to the next stop() (a closer detached meanwhile is not run).
@@ -382,6 +384,12 @@ class ToolSystem:
         self.ref.stop()
         self._registry.stop()
         current = threading.current_thread()
+        # Calls that reached the loop since (an ask the front actor took before it stopped, a
+        # call past execute()'s check as stop() began) were interrupted as they came in: they
+        # settle before the loop ends, each with its one result; later ones are refused.
+        self._system_loop.refuse_submissions()
+        if current is not self._system_loop.thread:
+            self._system_loop.wait_pending(time.monotonic() + ABANDONED_SETTLE_S, given_up)
         self._system_loop.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
         # Idle worker threads exit as soon as they see the shutdown; a body that never returns

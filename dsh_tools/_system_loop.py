@@ -53,6 +53,7 @@ class SystemLoop:
         self._pending: dict[concurrent.futures.Future[Any], _Submitted] = {}
         self._unstarted: dict[object, Awaitable[Any]] = {}
         self._ended = False
+        self._refusing = False  # ``refuse_submissions``: ``submit`` fails work at once
         # The tasks of ``background`` awaits still running (touched on the loop's thread only),
         # and whether the loop is ending them because the system stops.
         self._background: set[asyncio.Task[Any]] = set()
@@ -150,10 +151,23 @@ class SystemLoop:
             if inspect.getcoroutinestate(submitted.coro) == inspect.CORO_CREATED:
                 submitted.wrapper.close()  # never started: its loop will not run it
 
-    def wait_pending(self, deadline: float) -> None:
-        """Wait (until ``deadline``) for what was submitted to settle."""
+    def pending_now(self) -> frozenset[concurrent.futures.Future[Any]]:
+        """What was submitted and has not settled yet."""
         with self._lock:
-            pending = list(self._pending)
+            return frozenset(self._pending)
+
+    def refuse_submissions(self) -> None:
+        """From now on ``submit`` fails what it is given at once, as once the loop has ended:
+        what is pending then is all that may still settle before the loop ends."""
+        with self._lock:
+            self._refusing = True
+
+    def wait_pending(
+        self, deadline: float, besides: frozenset[concurrent.futures.Future[Any]] = frozenset()
+    ) -> None:
+        """Wait (until ``deadline``) for what was submitted to settle (but ``besides``)."""
+        with self._lock:
+            pending = [future for future in self._pending if future not in besides]
         if pending:
             concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
 
@@ -203,7 +217,7 @@ class SystemLoop:
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
         with self._lock:
-            if self._ended:
+            if self._ended or self._refusing:
                 coro.close()
                 future: concurrent.futures.Future[Any] = concurrent.futures.Future()
                 future.set_exception(RuntimeError(_STOPPED_BEFORE))

@@ -151,6 +151,41 @@ def test_a_call_that_arrives_while_stop_waits_for_the_calls_in_flight_never_star
     ]
 
 
+def test_a_call_that_reaches_the_loop_as_stop_ends_it_still_gets_its_one_result(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An ask the front actor took after the calls in flight had settled (here from a closer,
+    # which runs then) reached the system loop while stop() went on to end it: the call was
+    # logged, its hook still waiting when the loop ended, and it never got a result (its
+    # waiter a RuntimeError, its task reported destroyed unfinished).
+    system = ToolSystem.start(code_runtime=None)
+    late: list[Any] = []
+
+    async def settles_soon(exec: Any, next: Any) -> Any:
+        await asyncio.sleep(0.2)  # still waiting when the rest of stop() is done
+        return await next()
+
+    system.tools.register(fixture("quick", lambda args, ctx: [block("quick")]))
+    system.tools.on_pre_execute(settles_soon)
+    system.on_stop(
+        lambda: late.append(
+            system.ref.ask(ExecuteCall(call_id="c1", name="quick", arguments={}), block=False)
+        )
+    )
+    system.stop()
+    result = late[0].get(timeout=WAIT)
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert result.abort_reason == "the tool system is stopping"
+    assert sorted((e.type, e.data["call_id"]) for e in system.session.events) == [
+        ("tool/call", "c1"),
+        ("tool/result", "c1"),
+    ]
+    late.clear()
+    del result
+    gc.collect()
+    assert "Task was destroyed but it is pending" not in caplog.text
+
+
 def test_stop_aborts_a_blocking_execute_running_on_another_thread() -> None:
     system = ToolSystem.start(code_runtime=None)
     entered = threading.Event()
