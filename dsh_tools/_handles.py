@@ -30,6 +30,8 @@ class _OwnerHandle:
         self._on_close: Attached[Callable[[], object]] = Attached()
         # ``close()`` marks itself under this lock: no closer is attached after it looked.
         self._closing = threading.Lock()
+        # A close() that an interruption (Ctrl-C) cut short: the next close() finishes it.
+        self._cut_short = False
 
     def on_close(self, close: Callable[[], object]) -> Callable[[], None]:
         """Have ``close()`` call ``close`` first, the last attached first: for what lives as
@@ -45,18 +47,28 @@ class _OwnerHandle:
 
     def close(self) -> None:
         """Run the ``on_close`` closers, then dispose everything registered through this
-        handle, in reverse order."""
+        handle, in reverse order. One that a ``KeyboardInterrupt`` (or another
+        ``BaseException``) cuts short leaves the handle closed to its users, and the next
+        ``close()`` finishes it: the closers not yet run, then the disposal."""
         with self._closing:
-            if self.closed:
+            if self.closed and not self._cut_short:
                 return
+            resumed = self.closed
             self.closed = True
-        self._forget()
-        while (closer := self._on_close.take_last()) is not None:
-            try:
-                closer()
-            except Exception as exc:
-                _log.warning("closing a resource with its owner failed", error=message_of(exc))
-        self.tools._close_owner()
+            self._cut_short = False
+        if not resumed:
+            self._forget()
+        try:
+            while (closer := self._on_close.take_last()) is not None:
+                try:
+                    closer()
+                except Exception as exc:
+                    _log.warning("closing a resource with its owner failed", error=message_of(exc))
+            self.tools._close_owner()
+        except BaseException:
+            with self._closing:
+                self._cut_short = True
+            raise
 
     def _forget(self) -> None:
         """Drop the system's reference to this handle (subclasses)."""

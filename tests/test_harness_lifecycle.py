@@ -1988,6 +1988,35 @@ def test_an_owners_closers_run_first_last_attached_first_despite_a_failing_one(
         system.plugin("p").on_close(1)  # type: ignore[arg-type]
 
 
+def test_a_close_that_a_ctrl_c_cuts_short_is_finished_by_the_next_close(
+    system: ToolSystem,
+) -> None:
+    # A Ctrl-C in a closer (a plugin's server slow to shut down) left the plugin marked
+    # closed with its other closers never run and its tools registered: every later close()
+    # returned at once, and the model went on seeing tools whose server was gone.
+    plugin = system.plugin("server")
+    plugin.tools.register(echo())
+    closed: list[str] = []
+    plugin.on_close(lambda: closed.append("connection"))
+    pressed = [False]
+
+    def interrupted() -> None:
+        if not pressed[0]:
+            pressed[0] = True
+            raise KeyboardInterrupt
+        closed.append("server")
+
+    plugin.on_close(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plugin.close()
+    assert plugin.closed
+    plugin.close()
+    assert closed == ["connection"]  # the interrupted closer is not run twice
+    assert system.tools.names() == []
+    plugin.close()  # closed for good now
+    assert closed == ["connection"]
+
+
 def test_on_close_refuses_a_closer_once_its_owner_is_closed(system: ToolSystem) -> None:
     # Attached after close() took its closers, it would never run: an MCP server registered
     # in a scope closed meanwhile would outlive the scope. Refused instead, as on_stop() is.
