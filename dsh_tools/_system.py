@@ -102,6 +102,14 @@ def _checked_timeout(timeout: object) -> float | None:
     return seconds
 
 
+def _calls_named(batch: ExecuteBatch) -> str:
+    """``2 calls ('c1', 'c2')``: which batch a message is about (its first call ids)."""
+    ids = [call.call_id for call in batch.calls[:3]]
+    more = ", ..." if len(batch.calls) > len(ids) else ""
+    count = len(batch.calls)
+    return f"{count} call{'' if count == 1 else 's'} ({', '.join(map(repr, ids))}{more})"
+
+
 def _stop_running_systems() -> None:
     for system in list(_running):
         try:
@@ -588,11 +596,16 @@ class ToolSystem:
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
         timeout = _checked_timeout(timeout)
         control = AbortController()
-        outcome: BatchOutcome = self._call_on_loop(
-            self._batches.run(batch, control),
-            timeout,
-            lambda _future: control.abort(INTERRUPTED_REASON),
-        )
+        try:
+            outcome: BatchOutcome = self._call_on_loop(
+                self._batches.run(batch, control),
+                timeout,
+                lambda _future: control.abort(INTERRUPTED_REASON),
+            )
+        except TimeoutError:
+            raise TimeoutError(
+                f"the batch of {_calls_named(batch)} did not finish within {timeout} s"
+            ) from None
         return outcome
 
     async def execute_batch_async(self, batch: ExecuteBatch) -> BatchOutcome:

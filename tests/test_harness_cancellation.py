@@ -93,6 +93,17 @@ def test_asyncio_timeout_raises_timeout_error_after_the_call_is_recorded(
     assert recorded["error"]["code"] == "ABORTED"
 
 
+def test_a_blocking_batch_that_outlasts_its_timeout_says_which_batch(system: ToolSystem) -> None:
+    # The message said only "did not finish within 0.05 s", where execute()'s names its call.
+    SleepyTool(system)
+    calls = [ToolCall(f"c{i}", "sleepy", "{}") for i in range(1, 5)]
+    with pytest.raises(
+        TimeoutError,
+        match=r"^the batch of 4 calls \('c1', 'c2', 'c3', \.\.\.\) did not finish within 0\.05 s$",
+    ):
+        system.execute_batch(ExecuteBatch(calls=calls), timeout=0.05)
+
+
 def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
     system: ToolSystem,
 ) -> None:
