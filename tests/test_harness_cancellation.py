@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import WAIT, Logs, block, fixture, text
 
+import dsh_tools._system as system_module
 import dsh_tools.pipeline._core as pipeline_core
 from dsh_tools import (
     AbortController,
@@ -773,6 +774,89 @@ def test_a_hook_that_starts_waiting_after_the_interrupt_is_cancelled_after_a_whi
     assert code_of(result) == "ABORTED"
     assert ends == ["cancelled"]
     assert list(results_of(system)) == ["c1"]
+
+
+def batch_of_waiting_post_hooks(
+    system: ToolSystem, count: int
+) -> tuple[ExecuteBatch, threading.Event, list[str]]:
+    """A batch of ``count`` calls whose post-execute hooks wait until cancelled (each only
+    once the call before it has committed), set when the first waits, and the ids of the
+    hooks cancelled so far."""
+    waiting = threading.Event()
+    cancelled: list[str] = []
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        waiting.set()
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            cancelled.append(exec.call_id)
+            raise
+        return await next()
+
+    safe = {"is_concurrency_safe": lambda args: True}  # every call starts at once
+    system.tools.register(fixture("t", lambda args, ctx: [block("done")], **safe))
+    system.tools.on_post_execute(post)
+    calls = [ToolCall(f"c{i}", "t", "{}") for i in range(1, count + 1)]
+    return ExecuteBatch(calls=calls), waiting, cancelled
+
+
+def assert_all_aborted(codes: list[str | None]) -> None:
+    """Every call of ``batch_of_waiting_post_hooks`` ended aborted (c1 always started; a later
+    one may not have yet)."""
+    assert codes[0] == "ABORTED"
+    assert set(codes) <= {"ABORTED", "ABORTED_BEFORE_DISPATCH"}
+
+
+def test_stop_past_its_grace_cancels_the_hooks_of_a_batch_s_later_commits_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The batch commits in order: each call's post-execute hook starts waiting once the one
+    # before it has been cancelled, after the interrupt, and was given the hooks' wind-down.
+    # stop()'s grace ran out long before the last, the loop ended under them, and the batch's
+    # waiter got a RuntimeError instead of its results.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    monkeypatch.setattr(pipeline_core, "HOOK_WIND_DOWN_S", FOREVER)
+    system = ToolSystem.start(code_runtime=None)
+    batch, hook_waits, cancelled = batch_of_waiting_post_hooks(system, 4)
+    outcomes: list[Any] = []
+    waiting = threading.Thread(target=lambda: outcomes.append(system.execute_batch(batch)))
+    waiting.start()
+    assert hook_waits.wait(WAIT)
+    system.stop()
+    waiting.join(WAIT)
+    (outcome,) = outcomes
+    assert list(results_of(system)) == ["c1", "c2", "c3", "c4"]
+    assert_all_aborted([code_of(result) for result in outcome.results])
+    assert cancelled[0] == "c1"
+
+
+def test_a_batch_cancelled_twice_cancels_the_hooks_of_its_later_commits_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The second cancellation hurries the batch: the hook waiting then was cancelled, but each
+    # later call's post-execute hook still had the hooks' wind-down, one after the other.
+    monkeypatch.setattr(pipeline_core, "HOOK_WIND_DOWN_S", FOREVER)
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        batch, hook_waits, cancelled = batch_of_waiting_post_hooks(system, 4)
+
+        async def harness() -> None:
+            turn = asyncio.create_task(system.execute_batch_async(batch))
+            await asyncio.to_thread(hook_waits.wait, WAIT)
+            turn.cancel()
+            while not cancelled:  # the first cancellation reached c1's hook
+                await asyncio.sleep(0.001)
+            turn.cancel()
+            await asyncio.wait([turn], timeout=WAIT)
+            assert turn.cancelled()
+
+        asyncio.run(harness())
+        recorded = results_of(system)
+        assert list(recorded) == ["c1", "c2", "c3", "c4"]
+        assert_all_aborted([data["error"]["code"] for data in recorded.values()])
+    finally:
+        system.stop()
 
 
 @pytest.mark.parametrize("entry", ["execute_async", "execute_batch"])

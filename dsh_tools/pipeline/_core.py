@@ -213,6 +213,8 @@ class PipelineCore:
         settles and commits as usual; its success becomes ``ABORTED``."""
         if rec.stop_reason is None:
             rec.stop_reason = reason
+        if anyway:
+            rec.hurried = True
         own = rec.own
         if own is not None:
             own.abort(reason)
@@ -249,6 +251,7 @@ class PipelineCore:
         """``stop()``'s grace is over: cancel the hook chain ``rec`` still waits on, once more
         (a hook that took the interrupt's cancellation and went on waiting); whether it
         waits."""
+        rec.hurried = True  # its hooks that start waiting later are not waited for either
         task = rec.hook_task
         if task is None or not rec.hooks_waiting or task.done():
             return False
@@ -393,10 +396,15 @@ def wind_down(rec: CallRecord) -> None:
     """A hook chain starts waiting on a call already interrupted (a post-execute hook, a
     wrapper once its body returned; call in the task that awaits it): it is part of the call's
     wind-down and may wait a while (its contexts, its cleanup), but not for ever: its task is
-    cancelled if it still waits ``HOOK_WIND_DOWN_S`` seconds on."""
+    cancelled if it still waits ``HOOK_WIND_DOWN_S`` seconds on; at once (one pass later) if
+    the call is ``hurried``: the ordered commits of a batch would otherwise give each of its
+    calls that wind-down in turn, long past stop()'s grace or the caller's second cancel."""
     task = rec.hook_task
     if task is not None:
-        task.get_loop().call_later(HOOK_WIND_DOWN_S, cancel_hooks, rec, task)
+        if rec.hurried:
+            cancel_hooks_soon(rec, task)
+        else:
+            task.get_loop().call_later(HOOK_WIND_DOWN_S, cancel_hooks, rec, task)
 
 
 def cancel_hooks(rec: CallRecord, task: asyncio.Task[Any]) -> None:

@@ -58,6 +58,7 @@ class CallRecord:
         "hook_task",
         "hooks",
         "hooks_waiting",
+        "hurried",
         "inline",
         "logged_call",
         "name",
@@ -123,6 +124,9 @@ class CallRecord:
         # in, once one does, and whether it awaits a hook chain of the call now.
         self.hook_task: asyncio.Task[Any] | None = None
         self.hooks_waiting = False
+        # Interrupted past any wind-down (stop()'s grace over, a batch's awaiting task
+        # cancelled again): a hook that starts waiting from then on is cancelled at once.
+        self.hurried = False
         # The task awaiting the call's plain body on a worker thread, while it does.
         self.body_wait: asyncio.Task[Any] | None = None
         # Cancellations the pipeline sent ``hook_task`` or ``body_wait`` (an interrupt, a
