@@ -134,6 +134,7 @@ class SubprocessCodeRuntime:
         self._tasks: set[asyncio.Task[None]] = set()
         self._disposed = False
         self._disposal: concurrent.futures.Future[None] | None = None
+        self._reaper: threading.Thread | None = None  # the thread reaping the template
         self._forgotten = False  # a copy in a child forked from the host (``_forget``)
         _RUNTIMES.add(self)
 
@@ -426,6 +427,11 @@ class SubprocessCodeRuntime:
         # Shielded: a caller that gives up waiting must not cancel the disposal every later
         # dispose() waits for (``wrap_future`` passes a cancellation on to it).
         await asyncio.shield(asyncio.wrap_future(disposal))
+        reaper = self._reaper
+        if reaper is not None:
+            # It settled the disposal as its last act and is ending now: once dispose()
+            # returns, no thread of the runtime's is left (nor listed by threading).
+            reaper.join(_REAPER_END_S)
 
     def _stop_pool_and_template(self, disposal: concurrent.futures.Future[None]) -> None:
         """Close the pool's idle workers and tell the template to exit; ``disposal`` settles
@@ -437,9 +443,8 @@ class SubprocessCodeRuntime:
         if process is None:
             disposal.set_result(None)
         else:
-            reap(self._template, process, 5.0).add_done_callback(
-                lambda _reaped: disposal.set_result(None)
-            )
+            reaped, self._reaper = reap(self._template, process, 5.0)
+            reaped.add_done_callback(lambda _reaped: disposal.set_result(None))
 
     def close(self) -> None:
         """``dispose()`` for synchronous callers; raises when called inside a running loop."""
@@ -450,6 +455,10 @@ class SubprocessCodeRuntime:
             return
         raise RuntimeError("code runtime: close() inside a running event loop; await dispose()")
 
+
+_REAPER_END_S: Final = 1.0
+"""How long ``dispose()`` waits for the thread that reaped the template to end, once it has
+said the template is gone (its last act): a moment, unless the machine stands still."""
 
 _RUNTIMES: Final[weakref.WeakSet[SubprocessCodeRuntime]] = weakref.WeakSet()
 """Every runtime of this process, for ``_forget_runtimes_in_child``."""

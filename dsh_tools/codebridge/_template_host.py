@@ -249,10 +249,12 @@ class TemplateHandle:
 
 def reap(
     template: TemplateHandle, process: subprocess.Popen[bytes], timeout: float
-) -> concurrent.futures.Future[None]:
+) -> tuple[concurrent.futures.Future[None], threading.Thread]:
     """Wait for ``process``, a template told to exit (killed after ``timeout`` seconds), then
     remove what the host made for it, on a thread of its own: the returned future settles then,
-    whether or not anyone still waits for it (a ``dispose()`` whose caller gave up)."""
+    whether or not anyone still waits for it (a ``dispose()`` whose caller gave up), as the
+    thread's last act (also returned: a waiter joins it, so that none is left once it is told
+    the template is gone)."""
     reaped = concurrent.futures.Future[None]()
 
     def wait() -> None:
@@ -264,8 +266,9 @@ def reap(
         template.release(process)
         reaped.set_result(None)
 
-    threading.Thread(target=wait, name="dsh-template-reaper", daemon=True).start()
-    return reaped
+    thread = threading.Thread(target=wait, name="dsh-template-reaper", daemon=True)
+    thread.start()
+    return reaped, thread
 
 
 os.register_at_fork(
