@@ -1346,6 +1346,48 @@ def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime
     )
 
 
+
+def test_a_task_group_s_failures_show_only_the_programs_frames(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Each member of the group was raised in a task of its own: a failed call awaited
+    # directly by the group has no frame of the program at all, one awaited in the program's
+    # coroutine shows that coroutine's line; neither shows the worker's own files.
+    async def fail(value: Any) -> Any:
+        raise Exception(f"denied {value['n']}")
+
+    direct = """
+async with asyncio.TaskGroup() as group:
+    group.create_task(tools.fail({"n": 1}))
+"""
+    kind, message = failure(run(runtime, direct, tools(fail=fail)))
+    assert kind == "exception"
+    assert "codebridge" not in message
+    assert message.split("\n")[-3:] == [
+        "  +-+---------------- 1 ----------------",
+        "    | ToolCallError: denied 1",
+        "    +------------------------------------",
+    ]
+    nested = """
+async def one(n):
+    return await tools.fail({"n": n})
+
+async with asyncio.TaskGroup() as group:
+    group.create_task(one(2))
+"""
+    kind, message = failure(run(runtime, nested, tools(fail=fail)))
+    assert kind == "exception"
+    assert "codebridge" not in message
+    assert message.split("\n")[-7:] == [
+        "  +-+---------------- 1 ----------------",
+        "    | Traceback (most recent call last):",
+        '    |   File "<run_code>", line 3, in one',
+        '    |     return await tools.fail({"n": n})',
+        "    |            ^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        "    | ToolCallError: denied 2",
+        "    +------------------------------------",
+    ]
+
 def test_an_unrenderable_exception_is_reported_as_such(runtime: SubprocessCodeRuntime) -> None:
     program = """
 class Hostile(Exception):

@@ -17,9 +17,14 @@ _UNRENDERABLE: Final = "program threw an unrenderable value"
 
 
 def _trim(
-    tb: types.TracebackType | None, code: types.CodeType | None, worker_files: Collection[str]
+    tb: types.TracebackType | None,
+    code: types.CodeType | None,
+    worker_files: Collection[str],
+    *,
+    keep: int = 1,
 ) -> types.TracebackType | None:
-    """Keep the traceback from the program's own frame down, minus trailing worker frames.
+    """Keep the traceback from the program's own frame down, minus trailing worker frames
+    (all but ``keep`` of them when nothing else is left).
 
     A traceback that never passed through the program (the program broke the worker's event
     loop, say) shows no frames at all: they would all be the worker's.
@@ -34,12 +39,12 @@ def _trim(
     while cursor is not None:
         entries.append(cursor)
         cursor = cursor.tb_next
-    while len(entries) > 1 and entries[-1].tb_frame.f_code.co_filename in worker_files:
+    while len(entries) > keep and entries[-1].tb_frame.f_code.co_filename in worker_files:
         entries.pop()
     if entries:
         entries[-1].tb_next = None
         return entries[0]
-    return tb
+    return None if keep == 0 else tb
 
 
 def render_exception(
@@ -49,16 +54,24 @@ def render_exception(
     ``code`` is ``None``), without trailing frames of ``worker_files``."""
     try:
         seen: set[int] = set()
-        pending: list[BaseException] = [exc]
+        pending: list[tuple[BaseException, bool]] = [(exc, False)]
         while pending:
-            current = pending.pop()
+            current, member = pending.pop()
             if id(current) in seen:
                 continue
             seen.add(id(current))
-            current.__traceback__ = _trim(current.__traceback__, code, worker_files)
+            if member:
+                # An exception group's member was raised in a task of its own: its traceback
+                # starts in a coroutine of the program (or in a tool call's handle, whose
+                # frames are all the worker's), never in the program's own frame.
+                current.__traceback__ = _trim(current.__traceback__, None, worker_files, keep=0)
+            else:
+                current.__traceback__ = _trim(current.__traceback__, code, worker_files)
             for linked in (current.__cause__, current.__context__):
                 if linked is not None:
-                    pending.append(linked)
+                    pending.append((linked, member))
+            if isinstance(current, BaseExceptionGroup):
+                pending.extend((inner, True) for inner in current.exceptions)
         traceback.clear_frames(exc.__traceback__)  # release the program's locals first
         str(exc)  # a hostile __str__ makes the value unrenderable
         return "".join(traceback.format_exception(exc)).rstrip("\n")
