@@ -1347,6 +1347,28 @@ def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime
 
 
 
+def test_a_traceback_points_at_the_programs_own_line_and_columns(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The carets sit under the failing expression of a last line without a newline, and a form
+    # feed or a line separator inside a string literal does not shift the lines shown.
+    kind, message = failure(run(runtime, 'import json\nreturn json.loads("{bad")'))
+    assert kind == "exception"
+    assert message.splitlines()[1:4] == [
+        '  File "<run_code>", line 2, in <module>',
+        '    return json.loads("{bad")',
+        "           ^^^^^^^^^^^^^^^^^^",
+    ]
+    program = 'text = "a\u2028b\x0cc"\ncount = len(text)\nraise ValueError(count)\n'
+    assert failure(run(runtime, program)) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 3, in <module>\n'
+        "    raise ValueError(count)\n"
+        "ValueError: 5",
+    )
+
+
 def test_a_task_group_s_failures_show_only_the_programs_frames(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import io
 import linecache
 import os
 import re
@@ -414,12 +415,24 @@ def _fresh_main() -> types.ModuleType:
     return module
 
 
+def source_lines(source: str) -> list[str]:
+    """``source``'s lines as the compiler numbers them (``\\n``, ``\\r\\n`` and ``\\r`` end a line;
+    ``str.splitlines`` would also split at a form feed or U+2028 inside a string literal, and
+    the traceback would show the wrong line), each ending with its newline as linecache keeps
+    a file's: the traceback takes a line's indentation as its length less that of its stripped
+    text, so a last line without one would get its carets a column too far right."""
+    lines = io.StringIO(source, newline=None).readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return lines
+
+
 def load_program(worker: Worker) -> Loaded | Done:
     """The boot's program, defined in a fresh ``__main__`` module with its bindings (nothing
     of it runs yet), or, when it does not compile, the ``Done`` frame that finishes its run."""
     boot = worker.boot
     source = boot.program
-    linecache.cache[FILENAME] = (len(source), None, source.splitlines(keepends=True), FILENAME)
+    linecache.cache[FILENAME] = (len(source), None, source_lines(source), FILENAME)
     try:
         code = compile_program(source)
     except ProgramError as error:
