@@ -162,6 +162,27 @@ def test_a_call_never_awaited_is_still_submitted_without_noise(
     assert calls == [{"value": "fire"}]
 
 
+def test_a_failed_call_in_a_task_never_awaited_leaves_no_noise(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Fire and forget through create_task: the task fails with the call, and nothing says
+    # "Task exception was never retrieved" into the program's output; a task that is awaited
+    # still raises the failure.
+    async def fail(value: Any) -> Any:
+        raise Exception("denied")
+
+    program = """
+asyncio.create_task(tools.fail({}))
+awaited = asyncio.create_task(tools.fail({}))
+await asyncio.sleep(0.1)
+try:
+    await awaited
+except ToolCallError as error:
+    return error.message
+"""
+    assert run(runtime, program, tools(fail=fail)) == CodeRunResult([], value="denied")
+
+
 def test_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
     program = """
 import sys

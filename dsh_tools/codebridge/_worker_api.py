@@ -44,6 +44,11 @@ ABSENT: Final = _Absent()
 """The no-result sentinel: a program that returns it has no result."""
 
 
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class CallHandle(asyncio.Future[Any]):
     """What calling a binding returns: the call is already submitted; awaiting gets its value.
 
@@ -85,6 +90,12 @@ class CallHandle(asyncio.Future[Any]):
     def _driver(self) -> Generator[Any, Any, Any]:
         if self._runner is None:
             self._runner = self.__await__()
+            task = asyncio.current_task(self.get_loop())
+            if task is not None and task.get_coro() is self:
+                # The task that ``create_task`` wrapped around the handle fails with the call:
+                # its failure too is marked retrieved, so that a fire-and-forget task leaves no
+                # "exception was never retrieved" noise (naming the worker's own frames).
+                task.add_done_callback(_retrieve)
         return self._runner
 
     def send(self, value: Any) -> Any:
