@@ -487,6 +487,19 @@ def test_list_dir_lists_sorted_entries_with_types_and_sizes(root: Path) -> None:
     assert text_of(tool, {}, value) == ".:\n  a_dir/\n  b.txt  (5 bytes)\n  c_link@"
 
 
+def test_list_dir_description_says_how_a_program_tells_directories_apart(root: Path) -> None:
+    # A Code Mode program reads the value, whose names carry no `/`: the description the model
+    # is given names the `type` field rather than promising a mark on the names.
+    (root / "a_dir").mkdir()
+    tool = list_dir_tool(root)
+
+    [entry] = call(tool, {})["entries"]
+
+    assert entry == {"name": "a_dir", "type": "directory", "size": None}
+    assert "each with its `type`" in tool.description
+    assert "the names themselves never end in it" in tool.description
+
+
 def test_list_dir_shows_hidden_entries_on_request(root: Path) -> None:
     (root / ".hidden").write_text("")
 

@@ -142,8 +142,9 @@ def list_dir_tool(root: Path | str) -> ToolDefinition:
     return define_tool(
         name="list_dir",
         description=(
-            "List a directory of the workspace: names sorted, directories marked with `/`, "
-            f"file sizes in bytes, at most {MAX_LIST_ENTRIES} entries."
+            "List a directory of the workspace: names sorted, each with its `type` (the text"
+            " listing marks directories with `/`; the names themselves never end in it), file"
+            f" sizes in bytes, at most {MAX_LIST_ENTRIES} entries."
         ),
         parameters={
             "path": {
