@@ -487,6 +487,18 @@ def test_list_dir_lists_sorted_entries_with_types_and_sizes(root: Path) -> None:
     assert text_of(tool, {}, value) == ".:\n  a_dir/\n  b.txt  (5 bytes)\n  c_link@"
 
 
+def test_read_file_description_says_the_value_s_text_is_not_numbered(root: Path) -> None:
+    # The numbers are in the text shown to the model; a program reads the file's own lines.
+    (root / "a.txt").write_text("one\ntwo\n")
+    tool = read_file_tool(root)
+
+    value = call(tool, {"path": "a.txt", "offset": 2})
+
+    assert (value["text"], value["start_line"]) == ("two\n", 2)
+    assert text_of(tool, {"path": "a.txt", "offset": 2}, value) == "     2\ttwo"
+    assert "`text` holds them as they are in the file" in tool.description
+
+
 def test_list_dir_description_says_how_a_program_tells_directories_apart(root: Path) -> None:
     # A Code Mode program reads the value, whose names carry no `/`: the description the model
     # is given names the `type` field rather than promising a mark on the names.

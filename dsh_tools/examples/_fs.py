@@ -98,9 +98,10 @@ def read_file_tool(root: Path | str) -> ToolDefinition:
     return define_tool(
         name="read_file",
         description=(
-            "Read a UTF-8 text file from the workspace. Returns numbered lines "
-            f"(at most {DEFAULT_READ_LIMIT} unless `limit` says otherwise); use `offset` and "
-            "`limit` to page through long files."
+            "Read a UTF-8 text file from the workspace. Returns its lines (at most"
+            f" {DEFAULT_READ_LIMIT} unless `limit` says otherwise), shown numbered; the value's"
+            " `text` holds them as they are in the file, the first being `start_line`. Use"
+            " `offset` and `limit` to page through long files."
         ),
         parameters={
             "path": _FILE_PATH_PARAMETER,
