@@ -46,7 +46,7 @@ def run_catalog(out: TextIO) -> int:
 
 def run_code_file(path: Path, out: TextIO, *, workspace: Path) -> int:
     """Run the program in ``path`` in Code Mode against the example tools."""
-    return run_program(path.read_text(encoding="utf-8"), path.name, out, workspace=workspace)
+    return run_program(path.read_text(encoding="utf-8-sig"), path.name, out, workspace=workspace)
 
 
 def run_program(

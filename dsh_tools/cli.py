@@ -123,21 +123,24 @@ def _version() -> str:
 
 
 def _read_program(name: str) -> tuple[str, str] | str:
-    """The program text and its display name, or an error message naming what was wrong."""
+    """The program text and its display name, or an error message naming what was wrong.
+
+    A leading byte order mark (an editor's UTF-8 "with signature") is dropped, as Python drops
+    it from a source file; kept, it would be a syntax error in the program's first line."""
     if name == "-":
         # The bytes, decoded here: the text stream's error handler may be surrogateescape.
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
         if isinstance(data, str):
             return data, "<stdin>"
         try:
-            return data.decode("utf-8"), "<stdin>"
+            return data.decode("utf-8-sig"), "<stdin>"
         except UnicodeDecodeError as error:
             return f"standard input is not UTF-8 text ({error.reason} at byte {error.start})"
     path = Path(name)
     if not path.is_file():
         return f"{path} is not a file"
     try:
-        return path.read_text(encoding="utf-8"), path.name
+        return path.read_text(encoding="utf-8-sig"), path.name
     except UnicodeDecodeError as error:
         return f"{path} is not UTF-8 text ({error.reason})"
     except OSError as error:

@@ -136,6 +136,23 @@ def test_run_code_exits_1_when_the_program_fails(tmp_path: Path) -> None:
     assert "dsh_tools" not in done.stdout
 
 
+def test_run_code_reads_a_file_saved_with_a_byte_order_mark(tmp_path: Path) -> None:
+    # As `python prog.py` does: an editor's UTF-8 signature is not part of the program.
+    program = tmp_path / "prog.py"
+    program.write_bytes(b"\xef\xbb\xbfprint('from a signed file')\nreturn 1\n")
+    done = run_cli("run-code", str(program), "--workspace", str(tmp_path))
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.splitlines() == ["from a signed file", "1"]
+    piped = subprocess.run(
+        [sys.executable, "-m", "dsh_tools.cli", "run-code", "-", "--workspace", str(tmp_path)],
+        input=program.read_bytes(),
+        capture_output=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0, piped.stdout
+    assert piped.stdout.splitlines() == [b"from a signed file", b"1"]
+
+
 def test_run_code_reads_the_program_from_standard_input_given_a_dash(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("one\ntwo\n")
     done = subprocess.run(
