@@ -323,6 +323,13 @@ def test_yield_in_the_body_is_refused_but_not_in_nested_functions() -> None:
     assert _outcome("def gen():\n    yield 1\nreturn list(gen())") == [1]
 
 
+def test_a_refused_yield_is_shown_on_its_own_line() -> None:
+    # A line separator inside a string literal ends no line for the compiler, nor here.
+    with pytest.raises(ProgramError) as refused:
+        compile_program('text = "a\u2028b"\nx = 1\nyield x\n')
+    assert refused.value.message.splitlines()[:2] == ['  File "<run_code>", line 3', "    yield x"]
+
+
 def test_a_helper_s_global_statement_reaches_the_program_s_top_level_variable() -> None:
     program = (
         "counter = 0\n"

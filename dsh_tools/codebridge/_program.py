@@ -24,6 +24,7 @@ module imports only the standard library.
 from __future__ import annotations
 
 import ast
+import io
 import traceback
 from types import CodeType
 from typing import Final
@@ -35,6 +36,7 @@ __all__ = [
     "ProgramError",
     "check_program",
     "compile_program",
+    "source_lines",
 ]
 
 FILENAME: Final = "<run_code>"
@@ -55,13 +57,25 @@ class ProgramError(Exception):
         self.message = message
 
 
+def source_lines(source: str) -> list[str]:
+    """``source``'s lines as the compiler numbers them (``\\n``, ``\\r\\n`` and ``\\r`` end a line;
+    ``str.splitlines`` would also split at a form feed or U+2028 inside a string literal, and
+    the traceback would show the wrong line), each ending with its newline as linecache keeps
+    a file's: the traceback takes a line's indentation as its length less that of its stripped
+    text, so a last line without one would get its carets a column too far right."""
+    lines = io.StringIO(source, newline=None).readlines()
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return lines
+
+
 def _format_syntax_error(error: BaseException, source: str) -> str:
     if isinstance(error, SyntaxError):
         if error.filename in (None, "<unknown>"):
             error.filename = FILENAME
         lineno = error.lineno
         if error.text is None and lineno is not None:
-            lines = source.splitlines(keepends=True)  # only a failure needs them
+            lines = source_lines(source)  # only a failure needs them
             if 0 < lineno <= len(lines):
                 error.text = lines[lineno - 1]
     return "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import io
 import linecache
 import os
 import re
@@ -58,7 +57,14 @@ from ._frames import (
     host_frame_decoder,
 )
 from ._ledger import OutputLedger, limit_message
-from ._program import ABSENT_NAME, FILENAME, FUNCTION_NAME, ProgramError, compile_program
+from ._program import (
+    ABSENT_NAME,
+    FILENAME,
+    FUNCTION_NAME,
+    ProgramError,
+    compile_program,
+    source_lines,
+)
 from ._tokens import TokenError, detokenize, not_lossless, tokenize
 from ._worker_api import (
     ABSENT,
@@ -413,18 +419,6 @@ def _fresh_main() -> types.ModuleType:
     scope["asyncio"] = asyncio
     scope[ABSENT_NAME] = ABSENT
     return module
-
-
-def source_lines(source: str) -> list[str]:
-    """``source``'s lines as the compiler numbers them (``\\n``, ``\\r\\n`` and ``\\r`` end a line;
-    ``str.splitlines`` would also split at a form feed or U+2028 inside a string literal, and
-    the traceback would show the wrong line), each ending with its newline as linecache keeps
-    a file's: the traceback takes a line's indentation as its length less that of its stripped
-    text, so a last line without one would get its carets a column too far right."""
-    lines = io.StringIO(source, newline=None).readlines()
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    return lines
 
 
 def load_program(worker: Worker) -> Loaded | Done:
