@@ -183,6 +183,20 @@ except ToolCallError as error:
     assert run(runtime, program, tools(fail=fail)) == CodeRunResult([], value="denied")
 
 
+def test_raising_the_error_class_with_one_argument_names_the_class(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+try:
+    raise ToolCallError("just a message")
+except TypeError as error:
+    return str(error)
+"""
+    assert run(runtime, program, tools(echo=echo)).value == (
+        "ToolCallError.__init__() missing 1 required positional argument: 'message'"
+    )
+
+
 def test_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
     program = """
 import sys

@@ -342,6 +342,9 @@ def error_class(name: str, member_attr: str) -> type[Exception]:
         setattr(self, member_attr, tool_name)
         self.message = message  # type: ignore[attr-defined]
 
+    # A program that raises the class itself with the wrong arguments is told the class's
+    # name, not this factory's (``error_class.<locals>.__init__() missing ...``).
+    __init__.__qualname__ = f"{name}.__init__"
     return type(
         name,
         (Exception,),
