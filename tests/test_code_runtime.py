@@ -1381,7 +1381,6 @@ def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime
     )
 
 
-
 def test_a_traceback_points_at_the_programs_own_line_and_columns(
     runtime: SubprocessCodeRuntime,
 ) -> None:
@@ -1444,6 +1443,7 @@ async with asyncio.TaskGroup() as group:
         "    | ToolCallError: denied 2",
         "    +------------------------------------",
     ]
+
 
 def test_an_unrenderable_exception_is_reported_as_such(runtime: SubprocessCodeRuntime) -> None:
     program = """

@@ -310,9 +310,28 @@ def test_read_file_counts_undecodable_bytes_at_the_cap(
     assert call(read_file_tool(root), {"path": "long.txt"})["not_utf8_bytes"] == undecodable
 
 
+def test_read_file_says_which_lines_it_cut(root: Path) -> None:
+    # A model (or a program parsing the text) learns that a line is not whole: no offset
+    # reaches the rest of it.
+    (root / "long.txt").write_bytes(b"a" * (MAX_READ_BYTES + 5) + b"\nnext\n")
+    tool = read_file_tool(root)
+
+    value = call(tool, {"path": "long.txt", "limit": 1})
+
+    assert value["text"] == "a" * MAX_READ_BYTES + "\n"
+    assert value["cut_lines"] == [1]
+    assert text_of(tool, {"path": "long.txt", "limit": 1}, value).splitlines()[-1] == (
+        f"(line 1 is longer than {MAX_READ_BYTES} bytes: only its first {MAX_READ_BYTES} bytes"
+        " are shown, and no offset reaches the rest)"
+    )
+    assert "cut_lines" not in call(tool, {"path": "long.txt", "offset": 2})
+
+
 def test_read_file_keeps_a_last_line_exactly_as_long_as_the_cap(root: Path) -> None:
     (root / "cap.txt").write_bytes(b"a" * MAX_READ_BYTES)
-    assert call(read_file_tool(root), {"path": "cap.txt"})["text"] == "a" * MAX_READ_BYTES
+    value = call(read_file_tool(root), {"path": "cap.txt"})
+    assert value["text"] == "a" * MAX_READ_BYTES
+    assert "cut_lines" not in value
 
 
 @pytest.mark.parametrize("character", ["\u20ac", "\U0001f600", "\u00e9"])

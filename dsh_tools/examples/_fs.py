@@ -123,6 +123,8 @@ def read_file_tool(root: Path | str) -> ToolDefinition:
                     "has_more": {"type": "boolean", "required": True},
                     # present when some bytes of the lines returned are not UTF-8
                     "not_utf8_bytes": {"type": "integer"},
+                    # present when a returned line was longer than MAX_READ_BYTES: its numbers
+                    "cut_lines": {"type": "array", "items": {"type": "integer"}},
                 },
             },
             render=render_read_file,

@@ -39,11 +39,11 @@ MAX_LIST_ENTRIES = 1000
 # --- read_file ---------------------------------------------------------------------------------
 
 
-def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
-    """The file's lines; a line longer than ``MAX_READ_BYTES`` is cut there (its newline kept)
-    and the rest of it skipped, so one huge line never sits in memory whole. Skipping watches
-    ``signal``, and jumps over the holes of a sparse file (zeros, which end no line): the rest
-    of a line may be a terabyte hole."""
+def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[tuple[bytes, bool]]:
+    """The file's lines, each with whether it was cut: a line longer than ``MAX_READ_BYTES`` is
+    cut there (its newline kept) and the rest of it skipped, so one huge line never sits in
+    memory whole. Skipping watches ``signal``, and jumps over the holes of a sparse file
+    (zeros, which end no line): the rest of a line may be a terabyte hole."""
     while True:
         raw = handle.readline(MAX_READ_BYTES)
         if not raw:
@@ -51,7 +51,7 @@ def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
         if len(raw) == MAX_READ_BYTES and not raw.endswith(b"\n"):
             rest = handle.readline(MAX_READ_BYTES)
             if not rest:  # the file's last line, exactly as long as the cap: nothing was cut
-                yield raw
+                yield raw, False
                 return
             if rest[0] & 0xC0 == 0x80:  # the cut split a character: keep none of it
                 raw = _whole_characters(raw)
@@ -62,8 +62,9 @@ def _capped_lines(handle: BinaryIO, signal: AbortSignal) -> Iterator[bytes]:
                 rest = handle.readline(MAX_READ_BYTES)
                 if not rest:
                     break
-            raw += b"\n"
-        yield raw
+            yield raw + b"\n", True
+            continue
+        yield raw, False
 
 
 def _past_hole(handle: BinaryIO) -> bool:
@@ -117,12 +118,13 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     size = 0
     has_more = False
     not_utf8 = 0  # bytes of the returned lines that are not UTF-8 (shown as U+FFFD)
+    cut: list[int] = []  # the returned lines cut at MAX_READ_BYTES
     try:
         with workspace.open_file(target, shown) as handle:
             if b"\x00" in handle.read(BINARY_SNIFF_BYTES):
                 raise WorkspaceError(f'"{shown}" is a binary file', "BINARY_FILE")
             handle.seek(0)
-            for number, raw in enumerate(_capped_lines(handle, signal), start=1):
+            for number, (raw, was_cut) in enumerate(_capped_lines(handle, signal), start=1):
                 check_abort(signal)
                 if number < start:
                     continue
@@ -135,6 +137,8 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
                     lines.append(raw.decode("utf-8", "replace"))
                     not_utf8 += _undecodable_bytes(raw)
                 size += len(raw)
+                if was_cut:
+                    cut.append(number)
     except OSError as exc:
         raise workspace.io_error(exc, shown) from None
     value: dict[str, Any] = {
@@ -146,6 +150,8 @@ def read_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     }
     if not_utf8:
         value["not_utf8_bytes"] = not_utf8
+    if cut:
+        value["cut_lines"] = cut
     return value
 
 
@@ -168,6 +174,14 @@ def render_read_file(args: Mapping[str, Any], value: Mapping[str, Any]) -> list[
     if value["has_more"]:
         following = start + value["line_count"]
         numbered.append(f"(more lines follow; continue with offset={following})")
+    cut = value.get("cut_lines")
+    if cut:
+        which = ", ".join(str(number) for number in cut)
+        lines, are, its = ("lines", "are", "their") if len(cut) > 1 else ("line", "is", "its")
+        numbered.append(
+            f"({lines} {which} {are} longer than {MAX_READ_BYTES} bytes: only {its} first"
+            f" {MAX_READ_BYTES} bytes are shown, and no offset reaches the rest)"
+        )
     not_utf8 = value.get("not_utf8_bytes")
     if not_utf8:
         what = "1 byte is" if not_utf8 == 1 else f"{not_utf8} bytes are"
