@@ -716,6 +716,26 @@ def test_edit_file_refuses_a_missing_or_ambiguous_match(root: Path) -> None:
     assert (root / "a.txt").read_text() == "x = 1\nx = 1\n"
 
 
+def test_edit_file_says_when_old_string_misses_only_the_files_crlf(root: Path) -> None:
+    # read_file shows the lines without their "\r": a model quoting them as shown is told why
+    # the text does not match.
+    (root / "a.txt").write_bytes(b"one\r\ntwo\r\n")
+    tool = edit_file_tool(root)
+
+    with pytest.raises(WorkspaceError) as missed:
+        call(tool, {"path": "a.txt", "old_string": "one\ntwo", "new_string": "1\n2"})
+    assert str(missed.value) == (
+        'old_string was not found in "a.txt"; the file ends its lines with \\r\\n (CRLF),'
+        " which read_file does not show: write them so in old_string and new_string"
+    )
+    with pytest.raises(WorkspaceError) as absent:
+        call(tool, {"path": "a.txt", "old_string": "three\nfour", "new_string": "x"})
+    assert str(absent.value) == 'old_string was not found in "a.txt"'
+
+    call(tool, {"path": "a.txt", "old_string": "one\r\ntwo", "new_string": "1\r\n2"})
+    assert (root / "a.txt").read_bytes() == b"1\r\n2\r\n"
+
+
 def test_edit_file_replace_all(root: Path) -> None:
     (root / "a.txt").write_text("x = 1\nx = 1\n")
 

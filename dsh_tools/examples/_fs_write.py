@@ -123,7 +123,14 @@ def edit_file(workspace: Workspace, args: Mapping[str, Any], run_ctx: Any) -> di
     old = read_text(workspace, target, shown)
     count = old.count(old_string)
     if count == 0:
-        raise WorkspaceError(f'old_string was not found in "{shown}"', "EDIT_MISMATCH")
+        message = f'old_string was not found in "{shown}"'
+        if "\r\n" in old and "\n" in old_string and old_string.replace("\n", "\r\n") in old:
+            # read_file shows the lines without their "\r": quoting them as shown misses
+            message += (
+                "; the file ends its lines with \\r\\n (CRLF), which read_file does not show:"
+                " write them so in old_string and new_string"
+            )
+        raise WorkspaceError(message, "EDIT_MISMATCH")
     if count > 1 and not replace_all:
         raise WorkspaceError(
             f'old_string occurs {count} times in "{shown}"; '
