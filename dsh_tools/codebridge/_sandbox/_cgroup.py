@@ -8,13 +8,7 @@ runs anything, and every process it starts stays in them. Then, unlike a walk ov
   children the kernel reaped by itself (a parent that ignores ``SIGCHLD``);
 - ``memory.usage_in_bytes`` includes kernel memory charged to the run: pipe and socket buffers,
   page tables, kernel stacks (``memory.limit_in_bytes`` also holds the total at a hard ceiling);
-- ``pids.max`` holds the number of tasks (threads included) at a hard ceiling;
-- in the v1 ``cpu`` hierarchy (where the host mounts it apart from ``cpuacct``; where the two
-  share one, the run's ``cpuacct`` cgroup is its ``cpu`` cgroup already) the whole run is one
-  entity of the kernel's scheduler, however many processes it has: a run of two thousand
-  spinning processes would otherwise get two thousand shares of the machine's CPU against one
-  for its init, whose measuring then came too late for any budget to end the run before its
-  wall ceiling (and for the host's own processes).
+- ``pids.max`` holds the number of tasks (threads included) at a hard ceiling.
 
 Layout: beneath the template's own cgroup in each hierarchy, one parent
 ``dsh-code-<template pid>-<template start time>`` holding one ``run-<n>`` per run. The template
@@ -41,14 +35,9 @@ from typing import Final
 
 from ._init import task_ceiling
 
-__all__ = ["HIERARCHIES", "SCHEDULER", "CgroupMeter", "CgroupPlan", "RunCgroups"]
+__all__ = ["HIERARCHIES", "CgroupMeter", "CgroupPlan", "RunCgroups"]
 
 HIERARCHIES: Final = ("memory", "cpuacct", "pids")
-"""The hierarchies a run must have a cgroup in (else the runs use the ``/proc`` walk)."""
-SCHEDULER: Final = "cpu"
-"""The hierarchy a run also joins where the host mounts it apart from ``cpuacct``."""
-_CPU_SHARES: Final = 1024
-"""The kernel's default weight of a cgroup (and of a task at nice 0) in the ``cpu`` hierarchy."""
 _MOUNT_ROOT: Final = "/sys/fs/cgroup"
 _PARENT: Final = re.compile(r"dsh-code-(\d+)-(\d+)\Z")
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -144,8 +133,7 @@ def _sweep_parent(base_fd: int, name: str) -> None:
 
 
 class RunCgroups:
-    """One run's cgroup directories (template side): a descriptor per hierarchy, in the order
-    of ``HIERARCHIES``, then ``SCHEDULER``'s where the run has one."""
+    """One run's cgroup directories (template side): a descriptor per hierarchy."""
 
     __slots__ = ("fds", "name")
 
@@ -163,11 +151,8 @@ class RunCgroups:
 class CgroupPlan:
     """The template's cgroups: a parent per hierarchy, a ``RunCgroups`` per run."""
 
-    def __init__(
-        self, *, wanted: bool, max_memory_mb: float, max_processes: int, max_parallel_runs: int = 1
-    ) -> None:
+    def __init__(self, *, wanted: bool, max_memory_mb: float, max_processes: int) -> None:
         self._wanted = wanted
-        self._max_parallel_runs = max(max_parallel_runs, 1)
         self._memory_limit = int(2 * max_memory_mb * 2**20) + _MEMORY_SLACK
         self._task_limit = task_ceiling(max_processes)
         self._base: list[int] = []
@@ -207,54 +192,17 @@ class CgroupPlan:
         for base in self._base:
             os.mkdir(self._parent_name, 0o755, dir_fd=base)
             self._parents.append(os.open(self._parent_name, _DIR_FLAGS, dir_fd=base))
-        self._add_scheduler()
         self._start_janitor()
-
-    def _add_scheduler(self) -> None:
-        """Make the parent in the v1 ``cpu`` hierarchy too, where that is not the ``cpuacct``
-        one (``_base[1]``). Best effort: without it the runs keep their other cgroups."""
-        path = _own_path(SCHEDULER)
-        if path is None:
-            return
-        try:
-            base = os.open(f"{_MOUNT_ROOT}/{SCHEDULER}{path}", _DIR_FLAGS)
-        except OSError:
-            return
-        if os.path.samestat(os.fstat(base), os.fstat(self._base[1])):
-            os.close(base)  # one hierarchy: the runs' cpuacct cgroups are their cpu ones
-            return
-        parent = -1
-        try:
-            self._sweep_stale_in(base)
-            os.mkdir(self._parent_name, 0o755, dir_fd=base)
-            parent = os.open(self._parent_name, _DIR_FLAGS, dir_fd=base)
-            # Each run weighs as one task at nice 0 against the host's, as when it had an
-            # autogroup of its own: the runtime's runs together as many as may run at once
-            # (the kernel holds the weight to its largest).
-            _write_at(parent, "cpu.shares", str(_CPU_SHARES * self._max_parallel_runs))
-        except OSError:
-            if parent >= 0:
-                os.close(parent)
-                with contextlib.suppress(OSError):
-                    os.rmdir(self._parent_name, dir_fd=base)
-            os.close(base)
-            return
-        self._base.append(base)
-        self._parents.append(parent)
 
     def _sweep_stale(self) -> None:
         for base in self._base:
-            self._sweep_stale_in(base)
-
-    @staticmethod
-    def _sweep_stale_in(base: int) -> None:
-        for name in os.listdir(base):
-            match = _PARENT.match(name)
-            if match is None:
-                continue
-            owner, started = int(match[1]), int(match[2])
-            if _start_time(owner) != started:
-                _sweep_parent(base, name)
+            for name in os.listdir(base):
+                match = _PARENT.match(name)
+                if match is None:
+                    continue
+                owner, started = int(match[1]), int(match[2])
+                if _start_time(owner) != started:
+                    _sweep_parent(base, name)
 
     def _start_janitor(self) -> None:
         """Fork the process that removes the parents once the template has exited."""
@@ -292,7 +240,7 @@ class CgroupPlan:
                 # Above the numbers a run's child moves its descriptors to (and the grants').
                 fds.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _RUN_FD_FLOOR))
                 os.close(fd)
-            memory, _cpuacct, pids = fds[:3]
+            memory, _cpuacct, pids = fds
             _write_at(memory, "memory.limit_in_bytes", str(self._memory_limit))
             _write_at(pids, "pids.max", str(self._task_limit))
         except OSError:
@@ -377,8 +325,8 @@ class CgroupMeter:
     """
 
     def __init__(self, fds: list[int], scratch: str) -> None:
-        self._dirs = list(fds)  # every one is joined (``SCHEDULER``'s, last, measures nothing)
-        memory, cpuacct, _pids = fds[:3]
+        self._dirs = list(fds)
+        memory, cpuacct, _pids = fds
         self._scratch = scratch
         self._usage = os.open("memory.usage_in_bytes", os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory)
         self._stat = os.open("memory.stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory)

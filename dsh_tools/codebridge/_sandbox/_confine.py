@@ -141,7 +141,6 @@ class SandboxPlan:
             wanted=bool(settings.get("cgroups", True)),
             max_memory_mb=self.max_memory_mb,
             max_processes=self.max_processes,
-            max_parallel_runs=self.max_parallel_runs,
         )
         self._run_cgroups: RunCgroups | None = None
         self._scratch_parent = -1
