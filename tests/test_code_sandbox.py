@@ -223,7 +223,7 @@ import os, time
 if os.fork() == 0:
     try:
         os.setsid()
-    except PermissionError:  # a run without cgroups starts no session
+    except PermissionError:  # a run starts no session of its own
         pass
     if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "{marker}"])
@@ -467,7 +467,7 @@ import asyncio, os
 if os.fork() == 0:
     try:
         os.setsid()
-    except PermissionError:  # a run without cgroups starts no session
+    except PermissionError:  # a run starts no session of its own
         pass
     if os.fork() == 0:
         os.execv("/bin/sleep", ["sleep", "{marker}"])

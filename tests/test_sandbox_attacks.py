@@ -850,7 +850,7 @@ import os, subprocess, sys
 if os.fork() == 0:
     try:
         os.setsid()
-    except PermissionError:  # a run without cgroups starts no session
+    except PermissionError:  # a run starts no session of its own
         pass
     if os.fork() == 0:
         subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])
@@ -884,7 +884,7 @@ for _ in range(4):
     if os.fork() == 0:
         try:
             os.setsid()
-        except PermissionError:  # a run without cgroups starts no session
+        except PermissionError:  # a run starts no session of its own
             pass
         if os.fork() == 0:
             with open({str(log)!r}, 'a') as log:
@@ -1104,7 +1104,7 @@ keep = os.open('/proc/self/fd/3', os.O_WRONLY)
 if os.fork() == 0:
     try:
         os.setsid()
-    except PermissionError:  # a run without cgroups starts no session
+    except PermissionError:  # a run starts no session of its own
         pass
     time.sleep(3600)
 print('x' * 5000, flush=True)
@@ -1300,7 +1300,7 @@ for _ in range(2):
     if os.fork() == 0:
         try:
             os.setsid()
-        except PermissionError:  # a run without cgroups starts no session
+        except PermissionError:  # a run starts no session of its own
             pass
         while True:
             pass

@@ -327,6 +327,30 @@ def _autogroups() -> bool:
         return False
 
 
+SPINNING_FORK_BOMB = b"\xb8\x39\x00\x00\x00\x0f\x05\xeb\xf7"  # again: fork (eax 57); jmp again
+"""Every process forks for ever, failed forks included, never pausing: as many spinning
+processes as the kernel lets the run have."""
+
+
+@needs_cgroups
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the bomb is x86_64 machine code")
+@pytest.mark.skipif(not _autogroups(), reason="the kernel does not schedule by session here")
+def test_a_spinning_fork_bomb_ends_by_its_budget_not_its_wall_ceiling() -> None:
+    # Two thousand spinning processes (the run's task ceiling) in its init's session had two
+    # thousand shares of the CPU against one for the init: its measuring came so late that the
+    # run went on, every core of the host busy, until its wall ceiling. In a session of their
+    # own they are one entity of the scheduler, and the process budget ends the run.
+    runtime = runtime_of(cgroups=True, max_wall_ms=8000)
+    try:
+        result = run(runtime, _started_native(SPINNING_FORK_BOMB))
+        assert result.error is not None and result.error.kind == "worker-exit", result.error
+        assert "budget exhausted" in result.error.message
+        assert value(runtime, OWN_SESSION) == [True, errno.EPERM]
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the bomb is x86_64 machine code")
 @pytest.mark.skipif(not _autogroups(), reason="the kernel does not schedule by session here")
 def test_without_cgroups_spinning_processes_in_sessions_of_their_own_end_by_the_budget() -> None:
@@ -492,7 +516,7 @@ def test_no_cgroup_outlives_runs_aborts_timeouts_or_the_runtime() -> None:
         "return 1",
         "while True:\n    pass",  # compute budget
         "import time\ntime.sleep(10)",  # wall ceiling
-        "import os\nos.fork() == 0 and os.setsid()\nimport time\ntime.sleep(10)",
+        "import os\nos.fork() == 0 and os.setpgid(0, 0)\nimport time\ntime.sleep(10)",
         "block = bytearray(200 << 20)",  # memory
         "import os\nos._exit(3)",
     ]
@@ -528,7 +552,7 @@ def test_a_killed_template_leaves_no_cgroup_and_no_process() -> None:
 import os, subprocess, sys
 print('started')  # seen by the host: the run is not retried on a fresh template
 if os.fork() == 0:
-    os.setsid()
+    os.setpgid(0, 0)  # a group of its own (a session of its own is refused)
     subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', {marker!r}])
     os._exit(0)
 import time

@@ -259,13 +259,12 @@ def seccomp_program(
     ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``, and so do the calls that
     put pages into a pipe by reference (``PIPE_PAGE_SYSCALLS``).
 
-    ``refuse_new_sessions`` (for a run without cgroups): ``setsid`` answers ``EPERM``. Where the
-    kernel groups processes by session for scheduling (``kernel.sched_autogroup_enabled``, the
-    usual default), a session is one entity of the scheduler however many processes it has,
-    and a run without a ``cpu`` cgroup of its own keeps to the one its worker starts: a fork
-    bomb whose every process called ``setsid`` had as many shares of the CPU as processes
-    (thousands), against one for the host and one for the run's init, and the host stood
-    still for seconds.
+    ``refuse_new_sessions``: ``setsid`` answers ``EPERM``. Where the kernel groups processes by
+    session for scheduling (``kernel.sched_autogroup_enabled``, the usual default), a session is
+    one entity of the scheduler however many processes it has, and a run keeps to the one its
+    worker starts: a fork bomb whose every process called ``setsid`` had as many shares of the
+    CPU as processes (thousands), against one for the host and one for the run's init, and the
+    host stood still for seconds.
     """
     bpf = _Assembler()
     bpf.op(_LD_W_ABS, _OFFSET_ARCH)
