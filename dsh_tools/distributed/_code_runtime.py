@@ -151,14 +151,7 @@ class RayCodeRuntime:
             why = unsendable(self._factory, exc)
             return _failed("worker-exit", f"remote code runtime unavailable: {why}")
         run_id = uuid.uuid4().hex
-        stop: asyncio.Future[None] = loop.create_future()
-        self._live.add(stop)
-
-        def on_abort(_reason: Any) -> None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_wake, stop)
-
-        remove = signal.add_callback(on_abort)
+        stop, release = self._stop_on_abort(loop, signal)
         answers: set[asyncio.Task[None]] = set()
         watch = _RunWatch(self, host, run_id, signal, stop)
         started = False
@@ -193,18 +186,15 @@ class RayCodeRuntime:
             raise
         finally:
             watch.close()
-            remove()
-            self._live.discard(stop)
+            release()
             for task in answers:
                 task.cancel()
 
-    async def _connect(self, signal: AbortSignal) -> CodeRunResult | None:
-        """Connect to Ray (``ensure_ray``), or the result that ends the run first: connecting
-        can take minutes (an address where something that is not Ray answers), and an abort
-        or the disposal ends the wait (not the connection, which goes on for the next run)."""
-        loop = asyncio.get_running_loop()
-        connecting = asyncio.wrap_future(connect_in_background())
-        connecting.add_done_callback(_retrieve)
+    def _stop_on_abort(
+        self, loop: asyncio.AbstractEventLoop, signal: AbortSignal
+    ) -> tuple[asyncio.Future[None], Callable[[], None]]:
+        """A future on ``loop`` that ``signal``'s abort (from any thread) or the disposal
+        settles, and what lets go of it once the wait it serves is over."""
         stop: asyncio.Future[None] = loop.create_future()
         self._live.add(stop)
 
@@ -213,11 +203,25 @@ class RayCodeRuntime:
                 loop.call_soon_threadsafe(_wake, stop)
 
         remove = signal.add_callback(on_abort)
+
+        def release() -> None:
+            remove()
+            self._live.discard(stop)
+
+        return stop, release
+
+    async def _connect(self, signal: AbortSignal) -> CodeRunResult | None:
+        """Connect to Ray (``ensure_ray``), or the result that ends the run first: connecting
+        can take minutes (an address where something that is not Ray answers), and an abort
+        or the disposal ends the wait (not the connection, which goes on for the next run)."""
+        loop = asyncio.get_running_loop()
+        connecting = asyncio.wrap_future(connect_in_background())
+        connecting.add_done_callback(_retrieve)
+        stop, release = self._stop_on_abort(loop, signal)
         try:
             await asyncio.wait((connecting, stop), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            remove()
-            self._live.discard(stop)
+            release()
         if not connecting.done():
             if self._disposed:
                 return _failed("abort", "runtime disposed")

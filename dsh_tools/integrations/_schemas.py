@@ -42,7 +42,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal
 
-from ..registry import LosslessJsonError, accepts_null, thaw
+from ..registry import LosslessJsonError, accepts_null, scalar_type_of, thaw
 from ._names import ToolNameMap
 
 __all__ = ["to_anthropic_tools", "to_openai_strict_schema", "to_openai_tools"]
@@ -287,20 +287,6 @@ def _refused(key: str, value: Any) -> bool:
     return False
 
 
-def _value_type(value: Any) -> str | None:
-    """The JSON type of a scalar value (``None`` for an object or an array)."""
-    kind = type(value)
-    if kind is bool:
-        return "boolean"
-    if kind is int:
-        return "integer"
-    if kind is float:
-        return "number"
-    if kind is str:
-        return "string"
-    return "null" if value is None else None
-
-
 def _type_values(node: dict[str, Any], path: str) -> list[str]:
     """Give an ``enum`` or ``const`` without a ``type`` (how msgspec writes a ``Literal`` or an
     ``Enum``) the type of its values, which strict mode requires, nullable when ``null`` is
@@ -313,7 +299,7 @@ def _type_values(node: dict[str, Any], path: str) -> list[str]:
         return []  # not a schema the registry takes; the tool's own validation judges it
     kinds: list[str] = []
     for value in values:
-        kind = _value_type(value)
+        kind = scalar_type_of(value)
         if kind is None:
             return [f"{path}.{key} holds an object or an array (strict mode needs one type)"]
         if kind not in kinds:

@@ -40,6 +40,7 @@ from ._raw_schema import (
     accepts_null,
     optional_null_dropper,
     resolve_local_ref,
+    scalar_type_of,
     to_subset_schema,
 )
 from ._registry_actor import RUN_CODE, RegistryActor
@@ -95,6 +96,7 @@ __all__ = [
     "present_result_view",
     "project_schema",
     "resolve_local_ref",
+    "scalar_type_of",
     "snapshot_json",
     "thaw",
     "to_subset_schema",

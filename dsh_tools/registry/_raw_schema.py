@@ -26,6 +26,7 @@ __all__ = [
     "annotation_subset_schema",
     "optional_null_dropper",
     "resolve_local_ref",
+    "scalar_type_of",
     "to_subset_schema",
 ]
 
@@ -59,7 +60,8 @@ def resolve_local_ref(document: Any, ref: Any) -> Any:
 # --- projection into the enforced subset ------------------------------------------------------
 
 
-def _scalar_type_of(value: Any) -> str | None:
+def scalar_type_of(value: Any) -> str | None:
+    """The JSON type of a scalar value (``None`` for an object, an array or anything else)."""
     t = type(value)
     if t is str:
         return "string"
@@ -82,7 +84,7 @@ def _enum_schema(entries: list[Any], node: Mapping[str, Any]) -> dict[str, Any]:
     """``enum`` entries grouped by scalar type: one typed enum, or a ``oneOf`` of them."""
     groups: dict[str, list[Any]] = {}
     for entry in entries:
-        kind = _scalar_type_of(entry)
+        kind = scalar_type_of(entry)
         if kind is None:
             return _annotations(node)  # an object or array entry: the subset cannot say it
         if kind == "integer" and "number" in groups:
