@@ -387,6 +387,12 @@ def test_resources_and_prompts_are_reachable_from_the_plugin(
     assert prompt["messages"] == [
         {"role": "user", "content": {"type": "text", "text": "Please review:\nx = 1"}}
     ]
+    # Prompt arguments are text: anything else is refused naming the argument, not by the
+    # SDK's multi-line validation error.
+    with pytest.raises(
+        TypeError, match=r"prompt 'review': argument 'code' must be text .* got int"
+    ):
+        plugin.get_prompt("review", {"code": 12})  # type: ignore[dict-item]
 
 
 def test_a_resource_link_in_a_result_is_readable_through_the_plugin(

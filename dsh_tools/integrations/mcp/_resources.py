@@ -103,7 +103,7 @@ class ServerResources:
     ) -> dict[str, Any]:
         """One prompt rendered by the server: ``{"description"?, "messages": [{role,
         content}]}`` with content blocks in the MCP shapes."""
-        call = self._request("prompts/get", name=name, arguments=dict(arguments or {}))
+        call = self._request("prompts/get", name=name, arguments=_prompt_arguments(name, arguments))
         out: dict[str, Any] = self._run(call, timeout)
         return out
 
@@ -131,6 +131,28 @@ class ServerResources:
         self, name: str, arguments: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
         """``get_prompt(name, arguments)`` for callers on an event loop."""
-        call = self._request("prompts/get", name=name, arguments=dict(arguments or {}))
+        call = self._request("prompts/get", name=name, arguments=_prompt_arguments(name, arguments))
         out: dict[str, Any] = await self._arun(call)
         return out
+
+
+def _prompt_arguments(name: str, arguments: Mapping[str, str] | None) -> dict[str, str]:
+    """``arguments`` as the protocol carries a prompt's: text by name. Anything else is refused
+    here, naming the argument, rather than by the SDK's model of the request (a multi-line
+    validation error about ``GetPromptRequestParams``)."""
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, Mapping):
+        raise TypeError(
+            f"prompt {name!r}: arguments must be a mapping of names to text, "
+            f"got {type(arguments).__name__}"
+        )
+    for key, value in arguments.items():
+        if type(key) is not str:
+            raise TypeError(f"prompt {name!r}: argument names must be text, got {key!r}")
+        if type(value) is not str:
+            raise TypeError(
+                f"prompt {name!r}: argument {key!r} must be text (MCP prompt arguments are "
+                f"strings), got {type(value).__name__}"
+            )
+    return dict(arguments)
