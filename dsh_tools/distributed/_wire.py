@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -76,6 +77,11 @@ class UnsentContext:
     local body's would, naming this class instead of the original one."""
 
 
+Dumps = Callable[[Any], bytes]
+"""Pickles an object (the worker's cloudpickle)."""
+Loads = Callable[[bytes], Any]
+"""Unpickles what ``Dumps`` made."""
+
 _encoder = msgspec.json.Encoder()
 _call_decoder = msgspec.json.Decoder(RemoteCall)
 _reply_decoder = msgspec.json.Decoder(RemoteReply)
@@ -94,7 +100,7 @@ def decode_call(frame: bytes) -> tuple[RemoteCall, Any]:
 
 
 def encode_reply(
-    value: Any, fault: RemoteFault | None, contexts: list[Any], odd: set[int], dumps: Any
+    value: Any, fault: RemoteFault | None, contexts: list[Any], odd: set[int], dumps: Dumps
 ) -> bytes:
     """The frame for a settled body; ``value`` must already be a lossless snapshot, and so must
     the contexts but those at the indexes in ``odd`` (pickled by ``dumps``)."""
@@ -118,7 +124,7 @@ def encode_reply(
     )
 
 
-def decode_reply(frame: bytes, loads: Any) -> tuple[Any, RemoteFault | None, list[Any]]:
+def decode_reply(frame: bytes, loads: Loads) -> tuple[Any, RemoteFault | None, list[Any]]:
     """``(value, fault, contexts)``; the value is plain JSON, and so are the contexts but
     those that were not lossless JSON on the worker (unpickled by ``loads``)."""
     reply = _reply_decoder.decode(frame)
@@ -135,7 +141,7 @@ def decode_reply(frame: bytes, loads: Any) -> tuple[Any, RemoteFault | None, lis
     return msgspec.json.decode(reply.value), None, contexts
 
 
-def fault_of(exc: BaseException, traceback: str, dumps: Any) -> RemoteFault:
+def fault_of(exc: BaseException, traceback: str, dumps: Dumps) -> RemoteFault:
     """Describe ``exc`` for the trip home; ``dumps`` pickles (cloudpickle on a worker)."""
     cls = type(exc)
     code = name = None
@@ -191,7 +197,7 @@ def _import_class(module: str, qualname: str) -> Any:
     return owner
 
 
-def rebuild_exception(fault: RemoteFault, loads: Any) -> BaseException:
+def rebuild_exception(fault: RemoteFault, loads: Loads) -> BaseException:
     """The remote exception as an exception of this process, failing the same way.
 
     First the original class with its args and attributes (its constructor is not called);
