@@ -41,10 +41,10 @@ def _trim(
         cursor = cursor.tb_next
     while len(entries) > keep and entries[-1].tb_frame.f_code.co_filename in worker_files:
         entries.pop()
-    if entries:
-        entries[-1].tb_next = None
-        return entries[0]
-    return None if keep == 0 else tb
+    if not entries:
+        return None
+    entries[-1].tb_next = None
+    return entries[0]
 
 
 def render_exception(
