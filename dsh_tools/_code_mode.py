@@ -29,6 +29,7 @@ from .codebridge._transport import (
     RUN_CODE_DESCRIPTION,
     RUN_CODE_TOOL_NAME,
     present_run_code_call,
+    program_of,
     render_run_code_output,
     run_code_output_dsl,
     run_code_parameters_dsl,
@@ -173,7 +174,8 @@ def _prepare_run(
     if not isinstance(program, str):
         return None
     names = binding_names(system.pipeline, agent)
-    return runtime.prepare(program, [namespace_wire(TOOLS_NAMESPACE, names, TOOL_CALL_ERROR)])
+    namespaces = [namespace_wire(TOOLS_NAMESPACE, names, TOOL_CALL_ERROR)]
+    return runtime.prepare(program_of(program), namespaces)
 
 
 def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:
@@ -195,7 +197,7 @@ def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:
             dispatch_log_hooks=lambda: cell.current.hooks_of(run_ctx.agent).code_dispatch_log,
             spill=system.dispatch_spill,
         )
-        return await bridge.run(args["code"])
+        return await bridge.run(program_of(args["code"]))
 
     return define_tool(
         name="run_code",

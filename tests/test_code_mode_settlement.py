@@ -326,6 +326,22 @@ def test_exotic_tool_names_reach_their_tools_from_the_real_worker() -> None:
     assert value_of(result)["result"] == ["reached __class__", "reached keys"]
 
 
+def test_a_program_starting_with_a_byte_order_mark_runs_as_written_after_it() -> None:
+    # Some models start their text with U+FEFF, as an editor saving "UTF-8 with signature"
+    # does; Python drops it from a file, and so does run_code, keeping the model's line
+    # numbers.
+    program = "\ufeffprint('first line')\nraise ValueError('on line two')"
+    with code_system(DEFAULT) as system:
+        ran = system.execute(run_code("\ufeffreturn 1"))
+        failed = system.execute(run_code(program))
+    assert value_of(ran) == {"logs": [], "result": 1}
+    assert failure_of(failed).info is not None
+    (text,) = texts(failed.content)
+    assert 'File "<run_code>", line 2' in text
+    assert "ValueError: on line two" in text
+    assert text.endswith("Captured output:\nfirst line")
+
+
 # --- rendering through the system ----------------------------------------------------------------
 
 

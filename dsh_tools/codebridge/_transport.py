@@ -24,6 +24,7 @@ __all__ = [
     "RUN_CODE_TOOL_NAME",
     "present_run_code_call",
     "pretty_json",
+    "program_of",
     "render_run_code_output",
     "run_code_output_dsl",
     "run_code_output_schema",
@@ -60,6 +61,13 @@ RUN_CODE_NO_OUTPUT: Final = "(run_code completed with no output)"
 
 INVALID_DESCRIPTION_MESSAGE: Final = "invalid description: expected a non-empty string"
 """The body's first precondition failure: a ``description`` argument that is blank."""
+
+
+def program_of(code: str) -> str:
+    """The program a ``code`` argument holds: the text after a leading byte order mark, which
+    some models write first (as an editor saving "UTF-8 with signature" does) and which Python
+    drops from a source file but refuses in the middle of source text."""
+    return code.removeprefix("\ufeff")
 
 
 def runtime_required_message(mode: str) -> str:
