@@ -97,6 +97,14 @@ def test_instructions_carry_the_pinned_fragments(fragment: str) -> None:
     assert fragment in render_sdk([])
 
 
+def test_instructions_say_that_cancelling_an_await_does_not_stop_the_tool_call() -> None:
+    # A program that gives up on a call (asyncio.wait_for timing out) has not undone it: the
+    # model must not retry a mutating call believing the first one never happened.
+    text = render_sdk([])
+    assert "`asyncio.wait_for`" in text
+    assert "does not stop the tool call" in text
+
+
 def test_instructions_end_with_the_tool_list_lead_in() -> None:
     assert SDK_INSTRUCTIONS.startswith("## Writing code for run_code\n\n")
     assert SDK_INSTRUCTIONS.endswith("\n\nThe available tools:")
