@@ -145,6 +145,43 @@ def test_anthropic_results_carry_is_error_base64_sources_and_pdf_documents() -> 
     assert second["content"] == [{"type": "text", "text": "Error: boom"}]
 
 
+BROKEN_MEDIA = [
+    {"type": "image", "data": "not base64!", "mimeType": "image/png"},
+    {"type": "image", "data": "iVBORw0KGgo", "mimeType": "image/png"},
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///a.pdf", "mimeType": "application/pdf", "blob": "JVBERi0é"},
+    },
+]
+BROKEN_TEXTS = [
+    "[image image-1 (image/png) omitted: its data is not valid base64: '!' at offset 10 is "
+    "not a base64 character]",
+    "[image image-2 (image/png) omitted: its data is not valid base64: Incorrect padding]",
+    "[file file:///a.pdf (application/pdf) omitted: its data is not valid base64: 'é' at "
+    "offset 7 is not a base64 character]",
+]
+
+
+def test_media_whose_data_is_not_base64_is_named_to_the_model_not_sent() -> None:
+    # The provider would refuse the whole request, far from the tool that gave the data.
+    result = outcome(success("c1", BROKEN_MEDIA))
+    (tool,) = openai_tool_messages(result)
+    assert tool["content"] == "\n".join(BROKEN_TEXTS)
+    (item,) = responses_tool_outputs(result)
+    output: Any = item["output"]
+    assert output == "\n".join(BROKEN_TEXTS)
+    message: Any = anthropic_tool_results(result)
+    assert message["content"][0]["content"] == [{"type": "text", "text": t} for t in BROKEN_TEXTS]
+
+
+def test_base64_wrapped_across_lines_is_sent_unwrapped() -> None:
+    wrapped = PNG[:4] + "\n" + PNG[4:8] + "\r\n" + PNG[8:]
+    message: Any = anthropic_tool_results(
+        outcome(success("t1", [{"type": "image", "data": wrapped, "mimeType": "image/png"}]))
+    )
+    assert message["content"][0]["content"][0]["source"]["data"] == PNG
+
+
 def test_anthropic_gets_no_blank_text_blocks_from_an_empty_result_or_context() -> None:
     # The Messages API refuses a text block that is empty or only whitespace, in a tool_result
     # as anywhere else; a tool that printed nothing answers with a tool_result without content.

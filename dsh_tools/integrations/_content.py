@@ -12,6 +12,8 @@ dicts (keys), so the adapters need no provider SDK at run time.
 
 from __future__ import annotations
 
+import binascii
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -59,6 +61,38 @@ _MIME_ALIASES = {
 }
 
 
+# What a base64 text may hold besides its alphabet: line breaks and spaces, which encoders that
+# wrap lines write and which the providers' decoders refuse (dropped before sending).
+_NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
+_FOREIGN = re.compile(r"[^A-Za-z0-9+/=\t\n\r ]")
+_WRAPPING = re.compile(r"[\t\n\r ]+")
+
+
+def _base64_fault(data: str) -> tuple[str, str | None]:
+    """``data`` without line wrapping, and what makes it not base64 (``None`` when it is).
+
+    A provider refuses the whole request for one attachment it cannot decode, with an error
+    that names neither the call nor the block; caught here, the model is told instead."""
+    if _NOT_BASE64.search(data) is not None:
+        bad = _FOREIGN.search(data)
+        if bad is not None:
+            return data, f"{bad.group()!r} at offset {bad.start()} is not a base64 character"
+        data = _WRAPPING.sub("", data)
+    try:
+        binascii.a2b_base64(data, strict_mode=True)
+    except binascii.Error as exc:
+        return data, str(exc)
+    return data, None
+
+
+def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
+    """The media, or what the model reads instead when its data is not base64."""
+    data, fault = _base64_fault(data)
+    if fault is not None:
+        return Text(f"[{kind} {name} ({mime_type}) omitted: its data is not valid base64: {fault}]")
+    return Media(kind, mime_type, data, name)
+
+
 def field(obj: Any, key: str) -> Any:
     """``obj[key]`` for a mapping, ``obj.key`` for an SDK object; ``None`` when absent."""
     if isinstance(obj, Mapping):
@@ -88,10 +122,10 @@ def _resource_parts(block: Mapping[str, Any], index: int) -> Part:
         return Text(f"[resource {name} without text or blob omitted]")
     mime = _mime(resource)
     if mime.startswith("image/"):
-        return Media("image", mime, blob, name)
+        return _media("image", mime, blob, name)
     if mime.startswith("audio/"):
-        return Media("audio", mime, blob, name)
-    return Media("file", mime, blob, name)
+        return _media("audio", mime, blob, name)
+    return _media("file", mime, blob, name)
 
 
 def _link_text(block: Mapping[str, Any]) -> Text:
@@ -126,7 +160,7 @@ def parts_of(blocks: Iterable[Any]) -> list[Part]:
         elif kind in ("image", "audio"):
             data = block.get("data")
             if type(data) is str and data:
-                parts.append(Media(kind, _mime(block), data, f"{kind}-{index + 1}"))
+                parts.append(_media(kind, _mime(block), data, f"{kind}-{index + 1}"))
             else:
                 parts.append(Text(f"[{kind} block without base64 data omitted]"))
         elif kind == "resource":
