@@ -375,6 +375,51 @@ def test_repeated_items_of_a_set_are_refused_not_dropped(system: ToolSystem) -> 
     assert calls == [{1, 3}]
 
 
+class Reading(msgspec.Struct):
+    values: list[float]
+    scale: float | None = None
+
+
+def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(system: ToolSystem) -> None:
+    calls: list[Any] = []
+
+    @tool
+    def measure(x: float, readings: list[Reading] = [], by: dict[str, float] = {}) -> str:  # noqa: B006
+        calls.append(x)
+        return repr(x)
+
+    exact = [3, 2**53, -(2**53), 2**60, 2**63]  # a float holds each of these exactly
+    assert [run(system, measure, {"x": x}).value for x in exact] == [repr(float(x)) for x in exact]
+    long_digits = {"x": 0.5, "by": {"9007199254740993": 1234567890123456.5}}
+    assert run(system, measure, long_digits).value == "0.5"
+    cases = {
+        "Expected `number` that a float holds exactly, got `9007199254740993` (a float would "
+        "round it to 9007199254740992.0) - at `arguments.x`": {"x": 2**53 + 1},
+        "Expected `number` that a float holds exactly, got `18446744073709551615` (a float "
+        "would round it to 1.8446744073709552e+19) - at `arguments.x`": {"x": 2**64 - 1},
+        "Expected `number` that a float holds exactly, got `9007199254740995` (a float would "
+        "round it to 9007199254740996.0) - at `arguments.readings[1].scale`": {
+            "x": 1,
+            "readings": [{"values": [1, 2.5]}, {"values": [], "scale": 2**53 + 3}],
+        },
+        "Expected `number` that a float holds exactly, got `9007199254740993` (a float would "
+        "round it to 9007199254740992.0) - at `arguments.readings[0].values[2]`": {
+            "x": 1,
+            "readings": [{"values": [1, 2.5, 2**53 + 1]}],
+        },
+        "Expected `number` that a float holds exactly, got `9007199254740993` (a float would "
+        "round it to 9007199254740992.0) - at `arguments.by[...]`": {
+            "x": 1,
+            "by": {"a": 1, "b": 2**53 + 1},
+        },
+    }
+    for expected, arguments in cases.items():
+        result = run(system, measure, arguments)
+        assert result.is_error, arguments
+        assert text(result) == f"Error: invalid arguments: {expected}"
+    assert calls == [*map(float, exact), 0.5]
+
+
 class Mark(msgspec.Struct, frozen=True):
     name: str
     marks: frozenset[int] = frozenset()
