@@ -384,7 +384,11 @@ def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(system: T
     calls: list[Any] = []
 
     @tool
-    def measure(x: float, readings: list[Reading] = [], by: dict[str, float] = {}) -> str:  # noqa: B006
+    def measure(
+        x: float,
+        readings: list[Reading] = [],  # noqa: B006 - each call gets its own copy
+        by: dict[str, float] = {},  # noqa: B006
+    ) -> str:
         calls.append(x)
         return repr(x)
 
@@ -418,6 +422,17 @@ def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(system: T
         assert result.is_error, arguments
         assert text(result) == f"Error: invalid arguments: {expected}"
     assert calls == [*map(float, exact), 0.5]
+
+    @tool
+    def place(at: dict[float, str]) -> list[float]:
+        return sorted(at)
+
+    keys = {"1": "a", "9007199254740992": "b", "-9007199254740993": "c"}
+    assert text(run(system, place, {"at": keys})) == (
+        "Error: invalid arguments: Expected object key that a float holds exactly, got "
+        "`-9007199254740993` (a float would round it to -9007199254740992.0) - at `arguments.at`"
+    )
+    assert run(system, place, {"at": {"2.5": "a", "9007199254740992": "b"}}).value == [2.5, 2**53]
 
 
 class Mark(msgspec.Struct, frozen=True):

@@ -186,6 +186,21 @@ def _rounded(raw: int, value: float, path: _Path) -> str:
     )
 
 
+_INTEGER_TEXT: Final = re.compile(r"-?\d{16,}")
+
+
+def _rounded_key(raw: Mapping[str, Any], value: Mapping[float, Any], path: _Path) -> str | None:
+    """The first key of a ``dict[float, T]`` spelt as an integer its float key does not equal
+    (keys convert in order, one to one: none collided)."""
+    for text, key in zip(raw, value, strict=True):
+        if _INTEGER_TEXT.fullmatch(text) is not None and key != int(text):
+            return (
+                f"Expected object key that a float holds exactly, got `{text}` (a float would "
+                f"round it to {key!r}) - at `{_render(path)}`"
+            )
+    return None
+
+
 def _text_keyed(info: mi.DictType) -> bool:
     return isinstance(_bare(info.key_type), mi.StrType)
 
@@ -363,8 +378,13 @@ def losses_check(args_type: Any) -> LossesCheck | None:
                 if holds(info.item_type):
                     stack.extend(reversed(_set_items(info, raw, path)))
                 continue
-            if isinstance(info, mi.DictType) and not _text_keyed(info) and len(value) != len(raw):
-                return _colliding_keys(info, raw, path)
+            if isinstance(info, mi.DictType) and not _text_keyed(info):
+                if len(value) != len(raw):
+                    return _colliding_keys(info, raw, path)
+                if isinstance(_bare(info.key_type), mi.FloatType):
+                    lost = _rounded_key(raw, value, path)
+                    if lost is not None:
+                        return lost
             # Pushed last part first, so the first loss in document order is the one named.
             stack.extend(reversed(_parts(info, raw, value, path)))
         return None
