@@ -182,6 +182,30 @@ def test_base64_wrapped_across_lines_is_sent_unwrapped() -> None:
     assert message["content"][0]["content"][0]["source"]["data"] == PNG
 
 
+def test_an_image_is_sent_as_the_type_its_bytes_are() -> None:
+    # A JPEG a tool calls image/png: the Anthropic API refuses an image whose bytes are not
+    # of the stated media type.
+    jpeg = "/9j/4AAQSkZJRgABAQ=="  # base64 of a JPEG's first bytes
+    webp = "UklGRhoAAABXRUJQVlA4"  # RIFF....WEBPVP8
+    blocks = [
+        {"type": "image", "data": jpeg, "mimeType": "image/png"},
+        {"type": "image", "data": webp, "mimeType": "image/jpeg"},
+        {"type": "image", "data": PNG, "mimeType": "image/jpg"},
+        {"type": "image", "data": SVG, "mimeType": "image/svg+xml"},
+    ]
+    message: Any = anthropic_tool_results(outcome(success("t1", blocks)))
+    sources = [block.get("source") for block in message["content"][0]["content"]]
+    assert [source["media_type"] for source in sources[:3]] == [
+        "image/jpeg",
+        "image/webp",
+        "image/png",
+    ]
+    assert sources[3] is None  # still a placeholder: not a type the provider takes
+    (item,) = responses_tool_outputs(outcome(success("c1", blocks[:1])))
+    output: Any = item["output"]
+    assert output[0]["image_url"] == f"data:image/jpeg;base64,{jpeg}"
+
+
 def test_anthropic_gets_no_blank_text_blocks_from_an_empty_result_or_context() -> None:
     # The Messages API refuses a text block that is empty or only whitespace, in a tool_result
     # as anywhere else; a tool that printed nothing answers with a tool_result without content.

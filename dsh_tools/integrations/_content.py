@@ -68,8 +68,8 @@ _FOREIGN = re.compile(r"[^A-Za-z0-9+/=\t\n\r ]")
 _WRAPPING = re.compile(r"[\t\n\r ]+")
 
 
-def _base64_fault(data: str) -> tuple[str, str | None]:
-    """``data`` without line wrapping, and what makes it not base64 (``None`` when it is).
+def _decoded(data: str) -> tuple[str, bytes | str]:
+    """``data`` without line wrapping, and its bytes, or what makes it not base64.
 
     A provider refuses the whole request for one attachment it cannot decode, with an error
     that names neither the call nor the block; caught here, the model is told instead."""
@@ -79,17 +79,35 @@ def _base64_fault(data: str) -> tuple[str, str | None]:
             return data, f"{bad.group()!r} at offset {bad.start()} is not a base64 character"
         data = _WRAPPING.sub("", data)
     try:
-        binascii.a2b_base64(data, strict_mode=True)
+        return data, binascii.a2b_base64(data, strict_mode=True)
     except binascii.Error as exc:
         return data, str(exc)
-    return data, None
+
+
+def _image_type(data: bytes) -> str | None:
+    """The image type ``data`` starts as, of those every provider takes; ``None`` for another."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
-    """The media, or what the model reads instead when its data is not base64."""
-    data, fault = _base64_fault(data)
-    if fault is not None:
-        return Text(f"[{kind} {name} ({mime_type}) omitted: its data is not valid base64: {fault}]")
+    """The media, or what the model reads instead when its data is not base64. An image is
+    sent as the type its bytes are: tools (screenshot servers, say) often call a JPEG
+    ``image/png``, and the Anthropic API refuses an image whose bytes are not its stated type."""
+    data, decoded = _decoded(data)
+    if isinstance(decoded, str):
+        return Text(
+            f"[{kind} {name} ({mime_type}) omitted: its data is not valid base64: {decoded}]"
+        )
+    if kind == "image":
+        mime_type = _image_type(decoded) or mime_type
     return Media(kind, mime_type, data, name)
 
 
