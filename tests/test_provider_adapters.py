@@ -152,6 +152,10 @@ BROKEN_MEDIA = [
         "type": "resource",
         "resource": {"uri": "file:///a.pdf", "mimeType": "application/pdf", "blob": "JVBERi0é"},
     },
+    {
+        "type": "resource",
+        "resource": {"uri": "file:///b.pdf", "mimeType": "application/pdf", "blob": ""},
+    },
 ]
 BROKEN_TEXTS = [
     "[image image-1 (image/png) omitted: its data is not valid base64: '!' at offset 10 is "
@@ -159,6 +163,7 @@ BROKEN_TEXTS = [
     "[image image-2 (image/png) omitted: its data is not valid base64: Incorrect padding]",
     "[file file:///a.pdf (application/pdf) omitted: its data is not valid base64: 'é' at "
     "offset 7 is not a base64 character]",
+    "[file file:///b.pdf (application/pdf) omitted: its data is empty]",
 ]
 
 

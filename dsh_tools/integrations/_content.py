@@ -106,6 +106,8 @@ def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
         return Text(
             f"[{kind} {name} ({mime_type}) omitted: its data is not valid base64: {decoded}]"
         )
+    if not decoded:
+        return Text(f"[{kind} {name} ({mime_type}) omitted: its data is empty]")
     if kind == "image":
         mime_type = _image_type(decoded) or mime_type
     return Media(kind, mime_type, data, name)
