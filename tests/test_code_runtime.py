@@ -210,6 +210,21 @@ return 1 + 2
     assert result == CodeRunResult(["point {'x': 1}", "raw-out\n", "careful", ""], value=3)
 
 
+def test_reconfiguring_the_streams_as_scripts_do_keeps_capturing(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Scripts written to run anywhere start with this (a Windows console is not UTF-8).
+    program = """
+import sys
+sys.stdout.reconfigure(encoding="utf-8", errors="replace")
+sys.stderr.reconfigure(line_buffering=True)
+print("caf\u00e9")
+return [sys.stdout.mode, sys.stdout.line_buffering, sys.stdout.closed]
+"""
+    result = run(runtime, program)
+    assert result == CodeRunResult(["caf\u00e9"], value=["w", False, False])
+
+
 def test_bindings_round_trip_and_failures_raise_tool_call_error(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -467,6 +467,9 @@ class CaptureStream(io.TextIOBase):
 
     encoding = "utf-8"
     errors = "strict"
+    mode = "w"
+    line_buffering = False
+    write_through = True
 
     def __init__(self, emit: Callable[[str], None], fd: int, name: str) -> None:
         super().__init__()
@@ -491,6 +494,19 @@ class CaptureStream(io.TextIOBase):
     def writable(self) -> bool:
         """Always writable."""
         return True
+
+    def reconfigure(
+        self,
+        *,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        line_buffering: bool | None = None,
+        write_through: bool | None = None,
+    ) -> None:
+        """Accepted and changes nothing: entries are text, neither encoded nor buffered here.
+        Scripts written to run on any console start with
+        ``sys.stdout.reconfigure(encoding="utf-8")``."""
 
     def flush(self) -> None:
         """Nothing is buffered."""
