@@ -871,6 +871,17 @@ def test_exiting_is_a_worker_exit(runtime: SubprocessCodeRuntime, program: str) 
     )
 
 
+def test_what_a_program_wrote_to_the_real_streams_before_exiting_is_kept(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # An interpreter flushes its streams as it exits; so does the worker on sys.exit.
+    program = 'import sys\nsys.__stdout__.write("before exit")\nsys.exit(7)'
+    assert run(runtime, program) == CodeRunResult(
+        ["before exit"],
+        error=CodeRunFailure("worker-exit", "worker exited with code 7 before completing"),
+    )
+
+
 def test_no_state_survives_between_runs(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "import builtins\nbuiltins.leak = 1\nreturn 1").value == 1
     assert run(runtime, 'return hasattr(__import__("builtins"), "leak")').value is False

@@ -341,10 +341,7 @@ class Worker:
 
     def finish(self, done: Done) -> NoReturn:
         self.done = True
-        for stream in (sys.__stdout__, sys.__stderr__):
-            with contextlib.suppress(Exception):
-                if stream is not None:
-                    stream.flush()
+        _flush_real_streams()
         told = False
         with contextlib.suppress(Exception):
             self.send(done)
@@ -384,6 +381,15 @@ class Worker:
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))
+
+
+def _flush_real_streams() -> None:
+    """Write out what the program left buffered in the real ``sys.__stdout__`` and
+    ``sys.__stderr__`` (``print(file=sys.__stdout__)``), as an interpreter does at exit."""
+    for stream in (sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
 
 
 def _await_kill() -> NoReturn:
@@ -513,6 +519,7 @@ def run_program(
     try:
         loop.run_until_complete(settle())
     except SystemExit as exc:
+        _flush_real_streams()  # ahead of the status's own text, as the interpreter does
         _os_exit(exit_status(exc))
     except BaseException as exc:
         worker.finish_exception(exc, program_code)
