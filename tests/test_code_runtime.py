@@ -1306,6 +1306,20 @@ return out
     ]
 
 
+def test_a_missing_binding_by_item_reads_in_the_traceback_as_written(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A KeyError shows the repr of its argument, which escaped every quote of the message the
+    # model reads; it is still a KeyError.
+    program = 'try:\n    tools["write-fle"]\nexcept KeyError:\n    pass\nawait tools["write-fle"]({})'
+    result = run(runtime, program, tools(**{"write-file": identity}))
+    kind, message = failure(result)
+    assert kind == "exception"
+    assert message.endswith(
+        "\nKeyError: 'tools' has no binding 'write-fle'; did you mean tools[\"write-file\"]?"
+    )
+
+
 def test_a_namespace_spells_the_bindings_out_once_for_all_its_misses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

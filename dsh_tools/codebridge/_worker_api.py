@@ -192,6 +192,20 @@ del _name, _symbol
 collections.abc.Coroutine.register(CallHandle)
 
 
+class _MissingBinding(KeyError):
+    """The ``KeyError`` of a missing binding: its text is its message as written. A plain
+    ``KeyError`` shows the repr of its argument, escaping every quote of the message a model
+    reads (``'\\'tools\\' has no binding ...'``). Named ``KeyError`` of ``builtins``, so a
+    traceback reads as it would for any missing key."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+_MissingBinding.__name__ = _MissingBinding.__qualname__ = "KeyError"
+_MissingBinding.__module__ = "builtins"
+
+
 class Namespace:
     """The object a program sees as ``tools``: bindings by item access and by attribute."""
 
@@ -227,7 +241,7 @@ class Namespace:
         try:
             return self.__dsh_bindings__[name]
         except (KeyError, TypeError):  # TypeError: a key that cannot be hashed
-            raise KeyError(self.__dsh_missing__(name)) from None
+            raise _MissingBinding(self.__dsh_missing__(name)) from None
 
     def __dsh_missing__(self, name: object) -> str:
         """What a program that asks for a binding there is not is told: a model reads it, so
