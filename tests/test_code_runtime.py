@@ -1311,7 +1311,8 @@ def test_a_missing_binding_by_item_reads_in_the_traceback_as_written(
 ) -> None:
     # A KeyError shows the repr of its argument, which escaped every quote of the message the
     # model reads; it is still a KeyError.
-    program = 'try:\n    tools["write-fle"]\nexcept KeyError:\n    pass\nawait tools["write-fle"]({})'
+    program = 'try:\n    tools["write-fle"]\nexcept KeyError:\n    pass\n'
+    program += 'await tools["write-fle"]({})'
     result = run(runtime, program, tools(**{"write-file": identity}))
     kind, message = failure(result)
     assert kind == "exception"
