@@ -406,10 +406,10 @@ return 1
 """
     result = run(runtime_with(max_output_bytes=80), program)
     assert failure(result)[0] == "output-limit"
-    assert result.logs[0] == "a" * 20
-    assert len(result.logs) == 2
-    assert result.logs[1]
-    assert ("b" * 100).startswith(result.logs[1])
+    # Each read of the pipe is one entry; a loaded machine may read both writes at once.
+    text = "".join(result.logs)
+    assert text.startswith("a" * 20 + "b")
+    assert ("a" * 20 + "b" * 100).startswith(text)
 
 
 def test_native_output_is_captured_until_the_end_after_a_forged_done(
