@@ -860,6 +860,18 @@ def test_an_uncaught_exception_keeps_earlier_logs(runtime: SubprocessCodeRuntime
     assert message.endswith("ValueError: kaboom")
 
 
+def test_an_exception_whose_text_holds_a_lone_surrogate_is_still_an_exception(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Its text is replaced as a printed one is; sent as it was, it could not be encoded and
+    # the run ended as a worker exit that says nothing of the error.
+    result = run(runtime, 'print("before")\nraise ValueError("bad " + chr(0xD800))')
+    kind, message = failure(result)
+    assert kind == "exception"
+    assert message.endswith("\nValueError: bad \ufffd")
+    assert result.logs == ["before"]
+
+
 def test_the_program_sees_an_empty_environment(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "import os\nreturn dict(os.environ)").value == {}
 

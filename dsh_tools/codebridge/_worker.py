@@ -377,7 +377,9 @@ class Worker:
         self.finish(Done(value=tokens))
 
     def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
-        message = render_exception(exc, code, _WORKER_FILES)
+        # Lone surrogates (``chr(0xD800)`` in a message) replaced as in captured output: the
+        # frame could not be encoded with them.
+        message = clean_text(render_exception(exc, code, _WORKER_FILES))
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))
