@@ -771,6 +771,19 @@ def test_syntax_errors_and_yield_fail_before_any_process_starts(
     assert fresh_runtime.template_pid is None  # nothing was spawned
 
 
+def test_a_program_holding_a_lone_surrogate_fails_as_python_refuses_it(
+    fresh_runtime: SubprocessCodeRuntime,
+) -> None:
+    # Not source text (it has no UTF-8 spelling): Python's compiler refuses it, and so does
+    # the run, as a result rather than an encoding error raised from run().
+    for program in ("return '\ud800'", "x = 1\n" + "y = 2\n" * 10_000 + "z = '\udfff'"):
+        kind, message = failure(run(fresh_runtime, program))
+        assert kind == "exception"
+        assert message.startswith("UnicodeEncodeError: 'utf-8' codec can't encode character")
+        assert message.endswith("surrogates not allowed")
+    assert fresh_runtime.template_pid is None  # nothing was spawned
+
+
 @pytest.mark.parametrize(
     ("program", "named"),
     [

@@ -281,7 +281,16 @@ class SubprocessCodeRuntime:
                 namespaces[namespace.global_name] = functions
             spec = namespace.error_class
             wire.append(namespace_wire(namespace.global_name, functions, spec))
-        boot_bytes = bytes(encode_frame(Boot(*self._boot_fields(request.program, wire))))
+        try:
+            boot_bytes = bytes(encode_frame(Boot(*self._boot_fields(request.program, wire))))
+        except UnicodeEncodeError:
+            # A lone surrogate: not source text, which Python's compiler refuses in the words
+            # the host's check gives (a name with one is the caller's to fix, and raises).
+            try:
+                check_program(request.program)
+            except ProgramError as error:
+                return materialize(ledger, Outcome(failure=("exception", error.message)))
+            raise
         boot_size = len(boot_bytes) - PREFIX_BYTES
         if boot_size > config.max_frame_bytes:
             return materialize(
