@@ -388,6 +388,16 @@ except ToolCallError as e:
     assert result.value == "binding resolution must be lossless JSON: value is set"
 
 
+def test_a_binding_failure_text_holding_a_lone_surrogate_reaches_the_program_replaced(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    async def fails(value: Any) -> Any:
+        raise ValueError("bad " + chr(0xD800) + "!")
+
+    program = "try:\n    await tools.fails({})\nexcept ToolCallError as e:\n    return e.message"
+    assert run(runtime, program, tools(fails=fails)).value == "bad \ufffd!"
+
+
 @pytest.mark.parametrize(
     ("expression", "problem"),
     [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 import msgspec
@@ -14,12 +15,16 @@ from ._seam import CodeRunFailure, CodeRunResult
 __all__ = ["LIMIT", "Outcome", "materialize", "quote", "safe_text"]
 
 
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+
+
 def safe_text(value: Any, fallback: str) -> str:
     """``message_of(value)`` made fit for the wire: lone surrogates (which a hostile or careless
-    ``__str__`` may return) replaced, so encoding it to JSON or msgpack cannot fail."""
+    ``__str__`` may return) replaced, one U+FFFD each as in captured output, so encoding it to
+    JSON or msgpack cannot fail."""
     text = message_of(value, fallback)
     if not text.isascii():
-        text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        text = _SURROGATES.sub("\ufffd", text)
     return text
 
 
