@@ -637,6 +637,32 @@ if __name__ == "__main__":
     asyncio.run(nested())
 
 
+def test_a_script_s_run_until_complete_of_main_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The older spelling of the same script ending: asyncio's "This event loop is already
+    # running" said neither what to write nor kept "never awaited" out of the output.
+    program = """
+async def main():
+    return await tools.echo({"a": 1})
+
+loop = asyncio.get_event_loop()
+return loop.run_until_complete(main())
+"""
+    result = run(runtime, program, tools(echo=identity))
+    assert result.logs == []
+    assert failure(result) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 6, in <module>\n'
+        "    return loop.run_until_complete(main())\n"
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "RuntimeError: run_until_complete() cannot be called on the running event loop: the"
+        " program already runs in it, so await the coroutine instead (write `await main()`,"
+        " not `loop.run_until_complete(main())`)",
+    )
+
+
 def test_an_awaitable_passed_as_an_argument_is_named_as_one(
     runtime: SubprocessCodeRuntime,
 ) -> None:

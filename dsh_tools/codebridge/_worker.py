@@ -74,6 +74,7 @@ from ._worker_api import (
     arity_message,
     error_class,
     guard_nested_run,
+    guard_nested_run_until_complete,
     plain_error,
     wait_accepting_handles,
 )
@@ -474,7 +475,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     """What a run sets up around its program that does not depend on the program: the
     process-wide ``print``, ``sys.argv``, the capture streams, the event loop and its reader of
     the channel (it reads only once the loop runs, which is when the program does), a fresh
-    ``__main__``, ``asyncio.run`` that says to await when called on the program's loop,
+    ``__main__``, ``asyncio.run`` and the loop's ``run_until_complete`` that say to await when
+    called on the program's loop,
     ``asyncio.wait`` that takes call handles, and
     the error classes of the namespaces the worker's boot so far names (the runtime's usual
     ones). A worker does this while it waits for its boot, off its run's
@@ -486,6 +488,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     asyncio.run = guard_nested_run(asyncio.run)
     asyncio.wait = wait_accepting_handles(asyncio.wait)
     asyncio.set_event_loop(loop)
+    guard_nested_run_until_complete(loop)
     worker.loop = loop
     loop.add_reader(CHANNEL_IN, worker.on_readable)
     worker.module = _fresh_main()

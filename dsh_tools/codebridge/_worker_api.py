@@ -26,6 +26,7 @@ __all__ = [
     "Namespace",
     "error_class",
     "guard_nested_run",
+    "guard_nested_run_until_complete",
     "plain_error",
     "wait_accepting_handles",
 ]
@@ -403,6 +404,32 @@ def guard_nested_run(run: Callable[..., Any]) -> Callable[..., Any]:
 
     guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
     return guarded
+
+
+NESTED_LOOP_RUN_MESSAGE: Final = (
+    "run_until_complete() cannot be called on the running event loop: the program already runs"
+    " in it, so await the coroutine instead (write `await main()`, not"
+    " `loop.run_until_complete(main())`)"
+)
+
+
+def guard_nested_run_until_complete(loop: asyncio.AbstractEventLoop) -> None:
+    """Make ``loop.run_until_complete``, called while ``loop`` runs (from the program, which
+    runs on it), close the coroutine and say to await it, as ``guard_nested_run`` does for
+    ``asyncio.run``: asyncio's "This event loop is already running" says neither, and the
+    coroutine left unawaited warns into the output. The worker's own call, made before the
+    loop runs, goes to asyncio as ever."""
+    run_until_complete = loop.run_until_complete
+
+    @functools.wraps(run_until_complete)
+    def guarded(future: Any) -> Any:
+        if loop.is_running():
+            if inspect.iscoroutine(future):
+                future.close()
+            raise RuntimeError(NESTED_LOOP_RUN_MESSAGE)
+        return run_until_complete(future)
+
+    loop.run_until_complete = guarded  # type: ignore[method-assign]
 
 
 _WAIT_ENDS: Final = (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED)
