@@ -4,7 +4,9 @@ Results and contexts hold MCP-shaped blocks: ``text``, ``image`` and ``audio`` (
 with a ``mimeType``), ``resource`` (an embedded ``text`` or base64 ``blob`` with a ``uri``) and
 ``resource_link``. Each provider adapter takes the neutral parts made here and writes its own
 native form; what a provider cannot take becomes a ``Text`` placeholder that says what was left
-out, so the model knows something was there.
+out, so the model knows something was there. Media data is checked here (strict base64, not
+empty) and an image sent as the type its bytes are: a provider refuses a whole request for one
+bad attachment, with an error that names neither the call nor the block.
 
 This module also reads provider responses whether they are SDK objects (attributes) or plain
 dicts (keys), so the adapters need no provider SDK at run time.
@@ -62,7 +64,7 @@ _MIME_ALIASES = {
 
 
 # What a base64 text may hold besides its alphabet: line breaks and spaces, which encoders that
-# wrap lines write and which the providers' decoders refuse (dropped before sending).
+# wrap lines write and which a strict decoder refuses (dropped before sending).
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
 _FOREIGN = re.compile(r"[^A-Za-z0-9+/=\t\n\r ]")
 _WRAPPING = re.compile(r"[\t\n\r ]+")
