@@ -29,6 +29,14 @@ def test_defaults() -> None:
         ("max_parallel_tool_calls", 1.5, TypeError, "max_parallel_tool_calls must be a positive"),
         ("max_parallel_sub_calls", -1, ValueError, "max_parallel_sub_calls must be a positive"),
         ("max_output_bytes", 3, ValueError, "max_output_bytes must be an integer of at least 4"),
+        (
+            "max_output_bytes",
+            2**70,
+            ValueError,
+            "max_output_bytes must be an integer of at most 9007199254740991, got "
+            "1180591620717411303424",
+        ),
+        ("max_frame_bytes", 2**53, ValueError, "max_frame_bytes must be an integer of at most"),
         ("compute_ms", float("inf"), ValueError, "compute_ms must be a positive finite number"),
         ("max_wall_ms", "1", TypeError, "max_wall_ms must be a positive number"),
         ("max_inline_bytes", 0, ValueError, "max_inline_bytes must be a positive integer"),

@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["UNLISTED_TOOLS", "ToolsConfig"]
+__all__ = ["MAX_SAFE_INTEGER", "UNLISTED_TOOLS", "ToolsConfig"]
 
 UNLISTED_TOOLS = "<unlisted-tools>"
 """The ``tool_order`` marker that stands for every tool not listed, in lexicographic order."""
@@ -29,18 +29,23 @@ DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
 """Default cap on one channel frame, either direction."""
 DEFAULT_MAX_PARALLEL_RUNS: Final = 8
 """Default number of code runs one runtime has in flight at once; more wait their turn."""
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+"""The largest byte count a code run's settings take: the worker and the host agree on every
+integer up to it (a JSON number past it may be read back rounded)."""
 ISOLATIONS: Final = ("sandbox", "process")
 """The isolation levels of the subprocess runtime, strictest first."""
 _ISOLATIONS = ISOLATIONS
 
 
-def _positive_int(key: str, value: Any, *, minimum: int = 1) -> None:
+def _positive_int(key: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> None:
     if type(value) is not int:
         raise TypeError(f"{key} must be a positive integer, got {type(value).__name__}")
     if value < minimum:
         if minimum == 1:
             raise ValueError(f"{key} must be a positive integer, got {value}")
         raise ValueError(f"{key} must be an integer of at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{key} must be an integer of at most {maximum}, got {value}")
 
 
 def _positive_number(key: str, value: Any) -> None:
@@ -60,8 +65,9 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     - ``max_parallel_sub_calls``: the pool size of one code run's sub-calls.
     - ``max_parallel_code_runs``: how many code runs are in flight at once (each with its worker
       processes and its share of host memory); more wait their turn, in arrival order.
-    - ``max_output_bytes``: the cap on what one code run returns to the model (at least 4).
-    - ``max_frame_bytes``: the cap on one worker frame.
+    - ``max_output_bytes``: the cap on what one code run returns to the model (at least 4, at
+      most ``MAX_SAFE_INTEGER``).
+    - ``max_frame_bytes``: the cap on one worker frame (at most ``MAX_SAFE_INTEGER``).
     - ``compute_ms``, ``max_wall_ms``, ``max_memory_mb``: the code worker's CPU, wall-clock and
       memory budgets.
     - ``code_isolation``: ``"sandbox"`` (the default: each program confined to its scratch
@@ -96,8 +102,12 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
         _positive_int("max_parallel_tool_calls", self.max_parallel_tool_calls)
         _positive_int("max_parallel_sub_calls", self.max_parallel_sub_calls)
         _positive_int("max_parallel_code_runs", self.max_parallel_code_runs)
-        _positive_int("max_output_bytes", self.max_output_bytes, minimum=4)
-        _positive_int("max_frame_bytes", self.max_frame_bytes)
+        # The code runtime's own bounds, checked here so that a bad setting fails where it is
+        # written rather than at ``start()``.
+        _positive_int(
+            "max_output_bytes", self.max_output_bytes, minimum=4, maximum=MAX_SAFE_INTEGER
+        )
+        _positive_int("max_frame_bytes", self.max_frame_bytes, maximum=MAX_SAFE_INTEGER)
         _positive_number("compute_ms", self.compute_ms)
         _positive_number("max_wall_ms", self.max_wall_ms)
         _positive_number("max_memory_mb", self.max_memory_mb)

@@ -30,6 +30,7 @@ from ..actors._config import (  # one definition of the defaults, shared with To
     DEFAULT_MAX_PARALLEL_RUNS,
     DEFAULT_MAX_WALL_MS,
     ISOLATIONS,
+    MAX_SAFE_INTEGER,
 )
 from ._program import ABSENT_NAME
 from ._sandbox._policy import CodeSandbox
@@ -55,7 +56,6 @@ __all__ = [
     "validate_request",
 ]
 
-_SAFE_INTEGER: Final = 2**53 - 1
 
 FailureKind = Literal[
     "exception",
@@ -177,7 +177,7 @@ def _check_count(key: str, value: object, what: str) -> None:
     message = f"code runtime: config.{key} must be {what}, got {_number_repr(value)}"
     if type(value) is not int:
         raise TypeError(message)
-    if not 1 <= value <= _SAFE_INTEGER:
+    if not 1 <= value <= MAX_SAFE_INTEGER:
         raise ValueError(message)
 
 
@@ -221,7 +221,7 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
         for key in ("compute_ms", "max_wall_ms", "max_output_bytes", "max_memory_mb"):
             _check_positive(key, getattr(self, key))
         output = self.max_output_bytes
-        if type(output) is not int or not 4 <= output <= _SAFE_INTEGER:
+        if type(output) is not int or not 4 <= output <= MAX_SAFE_INTEGER:
             raise ValueError(
                 "code runtime: config.max_output_bytes must be a safe integer of at least 4, "
                 f"got {_number_repr(output)}"
