@@ -1066,6 +1066,42 @@ def test_partials_and_callable_objects_are_tools(system: ToolSystem) -> None:
         tool(functools.partial(repeat, 2))
 
 
+def search_base(query: str, limit: int) -> str:
+    """Search the index.
+
+    Args:
+        query: What to look for.
+        limit: How many at most.
+    """
+    return query * limit
+
+
+class Finder:
+    def __call__(self, query: str) -> str:
+        """Find a word.
+
+        Args:
+            query: The word.
+        """
+        return query
+
+
+def test_a_partial_or_callable_object_is_described_by_the_function_it_calls() -> None:
+    import functools
+
+    searched = tool(name="search")(functools.partial(search_base, limit=3))
+    # The wrapped function's docstring, not the one of functools.partial itself.
+    assert searched.description == "Search the index."
+    assert searched.parameters["properties"]["query"]["description"] == "What to look for."
+    assert searched.parameters["properties"]["limit"]["description"] == "How many at most."
+
+    found = tool(name="find")(Finder())
+    assert found.description == "Find a word."
+    assert found.parameters["properties"]["query"]["description"] == "The word."
+    # A class docstring, when there is one, still describes the tool.
+    assert tool(name="count")(Counter()).description == "Count up."
+
+
 def test_string_annotations_may_name_classes_local_to_the_defining_function(
     system: ToolSystem,
 ) -> None:

@@ -39,6 +39,20 @@ def _annotated(fn: Any) -> Any:
     return fn
 
 
+def _docstring(fn: Any) -> str:
+    """The docstring that describes the tool: a partial's function's (``functools.partial``'s
+    own is about partial application, no text for a model), and for a callable object its
+    class's or else its ``__call__``'s, which also gives the signature."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    doc = inspect.getdoc(fn)
+    if not doc:
+        target = _annotated(fn)
+        if target is not fn and inspect.isfunction(target):
+            doc = inspect.getdoc(target)
+    return doc or ""
+
+
 def _caller_locals() -> Mapping[str, Any]:
     """The local names where the decorator was applied (two frames up: past ``tool`` or
     ``decorate``), for annotations that name classes defined inside a function."""

@@ -29,6 +29,7 @@ from ._raw_schema import optional_null_dropper
 from ._tool_call import _make_execute, _PlacedBody, _validator, may_hold_tuples
 from ._tool_signature import (
     _caller_locals,
+    _docstring,
     _output_schema,
     _parameters_schema,
     _signature_plan,
@@ -101,7 +102,7 @@ def _build(
         raise TypeError(f"{owner}: render must be a callable(args, value)")
     hints = _type_hints(fn, owner, caller_locals)
     try:
-        parsed = docstring_parser.parse(inspect.getdoc(fn) or "")
+        parsed = docstring_parser.parse(_docstring(fn))
     except docstring_parser.ParseError as exc:
         raise ValueError(f"{owner}: cannot parse the docstring: {exc}") from None
     param_docs = {p.arg_name: p.description or "" for p in parsed.params}
