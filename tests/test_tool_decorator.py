@@ -1102,6 +1102,26 @@ def test_a_partial_or_callable_object_is_described_by_the_function_it_calls() ->
     assert tool(name="count")(Counter()).description == "Count up."
 
 
+def test_a_static_method_decorated_in_its_class_body_is_a_tool(system: ToolSystem) -> None:
+    class Toolbox:
+        @tool
+        @staticmethod
+        def shout(word: str, times: int = 1) -> str:
+            """Shout a word."""
+            return word.upper() * times
+
+    assert Toolbox.shout.description == "Shout a word."
+    assert run(system, Toolbox.shout, {"word": "hi", "times": 2}).value == "HIHI"
+
+    with pytest.raises(TypeError, match=r"@tool\(.*pick\): a classmethod .* tool\(Owner\.pick\)"):
+
+        class Owner:
+            @tool
+            @classmethod
+            def pick(cls, word: str) -> str:
+                return word
+
+
 def test_string_annotations_may_name_classes_local_to_the_defining_function(
     system: ToolSystem,
 ) -> None:

@@ -77,7 +77,16 @@ def _build(
     options: Mapping[str, Any],
     caller_locals: Mapping[str, Any],
 ) -> TypedToolDefinition:
+    if isinstance(fn, staticmethod):
+        fn = fn.__func__  # ``@tool`` above ``@staticmethod`` in a class body
     owner = _owner(fn)
+    if isinstance(fn, classmethod):
+        # Its class does not exist yet in the class body, and the bound method needs it.
+        where = ".".join(owner[6:-1].split(".")[-2:])
+        raise TypeError(
+            f"{owner}: a classmethod is bound only once its class exists: build the tool "
+            f"from the class's attribute then, tool({where})"
+        )
     if isinstance(fn, type) or not callable(fn):
         raise TypeError(f"{owner}: @tool decorates a function, got {type(fn).__name__}")
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
