@@ -687,6 +687,34 @@ def test_a_text_in_annotated_describes_its_parameter() -> None:
     }
 
 
+def test_a_meta_description_in_an_optional_parameter_wins_over_the_docstring() -> None:
+    @tool
+    def page(
+        after: Annotated[int, msgspec.Meta(ge=0, description="Skip this many.")] | None = None,
+        limit: Annotated[int, msgspec.Meta(description="At most."), "Ignored text."] | None = None,
+    ) -> str:
+        """Page through results.
+
+        Args:
+            after: Ignored: the annotation says it.
+            limit: Ignored too.
+        """
+        return ""
+
+    properties = page.parameters["properties"]
+    # On the property, where the model reads a parameter's description, as for a plain one.
+    assert properties["after"] == {
+        "description": "Skip this many.",
+        "anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}],
+        "default": None,
+    }
+    assert properties["limit"] == {
+        "description": "At most.",
+        "anyOf": [{"type": "integer"}, {"type": "null"}],
+        "default": None,
+    }
+
+
 def test_explicit_name_and_description_win_over_the_function() -> None:
     @tool(name="fs.read", description="Reads.")
     def read(path: str) -> str:

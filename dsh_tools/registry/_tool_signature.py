@@ -122,12 +122,53 @@ def _texts_apart(hint: Any) -> tuple[Any, list[str]]:
         rest = [extra for extra in extras if type(extra) is not str]
         return (typing.Annotated[(base, *rest)] if rest else base), texts
     if origin is typing.Union or origin is types.UnionType:
-        members = [_texts_apart(member) for member in typing.get_args(hint)]
-        texts = [text for _, member_texts in members for text in member_texts]
+        members = [_member_apart(member) for member in typing.get_args(hint)]
+        # As on a plain parameter, a Meta description wins over the texts.
+        texts = [text for _, meta_texts, _ in members for text in meta_texts] or [
+            text for _, _, plain_texts in members for text in plain_texts
+        ]
         if not texts:
             return hint, []
-        return typing.Union[tuple(member for member, _ in members)], texts  # noqa: UP007
+        return typing.Union[tuple(member for member, _, _ in members)], texts  # noqa: UP007
     return hint, []
+
+
+def _member_apart(member: Any) -> tuple[Any, list[str], list[str]]:
+    """A union member without its descriptions, its ``msgspec.Meta`` description and its plain
+    texts: either describes the whole parameter, so both go to the property, where the model
+    reads a parameter's description (and the docstring's would otherwise sit), not into one
+    branch of its ``anyOf``."""
+    if typing.get_origin(member) is not typing.Annotated:
+        return member, [], []
+    base, *extras = typing.get_args(member)
+    meta_texts: list[str] = []
+    texts: list[str] = []
+    rest: list[Any] = []
+    for extra in extras:
+        if type(extra) is str:
+            texts.append(extra)
+        elif isinstance(extra, msgspec.Meta) and extra.description:
+            meta_texts.append(extra.description)
+            kept = _meta_without_description(extra)
+            if kept is not None:
+                rest.append(kept)
+        else:
+            rest.append(extra)
+    if not meta_texts and not texts:
+        return member, [], []
+    return (typing.Annotated[(base, *rest)] if rest else base), meta_texts, texts
+
+
+def _meta_without_description(meta: msgspec.Meta) -> msgspec.Meta | None:
+    """``meta`` with its constraints and other annotations but no description (``None`` when
+    nothing else is set)."""
+    names = inspect.signature(msgspec.Meta).parameters
+    kept = {
+        name: getattr(meta, name)
+        for name in names
+        if name != "description" and getattr(meta, name) is not None
+    }
+    return msgspec.Meta(**kept) if kept else None
 
 
 def _text_described(hint: Any) -> Any:
