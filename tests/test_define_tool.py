@@ -94,6 +94,20 @@ def test_sp84_malformed_schemas_fail_at_definition_time() -> None:
     assert info.value.violations == ["schema.additionalProperties must be explicitly true or false"]
 
 
+def test_a_malformed_schema_error_names_the_tool_and_the_schema() -> None:
+    # The violations keep their pinned text; a note says which tool and which schema, so that
+    # a harness defining many tools in a loop learns which one is wrong.
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool("weather", "d", {"city": {"type": "text"}}, text_output(), noop)
+    assert info.value.__notes__ == ["define_tool(weather): in its parameters"]
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool("weather", "d", {"city": {"type": "string", "enum": [1]}}, text_output(), noop)
+    assert info.value.__notes__ == ["define_tool(weather): in its parameters"]
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool("weather", "d", {}, text_output({"type": "object"}), noop)
+    assert info.value.__notes__ == ["define_tool(weather): in its output.schema"]
+
+
 def test_definition_holds_frozen_compiled_schemas_detached_from_the_author() -> None:
     parameters: dict[str, Any] = {"path": {"type": "string", "required": True}}
     output_schema: dict[str, Any] = {"type": "string", "enum": ["a"]}

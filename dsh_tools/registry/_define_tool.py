@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ..actors import ToolArgsError
+from ..actors import JsonSchemaError, ToolArgsError
 from ._definition import Placement, ToolDefinition, ToolOutput, accepts_positional
 from ._dsl import compile_parameters, compile_schema
 from ._execution import ToolRunContext
@@ -29,6 +29,16 @@ def _is_async(fn: Any) -> bool:
         return True
     # A callable object whose __call__ is a coroutine function.
     return inspect.iscoroutinefunction(type(fn).__dict__.get("__call__"))
+
+
+def _compiled(owner: str, what: str, compile: Callable[[Any], Any], dsl: Any) -> Any:
+    """``compile(dsl)``; its ``JsonSchemaError`` gets a note naming the tool and which of its
+    schemas is wrong (the violations' text is pinned, and their paths alone do not say)."""
+    try:
+        return compile(dsl)
+    except JsonSchemaError as exc:
+        exc.add_note(f"{owner}: in its {what}")
+        raise
 
 
 def define_tool(
@@ -92,8 +102,8 @@ def define_tool(
         if callback is not None and not callable(callback):
             raise TypeError(f"{owner}: {label} must be callable or None")
 
-    compiled_parameters = compile_parameters(parameters)
-    compiled_output = compile_schema(output.schema)
+    compiled_parameters = _compiled(owner, "parameters", compile_parameters, parameters)
+    compiled_output = _compiled(owner, "output.schema", compile_schema, output.schema)
     if args_type is not None:
         _check_view(owner, "args_type", args_type, compiled_parameters, "parameters")
     if output_type is not None:
