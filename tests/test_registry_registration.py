@@ -371,6 +371,23 @@ def test_a_closed_plugin_refuses_registrations(system: ToolSystem) -> None:
         owner.tools.register(fixture("c"))
 
 
+def test_registering_on_a_stopped_system_says_the_system_is_stopped() -> None:
+    # Not that the handle is closed: nobody closed it, and the way out is a new system.
+    system = ToolSystem.start(code_runtime=None)
+    scope = system.agent("planner")
+    plugin = system.plugin("git")
+    system.stop()
+    stopped = r"^the tool system is stopped; start a new one with ToolSystem\.start\(\)$"
+    with pytest.raises(RuntimeError, match=stopped):
+        system.tools.register(fixture("a"))
+    with pytest.raises(RuntimeError, match=stopped):
+        system.tools.guard(lambda exec: None)
+    with pytest.raises(RuntimeError, match=stopped):
+        plugin.tools.register(fixture("a"))
+    with pytest.raises(RuntimeError, match=stopped):
+        scope.tools.restrict(deny=["a"])
+
+
 def test_register_accepts_only_tool_definitions(system: ToolSystem) -> None:
     with pytest.raises(TypeError, match="ToolDefinition"):
         system.tools.register({"name": "dict-tool"})  # type: ignore[arg-type]

@@ -125,14 +125,21 @@ class ToolsHandle:
         try:
             with self._order:
                 if self._closed:
-                    raise RuntimeError(f"{self._label} is closed")
+                    raise RuntimeError(self._closed_text())
                 pending = self._registry.ask(
                     OwnerMutation(mutation, self._owner, self._label), block=False
                 )
             reply: MutationReply = pending.get()
         except pykka.ActorDeadError:
-            raise RuntimeError(f"{self._label} is closed") from None
+            raise RuntimeError(self._closed_text()) from None
         return reply
+
+    def _closed_text(self) -> str:
+        """Why this handle takes no more changes: the system it belongs to stopped (the
+        registry's last snapshot says so), or its owner was closed."""
+        if self._cell.current.closed:
+            return "the tool system is stopped; start a new one with ToolSystem.start()"
+        return f"{self._label} is closed"
 
     def _remove(self, key: int) -> None:
         try:
