@@ -481,8 +481,12 @@ class ToolSystem:
     # --- handles -------------------------------------------------------------------------------
 
     def plugin(self, name: str) -> PluginHandle:
-        """A new owner handle for global registrations; ``close()`` disposes them (LIFO)."""
+        """A new owner handle for global registrations; ``close()`` disposes them (LIFO).
+        ``TypeError`` for a ``name`` that is not a ``str``."""
         self._check_running()
+        if type(name) is not str:
+            # It names the plugin in every message about it (and an MCP server's logs).
+            raise TypeError(f"plugin names are str, got {type(name).__name__}")
         return PluginHandle(name, self._owner_tools(f'plugin "{name}"', None))
 
     def agent(self, key: str) -> AgentScope:

@@ -388,6 +388,12 @@ def test_registering_on_a_stopped_system_says_the_system_is_stopped() -> None:
         scope.tools.restrict(deny=["a"])
 
 
+@pytest.mark.parametrize("name", [None, 3, b"git"])
+def test_a_plugin_name_that_is_not_a_str_is_refused(system: ToolSystem, name: Any) -> None:
+    with pytest.raises(TypeError, match=f"^plugin names are str, got {type(name).__name__}$"):
+        system.plugin(name)
+
+
 def test_register_accepts_only_tool_definitions(system: ToolSystem) -> None:
     with pytest.raises(TypeError, match="ToolDefinition"):
         system.tools.register({"name": "dict-tool"})  # type: ignore[arg-type]
