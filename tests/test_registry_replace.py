@@ -66,3 +66,47 @@ def test_registering_a_plain_function_says_how_to_make_a_tool_of_it(system: Tool
     )
     with pytest.raises(TypeError, match=r"got str$"):
         system.tools.register("weather")  # type: ignore[arg-type]
+
+
+def test_a_raising_change_observer_rolls_a_replace_back_to_the_old_tool(
+    system: ToolSystem,
+) -> None:
+    old = system.tools.register(text_tool("greet", "hello"))
+    failing = [True]
+
+    def observer() -> None:
+        if failing[0]:
+            raise RuntimeError("observer down")
+
+    system.tools.on_change(observer)
+    with pytest.raises(RuntimeError, match="observer down"):
+        system.tools.replace(old, text_tool("greet", "hi there"))
+    failing[0] = False
+    # The change is undone: the old tool answers again, and its disposer is its own again.
+    assert system.tools.names() == ["greet"]
+    assert text(system.execute(call("greet"))) == "hello"
+    assert not old.disposed
+    new = system.tools.replace(old, text_tool("greet", "hi there"))
+    assert text(system.execute(call("greet"))) == "hi there"
+    new()
+    assert system.tools.names() == []
+
+
+def test_a_rolled_back_replace_keeps_the_plugins_disposal_order(system: ToolSystem) -> None:
+    plugin = system.plugin("p")
+    first = plugin.tools.register(fixture("a"))
+    plugin.tools.register(fixture("b"))
+    failing = [True]
+
+    def observer() -> None:
+        if failing[0]:
+            raise RuntimeError("observer down")
+
+    system.tools.on_change(observer)
+    with pytest.raises(RuntimeError):
+        plugin.tools.replace(first, fixture("a", description="a, replaced"))
+    failing[0] = False
+    assert system.tools.get("a") is not None
+    assert system.tools.get("a").description != "a, replaced"  # type: ignore[union-attr]
+    plugin.close()
+    assert system.tools.names() == []

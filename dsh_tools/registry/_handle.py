@@ -46,7 +46,7 @@ from ._hooks import (
 from ._json_text import ArgumentsTextError, read_arguments
 from ._lossless_copy import snapshot_json
 from ._registry_actor import RegistryActor
-from ._snapshot import SnapshotCell
+from ._snapshot import SnapshotCell, ToolEntry
 from ._tool_contract import check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
@@ -211,13 +211,15 @@ class ToolsHandle:
     def replace(self, disposer: Disposer, definition: ToolDefinition) -> Disposer:
         """Swap the tool that ``disposer`` registered (through this handle) for ``definition``
         of the same name, in one change: readers see the old tool or the new one, never
-        neither. Returns the new tool's disposer; the old disposer becomes a no-op."""
+        neither. Returns the new tool's disposer; the old disposer becomes a no-op. A change
+        observer that raises puts the old tool back, under the old disposer."""
         if not isinstance(definition, ToolDefinition):
             raise TypeError(_not_a_definition("replace", definition))
         if not isinstance(disposer, Disposer) or disposer._handle is not self:
             raise ValueError("replace() takes a disposer that this handle returned")
         check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
         is_async = inspect.iscoroutinefunction(definition.execute)
+        previous = self._entry(disposer._key)
         with disposer._lock:
             if disposer._done:
                 raise ValueError(f'tool "{definition.name}" cannot be replaced: it was disposed')
@@ -231,9 +233,42 @@ class ToolsHandle:
         try:
             self._notify()
         except BaseException:
-            replacement()  # as for register: a failing observer withdraws the new tool
+            # As for register, a failing observer undoes the change: the old tool comes back
+            # under its own disposer, which emits one more change.
+            self._put_back(disposer, replacement, previous)
             raise
         return replacement
+
+    def _put_back(
+        self, disposer: Disposer, replacement: Disposer, previous: ToolEntry | None
+    ) -> None:
+        """Replace ``replacement``'s tool by the ``previous`` entry that ``disposer``
+        registered, and make ``disposer`` its disposer again; when that cannot be done (the
+        system stopped meanwhile), withdraw the replacement."""
+        if previous is None:
+            replacement()
+            return
+        try:
+            putting_back = ReplaceTool(replacement._key, previous.definition, previous.is_async)
+            reply = self._mutate(putting_back)
+        except Exception:
+            replacement()
+            return
+        replacement._done = True
+        with disposer._lock:
+            disposer._key = reply.key
+            disposer._done = False
+        self._notify_quietly()
+
+    def _entry(self, key: int) -> ToolEntry | None:
+        """The tool entry ``key`` names in this handle's layer, if it is still there."""
+        snapshot = self._cell.current
+        layer = snapshot.global_layer if self._agent is None else snapshot.scopes.get(self._agent)
+        if layer is not None:
+            for entry in layer.tools.values():
+                if entry.key == key:
+                    return entry
+        return None
 
     def restrict(
         self, *, allow: Iterable[str] | None = None, deny: Iterable[str] | None = None
