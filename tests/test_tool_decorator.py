@@ -1060,6 +1060,36 @@ def test_options_are_checked_at_definition() -> None:
         tool(Point)
 
 
+def test_define_tool_keywords_that_tool_spells_otherwise_say_how() -> None:
+    def body(x: int) -> int:
+        return x
+
+    cases = {
+        "is_concurrency_safe": "concurrency_safe=",
+        "output": "render=",
+        "parameters": "signature",
+        "execute": "function",
+    }
+    for keyword, hint in cases.items():
+        with pytest.raises(TypeError) as info:
+            tool(body, **{keyword: lambda args: True})
+        message = str(info.value)
+        assert message.startswith(f"@tool({body.__qualname__}): {keyword} ")
+        assert hint in message
+        assert "multiple values" not in message
+
+
+@pytest.mark.parametrize("keyword", ["finalize_content", "present_call", "present_result"])
+def test_a_presenter_or_finalizer_that_is_not_callable_is_refused_at_definition(
+    keyword: str,
+) -> None:
+    def body(x: int) -> int:
+        return x
+
+    with pytest.raises(TypeError, match=rf"^@tool\(.*body\): {keyword} must be callable or None$"):
+        tool(body, **{keyword: "not a function"})
+
+
 # --- other callables ---------------------------------------------------------------------------
 
 

@@ -49,6 +49,17 @@ def default_render(args: Any, value: Any) -> list[dict[str, Any]]:
     return [{"type": "text", "text": compact_json(value)}]
 
 
+_SPELLED_OTHERWISE: dict[str, str] = {
+    "is_concurrency_safe": "pass concurrency_safe= (True, False or a callable(args))",
+    "output": "the output schema comes from the return annotation; pass render= to change "
+    "how the value is shown",
+    "parameters": "the parameters come from the function's signature",
+    "execute": "the function itself is the body",
+}
+"""``define_tool`` keywords that ``@tool`` takes from the function or spells otherwise: passed
+on, they would collide with what ``@tool`` built (``got multiple values for keyword``)."""
+
+
 def _pascal_name(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name))
 
@@ -109,6 +120,12 @@ def _build(
         raise TypeError(f"{owner}: concurrency_safe must be a bool or a callable(args)")
     if render is not None and not callable(render):
         raise TypeError(f"{owner}: render must be a callable(args, value)")
+    for keyword, instead in _SPELLED_OTHERWISE.items():
+        if keyword in options:
+            raise TypeError(f"{owner}: {keyword} is not an option of @tool: {instead}")
+    for keyword in ("finalize_content", "present_call", "present_result"):
+        if options.get(keyword) is not None and not callable(options[keyword]):
+            raise TypeError(f"{owner}: {keyword} must be callable or None")
     hints = _type_hints(fn, owner, caller_locals)
     try:
         parsed = docstring_parser.parse(_docstring(fn))
