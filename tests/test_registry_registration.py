@@ -103,6 +103,23 @@ def test_rp5_a_definition_without_output_is_refused(system: ToolSystem) -> None:
     assert changes == []
 
 
+def test_an_unsupported_raw_output_schema_error_names_the_tool(system: ToolSystem) -> None:
+    from dsh_tools import JsonSchemaError, ToolOutput
+
+    raw = ToolDefinition(
+        name="report",
+        description="d",
+        parameters={"type": "object"},
+        output=ToolOutput({"type": "string", "pattern": "^x"}, lambda args, value: []),
+        execute=lambda args, ctx: "x",
+    )
+    with pytest.raises(JsonSchemaError) as info:
+        system.tools.register(raw)
+    assert info.value.violations[0].startswith("schema.pattern is not a supported keyword")
+    assert info.value.__notes__ == ['tool "report": in its output.schema']
+    assert system.tools.names() == []
+
+
 @pytest.mark.parametrize("timeout_ms", [0, -5, math.inf, math.nan, True])
 def test_rp5_invalid_timeout_ms_is_refused(system: ToolSystem, timeout_ms: Any) -> None:
     changes: list[int] = []

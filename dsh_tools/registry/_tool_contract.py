@@ -12,7 +12,7 @@ from typing import Any
 
 from msgspec import UNSET
 
-from ..actors import FrozenList, ToolOutputError, message_of
+from ..actors import FrozenList, JsonSchemaError, ToolOutputError, message_of
 from ._definition import ToolDefinition, ToolOutput
 from ._json_schema import assert_supported_json_schema
 from ._lossless import INT_MAX, INT_MIN, LosslessJsonError
@@ -74,7 +74,12 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
         raise TypeError(
             f'tool "{name}" must declare output {{ schema, render, presentation_meta? }}'
         )
-    assert_supported_json_schema(output.schema)
+    try:
+        assert_supported_json_schema(output.schema)
+    except JsonSchemaError as exc:
+        # The violations' text is pinned and their paths do not say which tool.
+        exc.add_note(f'tool "{name}": in its output.schema')
+        raise
     if defn.timeout_ms is not None and not _positive_finite(defn.timeout_ms):
         raise TypeError(f'tool "{name}" timeout_ms must be a positive finite number')
     if reserve_run_code and name == _RUN_CODE:
