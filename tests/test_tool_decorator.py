@@ -886,6 +886,21 @@ def test_a_value_that_contains_itself_is_invalid_output_naming_where(system: Too
         assert result.exception_type == "dsh_tools.ToolOutputError"
 
 
+def test_invalid_output_names_the_tool_as_it_is_registered(system: ToolSystem) -> None:
+    # The same tool offered under another name (an alias for one agent, say): its errors name
+    # what the model called, not the function's name.
+    loop: list[Any] = []
+    loop.append(loop)
+
+    @tool
+    def cyclic() -> list[Any]:
+        return loop
+
+    alias = msgspec.structs.replace(cyclic, name="fs.cyclic")
+    result = run(system, alias, {})
+    assert result.to_dict() == invalid_output("fs.cyclic", "value[0] is cycle")
+
+
 def test_a_plain_value_nested_deeper_than_msgspec_converts_is_kept_as_from_define_tool(
     system: ToolSystem,
 ) -> None:

@@ -194,15 +194,20 @@ def _make_execute(
     name: str,
 ) -> Callable[..., Any]:
     """``tuples``: the return type may hold tuples (``may_hold_tuples``). A value that
-    cannot be made canonical raises ``ToolOutputError`` for the tool called ``name``."""
+    cannot be made canonical raises ``ToolOutputError`` for the tool the call's context names
+    (``name`` when it names none)."""
     parse = _make_parser(args_type, drop_nulls)
     convert = _to_canonical_lists if tuples else _to_canonical
 
-    def canonical(value: Any) -> Any:
+    def canonical(value: Any, run_ctx: Any) -> Any:
         try:
             return convert(value)
         except LosslessJsonError as exc:
-            raise ToolOutputError(name, [f"value is not lossless JSON: {exc}"]) from None
+            # The name the call was made under: the definition may be registered as a copy
+            # under another name (``msgspec.structs.replace``), and the error must name that.
+            called = getattr(run_ctx, "name", None)
+            tool = called if type(called) is str else name
+            raise ToolOutputError(tool, [f"value is not lossless JSON: {exc}"]) from None
 
     has_context = -1 in plan.positional or any(i == -1 for _, i in plan.keywords)
 
@@ -216,12 +221,12 @@ def _make_execute(
     if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(_annotated(fn)):
 
         async def execute_async(args: Any, run_ctx: Any) -> Any:
-            return canonical(await call(parse(args), run_ctx))
+            return canonical(await call(parse(args), run_ctx), run_ctx)
 
         return execute_async
 
     def execute(args: Any, run_ctx: Any) -> Any:
-        return canonical(call(parse(args), run_ctx))
+        return canonical(call(parse(args), run_ctx), run_ctx)
 
     return execute
 
