@@ -93,7 +93,7 @@ def _build(
     owner = _owner(fn)
     if isinstance(fn, classmethod):
         # Its class does not exist yet in the class body, and the bound method needs it.
-        where = ".".join(owner[6:-1].split(".")[-2:])
+        where = ".".join(str(getattr(fn, "__qualname__", "Class.method")).split(".")[-2:])
         raise TypeError(
             f"{owner}: a classmethod is bound only once its class exists: build the tool "
             f"from the class's attribute then, tool({where})"
