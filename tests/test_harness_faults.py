@@ -367,6 +367,20 @@ def test_a_duplicate_call_id_is_refused_up_front() -> None:
         batch(("c1", "echo", "{}"), ("c2", "echo", "{}"), ("c1", "echo", "{}"))
 
 
+@pytest.mark.parametrize(
+    "calls",
+    [ToolCall("c1", "echo", "{}"), "c1", {"c1": ToolCall("c1", "echo", "{}")}, 7],
+    ids=["one-call", "text", "mapping", "number"],
+)
+def test_a_batch_of_something_other_than_a_sequence_of_calls_names_the_field(
+    calls: Any,
+) -> None:
+    with pytest.raises(
+        TypeError, match=r"ExecuteBatch\.calls must be a sequence of ToolCall, got "
+    ):
+        ExecuteBatch(calls=calls)
+
+
 class QuotaExceeded(Exception):
     """A harness-specific error class."""
 

@@ -7,7 +7,7 @@ pool's ``CommitDone``) and every layer above reads them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -306,7 +306,14 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
     max_parallel: int | None = None
 
     def __post_init__(self) -> None:
-        calls = tuple(self.calls)
+        given = self.calls
+        if isinstance(given, ToolCall | str | bytes | Mapping) or not isinstance(given, Iterable):
+            # One call passed as the batch, or a value that only iterates by accident.
+            raise TypeError(
+                "ExecuteBatch.calls must be a sequence of ToolCall, got "
+                f"{type(given).__name__}"
+            )
+        calls = tuple(given)
         seen: set[str] = set()
         for index, call in enumerate(calls):
             if not isinstance(call, ToolCall):
