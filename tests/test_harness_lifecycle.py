@@ -890,6 +890,47 @@ def test_ctrl_c_interrupts_an_async_body_that_holds_the_loop_in_a_blocking_execu
     assert done.stdout.split("\n")[:3] == ["interrupted", "[] True", "[True]"]
 
 
+CTRL_C_WHILE_A_PLAIN_BODY_RUNS_ON_A_WORKER = """
+import os, signal, sys, threading, time
+from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
+
+def body(args, ctx):
+    if ctx.call_id == "c1":  # the second call, once its caller waits for it
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        time.sleep(1)  # on a worker thread: it cannot be interrupted, and returns on its own
+    return "written"
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("save", body))
+    if sys.argv[1] == "wrapped":  # a wrapper's own signal: the body runs on a worker
+        system.tools.on_execute(timeout_policy(default_ms=60_000))
+    timeout = 60 if sys.argv[1] == "timed" else None  # on the system loop, its body on a worker
+    system.execute(ExecuteCall(call_id="c0", name="save", arguments={}), timeout=timeout)
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="save", arguments={}), timeout=timeout)
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    for _ in range(1000):  # the call settles on its own once the body returns
+        results = [e.data for e in system.session.events if e.type == "tool/result"][1:]
+        if results:
+            break
+        time.sleep(0.01)
+    print([r["error"]["code"] if r["is_error"] else "success" for r in results])
+"""
+
+
+@pytest.mark.parametrize("how", ["wrapped", "timed"])
+def test_ctrl_c_while_a_plain_body_runs_on_a_worker_aborts_its_call(how: str) -> None:
+    # The body cannot be interrupted and returns on its own; the caller was interrupted all
+    # the same, and the model must not be told of a success that the harness never received:
+    # the call settles ABORTED (the body's success kept in ``settled_with``), as a batch's does.
+    done = run_script(CTRL_C_WHILE_A_PLAIN_BODY_RUNS_ON_A_WORKER, how)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
+
+
 A_WAIT_CUT_SHORT = """
 import asyncio, signal
 from dsh_tools import ExecuteCall, ToolSystem

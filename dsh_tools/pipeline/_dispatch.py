@@ -413,20 +413,30 @@ class DispatchStages(PipelineCore):
                     raise BodyCancelled from None  # abandoned
                 if work.done() and not work.cancelled():
                     raise  # the body raised CancelledError itself: its own failure
-            self._check_outer(rec)
+            self._waiter_cancelled(rec)
             while not work.done():
                 try:
                     await asyncio.wrap_future(work)
                 except asyncio.CancelledError:
                     if take_back_cancels(rec):
                         raise BodyCancelled from None  # abandoned
-                    self._check_outer(rec)
+                    self._waiter_cancelled(rec)
             if work.cancelled():  # cancelled before a worker thread picked it up
                 raise BodyCancelled
             return work.result()
         finally:
             rec.body_wait = None
             waits.discard(rec)
+
+    def _waiter_cancelled(self, rec: CallRecord) -> None:
+        """The task waiting for ``rec``'s plain body was cancelled, by the task awaiting
+        ``execute_async`` or, for a call without one, by its blocking caller's Ctrl-C (the
+        wait of ``execute``, on this thread's loop or, with ``timeout=``, on the system loop).
+        The body runs on to its end either way; the call is interrupted, so that what it
+        returns settles ``ABORTED`` instead of reaching the model as a success its caller
+        never received."""
+        if not self._check_outer(rec) and caller_interrupted(rec):
+            self.interrupt(rec, INTERRUPTED_REASON)
 
     def _normalize_dispatch_result(
         self, rec: CallRecord, result: Any, wrappers: tuple[Callable[..., Any], ...]
