@@ -27,6 +27,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import itertools
 import os
 import threading
@@ -59,7 +60,7 @@ from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime
 from .pipeline import Pipeline, SessionLog, SpillPolicy, message_of
 from .pipeline._approval import Approval, ApprovalCall, ApprovalFunction, as_approval
 from .pipeline._core import BODY_WIND_DOWN_S
-from .pipeline._loop import drive, driving, interrupts_deferred, running_loop
+from .pipeline._loop import drive, driving, interrupts_deferred, isolated, running_loop
 from .pipeline._pipeline import CANCELLED_REASON, INTERRUPTED_REASON, STOPPING_REASON
 from .pipeline._pool import BatchRunner
 from .pipeline._workers import BodyThreads
@@ -585,8 +586,11 @@ class ToolSystem:
         self._check_running()
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute_async() takes an ExecuteCall, got {type(call).__name__}")
-        result: ToolExecutionResult = await self.pipeline.run(
-            call, inline=False, outer=asyncio.current_task()
+        # In a copy of the caller's context, as a blocking execute() and a batch's calls run:
+        # what the call's hooks set there (a tracing mark, say) never reaches the caller's task.
+        result: ToolExecutionResult = await isolated(
+            self.pipeline.run(call, inline=False, outer=asyncio.current_task()),
+            contextvars.copy_context(),
         )
         return result
 

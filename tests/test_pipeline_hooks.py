@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from typing import Any
 
 import pytest
 from conftest import (
     Recording,
+    arun,
     block,
     call,
     changed_after,
@@ -935,3 +937,69 @@ def test_an_outer_hook_may_answer_for_an_inner_one_that_returned_none(system: To
     system.tools.on_pre_execute(outer)
     system.tools.on_pre_execute(inner)
     assert not system.execute(call()).is_error
+
+
+traced_call: contextvars.ContextVar[str] = contextvars.ContextVar("traced_call", default="-")
+
+
+@pytest.mark.parametrize("stage", ["pre-execute", "execute-wrapper", "post-execute"])
+def test_what_a_hook_sets_in_its_context_stays_with_its_call_under_execute_async(
+    system: ToolSystem, stage: str
+) -> None:
+    # As under the blocking execute() and in a batch: the call's steps run in a copy of the
+    # caller's context, so a hook that marks the call it traces (and never resets the mark)
+    # leaves the harness's own task, and the next call's hooks, as they were.
+    system.tools.register(echo())
+    seen: list[tuple[str, str]] = []
+
+    def trace(exec: Any) -> None:
+        seen.append((exec.call_id, traced_call.get()))
+        traced_call.set(exec.call_id)
+
+    async def pre(exec: Any, next: Any) -> Any:
+        trace(exec)
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        trace(exec)
+        return await next()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        trace(exec)
+        return await next()
+
+    if stage == "pre-execute":
+        system.tools.on_pre_execute(pre)
+    elif stage == "execute-wrapper":
+        system.tools.on_execute(wrapper)
+    else:
+        system.tools.on_post_execute(post)
+
+    async def harness() -> str:
+        traced_call.set("the harness's")
+        await system.execute_async(call(call_id="c1"))
+        await system.execute_async(call(call_id="c2"))
+        return traced_call.get()
+
+    assert arun(harness()) == "the harness's"
+    assert seen == [("c1", "the harness's"), ("c2", "the harness's")]
+
+
+def test_a_pre_execute_hooks_context_reaches_the_body_under_execute_async(
+    system: ToolSystem,
+) -> None:
+    seen: list[str] = []
+
+    async def body(args: Any, ctx: Any) -> str:
+        seen.append(traced_call.get())
+        return "ok"
+
+    system.tools.register(echo(execute=body))
+
+    async def pre(exec: Any, next: Any) -> Any:
+        traced_call.set(exec.call_id)
+        return await next()
+
+    system.tools.on_pre_execute(pre)
+    arun(system.execute_async(call(call_id="c1")))
+    assert seen == ["c1"]

@@ -658,14 +658,19 @@ def _carry_on(
 
 @types.coroutine
 def resume(
-    coro: Coroutine[Any, Any, _T], first: Any, context: contextvars.Context | None = None
+    coro: Coroutine[Any, Any, _T],
+    first: Any,
+    context: contextvars.Context | None = None,
+    *,
+    closed_outside: bool = False,
 ) -> Generator[Any, Any, _T]:
     """Drive a coroutine that has already yielded ``first`` (to its task, unchanged); return
     what it returns, each step run in ``context`` when one is given. Cancellation and other
     throws go to the coroutine, from outside the handler that caught them: thrown from inside
     it, the coroutine would see that exception as the one being handled once it has handled it
     itself (``sys.exc_info()``, and the context of what it raises next), as it never would in a
-    task of its own."""
+    task of its own. ``closed_outside``: closed unfinished, this closes the coroutine outside
+    ``context``, as the collector closes a task's coroutine (``isolated``)."""
     step: Any = coro.send
     arg: Any = None
     yielded = first
@@ -675,6 +680,11 @@ def resume(
         try:
             arg = yield yielded
             step = coro.send
+        except GeneratorExit as exc:
+            if closed_outside:
+                coro.close()
+                raise
+            step, arg = coro.throw, exc
         except BaseException as exc:
             step, arg = coro.throw, exc
         yielded = None
@@ -718,6 +728,24 @@ def start_task(
     done already."""
     task = new_task(loop, coro, context)
     return None if task.done() else task
+
+
+@types.coroutine
+def isolated(
+    coro: Coroutine[Any, Any, _T], context: contextvars.Context
+) -> Generator[Any, Any, _T]:
+    """Await ``coro`` in the awaiting task as if in a task of its own: each step in
+    ``context`` (a copy of the caller's), so that what it sets there never reaches the
+    caller's context. Closed unfinished (the awaiting task collected with its loop closed), it
+    closes ``coro`` from outside ``context``, as the collector closes a task's coroutine:
+    what tells such a close from a step of the call by the context (``STEPPING``) sees one."""
+    try:
+        first = context.run(coro.send, None)
+    except StopIteration as done:
+        value: _T = done.value
+        return value
+    result: _T = yield from resume(coro, first, context, closed_outside=True)
+    return result
 
 
 @types.coroutine
