@@ -462,6 +462,32 @@ def test_what_a_wrapper_sets_in_its_context_never_reaches_the_next_call(
     assert seen == [(f"c{i}", "the submitter's") for i in range(1, 5)]
 
 
+def test_a_plain_body_on_a_worker_thread_runs_in_its_calls_context(system: ToolSystem) -> None:
+    # Under an execute wrapper a plain body runs on a worker thread, as under execute_async:
+    # there too it runs in its call's context (the submitter's, and what the wrapper set for
+    # it, a tracing span say), as asyncio.to_thread runs a function, and as it does inline.
+    seen: list[tuple[str, str]] = []
+
+    async def marking(exec: Any, next: Any) -> Any:
+        current_call.set(f"{current_call.get()}, then {exec.call_id}'s wrapper")
+        return await next()
+
+    def body(args: Any, ctx: Any) -> Any:
+        seen.append((ctx.call_id, current_call.get()))
+        return [block("ok")]
+
+    system.tools.register(fixture("x", body, is_concurrency_safe=safe))
+    system.tools.on_execute(marking)
+    token = current_call.set("the submitter's")
+    try:
+        outcome = system.execute_batch(batch("c1", "c2", max_parallel=2))
+        arun(system.execute_async(call("x", call_id="c3")))
+    finally:
+        current_call.reset(token)
+    assert not any(r.is_error for r in outcome.results)
+    assert sorted(seen) == [(f"c{i}", f"the submitter's, then c{i}'s wrapper") for i in range(1, 4)]
+
+
 @pytest.mark.parametrize("max_parallel", [1, 3])
 def test_what_a_body_sets_in_its_context_never_reaches_the_next_call(
     system: ToolSystem, max_parallel: int

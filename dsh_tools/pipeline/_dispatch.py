@@ -401,7 +401,10 @@ class DispatchStages(PipelineCore):
         call and then waits for the body to return. Only ``stop()`` abandons it, once its grace
         is over (``abandon_bodies``): the body is left to its thread, the call is ``ABORTED``."""
         loop = await waiting_loop()  # to wait for the worker
-        work = self._executor.submit(call_plain_body, execute, rec.arguments, ctx)
+        # In a copy of the call's context, as inline and as asyncio.to_thread: what the caller
+        # and the call's hooks set (a tracing span) reaches the body, and nothing it sets leaks.
+        run = contextvars.copy_context().run
+        work = self._executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
         rec.body_wait = current_task(loop)
         waits = self.body_waits
         waits.add(rec)
