@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -356,3 +357,28 @@ def test_an_async_approver_whose_cleanup_fails_when_cancelled_ends_before_dispat
     assert result["error"]["code"] == "ABORTED_BEFORE_DISPATCH"  # not the dialog's error
     if not stopped:
         assert outcome == "TimeoutError"
+
+
+requesting_user: contextvars.ContextVar[str] = contextvars.ContextVar("user", default="-")
+
+
+def test_a_plain_approver_runs_in_its_calls_context(make_system: Any) -> None:
+    # A plain approver runs on a worker thread (it may block on a console prompt): there it
+    # still sees the context of the call it is asked about (who asks, set by the harness), as
+    # a function run by asyncio.to_thread does and as an async approver does.
+    seen: list[str] = []
+
+    def request(**kwargs: Any) -> str:
+        seen.append(requesting_user.get())
+        return "allowed-once"
+
+    system = make_system(approval=request)
+    system.tools.register(echo())
+    asking(system, "check")
+    token = requesting_user.set("ada")
+    try:
+        assert text(system.execute(call(agent="a"))) == "hi"
+        arun(system.execute_async(call(agent="a", call_id="c2")))
+    finally:
+        requesting_user.reset(token)
+    assert seen == ["ada", "ada"]

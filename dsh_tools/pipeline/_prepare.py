@@ -4,6 +4,7 @@ approval, guards; what the call needs next."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from asyncio import current_task
 from collections.abc import Awaitable
 from functools import partial
@@ -248,10 +249,12 @@ class PrepareStages(PipelineCore):
             outcome = approval.request(**kwargs)
         else:
             # A plain approver may block (a console prompt): never on a loop, nor on the thread
-            # of a blocking execute, whose call stop() must still be able to settle.
+            # of a blocking execute, whose call stop() must still be able to settle. It runs in
+            # a copy of the call's context, as asyncio.to_thread runs a function.
             outcome = asyncio.wrap_future(
                 self._executor.submit(
-                    partial(without_stop_iteration, "the approver", approval.request, **kwargs)
+                    contextvars.copy_context().run,
+                    partial(without_stop_iteration, "the approver", approval.request, **kwargs),
                 )
             )
         while is_awaitable(outcome):
