@@ -462,6 +462,42 @@ def test_what_a_wrapper_sets_in_its_context_never_reaches_the_next_call(
     assert seen == [(f"c{i}", "the submitter's") for i in range(1, 5)]
 
 
+@pytest.mark.parametrize("max_parallel", [1, 3])
+def test_what_a_guard_or_observer_sets_in_its_context_never_reaches_the_next_call(
+    system: ToolSystem, max_parallel: int
+) -> None:
+    # Guards and result observers are synchronous: the pool runs them as it starts and
+    # commits calls, in whichever task or thread drains it. Each still runs in a copy of the
+    # submitter's context, as a hook does, never in what the previous call's left behind.
+    seen: list[tuple[str, str, str]] = []
+
+    def guard(exec: Any) -> None:
+        seen.append(("guard", exec.call_id, current_call.get()))
+        current_call.set(f"set by {exec.call_id}'s guard")
+
+    def observer(exec: Any, result: Any) -> None:
+        seen.append(("observer", exec.call_id, current_call.get()))
+        current_call.set(f"set by {exec.call_id}'s observer")
+
+    def body(args: Any, ctx: Any) -> Any:
+        seen.append(("body", ctx.call_id, current_call.get()))
+        return [block("ok")]
+
+    system.tools.register(fixture("x", body, is_concurrency_safe=safe))
+    system.tools.guard(guard)
+    system.tools.on_result(observer)
+    token = current_call.set("the submitter's")
+    try:
+        calls = [f"c{i}" for i in range(6)]
+        outcome = system.execute_batch(batch(*calls, max_parallel=max_parallel))
+    finally:
+        current_call.reset(token)
+    assert not any(r.is_error for r in outcome.results)
+    assert sorted(seen) == sorted(
+        (stage, c, "the submitter's") for c in calls for stage in ("guard", "body", "observer")
+    )
+
+
 def test_a_plain_body_on_a_worker_thread_runs_in_its_calls_context(system: ToolSystem) -> None:
     # Under an execute wrapper a plain body runs on a worker thread, as under execute_async:
     # there too it runs in its call's context (the submitter's, and what the wrapper set for

@@ -25,11 +25,14 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, Final, Protocol
+from typing import Any, Final, ParamSpec, Protocol, TypeVar
 
 from ..actors._logging import get_logger
 from ..actors._loop_actor import LoopActor
 from ._loop import STARTS_AT_ONCE, carry_on, running_loop, start_task
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 __all__ = ["WORKER", "HoldsTask", "SharedMailboxActor"]
 
@@ -142,6 +145,13 @@ class SharedMailboxActor(LoopActor):
                 self._loop.call_soon(self._stage_started)
         else:
             self._loop.call_soon_threadsafe(self._start_stage, holder, coro)
+
+    def in_own_context(self, stage: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run a synchronous stage that may run user code (guards as a call starts, result
+        observers as it commits) in a fresh copy of the submitter's context, as a stage task
+        starts: never in the context of whichever task or thread drains the mailbox, where
+        what the previous call's guard or observer set would still be."""
+        return self._context.copy().run(stage, *args, **kwargs)
 
     def run_here(self, holder: HoldsTask, coro: Coroutine[Any, Any, None]) -> None:
         """Run a stage on this worker thread up to its first suspension (it awaits
