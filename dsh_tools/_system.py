@@ -650,6 +650,10 @@ class ToolSystem:
                         await asyncio.shield(waiter)
                     except asyncio.CancelledError:
                         forced.abort(CANCELLED_REASON)
+                    except Exception:
+                        # The batch failed as it wound down (stop() gave it up and the loop
+                        # ended under it): this task's cancellation is still what it raises.
+                        pass
             finally:
                 timer.cancel()
             raise

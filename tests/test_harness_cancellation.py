@@ -859,6 +859,45 @@ def test_a_batch_cancelled_twice_cancels_the_hooks_of_its_later_commits_at_once(
         system.stop()
 
 
+def test_a_cancelled_batch_that_stop_gives_up_on_still_raises_the_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The task awaiting the batch is cancelled, and the call's post-execute hook swallows
+    # every cancellation, so stop() gives the batch up and the system loop ends under it. The
+    # batch's RuntimeError then replaced the caller's own cancellation: asyncio.timeout raised
+    # it instead of TimeoutError, and a TaskGroup took it for a failure of that task.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    monkeypatch.setattr(system_module, "ABANDONED_SETTLE_S", 0.1)
+    system = ToolSystem.start(code_runtime=None)
+    hook_waits, released = threading.Event(), threading.Event()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        hook_waits.set()
+        while not released.is_set():
+            with contextlib.suppress(asyncio.CancelledError):  # swallowed, every time
+                await asyncio.sleep(0.01)
+        return await next()
+
+    system.tools.register(fixture("t", lambda args, ctx: [block("done")]))
+    system.tools.on_post_execute(post)
+
+    async def harness() -> None:
+        turn = asyncio.create_task(
+            system.execute_batch_async(ExecuteBatch(calls=[ToolCall("c1", "t", "{}")]))
+        )
+        await asyncio.to_thread(hook_waits.wait, WAIT)
+        turn.cancel()
+        await asyncio.to_thread(system.stop)
+        await asyncio.wait([turn], timeout=WAIT)
+        assert turn.cancelled()
+
+    try:
+        asyncio.run(harness())
+    finally:
+        released.set()
+        system.stop()
+
+
 @pytest.mark.parametrize("entry", ["execute_async", "execute_batch"])
 def test_a_post_execute_hook_of_an_aborted_call_may_wait_briefly_and_keeps_its_context(
     entry: str,
