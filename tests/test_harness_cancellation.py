@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -21,6 +22,7 @@ from dsh_tools import (
     Accept,
     ExecuteBatch,
     ExecuteCall,
+    SessionLog,
     ToolCall,
     ToolExecutionFailure,
     ToolExecutionSuccess,
@@ -859,15 +861,11 @@ def test_a_batch_cancelled_twice_cancels_the_hooks_of_its_later_commits_at_once(
         system.stop()
 
 
-def test_a_cancelled_batch_that_stop_gives_up_on_still_raises_the_cancellation(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The task awaiting the batch is cancelled, and the call's post-execute hook swallows
-    # every cancellation, so stop() gives the batch up and the system loop ends under it. The
-    # batch's RuntimeError then replaced the caller's own cancellation: asyncio.timeout raised
-    # it instead of TimeoutError, and a TaskGroup took it for a failure of that task.
-    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
-    monkeypatch.setattr(system_module, "ABANDONED_SETTLE_S", 0.1)
+def cancel_a_batch_that_stop_gives_up_on() -> tuple[bool, SessionLog]:
+    """Cancel the task awaiting a batch whose post-execute hook swallows every cancellation,
+    then stop the system, which gives the batch up (its loop ends under it). Whether that
+    task ended cancelled, and the system's session; nothing of the system is left referenced
+    here."""
     system = ToolSystem.start(code_runtime=None)
     hook_waits, released = threading.Event(), threading.Event()
 
@@ -881,7 +879,7 @@ def test_a_cancelled_batch_that_stop_gives_up_on_still_raises_the_cancellation(
     system.tools.register(fixture("t", lambda args, ctx: [block("done")]))
     system.tools.on_post_execute(post)
 
-    async def harness() -> None:
+    async def harness() -> bool:
         turn = asyncio.create_task(
             system.execute_batch_async(ExecuteBatch(calls=[ToolCall("c1", "t", "{}")]))
         )
@@ -889,13 +887,48 @@ def test_a_cancelled_batch_that_stop_gives_up_on_still_raises_the_cancellation(
         turn.cancel()
         await asyncio.to_thread(system.stop)
         await asyncio.wait([turn], timeout=WAIT)
-        assert turn.cancelled()
+        return turn.cancelled()
 
     try:
-        asyncio.run(harness())
+        return asyncio.run(harness()), system.session
     finally:
         released.set()
         system.stop()
+
+
+def test_a_cancelled_batch_that_stop_gives_up_on_still_raises_the_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The batch's RuntimeError (the loop ended under it) replaced the caller's own
+    # cancellation: asyncio.timeout raised it instead of TimeoutError, and a TaskGroup took it
+    # for a failure of that task.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    monkeypatch.setattr(system_module, "ABANDONED_SETTLE_S", 0.1)
+    cancelled, _session = cancel_a_batch_that_stop_gives_up_on()
+    assert cancelled
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("collected_on", ["an event loop", "a plain thread"])
+def test_a_stage_that_outlived_stop_is_collected_quietly(
+    monkeypatch: pytest.MonkeyPatch, collected_on: str
+) -> None:
+    # The collector closes the pool's stage left on the closed loop. It took that close for
+    # its call's failure and reported it: to the closed loop from a thread running an event
+    # loop (an error from the collector), or drained right there from any other thread, which
+    # recorded a late "Error: " result for a call stop() had left without one.
+    monkeypatch.setattr(system_module, "STOP_GRACE_S", 0.2)
+    monkeypatch.setattr(system_module, "ABANDONED_SETTLE_S", 0.1)
+    _cancelled, session = cancel_a_batch_that_stop_gives_up_on()
+    if collected_on == "an event loop":
+
+        async def next_turn() -> None:
+            gc.collect()
+
+        asyncio.run(next_turn())
+    else:
+        gc.collect()
+    assert [event.type for event in session.events] == ["tool/call"]
 
 
 @pytest.mark.parametrize("entry", ["execute_async", "execute_batch"])

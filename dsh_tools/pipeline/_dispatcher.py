@@ -290,6 +290,8 @@ class DispatcherPoolActor(SharedMailboxActor):
         try:
             stage = await self._pipeline.prepare(record)
         except BaseException as exc:  # the pipeline does not raise; stay total regardless
+            if self._closed_under(exc):
+                raise
             stage = Stage(2, failure_from_exception(exc))
         self.report(PrepareDone(entry, stage))
 
@@ -327,6 +329,8 @@ class DispatcherPoolActor(SharedMailboxActor):
         try:
             stage = await self._pipeline.dispatch(record, inline=inline, own_task=own_task)
         except BaseException as exc:  # a plain body's GeneratorExit too: that call's failure
+            if self._closed_under(exc):
+                raise
             stage = Stage(2, failure_from_exception(exc))
         self.report(DispatchSettled(entry, stage), off_loop=thread == get_ident())
 
@@ -353,8 +357,18 @@ class DispatcherPoolActor(SharedMailboxActor):
         try:
             result = await self._pipeline.commit(entry.record, entry.stage)
         except BaseException as exc:
+            if self._closed_under(exc):
+                raise
             result = failure_from_exception(exc)
         self.report(CommitDone(entry, result))
+
+    def _closed_under(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a stage coroutine being closed after its loop has closed: the
+        collector taking a stage that outlived ``stop()`` (its hook swallowed every
+        cancellation). Such a stage reports nothing: the closed loop would refuse the report
+        (an error from the collector), and a drain on whichever thread collects it recorded a
+        late, meaningless failure for a call that ``stop()`` had left without a result."""
+        return isinstance(exc, GeneratorExit) and self._loop.is_closed()
 
     def _settle_commit(
         self, entry: PoolEntry, result: ToolExecutionResult, anywhere: bool = False
