@@ -931,6 +931,46 @@ def test_ctrl_c_while_a_plain_body_runs_on_a_worker_aborts_its_call(how: str) ->
     assert done.stdout.split("\n")[:2] == ["interrupted", "['ABORTED']"]
 
 
+CTRL_C_AS_A_PLAIN_BODY_IS_HANDED_TO_A_NEW_WORKER = """
+import os, signal, time
+from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
+
+finished = []
+
+
+def body(args, ctx):
+    os.kill(os.getpid(), signal.SIGINT)  # as the caller is still starting this worker thread
+    time.sleep(0.3)
+    finished.append(True)
+    return "written"
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("save", body))
+    system.tools.on_execute(timeout_policy(default_ms=60_000))  # the body runs on a worker
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="save", arguments={}))
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    print(finished)
+    print([r.get("error", {}).get("code") for r in (
+        e.data for e in system.session.events if e.type == "tool/result"
+    )])
+"""
+
+
+def test_ctrl_c_as_a_plain_body_is_handed_to_its_worker_waits_for_the_body() -> None:
+    # The Ctrl-C landed in the pipeline's own hand-over of the body to a worker thread, as
+    # that thread started: the call was failed with it at once, as though the body had raised
+    # it, while the body ran on with nobody waiting for it. The hand-over now finishes first;
+    # the call is interrupted, waits for its body and settles ABORTED, and KeyboardInterrupt
+    # propagates after.
+    done = run_script(CTRL_C_AS_A_PLAIN_BODY_IS_HANDED_TO_A_NEW_WORKER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["interrupted", "[True]", "['ABORTED']"]
+
+
 A_WAIT_CUT_SHORT = """
 import asyncio, signal
 from dsh_tools import ExecuteCall, ToolSystem

@@ -404,7 +404,21 @@ class DispatchStages(PipelineCore):
         # In a copy of the call's context, as inline and as asyncio.to_thread: what the caller
         # and the call's hooks set (a tracing span) reaches the body, and nothing it sets leaks.
         run = contextvars.copy_context().run
-        work = self._executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
+        executor = self._executor
+        if not rec.inline or type(executor) is not BodyThreads:
+            work = executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
+        else:
+            # The blocking execute's own thread, where a Ctrl-C lands wherever it stands (on
+            # the main thread): one that comes as a new worker thread starts is noted rather
+            # than raised there, where it failed the call at once while its body ran on with
+            # nobody waiting for it. It interrupts the call, which waits for its body and
+            # settles ABORTED before KeyboardInterrupt propagates (``reraise``).
+            work, interrupted = executor.submit_noting_interrupts(
+                run, call_plain_body, execute, rec.arguments, ctx
+            )
+            if interrupted:
+                rec.reraise = KeyboardInterrupt()
+                self.interrupt(rec, INTERRUPTED_REASON)
         rec.body_wait = current_task(loop)
         waits = self.body_waits
         waits.add(rec)

@@ -422,6 +422,12 @@ def interrupts_deferred() -> contextlib.AbstractContextManager[None]:
     return _InterruptsNoted(raise_after=False)
 
 
+def interrupts_noted() -> _InterruptsNoted:
+    """``interrupts_deferred`` that tells afterwards (``came``) whether a Ctrl-C was dropped,
+    for a caller that raises it once it holds what the block made."""
+    return _InterruptsNoted(raise_after=False)
+
+
 def interrupts_held() -> contextlib.AbstractContextManager[None]:
     """Work that a Ctrl-C must not cut in two (taking a pre-forked worker and handing it to
     its owner, or giving it back): on the main thread, with Python's own SIGINT handler in

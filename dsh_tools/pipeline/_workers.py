@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
+from ._loop import interrupts_noted
+
 __all__ = ["BodyThreads"]
 
 _P = ParamSpec("_P")
@@ -56,23 +58,43 @@ class BodyThreads(concurrent.futures.Executor):
         self._hand((future, fn, args, kwargs))
         return future
 
+    def submit_noting_interrupts(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> tuple[concurrent.futures.Future[_T], bool]:
+        """``submit``, from a thread where a Ctrl-C raises wherever that thread stands (a
+        blocking call's): one that comes while a new thread is started (the hand-over's one
+        long step) is noted instead of raised in the middle of it, which lost the future of
+        work already handed over. The future, and whether a Ctrl-C was noted: the caller,
+        holding the future now, raises it in its own time."""
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        noted = self._hand((future, fn, args, kwargs), note_interrupts=True)
+        return future, noted
+
     def run(self, fn: Callable[[], object]) -> None:
         """``submit(fn)`` for a caller that never looks at the outcome: no future is made (its
         condition and lock cost a call as much as a short body), and what ``fn`` returns or
         raises is dropped, as an unread future's would be."""
         self._hand((None, fn, _NO_ARGS, _NO_KWARGS))
 
-    def _hand(self, work: _Work) -> None:
-        """Give ``work`` to an idle thread, else to a new one."""
+    def _hand(self, work: _Work, *, note_interrupts: bool = False) -> bool:
+        """Give ``work`` to an idle thread, else to a new one. ``note_interrupts``: a Ctrl-C
+        while the new thread starts is noted, not raised (``interrupts_noted``); whether one
+        came."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             if self._idle:
                 self._idle.pop().inbox.put(work)
-                return
+                return False
             worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
             self._all.append(worker.thread)
-        worker.thread.start()
+        if not note_interrupts:
+            worker.thread.start()
+            return False
+        noted = interrupts_noted()
+        with noted:
+            worker.thread.start()
+        return noted.came
 
     def _serve(self, worker: _Worker) -> None:
         while True:
