@@ -8,14 +8,17 @@ Tools:
   the server sends ``notifications/tools/list_changed``;
 - ``publish_good_tool()``: from now on the listing names the well-formed tool ``extra`` instead
   of ``bad``, then the server notifies again;
+- ``publish_twin()``: from now on the listing also names a second tool ``echo`` (described
+  ``The twin.``) after ``extra``, then the server notifies again;
 - ``malformed_reply()``: the server's answer reaches the wire with ``"result": 12`` in place of
   the result object (the right id, a result that is not an object);
 - ``stray_output()``: its reply reaches the wire right after a line that is not JSON (as from
   a stray print to stdout);
 - ``wait()``: never answers.
 
-Run: ``python tests/mcp_hostile_server.py [empty-name]``; with ``empty-name`` the listing also
-holds a tool whose name is empty, right after ``echo``. With ``MCP_FIXTURE_MARKS`` naming a
+Run: ``python tests/mcp_hostile_server.py [empty-name | twin-name]``; with ``empty-name`` the
+listing also holds a tool whose name is empty, right after ``echo``; with ``twin-name`` a second
+tool ``echo`` there. With ``MCP_FIXTURE_MARKS`` naming a
 directory, the server writes its process id to ``pid`` there on start.
 """
 
@@ -41,14 +44,18 @@ _FIXED = [
     _ECHO,
     types.Tool(name="publish_bad_schema", input_schema=_OBJECT),
     types.Tool(name="publish_good_tool", input_schema=_OBJECT),
+    types.Tool(name="publish_twin", input_schema=_OBJECT),
     types.Tool(name="malformed_reply", input_schema=_OBJECT),
     types.Tool(name="stray_output", input_schema=_OBJECT),
     types.Tool(name="wait", input_schema=_OBJECT),
 ]
 
+_TWIN = types.Tool(name="echo", description="The twin.", input_schema=_OBJECT)
+
 _state: dict[str, Any] = {
     "extra": [],
     "empty_name": sys.argv[1:] == ["empty-name"],
+    "twin_name": sys.argv[1:] == ["twin-name"],
     "doctored": set(),  # ids of the replies that go out malformed
     "after_stray": set(),  # ids of the replies that go out after a line that is not JSON
 }
@@ -60,6 +67,8 @@ async def list_tools(
     tools = list(_FIXED)
     if _state["empty_name"]:
         tools.insert(1, types.Tool(name="", input_schema=_OBJECT))
+    if _state["twin_name"]:
+        tools.insert(1, _TWIN)
     return types.ListToolsResult(tools=tools + _state["extra"])
 
 
@@ -71,6 +80,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         await ctx.session.send_tool_list_changed()
     elif name == "publish_good_tool":
         _state["extra"] = [types.Tool(name="extra", input_schema=_OBJECT)]
+        await ctx.session.send_tool_list_changed()
+    elif name == "publish_twin":
+        _state["extra"] = [types.Tool(name="extra", input_schema=_OBJECT), _TWIN]
         await ctx.session.send_tool_list_changed()
     elif name == "malformed_reply":
         _state["doctored"].add(ctx.request_id)

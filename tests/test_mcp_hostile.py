@@ -49,6 +49,7 @@ HOSTILE_TOOLS = [
     "echo",
     "publish_bad_schema",
     "publish_good_tool",
+    "publish_twin",
     "malformed_reply",
     "stray_output",
     "wait",
@@ -104,7 +105,7 @@ def test_a_relisting_the_sdk_refuses_keeps_the_tools_and_the_connection(
     warning = logged(logs, "MCP tools/list failed")
     assert warning["server"] == "hostile"
     assert warning["error"].startswith(
-        "ValidationError: malformed ListToolsResult at tools.6.inputSchema.type: "
+        "ValidationError: malformed ListToolsResult at tools.7.inputSchema.type: "
     )
     assert plugin.state == "connected"
     assert list(plugin.tool_names) == HOSTILE_TOOLS
@@ -164,6 +165,45 @@ def test_an_empty_tool_name_fails_registration_naming_the_server_and_the_entry(
     assert system.tools.names() == []
     assert process_gone(int(wait_for_file(tmp_path / "pid")))
     assert client_threads("hostile") == []
+
+
+# --- two tools with one name -------------------------------------------------------------------
+
+
+def test_a_tool_name_listed_twice_fails_registration_naming_both_entries(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # Only one of them can be registered, and which one the model would get is the server's
+    # accident: registration says so rather than pick one behind the user's back.
+    params = hostile_params(tmp_path, "twin-name")
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "hostile", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        'MCP server "hostile" listed a tool that cannot be registered: tools[1] repeats the '
+        'name "echo" of tools[0]'
+    )
+    assert caught.value.code == "MCP_CONNECT_FAILED"
+    assert system.tools.names() == []
+    assert process_gone(int(wait_for_file(tmp_path / "pid")))
+
+
+def test_a_tool_name_a_later_listing_repeats_keeps_the_first_and_is_warned_about(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    plugin = hostile()
+    changes = Changes(system)
+    assert texts(run(system, "publish_twin", {})) == ["publish_twin"]
+    changes.wait_for(lambda: "extra" in changes.names(), "the new listing to be applied")
+    warning = logged(logs, "MCP tool could not be registered")
+    assert warning["server"] == "hostile"
+    assert warning["tool"] == "echo"
+    assert warning["error"] == (
+        f'tools[{len(HOSTILE_TOOLS) + 1}] repeats the name "echo" of tools[0]; the first is kept'
+    )
+    assert list(plugin.tool_names) == [*HOSTILE_TOOLS, "extra"]
+    echo = system.tools.get("echo")
+    assert echo is not None and echo.description != "The twin."
+    assert texts(run(system, "echo", {"text": "the first"})) == ["the first"]
 
 
 # --- reasons -----------------------------------------------------------------------------------

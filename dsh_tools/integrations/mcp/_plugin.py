@@ -226,12 +226,23 @@ class McpPlugin(ServerResources):
             if self._closing:
                 return
             wanted: dict[str, Mapping[str, Any]] = {}
+            first_at: dict[str, int] = {}  # where each name was first listed
             skipped: list[str] = []
             for index, wire in enumerate(tools):
-                if not wire.get("name"):
-                    # The SDK lets an empty name through, and the registry refuses it with an
-                    # error that names neither this server nor the entry: say both here.
+                mcp_name: str = wire.get("name") or ""  # a wire tool's name is a str
+                # The SDK lets an empty name through, and the registry refuses it with an error
+                # that names neither this server nor the entry: say both here. A name listed
+                # twice leaves the model one of two tools, chosen by the server's order: say so
+                # too, naming both entries.
+                problem = None
+                if not mcp_name:
                     problem = f"tools[{index}] has an empty name"
+                elif mcp_name in first_at:
+                    problem = (
+                        f'tools[{index}] repeats the name "{mcp_name}" of '
+                        f"tools[{first_at[mcp_name]}]"
+                    )
+                if problem is not None:
                     if strict:
                         raise McpConnectionError(
                             f'MCP server "{self.name}" listed a tool that cannot be '
@@ -241,14 +252,15 @@ class McpPlugin(ServerResources):
                     _log.warning(
                         "MCP tool could not be registered",
                         server=self.name,
-                        tool=f"tools[{index}]",
-                        error=problem,
+                        tool=mcp_name or f"tools[{index}]",
+                        error=problem if not mcp_name else f"{problem}; the first is kept",
                     )
                     continue
+                first_at[mcp_name] = index
                 if needs_tasks(wire):
-                    skipped.append(wire["name"])
+                    skipped.append(mcp_name)
                     continue
-                wanted.setdefault(wire["name"], wire)
+                wanted[mcp_name] = wire
             for mcp_name in skipped:
                 if mcp_name not in self._skipped:
                     _log.warning(
