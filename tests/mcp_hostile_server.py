@@ -14,7 +14,9 @@ Tools:
   the result object (the right id, a result that is not an object);
 - ``stray_output()``: its reply reaches the wire right after a line that is not JSON (as from
   a stray print to stdout);
-- ``wait()``: never answers.
+- ``wait()``: never answers;
+- ``logging_level()``: the level the client last set with ``logging/setLevel`` (the server
+  declares the logging capability), or ``unset``.
 
 Run: ``python tests/mcp_hostile_server.py [empty-name | twin-name]``; with ``empty-name`` the
 listing also holds a tool whose name is empty, right after ``echo``; with ``twin-name`` a second
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ _FIXED = [
     types.Tool(name="malformed_reply", input_schema=_OBJECT),
     types.Tool(name="stray_output", input_schema=_OBJECT),
     types.Tool(name="wait", input_schema=_OBJECT),
+    types.Tool(name="logging_level", input_schema=_OBJECT),
 ]
 
 _TWIN = types.Tool(name="echo", description="The twin.", input_schema=_OBJECT)
@@ -58,6 +62,7 @@ _state: dict[str, Any] = {
     "twin_name": sys.argv[1:] == ["twin-name"],
     "doctored": set(),  # ids of the replies that go out malformed
     "after_stray": set(),  # ids of the replies that go out after a line that is not JSON
+    "logging_level": "unset",
 }
 
 
@@ -90,6 +95,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         _state["after_stray"].add(ctx.request_id)
     elif name == "wait":
         await anyio.sleep_forever()
+    elif name == "logging_level":
+        arguments = {"text": _state["logging_level"]}
     text = str(arguments.get("text", name))
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
@@ -121,7 +128,21 @@ class DoctoredStdout:
         await self._out.flush()
 
 
-server = Server("hostile", on_list_tools=list_tools, on_call_tool=call_tool)
+async def set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    _state["logging_level"] = params.level
+    return types.EmptyResult()
+
+
+with warnings.catch_warnings():
+    # The SDK deprecates the logging capability for the next protocol version; clients of this
+    # one still use it.
+    warnings.simplefilter("ignore")
+    server = Server(
+        "hostile",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_set_logging_level=set_logging_level,
+    )
 
 
 async def main() -> None:

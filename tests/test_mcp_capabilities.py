@@ -5,8 +5,10 @@ through the pipeline's seams, and the server's resources and prompts, against th
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,9 +16,11 @@ from typing import Any
 
 import pytest
 from conftest import WAIT, Logs
+from mcp import MCPDeprecationWarning, StdioServerParameters
 from mcp_support import (
     RecordingApproval,
     failure,
+    registering,
     run,
     texts,
 )
@@ -278,6 +282,22 @@ def test_server_log_messages_go_to_structlog_with_the_server_name(
         ("info", "live", "chatty", "warming up"),
         ("warning", "live", "chatty", {"disk": "low"}),
     ]
+
+
+def test_log_level_sets_the_servers_level_without_a_deprecation_warning(
+    system: ToolSystem, errlog: Any
+) -> None:
+    # The SDK marks its helper for logging/setLevel deprecated for a later protocol version;
+    # the servers of this one still take the request, and a harness that asks for a level as
+    # documented must not get the SDK's warning for it.
+    hostile = StdioServerParameters(
+        command=sys.executable, args=[str(Path(__file__).with_name("mcp_hostile_server.py"))]
+    )
+    with warnings.catch_warnings(record=True) as caught, registering(errlog) as register:
+        warnings.simplefilter("always")
+        register(system, "hostile", hostile, log_level="warning")
+        assert texts(run(system, "logging_level", {})) == ["warning"]
+    assert [str(w.message) for w in caught if w.category is MCPDeprecationWarning] == []
 
 
 # --- progress ----------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ HOSTILE_TOOLS = [
     "malformed_reply",
     "stray_output",
     "wait",
+    "logging_level",
 ]
 
 
@@ -104,8 +105,9 @@ def test_a_relisting_the_sdk_refuses_keeps_the_tools_and_the_connection(
     assert texts(run(system, "publish_bad_schema", {})) == ["publish_bad_schema"]
     warning = logged(logs, "MCP tools/list failed")
     assert warning["server"] == "hostile"
+    bad = len(HOSTILE_TOOLS)  # listed after the fixed tools
     assert warning["error"].startswith(
-        "ValidationError: malformed ListToolsResult at tools.7.inputSchema.type: "
+        f"ValidationError: malformed ListToolsResult at tools.{bad}.inputSchema.type: "
     )
     assert plugin.state == "connected"
     assert list(plugin.tool_names) == HOSTILE_TOOLS

@@ -265,7 +265,13 @@ class McpClient:
                 tools = await list_all_tools(session)
                 level = self._options.log_level
                 if level is not None and init.capabilities.logging is not None:
-                    await session.set_logging_level(level)  # type: ignore[arg-type]
+                    # The request itself, not the SDK's set_logging_level: that helper warns
+                    # (MCPDeprecationWarning) on every call, as the capability is deprecated for
+                    # a later protocol version, while a server that declares it takes it.
+                    params = types.SetLevelRequestParams(level=level)  # type: ignore[arg-type]
+                    await session.send_request(
+                        types.SetLevelRequest(params=params), types.EmptyResult
+                    )
             listing = Listing(
                 tools,
                 wire(init.server_info) if init.server_info is not None else None,
