@@ -26,12 +26,16 @@ Tools:
   ``notes://<name>``, then sends ``notifications/resources/list_changed``;
 - resources ``notes://today`` (text) and ``notes://logo`` (a PNG blob), prompt ``review``.
 
-The server has instructions (shown as a prompt section by the client).
+The server has instructions (shown as a prompt section by the client). With
+``MCP_FIXTURE_HELPER`` set, it first starts a helper process of its own (a sleeping Python,
+as a server that runs a worker or a browser does) that shares its stdin and stdout, and writes
+the helper's process id to ``helper``.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -287,6 +291,9 @@ def _not_found_as_400(app: Any) -> Any:
 
 
 def main(argv: list[str]) -> None:
+    if os.environ.get("MCP_FIXTURE_HELPER"):
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        _mark("helper", str(helper.pid))
     _mark("pid", str(os.getpid()))
     if argv[:1] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(argv[1]))

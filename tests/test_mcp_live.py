@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 import pytest
 from conftest import WAIT, Logs, spawn
+from mcp import StdioServerParameters
 from mcp_support import (
     Changes,
     HttpServer,
@@ -219,6 +220,46 @@ def test_closing_after_a_death_leaks_no_process_thread_or_descriptor(
     assert process_gone(pid)
     assert not [t for t in threading.enumerate() if t.name == "mcp[leaky]"]
     wait_until(lambda: open_descriptors() <= before, "descriptors to be released")
+
+
+def helper_params(marks: Path) -> StdioServerParameters:
+    """The live server with a helper process of its own (see ``tests/mcp_live_server.py``)."""
+    params = live_params(marks)
+    return params.model_copy(update={"env": {**(params.env or {}), "MCP_FIXTURE_HELPER": "1"}})
+
+
+def test_closing_ends_the_processes_the_server_started_too(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The server exits as soon as its input closes; the helper it started would live on.
+    with register_mcp_server_sync(
+        system, "helped", helper_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+    ):
+        pid = int(wait_for_file(tmp_path / "pid"))
+        helper = int(wait_for_file(tmp_path / "helper"))
+        assert texts(run(system, "greet", {"name": "x"})) == ["hello x"]
+    assert process_gone(pid)
+    assert process_gone(helper)
+
+
+def test_a_server_that_dies_while_its_helper_holds_its_output_is_lost_at_once(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The helper keeps the server's stdout open, so its end never shows there: the server's
+    # own exit is what says the connection is gone. The call fails as disconnected (not after
+    # a keep-alive ping, 15 s on), the tools are withdrawn and the helper is ended too.
+    with register_mcp_server_sync(
+        system, "helped", helper_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        helper = int(wait_for_file(tmp_path / "helper"))
+        died = failure(run(system, "die", {}))["error"]
+        assert died == {
+            "message": 'MCP server "helped" disconnected during the call',
+            "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+        }
+        assert plugin.state == "disconnected"
+        assert system.tools.names() == []
+        assert process_gone(helper)
 
 
 # --- Streamable HTTP ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ and reconnects) and reaches its resources and prompts. ``close()`` undoes it all
 
 Modules, one concern each: ``_client`` (the connection, its thread and supervisor),
 ``_server_requests`` (client capabilities: what the server asks of us), ``_transport``,
+``_stdio`` (a stdio server's process group, ended with its connection),
 ``_listener`` (what a connection tells its plugin), ``_sdk`` (reading SDK values),
 ``_plugin`` (registrations that follow the server), ``_resources`` (the server's resources
 and prompts), ``_tools`` (definitions and the call body), ``_content`` (model content and

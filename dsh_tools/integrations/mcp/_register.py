@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TextIO
 
 import httpx2
-from mcp import StdioServerParameters, stdio_client
+from mcp import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
 from ._plugin import McpPlugin, wait_out
+from ._stdio import stdio_group_client
 from ._tools import ConcurrencyPolicy
 from ._types import (
     ElicitationCallback,
@@ -136,7 +137,7 @@ async def _stdio_forwarding_stderr(
     )
     forwarding.start()
     try:
-        async with stdio_client(params, errlog=writer) as streams:
+        async with stdio_group_client(params, writer) as streams:
             writer.close()  # the server has its own copy; its exit ends the forwarding
             yield streams
     finally:
@@ -151,7 +152,7 @@ def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transpo
         def open_stdio() -> AbstractAsyncContextManager[Any]:
             target = errlog if errlog is not None else sys.stderr
             if _has_descriptor(target):
-                return stdio_client(params, errlog=target)
+                return stdio_group_client(params, target)
             return _stdio_forwarding_stderr(params, target, name)
 
         return _Transport(open_stdio, "stdio", "", None)

@@ -1,0 +1,123 @@
+"""A stdio server's process group: watched while it serves, and ended with its connection.
+
+The SDK starts a stdio server in a session (so a process group) of its own, and when the
+connection closes it closes the server's input and signals the whole group only if the server
+has not exited 2 s later. So a server that exits at once leaves behind what it started itself
+(a worker, a browser, the real server behind a wrapper), and a server that dies while such a
+child still holds its stdout never shows its end there: calls wait for answers that cannot
+come until a keep-alive ping gives up.
+
+``stdio_group_client`` is ``stdio_client`` that also ends the group (``SIGTERM``, then
+``SIGKILL`` after the SDK's grace period) as soon as the server's process exited, which ends
+its output, and once more when the connection is closed. The SDK does not say which process it
+started: its environment carries a tag (``DSH_TOOLS_MCP_SERVER``) by which it is found among
+this process's children in ``/proc``, and its exit is watched through a pidfd. Where either
+cannot be had (another OS), the SDK's own handling is all there is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from collections.abc import AsyncIterator
+from typing import Any, TextIO
+
+import anyio
+from mcp import StdioServerParameters, stdio_client
+
+__all__ = ["stdio_group_client"]
+
+_TAG = "DSH_TOOLS_MCP_SERVER"
+_GRACE_S = 2.0
+"""Between ``SIGTERM`` and ``SIGKILL`` to what is left of the group, as the SDK waits."""
+_POLL_S = 0.01
+
+
+@contextlib.asynccontextmanager
+async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Any]:
+    """``stdio_client(params, errlog=errlog)``, ending the server's process group with it."""
+    tag = secrets.token_hex(16)
+    tagged = params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}})
+    leader: int | None = None
+    try:
+        async with stdio_client(tagged, errlog=errlog) as streams:
+            # The group's id is the server's process id (the SDK starts a new session).
+            leader = _child_tagged(tag)
+            async with anyio.create_task_group() as watching:
+                if leader is not None:
+                    watching.start_soon(_end_group_after_exit, leader)
+                try:
+                    yield streams
+                finally:
+                    watching.cancel_scope.cancel()
+    finally:
+        if leader is not None:
+            with anyio.CancelScope(shield=True):
+                await _end_group(leader)
+
+
+def _child_tagged(tag: str) -> int | None:
+    """The process id of this process's child whose environment holds ``tag``, or ``None``."""
+    me = os.getpid()
+    wanted = f"{_TAG}={tag}".encode()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # "pid (command) state ppid ...": the command may hold spaces and parentheses.
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            if parent != me:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    return int(entry)
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+    return None
+
+
+async def _end_group_after_exit(leader: int) -> None:
+    """Once the server's process exited, end what is left of its group: a child of it that
+    holds its stdout would keep the connection from seeing the server's end."""
+    try:
+        exited = os.pidfd_open(leader)
+    except (AttributeError, OSError):  # no pidfd here, or the process is gone already
+        return
+    try:
+        await anyio.wait_readable(exited)
+    finally:
+        os.close(exited)
+    await _end_group(leader)
+
+
+async def _end_group(group: int) -> None:
+    """``SIGTERM`` to the process group, ``SIGKILL`` to what is left of it after the grace."""
+    try:
+        os.killpg(group, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    except PermissionError:  # some member is not ours to signal: end what is
+        pass
+    with anyio.move_on_after(_GRACE_S):
+        while _group_alive(group):
+            await anyio.sleep(_POLL_S)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(group, signal.SIGKILL)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
