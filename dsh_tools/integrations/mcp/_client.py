@@ -77,6 +77,7 @@ class McpClient:
         ping_interval: float | None,
         options: ClientOptions,
         session: SessionWatch | None = None,
+        probe_failures: bool = False,
     ) -> None:
         self.label = label
         self.agent = agent
@@ -88,6 +89,10 @@ class McpClient:
         self._options = options
         # What the transport sees of its session that its streams do not say (a URL's).
         self._watch = session
+        # Whether a failed request asks a ping if the session is still there: a transport
+        # factory's failures say nothing more (a server that forgot the session refuses every
+        # request of it, and over HTTP only the status, which a factory hides, tells that).
+        self._probe_failures = probe_failures
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"mcp[{label}]", daemon=True)
         self._session: ClientSession | None = None
@@ -521,7 +526,8 @@ class McpClient:
         lost one response stream says so with it too: unless it is the SDK's own "closed"
         outcome, a ping decides whether the server is still there. A request the server
         refused because it no longer knows the session ends the session too, and so does any
-        refusal of a request of the session when the server then refuses a ping as well."""
+        refusal of a request of the session when the server then refuses a ping as well (over
+        a transport factory, whose refusals look like any failure, any failed request)."""
         ended = await self._session_gone(session)
         if (
             ended is None
@@ -549,6 +555,12 @@ class McpClient:
         on, or ``None``."""
         watch = self._watch
         if watch is None:
+            if self._probe_failures:
+                refused = await self._ping_refused(session)
+                if refused is not None:
+                    return (
+                        f"the server refuses the session: a request failed, a ping too ({refused})"
+                    )
             return None
         ended = watch.ended()
         if ended is not None:
@@ -556,6 +568,18 @@ class McpClient:
         refused = watch.refused()
         if refused is not None and not await self._answers_ping(session):
             return f"the server refuses the session ({refused}), a ping too"
+        return None
+
+    async def _ping_refused(self, session: ClientSession) -> str | None:
+        """Why a ping failed, or ``None`` if it was answered or not in time: silence is for the
+        keep-alive to judge (a busy server is slow to answer, not gone)."""
+        try:
+            with anyio.fail_after(min(self._connect_timeout, 5.0)):
+                await session.send_ping()
+        except TimeoutError:
+            return None
+        except Exception as exc:
+            return describe(exc)
         return None
 
     async def _answers_ping(self, session: ClientSession) -> bool:

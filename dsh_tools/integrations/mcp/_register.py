@@ -393,6 +393,7 @@ def _register_sync(
             ping_interval=ping_interval,
             options=options,
             session=transport.status,
+            probe_failures=kind == "factory",
         )
         plugin = McpPlugin(
             system=system,
