@@ -21,7 +21,7 @@ import contextlib
 import os
 import secrets
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, TextIO
 
 import anyio
@@ -32,7 +32,7 @@ __all__ = ["stdio_group_client"]
 _TAG = "DSH_TOOLS_MCP_SERVER"
 _GRACE_S = 2.0
 """Between ``SIGTERM`` and ``SIGKILL`` to what is left of the group, as the SDK waits."""
-_POLL_S = 0.01
+_POLL_S = 0.02
 
 
 @contextlib.asynccontextmanager
@@ -58,27 +58,36 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
                 await _end_group(leader)
 
 
-def _child_tagged(tag: str) -> int | None:
-    """The process id of this process's child whose environment holds ``tag``, or ``None``."""
-    me = os.getpid()
-    wanted = f"{_TAG}={tag}".encode()
+def _processes() -> Iterator[tuple[int, bytes, int, int]]:
+    """``(pid, state, parent, group)`` of every process in ``/proc`` (none without it)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return None
+        return
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as stat:
-                # "pid (command) state ppid ...": the command may hold spaces and parentheses.
-                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
-            if parent != me:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as environ:
+                # "pid (command) state ppid pgrp ...": the command may hold any character.
+                state, parent, group = stat.read().rsplit(b")", 1)[1].split()[:3]
+            yield int(entry), state, int(parent), int(group)
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+
+
+def _child_tagged(tag: str) -> int | None:
+    """The process id of this process's child whose environment holds ``tag``, or ``None``."""
+    me = os.getpid()
+    wanted = f"{_TAG}={tag}".encode()
+    for pid, _, parent, _ in _processes():
+        if parent != me:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
                 if wanted in environ.read().split(b"\0"):
-                    return int(entry)
-        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+                    return pid
+        except OSError:  # gone meanwhile, or not ours to read
             continue
     return None
 
@@ -114,10 +123,15 @@ async def _end_group(group: int) -> None:
 
 
 def _group_alive(group: int) -> bool:
+    """Whether a process of ``group`` still runs. A member that exited stays in the group until
+    its parent reaps it, which for an orphan is an init that may take seconds (or, in a
+    container whose first process does not reap, never): it is no longer waited for."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return True
+    if not os.path.isdir("/proc"):
+        return True
+    return any(pgrp == group and state not in (b"Z", b"X") for _, state, _, pgrp in _processes())
