@@ -18,6 +18,9 @@ Tools:
 - ``logging_level()``: the level the client last set with ``logging/setLevel`` (the server
   declares the logging capability), or ``unset``.
 
+Resources: ``resources/list`` names ``notes://today``, whose ``uri`` reaches the wire as the
+number 12.
+
 Run: ``python tests/mcp_hostile_server.py [empty-name | twin-name]``; with ``empty-name`` the
 listing also holds a tool whose name is empty, right after ``echo``; with ``twin-name`` a second
 tool ``echo`` there. With ``MCP_FIXTURE_MARKS`` naming a
@@ -117,6 +120,10 @@ class DoctoredStdout:
         elif "result" in message and message.get("id") in _state["after_stray"]:
             _state["after_stray"].discard(message["id"])
             line = "debug: replying now\n" + line
+        elif isinstance(message.get("result"), dict) and "resources" in message["result"]:
+            for resource in message["result"]["resources"]:
+                resource["uri"] = 12
+            line = json.dumps(message) + "\n"
         elif isinstance(message.get("result"), dict) and "tools" in message["result"]:
             for tool in message["result"]["tools"]:
                 if tool.get("name") == "bad":
@@ -126,6 +133,12 @@ class DoctoredStdout:
 
     async def flush(self) -> None:
         await self._out.flush()
+
+
+async def list_resources(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListResourcesResult:
+    return types.ListResourcesResult(resources=[types.Resource(name="today", uri="notes://today")])
 
 
 async def set_logging_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
@@ -141,6 +154,7 @@ with warnings.catch_warnings():
         "hostile",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        on_list_resources=list_resources,
         on_set_logging_level=set_logging_level,
     )
 

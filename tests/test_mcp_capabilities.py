@@ -490,6 +490,17 @@ def test_reading_an_unknown_resource_is_a_request_failure(
     assert "notes://nowhere" in str(caught.value)
 
 
+def test_a_uri_that_is_no_text_is_refused_by_the_blocking_and_the_async_form(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    plugin = connect(system)
+    bad: Any = 12
+    with pytest.raises(TypeError, match=r"^uri must be a non-empty str$"):
+        plugin.read_resource(bad)
+    with pytest.raises(TypeError, match=r"^uri must be a non-empty str$"):
+        asyncio.run(plugin.aread_resource(bad))
+
+
 def test_progress_queued_when_the_connection_closes_is_dropped_quietly(logs: Logs) -> None:
     # The connection's calls are over: its queued notifications reach no callback, and none
     # fails on the callback threads that closing shut down.

@@ -9,6 +9,7 @@ marker files through polling with the same bound.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import logging
@@ -42,7 +43,12 @@ from dsh_tools import (
     ToolExecutionResult,
     ToolSystem,
 )
-from dsh_tools.integrations import McpConnectionError, McpPlugin, register_mcp_server_sync
+from dsh_tools.integrations import (
+    McpConnectionError,
+    McpPlugin,
+    McpToolError,
+    register_mcp_server_sync,
+)
 
 HOSTILE_SERVER = str(Path(__file__).with_name("mcp_hostile_server.py"))
 HOSTILE_TOOLS = [
@@ -136,6 +142,27 @@ def test_a_malformed_reply_fails_its_call_at_once_naming_what_was_wrong(
         "MCP request failed: the server's reply is malformed (result: "
     )
     # One bad reply is that call's failure: the connection and the other calls go on.
+    assert plugin.state == "connected"
+    assert texts(run(system, "echo", {"text": "next"})) == ["next"]
+
+
+@pytest.mark.parametrize("form", ["blocking", "async"])
+def test_a_malformed_resource_list_fails_as_a_request_naming_what_was_wrong(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], form: str
+) -> None:
+    # As a tool call's malformed reply does: one line saying where, not the SDK's multi-line
+    # validation error, and the connection goes on.
+    plugin = hostile()
+    with pytest.raises(McpToolError) as caught:
+        if form == "blocking":
+            plugin.list_resources(timeout=WAIT)
+        else:
+            asyncio.run(asyncio.wait_for(plugin.alist_resources(), WAIT))
+    assert caught.value.code == "MCP_REQUEST_FAILED"
+    assert str(caught.value).startswith(
+        "MCP request failed: malformed ListResourcesResult at resources.0.uri: "
+    )
+    assert "\n" not in str(caught.value)
     assert plugin.state == "connected"
     assert texts(run(system, "echo", {"text": "next"})) == ["next"]
 

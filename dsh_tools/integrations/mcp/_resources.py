@@ -8,9 +8,11 @@ import concurrent.futures
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from ._client import McpClient
-from ._errors import McpConnectionError
-from ._sdk import list_all, wire
+from ._errors import McpConnectionError, McpToolError
+from ._sdk import list_all, summarize, wire
 
 __all__ = ["ServerResources"]
 
@@ -74,6 +76,10 @@ class ServerResources:
             return got
         except MCPError as exc:
             raise await self._client.failure(exc, session) from None
+        except ValidationError as exc:
+            # A reply the SDK cannot read (as for a tool call): one line saying where.
+            text = f"MCP request failed: {summarize(exc)}"
+            raise McpToolError(text, "MCP_REQUEST_FAILED") from None
 
     def list_resources(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """The server's resources (wire form: ``uri``, ``name``, ``mimeType``...)."""
@@ -88,9 +94,9 @@ class ServerResources:
     def read_resource(self, uri: str, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """Read one resource, for example the ``uri`` of a ``resource_link`` block in a
         result: its contents in wire form (``uri``, ``mimeType``, ``text`` or ``blob``)."""
-        if type(uri) is not str or not uri:
-            raise TypeError("uri must be a non-empty str")
-        out: list[dict[str, Any]] = self._run(self._request("resources/read", uri=uri), timeout)
+        out: list[dict[str, Any]] = self._run(
+            self._request("resources/read", uri=_uri(uri)), timeout
+        )
         return out
 
     def list_prompts(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
@@ -119,7 +125,7 @@ class ServerResources:
 
     async def aread_resource(self, uri: str) -> list[dict[str, Any]]:
         """``read_resource(uri)`` for callers on an event loop."""
-        out: list[dict[str, Any]] = await self._arun(self._request("resources/read", uri=uri))
+        out: list[dict[str, Any]] = await self._arun(self._request("resources/read", uri=_uri(uri)))
         return out
 
     async def alist_prompts(self) -> list[dict[str, Any]]:
@@ -134,6 +140,12 @@ class ServerResources:
         call = self._request("prompts/get", name=name, arguments=_prompt_arguments(name, arguments))
         out: dict[str, Any] = await self._arun(call)
         return out
+
+
+def _uri(uri: str) -> str:
+    if type(uri) is not str or not uri:
+        raise TypeError("uri must be a non-empty str")
+    return uri
 
 
 def _prompt_arguments(name: str, arguments: Mapping[str, str] | None) -> dict[str, str]:
