@@ -686,11 +686,16 @@ def test_resource_templates_are_listed_from_every_page(system: ToolSystem, errlo
 
 
 def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:
-    params = StdioServerParameters(command=sys.executable, args=["-c", "pass"])
+    # The process started and exited at once (a missing module, a bad argument): the failure
+    # says so and where to look, not only that a connection closed.
+    params = StdioServerParameters(command=sys.executable, args=["-c", "raise SystemExit(2)"])
     with pytest.raises(McpConnectionError) as caught:
         register_mcp_server_sync(system, "broken", params, errlog=errlog, connect_timeout=WAIT)
     assert caught.value.code == "MCP_CONNECT_FAILED"
-    assert 'MCP server "broken" could not be started' in str(caught.value)
+    assert str(caught.value) == (
+        'MCP server "broken" could not be started: it exited (or closed its stdout) before '
+        "it was initialized; its stderr (errlog) may say why"
+    )
     assert system.tools.schemas() == []
     assert mcp_threads() == []
 

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TextIO
 
 import httpx2
-from mcp import StdioServerParameters
+from mcp import MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
 from ._plugin import McpPlugin, wait_out
+from ._sdk import is_closed
 from ._stdio import stdio_group_client
 from ._tools import ConcurrencyPolicy
 from ._types import (
@@ -481,6 +482,13 @@ def _closed_while_connecting(system: ToolSystem, name: str) -> McpConnectionErro
 def _connect_failure(name: str, transport: _Transport, exc: BaseException) -> str:
     """Why the first connection failed, naming where the server is."""
     if transport.kind == "stdio":
+        cause = _first(exc)
+        if isinstance(cause, MCPError) and is_closed(cause):
+            # The SDK's "Connection closed": the process started, then its output ended.
+            return (
+                f'MCP server "{name}" could not be started: it exited (or closed its stdout) '
+                "before it was initialized; its stderr (errlog) may say why"
+            )
         return f'MCP server "{name}" could not be started: {describe(exc)}'
     text = f'MCP server "{name}" could not be connected{transport.where}: {describe(exc)}'
     status = transport.status.last if transport.status is not None else None
@@ -515,11 +523,16 @@ def _claim(system: ToolSystem, agent: str | None, name: str) -> Callable[[], Non
     return release
 
 
-def _first_cause(exc: BaseException) -> type[BaseException]:
-    """The type of the first exception inside the groups anyio task groups raise."""
+def _first(exc: BaseException) -> BaseException:
+    """The first exception inside the groups anyio task groups raise."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return type(exc)
+    return exc
+
+
+def _first_cause(exc: BaseException) -> type[BaseException]:
+    """The type of the first exception inside the groups anyio task groups raise."""
+    return type(_first(exc))
 
 
 async def register_mcp_server(
