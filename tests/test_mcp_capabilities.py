@@ -241,6 +241,36 @@ def test_an_elicitation_approval_is_abandoned_when_the_connection_ends(
     assert abandoned == [True]
 
 
+def test_closing_waits_for_no_approver_that_ignores_its_signal(
+    make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
+) -> None:
+    # A human who has not answered yet, behind an approver that does not watch the signal:
+    # close() waits for it no more than for any other callback, and the connection's own
+    # thread ends; the approver's thread ends when it returns.
+    asked, answer = threading.Event(), threading.Event()
+
+    def wait_for_a_human(**request: Any) -> str:
+        asked.set()
+        answer.wait(WAIT * 3)
+        return "allowed-once"
+
+    system = make_system(approval=wait_for_a_human)
+    plugin = connect(system, elicitation="approval", close_timeout=WAIT * 3)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            calling = pool.submit(run, system, "confirm", {"action": "deploy"}, agent="ops")
+            assert asked.wait(WAIT)
+            closing = pool.submit(plugin.close)
+            closing.result(WAIT)
+            assert failure(calling.result(WAIT))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+            assert not answer.is_set()
+            assert not [t for t in threading.enumerate() if t.name == "mcp[live]"]
+    finally:
+        answer.set()
+    # The approver's thread ends once it returns.
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("mcp")])
+
+
 def test_a_rejected_approval_declines_the_elicitation(
     make_system: Callable[..., ToolSystem], connect: Callable[..., McpPlugin]
 ) -> None:

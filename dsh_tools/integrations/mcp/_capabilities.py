@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ...actors import AbortController
 from ...actors._logging import get_logger
 from ...pipeline._approval import ApprovalCall
 from ...registry import snapshot_json
+from ._callbacks import CallbackRunner
 from ._types import ElicitationCallback, McpRequestContext
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ def _defaults(schema: Any) -> dict[str, Any] | None:
     return content
 
 
-def approval_elicitation(system: ToolSystem) -> ElicitationCallback:
+def approval_elicitation(system: ToolSystem, callbacks: CallbackRunner) -> ElicitationCallback:
     """Elicitation answered by ``system.approval``: the request's message is the approval's
     ``reason``; ``"allowed-once"`` accepts (with the requested schema's defaults as content,
     or consent to open the URL), ``"rejected"`` declines, anything else cancels. A form whose
@@ -47,7 +49,10 @@ def approval_elicitation(system: ToolSystem) -> ElicitationCallback:
 
     The approver is called as the pipeline calls it: ``arguments`` (here the elicitation
     request, frozen) and ``reason`` only when its ``request`` takes them; its ``signal`` aborts
-    when the server withdraws the request or the connection ends."""
+    when the server withdraws the request or the connection ends. A blocking approver runs on
+    one of the connection's ``callbacks`` threads, as a plain callback does: closing the
+    connection waits for it no more (an approver that does not watch its signal may be waiting
+    for a human)."""
 
     async def elicit(ctx: McpRequestContext, params: dict[str, Any]) -> dict[str, Any]:
         approval = system.approval
@@ -82,7 +87,7 @@ def approval_elicitation(system: ToolSystem) -> ElicitationCallback:
             if how.is_async:
                 outcome = approval.request(**kwargs)
             else:
-                outcome = await asyncio.to_thread(approval.request, **kwargs)
+                outcome = await callbacks.call(partial(approval.request, **kwargs))
             if inspect.isawaitable(outcome):
                 outcome = await outcome
         except asyncio.CancelledError:

@@ -365,12 +365,9 @@ def _register_sync(
     policy = _reconnect_policy(reconnect, kind)
     if ping_interval is None:
         ping_interval = _PING_INTERVAL
-    answer_elicitation: ElicitationCallback | None = (
-        approval_elicitation(system) if elicitation == "approval" else elicitation
-    )
     options = ClientOptions(
         sampling=sampling,
-        elicitation=answer_elicitation,
+        elicitation=None if elicitation == "approval" else elicitation,
         roots=roots,
         log_level=log_level,
         on_list_changed=on_list_changed,
@@ -396,6 +393,9 @@ def _register_sync(
             session=transport.status,
             probe_failures=kind == "factory",
         )
+        if elicitation == "approval":
+            # On the connection's callback threads, which its close does not wait for.
+            options.elicitation = approval_elicitation(system, client.callbacks)
         plugin = McpPlugin(
             system=system,
             name=name,
