@@ -131,6 +131,23 @@ def test_a_failing_sampling_callback_fails_the_servers_request(
     }
 
 
+def test_a_malformed_sampling_result_fails_the_servers_request_in_one_line(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # The error goes back to the server, and through its tool to the model: one line naming
+    # the wrong field, not pydantic's several lines with a link each.
+    def no_model(ctx: McpRequestContext, params: dict[str, Any]) -> Mapping[str, Any]:
+        return {"role": "assistant", "content": {"type": "text", "text": "x"}}
+
+    connect(system, sampling=no_model)
+    error = failure(run(system, "ask_model", {"question": "?"}))["error"]
+    assert error == {
+        "message": "MCP request failed: sampling failed: malformed CreateMessageResult at "
+        "model: Field required",
+        "info": {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"},
+    }
+
+
 def test_without_a_sampling_callback_the_server_is_told_it_is_unsupported(
     system: ToolSystem, connect: Callable[..., McpPlugin]
 ) -> None:

@@ -39,6 +39,12 @@ _LOG_METHODS = {
 }
 
 
+def _why(exc: Exception) -> str:
+    """A callback's failure as the server is told it: its message, or for a result the SDK
+    refused, one line naming the wrong field (the server may pass it on to a model)."""
+    return summarize(exc) if isinstance(exc, ValidationError) else str(exc)
+
+
 class ClientOptions:
     """The client capabilities one connection advertises, and what answers them."""
 
@@ -94,7 +100,9 @@ class ServerRequests:
             return types.CreateMessageResult.model_validate(out)
         except Exception as exc:
             _log.warning("MCP sampling callback failed", server=self._label, error=describe(exc))
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"sampling failed: {exc}")
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR, message=f"sampling failed: {_why(exc)}"
+            )
 
     async def elicit(
         self, context: ClientRequestContext, params: types.ElicitRequestParams
@@ -106,7 +114,9 @@ class ServerRequests:
             return types.ElicitResult.model_validate(out)
         except Exception as exc:
             _log.warning("MCP elicitation callback failed", server=self._label, error=describe(exc))
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"elicitation failed: {exc}")
+            return types.ErrorData(
+                code=types.INTERNAL_ERROR, message=f"elicitation failed: {_why(exc)}"
+            )
 
     async def list_roots(
         self, context: ClientRequestContext
