@@ -569,6 +569,22 @@ def test_wait_for_state_refuses_what_is_no_state(connect: Callable[..., McpPlugi
             plugin.close()  # ends a wait that was let through
 
 
+def test_wait_for_state_refuses_to_wait_for_no_state(connect: Callable[..., McpPlugin]) -> None:
+    # No state is ever among none: without a timeout that wait would never end.
+    plugin = connect()
+    outcome: concurrent.futures.Future[bool] = concurrent.futures.Future()
+
+    def wait() -> None:
+        try:
+            outcome.set_result(plugin.wait_for_state())
+        except BaseException as exc:
+            outcome.set_exception(exc)
+
+    threading.Thread(target=wait, daemon=True).start()
+    with pytest.raises(ValueError, match=r"^wait_for_state takes at least one state"):
+        outcome.result(WAIT)
+
+
 def test_close_is_idempotent(system: ToolSystem, connect: Callable[..., McpPlugin]) -> None:
     plugin = connect()
     plugin.close()

@@ -129,8 +129,10 @@ class McpPlugin(ServerResources):
 
         ``ValueError`` for a state that is none of the five: ``wait_for_state("connected",
         5)`` (the timeout given by position) would otherwise wait for a state that never comes,
-        with no timeout."""
+        with no timeout; and for no state at all, which no state ever is among."""
         known = get_args(McpState)
+        if not states:  # none is ever reached: without a timeout, a wait for ever
+            raise ValueError(f"wait_for_state takes at least one state among {', '.join(known)}")
         for state in states:
             if state not in known:
                 raise ValueError(
