@@ -77,11 +77,13 @@ def _processes() -> Iterator[tuple[int, bytes, int, int]]:
 
 
 def _child_tagged(tag: str) -> int | None:
-    """The process id of this process's child whose environment holds ``tag``, or ``None``."""
+    """The process id of this process's child whose environment holds ``tag``, when it leads a
+    process group of its own (as the SDK starts it), or ``None``: a group that is not the
+    server's alone is not ended here."""
     me = os.getpid()
     wanted = f"{_TAG}={tag}".encode()
-    for pid, _, parent, _ in _processes():
-        if parent != me:
+    for pid, _, parent, group in _processes():
+        if parent != me or group != pid:
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
