@@ -41,19 +41,22 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
     tag = secrets.token_hex(16)
     tagged = params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}})
     leader: int | None = None
+    ended = anyio.Event()  # the watch has ended the group after the server's exit
     try:
         async with stdio_client(tagged, errlog=errlog) as streams:
             # The group's id is the server's process id (the SDK starts a new session).
             leader = _child_tagged(tag)
             async with anyio.create_task_group() as watching:
                 if leader is not None:
-                    watching.start_soon(_end_group_after_exit, leader)
+                    watching.start_soon(_end_group_after_exit, leader, ended)
                 try:
                     yield streams
                 finally:
                     watching.cancel_scope.cancel()
     finally:
-        if leader is not None:
+        # A group the watch has ended is not signalled again: once none of it is left, its id
+        # is free for the system to give to a process (and group) of someone else's.
+        if leader is not None and not ended.is_set():
             with anyio.CancelScope(shield=True):
                 await _end_group(leader)
 
@@ -94,9 +97,10 @@ def _child_tagged(tag: str) -> int | None:
     return None
 
 
-async def _end_group_after_exit(leader: int) -> None:
-    """Once the server's process exited, end what is left of its group: a child of it that
-    holds its stdout would keep the connection from seeing the server's end."""
+async def _end_group_after_exit(leader: int, ended: anyio.Event) -> None:
+    """Once the server's process exited, end what is left of its group (then set ``ended``):
+    a child of it that holds its stdout would keep the connection from seeing the server's
+    end."""
     try:
         exited = os.pidfd_open(leader)
     except (AttributeError, OSError):  # no pidfd here, or the process is gone already
@@ -106,6 +110,7 @@ async def _end_group_after_exit(leader: int) -> None:
     finally:
         os.close(exited)
     await _end_group(leader)
+    ended.set()
 
 
 async def _end_group(group: int) -> None:
