@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import re
 import socket
 import threading
 import time
@@ -117,6 +118,36 @@ except OSError:  # PermissionError, or EROFS from the read-only view of the host
         runtime.close()
     assert (tmp_path / "out" / "copy.txt").read_text() == "granted"
     assert not (tmp_path / "in" / "new.txt").exists()
+
+
+def test_a_grant_beneath_a_write_grant_is_refused_so_a_run_cannot_redirect_it(
+    tmp_path: Path,
+) -> None:
+    # A run may replace anything beneath its write grant with a symbolic link to anywhere; a
+    # grant there would follow it at the next template's start and grant the target instead.
+    workspace, secrets = tmp_path / "workspace", tmp_path / "secrets"
+    workspace.mkdir()
+    secrets.mkdir()
+    (secrets / "key").write_text("never granted")
+    (workspace / "config.json").write_text("{}")
+    config = str(workspace / "config.json")
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[str(workspace)])))
+    try:
+        key = str(secrets / "key")
+        program = f"import os\nos.remove({config!r})\nos.symlink({key!r}, {config!r})"
+        assert run(runtime, program).error is None
+    finally:
+        runtime.close()
+    covered = f"{config!r} lies beneath the write grant {str(workspace)!r}, which covers it already"
+    with pytest.raises(ValueError, match=rf"^code sandbox: read\[0\] {re.escape(covered)}"):
+        CodeSandbox(read=[config], write=[str(workspace)])
+    with pytest.raises(ValueError, match=r"^code sandbox: read\[0\] .* lies beneath the write"):
+        CodeSandbox(read=[config], write=[str(workspace) + "/"])
+    with pytest.raises(ValueError, match=r"^code sandbox: write\[1\] "):
+        CodeSandbox(write=[str(workspace), str(workspace / "sub" / ".." / "out")])
+    # Beside it, above it or the same path: nothing a run may replace.
+    CodeSandbox(read=[str(tmp_path), str(workspace), str(secrets)], write=[str(workspace)])
+    CodeSandbox(write=[str(workspace), str(tmp_path / "workspace2")])
 
 
 def test_the_environment_is_only_what_the_policy_passes() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Sequence
 
 import msgspec
@@ -38,6 +39,24 @@ def _paths(key: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _refuse_nested(read: Sequence[str], write: Sequence[str]) -> None:
+    """Refuse a grant strictly beneath a ``write`` grant. It is covered already, and a run may
+    replace anything beneath its ``write`` grant with a symbolic link to anywhere, which the
+    next template would follow when it opens the grant: a run of one tool system could so
+    choose what the next one (the next session of the same harness, say) is granted."""
+    roots = [posixpath.normpath(path) for path in write]
+    for key, paths in (("read", read), ("write", write)):
+        for index, path in enumerate(paths):
+            normal = posixpath.normpath(path)
+            for root, given in zip(roots, write, strict=True):
+                if normal != root and normal.startswith(root.rstrip("/") + "/"):
+                    raise ValueError(
+                        f"code sandbox: {key}[{index}] {path!r} lies beneath the write grant "
+                        f"{given!r}, which covers it already (a run could replace it with a "
+                        "symbolic link the next template would grant); remove it"
+                    )
+
+
 class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     """The grants of the Code Mode sandbox (everything not granted is refused).
 
@@ -70,6 +89,7 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         msgspec.structs.force_setattr(self, "read", _paths("read", self.read))
         msgspec.structs.force_setattr(self, "write", _paths("write", self.write))
+        _refuse_nested(self.read, self.write)
         if not isinstance(self.env, dict):
             raise TypeError("code sandbox: env must be a dict of str to str")
         for name, value in self.env.items():
