@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +22,7 @@ from typing import Any, overload
 import msgspec
 import pytest
 
+import dsh_tools
 from dsh_tools import CodeSandbox, ToolsConfig
 from dsh_tools.codebridge import (
     BindingNamespace,
@@ -148,6 +151,28 @@ def test_a_grant_beneath_a_write_grant_is_refused_so_a_run_cannot_redirect_it(
     # Beside it, above it or the same path: nothing a run may replace.
     CodeSandbox(read=[str(tmp_path), str(workspace), str(secrets)], write=[str(workspace)])
     CodeSandbox(write=[str(workspace), str(tmp_path / "workspace2")])
+
+
+def test_a_write_grant_holding_the_code_the_host_runs_fails_every_run() -> None:
+    # The Python installation (a virtual environment inside a project directory, say) and this
+    # package are what the harness, and every template it starts, run outside the sandbox: a
+    # program allowed to change them would run its code as the host the next time.
+    marker = os.path.join(sys.prefix, f"dsh-sandbox-marker-{os.getpid()}")
+    program = f"open({marker!r}, 'w').write('import os  # runs as the host')\nreturn 'written'"
+    try:
+        for granted in (sys.prefix, str(Path(dsh_tools.__file__).parent / "codebridge")):
+            runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
+            try:
+                result = run(runtime, program)
+            finally:
+                runtime.close()
+            assert result.error is not None, result.value
+            assert result.error.kind == "worker-exit"
+            assert f"the write grant {granted!r} holds code the host runs" in result.error.message
+            assert not os.path.exists(marker)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(marker)
 
 
 def test_the_environment_is_only_what_the_policy_passes() -> None:

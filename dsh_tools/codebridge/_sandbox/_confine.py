@@ -27,6 +27,7 @@ import signal
 import stat
 import struct
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
@@ -193,6 +194,7 @@ class SandboxPlan:
         for path in self._read:
             self._grant(path, _READ_RIGHTS, required=True)
         for path in self._write:
+            _refuse_host_code(path)
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
         # Opened before the read-only view, so that the template may still remove the scratch
@@ -493,6 +495,28 @@ class SandboxPlan:
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = True
+
+
+def _refuse_host_code(granted: str) -> None:
+    """Refuse a ``write`` grant that holds the code the host runs outside the sandbox: the
+    Python installation (a virtual environment inside a granted project directory, say) and
+    this package, which every template loads again when it starts. A run could change them,
+    and its code would then run as the host: in the harness's next import, or the template
+    of its next tool system."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    libraries = [sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib")]
+    libraries += [sysconfig.get_path("platlib"), package]
+    prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
+    root = os.path.realpath(granted)
+    for code in (*prefixes, *libraries):
+        real = os.path.realpath(code)
+        held = real == root or real.startswith(root.rstrip("/") + "/")
+        if held or (code in libraries and root.startswith(real + "/")):
+            raise SandboxUnavailable(
+                f"code sandbox: the write grant {granted!r} holds code the host runs "
+                f"({code!r}): a run could change what the harness or its next template runs, "
+                "outside the sandbox; grant a directory that does not hold it"
+            )
 
 
 def _proc_masks() -> list[tuple[str, bool]]:
