@@ -153,6 +153,36 @@ def test_a_grant_beneath_a_write_grant_is_refused_so_a_run_cannot_redirect_it(
     CodeSandbox(write=[str(workspace), str(tmp_path / "workspace2")])
 
 
+def test_a_grant_reached_through_a_link_into_a_write_grant_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # The harness's own symbolic link leads a read grant into a write grant: a run could replace
+    # what it leads to with a link to anywhere, which the next template would then grant.
+    workspace, secrets = tmp_path / "workspace", tmp_path / "secrets"
+    workspace.mkdir()
+    secrets.mkdir()
+    (secrets / "key").write_text("never granted")
+    (workspace / "config.json").write_text("{}")
+    (tmp_path / "config.json").symlink_to(workspace / "config.json")
+    config, key = str(tmp_path / "config.json"), str(secrets / "key")
+    grants = CodeSandbox(read=[config], write=[str(workspace)])
+    planted = str(workspace / "config.json")
+    programs = [
+        f"import os\nos.remove({planted!r})\nos.symlink({key!r}, {planted!r})\nreturn 'planted'",
+        f"return open({config!r}).read()",
+    ]
+    for program in programs:
+        runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=grants))
+        try:
+            result = run(runtime, program)
+        finally:
+            runtime.close()
+        assert result.error is not None, result.value
+        assert result.error.kind == "worker-exit"
+        assert f"the granted path {config!r} leads beneath the write grant" in result.error.message
+    assert (workspace / "config.json").read_text() == "{}"
+
+
 def test_a_write_grant_holding_the_code_the_host_runs_fails_every_run() -> None:
     # The Python installation (a virtual environment inside a project directory, say) and this
     # package are what the harness, and every template it starts, run outside the sandbox: a

@@ -191,6 +191,7 @@ class SandboxPlan:
             self._grant(path, _READ_RIGHTS, required=False)
         for path in _SYSTEM_WRITE:
             self._grant(path, _kernel.fs_rights(self._abi), required=False)
+        _refuse_links_into_write_grants(self._read, self._write)
         for path in self._read:
             self._grant(path, _READ_RIGHTS, required=True)
         for path in self._write:
@@ -495,6 +496,22 @@ class SandboxPlan:
         os.environ.clear()
         os.environ.update(self.env)
         sys.dont_write_bytecode = True
+
+
+def _refuse_links_into_write_grants(read: list[str], write: list[str]) -> None:
+    """Refuse a grant that symbolic links lead beneath a ``write`` grant (``CodeSandbox``
+    refuses one whose path lies there). It is covered already, and a run may replace what it
+    leads to with a link to anywhere, which the next template would follow and grant."""
+    roots = [(given, os.path.realpath(given)) for given in write]
+    for path in (*read, *write):
+        real = os.path.realpath(path)
+        for given, root in roots:
+            if real != root and real.startswith(root.rstrip("/") + "/"):
+                raise SandboxUnavailable(
+                    f"code sandbox: the granted path {path!r} leads beneath the write grant "
+                    f"{given!r} (to {real!r}), which covers it already: a run could make it lead "
+                    "anywhere; remove it"
+                )
 
 
 def _refuse_host_code(granted: str) -> None:
