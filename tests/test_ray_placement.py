@@ -217,6 +217,49 @@ def test_a_remote_failure_is_the_failure_the_same_body_gives_locally(
     assert remote.additional_contexts == local.additional_contexts
 
 
+def interrupt_itself(args: Any, ctx: Any) -> Any:
+    raise KeyboardInterrupt("the body gave up")
+
+
+def cancel_itself(args: Any, ctx: Any) -> Any:
+    raise asyncio.CancelledError("the body's own cancellation")
+
+
+async def interrupt_itself_async(args: Any, ctx: Any) -> Any:
+    raise KeyboardInterrupt("the async body gave up")
+
+
+async def cancel_itself_async(args: Any, ctx: Any) -> Any:
+    raise asyncio.CancelledError("the async body's own cancellation")
+
+
+@pytest.mark.parametrize("actor_pool", [0, 1], ids=["task", "actor"])
+@pytest.mark.parametrize(
+    "body",
+    [interrupt_itself, cancel_itself, interrupt_itself_async, cancel_itself_async],
+    ids=lambda f: f.__name__,
+)
+def test_a_body_that_raises_a_cancellation_of_its_own_fails_as_it_does_locally(
+    system: ToolSystem, body: Any, actor_pool: int
+) -> None:
+    # Only Ray's cancellation of the call is a cancellation: the same exception raised by the
+    # body while nobody stopped it is the body's failure, with its message.
+    placement = RayPlacement(num_cpus=0, actor_pool=actor_pool)
+    system.tools.register(json_tool("remote", body, placement))
+    system.tools.register(json_tool("local", body, None))
+    turn = [ToolCall("r", "remote", "{}"), ToolCall("l", "local", "{}")]
+
+    remote, local = system.execute_batch(ExecuteBatch(calls=turn)).results
+
+    assert isinstance(remote, ToolExecutionFailure)
+    assert (remote.content, remote.error) == (local.content, local.error)
+    if body in (interrupt_itself, interrupt_itself_async):
+        # under the blocking execute(), it reaches the caller once the result is recorded
+        with pytest.raises(KeyboardInterrupt, match="gave up"):
+            run(system, "remote", call_id="again")
+        assert system.session.events[-1].data["call_id"] == "again"
+
+
 def test_a_remote_exception_is_raised_here_as_itself_with_its_attributes() -> None:
     placed = json_tool("quota", raise_quota, REMOTE, parameters={"n": {"type": "integer"}})
 

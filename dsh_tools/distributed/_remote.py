@@ -137,7 +137,8 @@ async def _awake(awaitable: Any, signal: AbortSignal) -> Any:
 def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> bytes:
     """Run one call: decode, run the body (awaiting it on a fresh loop when it is async),
     check the value is lossless, encode the reply. Exceptions from the body become a fault in
-    the reply; a cancellation (``KeyboardInterrupt``) or an exit propagates to Ray."""
+    the reply; Ray's cancellation of the call (a ``KeyboardInterrupt`` or ``CancelledError``
+    once its flag is set) or an exit propagates to Ray."""
     call, arguments = decode_call(frame)
     ctx = RemoteRunContext(call, arguments)
     try:
@@ -148,8 +149,14 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
             value = snapshot_value(call.name, value)
         finally:
             contexts = ctx._contexts
-    except (KeyboardInterrupt, SystemExit, asyncio.CancelledError):
-        raise  # Ray's cancellation, the worker's exit: they end the task, as Ray expects
+    except SystemExit:
+        raise  # the worker's exit: it ends the task, as Ray expects
+    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
+        if ctx.signal.aborted:
+            raise  # Ray's cancellation: it ends the task, as Ray expects
+        # Raised by the body while nobody cancelled it: its own failure, as locally.
+        fault = fault_of(exc, traceback.format_exc(), dumps)
+        return encode_reply(None, fault, contexts, ctx._odd, dumps)
     except BaseException as exc:  # a library's BaseException too: the body's failure, as locally
         fault = fault_of(exc, traceback.format_exc(), dumps)
         return encode_reply(None, fault, contexts, ctx._odd, dumps)

@@ -8,7 +8,6 @@ when one round-trips) and is raised again here as itself. Deferred contexts trav
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 from collections.abc import Callable
@@ -182,9 +181,12 @@ def _same(exc: BaseException, fault: RemoteFault) -> bool:
 
 def _raisable(cls: Any) -> bool:
     """Whether ``cls`` is a body's exception to raise here: any ``BaseException`` the worker
-    reports as a fault (a cancellation or an exit is never one: it ends the task there)."""
-    stops = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
-    return isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, stops)
+    reports as a fault, a ``KeyboardInterrupt`` or ``CancelledError`` the body raised itself
+    included (the pipeline treats them as it treats a local body's). An exit is never one: it
+    ends the task there."""
+    return (
+        isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, SystemExit)
+    )
 
 
 def _import_class(module: str, qualname: str) -> Any:
