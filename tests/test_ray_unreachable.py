@@ -149,7 +149,12 @@ def test_a_cluster_file_left_by_a_dead_ray_start_fails_the_call_naming_the_file(
         f"answers at {address} (recorded by `ray start` in {recorded}; remove that file to "
         "start a local instance instead): Connection refused"
     )
-    # ``address="auto"`` reads the same file
+    # so does ``RAY_ADDRESS=auto``, and ``address="auto"``
+    assert run("call", ray_address="auto", ray_tmpdir=tmp_path) == (
+        'REMOTE_UNAVAILABLE cannot run tool "far" on Ray: ray.init() failed: no Ray cluster '
+        f"answers at {address} (recorded by `ray start` in {recorded}; remove that file to "
+        "start a local instance instead): Connection refused"
+    )
     assert run("init_ray", "auto", ray_address=None, ray_tmpdir=tmp_path) == (
         f"init_ray: no Ray cluster answers at {address} (recorded by `ray start` in "
         f"{recorded}; remove that file to start a local instance instead): Connection refused"

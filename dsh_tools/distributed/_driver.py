@@ -118,13 +118,14 @@ def _ray_temp_root() -> str:
 def _probe(options: dict[str, Any]) -> None:
     """Raise ``ConnectionError`` when the cluster address ``ray.init`` would connect to is a
     ``host:port`` where nothing accepts a connection. ``auto`` is what it is for Ray: the
-    ``RAY_ADDRESS`` or the recorded cluster, when there is one. Other forms (``local``,
-    ``ray://...``) are left to Ray."""
+    ``RAY_ADDRESS`` or the recorded cluster, when there is one (a ``RAY_ADDRESS`` of ``auto``
+    too names the recorded cluster). Other forms (``local``, ``ray://...``) are left to Ray."""
     given = options.get("address")
+    named = os.environ.get("RAY_ADDRESS")
     if given is not None and given != "auto":
         address, source = given, "address="
-    elif os.environ.get("RAY_ADDRESS"):
-        address, source = os.environ["RAY_ADDRESS"], "RAY_ADDRESS"
+    elif named and named != "auto":
+        address, source = named, "RAY_ADDRESS"
     else:
         address, path = _recorded_cluster(options)
         source = (
