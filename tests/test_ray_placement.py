@@ -260,6 +260,40 @@ def test_a_body_that_raises_a_cancellation_of_its_own_fails_as_it_does_locally(
         assert system.session.events[-1].data["call_id"] == "again"
 
 
+def exit_as_a_cli_does(args: Any, ctx: Any) -> Any:
+    """A body wrapping a command-line entry point: argparse exits with status 2 on bad input."""
+    if args["argv"] == ["--bad"]:
+        sys.exit(2)
+    return {"pid": os.getpid()}
+
+
+@pytest.mark.parametrize("actor_pool", [0, 1], ids=["task", "actor"])
+def test_a_body_that_exits_fails_as_it_does_locally_and_its_worker_lives_on(
+    system: ToolSystem, actor_pool: int
+) -> None:
+    placement = RayPlacement(num_cpus=0, actor_pool=actor_pool)
+    params = {"argv": {"type": "json", "required": True}}
+    system.tools.register(json_tool("remote", exit_as_a_cli_does, placement, parameters=params))
+    system.tools.register(json_tool("local", exit_as_a_cli_does, None, parameters=params))
+    before = run(system, "remote", {"argv": []}, call_id="before")
+    turn = [
+        ToolCall("r", "remote", '{"argv": ["--bad"]}'),
+        ToolCall("l", "local", '{"argv": ["--bad"]}'),
+    ]
+
+    remote, local = system.execute_batch(ExecuteBatch(calls=turn)).results
+    after = run(system, "remote", {"argv": []}, call_id="after")
+
+    assert isinstance(remote, ToolExecutionFailure)
+    assert (remote.content, remote.error) == (local.content, local.error)
+    if actor_pool:  # the actor, and what it holds, survived the body's exit
+        assert after.value["pid"] == before.value["pid"]
+    # under the blocking execute(), the exit reaches the caller once the result is recorded
+    with pytest.raises(SystemExit):
+        run(system, "remote", {"argv": ["--bad"]}, call_id="again")
+    assert system.session.events[-1].data["call_id"] == "again"
+
+
 def test_a_remote_exception_is_raised_here_as_itself_with_its_attributes() -> None:
     placed = json_tool("quota", raise_quota, REMOTE, parameters={"n": {"type": "integer"}})
 

@@ -138,7 +138,7 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
     """Run one call: decode, run the body (awaiting it on a fresh loop when it is async),
     check the value is lossless, encode the reply. Exceptions from the body become a fault in
     the reply; Ray's cancellation of the call (a ``KeyboardInterrupt`` or ``CancelledError``
-    once its flag is set) or an exit propagates to Ray."""
+    once its flag is set) or Ray's exit of the worker propagates to Ray."""
     call, arguments = decode_call(frame)
     ctx = RemoteRunContext(call, arguments)
     try:
@@ -149,12 +149,13 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
             value = snapshot_value(call.name, value)
         finally:
             contexts = ctx._contexts
-    except SystemExit:
-        raise  # the worker's exit: it ends the task, as Ray expects
-    except (KeyboardInterrupt, asyncio.CancelledError) as exc:
-        if ctx.signal.aborted:
-            raise  # Ray's cancellation: it ends the task, as Ray expects
-        # Raised by the body while nobody cancelled it: its own failure, as locally.
+    except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as exc:
+        if ctx.signal.aborted or hasattr(exc, "ray_terminate_msg"):
+            # Ray's cancellation, or Ray ending the worker (its SIGTERM, ``exit_actor()``:
+            # those exits carry Ray's message): they end the task, as Ray expects.
+            raise
+        # Raised by the body itself (``sys.exit()`` in a command-line entry point it wraps,
+        # say): its own failure, as locally; the worker, and an actor's state, live on.
         fault = fault_of(exc, traceback.format_exc(), dumps)
         return encode_reply(None, fault, contexts, ctx._odd, dumps)
     except BaseException as exc:  # a library's BaseException too: the body's failure, as locally

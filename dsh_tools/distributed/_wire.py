@@ -181,12 +181,9 @@ def _same(exc: BaseException, fault: RemoteFault) -> bool:
 
 def _raisable(cls: Any) -> bool:
     """Whether ``cls`` is a body's exception to raise here: any ``BaseException`` the worker
-    reports as a fault, a ``KeyboardInterrupt`` or ``CancelledError`` the body raised itself
-    included (the pipeline treats them as it treats a local body's). An exit is never one: it
-    ends the task there."""
-    return (
-        isinstance(cls, type) and issubclass(cls, BaseException) and not issubclass(cls, SystemExit)
-    )
+    reports as a fault, a ``KeyboardInterrupt``, ``SystemExit`` or ``CancelledError`` the
+    body raised itself included (the pipeline treats them as it treats a local body's)."""
+    return isinstance(cls, type) and issubclass(cls, BaseException)
 
 
 def _import_class(module: str, qualname: str) -> Any:
