@@ -176,6 +176,15 @@ def raise_a_base_exception(args: Any, ctx: Any) -> Any:
     raise LibraryTimeout("gave up after 5 s")
 
 
+def open_a_missing_file(args: Any, ctx: Any) -> Any:
+    with open(f"/nonexistent/report-{args['n']}.txt") as report:
+        return report.read()
+
+
+def decode_bad_bytes(args: Any, ctx: Any) -> Any:
+    return b"caf\xe9".decode("utf-8")
+
+
 def defer_a_set(args: Any, ctx: Any) -> Any:
     ctx.defer_context({"content": [{"type": "text", "text": "seen"}], "ids": {1, 2}})
     return 1
@@ -192,6 +201,8 @@ def defer_an_object(args: Any, ctx: Any) -> Any:
         raise_value_error,
         raise_quota,
         raise_a_base_exception,
+        open_a_missing_file,
+        decode_bad_bytes,
         return_a_set,
         defer_then_fail,
         defer_a_set,
@@ -314,6 +325,43 @@ def test_a_remote_exception_is_raised_here_as_itself_with_its_attributes() -> No
         "QUOTA",
         "quota exceeded: 9/3",
     )
+
+
+@pytest.mark.parametrize(
+    ("body", "expected", "fields"),
+    [
+        (open_a_missing_file, FileNotFoundError, ("errno", "strerror", "filename")),
+        (decode_bad_bytes, UnicodeDecodeError, ("encoding", "object", "start", "end", "reason")),
+        (exit_as_a_cli_does, SystemExit, ("code",)),
+    ],
+    ids=lambda case: getattr(case, "__name__", ""),
+)
+def test_a_builtin_exception_is_raised_here_with_the_fields_python_keeps_for_it(
+    body: Any, expected: type[BaseException], fields: tuple[str, ...]
+) -> None:
+    # Python keeps these fields outside the instance's __dict__ (an exit's status, a file
+    # error's errno and file name): they come back too, and the exit status is the body's.
+    params = {"n": {"type": "integer"}, "argv": {"type": "json"}}
+    placed = json_tool("builtin", body, REMOTE, parameters=params)
+    arguments = FrozenDict(n=7, argv=["--bad"])
+    with pytest.raises(expected) as local:
+        body(arguments, None)
+
+    class RunContext:
+        call_id = "direct"
+        name = "builtin"
+        agent = None
+        signal = AbortController().signal
+
+        def defer_context(self, context: Any) -> None:
+            raise AssertionError("no contexts expected")
+
+    with pytest.raises(expected) as remote:
+        asyncio.run(placed.execute(arguments, RunContext()))
+
+    assert type(remote.value) is expected
+    assert [getattr(remote.value, f) for f in fields] == [getattr(local.value, f) for f in fields]
+    assert str(remote.value) == str(local.value)
 
 
 def timed(args: Any, ctx: Any) -> Any:

@@ -152,10 +152,12 @@ def fault_of(exc: BaseException, traceback: str, dumps: Dumps) -> RemoteFault:
                 name = exc.name
     # The class, args and attributes rather than the exception itself: unpickling an exception
     # calls its constructor with ``args``, which fails for any class whose constructor takes
-    # something else than its message.
+    # something else than its message. Python's own constructors take what the exception's
+    # ``__reduce__`` gives (a file error's file name too, which is not in its ``args``).
     pickled: bytes | None = None
     with contextlib.suppress(Exception):
-        pickled = dumps((cls, exc.args, dict(getattr(exc, "__dict__", {}))))
+        args = exc.__reduce__()[1] if _made_by_python(cls) else exc.args
+        pickled = dumps((cls, tuple(args), dict(getattr(exc, "__dict__", {}))))
     return RemoteFault(
         module=cls.__module__,
         qualname=cls.__qualname__,
@@ -186,6 +188,18 @@ def _raisable(cls: Any) -> bool:
     return isinstance(cls, type) and issubclass(cls, BaseException)
 
 
+def _made_by_python(cls: type[BaseException]) -> bool:
+    """Whether ``cls`` makes its instances with Python's own exception constructors (neither
+    it nor a base outside ``builtins`` defines ``__new__`` or ``__init__``): calling them runs
+    no code of the body's, and sets the fields Python keeps outside ``__dict__`` (an exit's
+    ``code``, a file error's ``errno`` and ``filename``, a decode error's ``reason``)."""
+    for method in ("__new__", "__init__"):
+        owner = next(base for base in cls.__mro__ if method in vars(base))
+        if owner.__module__ != "builtins":
+            return False
+    return True
+
+
 def _import_class(module: str, qualname: str) -> Any:
     try:
         owner: Any = importlib.import_module(module)
@@ -199,17 +213,20 @@ def _import_class(module: str, qualname: str) -> Any:
 def rebuild_exception(fault: RemoteFault, loads: Loads) -> BaseException:
     """The remote exception as an exception of this process, failing the same way.
 
-    First the original class with its args and attributes (its constructor is not called);
-    else an instance of the same class with the same message (and harness code and name); else
-    a ``RemoteToolError`` carrying all three.
+    First the original class with its args and attributes (its constructor is not called,
+    unless it is Python's own); else an instance of the same class with the same message (and
+    harness code and name); else a ``RemoteToolError`` carrying all three.
     """
     rebuilt: BaseException | None = None
     if fault.pickled is not None:
         with contextlib.suppress(Exception):
             cls, args, state = loads(fault.pickled)
             if _raisable(cls):
-                candidate = cls.__new__(cls, *args)
-                candidate.args = tuple(args)
+                if _made_by_python(cls):
+                    candidate = cls(*args)
+                else:
+                    candidate = cls.__new__(cls, *args)
+                    candidate.args = tuple(args)
                 candidate.__dict__.update(state)
                 if _same(candidate, fault):
                     rebuilt = candidate
