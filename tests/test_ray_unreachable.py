@@ -12,9 +12,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
+from ray_support import ray_instance  # noqa: F401  (the session fixture)
 
 pytestmark = pytest.mark.ray
 
@@ -118,14 +120,58 @@ def test_a_ray_address_nothing_listens_on_fails_the_call_naming_it() -> None:
 def test_an_abort_ends_a_call_waiting_for_an_address_that_is_not_ray_and_the_process_exits(
     waiting: str, settled: str
 ) -> None:
-    # Something accepts connections there (a wrong port, say) but never speaks Ray:
-    # ray.init() retries for minutes. The aborted call or run must not wait for it, and
-    # neither must the process as it exits.
+    # Something accepts connections there (a wrong port, say) but never speaks: the
+    # connection attempt waits for its answer. The aborted call or run must not wait for it,
+    # and neither must the process as it exits.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         address = f"127.0.0.1:{silent.getsockname()[1]}"
         assert run(waiting, ray_address=address) == settled
+
+
+def test_a_ray_address_where_something_else_listens_fails_the_call_naming_it() -> None:
+    # A wrong port: something accepts the connection but never speaks Ray's protocol, and
+    # ray.init() would retry for minutes. A call without a deadline fails instead.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        assert run("call", ray_address=address) == (
+            'REMOTE_UNAVAILABLE cannot run tool "far" on Ray: ray.init() failed: no Ray '
+            f"cluster answers at {address} (RAY_ADDRESS): something listens there but says "
+            "nothing within 5 s"
+        )
+
+
+@pytest.mark.usefixtures("ray_instance")
+def test_a_server_that_is_not_ray_is_told_from_a_ray_cluster() -> None:
+    import ray
+
+    from dsh_tools.distributed import _driver
+
+    with socket.socket() as web:
+        web.bind(("127.0.0.1", 0))
+        web.listen(1)
+        address = f"127.0.0.1:{web.getsockname()[1]}"
+
+        def answer() -> None:
+            connection, _ = web.accept()
+            with connection:
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        server = threading.Thread(target=answer)
+        server.start()
+        with pytest.raises(ConnectionError) as refused:
+            _driver._probe({"address": address})
+        server.join()
+
+    assert str(refused.value) == (
+        f"no Ray cluster answers at {address} (address=): something listens there but does "
+        "not answer as a Ray cluster (gRPC) does"
+    )
+    # the session's own cluster passes
+    _driver._probe({"address": ray.get_runtime_context().gcs_address})
 
 
 def test_init_ray_with_such_an_address_raises_naming_it() -> None:

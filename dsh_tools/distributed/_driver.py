@@ -10,14 +10,16 @@ parent with a death signal), so ``ray.init`` always runs on one long-lived daemo
 own, never on a caller's pool or loop thread that may end. ``init_ray(**options)`` does the same
 for a harness that wants its own ``ray.init`` options.
 
-The address ``ray.init`` would connect to is tried with a plain TCP connection first: where
-nothing listens, ``ray.init`` retries its connection for many minutes before it gives up, and a
-placed call would wait all that time. No answer there fails at once with ``ConnectionError``
-naming the address and where it came from. That address is ``address=`` or ``RAY_ADDRESS`` given
-as ``host:port``, or, with neither, the one the last ``ray start`` on this machine recorded in
-``ray_current_cluster`` under Ray's temporary directory (``$RAY_TMPDIR/ray``, else on Linux
-``$TMPDIR/ray``, else ``/tmp/ray``; ``ray.init``'s ``_temp_dir`` when given): a cluster that
-died without ``ray stop`` leaves that file behind.
+The address ``ray.init`` would connect to is tried first: it must accept a TCP connection and
+greet as the gRPC server of a Ray cluster's GCS does. Where nothing listens, or something else
+does (a wrong port), ``ray.init`` retries its connection for many minutes before it gives up,
+and a placed call would wait all that time. Such an address fails at once with
+``ConnectionError`` naming the address and where it came from. That address is ``address=``
+or ``RAY_ADDRESS`` given as ``host:port``, or, with neither (or ``auto``), the one the last
+``ray start`` on this machine recorded in ``ray_current_cluster`` under Ray's temporary
+directory (``$RAY_TMPDIR/ray``, else on Linux ``$TMPDIR/ray``, else ``/tmp/ray``;
+``ray.init``'s ``_temp_dir`` when given): a cluster that died without ``ray stop`` leaves that
+file behind.
 """
 
 from __future__ import annotations
@@ -137,13 +139,44 @@ def _probe(options: dict[str, Any]) -> None:
     if not colon or not host or not port.isdigit():
         return
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=_PROBE_TIMEOUT):
-            pass
+        with socket.create_connection(
+            (host.strip("[]"), int(port)), timeout=_PROBE_TIMEOUT
+        ) as connection:
+            why = _not_grpc(connection)
     except OSError as exc:
         why = exc.strerror or str(exc) or type(exc).__name__
-        raise ConnectionError(
-            f"no Ray cluster answers at {address.strip()} ({source}): {why}"
-        ) from None
+    if why is not None:
+        raise ConnectionError(f"no Ray cluster answers at {address.strip()} ({source}): {why}")
+
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""An HTTP/2 client's connection preface and an empty SETTINGS frame: what a gRPC client
+sends first."""
+
+
+def _not_grpc(connection: socket.socket) -> str | None:
+    """Why the server on ``connection`` is not a Ray cluster's (whose GCS is a gRPC server: it
+    opens with a SETTINGS frame), or None. Where something else listens (a wrong port),
+    ``ray.init`` would retry for many minutes. With TLS (``RAY_USE_TLS``) the answer is
+    encrypted, and the TCP connection is all that is checked."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return None
+    header = b""
+    try:
+        connection.sendall(_PREFACE)
+        while len(header) < 9:
+            chunk = connection.recv(9 - len(header))
+            if not chunk:
+                break
+            header += chunk
+    except TimeoutError:
+        return f"something listens there but says nothing within {_PROBE_TIMEOUT:g} s"
+    stream = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
+    if len(header) == 9 and header[3] == 0x04 and stream == 0:  # SETTINGS, of the connection
+        return None
+    if not header:
+        return "something listens there but closes the connection without an answer"
+    return "something listens there but does not answer as a Ray cluster (gRPC) does"
 
 
 def _init_on_keeper(ray: Any, options: dict[str, Any]) -> None:
