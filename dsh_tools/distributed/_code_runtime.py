@@ -29,7 +29,7 @@ from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
-from ._driver import connect_in_background, import_ray
+from ._driver import connect_in_background, connection, import_ray
 from ._errors import describe_ray_failure
 from ._ray_pickle import unsendable
 
@@ -94,17 +94,21 @@ class RayCodeRuntime:
         self._grace = float(cancel_grace_s)
         self._lock = threading.Lock()
         self._host: Any = None
+        self._host_connection: tuple[str, str] | None = None  # the Ray connection it is of
         self._disposed = False
         self._live: set[asyncio.Future[None]] = set()
 
     def _actor(self) -> Any:
+        current = connection()
         with self._lock:
-            if self._host is None:
+            # An actor of an earlier connection (before ``ray.shutdown()``) ended with it.
+            if self._host is None or self._host_connection != current:
                 ray = import_ray()
                 actor_class = ray.remote(CodeRunHost).options(
                     max_concurrency=1000, max_restarts=0, max_task_retries=0, **self._options
                 )
                 self._host = actor_class.remote(self._factory)
+                self._host_connection = current
             return self._host
 
     def _forget(self, host: Any, kill: bool) -> None:

@@ -33,7 +33,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["connect_in_background", "ensure_ray", "import_ray", "init_ray"]
+__all__ = ["connect_in_background", "connection", "ensure_ray", "import_ray", "init_ray"]
 
 _lock = threading.Lock()
 _keeper: threading.Thread | None = None
@@ -51,6 +51,15 @@ def import_ray() -> ModuleType:
             "running tool bodies on Ray needs Ray: pip install 'dsh-tools[ray]'"
         ) from exc
     return ray
+
+
+def connection() -> tuple[str, str]:
+    """Which connection to Ray this process has (its job, and the node it is attached to).
+    Actor handles made in an earlier one (before ``ray.shutdown()``) are of no use in it:
+    their actors ended with it, and a new local instance, or the same cluster, has a new
+    node or a new job."""
+    context = import_ray().get_runtime_context()
+    return context.get_job_id(), context.get_node_id()
 
 
 def ensure_ray() -> ModuleType:

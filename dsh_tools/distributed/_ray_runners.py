@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..actors._logging import get_logger
-from ._driver import import_ray
+from ._driver import connection, import_ray
 from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
 
@@ -206,7 +206,9 @@ class ActorPool:
 
 
 class LazyRunner:
-    """Builds the task runner or actor pool on the first call (after Ray is connected)."""
+    """Builds the task runner or actor pool on the first call of each Ray connection (after
+    Ray is connected): after ``ray.shutdown()`` the pool's actors are gone, and the next
+    connection gets fresh ones."""
 
     def __init__(self, tool: str, execute: Callable[[Any, Any], Any]) -> None:
         self._tool = tool
@@ -214,20 +216,22 @@ class LazyRunner:
         # travel by value arrive usable (see that module).
         self._execute = ShippedBody(execute)
         self._lock = threading.Lock()
-        self._runner: TaskRunner | ActorPool | None = None
+        self._held: tuple[tuple[str, str], TaskRunner | ActorPool] | None = None
 
     def get(self, placement: RunnerSettings) -> TaskRunner | ActorPool:
-        runner = self._runner
-        if runner is None:
+        current = connection()
+        held = self._held
+        if held is None or held[0] != current:
             with self._lock:
-                runner = self._runner
-                if runner is None:
-                    runner = self._runner = (
+                held = self._held
+                if held is None or held[0] != current:
+                    runner = (
                         ActorPool(self._tool, self._execute, placement)
                         if placement.actor_pool
                         else TaskRunner(self._tool, self._execute, placement)
                     )
-        return runner
+                    held = self._held = (current, runner)
+        return held[1]
 
     def unsendable(self, exc: BaseException) -> str:
         """Why the body could not be sent to Ray (see ``ShippedBody.unsendable``)."""

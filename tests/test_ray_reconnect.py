@@ -1,0 +1,89 @@
+"""After ``ray.shutdown()`` the next placed call, or Code Mode run, connects again and runs on
+the new connection: the actors of the earlier one ended with it, and fresh ones take their
+place (their state starts over, as the docs say of a lost actor).
+
+Each case runs in a fresh interpreter: the process-wide Ray connection of the other Ray tests
+must not be shut down under them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each line: a call's outcome before and after the connection was shut down and made again.
+PROGRAM = """
+import asyncio, os, sys
+import ray
+from dsh_tools import ExecuteCall, ToolOutput, ToolsConfig, ToolSystem, define_tool
+from dsh_tools.codebridge import CodeRuntimeConfig
+from dsh_tools.distributed import RayCodeRuntime, RayPlacement, init_ray
+
+
+def tally(args, ctx):
+    global calls
+    calls = globals().get("calls", 0) + 1
+    return calls
+
+
+counter = define_tool(
+    name="tally",
+    description="Counts its calls on its actor.",
+    parameters={},
+    output=ToolOutput(schema={"type": "integer"}, render=lambda a, v: []),
+    execute=tally,
+    placement=RayPlacement(num_cpus=0, actor_pool=1),
+)
+runtime = RayCodeRuntime(CodeRuntimeConfig(compute_ms=5_000), num_cpus=0)
+
+
+def outcome(result):
+    if result.is_error:
+        return repr(result.content[0]["text"])
+    return result.value["result"] if isinstance(result.value, dict) else result.value
+
+
+def connect():
+    init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
+
+
+connect()
+with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
+    system.tools.register(counter)
+    arguments = {"code": "return (await tools.tally({})) * 10", "description": "test program"}
+    for step in ("before", "after"):
+        if step == "after":
+            ray.shutdown()
+            if sys.argv[1] == "init_ray":
+                connect()  # else the next call connects
+        direct = system.execute(ExecuteCall(call_id=step, name="tally", arguments={}))
+        run = ExecuteCall(call_id="p-" + step, name="run_code", arguments=arguments)
+        print(step, outcome(direct), outcome(system.execute(run)), flush=True)
+asyncio.run(runtime.dispose())
+ray.shutdown()
+"""
+
+
+@pytest.mark.parametrize("reconnect", ["init_ray", "first call"])
+def test_tools_and_code_runs_work_again_after_ray_shutdown(reconnect: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, reconnect],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    # A fresh actor after the reconnection: the count starts over.
+    assert done.stdout.splitlines() == ["before 1 20", "after 1 20"]
