@@ -87,3 +87,92 @@ def test_tools_and_code_runs_work_again_after_ray_shutdown(reconnect: str) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     # A fresh actor after the reconnection: the count starts over.
     assert done.stdout.splitlines() == ["before 1 20", "after 1 20"]
+
+
+# A call in flight when the harness shuts Ray down: its body dies with the connection.
+IN_FLIGHT = """
+import os, sys, threading, time
+from pathlib import Path
+import ray
+from dsh_tools import ExecuteCall, ToolOutput, ToolsConfig, ToolSystem, define_tool
+from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox
+from dsh_tools.distributed import RayCodeRuntime, RayPlacement, init_ray
+
+started = Path(sys.argv[2], "started")
+
+
+def wait_long(args, ctx):
+    started.write_text("yes")
+    time.sleep(60)
+
+
+long_tool = define_tool(
+    name="long",
+    description="Runs for a minute.",
+    parameters={},
+    output=ToolOutput(schema={"type": "json"}, render=lambda a, v: []),
+    execute=wait_long,
+    placement=RayPlacement(num_cpus=0, actor_pool=1 if sys.argv[1] == "actor" else 0),
+)
+config = CodeRuntimeConfig(
+    compute_ms=60_000, max_wall_ms=90_000, sandbox=CodeSandbox(write=[sys.argv[2]])
+)
+runtime = RayCodeRuntime(config, num_cpus=0)
+
+
+def shut_down_once_started():
+    while not started.exists():
+        time.sleep(0.02)
+    ray.shutdown()
+
+
+init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
+threading.Thread(target=shut_down_once_started, daemon=True).start()
+with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
+    system.tools.register(long_tool)
+    if sys.argv[1] == "code":
+        program = f"import time\\nopen({str(started)!r}, 'w').write('yes')\\ntime.sleep(60)\\n"
+        arguments = {"code": program, "description": "test program"}
+        result = system.execute(ExecuteCall(call_id="c", name="run_code", arguments=arguments))
+    else:
+        result = system.execute(ExecuteCall(call_id="c", name="long", arguments={}))
+    print(result.content[0]["text"], flush=True)
+"""
+
+
+LOST = 'Error: remote worker running tool "long" was lost: '
+SHUT_DOWN = "the Ray connection ended (ray.shutdown()) before the {} settled"
+
+
+@pytest.mark.parametrize(
+    ("where", "settled"),
+    [
+        ("task", LOST + SHUT_DOWN.format("call")),
+        ("actor", LOST + SHUT_DOWN.format("call")),
+        (
+            "code",
+            "Error: code run failed (worker-exit): remote code runtime lost: "
+            + SHUT_DOWN.format("run"),
+        ),
+    ],
+)
+def test_a_call_in_flight_when_ray_is_shut_down_settles_as_lost(
+    where: str, settled: str, tmp_path: Path
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", IN_FLIGHT, where, str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=45,
+        )
+    except subprocess.TimeoutExpired:
+        done = None
+    if done is None:
+        pytest.fail("the call was still waiting 45 s after ray.shutdown()")
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == settled

@@ -29,7 +29,7 @@ from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
-from ._driver import connect_in_background, connection, import_ray
+from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import describe_ray_failure
 from ._ray_pickle import unsendable
 
@@ -44,6 +44,9 @@ _RUNTIME = "run_code"
 _CANCELLED = "the run's task was cancelled"
 _MIN_PING_ANSWER_S = 1.0
 """The least time the node's actor has to answer a sign-of-life request."""
+_SHUT_DOWN = (
+    "remote code runtime lost: the Ray connection ended (ray.shutdown()) before the run settled"
+)
 
 
 def _default_factory(config: CodeRuntimeConfig | None) -> Callable[[], CodeRuntime]:
@@ -149,6 +152,7 @@ class RayCodeRuntime:
             )
             for ns in request.bindings
         ]
+        session = connection()
         try:
             host = self._actor()
         except Exception as exc:  # the factory cannot be pickled, the options are refused
@@ -157,7 +161,7 @@ class RayCodeRuntime:
         run_id = uuid.uuid4().hex
         stop, release = self._stop_on_abort(loop, signal)
         answers: set[asyncio.Task[None]] = set()
-        watch = _RunWatch(self, host, run_id, signal, stop)
+        watch = _RunWatch(self, host, run_id, signal, stop, session)
         started = False
         try:
             ended = await watch.started(host.start.remote(run_id, request.program, spec))
@@ -180,7 +184,15 @@ class RayCodeRuntime:
                         raise error(event.message)
         except import_ray().exceptions.RayError as exc:
             self._forget(host, kill=False)
+            if not still_connected(session):
+                return _failed("worker-exit", _SHUT_DOWN)
             return _failed("worker-exit", f"remote code runtime lost: {describe_ray_failure(exc)}")
+        except Exception:
+            if still_connected(session):
+                raise  # the node's runtime refused the request as misuse
+            # After ray.shutdown() Ray refuses the actor's calls (not as a RayError).
+            self._forget(host, kill=False)
+            return _failed("worker-exit", _SHUT_DOWN)
         except asyncio.CancelledError:
             # The awaiting task was cancelled (a stopping tool system, a cancelled caller): the
             # program on the node must end too, not run on to its wall ceiling.
@@ -309,8 +321,10 @@ class _RunWatch:
         run_id: str,
         signal: AbortSignal,
         stop: asyncio.Future[None],
+        session: tuple[str, str],
     ) -> None:
         self._runtime = runtime
+        self._session = session  # the Ray connection the run was sent on
         self._host = host
         self._run_id = run_id
         self._signal = signal
@@ -336,10 +350,17 @@ class _RunWatch:
             waiting: set[asyncio.Future[Any]] = {taken}
             if deadline is None:
                 waiting.add(self._stop)
-            timeout = None if deadline is None else max(0.0, deadline - loop.time())
+            # Woken now and then: after ray.shutdown(), Ray never settles the ``start`` call.
+            timeout = _MIN_PING_ANSWER_S
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - loop.time()))
             await asyncio.wait(waiting, timeout=timeout, return_when="FIRST_COMPLETED")
             if taken.done():
                 break
+            if not still_connected(self._session):
+                return _failed("worker-exit", _SHUT_DOWN)
+            if not self._stop.done() and deadline is None:
+                continue  # nothing else happened
             runtime = self._runtime
             if runtime._disposed:
                 runtime._forget(self._host, kill=True)

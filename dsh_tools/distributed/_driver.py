@@ -33,7 +33,14 @@ import threading
 from types import ModuleType
 from typing import Any
 
-__all__ = ["connect_in_background", "connection", "ensure_ray", "import_ray", "init_ray"]
+__all__ = [
+    "connect_in_background",
+    "connection",
+    "ensure_ray",
+    "import_ray",
+    "init_ray",
+    "still_connected",
+]
 
 _lock = threading.Lock()
 _keeper: threading.Thread | None = None
@@ -60,6 +67,13 @@ def connection() -> tuple[str, str]:
     node or a new job."""
     context = import_ray().get_runtime_context()
     return context.get_job_id(), context.get_node_id()
+
+
+def still_connected(earlier: tuple[str, str]) -> bool:
+    """Whether this process is still on the Ray connection ``earlier`` (a ``connection()``).
+    After ``ray.shutdown()`` Ray never settles the replies of the calls it had in flight: a
+    caller waiting for one asks this now and then."""
+    return import_ray().is_initialized() and connection() == earlier
 
 
 def ensure_ray() -> ModuleType:

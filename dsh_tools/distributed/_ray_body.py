@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..actors import AbortError
-from ._driver import connect_in_background, import_ray
+from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import RemoteUnavailableError, RemoteWorkerLostError, describe_ray_failure
 from ._ray_runners import LazyRunner, RunnerSettings, Submission
 from ._wire import decode_reply, encode_call, rebuild_exception
@@ -20,6 +20,11 @@ from ._wire import decode_reply, encode_call, rebuild_exception
 __all__ = ["Body", "remote_body"]
 
 Body = Callable[[Any, Any], Awaitable[Any]]
+
+_CONNECTION_CHECK_S = 1.0
+"""How often a call waiting for its reply checks that the Ray connection it was sent on is
+still there (seconds)."""
+_SHUT_DOWN = "the Ray connection ended (ray.shutdown()) before the call settled"
 
 
 async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
@@ -80,6 +85,20 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
     return value
 
 
+async def _first(
+    reply: asyncio.Future[Any], aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
+) -> None:
+    """Wait until ``reply`` or ``aborted`` is done. After ``ray.shutdown()`` (or a new
+    connection) Ray never settles a reply of the connection ``session``: the call then fails
+    as lost, its body ended with that connection."""
+    while not (reply.done() or aborted.done()):
+        await asyncio.wait(
+            (reply, aborted), timeout=_CONNECTION_CHECK_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if not (reply.done() or aborted.done()) and not still_connected(session):
+            raise RemoteWorkerLostError(tool, _SHUT_DOWN)
+
+
 def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
     """Whether the call's reply is Ray's "cancelled before it ran"."""
     exc = None if reply.cancelled() else reply.exception()
@@ -97,7 +116,7 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _stopped(submission: Submission) -> None:
+async def _stopped(submission: Submission, session: tuple[str, str]) -> None:
     """Cancel the remote call and wait (off the loop) until it settled or was forced.
 
     Each stop waits on a thread of its own: its grace then runs from the abort. On a shared
@@ -109,9 +128,11 @@ async def _stopped(submission: Submission) -> None:
         try:
             submission.stop()
         except BaseException as exc:
-            stopping.set_exception(exc)
-        else:
-            stopping.set_result(None)
+            if still_connected(session):
+                stopping.set_exception(exc)
+                return
+            # Ray refuses to cancel once its connection ended (ray.shutdown()): so did the call.
+        stopping.set_result(None)
 
     # Not a daemon: a call that is being forced is forced before the interpreter exits.
     threading.Thread(target=stop, name="dsh-ray-stop").start()
@@ -138,6 +159,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                 runner = lazy.get(placement)
             except Exception as exc:
                 raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
+            session = connection()
             frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
             while True:
                 try:
@@ -150,13 +172,13 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                     reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
                     reply.add_done_callback(_retrieve)
                     try:
-                        await asyncio.wait((reply, aborted), return_when=asyncio.FIRST_COMPLETED)
+                        await _first(reply, aborted, tool, session)
                     except asyncio.CancelledError:
                         with contextlib.suppress(asyncio.CancelledError):
-                            await _stopped(submission)
+                            await _stopped(submission, session)
                         raise
                     if not reply.done():
-                        await _stopped(submission)
+                        await _stopped(submission, session)
                         raise AbortError("ABORTED")
                     if submission.moved and _cancelled_on_cluster(reply):
                         continue  # taken off a replaced actor before it started: again
