@@ -293,6 +293,27 @@ def test_a_runtime_factory_that_cannot_be_sent_fails_the_run_saying_what_and_whe
     )
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"config": {"compute_ms": 500}}, "config must be a CodeRuntimeConfig, got dict"),
+        ({"runtime_factory": "python"}, "runtime_factory must be callable, got str"),
+        ({"resources": ["gpu_box"]}, "resources must map str names to numbers >= 0"),
+        ({"resources": {"gpu_box": -1}}, "resources must map str names to numbers >= 0"),
+        ({"runtime_env": "venv"}, "runtime_env must be a dict"),
+    ],
+    ids=["config", "factory", "resources", "negative", "runtime_env"],
+)
+def test_options_the_node_would_refuse_are_refused_here_naming_them(
+    options: dict[str, Any], message: str
+) -> None:
+    # Found at the first run on the cluster they would fail every run there.
+    with pytest.raises((TypeError, ValueError)) as refused:
+        RayCodeRuntime(**options)
+
+    assert str(refused.value) == f"RayCodeRuntime: {message}"
+
+
 def test_the_node_forgets_a_run_its_harness_dropped_whenever_the_drop_arrives() -> None:
     # The node actor lives for many runs: one whose harness task was cancelled (before or
     # after its start reached the node) must not stay in it, nor a late drop make one.

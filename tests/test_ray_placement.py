@@ -574,6 +574,8 @@ def test_a_placement_must_return_an_async_body() -> None:
         json_tool("inline", where, Inline())
     with pytest.raises(ValueError, match="actor_pool must be an int >= 0"):
         RayPlacement(actor_pool=-1)
+    with pytest.raises(ValueError, match="resources must map str names to numbers >= 0"):
+        RayPlacement(resources=["gpu_box"])  # type: ignore[arg-type]
 
 
 async def woken_from_another_thread(args: Any, ctx: Any) -> Any:

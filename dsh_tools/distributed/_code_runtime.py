@@ -31,6 +31,7 @@ from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
 from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import describe_ray_failure
+from ._placement import check_ray_options
 from ._ray_pickle import unsendable
 
 if TYPE_CHECKING:
@@ -80,6 +81,19 @@ class RayCodeRuntime:
         runtime_env: dict[str, Any] | None = None,
         cancel_grace_s: float = 5.0,
     ) -> None:
+        from ..codebridge import CodeRuntimeConfig
+
+        # Refused here: found on the node, they would fail every run there.
+        if config is not None and not isinstance(config, CodeRuntimeConfig):
+            raise TypeError(
+                f"RayCodeRuntime: config must be a CodeRuntimeConfig, got {type(config).__name__}"
+            )
+        if runtime_factory is not None and not callable(runtime_factory):
+            raise TypeError(
+                "RayCodeRuntime: runtime_factory must be callable, got "
+                f"{type(runtime_factory).__name__}"
+            )
+        check_ray_options("RayCodeRuntime", resources, runtime_env)
         if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
             raise ValueError("RayCodeRuntime: num_cpus must be a finite number >= 0")
         if (

@@ -29,7 +29,25 @@ import msgspec
 from ._ray_body import Body, remote_body
 from ._ray_runners import LazyRunner
 
-__all__ = ["RAY_DEFAULT", "RayPlacement", "set_ray_default"]
+__all__ = ["RAY_DEFAULT", "RayPlacement", "check_ray_options", "set_ray_default"]
+
+
+def check_ray_options(owner: str, resources: object, runtime_env: object) -> None:
+    """Refuse here the custom resources and environment Ray would refuse at every call (or
+    run), saying what is wrong and whose option it is."""
+    if resources is not None and (
+        not isinstance(resources, dict)
+        or not all(
+            type(key) is str
+            and type(amount) in (int, float)
+            and math.isfinite(amount)
+            and amount >= 0
+            for key, amount in resources.items()
+        )
+    ):
+        raise ValueError(f"{owner}: resources must map str names to numbers >= 0")
+    if runtime_env is not None and not isinstance(runtime_env, dict):
+        raise ValueError(f"{owner}: runtime_env must be a dict")
 
 
 class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,12 +77,7 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
                 raise ValueError(f"RayPlacement: {label} must be a finite number >= 0")
         if type(self.actor_pool) is not int or self.actor_pool < 0:
             raise ValueError("RayPlacement: actor_pool must be an int >= 0")
-        if self.resources is not None:
-            for key, amount in self.resources.items():
-                if type(key) is not str or type(amount) not in (int, float) or amount < 0:
-                    raise ValueError("RayPlacement: resources must map str names to numbers >= 0")
-        if self.runtime_env is not None and not isinstance(self.runtime_env, dict):
-            raise ValueError("RayPlacement: runtime_env must be a dict")
+        check_ray_options("RayPlacement", self.resources, self.runtime_env)
 
     def place(self, tool: str, execute: Callable[[Any, Any], Any]) -> Body:
         """The ``async def`` body that runs ``execute`` on Ray with these options."""
