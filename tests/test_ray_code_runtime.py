@@ -183,6 +183,24 @@ def test_a_lost_node_actor_fails_the_run_as_worker_exit_and_the_next_run_starts_
     assert again.value["result"] == 2
 
 
+def test_a_node_actor_that_died_between_runs_is_replaced_before_the_next_run_reaches_it(
+    code_system: ToolSystem, node_runtime: RayCodeRuntime
+) -> None:
+    first = run_code(code_system, "return 1\n", call_id="first")
+    pid = node_actor_pid(node_runtime)
+    os.kill(pid, signal.SIGKILL)  # no run is on it
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    # The node never took the next run, so the program has not run: it runs on a fresh actor.
+    after = run_code(code_system, "return 2\n", call_id="after")
+
+    assert first.value["result"] == 1
+    assert not after.is_error, after.content
+    assert after.value["result"] == 2 and node_actor_pid(node_runtime) != pid
+
+
 def test_stopping_the_tool_system_ends_the_programs_on_the_node(
     node_runtime: RayCodeRuntime, tmp_path: Path
 ) -> None:

@@ -178,7 +178,20 @@ class RayCodeRuntime:
         watch = _RunWatch(self, host, run_id, signal, stop, session)
         started = False
         try:
-            ended = await watch.started(host.start.remote(run_id, request.program, spec))
+            for again in (False, True):
+                try:
+                    ended = await watch.started(host.start.remote(run_id, request.program, spec))
+                    break
+                except import_ray().exceptions.RayActorError as exc:
+                    if again or exc.actor_init_failed or not still_connected(session):
+                        raise
+                    # The node's actor had died before it took the run (idle between runs:
+                    # its process killed, its node lost), so the program has not started:
+                    # it goes to a fresh actor, once.
+                    self._forget(host, kill=False)
+                    watch.close()
+                    host = self._actor()
+                    watch = _RunWatch(self, host, run_id, signal, stop, session)
             if ended is not None:
                 return ended  # the run ended here before the node took it
             started = True
