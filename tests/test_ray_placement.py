@@ -176,6 +176,12 @@ def raise_a_base_exception(args: Any, ctx: Any) -> Any:
     raise LibraryTimeout("gave up after 5 s")
 
 
+def name_an_undecodable_file(args: Any, ctx: Any) -> Any:
+    # os.listdir() and friends give such names for bytes that are not UTF-8
+    name = b"report-\xff.txt".decode("utf-8", "surrogateescape")
+    raise ValueError(f"not a report: {name}")
+
+
 def open_a_missing_file(args: Any, ctx: Any) -> Any:
     with open(f"/nonexistent/report-{args['n']}.txt") as report:
         return report.read()
@@ -202,6 +208,7 @@ def defer_an_object(args: Any, ctx: Any) -> Any:
         raise_quota,
         raise_a_base_exception,
         open_a_missing_file,
+        name_an_undecodable_file,
         decode_bad_bytes,
         return_a_set,
         defer_then_fail,

@@ -140,6 +140,17 @@ def decode_reply(frame: bytes, loads: Loads) -> tuple[Any, RemoteFault | None, l
     return msgspec.json.decode(reply.value), None, contexts
 
 
+def _sendable(text: str) -> str:
+    """``text`` as JSON can carry it: a lone surrogate (a name decoded with
+    ``surrogateescape``, as ``os.listdir`` gives for bytes that are not UTF-8) is escaped
+    (``\\udcff``). The exception itself travels pickled, with its text as it was."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def fault_of(exc: BaseException, traceback: str, dumps: Dumps) -> RemoteFault:
     """Describe ``exc`` for the trip home; ``dumps`` pickles (cloudpickle on a worker)."""
     cls = type(exc)
@@ -147,9 +158,9 @@ def fault_of(exc: BaseException, traceback: str, dumps: Dumps) -> RemoteFault:
     if isinstance(exc, HarnessError):
         with contextlib.suppress(Exception):
             if type(exc.code) is str:
-                code = exc.code
+                code = _sendable(exc.code)
             if type(exc.name) is str:
-                name = exc.name
+                name = _sendable(exc.name)
     # The class, args and attributes rather than the exception itself: unpickling an exception
     # calls its constructor with ``args``, which fails for any class whose constructor takes
     # something else than its message. Python's own constructors take what the exception's
@@ -161,11 +172,11 @@ def fault_of(exc: BaseException, traceback: str, dumps: Dumps) -> RemoteFault:
     return RemoteFault(
         module=cls.__module__,
         qualname=cls.__qualname__,
-        message=message_of(exc),
+        message=_sendable(message_of(exc)),
         code=code,
         name=name,
         pickled=pickled,
-        traceback=traceback,
+        traceback=_sendable(traceback),
     )
 
 
@@ -174,10 +185,15 @@ def _same(exc: BaseException, fault: RemoteFault) -> bool:
     cls = type(exc)
     if (cls.__module__, cls.__qualname__) != (fault.module, fault.qualname):
         return False
-    if message_of(exc) != fault.message:
+    if _sendable(message_of(exc)) != fault.message:
         return False
     if fault.code is not None:
-        return getattr(exc, "code", None) == fault.code and getattr(exc, "name", None) == fault.name
+        code, name = getattr(exc, "code", None), getattr(exc, "name", None)
+        return (
+            isinstance(code, str)
+            and isinstance(name, str)
+            and (_sendable(code), _sendable(name)) == (fault.code, fault.name)
+        )
     return True
 
 
