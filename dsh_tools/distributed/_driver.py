@@ -73,7 +73,12 @@ def still_connected(earlier: tuple[str, str]) -> bool:
     """Whether this process is still on the Ray connection ``earlier`` (a ``connection()``).
     After ``ray.shutdown()`` Ray never settles the replies of the calls it had in flight: a
     caller waiting for one asks this now and then."""
-    return import_ray().is_initialized() and connection() == earlier
+    if not import_ray().is_initialized():
+        return False
+    try:
+        return connection() == earlier
+    except Exception:  # a new connection still being made: not the earlier one either
+        return False
 
 
 def ensure_ray() -> ModuleType:
