@@ -311,6 +311,61 @@ def test_a_runtime_factory_that_cannot_be_sent_fails_the_run_saying_what_and_whe
     )
 
 
+def no_sandbox_here() -> Any:
+    raise RuntimeError("no sandbox on this node")
+
+
+def not_a_runtime() -> Any:
+    return 5
+
+
+@pytest.mark.parametrize(
+    ("factory", "failure"),
+    [
+        (no_sandbox_here, "RuntimeError: no sandbox on this node"),
+        (not_a_runtime, "TypeError: runtime_factory returned int, not a CodeRuntime"),
+    ],
+    ids=["raises", "not-a-runtime"],
+)
+def test_a_runtime_factory_that_fails_on_the_node_fails_the_run_saying_why(
+    factory: Any, failure: str
+) -> None:
+    runtime = RayCodeRuntime(runtime_factory=factory, num_cpus=0)
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)
+    try:
+        result = run_code(system, "return 1\n")
+    finally:
+        system.stop()
+        asyncio.run(runtime.dispose())
+
+    text = result.content[0]["text"]
+    assert text.startswith(
+        "Error: code run failed (worker-exit): remote code runtime unavailable: "
+    )
+    assert text.endswith(failure)
+
+
+class DisposalFails(SubprocessCodeRuntime):
+    async def dispose(self) -> None:
+        await super().dispose()
+        raise RuntimeError("disposal failed")
+
+
+def test_a_node_runtime_whose_disposal_fails_leaves_no_unread_error_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = RayCodeRuntime(runtime_factory=DisposalFails, num_cpus=0)
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)
+    try:
+        assert run_code(system, "return 1\n").value["result"] == 1
+    finally:
+        system.stop()
+    asyncio.run(runtime.dispose())
+    gc.collect()
+
+    assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

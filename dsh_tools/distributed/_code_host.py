@@ -68,7 +68,13 @@ class CodeRunHost:
     """Runs programs on a code runtime built on this node (see the module docstring)."""
 
     def __init__(self, factory: Callable[[], Any]) -> None:
-        self._runtime = factory()
+        from ..codebridge import CodeRuntime
+
+        runtime = factory()
+        if not isinstance(runtime, CodeRuntime):
+            # Said here, where the actor is made: each run would fail on a missing method.
+            raise TypeError(f"runtime_factory returned {type(runtime).__name__}, not a CodeRuntime")
+        self._runtime = runtime
         self._runs: dict[str, _NodeRun] = {}
 
     async def start(self, run_id: str, program: str, namespaces: list[NamespaceSpec]) -> None:

@@ -213,6 +213,11 @@ class RayCodeRuntime:
             self._forget(host, kill=False)
             if not still_connected(session):
                 return _failed("worker-exit", _SHUT_DOWN)
+            if isinstance(exc, import_ray().exceptions.RayActorError) and exc.actor_init_failed:
+                # The node's runtime could not be made (the factory failed there): nothing
+                # was lost, it never was; the next run tries a fresh actor.
+                why = describe_ray_failure(exc)
+                return _failed("worker-exit", f"remote code runtime unavailable: {why}")
             return _failed("worker-exit", f"remote code runtime lost: {describe_ray_failure(exc)}")
         except Exception:
             if still_connected(session):
@@ -321,8 +326,10 @@ class RayCodeRuntime:
             return
         ray = import_ray()
         with contextlib.suppress(Exception):
-            ref = host.dispose.remote()
-            await asyncio.wait({asyncio.wrap_future(ref.future())}, timeout=self._grace)
+            disposed = asyncio.wrap_future(host.dispose.remote().future())
+            # Its failure (a node runtime that never came up) is nobody's to read.
+            disposed.add_done_callback(_retrieve)
+            await asyncio.wait({disposed}, timeout=self._grace)
         with contextlib.suppress(Exception):
             ray.kill(host, no_restart=True)
 
