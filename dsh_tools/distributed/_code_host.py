@@ -68,10 +68,8 @@ class CodeRunHost:
     """Runs programs on a code runtime built on this node (see the module docstring)."""
 
     def __init__(self, factory: Callable[[], Any]) -> None:
-        from ..codebridge import CodeRuntime
-
         runtime = factory()
-        if not isinstance(runtime, CodeRuntime):
+        if not all(callable(getattr(runtime, method, None)) for method in ("run", "dispose")):
             # Said here, where the actor is made: each run would fail on a missing method.
             raise TypeError(f"runtime_factory returned {type(runtime).__name__}, not a CodeRuntime")
         self._runtime = runtime
