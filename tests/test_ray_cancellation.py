@@ -29,6 +29,7 @@ from dsh_tools import (
     timeout_policy,
 )
 from dsh_tools.distributed import RayPlacement
+from dsh_tools.distributed._ray_runners import IDLE_PROBE_S
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
 
@@ -288,6 +289,23 @@ def test_a_stateful_actor_observes_aborts_and_a_lost_actor_is_replaced(
         f"The actor died unexpectedly before finishing this task (pid={actor_pid}, ip="
     )
     assert replaced.value["calls"] == 1 and replaced.value["pid"] != first.value["pid"]
+
+
+def test_an_actor_that_died_while_idle_is_replaced_before_the_next_call_reaches_it(
+    system: ToolSystem,
+) -> None:
+    pool = RayPlacement(num_cpus=0, actor_pool=1)
+    system.tools.register(json_tool("tally", tally, pool, parameters={"then": {"type": "string"}}))
+    first = system.execute(ExecuteCall(call_id="c1", name="tally", arguments={}))
+    os.kill(first.value["pid"], signal.SIGKILL)  # nothing runs on it: its slot is idle
+    assert gone(first.value["pid"])
+    time.sleep(IDLE_PROBE_S)  # idle long enough that the next call probes it first
+
+    # The call never reached the dead actor, so the body has not run: it runs on a fresh one.
+    after = system.execute(ExecuteCall(call_id="c2", name="tally", arguments={}))
+
+    assert not after.is_error, after.content
+    assert after.value["calls"] == 1 and after.value["pid"] != first.value["pid"]
 
 
 def hang_on_one_actor(

@@ -99,6 +99,31 @@ async def _first(
             raise RemoteWorkerLostError(tool, _SHUT_DOWN)
 
 
+async def _never_began(
+    reply: asyncio.Future[Any],
+    submission: Submission,
+    aborted: asyncio.Future[None],
+    tool: str,
+    session: tuple[str, str],
+) -> bool:
+    """Whether the call failed because its actor had died before reaching it, as a
+    ``ready()`` sent just ahead of it tells (``Submission.reached``): the body did not run,
+    and the call may go to a fresh actor."""
+    reached = submission.reached
+    failure = None if reply.cancelled() else reply.exception()
+    errors = import_ray().exceptions
+    if reached is None or not isinstance(failure, errors.RayActorError):
+        return False
+    if failure.actor_init_failed:
+        return False  # no actor to reach: a fresh one would fail the same way
+    turn = asyncio.wrap_future(reached.future())
+    turn.add_done_callback(_retrieve)
+    await _first(turn, aborted, tool, session)
+    if not turn.done():
+        raise AbortError("ABORTED")
+    return isinstance(turn.exception(), errors.RayActorError)
+
+
 def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
     """Whether the call's reply is Ray's "cancelled before it ran"."""
     exc = None if reply.cancelled() else reply.exception()
@@ -161,6 +186,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                 raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
             session = connection()
             frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
+            fresh = False  # whether the call was sent again after its actor died unreached
             while True:
                 try:
                     submission = runner.submit(frame)
@@ -182,6 +208,13 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         raise AbortError("ABORTED")
                     if submission.moved and _cancelled_on_cluster(reply):
                         continue  # taken off a replaced actor before it started: again
+                    if not fresh and await _never_began(reply, submission, aborted, tool, session):
+                        # Its actor had died while idle, before the call reached it: the body
+                        # did not run, so it runs on a fresh actor. Once: a call whose fresh
+                        # actor dies before it too fails as lost.
+                        submission.lost()
+                        fresh = True
+                        continue
                     return _outcome(tool, reply, ctx, submission)
                 finally:
                     submission.release()

@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ..actors._logging import get_logger
 from ._driver import connection, import_ray
 from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
+
+IDLE_PROBE_S: Final = 1.0
+"""How long an actor has had no call before the next one is preceded by ``ready()``, which
+tells whether it died meanwhile (its process killed, its node lost) before reaching the call.
+Only then: the probe costs a call about a fifth more, and back-to-back calls would pay it for
+a death that a second's gap between calls makes unlikely."""
 
 __all__ = [
     "ActorPool",
@@ -47,6 +54,13 @@ class Submission(Protocol):
     ref: Any
 
     @property
+    def reached(self) -> Any:
+        """A Ray object ref that settles once the worker has reached the call, failing if it
+        died before (an actor runs its calls in order: one that died idle never began this
+        one); None where nothing tells (a task, which has a worker of its own, and an actor
+        call sent without the probe, see ``IDLE_PROBE_S``)."""
+
+    @property
     def moved(self) -> bool:
         """Whether the call was taken off its worker before it started (that worker was
         replaced): a ``TaskCancelledError`` then means "submit it again", not a failure."""
@@ -63,6 +77,8 @@ class Submission(Protocol):
 
 class TaskSubmission:
     __slots__ = ("grace", "ref", "settle")
+
+    reached = None  # a task is never queued behind another call on its worker
 
     def __init__(self, ref: Any, grace: float, settle: float) -> None:
         self.ref = ref
@@ -112,12 +128,13 @@ class TaskRunner:
 
 
 class ActorSubmission:
-    __slots__ = ("actor", "moved", "pool", "ref", "released", "slot")
+    __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "slot")
 
-    def __init__(self, pool: ActorPool, slot: int, actor: Any, ref: Any) -> None:
+    def __init__(self, pool: ActorPool, slot: int, actor: Any, reached: Any, ref: Any) -> None:
         self.pool = pool
         self.slot = slot
         self.actor = actor
+        self.reached = reached
         self.ref = ref
         self.released = False
         self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
@@ -160,21 +177,31 @@ class ActorPool:
         self._actors: list[Any] = [None] * placement.actor_pool
         # The calls submitted to each slot's actors and not yet released.
         self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
+        # When each slot's last call was released (its actor idle since, unless it has calls).
+        self._idle_since: list[float] = [0.0] * placement.actor_pool
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
             calls = self._calls
             slot = min(range(len(calls)), key=lambda index: len(calls[index]))
             actor = self._actors[slot]
+            reached = None
             if actor is None:
                 actor = self._actors[slot] = self._cls.remote(self._execute)
-            submission = ActorSubmission(self, slot, actor, actor.call.remote(frame))
+            elif not calls[slot] and time.monotonic() - self._idle_since[slot] >= IDLE_PROBE_S:
+                # ``ready`` just before the call, on the same actor: should it fail with the
+                # actor's death, the call was never begun (see ``IDLE_PROBE_S``).
+                reached = actor.ready.remote()
+            submission = ActorSubmission(self, slot, actor, reached, actor.call.remote(frame))
             calls[slot].add(submission)
         return submission
 
     def release(self, slot: int, submission: ActorSubmission) -> None:
         with self._lock:
-            self._calls[slot].discard(submission)
+            calls = self._calls[slot]
+            calls.discard(submission)
+            if not calls:
+                self._idle_since[slot] = time.monotonic()
 
     def discard(self, slot: int, actor: Any, running: ActorSubmission | None = None) -> None:
         """Kill ``actor`` and let the next call of its slot start a fresh one.
