@@ -6,6 +6,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from mypy import api
 
 SANDBOX_GRANTS = """
@@ -42,24 +43,31 @@ def first_error(system: ToolSystem) -> str:
 """
 
 
-def check(tmp_path: Path, source: str) -> None:
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache for the module's checks: the first builds it (the library and its
+    dependencies, most of a check's time), the others reuse it."""
+    return tmp_path_factory.mktemp("mypy") / ".mypy_cache"
+
+
+def check(tmp_path: Path, cache: Path, source: str) -> None:
     module = tmp_path / "harness.py"
     module.write_text(textwrap.dedent(source))
     # mypy raises the process's recursion limit for good; tests that run after this one in the
     # same process (deep schemas handled without recursion) rely on the usual limit.
     limit = sys.getrecursionlimit()
     try:
-        out, err, status = api.run(
-            ["--strict", "--cache-dir", str(tmp_path / ".mypy_cache"), str(module)]
-        )
+        out, err, status = api.run(["--strict", "--cache-dir", str(cache), str(module)])
     finally:
         sys.setrecursionlimit(limit)
     assert status == 0, out + err
 
 
-def test_code_sandbox_grants_given_as_lists_type_check(tmp_path: Path) -> None:
-    check(tmp_path, SANDBOX_GRANTS)
+def test_code_sandbox_grants_given_as_lists_type_check(tmp_path: Path, mypy_cache: Path) -> None:
+    check(tmp_path, mypy_cache, SANDBOX_GRANTS)
 
 
-def test_is_error_narrows_a_result_to_its_failure_or_success(tmp_path: Path) -> None:
-    check(tmp_path, RESULT_NARROWING)
+def test_is_error_narrows_a_result_to_its_failure_or_success(
+    tmp_path: Path, mypy_cache: Path
+) -> None:
+    check(tmp_path, mypy_cache, RESULT_NARROWING)
