@@ -310,8 +310,7 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
         if isinstance(given, ToolCall | str | bytes | Mapping) or not isinstance(given, Iterable):
             # One call passed as the batch, or a value that only iterates by accident.
             raise TypeError(
-                "ExecuteBatch.calls must be a sequence of ToolCall, got "
-                f"{type(given).__name__}"
+                f"ExecuteBatch.calls must be a sequence of ToolCall, got {type(given).__name__}"
             )
         calls = tuple(given)
         seen: set[str] = set()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import re
 from typing import Any, Final
 
 import msgspec
@@ -45,6 +46,7 @@ from ._tokens import ArrayMarker, ObjectMarker
 __all__ = [
     "MAX_LOG_ENTRIES",
     "OutputLedger",
+    "clean_text",
     "json_prefix",
     "json_size_floor",
     "json_str_size",
@@ -58,6 +60,15 @@ _NO_VALUE: Final[Any] = object()
 MAX_LOG_ENTRIES: Final = 100_000
 """The most log entries a ledger keeps apart; later ones join the last (see the docstring)."""
 _encode = msgspec.json.encode
+_SURROGATES: Final = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by one U+FFFD: what enters a run's output
+    (captured text, a traceback, a failure message) must encode as UTF-8 on the wire."""
+    if text.isascii():
+        return text
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def limit_message(cap: int) -> str:

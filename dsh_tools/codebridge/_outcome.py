@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET
 
 from ..actors import FrozenList, message_of
-from ._ledger import OutputLedger
+from ._ledger import OutputLedger, clean_text
 from ._seam import CodeRunFailure, CodeRunResult
 
 __all__ = ["LIMIT", "Outcome", "materialize", "quote", "safe_text"]
-
-
-_SURROGATES: Final = re.compile("[\ud800-\udfff]")
 
 
 def safe_text(value: Any, fallback: str) -> str:
     """``message_of(value)`` made fit for the wire: lone surrogates (which a hostile or careless
     ``__str__`` may return) replaced, one U+FFFD each as in captured output, so encoding it to
     JSON or msgpack cannot fail."""
-    text = message_of(value, fallback)
-    if not text.isascii():
-        text = _SURROGATES.sub("\ufffd", text)
-    return text
+    return clean_text(message_of(value, fallback))
 
 
 def quote(text: str) -> str:

@@ -33,7 +33,6 @@ import builtins
 import contextlib
 import linecache
 import os
-import re
 import select
 import signal
 import sys
@@ -56,7 +55,7 @@ from ._frames import (
     encode_frame,
     host_frame_decoder,
 )
-from ._ledger import OutputLedger, limit_message
+from ._ledger import OutputLedger, clean_text, limit_message
 from ._program import (
     ABSENT_NAME,
     FILENAME,
@@ -86,7 +85,6 @@ __all__ = [
     "HOST_FRAMES",
     "Loaded",
     "Worker",
-    "clean_text",
     "exit_status",
     "load_program",
     "read_boot",
@@ -113,18 +111,11 @@ _get_ident = threading.get_ident
 _encode_frame = encode_frame
 _WORKER_FILES: Final = frozenset({__file__, _worker_api.__file__})
 """Files whose frames a rendered traceback does not end with: the worker's own."""
-_SURROGATES = re.compile("[\ud800-\udfff]")
 _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
 _NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
 _CHANNEL_LOST: Final = 70
 """The worker's exit status when it can no longer read its channel (as for any run it cannot
 go on with)."""
-
-
-def clean_text(text: str) -> str:
-    if text.isascii():
-        return text
-    return _SURROGATES.sub("\ufffd", text)
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:

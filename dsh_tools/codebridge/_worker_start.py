@@ -49,6 +49,7 @@ from ._frames import (
     Reply,
     encode_frame,
 )
+from ._ledger import clean_text
 from ._program import FILENAME
 from ._sandbox._init import NOTICE_HELD, NOTICE_STARTED
 from ._tokens import tokenize
@@ -57,7 +58,6 @@ from ._worker import (
     CHANNEL_OUT,
     HOST_FRAMES,
     Worker,
-    clean_text,
     exit_status,
     load_program,
     read_boot,

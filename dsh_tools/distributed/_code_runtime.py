@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..actors import NEVER_ABORTED, AbortSignal, message_of
+from ..actors._futures import retrieve
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
@@ -264,7 +265,7 @@ class RayCodeRuntime:
         or the disposal ends the wait (not the connection, which goes on for the next run)."""
         loop = asyncio.get_running_loop()
         connecting = asyncio.wrap_future(connect_in_background())
-        connecting.add_done_callback(_retrieve)
+        connecting.add_done_callback(retrieve)
         stop, release = self._stop_on_abort(loop, signal)
         try:
             await asyncio.wait((connecting, stop), return_when=asyncio.FIRST_COMPLETED)
@@ -328,7 +329,7 @@ class RayCodeRuntime:
         with contextlib.suppress(Exception):
             disposed = asyncio.wrap_future(host.dispose.remote().future())
             # Its failure (a node runtime that never came up) is nobody's to read.
-            disposed.add_done_callback(_retrieve)
+            disposed.add_done_callback(retrieve)
             await asyncio.wait({disposed}, timeout=self._grace)
         with contextlib.suppress(Exception):
             ray.kill(host, no_restart=True)
@@ -378,7 +379,7 @@ class _RunWatch:
         to take it and settle it (the actor is killed then), and so does the disposal."""
         loop = self._loop
         taken = asyncio.wrap_future(starting.future())
-        taken.add_done_callback(_retrieve)
+        taken.add_done_callback(retrieve)
         deadline: float | None = None
         while not taken.done():
             waiting: set[asyncio.Future[Any]] = {taken}
@@ -413,7 +414,7 @@ class _RunWatch:
         polled = asyncio.wrap_future(self._host.events.remote(self._run_id).future())
         # Left unread when the run ends here (its actor killed as unresponsive, say), it fails
         # with the actor's death: not an "exception never retrieved" in the harness's log.
-        polled.add_done_callback(_retrieve)
+        polled.add_done_callback(retrieve)
         while not polled.done():
             if self._ping is None and loop.time() >= self._next_ping:
                 self._ping = asyncio.wrap_future(self._host.ready.remote().future())
@@ -475,10 +476,3 @@ class _RunWatch:
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # A start or a poll whose run ended without it (its actor killed) must not log "exception
-    # never retrieved".
-    if not future.cancelled():
-        future.exception()

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..actors import AbortError
+from ..actors._futures import retrieve
 from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import RemoteUnavailableError, RemoteWorkerLostError, describe_ray_failure
 from ._ray_runners import LazyRunner, RunnerSettings, Submission
@@ -37,7 +38,7 @@ async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
     if ray.is_initialized():
         return
     connecting = asyncio.wrap_future(connect_in_background())
-    connecting.add_done_callback(_retrieve)
+    connecting.add_done_callback(retrieve)
     await asyncio.wait((connecting, aborted), return_when=asyncio.FIRST_COMPLETED)
     if not connecting.done():
         raise AbortError("ABORTED")
@@ -117,7 +118,7 @@ async def _never_began(
     if failure.actor_init_failed:
         return False  # no actor to reach: a fresh one would fail the same way
     turn = asyncio.wrap_future(reached.future())
-    turn.add_done_callback(_retrieve)
+    turn.add_done_callback(retrieve)
     await _first(turn, aborted, tool, session)
     if not turn.done():
         raise AbortError("ABORTED")
@@ -128,12 +129,6 @@ def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
     """Whether the call's reply is Ray's "cancelled before it ran"."""
     exc = None if reply.cancelled() else reply.exception()
     return isinstance(exc, import_ray().exceptions.TaskCancelledError)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    # A reply nobody reads (the call was aborted) must not log "exception never retrieved".
-    if not future.cancelled():
-        future.exception()
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -196,7 +191,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                     ) from None
                 try:
                     reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
-                    reply.add_done_callback(_retrieve)
+                    reply.add_done_callback(retrieve)
                     try:
                         await _first(reply, aborted, tool, session)
                     except asyncio.CancelledError:

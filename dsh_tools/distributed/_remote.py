@@ -14,7 +14,7 @@ import inspect
 import threading
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ..actors import AbortSignal
 from ..registry import LosslessJsonError, snapshot_json
@@ -149,19 +149,22 @@ def run_body(execute: Callable[[Any, Any], Any], frame: bytes, dumps: Any) -> by
             value = snapshot_value(call.name, value)
         finally:
             contexts = ctx._contexts
-    except (KeyboardInterrupt, SystemExit, asyncio.CancelledError) as exc:
-        if ctx.signal.aborted or hasattr(exc, "ray_terminate_msg"):
-            # Ray's cancellation, or Ray ending the worker (its SIGTERM, ``exit_actor()``:
-            # those exits carry Ray's message): they end the task, as Ray expects.
-            raise
-        # Raised by the body itself (``sys.exit()`` in a command-line entry point it wraps,
-        # say): its own failure, as locally; the worker, and an actor's state, live on.
-        fault = fault_of(exc, traceback.format_exc(), dumps)
-        return encode_reply(None, fault, contexts, ctx._odd, dumps)
     except BaseException as exc:  # a library's BaseException too: the body's failure, as locally
+        if isinstance(exc, _ENDING_TASK) and (
+            ctx.signal.aborted or hasattr(exc, "ray_terminate_msg")
+        ):
+            # Ray's cancellation, or Ray ending the worker (its SIGTERM, ``exit_actor()``:
+            # those exits carry Ray's message): they end the task, as Ray expects. Raised by
+            # the body itself (``sys.exit()`` in a command-line entry point it wraps, say),
+            # they are its own failure, as locally; the worker, and an actor's state, live on.
+            raise
         fault = fault_of(exc, traceback.format_exc(), dumps)
         return encode_reply(None, fault, contexts, ctx._odd, dumps)
     return encode_reply(value, None, contexts, ctx._odd, dumps)
+
+
+_ENDING_TASK: Final = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
+"""What Ray raises in a worker to cancel its call or end the worker."""
 
 
 class BodyActor:

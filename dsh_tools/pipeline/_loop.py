@@ -415,16 +415,12 @@ def pythons_interrupts_here() -> bool:
     )
 
 
-def interrupts_deferred() -> contextlib.AbstractContextManager[None]:
+def interrupts_deferred() -> _InterruptsNoted:
     """Bookkeeping that a Ctrl-C must not cut short (recording an interrupted call's result,
     while one ``KeyboardInterrupt`` propagates already): on the main thread, with Python's own
-    SIGINT handler in place, a Ctrl-C meanwhile is dropped rather than raised inside it."""
-    return _InterruptsNoted(raise_after=False)
-
-
-def interrupts_noted() -> _InterruptsNoted:
-    """``interrupts_deferred`` that tells afterwards (``came``) whether a Ctrl-C was dropped,
-    for a caller that raises it once it holds what the block made."""
+    SIGINT handler in place, a Ctrl-C meanwhile is dropped rather than raised inside it. Its
+    ``came`` tells afterwards whether one was, for a caller that raises it once it holds what
+    the block made."""
     return _InterruptsNoted(raise_after=False)
 
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-from ._loop import interrupts_noted
+from ._loop import interrupts_deferred
 
 __all__ = ["BodyThreads"]
 
@@ -78,7 +78,7 @@ class BodyThreads(concurrent.futures.Executor):
 
     def _hand(self, work: _Work, *, note_interrupts: bool = False) -> bool:
         """Give ``work`` to an idle thread, else to a new one. ``note_interrupts``: a Ctrl-C
-        while the new thread starts is noted, not raised (``interrupts_noted``); whether one
+        while the new thread starts is noted, not raised (``interrupts_deferred``); whether one
         came."""
         with self._lock:
             if self._closed:
@@ -91,7 +91,7 @@ class BodyThreads(concurrent.futures.Executor):
         if not note_interrupts:
             worker.thread.start()
             return False
-        noted = interrupts_noted()
+        noted = interrupts_deferred()
         with noted:
             worker.thread.start()
         return noted.came

@@ -35,6 +35,7 @@ from typing import Any, Final, NoReturn
 from . import _kernel
 from ._cgroup import CgroupMeter, CgroupPlan, RunCgroups
 from ._init import Meter, ProcMeter, run_init, task_ceiling
+from ._policy import lies_beneath
 from ._seccomp import seccomp_program, seccomp_supported
 
 __all__ = ["MIN_LANDLOCK_ABI", "RUN_HOSTNAME", "SandboxPlan", "SandboxUnavailable"]
@@ -506,7 +507,7 @@ def _refuse_links_into_write_grants(read: list[str], write: list[str]) -> None:
     for path in (*read, *write):
         real = os.path.realpath(path)
         for given, root in roots:
-            if real != root and real.startswith(root.rstrip("/") + "/"):
+            if lies_beneath(real, root):
                 raise SandboxUnavailable(
                     f"code sandbox: the granted path {path!r} leads beneath the write grant "
                     f"{given!r} (to {real!r}), which covers it already: a run could make it lead "
@@ -527,8 +528,8 @@ def _refuse_host_code(granted: str) -> None:
     root = os.path.realpath(granted)
     for code in (*prefixes, *libraries):
         real = os.path.realpath(code)
-        held = real == root or real.startswith(root.rstrip("/") + "/")
-        if held or (code in libraries and root.startswith(real + "/")):
+        held = real == root or lies_beneath(real, root)
+        if held or (code in libraries and lies_beneath(root, real)):
             raise SandboxUnavailable(
                 f"code sandbox: the write grant {granted!r} holds code the host runs "
                 f"({code!r}): a run could change what the harness or its next template runs, "

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-__all__ = ["MIN_OPEN_FILES", "CodeSandbox"]
+__all__ = ["MIN_OPEN_FILES", "CodeSandbox", "lies_beneath"]
 
 MIN_OPEN_FILES = 32
 """The least ``max_open_files`` a run may be given: the worker holds about ten descriptors of
@@ -39,6 +39,12 @@ def _paths(key: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+def lies_beneath(path: str, root: str) -> bool:
+    """Whether ``path`` lies strictly beneath the directory ``root`` (both absolute, normalized
+    or resolved alike)."""
+    return path != root and path.startswith(root.rstrip("/") + "/")
+
+
 def _refuse_nested(read: Sequence[str], write: Sequence[str]) -> None:
     """Refuse a grant strictly beneath a ``write`` grant. It is covered already, and a run may
     replace anything beneath its ``write`` grant with a symbolic link to anywhere, which the
@@ -49,7 +55,7 @@ def _refuse_nested(read: Sequence[str], write: Sequence[str]) -> None:
         for index, path in enumerate(paths):
             normal = posixpath.normpath(path)
             for root, given in zip(roots, write, strict=True):
-                if normal != root and normal.startswith(root.rstrip("/") + "/"):
+                if lies_beneath(normal, root):
                     raise ValueError(
                         f"code sandbox: {key}[{index}] {path!r} lies beneath the write grant "
                         f"{given!r}, which covers it already (a run could replace it with a "

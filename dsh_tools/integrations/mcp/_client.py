@@ -573,22 +573,23 @@ class McpClient:
     async def _ping_refused(self, session: ClientSession) -> str | None:
         """Why a ping failed, or ``None`` if it was answered or not in time: silence is for the
         keep-alive to judge (a busy server is slow to answer, not gone)."""
-        try:
-            with anyio.fail_after(min(self._connect_timeout, 5.0)):
-                await session.send_ping()
-        except TimeoutError:
+        failure = await self._ping_failure(session)
+        if failure is None or isinstance(failure, TimeoutError):
             return None
-        except Exception as exc:
-            return describe(exc)
-        return None
+        return describe(failure)
 
     async def _answers_ping(self, session: ClientSession) -> bool:
+        return await self._ping_failure(session) is None
+
+    async def _ping_failure(self, session: ClientSession) -> Exception | None:
+        """What a ping raised (``TimeoutError`` for no answer in time), or ``None`` if it was
+        answered."""
         try:
             with anyio.fail_after(min(self._connect_timeout, 5.0)):
                 await session.send_ping()
-        except Exception:
-            return False
-        return True
+        except Exception as exc:
+            return exc
+        return None
 
     async def _call_tool(
         self,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, get_args
 
 from ...actors import FrozenDict, message_of
+from ...actors._futures import retrieve
 from ...actors._logging import get_logger
 from ...registry import Disposer, ToolsHandle, snapshot_json
 from ._client import Listing, McpClient, describe
@@ -56,8 +57,7 @@ async def wait_out(future: asyncio.Future[Any]) -> None:
     while not future.done():
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait((future,))
-    if not future.cancelled():
-        future.exception()
+    retrieve(future)
 
 
 class McpPlugin(ServerResources):

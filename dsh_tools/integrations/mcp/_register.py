@@ -19,6 +19,7 @@ import httpx2
 from mcp import MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from ...actors._futures import retrieve
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
@@ -644,14 +645,9 @@ async def register_mcp_server(
         # later, the server outlived the cancellation and its name stayed taken, so a retry
         # under it was refused.
         abandoned.set_result(None)
-        waiting.add_done_callback(_retrieve)  # the failure is expected: nobody awaits it
+        waiting.add_done_callback(retrieve)  # the failure is expected: nobody awaits it
         await wait_out(asyncio.wrap_future(ended))
         registering.join()  # past its last step already
         if done.exception() is None:  # finished as abandoned was set, after the thread looked
             await wait_out(asyncio.ensure_future(asyncio.to_thread(done.result().close)))
         raise
-
-
-def _retrieve(waiting: asyncio.Future[McpPlugin]) -> None:
-    if not waiting.cancelled():
-        waiting.exception()
