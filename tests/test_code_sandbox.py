@@ -183,6 +183,55 @@ def test_a_grant_reached_through_a_link_into_a_write_grant_fails_every_run(
     assert (workspace / "config.json").read_text() == "{}"
 
 
+def test_a_grant_whose_links_pass_through_a_write_grant_and_out_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # The harness's read grant is a link to a "current" link it keeps in the workspace, which
+    # leads out to the data: a run replaces the one in the workspace with a link to a secret,
+    # and the next template, following the chain, would grant the secret.
+    workspace, data, secrets = tmp_path / "workspace", tmp_path / "data", tmp_path / "secrets"
+    for directory in (workspace, data, secrets):
+        directory.mkdir()
+    (data / "prices.json").write_text("{}")
+    (secrets / "key").write_text("never granted")
+    (workspace / "current").symlink_to(data / "prices.json")
+    (tmp_path / "prices.json").symlink_to(workspace / "current")
+    (tmp_path / "up").symlink_to(workspace / "sub" / ".." / ".." / "data")
+    (workspace / "sub").mkdir()
+    prices, current, key = (
+        str(tmp_path / "prices.json"),
+        str(workspace / "current"),
+        str(secrets / "key"),
+    )
+    programs = [
+        f"import os\nos.remove({current!r})\nos.symlink({key!r}, {current!r})\nreturn 'planted'",
+        f"return open({prices!r}).read()",
+    ]
+    for granted in (prices, str(tmp_path / "up")):
+        grants = CodeSandbox(read=[granted], write=[str(workspace)])
+        for program in programs:
+            runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=grants))
+            try:
+                result = run(runtime, program)
+            finally:
+                runtime.close()
+            assert result.error is not None, result.value
+            assert result.error.kind == "worker-exit"
+            assert f"the granted path {granted!r} leads through the write grant" in (
+                result.error.message
+            )
+    assert os.readlink(current) == str(data / "prices.json")
+    # A chain that stays outside the write grant is granted as before.
+    (tmp_path / "direct.json").symlink_to(tmp_path / "prices.json.real")
+    (tmp_path / "prices.json.real").symlink_to(data / "prices.json")
+    grants = CodeSandbox(read=[str(tmp_path / "direct.json")], write=[str(workspace)])
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=grants))
+    try:
+        assert run(runtime, f"return open({str(tmp_path / 'direct.json')!r}).read()").value == "{}"
+    finally:
+        runtime.close()
+
+
 def test_a_write_grant_holding_the_code_the_host_runs_fails_every_run() -> None:
     # The Python installation (a virtual environment inside a project directory, say) and this
     # package are what the harness, and every template it starts, run outside the sandbox: a

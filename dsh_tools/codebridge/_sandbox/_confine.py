@@ -501,8 +501,9 @@ class SandboxPlan:
 
 def _refuse_links_into_write_grants(read: list[str], write: list[str]) -> None:
     """Refuse a grant that symbolic links lead beneath a ``write`` grant (``CodeSandbox``
-    refuses one whose path lies there). It is covered already, and a run may replace what it
-    leads to with a link to anywhere, which the next template would follow and grant."""
+    refuses one whose path lies there), or through it and out again. A run may replace what
+    lies beneath its ``write`` grant with a link to anywhere, which the next template would
+    follow and grant: the grant's target (covered already) or any step on the way to it."""
     roots = [(given, os.path.realpath(given)) for given in write]
     for path in (*read, *write):
         real = os.path.realpath(path)
@@ -513,6 +514,46 @@ def _refuse_links_into_write_grants(read: list[str], write: list[str]) -> None:
                     f"{given!r} (to {real!r}), which covers it already: a run could make it lead "
                     "anywhere; remove it"
                 )
+        for step in _resolution_steps(path):
+            for given, root in roots:
+                if lies_beneath(step, root):
+                    raise SandboxUnavailable(
+                        f"code sandbox: the granted path {path!r} leads through the write grant "
+                        f"{given!r} (at {step!r}): a run could make it lead anywhere; grant "
+                        f"what it leads to ({real!r}) instead"
+                    )
+
+
+def _resolution_steps(path: str) -> list[str]:
+    """Every path the kernel looks up while resolving ``path`` (each with its directory
+    already resolved, as ``os.path.realpath`` resolves it): the symbolic links followed and
+    the directories passed on the way, ``..`` of a link's target included."""
+    steps: list[str] = []
+    pending = list(reversed(path.split("/")))
+    resolved = "/"
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        step = os.path.join(resolved, name)
+        steps.append(step)
+        try:
+            target = os.readlink(step) if links < 40 else None
+        except OSError:  # not a link, or nothing there: the rest is looked up beneath it
+            target = None
+        # The kernel gives up after 40 links (ELOOP); the template's open then fails anyway.
+        if target is None:
+            resolved = step
+            continue
+        links += 1
+        if target.startswith("/"):
+            resolved = "/"
+        pending.extend(reversed(target.split("/")))
+    return steps
 
 
 def _refuse_host_code(granted: str) -> None:
