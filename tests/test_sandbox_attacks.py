@@ -645,6 +645,26 @@ return seen
     assert openat2 == 38  # ENOSYS too (its mode and resolve flags live in memory), so openat
 
 
+def test_a_run_cannot_make_the_host_flush_its_disks(sandbox: SubprocessCodeRuntime) -> None:
+    # sync() writes back every dirty page of the machine, syncfs() those of the filesystem a
+    # descriptor is on (the host's, from /usr): in a loop, the host's disks never stop flushing.
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {}
+for name, number, args in (('sync', 162, ()), ('syncfs', 306, (os.open('/usr', os.O_RDONLY),))):
+    ctypes.set_errno(0)
+    seen[name] = ctypes.get_errno() if libc.syscall(number, *args) < 0 else 'allowed'
+with open('own.txt', 'w') as handle:
+    handle.write('kept')
+    handle.flush()
+    os.fsync(handle.fileno())
+os.sync()  # the C library's sync() ignores the refusal
+return seen
+"""
+    assert value(sandbox, program) == {"sync": 1, "syncfs": 1}  # EPERM
+
+
 def test_the_32_bit_system_call_entry_reaches_nothing_and_is_not_logged(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

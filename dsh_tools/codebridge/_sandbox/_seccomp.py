@@ -48,7 +48,11 @@ kill. ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``pr
 but a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
 Python installation, ``/usr``, a harness's ``read`` grants) from the host's page cache, for every
 process of the machine, which then reads them from disk again; ``MADV_PAGEOUT`` would also move a
-run's own memory to swap, where no budget sees it.
+run's own memory to swap, where no budget sees it. ``sync`` and ``syncfs`` are refused: they
+write back the dirty pages of every file of the machine, or of a whole filesystem (the host's, from
+any descriptor of ``/usr``), to the host's disks, outside every budget, and a loop of them keeps
+those disks flushing; a run's own files are flushed with ``fsync``. The C library's
+``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that call.
 """
 
 from __future__ import annotations
@@ -129,6 +133,8 @@ DENIED_SYSCALLS: Final = {
     "fanotify_init": 300,
     "memfd_create": 319,
     "memfd_secret": 447,
+    "sync": 162,
+    "syncfs": 306,
 }
 """The x86_64 numbers of the refused calls."""
 UNSUPPORTED_SYSCALLS: Final = {
