@@ -254,6 +254,32 @@ def test_a_write_grant_holding_the_code_the_host_runs_fails_every_run() -> None:
             os.remove(marker)
 
 
+def test_a_write_grant_holding_the_c_library_the_host_runs_fails_every_run() -> None:
+    # The C library and the dynamic loader every python the host starts maps first (often in
+    # /usr/lib, outside the Python installation): a run allowed to replace them would run its
+    # code as the host the next time the harness, or a template, starts.
+    libc = os.path.realpath(_mapped("libc.so"))
+    granted = os.path.dirname(libc)
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
+    try:
+        result = run(runtime, "return 'ran with the C library writable'")
+    finally:
+        runtime.close()
+    assert result.error is not None, result.value
+    assert result.error.kind == "worker-exit"
+    assert f"the write grant {granted!r} holds code the host runs" in result.error.message
+
+
+def _mapped(name: str) -> str:
+    """The file this process has mapped whose name starts with ``name``."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split(maxsplit=5)[-1].strip()
+            if os.path.basename(path).startswith(name):
+                return path
+    raise AssertionError(f"{name} is not mapped")
+
+
 def test_the_environment_is_only_what_the_policy_passes() -> None:
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(env={"LANG": "C"})))
     try:

@@ -559,15 +559,17 @@ def _resolution_steps(path: str) -> list[str]:
 def _refuse_host_code(granted: str) -> None:
     """Refuse a ``write`` grant that holds the code the host runs outside the sandbox: the
     Python installation (a virtual environment inside a granted project directory, say) and
-    this package, which every template loads again when it starts. A run could change them,
-    and its code would then run as the host: in the harness's next import, or the template
-    of its next tool system."""
+    this package, which every template loads again when it starts, and the interpreter and
+    the shared libraries it has mapped (``libc``, the dynamic loader: outside the Python
+    installation, in ``/usr/lib``, they are what the next ``python`` the host starts runs
+    first). A run could change them, and its code would then run as the host: in the
+    harness's next import, or the template of its next tool system."""
     package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     libraries = [sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib")]
     libraries += [sysconfig.get_path("platlib"), package]
     prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
     root = os.path.realpath(granted)
-    for code in (*prefixes, *libraries):
+    for code in (*prefixes, *libraries, sys.executable, *_mapped_code()):
         real = os.path.realpath(code)
         held = real == root or lies_beneath(real, root)
         if held or (code in libraries and lies_beneath(root, real)):
@@ -576,6 +578,22 @@ def _refuse_host_code(granted: str) -> None:
                 f"({code!r}): a run could change what the harness or its next template runs, "
                 "outside the sandbox; grant a directory that does not hold it"
             )
+
+
+def _mapped_code() -> list[str]:
+    """The files this process has mapped executable (the interpreter, its shared libraries and
+    extension modules), as ``/proc/self/maps`` names them; none where it cannot be read."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return []
+    found = set()
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
+            found.add(fields[5].removesuffix(" (deleted)"))
+    return sorted(found)
 
 
 def _proc_masks() -> list[tuple[str, bool]]:
