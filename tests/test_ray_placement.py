@@ -585,6 +585,35 @@ def test_a_placement_must_return_an_async_body() -> None:
         RayPlacement(resources=["gpu_box"])  # type: ignore[arg-type]
 
 
+def test_a_placement_is_data_that_cannot_change_after_its_check() -> None:
+    given = {"big_memory": 1}
+    env = {"env_vars": {"MODE": "fast"}, "pip": ["requests"]}
+    placement = RayPlacement(resources=given, runtime_env=env)
+    with pytest.raises(TypeError, match="immutable"):
+        placement.resources["big_memory"] = -5  # type: ignore[index]
+    with pytest.raises(TypeError, match="immutable"):
+        placement.runtime_env["env_vars"]["MODE"] = "slow"  # type: ignore[index]
+    with pytest.raises(TypeError, match="immutable"):
+        placement.runtime_env["pip"].append("evil")  # type: ignore[index]
+    given["big_memory"] = -5  # the caller's own dicts are not held
+    env["env_vars"]["MODE"] = "slow"
+    assert placement.resources == {"big_memory": 1}
+    assert placement.runtime_env == {"env_vars": {"MODE": "fast"}, "pip": ["requests"]}
+
+    # Hashable by value, as it compares: usable as a key, in a set, as a cache key.
+    same = RayPlacement(
+        resources={"big_memory": 1.0},
+        runtime_env={"pip": ["requests"], "env_vars": {"MODE": "fast"}},
+    )
+    assert same == placement and hash(same) == hash(placement)
+    assert {placement: "big"}[same] == "big"
+    assert len({RayPlacement(), RayPlacement(), RayPlacement(num_cpus=2)}) == 2
+    # Ray gets plain copies of its options, in the types it was given them.
+    options = placement._options()
+    assert type(options["runtime_env"]["pip"]) is list
+    assert type(options["runtime_env"]["env_vars"]) is dict
+
+
 async def woken_from_another_thread(args: Any, ctx: Any) -> Any:
     loop = asyncio.get_running_loop()
     woken: asyncio.Future[str] = loop.create_future()

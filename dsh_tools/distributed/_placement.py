@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from ..actors import FrozenDict, FrozenList
 from ._ray_body import Body, remote_body
 from ._ray_runners import LazyRunner
 
@@ -78,6 +79,17 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
         if type(self.actor_pool) is not int or self.actor_pool < 0:
             raise ValueError("RayPlacement: actor_pool must be an int >= 0")
         check_ray_options("RayPlacement", self.resources, self.runtime_env)
+        # Held frozen (its containers deep-frozen, other values as given): a placement is
+        # data, checked once here, and must not change after that check, nor under the
+        # tools that share it.
+        for label in ("resources", "runtime_env"):
+            value = getattr(self, label)
+            if value is not None:
+                msgspec.structs.force_setattr(self, label, _frozen(value))
+
+    def __hash__(self) -> int:
+        # By value, as it compares (a frozen container hashes by identity).
+        return hash(tuple(_hashable(value) for value in msgspec.structs.astuple(self)))
 
     def place(self, tool: str, execute: Callable[[Any, Any], Any]) -> Body:
         """The ``async def`` body that runs ``execute`` on Ray with these options."""
@@ -91,8 +103,35 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
         if self.resources:
             options["resources"] = dict(self.resources)
         if self.runtime_env:
-            options["runtime_env"] = dict(self.runtime_env)
+            options["runtime_env"] = _thawed(self.runtime_env)
         return options
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with its dicts and lists (and tuples) deep-frozen; other values as given."""
+    if isinstance(value, dict):
+        return FrozenDict({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return FrozenList(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """A plain copy of a ``_frozen`` value, for Ray (which may fill in what it was given)."""
+    if isinstance(value, dict):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_thawed(item) for item in value]
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    """A hashable stand-in for a ``_frozen`` value, equal where the values are equal."""
+    if isinstance(value, dict):
+        return frozenset((key, _hashable(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return tuple(_hashable(item) for item in value)
+    return value
 
 
 _default_lock = threading.Lock()
