@@ -308,6 +308,31 @@ def test_an_actor_that_died_while_idle_is_replaced_before_the_next_call_reaches_
     assert after.value["calls"] == 1 and after.value["pid"] != first.value["pid"]
 
 
+def test_calls_queued_behind_a_call_whose_actor_dies_run_on_a_fresh_actor(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # The actor runs one call at a time: the calls queued behind the one it dies under had
+    # not begun, so they run on the actor that replaces it; only the call it died under is lost.
+    params = {"dir": {"type": "string"}, "then": {"type": "string"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1)
+    system.tools.register(json_tool("tally", tally, pool, parameters=params))
+    hang = ExecuteCall(call_id="c1", name="tally", arguments={"dir": str(tmp_path), "then": "hang"})
+    pending = spawn(system, hang)
+    pid = int(wait_for_file(tmp_path / "started"))
+    queued = [
+        spawn(system, ExecuteCall(call_id=f"q{n}", name="tally", arguments={})) for n in range(3)
+    ]
+    time.sleep(0.5)  # submitted to the busy actor by now
+    os.kill(pid, signal.SIGKILL)
+    lost = pending.result(WAIT)
+    moved = [call.result(WAIT) for call in queued]
+
+    assert lost.error.info.code == "REMOTE_WORKER_LOST"
+    assert all(not result.is_error for result in moved), [r.content for r in moved]
+    assert sorted(result.value["calls"] for result in moved) == [1, 2, 3]  # one fresh actor
+    assert {result.value["pid"] for result in moved} - {pid} == {moved[0].value["pid"]}
+
+
 def hang_on_one_actor(
     system: ToolSystem, folder: Path
 ) -> tuple[AbortController, concurrent.futures.Future[Any], int]:

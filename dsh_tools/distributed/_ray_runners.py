@@ -18,7 +18,8 @@ IDLE_PROBE_S: Final = 1.0
 """How long an actor has had no call before the next one is preceded by ``ready()``, which
 tells whether it died meanwhile (its process killed, its node lost) before reaching the call.
 Only then: the probe costs a call about a fifth more, and back-to-back calls would pay it for
-a death that a second's gap between calls makes unlikely."""
+a death that a second's gap between calls makes unlikely. A call sent while others are on the
+actor needs no probe: the call just ahead of it tells (see ``ActorPool.submit``)."""
 
 __all__ = [
     "ActorPool",
@@ -56,9 +57,10 @@ class Submission(Protocol):
     @property
     def reached(self) -> Any:
         """A Ray object ref that settles once the worker has reached the call, failing if it
-        died before (an actor runs its calls in order: one that died idle never began this
-        one); None where nothing tells (a task, which has a worker of its own, and an actor
-        call sent without the probe, see ``IDLE_PROBE_S``)."""
+        died before (an actor runs its calls in order, one at a time: one that died idle, or
+        under the call just ahead, never began this one); None where nothing tells (a task,
+        which has a worker of its own, and a call to an idle actor sent without the probe, see
+        ``IDLE_PROBE_S``)."""
 
     @property
     def moved(self) -> bool:
@@ -179,6 +181,8 @@ class ActorPool:
         self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
         # When each slot's last call was released (its actor idle since, unless it has calls).
         self._idle_since: list[float] = [0.0] * placement.actor_pool
+        # The ref of the last call sent to each slot's actor while it has calls (see ``submit``).
+        self._last: list[Any] = [None] * placement.actor_pool
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
@@ -188,11 +192,16 @@ class ActorPool:
             reached = None
             if actor is None:
                 actor = self._actors[slot] = self._cls.remote(self._execute)
-            elif not calls[slot] and time.monotonic() - self._idle_since[slot] >= IDLE_PROBE_S:
+            elif calls[slot]:
+                # The call just ahead on the same actor: should it fail with the actor's death,
+                # the actor died before it finished that one, so it never began this one.
+                reached = self._last[slot]
+            elif time.monotonic() - self._idle_since[slot] >= IDLE_PROBE_S:
                 # ``ready`` just before the call, on the same actor: should it fail with the
                 # actor's death, the call was never begun (see ``IDLE_PROBE_S``).
                 reached = actor.ready.remote()
             submission = ActorSubmission(self, slot, actor, reached, actor.call.remote(frame))
+            self._last[slot] = submission.ref
             calls[slot].add(submission)
         return submission
 
@@ -202,6 +211,7 @@ class ActorPool:
             calls.discard(submission)
             if not calls:
                 self._idle_since[slot] = time.monotonic()
+                self._last[slot] = None  # not held: it would keep its reply in Ray's store
 
     def discard(self, slot: int, actor: Any, running: ActorSubmission | None = None) -> None:
         """Kill ``actor`` and let the next call of its slot start a fresh one.
