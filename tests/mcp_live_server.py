@@ -29,7 +29,9 @@ Tools:
 The server has instructions (shown as a prompt section by the client). With
 ``MCP_FIXTURE_HELPER`` set, it first starts a helper process of its own (a sleeping Python,
 as a server that runs a worker or a browser does) that shares its stdin and stdout, and writes
-the helper's process id to ``helper``.
+the helper's process id to ``helper``: ``setsid`` starts it in a session of its own,
+``daemon`` as a daemon (in a session of its own, its parent exited), anything else in the
+server's process group.
 """
 
 from __future__ import annotations
@@ -290,9 +292,27 @@ def _not_found_as_400(app: Any) -> Any:
     return answer
 
 
+def _start_daemon() -> None:
+    """Start the helper as a daemon does: in a session of its own, its parent gone."""
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        if os.fork() == 0:
+            _mark("helper", str(os.getpid()))
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
+        os._exit(0)
+    os.waitpid(middle, 0)
+
+
 def main(argv: list[str]) -> None:
-    if os.environ.get("MCP_FIXTURE_HELPER"):
-        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    helping = os.environ.get("MCP_FIXTURE_HELPER")
+    if helping == "daemon":
+        _start_daemon()
+    elif helping:
+        helper = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            start_new_session=helping == "setsid",
+        )
         _mark("helper", str(helper.pid))
     _mark("pid", str(os.getpid()))
     if argv[:1] == ["http"]:

@@ -223,18 +223,20 @@ def test_closing_after_a_death_leaks_no_process_thread_or_descriptor(
     wait_until(lambda: open_descriptors() <= before, "descriptors to be released")
 
 
-def helper_params(marks: Path) -> StdioServerParameters:
+def helper_params(marks: Path, how: str = "group") -> StdioServerParameters:
     """The live server with a helper process of its own (see ``tests/mcp_live_server.py``)."""
     params = live_params(marks)
-    return params.model_copy(update={"env": {**(params.env or {}), "MCP_FIXTURE_HELPER": "1"}})
+    return params.model_copy(update={"env": {**(params.env or {}), "MCP_FIXTURE_HELPER": how}})
 
 
+@pytest.mark.parametrize("how", ["group", "setsid", "daemon"])
 def test_closing_ends_the_processes_the_server_started_too(
-    system: ToolSystem, tmp_path: Path, errlog: TextIO
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, how: str
 ) -> None:
-    # The server exits as soon as its input closes; the helper it started would live on.
+    # The server exits as soon as its input closes; the helper it started would live on, in
+    # the server's process group, in a session of its own, or as a daemon whose parent exited.
     with register_mcp_server_sync(
-        system, "helped", helper_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+        system, "helped", helper_params(tmp_path, how), errlog=errlog, connect_timeout=WAIT
     ):
         pid = int(wait_for_file(tmp_path / "pid"))
         helper = int(wait_for_file(tmp_path / "helper"))
@@ -243,14 +245,15 @@ def test_closing_ends_the_processes_the_server_started_too(
     assert process_gone(helper)
 
 
+@pytest.mark.parametrize("how", ["group", "setsid", "daemon"])
 def test_a_server_that_dies_while_its_helper_holds_its_output_is_lost_at_once(
-    system: ToolSystem, tmp_path: Path, errlog: TextIO
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, how: str
 ) -> None:
     # The helper keeps the server's stdout open, so its end never shows there: the server's
     # own exit is what says the connection is gone. The call fails as disconnected (not after
     # a keep-alive ping, 15 s on), the tools are withdrawn and the helper is ended too.
     with register_mcp_server_sync(
-        system, "helped", helper_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+        system, "helped", helper_params(tmp_path, how), errlog=errlog, connect_timeout=WAIT
     ) as plugin:
         helper = int(wait_for_file(tmp_path / "helper"))
         died = failure(run(system, "die", {}))["error"]

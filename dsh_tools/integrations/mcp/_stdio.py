@@ -11,8 +11,9 @@ come until a keep-alive ping gives up.
 ``SIGKILL`` after the SDK's grace period) as soon as the server's process exited, which ends
 its output, and once more when the connection is closed. The SDK does not say which process it
 started: its environment carries a tag (``DSH_TOOLS_MCP_SERVER``) by which it is found among
-this process's children in ``/proc``, and its exit is watched through a pidfd. Where either
-cannot be had (another OS), the SDK's own handling is all there is.
+this process's children in ``/proc``, and its exit is watched through a pidfd. The tag is also
+what finds the descendants that left the group (``setsid``), which are ended with it. Where
+either cannot be had (another OS), the SDK's own handling is all there is.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import signal
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TextIO
@@ -48,7 +50,7 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
             leader = _child_tagged(tag)
             async with anyio.create_task_group() as watching:
                 if leader is not None:
-                    watching.start_soon(_end_group_after_exit, leader, ended)
+                    watching.start_soon(_end_group_after_exit, leader, tag, ended)
                 try:
                     yield streams
                 finally:
@@ -58,7 +60,7 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
         # is free for the system to give to a process (and group) of someone else's.
         if leader is not None and not ended.is_set():
             with anyio.CancelScope(shield=True):
-                await _end_group(leader)
+                await _end_group(leader, tag)
 
 
 def _processes() -> Iterator[tuple[int, bytes, int, int]]:
@@ -97,10 +99,10 @@ def _child_tagged(tag: str) -> int | None:
     return None
 
 
-async def _end_group_after_exit(leader: int, ended: anyio.Event) -> None:
-    """Once the server's process exited, end what is left of its group (then set ``ended``):
-    a child of it that holds its stdout would keep the connection from seeing the server's
-    end."""
+async def _end_group_after_exit(leader: int, tag: str, ended: anyio.Event) -> None:
+    """Once the server's process exited, end what is left of its group and its escapees (then
+    set ``ended``): a child of it that holds its stdout would keep the connection from seeing
+    the server's end."""
     try:
         exited = os.pidfd_open(leader)
     except (AttributeError, OSError):  # no pidfd here, or the process is gone already
@@ -109,24 +111,82 @@ async def _end_group_after_exit(leader: int, ended: anyio.Event) -> None:
         await anyio.wait_readable(exited)
     finally:
         os.close(exited)
-    await _end_group(leader)
+    await _end_group(leader, tag)
     ended.set()
 
 
-async def _end_group(group: int) -> None:
-    """``SIGTERM`` to the process group, ``SIGKILL`` to what is left of it after the grace."""
+async def _end_group(group: int, tag: str) -> None:
+    """``SIGTERM`` to the process group and to the processes that left it, ``SIGKILL`` to what
+    is left of them after the grace."""
+    escaped = _escapees(group, tag)
     try:
-        os.killpg(group, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    except PermissionError:  # some member is not ours to signal: end what is
-        pass
-    with anyio.move_on_after(_GRACE_S):
-        while _group_alive(group):
-            await anyio.sleep(_POLL_S)
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(group, signal.SIGKILL)
+        # None of the group left, or some member not ours to signal: the rest still goes.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGTERM)
+        _signal_each(escaped, signal.SIGTERM)
+        with anyio.move_on_after(_GRACE_S):
+            while _group_alive(group) or any(_running(pidfd) for pidfd in escaped):
+                await anyio.sleep(_POLL_S)
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+        _signal_each(escaped, signal.SIGKILL)
+    finally:
+        for pidfd in escaped:
+            os.close(pidfd)
+
+
+def _escapees(group: int, tag: str) -> list[int]:
+    """Pidfds of the server's descendants outside its process group: a process that called
+    ``setsid`` (a daemon, a browser, a server behind a wrapper that starts it so) leaves the
+    group that ends with the server, and one whose parent exited is no longer the server's
+    descendant in ``/proc``. Each is found by the tag it inherited in its environment, or, one
+    that was started with an environment of its own, by its parent being one of them or of the
+    group. A pidfd, unlike a process id, never names a process that replaced one that ended."""
+    me = os.getpid()
+    wanted = f"{_TAG}={tag}".encode()
+    parents: dict[int, int] = {}
+    found: set[int] = set()
+    for pid, state, parent, pgrp in _processes():
+        if pid == me or state in (b"Z", b"X"):
+            continue
+        if pgrp == group:
+            found.add(pid)
+            continue
+        parents[pid] = parent
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                if wanted in environ.read().split(b"\0"):
+                    found.add(pid)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    grown = True
+    while grown:
+        grown = False
+        for pid, parent in parents.items():
+            if parent in found and pid not in found:
+                found.add(pid)
+                grown = True
+    pidfds: list[int] = []
+    for pid in parents:
+        if pid in found:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                pidfds.append(os.pidfd_open(pid))
+    return pidfds
+
+
+def _signal_each(pidfds: list[int], signum: int) -> None:
+    for pidfd in pidfds:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            signal.pidfd_send_signal(pidfd, signum)
+
+
+def _running(pidfd: int) -> bool:
+    """Whether the process has not exited yet (its pidfd turns readable when it does; poll,
+    as select refuses a descriptor past 1023)."""
+    watch = select.poll()
+    watch.register(pidfd, select.POLLIN)
+    return not watch.poll(0)
 
 
 def _group_alive(group: int) -> bool:
