@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -422,6 +423,19 @@ def test_a_concurrency_callable_decides_per_tool(
     connect(concurrency_safe=only_sleep)
     assert seen == SERVER_TOOLS
     assert modes(system, "echo", "sleep") == ["exclusive", "parallel"]
+
+
+def test_a_concurrency_callable_that_answers_no_bool_fails_registration_naming_the_tool(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # A truthy answer that is no bool (a regex match, say) would otherwise read as False, and
+    # a tool meant to run in parallel would run alone without a word.
+    with pytest.raises(TypeError) as raised:
+        connect(concurrency_safe=lambda tool: re.match("ec", tool["name"]))
+    assert str(raised.value).startswith(
+        'concurrency_safe must return a bool, got re.Match for MCP tool "echo"'
+    )
+    assert system.tools.names() == []
 
 
 # --- scopes and names --------------------------------------------------------------------------

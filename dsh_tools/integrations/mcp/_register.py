@@ -570,9 +570,10 @@ async def register_mcp_server(
     as ``tool_prefix + <MCP name>`` with the server's input schema as ``parameters``; the list
     follows the server's ``tools/list_changed``. ``concurrency_safe``: ``None`` (default)
     trusts ``readOnlyHint``, ``True``/``False`` applies to all, a callable gets each tool's MCP
-    description (wire form). ``timeout_ms`` is every tool's deadline, ``timeouts`` per tool
-    (by MCP or registered name, in milliseconds); a deadline cancels the request
-    (``TOOL_TIMEOUT``) and is the ``timeout_ms`` the timeout policy reads.
+    description (wire form) and returns a bool (anything else raises ``TypeError``).
+    ``timeout_ms`` is every tool's deadline, ``timeouts`` per tool (by MCP or registered name,
+    in milliseconds); a deadline cancels the request (``TOOL_TIMEOUT``) and is the
+    ``timeout_ms`` the timeout policy reads.
 
     ``reconnect``: ``None`` (default) reconnects Streamable HTTP servers (``ReconnectPolicy()``)
     and not stdio servers or factories; ``True``/``False`` or a ``ReconnectPolicy`` decide.

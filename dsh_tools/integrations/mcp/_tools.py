@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -230,7 +231,26 @@ def _is_safe(policy: ConcurrencyPolicy, tool: Mapping[str, Any]) -> bool:
         return isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
     if isinstance(policy, bool):
         return policy
-    return policy(tool) is True
+    verdict = policy(tool)
+    if not isinstance(verdict, bool):
+        # A truthy non-bool (a regex match, a coroutine of an async callable) would read as
+        # False, running a tool meant to overlap its siblings alone without a word.
+        if inspect.iscoroutine(verdict):
+            verdict.close()
+        raise TypeError(
+            f"concurrency_safe must return a bool, got {_type_name(verdict)} for MCP tool "
+            f'"{tool.get("name")}"'
+        )
+    return verdict
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def _output_schema(declared: Any, name: str) -> dict[str, Any]:
