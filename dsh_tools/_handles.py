@@ -30,8 +30,12 @@ class _OwnerHandle:
         self._on_close: Attached[Callable[[], object]] = Attached()
         # ``close()`` marks itself under this lock: no closer is attached after it looked.
         self._closing = threading.Lock()
+        # Notified when a close() ends, disposed or cut short (``_await_disposal``).
+        self._settled = threading.Condition(self._closing)
         # A close() that an interruption (Ctrl-C) cut short: the next close() finishes it.
         self._cut_short = False
+        self._disposed = False
+        self._closer: int | None = None  # the thread running close()
 
     def on_close(self, close: Callable[[], object]) -> Callable[[], None]:
         """Have ``close()`` call ``close`` first, the last attached first: for what lives as
@@ -53,11 +57,10 @@ class _OwnerHandle:
         with self._closing:
             if self.closed and not self._cut_short:
                 return
-            resumed = self.closed
             self.closed = True
             self._cut_short = False
-        if not resumed:
-            self._forget()
+            self._closer = threading.get_ident()
+        disposed = False
         try:
             while (closer := self._on_close.take_last()) is not None:
                 try:
@@ -65,10 +68,32 @@ class _OwnerHandle:
                 except Exception as exc:
                     _log.warning("closing a resource with its owner failed", error=message_of(exc))
             self.tools._close_owner()
-        except BaseException:
+            # Forgotten only now: until its registrations are gone, the system hands out no
+            # fresh scope for the key, which would still see them (``_await_disposal``).
+            self._forget()
+            disposed = True
+        finally:
             with self._closing:
-                self._cut_short = True
-            raise
+                self._disposed = disposed
+                self._cut_short = not disposed
+                self._settled.notify_all()
+
+    def _await_disposal(self) -> None:
+        """Return once this closed handle's registrations are gone: wait for the ``close()``
+        under way on another thread, or finish one that an interruption cut short.
+        ``RuntimeError`` on the thread running that ``close()`` (in one of its closers),
+        which would wait for itself."""
+        with self._closing:
+            while not (self._disposed or self._cut_short):
+                if self._closer == threading.get_ident():
+                    raise RuntimeError(
+                        f"{self.tools._label} is still closing: its closers run before its "
+                        "registrations are disposed"
+                    )
+                self._settled.wait()
+            finish = not self._disposed
+        if finish:
+            self.close()
 
     def _forget(self) -> None:
         """Drop the system's reference to this handle (subclasses)."""

@@ -491,20 +491,26 @@ class ToolSystem:
         return PluginHandle(name, self._owner_tools(f'plugin "{name}"', None))
 
     def agent(self, key: str) -> AgentScope:
-        """The live scope of agent ``key`` (started on first use; fresh after ``close()``)."""
+        """The live scope of agent ``key`` (started on first use; fresh after ``close()``,
+        once that close has disposed the old scope's registrations: while it runs, this waits
+        for it, and it finishes one that a Ctrl-C cut short)."""
         self._check_running()
         check_agent_key(key, optional=False)
-        with self._lock:
-            scope = self._scopes.get(key)
-            if scope is None:
-                scope = AgentScope(
-                    key,
-                    self._owner_tools(f'agent scope "{key}"', key),
-                    forget=self._forget_scope,
-                    inject=self._inject,
-                )
-                self._scopes[key] = scope
-            return scope
+        while True:
+            with self._lock:
+                scope = self._scopes.get(key)
+                if scope is None:
+                    scope = AgentScope(
+                        key,
+                        self._owner_tools(f'agent scope "{key}"', key),
+                        forget=self._forget_scope,
+                        inject=self._inject,
+                    )
+                    self._scopes[key] = scope
+                    return scope
+                if not scope.closed:
+                    return scope
+            scope._await_disposal()  # it forgets itself once disposed
 
     def _forget_scope(self, scope: AgentScope) -> None:
         with self._lock:

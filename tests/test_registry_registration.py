@@ -351,6 +351,72 @@ def test_agent_scopes_are_live_per_key_and_fresh_after_close(system: ToolSystem)
         system.agent(1)  # type: ignore[arg-type]
 
 
+def test_a_scope_asked_for_while_its_key_is_closing_sees_none_of_the_old_tools(
+    system: ToolSystem,
+) -> None:
+    # agent(key) during a close slow in its closers (an MCP server shutting down) handed out a
+    # fresh scope that still saw the old scope's local tools and masks until the close ended.
+    old = system.agent("A")
+    old.tools.register(fixture("mine"))
+    system.tools.register(fixture("shared"))
+    old.tools.restrict(deny=["shared"])
+    in_closer, release = threading.Event(), threading.Event()
+    old.on_close(lambda: (in_closer.set(), release.wait(10)))
+    closing = threading.Thread(target=old.close)
+    closing.start()
+    assert in_closer.wait(10)
+    seen: list[list[str]] = []
+    asking = threading.Thread(target=lambda: seen.append(system.agent("A").tools.names()))
+    asking.start()
+    asking.join(0.5)  # a fresh scope must not be handed out yet
+    release.set()
+    closing.join(10)
+    asking.join(10)
+    assert seen == [["shared"]]
+    assert system.agent("A") is not old
+
+
+def test_a_closer_asking_for_its_own_scope_is_refused_not_deadlocked(system: ToolSystem) -> None:
+    scope = system.agent("A")
+    scope.tools.register(fixture("mine"))
+    errors: list[str] = []
+
+    def ask_again() -> None:
+        try:
+            system.agent("A")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    scope.on_close(ask_again)
+    scope.close()
+    assert errors == [
+        'agent scope "A" is still closing: its closers run before its registrations are disposed'
+    ]
+    assert system.agent("A").tools.names() == []
+
+
+def test_a_scope_whose_close_a_ctrl_c_cut_short_is_finished_by_agent(system: ToolSystem) -> None:
+    scope = system.agent("A")
+    scope.tools.register(fixture("mine"))
+    closed: list[str] = []
+    pressed = [False]
+
+    def interrupted() -> None:
+        if not pressed[0]:
+            pressed[0] = True
+            raise KeyboardInterrupt
+        closed.append("again")
+
+    scope.on_close(lambda: closed.append("first"))
+    scope.on_close(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        scope.close()
+    fresh = system.agent("A")
+    assert fresh is not scope
+    assert fresh.tools.names() == []
+    assert closed == ["first"]
+
+
 @pytest.mark.parametrize("key", [5, b"A", ("A",)], ids=["int", "bytes", "tuple"])
 def test_every_read_refuses_an_agent_key_that_is_not_a_str(system: ToolSystem, key: Any) -> None:
     # Not the global view for a key nobody could have meant: the same refusal as agent(key).
