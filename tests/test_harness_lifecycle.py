@@ -971,6 +971,115 @@ def test_ctrl_c_as_a_plain_body_is_handed_to_its_worker_waits_for_the_body() -> 
     assert done.stdout.split("\n")[:3] == ["interrupted", "[True]", "['ABORTED']"]
 
 
+CTRL_C_AT_EVERY_STEP_OF_THE_HAND_OVER = """
+import signal, sys, threading, time
+from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
+from dsh_tools.pipeline._dispatch import DispatchStages
+from dsh_tools.pipeline._workers import BodyThreads
+
+HAND = BodyThreads._hand.__code__
+WAIT = DispatchStages._run_in_worker.__code__
+ran = []
+
+
+def start():
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(a_tool("save", lambda args, ctx: ran.append(ctx.call_id) or "saved"))
+    system.tools.on_execute(timeout_policy(default_ms=60_000))  # the body runs on a worker
+    return system
+
+
+def stop(system):
+    failed = []
+    stopping = threading.Thread(target=lambda: failed.extend(
+        [] if system.stop() is None else ["stop returned"]), daemon=True)
+    stopping.start()
+    stopping.join(20)
+    return not stopping.is_alive() and not failed
+
+
+def ctrl_c_at(step):
+    # A Ctrl-C raises where the interpreter checks for signals: as a function begins, after a
+    # call. Raised at the step-th such point from the hand-over of the body to a worker thread
+    # until the call's task waits for it, with Python's own SIGINT handler in place.
+    seen, waiting = [0], [False]
+
+    def profile(frame, event, arg):
+        if event == "return" and frame.f_code is HAND:
+            waiting[0] = True
+        elif event == "return" and frame.f_code is WAIT:
+            waiting[0] = False
+        elif event in ("call", "c_return") and (waiting[0] or inside(frame)):
+            if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+                return  # a Ctrl-C is noted there, not raised
+            seen[0] += 1
+            if seen[0] > step:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+
+    return profile, seen
+
+
+def inside(frame):
+    while frame is not None and frame.f_code is not HAND:
+        frame = frame.f_back
+    return frame is not None
+
+
+wrong = []
+system = start()
+for step in range(100):
+    if sys.argv[1] == "new thread":
+        if not stop(system):
+            wrong.append(f"step {step - 1}: stop failed")
+        system = start()
+    else:  # an idle thread takes the body
+        system.execute(ExecuteCall(call_id=f"warm{step}", name="save", arguments={}))
+        time.sleep(0.05)
+    profile, seen = ctrl_c_at(step)
+    sys.setprofile(profile)
+    try:
+        system.execute(ExecuteCall(call_id=f"c{step}", name="save", arguments={}))
+        interrupted = False
+    except KeyboardInterrupt:
+        interrupted = True
+    sys.setprofile(None)
+    if seen[0] <= step:
+        break  # no such step: every one was tried
+    if not interrupted:
+        wrong.append(f"step {step}: not interrupted")
+    for _ in range(500):
+        results = [e.data for e in system.session.events
+                   if e.type == "tool/result" and e.data["call_id"] == f"c{step}"]
+        if results:
+            break
+        time.sleep(0.01)
+    codes = [r.get("error", {}).get("code") for r in results]
+    if len(codes) != 1 or (f"c{step}" in ran and codes != ["ABORTED"]):
+        wrong.append(f"step {step}: body ran: {f'c{step}' in ran}, results: {codes}")
+if not stop(system):
+    wrong.append("the last stop failed")
+print(step, wrong)
+"""
+
+
+@pytest.mark.parametrize("taker", ["idle thread", "new thread"])
+def test_a_ctrl_c_at_any_step_of_a_bodys_hand_over_never_leaves_it_running_unwaited(
+    taker: str,
+) -> None:
+    # A Ctrl-C raised in the hand-over (after the worker was taken from the idle ones, or once
+    # a new one was recorded but not started) or between it and the call's wait failed the
+    # call at once as though its body had raised it, while the body ran on with nobody waiting,
+    # and left stop() joining a thread never started: it raised. Now a Ctrl-C before the
+    # hand-over fails the call with the body never run; one after, the call settles ABORTED
+    # once its body returns.
+    done = run_script(CTRL_C_AT_EVERY_STEP_OF_THE_HAND_OVER, taker)
+    assert done.returncode == 0, done.stderr
+    steps, wrong = done.stdout.split(" ", 1)
+    assert int(steps) > 2
+    assert wrong.strip() == "[]"
+
+
 A_WAIT_CUT_SHORT = """
 import asyncio, signal
 from dsh_tools import ExecuteCall, ToolSystem

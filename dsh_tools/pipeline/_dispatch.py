@@ -4,6 +4,7 @@ thread, or as its own task), its rendering, and the candidate result for post-ex
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 from asyncio import current_task
 from collections.abc import Callable, Coroutine
@@ -405,26 +406,31 @@ class DispatchStages(PipelineCore):
         # and the call's hooks set (a tracing span) reaches the body, and nothing it sets leaks.
         run = contextvars.copy_context().run
         executor = self._executor
-        if not rec.inline or type(executor) is not BodyThreads:
-            work = executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
-        else:
-            # The blocking execute's own thread, where a Ctrl-C lands wherever it stands (on
-            # the main thread): one that comes as a new worker thread starts is noted rather
-            # than raised there, where it failed the call at once while its body ran on with
-            # nobody waiting for it. It interrupts the call, which waits for its body and
-            # settles ABORTED before KeyboardInterrupt propagates (``reraise``).
-            work, interrupted = executor.submit_noting_interrupts(
-                run, call_plain_body, execute, rec.arguments, ctx
-            )
-            if interrupted:
-                rec.reraise = KeyboardInterrupt()
-                self.interrupt(rec, INTERRUPTED_REASON)
         rec.body_wait = current_task(loop)
         waits = self.body_waits
         waits.add(rec)
         try:
+            if not rec.inline or type(executor) is not BodyThreads:
+                work = executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
+                waiting = asyncio.wrap_future(work)
+            else:
+                # The blocking execute's own thread, where a Ctrl-C lands wherever it stands
+                # (on the main thread). One raised in the hand-over to a worker thread, or
+                # between it and this task's wait, failed the call at once while its body ran
+                # on with nobody waiting for it. So the wait is made first, and the hand-over
+                # notes a Ctrl-C that comes once the body is handed over rather than raise it:
+                # it interrupts the call, which waits for its body and settles ABORTED before
+                # KeyboardInterrupt propagates (``reraise``). Between the hand-over and the
+                # await nothing is called, so nothing there checks for a signal.
+                work = concurrent.futures.Future()
+                waiting = asyncio.wrap_future(work)
+                if executor.hand_noting_interrupts(
+                    work, run, call_plain_body, execute, rec.arguments, ctx
+                ):
+                    rec.reraise = KeyboardInterrupt()
+                    self.interrupt(rec, INTERRUPTED_REASON)
             try:
-                return await asyncio.wrap_future(work)
+                return await waiting
             except asyncio.CancelledError:
                 if take_back_cancels(rec):
                     raise BodyCancelled from None  # abandoned

@@ -58,17 +58,21 @@ class BodyThreads(concurrent.futures.Executor):
         self._hand((future, fn, args, kwargs))
         return future
 
-    def submit_noting_interrupts(
-        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
-    ) -> tuple[concurrent.futures.Future[_T], bool]:
-        """``submit``, from a thread where a Ctrl-C raises wherever that thread stands (a
-        blocking call's): one that comes while a new thread is started (the hand-over's one
-        long step) is noted instead of raised in the middle of it, which lost the future of
-        work already handed over. The future, and whether a Ctrl-C was noted: the caller,
-        holding the future now, raises it in its own time."""
-        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
-        noted = self._hand((future, fn, args, kwargs), note_interrupts=True)
-        return future, noted
+    def hand_noting_interrupts(
+        self,
+        future: concurrent.futures.Future[_T],
+        fn: Callable[_P, _T],
+        /,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> bool:
+        """``submit``, settling ``future``, which the caller made (and waits on) before, from a
+        thread where a Ctrl-C raises wherever that thread stands (a blocking call's): one that
+        comes once the work is handed over (while a new thread starts, the hand-over's one
+        long step, say) is noted instead of raised, which would lose the caller's wait for
+        work already handed over. One that comes before raises, and ``fn`` never runs.
+        Whether a Ctrl-C was noted: the caller raises it in its own time."""
+        return self._hand((future, fn, args, kwargs), note_interrupts=True)
 
     def run(self, fn: Callable[[], object]) -> None:
         """``submit(fn)`` for a caller that never looks at the outcome: no future is made (its
@@ -78,23 +82,48 @@ class BodyThreads(concurrent.futures.Executor):
 
     def _hand(self, work: _Work, *, note_interrupts: bool = False) -> bool:
         """Give ``work`` to an idle thread, else to a new one. ``note_interrupts``: a Ctrl-C
-        while the new thread starts is noted, not raised (``interrupts_deferred``); whether one
-        came."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            if self._idle:
-                self._idle.pop().inbox.put(work)
+        that comes once the work is handed over (while the new thread starts, or as the
+        hand-over ends) is noted, not raised; whether one came. One that comes before raises,
+        and the work never runs. Without ``note_interrupts`` it raises either way, though
+        never with the work half handed over: an idle thread lost, or a new one not started
+        (which ``shutdown`` could never join).
+
+        A Ctrl-C raises only where the interpreter checks for signals: after a call, or as a
+        Python function begins. So the one call handing the work to an idle thread is that
+        branch's last step (``del`` rather than ``pop()``, which is a call), and once
+        ``worker`` is bound the work is in its hands: the handler below finishes what a
+        Ctrl-C cut short and tells it from one that came first. That costs a call nothing,
+        where swapping in a SIGINT handler for the whole hand-over costs it as much as a
+        short body."""
+        worker: _Worker | None = None
+        try:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("cannot schedule new futures after shutdown")
+                idle = self._idle
+                if idle:
+                    worker = idle[-1]
+                    del idle[-1]
+                    worker.inbox.put(work)
+                    return False
+                worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
+                self._all.append(worker.thread)
+            if not note_interrupts:
+                worker.thread.start()
                 return False
-            worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
-            self._all.append(worker.thread)
-        if not note_interrupts:
-            worker.thread.start()
-            return False
-        noted = interrupts_deferred()
-        with noted:
-            worker.thread.start()
-        return noted.came
+            noted = interrupts_deferred()
+            with noted:
+                worker.thread.start()
+            return noted.came
+        except KeyboardInterrupt:
+            if worker is None:
+                raise  # before the hand-over: nothing of it was done
+            if worker.thread.ident is None:  # a new thread, recorded but not started
+                with interrupts_deferred():
+                    worker.thread.start()
+            if not note_interrupts:
+                raise
+            return True
 
     def _serve(self, worker: _Worker) -> None:
         while True:
