@@ -534,6 +534,46 @@ def test_a_parameter_of_any_value_is_not_made_strict(system: ToolSystem) -> None
     )
 
 
+def test_a_boolean_schema_for_a_value_is_not_made_strict(system: ToolSystem) -> None:
+    # Schema generators write "any value" as `true` (schemars for a serde_json::Value, which
+    # Rust MCP servers use): it declares no type, as {} does, and `false` admits no value.
+    parameters = {
+        "type": "object",
+        "properties": {
+            "meta": True,
+            "tags": {"type": "array", "items": True},
+            "pick": {"anyOf": [{"type": "string"}, True]},
+            "gone": False,
+        },
+        "required": ["meta"],
+    }
+    system.tools.register(fixture("annotate", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    assert exported["function"]["parameters"] == parameters
+    with pytest.raises(ValueError) as raised:
+        to_openai_strict_schema(parameters)
+    assert str(raised.value) == (
+        "schema cannot be used in strict mode: "
+        "schema.properties.meta is true and declares no type (strict mode needs one for every "
+        "value); schema.properties.tags.items is true and declares no type (strict mode needs "
+        "one for every value); schema.properties.pick.anyOf[1] is true and declares no type "
+        "(strict mode needs one for every value); schema.properties.gone is false and admits "
+        "no value (strict mode cannot require it)"
+    )
+
+
+def test_a_tuple_in_the_older_items_spelling_is_not_made_strict(system: ToolSystem) -> None:
+    # Draft-07 schemas (what most MCP servers send) spell a tuple as a list of items.
+    point = {"type": "array", "items": [{"type": "number"}, {"type": "number"}]}
+    parameters = {"type": "object", "properties": {"at": point}, "required": ["at"]}
+    system.tools.register(fixture("goto", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    with pytest.raises(ValueError, match=r"properties\.at\.items \(a tuple\) cannot be strict"):
+        to_openai_strict_schema(parameters)
+
+
 def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
     # Strict mode reads no prefixItems: the API refuses such an array as one without items.
     @tool

@@ -31,8 +31,9 @@ lookaround) move into the node's ``description`` as notes (``minLength=3``): the
 reads them, and the registry still enforces them, since it validates against the tool's own
 schema. What cannot be rewritten (explicitly open objects, objects whose
 ``patternProperties`` or ``unevaluatedProperties`` admit keys they do not list, and values of
-any shape: a schema with no type, an object that lists no keys, an array with no item schema;
-and tuples, whose ``prefixItems`` strict mode does not read) is reported. Every walk here is
+any shape: a schema with no type or the schema ``true``, an object that lists no keys, an array
+with no item schema; a value whose schema is ``false``; and tuples, whose ``prefixItems`` (or
+older drafts' list of ``items``) strict mode does not read) is reported. Every walk here is
 iterative, so schemas nested thousands of levels deep export at the default recursion limit.
 """
 
@@ -124,23 +125,37 @@ def _tool_entries(
     return entries
 
 
-def _children(node: dict[str, Any], path: str) -> list[tuple[dict[str, Any], str, bool]]:
-    """The subschema dicts directly under ``node``, with their paths and whether each
-    describes a whole value (``_VALUE_SCHEMAS``), in key order."""
-    found: list[tuple[dict[str, Any], str, bool]] = []
+Schema = dict[str, Any] | bool
+"""A subschema: a dict, or ``true`` (any value) / ``false`` (no value)."""
+
+
+def _children(node: dict[str, Any], path: str) -> list[tuple[Schema, str, bool]]:
+    """The subschemas directly under ``node`` (dicts and booleans), with their paths and
+    whether each describes a whole value (``_VALUE_SCHEMAS``), in key order."""
+    found: list[tuple[Schema, str, bool]] = []
     for key, value in node.items():
         whole = key in _VALUE_SCHEMAS
         if key in _SCHEMA_MAPS and type(value) is dict:
             for name, child in value.items():
-                if type(child) is dict:
+                if type(child) in (dict, bool):
                     found.append((child, f"{path}.{key}.{name}", whole))
         elif key in _SCHEMA_LISTS and type(value) is list:
             for i, child in enumerate(value):
-                if type(child) is dict:
+                if type(child) in (dict, bool):
                     found.append((child, f"{path}.{key}[{i}]", whole))
-        elif (key in _ONE_SCHEMA or key == "additionalProperties") and type(value) is dict:
+        elif (key in _ONE_SCHEMA or key == "additionalProperties") and type(value) in (dict, bool):
             found.append((value, f"{path}.{key}", whole))
     return found
+
+
+def _boolean_violation(schema: bool, path: str) -> str:
+    """Why a boolean schema of a whole value cannot be strict. Schema generators write "any
+    value" as ``true`` (schemars, for a Rust MCP server's ``serde_json::Value``): like ``{}``
+    it declares no type. ``false`` admits no value, so the property it describes, which
+    strict mode makes required, could never be sent."""
+    if schema:
+        return f"{path} is true and declares no type (strict mode needs one for every value)"
+    return f"{path} is false and admits no value (strict mode cannot require it)"
 
 
 def _is_object_node(node: dict[str, Any]) -> bool:
@@ -159,9 +174,13 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
     that is explicitly open or has a property missing from ``required`` is a violation.
     """
     violations: list[str] = []
-    stack: list[tuple[dict[str, Any], str, bool]] = [(parameters, root, True)]
+    stack: list[tuple[Schema, str, bool]] = [(parameters, root, True)]
     while stack:
         node, path, whole = stack.pop()
+        if type(node) is bool:
+            if whole:
+                violations.append(_boolean_violation(node, path))
+            continue
         if whole:
             violations.extend(_undeclared(node, path))
         if _is_object_node(node):
@@ -229,6 +248,9 @@ def _undeclared(node: dict[str, Any], path: str) -> list[str]:
     if "prefixItems" in node:
         # The API reads no prefixItems in strict mode and refuses the array as untyped.
         return [f"{path}.prefixItems (a tuple) cannot be strict: strict mode types only items"]
+    if type(node.get("items")) is list:
+        # The same tuple as draft 2019-09 and earlier spell it (MCP servers' schemas often do).
+        return [f"{path}.items (a tuple) cannot be strict: strict mode types one items schema"]
     declared = node.get("type")
     arrays = declared == "array" or (type(declared) is list and "array" in declared)
     if arrays and "items" not in node:
