@@ -574,6 +574,27 @@ def test_a_tuple_in_the_older_items_spelling_is_not_made_strict(system: ToolSyst
         to_openai_strict_schema(parameters)
 
 
+def test_an_object_requiring_a_key_it_does_not_declare_is_not_made_strict(
+    system: ToolSystem,
+) -> None:
+    # Open, the object takes the key as any value; closed for strict mode, it would take no
+    # value at all, and the model could never call the tool.
+    parameters = {
+        "type": "object",
+        "properties": {"filter": {"type": "object", "properties": {}, "required": ["id"]}},
+        "required": ["filter"],
+    }
+    system.tools.register(fixture("find", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    with pytest.raises(ValueError) as raised:
+        to_openai_strict_schema(parameters)
+    assert str(raised.value) == (
+        "schema cannot be used in strict mode: schema.properties.filter.required names 'id', "
+        "which its properties do not declare"
+    )
+
+
 def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
     # Strict mode reads no prefixItems: the API refuses such an array as one without items.
     @tool

@@ -219,6 +219,13 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
             required = node.get("required", [])
             if type(properties) is dict:
                 required_names = list(required) if type(required) is list else []
+                # A required key the object does not declare: closed for strict mode, the
+                # object has no valid value, and a model held to it could never make the call.
+                violations.extend(
+                    f"{path}.required names {name!r}, which its properties do not declare"
+                    for name in required_names
+                    if name not in properties
+                )
                 optional = [name for name in properties if name not in required_names]
                 for name in optional:
                     properties[name] = _nullable(properties[name], parameters)
