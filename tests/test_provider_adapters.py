@@ -211,6 +211,32 @@ def test_an_image_is_sent_as_the_type_its_bytes_are() -> None:
     assert output[0]["image_url"] == f"data:image/jpeg;base64,{jpeg}"
 
 
+def test_an_image_whose_bytes_are_no_image_type_a_provider_takes_is_not_sent() -> None:
+    # An HTML error page a server fetched in place of a picture, still called image/png: every
+    # provider would refuse the whole request for it.
+    page = "PGh0bWw+NDA0PC9odG1sPg=="  # base64 of "<html>404</html>"
+    blocks = [
+        {"type": "image", "data": page, "mimeType": "image/png"},
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///a.jpg", "mimeType": "image/jpeg", "blob": page},
+        },
+    ]
+    said = [
+        "[image image-1 (image/png) omitted: its data is not a PNG, JPEG, GIF or WebP image]",
+        "[image file:///a.jpg (image/jpeg) omitted: its data is not a PNG, JPEG, GIF or WebP "
+        "image]",
+    ]
+    result = outcome(success("c1", blocks))
+    assert openai_tool_messages(result) == [
+        {"role": "tool", "tool_call_id": "c1", "content": "\n".join(said)}
+    ]
+    (item,) = responses_tool_outputs(result)
+    assert item == {"type": "function_call_output", "call_id": "c1", "output": "\n".join(said)}
+    message: Any = anthropic_tool_results(result)
+    assert message["content"][0]["content"] == [{"type": "text", "text": text} for text in said]
+
+
 def test_anthropic_gets_no_blank_text_blocks_from_an_empty_result_or_context() -> None:
     # The Messages API refuses a text block that is empty or only whitespace, in a tool_result
     # as anywhere else; a tool that printed nothing answers with a tool_result without content.

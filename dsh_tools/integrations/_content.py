@@ -86,6 +86,10 @@ def _decoded(data: str) -> tuple[str, bytes | str]:
         return data, str(exc)
 
 
+_PROVIDER_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+"""The image types every provider takes, which ``_image_type`` recognizes by their bytes."""
+
+
 def _image_type(data: bytes) -> str | None:
     """The image type ``data`` starts as, of those every provider takes; ``None`` for another."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -102,7 +106,10 @@ def _image_type(data: bytes) -> str | None:
 def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
     """The media, or what the model reads instead when its data is not base64. An image is
     sent as the type its bytes are: tools (screenshot servers, say) often call a JPEG
-    ``image/png``, and the Anthropic API refuses an image whose bytes are not its stated type."""
+    ``image/png``, and the Anthropic API refuses an image whose bytes are not its stated type.
+    Bytes of none of the types providers take, under one of those types (an HTML error page a
+    server fetched in place of the image), are not sent: the provider would refuse the whole
+    request, naming neither the call nor the block."""
     data, decoded = _decoded(data)
     if isinstance(decoded, str):
         return Text(
@@ -111,7 +118,13 @@ def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
     if not decoded:
         return Text(f"[{kind} {name} ({mime_type}) omitted: its data is empty]")
     if kind == "image":
-        mime_type = _image_type(decoded) or mime_type
+        actual = _image_type(decoded)
+        if actual is None and mime_type in _PROVIDER_IMAGE_TYPES:
+            return Text(
+                f"[{kind} {name} ({mime_type}) omitted: its data is not a PNG, JPEG, GIF or "
+                "WebP image]"
+            )
+        mime_type = actual or mime_type
     return Media(kind, mime_type, data, name)
 
 
