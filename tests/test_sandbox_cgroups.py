@@ -372,13 +372,21 @@ def test_without_cgroups_spinning_processes_in_sessions_of_their_own_end_by_the_
         runtime.close()
 
 
+@pytest.fixture
+def scratch_root(tmp_path: Path) -> Iterator[int]:
+    """A descriptor of the directory a meter takes for its run's scratch tmpfs."""
+    fd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    yield fd
+    os.close(fd)
+
+
 @needs_cgroups
-def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(tmp_path: Path) -> None:
+def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(scratch_root: int) -> None:
     plan = CgroupPlan(wanted=True, max_memory_mb=16, max_processes=4)  # ceiling: 96 MiB
     plan.prepare()
     run_cgroups = plan.new_run()
     assert run_cgroups is not None
-    meter = CgroupMeter(run_cgroups.fds, str(tmp_path))
+    meter = CgroupMeter(run_cgroups.fds, scratch_root)
     child = os.fork()
     if child == 0:
         try:
@@ -399,7 +407,7 @@ def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(tmp_path: Path) ->
 
 @needs_cgroups
 def test_a_reaped_runs_cgroup_still_holding_a_process_is_removed_on_a_retry(
-    tmp_path: Path,
+    scratch_root: int,
 ) -> None:
     # A run's child is reaped while another process of the run is still attached (the kernel
     # detaches killed processes a moment later): removal waits, and a retry (the template makes
@@ -408,7 +416,7 @@ def test_a_reaped_runs_cgroup_still_holding_a_process_is_removed_on_a_retry(
     plan.prepare()
     run_cgroups = plan.new_run()
     assert run_cgroups is not None
-    meter = CgroupMeter(run_cgroups.fds, str(tmp_path))
+    meter = CgroupMeter(run_cgroups.fds, scratch_root)
     go_r, go_w = os.pipe()
     child = os.fork()
     if child == 0:
@@ -448,7 +456,7 @@ def anonymous_bytes(pid: int) -> int:
 
 
 @needs_cgroups
-def test_the_meter_counts_pipe_and_socket_buffers(tmp_path: Path) -> None:
+def test_the_meter_counts_pipe_and_socket_buffers(scratch_root: int) -> None:
     """What the cgroup charges on this kernel: a child that fills pipes and socket pairs
     raises the run's figure by at least what it queued, while its resident set stays small."""
     plan = CgroupPlan(wanted=True, max_memory_mb=512, max_processes=4)
@@ -456,7 +464,7 @@ def test_the_meter_counts_pipe_and_socket_buffers(tmp_path: Path) -> None:
     assert plan.available, plan.reason
     run_cgroups = plan.new_run()
     assert run_cgroups is not None
-    meter = CgroupMeter(run_cgroups.fds, str(tmp_path))
+    meter = CgroupMeter(run_cgroups.fds, scratch_root)
     go_r, go_w = os.pipe()
     done_r, done_w = os.pipe()
     child = os.fork()

@@ -339,6 +339,52 @@ def test_a_scratch_mount_point_left_by_a_host_killed_with_its_template_goes_with
         runtime.close()
 
 
+REDIRECT_OTHER_SCRATCH = """
+import os
+planted = []
+for name in os.listdir(SHARED):
+    path = os.path.join(SHARED, name)
+    if name.startswith('dsh-code-scratch-') and not os.path.ismount(path):  # not this run's
+        os.rename(path, path + '.moved')
+        os.symlink('/proc/self/cwd', path)
+        planted.append(name)
+return planted
+"""
+
+
+def test_a_run_cannot_redirect_the_scratch_of_another_runtime_to_the_harness(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A harness whose temporary directory lies in one tool system's write grant: a run there
+    # replaces the scratch mount point of another tool system's runtime with a link to
+    # /proc/self/cwd. The other runtime's next worker would then work in, and be granted, its
+    # template's working directory: the harness's own, with its secrets.
+    shared, harness = tmp_path / "shared", tmp_path / "harness"
+    shared.mkdir()
+    harness.mkdir()
+    (harness / "secret.env").write_text("API_KEY=never granted")
+    monkeypatch.chdir(harness)
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    victim = SubprocessCodeRuntime(CodeRuntimeConfig())
+    attacker = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[str(shared)])))
+    reader = "import os\nreturn [open(name).read() for name in os.listdir('.')]"
+    try:
+        assert value(victim, reader) == []
+        planted = value(attacker, REDIRECT_OTHER_SCRATCH.replace("SHARED", repr(str(shared))))
+        assert len(planted) == 1, planted
+        # The workers prepared before the link was planted, then the first one after it.
+        results = [run(victim, reader)]
+        while results[-1].error is None and len(results) < 6:
+            results.append(run(victim, reader))
+    finally:
+        victim.close()
+        attacker.close()
+    assert all(result.error is not None or result.value == [] for result in results), results
+    last = results[-1].error
+    assert last is not None and last.kind == "worker-exit", results
+    assert "the scratch mount point" in last.message and "is not the directory" in last.message
+
+
 FLAT_DONE_FRAME = """
 import os
 count = 32 << 20

@@ -145,7 +145,6 @@ def test_a_worker_makes_landlock_record_none_of_its_refusals(tmp_path: Path) -> 
     def body() -> str:
         plan = SandboxPlan({"compute_ms": 1000, "max_memory_mb": 64, "max_processes": 4})
         plan._abi = _kernel.landlock_abi()
-        plan.scratch = str(tmp_path)
         plan._direct = True
         recorded = []
         restrict = _kernel.landlock_restrict_self
@@ -155,7 +154,9 @@ def test_a_worker_makes_landlock_record_none_of_its_refusals(tmp_path: Path) -> 
             restrict(ruleset_fd, flags)
 
         _kernel.landlock_restrict_self = recording  # type: ignore[assignment]
-        plan._confine(os.open(os.devnull, os.O_WRONLY), seccomp_program(guard_child_reaping=False))
+        scratch = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+        status = os.open(os.devnull, os.O_WRONLY)
+        plan._confine(status, seccomp_program(guard_child_reaping=False), scratch)
         try:
             open("/etc/hostname").close()
             refused = "read"

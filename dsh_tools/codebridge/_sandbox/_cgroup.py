@@ -324,7 +324,7 @@ class CgroupMeter:
     pick it), reads the counters every tick.
     """
 
-    def __init__(self, fds: list[int], scratch: str) -> None:
+    def __init__(self, fds: list[int], scratch: int) -> None:
         self._dirs = list(fds)
         memory, cpuacct, _pids = fds
         self._scratch = scratch
@@ -361,7 +361,7 @@ class CgroupMeter:
             key, _space, number = line.partition(b" ")
             if key in (b"total_active_file", b"total_inactive_file"):
                 charged -= int(number)
-        scratch = os.statvfs(self._scratch)
+        scratch = os.fstatvfs(self._scratch)  # its root's descriptor: no path to redirect
         charged -= (scratch.f_blocks - scratch.f_bfree) * scratch.f_frsize
         count = sum(1 for name in os.listdir("/proc") if name.isdigit()) - 1
         return cpu, charged, count

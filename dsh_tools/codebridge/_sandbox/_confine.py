@@ -108,6 +108,18 @@ def _write_file(path: str, text: str) -> None:
         file.write(text)
 
 
+class _ScratchReplaced(Exception):
+    """The scratch mount point is no longer the directory the template made."""
+
+    def __init__(self, path: str, detail: object) -> None:
+        super().__init__(
+            f"code sandbox: the scratch mount point {path!r} is not the directory the runtime "
+            f"made ({detail}): something that may write where it lies replaced or removed it "
+            "(a run whose write grant holds the temporary directory, say); keep TMPDIR out of "
+            "every write grant and start the runtime again"
+        )
+
+
 class _Grant:
     __slots__ = ("fd", "rights")
 
@@ -146,6 +158,7 @@ class SandboxPlan:
         )
         self._run_cgroups: RunCgroups | None = None
         self._scratch_parent = -1
+        self._scratch_identity = (-1, -1)
         self._proc_masks: list[tuple[str, bool]] = []
 
     def prepare(self) -> None:
@@ -205,6 +218,13 @@ class SandboxPlan:
         self._scratch_parent = os.open(
             os.path.dirname(self.scratch), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
         )
+        # Each run's init mounts its scratch tmpfs on this very directory or on nothing: the
+        # temporary directory it lies in may be writable to a run of another runtime (one whose
+        # write grant holds TMPDIR), which could put a symbolic link in its place.
+        made = os.stat(
+            os.path.basename(self.scratch), dir_fd=self._scratch_parent, follow_symlinks=False
+        )
+        self._scratch_identity = (made.st_dev, made.st_ino)
         self._read_only_host()
         self._proc_masks = _proc_masks()
         self._template = os.getpid()
@@ -393,17 +413,16 @@ class SandboxPlan:
             _kernel.mount("proc", "/proc", "proc", flags, None)
             self._mask_proc()
             _most_killable()
-            size = max(int(self.max_memory_mb), 1)
-            options = f"size={size}m,nr_inodes=16384,mode=0700"
-            _kernel.mount(
-                "tmpfs", self.scratch, "tmpfs", _kernel.MS_NOSUID | _kernel.MS_NODEV, options
-            )
+            scratch = self._mount_scratch()
             run = self._run_cgroups
             meter: Meter = (
                 ProcMeter(task_ceiling(self.max_processes))
                 if run is None
-                else CgroupMeter(run.fds, self.scratch)
+                else CgroupMeter(run.fds, scratch)
             )
+        except _ScratchReplaced as exc:
+            _report_error(status_fd, str(exc))
+            os._exit(0)
         except OSError as exc:
             _report_error(status_fd, str(_unavailable("the run's namespaces and mounts", exc)))
             os._exit(0)
@@ -420,7 +439,7 @@ class SandboxPlan:
                 # same where autogroups are off, but made every run a millisecond slower.
                 os.setsid()
                 meter.join()
-                self._confine(status_fd, seccomp)
+                self._confine(status_fd, seccomp, scratch)
                 # The status pipe's number, free now: the worker's descriptors stay 0-5.
                 os.dup2(notice, status_fd, inheritable=False)
                 os.close(notice)
@@ -439,6 +458,29 @@ class SandboxPlan:
             self.max_wall_ms,
         )
 
+    def _mount_scratch(self) -> int:
+        """Mount the run's scratch tmpfs on the mount point the template made (in the init's
+        own mount namespace) and return a descriptor of its root, which the worker works in
+        and is granted. Neither is looked up by path after the check: a mount point replaced
+        by a symbolic link (to ``/proc/self/cwd``, say, the harness's working directory) would
+        otherwise have the tmpfs mounted over one place and the worker granted another."""
+        try:
+            target = os.open(
+                self.scratch, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            )
+        except OSError as exc:
+            raise _ScratchReplaced(self.scratch, exc.strerror) from None
+        try:
+            found = os.fstat(target)
+            if (found.st_dev, found.st_ino) != self._scratch_identity:
+                raise _ScratchReplaced(self.scratch, "another directory is in its place")
+            size = max(int(self.max_memory_mb), 1)
+            options = {"size": f"{size}m", "nr_inodes": "16384", "mode": "0700"}
+            flags = _kernel.MOUNT_ATTR_NOSUID | _kernel.MOUNT_ATTR_NODEV
+            return _kernel.mount_new_fs("tmpfs", options, flags, target)
+        finally:
+            os.close(target)
+
     def _mask_proc(self) -> None:
         """Cover the run's ``/proc`` files that only their owner may read (``_proc_masks``)
         with ``/dev/null``, and such directories with an empty read-only tmpfs. Each is best
@@ -453,10 +495,9 @@ class SandboxPlan:
                 else:
                     _kernel.mount("/dev/null", path, None, _kernel.MS_BIND, None)
 
-    def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter]) -> None:
-        os.chdir(self.scratch)
+    def _confine(self, status_fd: int, seccomp: list[_kernel.SockFilter], scratch: int) -> None:
+        os.fchdir(scratch)
         ruleset = _kernel.landlock_create_ruleset(self._abi)
-        scratch = os.open(self.scratch, os.O_PATH | os.O_CLOEXEC)
         _kernel.landlock_add_path(ruleset, scratch, _kernel.fs_rights(self._abi))
         proc = os.open("/proc", os.O_PATH | os.O_CLOEXEC)  # the namespace's own /proc
         _kernel.landlock_add_path(ruleset, proc, _READ_RIGHTS)

@@ -27,6 +27,8 @@ __all__ = [
     "FS_READ_FILE",
     "LOG_SAME_EXEC_OFF",
     "LOG_SUBDOMAINS_OFF",
+    "MOUNT_ATTR_NODEV",
+    "MOUNT_ATTR_NOSUID",
     "MOUNT_ATTR_RDONLY",
     "MS_BIND",
     "MS_NODEV",
@@ -47,6 +49,7 @@ __all__ = [
     "landlock_create_ruleset",
     "landlock_restrict_self",
     "mount",
+    "mount_new_fs",
     "mount_setattr",
     "set_no_new_privs",
     "set_not_dumpable",
@@ -69,6 +72,16 @@ _SYS_LANDLOCK_CREATE_RULESET: Final = 444
 _SYS_LANDLOCK_ADD_RULE: Final = 445
 _SYS_LANDLOCK_RESTRICT_SELF: Final = 446
 _SYS_MOUNT_SETATTR: Final = 442  # also the generic table's number
+_SYS_MOVE_MOUNT: Final = 429  # these four too
+_SYS_FSOPEN: Final = 430
+_SYS_FSCONFIG: Final = 431
+_SYS_FSMOUNT: Final = 432
+_FSOPEN_CLOEXEC: Final = 1
+_FSCONFIG_SET_STRING: Final = 1
+_FSCONFIG_CMD_CREATE: Final = 6
+_FSMOUNT_CLOEXEC: Final = 1
+_MOVE_MOUNT_F_EMPTY_PATH: Final = 0x4
+_MOVE_MOUNT_T_EMPTY_PATH: Final = 0x40
 _SYS_CAPSET: Final = {"x86_64": 126, "aarch64": 91}.get(platform.machine(), -1)
 
 _LANDLOCK_CREATE_RULESET_VERSION: Final = 1
@@ -99,6 +112,8 @@ CLONE_NEWPID: Final = 0x20000000
 CLONE_NEWNET: Final = 0x40000000
 
 MOUNT_ATTR_RDONLY: Final = 1
+MOUNT_ATTR_NOSUID: Final = 2
+MOUNT_ATTR_NODEV: Final = 4
 _AT_FDCWD: Final = -100
 _AT_RECURSIVE: Final = 0x8000
 
@@ -328,3 +343,57 @@ def mount_setattr(path: str, *, set_flags: int, clear_flags: int, recursive: boo
         ctypes.c_size_t(ctypes.sizeof(attr)),
     )
     _check(int(result), f"mount_setattr {path}")
+
+
+def mount_new_fs(fstype: str, options: dict[str, str], attr_flags: int, target_fd: int) -> int:
+    """Mount a new filesystem of ``fstype`` with ``options`` (and ``MOUNT_ATTR_*`` flags) on
+    the directory open as ``target_fd`` (``fsopen``, ``fsconfig``, ``fsmount``,
+    ``move_mount``); return a descriptor of the new mount's root. Neither the target nor the
+    root is looked up by path, so no symbolic link put in their place can redirect them."""
+    context = _check(
+        int(_syscall(ctypes.c_long(_SYS_FSOPEN), fstype.encode(), ctypes.c_uint(_FSOPEN_CLOEXEC))),
+        f"fsopen {fstype}",
+    )
+    try:
+        for key, value in options.items():
+            result = _syscall(
+                ctypes.c_long(_SYS_FSCONFIG),
+                ctypes.c_int(context),
+                ctypes.c_uint(_FSCONFIG_SET_STRING),
+                key.encode(),
+                value.encode(),
+                ctypes.c_int(0),
+            )
+            _check(int(result), f"fsconfig {fstype} {key}={value}")
+        result = _syscall(
+            ctypes.c_long(_SYS_FSCONFIG),
+            ctypes.c_int(context),
+            ctypes.c_uint(_FSCONFIG_CMD_CREATE),
+            None,
+            None,
+            ctypes.c_int(0),
+        )
+        _check(int(result), f"fsconfig {fstype} create")
+        result = _syscall(
+            ctypes.c_long(_SYS_FSMOUNT),
+            ctypes.c_int(context),
+            ctypes.c_uint(_FSMOUNT_CLOEXEC),
+            ctypes.c_uint(attr_flags),
+        )
+        root = _check(int(result), f"fsmount {fstype}")
+    finally:
+        os.close(context)
+    result = _syscall(
+        ctypes.c_long(_SYS_MOVE_MOUNT),
+        ctypes.c_int(root),
+        b"",
+        ctypes.c_int(target_fd),
+        b"",
+        ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH),
+    )
+    try:
+        _check(int(result), f"move_mount {fstype}")
+    except OSError:
+        os.close(root)
+        raise
+    return root
