@@ -339,6 +339,45 @@ def test_a_scratch_mount_point_left_by_a_host_killed_with_its_template_goes_with
         runtime.close()
 
 
+def test_byte_range_locks_no_cgroup_charges_end_the_run_as_its_memory(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Each lock is kernel memory the kernel charges to no cgroup: eight million of them, made
+    # within the default compute budget, held 1.5 GB of the host beside a 512 MB budget.
+    program = """
+import fcntl, os, time
+fd = os.open('locks', os.O_RDWR | os.O_CREAT)
+for start in range(2 * 20_000, 0, -2):  # apart, so that none merges with the next
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, start)
+time.sleep(10)
+return 'held'
+"""
+    result = run(runtime, program)
+    assert result.error is not None and result.error.kind == "worker-exit", result
+    assert "memory budget exhausted" in result.error.message
+
+
+def test_a_program_keeps_its_databases_and_classic_locks(runtime: SubprocessCodeRuntime) -> None:
+    # Open file description locks, which /proc/locks shows for every process of the host and
+    # so cannot be counted as the run's, answer as a kernel before them: programs fall back.
+    program = """
+import errno, fcntl, os, sqlite3, struct
+fd = os.open('data', os.O_RDWR | os.O_CREAT)
+fcntl.lockf(fd, fcntl.LOCK_EX, 10, 0)
+try:
+    fcntl.fcntl(fd, 37, struct.pack('hhqqi', fcntl.F_WRLCK, 0, 20, 10, 0))  # F_OFD_SETLK
+    open_description = 'allowed'
+except OSError as exc:
+    open_description = errno.errorcode[exc.errno]
+db = sqlite3.connect('notes.db')
+with db:
+    db.execute('create table notes (text)')
+    db.executemany('insert into notes values (?)', [('a',), ('b',)])
+return [open_description, db.execute('select count(*) from notes').fetchone()[0]]
+"""
+    assert value(runtime, program) == ["EINVAL", 2]
+
+
 REDIRECT_OTHER_SCRATCH = """
 import os
 planted = []

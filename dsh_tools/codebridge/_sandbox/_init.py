@@ -93,6 +93,15 @@ _PF_EXITING: Final = 0x4
 ninth field), set before the exit closes any descriptor."""
 _NOTICE_READ_BYTES: Final = 1 << 16
 """What one read of the notice pipe takes at most: all a pipe holds by default."""
+MAX_LOCKS: Final = 16_384
+"""How many byte-range locks (``fcntl``, ``lockf``) a run's processes may hold together; more
+end the run with its memory budget. Each is kernel memory (about 200 bytes) that neither a
+resident set nor a cgroup counts (the kernel charges its lock cache to no cgroup), so without
+a bound one run of the default budgets held 1.5 GB of the host's memory in eight million locks
+beside its 512 MB budget. A program's own databases (``sqlite3``) hold a handful."""
+_LOCKS_EVERY: Final = 10
+"""Measurings between two counts of the run's locks (a count reads ``/proc/locks``)."""
+_LOCKS_READ_BYTES: Final = 1 << 16
 REPORT_HANG_UP: Final = b"H"
 """The init's report that it ended the run on the host's hang-up while its worker lived."""
 
@@ -218,6 +227,31 @@ def process_exiting(pid: int, proc: str = "/proc") -> bool:
     return True
 
 
+def _over_lock_ceiling() -> bool:
+    """Whether the run's processes hold more than ``MAX_LOCKS`` byte-range locks. The run's
+    ``/proc/locks`` (of its own PID namespace) lists only the locks whose holder it can see
+    (open file description locks, which it lists for every process of the host, are not
+    counted: the filter refuses them to the run), one ``POSIX`` line each (``flock`` locks,
+    one per open file, are bounded by the run's descriptors). Read no further than the
+    ceiling."""
+    try:
+        fd = os.open("/proc/locks", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        lines = 0
+        while lines <= MAX_LOCKS:
+            chunk = os.read(fd, _LOCKS_READ_BYTES)
+            if not chunk:
+                return False
+            lines += chunk.count(b" POSIX ")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _memory_killed(meter: Meter) -> bool:
     try:
         return meter.oom_killed()
@@ -307,6 +341,7 @@ def run_init(
     measured_at = 0.0  # the last measuring (or the start, which puts the first one off a tick)
     deadline = math.inf  # the wall backstop, once the program may run (``NOTICE_STARTED``)
     muted_at: float | None = None  # when a repeated notice took the notice pipe off the poll
+    measurings = 0
     while not report:
         if muted_at is not None and time.monotonic() - muted_at >= TICK_SECONDS:
             poller.register(notice, select.POLLIN)
@@ -391,6 +426,9 @@ def run_init(
             report = b"B" + bytes([BUDGET_MEMORY])
         elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
+        measurings += 1
+        if not report and measurings % _LOCKS_EVERY == 0 and _over_lock_ceiling():
+            report = b"B" + bytes([BUDGET_MEMORY])
     if _end_every_process(wait=False):
         # The usual end when the worker exited on its own and started nothing that lives on:
         # one write, so the host wakes once for the reason and the all-clear.

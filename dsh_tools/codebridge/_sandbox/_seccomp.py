@@ -52,7 +52,10 @@ run's own memory to swap, where no budget sees it. ``sync`` and ``syncfs`` are r
 write back the dirty pages of every file of the machine, or of a whole filesystem (the host's, from
 any descriptor of ``/usr``), to the host's disks, outside every budget, and a loop of them keeps
 those disks flushing; a run's own files are flushed with ``fsync``. The C library's
-``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that call.
+``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that call. Open file
+description locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a kernel before
+them: the run's init bounds its byte-range locks by counting them in the run's ``/proc/locks``,
+which lists such locks for every process of the host, not the run's alone.
 """
 
 from __future__ import annotations
@@ -170,6 +173,7 @@ _AF_UNIX: Final = 1
 _SOCK_TYPE_MASK: Final = 0xF
 _ALLOWED_PAIR_TYPES: Final = (1, 5)  # SOCK_STREAM, SOCK_SEQPACKET
 _DENIED_FCNTL: Final = (1024, 1026)  # F_SETLEASE, F_NOTIFY
+_UNKNOWN_FCNTL: Final = (37, 38)  # F_OFD_SETLK, F_OFD_SETLKW
 _SET_ID_BITS: Final = 0o6000  # S_ISUID | S_ISGID
 _MODE_ARGUMENT: Final = {
     "open": (2, 2),
@@ -329,14 +333,21 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     bpf.place("socketpair-allow")
     bpf.op(_RET_K, _RET_ALLOW)
-    # fcntl: no leases, no directory notifications.
+    # fcntl: no leases, no directory notifications, no open file description locks.
     bpf.place("fcntl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
     for command in _DENIED_FCNTL:
         bpf.op(_JMP_JEQ_K, command, "fcntl-deny")
+    for command in _UNKNOWN_FCNTL:
+        bpf.op(_JMP_JEQ_K, command, "fcntl-unknown")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # Open file description locks: as a kernel before them answers, so that a program falls
+    # back to the classic locks, which the run's init counts (its /proc/locks lists every
+    # process's open file description locks, not the run's alone).
+    bpf.place("fcntl-unknown")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # prctl and seccomp: no filter of the program's own (it could only log: every system call
     # one of its filters logs, or the kill of strict mode, is an audit record on the host).
     bpf.place("prctl")
