@@ -9,6 +9,7 @@ without writable cgroups get. A host killed with a run in flight leaves nothing 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import subprocess
@@ -376,6 +377,32 @@ with db:
 return [open_description, db.execute('select count(*) from notes').fetchone()[0]]
 """
     assert value(runtime, program) == ["EINVAL", 2]
+
+
+def test_access_control_lists_cannot_hold_memory_no_budget_counts(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A POSIX ACL is kernel memory (8,000 users: 64 KiB) that neither the run's cgroup nor its
+    # scratch tmpfs's size counts: 3,000 directories took 444 MB beside a 128 MB budget.
+    program = """
+import os, struct
+everyone = 0xFFFFFFFF
+entries = [struct.pack('<HHI', 1, 7, everyone)]  # owner
+entries += [struct.pack('<HHI', 2, 7, uid) for uid in range(1000, 9000)]  # named users
+entries += [struct.pack('<HHI', tag, 7, everyone) for tag in (4, 0x10, 0x20)]
+acl = struct.pack('<I', 2) + b''.join(entries)
+made = 0
+try:
+    for n in range(3000):
+        os.mkdir(f'd{n}')
+        os.setxattr(f'd{n}', 'system.posix_acl_access', acl)
+        os.setxattr(f'd{n}', 'system.posix_acl_default', acl)
+        made += 1
+except OSError as exc:
+    return ['refused', made, exc.errno]
+return ['held', made]
+"""
+    assert value(runtime, program) == ["refused", 0, errno.EOPNOTSUPP]
 
 
 REDIRECT_OTHER_SCRATCH = """

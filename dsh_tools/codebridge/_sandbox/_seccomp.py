@@ -1,61 +1,65 @@
 """The worker's seccomp filter: no sockets, no namespaces, no tracing, no kernel administration.
 
 A classic BPF program that checks the architecture (anything but the one the tables below were
-written for answers ``ENOSYS``, which also closes the 32-bit and x32 entry points; not a kill,
-which the kernel records in the audit log each time, to the host's disk where ``auditd`` runs, as
-often as a program forks children to die that way) and answers ``EPERM`` for the listed system
-calls (``modify_ldt`` among them: segment descriptors of its own, which only 16-bit emulators use,
-are kernel code any process could otherwise reach). ``socketpair`` stays allowed for unix stream
-and sequenced-packet pairs (asyncio's self-pipe needs one; such a pair reaches nothing outside),
-but not for other families (whose socket code would run, and on some kernels load a module) nor for
-datagram pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the
-host's filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be
-created, whatever the address. ``io_uring`` is refused because its operations bypass this filter.
-``memfd_create`` and System V / POSIX message queues and shared memory are refused because they
-hold memory outside every process's resident set (no budget would see it). ``inotify`` and file
-leases (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover them: they
-would report the names and activity of the host's files, or stall the host's opens. Reading
-extended attributes answers ``EOPNOTSUPP`` (Landlock does not cover it either; that answer is the
-one ``shutil`` already treats as "none"). Setting the set-user-ID or set-group-ID bit (``chmod``,
-or ``open``/``mknod`` creating a file with it) is refused: the worker's user owns what it creates
-in a ``write`` grant, and a set-user-ID copy of ``/usr/bin/python3`` left there by a run of a root
-harness would give any local user root. ``openat2`` answers ``ENOSYS`` (its mode lives in memory a
-filter cannot read), so the C library falls back to ``openat``. Without cgroups, shared anonymous
-mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their pages belong to a
-hidden memory object that outlives the part of the mapping still in place, so mapping 32 MiB,
-touching it and unmapping all but one page holds 32 MiB that no process's resident set shows, as
-often as the process likes (the run's cgroup charges them where there is one); and so are the calls
-that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``, ``sendfile``), whose
-buffers hold whole pages outside every resident set. ``clone`` is refused only with a namespace
-flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read), so the C
-library falls back to ``clone``. ``prlimit64`` is refused for any process but the caller (a pid
-other than 0): the run's init has the worker's user, so a program could otherwise lower the init's
-limits (no descriptors left, or no CPU time, and the init died); ``setrlimit`` and ``getrlimit`` go
-through ``prlimit64`` with pid 0 and keep working, except that ``RLIMIT_CORE`` may be read but not
-set (``prlimit64`` with a new limit, or the older ``setrlimit`` call): a run's processes have it at
-1, at which the kernel makes no core dump, and at 0 (or anything else) a ``core_pattern`` that is a
-pipe would get the crashing process's memory, to be written to the host's disk by the host's
-handler outside every budget. ``mmap`` with ``MAP_HUGETLB`` is refused: its pages come from the
-machine's pool of huge pages (``vm.nr_hugepages``, which an administrator reserves for a database,
-say), which neither a process's resident set nor a run's cgroups count, so a run could take the
-whole pool from the host's own users; ``shmget`` and ``memfd_create``, the other ways to that pool,
-are refused too. A program may not install seccomp filters of its own (``seccomp`` and
+written for answers ``ENOSYS``, which also closes the 32-bit and x32 entry points; not a kill, which
+the kernel records in the audit log each time, to the host's disk where ``auditd`` runs, as often as
+a program forks children to die that way) and answers ``EPERM`` for the listed system calls
+(``modify_ldt`` among them: segment descriptors of its own, which only 16-bit emulators use, are
+kernel code any process could otherwise reach). ``socketpair`` stays allowed for unix stream and
+sequenced-packet pairs (asyncio's self-pipe needs one; such a pair reaches nothing outside), but not
+for other families (whose socket code would run, and on some kernels load a module) nor for datagram
+pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the host's
+filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be created,
+whatever the address. ``io_uring`` is refused because its operations bypass this filter.
+``memfd_create`` and System V / POSIX message queues and shared memory are refused because they hold
+memory outside every process's resident set (no budget would see it). ``inotify`` and file leases
+(``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover them: they would
+report the names and activity of the host's files, or stall the host's opens. Reading extended
+attributes answers ``EOPNOTSUPP`` (Landlock does not cover it either; that answer is the one
+``shutil`` already treats as "none"), and so does setting them: a POSIX ACL set on a file
+(``system.posix_acl_access``, and ``_default`` on a directory) is up to 64 KiB of kernel memory that
+neither a cgroup nor the scratch tmpfs's size counts, so one run of 3,000 directories in its scratch
+directory took 444 MB of the host's memory beside a 128 MB budget (16,384 of them, as many as the
+scratch directory's inodes, would take 2 GB). Setting the set-user-ID or set-group-ID bit
+(``chmod``, or ``open``/``mknod`` creating a file with it) is refused: the worker's user owns what
+it creates in a ``write`` grant, and a set-user-ID copy of ``/usr/bin/python3`` left there by a run
+of a root harness would give any local user root. ``openat2`` answers ``ENOSYS`` (its mode lives in
+memory a filter cannot read), so the C library falls back to ``openat``. Without cgroups, shared
+anonymous mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their pages
+belong to a hidden memory object that outlives the part of the mapping still in place, so mapping 32
+MiB, touching it and unmapping all but one page holds 32 MiB that no process's resident set shows,
+as often as the process likes (the run's cgroup charges them where there is one); and so are the
+calls that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``, ``sendfile``),
+whose buffers hold whole pages outside every resident set. ``clone`` is refused only with a
+namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read), so
+the C library falls back to ``clone``. ``prlimit64`` is refused for any process but the caller (a
+pid other than 0): the run's init has the worker's user, so a program could otherwise lower the
+init's limits (no descriptors left, or no CPU time, and the init died); ``setrlimit`` and
+``getrlimit`` go through ``prlimit64`` with pid 0 and keep working, except that ``RLIMIT_CORE`` may
+be read but not set (``prlimit64`` with a new limit, or the older ``setrlimit`` call): a run's
+processes have it at 1, at which the kernel makes no core dump, and at 0 (or anything else) a
+``core_pattern`` that is a pipe would get the crashing process's memory, to be written to the host's
+disk by the host's handler outside every budget. ``mmap`` with ``MAP_HUGETLB`` is refused: its pages
+come from the machine's pool of huge pages (``vm.nr_hugepages``, which an administrator reserves for
+a database, say), which neither a process's resident set nor a run's cgroups count, so a run could
+take the whole pool from the host's own users; ``shmget`` and ``memfd_create``, the other ways to
+that pool, are refused too. A program may not install seccomp filters of its own (``seccomp`` and
 ``prctl(PR_SET_SECCOMP)`` answer ``EPERM``; asking which actions exist still works): this filter
 already holds it, and the kernel writes an audit record (to the host's disk where ``auditd`` runs)
 for every system call a filter answers with ``SECCOMP_RET_LOG`` or a kill, and for a strict mode's
 kill. ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``process_madvise``
-(which gives the same hint through a pidfd, the caller's own included) are refused: with nothing
-but a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
+(which gives the same hint through a pidfd, the caller's own included) are refused: with nothing but
+a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
 Python installation, ``/usr``, a harness's ``read`` grants) from the host's page cache, for every
 process of the machine, which then reads them from disk again; ``MADV_PAGEOUT`` would also move a
-run's own memory to swap, where no budget sees it. ``sync`` and ``syncfs`` are refused: they
-write back the dirty pages of every file of the machine, or of a whole filesystem (the host's, from
-any descriptor of ``/usr``), to the host's disks, outside every budget, and a loop of them keeps
-those disks flushing; a run's own files are flushed with ``fsync``. The C library's
-``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that call. Open file
-description locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a kernel before
-them: the run's init bounds its byte-range locks by counting them in the run's ``/proc/locks``,
-which lists such locks for every process of the host, not the run's alone.
+run's own memory to swap, where no budget sees it. ``sync`` and ``syncfs`` are refused: they write
+back the dirty pages of every file of the machine, or of a whole filesystem (the host's, from any
+descriptor of ``/usr``), to the host's disks, outside every budget, and a loop of them keeps those
+disks flushing; a run's own files are flushed with ``fsync``. The C library's ``sync``
+(``os.sync()``) ignores the refusal, as it ignores every result of that call. Open file description
+locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a kernel before them: the run's
+init bounds its byte-range locks by counting them in the run's ``/proc/locks``, which lists such
+locks for every process of the host, not the run's alone.
 """
 
 from __future__ import annotations
@@ -149,8 +153,13 @@ UNSUPPORTED_SYSCALLS: Final = {
     "flistxattr": 196,
     "getxattrat": 464,
     "listxattrat": 465,
+    "setxattr": 188,
+    "lsetxattr": 189,
+    "fsetxattr": 190,
+    "setxattrat": 463,
 }
-"""The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading extended attributes)."""
+"""The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading and setting extended
+attributes)."""
 PIPE_PAGE_SYSCALLS: Final = {"sendfile": 40, "splice": 275, "tee": 276, "vmsplice": 278}
 """The x86_64 numbers of the calls that put pages into a pipe by reference, refused without
 cgroups: a pipe buffer holds a whole page (a 2 MiB one where transparent huge pages back the
