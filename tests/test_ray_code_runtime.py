@@ -30,8 +30,14 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
 )
-from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
+from dsh_tools.codebridge import (
+    CodeRunRequest,
+    CodeRuntimeConfig,
+    CodeSandbox,
+    SubprocessCodeRuntime,
+)
 from dsh_tools.distributed import RayCodeRuntime
+from dsh_tools.distributed import _code_runtime as code_runtime_module
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_instance")]
 
@@ -413,3 +419,42 @@ def test_the_node_forgets_a_run_its_harness_dropped_whenever_the_drop_arrives() 
         return dict(host._runs)
 
     assert asyncio.run(scenario()) == {}
+
+
+class Pause:
+    """A node runtime whose programs each take ``PAUSE_S`` and return 1 (no worker process)."""
+
+    async def run(self, request: Any) -> Any:
+        from dsh_tools.codebridge import CodeRunResult
+
+        await asyncio.sleep(PAUSE_S)
+        return CodeRunResult([], value=1)
+
+    async def dispose(self) -> None:
+        return None
+
+
+PAUSE_S = 3.0
+
+
+def test_runs_waiting_for_their_events_leave_the_node_free_to_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each live run keeps a long poll for its events waiting on the node. As many runs as the
+    # node serves calls at once (1000; 8 here, to keep the test light) must not take every
+    # slot: the node would answer no sign of life, and the runs would be ended as hung.
+    monkeypatch.setattr(code_runtime_module, "_CALL_SLOTS", 8)
+    runtime = RayCodeRuntime(runtime_factory=Pause, num_cpus=0, cancel_grace_s=1)
+    runs = 12
+
+    async def many() -> list[Any]:
+        request = CodeRunRequest("return 1\n")
+        return await asyncio.gather(*(runtime.run(request) for _ in range(runs)))
+
+    try:
+        results = asyncio.run(many())
+    finally:
+        asyncio.run(runtime.dispose())
+
+    assert [result.error for result in results] == [None] * runs
+    assert [result.value for result in results] == [1] * runs

@@ -21,9 +21,18 @@ from ..actors import AbortController
 from ..registry import snapshot_json
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec
 
-__all__ = ["CodeRunHost"]
+__all__ = ["EVENTS_GROUP", "EVENTS_SLOTS", "CodeRunHost"]
 
 _encoder = msgspec.json.Encoder()
+
+EVENTS_GROUP = "events"
+"""The Ray concurrency group the harness sends ``events`` in. Each live run keeps one such
+long poll waiting on the node; in the actor's default group (``max_concurrency`` slots shared
+by every call) enough of them would take every slot, and the node would answer nothing else,
+its signs of life (``ready``), new runs and binding answers included."""
+EVENTS_SLOTS = 10_000
+"""How many ``events`` polls the node serves at once: a waiting poll costs only a coroutine,
+and one that waits for a slot holds back its run's events."""
 
 
 class _BindingFailed(Exception):
@@ -74,11 +83,14 @@ class CodeRunHost:
             raise TypeError(f"runtime_factory returned {type(runtime).__name__}, not a CodeRuntime")
         self._runtime = runtime
         self._runs: dict[str, _NodeRun] = {}
+        # The loop of the actor's default group, where the runs live (see ``events``).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self, run_id: str, program: str, namespaces: list[NamespaceSpec]) -> None:
         """Start one run; its events are collected with ``events(run_id)``."""
         from ..codebridge import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
+        self._loop = asyncio.get_running_loop()
         # ``drop`` may arrive first (the harness's task was cancelled as it started the run):
         # the run then starts aborted, settles at once and is forgotten.
         run = self._runs.setdefault(run_id, _NodeRun())
@@ -119,7 +131,19 @@ class CodeRunHost:
         )
 
     async def events(self, run_id: str) -> bytes:
-        """The run's next events (waits for at least one); the last one settles the run."""
+        """The run's next events (waits for at least one); the last one settles the run.
+
+        Sent in its own concurrency group (``EVENTS_GROUP``), which Ray serves on a loop and
+        thread of its own: the run's state is read on the default group's loop, where ``start``
+        put the run, and this call only waits for that."""
+        home = self._loop
+        if home is None or home is asyncio.get_running_loop():
+            return await self._next_events(run_id)
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self._next_events(run_id), home)
+        )
+
+    async def _next_events(self, run_id: str) -> bytes:
         run = self._runs[run_id]
         await run.ready.wait()
         events, run.queue = run.queue, []

@@ -28,7 +28,7 @@ import msgspec
 from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..actors._futures import retrieve
 from ..registry import LosslessJsonError, snapshot_json
-from ._code_host import CodeRunHost
+from ._code_host import EVENTS_GROUP, EVENTS_SLOTS, CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
 from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import describe_ray_failure
@@ -44,6 +44,9 @@ __all__ = ["RayCodeRuntime"]
 _encoder = msgspec.json.Encoder()
 _RUNTIME = "run_code"
 _CANCELLED = "the run's task was cancelled"
+_CALL_SLOTS = 1000
+"""How many calls the node's actor serves at once (Ray's ``max_concurrency``), apart from the
+runs' long polls (``EVENTS_GROUP``)."""
 _MIN_PING_ANSWER_S = 1.0
 """The least time the node's actor has to answer a sign-of-life request."""
 _SHUT_DOWN = (
@@ -122,8 +125,12 @@ class RayCodeRuntime:
             # An actor of an earlier connection (before ``ray.shutdown()``) ended with it.
             if self._host is None or self._host_connection != current:
                 ray = import_ray()
-                actor_class = ray.remote(CodeRunHost).options(
-                    max_concurrency=1000, max_restarts=0, max_task_retries=0, **self._options
+                # The runs' long polls wait in a group of their own, never in the slots the
+                # node's other calls (its signs of life among them) are served in.
+                actor_class = ray.remote(concurrency_groups={EVENTS_GROUP: EVENTS_SLOTS})(
+                    CodeRunHost
+                ).options(
+                    max_concurrency=_CALL_SLOTS, max_restarts=0, max_task_retries=0, **self._options
                 )
                 self._host = actor_class.remote(self._factory)
                 self._host_connection = current
@@ -411,7 +418,8 @@ class _RunWatch:
     async def next_events(self) -> bytes | CodeRunResult:
         """The run's next events from the node, or the result that ends the run here."""
         loop = self._loop
-        polled = asyncio.wrap_future(self._host.events.remote(self._run_id).future())
+        poll = self._host.events.options(concurrency_group=EVENTS_GROUP)
+        polled = asyncio.wrap_future(poll.remote(self._run_id).future())
         # Left unread when the run ends here (its actor killed as unresponsive, say), it fails
         # with the actor's death: not an "exception never retrieved" in the harness's log.
         polled.add_done_callback(retrieve)
