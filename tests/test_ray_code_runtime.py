@@ -458,3 +458,36 @@ def test_runs_waiting_for_their_events_leave_the_node_free_to_answer(
 
     assert [result.error for result in results] == [None] * runs
     assert [result.value for result in results] == [1] * runs
+
+
+def test_runs_on_a_node_that_stopped_and_then_died_leave_no_unread_error_behind(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The node's process stops (its runs' signs of life go unanswered) and then dies: each
+    # run settles as lost, and the sign of life it was still waiting for fails with the
+    # actor's death after the run no longer reads it.
+    runtime = RayCodeRuntime(runtime_factory=Pause, num_cpus=0, cancel_grace_s=2)
+    runs = 8
+
+    async def many() -> list[Any]:
+        async def stop_then_kill() -> None:
+            pid = await runtime._actor().__ray_call__.remote(lambda _host: os.getpid())
+            await asyncio.sleep(0.5)  # the runs are waiting for their events by now
+            os.kill(pid, signal.SIGSTOP)
+            await asyncio.sleep(1.5)  # signs of life asked for meanwhile stay unanswered
+            os.kill(pid, signal.SIGKILL)
+
+        request = CodeRunRequest("return 1\n")
+        killer = asyncio.ensure_future(stop_then_kill())
+        results = await asyncio.gather(*(runtime.run(request) for _ in range(runs)))
+        await killer
+        return results
+
+    try:
+        results = asyncio.run(many())
+    finally:
+        asyncio.run(runtime.dispose())
+    gc.collect()
+
+    assert [result.error.kind for result in results] == ["worker-exit"] * runs
+    assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]

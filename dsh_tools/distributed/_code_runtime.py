@@ -426,6 +426,9 @@ class _RunWatch:
         while not polled.done():
             if self._ping is None and loop.time() >= self._next_ping:
                 self._ping = asyncio.wrap_future(self._host.ready.remote().future())
+                # Left unread when the run ends first (its events failed with the actor's
+                # death as this failed too), it is no "exception never retrieved" either.
+                self._ping.add_done_callback(retrieve)
                 self._next_ping = loop.time() + self._answer_within  # its answer is due then
             wake_at = self._next_ping
             if self._deadline is not None:
