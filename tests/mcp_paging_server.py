@@ -9,11 +9,13 @@ same cursor again, or with ``fresh`` a new one each time), then the server sends
 Resource templates come in two pages: ``notes://{name}`` on the first, ``logs://{day}`` on
 the second.
 
-Run: ``python tests/mcp_paging_server.py``.
+Run: ``python tests/mcp_paging_server.py [templates-only]``; with ``templates-only`` the server
+has no tools at all (it declares no tools capability), only the resource templates.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import anyio
@@ -65,12 +67,15 @@ async def list_resource_templates(
     return types.ListResourceTemplatesResult(resource_templates=[template], next_cursor=cursor)
 
 
-server = Server(
-    "pager",
-    on_list_tools=list_tools,
-    on_call_tool=call_tool,
-    on_list_resource_templates=list_resource_templates,
-)
+if sys.argv[1:] == ["templates-only"]:
+    server = Server("pager", on_list_resource_templates=list_resource_templates)
+else:
+    server = Server(
+        "pager",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resource_templates=list_resource_templates,
+    )
 
 
 async def main() -> None:

@@ -715,6 +715,21 @@ def test_resource_templates_are_listed_from_every_page(system: ToolSystem, errlo
     assert [t["uriTemplate"] for t in templates] == ["notes://{name}", "logs://{day}"]
 
 
+def test_a_server_without_tools_registers_none_and_serves_its_resources(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    # It declares no tools capability, so tools/list is not its to answer (this one answers it
+    # "Method not found"): asking would fail the registration of a server that works.
+    params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER, "templates-only"])
+    with register_mcp_server_sync(
+        system, "pager", params, errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        assert plugin.tool_names == ()
+        assert plugin.state == "connected"
+        templates = plugin.list_resource_templates(timeout=WAIT)
+    assert [t["uriTemplate"] for t in templates] == ["notes://{name}", "logs://{day}"]
+
+
 def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:
     # The process started and exited at once (a missing module, a bad argument): the failure
     # says so and where to look, not only that a connection closed.

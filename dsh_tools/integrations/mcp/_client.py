@@ -267,7 +267,9 @@ class McpClient:
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
                 init = await session.initialize()
-                tools = await list_all_tools(session)
+                # A server that declares no tools capability (one that serves resources or
+                # prompts only) need not answer tools/list, and may refuse it: it has no tools.
+                tools = await list_all_tools(session) if init.capabilities.tools is not None else []
                 level = self._options.log_level
                 if level is not None and init.capabilities.logging is not None:
                     # The request itself, not the SDK's set_logging_level: that helper warns
