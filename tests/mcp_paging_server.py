@@ -9,8 +9,9 @@ same cursor again, or with ``fresh`` a new one each time), then the server sends
 Resource templates come in two pages: ``notes://{name}`` on the first, ``logs://{day}`` on
 the second.
 
-Run: ``python tests/mcp_paging_server.py [templates-only]``; with ``templates-only`` the server
-has no tools at all (it declares no tools capability), only the resource templates.
+Run: ``python tests/mcp_paging_server.py [templates-only | refusing]``; with ``templates-only``
+the server has no tools at all (it declares no tools capability), only the resource templates;
+with ``refusing`` it answers every ``tools/list`` with the error ``the tool index is locked``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ async def list_tools(
     ctx: Any, params: types.PaginatedRequestParams | None
 ) -> types.ListToolsResult:
     _state["lists"] += 1
+    if sys.argv[1:] == ["refusing"]:
+        raise RuntimeError("the tool index is locked")
     cursor = None
     if _state["paging"] == "repeat":
         cursor = "again"

@@ -730,6 +730,18 @@ def test_a_server_without_tools_registers_none_and_serves_its_resources(
     assert [t["uriTemplate"] for t in templates] == ["notes://{name}", "logs://{day}"]
 
 
+def test_a_server_that_refuses_to_list_its_tools_fails_registration_naming_the_request(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER, "refusing"])
+    with pytest.raises(McpConnectionError) as raised:
+        register_mcp_server_sync(system, "pager", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(raised.value) == (
+        'MCP server "pager" could not be started: MCPError: tools/list: the tool index is locked'
+    )
+    assert system.tools.names() == []
+
+
 def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:
     # The process started and exited at once (a missing module, a bad argument): the failure
     # says so and where to look, not only that a connection closed.

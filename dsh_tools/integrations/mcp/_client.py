@@ -23,7 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -266,19 +266,24 @@ class McpClient:
             )
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
-                init = await session.initialize()
+                with _naming("initialize"):
+                    init = await session.initialize()
                 # A server that declares no tools capability (one that serves resources or
                 # prompts only) need not answer tools/list, and may refuse it: it has no tools.
-                tools = await list_all_tools(session) if init.capabilities.tools is not None else []
+                with _naming("tools/list"):
+                    tools = (
+                        await list_all_tools(session) if init.capabilities.tools is not None else []
+                    )
                 level = self._options.log_level
                 if level is not None and init.capabilities.logging is not None:
                     # The request itself, not the SDK's set_logging_level: that helper warns
                     # (MCPDeprecationWarning) on every call, as the capability is deprecated for
                     # a later protocol version, while a server that declares it takes it.
                     params = types.SetLevelRequestParams(level=level)  # type: ignore[arg-type]
-                    await session.send_request(
-                        types.SetLevelRequest(params=params), types.EmptyResult
-                    )
+                    with _naming("logging/setLevel"):
+                        await session.send_request(
+                            types.SetLevelRequest(params=params), types.EmptyResult
+                        )
             listing = Listing(
                 tools,
                 wire(init.server_info) if init.server_info is not None else None,
@@ -635,6 +640,19 @@ class McpClient:
         """On the client loop: the server's tools changed; the supervisor re-lists them."""
         self._relist = True
         self._wake.set()
+
+
+@contextlib.contextmanager
+def _naming(method: str) -> Iterator[None]:
+    """An error the server answered ``method`` with names ``method``: the first connection's
+    failure otherwise says what the server said, not to which of its requests. The SDK's own
+    "connection closed" outcome is left as it is (the registration reads it)."""
+    try:
+        yield
+    except MCPError as exc:
+        if is_closed(exc) or exc.message.startswith(f"{method}:"):
+            raise
+        raise MCPError(exc.code, f"{method}: {exc.message}", exc.data) from exc
 
 
 async def _unless_given_up(
