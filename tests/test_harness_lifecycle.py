@@ -1080,6 +1080,48 @@ def test_a_ctrl_c_at_any_step_of_a_bodys_hand_over_never_leaves_it_running_unwai
     assert wrong.strip() == "[]"
 
 
+CTRL_C_WHILE_A_PLAIN_APPROVER_ASKS = """
+import os, signal, threading
+from dsh_tools import Ask, ExecuteCall, ToolSystem
+
+asked, withdrawn = threading.Event(), []
+
+
+def console(*, agent, tool_name, call_id, signal):
+    asked.set()
+    withdrawn.append(signal.wait(10))
+    return "cancelled"
+
+
+async def ask(exec, next):
+    return Ask("it writes")
+
+
+with ToolSystem.start(code_runtime=None, approval=console) as system:
+    system.tools.register(a_tool("write", lambda args, ctx: "written"))
+    system.tools.on_pre_execute(ask)
+    threading.Thread(target=lambda: asked.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="write", arguments={}, agent="A"))
+    except KeyboardInterrupt:
+        print("interrupted")
+    for _ in range(1000):
+        if withdrawn:
+            break
+        threading.Event().wait(0.01)
+    print(withdrawn, [e.type for e in system.session.events])
+"""
+
+
+def test_a_ctrl_c_while_a_plain_approver_asks_withdraws_the_question() -> None:
+    # The approver's signal was the call's never-aborted one: the prompt went on asking, on
+    # a thread of its own, about a call the Ctrl-C had already settled (whether the Ctrl-C
+    # came as the call waited for it, or as the call was still handing the question over).
+    done = run_script(CTRL_C_WHILE_A_PLAIN_APPROVER_ASKS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "[True] ['tool/call', 'tool/result']"]
+
+
 A_WAIT_CUT_SHORT = """
 import asyncio, signal
 from dsh_tools import ExecuteCall, ToolSystem

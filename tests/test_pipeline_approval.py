@@ -324,6 +324,32 @@ def test_stop_settles_a_blocking_execute_whose_plain_approver_never_answers(
     assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
 
 
+def test_a_plain_approver_of_a_blocking_execute_learns_from_its_signal_that_stop_came(
+    make_system: Any,
+) -> None:
+    # The call had no signal of its own, so the approver got the never-aborted one: a console
+    # prompt watching it went on asking after stop() had settled the call, holding its thread.
+    asked = threading.Event()
+    withdrawn: list[bool] = []
+
+    class Console:
+        def request(self, *, signal: Any, **kwargs: Any) -> Any:
+            asked.set()
+            withdrawn.append(signal.wait(WAIT))
+            return "cancelled"
+
+    system = make_system(approval=Console())
+    system.tools.register(echo())
+    asking(system)
+    with ThreadPoolExecutor(1) as caller:
+        pending = caller.submit(system.execute, call(agent="A"))
+        assert asked.wait(WAIT)
+        system.stop()
+        result = pending.result(WAIT)
+    assert withdrawn == [True]
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
+
+
 @pytest.mark.parametrize("stopped", [True, False], ids=["stop", "caller-timeout"])
 def test_an_async_approver_whose_cleanup_fails_when_cancelled_ends_before_dispatch(
     make_system: Any, stopped: bool

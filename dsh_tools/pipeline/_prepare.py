@@ -32,6 +32,7 @@ from ._chain import is_awaitable, none_from, rest_of_chain
 from ._core import (
     DISPATCH_STAGE,
     FINISH,
+    INTERRUPTED_REASON,
     POST,
     PipelineCore,
     Stage,
@@ -233,35 +234,54 @@ class PrepareStages(PipelineCore):
                 False,
             )
         approval = how.approval
+        signal = rec.signal
+        own = None
+        if signal is NEVER_ABORTED and rec.own is None:
+            # A blocking execute's call without a signal of its own: the approver (a console
+            # prompt on a worker thread) could never learn that a Ctrl-C or stop() abandoned
+            # the question, and held its thread past both. It gets a signal that aborts as
+            # the call is interrupted (``interrupt`` aborts ``rec.own``) or its task cancelled
+            # (below); the call's own stays the never-aborted one.
+            own = rec.own = AbortController()
+            signal = own.signal
+            if rec.stop_reason is not None:  # interrupted before ``own`` was there to abort
+                own.abort(rec.stop_reason)
         kwargs: dict[str, Any] = {
             "agent": rec.agent,
             "tool_name": name,
             "call_id": rec.call_id,
-            "signal": rec.signal,
+            "signal": signal,
         }
         if "arguments" in how.passes:
             kwargs["arguments"] = rec.arguments
         if ask.reason is not None and "reason" in how.passes:
             kwargs["reason"] = ask.reason
         outcome: Any
-        await event_loop()  # approvers may wait on the loop (a future, a timer)
-        if how.is_async:
-            outcome = approval.request(**kwargs)
-        else:
-            # A plain approver may block (a console prompt): never on a loop, nor on the thread
-            # of a blocking execute, whose call stop() must still be able to settle. It runs in
-            # a copy of the call's context, as asyncio.to_thread runs a function.
-            outcome = asyncio.wrap_future(
-                self._executor.submit(
-                    contextvars.copy_context().run,
-                    partial(without_stop_iteration, "the approver", approval.request, **kwargs),
+        try:
+            await event_loop()  # approvers may wait on the loop (a future, a timer)
+            if how.is_async:
+                outcome = approval.request(**kwargs)
+            else:
+                # A plain approver may block (a console prompt): never on a loop, nor on the
+                # thread of a blocking execute, whose call stop() must still be able to settle.
+                # It runs in a copy of the call's context, as asyncio.to_thread runs a function.
+                outcome = asyncio.wrap_future(
+                    self._executor.submit(
+                        contextvars.copy_context().run,
+                        partial(without_stop_iteration, "the approver", approval.request, **kwargs),
+                    )
                 )
-            )
-        while is_awaitable(outcome):
-            await event_loop()
-            outcome = await self._await_approval(rec, outcome)
-            if outcome is _APPROVAL_ABANDONED:
-                return Deny(f'approval for tool "{name}" was cancelled'), True
+            while is_awaitable(outcome):
+                await event_loop()
+                outcome = await self._await_approval(rec, outcome)
+                if outcome is _APPROVAL_ABANDONED:
+                    return Deny(f'approval for tool "{name}" was cancelled'), True
+        except BaseException:
+            # The blocking caller's Ctrl-C cancelled the call's task, or was raised in it as
+            # the approver started: withdraw the question.
+            if own is not None:
+                own.abort(rec.stop_reason if rec.stop_reason is not None else INTERRUPTED_REASON)
+            raise
         if type(outcome) is str:
             if outcome == "allowed-once":
                 return ALLOW, False
