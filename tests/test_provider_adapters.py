@@ -211,9 +211,9 @@ def test_an_image_is_sent_as_the_type_its_bytes_are() -> None:
     assert output[0]["image_url"] == f"data:image/jpeg;base64,{jpeg}"
 
 
-def test_an_image_whose_bytes_are_no_image_type_a_provider_takes_is_not_sent() -> None:
-    # An HTML error page a server fetched in place of a picture, still called image/png: every
-    # provider would refuse the whole request for it.
+def test_media_whose_bytes_are_not_the_type_a_provider_takes_is_not_sent() -> None:
+    # An HTML error page a server fetched in place of a picture or a PDF, still called
+    # image/png or application/pdf: every provider would refuse the whole request for it.
     page = "PGh0bWw+NDA0PC9odG1sPg=="  # base64 of "<html>404</html>"
     blocks = [
         {"type": "image", "data": page, "mimeType": "image/png"},
@@ -221,11 +221,16 @@ def test_an_image_whose_bytes_are_no_image_type_a_provider_takes_is_not_sent() -
             "type": "resource",
             "resource": {"uri": "file:///a.jpg", "mimeType": "image/jpeg", "blob": page},
         },
+        {
+            "type": "resource",
+            "resource": {"uri": "file:///b.pdf", "mimeType": "application/pdf", "blob": page},
+        },
     ]
     said = [
         "[image image-1 (image/png) omitted: its data is not a PNG, JPEG, GIF or WebP image]",
         "[image file:///a.jpg (image/jpeg) omitted: its data is not a PNG, JPEG, GIF or WebP "
         "image]",
+        "[file file:///b.pdf (application/pdf) omitted: its data is not a PDF document]",
     ]
     result = outcome(success("c1", blocks))
     assert openai_tool_messages(result) == [

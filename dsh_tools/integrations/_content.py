@@ -90,6 +90,11 @@ _PROVIDER_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "imag
 """The image types every provider takes, which ``_image_type`` recognizes by their bytes."""
 
 
+_PDF_HEADER = b"%PDF-"
+_PDF_HEADER_WITHIN = 1024
+"""PDF readers find the header within the first kilobyte (some writers put bytes before it)."""
+
+
 def _image_type(data: bytes) -> str | None:
     """The image type ``data`` starts as, of those every provider takes; ``None`` for another."""
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
@@ -108,8 +113,8 @@ def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
     sent as the type its bytes are: tools (screenshot servers, say) often call a JPEG
     ``image/png``, and the Anthropic API refuses an image whose bytes are not its stated type.
     Bytes of none of the types providers take, under one of those types (an HTML error page a
-    server fetched in place of the image), are not sent: the provider would refuse the whole
-    request, naming neither the call nor the block."""
+    server fetched in place of the image), are not sent, nor is a PDF without a PDF header:
+    the provider would refuse the whole request, naming neither the call nor the block."""
     data, decoded = _decoded(data)
     if isinstance(decoded, str):
         return Text(
@@ -125,6 +130,8 @@ def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
                 "WebP image]"
             )
         mime_type = actual or mime_type
+    if mime_type == "application/pdf" and _PDF_HEADER not in decoded[:_PDF_HEADER_WITHIN]:
+        return Text(f"[{kind} {name} ({mime_type}) omitted: its data is not a PDF document]")
     return Media(kind, mime_type, data, name)
 
 
