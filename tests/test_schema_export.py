@@ -133,6 +133,33 @@ def test_anthropic_input_schema_has_no_union_at_its_root(system: ToolSystem) -> 
     assert system.tools.schemas()[0]["parameters"] == parameters
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("strict", [False, "auto"])
+def test_openai_parameters_have_no_union_at_their_root(
+    system: ToolSystem, api: Any, strict: Any
+) -> None:
+    # OpenAI refuses the whole request, strict or not, when one function's parameters have
+    # oneOf, anyOf, allOf, enum or not at the root ("schema must have type 'object' and not
+    # have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top level"). They become a note.
+    parameters = {
+        "type": "object",
+        "description": "Where to look.",
+        "properties": {"id": {"type": "string"}, "path": {"type": "string"}},
+        "required": ["id", "path"],
+        "oneOf": [{"required": ["id"]}, {"required": ["path"]}],
+        "not": {"required": ["both"]},
+    }
+    system.tools.register(fixture("find", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), api=api, strict=strict)
+    sent = exported["parameters"] if api == "responses" else exported["function"]["parameters"]
+    assert sent["description"] == (
+        'Where to look. (oneOf=[{"required": ["id"]}, {"required": ["path"]}], '
+        'not={"required": ["both"]})'
+    )
+    assert not {"oneOf", "anyOf", "allOf", "enum", "not"} & set(sent)
+    assert system.tools.schemas()[0]["parameters"] == parameters
+
+
 def test_assembled_prompt_tools_keep_their_final_order(system: ToolSystem) -> None:
     for name in ("zeta", "alpha", "mid"):
         system.tools.register(fixture(name))

@@ -75,6 +75,10 @@ _STRICT_FORMATS: Final = frozenset(
 _LOOKAROUNDS: Final = ("(?=", "(?!", "(?<=", "(?<!")
 _ROOT_UNIONS: Final = ("oneOf", "anyOf", "allOf")
 """Keywords the Anthropic Messages API refuses at the root of a tool's ``input_schema``."""
+_OPENAI_ROOT_REFUSED: Final = ("oneOf", "anyOf", "allOf", "enum", "not")
+"""Keywords the OpenAI APIs refuse at the root of a function's ``parameters``, strict or not
+("schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top
+level")."""
 
 # Keywords whose value is one subschema, a list of subschemas, or a map of named subschemas.
 _ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
@@ -419,7 +423,9 @@ def to_openai_tools(
     ``strict=True`` marks every tool strict and raises ``ValueError`` naming each tool whose
     parameters cannot be strict (see ``to_openai_strict_schema``); ``strict="auto"`` marks strict
     only the tools that can be, leaving the others' parameters untouched; ``strict=False`` (the
-    default) exports the parameters as they are.
+    default) exports the parameters as they are. Either way the API refuses ``oneOf``,
+    ``anyOf``, ``allOf``, ``enum`` and ``not`` at the root of ``parameters``, so there they
+    become notes in its ``description``, as ``to_anthropic_tools`` does with the root unions.
 
     Names outside ``^[a-zA-Z0-9_-]{1,64}$`` are exported in their provider form from ``names``
     (by default the ``ToolNameMap`` of the exported names, the map an adapter builds with
@@ -436,6 +442,9 @@ def to_openai_tools(
     entries = _tool_entries(schemas, "OpenAI")
     provider = _name_map(entries, names)
     for name, description, parameters in entries:
+        # The API refuses the whole request for one of these at a root (an MCP server's "one
+        # of these arguments"); as a note the model still reads it, and the tool enforces it.
+        _note(parameters, [key for key in parameters if key in _OPENAI_ROOT_REFUSED])
         is_strict = False
         if strict is not False:
             candidate = thaw(parameters)
