@@ -160,6 +160,39 @@ def test_openai_parameters_have_no_union_at_their_root(
     assert system.tools.schemas()[0]["parameters"] == parameters
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("strict", [False, "auto"])
+def test_openai_parameters_spell_out_properties_and_items(
+    system: ToolSystem, api: Any, strict: Any
+) -> None:
+    # OpenAI refuses the whole request for a root without properties ("object schema missing
+    # properties": an MCP tool of no arguments) or an array without items ("array schema
+    # missing items": a list[Any]). Empty ones are the same schema in the spelling it takes.
+    @tool
+    def tag(names: list[Any], groups: list[list[Any]] | None = None) -> str:
+        """Tag."""
+        return "ok"
+
+    system.tools.register(tag)
+    system.tools.register(fixture("ping", parameters={"type": "object"}))
+    exported = to_openai_tools(system.tools.schemas(), api=api, strict=strict)
+    sent = {
+        tool["name"]: tool["parameters"]
+        for tool in (exported if api == "responses" else [t["function"] for t in exported])
+    }
+    assert sent["ping"] == {"type": "object", "properties": {}}
+    assert sent["tag"]["properties"] == {
+        "names": {"type": "array", "items": {}},
+        "groups": {
+            "anyOf": [{"type": "array", "items": {"type": "array", "items": {}}}, {"type": "null"}],
+            "default": None,
+        },
+    }
+    # the registry keeps its own
+    registered = {entry["name"]: entry["parameters"] for entry in system.tools.schemas()}
+    assert registered["ping"] == {"type": "object"}
+
+
 def test_assembled_prompt_tools_keep_their_final_order(system: ToolSystem) -> None:
     for name in ("zeta", "alpha", "mid"):
         system.tools.register(fixture(name))
@@ -549,7 +582,10 @@ def test_a_parameter_of_any_value_is_not_made_strict(system: ToolSystem) -> None
     system.tools.register(note)
     [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
     assert "strict" not in exported["function"]
-    assert exported["function"]["parameters"] == note.parameters
+    sent = exported["function"]["parameters"]
+    assert {**sent, "properties": {**sent["properties"], "tags": {"type": "array"}}} == (
+        note.parameters
+    )
     with pytest.raises(ValueError) as raised:
         to_openai_tools(system.tools.schemas(), strict=True)
     assert str(raised.value) == (

@@ -147,9 +147,32 @@ def _children(node: dict[str, Any], path: str) -> list[tuple[Schema, str, bool]]
             for i, child in enumerate(value):
                 if type(child) in (dict, bool):
                     found.append((child, f"{path}.{key}[{i}]", whole))
-        elif (key in _ONE_SCHEMA or key == "additionalProperties") and type(value) in (dict, bool):
+        elif key in _ONE_SCHEMA and (type(value) is dict or value is True):
+            # (not "items": false, which after a tuple's prefixItems only closes the tuple)
+            found.append((value, f"{path}.{key}", whole))
+        elif key == "additionalProperties" and type(value) is dict:
             found.append((value, f"{path}.{key}", whole))
     return found
+
+
+def _spell_out_any(parameters: dict[str, Any]) -> None:
+    """Give the root an empty ``properties`` when it has none, and every array schema without
+    ``items`` an ``{}`` one, in place: the same schema, in the spelling the OpenAI APIs take.
+    They refuse the whole request for either omission, strict or not ("object schema missing
+    properties", "array schema missing items"), which a tool of no arguments from an MCP
+    server (``{"type": "object"}``) or a ``list[Any]`` parameter gives."""
+    parameters.setdefault("properties", {})
+    stack: list[Schema] = [parameters]
+    while stack:
+        node = stack.pop()
+        if type(node) is not dict:
+            continue
+        declared = node.get("type")
+        if (declared == "array" or (type(declared) is list and "array" in declared)) and (
+            "items" not in node
+        ):
+            node["items"] = {}
+        stack.extend(child for child, _, _ in _children(node, ""))
 
 
 def _boolean_violation(schema: bool, path: str) -> str:
@@ -422,10 +445,12 @@ def to_openai_tools(
 
     ``strict=True`` marks every tool strict and raises ``ValueError`` naming each tool whose
     parameters cannot be strict (see ``to_openai_strict_schema``); ``strict="auto"`` marks strict
-    only the tools that can be, leaving the others' parameters untouched; ``strict=False`` (the
-    default) exports the parameters as they are. Either way the API refuses ``oneOf``,
-    ``anyOf``, ``allOf``, ``enum`` and ``not`` at the root of ``parameters``, so there they
-    become notes in its ``description``, as ``to_anthropic_tools`` does with the root unions.
+    only the tools that can be, leaving the others' parameters as they are; ``strict=False``
+    (the default) exports the parameters as they are. As they are, but in the spelling the API
+    takes: it refuses a root without ``properties`` and an array schema without ``items``,
+    which get empty ones (the same schema), and ``oneOf``, ``anyOf``, ``allOf``, ``enum`` and
+    ``not`` at the root of ``parameters``, which become notes in its ``description``, as
+    ``to_anthropic_tools`` does with the root unions.
 
     Names outside ``^[a-zA-Z0-9_-]{1,64}$`` are exported in their provider form from ``names``
     (by default the ``ToolNameMap`` of the exported names, the map an adapter builds with
@@ -453,6 +478,8 @@ def to_openai_tools(
                 parameters, is_strict = candidate, True
             elif strict is True:
                 problems.append(f'tool "{name}": ' + "; ".join(violations))
+        if not is_strict:
+            _spell_out_any(parameters)
         function: dict[str, Any] = {
             "name": provider.to_provider(name),
             "description": description,
