@@ -175,12 +175,15 @@ def test_openai_parameters_spell_out_properties_and_items(
 
     system.tools.register(tag)
     system.tools.register(fixture("ping", parameters={"type": "object"}))
+    closed = {"type": "object", "additionalProperties": False}  # may be strict as it is
+    system.tools.register(fixture("pong", parameters=closed))
     exported = to_openai_tools(system.tools.schemas(), api=api, strict=strict)
     sent = {
         tool["name"]: tool["parameters"]
         for tool in (exported if api == "responses" else [t["function"] for t in exported])
     }
     assert sent["ping"] == {"type": "object", "properties": {}}
+    assert sent["pong"] == {**closed, "properties": {}}
     assert sent["tag"]["properties"] == {
         "names": {"type": "array", "items": {}},
         "groups": {

@@ -446,8 +446,8 @@ def to_openai_tools(
     ``strict=True`` marks every tool strict and raises ``ValueError`` naming each tool whose
     parameters cannot be strict (see ``to_openai_strict_schema``); ``strict="auto"`` marks strict
     only the tools that can be, leaving the others' parameters as they are; ``strict=False``
-    (the default) exports the parameters as they are. As they are, but in the spelling the API
-    takes: it refuses a root without ``properties`` and an array schema without ``items``,
+    (the default) exports the parameters as they are. Every export is spelled as the API takes
+    it: the API refuses a root without ``properties`` and an array schema without ``items``,
     which get empty ones (the same schema), and ``oneOf``, ``anyOf``, ``allOf``, ``enum`` and
     ``not`` at the root of ``parameters``, which become notes in its ``description``, as
     ``to_anthropic_tools`` does with the root unions.
@@ -478,8 +478,7 @@ def to_openai_tools(
                 parameters, is_strict = candidate, True
             elif strict is True:
                 problems.append(f'tool "{name}": ' + "; ".join(violations))
-        if not is_strict:
-            _spell_out_any(parameters)
+        _spell_out_any(parameters)
         function: dict[str, Any] = {
             "name": provider.to_provider(name),
             "description": description,
