@@ -20,7 +20,7 @@ import pytest
 from anthropic.types import MessageParam
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.responses import ResponseInputItemParam
-from provider_server import RecordingServer, recording_server
+from provider_server import Event, RecordingServer, recording_server
 
 from dsh_tools import (
     Accept,
@@ -527,4 +527,201 @@ def test_anthropic_tool_use_input_the_sdk_decodes_as_nan_fails_that_call_alone(
                 }
             ],
         ),
+    ]
+
+
+# --- streamed responses ------------------------------------------------------------------------
+# Each SDK's streaming helper assembles the final response from events in which a call's
+# arguments arrive in pieces; the adapters read that final object like any other.
+
+STREAMED_CALLS = [
+    ("call_w", "weather", ['{"ci', 'ty": "Os', 'lo"}']),
+    ("call_t", "time_now", ["{}"]),
+]
+ANSWERED = [("call_w", "Oslo: 4 C"), ("call_t", "12:00")]
+
+
+def test_a_streamed_chat_completion_is_read_and_answered(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/chat/completions"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return {
+            "id": "chatcmpl-s",
+            "object": "chat.completion.chunk",
+            "created": 1767225600,
+            "model": "gpt-test",
+            "choices": [choice],
+        }
+
+    events: list[Event] = [(None, chunk({"role": "assistant", "content": "Let me look."}))]
+    for index, (call_id, name, pieces) in enumerate(STREAMED_CALLS):
+        start = {"index": index, "id": call_id, "type": "function"}
+        events.append(
+            (None, chunk({"tool_calls": [{**start, "function": {"name": name, "arguments": ""}}]}))
+        )
+        events.extend(
+            (None, chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+            for piece in pieces
+        )
+    events += [(None, chunk({}, "tool_calls")), (None, "[DONE]")]
+    server.stream(path, events)
+    server.answer(path, chat_completion("Done.", []))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather?"}]
+    with client.chat.completions.stream(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    ) as stream:
+        final = stream.get_final_completion()
+    calls = openai_tool_calls(final.choices[0].message, names=prompt.names)
+    messages.append(openai_assistant_message(final.choices[0].message))
+    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    sent = server.bodies(path)[1]["messages"][1:]
+    assert sent[0] == {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [
+            {
+                "id": "call_w",
+                "type": "function",
+                "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+            },
+            {
+                "id": "call_t",
+                "type": "function",
+                "function": {"name": "time_now", "arguments": "{}"},
+            },
+        ],
+    }
+    assert sent[1:] == [
+        {"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in ANSWERED
+    ]
+
+
+def test_a_streamed_anthropic_message_is_read_and_answered(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/messages"
+    start = {**anthropic_message("msg_s", None, []), "stop_reason": None}
+    events: list[Event] = [
+        ("message_start", {"type": "message_start", "message": start}),
+    ]
+    for index, (call_id, name, pieces) in enumerate(STREAMED_CALLS):
+        block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        events.append(
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": block},
+            )
+        )
+        events.extend(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+            )
+            for piece in pieces
+        )
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events += [
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    server.stream(path, events)
+    server.answer(path, anthropic_message("msg_e", "Done.", []))
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    messages: list[MessageParam] = [{"role": "user", "content": "Weather?"}]
+    with client.messages.stream(
+        model="claude-test", max_tokens=1024, tools=prompt.tools, messages=messages
+    ) as stream:
+        final = stream.get_final_message()
+    calls = anthropic_tool_calls(final, names=prompt.names)
+    messages.append({"role": "assistant", "content": final.content})
+    messages.append(anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=calls))))
+    client.messages.create(
+        model="claude-test", max_tokens=1024, tools=prompt.tools, messages=messages
+    )
+
+    assistant, results = server.bodies(path)[1]["messages"][1:]
+    assert assistant == {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "call_w", "name": "weather", "input": {"city": "Oslo"}},
+            {"type": "tool_use", "id": "call_t", "name": "time_now", "input": {}},
+        ],
+    }
+    assert results == {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": call_id,
+                "is_error": False,
+                "content": [{"type": "text", "text": text}],
+            }
+            for call_id, text in ANSWERED
+        ],
+    }
+
+
+def test_a_streamed_responses_api_response_is_read_and_answered(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/responses"
+    done = response("resp_s", None, [(i, n, "".join(p)) for i, n, p in STREAMED_CALLS])
+    events: list[Event] = []
+
+    def event(kind: str, **fields: Any) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    event("response.created", response={**done, "status": "in_progress", "output": []})
+    for index, item in enumerate(done["output"]):
+        event("response.output_item.added", output_index=index, item={**item, "arguments": ""})
+        for piece in STREAMED_CALLS[index][2]:
+            event(
+                "response.function_call_arguments.delta",
+                output_index=index,
+                item_id=item["id"],
+                delta=piece,
+            )
+        event(
+            "response.function_call_arguments.done",
+            output_index=index,
+            item_id=item["id"],
+            name=item["name"],
+            arguments=item["arguments"],
+        )
+        event("response.output_item.done", output_index=index, item=item)
+    event("response.completed", response=done)
+    server.stream(path, events)
+    server.answer(path, response("resp_e", "Done.", []))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = responses_prompt(system.assemble_prompt())
+    with client.responses.stream(model="gpt-test", tools=prompt.tools, input="Weather?") as stream:
+        final = stream.get_final_response()
+    calls = responses_tool_calls(final, names=prompt.names)
+    items = responses_tool_outputs(system.execute_batch(ExecuteBatch(calls=calls)))
+    client.responses.create(
+        model="gpt-test", tools=prompt.tools, previous_response_id=final.id, input=items
+    )
+
+    assert server.bodies(path)[1]["input"] == [
+        {"type": "function_call_output", "call_id": call_id, "output": text}
+        for call_id, text in ANSWERED
     ]
