@@ -45,13 +45,17 @@ __all__ = [
     "Reply",
     "WorkerFrame",
     "encode_frame",
+    "encode_into",
     "host_frame_decoder",
     "worker_frame_decoder",
+    "write_prefix",
 ]
 
 PREFIX_BYTES: Final = 8
 """Width of the big-endian length prefix."""
 _read_prefix: Final = struct.Struct(">Q").unpack_from
+write_prefix: Final = struct.Struct(">Q").pack_into
+"""``write_prefix(buffer, offset, size)``: a frame's length prefix, written in place."""
 
 
 class ErrorClassWire(msgspec.Struct, frozen=True, array_like=True):
@@ -136,6 +140,9 @@ WorkerFrame = Call | Log | OutputLimit | Done
 """Frames the worker sends."""
 
 _encoder = msgspec.msgpack.Encoder()
+encode_into: Final = _encoder.encode_into
+"""``encode_into(frame, buffer, offset)``: a frame's body, encoded into ``buffer`` at
+``offset`` (see ``msgspec``); ``encode_frame`` adds the length prefix."""
 
 
 def encode_frame(frame: Any) -> bytearray:

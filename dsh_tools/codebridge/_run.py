@@ -118,8 +118,7 @@ class CodeRun(RunProcess):
             loop=loop,
             track=track,
             max_frame_bytes=config.max_frame_bytes,
-            send=self._send,
-            settled=self._settled,
+            send=self._writer.send_frame,
             fail=self._settle_failure,
         )
 
@@ -143,9 +142,6 @@ class CodeRun(RunProcess):
         self._settle(self._limits.wall_timeout())
 
     # -- frames -----------------------------------------------------------------------------
-
-    def _settled(self) -> bool:
-        return self._outcome is not None
 
     def _on_frame(self, frame: Any) -> None:
         kind = type(frame)
@@ -221,6 +217,7 @@ class CodeRun(RunProcess):
         if self._outcome is not None or self._done:
             return
         self._outcome = outcome
+        self._calls.close()  # no binding call is answered from here on
         if not self._attempts:
             # Ended before it started: no worker of it is watched, so none will report its
             # exit; the one it took is ended as the run finishes (``_close_all``).

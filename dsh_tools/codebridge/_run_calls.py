@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any, Final
 
 from ..actors import FrozenDict, FrozenList
-from ._frames import PREFIX_BYTES, Call, Reply, encode_frame
+from ._frames import Call, Reply
 from ._inflight import InflightArguments
 from ._outcome import quote, safe_text
 from ._seam import BindingFunction
@@ -40,12 +40,8 @@ Track = Callable[["asyncio.Task[None]"], None]
 """Keeps a binding task referenced until it is done."""
 
 
-def _over() -> bool:
-    return True
-
-
-def _drop(data: bytearray) -> None:
-    pass
+def _drop(frame: Reply, cap: int) -> int:
+    return 0
 
 
 def _ignore(kind: str, message: str) -> None:
@@ -96,9 +92,10 @@ class AnsweredFuture(asyncio.Future[Any]):
 class BindingCalls:
     """Answers one run's ``Call`` frames.
 
-    ``send`` queues encoded reply bytes to the worker, ``settled`` tells whether the run is
-    over (nothing is answered then) and ``fail`` settles the run with a failure kind and
-    message.
+    ``send(reply, cap)`` queues a reply to the worker unless its body is over ``cap`` bytes and
+    returns the body's size (raising, with nothing queued, for one that does not encode) and
+    ``fail`` settles the run with a failure kind and message. The run calls ``close()`` as it
+    settles: nothing is answered from then on.
     """
 
     __slots__ = (
@@ -109,8 +106,8 @@ class BindingCalls:
         "_loop",
         "_max_frame_bytes",
         "_namespaces",
+        "_over",
         "_send",
-        "_settled",
         "_track",
     )
 
@@ -121,8 +118,7 @@ class BindingCalls:
         loop: asyncio.AbstractEventLoop,
         track: Track,
         max_frame_bytes: int,
-        send: Callable[[bytearray], None],
-        settled: Callable[[], bool],
+        send: Callable[[Reply, int], int],
         fail: Callable[[str, str], None],
     ) -> None:
         self._namespaces = namespaces
@@ -130,16 +126,17 @@ class BindingCalls:
         self._track = track
         self._max_frame_bytes = max_frame_bytes
         self._send = send
-        self._settled = settled
+        self._over = False  # the run has settled (``close``)
         self._fail = fail
         self._floor = 0  # every call id up to this one has been seen
         self._answered: set[int] = set()  # the ids seen above the floor
         self._inflight = InflightArguments()
 
     def close(self) -> None:
-        """The run is over: answer nothing more, and let go of the run's callbacks (they refer
-        to the run, which refers to this object: reference counting frees both at once)."""
-        self._settled = _over
+        """The run has settled: answer nothing more, and let go of the run's callbacks (they
+        refer to the run, which refers to this object: reference counting frees both at
+        once)."""
+        self._over = True
         self._send = _drop
         self._fail = _ignore
 
@@ -176,11 +173,9 @@ class BindingCalls:
                 call_id, "unknown binding " + quote(f"{frame.global_name}.{frame.name}")
             )
             return False
-        return self._call(call_id, frame, function)
-
-    def _call(self, call_id: int, frame: Call, function: BindingFunction) -> bool:
-        """Call ``function``; ``False`` when the arguments are no value (answered as a failure:
-        the worker's own encoder writes none but values nested deeper than the host takes)."""
+        # The call, here rather than in a method of its own for the same reason. ``False``
+        # when the arguments are no value (answered as a failure: the worker's own encoder
+        # writes none but values nested deeper than the host takes).
         over = self._inflight.admit(call_id, frame.args, frame.global_name, frame.name)
         if over is not None:
             self._fail("frame-limit", over)
@@ -227,7 +222,7 @@ class BindingCalls:
             self._reply_failure(call_id, safe_text(exc, "<unprintable thrown value>"))
             return
         # ``_resolve``, inline: every call of a tool system's binding settles here.
-        if self._settled():
+        if self._over:
             return
         result = future.result()
         tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)
@@ -239,7 +234,7 @@ class BindingCalls:
             self._write(Reply(call_id, True, tokens), self._inflight.release(call_id))
 
     def _resolve(self, call_id: int, result: Any) -> None:
-        if self._settled():
+        if self._over:
             return
         tokens = tokenize(result, _HOST_DICTS, _HOST_LISTS)
         if tokens is None:
@@ -250,7 +245,7 @@ class BindingCalls:
 
     def _reply(self, frame: Reply) -> None:
         name = self._inflight.release(frame.id)
-        if self._settled():
+        if self._over:
             return
         self._write(frame, name)
 
@@ -258,10 +253,10 @@ class BindingCalls:
         """Send ``frame``, answering a call of binding ``name`` (if known), unless it is over
         max_frame_bytes (the run fails then)."""
         try:
-            data = encode_frame(frame)
+            size = self._send(frame, self._max_frame_bytes)
         except Exception:
-            data = encode_frame(Reply(frame.id, False, message=_NOT_LOSSLESS_RESOLUTION))
-        size = len(data) - PREFIX_BYTES
+            failure = Reply(frame.id, False, message=_NOT_LOSSLESS_RESOLUTION)
+            size = self._send(failure, self._max_frame_bytes)
         if size > self._max_frame_bytes:
             of = f" (the result of {access_expression(*name)})" if name is not None else ""
             self._fail(
@@ -270,7 +265,6 @@ class BindingCalls:
                 f"({self._max_frame_bytes})",
             )
             return
-        self._send(data)
 
     def _reply_failure(self, call_id: int, message: str) -> None:
         self._reply(Reply(call_id, False, message=message))

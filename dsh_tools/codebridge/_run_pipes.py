@@ -15,7 +15,9 @@ import contextlib
 import itertools
 import os
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
+
+from ._frames import PREFIX_BYTES, encode_into, write_prefix
 
 __all__ = ["DRAIN_LIMIT", "READ_SIZE", "UNREAD_REPLY_BYTES", "ChannelWriter", "read_available"]
 
@@ -25,6 +27,7 @@ UNREAD_REPLY_BYTES: Final = 64 * 2**20
 """Binding replies a program may leave unread, beyond the one being written, before its run
 fails."""
 _IOV_MAX: Final = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 16
+_PREFIX_ROOM: Final = bytes(PREFIX_BYTES)
 _COALESCE_BYTES: Final = 1 << 16
 """Queued frames shorter than this share one buffer: a reply of a few dozen bytes held as an
 object of its own costs several times its size, so a program that leaves millions of small
@@ -79,6 +82,13 @@ class ChannelWriter:
         self._broken = False
         self.written = 0  # bytes the pipe has taken (the worker may have read them)
 
+    def reopen(self, overflow: Callable[[str], None]) -> None:
+        """Serve another attempt of the run once closed: not broken, nothing written yet,
+        ``overflow`` called when too much is left unread (``attach`` names the descriptor)."""
+        self._overflow = overflow
+        self._broken = False
+        self.written = 0
+
     def attach(self, fd: int) -> None:
         """Write to ``fd`` from now on."""
         self._fd = fd
@@ -96,6 +106,44 @@ class ChannelWriter:
             buffer.append(bytearray(data))
         else:
             buffer.append(data)
+        self._queued(size)
+
+    def send_frame(self, frame: Any, cap: int) -> int:
+        """Queue the length-prefixed encoding of ``frame``, as ``send`` queues bytes, unless
+        its body is over ``cap`` bytes; return the body's size either way. Encoded straight
+        into the queue and in one call (every binding reply passes here). Raises what
+        encoding raises, with nothing queued."""
+        buffer = self._buffer
+        last = buffer[-1] if len(buffer) > 1 else None
+        if type(last) is not bytearray or len(last) >= _COALESCE_BYTES:
+            last = None
+        target = bytearray() if last is None else last
+        start = len(target)
+        target += _PREFIX_ROOM
+        try:
+            encode_into(frame, target, start + PREFIX_BYTES)
+        except BaseException:
+            del target[start:]  # what was encoded of it before the error
+            raise
+        size = len(target) - start - PREFIX_BYTES
+        if size > cap or self._broken or self._fd is None:
+            del target[start:]  # measured, never sent
+            return size
+        write_prefix(target, start, size)
+        if last is None:
+            buffer.append(target)
+        # ``_queued``, inline.
+        self._unsent += size + PREFIX_BYTES
+        if self._unsent > UNREAD_REPLY_BYTES and len(buffer) > 1:
+            self._overflow(
+                f"the program left more than {UNREAD_REPLY_BYTES} bytes of binding replies unread"
+            )
+        elif not self._writer_on and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+        return size
+
+    def _queued(self, size: int) -> None:
         self._unsent += size
         if self._unsent > UNREAD_REPLY_BYTES and len(self._buffer) > 1:
             self._overflow(

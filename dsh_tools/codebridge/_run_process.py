@@ -77,6 +77,8 @@ decoding junk for the whole wall ceiling while it spends almost no CPU itself.""
 class RunProcess(abc.ABC):
     """The worker-process half of one run; every method runs on ``loop``."""
 
+    _writer: ChannelWriter  # made for the first attempt, reopened for the next
+
     def __init__(
         self,
         *,
@@ -142,7 +144,12 @@ class RunProcess(abc.ABC):
     def _reset_attempt(self) -> None:
         self._fds: dict[str, int] = {}
         self._readers = RunReaders(self._loop)
-        self._writer = ChannelWriter(self._loop, partial(self._settle_failure, "frame-limit"))
+        overflow = partial(self._settle_failure, "frame-limit")
+        if self._attempts:
+            # The run's one writer, for its next attempt: the binding calls hold it.
+            self._writer.reopen(overflow)
+        else:
+            self._writer = ChannelWriter(self._loop, overflow)
         self._frames = FrameReader(_WORKER_FRAMES, self._max_frame_bytes, self._screen)
         self._native = NativeOutput(self._ledger)
         self._status = bytearray()
