@@ -531,7 +531,7 @@ def test_anthropic_tool_use_input_the_sdk_decodes_as_nan_fails_that_call_alone(
 
 
 # --- streamed responses ------------------------------------------------------------------------
-# Each SDK's streaming helper assembles the final response from events in which a call's
+# Each SDK's stream manager assembles the final response from events in which a call's
 # arguments arrive in pieces; the adapters read that final object like any other.
 
 STREAMED_CALLS = [
