@@ -661,6 +661,31 @@ def test_an_object_requiring_a_key_it_does_not_declare_is_not_made_strict(
     )
 
 
+def test_an_object_built_from_all_of_parts_is_not_made_strict(system: ToolSystem) -> None:
+    # A base and its extension (how schemas converted from OpenAPI spell inheritance): closed
+    # for strict mode, each part would refuse the other's keys, and no value could be sent.
+    base = {"type": "object", "properties": {"id": {"type": "string"}}, "required": ["id"]}
+    extension = {"properties": {"size": {"type": "integer"}}, "required": ["size"]}
+    parameters = {
+        "type": "object",
+        "properties": {"item": {"allOf": [{"$ref": "#/$defs/Base"}, extension]}},
+        "required": ["item"],
+        "$defs": {"Base": base},
+    }
+    system.tools.register(fixture("store", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    with pytest.raises(ValueError) as raised:
+        to_openai_strict_schema(parameters)
+    assert str(raised.value) == (
+        "schema cannot be used in strict mode: schema.properties.item.allOf builds an object "
+        "from parts, which strict mode would each close to the others' keys"
+    )
+    # one part that is the whole value is that value
+    alone = {**parameters, "properties": {"item": {"allOf": [{"$ref": "#/$defs/Base"}]}}}
+    assert to_openai_strict_schema(alone)["$defs"]["Base"]["additionalProperties"] is False
+
+
 def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
     # Strict mode reads no prefixItems: the API refuses such an array as one without items.
     @tool

@@ -30,7 +30,8 @@ Keywords strict mode refuses (``_STRICT_REFUSED``: ``minLength``, ``uniqueItems`
 lookaround) move into the node's ``description`` as notes (``minLength=3``): the model still
 reads them, and the registry still enforces them, since it validates against the tool's own
 schema. What cannot be rewritten (explicitly open objects, objects whose
-``patternProperties`` or ``unevaluatedProperties`` admit keys they do not list, and values of
+``patternProperties`` or ``unevaluatedProperties`` admit keys they do not list or whose
+``required`` names keys they do not declare, objects built from ``allOf`` parts, and values of
 any shape: a schema with no type or the schema ``true``, an object that lists no keys, an array
 with no item schema; a value whose schema is ``false``; and tuples, whose ``prefixItems`` (or
 older drafts' list of ``items``) strict mode does not read) is reported. Every walk here is
@@ -210,6 +211,7 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
             continue
         if whole:
             violations.extend(_undeclared(node, path))
+        violations.extend(_object_parts(node, path))
         if _is_object_node(node):
             violations.extend(_opening_keywords(node, path))
         _note_refused(node)
@@ -289,6 +291,27 @@ def _undeclared(node: dict[str, Any], path: str) -> list[str]:
     arrays = declared == "array" or (type(declared) is list and "array" in declared)
     if arrays and "items" not in node:
         return [f"{path} declares no items (an array of any values cannot be strict)"]
+    return []
+
+
+def _object_parts(node: dict[str, Any], path: str) -> list[str]:
+    """The violation of an object built from parts with ``allOf`` (a base and its extension,
+    as schemas converted from OpenAPI write it): strict mode closes every object, so each part
+    would refuse the keys the others declare, and no value would satisfy them all. A lone
+    part that is the whole value (``allOf: [{"$ref": ...}]``) is no such object."""
+    parts = node.get("allOf")
+    if type(parts) is not list:
+        return []
+    objects = [
+        i
+        for i, part in enumerate(parts)
+        if type(part) is dict and ("$ref" in part or _is_object_node(part))
+    ]
+    if len(objects) > 1 or (objects and (len(parts) > 1 or "properties" in node)):
+        return [
+            f"{path}.allOf builds an object from parts, which strict mode would each close to "
+            "the others' keys"
+        ]
     return []
 
 
