@@ -511,6 +511,7 @@ class ToolSystem:
                 if not scope.closed:
                     return scope
             scope._await_disposal()  # it forgets itself once disposed
+            self._check_running()  # stop() may have come meanwhile
 
     def _forget_scope(self, scope: AgentScope) -> None:
         with self._lock:

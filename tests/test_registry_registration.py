@@ -376,6 +376,32 @@ def test_a_scope_asked_for_while_its_key_is_closing_sees_none_of_the_old_tools(
     assert system.agent("A") is not old
 
 
+def test_a_scope_asked_for_while_its_key_closes_is_refused_once_the_system_stopped(
+    system: ToolSystem,
+) -> None:
+    old = system.agent("A")
+    in_closer, release = threading.Event(), threading.Event()
+    old.on_close(lambda: (in_closer.set(), release.wait(10)))
+    closing = threading.Thread(target=old.close)
+    closing.start()
+    assert in_closer.wait(10)
+    errors: list[str] = []
+
+    def ask() -> None:
+        try:
+            system.agent("A")
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    system.stop()
+    release.set()
+    closing.join(10)
+    asking.join(10)
+    assert errors == ["the tool system is stopped; start a new one with ToolSystem.start()"]
+
+
 def test_a_closer_asking_for_its_own_scope_is_refused_not_deadlocked(system: ToolSystem) -> None:
     scope = system.agent("A")
     scope.tools.register(fixture("mine"))

@@ -49,8 +49,8 @@ class Approval(Protocol):
     task is cancelled and the call ends ``ABORTED_BEFORE_DISPATCH``.
 
     A plain ``request`` may block (a console prompt): it runs on a worker thread, so other
-    calls go on meanwhile, except under the blocking ``execute()``, where it runs on the
-    caller's own thread.
+    calls go on meanwhile, under the blocking ``execute()`` too (whose caller's Ctrl-C, or a
+    ``stop()``, must still be able to settle the call, and aborts ``signal``).
     """
 
     def request(
