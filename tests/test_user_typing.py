@@ -50,7 +50,8 @@ def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mypy") / ".mypy_cache"
 
 
-def check(tmp_path: Path, cache: Path, source: str) -> None:
+def mypy_strict(tmp_path: Path, cache: Path, source: str) -> tuple[str, int]:
+    """What ``mypy --strict`` says of ``source``, and its exit status."""
     module = tmp_path / "harness.py"
     module.write_text(textwrap.dedent(source))
     # mypy raises the process's recursion limit for good; tests that run after this one in the
@@ -60,7 +61,12 @@ def check(tmp_path: Path, cache: Path, source: str) -> None:
         out, err, status = api.run(["--strict", "--cache-dir", str(cache), str(module)])
     finally:
         sys.setrecursionlimit(limit)
-    assert status == 0, out + err
+    return out + err, status
+
+
+def check(tmp_path: Path, cache: Path, source: str) -> None:
+    said, status = mypy_strict(tmp_path, cache, source)
+    assert status == 0, said
 
 
 def test_code_sandbox_grants_given_as_lists_type_check(tmp_path: Path, mypy_cache: Path) -> None:
@@ -71,3 +77,19 @@ def test_is_error_narrows_a_result_to_its_failure_or_success(
     tmp_path: Path, mypy_cache: Path
 ) -> None:
     check(tmp_path, mypy_cache, RESULT_NARROWING)
+
+
+DEFINE_TOOL_WITHOUT_ITS_CONTRACT = """
+from dsh_tools import define_tool
+
+no_output = define_tool(name="t", description="d", parameters={}, execute=lambda a, c: "x")
+"""
+
+
+def test_define_tool_without_its_output_contract_fails_the_type_check(
+    tmp_path: Path, mypy_cache: Path
+) -> None:
+    # Typed optional, it passed the check and raised TypeError on every run.
+    said, status = mypy_strict(tmp_path, mypy_cache, DEFINE_TOOL_WITHOUT_ITS_CONTRACT)
+    assert status == 1
+    assert 'Missing positional argument "output" in call to "define_tool"' in said
