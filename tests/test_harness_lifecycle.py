@@ -1080,6 +1080,64 @@ def test_a_ctrl_c_at_any_step_of_a_bodys_hand_over_never_leaves_it_running_unwai
     assert wrong.strip() == "[]"
 
 
+CTRL_C_AT_EVERY_STEP_OF_A_SUBMIT = """
+import signal, sys
+from dsh_tools.pipeline._workers import BodyThreads
+
+HAND = BodyThreads._hand.__code__
+
+
+def ctrl_c_at(step):
+    seen = [0]
+
+    def profile(frame, event, arg):
+        inside = frame
+        while inside is not None and inside.f_code is not HAND:
+            inside = inside.f_back
+        if inside is None or event not in ("call", "c_return"):
+            return
+        if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            return  # a Ctrl-C is noted there, not raised
+        seen[0] += 1
+        if seen[0] > step:
+            sys.setprofile(None)
+            raise KeyboardInterrupt
+
+    return profile, seen
+
+
+wrong = []
+for step in range(100):
+    threads, ran = BodyThreads("t"), []
+    profile, seen = ctrl_c_at(step)
+    sys.setprofile(profile)
+    try:
+        threads.submit(ran.append, step).result(10)
+    except KeyboardInterrupt:
+        pass
+    sys.setprofile(None)
+    try:
+        threads.shutdown(wait=True)
+    except RuntimeError as error:
+        wrong.append(f"step {step}: {error}")
+    if ran not in ([], [step]):
+        wrong.append(f"step {step}: ran {ran}")
+    if seen[0] <= step:
+        break
+print(step, wrong)
+"""
+
+
+def test_a_ctrl_c_at_any_step_of_starting_a_body_thread_leaves_it_started_once() -> None:
+    # Raised once the new worker was recorded but before it started, it left a thread that
+    # shutdown(), and so stop(), could never join: it raised instead.
+    done = run_script(CTRL_C_AT_EVERY_STEP_OF_A_SUBMIT)
+    assert done.returncode == 0, done.stderr
+    steps, wrong = done.stdout.split(" ", 1)
+    assert int(steps) > 2
+    assert wrong.strip() == "[]"
+
+
 CTRL_C_WHILE_A_PLAIN_APPROVER_ASKS = """
 import os, signal, threading
 from dsh_tools import Ask, ExecuteCall, ToolSystem

@@ -86,7 +86,7 @@ class BodyThreads(concurrent.futures.Executor):
         hand-over ends) is noted, not raised; whether one came. One that comes before raises,
         and the work never runs. Without ``note_interrupts`` it raises either way, though
         never with the work half handed over: an idle thread lost, or a new one not started
-        (which ``shutdown`` could never join).
+        (which ``shutdown`` could never join), or started twice.
 
         A Ctrl-C raises only where the interpreter checks for signals: after a call, or as a
         Python function begins. So the one call handing the work to an idle thread is that
@@ -108,12 +108,13 @@ class BodyThreads(concurrent.futures.Executor):
                     return False
                 worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
                 self._all.append(worker.thread)
-            if not note_interrupts:
-                worker.thread.start()
-                return False
+            # Never cut short: a thread launched but not yet marked started looks unstarted,
+            # and starting it again would run a second thread on the same worker.
             noted = interrupts_deferred()
             with noted:
                 worker.thread.start()
+            if noted.came and not note_interrupts:
+                raise KeyboardInterrupt
             return noted.came
         except KeyboardInterrupt:
             if worker is None:
