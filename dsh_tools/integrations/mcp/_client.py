@@ -266,8 +266,7 @@ class McpClient:
             )
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
-                with _naming("initialize"):
-                    init = await session.initialize()
+                init = await session.initialize()
                 # A server that declares no tools capability (one that serves resources or
                 # prompts only) need not answer tools/list, and may refuse it: it has no tools.
                 with _naming("tools/list"):
@@ -645,7 +644,8 @@ class McpClient:
 @contextlib.contextmanager
 def _naming(method: str) -> Iterator[None]:
     """An error the server answered ``method`` with names ``method``: the first connection's
-    failure otherwise says what the server said, not to which of its requests. The SDK's own
+    failure otherwise says what the server said, not to which of its requests (a failed
+    initialize is the connection's own, and says so already). The SDK's own
     "connection closed" outcome is left as it is (the registration reads it)."""
     try:
         yield
