@@ -1563,6 +1563,15 @@ def test_lone_surrogates_in_logs_become_replacement_characters(
     assert run(runtime, 'print("a\\ud800b")').logs == ["a\ufffdb"]
 
 
+def test_a_programs_standard_streams_are_blocking_as_a_processs_are(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The host's ends of the worker's pipes are non-blocking; the program's never are: a
+    # write to a full one would fail with BlockingIOError rather than wait for the host.
+    program = "import os\nreturn [os.get_blocking(fd) for fd in (0, 1, 2)]"
+    assert run(runtime, program).value == [True, True, True]
+
+
 def test_native_output_of_child_processes_is_logged(runtime: SubprocessCodeRuntime) -> None:
     program = 'import subprocess\nsubprocess.run(["echo", "from-child"], check=True)\nreturn 1'
     assert run(runtime, program) == CodeRunResult(["from-child\n"], value=1)

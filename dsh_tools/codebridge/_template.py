@@ -182,6 +182,12 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
             for fd in fds:
                 _close_quiet(fd)
             return
+        for fd in fds:
+            # The host makes the pipes non-blocking (its ends are); the worker's are blocking,
+            # as a program's standard streams are. One ``fcntl`` each: a fresh pipe end has
+            # no other status flag to keep (the access mode is not one).
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(fd, fcntl.F_SETFL, 0)
         if plan is not None and plan.error is not None:
             _write_quiet(fds[4], _error_report(plan.error))
             for fd in fds:
