@@ -32,7 +32,7 @@ from typing import Any, Final
 
 from ..actors import NEVER_ABORTED, AbortSignal, FrozenDict, FrozenList
 from ._frame_screen import FrameRejected
-from ._frames import Call, Done, Log, OutputLimit
+from ._frames import Done, Log, OutputLimit
 from ._ledger import OutputLedger, over_room
 from ._outcome import LIMIT, Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
@@ -121,6 +121,7 @@ class CodeRun(RunProcess):
             send=self._writer.send_frame,
             fail=self._settle_failure,
         )
+        self._on_call = self._calls.on_call
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -145,10 +146,7 @@ class CodeRun(RunProcess):
 
     def _on_frame(self, frame: Any) -> None:
         kind = type(frame)
-        if kind is Call:
-            if not self._calls.on_call(frame):
-                self._frames.dropped += 1
-        elif kind is Log:
+        if kind is Log:
             if not self._ledger.admit(frame.text):
                 self._settle(LIMIT)
         elif kind is Done:

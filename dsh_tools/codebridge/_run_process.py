@@ -26,11 +26,12 @@ import signal
 import struct
 import subprocess
 import termios
+from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Any, Final
 
 from ._frame_screen import worker_frame_screen
-from ._frames import FrameReader, worker_frame_decoder
+from ._frames import Call, FrameReader, worker_frame_decoder
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome
 from ._pool import Slot, WorkerPool, open_slot
@@ -78,6 +79,9 @@ class RunProcess(abc.ABC):
     """The worker-process half of one run; every method runs on ``loop``."""
 
     _writer: ChannelWriter  # made for the first attempt, reopened for the next
+    _on_call: Callable[[Call], bool]
+    """Takes a ``Call`` frame from the worker (set by the run); ``False`` when the host could
+    not use it (it counts among the frames dropped)."""
 
     def __init__(
         self,
@@ -122,7 +126,7 @@ class RunProcess(abc.ABC):
 
     @abc.abstractmethod
     def _on_frame(self, frame: Any) -> None:
-        """A decoded frame from the worker."""
+        """A decoded frame from the worker, other than a ``Call``."""
 
     @abc.abstractmethod
     def _settle(self, outcome: Outcome) -> None:
@@ -271,11 +275,17 @@ class RunProcess(abc.ABC):
 
     def _take_frames(self, data: bytes) -> None:
         frames = self._frames.feed(data)
+        on_call = self._on_call
         for frame in frames:
             if self._outcome is not None:
                 return
             try:
-                self._on_frame(frame)
+                # A binding call goes straight to the run's calls: nearly every frame is one.
+                if type(frame) is Call:
+                    if not on_call(frame):
+                        self._frames.dropped += 1
+                else:
+                    self._on_frame(frame)
             except Exception:  # a hostile frame must never raise in the host
                 continue
         oversize = self._frames.oversize
