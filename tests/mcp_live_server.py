@@ -292,14 +292,24 @@ def _not_found_as_400(app: Any) -> Any:
     return answer
 
 
+_DAEMON = """
+import os, time
+from pathlib import Path
+draft = Path(os.environ["MCP_FIXTURE_MARKS"], ".helper.draft")
+draft.write_text(str(os.getpid()))
+os.replace(draft, draft.with_name("helper"))
+time.sleep(60)
+"""
+
+
 def _start_daemon() -> None:
-    """Start the helper as a daemon does: in a session of its own, its parent gone."""
+    """Start the helper as a daemon does: in a session of its own, its parent gone. It marks
+    itself once it runs (the program it was started with, not a fork on its way there)."""
     middle = os.fork()
     if middle == 0:
         os.setsid()
         if os.fork() == 0:
-            _mark("helper", str(os.getpid()))
-            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)"])
+            os.execv(sys.executable, [sys.executable, "-c", _DAEMON])
         os._exit(0)
     os.waitpid(middle, 0)
 

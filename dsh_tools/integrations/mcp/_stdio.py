@@ -35,6 +35,8 @@ _TAG = "DSH_TOOLS_MCP_SERVER"
 _GRACE_S = 2.0
 """Between ``SIGTERM`` and ``SIGKILL`` to what is left of the group, as the SDK waits."""
 _POLL_S = 0.02
+_FIND_S = 0.5
+"""How long a just-spawned server may show ``/proc`` an environment without its tag."""
 
 
 @contextlib.asynccontextmanager
@@ -47,7 +49,7 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
     try:
         async with stdio_client(tagged, errlog=errlog) as streams:
             # The group's id is the server's process id (the SDK starts a new session).
-            leader = _child_tagged(tag)
+            leader = await _server_process(tag)
             async with anyio.create_task_group() as watching:
                 if leader is not None:
                     watching.start_soon(_end_group_after_exit, leader, tag, ended)
@@ -81,22 +83,37 @@ def _processes() -> Iterator[tuple[int, bytes, int, int]]:
             continue
 
 
-def _child_tagged(tag: str) -> int | None:
+async def _server_process(tag: str) -> int | None:
+    """The server's process id (see ``_child_tagged``), or ``None``. The spawn returns once the
+    child began its exec, and for a moment after, ``/proc`` may still show it the environment
+    of this process, without the tag: while some child leading a group of its own lacks it,
+    they are looked at again, briefly."""
+    deadline = anyio.current_time() + _FIND_S
+    while True:
+        found, others = _child_tagged(tag)
+        if found is not None or not others or anyio.current_time() >= deadline:
+            return found
+        await anyio.sleep(_POLL_S)
+
+
+def _child_tagged(tag: str) -> tuple[int | None, bool]:
     """The process id of this process's child whose environment holds ``tag``, when it leads a
     process group of its own (as the SDK starts it), or ``None``: a group that is not the
-    server's alone is not ended here."""
+    server's alone is not ended here. Then also whether other such children were seen."""
     me = os.getpid()
     wanted = f"{_TAG}={tag}".encode()
+    others = False
     for pid, _, parent, group in _processes():
         if parent != me or group != pid:
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as environ:
                 if wanted in environ.read().split(b"\0"):
-                    return pid
+                    return pid, others
         except OSError:  # gone meanwhile, or not ours to read
             continue
-    return None
+        others = True
+    return None, others
 
 
 async def _end_group_after_exit(leader: int, tag: str, ended: anyio.Event) -> None:
@@ -118,31 +135,39 @@ async def _end_group_after_exit(leader: int, tag: str, ended: anyio.Event) -> No
 async def _end_group(group: int, tag: str) -> None:
     """``SIGTERM`` to the process group and to the processes that left it, ``SIGKILL`` to what
     is left of them after the grace."""
-    escaped = _escapees(group, tag)
+    escaped: dict[int, int] = {}  # pidfds by process id
     try:
         # None of the group left, or some member not ours to signal: the rest still goes.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)
-        _signal_each(escaped, signal.SIGTERM)
+        _signal_each(_escapees(group, tag, escaped), signal.SIGTERM)
         with anyio.move_on_after(_GRACE_S):
-            while _group_alive(group) or any(_running(pidfd) for pidfd in escaped):
-                await anyio.sleep(_POLL_S)
-            return
+            while True:
+                while _group_alive(group) or any(_running(fd) for fd in escaped.values()):
+                    await anyio.sleep(_POLL_S)
+                # One more look once they are gone: a process one of them started meanwhile
+                # (or one caught in exec, whose environment could not be read) goes too.
+                fresh = _escapees(group, tag, escaped)
+                if not fresh:
+                    return
+                _signal_each(fresh, signal.SIGTERM)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
-        _signal_each(escaped, signal.SIGKILL)
+        _escapees(group, tag, escaped)
+        _signal_each(list(escaped.values()), signal.SIGKILL)
     finally:
-        for pidfd in escaped:
+        for pidfd in escaped.values():
             os.close(pidfd)
 
 
-def _escapees(group: int, tag: str) -> list[int]:
-    """Pidfds of the server's descendants outside its process group: a process that called
-    ``setsid`` (a daemon, a browser, a server behind a wrapper that starts it so) leaves the
-    group that ends with the server, and one whose parent exited is no longer the server's
-    descendant in ``/proc``. Each is found by the tag it inherited in its environment, or, one
-    that was started with an environment of its own, by its parent being one of them or of the
-    group. A pidfd, unlike a process id, never names a process that replaced one that ended."""
+def _escapees(group: int, tag: str, known: dict[int, int]) -> list[int]:
+    """Pidfds of the server's descendants outside its process group that ``known`` does not
+    hold yet (added to it): a process that called ``setsid`` (a daemon, a browser, a server
+    behind a wrapper that starts it so) leaves the group that ends with the server, and one
+    whose parent exited is no longer the server's descendant in ``/proc``. Each is found by the
+    tag it inherited in its environment, or, one that was started with an environment of its
+    own, by its parent being one of them or of the group. A pidfd, unlike a process id, never
+    names a process that replaced one that ended."""
     me = os.getpid()
     wanted = f"{_TAG}={tag}".encode()
     parents: dict[int, int] = {}
@@ -167,12 +192,13 @@ def _escapees(group: int, tag: str) -> list[int]:
             if parent in found and pid not in found:
                 found.add(pid)
                 grown = True
-    pidfds: list[int] = []
+    fresh: list[int] = []
     for pid in parents:
-        if pid in found:
+        if pid in found and pid not in known:
             with contextlib.suppress(OSError):  # gone meanwhile
-                pidfds.append(os.pidfd_open(pid))
-    return pidfds
+                known[pid] = os.pidfd_open(pid)
+                fresh.append(known[pid])
+    return fresh
 
 
 def _signal_each(pidfds: list[int], signum: int) -> None:
