@@ -179,3 +179,73 @@ def test_a_call_in_flight_when_ray_is_shut_down_settles_as_lost(
     head = settled.split("lost: ")[0] + "lost: "
     said = done.stdout.strip()
     assert said == settled or (said.startswith(head) and "died unexpectedly" in said), said
+
+
+AFTER_SHUTDOWN = """
+import asyncio, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+import ray
+from dsh_tools import AbortController, ExecuteCall, ToolOutput, ToolsConfig, ToolSystem, define_tool
+from dsh_tools.codebridge import CodeRuntimeConfig
+from dsh_tools.distributed import RayCodeRuntime, RayPlacement, init_ray
+
+started = Path(sys.argv[2], "started")
+
+
+def wait_long(args, ctx):
+    started.write_text("yes")
+    time.sleep(60)
+
+
+long_tool = define_tool(
+    name="long",
+    description="Runs for a minute.",
+    parameters={},
+    output=ToolOutput(schema={"type": "json"}, render=lambda a, v: []),
+    execute=wait_long,
+    placement=RayPlacement(num_cpus=0, actor_pool=1 if sys.argv[1] == "actor" else 0),
+)
+runtime = RayCodeRuntime(CodeRuntimeConfig(compute_ms=5_000), num_cpus=0)
+
+init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
+with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
+    system.tools.register(long_tool)
+    arguments = {"code": "return 1", "description": "test program"}
+    system.execute(ExecuteCall(call_id="p", name="run_code", arguments=arguments))
+    controller = AbortController()
+    call = ExecuteCall(call_id="c", name="long", arguments={}, signal=controller.signal)
+    with ThreadPoolExecutor(1) as caller:
+        pending = caller.submit(system.execute, call)
+        while not started.exists():
+            time.sleep(0.02)
+        ray.shutdown()
+        controller.abort()  # stopping the call: there is nothing left to stop
+        print(pending.result(60).content[0]["text"], flush=True)
+    asyncio.run(runtime.dispose())  # nor a node actor to dispose of
+    print("connected" if ray.is_initialized() else "not connected", flush=True)
+"""
+
+
+@pytest.mark.parametrize("where", ["task", "actor"])
+def test_what_is_stopped_or_disposed_after_ray_shutdown_does_not_start_ray_again(
+    where: str, tmp_path: Path
+) -> None:
+    # Ray connects anew on most calls made while disconnected (ray.cancel, ray.kill, an
+    # actor's method): cleaning up after ray.shutdown() must not start a new local instance
+    # from a passing thread, which would end with that thread (and Ray would then end the
+    # harness process).
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, "-c", AFTER_SHUTDOWN, where, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    settled, connected = done.stdout.strip().splitlines()
+    assert settled in ("Error: tool call aborted", LOST + SHUT_DOWN.format("call")), settled
+    assert connected == "not connected"

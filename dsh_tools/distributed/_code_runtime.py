@@ -30,7 +30,13 @@ from ..actors._futures import retrieve
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import EVENTS_GROUP, EVENTS_SLOTS, CodeRunHost
 from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
-from ._driver import connect_in_background, connection, import_ray, still_connected
+from ._driver import (
+    connect_in_background,
+    connected_ray,
+    connection,
+    import_ray,
+    still_connected,
+)
 from ._errors import describe_ray_failure
 from ._placement import check_ray_options
 from ._ray_pickle import unsendable
@@ -140,9 +146,10 @@ class RayCodeRuntime:
         with self._lock:
             if self._host is host:
                 self._host = None
-        if kill:
+        ray = connected_ray()  # else it ended with the connection (see ``connected_ray``)
+        if kill and ray is not None:
             with contextlib.suppress(Exception):
-                import_ray().kill(host, no_restart=True)
+                ray.kill(host, no_restart=True)
 
     async def run(self, request: CodeRunRequest) -> CodeRunResult:
         """Run one program on the node; outcomes are results, misuse raises."""
@@ -237,8 +244,9 @@ class RayCodeRuntime:
             # The awaiting task was cancelled (a stopping tool system, a cancelled caller): the
             # program on the node must end too, not run on to its wall ceiling.
             reason = message_of(signal.reason, _CANCELLED) if signal.aborted else _CANCELLED
-            with contextlib.suppress(Exception):
-                host.drop.remote(run_id, reason, started)
+            if still_connected(session):  # else the run ended with the connection
+                with contextlib.suppress(Exception):
+                    host.drop.remote(run_id, reason, started)
             raise
         finally:
             watch.close()
@@ -321,7 +329,8 @@ class RayCodeRuntime:
             answer = "binding resolved with a value that is not lossless JSON"
         except Exception as exc:
             answer = message_of(exc)
-        host.resolve.remote(run_id, event.number, ok, _encoder.encode(answer))
+        if connected_ray() is not None:  # else the run ended with the connection
+            host.resolve.remote(run_id, event.number, ok, _encoder.encode(answer))
 
     async def dispose(self) -> None:
         """Settle live runs as ``abort`` / ``runtime disposed`` and stop the node's runtime."""
@@ -330,8 +339,9 @@ class RayCodeRuntime:
             _wake(stop)
         with self._lock:
             host, self._host = self._host, None
-        if host is None:
-            return
+            made_in = self._host_connection
+        if host is None or made_in is None or not still_connected(made_in):
+            return  # none, or it ended with the connection it was made in (``connected_ray``)
         ray = import_ray()
         with contextlib.suppress(Exception):
             disposed = asyncio.wrap_future(host.dispose.remote().future())
@@ -424,7 +434,9 @@ class _RunWatch:
         # with the actor's death: not an "exception never retrieved" in the harness's log.
         polled.add_done_callback(retrieve)
         while not polled.done():
-            if self._ping is None and loop.time() >= self._next_ping:
+            # Not asked after ray.shutdown() (see ``connected_ray``): ``_check`` ends the run.
+            due = self._ping is None and loop.time() >= self._next_ping
+            if due and connected_ray() is not None:
                 self._ping = asyncio.wrap_future(self._host.ready.remote().future())
                 # Left unread when the run ends first (its events failed with the actor's
                 # death as this failed too), it is no "exception never retrieved" either.
@@ -453,6 +465,8 @@ class _RunWatch:
     def _check(self) -> CodeRunResult | None:
         """After a wait that brought no events: the run's end here, if it has come."""
         runtime, signal = self._runtime, self._signal
+        if not still_connected(self._session):
+            return _failed("worker-exit", _SHUT_DOWN)
         ping = self._ping
         if ping is not None and ping.done():
             ping.result()  # a RayError: the actor is gone (the run settles as lost)

@@ -35,6 +35,7 @@ from typing import Any
 
 __all__ = [
     "connect_in_background",
+    "connected_ray",
     "connection",
     "ensure_ray",
     "import_ray",
@@ -60,12 +61,29 @@ def import_ray() -> ModuleType:
     return ray
 
 
+def connected_ray() -> ModuleType | None:
+    """``ray`` while this process is connected to it, else None (after ``ray.shutdown()``).
+
+    Most of Ray's calls connect anew when made while disconnected (``ray.cancel``,
+    ``ray.wait``, ``ray.kill``, an actor method's ``.remote()``, ``get_runtime_context``). One
+    that only cleans up after a call or a run (stops it, kills or disposes of its actor) asks
+    this first: what it would clean up ended with the connection, and connecting anew would
+    start a local instance from whatever thread made the call, an instance that ends with that
+    thread (and Ray ends this process once its instance is gone)."""
+    ray = import_ray()
+    return ray if ray.is_initialized() else None
+
+
 def connection() -> tuple[str, str]:
     """Which connection to Ray this process has (its job, and the node it is attached to).
     Actor handles made in an earlier one (before ``ray.shutdown()``) are of no use in it:
     their actors ended with it, and a new local instance, or the same cluster, has a new
-    node or a new job."""
-    context = import_ray().get_runtime_context()
+    node or a new job. ``ConnectionError`` when there is none (asked of Ray then, it would
+    connect anew: see ``connected_ray``)."""
+    ray = connected_ray()
+    if ray is None:
+        raise ConnectionError("this process is not connected to Ray (ray.shutdown())")
+    context = ray.get_runtime_context()
     return context.get_job_id(), context.get_node_id()
 
 
@@ -73,8 +91,6 @@ def still_connected(earlier: tuple[str, str]) -> bool:
     """Whether this process is still on the Ray connection ``earlier`` (a ``connection()``).
     After ``ray.shutdown()`` Ray never settles the replies of the calls it had in flight: a
     caller waiting for one asks this now and then."""
-    if not import_ray().is_initialized():
-        return False
     try:
         return connection() == earlier
     except Exception:  # a new connection still being made: not the earlier one either

@@ -182,7 +182,14 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
             session = connection()
             frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
             fresh = False  # whether the call was sent again after its actor died unreached
+            again = False
             while True:
+                if again and not still_connected(session):
+                    # Sent again after ray.shutdown(), it would connect anew (Ray connects on
+                    # any call made while disconnected), from this thread and behind the
+                    # harness's back: a fresh local instance, which ends with this thread.
+                    raise RemoteWorkerLostError(tool, _SHUT_DOWN)
+                again = True
                 try:
                     submission = runner.submit(frame)
                 except Exception as exc:  # the body (or its closure) cannot be pickled, say

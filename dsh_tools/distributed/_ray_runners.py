@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ..actors._logging import get_logger
-from ._driver import connection, import_ray
+from ._driver import connected_ray, connection, import_ray
 from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
 
@@ -92,10 +92,14 @@ class TaskSubmission:
         return False  # a task is never queued behind another call
 
     def stop(self) -> None:
-        ray = import_ray()
+        # After ray.shutdown() the task ended with the connection: nothing to stop (and
+        # asked to, Ray would connect anew, see ``connected_ray``).
+        ray = connected_ray()
+        if ray is None:
+            return
         ray.cancel(self.ref, force=False, recursive=True)
         ready, _ = ray.wait([self.ref], timeout=self.grace, fetch_local=False)
-        if ready:
+        if ready or connected_ray() is None:
             return
         _log.warning("remote body ignored cancellation; forcing its worker to exit")
         ray.cancel(self.ref, force=True, recursive=True)
@@ -142,17 +146,20 @@ class ActorSubmission:
         self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
 
     def stop(self) -> None:
-        ray = import_ray()
+        ray = connected_ray()
+        if ray is None:
+            return  # the actor ended with the connection (see ``TaskSubmission.stop``)
         pool = self.pool
         # A pending call is dropped; a running one sees its signal abort (Ray cannot interrupt
         # an actor's running call, nor force it).
         ray.cancel(self.ref, recursive=True)
         ready, _ = ray.wait([self.ref], timeout=pool.grace, fetch_local=False)
-        if ready:
+        if ready or connected_ray() is None:
             return
         _log.warning("remote body on an actor ignored cancellation; replacing the actor")
         pool.discard(self.slot, self.actor, running=self)
-        ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
+        if connected_ray() is not None:
+            ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
 
     def lost(self) -> None:
         self.pool.discard(self.slot, self.actor)
@@ -233,7 +240,9 @@ class ActorPool:
             )
             for submission in queued:
                 submission.moved = True
-        ray = import_ray()
+        ray = connected_ray()
+        if ray is None:
+            return  # the actor ended with the connection (see ``TaskSubmission.stop``)
         for submission in queued:
             # Marked cancelled before the kill, a queued call fails as cancelled, not as lost.
             with contextlib.suppress(Exception):
