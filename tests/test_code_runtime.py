@@ -1469,6 +1469,36 @@ return errors
     ]
 
 
+def test_an_exception_in_a_programs_thread_is_logged_as_one_traceback_of_its_lines(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # As threading reports it (the thread's name, then the traceback), but as one log entry,
+    # from the program's own frame down, with the program's lines shown as on the main thread.
+    program = """
+import threading
+
+def work():
+    raise ValueError("bad row")
+
+thread = threading.Thread(target=work, name="loader")
+thread.start()
+thread.join()
+exiting = threading.Thread(target=lambda: exit(3))
+exiting.start()
+exiting.join()
+return "joined"
+"""
+    result = run(runtime, program)
+    assert result.value == "joined"
+    assert result.logs == [
+        "Exception in thread loader:\n"
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 5, in work\n'
+        '    raise ValueError("bad row")\n'
+        "ValueError: bad row"
+    ]
+
+
 def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime) -> None:
     async def fail(value: Any) -> Any:
         raise Exception("denied")

@@ -77,7 +77,7 @@ from ._worker_api import (
     plain_error,
     wait_accepting_handles,
 )
-from ._worker_render import render_exception
+from ._worker_render import render_exception, render_thread_exception
 
 __all__ = [
     "CHANNEL_IN",
@@ -208,6 +208,17 @@ class Worker:
                 self.send(OutputLimit())
             except OSError:
                 self.output_closed = True
+
+    def thread_excepthook(self, args: threading.ExceptHookArgs) -> None:
+        """``threading.excepthook``: an exception escaping a thread of the program is one log
+        entry, its traceback showing the program's lines. Threading's own hook writes it in
+        dozens of fragments (each an entry of its own), reads the lines it shows from files
+        (the program has none) and starts in threading's frames; like it, this one says
+        nothing of a ``SystemExit``, which ends only its thread."""
+        if args.exc_type is SystemExit or args.exc_value is None:
+            return
+        thread = args.thread.name if args.thread is not None else str(_get_ident())
+        self.emit(render_thread_exception(args.exc_value, thread, FILENAME, _WORKER_FILES))
 
     def print(
         self,
@@ -476,6 +487,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     sys.stdout = worker.stdout
     sys.stderr = worker.stderr
     builtins.print = worker.print
+    threading.excepthook = worker.thread_excepthook
     asyncio.run = guard_nested_run(asyncio.run)
     asyncio.wait = wait_accepting_handles(asyncio.wait)
     asyncio.set_event_loop(loop)

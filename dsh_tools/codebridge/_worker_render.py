@@ -11,7 +11,7 @@ import types
 from collections.abc import Collection
 from typing import Final
 
-__all__ = ["render_exception"]
+__all__ = ["render_exception", "render_thread_exception"]
 
 _UNRENDERABLE: Final = "program threw an unrenderable value"
 
@@ -79,3 +79,16 @@ def render_exception(
         return "MemoryError"
     except BaseException:
         return _UNRENDERABLE
+
+
+def render_thread_exception(
+    exc: BaseException, thread: str, program_file: str, worker_files: Collection[str]
+) -> str:
+    """What threading reports of ``exc`` escaping the program's thread ``thread``, rendered as
+    ``render_exception`` does from the first frame of ``program_file`` down (the thread's
+    bootstrap frames are threading's, not the program's)."""
+    cursor = exc.__traceback__
+    while cursor is not None and cursor.tb_frame.f_code.co_filename != program_file:
+        cursor = cursor.tb_next
+    code = cursor.tb_frame.f_code if cursor is not None else None
+    return f"Exception in thread {thread}:\n{render_exception(exc, code, worker_files)}"
