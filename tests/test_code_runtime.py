@@ -1499,6 +1499,44 @@ return "joined"
     ]
 
 
+def test_a_child_the_program_forks_leaves_the_run_to_the_worker(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A forked child runs on through the program as in a script: what it prints reaches the
+    # logs (through the worker's descriptors, whole lines of any length, never interleaved with
+    # the worker's own frames), its binding calls are refused, and its return, its exception
+    # or its end settles nothing: the run is the worker's.
+    async def echo(value: Any) -> Any:
+        return value["x"]
+
+    program = """
+import os
+pid = os.fork()
+for line in range(20):
+    print(("CHILD:" if pid == 0 else "WORKER:") + "x" * 100_000)
+if pid == 0:
+    try:
+        await tools.echo({"x": "from the child"})
+    except RuntimeError as error:
+        print(error)
+    return "the child's value"
+os.waitpid(pid, 0)
+failing = os.fork()
+if failing == 0:
+    raise ValueError("the child failed")
+os.waitpid(failing, 0)
+return await tools.echo({"x": "the worker's value"})
+"""
+    result = run(runtime, program, tools(echo=echo))
+    assert result.error is None, result.error
+    assert result.value == "the worker's value"
+    text = "\n".join(result.logs)  # the child's lines come in chunks of the pipe's reads
+    assert text.count("WORKER:") == text.count("CHILD:") == 20
+    assert text.count("x") == 40 * 100_000
+    assert "tools bindings must be called from the run_code worker, not a process it forked" in text
+    assert "ValueError: the child failed" in text
+
+
 def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime) -> None:
     async def fail(value: Any) -> Any:
         raise Exception("denied")

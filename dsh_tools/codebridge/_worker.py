@@ -118,6 +118,18 @@ _CHANNEL_LOST: Final = 70
 go on with)."""
 
 
+_FOREIGN_THREAD_CALL: Final = "tools bindings must be called from the run_code event loop"
+_FORKED_CALL: Final = (
+    "tools bindings must be called from the run_code worker, not a process it forked"
+)
+
+
+def _write_native(fd: int, text: str) -> None:
+    """Write ``text`` as a line to ``fd`` (what a forked child's output becomes)."""
+    with contextlib.suppress(OSError):
+        _write_all(fd, (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace"))
+
+
 def _write_all(fd: int, data: bytes | bytearray) -> None:
     written = _os_write(fd, data)
     if written == len(data):  # nearly always: a frame fits in the pipe at once
@@ -153,6 +165,8 @@ class Worker:
         self.write = write if write is not None else partial(_write_all, CHANNEL_OUT)
         self.ledger = OutputLedger(boot.max_output_bytes)
         self.output_closed = False
+        self.in_child = False
+        """Whether this process is a child the program forked (``forked``)."""
         self.done = False
         self.next_id = 0
         self.pending: dict[int, CallHandle] = {}
@@ -189,9 +203,26 @@ class Worker:
         with self.send_lock:
             self.write(data)
 
+    def forked(self) -> None:
+        """``os.fork``'s hook in a child of the program's: it runs on through the program, as
+        a script's child does, but the run stays the worker's. Its frames would interleave
+        with the worker's on the shared channel (a bogus frame size fails the run), its
+        calls' ids would collide with the worker's, its reads would take the worker's replies,
+        and its end would settle the run; so it leaves the channel: it prints to its native
+        descriptors, refuses binding calls, and its end ends only itself."""
+        self.in_child = True
+        self.output_closed = True  # ``emit`` writes to the native descriptor instead
+        self.notice = None
+        loop, self.loop = self.loop, None  # ``submit`` refuses binding calls
+        if loop is not None:
+            with contextlib.suppress(Exception):
+                loop.remove_reader(CHANNEL_IN)  # a poll selector: this process's own state
+
     def emit(self, text: str) -> None:
         """Admit one log entry through the ledger and stream it to the host."""
         if self.output_closed:
+            if self.in_child:
+                _write_native(1, text)
             return
         text = clean_text(text)
         with self.send_lock:
@@ -263,7 +294,7 @@ class Worker:
     ) -> CallHandle:
         loop = self.loop
         if _get_ident() != self.thread or loop is None:
-            raise RuntimeError("tools bindings must be called from the run_code event loop")
+            raise RuntimeError(_FORKED_CALL if self.in_child else _FOREIGN_THREAD_CALL)
         handle = CallHandle(loop, global_name, name, error)
         tokens = tokenize(args)
         if tokens is None:
@@ -343,6 +374,11 @@ class Worker:
     # -- completion -------------------------------------------------------------------------
 
     def finish(self, done: Done) -> NoReturn:
+        if self.in_child:  # a child's end settles nothing; its failure is its own output
+            if done.error is not None:
+                _write_native(2, done.error.message)
+            _flush_real_streams()
+            _os_exit(0 if done.error is None else 1)
         self.done = True
         _flush_real_streams()
         told = False
@@ -488,6 +524,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     sys.stderr = worker.stderr
     builtins.print = worker.print
     threading.excepthook = worker.thread_excepthook
+    os.register_at_fork(after_in_child=worker.forked)
     asyncio.run = guard_nested_run(asyncio.run)
     asyncio.wait = wait_accepting_handles(asyncio.wait)
     asyncio.set_event_loop(loop)
