@@ -1551,6 +1551,28 @@ def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime
     )
 
 
+def test_a_traceback_through_the_workers_print_shows_only_the_programs_frames(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # ``print`` is the worker's (a builtin has no frame): an exception raised in the program's
+    # ``__str__`` under it shows the program's lines, not the worker's files between them.
+    program = """
+class Row:
+    def __str__(self):
+        raise ValueError("no text")
+print("row:", Row())
+"""
+    assert failure(run(runtime, program)) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 5, in <module>\n'
+        '    print("row:", Row())\n'
+        '  File "<run_code>", line 4, in __str__\n'
+        '    raise ValueError("no text")\n'
+        "ValueError: no text",
+    )
+
+
 def test_a_traceback_points_at_the_programs_own_line_and_columns(
     runtime: SubprocessCodeRuntime,
 ) -> None:

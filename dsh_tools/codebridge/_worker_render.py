@@ -6,6 +6,7 @@ imports only the standard library.
 
 from __future__ import annotations
 
+import itertools
 import traceback
 import types
 from collections.abc import Collection
@@ -23,8 +24,8 @@ def _trim(
     *,
     keep: int = 1,
 ) -> types.TracebackType | None:
-    """Keep the traceback from the program's own frame down, minus trailing worker frames
-    (all but ``keep`` of them when nothing else is left).
+    """Keep the traceback from the program's own frame down, minus the worker's frames (all
+    but ``keep`` trailing ones when nothing else is left).
 
     A traceback that never passed through the program (the program broke the worker's event
     loop, say) shows no frames at all: they would all be the worker's.
@@ -41,8 +42,15 @@ def _trim(
         cursor = cursor.tb_next
     while len(entries) > keep and entries[-1].tb_frame.f_code.co_filename in worker_files:
         entries.pop()
+    # The worker's frames between the program's stand in for builtins (``print`` calling the
+    # program's ``__str__``), which show none.
+    between = [e for e in entries if e.tb_frame.f_code.co_filename not in worker_files]
+    if between:
+        entries = between
     if not entries:
         return None
+    for entry, following in itertools.pairwise(entries):
+        entry.tb_next = following
     entries[-1].tb_next = None
     return entries[0]
 
