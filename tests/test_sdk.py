@@ -97,6 +97,15 @@ def test_instructions_carry_the_pinned_fragments(fragment: str) -> None:
     assert fragment in render_sdk([])
 
 
+def test_instructions_say_that_results_come_back_in_call_order() -> None:
+    # Safe calls run at once, but their results are committed in the order the program made
+    # them: a model that reaches for ``as_completed`` or ``asyncio.wait(FIRST_COMPLETED)`` to
+    # act on the fastest call must know that an earlier slow one holds the others back.
+    text = render_sdk([])
+    assert "come back in the order the calls were made" in text
+    assert "`as_completed`" in text
+
+
 def test_instructions_say_that_cancelling_an_await_does_not_stop_the_tool_call() -> None:
     # A program that gives up on a call (asyncio.wait_for timing out) has not undone it: the
     # model must not retry a mutating call believing the first one never happened.
