@@ -1537,6 +1537,35 @@ return await tools.echo({"x": "the worker's value"})
     assert "ValueError: the child failed" in text
 
 
+def test_an_exception_a_finalizer_raises_is_logged_as_one_traceback_of_its_lines(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+class Handle:
+    def __del__(self):
+        raise OSError("close failed")
+    def __repr__(self):
+        return "<Handle>"
+
+def drop(handle):
+    del handle
+
+drop(Handle())
+return "dropped"
+"""
+    result = run(runtime, program)
+    assert result.value == "dropped"
+    [entry] = result.logs  # one entry, as the interpreter reports it
+    heading, report = entry.split("\n", 1)
+    assert heading.startswith("Exception ignored in: <function <module>.<locals>.Handle.__del__")
+    assert report == (
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 4, in __del__\n'
+        '    raise OSError("close failed")\n'
+        "OSError: close failed"
+    )
+
+
 def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime) -> None:
     async def fail(value: Any) -> Any:
         raise Exception("denied")

@@ -77,7 +77,7 @@ from ._worker_api import (
     plain_error,
     wait_accepting_handles,
 )
-from ._worker_render import render_exception, render_thread_exception
+from ._worker_render import render_exception, render_reported_exception
 
 __all__ = [
     "CHANNEL_IN",
@@ -249,7 +249,24 @@ class Worker:
         if args.exc_type is SystemExit or args.exc_value is None:
             return
         thread = args.thread.name if args.thread is not None else str(_get_ident())
-        self.emit(render_thread_exception(args.exc_value, thread, FILENAME, _WORKER_FILES))
+        heading = f"Exception in thread {thread}:"
+        self.emit(render_reported_exception(args.exc_value, heading, FILENAME, _WORKER_FILES))
+
+    def unraisable_hook(self, unraisable: sys.UnraisableHookArgs) -> None:
+        """``sys.unraisablehook``: an exception the interpreter could not raise (in a
+        ``__del__``, say) is one log entry, for the reasons ``thread_excepthook`` gives."""
+        exc = unraisable.exc_value
+        if exc is None:
+            return
+        if exc.__traceback__ is None:
+            exc.__traceback__ = unraisable.exc_traceback
+        heading = unraisable.err_msg or "Exception ignored in"
+        if unraisable.object is not None:
+            try:
+                heading = f"{heading}: {unraisable.object!r}"
+            except Exception:
+                heading = f"{heading}: <object repr() failed>"
+        self.emit(render_reported_exception(exc, heading, FILENAME, _WORKER_FILES))
 
     def print(
         self,
@@ -524,6 +541,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     sys.stderr = worker.stderr
     builtins.print = worker.print
     threading.excepthook = worker.thread_excepthook
+    sys.unraisablehook = worker.unraisable_hook
     os.register_at_fork(after_in_child=worker.forked)
     asyncio.run = guard_nested_run(asyncio.run)
     asyncio.wait = wait_accepting_handles(asyncio.wait)

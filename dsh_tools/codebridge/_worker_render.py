@@ -12,7 +12,7 @@ import types
 from collections.abc import Collection
 from typing import Final
 
-__all__ = ["render_exception", "render_thread_exception"]
+__all__ = ["render_exception", "render_reported_exception"]
 
 _UNRENDERABLE: Final = "program threw an unrenderable value"
 
@@ -89,14 +89,15 @@ def render_exception(
         return _UNRENDERABLE
 
 
-def render_thread_exception(
-    exc: BaseException, thread: str, program_file: str, worker_files: Collection[str]
+def render_reported_exception(
+    exc: BaseException, heading: str, program_file: str, worker_files: Collection[str]
 ) -> str:
-    """What threading reports of ``exc`` escaping the program's thread ``thread``, rendered as
-    ``render_exception`` does from the first frame of ``program_file`` down (the thread's
-    bootstrap frames are threading's, not the program's)."""
+    """``heading`` and ``exc`` below it, rendered as ``render_exception`` does from the first
+    frame of ``program_file`` down: what threading reports of an exception that escapes a
+    thread of the program, or the interpreter of one it could not raise (in a ``__del__``),
+    whose first frames are not the program's."""
     cursor = exc.__traceback__
     while cursor is not None and cursor.tb_frame.f_code.co_filename != program_file:
         cursor = cursor.tb_next
     code = cursor.tb_frame.f_code if cursor is not None else None
-    return f"Exception in thread {thread}:\n{render_exception(exc, code, worker_files)}"
+    return f"{heading}\n{render_exception(exc, code, worker_files)}"
