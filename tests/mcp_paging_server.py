@@ -9,9 +9,11 @@ same cursor again, or with ``fresh`` a new one each time), then the server sends
 Resource templates come in two pages: ``notes://{name}`` on the first, ``logs://{day}`` on
 the second.
 
-Run: ``python tests/mcp_paging_server.py [templates-only | refusing]``; with ``templates-only``
-the server has no tools at all (it declares no tools capability), only the resource templates;
-with ``refusing`` it answers every ``tools/list`` with the error ``the tool index is locked``.
+Run: ``python tests/mcp_paging_server.py [templates-only | refusing | undeclared]``; with
+``templates-only`` the server has no tools at all (it declares no tools capability), only the
+resource templates; with ``refusing`` it answers every ``tools/list`` with the error ``the tool
+index is locked``; with ``undeclared`` it serves its tools but leaves the tools capability out
+of its initialize answer.
 """
 
 from __future__ import annotations
@@ -82,8 +84,12 @@ else:
 
 
 async def main() -> None:
+    options = server.create_initialization_options()
+    if sys.argv[1:] == ["undeclared"]:
+        capabilities = options.capabilities.model_copy(update={"tools": None})
+        options = options.model_copy(update={"capabilities": capabilities})
     async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+        await server.run(read, write, options)
 
 
 if __name__ == "__main__":

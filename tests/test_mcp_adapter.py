@@ -730,6 +730,17 @@ def test_a_server_without_tools_registers_none_and_serves_its_resources(
     assert [t["uriTemplate"] for t in templates] == ["notes://{name}", "logs://{day}"]
 
 
+def test_a_server_that_serves_tools_without_declaring_them_still_has_them_registered(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER, "undeclared"])
+    with register_mcp_server_sync(
+        system, "pager", params, errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        assert plugin.tool_names == ("echo", "start_paging")
+        assert system.tools.names() == ["echo", "start_paging"]
+
+
 def test_a_server_that_refuses_to_list_its_tools_fails_registration_naming_the_request(
     system: ToolSystem, errlog: TextIO
 ) -> None:

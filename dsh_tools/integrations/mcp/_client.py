@@ -267,11 +267,11 @@ class McpClient:
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
                 init = await session.initialize()
-                # A server that declares no tools capability (one that serves resources or
-                # prompts only) need not answer tools/list, and may refuse it: it has no tools.
                 with _naming("tools/list"):
                     tools = (
-                        await list_all_tools(session) if init.capabilities.tools is not None else []
+                        await list_all_tools(session)
+                        if init.capabilities.tools is not None
+                        else await _undeclared_tools(session)
                     )
                 level = self._options.log_level
                 if level is not None and init.capabilities.logging is not None:
@@ -639,6 +639,18 @@ class McpClient:
         """On the client loop: the server's tools changed; the supervisor re-lists them."""
         self._relist = True
         self._wake.set()
+
+
+async def _undeclared_tools(session: ClientSession) -> list[dict[str, Any]]:
+    """The tools of a server that declares no tools capability. One that serves resources or
+    prompts only need not answer tools/list and may refuse it: it has none. One that serves
+    tools but forgot to declare them (many do) still has them listed, as before the check."""
+    try:
+        return await list_all_tools(session)
+    except MCPError as exc:
+        if is_closed(exc):
+            raise
+        return []
 
 
 @contextlib.contextmanager
