@@ -686,6 +686,22 @@ def test_an_object_built_from_all_of_parts_is_not_made_strict(system: ToolSystem
     assert to_openai_strict_schema(alone)["$defs"]["Base"]["additionalProperties"] is False
 
 
+def test_a_root_built_from_all_of_parts_is_not_made_strict(system: ToolSystem) -> None:
+    # The root's allOf becomes a note for the OpenAI APIs, which refuse it there; made strict,
+    # the closed root would refuse the key its extension requires, and no call could be valid.
+    parameters = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}},
+        "required": ["id"],
+        "allOf": [{"properties": {"size": {"type": "integer"}}, "required": ["size"]}],
+    }
+    system.tools.register(fixture("store", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    with pytest.raises(ValueError, match=r"parameters\.allOf builds an object from parts"):
+        to_openai_tools(system.tools.schemas(), strict=True)
+
+
 def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
     # Strict mode reads no prefixItems: the API refuses such an array as one without items.
     @tool

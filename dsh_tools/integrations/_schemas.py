@@ -492,11 +492,14 @@ def to_openai_tools(
     for name, description, parameters in entries:
         # The API refuses the whole request for one of these at a root (an MCP server's "one
         # of these arguments"); as a note the model still reads it, and the tool enforces it.
+        # An object built from parts there is found first: noted, its parts' keys would be
+        # missing from a root that strict mode closes.
+        root_parts = _object_parts(parameters, "parameters")
         _note(parameters, [key for key in parameters if key in _OPENAI_ROOT_REFUSED])
         is_strict = False
         if strict is not False:
             candidate = thaw(parameters)
-            violations = _strictify(candidate, "parameters")
+            violations = root_parts + _strictify(candidate, "parameters")
             if not violations:
                 parameters, is_strict = candidate, True
             elif strict is True:
