@@ -702,6 +702,30 @@ def test_a_root_built_from_all_of_parts_is_not_made_strict(system: ToolSystem) -
         to_openai_tools(system.tools.schemas(), strict=True)
 
 
+def test_an_object_whose_union_branches_are_objects_is_not_made_strict(
+    system: ToolSystem,
+) -> None:
+    # "mode, and x or y" (as MCP servers spell it): closed for strict mode, the object refuses
+    # the keys its branches require, and each branch refuses the object's own.
+    parameters = {
+        "type": "object",
+        "properties": {"mode": {"type": "string"}},
+        "required": ["mode"],
+        "oneOf": [
+            {"properties": {"x": {"type": "string"}}, "required": ["x"]},
+            {"properties": {"y": {"type": "string"}}, "required": ["y"]},
+        ],
+    }
+    system.tools.register(fixture("pick", parameters=parameters))
+    [exported] = to_openai_tools(system.tools.schemas(), strict="auto")
+    assert "strict" not in exported["function"]
+    with pytest.raises(ValueError, match=r"parameters\.oneOf\[0\] is an object beside"):
+        to_openai_tools(system.tools.schemas(), strict=True)
+    nested = {"type": "object", "properties": {"item": parameters}, "required": ["item"]}
+    with pytest.raises(ValueError, match=r"schema\.properties\.item\.oneOf\[0\] is an obj"):
+        to_openai_strict_schema(nested)
+
+
 def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
     # Strict mode reads no prefixItems: the API refuses such an array as one without items.
     @tool

@@ -298,21 +298,35 @@ def _object_parts(node: dict[str, Any], path: str) -> list[str]:
     """The violation of an object built from parts with ``allOf`` (a base and its extension,
     as schemas converted from OpenAPI write it): strict mode closes every object, so each part
     would refuse the keys the others declare, and no value would satisfy them all. A lone
-    part that is the whole value (``allOf: [{"$ref": ...}]``) is no such object."""
+    part that is the whole value (``allOf: [{"$ref": ...}]``) is no such object. So too an
+    object whose ``anyOf`` or ``oneOf`` branches are objects ("mode, and x or y"): closed, it
+    would refuse the keys its branches require, and each branch the object's own. Branches
+    that only constrain its keys (``{"required": [...]}``) are no objects."""
+    violations: list[str] = []
     parts = node.get("allOf")
-    if type(parts) is not list:
-        return []
-    objects = [
-        i
-        for i, part in enumerate(parts)
-        if type(part) is dict and ("$ref" in part or _is_object_node(part))
-    ]
-    if len(objects) > 1 or (objects and (len(parts) > 1 or "properties" in node)):
-        return [
-            f"{path}.allOf builds an object from parts, which strict mode would each close to "
-            "the others' keys"
-        ]
-    return []
+    if type(parts) is list:
+        objects = [i for i, part in enumerate(parts) if _is_object_part(part)]
+        if len(objects) > 1 or (objects and (len(parts) > 1 or "properties" in node)):
+            violations.append(
+                f"{path}.allOf builds an object from parts, which strict mode would each close "
+                "to the others' keys"
+            )
+    if "properties" in node:
+        for union in ("anyOf", "oneOf"):
+            branches = node.get(union)
+            if type(branches) is not list:
+                continue
+            violations.extend(
+                f"{path}.{union}[{i}] is an object beside the object's own properties, which "
+                "strict mode would each close to the other's keys"
+                for i, branch in enumerate(branches)
+                if _is_object_part(branch)
+            )
+    return violations
+
+
+def _is_object_part(part: object) -> bool:
+    return type(part) is dict and ("$ref" in part or _is_object_node(part))
 
 
 def _opening_keywords(node: dict[str, Any], path: str) -> list[str]:
