@@ -217,7 +217,7 @@ def test_the_sandbox_ends_a_run_at_its_wall_ceiling_when_the_hosts_loop_stands_s
     # (without closing it) leaves the timer unrun. The sandbox's init holds the ceiling anyway.
     beat = tmp_path / "beat"
     runtime = SubprocessCodeRuntime(
-        CodeRuntimeConfig(max_wall_ms=500, sandbox=CodeSandbox(write=[str(tmp_path)]))
+        CodeRuntimeConfig(max_wall_ms=1500, sandbox=CodeSandbox(write=[str(tmp_path)]))
     )
     loop = asyncio.new_event_loop()
     try:
@@ -228,16 +228,17 @@ def test_the_sandbox_ends_a_run_at_its_wall_ceiling_when_the_hosts_loop_stands_s
         task = loop.create_task(runtime.run(CodeRunRequest(program, [])))
 
         async def until_it_beats() -> None:
-            while not beat.exists():
+            while not beat.exists() and not task.done():
                 await asyncio.sleep(0.01)
 
         loop.run_until_complete(until_it_beats())
-        time.sleep(3.0)  # the loop stands still: ceiling (0.5 s) + backstop (1 s), and more
+        assert beat.exists(), f"the run ended before its program began: {task.result()}"
+        time.sleep(4.0)  # the loop stands still: ceiling (1.5 s) + backstop (1 s), and more
         last = beat.read_text()
         time.sleep(0.2)  # ten beats, had the program lived on
         assert beat.read_text() == last
         result = loop.run_until_complete(task)  # the loop runs again: the run has ended
-        assert failure(result) == ("timeout", "wall-clock ceiling reached (500ms)")
+        assert failure(result) == ("timeout", "wall-clock ceiling reached (1500ms)")
     finally:
         runtime.close()
         loop.close()
