@@ -358,6 +358,33 @@ return 'held'
     assert "memory budget exhausted" in result.error.message
 
 
+def test_flock_locks_kept_past_their_descriptors_end_the_run_as_its_memory(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A mapping keeps its file, and the file its flock lock, after the descriptor is closed:
+    # the descriptor limit does not bound them, and each is the same uncharged kernel memory.
+    program = """
+import ctypes, fcntl, os, time
+libc = ctypes.CDLL(None)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+for name in range(100):
+    with open(f'locked-{name}', 'wb') as file:
+        file.truncate(4096)
+for count in range(20_000):
+    fd = os.open(f'locked-{count % 100}', os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    libc.mmap(None, 4096, 1, 2, fd, 0)  # PROT_READ, MAP_PRIVATE
+    os.close(fd)
+time.sleep(10)
+return 'held'
+"""
+    result = run(runtime, program)
+    assert result.error is not None and result.error.kind == "worker-exit", result
+    assert "memory budget exhausted" in result.error.message
+
+
 def test_a_program_keeps_its_databases_and_classic_locks(runtime: SubprocessCodeRuntime) -> None:
     # Open file description locks, which /proc/locks shows for every process of the host and
     # so cannot be counted as the run's, answer as a kernel before them: programs fall back.

@@ -94,7 +94,7 @@ ninth field), set before the exit closes any descriptor."""
 _NOTICE_READ_BYTES: Final = 1 << 16
 """What one read of the notice pipe takes at most: all a pipe holds by default."""
 MAX_LOCKS: Final = 16_384
-"""How many byte-range locks (``fcntl``, ``lockf``) a run's processes may hold together; more
+"""How many file locks (``fcntl``, ``lockf``, ``flock``) a run's processes may hold together; more
 end the run with its memory budget. Each is kernel memory (about 200 bytes) that neither a
 resident set nor a cgroup counts (the kernel charges its lock cache to no cgroup), so without
 a bound one run of the default budgets held 1.5 GB of the host's memory in eight million locks
@@ -228,12 +228,12 @@ def process_exiting(pid: int, proc: str = "/proc") -> bool:
 
 
 def _over_lock_ceiling() -> bool:
-    """Whether the run's processes hold more than ``MAX_LOCKS`` byte-range locks. The run's
+    """Whether the run's processes hold more than ``MAX_LOCKS`` file locks. The run's
     ``/proc/locks`` (of its own PID namespace) lists only the locks whose holder it can see
     (open file description locks, which it lists for every process of the host, are not
-    counted: the filter refuses them to the run), one ``POSIX`` line each (``flock`` locks,
-    one per open file, are bounded by the run's descriptors). Read no further than the
-    ceiling."""
+    counted: the filter refuses them to the run), one ``POSIX`` or ``FLOCK`` line each
+    (``flock`` locks too: one per open file, but a mapping keeps its file, and so the lock,
+    after the descriptor is closed). Read no further than the ceiling."""
     try:
         fd = os.open("/proc/locks", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
@@ -244,7 +244,7 @@ def _over_lock_ceiling() -> bool:
             chunk = os.read(fd, _LOCKS_READ_BYTES)
             if not chunk:
                 return False
-            lines += chunk.count(b" POSIX ")
+            lines += chunk.count(b" POSIX ") + chunk.count(b" FLOCK ")
         return True
     except OSError:
         return False
