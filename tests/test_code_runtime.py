@@ -1566,6 +1566,25 @@ return "dropped"
     )
 
 
+def test_a_forked_child_waiting_on_the_loop_takes_none_of_the_workers_wake_ups(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The child's copy of the event loop shares the worker's wake-up socket pair: a child
+    # waiting on it read the wake-ups of the worker's threads, and the worker slept through
+    # the results of its ``asyncio.to_thread`` calls until the wall ceiling.
+    program = """
+import asyncio, os, time
+if os.fork() == 0:
+    await asyncio.Future()
+for _ in range(200):
+    await asyncio.to_thread(time.sleep, 0.001)
+return "every thread's result came"
+"""
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    assert result.value == "every thread's result came"
+
+
 def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime) -> None:
     async def fail(value: Any) -> Any:
         raise Exception("denied")

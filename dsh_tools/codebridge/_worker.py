@@ -34,6 +34,7 @@ import contextlib
 import linecache
 import os
 import select
+import selectors
 import signal
 import sys
 import threading
@@ -172,6 +173,8 @@ class Worker:
         self.pending: dict[int, CallHandle] = {}
         self.thread = _get_ident()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.selector: selectors.BaseSelector | None = None
+        """The loop's selector (``forked`` empties it in a child)."""
         self.send_lock = threading.RLock()
         self.decode = HOST_FRAMES.decode
         self.inbox = bytearray()
@@ -213,10 +216,16 @@ class Worker:
         self.in_child = True
         self.output_closed = True  # ``emit`` writes to the native descriptor instead
         self.notice = None
-        loop, self.loop = self.loop, None  # ``submit`` refuses binding calls
-        if loop is not None:
-            with contextlib.suppress(Exception):
-                loop.remove_reader(CHANNEL_IN)  # a poll selector: this process's own state
+        self.loop = None  # ``submit`` refuses binding calls
+        selector = self.selector
+        if selector is not None:
+            # Every descriptor the loop watches is the worker's too: the channel and the loop's
+            # own wake-up socket pair, whose wake-ups (a thread's result) a child waiting on
+            # its loop would read while the worker slept on. A poll selector's watches are
+            # this process's own state.
+            for key in list(selector.get_map().values()):
+                with contextlib.suppress(Exception):
+                    selector.unregister(key.fileobj)
 
     def emit(self, text: str) -> None:
         """Admit one log entry through the ledger and stream it to the host."""

@@ -223,7 +223,8 @@ def main(notice: int | None = None) -> NoReturn:
     try:
         # A poll loop: the sandbox refuses epoll, whose watches count against a limit the
         # worker would share with every process of its user on the machine (as root: the host).
-        loop = asyncio.SelectorEventLoop(selectors.PollSelector())
+        selector = selectors.PollSelector()
+        loop = asyncio.SelectorEventLoop(selector)
         _rehearse(loop)
         expected = _expected_compute_ms
         if expected is not None:
@@ -234,6 +235,7 @@ def main(notice: int | None = None) -> NoReturn:
         # it: a woken worker's first steps run slowly (cold caches), and these were a third of
         # an empty run's steps in the worker.
         worker = Worker(HOST_FRAMES.decode(_WARM_BOOT[PREFIX_BYTES:]))
+        worker.selector = selector
         if notice is not None:
             worker.notice = (notice, os.fstat(notice).st_ino)
         set_up(worker, loop)
