@@ -34,7 +34,7 @@ from typing import Any, Final, NoReturn
 
 from . import _kernel
 from ._cgroup import CgroupMeter, CgroupPlan, RunCgroups
-from ._init import Meter, ProcMeter, run_init, task_ceiling
+from ._init import Meter, ProcMeter, open_locks, run_init, task_ceiling
 from ._policy import lies_beneath
 from ._seccomp import seccomp_program, seccomp_supported
 
@@ -72,6 +72,7 @@ _PROC_ALWAYS_MASKED: Final = (
     "kpagecgroup",
     "kpagecount",
     "kpageflags",
+    "locks",
     "pagetypeinfo",
     "sched_debug",
     "slabinfo",
@@ -86,9 +87,12 @@ descriptions included, which no program needs (the filter refuses the keyring ca
 ``sys/vm/stat_refresh`` (the one sysctl below ``sys``, which is not scanned, whose reading
 does something) runs work on every CPU of the machine each time root reads it, in the kernel's
 own threads, outside every budget of the run (eight processes reading it made the kernel spend
-as much CPU again as the run); the others are the owner-only ones, named too in case a
-container runtime has already masked them in the template's view (a run's fresh ``/proc``
-would show them again)."""
+as much CPU again as the run); each reading of ``locks`` takes the kernel's global lock of
+every file lock for writing while it walks every lock of the machine (four processes reading
+it in a loop made the host's own lock calls 28 times slower; the init counts the run's locks
+through a descriptor it opened before the mask); the others are the owner-only ones, named
+too in case a container runtime has already masked them in the template's view (a run's fresh
+``/proc`` would show them again)."""
 _PROC_NOT_SCANNED: Final = ("self", "thread-self", "sys", "net")
 """Entries of ``/proc`` not scanned for owner-only files: the run's own processes, the sysctls
 (whose owner-only files hold nothing of the host's: ASLR bits, the run's own network
@@ -411,6 +415,7 @@ class SandboxPlan:
             flags = _kernel.MS_NOSUID | _kernel.MS_NODEV | _kernel.MS_NOEXEC
             _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
             _kernel.mount("proc", "/proc", "proc", flags, None)
+            locks = open_locks()  # before the mask covers it
             self._mask_proc()
             _most_killable()
             scratch = self._mount_scratch()
@@ -456,6 +461,7 @@ class SandboxPlan:
             self.max_processes,
             meter,
             self.max_wall_ms,
+            locks,
         )
 
     def _mount_scratch(self) -> int:

@@ -227,29 +227,35 @@ def process_exiting(pid: int, proc: str = "/proc") -> bool:
     return True
 
 
-def _over_lock_ceiling() -> bool:
+def open_locks() -> int:
+    """A descriptor of the run's ``/proc/locks`` for ``_over_lock_ceiling``, opened before the
+    run's view of it is masked; -1 where it cannot be opened (nothing is counted then)."""
+    try:
+        return os.open("/proc/locks", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+def _over_lock_ceiling(locks: int) -> bool:
     """Whether the run's processes hold more than ``MAX_LOCKS`` file locks. The run's
-    ``/proc/locks`` (of its own PID namespace) lists only the locks whose holder it can see
-    (open file description locks, which it lists for every process of the host, are not
-    counted: the filter refuses them to the run), one ``POSIX`` or ``FLOCK`` line each
+    ``/proc/locks`` (``locks``, of its own PID namespace) lists only the locks whose holder it
+    can see (open file description locks, which it lists for every process of the host, are
+    not counted: the filter refuses them to the run), one ``POSIX`` or ``FLOCK`` line each
     (``flock`` locks too: one per open file, but a mapping keeps its file, and so the lock,
     after the descriptor is closed). Read no further than the ceiling."""
-    try:
-        fd = os.open("/proc/locks", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    if locks < 0:
         return False
     try:
+        os.lseek(locks, 0, os.SEEK_SET)
         lines = 0
         while lines <= MAX_LOCKS:
-            chunk = os.read(fd, _LOCKS_READ_BYTES)
+            chunk = os.read(locks, _LOCKS_READ_BYTES)
             if not chunk:
                 return False
             lines += chunk.count(b" POSIX ") + chunk.count(b" FLOCK ")
         return True
     except OSError:
         return False
-    finally:
-        os.close(fd)
 
 
 def _memory_killed(meter: Meter) -> bool:
@@ -311,9 +317,11 @@ def run_init(
     max_processes: int,
     meter: Meter,
     max_wall_ms: float = math.inf,
+    locks: int = -1,
 ) -> NoReturn:
     """Be PID 1: start the worker (``start_worker`` gets the write end of the notice pipe),
-    watch the tree, report, exit (which ends the namespace)."""
+    watch the tree, report, exit (which ends the namespace). ``locks``: the run's
+    ``/proc/locks`` (``open_locks``), which the worker does not inherit."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     notice, notice_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
@@ -322,8 +330,9 @@ def run_init(
     if worker == 0:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in (wake_r, wake_w, notice):
-            os.close(fd)
+        for fd in (wake_r, wake_w, notice, locks):
+            if fd >= 0:
+                os.close(fd)
         start_worker(notice_w)
     os.close(notice_w)
     meter.close_dirs()
@@ -427,7 +436,7 @@ def run_init(
         elif count > max_processes or meter.over_task_ceiling():
             report = b"B" + bytes([BUDGET_PROCESSES])
         measurings += 1
-        if not report and measurings % _LOCKS_EVERY == 0 and _over_lock_ceiling():
+        if not report and measurings % _LOCKS_EVERY == 0 and _over_lock_ceiling(locks):
             report = b"B" + bytes([BUDGET_MEMORY])
     if _end_every_process(wait=False):
         # The usual end when the worker exited on its own and started nothing that lives on:
