@@ -866,6 +866,64 @@ def test_fault_a_template_killed_as_it_prefork_workers_fails_no_run() -> None:
         own.close()
 
 
+def children_of(parent: int) -> list[int]:
+    """The pids of ``parent``'s live children, read from ``/proc``."""
+    found: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
+            found.append(int(name))
+    return found
+
+
+def test_fault_a_worker_gone_before_its_program_is_tried_again_when_its_template_dies() -> None:
+    # The run's pre-forked worker is gone before it read its program (its init held stopped,
+    # so only the channel's end of file tells the host); the host hangs up, and then the
+    # template dies. Hanging up closed the channel that showed the program unread, so the
+    # run failed; tried again, the next attempt was ended by the first one's wait for the
+    # init's answer. Nothing of the program ran: the run tries again and completes.
+    own = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=30_000))
+    try:
+        assert run(own, "return 1").value == 1
+        own.warm_up()
+        deadline = time.monotonic() + 30
+        while own.idle_workers < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        template = own.template_pid
+        assert template is not None
+        own_namespace = os.readlink(f"/proc/{template}/ns/pid")
+        inits = [
+            pid
+            for pid in children_of(template)
+            if os.readlink(f"/proc/{pid}/ns/pid") != own_namespace
+        ]
+        workers = [worker for init in inits for worker in children_of(init)]
+        assert inits and workers
+        for init in inits:
+            os.kill(init, signal.SIGSTOP)  # the template's death kills it all the same
+        for worker in workers:
+            os.kill(worker, signal.SIGKILL)
+        program = "import time\ntime.sleep(0.6)\nreturn 'next'"
+
+        async def scenario() -> CodeRunResult:
+            task = asyncio.create_task(own.run(CodeRunRequest(program, [])))
+            await asyncio.sleep(0.1)
+            os.kill(template, signal.SIGKILL)
+            return await asyncio.wait_for(task, 30)
+
+        result = asyncio.run(scenario())
+        assert result.value == "next", result
+        killed(template)
+    finally:
+        own.close()
+
+
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
 def test_fault_a_template_killed_while_a_silent_program_runs_does_not_run_it_again(
     tmp_path: Path, isolation: str

@@ -168,6 +168,7 @@ class RunProcess(abc.ABC):
         self._pooled = False
         self._early = 0  # bytes of the program written to the pre-forked worker before the run
         self._fed_live = True  # its template still lived once the worker had its program
+        self._left_unread = False  # ``_unread()`` as the host hung up on the worker
         self._refill = False
         self._budget = 0
 
@@ -399,6 +400,10 @@ class RunProcess(abc.ABC):
         # run and says so (``H``). A program holding a write end of the channel from the host
         # withholds that hang-up: then the run ends without the init's word.
         self._channel_lost = True
+        # The hang-up closes the channel to the worker, and with it the evidence that the
+        # worker never read its program (``_unread``), which its template's death, reported
+        # after this, may need: the channel's end of file means no worker will read it now.
+        self._left_unread = self._pooled and self._unread()
         self._end_sandboxed()
         self._channel_deadline = self._loop.call_later(
             _CHANNEL_CLOSED_SECONDS, self._channel_unheard
@@ -539,7 +544,7 @@ class RunProcess(abc.ABC):
             return True  # its channel took nothing: the worker was gone before its program
         fd = self._fds.get("to_worker")
         if fd is None:
-            return False
+            return self._left_unread  # closed by the hang-up (``_on_channel_eof``)
         try:
             queued = fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0")
         except OSError:
@@ -549,6 +554,11 @@ class RunProcess(abc.ABC):
 
     def _try_again(self) -> None:
         """Drop this attempt and start the run's last one on a freshly spawned worker."""
+        deadline, self._channel_deadline = self._channel_deadline, None
+        if deadline is not None:
+            # This attempt's wait for the init's answer to the hang-up: left running, it
+            # ended the next attempt a quarter of a second in, on a channel that is open.
+            deadline.cancel()
         self._close_all()
         self._reset_attempt()
         self._spawn()
