@@ -924,6 +924,48 @@ def test_fault_a_worker_gone_before_its_program_is_tried_again_when_its_template
         own.close()
 
 
+def test_fault_a_template_killed_as_its_worker_gets_the_program_does_not_run_it_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The template dies just after the host wrote the program to its pre-forked worker. A
+    # worker under process isolation outlives its template: it read the program (or would,
+    # from the channel the host left to it) and ran it while the run tried again on a fresh
+    # worker, so the program ran twice. The run ends that worker first, then tries again only
+    # if it never read the program, and otherwise fails.
+    log = tmp_path / "ran"
+    own = SubprocessCodeRuntime(CodeRuntimeConfig(isolation="process", max_wall_ms=60_000))
+    try:
+        assert run(own, "return 1").value == 1
+        own.warm_up()
+        deadline = time.monotonic() + 30
+        while own.idle_workers < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        write_early = Slot.write_early
+
+        def then_the_template_dies(slot: Slot, data: bytes) -> int:
+            written = write_early(slot, data)
+            template = own.template_pid
+            assert template is not None
+            os.kill(template, signal.SIGKILL)
+            killed(template)
+            return written
+
+        monkeypatch.setattr(Slot, "write_early", then_the_template_dies)
+        program = f"import time\nopen({str(log)!r}, 'a').write('ran\\n')\ntime.sleep(0.5)\nreturn 2"
+        result = run(own, program)
+        monkeypatch.undo()
+        time.sleep(1)  # a worker left running would have written its mark by now
+        if result.error is None:
+            assert result.value == 2
+            assert log.read_text() == "ran\n"  # tried again: the first worker ran nothing
+        else:
+            assert result.error.kind == "worker-exit", result
+            assert log.read_text() in ("", "ran\n")
+        assert run(own, "return 3").value == 3
+    finally:
+        own.close()
+
+
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
 def test_fault_a_template_killed_while_a_silent_program_runs_does_not_run_it_again(
     tmp_path: Path, isolation: str

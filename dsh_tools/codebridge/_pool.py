@@ -130,10 +130,12 @@ _PIPE2: Final = hasattr(os, "pipe2")  # not on macOS
 
 
 def _alive(slot: Slot) -> bool:
-    """Read what the status pipe holds; a live idle worker has sent its pid report only. A slot
-    with no report yet is live only while its template is: a template killed before it forked
-    the worker leaves a slot that would otherwise look idle for ever (its status pipe may
-    never reach end of file)."""
+    """Read what the status pipe holds; a live idle worker has sent its pid report only, and
+    is live only while its template is: a template killed before it forked the worker leaves
+    a slot that would otherwise look idle for ever (its status pipe may never reach end of
+    file), and one killed after it leaves a worker whose status pipe is not closed yet (a
+    sandboxed one is dying with it; its run could not tell whether it read its program
+    first)."""
     fd = slot.fds["status"]
     try:
         while True:
@@ -145,9 +147,7 @@ def _alive(slot: Slot) -> bool:
         pass
     except OSError:
         return False
-    if not slot.status:
-        return slot.template.poll() is None
-    return len(slot.status) <= _PID_REPORT_BYTES
+    return len(slot.status) <= _PID_REPORT_BYTES and slot.template.poll() is None
 
 
 class WorkerPool:

@@ -167,7 +167,6 @@ class RunProcess(abc.ABC):
         self._frames_seen = 0
         self._pooled = False
         self._early = 0  # bytes of the program written to the pre-forked worker before the run
-        self._fed_live = True  # its template still lived once the worker had its program
         self._left_unread = False  # ``_unread()`` as the host hung up on the worker
         self._refill = False
         self._budget = 0
@@ -202,7 +201,6 @@ class RunProcess(abc.ABC):
         if sent < len(self._boot):
             self._send(self._boot[sent:] if sent else self._boot)
             self._writer.flush()
-        self._fed_live = slot.template.poll() is None
         try:
             self._readers.watch(
                 {
@@ -506,10 +504,14 @@ class RunProcess(abc.ABC):
         self._drop_reader("status")
         if self._exited:
             return
+        # Ended first, whatever comes next: a worker under process isolation outlives its
+        # template, and would read and run the program its channel holds after the host has
+        # looked; killed, whatever it has not read by now it never runs.
+        self._kill()
         if self._may_try_again():
             # The template died before forking, or it died with the pre-forked worker this run
-            # took (its processes go with it) before the worker read its program: nothing of
-            # the program ran, so try once more with a fresh template.
+            # took before the worker read its program: nothing of the program ran, so try once
+            # more with a fresh template.
             self._try_again()
             return
         self._exited = True
@@ -517,7 +519,6 @@ class RunProcess(abc.ABC):
             self._drain_channel()
         if self._outcome is None:
             self._settle_failure("worker-exit", "worker error: the template process exited")
-        self._kill()
         self._start_grace()
         self._maybe_finish()
 
@@ -530,7 +531,7 @@ class RunProcess(abc.ABC):
             and self._attempts < 2
             and (
                 self._pid is None
-                or (self._pooled and self._silent() and (self._unread() or not self._fed_live))
+                or (self._pooled and self._silent() and self._unread())
             )
         )
 
@@ -538,8 +539,9 @@ class RunProcess(abc.ABC):
         """Whether the pooled worker never read what the host wrote to its channel: a program
         may run without a word to the host (no frame, no output), so a worker that read its
         boot (or its go) while its template lived may have run some of it, and trying again
-        would run it twice. (One whose template had died before it got its program is dying
-        too, which is what the retry is for.)"""
+        would run it twice, even if its template had died before it got it (a sandboxed one
+        dies with its template, but may run some of the program first; one under process
+        isolation lives on)."""
         if self._early + self._writer.written == 0:
             return True  # its channel took nothing: the worker was gone before its program
         fd = self._fds.get("to_worker")
