@@ -3,10 +3,11 @@ the native output pipes and the status pipe's reports.
 
 ``RunProcess`` is the process half of ``CodeRun`` (``_run``), which adds the run's settlement:
 what the worker and its template report arrives here and is turned into calls of the abstract
-settlement methods. An attempt is one worker; when the template dies with a pre-forked worker
-before that worker read its program (or after the template had died already), the run makes
-one more attempt with a fresh template (nothing of the program ran). A silent program (no
-frame, no output) may have run, writes and all, once its worker read it: its run fails.
+settlement methods. An attempt is one worker; when the template dies before it forked the
+worker, or with a pre-forked worker that never read its program (as the host finds once that
+worker is killed), the run makes one more attempt with a fresh template (nothing of the
+program ran). A silent program (no frame, no output) may have run, writes and all, once its
+worker read it, whether or not its template still lived: its run fails.
 
 It stays one module a little past 400 lines because it is one state machine: the channel, the
 native pipes, the status reports and the exit handling all read and move the same attempt's
