@@ -1025,8 +1025,13 @@ def test_a_pooled_slot_whose_template_died_before_forking_it_is_not_idle() -> No
         waiting_slot = Slot({"status": pipes[1][0]}, living)
         assert not _alive(dead_slot)
         assert _alive(waiting_slot)
-        os.write(pipes[0][1], b"P\x00\x00\x00\x07")  # a worker that did report lives on
-        assert _alive(dead_slot)
+        # A worker that did report is not handed out either once its template has exited: a
+        # sandboxed one is dying with it, and a run could not tell whether it read its
+        # program before it died.
+        os.write(pipes[0][1], b"P\x00\x00\x00\x07")
+        assert not _alive(dead_slot)
+        os.write(pipes[1][1], b"P\x00\x00\x00\x08")
+        assert _alive(waiting_slot)
     finally:
         living.kill()
         living.wait()
