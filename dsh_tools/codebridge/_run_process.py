@@ -530,10 +530,7 @@ class RunProcess(abc.ABC):
         return (
             self._outcome is None
             and self._attempts < 2
-            and (
-                self._pid is None
-                or (self._pooled and self._silent() and self._unread())
-            )
+            and (self._pid is None or (self._pooled and self._silent() and self._unread()))
         )
 
     def _unread(self) -> bool:
