@@ -356,24 +356,9 @@ def mount_new_fs(fstype: str, options: dict[str, str], attr_flags: int, target_f
     )
     try:
         for key, value in options.items():
-            result = _syscall(
-                ctypes.c_long(_SYS_FSCONFIG),
-                ctypes.c_int(context),
-                ctypes.c_uint(_FSCONFIG_SET_STRING),
-                key.encode(),
-                value.encode(),
-                ctypes.c_int(0),
-            )
-            _check(int(result), f"fsconfig {fstype} {key}={value}")
-        result = _syscall(
-            ctypes.c_long(_SYS_FSCONFIG),
-            ctypes.c_int(context),
-            ctypes.c_uint(_FSCONFIG_CMD_CREATE),
-            None,
-            None,
-            ctypes.c_int(0),
-        )
-        _check(int(result), f"fsconfig {fstype} create")
+            setting = f"{fstype} {key}={value}"
+            _fsconfig(context, _FSCONFIG_SET_STRING, key.encode(), value.encode(), setting)
+        _fsconfig(context, _FSCONFIG_CMD_CREATE, None, None, f"{fstype} create")
         result = _syscall(
             ctypes.c_long(_SYS_FSMOUNT),
             ctypes.c_int(context),
@@ -397,3 +382,18 @@ def mount_new_fs(fstype: str, options: dict[str, str], attr_flags: int, target_f
         os.close(root)
         raise
     return root
+
+
+def _fsconfig(
+    context: int, command: int, key: bytes | None, value: bytes | None, what: str
+) -> None:
+    """One ``fsconfig`` of the filesystem context ``context``; ``what`` names it in an error."""
+    result = _syscall(
+        ctypes.c_long(_SYS_FSCONFIG),
+        ctypes.c_int(context),
+        ctypes.c_uint(command),
+        key,
+        value,
+        ctypes.c_int(0),
+    )
+    _check(int(result), f"fsconfig {what}")
