@@ -195,13 +195,10 @@ class FrameScreen:
 def _screened(
     decode: Callable[[Any], Any], screen: Callable[[Any], object | None]
 ) -> Callable[[Any], Any]:
-    below = screen.decodes_below if type(screen) is FrameScreen else -1
     if type(screen) is FrameScreen:
         screen = screen.screen
 
     def decode_screened(body: Any) -> Any:
-        if len(body) <= below:
-            return decode(body)
         verdict = screen(body)
         if verdict is None:
             return decode(body)
@@ -247,13 +244,13 @@ class FrameReader:
         max_frame_bytes: int,
         screen: Callable[[Any], object | None] | None = None,
     ) -> None:
-        self._decode = decoder.decode if screen is None else _screened(decoder.decode, screen)
-        # A body of at most ``_below`` bytes is decoded here without the screen (see
-        # ``FrameScreen``): one call less for nearly every frame.
+        # A body of at most ``_below`` bytes is decoded by ``_plain``, without the screen (see
+        # ``FrameScreen``): one call less for nearly every frame; a larger one by ``_decode``.
         self._plain = decoder.decode
         if screen is None:
-            self._below = sys.maxsize
+            self._decode, self._below = decoder.decode, sys.maxsize
         else:
+            self._decode = _screened(decoder.decode, screen)
             self._below = screen.decodes_below if type(screen) is FrameScreen else -1
         self._cap = max_frame_bytes
         self._buffer = bytearray()

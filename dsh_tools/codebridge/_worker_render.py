@@ -40,13 +40,11 @@ def _trim(
     while cursor is not None:
         entries.append(cursor)
         cursor = cursor.tb_next
-    while len(entries) > keep and entries[-1].tb_frame.f_code.co_filename in worker_files:
-        entries.pop()
-    # The worker's frames between the program's stand in for builtins (``print`` calling the
-    # program's ``__str__``), which show none.
-    between = [e for e in entries if e.tb_frame.f_code.co_filename not in worker_files]
-    if between:
-        entries = between
+    # The worker's frames, trailing or between the program's (which stand in for builtins,
+    # ``print`` calling the program's ``__str__``, and show none), go; with nothing else
+    # left, the first ``keep`` stay.
+    program = [e for e in entries if e.tb_frame.f_code.co_filename not in worker_files]
+    entries = program or entries[:keep]
     if not entries:
         return None
     for entry, following in itertools.pairwise(entries):

@@ -212,8 +212,8 @@ class SandboxPlan:
         _refuse_links_into_write_grants(self._read, self._write)
         for path in self._read:
             self._grant(path, _READ_RIGHTS, required=True)
+        _refuse_host_code(self._write)
         for path in self._write:
-            _refuse_host_code(path)
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
         # Opened before the read-only view, so that the template may still remove the scratch
@@ -603,7 +603,7 @@ def _resolution_steps(path: str) -> list[str]:
     return steps
 
 
-def _refuse_host_code(granted: str) -> None:
+def _refuse_host_code(write: list[str]) -> None:
     """Refuse a ``write`` grant that holds the code the host runs outside the sandbox: the
     Python installation (a virtual environment inside a granted project directory, say) and
     this package, which every template loads again when it starts, and the interpreter and
@@ -615,16 +615,21 @@ def _refuse_host_code(granted: str) -> None:
     libraries = [sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib")]
     libraries += [sysconfig.get_path("platlib"), package]
     prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
-    root = os.path.realpath(granted)
-    for code in (*prefixes, *libraries, sys.executable, *_mapped_code()):
-        real = os.path.realpath(code)
-        held = real == root or lies_beneath(real, root)
-        if held or (code in libraries and lies_beneath(root, real)):
-            raise SandboxUnavailable(
-                f"code sandbox: the write grant {granted!r} holds code the host runs "
-                f"({code!r}): a run could change what the harness or its next template runs, "
-                "outside the sandbox; grant a directory that does not hold it"
-            )
+    # Found and resolved once, for every grant (the mapped files are dozens).
+    codes = [
+        (code, os.path.realpath(code), code in libraries)
+        for code in (*prefixes, *libraries, sys.executable, *_mapped_code())
+    ]
+    for granted in write:
+        root = os.path.realpath(granted)
+        for code, real, library in codes:
+            held = real == root or lies_beneath(real, root)
+            if held or (library and lies_beneath(root, real)):
+                raise SandboxUnavailable(
+                    f"code sandbox: the write grant {granted!r} holds code the host runs "
+                    f"({code!r}): a run could change what the harness or its next template "
+                    "runs, outside the sandbox; grant a directory that does not hold it"
+                )
 
 
 def _mapped_code() -> list[str]:

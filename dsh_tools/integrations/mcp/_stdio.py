@@ -106,14 +106,22 @@ def _child_tagged(tag: str) -> tuple[int | None, bool]:
     for pid, _, parent, group in _processes():
         if parent != me or group != pid:
             continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if wanted in environ.read().split(b"\0"):
-                    return pid, others
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        others = True
+        tagged = _carries(pid, wanted)
+        if tagged:
+            return pid, others
+        if tagged is not None:
+            others = True
     return None, others
+
+
+def _carries(pid: int, wanted: bytes) -> bool | None:
+    """Whether process ``pid``'s environment holds the entry ``wanted``; ``None`` when it
+    cannot be read (gone meanwhile, or not ours to read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return wanted in environ.read().split(b"\0")
+    except OSError:
+        return None
 
 
 async def _end_group_after_exit(leader: int, tag: str, ended: anyio.Event) -> None:
@@ -179,12 +187,8 @@ def _escapees(group: int, tag: str, known: dict[int, int]) -> list[int]:
             found.add(pid)
             continue
         parents[pid] = parent
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as environ:
-                if wanted in environ.read().split(b"\0"):
-                    found.add(pid)
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
+        if _carries(pid, wanted):
+            found.add(pid)
     grown = True
     while grown:
         grown = False
