@@ -94,6 +94,15 @@ def writes_then(forged: bytes, rest: str) -> str:
     return f"import os\nos.write(4, {forged!r})\n{rest}"
 
 
+def with_idle_workers(own: SubprocessCodeRuntime) -> None:
+    """Run once, then wait (up to 30 s) until two pre-forked workers are idle."""
+    assert run(own, "return 1").value == 1
+    own.warm_up()
+    deadline = time.monotonic() + 30
+    while own.idle_workers < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def members_of(session: int) -> list[str]:
     """Processes whose session or process group is ``session`` (state letter and pid)."""
     found = []
@@ -890,11 +899,7 @@ def test_fault_a_worker_gone_before_its_program_is_tried_again_when_its_template
     # init's answer. Nothing of the program ran: the run tries again and completes.
     own = SubprocessCodeRuntime(CodeRuntimeConfig(max_wall_ms=30_000))
     try:
-        assert run(own, "return 1").value == 1
-        own.warm_up()
-        deadline = time.monotonic() + 30
-        while own.idle_workers < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with_idle_workers(own)
         template = own.template_pid
         assert template is not None
         # Each run's init is the first process of its own PID namespace: the template's child
@@ -938,11 +943,7 @@ def test_fault_a_template_killed_as_its_worker_gets_the_program_does_not_run_it_
     log = tmp_path / "ran"
     own = SubprocessCodeRuntime(CodeRuntimeConfig(isolation="process", max_wall_ms=60_000))
     try:
-        assert run(own, "return 1").value == 1
-        own.warm_up()
-        deadline = time.monotonic() + 30
-        while own.idle_workers < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with_idle_workers(own)
         write_early = Slot.write_early
 
         def then_the_template_dies(slot: Slot, data: bytes) -> int:
@@ -987,11 +988,7 @@ def test_fault_a_template_killed_while_a_silent_program_runs_does_not_run_it_aga
         settings["isolation"] = "process"
     own = SubprocessCodeRuntime(CodeRuntimeConfig(**settings))
     try:
-        assert run(own, "return 1").value == 1
-        own.warm_up()
-        deadline = time.monotonic() + 30
-        while own.idle_workers < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the run takes a pre-forked worker, as most runs do
+        with_idle_workers(own)  # the run takes a pre-forked worker, as most runs do
         program = f"import time\nopen({str(log)!r}, 'a').write('ran\\n')\ntime.sleep(5)\nreturn 2"
 
         async def scenario() -> CodeRunResult:

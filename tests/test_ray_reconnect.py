@@ -89,16 +89,9 @@ def test_tools_and_code_runs_work_again_after_ray_shutdown(reconnect: str) -> No
     assert done.stdout.splitlines() == ["before 1 20", "after 1 20"]
 
 
-# A call in flight when the harness shuts Ray down: its body dies with the connection.
-IN_FLIGHT = """
-import os, sys, threading, time
-from pathlib import Path
-import ray
-from dsh_tools import ExecuteCall, ToolOutput, ToolsConfig, ToolSystem, define_tool
-from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox
-from dsh_tools.distributed import RayCodeRuntime, RayPlacement, init_ray
-
-started = Path(sys.argv[2], "started")
+# A tool whose body marks that it started (in the directory argv[2]) and runs for a minute,
+# on an actor pool of one or as a task (argv[1]): the scripts below share it.
+LONG_TOOL = """started = Path(sys.argv[2], "started")
 
 
 def wait_long(args, ctx):
@@ -114,7 +107,22 @@ long_tool = define_tool(
     execute=wait_long,
     placement=RayPlacement(num_cpus=0, actor_pool=1 if sys.argv[1] == "actor" else 0),
 )
-config = CodeRuntimeConfig(
+"""
+
+
+# A call in flight when the harness shuts Ray down: its body dies with the connection.
+IN_FLIGHT = (
+    """
+import os, sys, threading, time
+from pathlib import Path
+import ray
+from dsh_tools import ExecuteCall, ToolOutput, ToolsConfig, ToolSystem, define_tool
+from dsh_tools.codebridge import CodeRuntimeConfig, CodeSandbox
+from dsh_tools.distributed import RayCodeRuntime, RayPlacement, init_ray
+
+"""
+    + LONG_TOOL
+    + """config = CodeRuntimeConfig(
     compute_ms=60_000, max_wall_ms=90_000, sandbox=CodeSandbox(write=[sys.argv[2]])
 )
 runtime = RayCodeRuntime(config, num_cpus=0)
@@ -138,6 +146,7 @@ with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
         result = system.execute(ExecuteCall(call_id="c", name="long", arguments={}))
     print(result.content[0]["text"], flush=True)
 """
+)
 
 
 LOST = 'Error: remote worker running tool "long" was lost: '
@@ -181,7 +190,8 @@ def test_a_call_in_flight_when_ray_is_shut_down_settles_as_lost(
     assert said == settled or (said.startswith(head) and "died unexpectedly" in said), said
 
 
-AFTER_SHUTDOWN = """
+AFTER_SHUTDOWN = (
+    """
 import asyncio, sys, threading, time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -190,23 +200,9 @@ from dsh_tools import AbortController, ExecuteCall, ToolOutput, ToolsConfig, Too
 from dsh_tools.codebridge import CodeRuntimeConfig
 from dsh_tools.distributed import RayCodeRuntime, RayPlacement, init_ray
 
-started = Path(sys.argv[2], "started")
-
-
-def wait_long(args, ctx):
-    started.write_text("yes")
-    time.sleep(60)
-
-
-long_tool = define_tool(
-    name="long",
-    description="Runs for a minute.",
-    parameters={},
-    output=ToolOutput(schema={"type": "json"}, render=lambda a, v: []),
-    execute=wait_long,
-    placement=RayPlacement(num_cpus=0, actor_pool=1 if sys.argv[1] == "actor" else 0),
-)
-runtime = RayCodeRuntime(CodeRuntimeConfig(compute_ms=5_000), num_cpus=0)
+"""
+    + LONG_TOOL
+    + """runtime = RayCodeRuntime(CodeRuntimeConfig(compute_ms=5_000), num_cpus=0)
 
 init_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
 with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
@@ -225,6 +221,7 @@ with ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime) as system:
     asyncio.run(runtime.dispose())  # nor a node actor to dispose of
     print("connected" if ray.is_initialized() else "not connected", flush=True)
 """
+)
 
 
 @pytest.mark.parametrize("where", ["task", "actor"])
