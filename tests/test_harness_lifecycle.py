@@ -971,6 +971,50 @@ def test_ctrl_c_as_a_plain_body_is_handed_to_its_worker_waits_for_the_body() -> 
     assert done.stdout.split("\n")[:3] == ["interrupted", "[True]", "['ABORTED']"]
 
 
+CTRL_C_AS_THE_HAND_OVER_BEGINS = """
+import sys
+from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
+from dsh_tools.pipeline._workers import BodyThreads
+
+ran = []
+
+
+def ctrl_c_as_the_hand_over_begins(frame, event, arg):
+    if event == "call" and frame.f_code is BodyThreads._hand.__code__:
+        sys.setprofile(None)
+        raise KeyboardInterrupt
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("save", lambda args, ctx: ran.append(True) or "saved"))
+    system.tools.on_execute(timeout_policy(default_ms=60_000))  # the body runs on a worker
+    sys.setprofile(ctrl_c_as_the_hand_over_begins)
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="save", arguments={}))
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    sys.setprofile(None)
+    print(ran)
+    print([e.data["content"][0]["text"] for e in system.session.events
+           if e.type == "tool/result"])
+"""
+
+
+def test_ctrl_c_before_a_plain_body_is_handed_to_its_worker_aborts_the_call_before_dispatch() -> (
+    None
+):
+    # The Ctrl-C was taken for the body's own failure, with the empty message of a bare
+    # KeyboardInterrupt ("Error: "), though the body never ran.
+    done = run_script(CTRL_C_AS_THE_HAND_OVER_BEGINS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == [
+        "interrupted",
+        "[]",
+        "['Error: tool call aborted before dispatch']",
+    ]
+
+
 CTRL_C_AT_EVERY_STEP_OF_THE_HAND_OVER = """
 import signal, sys, threading, time
 from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
@@ -1055,7 +1099,8 @@ for step in range(100):
             break
         time.sleep(0.01)
     codes = [r.get("error", {}).get("code") for r in results]
-    if len(codes) != 1 or (f"c{step}" in ran and codes != ["ABORTED"]):
+    expected = ["ABORTED"] if f"c{step}" in ran else ["ABORTED_BEFORE_DISPATCH"]
+    if codes != expected:
         wrong.append(f"step {step}: body ran: {f'c{step}' in ran}, results: {codes}")
 if not stop(system):
     wrong.append("the last stop failed")
@@ -1071,8 +1116,8 @@ def test_a_ctrl_c_at_any_step_of_a_bodys_hand_over_never_leaves_it_running_unwai
     # a new one was recorded but not started) or between it and the call's wait failed the
     # call at once as though its body had raised it, while the body ran on with nobody waiting,
     # and left stop() joining a thread never started: it raised. Now a Ctrl-C before the
-    # hand-over fails the call with the body never run; one after, the call settles ABORTED
-    # once its body returns.
+    # hand-over settles the call ABORTED_BEFORE_DISPATCH with the body never run; one after,
+    # the call settles ABORTED once its body returns.
     done = run_script(CTRL_C_AT_EVERY_STEP_OF_THE_HAND_OVER, taker)
     assert done.returncode == 0, done.stderr
     steps, wrong = done.stdout.split(" ", 1)

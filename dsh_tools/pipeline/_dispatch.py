@@ -218,7 +218,7 @@ class DispatchStages(PipelineCore):
                 reason = abort_reason(rec, fused)
                 if reason is None and caller_interrupted(rec):
                     reason = INTERRUPTED_REASON  # its blocking caller's Ctrl-C cancelled it
-                return _canonical(rec, cancelled("ABORTED", reason=reason))
+                return _canonical(rec, cancelled(aborted_code(rec), reason=reason))
             except BaseException as exc:  # the base never raises
                 if closing_call(rec, exc):
                     raise
@@ -422,11 +422,21 @@ class DispatchStages(PipelineCore):
                 # it interrupts the call, which waits for its body and settles ABORTED before
                 # KeyboardInterrupt propagates (``reraise``). Between the hand-over and the
                 # await nothing is called, so nothing there checks for a signal.
-                work = concurrent.futures.Future()
-                waiting = asyncio.wrap_future(work)
-                if executor.hand_noting_interrupts(
-                    work, run, call_plain_body, execute, rec.arguments, ctx
-                ):
+                try:
+                    work = concurrent.futures.Future()
+                    waiting = asyncio.wrap_future(work)
+                    noted = executor.hand_noting_interrupts(
+                        work, run, call_plain_body, execute, rec.arguments, ctx
+                    )
+                except KeyboardInterrupt:
+                    # Before the hand-over: the body never ran. The call is interrupted as
+                    # one whose body had not started, not failed with the Ctrl-C as though
+                    # the body had raised it (a failure that says nothing).
+                    rec.body_invoked = False
+                    rec.reraise = KeyboardInterrupt()
+                    self.interrupt(rec, INTERRUPTED_REASON)
+                    raise BodyCancelled from None
+                if noted:
                     rec.reraise = KeyboardInterrupt()
                     self.interrupt(rec, INTERRUPTED_REASON)
             try:
