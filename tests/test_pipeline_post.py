@@ -27,6 +27,7 @@ from dsh_tools import (
     HarnessError,
     ToolExecutionSuccess,
     ToolSystem,
+    tool,
 )
 
 
@@ -105,6 +106,58 @@ def test_an_invalid_replacement_value_names_the_hook_not_the_tool(system: ToolSy
     assert system.execute(call()).to_dict()["error"]["message"] == (
         'tool "echo": the value a post-execute hook put in place with Accept(value=...) is '
         'invalid output: "value" must be a string'
+    )
+
+
+class Point(msgspec.Struct):
+    x: int
+    y: int
+
+
+@tool
+def locate(name: str) -> tuple[Point, str]:
+    """Where a thing is, and on which map."""
+    return Point(1, 2), "street"
+
+
+def test_a_typed_tools_replacement_value_is_converted_as_its_bodys_own(
+    system: ToolSystem,
+) -> None:
+    # The Struct (and the tuple) a @tool body returns became JSON data, but the same from a
+    # hook failed the call: "value is not lossless JSON: value is tuple".
+    system.tools.register(locate)
+    post_returning(system, Accept(value=(Point(5, 6), "aerial")))
+    result = system.execute(call("locate", {"name": "cafe"}))
+    assert value_of(result) == [{"x": 5, "y": 6}, "aerial"]
+
+
+def test_a_typed_tools_value_from_a_wrapper_is_converted_as_its_bodys_own(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(locate)
+
+    async def cached(exec: Any, next: Any) -> Any:
+        return ToolExecutionSuccess((Point(7, 8), "cached"), [block("cached")])
+
+    system.tools.on_execute(cached)
+    result = system.execute(call("locate", {"name": "cafe"}))
+    assert value_of(result) == [{"x": 7, "y": 8}, "cached"]
+
+
+@tool
+def position(name: str) -> Point:
+    """Where a thing is."""
+    return Point(1, 2)
+
+
+def test_a_typed_tools_replacement_value_still_meets_its_output_schema(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(position)
+    post_returning(system, Accept(value=Point(5, "six")))  # type: ignore[arg-type]
+    assert system.execute(call("position", {"name": "cafe"})).to_dict()["error"]["message"] == (
+        'tool "position": the value a post-execute hook put in place with Accept(value=...) is '
+        'invalid output: "value.y" must be an integer'
     )
 
 

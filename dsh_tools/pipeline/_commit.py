@@ -23,7 +23,7 @@ from ..actors import (
     ToolOutputError,
     message_of,
 )
-from ..registry import LosslessJsonError, normalize_output
+from ..registry import LosslessJsonError, normalize_output, replacement_value
 from ..registry._execution import CallRecord
 from ._chain import is_awaitable, none_from, rest_of_chain
 from ._core import (
@@ -175,7 +175,10 @@ class CommitStages(PipelineCore):
                 raise ToolNotFoundError(rec.name)
             try:
                 value, content, meta = normalize_output(
-                    entry.definition, rec.arguments, decision.value, nested=rec.parent is not None
+                    entry.definition,
+                    rec.arguments,
+                    replacement_value(entry.definition, rec.name, decision.value),
+                    nested=rec.parent is not None,
                 )
             except ToolOutputError as exc:
                 blamed = ToolOutputError(exc.tool_name, exc.violations, source=_REPLACED_VALUE)

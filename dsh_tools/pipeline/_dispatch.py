@@ -24,7 +24,7 @@ from ..actors import (
     any_signal,
 )
 from ..actors._frozen import EMPTY_LIST
-from ..registry import RUN_CODE, normalize_output
+from ..registry import RUN_CODE, normalize_output, replacement_value
 from ..registry._execution import CallRecord, DispatchExecution, ToolRunContext
 from ..registry._snapshot import ToolEntry
 from ._body_task import (
@@ -487,7 +487,10 @@ class DispatchStages(PipelineCore):
             if entry is None:
                 raise ToolNotFoundError(rec.name)
             value, content, meta = normalize_output(
-                entry.definition, rec.arguments, result.value, nested=rec.parent is not None
+                entry.definition,
+                rec.arguments,
+                replacement_value(entry.definition, rec.name, result.value),
+                nested=rec.parent is not None,
             )
             return ToolExecutionSuccess(value, content, meta, result.additional_contexts)
         raise TypeError(

@@ -45,6 +45,7 @@ from ._raw_schema import (
 )
 from ._registry_actor import RUN_CODE, RegistryActor
 from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
+from ._tool_call import replacement_value
 from ._tool_contract import check_registration, classify, normalize_output, project_schema
 from ._typed_tool import default_render, tool
 
@@ -95,6 +96,7 @@ __all__ = [
     "present_call_view",
     "present_result_view",
     "project_schema",
+    "replacement_value",
     "resolve_local_ref",
     "scalar_type_of",
     "snapshot_json",
