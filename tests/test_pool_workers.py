@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
-from conftest import block, fixture, text
+import pytest
+from conftest import WAIT, block, fixture, text
 from pool_support import batch, of_type, safe, trace
 
 from dsh_tools import ToolSystem
+from dsh_tools.pipeline import _workers
 
 
 def loop_thread(system: ToolSystem) -> int | None:
@@ -104,3 +107,44 @@ def test_an_execute_wrapper_runs_on_the_loop_and_the_body_off_it(system: ToolSys
     assert [text(r) for r in outcome.results] == ids
     assert wrapper_loops == [system._loop] * 12
     assert len(bodies) == 12 and loop_thread(system) not in bodies
+
+
+def test_the_threads_of_a_burst_of_plain_bodies_retire_once_idle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every thread a burst started stayed, idle, for the life of the system.
+    monkeypatch.setattr(_workers, "IDLE_S", 0.05)
+    together = threading.Barrier(50, timeout=WAIT)  # fifty bodies at once: fifty threads
+
+    def body(args: Any, ctx: Any) -> Any:
+        together.wait()
+        return [block(ctx.call_id)]
+
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.register(fixture("x", body, is_concurrency_safe=safe))
+        ids = [f"c{i}" for i in range(50)]
+        outcome = system.execute_batch(batch(*ids, max_parallel=50))
+        assert [text(r) for r in outcome.results] == ids
+
+        def alive() -> list[threading.Thread]:
+            return [t for t in system._executor.threads() if t.is_alive()]
+
+        deadline = time.monotonic() + WAIT
+        while alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert alive() == []
+        together = threading.Barrier(2, timeout=WAIT)
+        again = system.execute_batch(batch("d1", "d2", max_parallel=2))
+        assert [text(r) for r in again.results] == ["d1", "d2"]
+
+
+def test_work_handed_to_a_thread_as_it_retires_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_workers, "IDLE_S", 0.0005)  # about as long as a hand-over
+    threads = _workers.BodyThreads("retiring")
+    try:
+        for i in range(400):
+            assert threads.submit(lambda i=i: i).result(WAIT) == i
+            time.sleep(0.0005 * (i % 3))
+    finally:
+        threads.shutdown()
+    assert not any(t.is_alive() for t in threads.threads())

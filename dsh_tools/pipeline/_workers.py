@@ -3,17 +3,19 @@
 A started dispatch must never wait for a free thread (a body blocked on something another
 body will do would otherwise deadlock the batch), so unlike ``ThreadPoolExecutor`` there is no
 cap: an idle thread is reused (the one idle the shortest time, whose stack is warm), else a new
-one starts. Idle threads stay until ``shutdown``. ``threads()`` lists them, so that stopping can
-wait (briefly) for each.
+one starts. A thread idle for ``IDLE_S`` exits, so that a burst of bodies does not leave its
+threads (and their stacks) behind for the life of the system; ``shutdown`` ends the rest.
+``threads()`` lists them, so that stopping can wait (briefly) for each.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 from ._loop import interrupts_deferred
 
@@ -27,6 +29,10 @@ _Work = tuple[
 ]
 """What a thread runs: ``fn(*args, **kwargs)`` settling the future, or with no future (``run``)
 whatever it returns or raises dropped."""
+
+IDLE_S: Final = 60.0
+"""How long a thread waits for work before it exits (the least recently used go first: work
+goes to the one idle the shortest time)."""
 
 _NO_ARGS: tuple[Any, ...] = ()
 _NO_KWARGS: dict[str, Any] = {}
@@ -46,9 +52,11 @@ class BodyThreads(concurrent.futures.Executor):
 
     def __init__(self, thread_name_prefix: str = "dsh-tools-body") -> None:
         self._prefix = thread_name_prefix
+        self._idle_s = IDLE_S
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._all: list[threading.Thread] = []
+        self._numbers = itertools.count()
         self._closed = False
 
     def submit(
@@ -106,7 +114,7 @@ class BodyThreads(concurrent.futures.Executor):
                     del idle[-1]
                     worker.inbox.put(work)
                     return False
-                worker = _Worker(self, f"{self._prefix}_{len(self._all)}", work)
+                worker = _Worker(self, f"{self._prefix}_{next(self._numbers)}", work)
                 self._all.append(worker.thread)
             # Never cut short: a thread launched but not yet marked started looks unstarted,
             # and starting it again would run a second thread on the same worker.
@@ -127,8 +135,19 @@ class BodyThreads(concurrent.futures.Executor):
             return True
 
     def _serve(self, worker: _Worker) -> None:
+        inbox, idle_s = worker.inbox, self._idle_s
         while True:
-            work = worker.inbox.get()
+            try:
+                work = inbox.get(timeout=idle_s)
+            except queue.Empty:
+                with self._lock:
+                    # Still idle: nobody can hand it work any more. Otherwise it was taken
+                    # just now, and the work is in its inbox already (both under the lock).
+                    if worker in self._idle:
+                        self._idle.remove(worker)
+                        self._all.remove(worker.thread)
+                        return
+                continue
             if work is None:
                 return
             future, fn, args, kwargs = work
@@ -165,6 +184,7 @@ class BodyThreads(concurrent.futures.Executor):
                     thread.join()
 
     def threads(self) -> list[threading.Thread]:
-        """Every thread this executor started (alive or not)."""
+        """Every thread this executor started that has not retired for want of work (alive
+        or not)."""
         with self._lock:
             return list(self._all)
