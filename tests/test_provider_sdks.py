@@ -725,3 +725,100 @@ def test_a_streamed_responses_api_response_is_read_and_answered(
         {"type": "function_call_output", "call_id": call_id, "output": text}
         for call_id, text in ANSWERED
     ]
+
+
+# --- a turn that repeats a call id ---------------------------------------------------------------
+
+REPEATED_CALLS = [
+    ("call_0", "weather", '{"city": "Oslo"}'),
+    ("call_0", "weather", '{"city": "Lima"}'),
+    ("call_0", "time_now", "{}"),
+]
+
+
+def test_a_chat_turn_that_repeats_a_call_id_answers_every_call_under_that_id(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # An OpenAI-compatible server that gives every call of a turn the same id made the whole
+    # turn fail: ExecuteBatch refused the calls (call_id 'call_0' appears twice in the batch).
+    path = "/v1/chat/completions"
+    server.answer(path, chat_completion(None, REPEATED_CALLS))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo, Lima?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    assert openai_tool_messages(outcome) == [
+        {"role": "tool", "tool_call_id": "call_0", "content": "Oslo: 4 C"},
+        {"role": "tool", "tool_call_id": "call_0", "content": "Lima: 4 C"},
+        {"role": "tool", "tool_call_id": "call_0", "content": "12:00"},
+    ]
+    assert [call["id"] for call in openai_assistant_message(completion)["tool_calls"]] == [
+        "call_0"
+    ] * 3
+
+
+def test_a_responses_turn_that_repeats_a_call_id_answers_every_call_under_that_id(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/responses"
+    server.answer(path, response("resp_1", None, REPEATED_CALLS))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = responses_prompt(system.assemble_prompt())
+    reply = client.responses.create(model="gpt-test", tools=prompt.tools, input="Oslo, Lima?")
+    calls = responses_tool_calls(reply, names=prompt.names)
+    items = responses_tool_outputs(system.execute_batch(ExecuteBatch(calls=calls)))
+    assert items == [
+        {"type": "function_call_output", "call_id": "call_0", "output": "Oslo: 4 C"},
+        {"type": "function_call_output", "call_id": "call_0", "output": "Lima: 4 C"},
+        {"type": "function_call_output", "call_id": "call_0", "output": "12:00"},
+    ]
+
+
+def test_an_anthropic_turn_that_repeats_a_tool_use_id_answers_every_call_under_that_id(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/messages"
+    server.answer(path, anthropic_message("msg_1", None, REPEATED_CALLS))
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    message = client.messages.create(
+        model="claude-test",
+        max_tokens=100,
+        tools=prompt.tools,
+        messages=[{"role": "user", "content": "Oslo, Lima?"}],
+    )
+    calls = anthropic_tool_calls(message, names=prompt.names)
+    reply = anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=calls)))
+    blocks: list[Any] = list(reply["content"])
+    assert [(block["tool_use_id"], block["content"][0]["text"]) for block in blocks] == [
+        ("call_0", "Oslo: 4 C"),
+        ("call_0", "Lima: 4 C"),
+        ("call_0", "12:00"),
+    ]
+
+
+def test_a_repeated_call_id_runs_under_an_id_of_its_own_and_is_answered_under_the_models(
+    system: ToolSystem,
+) -> None:
+    # An id that only looks like a repeat's is answered as itself.
+    message = chat_completion(
+        None,
+        [
+            ("a", "weather", '{"city": "Oslo"}'),
+            ("b (repeat 2)", "time_now", "{}"),
+            ("a", "weather", '{"city": "Rome"}'),
+        ],
+    )
+    calls = openai_tool_calls(message, names=openai_prompt(system.assemble_prompt()).names)
+    assert [call.call_id for call in calls] == ["a", "b (repeat 2)", "a (repeat 2)"]
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    messages = openai_tool_messages(outcome)
+    assert [(m["tool_call_id"], m["content"]) for m in messages] == [  # type: ignore[typeddict-item]
+        ("a", "Oslo: 4 C"),
+        ("b (repeat 2)", "12:00"),
+        ("a", "Rome: 4 C"),
+    ]

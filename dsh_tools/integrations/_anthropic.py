@@ -22,7 +22,7 @@ from ._content import (
     Media,
     Part,
     Text,
-    call_id_of,
+    call_ids_of,
     check_outcome,
     context_parts,
     field,
@@ -32,6 +32,7 @@ from ._content import parts_of as _parts_of
 from ._names import ToolNameMap
 from ._prompt import (
     ProviderPrompt,
+    distinct_ids,
     entry_of,
     items_of,
     make_call,
@@ -119,7 +120,7 @@ def anthropic_tool_calls(
                 parsed=True,  # `input` is the JSON value itself
             )
         )
-    return calls
+    return distinct_ids(calls)
 
 
 def _media_block(media: Media) -> ImageBlockParam | DocumentBlockParam | None:
@@ -168,10 +169,10 @@ def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
     """
     check_outcome(outcome, "anthropic_tool_results")
     content: list[ContentBlockParam] = []
-    for position, result in enumerate(outcome.results):
+    for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         block: ToolResultBlockParam = {
             "type": "tool_result",
-            "tool_use_id": call_id_of(result, position),
+            "tool_use_id": call_id,
             "is_error": result.is_error,
         }
         parts = [_block(part) for part in _sendable(_parts_of(result.content))]

@@ -19,14 +19,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ..actors import BatchOutcome, ToolExecutionResult
+from ..actors import BatchOutcome
 from ..registry import compact_json
+from ._prompt import model_call_id
 
 __all__ = [
     "Media",
     "Part",
     "Text",
-    "call_id_of",
+    "call_ids_of",
     "check_outcome",
     "context_parts",
     "field",
@@ -245,14 +246,21 @@ def context_parts(outcome: BatchOutcome) -> list[Part]:
     return parts
 
 
-def call_id_of(result: ToolExecutionResult, position: int) -> str:
-    """The call id a result answers; a result without one cannot be sent to a provider."""
-    call_id: object = result.call_id
-    if type(call_id) is not str or not call_id:
-        raise ValueError(
-            f"results[{position}] has no call_id; pass the BatchOutcome that execute_batch returned"
-        )
-    return call_id
+def call_ids_of(outcome: BatchOutcome) -> list[str]:
+    """The id of the call each result answers, in order, as the model gave it (a repeat of an
+    id the turn held twice ran under an id of its own, ``model_call_id``); a result without
+    one cannot be sent to a provider."""
+    answered: list[str] = []
+    for position, result in enumerate(outcome.results):
+        call_id: object = result.call_id
+        if type(call_id) is not str or not call_id:
+            raise ValueError(
+                f"results[{position}] has no call_id; pass the BatchOutcome that execute_batch "
+                "returned"
+            )
+        answered.append(call_id)
+    ids = set(answered)
+    return [model_call_id(call_id, ids) for call_id in answered]
 
 
 def check_outcome(outcome: object, adapter: str) -> None:

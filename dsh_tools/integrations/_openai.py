@@ -26,7 +26,7 @@ from ._content import (
     Media,
     Part,
     Text,
-    call_id_of,
+    call_ids_of,
     check_outcome,
     context_parts,
     field,
@@ -36,6 +36,7 @@ from ._content import parts_of as _parts_of
 from ._names import ToolNameMap
 from ._prompt import (
     ProviderPrompt,
+    distinct_ids,
     entry_of,
     items_of,
     make_call,
@@ -205,7 +206,7 @@ def openai_tool_calls(
                 arguments_at=f"{where}.function.arguments",
             )
         )
-    return calls
+    return distinct_ids(calls)
 
 
 def openai_assistant_message(
@@ -287,8 +288,7 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
     check_outcome(outcome, "openai_tool_messages")
     messages: list[ChatCompletionMessageParam] = []
     attachments: list[ChatCompletionContentPartParam] = []
-    for position, result in enumerate(outcome.results):
-        call_id = call_id_of(result, position)
+    for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         texts: list[str] = []
         held: list[ChatCompletionContentPartParam] = []
         for part in _parts_of(result.content):
@@ -351,7 +351,7 @@ def responses_tool_calls(
                 arguments_at=f"{where}.arguments",
             )
         )
-    return calls
+    return distinct_ids(calls)
 
 
 # The Responses API types a function call's output parts and a message's content parts as two
@@ -386,8 +386,7 @@ def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam
     """
     check_outcome(outcome, "responses_tool_outputs")
     items: list[ResponseInputItemParam] = []
-    for position, result in enumerate(outcome.results):
-        call_id = call_id_of(result, position)
+    for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         parts = _parts_of(result.content)
         if all(isinstance(part, Text) for part in parts):
             text = "\n".join(part.text for part in parts if isinstance(part, Text))

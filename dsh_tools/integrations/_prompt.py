@@ -9,6 +9,7 @@ built from the same tools.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -21,10 +22,12 @@ from ._names import ToolNameMap
 
 __all__ = [
     "ProviderPrompt",
+    "distinct_ids",
     "entry_of",
     "items_of",
     "make_call",
     "mapped_schemas",
+    "model_call_id",
     "response_of",
     "system_text",
 ]
@@ -104,6 +107,47 @@ def make_call(
     registry_name = names.to_registry(name) if names is not None else name
     read = _value_text if parsed else _arguments_text
     return ToolCall(call_id, registry_name, read(arguments, arguments_at))
+
+
+def _repeat_id(call_id: str, n: int) -> str:
+    return f"{call_id} (repeat {n})"
+
+
+_REPEAT_ID = re.compile(r"(.+) \(repeat [1-9][0-9]*\)", re.DOTALL)
+
+
+def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
+    """``calls`` with every repeat of a call id in the turn given an id of its own,
+    ``<id> (repeat <n>)``, so that the batch (whose call ids are unique) runs each call the
+    model made; ``model_call_id`` answers it under the id the model gave. Some
+    OpenAI-compatible servers give every call of a turn the same id, or number each tool's
+    calls from ``call_0``."""
+    taken = {call.call_id for call in calls}
+    if len(taken) == len(calls):
+        return calls
+    seen: set[str] = set()
+    distinct: list[ToolCall] = []
+    for call in calls:
+        call_id = call.call_id
+        if call_id in seen:
+            n = 2
+            while _repeat_id(call_id, n) in taken:
+                n += 1
+            taken.add(_repeat_id(call_id, n))
+            call = ToolCall(_repeat_id(call_id, n), call.name, call.arguments)
+        seen.add(call_id)
+        distinct.append(call)
+    return distinct
+
+
+def model_call_id(call_id: str, answered: set[str]) -> str:
+    """The id the model gave the call a result answers: ``call_id``, or for a repeat
+    ``distinct_ids`` renamed, the id it repeats (one of the ``answered`` ids, those of the
+    batch's results)."""
+    repeat = _REPEAT_ID.fullmatch(call_id)
+    if repeat is not None and repeat[1] in answered:
+        return repeat[1]
+    return call_id
 
 
 def items_of(value: object, where: str) -> list[Any]:
