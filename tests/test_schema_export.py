@@ -213,6 +213,46 @@ def test_an_agent_view_exports_that_agents_tools(system: ToolSystem) -> None:
     assert [t["name"] for t in to_anthropic_tools(system.tools.schemas())] == ["echo"]
 
 
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("strict", [False, "auto"])
+def test_a_description_longer_than_openai_takes_continues_in_the_parameters(
+    api: Any, strict: Any
+) -> None:
+    # The API refused the whole request ("Invalid 'tools[0].function.description': string too
+    # long. Expected a string with maximum length 1024"), naming the tool only by its place.
+    words = " ".join(f"word{i}" for i in range(400))  # 3,089 characters
+    parameters = {
+        "type": "object",
+        "description": "What to look up.",
+        "properties": {"key": {"type": "string"}},
+        "required": ["key"],
+    }
+    (exported,) = to_openai_tools([schema("lookup", parameters, words)], api=api, strict=strict)
+    function = exported["function"] if api == "chat" else exported
+    kept = function["description"]
+    assert len(kept) <= 1024
+    assert kept.endswith("word135 [continued in the parameters' description]")
+    assert function["parameters"]["description"] == (
+        "(The tool's description, continued:) "
+        + words[len(kept) - len(" [continued in the parameters' description]") :].strip()
+        + "\n\nWhat to look up."
+    )
+    short = to_openai_tools([schema("lookup", parameters, "x" * 1024)], api=api, strict=strict)
+    assert (short[0]["function"] if api == "chat" else short[0])["description"] == "x" * 1024
+
+
+def test_more_tools_than_openai_takes_are_refused_at_export() -> None:
+    # The API refused the request ("Invalid 'tools': array too long. Expected an array with
+    # maximum length 128").
+    many = [schema(f"tool_{i}", ECHO_PARAMETERS) for i in range(129)]
+    assert len(to_openai_tools(many[:128])) == 128
+    with pytest.raises(ValueError, match="OpenAI takes at most 128 tools in one request, got 129"):
+        to_openai_tools(many)
+    with pytest.raises(ValueError, match="at most 128 tools"):
+        to_openai_tools(many, api="responses")
+    assert len(to_anthropic_tools(many)) == 129
+
+
 def test_an_empty_tool_list_exports_to_an_empty_list() -> None:
     assert to_openai_tools([]) == []
     assert to_openai_tools([], api="responses", strict=True) == []

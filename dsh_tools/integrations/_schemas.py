@@ -81,6 +81,13 @@ _OPENAI_ROOT_REFUSED: Final = ("oneOf", "anyOf", "allOf", "enum", "not")
 ("schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top
 level")."""
 
+_OPENAI_MAX_TOOLS: Final = 128
+"""The most tools the OpenAI APIs take in one request ("Invalid 'tools': array too long")."""
+_OPENAI_DESCRIPTION_CHARS: Final = 1024
+"""The longest function description the OpenAI APIs take ("string too long"); the parameters'
+descriptions have no such limit."""
+_CONTINUED: Final = " [continued in the parameters' description]"
+
 # Keywords whose value is one subschema, a list of subschemas, or a map of named subschemas.
 _ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
@@ -370,6 +377,24 @@ def _note(node: dict[str, Any], keys: list[str]) -> None:
     )
 
 
+def _fit_description(description: str, parameters: dict[str, Any]) -> str:
+    """``description`` as the OpenAI APIs take it: one longer than they take (they refuse the
+    whole request for it, naming the tool only by its place in the list) keeps what fits, cut
+    at a space where there is one, and the rest opens the parameters' description, where the
+    model still reads it."""
+    if len(description) <= _OPENAI_DESCRIPTION_CHARS:
+        return description
+    room = _OPENAI_DESCRIPTION_CHARS - len(_CONTINUED)
+    space = description.rfind(" ", room // 2, room + 1)
+    cut = space if space > 0 else room
+    rest = description[cut:].strip()
+    own = parameters.get("description")
+    parameters["description"] = f"(The tool's description, continued:) {rest}" + (
+        f"\n\n{own}" if type(own) is str and own else ""
+    )
+    return description[:cut].rstrip() + _CONTINUED
+
+
 def _refused(key: str, value: Any) -> bool:
     if key in _STRICT_REFUSED:
         return True
@@ -487,7 +512,9 @@ def to_openai_tools(
     it: the API refuses a root without ``properties`` and an array schema without ``items``,
     which get empty ones (the same schema), and ``oneOf``, ``anyOf``, ``allOf``, ``enum`` and
     ``not`` at the root of ``parameters``, which become notes in its ``description``, as
-    ``to_anthropic_tools`` does with the root unions.
+    ``to_anthropic_tools`` does with the root unions. A tool description longer than the
+    1,024 characters the API takes keeps what fits, and the rest opens the parameters'
+    description; more than 128 tools, which the API refuses, raise ``ValueError``.
 
     Names outside ``^[a-zA-Z0-9_-]{1,64}$`` are exported in their provider form from ``names``
     (by default the ``ToolNameMap`` of the exported names, the map an adapter builds with
@@ -502,6 +529,11 @@ def to_openai_tools(
     tools: list[dict[str, Any]] = []
     problems: list[str] = []
     entries = _tool_entries(schemas, "OpenAI")
+    if len(entries) > _OPENAI_MAX_TOOLS:
+        raise ValueError(
+            f"OpenAI takes at most {_OPENAI_MAX_TOOLS} tools in one request, got {len(entries)}: "
+            "show the agent fewer (restrict(allow=...) or an agent's own tools)"
+        )
     provider = _name_map(entries, names)
     for name, description, parameters in entries:
         # The API refuses the whole request for one of these at a root (an MCP server's "one
@@ -521,7 +553,7 @@ def to_openai_tools(
         _spell_out_any(parameters)
         function: dict[str, Any] = {
             "name": provider.to_provider(name),
-            "description": description,
+            "description": _fit_description(description, parameters),
             "parameters": parameters,
         }
         if api == "responses":
