@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import types
@@ -240,6 +241,58 @@ def test_media_whose_bytes_are_not_the_type_a_provider_takes_is_not_sent() -> No
     assert item == {"type": "function_call_output", "call_id": "c1", "output": "\n".join(said)}
     message: Any = anthropic_tool_results(result)
     assert message["content"][0]["content"] == [{"type": "text", "text": text} for text in said]
+
+
+def png_of(size: int) -> str:
+    """The base64 text of a PNG of ``size`` bytes (its signature, then zeros)."""
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(size - 8)).decode()
+
+
+def test_an_image_larger_than_a_provider_takes_is_named_to_the_model_not_sent() -> None:
+    # The API refused the whole request for it: OpenAI takes images of up to 20 MB, Anthropic
+    # up to 5 MB of base64 text ("image exceeds 5 MB maximum: 6500712 bytes > 5242880 bytes").
+    huge, big, fine = png_of(20_000_001), png_of(3_932_161), png_of(3_932_160)
+    blocks = [
+        {"type": "image", "data": data, "mimeType": "image/png"} for data in (huge, big, fine)
+    ]
+    result = outcome(success("c1", blocks), contexts=[{"content": blocks[:1]}])
+    over = "[image image-1 (image/png, 20000001 bytes) omitted: "
+    tool, attachments = openai_tool_messages(result)
+    chat: Any = tool["content"]
+    assert chat.split("\n") == [
+        over + "OpenAI Chat Completions takes images of at most 20 MB]",
+        "[image image-2 (image/png) is attached to the next user message]",
+        "[image image-3 (image/png) is attached to the next user message]",
+    ]
+    sent: Any = attachments["content"]
+    assert sent[-1] == {
+        "type": "text",
+        "text": over + "OpenAI Chat Completions takes images of at most 20 MB]",
+    }
+    (item, extra) = responses_tool_outputs(result)
+    output: Any = item["output"]
+    assert output[0] == {
+        "type": "input_text",
+        "text": over + "the OpenAI Responses API takes images of at most 20 MB]",
+    }
+    assert [part["type"] for part in output] == ["input_text", "input_image", "input_image"]
+    context: Any = extra["content"]
+    assert context[0]["type"] == "input_text"
+    message: Any = anthropic_tool_results(result)
+    said = message["content"][0]["content"]
+    assert said[:2] == [
+        {
+            "type": "text",
+            "text": over + "the Anthropic Messages API takes images of at most 5 MB as base64]",
+        },
+        {
+            "type": "text",
+            "text": "[image image-2 (image/png, 3932161 bytes) omitted: the Anthropic Messages "
+            "API takes images of at most 5 MB as base64]",
+        },
+    ]
+    assert said[2]["type"] == "image" and len(said[2]["source"]["data"]) == 5 * 1024 * 1024
+    assert message["content"][1]["type"] == "text"  # the context's image, too large as well
 
 
 def test_anthropic_gets_no_blank_text_blocks_from_an_empty_result_or_context() -> None:

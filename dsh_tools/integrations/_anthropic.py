@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..actors import BatchOutcome, ToolCall
 from ..codebridge import AssembledPrompt
 from ._content import (
+    ImageLimit,
     Media,
     Part,
     Text,
@@ -26,6 +27,7 @@ from ._content import (
     check_outcome,
     context_parts,
     field,
+    fitting,
     media_placeholder,
 )
 from ._content import parts_of as _parts_of
@@ -57,6 +59,9 @@ if TYPE_CHECKING:
 __all__ = ["anthropic_prompt", "anthropic_tool_calls", "anthropic_tool_results"]
 
 ANTHROPIC = "the Anthropic Messages API"
+
+# The API refuses a whole request for an image whose base64 text is over 5 MB (5,242,880).
+_IMAGES = ImageLimit(ANTHROPIC, 5 * 1024 * 1024, encoded=True, says="5 MB as base64")
 
 _ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 _IMAGE_TYPES: dict[str, _ImageType] = {
@@ -175,11 +180,11 @@ def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
             "tool_use_id": call_id,
             "is_error": result.is_error,
         }
-        parts = [_block(part) for part in _sendable(_parts_of(result.content))]
+        parts = [_block(part) for part in _sendable(fitting(_parts_of(result.content), _IMAGES))]
         if parts:
             block["content"] = parts
         content.append(block)
-    content.extend(_block(part) for part in _sendable(context_parts(outcome)))
+    content.extend(_block(part) for part in _sendable(fitting(context_parts(outcome), _IMAGES)))
     if not content:
         raise ValueError("the outcome has no results and no contexts: nothing to send")
     return {"role": "user", "content": content}

@@ -24,6 +24,7 @@ from ..registry import compact_json
 from ._prompt import model_call_id
 
 __all__ = [
+    "ImageLimit",
     "Media",
     "Part",
     "Text",
@@ -31,6 +32,7 @@ __all__ = [
     "check_outcome",
     "context_parts",
     "field",
+    "fitting",
     "media_placeholder",
     "parts_of",
 ]
@@ -214,6 +216,37 @@ def parts_of(blocks: Iterable[Any]) -> list[Part]:
             label = kind if type(kind) is str else "unknown"
             parts.append(Text(f'[content block of type "{label}" omitted]'))
     return parts
+
+
+class ImageLimit(NamedTuple):
+    """The largest image a provider takes: ``most`` bytes of the image itself, or of its
+    base64 text when ``encoded``; ``says`` is how the placeholder states it."""
+
+    provider: str
+    most: int
+    encoded: bool
+    says: str
+
+
+def _image_bytes(data: str) -> int:
+    """The size of the bytes the (unwrapped, valid) base64 text ``data`` holds."""
+    return len(data) // 4 * 3 - (len(data) - len(data.rstrip("=")))
+
+
+def fitting(parts: list[Part], limit: ImageLimit) -> list[Part]:
+    """``parts`` with every image larger than ``limit`` replaced by the text that says so: the
+    provider would refuse the whole request for it, naming neither the call nor the block."""
+    fit: list[Part] = []
+    for part in parts:
+        if isinstance(part, Media) and part.kind == "image":
+            size = _image_bytes(part.data)
+            if (len(part.data) if limit.encoded else size) > limit.most:
+                part = Text(
+                    f"[image {part.name} ({part.mime_type}, {size} bytes) omitted: "
+                    f"{limit.provider} takes images of at most {limit.says}]"
+                )
+        fit.append(part)
+    return fit
 
 
 def media_placeholder(media: Media, provider: str) -> Text:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..actors import BatchOutcome, ToolCall
 from ..codebridge import AssembledPrompt
 from ._content import (
+    ImageLimit,
     Media,
     Part,
     Text,
@@ -30,6 +31,7 @@ from ._content import (
     check_outcome,
     context_parts,
     field,
+    fitting,
     media_placeholder,
 )
 from ._content import parts_of as _parts_of
@@ -81,6 +83,11 @@ RESPONSES = "the OpenAI Responses API"
 # Image types the OpenAI vision inputs accept (as data URLs).
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
 _AUDIO_FORMATS: dict[str, Literal["wav", "mp3"]] = {"audio/wav": "wav", "audio/mpeg": "mp3"}
+
+
+# The API refuses a whole request for an image over 20 MB.
+_CHAT_IMAGES = ImageLimit(CHAT, 20_000_000, encoded=False, says="20 MB")
+_RESPONSES_IMAGES = ImageLimit(RESPONSES, 20_000_000, encoded=False, says="20 MB")
 
 
 def _data_url(media: Media) -> str:
@@ -291,7 +298,7 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
     for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         texts: list[str] = []
         held: list[ChatCompletionContentPartParam] = []
-        for part in _parts_of(result.content):
+        for part in fitting(_parts_of(result.content), _CHAT_IMAGES):
             if isinstance(part, Text):
                 texts.append(part.text)
                 continue
@@ -308,7 +315,7 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
         if held:
             attachments.append({"type": "text", "text": f"Attachments of tool call {call_id}:"})
             attachments.extend(held)
-    attachments.extend(_chat_part(part) for part in context_parts(outcome))
+    attachments.extend(_chat_part(part) for part in fitting(context_parts(outcome), _CHAT_IMAGES))
     if attachments:
         messages.append({"role": "user", "content": attachments})
     return messages
@@ -387,14 +394,14 @@ def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam
     check_outcome(outcome, "responses_tool_outputs")
     items: list[ResponseInputItemParam] = []
     for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
-        parts = _parts_of(result.content)
+        parts = fitting(_parts_of(result.content), _RESPONSES_IMAGES)
         if all(isinstance(part, Text) for part in parts):
             text = "\n".join(part.text for part in parts if isinstance(part, Text))
             items.append({"type": "function_call_output", "call_id": call_id, "output": text})
         else:
             output = [_responses_output_part(part) for part in parts]
             items.append({"type": "function_call_output", "call_id": call_id, "output": output})
-    extra = context_parts(outcome)
+    extra = fitting(context_parts(outcome), _RESPONSES_IMAGES)
     if extra:
         content = [_responses_message_part(part) for part in extra]
         items.append({"type": "message", "role": "user", "content": content})
