@@ -302,6 +302,9 @@ def test_keyboard_interrupt_in_a_blocking_execute_propagates_after_the_result_is
     with pytest.raises(KeyboardInterrupt):
         system.execute(call("interrupted"))
     assert [e.type for e in system.session.events] == ["tool/call", "tool/result"]
+    # The caller was interrupted: the call says so, not "Error: " (a bare KeyboardInterrupt's
+    # text) as a failure of its body.
+    assert system.session.events[-1].data["error"] == {"name": "AbortError", "code": "ABORTED"}
     system.tools.register(echo())
     assert text(system.execute(call(call_id="c2"))) == "hi"
 

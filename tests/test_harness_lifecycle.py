@@ -1015,6 +1015,53 @@ def test_ctrl_c_before_a_plain_body_is_handed_to_its_worker_aborts_the_call_befo
     ]
 
 
+CTRL_C_IN_A_GUARD_OR_A_HOOK = """
+import os, signal, time
+from dsh_tools import ExecuteCall, ToolSystem
+
+ran = []
+
+
+def ctrl_c(*args):
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(1)  # interrupted here
+
+
+async def ctrl_c_after(exec, result, next):
+    ctrl_c()
+    return await next()
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("save", lambda args, ctx: ran.append(ctx.call_id) or "saved"))
+    for call_id, register in [("in-guard", system.tools.guard),
+                              ("in-post-hook", lambda: system.tools.on_post_execute(ctrl_c_after))]:
+        dispose = register(ctrl_c) if call_id == "in-guard" else register()
+        try:
+            system.execute(ExecuteCall(call_id=call_id, name="save", arguments={}))
+            print("not interrupted")
+        except KeyboardInterrupt:
+            pass
+        dispose()
+    print(ran)
+    for event in system.session.events:
+        if event.type == "tool/result":
+            print(event.data["call_id"], event.data["content"][0]["text"])
+"""
+
+
+def test_ctrl_c_in_a_guard_or_a_hook_settles_the_call_as_interrupted() -> None:
+    # A Ctrl-C landing in a guard or a hook on the caller's thread was taken for their
+    # failure: "Error: " (a bare KeyboardInterrupt says nothing), no error code.
+    done = run_script(CTRL_C_IN_A_GUARD_OR_A_HOOK)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == [
+        "['in-post-hook']",
+        "in-guard Error: tool call aborted before dispatch",
+        "in-post-hook Error: tool call aborted",
+    ]
+
+
 CTRL_C_AT_EVERY_STEP_OF_THE_HAND_OVER = """
 import signal, sys, threading, time
 from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
@@ -1044,8 +1091,9 @@ def stop(system):
 
 def ctrl_c_at(step):
     # A Ctrl-C raises where the interpreter checks for signals: as a function begins, after a
-    # call. Raised at the step-th such point from the hand-over of the body to a worker thread
-    # until the call's task waits for it, with Python's own SIGINT handler in place.
+    # call. Raised at the step-th such point from the steps that hand the body over to a
+    # worker thread until the call's task has waited for it, with Python's own SIGINT handler
+    # in place.
     seen, waiting = [0], [False]
 
     def profile(frame, event, arg):
@@ -1053,6 +1101,8 @@ def ctrl_c_at(step):
             waiting[0] = True
         elif event == "return" and frame.f_code is WAIT:
             waiting[0] = False
+        elif event == "call" and frame.f_code is WAIT:
+            return  # the call is on its way there: not one of those steps yet
         elif event in ("call", "c_return") and (waiting[0] or inside(frame)):
             if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
                 return  # a Ctrl-C is noted there, not raised
@@ -1065,7 +1115,8 @@ def ctrl_c_at(step):
 
 
 def inside(frame):
-    while frame is not None and frame.f_code is not HAND:
+    # In the hand-over, or in the steps of the call's task that lead to it and wait after it.
+    while frame is not None and frame.f_code not in (HAND, WAIT):
         frame = frame.f_back
     return frame is not None
 

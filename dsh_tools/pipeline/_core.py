@@ -301,8 +301,9 @@ class PipelineCore:
         """The result for ``exc`` escaping user code at ``rec.stage``: the cancellation result
         when it is the awaiting task's cancellation, else a failure, logged once with its
         traceback. ``KeyboardInterrupt`` / ``SystemExit`` on the caller's own thread are
-        re-raised by ``run`` after the result is recorded; anywhere else they stay a failure,
-        so that no user code can stop the system loop."""
+        re-raised by ``run`` after the result is recorded (the Ctrl-C's call settles as
+        interrupted); anywhere else they stay a failure, so that no user code can stop the
+        system loop."""
         rec.hooks_waiting = False  # whatever raised, no hook of this stage waits any more
         if isinstance(exc, asyncio.CancelledError):
             if take_back_cancels(rec):  # the interrupt's own, into a waiting hook
@@ -311,6 +312,13 @@ class PipelineCore:
                 return cancelled(aborted_code(rec), reason=CANCELLED_REASON)
             if caller_interrupted(rec):
                 return cancelled(aborted_code(rec), reason=abort_reason(rec) or INTERRUPTED_REASON)
+        if rec.inline and isinstance(exc, KeyboardInterrupt):
+            # The blocking caller's Ctrl-C, landing in a guard, a hook, a plain body or the
+            # pipeline's own steps on its thread: the call was interrupted, and says so, rather
+            # than failed with what a bare KeyboardInterrupt says (nothing: "Error: ").
+            rec.reraise = exc
+            self.interrupt(rec, INTERRUPTED_REASON)
+            return cancelled(aborted_code(rec), reason=abort_reason(rec))
         failure = failure_from_exception(exc)
         fields = log_fields(rec)
         fields["stage"] = rec.stage

@@ -401,44 +401,52 @@ class DispatchStages(PipelineCore):
         """Run a plain body on a worker thread; a cancellation of the awaiting task aborts the
         call and then waits for the body to return. Only ``stop()`` abandons it, once its grace
         is over (``abandon_bodies``): the body is left to its thread, the call is ``ABORTED``."""
-        loop = await waiting_loop()  # to wait for the worker
-        # In a copy of the call's context, as inline and as asyncio.to_thread: what the caller
-        # and the call's hooks set (a tracing span) reaches the body, and nothing it sets leaks.
-        run = contextvars.copy_context().run
         executor = self._executor
-        rec.body_wait = current_task(loop)
         waits = self.body_waits
-        waits.add(rec)
+        work: concurrent.futures.Future[Any] | None = None
         try:
-            if not rec.inline or type(executor) is not BodyThreads:
-                work = executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
-                waiting = asyncio.wrap_future(work)
-            else:
-                # The blocking execute's own thread, where a Ctrl-C lands wherever it stands
-                # (on the main thread). One raised in the hand-over to a worker thread, or
-                # between it and this task's wait, failed the call at once while its body ran
-                # on with nobody waiting for it. So the wait is made first, and the hand-over
-                # notes a Ctrl-C that comes once the body is handed over rather than raise it:
-                # it interrupts the call, which waits for its body and settles ABORTED before
-                # KeyboardInterrupt propagates (``reraise``). Between the hand-over and the
-                # await nothing is called, so nothing there checks for a signal.
-                try:
+            try:
+                loop = await waiting_loop()  # to wait for the worker
+                # In a copy of the call's context, as inline and as asyncio.to_thread: what the
+                # caller and the call's hooks set (a tracing span) reaches the body, and nothing
+                # it sets leaks.
+                run = contextvars.copy_context().run
+                rec.body_wait = current_task(loop)
+                waits.add(rec)
+                if not rec.inline or type(executor) is not BodyThreads:
+                    work = executor.submit(run, call_plain_body, execute, rec.arguments, ctx)
+                    waiting = asyncio.wrap_future(work)
+                else:
+                    # The blocking execute's own thread, where a Ctrl-C lands wherever it
+                    # stands (on the main thread). One raised in the hand-over to a worker
+                    # thread, or between it and this task's wait, failed the call at once
+                    # while its body ran on with nobody waiting for it. So the wait is made
+                    # first, and the hand-over notes a Ctrl-C that comes once the body is
+                    # handed over rather than raise it: it interrupts the call, which waits
+                    # for its body and settles ABORTED before KeyboardInterrupt propagates
+                    # (``reraise``).
                     work = concurrent.futures.Future()
                     waiting = asyncio.wrap_future(work)
-                    noted = executor.hand_noting_interrupts(
+                    if executor.hand_noting_interrupts(
                         work, run, call_plain_body, execute, rec.arguments, ctx
-                    )
-                except KeyboardInterrupt:
-                    # Before the hand-over: the body never ran. The call is interrupted as
-                    # one whose body had not started, not failed with the Ctrl-C as though
-                    # the body had raised it (a failure that says nothing).
+                    ):
+                        rec.reraise = KeyboardInterrupt()
+                        self.interrupt(rec, INTERRUPTED_REASON)
+            except KeyboardInterrupt:
+                if not rec.inline:
+                    raise
+                # A Ctrl-C in these steps (the caller's, not the body's, which runs on the
+                # worker) is the call's interruption, never a failure of its body (one that
+                # says nothing: a bare KeyboardInterrupt has no message). A body not yet
+                # handed over never runs (a worker skips a cancelled future): the call ends
+                # before dispatch. One already handed over is waited for, as above.
+                rec.reraise = KeyboardInterrupt()
+                if work is None or work.cancel():
                     rec.body_invoked = False
-                    rec.reraise = KeyboardInterrupt()
                     self.interrupt(rec, INTERRUPTED_REASON)
                     raise BodyCancelled from None
-                if noted:
-                    rec.reraise = KeyboardInterrupt()
-                    self.interrupt(rec, INTERRUPTED_REASON)
+                self.interrupt(rec, INTERRUPTED_REASON)
+                waiting = asyncio.wrap_future(work)
             try:
                 return await waiting
             except asyncio.CancelledError:
