@@ -380,12 +380,12 @@ def _note(node: dict[str, Any], keys: list[str]) -> None:
 def _fit_description(description: str, parameters: dict[str, Any]) -> str:
     """``description`` as the OpenAI APIs take it: one longer than they take (they refuse the
     whole request for it, naming the tool only by its place in the list) keeps what fits, cut
-    at a space where there is one, and the rest opens the parameters' description, where the
-    model still reads it."""
+    at a space or a line break where there is one, and the rest opens the parameters'
+    description, where the model still reads it."""
     if len(description) <= _OPENAI_DESCRIPTION_CHARS:
         return description
     room = _OPENAI_DESCRIPTION_CHARS - len(_CONTINUED)
-    space = description.rfind(" ", room // 2, room + 1)
+    space = max(description.rfind(blank, room // 2, room + 1) for blank in " \n\t")
     cut = space if space > 0 else room
     rest = description[cut:].strip()
     own = parameters.get("description")
