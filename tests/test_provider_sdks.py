@@ -24,6 +24,7 @@ from provider_server import Event, RecordingServer, recording_server
 
 from dsh_tools import (
     Accept,
+    Block,
     ExecuteBatch,
     ToolOutput,
     ToolsConfig,
@@ -821,4 +822,57 @@ def test_a_repeated_call_id_runs_under_an_id_of_its_own_and_is_answered_under_th
         ("a", "Oslo: 4 C"),
         ("b (repeat 2)", "12:00"),
         ("a", "Rome: 4 C"),
+    ]
+
+
+def test_an_anthropic_failed_result_sends_only_text_and_never_none(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The API takes only text in a tool_result whose is_error is true, and refuses one without
+    # content; a hook's Block([]) and a failure showing a screenshot were sent as they were,
+    # and the whole request was refused.
+    async def block(exec: Any, result: Any, next: Any) -> Any:
+        if exec.call_id == "call_e":
+            return Block([])
+        if exec.call_id == "call_s":
+            return Block([{"type": "text", "text": "Error: the screen is locked"}, *result.content])
+        return await next()
+
+    system.tools.on_post_execute(block, prepend=True)
+    path = "/v1/messages"
+    calls = [("call_e", "weather", '{"city": "Oslo"}'), ("call_s", "snapshot", "{}")]
+    server.answer(path, anthropic_message("msg_1", None, calls))
+    server.answer(path, anthropic_message("msg_2", "The screen is locked.", []))
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    messages: list[MessageParam] = [{"role": "user", "content": "Look at the screen."}]
+    reply = client.messages.create(
+        model="claude-test", max_tokens=100, tools=prompt.tools, messages=messages
+    )
+    calls_made = anthropic_tool_calls(reply, names=prompt.names)
+    messages.append({"role": "assistant", "content": reply.content})
+    messages.append(anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=calls_made))))
+    client.messages.create(
+        model="claude-test", max_tokens=100, tools=prompt.tools, messages=messages
+    )
+    sent = server.bodies(path)[1]["messages"][-1]["content"]
+    assert sent == [
+        {
+            "type": "tool_result",
+            "tool_use_id": "call_e",
+            "is_error": True,
+            "content": [{"type": "text", "text": "Error: the call failed without a message"}],
+        },
+        {
+            "type": "tool_result",
+            "tool_use_id": "call_s",
+            "is_error": True,
+            "content": [
+                {"type": "text", "text": "Error: the screen is locked"},
+                {"type": "text", "text": "[image image-2 (image/png) follows the tool results]"},
+                {"type": "text", "text": "a 1x1 screen"},
+            ],
+        },
+        {"type": "text", "text": "Attachments of tool call call_s:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
     ]

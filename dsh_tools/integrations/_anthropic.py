@@ -156,6 +156,17 @@ def _block(part: Part) -> TextBlockParam | ImageBlockParam | DocumentBlockParam:
     return {"type": "text", "text": media_placeholder(part, ANTHROPIC).text}
 
 
+_NO_MESSAGE = "Error: the call failed without a message"
+"""The text of a failed ``tool_result`` that has none (``Block([])``, say): the API refuses
+one without content ("content cannot be empty if is_error is true")."""
+
+
+def _follows(media: Media) -> str:
+    """What a failed result says in place of ``media``, which the API takes only outside it
+    ("all content must be type 'text' if 'is_error' is true")."""
+    return f"[{media.kind} {media.name} ({media.mime_type}) follows the tool results]"
+
+
 def _sendable(parts: list[Part]) -> list[Part]:
     """``parts`` without blank text: the API refuses a text block that is empty or only
     whitespace (in a ``tool_result`` too), which a tool that printed nothing gives."""
@@ -170,20 +181,38 @@ def anthropic_tool_results(outcome: BatchOutcome) -> UserMessageParam:
     become text placeholders. The batch's contexts follow the results as further blocks. Raises
     ``ValueError`` for an outcome with neither results nor contexts (the API refuses an empty
     message). Blank text is left out (the API refuses it), so a result with no other content
-    is a ``tool_result`` without ``content``.
+    is a ``tool_result`` without ``content``. A failed result is the exception: the API takes
+    only text in it, and refuses it empty, so its images and documents follow the results
+    (under a line naming its call; the result says so where each was), and one with no text
+    says it failed without a message.
     """
     check_outcome(outcome, "anthropic_tool_results")
     content: list[ContentBlockParam] = []
+    attached: list[ContentBlockParam] = []  # a failed result's media, after every result
     for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         block: ToolResultBlockParam = {
             "type": "tool_result",
             "tool_use_id": call_id,
             "is_error": result.is_error,
         }
-        parts = [_block(part) for part in _sendable(fitting(_parts_of(result.content), _IMAGES))]
+        parts: list[TextBlockParam | ImageBlockParam | DocumentBlockParam] = []
+        held: list[ContentBlockParam] = []
+        for part in _sendable(fitting(_parts_of(result.content), _IMAGES)):
+            native = _block(part)
+            if result.is_error and isinstance(part, Media) and native["type"] != "text":
+                held.append(native)
+                parts.append({"type": "text", "text": _follows(part)})
+            else:
+                parts.append(native)
+        if held:
+            attached.append({"type": "text", "text": f"Attachments of tool call {call_id}:"})
+            attached.extend(held)
+        if result.is_error and not parts:
+            parts.append({"type": "text", "text": _NO_MESSAGE})
         if parts:
             block["content"] = parts
         content.append(block)
+    content.extend(attached)
     content.extend(_block(part) for part in _sendable(fitting(context_parts(outcome), _IMAGES)))
     if not content:
         raise ValueError("the outcome has no results and no contexts: nothing to send")
