@@ -26,7 +26,9 @@ from dsh_tools import (
     Block,
     HarnessError,
     ToolExecutionSuccess,
+    ToolOutput,
     ToolSystem,
+    define_tool,
     tool,
 )
 
@@ -159,6 +161,37 @@ def test_a_typed_tools_replacement_value_still_meets_its_output_schema(
         'tool "position": the value a post-execute hook put in place with Accept(value=...) is '
         'invalid output: "value.y" must be an integer'
     )
+
+
+def test_a_define_tool_output_type_struct_from_a_hook_is_taken_as_from_its_body(
+    system: ToolSystem,
+) -> None:
+    # A body may return the tool's output_type Struct; a hook handing one back failed the
+    # call: "value is not lossless JSON: value is Point".
+    system.tools.register(
+        define_tool(
+            name="where",
+            description="Where a thing is.",
+            parameters={},
+            output=ToolOutput(
+                schema={
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "x": {"type": "integer", "required": True},
+                        "y": {"type": "integer", "required": True},
+                    },
+                },
+                render=lambda args, value: [block(f"{value.x},{value.y}")],
+            ),
+            execute=lambda args, ctx: Point(1, 2),
+            output_type=Point,
+        )
+    )
+    post_returning(system, Accept(value=Point(5, 6)))
+    result = system.execute(call("where", {}))
+    assert value_of(result) == {"x": 5, "y": 6}
+    assert text(result) == "5,6"
 
 
 def test_rp61_a_failed_result_value_cannot_be_replaced(system: ToolSystem) -> None:

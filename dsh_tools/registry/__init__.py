@@ -1,6 +1,7 @@
 """The registry layer: lossless JSON and frozen values, the schema DSL, the enforced JSON Schema
 subset, tool definitions and the output contract."""
 
+from ._body_values import replacement_value
 from ._cards import (
     CallView,
     DiffCallView,
@@ -45,7 +46,6 @@ from ._raw_schema import (
 )
 from ._registry_actor import RUN_CODE, RegistryActor
 from ._snapshot import RegistrySnapshot, SnapshotCell, ToolEntry
-from ._tool_call import replacement_value
 from ._tool_contract import check_registration, classify, normalize_output, project_schema
 from ._typed_tool import default_render, tool
 

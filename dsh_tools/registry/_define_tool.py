@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from ..actors import JsonSchemaError, ToolArgsError
+from ._body_values import converts_values
 from ._definition import Placement, ToolDefinition, ToolOutput, accepts_positional
 from ._dsl import compile_parameters, compile_schema
 from ._execution import ToolRunContext
@@ -175,6 +176,8 @@ def define_tool(
     _describe(wrapped_execute, body, name, "execute")
     if placement is not None:
         wrapped_execute = _placed(owner, placement, name, validated, args_view, body, to_canonical)
+    if output_struct is not None:
+        converts_values(wrapped_execute, to_canonical)
 
     as_body_saw: Callable[[Any], Any] | None = None
     if drop_nulls is not None:

@@ -13,7 +13,6 @@ from typing import Any, Final
 import msgspec
 
 from ..actors import ToolArgsError, ToolOutputError
-from ._definition import ToolDefinition, TypedToolDefinition
 from ._lossless import LosslessJsonError
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature, _tuples_as_lists
@@ -46,21 +45,6 @@ def _to_canonical_lists(value: Any) -> Any:
         return _tuples_as_lists(out)
     except RecursionError:
         return out  # deeper than any tool output may be: the output contract reports it
-
-
-def replacement_value(defn: ToolDefinition, tool: str, value: Any) -> Any:
-    """``value``, put in place of the body's by a post-execute hook (``Accept(value=...)``) or
-    an execute wrapper (a ``ToolExecutionSuccess`` of its own), made canonical as the body's
-    own value is: for a ``@tool``, the Structs, dataclasses, Enums and tuples of its return
-    type become JSON data, so a hook may hand back what the body would have returned. Another
-    tool's value is taken as it is. ``ToolOutputError`` for ``tool`` when ``value`` contains
-    itself."""
-    if not isinstance(defn, TypedToolDefinition):
-        return value
-    try:
-        return _to_canonical_lists(value)
-    except LosslessJsonError as exc:
-        raise ToolOutputError(tool, [f"value is not lossless JSON: {exc}"]) from None
 
 
 def _any_part(

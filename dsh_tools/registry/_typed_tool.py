@@ -20,13 +20,21 @@ from typing import Any, overload
 import docstring_parser
 import msgspec
 
+from ._body_values import converts_values
 from ._compact_json import compact_json
 from ._define_tool import placed_execute
 from ._definition import Placement, ToolOutput, TypedToolDefinition
 from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
 from ._raw_schema import optional_null_dropper
-from ._tool_call import _make_execute, _PlacedBody, _validator, may_hold_tuples
+from ._tool_call import (
+    _make_execute,
+    _PlacedBody,
+    _to_canonical,
+    _to_canonical_lists,
+    _validator,
+    may_hold_tuples,
+)
 from ._tool_signature import (
     _caller_locals,
     _docstring,
@@ -173,6 +181,7 @@ def _build(
             )
         except TypeError as exc:
             raise TypeError(f"{owner}: {str(exc).partition(': ')[2]}") from None
+    converts_values(execute, _to_canonical_lists if tuples else _to_canonical)
     execute.__name__ = f"execute[{tool_name}]"
     execute.__qualname__ = f"tool.execute[{tool_name}]"
     execute.__doc__ = fn.__doc__
