@@ -295,6 +295,60 @@ def test_an_image_larger_than_a_provider_takes_is_named_to_the_model_not_sent() 
     assert message["content"][1]["type"] == "text"  # the context's image, too large as well
 
 
+def png_sized(width: int, height: int) -> bytes:
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 6, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR" + ihdr + bytes(4)
+
+
+def jpeg_sized(width: int, height: int) -> bytes:
+    app0 = b"\xff\xe0" + (16).to_bytes(2, "big") + b"JFIF\x00" + bytes(9)
+    sof0 = b"\xff\xc0" + (17).to_bytes(2, "big") + b"\x08" + height.to_bytes(2, "big")
+    return b"\xff\xd8" + app0 + sof0 + width.to_bytes(2, "big") + bytes(10)
+
+
+def gif_sized(width: int, height: int) -> bytes:
+    return b"GIF89a" + width.to_bytes(2, "little") + height.to_bytes(2, "little") + bytes(4)
+
+
+def webp_sized(width: int, height: int) -> bytes:
+    canvas = (width - 1).to_bytes(3, "little") + (height - 1).to_bytes(3, "little")
+    return b"RIFF" + bytes(4) + b"WEBPVP8X" + (10).to_bytes(4, "little") + bytes(4) + canvas
+
+
+def webp_lossless_sized(width: int, height: int) -> bytes:
+    bits = (width - 1) | (height - 1) << 14
+    return b"RIFF" + bytes(4) + b"WEBPVP8L" + bytes(4) + b"\x2f" + bits.to_bytes(4, "little")
+
+
+def webp_lossy_sized(width: int, height: int) -> bytes:
+    frame = bytes(3) + b"\x9d\x01\x2a" + width.to_bytes(2, "little") + height.to_bytes(2, "little")
+    return b"RIFF" + bytes(4) + b"WEBPVP8 " + bytes(4) + frame
+
+
+@pytest.mark.parametrize(
+    "image",
+    [png_sized, jpeg_sized, gif_sized, webp_sized, webp_lossless_sized, webp_lossy_sized],
+)
+def test_an_image_more_than_8000_pixels_a_side_is_named_to_anthropic_not_sent(
+    image: Any,
+) -> None:
+    # A full-page screenshot: "At least one of the image dimensions exceed max allowed size:
+    # 8000 pixels", and the whole request was refused.
+    tall, fine = (base64.b64encode(image(1280, h)).decode() for h in (12_000, 8_000))
+    blocks = [{"type": "image", "data": data, "mimeType": "image/png"} for data in (tall, fine)]
+    message: Any = anthropic_tool_results(outcome(success("t1", blocks)))
+    said = message["content"][0]["content"]
+    kind = said[1]["source"]["media_type"]  # as its bytes are, whatever the block says
+    assert said[0] == {
+        "type": "text",
+        "text": f"[image image-1 ({kind}, 1280x12000 pixels) omitted: the Anthropic Messages "
+        "API takes images of at most 8000 pixels a side]",
+    }
+    assert said[1]["type"] == "image"
+    (tool,) = openai_tool_messages(outcome(success("c1", blocks)))[:1]
+    assert "omitted" not in str(tool["content"])  # OpenAI scales large images itself
+
+
 def test_anthropic_gets_no_blank_text_blocks_from_an_empty_result_or_context() -> None:
     # The Messages API refuses a text block that is empty or only whitespace, in a tool_result
     # as anywhere else; a tool that printed nothing answers with a tool_result without content.

@@ -60,8 +60,9 @@ __all__ = ["anthropic_prompt", "anthropic_tool_calls", "anthropic_tool_results"]
 
 ANTHROPIC = "the Anthropic Messages API"
 
-# The API refuses a whole request for an image whose base64 text is over 5 MB (5,242,880).
-_IMAGES = ImageLimit(ANTHROPIC, 5 * 1024 * 1024, encoded=True, says="5 MB as base64")
+# The API refuses a whole request for an image whose base64 text is over 5 MB (5,242,880), or
+# that is more than 8000 pixels wide or high (a full-page screenshot, say).
+_IMAGES = ImageLimit(ANTHROPIC, 5 * 1024 * 1024, encoded=True, says="5 MB as base64", side=8000)
 
 _ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
 _IMAGE_TYPES: dict[str, _ImageType] = {

@@ -17,7 +17,7 @@ from __future__ import annotations
 import binascii
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from ..actors import BatchOutcome
 from ..registry import compact_json
@@ -220,17 +220,82 @@ def parts_of(blocks: Iterable[Any]) -> list[Part]:
 
 class ImageLimit(NamedTuple):
     """The largest image a provider takes: ``most`` bytes of the image itself, or of its
-    base64 text when ``encoded``; ``says`` is how the placeholder states it."""
+    base64 text when ``encoded`` (``says`` is how the placeholder states it), and ``side``
+    pixels a side at most (``None``: any)."""
 
     provider: str
     most: int
     encoded: bool
     says: str
+    side: int | None = None
 
 
 def _image_bytes(data: str) -> int:
     """The size of the bytes the (unwrapped, valid) base64 text ``data`` holds."""
     return len(data) // 4 * 3 - (len(data) - len(data.rstrip("=")))
+
+
+def _bytes_at(data: str, start: int, count: int) -> bytes:
+    """``count`` bytes from ``start`` of what the (unwrapped, valid) base64 text ``data``
+    holds (fewer past its end), decoding only the characters that hold them."""
+    first = start // 3
+    chunk = binascii.a2b_base64(data[first * 4 : -(-(start + count) // 3) * 4])
+    return chunk[start - first * 3 : start - first * 3 + count]
+
+
+_JPEG_FRAMES: Final = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+"""The JPEG start-of-frame markers, which give the image's size (not DHT, JPG, DAC)."""
+_JPEG_SEGMENTS_AT_MOST: Final = 1024
+
+
+def _jpeg_size(data: str) -> tuple[int, int] | None:
+    """(width, height) from a JPEG's frame header, found by walking its segments."""
+    at = 2
+    for _ in range(_JPEG_SEGMENTS_AT_MOST):
+        head = _bytes_at(data, at, 9)
+        if len(head) < 4 or head[0] != 0xFF:
+            return None
+        marker = head[1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker in _JPEG_FRAMES:
+            if len(head) < 9:
+                return None
+            return int.from_bytes(head[7:9], "big"), int.from_bytes(head[5:7], "big")
+        if marker == 0xDA or marker == 0xD9:  # the scan, or the end: no frame before it
+            return None
+        at += 2 + int.from_bytes(head[2:4], "big")
+    return None
+
+
+def _image_size(mime_type: str, data: str) -> tuple[int, int] | None:
+    """(width, height) in pixels of a PNG, GIF, WebP or JPEG image, read from its header;
+    ``None`` when the header does not say."""
+    if mime_type == "image/png":
+        head = _bytes_at(data, 16, 8)
+        if len(head) == 8:
+            return int.from_bytes(head[:4], "big"), int.from_bytes(head[4:], "big")
+    elif mime_type == "image/gif":
+        head = _bytes_at(data, 6, 4)
+        if len(head) == 4:
+            return int.from_bytes(head[:2], "little"), int.from_bytes(head[2:], "little")
+    elif mime_type == "image/webp":
+        head = _bytes_at(data, 12, 18)
+        if head[:4] == b"VP8X" and len(head) == 18:
+            width, height = head[12:15], head[15:18]
+            return int.from_bytes(width, "little") + 1, int.from_bytes(height, "little") + 1
+        if head[:4] == b"VP8L" and len(head) >= 13:
+            bits = int.from_bytes(head[9:13], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+        if head[:4] == b"VP8 " and len(head) == 18:
+            width, height = head[14:16], head[16:18]
+            return int.from_bytes(width, "little") & 0x3FFF, int.from_bytes(
+                height, "little"
+            ) & 0x3FFF
+    elif mime_type == "image/jpeg":
+        return _jpeg_size(data)
+    return None
 
 
 def fitting(parts: list[Part], limit: ImageLimit) -> list[Part]:
@@ -245,6 +310,14 @@ def fitting(parts: list[Part], limit: ImageLimit) -> list[Part]:
                     f"[image {part.name} ({part.mime_type}, {size} bytes) omitted: "
                     f"{limit.provider} takes images of at most {limit.says}]"
                 )
+            elif limit.side is not None:
+                pixels = _image_size(part.mime_type, part.data)
+                if pixels is not None and max(pixels) > limit.side:
+                    part = Text(
+                        f"[image {part.name} ({part.mime_type}, {pixels[0]}x{pixels[1]} pixels) "
+                        f"omitted: {limit.provider} takes images of at most {limit.side} "
+                        "pixels a side]"
+                    )
         fit.append(part)
     return fit
 
