@@ -445,16 +445,67 @@ return planted
 """
 
 
+REMOVE_OTHER_SCRATCH = """
+import os
+removed = []
+for name in os.listdir(SHARED):
+    if name.startswith('dsh-code-scratch-') and not os.path.ismount(os.path.join(SHARED, name)):
+        os.rmdir(os.path.join(SHARED, name))
+        removed.append(name)
+return removed
+"""
+
+
+@pytest.mark.parametrize("granted", ["temporary directory", "its parent"])
+def test_a_run_cannot_remove_the_scratch_mount_point_of_another_tool_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, granted: str
+) -> None:
+    # One tool system of a harness is granted the harness's temporary directory (or a
+    # directory holding it), where every runtime keeps its empty scratch mount point: its
+    # run would remove the other tool system's, whose every later run then failed.
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    grant = str(shared if granted == "temporary directory" else tmp_path)
+    victim = SubprocessCodeRuntime(CodeRuntimeConfig())
+    attacker = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[grant])))
+    try:
+        assert value(victim, "return 1") == 1
+        result = run(attacker, REMOVE_OTHER_SCRATCH.replace("SHARED", repr(str(shared))))
+        assert result.error is not None and result.error.kind == "worker-exit", result
+        assert f"the write grant {grant!r} holds the temporary directory" in result.error.message
+        assert [value(victim, "return 2") for _ in range(4)] == [2, 2, 2, 2]
+        assert len(os.listdir(shared)) == 2  # both mount points, neither removed
+    finally:
+        victim.close()
+        attacker.close()
+
+
+def test_a_write_grant_beneath_the_temporary_directory_is_granted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "out").mkdir()
+    sandbox = CodeSandbox(write=[str(tmp_path / "out")])
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=sandbox))
+    try:
+        program = f"open({str(tmp_path / 'out' / 'a')!r}, 'w').write('x')\nreturn 'written'"
+        assert value(runtime, program) == "written"
+    finally:
+        runtime.close()
+
+
 def test_a_run_cannot_redirect_the_scratch_of_another_runtime_to_the_harness(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A harness whose temporary directory lies in one tool system's write grant: a run there
-    # replaces the scratch mount point of another tool system's runtime with a link to
-    # /proc/self/cwd. The other runtime's next worker would then work in, and be granted, its
-    # template's working directory: the harness's own, with its secrets.
-    shared, harness = tmp_path / "shared", tmp_path / "harness"
-    shared.mkdir()
-    harness.mkdir()
+    # Another harness on the machine (a temporary directory of its own, here the default)
+    # whose tool system is granted this harness's temporary directory: a run there replaces
+    # the scratch mount point of this harness's runtime with a link to /proc/self/cwd. This
+    # runtime's next worker would then work in, and be granted, its template's working
+    # directory: the harness's own, with its secrets.
+    shared, harness, elsewhere = tmp_path / "shared", tmp_path / "harness", tmp_path / "other"
+    for directory in (shared, harness, elsewhere):
+        directory.mkdir()
     (harness / "secret.env").write_text("API_KEY=never granted")
     monkeypatch.chdir(harness)
     monkeypatch.setattr(tempfile, "tempdir", str(shared))
@@ -463,6 +514,7 @@ def test_a_run_cannot_redirect_the_scratch_of_another_runtime_to_the_harness(
     reader = "import os\nreturn [open(name).read() for name in os.listdir('.')]"
     try:
         assert value(victim, reader) == []
+        monkeypatch.setattr(tempfile, "tempdir", str(elsewhere))  # the other harness's
         planted = value(attacker, REDIRECT_OTHER_SCRATCH.replace("SHARED", repr(str(shared))))
         assert len(planted) == 1, planted
         # The workers prepared before the link was planted, then the first one after it.

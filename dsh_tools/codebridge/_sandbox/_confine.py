@@ -213,6 +213,8 @@ class SandboxPlan:
         for path in self._read:
             self._grant(path, _READ_RIGHTS, required=True)
         _refuse_host_code(self._write)
+        temporary = os.path.dirname(self._given_scratch) if self._given_scratch else ""
+        _refuse_scratch_homes(self._write, temporary or tempfile.gettempdir())
         for path in self._write:
             self._grant(path, _kernel.fs_rights(self._abi), required=True)
         self.scratch = self._given_scratch or tempfile.mkdtemp(prefix="dsh-code-scratch-")
@@ -629,6 +631,33 @@ def _refuse_host_code(write: list[str]) -> None:
                     f"code sandbox: the write grant {granted!r} holds code the host runs "
                     f"({code!r}): a run could change what the harness or its next template "
                     "runs, outside the sandbox; grant a directory that does not hold it"
+                )
+
+
+_SCRATCH_HOMES: Final = ("/tmp", "/var/tmp")
+"""The temporary directories of the usual ``TMPDIR``: where the runtimes of other harnesses on
+the machine keep their scratch mount points, whatever this one's ``TMPDIR`` is."""
+
+
+def _refuse_scratch_homes(write: list[str], temporary: str) -> None:
+    """Refuse a ``write`` grant that holds a temporary directory where runtimes keep their
+    scratch mount points: ``temporary`` (the host's ``TMPDIR``, shared by every tool system of
+    the harness) and the usual ``/tmp`` and ``/var/tmp``. A run may remove or replace what
+    lies beneath its grant, and so another runtime's empty mount point (the worker's user owns
+    it, which the sticky bit lets remove): every later run of that runtime would fail until
+    it was started again. The grant itself cannot be removed by a run, so a ``write`` grant
+    beneath the temporary directory is fine."""
+    homes = {os.path.realpath(path): path for path in (temporary, *_SCRATCH_HOMES)}
+    for granted in write:
+        root = os.path.realpath(granted)
+        for real, home in homes.items():
+            if real == root or lies_beneath(real, root):
+                raise SandboxUnavailable(
+                    f"code sandbox: the write grant {granted!r} holds the temporary directory "
+                    f"{home!r}, where the runtimes of every tool system keep their scratch "
+                    "mount points: a run could remove another runtime's and fail its later "
+                    "runs; grant a directory of its own beneath it instead (a run's own "
+                    "temporary files go to its scratch directory)"
                 )
 
 
