@@ -406,6 +406,28 @@ def test_the_kernel_ceiling_ends_what_the_sampling_would_miss(scratch_root: int)
 
 
 @needs_cgroups
+def test_swapped_out_memory_counts_and_is_held_with_the_rest() -> None:
+    # A host short of memory moves a run's pages to swap: memory.usage_in_bytes no longer
+    # shows them, so the run could go on allocating until the host's swap was full, past its
+    # budget and its kernel ceiling alike. Where the kernel accounts swap, the run's memory and
+    # swap together are held at the ceiling and measured for the budget.
+    plan = CgroupPlan(wanted=True, max_memory_mb=16, max_processes=4)
+    plan.prepare()
+    run_cgroups = plan.new_run()
+    assert run_cgroups is not None
+    memory = f"/proc/self/fd/{run_cgroups.fds[0]}"
+    try:
+        if not os.path.exists(f"{memory}/memory.memsw.limit_in_bytes"):
+            pytest.skip("this kernel does not account swap to cgroups")
+        ceiling = Path(f"{memory}/memory.limit_in_bytes").read_text()
+        assert int(ceiling) == 96 << 20  # twice the budget and 64 MiB
+        assert Path(f"{memory}/memory.memsw.limit_in_bytes").read_text() == ceiling
+    finally:
+        plan.discard(run_cgroups)
+        plan.close()
+
+
+@needs_cgroups
 def test_a_reaped_runs_cgroup_still_holding_a_process_is_removed_on_a_retry(
     scratch_root: int,
 ) -> None:

@@ -8,6 +8,8 @@ runs anything, and every process it starts stays in them. Then, unlike a walk ov
   children the kernel reaped by itself (a parent that ignores ``SIGCHLD``);
 - ``memory.usage_in_bytes`` includes kernel memory charged to the run: pipe and socket buffers,
   page tables, kernel stacks (``memory.limit_in_bytes`` also holds the total at a hard ceiling);
+  where the kernel accounts swap, ``memory.memsw`` counts and holds the run's swapped-out pages
+  with the rest, which a host short of memory would otherwise move to swap out of every count;
 - ``pids.max`` holds the number of tasks (threads included) at a hard ceiling.
 
 Layout: beneath the template's own cgroup in each hierarchy, one parent
@@ -44,6 +46,8 @@ _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _MEMORY_SLACK: Final = 64 * 2**20
 """Beyond twice ``max_memory_mb`` (processes and scratch), before the kernel's hard ceiling."""
 _SWEEP_SECONDS: Final = 5.0
+_SWAP_LIMIT: Final = "memory.memsw.limit_in_bytes"
+_SWAP_USAGE: Final = "memory.memsw.usage_in_bytes"
 _RUN_FD_FLOOR: Final = 512
 
 
@@ -163,6 +167,7 @@ class CgroupPlan:
         self._unremoved: list[str] = []
         self._janitor_pipe = -1
         self._janitor = 0
+        self._swap_accounted = False
         self.reason = "not requested (CodeSandbox(cgroups=False))"
 
     @property
@@ -192,6 +197,7 @@ class CgroupPlan:
         for base in self._base:
             os.mkdir(self._parent_name, 0o755, dir_fd=base)
             self._parents.append(os.open(self._parent_name, _DIR_FLAGS, dir_fd=base))
+        self._swap_accounted = os.path.exists(f"/proc/self/fd/{self._parents[0]}/{_SWAP_LIMIT}")
         self._start_janitor()
 
     def _sweep_stale(self) -> None:
@@ -242,6 +248,10 @@ class CgroupPlan:
                 os.close(fd)
             memory, _cpuacct, pids = fds
             _write_at(memory, "memory.limit_in_bytes", str(self._memory_limit))
+            if self._swap_accounted:
+                # The same ceiling for memory and swap together: at it the kernel's OOM killer
+                # acts within the run instead of moving the excess to the host's swap.
+                _write_at(memory, _SWAP_LIMIT, str(self._memory_limit))
             _write_at(pids, "pids.max", str(self._task_limit))
         except OSError:
             run = RunCgroups(name, fds)
@@ -328,7 +338,12 @@ class CgroupMeter:
         self._dirs = list(fds)
         memory, cpuacct, _pids = fds
         self._scratch = scratch
-        self._usage = os.open("memory.usage_in_bytes", os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory)
+        try:  # memory and swap together, where the kernel accounts swap
+            self._usage = os.open(_SWAP_USAGE, os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory)
+        except FileNotFoundError:
+            self._usage = os.open(
+                "memory.usage_in_bytes", os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory
+            )
         self._stat = os.open("memory.stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory)
         self._oom = os.open("memory.oom_control", os.O_RDONLY | os.O_CLOEXEC, dir_fd=memory)
         self._cpu = os.open("cpuacct.usage", os.O_RDONLY | os.O_CLOEXEC, dir_fd=cpuacct)
@@ -352,8 +367,9 @@ class CgroupMeter:
         self._dirs = []
 
     def usage(self) -> tuple[float, int, int]:
-        """(CPU seconds of every process the run ever had, memory bytes charged to the run
-        but reclaimable file cache and the scratch tmpfs, live processes but the init)."""
+        """(CPU seconds of every process the run ever had, memory bytes charged to the run,
+        swapped out or not, but reclaimable file cache and the scratch tmpfs, live processes
+        but the init)."""
         cpu = int(os.pread(self._cpu, 64, 0)) / 1e9
         charged = int(os.pread(self._usage, 64, 0))
         stat = os.pread(self._stat, 1 << 14, 0)

@@ -174,10 +174,11 @@ class ProcMeter:
 
 
 def _tree_usage() -> tuple[float, int, int, int]:
-    """(CPU seconds, resident anonymous and shared-memory bytes, process count, task count) of
-    the namespace but PID 1. Shared memory counts too (a shared mapping of a scratch file: its
-    pages are not anonymous to the kernel); shared anonymous mappings, whose pages outlive their
-    mapped part, are refused where this walk measures (``_seccomp``)."""
+    """(CPU seconds, resident anonymous and shared-memory bytes and swapped-out anonymous bytes,
+    process count, task count) of the namespace but PID 1. Shared memory counts too (a shared
+    mapping of a scratch file: its pages are not anonymous to the kernel); shared anonymous
+    mappings, whose pages outlive their mapped part, are refused where this walk measures
+    (``_seccomp``)."""
     ticks = 0
     kilobytes = 0
     count = 0
@@ -195,6 +196,7 @@ def _tree_usage() -> tuple[float, int, int, int]:
         fields = stat[stat.rindex(b")") + 2 :].split()
         ticks += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         kilobytes += _kilobytes(status, b"\nRssAnon:") + _kilobytes(status, b"\nRssShmem:")
+        kilobytes += _kilobytes(status, b"\nVmSwap:")  # moved out by a host short of memory
         count += 1
         tasks += _threads(status)
     times = os.times()
