@@ -253,6 +253,62 @@ return [os.path.getsize("copy"), spliced]
         runtime.close()
 
 
+PIN_CACHED_PAGES = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.syscall.restype = ctypes.c_long
+class Piece(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+source = os.open(CACHED, os.O_RDONLY)
+size = os.fstat(source).st_size
+held = {}
+for way in ("splice", "sendfile", "vmsplice"):
+    pieces = 0
+    try:
+        for offset in range(0, size, 2 << 20):  # one byte per large folio of the cache
+            reader, writer = os.pipe()
+            if way == "splice":
+                os.splice(source, writer, 1, offset_src=offset)
+            elif way == "sendfile":
+                os.sendfile(writer, source, offset, 1)
+            else:
+                mapped = libc.mmap(None, 4096, 1, 2, source, offset)  # PROT_READ, MAP_PRIVATE
+                piece = Piece(mapped, 1)
+                if libc.syscall(278, writer, ctypes.byref(piece), 1, 0) != 1:  # vmsplice
+                    raise OSError(ctypes.get_errno(), "vmsplice")
+            pieces += 1
+        held[way] = pieces
+    except OSError as exc:
+        held[way] = errno.errorcode[exc.errno]
+return held
+"""
+
+
+@pytest.mark.parametrize("cgroups", [True, False], ids=["cgroups", "proc-walk"])
+def test_a_run_cannot_pin_the_hosts_cached_file_pages_in_pipes(
+    tmp_path: Path, cgroups: bool
+) -> None:
+    # A pipe buffer holds the whole large folio of the page cache that one spliced byte lies
+    # in. Pages the host had cached are charged to no cgroup of the run, and no reclaim frees
+    # them while the pipe holds them: 256 bytes spliced 2 MiB apart from a file the host had
+    # read kept 487 MB of the host's cache beside a 64 MB budget.
+    cached = tmp_path / "dataset.bin"
+    cached.write_bytes(os.urandom(1 << 20) * 32)
+    assert len(cached.read_bytes()) == 32 << 20  # in the host's page cache now
+    sandbox = CodeSandbox(read=[str(tmp_path)], cgroups=cgroups)
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_memory_mb=64, sandbox=sandbox))
+    try:
+        held = value(runtime, PIN_CACHED_PAGES.replace("CACHED", repr(str(cached))))
+        assert held == {"splice": "EPERM", "sendfile": "EPERM", "vmsplice": "EPERM"}
+        copy = f"import shutil\nreturn shutil.copyfile({str(cached)!r}, 'copy')"
+        assert value(runtime, copy) == "copy"  # falls back to reading and writing
+    finally:
+        runtime.close()
+
+
 HOST_KILLED_MIDWAY = """
 import asyncio, sys
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime

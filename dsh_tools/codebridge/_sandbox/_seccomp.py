@@ -28,9 +28,11 @@ memory a filter cannot read), so the C library falls back to ``openat``. Without
 anonymous mappings (``mmap(-1, n)``, ``MAP_SHARED | MAP_ANONYMOUS``) are refused too: their pages
 belong to a hidden memory object that outlives the part of the mapping still in place, so mapping 32
 MiB, touching it and unmapping all but one page holds 32 MiB that no process's resident set shows,
-as often as the process likes (the run's cgroup charges them where there is one); and so are the
-calls that put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``, ``sendfile``),
-whose buffers hold whole pages outside every resident set. ``clone`` is refused only with a
+as often as the process likes (the run's cgroup charges them where there is one). The calls that
+put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``, ``sendfile``) are refused
+everywhere: a pipe buffer holds a whole page, or a whole large folio of the page cache, for one
+byte of it, outside every resident set, and pages the host had cached are charged to no cgroup of
+the run, yet cannot be reclaimed while a pipe holds them. ``clone`` is refused only with a
 namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read), so
 the C library falls back to ``clone``. ``prlimit64`` is refused for any process but the caller (a
 pid other than 0): the run's init has the worker's user, so a program could otherwise lower the
@@ -161,12 +163,16 @@ UNSUPPORTED_SYSCALLS: Final = {
 """The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading and setting extended
 attributes)."""
 PIPE_PAGE_SYSCALLS: Final = {"sendfile": 40, "splice": 275, "tee": 276, "vmsplice": 278}
-"""The x86_64 numbers of the calls that put pages into a pipe by reference, refused without
-cgroups: a pipe buffer holds a whole page (a 2 MiB one where transparent huge pages back the
-memory) for one byte of it, outside every process's resident set, so 1 GiB vmspliced one byte
-per huge page from a process of 20 MB held 1 GiB that no budget saw (the kernel's per-user pipe
-allowance counts buffers, not their size). ``shutil`` falls back to reading and writing when
-``sendfile`` is refused."""
+"""The x86_64 numbers of the calls that put pages into a pipe by reference, refused: a pipe
+buffer holds a whole page (a 2 MiB one where transparent huge pages back the memory, or a large
+folio of the page cache) for one byte of it, outside every process's resident set, so 1 GiB
+vmspliced one byte per huge page from a process of 20 MB held 1 GiB that no budget saw (the
+kernel's per-user pipe allowance counts buffers, not their size). A run's cgroup charges the
+pages the run brought in, but not those of files the host had cached already (the Python
+installation, ``/usr``, a ``read`` grant), which no reclaim can free while a pipe holds them:
+256 bytes spliced 2 MiB apart from a file the host had read kept 487 MB of its page cache
+beside a 64 MB budget. ``shutil`` falls back to reading and writing when ``sendfile`` is
+refused."""
 _RT_SIGACTION: Final = 13
 _SETSID: Final = 112
 _SIGCHLD: Final = 17
@@ -275,8 +281,8 @@ def seccomp_program(
     only those, so it refuses every change of ``SIGCHLD``'s action.
 
     ``refuse_hidden_memory`` (for a run without cgroups): ``mmap`` with ``MAP_SHARED`` (or
-    ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``, and so do the calls that
-    put pages into a pipe by reference (``PIPE_PAGE_SYSCALLS``).
+    ``MAP_SHARED_VALIDATE``) and ``MAP_ANONYMOUS`` answers ``EPERM``. The calls that put pages
+    into a pipe by reference (``PIPE_PAGE_SYSCALLS``) answer ``EPERM`` in either case.
 
     ``refuse_new_sessions``: ``setsid`` answers ``EPERM``. Where the kernel groups processes by
     session for scheduling (``kernel.sched_autogroup_enabled``, the usual default), a session is
@@ -310,9 +316,8 @@ def seccomp_program(
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
     bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
-    if refuse_hidden_memory:
-        for number in sorted(PIPE_PAGE_SYSCALLS.values()):
-            bpf.op(_JMP_JEQ_K, number, "deny")
+    for number in sorted(PIPE_PAGE_SYSCALLS.values()):
+        bpf.op(_JMP_JEQ_K, number, "deny")
     if refuse_new_sessions:
         bpf.op(_JMP_JEQ_K, _SETSID, "deny")
     bpf.op(_RET_K, _RET_ALLOW)
