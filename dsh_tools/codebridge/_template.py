@@ -172,7 +172,7 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
             fd = children.pop(pid, None)
             if fd is not None:
                 if plan is not None:  # before the report: a settled run has left nothing
-                    plan.ended(pid)
+                    plan.ended(pid, status)
                 cpu = usage.ru_utime + usage.ru_stime
                 _write_quiet(fd, b"X" + struct.pack(">id", status, cpu))
                 _close_quiet(fd)
@@ -213,8 +213,10 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
         children[pid] = fds[4]
 
     poller = select.poll()
-    poller.register(control.fileno(), select.POLLIN)
+    # The exits first: a run's child reaped before the next spawn request is served may have
+    # left something for the next run to start from (``plan.ended``).
     poller.register(wake_r, select.POLLIN)
+    poller.register(control.fileno(), select.POLLIN)
     control_fd = control.fileno()
     running = True
     while running:
@@ -261,7 +263,7 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
             status, usage = 0, None
         cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
         if plan is not None:
-            plan.ended(pid)
+            plan.ended(pid, status)
         _write_quiet(fd, b"X" + struct.pack(">id", status, cpu))
         _close_quiet(fd)
     children.clear()

@@ -112,6 +112,11 @@ def _write_file(path: str, text: str) -> None:
         file.write(text)
 
 
+_SCRATCH_REPLACED_EXIT: Final = 75
+"""How a run's init exits when its scratch mount point was replaced or removed: the template,
+which reaps it, then makes a fresh one for the runs after it."""
+
+
 class _ScratchReplaced(Exception):
     """The scratch mount point is no longer the directory the template made."""
 
@@ -119,8 +124,9 @@ class _ScratchReplaced(Exception):
         super().__init__(
             f"code sandbox: the scratch mount point {path!r} is not the directory the runtime "
             f"made ({detail}): something that may write where it lies replaced or removed it "
-            "(a run whose write grant holds the temporary directory, say); keep TMPDIR out of "
-            "every write grant and start the runtime again"
+            "(a run of another harness whose write grant holds this one's temporary directory, "
+            "say); the runtime makes a fresh one for its next run: keep TMPDIR out of every "
+            "write grant"
         )
 
 
@@ -227,10 +233,7 @@ class SandboxPlan:
         # Each run's init mounts its scratch tmpfs on this very directory or on nothing: the
         # temporary directory it lies in may be writable to a run of another runtime (one whose
         # write grant holds TMPDIR), which could put a symbolic link in its place.
-        made = os.stat(
-            os.path.basename(self.scratch), dir_fd=self._scratch_parent, follow_symlinks=False
-        )
-        self._scratch_identity = (made.st_dev, made.st_ino)
+        self._scratch_identity = self._identity(os.path.basename(self.scratch))
         self._read_only_host()
         self._proc_masks = _proc_masks()
         self._template = os.getpid()
@@ -300,9 +303,41 @@ class SandboxPlan:
         otherwise the supervising child reports its init's pid itself."""
         return self._direct
 
-    def ended(self, pid: int) -> None:
-        """The template reaped the run's child ``pid``: its cgroups can go."""
+    def ended(self, pid: int, wait_status: int) -> None:
+        """The template reaped the run's child ``pid`` (which ended with ``wait_status``): its
+        cgroups can go, and a scratch mount point its init found replaced is made afresh."""
         self._cgroups.ended(pid)
+        if os.WIFEXITED(wait_status) and os.WEXITSTATUS(wait_status) == _SCRATCH_REPLACED_EXIT:
+            with contextlib.suppress(OSError):
+                self._remake_scratch()
+
+    def _identity(self, name: str) -> tuple[int, int]:
+        made = os.stat(name, dir_fd=self._scratch_parent, follow_symlinks=False)
+        return made.st_dev, made.st_ino
+
+    def _remake_scratch(self) -> None:
+        """Make a fresh scratch mount point beside the one a run of another runtime replaced
+        or removed (through the descriptor of the temporary directory, writable outside the
+        template's read-only view), named like it (after the host, so that a later host
+        removes it if both were killed), and mount the next runs' scratch there. Whatever is
+        in the old one's place is left alone, but an empty directory."""
+        if self._scratch_parent < 0 or self._scratch_identity == (-1, -1):
+            return
+        old = os.path.basename(self.scratch)
+        with contextlib.suppress(OSError):
+            if self._identity(old) == self._scratch_identity:
+                return  # made afresh already, for an earlier run that found the old one gone
+        while True:
+            name = f"{old.rsplit('-', 1)[0]}-{os.urandom(6).hex()}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=self._scratch_parent)
+                break
+            except FileExistsError:
+                continue
+        self._scratch_identity = self._identity(name)
+        self.scratch = os.path.join(os.path.dirname(self.scratch), name)
+        with contextlib.suppress(OSError):
+            os.rmdir(old, dir_fd=self._scratch_parent)
 
     @property
     def cleanup_pending(self) -> bool:
@@ -429,7 +464,7 @@ class SandboxPlan:
             )
         except _ScratchReplaced as exc:
             _report_error(status_fd, str(exc))
-            os._exit(0)
+            os._exit(_SCRATCH_REPLACED_EXIT)
         except OSError as exc:
             _report_error(status_fd, str(_unavailable("the run's namespaces and mounts", exc)))
             os._exit(0)
