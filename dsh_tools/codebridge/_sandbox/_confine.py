@@ -679,9 +679,9 @@ def _refuse_scratch_homes(write: list[str], temporary: str) -> None:
     scratch mount points: ``temporary`` (the host's ``TMPDIR``, shared by every tool system of
     the harness) and the usual ``/tmp`` and ``/var/tmp``. A run may remove or replace what
     lies beneath its grant, and so another runtime's empty mount point (the worker's user owns
-    it, which the sticky bit lets remove): every later run of that runtime would fail until
-    it was started again. The grant itself cannot be removed by a run, so a ``write`` grant
-    beneath the temporary directory is fine."""
+    it, which the sticky bit lets remove), failing that runtime's next run, as often as it
+    likes. The grant itself cannot be removed by a run, so a ``write`` grant beneath the
+    temporary directory is fine."""
     homes = {os.path.realpath(path): path for path in (temporary, *_SCRATCH_HOMES)}
     for granted in write:
         root = os.path.realpath(granted)
@@ -690,9 +690,9 @@ def _refuse_scratch_homes(write: list[str], temporary: str) -> None:
                 raise SandboxUnavailable(
                     f"code sandbox: the write grant {granted!r} holds the temporary directory "
                     f"{home!r}, where the runtimes of every tool system keep their scratch "
-                    "mount points: a run could remove another runtime's and fail its later "
-                    "runs; grant a directory of its own beneath it instead (a run's own "
-                    "temporary files go to its scratch directory)"
+                    "mount points: a run could remove another runtime's and fail its runs; "
+                    "grant a directory of its own beneath it instead (a run's own temporary "
+                    "files go to its scratch directory)"
                 )
 
 
