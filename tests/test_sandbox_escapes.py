@@ -309,6 +309,37 @@ def test_a_run_cannot_pin_the_hosts_cached_file_pages_in_pipes(
         runtime.close()
 
 
+def test_memory_policies_cannot_hold_kernel_memory_no_budget_counts(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Each range of a shared mapping given a memory policy of its own keeps a policy node and a
+    # policy (about 340 bytes) with the file after the mapping is gone, charged to no cgroup:
+    # 200,000 calls over a sparse scratch file took 63 MB of the host in 1.7 s of CPU. The
+    # policy calls answer as on a kernel without NUMA.
+    program = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_int, ctypes.c_long]
+libc.syscall.restype = ctypes.c_long
+node = ctypes.c_ulong(1)
+fd = os.open('policies', os.O_RDWR | os.O_CREAT)
+os.ftruncate(fd, 1 << 40)  # sparse: none of the scratch directory's size
+base = libc.mmap(None, 64 << 20, 3, 1, fd, 0)  # MAP_SHARED
+held = 0
+for page in range(0, 64 << 20, 8192):
+    mode = 2 if page % 16384 else 3  # MPOL_BIND, MPOL_INTERLEAVE: one range each
+    if libc.syscall(237, ctypes.c_void_p(base + page), ctypes.c_ulong(4096), ctypes.c_int(mode),
+                    ctypes.byref(node), ctypes.c_ulong(64), ctypes.c_uint(0)) != 0:  # mbind
+        return ['refused', errno.errorcode[ctypes.get_errno()], held]
+    held += 1
+return ['held', held]
+"""
+    assert value(runtime, program) == ["refused", "ENOSYS", 0]
+    assert value(runtime, "import os\nreturn len(os.sched_getaffinity(0)) > 0") is True
+
+
 HOST_KILLED_MIDWAY = """
 import asyncio, sys
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime

@@ -61,7 +61,10 @@ disks flushing; a run's own files are flushed with ``fsync``. The C library's ``
 (``os.sync()``) ignores the refusal, as it ignores every result of that call. Open file description
 locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a kernel before them: the run's
 init bounds its byte-range locks by counting them in the run's ``/proc/locks``, which lists such
-locks for every process of the host, not the run's alone.
+locks for every process of the host, not the run's alone. The memory policy calls (``mbind``,
+``set_mempolicy`` and the others of ``NUMA_SYSCALLS``) answer ``ENOSYS``, as on a kernel without
+NUMA: each range of a shared mapping given a policy of its own is kernel memory that no cgroup
+charges, kept with the file after the mapping is gone.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from ._kernel import SockFilter
 
 __all__ = [
     "DENIED_SYSCALLS",
+    "NUMA_SYSCALLS",
     "PIPE_PAGE_SYSCALLS",
     "UNSUPPORTED_SYSCALLS",
     "seccomp_program",
@@ -162,6 +166,22 @@ UNSUPPORTED_SYSCALLS: Final = {
 }
 """The x86_64 numbers of the calls that answer ``EOPNOTSUPP`` (reading and setting extended
 attributes)."""
+NUMA_SYSCALLS: Final = {
+    "mbind": 237,
+    "set_mempolicy": 238,
+    "get_mempolicy": 239,
+    "migrate_pages": 256,
+    "move_pages": 279,
+    "set_mempolicy_home_node": 450,
+}
+"""The x86_64 numbers of the memory policy calls, which answer ``ENOSYS`` as on a kernel without
+NUMA (``libnuma``'s ``numa_available()`` then says so, and its callers leave policies alone).
+``mbind`` on a shared mapping gives each range of the file a policy of its own, kept on the file
+(a shared policy node and a policy, about 340 bytes) after the mapping is gone, in kernel memory
+no cgroup charges, and on a private mapping a policy per mapping: 200,000 calls over a sparse
+scratch file took 63 MB of the host's memory in 1.7 s of CPU, about 2 GB within the default
+``compute_ms``, beside any ``max_memory_mb``. The others go with it, so that a program sees one
+consistent machine without NUMA."""
 PIPE_PAGE_SYSCALLS: Final = {"sendfile": 40, "splice": 275, "tee": 276, "vmsplice": 278}
 """The x86_64 numbers of the calls that put pages into a pipe by reference, refused: a pipe
 buffer holds a whole page (a 2 MiB one where transparent huge pages back the memory, or a large
@@ -302,6 +322,8 @@ def seccomp_program(
         bpf.op(_JMP_JEQ_K, number, "unsupported")
     bpf.op(_JMP_JEQ_K, _CLONE3, "enosys")
     bpf.op(_JMP_JEQ_K, _OPENAT2, "enosys")
+    for number in sorted(NUMA_SYSCALLS.values()):
+        bpf.op(_JMP_JEQ_K, number, "enosys")
     for name, (number, _argument) in _MODE_ARGUMENT.items():
         bpf.op(_JMP_JEQ_K, number, f"mode-{name}")
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
