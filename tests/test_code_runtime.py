@@ -1539,6 +1539,40 @@ return await tools.echo({"x": "the worker's value"})
     assert "ValueError: the child failed" in text
 
 
+def test_a_forked_child_keeps_its_stdout_and_stderr_apart_as_a_script_s_child_does(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The child silences its standard output, as a script's child may: what it writes to
+    # ``sys.stderr`` (a print, a write, a thread's uncaught exception) still reaches the logs,
+    # and what it writes to ``sys.stdout`` does not.
+    program = """
+import os, sys, threading
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    print("child stdout print")
+    sys.stdout.write("child stdout write\\n")
+    print("child stderr print", file=sys.stderr)
+    sys.stderr.write("child stderr write\\n")
+    def fail():
+        raise ValueError("child thread failed")
+    thread = threading.Thread(target=fail, name="helper")
+    thread.start()
+    thread.join()
+    os._exit(0)
+os.waitpid(pid, 0)
+return "waited"
+"""
+    result = run(runtime, program)
+    assert result.value == "waited", result
+    text = "\n".join(result.logs)
+    assert "child stdout" not in text
+    assert "child stderr print" in text
+    assert "child stderr write" in text
+    assert "Exception in thread helper:" in text
+    assert "ValueError: child thread failed" in text
+
+
 def test_an_exception_a_finalizer_raises_is_logged_as_one_traceback_of_its_lines(
     runtime: SubprocessCodeRuntime,
 ) -> None:

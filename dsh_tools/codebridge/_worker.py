@@ -179,7 +179,7 @@ class Worker:
         self.decode = HOST_FRAMES.decode
         self.inbox = bytearray()
         self.stdout = CaptureStream(self.emit, 1, "<stdout>")
-        self.stderr = CaptureStream(self.emit, 2, "<stderr>")
+        self.stderr = CaptureStream(self.emit_stderr, 2, "<stderr>")
         self.notice: tuple[int, int] | None = None
         """The init's notice pipe: descriptor and inode (``tell_init``)."""
         self.module: types.ModuleType | None = None
@@ -227,11 +227,13 @@ class Worker:
                 with contextlib.suppress(Exception):
                     selector.unregister(key.fileobj)
 
-    def emit(self, text: str) -> None:
-        """Admit one log entry through the ledger and stream it to the host."""
+    def emit(self, text: str, fd: int = 1) -> None:
+        """Admit one log entry through the ledger and stream it to the host. ``fd``: the
+        stream it was written to (2 for ``sys.stderr``), which the run's log does not keep
+        but a forked child's native output does, as a script's child keeps them apart."""
         if self.output_closed:
             if self.in_child:
-                _write_native(1, text)
+                _write_native(fd, text)
             return
         text = clean_text(text)
         with self.send_lock:
@@ -249,6 +251,10 @@ class Worker:
             except OSError:
                 self.output_closed = True
 
+    def emit_stderr(self, text: str) -> None:
+        """``emit`` of what was written to ``sys.stderr``."""
+        self.emit(text, 2)
+
     def thread_excepthook(self, args: threading.ExceptHookArgs) -> None:
         """``threading.excepthook``: an exception escaping a thread of the program is one log
         entry, its traceback showing the program's lines. Threading's own hook writes it in
@@ -259,7 +265,7 @@ class Worker:
             return
         thread = args.thread.name if args.thread is not None else str(_get_ident())
         heading = f"Exception in thread {thread}:"
-        self.emit(render_reported_exception(args.exc_value, heading, FILENAME, _WORKER_FILES))
+        self.emit(render_reported_exception(args.exc_value, heading, FILENAME, _WORKER_FILES), 2)
 
     def unraisable_hook(self, unraisable: sys.UnraisableHookArgs) -> None:
         """``sys.unraisablehook``: an exception the interpreter could not raise (in a
@@ -275,7 +281,7 @@ class Worker:
                 heading = f"{heading}: {unraisable.object!r}"
             except Exception:
                 heading = f"{heading}: <object repr() failed>"
-        self.emit(render_reported_exception(exc, heading, FILENAME, _WORKER_FILES))
+        self.emit(render_reported_exception(exc, heading, FILENAME, _WORKER_FILES), 2)
 
     def print(
         self,
@@ -300,7 +306,7 @@ class Worker:
         text = sep.join([str(arg) for arg in args]) + end
         if text.endswith("\n"):
             text = text[:-1]
-        self.emit(text)
+        self.emit(text, 1 if target is self.stdout else 2)
 
     # -- bindings ---------------------------------------------------------------------------
 
