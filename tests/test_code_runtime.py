@@ -1539,6 +1539,50 @@ return await tools.echo({"x": "the worker's value"})
     assert "ValueError: the child failed" in text
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_process_that_must_pickle_a_function_of_the_program_says_why_it_cannot(
+    runtime: SubprocessCodeRuntime, method: str
+) -> None:
+    # Pickle's own refusal names an object ``<module>.<locals>.square`` the program never
+    # wrote: the failure says that the program is no file another process can import, and
+    # what runs the function instead.
+    program = f"""
+import multiprocessing
+def square(n):
+    print(n * n)
+process = multiprocessing.get_context("{method}").Process(target=square, args=(3,))
+process.start()
+"""
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert "<module>.<locals>.square" in message
+    assert message.endswith(
+        "A function or class the program defines cannot be pickled: the program is the body of"
+        " a function, not a file another process can import. A multiprocessing pool, a"
+        ' ProcessPoolExecutor or a process of the "spawn" or "forkserver" start method pickles'
+        ' what it runs; a process of the "fork" start method'
+        ' (multiprocessing.get_context("fork").Process(target=...)) runs it as it is, and so do'
+        " threads (asyncio.to_thread)."
+    )
+
+
+def test_a_process_of_the_fork_start_method_runs_a_function_of_the_program(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import multiprocessing
+def square(n):
+    print(n * n)
+process = multiprocessing.get_context("fork").Process(target=square, args=(3,))
+process.start()
+process.join()
+return process.exitcode
+"""
+    result = run(runtime, program)
+    assert result.value == 0, result
+    assert "".join(result.logs).strip() == "9"
+
+
 def test_a_forked_child_keeps_its_stdout_and_stderr_apart_as_a_script_s_child_does(
     runtime: SubprocessCodeRuntime,
 ) -> None:
