@@ -125,6 +125,7 @@ return await asyncio.gather(*[tools.slow({'data': big}) for _ in range(100)])
         result = asyncio.run(runtime.run(CodeRunRequest(all_at_once, tools)))
         assert result.error is not None and result.error.kind == "frame-limit", result
         assert f"more than {MAX_INFLIGHT_ARGUMENT_BYTES} bytes of arguments" in result.error.message
+        assert result.error.message.startswith("a call of tools.slow (")  # the one that tipped
         assert asyncio.run(runtime.run(CodeRunRequest(one_by_one, tools))).value == 100 * 2**20
     finally:
         runtime.close()
@@ -405,6 +406,7 @@ def test_object_keys_count_against_a_call_frames_values_and_are_not_all_read() -
     rejected = screen(one_object)
     assert isinstance(rejected, FrameRejected) and rejected.kind == "frame-limit"
     assert "object keys included" in rejected.message
+    assert "(the arguments of tools.echo)" in rejected.message
     # Many objects, each under the cap, together over it.
     per_object = MAX_CALL_TOKENS // 100
     objects: list[Any] = []

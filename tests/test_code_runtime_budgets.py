@@ -647,6 +647,43 @@ def test_a_worker_frame_over_the_cap_fails_the_run_before_its_body_is_read(
     assert_nothing_left(int(result.logs[0]))
 
 
+@pytest.mark.parametrize(
+    ("program", "what"),
+    [
+        ('await tools.sink({"blob": "z" * 200_000})', "the arguments of tools.sink"),
+        ('await tools["my-sink"]({"blob": "z" * 200_000})', 'the arguments of tools["my-sink"]'),
+        ('return "z" * 200_000', "the program's result"),
+        ('print("z" * 200_000)', "one log entry: a print or a write to sys.stdout or sys.stderr"),
+        (
+            'import sys\nsys.stderr.write("z" * 200_000)',
+            "one log entry: a print or a write to sys.stdout or sys.stderr",
+        ),
+        ('raise ValueError("z" * 200_000)', "the program's uncaught exception"),
+    ],
+    ids=["arguments", "quoted-arguments", "result", "print", "write", "exception"],
+)
+def test_a_frame_over_the_cap_is_named_by_what_it_would_have_carried(
+    runtime_with: Callable[..., SubprocessCodeRuntime], program: str, what: str
+) -> None:
+    # The program is told which of the things it sends was too large, and the run keeps
+    # what it printed before.
+    async def sink(value: Any) -> Any:
+        raise AssertionError("a call over the cap never reaches its binding")
+
+    result = run(
+        runtime_with(max_frame_bytes=100_000, max_output_bytes=1_000_000),
+        'print("before")\n' + program,
+        tools(sink=sink, **{"my-sink": sink}),
+    )
+    kind, message = failure(result)
+    assert kind == "frame-limit"
+    assert re.fullmatch(
+        rf"worker frame of \d+ bytes \({re.escape(what)}\) exceeds max_frame_bytes \(100000\)",
+        message,
+    ), message
+    assert list(result.logs) == ["before"]
+
+
 def test_a_reply_frame_over_the_cap_fails_the_run(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:

@@ -571,6 +571,7 @@ def test_arguments_in_flight_count_object_keys_like_string_values() -> None:
     inflight = InflightArguments()
     assert inflight.admit(1, tokens, "tools", "echo") is None
     refused = inflight.admit(2, tokens, "tools", "echo")
-    assert refused is not None and refused.startswith("binding calls in flight would hold more")
+    assert refused is not None and refused.startswith("a call of tools.echo (")
+    assert "would make binding calls in flight hold more than" in refused
     inflight.release(1)
     assert inflight.admit(3, tokens, "tools", "echo") is None

@@ -24,8 +24,9 @@ only when the frame is large enough to hold more values than its cap, and no fur
 cap, so the count costs at most one step per value a frame may have.
 
 A body this screen cannot read (not a known tag, not msgpack the encoder writes) is skipped
-undecoded: a frame the host would not understand anyway. This module imports only the
-standard library, ``msgspec`` and the frame and argument definitions.
+undecoded: a frame the host would not understand anyway. A call frame it rejects is named by
+the binding it calls. This module imports only the standard library, ``msgspec``, the frame
+and argument definitions and how a program spells a binding.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import msgspec
 
 from ._frames import SKIP_FRAME, FrameScreen, OutputLimit
 from ._inflight import BYTES_PER_TOKEN, MAX_INFLIGHT_ARGUMENT_BYTES
+from ._worker_api import access_expression
 
 __all__ = [
     "DONE_BYTES_PER_OUTPUT_BYTE",
@@ -194,6 +196,16 @@ def _values(cursor: _Cursor, tokens: int, cap: int) -> int | None:
     return values
 
 
+_NAME_SHOWN: Final = 200
+"""The most characters of a binding's name a message shows (the frame is the program's)."""
+
+
+def _called(global_name: bytes, name: bytes) -> str:
+    """What a rejected call frame is said to carry: the arguments of the binding it names."""
+    shown = [part.decode("utf-8", "replace")[:_NAME_SHOWN] for part in (global_name, name)]
+    return f"the arguments of {access_expression(*shown)}"
+
+
 def worker_frame_screen(max_output_bytes: int) -> FrameScreen:
     """The screen for the frames a host receives from a worker of a run capped at
     ``max_output_bytes``: ``None`` (decode the body), ``SKIP_FRAME`` or the frame to act on
@@ -216,15 +228,14 @@ def worker_frame_screen(max_output_bytes: int) -> FrameScreen:
             cursor.array()
             tag = cursor.string()  # a frame class name (``tag=True``)
             if tag == b"Call":
+                cursor.skip_int()
+                called = _called(cursor.string(), cursor.string())
                 if size > MAX_CALL_FRAME_BYTES:
                     return FrameRejected(
                         "frame-limit",
-                        f"worker call frame of {size} bytes exceeds the host's cap on one "
-                        f"call ({MAX_CALL_FRAME_BYTES} bytes)",
+                        f"worker call frame of {size} bytes ({called}) exceeds the host's "
+                        f"cap on one call ({MAX_CALL_FRAME_BYTES} bytes)",
                     )
-                cursor.skip_int()
-                cursor.string()
-                cursor.string()
                 tokens = cursor.array()
                 # An object's keys are values too, each at least a byte: they are counted
                 # unless the frame is too small to hold more than the cap allows.
@@ -235,8 +246,8 @@ def worker_frame_screen(max_output_bytes: int) -> FrameScreen:
                 ):
                     return FrameRejected(
                         "frame-limit",
-                        "worker call frame holds more argument values (object keys "
-                        f"included) than the host's cap on one call ({MAX_CALL_TOKENS} "
+                        f"worker call frame ({called}) holds more argument values (object "
+                        f"keys included) than the host's cap on one call ({MAX_CALL_TOKENS} "
                         "values)",
                     )
                 return None

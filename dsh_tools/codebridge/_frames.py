@@ -79,13 +79,16 @@ class Boot(msgspec.Struct, frozen=True, array_like=True, tag=True):
 
     ``held``: the run may not happen (its call has yet to pass its guards, hooks and
     approval): the worker compiles the program and then waits for an empty frame (``GO``)
-    before it runs any of it; the host closes the channel instead when the run never comes."""
+    before it runs any of it; the host closes the channel instead when the run never comes.
+    ``max_frame_bytes``: the host's cap on one worker frame, which the worker keeps to, so
+    that a run over it fails naming what was too large (the host sees only the length)."""
 
     program: str
     namespaces: list[NamespaceWire]
     max_output_bytes: int
     max_memory_mb: float
     compute_ms: float
+    max_frame_bytes: int
     held: bool = False
 
 

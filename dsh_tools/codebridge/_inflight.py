@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._tokens import ObjectMarker, Token
+from ._worker_api import access_expression
 
 __all__ = [
     "BYTES_PER_TOKEN",
@@ -74,8 +75,9 @@ class InflightArguments:
                 size += BYTES_PER_TOKEN * len(token.keys) + sum(map(len, token.keys))
         if self._held + size > MAX_INFLIGHT_ARGUMENT_BYTES:
             return (
-                f"binding calls in flight would hold more than {MAX_INFLIGHT_ARGUMENT_BYTES} "
-                f"bytes of arguments ({len(self._calls)} calls unanswered, each counted as "
+                f"a call of {access_expression(global_name, name)} ({size} bytes) would make "
+                f"binding calls in flight hold more than {MAX_INFLIGHT_ARGUMENT_BYTES} bytes "
+                f"of arguments ({len(self._calls)} calls unanswered, each counted as "
                 f"{CALL_BYTES} bytes besides its arguments)"
             )
         self._calls[call_id] = (size, global_name, name)

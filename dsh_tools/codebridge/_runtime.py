@@ -192,9 +192,16 @@ class SubprocessCodeRuntime:
 
     def _boot_fields(
         self, program: str, wire: list[NamespaceWire]
-    ) -> tuple[str, list[NamespaceWire], int, float, float]:
+    ) -> tuple[str, list[NamespaceWire], int, float, float, int]:
         config = self.config
-        return (program, wire, config.max_output_bytes, config.max_memory_mb, config.compute_ms)
+        return (
+            program,
+            wire,
+            config.max_output_bytes,
+            config.max_memory_mb,
+            config.compute_ms,
+            config.max_frame_bytes,
+        )
 
     def prepare(self, program: str, namespaces: list[NamespaceWire]) -> Callable[[], None] | None:
         """A run of ``program`` with ``namespaces`` (``namespace_wire``) may be asked for soon:

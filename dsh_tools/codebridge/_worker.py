@@ -71,6 +71,7 @@ from ._worker_api import (
     CallHandle,
     CaptureStream,
     Namespace,
+    access_expression,
     arity_message,
     error_class,
     guard_nested_run,
@@ -165,6 +166,8 @@ class Worker:
         self.boot = boot
         self.write = write if write is not None else partial(_write_all, CHANNEL_OUT)
         self.ledger = OutputLedger(boot.max_output_bytes)
+        self.frame_limit = PREFIX_BYTES + boot.max_frame_bytes
+        """The most bytes one frame may take, length prefix included."""
         self.output_closed = False
         self.in_child = False
         """Whether this process is a child the program forked (``forked``)."""
@@ -198,13 +201,33 @@ class Worker:
         """Take the run's boot: the worker was made while it waited for one."""
         self.boot = boot
         self.ledger = OutputLedger(boot.max_output_bytes)
+        self.frame_limit = PREFIX_BYTES + boot.max_frame_bytes
 
     # -- sending ----------------------------------------------------------------------------
 
     def send(self, frame: Any) -> None:
         data = _encode_frame(frame)
+        if len(data) > self.frame_limit:
+            self.oversized(frame, len(data) - PREFIX_BYTES)
         with self.send_lock:
             self.write(data)
+
+    def oversized(self, frame: Any, size: int) -> NoReturn:
+        """Fail the run with ``frame-limit`` instead of sending ``frame``, whose body of
+        ``size`` bytes is over the host's cap: the host would fail it all the same from its
+        length alone, saying nothing of what was too large."""
+        kind = type(frame)
+        if kind is Call:
+            what = f"the arguments of {access_expression(frame.global_name, frame.name)}"
+        elif kind is Log:
+            what = "one log entry: a print or a write to sys.stdout or sys.stderr"
+        elif kind is Done and frame.error is not None:
+            what = "the program's uncaught exception"
+        else:
+            what = "the program's result"
+        cap = self.frame_limit - PREFIX_BYTES
+        message = f"worker frame of {size} bytes ({what}) exceeds max_frame_bytes ({cap})"
+        self.finish(Done(error=DoneError("frame-limit", message)))
 
     def forked(self) -> None:
         """``os.fork``'s hook in a child of the program's: it runs on through the program, as
