@@ -1081,3 +1081,33 @@ def test_a_run_code_call_prepares_its_run_before_its_guards_and_a_refused_one_ne
     ]
     assert os.listdir(tmp_path) == ["ran"]
     assert claimed == [True]  # the allowed call's run took the worker its call prepared
+
+
+def test_help_on_a_tool_in_a_program_shows_its_sdk_declarations() -> None:
+    program = "help(tools.echo)\nhelp(tools)"
+    with code_system(
+        DEFAULT, tools=[echo_tool(description="Say the value back."), echo_tool("other")]
+    ) as system:
+        result = system.execute(run_code(program))
+        assert dispatch_events(system, "tool/code-dispatch-start") == []  # no tool was called
+        [sdk] = [s.text for s in system.assemble_prompt().sections if s.name == "tools:sdk"]
+    one, every = value_of(result)["logs"]
+    assert one == (
+        "Help on tools.echo (call it as `await tools.echo(args)`):\n"
+        "\n"
+        "class Tools:\n"
+        "    # Say the value back.\n"
+        "    async def echo(self, args: EchoArgs, /) -> EchoOutput: ...\n"
+        "\n"
+        "class EchoArgs(TypedDict, extra_items=JsonValue):\n"
+        "    value: str\n"
+        "\n"
+        "EchoOutput = str\n"
+        "\n"
+        'JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]'
+    )
+    heading, declarations = every.split("\n\n", 1)
+    assert heading == (
+        "Help on tools, the binding namespace (call a binding as `await tools.name(args)`):"
+    )
+    assert f"```python\n{declarations}\n```" in sdk  # the prompt's SDK, whole

@@ -1583,6 +1583,68 @@ return process.exitcode
     assert "".join(result.logs).strip() == "9"
 
 
+def test_help_on_a_binding_or_its_namespace_shows_what_the_namespace_describes(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Python's own help would describe the worker's closure (``call(*args, **kwargs)``) and
+    # namespace class. Replies to calls already in flight that arrive while help waits for its
+    # text reach their calls as ever.
+    asked: list[str | None] = []
+
+    def describe(name: str | None) -> str | None:
+        asked.append(name)
+        return None if name == "quiet" else f"all about {name or 'every binding'}"
+
+    program = """
+pending = [tools.echo({"value": n}) for n in range(20)]
+help(tools.echo)
+help(tools["my-tool"])
+help(tools)
+help(tools.quiet)
+values = await asyncio.gather(*pending)
+print(len(values), values[-1])
+"""
+    bindings = [
+        BindingNamespace(
+            "tools",
+            {"echo": echo, "my-tool": echo, "quiet": echo},
+            TOOL_CALL_ERROR,
+            describe=describe,
+        )
+    ]
+    result = run(runtime, program, bindings)
+    assert result.error is None, result.error
+    assert list(result.logs) == [
+        "Help on tools.echo (call it as `await tools.echo(args)`):\n\nall about echo",
+        'Help on tools["my-tool"] (call it as `await tools["my-tool"](args)`):\n\n'
+        "all about my-tool",
+        "Help on tools, the binding namespace (call a binding as `await tools.name(args)`):"
+        "\n\nall about every binding",
+        "Help on tools.quiet (call it as `await tools.quiet(args)`):\n\n"
+        "A binding: it takes one dict of arguments; await the call for its value.",
+        "20 echo:19",
+    ]
+    assert asked == ["echo", "my-tool", None, "quiet"]
+
+
+def test_help_without_a_describer_names_the_bindings_and_leaves_other_objects_to_python(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = "help(tools)\nhelp(tools.echo)\nprint(tools.echo.__doc__)\nhelp(len)"
+    result = run(runtime, program, tools(echo=echo, read=echo))
+    assert result.error is None, result.error
+    namespace, binding, doc, *python = result.logs
+    assert namespace.endswith("\n\nBindings: echo, read")
+    assert binding.endswith(
+        "A binding: it takes one dict of arguments; await the call for its value."
+    )
+    assert doc == (
+        "A binding: await it with one dict of arguments for its value; help() on it shows its"
+        " description and parameters."
+    )
+    assert "len(obj, /)" in "".join(python)
+
+
 def test_a_forked_child_keeps_its_stdout_and_stderr_apart_as_a_script_s_child_does(
     runtime: SubprocessCodeRuntime,
 ) -> None:

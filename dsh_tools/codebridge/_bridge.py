@@ -62,6 +62,7 @@ from ..registry._lossless import INT_MAX, INT_MIN
 from ._dispatch_log import logged_arguments, shaped_content
 from ._handoff import LoopHandoff
 from ._run_calls import AnsweredFuture
+from ._sdk import SdkTool, render_sdk_declarations, render_sdk_help
 from ._seam import BindingNamespace, CodeRunRequest, CodeRuntime, ErrorClassSpec
 
 __all__ = [
@@ -171,6 +172,7 @@ class CodeRunBridgeActor:
                     functions={name: self._binding(name, snapshot=False) for name in names},
                     error_class=TOOL_CALL_ERROR,
                     snapshot_functions={name: self._binding(name, snapshot=True) for name in names},
+                    describe=self._describe,
                 )
             ],
             signal=self._controller.signal,
@@ -280,6 +282,29 @@ class CodeRunBridgeActor:
 
         call_tool.__name__ = name if name.isidentifier() else "call_tool"
         return call_tool
+
+    def _describe(self, name: str | None) -> str | None:
+        """What ``help()`` in the program shows of tool ``name`` (``None``: of every tool the
+        program may call): its declarations as the SDK gives them, from the registry as it is
+        now."""
+        pipeline = self._pipeline
+        agent = self._agent
+        tools: list[SdkTool] = []
+        for known in binding_names(pipeline, agent) if name is None else [name]:
+            entry = pipeline.lookup(known, agent) if known != RUN_CODE else None
+            if entry is not None:
+                definition = entry.definition
+                tools.append(
+                    SdkTool(
+                        known,
+                        definition.description,
+                        definition.parameters,
+                        definition.output.schema,
+                    )
+                )
+        if name is None:
+            return render_sdk_declarations(tools)
+        return render_sdk_help(tools[0]) if tools else None
 
     def _over(self) -> str:
         return message_of(self._controller.signal.reason)

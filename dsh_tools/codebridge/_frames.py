@@ -29,6 +29,7 @@ from ._tokens import Token
 
 __all__ = [
     "GO",
+    "HELP_NAMESPACE",
     "PREFIX_BYTES",
     "SKIP_FRAME",
     "Boot",
@@ -90,6 +91,12 @@ class Boot(msgspec.Struct, frozen=True, array_like=True, tag=True):
     compute_ms: float
     max_frame_bytes: int
     held: bool = False
+
+
+HELP_NAMESPACE: Final = "?help"
+"""The namespace of the ``Call`` a program's ``help()`` makes: its ``name`` is the binding
+namespace asked about and its one argument the binding's name (``None``: the namespace). No
+binding global can be spelt so, and the host answers it as a binding call."""
 
 
 GO: Final = bytes(PREFIX_BYTES)

@@ -36,10 +36,10 @@ from ._frames import Done, Log, OutputLimit
 from ._ledger import OutputLedger, over_room
 from ._outcome import LIMIT, Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
-from ._run_calls import BindingCalls, Track
+from ._run_calls import Answerer, BindingCalls, Track
 from ._run_process import RunProcess
 from ._sandbox._init import WALL_BACKSTOP_SECONDS
-from ._seam import BindingFunction, CodeRunResult, CodeRuntimeConfig
+from ._seam import CodeRunResult, CodeRuntimeConfig
 from ._template_host import TemplateHandle
 from ._tokens import MAX_DEPTH_FROM_WORKER, TokenError, detokenize
 
@@ -80,7 +80,7 @@ class CodeRun(RunProcess):
         track: Track,
         loop: asyncio.AbstractEventLoop,
         ledger: OutputLedger,
-        namespaces: dict[str, dict[str, BindingFunction]],
+        namespaces: dict[str, dict[str, Answerer]],
         boot: bytes,
         taken: Slot | None = None,
         boot_sent: int = 0,

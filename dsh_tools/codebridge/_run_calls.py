@@ -21,11 +21,10 @@ from ..actors import FrozenDict, FrozenList
 from ._frames import Call, Reply
 from ._inflight import InflightArguments
 from ._outcome import quote, safe_text
-from ._seam import BindingFunction
 from ._tokens import MAX_DEPTH_FROM_WORKER, TokenError, detokenize, not_lossless, tokenize
 from ._worker_api import access_expression
 
-__all__ = ["AnsweredFuture", "BindingCalls", "Track"]
+__all__ = ["AnsweredFuture", "Answerer", "BindingCalls", "Track"]
 
 _HOST_DICTS: Final = (dict, FrozenDict)
 _HOST_LISTS: Final = (list, FrozenList)
@@ -38,6 +37,10 @@ one the host remembers (so as never to answer an id twice) costs it memory."""
 
 Track = Callable[["asyncio.Task[None]"], None]
 """Keeps a binding task referenced until it is done."""
+Answerer = Callable[[Any], object]
+"""What answers a call frame, given its arguments: a binding (``BindingFunction``), whose
+awaitable's value is the answer, or a namespace's describer (``help()``), which answers at
+once."""
 
 
 def _drop(frame: Reply, cap: int) -> int:
@@ -114,7 +117,7 @@ class BindingCalls:
     def __init__(
         self,
         *,
-        namespaces: dict[str, dict[str, BindingFunction]],
+        namespaces: dict[str, dict[str, Answerer]],
         loop: asyncio.AbstractEventLoop,
         track: Track,
         max_frame_bytes: int,

@@ -52,16 +52,24 @@ from typing import Final
 
 from ..actors import NEVER_ABORTED
 from ..actors._logging import get_logger
-from ._frames import GO, PREFIX_BYTES, Boot, ErrorClassWire, NamespaceWire, encode_frame
+from ._frames import (
+    GO,
+    HELP_NAMESPACE,
+    PREFIX_BYTES,
+    Boot,
+    ErrorClassWire,
+    NamespaceWire,
+    encode_frame,
+)
 from ._ledger import OutputLedger
 from ._outcome import Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
 from ._prepared import PreparedRuns
 from ._program import ProgramError, check_program
 from ._run import CodeRun
+from ._run_calls import Answerer
 from ._run_slots import RunSlots, wait_checking
 from ._seam import (
-    BindingFunction,
     CodeRunRequest,
     CodeRunResult,
     CodeRuntimeConfig,
@@ -275,10 +283,10 @@ class SubprocessCodeRuntime:
             return materialize(
                 ledger, Outcome(failure=("abort", safe_text(signal_.reason, "aborted")))
             )
-        namespaces: dict[str, dict[str, BindingFunction]] = {}
+        namespaces: dict[str, dict[str, Answerer]] = {}
         wire: list[NamespaceWire] = []
         for namespace in request.bindings:
-            functions = dict(namespace.functions)
+            functions: dict[str, Answerer] = dict(namespace.functions)
             # Arguments decoded from a frame are a fresh snapshot (``detokenize`` checks every
             # token and builds new frozen containers): the bindings that take one save a copy.
             snapshots = namespace.snapshot_functions
@@ -288,6 +296,11 @@ class SubprocessCodeRuntime:
                 namespaces[namespace.global_name] = functions
             spec = namespace.error_class
             wire.append(namespace_wire(namespace.global_name, functions, spec))
+            if namespace.describe is not None:
+                # Answered as any binding call (the describer takes what ``help()`` asks about).
+                namespaces.setdefault(HELP_NAMESPACE, {})[namespace.global_name] = (
+                    namespace.describe
+                )
         try:
             boot_bytes = bytes(encode_frame(Boot(*self._boot_fields(request.program, wire))))
         except UnicodeEncodeError:

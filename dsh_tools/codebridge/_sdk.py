@@ -36,6 +36,7 @@ __all__ = [
     "SdkTool",
     "render_sdk",
     "render_sdk_declarations",
+    "render_sdk_help",
     "sdk_fence",
     "sdk_type_expression",
 ]
@@ -153,24 +154,8 @@ def render_sdk_declarations(tools: Sequence[SdkTool]) -> str:
     members: list[str] = []
     literal_names: list[str] = []
     for name, description, parameters, output_schema in entries:
-        base = _tool_base_name(name)
-        args_name = _root_declarations(parameters, base + "Args", taken, blocks)
-        output_name = _root_declarations(output_schema, base + "Output", taken, blocks)
-        quoted = _json_string(name)
-        literal_names.append(quoted)
-        comment = _comment_text(description)
-        if comment:
-            members.append(f"{_INDENT}# {comment}")
-        if _is_bare_name(name):
-            members.append(
-                f"{_INDENT}async def {name}(self, args: {args_name}, /) -> {output_name}: ..."
-            )
-        else:
-            members.append(f"{_INDENT}@overload")
-            members.append(
-                f"{_INDENT}def __getitem__(self, name: Literal[{quoted}]) -> "
-                f"Callable[[{args_name}], Awaitable[{output_name}]]: ..."
-            )
+        literal_names.append(_json_string(name))
+        members.extend(_member_lines(name, description, parameters, output_schema, taken, blocks))
     if literal_names:
         blocks.append("ToolName = Literal[" + ", ".join(literal_names) + "]")
     else:
@@ -182,6 +167,49 @@ def render_sdk_declarations(tools: Sequence[SdkTool]) -> str:
         blocks.append(f"class Tools:\n{_INDENT}pass")
     blocks.append("tools: Tools")
     return "\n\n".join(blocks)
+
+
+def render_sdk_help(tool: SdkTool) -> str:
+    """What ``help()`` on one tool's binding shows a program: the ``Tools`` member the SDK
+    declares for it (its description and signature) and the declarations of its argument and
+    result types, as in ``render_sdk_declarations`` (a name two tools' types would share in
+    the whole SDK may be numbered differently). Never raises for any schema content."""
+    name, description, parameters, output_schema = _tool_entry(tool)
+    blocks: list[str] = []
+    members = _member_lines(
+        name, description, parameters, output_schema, set(_RESERVED_NAMES), blocks
+    )
+    text = "\n\n".join(["class Tools:\n" + "\n".join(members), *blocks])
+    if "JsonValue" in text:
+        text += "\n\n" + _JSON_VALUE_LINE
+    return text
+
+
+def _member_lines(
+    name: str,
+    description: str,
+    parameters: Any,
+    output_schema: Any,
+    taken: set[str],
+    blocks: list[str],
+) -> list[str]:
+    """The ``Tools`` member lines of one tool, its type declarations appended to ``blocks``."""
+    base = _tool_base_name(name)
+    args_name = _root_declarations(parameters, base + "Args", taken, blocks)
+    output_name = _root_declarations(output_schema, base + "Output", taken, blocks)
+    lines: list[str] = []
+    comment = _comment_text(description)
+    if comment:
+        lines.append(f"{_INDENT}# {comment}")
+    if _is_bare_name(name):
+        lines.append(f"{_INDENT}async def {name}(self, args: {args_name}, /) -> {output_name}: ...")
+    else:
+        lines.append(f"{_INDENT}@overload")
+        lines.append(
+            f"{_INDENT}def __getitem__(self, name: Literal[{_json_string(name)}]) -> "
+            f"Callable[[{args_name}], Awaitable[{output_name}]]: ..."
+        )
+    return lines
 
 
 def _tool_entry(tool: Any) -> tuple[str, str, Any, Any]:

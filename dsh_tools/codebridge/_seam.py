@@ -92,12 +92,17 @@ class BindingNamespace(msgspec.Struct, frozen=True):
     scalars, no shared or cyclic parts) that nothing else holds. A runtime that decodes each
     call's arguments into exactly that (the subprocess runtime does) calls these instead of
     ``functions``, which must copy and check what they are given.
+
+    ``describe``, when given, is what ``help()`` in the program shows: called (on the run's
+    event loop) with a binding's name, or ``None`` for the namespace itself, it returns the
+    text (``None``: nothing to show beyond the binding's name).
     """
 
     global_name: str
     functions: Mapping[str, BindingFunction]
     error_class: ErrorClassSpec | None = None
     snapshot_functions: Mapping[str, BindingFunction] | None = None
+    describe: Callable[[str | None], str | None] | None = None
 
 
 class CodeRunRequest(msgspec.Struct, frozen=True):
@@ -315,6 +320,8 @@ def validate_request(request: CodeRunRequest) -> None:
                 raise TypeError(f"code runtime: binding names of {name!r} must be str")
             if not callable(function):
                 raise TypeError(f"code runtime: binding {name}.{member} is not callable")
+        if namespace.describe is not None and not callable(namespace.describe):
+            raise TypeError(f"code runtime: describe of {name!r} must be callable or None")
         spec = namespace.error_class
         if spec is None:
             continue

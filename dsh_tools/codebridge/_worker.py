@@ -45,6 +45,7 @@ from typing import Any, Final, NoReturn
 
 from . import _worker_api
 from ._frames import (
+    HELP_NAMESPACE,
     PREFIX_BYTES,
     Boot,
     Call,
@@ -109,6 +110,7 @@ _SIG_BLOCK = signal.SIG_BLOCK
 _ALL_SIGNALS = frozenset(signal.valid_signals())
 _select = select.select
 _builtin_print = builtins.print
+_builtin_help: Callable[..., Any] | None = getattr(builtins, "help", None)
 _get_ident = threading.get_ident
 _encode_frame = encode_frame
 _WORKER_FILES: Final = frozenset({__file__, _worker_api.__file__})
@@ -120,6 +122,10 @@ _CHANNEL_LOST: Final = 70
 go on with)."""
 
 
+_BINDING_DOC: Final = (
+    "A binding: await it with one dict of arguments for its value; help() on it shows its"
+    " description and parameters."
+)
 _FOREIGN_THREAD_CALL: Final = "tools bindings must be called from the run_code event loop"
 _FORKED_CALL: Final = (
     "tools bindings must be called from the run_code worker, not a process it forked"
@@ -189,6 +195,8 @@ class Worker:
         """The run's fresh ``__main__``, made ahead (``set_up``); ``load_program`` takes it."""
         self.error_classes: dict[tuple[str, str], type[Exception]] = {}
         """The error classes of the run's namespaces by (name, member attribute)."""
+        self.namespaces: dict[str, Namespace] = {}
+        """The program's binding namespaces by global name (``help`` looks its objects up)."""
 
     def error_class(self, name: str, member_attr: str) -> type[Exception]:
         """The run's error class ``name`` (made once: a worker serves one run)."""
@@ -331,6 +339,71 @@ class Worker:
             text = text[:-1]
         self.emit(text, 1 if target is self.stdout else 2)
 
+    def help(self, *args: Any, **kwargs: Any) -> None:
+        """``help()`` as a program sees it. On a binding or a binding namespace Python's own
+        would describe the worker's closure or class; this shows what the host's describer
+        gives (for a tool system: the tool's description, signature and argument and result
+        types, as the SDK declares them). Anything else goes to Python's own."""
+        about = self.binding_of(args[0]) if len(args) == 1 and not kwargs else None
+        if about is None:
+            helper = _builtin_help
+            if helper is None:
+                import pydoc
+
+                helper = pydoc.help
+            helper(*args, **kwargs)
+            return
+        global_name, name = about
+        text = self.describe(global_name, name)
+        if name is None:
+            heading = (
+                f"Help on {global_name}, the binding namespace (call a binding as"
+                f" `await {access_expression(global_name, 'name')}(args)`):"
+            )
+            fallback = "Bindings: " + ", ".join(self.namespaces[global_name])
+        else:
+            access = access_expression(global_name, name)
+            heading = f"Help on {access} (call it as `await {access}(args)`):"
+            fallback = "A binding: it takes one dict of arguments; await the call for its value."
+        self.emit(f"{heading}\n\n{text if text is not None else fallback}")
+
+    def binding_of(self, thing: object) -> tuple[str, str | None] | None:
+        """``(global name, binding name)`` of a binding, ``(global name, None)`` of a
+        namespace, or ``None`` for anything else."""
+        for global_name, namespace in self.namespaces.items():
+            if thing is namespace:
+                return global_name, None
+            for name, binding in namespace.__dsh_bindings__.items():
+                if thing is binding:
+                    return global_name, name
+        return None
+
+    def describe(self, global_name: str, name: str | None) -> str | None:
+        """The host's text for binding ``name`` of ``global_name`` (``None``: the namespace),
+        or ``None`` when it has none. ``help`` is synchronous: the request goes out as a call
+        and its reply is read here, the loop standing still meanwhile (the replies of other
+        calls that come first are taken as the loop would take them). Only the program's own
+        loop thread asks: another thread's reads would race the loop's."""
+        loop = self.loop
+        if _get_ident() != self.thread or loop is None:
+            return None
+        handle = CallHandle(loop, HELP_NAMESPACE, global_name, plain_error)
+        self.next_id += 1
+        call_id = self.next_id
+        self.pending[call_id] = handle
+        try:
+            self.send(Call(call_id, HELP_NAMESPACE, global_name, [name]))
+        except Exception:
+            del self.pending[call_id]
+            return None
+        while not handle.done():
+            _select((CHANNEL_IN,), (), ())
+            self.on_readable()
+        if handle.cancelled() or handle.exception() is not None:
+            return None
+        text = handle.result()
+        return text if isinstance(text, str) else None
+
     # -- bindings ---------------------------------------------------------------------------
 
     def binding(
@@ -342,6 +415,7 @@ class Worker:
             return self.submit(global_name, name, args[0], error)
 
         call.__name__ = call.__qualname__ = name
+        call.__doc__ = _BINDING_DOC
         return call
 
     def submit(
@@ -552,7 +626,9 @@ def load_program(worker: Worker) -> Loaded | Done:
             name: worker.binding(namespace.global_name, name, error_type)
             for name in namespace.names
         }
-        scope[namespace.global_name] = Namespace(namespace.global_name, bindings)
+        scope[namespace.global_name] = worker.namespaces[namespace.global_name] = Namespace(
+            namespace.global_name, bindings
+        )
     exec(code, scope)  # defines the program's function; nothing of the program runs yet
     return module, scope.pop(FUNCTION_NAME)
 
@@ -578,6 +654,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     sys.stdout = worker.stdout
     sys.stderr = worker.stderr
     builtins.print = worker.print
+    builtins.help = worker.help  # type: ignore[assignment]  # site's helper, replaced
     threading.excepthook = worker.thread_excepthook
     sys.unraisablehook = worker.unraisable_hook
     os.register_at_fork(after_in_child=worker.forked)
