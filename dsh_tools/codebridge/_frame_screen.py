@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ._frames import SKIP_FRAME, FrameScreen, OutputLimit
+from ._frames import SKIP_FRAME, FrameScreen, FrameTooLarge, OutputLimit
 from ._inflight import BYTES_PER_TOKEN, MAX_INFLIGHT_ARGUMENT_BYTES
 from ._worker_api import access_expression
 
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_CALL_FRAME_BYTES",
     "MAX_CALL_TOKENS",
     "FrameRejected",
+    "oversize_message",
     "worker_frame_screen",
 ]
 
@@ -204,6 +205,28 @@ def _called(global_name: bytes, name: bytes) -> str:
     """What a rejected call frame is said to carry: the arguments of the binding it names."""
     shown = [part.decode("utf-8", "replace")[:_NAME_SHOWN] for part in (global_name, name)]
     return f"the arguments of {access_expression(*shown)}"
+
+
+def oversize_message(oversize: FrameTooLarge) -> str:
+    """The ``frame-limit`` message of a worker frame over ``max_frame_bytes``, naming what it
+    carries when the bytes that came with its length prefix say (the worker sends them so)."""
+    what = ""
+    try:
+        cursor = _Cursor(oversize.head)
+        cursor.array()
+        tag = cursor.string()
+        if tag == b"Call":
+            cursor.skip_int()
+            what = f" ({_called(cursor.string(), cursor.string())})"
+        elif tag == b"Log":
+            what = " (one log entry: a print or a write to sys.stdout or sys.stderr)"
+        elif tag == b"Done":
+            # ``[tag, value, error]``: no value, the program failed.
+            failed = cursor.array() is None
+            what = " (the program's uncaught exception)" if failed else " (the program's result)"
+    except ValueError:
+        pass
+    return f"worker frame of {oversize.size} bytes{what} exceeds max_frame_bytes ({oversize.cap})"
 
 
 def worker_frame_screen(max_output_bytes: int) -> FrameScreen:

@@ -29,6 +29,7 @@ from ._tokens import Token
 
 __all__ = [
     "GO",
+    "HEAD_BYTES",
     "HELP_NAMESPACE",
     "PREFIX_BYTES",
     "SKIP_FRAME",
@@ -175,12 +176,18 @@ def worker_frame_decoder() -> msgspec.msgpack.Decoder[Any]:
 
 
 class FrameTooLarge(Exception):
-    """A length prefix above ``max_frame_bytes``."""
+    """A length prefix above ``max_frame_bytes``; ``head``: what of the body came with it
+    (up to ``HEAD_BYTES``), which may say what the frame carries."""
 
-    def __init__(self, size: int, cap: int) -> None:
+    def __init__(self, size: int, cap: int, head: bytes = b"") -> None:
         super().__init__(f"frame of {size} bytes exceeds max_frame_bytes ({cap})")
         self.size = size
         self.cap = cap
+        self.head = head
+
+
+HEAD_BYTES: Final = 4096
+"""The most bytes of an oversized body a reader keeps (``FrameTooLarge.head``)."""
 
 
 class _Skipped(Exception):
@@ -329,7 +336,8 @@ class FrameReader:
                     body.release()
                 start = body_end
         if size > cap:
-            self.oversize = FrameTooLarge(size, cap)
+            head = bytes(buffer[start + PREFIX_BYTES : start + PREFIX_BYTES + HEAD_BYTES])
+            self.oversize = FrameTooLarge(size, cap, head)
             buffer.clear()
             self._start = 0
             return frames

@@ -57,7 +57,7 @@ _FINISHED_LOCK: Final = threading.RLock()
 """Guards every run's ``finished`` future as it is made or the run ends (on different
 threads: a disposal asks from its own). Reentrant: making the future may start a collection
 that ends an abandoned run in a finalizer, on this thread (see the runtime's own lock)."""
-_DONE_KINDS: Final = frozenset({"exception", "frame-limit", "invalid-output", "output-limit"})
+_DONE_KINDS: Final = frozenset({"exception", "invalid-output", "output-limit"})
 _NOT_LOSSLESS_COMPLETION: Final = "program completion must be lossless JSON"
 _MEASURED_FIRST_TOKENS: Final = 1 << 16
 """A completion of more tokens than this is first held against the output cap by a lower

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from functools import lru_cache, partial
 from typing import Any, Final
 
-from ._frame_screen import worker_frame_screen
+from ._frame_screen import oversize_message, worker_frame_screen
 from ._frames import Call, FrameReader, worker_frame_decoder
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome
@@ -290,7 +290,7 @@ class RunProcess(abc.ABC):
                 continue
         oversize = self._frames.oversize
         if oversize is not None and self._outcome is None:
-            self._settle_failure("frame-limit", f"worker {oversize}")
+            self._settle_failure("frame-limit", oversize_message(oversize))
         elif self._frames.dropped > IGNORED_FRAMES_LIMIT and self._outcome is None:
             self._settle_failure(
                 "frame-limit",

@@ -45,6 +45,7 @@ from typing import Any, Final, NoReturn
 
 from . import _worker_api
 from ._frames import (
+    HEAD_BYTES,
     HELP_NAMESPACE,
     PREFIX_BYTES,
     Boot,
@@ -126,6 +127,8 @@ _BINDING_DOC: Final = (
     "A binding: await it with one dict of arguments for its value; help() on it shows its"
     " description and parameters."
 )
+_FRAME_HEAD_BYTES: Final = min(select.PIPE_BUF, PREFIX_BYTES + HEAD_BYTES)
+"""What the worker sends of a frame over the host's cap (``oversized``)."""
 _FOREIGN_THREAD_CALL: Final = "tools bindings must be called from the run_code event loop"
 _FORKED_CALL: Final = (
     "tools bindings must be called from the run_code worker, not a process it forked"
@@ -216,26 +219,20 @@ class Worker:
     def send(self, frame: Any) -> None:
         data = _encode_frame(frame)
         if len(data) > self.frame_limit:
-            self.oversized(frame, len(data) - PREFIX_BYTES)
+            self.oversized(data)
         with self.send_lock:
             self.write(data)
 
-    def oversized(self, frame: Any, size: int) -> NoReturn:
-        """Fail the run with ``frame-limit`` instead of sending ``frame``, whose body of
-        ``size`` bytes is over the host's cap: the host would fail it all the same from its
-        length alone, saying nothing of what was too large."""
-        kind = type(frame)
-        if kind is Call:
-            what = f"the arguments of {access_expression(frame.global_name, frame.name)}"
-        elif kind is Log:
-            what = "one log entry: a print or a write to sys.stdout or sys.stderr"
-        elif kind is Done and frame.error is not None:
-            what = "the program's uncaught exception"
-        else:
-            what = "the program's result"
-        cap = self.frame_limit - PREFIX_BYTES
-        message = f"worker frame of {size} bytes ({what}) exceeds max_frame_bytes ({cap})"
-        self.finish(Done(error=DoneError("frame-limit", message)))
+    def oversized(self, data: bytes | bytearray) -> NoReturn:
+        """Send only the head of a frame over the host's cap, then wait for the end of the run.
+        The host fails the run from the length prefix, before it reads any body, and names
+        what the frame carries from the bytes that came with the prefix: written at once (at
+        most ``PIPE_BUF``: one piece in the pipe), they all come with it. The rest would only
+        cost a write the host never reads."""
+        with self.send_lock:
+            with contextlib.suppress(OSError):
+                self.write(data[:_FRAME_HEAD_BYTES])
+            _await_kill()
 
     def forked(self) -> None:
         """``os.fork``'s hook in a child of the program's: it runs on through the program, as
