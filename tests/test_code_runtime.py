@@ -794,6 +794,36 @@ def test_an_indented_program_with_a_global_helper_runs_in_the_worker(
     assert result.value == 6
 
 
+def test_a_star_import_binds_the_module_s_names_as_in_a_script(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Python refuses ``import *`` in a function ("only allowed at module level"), and the
+    # program is the body of one: a model that writes it as at a script's top level gets the
+    # names, in a block of the program too, and its helpers see them.
+    program = """
+from math import *
+if True:
+    from os.path import *
+def area(r):
+    return pi * r * r
+return [sqrt(16), join("a", "b"), floor(area(1))]
+"""
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    assert result.value == [4.0, "a/b", 3]
+
+
+def test_a_star_import_that_fails_shows_the_program_s_line(runtime: SubprocessCodeRuntime) -> None:
+    kind, message = failure(run(runtime, "x = 1\nfrom no_such_module import *"))
+    assert kind == "exception"
+    assert message == (
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 2, in <module>\n'
+        "    from no_such_module import *\n"
+        "ModuleNotFoundError: No module named 'no_such_module'"
+    )
+
+
 def test_syntax_errors_and_yield_fail_before_any_process_starts(
     fresh_runtime: SubprocessCodeRuntime,
 ) -> None:

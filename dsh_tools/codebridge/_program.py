@@ -9,11 +9,14 @@ bare ``return`` or falling off the end gives the sentinel, i.e. no result.
 Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
 ``yield`` is rejected.
 
-Two things a script does that a function body does not are kept. A name that a nested function
-or class declares ``global`` is declared ``global`` in the program's own scope too, so that it is
-the program's top-level variable, as in a script (``counter = 0`` beside a helper that does
-``global counter``). And a program indented as a whole (a model's habit) is parsed as the body
-of an ``if`` block, as written: its strings keep their text and its lines their numbers.
+Three things a script does that a function body does not are kept. A name that a nested
+function or class declares ``global`` is declared ``global`` in the program's own scope too, so
+that it is the program's top-level variable, as in a script (``counter = 0`` beside a helper that
+does ``global counter``). The program's own ``from module import *`` (which Python refuses in a
+function) becomes a call of ``STAR_IMPORT_NAME``, which puts the names the import would bind into
+the program's globals, where its unassigned names are looked up. And a program indented as a
+whole (a model's habit) is parsed as the body of an ``if`` block, as written: its strings keep
+their text and its lines their numbers.
 
 The host parses a program of up to 32 KiB (``check_program``) to reject syntax errors before it
 starts anything; only the worker compiles it to bytecode, inside its run's limits, and reports
@@ -33,6 +36,7 @@ __all__ = [
     "ABSENT_NAME",
     "FILENAME",
     "FUNCTION_NAME",
+    "STAR_IMPORT_NAME",
     "ProgramError",
     "check_program",
     "compile_program",
@@ -45,6 +49,9 @@ FUNCTION_NAME: Final = "<module>"
 """Name of the wrapping coroutine function (tracebacks read ``in <module>``)."""
 ABSENT_NAME: Final = "__run_code_absent__"
 """Global holding the no-result sentinel."""
+STAR_IMPORT_NAME: Final = "__run_code_star_import__"
+"""Global holding the function a program's ``from module import *`` calls, with the module's
+name and the import's level."""
 
 _YIELD_MESSAGE: Final = "'yield' is not allowed in a run_code program body"
 
@@ -218,6 +225,26 @@ class _Unannotated(ast.NodeTransformer):
         return ast.copy_location(ast.Assign(targets=[target], value=node.value), node)
 
 
+class _StarImports(ast.NodeTransformer):
+    """The program's own ``from module import *`` as calls of ``STAR_IMPORT_NAME`` (nested
+    scopes left as they are: Python refuses one there, as in a script)."""
+
+    def _nested(self, node: ast.AST) -> ast.AST:
+        return node  # a scope of its own
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _nested
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if [alias.name for alias in node.names] != ["*"]:
+            return node
+        call = ast.Call(
+            func=ast.Name(STAR_IMPORT_NAME, ast.Load()),
+            args=[ast.Constant(node.module or ""), ast.Constant(node.level)],
+            keywords=[],
+        )
+        return ast.fix_missing_locations(ast.copy_location(ast.Expr(call), node))
+
+
 def _globals_of_nested_scopes(body: list[ast.stmt]) -> list[str]:
     """The names that a function or class inside the program declares ``global``."""
     own = {id(node) for node in _own_nodes(body)}
@@ -260,6 +287,8 @@ def _program_module(source: str) -> ast.Module:
             # ``counter: int = 0`` becomes ``counter = 0`` (an annotation changes nothing at
             # run time but ``__annotations__``), and ``counter: int`` alone goes.
             tree.body = _Unannotated(set(names)).visit_body(tree.body)
+    if "*" in source and "import" in source:
+        tree.body = [_StarImports().visit(statement) for statement in tree.body]
     last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1
     absent = ast.Name(ABSENT_NAME, ast.Load())
     final = ast.Return(absent)

@@ -63,6 +63,7 @@ from ._program import (
     ABSENT_NAME,
     FILENAME,
     FUNCTION_NAME,
+    STAR_IMPORT_NAME,
     ProgramError,
     compile_program,
     source_lines,
@@ -591,7 +592,20 @@ def _fresh_main() -> types.ModuleType:
     scope["__builtins__"] = builtins
     scope["asyncio"] = asyncio
     scope[ABSENT_NAME] = ABSENT
+    scope[STAR_IMPORT_NAME] = partial(_star_import, scope)
     return module
+
+
+def _star_import(scope: dict[str, Any], name: str, level: int) -> None:
+    """The program's ``from <name> import *`` (``level`` dots before the name): the names a
+    module-level one binds (the module's ``__all__``, else its names without a leading
+    underscore), put into the program's globals (``_program``)."""
+    module = builtins.__import__(name, scope, None, ("*",), level)
+    names = getattr(module, "__all__", None)
+    if names is None:
+        names = [key for key in vars(module) if not key.startswith("_")]
+    for key in names:
+        scope[key] = getattr(module, key)
 
 
 def load_program(worker: Worker) -> Loaded | Done:
