@@ -813,6 +813,28 @@ return [sqrt(16), join("a", "b"), floor(area(1))]
     assert result.value == [4.0, "a/b", 3]
 
 
+def test_future_imports_the_program_starts_with_apply_to_it_as_in_a_script(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # In a function Python refuses them ("must occur at the beginning of the file"), and the
+    # program is the body of one; later in the program they are refused as in a script.
+    program = '''"""Annotations stay text."""
+from __future__ import annotations
+def typed(x: NoSuchType) -> int:
+    return x
+return typed.__annotations__
+'''
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    assert result.value == {"x": "NoSuchType", "return": "int"}
+    kind, message = failure(run(runtime, "x = 1\nfrom __future__ import annotations"))
+    assert kind == "exception"
+    assert message.endswith(
+        "SyntaxError: from __future__ imports must occur at the beginning of the file"
+    )
+    assert '  File "<run_code>", line 2' in message
+
+
 def test_a_star_import_that_fails_shows_the_program_s_line(runtime: SubprocessCodeRuntime) -> None:
     kind, message = failure(run(runtime, "x = 1\nfrom no_such_module import *"))
     assert kind == "exception"

@@ -9,7 +9,10 @@ bare ``return`` or falling off the end gives the sentinel, i.e. no result.
 Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
 ``yield`` is rejected.
 
-Three things a script does that a function body does not are kept. A name that a nested
+Four things a script does that a function body does not are kept. The ``from __future__``
+imports a program starts with (after its docstring, if any) are moved out of the function to
+the module it is compiled in, where Python takes them (a function's are a ``SyntaxError``
+saying they "must occur at the beginning of the file", which they do). A name that a nested
 function or class declares ``global`` is declared ``global`` in the program's own scope too, so
 that it is the program's top-level variable, as in a script (``counter = 0`` beside a helper that
 does ``global counter``). The program's own ``from module import *`` (which Python refuses in a
@@ -245,6 +248,27 @@ class _StarImports(ast.NodeTransformer):
         return ast.fix_missing_locations(ast.copy_location(ast.Expr(call), node))
 
 
+def _leading_futures(body: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The ``from __future__`` imports ``body`` starts with (after a docstring, if any), and
+    ``body`` without them."""
+    start = 1 if body and _is_docstring(body[0]) else 0
+    end = start
+    while end < len(body):
+        statement = body[end]
+        if not (isinstance(statement, ast.ImportFrom) and statement.module == "__future__"):
+            break
+        end += 1
+    return body[start:end], body[:start] + body[end:]
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
 def _globals_of_nested_scopes(body: list[ast.stmt]) -> list[str]:
     """The names that a function or class inside the program declares ``global``."""
     own = {id(node) for node in _own_nodes(body)}
@@ -275,6 +299,9 @@ def _program_module(source: str) -> ast.Module:
             raise ProgramError(_format_syntax_error(rejected, source))
         if isinstance(node, ast.Return) and node.value is None:
             node.value = ast.copy_location(ast.Name(ABSENT_NAME, ast.Load()), node)
+    futures: list[ast.stmt] = []
+    if "__future__" in source:
+        futures, tree.body = _leading_futures(tree.body)
     hoisted: list[ast.stmt] = []
     if "global" in source:
         names = _globals_of_nested_scopes(tree.body)
@@ -315,4 +342,4 @@ def _program_module(source: str) -> ast.Module:
         end_lineno=last_line,
         end_col_offset=0,
     )
-    return ast.Module(body=[function], type_ignores=[])
+    return ast.Module(body=[*futures, function], type_ignores=[])
