@@ -794,6 +794,38 @@ def test_an_indented_program_with_a_global_helper_runs_in_the_worker(
     assert result.value == 6
 
 
+def test_what_the_program_defines_is_named_as_a_script_s_top_level_names_are(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The program is the body of a function, whose definitions Python names
+    # ``<module>.<locals>.P``: a model read that in every repr of its dataclasses and
+    # functions and in the last line of its own exception's traceback.
+    program = """
+from dataclasses import dataclass
+@dataclass
+class Point:
+    x: int
+def outer():
+    def inner():
+        pass
+    return inner
+class BadInput(Exception):
+    pass
+print(Point(1))
+print(Point.__qualname__, outer.__qualname__, outer().__qualname__, (lambda: 0).__qualname__)
+print([n for n in [Point]][0].__name__, repr(Point).split("'")[1])
+raise BadInput("no rows")
+"""
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert message.endswith("\nBadInput: no rows")
+    assert run(runtime, program).logs == [
+        "Point(x=1)",
+        "Point outer outer.<locals>.inner <lambda>",
+        "Point __main__.Point",
+    ]
+
+
 def test_a_star_import_binds_the_module_s_names_as_in_a_script(
     runtime: SubprocessCodeRuntime,
 ) -> None:
@@ -1595,9 +1627,9 @@ return await tools.echo({"x": "the worker's value"})
 def test_a_process_that_must_pickle_a_function_of_the_program_says_why_it_cannot(
     runtime: SubprocessCodeRuntime, method: str
 ) -> None:
-    # Pickle's own refusal names an object ``<module>.<locals>.square`` the program never
-    # wrote: the failure says that the program is no file another process can import, and
-    # what runs the function instead.
+    # Pickle's own refusal says only that ``square`` is not in ``__main__``: the failure says
+    # why (the program is the body of a function, and no file another process can import)
+    # and what runs the function instead.
     program = f"""
 import multiprocessing
 def square(n):
@@ -1607,10 +1639,11 @@ process.start()
 """
     kind, message = failure(run(runtime, program))
     assert kind == "exception"
-    assert "<module>.<locals>.square" in message
+    assert "attribute lookup square on __main__ failed" in message
     assert message.endswith(
         "A function or class the program defines cannot be pickled: the program is the body of"
-        " a function, not a file another process can import. A multiprocessing pool, a"
+        " a function, so pickle does not find what it defines in __main__, and another process"
+        " cannot import it (the program is no file). A multiprocessing pool, a"
         ' ProcessPoolExecutor or a process of the "spawn" or "forkserver" start method pickles'
         ' what it runs; a process of the "fork" start method'
         ' (multiprocessing.get_context("fork").Process(target=...)) runs it as it is, and so do'
@@ -1751,7 +1784,7 @@ return "dropped"
     assert result.value == "dropped"
     [entry] = result.logs  # one entry, as the interpreter reports it
     heading, report = entry.split("\n", 1)
-    assert heading.startswith("Exception ignored in: <function <module>.<locals>.Handle.__del__")
+    assert heading.startswith("Exception ignored in: <function Handle.__del__")
     assert report == (
         "Traceback (most recent call last):\n"
         '  File "<run_code>", line 4, in __del__\n'

@@ -30,6 +30,7 @@ module imports only the standard library.
 from __future__ import annotations
 
 import ast
+import inspect
 import io
 import traceback
 from types import CodeType
@@ -143,11 +144,68 @@ def compile_program(source: str) -> CodeType:
     """
     module = _program_module(source)
     try:
-        return compile(module, FILENAME, "exec", dont_inherit=True)
+        code = compile(module, FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as error:
         raise ProgramError(_format_syntax_error(error, source)) from None
     except (MemoryError, RecursionError) as error:
         raise _too_deep(error) from None
+    return _top_level_names(code)
+
+
+_OPTIMIZED: Final = inspect.CO_OPTIMIZED
+_LOCALS_PREFIX: Final = f"{FUNCTION_NAME}.<locals>."
+"""How the qualified names of what the program defines start: it is the body of a function."""
+
+
+def _top_level_names(module: CodeType) -> CodeType:
+    """``module`` with the program's functions and classes named as a script's: ``P``,
+    ``f.<locals>.g``, not ``<module>.<locals>.P``. The prefix is what a model reads in the
+    repr of a dataclass (``<module>.<locals>.P(x=1)``), a function or a class and in the last
+    line of a traceback of its own exception class, none of which it wrote. A function's
+    ``__qualname__`` is its code's; a class's is a constant its body stores."""
+    consts = list(module.co_consts)
+    for index, const in enumerate(consts):
+        if isinstance(const, CodeType) and const.co_name == FUNCTION_NAME:
+            renamed = _renamed(const)
+            if renamed is const:  # the program defines nothing (most do not)
+                return module
+            consts[index] = renamed
+            return module.replace(co_consts=tuple(consts))
+    return module
+
+
+def _renamed(code: CodeType) -> CodeType:
+    """``code`` and the code nested in it without ``_LOCALS_PREFIX``. Iterative: code may nest
+    as deep as the compiler lets it."""
+    root_consts: list[object] = list(code.co_consts)
+    if not any(isinstance(const, CodeType) for const in root_consts):
+        return code
+    # Depth first: each entry is a code object, its constants being rebuilt, and where the
+    # next constant to look at is; a finished code object replaces itself in its parent.
+    stack: list[tuple[CodeType, list[object], int]] = [(code, root_consts, 0)]
+    done: CodeType = code
+    while stack:
+        current, consts, index = stack.pop()
+        while index < len(consts) and not isinstance(consts[index], CodeType):
+            index += 1
+        if index < len(consts):
+            child = consts[index]
+            assert isinstance(child, CodeType)
+            stack.append((current, consts, index))
+            stack.append((child, list(child.co_consts), 0))
+            continue
+        qualname = current.co_qualname
+        renamed = qualname.removeprefix(_LOCALS_PREFIX)
+        if renamed != qualname and not current.co_flags & _OPTIMIZED:
+            # A class body (the one kind of nested code not optimized) stores its
+            # ``__qualname__`` from a constant equal to its code's.
+            consts = [renamed if const == qualname else const for const in consts]
+        done = current.replace(co_consts=tuple(consts), co_qualname=renamed)
+        if stack:
+            parent, parent_consts, parent_index = stack.pop()
+            parent_consts[parent_index] = done
+            stack.append((parent, parent_consts, parent_index + 1))
+    return done
 
 
 def _parse(source: str) -> ast.Module:

@@ -13,17 +13,13 @@ import types
 from collections.abc import Collection
 from typing import Final
 
-from ._program import FUNCTION_NAME
-
 __all__ = ["render_exception", "render_reported_exception"]
 
 _UNRENDERABLE: Final = "program threw an unrenderable value"
-_PROGRAM_LOCALS: Final = f"'{FUNCTION_NAME}.<locals>."
-"""How pickle's refusal quotes a function or class the program defines: the program is the
-body of a function, so what it defines at its top level is that function's local."""
 _PICKLING_NOTE: Final = (
     "A function or class the program defines cannot be pickled: the program is the body of"
-    " a function, not a file another process can import. A multiprocessing pool, a"
+    " a function, so pickle does not find what it defines in __main__, and another process"
+    " cannot import it (the program is no file). A multiprocessing pool, a"
     ' ProcessPoolExecutor or a process of the "spawn" or "forkserver" start method'
     ' pickles what it runs; a process of the "fork" start method'
     ' (multiprocessing.get_context("fork").Process(target=...)) runs it as it is, and so'
@@ -35,14 +31,14 @@ text names neither the cause nor what works instead)."""
 
 def _explain_pickling(exc: BaseException) -> None:
     """Add ``_PICKLING_NOTE`` to ``exc`` if it is pickle's refusal of a function or class the
-    program defines (an ``AttributeError`` up to Python 3.13, a ``PicklingError`` after); an
-    exception whose text or notes cannot be read is left as it is."""
-    if not isinstance(exc, AttributeError) and type(exc).__name__ != "PicklingError":
+    program defines: the program's module is ``__main__``, where pickle looks such an object up
+    by name and, the program being the body of a function, does not find it. An exception
+    whose text or notes cannot be read is left as it is."""
+    if type(exc).__name__ != "PicklingError":
         return
     with contextlib.suppress(Exception):
-        text = str(exc)
         noted = getattr(exc, "__notes__", None) or ()
-        if " local object " in text and _PROGRAM_LOCALS in text and _PICKLING_NOTE not in noted:
+        if "__main__" in str(exc) and _PICKLING_NOTE not in noted:
             exc.add_note(_PICKLING_NOTE)
 
 
