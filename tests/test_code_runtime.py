@@ -1551,7 +1551,8 @@ thread.join()
 return errors
 """
     assert run(runtime, program, tools(echo=echo)).value == [
-        "tools bindings must be called from the run_code event loop"
+        "tools bindings must be called from the run_code event loop: await tools.echo(...) in"
+        " the program itself, not in a thread (asyncio.gather runs several calls at once)"
     ]
 
 
@@ -1619,7 +1620,10 @@ return await tools.echo({"x": "the worker's value"})
     text = "\n".join(result.logs)  # the child's lines come in chunks of the pipe's reads
     assert text.count("WORKER:") == text.count("CHILD:") == 20
     assert text.count("x") == 40 * 100_000
-    assert "tools bindings must be called from the run_code worker, not a process it forked" in text
+    assert (
+        "tools bindings must be called from the run_code worker, not a process it forked: call"
+        " tools.echo(...) in the process the program started in"
+    ) in text
     assert "ValueError: the child failed" in text
 
 

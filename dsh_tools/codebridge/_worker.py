@@ -421,7 +421,7 @@ class Worker:
     ) -> CallHandle:
         loop = self.loop
         if _get_ident() != self.thread or loop is None:
-            raise RuntimeError(_FORKED_CALL if self.in_child else _FOREIGN_THREAD_CALL)
+            raise RuntimeError(self.misplaced_call(global_name, name))
         handle = CallHandle(loop, global_name, name, error)
         tokens = tokenize(args)
         if tokens is None:
@@ -436,6 +436,18 @@ class Worker:
             del self.pending[call_id]
             handle.reject(f"binding call could not be sent: {exc}")
         return handle
+
+    def misplaced_call(self, global_name: str, name: str) -> str:
+        """What a binding call made elsewhere than on the program's loop is told: where calls
+        go, and (from a thread) how several run at once there, which is what a thread pool
+        calling tools is after."""
+        access = access_expression(global_name, name)
+        if self.in_child:
+            return f"{_FORKED_CALL}: call {access}(...) in the process the program started in"
+        return (
+            f"{_FOREIGN_THREAD_CALL}: await {access}(...) in the program itself, not in a"
+            " thread (asyncio.gather runs several calls at once)"
+        )
 
     def on_readable(self) -> None:
         try:
