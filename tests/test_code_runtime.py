@@ -1734,6 +1734,32 @@ def test_help_without_a_describer_names_the_bindings_and_leaves_other_objects_to
     assert "len(obj, /)" in "".join(python)
 
 
+def test_a_forked_child_writes_its_prints_and_stream_writes_as_a_script_s_child_does(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Each print or write went out as a line of its own: ``print("a", end="")`` then
+    # ``print("b")`` came out as two lines. The child's descriptors are files here, read back.
+    program = """
+import os, sys
+out = os.open("out.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+err = os.open("err.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+pid = os.fork()
+if pid == 0:
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    print("progress", end="")
+    sys.stdout.write(".")
+    print(".", "done", sep="")
+    print("warning: ", end="", file=sys.stderr)
+    sys.stderr.write("late\\n")
+    os._exit(0)
+os.waitpid(pid, 0)
+return [open("out.txt").read(), open("err.txt").read()]
+"""
+    result = run(runtime, program)
+    assert result.value == ["progress..done\n", "warning: late\n"], result
+
+
 def test_a_forked_child_keeps_its_stdout_and_stderr_apart_as_a_script_s_child_does(
     runtime: SubprocessCodeRuntime,
 ) -> None:

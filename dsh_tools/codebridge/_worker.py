@@ -136,10 +136,13 @@ _FORKED_CALL: Final = (
 )
 
 
-def _write_native(fd: int, text: str) -> None:
-    """Write ``text`` as a line to ``fd`` (what a forked child's output becomes)."""
+def _write_native(fd: int, text: str, *, line: bool = True) -> None:
+    """Write ``text`` to ``fd`` (what a forked child's output becomes), as a line unless
+    ``line`` is false (then as written: what a print or a stream write gave)."""
+    if line and not text.endswith("\n"):
+        text += "\n"
     with contextlib.suppress(OSError):
-        _write_all(fd, (text if text.endswith("\n") else text + "\n").encode("utf-8", "replace"))
+        _write_all(fd, text.encode("utf-8", "replace"))
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:
@@ -191,8 +194,8 @@ class Worker:
         self.send_lock = threading.RLock()
         self.decode = HOST_FRAMES.decode
         self.inbox = bytearray()
-        self.stdout = CaptureStream(self.emit, 1, "<stdout>")
-        self.stderr = CaptureStream(self.emit_stderr, 2, "<stderr>")
+        self.stdout = CaptureStream(self.write_stdout, 1, "<stdout>")
+        self.stderr = CaptureStream(self.write_stderr, 2, "<stderr>")
         self.notice: tuple[int, int] | None = None
         """The init's notice pipe: descriptor and inode (``tell_init``)."""
         self.module: types.ModuleType | None = None
@@ -280,9 +283,20 @@ class Worker:
             except OSError:
                 self.output_closed = True
 
-    def emit_stderr(self, text: str) -> None:
-        """``emit`` of what was written to ``sys.stderr``."""
-        self.emit(text, 2)
+    def write_stdout(self, text: str) -> None:
+        """A write to ``sys.stdout``: one entry, or, in a forked child, the text as written
+        (a script's child writes ``a`` and ``b`` as ``ab``, not as two lines)."""
+        if self.in_child:
+            _write_native(1, text, line=False)
+        else:
+            self.emit(text)
+
+    def write_stderr(self, text: str) -> None:
+        """A write to ``sys.stderr`` (see ``write_stdout``)."""
+        if self.in_child:
+            _write_native(2, text, line=False)
+        else:
+            self.emit(text, 2)
 
     def thread_excepthook(self, args: threading.ExceptHookArgs) -> None:
         """``threading.excepthook``: an exception escaping a thread of the program is one log
@@ -333,9 +347,13 @@ class Worker:
         elif not isinstance(end, str):
             raise TypeError(f"end must be None or a string, not {type(end).__name__}")
         text = sep.join([str(arg) for arg in args]) + end
+        fd = 1 if target is self.stdout else 2
+        if self.in_child:  # as written, ``end`` included (see ``write_stdout``)
+            _write_native(fd, text, line=False)
+            return
         if text.endswith("\n"):
             text = text[:-1]
-        self.emit(text, 1 if target is self.stdout else 2)
+        self.emit(text, fd)
 
     def help(self, *args: Any, **kwargs: Any) -> None:
         """``help()`` as a program sees it. On a binding or a binding namespace Python's own
