@@ -148,6 +148,7 @@ class CodeRunBridgeActor:
         self._pool: DispatcherPoolActor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handoff: LoopHandoff | None = None
+        self._names: list[str] = []  # the run's bindings, by tool name
 
     @property
     def signal(self) -> AbortSignal:
@@ -163,7 +164,7 @@ class CodeRunBridgeActor:
         self._finished = loop.create_future()
         self._loop = loop
         self._handoff = LoopHandoff(loop)
-        names = binding_names(self._pipeline, self._agent)
+        names = self._names = binding_names(self._pipeline, self._agent)
         request = CodeRunRequest(
             program=program,
             bindings=[
@@ -286,12 +287,12 @@ class CodeRunBridgeActor:
     def _describe(self, name: str | None) -> str | None:
         """What ``help()`` in the program shows of tool ``name`` (``None``: of every tool the
         program may call): its declarations as the SDK gives them, from the registry as it is
-        now."""
+        now (a binding whose tool is gone has none)."""
         pipeline = self._pipeline
         agent = self._agent
         tools: list[SdkTool] = []
-        for known in binding_names(pipeline, agent) if name is None else [name]:
-            entry = pipeline.lookup(known, agent) if known != RUN_CODE else None
+        for known in self._names if name is None else [name]:
+            entry = pipeline.lookup(known, agent) if known in self._names else None
             if entry is not None:
                 definition = entry.definition
                 tools.append(
