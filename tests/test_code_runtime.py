@@ -826,6 +826,24 @@ raise BadInput("no rows")
     ]
 
 
+def test_a_program_that_assigns_a_given_global_reads_the_given_one_until_then(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # In a function an assignment anywhere makes the name local everywhere: the first line
+    # failed with "cannot access local variable 'tools'", which a script's would not.
+    program = """
+first = await tools.echo({"value": "a"})
+def helper():
+    return tools
+tools = ["mine"]
+ToolCallError = None
+return [first, helper(), ToolCallError]
+"""
+    result = run(runtime, program, tools(echo=echo))
+    assert result.error is None, result.error
+    assert result.value == ["echo:a", ["mine"], None]
+
+
 def test_a_star_import_binds_the_module_s_names_as_in_a_script(
     runtime: SubprocessCodeRuntime,
 ) -> None:

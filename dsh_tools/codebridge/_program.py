@@ -9,7 +9,10 @@ bare ``return`` or falling off the end gives the sentinel, i.e. no result.
 Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body with its own
 ``yield`` is rejected.
 
-Four things a script does that a function body does not are kept. The ``from __future__``
+Five things a script does that a function body does not are kept. A global the program is
+given (``tools``, ``ToolCallError``) that it also assigns is declared ``global`` in it, so that
+its uses before the assignment read the given one, as in a script (in a function they would
+fail with ``UnboundLocalError``). The ``from __future__``
 imports a program starts with (after its docstring, if any) are moved out of the function to
 the module it is compiled in, where Python takes them (a function's are a ``SyntaxError``
 saying they "must occur at the beginning of the file", which they do). A name that a nested
@@ -33,6 +36,7 @@ import ast
 import inspect
 import io
 import traceback
+from collections.abc import Collection
 from types import CodeType
 from typing import Final
 
@@ -135,21 +139,41 @@ def check_program(source: str) -> None:
         _parse(source)  # no yield without the keyword spelt out: the parse is the check
 
 
-def compile_program(source: str) -> CodeType:
+def compile_program(source: str, predefined: Collection[str] = ()) -> CodeType:
     """Compile a program body to a module code object defining ``FUNCTION_NAME``.
 
-    Raises ``ProgramError`` with the ``SyntaxError`` text (``<run_code>`` filename) when the
-    program does not compile or yields, and naming the limit when it is nested too deeply for
-    the parser or the compiler.
+    ``predefined``: the globals the program is given (its binding namespaces, their error
+    classes): one the program assigns is declared ``global`` in it, as in a script (see the
+    module docstring). Raises ``ProgramError`` with the ``SyntaxError`` text (``<run_code>``
+    filename) when the program does not compile or yields, and naming the limit when it is
+    nested too deeply for the parser or the compiler.
     """
-    module = _program_module(source)
+    code = _compiled(_program_module(source), source)
+    function = _program_function(code)
+    if predefined and function is not None:
+        # Found from the compiled code rather than by a walk of every program's tree: few
+        # programs assign one, and those are compiled again.
+        shadowed = set(predefined).intersection([*function.co_varnames, *function.co_cellvars])
+        if shadowed:
+            code = _compiled(_program_module(source, shadowed), source)
+    return _top_level_names(code)
+
+
+def _compiled(module: ast.Module, source: str) -> CodeType:
     try:
-        code = compile(module, FILENAME, "exec", dont_inherit=True)
+        return compile(module, FILENAME, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as error:
         raise ProgramError(_format_syntax_error(error, source)) from None
     except (MemoryError, RecursionError) as error:
         raise _too_deep(error) from None
-    return _top_level_names(code)
+
+
+def _program_function(module: CodeType) -> CodeType | None:
+    """The code of the program's function in its compiled module."""
+    for const in module.co_consts:
+        if isinstance(const, CodeType) and const.co_name == FUNCTION_NAME:
+            return const
+    return None
 
 
 _OPTIMIZED: Final = inspect.CO_OPTIMIZED
@@ -163,15 +187,14 @@ def _top_level_names(module: CodeType) -> CodeType:
     repr of a dataclass (``<module>.<locals>.P(x=1)``), a function or a class and in the last
     line of a traceback of its own exception class, none of which it wrote. A function's
     ``__qualname__`` is its code's; a class's is a constant its body stores."""
-    consts = list(module.co_consts)
-    for index, const in enumerate(consts):
-        if isinstance(const, CodeType) and const.co_name == FUNCTION_NAME:
-            renamed = _renamed(const)
-            if renamed is const:  # the program defines nothing (most do not)
-                return module
-            consts[index] = renamed
-            return module.replace(co_consts=tuple(consts))
-    return module
+    function = _program_function(module)
+    if function is None:
+        return module
+    renamed = _renamed(function)
+    if renamed is function:  # the program defines nothing (most do not)
+        return module
+    consts = [renamed if const is function else const for const in module.co_consts]
+    return module.replace(co_consts=tuple(consts))
 
 
 def _renamed(code: CodeType) -> CodeType:
@@ -338,8 +361,10 @@ def _globals_of_nested_scopes(body: list[ast.stmt]) -> list[str]:
     return sorted(names)
 
 
-def _program_module(source: str) -> ast.Module:
-    """The program parsed and wrapped (see the module docstring), not yet compiled."""
+def _program_module(source: str, declared_global: Collection[str] = ()) -> ast.Module:
+    """The program parsed and wrapped (see the module docstring), not yet compiled;
+    ``declared_global``: names declared ``global`` in the program besides those its nested
+    scopes declare so."""
     tree = _parse(source)
     for node in _own_nodes(tree.body):
         if isinstance(node, ast.Yield | ast.YieldFrom):
@@ -361,17 +386,18 @@ def _program_module(source: str) -> ast.Module:
     if "__future__" in source:
         futures, tree.body = _leading_futures(tree.body)
     hoisted: list[ast.stmt] = []
+    globals_ = set(declared_global)
     if "global" in source:
-        names = _globals_of_nested_scopes(tree.body)
-        if names:
-            declared = ast.Global(names=names)
-            declared.lineno = declared.end_lineno = 1
-            declared.col_offset = declared.end_col_offset = 0
-            hoisted.append(declared)
-            # A global name cannot be annotated where it is declared so: the program's own
-            # ``counter: int = 0`` becomes ``counter = 0`` (an annotation changes nothing at
-            # run time but ``__annotations__``), and ``counter: int`` alone goes.
-            tree.body = _Unannotated(set(names)).visit_body(tree.body)
+        globals_.update(_globals_of_nested_scopes(tree.body))
+    if globals_:
+        declared = ast.Global(names=sorted(globals_))
+        declared.lineno = declared.end_lineno = 1
+        declared.col_offset = declared.end_col_offset = 0
+        hoisted.append(declared)
+        # A global name cannot be annotated where it is declared so: the program's own
+        # ``counter: int = 0`` becomes ``counter = 0`` (an annotation changes nothing at
+        # run time but ``__annotations__``), and ``counter: int`` alone goes.
+        tree.body = _Unannotated(globals_).visit_body(tree.body)
     if "*" in source and "import" in source:
         tree.body = [_StarImports().visit(statement) for statement in tree.body]
     last_line = (tree.body[-1].end_lineno or 1) if tree.body else 1

@@ -645,7 +645,7 @@ def load_program(worker: Worker) -> Loaded | Done:
     source = boot.program
     linecache.cache[FILENAME] = (len(source), None, source_lines(source), FILENAME)
     try:
-        code = compile_program(source)
+        code = compile_program(source, _given_globals(boot))
     except ProgramError as error:
         if not worker.ledger.fits_message(error.message):
             return Done(error=DoneError("output-limit", limit_message(worker.ledger.cap)))
@@ -672,6 +672,18 @@ def load_program(worker: Worker) -> Loaded | Done:
         )
     exec(code, scope)  # defines the program's function; nothing of the program runs yet
     return module, scope.pop(FUNCTION_NAME)
+
+
+def _given_globals(boot: Boot) -> set[str]:
+    """The globals a program is given that it may assign (``compile_program``): its binding
+    namespaces and their error classes."""
+    names = {namespace.global_name for namespace in boot.namespaces}
+    names.update(
+        namespace.error_class.name
+        for namespace in boot.namespaces
+        if namespace.error_class is not None
+    )
+    return names
 
 
 def read_go() -> None:
