@@ -27,6 +27,7 @@ from code_mode_support import (
 )
 from structlog.testing import capture_logs
 
+import dsh_tools.codebridge._bridge as bridge_module
 from dsh_tools import (
     DEFAULT,
     AbortController,
@@ -1111,3 +1112,24 @@ def test_help_on_a_tool_in_a_program_shows_its_sdk_declarations() -> None:
         "Help on tools, the binding namespace (call a binding as `await tools.name(args)`):"
     )
     assert f"```python\n{declarations}\n```" in sdk  # the prompt's SDK, whole
+
+
+def test_help_asked_again_and_again_is_rendered_once_per_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The host renders the text on the loop every call of the system shares, at no cost to
+    # the program's budgets: a program asking in a loop must not make it render each time.
+    rendered: list[str] = []
+    render = bridge_module.render_sdk_help
+
+    def counting(tool: Any) -> str:
+        rendered.append(tool.name)
+        return render(tool)
+
+    monkeypatch.setattr(bridge_module, "render_sdk_help", counting)
+    program = "for _ in range(50):\n    help(tools.echo)"
+    with code_system(DEFAULT, tools=[echo_tool()]) as system:
+        result = system.execute(run_code(program))
+    logs = value_of(result)["logs"]
+    assert len(logs) == 50 and len(set(logs)) == 1
+    assert rendered == ["echo"]

@@ -149,6 +149,7 @@ class CodeRunBridgeActor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._handoff: LoopHandoff | None = None
         self._names: list[str] = []  # the run's bindings, by tool name
+        self._described: dict[str | None, str | None] = {}  # ``_describe``'s texts
 
     @property
     def signal(self) -> AbortSignal:
@@ -286,8 +287,18 @@ class CodeRunBridgeActor:
 
     def _describe(self, name: str | None) -> str | None:
         """What ``help()`` in the program shows of tool ``name`` (``None``: of every tool the
-        program may call): its declarations as the SDK gives them, from the registry as it is
-        now (a binding whose tool is gone has none)."""
+        program may call): its declarations as the SDK gives them, from the registry as it was
+        when first asked (a binding whose tool is gone has none). Kept for the run: a program
+        asking again and again would otherwise have the host render the SDK each time, on
+        the loop every call of the system shares, at no cost to its own budgets."""
+        described = self._described
+        if name not in described:
+            if len(described) > len(self._names):  # only a forged request asks for more
+                return None
+            described[name] = self._render_help(name)
+        return described[name]
+
+    def _render_help(self, name: str | None) -> str | None:
         pipeline = self._pipeline
         agent = self._agent
         tools: list[SdkTool] = []
