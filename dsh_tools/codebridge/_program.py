@@ -12,17 +12,18 @@ Returns inside nested ``def``/``lambda``/``class`` bodies are left alone. A body
 Five things a script does that a function body does not are kept. A global the program is
 given (``tools``, ``ToolCallError``) that it also assigns is declared ``global`` in it, so that
 its uses before the assignment read the given one, as in a script (in a function they would
-fail with ``UnboundLocalError``). The ``from __future__``
-imports a program starts with (after its docstring, if any) are moved out of the function to
-the module it is compiled in, where Python takes them (a function's are a ``SyntaxError``
-saying they "must occur at the beginning of the file", which they do). A name that a nested
-function or class declares ``global`` is declared ``global`` in the program's own scope too, so
-that it is the program's top-level variable, as in a script (``counter = 0`` beside a helper that
-does ``global counter``). The program's own ``from module import *`` (which Python refuses in a
-function) becomes a call of ``STAR_IMPORT_NAME``, which puts the names the import would bind into
-the program's globals, where its unassigned names are looked up. And a program indented as a
-whole (a model's habit) is parsed as the body of an ``if`` block, as written: its strings keep
-their text and its lines their numbers.
+fail with ``UnboundLocalError``). A name that a nested function or class declares ``global`` is
+declared ``global`` in the program's own scope too, so that it is the program's top-level
+variable, as in a script (``counter = 0`` beside a helper that does ``global counter``). The
+``from __future__`` imports a program starts with (after its docstring, if any) are moved out
+of the function to the module it is compiled in, where Python takes them (in a function they
+are a ``SyntaxError`` saying they "must occur at the beginning of the file", which they do).
+The program's own ``from module import *`` (which Python refuses in a function) becomes a call
+of ``STAR_IMPORT_NAME``, which puts the names the import would bind into the program's
+globals, where its unassigned names are looked up. And a program indented as a whole (a
+model's habit) is parsed as the body of an ``if`` block, as written: its strings keep their
+text and its lines their numbers. What the program defines is named as a script's top-level
+definitions are (``_top_level_names``).
 
 The host parses a program of up to 32 KiB (``check_program``) to reject syntax errors before it
 starts anything; only the worker compiles it to bytecode, inside its run's limits, and reports

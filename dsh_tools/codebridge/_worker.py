@@ -7,9 +7,9 @@ environment is clear), which reads exactly one ``Boot`` frame (``read_boot``) an
 (a held boot's program is compiled by ``load_program`` at once and run after ``read_go``).
 ``run_program`` compiles the program (``_program``) and runs it on an event loop with these
 globals: ``tools`` (or whatever each namespace is called), the namespaces' error classes,
-``asyncio`` and the private no-result sentinel; ``print`` is replaced process-wide and
-``sys.stdout``/``sys.stderr`` are capture streams (``set_up``, done before the boot comes:
-none of it depends on the program). It sends ``Done``
+``asyncio``, the private no-result sentinel and the program's star import; ``print`` and
+``help`` are replaced process-wide and ``sys.stdout``/``sys.stderr`` are capture streams
+(``set_up``, done before the boot comes: none of it depends on the program). It sends ``Done``
 as soon as the program settles and exits at once (no asyncio shutdown: whatever is left of the
 run is killed anyway). ``SystemExit`` ends the process with its status and no ``Done``. Under
 the sandbox one byte on the init's notice pipe, once ``Done`` is in the channel, lets the init
