@@ -6,12 +6,15 @@ plain functions of the test modules; those modules are pickled by value so the w
 import them.
 ``json_tool(name, execute, placement)`` defines a tool whose value is any JSON, rendered as
 compact JSON text. ``wait_for_file(path)`` waits (bounded) until a remote body wrote ``path``.
+``cut_connections(pid)`` breaks this process's TCP connections to the Ray worker ``pid`` (a
+network hiccup: the worker lives on, and Ray connects to it again).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -78,3 +81,51 @@ def wait_for_file(path: Path) -> str:
                 return text
         time.sleep(0.02)
     raise AssertionError(f"no remote body wrote {path}")
+
+
+def _socket_inodes(pid: int | str) -> set[str]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def cut_connections(pid: int) -> int:
+    """Shut down this process's TCP connections to the ports process ``pid`` listens on (its
+    gRPC server, for a Ray worker); how many were cut. Shut down, not closed: the descriptors
+    stay Ray's, the connections end as a network failure would end them."""
+    own = _socket_inodes(pid)
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as listing:
+            for line in listing.read().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in own:  # LISTEN, by that process
+                    ports.add(int(fields[1].rpartition(":")[2], 16))
+    cut = 0
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:["):
+                continue
+            copy = socket.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        with copy:
+            if copy.type != socket.SOCK_STREAM or copy.family not in (
+                socket.AF_INET,
+                socket.AF_INET6,
+            ):
+                continue
+            try:
+                if copy.getpeername()[1] not in ports:
+                    continue
+                copy.shutdown(socket.SHUT_RDWR)
+            except OSError:  # not connected
+                continue
+            cut += 1
+    return cut

@@ -13,12 +13,18 @@ import json
 import os
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import WAIT, Logs, spawn
-from ray_support import json_tool, ray_instance, wait_for_file  # noqa: F401
+from ray_support import (  # noqa: F401
+    cut_connections,
+    json_tool,
+    ray_instance,
+    wait_for_file,
+)
 
 from dsh_tools import (
     AbortController,
@@ -331,6 +337,49 @@ def test_calls_queued_behind_a_call_whose_actor_dies_run_on_a_fresh_actor(
     assert all(not result.is_error for result in moved), [r.content for r in moved]
     assert sorted(result.value["calls"] for result in moved) == [1, 2, 3]  # one fresh actor
     assert {result.value["pid"] for result in moved} - {pid} == {moved[0].value["pid"]}
+
+
+def logged(args: Any, ctx: Any) -> Any:
+    """Logs its ``tag`` as it starts, then takes ``seconds``: the log says what ran how often."""
+    with Path(args["dir"], "log").open("a") as log:
+        log.write(f"{args['tag']}\n")
+    time.sleep(args.get("seconds", 0))
+    return {"pid": os.getpid()}
+
+
+def test_calls_on_an_actor_out_of_reach_for_a_moment_fail_as_lost_and_never_run_twice(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # A broken connection to the actor (its node's network hiccuping) is no death: Ray cannot
+    # tell whether the calls it had sent ran, or run yet. They fail as lost, are never sent
+    # again to a fresh actor (a side effect would happen twice), and the actor keeps its slot.
+    params = {"dir": {"type": "string"}, "tag": {"type": "string"}, "seconds": {"type": "number"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1)
+    system.tools.register(json_tool("logged", logged, pool, parameters=params))
+
+    def logged_call(tag: str, seconds: float = 0) -> ExecuteCall:
+        arguments = {"dir": str(tmp_path), "tag": tag, "seconds": seconds}
+        return ExecuteCall(call_id=tag, name="logged", arguments=arguments)
+
+    pid = system.execute(logged_call("first")).value["pid"]
+    running = spawn(system, logged_call("running", 2.0))
+    deadline = time.monotonic() + WAIT
+    while "running" not in (tmp_path / "log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    queued = [spawn(system, logged_call(f"queued{n}")) for n in range(2)]
+    time.sleep(0.5)  # sent to the busy actor by now
+    assert cut_connections(pid) > 0
+    cut_off = running.result(WAIT)
+    behind = [call.result(WAIT) for call in queued]
+    after = system.execute(logged_call("after"))  # the actor runs it after all sent before
+
+    assert cut_off.error.info.code == "REMOTE_WORKER_LOST"
+    assert cut_off.error.message.startswith('remote worker running tool "logged" was lost: ')
+    assert "unavailable" in cut_off.error.message
+    assert all(r.error.info.code == "REMOTE_WORKER_LOST" for r in behind if r.is_error)
+    runs = Counter((tmp_path / "log").read_text().split())
+    assert max(runs.values()) == 1, runs
+    assert after.value["pid"] == pid  # the same actor, still in its slot
 
 
 def hang_on_one_actor(

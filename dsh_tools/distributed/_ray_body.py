@@ -9,7 +9,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..actors import AbortError
 from ..actors._futures import retrieve
@@ -56,6 +56,11 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
         frame = reply.result()
     except errors.TaskCancelledError:
         raise RemoteWorkerLostError(tool, "the body was cancelled on the cluster") from None
+    except errors.ActorUnavailableError as exc:
+        # Its actor could not be reached for a moment (a broken connection, its node's network
+        # hiccuping): Ray cannot tell whether the call ran, or runs yet, so its outcome is
+        # lost; the actor is not, and keeps its slot (and its state) for the next calls.
+        raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
     except errors.RayActorError as exc:
         submission.lost()
         if exc.actor_init_failed:
@@ -112,8 +117,7 @@ async def _never_began(
     and the call may go to a fresh actor."""
     reached = submission.reached
     failure = None if reply.cancelled() else reply.exception()
-    errors = import_ray().exceptions
-    if reached is None or not isinstance(failure, errors.RayActorError):
+    if reached is None or not _actor_died(failure):
         return False
     if failure.actor_init_failed:
         return False  # no actor to reach: a fresh one would fail the same way
@@ -122,7 +126,18 @@ async def _never_began(
     await _first(turn, aborted, tool, session)
     if not turn.done():
         raise AbortError("ABORTED")
-    return isinstance(turn.exception(), errors.RayActorError)
+    return _actor_died(turn.exception())
+
+
+def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:
+    """Whether ``failure`` is Ray's report that the actor died. ``ActorUnavailableError`` is a
+    ``RayActorError`` too but no death: the actor was out of reach for a moment (a broken
+    connection, its node's network hiccuping) and lives on, with the calls it was sent,
+    which it may have run or may run yet. Sending one of them again would run it twice."""
+    errors = import_ray().exceptions
+    return isinstance(failure, errors.RayActorError) and not isinstance(
+        failure, errors.ActorUnavailableError
+    )
 
 
 def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
