@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import signal
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ray_support import ray_instance  # noqa: F401  (the session fixture)
+from ray_support import cut_connections, ray_instance  # noqa: F401  (the session fixture)
 
 from dsh_tools import (
     AbortController,
@@ -491,3 +492,62 @@ def test_runs_on_a_node_that_stopped_and_then_died_leave_no_unread_error_behind(
 
     assert [result.error.kind for result in results] == ["worker-exit"] * runs
     assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+class LoggedRuns:
+    """A node runtime that logs each program it is given, as it starts it, to ``path`` (one
+    line each); the program ``hold`` then holds the node's loop (its next calls wait)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    async def run(self, request: Any) -> Any:
+        from dsh_tools.codebridge import CodeRunResult
+
+        with open(self.path, "a") as log:
+            log.write(f"{request.program}\n")
+        if request.program == "hold":
+            time.sleep(HOLD_S)
+        return CodeRunResult([], value=1)
+
+    async def dispose(self) -> None:
+        return None
+
+
+HOLD_S = 2.0
+
+
+def test_a_run_whose_node_was_out_of_reach_as_it_was_sent_never_runs_twice(
+    tmp_path: Path,
+) -> None:
+    # A broken connection to the node's actor (a network hiccup) is no death: a run sent to
+    # it may have started there, or start yet. It must not be sent again to a fresh actor.
+    log = tmp_path / "log"
+    runtime = RayCodeRuntime(
+        runtime_factory=functools.partial(LoggedRuns, str(log)), num_cpus=0, cancel_grace_s=5
+    )
+
+    async def scenario() -> list[Any]:
+        await runtime.run(CodeRunRequest("first"))
+        pid = await runtime._actor().__ray_call__.remote(lambda _host: os.getpid())
+        holding = asyncio.ensure_future(runtime.run(CodeRunRequest("hold")))
+        while "hold" not in log.read_text():
+            await asyncio.sleep(0.02)
+        sent = asyncio.ensure_future(runtime.run(CodeRunRequest("sent")))
+        await asyncio.sleep(0.5)  # on its way to the held node by now
+        assert cut_connections(pid) > 0
+        results = await asyncio.gather(holding, sent)
+        await runtime.run(CodeRunRequest("after"))
+        await asyncio.sleep(HOLD_S)  # the held node has taken what it was sent by now
+        return results
+
+    try:
+        results = asyncio.run(scenario())
+    finally:
+        asyncio.run(runtime.dispose())
+
+    assert all(r.error is None or r.error.kind == "worker-exit" for r in results)
+    unreachable = [r.error.message for r in results if r.error is not None]
+    assert all(m.startswith("remote code runtime unreachable: ") for m in unreachable)
+    runs = log.read_text().split()
+    assert runs.count("hold") == 1 and runs.count("sent") <= 1, runs

@@ -200,6 +200,10 @@ class RayCodeRuntime:
                 except import_ray().exceptions.RayActorError as exc:
                     if again or exc.actor_init_failed or not still_connected(session):
                         raise
+                    if isinstance(exc, import_ray().exceptions.ActorUnavailableError):
+                        # Out of reach for a moment, not dead: the node may have taken the
+                        # run, or take it yet. Sent to a fresh actor, it could run twice.
+                        raise
                     # The node's actor had died before it took the run (idle between runs:
                     # its process killed, its node lost), so the program has not started:
                     # it goes to a fresh actor, once.
@@ -225,9 +229,19 @@ class RayCodeRuntime:
                         error = TypeError if event.type_name == "TypeError" else ValueError
                         raise error(event.message)
         except import_ray().exceptions.RayError as exc:
-            self._forget(host, kill=False)
             if not still_connected(session):
+                self._forget(host, kill=False)
                 return _failed("worker-exit", _SHUT_DOWN)
+            if isinstance(exc, import_ray().exceptions.ActorUnavailableError):
+                # The node's actor was out of reach for a moment (a broken connection): it
+                # lives on, and so may the run, whose events nobody collects now. The node is
+                # told to end and forget it (a run it has not taken yet starts aborted); the
+                # actor keeps serving the runtime's other runs and the next ones.
+                reason = f"remote code runtime unreachable: {describe_ray_failure(exc)}"
+                with contextlib.suppress(Exception):
+                    host.drop.remote(run_id, reason, started)
+                return _failed("worker-exit", reason)
+            self._forget(host, kill=False)
             if isinstance(exc, import_ray().exceptions.RayActorError) and exc.actor_init_failed:
                 # The node's runtime could not be made (the factory failed there): nothing
                 # was lost, it never was; the next run tries a fresh actor.
