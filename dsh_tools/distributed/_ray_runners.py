@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from ..actors._logging import get_logger
 from ._driver import connected_ray, connection, import_ray
 from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
-
-IDLE_PROBE_S: Final = 1.0
-"""How long an actor has had no call before the next one is preceded by ``ready()``, which
-tells whether it died meanwhile (its process killed, its node lost) before reaching the call.
-Only then: the probe costs a call about a fifth more, and back-to-back calls would pay it for
-a death that a second's gap between calls makes unlikely. A call sent while others are on the
-actor needs no probe: the call just ahead of it tells (see ``ActorPool.submit``)."""
 
 __all__ = [
     "ActorPool",
@@ -59,8 +51,7 @@ class Submission(Protocol):
         """A Ray object ref that settles once the worker has reached the call, failing if it
         died before (an actor runs its calls in order, one at a time: one that died idle, or
         under the call just ahead, never began this one); None where nothing tells (a task,
-        which has a worker of its own, and a call to an idle actor sent without the probe, see
-        ``IDLE_PROBE_S``)."""
+        which has a worker of its own)."""
 
     @property
     def moved(self) -> bool:
@@ -186,8 +177,6 @@ class ActorPool:
         self._actors: list[Any] = [None] * placement.actor_pool
         # The calls submitted to each slot's actors and not yet released.
         self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
-        # When each slot's last call was released (its actor idle since, unless it has calls).
-        self._idle_since: list[float] = [0.0] * placement.actor_pool
         # The ref of the last call sent to each slot's actor while it has calls (see ``submit``).
         self._last: list[Any] = [None] * placement.actor_pool
 
@@ -203,9 +192,11 @@ class ActorPool:
                 # The call just ahead on the same actor: should it fail with the actor's death,
                 # the actor died before it finished that one, so it never began this one.
                 reached = self._last[slot]
-            elif time.monotonic() - self._idle_since[slot] >= IDLE_PROBE_S:
+            else:
                 # ``ready`` just before the call, on the same actor: should it fail with the
-                # actor's death, the call was never begun (see ``IDLE_PROBE_S``).
+                # actor's death, the actor died while idle and never began the call. However
+                # soon after its last call it died: a process often ends just after its work
+                # (a crash the body left behind, the memory it took).
                 reached = actor.ready.remote()
             submission = ActorSubmission(self, slot, actor, reached, actor.call.remote(frame))
             self._last[slot] = submission.ref
@@ -217,7 +208,6 @@ class ActorPool:
             calls = self._calls[slot]
             calls.discard(submission)
             if not calls:
-                self._idle_since[slot] = time.monotonic()
                 self._last[slot] = None  # not held: it would keep its reply in Ray's store
 
     def discard(self, slot: int, actor: Any, running: ActorSubmission | None = None) -> None:
