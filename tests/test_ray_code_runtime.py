@@ -551,3 +551,29 @@ def test_a_run_whose_node_was_out_of_reach_as_it_was_sent_never_runs_twice(
     assert all(m.startswith("remote code runtime unreachable: ") for m in unreachable)
     runs = log.read_text().split()
     assert runs.count("hold") == 1 and runs.count("sent") <= 1, runs
+
+
+def test_a_node_that_answers_late_is_slow_not_hung_and_its_run_goes_on() -> None:
+    # A loaded machine answers a sign of life late, a second or more. Here the node's process
+    # is stopped a little longer than the grace, then goes on: its run is not ended as hung.
+    runtime = RayCodeRuntime(runtime_factory=Pause, num_cpus=0, cancel_grace_s=2)
+
+    async def scenario() -> Any:
+        await runtime.run(CodeRunRequest("warm up"))
+        pid = await runtime._actor().__ray_call__.remote(lambda _host: os.getpid())
+        running = asyncio.ensure_future(runtime.run(CodeRunRequest("pause")))
+        await asyncio.sleep(1.0)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(4.0)  # its first sign of life is asked for meanwhile
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        return await running
+
+    try:
+        result = asyncio.run(scenario())
+    finally:
+        asyncio.run(runtime.dispose())
+
+    assert result.error is None, result.error
+    assert result.value == 1

@@ -16,7 +16,9 @@ starts a fresh actor.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import math
 import threading
 import uuid
@@ -55,6 +57,10 @@ _CALL_SLOTS = 1000
 runs' long polls (``EVENTS_GROUP``)."""
 _MIN_PING_ANSWER_S = 1.0
 """The least time the node's actor has to answer a sign-of-life request."""
+_RECENT_ANSWERS = 8
+"""How many of a node actor's latest signs of life tell how slow it answers now."""
+_SLOW_FACTOR = 4.0
+"""How many times its slowest recent answer a node actor may stay silent (see ``_Heard``)."""
 _SHUT_DOWN = (
     "remote code runtime lost: the Ray connection ended (ray.shutdown()) before the run settled"
 )
@@ -122,6 +128,7 @@ class RayCodeRuntime:
         self._lock = threading.Lock()
         self._host: Any = None
         self._host_connection: tuple[str, str] | None = None  # the Ray connection it is of
+        self._host_heard = _Heard()  # when ``_host`` last answered (see ``_RunWatch``)
         self._disposed = False
         self._live: set[asyncio.Future[None]] = set()
 
@@ -140,7 +147,13 @@ class RayCodeRuntime:
                 )
                 self._host = actor_class.remote(self._factory)
                 self._host_connection = current
+                self._host_heard = _Heard()
             return self._host
+
+    def _heard_from(self, host: Any) -> _Heard:
+        """The record of when ``host`` last answered, shared by the runs on it."""
+        with self._lock:
+            return self._host_heard if self._host is host else _Heard()
 
     def _forget(self, host: Any, kill: bool) -> None:
         with self._lock:
@@ -376,9 +389,10 @@ class _RunWatch:
     """What a run waits for between its events from the node: an abort (forwarded to the
     node, which then has ``cancel_grace_s`` to settle the run before its actor is killed),
     the runtime's disposal, and the node's signs of life. A node that stops answering (hung,
-    overloaded, its process stopped) would hold the run for ever: while it waits, the actor
-    is asked for a sign of life every ``cancel_grace_s`` (at least every second), due as
-    long again."""
+    its process stopped) would hold the run for ever: while it waits, the actor is asked for
+    a sign of life every ``cancel_grace_s`` (at least every second) unless it answered
+    another request meanwhile, and is taken for hung only after the silence ``_Heard``
+    allows a slow one."""
 
     def __init__(
         self,
@@ -401,6 +415,8 @@ class _RunWatch:
         self._deadline: float | None = None  # by when the node must settle an aborted run
         self._ping: asyncio.Future[Any] | None = None  # a sign of life asked for, unanswered
         self._next_ping = self._loop.time() + self._answer_within  # or its answer's due time
+        self._ping_sent = 0.0  # when the sign of life asked for was asked for
+        self._heard = runtime._heard_from(host)
 
     async def started(self, starting: Any) -> CodeRunResult | None:
         """Wait for the node to take the run (``starting``: its ``start`` call), or the
@@ -411,6 +427,7 @@ class _RunWatch:
         loop = self._loop
         taken = asyncio.wrap_future(starting.future())
         taken.add_done_callback(retrieve)
+        taken.add_done_callback(self._heard.answered)
         deadline: float | None = None
         while not taken.done():
             waiting: set[asyncio.Future[Any]] = {taken}
@@ -447,14 +464,23 @@ class _RunWatch:
         # Left unread when the run ends here (its actor killed as unresponsive, say), it fails
         # with the actor's death: not an "exception never retrieved" in the harness's log.
         polled.add_done_callback(retrieve)
+        polled.add_done_callback(self._heard.answered)
         while not polled.done():
             # Not asked after ray.shutdown() (see ``connected_ray``): ``_check`` ends the run.
             due = self._ping is None and loop.time() >= self._next_ping
+            heard = self._heard.at
+            if due and heard is not None and loop.time() - heard < self._answer_within:
+                # The actor answered another request lately (another run's sign of life, say):
+                # that is a sign of life too, and not asking spares a loaded node a request.
+                self._next_ping = heard + self._answer_within
+                due = False
             if due and connected_ray() is not None:
                 self._ping = asyncio.wrap_future(self._host.ready.remote().future())
                 # Left unread when the run ends first (its events failed with the actor's
                 # death as this failed too), it is no "exception never retrieved" either.
                 self._ping.add_done_callback(retrieve)
+                self._ping_sent = loop.time()
+                self._ping.add_done_callback(functools.partial(self._heard.answered, loop.time()))
                 self._next_ping = loop.time() + self._answer_within  # its answer is due then
             wake_at = self._next_ping
             if self._deadline is not None:
@@ -486,12 +512,20 @@ class _RunWatch:
             ping.result()  # a RayError: the actor is gone (the run settles as lost)
             self._ping = None
         elif ping is not None and self._loop.time() >= self._next_ping:
-            runtime._forget(self._host, kill=True)
-            return _failed(
-                "worker-exit",
-                "remote code runtime stopped answering (no sign of life within "
-                f"{self._answer_within:g} s)",
-            )
+            # Overdue, but only silence for longer than a loaded machine takes to answer
+            # marks the actor as hung: since this request, or the actor's last answer to any
+            # of the runtime's requests (another run's, its events) if later.
+            patience = self._heard.patience(self._answer_within)
+            silent_since = max(self._ping_sent, self._heard.at or 0.0)
+            if self._loop.time() < silent_since + patience:
+                self._next_ping = silent_since + patience  # wake then to look again
+            else:
+                runtime._forget(self._host, kill=True)
+                return _failed(
+                    "worker-exit",
+                    "remote code runtime stopped answering (no sign of life within "
+                    f"{patience:g} s)",
+                )
         if runtime._disposed:
             runtime._forget(self._host, kill=True)
             return _failed("abort", "runtime disposed")
@@ -510,6 +544,39 @@ class _RunWatch:
         should the actor go)."""
         if self._ping is not None and not self._ping.done():
             self._ping.cancel()
+
+
+class _Heard:
+    """What the runs on one node actor have heard from it, shared by them: when it last
+    answered a request (a sign of life, a run's start or events), on the loops' clock
+    (``time.monotonic``), and how long its latest signs of life took.
+
+    A loaded machine (its cores taken by other work) answers every request late, a second or
+    more, and then it answers many at a time: such an actor is slow, not hung. A hung one (a
+    stopped process, a blocked loop, a node out of reach) answers nothing, however long."""
+
+    __slots__ = ("_took", "at")
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self._took: collections.deque[float] = collections.deque(maxlen=_RECENT_ANSWERS)
+
+    def answered(self, *sent_and_reply: Any) -> None:
+        """A done callback of a request to the actor (``functools.partial``'d with the time
+        it was sent, for a sign of life)."""
+        reply: asyncio.Future[Any] = sent_and_reply[-1]
+        if reply.cancelled() or reply.exception() is not None:
+            return
+        now = reply.get_loop().time()
+        if self.at is None or now > self.at:
+            self.at = now
+        if len(sent_and_reply) == 2:
+            self._took.append(now - sent_and_reply[0])
+
+    def patience(self, answer_within: float) -> float:
+        """How long the actor may go without answering anything before it counts as hung:
+        twice the time a sign of life is due in, or a few times its slowest recent answer."""
+        return max(2 * answer_within, _SLOW_FACTOR * max(tuple(self._took), default=0.0))
 
 
 def _wake(future: asyncio.Future[None]) -> None:
