@@ -140,6 +140,12 @@ def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:
     )
 
 
+def _failed_on_cluster(reply: asyncio.Future[Any]) -> bool:
+    """Whether the call's reply is a failure Ray reported (not the body's own)."""
+    exc = None if reply.cancelled() else reply.exception()
+    return isinstance(exc, import_ray().exceptions.RayError)
+
+
 def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
     """Whether the call's reply is Ray's "cancelled before it ran"."""
     exc = None if reply.cancelled() else reply.exception()
@@ -223,6 +229,10 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                     if not reply.done():
                         await _stopped(submission, session)
                         raise AbortError("ABORTED")
+                    if _failed_on_cluster(reply) and not still_connected(session):
+                        # ray.shutdown() ends the job's workers and actors as it disconnects:
+                        # their calls fail with a death, which the ending connection explains.
+                        raise RemoteWorkerLostError(tool, _SHUT_DOWN)
                     if submission.moved and _cancelled_on_cluster(reply):
                         continue  # taken off a replaced actor before it started: again
                     if not fresh and await _never_began(reply, submission, aborted, tool, session):
