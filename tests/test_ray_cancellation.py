@@ -241,6 +241,47 @@ def test_a_killed_worker_process_settles_the_call_as_remote_worker_lost(
     assert result.error.message.startswith('remote worker running tool "stuck" was lost: ')
 
 
+def worker_pid(args: Any, ctx: Any) -> Any:
+    return os.getpid()
+
+
+def idle_siblings(pid: int) -> list[int]:
+    """The idle Ray worker processes started by the same parent (the raylet) as ``pid``."""
+
+    def parent(of: str) -> str:
+        return Path(f"/proc/{of}/stat").read_text().rpartition(")")[2].split()[1]
+
+    found = []
+    raylet = parent(str(pid))
+    for entry in os.listdir("/proc"):
+        try:
+            idle = Path(f"/proc/{entry}/cmdline").read_bytes().startswith(b"ray::IDLE")
+            if entry.isdigit() and idle and parent(entry) == raylet:
+                found.append(int(entry))
+        except OSError:  # not a process, or one that ended meanwhile
+            continue
+    return found
+
+
+def test_a_task_whose_worker_died_just_before_the_call_says_the_body_may_not_have_begun(
+    system: ToolSystem,
+) -> None:
+    # Ray leases the call an idle worker process that has just been killed, and reports it as
+    # it reports a worker that died under the call: the message must not claim the body ran.
+    system.tools.register(json_tool("worker_pid", worker_pid, QUICK))
+    pid = system.execute(ExecuteCall(call_id="c1", name="worker_pid", arguments={})).value
+    time.sleep(0.3)  # back among the idle workers
+    for idle in idle_siblings(pid):
+        os.kill(idle, signal.SIGKILL)
+    result = system.execute(ExecuteCall(call_id="c2", name="worker_pid", arguments={}))
+
+    assert result.error.info.code == "REMOTE_WORKER_LOST"
+    assert result.error.message.startswith(
+        'remote worker running tool "worker_pid" was lost: '
+        "its worker process died under the body or just before it began: "
+    )
+
+
 def tally(args: Any, ctx: Any) -> Any:
     """A stateful body: counts its calls in its actor's process; may then wait to be stopped."""
     global _calls

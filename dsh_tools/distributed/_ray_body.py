@@ -68,8 +68,16 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
             # could not be loaded there): the body did not run. The next call tries a fresh one.
             raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
         raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
+    except errors.WorkerCrashedError as exc:
+        submission.lost()
+        # Ray says the same of a worker process killed an instant before the call reached
+        # it (while idle, just as Ray leased it the call): the body may not have begun.
+        raise RemoteWorkerLostError(
+            tool,
+            "its worker process died under the body or just before it began: "
+            + describe_ray_failure(exc),
+        ) from None
     except (
-        errors.WorkerCrashedError,
         errors.NodeDiedError,
         errors.ObjectLostError,
         errors.LocalRayletDiedError,
