@@ -577,3 +577,29 @@ def test_a_node_that_answers_late_is_slow_not_hung_and_its_run_goes_on() -> None
 
     assert result.error is None, result.error
     assert result.value == 1
+
+
+def test_a_run_sent_to_a_node_that_stopped_answering_between_runs_does_not_wait_for_ever() -> None:
+    # The node's process stopped after its last run: it never takes the next one, which must
+    # end as its runs would while they wait for their events.
+    runtime = RayCodeRuntime(runtime_factory=Pause, num_cpus=0, cancel_grace_s=1)
+
+    async def scenario() -> Any:
+        await runtime.run(CodeRunRequest("warm up"))
+        pid = await runtime._actor().__ray_call__.remote(lambda _host: os.getpid())
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            return await asyncio.wait_for(runtime.run(CodeRunRequest("never taken")), 30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # killed as unresponsive by now
+                os.kill(pid, signal.SIGCONT)
+
+    try:
+        result = asyncio.run(scenario())
+        again = asyncio.run(runtime.run(CodeRunRequest("on a fresh actor")))
+    finally:
+        asyncio.run(runtime.dispose())
+
+    assert result.error.kind == "worker-exit"
+    assert result.error.message.startswith("remote code runtime stopped answering")
+    assert again.error is None and again.value == 1

@@ -430,11 +430,22 @@ class _RunWatch:
         taken.add_done_callback(self._heard.answered)
         deadline: float | None = None
         while not taken.done():
+            # An actor that has answered before is placed and built: one that stops answering
+            # (its process stopped, its loop blocked) would never take the run, and is judged
+            # as while the run waits for its events. One not answered yet may still be waiting
+            # for its node's resources, for as long as that takes.
+            placed = self._heard.at is not None
+            if placed:
+                self._ask_sign_of_life()
             waiting: set[asyncio.Future[Any]] = {taken}
             if deadline is None:
                 waiting.add(self._stop)
+            if self._ping is not None:
+                waiting.add(self._ping)
             # Woken now and then: after ray.shutdown(), Ray never settles the ``start`` call.
             timeout = _MIN_PING_ANSWER_S
+            if placed:
+                timeout = min(timeout, max(0.0, self._next_ping - loop.time()))
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - loop.time()))
             await asyncio.wait(waiting, timeout=timeout, return_when="FIRST_COMPLETED")
@@ -442,6 +453,12 @@ class _RunWatch:
                 break
             if not still_connected(self._session):
                 return _failed("worker-exit", _SHUT_DOWN)
+            if self._ping is not None and self._ping.done():
+                self._ping = None  # answered; or failed with the actor, as ``start`` will tell
+            else:
+                hung = self._hung()
+                if hung is not None:
+                    return hung
             if not self._stop.done() and deadline is None:
                 continue  # nothing else happened
             runtime = self._runtime
@@ -466,22 +483,7 @@ class _RunWatch:
         polled.add_done_callback(retrieve)
         polled.add_done_callback(self._heard.answered)
         while not polled.done():
-            # Not asked after ray.shutdown() (see ``connected_ray``): ``_check`` ends the run.
-            due = self._ping is None and loop.time() >= self._next_ping
-            heard = self._heard.at
-            if due and heard is not None and loop.time() - heard < self._answer_within:
-                # The actor answered another request lately (another run's sign of life, say):
-                # that is a sign of life too, and not asking spares a loaded node a request.
-                self._next_ping = heard + self._answer_within
-                due = False
-            if due and connected_ray() is not None:
-                self._ping = asyncio.wrap_future(self._host.ready.remote().future())
-                # Left unread when the run ends first (its events failed with the actor's
-                # death as this failed too), it is no "exception never retrieved" either.
-                self._ping.add_done_callback(retrieve)
-                self._ping_sent = loop.time()
-                self._ping.add_done_callback(functools.partial(self._heard.answered, loop.time()))
-                self._next_ping = loop.time() + self._answer_within  # its answer is due then
+            self._ask_sign_of_life()
             wake_at = self._next_ping
             if self._deadline is not None:
                 wake_at = min(wake_at, self._deadline)
@@ -502,6 +504,45 @@ class _RunWatch:
         events: bytes = polled.result()
         return events
 
+    def _ask_sign_of_life(self) -> None:
+        """Ask the actor for a sign of life when one is due and none is awaited. Not asked
+        after ray.shutdown() (see ``connected_ray``): the run's wait ends it then."""
+        loop = self._loop
+        due = self._ping is None and loop.time() >= self._next_ping
+        heard = self._heard.at
+        if due and heard is not None and loop.time() - heard < self._answer_within:
+            # The actor answered another request lately (another run's sign of life, say):
+            # that is a sign of life too, and not asking spares a loaded node a request.
+            self._next_ping = heard + self._answer_within
+            due = False
+        if due and connected_ray() is not None:
+            self._ping = asyncio.wrap_future(self._host.ready.remote().future())
+            # Left unread when the run ends first (its events failed with the actor's death
+            # as this failed too), it is no "exception never retrieved" either.
+            self._ping.add_done_callback(retrieve)
+            self._ping_sent = loop.time()
+            self._ping.add_done_callback(functools.partial(self._heard.answered, loop.time()))
+            self._next_ping = loop.time() + self._answer_within  # its answer is due then
+
+    def _hung(self) -> CodeRunResult | None:
+        """The run's end when the sign of life asked for is overdue, and the actor has been
+        silent for longer than a loaded machine takes to answer (see ``_Heard``): since the
+        request, or its last answer to any of the runtime's requests if later. The actor is
+        then killed."""
+        ping, now = self._ping, self._loop.time()
+        if ping is None or ping.done() or now < self._next_ping:
+            return None
+        patience = self._heard.patience(self._answer_within)
+        silent_since = max(self._ping_sent, self._heard.at or 0.0)
+        if now < silent_since + patience:
+            self._next_ping = silent_since + patience  # wake then to look again
+            return None
+        self._runtime._forget(self._host, kill=True)
+        return _failed(
+            "worker-exit",
+            f"remote code runtime stopped answering (no sign of life within {patience:g} s)",
+        )
+
     def _check(self) -> CodeRunResult | None:
         """After a wait that brought no events: the run's end here, if it has come."""
         runtime, signal = self._runtime, self._signal
@@ -511,21 +552,10 @@ class _RunWatch:
         if ping is not None and ping.done():
             ping.result()  # a RayError: the actor is gone (the run settles as lost)
             self._ping = None
-        elif ping is not None and self._loop.time() >= self._next_ping:
-            # Overdue, but only silence for longer than a loaded machine takes to answer
-            # marks the actor as hung: since this request, or the actor's last answer to any
-            # of the runtime's requests (another run's, its events) if later.
-            patience = self._heard.patience(self._answer_within)
-            silent_since = max(self._ping_sent, self._heard.at or 0.0)
-            if self._loop.time() < silent_since + patience:
-                self._next_ping = silent_since + patience  # wake then to look again
-            else:
-                runtime._forget(self._host, kill=True)
-                return _failed(
-                    "worker-exit",
-                    "remote code runtime stopped answering (no sign of life within "
-                    f"{patience:g} s)",
-                )
+        else:
+            hung = self._hung()
+            if hung is not None:
+                return hung
         if runtime._disposed:
             runtime._forget(self._host, kill=True)
             return _failed("abort", "runtime disposed")
