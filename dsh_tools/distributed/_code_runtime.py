@@ -521,7 +521,9 @@ class _RunWatch:
             # as this failed too), it is no "exception never retrieved" either.
             self._ping.add_done_callback(retrieve)
             self._ping_sent = loop.time()
-            self._ping.add_done_callback(functools.partial(self._heard.answered, loop.time()))
+            self._ping.add_done_callback(
+                functools.partial(self._heard.answered_sign_of_life, loop.time())
+            )
             self._next_ping = loop.time() + self._answer_within  # its answer is due then
 
     def _hung(self) -> CodeRunResult | None:
@@ -591,17 +593,18 @@ class _Heard:
         self.at: float | None = None
         self._took: collections.deque[float] = collections.deque(maxlen=_RECENT_ANSWERS)
 
-    def answered(self, *sent_and_reply: Any) -> None:
-        """A done callback of a request to the actor (``functools.partial``'d with the time
-        it was sent, for a sign of life)."""
-        reply: asyncio.Future[Any] = sent_and_reply[-1]
-        if reply.cancelled() or reply.exception() is not None:
-            return
-        now = reply.get_loop().time()
-        if self.at is None or now > self.at:
-            self.at = now
-        if len(sent_and_reply) == 2:
-            self._took.append(now - sent_and_reply[0])
+    def answered(self, reply: asyncio.Future[Any]) -> None:
+        """A done callback of a request to the actor."""
+        if not reply.cancelled() and reply.exception() is None:
+            now = reply.get_loop().time()
+            if self.at is None or now > self.at:
+                self.at = now
+
+    def answered_sign_of_life(self, sent: float, reply: asyncio.Future[Any]) -> None:
+        """A done callback of a sign of life asked for at ``sent`` (``functools.partial``)."""
+        self.answered(reply)
+        if not reply.cancelled() and reply.exception() is None:
+            self._took.append(reply.get_loop().time() - sent)
 
     def patience(self, answer_within: float) -> float:
         """How long the actor may go without answering anything before it counts as hung:
