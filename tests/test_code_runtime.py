@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import math
 import os
 import threading
 import time
@@ -883,6 +884,27 @@ return typed.__annotations__
         "SyntaxError: from __future__ imports must occur at the beginning of the file"
     )
     assert '  File "<run_code>", line 2' in message
+
+
+def test_a_name_a_star_import_binds_is_the_one_the_program_assigns(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The import put its names in the program's globals while the program's own assignment
+    # made the name a local of its function: ``mean = mean(values)`` failed with "cannot
+    # access local variable 'mean'", and a name assigned before the import kept its value.
+    program = """
+pi = 3
+from math import *
+from statistics import *
+values = [1, 2, 3]
+mean = mean(values)
+def circle():
+    return pi
+return [mean, circle(), pi]
+"""
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    assert result.value == [2, math.pi, math.pi]
 
 
 def test_a_star_import_that_fails_shows_the_program_s_line(runtime: SubprocessCodeRuntime) -> None:

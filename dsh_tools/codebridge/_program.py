@@ -20,7 +20,8 @@ of the function to the module it is compiled in, where Python takes them (in a f
 are a ``SyntaxError`` saying they "must occur at the beginning of the file", which they do).
 The program's own ``from module import *`` (which Python refuses in a function) becomes a call
 of ``STAR_IMPORT_NAME``, which puts the names the import would bind into the program's
-globals, where its unassigned names are looked up. And a program indented as a whole (a
+globals; the names such a program assigns are declared ``global`` in it, so that they are the
+names the import binds, as in a script. And a program indented as a whole (a
 model's habit) is parsed as the body of an ``if`` block, as written: its strings keep their
 text and its lines their numbers. What the program defines is named as a script's top-level
 definitions are (``_top_level_names``).
@@ -151,10 +152,17 @@ def compile_program(source: str, predefined: Collection[str] = ()) -> CodeType:
     """
     code = _compiled(_program_module(source), source)
     function = _program_function(code)
-    if predefined and function is not None:
+    if function is not None:
         # Found from the compiled code rather than by a walk of every program's tree: few
         # programs assign one, and those are compiled again.
-        shadowed = set(predefined).intersection([*function.co_varnames, *function.co_cellvars])
+        assigned = {*function.co_varnames, *function.co_cellvars}
+        if STAR_IMPORT_NAME in function.co_names:
+            # What a star import binds is known only once it runs, and may be a name the
+            # program assigns too (``mean = mean(values)``, or before the import): in a
+            # script both are the one global, so every name the program assigns is.
+            shadowed = {name for name in assigned if name.isidentifier()}
+        else:
+            shadowed = assigned.intersection(predefined)
         if shadowed:
             code = _compiled(_program_module(source, shadowed), source)
     return _top_level_names(code)
