@@ -1133,3 +1133,21 @@ def test_help_asked_again_and_again_is_rendered_once_per_run(
     logs = value_of(result)["logs"]
     assert len(logs) == 50 and len(set(logs)) == 1
     assert rendered == ["echo"]
+
+
+def test_help_asked_about_names_that_are_no_bindings_keeps_nothing_of_them() -> None:
+    # A program can ask the host about any name, through the worker it runs in, each name as
+    # large as a call's arguments: the host kept its answer to each (nothing) for the rest of
+    # the run, beside every budget, up to one more name than the run has bindings, and then
+    # answered nothing more, the run's own bindings included.
+    program = """
+ask = print.__self__.describe
+for n in range(5):
+    ask("tools", f"no-such-tool-{n}")
+help(tools.echo)
+"""
+    with code_system(DEFAULT, tools=[echo_tool(description="Say the value back.")]) as system:
+        result = system.execute(run_code(program))
+    [shown] = value_of(result)["logs"]
+    assert shown.startswith("Help on tools.echo (call it as `await tools.echo(args)`):\n")
+    assert "    async def echo(self, args: EchoArgs, /) -> EchoOutput: ..." in shown

@@ -290,11 +290,14 @@ class CodeRunBridgeActor:
         program may call): its declarations as the SDK gives them, from the registry as it was
         when first asked (a binding whose tool is gone has none). Kept for the run: a program
         asking again and again would otherwise have the host render the SDK each time, on
-        the loop every call of the system shares, at no cost to its own budgets."""
+        the loop every call of the system shares, at no cost to its own budgets. Only the
+        answers about the run's bindings are kept: a forged request may name anything, as
+        large as a call's arguments, and a name the host kept would stay in its memory for
+        the run, beside every budget."""
+        if name is not None and name not in self._names:
+            return None
         described = self._described
         if name not in described:
-            if len(described) > len(self._names):  # only a forged request asks for more
-                return None
             described[name] = self._render_help(name)
         return described[name]
 
@@ -303,7 +306,7 @@ class CodeRunBridgeActor:
         agent = self._agent
         tools: list[SdkTool] = []
         for known in self._names if name is None else [name]:
-            entry = pipeline.lookup(known, agent) if known in self._names else None
+            entry = pipeline.lookup(known, agent)
             if entry is not None:
                 definition = entry.definition
                 tools.append(
