@@ -34,6 +34,7 @@ from dsh_tools.codebridge import (
 )
 from dsh_tools.codebridge._ledger import MAX_LOG_ENTRIES
 from dsh_tools.codebridge._run import CodeRun
+from dsh_tools.codebridge._run_process import IGNORED_FRAMES_LIMIT
 from dsh_tools.codebridge._runtime import HOST_PARSE_LIMIT, namespace_wire
 from dsh_tools.codebridge._tokens import tokenize
 from dsh_tools.codebridge._worker_api import _loose as loose_name
@@ -1754,6 +1755,39 @@ print(len(values), values[-1])
         "20 echo:19",
     ]
     assert asked == ["echo", "my-tool", None, "quiet"]
+
+
+def test_a_describer_is_asked_only_about_its_bindings_and_its_namespace(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A program can send the host a help request of its own through the worker it runs in,
+    # naming anything: the describer was handed whatever it named.
+    asked: list[object] = []
+
+    def describe(name: str | None) -> str | None:
+        asked.append(name)
+        return f"all about {name}"
+
+    program = """
+ask = print.__self__.describe
+return [ask("tools", 5), ask("tools", "no-such-binding"), ask("tools", "echo")]
+"""
+    bindings = [BindingNamespace("tools", {"echo": echo}, TOOL_CALL_ERROR, describe=describe)]
+    result = run(runtime, program, bindings)
+    assert result.error is None, result.error
+    assert result.value == [None, None, "all about echo"]
+    assert asked == ["echo"]
+
+
+def test_help_asked_again_and_again_without_a_describer_is_no_misuse_of_the_channel(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # With no describer the host answered each help request as a call of no binding, a frame
+    # it could not use: the 10,001st failed the run for sending too many of those.
+    program = f"for _ in range({IGNORED_FRAMES_LIMIT + 1}):\n    help(tools.echo)\nreturn 1"
+    result = run(runtime, program, tools(echo=echo))
+    assert result.error is None, result.error
+    assert result.value == 1
 
 
 def test_help_without_a_describer_names_the_bindings_and_leaves_other_objects_to_python(

@@ -48,6 +48,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Final
 
 from ..actors import NEVER_ABORTED
@@ -296,11 +297,12 @@ class SubprocessCodeRuntime:
                 namespaces[namespace.global_name] = functions
             spec = namespace.error_class
             wire.append(namespace_wire(namespace.global_name, functions, spec))
-            if namespace.describe is not None:
-                # Answered as any binding call (the describer takes what ``help()`` asks about).
-                namespaces.setdefault(HELP_NAMESPACE, {})[namespace.global_name] = (
-                    namespace.describe
-                )
+            # Answered as any binding call. Every namespace answers (``None`` without a
+            # describer): a request no namespace answers would count among the frames the
+            # host could not use, of which a run may send only so many.
+            namespaces.setdefault(HELP_NAMESPACE, {})[namespace.global_name] = partial(
+                _described, namespace.describe, functions
+            )
         try:
             boot_bytes = bytes(encode_frame(Boot(*self._boot_fields(request.program, wire))))
         except UnicodeEncodeError:
@@ -499,6 +501,19 @@ def _forget_runtimes_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_runtimes_in_child)
+
+
+def _described(
+    describe: Callable[[str | None], str | None] | None,
+    bindings: dict[str, Answerer],
+    name: object,
+) -> str | None:
+    """What ``help()`` shows of binding ``name`` (``None``: of the namespace): ``describe``'s
+    text, asked only about a binding of the namespace or the namespace itself. A request the
+    program forged may carry any value, which a describer is not made for."""
+    if describe is None or (name is not None and (type(name) is not str or name not in bindings)):
+        return None
+    return describe(name)
 
 
 def namespace_wire(
