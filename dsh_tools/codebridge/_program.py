@@ -155,14 +155,14 @@ def compile_program(source: str, predefined: Collection[str] = ()) -> CodeType:
     if function is not None:
         # Found from the compiled code rather than by a walk of every program's tree: few
         # programs assign one, and those are compiled again.
-        assigned = {*function.co_varnames, *function.co_cellvars}
+        assigned = [*function.co_varnames, *function.co_cellvars]
         if STAR_IMPORT_NAME in function.co_names:
             # What a star import binds is known only once it runs, and may be a name the
             # program assigns too (``mean = mean(values)``, or before the import): in a
             # script both are the one global, so every name the program assigns is.
             shadowed = {name for name in assigned if name.isidentifier()}
         else:
-            shadowed = assigned.intersection(predefined)
+            shadowed = set(predefined).intersection(assigned) if predefined else set()
         if shadowed:
             code = _compiled(_program_module(source, shadowed), source)
     return _top_level_names(code)
