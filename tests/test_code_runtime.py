@@ -1779,6 +1779,29 @@ return [ask("tools", 5), ask("tools", "no-such-binding"), ask("tools", "echo")]
     assert asked == ["echo"]
 
 
+def test_help_text_larger_than_a_frame_says_so_instead_of_failing_the_run() -> None:
+    # The reply carrying it was over max_frame_bytes: the run failed with frame-limit, naming
+    # "the result of ?help.tools", a binding the program never called.
+    own = SubprocessCodeRuntime(CodeRuntimeConfig(max_frame_bytes=2_000))
+    try:
+        bindings = [
+            BindingNamespace(
+                "tools", {"echo": echo}, TOOL_CALL_ERROR, describe=lambda _: "é" * 3_000
+            )
+        ]
+        result = run(own, "help(tools.echo)\nhelp(tools)\nreturn 1", bindings)
+    finally:
+        own.close()
+    assert result.error is None, result.error
+    assert result.value == 1
+    assert [entry.split("\n\n")[1] for entry in result.logs] == [
+        "(The description is 6000 bytes, more than one frame of this run takes: max_frame_bytes"
+        " is 2000.)",
+        "(The description is 6000 bytes, more than one frame of this run takes: max_frame_bytes"
+        " is 2000: help() on one binding shows less.)",
+    ]
+
+
 def test_help_asked_again_and_again_without_a_describer_is_no_misuse_of_the_channel(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -301,7 +301,7 @@ class SubprocessCodeRuntime:
             # describer): a request no namespace answers would count among the frames the
             # host could not use, of which a run may send only so many.
             namespaces.setdefault(HELP_NAMESPACE, {})[namespace.global_name] = partial(
-                _described, namespace.describe, functions
+                _described, namespace.describe, functions, config.max_frame_bytes
             )
         try:
             boot_bytes = bytes(encode_frame(Boot(*self._boot_fields(request.program, wire))))
@@ -503,17 +503,34 @@ def _forget_runtimes_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_runtimes_in_child)
 
 
+_HELP_REPLY_ROOM: Final = 64
+"""What a help text's reply frame takes beyond the text's UTF-8 bytes (tag, id, headers)."""
+
+
 def _described(
     describe: Callable[[str | None], str | None] | None,
     bindings: dict[str, Answerer],
+    max_frame_bytes: int,
     name: object,
 ) -> str | None:
     """What ``help()`` shows of binding ``name`` (``None``: of the namespace): ``describe``'s
     text, asked only about a binding of the namespace or the namespace itself. A request the
-    program forged may carry any value, which a describer is not made for."""
+    program forged may carry any value, which a describer is not made for. A text too large
+    for one reply frame is not sent (the run would fail for a frame over ``max_frame_bytes``
+    said to be a binding's result): what is shown says so."""
     if describe is None or (name is not None and (type(name) is not str or name not in bindings)):
         return None
-    return describe(name)
+    text = describe(name)
+    room = max_frame_bytes - _HELP_REPLY_ROOM
+    if type(text) is str and len(text) > room // 4:  # at most 4 bytes a character
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > room:
+            narrower = ": help() on one binding shows less" if name is None else ""
+            return (
+                f"(The description is {size} bytes, more than one frame of this run takes:"
+                f" max_frame_bytes is {max_frame_bytes}{narrower}.)"
+            )
+    return text
 
 
 def namespace_wire(
