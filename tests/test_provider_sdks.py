@@ -825,6 +825,27 @@ def test_a_repeated_call_id_runs_under_an_id_of_its_own_and_is_answered_under_th
     ]
 
 
+def test_each_repeat_of_a_call_id_takes_the_next_number_no_call_of_the_turn_holds(
+    system: ToolSystem,
+) -> None:
+    # Each id keeps its own count (the search for a free number began at 2 for every
+    # repeat: a turn of n calls under one id cost n * n / 2 tries).
+    turn = [("a", "time_now", "{}")] * 3 + [("a (repeat 3)", "time_now", "{}")]
+    turn += [("a", "time_now", "{}")] * 2 + [("b", "time_now", "{}")] * 2
+    message = chat_completion(None, turn)
+    calls = openai_tool_calls(message, names=openai_prompt(system.assemble_prompt()).names)
+    assert [call.call_id for call in calls] == [
+        "a",
+        "a (repeat 2)",
+        "a (repeat 4)",
+        "a (repeat 3)",
+        "a (repeat 5)",
+        "a (repeat 6)",
+        "b",
+        "b (repeat 2)",
+    ]
+
+
 def test_an_anthropic_failed_result_sends_only_text_and_never_none(
     system: ToolSystem, server: RecordingServer
 ) -> None:
