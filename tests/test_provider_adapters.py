@@ -17,8 +17,10 @@ from dsh_tools import (
     ToolExecutionFailure,
     ToolExecutionSuccess,
     ToolFailure,
+    ToolOutput,
     ToolsConfig,
     ToolSystem,
+    define_tool,
     snapshot_json,
 )
 from dsh_tools.integrations import (
@@ -677,3 +679,27 @@ def test_the_adapters_import_and_work_without_any_provider_sdk() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "{}\n"
+
+
+def test_the_openai_prompts_take_more_tools_than_openai_for_a_server_that_does() -> None:
+    with ToolSystem.start(ToolsConfig(mode="native"), code_runtime=None) as system:
+        for number in range(130):
+            system.tools.register(
+                define_tool(
+                    name=f"tool_{number}",
+                    description="One of many.",
+                    parameters={},
+                    output=ToolOutput(
+                        schema={"type": "string"},
+                        render=lambda args, value: [{"type": "text", "text": value}],
+                    ),
+                    execute=lambda args, ctx: "done",
+                )
+            )
+        prompt = system.assemble_prompt()
+        with pytest.raises(ValueError, match="at most 128 tools in one request, got 130"):
+            openai_prompt(prompt)
+        assert len(openai_prompt(prompt, max_tools=None).tools) == 130
+        assert len(responses_prompt(prompt, max_tools=None).tools) == 130
+        with pytest.raises(ValueError, match="max_tools=None for a server that takes more"):
+            responses_prompt(prompt)

@@ -253,6 +253,15 @@ def test_more_tools_than_openai_takes_are_refused_at_export() -> None:
     assert len(to_anthropic_tools(many)) == 129
 
 
+def test_a_server_that_takes_more_tools_gets_them_all_without_the_cap() -> None:
+    # Many OpenAI-compatible servers take more than OpenAI's 128 tools in a request.
+    many = [schema(f"tool_{i}", ECHO_PARAMETERS) for i in range(300)]
+    assert len(to_openai_tools(many, max_tools=None)) == 300
+    assert len(to_openai_tools(many, api="responses", max_tools=None)) == 300
+    with pytest.raises(ValueError, match="at most 20 tools in one request, got 300"):
+        to_openai_tools(many, max_tools=20)
+
+
 def test_an_empty_tool_list_exports_to_an_empty_list() -> None:
     assert to_openai_tools([]) == []
     assert to_openai_tools([], api="responses", strict=True) == []

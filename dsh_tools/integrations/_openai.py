@@ -46,7 +46,7 @@ from ._prompt import (
     response_of,
     system_text,
 )
-from ._schemas import StrictMode, to_openai_tools
+from ._schemas import OPENAI_MAX_TOOLS, StrictMode, to_openai_tools
 
 if TYPE_CHECKING:
     from openai.types.chat import (
@@ -103,16 +103,20 @@ def _file_name(media: Media) -> str:
 
 
 def openai_prompt(
-    prompt: AssembledPrompt, *, strict: StrictMode = False
+    prompt: AssembledPrompt,
+    *,
+    strict: StrictMode = False,
+    max_tools: int | None = OPENAI_MAX_TOOLS,
 ) -> ProviderPrompt[ChatCompletionFunctionToolParam]:
     """The Chat Completions view of ``system.assemble_prompt(agent)``.
 
     ``.tools`` goes to ``tools=``, ``.system`` into the system (or developer) message, and
-    ``.names`` to ``openai_tool_calls(..., names=)``. ``strict`` is as in ``to_openai_tools``.
+    ``.names`` to ``openai_tool_calls(..., names=)``. ``strict`` and ``max_tools`` are as in
+    ``to_openai_tools``.
     """
     schemas, names = mapped_schemas(prompt)
     tools: list[ChatCompletionFunctionToolParam] = []
-    for entry in to_openai_tools(schemas, strict=strict):
+    for entry in to_openai_tools(schemas, strict=strict, max_tools=max_tools):
         exported: dict[str, Any] = entry["function"]
         function: FunctionDefinition = {
             "name": exported["name"],
@@ -126,12 +130,16 @@ def openai_prompt(
 
 
 def responses_prompt(
-    prompt: AssembledPrompt, *, strict: StrictMode = False
+    prompt: AssembledPrompt,
+    *,
+    strict: StrictMode = False,
+    max_tools: int | None = OPENAI_MAX_TOOLS,
 ) -> ProviderPrompt[FunctionToolParam]:
     """The Responses API view of ``system.assemble_prompt(agent)``.
 
     ``.tools`` goes to ``tools=``, ``.system`` to ``instructions=``, and ``.names`` to
-    ``responses_tool_calls(..., names=)``.
+    ``responses_tool_calls(..., names=)``. ``strict`` and ``max_tools`` are as in
+    ``to_openai_tools``.
     """
     schemas, names = mapped_schemas(prompt)
     tools: list[FunctionToolParam] = [
@@ -142,7 +150,7 @@ def responses_prompt(
             "parameters": entry["parameters"],
             "strict": entry["strict"],
         }
-        for entry in to_openai_tools(schemas, api="responses", strict=strict)
+        for entry in to_openai_tools(schemas, api="responses", strict=strict, max_tools=max_tools)
     ]
     return ProviderPrompt(system=system_text(prompt), tools=tools, names=names)
 

@@ -81,8 +81,9 @@ _OPENAI_ROOT_REFUSED: Final = ("oneOf", "anyOf", "allOf", "enum", "not")
 ("schema must have type 'object' and not have 'oneOf'/'anyOf'/'allOf'/'enum'/'not' at the top
 level")."""
 
-_OPENAI_MAX_TOOLS: Final = 128
-"""The most tools the OpenAI APIs take in one request ("Invalid 'tools': array too long")."""
+OPENAI_MAX_TOOLS: Final = 128
+"""The most tools the OpenAI APIs take in one request ("Invalid 'tools': array too long"): the
+default ``max_tools`` of the OpenAI exports."""
 _OPENAI_DESCRIPTION_CHARS: Final = 1024
 """The longest function description the OpenAI APIs take ("string too long"); the parameters'
 descriptions have no such limit."""
@@ -497,6 +498,7 @@ def to_openai_tools(
     api: OpenAIApi = "chat",
     strict: StrictMode = False,
     names: ToolNameMap | None = None,
+    max_tools: int | None = OPENAI_MAX_TOOLS,
 ) -> list[dict[str, Any]]:
     """Convert projected tool schemas to an OpenAI ``tools`` list (fresh, detached dicts).
 
@@ -514,7 +516,9 @@ def to_openai_tools(
     ``not`` at the root of ``parameters``, which become notes in its ``description``, as
     ``to_anthropic_tools`` does with the root unions. A tool description longer than the
     1,024 characters the API takes keeps what fits, and the rest opens the parameters'
-    description; more than 128 tools, which the API refuses, raise ``ValueError``.
+    description. More than ``max_tools`` tools raise ``ValueError``: by default the 128 the
+    OpenAI APIs take in one request; ``None`` for a server that takes more (many
+    OpenAI-compatible servers do).
 
     Names outside ``^[a-zA-Z0-9_-]{1,64}$`` are exported in their provider form from ``names``
     (by default the ``ToolNameMap`` of the exported names, the map an adapter builds with
@@ -529,10 +533,11 @@ def to_openai_tools(
     tools: list[dict[str, Any]] = []
     problems: list[str] = []
     entries = _tool_entries(schemas, "OpenAI")
-    if len(entries) > _OPENAI_MAX_TOOLS:
+    if max_tools is not None and len(entries) > max_tools:
         raise ValueError(
-            f"OpenAI takes at most {_OPENAI_MAX_TOOLS} tools in one request, got {len(entries)}: "
-            "show the agent fewer (restrict(allow=...) or an agent's own tools)"
+            f"OpenAI takes at most {max_tools} tools in one request, got {len(entries)}: "
+            "show the agent fewer (restrict(allow=...) or an agent's own tools), or pass "
+            "max_tools=None for a server that takes more"
         )
     provider = _name_map(entries, names)
     for name, description, parameters in entries:
