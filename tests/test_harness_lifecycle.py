@@ -1062,6 +1062,37 @@ def test_ctrl_c_in_a_guard_or_a_hook_settles_the_call_as_interrupted() -> None:
     ]
 
 
+A_BODY_RAISING_KEYBOARD_INTERRUPT_ON_ITS_WORKER = """
+from dsh_tools import ExecuteCall, ToolSystem, timeout_policy
+
+
+def body(args, ctx):
+    raise KeyboardInterrupt
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("raising", body))
+    system.tools.on_execute(timeout_policy(default_ms=60_000))  # the body runs on a worker
+    try:
+        system.execute(ExecuteCall(call_id="c1", name="raising", arguments={}))
+        print("not raised")
+    except KeyboardInterrupt:
+        print("raised")
+    for event in system.session.events:
+        if event.type == "tool/result":
+            print(event.data["is_error"], repr(event.data["content"][0]["text"]))
+"""
+
+
+def test_a_keyboard_interrupt_a_body_raises_on_its_worker_is_its_failure() -> None:
+    # No Ctrl-C lands on a worker thread: the body raised it itself, which is its failure, not
+    # its caller's interruption (it was recorded as "tool call aborted", "the caller was
+    # interrupted"). It still reaches the caller once recorded.
+    done = run_script(A_BODY_RAISING_KEYBOARD_INTERRUPT_ON_ITS_WORKER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["raised", "True 'Error: '"]
+
+
 CTRL_C_AT_EVERY_STEP_OF_THE_HAND_OVER = """
 import signal, sys, threading, time
 from dsh_tools import ExecuteCall, ToolSystem, timeout_policy

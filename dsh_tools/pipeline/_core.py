@@ -312,10 +312,11 @@ class PipelineCore:
                 return cancelled(aborted_code(rec), reason=CANCELLED_REASON)
             if caller_interrupted(rec):
                 return cancelled(aborted_code(rec), reason=abort_reason(rec) or INTERRUPTED_REASON)
-        if rec.inline and isinstance(exc, KeyboardInterrupt):
+        if rec.inline and isinstance(exc, KeyboardInterrupt) and rec.reraise is not exc:
             # The blocking caller's Ctrl-C, landing in a guard, a hook, a plain body or the
             # pipeline's own steps on its thread: the call was interrupted, and says so, rather
-            # than failed with what a bare KeyboardInterrupt says (nothing: "Error: ").
+            # than failed with what a bare KeyboardInterrupt says (nothing: "Error: "). Not
+            # one a body raised on its worker thread (``reraise`` holds it already).
             rec.reraise = exc
             self.interrupt(rec, INTERRUPTED_REASON)
             return cancelled(aborted_code(rec), reason=abort_reason(rec))

@@ -454,6 +454,14 @@ class DispatchStages(PipelineCore):
                     raise BodyCancelled from None  # abandoned
                 if work.done() and not work.cancelled():
                     raise  # the body raised CancelledError itself: its own failure
+            except KeyboardInterrupt as exc:
+                if work.done() and not work.cancelled() and work.exception() is exc:
+                    # The body's own, raised on its worker thread, where no Ctrl-C lands: its
+                    # failure, as any exception of a body's, not its caller's interruption
+                    # (which ``reraise`` holding it tells the fault handler). It still
+                    # reaches the caller once the failure is recorded.
+                    rec.reraise = exc
+                raise
             self._waiter_cancelled(rec)
             while not work.done():
                 try:
