@@ -340,6 +340,48 @@ return ['held', held]
     assert value(runtime, "import os\nreturn len(os.sched_getaffinity(0)) > 0") is True
 
 
+def test_prctl_options_cannot_hold_kernel_memory_or_change_the_machines_scheduling(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # PR_FUTEX_HASH gives a process a private futex hash of as many 64-byte slots as it asks,
+    # in kernel memory no resident set shows: without cgroups one process held 256 MB beside
+    # its 256 MB budget, and each process of a run may hold one. PR_SET_VMA (named anonymous
+    # mappings, uncharged strings) and PR_SCHED_CORE (core scheduling for the whole machine)
+    # reach beyond the run where the kernel has them. All three are refused; threads, whose
+    # futexes the kernel hashes by itself, keep working.
+    program = """
+import ctypes, errno, mmap, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+area = mmap.mmap(-1, 1 << 20, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+address = ctypes.addressof(ctypes.c_char.from_buffer(area))
+name = ctypes.create_string_buffer(b'x' * 79)
+attempts = {
+    'futex hash': (78, 1, 1 << 22, 0, 0),  # PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS: 256 MB
+    'vma name': (0x53564D41, 0, address, 4096, ctypes.addressof(name)),  # PR_SET_VMA
+    'core cookie': (62, 1, 0, 0, 0),  # PR_SCHED_CORE, PR_SCHED_CORE_CREATE for this thread
+}
+seen = {}
+for what, arguments in attempts.items():
+    held = libc.prctl(*arguments) == 0
+    seen[what] = 'held' if held else errno.errorcode[ctypes.get_errno()]
+done = []
+workers = [threading.Thread(target=done.append, args=(n,)) for n in range(8)]
+for worker in workers:
+    worker.start()
+for worker in workers:
+    worker.join()
+seen['threads'] = len(done)
+return seen
+"""
+    assert value(runtime, program) == {
+        "futex hash": "EPERM",
+        "vma name": "EPERM",
+        "core cookie": "EPERM",
+        "threads": 8,
+    }
+
+
 HOST_KILLED_MIDWAY = """
 import asyncio, sys
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime

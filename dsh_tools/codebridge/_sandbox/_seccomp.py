@@ -66,7 +66,9 @@ init bounds its byte-range locks by counting them in the run's ``/proc/locks``, 
 locks for every process of the host, not the run's alone. The memory policy calls (``mbind``,
 ``set_mempolicy`` and the others of ``NUMA_SYSCALLS``) answer ``ENOSYS``, as on a kernel without
 NUMA: each range of a shared mapping given a policy of its own is kernel memory that no cgroup
-charges, kept with the file after the mapping is gone.
+charges, kept with the file after the mapping is gone. ``prctl`` refuses ``PR_FUTEX_HASH``,
+``PR_SET_VMA`` and ``PR_SCHED_CORE`` (``_DENIED_PRCTL``): kernel memory no budget counts, or
+scheduling of the whole machine.
 """
 
 from __future__ import annotations
@@ -214,6 +216,20 @@ _SOCKETPAIR: Final = 53
 _FCNTL: Final = 72
 _PRCTL: Final = 157
 _PR_SET_SECCOMP: Final = 22
+_DENIED_PRCTL: Final = {
+    "PR_SCHED_CORE": 62,
+    "PR_FUTEX_HASH": 78,
+    "PR_SET_VMA": 0x53564D41,
+}
+"""The ``prctl`` options refused besides ``PR_SET_SECCOMP``: kernel memory or machine-wide work
+that no budget of the run counts. ``PR_FUTEX_HASH`` (Linux 6.16) gives a process a private futex
+hash of as many slots as it asks, 64 bytes each, in kernel memory no resident set shows: one
+process of a run without cgroups held 256 MB beside a 256 MB budget, and each of a run's
+processes may hold one (the kernel still sizes a small one by itself for a threaded process).
+``PR_SET_VMA`` names anonymous mappings with strings the kernel keeps for each mapping, charged
+to no cgroup (where the kernel has ``CONFIG_ANON_VMA_NAME``). ``PR_SCHED_CORE`` turns on core
+scheduling for the whole machine while any cookie lives (where the kernel has
+``CONFIG_SCHED_CORE``), which then keeps a core's sibling idle beside the run's tasks."""
 _SECCOMP: Final = 317
 _SECCOMP_QUESTIONS: Final = (2, 3)  # SECCOMP_GET_ACTION_AVAIL, SECCOMP_GET_NOTIF_SIZES
 _AF_UNIX: Final = 1
@@ -401,10 +417,13 @@ def seccomp_program(
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # prctl and seccomp: no filter of the program's own (it could only log: every system call
-    # one of its filters logs, or the kill of strict mode, is an audit record on the host).
+    # one of its filters logs, or the kill of strict mode, is an audit record on the host),
+    # and none of the options that hold kernel memory or work beyond the run (_DENIED_PRCTL).
     bpf.place("prctl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
     bpf.op(_JMP_JEQ_K, _PR_SET_SECCOMP, "seccomp-deny")
+    for option in _DENIED_PRCTL.values():
+        bpf.op(_JMP_JEQ_K, option, "seccomp-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("seccomp")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
