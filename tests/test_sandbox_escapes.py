@@ -382,6 +382,38 @@ return seen
     }
 
 
+def test_landlock_rulesets_of_the_programs_own_cannot_hold_kernel_memory(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Each rule of a Landlock ruleset is about 100 bytes of kernel memory, held while the
+    # ruleset's descriptor is open, that no resident set shows: without cgroups the files of
+    # /usr added to rulesets held 23 MB per 1.5 s of CPU beside the run's budget. The calls
+    # answer as on a kernel without Landlock; the run is confined already.
+    program = """
+import ctypes, errno, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+handled = ctypes.create_string_buffer(struct.pack('QQQ', 1 << 2, 0, 0))  # READ_FILE
+ruleset = libc.syscall(444, handled, 24, 0)  # landlock_create_ruleset
+if ruleset < 0:
+    return ['refused', errno.errorcode[ctypes.get_errno()]]
+held = 0
+for folder, _, names in os.walk('/usr/lib'):
+    for name in names:
+        try:
+            target = os.open(os.path.join(folder, name), os.O_PATH)
+        except OSError:
+            continue
+        rule = ctypes.create_string_buffer(struct.pack('=Qi', 1 << 2, target))
+        held += libc.syscall(445, ruleset, 1, rule, 0) == 0  # landlock_add_rule
+        os.close(target)
+        if held == 20000:
+            return ['held', held]
+return ['held', held]
+"""
+    assert value(runtime, program) == ["refused", "ENOSYS"]
+
+
 HOST_KILLED_MIDWAY = """
 import asyncio, sys
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, SubprocessCodeRuntime

@@ -68,7 +68,9 @@ locks for every process of the host, not the run's alone. The memory policy call
 NUMA: each range of a shared mapping given a policy of its own is kernel memory that no cgroup
 charges, kept with the file after the mapping is gone. ``prctl`` refuses ``PR_FUTEX_HASH``,
 ``PR_SET_VMA`` and ``PR_SCHED_CORE`` (``_DENIED_PRCTL``): kernel memory no budget counts, or
-scheduling of the whole machine.
+scheduling of the whole machine. The Landlock calls answer ``ENOSYS``, as on a kernel without
+Landlock: a program's own rulesets would hold kernel memory no budget counts, about 100 bytes a
+rule (``LANDLOCK_SYSCALLS``).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from ._kernel import SockFilter
 
 __all__ = [
     "DENIED_SYSCALLS",
+    "LANDLOCK_SYSCALLS",
     "NUMA_SYSCALLS",
     "PIPE_PAGE_SYSCALLS",
     "SKIPPED_SYSCALLS",
@@ -187,6 +190,18 @@ no cgroup charges, and on a private mapping a policy per mapping: 200,000 calls 
 scratch file took 63 MB of the host's memory in 1.7 s of CPU, about 2 GB within the default
 ``compute_ms``, beside any ``max_memory_mb``. The others go with it, so that a program sees one
 consistent machine without NUMA."""
+LANDLOCK_SYSCALLS: Final = {
+    "landlock_create_ruleset": 444,
+    "landlock_add_rule": 445,
+    "landlock_restrict_self": 446,
+}
+"""The x86_64 numbers of the Landlock calls, which answer ``ENOSYS`` as on a kernel without
+Landlock (a program that would confine itself then goes on as it is, confined already). Each rule
+a program adds to a ruleset of its own is about 100 bytes of kernel memory, held while the
+ruleset's descriptor is open, that no resident set shows: a run without cgroups added the 122,000
+files of ``/usr`` to two rulesets (23 MB) in 1.5 s of CPU, about 1 GB within the default
+``compute_ms``, beside any ``max_memory_mb``, and every process of a run may hold as many
+rulesets as descriptors."""
 SKIPPED_SYSCALLS: Final = {"msync": 26, "fsync": 74, "fdatasync": 75}
 """The x86_64 numbers of the calls that return success at once without being made. ``fsync``
 of any descriptor, a read-only one of a clean host file included (``/usr/bin/python3``), made
@@ -372,6 +387,9 @@ def seccomp_program(
         bpf.op(_JMP_JEQ_K, number, "deny")
     if refuse_new_sessions:
         bpf.op(_JMP_JEQ_K, _SETSID, "deny")
+    # Last: the calls checked by their arguments (open, mmap, ...) never pass these.
+    for number in sorted(LANDLOCK_SYSCALLS.values()):
+        bpf.op(_JMP_JEQ_K, number, "enosys")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
