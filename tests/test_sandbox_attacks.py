@@ -8,6 +8,8 @@ the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and throu
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import platform
 import resource
@@ -883,6 +885,71 @@ return seen
         assert value(runtime, program) == ["refused", "refused", "refused", "allowed", "allowed"]
         cached, pages = _pages_cached(data)
         assert cached == pages, f"{pages - cached} of {pages} pages dropped from the page cache"
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_see_which_pages_of_a_shared_file_others_read(tmp_path: Path) -> None:
+    # The kernel tells which pages of a file are cached (mincore, cachestat, the EAGAIN of a
+    # RWF_NOWAIT read) only to a process that could write the file or owns it, so that no one
+    # learns when others read it. The worker owns the host's files under a root harness: one
+    # call showed a run exactly which pages of a granted file the host had just read, as often
+    # as it liked, without bringing any in. Reading the file stays as it was.
+    shared = tmp_path / "shared.bin"
+    with open(shared, "wb") as file:
+        file.write(os.urandom(64 * mmap.PAGESIZE))
+        file.flush()
+        os.fsync(file.fileno())
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    with open(shared, "rb") as file:
+        os.pread(file.fileno(), 8 * mmap.PAGESIZE, 8 * mmap.PAGESIZE)  # pages 8 to 15
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(shared)]))
+    )
+    program = f"""
+import ctypes, errno, mmap, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+size = 64 * mmap.PAGESIZE
+fd = os.open({str(shared)!r}, os.O_RDONLY)
+learned = {{}}
+span = ctypes.create_string_buffer(struct.pack('QQ', 0, size))
+counts = ctypes.create_string_buffer(40)
+if libc.syscall(451, fd, span, counts, 0) == 0:  # cachestat
+    learned['cachestat'] = struct.unpack('5Q', counts.raw)[0]
+else:
+    learned['cachestat'] = errno.errorcode[ctypes.get_errno()]
+mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+start = ctypes.addressof(ctypes.c_char.from_buffer_copy(b'.'))
+for line in open('/proc/self/maps'):
+    if line.rstrip().endswith({str(shared)!r}):
+        start = int(line.split('-')[0], 16)
+vector = (ctypes.c_ubyte * 64)()
+if libc.mincore(ctypes.c_void_p(start), size, vector) == 0:
+    learned['mincore'] = ''.join(str(byte & 1) for byte in vector)
+else:
+    learned['mincore'] = errno.errorcode[ctypes.get_errno()]
+answers = set()
+for page in range(32):
+    try:
+        os.preadv(fd, [bytearray(mmap.PAGESIZE)], page * mmap.PAGESIZE, os.RWF_NOWAIT)
+        answers.add('read')
+    except OSError as error:
+        answers.add(errno.errorcode[error.errno])
+learned['nowait'] = sorted(answers)
+learned['read'] = len(os.pread(fd, size, 0))
+return learned
+"""
+    try:
+        assert value(runtime, program) == {
+            "cachestat": "ENOSYS",
+            "mincore": "ENOSYS",
+            "nowait": [errno.errorcode[errno.EOPNOTSUPP]],
+            "read": 64 * mmap.PAGESIZE,
+        }
         assert_next_run_works(runtime)
     finally:
         runtime.close()

@@ -70,7 +70,11 @@ charges, kept with the file after the mapping is gone. ``prctl`` refuses ``PR_FU
 ``PR_SET_VMA`` and ``PR_SCHED_CORE`` (``_DENIED_PRCTL``): kernel memory no budget counts, or
 scheduling of the whole machine. The Landlock calls answer ``ENOSYS``, as on a kernel without
 Landlock: a program's own rulesets would hold kernel memory no budget counts, about 100 bytes a
-rule (``LANDLOCK_SYSCALLS``).
+rule (``LANDLOCK_SYSCALLS``). The calls that tell which pages of a file are cached without
+reading them (``mincore``, ``cachestat``: ``PAGE_CACHE_SYSCALLS``, and ``preadv2`` or
+``pwritev2`` with ``RWF_NOWAIT``, which answers ``EOPNOTSUPP``) are refused: the kernel answers
+them only for files the caller could write or owns, and the worker owns the host's files, so a
+run learned which pages of a shared file the host or another run had just read.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ __all__ = [
     "DENIED_SYSCALLS",
     "LANDLOCK_SYSCALLS",
     "NUMA_SYSCALLS",
+    "PAGE_CACHE_SYSCALLS",
     "PIPE_PAGE_SYSCALLS",
     "SKIPPED_SYSCALLS",
     "UNSUPPORTED_SYSCALLS",
@@ -202,6 +207,14 @@ ruleset's descriptor is open, that no resident set shows: a run without cgroups 
 files of ``/usr`` to two rulesets (23 MB) in 1.5 s of CPU, about 1 GB within the default
 ``compute_ms``, beside any ``max_memory_mb``, and every process of a run may hold as many
 rulesets as descriptors."""
+PAGE_CACHE_SYSCALLS: Final = {"mincore": 27, "cachestat": 451}
+"""The x86_64 numbers of the calls that report which pages of a file are in the page cache,
+which answer ``ENOSYS`` (``cachestat`` is newer than many kernels; ``mincore`` is rarely used,
+and then for a process's own memory, which it knows). The kernel reports them only to a
+process that could write the file or owns it, so that no one learns when others read a file;
+under a root harness the worker owns the host's files (the Python installation, ``/usr``, a
+``read`` grant shared by other runs), and one call showed a run exactly which pages of a granted
+file the host had just read, as often as it liked, without bringing any in."""
 SKIPPED_SYSCALLS: Final = {"msync": 26, "fsync": 74, "fdatasync": 75}
 """The x86_64 numbers of the calls that return success at once without being made. ``fsync``
 of any descriptor, a read-only one of a clean host file included (``/usr/bin/python3``), made
@@ -278,6 +291,10 @@ _FADVISE64: Final = 221
 _POSIX_FADV_DONTNEED: Final = 4
 _MADVISE: Final = 28
 _MADV_PAGEOUT: Final = 21
+_PREADV2: Final = 327
+_PWRITEV2: Final = 328
+_RWF_NOWAIT: Final = 0x8
+_OFFSET_ARG5_LOW: Final = 56
 
 _LD_W_ABS: Final = 0x20
 _JMP_JEQ_K: Final = 0x15
@@ -380,6 +397,8 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _SETRLIMIT, "setrlimit")
     bpf.op(_JMP_JEQ_K, _FADVISE64, "fadvise")
     bpf.op(_JMP_JEQ_K, _MADVISE, "madvise")
+    bpf.op(_JMP_JEQ_K, _PREADV2, "nowait")
+    bpf.op(_JMP_JEQ_K, _PWRITEV2, "nowait")
     if guard_child_reaping:
         bpf.op(_JMP_JEQ_K, _RT_SIGACTION, "sigaction")
     bpf.op(_JMP_JEQ_K, _MMAP, "mmap")
@@ -388,7 +407,7 @@ def seccomp_program(
     if refuse_new_sessions:
         bpf.op(_JMP_JEQ_K, _SETSID, "deny")
     # Last: the calls checked by their arguments (open, mmap, ...) never pass these.
-    for number in sorted(LANDLOCK_SYSCALLS.values()):
+    for number in sorted((*LANDLOCK_SYSCALLS.values(), *PAGE_CACHE_SYSCALLS.values())):
         bpf.op(_JMP_JEQ_K, number, "enosys")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("deny")
@@ -483,6 +502,14 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("cache-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # preadv2 and pwritev2: no RWF_NOWAIT, whose EAGAIN tells whether a page is cached; the
+    # answer of a file that does not support it, so the caller reads or writes as usual.
+    bpf.place("nowait")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG5_LOW)
+    bpf.op(_JMP_JSET_K, _RWF_NOWAIT, None, "nowait-allow")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
+    bpf.place("nowait-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
     # calls setting a mode: no set-user-ID or set-group-ID bit.
     for name, (_number, argument) in _MODE_ARGUMENT.items():
         bpf.place(f"mode-{name}")
