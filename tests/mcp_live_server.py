@@ -30,8 +30,8 @@ The server has instructions (shown as a prompt section by the client). With
 ``MCP_FIXTURE_HELPER`` set, it first starts a helper process of its own (a sleeping Python,
 as a server that runs a worker or a browser does) that shares its stdin and stdout, and writes
 the helper's process id to ``helper``: ``setsid`` starts it in a session of its own,
-``daemon`` as a daemon (in a session of its own, its parent exited), anything else in the
-server's process group.
+``daemon`` as a daemon (in a session of its own, its parent exited), ``bare-daemon`` as a
+daemon with an empty environment, anything else in the server's process group.
 """
 
 from __future__ import annotations
@@ -293,31 +293,34 @@ def _not_found_as_400(app: Any) -> Any:
 
 
 _DAEMON = """
-import os, time
+import os, sys, time
 from pathlib import Path
-draft = Path(os.environ["MCP_FIXTURE_MARKS"], ".helper.draft")
+draft = Path(sys.argv[1], ".helper.draft")
 draft.write_text(str(os.getpid()))
 os.replace(draft, draft.with_name("helper"))
 time.sleep(60)
 """
 
 
-def _start_daemon() -> None:
+def _start_daemon(bare: bool) -> None:
     """Start the helper as a daemon does: in a session of its own, its parent gone. It marks
-    itself once it runs (the program it was started with, not a fork on its way there)."""
+    itself once it runs (the program it was started with, not a fork on its way there).
+    ``bare``: with an empty environment, as ``env -i`` starts a program."""
+    marks = os.environ.get("MCP_FIXTURE_MARKS", "")
     middle = os.fork()
     if middle == 0:
         os.setsid()
         if os.fork() == 0:
-            os.execv(sys.executable, [sys.executable, "-c", _DAEMON])
+            argv = [sys.executable, "-c", _DAEMON, marks]
+            os.execve(sys.executable, argv, {} if bare else dict(os.environ))
         os._exit(0)
     os.waitpid(middle, 0)
 
 
 def main(argv: list[str]) -> None:
     helping = os.environ.get("MCP_FIXTURE_HELPER")
-    if helping == "daemon":
-        _start_daemon()
+    if helping in ("daemon", "bare-daemon"):
+        _start_daemon(bare=helping == "bare-daemon")
     elif helping:
         helper = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(60)"],

@@ -229,7 +229,7 @@ def helper_params(marks: Path, how: str = "group") -> StdioServerParameters:
     return params.model_copy(update={"env": {**(params.env or {}), "MCP_FIXTURE_HELPER": how}})
 
 
-@pytest.mark.parametrize("how", ["group", "setsid", "daemon"])
+@pytest.mark.parametrize("how", ["group", "setsid", "daemon", "bare-daemon"])
 def test_closing_ends_the_processes_the_server_started_too(
     system: ToolSystem, tmp_path: Path, errlog: TextIO, how: str
 ) -> None:
@@ -245,7 +245,7 @@ def test_closing_ends_the_processes_the_server_started_too(
     assert process_gone(helper)
 
 
-@pytest.mark.parametrize("how", ["group", "setsid", "daemon"])
+@pytest.mark.parametrize("how", ["group", "setsid", "daemon", "bare-daemon"])
 def test_a_server_that_dies_while_its_helper_holds_its_output_is_lost_at_once(
     system: ToolSystem, tmp_path: Path, errlog: TextIO, how: str
 ) -> None:

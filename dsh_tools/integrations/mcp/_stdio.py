@@ -14,20 +14,31 @@ started: its environment carries a tag (``DSH_TOOLS_MCP_SERVER``) by which it is
 this process's children in ``/proc``, and its exit is watched through a pidfd. The tag is also
 what finds the descendants that left the group (``setsid``), which are ended with it. Where
 either cannot be had (another OS), the SDK's own handling is all there is.
+
+On Linux the server runs under a supervisor (``_stdio_supervisor``) that is the process the
+SDK starts: a child subreaper, so that a descendant that left the group and cleared its
+environment (a double fork after ``env -i``) is still its descendant, ended once the server
+exits. It costs one more interpreter per server (about 10 ms to start, 10 MB).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import select
+import shutil
 import signal
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 from mcp import StdioServerParameters, stdio_client
+
+from . import _stdio_supervisor
 
 __all__ = ["stdio_group_client"]
 
@@ -43,7 +54,7 @@ _FIND_S = 0.5
 async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Any]:
     """``stdio_client(params, errlog=errlog)``, ending the server's process group with it."""
     tag = secrets.token_hex(16)
-    tagged = params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}})
+    tagged = _supervised(params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}}))
     leader: int | None = None
     ended = anyio.Event()  # the watch has ended the group after the server's exit
     try:
@@ -63,6 +74,34 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
         if leader is not None and not ended.is_set():
             with anyio.CancelScope(shield=True):
                 await _end_group(leader, tag)
+
+
+@functools.cache
+def _supervisor_source() -> str:
+    return Path(_stdio_supervisor.__file__).read_text(encoding="utf-8")
+
+
+def _supervised(params: StdioServerParameters) -> StdioServerParameters:
+    """``params`` run under the supervisor (``_stdio_supervisor``), on Linux: an isolated
+    interpreter that reaps and ends whatever the server leaves behind. A command that cannot
+    be found is left to the SDK to start, which fails as it would without the supervisor."""
+    if sys.platform != "linux" or not sys.executable or not _runnable(params):
+        return params
+    program = [sys.executable, "-I", "-S", "-c", _supervisor_source()]
+    return params.model_copy(
+        update={"command": program[0], "args": [*program[1:], params.command, *params.args]}
+    )
+
+
+def _runnable(params: StdioServerParameters) -> bool:
+    """Whether ``params.command`` names an executable file, looked up as the spawn will: a
+    path from the server's working directory, a bare name on the server's ``PATH``."""
+    command = params.command
+    if os.path.dirname(command):
+        path = os.path.join(params.cwd or "", command)
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    search = (params.env or {}).get("PATH", os.environ.get("PATH", os.defpath))
+    return shutil.which(command, path=search) is not None
 
 
 def _processes() -> Iterator[tuple[int, bytes, int, int]]:

@@ -1,0 +1,152 @@
+"""The process a stdio MCP server runs under: it makes itself the reaper of everything the server
+starts, runs the server, and once the server exits ends every process left below it, those
+that left the server's process group and session, and cleared their environment, included
+(``setsid`` and a double fork, ``env -i``), before it exits as the server did.
+
+On Linux a process marked a "child subreaper" inherits the orphans of its descendants instead
+of ``init``, so nothing the server starts can leave it: the descendants are found by their
+parents in ``/proc``, with no mark of their own needed. The supervisor shares the server's
+process group, which the connection signals to stop the server, and ignores that signal (as
+it ignores a server's ``kill 0``): it lives on until the server exits, so that until then
+every descendant is still found below it, by the connection as by itself. A ``SIGKILL`` of
+the supervisor takes its cleanup with it; the connection then ends the group and the
+processes that carry its environment variable, as without it.
+
+It runs as ``python -I -S -c SOURCE COMMAND ARG...``, so it imports nothing of the package
+and only modules that start fast. The server gets the supervisor's environment, its standard
+streams and its working directory, so that it runs as it would have run without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+
+_PR_SET_CHILD_SUBREAPER = 36
+_KILL_AFTER_S = 1.5
+"""From the server's exit to ``SIGKILL`` of what is left: under the connection's 2 s between
+its ``SIGTERM`` and ``SIGKILL`` of the group."""
+_GIVE_UP_S = 5.0
+"""Killing a descendant that forks faster than it is killed: stop trying then."""
+_TICK_MS = 50
+_IGNORED_HERE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec.
+_RESET_SIGNALS = (*_IGNORED_HERE, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, read from ``/proc`` (none without it)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+            parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (OSError, ValueError):  # gone meanwhile
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            found.append(child)
+            frontier.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:  # noqa: SIM105 (contextlib would add to every server's start)
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap(server: int) -> int | None:
+    """Reap whatever ended below; the server's wait status if it was among them."""
+    status: int | None = None
+    while True:
+        try:
+            pid, code = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status
+        if pid == 0:
+            return status
+        if pid == server:
+            status = code
+
+
+def _wait(server: int) -> int:
+    """The server's wait status, once it exits; meanwhile the orphans that end below are
+    reaped."""
+    try:
+        exited: int | None = os.pidfd_open(server)
+    except (AttributeError, OSError):
+        exited = None
+    watch = select.poll()  # not select: the descriptor may be numbered past 1023
+    if exited is not None:
+        watch.register(exited, select.POLLIN)
+    while True:
+        watch.poll(_TICK_MS)
+        status = _reap(server)
+        if status is not None:
+            return status
+
+
+def _end_descendants() -> None:
+    """``SIGTERM`` to every process left below, ``SIGKILL`` to those left after the grace."""
+    me = os.getpid()
+    kill_at = time.monotonic() + _KILL_AFTER_S
+    give_up = time.monotonic() + _GIVE_UP_S
+    termed: set[int] = set()
+    while time.monotonic() < give_up:
+        _reap(-1)
+        left = _descendants(me)
+        if not left:
+            return
+        if time.monotonic() >= kill_at:
+            _signal_all(left, signal.SIGKILL)
+        else:
+            # One that appeared since (started by one of them as it ends) gets it too.
+            _signal_all([pid for pid in left if pid not in termed], signal.SIGTERM)
+            termed.update(left)
+        time.sleep(_TICK_MS / 1000)
+
+
+def main(argv: list[str]) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the descendants still seen are ended
+        pass
+    for signum in _IGNORED_HERE:
+        signal.signal(signum, signal.SIG_IGN)
+    server = os.fork()
+    if server == 0:
+        try:
+            for signum in _RESET_SIGNALS:
+                signal.signal(signum, signal.SIG_DFL)
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            os.write(2, f"cannot run {argv[0]}: {exc.strerror or exc}\n".encode())
+        finally:
+            os._exit(127)  # as a shell reports a command it cannot run
+    status = _wait(server)
+    _end_descendants()
+    if os.WIFSIGNALED(status):
+        os._exit(128 + os.WTERMSIG(status))  # as a shell reports it
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
