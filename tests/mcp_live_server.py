@@ -22,6 +22,7 @@ Tools:
 - ``wipe(path)``: destructive, titled ``Wipe a folder``; ``peek(path)``: read-only;
 - ``forecast(city)``: declares an output schema ``{"celsius": number}`` but returns
   ``{"celsius": "warm"}``; ``long_job()``: can only run as a task;
+- ``bulk(mebibytes)``: a text of that many MiB;
 - ``link()``: a resource link to ``notes://today``; ``add_note(name, text)``: adds the resource
   ``notes://<name>``, then sends ``notifications/resources/list_changed``;
 - resources ``notes://today`` (text) and ``notes://logo`` (a PNG blob), prompt ``review``.
@@ -141,6 +142,11 @@ async def slow(seconds: float, tag: str = "") -> str:
     _mark(f"started{tag}")
     await anyio.sleep(seconds)
     return f"slept {seconds}"
+
+
+@server.tool(description="A text of the given number of MiB.", structured_output=False)
+def bulk(mebibytes: int) -> str:
+    return "x" * (mebibytes << 20)
 
 
 @server.tool(description="Exit the server process in the middle of the call.")

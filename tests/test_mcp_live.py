@@ -266,6 +266,19 @@ def test_a_server_that_dies_while_its_helper_holds_its_output_is_lost_at_once(
         assert process_gone(helper)
 
 
+def test_a_result_of_tens_of_megabytes_arrives_whole_with_the_connection_kept(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    # The keep-alive pings throughout, and its answers wait behind the result on the server's
+    # output: a client whose reading of one line grows with its square (15 s for 40 MiB) takes
+    # longer than the ping's deadline, and drops a connection that was answering all along.
+    plugin = live(ping_interval=0.1)
+    text = texts(run(system, "bulk", {"mebibytes": 40}))
+    assert [len(part) for part in text] == [40 << 20]
+    assert plugin.state == "connected"
+    assert texts(run(system, "greet", {"name": "x"})) == ["hello x"]
+
+
 # --- Streamable HTTP ---------------------------------------------------------------------------
 
 

@@ -9,16 +9,17 @@ come until a keep-alive ping gives up.
 
 ``stdio_group_client`` is ``stdio_client`` that also ends the group (``SIGTERM``, then
 ``SIGKILL`` after the SDK's grace period) as soon as the server's process exited, which ends
-its output, and once more when the connection is closed. The SDK does not say which process it
-started: its environment carries a tag (``DSH_TOOLS_MCP_SERVER``) by which it is found among
-this process's children in ``/proc``, and its exit is watched through a pidfd. The tag is also
-what finds the descendants that left the group (``setsid``), which are ended with it. Where
-either cannot be had (another OS), the SDK's own handling is all there is.
+its output, and once more when the connection is closed. On Linux it starts the server itself,
+as the SDK would (a session of its own, the SDK's default environment, the same shutdown:
+close the input, wait 2 s, end the group), with lines read in linear time (``_stdio_pipes``):
+its exit is watched through a pidfd, and its environment carries a tag
+(``DSH_TOOLS_MCP_SERVER``) by which the descendants that left the group (``setsid``) are found
+and ended with it. Elsewhere (no ``/proc``, no pidfd) it is the SDK's ``stdio_client``.
 
-On Linux the server runs under a supervisor (``_stdio_supervisor``) that is the process the
-SDK starts: a child subreaper, so that a descendant that left the group and cleared its
-environment (a double fork after ``env -i``) is still its descendant, ended once the server
-exits. It costs one more interpreter per server (about 10 ms to start, 10 MB).
+On Linux the server also runs under a supervisor (``_stdio_supervisor``): a child subreaper,
+so that a descendant that left the group and cleared its environment (a double fork after
+``env -i``) is still its descendant, ended once the server exits. It costs one more
+interpreter per server (about 10 ms to start, 10 MB).
 """
 
 from __future__ import annotations
@@ -36,9 +37,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
 
 from . import _stdio_supervisor
+from ._stdio_pipes import read_lines, write_lines
 
 __all__ = ["stdio_group_client"]
 
@@ -46,34 +52,87 @@ _TAG = "DSH_TOOLS_MCP_SERVER"
 _GRACE_S = 2.0
 """Between ``SIGTERM`` and ``SIGKILL`` to what is left of the group, as the SDK waits."""
 _POLL_S = 0.02
-_FIND_S = 0.5
-"""How long a just-spawned server may show ``/proc`` an environment without its tag."""
+_FLUSH_S = 0.5
+"""How long the messages sent last may take to be written before the server's input closes."""
 
 
 @contextlib.asynccontextmanager
 async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Any]:
     """``stdio_client(params, errlog=errlog)``, ending the server's process group with it."""
+    if sys.platform != "linux":  # no /proc, no pidfd: the SDK's own handling is all there is
+        async with stdio_client(params, errlog=errlog) as streams:
+            yield streams
+        return
     tag = secrets.token_hex(16)
     tagged = _supervised(params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}}))
-    leader: int | None = None
+    env = get_default_environment() | (tagged.env or {})
+    process = await anyio.open_process(
+        [tagged.command, *tagged.args],
+        env=env,
+        stderr=errlog,
+        cwd=tagged.cwd,
+        start_new_session=True,  # the group's id is the server's process id
+    )
+    leader = process.pid
     ended = anyio.Event()  # the watch has ended the group after the server's exit
+    messages, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
+    encoding, errors = tagged.encoding, tagged.encoding_error_handler
+    assert process.stdin is not None and process.stdout is not None  # spawned with pipes
+    written = anyio.Event()  # the writer is done
     try:
-        async with stdio_client(tagged, errlog=errlog) as streams:
-            # The group's id is the server's process id (the SDK starts a new session).
-            leader = await _server_process(tag)
-            async with anyio.create_task_group() as watching:
-                if leader is not None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(read_lines, process.stdout, messages, encoding, errors)
+            tasks.start_soon(
+                write_lines, process.stdin, outgoing, messages, encoding, errors, written
+            )
+            try:
+                async with anyio.create_task_group() as watching:
                     watching.start_soon(_end_group_after_exit, leader, tag, ended)
-                try:
-                    yield streams
-                finally:
-                    watching.cancel_scope.cancel()
+                    try:
+                        yield read, write
+                    finally:
+                        watching.cancel_scope.cancel()
+            finally:
+                # Every wait below is bounded, and must finish even when the caller is
+                # cancelled: else the server would be left running.
+                with anyio.CancelScope(shield=True):
+                    await _stop(process, read, write, written, leader, tag, ended)
+                tasks.cancel_scope.cancel()
     finally:
-        # A group the watch has ended is not signalled again: once none of it is left, its id
-        # is free for the system to give to a process (and group) of someone else's.
-        if leader is not None and not ended.is_set():
-            with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):
+            # A group the watch has ended is not signalled again: once none of it is left, its
+            # id is free for the system to give to a process (and group) of someone else's.
+            if not ended.is_set():
                 await _end_group(leader, tag)
+            with anyio.move_on_after(_GRACE_S):
+                await process.aclose()
+
+
+async def _stop(
+    process: Process,
+    read: MemoryObjectReceiveStream[SessionMessage | Exception],
+    write: MemoryObjectSendStream[SessionMessage],
+    written: anyio.Event,
+    leader: int,
+    tag: str,
+    ended: anyio.Event,
+) -> None:
+    """The MCP shutdown: close the server's input, give it ``_GRACE_S`` to exit, then end its
+    group (``SIGTERM``, ``SIGKILL`` after as long again) and what escaped it."""
+    read.close()
+    write.close()  # the writer ends once it wrote what it had (a cancellation, say)
+    with anyio.move_on_after(_FLUSH_S):
+        await written.wait()
+    assert process.stdin is not None
+    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await process.stdin.aclose()
+    with anyio.move_on_after(_GRACE_S):
+        while process.returncode is None:
+            await anyio.sleep(_POLL_S)
+    if not ended.is_set():
+        await _end_group(leader, tag)
+        ended.set()
 
 
 @functools.cache
@@ -120,37 +179,6 @@ def _processes() -> Iterator[tuple[int, bytes, int, int]]:
             yield int(entry), state, int(parent), int(group)
         except (OSError, ValueError):  # gone meanwhile
             continue
-
-
-async def _server_process(tag: str) -> int | None:
-    """The server's process id (see ``_child_tagged``), or ``None``. The spawn returns once the
-    child began its exec, and for a moment after, ``/proc`` may still show it the environment
-    of this process, without the tag: while some child leading a group of its own lacks it,
-    they are looked at again, briefly."""
-    deadline = anyio.current_time() + _FIND_S
-    while True:
-        found, others = _child_tagged(tag)
-        if found is not None or not others or anyio.current_time() >= deadline:
-            return found
-        await anyio.sleep(_POLL_S)
-
-
-def _child_tagged(tag: str) -> tuple[int | None, bool]:
-    """The process id of this process's child whose environment holds ``tag``, when it leads a
-    process group of its own (as the SDK starts it), or ``None``: a group that is not the
-    server's alone is not ended here. Then also whether other such children were seen."""
-    me = os.getpid()
-    wanted = f"{_TAG}={tag}".encode()
-    others = False
-    for pid, _, parent, group in _processes():
-        if parent != me or group != pid:
-            continue
-        tagged = _carries(pid, wanted)
-        if tagged:
-            return pid, others
-        if tagged is not None:
-            others = True
-    return None, others
 
 
 def _carries(pid: int, wanted: bytes) -> bool | None:

@@ -1,0 +1,105 @@
+"""A stdio server's pipes as the session's streams: one JSON-RPC message a line each way.
+
+The SDK's own ``stdio_client`` joins each 64 KiB read to what it holds of an unfinished line
+and splits the whole again, so reading one line costs time in the square of its length (a
+20 MB tool result about 5 s, 40 MB 15 s, on the connection's loop, where a keep-alive ping
+waiting behind it times out and ends the connection). Here an unfinished line is kept as its
+pieces, and only each new piece is searched for the line's end: linear in the line's length.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+from typing import AnyStr
+
+import anyio
+from anyio.abc import ByteReceiveStream, ByteSendStream, ObjectReceiveStream, ObjectSendStream
+from mcp import types
+from mcp.shared.message import SessionMessage
+
+__all__ = ["read_lines", "write_lines"]
+
+_ENDED = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+
+
+def _parsed(line: bytes | str, encoding: str, errors: str) -> SessionMessage | Exception:
+    """One line as a message, or the exception that says why it is none (the session hands it
+    to the message handler, which logs it; ``WatchedReadStream`` turns a reply's into an error
+    reply)."""
+    try:
+        text = line if isinstance(line, str) else line.decode(encoding, errors)
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))
+    except ValueError as exc:  # UnicodeDecodeError and pydantic's ValidationError are too
+        return exc
+
+
+def _lines(piece: AnyStr, newline: AnyStr, pending: list[AnyStr]) -> list[AnyStr]:
+    """The lines ``piece`` ends, the first joined to the ``pending`` pieces before it; what
+    follows the last line's end is left in ``pending``. Only ``piece`` is searched."""
+    found: list[AnyStr] = []
+    start = 0
+    while (end := piece.find(newline, start)) >= 0:
+        pending.append(piece[start:end])
+        found.append(newline[:0].join(pending))
+        pending.clear()
+        start = end + len(newline)
+    if start < len(piece):
+        pending.append(piece[start:])
+    return found
+
+
+async def read_lines(
+    stdout: ByteReceiveStream,
+    messages: ObjectSendStream[SessionMessage | Exception],
+    encoding: str,
+    errors: str,
+) -> None:
+    """Pass each line of ``stdout`` on to ``messages`` until the server closes it (then close
+    ``messages``, which ends the session); once nobody takes them any more, read on and drop
+    them, so that a server blocked writing its output can still exit."""
+    # An encoding whose newline is not the byte 0x0A (UTF-16, say) is split once decoded.
+    decoder = (
+        None if "\n".encode(encoding) == b"\n" else codecs.getincrementaldecoder(encoding)(errors)
+    )
+    raw: list[bytes] = []
+    text: list[str] = []
+    taking = True
+    with contextlib.suppress(*_ENDED):
+        async with messages:
+            async for chunk in stdout:
+                if not taking:
+                    continue
+                lines: list[bytes] | list[str] = (
+                    _lines(chunk, b"\n", raw)
+                    if decoder is None
+                    else _lines(decoder.decode(chunk), "\n", text)
+                )
+                for line in lines:
+                    try:
+                        await messages.send(_parsed(line, encoding, errors))
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        taking = False
+                        break
+
+
+async def write_lines(
+    stdin: ByteSendStream,
+    outgoing: ObjectReceiveStream[SessionMessage],
+    messages: ObjectSendStream[SessionMessage | Exception],
+    encoding: str,
+    errors: str,
+    written: anyio.Event,
+) -> None:
+    """Write each message to ``stdin`` as a line. A server that no longer reads its input
+    (exited, or closed it) ends the session: ``messages`` is closed, so that a request does
+    not wait for an answer that cannot come. ``written`` is set once it is done."""
+    try:
+        async with outgoing:
+            async for message in outgoing:
+                text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await stdin.send((text + "\n").encode(encoding, errors))
+    except _ENDED:
+        await messages.aclose()
+    finally:
+        written.set()
