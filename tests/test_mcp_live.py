@@ -4,7 +4,10 @@ live server (``tests/mcp_live_server.py``) as a real process over stdio and Stre
 from __future__ import annotations
 
 import os
+import shlex
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +18,7 @@ from conftest import WAIT, Logs, spawn
 from mcp import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import (
+    LIVE_SERVER,
     Changes,
     HttpServer,
     failure,
@@ -264,6 +268,48 @@ def test_a_server_that_dies_while_its_helper_holds_its_output_is_lost_at_once(
         assert plugin.state == "disconnected"
         assert system.tools.names() == []
         assert process_gone(helper)
+
+
+HOST = """
+import sys, time
+from mcp import StdioServerParameters
+from dsh_tools import ToolSystem
+from dsh_tools.integrations import register_mcp_server_sync
+
+system = ToolSystem.start(code_runtime=None)
+params = StdioServerParameters(
+    command="/bin/sh", args=["-c", sys.argv[1]], env={"MCP_FIXTURE_MARKS": sys.argv[2]}
+)
+register_mcp_server_sync(system, "wrapped", params, connect_timeout=float(sys.argv[3]))
+print("registered", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_server_left_behind_by_a_host_that_died_is_ended(tmp_path: Path) -> None:
+    # The host is killed without closing anything. The server's input ends, but the shell
+    # that wraps it ignores SIGTERM and does not exit when its input ends: it must not live on
+    # with nobody left to end it.
+    script = (
+        f'trap "" TERM; echo $$ > "$MCP_FIXTURE_MARKS/shell"; '
+        f"{shlex.quote(sys.executable)} {shlex.quote(LIVE_SERVER)}; sleep 60"
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-c", HOST, script, str(tmp_path), str(WAIT)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert host.stdout is not None
+        assert host.stdout.readline() == "registered\n"
+        shell = int(wait_for_file(tmp_path / "shell"))
+    finally:
+        host.kill()
+        host.wait()
+        if host.stdout is not None:
+            host.stdout.close()
+    assert process_gone(shell)  # its supervisor, reparented, ended it
 
 
 def test_a_result_of_tens_of_megabytes_arrives_whole_with_the_connection_kept(

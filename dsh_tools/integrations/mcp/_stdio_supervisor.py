@@ -88,7 +88,11 @@ def _reap(server: int) -> int | None:
 
 def _wait(server: int) -> int:
     """The server's wait status, once it exits; meanwhile the orphans that end below are
-    reaped."""
+    reaped. Should the host die (this process's parent changes), the server and its
+    descendants are ended as after the server's exit: its input ends then, but a server that
+    does not exit for that would live on with nobody left to end it."""
+    host = os.getppid()
+    kill_at: float | None = None  # once the host is gone: when what is left gets SIGKILL
     try:
         exited: int | None = os.pidfd_open(server)
     except (AttributeError, OSError):
@@ -101,6 +105,11 @@ def _wait(server: int) -> int:
         status = _reap(server)
         if status is not None:
             return status
+        if kill_at is None and os.getppid() != host:
+            kill_at = time.monotonic() + _KILL_AFTER_S
+            _signal_all(_descendants(os.getpid()), signal.SIGTERM)
+        elif kill_at is not None and time.monotonic() >= kill_at:
+            _signal_all(_descendants(os.getpid()), signal.SIGKILL)
 
 
 def _end_descendants() -> None:
