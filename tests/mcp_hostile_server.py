@@ -14,6 +14,8 @@ Tools:
   the result object (the right id, a result that is not an object);
 - ``stray_output()``: its reply reaches the wire right after a line that is not JSON (as from
   a stray print to stdout);
+- ``binary_output()``: its reply reaches the wire right after a line that is not UTF-8 text
+  (as from binary data written to stdout);
 - ``wait()``: never answers;
 - ``logging_level()``: the level the client last set with ``logging/setLevel`` (the server
   declares the logging capability), or ``unset``.
@@ -53,6 +55,7 @@ _FIXED = [
     types.Tool(name="publish_twin", input_schema=_OBJECT),
     types.Tool(name="malformed_reply", input_schema=_OBJECT),
     types.Tool(name="stray_output", input_schema=_OBJECT),
+    types.Tool(name="binary_output", input_schema=_OBJECT),
     types.Tool(name="wait", input_schema=_OBJECT),
     types.Tool(name="logging_level", input_schema=_OBJECT),
 ]
@@ -65,6 +68,7 @@ _state: dict[str, Any] = {
     "twin_name": sys.argv[1:] == ["twin-name"],
     "doctored": set(),  # ids of the replies that go out malformed
     "after_stray": set(),  # ids of the replies that go out after a line that is not JSON
+    "after_binary": set(),  # ids of the replies that go out after a line that is not text
     "logging_level": "unset",
 }
 
@@ -96,6 +100,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         _state["doctored"].add(ctx.request_id)
     elif name == "stray_output":
         _state["after_stray"].add(ctx.request_id)
+    elif name == "binary_output":
+        _state["after_binary"].add(ctx.request_id)
     elif name == "wait":
         await anyio.sleep_forever()
     elif name == "logging_level":
@@ -117,6 +123,11 @@ class DoctoredStdout:
         if "result" in message and message.get("id") in _state["doctored"]:
             _state["doctored"].discard(message["id"])
             line = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": 12}) + "\n"
+        elif "result" in message and message.get("id") in _state["after_binary"]:
+            _state["after_binary"].discard(message["id"])
+            await self._out.flush()
+            sys.stdout.buffer.write(b"\x89PNG\xff\xfe\n")
+            sys.stdout.buffer.flush()
         elif "result" in message and message.get("id") in _state["after_stray"]:
             _state["after_stray"].discard(message["id"])
             line = "debug: replying now\n" + line

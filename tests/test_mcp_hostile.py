@@ -58,6 +58,7 @@ HOSTILE_TOOLS = [
     "publish_twin",
     "malformed_reply",
     "stray_output",
+    "binary_output",
     "wait",
     "logging_level",
 ]
@@ -176,6 +177,17 @@ def test_a_line_that_is_no_message_is_logged_and_the_calls_go_on(
     warning = logged(logs, "MCP server sent a message that could not be read")
     assert warning["server"] == "hostile"
     assert warning["error"].startswith("malformed JSON-RPC message at the top level: ")
+
+
+def test_a_line_that_is_not_text_is_logged_and_the_calls_go_on(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    plugin = hostile()
+    assert texts(run(system, "binary_output", {})) == ["binary_output"]
+    warning = logged(logs, "MCP server sent a message that could not be read")
+    assert warning["server"] == "hostile"
+    assert warning["error"] == "not utf-8 text: invalid start byte"
+    assert plugin.state == "connected"
 
 
 # --- a tool with an empty name -----------------------------------------------------------------

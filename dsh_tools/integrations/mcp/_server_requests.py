@@ -156,6 +156,12 @@ class ServerRequests:
                 server=self._label,
                 error=summarize(message, "JSON-RPC message"),
             )
+        elif isinstance(message, UnicodeDecodeError):  # a line that is not text (stdio)
+            _log.warning(
+                "MCP server sent a message that could not be read",
+                server=self._label,
+                error=f"not {message.encoding} text: {message.reason}",
+            )
         elif isinstance(message, Exception):
             _log.debug("MCP transport reported an error", server=self._label, error=str(message))
 

@@ -65,7 +65,8 @@ async def read_lines(
     raw: list[bytes] = []
     text: list[str] = []
     taking = True
-    with contextlib.suppress(*_ENDED):
+    # Output an encoding split once decoded cannot decode ends the session (its lines are lost).
+    with contextlib.suppress(*_ENDED, UnicodeDecodeError):
         async with messages:
             async for chunk in stdout:
                 if not taking:
