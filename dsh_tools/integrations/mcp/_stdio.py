@@ -58,7 +58,8 @@ _FLUSH_S = 0.5
 
 @contextlib.asynccontextmanager
 async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Any]:
-    """``stdio_client(params, errlog=errlog)``, ending the server's process group with it."""
+    """The ``(read, write)`` streams of ``stdio_client(params, errlog=errlog)``, ending the
+    server's process group and its descendants with it (see the module's docstring)."""
     if sys.platform != "linux":  # no /proc, no pidfd: the SDK's own handling is all there is
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams
@@ -143,7 +144,8 @@ def _supervisor_source() -> str:
 def _supervised(params: StdioServerParameters) -> StdioServerParameters:
     """``params`` run under the supervisor (``_stdio_supervisor``), on Linux: an isolated
     interpreter that reaps and ends whatever the server leaves behind. A command that cannot
-    be found is left to the SDK to start, which fails as it would without the supervisor."""
+    be found is started as it is, so that the spawn fails as it would without the supervisor
+    (``FileNotFoundError`` naming the command)."""
     if sys.platform != "linux" or not sys.executable or not _runnable(params):
         return params
     program = [sys.executable, "-I", "-S", "-c", _supervisor_source()]
