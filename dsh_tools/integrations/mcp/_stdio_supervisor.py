@@ -33,6 +33,11 @@ its ``SIGTERM`` and ``SIGKILL`` of the group."""
 _GIVE_UP_S = 5.0
 """Killing a descendant that forks faster than it is killed: stop trying then."""
 _TICK_MS = 50
+_IDLE_TICK_MS = 1000
+"""How often the supervisor wakes while the server runs, when a pidfd of the server and one of
+the host wake it as either exits: only to reap the orphans that ended below it meanwhile (each
+a zombie until then). Each server has one supervisor for its whole life, so waking every
+``_TICK_MS`` would keep an idle harness's CPU waking 20 times a second per server."""
 _IGNORED_HERE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Python ignores SIGPIPE and SIGXFSZ, and an ignored signal stays ignored across exec.
 _RESET_SIGNALS = (*_IGNORED_HERE, signal.SIGPIPE, signal.SIGXFSZ)
@@ -93,20 +98,25 @@ def _wait(server: int) -> int:
     does not exit for that would live on with nobody left to end it."""
     host = os.getppid()
     kill_at: float | None = None  # once the host is gone: when what is left gets SIGKILL
-    try:
-        exited: int | None = os.pidfd_open(server)
-    except (AttributeError, OSError):
-        exited = None
-    watch = select.poll()  # not select: the descriptor may be numbered past 1023
-    if exited is not None:
-        watch.register(exited, select.POLLIN)
+    watch = select.poll()  # not select: a descriptor may be numbered past 1023
+    pidfds: list[int] = []
+    for pid in (server, host):
+        try:
+            pidfds.append(os.pidfd_open(pid))  # readable once the process exits
+        except (AttributeError, OSError):
+            break
+        watch.register(pidfds[-1], select.POLLIN)
+    tick = _IDLE_TICK_MS if len(pidfds) == 2 else _TICK_MS
     while True:
-        watch.poll(_TICK_MS)
+        watch.poll(tick)
         status = _reap(server)
         if status is not None:
             return status
         if kill_at is None and os.getppid() != host:
             kill_at = time.monotonic() + _KILL_AFTER_S
+            tick = _TICK_MS
+            if len(pidfds) == 2:
+                watch.unregister(pidfds[1])  # readable for good now
             _signal_all(_descendants(os.getpid()), signal.SIGTERM)
         elif kill_at is not None and time.monotonic() >= kill_at:
             _signal_all(_descendants(os.getpid()), signal.SIGKILL)
