@@ -23,6 +23,7 @@ from typing import Any, TextIO
 import pytest
 from conftest import WAIT, Logs, spawn
 from mcp import StdioServerParameters
+from mcp.client.stdio import get_default_environment
 from mcp_support import (
     Changes,
     failure,
@@ -370,3 +371,54 @@ def test_a_stdio_server_that_stops_answering_without_exiting_is_found_out(
             "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
         }
         assert plugin.state == "disconnected"
+
+
+PLAIN_SERVER = """
+import contextlib
+import os
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("plain")
+
+@server.tool(description="The names in the environment this process was started with.")
+def environment() -> str:
+    with open("/proc/self/environ", "rb") as started:
+        entries = started.read().split(b"\\0")
+    return " ".join(sorted(e.split(b"=", 1)[0].decode() for e in entries if b"=" in e))
+
+@server.tool(description="Closes the server's output (the SDK serves it from a copy of fd 1).")
+async def close_output() -> str:
+    import anyio
+
+    def link(fd: str) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if link(fd).startswith("pipe:") and link(fd) != link("0"):
+                os.close(int(fd))
+    await anyio.sleep(3600)
+    return "never"
+
+server.run()
+"""
+
+
+def plain_params(tmp_path: Path) -> StdioServerParameters:
+    script = tmp_path / "plain_server.py"
+    script.write_text(PLAIN_SERVER)
+    return StdioServerParameters(command=sys.executable, args=[str(script)], env={"MINE": "1"})
+
+
+def test_a_stdio_server_starts_with_the_default_environment_and_its_own_entries_only(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # No locale entry is added on the way (a C locale, as the default environment has, stays
+    # one): what the server would have been started with by the SDK, plus the tag it is
+    # found by.
+    with register_mcp_server_sync(
+        system, "plain", plain_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+    ):
+        names = texts(run(system, "environment", {}))[0].split()
+    expected = {*get_default_environment(), "MINE", "DSH_TOOLS_MCP_SERVER"}
+    assert sorted(names) == sorted(expected)

@@ -142,6 +142,19 @@ def _end_descendants() -> None:
         time.sleep(_TICK_MS / 1000)
 
 
+def _environment_started_with() -> dict[bytes, bytes] | None:
+    """The environment this process was started with, which the server gets: Python's start-up
+    adds ``LC_CTYPE`` to ``os.environ`` in a C locale (PEP 538), as the default environment of
+    a stdio server is, and the server would otherwise start in another locale than without the
+    supervisor. ``None`` where ``/proc`` does not show it."""
+    try:
+        with open("/proc/self/environ", "rb") as handle:
+            entries = handle.read().split(b"\0")
+    except OSError:
+        return None
+    return dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
+
+
 def main(argv: list[str]) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -150,12 +163,15 @@ def main(argv: list[str]) -> None:
         pass
     for signum in _IGNORED_HERE:
         signal.signal(signum, signal.SIG_IGN)
+    environment = _environment_started_with()
     server = os.fork()
     if server == 0:
         try:
             for signum in _RESET_SIGNALS:
                 signal.signal(signum, signal.SIG_DFL)
-            os.execvp(argv[0], argv)
+            if environment is None:
+                os.execvp(argv[0], argv)
+            os.execvpe(argv[0], argv, environment)
         except OSError as exc:
             os.write(2, f"cannot run {argv[0]}: {exc.strerror or exc}\n".encode())
         finally:
