@@ -422,3 +422,17 @@ def test_a_stdio_server_starts_with_the_default_environment_and_its_own_entries_
         names = texts(run(system, "environment", {}))[0].split()
     expected = {*get_default_environment(), "MINE", "DSH_TOOLS_MCP_SERVER"}
     assert sorted(names) == sorted(expected)
+
+
+def test_a_stdio_server_that_closes_its_output_but_runs_on_is_lost_at_once(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    with register_mcp_server_sync(
+        system, "plain", plain_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        result = spawn(system, ExecuteCall(call_id="c", name="close_output", arguments={}))
+        assert failure(result.result(WAIT))["error"] == {
+            "message": 'MCP server "plain" disconnected during the call',
+            "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
+        }
+        assert plugin.state == "disconnected"

@@ -155,6 +155,16 @@ def _environment_started_with() -> dict[bytes, bytes] | None:
     return dict(entry.split(b"=", 1) for entry in entries if b"=" in entry)
 
 
+def _let_go_of_pipes() -> None:
+    """Hand the server's input and output to the server alone: while this process holds a copy,
+    a server that closes its output is never seen to end it, and one that closes its input
+    never makes a write to it fail; the connection would wait on them for ever."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
 def main(argv: list[str]) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -176,6 +186,7 @@ def main(argv: list[str]) -> None:
             os.write(2, f"cannot run {argv[0]}: {exc.strerror or exc}\n".encode())
         finally:
             os._exit(127)  # as a shell reports a command it cannot run
+    _let_go_of_pipes()
     status = _wait(server)
     _end_descendants()
     if os.WIFSIGNALED(status):
