@@ -13,8 +13,10 @@ the supervisor takes its cleanup with it; the connection then ends the group and
 processes that carry its environment variable, as without it.
 
 It runs as ``python -I -S -c SOURCE COMMAND ARG...``, so it imports nothing of the package
-and only modules that start fast. The server gets the supervisor's environment, its standard
-streams and its working directory, so that it runs as it would have run without it.
+and only modules that start fast. The server gets the environment the supervisor was started
+with (not the locale Python's start-up adds to it), its standard streams (of which the
+supervisor keeps no copy of the input and output) and its working directory, so that it runs
+as it would have run without it.
 """
 
 from __future__ import annotations
