@@ -137,6 +137,29 @@ def test_a_failed_tool_call_raises_its_message_in_the_program(code_system: ToolS
     assert result.value["result"] == "refused 7"
 
 
+def test_help_in_a_program_on_the_node_shows_what_it_shows_locally(
+    code_system: ToolSystem,
+) -> None:
+    # The node's runtime asks the harness's describer over the run's events, only for help().
+    program = "help(tools.refuse)\nhelp(tools)\nreturn await tools.host_pid({'n': 1})\n"
+    here = SubprocessCodeRuntime()
+    local = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=here)
+    try:
+        local.tools.register(int_tool("host_pid", host_pid))
+        local.tools.register(int_tool("refuse", refuse))
+        expected = run_code(local, program).value["logs"]
+    finally:
+        local.stop()
+        here.close()
+
+    result = run_code(code_system, program)
+
+    assert not result.is_error, result
+    assert result.value["logs"] == expected
+    assert "refuse test tool" in expected[0] and "host_pid" in expected[1]
+    assert result.value["result"] == os.getpid()
+
+
 def test_an_abort_settles_the_run_as_abort_and_budgets_hold_on_the_node(
     code_system: ToolSystem,
 ) -> None:

@@ -44,10 +44,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import Final
 
@@ -508,11 +509,11 @@ _HELP_REPLY_ROOM: Final = 64
 
 
 def _described(
-    describe: Callable[[str | None], str | None] | None,
+    describe: Callable[[str | None], str | Awaitable[str | None] | None] | None,
     bindings: dict[str, Answerer],
     max_frame_bytes: int,
     name: object,
-) -> str | None:
+) -> str | Awaitable[str | None] | None:
     """What ``help()`` shows of binding ``name`` (``None``: of the namespace): ``describe``'s
     text, asked only about a binding of the namespace or the namespace itself. A request the
     program forged may carry any value, which a describer is not made for. A text too large
@@ -521,6 +522,19 @@ def _described(
     if describe is None or (name is not None and (type(name) is not str or name not in bindings)):
         return None
     text = describe(name)
+    if inspect.isawaitable(text):
+        return _fitted_later(text, name, max_frame_bytes)
+    return _fitted(text, name, max_frame_bytes)
+
+
+async def _fitted_later(
+    text: Awaitable[str | None], name: str | None, max_frame_bytes: int
+) -> str | None:
+    return _fitted(await text, name, max_frame_bytes)
+
+
+def _fitted(text: str | None, name: str | None, max_frame_bytes: int) -> str | None:
+    """``text``, or what says it is too large for one reply frame (see ``_described``)."""
     room = max_frame_bytes - _HELP_REPLY_ROOM
     if type(text) is str and len(text) > room // 4:  # at most 4 bytes a character
         size = len(text.encode("utf-8", "surrogatepass"))

@@ -95,14 +95,15 @@ class BindingNamespace(msgspec.Struct, frozen=True):
 
     ``describe``, when given, is what ``help()`` in the program shows: called (on the run's
     event loop) with a binding's name, or ``None`` for the namespace itself, it returns the
-    text (``None``: nothing to show beyond the binding's name).
+    text (``None``: nothing to show beyond the binding's name), or an awaitable of it for a
+    describer that must ask elsewhere (a Ray node's runtime asks the harness).
     """
 
     global_name: str
     functions: Mapping[str, BindingFunction]
     error_class: ErrorClassSpec | None = None
     snapshot_functions: Mapping[str, BindingFunction] | None = None
-    describe: Callable[[str | None], str | None] | None = None
+    describe: Callable[[str | None], str | Awaitable[str | None] | None] | None = None
 
 
 class CodeRunRequest(msgspec.Struct, frozen=True):

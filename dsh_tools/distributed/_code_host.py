@@ -4,7 +4,7 @@ The actor builds the runtime with the factory it was given (by default the shipp
 runtime, so its process isolation and budgets hold on the node) and runs programs on it. A
 program's binding calls do not run here: each becomes a ``CallEvent`` that the harness collects
 with ``events`` and answers with ``resolve``, so every tool call goes through the harness's
-pipeline.
+pipeline. So does its ``help()`` (a ``HelpEvent``), which the harness's describer answers.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from msgspec import UNSET
 
 from ..actors import AbortController
 from ..registry import snapshot_json
-from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec
+from ._code_wire import CallEvent, DoneEvent, HelpEvent, MisuseEvent, NamespaceSpec
 
 __all__ = ["EVENTS_GROUP", "EVENTS_SLOTS", "CodeRunHost"]
 
@@ -56,21 +56,35 @@ class _NodeRun:
         self.queue.append(event)
         self.ready.set()
 
+    async def ask(self, event: Callable[[int], Any]) -> Any:
+        """Send the harness ``event(number)`` and wait for its answer as call ``number``."""
+        number = next(self.numbers)
+        answer: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[number] = answer
+        self.push(event(number))
+        try:
+            ok, payload = await answer
+        finally:
+            self.pending.pop(number, None)
+        if not ok:
+            raise _BindingFailed(payload)
+        return payload
+
     def binding(self, global_name: str, member: str) -> Callable[[Any], Any]:
         async def call_in_harness(value: Any) -> Any:
-            number = next(self.numbers)
-            answer: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
-            self.pending[number] = answer
-            self.push(CallEvent(number, global_name, member, msgspec.Raw(_encoder.encode(value))))
-            try:
-                ok, payload = await answer
-            finally:
-                self.pending.pop(number, None)
-            if not ok:
-                raise _BindingFailed(payload)
-            return payload
+            raw = msgspec.Raw(_encoder.encode(value))
+            return await self.ask(lambda number: CallEvent(number, global_name, member, raw))
 
         return call_in_harness
+
+    def describer(self, global_name: str) -> Callable[[str | None], Any]:
+        """The namespace's ``describe`` here: the describer is the harness's, asked on the
+        run's event channel only when the program calls ``help()``."""
+
+        def describe_in_harness(name: str | None) -> Any:
+            return self.ask(lambda number: HelpEvent(number, global_name, name))
+
+        return describe_in_harness
 
 
 class CodeRunHost:
@@ -99,6 +113,7 @@ class CodeRunHost:
                 spec.global_name,
                 {member: run.binding(spec.global_name, member) for member in spec.members},
                 None if spec.error_class is None else ErrorClassSpec(*spec.error_class),
+                describe=run.describer(spec.global_name) if spec.described else None,
             )
             for spec in namespaces
         ]
@@ -148,7 +163,7 @@ class CodeRunHost:
         await run.ready.wait()
         events, run.queue = run.queue, []
         run.ready.clear()
-        if any(not isinstance(event, CallEvent) for event in events):
+        if any(isinstance(event, DoneEvent | MisuseEvent) for event in events):  # settled
             self._runs.pop(run_id, None)
         return _encoder.encode(events)
 

@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import functools
+import inspect
 import math
 import threading
 import uuid
@@ -31,7 +32,14 @@ from ..actors import NEVER_ABORTED, AbortSignal, message_of
 from ..actors._futures import retrieve
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import EVENTS_GROUP, EVENTS_SLOTS, CodeRunHost
-from ._code_wire import CallEvent, DoneEvent, MisuseEvent, NamespaceSpec, decode_events
+from ._code_wire import (
+    CallEvent,
+    DoneEvent,
+    HelpEvent,
+    MisuseEvent,
+    NamespaceSpec,
+    decode_events,
+)
 from ._driver import (
     connect_in_background,
     connected_ray,
@@ -184,6 +192,9 @@ class RayCodeRuntime:
             if unconnected is not None:
                 return unconnected
         functions = {ns.global_name: dict(ns.functions) for ns in request.bindings}
+        describers: dict[str, Callable[[str | None], object]] = {
+            ns.global_name: ns.describe for ns in request.bindings if ns.describe is not None
+        }
         spec = [
             NamespaceSpec(
                 ns.global_name,
@@ -191,6 +202,7 @@ class RayCodeRuntime:
                 None
                 if ns.error_class is None
                 else (ns.error_class.name, ns.error_class.member_attr),
+                ns.describe is not None,
             )
             for ns in request.bindings
         ]
@@ -234,6 +246,10 @@ class RayCodeRuntime:
                 for event in decode_events(polled):
                     if isinstance(event, CallEvent):
                         task = loop.create_task(self._answer(host, run_id, functions, event))
+                        answers.add(task)
+                        task.add_done_callback(answers.discard)
+                    elif isinstance(event, HelpEvent):
+                        task = loop.create_task(self._describe(host, run_id, describers, event))
                         answers.add(task)
                         task.add_done_callback(answers.discard)
                     elif isinstance(event, DoneEvent):
@@ -354,6 +370,31 @@ class RayCodeRuntime:
                 ok = True
         except LosslessJsonError:
             answer = "binding resolved with a value that is not lossless JSON"
+        except Exception as exc:
+            answer = message_of(exc)
+        if connected_ray() is not None:  # else the run ended with the connection
+            host.resolve.remote(run_id, event.number, ok, _encoder.encode(answer))
+
+    async def _describe(
+        self,
+        host: Any,
+        run_id: str,
+        describers: dict[str, Callable[[str | None], object]],
+        event: HelpEvent,
+    ) -> None:
+        """Answer the program's ``help()`` with the namespace's describer (called here, on
+        the run's loop, as a local runtime calls it; the node asks only of its namespaces
+        that have one, about their bindings)."""
+        describe = describers.get(event.global_name)
+        ok = False
+        answer: object
+        try:
+            answer = None if describe is None else describe(event.name)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if type(answer) is not str:
+                answer = None  # nothing a program can be shown
+            ok = True
         except Exception as exc:
             answer = message_of(exc)
         if connected_ray() is not None:  # else the run ended with the connection

@@ -1,8 +1,9 @@
 """Frames between a ``RayCodeRuntime`` in the harness and its host actor on a Ray node.
 
-The node sends events: a program's binding call (``CallEvent``), the run's result
-(``DoneEvent``), or a request the node's runtime refused as misuse (``MisuseEvent``). The
-harness answers each call with ``resolve``. Values are msgspec JSON, frozen again on arrival.
+The node sends events: a program's binding call (``CallEvent``), its ``help()`` on a binding or
+a namespace (``HelpEvent``), the run's result (``DoneEvent``), or a request the node's runtime
+refused as misuse (``MisuseEvent``). The harness answers each call and help with ``resolve``.
+Values are msgspec JSON, frozen again on arrival.
 """
 
 from __future__ import annotations
@@ -11,15 +12,25 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["CallEvent", "DoneEvent", "Event", "MisuseEvent", "NamespaceSpec", "decode_events"]
+__all__ = [
+    "CallEvent",
+    "DoneEvent",
+    "Event",
+    "HelpEvent",
+    "MisuseEvent",
+    "NamespaceSpec",
+    "decode_events",
+]
 
 
 class NamespaceSpec(msgspec.Struct, frozen=True, array_like=True):
-    """One binding namespace: its global, member names and error class (name, member attr)."""
+    """One binding namespace: its global, member names and error class (name, member attr);
+    ``described``: the harness has a describer for it (``help()``, see ``HelpEvent``)."""
 
     global_name: str
     members: list[str]
     error_class: tuple[str, str] | None = None
+    described: bool = False
 
 
 class CallEvent(msgspec.Struct, frozen=True, tag="call"):
@@ -29,6 +40,16 @@ class CallEvent(msgspec.Struct, frozen=True, tag="call"):
     global_name: str
     member: str
     value: msgspec.Raw
+
+
+class HelpEvent(msgspec.Struct, frozen=True, tag="help"):
+    """The program asked ``help()`` of binding ``name`` of ``global_name`` (``None``: of the
+    namespace); the harness's describer answers with the text (or ``None``) as call
+    ``number``."""
+
+    number: int
+    global_name: str
+    name: str | None
 
 
 class DoneEvent(msgspec.Struct, frozen=True, tag="done"):
@@ -48,7 +69,7 @@ class MisuseEvent(msgspec.Struct, frozen=True, tag="misuse"):
     message: str
 
 
-Event = CallEvent | DoneEvent | MisuseEvent
+Event = CallEvent | HelpEvent | DoneEvent | MisuseEvent
 
 _events = msgspec.json.Decoder(list[Event])
 
