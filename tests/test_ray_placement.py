@@ -8,6 +8,7 @@ fails the call exactly as the same exception raised locally would.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -479,6 +480,47 @@ def test_a_stateful_tool_on_an_actor_pool_keeps_its_state_between_calls(
 
     assert [v["count"] for v in values] == [1, 2, 3]
     assert len({v["pid"] for v in values}) == 1 and values[0]["pid"] != os.getpid()
+
+
+def slow_pid(args: Any, ctx: Any) -> Any:
+    with open(args["log"], "a") as log:
+        log.write(ctx.call_id + "\n")
+    time.sleep(0.3)  # long enough that the burst's calls queue up on their actors
+    return os.getpid()
+
+
+def test_calls_on_pool_actors_ray_cannot_place_go_to_the_placed_ones(tmp_path: Path) -> None:
+    # Four actors of one CPU each on two CPUs: Ray places two. The calls first sent to the
+    # other two have not begun there; they run on the placed ones, each once, and none waits
+    # for ever.
+    log = tmp_path / "runs"
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(
+            json_tool(
+                "slow_pid",
+                slow_pid,
+                RayPlacement(num_cpus=1, actor_pool=4, placement_wait_s=1),
+                parameters={"log": {"type": "string"}},
+            )
+        )
+        arguments = msgspec.json.encode({"log": str(log)}).decode()
+        calls = [ToolCall(f"c{i}", "slow_pid", arguments) for i in range(8)]
+
+        outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=8))
+    finally:
+        system.stop()
+        del system
+        gc.collect()  # the pool's actors end with the tool's definition: the CPUs are free
+
+    assert [r.is_error for r in outcome.results] == [False] * 8, outcome.results
+    pids = {r.value for r in outcome.results}
+    assert len(pids) <= 2 and os.getpid() not in pids
+    assert sorted(log.read_text().split()) == sorted(call.call_id for call in calls)
+    deadline = time.monotonic() + WAIT
+    while any(os.path.exists(f"/proc/{pid}") for pid in pids):
+        assert time.monotonic() < deadline, "the pool's actors are still alive"
+        time.sleep(0.05)
 
 
 def test_tools_that_opt_into_the_default_use_the_options_set_at_call_time(

@@ -59,8 +59,10 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
     keeps ``N`` actors holding the body, each running one call at a time, for tools that keep
     state between calls (an actor that dies or is killed on an abort is replaced by a fresh one:
     its state is lost). ``cancel_grace_s`` is how long a cancelled call may take to stop before
-    it is forced; ``settle_s`` bounds the wait after forcing. A body runs at most once: Ray's
-    retries are off.
+    it is forced; ``settle_s`` bounds the wait after forcing. ``placement_wait_s`` is how long
+    an actor of the pool may wait for Ray to place it while another of the pool is placed:
+    after that its calls (which have not begun) go to the placed actors. A body runs at most
+    once: Ray's retries are off.
     """
 
     num_cpus: float = 1
@@ -70,9 +72,10 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
     actor_pool: int = 0
     cancel_grace_s: float = 2.0
     settle_s: float = 10.0
+    placement_wait_s: float = 10.0
 
     def __post_init__(self) -> None:
-        for label in ("num_cpus", "num_gpus", "cancel_grace_s", "settle_s"):
+        for label in ("num_cpus", "num_gpus", "cancel_grace_s", "settle_s", "placement_wait_s"):
             value = getattr(self, label)
             if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"RayPlacement: {label} must be a finite number >= 0")

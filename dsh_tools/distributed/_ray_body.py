@@ -100,17 +100,25 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
 
 
 async def _first(
-    reply: asyncio.Future[Any], aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
+    reply: asyncio.Future[Any],
+    aborted: asyncio.Future[None],
+    tool: str,
+    session: tuple[str, str],
+    waiting: Callable[[], None] | None = None,
 ) -> None:
     """Wait until ``reply`` or ``aborted`` is done. After ``ray.shutdown()`` (or a new
     connection) Ray never settles a reply of the connection ``session``: the call then fails
-    as lost, its body ended with that connection."""
+    as lost, its body ended with that connection. ``waiting`` is called at each check
+    meanwhile (``Submission.waiting``)."""
     while not (reply.done() or aborted.done()):
         await asyncio.wait(
             (reply, aborted), timeout=_CONNECTION_CHECK_S, return_when=asyncio.FIRST_COMPLETED
         )
-        if not (reply.done() or aborted.done()) and not still_connected(session):
-            raise RemoteWorkerLostError(tool, _SHUT_DOWN)
+        if not (reply.done() or aborted.done()):
+            if not still_connected(session):
+                raise RemoteWorkerLostError(tool, _SHUT_DOWN)
+            if waiting is not None:
+                waiting()
 
 
 async def _never_began(
@@ -229,7 +237,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                     reply = asyncio.wrap_future(submission.ref.future(), loop=loop)
                     reply.add_done_callback(retrieve)
                     try:
-                        await _first(reply, aborted, tool, session)
+                        await _first(reply, aborted, tool, session, submission.waiting)
                     except asyncio.CancelledError:
                         with contextlib.suppress(asyncio.CancelledError):
                             await _stopped(submission, session)

@@ -3,8 +3,12 @@ submitted call is stopped (cancel, wait the grace, force) and released."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import functools
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -38,6 +42,9 @@ class RunnerSettings(Protocol):
     @property
     def settle_s(self) -> float: ...
 
+    @property
+    def placement_wait_s(self) -> float: ...
+
     def _options(self) -> dict[str, Any]:
         """Ray's scheduling options for each call (or each actor)."""
         ...
@@ -60,6 +67,9 @@ class Submission(Protocol):
 
     def stop(self) -> None:
         """Cancel, wait the grace, force, wait to settle (blocking; run off the loop)."""
+
+    def waiting(self) -> None:
+        """Called about every second while the reply is awaited (see ``ActorPool.unplaced``)."""
 
     def lost(self) -> None:
         """The process that ran the call died: do not send it more calls."""
@@ -95,6 +105,9 @@ class TaskSubmission:
         _log.warning("remote body ignored cancellation; forcing its worker to exit")
         ray.cancel(self.ref, force=True, recursive=True)
         ray.wait([self.ref], timeout=self.settle, fetch_local=False)
+
+    def waiting(self) -> None:
+        return None  # a task waiting for resources is Ray's to place, on any node
 
     def lost(self) -> None:
         return None
@@ -152,6 +165,9 @@ class ActorSubmission:
         if connected_ray() is not None:
             ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
 
+    def waiting(self) -> None:
+        self.pool.unplaced(self.slot, self.actor)
+
     def lost(self) -> None:
         self.pool.discard(self.slot, self.actor)
 
@@ -162,7 +178,14 @@ class ActorSubmission:
 
 
 class ActorPool:
-    """``size`` actors holding the body; a call goes to the one with the fewest calls queued."""
+    """``size`` actors holding the body; a call goes to the one with the fewest calls queued.
+
+    While an actor of the pool is placed (Ray has constructed it on a node), new calls go only
+    to placed actors (and to slots that have none yet): an actor Ray cannot place (the pool is
+    larger than the cluster offers) would hold its calls for ever. One still unplaced
+    ``placement_wait_s`` after it was made, while another of the pool is placed, is given up
+    (see ``unplaced``); its slot takes no calls until a placed actor of the pool ends and gives
+    its resources back."""
 
     def __init__(self, tool: str, execute: Callable[[Any, Any], Any], placement: RunnerSettings):
         ray = import_ray()
@@ -179,15 +202,41 @@ class ActorPool:
         self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
         # The ref of the last call sent to each slot's actor while it has calls (see ``submit``).
         self._last: list[Any] = [None] * placement.actor_pool
+        # Whether each slot's actor has been placed (its ``ready`` answered), and when it was
+        # made; the slots given up because Ray did not place their actor (see ``unplaced``).
+        self._wait = placement.placement_wait_s
+        self._placed = [False] * placement.actor_pool
+        self._made = [0.0] * placement.actor_pool
+        self._made_count = [0] * placement.actor_pool  # tells a slot's actors apart
+        self._starved = [False] * placement.actor_pool
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
             calls = self._calls
-            slot = min(range(len(calls)), key=lambda index: len(calls[index]))
+            slots: range | list[int] = range(len(calls))
+            if any(self._placed):
+                placed, actors, starved = self._placed, self._actors, self._starved
+                slots = [
+                    index
+                    for index in slots
+                    if placed[index] or (actors[index] is None and not starved[index])
+                ]
+            slot = min(slots, key=lambda index: len(calls[index]))
             actor = self._actors[slot]
-            reached = None
+            reached = placing = None
             if actor is None:
                 actor = self._actors[slot] = self._cls.remote(self._execute)
+                self._placed[slot] = False
+                self._made[slot] = time.monotonic()
+                self._made_count[slot] += 1
+                # Answered once Ray has placed and constructed the actor (before any call:
+                # it is the first in the actor's queue). Neither the pool nor the actor is
+                # held by the wait (Ray keeps it until the answer, for ever for an actor it
+                # never places): a pool no longer used is collected, and its actors end.
+                placing = (
+                    functools.partial(_on_placed, weakref.ref(self), slot, self._made_count[slot]),
+                    actor.ready.remote().future(),
+                )
             elif calls[slot]:
                 # The call just ahead on the same actor: should it fail with the actor's death,
                 # the actor died before it finished that one, so it never began this one.
@@ -201,6 +250,10 @@ class ActorPool:
             submission = ActorSubmission(self, slot, actor, reached, actor.call.remote(frame))
             self._last[slot] = submission.ref
             calls[slot].add(submission)
+        if placing is not None:
+            # Out of the lock: a future already done runs its callback at once, here.
+            on_placed, answer = placing
+            answer.add_done_callback(on_placed)
         return submission
 
     def release(self, slot: int, submission: ActorSubmission) -> None:
@@ -210,7 +263,44 @@ class ActorPool:
             if not calls:
                 self._last[slot] = None  # not held: it would keep its reply in Ray's store
 
-    def discard(self, slot: int, actor: Any, running: ActorSubmission | None = None) -> None:
+    def placed(self, slot: int, made: int) -> None:
+        """The ``made``-th actor of ``slot`` is placed (see ``submit``)."""
+        with self._lock:
+            if self._actors[slot] is not None and self._made_count[slot] == made:
+                self._placed[slot] = True
+
+    def unplaced(self, slot: int, actor: Any) -> None:
+        """Give up ``actor`` if Ray has not placed it ``placement_wait_s`` after it was made
+        while another actor of the pool is placed: the calls queued on it go to the placed
+        ones. An actor never placed has begun no call, so none of them has run; they are
+        moved the way ``discard`` moves the calls queued behind a stubborn one (cancelled,
+        then the actor killed), so that should Ray place it just then and a call begin, that
+        call is reported lost with it, and none runs twice."""
+        if self._placed[slot] or self._actors[slot] is not actor:
+            return  # the usual path: a call on a placed actor
+        with self._lock:
+            if (
+                self._actors[slot] is not actor
+                or self._placed[slot]
+                or not any(self._placed)
+                or time.monotonic() - self._made[slot] < self._wait
+            ):
+                return
+            self._starved[slot] = True
+        _log.warning(
+            f"an actor of tool {self._tool!r} was not placed by Ray within {self._wait}s while"
+            " another of its pool runs (the pool is larger than the cluster offers); its calls"
+            " go to the others"
+        )
+        self.discard(slot, actor, moving=True)
+
+    def discard(
+        self,
+        slot: int,
+        actor: Any,
+        running: ActorSubmission | None = None,
+        moving: bool = False,
+    ) -> None:
         """Kill ``actor`` and let the next call of its slot start a fresh one.
 
         When it is replaced because ``running`` will not stop, the calls queued behind it
@@ -219,13 +309,19 @@ class ActorPool:
         that only the stubborn call is lost with it. Ray reports a call it cancelled before
         it ran as ``TaskCancelledError``; one that did start meanwhile (the stubborn call
         ended just then) cannot be cancelled, fails as lost with the kill, and is not run
-        again."""
+        again. ``moving``: every call on it is moved so (its actor was never placed, see
+        ``unplaced``)."""
         with self._lock:
             if self._actors[slot] is actor:
                 self._actors[slot] = None
+                if self._placed[slot] and not moving:
+                    # A placed actor ends and gives its resources back: a slot given up for
+                    # want of them may be placed now.
+                    self._starved = [False] * len(self._starved)
+                self._placed[slot] = False
             queued = (
                 [s for s in self._calls[slot] if s.actor is actor and s is not running]
-                if running is not None
+                if running is not None or moving
                 else []
             )
             for submission in queued:
@@ -239,6 +335,16 @@ class ActorPool:
                 ray.cancel(submission.ref)
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
+
+
+def _on_placed(
+    pool: weakref.ref[ActorPool], slot: int, made: int, answer: concurrent.futures.Future[Any]
+) -> None:
+    """An actor's ``ready`` answered: it is placed, unless that failed (its death is then
+    reported to the calls sent to it)."""
+    held = pool()
+    if held is not None and not answer.cancelled() and answer.exception() is None:
+        held.placed(slot, made)
 
 
 class LazyRunner:
