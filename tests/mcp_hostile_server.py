@@ -17,6 +17,7 @@ Tools:
 - ``binary_output()``: its reply reaches the wire right after a line that is not UTF-8 text
   (as from binary data written to stdout);
 - ``wait()``: never answers;
+- ``endless_line()``: writes to stdout on and on, never ending the line (never answers);
 - ``logging_level()``: the level the client last set with ``logging/setLevel`` (the server
   declares the logging capability), or ``unset``.
 
@@ -58,6 +59,7 @@ _FIXED = [
     types.Tool(name="binary_output", input_schema=_OBJECT),
     types.Tool(name="wait", input_schema=_OBJECT),
     types.Tool(name="logging_level", input_schema=_OBJECT),
+    types.Tool(name="endless_line", input_schema=_OBJECT),
 ]
 
 _TWIN = types.Tool(name="echo", description="The twin.", input_schema=_OBJECT)
@@ -104,6 +106,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         _state["after_binary"].add(ctx.request_id)
     elif name == "wait":
         await anyio.sleep_forever()
+    elif name == "endless_line":
+        while True:
+            sys.stdout.buffer.write(b"x" * 65536)
+            sys.stdout.buffer.flush()
+            await anyio.sleep(0)
     elif name == "logging_level":
         arguments = {"text": _state["logging_level"]}
     text = str(arguments.get("text", name))

@@ -50,6 +50,7 @@ from dsh_tools.integrations import (
     McpToolError,
     register_mcp_server_sync,
 )
+from dsh_tools.integrations.mcp import _stdio_pipes
 
 HOSTILE_SERVER = str(Path(__file__).with_name("mcp_hostile_server.py"))
 HOSTILE_TOOLS = [
@@ -62,6 +63,7 @@ HOSTILE_TOOLS = [
     "binary_output",
     "wait",
     "logging_level",
+    "endless_line",
 ]
 
 
@@ -192,6 +194,25 @@ def test_a_line_that_is_not_text_is_logged_and_the_calls_go_on(
 
 
 # --- a tool with an empty name -----------------------------------------------------------------
+
+
+def test_a_line_past_the_limit_ends_the_connection_naming_the_limit(
+    system: ToolSystem,
+    hostile: Callable[..., McpPlugin],
+    logs: Logs,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The limit is lowered so that the test need not send hundreds of megabytes.
+    monkeypatch.setattr(_stdio_pipes, "LINE_LIMIT", 1 << 20)
+    plugin = hostile()
+    assert texts(run(system, "echo", {"text": "before"})) == ["before"]
+    assert failure(run(system, "endless_line", {}))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+    warning = logged(logs, "MCP server disconnected; its tools are withdrawn")
+    assert warning["server"] == "hostile"
+    assert warning["reason"].startswith(
+        "LineTooLongError: the server sent a line longer than 1048576 bytes, the limit ("
+    )
+    assert plugin.wait_for_state("disconnected", timeout=WAIT)
 
 
 def test_an_empty_tool_name_fails_registration_naming_the_server_and_the_entry(

@@ -170,7 +170,7 @@ class McpClient:
         self._serving = asyncio.run_coroutine_threadsafe(self._supervise(ready), self._loop)
         return ready
 
-    def _note_lost(self, why: str = "the server closed the connection") -> None:
+    def _note_lost(self, why: str) -> None:
         """On the client loop: the transport is gone (``why``, for the log)."""
         if not self._lost:
             self._lost = True

@@ -5,6 +5,10 @@ and splits the whole again, so reading one line costs time in the square of its 
 20 MB tool result about 5 s, 40 MB 15 s, on the connection's loop, where a keep-alive ping
 waiting behind it times out and ends the connection). Here an unfinished line is kept as its
 pieces, and only each new piece is searched for the line's end: linear in the line's length.
+
+One line may hold at most ``LINE_LIMIT`` bytes (characters, in an encoding decoded before it is
+split): a server that writes on without ever ending its line would otherwise grow the harness's
+memory without bound. Past it the connection ends, for the reason ``LineTooLongError`` gives.
 """
 
 from __future__ import annotations
@@ -18,9 +22,16 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, ObjectReceiveStream, Ob
 from mcp import types
 from mcp.shared.message import SessionMessage
 
-__all__ = ["read_lines", "write_lines"]
+__all__ = ["LINE_LIMIT", "LineTooLongError", "read_lines", "write_lines"]
+
+LINE_LIMIT = 256 * 1024 * 1024
+"""The longest line a server may send: ample for a tool result of images or files in base64."""
 
 _ENDED = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+
+
+class LineTooLongError(Exception):
+    """A server's output held a line longer than ``LINE_LIMIT``: its connection ends."""
 
 
 def _parsed(line: bytes | str, encoding: str, errors: str) -> SessionMessage | Exception:
@@ -64,6 +75,7 @@ async def read_lines(
     )
     raw: list[bytes] = []
     text: list[str] = []
+    held = 0  # the length of the unfinished line's pieces
     taking = True
     # Output an encoding split once decoded cannot decode ends the session (its lines are lost).
     with contextlib.suppress(*_ENDED, UnicodeDecodeError):
@@ -71,11 +83,29 @@ async def read_lines(
             async for chunk in stdout:
                 if not taking:
                     continue
-                lines: list[bytes] | list[str] = (
-                    _lines(chunk, b"\n", raw)
-                    if decoder is None
-                    else _lines(decoder.decode(chunk), "\n", text)
-                )
+                lines: list[bytes] | list[str]
+                if decoder is None:
+                    lines, piece = _lines(chunk, b"\n", raw), len(chunk)
+                else:
+                    decoded = decoder.decode(chunk)
+                    lines, piece = _lines(decoded, "\n", text), len(decoded)
+                # Without a line's end the whole piece was kept; else at most its tail is.
+                held = held + piece if not lines else sum(map(len, raw or text))
+                if held > LINE_LIMIT:
+                    # Said as the stream's last item (``WatchedReadStream`` ends the session
+                    # with it); the rest is read and dropped until the server is stopped.
+                    raw.clear()
+                    text.clear()
+                    taking = False
+                    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        await messages.send(
+                            LineTooLongError(
+                                f"the server sent a line longer than {LINE_LIMIT} bytes, the "
+                                f"limit ({held} bytes so far, no end yet)"
+                            )
+                        )
+                    await messages.aclose()
+                    continue
                 for line in lines:
                     try:
                         await messages.send(_parsed(line, encoding, errors))

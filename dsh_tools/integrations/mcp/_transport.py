@@ -12,6 +12,9 @@ from mcp import types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from ._sdk import describe
+from ._stdio_pipes import LineTooLongError
+
 __all__ = ["SessionWatch", "TransportFactory", "WatchedReadStream", "error_reply_for"]
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Any]]
@@ -76,10 +79,12 @@ class WatchedReadStream:
     exception it raised, which the SDK only logs and drops: the request it answers would wait
     out its whole timeout. When the reply names its request's id, it is passed on as an error
     reply to that request instead, as the SDK's own Streamable HTTP transport does, so that
-    request fails at once with what was wrong. Anything else passes through unchanged.
+    request fails at once with what was wrong. A ``LineTooLongError`` (a stdio server's line
+    past the limit) ends the stream, its text the reason given to ``on_end``. Anything else
+    passes through unchanged.
     """
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, on_end: Callable[[str], None]) -> None:
         self._inner = inner
         self._on_end = on_end
 
@@ -87,8 +92,11 @@ class WatchedReadStream:
         try:
             item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end()
+            self._on_end("the server closed the connection")
             raise
+        if isinstance(item, LineTooLongError):
+            self._on_end(describe(item))
+            raise anyio.EndOfStream
         if isinstance(item, ValidationError):
             return error_reply_for(item) or item
         return item
