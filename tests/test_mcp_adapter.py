@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import os
 import re
 import sys
@@ -763,6 +764,25 @@ def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog
     assert str(caught.value) == (
         'MCP server "broken" could not be started: it exited (or closed its stdout) before '
         "it was initialized; its stderr (errlog) may say why"
+    )
+    assert system.tools.schemas() == []
+    assert mcp_threads() == []
+
+
+def test_a_command_the_system_cannot_run_fails_registration_saying_why(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # An executable file that is neither a program nor a script with a "#!" line: the spawn
+    # itself fails, and the failure says how, as the spawn's own error does.
+    command = tmp_path / "garbage"
+    command.write_text("garbage\n")
+    command.chmod(0o755)
+    params = StdioServerParameters(command=str(command))
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "garbage", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        f'MCP server "garbage" could not be started: OSError: [Errno {errno.ENOEXEC}] '
+        f"{os.strerror(errno.ENOEXEC)}: '{command}'"
     )
     assert system.tools.schemas() == []
     assert mcp_threads() == []

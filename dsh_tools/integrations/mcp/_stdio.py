@@ -65,16 +65,26 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
             yield streams
         return
     tag = secrets.token_hex(16)
-    tagged = _supervised(params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}}))
-    env = get_default_environment() | (tagged.env or {})
-    process = await anyio.open_process(
-        [tagged.command, *tagged.args],
-        env=env,
-        stderr=errlog,
-        cwd=tagged.cwd,
-        start_new_session=True,  # the group's id is the server's process id
-    )
-    leader = process.pid
+    status, status_end = os.pipe()  # whether the command ran: see _stdio_supervisor
+    try:
+        plain = params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}})
+        tagged = _supervised(plain, status_end)
+        env = get_default_environment() | (tagged.env or {})
+        try:
+            process = await anyio.open_process(
+                [tagged.command, *tagged.args],
+                env=env,
+                stderr=errlog,
+                cwd=tagged.cwd,
+                start_new_session=True,  # the group's id is the server's process id
+                pass_fds=(status_end,) if tagged is not plain else (),
+            )
+        finally:
+            os.close(status_end)  # the supervisor's is the only write end left
+        leader = process.pid
+    except BaseException:
+        os.close(status)
+        raise
     ended = anyio.Event()  # the watch has ended the group after the server's exit
     messages, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
@@ -82,6 +92,7 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
     assert process.stdin is not None and process.stdout is not None  # spawned with pipes
     written = anyio.Event()  # the writer is done
     try:
+        await _command_ran(status, params.command)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(read_lines, process.stdout, messages, encoding, errors)
             tasks.start_soon(
@@ -141,17 +152,34 @@ def _supervisor_source() -> str:
     return Path(_stdio_supervisor.__file__).read_text(encoding="utf-8")
 
 
-def _supervised(params: StdioServerParameters) -> StdioServerParameters:
+def _supervised(params: StdioServerParameters, status: int) -> StdioServerParameters:
     """``params`` run under the supervisor (``_stdio_supervisor``), on Linux: an isolated
-    interpreter that reaps and ends whatever the server leaves behind. A command that cannot
-    be found is started as it is, so that the spawn fails as it would without the supervisor
+    interpreter that reaps and ends whatever the server leaves behind, and reports to the
+    descriptor ``status`` whether it could run the command. A command that cannot be found is
+    started as it is, so that the spawn fails as it would without the supervisor
     (``FileNotFoundError`` naming the command)."""
     if sys.platform != "linux" or not sys.executable or not _runnable(params):
         return params
-    program = [sys.executable, "-I", "-S", "-c", _supervisor_source()]
+    program = [sys.executable, "-I", "-S", "-c", _supervisor_source(), str(status)]
     return params.model_copy(
         update={"command": program[0], "args": [*program[1:], params.command, *params.args]}
     )
+
+
+async def _command_ran(status: int, command: str) -> None:
+    """Wait for the supervisor to run ``command`` (closing ``status``), or raise the
+    ``OSError`` of the ``exec`` that failed, as the spawn raises it without the supervisor
+    (``Exec format error`` for an executable file with no ``#!`` line, say): the server's
+    output would only end, with nothing to say why. The server cannot answer before it runs,
+    so the connection is no slower for the wait."""
+    try:
+        await anyio.wait_readable(status)
+        report = os.read(status, 32)
+    finally:
+        os.close(status)
+    if report.isdigit():
+        code = int(report)
+        raise OSError(code, os.strerror(code), command)
 
 
 def _runnable(params: StdioServerParameters) -> bool:

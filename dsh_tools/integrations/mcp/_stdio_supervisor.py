@@ -12,11 +12,14 @@ every descendant is still found below it, by the connection as by itself. A ``SI
 the supervisor takes its cleanup with it; the connection then ends the group and the
 processes that carry its environment variable, as without it.
 
-It runs as ``python -I -S -c SOURCE COMMAND ARG...``, so it imports nothing of the package
-and only modules that start fast. The server gets the environment the supervisor was started
-with (not the locale Python's start-up adds to it), its standard streams (of which the
-supervisor keeps no copy of the input and output) and its working directory, so that it runs
-as it would have run without it.
+It runs as ``python -I -S -c SOURCE FD COMMAND ARG...``, so it imports nothing of the package
+and only modules that start fast. ``FD`` is the write end of a pipe that tells the connection
+whether the server's command could be run: it closes with the ``exec`` that runs it, or first
+carries the ``errno`` of the ``exec`` that failed (an executable file with no ``#!`` line, say),
+which the connection raises as the spawn's ``OSError``, as without the supervisor. The server
+gets the environment the supervisor was started with (not the locale Python's start-up adds to
+it), its standard streams (of which the supervisor keeps no copy of the input and output) and
+its working directory, so that it runs as it would have run without it.
 """
 
 from __future__ import annotations
@@ -168,6 +171,8 @@ def _let_go_of_pipes() -> None:
 
 
 def main(argv: list[str]) -> None:
+    status = int(argv[0])
+    argv = argv[1:]
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -181,13 +186,17 @@ def main(argv: list[str]) -> None:
         try:
             for signum in _RESET_SIGNALS:
                 signal.signal(signum, signal.SIG_DFL)
+            os.set_inheritable(status, False)  # closed by the exec that runs the server
             if environment is None:
                 os.execvp(argv[0], argv)
             os.execvpe(argv[0], argv, environment)
         except OSError as exc:
             os.write(2, f"cannot run {argv[0]}: {exc.strerror or exc}\n".encode())
+            if exc.errno is not None:
+                os.write(status, str(exc.errno).encode())
         finally:
             os._exit(127)  # as a shell reports a command it cannot run
+    os.close(status)
     _let_go_of_pipes()
     status = _wait(server)
     _end_descendants()
