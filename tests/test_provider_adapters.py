@@ -492,8 +492,12 @@ def test_a_tool_use_whose_input_is_not_an_object_fails_that_call_alone(given: An
 
 
 def test_bad_responses_get_errors_that_name_the_place() -> None:
-    with pytest.raises(ValueError, match=r"message.tool_calls\[0\] has no call id"):
-        openai_tool_calls({"tool_calls": [{"type": "function", "function": {"name": "x"}}]})
+    with pytest.raises(
+        ValueError, match=r"message.tool_calls\[0\] has no call id \(a str, got int\)"
+    ):
+        openai_tool_calls(
+            {"tool_calls": [{"id": 7, "type": "function", "function": {"name": "x"}}]}
+        )
     with pytest.raises(ValueError, match="2 choices"):
         openai_tool_calls({"choices": [{"message": {}}, {"message": {}}]})
     with pytest.raises(ValueError, match=r"response.output\[0\] has no function name"):

@@ -802,6 +802,51 @@ def test_an_anthropic_turn_that_repeats_a_tool_use_id_answers_every_call_under_t
     ]
 
 
+def test_a_chat_turn_with_calls_without_an_id_runs_them_and_answers_them_without_one(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # A compatible server that sends a call with an empty id, or none at all, made the whole
+    # turn fail (message.tool_calls[0] has no call id).
+    path = "/v1/chat/completions"
+    turn = chat_completion(None, [("", "weather", '{"city": "Oslo"}'), *REPEATED_CALLS[1:]])
+    turn["choices"][0]["message"]["tool_calls"][1].pop("id")
+    server.answer(path, turn)
+    server.answer(path, chat_completion("Done.", []))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo, Lima?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    assert [call.call_id for call in calls] == ["(no id)", "(no id) (repeat 2)", "call_0"]
+    messages.append(openai_assistant_message(completion))
+    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    assistant, *answers = server.bodies(path)[1]["messages"][1:]
+    assert [call["id"] for call in assistant["tool_calls"]] == ["", "", "call_0"]
+    assert answers == [
+        {"role": "tool", "tool_call_id": "", "content": "Oslo: 4 C"},
+        {"role": "tool", "tool_call_id": "", "content": "Lima: 4 C"},
+        {"role": "tool", "tool_call_id": "call_0", "content": "12:00"},
+    ]
+
+
+def test_a_call_without_an_id_runs_under_none_the_turn_holds(system: ToolSystem) -> None:
+    message = chat_completion(
+        None, [("(no id)", "time_now", "{}"), ("", "time_now", "{}"), ("", "time_now", "{}")]
+    )
+    calls = openai_tool_calls(message, names=openai_prompt(system.assemble_prompt()).names)
+    assert [call.call_id for call in calls] == [
+        "(no id)",
+        "(no id) (repeat 2)",
+        "(no id) (repeat 3)",
+    ]
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    assert [type(result).__name__ for result in outcome.results] == ["ToolExecutionSuccess"] * 3
+
+
 def test_a_repeated_call_id_runs_under_an_id_of_its_own_and_is_answered_under_the_models(
     system: ToolSystem,
 ) -> None:

@@ -43,6 +43,7 @@ from ._prompt import (
     items_of,
     make_call,
     mapped_schemas,
+    model_call_id,
     response_of,
     system_text,
 )
@@ -255,7 +256,7 @@ def openai_assistant_message(
         )
         calls.append(
             {
-                "id": call.call_id,
+                "id": model_call_id(call.call_id, set()),  # a call without one: empty
                 "type": "function",
                 "function": {"name": call.name, "arguments": call.arguments},
             }

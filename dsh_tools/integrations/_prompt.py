@@ -84,6 +84,10 @@ def _value_text(value: object, at: str) -> str:
     return arguments_text(value, at)
 
 
+_NO_ID = "(no id)"
+"""The id a call the model gave none runs under (``distinct_ids`` numbers its repeats)."""
+
+
 def make_call(
     call_id: object,
     name: object,
@@ -98,8 +102,12 @@ def make_call(
     registry's. ``arguments_at``: where the arguments are, for errors; ``parsed``: the
     provider sends the arguments as a JSON value, not as JSON text. Arguments that are not
     lossless JSON keep a text the batch refuses for that call alone (``arguments_text``)."""
-    if type(call_id) is not str or not call_id:
-        raise ValueError(f"{where} has no call id (a non-empty str)")
+    if call_id is None or call_id == "":
+        # Some compatible servers send none: it runs under an id of its own, answered (and
+        # repeated in the assistant message) as the empty id (``model_call_id``).
+        call_id = _NO_ID
+    if type(call_id) is not str:
+        raise ValueError(f"{where} has no call id (a str, got {type(call_id).__name__})")
     if type(name) is not str or not name:
         raise ValueError(f"{where} has no function name (a non-empty str)")
     if names is not None and not isinstance(names, ToolNameMap):
@@ -121,7 +129,8 @@ def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
     ``<id> (repeat <n>)``, so that the batch (whose call ids are unique) runs each call the
     model made; ``model_call_id`` answers it under the id the model gave. Some
     OpenAI-compatible servers give every call of a turn the same id, or number each tool's
-    calls from ``call_0``."""
+    calls from ``call_0``; a call some send with an empty id or none runs as ``(no id)``
+    (``make_call``), repeated as any other id."""
     taken = {call.call_id for call in calls}
     if len(taken) == len(calls):
         return calls
@@ -147,11 +156,11 @@ def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
 def model_call_id(call_id: str, answered: set[str]) -> str:
     """The id the model gave the call a result answers: ``call_id``, or for a repeat
     ``distinct_ids`` renamed, the id it repeats (one of the ``answered`` ids, those of the
-    batch's results)."""
+    batch's results); the empty id for a call the model gave none (``(no id)``)."""
     repeat = _REPEAT_ID.fullmatch(call_id)
     if repeat is not None and repeat[1] in answered:
-        return repeat[1]
-    return call_id
+        call_id = repeat[1]
+    return "" if call_id == _NO_ID else call_id
 
 
 def items_of(value: object, where: str) -> list[Any]:
