@@ -26,7 +26,8 @@ number 12.
 
 Run: ``python tests/mcp_hostile_server.py [empty-name | twin-name]``; with ``empty-name`` the
 listing also holds a tool whose name is empty, right after ``echo``; with ``twin-name`` a second
-tool ``echo`` there. With ``MCP_FIXTURE_MARKS`` naming a
+tool ``echo`` there; with ``endless-init`` its answer to ``initialize`` is a line that never
+ends. With ``MCP_FIXTURE_MARKS`` naming a
 directory, the server writes its process id to ``pid`` there on start.
 """
 
@@ -68,6 +69,7 @@ _state: dict[str, Any] = {
     "extra": [],
     "empty_name": sys.argv[1:] == ["empty-name"],
     "twin_name": sys.argv[1:] == ["twin-name"],
+    "endless_init": sys.argv[1:] == ["endless-init"],
     "doctored": set(),  # ids of the replies that go out malformed
     "after_stray": set(),  # ids of the replies that go out after a line that is not JSON
     "after_binary": set(),  # ids of the replies that go out after a line that is not text
@@ -127,6 +129,10 @@ class DoctoredStdout:
 
     async def write(self, line: str) -> None:
         message = json.loads(line)
+        if _state["endless_init"] and "serverInfo" in message.get("result", {}):
+            while True:
+                await self._out.write("x" * 65536)
+                await self._out.flush()
         if "result" in message and message.get("id") in _state["doctored"]:
             _state["doctored"].discard(message["id"])
             line = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": 12}) + "\n"

@@ -215,6 +215,20 @@ def test_a_line_past_the_limit_ends_the_connection_naming_the_limit(
     assert plugin.wait_for_state("disconnected", timeout=WAIT)
 
 
+def test_an_initialize_answer_past_the_line_limit_fails_registration_naming_the_limit(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_stdio_pipes, "LINE_LIMIT", 1 << 20)
+    params = hostile_params(tmp_path, "endless-init")
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "hostile", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(caught.value).startswith(
+        'MCP server "hostile" could not be started: LineTooLongError: the server sent a line '
+        "longer than 1048576 bytes, the limit ("
+    )
+    assert process_gone(int((tmp_path / "pid").read_text()))
+
+
 def test_an_empty_tool_name_fails_registration_naming_the_server_and_the_entry(
     system: ToolSystem, tmp_path: Path, errlog: TextIO
 ) -> None:

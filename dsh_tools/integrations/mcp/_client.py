@@ -465,6 +465,11 @@ class McpClient:
             text = f'MCP server "{self.label}" is not connected'
         return McpConnectionError(text, "MCP_DISCONNECTED")
 
+    def end_reason(self) -> str | None:
+        """Why the transport saw the last session end (``SERVER_CLOSED``, or what it said),
+        or ``None`` while it has not seen it end."""
+        return self._ended if self._lost else None
+
     def cut_reason(self) -> str:
         """Why the last calls were cut short: ``"closed"`` or ``"disconnected"``."""
         return self._cut_reason

@@ -27,6 +27,7 @@ from ._plugin import McpPlugin, wait_out
 from ._sdk import is_closed
 from ._stdio import stdio_group_client
 from ._tools import ConcurrencyPolicy
+from ._transport import SERVER_CLOSED
 from ._types import (
     ElicitationCallback,
     ListChangedCallback,
@@ -457,7 +458,7 @@ def _register_sync(
                     "MCP_CONNECT_FAILED",
                 ) from exc
             raise McpConnectionError(
-                _connect_failure(name, transport, exc), "MCP_CONNECT_FAILED"
+                _connect_failure(name, transport, exc, client.end_reason()), "MCP_CONNECT_FAILED"
             ) from exc
         plugin.adopt(listing)
         if client.state == "closed":  # as the listing came in: the plugin adopted nothing
@@ -480,10 +481,16 @@ def _closed_while_connecting(system: ToolSystem, name: str) -> McpConnectionErro
     )
 
 
-def _connect_failure(name: str, transport: _Transport, exc: BaseException) -> str:
-    """Why the first connection failed, naming where the server is."""
+def _connect_failure(
+    name: str, transport: _Transport, exc: BaseException, ended: str | None
+) -> str:
+    """Why the first connection failed, naming where the server is; ``ended``: why the
+    transport saw the connection end, if it did."""
     if transport.kind == "stdio":
         cause = _first(exc)
+        if isinstance(cause, MCPError) and is_closed(cause) and ended not in (None, SERVER_CLOSED):
+            # The transport ended it and said why (a line past the limit).
+            return f'MCP server "{name}" could not be started: {ended}'
         if isinstance(cause, MCPError) and is_closed(cause):
             # The SDK's "Connection closed": the process started, then its output ended.
             return (

@@ -15,7 +15,16 @@ from pydantic import ValidationError
 from ._sdk import describe
 from ._stdio_pipes import LineTooLongError
 
-__all__ = ["SessionWatch", "TransportFactory", "WatchedReadStream", "error_reply_for"]
+__all__ = [
+    "SERVER_CLOSED",
+    "SessionWatch",
+    "TransportFactory",
+    "WatchedReadStream",
+    "error_reply_for",
+]
+
+SERVER_CLOSED = "the server closed the connection"
+"""Why ``WatchedReadStream`` saw its stream end when the transport said no more."""
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[Any]]
 """A zero-argument callable returning an async context manager that yields ``(read, write)``
@@ -92,7 +101,7 @@ class WatchedReadStream:
         try:
             item = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end("the server closed the connection")
+            self._on_end(SERVER_CLOSED)
             raise
         if isinstance(item, LineTooLongError):
             self._on_end(describe(item))
