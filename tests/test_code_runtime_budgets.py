@@ -1001,7 +1001,8 @@ def test_fault_a_template_killed_as_its_worker_gets_the_program_does_not_run_it_
             assert log.read_text() == "ran\n"  # tried again: the first worker ran nothing
         else:
             assert result.error.kind == "worker-exit", result
-            assert log.read_text() in ("", "ran\n")
+            # Run once at most: its mark written once, or never (then there is no file).
+            assert (log.read_text() if log.exists() else "") in ("", "ran\n")
         assert run(own, "return 3").value == 3
     finally:
         own.close()
