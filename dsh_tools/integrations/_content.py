@@ -47,12 +47,17 @@ class Text(NamedTuple):
 
 
 class Media(NamedTuple):
-    """Base64 data a provider may take natively: an image, audio, or a file such as a PDF."""
+    """Base64 data a provider may take natively: an image, audio, or a file such as a PDF.
+    ``size`` is the byte size of what ``data`` holds; ``pixels`` an image's (width, height)
+    as its header gives them (``None``: not an image, or a header that does not say), both
+    read as the data is decoded and checked (``parts_of``)."""
 
     kind: MediaKind
     mime_type: str
     data: str
     name: str  # the resource URI or a generated name, for file names and placeholders
+    size: int = 0
+    pixels: tuple[int, int] | None = None
 
 
 Part = Text | Media
@@ -135,7 +140,8 @@ def _media(kind: MediaKind, mime_type: str, data: str, name: str) -> Part:
         mime_type = actual or mime_type
     if mime_type == "application/pdf" and _PDF_HEADER not in decoded[:_PDF_HEADER_WITHIN]:
         return Text(f"[{kind} {name} ({mime_type}) omitted: its data is not a PDF document]")
-    return Media(kind, mime_type, data, name)
+    pixels = _image_size(mime_type, decoded) if kind == "image" else None
+    return Media(kind, mime_type, data, name, len(decoded), pixels)
 
 
 def field(obj: Any, key: str) -> Any:
@@ -230,29 +236,16 @@ class ImageLimit(NamedTuple):
     side: int | None = None
 
 
-def _image_bytes(data: str) -> int:
-    """The size of the bytes the (unwrapped, valid) base64 text ``data`` holds."""
-    return len(data) // 4 * 3 - (len(data) - len(data.rstrip("=")))
-
-
-def _bytes_at(data: str, start: int, count: int) -> bytes:
-    """``count`` bytes from ``start`` of what the (unwrapped, valid) base64 text ``data``
-    holds (fewer past its end), decoding only the characters that hold them."""
-    first = start // 3
-    chunk = binascii.a2b_base64(data[first * 4 : -(-(start + count) // 3) * 4])
-    return chunk[start - first * 3 : start - first * 3 + count]
-
-
 _JPEG_FRAMES: Final = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 """The JPEG start-of-frame markers, which give the image's size (not DHT, JPG, DAC)."""
 _JPEG_SEGMENTS_AT_MOST: Final = 1024
 
 
-def _jpeg_size(data: str) -> tuple[int, int] | None:
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) from a JPEG's frame header, found by walking its segments."""
     at = 2
     for _ in range(_JPEG_SEGMENTS_AT_MOST):
-        head = _bytes_at(data, at, 9)
+        head = data[at : at + 9]
         if len(head) < 4 or head[0] != 0xFF:
             return None
         marker = head[1]
@@ -269,19 +262,19 @@ def _jpeg_size(data: str) -> tuple[int, int] | None:
     return None
 
 
-def _image_size(mime_type: str, data: str) -> tuple[int, int] | None:
+def _image_size(mime_type: str, data: bytes) -> tuple[int, int] | None:
     """(width, height) in pixels of a PNG, GIF, WebP or JPEG image, read from its header;
     ``None`` when the header does not say."""
     if mime_type == "image/png":
-        head = _bytes_at(data, 16, 8)
+        head = data[16:24]
         if len(head) == 8:
             return int.from_bytes(head[:4], "big"), int.from_bytes(head[4:], "big")
     elif mime_type == "image/gif":
-        head = _bytes_at(data, 6, 4)
+        head = data[6:10]
         if len(head) == 4:
             return int.from_bytes(head[:2], "little"), int.from_bytes(head[2:], "little")
     elif mime_type == "image/webp":
-        head = _bytes_at(data, 12, 18)
+        head = data[12:30]
         if head[:4] == b"VP8X" and len(head) == 18:
             width, height = head[12:15], head[15:18]
             return int.from_bytes(width, "little") + 1, int.from_bytes(height, "little") + 1
@@ -304,14 +297,13 @@ def fitting(parts: list[Part], limit: ImageLimit) -> list[Part]:
     fit: list[Part] = []
     for part in parts:
         if isinstance(part, Media) and part.kind == "image":
-            size = _image_bytes(part.data)
-            if (len(part.data) if limit.encoded else size) > limit.most:
+            if (len(part.data) if limit.encoded else part.size) > limit.most:
                 part = Text(
-                    f"[image {part.name} ({part.mime_type}, {size} bytes) omitted: "
+                    f"[image {part.name} ({part.mime_type}, {part.size} bytes) omitted: "
                     f"{limit.provider} takes images of at most {limit.says}]"
                 )
             elif limit.side is not None:
-                pixels = _image_size(part.mime_type, part.data)
+                pixels = part.pixels
                 if pixels is not None and max(pixels) > limit.side:
                     part = Text(
                         f"[image {part.name} ({part.mime_type}, {pixels[0]}x{pixels[1]} pixels) "
