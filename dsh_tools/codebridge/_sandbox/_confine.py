@@ -662,16 +662,14 @@ def _refuse_host_code(write: list[str]) -> None:
         (code, os.path.realpath(code), code in libraries)
         for code in (*prefixes, *libraries, sys.executable, *_mapped_code())
     ]
-    for granted in write:
-        root = os.path.realpath(granted)
-        for code, real, library in codes:
-            held = real == root or lies_beneath(real, root)
-            if held or (library and lies_beneath(root, real)):
-                raise SandboxUnavailable(
-                    f"code sandbox: the write grant {granted!r} holds code the host runs "
-                    f"({code!r}): a run could change what the harness or its next template "
-                    "runs, outside the sandbox; grant a directory that does not hold it"
-                )
+    held = _write_grant_holding(write, codes)
+    if held is not None:
+        granted, code = held
+        raise SandboxUnavailable(
+            f"code sandbox: the write grant {granted!r} holds code the host runs "
+            f"({code!r}): a run could change what the harness or its next template "
+            "runs, outside the sandbox; grant a directory that does not hold it"
+        )
 
 
 _SCRATCH_HOMES: Final = ("/tmp", "/var/tmp")
@@ -688,17 +686,29 @@ def _refuse_scratch_homes(write: list[str], temporary: str) -> None:
     likes. The grant itself cannot be removed by a run, so a ``write`` grant beneath the
     temporary directory is fine."""
     homes = {os.path.realpath(path): path for path in (temporary, *_SCRATCH_HOMES)}
+    held = _write_grant_holding(write, [(home, real, False) for real, home in homes.items()])
+    if held is not None:
+        granted, home = held
+        raise SandboxUnavailable(
+            f"code sandbox: the write grant {granted!r} holds the temporary directory "
+            f"{home!r}, where the runtimes of every tool system keep their scratch "
+            "mount points: a run could remove another runtime's and fail its runs; "
+            "grant a directory of its own beneath it instead (a run's own temporary "
+            "files go to its scratch directory)"
+        )
+
+
+def _write_grant_holding(
+    write: list[str], places: list[tuple[str, str, bool]]
+) -> tuple[str, str] | None:
+    """The first ``write`` grant that holds one of ``places`` (each as given, resolved, and
+    whether a grant beneath it holds part of it too), with that place; ``None`` if none."""
     for granted in write:
         root = os.path.realpath(granted)
-        for real, home in homes.items():
-            if real == root or lies_beneath(real, root):
-                raise SandboxUnavailable(
-                    f"code sandbox: the write grant {granted!r} holds the temporary directory "
-                    f"{home!r}, where the runtimes of every tool system keep their scratch "
-                    "mount points: a run could remove another runtime's and fail its runs; "
-                    "grant a directory of its own beneath it instead (a run's own temporary "
-                    "files go to its scratch directory)"
-                )
+        for place, real, whole in places:
+            if real == root or lies_beneath(real, root) or (whole and lies_beneath(root, real)):
+                return granted, place
+    return None
 
 
 def _mapped_code() -> list[str]:
