@@ -604,6 +604,9 @@ class ToolSystem:
     def execute_batch(self, batch: ExecuteBatch, timeout: float | None = None) -> BatchOutcome:
         """Run one model turn's calls in the dispatcher pool; results in model order.
 
+        With ``timeout`` (seconds, checked as ``execute``'s is), ``TimeoutError`` naming the
+        batch is raised here if it has not finished in time; the batch is not aborted, and its
+        calls still finish, each with its one result and event.
         A ``KeyboardInterrupt`` while waiting (Ctrl-C) aborts the batch (reason ``"the caller
         was interrupted"``; its calls still settle and record their results) and propagates."""
         self._check_running()

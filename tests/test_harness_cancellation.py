@@ -107,6 +107,24 @@ def test_a_blocking_batch_that_outlasts_its_timeout_says_which_batch(system: Too
         system.execute_batch(ExecuteBatch(calls=calls), timeout=0.05)
 
 
+def test_a_blocking_batch_that_outlasts_its_timeout_still_finishes_every_call(
+    system: ToolSystem,
+) -> None:
+    # The timeout only stops the caller's wait: the batch is not aborted.
+    gate = threading.Event()
+    finished = threading.Event()
+    system.tools.register(fixture("gated", lambda args, ctx: [block(f"opened {gate.wait(WAIT)}")]))
+    system.tools.on_result(lambda exec, result: finished.set() if exec.call_id == "c2" else None)
+    calls = [ToolCall("c1", "gated", "{}"), ToolCall("c2", "gated", "{}")]
+    with pytest.raises(TimeoutError):
+        system.execute_batch(ExecuteBatch(calls=calls), timeout=0.05)
+    gate.set()
+    assert finished.wait(WAIT)
+    system.stop()  # waits for the calls in flight to record their results
+    recorded = results_of(system)
+    assert [recorded[c]["is_error"] for c in ("c1", "c2")] == [False, False]
+
+
 def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
     system: ToolSystem,
 ) -> None:
