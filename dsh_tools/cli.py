@@ -68,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode part")
     bench = sub.add_parser("bench", help="measure per-call overhead and pool throughput")
     bench.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    bench.add_argument("--runs", type=int, default=5, help="runs per figure (median)")
+    bench.add_argument(
+        "--runs", type=int, default=5, help="runs per figure, the median shown (default 5)"
+    )
     bench.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode figures")
     bench.add_argument("--check", action="store_true", help="exit 1 when a figure is over its bar")
     bench.add_argument(
