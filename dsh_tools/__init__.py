@@ -5,7 +5,11 @@ through policy hooks, guards, wrappers and result hooks with cooperative cancell
 a model turn's calls in a bounded parallel pool with ordered barriers, and run Code Mode
 programs whose every tool call goes through the same pipeline.
 
-Everything public is re-exported here; the sub-packages' private modules are not API.
+The core API is re-exported here; the rest is imported from its sub-package:
+``dsh_tools.integrations`` (the provider adapters and MCP servers), ``dsh_tools.distributed``
+(Ray), ``dsh_tools.types`` (the seam types, for annotations), ``dsh_tools.codebridge``
+(``SdkTool``, ``render_sdk_declarations``) and ``dsh_tools.registry`` (``to_subset_schema``).
+Modules whose names start with ``_`` are not API.
 """
 
 from msgspec import UNSET
