@@ -1953,6 +1953,25 @@ def test_tracebacks_show_only_the_programs_frames(runtime: SubprocessCodeRuntime
     )
 
 
+def test_a_keyboard_interrupt_raised_in_a_task_shows_the_tasks_lines(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # asyncio lets a ``KeyboardInterrupt`` out of its loop at once, from the task that raised
+    # it, past the program's own frame, which awaits that task.
+    program = """
+async def work():
+    raise KeyboardInterrupt("stop here")
+await asyncio.create_task(work())
+"""
+    assert failure(run(runtime, program)) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 3, in work\n'
+        '    raise KeyboardInterrupt("stop here")\n'
+        "KeyboardInterrupt: stop here",
+    )
+
+
 def test_a_traceback_through_the_workers_print_shows_only_the_programs_frames(
     runtime: SubprocessCodeRuntime,
 ) -> None:

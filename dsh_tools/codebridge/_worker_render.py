@@ -52,13 +52,21 @@ def _trim(
     """Keep the traceback from the program's own frame down, minus the worker's frames (all
     but ``keep`` trailing ones when nothing else is left).
 
-    A traceback that never passed through the program (the program broke the worker's event
-    loop, say) shows no frames at all: they would all be the worker's.
+    A traceback that never passed through the program's own frame starts at its first frame of
+    the program's file; one with none (the program broke the worker's event loop, say) shows no
+    frames at all: they would all be the worker's or asyncio's.
     """
     if code is not None:
         cursor = tb
         while cursor is not None and cursor.tb_frame.f_code is not code:
             cursor = cursor.tb_next
+        if cursor is None:
+            # Raised in a task of the program's and let out of the event loop at once (asyncio
+            # does so with a ``KeyboardInterrupt``): the traceback never passed through the
+            # program's own frame, and starts at the task's first frame of the program's file.
+            cursor = tb
+            while cursor is not None and cursor.tb_frame.f_code.co_filename != code.co_filename:
+                cursor = cursor.tb_next
         tb = cursor
     entries: list[types.TracebackType] = []
     cursor = tb
