@@ -554,6 +554,49 @@ return out
     ]
 
 
+def test_encoding_formatting_or_copying_a_call_that_was_not_awaited_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # json, a format spec, pickle and copy named the handle's class, CallHandle, which the
+    # program never wrote; an encoder's own default and a spec-less format keep their meaning.
+    program = """
+import copy, json, pickle
+out = []
+r = tools.echo(3)
+class Encoder(json.JSONEncoder):
+    def default(self, o):
+        return super().default(o)
+for attempt in (
+    lambda: json.dumps({"rows": r}),
+    lambda: json.dumps([r], cls=Encoder),
+    lambda: f"{r:>10}",
+    lambda: pickle.dumps(r),
+    lambda: copy.deepcopy({"rows": r}),
+):
+    try:
+        attempt()
+    except TypeError as exc:
+        out.append(str(exc).split("; ")[1])
+out.append([json.dumps(r, default=str), f"{r}", json.dumps({"n": [1, 2.5, None]})])
+try:
+    json.dumps({1})
+except TypeError as exc:
+    out.append(str(exc))
+out.append(await r)
+return out
+"""
+    assert run(runtime, program, tools(echo=identity)).value == [
+        "write (await tools.echo(...))",
+        "write (await tools.echo(...))",
+        'write f"{(await tools.echo(...)):>10}"',
+        "write (await tools.echo(...))",
+        "write (await tools.echo(...))",
+        ["\"<tool call 'echo'>\"", "<tool call 'echo'>", '{"n": [1, 2.5, null]}'],
+        "Object of type set is not JSON serializable",
+        3,
+    ]
+
+
 def test_asyncio_wait_takes_call_handles_as_it_takes_tasks(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "error_class",
     "guard_nested_run",
     "guard_nested_run_until_complete",
+    "json_default_naming_handles",
     "plain_error",
     "wait_accepting_handles",
 ]
@@ -158,6 +159,19 @@ class CallHandle(asyncio.Future[Any]):
     def __bool__(self) -> bool:
         # Without it ``bool`` would fall back on ``__len__`` above and raise.
         return True
+
+    def __format__(self, spec: str) -> str:
+        # An empty spec (``f"{r}"``) is ``str``, as for any object; any other
+        # (``f"{r:.2f}"``) is meant for the result, and ``object``'s refusal would name this
+        # class, which the program never wrote.
+        if not spec:
+            return str(self)
+        raise TypeError(self._unawaited('f"{', f':{spec}}}"'))
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # What ``pickle`` and ``copy`` ask for: a pending call is neither stored nor copied,
+        # its result is (Python would say only "cannot pickle 'CallHandle' object").
+        raise TypeError(self._unawaited("", ""))
 
 
 def _misused_operator(symbol: str, reflected: bool) -> Callable[[CallHandle, Any], Any]:
@@ -501,6 +515,25 @@ def wait_accepting_handles(wait: Callable[..., Any]) -> Callable[..., Any]:
 
     waiting.__dsh_guarded__ = True  # type: ignore[attr-defined]
     return waiting
+
+
+def json_default_naming_handles(default: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``json.JSONEncoder.default`` as a program sees it: a call handle in what it encodes
+    (``json.dumps({"rows": tools.query({...})})``) is a call not awaited, and is said to be,
+    where ``json``'s own refusal names the handle's class, ``CallHandle``, which the program
+    never wrote. Anything else goes to ``default`` unchanged (an encoder's own ``default``
+    is not this one, and decides for itself)."""
+    if getattr(default, "__dsh_guarded__", False):
+        return default
+
+    @functools.wraps(default)
+    def naming(encoder: Any, o: Any) -> Any:
+        if isinstance(o, CallHandle):
+            raise TypeError(o._unawaited("", ""))
+        return default(encoder, o)
+
+    naming.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    return naming
 
 
 class CaptureStream(io.TextIOBase):
