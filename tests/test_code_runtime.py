@@ -1856,6 +1856,25 @@ def test_help_asked_again_and_again_without_a_describer_is_no_misuse_of_the_chan
     assert result.value == 1
 
 
+def test_a_bindings_signature_is_the_call_the_sdk_declares(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # It was the worker's closure's, ``(*args: 'Any', **kwargs: 'Any') -> 'CallHandle'``.
+    program = """
+import inspect
+def scale(a, b=1):
+    pass
+return [
+    str(inspect.signature(tools.echo)),
+    str(inspect.signature(tools["read"])),
+    str(inspect.signature(scale)),
+    str(inspect.signature(len)),
+]
+"""
+    result = run(runtime, program, tools(echo=echo, read=echo))
+    assert result.value == ["(args: dict, /)", "(args: dict, /)", "(a, b=1)", "(obj, /)"]
+
+
 def test_help_without_a_describer_names_the_bindings_and_leaves_other_objects_to_python(
     runtime: SubprocessCodeRuntime,
 ) -> None:

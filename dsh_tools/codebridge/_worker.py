@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import inspect
 import json
 import linecache
 import os
@@ -82,6 +83,7 @@ from ._worker_api import (
     guard_nested_run_until_complete,
     json_default_naming_handles,
     plain_error,
+    signature_naming_bindings,
     wait_accepting_handles,
 )
 from ._worker_render import render_exception, render_reported_exception
@@ -701,7 +703,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     the channel (it reads only once the loop runs, which is when the program does), a fresh
     ``__main__``, ``asyncio.run`` and the loop's ``run_until_complete`` that say to await when
     called on the program's loop,
-    ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle, and
+    ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle,
+    ``inspect.signature`` that gives a binding's signature as the SDK declares it, and
     the error classes of the namespaces the worker's boot so far names (the runtime's usual
     ones). A worker does this while it waits for its boot, off its run's
     path."""
@@ -715,6 +718,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     os.register_at_fork(after_in_child=worker.forked)
     asyncio.run = guard_nested_run(asyncio.run)
     asyncio.wait = wait_accepting_handles(asyncio.wait)
+    binding_code = worker.binding("", "", plain_error).__code__  # every binding's
+    inspect.signature = signature_naming_bindings(inspect.signature, binding_code)
     encoder = json.JSONEncoder
     encoder.default = json_default_naming_handles(encoder.default)  # type: ignore[method-assign,assignment]
     asyncio.set_event_loop(loop)

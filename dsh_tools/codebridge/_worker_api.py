@@ -16,6 +16,7 @@ import functools
 import inspect
 import io
 import keyword
+import types
 from collections.abc import Callable, Collection, Generator
 from typing import Any, Final
 
@@ -29,6 +30,7 @@ __all__ = [
     "guard_nested_run_until_complete",
     "json_default_naming_handles",
     "plain_error",
+    "signature_naming_bindings",
     "wait_accepting_handles",
 ]
 
@@ -531,6 +533,33 @@ def json_default_naming_handles(default: Callable[[Any, Any], Any]) -> Callable[
         if isinstance(o, CallHandle):
             raise TypeError(o._unawaited("", ""))
         return default(encoder, o)
+
+    naming.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    return naming
+
+
+BINDING_SIGNATURE: Final = inspect.Signature(
+    [inspect.Parameter("args", inspect.Parameter.POSITIONAL_ONLY, annotation=dict)]
+)
+"""A binding's signature as the SDK declares it (``async def name(self, args: NameArgs, /)``)."""
+
+
+def signature_naming_bindings(
+    signature: Callable[..., inspect.Signature], binding_code: types.CodeType
+) -> Callable[..., inspect.Signature]:
+    """``inspect.signature`` as a program sees it: a binding's (every binding is a function
+    of ``binding_code``) is ``BINDING_SIGNATURE``, not that of the worker's
+    ``(*args, **kwargs)`` closure, whose return annotation names the worker's ``CallHandle``.
+    Answered here rather than by each binding's ``__signature__``: setting that would give
+    every binding of every run a ``__dict__`` of its own, for a question few programs ask."""
+    if getattr(signature, "__dsh_guarded__", False):
+        return signature
+
+    @functools.wraps(signature)
+    def naming(obj: Any, *args: Any, **kwargs: Any) -> inspect.Signature:
+        if type(obj) is types.FunctionType and obj.__code__ is binding_code:
+            return BINDING_SIGNATURE
+        return signature(obj, *args, **kwargs)
 
     naming.__dsh_guarded__ = True  # type: ignore[attr-defined]
     return naming
