@@ -1800,6 +1800,32 @@ print(len(values), values[-1])
     assert asked == ["echo", "my-tool", None, "quiet"]
 
 
+def test_help_in_a_thread_of_the_program_says_where_the_description_is(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Only the program's own thread asks the host: a thread was shown the bare binding text
+    # as if the tool had no description at all.
+    program = """
+import threading
+thread = threading.Thread(target=help, args=(tools.echo,))
+thread.start()
+thread.join()
+help(tools.echo)
+"""
+    bindings = [
+        BindingNamespace("tools", {"echo": echo}, TOOL_CALL_ERROR, describe=lambda _: "all")
+    ]
+    result = run(runtime, program, bindings)
+    assert result.error is None, result.error
+    assert list(result.logs) == [
+        "Help on tools.echo (call it as `await tools.echo(args)`):\n\n"
+        "A binding: it takes one dict of arguments; await the call for its value.\n"
+        "(help() in a thread shows only this: call it in the program itself, outside any"
+        " thread, for the description the tools have)",
+        "Help on tools.echo (call it as `await tools.echo(args)`):\n\nall",
+    ]
+
+
 def test_a_describer_is_asked_only_about_its_bindings_and_its_namespace(
     runtime: SubprocessCodeRuntime,
 ) -> None:

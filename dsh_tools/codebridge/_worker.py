@@ -132,6 +132,9 @@ _BINDING_DOC: Final = (
     "A binding: await it with one dict of arguments for its value; help() on it shows its"
     " description and parameters."
 )
+_HELP_IN_PROGRAM: Final = (
+    "call it in the program itself, outside any thread, for the description the tools have"
+)
 _FRAME_HEAD_BYTES: Final = min(select.PIPE_BUF, PREFIX_BYTES + HEAD_BYTES)
 """What the worker sends of a frame over the host's cap (``oversized``)."""
 _FOREIGN_THREAD_CALL: Final = "tools bindings must be called from the run_code event loop"
@@ -385,6 +388,10 @@ class Worker:
             access = access_expression(global_name, name)
             heading = f"Help on {access} (call it as `await {access}(args)`):"
             fallback = "A binding: it takes one dict of arguments; await the call for its value."
+        if text is None and _get_ident() != self.thread:
+            # Only the program's own thread asks the host (``describe``): what a thread of
+            # the program is shown says where the rest is, rather than pass for all there is.
+            fallback += f"\n(help() in a thread shows only this: {_HELP_IN_PROGRAM})"
         self.emit(f"{heading}\n\n{text if text is not None else fallback}")
 
     def binding_of(self, thing: object) -> tuple[str, str | None] | None:
