@@ -2060,6 +2060,30 @@ await asyncio.create_task(work())
     )
 
 
+def test_a_stop_iteration_at_the_top_level_fails_as_in_a_script(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # It left the coroutine the program's body is, and failed the run as "RuntimeError:
+    # coroutine raised StopIteration", a coroutine the program never wrote, with no line.
+    assert failure(run(runtime, "rows = []\nfirst = next(iter(rows))")) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 2, in <module>\n'
+        "    first = next(iter(rows))\n"
+        "            ^^^^^^^^^^^^^^^^\n"
+        "StopIteration",
+    )
+    # In a coroutine of the program's own it is Python's RuntimeError, on the program's line.
+    program = "async def first():\n    return next(iter([]))\nawait first()"
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert message.splitlines()[-3:] == [
+        '  File "<run_code>", line 3, in <module>',
+        "    await first()",
+        "RuntimeError: coroutine raised StopIteration",
+    ]
+
+
 def test_a_traceback_through_the_workers_print_shows_only_the_programs_frames(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -86,12 +86,41 @@ def _trim(
     return entries[0]
 
 
+def _passes(tb: types.TracebackType | None, code: types.CodeType) -> bool:
+    """Whether traceback ``tb`` passes through a frame of ``code``."""
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _script_exception(exc: BaseException, code: types.CodeType | None) -> BaseException:
+    """``exc`` as a script would have raised it. A ``StopIteration`` that leaves the program's
+    own frame (``next()`` of an empty iterator at its top level) leaves a coroutine, the one
+    its body is, and Python raises ``RuntimeError: coroutine raised StopIteration`` in its
+    place, outside the program (no line of it shown): a script's top level is no coroutine,
+    and raises the ``StopIteration`` itself. One raised in a coroutine of the program's own
+    is left as it is: there the ``RuntimeError`` is Python's, raised on the program's line."""
+    cause = exc.__cause__
+    if (
+        code is not None
+        and type(exc) is RuntimeError
+        and isinstance(cause, StopIteration)
+        and not _passes(exc.__traceback__, code)
+        and _passes(cause.__traceback__, code)
+    ):
+        return cause
+    return exc
+
+
 def render_exception(
     exc: BaseException, code: types.CodeType | None, worker_files: Collection[str]
 ) -> str:
     """``exc`` rendered as a traceback from ``code``'s frame down (the whole traceback when
     ``code`` is ``None``), without trailing frames of ``worker_files``."""
     try:
+        exc = _script_exception(exc, code)
         seen: set[int] = set()
         pending: list[tuple[BaseException, bool]] = [(exc, False)]
         while pending:
