@@ -366,7 +366,9 @@ class Worker:
         """``help()`` as a program sees it. On a binding or a binding namespace Python's own
         would describe the worker's closure or class; this shows what the host's describer
         gives (for a tool system: the tool's description, signature and argument and result
-        types, as the SDK declares them). Anything else goes to Python's own."""
+        types, as the SDK declares them). Anything else goes to Python's own, ``print`` and
+        ``help`` themselves as the builtins they stand in for (not the worker's methods, whose
+        text would name the worker's module and class)."""
         about = self.binding_of(args[0]) if len(args) == 1 and not kwargs else None
         if about is None:
             helper = _builtin_help
@@ -374,6 +376,8 @@ class Worker:
                 import pydoc
 
                 helper = pydoc.help
+            if len(args) == 1 and type(args[0]) is types.MethodType and args[0].__self__ is self:
+                args = (_builtin_print if args[0].__func__ is Worker.print else helper,)
             helper(*args, **kwargs)
             return
         global_name, name = about
