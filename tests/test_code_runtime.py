@@ -682,6 +682,35 @@ if __name__ == "__main__":
     asyncio.run(nested())
 
 
+def test_a_programs_own_event_loop_and_default_selector_work_in_the_sandbox(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The sandbox refuses epoll, which selectors.DefaultSelector is: asyncio.run in a thread,
+    # asyncio.new_event_loop() and DefaultSelector() failed with a bare PermissionError from
+    # inside selectors (and a loop half made logged an error of its own as it was collected).
+    program = """
+import selectors, threading
+out = []
+def in_thread():
+    async def pause():
+        await asyncio.sleep(0)
+        return "a thread's loop ran"
+    out.append(asyncio.run(pause()))
+thread = threading.Thread(target=in_thread)
+thread.start()
+thread.join()
+loop = asyncio.new_event_loop()
+loop.close()
+with selectors.DefaultSelector() as selector:
+    out.append(loop.is_closed())
+return out
+"""
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    assert result.logs == []
+    assert result.value == ["a thread's loop ran", True]
+
+
 def test_a_script_s_run_until_complete_of_main_says_to_await_it(
     runtime: SubprocessCodeRuntime,
 ) -> None:

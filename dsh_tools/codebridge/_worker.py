@@ -715,7 +715,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     ``__main__``, ``asyncio.run`` and the loop's ``run_until_complete`` that say to await when
     called on the program's loop,
     ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle,
-    ``inspect.signature`` that gives a binding's signature as the SDK declares it, and
+    ``inspect.signature`` that gives a binding's signature as the SDK declares it, the
+    ``poll`` selector as ``selectors.DefaultSelector``, and
     the error classes of the namespaces the worker's boot so far names (the runtime's usual
     ones). A worker does this while it waits for its boot, off its run's
     path."""
@@ -733,6 +734,11 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     inspect.signature = signature_naming_bindings(inspect.signature, binding_code)
     encoder = json.JSONEncoder
     encoder.default = json_default_naming_handles(encoder.default)  # type: ignore[method-assign,assignment]
+    # The sandbox refuses ``epoll`` (its watches count against a limit per user), which
+    # ``DefaultSelector`` is: a program's own event loop (``asyncio.new_event_loop()``,
+    # ``asyncio.run`` in a thread) or selector failed with a bare ``PermissionError`` from
+    # inside ``selectors``. ``poll``, which the worker's own loop uses, has no such limit.
+    selectors.DefaultSelector = selectors.PollSelector  # type: ignore[misc,assignment]
     asyncio.set_event_loop(loop)
     guard_nested_run_until_complete(loop)
     worker.loop = loop
