@@ -737,6 +737,46 @@ return loop.run_until_complete(main())
     )
 
 
+def test_a_script_s_new_event_loop_running_main_says_to_await_it(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Another spelling: asyncio's "Cannot run the event loop while another loop is running"
+    # said neither what to write nor kept "never awaited" out of the output. In a thread,
+    # with no loop running there, another loop runs as ever.
+    program = """
+import threading
+async def main():
+    return await tools.echo({"a": 1})
+
+async def pause():
+    await asyncio.sleep(0)
+    return "ran"
+
+ran = []
+def in_thread():
+    ran.append(asyncio.new_event_loop().run_until_complete(pause()))
+thread = threading.Thread(target=in_thread)
+thread.start()
+thread.join()
+print(ran)
+loop = asyncio.new_event_loop()
+asyncio.set_event_loop(loop)
+return loop.run_until_complete(main())
+"""
+    result = run(runtime, program, tools(echo=identity))
+    assert result.logs == ["['ran']"]
+    assert failure(result) == (
+        "exception",
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 19, in <module>\n'
+        "    return loop.run_until_complete(main())\n"
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "RuntimeError: run_until_complete() cannot run another event loop while the program's"
+        " runs: the program already runs in one, so await the coroutine instead (write"
+        " `await main()`, not `loop.run_until_complete(main())`)",
+    )
+
+
 def test_an_awaitable_passed_as_an_argument_is_named_as_one(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -81,6 +81,7 @@ from ._worker_api import (
     error_class,
     guard_nested_run,
     guard_nested_run_until_complete,
+    guard_other_loops_run_until_complete,
     json_default_naming_handles,
     plain_error,
     signature_naming_bindings,
@@ -712,8 +713,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     """What a run sets up around its program that does not depend on the program: the
     process-wide ``print``, ``sys.argv``, the capture streams, the event loop and its reader of
     the channel (it reads only once the loop runs, which is when the program does), a fresh
-    ``__main__``, ``asyncio.run`` and the loop's ``run_until_complete`` that say to await when
-    called on the program's loop,
+    ``__main__``, ``asyncio.run`` and every loop's ``run_until_complete`` that say to await
+    when called on the program's loop,
     ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle,
     ``inspect.signature`` that gives a binding's signature as the SDK declares it, the
     ``poll`` selector as ``selectors.DefaultSelector``, and
@@ -741,6 +742,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     selectors.DefaultSelector = selectors.PollSelector  # type: ignore[misc,assignment]
     asyncio.set_event_loop(loop)
     guard_nested_run_until_complete(loop)
+    guard_other_loops_run_until_complete()  # after: the program's loop keeps asyncio's own
     worker.loop = loop
     loop.add_reader(CHANNEL_IN, worker.on_readable)
     worker.module = _fresh_main()

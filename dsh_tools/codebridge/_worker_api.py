@@ -28,6 +28,7 @@ __all__ = [
     "error_class",
     "guard_nested_run",
     "guard_nested_run_until_complete",
+    "guard_other_loops_run_until_complete",
     "json_default_naming_handles",
     "plain_error",
     "signature_naming_bindings",
@@ -446,6 +447,40 @@ def guard_nested_run_until_complete(loop: asyncio.AbstractEventLoop) -> None:
         return run_until_complete(future)
 
     loop.run_until_complete = guarded  # type: ignore[method-assign]
+
+
+OTHER_LOOP_RUN_MESSAGE: Final = (
+    "run_until_complete() cannot run another event loop while the program's runs: the program"
+    " already runs in one, so await the coroutine instead (write `await main()`, not"
+    " `loop.run_until_complete(main())`)"
+)
+
+
+def guard_other_loops_run_until_complete() -> None:
+    """Make ``run_until_complete`` of every other event loop, called on a thread whose loop
+    runs (the program's, from the program), close the coroutine and say to await it, as
+    ``guard_nested_run_until_complete`` does for the program's own loop: a script's
+    ``asyncio.new_event_loop().run_until_complete(main())`` got asyncio's "Cannot run the
+    event loop while another loop is running", which says neither, and the coroutine left
+    unawaited warned into the output. In a thread of the program's, with no loop running,
+    it is asyncio's own. Set on the class after the program's loop is guarded, whose own
+    ``run_until_complete`` stays asyncio's, unwrapped."""
+    run_until_complete = asyncio.BaseEventLoop.run_until_complete
+    if getattr(run_until_complete, "__dsh_guarded__", False):
+        return
+
+    @functools.wraps(run_until_complete)
+    def guarded(self: asyncio.BaseEventLoop, future: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run_until_complete(self, future)
+        if inspect.iscoroutine(future):
+            future.close()
+        raise RuntimeError(OTHER_LOOP_RUN_MESSAGE)
+
+    guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    asyncio.BaseEventLoop.run_until_complete = guarded  # type: ignore[method-assign]
 
 
 _WAIT_ENDS: Final = (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED)
