@@ -1808,6 +1808,34 @@ process.start()
     )
 
 
+def test_a_multiprocessing_lock_the_sandbox_cannot_make_says_why_and_what_works(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The sandbox grants no /dev/shm, where multiprocessing makes its semaphores: the failure
+    # was only "OSError: [Errno 30] Read-only file system", from inside multiprocessing.
+    program = """
+from concurrent.futures import ProcessPoolExecutor
+def square(n):
+    return n * n
+with ProcessPoolExecutor(2) as pool:
+    return list(pool.map(square, range(3)))
+"""
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert '  File "<run_code>", line 5, in <module>' in message
+    assert message.endswith(
+        "OSError: [Errno 30] Read-only file system\n"
+        "A run_code program has no POSIX shared memory (/dev/shm), where multiprocessing makes"
+        " its semaphores: a multiprocessing lock, queue or pool, or a ProcessPoolExecutor,"
+        " cannot be made. Threads (asyncio.to_thread, a ThreadPoolExecutor), subprocess and a"
+        ' process of the "fork" start method'
+        ' (multiprocessing.get_context("fork").Process(target=...)) work.'
+    )
+    # Any other read-only file is only that.
+    kind, message = failure(run(runtime, 'open("/usr/made-here", "w")'))
+    assert message.endswith("OSError: [Errno 30] Read-only file system: '/usr/made-here'")
+
+
 def test_a_process_of_the_fork_start_method_runs_a_function_of_the_program(
     runtime: SubprocessCodeRuntime,
 ) -> None:

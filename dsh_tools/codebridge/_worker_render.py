@@ -7,7 +7,9 @@ imports only the standard library.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
+import os
 import traceback
 import types
 from collections.abc import Collection
@@ -40,6 +42,36 @@ def _explain_pickling(exc: BaseException) -> None:
         noted = getattr(exc, "__notes__", None) or ()
         if "__main__" in str(exc) and _PICKLING_NOTE not in noted:
             exc.add_note(_PICKLING_NOTE)
+
+
+_SHARED_MEMORY_NOTE: Final = (
+    "A run_code program has no POSIX shared memory (/dev/shm), where multiprocessing makes"
+    " its semaphores: a multiprocessing lock, queue or pool, or a ProcessPoolExecutor, cannot"
+    " be made. Threads (asyncio.to_thread, a ThreadPoolExecutor), subprocess and a process of"
+    ' the "fork" start method (multiprocessing.get_context("fork").Process(target=...)) work.'
+)
+"""The note added to the refusal of a ``multiprocessing`` semaphore (CPython's text is the
+bare ``[Errno 30] Read-only file system`` of the file it could not make)."""
+_SEMAPHORE_FILE: Final = os.path.join("multiprocessing", "synchronize.py")
+
+
+def _explain_shared_memory(exc: BaseException) -> None:
+    """Add ``_SHARED_MEMORY_NOTE`` to ``exc`` if it is the refusal of a ``multiprocessing``
+    semaphore (every lock, queue and pool makes one) for want of a writable ``/dev/shm``: its
+    last frame is ``multiprocessing``'s, which made the semaphore."""
+    if not isinstance(exc, OSError) or exc.errno != errno.EROFS:
+        return
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    with contextlib.suppress(Exception):
+        noted = getattr(exc, "__notes__", None) or ()
+        if (
+            tb is not None
+            and tb.tb_frame.f_code.co_filename.endswith(_SEMAPHORE_FILE)
+            and _SHARED_MEMORY_NOTE not in noted
+        ):
+            exc.add_note(_SHARED_MEMORY_NOTE)
 
 
 def _trim(
@@ -129,6 +161,7 @@ def render_exception(
                 continue
             seen.add(id(current))
             _explain_pickling(current)
+            _explain_shared_memory(current)
             if member:
                 # An exception group's member was raised in a task of its own: its traceback
                 # starts in a coroutine of the program (or in a tool call's handle, whose
