@@ -1836,6 +1836,35 @@ with ProcessPoolExecutor(2) as pool:
     assert message.endswith("OSError: [Errno 30] Read-only file system: '/usr/made-here'")
 
 
+NO_NETWORK = (
+    "A run_code program has no network: its sandbox refuses every socket but the pairs"
+    " socket.socketpair() makes, and resolves no name. Reach what is outside through the tools."
+)
+
+
+def test_a_socket_the_sandbox_refuses_says_the_program_has_no_network(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The failure was only "PermissionError: [Errno 1] Operation not permitted", from inside
+    # socket.py (or asyncio), naming neither the sandbox nor the tools.
+    program = """
+import socket
+left, right = socket.socketpair()
+left.close()
+right.close()
+await asyncio.open_connection("127.0.0.1", 80)
+"""
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert '  File "<run_code>", line 6, in <module>' in message
+    assert message.endswith("PermissionError: [Errno 1] Operation not permitted\n" + NO_NETWORK)
+    # A name is no more resolved, which CPython calls a temporary failure.
+    kind, message = failure(run(runtime, 'import socket\nsocket.getaddrinfo("tools.invalid", 80)'))
+    assert message.endswith(
+        "socket.gaierror: [Errno -3] Temporary failure in name resolution\n" + NO_NETWORK
+    )
+
+
 def test_a_process_of_the_fork_start_method_runs_a_function_of_the_program(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -87,7 +87,12 @@ from ._worker_api import (
     signature_naming_bindings,
     wait_accepting_handles,
 )
-from ._worker_render import render_exception, render_reported_exception
+from ._worker_render import (
+    SANDBOX_REFUSALS,
+    Refusal,
+    render_exception,
+    render_reported_exception,
+)
 
 __all__ = [
     "CHANNEL_IN",
@@ -306,6 +311,11 @@ class Worker:
         else:
             self.emit(text, 2)
 
+    def refusals(self) -> tuple[Refusal, ...]:
+        """The sandbox's refusals a failure explains: those of ``SANDBOX_REFUSALS`` under the
+        sandbox (whose init's notice pipe the worker has), none outside it."""
+        return SANDBOX_REFUSALS if self.notice is not None else ()
+
     def thread_excepthook(self, args: threading.ExceptHookArgs) -> None:
         """``threading.excepthook``: an exception escaping a thread of the program is one log
         entry, its traceback showing the program's lines. Threading's own hook writes it in
@@ -316,7 +326,12 @@ class Worker:
             return
         thread = args.thread.name if args.thread is not None else str(_get_ident())
         heading = f"Exception in thread {thread}:"
-        self.emit(render_reported_exception(args.exc_value, heading, FILENAME, _WORKER_FILES), 2)
+        self.emit(
+            render_reported_exception(
+                args.exc_value, heading, FILENAME, _WORKER_FILES, self.refusals()
+            ),
+            2,
+        )
 
     def unraisable_hook(self, unraisable: sys.UnraisableHookArgs) -> None:
         """``sys.unraisablehook``: an exception the interpreter could not raise (in a
@@ -332,7 +347,9 @@ class Worker:
                 heading = f"{heading}: {unraisable.object!r}"
             except Exception:
                 heading = f"{heading}: <object repr() failed>"
-        self.emit(render_reported_exception(exc, heading, FILENAME, _WORKER_FILES), 2)
+        self.emit(
+            render_reported_exception(exc, heading, FILENAME, _WORKER_FILES, self.refusals()), 2
+        )
 
     def print(
         self,
@@ -591,7 +608,7 @@ class Worker:
     def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
         # Lone surrogates (``chr(0xD800)`` in a message) replaced as in captured output: the
         # frame could not be encoded with them.
-        message = clean_text(render_exception(exc, code, _WORKER_FILES))
+        message = clean_text(render_exception(exc, code, _WORKER_FILES, self.refusals()))
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))

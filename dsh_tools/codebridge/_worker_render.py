@@ -10,12 +10,13 @@ import contextlib
 import errno
 import itertools
 import os
+import socket
 import traceback
 import types
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Final
 
-__all__ = ["render_exception", "render_reported_exception"]
+__all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
 
 _UNRENDERABLE: Final = "program threw an unrenderable value"
 _PICKLING_NOTE: Final = (
@@ -50,28 +51,43 @@ _SHARED_MEMORY_NOTE: Final = (
     " be made. Threads (asyncio.to_thread, a ThreadPoolExecutor), subprocess and a process of"
     ' the "fork" start method (multiprocessing.get_context("fork").Process(target=...)) work.'
 )
-"""The note added to the refusal of a ``multiprocessing`` semaphore (CPython's text is the
-bare ``[Errno 30] Read-only file system`` of the file it could not make)."""
-_SEMAPHORE_FILE: Final = os.path.join("multiprocessing", "synchronize.py")
+_NETWORK_NOTE: Final = (
+    "A run_code program has no network: its sandbox refuses every socket but the pairs"
+    " socket.socketpair() makes, and resolves no name. Reach what is outside through the"
+    " tools."
+)
+Refusal = tuple[int, str, str]
+"""One refusal of the sandbox's that CPython reports in a bare ``strerror`` from inside the
+standard library: the error number, the file of the failure's last frame, and the note that
+says why and what works instead (``SANDBOX_REFUSALS``)."""
+SANDBOX_REFUSALS: Final[tuple[Refusal, ...]] = (
+    # ``[Errno 30] Read-only file system``: ``multiprocessing`` making the semaphore of a
+    # lock, queue or pool in ``/dev/shm``.
+    (errno.EROFS, os.path.join("multiprocessing", "synchronize.py"), _SHARED_MEMORY_NOTE),
+    # ``[Errno 1] Operation not permitted``: ``socket`` making a socket.
+    (errno.EPERM, os.path.join(os.sep, "socket.py"), _NETWORK_NOTE),
+    # ``[Errno -3] Temporary failure in name resolution``, which is no temporary failure.
+    (socket.EAI_AGAIN, os.path.join(os.sep, "socket.py"), _NETWORK_NOTE),
+)
+"""What a sandboxed worker explains (a worker outside the sandbox may meet the same errors
+for other reasons, and explains none)."""
 
 
-def _explain_shared_memory(exc: BaseException) -> None:
-    """Add ``_SHARED_MEMORY_NOTE`` to ``exc`` if it is the refusal of a ``multiprocessing``
-    semaphore (every lock, queue and pool makes one) for want of a writable ``/dev/shm``: its
-    last frame is ``multiprocessing``'s, which made the semaphore."""
-    if not isinstance(exc, OSError) or exc.errno != errno.EROFS:
+def _explain_refusal(exc: BaseException, refusals: Sequence[Refusal]) -> None:
+    """Add its note of ``refusals`` to ``exc`` if it is one of those refusals."""
+    if not refusals or not isinstance(exc, OSError):
         return
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
+    if tb is None:
+        return
     with contextlib.suppress(Exception):
+        filename = tb.tb_frame.f_code.co_filename
         noted = getattr(exc, "__notes__", None) or ()
-        if (
-            tb is not None
-            and tb.tb_frame.f_code.co_filename.endswith(_SEMAPHORE_FILE)
-            and _SHARED_MEMORY_NOTE not in noted
-        ):
-            exc.add_note(_SHARED_MEMORY_NOTE)
+        for number, file, note in refusals:
+            if exc.errno == number and filename.endswith(file) and note not in noted:
+                exc.add_note(note)
 
 
 def _trim(
@@ -147,10 +163,14 @@ def _script_exception(exc: BaseException, code: types.CodeType | None) -> BaseEx
 
 
 def render_exception(
-    exc: BaseException, code: types.CodeType | None, worker_files: Collection[str]
+    exc: BaseException,
+    code: types.CodeType | None,
+    worker_files: Collection[str],
+    refusals: Sequence[Refusal] = (),
 ) -> str:
     """``exc`` rendered as a traceback from ``code``'s frame down (the whole traceback when
-    ``code`` is ``None``), without trailing frames of ``worker_files``."""
+    ``code`` is ``None``), without trailing frames of ``worker_files``, an exception of
+    ``refusals`` with its note."""
     try:
         exc = _script_exception(exc, code)
         seen: set[int] = set()
@@ -161,7 +181,7 @@ def render_exception(
                 continue
             seen.add(id(current))
             _explain_pickling(current)
-            _explain_shared_memory(current)
+            _explain_refusal(current, refusals)
             if member:
                 # An exception group's member was raised in a task of its own: its traceback
                 # starts in a coroutine of the program (or in a tool call's handle, whose
@@ -184,7 +204,11 @@ def render_exception(
 
 
 def render_reported_exception(
-    exc: BaseException, heading: str, program_file: str, worker_files: Collection[str]
+    exc: BaseException,
+    heading: str,
+    program_file: str,
+    worker_files: Collection[str],
+    refusals: Sequence[Refusal] = (),
 ) -> str:
     """``heading`` and ``exc`` below it, rendered as ``render_exception`` does from the first
     frame of ``program_file`` down: what threading reports of an exception that escapes a
@@ -194,4 +218,4 @@ def render_reported_exception(
     while cursor is not None and cursor.tb_frame.f_code.co_filename != program_file:
         cursor = cursor.tb_next
     code = cursor.tb_frame.f_code if cursor is not None else None
-    return f"{heading}\n{render_exception(exc, code, worker_files)}"
+    return f"{heading}\n{render_exception(exc, code, worker_files, refusals)}"
