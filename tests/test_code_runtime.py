@@ -1546,6 +1546,31 @@ return out
     }
 
 
+def test_calling_the_namespace_itself_says_to_call_a_binding(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Python said "'Namespace' object is not callable", a class the program never wrote.
+    program = """
+out = []
+for attempt in (
+    lambda: tools("my-tool", {"x": 1}),
+    lambda: tools("echo", {"x": 1}),
+    lambda: tools(),
+):
+    try:
+        attempt()
+    except TypeError as exc:
+        out.append(str(exc))
+return out
+"""
+    bindings = tools(**{"my-tool": echo, "echo": echo})
+    assert run(runtime, program, bindings).value == [
+        "'tools' is not callable: call one of its bindings, as `await tools[\"my-tool\"]({...})`",
+        "'tools' is not callable: call one of its bindings, as `await tools.echo({...})`",
+        "'tools' is not callable: call one of its bindings, as `await tools.name({...})`",
+    ]
+
+
 def test_calling_a_binding_with_keywords_says_to_pass_one_dict(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -318,6 +318,15 @@ class Namespace:
     def __dir__(self) -> list[str]:
         return list(self.__dsh_names__)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # A model may call the namespace as a dispatcher (``tools("read", {...})``): Python
+        # would say "'Namespace' object is not callable", a class the program never wrote.
+        named = args[0] if args and type(args[0]) is str and args[0] in self else "name"
+        raise TypeError(
+            f"{self.__dsh_global__!r} is not callable: call one of its bindings, as"
+            f" `await {self.__dsh_access__(named)}({{...}})`"
+        )
+
     def __repr__(self) -> str:
         return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
 
