@@ -1833,6 +1833,19 @@ process.start()
     )
 
 
+def test_a_memory_error_says_how_much_memory_the_run_has(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A bare "MemoryError" said nothing of the run's limit, which a script's machine has not.
+    kind, message = failure(run(runtime, "rows = bytearray(64 * 1024**3)"))
+    assert kind == "exception"
+    assert message.endswith(
+        "MemoryError\n"
+        f"A run_code program has at most {runtime.config.max_memory_mb:g}MB of memory for each"
+        " of its processes: this allocation did not fit."
+    )
+
+
 def test_a_multiprocessing_lock_the_sandbox_cannot_make_says_why_and_what_works(
     runtime: SubprocessCodeRuntime,
 ) -> None:

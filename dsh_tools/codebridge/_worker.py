@@ -606,6 +606,14 @@ class Worker:
         self.finish(Done(value=tokens))
 
     def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
+        if isinstance(exc, MemoryError) and self.boot.max_memory_mb > 0:
+            # A bare ``MemoryError`` (its usual text is none) does not say that the run's
+            # memory is limited, nor how far, as the host's "memory budget exhausted" does.
+            with contextlib.suppress(BaseException):
+                exc.add_note(
+                    f"A run_code program has at most {self.boot.max_memory_mb:g}MB of memory"
+                    " for each of its processes: this allocation did not fit."
+                )
         # Lone surrogates (``chr(0xD800)`` in a message) replaced as in captured output: the
         # frame could not be encoded with them.
         message = clean_text(render_exception(exc, code, _WORKER_FILES, self.refusals()))
