@@ -1846,6 +1846,23 @@ def test_a_memory_error_says_how_much_memory_the_run_has(
     )
 
 
+def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A segmentation fault ended the run as "worker exited with signal SIGSEGV" and nothing
+    # else: nothing said which line of the program crashed.
+    program = """
+import ctypes
+print("reading")
+ctypes.string_at(0)
+"""
+    result = run(runtime, program)
+    assert failure(result) == ("worker-exit", "worker exited with signal SIGSEGV before completing")
+    logs = "".join(result.logs)
+    assert "Fatal Python error: Segmentation fault" in logs
+    assert '  File "<run_code>", line 4 in <module>' in logs
+
+
 def test_a_multiprocessing_lock_the_sandbox_cannot_make_says_why_and_what_works(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import faulthandler
 import inspect
 import json
 import linecache
@@ -742,7 +743,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     when called on the program's loop,
     ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle,
     ``inspect.signature`` that gives a binding's signature as the SDK declares it, the
-    ``poll`` selector as ``selectors.DefaultSelector``, and
+    ``poll`` selector as ``selectors.DefaultSelector``, ``faulthandler``, and
     the error classes of the namespaces the worker's boot so far names (the runtime's usual
     ones). A worker does this while it waits for its boot, off its run's
     path."""
@@ -765,6 +766,11 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     # ``asyncio.run`` in a thread) or selector failed with a bare ``PermissionError`` from
     # inside ``selectors``. ``poll``, which the worker's own loop uses, has no such limit.
     selectors.DefaultSelector = selectors.PollSelector  # type: ignore[misc,assignment]
+    # A crash in C (recursion past the C stack once the program has raised the recursion
+    # limit, ``ctypes`` on a bad address) ended the run as "worker exited with signal
+    # SIGSEGV" and nothing else: the Python stack of each thread is written first (to the
+    # native stderr pipe, which the run's log takes), then the signal ends the run as ever.
+    faulthandler.enable(2)
     asyncio.set_event_loop(loop)
     guard_nested_run_until_complete(loop)
     guard_other_loops_run_until_complete()  # after: the program's loop keeps asyncio's own
