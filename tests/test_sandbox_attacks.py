@@ -914,6 +914,78 @@ return seen
         runtime.close()
 
 
+def _pages_active(path: Path) -> tuple[int, int]:
+    """How many cached pages of ``path`` are on the kernel's active list (``KPF_ACTIVE`` of
+    ``/proc/kpageflags``, found through this process's ``/proc/self/pagemap``), and how many
+    pages it has; the file is mapped only while they are looked up."""
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    active = 0
+    with (
+        open(path, "rb") as file,
+        mmap.mmap(file.fileno(), size, prot=mmap.PROT_READ) as mapped,
+        open("/proc/self/pagemap", "rb") as pagemap,
+        open("/proc/kpageflags", "rb") as flags,
+    ):
+        [start] = [
+            int(line.split("-")[0], 16)
+            for line in Path("/proc/self/maps").read_text().splitlines()
+            if line.endswith(str(path))
+        ]
+        for page in range(pages):
+            mapped[page * mmap.PAGESIZE]  # mapped, so that the page map shows its frame
+            pagemap.seek((start // mmap.PAGESIZE + page) * 8)
+            frame = struct.unpack("Q", pagemap.read(8))[0] & (2**55 - 1)
+            flags.seek(frame * 8)
+            active += struct.unpack("Q", flags.read(8))[0] >> 6 & 1  # KPF_ACTIVE
+    return active, pages
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the page flags are root's to read")
+def test_a_run_cannot_put_the_hosts_cached_pages_first_in_line_to_be_dropped(
+    tmp_path: Path,
+) -> None:
+    # madvise(MADV_COLD) on a mapping of a file no other process maps moves its cached pages
+    # to the inactive list, the first the kernel drops once memory is short: a run could do
+    # that to every file it may read and the host reads (not maps) over and over, and the
+    # host would read them from disk again.
+    data = tmp_path / "data.bin"
+    with open(data, "wb") as file:
+        file.write(os.urandom(4 * 2**20))
+        file.flush()
+        os.fsync(file.fileno())
+    for _ in range(3):  # read often enough for the kernel to keep its pages active
+        data.read_bytes()
+    active, pages = _pages_active(data)
+    if active < pages:
+        pytest.skip(f"this kernel keeps {active} of {pages} pages read three times active")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(data)]))
+    )
+    program = f"""
+import mmap, os
+fd = os.open({str(data)!r}, os.O_RDONLY)
+mapped = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+sum(mapped[i] for i in range(0, len(mapped), mmap.PAGESIZE))
+seen = []
+for advice in (20, mmap.MADV_WILLNEED):  # MADV_COLD
+    try:
+        mapped.madvise(advice)
+        seen.append('allowed')
+    except PermissionError:
+        seen.append('refused')
+return seen
+"""
+    try:
+        assert value(runtime, program) == ["refused", "allowed"]
+        active, pages = _pages_active(data)
+        assert active == pages, f"{pages - active} of {pages} active pages made inactive"
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
 def test_a_run_cannot_see_which_pages_of_a_shared_file_others_read(tmp_path: Path) -> None:
     # The kernel tells which pages of a file are cached (mincore, cachestat, the EAGAIN of a

@@ -54,7 +54,11 @@ kill. ``posix_fadvise(POSIX_FADV_DONTNEED)``, ``madvise(MADV_PAGEOUT)`` and ``pr
 a read-only descriptor or mapping they drop the cached pages of any file the run may read (the
 Python installation, ``/usr``, a harness's ``read`` grants) from the host's page cache, for every
 process of the machine, which then reads them from disk again; ``MADV_PAGEOUT`` would also move a
-run's own memory to swap, where no budget sees it. ``sync`` and ``syncfs`` are refused: they write
+run's own memory to swap, where no budget sees it. ``madvise(MADV_COLD)`` is refused for the same
+reason: it moves the cached pages of a mapped file, which no other process maps, to the end of
+the machine's reclaim order (the inactive list), and a run that mapped a file the host reads
+(a ``read`` grant it had read three times) made all 8,192 of its active pages inactive, the
+first the kernel drops once memory is short. ``sync`` and ``syncfs`` are refused: they write
 back the dirty pages of every file of the machine, or of a whole filesystem (the host's, from any
 descriptor of ``/usr``), to the host's disks, outside every budget, and a loop of them keeps those
 disks flushing. ``fsync``, ``fdatasync`` and ``msync`` return at once having done nothing
@@ -290,6 +294,7 @@ _MAP_HUGETLB: Final = 0x40000
 _FADVISE64: Final = 221
 _POSIX_FADV_DONTNEED: Final = 4
 _MADVISE: Final = 28
+_MADV_COLD: Final = 20
 _MADV_PAGEOUT: Final = 21
 _PREADV2: Final = 327
 _PWRITEV2: Final = 328
@@ -490,14 +495,15 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("prlimit-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
-    # fadvise64 and madvise: nothing that drops pages from the host's page cache (the kernel
-    # reads both as 32-bit ints).
+    # fadvise64 and madvise: nothing that drops pages from the host's page cache, or moves them
+    # first in line to be dropped (the kernel reads both as 32-bit ints).
     bpf.place("fadvise")
     bpf.op(_LD_W_ABS, _OFFSET_ARG3_LOW)
     bpf.op(_JMP_JEQ_K, _POSIX_FADV_DONTNEED, "cache-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("madvise")
     bpf.op(_LD_W_ABS, _OFFSET_ARG2_LOW)
+    bpf.op(_JMP_JEQ_K, _MADV_COLD, "cache-deny")
     bpf.op(_JMP_JEQ_K, _MADV_PAGEOUT, "cache-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("cache-deny")
