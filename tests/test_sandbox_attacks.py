@@ -9,6 +9,7 @@ the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and throu
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 import platform
@@ -202,6 +203,7 @@ def test_the_scratch_directory_fills_up_cleanly(tmp_path: Path) -> None:
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(max_memory_mb=32, compute_ms=5000))
     program = """
 import errno
+import fcntl
 chunk = b'x' * (1 << 20)
 try:
     with open('fill', 'wb') as file:
@@ -1948,3 +1950,90 @@ return [queued, None]
     assert errno == 11  # EAGAIN
     assert queued <= 1024
     assert_next_run_works(sandbox)
+
+
+# --- keys of encrypted directories ---------------------------------------------------------
+
+_ADD_ENCRYPTION_KEY = 0xC0506617
+_SET_ENCRYPTION_POLICY = 0x800C6613
+_KEY_SPEC_IDENTIFIER = 2
+
+
+@pytest.fixture
+def encrypting_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """An ext4 filesystem with encryption on, mounted from a file of ``tmp_path``."""
+    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
+        pytest.skip("mounting a filesystem of one's own needs root and mkfs.ext4")
+    image = tmp_path / "disk.img"
+    with open(image, "wb") as file:
+        file.truncate(16 * 2**20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "encrypt", str(image)], check=True)
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    if subprocess.run(["mount", "-o", "loop", str(image), str(mounted)]).returncode != 0:
+        pytest.skip("this machine cannot mount a loop device")
+    try:
+        yield mounted
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True)
+
+
+def _add_encryption_key(path: Path, key: bytes) -> bytes:
+    """Add ``key`` for the filesystem of ``path`` (as the caller's user); its identifier."""
+    argument = bytearray(struct.pack("II32sII32x", _KEY_SPEC_IDENTIFIER, 0, b"", len(key), 0))
+    argument += key
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, _ADD_ENCRYPTION_KEY, argument, True)
+    finally:
+        os.close(fd)
+    return bytes(argument[8:24])
+
+
+def test_a_run_can_neither_remove_nor_add_the_keys_of_encrypted_directories(
+    encrypting_filesystem: Path,
+) -> None:
+    # A key of an encrypted directory belongs to the filesystem and is claimed by user, and
+    # the worker's user is the harness's: from a descriptor of any file of that filesystem a
+    # run removed the key the host had added (its directory was then locked to the host), and
+    # added keys of its own by the hundred thousand, which stayed with the filesystem after
+    # the run, in kernel memory and in the key quota the host's keys share.
+    identifier = _add_encryption_key(encrypting_filesystem, os.urandom(64))
+    vault = encrypting_filesystem / "vault"
+    vault.mkdir()
+    fd = os.open(vault, os.O_RDONLY)
+    try:  # a version 2 policy: AES-256-XTS contents, AES-256-CTS names, 32-byte padding
+        fcntl.ioctl(fd, _SET_ENCRYPTION_POLICY, struct.pack("BBBB4x16s", 2, 1, 4, 2, identifier))
+    finally:
+        os.close(fd)
+    (vault / "note.txt").write_text("the host's own")
+    granted = encrypting_filesystem / "granted.txt"
+    granted.write_text("readable")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(granted)]))
+    )
+    program = f"""
+import fcntl, os, struct
+fd = os.open({str(granted)!r}, os.O_RDONLY)
+def attempt(request, argument):
+    try:
+        fcntl.ioctl(fd, request, argument, True)
+        return 'done'
+    except OSError as error:
+        return error.errno
+removal = bytearray(64)
+struct.pack_into('II16s', removal, 0, 2, 0, {identifier!r})
+addition = bytearray(struct.pack('II32sII32x', 2, 0, b'', 64, 0) + os.urandom(64))
+return {{
+    'remove': attempt(0xC0406618, removal),
+    'remove for every user': attempt(0xC0406619, removal),
+    'add': attempt(0xC0506617, addition),
+    'status': attempt(0xC080661A, bytearray(128)),
+}}
+"""
+    try:
+        assert set(value(runtime, program).values()) == {errno.EOPNOTSUPP}
+        assert (vault / "note.txt").read_text() == "the host's own"
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()

@@ -78,7 +78,14 @@ rule (``LANDLOCK_SYSCALLS``). The calls that tell which pages of a file are cach
 reading them (``mincore``, ``cachestat``: ``PAGE_CACHE_SYSCALLS``, and ``preadv2`` or
 ``pwritev2`` with ``RWF_NOWAIT``, which answers ``EOPNOTSUPP``) are refused: the kernel answers
 them only for files the caller could write or owns, and the worker owns the host's files, so a
-run learned which pages of a shared file the host or another run had just read.
+run learned which pages of a shared file the host or another run had just read. The ``ioctl``
+requests that add and remove the keys of encrypted directories (``FSCRYPT_KEY_IOCTLS``) answer
+``EOPNOTSUPP``, as on a filesystem without encryption: they work on a descriptor of any file of
+a filesystem that has it, a read-only one included, for the keys of the worker's user (the
+harness's): a run removed the key the host had added for a directory of its own, whose files
+it then could no longer read, and another added 103,000 keys in 18 s that stayed with the
+filesystem after the run (83 MB of kernel memory no budget counted, and 10 MB of the user's
+25 MB key quota, which the host's own keys share).
 """
 
 from __future__ import annotations
@@ -91,6 +98,7 @@ from ._kernel import SockFilter
 
 __all__ = [
     "DENIED_SYSCALLS",
+    "FSCRYPT_KEY_IOCTLS",
     "LANDLOCK_SYSCALLS",
     "NUMA_SYSCALLS",
     "PAGE_CACHE_SYSCALLS",
@@ -239,6 +247,23 @@ installation, ``/usr``, a ``read`` grant), which no reclaim can free while a pip
 256 bytes spliced 2 MiB apart from a file the host had read kept 487 MB of its page cache
 beside a 64 MB budget. ``shutil`` falls back to reading and writing when ``sendfile`` is
 refused."""
+FSCRYPT_KEY_IOCTLS: Final = {
+    "FS_IOC_ADD_ENCRYPTION_KEY": 0xC0506617,
+    "FS_IOC_REMOVE_ENCRYPTION_KEY": 0xC0406618,
+    "FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS": 0xC0406619,
+    "FS_IOC_GET_ENCRYPTION_KEY_STATUS": 0xC080661A,
+}
+"""The ``ioctl`` requests of the keys of encrypted directories (``fscrypt``: ext4, f2fs, ubifs,
+ceph), which answer ``EOPNOTSUPP`` as on a filesystem without encryption. A key belongs to the
+filesystem, not to a process, and is claimed by user: the worker's user is the harness's, so a
+run could remove the host's own claim (and with it the key, locking the host's encrypted
+directories) given only the key's identifier, which any directory it may read that uses the key
+tells, and each key it added (an identifier is a hash of the key, so any random key is a new
+one) was about 800 bytes of kernel memory that no budget counted, kept until the filesystem is
+unmounted, up to the user's key quota (``kernel.keys.root_maxbytes``), which the host's keys
+share. Reading a directory's policy (whose identifier a program's own tools would compare) still
+works."""
+_IOCTL: Final = 16
 _RT_SIGACTION: Final = 13
 _SETSID: Final = 112
 _SIGCHLD: Final = 17
@@ -396,6 +421,7 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
+    bpf.op(_JMP_JEQ_K, _IOCTL, "ioctl")
     bpf.op(_JMP_JEQ_K, _PRCTL, "prctl")
     bpf.op(_JMP_JEQ_K, _SECCOMP, "seccomp")
     bpf.op(_JMP_JEQ_K, _PRLIMIT64, "prlimit")
@@ -458,6 +484,15 @@ def seccomp_program(
     # process's open file description locks, not the run's alone).
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
+    # ioctl: no key of an encrypted directory added or removed (the kernel reads the request
+    # as 32 bits).
+    bpf.place("ioctl")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+    for request in FSCRYPT_KEY_IOCTLS.values():
+        bpf.op(_JMP_JEQ_K, request, "ioctl-unsupported")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("ioctl-unsupported")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
     # prctl and seccomp: no filter of the program's own (it could only log: every system call
     # one of its filters logs, or the kill of strict mode, is an audit record on the host),
     # and none of the options that hold kernel memory or work beyond the run (_DENIED_PRCTL).
