@@ -1959,15 +1959,15 @@ _SET_ENCRYPTION_POLICY = 0x800C6613
 _KEY_SPEC_IDENTIFIER = 2
 
 
-@pytest.fixture
-def encrypting_filesystem(tmp_path: Path) -> Iterator[Path]:
-    """An ext4 filesystem with encryption on, mounted from a file of ``tmp_path``."""
-    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
-        pytest.skip("mounting a filesystem of one's own needs root and mkfs.ext4")
+def _mounted_filesystem(tmp_path: Path, mkfs: list[str], megabytes: int) -> Iterator[Path]:
+    """A filesystem made by ``mkfs`` (its command, the image's path appended) in a file of
+    ``tmp_path``, mounted through a loop device while the caller holds it."""
+    if os.geteuid() != 0 or shutil.which(mkfs[0]) is None:
+        pytest.skip(f"mounting a filesystem of one's own needs root and {mkfs[0]}")
     image = tmp_path / "disk.img"
     with open(image, "wb") as file:
-        file.truncate(16 * 2**20)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-O", "encrypt", str(image)], check=True)
+        file.truncate(megabytes * 2**20)
+    subprocess.run([*mkfs, str(image)], check=True, capture_output=True)
     mounted = tmp_path / "mounted"
     mounted.mkdir()
     if subprocess.run(["mount", "-o", "loop", str(image), str(mounted)]).returncode != 0:
@@ -1975,7 +1975,14 @@ def encrypting_filesystem(tmp_path: Path) -> Iterator[Path]:
     try:
         yield mounted
     finally:
-        subprocess.run(["umount", str(mounted)], check=True)
+        # Lazily: a template just closed may still hold a granted path open for a moment.
+        subprocess.run(["umount", "--lazy", str(mounted)], check=True)
+
+
+@pytest.fixture
+def encrypting_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """An ext4 filesystem with encryption on, mounted from a file of ``tmp_path``."""
+    yield from _mounted_filesystem(tmp_path, ["mkfs.ext4", "-q", "-F", "-O", "encrypt"], 16)
 
 
 def _add_encryption_key(path: Path, key: bytes) -> bytes:
@@ -2034,6 +2041,60 @@ return {{
     try:
         assert set(value(runtime, program).values()) == {errno.EOPNOTSUPP}
         assert (vault / "note.txt").read_text() == "the host's own"
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
+# --- commits of a whole filesystem ---------------------------------------------------------
+
+
+@pytest.fixture
+def btrfs_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A btrfs filesystem, mounted from a file of ``tmp_path``."""
+    yield from _mounted_filesystem(tmp_path, ["mkfs.btrfs", "-q", "-f"], 128)
+
+
+def _mounted_device_writes(mounted: Path) -> int:
+    """How many write requests the device of the filesystem mounted at ``mounted`` has
+    completed."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, tail = line.partition(" - ")
+        if fields.split()[4] == str(mounted):
+            device = os.path.basename(tail.split()[1])  # the source: /dev/loopN
+    return int(Path(f"/sys/block/{device}/stat").read_text().split()[4])
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_a_btrfs_filesystem_commit_to_its_disk(btrfs_filesystem: Path) -> None:
+    # btrfs commits every process's writes to its disk every 30 seconds; BTRFS_IOC_SYNC (and
+    # BTRFS_IOC_START_SYNC) commit them at once, from a read-only descriptor of any of its
+    # files, with no privilege: a run looping on it while the host appended a line every 10 ms
+    # made thousands of write requests in seconds, as syncfs (refused) would have.
+    granted = btrfs_filesystem / "granted.txt"
+    granted.write_text("readable")
+    os.sync()
+    (btrfs_filesystem / "host.log").write_text("the host's line, to be committed later\n")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(granted)]))
+    )
+    program = f"""
+import fcntl, os
+fd = os.open({str(granted)!r}, os.O_RDONLY)
+seen = []
+for request in (0x9408, 0x80089418):  # BTRFS_IOC_SYNC, BTRFS_IOC_START_SYNC
+    try:
+        fcntl.ioctl(fd, request, 0)
+        seen.append('committed')
+    except PermissionError:
+        seen.append('refused')
+return seen
+"""
+    try:
+        value(runtime, "return 1")  # the template starts before the count does
+        writes = _mounted_device_writes(btrfs_filesystem)
+        assert value(runtime, program) == ["refused", "refused"]
+        assert _mounted_device_writes(btrfs_filesystem) == writes
         assert_next_run_works(runtime)
     finally:
         runtime.close()
