@@ -2098,3 +2098,75 @@ return seen
         assert_next_run_works(runtime)
     finally:
         runtime.close()
+
+
+_SUBVOLUME_CREATE = 0x5000940E  # BTRFS_IOC_SUBVOL_CREATE
+_QUOTA_CONTROL = 0xC0109428  # BTRFS_IOC_QUOTA_CTL
+_QUOTA_GROUP_LIMIT = 0x8030942B  # BTRFS_IOC_QGROUP_LIMIT
+
+
+def _make_subvolume(parent: Path, name: str) -> Path:
+    arguments = bytearray(4096)  # the descriptor (unused), then the name
+    arguments[8 : 8 + len(name)] = name.encode()
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, _SUBVOLUME_CREATE, arguments)
+    finally:
+        os.close(fd)
+    return parent / name
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_leave_the_quota_of_a_btrfs_write_grant(btrfs_filesystem: Path) -> None:
+    # A write grant that is a btrfs subvolume can be held to a size with a quota group limit.
+    # btrfs lets any user make subvolumes and snapshots of its own beneath a directory it may
+    # write, each with a quota group of its own, which that limit does not hold: a run wrote
+    # 32 MiB beneath one it made in a grant limited to 8 MiB.
+    grant = _make_subvolume(btrfs_filesystem, "grant")
+    fd = os.open(btrfs_filesystem, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.ioctl(fd, _QUOTA_CONTROL, bytearray(struct.pack("QQ", 1, 0)), True)  # enable
+    finally:
+        os.close(fd)
+    fd = os.open(grant, os.O_RDONLY | os.O_DIRECTORY)
+    try:  # the grant's own quota group, its referenced bytes at most 8 MiB
+        fcntl.ioctl(fd, _QUOTA_GROUP_LIMIT, struct.pack("6Q", 0, 1, 8 * 2**20, 0, 0, 0))
+    finally:
+        os.close(fd)
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=5000, sandbox=CodeSandbox(write=[str(grant)]))
+    )
+    program = f"""
+import fcntl, os
+grant = {str(grant)!r}
+def fill(path):
+    written = 0
+    try:
+        with open(path, 'wb') as file:
+            for _ in range(16):
+                file.write(b'.' * 2**20)
+                file.flush()
+                written += 1
+    except OSError:
+        pass
+    return written
+fd = os.open(grant, os.O_RDONLY | os.O_DIRECTORY)
+made = []
+for request, name in ((0x5000940E, 'made'), (0x50009401, 'snapshot')):  # subvolume, snapshot
+    arguments = bytearray(4096)
+    arguments[0:8] = fd.to_bytes(8, 'little')  # a snapshot's source: the grant itself
+    arguments[8:8 + len(name)] = name.encode()
+    try:
+        fcntl.ioctl(fd, request, arguments)
+        made.append(fill(os.path.join(grant, name, 'beyond.bin')))
+    except PermissionError:
+        made.append('refused')
+return [fill(os.path.join(grant, 'within.bin')), made]
+"""
+    try:
+        within, made = value(runtime, program)
+        assert within < 16  # the limit holds what is written in the grant itself
+        assert made == ["refused", "refused"]
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()

@@ -90,7 +90,10 @@ filesystem's transaction (``SYNC_IOCTLS``: btrfs's ``BTRFS_IOC_SYNC`` and
 ``BTRFS_IOC_START_SYNC``) are refused as ``syncfs`` is: any descriptor of a btrfs filesystem
 (``/usr``, where the root filesystem is btrfs) is enough, and a run that looped on one while
 the host appended a line to a file there every 10 ms made 3,738 write requests to the disk in 3
-s, where the host's appends alone made none.
+s, where the host's appends alone made none. Nor may a run make btrfs subvolumes or snapshots
+(``SUBVOLUME_IOCTLS``, ``EPERM``), which btrfs allows any user beneath a directory it may write:
+each has a quota group of its own, outside the limit a harness set on a ``write`` grant that is
+a subvolume, and a run wrote 32 MiB into one it made in a grant limited to 8 MiB.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ __all__ = [
     "PAGE_CACHE_SYSCALLS",
     "PIPE_PAGE_SYSCALLS",
     "SKIPPED_SYSCALLS",
+    "SUBVOLUME_IOCTLS",
     "SYNC_IOCTLS",
     "UNSUPPORTED_SYSCALLS",
     "seccomp_program",
@@ -275,6 +279,16 @@ with ``EPERM`` as ``syncfs`` is. Each needs no privilege and no write access: a 
 any file of the filesystem, a read-only one included, makes the kernel write back the dirty
 data of every process of the machine there, its metadata and superblocks, outside every
 budget, where the filesystem would otherwise commit every 30 seconds."""
+SUBVOLUME_IOCTLS: Final = {
+    "BTRFS_IOC_SNAP_CREATE": 0x50009401,
+    "BTRFS_IOC_SUBVOL_CREATE": 0x5000940E,
+    "BTRFS_IOC_SNAP_CREATE_V2": 0x50009417,
+    "BTRFS_IOC_SUBVOL_CREATE_V2": 0x50009418,
+}
+"""The ``ioctl`` requests that make a btrfs subvolume or snapshot, refused with ``EPERM``. btrfs
+lets any user make one beneath a directory it may write (a ``write`` grant), and each has a
+quota group of its own: the limit a harness sets on a grant that is a subvolume (``btrfs qgroup
+limit``) does not hold what is written beneath a subvolume a run made in it."""
 _IOCTL: Final = 16
 _RT_SIGACTION: Final = 13
 _SETSID: Final = 112
@@ -497,12 +511,12 @@ def seccomp_program(
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # ioctl: no key of an encrypted directory added or removed, no filesystem's transaction
-    # committed (the kernel reads the request as 32 bits).
+    # committed, no subvolume made (the kernel reads the request as 32 bits).
     bpf.place("ioctl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
     for request in FSCRYPT_KEY_IOCTLS.values():
         bpf.op(_JMP_JEQ_K, request, "ioctl-unsupported")
-    for request in SYNC_IOCTLS.values():
+    for request in (*SYNC_IOCTLS.values(), *SUBVOLUME_IOCTLS.values()):
         bpf.op(_JMP_JEQ_K, request, "ioctl-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("ioctl-unsupported")
