@@ -2170,3 +2170,30 @@ return [fill(os.path.join(grant, 'within.bin')), made]
         assert_next_run_works(runtime)
     finally:
         runtime.close()
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_its_btrfs_write_grant_read_only(btrfs_filesystem: Path) -> None:
+    # The owner of a btrfs subvolume may make it read-only, and the worker's user owns its
+    # write grant: one that is a subvolume then refused every write after the run, the
+    # host's (root's too) and every later run's.
+    grant = _make_subvolume(btrfs_filesystem, "grant")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(write=[str(grant)]))
+    )
+    program = f"""
+import fcntl, os
+fd = os.open({str(grant)!r}, os.O_RDONLY | os.O_DIRECTORY)
+try:
+    fcntl.ioctl(fd, 0x4008941A, (2).to_bytes(8, 'little'))  # SUBVOL_SETFLAGS: read-only
+    return 'read-only'
+except PermissionError:
+    return 'refused'
+"""
+    try:
+        assert value(runtime, program) == "refused"
+        (grant / "after.txt").write_text("the host writes its grant")
+        write = f"open({str(grant / 'next.txt')!r}, 'w').write('x')\nreturn 'written'"
+        assert value(runtime, write) == "written"
+    finally:
+        runtime.close()

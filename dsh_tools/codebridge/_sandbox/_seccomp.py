@@ -93,7 +93,8 @@ the host appended a line to a file there every 10 ms made 3,738 write requests t
 s, where the host's appends alone made none. Nor may a run make btrfs subvolumes or snapshots
 (``SUBVOLUME_IOCTLS``, ``EPERM``), which btrfs allows any user beneath a directory it may write:
 each has a quota group of its own, outside the limit a harness set on a ``write`` grant that is
-a subvolume, and a run wrote 32 MiB into one it made in a grant limited to 8 MiB.
+a subvolume, and a run wrote 32 MiB into one it made in a grant limited to 8 MiB; nor change a
+subvolume's flags: a run made its grant, a subvolume, read-only for the host and every later run.
 """
 
 from __future__ import annotations
@@ -284,11 +285,15 @@ SUBVOLUME_IOCTLS: Final = {
     "BTRFS_IOC_SUBVOL_CREATE": 0x5000940E,
     "BTRFS_IOC_SNAP_CREATE_V2": 0x50009417,
     "BTRFS_IOC_SUBVOL_CREATE_V2": 0x50009418,
+    "BTRFS_IOC_SUBVOL_SETFLAGS": 0x4008941A,
 }
-"""The ``ioctl`` requests that make a btrfs subvolume or snapshot, refused with ``EPERM``. btrfs
-lets any user make one beneath a directory it may write (a ``write`` grant), and each has a
-quota group of its own: the limit a harness sets on a grant that is a subvolume (``btrfs qgroup
-limit``) does not hold what is written beneath a subvolume a run made in it."""
+"""The ``ioctl`` requests that make a btrfs subvolume or snapshot, or change a subvolume's flags,
+refused with ``EPERM``. btrfs lets any user make one beneath a directory it may write (a
+``write`` grant), and each has a quota group of its own: the limit a harness sets on a grant
+that is a subvolume (``btrfs qgroup limit``) does not hold what is written beneath a subvolume a
+run made in it. The owner of a subvolume may make it read-only, and the worker's user owns a
+grant: one that is a subvolume would then refuse every write, the host's (root's included) and
+later runs', until an administrator clears the flag."""
 _IOCTL: Final = 16
 _RT_SIGACTION: Final = 13
 _SETSID: Final = 112
