@@ -2046,6 +2046,36 @@ return {{
         runtime.close()
 
 
+def test_a_run_cannot_encrypt_its_write_grant_with_a_key_no_one_has(
+    encrypting_filesystem: Path,
+) -> None:
+    # A directory's encryption policy is for good, and one of the original version names its
+    # key by a descriptor the kernel does not check: a run that gave its empty write grant
+    # such a policy left every new file there refused (ENOKEY), the host's and later runs'.
+    grant = encrypting_filesystem / "out"
+    grant.mkdir()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(write=[str(grant)]))
+    )
+    program = f"""
+import fcntl, os, struct
+fd = os.open({str(grant)!r}, os.O_RDONLY | os.O_DIRECTORY)
+policy = struct.pack('BBBB8s', 0, 1, 4, 2, os.urandom(8))  # version 1, a random descriptor
+try:
+    fcntl.ioctl(fd, 0x800C6613, policy)  # FS_IOC_SET_ENCRYPTION_POLICY
+    return 'encrypted'
+except OSError as error:
+    return error.errno
+"""
+    try:
+        assert value(runtime, program) == errno.EOPNOTSUPP
+        (grant / "after.txt").write_text("the host writes its grant")
+        write = f"open({str(grant / 'next.txt')!r}, 'w').write('x')\nreturn 'written'"
+        assert value(runtime, write) == "written"
+    finally:
+        runtime.close()
+
+
 # --- commits of a whole filesystem ---------------------------------------------------------
 
 

@@ -79,13 +79,15 @@ reading them (``mincore``, ``cachestat``: ``PAGE_CACHE_SYSCALLS``, and ``preadv2
 ``pwritev2`` with ``RWF_NOWAIT``, which answers ``EOPNOTSUPP``) are refused: the kernel answers
 them only for files the caller could write or owns, and the worker owns the host's files, so a
 run learned which pages of a shared file the host or another run had just read. The ``ioctl``
-requests that add and remove the keys of encrypted directories (``FSCRYPT_KEY_IOCTLS``) answer
-``EOPNOTSUPP``, as on a filesystem without encryption: they work on a descriptor of any file of
-a filesystem that has it, a read-only one included, for the keys of the worker's user (the
-harness's): a run removed the key the host had added for a directory of its own, whose files
-it then could no longer read, and another added 103,000 keys in 18 s that stayed with the
-filesystem after the run (83 MB of kernel memory no budget counted, and 10 MB of the user's
-25 MB key quota, which the host's own keys share). The ``ioctl`` requests that commit a whole
+requests that add and remove the keys of encrypted directories, or encrypt a directory
+(``FSCRYPT_IOCTLS``), answer ``EOPNOTSUPP``, as on a filesystem without encryption: the key
+requests work on a descriptor of any file of a filesystem that has it, a read-only one included,
+for the keys of the worker's user (the harness's): a run removed the key the host had added for
+a directory of its own, whose files it then could no longer read, and another added 103,000 keys
+in 18 s that stayed with the filesystem after the run (83 MB of kernel memory no budget counted,
+and 10 MB of the user's 25 MB key quota, which the host's own keys share); and a run that gave
+its empty ``write`` grant a policy of a key no one has left it refusing every new file, the
+host's and later runs', for good. The ``ioctl`` requests that commit a whole
 filesystem's transaction (``SYNC_IOCTLS``: btrfs's ``BTRFS_IOC_SYNC`` and
 ``BTRFS_IOC_START_SYNC``) are refused as ``syncfs`` is: any descriptor of a btrfs filesystem
 (``/usr``, where the root filesystem is btrfs) is enough, and a run that looped on one while
@@ -107,7 +109,7 @@ from ._kernel import SockFilter
 
 __all__ = [
     "DENIED_SYSCALLS",
-    "FSCRYPT_KEY_IOCTLS",
+    "FSCRYPT_IOCTLS",
     "LANDLOCK_SYSCALLS",
     "NUMA_SYSCALLS",
     "PAGE_CACHE_SYSCALLS",
@@ -258,22 +260,26 @@ installation, ``/usr``, a ``read`` grant), which no reclaim can free while a pip
 256 bytes spliced 2 MiB apart from a file the host had read kept 487 MB of its page cache
 beside a 64 MB budget. ``shutil`` falls back to reading and writing when ``sendfile`` is
 refused."""
-FSCRYPT_KEY_IOCTLS: Final = {
+FSCRYPT_IOCTLS: Final = {
     "FS_IOC_ADD_ENCRYPTION_KEY": 0xC0506617,
     "FS_IOC_REMOVE_ENCRYPTION_KEY": 0xC0406618,
     "FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS": 0xC0406619,
     "FS_IOC_GET_ENCRYPTION_KEY_STATUS": 0xC080661A,
+    "FS_IOC_SET_ENCRYPTION_POLICY": 0x800C6613,
 }
 """The ``ioctl`` requests of the keys of encrypted directories (``fscrypt``: ext4, f2fs, ubifs,
-ceph), which answer ``EOPNOTSUPP`` as on a filesystem without encryption. A key belongs to the
-filesystem, not to a process, and is claimed by user: the worker's user is the harness's, so a
-run could remove the host's own claim (and with it the key, locking the host's encrypted
-directories) given only the key's identifier, which any directory it may read that uses the key
-tells, and each key it added (an identifier is a hash of the key, so any random key is a new
-one) was about 800 bytes of kernel memory that no budget counted, kept until the filesystem is
-unmounted, up to the user's key quota (``kernel.keys.root_maxbytes``), which the host's keys
-share. Reading a directory's policy (whose identifier a program's own tools would compare) still
-works."""
+ceph), and the one that encrypts a directory, which answer ``EOPNOTSUPP`` as on a filesystem
+without encryption. A directory's policy can never be taken back, and one of the original
+version names its key by a descriptor the kernel does not check: a run that gave its empty
+``write`` grant such a policy left every later file there refused (``ENOKEY``), the host's and
+later runs', until the directory is removed (without keys a run has no use for one). A key
+belongs to the filesystem, not to a process, and is claimed by user: the worker's user is the
+harness's, so a run could remove the host's own claim (and with it the key, locking the host's
+encrypted directories) given only the key's identifier, which any directory it may read that
+uses the key tells, and each key it added (an identifier is a hash of the key, so any random key
+is a new one) was about 800 bytes of kernel memory that no budget counted, kept until the
+filesystem is unmounted, up to the user's key quota (``kernel.keys.root_maxbytes``), which the
+host's keys share. Reading a directory's policy still works."""
 SYNC_IOCTLS: Final = {"BTRFS_IOC_SYNC": 0x9408, "BTRFS_IOC_START_SYNC": 0x80089418}
 """The ``ioctl`` requests that commit a filesystem's whole transaction to its disks, refused
 with ``EPERM`` as ``syncfs`` is. Each needs no privilege and no write access: a descriptor of
@@ -515,11 +521,12 @@ def seccomp_program(
     # process's open file description locks, not the run's alone).
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
-    # ioctl: no key of an encrypted directory added or removed, no filesystem's transaction
-    # committed, no subvolume made (the kernel reads the request as 32 bits).
+    # ioctl: no key of an encrypted directory added or removed, no directory encrypted, no
+    # filesystem's transaction committed, no subvolume made or changed (the kernel reads the
+    # request as 32 bits).
     bpf.place("ioctl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
-    for request in FSCRYPT_KEY_IOCTLS.values():
+    for request in FSCRYPT_IOCTLS.values():
         bpf.op(_JMP_JEQ_K, request, "ioctl-unsupported")
     for request in (*SYNC_IOCTLS.values(), *SUBVOLUME_IOCTLS.values()):
         bpf.op(_JMP_JEQ_K, request, "ioctl-deny")
