@@ -323,6 +323,30 @@ return seen
     assert set(value(sandbox, program).values()) == {1}
 
 
+def test_a_socket_pair_reaches_no_bridge_or_vlan_code(sandbox: SubprocessCodeRuntime) -> None:
+    # Any socket's descriptor reaches the bridge and VLAN ioctl requests without privilege,
+    # and where that code is a module not loaded yet the kernel has the host's modprobe load
+    # it first. A run answers as a kernel without them.
+    program = """
+import fcntl, socket, struct
+pair, _other = socket.socketpair()
+seen = {}
+for name, request, argument in (
+    ('SIOCGIFBR', 0x8940, struct.pack('3Q', 0, 0, 0)),  # BRCTL_GET_VERSION
+    ('SIOCBRADDBR', 0x89A0, b'run0'.ljust(16, b'\\0')),
+    ('SIOCGIFVLAN', 0x8982, bytes(40)),
+    ('SIOCSIFVLAN', 0x8983, bytes(40)),
+):
+    try:
+        fcntl.ioctl(pair.fileno(), request, argument)
+        seen[name] = 'answered'
+    except OSError as error:
+        seen[name] = error.errno
+return seen
+"""
+    assert set(value(sandbox, program).values()) == {errno.ENOPKG}
+
+
 # --- processes -------------------------------------------------------------------------------
 
 
