@@ -101,7 +101,12 @@ The bridge and VLAN requests of a socket (``MODULE_IOCTLS``) answer ``ENOPKG``, 
 without those modules: from a socket pair's descriptor they reach the bridge's code with no
 privilege, and where the bridge or VLAN code is a module not yet loaded the kernel has the
 host's ``modprobe`` load it first, as socket families of their own would (the filter refuses
-those).
+those). Nor may a run set a file's inode flags (``INODE_FLAG_IOCTLS`` and the ``file_setattr``
+call answer ``EPERM``): the read-only view refuses them outside the ``write`` grants, and in a
+grant they outlive the run: a run that marked its grant synchronous (``FS_SYNC_FL``,
+``FS_DIRSYNC_FL``, inherited by everything made there later) turned the host's 200 small files
+written there afterwards into 1,000 write requests to the disk, where they had made none, and a
+project quota on a grant is kept by the project inheritance flag and project number these set.
 """
 
 from __future__ import annotations
@@ -115,6 +120,7 @@ from ._kernel import SockFilter
 __all__ = [
     "DENIED_SYSCALLS",
     "FSCRYPT_IOCTLS",
+    "INODE_FLAG_IOCTLS",
     "LANDLOCK_SYSCALLS",
     "MODULE_IOCTLS",
     "NUMA_SYSCALLS",
@@ -192,6 +198,7 @@ DENIED_SYSCALLS: Final = {
     "memfd_secret": 447,
     "sync": 162,
     "syncfs": 306,
+    "file_setattr": 469,
 }
 """The x86_64 numbers of the refused calls."""
 UNSUPPORTED_SYSCALLS: Final = {
@@ -323,6 +330,14 @@ that code is a module not loaded yet (``request_module``): a process of the host
 budget, and a module left in the host's kernel after the run, which no program of a run needs.
 Measured here (a kernel with both built in, so nothing to load): ``SIOCGIFBR`` answered from the
 bridge's code, and ``SIOCGIFVLAN`` answered ``ENOPKG`` after asking for the module."""
+INODE_FLAG_IOCTLS: Final = {"FS_IOC_SETFLAGS": 0x40086602, "FS_IOC_FSSETXATTR": 0x401C5820}
+"""The ``ioctl`` requests that set a file's inode flags and project (``chattr``), refused with
+``EPERM`` as the ``file_setattr`` call is; reading them still works. Outside the ``write``
+grants the read-only view refuses them already. Within a grant what they set stays after the
+run: the synchronous flags, inherited by every file made beneath, make each later write there,
+the host's included, a write request to the disk, and a project quota that bounds a grant holds
+only the files of its project, which the project inheritance flag (``FS_PROJINHERIT_FL``) and
+the project number (``fsx_projid``) decide."""
 _IOCTL: Final = 16
 _RT_SIGACTION: Final = 13
 _SETSID: Final = 112
@@ -545,15 +560,19 @@ def seccomp_program(
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # ioctl: no key of an encrypted directory added or removed, no directory encrypted, no
-    # filesystem's transaction committed, no subvolume made or changed, no module asked for
-    # (the kernel reads the request as 32 bits).
+    # filesystem's transaction committed, no subvolume made or changed, no module asked for,
+    # no inode flag set (the kernel reads the request as 32 bits).
     bpf.place("ioctl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
     for request in FSCRYPT_IOCTLS.values():
         bpf.op(_JMP_JEQ_K, request, "ioctl-unsupported")
     for request in MODULE_IOCTLS.values():
         bpf.op(_JMP_JEQ_K, request, "ioctl-no-module")
-    for request in (*SYNC_IOCTLS.values(), *SUBVOLUME_IOCTLS.values()):
+    for request in (
+        *SYNC_IOCTLS.values(),
+        *SUBVOLUME_IOCTLS.values(),
+        *INODE_FLAG_IOCTLS.values(),
+    ):
         bpf.op(_JMP_JEQ_K, request, "ioctl-deny")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("ioctl-unsupported")
