@@ -839,12 +839,66 @@ def test_a_call_without_an_id_runs_under_none_the_turn_holds(system: ToolSystem)
     )
     calls = openai_tool_calls(message, names=openai_prompt(system.assemble_prompt()).names)
     assert [call.call_id for call in calls] == [
+        "(no id) (as sent)",
         "(no id)",
         "(no id) (repeat 2)",
-        "(no id) (repeat 3)",
     ]
     outcome = system.execute_batch(ExecuteBatch(calls=calls))
     assert [type(result).__name__ for result in outcome.results] == ["ToolExecutionSuccess"] * 3
+
+
+def test_a_responses_turn_whose_ids_read_as_the_adapters_own_answers_each_call_under_its_id(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # A server may name its calls anything: one named "call_1 (repeat 2)" beside "call_1" was
+    # answered as "call_1" (twice, the other never), and one named "(no id)" with the empty
+    # id, so the API refused the next request for a call without an output.
+    path = "/v1/responses"
+    turn = [
+        ("call_1", "weather", '{"city": "Oslo"}'),
+        ("call_1 (repeat 2)", "weather", '{"city": "Lima"}'),
+        ("call_1", "weather", '{"city": "Rome"}'),
+        ("(no id)", "time_now", "{}"),
+        ("(no id) (as sent)", "time_now", "{}"),
+    ]
+    server.answer(path, response("resp_1", None, turn))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = responses_prompt(system.assemble_prompt())
+    reply = client.responses.create(model="gpt-test", tools=prompt.tools, input="Weather?")
+    calls = responses_tool_calls(reply, names=prompt.names)
+    assert len({call.call_id for call in calls}) == 5
+    items = responses_tool_outputs(system.execute_batch(ExecuteBatch(calls=calls)))
+    assert items == [
+        {"type": "function_call_output", "call_id": "call_1", "output": "Oslo: 4 C"},
+        {"type": "function_call_output", "call_id": "call_1 (repeat 2)", "output": "Lima: 4 C"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Rome: 4 C"},
+        {"type": "function_call_output", "call_id": "(no id)", "output": "12:00"},
+        {"type": "function_call_output", "call_id": "(no id) (as sent)", "output": "12:00"},
+    ]
+
+
+def test_a_chat_turn_whose_ids_read_as_the_adapters_own_is_repeated_and_answered_as_sent(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/chat/completions"
+    turn = [
+        ("x", "time_now", "{}"),
+        ("x (repeat 2)", "time_now", "{}"),
+        ("(no id)", "time_now", "{}"),
+    ]
+    server.answer(path, chat_completion(None, turn))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Time?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    answers = openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls)))
+    echoed = openai_assistant_message(completion)["tool_calls"]
+    sent = ["x", "x (repeat 2)", "(no id)"]
+    assert [call["id"] for call in echoed] == sent
+    assert [answer["tool_call_id"] for answer in answers] == sent  # type: ignore[typeddict-item]
 
 
 def test_a_repeated_call_id_runs_under_an_id_of_its_own_and_is_answered_under_the_models(
@@ -860,7 +914,7 @@ def test_a_repeated_call_id_runs_under_an_id_of_its_own_and_is_answered_under_th
         ],
     )
     calls = openai_tool_calls(message, names=openai_prompt(system.assemble_prompt()).names)
-    assert [call.call_id for call in calls] == ["a", "b (repeat 2)", "a (repeat 2)"]
+    assert [call.call_id for call in calls] == ["a", "b (repeat 2) (as sent)", "a (repeat 2)"]
     outcome = system.execute_batch(ExecuteBatch(calls=calls))
     messages = openai_tool_messages(outcome)
     assert [(m["tool_call_id"], m["content"]) for m in messages] == [  # type: ignore[typeddict-item]
@@ -882,10 +936,10 @@ def test_each_repeat_of_a_call_id_takes_the_next_number_no_call_of_the_turn_hold
     assert [call.call_id for call in calls] == [
         "a",
         "a (repeat 2)",
-        "a (repeat 4)",
         "a (repeat 3)",
+        "a (repeat 3) (as sent)",
+        "a (repeat 4)",
         "a (repeat 5)",
-        "a (repeat 6)",
         "b",
         "b (repeat 2)",
     ]

@@ -347,8 +347,8 @@ def context_parts(outcome: BatchOutcome) -> list[Part]:
 def call_ids_of(outcome: BatchOutcome) -> list[str]:
     """The id of the call each result answers, in order, as the model gave it (a repeat of an
     id the turn held twice ran under an id of its own, and a call without one under
-    ``(no id)``, answered with the empty id: ``model_call_id``); a result without
-    one cannot be sent to a provider."""
+    ``(no id)``, answered with the empty id, and one the model gave that reads as either, under
+    ``<id> (as sent)``: ``model_call_id``); a result without one cannot be sent to a provider."""
     answered: list[str] = []
     for position, result in enumerate(outcome.results):
         call_id: object = result.call_id

@@ -86,6 +86,25 @@ def _value_text(value: object, at: str) -> str:
 
 _NO_ID = "(no id)"
 """The id a call the model gave none runs under (``distinct_ids`` numbers its repeats)."""
+_AS_SENT = " (as sent)"
+"""Marks an id the model gave that reads as one of those the adapters give (``_reserved``)."""
+_REPEAT_ID = re.compile(r"(.+) \(repeat [1-9][0-9]*\)", re.DOTALL)
+
+
+def _reserved(call_id: str) -> bool:
+    """Whether ``call_id`` reads as an id the adapters give: ``(no id)``, a repeat's
+    ``<id> (repeat <n>)``, or such an id marked ``(as sent)``. A model that gives one itself
+    (a server may name its ids anything) has it run marked, ``<id> (as sent)``, so that
+    ``model_call_id`` never answers it under another call's id."""
+    if not call_id.endswith(")"):
+        return False  # the common case, without a regular expression
+    if call_id == _NO_ID or _REPEAT_ID.fullmatch(call_id) is not None:
+        return True
+    return call_id.endswith(_AS_SENT) and _reserved(call_id[: -len(_AS_SENT)])
+
+
+def _as_sent(call_id: str) -> str:
+    return call_id + _AS_SENT
 
 
 def make_call(
@@ -106,8 +125,10 @@ def make_call(
         # Some compatible servers send none: it runs under an id of its own, answered (and
         # repeated in the assistant message) as the empty id (``model_call_id``).
         call_id = _NO_ID
-    if type(call_id) is not str:
+    elif type(call_id) is not str:
         raise ValueError(f"{where} has no call id (a str, got {type(call_id).__name__})")
+    elif _reserved(call_id):
+        call_id = _as_sent(call_id)
     if type(name) is not str or not name:
         raise ValueError(f"{where} has no function name (a non-empty str)")
     if names is not None and not isinstance(names, ToolNameMap):
@@ -119,9 +140,6 @@ def make_call(
 
 def _repeat_id(call_id: str, n: int) -> str:
     return f"{call_id} (repeat {n})"
-
-
-_REPEAT_ID = re.compile(r"(.+) \(repeat [1-9][0-9]*\)", re.DOTALL)
 
 
 def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
@@ -156,11 +174,16 @@ def distinct_ids(calls: list[ToolCall]) -> list[ToolCall]:
 def model_call_id(call_id: str, answered: set[str]) -> str:
     """The id the model gave the call a result answers: ``call_id``, or for a repeat
     ``distinct_ids`` renamed, the id it repeats (one of the ``answered`` ids, those of the
-    batch's results); the empty id for a call the model gave none (``(no id)``)."""
+    batch's results); the empty id for a call the model gave none (``(no id)``), and the id
+    itself for one the model gave that ``make_call`` marked ``(as sent)``."""
     repeat = _REPEAT_ID.fullmatch(call_id)
     if repeat is not None and repeat[1] in answered:
         call_id = repeat[1]
-    return "" if call_id == _NO_ID else call_id
+    if call_id == _NO_ID:
+        return ""
+    if call_id.endswith(_AS_SENT) and _reserved(call_id[: -len(_AS_SENT)]):
+        return call_id[: -len(_AS_SENT)]
+    return call_id
 
 
 def items_of(value: object, where: str) -> list[Any]:
