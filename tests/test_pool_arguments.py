@@ -3,7 +3,8 @@
 ``""`` is ``{}``; valid JSON is its value; a syntax error (``NaN`` and ``Infinity`` included)
 is ``INVALID_ARGS`` saying the text is not valid JSON and where, and the body never runs; valid
 JSON that is not lossless (``-0.0``, ``1e400``, an integer out of range, an escaped lone
-surrogate) is an argument-snapshot failure. Text nested 5,000 levels deep parses.
+surrogate) is an argument-snapshot failure. Text that gives an object a key twice is
+``INVALID_ARGS`` naming the key and where. Text nested 5,000 levels deep parses.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pool_support import batch, code, of_type, safe, tool_call
 
-from dsh_tools import AbortController, ExecuteBatch, ToolSystem
-from dsh_tools.registry._json_text import parse_arguments, parse_json_text
+from dsh_tools import AbortController, ExecuteBatch, ToolSystem, tool
+from dsh_tools.registry._json_text import (
+    ArgumentsTextError,
+    parse_arguments,
+    parse_json_text,
+    read_arguments,
+)
 
 
 class Receiver:
@@ -123,6 +129,44 @@ def test_valid_json_that_is_not_lossless_is_invalid_args_naming_the_value(
     assert receiver.received == {}
     assert pre_seen == []
     assert [e.data["arguments"] for e in system.session.events if e.type == "tool/call"] == [raw]
+
+
+def test_text_that_repeats_a_key_is_invalid_args_naming_the_key_and_where(
+    system: ToolSystem,
+) -> None:
+    # Both values reached the decoder and the last one silently won: a model (or whatever
+    # wrote its text) that sent "path" twice ran the tool on the second, whatever a reader of
+    # the text took from the first.
+    receiver = Receiver(system)
+
+    @tool
+    def typed(path: str) -> str:
+        """Reads a path."""
+        return path
+
+    system.tools.register(typed)
+    repeated = '{"path": "notes.md", "path": "/etc/passwd"}'
+    outcome = system.execute_batch(
+        batch(
+            tool_call("c1", "x", repeated),
+            tool_call("c2", "typed", repeated),
+            tool_call("c3", "x", '{"a": {"k:": 1, "k\\u003a": 2}}'),
+            tool_call("c4", "x", '{"url": "http://a:80", "b": [{"k": "12:00"}], "k": 1}'),
+        )
+    )
+    assert [code(result) for result in outcome.results] == [
+        "INVALID_ARGS",
+        "INVALID_ARGS",
+        "INVALID_ARGS",
+        None,
+    ]
+    assert text(outcome.results[0]) == (
+        'Error: invalid arguments: arguments repeat the key "path" at line 1, column 22: JSON '
+        "leaves which of its values counts undefined, so send each key once"
+    )
+    assert text(outcome.results[1]) == text(outcome.results[0])
+    assert 'repeat the key "k:" at line 1, column 17' in text(outcome.results[2])
+    assert list(receiver.received) == ["c4"]
 
 
 def test_an_argument_failure_beats_an_aborted_turn(system: ToolSystem) -> None:
@@ -281,3 +325,47 @@ def test_arbitrary_text_is_refused_exactly_when_the_standard_library_refuses_it(
         return
     assert same(parse_json_text(raw), expected)
     assert same(parse_arguments(raw), expected)
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a repeated key")
+    return dict(pairs)
+
+
+keyed_values = st.recursive(
+    st.none() | st.integers() | st.sampled_from(["a", ":", "a:b", "::", ""]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.lists(st.tuples(st.sampled_from(["a", "b", ":", "a:"]), children), max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _text_of(value: Any, escape: bool) -> str:
+    """JSON text of ``value``, whose lists of pairs are objects that may repeat a key."""
+    if type(value) is list and value and all(type(item) is tuple for item in value):
+        members = (f"{_text_of(key, escape)}: {_text_of(item, escape)}" for key, item in value)
+        return "{" + ", ".join(members) + "}"
+    if type(value) is list:
+        return "[" + ", ".join(_text_of(item, escape) for item in value) + "]"
+    text = json.dumps(value)
+    return text.replace(":", "\\u003a") if escape and type(value) is str else text
+
+
+@settings(max_examples=300, deadline=None)
+@given(keyed_values, st.booleans())
+def test_text_is_refused_for_a_repeated_key_exactly_when_it_repeats_one(
+    value: Any, escape: bool
+) -> None:
+    raw = _text_of(value, escape)
+    try:
+        expected = json.loads(raw, object_pairs_hook=_refuse_repeats)
+    except ValueError:
+        with pytest.raises(ArgumentsTextError, match="arguments repeat the key"):
+            read_arguments(raw)
+        return
+    assert same(read_arguments(raw), expected)
+    assert same(read_arguments(raw, gradual=True), expected)

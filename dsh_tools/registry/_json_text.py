@@ -90,15 +90,25 @@ def read_arguments(text: str, *, gradual: bool = False) -> Any:
             )
     if not gradual:
         try:
-            return msgspec.json.decode(text)
+            value = msgspec.json.decode(text)
         except (msgspec.DecodeError, RecursionError):
             pass  # see parse_arguments: the iterative reader decides, and says where it failed
+        else:
+            if not _may_repeat_keys(text, value):
+                return value
+            # msgspec keeps the last of a repeated key's values: the iterative reader decides
     try:
-        return parse_json_text(text, max_depth=MAX_ARGUMENTS_DEPTH)
+        return parse_json_text(text, max_depth=MAX_ARGUMENTS_DEPTH, repeated_keys=False)
     except _Deep as exc:
         raise ArgumentsTextError(
             f"arguments nest deeper than {MAX_ARGUMENTS_DEPTH:,} levels (at "
             f"{_where(text, exc.pos)})"
+        ) from None
+    except _Repeated as exc:
+        raise ArgumentsTextError(
+            f"arguments repeat the key {msgspec.json.encode(exc.key).decode()} at "
+            f"{_where(text, exc.pos)}: JSON leaves which of its values counts undefined, so "
+            "send each key once"
         ) from None
     except ValueError as exc:
         pos = getattr(exc, "pos", None)
@@ -120,9 +130,35 @@ class _Deep(_SyntaxError):
     """Nesting deeper than allowed at ``pos``."""
 
 
-def parse_json_text(text: str, max_depth: int | None = None) -> Any:
+class _Repeated(_SyntaxError):
+    """An object's key ``key`` given a second time at ``pos``."""
+
+    def __init__(self, key: str, pos: int) -> None:
+        super().__init__(f"repeated key {key!r}", pos)
+        self.key = key
+
+
+def _may_repeat_keys(text: str, value: Any) -> bool:
+    """Whether ``text``, which msgspec decoded to ``value``, may give an object a key twice
+    (msgspec keeps the last value, and a model's text that repeats ``"path"`` would run with
+    it). ``False`` is certain: each member of an object is written with one ``:`` outside
+    strings, and so is each member of ``value`` when msgspec writes it back, with the same
+    ``:`` inside strings, bar the text's ``\\u003a`` escapes (counted, as at most one each).
+    So the text has no more members than ``value`` when it has no more ``:``. Both counts run
+    in C: a walk in Python cost more than decoding. ``True`` leaves it to the iterative reader,
+    which finds the key and its place."""
+    colons = text.count(":")
+    if colons == 0:
+        return False  # no object member at all (a call without arguments)
+    if "\\u" in text:
+        colons += text.count("\\u003a") + text.count("\\u003A")
+    return colons > msgspec.json.encode(value).count(b":")
+
+
+def parse_json_text(text: str, max_depth: int | None = None, *, repeated_keys: bool = True) -> Any:
     """Parse strict JSON (no NaN/Infinity literals) iteratively; ``ValueError`` on bad syntax
-    (or on nesting deeper than ``max_depth``)."""
+    (or on nesting deeper than ``max_depth``, or with ``repeated_keys=False`` on an object that
+    gives a key twice; otherwise its last value counts)."""
     pos = _WS.match(text, 0).end()  # type: ignore[union-attr]
     stack: list[Any] = []  # open containers: a list, or an _Object (dict + pending key)
     root: Any = None
@@ -143,7 +179,7 @@ def parse_json_text(text: str, max_depth: int | None = None) -> Any:
             else:
                 container = _Object()
                 stack.append(container)
-                pos = _read_key(text, pos, container)
+                pos = _read_key(text, pos, container, repeated_keys)
                 continue
         elif ch == "[":
             pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
@@ -191,7 +227,7 @@ def parse_json_text(text: str, max_depth: int | None = None) -> Any:
             if pos < n and text[pos] == ",":
                 pos = _WS.match(text, pos + 1).end()  # type: ignore[union-attr]
                 if closer == "}":
-                    pos = _read_key(text, pos, top)
+                    pos = _read_key(text, pos, top, repeated_keys)
                 break
             if pos < n and text[pos] == closer:
                 pos += 1
@@ -213,10 +249,13 @@ class _Object:
         self.key = ""
 
 
-def _read_key(text: str, pos: int, container: _Object) -> int:
+def _read_key(text: str, pos: int, container: _Object, repeated_keys: bool) -> int:
     if pos >= len(text) or text[pos] != '"':
         raise _SyntaxError("expected a string key", pos)
+    start = pos
     key, pos = scanstring(text, pos + 1, True)
+    if not repeated_keys and key in container.value:
+        raise _Repeated(key, start)
     pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
     if pos >= len(text) or text[pos] != ":":
         raise _SyntaxError("expected ':'", pos)
