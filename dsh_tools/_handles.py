@@ -13,6 +13,7 @@ from typing import Any, Self
 from .actors import message_of
 from .actors._attached import Attached
 from .actors._logging import get_logger
+from .pipeline._loop import running_loop
 from .registry import ToolsHandle
 
 _log = get_logger("dsh_tools")
@@ -82,13 +83,22 @@ class _OwnerHandle:
         """Return once this closed handle's registrations are gone: wait for the ``close()``
         under way on another thread, or finish one that an interruption cut short.
         ``RuntimeError`` on the thread running that ``close()`` (in one of its closers),
-        which would wait for itself."""
+        which would wait for itself, and on a thread that runs an event loop (the system's,
+        where hooks and async tools run): waiting would stall that loop, and deadlock it when
+        the close needs it (a closer that runs a batch, or stops an MCP session there)."""
         with self._closing:
             while not (self._disposed or self._cut_short):
                 if self._closer == threading.get_ident():
                     raise RuntimeError(
                         f"{self.tools._label} is still closing: its closers run before its "
                         "registrations are disposed"
+                    )
+                if running_loop() is not None:
+                    raise RuntimeError(
+                        f"{self.tools._label} is closing on another thread, which this thread "
+                        "cannot wait for: it runs an event loop (a hook's or an async tool's) "
+                        "that the close may need; ask for the scope again once that close() "
+                        "has returned"
                     )
                 self._settled.wait()
             finish = not self._disposed

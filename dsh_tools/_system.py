@@ -493,7 +493,9 @@ class ToolSystem:
     def agent(self, key: str) -> AgentScope:
         """The live scope of agent ``key`` (started on first use; fresh after ``close()``,
         once that close has disposed the old scope's registrations: while it runs, this waits
-        for it, and it finishes one that a Ctrl-C cut short)."""
+        for it, and it finishes one that a Ctrl-C cut short). ``RuntimeError`` rather than wait
+        on a thread that runs an event loop (a hook's, an async tool's), which the close may
+        need, or in one of that close's own closers."""
         self._check_running()
         check_agent_key(key, optional=False)
         while True:

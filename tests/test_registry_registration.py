@@ -11,7 +11,11 @@ from typing import Any
 import pytest
 from conftest import call, echo, fixture, text, text_tool
 
-from dsh_tools import ToolDefinition, ToolsConfig, ToolSystem
+from dsh_tools import ExecuteBatch, ToolCall, ToolDefinition, ToolsConfig, ToolSystem
+
+
+def batch_of(name: str) -> ExecuteBatch:
+    return ExecuteBatch(calls=[ToolCall("b1", name, "{}")])
 
 
 def names(schemas: list[dict[str, Any]]) -> list[str]:
@@ -419,6 +423,51 @@ def test_a_closer_asking_for_its_own_scope_is_refused_not_deadlocked(system: Too
         'agent scope "A" is still closing: its closers run before its registrations are disposed'
     ]
     assert system.agent("A").tools.names() == []
+
+
+def test_a_scope_asked_for_on_the_system_loop_while_its_close_needs_that_loop_is_refused(
+    system: ToolSystem,
+) -> None:
+    # An async tool of a batch (on the system loop) asked for the scope while another thread's
+    # close() ran a closer that needs the loop: the loop waited for the close, the close for
+    # the loop, and every batch of the system with them.
+    asked, closing = threading.Event(), threading.Event()
+
+    async def ask_for_scope(args: Any, ctx: Any) -> Any:
+        asked.set()
+        closing.wait(10)
+        try:
+            system.agent("A")
+        except RuntimeError as exc:
+            return [{"type": "text", "text": str(exc)}]
+        return [{"type": "text", "text": "handed out"}]
+
+    system.tools.register(fixture("ask", ask_for_scope))
+    scope = system.agent("A")
+    closer_ran: list[str] = []
+
+    def closer() -> None:
+        closing.set()
+        # The system loop runs this call; bounded, so that a loop blocked for good fails here.
+        closer_ran.append(text(system.execute(call("mine"), timeout=5)))
+
+    system.tools.register(fixture("mine"))
+    scope.on_close(closer)
+    batch = threading.Thread(
+        target=lambda: results.extend(system.execute_batch(batch_of("ask")).results)
+    )
+    results: list[Any] = []
+    batch.start()
+    assert asked.wait(10)
+    scope.close()
+    batch.join(10)
+    assert closer_ran == ["ran:mine"]
+    assert [text(result) for result in results] == [
+        'agent scope "A" is closing on another thread, which this thread cannot wait for: it '
+        "runs an event loop (a hook's or an async tool's) that the close may need; ask for the "
+        "scope again once that close() has returned"
+    ]
+    assert system.agent("A") is not scope
 
 
 def test_a_scope_whose_close_a_ctrl_c_cut_short_is_finished_by_agent(system: ToolSystem) -> None:
