@@ -330,15 +330,19 @@ def test_exported_tools_round_trip_through_json(system: ToolSystem, export: Any)
 def test_deep_schemas_export_without_recursion_errors() -> None:
     deep = [schema("deep", deep_object(5_000))]
     chat = to_openai_tools(deep)
-    strict = to_openai_tools(deep, api="responses", strict=True)
     anthropic = to_anthropic_tools(deep)
     assert nesting(chat[0]["function"]["parameters"]) == 5_000
     assert nesting(anthropic[0]["input_schema"]) == 5_000
-    innermost = strict[0]["parameters"]
-    for _ in range(5_000):
-        assert innermost["additionalProperties"] is False
-        innermost = innermost["properties"]["child"]
-    assert strict[0]["strict"] is True
+    # Far deeper than strict mode takes, which the export says, briefly, without recursing.
+    with pytest.raises(ValueError) as refused:
+        to_openai_tools(deep, api="responses", strict=True)
+    assert str(refused.value) == (
+        'tools cannot be exported in strict mode: tool "deep": parameters'
+        + ".properties.child" * 4
+        + ".p...ies.child"
+        + ".properties.child" * 3
+        + " nests objects 5,001 levels deep; strict mode takes at most 10"
+    )
 
 
 # --- strict mode -------------------------------------------------------------------------------
@@ -790,6 +794,46 @@ def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
     assert to_openai_strict_schema(
         {"type": "object", "properties": {"path": move.parameters["properties"]["path"]}}
     )["properties"]["path"] == {"type": ["array", "null"], "items": {"type": "integer"}}
+
+
+def nested_objects(levels: int) -> dict[str, Any]:
+    """An object schema whose objects nest ``levels`` deep, the root the first."""
+    node: dict[str, Any] = {"type": "object", "properties": {"leaf": {"type": "string"}}}
+    for _ in range(levels - 1):
+        node = {"type": "object", "properties": {"inner": node}}
+    return node
+
+
+def test_a_schema_over_the_sizes_strict_mode_takes_is_not_made_strict() -> None:
+    # The API refuses the whole request for one such schema, naming neither the tool nor the
+    # place; the export marked it strict and sent it.
+    deep = {"type": "object", "properties": {"a": nested_objects(10)}}
+    wide = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(5001)}}
+    long_enum = {
+        "type": "object",
+        "properties": {"e": {"enum": [f"{i:03d}" * 20 for i in range(300)]}},
+    }
+    schemas = [schema("deep", deep), schema("wide", wide), schema("long_enum", long_enum)]
+    with pytest.raises(ValueError) as refused:
+        to_openai_tools(schemas, strict=True)
+    assert str(refused.value) == (
+        'tools cannot be exported in strict mode: tool "deep": parameters.properties.a'
+        + ".properties.inner" * 9
+        + ' nests objects 11 levels deep; strict mode takes at most 10 | tool "wide": '
+        "parameters has 5,001 object properties; strict mode takes at most 5,000 in one "
+        'schema | tool "long_enum": parameters.properties.e.enum holds 300 strings of 18,000 '
+        "characters; strict mode takes at most 15,000 in an enum of more than 250 values"
+    )
+    exported = to_openai_tools([*schemas, schema("fits", nested_objects(10))], strict="auto")
+    assert [tool["function"].get("strict") for tool in exported] == [None, None, None, True]
+    many = {"type": "object", "properties": {f"e{i}": {"enum": [1, 2, 3]} for i in range(334)}}
+    # Each optional property's enum takes null as well: what is counted is what is sent.
+    with pytest.raises(ValueError, match=r"schema has 1,336 enum values; strict mode takes at"):
+        to_openai_strict_schema(many)
+    names = {"type": "object", "properties": {"n" * 30_000 + str(i): {} for i in range(4)}}
+    names["properties"] = {name: {"type": "string"} for name in names["properties"]}
+    with pytest.raises(ValueError, match=r"schema has 120,004 characters of property names"):
+        to_openai_strict_schema(names)
 
 
 def test_strict_schema_helper_rewrites_a_copy() -> None:

@@ -89,6 +89,17 @@ _OPENAI_DESCRIPTION_CHARS: Final = 1024
 descriptions have no such limit."""
 _CONTINUED: Final = " [continued in the parameters' description]"
 
+# The sizes strict mode takes in one schema; over any, the API refuses the whole request.
+_STRICT_MAX_PROPERTIES: Final = 5000
+_STRICT_MAX_NESTING: Final = 10
+"""Levels of objects nested in objects, the root object the first."""
+_STRICT_MAX_STRING_CHARS: Final = 120_000
+"""Characters of all property names, definition names, enum values and const values."""
+_STRICT_MAX_ENUM_VALUES: Final = 1000
+_STRICT_LONG_ENUM: Final = 250
+"""An enum of more string values than this holds at most ``_STRICT_MAX_ENUM_CHARS``."""
+_STRICT_MAX_ENUM_CHARS: Final = 15_000
+
 # Keywords whose value is one subschema, a list of subschemas, or a map of named subschemas.
 _ONE_SCHEMA = ("items", "additionalItems", "not", "contains", "if", "then", "else")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
@@ -270,6 +281,67 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
                     node["required"] = [*required_names, *optional]
         # Reversed, so that violations come out in document order.
         stack.extend(reversed(_children(node, path)))
+    return violations
+
+
+def _over_limits(parameters: dict[str, Any], root: str) -> list[str]:
+    """The sizes of the strict schema ``parameters`` that strict mode refuses: more object
+    properties, deeper nesting of objects, longer names and values, or more enum values than
+    it takes in one schema. The API refuses the whole request for one, naming neither the tool
+    nor the place, so the export names both."""
+    violations: list[str] = []
+    properties = chars = enum_values = 0
+    deepest: tuple[int, str] = (0, root)
+    stack: list[tuple[Schema, str, int]] = [(parameters, root, 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if type(node) is not dict:
+            continue
+        if _is_object_node(node):
+            depth += 1
+            if depth > deepest[0]:
+                deepest = (depth, path)
+        for key in ("properties", "$defs", "definitions"):
+            named = node.get(key)
+            if type(named) is dict:
+                chars += sum(len(name) for name in named)
+                if key == "properties":
+                    properties += len(named)
+        values = node.get("enum")
+        if type(values) is list:
+            enum_values += len(values)
+            texts = [len(value) for value in values if type(value) is str]
+            chars += sum(texts)
+            if len(texts) > _STRICT_LONG_ENUM and sum(texts) > _STRICT_MAX_ENUM_CHARS:
+                violations.append(
+                    f"{path}.enum holds {len(texts):,} strings of {sum(texts):,} characters; "
+                    f"strict mode takes at most {_STRICT_MAX_ENUM_CHARS:,} in an enum of more "
+                    f"than {_STRICT_LONG_ENUM} values"
+                )
+        if type(node.get("const")) is str:
+            chars += len(node["const"])
+        stack.extend((child, child_path, depth) for child, child_path, _ in _children(node, path))
+    depth, path = deepest
+    if depth > _STRICT_MAX_NESTING:
+        if len(path) > 400:  # thousands of levels deep: the start and the end say enough
+            path = f"{path[:80]}...{path[-60:]}"
+        violations.append(
+            f"{path} nests objects {depth:,} levels deep; strict mode takes at most "
+            f"{_STRICT_MAX_NESTING}"
+        )
+    for count, limit, what in (
+        (properties, _STRICT_MAX_PROPERTIES, "object properties"),
+        (enum_values, _STRICT_MAX_ENUM_VALUES, "enum values"),
+        (
+            chars,
+            _STRICT_MAX_STRING_CHARS,
+            "characters of property names, definition names, enum and const values",
+        ),
+    ):
+        if count > limit:
+            violations.append(
+                f"{root} has {count:,} {what}; strict mode takes at most {limit:,} in one schema"
+            )
     return violations
 
 
@@ -487,6 +559,8 @@ def to_openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     if type(copy) is not dict or copy.get("type") != "object":
         raise ValueError('strict mode needs an object-rooted schema ({"type": "object", ...})')
     violations = _strictify(copy, "schema")
+    if not violations:
+        violations = _over_limits(copy, "schema")
     if violations:
         raise ValueError("schema cannot be used in strict mode: " + "; ".join(violations))
     return copy
@@ -551,6 +625,8 @@ def to_openai_tools(
         if strict is not False:
             candidate = thaw(parameters)
             violations = root_parts + _strictify(candidate, "parameters")
+            if not violations:
+                violations = _over_limits(candidate, "parameters")
             if not violations:
                 parameters, is_strict = candidate, True
             elif strict is True:
