@@ -615,6 +615,13 @@ class ToolSystem:
         if not isinstance(batch, ExecuteBatch):
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
         timeout = _checked_timeout(timeout)
+        if threading.current_thread() is self._system_loop.thread:
+            # A hook or an async tool of this system: the loop that would run the batch is
+            # the one this call would block.
+            raise RuntimeError(
+                "execute_batch() cannot block the system loop, which runs this hook or async "
+                "tool and would run the batch; use await system.execute_batch_async(batch)"
+            )
         control = AbortController()
         try:
             outcome: BatchOutcome = self._call_on_loop(

@@ -162,6 +162,29 @@ def test_execute_batch_async_runs_the_batch_on_the_system_loop(system: ToolSyste
     assert trace(system) == [("tool/call", "c1"), ("tool/result", "c1")]
 
 
+def test_a_blocking_batch_from_a_tool_on_the_system_loop_is_refused_naming_the_async_form(
+    system: ToolSystem,
+) -> None:
+    # It said only "this blocking call cannot be made from the system loop", naming neither
+    # the call nor what to use instead.
+    system.tools.register(fixture("leaf"))
+
+    async def nested(args: Any, ctx: Any) -> Any:
+        try:
+            system.execute_batch(ExecuteBatch(calls=[tool_call("n1", "leaf", "{}")]))
+        except RuntimeError as exc:
+            inner = await system.execute_batch_async(ExecuteBatch(calls=[tool_call("n2", "leaf")]))
+            return [block(f"{exc} | {inner.results[0].content[0]['text']}")]
+        return [block("ran")]
+
+    system.tools.register(fixture("outer", nested))
+    outcome = system.execute_batch(ExecuteBatch(calls=[tool_call("c1", "outer", "{}")]))
+    assert outcome.results[0].content[0]["text"] == (
+        "execute_batch() cannot block the system loop, which runs this hook or async tool and "
+        "would run the batch; use await system.execute_batch_async(batch) | ran:leaf"
+    )
+
+
 def test_derived_history_of_one_agent_skips_the_other_agents_batch(
     system: ToolSystem,
 ) -> None:
