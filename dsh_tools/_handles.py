@@ -55,14 +55,18 @@ class _OwnerHandle:
         handle, in reverse order. One that a ``KeyboardInterrupt`` (or another
         ``BaseException``) cuts short leaves the handle closed to its users, and the next
         ``close()`` finishes it: the closers not yet run, then the disposal."""
-        with self._closing:
-            if self.closed and not self._cut_short:
-                return
-            self.closed = True
-            self._cut_short = False
-            self._closer = threading.get_ident()
-        disposed = False
+        disposed = began = False
         try:
+            # The marking too is in the ``try``: a Ctrl-C landing as it ends (or in it) left
+            # the handle closed, not cut short and never settled, so the next close() returned
+            # at once and agent(key) waited for ever.
+            with self._closing:
+                if self.closed and not self._cut_short:
+                    return
+                began = True  # first: from here on, an interruption is settled as cut short
+                self.closed = True
+                self._cut_short = False
+                self._closer = threading.get_ident()
             while (closer := self._on_close.take_last()) is not None:
                 try:
                     closer()
@@ -74,10 +78,11 @@ class _OwnerHandle:
             self._forget()
             disposed = True
         finally:
-            with self._closing:
-                self._disposed = disposed
-                self._cut_short = not disposed
-                self._settled.notify_all()
+            if began:
+                with self._closing:
+                    self._disposed = disposed
+                    self._cut_short = not disposed
+                    self._settled.notify_all()
 
     def _await_disposal(self) -> None:
         """Return once this closed handle's registrations are gone: wait for the ``close()``

@@ -302,33 +302,38 @@ class ToolSystem:
         # Calls whose caller's loop closed under them never settle: nothing to wait for, nor
         # work of this system running on the thread that ran that loop.
         self.pipeline.abandon_stranded()
-        with self._lock:
-            stopped_already = self._stopped
-            # The first stop(), or one after a stop that an interruption cut short, which
-            # left the loop, the threads, the template and the workers running.
-            ends_it = not stopped_already or self._cut_short
-            if ends_it:
-                self._stopped = True
-                self._cut_short = False
-                self._scopes.clear()
-                self._stop_done.clear()
-                if self._inside_own_work():
-                    # Called from a hook or body of this system's own calls: those calls settle
-                    # only once this returns, so the rest of the stop waits for them on a
-                    # thread of its own (a later stop() from elsewhere waits for it).
-                    finishing = threading.Thread(
-                        target=self._finish_stop, name="dsh-tools-stop", daemon=True
-                    )
-                self._finisher = finishing or threading.current_thread()
-        if not ends_it:
-            # A later stop(): it returns once the first has ended, unless it is called from
-            # work that the first waits for, or by the first itself.
-            if threading.current_thread() is not self._finisher and not self._inside_own_work():
-                self._stop_done.wait(
-                    STOP_GRACE_S + ABANDONED_SETTLE_S + RUNTIME_DISPOSAL_S + WORKER_EXIT_S + 1
-                )
-            return
+        ends_it = False
         try:
+            # The marking too is in the ``try``: a Ctrl-C landing in it (or as it ends) left the
+            # system stopped to its callers, not cut short, with its loop and threads running;
+            # the next stop() waited some twenty seconds for a stop that never came, then left
+            # them running.
+            with self._lock:
+                stopped_already = self._stopped
+                # The first stop(), or one after a stop that an interruption cut short, which
+                # left the loop, the threads, the template and the workers running.
+                ends_it = not stopped_already or self._cut_short
+                if ends_it:
+                    self._stopped = True
+                    self._cut_short = False
+                    self._scopes.clear()
+                    self._stop_done.clear()
+                    if self._inside_own_work():
+                        # Called from a hook or body of this system's own calls: those calls
+                        # settle only once this returns, so the rest of the stop waits for them
+                        # on a thread of its own (a later stop() from elsewhere waits for it).
+                        finishing = threading.Thread(
+                            target=self._finish_stop, name="dsh-tools-stop", daemon=True
+                        )
+                    self._finisher = finishing or threading.current_thread()
+            if not ends_it:
+                # A later stop(): it returns once the first has ended, unless it is called from
+                # work that the first waits for, or by the first itself.
+                if threading.current_thread() is not self._finisher and not self._inside_own_work():
+                    self._stop_done.wait(
+                        STOP_GRACE_S + ABANDONED_SETTLE_S + RUNTIME_DISPOSAL_S + WORKER_EXIT_S + 1
+                    )
+                return
             _running.discard(self)
             self._stopping.abort(STOPPING_REASON)
             self.pipeline.interrupt_all(STOPPING_REASON)
@@ -336,7 +341,8 @@ class ToolSystem:
                 finishing.start()
                 return
         except BaseException:
-            self._stop_cut_short()
+            if ends_it:
+                self._stop_cut_short()
             raise
         self._finish_stop()
 

@@ -408,6 +408,90 @@ def test_a_ctrl_c_landing_inside_a_lock_of_the_wait_leaves_the_system_working(en
     assert later in ("quick ['ABORTED']", "quick ['ABORTED_BEFORE_DISPATCH']")
 
 
+CTRL_C_AS_CLOSE_MARKS_ITSELF = """
+import os, signal, sys, threading, types
+from dsh_tools import ToolSystem
+import dsh_tools._handles as handles
+
+# A Ctrl-C that lands as close() marks the scope closing, before its disposal has begun.
+armed = [False]
+
+
+def get_ident():
+    if armed[0]:
+        armed[0] = False
+        os.kill(os.getpid(), signal.SIGINT)
+    return threading.get_ident()
+
+
+handles.threading = types.SimpleNamespace(**{**vars(threading), "get_ident": get_ident})
+system = ToolSystem.start(code_runtime=None)
+scope = system.agent("A")
+scope.tools.register(a_tool("mine", lambda args, ctx: "x"))
+armed[0] = True
+try:
+    scope.close()
+except KeyboardInterrupt:
+    print("interrupted")
+scope.close()
+seen = []
+asking = threading.Thread(target=lambda: seen.append(system.agent("A").tools.names()), daemon=True)
+asking.start()
+asking.join(10)
+print(seen or "agent() waits")
+system.stop()
+"""
+
+
+def test_a_ctrl_c_as_a_scope_close_begins_leaves_it_to_the_next_close() -> None:
+    # Landing there, it left the scope closed but neither disposed nor cut short: the next
+    # close() returned at once, and agent("A") waited for a disposal that never came.
+    done = run_script(CTRL_C_AS_CLOSE_MARKS_ITSELF)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "[[]]"]
+
+
+CTRL_C_AS_STOP_MARKS_ITSELF = """
+import os, signal, threading, types
+from dsh_tools import ToolSystem
+import dsh_tools._system as system_module
+
+# A Ctrl-C that lands as stop() marks the system stopping, before the stop has begun.
+armed = [False]
+
+
+def current_thread():
+    if armed[0]:
+        armed[0] = False
+        os.kill(os.getpid(), signal.SIGINT)
+    return threading.current_thread()
+
+
+system_module.threading = types.SimpleNamespace(
+    **{**vars(threading), "current_thread": current_thread}
+)
+before = set(threading.enumerate())
+system = ToolSystem.start(code_runtime=None)
+armed[0] = True
+try:
+    system.stop()
+except KeyboardInterrupt:
+    print("interrupted")
+system.stop()
+left = sorted(t.name for t in set(threading.enumerate()) - before if t.is_alive())
+print(system.running, left)
+"""
+
+
+def test_a_ctrl_c_as_stop_begins_leaves_the_stop_to_the_next_stop() -> None:
+    # Landing there, it left the system stopped to its callers but not cut short: the next
+    # stop() waited the whole grace for the first to end, then returned with the loop and the
+    # actors still running.
+    done = run_script(CTRL_C_AS_STOP_MARKS_ITSELF)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "False []"]
+
+
 CTRL_C_BEFORE_A_REUSED_ID_IS_LOGGED = """
 import os, signal, threading
 from dsh_tools import ExecuteCall, ToolSystem
