@@ -34,8 +34,9 @@ schema. What cannot be rewritten (explicitly open objects, objects whose
 ``required`` names keys they do not declare, objects built from ``allOf`` parts, and values of
 any shape: a schema with no type or the schema ``true``, an object that lists no keys, an array
 with no item schema; a value whose schema is ``false``; and tuples, whose ``prefixItems`` (or
-older drafts' list of ``items``) strict mode does not read) is reported. Every walk here is
-iterative, so schemas nested thousands of levels deep export at the default recursion limit.
+older drafts' list of ``items``) strict mode does not read) is reported, and so is a strict
+schema larger than strict mode takes (``_over_limits``). Every walk here is iterative, so
+schemas nested thousands of levels deep export at the default recursion limit.
 """
 
 from __future__ import annotations
@@ -550,7 +551,8 @@ def to_openai_strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     Objects without ``additionalProperties`` are closed, ``oneOf`` is spelled ``anyOf`` and every
     optional property becomes required and nullable; an explicitly open object or a value of
     any shape cannot be made strict without changing what the tool accepts, so it is reported
-    (every violation, in document order, joined with ``; ``). The input is not modified.
+    (every violation, in document order, joined with ``; ``), and so is a rewritten schema
+    larger than strict mode takes in one schema. The input is not modified.
     """
     try:
         copy = thaw(schema, "schema")
