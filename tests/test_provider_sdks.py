@@ -833,6 +833,33 @@ def test_a_chat_turn_with_calls_without_an_id_runs_them_and_answers_them_without
     ]
 
 
+def test_a_chat_call_whose_arguments_repeat_a_key_fails_alone(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The second "city" silently won: the tool ran for Lima, whatever read "Oslo" first.
+    path = "/v1/chat/completions"
+    turn = [
+        ("call_1", "weather", '{"city": "Oslo", "city": "Lima"}'),
+        ("call_2", "weather", '{"city": "Rome"}'),
+    ]
+    server.answer(path, chat_completion(None, turn))
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    prompt = openai_prompt(system.assemble_prompt())
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "Weather?"}], tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    assert openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))) == [
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": 'Error: invalid arguments: arguments repeat the key "city" at line 1, '
+            "column 18: JSON leaves which of its values counts undefined, so send each key once",
+        },
+        {"role": "tool", "tool_call_id": "call_2", "content": "Rome: 4 C"},
+    ]
+
+
 def test_a_call_without_an_id_runs_under_none_the_turn_holds(system: ToolSystem) -> None:
     message = chat_completion(
         None, [("(no id)", "time_now", "{}"), ("", "time_now", "{}"), ("", "time_now", "{}")]
