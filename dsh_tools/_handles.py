@@ -13,7 +13,7 @@ from typing import Any, Self
 from .actors import message_of
 from .actors._attached import Attached
 from .actors._logging import get_logger
-from .pipeline._loop import running_loop
+from .pipeline._loop import interrupts_held, running_loop
 from .registry import ToolsHandle
 
 _log = get_logger("dsh_tools")
@@ -79,7 +79,8 @@ class _OwnerHandle:
             disposed = True
         finally:
             if began:
-                with self._closing:
+                # Not cut short itself: a Ctrl-C meanwhile is raised once this is recorded.
+                with interrupts_held(), self._closing:
                     self._disposed = disposed
                     self._cut_short = not disposed
                     self._settled.notify_all()

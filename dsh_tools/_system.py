@@ -349,10 +349,12 @@ class ToolSystem:
     def _stop_cut_short(self) -> None:
         """An interruption ended this stop() before the system had stopped: the next stop()
         (the one at the interpreter's exit, if none comes sooner) finishes it."""
-        with self._lock:
-            self._cut_short = True
-        _running.add(self)
-        self._stop_done.set()  # stop()s waiting for it return: none of them was to end it
+        # A second Ctrl-C while the first propagates must not leave this unrecorded.
+        with interrupts_deferred():
+            with self._lock:
+                self._cut_short = True
+            _running.add(self)
+            self._stop_done.set()  # stop()s waiting for it return: none of them was to end it
 
     def _inside_own_work(self) -> bool:
         """Whether this thread runs work of this system's calls that is in flight: it is the
