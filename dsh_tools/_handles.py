@@ -13,12 +13,26 @@ from typing import Any, Self
 from .actors import message_of
 from .actors._attached import Attached
 from .actors._logging import get_logger
-from .pipeline._loop import interrupts_held, running_loop
+from .pipeline._loop import interrupts_deferred, interrupts_held, running_loop
 from .registry import ToolsHandle
 
 _log = get_logger("dsh_tools")
 
-__all__ = ["AgentScope", "PluginHandle"]
+__all__ = ["AgentScope", "PluginHandle", "take_closer"]
+
+
+def take_closer(closers: Attached[Callable[[], object]]) -> Callable[[], object] | None:
+    """The closer attached last, detached to be run now (``None`` when none is left). A Ctrl-C
+    as it is taken puts it back before ``KeyboardInterrupt`` is raised: taken but never run, it
+    was lost to the close() or stop() that finishes the one cut short."""
+    noted = interrupts_deferred()
+    with noted:
+        entry = closers.take_last_entry()
+    if noted.came:
+        if entry is not None:
+            closers.put_back(*entry)
+        raise KeyboardInterrupt
+    return None if entry is None else entry[1]
 
 
 class _OwnerHandle:
@@ -67,7 +81,7 @@ class _OwnerHandle:
                 self.closed = True
                 self._cut_short = False
                 self._closer = threading.get_ident()
-            while (closer := self._on_close.take_last()) is not None:
+            while (closer := take_closer(self._on_close)) is not None:
                 try:
                     closer()
                 except Exception as exc:

@@ -40,7 +40,7 @@ import pykka
 
 from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
-from ._handles import AgentScope, PluginHandle
+from ._handles import AgentScope, PluginHandle, take_closer
 from ._system_loop import SystemLoop
 from .actors import (
     AbortController,
@@ -386,7 +386,7 @@ class ToolSystem:
             # One at a time, the last attached first, as disposers go: a stop cut short leaves
             # the rest attached, to the next stop() (a closer detached meanwhile is not run).
             with self._lock:
-                close = self._on_stop.take_last()
+                close = take_closer(self._on_stop)
             if close is None:
                 break
             try:

@@ -492,6 +492,57 @@ def test_a_ctrl_c_as_stop_begins_leaves_the_stop_to_the_next_stop() -> None:
     assert done.stdout.splitlines() == ["interrupted", "False []"]
 
 
+CTRL_C_AS_A_CLOSER_IS_TAKEN = """
+import os, signal
+from dsh_tools import ToolSystem
+
+
+class PopThenInterrupted(dict):
+    # Closers whose next take is interrupted by a Ctrl-C right after it detached one.
+    armed = True
+
+    def pop(self, *args):
+        thing = super().pop(*args)
+        if PopThenInterrupted.armed:
+            PopThenInterrupted.armed = False
+            os.kill(os.getpid(), signal.SIGINT)
+        return thing
+
+
+system = ToolSystem.start(code_runtime=None)
+ran = []
+scope = system.agent("A")
+scope.on_close(lambda: ran.append("server stopped"))
+scope._on_close._things = PopThenInterrupted(scope._on_close._things)
+try:
+    scope.close()
+except KeyboardInterrupt:
+    print("interrupted", ran)
+scope.close()
+system.on_stop(lambda: ran.append("connection closed"))
+PopThenInterrupted.armed = True
+system._on_stop._things = PopThenInterrupted(system._on_stop._things)
+try:
+    system.stop()
+except KeyboardInterrupt:
+    print("interrupted", ran)
+system.stop()
+print(ran)
+"""
+
+
+def test_a_ctrl_c_as_a_closer_is_taken_leaves_it_to_the_next_close_or_stop() -> None:
+    # Taken off the list but not yet called, the closer was lost: the close() or stop() that
+    # finished the interrupted one never ran it (an MCP server left running, say).
+    done = run_script(CTRL_C_AS_A_CLOSER_IS_TAKEN)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "interrupted []",
+        "interrupted ['server stopped']",
+        "['server stopped', 'connection closed']",
+    ]
+
+
 CTRL_C_BEFORE_A_REUSED_ID_IS_LOGGED = """
 import os, signal, threading
 from dsh_tools import ExecuteCall, ToolSystem

@@ -41,11 +41,22 @@ class Attached(Generic[_T]):
 
     def take_last(self) -> _T | None:
         """Detach the thing attached last and return it (``None`` when there is none)."""
+        entry = self.take_last_entry()
+        return None if entry is None else entry[1]
+
+    def take_last_entry(self) -> tuple[object, _T] | None:
+        """``take_last``, with the key that ``put_back`` takes (``None`` when there is none)."""
         things = self._things
         try:
-            return things.pop(next(reversed(things)))
+            key = next(reversed(things))
+            return key, things.pop(key)
         except (StopIteration, KeyError):  # none left, or detached meanwhile
             return None
+
+    def put_back(self, key: object, thing: _T) -> None:
+        """Attach ``thing`` again under ``key`` (from ``take_last_entry``), as the last: its
+        detacher detaches it as before."""
+        self._things[key] = thing
 
     def take(self) -> list[_T]:
         """Detach everything and return it, oldest first."""
