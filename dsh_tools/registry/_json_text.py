@@ -152,7 +152,10 @@ def _may_repeat_keys(text: str, value: Any) -> bool:
         return False  # no object member at all (a call without arguments)
     if "\\u" in text:
         colons += text.count("\\u003a") + text.count("\\u003A")
-    return colons > msgspec.json.encode(value).count(b":")
+    try:
+        return colons > msgspec.json.encode(value).count(b":")
+    except RecursionError:
+        return True  # as deep as msgspec goes: the iterative reader decides
 
 
 def parse_json_text(text: str, max_depth: int | None = None, *, repeated_keys: bool = True) -> Any:
