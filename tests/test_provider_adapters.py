@@ -9,6 +9,8 @@ import types
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_tools import (
     BatchOutcome,
@@ -707,3 +709,42 @@ def test_the_openai_prompts_take_more_tools_than_openai_for_a_server_that_does()
         assert len(responses_prompt(prompt, max_tools=None).tools) == 130
         with pytest.raises(ValueError, match="max_tools=None for a server that takes more"):
             responses_prompt(prompt)
+
+
+TRICKY_IDS = [
+    "a",
+    "",
+    None,
+    "(no id)",
+    "a (repeat 2)",
+    "a (repeat 3)",
+    "(no id) (repeat 2)",
+    "a (as sent)",
+    "(no id) (as sent)",
+    "a (repeat 2) (as sent)",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(TRICKY_IDS), min_size=1, max_size=6))
+def test_every_call_runs_under_an_id_of_its_own_and_is_answered_under_the_models(
+    ids: list[str | None],
+) -> None:
+    # Whatever ids a server gives (repeated, missing, or reading as the adapters' own), each
+    # call runs once under an id no other call of the turn has, and its answer and its repeat
+    # in the assistant message carry the id the model gave it (the empty one for none).
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "t", "arguments": "{}"}} for i in ids
+        ],
+    }
+    calls = openai_tool_calls(message)
+    assert len({call.call_id for call in calls}) == len(ids)
+    answers = openai_tool_messages(
+        outcome(*(success(call.call_id, [{"type": "text", "text": "ok"}]) for call in calls))
+    )
+    sent = [i or "" for i in ids]
+    assert [answer["tool_call_id"] for answer in answers] == sent  # type: ignore[typeddict-item]
+    echoed = openai_assistant_message(message)["tool_calls"]
+    assert [call["id"] for call in echoed] == sent
