@@ -46,11 +46,7 @@ class FrontActor(pykka.ThreadingActor):
         publish(FrontRef(self))  # start() returns the plain ref; the system hands out this one
 
     def on_receive(self, message: Any) -> Any:
-        if not isinstance(message, ExecuteCall | ExecuteBatch):
-            raise TypeError(
-                "system.ref answers ExecuteCall and ExecuteBatch messages, "
-                f"got {type(message).__name__}"
-            )
+        _check_message(message)
         if isinstance(message, ExecuteCall):
             coro: Coroutine[Any, Any, Any] = self._pipeline.run(message, inline=False)
         else:
@@ -58,6 +54,14 @@ class FrontActor(pykka.ThreadingActor):
         answer: pykka.Future[Any] = pykka.ThreadingFuture()
         self._submit(coro).add_done_callback(partial(_settle_answer, answer))
         return answer
+
+
+def _check_message(message: object) -> None:
+    if not isinstance(message, ExecuteCall | ExecuteBatch):
+        raise TypeError(
+            "system.ref answers ExecuteCall and ExecuteBatch messages, "
+            f"got {type(message).__name__}"
+        )
 
 
 def _settle_answer(answer: pykka.Future[Any], done: concurrent.futures.Future[Any]) -> None:
@@ -70,6 +74,14 @@ def _settle_answer(answer: pykka.Future[Any], done: concurrent.futures.Future[An
 class FrontRef(pykka.ActorRef[FrontActor]):
     """The front actor's ref: an ask's reply is the future of the result; ``ask`` waits for
     both (within one ``timeout``), so callers get the result as from any actor."""
+
+    def tell(self, message: Any) -> None:
+        """Send ``message`` without waiting for its result. Another message raises
+        ``TypeError`` here: told, the actor would have no caller to give it to, and pykka stops
+        an actor whose ``on_receive`` raises for a told message, so every later ask of the
+        system would fail with ``ActorDeadError``."""
+        _check_message(message)
+        super().tell(message)
 
     def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
         reply: pykka.Future[Any] = super().ask(message, block=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import WAIT, arun, block, content_output, fixture
 from pool_support import batch, code, tool_call, trace
 
@@ -149,6 +150,21 @@ def test_ref_ask_runs_a_batch_like_execute_batch(system: ToolSystem) -> None:
         ("tool/call", "c2"),
         ("tool/result", "c2"),
     ]
+
+
+def test_a_wrong_message_told_to_system_ref_is_refused_and_leaves_it_answering(
+    system: ToolSystem,
+) -> None:
+    # Told (no caller to hand the TypeError to), it stopped the front actor for good: every
+    # later system.ref.ask failed with ActorDeadError while the system ran on.
+    system.tools.register(fixture("x", lambda args, ctx: [block(f"ran:{ctx.call_id}")]))
+    with pytest.raises(TypeError, match=r"system\.ref answers ExecuteCall and ExecuteBatch"):
+        system.ref.tell(tool_call("c1"))
+    with pytest.raises(TypeError, match=r"system\.ref answers ExecuteCall and ExecuteBatch"):
+        system.ref.ask(tool_call("c2"), timeout=WAIT)
+    system.ref.tell(batch("c3"))
+    outcome = system.ref.ask(batch("c4"), timeout=WAIT)
+    assert [r.content[0]["text"] for r in outcome.results] == ["ran:c4"]
 
 
 def test_execute_batch_async_runs_the_batch_on_the_system_loop(system: ToolSystem) -> None:
