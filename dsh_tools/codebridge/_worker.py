@@ -130,6 +130,10 @@ _WORKER_FILES: Final = frozenset({__file__, _worker_api.__file__})
 """Files whose frames a rendered traceback does not end with: the worker's own."""
 _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
 _NOT_LOSSLESS_RESOLUTION: Final = "binding resolution must be lossless JSON"
+_READ_BYTES: Final = 1 << 16
+"""What one read of the channel takes at most: all a pipe holds by default. ``os.read`` first
+allocates this much: a mebibyte is mapped, faulted and unmapped again at every read (measured in
+a forked worker: about 45 us for a read of 2 KB of replies, against 15 us for this)."""
 _CHANNEL_LOST: Final = 70
 """The worker's exit status when it can no longer read its channel (as for any run it cannot
 go on with)."""
@@ -503,7 +507,7 @@ class Worker:
 
     def on_readable(self) -> None:
         try:
-            data = _os_read(CHANNEL_IN, 1 << 20)
+            data = _os_read(CHANNEL_IN, _READ_BYTES)
         except BlockingIOError:
             return
         except OSError:
