@@ -195,6 +195,11 @@ class BindingCalls:
             return True
         if type(result) is AnsweredFuture and not result.done():
             result._answer = partial(self._on_future, call_id)  # as it settles
+        elif isinstance(result, asyncio.Future) and result.done():
+            # Settled already (a value known at once): answered now, not from a done
+            # callback a pass of the loop later, which would cost a handle and a pass per
+            # call, and would keep the replies of this read from the writes it queues.
+            self._on_future(call_id, result)
         elif isinstance(result, asyncio.Future):
             # A binding that hands back its future is answered from the future's callback:
             # no task per call.
