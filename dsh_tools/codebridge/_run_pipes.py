@@ -62,6 +62,7 @@ class ChannelWriter:
         "_buffer",
         "_fd",
         "_flush_scheduled",
+        "_held",
         "_loop",
         "_overflow",
         "_unsent",
@@ -75,6 +76,7 @@ class ChannelWriter:
         self._fd: int | None = None
         self._writer_on = False
         self._flush_scheduled = False
+        self._held = False  # see ``hold``
         # What is left to write, in order. Only the head is ever written in part (it is then
         # a view of what remains of it); only the last item, when it is not the head, grows.
         self._buffer: collections.deque[bytes | bytearray | memoryview] = collections.deque()
@@ -138,7 +140,7 @@ class ChannelWriter:
             self._overflow(
                 f"the program left more than {UNREAD_REPLY_BYTES} bytes of binding replies unread"
             )
-        elif not self._writer_on and not self._flush_scheduled:
+        elif not self._writer_on and not self._flush_scheduled and not self._held:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
         return size
@@ -150,9 +152,21 @@ class ChannelWriter:
                 f"the program left more than {UNREAD_REPLY_BYTES} bytes of binding replies unread"
             )
             return
-        if not self._writer_on and not self._flush_scheduled:
+        if not self._writer_on and not self._flush_scheduled and not self._held:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
+
+    def hold(self) -> None:
+        """Queue what is sent from now on without scheduling its write, until ``release``:
+        the replies of one read of the channel, written together as the read has been taken."""
+        self._held = True
+
+    def release(self) -> None:
+        """End ``hold``: write what it queued now (unless a write is due already), rather than
+        on a pass of the loop of its own."""
+        self._held = False
+        if self._buffer and not self._writer_on and not self._flush_scheduled:
+            self.flush()
 
     def flush(self) -> None:
         """Write what the pipe takes now; watch it for room when something is left."""

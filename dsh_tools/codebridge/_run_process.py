@@ -270,7 +270,12 @@ class RunProcess(abc.ABC):
                 self._on_channel_eof()
             return 0
         self._frames_seen += 1
-        self._take_frames(data)
+        writer = self._writer
+        writer.hold()  # the read's replies go out in one write once it is taken
+        try:
+            self._take_frames(data)
+        finally:
+            writer.release()
         return len(data)
 
     def _take_frames(self, data: bytes) -> None:
