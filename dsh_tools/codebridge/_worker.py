@@ -58,8 +58,9 @@ from ._frames import (
     Log,
     OutputLimit,
     Reply,
-    encode_frame,
+    encode_into,
     host_frame_decoder,
+    write_prefix,
 )
 from ._ledger import OutputLedger, clean_text, limit_message
 from ._program import (
@@ -125,7 +126,8 @@ _select = select.select
 _builtin_print = builtins.print
 _builtin_help: Callable[..., Any] | None = getattr(builtins, "help", None)
 _get_ident = threading.get_ident
-_encode_frame = encode_frame
+_encode_into = encode_into
+_write_prefix = write_prefix
 _WORKER_FILES: Final = frozenset({__file__, _worker_api.__file__})
 """Files whose frames a rendered traceback does not end with: the worker's own."""
 _NOT_LOSSLESS_ARGS: Final = "binding arguments must be lossless JSON"
@@ -239,8 +241,12 @@ class Worker:
     # -- sending ----------------------------------------------------------------------------
 
     def send(self, frame: Any) -> None:
-        data = _encode_frame(frame)
-        if len(data) > self.frame_limit:
+        # ``encode_frame``, inline: every binding call sends a frame.
+        data = bytearray(PREFIX_BYTES)
+        _encode_into(frame, data, PREFIX_BYTES)
+        size = len(data)
+        _write_prefix(data, 0, size - PREFIX_BYTES)
+        if size > self.frame_limit:
             self.oversized(data)
         with self.send_lock:
             self.write(data)
@@ -560,7 +566,7 @@ class Worker:
             except TokenError as exc:
                 handle.reject(f"{_NOT_LOSSLESS_RESOLUTION}: {exc}")
             else:
-                handle.resolve(value)
+                handle.set_result(value)  # ``resolve``, less its test: not done, just seen
         elif isinstance(reply.message, str):
             handle.reject(reply.message)
         else:
