@@ -264,13 +264,14 @@ def _flat_object(value: Any) -> list[Any] | None:
     ``None`` when it has another value (the general walk then decides)."""
     keys = list(value)
     tokens: list[Any] = [ObjectMarker(keys)]
+    # ``_clean_str``'s ASCII test first, inline: nearly every key and string passes it.
     for name in keys:
-        if type(name) is not str or not _clean_str(name):
+        if type(name) is not str or not (name.isascii() or _clean_str(name)):
             return None
     for item in value.values():
         kind = type(item)
         if kind is str:
-            if not _clean_str(item):
+            if not (item.isascii() or _clean_str(item)):
                 return None
         elif kind is int:
             if item < INT_MIN or item > INT_MAX:
