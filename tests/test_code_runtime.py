@@ -811,6 +811,48 @@ except ToolCallError as e:
     )
 
 
+def test_a_future_a_binding_hands_back_settled_answers_the_call_as_it_settled(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A binding that knows its answer at once hands back a future already done: its value,
+    # its failure, its cancellation and a value that is no JSON each answer the call as a
+    # future settled later does, for every call of a burst.
+    def settled(value: Any) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        how = value["how"]
+        if how == "value":
+            future.set_result({"n": value["n"]})
+        elif how == "fail":
+            future.set_exception(RuntimeError(f"failed {value['n']}"))
+        elif how == "cancel":
+            future.cancel()
+        else:
+            future.set_result({1, 2})
+        return future
+
+    program = """
+hows = ["value", "fail", "cancel", "set"] * 25
+answers = await asyncio.gather(
+    *[tools.settled({"how": how, "n": n}) for n, how in enumerate(hows)],
+    return_exceptions=True,
+)
+return [a["n"] if isinstance(a, dict) else a.message for a in answers]
+"""
+    result = run(runtime, program, tools(settled=settled))
+    assert result.error is None, result.error
+    expected: list[Any] = []
+    for n in range(100):
+        expected.append(
+            [
+                n,
+                f"failed {n}",
+                "binding call cancelled",
+                "binding resolution must be lossless JSON: value is set",
+            ][n % 4]
+        )
+    assert result.value == expected
+
+
 def test_large_and_deep_values_cross_exactly(runtime: SubprocessCodeRuntime) -> None:
     assert run(runtime, "return [7] * 50000").value == [7] * 50000
 
