@@ -35,6 +35,7 @@ from dsh_tools import (
     ToolOutput,
     ToolSystem,
     define_tool,
+    timeout_policy,
 )
 from dsh_tools.distributed import RAY_DEFAULT, RayPlacement, set_ray_default
 
@@ -521,6 +522,78 @@ def test_calls_on_pool_actors_ray_cannot_place_go_to_the_placed_ones(tmp_path: P
     while any(os.path.exists(f"/proc/{pid}") for pid in pids):
         assert time.monotonic() < deadline, "the pool's actors are still alive"
         time.sleep(0.05)
+
+
+def test_calls_on_a_pool_no_node_can_place_fail_once_placement_wait_s_has_passed(
+    system: ToolSystem,
+) -> None:
+    # Three CPUs per actor on a two-CPU instance: no actor of the pool can ever be placed.
+    # The timeout only bounds the test: the calls must not wait for it.
+    system.tools.register(
+        json_tool(
+            "too_big",
+            worker_pid,
+            RayPlacement(num_cpus=3, actor_pool=2, placement_wait_s=0.5),
+            timeout_ms=20_000,
+        )
+    )
+    system.tools.on_execute(timeout_policy())
+    calls = [ToolCall(f"c{i}", "too_big", "{}") for i in range(3)]
+
+    outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3))
+
+    assert [r.error.info.code for r in outcome.results] == ["REMOTE_UNAVAILABLE"] * 3
+    assert outcome.results[0].error.message == (
+        'cannot run tool "too_big" on Ray: Ray placed no actor of its pool within 0.5s'
+        " (placement_wait_s) and no node of the cluster (1 alive) has the resources one"
+        " needs: CPU=3"
+    )
+
+
+class CpuHolder:
+    """Holds one CPU of the instance for as long as it lives."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def test_a_pool_actor_ray_could_not_place_takes_calls_once_ray_places_it(tmp_path: Path) -> None:
+    # One CPU held elsewhere: the pool's second actor waits, and its calls go to the first.
+    # Once that CPU is free Ray places the slot's actor, and the slot takes calls again.
+    import ray
+
+    holder = ray.remote(CpuHolder).options(num_cpus=1).remote()
+    ray.get(holder.ready.remote(), timeout=WAIT)
+    log = tmp_path / "runs"
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(
+            json_tool(
+                "slow_pid",
+                slow_pid,
+                RayPlacement(num_cpus=1, actor_pool=2, placement_wait_s=0.5),
+                parameters={"log": {"type": "string"}},
+            )
+        )
+        arguments = msgspec.json.encode({"log": str(log)}).decode()
+        calls = [ToolCall(f"c{i}", "slow_pid", arguments) for i in range(4)]
+        crowded = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=4)).results
+        ray.kill(holder)
+
+        pids: set[int] = set()
+        deadline = time.monotonic() + WAIT
+        while len(pids) < 2 and time.monotonic() < deadline:
+            pair = system.execute_batch(ExecuteBatch(calls=calls[:2], max_parallel=2)).results
+            assert not any(r.is_error for r in pair), [r.error.message for r in pair if r.is_error]
+            pids = {r.value for r in pair}
+    finally:
+        ray.kill(holder)
+        system.stop()
+        del system
+        gc.collect()  # the pool's actors end with the tool's definition: the CPUs are free
+
+    assert not any(r.is_error for r in crowded) and len({r.value for r in crowded}) == 1
+    assert len(pids) == 2
 
 
 def test_tools_that_opt_into_the_default_use_the_options_set_at_call_time(

@@ -61,8 +61,9 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
     its state is lost). ``cancel_grace_s`` is how long a cancelled call may take to stop before
     it is forced; ``settle_s`` bounds the wait after forcing. ``placement_wait_s`` is how long
     an actor of the pool may wait for Ray to place it while another of the pool is placed:
-    after that its calls (which have not begun) go to the placed actors. A body runs at most
-    once: Ray's retries are off.
+    after that its calls (which have not begun) go to the placed actors. While none is placed
+    and no node has the resources an actor needs, its calls fail as ``REMOTE_UNAVAILABLE``
+    after that time. A body runs at most once: Ray's retries are off.
     """
 
     num_cpus: float = 1

@@ -242,6 +242,13 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         with contextlib.suppress(asyncio.CancelledError):
                             await _stopped(submission, session)
                         raise
+                    except RemoteUnavailableError:
+                        # No node can place its actor: taken off it, the call has not begun,
+                        # unless Ray placed the actor just then (its outcome then stands).
+                        await _stopped(submission, session)
+                        await asyncio.wait((reply,), timeout=_CONNECTION_CHECK_S)
+                        if not reply.done() or _cancelled_on_cluster(reply):
+                            raise
                     if not reply.done():
                         await _stopped(submission, session)
                         raise AbortError("ABORTED")

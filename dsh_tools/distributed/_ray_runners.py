@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from ..actors._logging import get_logger
 from ._driver import connected_ray, connection, import_ray
+from ._errors import RemoteUnavailableError
 from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
 
@@ -69,7 +70,9 @@ class Submission(Protocol):
         """Cancel, wait the grace, force, wait to settle (blocking; run off the loop)."""
 
     def waiting(self) -> None:
-        """Called about every second while the reply is awaited (see ``ActorPool.unplaced``)."""
+        """Called about every second while the reply is awaited (see ``ActorPool.unplaced``);
+        raises ``RemoteUnavailableError`` when no node can place the call (it has not begun:
+        stop it, and it fails so)."""
 
     def lost(self) -> None:
         """The process that ran the call died: do not send it more calls."""
@@ -184,8 +187,7 @@ class ActorPool:
     to placed actors (and to slots that have none yet): an actor Ray cannot place (the pool is
     larger than the cluster offers) would hold its calls for ever. One still unplaced
     ``placement_wait_s`` after it was made, while another of the pool is placed, is given up
-    (see ``unplaced``); its slot takes no calls until a placed actor of the pool ends and gives
-    its resources back."""
+    (see ``unplaced``); its slot takes calls again once Ray places the fresh actor made for it."""
 
     def __init__(self, tool: str, execute: Callable[[Any, Any], Any], placement: RunnerSettings):
         ray = import_ray()
@@ -193,9 +195,13 @@ class ActorPool:
         self.settle = placement.settle_s
         self._execute = execute
         self._tool = tool
+        options = placement._options()
         self._cls = ray.remote(BodyActor).options(
-            max_restarts=0, max_task_retries=0, max_concurrency=1, **placement._options()
+            max_restarts=0, max_task_retries=0, max_concurrency=1, **options
         )
+        # What each actor needs of a node, in Ray's resource names (see ``_unplaceable``).
+        self._demand = {"CPU": options["num_cpus"], "GPU": options.get("num_gpus", 0)}
+        self._demand.update(options.get("resources", {}))
         self._lock = threading.Lock()
         self._actors: list[Any] = [None] * placement.actor_pool
         # The calls submitted to each slot's actors and not yet released.
@@ -203,40 +209,24 @@ class ActorPool:
         # The ref of the last call sent to each slot's actor while it has calls (see ``submit``).
         self._last: list[Any] = [None] * placement.actor_pool
         # Whether each slot's actor has been placed (its ``ready`` answered), and when it was
-        # made; the slots given up because Ray did not place their actor (see ``unplaced``).
+        # made (see ``unplaced``).
         self._wait = placement.placement_wait_s
         self._placed = [False] * placement.actor_pool
         self._made = [0.0] * placement.actor_pool
         self._made_count = [0] * placement.actor_pool  # tells a slot's actors apart
-        self._starved = [False] * placement.actor_pool
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
             calls = self._calls
             slots: range | list[int] = range(len(calls))
             if any(self._placed):
-                placed, actors, starved = self._placed, self._actors, self._starved
-                slots = [
-                    index
-                    for index in slots
-                    if placed[index] or (actors[index] is None and not starved[index])
-                ]
+                placed, actors = self._placed, self._actors
+                slots = [index for index in slots if placed[index] or actors[index] is None]
             slot = min(slots, key=lambda index: len(calls[index]))
             actor = self._actors[slot]
             reached = placing = None
             if actor is None:
-                actor = self._actors[slot] = self._cls.remote(self._execute)
-                self._placed[slot] = False
-                self._made[slot] = time.monotonic()
-                self._made_count[slot] += 1
-                # Answered once Ray has placed and constructed the actor (before any call:
-                # it is the first in the actor's queue). Neither the pool nor the actor is
-                # held by the wait (Ray keeps it until the answer, for ever for an actor it
-                # never places): a pool no longer used is collected, and its actors end.
-                placing = (
-                    functools.partial(_on_placed, weakref.ref(self), slot, self._made_count[slot]),
-                    actor.ready.remote().future(),
-                )
+                actor, placing = self._make(slot)
             elif calls[slot]:
                 # The call just ahead on the same actor: should it fail with the actor's death,
                 # the actor died before it finished that one, so it never began this one.
@@ -256,6 +246,21 @@ class ActorPool:
             answer.add_done_callback(on_placed)
         return submission
 
+    def _make(self, slot: int) -> tuple[Any, tuple[Callable[[Any], None], Any]]:
+        """A fresh actor for ``slot`` (under the lock), and what tells when Ray placed it."""
+        actor = self._actors[slot] = self._cls.remote(self._execute)
+        self._placed[slot] = False
+        self._made[slot] = time.monotonic()
+        self._made_count[slot] += 1
+        # Answered once Ray has placed and constructed the actor (before any call: it is the
+        # first in the actor's queue). Neither the pool nor the actor is held by the wait (Ray
+        # keeps it until the answer, for ever for an actor it never places): a pool no longer
+        # used is collected, and its actors end.
+        return actor, (
+            functools.partial(_on_placed, weakref.ref(self), slot, self._made_count[slot]),
+            actor.ready.remote().future(),
+        )
+
     def release(self, slot: int, submission: ActorSubmission) -> None:
         with self._lock:
             calls = self._calls[slot]
@@ -274,25 +279,47 @@ class ActorPool:
         while another actor of the pool is placed: the calls queued on it go to the placed
         ones. An actor never placed has begun no call, so none of them has run; they are
         moved the way ``discard`` moves the calls queued behind a stubborn one (cancelled,
-        then the actor killed), so that should Ray place it just then and a call begin, that
-        call is reported lost with it, and none runs twice."""
+        then the actor killed: an actor whose queued calls were cancelled before it was placed
+        runs no later call), so that should Ray place it just then and a call begin, that call
+        is reported lost with it, and none runs twice. A fresh actor with no calls takes its
+        slot and waits in Ray's queue: once Ray places it (the cluster grew, or something gave
+        its resources back), the slot takes calls again.
+
+        While no actor of the pool is placed, the calls wait for Ray to place one, unless no
+        node of the cluster has the resources an actor needs: then ``RemoteUnavailableError``
+        says so (see ``ActorSubmission.waiting``)."""
         if self._placed[slot] or self._actors[slot] is not actor:
             return  # the usual path: a call on a placed actor
         with self._lock:
             if (
                 self._actors[slot] is not actor
                 or self._placed[slot]
-                or not any(self._placed)
                 or time.monotonic() - self._made[slot] < self._wait
             ):
                 return
-            self._starved[slot] = True
+            alone = not any(self._placed)
+        if alone:
+            missing = _unplaceable(self._demand)
+            if missing is not None:
+                raise RemoteUnavailableError(
+                    self._tool,
+                    f"Ray placed no actor of its pool within {self._wait}s (placement_wait_s)"
+                    f" and {missing}",
+                )
+            return
         _log.warning(
             f"an actor of tool {self._tool!r} was not placed by Ray within {self._wait}s while"
             " another of its pool runs (the pool is larger than the cluster offers); its calls"
             " go to the others"
         )
         self.discard(slot, actor, moving=True)
+        placing = None
+        with self._lock:
+            if self._actors[slot] is None and connected_ray() is not None:
+                placing = self._make(slot)[1]
+        if placing is not None:
+            on_placed, answer = placing
+            answer.add_done_callback(on_placed)
 
     def discard(
         self,
@@ -314,10 +341,6 @@ class ActorPool:
         with self._lock:
             if self._actors[slot] is actor:
                 self._actors[slot] = None
-                if self._placed[slot] and not moving:
-                    # A placed actor ends and gives its resources back: a slot given up for
-                    # want of them may be placed now.
-                    self._starved = [False] * len(self._starved)
                 self._placed[slot] = False
             queued = (
                 [s for s in self._calls[slot] if s.actor is actor and s is not running]
@@ -378,3 +401,20 @@ class LazyRunner:
     def unsendable(self, exc: BaseException) -> str:
         """Why the body could not be sent to Ray (see ``ShippedBody.unsendable``)."""
         return self._execute.unsendable(exc)
+
+
+def _unplaceable(demand: dict[str, float]) -> str | None:
+    """Why no node of the cluster can ever place an actor needing ``demand`` (no live node has
+    that much of each resource, free or not), or None when one could (it is busy, say)."""
+    wanted = {name: amount for name, amount in demand.items() if amount > 0}
+    ray = connected_ray()
+    if ray is None or not wanted:
+        return None
+    try:
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    except Exception:  # the cluster's state cannot be read now: go on waiting
+        return None
+    if any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes):
+        return None
+    needs = ", ".join(f"{name}={amount:g}" for name, amount in sorted(wanted.items()))
+    return f"no node of the cluster ({len(nodes)} alive) has the resources one needs: {needs}"
