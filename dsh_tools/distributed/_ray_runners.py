@@ -143,7 +143,7 @@ class TaskRunner:
 class ActorSubmission:
     __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "slot")
 
-    def __init__(self, pool: ActorPool, slot: int, actor: Any, reached: Any, ref: Any) -> None:
+    def __init__(self, pool: ActorPool, slot: _Slot, actor: Any, reached: Any, ref: Any) -> None:
         self.pool = pool
         self.slot = slot
         self.actor = actor
@@ -180,6 +180,29 @@ class ActorSubmission:
             self.pool.release(self.slot, self)
 
 
+class _Slot:
+    """One place for an actor in a pool (its fields are the pool's, read under its lock)."""
+
+    __slots__ = ("actor", "calls", "index", "last", "made", "made_at", "placed")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.actor: Any = None  # None until a call makes one, and after it was discarded
+        # The calls submitted to its actors and not yet released.
+        self.calls: set[ActorSubmission] = set()
+        # The ref of the last call sent to its actor while it has calls (see ``submit``).
+        self.last: Any = None
+        # Whether its actor has been placed (its ``ready`` answered), and when it was made
+        # (see ``unplaced``); how many actors it has had (tells them apart).
+        self.placed = False
+        self.made_at = 0.0
+        self.made = 0
+
+
+def _queued(slot: _Slot) -> int:
+    return len(slot.calls)
+
+
 class ActorPool:
     """``size`` actors holding the body; a call goes to the one with the fewest calls queued.
 
@@ -202,35 +225,26 @@ class ActorPool:
         # What each actor needs of a node, in Ray's resource names (see ``_unplaceable``).
         self._demand = {"CPU": options["num_cpus"], "GPU": options.get("num_gpus", 0)}
         self._demand.update(options.get("resources", {}))
-        self._lock = threading.Lock()
-        self._actors: list[Any] = [None] * placement.actor_pool
-        # The calls submitted to each slot's actors and not yet released.
-        self._calls: list[set[ActorSubmission]] = [set() for _ in range(placement.actor_pool)]
-        # The ref of the last call sent to each slot's actor while it has calls (see ``submit``).
-        self._last: list[Any] = [None] * placement.actor_pool
-        # Whether each slot's actor has been placed (its ``ready`` answered), and when it was
-        # made (see ``unplaced``).
         self._wait = placement.placement_wait_s
-        self._placed = [False] * placement.actor_pool
-        self._made = [0.0] * placement.actor_pool
-        self._made_count = [0] * placement.actor_pool  # tells a slot's actors apart
+        self._lock = threading.Lock()
+        self._slots = [_Slot(index) for index in range(placement.actor_pool)]
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
-            calls = self._calls
-            slots: range | list[int] = range(len(calls))
-            if any(self._placed):
-                placed, actors = self._placed, self._actors
-                slots = [index for index in slots if placed[index] or actors[index] is None]
-            slot = min(slots, key=lambda index: len(calls[index]))
-            actor = self._actors[slot]
+            slots = self._slots
+            for slot in slots:
+                if slot.placed:
+                    slots = [other for other in slots if other.placed or other.actor is None]
+                    break
+            slot = min(slots, key=_queued)
+            actor = slot.actor
             reached = placing = None
             if actor is None:
                 actor, placing = self._make(slot)
-            elif calls[slot]:
+            elif slot.calls:
                 # The call just ahead on the same actor: should it fail with the actor's death,
                 # the actor died before it finished that one, so it never began this one.
-                reached = self._last[slot]
+                reached = slot.last
             else:
                 # ``ready`` just before the call, on the same actor: should it fail with the
                 # actor's death, the actor died while idle and never began the call. However
@@ -238,43 +252,44 @@ class ActorPool:
                 # (a crash the body left behind, the memory it took).
                 reached = actor.ready.remote()
             submission = ActorSubmission(self, slot, actor, reached, actor.call.remote(frame))
-            self._last[slot] = submission.ref
-            calls[slot].add(submission)
+            slot.last = submission.ref
+            slot.calls.add(submission)
         if placing is not None:
             # Out of the lock: a future already done runs its callback at once, here.
             on_placed, answer = placing
             answer.add_done_callback(on_placed)
         return submission
 
-    def _make(self, slot: int) -> tuple[Any, tuple[Callable[[Any], None], Any]]:
+    def _make(self, slot: _Slot) -> tuple[Any, tuple[Callable[[Any], None], Any]]:
         """A fresh actor for ``slot`` (under the lock), and what tells when Ray placed it."""
-        actor = self._actors[slot] = self._cls.remote(self._execute)
-        self._placed[slot] = False
-        self._made[slot] = time.monotonic()
-        self._made_count[slot] += 1
+        actor = slot.actor = self._cls.remote(self._execute)
+        slot.placed = False
+        slot.made_at = time.monotonic()
+        slot.made += 1
         # Answered once Ray has placed and constructed the actor (before any call: it is the
         # first in the actor's queue). Neither the pool nor the actor is held by the wait (Ray
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
         return actor, (
-            functools.partial(_on_placed, weakref.ref(self), slot, self._made_count[slot]),
+            functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made),
             actor.ready.remote().future(),
         )
 
-    def release(self, slot: int, submission: ActorSubmission) -> None:
+    def release(self, slot: _Slot, submission: ActorSubmission) -> None:
         with self._lock:
-            calls = self._calls[slot]
+            calls = slot.calls
             calls.discard(submission)
             if not calls:
-                self._last[slot] = None  # not held: it would keep its reply in Ray's store
+                slot.last = None  # not held: it would keep its reply in Ray's store
 
-    def placed(self, slot: int, made: int) -> None:
-        """The ``made``-th actor of ``slot`` is placed (see ``submit``)."""
+    def placed(self, index: int, made: int) -> None:
+        """The ``made``-th actor of slot ``index`` is placed (see ``submit``)."""
         with self._lock:
-            if self._actors[slot] is not None and self._made_count[slot] == made:
-                self._placed[slot] = True
+            slot = self._slots[index]
+            if slot.actor is not None and slot.made == made:
+                slot.placed = True
 
-    def unplaced(self, slot: int, actor: Any) -> None:
+    def unplaced(self, slot: _Slot, actor: Any) -> None:
         """Give up ``actor`` if Ray has not placed it ``placement_wait_s`` after it was made
         while another actor of the pool is placed: the calls queued on it go to the placed
         ones. An actor never placed has begun no call, so none of them has run; they are
@@ -288,16 +303,16 @@ class ActorPool:
         While no actor of the pool is placed, the calls wait for Ray to place one, unless no
         node of the cluster has the resources an actor needs: then ``RemoteUnavailableError``
         says so (see ``ActorSubmission.waiting``)."""
-        if self._placed[slot] or self._actors[slot] is not actor:
+        if slot.placed or slot.actor is not actor:
             return  # the usual path: a call on a placed actor
         with self._lock:
             if (
-                self._actors[slot] is not actor
-                or self._placed[slot]
-                or time.monotonic() - self._made[slot] < self._wait
+                slot.actor is not actor
+                or slot.placed
+                or time.monotonic() - slot.made_at < self._wait
             ):
                 return
-            alone = not any(self._placed)
+            alone = not any(other.placed for other in self._slots)
         if alone:
             missing = _unplaceable(self._demand)
             if missing is not None:
@@ -315,7 +330,7 @@ class ActorPool:
         self.discard(slot, actor, moving=True)
         placing = None
         with self._lock:
-            if self._actors[slot] is None and connected_ray() is not None:
+            if slot.actor is None and connected_ray() is not None:
                 placing = self._make(slot)[1]
         if placing is not None:
             on_placed, answer = placing
@@ -323,7 +338,7 @@ class ActorPool:
 
     def discard(
         self,
-        slot: int,
+        slot: _Slot,
         actor: Any,
         running: ActorSubmission | None = None,
         moving: bool = False,
@@ -339,11 +354,11 @@ class ActorPool:
         again. ``moving``: every call on it is moved so (its actor was never placed, see
         ``unplaced``)."""
         with self._lock:
-            if self._actors[slot] is actor:
-                self._actors[slot] = None
-                self._placed[slot] = False
+            if slot.actor is actor:
+                slot.actor = None
+                slot.placed = False
             queued = (
-                [s for s in self._calls[slot] if s.actor is actor and s is not running]
+                [s for s in slot.calls if s.actor is actor and s is not running]
                 if running is not None or moving
                 else []
             )
@@ -361,13 +376,13 @@ class ActorPool:
 
 
 def _on_placed(
-    pool: weakref.ref[ActorPool], slot: int, made: int, answer: concurrent.futures.Future[Any]
+    pool: weakref.ref[ActorPool], index: int, made: int, answer: concurrent.futures.Future[Any]
 ) -> None:
     """An actor's ``ready`` answered: it is placed, unless that failed (its death is then
     reported to the calls sent to it)."""
     held = pool()
     if held is not None and not answer.cancelled() and answer.exception() is None:
-        held.placed(slot, made)
+        held.placed(index, made)
 
 
 class LazyRunner:
