@@ -320,6 +320,23 @@ def test_an_abort_ends_a_run_whose_node_actor_cannot_be_placed() -> None:
     assert result.content[0]["text"] == "Error: code run failed (abort): user pressed stop"
 
 
+def test_a_run_whose_node_actor_no_node_can_place_fails_once_placement_wait_s_has_passed() -> None:
+    runtime = RayCodeRuntime(num_cpus=0, resources={"no_such_node": 1}, placement_wait_s=0.5)
+    system = ToolSystem.start(ToolsConfig(mode="code"), code_runtime=runtime)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            result = pool.submit(run_code, system, "return 1\n").result(30)
+    finally:
+        system.stop()
+        asyncio.run(runtime.dispose())
+
+    assert result.content[0]["text"] == (
+        "Error: code run failed (worker-exit): remote code runtime unavailable: Ray placed no"
+        " actor for it within 0.5s (placement_wait_s) and no node of the cluster (1 alive) has"
+        " the resources one needs: no_such_node=1"
+    )
+
+
 def test_a_runtime_factory_that_cannot_be_sent_fails_the_run_saying_what_and_where() -> None:
     lock = threading.Lock()
 

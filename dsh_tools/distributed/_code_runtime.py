@@ -44,8 +44,10 @@ from ._driver import (
     connect_in_background,
     connected_ray,
     connection,
+    demand,
     import_ray,
     still_connected,
+    unplaceable,
 )
 from ._errors import describe_ray_failure
 from ._placement import check_ray_options
@@ -87,9 +89,11 @@ class RayCodeRuntime:
     """Code Mode programs on a Ray node (see the module docstring).
 
     ``RayCodeRuntime(config=None, *, runtime_factory=None, num_cpus=1, resources=None,
-    runtime_env=None, cancel_grace_s=5.0)``: ``config`` (a ``CodeRuntimeConfig``) gives the
-    node's subprocess runtime its budgets; ``runtime_factory`` (a picklable ``() -> CodeRuntime``
-    run on the node) replaces that runtime.
+    runtime_env=None, cancel_grace_s=5.0, placement_wait_s=10.0)``: ``config`` (a
+    ``CodeRuntimeConfig``) gives the node's subprocess runtime its budgets; ``runtime_factory``
+    (a picklable ``() -> CodeRuntime`` run on the node) replaces that runtime. A run whose actor
+    Ray has not placed ``placement_wait_s`` after the run began, when no node of the cluster has
+    the resources it needs, fails as ``worker-exit`` (it has not started).
     """
 
     language = "python"
@@ -104,6 +108,7 @@ class RayCodeRuntime:
         resources: dict[str, float] | None = None,
         runtime_env: dict[str, Any] | None = None,
         cancel_grace_s: float = 5.0,
+        placement_wait_s: float = 10.0,
     ) -> None:
         from ..codebridge import CodeRuntimeConfig
 
@@ -120,12 +125,12 @@ class RayCodeRuntime:
         check_ray_options("RayCodeRuntime", resources, runtime_env)
         if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
             raise ValueError("RayCodeRuntime: num_cpus must be a finite number >= 0")
-        if (
-            type(cancel_grace_s) not in (int, float)
-            or not math.isfinite(cancel_grace_s)
-            or cancel_grace_s < 0
+        for label, value in (
+            ("cancel_grace_s", cancel_grace_s),
+            ("placement_wait_s", placement_wait_s),
         ):
-            raise ValueError("RayCodeRuntime: cancel_grace_s must be a finite number >= 0")
+            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"RayCodeRuntime: {label} must be a finite number >= 0")
         self._factory = runtime_factory if runtime_factory is not None else _default_factory(config)
         self._options: dict[str, Any] = {"num_cpus": num_cpus}
         if resources:
@@ -133,6 +138,7 @@ class RayCodeRuntime:
         if runtime_env:
             self._options["runtime_env"] = dict(runtime_env)
         self._grace = float(cancel_grace_s)
+        self._placement_wait = float(placement_wait_s)
         self._lock = threading.Lock()
         self._host: Any = None
         self._host_connection: tuple[str, str] | None = None  # the Ray connection it is of
@@ -464,8 +470,11 @@ class _RunWatch:
         result that ends the run here first. The node may be slow to take it (its actor is
         still being placed, its environment set up) or never take it (no node offers the
         actor's resources): an abort still ends the run, after ``cancel_grace_s`` for the node
-        to take it and settle it (the actor is killed then), and so does the disposal."""
+        to take it and settle it (the actor is killed then), and so does the disposal. Where
+        no node of the cluster has the resources the actor needs, the run fails once
+        ``placement_wait_s`` has passed (the actor is killed: it has taken no run)."""
         loop = self._loop
+        unplaced_until = loop.time() + self._runtime._placement_wait
         taken = asyncio.wrap_future(starting.future())
         taken.add_done_callback(retrieve)
         taken.add_done_callback(self._heard.answered)
@@ -500,6 +509,16 @@ class _RunWatch:
                 hung = self._hung()
                 if hung is not None:
                     return hung
+            if not placed and deadline is None and loop.time() >= unplaced_until:
+                missing = unplaceable(demand(self._runtime._options))
+                if missing is not None and self._heard.at is None and not taken.done():
+                    self._runtime._forget(self._host, kill=True)
+                    wait = self._runtime._placement_wait
+                    return _failed(
+                        "worker-exit",
+                        f"remote code runtime unavailable: Ray placed no actor for it within"
+                        f" {wait}s (placement_wait_s) and {missing}",
+                    )
             if not self._stop.done() and deadline is None:
                 continue  # nothing else happened
             runtime = self._runtime

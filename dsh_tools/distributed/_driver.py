@@ -37,10 +37,12 @@ __all__ = [
     "connect_in_background",
     "connected_ray",
     "connection",
+    "demand",
     "ensure_ray",
     "import_ray",
     "init_ray",
     "still_connected",
+    "unplaceable",
 ]
 
 _lock = threading.Lock()
@@ -244,3 +246,28 @@ def _init_on_keeper(ray: Any, options: dict[str, Any]) -> None:
     done.wait()
     if failure:
         raise failure[0]
+
+
+def demand(options: dict[str, Any]) -> dict[str, float]:
+    """What a task or actor with Ray's scheduling ``options`` needs of a node, in Ray's
+    resource names (see ``unplaceable``)."""
+    needs = {"CPU": options.get("num_cpus", 1), "GPU": options.get("num_gpus", 0)}
+    needs.update(options.get("resources", {}))
+    return needs
+
+
+def unplaceable(needs: dict[str, float]) -> str | None:
+    """Why no node of the cluster can ever place an actor needing ``needs`` (no live node has
+    that much of each resource, free or not), or None when one could (it is busy, say)."""
+    wanted = {name: amount for name, amount in needs.items() if amount > 0}
+    ray = connected_ray()
+    if ray is None or not wanted:
+        return None
+    try:
+        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    except Exception:  # the cluster's state cannot be read now: go on waiting
+        return None
+    if any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes):
+        return None
+    listed = ", ".join(f"{name}={amount:g}" for name, amount in sorted(wanted.items()))
+    return f"no node of the cluster ({len(nodes)} alive) has the resources one needs: {listed}"

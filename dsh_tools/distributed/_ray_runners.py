@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..actors._logging import get_logger
-from ._driver import connected_ray, connection, import_ray
+from ._driver import connected_ray, connection, demand, import_ray, unplaceable
 from ._errors import RemoteUnavailableError
 from ._ray_pickle import ShippedBody
 from ._remote import BodyActor, run_body
@@ -222,9 +222,7 @@ class ActorPool:
         self._cls = ray.remote(BodyActor).options(
             max_restarts=0, max_task_retries=0, max_concurrency=1, **options
         )
-        # What each actor needs of a node, in Ray's resource names (see ``_unplaceable``).
-        self._demand = {"CPU": options["num_cpus"], "GPU": options.get("num_gpus", 0)}
-        self._demand.update(options.get("resources", {}))
+        self._demand = demand(options)  # what each actor needs of a node
         self._wait = placement.placement_wait_s
         self._lock = threading.Lock()
         self._slots = [_Slot(index) for index in range(placement.actor_pool)]
@@ -314,7 +312,7 @@ class ActorPool:
                 return
             alone = not any(other.placed for other in self._slots)
         if alone:
-            missing = _unplaceable(self._demand)
+            missing = unplaceable(self._demand)
             if missing is not None:
                 raise RemoteUnavailableError(
                     self._tool,
@@ -416,20 +414,3 @@ class LazyRunner:
     def unsendable(self, exc: BaseException) -> str:
         """Why the body could not be sent to Ray (see ``ShippedBody.unsendable``)."""
         return self._execute.unsendable(exc)
-
-
-def _unplaceable(demand: dict[str, float]) -> str | None:
-    """Why no node of the cluster can ever place an actor needing ``demand`` (no live node has
-    that much of each resource, free or not), or None when one could (it is busy, say)."""
-    wanted = {name: amount for name, amount in demand.items() if amount > 0}
-    ray = connected_ray()
-    if ray is None or not wanted:
-        return None
-    try:
-        nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
-    except Exception:  # the cluster's state cannot be read now: go on waiting
-        return None
-    if any(all(node.get(name, 0) >= amount for name, amount in wanted.items()) for node in nodes):
-        return None
-    needs = ", ".join(f"{name}={amount:g}" for name, amount in sorted(wanted.items()))
-    return f"no node of the cluster ({len(nodes)} alive) has the resources one needs: {needs}"
