@@ -203,6 +203,12 @@ def defer_an_object(args: Any, ctx: Any) -> Any:
     return 1
 
 
+def defer_a_lock(args: Any, ctx: Any) -> Any:
+    # Neither JSON nor picklable: it cannot travel, yet the failure must name it and where.
+    ctx.defer_context({"content": [{"type": "text", "text": "seen"}], "held": [threading.Lock()]})
+    return 1
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -216,6 +222,7 @@ def defer_an_object(args: Any, ctx: Any) -> Any:
         defer_then_fail,
         defer_a_set,
         defer_an_object,
+        defer_a_lock,
     ],
     ids=lambda f: f.__name__,
 )

@@ -73,7 +73,9 @@ class RemoteReply(msgspec.Struct, frozen=True):
 class UnsentContext:
     """Stands in for a deferred context that was neither lossless JSON nor picklable on the
     worker (or cannot be unpickled here): it is not JSON either, so the result fails as a
-    local body's would, naming this class instead of the original one."""
+    local body's would. Where the worker could, it sent the context with only its parts that
+    cannot be pickled replaced, each by an instance of a subclass named as the part's own
+    class (see ``_unsent_parts``): the failure then names the part and its place as locally."""
 
 
 Dumps = Callable[[Any], bytes]
@@ -110,7 +112,10 @@ def encode_reply(
             try:
                 pickled[index] = dumps(context)
             except Exception:
-                pickled[index] = b""  # an ``UnsentContext`` here
+                try:
+                    pickled[index] = dumps(_unsent_parts(context, dumps))
+                except (Exception, RecursionError):
+                    pickled[index] = b""  # an ``UnsentContext`` here
             context = None
         sent.append(context)
     return _encoder.encode(
@@ -121,6 +126,23 @@ def encode_reply(
             odd_contexts=pickled,
         )
     )
+
+
+def _unsent_parts(value: Any, dumps: Dumps) -> Any:
+    """``value`` with its dicts, lists and tuples walked, and each other part that cannot be
+    pickled replaced by an ``UnsentContext`` whose class has that part's class name."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _unsent_parts(item, dumps) for key, item in value.items()}
+    if kind is list or kind is tuple:
+        return kind(_unsent_parts(item, dumps) for item in value)
+    try:
+        dumps(value)
+    except Exception:
+        # Made here, the class travels by value (its module has no such name).
+        named = {"__qualname__": kind.__qualname__, "__module__": __name__}
+        return type(kind.__name__, (UnsentContext,), named)()
+    return value
 
 
 def decode_reply(frame: bytes, loads: Loads) -> tuple[Any, RemoteFault | None, list[Any]]:
