@@ -304,6 +304,9 @@ def tally(args: Any, ctx: Any) -> Any:
     elif args.get("then") == "hang":
         mark(args["dir"], "started", str(os.getpid()))
         time.sleep(60)
+    elif args.get("then") == "busy":
+        mark(args["dir"], "started", str(os.getpid()))
+        time.sleep(2)
     return {"calls": _calls, "pid": os.getpid()}
 
 
@@ -477,3 +480,36 @@ def test_calls_queued_behind_a_stubborn_call_run_on_the_actor_that_replaces_it(
     assert not moved.is_error, moved.content
     assert moved.value["calls"] == 1 and moved.value["pid"] != pid  # a fresh actor ran it
     assert logs.warnings == ["remote body on an actor ignored cancellation; replacing the actor"]
+
+
+def test_aborting_a_call_queued_behind_a_running_one_leaves_that_call_and_its_actor_alone(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    # The queued call has not begun: its abort must not kill the actor under the call ahead
+    # of it, which would lose that call's state, or run it twice on a fresh actor.
+    params = {"dir": {"type": "string"}, "then": {"type": "string"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)
+    system.tools.register(json_tool("tally", tally, pool, parameters=params))
+    for sub in ("busy", "queued"):
+        (tmp_path / sub).mkdir()
+    busy_call = ExecuteCall(
+        call_id="busy", name="tally", arguments={"dir": str(tmp_path / "busy"), "then": "busy"}
+    )
+    busy = spawn(system, busy_call)
+    pid = int(wait_for_file(tmp_path / "busy" / "started"))
+    controller = AbortController()
+    arguments = {"dir": str(tmp_path / "queued"), "then": "wait-for-abort"}
+    queued = spawn(
+        system,
+        ExecuteCall(call_id="queued", name="tally", arguments=arguments, signal=controller.signal),
+    )
+    time.sleep(0.5)  # submitted to the busy actor by now
+    controller.abort()
+    aborted = queued.result(WAIT)
+    done = busy.result(WAIT)
+    after = system.execute(ExecuteCall(call_id="after", name="tally", arguments={}))
+
+    assert aborted.error.info.code == "ABORTED"
+    assert done.value == {"calls": 1, "pid": pid}  # run once, on the actor it began on
+    assert after.value["pid"] == pid
+    assert logs.warnings == []

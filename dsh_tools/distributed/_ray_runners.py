@@ -163,6 +163,19 @@ class ActorSubmission:
         ready, _ = ray.wait([self.ref], timeout=pool.grace, fetch_local=False)
         if ready or connected_ray() is None:
             return
+        ahead = self.reached
+        if ahead is not None and not _settled(ray, ahead):
+            # Queued behind a call still running on the actor, it has not begun. Ray runs
+            # a cancelled queued call all the same once its turn comes (with no cancellation
+            # flag set): it is cancelled again as it begins, once the call ahead ended (its
+            # own abort or deadline ends it). Killing the actor now would lose that call,
+            # which is no part of this abort.
+            ready, _ = ray.wait([ahead], timeout=pool.settle, fetch_local=False)
+            if ready and connected_ray() is not None:
+                ray.cancel(self.ref, recursive=True)
+                ready, _ = ray.wait([self.ref], timeout=pool.grace, fetch_local=False)
+            if ready or connected_ray() is None:
+                return
         _log.warning("remote body on an actor ignored cancellation; replacing the actor")
         pool.discard(self.slot, self.actor, running=self)
         if connected_ray() is not None:
@@ -349,8 +362,10 @@ class ActorPool:
         that only the stubborn call is lost with it. Ray reports a call it cancelled before
         it ran as ``TaskCancelledError``; one that did start meanwhile (the stubborn call
         ended just then) cannot be cancelled, fails as lost with the kill, and is not run
-        again. ``moving``: every call on it is moved so (its actor was never placed, see
-        ``unplaced``)."""
+        again. Only a call whose call just ahead has not ended is moved: when ``running``
+        itself waited behind a call that would not end (see ``ActorSubmission.stop``), that
+        call may be running, and is lost with the actor. ``moving``: every call on it is
+        moved so (its actor was never placed, see ``unplaced``)."""
         with self._lock:
             if slot.actor is actor:
                 slot.actor = None
@@ -360,17 +375,28 @@ class ActorPool:
                 if running is not None or moving
                 else []
             )
-            for submission in queued:
-                submission.moved = True
         ray = connected_ray()
         if ray is None:
             return  # the actor ended with the connection (see ``TaskSubmission.stop``)
+        if running is not None:
+            # Only the calls behind another that has not ended are sure not to have begun: the
+            # one at the head of the actor's queue (not ``running`` when that one was queued
+            # behind a call that would not end) may be running, and is lost with the actor.
+            queued = [s for s in queued if s.reached is not None and not _settled(ray, s.reached)]
+        for submission in queued:
+            submission.moved = True
         for submission in queued:
             # Marked cancelled before the kill, a queued call fails as cancelled, not as lost.
             with contextlib.suppress(Exception):
                 ray.cancel(submission.ref)
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
+
+
+def _settled(ray: Any, ref: Any) -> bool:
+    """Whether Ray has settled ``ref`` (its call ended, or failed)."""
+    ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+    return bool(ready)
 
 
 def _on_placed(
