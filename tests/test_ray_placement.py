@@ -603,6 +603,34 @@ def test_a_pool_actor_ray_could_not_place_takes_calls_once_ray_places_it(tmp_pat
     assert len(pids) == 2
 
 
+def test_a_call_aborted_while_its_actor_waits_to_be_placed_leaves_the_pool_usable(
+    system: ToolSystem,
+) -> None:
+    # Ray runs no later call on an actor a call of which was cancelled before it was placed:
+    # kept, that actor would hold every later call of the pool for ever.
+    import ray
+
+    holder = ray.remote(CpuHolder).options(num_cpus=2).remote()
+    ray.get(holder.ready.remote(), timeout=WAIT)
+    system.tools.register(json_tool("pid", worker_pid, RayPlacement(num_cpus=1, actor_pool=1)))
+    controller = AbortController()
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            waiting = pool.submit(
+                system.execute,
+                ExecuteCall(call_id="c1", name="pid", arguments={}, signal=controller.signal),
+            )
+            time.sleep(0.5)  # its actor waits for a CPU
+            controller.abort()
+            aborted = waiting.result(WAIT)
+        finally:
+            ray.kill(holder)
+        after = pool.submit(run, system, "pid", None, "c2").result(WAIT)
+
+    assert aborted.error.info.code == "ABORTED"
+    assert not after.is_error, after.content
+
+
 def test_tools_that_opt_into_the_default_use_the_options_set_at_call_time(
     system: ToolSystem,
 ) -> None:

@@ -247,7 +247,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         # unless Ray placed the actor just then (its outcome then stands).
                         await _stopped(submission, session)
                         await asyncio.wait((reply,), timeout=_CONNECTION_CHECK_S)
-                        if not reply.done() or _cancelled_on_cluster(reply):
+                        if not reply.done() or reply.cancelled() or reply.exception() is not None:
                             raise
                     if not reply.done():
                         await _stopped(submission, session)

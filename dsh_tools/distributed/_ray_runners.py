@@ -157,6 +157,15 @@ class ActorSubmission:
         if ray is None:
             return  # the actor ended with the connection (see ``TaskSubmission.stop``)
         pool = self.pool
+        slot = self.slot
+        if slot.actor is self.actor and not slot.placed:
+            # Its actor is not placed yet (it has begun no call). Ray runs no later call on an
+            # actor a call of which was cancelled before it was placed: the actor is given up,
+            # and the calls queued on it go to a fresh one (see ``ActorPool.unplaced``).
+            pool.discard(slot, self.actor, moving=True)
+            if connected_ray() is not None:
+                ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
+            return
         # A pending call is dropped; a running one sees its signal abort (Ray cannot interrupt
         # an actor's running call, nor force it).
         ray.cancel(self.ref, recursive=True)
