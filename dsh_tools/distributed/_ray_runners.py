@@ -175,8 +175,8 @@ class ActorSubmission:
         ahead = self.reached
         if ahead is not None and not _settled(ray, ahead):
             # Queued behind a call still running on the actor, it has not begun. Ray runs
-            # a cancelled queued call all the same once its turn comes (with no cancellation
-            # flag set): it is cancelled again as it begins, once the call ahead ended (its
+            # a cancelled queued call all the same once its turn comes (its flag set late,
+            # if at all): it is cancelled again as it begins, once the call ahead ended (its
             # own abort or deadline ends it). Killing the actor now would lose that call,
             # which is no part of this abort.
             ready, _ = ray.wait([ahead], timeout=pool.settle, fetch_local=False)
