@@ -312,6 +312,67 @@ def test_a_server_left_behind_by_a_host_that_died_is_ended(tmp_path: Path) -> No
     assert process_gone(shell)  # its supervisor, reparented, ended it
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return int(stat.read().rsplit(b")", 1)[1].split()[1])
+
+
+def _parent_command_line(pid: int) -> list[str]:
+    with open(f"/proc/{_parent(pid)}/cmdline", "rb") as cmdline:
+        return [arg.decode() for arg in cmdline.read().split(b"\0")[:-1]]
+
+
+def test_ps_shows_the_servers_command_after_its_supervisor_not_the_supervisors_source(
+    system: ToolSystem, live: Callable[..., McpPlugin], tmp_path: Path
+) -> None:
+    live()
+    above = _parent_command_line(int(wait_for_file(tmp_path / "pid")))
+    assert above[:3] == [sys.executable, "-I", "-S"]
+    assert above[-2:] == [sys.executable, LIVE_SERVER]
+    assert not any("\n" in arg for arg in above), above
+
+
+UNSUPERVISED = (
+    "MCP stdio servers run without their supervisor: sys.executable is not a Python "
+    "interpreter that runs it"
+)
+NOT_PYTHON = """#!/bin/sh
+echo ran >> "{marks}/not-python"
+exit 2
+"""
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_sys_executable_that_is_no_python_runs_the_server_without_its_supervisor(
+    system: ToolSystem,
+    tmp_path: Path,
+    errlog: TextIO,
+    logs: Logs,
+    monkeypatch: pytest.MonkeyPatch,
+    frozen: bool,
+) -> None:
+    # An embedding (uWSGI) or a frozen application has sys.executable name its own program,
+    # which cannot run the supervisor: the server is registered all the same, and the program
+    # is not run again for the next one (a frozen one is not run at all: it is the application).
+    params = live_params(tmp_path)
+    program = tmp_path / "embedding"
+    program.write_text(NOT_PYTHON.format(marks=tmp_path))
+    program.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(program))
+    if frozen:
+        monkeypatch.setattr(sys, "frozen", True, raising=False)
+    with registering(errlog) as register:
+        for name in ("first", "second"):
+            (tmp_path / "pid").unlink(missing_ok=True)
+            register(system, name, params, tool_prefix=f"{name}_")
+            assert texts(run(system, f"{name}_greet", {"name": "x"})) == ["hello x"]
+            assert _parent(int(wait_for_file(tmp_path / "pid"))) == os.getpid()
+    ran = (tmp_path / "not-python").read_text() if (tmp_path / "not-python").exists() else ""
+    assert ran == ("" if frozen else "ran\n")
+    warned = [text for text in logs.warnings if "supervisor" in text]
+    assert warned == ([] if frozen else [UNSUPERVISED])
+
+
 def test_a_result_of_tens_of_megabytes_arrives_whole_with_the_connection_kept(
     system: ToolSystem, live: Callable[..., McpPlugin]
 ) -> None:

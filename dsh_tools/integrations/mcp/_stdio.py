@@ -19,13 +19,13 @@ and ended with it. Elsewhere (no ``/proc``, no pidfd) it is the SDK's ``stdio_cl
 On Linux the server also runs under a supervisor (``_stdio_supervisor``): a child subreaper,
 so that a descendant that left the group and cleared its environment (a double fork after
 ``env -i``) is still its descendant, ended once the server exits. It costs one more
-interpreter per server (about 10 ms to start, 10 MB).
+interpreter per server (about 10 ms to start, 10 MB). Where ``sys.executable`` is no Python
+that runs it (a frozen application, an embedding), the server runs without it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import secrets
 import select
@@ -33,7 +33,6 @@ import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
@@ -43,10 +42,13 @@ from mcp import StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
+from ...actors._logging import get_logger
 from . import _stdio_supervisor
 from ._stdio_pipes import read_lines, write_lines
 
 __all__ = ["stdio_group_client"]
+
+_log = get_logger("dsh_tools.mcp")
 
 _TAG = "DSH_TOOLS_MCP_SERVER"
 _GRACE_S = 2.0
@@ -54,6 +56,14 @@ _GRACE_S = 2.0
 _POLL_S = 0.02
 _FLUSH_S = 0.5
 """How long the messages sent last may take to be written before the server's input closes."""
+
+
+class _SupervisorDidNotRun(Exception):
+    """The interpreter given the supervisor did not run it: it is no Python."""
+
+
+_unfit: set[str] = set()
+"""The interpreters that did not run the supervisor, which servers are no longer run under."""
 
 
 @contextlib.asynccontextmanager
@@ -64,11 +74,39 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams
         return
+    interpreter = _interpreter()
+    if interpreter is not None:
+        try:
+            async with _group_client(params, errlog, interpreter) as streams:
+                yield streams
+            return
+        except _SupervisorDidNotRun:
+            # ``sys.executable`` is the program that embeds Python (uWSGI, say): it ran
+            # without running the supervisor, and what it started is ended. The server runs
+            # without the supervisor from now on, found by its tag alone.
+            _unfit.add(interpreter)
+            _log.warning(
+                "MCP stdio servers run without their supervisor: sys.executable is not a "
+                "Python interpreter that runs it",
+                server_command=params.command,
+                executable=interpreter,
+            )
+    async with _group_client(params, errlog, None) as streams:
+        yield streams
+
+
+@contextlib.asynccontextmanager
+async def _group_client(
+    params: StdioServerParameters, errlog: TextIO, interpreter: str | None
+) -> AsyncIterator[Any]:
+    """``stdio_group_client`` on Linux, the server run under the supervisor by ``interpreter``
+    (unless it is ``None``); raises ``_SupervisorDidNotRun`` when the interpreter did not run
+    it, having ended whatever it started."""
     tag = secrets.token_hex(16)
     status, status_end = os.pipe()  # whether the command ran: see _stdio_supervisor
     try:
         plain = params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}})
-        tagged = _supervised(plain, status_end)
+        tagged = _supervised(plain, interpreter, status_end)
         env = get_default_environment() | (tagged.env or {})
         try:
             process = await anyio.open_process(
@@ -92,7 +130,7 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
     assert process.stdin is not None and process.stdout is not None  # spawned with pipes
     written = anyio.Event()  # the writer is done
     try:
-        await _command_ran(status, params.command)
+        await _command_ran(status, params.command, supervised=tagged is not plain)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(read_lines, process.stdout, messages, encoding, errors)
             tasks.start_soon(
@@ -147,38 +185,61 @@ async def _stop(
         ended.set()
 
 
-@functools.cache
-def _supervisor_source() -> str:
-    return Path(_stdio_supervisor.__file__).read_text(encoding="utf-8")
+_SUPERVISOR = os.path.abspath(_stdio_supervisor.__file__)
+"""Run by its path, not as ``-c`` source: ``ps`` shows the server's command line after it,
+not the supervisor's source. Absolute, as the server's working directory may be another."""
 
 
-def _supervised(params: StdioServerParameters, status: int) -> StdioServerParameters:
-    """``params`` run under the supervisor (``_stdio_supervisor``), on Linux: an isolated
-    interpreter that reaps and ends whatever the server leaves behind, and reports to the
-    descriptor ``status`` whether it could run the command. A command that cannot be found is
-    started as it is, so that the spawn fails as it would without the supervisor
-    (``FileNotFoundError`` naming the command)."""
-    if sys.platform != "linux" or not sys.executable or not _runnable(params):
+def _interpreter() -> str | None:
+    """The Python interpreter that runs the supervisor: ``sys.executable``, unless there is
+    none (an embedding may leave it empty), it is the program of a frozen application (which
+    would start the application again), or it did not run the supervisor once already."""
+    executable = sys.executable
+    if not executable or getattr(sys, "frozen", False) or executable in _unfit:
+        return None
+    return executable
+
+
+def _supervised(
+    params: StdioServerParameters, interpreter: str | None, status: int
+) -> StdioServerParameters:
+    """``params`` run under the supervisor (``_stdio_supervisor``) by ``interpreter``: an
+    isolated interpreter that reaps and ends whatever the server leaves behind, and reports
+    to the descriptor ``status`` that it runs and whether it could run the command. A command
+    that cannot be found is started as it is, so that the spawn fails as it would without the
+    supervisor (``FileNotFoundError`` naming the command); so is any command when
+    ``interpreter`` is ``None``."""
+    if interpreter is None or not _runnable(params):
         return params
-    program = [sys.executable, "-I", "-S", "-c", _supervisor_source(), str(status)]
+    program = [interpreter, "-I", "-S", _SUPERVISOR, str(status)]
     return params.model_copy(
         update={"command": program[0], "args": [*program[1:], params.command, *params.args]}
     )
 
 
-async def _command_ran(status: int, command: str) -> None:
+async def _command_ran(status: int, command: str, *, supervised: bool) -> None:
     """Wait for the supervisor to run ``command`` (closing ``status``), or raise the
     ``OSError`` of the ``exec`` that failed, as the spawn raises it without the supervisor
     (``Exec format error`` for an executable file with no ``#!`` line, say): the server's
-    output would only end, with nothing to say why. The server cannot answer before it runs,
-    so the connection is no slower for the wait."""
+    output would only end, with nothing to say why. Raise ``_SupervisorDidNotRun`` when
+    ``status`` closed without the supervisor's first word (a ``+``): what ran was no Python.
+    The server cannot answer before it runs, so the connection is no slower for the wait."""
+    report = b""
     try:
-        await anyio.wait_readable(status)
-        report = os.read(status, 32)
+        while True:
+            await anyio.wait_readable(status)
+            chunk = os.read(status, 32)
+            if not chunk:
+                break
+            report += chunk
     finally:
         os.close(status)
-    if report.isdigit():
-        code = int(report)
+    if not supervised:
+        return
+    if not report.startswith(b"+"):
+        raise _SupervisorDidNotRun
+    if report[1:].isdigit():
+        code = int(report[1:])
         raise OSError(code, os.strerror(code), command)
 
 

@@ -12,11 +12,13 @@ every descendant is still found below it, by the connection as by itself. A ``SI
 the supervisor takes its cleanup with it; the connection then ends the group and the
 processes that carry its environment variable, as without it.
 
-It runs as ``python -I -S -c SOURCE FD COMMAND ARG...``, so it imports nothing of the package
+It runs as ``python -I -S PATH FD COMMAND ARG...``, so it imports nothing of the package
 and only modules that start fast. ``FD`` is the write end of a pipe that tells the connection
-whether the server's command could be run: it closes with the ``exec`` that runs it, or first
-carries the ``errno`` of the ``exec`` that failed (an executable file with no ``#!`` line, say),
-which the connection raises as the spawn's ``OSError``, as without the supervisor. The server
+that the supervisor runs (a ``+`` first: an ``sys.executable`` that is no Python, such as an
+embedding's program, would close it without) and whether the server's command could be run: it
+closes with the ``exec`` that runs it, or first carries the ``errno`` of the ``exec`` that failed
+(an executable file with no ``#!`` line, say), which the connection raises as the spawn's
+``OSError``, as without the supervisor. The server
 gets the environment the supervisor was started with (not the locale Python's start-up adds to
 it), its standard streams (of which the supervisor keeps no copy of the input and output) and
 its working directory, so that it runs as it would have run without it.
@@ -173,6 +175,7 @@ def _let_go_of_pipes() -> None:
 def main(argv: list[str]) -> None:
     status = int(argv[0])
     argv = argv[1:]
+    os.write(status, b"+")  # the supervisor runs: see the module's docstring
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
