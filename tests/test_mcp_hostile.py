@@ -50,7 +50,6 @@ from dsh_tools.integrations import (
     McpToolError,
     register_mcp_server_sync,
 )
-from dsh_tools.integrations.mcp import _stdio_pipes
 
 HOSTILE_SERVER = str(Path(__file__).with_name("mcp_hostile_server.py"))
 HOSTILE_TOOLS = [
@@ -197,31 +196,36 @@ def test_a_line_that_is_not_text_is_logged_and_the_calls_go_on(
 
 
 def test_a_line_past_the_limit_ends_the_connection_naming_the_limit(
-    system: ToolSystem,
-    hostile: Callable[..., McpPlugin],
-    logs: Logs,
-    monkeypatch: pytest.MonkeyPatch,
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, logs: Logs
 ) -> None:
     # The limit is lowered so that the test need not send hundreds of megabytes.
-    monkeypatch.setattr(_stdio_pipes, "LINE_LIMIT", 1 << 20)
-    plugin = hostile()
-    assert texts(run(system, "echo", {"text": "before"})) == ["before"]
-    assert failure(run(system, "endless_line", {}))["error"]["info"]["code"] == "MCP_DISCONNECTED"
-    warning = logged(logs, "MCP server disconnected; its tools are withdrawn")
-    assert warning["server"] == "hostile"
-    assert warning["reason"].startswith(
-        "LineTooLongError: the server sent a line longer than 1048576 bytes, the limit ("
-    )
-    assert plugin.wait_for_state("disconnected", timeout=WAIT)
+    params = hostile_params(tmp_path)
+    with registering(errlog) as register:
+        plugin = register(system, "hostile", params, max_message_bytes=1 << 20)
+        assert texts(run(system, "echo", {"text": "before"})) == ["before"]
+        result = run(system, "endless_line", {})
+        assert failure(result)["error"]["info"]["code"] == "MCP_DISCONNECTED"
+        warning = logged(logs, "MCP server disconnected; its tools are withdrawn")
+        assert warning["server"] == "hostile"
+        assert warning["reason"].startswith(
+            "LineTooLongError: the server sent a line longer than 1048576 bytes, the limit ("
+        )
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
 
 
 def test_an_initialize_answer_past_the_line_limit_fails_registration_naming_the_limit(
-    system: ToolSystem, tmp_path: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
 ) -> None:
-    monkeypatch.setattr(_stdio_pipes, "LINE_LIMIT", 1 << 20)
     params = hostile_params(tmp_path, "endless-init")
     with pytest.raises(McpConnectionError) as caught:
-        register_mcp_server_sync(system, "hostile", params, errlog=errlog, connect_timeout=WAIT)
+        register_mcp_server_sync(
+            system,
+            "hostile",
+            params,
+            errlog=errlog,
+            connect_timeout=WAIT,
+            max_message_bytes=1 << 20,
+        )
     assert str(caught.value).startswith(
         'MCP server "hostile" could not be started: LineTooLongError: the server sent a line '
         "longer than 1048576 bytes, the limit ("

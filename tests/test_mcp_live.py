@@ -386,6 +386,30 @@ def test_a_result_of_tens_of_megabytes_arrives_whole_with_the_connection_kept(
     assert texts(run(system, "greet", {"name": "x"})) == ["hello x"]
 
 
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "1MiB"])
+def test_a_message_bound_that_is_no_positive_whole_number_is_refused_before_the_server_starts(
+    system: ToolSystem, tmp_path: Path, limit: object
+) -> None:
+    with pytest.raises(ValueError, match=r"^max_message_bytes must be a positive whole number"):
+        register_mcp_server_sync(
+            system,
+            "live",
+            live_params(tmp_path),
+            max_message_bytes=limit,  # type: ignore[arg-type]
+        )
+    assert not (tmp_path / "pid").exists()
+
+
+def test_a_transport_factory_sets_its_own_message_bound(system: ToolSystem) -> None:
+    with pytest.raises(ValueError, match=r"a transport factory sets its own bound"):
+        register_mcp_server_sync(
+            system,
+            "live",
+            lambda: streamable_http_client("http://127.0.0.1:9/mcp"),
+            max_message_bytes=1 << 20,
+        )
+
+
 # --- Streamable HTTP ---------------------------------------------------------------------------
 
 
@@ -518,6 +542,22 @@ def test_http_reconnects_by_default_and_stdio_does_not(
 
 
 # --- a URL that is not a Streamable HTTP endpoint ----------------------------------------------
+
+
+def test_a_url_takes_results_up_to_the_message_bound_it_is_given(
+    system: ToolSystem, http_server: HttpServer
+) -> None:
+    # The SDK's bound for one server-sent event is 1 MiB: a 2 MiB result fails under it.
+    with register_mcp_server_sync(
+        system, "small", http_server.url, connect_timeout=WAIT, tool_prefix="small_"
+    ):
+        refused = failure(run(system, "small_bulk", {"mebibytes": 2}))["error"]
+        assert refused["info"]["code"] == "MCP_REQUEST_FAILED"
+        assert "exceeded the 1048576 byte limit" in refused["message"]
+    with register_mcp_server_sync(
+        system, "large", http_server.url, connect_timeout=WAIT, max_message_bytes=4 << 20
+    ):
+        assert [len(part) for part in texts(run(system, "bulk", {"mebibytes": 2}))] == [2 << 20]
 
 
 def test_a_url_without_an_mcp_endpoint_fails_naming_the_url_and_the_http_status(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TextIO
 
 import httpx2
 from mcp import MCPError, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 
 from ...actors._futures import retrieve
 from ._capabilities import approval_elicitation
@@ -26,6 +26,7 @@ from ._errors import McpConnectionError
 from ._plugin import McpPlugin, wait_out
 from ._sdk import is_closed
 from ._stdio import stdio_group_client
+from ._stdio_pipes import LINE_LIMIT
 from ._tools import ConcurrencyPolicy
 from ._transport import SERVER_CLOSED
 from ._types import (
@@ -127,7 +128,7 @@ def _forward(reader: TextIO, errlog: TextIO) -> None:
 
 @contextlib.asynccontextmanager
 async def _stdio_forwarding_stderr(
-    params: StdioServerParameters, errlog: TextIO, name: str
+    params: StdioServerParameters, errlog: TextIO, name: str, line_limit: int
 ) -> AsyncIterator[Any]:
     """``stdio_client`` for an ``errlog`` without a file descriptor (a notebook's or a test
     capture's ``sys.stderr``, an ``io.StringIO``), which a child process cannot write to: the
@@ -140,23 +141,26 @@ async def _stdio_forwarding_stderr(
     )
     forwarding.start()
     try:
-        async with stdio_group_client(params, writer) as streams:
+        async with stdio_group_client(params, writer, line_limit) as streams:
             writer.close()  # the server has its own copy; its exit ends the forwarding
             yield streams
     finally:
         writer.close()
 
 
-def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transport:
+def _transport(
+    server_params: Any, errlog: TextIO | None, name: str, max_message_bytes: int | None
+) -> _Transport:
     """The transport factory, its kind and what errors say about it."""
     if isinstance(server_params, StdioServerParameters):
         params = server_params
+        line_limit = LINE_LIMIT if max_message_bytes is None else max_message_bytes
 
         def open_stdio() -> AbstractAsyncContextManager[Any]:
             target = errlog if errlog is not None else sys.stderr
             if _has_descriptor(target):
-                return stdio_group_client(params, target)
-            return _stdio_forwarding_stderr(params, target, name)
+                return stdio_group_client(params, target, line_limit)
+            return _stdio_forwarding_stderr(params, target, name, line_limit)
 
         return _Transport(open_stdio, "stdio", "", None)
     if isinstance(server_params, str):
@@ -166,6 +170,7 @@ def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transpo
             )
         url = server_params
         status = _HttpStatus()
+        event_limit = DEFAULT_MAX_SSE_EVENT_SIZE if max_message_bytes is None else max_message_bytes
 
         @contextlib.asynccontextmanager
         async def open_http() -> AsyncIterator[Any]:
@@ -176,11 +181,21 @@ def _transport(server_params: Any, errlog: TextIO | None, name: str) -> _Transpo
             client = httpx2.AsyncClient(
                 timeout=_HTTP_TIMEOUT, event_hooks={"response": [status.record]}
             )
-            async with client, streamable_http_client(url, http_client=client) as streams:
+            async with (
+                client,
+                streamable_http_client(
+                    url, http_client=client, max_sse_event_size=event_limit
+                ) as streams,
+            ):
                 yield streams
 
         return _Transport(open_http, "http", f" at {url}", status)
     if callable(server_params):
+        if max_message_bytes is not None:
+            raise ValueError(
+                "max_message_bytes bounds the messages of a stdio server or a URL's; a transport "
+                "factory sets its own bound (streamable_http_client(url, max_sse_event_size=...))"
+            )
         factory: TransportFactory = server_params
         return _Transport(factory, "factory", "", None)
     raise TypeError(
@@ -210,7 +225,11 @@ def _positive(value: Any) -> bool:
 
 
 def _check_bounds(
-    timeout_ms: Any, ping_interval: Any, connect_timeout: Any, close_timeout: Any
+    timeout_ms: Any,
+    ping_interval: Any,
+    connect_timeout: Any,
+    close_timeout: Any,
+    max_message_bytes: Any,
 ) -> None:
     """Each bound is a positive finite number (``timeout_ms`` and ``ping_interval`` may be
     ``None``): a zero or negative ``ping_interval`` pings without pause, a zero or negative
@@ -224,6 +243,12 @@ def _check_bounds(
     for label, value, unit, optional in bounds:
         if not (optional and value is None) and not _positive(value):
             raise ValueError(f"{label} must be a positive number of {unit}, got {value!r}")
+    if max_message_bytes is not None and not (
+        type(max_message_bytes) is int and max_message_bytes > 0
+    ):
+        raise ValueError(
+            f"max_message_bytes must be a positive whole number of bytes, got {max_message_bytes!r}"
+        )
 
 
 def _check(
@@ -290,6 +315,7 @@ def register_mcp_server_sync(
     ping_interval: float | None = None,
     connect_timeout: float = 30.0,
     close_timeout: float = 10.0,
+    max_message_bytes: int | None = None,
     errlog: TextIO | None = None,
 ) -> McpPlugin:
     """Blocking form of ``register_mcp_server`` (same arguments), for threads without a loop.
@@ -318,6 +344,7 @@ def register_mcp_server_sync(
         ping_interval=ping_interval,
         connect_timeout=connect_timeout,
         close_timeout=close_timeout,
+        max_message_bytes=max_message_bytes,
         errlog=errlog,
     )
 
@@ -344,6 +371,7 @@ def _register_sync(
     ping_interval: float | None,
     connect_timeout: float,
     close_timeout: float,
+    max_message_bytes: int | None,
     errlog: TextIO | None,
 ) -> McpPlugin:
     """``register_mcp_server_sync``; a connection still under way when ``abandoned`` settles
@@ -361,8 +389,8 @@ def _register_sync(
         on_progress,
         on_list_changed,
     )
-    _check_bounds(timeout_ms, ping_interval, connect_timeout, close_timeout)
-    transport = _transport(server_params, errlog, name)
+    _check_bounds(timeout_ms, ping_interval, connect_timeout, close_timeout, max_message_bytes)
+    transport = _transport(server_params, errlog, name, max_message_bytes)
     open_transport, kind = transport.open, transport.kind
     policy = _reconnect_policy(reconnect, kind)
     if ping_interval is None:
@@ -564,6 +592,7 @@ async def register_mcp_server(
     ping_interval: float | None = None,
     connect_timeout: float = 30.0,
     close_timeout: float = 10.0,
+    max_message_bytes: int | None = None,
     errlog: TextIO | None = None,
 ) -> McpPlugin:
     """Connect to one MCP server and register its tools; return the ``McpPlugin`` that owns them.
@@ -581,6 +610,10 @@ async def register_mcp_server(
     ``timeout_ms`` is every tool's deadline, ``timeouts`` per tool (by MCP or registered name,
     in milliseconds); a deadline cancels the request (``TOOL_TIMEOUT``) and is the
     ``timeout_ms`` the timeout policy reads.
+
+    ``max_message_bytes`` bounds one message from the server: a line of a stdio server's output
+    (256 MiB by default; past it the connection ends) or a server-sent event over a URL (1 MiB
+    by default, the SDK's; past it the call fails). A transport factory sets its own bound.
 
     ``reconnect``: ``None`` (default) reconnects Streamable HTTP servers (``ReconnectPolicy()``)
     and not stdio servers or factories; ``True``/``False`` or a ``ReconnectPolicy`` decide.
@@ -621,6 +654,7 @@ async def register_mcp_server(
         "ping_interval": ping_interval,
         "connect_timeout": connect_timeout,
         "close_timeout": close_timeout,
+        "max_message_bytes": max_message_bytes,
         "errlog": errlog,
     }
 

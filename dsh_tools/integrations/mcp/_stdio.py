@@ -44,7 +44,7 @@ from mcp.shared.message import SessionMessage
 
 from ...actors._logging import get_logger
 from . import _stdio_supervisor
-from ._stdio_pipes import read_lines, write_lines
+from ._stdio_pipes import LINE_LIMIT, read_lines, write_lines
 
 __all__ = ["stdio_group_client"]
 
@@ -67,9 +67,12 @@ _unfit: set[str] = set()
 
 
 @contextlib.asynccontextmanager
-async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> AsyncIterator[Any]:
+async def stdio_group_client(
+    params: StdioServerParameters, errlog: TextIO, line_limit: int = LINE_LIMIT
+) -> AsyncIterator[Any]:
     """The ``(read, write)`` streams of ``stdio_client(params, errlog=errlog)``, ending the
-    server's process group and its descendants with it (see the module's docstring)."""
+    server's process group and its descendants with it (see the module's docstring); a line of
+    the server's output longer than ``line_limit`` bytes ends the connection (on Linux)."""
     if sys.platform != "linux":  # no /proc, no pidfd: the SDK's own handling is all there is
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams
@@ -77,7 +80,7 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
     interpreter = _interpreter()
     if interpreter is not None:
         try:
-            async with _group_client(params, errlog, interpreter) as streams:
+            async with _group_client(params, errlog, line_limit, interpreter) as streams:
                 yield streams
             return
         except _SupervisorDidNotRun:
@@ -91,13 +94,13 @@ async def stdio_group_client(params: StdioServerParameters, errlog: TextIO) -> A
                 server_command=params.command,
                 executable=interpreter,
             )
-    async with _group_client(params, errlog, None) as streams:
+    async with _group_client(params, errlog, line_limit, None) as streams:
         yield streams
 
 
 @contextlib.asynccontextmanager
 async def _group_client(
-    params: StdioServerParameters, errlog: TextIO, interpreter: str | None
+    params: StdioServerParameters, errlog: TextIO, line_limit: int, interpreter: str | None
 ) -> AsyncIterator[Any]:
     """``stdio_group_client`` on Linux, the server run under the supervisor by ``interpreter``
     (unless it is ``None``); raises ``_SupervisorDidNotRun`` when the interpreter did not run
@@ -132,7 +135,7 @@ async def _group_client(
     try:
         await _command_ran(status, params.command, supervised=tagged is not plain)
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(read_lines, process.stdout, messages, encoding, errors)
+            tasks.start_soon(read_lines, process.stdout, messages, encoding, errors, line_limit)
             tasks.start_soon(
                 write_lines, process.stdin, outgoing, messages, encoding, errors, written
             )

@@ -6,9 +6,10 @@ and splits the whole again, so reading one line costs time in the square of its 
 waiting behind it times out and ends the connection). Here an unfinished line is kept as its
 pieces, and only each new piece is searched for the line's end: linear in the line's length.
 
-One line may hold at most ``LINE_LIMIT`` bytes (characters, in an encoding decoded before it is
-split): a server that writes on without ever ending its line would otherwise grow the harness's
-memory without bound. Past it the connection ends, for the reason ``LineTooLongError`` gives.
+One line may hold at most ``LINE_LIMIT`` bytes unless told otherwise (characters, in an encoding
+decoded before it is split): a server that writes on without ever ending its line would
+otherwise grow the harness's memory without bound. Past it the connection ends, for the reason
+``LineTooLongError`` gives.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from mcp.shared.message import SessionMessage
 __all__ = ["LINE_LIMIT", "LineTooLongError", "read_lines", "write_lines"]
 
 LINE_LIMIT = 256 * 1024 * 1024
-"""The longest line a server may send: ample for a tool result of images or files in base64."""
+"""The longest line a server may send by default: ample for a tool result of images or files
+in base64."""
 
 _ENDED = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
 
 
 class LineTooLongError(Exception):
-    """A server's output held a line longer than ``LINE_LIMIT``: its connection ends."""
+    """A server's output held a line longer than its limit: its connection ends."""
 
 
 def _parsed(line: bytes | str, encoding: str, errors: str) -> SessionMessage | Exception:
@@ -65,10 +67,12 @@ async def read_lines(
     messages: ObjectSendStream[SessionMessage | Exception],
     encoding: str,
     errors: str,
+    limit: int,
 ) -> None:
     """Pass each line of ``stdout`` on to ``messages`` until the server closes it (then close
     ``messages``, which ends the session); once nobody takes them any more, read on and drop
-    them, so that a server blocked writing its output can still exit."""
+    them, so that a server blocked writing its output can still exit. A line longer than
+    ``limit`` ends the session (``LineTooLongError``)."""
     # An encoding whose newline is not the byte 0x0A (UTF-16, say) is split once decoded.
     decoder = (
         None if "\n".encode(encoding) == b"\n" else codecs.getincrementaldecoder(encoding)(errors)
@@ -91,7 +95,7 @@ async def read_lines(
                     lines, piece = _lines(decoded, "\n", text), len(decoded)
                 # Without a line's end the whole piece was kept; else at most its tail is.
                 held = held + piece if not lines else sum(map(len, raw or text))
-                if held > LINE_LIMIT:
+                if held > limit:
                     # Said as the stream's last item (``WatchedReadStream`` ends the session
                     # with it); the rest is read and dropped until the server is stopped.
                     raw.clear()
@@ -100,7 +104,7 @@ async def read_lines(
                     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                         await messages.send(
                             LineTooLongError(
-                                f"the server sent a line longer than {LINE_LIMIT} bytes, the "
+                                f"the server sent a line longer than {limit} bytes, the "
                                 f"limit ({held} bytes so far, no end yet)"
                             )
                         )
