@@ -412,6 +412,69 @@ def test_a_stdio_server_that_stops_answering_without_exiting_is_found_out(
         assert plugin.state == "disconnected"
 
 
+PINGLESS_SERVER = """
+import os
+from pathlib import Path
+
+import anyio
+from mcp import MCPError, types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+MARKS = Path(os.environ["MCP_FIXTURE_MARKS"])
+
+
+async def refuse_ping(ctx, params):
+    # As a server that implements no ping answers one (the SDK's own, given on_ping=None).
+    with open(MARKS / "pings", "a") as pings:
+        pings.write("ping\\n")
+    raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(
+        tools=[types.Tool(name="refuse", input_schema={"type": "object"})]
+    )
+
+
+async def call_tool(ctx, params):
+    # -32000, the code the SDK also gives a closed connection: a server's own error here.
+    raise MCPError(-32000, "license expired")
+
+
+server = Server("pingless", on_ping=refuse_ping, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+anyio.run(main)
+"""
+
+
+def test_a_server_that_refuses_pings_stays_connected_and_its_errors_are_its_own(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The protocol asks every server to answer ping, but one that answers "Method not found"
+    # is there all the same: neither the keep-alive nor a failed call may take it for gone.
+    script = tmp_path / "pingless_server.py"
+    script.write_text(PINGLESS_SERVER)
+    env = {"MCP_FIXTURE_MARKS": str(tmp_path)}
+    params = StdioServerParameters(command=sys.executable, args=[str(script)], env=env)
+    with registering(errlog) as register:
+        plugin = register(system, "pingless", params, ping_interval=0.05)
+        pings = tmp_path / "pings"
+        wait_until(lambda: pings.exists() and len(pings.read_text().split()) >= 3, "3 pings")
+        assert failure(run(system, "refuse", {}))["error"] == {
+            "message": "MCP request failed: license expired",
+            "info": {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"},
+        }
+        assert plugin.state == "connected"
+        assert system.tools.names() == ["refuse"]
+
+
 PLAIN_SERVER = """
 import contextlib
 import os

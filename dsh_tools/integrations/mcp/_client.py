@@ -340,8 +340,7 @@ class McpClient:
                 await asyncio.wait_for(self._wake.wait(), self._ping_interval)
             except TimeoutError:
                 try:
-                    with anyio.fail_after(self._connect_timeout):
-                        await session.send_ping()
+                    await _ping(session, self._connect_timeout)
                 except Exception as exc:
                     ended = self._watched_end()
                     if ended is not None:
@@ -596,8 +595,7 @@ class McpClient:
         """What a ping raised (``TimeoutError`` for no answer in time), or ``None`` if it was
         answered."""
         try:
-            with anyio.fail_after(min(self._connect_timeout, 5.0)):
-                await session.send_ping()
+            await _ping(session, min(self._connect_timeout, 5.0))
         except Exception as exc:
             return exc
         return None
@@ -644,6 +642,19 @@ class McpClient:
         """On the client loop: the server's tools changed; the supervisor re-lists them."""
         self._relist = True
         self._wake.set()
+
+
+async def _ping(session: ClientSession, timeout: float) -> None:
+    """Ping the server; raise what says it did not answer within ``timeout`` seconds. A
+    server that refuses the method (``METHOD_NOT_FOUND``) answered: the protocol asks every
+    server to answer pings, but one that does not is no less there, and other clients never
+    ping it to find out."""
+    try:
+        with anyio.fail_after(timeout):
+            await session.send_ping()
+    except MCPError as exc:
+        if exc.code != types.METHOD_NOT_FOUND:
+            raise
 
 
 async def _undeclared_tools(session: ClientSession) -> list[dict[str, Any]]:
