@@ -181,6 +181,40 @@ def test_a_line_that_is_no_message_is_logged_and_the_calls_go_on(
     assert warning["error"].startswith("malformed JSON-RPC message at the top level: ")
 
 
+BANNER_SERVER = """
+import sys
+from mcp.server.mcpserver import MCPServer
+
+sys.stdout.write("Weather server v1.2 starting... ")  # no newline: its first answer joins it
+sys.stdout.flush()
+server = MCPServer("banner")
+
+@server.tool(description="Echo the text.")
+def echo(text: str) -> str:
+    return text
+
+server.run()
+"""
+
+
+def test_a_first_answer_lost_in_a_line_that_is_no_message_fails_registration_showing_it(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The answer to initialize shares its line with the banner, so it never comes: the
+    # failure after connect_timeout says what the server sent instead of only that it timed out.
+    script = tmp_path / "banner_server.py"
+    script.write_text(BANNER_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "banner", params, errlog=errlog, connect_timeout=5)
+    assert str(caught.value).startswith(
+        'MCP server "banner" started but did not initialize and list its tools within '
+        "connect_timeout=5 s; it sent what is no message: malformed JSON-RPC message at the "
+        "top level: Invalid JSON: expected value at line 1 column 1, in the line "
+        '\'Weather server v1.2 starting... {"jsonrpc":"2.0","id":1,'
+    )
+
+
 def test_a_line_that_is_not_text_is_logged_and_the_calls_go_on(
     system: ToolSystem, hostile: Callable[..., McpPlugin], logs: Logs
 ) -> None:

@@ -469,6 +469,11 @@ class McpClient:
         or ``None`` while it has not seen it end."""
         return self._ended if self._lost else None
 
+    def unreadable(self) -> str | None:
+        """What was wrong with the last line of the server's output that was no message (and
+        how it began), or ``None``."""
+        return self._answers.unreadable
+
     def cut_reason(self) -> str:
         """Why the last calls were cut short: ``"closed"`` or ``"disconnected"``."""
         return self._cut_reason

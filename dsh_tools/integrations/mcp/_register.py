@@ -480,9 +480,12 @@ def _register_sync(
                 raise
             if _first_cause(exc) is TimeoutError:
                 started = " started but" if kind == "stdio" else transport.where
+                unreadable = client.unreadable()
+                # Its answer may be in that line: a banner printed without a newline, say.
+                why = "" if unreadable is None else f"; it sent what is no message: {unreadable}"
                 raise McpConnectionError(
                     f'MCP server "{name}"{started} did not initialize and list its tools '
-                    f"within connect_timeout={connect_timeout} s",
+                    f"within connect_timeout={connect_timeout} s{why}",
                     "MCP_CONNECT_FAILED",
                 ) from exc
             raise McpConnectionError(

@@ -45,6 +45,19 @@ def _why(exc: Exception) -> str:
     return summarize(exc) if isinstance(exc, ValidationError) else str(exc)
 
 
+_LINE_SHOWN = 80
+"""How much of a line that is no message a log line or an error shows: enough to know it."""
+
+
+def _line_of(exc: ValidationError) -> str | None:
+    """The text of a line that is not JSON, as the parse failure holds it."""
+    for error in exc.errors(include_url=False):
+        if not error["loc"] and isinstance(error.get("input"), str):
+            text: str = error["input"]
+            return text
+    return None
+
+
 class ClientOptions:
     """The client capabilities one connection advertises, and what answers them."""
 
@@ -87,6 +100,10 @@ class ServerRequests:
         self._callbacks = callbacks
         self._context = context
         self._tools_changed = tools_changed
+        self.unreadable: str | None = None
+        """What was wrong with the last line of the server's output that was no message, and
+        how it began: a first connection that times out says so (a banner the server printed
+        without a newline, say, holds the answer to ``initialize`` in its line)."""
 
     async def sample(
         self, context: ClientRequestContext, params: types.CreateMessageRequestParams
@@ -151,19 +168,21 @@ class ServerRequests:
             # print to stdout), and the replies around it still arrive, so failing every call
             # would turn working calls into failures. A reply that lost its id too cannot be
             # told from such a line: its call waits for its deadline or its abort.
-            _log.warning(
-                "MCP server sent a message that could not be read",
-                server=self._label,
-                error=summarize(message, "JSON-RPC message"),
-            )
+            self._unreadable(summarize(message, "JSON-RPC message"), _line_of(message))
         elif isinstance(message, UnicodeDecodeError):  # a line that is not text (stdio)
-            _log.warning(
-                "MCP server sent a message that could not be read",
-                server=self._label,
-                error=f"not {message.encoding} text: {message.reason}",
-            )
+            self._unreadable(f"not {message.encoding} text: {message.reason}", None)
         elif isinstance(message, Exception):
             _log.debug("MCP transport reported an error", server=self._label, error=str(message))
+
+    def _unreadable(self, error: str, line: str | None) -> None:
+        start = None if line is None else repr(line[:_LINE_SHOWN])
+        self.unreadable = error if start is None else f"{error}, in the line {start}"
+        _log.warning(
+            "MCP server sent a message that could not be read",
+            server=self._label,
+            error=error,
+            line=start,
+        )
 
     def _list_changed(self, kind: Literal["resources", "prompts"]) -> None:
         """On the client loop: tell the harness, on a worker thread (it may well re-list
