@@ -342,20 +342,30 @@ exit 2
 """
 
 
-@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize(
+    ("program_name", "frozen", "runs"),
+    [
+        ("uwsgi", False, False),  # an application that embeds Python: never started
+        ("app", True, False),  # a frozen application: never started either
+        ("python3", False, True),  # named as an interpreter, it is tried once, and said so
+    ],
+)
 def test_a_sys_executable_that_is_no_python_runs_the_server_without_its_supervisor(
     system: ToolSystem,
     tmp_path: Path,
     errlog: TextIO,
     logs: Logs,
     monkeypatch: pytest.MonkeyPatch,
+    program_name: str,
     frozen: bool,
+    runs: bool,
 ) -> None:
-    # An embedding (uWSGI) or a frozen application has sys.executable name its own program,
-    # which cannot run the supervisor: the server is registered all the same, and the program
-    # is not run again for the next one (a frozen one is not run at all: it is the application).
+    # Where sys.executable names a program that cannot run the supervisor, the server is
+    # registered all the same, without one, and that program is started at most once.
     params = live_params(tmp_path)
-    program = tmp_path / "embedding"
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    program = folder / program_name
     program.write_text(NOT_PYTHON.format(marks=tmp_path))
     program.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(program))
@@ -368,9 +378,9 @@ def test_a_sys_executable_that_is_no_python_runs_the_server_without_its_supervis
             assert texts(run(system, f"{name}_greet", {"name": "x"})) == ["hello x"]
             assert _parent(int(wait_for_file(tmp_path / "pid"))) == os.getpid()
     ran = (tmp_path / "not-python").read_text() if (tmp_path / "not-python").exists() else ""
-    assert ran == ("" if frozen else "ran\n")
+    assert ran == ("ran\n" if runs else "")
     warned = [text for text in logs.warnings if "supervisor" in text]
-    assert warned == ([] if frozen else [UNSUPERVISED])
+    assert warned == ([UNSUPERVISED] if runs else [])
 
 
 def test_a_result_of_tens_of_megabytes_arrives_whole_with_the_connection_kept(

@@ -188,6 +188,8 @@ async def _stop(
         ended.set()
 
 
+_INTERPRETER_NAMES = ("python", "pypy")
+"""How the programs that are Python interpreters are named (``python3.12``, ``pypy3``...)."""
 _SUPERVISOR = os.path.abspath(_stdio_supervisor.__file__)
 """Run by its path, not as ``-c`` source: ``ps`` shows the server's command line after it,
 not the supervisor's source. Absolute, as the server's working directory may be another."""
@@ -196,9 +198,13 @@ not the supervisor's source. Absolute, as the server's working directory may be 
 def _interpreter() -> str | None:
     """The Python interpreter that runs the supervisor: ``sys.executable``, unless there is
     none (an embedding may leave it empty), it is the program of a frozen application (which
-    would start the application again), or it did not run the supervisor once already."""
+    would start the application again), its name is no interpreter's (the program of an
+    application that embeds Python, or that a compiler built: started with the supervisor's
+    arguments, it would do whatever it does), or it did not run the supervisor once already."""
     executable = sys.executable
     if not executable or getattr(sys, "frozen", False) or executable in _unfit:
+        return None
+    if not os.path.basename(executable).startswith(_INTERPRETER_NAMES):
         return None
     return executable
 
