@@ -11,11 +11,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import gc
 import os
 import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -778,12 +780,18 @@ def test_a_command_the_system_cannot_run_fails_registration_saying_why(
     command.write_text("garbage\n")
     command.chmod(0o755)
     params = StdioServerParameters(command=str(command))
-    with pytest.raises(McpConnectionError) as caught:
-        register_mcp_server_sync(system, "garbage", params, errlog=errlog, connect_timeout=WAIT)
-    assert str(caught.value) == (
+    with warnings.catch_warnings(record=True) as caught_warnings:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(McpConnectionError) as caught:
+            register_mcp_server_sync(system, "garbage", params, errlog=errlog, connect_timeout=WAIT)
+        message = str(caught.value)
+        del caught  # its traceback holds the connection's frames
+        gc.collect()  # nothing of the connection is left unclosed for the collector to find
+    assert message == (
         f'MCP server "garbage" could not be started: OSError: [Errno {errno.ENOEXEC}] '
         f"{os.strerror(errno.ENOEXEC)}: '{command}'"
     )
+    assert [str(w.message) for w in caught_warnings if w.category is ResourceWarning] == []
     assert system.tools.schemas() == []
     assert mcp_threads() == []
 

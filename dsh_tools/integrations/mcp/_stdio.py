@@ -127,13 +127,15 @@ async def _group_client(
         os.close(status)
         raise
     ended = anyio.Event()  # the watch has ended the group after the server's exit
-    messages, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    write, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
     encoding, errors = tagged.encoding, tagged.encoding_error_handler
     assert process.stdin is not None and process.stdout is not None  # spawned with pipes
     written = anyio.Event()  # the writer is done
     try:
         await _command_ran(status, params.command, supervised=tagged is not plain)
+        # Only now: the streams are closed by the tasks and ``_stop`` below, and left unclosed
+        # by a command that did not run they would be reported as a resource leak.
+        messages, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(read_lines, process.stdout, messages, encoding, errors, line_limit)
             tasks.start_soon(
