@@ -149,6 +149,47 @@ def test_a_malformed_reply_fails_its_call_at_once_naming_what_was_wrong(
     assert texts(run(system, "echo", {"text": "next"})) == ["next"]
 
 
+DEEP_SERVER = """
+from typing import Any
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("deep")
+
+@server.tool(description="A tree as deep as asked.")
+def tree(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"child": value}
+    return value
+
+server.run()
+"""
+
+
+def test_a_reply_nested_deeper_than_the_client_reads_fails_its_call_at_once(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The SDK's server sends a result 220 levels deep; the SDK's client parser stops at 200
+    # and sees no JSON at all, so nothing says which call the reply was for. Without the id
+    # found in it, the call would wait for ever (the tool has no deadline).
+    script = tmp_path / "deep_server.py"
+    script.write_text(DEEP_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with registering(errlog) as register:
+        plugin = register(system, "deep", params)
+        call = ExecuteCall(call_id="t", name="tree", arguments={"depth": 220})
+        error = failure(spawn(system, call).result(WAIT))["error"]
+        assert error["info"] == {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"}
+        assert error["message"].startswith(
+            "MCP request failed: the server's reply is malformed (Invalid JSON: recursion limit "
+            "exceeded at line 1 column "
+        )
+        assert plugin.state == "connected"
+        assert run(system, "tree", {"depth": 2}).value["structured_content"] == {
+            "child": {"child": {}}
+        }
+
+
 @pytest.mark.parametrize("form", ["blocking", "async"])
 def test_a_malformed_resource_list_fails_as_a_request_naming_what_was_wrong(
     system: ToolSystem, hostile: Callable[..., McpPlugin], form: str

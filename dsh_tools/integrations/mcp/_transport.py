@@ -3,6 +3,9 @@ for replies the SDK cannot read."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import re
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
@@ -44,16 +47,57 @@ class SessionWatch(Protocol):
         ...
 
 
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+"""A JSON string (brackets inside it are text) or a bracket: all a shallow reading needs."""
+_COLON = re.compile(r"\s*:")
+_ID = re.compile(r'\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)\s*[,}]')
+
+
+def _shallow(text: str) -> dict[str, Any] | None:
+    """The members a line that is no readable JSON holds at the top of its object, when it
+    is an object: the ``id`` read, the others present with ``None``. Read without recursion, so
+    that a reply nested deeper than the parser takes (a tool's structured content 200 levels
+    deep, which the SDK's own server sends) or cut short still names the request it answers;
+    ``None`` for a line that is no object."""
+    if not text.lstrip().startswith("{"):
+        return None
+    members: dict[str, Any] = {}
+    depth = 0
+    for token in _TOKEN.finditer(text):
+        mark = token.group()
+        if mark in ("{", "["):
+            depth += 1
+        elif mark in ("}", "]"):
+            depth -= 1
+            if depth == 0:
+                break
+        elif depth == 1 and mark.startswith('"'):
+            follows = _ID.match(text, token.end())
+            with contextlib.suppress(ValueError):
+                key = json.loads(mark)
+                if key == "id" and follows is not None:
+                    members[key] = json.loads(follows.group(1))
+                elif _COLON.match(text, token.end()):  # a key, not a value
+                    members.setdefault(key, None)
+    return members
+
+
 def _reply_of(exc: ValidationError) -> Mapping[str, Any] | None:
     """The JSON-RPC message a parse failure is about, when it was a JSON object: pydantic
     reports the object itself as the input of the errors about its own fields, and the one with
-    the shortest location is the message (deeper ones are parts of it)."""
+    the shortest location is the message (deeper ones are parts of it). A line the parser could
+    not read at all is read shallowly (``_shallow``)."""
     found: Mapping[str, Any] | None = None
     depth = 0
     for error in exc.errors(include_url=False):
         value = error.get("input")
         if isinstance(value, Mapping) and (found is None or len(error["loc"]) < depth):
             found, depth = value, len(error["loc"])
+        elif isinstance(value, str) and not error["loc"] and found is None:
+            shallow = _shallow(value)
+            # Only a reply: a request of the server's that is cut short names an id of its own.
+            if shallow is not None and ("result" in shallow or "error" in shallow):
+                return shallow
     return found
 
 
@@ -70,6 +114,9 @@ def error_reply_for(exc: ValidationError) -> SessionMessage | None:
     part = "error" if "error" in message and "result" not in message else "result"
     what = "it is not a JSON-RPC 2.0 reply"
     for error in exc.errors(include_url=False, include_input=False):
+        if not error["loc"]:  # no JSON the parser could read: it says why
+            what = error["msg"]
+            break
         where = [str(item) for item in error["loc"]]
         if part in where:
             path = ".".join(where[where.index(part) :])
