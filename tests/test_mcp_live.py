@@ -3,19 +3,21 @@ live server (``tests/mcp_live_server.py``) as a real process over stdio and Stre
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
 import pytest
 from conftest import WAIT, Logs, spawn
-from mcp import StdioServerParameters
+from mcp import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_support import (
     LIVE_SERVER,
@@ -209,6 +211,32 @@ def test_a_stdio_server_reconnects_under_a_policy_and_its_tools_work_again(
     assert process_gone(first_pid)
     assert texts(run(system, "greet", {"name": "again"})) == ["hello again"]
     assert not plugin.closed
+
+
+def test_a_reconnect_whose_transport_never_opens_is_given_up_within_connect_timeout(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The first connection is the live server; every later one hangs in its opening, as a
+    # gateway that takes the connection and never completes its handshake. Each attempt ends
+    # at connect_timeout, so the policy's attempts run out and the tools are withdrawn.
+    opened: list[int] = []
+
+    @contextlib.asynccontextmanager
+    async def transport() -> AsyncIterator[Any]:
+        opened.append(len(opened))
+        if len(opened) > 1:
+            await anyio.sleep_forever()
+        async with stdio_client(live_params(tmp_path), errlog=errlog) as streams:
+            yield streams
+
+    policy = ReconnectPolicy(initial_delay=0.05, max_attempts=1)
+    with register_mcp_server_sync(
+        system, "gated", transport, reconnect=policy, connect_timeout=5
+    ) as plugin:
+        failure(run(system, "die", {}))
+        assert plugin.wait_for_state("disconnected", timeout=3 * WAIT)
+        assert system.tools.names() == []
+        assert len(opened) == 2
 
 
 def test_closing_after_a_death_leaks_no_process_thread_or_descriptor(

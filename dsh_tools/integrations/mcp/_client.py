@@ -250,7 +250,13 @@ class McpClient:
         self._ended = "the session ended"
         self._relist = False
         async with AsyncExitStack() as stack:
-            streams = await stack.enter_async_context(self._open_transport())
+            # As bounded as the initialize below: a transport that never opens (a gateway that
+            # takes the connection and never completes its handshake) would otherwise hold a
+            # reconnect for ever, its attempts never counted. asyncio's timeout, not anyio's:
+            # the transport stays open past this block, and an anyio scope it opened inside
+            # one of ours would have to close first.
+            async with asyncio.timeout(self._connect_timeout):
+                streams = await stack.enter_async_context(self._open_transport())
             read = WatchedReadStream(streams[0], self._note_lost)
             answers = self._answers
             options = self._options
