@@ -696,3 +696,14 @@ def test_a_thousand_agent_scopes_and_plugins_start_no_thread(system: ToolSystem)
         handle.close()
     assert system.tools.schemas() == []
     assert system.agent("agent-7").tools.schemas() == []
+
+
+@pytest.mark.parametrize("name", [3, None, b"mine", ["mine"]], ids=["int", "none", "bytes", "list"])
+def test_get_refuses_a_tool_name_that_is_not_a_str(system: ToolSystem, name: Any) -> None:
+    # Not None, which reads as "no such tool" for a name no tool could have.
+    system.tools.register(fixture("mine"))
+    with pytest.raises(TypeError, match=f"^tool names are str, got {type(name).__name__}$"):
+        system.tools.get(name)
+    with pytest.raises(TypeError, match=f"^tool names are str, got {type(name).__name__}$"):
+        system.agent("A").tools.get(name)
+    assert system.tools.get("mine") is not None

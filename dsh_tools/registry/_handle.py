@@ -350,7 +350,11 @@ class ToolsHandle:
         return agent
 
     def get(self, name: str, agent: str | None = None) -> ToolDefinition | None:
-        """The definition ``name`` resolves to in the agent's view, or None."""
+        """The definition ``name`` resolves to in the agent's view, or None. ``TypeError``
+        for a ``name`` that is not a ``str``: no tool could have it, so the read would answer
+        None for a mistake (a ``bytes`` name, a whole ``ToolCall``)."""
+        if type(name) is not str:
+            raise TypeError(f"tool names are str, got {type(name).__name__}")
         entry = self._cell.current.lookup(name, self._target(agent))
         return entry.definition if entry is not None else None
 
