@@ -207,3 +207,13 @@ def test_classify_passes_the_very_arguments_object() -> None:
     arguments = {"anything": 1}
     assert classify(classified(is_concurrency_safe=classifier), arguments) is True
     assert seen[0] is arguments
+
+
+@pytest.mark.parametrize("given", ["safe", None, {"name": "safe"}], ids=["str", "none", "dict"])
+def test_execution_mode_refuses_what_is_not_a_call(system: ToolSystem, given: Any) -> None:
+    # A bare tool name is the likely slip: said so, not an AttributeError about ``.name``.
+    system.tools.register(fixture("safe", is_concurrency_safe=lambda a: True))
+    with pytest.raises(TypeError) as error:
+        system.tools.execution_mode(given)
+    expected = f"execution_mode() takes an ExecuteCall or a ToolCall, got {type(given).__name__}"
+    assert str(error.value) == expected

@@ -371,7 +371,11 @@ class ToolsHandle:
         """``"parallel"`` iff the visible tool's classifier returns exactly ``True``, given the
         call's arguments; a ``ToolCall``'s argument text is read first, as a batch reads it (a
         text the batch would refuse runs nothing, so it holds no sibling back: ``"parallel"``,
-        as in the pool)."""
+        as in the pool). ``TypeError`` for anything else (a bare tool name, say)."""
+        if not isinstance(call, ExecuteCall | ToolCall):
+            raise TypeError(
+                f"execution_mode() takes an ExecuteCall or a ToolCall, got {type(call).__name__}"
+            )
         agent = getattr(call, "agent", None)
         entry = self._cell.current.lookup(call.name, self._target(agent))
         if entry is None:
