@@ -129,7 +129,7 @@ def test_definition_holds_frozen_compiled_schemas_detached_from_the_author() -> 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"name": ""}, "define_tool: name must be a non-empty str"),
+        ({"name": b"t"}, "define_tool: name must be a non-empty str, got bytes"),
         ({"description": None}, "define_tool(t): description must be a str"),
         ({"output": {"schema": {"type": "json"}}}, "define_tool(t): must declare output as"),
         ({"output": None}, "define_tool(t): must declare output as ToolOutput"),
@@ -149,6 +149,11 @@ def test_define_tool_rejects_malformed_arguments(kwargs: dict[str, Any], message
     with pytest.raises(TypeError) as info:
         define_tool(**arguments)
     assert str(info.value).startswith(message)
+
+
+def test_define_tool_refuses_an_empty_name_as_a_bad_value() -> None:
+    with pytest.raises(ValueError, match=r"^define_tool: name must be a non-empty str, got ''$"):
+        define_tool(name="", description="d", parameters={}, output=text_output(), execute=noop)
 
 
 # --- the wrapped execute -----------------------------------------------------------------------

@@ -139,8 +139,8 @@ def test_raw_parameters_are_not_checked_at_registration() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"name": ""}, "tool name must be a non-empty str"),
-        ({"name": 3}, "tool name must be a non-empty str"),
+        ({"name": 3}, "tool name must be a non-empty str, got int"),
+        ({"name": b"raw"}, "tool name must be a non-empty str, got bytes"),
         ({"description": None}, 'tool "raw" description must be a str'),
         ({"execute": None}, 'tool "raw" execute must be callable'),
         ({"present_call": 1}, 'tool "raw" present_call must be callable or None'),
@@ -150,6 +150,12 @@ def test_definition_fields_are_type_checked(overrides: dict[str, Any], message: 
     with pytest.raises(TypeError) as info:
         check_registration(raw(**overrides), reserve_run_code=False)
     assert str(info.value) == message
+
+
+def test_an_empty_tool_name_is_a_value_error() -> None:
+    # A str, of the wrong value: ValueError, as for a duplicate or reserved name.
+    with pytest.raises(ValueError, match=r"^tool name must be a non-empty str, got ''$"):
+        check_registration(raw(name=""), reserve_run_code=False)
 
 
 # --- project_schema ----------------------------------------------------------------------------

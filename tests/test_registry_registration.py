@@ -707,3 +707,10 @@ def test_get_refuses_a_tool_name_that_is_not_a_str(system: ToolSystem, name: Any
     with pytest.raises(TypeError, match=f"^tool names are str, got {type(name).__name__}$"):
         system.agent("A").tools.get(name)
     assert system.tools.get("mine") is not None
+
+
+def test_a_section_name_must_be_a_non_empty_str(system: ToolSystem) -> None:
+    with pytest.raises(ValueError, match=r"^section name must be a non-empty str, got ''$"):
+        system.tools.section("", 1, "text")
+    with pytest.raises(TypeError, match=r"^section name must be a non-empty str, got bytes$"):
+        system.tools.section(b"rules", 1, "text")  # type: ignore[arg-type]

@@ -1069,8 +1069,12 @@ def test_options_are_checked_at_definition() -> None:
 
     with pytest.raises(ValueError, match=r"@tool\(.*body\): timeout_ms"):
         tool(timeout_ms=0)(body)
-    with pytest.raises(TypeError, match=r"@tool\(.*body\): name must be a non-empty str"):
+    with pytest.raises(ValueError, match=r"@tool\(.*body\): name must be a non-empty str, got ''$"):
         tool(name="")(body)
+    with pytest.raises(
+        TypeError, match=r"@tool\(.*body\): name must be a non-empty str .* got int$"
+    ):
+        tool(name=3)(body)
     with pytest.raises(TypeError, match="decorates a function"):
         tool(Point)
 

@@ -73,8 +73,10 @@ def define_tool(
     (typed view included) runs where the placement says, as an ``async def`` body; everything
     else stays here.
     """
-    if type(name) is not str or not name:
-        raise TypeError("define_tool: name must be a non-empty str")
+    if type(name) is not str:
+        raise TypeError(f"define_tool: name must be a non-empty str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("define_tool: name must be a non-empty str, got ''")
     owner = f"define_tool({name})"
     if timeout_ms is not None:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):

@@ -329,8 +329,10 @@ class ToolsHandle:
 
     def section(self, name: str, order: float, text: str) -> Disposer:
         """Add a prompt section; a scoped section shadows a global one of the same name."""
-        if type(name) is not str or not name:
-            raise TypeError("section name must be a non-empty str")
+        if type(name) is not str:
+            raise TypeError(f"section name must be a non-empty str, got {type(name).__name__}")
+        if not name:
+            raise ValueError("section name must be a non-empty str, got ''")
         if type(order) not in (int, float):
             raise TypeError("section order must be a number")
         if not math.isfinite(order):

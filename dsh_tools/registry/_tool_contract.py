@@ -32,10 +32,10 @@ def _positive_finite(value: Any) -> bool:
 def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
     """The registration checks, in order; the first failure raises and nothing is registered.
 
-    0. ``defn`` is a ``ToolDefinition`` with a non-empty ``str`` name, a ``str`` description,
-       a callable ``execute`` and optional callbacks that are callable (``TypeError``); the
-       name and the description are valid Unicode text, without lone surrogates
-       (``ValueError``);
+    0. ``defn`` is a ``ToolDefinition`` with a ``str`` name, a ``str`` description, a
+       callable ``execute`` and optional callbacks that are callable (``TypeError``); the
+       name is not empty and the name and the description are valid Unicode text, without
+       lone surrogates (``ValueError``);
     1. ``output`` is a ``ToolOutput`` with a callable ``render`` and an absent or callable
        ``presentation_meta`` (``TypeError``: ``tool "<name>" must declare output { schema,
        render, presentation_meta? }``);
@@ -53,8 +53,10 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
             f"ToolDefinition(...)), got {type(defn).__name__}"
         )
     name = defn.name
-    if type(name) is not str or not name:
-        raise TypeError("tool name must be a non-empty str")
+    if type(name) is not str:
+        raise TypeError(f"tool name must be a non-empty str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("tool name must be a non-empty str, got ''")
     _check_text(name, f"tool name {name!r}")
     if type(defn.description) is not str:
         raise TypeError(f'tool "{name}" description must be a str')

@@ -111,10 +111,13 @@ def _build(
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise TypeError(f"{owner}: a generator cannot be a tool body (return the value)")
     tool_name = getattr(fn, "__name__", None) if name is None else name
-    if type(tool_name) is not str or not tool_name:
+    if type(tool_name) is not str:
         raise TypeError(
-            f"{owner}: name must be a non-empty str (pass name= for a callable without __name__)"
+            f"{owner}: name must be a non-empty str (pass name= for a callable without "
+            f"__name__), got {type(tool_name).__name__}"
         )
+    if not tool_name:
+        raise ValueError(f"{owner}: name must be a non-empty str, got ''")
     if description is not None and type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")
     if timeout_ms is not None and (
