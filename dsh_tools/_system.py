@@ -65,6 +65,7 @@ from .pipeline._pipeline import CANCELLED_REASON, INTERRUPTED_REASON, STOPPING_R
 from .pipeline._pool import BatchRunner
 from .pipeline._workers import BodyThreads
 from .registry import RegistryActor, SnapshotCell, ToolsHandle
+from .registry._snapshot import STOPPED_TEXT
 
 __all__ = ["STOP_GRACE_S", "AgentScope", "FrontRef", "PluginHandle", "ToolSystem"]
 
@@ -263,8 +264,12 @@ class ToolSystem:
         Kept per registry snapshot: until the registry changes, a call reuses the last
         assembly. Its ``tools`` schemas are then read-only (``FrozenDict``, equal to and
         encoding like plain dicts; copy one to change it); the lists are fresh on every call.
-        ``TypeError`` for an ``agent`` that is not a ``str`` or ``None``.
+        ``TypeError`` for an ``agent`` that is not a ``str`` or ``None``; ``RuntimeError`` once
+        ``stop()`` was called (as the handles' writes), since no call of the prompt it would
+        give could run.
         """
+        if self._stopped:
+            self._check_running()
         check_agent_key(agent)
         return self._assembler.assemble(
             self._cell.current,
@@ -468,9 +473,7 @@ class ToolSystem:
                     f"the tool system runs in process {self._pid}, which forked this one after "
                     "starting it; start a new one here with ToolSystem.start()"
                 )
-            raise RuntimeError(
-                "the tool system is stopped; start a new one with ToolSystem.start()"
-            )
+            raise RuntimeError(STOPPED_TEXT)
 
     def _forsake(self) -> None:
         """This is a child forked from the system's process (``_forsake_started_systems``):

@@ -288,8 +288,11 @@ def test_a_stopped_system_assembles_nothing(mode: str) -> None:
     system = code_system(mode=mode, tools=[echo_tool()])
     assert section(system.assemble_prompt()) is not None
     system.stop()
-    with pytest.raises(RuntimeError):
+    stopped = r"^the tool system is stopped; start a new one with ToolSystem\.start\(\)$"
+    with pytest.raises(RuntimeError, match=stopped):
         system.assemble_prompt()
+    with pytest.raises(RuntimeError, match=stopped):
+        system.assemble_prompt("A")
 
 
 def test_max_parallel_sub_calls_is_validated_and_defaults_to_ten() -> None:

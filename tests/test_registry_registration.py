@@ -546,6 +546,26 @@ def test_registering_on_a_stopped_system_says_the_system_is_stopped() -> None:
         scope.tools.restrict(deny=["a"])
 
 
+def test_a_stopped_system_reads_as_it_stopped_and_assembles_no_prompt() -> None:
+    # The handles' reads describe what was registered (for a report after the run); a prompt
+    # would invite calls that nothing can run any more.
+    system = ToolSystem.start(code_runtime=None)
+    scope = system.agent("planner")
+    scope.tools.register(fixture("mine"))
+    system.tools.register(fixture("shared"))
+    system.stop()
+    assert system.tools.names() == ["shared"]
+    assert scope.tools.names() == ["shared", "mine"]
+    assert system.tools.get("mine", "planner") is not None
+    assert [schema["name"] for schema in system.tools.schemas("planner")] == ["shared", "mine"]
+    assert system.tools.execution_mode(call("shared")) == "exclusive"
+    stopped = r"^the tool system is stopped; start a new one with ToolSystem\.start\(\)$"
+    with pytest.raises(RuntimeError, match=stopped):
+        system.assemble_prompt()
+    with pytest.raises(RuntimeError, match=stopped):
+        system.assemble_prompt("planner")
+
+
 @pytest.mark.parametrize("name", [None, 3, b"git"])
 def test_a_plugin_name_that_is_not_a_str_is_refused(system: ToolSystem, name: Any) -> None:
     with pytest.raises(TypeError, match=f"^plugin names are str, got {type(name).__name__}$"):

@@ -16,6 +16,7 @@ from typing import Any
 from ..actors._config import UNLISTED_TOOLS
 from ..registry import RUN_CODE, RegistrySnapshot, project_schema, snapshot_json, thaw
 from ..registry._hooks import AssembledPrompt, PromptSection
+from ..registry._snapshot import STOPPED_TEXT
 from ._sdk import SdkTool, render_sdk
 from ._seam import CodeRuntime
 from ._transport import runtime_language_message, runtime_required_message
@@ -123,7 +124,7 @@ class PromptAssembler:
     ) -> AssembledPrompt:
         """``assemble(...)``, reusing what this snapshot gave before."""
         if snapshot.closed:
-            raise RuntimeError("the tool system is stopped: nothing to assemble")
+            raise RuntimeError(STOPPED_TEXT)
         check_runtime(snapshot.mode, runtime)
         state = self._state
         if (
@@ -158,7 +159,7 @@ def assemble(
 ) -> AssembledPrompt:
     """Assemble the prompt for ``agent`` from ``snapshot`` (see the module docstring)."""
     if snapshot.closed:
-        raise RuntimeError("the tool system is stopped: nothing to assemble")
+        raise RuntimeError(STOPPED_TEXT)
     check_runtime(snapshot.mode, runtime)
     sections, tools = _parts(snapshot, agent, tool_order)
     return _run_hooks(snapshot.hooks_of(agent).assemble, AssembledPrompt(sections, tools))

@@ -46,7 +46,7 @@ from ._hooks import (
 from ._json_text import ArgumentsTextError, read_arguments
 from ._lossless_copy import snapshot_json
 from ._registry_actor import RegistryActor
-from ._snapshot import SnapshotCell, ToolEntry
+from ._snapshot import STOPPED_TEXT, SnapshotCell, ToolEntry
 from ._tool_contract import check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
@@ -138,7 +138,7 @@ class ToolsHandle:
         """Why this handle takes no more changes: the system it belongs to stopped (the
         registry's last snapshot says so), or its owner was closed."""
         if self._cell.current.closed:
-            return "the tool system is stopped; start a new one with ToolSystem.start()"
+            return STOPPED_TEXT
         return f"{self._label} is closed"
 
     def _remove(self, key: int) -> None:

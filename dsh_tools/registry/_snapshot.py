@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "HOOK_POINTS",
+    "STOPPED_TEXT",
     "GuardTable",
     "HookEntry",
     "HookSet",
@@ -33,6 +34,9 @@ HOOK_POINTS = (
     "code_dispatch_log",
     "assemble",
 )
+
+STOPPED_TEXT = "the tool system is stopped; start a new one with ToolSystem.start()"
+"""What every use of a stopped system that raises says (a closed snapshot's system)."""
 
 
 class ToolEntry:
