@@ -14,7 +14,7 @@ Modules whose names start with ``_`` are not API.
 
 from msgspec import UNSET
 
-from ._system import STOP_GRACE_S, AgentScope, PluginHandle, ToolSystem
+from ._system import ABANDONED_SETTLE_S, STOP_GRACE_S, AgentScope, PluginHandle, ToolSystem
 from .actors import (
     AbortController,
     AbortError,
@@ -77,6 +77,7 @@ from .pipeline import (
     spill_policy,
     timeout_policy,
 )
+from .pipeline._core import BODY_WIND_DOWN_S, HOOK_WIND_DOWN_S
 from .registry import (
     CallView,
     DiffCallView,
@@ -119,7 +120,10 @@ from .registry import (
 from .registry._hooks import CodeDispatchLog
 
 __all__ = [
+    "ABANDONED_SETTLE_S",
+    "BODY_WIND_DOWN_S",
     "DEFAULT",
+    "HOOK_WIND_DOWN_S",
     "MAX_ARGUMENTS_CHARS",
     "MAX_ARGUMENTS_DEPTH",
     "STOP_GRACE_S",

@@ -67,7 +67,14 @@ from .pipeline._workers import BodyThreads
 from .registry import RegistryActor, SnapshotCell, ToolsHandle
 from .registry._snapshot import STOPPED_TEXT
 
-__all__ = ["STOP_GRACE_S", "AgentScope", "FrontRef", "PluginHandle", "ToolSystem"]
+__all__ = [
+    "ABANDONED_SETTLE_S",
+    "STOP_GRACE_S",
+    "AgentScope",
+    "FrontRef",
+    "PluginHandle",
+    "ToolSystem",
+]
 
 _log = get_logger("dsh_tools.system")
 

@@ -60,3 +60,19 @@ def test_error_constructors_match_the_contract() -> None:
         "code run failed (timeout): wall-clock ceiling reached (5ms)\nCaptured output:\na"
     )
     assert failed.code == "CODE_RUN_FAILED"
+
+
+def test_the_waits_the_cancellation_page_names_are_exported_with_their_values() -> None:
+    # A harness sizes its own shutdown wait from them (read-only: the library's own copies
+    # decide).
+    waits = {
+        name: getattr(dsh_tools, name)
+        for name in ("STOP_GRACE_S", "ABANDONED_SETTLE_S", "BODY_WIND_DOWN_S", "HOOK_WIND_DOWN_S")
+    }
+    assert waits == {
+        "STOP_GRACE_S": 5.0,
+        "ABANDONED_SETTLE_S": 1.0,
+        "BODY_WIND_DOWN_S": 1.0,
+        "HOOK_WIND_DOWN_S": 1.0,
+    }
+    assert set(waits) <= set(dsh_tools.__all__)
