@@ -83,6 +83,13 @@ def check_code_sandbox(
         return
     if not isinstance(code_sandbox, CodeSandbox):
         raise TypeError(f"code_sandbox must be a CodeSandbox, got {type(code_sandbox).__name__}")
+    if code_runtime is None:
+        # Nothing runs code, so nothing would ever use the grants: not a runtime of one's own.
+        raise ValueError(
+            "code_sandbox must go with the default code runtime, and code_runtime=None starts "
+            "no code runtime: leave code_runtime as DEFAULT to run Code Mode programs in the "
+            "sandbox, or drop code_sandbox"
+        )
     if not isinstance(code_runtime, DefaultRuntime):
         raise ValueError(
             "code_sandbox must go with the default code runtime; give your own runtime "

@@ -690,9 +690,22 @@ def test_grants_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
     from dsh_tools import ToolSystem
 
     with pytest.raises(ValueError, match=r"^code_sandbox must go with the default code runtime"):
-        ToolSystem.start(code_runtime=None, code_sandbox=CodeSandbox())
+        ToolSystem.start(code_runtime=SubprocessCodeRuntime(), code_sandbox=CodeSandbox())
     with pytest.raises(TypeError, match=r"^code_sandbox must be a CodeSandbox, got dict$"):
         ToolSystem.start(ToolsConfig(mode="code"), code_sandbox={"read": []})  # type: ignore[arg-type]
+
+
+def test_grants_without_any_code_runtime_say_there_is_none() -> None:
+    # Not "give your own runtime ...": there is no runtime to give them to.
+    from dsh_tools import ToolSystem
+
+    with pytest.raises(ValueError) as error:
+        ToolSystem.start(code_runtime=None, code_sandbox=CodeSandbox())
+    assert str(error.value) == (
+        "code_sandbox must go with the default code runtime, and code_runtime=None starts no "
+        "code runtime: leave code_runtime as DEFAULT to run Code Mode programs in the sandbox, "
+        "or drop code_sandbox"
+    )
 
 
 def test_budgets_for_a_runtime_of_ones_own_belong_in_its_config() -> None:
