@@ -105,6 +105,19 @@ def test_rp19_a_bare_string_filter_is_a_type_error(system: ToolSystem) -> None:
         system.agent("A").tools.restrict(allow="read")
 
 
+def test_a_filter_that_is_not_a_list_of_names_says_which_and_why(system: ToolSystem) -> None:
+    # Not "'int' object is not iterable", which names neither the filter nor what it takes.
+    system.tools.register(fixture("read"))
+    scope = system.agent("A")
+    with pytest.raises(TypeError) as error:
+        scope.tools.restrict(allow=3)  # type: ignore[arg-type]
+    assert str(error.value) == "tools.restrict() allow must be a list of tool names, got int"
+    with pytest.raises(TypeError) as error:
+        scope.tools.restrict(deny=[b"read"])  # type: ignore[list-item]
+    assert str(error.value) == "tools.restrict() deny must hold tool names (str), got bytes"
+    assert names(scope.tools.schemas()) == ["read"]
+
+
 def test_rp20_allow_empty_hides_every_global_but_keeps_locals(system: ToolSystem) -> None:
     system.tools.register(fixture("read"))
     system.tools.register(fixture("bash"))

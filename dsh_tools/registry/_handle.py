@@ -410,10 +410,18 @@ def _names(label: str, names: Iterable[str] | None) -> tuple[str, ...] | None:
         return None
     if isinstance(names, str | bytes):
         raise TypeError(f"tools.restrict() {label} must be a list of tool names, not a string")
-    out = tuple(names)
+    try:
+        iterator = iter(names)
+    except TypeError:
+        raise TypeError(
+            f"tools.restrict() {label} must be a list of tool names, got {type(names).__name__}"
+        ) from None
+    out = tuple(iterator)
     for name in out:
         if type(name) is not str:
-            raise TypeError(f"tools.restrict() {label} must hold tool names (str)")
+            raise TypeError(
+                f"tools.restrict() {label} must hold tool names (str), got {type(name).__name__}"
+            )
     return out
 
 
