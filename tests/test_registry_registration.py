@@ -734,3 +734,19 @@ def test_a_section_name_must_be_a_non_empty_str(system: ToolSystem) -> None:
         system.tools.section("", 1, "text")
     with pytest.raises(TypeError, match=r"^section name must be a non-empty str, got bytes$"):
         system.tools.section(b"rules", 1, "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("prepend", ["yes", None, 1], ids=["str", "none", "int"])
+def test_prepend_must_be_a_bool(system: ToolSystem, prepend: Any) -> None:
+    async def hook(exec: Any, next: Any) -> Any:
+        return await next()
+
+    for register, point in (
+        (system.tools.on_pre_execute, "pre_execute"),
+        (system.agent("A").tools.on_execute, "execute"),
+    ):
+        with pytest.raises(TypeError) as error:
+            register(hook, prepend=prepend)
+        assert str(error.value) == (
+            f"on_{point}() prepend must be a bool, got {type(prepend).__name__}"
+        )

@@ -297,6 +297,9 @@ class ToolsHandle:
 
     def _add_hook(self, point: str, fn: Callable[..., object], prepend: bool = False) -> Disposer:
         _callable(point, fn)
+        if type(prepend) is not bool:
+            # Read as a truth value it would put a listener first for "no" or a 0.5 weight.
+            raise TypeError(f"on_{point}() prepend must be a bool, got {type(prepend).__name__}")
         return Disposer(self, self._mutate(AddHook(point, fn, self._agent, prepend)).key)
 
     def on_pre_execute(self, hook: PreExecuteHook, prepend: bool = False) -> Disposer:
