@@ -15,10 +15,11 @@ from .actors._attached import Attached
 from .actors._logging import get_logger
 from .pipeline._loop import interrupts_deferred, interrupts_held, running_loop
 from .registry import ToolsHandle
+from .registry._definition import accepts_positional
 
 _log = get_logger("dsh_tools")
 
-__all__ = ["AgentScope", "PluginHandle", "take_closer"]
+__all__ = ["AgentScope", "PluginHandle", "check_closer", "take_closer"]
 
 
 def take_closer(closers: Attached[Callable[[], object]]) -> Callable[[], object] | None:
@@ -33,6 +34,17 @@ def take_closer(closers: Attached[Callable[[], object]]) -> Callable[[], object]
             closers.put_back(*entry)
         raise KeyboardInterrupt
     return None if entry is None else entry[1]
+
+
+def check_closer(method: str, close: object) -> None:
+    """Refuse a closer that is not callable, or not without arguments, as ``method`` attaches
+    it: found only when it is called, it would be a warning in the logs while what it was to
+    close stays open."""
+    if not callable(close):
+        raise TypeError(f"{method}() takes a callable, got {type(close).__name__}")
+    if not accepts_positional(close, 0):
+        name = getattr(close, "__qualname__", type(close).__name__)
+        raise TypeError(f"{method}() takes a callable of no arguments; {name} needs some")
 
 
 class _OwnerHandle:
@@ -56,9 +68,9 @@ class _OwnerHandle:
         """Have ``close()`` call ``close`` first, the last attached first: for what lives as
         long as these registrations (an MCP plugin registered in an agent's scope, say). One
         that raises is logged and the rest still run. Returns the function that detaches it.
-        ``RuntimeError`` once ``close()`` has begun: nothing would ever call ``close``."""
-        if not callable(close):
-            raise TypeError(f"on_close() takes a callable, got {type(close).__name__}")
+        ``RuntimeError`` once ``close()`` has begun: nothing would ever call ``close``;
+        ``TypeError`` for a ``close`` that cannot be called without arguments."""
+        check_closer("on_close", close)
         with self._closing:
             if self.closed:
                 raise RuntimeError(f"{self.tools._label} is closed")

@@ -40,7 +40,7 @@ import pykka
 
 from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
-from ._handles import AgentScope, PluginHandle, take_closer
+from ._handles import AgentScope, PluginHandle, check_closer, take_closer
 from ._system_loop import SystemLoop
 from .actors import (
     AbortController,
@@ -466,9 +466,9 @@ class ToolSystem:
         system's loop and threads end: for resources whose life is the system's (an MCP
         plugin's server and connection, say). Closers run on the stopping thread, the last
         attached first; one that raises is logged and the rest still run. Returns the function
-        that detaches ``close`` (when the resource is closed earlier by itself)."""
-        if not callable(close):
-            raise TypeError(f"on_stop() takes a callable, got {type(close).__name__}")
+        that detaches ``close`` (when the resource is closed earlier by itself). ``TypeError``
+        for a ``close`` that cannot be called without arguments."""
+        check_closer("on_stop", close)
         with self._lock:  # stop() marks itself under this lock: no closer is missed
             self._check_running()
             return self._on_stop.attach(close)

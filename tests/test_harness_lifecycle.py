@@ -2584,3 +2584,20 @@ def test_on_close_refuses_a_closer_once_its_owner_is_closed(system: ToolSystem) 
     scope.close()
     plugin.close()
     assert closed == []
+
+
+def test_a_closer_that_needs_arguments_is_refused_when_attached(system: ToolSystem) -> None:
+    # Called without arguments at stop() or close(), it would only log a warning and leave
+    # what it was to close open.
+    def close_connection(connection: object) -> None:
+        pass
+
+    needs = "takes a callable of no arguments; " + close_connection.__qualname__ + " needs some"
+    with pytest.raises(TypeError) as error:
+        system.on_stop(close_connection)
+    assert str(error.value) == "on_stop() " + needs
+    with pytest.raises(TypeError) as error:
+        system.agent("A").on_close(close_connection)
+    assert str(error.value) == "on_close() " + needs
+    with pytest.raises(TypeError, match=r"^on_close\(\) takes a callable, got int$"):
+        system.plugin("git").on_close(3)  # type: ignore[arg-type]
