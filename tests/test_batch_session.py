@@ -14,6 +14,7 @@ from dsh_tools import (
     BatchOutcome,
     Deny,
     ExecuteBatch,
+    ExecuteCall,
     FrozenDict,
     HarnessError,
     ToolDefinition,
@@ -165,6 +166,24 @@ def test_a_wrong_message_told_to_system_ref_is_refused_and_leaves_it_answering(
     system.ref.tell(batch("c3"))
     outcome = system.ref.ask(batch("c4"), timeout=WAIT)
     assert [r.content[0]["text"] for r in outcome.results] == ["ran:c4"]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [("1", TypeError), (True, TypeError), (-1, ValueError), (float("nan"), ValueError)],
+    ids=["str", "bool", "negative", "nan"],
+)
+def test_ref_ask_refuses_a_bad_timeout_before_anything_runs(
+    system: ToolSystem, timeout: Any, error: type[Exception]
+) -> None:
+    # Found only once the call had been sent, it would leave the call running unclaimed.
+    ran: list[str] = []
+    system.tools.register(fixture("x", lambda args, ctx: ran.append("x") or [block("ran")]))
+    with pytest.raises(error, match=r"^ref\.ask\(\) timeout must be a number of seconds"):
+        system.ref.ask(ExecuteCall(call_id="c1", name="x", arguments={}), timeout=timeout)
+    assert system.ref.ask(batch("c2"), timeout=WAIT).results[0].content[0]["text"] == "ran"
+    assert ran == ["x"]
+    assert trace(system) == [("tool/call", "c2"), ("tool/result", "c2")]
 
 
 def test_execute_batch_async_runs_the_batch_on_the_system_loop(system: ToolSystem) -> None:
