@@ -156,6 +156,66 @@ def test_define_tool_refuses_an_empty_name_as_a_bad_value() -> None:
         define_tool(name="", description="d", parameters={}, output=text_output(), execute=noop)
 
 
+def render_value(value: Any) -> list[dict[str, Any]]:  # forgot ``args``
+    return [{"type": "text", "text": str(value)}]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"output": ToolOutput({"type": "json"}, render_value)},
+            "define_tool(t): output.render must accept two positional arguments (args, value)",
+        ),
+        (
+            {"output": ToolOutput({"type": "json"}, lambda args, value: [], render_value)},
+            "define_tool(t): output.presentation_meta must accept two positional arguments "
+            "(args, value)",
+        ),
+        (
+            {"is_concurrency_safe": lambda: True},
+            "define_tool(t): is_concurrency_safe must accept one positional argument (args)",
+        ),
+        (
+            {"finalize_content": lambda result: None},
+            "define_tool(t): finalize_content must accept two positional arguments (exec, result)",
+        ),
+        (
+            {"present_call": lambda args, extra: None},
+            "define_tool(t): present_call must accept one positional argument (args)",
+        ),
+        (
+            {"present_result": lambda result: None},
+            "define_tool(t): present_result must accept two positional arguments (args, result)",
+        ),
+    ],
+    ids=[
+        "render",
+        "presentation-meta",
+        "classifier",
+        "finalizer",
+        "call-presenter",
+        "result-presenter",
+    ],
+)
+def test_a_callback_that_cannot_take_its_arguments_is_refused_when_defined(
+    kwargs: dict[str, Any], message: str
+) -> None:
+    # Not every call failing (a renderer), nor every call running alone without a word (a
+    # classifier that cannot be called reads as "not safe").
+    arguments: dict[str, Any] = {
+        "name": "t",
+        "description": "d",
+        "parameters": {},
+        "output": text_output(),
+        "execute": noop,
+    }
+    arguments.update(kwargs)
+    with pytest.raises(TypeError) as info:
+        define_tool(**arguments)
+    assert str(info.value) == message
+
+
 # --- the wrapped execute -----------------------------------------------------------------------
 
 

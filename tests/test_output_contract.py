@@ -152,6 +152,33 @@ def test_definition_fields_are_type_checked(overrides: dict[str, Any], message: 
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"output": ToolOutput({}, lambda value: [])},
+            'tool "raw" output.render must accept two positional arguments (args, value)',
+        ),
+        (
+            {"output": ToolOutput({}, render_text, lambda value: None)},
+            'tool "raw" output.presentation_meta must accept two positional arguments '
+            "(args, value)",
+        ),
+        (
+            {"is_concurrency_safe": lambda args, ctx: True},
+            'tool "raw" is_concurrency_safe must accept one positional argument (args)',
+        ),
+    ],
+    ids=["render", "presentation-meta", "classifier"],
+)
+def test_raw_callbacks_that_cannot_take_their_arguments_are_refused(
+    overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(TypeError) as info:
+        check_registration(raw(**overrides), reserve_run_code=False)
+    assert str(info.value) == message
+
+
 def test_an_empty_tool_name_is_a_value_error() -> None:
     # A str, of the wrong value: ValueError, as for a duplicate or reserved name.
     with pytest.raises(ValueError, match=r"^tool name must be a non-empty str, got ''$"):

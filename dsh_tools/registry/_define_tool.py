@@ -13,7 +13,13 @@ import msgspec
 
 from ..actors import JsonSchemaError, ToolArgsError
 from ._body_values import converts_values
-from ._definition import Placement, ToolDefinition, ToolOutput, accepts_positional
+from ._definition import (
+    Placement,
+    ToolDefinition,
+    ToolOutput,
+    accepts_positional,
+    shape_problem,
+)
 from ._dsl import compile_parameters, compile_schema
 from ._execution import ToolRunContext
 from ._hooks import ContentFinalizer
@@ -97,13 +103,19 @@ def define_tool(
     if not accepts_positional(execute, 2):
         raise TypeError(f"{owner}: execute must accept two positional arguments (args, run_ctx)")
     for label, callback in (
+        ("output.render", output.render),
+        ("output.presentation_meta", output.presentation_meta),
         ("is_concurrency_safe", is_concurrency_safe),
         ("finalize_content", finalize_content),
         ("present_call", present_call),
         ("present_result", present_result),
     ):
-        if callback is not None and not callable(callback):
+        if callback is None:
+            continue
+        if not callable(callback):
             raise TypeError(f"{owner}: {label} must be callable or None")
+        if (problem := shape_problem(label, callback)) is not None:
+            raise TypeError(f"{owner}: {problem}")
 
     compiled_parameters = _compiled(owner, "parameters", compile_parameters, parameters)
     compiled_output = _compiled(owner, "output.schema", compile_schema, output.schema)

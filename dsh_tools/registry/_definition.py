@@ -17,7 +17,26 @@ import msgspec
 
 from ._hooks import ContentFinalizer
 
-__all__ = ["Placement", "ToolDefinition", "ToolOutput", "TypedToolDefinition"]
+__all__ = [
+    "CALLBACK_SHAPES",
+    "Placement",
+    "ToolDefinition",
+    "ToolOutput",
+    "TypedToolDefinition",
+    "shape_problem",
+]
+
+CALLBACK_SHAPES: dict[str, tuple[str, ...]] = {
+    "output.render": ("args", "value"),
+    "output.presentation_meta": ("args", "value"),
+    "is_concurrency_safe": ("args",),
+    "finalize_content": ("exec", "result"),
+    "present_call": ("args",),
+    "present_result": ("args", "result"),
+}
+"""The positional arguments each optional callback of a tool is called with."""
+
+_COUNTS = ("no", "one", "two", "three")
 
 
 class ToolOutput(msgspec.Struct, frozen=True, eq=False):
@@ -92,6 +111,21 @@ class TypedToolDefinition(ToolDefinition, frozen=True, kw_only=True, eq=False):
     from the return annotation), so ``definition.output.schema`` needs no ``None`` check."""
 
     output: ToolOutput
+
+
+def shape_problem(label: str, fn: Any) -> str | None:
+    """``<label> must accept two positional arguments (args, value)`` when ``fn`` cannot be
+    called as callback ``label`` (a key of ``CALLBACK_SHAPES``) is, else None: refused when
+    the tool is defined, not once every call fails (a classifier that cannot be called would
+    leave every call exclusive without a word)."""
+    shape = CALLBACK_SHAPES[label]
+    if accepts_positional(fn, len(shape)):
+        return None
+    plural = "" if len(shape) == 1 else "s"
+    return (
+        f"{label} must accept {_COUNTS[len(shape)]} positional argument{plural} "
+        f"({', '.join(shape)})"
+    )
 
 
 def accepts_positional(fn: Any, count: int) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from msgspec import UNSET
 
 from ..actors import FrozenList, JsonSchemaError, ToolOutputError, message_of
-from ._definition import ToolDefinition, ToolOutput
+from ._definition import ToolDefinition, ToolOutput, shape_problem
 from ._json_schema import assert_supported_json_schema
 from ._lossless import INT_MAX, INT_MIN, LosslessJsonError
 from ._lossless_copy import snapshot_json, thaw
@@ -65,8 +65,12 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
         raise TypeError(f'tool "{name}" execute must be callable')
     for label in ("is_concurrency_safe", "finalize_content", "present_call", "present_result"):
         callback = getattr(defn, label)
-        if callback is not None and not callable(callback):
+        if callback is None:
+            continue
+        if not callable(callback):
             raise TypeError(f'tool "{name}" {label} must be callable or None')
+        if (problem := shape_problem(label, callback)) is not None:
+            raise TypeError(f'tool "{name}" {problem}')
     output = defn.output
     if (
         not isinstance(output, ToolOutput)
@@ -76,6 +80,12 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
         raise TypeError(
             f'tool "{name}" must declare output {{ schema, render, presentation_meta? }}'
         )
+    for label, callback in (
+        ("output.render", output.render),
+        ("output.presentation_meta", output.presentation_meta),
+    ):
+        if callback is not None and (problem := shape_problem(label, callback)) is not None:
+            raise TypeError(f'tool "{name}" {problem}')
     try:
         assert_supported_json_schema(output.schema)
     except JsonSchemaError as exc:
