@@ -142,6 +142,14 @@ def test_raw_parameters_are_not_checked_at_registration() -> None:
         ({"name": 3}, "tool name must be a non-empty str, got int"),
         ({"name": b"raw"}, "tool name must be a non-empty str, got bytes"),
         ({"description": None}, 'tool "raw" description must be a str'),
+        (
+            {"parameters": None},
+            'tool "raw" parameters must be a JSON Schema object (a dict), got NoneType',
+        ),
+        (
+            {"parameters": [{"type": "object"}]},
+            'tool "raw" parameters must be a JSON Schema object (a dict), got list',
+        ),
         ({"execute": None}, 'tool "raw" execute must be callable'),
         ({"present_call": 1}, 'tool "raw" present_call must be callable or None'),
     ],

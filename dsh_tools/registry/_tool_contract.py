@@ -32,10 +32,10 @@ def _positive_finite(value: Any) -> bool:
 def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
     """The registration checks, in order; the first failure raises and nothing is registered.
 
-    0. ``defn`` is a ``ToolDefinition`` with a ``str`` name, a ``str`` description, a
-       callable ``execute`` and optional callbacks that are callable (``TypeError``); the
-       name is not empty and the name and the description are valid Unicode text, without
-       lone surrogates (``ValueError``);
+    0. ``defn`` is a ``ToolDefinition`` with a ``str`` name, a ``str`` description, ``dict``
+       parameters, a callable ``execute`` and optional callbacks that are callable and take
+       the arguments they are given (``TypeError``); the name is not empty and the name and
+       the description are valid Unicode text, without lone surrogates (``ValueError``);
     1. ``output`` is a ``ToolOutput`` with a callable ``render`` and an absent or callable
        ``presentation_meta`` (``TypeError``: ``tool "<name>" must declare output { schema,
        render, presentation_meta? }``);
@@ -44,8 +44,8 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
     4. with ``reserve_run_code`` (presentation mode ``code`` or ``both``) the name is not
        ``run_code`` (``ValueError``).
 
-    Duplicate names are the registry's concern; raw ``parameters`` are not checked here (a
-    lossy one fails at projection).
+    Duplicate names are the registry's concern; what raw ``parameters`` hold is not checked
+    here (a lossy one fails at projection).
     """
     if not isinstance(defn, ToolDefinition):
         raise TypeError(
@@ -61,6 +61,13 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
     if type(defn.description) is not str:
         raise TypeError(f'tool "{name}" description must be a str')
     _check_text(defn.description, f'tool "{name}" description')
+    if not isinstance(defn.parameters, dict):
+        # Its content is the tool's own affair (checked at projection), but a model is always
+        # given an object schema: anything else would reach every provider request as is.
+        raise TypeError(
+            f'tool "{name}" parameters must be a JSON Schema object (a dict), '
+            f"got {type(defn.parameters).__name__}"
+        )
     if not callable(defn.execute):
         raise TypeError(f'tool "{name}" execute must be callable')
     for label in ("is_concurrency_safe", "finalize_content", "present_call", "present_result"):
