@@ -177,5 +177,7 @@ class AgentScope(_OwnerHandle):
 
     def inject_context(self, context: Any) -> None:
         """Add a hook context for this agent: into the active batch's FIFO, or straight into
-        the session as a ``user/message`` when no batch is running."""
+        the session as a ``user/message`` when no batch is running. ``LosslessJsonError``
+        (naming where, ``context.content[0] is float (NaN)``) for a context that is not
+        lossless JSON."""
         self._inject(self.key, context)

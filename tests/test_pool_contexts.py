@@ -24,6 +24,7 @@ from dsh_tools import (
     ExecuteCall,
     FrozenDict,
     FrozenList,
+    LosslessJsonError,
     ToolOutput,
     ToolSystem,
     define_tool,
@@ -100,6 +101,18 @@ def test_a_context_injected_with_no_batch_running_is_recorded_at_once(
         "content": [block("hello")],
         "source": {"kind": "plugin", "plugin": "test"},
     }
+
+
+def test_a_context_that_is_not_lossless_json_is_refused_naming_where(
+    system: ToolSystem,
+) -> None:
+    # "context...", the argument, not a "value" the caller never named.
+    scope = system.agent("A")
+    with pytest.raises(LosslessJsonError, match=r"^context\.content\[0\] is float \(NaN\)$"):
+        scope.inject_context({"content": [float("nan")]})
+    with pytest.raises(LosslessJsonError, match=r"^context is set$"):
+        scope.inject_context({"hello"})
+    assert system.session.events == []
 
 
 def test_an_injection_joins_only_its_own_agents_batch(system: ToolSystem) -> None:

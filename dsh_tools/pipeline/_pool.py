@@ -197,7 +197,7 @@ class BatchRunner:
 
     def inject(self, agent: str | None, context: Any) -> None:
         """Accept a context for ``agent``: into its active batch FIFO, else the session."""
-        frozen = snapshot_json(context)
+        frozen = snapshot_json(context, "context")
         with self._lock:
             lanes = self._active.get(agent)
             lane = lanes[-1] if lanes else None
