@@ -151,6 +151,22 @@ def test_define_tool_rejects_malformed_arguments(kwargs: dict[str, Any], message
     assert str(info.value).startswith(message)
 
 
+def test_define_tool_refuses_a_name_or_description_no_prompt_could_carry() -> None:
+    # Refused here, as register() would refuse it, not once the definition is registered.
+    with pytest.raises(ValueError) as error:
+        define_tool(
+            name="t\ud800", description="d", parameters={}, output=text_output(), execute=noop
+        )
+    assert str(error.value) == (
+        "define_tool: name 't\\ud800' holds a lone surrogate at index 1; it must be valid "
+        "Unicode text"
+    )
+    with pytest.raises(ValueError, match=r"^define_tool\(t\): description holds a lone surr"):
+        define_tool(
+            name="t", description="\udc80", parameters={}, output=text_output(), execute=noop
+        )
+
+
 def test_define_tool_refuses_an_empty_name_as_a_bad_value() -> None:
     with pytest.raises(ValueError, match=r"^define_tool: name must be a non-empty str, got ''$"):
         define_tool(name="", description="d", parameters={}, output=text_output(), execute=noop)

@@ -1079,6 +1079,31 @@ def test_options_are_checked_at_definition() -> None:
         tool(Point)
 
 
+def test_options_that_could_never_be_called_or_sent_are_refused_at_definition() -> None:
+    # Not once every call fails, or once register() refuses the definition.
+    def body(x: int) -> int:
+        """Double it."""
+        return x
+
+    def unprintable(x: int) -> int:
+        """Double \udc80 it."""
+        return x
+
+    refusals: list[tuple[Any, str]] = [
+        (lambda: tool(render=lambda value: [])(body), "render must accept two positional"),
+        (lambda: tool(concurrency_safe=lambda: True)(body), "concurrency_safe must accept one"),
+        (lambda: tool(present_call=lambda a, b: None)(body), "present_call must accept one"),
+        (lambda: tool(finalize_content=lambda r: None)(body), "finalize_content must accept two"),
+    ]
+    for define, message in refusals:
+        with pytest.raises(TypeError, match=r"^@tool\(.*body\): " + message):
+            define()
+    with pytest.raises(ValueError, match=r"^@tool\(.*body\): name 'b\\ud800' holds a lone"):
+        tool(name="b\ud800")(body)
+    with pytest.raises(ValueError, match=r"^@tool\(.*unprintable\): description holds a lone"):
+        tool(unprintable)
+
+
 def test_define_tool_keywords_that_tool_spells_otherwise_say_how() -> None:
     def body(x: int) -> int:
         return x

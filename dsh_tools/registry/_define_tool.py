@@ -26,6 +26,7 @@ from ._hooks import ContentFinalizer
 from ._raw_schema import optional_null_dropper
 from ._schema_plan import _build_plan
 from ._schema_validate import validate_plan
+from ._tool_contract import _check_text
 from ._typed_views import _check_view, _output_view_builder, _view_builder
 
 __all__ = ["define_tool", "placed_execute"]
@@ -83,6 +84,7 @@ def define_tool(
         raise TypeError(f"define_tool: name must be a non-empty str, got {type(name).__name__}")
     if not name:
         raise ValueError("define_tool: name must be a non-empty str, got ''")
+    _check_text(name, f"define_tool: name {name!r}")
     owner = f"define_tool({name})"
     if timeout_ms is not None:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
@@ -91,6 +93,7 @@ def define_tool(
             raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
     if type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")
+    _check_text(description, f"{owner}: description")
     if not isinstance(output, ToolOutput) or not callable(output.render):
         raise TypeError(
             f"{owner}: must declare output as ToolOutput(schema, render, "

@@ -113,12 +113,12 @@ class TypedToolDefinition(ToolDefinition, frozen=True, kw_only=True, eq=False):
     output: ToolOutput
 
 
-def shape_problem(label: str, fn: Any) -> str | None:
+def shape_problem(label: str, fn: Any, callback: str | None = None) -> str | None:
     """``<label> must accept two positional arguments (args, value)`` when ``fn`` cannot be
-    called as callback ``label`` (a key of ``CALLBACK_SHAPES``) is, else None: refused when
-    the tool is defined, not once every call fails (a classifier that cannot be called would
-    leave every call exclusive without a word)."""
-    shape = CALLBACK_SHAPES[label]
+    called as ``callback`` (a key of ``CALLBACK_SHAPES``, ``label`` unless given) is, else
+    None: refused when the tool is defined, not once every call fails (a classifier that
+    cannot be called would leave every call exclusive without a word)."""
+    shape = CALLBACK_SHAPES[label if callback is None else callback]
     if accepts_positional(fn, len(shape)):
         return None
     plural = "" if len(shape) == 1 else "s"

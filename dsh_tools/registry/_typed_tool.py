@@ -23,7 +23,7 @@ import msgspec
 from ._body_values import converts_values
 from ._compact_json import compact_json
 from ._define_tool import placed_execute
-from ._definition import Placement, ToolOutput, TypedToolDefinition
+from ._definition import Placement, ToolOutput, TypedToolDefinition, shape_problem
 from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
 from ._raw_schema import optional_null_dropper
@@ -35,6 +35,7 @@ from ._tool_call import (
     _validator,
     may_hold_tuples,
 )
+from ._tool_contract import _check_text
 from ._tool_signature import (
     _caller_locals,
     _docstring,
@@ -118,6 +119,7 @@ def _build(
         )
     if not tool_name:
         raise ValueError(f"{owner}: name must be a non-empty str, got ''")
+    _check_text(tool_name, f"{owner}: name {tool_name!r}")
     if description is not None and type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")
     if timeout_ms is not None and (
@@ -131,6 +133,13 @@ def _build(
         raise TypeError(f"{owner}: concurrency_safe must be a bool or a callable(args)")
     if render is not None and not callable(render):
         raise TypeError(f"{owner}: render must be a callable(args, value)")
+    for keyword, callback, shape in (
+        ("concurrency_safe", concurrency_safe, "is_concurrency_safe"),
+        ("render", render, "output.render"),
+        *((k, options.get(k), k) for k in ("finalize_content", "present_call", "present_result")),
+    ):
+        if callable(callback) and (problem := shape_problem(keyword, callback, shape)):
+            raise TypeError(f"{owner}: {problem}")
     for keyword, instead in _SPELLED_OTHERWISE.items():
         if keyword in options:
             raise TypeError(f"{owner}: {keyword} is not an option of @tool: {instead}")
@@ -188,6 +197,8 @@ def _build(
     execute.__name__ = f"execute[{tool_name}]"
     execute.__qualname__ = f"tool.execute[{tool_name}]"
     execute.__doc__ = fn.__doc__
+    text = _description_text(parsed) if description is None else description
+    _check_text(text, f"{owner}: description")
     classifier: Callable[[Any], Any] | None
     if concurrency_safe is True:
         classifier = _always_safe
@@ -198,7 +209,7 @@ def _build(
     try:
         return TypedToolDefinition(
             name=tool_name,
-            description=_description_text(parsed) if description is None else description,
+            description=text,
             parameters=frozen_parameters,
             output=ToolOutput(frozen_output, default_render if render is None else render),
             execute=execute,
