@@ -316,3 +316,14 @@ def test_present_view_helpers_fall_back_when_the_presenter_declines_or_fails() -
     assert present_call_view(Definition(), "t", {"a": 1}) == fallback_call_view("t", {"a": 1})
     assert present_result_view(Definition(), {}, result) == fallback_result_view(result)
     assert present_call_view(None, "gone", {}) == fallback_call_view("gone", {})
+
+
+@pytest.mark.parametrize("given", [3, {"card": "generic", "title": "t"}, None])
+def test_encode_card_refuses_what_is_not_a_card(given: Any) -> None:
+    # Not JSON that no decoder would take for a card.
+    with pytest.raises(TypeError) as error:
+        encode_card(given)
+    assert str(error.value) == (
+        "encode_card() takes a call or result view, a FileDiff, a FileLocation or a "
+        f"ToolResult, got {type(given).__name__}"
+    )

@@ -317,7 +317,13 @@ _result_decoder = msgspec.json.Decoder(ResultView)
 
 
 def encode_card(view: CallView | ResultView | FileDiff | FileLocation | ToolResult) -> bytes:
-    """Encode a view as JSON: the ``card`` tag first, snake_case names, absent fields omitted."""
+    """Encode a view as JSON: the ``card`` tag first, snake_case names, absent fields omitted.
+    ``TypeError`` for anything else (which would encode as JSON that is no card)."""
+    if not isinstance(view, _CardView | FileDiff | FileLocation | ToolResult):
+        raise TypeError(
+            "encode_card() takes a call or result view, a FileDiff, a FileLocation or a "
+            f"ToolResult, got {type(view).__name__}"
+        )
     return _encoder.encode(view)
 
 
