@@ -198,3 +198,16 @@ def test_rp28_an_approved_ask_still_runs_the_guards(make_system: Any) -> None:
     assert text(system.execute(call(agent="A"))) == "Error: guard still says no"
     assert guarded == ["c1"]
     assert len(approval.requests) == 1
+
+
+def test_an_async_def_guard_is_refused_when_registered(system: ToolSystem) -> None:
+    # Registered, it would fail every call closed ("guards must be synchronous").
+    async def checks_a_service(exec: Any) -> str | None:
+        return None
+
+    with pytest.raises(TypeError) as error:
+        system.agent("A").tools.guard(checks_a_service)
+    assert str(error.value) == (
+        f"guard listener {checks_a_service.__qualname__} must be synchronous (a def returning "
+        "None or a reason), not async def: use an async pre-execute hook for a policy that awaits"
+    )

@@ -291,8 +291,15 @@ class ToolsHandle:
         return self._changing(AddRestriction(self._agent, allow_names, deny_names))
 
     def guard(self, fn: Guard) -> Disposer:
-        """Add a synchronous guard: ``fn(exec)`` returns None to abstain or a denial reason."""
+        """Add a synchronous guard: ``fn(exec)`` returns None to abstain or a denial reason.
+        ``TypeError`` for an ``async def`` one: its awaitable would fail every call closed."""
         _callable("guard", fn)
+        if inspect.iscoroutinefunction(fn):
+            name = getattr(fn, "__qualname__", type(fn).__name__)
+            raise TypeError(
+                f"guard listener {name} must be synchronous (a def returning None or a "
+                "reason), not async def: use an async pre-execute hook for a policy that awaits"
+            )
         return Disposer(self, self._mutate(AddGuard(fn, self._agent)).key)
 
     def _add_hook(self, point: str, fn: Callable[..., object], prepend: bool = False) -> Disposer:
