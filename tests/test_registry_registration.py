@@ -750,3 +750,16 @@ def test_prepend_must_be_a_bool(system: ToolSystem, prepend: Any) -> None:
         assert str(error.value) == (
             f"on_{point}() prepend must be a bool, got {type(prepend).__name__}"
         )
+
+
+def test_a_section_no_prompt_could_carry_is_refused(system: ToolSystem) -> None:
+    # A lone surrogate cannot be encoded into any provider request: refused as for tools.
+    with pytest.raises(ValueError) as error:
+        system.tools.section("rules\ud800", 1, "text")
+    assert str(error.value) == (
+        "section name 'rules\\ud800' holds a lone surrogate at index 5; it must be valid "
+        "Unicode text"
+    )
+    with pytest.raises(ValueError, match=r'^section "rules" text holds a lone surrogate at'):
+        system.agent("A").tools.section("rules", 1, "be \udc80 brief")
+    assert [s.name for s in system.assemble_prompt("A").sections] == []

@@ -47,7 +47,7 @@ from ._json_text import ArgumentsTextError, read_arguments
 from ._lossless_copy import snapshot_json
 from ._registry_actor import RegistryActor
 from ._snapshot import STOPPED_TEXT, SnapshotCell, ToolEntry
-from ._tool_contract import check_registration, classify, project_schema
+from ._tool_contract import _check_text, check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
 
@@ -349,6 +349,9 @@ class ToolsHandle:
             raise ValueError(f"section order must be a finite number, got {order!r}")
         if type(text) is not str:
             raise TypeError("section text must be a str")
+        # Both go into every prompt assembled from here on, as a tool's name does.
+        _check_text(name, f"section name {name!r}")
+        _check_text(text, f'section "{name}" text')
         return Disposer(self, self._mutate(AddSection(name, order, text, self._agent)).key)
 
     # --- reads ---------------------------------------------------------------------------------
