@@ -110,3 +110,16 @@ def test_a_rolled_back_replace_keeps_the_plugins_disposal_order(system: ToolSyst
     assert system.tools.get("a").description != "a, replaced"  # type: ignore[union-attr]
     plugin.close()
     assert system.tools.names() == []
+
+
+def test_replace_given_the_disposer_of_a_guard_says_so(system: ToolSystem) -> None:
+    system.tools.register(fixture("a"))
+    guard = system.tools.guard(lambda exec: "no")
+    with pytest.raises(ValueError) as error:
+        system.tools.replace(guard, fixture("a"))
+    assert str(error.value) == (
+        'tool "a" cannot be replaced: replace() takes the disposer of a tool, and this one '
+        "disposes a guard"
+    )
+    guard()  # still the guard's, and it still works
+    assert not system.execute(call("a")).is_error

@@ -191,7 +191,14 @@ class RegistryActor(pykka.ThreadingActor):
     def _replace(self, message: ReplaceTool) -> MutationReply:
         where = self._where.get(message.key)
         name: str = message.definition.name
-        if where is None or where[0] != "tool":
+        if where is not None and where[0] != "tool":
+            # Still registered, but not a tool: "no longer registered" would send the caller
+            # looking for who disposed it.
+            raise ValueError(
+                f'tool "{name}" cannot be replaced: replace() takes the disposer of a tool, '
+                f"and this one disposes a {where[0]}"
+            )
+        if where is None:
             raise ValueError(f'tool "{name}" cannot be replaced: it is no longer registered')
         agent = where[1]
         if where[2] != name:
