@@ -327,3 +327,26 @@ def test_encode_card_refuses_what_is_not_a_card(given: Any) -> None:
         "encode_card() takes a call or result view, a FileDiff, a FileLocation or a "
         f"ToolResult, got {type(given).__name__}"
     )
+
+
+def test_result_cards_refuse_a_result_that_is_not_a_tool_result() -> None:
+    # An execution result (or anything else) is refused naming what is taken, not an
+    # AttributeError about ``content`` from inside, or a presenter given the wrong object.
+    seen: list[Any] = []
+    definition = define_tool(
+        name="t",
+        description="d",
+        parameters={},
+        output=ToolOutput({"type": "json"}, lambda args, value: []),
+        execute=lambda args, ctx: None,
+        present_result=lambda args, result: seen.append(result),
+    )
+    executed = ToolExecutionSuccess(value=1, content=[{"type": "text", "text": "1"}])
+    with pytest.raises(TypeError) as error:
+        present_result_view(definition, {}, executed)
+    assert str(error.value) == (
+        "present_result_view() takes a ToolResult as result, got ToolExecutionSuccess"
+    )
+    with pytest.raises(TypeError, match=r"^fallback_result_view\(\) takes a ToolResult as res"):
+        fallback_result_view(3)  # type: ignore[arg-type]
+    assert seen == []

@@ -66,7 +66,15 @@ def fallback_call_view(name: str, arguments: Any) -> GenericCallView:
 
 def fallback_result_view(result: ToolResult) -> GenericResultView:
     """The generic settled card: keeps the pending title and shows the raw result content."""
+    _check_result("fallback_result_view", result)
     return GenericResultView(content=result.content)
+
+
+def _check_result(function: str, result: object) -> None:
+    """A ``ToolExecutionResult`` is the likely slip: its card is built from a ``ToolResult``
+    (``ToolResult(content=result.content, ...)``), which ``function`` says."""
+    if not isinstance(result, ToolResult):
+        raise TypeError(f"{function}() takes a ToolResult as result, got {type(result).__name__}")
 
 
 CallPresenter: TypeAlias = Callable[[Any], "CallView | None"]
@@ -137,6 +145,7 @@ def present_result_view(
     definition: Presentable | None, arguments: Any, result: ToolResult
 ) -> ResultView:
     """The card for a settled call: the tool's own view, or the generic fallback."""
+    _check_result("present_result_view", result)
     presenter = definition.present_result if definition is not None else None
     view = safe_present_result(presenter, arguments, result)
     return view if view is not None else fallback_result_view(result)
