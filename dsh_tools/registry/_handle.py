@@ -345,7 +345,11 @@ class ToolsHandle:
             raise ValueError("section name must be a non-empty str, got ''")
         if type(order) not in (int, float):
             raise TypeError("section order must be a number")
-        if not math.isfinite(order):
+        try:
+            finite = math.isfinite(order)
+        except OverflowError:  # an int past any float: no prompt could carry it either
+            finite = False
+        if not finite:
             raise ValueError(f"section order must be a finite number, got {order!r}")
         if type(text) is not str:
             raise TypeError("section text must be a str")
