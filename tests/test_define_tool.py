@@ -55,7 +55,10 @@ def test_sp79_tool_args_error() -> None:
 # --- definition-time checks --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("timeout_ms", [0, -5, float("inf"), float("nan"), True, "100"])
+# 10**400: an int no float can hold, which the timeout policy could never turn into seconds.
+@pytest.mark.parametrize(
+    "timeout_ms", [0, -5, float("inf"), float("nan"), True, "100", pytest.param(10**400, id="huge")]
+)
 def test_sp83_define_tool_rejects_a_bad_timeout(timeout_ms: Any) -> None:
     with pytest.raises((TypeError, ValueError)) as info:
         define_tool("slow", "d", {}, text_output(), noop, timeout_ms=timeout_ms)
@@ -67,7 +70,7 @@ def test_sp83_timeout_is_kept_or_absent() -> None:
     assert define_tool("t", "d", {}, text_output(), noop).timeout_ms is None
 
 
-@pytest.mark.parametrize("timeout_ms", [0, float("inf")])
+@pytest.mark.parametrize("timeout_ms", [0, float("inf"), pytest.param(10**400, id="huge")])
 def test_sp83_raw_registration_rejects_a_bad_timeout(timeout_ms: float) -> None:
     definition = ToolDefinition(
         name="raw",

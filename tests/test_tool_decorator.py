@@ -1069,6 +1069,8 @@ def test_options_are_checked_at_definition() -> None:
 
     with pytest.raises(ValueError, match=r"@tool\(.*body\): timeout_ms"):
         tool(timeout_ms=0)(body)
+    with pytest.raises(ValueError, match=r"@tool\(.*body\): timeout_ms must be a positive finite"):
+        tool(timeout_ms=10**400)(body)
     with pytest.raises(ValueError, match=r"@tool\(.*body\): name must be a non-empty str, got ''$"):
         tool(name="")(body)
     with pytest.raises(

@@ -5,7 +5,6 @@ views, placements and the wrappers of the callbacks included)."""
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,7 +25,7 @@ from ._hooks import ContentFinalizer
 from ._raw_schema import optional_null_dropper
 from ._schema_plan import _build_plan
 from ._schema_validate import validate_plan
-from ._tool_contract import _check_text
+from ._tool_contract import _check_text, finite
 from ._typed_views import _check_view, _output_view_builder, _view_builder
 
 __all__ = ["define_tool", "placed_execute"]
@@ -89,7 +88,7 @@ def define_tool(
     if timeout_ms is not None:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
             raise TypeError(f"{owner}: timeout_ms must be a positive finite number")
-        if not math.isfinite(timeout_ms) or timeout_ms <= 0:
+        if not finite(timeout_ms) or timeout_ms <= 0:
             raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
     if type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")

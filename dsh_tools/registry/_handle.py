@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import math
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal
@@ -47,7 +46,7 @@ from ._json_text import ArgumentsTextError, read_arguments
 from ._lossless_copy import snapshot_json
 from ._registry_actor import RegistryActor
 from ._snapshot import STOPPED_TEXT, SnapshotCell, ToolEntry
-from ._tool_contract import _check_text, check_registration, classify, project_schema
+from ._tool_contract import _check_text, check_registration, classify, finite, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
 
@@ -345,11 +344,7 @@ class ToolsHandle:
             raise ValueError("section name must be a non-empty str, got ''")
         if type(order) not in (int, float):
             raise TypeError("section order must be a number")
-        try:
-            finite = math.isfinite(order)
-        except OverflowError:  # an int past any float: no prompt could carry it either
-            finite = False
-        if not finite:
+        if not finite(order):
             raise ValueError(f"section order must be a finite number, got {order!r}")
         if type(text) is not str:
             raise TypeError("section text must be a str")

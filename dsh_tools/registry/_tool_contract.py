@@ -26,7 +26,16 @@ _RUN_CODE = "run_code"
 
 
 def _positive_finite(value: Any) -> bool:
-    return (type(value) is int or type(value) is float) and math.isfinite(value) and value > 0
+    return (type(value) is int or type(value) is float) and finite(value) and value > 0
+
+
+def finite(number: float) -> bool:
+    """``math.isfinite``, False for an ``int`` past any float (which it refuses with
+    ``OverflowError``): no timer or prompt could take it either."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def check_registration(defn: Any, *, reserve_run_code: bool) -> None:

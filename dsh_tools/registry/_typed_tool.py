@@ -12,7 +12,6 @@ read from the function is in ``_tool_signature``; the call path of the body in `
 from __future__ import annotations
 
 import inspect
-import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, overload
@@ -35,7 +34,7 @@ from ._tool_call import (
     _validator,
     may_hold_tuples,
 )
-from ._tool_contract import _check_text
+from ._tool_contract import _check_text, finite
 from ._tool_signature import (
     _caller_locals,
     _docstring,
@@ -125,7 +124,7 @@ def _build(
     if timeout_ms is not None and (
         isinstance(timeout_ms, bool)
         or not isinstance(timeout_ms, (int, float))
-        or not math.isfinite(timeout_ms)
+        or not finite(timeout_ms)
         or timeout_ms <= 0
     ):
         raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
