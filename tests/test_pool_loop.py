@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import inspect
 import os
 import signal
 import socket
@@ -585,3 +586,30 @@ def test_timeouts_and_aborts_in_a_pool_leave_no_garbage_for_the_cyclic_collector
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+class _CoroutineOnlyTask(asyncio.Task):  # type: ignore[type-arg]
+    """``asyncio.Task`` as Python 3.12+ makes it: of a coroutine only, never of a generator
+    (``@types.coroutine``), which 3.11 still accepts."""
+
+    def __init__(self, coro: Any, **kwargs: Any) -> None:
+        if not inspect.iscoroutine(coro):
+            raise TypeError(f"a coroutine was expected, got {coro!r}")
+        super().__init__(coro, **kwargs)
+
+
+def test_a_call_that_suspends_finishes_in_a_task_python_3_12_would_make(
+    system: ToolSystem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if sys.version_info < (3, 12):
+        monkeypatch.setattr(asyncio, "Task", _CoroutineOnlyTask)
+        monkeypatch.setattr(asyncio.tasks, "Task", _CoroutineOnlyTask)
+
+    async def body(args: Any, ctx: Any) -> Any:
+        await asyncio.sleep(0)
+        return [block(f"ran:{ctx.call_id}")]
+
+    system.tools.register(fixture("x", body, is_concurrency_safe=safe))
+    assert system.execute(call("x")).content[0]["text"] == "ran:c1"
+    outcome = system.execute_batch(batch("c1", "c2", "c3"))
+    assert [r.content[0]["text"] for r in outcome.results] == ["ran:c1", "ran:c2", "ran:c3"]

@@ -628,18 +628,18 @@ def carry_on(
     return loop.create_task(_carry_on(coro, first), context=context)
 
 
-@types.coroutine
-def _carry_on(
+async def _carry_on(
     coro: Coroutine[Any, Any, _T],
     first: Any,
     loop: asyncio.AbstractEventLoop | None = None,
     *,
     then_stop: bool = False,
-) -> Generator[Any, Any, _T]:
+) -> _T:
     """Continue a started coroutine inside its task: first past every ``event_loop()`` wait
     (a loop runs now: ``loop``, when the caller knows it, is what the wait returns), then as
     ``resume`` does. ``then_stop``: stop ``loop`` in the same step, however the coroutine ends
-    (the ``run_forever`` that ``drive`` runs returns with that pass)."""
+    (the ``run_forever`` that ``drive`` runs returns with that pass). A coroutine, not a
+    generator: Python 3.12+ makes a task of a coroutine only."""
     try:
         yielded = first
         while yielded is _NEED_LOOP or yielded is _NEED_LOOP_TO_WAIT:
@@ -648,7 +648,7 @@ def _carry_on(
             except StopIteration as done:
                 value: _T = done.value
                 return value
-        result: _T = yield from resume(coro, yielded)
+        result: _T = await resume(coro, yielded)
         return result
     finally:
         if then_stop and loop is not None:
