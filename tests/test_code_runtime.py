@@ -1888,6 +1888,16 @@ def test_a_memory_error_says_how_much_memory_the_run_has(
     )
 
 
+def test_a_memory_error_with_a_text_of_its_own_is_not_said_to_be_the_runs_memory(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # As the parser's "Parser stack overflowed" (eval of a deeply nested string) is not.
+    program = 'raise MemoryError("the cache holds at most 3 entries")'
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert message.endswith("MemoryError: the cache holds at most 3 entries")
+
+
 def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(
     runtime: SubprocessCodeRuntime,
 ) -> None:

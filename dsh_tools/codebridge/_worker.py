@@ -617,9 +617,12 @@ class Worker:
         self.finish(Done(value=tokens))
 
     def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
-        if isinstance(exc, MemoryError) and self.boot.max_memory_mb > 0:
+        if isinstance(exc, MemoryError) and not exc.args and self.boot.max_memory_mb > 0:
             # A bare ``MemoryError`` (its usual text is none) does not say that the run's
             # memory is limited, nor how far, as the host's "memory budget exhausted" does.
+            # One with a text of its own says what it is, and is often no allocation: the
+            # parser's "Parser stack overflowed" (``eval`` of a deeply nested string, Python
+            # 3.12+), or one the program raises for a limit of its own.
             with contextlib.suppress(BaseException):
                 exc.add_note(
                     f"A run_code program has at most {self.boot.max_memory_mb:g}MB of memory"
