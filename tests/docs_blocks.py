@@ -141,11 +141,21 @@ def expectations(block: Block) -> list[Expected]:
     return found
 
 
-def _line_matches(said: str, printed: str, *, prose: bool) -> bool:
+def _fits(said: str, printed: str) -> bool:
     pattern = ".*".join(re.escape(part) for part in said.split("..."))
-    if re.fullmatch(pattern, printed, re.DOTALL):
+    return re.fullmatch(pattern, printed, re.DOTALL) is not None
+
+
+def _line_matches(said: str, printed: str, *, prose: bool) -> bool:
+    if _fits(said, printed):
         return True
-    return prose and bool(printed) and said.startswith(printed + " (")
+    # A remark in brackets after the printed text: what comes before one of the comment's
+    # " (" is what is printed, its "..." standing for any text as anywhere else.
+    return (
+        prose
+        and bool(printed)
+        and any(_fits(said[: bracket.start()], printed) for bracket in re.finditer(r" \(", said))
+    )
 
 
 def _lines_match(said: tuple[str, ...], printed: list[str]) -> bool:

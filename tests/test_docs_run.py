@@ -121,3 +121,12 @@ def test_what_is_printed_must_be_what_the_page_says() -> None:
     assert mismatches(said_more, {1: ["Error\n"]}) == [
         "line 1: printed 'Error\\n'; the page says 'Error: unknown tool'"
     ]
+
+
+def test_a_remark_in_brackets_may_follow_a_line_with_an_ellipsis() -> None:
+    said = [Expected(1, ("Error: ... is disconnected (a fresh server answers next)",), True)]
+    assert mismatches(said, {1: ['Error: MCP server "x" is disconnected\n']}) == []
+    assert mismatches(said, {1: ['Error: MCP server "x" is gone\n']}) == [
+        "line 1: printed 'Error: MCP server \"x\" is gone\\n'; the page says"
+        " 'Error: ... is disconnected (a fresh server answers next)'"
+    ]
