@@ -1970,6 +1970,10 @@ await asyncio.open_connection("127.0.0.1", 80)
     assert message.endswith(
         "socket.gaierror: [Errno -3] Temporary failure in name resolution\n" + NO_NETWORK
     )
+    # gethostbyname fails in C, straight from the program's line, as an unknown name.
+    kind, message = failure(run(runtime, 'import socket\nsocket.gethostbyname("tools.invalid")'))
+    assert '  File "<run_code>", line 2, in <module>' in message
+    assert message.endswith("socket.gaierror: [Errno -2] Name or service not known\n" + NO_NETWORK)
 
 
 def test_a_process_of_the_fork_start_method_runs_a_function_of_the_program(

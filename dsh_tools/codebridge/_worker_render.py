@@ -58,16 +58,20 @@ _NETWORK_NOTE: Final = (
 )
 Refusal = tuple[int, str, str]
 """One refusal of the sandbox's that CPython reports in a bare ``strerror`` from inside the
-standard library: the error number, the file of the failure's last frame, and the note that
-says why and what works instead (``SANDBOX_REFUSALS``)."""
+standard library: the error number, the file of the failure's last frame (``""``: any), and
+the note that says why and what works instead (``SANDBOX_REFUSALS``)."""
 SANDBOX_REFUSALS: Final[tuple[Refusal, ...]] = (
     # ``[Errno 30] Read-only file system``: ``multiprocessing`` making the semaphore of a
     # lock, queue or pool in ``/dev/shm``.
     (errno.EROFS, os.path.join("multiprocessing", "synchronize.py"), _SHARED_MEMORY_NOTE),
     # ``[Errno 1] Operation not permitted``: ``socket`` making a socket.
     (errno.EPERM, os.path.join(os.sep, "socket.py"), _NETWORK_NOTE),
-    # ``[Errno -3] Temporary failure in name resolution``, which is no temporary failure.
-    (socket.EAI_AGAIN, os.path.join(os.sep, "socket.py"), _NETWORK_NOTE),
+    # ``[Errno -3] Temporary failure in name resolution``, which is no temporary failure, and
+    # ``[Errno -2] Name or service not known``: a lookup's, from ``socket.py``
+    # (``getaddrinfo``) or straight from the program's line (``socket.gethostbyname``). Only
+    # a lookup's error has a negative number.
+    (socket.EAI_AGAIN, "", _NETWORK_NOTE),
+    (socket.EAI_NONAME, "", _NETWORK_NOTE),
 )
 """What a sandboxed worker explains (a worker outside the sandbox may meet the same errors
 for other reasons, and explains none)."""
