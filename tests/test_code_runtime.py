@@ -1945,7 +1945,8 @@ with ProcessPoolExecutor(2) as pool:
 
 NO_NETWORK = (
     "A run_code program has no network: its sandbox refuses every socket but the pairs"
-    " socket.socketpair() makes, and resolves no name. Reach what is outside through the tools."
+    " socket.socketpair() makes of type SOCK_STREAM (its default) or SOCK_SEQPACKET, and"
+    " resolves no name. Reach what is outside through the tools."
 )
 
 
@@ -1970,6 +1971,10 @@ await asyncio.open_connection("127.0.0.1", 80)
     assert message.endswith(
         "socket.gaierror: [Errno -3] Temporary failure in name resolution\n" + NO_NETWORK
     )
+    # A datagram pair is refused too, which socketpair() makes when asked.
+    program = "import socket\nsocket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)"
+    kind, message = failure(run(runtime, program))
+    assert message.endswith("PermissionError: [Errno 1] Operation not permitted\n" + NO_NETWORK)
     # gethostbyname fails in C, straight from the program's line, as an unknown name.
     kind, message = failure(run(runtime, 'import socket\nsocket.gethostbyname("tools.invalid")'))
     assert '  File "<run_code>", line 2, in <module>' in message

@@ -53,8 +53,8 @@ _SHARED_MEMORY_NOTE: Final = (
 )
 _NETWORK_NOTE: Final = (
     "A run_code program has no network: its sandbox refuses every socket but the pairs"
-    " socket.socketpair() makes, and resolves no name. Reach what is outside through the"
-    " tools."
+    " socket.socketpair() makes of type SOCK_STREAM (its default) or SOCK_SEQPACKET, and"
+    " resolves no name. Reach what is outside through the tools."
 )
 Refusal = tuple[int, str, str]
 """One refusal of the sandbox's that CPython reports in a bare ``strerror`` from inside the
