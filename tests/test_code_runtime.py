@@ -1930,19 +1930,26 @@ with ProcessPoolExecutor(2) as pool:
     kind, message = failure(run(runtime, program))
     assert kind == "exception"
     assert '  File "<run_code>", line 5, in <module>' in message
-    assert message.endswith(
-        "OSError: [Errno 30] Read-only file system\n"
-        "A run_code program has no POSIX shared memory (/dev/shm), where multiprocessing makes"
-        " its semaphores: a multiprocessing lock, queue or pool, or a ProcessPoolExecutor,"
-        " cannot be made. Threads (asyncio.to_thread, a ThreadPoolExecutor), subprocess and a"
-        ' process of the "fork" start method'
-        ' (multiprocessing.get_context("fork").Process(target=...)) work.'
+    assert message.endswith("OSError: [Errno 30] Read-only file system\n" + NO_SHARED_MEMORY)
+    # A block of shared memory is made there too.
+    program = (
+        "from multiprocessing import shared_memory\nshared_memory.SharedMemory(create=True, size=8)"
     )
+    kind, message = failure(run(runtime, program))
+    assert "OSError: [Errno 30] Read-only file system: '/psm_" in message
+    assert message.endswith(NO_SHARED_MEMORY)
     # Any other read-only file is only that.
     kind, message = failure(run(runtime, 'open("/usr/made-here", "w")'))
     assert message.endswith("OSError: [Errno 30] Read-only file system: '/usr/made-here'")
 
 
+NO_SHARED_MEMORY = (
+    "A run_code program has no POSIX shared memory (/dev/shm), where multiprocessing makes its"
+    " semaphores and shared memory blocks: a multiprocessing lock, queue, pool or SharedMemory,"
+    " or a ProcessPoolExecutor, cannot be made. Threads (asyncio.to_thread, a"
+    ' ThreadPoolExecutor), subprocess and a process of the "fork" start method'
+    ' (multiprocessing.get_context("fork").Process(target=...)) work.'
+)
 NO_NETWORK = (
     "A run_code program has no network: its sandbox refuses every socket but the pairs"
     " socket.socketpair() makes of type SOCK_STREAM (its default) or SOCK_SEQPACKET, and"

@@ -47,9 +47,10 @@ def _explain_pickling(exc: BaseException) -> None:
 
 _SHARED_MEMORY_NOTE: Final = (
     "A run_code program has no POSIX shared memory (/dev/shm), where multiprocessing makes"
-    " its semaphores: a multiprocessing lock, queue or pool, or a ProcessPoolExecutor, cannot"
-    " be made. Threads (asyncio.to_thread, a ThreadPoolExecutor), subprocess and a process of"
-    ' the "fork" start method (multiprocessing.get_context("fork").Process(target=...)) work.'
+    " its semaphores and shared memory blocks: a multiprocessing lock, queue, pool or"
+    " SharedMemory, or a ProcessPoolExecutor, cannot be made. Threads (asyncio.to_thread, a"
+    ' ThreadPoolExecutor), subprocess and a process of the "fork" start method'
+    ' (multiprocessing.get_context("fork").Process(target=...)) work.'
 )
 _NETWORK_NOTE: Final = (
     "A run_code program has no network: its sandbox refuses every socket but the pairs"
@@ -64,6 +65,8 @@ SANDBOX_REFUSALS: Final[tuple[Refusal, ...]] = (
     # ``[Errno 30] Read-only file system``: ``multiprocessing`` making the semaphore of a
     # lock, queue or pool in ``/dev/shm``.
     (errno.EROFS, os.path.join("multiprocessing", "synchronize.py"), _SHARED_MEMORY_NOTE),
+    # The same, ``multiprocessing.shared_memory`` making a block there.
+    (errno.EROFS, os.path.join("multiprocessing", "shared_memory.py"), _SHARED_MEMORY_NOTE),
     # ``[Errno 1] Operation not permitted``: ``socket`` making a socket.
     (errno.EPERM, os.path.join(os.sep, "socket.py"), _NETWORK_NOTE),
     # ``[Errno -3] Temporary failure in name resolution``, which is no temporary failure, and
