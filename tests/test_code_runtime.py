@@ -2062,13 +2062,14 @@ def test_help_on_print_and_help_describes_the_builtins_not_the_workers_methods(
 ) -> None:
     # Both are the worker's bound methods in the program: help(print) described
     # "method print in module _dsh_codebridge_worker._worker" of a "Worker instance".
-    result = run(runtime, "help(print)\nhelp(help)")
-    assert result.error is None, result.error
-    text = "".join(result.logs)
-    assert "Help on built-in function print in module builtins:" in text
-    assert "Define the builtin 'help'." in text
-    assert "_worker" not in text
-    assert "Worker" not in text
+    for program in ("help(print)\nhelp(help)", 'help("print")\nhelp("builtins.help")'):
+        result = run(runtime, program)
+        assert result.error is None, result.error
+        text = "".join(result.logs)
+        assert "Help on built-in function print in module builtins:" in text
+        assert "Define the builtin 'help'." in text
+        assert "_worker" not in text
+        assert "Worker" not in text
 
 
 def test_help_in_a_thread_of_the_program_says_where_the_description_is(

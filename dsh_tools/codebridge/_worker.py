@@ -400,13 +400,16 @@ class Worker:
         text would name the worker's module and class)."""
         about = self.binding_of(args[0]) if len(args) == 1 and not kwargs else None
         if about is None:
-            helper = _builtin_help
-            if helper is None:
-                import pydoc
+            import pydoc
 
-                helper = pydoc.help
-            if len(args) == 1 and type(args[0]) is types.MethodType and args[0].__self__ is self:
-                args = (_builtin_print if args[0].__func__ is Worker.print else helper,)
+            helper = _builtin_help if _builtin_help is not None else pydoc.help
+            own = args[0] if len(args) == 1 else None
+            if type(own) is str:
+                # ``help("print")``: pydoc finds the name in ``builtins``, the worker's method.
+                with contextlib.suppress(Exception):
+                    own = pydoc.locate(own)
+            if type(own) is types.MethodType and own.__self__ is self:
+                args = (_builtin_print if own.__func__ is Worker.print else helper,)
             helper(*args, **kwargs)
             return
         global_name, name = about
