@@ -293,6 +293,13 @@ def drive(coro: Coroutine[Any, Any, _T]) -> _T:
             if task.done() and not task.cancelled():
                 task.exception()  # raised here and now: not "never retrieved"
             raise
+        if STARTS_AT_ONCE:
+            # A body that never waits ran at once inside the call's last step (an eager task),
+            # which stopped the loop: what it scheduled (a task of its own, ``call_soon``) takes
+            # its first step before ``execute`` returns, as where the body's own task ends a pass
+            # before the call does, rather than at this thread's next call, or never.
+            loop.stop()
+            loop.run_forever()
         return task.result()
     finally:
         state.driving = outer
