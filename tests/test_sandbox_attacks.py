@@ -2215,6 +2215,83 @@ return seen
         runtime.close()
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_the_host_write_back_a_file_it_may_only_read(
+    ext4_filesystem: Path,
+) -> None:
+    # A file the host appends to holds dirty pages until the kernel writes them back. From a
+    # read-only descriptor a FIEMAP request with FIEMAP_FLAG_SYNC, sync_file_range, and any
+    # O_DIRECT read (which first writes back its range) each made the disk take the host's
+    # pages at once: in a loop, hundreds of write requests a second.
+    log = ext4_filesystem / "host.log"
+    log.write_text("")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=5000, sandbox=CodeSandbox(read=[str(log)]))
+    )
+    program = f"""
+import ctypes, fcntl, mmap, os, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+log = os.open({str(log)!r}, os.O_RDONLY)
+buffer = mmap.mmap(-1, 1 << 16, flags=mmap.MAP_PRIVATE)
+def fiemap():
+    request = bytearray(struct.pack('QQIIII', 0, 2**63 - 1, 1, 0, 0, 0))  # FIEMAP_FLAG_SYNC
+    fcntl.ioctl(log, 0xC020660B, request)
+def sync_file_range():
+    if libc.syscall(277, log, ctypes.c_long(0), ctypes.c_long(0), 7) < 0:
+        raise OSError(ctypes.get_errno(), 'sync_file_range')
+def direct_read():
+    direct = os.open({str(log)!r}, os.O_RDONLY | os.O_DIRECT)
+    try:
+        os.preadv(direct, [buffer], 0)
+    finally:
+        os.close(direct)
+def direct_read_by_fcntl():
+    fcntl.fcntl(log, fcntl.F_SETFL, os.O_DIRECT)
+    os.preadv(log, [buffer], 0)
+def direct_scratch_file():
+    os.close(os.open('own.bin', os.O_RDWR | os.O_CREAT | os.O_DIRECT))
+seen = {{}}
+for attack in (fiemap, sync_file_range, direct_read, direct_read_by_fcntl, direct_scratch_file):
+    end = time.monotonic() + 0.4
+    while time.monotonic() < end:
+        try:
+            attack()
+            seen[attack.__name__] = 'done'
+        except OSError as error:
+            seen[attack.__name__] = error.errno
+            break
+return seen
+"""
+    stop = threading.Event()
+
+    def append() -> None:
+        with open(log, "a") as file:
+            while not stop.wait(0.01):
+                file.write("a line of the host's log\n")
+                file.flush()
+
+    appender = threading.Thread(target=append)
+    try:
+        value(runtime, "return 1")  # the template starts before the count does
+        appender.start()
+        writes = _mounted_device_writes(ext4_filesystem)
+        assert value(runtime, program) == {
+            "fiemap": errno.EOPNOTSUPP,
+            "sync_file_range": "done",  # returns having done nothing, as fsync does
+            "direct_read": errno.EINVAL,
+            "direct_read_by_fcntl": errno.EINVAL,
+            "direct_scratch_file": errno.EINVAL,
+        }
+        # The journal's own commit every 5 s is a few requests; each attack made hundreds.
+        assert _mounted_device_writes(ext4_filesystem) - writes < 40
+        assert_next_run_works(runtime)
+    finally:
+        stop.set()
+        if appender.is_alive():
+            appender.join()
+        runtime.close()
+
+
 _SUBVOLUME_CREATE = 0x5000940E  # BTRFS_IOC_SUBVOL_CREATE
 _QUOTA_CONTROL = 0xC0109428  # BTRFS_IOC_QUOTA_CTL
 _QUOTA_GROUP_LIMIT = 0x8030942B  # BTRFS_IOC_QGROUP_LIMIT
