@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import mmap
 import os
 import platform
@@ -859,6 +860,58 @@ except OSError as error:
 return seen
 """
     assert set(value(sandbox, program).values()) == {1}
+
+
+_KSM_HARNESS = '''
+import asyncio, ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(67, 1, 0, 0, 0) != 0:  # PR_SET_MEMORY_MERGE, as systemd's MemoryKSM=yes sets it
+    print(json.dumps('no KSM'))
+    raise SystemExit
+from dsh_tools import CodeRuntimeConfig, SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeRunRequest
+program = """
+import ctypes, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+seen = {'merging handed down': libc.prctl(68, 0, 0, 0, 0)}  # PR_GET_MEMORY_MERGE
+ctypes.set_errno(0)
+libc.prctl(67, 1, 0, 0, 0)
+seen['PR_SET_MEMORY_MERGE'] = ctypes.get_errno()
+page = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE)
+address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+ctypes.set_errno(0)
+libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(1 << 20), 12)  # MADV_MERGEABLE
+seen['MADV_MERGEABLE'] = ctypes.get_errno()
+return seen
+"""
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=3000))
+try:
+    result = asyncio.run(runtime.run(CodeRunRequest(program, [])))
+finally:
+    runtime.close()
+print(json.dumps(result.value if result.error is None else result.error.message))
+'''
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_no_memory_of_a_run_is_offered_to_same_page_merging() -> None:
+    # Where the kernel's same-page merging (KSM) runs, a page merged with an identical one
+    # elsewhere is copied again when written, measurably slower: a run filling pages with
+    # guesses learns by timing what another process of the machine holds. Neither the run's
+    # own request nor a harness's merge-everything setting (inherited across fork and exec)
+    # offers a run's memory.
+    harness = subprocess.run(
+        [sys.executable, "-c", _KSM_HARNESS], capture_output=True, text=True, timeout=60
+    )
+    assert harness.returncode == 0, harness.stderr
+    seen = json.loads(harness.stdout)
+    if seen == "no KSM":
+        pytest.skip("this kernel has no same-page merging to ask for")
+    assert seen == {
+        "merging handed down": 0,
+        "PR_SET_MEMORY_MERGE": errno.EINVAL,  # as a kernel without KSM answers
+        "MADV_MERGEABLE": errno.EINVAL,
+    }
 
 
 def _pages_cached(path: Path) -> tuple[int, int]:

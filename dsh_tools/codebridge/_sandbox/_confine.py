@@ -199,6 +199,9 @@ class SandboxPlan:
         self._seccomp_without_cgroups = seccomp_program(
             guard_child_reaping=True, refuse_hidden_memory=True, refuse_new_sessions=True
         )
+        # Inherited across fork and exec: a host whose memory KSM may merge (systemd's
+        # MemoryKSM=yes) would hand that to every run, and merging is a side channel.
+        _kernel.leave_memory_merging()
         # Before any namespace: the cgroup filesystems stay writable through the descriptors.
         self._cgroups.prepare()
         uid, gid = os.geteuid(), os.getegid()

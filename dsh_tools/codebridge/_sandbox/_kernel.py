@@ -48,6 +48,7 @@ __all__ = [
     "landlock_add_path",
     "landlock_create_ruleset",
     "landlock_restrict_self",
+    "leave_memory_merging",
     "mount",
     "mount_new_fs",
     "mount_setattr",
@@ -132,6 +133,7 @@ _PR_SET_SECCOMP: Final = 22
 _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_CAP_AMBIENT: Final = 47
 _PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
+_PR_SET_MEMORY_MERGE: Final = 67
 _SECCOMP_MODE_FILTER: Final = 2
 _CAPABILITY_VERSION_3: Final = 0x20080522
 
@@ -267,6 +269,15 @@ def set_not_dumpable() -> None:
     """``PR_SET_DUMPABLE`` 0: the kernel makes no core dump of this process, piped or not,
     whatever its ``RLIMIT_CORE`` (until it runs ``execve``, which makes it dumpable again)."""
     _check(_prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+
+
+def leave_memory_merging() -> None:
+    """``PR_SET_MEMORY_MERGE`` 0: none of this process's memory, nor that of what it forks, is
+    offered to the kernel's same-page merging (KSM). A process inherits the setting across
+    ``fork`` and ``execve`` (``systemd``'s ``MemoryKSM=yes`` sets it for a whole service), so
+    the host's would otherwise reach every run. Best effort: a kernel without KSM, or before
+    the setting (Linux 6.4), answers ``EINVAL`` and merges nothing of it anyway."""
+    _prctl(_PR_SET_MEMORY_MERGE, 0, 0, 0, 0)
 
 
 def set_parent_death_signal(signal_number: int) -> None:

@@ -77,13 +77,19 @@ locks for every process of the host, not the run's alone. The memory policy call
 NUMA: each range of a shared mapping given a policy of its own is kernel memory that no cgroup
 charges, kept with the file after the mapping is gone. ``prctl`` refuses ``PR_FUTEX_HASH``,
 ``PR_SET_VMA`` and ``PR_SCHED_CORE`` (``_DENIED_PRCTL``): kernel memory no budget counts, or
-scheduling of the whole machine. The Landlock calls answer ``ENOSYS``, as on a kernel without
-Landlock: a program's own rulesets would hold kernel memory no budget counts, about 100 bytes a
-rule (``LANDLOCK_SYSCALLS``). The calls that tell which pages of a file are cached without
-reading them (``mincore``, ``cachestat``: ``PAGE_CACHE_SYSCALLS``, and ``preadv2`` or
-``pwritev2`` with ``RWF_NOWAIT``, which answers ``EOPNOTSUPP``) are refused: the kernel answers
-them only for files the caller could write or owns, and the worker owns the host's files, so a
-run learned which pages of a shared file the host or another run had just read. The ``ioctl``
+scheduling of the whole machine. Nor may a run offer its memory to the kernel's same-page merging
+(KSM): ``madvise(MADV_MERGEABLE)`` and ``prctl(PR_SET_MEMORY_MERGE)`` answer ``EINVAL``, as on a
+kernel without KSM (and the template leaves any merging the host handed down,
+``leave_memory_merging``). Where KSM runs, a page merged with an identical one elsewhere on the
+machine is copied again when written, which takes measurably longer: a run that fills pages with
+guesses learns by timing which contents another process, the host's included, holds (a known side
+channel), and no program of a run needs its memory merged. The Landlock calls answer ``ENOSYS``, as
+on a kernel without Landlock: a program's own rulesets would hold kernel memory no budget counts,
+about 100 bytes a rule (``LANDLOCK_SYSCALLS``). The calls that tell which pages of a file are cached
+without reading them (``mincore``, ``cachestat``: ``PAGE_CACHE_SYSCALLS``, and ``preadv2`` or
+``pwritev2`` with ``RWF_NOWAIT``, which answers ``EOPNOTSUPP``) are refused: the kernel answers them
+only for files the caller could write or owns, and the worker owns the host's files, so a run
+learned which pages of a shared file the host or another run had just read. The ``ioctl``
 requests that add and remove the keys of encrypted directories, or encrypt a directory
 (``FSCRYPT_IOCTLS``), answer ``EOPNOTSUPP``, as on a filesystem without encryption: the key
 requests work on a descriptor of any file of a filesystem that has it, a read-only one included,
@@ -370,6 +376,8 @@ _SOCKETPAIR: Final = 53
 _FCNTL: Final = 72
 _PRCTL: Final = 157
 _PR_SET_SECCOMP: Final = 22
+_PR_SET_MEMORY_MERGE: Final = 67
+_MADV_MERGEABLE: Final = 12
 _DENIED_PRCTL: Final = {
     "PR_SCHED_CORE": 62,
     "PR_FUTEX_HASH": 78,
@@ -579,7 +587,7 @@ def seccomp_program(
         bpf.op(_JMP_JEQ_K, command, "fcntl-unknown")
     bpf.op(_JMP_JEQ_K, _F_SETFL, None, "fcntl-allow")
     bpf.op(_LD_W_ABS, _OFFSET_ARG2_LOW)
-    bpf.op(_JMP_JSET_K, _O_DIRECT, "direct-deny")
+    bpf.op(_JMP_JSET_K, _O_DIRECT, "invalid")
     bpf.place("fcntl-allow")
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("fcntl-deny")
@@ -619,6 +627,7 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _PR_SET_SECCOMP, "seccomp-deny")
     for option in _DENIED_PRCTL.values():
         bpf.op(_JMP_JEQ_K, option, "seccomp-deny")
+    bpf.op(_JMP_JEQ_K, _PR_SET_MEMORY_MERGE, "invalid")  # no KSM: as a kernel without it
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("seccomp")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
@@ -658,6 +667,7 @@ def seccomp_program(
     bpf.op(_LD_W_ABS, _OFFSET_ARG2_LOW)
     bpf.op(_JMP_JEQ_K, _MADV_COLD, "cache-deny")
     bpf.op(_JMP_JEQ_K, _MADV_PAGEOUT, "cache-deny")
+    bpf.op(_JMP_JEQ_K, _MADV_MERGEABLE, "invalid")  # no KSM: as a kernel without it
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("cache-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
@@ -674,15 +684,16 @@ def seccomp_program(
         bpf.place(f"mode-{name}")
         if name in _FLAGS_ARGUMENT:
             bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW + 8 * _FLAGS_ARGUMENT[name])
-            bpf.op(_JMP_JSET_K, _O_DIRECT, "direct-deny")
+            bpf.op(_JMP_JSET_K, _O_DIRECT, "invalid")
         bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW + 8 * argument)
         bpf.op(_JMP_JSET_K, _SET_ID_BITS, "mode-deny")
         bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("mode-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
-    # O_DIRECT (open, openat, fcntl F_SETFL): a direct read or write first writes back the
-    # dirty pages of its range, the host's included; as a filesystem without it answers.
-    bpf.place("direct-deny")
+    # As a filesystem without O_DIRECT answers (open, openat, fcntl F_SETFL: a direct read or
+    # write first writes back the dirty pages of its range, the host's included), and a
+    # kernel without KSM (madvise MADV_MERGEABLE, prctl PR_SET_MEMORY_MERGE).
+    bpf.place("invalid")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # mmap: no huge pages of the machine's hugetlb pool; without cgroups, no shared anonymous
     # memory either.
