@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -268,6 +270,86 @@ def test_a_write_grant_holding_the_c_library_the_host_runs_fails_every_run() -> 
     assert result.error is not None, result.value
     assert result.error.kind == "worker-exit"
     assert f"the write grant {granted!r} holds code the host runs" in result.error.message
+
+
+_SEARCH_PATH_HARNESS = """
+import asyncio, json, sys
+from dsh_tools import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeRunRequest
+granted, program = sys.argv[1], sys.argv[2]
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
+try:
+    result = asyncio.run(runtime.run(CodeRunRequest(program, [])))
+finally:
+    runtime.close()
+print(json.dumps([result.error.kind, result.error.message] if result.error else result.value))
+"""
+
+
+def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # The next Python of the harness's user (outside a virtual environment) runs every .pth
+    # file of its user site-packages as it starts; the harness imports from its script's
+    # directory before the standard library; its tools run commands from its PATH. Code a run
+    # left in any of them would run as the host, outside the sandbox.
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    commands = tmp_path / "bin"
+    for directory in (home, project, commands):
+        directory.mkdir()
+    harness = project / "harness.py"
+    harness.write_text(_SEARCH_PATH_HARNESS)
+    ran = tmp_path / "ran-as-the-host"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site_packages = home / ".local" / "lib" / version / "site-packages"
+    leaves = {
+        home: (site_packages / "planted.pth", f"import os; open({str(ran)!r}, 'w')\n"),
+        project: (project / "json.py", f"open({str(ran)!r}, 'w')\n"),
+        commands: (commands / "git", f"#!/bin/sh\ntouch {ran}\n"),
+    }
+    environment = {"HOME": str(home), "PATH": f"{commands}:/usr/bin:/bin"}
+    for granted, (planted, code) in leaves.items():
+        program = f"""
+import os
+os.makedirs({str(planted.parent)!r}, exist_ok=True)
+with open({str(planted)!r}, 'w') as file:
+    file.write({code!r})
+os.chmod({str(planted)!r}, 0o755)
+return 'planted'
+"""
+        outcome = subprocess.run(
+            [sys.executable, str(harness), str(granted), program],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        seen = json.loads(outcome.stdout)
+        assert seen != "planted", f"a run wrote {planted}"
+        kind, message = seen
+        assert kind == "worker-exit"
+        assert f"the write grant {str(granted)!r} holds" in message
+        assert "a run could leave code there that the host runs next" in message
+        assert not planted.exists()
+    # What each grant would have let a run leave does run as the host, the next time the
+    # user's Python starts, the harness imports json, or a tool runs git.
+    base_python = os.path.join(sys.base_prefix, "bin", "python3")
+    for granted, command in (
+        (home, [base_python, "-c", "pass"]),
+        (project, [base_python, str(project / "imports_json.py")]),
+        (commands, ["sh", "-c", "git status"]),
+    ):
+        planted, code = leaves[granted]
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_text(code)
+        planted.chmod(0o755)
+        (project / "imports_json.py").write_text("import json\n")
+        subprocess.run(command, env=environment, cwd=tmp_path, capture_output=True)
+        assert ran.exists(), command
+        ran.unlink()
+        planted.unlink()
 
 
 def _mapped(name: str) -> str:

@@ -19,6 +19,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ._sandbox._host_code import search_places
+
 __all__ = ["FORK_GUARD", "TemplateHandle", "close_host_fds", "keep_host_fds", "reap"]
 
 
@@ -176,6 +178,8 @@ class TemplateHandle:
             _remove_abandoned_scratch()
             scratch = tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
             settings["scratch"] = scratch
+            # The template, isolated, cannot know where this process looks for code.
+            settings["host_code"] = search_places()
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = subprocess.Popen(

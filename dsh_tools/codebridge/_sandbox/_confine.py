@@ -157,6 +157,10 @@ class SandboxPlan:
         self._read = [str(path) for path in settings.get("read") or ()]
         self._write = [str(path) for path in settings.get("write") or ()]
         self._given_scratch = str(settings.get("scratch") or "")
+        self._host_code = [
+            (str(path), bool(whole), str(what))
+            for path, whole, what in settings.get("host_code") or ()
+        ]
         self.error: str | None = None
         self._template = 0
         self._own_pid_namespace = -1
@@ -227,6 +231,7 @@ class SandboxPlan:
         for path in self._read:
             self._grant(path, _READ_RIGHTS, required=True)
         _refuse_host_code(self._write)
+        _refuse_host_search_path(self._write, self._host_code)
         temporary = os.path.dirname(self._given_scratch) if self._given_scratch else ""
         _refuse_scratch_homes(self._write, temporary or tempfile.gettempdir())
         for path in self._write:
@@ -673,6 +678,23 @@ def _refuse_host_code(write: list[str]) -> None:
             f"({code!r}): a run could change what the harness or its next template "
             "runs, outside the sandbox; grant a directory that does not hold it"
         )
+
+
+def _refuse_host_search_path(write: list[str], places: list[tuple[str, bool, str]]) -> None:
+    """Refuse a ``write`` grant that holds a place where the host looks for code to run by name
+    (``_host_code.search_places``: its ``sys.path``, its user's Python directories, home
+    directory and ``PATH``). A run could leave code there (a ``.pth`` file in the user's
+    ``site-packages``, a ``sitecustomize.py``, a ``json.py`` beside the harness script, a
+    ``.bashrc``, a ``git`` on the ``PATH``) that runs as the host's user, outside the sandbox,
+    the next time the harness, or any Python or command of that user, starts."""
+    for path, whole, what in places:
+        held = _write_grant_holding(write, [(path, os.path.realpath(path), whole)])
+        if held is not None:
+            raise SandboxUnavailable(
+                f"code sandbox: the write grant {held[0]!r} holds {path!r}, {what}: a run "
+                "could leave code there that the host runs next, outside the sandbox; grant a "
+                "directory that does not hold it"
+            )
 
 
 _SCRATCH_HOMES: Final = ("/tmp", "/var/tmp")
