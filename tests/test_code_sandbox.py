@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -286,17 +287,20 @@ print(json.dumps([result.error.kind, result.error.message] if result.error else 
 """
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git shows what its configuration runs")
 def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_run(
     tmp_path: Path,
 ) -> None:
     # The next Python of the harness's user (outside a virtual environment) runs every .pth
     # file of its user site-packages as it starts; the harness imports from its script's
-    # directory before the standard library; its tools run commands from its PATH. Code a run
-    # left in any of them would run as the host, outside the sandbox.
+    # directory before the standard library; its tools run commands from its PATH, and git
+    # the commands its user's configuration names. Code a run left in any of them would run
+    # as the host, outside the sandbox.
     home = tmp_path / "home"
     project = tmp_path / "project"
     commands = tmp_path / "bin"
-    for directory in (home, project, commands):
+    configuration = home / ".config"
+    for directory in (home, project, commands, configuration):
         directory.mkdir()
     harness = project / "harness.py"
     harness.write_text(_SEARCH_PATH_HARNESS)
@@ -307,6 +311,7 @@ def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_r
         home: (site_packages / "planted.pth", f"import os; open({str(ran)!r}, 'w')\n"),
         project: (project / "json.py", f"open({str(ran)!r}, 'w')\n"),
         commands: (commands / "git", f"#!/bin/sh\ntouch {ran}\n"),
+        configuration: (configuration / "git" / "config", f"[core]\n\tfsmonitor = touch {ran}\n"),
     }
     environment = {"HOME": str(home), "PATH": f"{commands}:/usr/bin:/bin"}
     for granted, (planted, code) in leaves.items():
@@ -336,10 +341,12 @@ return 'planted'
     # What each grant would have let a run leave does run as the host, the next time the
     # user's Python starts, the harness imports json, or a tool runs git.
     base_python = os.path.join(sys.base_prefix, "bin", "python3")
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repository")], check=True)
     for granted, command in (
         (home, [base_python, "-c", "pass"]),
         (project, [base_python, str(project / "imports_json.py")]),
         (commands, ["sh", "-c", "git status"]),
+        (configuration, ["git", "-C", str(tmp_path / "repository"), "status"]),
     ):
         planted, code = leaves[granted]
         planted.parent.mkdir(parents=True, exist_ok=True)

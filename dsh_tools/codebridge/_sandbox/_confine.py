@@ -683,18 +683,24 @@ def _refuse_host_code(write: list[str]) -> None:
 def _refuse_host_search_path(write: list[str], places: list[tuple[str, bool, str]]) -> None:
     """Refuse a ``write`` grant that holds a place where the host looks for code to run by name
     (``_host_code.search_places``: its ``sys.path``, its user's Python directories, home
-    directory and ``PATH``). A run could leave code there (a ``.pth`` file in the user's
-    ``site-packages``, a ``sitecustomize.py``, a ``json.py`` beside the harness script, a
-    ``.bashrc``, a ``git`` on the ``PATH``) that runs as the host's user, outside the sandbox,
-    the next time the harness, or any Python or command of that user, starts."""
-    for path, whole, what in places:
-        held = _write_grant_holding(write, [(path, os.path.realpath(path), whole)])
-        if held is not None:
-            raise SandboxUnavailable(
-                f"code sandbox: the write grant {held[0]!r} holds {path!r}, {what}: a run "
-                "could leave code there that the host runs next, outside the sandbox; grant a "
-                "directory that does not hold it"
-            )
+    directory and what is hidden there, and ``PATH``). A run could leave code there (a
+    ``.pth`` file in the user's ``site-packages``, a ``sitecustomize.py``, a ``json.py``
+    beside the harness script, a ``.bashrc``, a git configuration, a ``git`` on the ``PATH``)
+    that runs as the host's user, outside the sandbox, the next time the harness, or any
+    Python or command of that user, starts."""
+    if not write:
+        return
+    held = _write_grant_holding(
+        write, [(path, os.path.realpath(path), whole) for path, whole, _what in places]
+    )
+    if held is not None:
+        granted, path = held
+        what = next(what for place, _whole, what in places if place == path)
+        raise SandboxUnavailable(
+            f"code sandbox: the write grant {granted!r} holds {path!r}, {what}: a run could "
+            "leave code there that the host runs next, outside the sandbox; grant a directory "
+            "that does not hold it"
+        )
 
 
 _SCRATCH_HOMES: Final = ("/tmp", "/var/tmp")

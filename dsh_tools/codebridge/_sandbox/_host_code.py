@@ -30,6 +30,12 @@ def search_places() -> list[tuple[str, bool, str]]:
       ``site-packages`` there as it starts, and imports from it;
     - the user's home directory (``$HOME`` and the one the password database names): its
       shells' startup files (``.bashrc``, ``.profile``) and the directories above;
+    - what is hidden in that home directory, and everything beneath it (``~/.config``,
+      ``~/.ssh``, ``~/.cache``): the configuration of the programs the user runs, much of
+      which names commands to run (``~/.config/git/config``'s ``core.fsmonitor`` runs at every
+      ``git status``, ``~/.config/systemd/user`` starts services, ``~/.cache/pip`` holds the
+      packages ``pip`` installs next). A granted path must exist when the template starts,
+      so listing what is there covers every grant beneath;
     - the directories of the host's ``PATH``, whose commands the harness and its tools run by
       name.
     """
@@ -48,7 +54,19 @@ def search_places() -> list[tuple[str, bool, str]]:
     for home in homes:
         where = "the home directory of the harness's user (its shells' startup files)"
         places.setdefault(os.path.abspath(home), (False, where))
+    for home in homes:
+        where = "configuration the programs of the harness's user read (a hidden entry of its home)"
+        for name in _hidden_entries(home):
+            places.setdefault(os.path.join(os.path.abspath(home), name), (True, where))
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         if entry.startswith("/"):
             places.setdefault(entry, (False, "a directory of the harness's PATH, run by name"))
     return [(path, whole, what) for path, (whole, what) in places.items()]
+
+
+def _hidden_entries(directory: str) -> list[str]:
+    """The names in ``directory`` that start with a dot; none where it cannot be listed."""
+    try:
+        return sorted(name for name in os.listdir(directory) if name.startswith("."))
+    except OSError:
+        return []
