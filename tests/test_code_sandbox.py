@@ -359,6 +359,33 @@ return 'planted'
         planted.unlink()
 
 
+def test_a_write_grant_of_the_machines_python_libraries_fails_every_run() -> None:
+    # The system's python3 (which every user, apt and cron run) runs each .pth file of its
+    # dist-packages as it starts, whatever Python the harness runs: a run that could write
+    # one there would run its code as whoever starts python3 next.
+    libraries = [
+        os.path.join(parent, name)
+        for parent in ("/usr/lib", "/usr/local/lib")
+        if os.path.isdir(parent)
+        for name in sorted(os.listdir(parent))
+        if name.startswith("python3")
+    ]
+    if not libraries:
+        pytest.skip("this machine has no Python libraries of its own")
+    for granted in (libraries[0], os.path.join(libraries[-1], "dist-packages")):
+        if not os.path.isdir(granted):
+            continue
+        runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
+        try:
+            result = run(runtime, "return 'granted'")  # harmless: the grant alone is the flaw
+        finally:
+            runtime.close()
+        assert result.error is not None, f"{granted} was granted for writing"
+        assert result.error.kind == "worker-exit"
+        assert f"the write grant {granted!r} holds" in result.error.message
+        assert "look for packages and .pth files" in result.error.message
+
+
 def _mapped(name: str) -> str:
     """The file this process has mapped whose name starts with ``name``."""
     with open("/proc/self/maps") as maps:

@@ -15,6 +15,9 @@ import sys
 
 __all__ = ["search_places"]
 
+_SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64")
+"""Where the machine's own Pythons keep their libraries (``python3``, ``python3.11``)."""
+
 
 def search_places() -> list[tuple[str, bool, str]]:
     """Each place as ``(absolute path, whether a grant beneath it holds part of it too, what
@@ -37,7 +40,11 @@ def search_places() -> list[tuple[str, bool, str]]:
       packages ``pip`` installs next). A granted path must exist when the template starts,
       so listing what is there covers every grant beneath;
     - the directories of the host's ``PATH``, whose commands the harness and its tools run by
-      name.
+      name;
+    - the library directories of the machine's other Pythons (``/usr/lib/python3``,
+      ``/usr/local/lib/python3.11``, a grant beneath them included): the system's
+      ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
+      ``dist-packages`` there as it starts.
     """
     places: dict[str, tuple[bool, str]] = {}  # by path, the first reason kept
     for entry in sys.path:
@@ -56,17 +63,23 @@ def search_places() -> list[tuple[str, bool, str]]:
         places.setdefault(os.path.abspath(home), (False, where))
     for home in homes:
         where = "configuration the programs of the harness's user read (a hidden entry of its home)"
-        for name in _hidden_entries(home):
-            places.setdefault(os.path.join(os.path.abspath(home), name), (True, where))
+        for name in _entries(home):
+            if name.startswith("."):
+                places.setdefault(os.path.join(os.path.abspath(home), name), (True, where))
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         if entry.startswith("/"):
             places.setdefault(entry, (False, "a directory of the harness's PATH, run by name"))
+    for libraries in _SYSTEM_LIBRARIES:
+        where = "where the machine's Pythons look for packages and .pth files"
+        for name in _entries(libraries):
+            if name.startswith("python"):
+                places.setdefault(os.path.join(libraries, name), (True, where))
     return [(path, whole, what) for path, (whole, what) in places.items()]
 
 
-def _hidden_entries(directory: str) -> list[str]:
-    """The names in ``directory`` that start with a dot; none where it cannot be listed."""
+def _entries(directory: str) -> list[str]:
+    """The names in ``directory``; none where it cannot be listed."""
     try:
-        return sorted(name for name in os.listdir(directory) if name.startswith("."))
+        return sorted(os.listdir(directory))
     except OSError:
         return []
