@@ -49,7 +49,10 @@ def search_places() -> list[tuple[str, bool, str]]:
     places: dict[str, tuple[bool, str]] = {}  # by path, the first reason kept
     for entry in sys.path:
         if isinstance(entry, str):
-            where = "a directory the harness's Python imports from (sys.path)"
+            where = (
+                "a directory the harness's Python imports from (sys.path; python -P keeps "
+                "the working directory of `python -m` or `-c` off it)"
+            )
             places.setdefault(os.path.abspath(entry or os.curdir), (False, where))
     homes = [os.path.expanduser("~")]
     with contextlib.suppress(KeyError):  # a user the password database does not know: $HOME
