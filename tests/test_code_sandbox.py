@@ -314,7 +314,12 @@ def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_r
         configuration: (configuration / "git" / "config", f"[core]\n\tfsmonitor = touch {ran}\n"),
     }
     environment = {"HOME": str(home), "PATH": f"{commands}:/usr/bin:/bin"}
-    for granted, (planted, code) in leaves.items():
+    (commands / "tool").write_text("#!/bin/sh\n")  # a command of the PATH, granted by itself
+    grants = [
+        *leaves.items(),
+        (commands / "tool", (commands / "tool", f"#!/bin/sh\ntouch {ran}\n")),
+    ]
+    for granted, (planted, code) in grants:
         program = f"""
 import os
 os.makedirs({str(planted.parent)!r}, exist_ok=True)
@@ -337,7 +342,7 @@ return 'planted'
         assert kind == "worker-exit"
         assert f"the write grant {str(granted)!r} holds" in message
         assert "a run could leave code there that the host runs next" in message
-        assert not planted.exists()
+        assert not planted.exists() or str(ran) not in planted.read_text()
     # What each grant would have let a run leave does run as the host, the next time the
     # user's Python starts, the harness imports json, or a tool runs git.
     base_python = os.path.join(sys.base_prefix, "bin", "python3")

@@ -40,7 +40,8 @@ def search_places() -> list[tuple[str, bool, str]]:
       packages ``pip`` installs next). A granted path must exist when the template starts,
       so listing what is there covers every grant beneath;
     - the directories of the host's ``PATH``, whose commands the harness and its tools run by
-      name;
+      name, a grant beneath them included (a grant of ``/usr/local/bin/tool`` is a grant of
+      what ``tool`` runs);
     - the library directories of the machine's other Pythons (``/usr/lib/python3``,
       ``/usr/local/lib/python3.11``, a grant beneath them included): the system's
       ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
@@ -71,7 +72,7 @@ def search_places() -> list[tuple[str, bool, str]]:
                 places.setdefault(os.path.join(os.path.abspath(home), name), (True, where))
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         if entry.startswith("/"):
-            places.setdefault(entry, (False, "a directory of the harness's PATH, run by name"))
+            places.setdefault(entry, (True, "a directory of the harness's PATH, run by name"))
     for libraries in _SYSTEM_LIBRARIES:
         where = "where the machine's Pythons look for packages and .pth files"
         for name in _entries(libraries):
