@@ -67,7 +67,7 @@ made the host's disk take a write request and flush its cache each time, or wrot
 host's dirty pages of that file. For the same reason ``O_DIRECT`` (``open``, ``openat``,
 ``fcntl(F_SETFL)``) answers ``EINVAL``, as on a filesystem without it (a direct read first
 writes back the dirty pages of its range), and the FIEMAP requests ``EOPNOTSUPP``
-(``WRITEBACK_IOCTLS``: its flag that writes the file back lies in memory a filter cannot read).
+(``WRITEBACK_IOCTLS``: their flag that writes the file back lies in memory a filter cannot read).
 The C library's ``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that
 call. Open file description locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a
 kernel before them: the run's init bounds its byte-range locks by counting them in the run's
