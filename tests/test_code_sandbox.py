@@ -364,6 +364,37 @@ return 'planted'
         planted.unlink()
 
 
+def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_grants(
+    tmp_path: Path,
+) -> None:
+    # The host hands its template the places it looks for code; a PATH entry that is not
+    # UTF-8 (a folder named in Latin-1) cannot cross to the template as it is, and made every
+    # run raise UnicodeEncodeError. Its nearest folder above stands in for it.
+    undecodable = tmp_path / os.fsdecode(b"caf\xe9") / "bin"
+    undecodable.mkdir(parents=True)
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    harness = tmp_path / "harness.py"
+    harness.write_text(_SEARCH_PATH_HARNESS)
+    environment = {"PATH": f"{undecodable}:/usr/bin:/bin", "HOME": "/nonexistent"}
+    seen = []
+    for granted in (outputs, tmp_path):
+        outcome = subprocess.run(
+            [sys.executable, "-P", str(harness), str(granted), "return 'ran'"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        seen.append(json.loads(outcome.stdout))
+    assert seen[0] == "ran"
+    kind, message = seen[1]
+    assert kind == "worker-exit"
+    assert f"the write grant {str(tmp_path)!r} holds {str(tmp_path)!r}" in message
+    assert "PATH" in message
+
+
 def test_a_write_grant_of_the_machines_python_libraries_fails_every_run() -> None:
     # The system's python3 (which every user, apt and cron run) runs each .pth file of its
     # dist-packages as it starts, whatever Python the harness runs: a run that could write

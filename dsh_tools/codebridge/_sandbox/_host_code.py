@@ -78,7 +78,21 @@ def search_places() -> list[tuple[str, bool, str]]:
         for name in _entries(libraries):
             if name.startswith("python"):
                 places.setdefault(os.path.join(libraries, name), (True, where))
-    return [(path, whole, what) for path, (whole, what) in places.items()]
+    return [(*_encodable(path, whole), what) for path, (whole, what) in places.items()]
+
+
+def _encodable(path: str, whole: bool) -> tuple[str, bool]:
+    """``(path, whole)``, or where ``path`` holds bytes that are not UTF-8 (which cannot cross
+    to the template, nor be granted), its nearest directory above that is, held only: a grant
+    holds the one exactly when it holds the other, as none can lie between them or beneath."""
+    given = path
+    while True:
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            path = os.path.dirname(path)
+        else:
+            return path, whole and path == given
 
 
 def _entries(directory: str) -> list[str]:
