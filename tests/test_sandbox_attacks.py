@@ -2005,6 +2005,42 @@ def test_a_real_time_harness_hands_neither_its_policy_nor_its_priority_to_a_run(
     assert host.stdout.split("\n")[:2] == ["[0, 0]", "[0, 0]"], host  # SCHED_OTHER, nice 0
 
 
+REAL_TIME_IO_HOST = """
+from dsh_tools import CodeRuntimeConfig, SubprocessCodeRuntime
+from sandbox_support import value
+program = '''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+priority = libc.syscall(252, 1, 0)  # ioprio_get(IOPRIO_WHO_PROCESS, self)
+return priority >> 13  # its class
+'''
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig())
+try:
+    print(value(runtime, program))
+finally:
+    runtime.close()
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the ioprio calls' numbers are x86_64's")
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may start a real-time I/O harness")
+@pytest.mark.skipif(shutil.which("ionice") is None, reason="needs ionice(1)")
+def test_a_harness_of_real_time_io_hands_its_io_class_to_no_run() -> None:
+    # The I/O priority is inherited across fork and exec too: a harness started under
+    # `ionice -c1` gave every run the real-time class, whose reads the disk's scheduler
+    # (mq-deadline, bfq) serves before anything else of the machine; the run cannot take it,
+    # but kept it.
+    host = subprocess.run(
+        ["ionice", "-c1", "-n0", sys.executable, "-c", REAL_TIME_IO_HOST],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent,
+        timeout=120,
+    )
+    assert host.stdout.split("\n")[0] in ("0", "2"), host  # none (by nice) or best effort
+
+
 def test_queued_signals_take_a_bounded_share_of_the_users_allowance(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

@@ -206,6 +206,8 @@ class SandboxPlan:
         # Inherited across fork and exec: a host whose memory KSM may merge (systemd's
         # MemoryKSM=yes) would hand that to every run, and merging is a side channel.
         _kernel.leave_memory_merging()
+        # Inherited too: a harness under `ionice -c1` would hand every run the disk first.
+        _kernel.leave_real_time_io()
         # Before any namespace: the cgroup filesystems stay writable through the descriptors.
         self._cgroups.prepare()
         uid, gid = os.geteuid(), os.getegid()

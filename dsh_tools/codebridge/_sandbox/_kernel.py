@@ -49,6 +49,7 @@ __all__ = [
     "landlock_create_ruleset",
     "landlock_restrict_self",
     "leave_memory_merging",
+    "leave_real_time_io",
     "mount",
     "mount_new_fs",
     "mount_setattr",
@@ -134,6 +135,11 @@ _PR_SET_NO_NEW_PRIVS: Final = 38
 _PR_CAP_AMBIENT: Final = 47
 _PR_CAP_AMBIENT_CLEAR_ALL: Final = 4
 _PR_SET_MEMORY_MERGE: Final = 67
+_IOPRIO_SET: Final = 251  # x86_64, the only architecture with a seccomp table
+_IOPRIO_GET: Final = 252
+_IOPRIO_WHO_PROCESS: Final = 1
+_IOPRIO_CLASS_SHIFT: Final = 13
+_IOPRIO_CLASS_RT: Final = 1
 _SECCOMP_MODE_FILTER: Final = 2
 _CAPABILITY_VERSION_3: Final = 0x20080522
 
@@ -278,6 +284,18 @@ def leave_memory_merging() -> None:
     the host's would otherwise reach every run. Best effort: a kernel without KSM, or before
     the setting (Linux 6.4), answers ``EINVAL`` and merges nothing of it anyway."""
     _prctl(_PR_SET_MEMORY_MERGE, 0, 0, 0, 0)
+
+
+def leave_real_time_io() -> None:
+    """Give up the real-time I/O class (``ionice -c1``) if this process has it, for the
+    best-effort class its nice value implies. A process inherits its I/O priority across
+    ``fork`` and ``execve``, and a harness started under ``ionice -c1`` handed it to every run,
+    whose reads then went to the disk before anything else of the machine (the ``mq-deadline``
+    and ``bfq`` schedulers serve that class first); without ``CAP_SYS_ADMIN`` a process cannot
+    take it, but keeps it. Giving it up needs no privilege; best effort."""
+    current = int(_syscall(_IOPRIO_GET, _IOPRIO_WHO_PROCESS, 0))
+    if current >= 0 and current >> _IOPRIO_CLASS_SHIFT == _IOPRIO_CLASS_RT:
+        _syscall(_IOPRIO_SET, _IOPRIO_WHO_PROCESS, 0, 0)
 
 
 def set_parent_death_signal(signal_number: int) -> None:
