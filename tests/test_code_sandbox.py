@@ -274,7 +274,9 @@ def test_a_write_grant_holding_the_c_library_the_host_runs_fails_every_run() -> 
 
 
 _SEARCH_PATH_HARNESS = """
-import asyncio, json, sys
+import asyncio, contextlib, json, sys
+with contextlib.suppress(ImportError):
+    import tools  # the harness's own package, where it has one
 from dsh_tools import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge import CodeRunRequest
 granted, program = sys.argv[1], sys.argv[2]
@@ -293,9 +295,9 @@ def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_r
 ) -> None:
     # The next Python of the harness's user (outside a virtual environment) runs every .pth
     # file of its user site-packages as it starts; the harness imports from its script's
-    # directory before the standard library; its tools run commands from its PATH, and git
-    # the commands its user's configuration names. Code a run left in any of them would run
-    # as the host, outside the sandbox.
+    # directory (its own package there, and a json.py before the standard library's); its
+    # tools run commands from its PATH, and git the commands its user's configuration names.
+    # Code a run left in any of them would run as the host, outside the sandbox.
     home = tmp_path / "home"
     project = tmp_path / "project"
     commands = tmp_path / "bin"
@@ -304,12 +306,16 @@ def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_r
         directory.mkdir()
     harness = project / "harness.py"
     harness.write_text(_SEARCH_PATH_HARNESS)
+    tools = project / "tools"
+    tools.mkdir()
+    (tools / "__init__.py").write_text("")
     ran = tmp_path / "ran-as-the-host"
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site_packages = home / ".local" / "lib" / version / "site-packages"
     leaves = {
         home: (site_packages / "planted.pth", f"import os; open({str(ran)!r}, 'w')\n"),
         project: (project / "json.py", f"open({str(ran)!r}, 'w')\n"),
+        tools: (tools / "__init__.py", f"open({str(ran)!r}, 'w')\n"),
         commands: (commands / "git", f"#!/bin/sh\ntouch {ran}\n"),
         configuration: (configuration / "git" / "config", f"[core]\n\tfsmonitor = touch {ran}\n"),
     }
@@ -350,6 +356,7 @@ return 'planted'
     for granted, command in (
         (home, [base_python, "-c", "pass"]),
         (project, [base_python, str(project / "imports_json.py")]),
+        (tools, [base_python, str(harness), str(tmp_path / "outputs"), "return 1"]),
         (commands, ["sh", "-c", "git status"]),
         (configuration, ["git", "-C", str(tmp_path / "repository"), "status"]),
     ):
@@ -370,7 +377,8 @@ def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_gra
     # The host hands its template the places it looks for code; a PATH entry that is not
     # UTF-8 (a folder named in Latin-1) cannot cross to the template as it is, and made every
     # run raise UnicodeEncodeError. Its nearest folder above stands in for it.
-    undecodable = tmp_path / os.fsdecode(b"caf\xe9") / "bin"
+    commands = tmp_path / "commands"
+    undecodable = commands / os.fsdecode(b"caf\xe9") / "bin"
     undecodable.mkdir(parents=True)
     outputs = tmp_path / "outputs"
     outputs.mkdir()
@@ -378,7 +386,7 @@ def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_gra
     harness.write_text(_SEARCH_PATH_HARNESS)
     environment = {"PATH": f"{undecodable}:/usr/bin:/bin", "HOME": "/nonexistent"}
     seen = []
-    for granted in (outputs, tmp_path):
+    for granted in (outputs, commands):
         outcome = subprocess.run(
             [sys.executable, "-P", str(harness), str(granted), "return 'ran'"],
             capture_output=True,
@@ -391,7 +399,7 @@ def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_gra
     assert seen[0] == "ran"
     kind, message = seen[1]
     assert kind == "worker-exit"
-    assert f"the write grant {str(tmp_path)!r} holds {str(tmp_path)!r}" in message
+    assert f"the write grant {str(commands)!r} holds {str(commands)!r}" in message
     assert "PATH" in message
 
 

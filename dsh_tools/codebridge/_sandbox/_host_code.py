@@ -28,6 +28,9 @@ def search_places() -> list[tuple[str, bool, str]]:
     - the directories of the host's ``sys.path`` (the harness script's directory or working
       directory first): a ``sitecustomize.py``, or a module named like one the harness
       imports (``json.py``), is imported from there before the standard library's;
+    - the modules and packages the harness has imported from outside the Python installation
+      (its own sources, ``/srv/agent/tools``), a grant beneath them included: the harness
+      runs what a run wrote there the next time it starts;
     - the user's Python directories (``~/.local/lib``, or ``$PYTHONUSERBASE/lib``): every
       Python of that user that is not in a virtual environment runs the ``.pth`` files of its
       ``site-packages`` there as it starts, and imports from it;
@@ -55,6 +58,15 @@ def search_places() -> list[tuple[str, bool, str]]:
                 "the working directory of `python -m` or `-c` off it)"
             )
             places.setdefault(os.path.abspath(entry or os.curdir), (False, where))
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    for name, module in list(sys.modules.items()):
+        source = getattr(module, "__file__", None)
+        if "." in name or not isinstance(source, str) or not os.path.isabs(source):
+            continue  # a submodule lies in its top-level package; a built-in has no file
+        if not any(source.startswith(prefix.rstrip("/") + "/") for prefix in prefixes):
+            if os.path.basename(source).startswith("__init__."):
+                source = os.path.dirname(source)  # the package, everything in it
+            places.setdefault(source, (True, "code the harness has imported"))
     homes = [os.path.expanduser("~")]
     with contextlib.suppress(KeyError):  # a user the password database does not know: $HOME
         homes.append(pwd.getpwuid(os.geteuid()).pw_dir)
