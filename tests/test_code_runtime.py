@@ -1906,6 +1906,81 @@ def test_a_memory_error_with_a_text_of_its_own_is_not_said_to_be_the_runs_memory
     assert message.endswith("MemoryError: the cache holds at most 3 entries")
 
 
+@pytest.mark.parametrize("limit", [2, 5, 23, 25, 28])
+def test_a_low_recursion_limit_counts_the_programs_own_frames_as_a_script_s_does(
+    runtime: SubprocessCodeRuntime, limit: int
+) -> None:
+    # Counted from the worker's bottom frame, a limit a script runs well under left the
+    # program nothing: it failed as "worker exited with code 0 before completing" or as
+    # "program threw an unrenderable value" without running into its limit at all.
+    program = f"""
+import sys
+sys.setrecursionlimit({limit})
+print("set", sys.getrecursionlimit())
+return sys.getrecursionlimit()
+"""
+    result = run(runtime, program)
+    assert result == CodeRunResult([f"set {limit}"], value=limit)
+
+
+def test_the_largest_recursion_limit_a_script_may_set_is_taken(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import sys
+sys.setrecursionlimit(2**31 - 1)
+try:
+    sys.setrecursionlimit(2**31)
+except OverflowError as exc:
+    return str(exc)
+"""
+    assert run(runtime, program).value == "Python int too large to convert to C int"
+
+
+def test_recursing_past_a_lowered_recursion_limit_fails_on_the_programs_own_line(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import sys
+sys.setrecursionlimit(25)
+def down(n):
+    return down(n + 1)
+print("start")
+down(0)
+"""
+    result = run(runtime, program)
+    assert result.logs == ["start"]
+    kind, message = failure(result)
+    assert kind == "exception"
+    assert '  File "<run_code>", line 5, in down\n    return down(n + 1)' in message
+    assert message.endswith("RecursionError: maximum recursion depth exceeded")
+    assert "codebridge" not in message
+
+
+def test_the_recursion_limit_a_program_reads_is_a_script_s(runtime: SubprocessCodeRuntime) -> None:
+    program = """
+import sys
+default = sys.getrecursionlimit()
+def down(n):
+    return down(n - 1) if n else "bottom"
+deep = down(default - 10)
+def set_at_depth(n):
+    if n:
+        return set_at_depth(n - 1)
+    sys.setrecursionlimit(3)
+try:
+    set_at_depth(100)
+except RecursionError as exc:
+    refused = str(exc)
+return [default, deep, refused]
+"""
+    assert run(runtime, program).value == [
+        1000,
+        "bottom",
+        "cannot set the recursion limit to 3 at the recursion depth 103: the limit is too low",
+    ]
+
+
 def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(
     runtime: SubprocessCodeRuntime,
 ) -> None:

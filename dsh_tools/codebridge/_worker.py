@@ -86,6 +86,7 @@ from ._worker_api import (
     guard_other_loops_run_until_complete,
     json_default_naming_handles,
     plain_error,
+    recursion_counted_from,
     signature_naming_bindings,
     wait_accepting_handles,
 )
@@ -759,7 +760,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     when called on the program's loop,
     ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle,
     ``inspect.signature`` that gives a binding's signature as the SDK declares it, the
-    ``poll`` selector as ``selectors.DefaultSelector``, ``faulthandler``, and
+    ``poll`` selector as ``selectors.DefaultSelector``, ``faulthandler``, the recursion limit
+    counted from the program's own frame (``recursion_counted_from``), and
     the error classes of the namespaces the worker's boot so far names (the runtime's usual
     ones). A worker does this while it waits for its boot, off its run's
     path."""
@@ -790,6 +792,9 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(loop)
     guard_nested_run_until_complete(loop)
     guard_other_loops_run_until_complete()  # after: the program's loop keeps asyncio's own
+    # Run as the program will be (``run_program`` is called from where this is), before the
+    # loop reads the channel: how deep in the worker the program's own frames start.
+    recursion_counted_from(loop.run_until_complete(_frames_beneath()))
     worker.loop = loop
     loop.add_reader(CHANNEL_IN, worker.on_readable)
     worker.module = _fresh_main()
@@ -797,6 +802,17 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
         spec = namespace.error_class
         if spec is not None:
             worker.error_class(spec.name, spec.member_attr)
+
+
+async def _frames_beneath() -> int:
+    """How many frames there are beneath a program's own (``settle``'s, its caller's,
+    included), when this is run where the program is (see ``set_up``)."""
+    frames = 0
+    frame: types.FrameType | None = sys._getframe()
+    while frame is not None:
+        frames += 1
+        frame = frame.f_back
+    return frames
 
 
 def run_program(

@@ -16,6 +16,7 @@ import functools
 import inspect
 import io
 import keyword
+import sys
 import types
 from collections.abc import Callable, Collection, Generator
 from typing import Any, Final
@@ -31,6 +32,7 @@ __all__ = [
     "guard_other_loops_run_until_complete",
     "json_default_naming_handles",
     "plain_error",
+    "recursion_counted_from",
     "signature_naming_bindings",
     "wait_accepting_handles",
 ]
@@ -490,6 +492,66 @@ def guard_other_loops_run_until_complete() -> None:
 
     guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
     asyncio.BaseEventLoop.run_until_complete = guarded  # type: ignore[method-assign]
+
+
+RECURSION_HEADROOM: Final = 50
+"""Frames the worker's own code may take above a program's recursion limit: what its
+``print``, its binding calls and its rendering of the program's failure call into."""
+
+
+_LARGEST_RECURSION_LIMIT: Final = 2**31 - 1
+"""The largest recursion limit CPython takes (a C ``int``)."""
+
+
+def recursion_counted_from(depth: int) -> None:
+    """Make the recursion limit a program sets and reads (``sys.setrecursionlimit`` and
+    ``sys.getrecursionlimit``) count its frames as a script's does: from its own first frame,
+    which sits ``depth`` frames into the worker (the worker's own and asyncio's beneath it),
+    and with ``RECURSION_HEADROOM`` frames more for the worker's code the program calls into.
+    Counted from the bottom, a limit of 25 that a script recurses well under left the program
+    no frame of its own: its next call, its ``print``, or the worker's report of its end failed
+    with a ``RecursionError``, the last as an unrenderable value or a bare exit. Its default is
+    a script's (1000 frames of its own)."""
+    set_limit = sys.setrecursionlimit
+    get_limit = sys.getrecursionlimit
+    if getattr(set_limit, "__dsh_guarded__", False):
+        return
+    below = depth + RECURSION_HEADROOM
+
+    @functools.wraps(set_limit)
+    def setrecursionlimit(limit: int, /) -> None:
+        if not isinstance(limit, int) or limit < 1:
+            set_limit(limit)  # Python's own refusal of the value
+            return
+        try:
+            # Up to the largest limit there is, which a program may set (past it, Python's
+            # own OverflowError)
+            set_limit(
+                limit
+                if limit > _LARGEST_RECURSION_LIMIT
+                else min(limit + below, _LARGEST_RECURSION_LIMIT)
+            )
+        except RecursionError:
+            # Python's refusal of a limit under the current depth, counted as in a script
+            # (where this call's depth is one more than its caller's)
+            frames = 0
+            frame: types.FrameType | None = sys._getframe()
+            while frame is not None:
+                frames += 1
+                frame = frame.f_back
+            raise RecursionError(
+                f"cannot set the recursion limit to {limit} at the recursion depth"
+                f" {max(frames - depth, 1)}: the limit is too low"
+            ) from None
+
+    @functools.wraps(get_limit)
+    def getrecursionlimit() -> int:
+        return max(get_limit() - below, 1)
+
+    setrecursionlimit.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    set_limit(get_limit() + below)
+    sys.setrecursionlimit = setrecursionlimit
+    sys.getrecursionlimit = getrecursionlimit
 
 
 _WAIT_ENDS: Final = (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED)
