@@ -1981,6 +1981,38 @@ return [default, deep, refused]
     ]
 
 
+def test_the_stack_a_program_prints_or_formats_holds_its_own_frames_only(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # It held some twenty frames of the worker's and asyncio's beneath the program's,
+    # naming the worker's files on the host, as no traceback of the program does.
+    program = """
+import threading, traceback
+def inner():
+    traceback.print_stack()
+    return traceback.format_stack()
+in_thread = []
+thread = threading.Thread(target=lambda: in_thread.extend(traceback.format_stack()))
+thread.start()
+thread.join()
+return [inner(), in_thread]
+"""
+    result = run(runtime, program)
+    own = [
+        '  File "<run_code>", line 10, in <module>\n    return [inner(), in_thread]\n',
+        '  File "<run_code>", line 4, in inner\n    traceback.print_stack()\n',
+    ]
+    assert "\n".join(result.logs) + "\n" == "".join(own)
+    assert result.value == [
+        [own[0], '  File "<run_code>", line 5, in inner\n    return traceback.format_stack()\n'],
+        [
+            '  File "<run_code>", line 7, in <lambda>\n'
+            "    thread = threading.Thread(target=lambda:"
+            " in_thread.extend(traceback.format_stack()))\n"
+        ],
+    ]
+
+
 def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(
     runtime: SubprocessCodeRuntime,
 ) -> None:

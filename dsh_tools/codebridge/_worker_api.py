@@ -16,7 +16,9 @@ import functools
 import inspect
 import io
 import keyword
+import os
 import sys
+import traceback
 import types
 from collections.abc import Callable, Collection, Generator
 from typing import Any, Final
@@ -32,6 +34,7 @@ __all__ = [
     "guard_other_loops_run_until_complete",
     "json_default_naming_handles",
     "plain_error",
+    "program_stack_only",
     "recursion_counted_from",
     "signature_naming_bindings",
     "wait_accepting_handles",
@@ -552,6 +555,50 @@ def recursion_counted_from(depth: int) -> None:
     set_limit(get_limit() + below)
     sys.setrecursionlimit = setrecursionlimit
     sys.getrecursionlimit = getrecursionlimit
+
+
+_WORKER_PACKAGE: Final = os.path.dirname(__file__) + os.sep
+"""Where the worker's own files are: the frames of a stack beneath the program's own, and
+between them, are its."""
+
+
+def program_stack_only(program_file: str) -> None:
+    """Make ``traceback.extract_stack`` (which ``print_stack`` and ``format_stack`` use, and
+    ``logging``'s ``stack_info``) give the program's frames only, as its tracebacks do: down to
+    its outermost frame of ``program_file``, without the worker's frames between. Beneath that
+    frame lay some twenty of the worker's and asyncio's, naming the worker's files on the host,
+    which tell a program nothing of its own and are no business of its."""
+    extract_stack = traceback.extract_stack
+    if getattr(extract_stack, "__dsh_guarded__", False):
+        return
+
+    @functools.wraps(extract_stack)
+    def program_stack(
+        f: types.FrameType | None = None, limit: int | None = None
+    ) -> traceback.StackSummary:
+        frames: list[types.FrameType] = []
+        frame = sys._getframe().f_back if f is None else f
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        outermost = len(frames)
+        for index in range(len(frames) - 1, -1, -1):
+            if frames[index].f_code.co_filename == program_file:
+                outermost = index + 1
+                break
+        stack = traceback.StackSummary.extract(
+            (
+                (frame, frame.f_lineno)
+                for frame in frames[:outermost]
+                if not frame.f_code.co_filename.startswith(_WORKER_PACKAGE)
+            ),
+            limit=limit,
+        )
+        stack.reverse()
+        return stack
+
+    program_stack.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    traceback.extract_stack = program_stack
 
 
 _WAIT_ENDS: Final = (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED)
