@@ -490,6 +490,50 @@ return out
     ]
 
 
+@pytest.mark.parametrize(
+    ("awaited", "access"),
+    [
+        ("tools.echo", "tools.echo"),
+        ('tools["echo"]', "tools.echo"),
+        ("tools['a-b']", 'tools["a-b"]'),
+    ],
+)
+def test_awaiting_a_binding_not_called_says_to_call_it(
+    runtime: SubprocessCodeRuntime, awaited: str, access: str
+) -> None:
+    # Python's "object function can't be used in 'await' expression" named neither the
+    # binding nor the call it lacked.
+    program = f"""
+print("before")
+value = await {awaited}
+"""
+    result = run(runtime, program, tools(echo=identity, **{"a-b": identity}))
+    assert result.logs == ["before"]
+    kind, message = failure(result)
+    assert kind == "exception"
+    assert f'  File "<run_code>", line 3, in <module>\n    value = await {awaited}\n' in message
+    assert message.endswith(
+        f"\n{access} was not called: it is the binding, not a call of it; write"
+        f" await {access}({{...}}), its one dict of arguments in the braces"
+    )
+
+
+def test_awaiting_something_else_that_is_not_awaitable_is_python_s_error_alone(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+def echo():
+    pass
+await tools.echo({})
+await echo
+"""
+    kind, message = failure(run(runtime, program, tools(echo=identity)))
+    assert kind == "exception"
+    assert message.endswith(
+        "\n    await echo\nTypeError: object function can't be used in 'await' expression"
+    )
+
+
 def test_iterating_a_call_that_was_not_awaited_says_to_await_it(
     runtime: SubprocessCodeRuntime,
 ) -> None:

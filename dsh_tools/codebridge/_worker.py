@@ -635,7 +635,11 @@ class Worker:
                 )
         # Lone surrogates (``chr(0xD800)`` in a message) replaced as in captured output: the
         # frame could not be encoded with them.
-        message = clean_text(render_exception(exc, code, _WORKER_FILES, self.refusals()))
+        bindings = {
+            global_name: namespace.__dsh_bindings__.keys()
+            for global_name, namespace in self.namespaces.items()
+        }
+        message = clean_text(render_exception(exc, code, _WORKER_FILES, self.refusals(), bindings))
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))

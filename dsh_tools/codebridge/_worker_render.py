@@ -1,20 +1,24 @@
 """How the worker renders a program's uncaught exception: the traceback from the program's own
 frame down, without the worker's trailing frames, with the program's locals released first.
 A hostile exception (one whose ``__str__`` raises, say) renders as a fixed message. This module
-imports only the standard library.
+imports only the standard library and ``_worker_api``'s spelling of a binding's access.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import errno
 import itertools
+import linecache
 import os
 import socket
 import traceback
 import types
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final
+
+from ._worker_api import access_expression
 
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
 
@@ -97,6 +101,58 @@ def _explain_refusal(exc: BaseException, refusals: Sequence[Refusal]) -> None:
                 exc.add_note(note)
 
 
+def _awaited_binding(
+    exc: BaseException, bindings: Mapping[str, Collection[str]]
+) -> tuple[str, str] | None:
+    """``(global name, binding name)`` if ``exc`` is what ``await`` on a binding itself (not
+    on its call, ``await tools.x``) raised: the expression its last frame failed on, as its
+    traceback marks it, is an ``await`` of a binding. Python's own text names neither the
+    binding nor the call it lacks ("object function can't be used in 'await' expression")."""
+    if not bindings or type(exc) is not TypeError:
+        return None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or tb.tb_lasti < 0:
+        return None
+    code = tb.tb_frame.f_code
+    line, end_line, start, end = next(
+        itertools.islice(code.co_positions(), tb.tb_lasti // 2, None), (None, None, None, None)
+    )
+    if line is None or line != end_line or start is None or end is None:
+        return None
+    source = linecache.getline(code.co_filename, line).encode("utf-8")[start:end]
+    node = ast.parse(source.decode("utf-8"), mode="eval").body
+    if not isinstance(node, ast.Await):
+        return None
+    target = node.value
+    if isinstance(target, ast.Attribute):
+        name: object = target.attr
+    elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
+        name = target.slice.value
+    else:
+        return None
+    if not isinstance(target.value, ast.Name) or not isinstance(name, str):
+        return None
+    if name not in bindings.get(target.value.id, ()):
+        return None
+    return target.value.id, name
+
+
+def _explain_awaited_binding(exc: BaseException, bindings: Mapping[str, Collection[str]]) -> None:
+    """Add to ``exc``, if it is what ``await`` on a binding itself raised, a note that says
+    to call it (``_awaited_binding``). An exception whose source cannot be read is left as it
+    is."""
+    with contextlib.suppress(Exception):
+        awaited = _awaited_binding(exc, bindings)
+        if awaited is not None:
+            access = access_expression(*awaited)
+            exc.add_note(
+                f"{access} was not called: it is the binding, not a call of it; write"
+                f" await {access}({{...}}), its one dict of arguments in the braces"
+            )
+
+
 def _trim(
     tb: types.TracebackType | None,
     code: types.CodeType | None,
@@ -174,10 +230,12 @@ def render_exception(
     code: types.CodeType | None,
     worker_files: Collection[str],
     refusals: Sequence[Refusal] = (),
+    bindings: Mapping[str, Collection[str]] | None = None,
 ) -> str:
     """``exc`` rendered as a traceback from ``code``'s frame down (the whole traceback when
     ``code`` is ``None``), without trailing frames of ``worker_files``, an exception of
-    ``refusals`` with its note."""
+    ``refusals`` with its note, one that ``await`` on a binding of ``bindings`` (binding names
+    by namespace) raised with a note that says to call it."""
     try:
         exc = _script_exception(exc, code)
         seen: set[int] = set()
@@ -189,6 +247,8 @@ def render_exception(
             seen.add(id(current))
             _explain_pickling(current)
             _explain_refusal(current, refusals)
+            if bindings:
+                _explain_awaited_binding(current, bindings)
             if member:
                 # An exception group's member was raised in a task of its own: its traceback
                 # starts in a coroutine of the program (or in a tool call's handle, whose
