@@ -1725,6 +1725,83 @@ return out
     ]
 
 
+@pytest.mark.parametrize(
+    ("program", "last_line"),
+    [
+        (
+            "count = 1\nreturn coutn + 1",
+            "NameError: name 'coutn' is not defined. Did you mean: 'count'?",
+        ),
+        (
+            "def total(values):\n    result = sum(values)\n    return reslut\nreturn total([1])",
+            "NameError: name 'reslut' is not defined. Did you mean: 'result'?",
+        ),
+        (
+            "import math\nreturn math.sqr(2)",
+            "AttributeError: module 'math' has no attribute 'sqr'. Did you mean: 'sqrt'?",
+        ),
+        (
+            "return 'a b'.splt()",
+            "AttributeError: 'str' object has no attribute 'splt'. Did you mean: 'split'?",
+        ),
+    ],
+    ids=["program-name", "function-local", "module-attribute", "method"],
+)
+def test_a_misspelt_name_s_failure_suggests_the_name_as_python_does(
+    runtime: SubprocessCodeRuntime, program: str, last_line: str
+) -> None:
+    # The interpreter's "Did you mean" was missing: the traceback module makes none before
+    # 3.12, and from 3.12 on it reads the frame's names, which the rendering had cleared.
+    kind, message = failure(run(runtime, program))
+    assert kind == "exception"
+    assert message.endswith("\n" + last_line)
+
+
+def test_a_misspelt_name_in_a_thread_is_suggested_while_other_threads_print_on(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = """
+import threading
+stop = threading.Event()
+def chatter():
+    n = 0
+    while not stop.is_set() or n < 200:
+        print(f"line {n}", file=__import__("sys").stderr)
+        n += 1
+def work():
+    total = 1
+    return totl
+talker = threading.Thread(target=chatter)
+talker.start()
+for _ in range(20):
+    failing = threading.Thread(target=work)
+    failing.start()
+    failing.join()
+stop.set()
+talker.join()
+"""
+    result = run(runtime, program)
+    assert result.error is None, result.error
+    failures = [entry for entry in result.logs if entry.startswith("Exception in thread")]
+    lines = [entry for entry in result.logs if entry.startswith("line ")]
+    assert len(failures) == 20
+    assert all(
+        entry.endswith("NameError: name 'totl' is not defined. Did you mean: 'total'?")
+        for entry in failures
+    )
+    assert lines == [f"line {n}" for n in range(len(lines))]
+
+
+def test_a_misspelt_binding_s_failure_suggests_the_binding_once(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    kind, message = failure(run(runtime, "return await tools.ecoh({})", tools(echo=identity)))
+    assert kind == "exception"
+    assert message.endswith(
+        "\nAttributeError: 'tools' has no binding 'ecoh'; did you mean tools.echo?"
+    )
+
+
 def test_a_missing_binding_by_item_reads_in_the_traceback_as_written(
     runtime: SubprocessCodeRuntime,
 ) -> None:

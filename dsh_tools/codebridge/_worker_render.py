@@ -1,7 +1,8 @@
 """How the worker renders a program's uncaught exception: the traceback from the program's own
 frame down, without the worker's trailing frames, with the program's locals released first.
 A hostile exception (one whose ``__str__`` raises, say) renders as a fixed message. This module
-imports only the standard library and ``_worker_api``'s spelling of a binding's access.
+imports only the standard library and what it names of ``_worker_api`` (the binding
+namespaces and how a binding is reached).
 """
 
 from __future__ import annotations
@@ -9,16 +10,19 @@ from __future__ import annotations
 import ast
 import contextlib
 import errno
+import io
 import itertools
 import linecache
 import os
 import socket
+import sys
+import threading
 import traceback
 import types
 from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
-from ._worker_api import access_expression
+from ._worker_api import Namespace, access_expression
 
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
 
@@ -153,6 +157,65 @@ def _explain_awaited_binding(exc: BaseException, bindings: Mapping[str, Collecti
             )
 
 
+_display_exception: Final = sys.__excepthook__
+"""The interpreter's own display of an uncaught exception (bound before any program runs)."""
+_SUGGESTION: Final = ". Did you mean: '"
+_SUGGESTS_IN_TRACEBACK: Final = sys.version_info >= (3, 12)
+"""Whether the ``traceback`` module makes the interpreter's "Did you mean" suggestions (it
+does from 3.12 on; before, only the interpreter's own display did)."""
+
+
+class _Display(io.TextIOBase):
+    """``sys.stderr`` while the interpreter's display runs into it: what this thread writes is
+    kept, what another thread of the program writes meanwhile goes on to ``stream``, the stream
+    it replaces."""
+
+    def __init__(self, stream: object) -> None:
+        self.parts: list[str] = []
+        self.stream = stream
+        self.thread = threading.get_ident()
+
+    def write(self, text: str, /) -> int:
+        if threading.get_ident() != self.thread:
+            write = getattr(self.stream, "write", None)
+            return write(text) if write is not None else len(text)
+        self.parts.append(text)
+        return len(text)
+
+    def writable(self) -> bool:
+        return True
+
+
+def _suggest_as_the_interpreter_does(exc: BaseException) -> None:
+    """Before 3.12: end the message of ``exc``, a ``NameError`` or ``AttributeError`` for
+    which the interpreter's own display suggests a name (``name 'valeu' is not defined. Did
+    you mean: 'value'?``), with that suggestion, which the ``traceback`` module does not make.
+    The display is the one place that computes it; it reads the names of the frame the
+    exception was raised in, so this runs before the frames are cleared. Anything unexpected
+    leaves ``exc`` as it is."""
+    if not isinstance(exc, (NameError, AttributeError)) or len(exc.args) != 1:
+        return
+    text = exc.args[0]
+    if not isinstance(text, str) or str(exc) != text:
+        return
+    stderr = sys.stderr
+    shown = _Display(stderr)
+    sys.stderr = shown
+    try:
+        _display_exception(type(exc), exc, exc.__traceback__)
+    finally:
+        sys.stderr = stderr
+    output = "".join(shown.parts)
+    start = output.rfind(text + _SUGGESTION)
+    if start < 0:
+        return
+    start += len(text)
+    end = output.find("\n", start)
+    suggestion = output[start : end if end >= 0 else len(output)]
+    if suggestion.endswith("'?"):
+        exc.args = (text + suggestion,)
+
+
 def _trim(
     tb: types.TracebackType | None,
     code: types.CodeType | None,
@@ -249,6 +312,13 @@ def render_exception(
             _explain_refusal(current, refusals)
             if bindings:
                 _explain_awaited_binding(current, bindings)
+            if isinstance(current, AttributeError) and isinstance(current.obj, Namespace):
+                # A namespace's miss suggests a binding in its own text, in the form that
+                # reaches it; the interpreter's suggestion from its dir() would repeat it.
+                current.name = None
+            elif not _SUGGESTS_IN_TRACEBACK:
+                with contextlib.suppress(Exception):
+                    _suggest_as_the_interpreter_does(current)
             if member:
                 # An exception group's member was raised in a task of its own: its traceback
                 # starts in a coroutine of the program (or in a tool call's handle, whose
@@ -261,8 +331,14 @@ def render_exception(
                     pending.append((linked, member))
             if isinstance(current, BaseExceptionGroup):
                 pending.extend((inner, True) for inner in current.exceptions)
-        traceback.clear_frames(exc.__traceback__)  # release the program's locals first
         str(exc)  # a hostile __str__ makes the value unrenderable
+        if _SUGGESTS_IN_TRACEBACK and not isinstance(exc, MemoryError):
+            # Taken in before the frames are cleared: its "Did you mean" suggestion for a
+            # ``NameError`` reads the names of the frame the exception was raised in.
+            shown = traceback.TracebackException.from_exception(exc)
+            traceback.clear_frames(exc.__traceback__)
+            return "".join(shown.format()).rstrip("\n")
+        traceback.clear_frames(exc.__traceback__)  # release the program's locals first
         return "".join(traceback.format_exception(exc)).rstrip("\n")
     except MemoryError:
         return "MemoryError"
