@@ -212,11 +212,51 @@ def test_the_wall_clock_ceiling_ends_a_run_that_waits_forever(
 
     program = "import os\nawait tools.never({'pid': os.getpid()})"
     result = run(runtime_with(max_wall_ms=400), program, tools(never=never))
-    assert failure(result) == ("timeout", "wall-clock ceiling reached (400ms)")
+    kind, message = failure(result)
+    assert kind == "timeout"
+    assert message in (
+        "wall-clock ceiling reached (400ms)",
+        "wall-clock ceiling reached (400ms) with 1 call unanswered: tools.never",
+    )
     # A loaded machine may reach the ceiling before the program reaches its call; when it
     # did reach it, the worker that made it is gone.
     for pid in pids:
         assert_nothing_left(pid)
+
+
+def test_a_run_that_reaches_its_wall_ceiling_names_the_calls_it_was_waiting_for(
+    runtime_with: Callable[..., SubprocessCodeRuntime],
+) -> None:
+    # "wall-clock ceiling reached" alone did not say which of its tools a program had waited
+    # on for the whole of it.
+    started = 0
+    both_started = asyncio.Event()
+
+    async def never(value: Any) -> Any:
+        nonlocal started
+        started += 1
+        if started == 2:
+            both_started.set()
+        await asyncio.Event().wait()
+
+    async def ready(value: Any) -> Any:
+        await both_started.wait()
+        return True
+
+    program = """
+print("fetching")
+waiting = asyncio.gather(tools.never({}), tools.never({}), tools["slow-too"]({}))
+await tools.ready({})
+await waiting
+"""
+    bindings = tools(never=never, ready=ready, **{"slow-too": never})
+    result = run(runtime_with(max_wall_ms=1500), program, bindings)
+    assert result.logs == ["fetching"]
+    assert failure(result) == (
+        "timeout",
+        "wall-clock ceiling reached (1500ms) with 3 calls unanswered: tools.never (2),"
+        ' tools["slow-too"]',
+    )
 
 
 def test_the_sandbox_ends_a_run_at_its_wall_ceiling_when_the_hosts_loop_stands_still(

@@ -39,6 +39,8 @@ MAX_INFLIGHT_ARGUMENT_BYTES: Final = 64 * 2**20
 BYTES_PER_TOKEN: Final = 64
 CALL_BYTES: Final = 4096
 """What each call in flight counts besides its arguments (rounded up from the host's cost)."""
+_NAMED_BINDINGS: Final = 5
+"""The most bindings ``unanswered`` names."""
 
 
 def argument_bytes(tokens: list[Token]) -> int:
@@ -93,3 +95,21 @@ class InflightArguments:
         size, global_name, name = counted
         self._held -= size
         return global_name, name
+
+    def unanswered(self) -> str | None:
+        """The calls in flight, for a failure that ends them: how many, and of which bindings
+        (``2 calls unanswered: tools.fetch (2)``); ``None`` when there are none."""
+        if not self._calls:
+            return None
+        counts: dict[tuple[str, str], int] = {}
+        for _size, global_name, name in self._calls.values():
+            counts[global_name, name] = counts.get((global_name, name), 0) + 1
+        shown = sorted(counts.items(), key=lambda item: -item[1])[:_NAMED_BINDINGS]
+        names = ", ".join(
+            access_expression(*binding) + (f" ({count})" if count > 1 else "")
+            for binding, count in shown
+        )
+        if len(counts) > _NAMED_BINDINGS:
+            names += f" and {len(counts) - _NAMED_BINDINGS} more bindings"
+        total = len(self._calls)
+        return f"{total} call{'s' if total > 1 else ''} unanswered: {names}"

@@ -139,8 +139,9 @@ class CodeRun(RunProcess):
             self._remove_signal = signal_.add_callback(self._on_abort_any_thread)
 
     def _wall_reached(self) -> None:
-        # Its failure made only now: nearly every run settles before its ceiling.
-        self._settle(self._limits.wall_timeout())
+        # Its failure made only now: nearly every run settles before its ceiling. It names
+        # the calls in flight: a program waiting on a slow tool cannot tell which it was.
+        self._settle(self._limits.wall_timeout(self._calls.unanswered()))
 
     # -- frames -----------------------------------------------------------------------------
 

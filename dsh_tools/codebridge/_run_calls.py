@@ -143,6 +143,10 @@ class BindingCalls:
         self._send = _drop
         self._fail = _ignore
 
+    def unanswered(self) -> str | None:
+        """The calls in flight (``InflightArguments.unanswered``)."""
+        return self._inflight.unanswered()
+
     def on_call(self, frame: Call) -> bool:
         """Start the binding call ``frame`` asks for (or answer it as a failure at once);
         ``False`` when the host could not use it: its id was seen before (it is ignored), it

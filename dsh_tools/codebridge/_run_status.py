@@ -187,11 +187,13 @@ class RunLimits:
             failure=("timeout", f"compute budget exhausted ({format_ms(self.compute_ms)}ms busy)")
         )
 
-    def wall_timeout(self) -> Outcome:
-        """The wall ceiling's failure."""
-        return Outcome(
-            failure=("timeout", f"wall-clock ceiling reached ({format_ms(self.max_wall_ms)}ms)")
-        )
+    def wall_timeout(self, unanswered: str | None = None) -> Outcome:
+        """The wall ceiling's failure; ``unanswered``: the binding calls it found in flight
+        (what a program waiting on a slow tool was waiting for)."""
+        message = f"wall-clock ceiling reached ({format_ms(self.max_wall_ms)}ms)"
+        if unanswered is not None:
+            message = f"{message} with {unanswered}"
+        return Outcome(failure=("timeout", message))
 
     def exit_outcome(self, budget: int, wait_status: int, cpu: float) -> Outcome:
         """The failure of a run whose worker ended before completing: a reported budget, the
