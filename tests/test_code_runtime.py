@@ -518,6 +518,39 @@ value = await {awaited}
     )
 
 
+@pytest.mark.parametrize(
+    "program",
+    [
+        "await asyncio.gather(tools.echo({}), tools.echo)",
+        "await asyncio.wait_for(tools.echo, 5)",
+        "async with asyncio.TaskGroup() as group:\n    group.create_task(tools.echo)",
+    ],
+    ids=["gather", "wait_for", "task-group"],
+)
+def test_passing_a_binding_not_called_to_asyncio_says_to_call_it(
+    runtime: SubprocessCodeRuntime, program: str
+) -> None:
+    # asyncio's "An asyncio.Future, a coroutine or an awaitable is required" (or "a coroutine
+    # was expected, got <function echo at 0x...>") named neither the binding nor the call.
+    kind, message = failure(run(runtime, program, tools(echo=identity)))
+    assert kind == "exception"
+    assert (
+        "tools.echo was not called: it is the binding, not a call of it; write"
+        " await tools.echo({...}), its one dict of arguments in the braces\n"
+    ) in message + "\n"
+
+
+def test_a_binding_called_wrongly_inside_asyncio_keeps_its_own_message(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    program = "import functools\nawait asyncio.gather(functools.partial(tools.echo, 1, 2)())"
+    kind, message = failure(run(runtime, program, tools(echo=identity)))
+    assert kind == "exception"
+    assert message.endswith(
+        "\nTypeError: tools.echo() takes one dict of arguments: await tools.echo({...})"
+    )
+
+
 def test_awaiting_something_else_that_is_not_awaitable_is_python_s_error_alone(
     runtime: SubprocessCodeRuntime,
 ) -> None:

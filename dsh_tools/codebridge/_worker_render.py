@@ -1,8 +1,8 @@
 """How the worker renders a program's uncaught exception: the traceback from the program's own
 frame down, without the worker's trailing frames, with the program's locals released first.
 A hostile exception (one whose ``__str__`` raises, say) renders as a fixed message. This module
-imports only the standard library and what it names of ``_worker_api`` (the binding
-namespaces and how a binding is reached).
+imports only the standard library, the program's file name (``_program``) and what it names of
+``_worker_api`` (the binding namespaces and how a binding is reached).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import types
 from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
+from ._program import FILENAME
 from ._worker_api import Namespace, access_expression
 
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
@@ -105,52 +106,98 @@ def _explain_refusal(exc: BaseException, refusals: Sequence[Refusal]) -> None:
                 exc.add_note(note)
 
 
-def _awaited_binding(
+_TAKERS_OF_AWAITABLES: Final = frozenset(
+    {"as_completed", "create_task", "ensure_future", "gather", "shield", "wait", "wait_for"}
+)
+"""asyncio's functions (and ``TaskGroup.create_task``) that take calls to await: a binding
+passed to one of them uncalled fails inside asyncio, with a text that names neither."""
+
+
+def _binding_access(
+    node: ast.expr, bindings: Mapping[str, Collection[str]]
+) -> tuple[str, str] | None:
+    """``(global name, binding name)`` if ``node`` reaches a binding (``tools.x``,
+    ``tools["x"]``)."""
+    if isinstance(node, ast.Attribute):
+        name: object = node.attr
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        name = node.slice.value
+    else:
+        return None
+    if not isinstance(node.value, ast.Name) or not isinstance(name, str):
+        return None
+    if name not in bindings.get(node.value.id, ()):
+        return None
+    return node.value.id, name
+
+
+def _uncalled_binding(
     exc: BaseException, bindings: Mapping[str, Collection[str]]
 ) -> tuple[str, str] | None:
-    """``(global name, binding name)`` if ``exc`` is what ``await`` on a binding itself (not
-    on its call, ``await tools.x``) raised: the expression its last frame failed on, as its
-    traceback marks it, is an ``await`` of a binding. Python's own text names neither the
-    binding nor the call it lacks ("object function can't be used in 'await' expression")."""
-    if not bindings or type(exc) is not TypeError:
+    """``(global name, binding name)`` if ``exc`` is what a binding used uncalled raised:
+    awaited itself (``await tools.x``, Python's "object function can't be used in 'await'
+    expression") or passed to one of ``_TAKERS_OF_AWAITABLES`` (``asyncio.gather(tools.x)``,
+    asyncio's "An asyncio.Future, a coroutine or an awaitable is required"), neither of which
+    names the binding or the call it lacks. What the program's last frame failed on is the
+    span its traceback marks."""
+    if not bindings or type(exc) not in (TypeError, AttributeError):
         return None
     tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None:
+    last: types.TracebackType | None = None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == FILENAME:
+            last = tb
         tb = tb.tb_next
-    if tb is None or tb.tb_lasti < 0:
+    if last is None or last.tb_lasti < 0:
         return None
-    code = tb.tb_frame.f_code
+    code = last.tb_frame.f_code
     line, end_line, start, end = next(
-        itertools.islice(code.co_positions(), tb.tb_lasti // 2, None), (None, None, None, None)
+        itertools.islice(code.co_positions(), last.tb_lasti // 2, None), (None, None, None, None)
     )
     if line is None or line != end_line or start is None or end is None:
         return None
-    source = linecache.getline(code.co_filename, line).encode("utf-8")[start:end]
+    source = linecache.getline(FILENAME, line).encode("utf-8")[start:end]
     node = ast.parse(source.decode("utf-8"), mode="eval").body
-    if not isinstance(node, ast.Await):
+    if isinstance(node, ast.Await):
+        if last.tb_next is None:  # Python's refusal, raised in the program's own frame
+            return _binding_access(node.value, bindings)
+        node = node.value  # a coroutine of asyncio's, which failed as it was awaited
+    if not isinstance(node, ast.Call):
         return None
-    target = node.value
-    if isinstance(target, ast.Attribute):
-        name: object = target.attr
-    elif isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
-        name = target.slice.value
-    else:
+    taker = node.func
+    taker_name = (
+        taker.attr
+        if isinstance(taker, ast.Attribute)
+        else taker.id
+        if isinstance(taker, ast.Name)
+        else None
+    )
+    if taker_name not in _TAKERS_OF_AWAITABLES:
         return None
-    if not isinstance(target.value, ast.Name) or not isinstance(name, str):
-        return None
-    if name not in bindings.get(target.value.id, ()):
-        return None
-    return target.value.id, name
+    arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+    called = {
+        id(inner.func)
+        for argument in arguments
+        for inner in ast.walk(argument)
+        if isinstance(inner, ast.Call)
+    }
+    for argument in arguments:
+        for inner in ast.walk(argument):
+            if isinstance(inner, ast.expr) and id(inner) not in called:
+                found = _binding_access(inner, bindings)
+                if found is not None:
+                    return found
+    return None
 
 
-def _explain_awaited_binding(exc: BaseException, bindings: Mapping[str, Collection[str]]) -> None:
-    """Add to ``exc``, if it is what ``await`` on a binding itself raised, a note that says
-    to call it (``_awaited_binding``). An exception whose source cannot be read is left as it
+def _explain_uncalled_binding(exc: BaseException, bindings: Mapping[str, Collection[str]]) -> None:
+    """Add to ``exc``, if it is what a binding used uncalled raised, a note that says to call
+    it (``_uncalled_binding``). An exception whose source cannot be read is left as it
     is."""
     with contextlib.suppress(Exception):
-        awaited = _awaited_binding(exc, bindings)
-        if awaited is not None:
-            access = access_expression(*awaited)
+        uncalled = _uncalled_binding(exc, bindings)
+        if uncalled is not None:
+            access = access_expression(*uncalled)
             exc.add_note(
                 f"{access} was not called: it is the binding, not a call of it; write"
                 f" await {access}({{...}}), its one dict of arguments in the braces"
@@ -297,8 +344,8 @@ def render_exception(
 ) -> str:
     """``exc`` rendered as a traceback from ``code``'s frame down (the whole traceback when
     ``code`` is ``None``), without trailing frames of ``worker_files``, an exception of
-    ``refusals`` with its note, one that ``await`` on a binding of ``bindings`` (binding names
-    by namespace) raised with a note that says to call it."""
+    ``refusals`` with its note, one that a binding of ``bindings`` (binding names by
+    namespace) used uncalled raised with a note that says to call it."""
     try:
         exc = _script_exception(exc, code)
         seen: set[int] = set()
@@ -311,7 +358,7 @@ def render_exception(
             _explain_pickling(current)
             _explain_refusal(current, refusals)
             if bindings:
-                _explain_awaited_binding(current, bindings)
+                _explain_uncalled_binding(current, bindings)
             if isinstance(current, AttributeError) and isinstance(current.obj, Namespace):
                 # A namespace's miss suggests a binding in its own text, in the form that
                 # reaches it; the interpreter's suggestion from its dir() would repeat it.
