@@ -2167,6 +2167,48 @@ return [inner(), in_thread]
     ]
 
 
+def test_a_traceback_a_program_formats_itself_holds_its_own_frames_only(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # An error the worker raised at the program (a binding called with two arguments, a call
+    # used unawaited, a binding the namespace lacks) ended in a frame of the worker's, naming
+    # its file on the host, in what traceback.format_exc gave; the run's own failure never did.
+    program = """
+import logging, traceback
+texts = []
+try:
+    tools.echo(1, 2)
+except TypeError:
+    texts.append(traceback.format_exc())
+try:
+    tools.echo({})["x"]
+except TypeError as exc:
+    texts.append("".join(traceback.format_exception(exc)))
+try:
+    tools.ecoh
+except AttributeError:
+    logging.exception("missing")
+return texts
+"""
+    result = run(runtime, program, tools(echo=identity))
+    texts = [*result.value, *result.logs]
+    assert len(texts) == 3
+    for text, line, error in zip(
+        texts,
+        [5, 9, 13],
+        [
+            "TypeError: tools.echo() takes one dict of arguments: await tools.echo({...})",
+            "TypeError: tools.echo(...) was not awaited: it is the pending call, not its result;"
+            " write (await tools.echo(...))[...]",
+            "AttributeError: 'tools' has no binding 'ecoh'; did you mean tools.echo?",
+        ],
+        strict=True,
+    ):
+        assert f'Traceback (most recent call last):\n  File "<run_code>", line {line}, in' in text
+        assert text.count('  File "') == 1, text
+        assert text.endswith(f"\n{error}\n")
+
+
 def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(
     runtime: SubprocessCodeRuntime,
 ) -> None:

@@ -87,6 +87,7 @@ from ._worker_api import (
     json_default_naming_handles,
     plain_error,
     program_stack_only,
+    program_tracebacks_only,
     recursion_counted_from,
     signature_naming_bindings,
     wait_accepting_handles,
@@ -766,8 +767,9 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     ``asyncio.wait`` that takes call handles, ``json`` that says to await a call handle,
     ``inspect.signature`` that gives a binding's signature as the SDK declares it, the
     ``poll`` selector as ``selectors.DefaultSelector``, ``faulthandler``, the recursion limit
-    counted from the program's own frame (``recursion_counted_from``), ``traceback``'s stacks of
-    the program's frames only (``program_stack_only``), and
+    counted from the program's own frame (``recursion_counted_from``), ``traceback``'s stacks and
+    tracebacks of the program's frames only (``program_stack_only``,
+    ``program_tracebacks_only``), and
     the error classes of the namespaces the worker's boot so far names (the runtime's usual
     ones). A worker does this while it waits for its boot, off its run's
     path."""
@@ -796,6 +798,7 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     # native stderr pipe, which the run's log takes), then the signal ends the run as ever.
     faulthandler.enable(2)
     program_stack_only(FILENAME)
+    program_tracebacks_only()
     asyncio.set_event_loop(loop)
     guard_nested_run_until_complete(loop)
     guard_other_loops_run_until_complete()  # after: the program's loop keeps asyncio's own

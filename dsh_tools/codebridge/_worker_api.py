@@ -35,6 +35,7 @@ __all__ = [
     "json_default_naming_handles",
     "plain_error",
     "program_stack_only",
+    "program_tracebacks_only",
     "recursion_counted_from",
     "signature_naming_bindings",
     "wait_accepting_handles",
@@ -599,6 +600,53 @@ def program_stack_only(program_file: str) -> None:
 
     program_stack.__dsh_guarded__ = True  # type: ignore[attr-defined]
     traceback.extract_stack = program_stack
+
+
+def _without_worker_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """Traceback ``tb`` without the worker's frames (a new chain, ``tb`` left as it is), or
+    ``tb`` itself when it has none, or nothing else."""
+    kept: list[types.TracebackType] = []
+    dropped = False
+    cursor = tb
+    while cursor is not None:
+        if cursor.tb_frame.f_code.co_filename.startswith(_WORKER_PACKAGE):
+            dropped = True
+        else:
+            kept.append(cursor)
+        cursor = cursor.tb_next
+    if not dropped or not kept:
+        return tb
+    rebuilt: types.TracebackType | None = None
+    for entry in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
+
+
+def program_tracebacks_only() -> None:
+    """Make the tracebacks a program formats itself (``traceback.format_exc``,
+    ``print_exc``, ``print_exception``, ``logging``'s ``exc_info``, all made through
+    ``traceback.TracebackException``) leave out the worker's frames, as its uncaught
+    exception's does: one the worker raised at the program (a binding called with two
+    arguments, a call used unawaited, a binding the namespace lacks) ended in a frame of the
+    worker's, naming its file on the host."""
+    base = traceback.TracebackException
+    if getattr(base, "__dsh_guarded__", False):
+        return
+
+    class TracebackException(base):  # type: ignore[valid-type,misc]
+        __doc__ = base.__doc__
+        __dsh_guarded__ = True
+
+        def __init__(
+            self, exc_type: Any, exc_value: Any, exc_traceback: Any, *args: Any, **kwargs: Any
+        ) -> None:
+            super().__init__(
+                exc_type, exc_value, _without_worker_frames(exc_traceback), *args, **kwargs
+            )
+
+    TracebackException.__module__ = base.__module__
+    TracebackException.__qualname__ = base.__qualname__
+    traceback.TracebackException = TracebackException  # type: ignore[misc]
 
 
 _WAIT_ENDS: Final = (asyncio.FIRST_COMPLETED, asyncio.FIRST_EXCEPTION, asyncio.ALL_COMPLETED)
