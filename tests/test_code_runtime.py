@@ -1828,11 +1828,22 @@ talker.join()
 def test_a_misspelt_binding_s_failure_suggests_the_binding_once(
     runtime: SubprocessCodeRuntime,
 ) -> None:
-    kind, message = failure(run(runtime, "return await tools.ecoh({})", tools(echo=identity)))
+    # The namespace's text names the binding; the interpreter's own suggestion from its dir()
+    # repeated it: "...; did you mean tools.echo?. Did you mean: 'echo'?".
+    program = """
+import traceback
+try:
+    tools.ech
+except AttributeError as exc:
+    print(traceback.format_exc().splitlines()[-1], exc.name)
+return await tools.ech({})
+"""
+    result = run(runtime, program, tools(echo=identity))
+    missing = "AttributeError: 'tools' has no binding 'ech'; did you mean tools.echo?"
+    assert result.logs == [f"{missing} ech"]
+    kind, message = failure(result)
     assert kind == "exception"
-    assert message.endswith(
-        "\nAttributeError: 'tools' has no binding 'ecoh'; did you mean tools.echo?"
-    )
+    assert message.endswith(f"\n{missing}")
 
 
 def test_a_missing_binding_by_item_reads_in_the_traceback_as_written(

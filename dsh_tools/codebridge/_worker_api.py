@@ -259,7 +259,10 @@ class Namespace:
             binding = self.__dsh_bindings__.get(name)
             if binding is not None:
                 return binding
-        raise AttributeError(self.__dsh_missing__(name))
+        # Its own text suggests the binding, in the form that reaches it: given an ``obj``,
+        # the interpreter does not add its own suggestion from this namespace's dir() ("...;
+        # did you mean tools.echo?. Did you mean: 'echo'?").
+        raise AttributeError(self.__dsh_missing__(name), name=name, obj=None)
 
     def __getitem__(self, name: str) -> Callable[[Any], CallHandle]:
         try:

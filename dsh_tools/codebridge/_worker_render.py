@@ -1,8 +1,8 @@
 """How the worker renders a program's uncaught exception: the traceback from the program's own
 frame down, without the worker's trailing frames, with the program's locals released first.
 A hostile exception (one whose ``__str__`` raises, say) renders as a fixed message. This module
-imports only the standard library, the program's file name (``_program``) and what it names of
-``_worker_api`` (the binding namespaces and how a binding is reached).
+imports only the standard library, the program's file name (``_program``) and how a binding
+is reached (``_worker_api``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 from ._program import FILENAME
-from ._worker_api import Namespace, access_expression
+from ._worker_api import access_expression
 
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
 
@@ -359,11 +359,7 @@ def render_exception(
             _explain_refusal(current, refusals)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
-            if isinstance(current, AttributeError) and isinstance(current.obj, Namespace):
-                # A namespace's miss suggests a binding in its own text, in the form that
-                # reaches it; the interpreter's suggestion from its dir() would repeat it.
-                current.name = None
-            elif not _SUGGESTS_IN_TRACEBACK:
+            if not _SUGGESTS_IN_TRACEBACK:
                 with contextlib.suppress(Exception):
                     _suggest_as_the_interpreter_does(current)
             if member:
