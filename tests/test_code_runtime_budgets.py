@@ -4,6 +4,7 @@ and the fault cases (after each, nothing is left behind)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -982,13 +983,21 @@ def test_fault_a_worker_gone_before_its_program_is_tried_again_when_its_template
         # Each run's init is the first process of its own PID namespace: the template's child
         # as root, otherwise the child of the template's child.
         own_namespace = os.readlink(f"/proc/{template}/ns/pid")
-        inits: list[int] = []
-        for child in children_of(template):
-            for pid in [child, *children_of(child)]:
-                if os.readlink(f"/proc/{pid}/ns/pid") != own_namespace:
-                    inits.append(pid)
-                    break
-        workers = [worker for init in inits for worker in children_of(init)]
+        # Read until the tree shows them: on a loaded machine a worker the runtime counts as
+        # idle may not be in /proc as the init's child yet.
+        deadline = time.monotonic() + 30
+        while True:
+            inits: list[int] = []
+            for child in children_of(template):
+                for pid in [child, *children_of(child)]:
+                    with contextlib.suppress(OSError):  # gone meanwhile
+                        if os.readlink(f"/proc/{pid}/ns/pid") != own_namespace:
+                            inits.append(pid)
+                            break
+            workers = [worker for init in inits for worker in children_of(init)]
+            if (inits and workers) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         assert inits and workers
         for init in inits:
             os.kill(init, signal.SIGSTOP)  # the template's death kills it all the same

@@ -488,7 +488,9 @@ def test_aborting_a_call_queued_behind_a_running_one_leaves_that_call_and_its_ac
     # The queued call has not begun: its abort must not kill the actor under the call ahead
     # of it, which would lose that call's state, or run it twice on a fresh actor.
     params = {"dir": {"type": "string"}, "then": {"type": "string"}}
-    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)
+    # The grace is the queued body's time to see its abort once it begins (a loaded machine
+    # took more than 0.2 s); the call ahead runs 2 s, past the grace after the abort.
+    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=1.0)
     system.tools.register(json_tool("tally", tally, pool, parameters=params))
     for sub in ("busy", "queued"):
         (tmp_path / sub).mkdir()
