@@ -6,7 +6,7 @@ from ``codebridge``) to the registry, which never imports ``codebridge`` itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final, Protocol
 
@@ -36,7 +36,7 @@ from .codebridge._transport import (
 )
 from .pipeline import Pipeline, SpillPolicy, spill_policy
 from .registry import SnapshotCell, ToolDefinition, ToolOutput, define_tool
-from .registry._execution import ToolRunContext
+from .registry._execution import Announced, ToolRunContext
 
 __all__ = [
     "CodeModeHost",
@@ -168,9 +168,7 @@ def install_code_mode(
     return owns_runtime
 
 
-def _prepare_run(
-    system: CodeModeHost, arguments: Any, agent: str | None
-) -> Callable[[], None] | None:
+def _prepare_run(system: CodeModeHost, arguments: Any, agent: str | None) -> Announced | None:
     """A ``run_code`` call has begun: the runtime, if it pre-forks workers, prepares the run
     its body will ask for (``SubprocessCodeRuntime.prepare``) with the same program and the
     same bindings, so that the run finds it; what it returns releases it as the call ends."""

@@ -1391,8 +1391,9 @@ def test_a_prepared_run_is_released_unrun_when_its_call_ends_and_the_pool_refill
     assert runtime.prepared_runs == 0
     wait_for_idle_workers(runtime, 2)  # the worker it took is replaced
     claimed = runtime.prepare(marking(tmp_path, "claimed"), [])
-    assert claimed is not None
+    assert claimed is not None and claimed.holds()
     assert run(runtime, marking(tmp_path, "claimed")).value == "claimed"
+    assert not claimed.holds()  # its call's end skips the release and its Ctrl-C guard
     claimed()  # its run took it: nothing to release
     time.sleep(0.3)
     assert os.listdir(tmp_path) == ["claimed"]

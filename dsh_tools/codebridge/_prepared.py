@@ -23,7 +23,7 @@ from typing import Final
 
 from ._pool import Slot
 
-__all__ = ["HELD_SECONDS", "MAX_HELD", "PreparedRuns"]
+__all__ = ["HELD_SECONDS", "MAX_HELD", "PreparedRuns", "Release"]
 
 HELD_SECONDS: Final = 30.0
 """How long a prepared worker waits for its run at most."""
@@ -35,12 +35,31 @@ as the run's memory budget allows."""
 class _Held:
     """One prepared worker: the bytes of the ``Boot`` it holds (unheld) and its deadline."""
 
-    __slots__ = ("boot", "deadline", "slot")
+    __slots__ = ("boot", "claimed", "deadline", "slot")
 
     def __init__(self, boot: bytes, slot: Slot) -> None:
         self.boot = boot
         self.slot = slot
         self.deadline = time.monotonic() + HELD_SECONDS
+        self.claimed = False  # set once, under the lock, as a run takes it
+
+
+class Release:
+    """What releases one prepared worker once its call has ended (``PreparedRuns.add``)."""
+
+    __slots__ = ("_held", "_runs")
+
+    def __init__(self, runs: PreparedRuns, held: _Held) -> None:
+        self._runs = runs
+        self._held = held
+
+    def __call__(self) -> None:
+        self._runs._release(self._held)
+
+    def holds(self) -> bool:
+        """Whether calling it may still end the worker: not once a run claimed it (read
+        without the lock: a claim is final, and a stale ``True`` only costs the call)."""
+        return not self._held.claimed
 
 
 class PreparedRuns:
@@ -63,7 +82,7 @@ class PreparedRuns:
         with self._lock:
             return self._shut or len(self._held) >= MAX_HELD
 
-    def add(self, boot: bytes, slot: Slot) -> Callable[[], None]:
+    def add(self, boot: bytes, slot: Slot) -> Release:
         """Keep ``slot``, whose worker holds ``boot``, for the run that claims it; return what
         releases it once its call has ended (nothing if a run claimed it)."""
         with self._lock:  # the deadline taken under it: ``_held`` stays in deadline order
@@ -73,7 +92,7 @@ class PreparedRuns:
                 self._held.append(held)
         if shut:
             self._end(slot)
-        return lambda: self._release(held)
+        return Release(self, held)
 
     def claim(self, boot: bytes) -> Slot | None:
         """A prepared worker holding ``boot``, taken out, or ``None``."""
@@ -81,6 +100,7 @@ class PreparedRuns:
             for index, held in enumerate(self._held):
                 if held.boot == boot:
                     del self._held[index]
+                    held.claimed = True
                     return held.slot
         return None
 

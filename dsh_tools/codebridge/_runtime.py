@@ -66,7 +66,7 @@ from ._frames import (
 from ._ledger import OutputLedger
 from ._outcome import Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
-from ._prepared import PreparedRuns
+from ._prepared import PreparedRuns, Release
 from ._program import ProgramError, check_program
 from ._run import CodeRun
 from ._run_calls import Answerer
@@ -213,7 +213,7 @@ class SubprocessCodeRuntime:
             config.max_frame_bytes,
         )
 
-    def prepare(self, program: str, namespaces: list[NamespaceWire]) -> Callable[[], None] | None:
+    def prepare(self, program: str, namespaces: list[NamespaceWire]) -> Release | None:
         """A run of ``program`` with ``namespaces`` (``namespace_wire``) may be asked for soon:
         its ``run_code`` call has begun. A pre-forked worker gets the program in a held boot
         and compiles it while the call passes its guards, hooks and approval, and runs nothing

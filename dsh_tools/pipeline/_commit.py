@@ -202,9 +202,13 @@ class CommitStages(PipelineCore):
         dropped (``Pipeline.abandon_interrupted``)."""
         if rec.sealed:
             return result
-        if rec.announced is not None:
-            with interrupts_held():  # the release runs whole (``PrepareStages.begin``)
-                self.release_announced(rec)
+        announced = rec.announced
+        if announced is not None:
+            if announced.holds():
+                with interrupts_held():  # the release runs whole (``PrepareStages.begin``)
+                    self.release_announced(rec)
+            else:  # the run claimed its worker: nothing to give back, no Ctrl-C guard to pay
+                rec.announced = None
         result = materialize(result, rec.call_id)
         finalizer = rec.finalizer
         if finalizer is not None:

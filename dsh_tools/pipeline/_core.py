@@ -27,7 +27,7 @@ from ..actors import (
 from ..actors._attached import Attached
 from ..actors._logging import get_logger
 from ..registry import compact_json
-from ..registry._execution import CallRecord
+from ..registry._execution import Announced, CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
 from ._loop import running_loop
@@ -145,7 +145,7 @@ def close_awaitable(value: Any) -> None:
             close()
 
 
-Announcer = Callable[[Any, str | None], Callable[[], None] | None]
+Announcer = Callable[[Any, str | None], Announced | None]
 """See ``PipelineCore.announcers``."""
 
 

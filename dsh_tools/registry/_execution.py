@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..actors import AbortController, AbortSignal, ExecutionToken, ToolExecutionResult
 from ._lossless import LosslessJsonError
@@ -22,12 +22,26 @@ if TYPE_CHECKING:  # the snapshot's types, for annotations only
     from ._snapshot import HookSet, RegistrySnapshot, SnapshotCell, ToolEntry
 
 __all__ = [
+    "Announced",
     "CallRecord",
     "DispatchExecution",
     "ToolExecution",
     "ToolRunContext",
     "is_call_snapshot",
 ]
+
+
+class Announced(Protocol):
+    """What a tool's announcer (``Pipeline.announcers``) took as a call began (a pre-forked
+    worker), given back once the call has ended."""
+
+    def __call__(self) -> None:
+        """Give back what is still held (nothing if the call's run claimed it). Never raises."""
+
+    def holds(self) -> bool:
+        """Whether giving back may still have anything to do: ``False`` once nothing is held
+        for good (the call's run claimed it), so that the call's end skips the give-back and
+        the Ctrl-C guard around it; ``True`` when unsure."""
 
 
 class CallRecord:
@@ -147,7 +161,7 @@ class CallRecord:
         self.thread = 0  # the thread ``run`` runs on
         # What the tool's announcer (``Pipeline.announcers``) returned: called once the call
         # has ended.
-        self.announced: Callable[[], None] | None = None
+        self.announced: Announced | None = None
 
     def hooks_under(self, current: RegistrySnapshot) -> HookSet:
         """The hooks that apply to the call under ``current``, the registry as it stands: the
