@@ -159,6 +159,25 @@ def test_timers_fire_in_due_order_and_never_early(loop: asyncio.AbstractEventLoo
     assert all(at >= due for _, due, at in fired)
 
 
+def test_a_timer_due_after_a_long_wait_fires_never_early(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # A long wait is one epoll_wait of whole milliseconds that ends a little before the
+    # timer; the rest is waited precisely.
+    fired: list[tuple[float, float]] = []
+
+    def note(due: float) -> None:
+        fired.append((due, loop.time()))
+        loop.stop()
+
+    for delay in (0.05, 0.0505, 0.0614):
+        due = loop.time() + delay
+        loop.call_at(due, note, due)
+        loop.run_forever()
+    assert len(fired) == 3
+    assert all(at >= due for due, at in fired)
+
+
 def test_a_thread_wakes_the_loop_during_a_long_timed_wait(
     loop: asyncio.AbstractEventLoop,
 ) -> None:

@@ -16,6 +16,12 @@ _FD_SETSIZE = 1024  # select() takes descriptors below this
 _Ts = TypeVarTuple("_Ts")
 _SKIPPED_AT_MOST: Final = 64
 """Zero waits in a row that may skip their system call (see ``PreciseEpoll``)."""
+_LONG_WAIT_S: Final = 0.05
+"""A timed wait at least this long is one ``epoll_wait`` (see ``PreciseEpoll``)."""
+_EARLY_BY_S: Final = 0.002
+"""How much shorter than its timeout such an ``epoll_wait`` is asked for: its whole
+milliseconds, rounded up, then end before the timer is due (rounded up once more, even
+that of a float that lands a hair above a millisecond)."""
 
 PreciseEpoll: type[selectors.BaseSelector] | None = None
 
@@ -31,7 +37,11 @@ if hasattr(selectors, "EpollSelector"):
         microsecond timeout; the descriptor is readable as soon as any registered one is),
         then a non-blocking ``epoll_wait`` collects the events. Untimed and zero waits are the
         stock ones, and so is every wait when the epoll descriptor is too high for
-        ``select()``.
+        ``select()``. A wait of ``_LONG_WAIT_S`` or more (a run's wall ceiling, its init's
+        report; nearly always ended by a descriptor, not by its timer) is one ``epoll_wait``
+        that ends ``_EARLY_BY_S`` before its timeout: should the timer be what ends it, the
+        loop finds it not yet due and waits the rest precisely. Every wake-up of an empty
+        Code Mode run so makes one system call, not two.
 
         One exception, in a loop made by ``new_pool_loop``: a zero wait (the loop has callbacks
         ready) while nothing is registered but the loop's own wake-up socket (``wake_fd``) and
@@ -96,6 +106,8 @@ if hasattr(selectors, "EpollSelector"):
                     return []
                 self._skipped = 0
             if timeout is not None and timeout > 0 and self._precise:
+                if timeout >= _LONG_WAIT_S:
+                    return super().select(timeout - _EARLY_BY_S)
                 try:
                     select.select((self._epoll_fd,), (), (), timeout)
                 except InterruptedError:
