@@ -450,6 +450,52 @@ def test_a_pool_loop_again_skips_its_zero_waits_once_a_run_s_readers_are_gone() 
         loop.close()
 
 
+def test_a_pool_loop_keeps_the_shared_epoll_instance_between_runs_unless_it_turns_readable() -> (
+    None
+):
+    # Between runs the instance holds nothing and is never readable: the loop keeps it as a
+    # descriptor that only wakes its waits, not added and removed again each run. A descriptor
+    # closed while still in it (a copy open elsewhere) keeps it readable: the loop then stops
+    # watching it between runs rather than wake for it again and again.
+    if PreciseEpoll is None:
+        pytest.skip("no epoll on this platform")
+    loop = new_pool_loop()
+    selector: Any = loop._selector  # type: ignore[attr-defined]
+    read_end, write_end = os.pipe()
+    copy = os.dup(read_end)  # as a worker's copy would be
+    try:
+        readers = RunReaders(loop)
+        readers.watch({read_end: lambda: None})
+        watched = set(selector.get_map()) - {read_end}
+        readers.close()
+        assert selector._only_wake
+        assert set(selector.get_map()) == watched  # still watched, as a wake-up descriptor
+        readers = RunReaders(loop)
+
+        def read_to_the_end() -> None:  # as a run's last reader: it drops itself
+            os.read(read_end, 16)
+            readers.drop(read_end)
+
+        readers.watch({read_end: read_to_the_end})
+        assert not selector._only_wake and set(selector.get_map()) == watched
+        os.write(write_end, b"x")
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert read_end not in readers
+        assert selector._only_wake and set(selector.get_map()) == watched
+        readers = RunReaders(loop)
+        readers.watch({read_end: lambda: None})
+        os.close(read_end)  # closed before it was dropped: it stays in the epoll instance
+        readers.close()
+        os.write(write_end, b"x")
+        loop.run_until_complete(asyncio.sleep(0.01))
+        assert len(selector.get_map()) == len(watched) - 1  # the instance is watched no more
+        assert selector._only_wake
+    finally:
+        for fd in (copy, write_end):
+            os.close(fd)
+        loop.close()
+
+
 def test_the_path_of_a_problem_deep_down_is_named_by_its_two_ends() -> None:
     value: Any = float("nan")
     for _ in range(200_000):

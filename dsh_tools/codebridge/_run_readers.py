@@ -6,10 +6,12 @@ loop's bookkeeping, measured on the project's machine), and a run watches four p
 they go into an epoll instance that the loop's runs share (``_LoopWatch``), which is the one
 descriptor the loop watches, and a pipe is dropped with one ``epoll_ctl``. The instance is made
 at the loop's first run and kept for the loop's life: one made and closed per run cost each run
-two system calls more. The loop watches it only while it holds a pipe: a loop of
-``new_pool_loop`` that watches nothing but its wake-up descriptors makes no system call for a
-zero wait, which every later call with hooks on that loop would otherwise pay.
-Elsewhere each pipe is a reader of the loop.
+two system calls more. A loop of ``new_pool_loop`` that watches nothing but its wake-up
+descriptors makes no system call for a zero wait, which every later call with hooks on that
+loop would otherwise pay: between runs the instance, which holds nothing then and so is never
+readable, is one of those descriptors to it (``set_wake_only``), rather than added to the loop
+and removed again each run (two system calls and asyncio's bookkeeping of a reader). Any other
+loop watches it only while it holds a pipe. Elsewhere each pipe is a reader of the loop.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import contextlib
 import select
 import weakref
 from collections.abc import Callable
+
+from ..pipeline._epoll import set_wake_only
 
 __all__ = ["RunReaders"]
 
@@ -31,23 +35,34 @@ class _LoopWatch:
     first descriptor in to its last out (``RunReaders`` calls ``start`` and ``stop``). It
     holds no reference to the loop, so that its entry in ``_WATCHES`` goes with the loop."""
 
-    __slots__ = ("callbacks", "epoll", "watched")
+    __slots__ = ("callbacks", "epoll", "parked", "shared", "watched")
 
-    def __init__(self) -> None:
+    def __init__(self, *, shared: bool) -> None:
         self.epoll = select.epoll()
         self.callbacks: dict[int, Callable[[], None]] = {}
         self.watched = False
+        self.shared = shared  # the loop's, kept for its life (else one attempt's, closed with it)
+        # Between runs: still a reader of the loop, as a descriptor that only wakes its waits.
+        self.parked = False
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Have ``loop`` watch the instance (it holds a descriptor now)."""
         if not self.watched:
-            loop.add_reader(self.epoll.fileno(), self.on_ready)
+            if self.parked:
+                self.parked = False
+                set_wake_only(loop, self.epoll.fileno(), False)
+            else:
+                loop.add_reader(self.epoll.fileno(), self.on_ready)
             self.watched = True
 
     def stop(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Have ``loop`` stop watching the instance once it holds no descriptor."""
+        """Have ``loop`` stop watching the instance once it holds no descriptor (a loop of
+        ``new_pool_loop`` keeps it as a descriptor that only wakes its waits: see the module)."""
         if self.watched and not self.callbacks:
             self.watched = False
+            if self.shared and set_wake_only(loop, self.epoll.fileno(), True):
+                self.parked = True
+                return
             try:
                 loop.remove_reader(self.epoll.fileno())
             except Exception:  # a closed loop: nothing watches it any more
@@ -55,11 +70,21 @@ class _LoopWatch:
 
     def on_ready(self) -> None:
         callbacks = self.callbacks
-        for fd, _events in self.epoll.poll(0):
+        parked = self.parked  # before the callbacks, whose last drop may park it
+        events = self.epoll.poll(0)
+        for fd, _events in events:
             # Looked up now: an earlier callback may have dropped it (``RunReaders.drop``).
             callback = callbacks.get(fd)
             if callback is not None:
                 callback()
+        if parked and events:
+            # Readable though it holds nothing: a descriptor closed while still in it (and
+            # open in another process), which epoll goes on reporting. The loop stops watching
+            # the instance between runs, as before it was parked, rather than wake for it.
+            self.parked = False
+            loop = asyncio.get_running_loop()
+            set_wake_only(loop, self.epoll.fileno(), False)
+            loop.remove_reader(self.epoll.fileno())
 
 
 _WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = (
@@ -74,9 +99,9 @@ def _loop_watch(loop: asyncio.AbstractEventLoop) -> tuple[_LoopWatch, bool]:
     try:
         watch = _WATCHES.get(loop)
     except TypeError:
-        return _LoopWatch(), False
+        return _LoopWatch(shared=False), False
     if watch is None:
-        watch = _WATCHES[loop] = _LoopWatch()
+        watch = _WATCHES[loop] = _LoopWatch(shared=True)
     return watch, True
 
 

@@ -10,7 +10,7 @@ import selectors
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple
 
-__all__ = ["PreciseEpoll", "mark_wake_only", "new_pool_loop"]
+__all__ = ["PreciseEpoll", "mark_wake_only", "new_pool_loop", "set_wake_only"]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
 _Ts = TypeVarTuple("_Ts")
@@ -69,9 +69,13 @@ if hasattr(selectors, "EpollSelector"):
             self._wake_fd = fd
             self._note_keys()
 
-        def wake_only(self, fd: int) -> None:
-            """Name another descriptor that only wakes a blocked wait."""
-            self._also_waking.add(fd)
+        def wake_only(self, fd: int, only: bool = True) -> None:
+            """Name another descriptor that only wakes a blocked wait (``only=False``: no
+            longer)."""
+            if only:
+                self._also_waking.add(fd)
+            else:
+                self._also_waking.discard(fd)
             self._note_keys()
 
         def _note_keys(self) -> None:
@@ -126,9 +130,9 @@ if hasattr(selectors, "EpollSelector"):
             (wake,) = self._precise_selector.get_map().values()
             self._precise_selector.wake_fd(wake.fd)
 
-        def wake_only(self, fd: int) -> None:
+        def wake_only(self, fd: int, only: bool = True) -> None:
             """See ``_PreciseEpoll.wake_only``."""
-            self._precise_selector.wake_only(fd)
+            self._precise_selector.wake_only(fd, only)
 
         def add_signal_handler(
             self, sig: int, callback: Callable[[*_Ts], object], *args: *_Ts
@@ -144,6 +148,16 @@ def mark_wake_only(loop: asyncio.AbstractEventLoop, fd: int) -> None:
     a blocked wait of it, as its own wake-up socket does."""
     if PreciseEpoll is not None and isinstance(loop, _PreciseLoop):
         loop.wake_only(fd)
+
+
+def set_wake_only(loop: asyncio.AbstractEventLoop, fd: int, only: bool) -> bool:
+    """Tell ``loop``, if ``new_pool_loop`` made it and it is open, whether ``fd`` (registered
+    with it) only wakes a blocked wait now, or no longer does (``only=False``); False for any
+    other loop, which this does not apply to."""
+    if PreciseEpoll is None or not isinstance(loop, _PreciseLoop) or loop.is_closed():
+        return False
+    loop.wake_only(fd, only)
+    return True
 
 
 def new_pool_loop() -> asyncio.AbstractEventLoop:
