@@ -60,8 +60,8 @@ from ._loop import (
     disown_body,
     event_loop,
     in_context,
+    new_own_body,
     new_task,
-    own_body,
     running_loop,
     waiting_loop,
 )
@@ -309,7 +309,11 @@ class DispatchStages(PipelineCore):
         """``_run_task``'s body in a task of its own: ``(True, value)`` or ``(False, error)``."""
         loop = await waiting_loop()  # the body's task needs one
         settled: asyncio.Future[None] = loop.create_future()
-        task = new_task(loop, capture(coro, settled), contextvars.copy_context())
+        # The body of a blocking execute: a Ctrl-C in its code is its own. Not a Code Mode
+        # run's (the package's own code), whose task may run what its sub-calls attach.
+        owned = rec.inline and rec.name != RUN_CODE
+        start = new_own_body if owned else new_task
+        task = start(loop, capture(coro, settled), contextvars.copy_context())
         if task.done():  # an eager task (Python 3.12+) whose body never waited
             outcome: tuple[bool, Any] = task.result()
             del task
@@ -317,11 +321,6 @@ class DispatchStages(PipelineCore):
         # A body cancelled before its first step never settles ``settled`` itself.
         task.add_done_callback(partial(wake, settled))
         unwatch = watch_body(rec, task, loop, signal, self.bodies)
-        # The body of a blocking execute: a Ctrl-C in its code is its own. Not a Code Mode
-        # run's (the package's own code), whose task may run what its sub-calls attach.
-        owned = rec.inline and rec.name != RUN_CODE
-        if owned:
-            own_body(task)
         forced: asyncio.TimerHandle | None = None
         try:
             waiter = settled

@@ -40,6 +40,7 @@ __all__ = [
     "first_loop",
     "in_context",
     "interrupts_held",
+    "new_own_body",
     "new_pool_loop",
     "new_task",
     "own_body",
@@ -222,6 +223,8 @@ class _ThreadState(threading.local):
     driving = False  # a coroutine is being driven on this thread without a loop
     # The tasks running async bodies of the calls driven on this thread (``own_body``).
     own_bodies: weakref.WeakSet[asyncio.Task[Any]] | None = None
+    # An owned body's task is taking its first step inside ``new_own_body`` (an eager task).
+    body_starting = False
 
 
 _state = _ThreadState()
@@ -367,7 +370,10 @@ class _CancelOnInterrupt:
             if (
                 current is task
                 or self.cancelled
-                or (current is not None and bodies is not None and current in bodies)
+                or (
+                    current is not None
+                    and (_state.body_starting or (bodies is not None and current in bodies))
+                )
             ):
                 # In user code (a plain body inline, the call's async body holding the loop,
                 # a callback that blocks it): raised there, as ever; a second Ctrl-C so ends
@@ -392,6 +398,25 @@ class _CancelOnInterrupt:
             task.cancel()
         else:
             self.loop.call_soon_threadsafe(_cancel, task)
+
+
+def new_own_body(
+    loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T], context: contextvars.Context
+) -> asyncio.Task[_T]:
+    """``new_task`` for the async body of a call that a blocking ``execute`` drives on this
+    thread, owned (``own_body``) from its first line on: on Python 3.12+ that line runs inside
+    this call (an eager task), before the task could be named, and the task holding the loop
+    there is the body's own (``_CancelOnInterrupt``)."""
+    state = _state
+    outer = state.body_starting
+    state.body_starting = True
+    try:
+        task = new_task(loop, coro, context)
+    finally:
+        state.body_starting = outer
+    if not task.done():
+        own_body(task)
+    return task
 
 
 def own_body(task: asyncio.Task[Any]) -> None:
