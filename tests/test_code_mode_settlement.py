@@ -118,17 +118,20 @@ def test_code_run_failed_error_has_its_code_and_class_name() -> None:
 def test_an_outer_cancel_aborts_the_running_call_and_abandons_the_queued_one() -> None:
     gates = Gates()
     controller = AbortController()
+    both_submitted = asyncio.Event()
 
     async def program(p: FakeProgram) -> Any:
         calls = [
             await p.fire("slow", {"value": "first"}),
             await p.fire("slow", {"value": "second"}),
         ]
+        both_submitted.set()  # the second waits in the queue behind the first (not safe)
         return await asyncio.gather(*calls)
 
     async def scenario(system: ToolSystem) -> Any:
         task = asyncio.ensure_future(system.execute_async(run_code(signal=controller.signal)))
         await gates.entered("first")
+        await wait_for(both_submitted.wait())
         controller.abort("user-cancel")
         return await wait_for(task)
 
