@@ -7,6 +7,7 @@ import asyncio
 import difflib
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -1184,11 +1185,20 @@ def test_a_program_holding_a_lone_surrogate_fails_as_python_refuses_it(
     assert fresh_runtime.template_pid is None  # nothing was spawned
 
 
+TOO_NESTED_TO_PARSE = (
+    "MemoryError: Parser stack overflowed - Python source too complex to parse"
+    if sys.version_info >= (3, 12)
+    else "MemoryError: the program is too large or nested too deeply to compile"
+)
+"""How a run names the parser's limit: Python's own words where its parser has some (3.12+);
+3.11's raises a bare ``MemoryError``, and the run says what it means."""
+
+
 @pytest.mark.parametrize(
     ("program", "named"),
     [
-        ("x = " + "-" * 10_000 + "1", "MemoryError: the program is too large or nested too deeply"),
-        ("f = " + "lambda: " * 3_000 + "1", "MemoryError: the program is too large or nested"),
+        ("x = " + "-" * 10_000 + "1", TOO_NESTED_TO_PARSE),
+        ("f = " + "lambda: " * 3_000 + "1", TOO_NESTED_TO_PARSE),
         ("x = " + "+".join(["1"] * 10_000), "RecursionError: maximum recursion depth exceeded"),
     ],
     ids=["unary-minus", "lambdas", "long-sum"],
@@ -1220,9 +1230,7 @@ def test_a_program_longer_than_the_host_compiles_is_compiled_by_its_worker(
         f'  File "<run_code>", line {body.count(chr(10)) + 1}\n    return (\n           ^\n'
         "SyntaxError: '(' was never closed",
     )
-    assert failure(run(runtime, body + "x = " + "-" * 10_000 + "1"))[1].startswith(
-        "MemoryError: the program is too large or nested too deeply"
-    )
+    assert failure(run(runtime, body + "x = " + "-" * 10_000 + "1"))[1] == TOO_NESTED_TO_PARSE
 
 
 def test_a_program_longer_than_the_channels_buffer_reaches_its_worker_whole(
@@ -2914,27 +2922,41 @@ on_main_thread = Down(0).depth
 # Models raise the recursion limit; a thread still takes a depth the main thread takes.
 sys.setrecursionlimit(100_000)
 
-@functools.lru_cache(None)
-def count_down(n):
-    return 0 if n == 0 else count_down(n - 1) + 1
+def deepest(limit):  # how deep lru_cache's calls go, up to limit
+    @functools.lru_cache(None)
+    def down(depth):
+        if depth == limit:
+            return depth
+        try:
+            return down(depth + 1)
+        except RecursionError:
+            return depth
+    return down(0)
 
 deep_in_a_thread = []
-thread = threading.Thread(target=lambda: deep_in_a_thread.append(count_down(5000)))
+thread = threading.Thread(target=lambda: deep_in_a_thread.append(deepest(5000)))
 thread.start()
 thread.join()
 return [sorted({depth for depth, _ in in_threads}), {text for _, text in in_threads}.pop(),
-        on_main_thread, deep_in_a_thread]
+        on_main_thread, deepest(5000), deep_in_a_thread]
 """
     try:
         result = run(limited, program)
     finally:
         limited.close()
     assert result.error is None, result.error
-    depths, nested, on_main_thread, deep_in_a_thread = result.value
+    depths, nested, on_main_thread, deep_on_main_thread, deep_in_a_thread = result.value
     assert nested == "RecursionError"
-    # As deep as the recursion limit allows, less the frames each thread starts under.
-    assert len(depths) == 1 and on_main_thread - 20 <= depths[0] <= on_main_thread + 20
-    assert deep_in_a_thread == [5000]
+    # As deep as the recursion limit allows, less the frames each thread starts under (a frame
+    # more or less on Python 3.13, whose first calls of a class take a longer path until its
+    # interpreter has specialized them).
+    assert depths and all(on_main_thread - 20 <= depth <= on_main_thread + 20 for depth in depths)
+    # Where the recursion limit alone bounds C recursion (3.11), that is the whole depth asked
+    # for; Python 3.12+ stops it at a depth of its own, the same in every thread.
+    if sys.version_info < (3, 12):
+        assert deep_on_main_thread == 5000
+    assert len(deep_in_a_thread) == 1
+    assert deep_on_main_thread - 20 <= deep_in_a_thread[0] <= deep_on_main_thread + 20
 
 
 def test_runs_may_be_in_flight_at_once(runtime: SubprocessCodeRuntime) -> None:
