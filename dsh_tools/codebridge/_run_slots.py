@@ -16,9 +16,11 @@ loop closes after it was given a slot and before it took it gives the slot back 
 ``STALL_CHECK_SECONDS``): the runtime ends there the runs whose loop closed under them, which
 would otherwise hold their slots until another run starts.
 
-Nothing is allocated while the lock is held (no object the cyclic collector tracks): a
-collection could otherwise start there and finalize an abandoned waiter (a run whose loop was
-closed while it waited), whose ``finally`` takes this same lock on the same thread.
+Nothing is allocated while the lock is held (no object the cyclic collector tracks), and a
+waiter that a collection finalizes (a run whose loop was closed while it waited, given up since)
+leaves without taking the lock: on Python 3.12+ a collection runs at the next safe point after
+the allocation that asked for it, which may lie inside the lock, and the cleanup would wait
+there for the lock its own thread holds.
 """
 
 from __future__ import annotations
@@ -157,6 +159,12 @@ class RunSlots:
 
     def _leave(self, waiter: _Waiter) -> None:
         """``waiter`` stops waiting: a slot already passed to it is freed again."""
+        if waiter.state == _GONE:
+            # Nothing to undo, and never again anything (gone is final): read without the lock.
+            # A waiter the slots no longer hold is the only kind a collection finalizes, which
+            # on Python 3.12+ may start inside the lock on this thread (at its next safe point,
+            # however little the lock's holder allocates), and would wait for it for ever.
+            return
         with self._lock:
             state = waiter.state
             waiter.state = _GONE
