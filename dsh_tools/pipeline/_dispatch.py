@@ -317,7 +317,12 @@ class DispatchStages(PipelineCore):
         if task.done():  # an eager task (Python 3.12+) whose body never waited
             outcome: tuple[bool, Any] = task.result()
             del task
-            return outcome
+            try:
+                return outcome
+            finally:
+                # The body's frames link back to this one (its step ran inside this call): this
+                # frame may not keep a failure, whose traceback keeps them.
+                del outcome
         # A body cancelled before its first step never settles ``settled`` itself.
         task.add_done_callback(partial(wake, settled))
         unwatch = watch_body(rec, task, loop, signal, self.bodies)

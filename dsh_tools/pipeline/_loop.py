@@ -416,7 +416,12 @@ def new_own_body(
         state.body_starting = outer
     if not task.done():
         own_body(task)
-    return task
+    try:
+        return task
+    finally:
+        # A body that ended in its first step left its frames linked back to this one: holding
+        # the task (its failure, whose traceback keeps those frames), this one makes a cycle.
+        del task
 
 
 def own_body(task: asyncio.Task[Any]) -> None:
