@@ -741,7 +741,8 @@ if __name__ == "__main__":
 """
     result = run(runtime, program, tools(echo=identity))
     assert result.logs == []
-    assert failure(result) == (
+    kind, message = failure(result)
+    assert (kind, without_carets(message)) == (
         "exception",
         "Traceback (most recent call last):\n"
         '  File "<run_code>", line 6, in <module>\n'
@@ -811,12 +812,12 @@ return loop.run_until_complete(main())
 """
     result = run(runtime, program, tools(echo=identity))
     assert result.logs == []
-    assert failure(result) == (
+    kind, message = failure(result)
+    assert (kind, without_carets(message)) == (
         "exception",
         "Traceback (most recent call last):\n"
         '  File "<run_code>", line 6, in <module>\n'
         "    return loop.run_until_complete(main())\n"
-        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
         "RuntimeError: run_until_complete() cannot be called on the running event loop: the"
         " program already runs in it, so await the coroutine instead (write `await main()`,"
         " not `loop.run_until_complete(main())`)",
@@ -2690,7 +2691,8 @@ class Row:
         raise ValueError("no text")
 print("row:", Row())
 """
-    assert failure(run(runtime, program)) == (
+    kind, message = failure(run(runtime, program))
+    assert (kind, without_carets(message)) == (
         "exception",
         "Traceback (most recent call last):\n"
         '  File "<run_code>", line 5, in <module>\n'
@@ -2708,7 +2710,8 @@ def test_a_traceback_points_at_the_programs_own_line_and_columns(
     # feed or a line separator inside a string literal does not shift the lines shown.
     kind, message = failure(run(runtime, 'import json\nreturn json.loads("{bad")'))
     assert kind == "exception"
-    assert message.splitlines()[1:4] == [
+    # Python 3.13 draws the callee's part of the span with '~': the span is the same.
+    assert [line.replace("~", "^") for line in message.splitlines()[1:4]] == [
         '  File "<run_code>", line 2, in <module>',
         '    return json.loads("{bad")',
         "           ^^^^^^^^^^^^^^^^^^",
