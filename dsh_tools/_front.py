@@ -4,8 +4,6 @@ with the result itself while many asks are in flight at once."""
 from __future__ import annotations
 
 import concurrent.futures
-import math
-import threading
 import time
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -13,6 +11,7 @@ from typing import Any
 
 import pykka
 
+from ._timeouts import checked_timeout
 from .actors import ExecuteBatch, ExecuteCall
 from .pipeline import Pipeline
 from .pipeline._pool import BatchRunner
@@ -86,29 +85,13 @@ class FrontRef(pykka.ActorRef[FrontActor]):
         super().tell(message)
 
     def ask(self, message: Any, *, block: bool = True, timeout: float | None = None) -> Any:
-        _check_timeout(timeout)  # before the message is sent: its call would run unclaimed
+        checked_timeout(timeout, caller="ref.ask() ", poll=True)  # before it is sent
         reply: pykka.Future[Any] = super().ask(message, block=False)
         answer: pykka.Future[Any] = pykka.ThreadingFuture()
         answer.set_get_hook(partial(_result_of, reply))
         if block:
             return answer.get(timeout=timeout)
         return answer
-
-
-def _check_timeout(timeout: object) -> None:
-    """``TypeError`` / ``ValueError`` unless ``timeout`` is ``None`` or a number of seconds
-    from 0 (a poll, as for any pykka future) to ``threading.TIMEOUT_MAX``."""
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(
-            f"ref.ask() timeout must be a number of seconds or None, got {type(timeout).__name__}"
-        )
-    if math.isnan(timeout) or not 0 <= timeout <= threading.TIMEOUT_MAX:
-        raise ValueError(
-            f"ref.ask() timeout must be a number of seconds from 0 to {threading.TIMEOUT_MAX:g} "
-            f"(threading.TIMEOUT_MAX), or None to wait without one; got {timeout!r}"
-        )
 
 
 def _result_of(reply: pykka.Future[Any], timeout: float | None) -> Any:

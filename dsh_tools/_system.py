@@ -42,6 +42,7 @@ from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
 from ._handles import AgentScope, PluginHandle, check_closer, take_closer
 from ._system_loop import SystemLoop
+from ._timeouts import checked_timeout
 from .actors import (
     AbortController,
     BatchOutcome,
@@ -90,25 +91,6 @@ RUNTIME_DISPOSAL_S = 10.0
 # Systems not stopped yet: the interpreter stops them at exit, so a script that forgets
 # stop() (or dies of an exception) still exits, and every call it started gets its result.
 _running: weakref.WeakSet[ToolSystem] = weakref.WeakSet()
-
-
-def _checked_timeout(timeout: object) -> float | None:
-    """``timeout`` (seconds) for a blocking wait, checked before anything is submitted: a
-    bad value found only once the call runs would leave it running with nobody to take its
-    result."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(
-            f"timeout must be a number of seconds or None, got {type(timeout).__name__}"
-        )
-    seconds = float(timeout)
-    if not 0 < seconds <= threading.TIMEOUT_MAX:
-        raise ValueError(
-            f"timeout must be a number of seconds above 0 and at most {threading.TIMEOUT_MAX:g} "
-            f"(threading.TIMEOUT_MAX), or None to wait without one; got {timeout!r}"
-        )
-    return seconds
 
 
 def _calls_named(batch: ExecuteBatch) -> str:
@@ -575,7 +557,7 @@ class ToolSystem:
         if not isinstance(call, ExecuteCall):
             raise TypeError(f"execute() takes an ExecuteCall, got {type(call).__name__}")
         if timeout is not None:
-            timeout = _checked_timeout(timeout)
+            timeout = checked_timeout(timeout)
         loop = running_loop()
         nested = driving(loop)
         if not nested and loop is not None:
@@ -632,7 +614,7 @@ class ToolSystem:
         self._check_running()
         if not isinstance(batch, ExecuteBatch):
             raise TypeError(f"execute_batch() takes an ExecuteBatch, got {type(batch).__name__}")
-        timeout = _checked_timeout(timeout)
+        timeout = checked_timeout(timeout)
         if threading.current_thread() is self._system_loop.thread:
             # A hook or an async tool of this system: the loop that would run the batch is
             # the one this call would block.

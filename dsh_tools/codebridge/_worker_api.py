@@ -42,6 +42,19 @@ __all__ = [
 ]
 
 
+_GUARDED: Final = "__dsh_guarded__"
+"""The attribute that marks what the worker has put in place of a standard library function (or
+class), so that a second set-up finds it in place and does not wrap it again."""
+
+
+def _is_guarded(thing: object) -> bool:
+    return getattr(thing, _GUARDED, False) is True
+
+
+def _mark_guarded(thing: object) -> None:
+    setattr(thing, _GUARDED, True)
+
+
 class _Absent:
     """The no-result sentinel's type."""
 
@@ -424,7 +437,7 @@ def guard_nested_run(run: Callable[..., Any]) -> Callable[..., Any]:
     warning to the program's output. Called on the program's running loop, this closes the
     coroutine and says to await it; anywhere else (a thread of the program's own) it is
     ``asyncio.run``."""
-    if getattr(run, "__dsh_guarded__", False):
+    if _is_guarded(run):
         return run
 
     @functools.wraps(run)
@@ -437,7 +450,7 @@ def guard_nested_run(run: Callable[..., Any]) -> Callable[..., Any]:
             main.close()
         raise RuntimeError(NESTED_RUN_MESSAGE)
 
-    guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(guarded)
     return guarded
 
 
@@ -484,7 +497,7 @@ def guard_other_loops_run_until_complete() -> None:
     it is asyncio's own. Set on the class after the program's loop is guarded, whose own
     ``run_until_complete`` stays asyncio's, unwrapped."""
     run_until_complete = asyncio.BaseEventLoop.run_until_complete
-    if getattr(run_until_complete, "__dsh_guarded__", False):
+    if _is_guarded(run_until_complete):
         return
 
     @functools.wraps(run_until_complete)
@@ -497,7 +510,7 @@ def guard_other_loops_run_until_complete() -> None:
             future.close()
         raise RuntimeError(OTHER_LOOP_RUN_MESSAGE)
 
-    guarded.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(guarded)
     asyncio.BaseEventLoop.run_until_complete = guarded  # type: ignore[method-assign]
 
 
@@ -521,7 +534,7 @@ def recursion_counted_from(depth: int) -> None:
     a script's (1000 frames of its own)."""
     set_limit = sys.setrecursionlimit
     get_limit = sys.getrecursionlimit
-    if getattr(set_limit, "__dsh_guarded__", False):
+    if _is_guarded(set_limit):
         return
     below = depth + RECURSION_HEADROOM
 
@@ -555,7 +568,7 @@ def recursion_counted_from(depth: int) -> None:
     def getrecursionlimit() -> int:
         return max(get_limit() - below, 1)
 
-    setrecursionlimit.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(setrecursionlimit)
     set_limit(get_limit() + below)
     sys.setrecursionlimit = setrecursionlimit
     sys.getrecursionlimit = getrecursionlimit
@@ -573,7 +586,7 @@ def program_stack_only(program_file: str) -> None:
     frame lay some twenty of the worker's and asyncio's, naming the worker's files on the host,
     which tell a program nothing of its own and are no business of its."""
     extract_stack = traceback.extract_stack
-    if getattr(extract_stack, "__dsh_guarded__", False):
+    if _is_guarded(extract_stack):
         return
 
     @functools.wraps(extract_stack)
@@ -601,7 +614,7 @@ def program_stack_only(program_file: str) -> None:
         stack.reverse()
         return stack
 
-    program_stack.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(program_stack)
     traceback.extract_stack = program_stack
 
 
@@ -633,7 +646,7 @@ def program_tracebacks_only() -> None:
     arguments, a call used unawaited, a binding the namespace lacks) ended in a frame of the
     worker's, naming its file on the host."""
     base = traceback.TracebackException
-    if getattr(base, "__dsh_guarded__", False):
+    if _is_guarded(base):
         return
 
     class TracebackException(base):  # type: ignore[valid-type,misc]
@@ -662,7 +675,7 @@ def wait_accepting_handles(wait: Callable[..., Any]) -> Callable[..., Any]:
     at least one handle, and no real coroutine, this waits as asyncio's own does: the same
     checks, ``timeout`` and ``return_when``, and ``(done, pending)`` sets of the very objects
     given, so ``handle in done`` holds. Anything else goes to ``asyncio.wait`` unchanged."""
-    if getattr(wait, "__dsh_guarded__", False):
+    if _is_guarded(wait):
         return wait
 
     @functools.wraps(wait)
@@ -719,7 +732,7 @@ def wait_accepting_handles(wait: Callable[..., Any]) -> Callable[..., Any]:
         done = {future for future in futures if future.done()}
         return done, futures - done
 
-    waiting.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(waiting)
     return waiting
 
 
@@ -729,7 +742,7 @@ def json_default_naming_handles(default: Callable[[Any, Any], Any]) -> Callable[
     where ``json``'s own refusal names the handle's class, ``CallHandle``, which the program
     never wrote. Anything else goes to ``default`` unchanged (an encoder's own ``default``
     is not this one, and decides for itself)."""
-    if getattr(default, "__dsh_guarded__", False):
+    if _is_guarded(default):
         return default
 
     @functools.wraps(default)
@@ -738,7 +751,7 @@ def json_default_naming_handles(default: Callable[[Any, Any], Any]) -> Callable[
             raise TypeError(o._unawaited("", ""))
         return default(encoder, o)
 
-    naming.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(naming)
     return naming
 
 
@@ -756,7 +769,7 @@ def signature_naming_bindings(
     ``(*args, **kwargs)`` closure, whose return annotation names the worker's ``CallHandle``.
     Answered here rather than by each binding's ``__signature__``: setting that would give
     every binding of every run a ``__dict__`` of its own, for a question few programs ask."""
-    if getattr(signature, "__dsh_guarded__", False):
+    if _is_guarded(signature):
         return signature
 
     @functools.wraps(signature)
@@ -765,7 +778,7 @@ def signature_naming_bindings(
             return BINDING_SIGNATURE
         return signature(obj, *args, **kwargs)
 
-    naming.__dsh_guarded__ = True  # type: ignore[attr-defined]
+    _mark_guarded(naming)
     return naming
 
 
