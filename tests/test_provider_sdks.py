@@ -128,6 +128,16 @@ def server() -> Iterator[RecordingServer]:
         yield started
 
 
+def openai_client(server: RecordingServer) -> openai.OpenAI:
+    """The real SDK client, talking to ``server`` and never retrying."""
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+
+
+def anthropic_client(server: RecordingServer) -> anthropic.Anthropic:
+    """The real SDK client, talking to ``server`` and never retrying."""
+    return anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+
+
 FIRST_CALLS = [
     ("call_w", "weather", '{"city": "Oslo"}'),
     ("call_t", "time_now", "{}"),
@@ -172,7 +182,7 @@ def test_two_chat_completions_turns_send_tool_messages_images_and_contexts(
     server.answer(path, chat_completion("Let me look.", FIRST_CALLS))
     server.answer(path, chat_completion(None, [SECOND_CALL]))
     server.answer(path, chat_completion("Oslo is colder than Lima.", []))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = openai_prompt(system.assemble_prompt())
     messages: list[ChatCompletionMessageParam] = [
         {"role": "system", "content": prompt.system},
@@ -293,7 +303,7 @@ def test_two_responses_api_turns_send_function_call_outputs_with_input_images(
     server.answer(path, response("resp_1", "Let me look.", FIRST_CALLS))
     server.answer(path, response("resp_2", None, [SECOND_CALL]))
     server.answer(path, response("resp_3", "Oslo is colder than Lima.", []))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = responses_prompt(system.assemble_prompt())
     reply = client.responses.create(
         model="gpt-test", instructions=prompt.system, tools=prompt.tools, input="Compare."
@@ -382,7 +392,7 @@ def test_two_anthropic_turns_send_tool_results_with_errors_images_and_contexts(
     server.answer(path, anthropic_message("msg_1", "Let me look.", FIRST_CALLS))
     server.answer(path, anthropic_message("msg_2", None, [SECOND_CALL]))
     server.answer(path, anthropic_message("msg_3", "Oslo is colder than Lima.", []))
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    client = anthropic_client(server)
     prompt = anthropic_prompt(system.assemble_prompt())
     messages: list[MessageParam] = [{"role": "user", "content": "Compare Oslo and Lima."}]
     final = None
@@ -475,7 +485,7 @@ def test_anthropic_tool_use_input_the_sdk_decodes_as_nan_fails_that_call_alone(
         ("call_u", "weather", '{"city": "\\ud800"}'),
     ]
     server.answer(path, anthropic_message("msg_1", None, calls))
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    client = anthropic_client(server)
     reply = client.messages.create(
         model="claude-test",
         max_tokens=1024,
@@ -570,7 +580,7 @@ def test_a_streamed_chat_completion_is_read_and_answered(
     events += [(None, chunk({}, "tool_calls")), (None, "[DONE]")]
     server.stream(path, events)
     server.answer(path, chat_completion("Done.", []))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = openai_prompt(system.assemble_prompt())
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather?"}]
     with client.chat.completions.stream(
@@ -645,7 +655,7 @@ def test_a_streamed_anthropic_message_is_read_and_answered(
     ]
     server.stream(path, events)
     server.answer(path, anthropic_message("msg_e", "Done.", []))
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    client = anthropic_client(server)
     prompt = anthropic_prompt(system.assemble_prompt())
     messages: list[MessageParam] = [{"role": "user", "content": "Weather?"}]
     with client.messages.stream(
@@ -712,7 +722,7 @@ def test_a_streamed_responses_api_response_is_read_and_answered(
     event("response.completed", response=done)
     server.stream(path, events)
     server.answer(path, response("resp_e", "Done.", []))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = responses_prompt(system.assemble_prompt())
     with client.responses.stream(model="gpt-test", tools=prompt.tools, input="Weather?") as stream:
         final = stream.get_final_response()
@@ -744,7 +754,7 @@ def test_a_chat_turn_that_repeats_a_call_id_answers_every_call_under_that_id(
     # turn fail: ExecuteBatch refused the calls (call_id 'call_0' appears twice in the batch).
     path = "/v1/chat/completions"
     server.answer(path, chat_completion(None, REPEATED_CALLS))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = openai_prompt(system.assemble_prompt())
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo, Lima?"}]
     completion = client.chat.completions.create(
@@ -767,7 +777,7 @@ def test_a_responses_turn_that_repeats_a_call_id_answers_every_call_under_that_i
 ) -> None:
     path = "/v1/responses"
     server.answer(path, response("resp_1", None, REPEATED_CALLS))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = responses_prompt(system.assemble_prompt())
     reply = client.responses.create(model="gpt-test", tools=prompt.tools, input="Oslo, Lima?")
     calls = responses_tool_calls(reply, names=prompt.names)
@@ -784,7 +794,7 @@ def test_an_anthropic_turn_that_repeats_a_tool_use_id_answers_every_call_under_t
 ) -> None:
     path = "/v1/messages"
     server.answer(path, anthropic_message("msg_1", None, REPEATED_CALLS))
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    client = anthropic_client(server)
     prompt = anthropic_prompt(system.assemble_prompt())
     message = client.messages.create(
         model="claude-test",
@@ -812,7 +822,7 @@ def test_a_chat_turn_with_calls_without_an_id_runs_them_and_answers_them_without
     turn["choices"][0]["message"]["tool_calls"][1].pop("id")
     server.answer(path, turn)
     server.answer(path, chat_completion("Done.", []))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = openai_prompt(system.assemble_prompt())
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo, Lima?"}]
     completion = client.chat.completions.create(
@@ -843,7 +853,7 @@ def test_a_chat_call_whose_arguments_repeat_a_key_fails_alone(
         ("call_2", "weather", '{"city": "Rome"}'),
     ]
     server.answer(path, chat_completion(None, turn))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = openai_prompt(system.assemble_prompt())
     completion = client.chat.completions.create(
         model="gpt-test", messages=[{"role": "user", "content": "Weather?"}], tools=prompt.tools
@@ -889,7 +899,7 @@ def test_a_responses_turn_whose_ids_read_as_the_adapters_own_answers_each_call_u
         ("(no id) (as sent)", "time_now", "{}"),
     ]
     server.answer(path, response("resp_1", None, turn))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = responses_prompt(system.assemble_prompt())
     reply = client.responses.create(model="gpt-test", tools=prompt.tools, input="Weather?")
     calls = responses_tool_calls(reply, names=prompt.names)
@@ -914,7 +924,7 @@ def test_a_chat_turn_whose_ids_read_as_the_adapters_own_is_repeated_and_answered
         ("(no id)", "time_now", "{}"),
     ]
     server.answer(path, chat_completion(None, turn))
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+    client = openai_client(server)
     prompt = openai_prompt(system.assemble_prompt())
     messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Time?"}]
     completion = client.chat.completions.create(
@@ -990,7 +1000,7 @@ def test_an_anthropic_failed_result_sends_only_text_and_never_none(
     calls = [("call_e", "weather", '{"city": "Oslo"}'), ("call_s", "snapshot", "{}")]
     server.answer(path, anthropic_message("msg_1", None, calls))
     server.answer(path, anthropic_message("msg_2", "The screen is locked.", []))
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="test", max_retries=0)
+    client = anthropic_client(server)
     prompt = anthropic_prompt(system.assemble_prompt())
     messages: list[MessageParam] = [{"role": "user", "content": "Look at the screen."}]
     reply = client.messages.create(
