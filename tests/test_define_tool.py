@@ -129,6 +129,18 @@ def test_definition_holds_frozen_compiled_schemas_detached_from_the_author() -> 
     check_registration(definition, reserve_run_code=True)
 
 
+def minimal_tool_with(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``define_tool``'s arguments for a minimal tool ``t``, with ``overrides`` in place."""
+    return {
+        "name": "t",
+        "description": "d",
+        "parameters": {},
+        "output": text_output(),
+        "execute": noop,
+        **overrides,
+    }
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -141,16 +153,8 @@ def test_definition_holds_frozen_compiled_schemas_detached_from_the_author() -> 
     ],
 )
 def test_define_tool_rejects_malformed_arguments(kwargs: dict[str, Any], message: str) -> None:
-    arguments: dict[str, Any] = {
-        "name": "t",
-        "description": "d",
-        "parameters": {},
-        "output": text_output(),
-        "execute": noop,
-    }
-    arguments.update(kwargs)
     with pytest.raises(TypeError) as info:
-        define_tool(**arguments)
+        define_tool(**minimal_tool_with(kwargs))
     assert str(info.value).startswith(message)
 
 
@@ -222,16 +226,8 @@ def test_a_callback_that_cannot_take_its_arguments_is_refused_when_defined(
 ) -> None:
     # Not every call failing (a renderer), nor every call running alone without a word (a
     # classifier that cannot be called reads as "not safe").
-    arguments: dict[str, Any] = {
-        "name": "t",
-        "description": "d",
-        "parameters": {},
-        "output": text_output(),
-        "execute": noop,
-    }
-    arguments.update(kwargs)
     with pytest.raises(TypeError) as info:
-        define_tool(**arguments)
+        define_tool(**minimal_tool_with(kwargs))
     assert str(info.value) == message
 
 
