@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from typing import Any, NotRequired, TypedDict
 
@@ -395,6 +396,28 @@ def test_sp86_typed_view_converts_integral_floats_and_drops_extra_keys(args_type
     else:
         assert view == NStruct(n=1)
     assert arguments == {"n": 1.0, "extra": True}
+
+
+@dataclasses.dataclass
+class Line:
+    sku: str
+    quantity: int = 1
+
+
+class Basket(msgspec.Struct):
+    lines: list[Line]
+
+
+def test_a_typed_view_keeps_the_plain_defaults_of_the_dataclasses_it_holds() -> None:
+    # Built without their __init__, the dataclasses inside a view must still hold every
+    # default the arguments left out, as their own attributes.
+    seen: list[Any] = []
+    spec = {"lines": {"type": "array", "items": {"type": "json"}, "required": True}}
+    tool = define_tool("t", "d", spec, text_output(), lambda a, c: seen.append(a), args_type=Basket)
+    tool.execute(snapshot_json({"lines": [{"sku": "ink"}]}), None)
+    (line,) = seen[0].lines
+    assert vars(line) == {"sku": "ink", "quantity": 1}
+    assert msgspec.to_builtins(seen[0]) == {"lines": [{"sku": "ink", "quantity": 1}]}
 
 
 def test_args_type_must_be_a_typed_dict_or_struct() -> None:

@@ -127,6 +127,48 @@ def test_structs_dataclasses_typeddicts_enums_and_literals_are_converted(
     )
 
 
+@dataclasses.dataclass
+class Item:
+    name: str
+    quantity: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Tag:
+    label: str
+    weight: float = 0.5
+
+
+class Order(msgspec.Struct):
+    items: list[Item]
+    tags: frozenset[Tag] = frozenset()
+    gift: Item | None = None
+
+
+def test_a_dataclass_built_from_arguments_keeps_the_defaults_it_was_not_sent(
+    system: ToolSystem,
+) -> None:
+    # The conversion builds dataclasses without their __init__; a plain default the model
+    # left out must still be part of the instance (vars() and the result both show it).
+    @tool
+    def echo(order: Order, extra: Item) -> Order:
+        assert vars(extra) == {"name": "pen", "quantity": 1}
+        assert all("quantity" in vars(item) for item in order.items)
+        return order
+
+    arguments = {
+        "order": {"items": [{"name": "ink"}], "tags": [{"label": "red"}], "gift": {"name": "a"}},
+        "extra": {"name": "pen"},
+    }
+    result = run(system, echo, arguments)
+    assert not result.is_error, text(result)
+    assert result.value == {
+        "items": [{"name": "ink", "quantity": 1}],
+        "tags": [{"label": "red", "weight": 0.5}],
+        "gift": {"name": "a", "quantity": 1},
+    }
+
+
 def test_containers_optionals_and_defaults(system: ToolSystem) -> None:
     @tool
     def collect(

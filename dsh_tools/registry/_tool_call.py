@@ -13,6 +13,7 @@ from typing import Any, Final
 import msgspec
 
 from ..actors import ToolArgsError, ToolOutputError
+from ._dataclass_defaults import defaults_filler
 from ._lossless import LosslessJsonError
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature, _tuples_as_lists
@@ -153,6 +154,15 @@ def _make_parser(
 
         def convert(args: Any) -> Any:
             return to_type(args, args_type, strict=True)
+
+    fill = defaults_filler(args_type)
+    if fill is not None:
+        convert_bare = convert
+
+        def convert(args: Any) -> Any:
+            converted = convert_bare(args)
+            fill(converted)
+            return converted
 
     losses = losses_check(args_type)
     if losses is not None:

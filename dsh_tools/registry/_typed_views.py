@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from ..actors import ToolArgsError
+from ._dataclass_defaults import defaults_filler
 from ._lossless import LosslessJsonError
 from ._lossless_copy import thaw
 
@@ -68,18 +69,27 @@ def _check_view(owner: str, role: str, cls: Any, schema: Any, against: str) -> N
 def _view_builder(cls: Any) -> Callable[[Any], Any]:
     """``args -> typed view`` via ``msgspec.convert`` on a thawed copy; failures are drift."""
     name = cls.__name__
+    fill = defaults_filler(cls)
 
     def view(args: Any) -> Any:
         try:
-            return msgspec.convert(thaw(args), cls, strict=False)
+            built = msgspec.convert(thaw(args), cls, strict=False)
         except (msgspec.ValidationError, LosslessJsonError) as exc:
             raise ToolArgsError([f"arguments do not fit {name}: {exc}"]) from None
+        if fill is not None:
+            fill(built)
+        return built
 
     return view
 
 
 def _output_view_builder(cls: Any) -> Callable[[Any], Any]:
+    fill = defaults_filler(cls)
+
     def view(value: Any) -> Any:
-        return msgspec.convert(thaw(value), cls, strict=False)
+        built = msgspec.convert(thaw(value), cls, strict=False)
+        if fill is not None:
+            fill(built)
+        return built
 
     return view
