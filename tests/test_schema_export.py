@@ -891,6 +891,21 @@ def test_a_single_schema_dict_is_not_a_tool_list() -> None:
         to_openai_tools(schema("a", {"type": "object"}))  # type: ignore[arg-type]
 
 
+def test_a_tool_definition_is_told_to_export_what_an_agent_sees() -> None:
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return key
+
+    for export, name in ((to_openai_tools, "openai"), (to_anthropic_tools, "anthropic")):
+        with pytest.raises(TypeError) as caught:
+            export([lookup])  # type: ignore[list-item]
+        assert str(caught.value) == (
+            "tools[0] is a tool definition (TypedToolDefinition), not a tool schema dict: "
+            f"export what an agent sees, e.g. to_{name}_tools(system.tools.schemas(agent))"
+        )
+
+
 def test_unknown_api_and_strict_values_are_rejected() -> None:
     with pytest.raises(ValueError, match='api must be "chat" or "responses"'):
         to_openai_tools([], api="assistants")  # type: ignore[arg-type]

@@ -127,6 +127,13 @@ def _tool_entries(
     for index, schema in enumerate(schemas):
         where = f"tools[{index}]"
         if not isinstance(schema, Mapping):
+            if hasattr(schema, "parameters") and hasattr(schema, "execute"):
+                # A definition (``@tool``, ``define_tool``) rather than what an agent sees of it.
+                raise TypeError(
+                    f"{where} is a tool definition ({type(schema).__name__}), not a tool schema "
+                    "dict: export what an agent sees, e.g. "
+                    f"to_{provider.lower()}_tools(system.tools.schemas(agent))"
+                )
             raise TypeError(f"{where} must be a tool schema dict, got {type(schema).__name__}")
         name = schema.get("name")
         if type(name) is not str or not name:
