@@ -1094,7 +1094,11 @@ class Toolbox:
             r"parameters.properties.limit.default is float \(inf\)$",
         ),
         (missing, r"@tool\(missing\): parameter 'path' has no type annotation"),
-        (unsupported, r"@tool\(unsupported\): parameter 'value' has an unsupported annotation"),
+        (
+            unsupported,
+            r"@tool\(unsupported\): parameter 'value' has an unsupported annotation .* is not "
+            r"supported \(a tool's types are JSON values, msgspec Structs, dataclasses, .*\)$",
+        ),
         (reserved, r"@tool\(reserved\): parameter '_secret' uses a reserved name"),
         (variadic, r"@tool\(variadic\): parameter 'paths' is variadic"),
         (bad_return, r"@tool\(bad_return\): the return annotation has an unsupported annotation"),

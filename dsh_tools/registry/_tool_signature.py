@@ -87,12 +87,22 @@ def _is_run_context(hint: Any) -> bool:
     return isinstance(hint, type) and (hint.__module__, hint.__qualname__) == _RUN_CONTEXT
 
 
+_SUPPORTED = (
+    "a tool's types are JSON values, msgspec Structs, dataclasses, attrs classes, TypedDicts, "
+    "NamedTuples, Enums, Literals, datetime, date, time, UUID, Decimal, bytes and their "
+    "containers, optionals and unions"
+)
+
+
 def _check_schema_type(owner: str, role: str, hint: Any) -> None:
     """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
     try:
         msgspec.json.schema(hint)
     except (TypeError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[-1]
+        if reason.endswith("is not supported"):
+            # Name what is: a pydantic model, say, is a class msgspec does not describe.
+            reason += f" ({_SUPPORTED})"
         raise TypeError(
             f"{owner}: {role} has an unsupported annotation {hint!r}: {reason}"
         ) from None
