@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+from collections.abc import Callable
 from typing import Any
+
+import pytest
+from conftest import WAIT
 
 from dsh_tools import AbortController, AbortSignal, ExecuteCall
 from dsh_tools.actors import NEVER_ABORTED, any_signal
@@ -197,3 +202,136 @@ def test_a_follower_asks_a_parent_that_works_out_whether_it_aborted() -> None:
     assert grandchild.signal.aborted
     assert child.signal.aborted
     assert grandchild.signal.reason == "cancelled"
+
+
+@pytest.mark.parametrize("signal", [AbortController().signal, NEVER_ABORTED], ids=["own", "never"])
+def test_a_callback_that_cannot_be_called_is_refused_when_it_is_added(signal: AbortSignal) -> None:
+    # Not when the signal aborts, in whichever thread aborts it, as a logged warning.
+    with pytest.raises(TypeError, match=r"add_callback\(fn\): fn must be callable, got int 3"):
+        signal.add_callback(3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error", "message"),
+    [
+        ("x", TypeError, r"wait\(timeout\): timeout must be None or a number of seconds, got 'x'"),
+        (True, TypeError, r"timeout must be None or a number of seconds, got True"),
+        (-1, ValueError, r"wait\(timeout\): timeout must be None or >= 0 seconds, got -1"),
+        (float("nan"), ValueError, r"timeout must be None or >= 0 seconds, got nan"),
+    ],
+)
+def test_wait_refuses_a_timeout_that_is_no_number_of_seconds(
+    timeout: Any, error: type[Exception], message: str
+) -> None:
+    for signal in (AbortController().signal, NEVER_ABORTED, AbortSignal.aborted_signal()):
+        with pytest.raises(error, match=message):
+            signal.wait(timeout)
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 10**30, 1e300])
+def test_wait_with_a_timeout_beyond_what_the_platform_counts_waits_without_one(
+    timeout: float,
+) -> None:
+    controller = AbortController()
+    threading.Timer(0.01, controller.abort).start()
+    assert controller.signal.wait(timeout) is True
+    with pytest.raises(ValueError, match="without a timeout on a signal that never aborts"):
+        NEVER_ABORTED.wait(timeout)
+
+
+class _AbortsWhenFinalized:
+    """Aborts (or subscribes to) a signal from its finalizer, as a harness object may that
+    owns a controller and tidies up when it goes."""
+
+    def __init__(self, controller: AbortController, *, subscribe: list[Any] | None = None):
+        self.controller = controller
+        self.subscribe = subscribe
+
+    def __call__(self, reason: Any) -> None:
+        pass
+
+    def __del__(self) -> None:
+        if self.subscribe is not None:
+            self.controller.signal.add_callback(self.subscribe.append)
+        self.controller.abort("from a finalizer")
+
+
+def _finishes(work: Callable[[], object]) -> bool:
+    done = threading.Thread(target=work, daemon=True)
+    done.start()
+    done.join(WAIT)
+    return not done.is_alive()
+
+
+def test_removing_the_last_reference_to_a_callback_that_aborts_its_signal_when_finalized() -> None:
+    controller = AbortController()
+    seen: list[Any] = []
+    remove = controller.signal.add_callback(_AbortsWhenFinalized(controller, subscribe=seen))
+    assert _finishes(remove), "the callback's finalizer waits for the lock its thread holds"
+    assert controller.signal.reason == "from a finalizer"
+    assert seen == ["from a finalizer"]
+
+
+@pytest.mark.parametrize("threshold", range(1, 7))
+def test_a_collection_inside_add_callback_or_wait_may_finalize_what_aborts_the_signal(
+    threshold: int,
+) -> None:
+    # A finalizer runs wherever the cyclic collector happens to start: at an allocation (on
+    # Python 3.12+, at the next safe point after one) in any thread, also inside the signal's
+    # own methods. One that aborts that very signal must neither hang them nor have them lose
+    # the callback being added or the wake-up being waited for. The thresholds start the
+    # collection at each allocation in turn.
+    thresholds = gc.get_threshold()
+    outcomes: list[tuple[str, Any]] = []
+
+    def collect_inside(method: str) -> None:
+        controller = AbortController()
+        seen: list[Any] = []
+        record = seen.append
+        gc.disable()
+        gc.collect(0)  # counts the collector's allocations from here
+        garbage = _AbortsWhenFinalized(controller)
+        garbage.cycle = garbage  # type: ignore[attr-defined]
+        del garbage
+        gc.set_threshold(threshold)
+        gc.enable()
+        if method == "add_callback":
+            controller.signal.add_callback(record)
+        else:
+            record(controller.signal.wait(0.5))
+            seen.append(controller.signal.aborted)  # did wait see the abort it returned after?
+        gc.set_threshold(*thresholds)
+        gc.collect()
+        outcomes.append((method, seen))
+
+    try:
+        assert _finishes(lambda: collect_inside("add_callback")), "add_callback hangs"
+        assert _finishes(lambda: collect_inside("wait")), "wait hangs"
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.enable()
+    added, waited = outcomes
+    assert added == ("add_callback", ["from a finalizer"])
+    assert waited[1] in ([True, True], [False, False])
+
+
+def test_a_collection_inside_the_signals_lock_may_finalize_what_aborts_it() -> None:
+    # On Python 3.12+ a collection asked for by an allocation anywhere runs at the next safe
+    # point, which may lie inside the signal's lock however little is done there.
+    controller = AbortController()
+    seen: list[Any] = []
+    controller.signal.add_callback(seen.append)
+    gc.disable()
+    try:
+        garbage = _AbortsWhenFinalized(controller)
+        garbage.cycle = garbage  # type: ignore[attr-defined]
+        del garbage
+
+        def collect_under_the_lock() -> None:
+            with controller.signal._lock:
+                gc.collect()
+
+        assert _finishes(collect_under_the_lock), "the finalizer waits for the lock"
+    finally:
+        gc.enable()
+    assert seen == ["from a finalizer"]

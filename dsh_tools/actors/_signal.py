@@ -29,6 +29,10 @@ _log = get_logger("dsh_tools.signal")
 
 _DEFAULT_REASON = "aborted"
 
+# The class ``threading.RLock()`` makes, called directly: ``threading.RLock`` is a function
+# that picks it, and a signal is made for every call.
+_new_rlock: Callable[[], Any] = type(threading.RLock())
+
 
 def _noop() -> None:
     return None
@@ -40,7 +44,10 @@ class AbortSignal:
     __slots__ = ("_aborted", "_callbacks", "_event", "_lock", "_never", "_parent", "_reason")
 
     def __init__(self, *, _never: bool = False) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a collection may start while this thread holds the lock (at an
+        # allocation, or on Python 3.12+ at any safe point after one), and a finalizer it runs
+        # may abort or subscribe to this very signal; a plain lock would hang the thread.
+        self._lock = _new_rlock()
         self._aborted = False
         self._reason: Any = None
         self._callbacks: dict[object, Callable[[Any], object]] | None = None
@@ -83,26 +90,48 @@ class AbortSignal:
 
     def add_callback(self, fn: Callable[[Any], object]) -> Callable[[], None]:
         """Call ``fn(reason)`` once on abort (at once if already aborted); return a remover."""
+        if not callable(fn):  # refused here, not as a warning in whichever thread aborts
+            raise TypeError(
+                f"add_callback(fn): fn must be callable, got {type(fn).__name__} {fn!r}"
+            )
         if self._never:
             return _noop
-        with self._lock:
-            if not self._aborted:
-                if self._callbacks is None:
-                    self._callbacks = {}
-                key = object()
-                self._callbacks[key] = fn
+        # Everything is allocated before the lock is taken: a collection an allocation starts
+        # may run a finalizer that aborts or subscribes to this signal on this thread.
+        key = object()
+        fresh: dict[object, Callable[[Any], object]] | None = (
+            {} if self._callbacks is None else None
+        )
+
+        def remove() -> None:
+            with self._lock:
                 callbacks = self._callbacks
+                removed = None if callbacks is None else callbacks.pop(key, None)
+            # The last reference to the callback is dropped here, after the lock: its
+            # finalizer may touch this signal.
+            del removed
 
-                def remove() -> None:
-                    with self._lock:
-                        callbacks.pop(key, None)
-
+        with self._lock:
+            # No call between this check and the insertion: a finalizer run by a collection
+            # on this thread (at a safe point, on Python 3.12+) re-enters the lock only at a
+            # call, so the callback is either stored before the abort takes the callbacks or
+            # sees it aborted and is run below.
+            if not self._aborted:
+                callbacks = self._callbacks
+                if callbacks is None:  # ``fresh`` is a dict then: only an abort takes it away
+                    callbacks = self._callbacks = fresh if fresh is not None else {}
+                callbacks[key] = fn
                 return remove
         _run_callback(fn, self._reason)
         return _noop
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until aborted or ``timeout`` seconds pass; return whether it aborted."""
+        """Block until aborted or ``timeout`` seconds pass; return whether it aborted.
+
+        ``timeout`` is ``None`` (no limit) or a number of seconds ``>= 0``; one beyond what
+        the platform's clock counts (``float("inf")``, ``10**30``) is no limit either.
+        """
+        timeout = _wait_timeout(timeout)
         if self.aborted:
             return True
         if self._never:
@@ -110,13 +139,14 @@ class AbortSignal:
                 raise ValueError("waiting without a timeout on a signal that never aborts")
             threading.Event().wait(timeout)
             return False
+        fresh = threading.Event() if self._event is None else None  # allocated before the lock
         with self._lock:
             if self._aborted:
                 return True
-            if self._event is None:
-                self._event = threading.Event()
             event = self._event
-        return event.wait(timeout)
+            if event is None:
+                event = self._event = fresh
+        return event.wait(timeout)  # type: ignore[union-attr]
 
     def __await__(self) -> Generator[Any, None, Any]:
         if self.aborted:
@@ -152,6 +182,10 @@ class AbortSignal:
             parent = self._parent
             if parent is not None and parent.aborted:
                 reason = parent.reason  # it aborted first, as this signal has been reading
+            if self._aborted:
+                # Aborted meanwhile by a finalizer a collection ran on this thread while the
+                # parent was asked (a call, where a collection may start on Python 3.12+).
+                return False
             self._reason = reason
             self._aborted = True
             callbacks = self._callbacks
@@ -170,6 +204,19 @@ class AbortSignal:
         if self._aborted:
             return f"AbortSignal(aborted, reason={self._reason!r})"
         return "AbortSignal(pending)"
+
+
+def _wait_timeout(timeout: float | None) -> float | None:
+    """``timeout`` checked for ``wait``: ``None`` for no limit, or seconds ``>= 0``."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(
+            f"wait(timeout): timeout must be None or a number of seconds, got {timeout!r}"
+        )
+    if not timeout >= 0:  # also NaN
+        raise ValueError(f"wait(timeout): timeout must be None or >= 0 seconds, got {timeout!r}")
+    return None if timeout > threading.TIMEOUT_MAX else timeout
 
 
 def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
