@@ -11,8 +11,8 @@ from typing import Any
 
 import pykka
 
-from ._timeouts import checked_timeout
 from .actors import ExecuteBatch, ExecuteCall
+from .actors._timeouts import checked_timeout
 from .pipeline import Pipeline
 from .pipeline._pool import BatchRunner
 

@@ -42,7 +42,6 @@ from ._code_mode import install_code_mode
 from ._front import FrontActor, FrontRef
 from ._handles import AgentScope, PluginHandle, check_closer, take_closer
 from ._system_loop import SystemLoop
-from ._timeouts import checked_timeout
 from .actors import (
     AbortController,
     BatchOutcome,
@@ -55,6 +54,7 @@ from .actors._attached import Attached
 from .actors._config import ToolsConfig
 from .actors._logging import get_logger
 from .actors._protocol import StopRegistry
+from .actors._timeouts import checked_timeout
 from .codebridge._assembly import AssembledPrompt, PromptAssembler
 from .codebridge._sandbox import CodeSandbox
 from .codebridge._seam import DEFAULT, CodeRuntime, DefaultRuntime

@@ -22,6 +22,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from ._logging import get_logger
+from ._timeouts import checked_timeout
 
 __all__ = ["NEVER_ABORTED", "AbortController", "AbortSignal"]
 
@@ -128,10 +129,11 @@ class AbortSignal:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until aborted or ``timeout`` seconds pass; return whether it aborted.
 
-        ``timeout`` is ``None`` (no limit) or a number of seconds ``>= 0``; one beyond what
-        the platform's clock counts (``float("inf")``, ``10**30``) is no limit either.
+        ``timeout`` is ``None`` (no limit) or seconds from 0 to ``threading.TIMEOUT_MAX``
+        (else ``ValueError``, or ``TypeError`` for a non-number).
         """
-        timeout = _wait_timeout(timeout)
+        if timeout is not None:
+            timeout = checked_timeout(timeout, caller="wait() ", poll=True)
         if self.aborted:
             return True
         if self._never:
@@ -204,19 +206,6 @@ class AbortSignal:
         if self._aborted:
             return f"AbortSignal(aborted, reason={self._reason!r})"
         return "AbortSignal(pending)"
-
-
-def _wait_timeout(timeout: float | None) -> float | None:
-    """``timeout`` checked for ``wait``: ``None`` for no limit, or seconds ``>= 0``."""
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(
-            f"wait(timeout): timeout must be None or a number of seconds, got {timeout!r}"
-        )
-    if not timeout >= 0:  # also NaN
-        raise ValueError(f"wait(timeout): timeout must be None or >= 0 seconds, got {timeout!r}")
-    return None if timeout > threading.TIMEOUT_MAX else timeout
 
 
 def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
