@@ -3062,6 +3062,19 @@ def _positive(key: str, got: str) -> str:
         ({"max_wall_ms": 0}, ValueError, _positive("max_wall_ms", "0")),
         ({"max_memory_mb": float("inf")}, ValueError, _positive("max_memory_mb", "inf")),
         ({"compute_ms": True}, TypeError, _positive("compute_ms", "True")),
+        # An integer past what a float holds is no finite number: named, not an OverflowError.
+        pytest.param(
+            {"max_wall_ms": 10**400},
+            ValueError,
+            _positive("max_wall_ms", "1" + "0" * 400),
+            id="max_wall_ms=10**400",
+        ),
+        pytest.param(
+            {"compute_ms": 10**5000},
+            ValueError,
+            _positive("compute_ms", "an integer of 16610 bits"),
+            id="compute_ms=10**5000",
+        ),
         (
             {"max_output_bytes": 3},
             ValueError,

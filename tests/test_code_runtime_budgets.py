@@ -191,6 +191,22 @@ def test_budgets_too_large_for_a_kernel_limit_mean_no_limit(isolation: str) -> N
     assert result.value == sum(range(3_000_000))
 
 
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_integer_budgets_past_64_bits_mean_no_limit_as_the_float_ones_do(isolation: str) -> None:
+    # Accepted at construction, these once failed every run as its boot frame was encoded.
+    config = CodeRuntimeConfig(
+        isolation=isolation, compute_ms=10**30, max_wall_ms=10**30, max_memory_mb=10**30
+    )
+    assert (config.compute_ms, config.max_wall_ms, config.max_memory_mb) == (1e30, 1e30, 1e30)
+    runtime = SubprocessCodeRuntime(config)
+    try:
+        result = run(runtime, "return 6 * 7")
+    finally:
+        runtime.close()
+    assert result.error is None, result.error
+    assert result.value == 42
+
+
 def test_waiting_on_a_slow_binding_accrues_no_compute(
     runtime_with: Callable[..., SubprocessCodeRuntime],
 ) -> None:

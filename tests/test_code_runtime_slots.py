@@ -254,10 +254,13 @@ def test_the_bound_comes_from_the_tools_config_and_is_validated() -> None:
         assert runtime.config.max_parallel_runs == 1
     with pytest.raises(ValueError, match="max_parallel_code_runs must be a positive integer"):
         ToolsConfig(max_parallel_code_runs=0)
-    with pytest.raises(TypeError, match="max_parallel_runs must be a positive integer, got '2'"):
+    most = "max_parallel_runs must be a positive integer of at most 9007199254740991"
+    with pytest.raises(TypeError, match=f"{most}, got '2'"):
         CodeRuntimeConfig(max_parallel_runs="2")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="max_parallel_runs must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match=f"{most}, got 0"):
         CodeRuntimeConfig(max_parallel_runs=0)
+    with pytest.raises(ValueError, match=f"{most}, got 1{'0' * 30}$"):
+        CodeRuntimeConfig(max_parallel_runs=10**30)
 
 
 # --- the slots alone, across threads -------------------------------------------------------------

@@ -38,6 +38,36 @@ def test_defaults() -> None:
         ),
         ("max_frame_bytes", 2**53, ValueError, "max_frame_bytes must be an integer of at most"),
         ("compute_ms", float("inf"), ValueError, "compute_ms must be a positive finite number"),
+        # Integers past what a float holds, or too long to write out, are named, not raised.
+        pytest.param(
+            "compute_ms",
+            10**400,
+            ValueError,
+            "compute_ms must be a positive finite number, got 1" + "0" * 400,
+            id="compute_ms=10**400",
+        ),
+        pytest.param(
+            "max_memory_mb",
+            10**5000,
+            ValueError,
+            "max_memory_mb must be a positive finite number, got an integer of 16610 bits",
+            id="max_memory_mb=10**5000",
+        ),
+        pytest.param(
+            "max_output_bytes",
+            10**5000,
+            ValueError,
+            "max_output_bytes must be an integer of at most 9007199254740991, got an integer of "
+            "16610 bits",
+            id="max_output_bytes=10**5000",
+        ),
+        (
+            "max_parallel_code_runs",
+            2**53,
+            ValueError,
+            "max_parallel_code_runs must be an integer of at most 9007199254740991, got "
+            "9007199254740992",
+        ),
         ("max_wall_ms", "1", TypeError, "max_wall_ms must be a positive number"),
         ("max_inline_bytes", 0, ValueError, "max_inline_bytes must be a positive integer"),
         ("tool_order", "a", TypeError, "tool_order must be a list of tool names"),

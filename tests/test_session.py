@@ -257,10 +257,24 @@ def test_max_events_keeps_the_newest() -> None:
     assert len(log) == 3
 
 
-@pytest.mark.parametrize("bound", [0, -1, 1.5, True])
+@pytest.mark.parametrize(
+    "bound", [0, -1, 1.5, True, 2**63, 10**30, pytest.param(10**5000, id="10**5000")]
+)
 def test_max_events_must_be_a_positive_integer(bound: Any) -> None:
-    with pytest.raises(ValueError, match="max_events must be a positive integer"):
+    # Also one too large for a deque's length: refused where it is given, never an
+    # OverflowError from inside, nor a message that cannot write the number out.
+    with pytest.raises(
+        ValueError,
+        match=r"^SessionLog\(max_events\): max_events must be a positive integer of at most "
+        r"9223372036854775807, or None for no bound; got ",
+    ):
         SessionLog(max_events=bound)
+
+
+def test_the_largest_bound_a_session_log_takes_keeps_every_event() -> None:
+    log = SessionLog(max_events=2**63 - 1)
+    log.append("user/message", FrozenDict(content=[]))
+    assert len(log) == 1
 
 
 def test_concurrent_calls_each_record_their_pair(system: ToolSystem) -> None:

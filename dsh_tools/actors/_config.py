@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["MAX_SAFE_INTEGER", "UNLISTED_TOOLS", "ToolsConfig"]
+__all__ = ["MAX_SAFE_INTEGER", "UNLISTED_TOOLS", "ToolsConfig", "finite_number", "number_text"]
 
 UNLISTED_TOOLS = "<unlisted-tools>"
 """The ``tool_order`` marker that stands for every tool not listed, in lexicographic order."""
@@ -37,22 +37,47 @@ ISOLATIONS: Final = ("sandbox", "process")
 _ISOLATIONS = ISOLATIONS
 
 
+def number_text(value: object) -> str:
+    """``value`` as an error message shows it: an integer too long for ``str`` (past Python's
+    4,300 digits) by its length, since writing it out would raise a ``ValueError`` of its
+    own."""
+    if type(value) is int:
+        try:
+            return str(value)
+        except ValueError:
+            return f"an integer of {value.bit_length()} bits"
+    if type(value) is float and value.is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+def finite_number(value: int | float) -> bool:
+    """Whether ``value`` (an ``int`` or ``float``) is a finite number a ``float`` can hold: an
+    integer past ``1.8e308`` is not (``math.isfinite`` raises ``OverflowError`` for it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _positive_int(key: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> None:
     if type(value) is not int:
         raise TypeError(f"{key} must be a positive integer, got {type(value).__name__}")
     if value < minimum:
         if minimum == 1:
-            raise ValueError(f"{key} must be a positive integer, got {value}")
-        raise ValueError(f"{key} must be an integer of at least {minimum}, got {value}")
+            raise ValueError(f"{key} must be a positive integer, got {number_text(value)}")
+        raise ValueError(
+            f"{key} must be an integer of at least {minimum}, got {number_text(value)}"
+        )
     if maximum is not None and value > maximum:
-        raise ValueError(f"{key} must be an integer of at most {maximum}, got {value}")
+        raise ValueError(f"{key} must be an integer of at most {maximum}, got {number_text(value)}")
 
 
 def _positive_number(key: str, value: Any) -> None:
     if type(value) not in (int, float):
         raise TypeError(f"{key} must be a positive number, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{key} must be a positive finite number, got {value}")
+    if not finite_number(value) or value <= 0:
+        raise ValueError(f"{key} must be a positive finite number, got {number_text(value)}")
 
 
 class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,12 +89,14 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     - ``max_parallel_tool_calls``: the dispatcher pool size of a batch.
     - ``max_parallel_sub_calls``: the pool size of one code run's sub-calls.
     - ``max_parallel_code_runs``: how many code runs are in flight at once (each with its worker
-      processes and its share of host memory); more wait their turn, in arrival order.
+      processes and its share of host memory); more wait their turn, in arrival order (at most
+      ``MAX_SAFE_INTEGER``).
     - ``max_output_bytes``: the cap on what one code run returns to the model (at least 4, at
       most ``MAX_SAFE_INTEGER``).
     - ``max_frame_bytes``: the cap on one worker frame (at most ``MAX_SAFE_INTEGER``).
     - ``compute_ms``, ``max_wall_ms``, ``max_memory_mb``: the code worker's CPU, wall-clock and
-      memory budgets.
+      memory budgets, positive finite numbers (an integer too large for a ``float`` is not);
+      one past what the kernel's limit counts (``compute_ms=1e25``) sets no limit.
     - ``code_isolation``: ``"sandbox"`` (the default: each program confined to its scratch
       directory, the granted paths and its tools) or ``"process"`` (own process group, limits
       and a clean environment only: the program has the host user's powers).
@@ -101,7 +128,9 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"mode must be one of native, code, both; got {self.mode!r}")
         _positive_int("max_parallel_tool_calls", self.max_parallel_tool_calls)
         _positive_int("max_parallel_sub_calls", self.max_parallel_sub_calls)
-        _positive_int("max_parallel_code_runs", self.max_parallel_code_runs)
+        _positive_int(
+            "max_parallel_code_runs", self.max_parallel_code_runs, maximum=MAX_SAFE_INTEGER
+        )
         # The code runtime's own bounds, checked here so that a bad setting fails where it is
         # written rather than at ``start()``.
         _positive_int(

@@ -14,7 +14,6 @@ raise ``RuntimeError("code runtime: run() after disposal")``.
 from __future__ import annotations
 
 import keyword
-import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
@@ -31,6 +30,8 @@ from ..actors._config import (  # one definition of the defaults, shared with To
     DEFAULT_MAX_WALL_MS,
     ISOLATIONS,
     MAX_SAFE_INTEGER,
+    finite_number,
+    number_text,
 )
 from ._program import ABSENT_NAME
 from ._sandbox._policy import CodeSandbox
@@ -163,24 +164,17 @@ class CodeRuntime(Protocol):
         ...
 
 
-def _number_repr(value: object) -> str:
-    if type(value) is float and value.is_integer():
-        return str(int(value))
-    return repr(value)
-
-
 def _check_positive(key: str, value: object) -> None:
-    message = f"code runtime: config.{key} must be a positive number, got {_number_repr(value)}"
+    message = f"code runtime: config.{key} must be a positive number, got {number_text(value)}"
     if type(value) not in (int, float):
         raise TypeError(message)
-    number = float(value)  # type: ignore[arg-type]
-    if not math.isfinite(number) or number <= 0:
+    if not finite_number(value) or value <= 0:  # type: ignore[arg-type, operator]
         raise ValueError(message)
 
 
 def _check_count(key: str, value: object, what: str) -> None:
     """An integer of 1 up to the largest safe integer: ``TypeError`` or ``ValueError``."""
-    message = f"code runtime: config.{key} must be {what}, got {_number_repr(value)}"
+    message = f"code runtime: config.{key} must be {what}, got {number_text(value)}"
     if type(value) is not int:
         raise TypeError(message)
     if not 1 <= value <= MAX_SAFE_INTEGER:
@@ -226,14 +220,22 @@ class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
             )
         for key in ("compute_ms", "max_wall_ms", "max_output_bytes", "max_memory_mb"):
             _check_positive(key, getattr(self, key))
+        for key in ("compute_ms", "max_wall_ms", "max_memory_mb"):
+            # Kept as floats: the worker's boot frame carries them as such, and an integer
+            # budget past 64 bits (a "no limit" as good as 1e30) would fail every run there.
+            msgspec.structs.force_setattr(self, key, float(getattr(self, key)))
         output = self.max_output_bytes
         if type(output) is not int or not 4 <= output <= MAX_SAFE_INTEGER:
             raise ValueError(
                 "code runtime: config.max_output_bytes must be a safe integer of at least 4, "
-                f"got {_number_repr(output)}"
+                f"got {number_text(output)}"
             )
         _check_count("max_frame_bytes", self.max_frame_bytes, "a positive safe integer")
-        _check_count("max_parallel_runs", self.max_parallel_runs, "a positive integer")
+        _check_count(
+            "max_parallel_runs",
+            self.max_parallel_runs,
+            f"a positive integer of at most {MAX_SAFE_INTEGER}",
+        )
 
 
 class DefaultRuntime:

@@ -8,6 +8,7 @@ frozen JSON (never the canonical ``value`` of a result).
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -18,6 +19,7 @@ from msgspec import UNSET
 
 from ..actors import FrozenDict, FrozenList, ToolExecutionResult
 from ..actors._agent_key import check_agent_key
+from ..actors._config import number_text
 
 __all__ = ["SessionEvent", "SessionLog"]
 
@@ -39,8 +41,14 @@ class SessionLog:
     """An append-only, thread-safe event log with an optional ``max_events`` bound."""
 
     def __init__(self, max_events: int | None = None) -> None:
-        if max_events is not None and (type(max_events) is not int or max_events < 1):
-            raise ValueError("max_events must be a positive integer")
+        if max_events is not None and (
+            type(max_events) is not int or not 1 <= max_events <= sys.maxsize
+        ):
+            # The bound of a deque's length; a larger one is no bound at all: pass None.
+            raise ValueError(
+                "SessionLog(max_events): max_events must be a positive integer of at most "
+                f"{sys.maxsize}, or None for no bound; got {number_text(max_events)}"
+            )
         self._events: deque[SessionEvent] = deque(maxlen=max_events)
         self._lock = threading.Lock()
         self.max_events = max_events

@@ -9,11 +9,11 @@ whatever the body returned. The deadline is cooperative: the body must observe i
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..actors import AbortController, ToolTimeoutError, any_signal
+from ..actors._config import finite_number, number_text
 from ..registry._execution import DispatchExecution
 from ._loop import event_loop
 from ._results import failure_from_exception
@@ -51,9 +51,12 @@ def timeout_policy(
     """Return an execute wrapper enforcing ``timeout_ms`` (or ``default_ms`` for tools without
     one) with ``TOOL_TIMEOUT``; ``clock`` replaces the event loop's timer in tests."""
     if default_ms is not None and (
-        type(default_ms) not in (int, float) or not math.isfinite(default_ms) or default_ms <= 0
+        type(default_ms) not in (int, float) or not finite_number(default_ms) or default_ms <= 0
     ):
-        raise ValueError("default_ms must be a positive finite number")
+        raise ValueError(
+            "timeout_policy(default_ms): default_ms must be a positive finite number of "
+            f"milliseconds or None, got {number_text(default_ms)}"
+        )
     timer: Clock = clock if clock is not None else _LoopClock()
 
     async def enforce_timeout(exec: DispatchExecution, next: Callable[[], Awaitable[Any]]) -> Any:
