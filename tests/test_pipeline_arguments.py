@@ -21,6 +21,7 @@ from dsh_tools import (
     ExecutionToken,
     FrozenDict,
     FrozenList,
+    ToolCall,
     ToolSystem,
 )
 from dsh_tools.registry._json_text import parse_arguments
@@ -331,22 +332,59 @@ def test_rp45_the_execution_is_sealed_when_observers_run(system: ToolSystem) -> 
 
 
 @pytest.mark.parametrize(
-    "fields",
+    ("fields", "error", "message"),
     [
-        {"call_id": ""},
-        {"call_id": 1},
-        {"name": None},
-        {"signal": "not a signal"},
-        {"agent": object()},
-        {"parent": "token"},
+        ({"call_id": ""}, ValueError, "ExecuteCall.call_id must be a non-empty str, got ''"),
+        ({"call_id": 1}, TypeError, "ExecuteCall.call_id must be a non-empty str, got int"),
+        ({"name": None}, TypeError, "ExecuteCall.name must be a str, got NoneType"),
+        (
+            {"signal": "not a signal"},
+            TypeError,
+            "ExecuteCall.signal must be an AbortSignal or None, got str",
+        ),
+        ({"agent": object()}, TypeError, "ExecuteCall.agent must be a str or None, got object"),
+        (
+            {"parent": "token"},
+            TypeError,
+            "ExecuteCall.parent must be an ExecutionToken or None, got str",
+        ),
     ],
     ids=["empty-id", "int-id", "no-name", "bad-signal", "bad-agent", "bad-parent"],
 )
-def test_execute_call_validates_its_fields(fields: dict[str, Any]) -> None:
+def test_execute_call_validates_its_fields(
+    fields: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    # Each names the field and what it got, as the message is made: a wrong type is a
+    # TypeError, the empty id (a str) a bad value.
     base: dict[str, Any] = {"call_id": "c1", "name": "echo", "arguments": {}}
     base.update(fields)
-    with pytest.raises(TypeError):
+    with pytest.raises(error) as raised:
         ExecuteCall(**base)
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ({"call_id": ""}, ValueError, "ToolCall.call_id must be a non-empty str, got ''"),
+        ({"call_id": None}, TypeError, "ToolCall.call_id must be a non-empty str, got NoneType"),
+        ({"name": 3}, TypeError, "ToolCall.name must be a str, got int"),
+        (
+            {"arguments": {}},
+            TypeError,
+            "ToolCall.arguments must be a str (the raw JSON text), got dict",
+        ),
+    ],
+    ids=["empty-id", "no-id", "int-name", "parsed-arguments"],
+)
+def test_tool_call_validates_its_fields(
+    fields: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    base: dict[str, Any] = {"call_id": "c1", "name": "echo", "arguments": "{}"}
+    base.update(fields)
+    with pytest.raises(error) as raised:
+        ToolCall(**base)
+    assert str(raised.value) == message
 
 
 def test_an_omitted_signal_is_one_shared_never_aborting_signal(system: ToolSystem) -> None:

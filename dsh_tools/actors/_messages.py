@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -240,15 +240,25 @@ class Block(msgspec.Struct, frozen=True):
 # --- requests ----------------------------------------------------------------------------------
 
 
+def _bad_call_id(owner: str, call_id: object) -> NoReturn:
+    """Raise for a call id that is no non-empty ``str``: ``TypeError`` for another type,
+    ``ValueError`` for the empty one (a str, a bad value)."""
+    if type(call_id) is str:
+        raise ValueError(f"{owner}.call_id must be a non-empty str, got ''")
+    raise TypeError(f"{owner}.call_id must be a non-empty str, got {type(call_id).__name__}")
+
+
 def _check_signal_and_agent(request: Any, owner: str) -> None:
     """The checks every request shares: a ``None`` signal becomes ``NEVER_ABORTED``, any other
     must be an ``AbortSignal``; ``agent`` is a str or ``None``."""
     if request.signal is None:
         msgspec.structs.force_setattr(request, "signal", NEVER_ABORTED)
     elif not isinstance(request.signal, AbortSignal):
-        raise TypeError(f"{owner}.signal must be an AbortSignal or None")
+        raise TypeError(
+            f"{owner}.signal must be an AbortSignal or None, got {type(request.signal).__name__}"
+        )
     if request.agent is not None and type(request.agent) is not str:
-        raise TypeError(f"{owner}.agent must be a str or None")
+        raise TypeError(f"{owner}.agent must be a str or None, got {type(request.agent).__name__}")
 
 
 class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -263,9 +273,9 @@ class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if type(self.call_id) is not str or not self.call_id:
-            raise TypeError("ExecuteCall.call_id must be a non-empty str")
+            _bad_call_id("ExecuteCall", self.call_id)
         if type(self.name) is not str:
-            raise TypeError("ExecuteCall.name must be a str")
+            raise TypeError(f"ExecuteCall.name must be a str, got {type(self.name).__name__}")
         # ``_check_signal_and_agent``, its passing case inline: every call is one of these.
         signal = self.signal
         agent = self.agent
@@ -276,7 +286,10 @@ class ExecuteCall(msgspec.Struct, frozen=True, kw_only=True):
         ):
             _check_signal_and_agent(self, "ExecuteCall")
         if self.parent is not None and not isinstance(self.parent, ExecutionToken):
-            raise TypeError("ExecuteCall.parent must be an ExecutionToken or None")
+            raise TypeError(
+                "ExecuteCall.parent must be an ExecutionToken or None, got "
+                f"{type(self.parent).__name__}"
+            )
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -288,11 +301,14 @@ class ToolCall(msgspec.Struct, frozen=True):
 
     def __post_init__(self) -> None:
         if type(self.call_id) is not str or not self.call_id:
-            raise TypeError("ToolCall.call_id must be a non-empty str")
+            _bad_call_id("ToolCall", self.call_id)
         if type(self.name) is not str:
-            raise TypeError("ToolCall.name must be a str")
+            raise TypeError(f"ToolCall.name must be a str, got {type(self.name).__name__}")
         if type(self.arguments) is not str:
-            raise TypeError("ToolCall.arguments must be a str (the raw JSON text)")
+            raise TypeError(
+                "ToolCall.arguments must be a str (the raw JSON text), got "
+                f"{type(self.arguments).__name__}"
+            )
 
 
 class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
