@@ -678,6 +678,15 @@ def test_grants_that_cannot_reach_the_template_are_refused_where_they_are_given(
         CodeSandbox(env={"LANG": undecodable})
 
 
+def test_an_environment_value_with_a_nul_is_refused_naming_the_value_not_the_name() -> None:
+    with pytest.raises(
+        ValueError, match=r"^code sandbox: env\['LANG'\] must hold no NUL character, got 'C\\x00'$"
+    ):
+        CodeSandbox(env={"LANG": "C\0"})
+    with pytest.raises(ValueError, match=r"^code sandbox: env name 'A=B' must be a valid variable"):
+        CodeSandbox(env={"A=B": "C"})
+
+
 def test_settings_that_cannot_reach_the_template_fail_the_run_at_once() -> None:
     # Past the policy's checks (a struct forced into shape): the template is never started
     # without its settings, and every run fails naming why instead of waiting for it.

@@ -108,8 +108,12 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
         for name, value in self.env.items():
             if type(name) is not str or type(value) is not str:
                 raise TypeError("code sandbox: env must be a dict of str to str")
-            if not name or "=" in name or "\0" in name or "\0" in value:
+            if not name or "=" in name or "\0" in name:
                 raise ValueError(f"code sandbox: env name {name!r} must be a valid variable name")
+            if "\0" in value:  # the name is fine: say what is not
+                raise ValueError(
+                    f"code sandbox: env[{name!r}] must hold no NUL character, got {value!r}"
+                )
             if not _utf8(name) or not _utf8(value):
                 raise ValueError(
                     f"code sandbox: env[{name!r}] must be valid UTF-8, name and value, "
