@@ -93,10 +93,13 @@ def test_tool_order_is_copied_into_a_tuple() -> None:
     assert config.tool_order == ("b", "<unlisted-tools>")
 
 
-@pytest.mark.parametrize("value", [0, -2])
-def test_batch_max_parallel_must_be_positive(value: int) -> None:
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(0, "0"), (-2, "-2"), pytest.param(-(10**5000), "an integer of 16610 bits", id="-10**5000")],
+)
+def test_batch_max_parallel_must_be_positive(value: int, shown: str) -> None:
     with pytest.raises(
-        ValueError, match=rf"^ExecuteBatch\.max_parallel must be a positive integer, got {value}$"
+        ValueError, match=rf"^ExecuteBatch\.max_parallel must be a positive integer, got {shown}$"
     ):
         ExecuteBatch(calls=[], max_parallel=value)
 

@@ -13,6 +13,7 @@ from typing import Any, Literal, NoReturn
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from ._config import number_text
 from ._frozen import EMPTY_LIST, FrozenList
 from ._signal import NEVER_ABORTED, AbortSignal
 
@@ -350,7 +351,8 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
                 )
             if self.max_parallel < 1:
                 raise ValueError(
-                    f"ExecuteBatch.max_parallel must be a positive integer, got {self.max_parallel}"
+                    "ExecuteBatch.max_parallel must be a positive integer, got "
+                    f"{number_text(self.max_parallel)}"
                 )
 
 
