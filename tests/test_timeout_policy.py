@@ -262,6 +262,16 @@ def test_default_ms_must_be_a_positive_finite_number(default_ms: Any) -> None:
         timeout_policy(default_ms)
 
 
+@pytest.mark.parametrize("clock", [3, "loop", object()], ids=["int", "str", "object"])
+def test_a_clock_without_call_later_is_refused_when_the_policy_is_made(clock: Any) -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^timeout_policy\(clock\): clock must have a call_later\(delay, callback\) "
+        rf"method, or be None for the event loop's timer; got {type(clock).__name__}$",
+    ):
+        timeout_policy(100, clock=clock)
+
+
 def test_the_loop_clock_reaches_a_sync_body_run_by_execute(system: ToolSystem) -> None:
     """With the default clock, a plain body that waits on its signal in ``system.execute``
     still sees the deadline (the caller's loop must stay free to fire it)."""

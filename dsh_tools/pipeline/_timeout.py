@@ -57,6 +57,12 @@ def timeout_policy(
             "timeout_policy(default_ms): default_ms must be a positive finite number of "
             f"milliseconds or None, got {number_text(default_ms)}"
         )
+    if clock is not None and not callable(getattr(clock, "call_later", None)):
+        # Refused here, not as every later call's failure.
+        raise TypeError(
+            "timeout_policy(clock): clock must have a call_later(delay, callback) method, or be "
+            f"None for the event loop's timer; got {type(clock).__name__}"
+        )
     timer: Clock = clock if clock is not None else _LoopClock()
 
     async def enforce_timeout(exec: DispatchExecution, next: Callable[[], Awaitable[Any]]) -> Any:
