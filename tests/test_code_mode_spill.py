@@ -567,6 +567,15 @@ def test_spill_policy_validates_its_arguments() -> None:
         spill_policy(10, object())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="exempt must be a collection"):
         spill_policy(10, None, exempt="read")
+    # Named as the argument, not as Python's "'int' object is not iterable".
+    with pytest.raises(TypeError, match=r"^exempt must be a collection of tool names, got int$"):
+        spill_policy(10, None, exempt=3)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError,
+        match=r"^exempt must be a collection of tool names \(str\), got a bytes among them: "
+        r"b'read'$",
+    ):
+        spill_policy(10, None, exempt=[b"read"])  # type: ignore[list-item]
 
 
 def test_memory_store_satisfies_the_store_protocol() -> None:

@@ -37,7 +37,7 @@ The full text of several text blocks is their texts joined with ``"\\n"``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypedDict
 
 from msgspec import UNSET
@@ -165,9 +165,20 @@ class SpillPolicy:
             raise TypeError(f"store must have a save(text, source) method, got {store!r}")
         if isinstance(exempt, str):
             raise TypeError("exempt must be a collection of tool names, not a str")
+        if not isinstance(exempt, Iterable):
+            raise TypeError(
+                f"exempt must be a collection of tool names, got {type(exempt).__name__}"
+            )
+        names = frozenset(exempt)
+        for name in names:
+            if type(name) is not str:  # it would never match a call's name
+                raise TypeError(
+                    f"exempt must be a collection of tool names (str), got a {type(name).__name__}"
+                    f" among them: {name!r}"
+                )
         self.max_inline_bytes = max_inline_bytes
         self.store = store
-        self.exempt = frozenset(exempt)
+        self.exempt = names
 
     # --- the shared core -----------------------------------------------------------------------
 
