@@ -207,7 +207,7 @@ def test_a_follower_asks_a_parent_that_works_out_whether_it_aborted() -> None:
 @pytest.mark.parametrize("signal", [AbortController().signal, NEVER_ABORTED], ids=["own", "never"])
 def test_a_callback_that_cannot_be_called_is_refused_when_it_is_added(signal: AbortSignal) -> None:
     # Not when the signal aborts, in whichever thread aborts it, as a logged warning.
-    with pytest.raises(TypeError, match=r"add_callback\(fn\): fn must be callable, got int 3"):
+    with pytest.raises(TypeError, match=r"^add_callback\(\) takes a callable, got int$"):
         signal.add_callback(3)  # type: ignore[arg-type]
 
 

@@ -92,9 +92,7 @@ class AbortSignal:
     def add_callback(self, fn: Callable[[Any], object]) -> Callable[[], None]:
         """Call ``fn(reason)`` once on abort (at once if already aborted); return a remover."""
         if not callable(fn):  # refused here, not as a warning in whichever thread aborts
-            raise TypeError(
-                f"add_callback(fn): fn must be callable, got {type(fn).__name__} {fn!r}"
-            )
+            raise TypeError(f"add_callback() takes a callable, got {type(fn).__name__}")
         if self._never:
             return _noop
         # Everything is allocated before the lock is taken: a collection an allocation starts
