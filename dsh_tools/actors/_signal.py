@@ -144,9 +144,9 @@ class AbortSignal:
             if self._aborted:
                 return True
             event = self._event
-            if event is None:
-                event = self._event = fresh
-        return event.wait(timeout)  # type: ignore[union-attr]
+            if event is None:  # ``fresh`` is an event then: none is ever taken away
+                event = self._event = fresh if fresh is not None else threading.Event()
+        return event.wait(timeout)
 
     def __await__(self) -> Generator[Any, None, Any]:
         if self.aborted:
