@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -348,6 +349,66 @@ def _parent(pid: int) -> int:
 def _parent_command_line(pid: int) -> list[str]:
     with open(f"/proc/{_parent(pid)}/cmdline", "rb") as cmdline:
         return [arg.decode() for arg in cmdline.read().split(b"\0")[:-1]]
+
+
+NEXT_PID = Path("/proc/sys/kernel/ns_last_pid")
+
+
+def _may_choose_the_next_pid() -> bool:
+    try:
+        NEXT_PID.write_text(NEXT_PID.read_text())
+    except OSError:
+        return False
+    return True
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (``Z`` for one not reaped yet), ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(not _may_choose_the_next_pid(), reason="needs to choose the next process id")
+def test_a_group_id_freed_by_the_servers_end_is_never_signalled_once_another_group_has_it(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The server dies while the connection's loop is held up (a coroutine callback that blocks
+    # it, as a careless one does). Its supervisor, which led the server's process group, exits
+    # too. A stranger started meanwhile as the leader of a group of its own is given the
+    # supervisor's number, where the system lets it: once the loop runs on, ending what is left
+    # of the server's group must not end the stranger's.
+    strangers: list[subprocess.Popen[bytes]] = []
+
+    async def sample(ctx: Any, params: Any) -> dict[str, Any]:
+        server = int(wait_for_file(tmp_path / "pid"))
+        supervisor = _parent(server)
+        os.kill(server, signal.SIGKILL)
+        wait_until(lambda: _state(supervisor) in (None, "Z"), "the supervisor to exit")
+        NEXT_PID.write_text(str(supervisor - 1))
+        strangers.append(
+            subprocess.Popen(["sleep", "60"], start_new_session=True, stderr=subprocess.DEVNULL)
+        )
+        return {"role": "assistant", "content": {"type": "text", "text": "-"}, "model": "m"}
+
+    with register_mcp_server_sync(
+        system,
+        "reused",
+        live_params(tmp_path),
+        errlog=errlog,
+        connect_timeout=WAIT,
+        sampling=sample,
+    ) as plugin:
+        failure(run(system, "ask_model", {"question": "?"}))
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
+    (stranger,) = strangers
+    try:
+        assert stranger.poll() is None, "the stranger was signalled"
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_ps_shows_the_servers_command_after_its_supervisor_not_the_supervisors_source(

@@ -16,6 +16,9 @@ its exit is watched through a pidfd, and its environment carries a tag
 (``DSH_TOOLS_MCP_SERVER``) by which the descendants that left the group (``setsid``) are found
 and ended with it. Elsewhere (no ``/proc``, no pidfd) it is the SDK's ``stdio_client``.
 
+The process it starts (the supervisor below, or the server) is held un-reaped until nothing is
+signalled any more (``_stdio_child``): its group's id cannot go to a stranger's group meanwhile.
+
 On Linux the server also runs under a supervisor (``_stdio_supervisor``): a child subreaper,
 so that a descendant that left the group and cleared its environment (a double fork after
 ``env -i``) is still its descendant, ended once the server exits. It costs one more
@@ -36,7 +39,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, TextIO
 
 import anyio
-from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import StdioServerParameters, stdio_client
 from mcp.client.stdio import get_default_environment
@@ -44,6 +46,7 @@ from mcp.shared.message import SessionMessage
 
 from ...actors._logging import get_logger
 from . import _stdio_supervisor
+from ._stdio_child import HeldChild, spawn_held
 from ._stdio_pipes import LINE_LIMIT, read_lines, write_lines
 
 __all__ = ["stdio_group_client"]
@@ -110,40 +113,37 @@ async def _group_client(
     try:
         plain = params.model_copy(update={"env": {**(params.env or {}), _TAG: tag}})
         tagged = _supervised(plain, interpreter, status_end)
-        env = get_default_environment() | (tagged.env or {})
         try:
-            process = await anyio.open_process(
+            # One synchronous step, so no cancellation comes between the process's start and
+            # the hold below: whatever it starts is ended with it.
+            child = spawn_held(
                 [tagged.command, *tagged.args],
-                env=env,
-                stderr=errlog,
+                env=get_default_environment() | (tagged.env or {}),
                 cwd=tagged.cwd,
-                start_new_session=True,  # the group's id is the server's process id
+                stderr=errlog,
                 pass_fds=(status_end,) if tagged is not plain else (),
             )
         finally:
             os.close(status_end)  # the supervisor's is the only write end left
-        leader = process.pid
     except BaseException:
         os.close(status)
         raise
+    leader = child.pid  # and the group's id, which stays the group's until ``release``
     ended = anyio.Event()  # the watch has ended the group after the server's exit
     encoding, errors = tagged.encoding, tagged.encoding_error_handler
-    assert process.stdin is not None and process.stdout is not None  # spawned with pipes
     written = anyio.Event()  # the writer is done
     try:
         await _command_ran(status, params.command, supervised=tagged is not plain)
-        # Only now: the streams are closed by the tasks and ``_stop`` below, and left unclosed
-        # by a command that did not run they would be reported as a resource leak.
         messages, read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write, outgoing = anyio.create_memory_object_stream[SessionMessage](0)
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(read_lines, process.stdout, messages, encoding, errors, line_limit)
+            tasks.start_soon(read_lines, child.stdout, messages, encoding, errors, line_limit)
             tasks.start_soon(
-                write_lines, process.stdin, outgoing, messages, encoding, errors, written
+                write_lines, child.stdin, outgoing, messages, encoding, errors, written
             )
             try:
                 async with anyio.create_task_group() as watching:
-                    watching.start_soon(_end_group_after_exit, leader, tag, ended)
+                    watching.start_soon(_end_group_after_exit, child, tag, ended)
                     try:
                         yield read, write
                     finally:
@@ -152,24 +152,22 @@ async def _group_client(
                 # Every wait below is bounded, and must finish even when the caller is
                 # cancelled: else the server would be left running.
                 with anyio.CancelScope(shield=True):
-                    await _stop(process, read, write, written, leader, tag, ended)
+                    await _stop(child, read, write, written, tag, ended)
                 tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            # A group the watch has ended is not signalled again: once none of it is left, its
-            # id is free for the system to give to a process (and group) of someone else's.
             if not ended.is_set():
                 await _end_group(leader, tag)
             with anyio.move_on_after(_GRACE_S):
-                await process.aclose()
+                await child.wait()
+            await child.release()  # only now: the group is signalled no more
 
 
 async def _stop(
-    process: Process,
+    child: HeldChild,
     read: MemoryObjectReceiveStream[SessionMessage | Exception],
     write: MemoryObjectSendStream[SessionMessage],
     written: anyio.Event,
-    leader: int,
     tag: str,
     ended: anyio.Event,
 ) -> None:
@@ -179,14 +177,12 @@ async def _stop(
     write.close()  # the writer ends once it wrote what it had (a cancellation, say)
     with anyio.move_on_after(_FLUSH_S):
         await written.wait()
-    assert process.stdin is not None
     with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        await process.stdin.aclose()
+        await child.stdin.aclose()
     with anyio.move_on_after(_GRACE_S):
-        while process.returncode is None:
-            await anyio.sleep(_POLL_S)
+        await child.wait()
     if not ended.is_set():
-        await _end_group(leader, tag)
+        await _end_group(child.pid, tag)
         ended.set()
 
 
@@ -293,19 +289,12 @@ def _carries(pid: int, wanted: bytes) -> bool | None:
         return None
 
 
-async def _end_group_after_exit(leader: int, tag: str, ended: anyio.Event) -> None:
+async def _end_group_after_exit(child: HeldChild, tag: str, ended: anyio.Event) -> None:
     """Once the server's process exited, end what is left of its group and its escapees (then
     set ``ended``): a child of it that holds its stdout would keep the connection from seeing
     the server's end."""
-    try:
-        exited = os.pidfd_open(leader)
-    except (AttributeError, OSError):  # no pidfd here, or the process is gone already
-        return
-    try:
-        await anyio.wait_readable(exited)
-    finally:
-        os.close(exited)
-    await _end_group(leader, tag)
+    await child.wait()
+    await _end_group(child.pid, tag)
     ended.set()
 
 
@@ -343,35 +332,86 @@ def _escapees(group: int, tag: str, known: dict[int, int]) -> list[int]:
     behind a wrapper that starts it so) leaves the group that ends with the server, and one
     whose parent exited is no longer the server's descendant in ``/proc``. Each is found by the
     tag it inherited in its environment, or, one that was started with an environment of its
-    own, by its parent being one of them or of the group. A pidfd, unlike a process id, never
-    names a process that replaced one that ended."""
+    own, by its parent being one of them or of the group.
+
+    ``/proc`` is read before each pidfd is opened, so a process listed there may have ended and
+    its number gone to another process meanwhile: each is held only if what its pidfd holds
+    still qualifies once opened (``_hold_if_ours``), and so a pidfd never holds a stranger."""
     me = os.getpid()
     wanted = f"{_TAG}={tag}".encode()
-    parents: dict[int, int] = {}
+    listed: dict[int, tuple[int, int]] = {}  # parent and group, by process id
     found: set[int] = set()
     for pid, state, parent, pgrp in _processes():
         if pid == me or state in (b"Z", b"X"):
             continue
-        if pgrp == group:
-            found.add(pid)
-            continue
-        parents[pid] = parent
-        if _carries(pid, wanted):
+        listed[pid] = (parent, pgrp)
+        if pgrp == group or _carries(pid, wanted):
             found.add(pid)
     grown = True
     while grown:
         grown = False
-        for pid, parent in parents.items():
+        for pid, (parent, _) in listed.items():
             if parent in found and pid not in found:
                 found.add(pid)
                 grown = True
+    # Parents before children: a child found by its parent is vouched for by its held parent.
+    vouching = {listed[pid][0] for pid in found if listed[pid][1] != group}
+    held = dict(known)
+    members: list[int] = []  # pidfds of group members held only to vouch for their children
     fresh: list[int] = []
-    for pid in parents:
-        if pid in found and pid not in known:
-            with contextlib.suppress(OSError):  # gone meanwhile
-                known[pid] = os.pidfd_open(pid)
-                fresh.append(known[pid])
+    waiting = [
+        pid for pid in found if pid not in known and (listed[pid][1] != group or pid in vouching)
+    ]
+    try:
+        while waiting:
+            ready = [pid for pid in waiting if listed[pid][0] not in waiting]
+            if not ready:  # a loop of parents, which /proc read over time may show: left
+                break
+            for pid in ready:
+                waiting.remove(pid)
+                pidfd = _hold_if_ours(pid, group, wanted, held)
+                if pidfd is None:
+                    continue
+                held[pid] = pidfd
+                if listed[pid][1] == group:
+                    members.append(pidfd)
+                else:
+                    known[pid] = pidfd
+                    fresh.append(pidfd)
+    finally:
+        for pidfd in members:
+            os.close(pidfd)
     return fresh
+
+
+def _hold_if_ours(pid: int, group: int, wanted: bytes, held: dict[int, int]) -> int | None:
+    """A pidfd of process ``pid`` if the process it holds is the server's: in its group (whose
+    leader the connection has not reaped, so no stranger's group has its number), carrying its
+    tag, or a child of a process ``held`` still runs. Read once the pidfd is open, ``/proc``
+    shows the process it holds for as long as that runs; one that ended meanwhile is held
+    harmlessly, as signalling it does nothing."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # gone meanwhile
+        return None
+    seen = _stat(pid)
+    if seen is not None:
+        parent, pgrp = seen
+        vouched = parent in held and _running(held[parent])  # read after the child: its parent
+        if pgrp == group or _carries(pid, wanted) or vouched:
+            return pidfd
+    os.close(pidfd)
+    return None
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(parent, group)`` of process ``pid``, ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            _, parent, group = stat.read().rsplit(b")", 1)[1].split()[:3]
+        return int(parent), int(group)
+    except (OSError, ValueError):
+        return None
 
 
 def _signal_each(pidfds: list[int], signum: int) -> None:

@@ -50,38 +50,72 @@ _IGNORED_HERE = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _RESET_SIGNALS = (*_IGNORED_HERE, signal.SIGPIPE, signal.SIGXFSZ)
 
 
-def _descendants(root: int) -> list[int]:
-    """Every process below ``root``, read from ``/proc`` (none without it)."""
+def _held_descendants(root: int) -> dict[int, int | None]:
+    """Pidfds of every process below ``root``, by process id, read from ``/proc`` (none
+    without it). Each is held only if, once its pidfd is open, its parent is ``root`` or one
+    held that still runs: a process the server reaped may have its number taken by a stranger
+    between the reading of ``/proc`` and the signal, and a pidfd held so never names one."""
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return []
+        return {}
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-            parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        except (OSError, ValueError):  # gone meanwhile
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found: list[int] = []
+        if entry.isdigit():
+            parent = _parent(int(entry))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry))
+    held: dict[int, int | None] = {}
     frontier = [root]
     while frontier:
         for child in children.get(frontier.pop(), ()):
-            found.append(child)
-            frontier.append(child)
-    return found
+            try:
+                pidfd = os.pidfd_open(child)
+            except ProcessLookupError:  # gone meanwhile
+                continue
+            except OSError:  # no pidfds in this kernel: its number is all there is
+                held[child] = None
+                frontier.append(child)
+                continue
+            # Read once the pidfd is open: the parent of the process it holds, while it runs.
+            parent = _parent(child)
+            if parent == root or (parent in held and _running(held[parent])):
+                held[child] = pidfd
+                frontier.append(child)
+            else:
+                os.close(pidfd)
+    return held
 
 
-def _signal_all(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        try:  # noqa: SIM105 (contextlib would add to every server's start)
-            os.kill(pid, signum)
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[1])
+    except (OSError, ValueError):  # gone meanwhile
+        return None
+
+
+def _running(pidfd: int | None) -> bool:
+    if pidfd is None:
+        return True
+    watch = select.poll()
+    watch.register(pidfd, select.POLLIN)
+    return not watch.poll(0)
+
+
+def _signal_all(held: dict[int, int | None], signum: int) -> None:
+    """Signal each held process, then let go of the pidfds."""
+    for pid, pidfd in held.items():
+        try:
+            if pidfd is None:
+                os.kill(pid, signum)
+            else:
+                signal.pidfd_send_signal(pidfd, signum)
         except (ProcessLookupError, PermissionError):
             pass
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _reap(server: int) -> int | None:
@@ -124,9 +158,9 @@ def _wait(server: int) -> int:
             tick = _TICK_MS
             if len(pidfds) == 2:
                 watch.unregister(pidfds[1])  # readable for good now
-            _signal_all(_descendants(os.getpid()), signal.SIGTERM)
+            _signal_all(_held_descendants(os.getpid()), signal.SIGTERM)
         elif kill_at is not None and time.monotonic() >= kill_at:
-            _signal_all(_descendants(os.getpid()), signal.SIGKILL)
+            _signal_all(_held_descendants(os.getpid()), signal.SIGKILL)
 
 
 def _end_descendants() -> None:
@@ -137,15 +171,19 @@ def _end_descendants() -> None:
     termed: set[int] = set()
     while time.monotonic() < give_up:
         _reap(-1)
-        left = _descendants(me)
+        left = _held_descendants(me)
         if not left:
             return
         if time.monotonic() >= kill_at:
             _signal_all(left, signal.SIGKILL)
         else:
             # One that appeared since (started by one of them as it ends) gets it too.
-            _signal_all([pid for pid in left if pid not in termed], signal.SIGTERM)
+            for pid in termed & left.keys():
+                pidfd = left.pop(pid)
+                if pidfd is not None:
+                    os.close(pidfd)
             termed.update(left)
+            _signal_all(left, signal.SIGTERM)
         time.sleep(_TICK_MS / 1000)
 
 
