@@ -14,6 +14,8 @@ Tools:
   the result object (the right id, a result that is not an object);
 - ``stray_output()``: its reply reaches the wire right after a line that is not JSON (as from
   a stray print to stdout);
+- ``banner_output()``: its reply reaches the wire on the line of text written without a
+  newline before it (``Loading model... ``, as a library's banner printed to stdout mid-session);
 - ``binary_output()``: its reply reaches the wire right after a line that is not UTF-8 text
   (as from binary data written to stdout);
 - ``wait()``: never answers;
@@ -58,6 +60,7 @@ _FIXED = [
     types.Tool(name="malformed_reply", input_schema=_OBJECT),
     types.Tool(name="stray_output", input_schema=_OBJECT),
     types.Tool(name="binary_output", input_schema=_OBJECT),
+    types.Tool(name="banner_output", input_schema=_OBJECT),
     types.Tool(name="wait", input_schema=_OBJECT),
     types.Tool(name="logging_level", input_schema=_OBJECT),
     types.Tool(name="endless_line", input_schema=_OBJECT),
@@ -73,6 +76,7 @@ _state: dict[str, Any] = {
     "doctored": set(),  # ids of the replies that go out malformed
     "after_stray": set(),  # ids of the replies that go out after a line that is not JSON
     "after_binary": set(),  # ids of the replies that go out after a line that is not text
+    "after_banner": set(),  # ids of the replies that go out after text with no newline
     "logging_level": "unset",
 }
 
@@ -106,6 +110,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         _state["after_stray"].add(ctx.request_id)
     elif name == "binary_output":
         _state["after_binary"].add(ctx.request_id)
+    elif name == "banner_output":
+        _state["after_banner"].add(ctx.request_id)
     elif name == "wait":
         await anyio.sleep_forever()
     elif name == "endless_line":
@@ -141,6 +147,9 @@ class DoctoredStdout:
             await self._out.flush()
             sys.stdout.buffer.write(b"\x89PNG\xff\xfe\n")
             sys.stdout.buffer.flush()
+        elif "result" in message and message.get("id") in _state["after_banner"]:
+            _state["after_banner"].discard(message["id"])
+            line = "Loading model... " + line
         elif "result" in message and message.get("id") in _state["after_stray"]:
             _state["after_stray"].discard(message["id"])
             line = "debug: replying now\n" + line

@@ -60,6 +60,7 @@ HOSTILE_TOOLS = [
     "malformed_reply",
     "stray_output",
     "binary_output",
+    "banner_output",
     "wait",
     "logging_level",
     "endless_line",
@@ -222,6 +223,20 @@ def test_a_line_that_is_no_message_is_logged_and_the_calls_go_on(
     assert warning["error"].startswith("malformed JSON-RPC message at the top level: ")
 
 
+def test_a_reply_after_text_printed_without_a_newline_still_reaches_its_call(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    # A banner printed mid-session without a newline shares its line with the next reply: the
+    # reply is still read, and the text before it is logged as what it is.
+    plugin = hostile()
+    assert texts(run(system, "banner_output", {})) == ["banner_output"]
+    warning = logged(logs, "MCP server wrote text before a message on its line")
+    assert warning["server"] == "hostile"
+    assert warning["text"] == "'Loading model... '"
+    assert plugin.state == "connected"
+    assert texts(run(system, "echo", {"text": "next"})) == ["next"]
+
+
 BANNER_SERVER = """
 import sys
 from mcp.server.mcpserver import MCPServer
@@ -238,21 +253,48 @@ server.run()
 """
 
 
-def test_a_first_answer_lost_in_a_line_that_is_no_message_fails_registration_showing_it(
-    system: ToolSystem, tmp_path: Path, errlog: TextIO
+def test_a_banner_joined_to_the_first_answer_is_logged_and_the_server_registered(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, logs: Logs
 ) -> None:
-    # The answer to initialize shares its line with the banner, so it never comes: the
-    # failure after connect_timeout says what the server sent instead of only that it timed out.
     script = tmp_path / "banner_server.py"
     script.write_text(BANNER_SERVER)
     params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with register_mcp_server_sync(
+        system, "banner", params, errlog=errlog, connect_timeout=WAIT
+    ) as plugin:
+        assert plugin.tool_names == ("echo",)
+        warning = logged(logs, "MCP server wrote text before a message on its line")
+        assert warning["text"] == "'Weather server v1.2 starting... '"
+        assert texts(run(system, "echo", {"text": "hi"})) == ["hi"]
+
+
+PRETTY_SERVER = """
+import json, sys
+
+request = json.loads(sys.stdin.readline())
+result = {"protocolVersion": request["params"]["protocolVersion"], "capabilities": {},
+          "serverInfo": {"name": "pretty", "version": "1"}}
+# Indented JSON spans lines, none of which is a message: the answer never arrives whole.
+print(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}, indent=2))
+sys.stdout.flush()
+sys.stdin.read()
+"""
+
+
+def test_a_first_answer_lost_in_lines_that_are_no_message_fails_registration_showing_them(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # The failure after connect_timeout says what the server sent instead of only that it
+    # timed out.
+    script = tmp_path / "pretty_server.py"
+    script.write_text(PRETTY_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
     with pytest.raises(McpConnectionError) as caught:
-        register_mcp_server_sync(system, "banner", params, errlog=errlog, connect_timeout=5)
-    assert str(caught.value).startswith(
-        'MCP server "banner" started but did not initialize and list its tools within '
+        register_mcp_server_sync(system, "pretty", params, errlog=errlog, connect_timeout=5)
+    assert str(caught.value) == (
+        'MCP server "pretty" started but did not initialize and list its tools within '
         "connect_timeout=5 s; it sent what is no message: malformed JSON-RPC message at the "
-        "top level: Invalid JSON: expected value at line 1 column 1, in the line "
-        '\'Weather server v1.2 starting... {"jsonrpc":"2.0","id":1,'
+        "top level: Invalid JSON: expected value at line 1 column 1, in the line '}'"
     )
 
 

@@ -15,6 +15,7 @@ from ...actors import message_of
 from ...actors._logging import get_logger
 from ._callbacks import CallbackRunner
 from ._sdk import describe, summarize, wire
+from ._stdio_pipes import TextBeforeMessage
 from ._types import (
     ElicitationCallback,
     ListChangedCallback,
@@ -169,6 +170,12 @@ class ServerRequests:
             # would turn working calls into failures. A reply that lost its id too cannot be
             # told from such a line: its call waits for its deadline or its abort.
             self._unreadable(summarize(message, "JSON-RPC message"), _line_of(message))
+        elif isinstance(message, TextBeforeMessage):  # the message itself comes next (stdio)
+            _log.warning(
+                "MCP server wrote text before a message on its line",
+                server=self._label,
+                text=repr(message.text[:_LINE_SHOWN]),
+            )
         elif isinstance(message, UnicodeDecodeError):  # a line that is not text (stdio)
             self._unreadable(f"not {message.encoding} text: {message.reason}", None)
         elif isinstance(message, Exception):

@@ -23,7 +23,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, ObjectReceiveStream, Ob
 from mcp import types
 from mcp.shared.message import SessionMessage
 
-__all__ = ["LINE_LIMIT", "LineTooLongError", "read_lines", "write_lines"]
+__all__ = ["LINE_LIMIT", "LineTooLongError", "TextBeforeMessage", "read_lines", "write_lines"]
 
 LINE_LIMIT = 256 * 1024 * 1024
 """The longest line a server may send by default: ample for a tool result of images or files
@@ -36,15 +36,44 @@ class LineTooLongError(Exception):
     """A server's output held a line longer than its limit: its connection ends."""
 
 
-def _parsed(line: bytes | str, encoding: str, errors: str) -> SessionMessage | Exception:
+class TextBeforeMessage(Exception):
+    """A line held text before the message that ends it (a banner a server printed to stdout
+    without a newline, mid-session or before its first answer): the message is read, and this
+    is passed to the session's message handler first, which logs the text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+_SALVAGE_TRIES = 8
+"""At how many of a bad line's ``{`` a message is looked for: each try reads to the line's end
+at worst, and a banner has few."""
+
+
+def _parsed(line: bytes | str, encoding: str, errors: str) -> list[SessionMessage | Exception]:
     """One line as a message, or the exception that says why it is none (the session hands it
     to the message handler, which logs it; ``WatchedReadStream`` turns a reply's into an error
-    reply)."""
+    reply). A line that is no message but ends with one (text printed without a newline just
+    before it) is that message, after a ``TextBeforeMessage`` naming the text: else the reply
+    in it would be lost, and its request would wait for ever."""
     try:
         text = line if isinstance(line, str) else line.decode(encoding, errors)
-        return SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))
+        return [SessionMessage(types.jsonrpc_message_adapter.validate_json(text, by_name=False))]
     except ValueError as exc:  # UnicodeDecodeError and pydantic's ValidationError are too
-        return exc
+        if isinstance(exc, UnicodeDecodeError):
+            return [exc]
+        start = 0
+        for _ in range(_SALVAGE_TRIES):
+            start = text.find("{", start + 1)
+            if start < 0:
+                break
+            try:
+                message = types.jsonrpc_message_adapter.validate_json(text[start:], by_name=False)
+            except ValueError:
+                continue
+            return [TextBeforeMessage(text[:start]), SessionMessage(message)]
+        return [exc]
 
 
 def _lines(piece: AnyStr, newline: AnyStr, pending: list[AnyStr]) -> list[AnyStr]:
@@ -112,7 +141,8 @@ async def read_lines(
                     continue
                 for line in lines:
                     try:
-                        await messages.send(_parsed(line, encoding, errors))
+                        for item in _parsed(line, encoding, errors):
+                            await messages.send(item)
                     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                         taking = False
                         break
