@@ -4,6 +4,7 @@ live server (``tests/mcp_live_server.py``) as a real process over stdio and Stre
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 import signal
@@ -409,6 +410,21 @@ def test_a_group_id_freed_by_the_servers_end_is_never_signalled_once_another_gro
     finally:
         stranger.kill()
         stranger.wait()
+
+
+def test_a_kernel_without_pidfds_still_serves_and_stops_a_stdio_server(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open is refused here")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    with register_mcp_server_sync(
+        system, "old", live_params(tmp_path), errlog=errlog, connect_timeout=WAIT
+    ):
+        pid = int(wait_for_file(tmp_path / "pid"))
+        assert texts(run(system, "greet", {"name": "x"})) == ["hello x"]
+    assert process_gone(pid)
 
 
 def test_ps_shows_the_servers_command_after_its_supervisor_not_the_supervisors_source(

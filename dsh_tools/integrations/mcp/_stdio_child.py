@@ -28,6 +28,7 @@ from anyio.abc import ByteReceiveStream, ByteSendStream
 __all__ = ["HeldChild", "spawn_held"]
 
 _CHUNK = 1 << 16
+_POLL_S = 0.02
 
 
 class _FdReceiveStream(ByteReceiveStream):
@@ -93,7 +94,11 @@ class HeldChild:
         self.pid = popen.pid
         self._popen = popen
         # Not reaped yet, so the id is still this process's: the pidfd cannot name another.
-        self._pidfd = os.pidfd_open(popen.pid)
+        self._pidfd: int | None
+        try:
+            self._pidfd = os.pidfd_open(popen.pid)
+        except OSError:  # a kernel without pidfds: its end is looked for without reaping it
+            self._pidfd = None
         self.stdin: ByteSendStream = _FdSendStream(os.dup(popen.stdin.fileno()))
         self.stdout: ByteReceiveStream = _FdReceiveStream(os.dup(popen.stdout.fileno()))
         popen.stdin.close()
@@ -102,22 +107,29 @@ class HeldChild:
     def exited(self) -> bool:
         """Whether the process has exited (its pidfd is readable then; poll, as select refuses
         a descriptor past 1023)."""
+        if self._pidfd is None:
+            ended = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            return ended is not None
         watch = select.poll()
         watch.register(self._pidfd, select.POLLIN)
         return bool(watch.poll(0))
 
     async def wait(self) -> None:
         """Until the process exited (it is not reaped)."""
-        if not self.exited():
-            await anyio.wait_readable(self._pidfd)
+        while not self.exited():
+            if self._pidfd is None:
+                await anyio.sleep(_POLL_S)
+            else:
+                await anyio.wait_readable(self._pidfd)
 
     async def release(self) -> None:
         """Close the pipes and reap the process: the caller signals it no more. One that has
         not exited is reaped by a thread once it does."""
         await self.stdin.aclose()
         await self.stdout.aclose()
-        anyio.notify_closing(self._pidfd)
-        os.close(self._pidfd)
+        if self._pidfd is not None:
+            anyio.notify_closing(self._pidfd)
+            os.close(self._pidfd)
         if self._popen.poll() is None:
             threading.Thread(
                 target=self._popen.wait, name=f"mcp-reap[{self.pid}]", daemon=True
