@@ -581,7 +581,8 @@ between them, are its."""
 
 def program_stack_only(program_file: str) -> None:
     """Make ``traceback.extract_stack`` (which ``print_stack`` and ``format_stack`` use, and
-    ``logging``'s ``stack_info``) give the program's frames only, as its tracebacks do: down to
+    ``logging``'s ``stack_info``) and ``inspect.getouterframes`` (which ``inspect.stack``
+    uses) give the program's frames only, as its tracebacks do: down to
     its outermost frame of ``program_file``, without the worker's frames between. Beneath that
     frame lay some twenty of the worker's and asyncio's, naming the worker's files on the host,
     which tell a program nothing of its own and are no business of its."""
@@ -616,6 +617,20 @@ def program_stack_only(program_file: str) -> None:
 
     _mark_guarded(program_stack)
     traceback.extract_stack = program_stack
+    outer_frames = inspect.getouterframes
+
+    @functools.wraps(outer_frames)
+    def program_outer_frames(frame: types.FrameType, context: int = 1) -> list[Any]:
+        # ``inspect.stack()`` is this for its caller's frame.
+        infos = outer_frames(frame, context)
+        outermost = len(infos)
+        for index in range(len(infos) - 1, -1, -1):
+            if infos[index].filename == program_file:
+                outermost = index + 1
+                break
+        return [info for info in infos[:outermost] if not info.filename.startswith(_WORKER_PACKAGE)]
+
+    inspect.getouterframes = program_outer_frames
 
 
 def _without_worker_frames(tb: types.TracebackType | None) -> types.TracebackType | None:

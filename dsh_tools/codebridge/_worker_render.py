@@ -66,6 +66,13 @@ _NETWORK_NOTE: Final = (
     " socket.socketpair() makes of type SOCK_STREAM (its default) or SOCK_SEQPACKET, and"
     " resolves no name. Reach what is outside through the tools."
 )
+_MANAGER_NOTE: Final = (
+    "A run_code program has no network: multiprocessing.Manager() serves its objects over a"
+    " socket, which the sandbox refuses, so its server process failed before it could answer."
+    " Threads (queue.Queue, threading locks, asyncio.to_thread) and a process of the"
+    ' "fork" start method talking over a multiprocessing.Pipe() work.'
+)
+_MANAGERS_FILE: Final = os.path.join("multiprocessing", "managers.py")
 Refusal = tuple[int, str, str]
 """One refusal of the sandbox's that CPython reports in a bare ``strerror`` from inside the
 standard library: the error number, the file of the failure's last frame (``""``: any), and
@@ -104,6 +111,23 @@ def _explain_refusal(exc: BaseException, refusals: Sequence[Refusal]) -> None:
         for number, file, note in refusals:
             if exc.errno == number and filename.endswith(file) and note not in noted:
                 exc.add_note(note)
+
+
+def _explain_manager(exc: BaseException, refusals: Sequence[Refusal]) -> None:
+    """Add ``_MANAGER_NOTE`` to ``exc`` if it is the bare ``EOFError`` a manager's start
+    raises when its server process, refused its socket by the sandbox, ended unanswered (that
+    process's own ``PermissionError`` is only its output). Only under the sandbox, whose
+    refusals ``refusals`` holds."""
+    if not refusals or type(exc) is not EOFError:
+        return
+    with contextlib.suppress(Exception):
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename.endswith(_MANAGERS_FILE):
+                if _MANAGER_NOTE not in (getattr(exc, "__notes__", None) or ()):
+                    exc.add_note(_MANAGER_NOTE)
+                return
+            tb = tb.tb_next
 
 
 _TAKERS_OF_AWAITABLES: Final = frozenset(
@@ -357,6 +381,7 @@ def render_exception(
             seen.add(id(current))
             _explain_pickling(current)
             _explain_refusal(current, refusals)
+            _explain_manager(current, refusals)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
