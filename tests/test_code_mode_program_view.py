@@ -84,3 +84,82 @@ process.join()
 return [got, process.exitcode]
 """
     assert logs_and_result(system, program) == ([], [{"sum": 6}, 0])
+
+
+# --- what the standard library prints ---------------------------------------------------------
+
+
+def test_pprint_is_one_log_entry_as_print_is(system: ToolSystem) -> None:
+    # pprint writes a value in dozens of pieces, each of which was an entry of its own: the
+    # text shown, the entries joined by newlines, broke the value at every piece.
+    program = """
+import pprint
+table = {f"key{n}": list(range(n)) for n in range(12)}
+pprint.pprint(table)
+pprint.pp([table], width=40)
+return [pprint.pformat(table), pprint.pformat([table], width=40, sort_dicts=False)]
+"""
+    logs, shown = logs_and_result(system, program)
+    assert logs == shown
+
+
+def test_json_dump_to_stdout_is_one_log_entry(system: ToolSystem) -> None:
+    program = """
+import json, sys
+data = {"rows": [{"id": n, "ok": n % 2 == 0} for n in range(5)]}
+json.dump(data, sys.stdout, indent=2)
+return json.dumps(data, indent=2)
+"""
+    logs, shown = logs_and_result(system, program)
+    assert logs == [shown]
+
+
+def test_a_logging_record_is_one_log_entry_as_print_is(system: ToolSystem) -> None:
+    # A handler writes the record and its terminator: the entry ended in a newline, which
+    # the text shown followed with another (a blank line after every record).
+    program = """
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+logging.info("loaded %d rows", 3)
+logging.getLogger("app").warning("slow")
+out = logging.getLogger("out")
+out.addHandler(logging.StreamHandler(sys.stdout))
+out.propagate = False
+out.error("to stdout")
+"""
+    logs, _ = logs_and_result(system, program)
+    assert logs == ["INFO loaded 3 rows", "WARNING slow", "to stdout"]
+
+
+def test_a_traceback_the_program_prints_is_one_log_entry(system: ToolSystem) -> None:
+    program = """
+import traceback
+def fail():
+    raise ValueError("bad row")
+try:
+    fail()
+except ValueError:
+    traceback.print_exc()
+traceback.print_stack()
+"""
+    logs, _ = logs_and_result(system, program)
+    assert logs == [
+        "Traceback (most recent call last):\n"
+        '  File "<run_code>", line 6, in <module>\n'
+        "    fail()\n"
+        '  File "<run_code>", line 4, in fail\n'
+        '    raise ValueError("bad row")\n'
+        "ValueError: bad row",
+        '  File "<run_code>", line 9, in <module>\n    traceback.print_stack()',
+    ]
+
+
+def test_writelines_is_one_log_entry_and_each_write_is_one_as_ever(system: ToolSystem) -> None:
+    program = """
+import sys
+sys.stdout.writelines(["first\\n", "second\\n"])
+sys.stdout.write("a")
+sys.stdout.write("b\\n")
+"""
+    logs, _ = logs_and_result(system, program)
+    assert logs == ["first\nsecond\n", "a", "b\n"]

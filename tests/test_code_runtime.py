@@ -2214,20 +2214,21 @@ return texts
     result = run(runtime, program, tools(echo=identity))
     texts = [*result.value, *result.logs]
     assert len(texts) == 3
-    for text, line, error in zip(
+    for text, line, ending in zip(
         texts,
         [5, 9, 13],
         [
-            "TypeError: tools.echo() takes one dict of arguments: await tools.echo({...})",
+            "TypeError: tools.echo() takes one dict of arguments: await tools.echo({...})\n",
             "TypeError: tools.echo(...) was not awaited: it is the pending call, not its result;"
-            " write (await tools.echo(...))[...]",
+            " write (await tools.echo(...))[...]\n",
+            # A log entry, as a print's: without the record's trailing newline.
             "AttributeError: 'tools' has no binding 'ecoh'; did you mean tools.echo?",
         ],
         strict=True,
     ):
         assert f'Traceback (most recent call last):\n  File "<run_code>", line {line}, in' in text
         assert text.count('  File "') == 1, text
-        assert text.endswith(f"\n{error}\n")
+        assert text.endswith(f"\n{ending}")
 
 
 def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(

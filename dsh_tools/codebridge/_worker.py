@@ -35,15 +35,18 @@ import faulthandler
 import inspect
 import json
 import linecache
+import logging
 import os
+import pprint
 import select
 import selectors
 import signal
 import sys
 import threading
+import traceback
 import types
 from collections.abc import Callable
-from functools import partial
+from functools import partial, wraps
 from typing import Any, Final, NoReturn
 
 from . import _worker_api
@@ -227,6 +230,9 @@ class Worker:
         """The error classes of the run's namespaces by (name, member attribute)."""
         self.namespaces: dict[str, Namespace] = {}
         """The program's binding namespaces by global name (``help`` looks its objects up)."""
+        self.gathers: dict[int, list[tuple[int, str]]] = {}
+        """By thread: what the printer that thread runs (``one_entry``) wrote so far, and to
+        which stream (1 or 2)."""
 
     def error_class(self, name: str, member_attr: str) -> type[Exception]:
         """The run's error class ``name`` (made once: a worker serves one run)."""
@@ -274,6 +280,7 @@ class Worker:
         descriptors, refuses binding calls, and its end ends only itself."""
         self.in_child = True
         self.output_closed = True  # ``emit`` writes to the native descriptor instead
+        self.gathers.clear()  # a child writes as it goes (``write_stdout``)
         self.notice = None
         self.loop = None  # ``submit`` refuses binding calls
         selector = self.selector
@@ -315,15 +322,61 @@ class Worker:
         (a script's child writes ``a`` and ``b`` as ``ab``, not as two lines)."""
         if self.in_child:
             _write_native(1, text, line=False)
-        else:
+        elif not self.gathers or not self.gathered(1, text):
             self.emit(text)
 
     def write_stderr(self, text: str) -> None:
         """A write to ``sys.stderr`` (see ``write_stdout``)."""
         if self.in_child:
             _write_native(2, text, line=False)
-        else:
+        elif not self.gathers or not self.gathered(2, text):
             self.emit(text, 2)
+
+    def gathered(self, fd: int, text: str) -> bool:
+        """Keep ``text``, written to stream ``fd``, for the entry of the printer this thread
+        runs (``one_entry``); ``False`` when it runs none."""
+        pieces = self.gathers.get(_get_ident())
+        if pieces is None:
+            return False
+        pieces.append((fd, text))
+        return True
+
+    def one_entry(self, printer: Callable[..., Any]) -> Callable[..., Any]:
+        """``printer``, a printer of the standard library's that writes one value in pieces
+        (``pprint``, ``json.dump``, a logging handler, ``traceback.print_exc``), made to log
+        what it writes to the capture streams as ``print`` does a value: one entry (per
+        stream it writes to), with one trailing newline removed. Each piece was an entry of
+        its own, and the text shown, the entries joined by newlines, broke the value at every
+        piece. A printer run inside another's (a logging handler's ``handleError`` printing a
+        traceback) adds to the outer one's entry."""
+        gathers = self.gathers
+
+        @wraps(printer)
+        def printing(*args: Any, **kwargs: Any) -> Any:
+            ident = _get_ident()
+            if self.in_child or ident in gathers:
+                return printer(*args, **kwargs)
+            pieces: list[tuple[int, str]] = []
+            gathers[ident] = pieces
+            try:
+                return printer(*args, **kwargs)
+            finally:
+                gathers.pop(ident, None)
+                self.emit_pieces(pieces)
+
+        return printing
+
+    def emit_pieces(self, pieces: list[tuple[int, str]]) -> None:
+        """Emit what a printer wrote (``one_entry``): each run of pieces written to one
+        stream as one entry, as ``print`` would have."""
+        start = 0
+        for index in range(1, len(pieces) + 1):
+            if index == len(pieces) or pieces[index][0] != pieces[start][0]:
+                text = "".join(text for _fd, text in pieces[start:index])
+                if text.endswith("\n"):
+                    text = text[:-1]
+                self.emit(text, pieces[start][0])
+                start = index
 
     def refusals(self) -> tuple[Refusal, ...]:
         """The sandbox's refusals a failure explains: those of ``SANDBOX_REFUSALS`` under the
@@ -389,6 +442,8 @@ class Worker:
         fd = 1 if target is self.stdout else 2
         if self.in_child:  # as written, ``end`` included (see ``write_stdout``)
             _write_native(fd, text, line=False)
+            return
+        if self.gathers and self.gathered(fd, text):
             return
         if text.endswith("\n"):
             text = text[:-1]
@@ -779,6 +834,12 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     builtins.print = worker.print
     builtins.help = worker.help  # type: ignore[assignment]  # site's helper, replaced
     threading.excepthook = worker.thread_excepthook
+    # The standard library's printers that write one value in pieces: each a log entry.
+    pprint.PrettyPrinter.pprint = worker.one_entry(pprint.PrettyPrinter.pprint)  # type: ignore[method-assign]
+    json.dump = worker.one_entry(json.dump)
+    logging.StreamHandler.emit = worker.one_entry(logging.StreamHandler.emit)  # type: ignore[method-assign]
+    traceback.print_exception = worker.one_entry(traceback.print_exception)
+    traceback.print_list = worker.one_entry(traceback.print_list)
     sys.unraisablehook = worker.unraisable_hook
     os.register_at_fork(after_in_child=worker.forked)
     asyncio.run = guard_nested_run(asyncio.run)

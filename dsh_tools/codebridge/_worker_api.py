@@ -20,7 +20,7 @@ import os
 import sys
 import traceback
 import types
-from collections.abc import Callable, Collection, Generator
+from collections.abc import Callable, Collection, Generator, Iterable
 from typing import Any, Final
 
 __all__ = [
@@ -825,6 +825,11 @@ class CaptureStream(io.TextIOBase):
         if text:
             self._emit(text)
         return len(text)
+
+    def writelines(self, lines: Iterable[str], /) -> None:  # type: ignore[override]
+        """Emit the lines as one log entry (a stream's own writes each: an entry each, and
+        the text shown, the entries joined by newlines, a blank line between the lines)."""
+        self.write("".join(lines))
 
     def writable(self) -> bool:
         """Always writable."""
