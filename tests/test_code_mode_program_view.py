@@ -163,3 +163,75 @@ sys.stdout.write("b\\n")
 """
     logs, _ = logs_and_result(system, program)
     assert logs == ["first\nsecond\n", "a", "b\n"]
+
+
+# --- native output: forked children, subprocesses, crashes ------------------------------------
+
+
+def shown_text(system: ToolSystem, code: str) -> str:
+    [block] = run_code(system, code).content
+    text: str = block["text"]
+    return text
+
+
+def test_what_a_forked_child_prints_shows_without_blank_lines(system: ToolSystem) -> None:
+    # Each line the child printed was an entry ending in its newline, and the text shown, the
+    # entries joined by newlines, had a blank line after each.
+    program = """
+import os
+print("parent start")
+pid = os.fork()
+if pid == 0:
+    print("child says hi")
+    print("child line 2")
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent end")
+"""
+    # Native output keeps no order against the program's prints: only the lines are checked.
+    lines = shown_text(system, program).split("\n")
+    assert sorted(lines) == ["child line 2", "child says hi", "parent end", "parent start"]
+
+
+def test_a_line_a_subprocess_writes_in_pieces_shows_as_one_line(system: ToolSystem) -> None:
+    # The child writes a line in three writes, as ``ls`` writes its errors: each read was an
+    # entry, and the line was shown broken in three.
+    child = (
+        "import os, time\n"
+        "for piece in (b'ls: ', b'cannot open', b': denied\\n'):\n"
+        "    os.write(2, piece)\n"
+        "    time.sleep(0.05)\n"
+        "os.write(1, b'last, unended')\n"
+    )
+    program = f"""
+import subprocess, sys
+subprocess.run([sys.executable, "-c", {child!r}])
+print("after")
+"""
+    # Native output keeps no order against the program's prints: only the lines are checked.
+    lines = shown_text(system, program).split("\n")
+    assert sorted(lines) == ["after", "last, unended", "ls: cannot open: denied"]
+
+
+def test_a_crash_dump_shows_the_programs_frames_only(system: ToolSystem) -> None:
+    # The dump faulthandler writes as the worker dies listed, beneath the program's frames,
+    # some twenty of the worker's, asyncio's and the sandbox's, naming their files on the host.
+    program = """
+import ctypes
+def read_address(address):
+    return ctypes.string_at(address)
+print("reading")
+read_address(0)
+"""
+    message = failure_of(run_code(system, program)).message
+    assert message.startswith(
+        "code run failed (worker-exit): worker exited with signal SIGSEGV before completing"
+    )
+    output = message.split("\nCaptured output:\n", 1)[1]
+    assert "Fatal Python error: Segmentation fault" in output
+    frames = [line for line in output.split("\n") if line.startswith('  File "')]
+    assert frames[0].endswith(" in string_at")  # ctypes' own frame, as a traceback shows it
+    assert frames[1:] == [
+        '  File "<run_code>", line 4 in read_address',
+        '  File "<run_code>", line 6 in <module>',
+    ]

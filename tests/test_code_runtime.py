@@ -2796,7 +2796,8 @@ def test_a_programs_standard_streams_are_blocking_as_a_processs_are(
 
 def test_native_output_of_child_processes_is_logged(runtime: SubprocessCodeRuntime) -> None:
     program = 'import subprocess\nsubprocess.run(["echo", "from-child"], check=True)\nreturn 1'
-    assert run(runtime, program) == CodeRunResult(["from-child\n"], value=1)
+    # An entry per line, as a print's: without its newline.
+    assert run(runtime, program) == CodeRunResult(["from-child"], value=1)
 
 
 def test_prints_to_other_streams_behave_normally(runtime: SubprocessCodeRuntime) -> None:

@@ -148,7 +148,9 @@ class CodeRun(RunProcess):
     def _on_frame(self, frame: Any) -> None:
         kind = type(frame)
         if kind is Log:
-            if not self._ledger.admit(frame.text):
+            native = self._native
+            # A native line not yet ended came first (``NativeOutput``).
+            if (native.pending and not native.flush()) or not self._ledger.admit(frame.text):
                 self._settle(LIMIT)
         elif kind is Done:
             self._on_done(frame)
@@ -300,6 +302,7 @@ class CodeRun(RunProcess):
         self._close_all()
         self._calls.close()
         assert self._outcome is not None
+        self._native.flush()  # a last line the program's processes left unended
         result = materialize(self._ledger, self._outcome)
         if not self.future.done():
             self.future.set_result(result)
