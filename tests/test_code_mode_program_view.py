@@ -70,6 +70,15 @@ def test_a_multiprocessing_manager_says_the_sandbox_refuses_its_socket(system: T
     )
 
 
+def test_input_says_the_program_has_no_standard_input(system: ToolSystem) -> None:
+    message = failure_text(system, 'name = input("Name? ")')
+    assert message.endswith(
+        "\nEOFError: EOF when reading a line\nA run_code program has no standard input:"
+        " input() and sys.stdin read end of file at once. Put what it needs in the program"
+        " itself, or get it through the tools."
+    )
+
+
 def test_a_fork_process_over_a_pipe_works_as_the_manager_note_says(system: ToolSystem) -> None:
     program = """
 import multiprocessing
@@ -152,6 +161,15 @@ traceback.print_stack()
         "ValueError: bad row",
         '  File "<run_code>", line 9, in <module>\n    traceback.print_stack()',
     ]
+
+
+def test_a_warning_is_one_log_entry_as_print_is(system: ToolSystem) -> None:
+    program = """
+import warnings
+warnings.warn("rounding")
+"""
+    logs, _ = logs_and_result(system, program)
+    assert logs == ['<run_code>:3: UserWarning: rounding\n  warnings.warn("rounding")']
 
 
 def test_writelines_is_one_log_entry_and_each_write_is_one_as_ever(system: ToolSystem) -> None:

@@ -45,6 +45,7 @@ import sys
 import threading
 import traceback
 import types
+import warnings
 from collections.abc import Callable
 from functools import partial, wraps
 from typing import Any, Final, NoReturn
@@ -834,12 +835,14 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     builtins.print = worker.print
     builtins.help = worker.help  # type: ignore[assignment]  # site's helper, replaced
     threading.excepthook = worker.thread_excepthook
-    # The standard library's printers that write one value in pieces: each a log entry.
+    # The standard library's printers that write one value in pieces, or a line and its
+    # newline: each value one log entry.
     pprint.PrettyPrinter.pprint = worker.one_entry(pprint.PrettyPrinter.pprint)  # type: ignore[method-assign]
     json.dump = worker.one_entry(json.dump)
     logging.StreamHandler.emit = worker.one_entry(logging.StreamHandler.emit)  # type: ignore[method-assign]
     traceback.print_exception = worker.one_entry(traceback.print_exception)
     traceback.print_list = worker.one_entry(traceback.print_list)
+    warnings.showwarning = worker.one_entry(warnings.showwarning)
     sys.unraisablehook = worker.unraisable_hook
     os.register_at_fork(after_in_child=worker.forked)
     asyncio.run = guard_nested_run(asyncio.run)

@@ -72,6 +72,12 @@ _MANAGER_NOTE: Final = (
     " Threads (queue.Queue, threading locks, asyncio.to_thread) and a process of the"
     ' "fork" start method talking over a multiprocessing.Pipe() work.'
 )
+_NO_INPUT_NOTE: Final = (
+    "A run_code program has no standard input: input() and sys.stdin read end of file at once."
+    " Put what it needs in the program itself, or get it through the tools."
+)
+_NO_INPUT: Final = "EOF when reading a line"
+"""The text of ``input()``'s ``EOFError``."""
 _MANAGERS_FILE: Final = os.path.join("multiprocessing", "managers.py")
 Refusal = tuple[int, str, str]
 """One refusal of the sandbox's that CPython reports in a bare ``strerror`` from inside the
@@ -128,6 +134,16 @@ def _explain_manager(exc: BaseException, refusals: Sequence[Refusal]) -> None:
                     exc.add_note(_MANAGER_NOTE)
                 return
             tb = tb.tb_next
+
+
+def _explain_no_input(exc: BaseException) -> None:
+    """Add ``_NO_INPUT_NOTE`` to ``exc`` if it is the ``EOFError`` of ``input()`` (whose
+    standard input is ``/dev/null``): "EOF when reading a line" says nothing of why."""
+    if type(exc) is not EOFError or exc.args != (_NO_INPUT,):
+        return
+    with contextlib.suppress(Exception):
+        if _NO_INPUT_NOTE not in (getattr(exc, "__notes__", None) or ()):
+            exc.add_note(_NO_INPUT_NOTE)
 
 
 _TAKERS_OF_AWAITABLES: Final = frozenset(
@@ -382,6 +398,7 @@ def render_exception(
             _explain_pickling(current)
             _explain_refusal(current, refusals)
             _explain_manager(current, refusals)
+            _explain_no_input(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
