@@ -253,3 +253,29 @@ read_address(0)
         '  File "<run_code>", line 4 in read_address',
         '  File "<run_code>", line 6 in <module>',
     ]
+
+
+# --- budgets ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+@pytest.mark.parametrize(
+    ("loop", "where"),
+    [
+        ("def spin():\n    n = 0\n    while True:\n        n += 1\nspin()", "line 4, in spin"),
+        # A loop in C, which holds the GIL and runs no handler of Python's.
+        ("sum(range(10**15))", "line 1"),
+    ],
+)
+def test_the_compute_budgets_failure_names_the_line_it_ran_out_on(
+    isolation: str, loop: str, where: str
+) -> None:
+    # The failure said only "compute budget exhausted (300ms busy)": a program of many loops
+    # could not tell which one spun.
+    config = ToolsConfig(mode="code", compute_ms=300, code_isolation=isolation)
+    with ToolSystem.start(config) as own:
+        message = failure_of(run_code(own, loop)).message
+    assert message.startswith(
+        f"code run failed (timeout): compute budget exhausted (300ms busy); the program was"
+        f" at {where}\n"
+    )

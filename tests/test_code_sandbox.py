@@ -611,10 +611,9 @@ os.wait()
     finally:
         runtime.close()
     assert result.error is not None
-    assert (result.error.kind, result.error.message) == (
-        "timeout",
-        "compute budget exhausted (1500ms busy)",
-    )
+    assert result.error.kind == "timeout"
+    # And where the worker was: waiting for its children (``os.wait()``).
+    assert result.error.message.startswith("compute budget exhausted (1500ms busy)")
 
 
 def test_the_memory_of_every_process_of_the_run_is_charged() -> None:

@@ -302,8 +302,12 @@ class CodeRun(RunProcess):
         self._close_all()
         self._calls.close()
         assert self._outcome is not None
-        self._native.flush()  # a last line the program's processes left unended
-        result = materialize(self._ledger, self._outcome)
+        native = self._native
+        native.flush()  # a last line the program's processes left unended
+        outcome = self._outcome
+        if native.where is not None:
+            outcome = self._limits.where_spent(outcome, native.where)
+        result = materialize(self._ledger, outcome)
         if not self.future.done():
             self.future.set_result(result)
         self._schedule_refill()

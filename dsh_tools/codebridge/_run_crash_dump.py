@@ -8,12 +8,19 @@ them out of the lines it reads, as a traceback of the program leaves them out: i
 block (``Current thread 0x... (most recent call first):`` or ``Thread 0x...``, one
 ``  File "<name>", line <n> in <function>`` line per frame, innermost first), every frame
 beneath the outermost frame of the program's file and every frame of the worker's package.
-Lines a program writes that merely look like a dump lose at most such frame lines.
+Lines a program writes that merely look like a dump lose at most such frame lines (and may
+name a line of their own as where a compute budget ran out).
+
+The dump also comes, with the program running on, when the run's compute budget has run out
+(``WHERE_SIGNAL``): its innermost frame of the program is where the time ran out, which the
+budget's failure names (``where``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import selectors
 from typing import Final
 
 from ._program import FILENAME
@@ -22,6 +29,12 @@ __all__ = ["CrashDumpFilter"]
 
 _WORKER_PACKAGE: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """The directory of the worker's modules (and the sandbox's, beneath it)."""
+_LOOP_FILES: Final = (
+    os.path.dirname(asyncio.__file__) + os.sep,
+    selectors.__file__,
+)
+"""The event loop's plumbing: the worker's loop waiting in a thread's block, beneath anything
+of the program's, or between a program's own frames (a loop it runs in a thread)."""
 _BLOCK_END: Final = " (most recent call first):"
 _FRAME: Final = '  File "'
 _PROGRAM_FRAME: Final = f'{_FRAME}{FILENAME}", '
@@ -30,31 +43,62 @@ _MARK: Final = "most recent call first"
 
 
 class CrashDumpFilter:
-    """The state of one native pipe's lines: outside a thread's block, in one, or in one
-    past the program's outermost frame so far."""
+    """The state of one native pipe's lines: in a dump or not, in a thread's block of it or
+    not, and where in that block."""
 
-    __slots__ = ("_below", "_block")
+    __slots__ = ("_below", "_block", "_dump", "_inner", "_rank", "where")
 
     def __init__(self) -> None:
+        self._dump = False
         self._block = False
+        self._inner = False  # a frame is shown of this block (the innermost comes first)
         self._below = False  # a frame of the program's was seen in this block
+        self._rank = 0  # how well ``where`` tells where this dump's program was (``lines``)
+        self.where: str | None = None
+        """Where the program was in the last dump that showed it: ``line <n>, in <name>``
+        (``line <n>`` at its top level), the innermost frame of the program in a thread that
+        runs the program's own code (whose innermost frame is the program's), else in the
+        first thread that has one (waiting in a call it made)."""
 
-    def lines(self, text: str) -> str:
+    def lines(self, text: str) -> str | None:
         """``text`` (whole lines, without the last one's newline) without the worker's frames
-        of any dump it holds or continues."""
-        if not self._block and _MARK not in text:
+        of any dump it holds or continues; ``None`` when nothing is left of it."""
+        if not self._dump and _MARK not in text:
             return text  # nearly always: no dump
         kept: list[str] = []
+        dropped = False
         for line in text.split("\n"):
             if self._block and line.startswith(_FRAME):
                 if line.startswith(_PROGRAM_FRAME):
-                    self._below = True
-                elif self._below or line[len(_FRAME) :].startswith(_WORKER_PACKAGE):
+                    if not self._below:
+                        rank = 1 if self._inner else 2
+                        if rank > self._rank:
+                            self._rank = rank
+                            self.where = _where(line[len(_PROGRAM_FRAME) :])
+                    self._below = self._inner = True
+                elif self._below or line[len(_FRAME) :].startswith((_WORKER_PACKAGE, *_LOOP_FILES)):
+                    dropped = True
                     continue
+                else:
+                    self._inner = True  # a library's frame, in a call the program made
+            elif line.endswith(_BLOCK_END) and line.startswith(("Current thread 0x", "Thread 0x")):
+                if not self._dump:
+                    self._dump = True
+                    self._rank = 0
+                self._block = True
+                self._inner = self._below = False
+            elif self._block and line.startswith("  "):  # "  <no Python frame>", "  ..."
+                pass
             else:
-                self._block = line.endswith(_BLOCK_END) and (
-                    line.startswith("Current thread 0x") or line.startswith("Thread 0x")
-                )
-                self._below = False
+                self._block = False
+                self._dump = line == ""  # threads' blocks are apart by a blank line
             kept.append(line)
+        if dropped and not kept:
+            return None
         return "\n".join(kept)
+
+
+def _where(frame: str) -> str:
+    """``line 4, in spin`` of a frame's ``line 4 in spin`` (``line 4`` of ``<module>``)."""
+    line, _, name = frame.partition(" in ")
+    return line if name in ("", "<module>") else f"{line}, in {name}"

@@ -62,7 +62,7 @@ class NativeOutput:
             partial = self._partial[index]
             if partial:
                 self._partial[index] = ""
-                admitted = self._ledger.admit(self._dumps[index].lines(partial)) and admitted
+                admitted = self._admit_lines(index, partial) and admitted
         return admitted
 
     def take(self, index: int, data: bytes) -> bool:
@@ -99,7 +99,18 @@ class NativeOutput:
                 whole = text[: cut + 1]
         if whole.endswith("\n"):
             whole = whole[:-1]
-        return self._ledger.admit(self._dumps[index].lines(whole))
+        return self._admit_lines(index, whole)
+
+    def _admit_lines(self, index: int, text: str) -> bool:
+        """Admit ``text``, lines of pipe ``index``, less the worker's frames of a stack dump
+        (nothing when that was all of it)."""
+        shown = self._dumps[index].lines(text)
+        return shown is None or self._ledger.admit(shown)
+
+    @property
+    def where(self) -> str | None:
+        """Where the program was in the last stack dump on stderr (``CrashDumpFilter``)."""
+        return self._dumps[1].where
 
     def _decoder(self, index: int) -> codecs.IncrementalDecoder:
         decoder = self._decoders[index]

@@ -51,7 +51,7 @@ from ._run_status import (
     WorkerReport,
     take_report,
 )
-from ._sandbox._init import process_exiting
+from ._sandbox._init import WHERE_SECONDS, WHERE_SIGNAL, process_exiting
 from ._seam import CodeRuntimeConfig
 from ._template_host import TemplateHandle, close_host_fds
 
@@ -584,6 +584,10 @@ class RunProcess(abc.ABC):
         status = self._exit_status if self._worker_status is None else self._worker_status
         return self._limits.exit_outcome(self._budget, status, self._exit_cpu)
 
+    def _compute_spent(self) -> None:
+        self._sampler = None
+        self._settle(self._limits.compute_timeout())
+
     def _sample_cpu(self) -> None:
         self._sampler = None
         pid = self._pid
@@ -593,6 +597,10 @@ class RunProcess(abc.ABC):
         if exhausted is None:
             return  # no /proc (the RLIMIT_CPU backstop remains) or the process is gone
         if exhausted:
-            self._settle(self._limits.compute_timeout())
+            # Where the program is, asked first (the sandbox's init does the same): the run
+            # ends once the worker has had time to say.
+            with contextlib.suppress(OSError):
+                os.kill(pid, WHERE_SIGNAL)
+            self._sampler = self._loop.call_later(WHERE_SECONDS, self._compute_spent)
         else:
             self._sampler = self._loop.call_later(_CPU_SAMPLE_SECONDS, self._sample_cpu)

@@ -187,6 +187,15 @@ class RunLimits:
             failure=("timeout", f"compute budget exhausted ({format_ms(self.compute_ms)}ms busy)")
         )
 
+    def where_spent(self, outcome: Outcome, where: str) -> Outcome:
+        """``outcome``, naming ``where`` the program was if it is the compute budget's
+        failure (the worker wrote its stacks as the run ended: ``WHERE_SIGNAL``)."""
+        spent = self.compute_timeout().failure
+        if outcome.failure is None or outcome.failure != spent:
+            return outcome
+        kind, message = outcome.failure
+        return Outcome(failure=(kind, f"{message}; the program was at {where}"))
+
     def wall_timeout(self, unanswered: str | None = None) -> Outcome:
         """The wall ceiling's failure; ``unanswered``: the binding calls it found in flight
         (what a program waiting on a slow tool was waiting for)."""

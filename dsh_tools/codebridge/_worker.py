@@ -76,6 +76,7 @@ from ._program import (
     compile_program,
     source_lines,
 )
+from ._sandbox._init import WHERE_SIGNAL
 from ._tokens import TokenError, detokenize, not_lossless, tokenize
 from ._worker_api import (
     ABSENT,
@@ -861,6 +862,9 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     # SIGSEGV" and nothing else: the Python stack of each thread is written first (to the
     # native stderr pipe, which the run's log takes), then the signal ends the run as ever.
     faulthandler.enable(2)
+    # The same stacks when the run's compute budget has run out (``WHERE_SIGNAL``): the
+    # host names the program's line it ran out on from them.
+    faulthandler.register(WHERE_SIGNAL, 2, all_threads=True, chain=False)
     program_stack_only(FILENAME)
     program_tracebacks_only()
     asyncio.set_event_loop(loop)

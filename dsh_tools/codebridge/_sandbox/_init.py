@@ -56,8 +56,11 @@ __all__ = [
     "NOTICE_HELD",
     "NOTICE_STARTED",
     "TICK_SECONDS",
+    "WHERE_SECONDS",
+    "WHERE_SIGNAL",
     "Meter",
     "ProcMeter",
+    "ask_where",
     "process_exiting",
     "run_init",
     "task_ceiling",
@@ -73,6 +76,15 @@ NOTICE_HELD: Final = b"H"
 init measures CPU time, memory and processes from then on, and the wall clock only from
 ``NOTICE_STARTED``, which the worker writes once the run has come: waiting for a run that is
 not due to start is no part of its wall time."""
+WHERE_SIGNAL: Final = signal.SIGRTMIN + 6
+"""The signal on which the worker writes the Python stack of each of its threads to its
+native stderr (``faulthandler``, from C: it comes even from a loop in C that holds the GIL).
+The run's end sends it when the compute budget has run out, so that the failure can say
+which line of the program the time ran out on (``_run_crash_dump``)."""
+WHERE_SECONDS: Final = 0.05
+"""How long the worker is given to write that stack before the run is ended: a spinning
+process takes a signal at its next tick, a waiting one once it is scheduled. It adds this
+much to a compute budget's failure, and the program this much CPU time past the budget."""
 BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
@@ -104,6 +116,16 @@ _LOCKS_EVERY: Final = 10
 _LOCKS_READ_BYTES: Final = 1 << 16
 REPORT_HANG_UP: Final = b"H"
 """The init's report that it ended the run on the host's hang-up while its worker lived."""
+
+
+def ask_where(pid: int) -> None:
+    """Have worker ``pid`` write where its threads are (``WHERE_SIGNAL``) and give it
+    ``WHERE_SECONDS`` to; best effort (a program may have taken the signal over)."""
+    try:
+        os.kill(pid, WHERE_SIGNAL)
+    except OSError:
+        return
+    time.sleep(WHERE_SECONDS)
 
 
 def task_ceiling(max_processes: int) -> int:
@@ -433,6 +455,7 @@ def run_init(
             continue
         if cpu * 1000 >= compute_ms:
             report = b"B" + bytes([BUDGET_COMPUTE])
+            ask_where(worker)
         elif memory > memory_limit:
             report = b"B" + bytes([BUDGET_MEMORY])
         elif count > max_processes or meter.over_task_ceiling():
