@@ -7,7 +7,8 @@ of the worker's, asyncio's and the sandbox's, naming their files on the host. Th
 them out of the lines it reads, as a traceback of the program leaves them out: in a thread's
 block (``Current thread 0x... (most recent call first):`` or ``Thread 0x...``, one
 ``  File "<name>", line <n> in <function>`` line per frame, innermost first), every frame
-beneath the outermost frame of the program's file and every frame of the worker's package.
+beneath the outermost frame of the program's file and every frame of the worker's package
+or of the event loop (asyncio, selectors: the worker's loop waiting).
 Lines a program writes that merely look like a dump lose at most such frame lines (and may
 name a line of their own as where a compute budget ran out).
 
