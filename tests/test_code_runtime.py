@@ -2214,21 +2214,20 @@ return texts
     result = run(runtime, program, tools(echo=identity))
     texts = [*result.value, *result.logs]
     assert len(texts) == 3
-    for text, line, ending in zip(
+    for text, line, error in zip(
         texts,
         [5, 9, 13],
         [
-            "TypeError: tools.echo() takes one dict of arguments: await tools.echo({...})\n",
+            "TypeError: tools.echo() takes one dict of arguments: await tools.echo({...})",
             "TypeError: tools.echo(...) was not awaited: it is the pending call, not its result;"
-            " write (await tools.echo(...))[...]\n",
-            # A log entry, as a print's: without the record's trailing newline.
+            " write (await tools.echo(...))[...]",
             "AttributeError: 'tools' has no binding 'ecoh'; did you mean tools.echo?",
         ],
         strict=True,
     ):
         assert f'Traceback (most recent call last):\n  File "<run_code>", line {line}, in' in text
         assert text.count('  File "') == 1, text
-        assert text.endswith(f"\n{ending}")
+        assert text.endswith(f"\n{error}\n")
 
 
 def test_a_crash_in_c_leaves_the_programs_line_in_the_logs(
@@ -2796,8 +2795,7 @@ def test_a_programs_standard_streams_are_blocking_as_a_processs_are(
 
 def test_native_output_of_child_processes_is_logged(runtime: SubprocessCodeRuntime) -> None:
     program = 'import subprocess\nsubprocess.run(["echo", "from-child"], check=True)\nreturn 1'
-    # An entry per line, as a print's: without its newline.
-    assert run(runtime, program) == CodeRunResult(["from-child"], value=1)
+    assert run(runtime, program) == CodeRunResult(["from-child\n"], value=1)
 
 
 def test_prints_to_other_streams_behave_normally(runtime: SubprocessCodeRuntime) -> None:

@@ -148,9 +148,7 @@ class CodeRun(RunProcess):
     def _on_frame(self, frame: Any) -> None:
         kind = type(frame)
         if kind is Log:
-            native = self._native
-            # A native line not yet ended came first (``NativeOutput``).
-            if (native.pending and not native.flush()) or not self._ledger.admit(frame.text):
+            if not self._ledger.admit(frame.text):
                 self._settle(LIMIT)
         elif kind is Done:
             self._on_done(frame)
@@ -302,11 +300,12 @@ class CodeRun(RunProcess):
         self._close_all()
         self._calls.close()
         assert self._outcome is not None
-        native = self._native
-        native.flush()  # a last line the program's processes left unended
         outcome = self._outcome
-        if native.where is not None:
-            outcome = self._limits.where_spent(outcome, native.where)
+        native = self._native
+        native.flush()  # a dump's last unended line that waits for the rest
+        where = native.where
+        if where is not None:
+            outcome = self._limits.where_spent(outcome, where)
         result = materialize(self._ledger, outcome)
         if not self.future.done():
             self.future.set_result(result)

@@ -26,7 +26,7 @@ from typing import Final
 
 from ._program import FILENAME
 
-__all__ = ["CrashDumpFilter"]
+__all__ = ["DUMP_STARTS", "CrashDumpFilter"]
 
 _WORKER_PACKAGE: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """The directory of the worker's modules (and the sandbox's, beneath it)."""
@@ -36,6 +36,8 @@ _LOOP_FILES: Final = (
 )
 """The event loop's plumbing: the worker's loop waiting in a thread's block, beneath anything
 of the program's, or between a program's own frames (a loop it runs in a thread)."""
+DUMP_STARTS: Final = ("Current thread 0x", "Thread 0x")
+"""How the first line of a thread's stack in a dump begins."""
 _BLOCK_END: Final = " (most recent call first):"
 _FRAME: Final = '  File "'
 _PROGRAM_FRAME: Final = f'{_FRAME}{FILENAME}", '
@@ -61,6 +63,11 @@ class CrashDumpFilter:
         runs the program's own code (whose innermost frame is the program's), else in the
         first thread that has one (waiting in a call it made)."""
 
+    @property
+    def in_dump(self) -> bool:
+        """Whether the lines read so far end inside a dump (its next line may continue it)."""
+        return self._dump or self._block
+
     def lines(self, text: str) -> str | None:
         """``text`` (whole lines, without the last one's newline) without the worker's frames
         of any dump it holds or continues; ``None`` when nothing is left of it."""
@@ -82,7 +89,7 @@ class CrashDumpFilter:
                     continue
                 else:
                     self._inner = True  # a library's frame, in a call the program made
-            elif line.endswith(_BLOCK_END) and line.startswith(("Current thread 0x", "Thread 0x")):
+            elif line.endswith(_BLOCK_END) and line.startswith(DUMP_STARTS):
                 if not self._dump:
                     self._dump = True
                     self._rank = 0

@@ -1,15 +1,14 @@
 """The worker's native output: bytes written to descriptors 1 and 2 (by C code, subprocesses,
 forked children, or a program that writes to the descriptors directly), decoded as UTF-8
 (invalid bytes replaced, sequences split across reads kept whole) into entries of the run's
-output ledger.
+output ledger: each read is one entry, as it came (the contract's rule: a line a child prints
+keeps its newline, and a line written in pieces may come in several entries).
 
-The entries are lines, as ``print``'s are: what a read brings up to its last newline is one
-entry, without that newline, and the line it leaves unended waits for the rest. Each read was
-an entry as it came, and the text shown, the entries joined by newlines, had a blank line after
-each line a child printed and broke a line at every write of a program that writes one in
-pieces (``ls``'s ``ls: `` + ``cannot open directory`` + ...). A line not yet ended is admitted
-as it is before anything else is logged (the order of arrival holds), once it is longer than
-``PARTIAL_LIMIT``, and at the end of the run."""
+The one exception is a stack dump (``faulthandler``'s, after a crash in C or when the compute
+budget runs out), whose worker frames are taken out (``CrashDumpFilter``): the filter reads
+whole lines, and ``faulthandler`` writes each line in pieces, so while a dump may be under way
+the line a read leaves unended waits for the next read of its pipe (``CARRY_LIMIT`` at most) or
+the end of the run."""
 
 from __future__ import annotations
 
@@ -17,30 +16,35 @@ import codecs
 from typing import Final
 
 from ._ledger import OutputLedger
-from ._run_crash_dump import CrashDumpFilter
+from ._run_crash_dump import DUMP_STARTS, CrashDumpFilter
 from ._run_pipes import DRAIN_LIMIT, READ_SIZE, read_available
 
-__all__ = ["PARTIAL_LIMIT", "NativeOutput"]
+__all__ = ["CARRY_LIMIT", "NativeOutput"]
 
 _UTF8 = codecs.getincrementaldecoder("utf-8")
 
-PARTIAL_LIMIT: Final = 1 << 16
-"""The most characters of a line not yet ended the host holds for a pipe."""
+CARRY_LIMIT: Final = 1 << 12
+"""The most characters of an unended line of a stack dump the host holds for a pipe (a dump's
+lines are short: a frame names a file, a line and a function)."""
+
+
+def _may_start_dump(tail: str) -> bool:
+    """Whether an unended line may be, or become, the first line of a thread's stack in a
+    dump."""
+    return tail.startswith(DUMP_STARTS) or any(start.startswith(tail) for start in DUMP_STARTS)
 
 
 class NativeOutput:
     """One attempt's two native pipes (index 0 stdout, 1 stderr) as ledger entries."""
 
-    __slots__ = ("_decoders", "_dumps", "_ledger", "_partial", "eof", "pending")
+    __slots__ = ("_carried", "_decoders", "_dumps", "_ledger", "eof")
 
     def __init__(self, ledger: OutputLedger) -> None:
         self._ledger = ledger
         # Made at a pipe's first bytes: most runs write nothing natively.
         self._decoders: list[codecs.IncrementalDecoder | None] = [None, None]
-        self._partial = ["", ""]
         self._dumps = (CrashDumpFilter(), CrashDumpFilter())
-        self.pending = False
-        """Whether a pipe's line not yet ended waits (``flush`` admits it)."""
+        self._carried = ["", ""]
         self.eof = [False, False]
 
     @property
@@ -49,62 +53,50 @@ class NativeOutput:
         return self.eof[0] and self.eof[1]
 
     def close(self) -> None:
-        """Stop counting on either pipe (what waits is admitted)."""
+        """Stop counting on either pipe (an unended line of a dump that waits is admitted)."""
         self.flush()
         self.eof[0] = self.eof[1] = True
 
     def flush(self) -> bool:
-        """Admit the lines not yet ended (stdout's first); ``False`` when the ledger
-        overflowed."""
-        self.pending = False
+        """Admit what waits of a dump's unended lines; ``False`` when the ledger overflowed."""
         admitted = True
         for index in (0, 1):
-            partial = self._partial[index]
-            if partial:
-                self._partial[index] = ""
-                admitted = self._admit_lines(index, partial) and admitted
+            if self._carried[index]:
+                admitted = self._admit(index, "", final=True) and admitted
         return admitted
 
     def take(self, index: int, data: bytes) -> bool:
         """Admit one read of pipe ``index`` (``b""``: its end of file); ``False`` when the
         ledger overflowed."""
         if data:
-            return self._admit(index, self._decoder(index).decode(data), False)
+            return self._admit(index, self._decoder(index).decode(data))
         decoder = self._decoders[index]
         text = "" if decoder is None else decoder.decode(b"", True)
         self.eof[index] = True
-        return self._admit(index, text, True)
+        return self._admit(index, text, final=True)
 
-    def _admit(self, index: int, text: str, final: bool) -> bool:
-        """Admit ``text``, read from pipe ``index`` after what waits of it, up to its last
-        newline (all of it when ``final``, or when what is left is too long to wait)."""
-        partial = self._partial
-        if partial[1 - index] and not self.flush():  # the other pipe's line came first
-            return False
-        if partial[index]:
-            text = partial[index] + text
-            partial[index] = ""
-            self.pending = False
+    def _admit(self, index: int, text: str, *, final: bool = False) -> bool:
+        """Admit ``text``, one read of pipe ``index``, less the worker's frames of a stack
+        dump it holds (nothing when that was all of it); while a dump may be under way, its
+        unended last line waits for the next read (unless ``final``)."""
+        carried = self._carried[index]
+        if carried:
+            text = carried + text
+            self._carried[index] = ""
+        dump = self._dumps[index]
+        if not final:
+            cut = text.rfind("\n") + 1
+            tail = text[cut:]
+            if tail and len(tail) <= CARRY_LIMIT and (dump.in_dump or _may_start_dump(tail)):
+                self._carried[index] = tail
+                text = text[:cut]
         if not text:
             return True
-        whole = text
-        if not final:
-            cut = text.rfind("\n")
-            rest = text[cut + 1 :]
-            if rest and len(rest) <= PARTIAL_LIMIT:
-                partial[index] = rest
-                self.pending = True
-                if cut < 0:
-                    return True
-                whole = text[: cut + 1]
-        if whole.endswith("\n"):
-            whole = whole[:-1]
-        return self._admit_lines(index, whole)
-
-    def _admit_lines(self, index: int, text: str) -> bool:
-        """Admit ``text``, lines of pipe ``index``, less the worker's frames of a stack dump
-        (nothing when that was all of it)."""
-        shown = self._dumps[index].lines(text)
+        if text.endswith("\n"):  # the filter reads lines: the read's last newline is kept
+            shown = dump.lines(text[:-1])
+            shown = None if shown is None else shown + "\n"
+        else:
+            shown = dump.lines(text)
         return shown is None or self._ledger.admit(shown)
 
     @property
@@ -130,9 +122,9 @@ class NativeOutput:
             if not data:
                 break
             taken += len(data)
-            if not self._admit(index, self._decoder(index).decode(data), False):
+            if not self._admit(index, self._decoder(index).decode(data)):
                 break
         decoder = self._decoders[index]
         tail = "" if decoder is None else decoder.decode(b"", True)
-        self._admit(index, tail, True)
+        self._admit(index, tail, final=True)
         self.eof[index] = True

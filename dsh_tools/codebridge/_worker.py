@@ -43,7 +43,6 @@ import selectors
 import signal
 import sys
 import threading
-import traceback
 import types
 import warnings
 from collections.abc import Callable
@@ -345,12 +344,12 @@ class Worker:
 
     def one_entry(self, printer: Callable[..., Any]) -> Callable[..., Any]:
         """``printer``, a printer of the standard library's that writes one value in pieces
-        (``pprint``, ``json.dump``, a logging handler, ``traceback.print_exc``), made to log
-        what it writes to the capture streams as ``print`` does a value: one entry (per
-        stream it writes to), with one trailing newline removed. Each piece was an entry of
-        its own, and the text shown, the entries joined by newlines, broke the value at every
-        piece. A printer run inside another's (a logging handler's ``handleError`` printing a
-        traceback) adds to the outer one's entry."""
+        (``pprint``, ``json.dump``, a logging handler, a warning), made to log
+        what it writes to the capture streams as one write: one entry (per stream it writes
+        to), as written. Each piece was an entry of its own, and the text shown, the entries
+        joined by newlines, broke the value at every piece. A printer run inside another's (a
+        logging handler's ``handleError`` printing a traceback) adds to the outer one's
+        entry."""
         gathers = self.gathers
 
         @wraps(printer)
@@ -370,14 +369,13 @@ class Worker:
 
     def emit_pieces(self, pieces: list[tuple[int, str]]) -> None:
         """Emit what a printer wrote (``one_entry``): each run of pieces written to one
-        stream as one entry, as ``print`` would have."""
+        stream as one entry, as one write of it would have been."""
         start = 0
         for index in range(1, len(pieces) + 1):
             if index == len(pieces) or pieces[index][0] != pieces[start][0]:
-                text = "".join(text for _fd, text in pieces[start:index])
-                if text.endswith("\n"):
-                    text = text[:-1]
-                self.emit(text, pieces[start][0])
+                # As written (the contract's rule for a stream's writes): the printer's value
+                # is one write, its newline kept.
+                self.emit("".join(text for _fd, text in pieces[start:index]), pieces[start][0])
                 start = index
 
     def refusals(self) -> tuple[Refusal, ...]:
@@ -841,9 +839,11 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     pprint.PrettyPrinter.pprint = worker.one_entry(pprint.PrettyPrinter.pprint)  # type: ignore[method-assign]
     json.dump = worker.one_entry(json.dump)
     logging.StreamHandler.emit = worker.one_entry(logging.StreamHandler.emit)  # type: ignore[method-assign]
-    traceback.print_exception = worker.one_entry(traceback.print_exception)
-    traceback.print_list = worker.one_entry(traceback.print_list)
+    # (``traceback``'s printers print each piece, which ``print``'s rule makes an entry that
+    # reads whole once the entries are joined: they are left as they are.)
     warnings.showwarning = worker.one_entry(warnings.showwarning)
+    # (``traceback``'s printers print each piece, which ``print``'s rule makes an entry that
+    # reads whole once the entries are joined: they are left as they are.)
     sys.unraisablehook = worker.unraisable_hook
     os.register_at_fork(after_in_child=worker.forked)
     asyncio.run = guard_nested_run(asyncio.run)
