@@ -488,8 +488,7 @@ def test_aborting_a_call_queued_behind_a_running_one_leaves_that_call_and_its_ac
     # The queued call has not begun: its abort must not kill the actor under the call ahead
     # of it, which would lose that call's state, or run it twice on a fresh actor.
     params = {"dir": {"type": "string"}, "then": {"type": "string"}}
-    # The grace is the queued body's time to see its abort once it begins (a loaded machine
-    # took more than 0.2 s); the call ahead runs 2 s, past the grace after the abort.
+    # The call ahead runs 2 s, past the grace after the abort.
     pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=1.0)
     system.tools.register(json_tool("tally", tally, pool, parameters=params))
     for sub in ("busy", "queued"):
@@ -514,4 +513,35 @@ def test_aborting_a_call_queued_behind_a_running_one_leaves_that_call_and_its_ac
     assert aborted.error.info.code == "ABORTED"
     assert done.value == {"calls": 1, "pid": pid}  # run once, on the actor it began on
     assert after.value["pid"] == pid
+    assert logs.warnings == []
+
+
+def test_a_call_aborted_while_queued_behind_a_running_one_never_runs_its_body(
+    system: ToolSystem, tmp_path: Path, logs: Logs
+) -> None:
+    # Ray reports a queued actor call it was asked to cancel as cancelled, yet runs it when
+    # its turn comes: the body must not begin, whatever it would do with its signal.
+    params = {"dir": {"type": "string"}, "tag": {"type": "string"}, "seconds": {"type": "number"}}
+    pool = RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=1.0)
+    system.tools.register(json_tool("logged", logged, pool, parameters=params))
+
+    def logged_call(tag: str, seconds: float = 0, signal: Any = None) -> ExecuteCall:
+        arguments = {"dir": str(tmp_path), "tag": tag, "seconds": seconds}
+        return ExecuteCall(call_id=tag, name="logged", arguments=arguments, signal=signal)
+
+    busy = spawn(system, logged_call("busy", 2.0))
+    deadline = time.monotonic() + WAIT
+    while not (tmp_path / "log").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    controller = AbortController()
+    queued = spawn(system, logged_call("queued", signal=controller.signal))
+    time.sleep(0.5)  # sent to the busy actor by now
+    controller.abort()
+    aborted = queued.result(WAIT)
+    done = busy.result(WAIT)
+    after = system.execute(logged_call("after"))  # the actor reaches it after the aborted one
+
+    assert aborted.error.info.code == "ABORTED"
+    assert not done.is_error and after.value["pid"] == done.value["pid"]
+    assert (tmp_path / "log").read_text().split() == ["busy", "after"]
     assert logs.warnings == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import itertools
 import threading
 import time
 import weakref
@@ -16,7 +17,7 @@ from ..actors._logging import get_logger
 from ._driver import connected_ray, connection, demand, import_ray, unplaceable
 from ._errors import RemoteUnavailableError
 from ._ray_pickle import ShippedBody
-from ._remote import BodyActor, run_body
+from ._remote import CONTROL_GROUP, BodyActor, run_body
 
 __all__ = [
     "ActorPool",
@@ -29,6 +30,10 @@ __all__ = [
 ]
 
 _log = get_logger("dsh_tools.distributed")
+
+_DROP_ANSWER_S = 1.0
+"""The least time an actor has to answer whether it dropped calls that had not begun (its
+``drop`` runs beside the running call, so a live actor answers at once)."""
 
 
 class RunnerSettings(Protocol):
@@ -141,13 +146,16 @@ class TaskRunner:
 
 
 class ActorSubmission:
-    __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "slot")
+    __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "seq", "slot")
 
-    def __init__(self, pool: ActorPool, slot: _Slot, actor: Any, reached: Any, ref: Any) -> None:
+    def __init__(
+        self, pool: ActorPool, slot: _Slot, actor: Any, reached: Any, seq: int, ref: Any
+    ) -> None:
         self.pool = pool
         self.slot = slot
         self.actor = actor
         self.reached = reached
+        self.seq = seq  # its place in the order the pool's calls were sent (see ``BodyActor``)
         self.ref = ref
         self.released = False
         self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
@@ -166,8 +174,14 @@ class ActorSubmission:
             if connected_ray() is not None:
                 ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
             return
-        # A pending call is dropped; a running one sees its signal abort (Ray cannot interrupt
-        # an actor's running call, nor force it).
+        if _drop(ray, self.actor, [self.seq], pool.grace) == [self.seq]:
+            # It had not begun (it waits behind another call): it never will, and the call
+            # ahead is no part of this abort. Ray's own cancellation would not do: it reports
+            # a queued call cancelled and runs it all the same when its turn comes.
+            return
+        # A running call sees its signal abort (Ray cannot interrupt an actor's running call,
+        # nor force it). Should the actor not have answered (dead, out of reach, or too busy
+        # to), a call still queued is dropped by Ray at best.
         ray.cancel(self.ref, recursive=True)
         ready, _ = ray.wait([self.ref], timeout=pool.grace, fetch_local=False)
         if ready or connected_ray() is None:
@@ -241,13 +255,15 @@ class ActorPool:
         self._execute = execute
         self._tool = tool
         options = placement._options()
-        self._cls = ray.remote(BodyActor).options(
+        # ``drop`` runs in a group of its own, beside the running call (see ``BodyActor``).
+        self._cls = ray.remote(concurrency_groups={CONTROL_GROUP: 1})(BodyActor).options(
             max_restarts=0, max_task_retries=0, max_concurrency=1, **options
         )
         self._demand = demand(options)  # what each actor needs of a node
         self._wait = placement.placement_wait_s
         self._lock = threading.Lock()
         self._slots = [_Slot(index) for index in range(placement.actor_pool)]
+        self._sent = itertools.count()  # numbers the calls in the order they are sent
 
     def submit(self, frame: bytes) -> Submission:
         with self._lock:
@@ -271,7 +287,10 @@ class ActorPool:
                 # soon after its last call it died: a process often ends just after its work
                 # (a crash the body left behind, the memory it took).
                 reached = actor.ready.remote()
-            submission = ActorSubmission(self, slot, actor, reached, actor.call.remote(frame))
+            seq = next(self._sent)
+            submission = ActorSubmission(
+                self, slot, actor, reached, seq, actor.call.remote(frame, seq)
+            )
             slot.last = submission.ref
             slot.calls.add(submission)
         if placing is not None:
@@ -387,11 +406,18 @@ class ActorPool:
         ray = connected_ray()
         if ray is None:
             return  # the actor ended with the connection (see ``TaskSubmission.stop``)
-        if running is not None:
-            # Only the calls behind another that has not ended are sure not to have begun: the
-            # one at the head of the actor's queue (not ``running`` when that one was queued
+        if running is not None and queued:
+            # Only the calls the actor dropped before they began are sure not to have begun
+            # (the stubborn call may have ended just now, and the next one begun). Should
+            # the actor not answer, only those behind another call that has not ended are:
+            # the one at the head of its queue (not ``running`` when that one was queued
             # behind a call that would not end) may be running, and is lost with the actor.
-            queued = [s for s in queued if s.reached is not None and not _settled(ray, s.reached)]
+            dropped = _drop(ray, actor, [s.seq for s in queued], self.grace)
+            queued = (
+                [s for s in queued if s.reached is not None and not _settled(ray, s.reached)]
+                if dropped is None
+                else [s for s in queued if s.seq in dropped]
+            )
         for submission in queued:
             submission.moved = True
         for submission in queued:
@@ -400,6 +426,18 @@ class ActorPool:
                 ray.cancel(submission.ref)
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
+
+
+def _drop(ray: Any, actor: Any, seqs: list[int], grace: float) -> list[int] | None:
+    """Those of the calls ``seqs`` that ``actor`` dropped before they began (they never will,
+    see ``BodyActor.drop``), or None when it did not answer (it died, is out of reach, or a
+    body holds its interpreter)."""
+    try:
+        dropping = actor.drop.options(concurrency_group=CONTROL_GROUP).remote(seqs)
+        dropped: list[int] = ray.get(dropping, timeout=max(grace, _DROP_ANSWER_S))
+    except Exception:
+        return None
+    return dropped
 
 
 def _settled(ray: Any, ref: Any) -> bool:

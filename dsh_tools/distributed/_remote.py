@@ -167,19 +167,52 @@ _ENDING_TASK: Final = (KeyboardInterrupt, SystemExit, asyncio.CancelledError)
 """What Ray raises in a worker to cancel its call or end the worker."""
 
 
+DROPPED: Final = b""
+"""What ``BodyActor.call`` answers for a call dropped before it began (no reply frame is
+empty)."""
+
+CONTROL_GROUP: Final = "control"
+"""The actor's concurrency group for ``drop``: answered while a call runs in the default
+group (one thread: the calls still run one at a time, in the order they were sent)."""
+
+
 class BodyActor:
     """A Ray actor holding one tool's body: its closure, module globals and anything the body
-    keeps stay alive between calls on this actor (stateful tools). Calls run one at a time."""
+    keeps stay alive between calls on this actor (stateful tools). Calls run one at a time.
+
+    Each call carries a sequence number, increasing in the order the calls were sent (the
+    order the actor runs them in). ``drop`` makes a call that has not begun never begin: Ray
+    reports a queued actor call it was asked to cancel as cancelled, yet still runs it when
+    its turn comes, with no cancellation flag set."""
 
     def __init__(self, execute: Callable[[Any, Any], Any]) -> None:
         from ray import cloudpickle
 
         self._execute = execute
         self._dumps = cloudpickle.dumps
+        self._lock = threading.Lock()
+        self._begun = -1  # the sequence number of the last call that began
+        self._dropped: set[int] = set()
 
-    def call(self, frame: bytes) -> bytes:
-        """Run one call of the body (see ``run_body``)."""
+    def call(self, frame: bytes, seq: int) -> bytes:
+        """Run one call of the body (see ``run_body``), unless it was dropped (``DROPPED``)."""
+        with self._lock:
+            self._begun = seq
+            if self._dropped:
+                dropped = seq in self._dropped
+                # A dropped call Ray did not send after all leaves its number behind.
+                self._dropped = {later for later in self._dropped if later > seq}
+                if dropped:
+                    return DROPPED
         return run_body(self._execute, frame, self._dumps)
+
+    def drop(self, seqs: list[int]) -> list[int]:
+        """Of the calls ``seqs``, those that had not begun: they never will (run in the
+        ``CONTROL_GROUP``, beside the running call)."""
+        with self._lock:
+            dropped = [seq for seq in seqs if seq > self._begun]
+            self._dropped.update(dropped)
+        return dropped
 
     def ready(self) -> bool:
         """Answer once the actor is constructed (its body unpickled)."""
