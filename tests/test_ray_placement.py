@@ -557,6 +557,33 @@ def test_calls_on_a_pool_no_node_can_place_fail_once_placement_wait_s_has_passed
     )
 
 
+def test_calls_queued_on_a_pool_no_node_can_place_fail_after_one_placement_wait(
+    system: ToolSystem,
+) -> None:
+    # One actor of three CPUs on a two-CPU instance: the calls queue on it. The first that
+    # gives up gives the actor up too; those queued behind it have waited as long, and must
+    # not wait another ``placement_wait_s`` for a fresh actor no node can place either.
+    system.tools.register(
+        json_tool(
+            "too_big",
+            worker_pid,
+            RayPlacement(num_cpus=3, actor_pool=1, placement_wait_s=4),
+            timeout_ms=7_000,  # past one wait, short of two
+        )
+    )
+    system.tools.on_execute(timeout_policy())
+    calls = [ToolCall(f"c{i}", "too_big", "{}") for i in range(3)]
+
+    outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3))
+
+    assert [r.error.info.code for r in outcome.results] == ["REMOTE_UNAVAILABLE"] * 3
+    assert {r.error.message for r in outcome.results} == {
+        'cannot run tool "too_big" on Ray: Ray placed no actor of its pool within 4s'
+        " (placement_wait_s) and no node of the cluster (1 alive) has the resources one"
+        " needs: CPU=3"
+    }
+
+
 class CpuHolder:
     """Holds one CPU of the instance for as long as it lives."""
 

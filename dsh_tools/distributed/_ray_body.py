@@ -8,6 +8,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeGuard
 
@@ -220,6 +221,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
             frame = encode_call(ctx.call_id, ctx.name, ctx.agent, args)
             fresh = False  # whether the call was sent again after its actor died unreached
             again = False
+            since = time.monotonic()  # a call sent again has waited since then
             while True:
                 if again and not still_connected(session):
                     # Sent again after ray.shutdown(), it would connect anew (Ray connects on
@@ -228,7 +230,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                     raise RemoteWorkerLostError(tool, _SHUT_DOWN)
                 again = True
                 try:
-                    submission = runner.submit(frame)
+                    submission = runner.submit(frame, since)
                 except Exception as exc:  # the body (or its closure) cannot be pickled, say
                     raise RemoteUnavailableError(
                         tool, f"the body could not be sent to Ray: {lazy.unsendable(exc)}"

@@ -141,17 +141,25 @@ class TaskRunner:
             name=f"dsh-tool[{tool}]", max_retries=0, retry_exceptions=False, **placement._options()
         )
 
-    def submit(self, frame: bytes) -> Submission:
+    def submit(self, frame: bytes, since: float) -> Submission:
         return TaskSubmission(self._remote.remote(frame), self._grace, self._settle)
 
 
 class ActorSubmission:
-    __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "seq", "slot")
+    __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "seq", "since", "slot")
 
     def __init__(
-        self, pool: ActorPool, slot: _Slot, actor: Any, reached: Any, seq: int, ref: Any
+        self,
+        pool: ActorPool,
+        slot: _Slot,
+        actor: Any,
+        reached: Any,
+        seq: int,
+        ref: Any,
+        since: float,
     ) -> None:
         self.pool = pool
+        self.since = since  # when the call was first sent (to this actor or one before it)
         self.slot = slot
         self.actor = actor
         self.reached = reached
@@ -205,7 +213,7 @@ class ActorSubmission:
             ray.wait([self.ref], timeout=pool.settle, fetch_local=False)
 
     def waiting(self) -> None:
-        self.pool.unplaced(self.slot, self.actor)
+        self.pool.unplaced(self)
 
     def lost(self) -> None:
         self.pool.discard(self.slot, self.actor)
@@ -265,7 +273,9 @@ class ActorPool:
         self._slots = [_Slot(index) for index in range(placement.actor_pool)]
         self._sent = itertools.count()  # numbers the calls in the order they are sent
 
-    def submit(self, frame: bytes) -> Submission:
+    def submit(self, frame: bytes, since: float) -> Submission:
+        """Send the call ``frame`` to an actor; ``since``: when it was first sent (it is sent
+        again when it was taken off an actor before it began)."""
         with self._lock:
             slots = self._slots
             for slot in slots:
@@ -289,7 +299,7 @@ class ActorPool:
                 reached = actor.ready.remote()
             seq = next(self._sent)
             submission = ActorSubmission(
-                self, slot, actor, reached, seq, actor.call.remote(frame, seq)
+                self, slot, actor, reached, seq, actor.call.remote(frame, seq), since
             )
             slot.last = submission.ref
             slot.calls.add(submission)
@@ -328,30 +338,34 @@ class ActorPool:
             if slot.actor is not None and slot.made == made:
                 slot.placed = True
 
-    def unplaced(self, slot: _Slot, actor: Any) -> None:
-        """Give up ``actor`` if Ray has not placed it ``placement_wait_s`` after it was made
-        while another actor of the pool is placed: the calls queued on it go to the placed
-        ones. An actor never placed has begun no call, so none of them has run; they are
-        moved the way ``discard`` moves the calls queued behind a stubborn one (cancelled,
-        then the actor killed: an actor whose queued calls were cancelled before it was placed
-        runs no later call), so that should Ray place it just then and a call begin, that call
-        is reported lost with it, and none runs twice. A fresh actor with no calls takes its
-        slot and waits in Ray's queue: once Ray places it (the cluster grew, or something gave
-        its resources back), the slot takes calls again.
+    def unplaced(self, submission: ActorSubmission) -> None:
+        """Give up the actor of ``submission`` if Ray has not placed it ``placement_wait_s``
+        after it was made while another actor of the pool is placed: the calls queued on it
+        go to the placed ones. An actor never placed has begun no call, so none of them has
+        run; they are moved the way ``discard`` moves the calls queued behind a stubborn
+        one (cancelled, then the actor killed: an actor whose queued calls were cancelled
+        before it was placed runs no later call), so that should Ray place it just then and a
+        call begin, that call is reported lost with it, and none runs twice. A fresh actor
+        with no calls takes its slot and waits in Ray's queue: once Ray places it (the
+        cluster grew, or something gave its resources back), the slot takes calls again.
 
         While no actor of the pool is placed, the calls wait for Ray to place one, unless no
         node of the cluster has the resources an actor needs: then ``RemoteUnavailableError``
-        says so (see ``ActorSubmission.waiting``)."""
+        says so (see ``ActorSubmission.waiting``) once the call has waited
+        ``placement_wait_s``, counted from when its actor was made or from when the call was
+        first sent, whichever came first: a call taken off an actor given up meanwhile has
+        waited that long already, and a fresh actor no node can place does not restart it."""
+        slot = submission.slot
+        actor = submission.actor
         if slot.placed or slot.actor is not actor:
             return  # the usual path: a call on a placed actor
         with self._lock:
-            if (
-                slot.actor is not actor
-                or slot.placed
-                or time.monotonic() - slot.made_at < self._wait
-            ):
+            if slot.actor is not actor or slot.placed:
                 return
             alone = not any(other.placed for other in self._slots)
+            began = min(slot.made_at, submission.since) if alone else slot.made_at
+            if time.monotonic() - began < self._wait:
+                return
         if alone:
             missing = unplaceable(self._demand)
             if missing is not None:
