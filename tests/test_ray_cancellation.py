@@ -238,7 +238,11 @@ def test_a_killed_worker_process_settles_the_call_as_remote_worker_lost(
 
     assert result.error.info.code == "REMOTE_WORKER_LOST"
     assert result.error.info.name == "RemoteWorkerLostError"
-    assert result.error.message.startswith('remote worker running tool "stuck" was lost: ')
+    assert result.error.message.startswith(  # what happened, and what it means for the body
+        'remote worker running tool "stuck" died before the call settled; the body may or may'
+        " not have run, and is not run again: The worker died unexpectedly while executing"
+        " this task."
+    )
 
 
 def worker_pid(args: Any, ctx: Any) -> Any:
@@ -278,8 +282,8 @@ def test_a_task_whose_worker_died_just_before_the_call_says_the_body_may_not_hav
 
     assert result.error.info.code == "REMOTE_WORKER_LOST"
     assert result.error.message.startswith(
-        'remote worker running tool "worker_pid" was lost: '
-        "its worker process died under the body or just before it began: "
+        'remote worker running tool "worker_pid" died before the call settled; the body may'
+        " or may not have run, and is not run again: "
     )
     # The Ray instance is the session's: leave it with no dead worker among its idle ones, or
     # the next test's first call or actor may be leased one.
@@ -344,8 +348,9 @@ def test_a_stateful_actor_observes_aborts_and_a_lost_actor_is_replaced(
     # ... and a dead actor is replaced by a fresh one (its state starts over)
     assert killed.error.info.code == "REMOTE_WORKER_LOST"
     assert killed.error.message.startswith(  # what happened, and to which process
-        'remote worker running tool "tally" was lost: '
-        f"The actor died unexpectedly before finishing this task (pid={actor_pid}, ip="
+        'remote worker running tool "tally" died before the call settled; the body may or may'
+        " not have run, and is not run again: The actor died unexpectedly before finishing"
+        f" this task (pid={actor_pid}, ip="
     )
     assert replaced.value["calls"] == 1 and replaced.value["pid"] != first.value["pid"]
 
@@ -545,3 +550,43 @@ def test_a_call_aborted_while_queued_behind_a_running_one_never_runs_its_body(
     assert not done.is_error and after.value["pid"] == done.value["pid"]
     assert (tmp_path / "log").read_text().split() == ["busy", "after"]
     assert logs.warnings == []
+
+
+def held_until_killed(marker: str) -> str:
+    """Rebuilt as an actor loads its body: the first actor to load it records its pid and
+    waits to be killed, before it has begun any call; a later one loads it at once."""
+    if not os.path.exists(marker):
+        Path(marker).write_text(str(os.getpid()))
+        time.sleep(60)
+    return marker
+
+
+class LoadsSlowly:
+    """Held by a body: its actor is stuck loading it the first time (see ``held_until_killed``)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return held_until_killed, (self.marker,)
+
+
+def test_a_call_whose_fresh_actor_dies_before_it_began_runs_on_another_actor(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # Killed while it loads the body, the actor never began the call: the body did not run,
+    # so the call runs on a fresh actor rather than failing as if it died under the body.
+    held = LoadsSlowly(tmp_path / "loading")
+
+    def pid_of_loaded(args: Any, ctx: Any) -> Any:
+        assert held is not None
+        return os.getpid()
+
+    system.tools.register(json_tool("pid", pid_of_loaded, RayPlacement(num_cpus=0, actor_pool=1)))
+    pending = spawn(system, ExecuteCall(call_id="c1", name="pid", arguments={}))
+    killed = int(wait_for_file(tmp_path / "loading"))
+    os.kill(killed, signal.SIGKILL)
+    result = pending.result(WAIT)
+
+    assert not result.is_error, result.content
+    assert result.value != killed

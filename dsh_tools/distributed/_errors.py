@@ -44,14 +44,23 @@ def describe_ray_failure(exc: BaseException) -> str:
 
 
 class RemoteWorkerLostError(HarnessError):
-    """The worker, actor or node running a body died before the body settled
-    (code ``REMOTE_WORKER_LOST``). The body may have run partly; it is not retried."""
+    """The worker, actor or node running a body died, or could not be reached, before the body
+    settled (code ``REMOTE_WORKER_LOST``). The body may have run partly; it is not retried.
 
-    def __init__(self, tool: str, detail: str) -> None:
+    ``died``: the process (or node) is known to have died: the message says so, and that the
+    body may or may not have run (Ray cannot tell a death under the body from one an instant
+    before it began)."""
+
+    def __init__(self, tool: str, detail: str, *, died: bool = False) -> None:
         self.tool = tool
         self.detail = detail
+        what = (
+            "died before the call settled; the body may or may not have run, and is not run again"
+            if died
+            else "was lost"
+        )
         super().__init__(
-            f'remote worker running tool "{tool}" was lost: {detail}', "REMOTE_WORKER_LOST"
+            f'remote worker running tool "{tool}" {what}: {detail}', "REMOTE_WORKER_LOST"
         )
 
 

@@ -68,24 +68,25 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
             # The actor holding the body could not be made (its arguments, the body itself,
             # could not be loaded there): the body did not run. The next call tries a fresh one.
             raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
-        raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
-    except errors.WorkerCrashedError as exc:
-        submission.lost()
-        # Ray says the same of a worker process killed an instant before the call reached
-        # it (while idle, just as Ray leased it the call): the body may not have begun.
-        raise RemoteWorkerLostError(
-            tool,
-            "its worker process died under the body or just before it began: "
-            + describe_ray_failure(exc),
-        ) from None
+        # Its actor had reached the call (see ``_never_began``), but whether the body began
+        # before the process ended, Ray cannot tell.
+        raise RemoteWorkerLostError(tool, describe_ray_failure(exc), died=True) from None
     except (
+        errors.WorkerCrashedError,
         errors.NodeDiedError,
-        errors.ObjectLostError,
         errors.LocalRayletDiedError,
         errors.OutOfMemoryError,
     ) as exc:
         submission.lost()
-        raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
+        # Ray reports a worker process killed an instant before the call reached it (while
+        # idle, just as Ray leased it the call) as one that died under the body.
+        raise RemoteWorkerLostError(tool, describe_ray_failure(exc), died=True) from None
+    except errors.ObjectLostError as exc:
+        # A reply is made once the body has returned: the body ran, its reply is gone.
+        submission.lost()
+        raise RemoteWorkerLostError(
+            tool, "the body ran, but its reply was lost: " + describe_ray_failure(exc)
+        ) from None
     except errors.RayError as exc:
         # The machinery failed before the body could run (its environment could not be set
         # up, the body could not be unpickled on the worker, the task was unschedulable). An

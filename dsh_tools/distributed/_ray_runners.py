@@ -284,9 +284,12 @@ class ActorPool:
                     break
             slot = min(slots, key=_queued)
             actor = slot.actor
-            reached = placing = None
+            placing = None
             if actor is None:
-                actor, placing = self._make(slot)
+                # Its ``ready``, the first call on the fresh actor: should it fail with the
+                # actor's death, the actor died before it was placed or had loaded the body
+                # (Ray reports that as a death under the call), and never began this call.
+                actor, reached, placing = self._make(slot)
             elif slot.calls:
                 # The call just ahead on the same actor: should it fail with the actor's death,
                 # the actor died before it finished that one, so it never began this one.
@@ -305,12 +308,12 @@ class ActorPool:
             slot.calls.add(submission)
         if placing is not None:
             # Out of the lock: a future already done runs its callback at once, here.
-            on_placed, answer = placing
-            answer.add_done_callback(on_placed)
+            reached.future().add_done_callback(placing)
         return submission
 
-    def _make(self, slot: _Slot) -> tuple[Any, tuple[Callable[[Any], None], Any]]:
-        """A fresh actor for ``slot`` (under the lock), and what tells when Ray placed it."""
+    def _make(self, slot: _Slot) -> tuple[Any, Any, Callable[[Any], None]]:
+        """A fresh actor for ``slot`` (under the lock), its ``ready`` (answered once Ray has
+        placed it), and what to call with that answer's future."""
         actor = slot.actor = self._cls.remote(self._execute)
         slot.placed = False
         slot.made_at = time.monotonic()
@@ -319,10 +322,8 @@ class ActorPool:
         # first in the actor's queue). Neither the pool nor the actor is held by the wait (Ray
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
-        return actor, (
-            functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made),
-            actor.ready.remote().future(),
-        )
+        on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made)
+        return actor, actor.ready.remote(), on_placed
 
     def release(self, slot: _Slot, submission: ActorSubmission) -> None:
         with self._lock:
@@ -384,10 +385,10 @@ class ActorPool:
         placing = None
         with self._lock:
             if slot.actor is None and connected_ray() is not None:
-                placing = self._make(slot)[1]
+                placing = self._make(slot)[1:]
         if placing is not None:
-            on_placed, answer = placing
-            answer.add_done_callback(on_placed)
+            ready, on_placed = placing
+            ready.future().add_done_callback(on_placed)
 
     def discard(
         self,
