@@ -187,6 +187,8 @@ class ActorSubmission:
             # ahead is no part of this abort. Ray's own cancellation would not do: it reports
             # a queued call cancelled and runs it all the same when its turn comes.
             return
+        if connected_ray() is None:
+            return  # ended with the connection while the actor was asked
         # A running call sees its signal abort (Ray cannot interrupt an actor's running call,
         # nor force it). Should the actor not have answered (dead, out of reach, or too busy
         # to), a call still queued is dropped by Ray at best.
@@ -403,12 +405,14 @@ class ActorPool:
         have not started (an actor runs one call at a time): they are taken off it first
         (cancelled before they start, ``moved``) and their bodies submit them again, so
         that only the stubborn call is lost with it. Ray reports a call it cancelled before
-        it ran as ``TaskCancelledError``; one that did start meanwhile (the stubborn call
-        ended just then) cannot be cancelled, fails as lost with the kill, and is not run
-        again. Only a call whose call just ahead has not ended is moved: when ``running``
-        itself waited behind a call that would not end (see ``ActorSubmission.stop``), that
-        call may be running, and is lost with the actor. ``moving``: every call on it is
-        moved so (its actor was never placed, see ``unplaced``)."""
+        it ran as ``TaskCancelledError`` (and runs it all the same when its turn comes, so
+        the actor is asked to drop them first, see ``BodyActor.drop``); one that did start
+        meanwhile (the stubborn call ended just then) cannot be cancelled, fails as lost with
+        the kill, and is not run again. Only a call the actor dropped is moved (should it not
+        answer, a call whose call just ahead has not ended): when ``running`` itself waited
+        behind a call that would not end (see ``ActorSubmission.stop``), that call may be
+        running, and is lost with the actor. ``moving``: every call on it is moved so (its
+        actor was never placed, see ``unplaced``)."""
         with self._lock:
             if slot.actor is actor:
                 slot.actor = None
@@ -433,6 +437,8 @@ class ActorPool:
                 if dropped is None
                 else [s for s in queued if s.seq in dropped]
             )
+            if connected_ray() is None:
+                return  # ended with the connection while the actor was asked
         for submission in queued:
             submission.moved = True
         for submission in queued:
@@ -446,7 +452,10 @@ class ActorPool:
 def _drop(ray: Any, actor: Any, seqs: list[int], grace: float) -> list[int] | None:
     """Those of the calls ``seqs`` that ``actor`` dropped before they began (they never will,
     see ``BodyActor.drop``), or None when it did not answer (it died, is out of reach, or a
-    body holds its interpreter)."""
+    body holds its interpreter, or the connection ended: then nothing is asked, see
+    ``connected_ray``)."""
+    if connected_ray() is None:
+        return None
     try:
         dropping = actor.drop.options(concurrency_group=CONTROL_GROUP).remote(seqs)
         dropped: list[int] = ray.get(dropping, timeout=max(grace, _DROP_ANSWER_S))
