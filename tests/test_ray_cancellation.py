@@ -590,3 +590,35 @@ def test_a_call_whose_fresh_actor_dies_before_it_began_runs_on_another_actor(
 
     assert not result.is_error, result.content
     assert result.value != killed
+
+
+def beating(args: Any, ctx: Any) -> Any:
+    """Appends a beat every 20 ms for a minute, heeding nothing: only Ray can end it."""
+    beats = Path(args["dir"], "beats")
+    for _ in range(3000):
+        with beats.open("a") as log:
+            log.write(f"{os.getpid()}\n")
+        time.sleep(0.02)
+
+
+def test_stopping_the_tool_system_leaves_none_of_its_calls_running_on_ray(tmp_path: Path) -> None:
+    # One call as a task, one on an actor, each ignoring its abort: once stop() has returned,
+    # neither body runs on (Ray interrupts the task; the actor is killed after the grace).
+    system = ToolSystem.start(code_runtime=None)
+    for name, placement in (
+        ("as_task", STUBBORN),
+        ("on_actor", RayPlacement(num_cpus=0, actor_pool=1, cancel_grace_s=0.2)),
+    ):
+        (tmp_path / name).mkdir()
+        system.tools.register(json_tool(name, beating, placement, parameters=PATH))
+    pending = [spawn(system, request(name, tmp_path / name)) for name in ("as_task", "on_actor")]
+    wait_for_file(tmp_path / "as_task" / "beats")
+    actor = int(wait_for_file(tmp_path / "on_actor" / "beats").split()[0])
+    system.stop()
+    results = [call.result(WAIT) for call in pending]
+    sizes = [(tmp_path / name / "beats").stat().st_size for name in ("as_task", "on_actor")]
+    time.sleep(0.5)  # a body still running would beat 25 times meanwhile
+
+    assert [r.error.info.code for r in results] == ["ABORTED", "ABORTED"]
+    assert [(tmp_path / name / "beats").stat().st_size for name in ("as_task", "on_actor")] == sizes
+    assert gone(actor)
