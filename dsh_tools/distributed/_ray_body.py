@@ -129,23 +129,22 @@ async def _never_began(
     aborted: asyncio.Future[None],
     tool: str,
     session: tuple[str, str],
-) -> BaseException | None:
-    """Ray's report of the actor's death, when the call failed because its actor had died
-    before reaching it, as a ``ready()`` (or the call) sent just ahead of it tells
-    (``Submission.reached``): the body did not run, and the call may go to a fresh actor.
-    None otherwise."""
+) -> bool:
+    """Whether the call failed because its actor had died before reaching it, as a
+    ``ready()`` sent just ahead of it tells (``Submission.reached``): the body did not run,
+    and the call may go to a fresh actor."""
     reached = submission.reached
     failure = None if reply.cancelled() else reply.exception()
     if reached is None or not _actor_died(failure):
-        return None
+        return False
     if failure.actor_init_failed:
-        return None  # no actor to reach: a fresh one would fail the same way
+        return False  # no actor to reach: a fresh one would fail the same way
     turn = asyncio.wrap_future(reached.future())
     turn.add_done_callback(retrieve)
     await _first(turn, aborted, tool, session)
     if not turn.done():
         raise AbortError("ABORTED")
-    return failure if _actor_died(turn.exception()) else None
+    return _actor_died(turn.exception())
 
 
 def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:
@@ -262,19 +261,11 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         raise RemoteWorkerLostError(tool, _SHUT_DOWN)
                     if submission.moved and _cancelled_on_cluster(reply):
                         continue  # taken off a replaced actor before it started: again
-                    died = await _never_began(reply, submission, aborted, tool, session)
-                    if died is not None:
-                        # Its actor had died (while idle, or before it had loaded the body)
-                        # before the call reached it: the body did not run, so it runs on a
-                        # fresh actor. Once: a call whose fresh actor dies before it too fails,
-                        # as not run.
+                    if not fresh and await _never_began(reply, submission, aborted, tool, session):
+                        # Its actor had died while idle, before the call reached it: the body
+                        # did not run, so it runs on a fresh actor. Once: a call whose fresh
+                        # actor dies before it too fails as lost.
                         submission.lost()
-                        if fresh:
-                            raise RemoteUnavailableError(
-                                tool,
-                                "its actor died before it began the call, and so did a fresh"
-                                " one; the body did not run: " + describe_ray_failure(died),
-                            ) from None
                         fresh = True
                         continue
                     return _outcome(tool, reply, ctx, submission)
