@@ -571,11 +571,13 @@ class LoadsSlowly:
         return held_until_killed, (self.marker,)
 
 
-def test_a_call_whose_fresh_actor_dies_before_it_began_runs_on_another_actor(
+def test_a_call_whose_fresh_actor_dies_as_it_loads_the_body_says_the_worker_died(
     system: ToolSystem, tmp_path: Path
 ) -> None:
-    # Killed while it loads the body, the actor never began the call: the body did not run,
-    # so the call runs on a fresh actor rather than failing as if it died under the body.
+    # Killed while it loads the body, the actor never began the call; but Ray reports that as
+    # a death under the call, which it also is when the body ends its process at once. The
+    # result says the worker died and that the body may or may not have run, and the next
+    # call gets a fresh actor.
     held = LoadsSlowly(tmp_path / "loading")
 
     def pid_of_loaded(args: Any, ctx: Any) -> Any:
@@ -587,9 +589,38 @@ def test_a_call_whose_fresh_actor_dies_before_it_began_runs_on_another_actor(
     killed = int(wait_for_file(tmp_path / "loading"))
     os.kill(killed, signal.SIGKILL)
     result = pending.result(WAIT)
+    after = system.execute(ExecuteCall(call_id="c2", name="pid", arguments={}))
 
-    assert not result.is_error, result.content
-    assert result.value != killed
+    assert result.error.info.code == "REMOTE_WORKER_LOST"
+    assert result.error.message.startswith(
+        'remote worker running tool "pid" died before the call settled; the body may or may'
+        f" not have run, and is not run again: The actor died unexpectedly before finishing"
+        f" this task (pid={killed}, ip="
+    )
+    assert not after.is_error, after.content
+    assert after.value != killed
+
+
+def exits_at_once(args: Any, ctx: Any) -> Any:
+    """Logs that it began, then ends its process before Ray has sent anything more."""
+    with Path(args["dir"], "log").open("a") as log:
+        log.write("began\n")
+    os._exit(0)
+
+
+def test_a_body_that_ends_its_fresh_actor_at_once_runs_once(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # The actor's death under its first call must not be taken for one before the call began
+    # (an answer the actor sent just before, its ``ready``, can be lost with the process):
+    # sent again to a fresh actor, the body would run twice.
+    system.tools.register(
+        json_tool("exits", exits_at_once, RayPlacement(num_cpus=0, actor_pool=1), parameters=PATH)
+    )
+    result = system.execute(request("exits", tmp_path))
+
+    assert result.error.info.code == "REMOTE_WORKER_LOST"
+    assert (tmp_path / "log").read_text() == "began\n"
 
 
 def beating(args: Any, ctx: Any) -> Any:

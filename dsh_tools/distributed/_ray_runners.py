@@ -286,12 +286,14 @@ class ActorPool:
                     break
             slot = min(slots, key=_queued)
             actor = slot.actor
-            placing = None
+            reached = placing = None
             if actor is None:
-                # Its ``ready``, the first call on the fresh actor: should it fail with the
-                # actor's death, the actor died before it was placed or had loaded the body
-                # (Ray reports that as a death under the call), and never began this call.
-                actor, reached, placing = self._make(slot)
+                # No ``ready`` probe ahead of the first call: its answer can be lost with a
+                # process that the call ends at once (Ray sends it as the call begins), and a
+                # call taken for not begun would run twice. An actor that dies as Ray places
+                # it or as it loads the body fails the call as a death (it may have run).
+                actor, ready, on_placed = self._make(slot)
+                placing = ready, on_placed
             elif slot.calls:
                 # The call just ahead on the same actor: should it fail with the actor's death,
                 # the actor died before it finished that one, so it never began this one.
@@ -310,7 +312,8 @@ class ActorPool:
             slot.calls.add(submission)
         if placing is not None:
             # Out of the lock: a future already done runs its callback at once, here.
-            reached.future().add_done_callback(placing)
+            ready, on_placed = placing
+            ready.future().add_done_callback(on_placed)
         return submission
 
     def _make(self, slot: _Slot) -> tuple[Any, Any, Callable[[Any], None]]:
