@@ -195,6 +195,50 @@ return ['held', held]
     assert value(runtime, "return 1") == 1
 
 
+@pytest.mark.parametrize("cgroups", [True, False], ids=["cgroups", "proc-walk"])
+def test_memory_held_by_a_process_whose_main_thread_exited_is_still_charged(
+    cgroups: bool,
+) -> None:
+    # A process whose main thread alone exits (the raw exit call, not the C library's exit)
+    # lives on in its other threads, but its /proc/<pid>/status, the main thread's, is a
+    # zombie's, with no memory lines: each of the run's processes could hold up to its
+    # RLIMIT_AS beside the budget, unseen.
+    sandbox = CodeSandbox(max_processes=4, cgroups=cgroups)
+    config = CodeRuntimeConfig(
+        compute_ms=20000, max_wall_ms=30000, max_memory_mb=128, sandbox=sandbox
+    )
+    runtime = SubprocessCodeRuntime(config)
+    program = """
+import ctypes, os, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+
+def hold(ready):
+    blob = bytearray(80 << 20)
+    for offset in range(0, len(blob), 4096):
+        blob[offset] = 1
+    os.write(ready, b"x")
+    time.sleep(60)
+
+for _ in range(2):
+    ready, told = os.pipe()
+    if os.fork() == 0:
+        threading.Thread(target=hold, args=(told,)).start()
+        libc.syscall(60, 0)  # SYS_exit: the main thread alone
+    os.close(told)
+    os.read(ready, 1)
+time.sleep(1)
+return "160 MB held under a 128 MB budget"
+"""
+    try:
+        result = run(runtime, program)
+        assert result.error is not None, result.value
+        assert result.error.kind == "worker-exit", result
+        assert "memory budget exhausted" in result.error.message
+        assert value(runtime, "return 1") == 1
+    finally:
+        runtime.close()
+
+
 def test_pages_put_into_a_pipe_by_reference_are_refused_without_cgroups() -> None:
     # vmsplice puts a page into a pipe by reference: one byte of a 2 MiB huge page keeps the
     # whole page in the pipe's buffer after the process unmaps it, where no resident set shows
