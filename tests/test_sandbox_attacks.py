@@ -350,6 +350,51 @@ return seen
     assert set(value(sandbox, program).values()) == {errno.ENOPKG}
 
 
+def test_a_socket_pair_takes_no_compiled_filter_from_the_machines_pool(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # A classic BPF filter attached to a socket is compiled to machine code held in the
+    # machine's one pool for the filters of processes without privilege (bpf_jit_limit),
+    # which no budget of the run counts; the seccomp filters of every such process come from
+    # it too, and where the kernel has no interpreter to fall back to they fail once it is
+    # used up. A run answers as for every other refused call.
+    program = """
+import ctypes, socket, struct
+count = 4096
+code = struct.pack('HBBI', 0x04, 0, 0, 1) * (count - 1) + struct.pack('HBBI', 0x06, 0, 0, 0)
+instructions = ctypes.create_string_buffer(code)
+program = struct.pack('HL', count, ctypes.addressof(instructions))
+pair, other = socket.socketpair()
+seen = {}
+for name, option in (
+    ('SO_ATTACH_FILTER', 26),
+    ('SO_ATTACH_BPF', 50),
+    ('SO_ATTACH_REUSEPORT_CBPF', 51),
+    ('SO_ATTACH_REUSEPORT_EBPF', 52),
+):
+    try:
+        pair.setsockopt(socket.SOL_SOCKET, option, program)
+        seen[name] = 'attached'
+    except OSError as error:
+        seen[name] = error.errno
+pair.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)  # other options still work
+pair.sendall(b'ping')
+seen['pair'] = other.recv(4).decode()
+return seen
+"""
+    seen = dict(value(sandbox, program))
+    assert seen.pop("pair") == "ping"
+    assert seen == dict.fromkeys(
+        (
+            "SO_ATTACH_FILTER",
+            "SO_ATTACH_BPF",
+            "SO_ATTACH_REUSEPORT_CBPF",
+            "SO_ATTACH_REUSEPORT_EBPF",
+        ),
+        errno.EPERM,
+    )
+
+
 # --- processes -------------------------------------------------------------------------------
 
 

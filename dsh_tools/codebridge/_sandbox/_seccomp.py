@@ -10,7 +10,9 @@ sequenced-packet pairs (asyncio's self-pipe needs one; such a pair reaches nothi
 for other families (whose socket code would run, and on some kernels load a module) nor for datagram
 pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the host's
 filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be created,
-whatever the address. ``io_uring`` is refused because its operations bypass this filter.
+whatever the address; nor may a socket pair take a BPF program (``FILTER_SOCKOPTS``: compiled into
+the machine's one pool for unprivileged BPF, which every seccomp filter is compiled from too).
+``io_uring`` is refused because its operations bypass this filter.
 ``memfd_create`` and System V / POSIX message queues and shared memory are refused because they hold
 memory outside every process's resident set (no budget would see it). ``inotify`` and file leases
 (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover them: they would
@@ -130,6 +132,7 @@ from ._kernel import SockFilter
 
 __all__ = [
     "DENIED_SYSCALLS",
+    "FILTER_SOCKOPTS",
     "FSCRYPT_IOCTLS",
     "INODE_FLAG_IOCTLS",
     "LANDLOCK_SYSCALLS",
@@ -367,6 +370,26 @@ run: the synchronous flags, inherited by every file made beneath, make each late
 the host's included, a write request to the disk, and a project quota that bounds a grant holds
 only the files of its project, which the project inheritance flag (``FS_PROJINHERIT_FL``) and
 the project number (``fsx_projid``) decide."""
+FILTER_SOCKOPTS: Final = {
+    "SO_ATTACH_FILTER": 26,
+    "SO_ATTACH_BPF": 50,
+    "SO_ATTACH_REUSEPORT_CBPF": 51,
+    "SO_ATTACH_REUSEPORT_EBPF": 52,
+}
+"""The ``SOL_SOCKET`` options of ``setsockopt`` that attach a BPF program to a socket, refused
+with ``EPERM``. The kernel compiles a socket filter to machine code held in the machine's one
+pool for the BPF programs of processes without privilege (``net.core.bpf_jit_limit``, 504 MB
+here), outside every cgroup, and compiles the seccomp filter of every such process on the
+machine from the same pool: once it is used up the kernel compiles no more of them, and where
+it has no interpreter to fall back to (``CONFIG_BPF_JIT_ALWAYS_ON``, usual on distribution
+kernels and set on this project's) installing a seccomp filter fails until the pool has room
+again, a later run's worker's included. Measured: a run of the default budgets, attaching
+filters of 4,096 instructions to its socket pairs, held 108 MB of the pool (about 13 KB a
+filter) before its memory budget ended it, and one without cgroups 72 MB beside 233 MB of
+kernel memory for the programs themselves that no budget counted: a few concurrent runs use
+the pool up. A run's socket pairs need no filter (their other options are untouched)."""
+_SETSOCKOPT: Final = 54
+_SOL_SOCKET: Final = 1
 _IOCTL: Final = 16
 _RT_SIGACTION: Final = 13
 _SETSID: Final = 112
@@ -530,6 +553,7 @@ def seccomp_program(
         bpf.op(_JMP_JEQ_K, number, f"mode-{name}")
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
+    bpf.op(_JMP_JEQ_K, _SETSOCKOPT, "setsockopt")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     bpf.op(_JMP_JEQ_K, _IOCTL, "ioctl")
     bpf.op(_JMP_JEQ_K, _PRCTL, "prctl")
@@ -579,6 +603,18 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     bpf.place("socketpair-allow")
     bpf.op(_RET_K, _RET_ALLOW)
+    # setsockopt: no BPF program attached to a socket (the kernel reads level and option as
+    # 32-bit ints).
+    bpf.place("setsockopt")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+    bpf.op(_JMP_JEQ_K, _SOL_SOCKET, None, "setsockopt-allow")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG2_LOW)
+    for option in FILTER_SOCKOPTS.values():
+        bpf.op(_JMP_JEQ_K, option, "setsockopt-deny")
+    bpf.place("setsockopt-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("setsockopt-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     # fcntl: no leases, no directory notifications, no open file description locks.
     bpf.place("fcntl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
