@@ -2440,6 +2440,70 @@ return seen
         runtime.close()
 
 
+@pytest.fixture
+def xfs_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """An XFS filesystem (the root filesystem of many distributions), mounted from a sparse
+    file of ``tmp_path`` (300 MB is the smallest XFS makes)."""
+    yield from _mounted_filesystem(tmp_path, ["mkfs.xfs", "-q", "-f"], 320)
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_xfs_write_back_a_file_it_may_only_read(xfs_filesystem: Path) -> None:
+    # XFS's own block map requests (XFS_IOC_GETBMAP, and GETBMAPX without its flag that
+    # leaves delayed allocations be, which lies in memory the filter cannot read) write back
+    # the file's dirty pages first, from a read-only descriptor: in a loop against a log the
+    # host appended to every 10 ms, hundreds of write requests where the appends made none.
+    log = xfs_filesystem / "host.log"
+    log.write_text("")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=5000, sandbox=CodeSandbox(read=[str(log)]))
+    )
+    program = f"""
+import fcntl, os, struct, time
+log = os.open({str(log)!r}, os.O_RDONLY)
+whole_file = struct.pack('qqqii', 0, 0, -1, 2, 0)
+seen = {{}}
+for name, request, argument in (
+    ('XFS_IOC_GETBMAP', 0xC0205826, whole_file),
+    ('XFS_IOC_GETBMAPX', 0xC0205838, whole_file + bytes(16)),  # no BMV_IF_DELALLOC
+):
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        try:
+            fcntl.ioctl(log, request, bytearray(argument))
+            seen[name] = 'done'
+        except OSError as error:
+            seen[name] = error.errno
+            break
+return seen
+"""
+    stop = threading.Event()
+
+    def append() -> None:
+        with open(log, "a") as file:
+            while not stop.wait(0.01):
+                file.write("a line of the host's log\n")
+                file.flush()
+
+    appender = threading.Thread(target=append)
+    try:
+        value(runtime, "return 1")  # the template starts before the count does
+        appender.start()
+        writes = _mounted_device_writes(xfs_filesystem)
+        assert value(runtime, program) == {
+            "XFS_IOC_GETBMAP": errno.EOPNOTSUPP,
+            "XFS_IOC_GETBMAPX": errno.EOPNOTSUPP,
+        }
+        # XFS's own log flush every 30 s is a few requests; each attack made a hundred.
+        assert _mounted_device_writes(xfs_filesystem) - writes < 20
+        assert_next_run_works(runtime)
+    finally:
+        stop.set()
+        if appender.is_alive():
+            appender.join()
+        runtime.close()
+
+
 _SUBVOLUME_CREATE = 0x5000940E  # BTRFS_IOC_SUBVOL_CREATE
 _QUOTA_CONTROL = 0xC0109428  # BTRFS_IOC_QUOTA_CTL
 _QUOTA_GROUP_LIMIT = 0x8030942B  # BTRFS_IOC_QGROUP_LIMIT
