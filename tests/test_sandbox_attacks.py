@@ -1927,6 +1927,40 @@ return [socket.gethostname(), os.uname().nodename,
     assert socket.gethostname() == os.uname().nodename  # the host's own is unchanged
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="giving a harness a domain name of its own needs root and unshare",
+)
+def test_a_run_does_not_learn_the_hosts_domain_name() -> None:
+    # The run's UTS namespace is a copy of the host's, which also holds the host's NIS domain
+    # name (a site's or a customer's, like the host name). The harness runs in a UTS namespace
+    # of its own here, so that the machine's own domain name stays as it is.
+    harness = """
+import asyncio, ctypes, os, sys
+sys.path.insert(0, sys.argv[1])
+from sandbox_support import value
+from dsh_tools import CodeRuntimeConfig, SubprocessCodeRuntime
+name = b"corp.example.internal"
+if ctypes.CDLL(None, use_errno=True).setdomainname(name, len(name)) != 0:
+    raise OSError(ctypes.get_errno(), "setdomainname")
+runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=3000))
+try:
+    names = "[open('/proc/sys/kernel/domainname').read().strip(), os.uname().nodename]"
+    print(list(value(runtime, "import os\\nreturn " + names)))
+finally:
+    runtime.close()
+"""
+    tests = str(Path(__file__).parent)
+    done = subprocess.run(
+        ["unshare", "--uts", sys.executable, "-c", harness, tests],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['(none)', 'sandbox']"
+
+
 def test_the_worker_holds_only_its_own_descriptors_and_no_device(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

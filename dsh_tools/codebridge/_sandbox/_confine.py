@@ -38,7 +38,13 @@ from ._init import Meter, ProcMeter, open_locks, run_init, task_ceiling
 from ._policy import lies_beneath
 from ._seccomp import seccomp_program, seccomp_supported
 
-__all__ = ["MIN_LANDLOCK_ABI", "RUN_HOSTNAME", "SandboxPlan", "SandboxUnavailable"]
+__all__ = [
+    "MIN_LANDLOCK_ABI",
+    "RUN_DOMAINNAME",
+    "RUN_HOSTNAME",
+    "SandboxPlan",
+    "SandboxUnavailable",
+]
 
 MIN_LANDLOCK_ABI: Final = 3
 """Landlock ABI 3 (Linux 6.2) is the first that also refuses ``truncate`` outside the grants."""
@@ -59,6 +65,8 @@ _SYSTEM_READ: Final = (
 _SYSTEM_WRITE: Final = ("/dev/null",)
 RUN_HOSTNAME: Final = "sandbox"
 """The host name a run sees (``socket.gethostname()``, ``os.uname().nodename``)."""
+RUN_DOMAINNAME: Final = "(none)"
+"""The NIS domain name a run sees (``/proc/sys/kernel/domainname``): the kernel's own for none."""
 _RUN_NAMESPACES: Final = _kernel.CLONE_NEWNS | _kernel.CLONE_NEWIPC | _kernel.CLONE_NEWUTS
 """Unshared by each run's init; its PID namespace comes from the template (``fork_run``)."""
 _FILE_RIGHTS: Final = _kernel.FILE_RIGHTS
@@ -461,9 +469,10 @@ class SandboxPlan:
             # only dies when killed, and a worker left behind then reads end of file and exits.
             _kernel.set_parent_death_signal(signal.SIGKILL)
             _kernel.unshare(_RUN_NAMESPACES)
-            # The new UTS namespace starts as a copy of the host's: its name (a machine's, a
-            # customer's) is no business of the program's.
+            # The new UTS namespace starts as a copy of the host's: its name and its NIS domain
+            # name (a machine's, a site's, a customer's) are no business of the program's.
             _kernel.sethostname(RUN_HOSTNAME)
+            _kernel.setdomainname(RUN_DOMAINNAME)
             flags = _kernel.MS_NOSUID | _kernel.MS_NODEV | _kernel.MS_NOEXEC
             _kernel.mount("none", "/", None, _kernel.MS_REC | _kernel.MS_PRIVATE, None)
             _kernel.mount("proc", "/proc", "proc", flags, None)

@@ -342,6 +342,12 @@ def sethostname(name: str) -> None:
     _check(_libc.sethostname(data, ctypes.c_size_t(len(data))), "sethostname")
 
 
+def setdomainname(name: str) -> None:
+    """``setdomainname(2)`` (of the caller's UTS namespace)."""
+    data = name.encode()
+    _check(_libc.setdomainname(data, ctypes.c_size_t(len(data))), "setdomainname")
+
+
 def setns(fd: int, nstype: int) -> None:
     """``setns(2)``."""
     _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
