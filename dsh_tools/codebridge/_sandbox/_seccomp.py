@@ -10,9 +10,10 @@ sequenced-packet pairs (asyncio's self-pipe needs one; such a pair reaches nothi
 for other families (whose socket code would run, and on some kernels load a module) nor for datagram
 pairs, whose ``sendto`` takes an address and so reaches any datagram socket bound on the host's
 filesystem; ``socket`` is refused, so no TCP, UDP, raw, netlink or unix socket can be created,
-whatever the address; nor may a socket pair take a BPF program (``FILTER_SOCKOPTS``: compiled into
-the machine's one pool for unprivileged BPF, which every seccomp filter is compiled from too).
-``io_uring`` is refused because its operations bypass this filter.
+whatever the address; nor may a socket pair carry out-of-band data (``OUT_OF_BAND_SYSCALLS``:
+kernel code no program needs, with a history of use-after-free bugs) nor take a BPF program
+(``FILTER_SOCKOPTS``: compiled into the machine's one pool for unprivileged BPF, which every seccomp
+filter is compiled from too). ``io_uring`` is refused because its operations bypass this filter.
 ``memfd_create`` and System V / POSIX message queues and shared memory are refused because they hold
 memory outside every process's resident set (no budget would see it). ``inotify`` and file leases
 (``fcntl(F_SETLEASE)``, ``F_NOTIFY``) are refused because Landlock does not cover them: they would
@@ -138,6 +139,7 @@ __all__ = [
     "LANDLOCK_SYSCALLS",
     "MODULE_IOCTLS",
     "NUMA_SYSCALLS",
+    "OUT_OF_BAND_SYSCALLS",
     "PAGE_CACHE_SYSCALLS",
     "PIPE_PAGE_SYSCALLS",
     "SKIPPED_SYSCALLS",
@@ -398,6 +400,20 @@ filters of 4,096 instructions to its socket pairs, held 108 MB of the pool (abou
 filter) before its memory budget ended it, and one without cgroups 72 MB beside 233 MB of
 kernel memory for the programs themselves that no budget counted: a few concurrent runs use
 the pool up. A run's socket pairs need no filter (their other options are untouched)."""
+OUT_OF_BAND_SYSCALLS: Final = {
+    "sendto": (44, 3),
+    "recvfrom": (45, 3),
+    "sendmsg": (46, 2),
+    "recvmsg": (47, 2),
+    "recvmmsg": (299, 3),
+    "sendmmsg": (307, 3),
+}
+"""The x86_64 numbers of the calls that send or receive on a socket, and which argument holds
+their flags: with ``MSG_OOB`` they answer ``EOPNOTSUPP``, as a kernel without out-of-band data
+on unix sockets (``CONFIG_AF_UNIX_OOB``) does. That code is reachable from any socket pair and
+needed by no program of a run, and use-after-free bugs were found in it more than once (one,
+fixed in Linux 6.16, was used to go from a browser's sandboxed renderer to the kernel)."""
+_MSG_OOB: Final = 0x1
 _SETSOCKOPT: Final = 54
 _SOL_SOCKET: Final = 1
 _IOCTL: Final = 16
@@ -564,6 +580,8 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _CLONE, "clone")
     bpf.op(_JMP_JEQ_K, _SOCKETPAIR, "socketpair")
     bpf.op(_JMP_JEQ_K, _SETSOCKOPT, "setsockopt")
+    for number, argument in OUT_OF_BAND_SYSCALLS.values():
+        bpf.op(_JMP_JEQ_K, number, f"flags-arg{argument}")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     bpf.op(_JMP_JEQ_K, _IOCTL, "ioctl")
     bpf.op(_JMP_JEQ_K, _PRCTL, "prctl")
@@ -625,6 +643,14 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("setsockopt-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    # send and receive calls: no out-of-band data (the kernel reads the flags as 32 bits).
+    for argument in sorted({argument for _number, argument in OUT_OF_BAND_SYSCALLS.values()}):
+        bpf.place(f"flags-arg{argument}")
+        bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW + 8 * argument)
+        bpf.op(_JMP_JSET_K, _MSG_OOB, "out-of-band")
+        bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("out-of-band")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
     # fcntl: no leases, no directory notifications, no open file description locks.
     bpf.place("fcntl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
