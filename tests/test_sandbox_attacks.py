@@ -2502,6 +2502,46 @@ return seen
         runtime.close()
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_map_the_whole_disk_of_a_file_it_may_read(ext4_filesystem: Path) -> None:
+    # FS_IOC_GETFSMAP (ext4 answers it without privilege, from a read-only descriptor of any
+    # file) reports which inode owns every block of the filesystem, the files of directories
+    # the run may not list included: a run polling it sees where and how much the host writes
+    # anywhere on that disk. Each call also walks the filesystem's block groups under their
+    # locks: eight processes looping on it made the host's creation of small files on that
+    # disk about twice as slow as the same load of harmless requests.
+    granted = ext4_filesystem / "granted.txt"
+    granted.write_text("readable")
+    hidden = ext4_filesystem / "private"
+    hidden.mkdir(mode=0o700)
+    (hidden / "secret.bin").write_bytes(os.urandom(3 << 20))
+    os.sync()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(granted)]))
+    )
+    program = f"""
+import fcntl, os, struct
+fd = os.open({str(granted)!r}, os.O_RDONLY)
+low = struct.pack('IIQQQQ24x', 0, 0, 0, 0, 0, 0)
+high = struct.pack('IIQQQQ24x', 2**32 - 1, 2**32 - 1, 2**64 - 1, 2**64 - 1, 2**64 - 1, 0)
+count = 256
+request = bytearray(struct.pack('IIII48x', 0, 0, count, 0) + low + high + bytes(64 * count))
+try:
+    fcntl.ioctl(fd, 0xC0C0583B, request)  # FS_IOC_GETFSMAP
+except OSError as error:
+    return error.errno
+entries = struct.unpack_from('I', request, 12)[0]
+extents = [struct.unpack_from('IIQQQQ', request, 192 + 64 * n) for n in range(entries)]
+return sorted(length for _dev, _flags, _physical, owner, _offset, length in extents
+              if owner < 2**63)[-3:]  # the largest extents of files, by inode
+"""
+    try:
+        assert value(runtime, program) == errno.EOPNOTSUPP
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()
+
+
 @pytest.fixture
 def xfs_filesystem(tmp_path: Path) -> Iterator[Path]:
     """An XFS filesystem (the root filesystem of many distributions), mounted from a sparse

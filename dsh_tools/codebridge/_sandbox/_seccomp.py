@@ -135,6 +135,7 @@ __all__ = [
     "DENIED_SYSCALLS",
     "FILTER_SOCKOPTS",
     "FSCRYPT_IOCTLS",
+    "FSMAP_IOCTLS",
     "INODE_FLAG_IOCTLS",
     "LANDLOCK_SYSCALLS",
     "MODULE_IOCTLS",
@@ -374,6 +375,15 @@ many distributions, loops of them against such a log made 269 and 272 write requ
 where the appends alone made none (``XFS_IOC_GETBMAPA``, of the attribute fork, writes nothing
 back and stays). No program of a run needs a file's physical layout (the standard library never
 asks for it)."""
+FSMAP_IOCTLS: Final = {"FS_IOC_GETFSMAP": 0xC0C0583B}
+"""The ``ioctl`` request that maps a whole filesystem's blocks to their owners, which answers
+``EOPNOTSUPP`` as on a filesystem without it. ext4 answers it without privilege (XFS asks for
+``CAP_SYS_ADMIN``), from a read-only descriptor of any of its files (a ``read`` grant's, the
+Python installation's): it reports which inode owns every block of the disk, the files of
+directories the run may not list included, so a run polling it sees where and how much the
+host writes anywhere on that disk. Each call also walks the filesystem's block groups under
+their locks: eight processes looping on it made the host's creation of small files there
+about twice as slow as the same load of harmless requests. No program of a run needs it."""
 INODE_FLAG_IOCTLS: Final = {"FS_IOC_SETFLAGS": 0x40086602, "FS_IOC_FSSETXATTR": 0x401C5820}
 """The ``ioctl`` requests that set a file's inode flags and project (``chattr``), refused with
 ``EPERM`` as the ``file_setattr`` call is; reading them still works. Outside the ``write``
@@ -671,11 +681,16 @@ def seccomp_program(
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # ioctl: no key of an encrypted directory added or removed, no directory encrypted, no
-    # filesystem's transaction committed, no subvolume made or changed, no module asked for,
-    # no inode flag set (the kernel reads the request as 32 bits).
+    # file written back, no map of a whole disk, no filesystem's transaction committed, no
+    # subvolume made or changed, no module asked for, no inode flag set (the kernel reads the
+    # request as 32 bits).
     bpf.place("ioctl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
-    for request in (*FSCRYPT_IOCTLS.values(), *WRITEBACK_IOCTLS.values()):
+    for request in (
+        *FSCRYPT_IOCTLS.values(),
+        *WRITEBACK_IOCTLS.values(),
+        *FSMAP_IOCTLS.values(),
+    ):
         bpf.op(_JMP_JEQ_K, request, "ioctl-unsupported")
     for request in MODULE_IOCTLS.values():
         bpf.op(_JMP_JEQ_K, request, "ioctl-no-module")
