@@ -1383,8 +1383,12 @@ def test_children_that_exit_at_once_do_not_keep_the_init_measuring() -> None:
         CodeRuntimeConfig(
             compute_ms=20000,
             max_wall_ms=30000,
-            # Room for the exited children the init has not reaped yet: on a loaded machine
-            # they outnumbered the usual budget's 24 spare places, which this test is not about.
+            # Room for the children not yet gone: on a loaded machine the exited ones the init
+            # has not reaped yet outnumbered the usual budget's 24 spare places, and those not
+            # yet run to their exit, each a copy of the worker's memory to the /proc walk,
+            # outgrew the usual 512 MB (the suite on a load of 7 on two cores): neither is what
+            # this test is about.
+            max_memory_mb=4096,
             sandbox=CodeSandbox(cgroups=False, max_processes=256),
         )
     )
