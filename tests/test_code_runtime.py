@@ -2845,8 +2845,8 @@ return out
         os.close(held)
     assert opened["0"] == "/dev/null"
     assert all(opened[fd].startswith("pipe:") for fd in ("1", "2", "3", "4"))
-    # Under the sandbox, 5 is the notice pipe to the run's own init (see _sandbox._init).
-    assert runtime.isolation == "sandbox" and opened["5"].startswith("pipe:")
+    # Under the sandbox, 5 is the notice socket to the run's own init (see _sandbox._init).
+    assert runtime.isolation == "sandbox" and opened["5"].startswith("socket:")
     extra = {fd: target for fd, target in opened.items() if int(fd) > 5}
     # Beyond those, only what the worker's own event loop opened (epoll, its self-pipe).
     assert all(target.startswith(("anon_inode:", "socket:")) for target in extra.values()), extra

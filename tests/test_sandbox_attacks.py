@@ -1344,10 +1344,39 @@ def test_a_repeated_start_notice_changes_nothing_and_the_budget_still_holds(
     assert "compute" in spinning.error.message, spinning
 
 
+def test_a_program_cannot_take_the_start_notice_from_its_init() -> None:
+    # The worker tells its init "S" just before the program's first line, and the init
+    # measures the run (CPU time, memory, processes, its wall backstop) only from then on. A
+    # notice pipe could be opened again for reading through /proc/self/fd/5, and a program
+    # whose first line read it before the init woke (about every other run) went unmeasured:
+    # three children spun 12 s of CPU and held 600 MB under budgets of 2 s and 256 MB. Each run
+    # tries; none may outlast its compute budget.
+    program = """
+import os, time
+try:
+    notice = os.open('/proc/self/fd/5', os.O_RDONLY | os.O_NONBLOCK)
+    taken = os.read(notice, 16)
+except OSError as error:
+    taken = error.errno
+spin_until = time.process_time() + 1.5
+while time.process_time() < spin_until:
+    pass
+return repr(taken)
+"""
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(compute_ms=500, max_wall_ms=20_000))
+    try:
+        results = [run(runtime, program) for _ in range(10)]
+    finally:
+        runtime.close()
+    for result in results:
+        assert result.error is not None, f"unmeasured after taking {result.value}"
+        assert "compute budget exhausted" in result.error.message, result
+
+
 def test_a_flood_of_repeated_notices_does_not_keep_the_init_busy(
     sandbox: SubprocessCodeRuntime,
 ) -> None:
-    # The init is outside the run's budgets: a program that kept its notice pipe full of "S"
+    # The init is outside the run's budgets: a program that kept its notice socket full of "S"
     # (at almost no CPU of its own, blocked in its writes) woke the init for a measuring per
     # 64 bytes, a whole core of the host for as long as the wall ceiling allowed. The init
     # now takes repeated notices at most once a tick, so 3 MiB of them cost it a few
@@ -1419,7 +1448,7 @@ return [init / ticks, (cpu_of_init() - before) / ticks, own]
 
 
 def test_the_notice_never_lands_in_a_file_the_program_opened(tmp_path: Path) -> None:
-    # A program that closes the notice pipe and opens a file under its number: the worker
+    # A program that closes the notice socket and opens a file under its number: the worker
     # checks the descriptor before it tells the init, and the host ends the run instead.
     runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=(str(tmp_path),))))
     program = f"""
@@ -2024,9 +2053,9 @@ return [fds, refused]
 """
     fds, refused = value(sandbox, program)
     kinds = {int(fd): kind for fd, kind in fds.items()}
-    # /dev/null, output pipes, channel pipes, the notice pipe to the run's own init; then only
-    # the event loop's self-pipe pair
-    expected = ["/dev/null", "pipe", "pipe", "pipe", "pipe", "pipe"]
+    # /dev/null, output pipes, channel pipes, the notice socket to the run's own init (which no
+    # program can open again through /proc for reading); then only the event loop's pair
+    expected = ["/dev/null", "pipe", "pipe", "pipe", "pipe", "socket"]
     assert [kinds.pop(fd) for fd in range(6)] == expected
     assert sorted(kinds.values()) == ["socket", "socket"], kinds
     assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent

@@ -12,7 +12,7 @@ globals: ``tools`` (or whatever each namespace is called), the namespaces' error
 (``set_up``, done before the boot comes: none of it depends on the program). It sends ``Done``
 as soon as the program settles and exits at once (no asyncio shutdown: whatever is left of the
 run is killed anyway). ``SystemExit`` ends the process with its status and no ``Done``. Under
-the sandbox one byte on the init's notice pipe, once ``Done`` is in the channel, lets the init
+the sandbox one byte on the init's notice socket, once ``Done`` is in the channel, lets the init
 end the run while the host is still reading the frame; the worker then waits for the init's
 kill rather than exiting.
 
@@ -224,7 +224,7 @@ class Worker:
         self.stdout = CaptureStream(self.write_stdout, 1, "<stdout>")
         self.stderr = CaptureStream(self.write_stderr, 2, "<stderr>")
         self.notice: tuple[int, int] | None = None
-        """The init's notice pipe: descriptor and inode (``tell_init``)."""
+        """The init's notice socket: descriptor and inode (``tell_init``)."""
         self.module: types.ModuleType | None = None
         """The run's fresh ``__main__``, made ahead (``set_up``); ``load_program`` takes it."""
         self.error_classes: dict[tuple[str, str], type[Exception]] = {}
@@ -380,7 +380,7 @@ class Worker:
 
     def refusals(self) -> tuple[Refusal, ...]:
         """The sandbox's refusals a failure explains: those of ``SANDBOX_REFUSALS`` under the
-        sandbox (whose init's notice pipe the worker has), none outside it."""
+        sandbox (whose init's notice socket the worker has), none outside it."""
         return SANDBOX_REFUSALS if self.notice is not None else ()
 
     def thread_excepthook(self, args: threading.ExceptHookArgs) -> None:

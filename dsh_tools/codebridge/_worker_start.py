@@ -15,7 +15,7 @@ They are the runtime's config, which the template passes on (``expect_compute_ms
 every ``Boot`` repeats: a worker applies the CPU limit once it has rehearsed, before it waits
 (and again at its boot only if the boot carries another), and the memory limit once it has
 read its boot. Under the sandbox ``main`` gets the
-write end of the namespace init's notice pipe: ``NOTICE_STARTED`` there once the program may
+worker's end of the namespace init's notice socket: ``NOTICE_STARTED`` there once the program may
 run starts the init's measuring, wall clock included; on a held boot ``NOTICE_HELD`` starts it
 first without the wall clock (the compile is charged, the wait for the go is not).
 
@@ -220,7 +220,7 @@ def _apply_memory_limit(max_memory_mb: float) -> None:
 
 def main(notice: int | None = None) -> NoReturn:
     """Run one program (the child's whole life); never returns. ``notice`` is the write end of
-    the sandbox init's notice pipe (none under ``"process"`` isolation)."""
+    the sandbox init's notice socket (none under ``"process"`` isolation)."""
     try:
         # A poll loop: the sandbox refuses epoll, whose watches count against a limit the
         # worker would share with every process of its user on the machine (as root: the host).

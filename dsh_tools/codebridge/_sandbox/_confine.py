@@ -429,7 +429,7 @@ class SandboxPlan:
 
         Descriptors 0-4 are the worker's and ``status_fd`` (5) the status pipe; nothing else is
         open but the grants. The worker starts with ``start_worker(status_fd)``: by then that
-        descriptor is the write end of the init's notice pipe (``_init.run_init``), no longer
+        descriptor is the worker's end of the init's notice socket (``_init.run_init``), no longer
         the status pipe. The init exits once the worker has exited or a budget is
         exhausted, which ends the namespace and every process in it.
         """

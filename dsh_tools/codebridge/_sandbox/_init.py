@@ -2,7 +2,7 @@
 
 PID 1 of the namespace starts the worker (PID 2) and then only waits: it reaps every process
 (orphans of the run are reparented to it), and once the worker has its program (it says so on
-its notice pipe before running any of it; a pre-forked worker may wait long for its run, and
+its notice socket before running any of it; a pre-forked worker may wait long for its run, and
 its init sleeps until then) it measures the tree every ``TICK_SECONDS`` with its ``Meter``: the
 run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise ``ProcMeter``, which sums
 over the namespace's private ``/proc`` the CPU time of every live process (its own and its
@@ -14,11 +14,11 @@ status (or the memory budget, when the kernel's memory ceiling killed it) and ex
 makes the kernel kill everything left in the namespace, so nothing a run started (a
 ``setsid()`` grandchild included) outlives it.
 
-The worker tells the init that its run is over by writing another byte to its notice pipe (the
+The worker tells the init that its run is over by writing another byte to its notice socket (the
 descriptor ``start_worker`` receives) once its ``Done`` frame is in the host's channel, so the
 init ends the run while the host is still reading that frame; the host asks for the end of a
 settled run too, by closing its end of the channel to the worker (which the init watches for the
-hang-up). Whichever comes first ends it: a program that writes to the notice pipe itself only
+hang-up). Whichever comes first ends it: a program that writes to the notice socket itself only
 ends its own run early. However the run ends, the init sends ``SIGKILL`` to
 every other process of the namespace, then reports why (if it knows) and ``b"K"``: from then
 on nothing the program started runs again, and the host's result may be delivered. It then
@@ -43,6 +43,7 @@ import math
 import os
 import select
 import signal
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -68,7 +69,7 @@ __all__ = [
 
 TICK_SECONDS: Final = 0.025
 NOTICE_STARTED: Final = b"S"
-"""What the worker writes to the notice pipe once its program may run (before it runs any of
+"""What the worker writes to the notice socket once its program may run (before it runs any of
 it): the init measures the run, wall clock included, from then on. Any byte but this and
 ``NOTICE_HELD`` ends the run."""
 NOTICE_HELD: Final = b"H"
@@ -104,7 +105,7 @@ _PF_EXITING: Final = 0x4
 """The kernel's flag of a thread that has begun to exit (``/proc/<pid>/task/<tid>/stat``'s
 ninth field), set before the exit closes any descriptor."""
 _NOTICE_READ_BYTES: Final = 1 << 16
-"""What one read of the notice pipe takes at most: all a pipe holds by default."""
+"""What one read of the notice socket takes at most."""
 MAX_LOCKS: Final = 16_384
 """How many file locks (``fcntl``, ``lockf``, ``flock``) a run's processes may hold together; more
 end the run with its memory budget. Each is kernel memory (about 200 bytes) that neither a
@@ -351,8 +352,22 @@ def _end_every_process(*, wait: bool) -> bool:
             signal.sigtimedwait({signal.SIGCHLD}, _KILL_AGAIN_SECONDS)
 
 
+def _notice_pair() -> tuple[int, int]:
+    """The notice channel: the init's end and the worker's. A unix socket pair, not a pipe: a
+    pipe's end can be opened again from ``/proc/self/fd`` with the other access mode (a socket
+    cannot be opened there at all), so a program reading its worker's end of a notice pipe as
+    its first line took ``NOTICE_STARTED`` before the init woke for it, about every other run,
+    and the init never measured that run (measured: three children spun 12 s of CPU and held
+    600 MB under budgets of 2 s and 256 MB). What the worker writes on its end reaches the
+    init's alone."""
+    init_end, worker_end = socket.socketpair(
+        socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC
+    )
+    return init_end.detach(), worker_end.detach()
+
+
 def _read_notice(notice: int) -> bytes | None:
-    """What the notice pipe holds: ``None`` when nothing, ``b""`` at end of file (every writer
+    """What the notice socket holds: ``None`` when nothing, ``b""`` at end of file (every writer
     gone: the worker exited, which its wait status reports)."""
     try:
         return os.read(notice, _NOTICE_READ_BYTES)
@@ -370,11 +385,11 @@ def run_init(
     max_wall_ms: float = math.inf,
     locks: int = -1,
 ) -> NoReturn:
-    """Be PID 1: start the worker (``start_worker`` gets the write end of the notice pipe),
+    """Be PID 1: start the worker (``start_worker`` gets its end of the notice channel),
     watch the tree, report, exit (which ends the namespace). ``locks``: the run's
     ``/proc/locks`` (``open_locks``), which the worker does not inherit."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    notice, notice_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    notice, notice_w = _notice_pair()
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
     worker = os.fork()
@@ -400,7 +415,7 @@ def run_init(
     started = False  # the worker has its program: measure from now on
     measured_at = 0.0  # the last measuring (or the start, which puts the first one off a tick)
     deadline = math.inf  # the wall backstop, once the program may run (``NOTICE_STARTED``)
-    muted_at: float | None = None  # when a repeated notice took the notice pipe off the poll
+    muted_at: float | None = None  # when a repeated notice took the notice socket off the poll
     measurings = 0
     while not report:
         if muted_at is not None and time.monotonic() - muted_at >= TICK_SECONDS:
@@ -433,8 +448,8 @@ def run_init(
                 elif started:
                     # Only the program repeats a notice: each would wake the init for a
                     # measuring of its own, outside the run's budgets (a program that kept
-                    # the pipe full, at almost no CPU of its own, kept the init busy on a
-                    # whole core). The pipe waits for the next tick instead.
+                    # the socket full, at almost no CPU of its own, kept the init busy on a
+                    # whole core). The socket waits for the next tick instead.
                     poller.unregister(notice)
                     muted_at = time.monotonic()
                 if not started:
