@@ -8,6 +8,7 @@ the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and throu
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -2452,6 +2453,26 @@ return seen
         runtime.close()
 
 
+@contextlib.contextmanager
+def host_appending(log: Path) -> Iterator[None]:
+    """The host appending a line to ``log`` every 10 ms (and writing it out) meanwhile."""
+    stop = threading.Event()
+
+    def append() -> None:
+        with open(log, "a") as file:
+            while not stop.wait(0.01):
+                file.write("a line of the host's log\n")
+                file.flush()
+
+    appender = threading.Thread(target=append)
+    appender.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        appender.join()
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
 def test_a_run_cannot_make_the_host_write_back_a_file_it_may_only_read(
     ext4_filesystem: Path,
@@ -2504,18 +2525,10 @@ for attack in (fiemap, ext4_extent_cache, sync_file_range, direct_read, direct_r
             break
 return seen
 """
-    stop = threading.Event()
-
-    def append() -> None:
-        with open(log, "a") as file:
-            while not stop.wait(0.01):
-                file.write("a line of the host's log\n")
-                file.flush()
-
-    appender = threading.Thread(target=append)
+    stack = contextlib.ExitStack()
     try:
         value(runtime, "return 1")  # the template starts before the count does
-        appender.start()
+        stack.enter_context(host_appending(log))
         writes = _mounted_device_writes(ext4_filesystem)
         assert value(runtime, program) == {
             "fiemap": errno.EOPNOTSUPP,
@@ -2529,9 +2542,7 @@ return seen
         assert _mounted_device_writes(ext4_filesystem) - writes < 40
         assert_next_run_works(runtime)
     finally:
-        stop.set()
-        if appender.is_alive():
-            appender.join()
+        stack.close()
         runtime.close()
 
 
@@ -2612,18 +2623,10 @@ for name, request, argument in (
             break
 return seen
 """
-    stop = threading.Event()
-
-    def append() -> None:
-        with open(log, "a") as file:
-            while not stop.wait(0.01):
-                file.write("a line of the host's log\n")
-                file.flush()
-
-    appender = threading.Thread(target=append)
+    stack = contextlib.ExitStack()
     try:
         value(runtime, "return 1")  # the template starts before the count does
-        appender.start()
+        stack.enter_context(host_appending(log))
         writes = _mounted_device_writes(xfs_filesystem)
         assert value(runtime, program) == {
             "XFS_IOC_GETBMAP": errno.EOPNOTSUPP,
@@ -2633,9 +2636,7 @@ return seen
         assert _mounted_device_writes(xfs_filesystem) - writes < 20
         assert_next_run_works(runtime)
     finally:
-        stop.set()
-        if appender.is_alive():
-            appender.join()
+        stack.close()
         runtime.close()
 
 
