@@ -84,20 +84,22 @@ class NativeOutput:
             text = carried + text
             self._carried[index] = ""
         dump = self._dumps[index]
-        if not final:
-            cut = text.rfind("\n") + 1
-            tail = text[cut:]
-            if tail and len(tail) <= CARRY_LIMIT and (dump.in_dump or _may_start_dump(tail)):
+        cut = text.rfind("\n") + 1
+        head, tail = text[:cut], text[cut:]
+        shown = ""
+        if head:  # whole lines, which the filter reads (the last newline is kept)
+            kept = dump.lines(head[:-1])
+            if kept is not None:
+                shown = kept + "\n"
+        if tail:
+            # Whether a dump is under way is known once the whole lines before are read.
+            if not final and len(tail) <= CARRY_LIMIT and (dump.in_dump or _may_start_dump(tail)):
                 self._carried[index] = tail
-                text = text[:cut]
-        if not text:
-            return True
-        if text.endswith("\n"):  # the filter reads lines: the read's last newline is kept
-            shown = dump.lines(text[:-1])
-            shown = None if shown is None else shown + "\n"
-        else:
-            shown = dump.lines(text)
-        return shown is None or self._ledger.admit(shown)
+            else:
+                kept = dump.lines(tail)
+                if kept is not None:
+                    shown += kept
+        return not shown or self._ledger.admit(shown)
 
     @property
     def where(self) -> str | None:
