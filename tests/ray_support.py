@@ -7,7 +7,8 @@ import them.
 ``json_tool(name, execute, placement)`` defines a tool whose value is any JSON, rendered as
 compact JSON text. ``wait_for_file(path)`` waits (bounded) until a remote body wrote ``path``.
 ``cut_connections(pid)`` breaks this process's TCP connections to the Ray worker ``pid`` (a
-network hiccup: the worker lives on, and Ray connects to it again).
+network hiccup: the worker lives on, and Ray connects to it again). ``all_cpus_free()`` waits
+(bounded) until no actor of an earlier test holds a CPU of the instance.
 """
 
 from __future__ import annotations
@@ -28,6 +29,25 @@ from dsh_tools.distributed import init_ray
 
 WAIT = 30.0
 """Upper bound for waiting on a remote body's marker file (worker start-up included)."""
+
+
+def all_cpus_free(cpus: float = 2.0) -> None:
+    """Wait (bounded) until the instance's ``cpus`` CPUs are all free: an actor pool ends with
+    its tool's definition, which an earlier test's garbage may still hold, and Ray frees an
+    ended actor's CPU a moment later. For a test that lays out the CPUs itself."""
+    import gc
+
+    import ray
+
+    deadline = time.monotonic() + WAIT
+    while True:
+        gc.collect()
+        free = ray.available_resources().get("CPU", 0.0)
+        if free >= cpus:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{cpus - free} CPU of the Ray instance still held after {WAIT} s")
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypedDict
 
 import msgspec
 import pytest
-from ray_support import WAIT, json_tool, ray_instance  # noqa: F401  (the session fixture)
+from ray_support import WAIT, all_cpus_free, json_tool, ray_instance  # noqa: F401  (the session fixture)
 
 from dsh_tools import (
     AbortController,
@@ -501,6 +501,7 @@ def test_calls_on_pool_actors_ray_cannot_place_go_to_the_placed_ones(tmp_path: P
     # Four actors of one CPU each on two CPUs: Ray places two. The calls first sent to the
     # other two have not begun there; they run on the placed ones, each once, and none waits
     # for ever.
+    all_cpus_free()  # two, for the pool's first two actors
     log = tmp_path / "runs"
     system = ToolSystem.start(code_runtime=None)
     try:
@@ -596,6 +597,7 @@ def test_a_pool_actor_ray_could_not_place_takes_calls_once_ray_places_it(tmp_pat
     # Once that CPU is free Ray places the slot's actor, and the slot takes calls again.
     import ray
 
+    all_cpus_free()  # the layout below is the test's: one CPU held, one for the pool
     holder = ray.remote(CpuHolder).options(num_cpus=1).remote()
     ray.get(holder.ready.remote(), timeout=WAIT)
     log = tmp_path / "runs"
@@ -637,6 +639,7 @@ def test_a_call_aborted_while_its_actor_waits_to_be_placed_leaves_the_pool_usabl
     # kept, that actor would hold every later call of the pool for ever.
     import ray
 
+    all_cpus_free()  # the holder below takes both
     holder = ray.remote(CpuHolder).options(num_cpus=2).remote()
     ray.get(holder.ready.remote(), timeout=WAIT)
     system.tools.register(json_tool("pid", worker_pid, RayPlacement(num_cpus=1, actor_pool=1)))
