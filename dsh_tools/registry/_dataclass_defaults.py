@@ -22,6 +22,8 @@ from typing import Any
 
 from msgspec import inspect as mi
 
+from ._typed_losses import inner_types
+
 __all__ = ["DefaultsFiller", "defaults_filler"]
 
 DefaultsFiller = Callable[[Any], None]
@@ -62,10 +64,11 @@ def _compile(t: mi.Type, compiled: dict[int, _Cell]) -> _Cell:
         cell.fill = _compile(t.type, compiled).fill
     elif isinstance(t, mi.DataclassType | mi.StructType | mi.TypedDictType | mi.NamedTupleType):
         fields = [(f.name, _compile(f.type, compiled)) for f in t.fields]
+        defaults = _plain_defaults(t.cls) if isinstance(t, mi.DataclassType) else []
         if isinstance(t, mi.TypedDictType):
             cell.fill = _fields_filler(dict, fields, _item)
-        elif isinstance(t, mi.DataclassType) and _plain_defaults(t.cls):
-            cell.fill = _dataclass_filler(t.cls, _plain_defaults(t.cls), fields)
+        elif defaults:
+            cell.fill = _dataclass_filler(t.cls, defaults, fields)
         else:
             cell.fill = _fields_filler(t.cls, fields, getattr)
     elif isinstance(t, mi.UnionType):
@@ -75,25 +78,9 @@ def _compile(t: mi.Type, compiled: dict[int, _Cell]) -> _Cell:
         cell.fill = _fields_filler(tuple, positions, _item)
     elif isinstance(t, mi.ListType | mi.VarTupleType | mi.SetType | mi.FrozenSetType):
         cell.fill = _items_filler(_compile(t.item_type, compiled))
-    elif isinstance(t, mi.DictType):
-        cell.fill = _dict_filler(_compile(t.key_type, compiled), _compile(t.value_type, compiled))
+    elif isinstance(t, mi.DictType):  # keys are text: no dataclass among them
+        cell.fill = _values_filler(_compile(t.value_type, compiled))
     return cell
-
-
-def _parts(t: mi.Type) -> list[mi.Type]:
-    """The types directly inside ``t``."""
-    if isinstance(t, mi.Metadata):
-        return [t.type]
-    if isinstance(t, mi.DataclassType | mi.StructType | mi.TypedDictType | mi.NamedTupleType):
-        return [f.type for f in t.fields]
-    if isinstance(t, mi.UnionType):
-        return list(t.types)
-    if isinstance(t, mi.TupleType):
-        return list(t.item_types)
-    if isinstance(t, mi.DictType):
-        return [t.key_type, t.value_type]
-    item = getattr(t, "item_type", None)
-    return [item] if isinstance(item, mi.Type) else []
 
 
 def _holds(t: mi.Type, seen: set[int]) -> bool:
@@ -104,7 +91,7 @@ def _holds(t: mi.Type, seen: set[int]) -> bool:
     seen.add(id(t))
     if isinstance(t, mi.DataclassType) and _plain_defaults(t.cls):
         return True
-    return any(_holds(part, seen) for part in _parts(t))
+    return any(_holds(part, seen) for part in inner_types(t))
 
 
 def _plain_defaults(cls: type) -> list[tuple[str, Any]]:
@@ -192,15 +179,13 @@ def _items_filler(item: _Cell) -> DefaultsFiller:
     return fill
 
 
-def _dict_filler(key: _Cell, value_cell: _Cell) -> DefaultsFiller:
+def _values_filler(value_cell: _Cell) -> DefaultsFiller:
     def fill(value: Any) -> None:
         if not isinstance(value, dict):
             return
-        keys, values = key.fill, value_cell.fill
-        for k, v in value.items():
-            if keys is not None:
-                keys(k)
-            if values is not None:
-                values(v)
+        inner = value_cell.fill
+        if inner is not None:
+            for member in value.values():
+                inner(member)
 
     return fill

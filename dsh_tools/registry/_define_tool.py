@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from ..actors import JsonSchemaError, ToolArgsError
+from ..actors._config import finite_number
 from ._body_values import converts_values
 from ._definition import (
     Placement,
@@ -25,7 +26,7 @@ from ._hooks import ContentFinalizer
 from ._raw_schema import optional_null_dropper
 from ._schema_plan import _build_plan
 from ._schema_validate import validate_plan
-from ._tool_contract import _check_text, finite
+from ._tool_contract import _check_text
 from ._typed_views import _check_view, _output_view_builder, _view_builder
 
 __all__ = ["define_tool", "placed_execute"]
@@ -88,7 +89,7 @@ def define_tool(
     if timeout_ms is not None:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
             raise TypeError(f"{owner}: timeout_ms must be a positive finite number")
-        if not finite(timeout_ms) or timeout_ms <= 0:
+        if not finite_number(timeout_ms) or timeout_ms <= 0:
             raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
     if type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")

@@ -18,6 +18,7 @@ import pykka
 
 from ..actors import ExecuteCall, ToolCall, message_of
 from ..actors._agent_key import check_agent_key
+from ..actors._config import finite_number
 from ..actors._logging import get_logger
 from ..actors._protocol import (
     AddGuard,
@@ -46,7 +47,7 @@ from ._json_text import ArgumentsTextError, read_arguments
 from ._lossless_copy import snapshot_json
 from ._registry_actor import RegistryActor
 from ._snapshot import STOPPED_TEXT, SnapshotCell, ToolEntry
-from ._tool_contract import _check_text, check_registration, classify, finite, project_schema
+from ._tool_contract import _check_text, check_registration, classify, project_schema
 
 __all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
 
@@ -344,7 +345,7 @@ class ToolsHandle:
             raise ValueError("section name must be a non-empty str, got ''")
         if type(order) not in (int, float):
             raise TypeError("section order must be a number")
-        if not finite(order):
+        if not finite_number(order):
             raise ValueError(f"section order must be a finite number, got {order!r}")
         if type(text) is not str:
             raise TypeError("section text must be a str")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 from typing import Any
 
 from msgspec import UNSET
 
 from ..actors import FrozenList, JsonSchemaError, ToolOutputError, message_of
+from ..actors._config import finite_number
 from ._definition import ToolDefinition, ToolOutput, shape_problem
 from ._json_schema import assert_supported_json_schema
 from ._lossless import INT_MAX, INT_MIN, LosslessJsonError
@@ -26,16 +26,7 @@ _RUN_CODE = "run_code"
 
 
 def _positive_finite(value: Any) -> bool:
-    return (type(value) is int or type(value) is float) and finite(value) and value > 0
-
-
-def finite(number: float) -> bool:
-    """``math.isfinite``, False for an ``int`` past any float (which it refuses with
-    ``OverflowError``): no timer or prompt could take it either."""
-    try:
-        return math.isfinite(number)
-    except OverflowError:
-        return False
+    return (type(value) is int or type(value) is float) and finite_number(value) and value > 0
 
 
 def check_registration(defn: Any, *, reserve_run_code: bool) -> None:

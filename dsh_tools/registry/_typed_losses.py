@@ -32,7 +32,7 @@ from msgspec import inspect as mi
 from ._compact_json import compact_json
 from ._unique_items import first_json_repeat
 
-__all__ = ["LossesCheck", "losses_check"]
+__all__ = ["LossesCheck", "inner_types", "losses_check"]
 
 LossesCheck = Callable[[Any, Any], str | None]
 """``check(arguments, converted)``: the first loss as an argument violation, or ``None``."""
@@ -229,7 +229,7 @@ def _fits(info: mi.Type, value: Any) -> bool:
     return False
 
 
-def _inner_types(info: mi.Type) -> list[mi.Type]:
+def inner_types(info: mi.Type) -> list[mi.Type]:
     """The types a value of ``info`` holds its parts as (not a dict's keys: they are text)."""
     if isinstance(info, mi.Metadata):
         return [info.type]
@@ -258,7 +258,7 @@ def _holding(root: mi.Type, floats: bool = True) -> frozenset[int]:
         info = pending.pop()
         if id(info) in parts:
             continue
-        inner = _inner_types(info)
+        inner = inner_types(info)
         parts[id(info)] = inner
         pending.extend(inner)
         if (

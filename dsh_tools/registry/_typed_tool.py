@@ -19,6 +19,7 @@ from typing import Any, overload
 import docstring_parser
 import msgspec
 
+from ..actors._config import finite_number
 from ._body_values import converts_values
 from ._compact_json import compact_json
 from ._define_tool import placed_execute
@@ -34,7 +35,7 @@ from ._tool_call import (
     _validator,
     may_hold_tuples,
 )
-from ._tool_contract import _check_text, finite
+from ._tool_contract import _check_text
 from ._tool_signature import (
     _caller_locals,
     _docstring,
@@ -124,7 +125,7 @@ def _build(
     if timeout_ms is not None and (
         isinstance(timeout_ms, bool)
         or not isinstance(timeout_ms, (int, float))
-        or not finite(timeout_ms)
+        or not finite_number(timeout_ms)
         or timeout_ms <= 0
     ):
         raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
