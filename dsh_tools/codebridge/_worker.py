@@ -47,6 +47,8 @@ import types
 import warnings
 from collections.abc import Callable
 from functools import partial, wraps
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Final, NoReturn
 
 from . import _worker_api
@@ -370,13 +372,10 @@ class Worker:
     def emit_pieces(self, pieces: list[tuple[int, str]]) -> None:
         """Emit what a printer wrote (``one_entry``): each run of pieces written to one
         stream as one entry, as one write of it would have been."""
-        start = 0
-        for index in range(1, len(pieces) + 1):
-            if index == len(pieces) or pieces[index][0] != pieces[start][0]:
-                # As written (the contract's rule for a stream's writes): the printer's value
-                # is one write, its newline kept.
-                self.emit("".join(text for _fd, text in pieces[start:index]), pieces[start][0])
-                start = index
+        # As written (the contract's rule for a stream's writes): the printer's value is one
+        # write, its newline kept.
+        for fd, run in groupby(pieces, key=itemgetter(0)):
+            self.emit("".join(text for _fd, text in run), fd)
 
     def refusals(self) -> tuple[Refusal, ...]:
         """The sandbox's refusals a failure explains: those of ``SANDBOX_REFUSALS`` under the
