@@ -25,6 +25,7 @@ from ray_support import WAIT, all_cpus_free, json_tool, ray_instance  # noqa: F4
 from dsh_tools import (
     AbortController,
     Accept,
+    BatchOutcome,
     Deny,
     ExecuteBatch,
     ExecuteCall,
@@ -532,23 +533,30 @@ def test_calls_on_pool_actors_ray_cannot_place_go_to_the_placed_ones(tmp_path: P
         time.sleep(0.05)
 
 
+def three_calls_of_too_big(
+    system: ToolSystem, *, actor_pool: int, wait_s: float, timeout_ms: int
+) -> BatchOutcome:
+    """A batch of three calls of a tool whose pool actors need three CPUs, on the two-CPU
+    instance (no node can place one), under a timeout that only bounds the test."""
+    system.tools.register(
+        json_tool(
+            "too_big",
+            worker_pid,
+            RayPlacement(num_cpus=3, actor_pool=actor_pool, placement_wait_s=wait_s),
+            timeout_ms=timeout_ms,
+        )
+    )
+    system.tools.on_execute(timeout_policy())
+    calls = [ToolCall(f"c{i}", "too_big", "{}") for i in range(3)]
+    return system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3))
+
+
 def test_calls_on_a_pool_no_node_can_place_fail_once_placement_wait_s_has_passed(
     system: ToolSystem,
 ) -> None:
     # Three CPUs per actor on a two-CPU instance: no actor of the pool can ever be placed.
     # The timeout only bounds the test: the calls must not wait for it.
-    system.tools.register(
-        json_tool(
-            "too_big",
-            worker_pid,
-            RayPlacement(num_cpus=3, actor_pool=2, placement_wait_s=0.5),
-            timeout_ms=20_000,
-        )
-    )
-    system.tools.on_execute(timeout_policy())
-    calls = [ToolCall(f"c{i}", "too_big", "{}") for i in range(3)]
-
-    outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3))
+    outcome = three_calls_of_too_big(system, actor_pool=2, wait_s=0.5, timeout_ms=20_000)
 
     assert [r.error.info.code for r in outcome.results] == ["REMOTE_UNAVAILABLE"] * 3
     assert outcome.results[0].error.message == (
@@ -564,18 +572,8 @@ def test_calls_queued_on_a_pool_no_node_can_place_fail_after_one_placement_wait(
     # One actor of three CPUs on a two-CPU instance: the calls queue on it. The first that
     # gives up gives the actor up too; those queued behind it have waited as long, and must
     # not wait another ``placement_wait_s`` for a fresh actor no node can place either.
-    system.tools.register(
-        json_tool(
-            "too_big",
-            worker_pid,
-            RayPlacement(num_cpus=3, actor_pool=1, placement_wait_s=4),
-            timeout_ms=7_000,  # past one wait, short of two
-        )
-    )
-    system.tools.on_execute(timeout_policy())
-    calls = [ToolCall(f"c{i}", "too_big", "{}") for i in range(3)]
-
-    outcome = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3))
+    # The timeout is past one wait, short of two.
+    outcome = three_calls_of_too_big(system, actor_pool=1, wait_s=4, timeout_ms=7_000)
 
     assert [r.error.info.code for r in outcome.results] == ["REMOTE_UNAVAILABLE"] * 3
     assert {r.error.message for r in outcome.results} == {
