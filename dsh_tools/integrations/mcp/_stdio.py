@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import select
 import shutil
 import signal
 import sys
@@ -46,7 +45,7 @@ from mcp.shared.message import SessionMessage
 
 from ...actors._logging import get_logger
 from . import _stdio_supervisor
-from ._stdio_child import HeldChild, spawn_held
+from ._stdio_child import HeldChild, pidfd_running, spawn_held
 from ._stdio_pipes import LINE_LIMIT, read_lines, write_lines
 
 __all__ = ["stdio_group_client"]
@@ -309,7 +308,7 @@ async def _end_group(group: int, tag: str) -> None:
         _signal_each(_escapees(group, tag, escaped), signal.SIGTERM)
         with anyio.move_on_after(_GRACE_S):
             while True:
-                while _group_alive(group) or any(_running(fd) for fd in escaped.values()):
+                while _group_alive(group) or any(pidfd_running(fd) for fd in escaped.values()):
                     await anyio.sleep(_POLL_S)
                 # One more look once they are gone: a process one of them started meanwhile
                 # (or one caught in exec, whose environment could not be read) goes too.
@@ -397,7 +396,7 @@ def _hold_if_ours(pid: int, group: int, wanted: bytes, held: dict[int, int]) -> 
     seen = _stat(pid)
     if seen is not None:
         parent, pgrp = seen
-        vouched = parent in held and _running(held[parent])  # read after the child: its parent
+        vouched = parent in held and pidfd_running(held[parent])  # read after the child: its parent
         if pgrp == group or _carries(pid, wanted) or vouched:
             return pidfd
     os.close(pidfd)
@@ -418,14 +417,6 @@ def _signal_each(pidfds: list[int], signum: int) -> None:
     for pidfd in pidfds:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             signal.pidfd_send_signal(pidfd, signum)
-
-
-def _running(pidfd: int) -> bool:
-    """Whether the process has not exited yet (its pidfd turns readable when it does; poll,
-    as select refuses a descriptor past 1023)."""
-    watch = select.poll()
-    watch.register(pidfd, select.POLLIN)
-    return not watch.poll(0)
 
 
 def _group_alive(group: int) -> bool:

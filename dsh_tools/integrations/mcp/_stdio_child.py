@@ -25,7 +25,7 @@ from typing import TextIO
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-__all__ = ["HeldChild", "spawn_held"]
+__all__ = ["HeldChild", "pidfd_running", "spawn_held"]
 
 _CHUNK = 1 << 16
 _POLL_S = 0.02
@@ -85,6 +85,14 @@ def _close(stream: _FdReceiveStream | _FdSendStream) -> None:
         os.close(fd)
 
 
+def pidfd_running(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has not exited yet (its pidfd turns readable when it
+    does; poll, as select refuses a descriptor past 1023)."""
+    watch = select.poll()
+    watch.register(pidfd, select.POLLIN)
+    return not watch.poll(0)
+
+
 class HeldChild:
     """A spawned process the connection alone reaps, in ``release()``; until then its id and
     its group's name it and nothing else."""
@@ -105,14 +113,11 @@ class HeldChild:
         popen.stdout.close()
 
     def exited(self) -> bool:
-        """Whether the process has exited (its pidfd is readable then; poll, as select refuses
-        a descriptor past 1023)."""
+        """Whether the process has exited (looked for without reaping it)."""
         if self._pidfd is None:
             ended = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             return ended is not None
-        watch = select.poll()
-        watch.register(self._pidfd, select.POLLIN)
-        return bool(watch.poll(0))
+        return not pidfd_running(self._pidfd)
 
     async def wait(self) -> None:
         """Until the process exited (it is not reaped)."""
