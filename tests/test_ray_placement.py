@@ -845,3 +845,80 @@ def test_a_typed_tool_runs_its_function_on_ray_with_typed_arguments_validated_he
     assert bad.is_error
     assert bad.error.info.code == "INVALID_ARGS"
     assert "arguments.scale" in bad.error.message
+
+
+def leave_a_mark(args: Any, ctx: Any) -> Any:
+    """A side effect: writes the file ``path`` (it must never run where no node can place it)."""
+    Path(args["path"]).write_text(str(os.getpid()))
+    return os.getpid()
+
+
+@pytest.mark.parametrize(
+    ("placement", "needs"),
+    [
+        (RayPlacement(num_cpus=3, placement_wait_s=0.5), "CPU=3"),
+        (
+            RayPlacement(num_cpus=0, resources={"nobody_offers": 1}, placement_wait_s=0.5),
+            "nobody_offers=1",
+        ),
+    ],
+    ids=["more-cpus-than-any-node", "a-resource-no-node-offers"],
+)
+def test_a_task_no_node_can_place_fails_once_placement_wait_s_has_passed_and_never_runs(
+    system: ToolSystem, tmp_path: Path, placement: RayPlacement, needs: str
+) -> None:
+    # Ray would keep such a task in its queue for ever. The timeout only bounds the test: the
+    # call must not wait for it.
+    marker = tmp_path / "ran"
+    system.tools.register(
+        json_tool(
+            "too_big",
+            leave_a_mark,
+            placement,
+            parameters={"path": {"type": "string", "required": True}},
+            timeout_ms=20_000,
+        )
+    )
+    system.tools.on_execute(timeout_policy())
+    result = run(system, "too_big", {"path": str(marker)})
+
+    assert result.error.info.code == "REMOTE_UNAVAILABLE"
+    assert result.error.message == (
+        'cannot run tool "too_big" on Ray: Ray placed no worker for the call within 0.5s'
+        " (placement_wait_s) and no node of the cluster (1 alive) has the resources one"
+        f" needs: {needs}"
+    )
+    assert not marker.exists()
+
+
+def test_a_task_queued_behind_others_on_a_cluster_that_can_place_it_keeps_waiting(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # Both CPUs held elsewhere for longer than placement_wait_s: the node could place the
+    # task, so it waits (as Ray would), and runs once a CPU is free.
+    import ray
+
+    all_cpus_free()  # the holder below takes both
+    holder = ray.remote(CpuHolder).options(num_cpus=2).remote()
+    ray.get(holder.ready.remote(), timeout=WAIT)
+    marker = tmp_path / "ran"
+    system.tools.register(
+        json_tool(
+            "queued",
+            leave_a_mark,
+            RayPlacement(num_cpus=1, placement_wait_s=0.2),
+            parameters={"path": {"type": "string", "required": True}},
+        )
+    )
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            waiting = pool.submit(run, system, "queued", {"path": str(marker)})
+            time.sleep(2.5)  # several checks past placement_wait_s, the CPUs still held
+            held_back = not waiting.done() and not marker.exists()
+        finally:
+            ray.kill(holder)
+        result = waiting.result(WAIT)
+
+    assert held_back
+    assert not result.is_error, result.content
+    assert result.value == int(marker.read_text())

@@ -63,7 +63,8 @@ class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
     an actor of the pool may wait for Ray to place it while another of the pool is placed:
     after that its calls (which have not begun) go to the placed actors. While none is placed
     and no node has the resources an actor needs, its calls fail as ``REMOTE_UNAVAILABLE``
-    after that time. A body runs at most once: Ray's retries are off.
+    after that time; so does a task (``actor_pool=0``) that no live node has the resources
+    for. A body runs at most once: Ray's retries are off.
     """
 
     num_cpus: float = 1

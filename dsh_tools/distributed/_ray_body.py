@@ -246,8 +246,9 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                             await _stopped(submission, session)
                         raise
                     except RemoteUnavailableError:
-                        # No node can place its actor: taken off it, the call has not begun,
-                        # unless Ray placed the actor just then (its outcome then stands).
+                        # No node can place its task or actor: cancelled (or taken off its
+                        # actor), the call has not begun, unless Ray placed it just then
+                        # (its outcome then stands).
                         await _stopped(submission, session)
                         await asyncio.wait((reply,), timeout=_CONNECTION_CHECK_S)
                         if not reply.done() or reply.cancelled() or reply.exception() is not None:

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import functools
 import itertools
+import math
 import threading
 import time
 import weakref
@@ -30,6 +31,10 @@ __all__ = [
 ]
 
 _log = get_logger("dsh_tools.distributed")
+
+_RECHECK_S = 1.0
+"""The least time between two looks at the cluster for a task waiting to be placed (see
+``TaskSubmission.waiting``), and how long one look's answer serves the calls of its runner."""
 
 _DROP_ANSWER_S = 1.0
 """The least time an actor has to answer whether it dropped calls that had not begun (its
@@ -87,14 +92,15 @@ class Submission(Protocol):
 
 
 class TaskSubmission:
-    __slots__ = ("grace", "ref", "settle")
+    __slots__ = ("check_at", "ref", "runner")
 
     reached = None  # a task is never queued behind another call on its worker
 
-    def __init__(self, ref: Any, grace: float, settle: float) -> None:
+    def __init__(self, runner: TaskRunner, ref: Any, since: float) -> None:
+        self.runner = runner
         self.ref = ref
-        self.grace = grace
-        self.settle = settle
+        # When to look at the cluster first (see ``waiting``): nothing is asked of it before.
+        self.check_at = since + runner.wait
 
     @property
     def moved(self) -> bool:
@@ -106,16 +112,27 @@ class TaskSubmission:
         ray = connected_ray()
         if ray is None:
             return
+        runner = self.runner
         ray.cancel(self.ref, force=False, recursive=True)
-        ready, _ = ray.wait([self.ref], timeout=self.grace, fetch_local=False)
+        ready, _ = ray.wait([self.ref], timeout=runner.grace, fetch_local=False)
         if ready or connected_ray() is None:
             return
         _log.warning("remote body ignored cancellation; forcing its worker to exit")
         ray.cancel(self.ref, force=True, recursive=True)
-        ray.wait([self.ref], timeout=self.settle, fetch_local=False)
+        ray.wait([self.ref], timeout=runner.settle, fetch_local=False)
 
     def waiting(self) -> None:
-        return None  # a task waiting for resources is Ray's to place, on any node
+        # Ray keeps a task no node can place in its queue for ever (an autoscaler may add a
+        # node that can). Once the call has waited ``placement_wait_s``, and again every
+        # ``placement_wait_s`` (at least every ``_RECHECK_S``) while it waits, the cluster
+        # is asked whether any live node could ever place it; a call that starts sooner asks
+        # nothing.
+        now = time.monotonic()
+        if now < self.check_at:
+            return
+        runner = self.runner
+        self.check_at = now + max(runner.wait, _RECHECK_S)
+        runner.unplaced()
 
     def lost(self) -> None:
         return None
@@ -135,14 +152,36 @@ class TaskRunner:
 
             return run_body(execute, frame, cloudpickle.dumps)
 
-        self._grace = placement.cancel_grace_s
-        self._settle = placement.settle_s
+        self.grace = placement.cancel_grace_s
+        self.settle = placement.settle_s
+        self.wait = placement.placement_wait_s
+        self._tool = tool
+        options = placement._options()
+        self._demand = demand(options)  # what each call needs of a node
+        # The last answer of ``unplaceable`` and when it was had: the calls of a burst that
+        # wait together share one look at the cluster.
+        self._checked: tuple[float, str | None] = (-math.inf, None)
         self._remote = ray.remote(tool_body).options(
-            name=f"dsh-tool[{tool}]", max_retries=0, retry_exceptions=False, **placement._options()
+            name=f"dsh-tool[{tool}]", max_retries=0, retry_exceptions=False, **options
         )
 
     def submit(self, frame: bytes, since: float) -> Submission:
-        return TaskSubmission(self._remote.remote(frame), self._grace, self._settle)
+        return TaskSubmission(self, self._remote.remote(frame), since)
+
+    def unplaced(self) -> None:
+        """Raise ``RemoteUnavailableError`` when no live node of the cluster has the resources
+        a call needs (free or not): Ray would never place it, and it has not begun."""
+        now = time.monotonic()
+        checked_at, missing = self._checked
+        if now - checked_at >= _RECHECK_S:
+            missing = unplaceable(self._demand)
+            self._checked = (now, missing)
+        if missing is not None:
+            raise RemoteUnavailableError(
+                self._tool,
+                f"Ray placed no worker for the call within {self.wait}s (placement_wait_s)"
+                f" and {missing}",
+            )
 
 
 class ActorSubmission:
