@@ -667,3 +667,81 @@ def beats_stop(*files: Path, within: float = 10.0) -> bool:
             return True
         sizes = now
     return False
+
+
+def exits_when_told(args: Any, ctx: Any) -> Any:
+    """Logs its ``tag`` as it begins; ends its process at once when told to, else returns."""
+    with Path(args["dir"], "log").open("a") as log:
+        log.write(f"{args['tag']}\n")
+    if args.get("exit"):
+        os._exit(0)
+    time.sleep(args.get("seconds", 0))
+    return os.getpid()
+
+
+EXITS = {
+    "dir": {"type": "string", "required": True},
+    "tag": {"type": "string", "required": True},
+    "exit": {"type": "boolean"},
+    "seconds": {"type": "number"},
+}
+
+
+def exits_call(folder: Path, tag: str, **more: Any) -> ExecuteCall:
+    return ExecuteCall(
+        call_id=tag, name="exits", arguments={"dir": str(folder), "tag": tag, **more}
+    )
+
+
+def test_a_body_that_ends_its_idle_actor_at_once_runs_once(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # The actor answered its ``ready`` just before the call began, and the body ended the
+    # process at once: that answer can be lost with it, and the call must not then be taken
+    # for one that never began (sent again to a fresh actor, the body would run twice).
+    pool = RayPlacement(num_cpus=0, actor_pool=1)
+    system.tools.register(json_tool("exits", exits_when_told, pool, parameters=EXITS))
+    results = []
+    for round in range(5):  # the answer is lost in some rounds only
+        warm = system.execute(exits_call(tmp_path, f"warm{round}"))
+        assert not warm.is_error, warm.content
+        results.append(system.execute(exits_call(tmp_path, f"exit{round}", exit=True)))
+
+    assert [r.error.info.code for r in results] == ["REMOTE_WORKER_LOST"] * 5
+    began = Counter((tmp_path / "log").read_text().split())
+    assert {tag: count for tag, count in began.items() if count != 1} == {}
+
+
+def test_a_body_queued_behind_another_that_ends_its_actor_at_once_runs_once(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # The actor's reply to the call ahead can be lost with the process the queued body ends
+    # at once: the queued call must not be taken for one that never began.
+    pool = RayPlacement(num_cpus=0, actor_pool=1)
+    system.tools.register(json_tool("exits", exits_when_told, pool, parameters=EXITS))
+    for round in range(6):  # the answer is lost in some rounds only
+        ahead = spawn(system, exits_call(tmp_path, f"ahead{round}", seconds=0.5))
+        wait_for_file(tmp_path / "log")
+        queued = system.execute(exits_call(tmp_path, f"exit{round}", exit=True))
+        ahead.result(WAIT)
+
+        assert queued.error.info.code == "REMOTE_WORKER_LOST"
+    began = Counter((tmp_path / "log").read_text().split())
+    assert {tag: count for tag, count in began.items() if count != 1} == {}
+
+
+def test_calls_that_never_reached_a_dead_actor_still_run_on_a_fresh_one(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # The actor records the calls it began where its death leaves the record: a call it had
+    # not begun (it was killed while idle) runs on a fresh actor, once.
+    pool = RayPlacement(num_cpus=0, actor_pool=1)
+    system.tools.register(json_tool("exits", exits_when_told, pool, parameters=EXITS))
+    first = system.execute(exits_call(tmp_path, "first"))
+    os.kill(first.value, signal.SIGKILL)
+    assert gone(first.value)
+    after = system.execute(exits_call(tmp_path, "after"))
+
+    assert not after.is_error, after.content
+    assert after.value != first.value
+    assert (tmp_path / "log").read_text().split() == ["first", "after"]

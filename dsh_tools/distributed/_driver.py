@@ -41,6 +41,7 @@ __all__ = [
     "ensure_ray",
     "import_ray",
     "init_ray",
+    "ray_temp_root",
     "still_connected",
     "unplaceable",
 ]
@@ -139,7 +140,7 @@ def _recorded_cluster(options: dict[str, Any]) -> tuple[str | None, str]:
     (``None`` when there is no such file); see the module docstring."""
     temp_dir = options.get("_temp_dir")
     if not isinstance(temp_dir, str):
-        temp_dir = os.path.join(_ray_temp_root(), "ray")
+        temp_dir = os.path.join(ray_temp_root(), "ray")
     path = os.path.join(temp_dir, "ray_current_cluster")
     try:
         with open(path, encoding="utf-8") as recorded:
@@ -148,7 +149,7 @@ def _recorded_cluster(options: dict[str, Any]) -> tuple[str | None, str]:
         return None, path
 
 
-def _ray_temp_root() -> str:
+def ray_temp_root() -> str:
     """The directory Ray's temporary directory is made in, as Ray chooses it: ``TMPDIR``
     counts on Linux only (macOS sets it for every process, to a directory Ray does not use),
     and a ``RAY_TMPDIR`` that is set counts even when empty. A file anywhere else is not one

@@ -26,6 +26,10 @@ Body = Callable[[Any, Any], Awaitable[Any]]
 _CONNECTION_CHECK_S = 1.0
 """How often a call waiting for its reply checks that the Ray connection it was sent on is
 still there (seconds)."""
+_RECORD_WAIT_S = 30.0
+"""How long a call whose actor died waits for that actor's record of the calls it began to be
+read on its node (a worker may have to start there) before it takes the call for one that may
+have run (seconds)."""
 _SHUT_DOWN = "the Ray connection ended (ray.shutdown()) before the call settled"
 
 
@@ -130,9 +134,11 @@ async def _never_began(
     tool: str,
     session: tuple[str, str],
 ) -> bool:
-    """Whether the call failed because its actor had died before reaching it, as a
-    ``ready()`` sent just ahead of it tells (``Submission.reached``): the body did not run,
-    and the call may go to a fresh actor."""
+    """Whether the call failed because its actor had died before reaching it: the answer
+    just ahead of it on the actor (a ``ready()``, or the call ahead, ``Submission.reached``)
+    failed with the death too, and the record the actor kept of the calls it began
+    (``Submission.record``) shows this one had not. The body did not run, and the call may
+    go to a fresh actor."""
     reached = submission.reached
     failure = None if reply.cancelled() else reply.exception()
     if reached is None or not _actor_died(failure):
@@ -144,7 +150,25 @@ async def _never_began(
     await _first(turn, aborted, tool, session)
     if not turn.done():
         raise AbortError("ABORTED")
-    return _actor_died(turn.exception())
+    if not _actor_died(turn.exception()):
+        return False
+    # That answer (the probe's, or the call ahead's) may have been sent just before the call
+    # began and lost with a process the body ended at once: only the record the actor kept on
+    # its node of the calls it began tells. Without it, the call may have run.
+    record = submission.record()
+    if record is None:
+        return False
+    reading, seq = record
+    read = asyncio.wrap_future(reading.future())
+    read.add_done_callback(retrieve)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_first(read, aborted, tool, session), _RECORD_WAIT_S)
+    if not read.done():
+        if aborted.done():
+            raise AbortError("ABORTED")
+        return False  # its node does not answer (gone with the actor, say)
+    last = None if read.cancelled() or read.exception() is not None else read.result()
+    return isinstance(last, int) and last < seq
 
 
 def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:

@@ -18,7 +18,7 @@ from ..actors._logging import get_logger
 from ._driver import connected_ray, connection, demand, import_ray, unplaceable
 from ._errors import RemoteUnavailableError
 from ._ray_pickle import ShippedBody
-from ._remote import CONTROL_GROUP, BodyActor, run_body
+from ._remote import CONTROL_GROUP, BodyActor, last_begun, run_body
 
 __all__ = [
     "ActorPool",
@@ -84,6 +84,12 @@ class Submission(Protocol):
         raises ``RemoteUnavailableError`` when no node can place the call (it has not begun:
         stop it, and it fails so)."""
 
+    def record(self) -> tuple[Any, int] | None:
+        """Once the worker died and neither its answer to the call nor ``reached`` came
+        back: a Ray object ref that settles with the number of the last call the worker
+        began, read from its node (None when that record tells nothing), and this call's
+        number; None where no record is kept (a task)."""
+
     def lost(self) -> None:
         """The process that ran the call died: do not send it more calls."""
 
@@ -120,6 +126,9 @@ class TaskSubmission:
         _log.warning("remote body ignored cancellation; forcing its worker to exit")
         ray.cancel(self.ref, force=True, recursive=True)
         ray.wait([self.ref], timeout=runner.settle, fetch_local=False)
+
+    def record(self) -> tuple[Any, int] | None:
+        return None  # never asked: a task is never queued behind another call
 
     def waiting(self) -> None:
         # Ray keeps a task no node can place in its queue for ever (an autoscaler may add a
@@ -185,13 +194,25 @@ class TaskRunner:
 
 
 class ActorSubmission:
-    __slots__ = ("actor", "moved", "pool", "reached", "ref", "released", "seq", "since", "slot")
+    __slots__ = (
+        "actor",
+        "begun",
+        "moved",
+        "pool",
+        "reached",
+        "ref",
+        "released",
+        "seq",
+        "since",
+        "slot",
+    )
 
     def __init__(
         self,
         pool: ActorPool,
         slot: _Slot,
         actor: Any,
+        begun: _Record,
         reached: Any,
         seq: int,
         ref: Any,
@@ -201,6 +222,7 @@ class ActorSubmission:
         self.since = since  # when the call was first sent (to this actor or one before it)
         self.slot = slot
         self.actor = actor
+        self.begun = begun  # where its actor records the calls it began
         self.reached = reached
         self.seq = seq  # its place in the order the pool's calls were sent (see ``BodyActor``)
         self.ref = ref
@@ -256,6 +278,10 @@ class ActorSubmission:
     def waiting(self) -> None:
         self.pool.unplaced(self)
 
+    def record(self) -> tuple[Any, int] | None:
+        reading = self.begun.read()
+        return None if reading is None else (reading, self.seq)
+
     def lost(self) -> None:
         self.pool.discard(self.slot, self.actor)
 
@@ -265,14 +291,51 @@ class ActorSubmission:
             self.pool.release(self.slot, self)
 
 
+class _Record:
+    """Where a pool's actor records the calls it began (``BegunRecord``: its node and file,
+    from its first ``ready`` answer), and the one reading of it once the actor died, which
+    the calls sent to it share (the reading removes the file)."""
+
+    __slots__ = ("lock", "reading", "where")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.where: tuple[str, str] | None = None
+        self.reading: Any = None
+
+    def read(self) -> Any:
+        """A Ray object ref settling with ``last_begun`` of the record, read on its node (the
+        first call asks Ray, the others share it); None when the actor keeps none, or never
+        said where (it died before it was placed), or Ray's connection ended."""
+        with self.lock:
+            if self.reading is None and self.where is not None:
+                ray = connected_ray()
+                if ray is not None:
+                    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                    node, path = self.where
+                    self.reading = (
+                        ray.remote(last_begun)
+                        .options(
+                            name="dsh-tool-record",
+                            num_cpus=0,
+                            max_retries=0,
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                        )
+                        .remote(path)
+                    )
+            return self.reading
+
+
 class _Slot:
     """One place for an actor in a pool (its fields are the pool's, read under its lock)."""
 
-    __slots__ = ("actor", "calls", "index", "last", "made", "made_at", "placed")
+    __slots__ = ("actor", "begun", "calls", "index", "last", "made", "made_at", "placed")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.actor: Any = None  # None until a call makes one, and after it was discarded
+        self.begun = _Record()  # its actor's record (a fresh one with each actor)
         # The calls submitted to its actors and not yet released.
         self.calls: set[ActorSubmission] = set()
         # The ref of the last call sent to its actor while it has calls (see ``submit``).
@@ -345,7 +408,7 @@ class ActorPool:
                 reached = actor.ready.remote()
             seq = next(self._sent)
             submission = ActorSubmission(
-                self, slot, actor, reached, seq, actor.call.remote(frame, seq), since
+                self, slot, actor, slot.begun, reached, seq, actor.call.remote(frame, seq), since
             )
             slot.last = submission.ref
             slot.calls.add(submission)
@@ -362,11 +425,12 @@ class ActorPool:
         slot.placed = False
         slot.made_at = time.monotonic()
         slot.made += 1
+        begun = slot.begun = _Record()
         # Answered once Ray has placed and constructed the actor (before any call: it is the
         # first in the actor's queue). Neither the pool nor the actor is held by the wait (Ray
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
-        on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made)
+        on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made, begun)
         return actor, actor.ready.remote(), on_placed
 
     def release(self, slot: _Slot, submission: ActorSubmission) -> None:
@@ -513,12 +577,21 @@ def _settled(ray: Any, ref: Any) -> bool:
 
 
 def _on_placed(
-    pool: weakref.ref[ActorPool], index: int, made: int, answer: concurrent.futures.Future[Any]
+    pool: weakref.ref[ActorPool],
+    index: int,
+    made: int,
+    begun: _Record,
+    answer: concurrent.futures.Future[Any],
 ) -> None:
-    """An actor's ``ready`` answered: it is placed, unless that failed (its death is then
-    reported to the calls sent to it)."""
+    """An actor's ``ready`` answered: it is placed (and says where it records the calls it
+    began), unless that failed (its death is then reported to the calls sent to it)."""
+    if answer.cancelled() or answer.exception() is not None:
+        return
+    where = answer.result()
+    if isinstance(where, tuple):
+        begun.where = (str(where[0]), str(where[1]))
     held = pool()
-    if held is not None and not answer.cancelled() and answer.exception() is None:
+    if held is not None:
         held.placed(index, made)
 
 

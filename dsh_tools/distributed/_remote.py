@@ -10,17 +10,22 @@ it).
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import inspect
+import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any, Final
 
 from ..actors import AbortSignal
 from ..registry import LosslessJsonError, snapshot_json
+from ._driver import ray_temp_root
 from ._wire import RemoteCall, decode_call, encode_reply, fault_of, snapshot_value
 
-__all__ = ["BodyActor", "RemoteRunContext", "run_body"]
+__all__ = ["BegunRecord", "BodyActor", "RemoteRunContext", "last_begun", "run_body"]
 
 _WATCH_INTERVAL = 0.05
 """How often an ``async def`` body's loop wakes to notice an interrupt or the cancellation flag
@@ -183,7 +188,8 @@ class BodyActor:
     Each call carries a sequence number, increasing in the order the calls were sent (the
     order the actor runs them in). ``drop`` makes a call that has not begun never begin: Ray
     reports a queued actor call it was asked to cancel as cancelled, yet still runs it when
-    its turn comes, with no cancellation flag set."""
+    its turn comes, with no cancellation flag set. The number of the last call that began is
+    also kept where the actor's death leaves it (``BegunRecord``)."""
 
     def __init__(self, execute: Callable[[Any, Any], Any]) -> None:
         from ray import cloudpickle
@@ -193,6 +199,7 @@ class BodyActor:
         self._lock = threading.Lock()
         self._begun = -1  # the sequence number of the last call that began
         self._dropped: set[int] = set()
+        self._record = BegunRecord.open()
 
     def call(self, frame: bytes, seq: int) -> bytes:
         """Run one call of the body (see ``run_body``), unless it was dropped (``DROPPED``)."""
@@ -204,6 +211,8 @@ class BodyActor:
                 self._dropped = {later for later in self._dropped if later > seq}
                 if dropped:
                     return DROPPED
+            if self._record is not None:
+                self._record.note(seq)
         return run_body(self._execute, frame, self._dumps)
 
     def drop(self, seqs: list[int]) -> list[int]:
@@ -214,6 +223,110 @@ class BodyActor:
             self._dropped.update(dropped)
         return dropped
 
-    def ready(self) -> bool:
-        """Answer once the actor is constructed (its body unpickled)."""
+    def ready(self) -> tuple[str, str] | None:
+        """Answer once the actor is constructed (its body unpickled): the node it runs on and
+        the file it records the calls it began in (see ``BegunRecord``), None without one."""
+        record = self._record
+        return None if record is None else record.where
+
+
+_RECORDS: Final = "dsh-tools-begun"
+"""The directory (in Ray's temporary directory on a node) of the pool actors' records."""
+
+_RECORD_KEPT_S: Final = 24 * 3600.0
+"""How long the record of an actor whose process is gone is kept (since its last call began)
+before an actor starting on the same node removes it: a call that finds an actor dead reads
+the record at once, so only the records nobody reads (an actor killed, or ended with its pool)
+are that old."""
+
+
+class BegunRecord:
+    """The sequence number of the last call a pool actor began, in a small file on its node.
+
+    Written before the body begins (one ``pwrite`` of eight bytes into the page cache, which
+    outlives the process): when an actor dies so fast that the answers it had just sent are
+    lost with it (a body that ends its process at once), the driver reads this record on that
+    node (``last_begun``) and learns whether the call had begun, rather than guessing."""
+
+    __slots__ = ("_fd", "where")
+
+    def __init__(self, fd: int, where: tuple[str, str]) -> None:
+        self._fd = fd
+        self.where = where  # the node's id, the file's path
+
+    @classmethod
+    def open(cls) -> BegunRecord | None:
+        """The record of this actor, or None where none can be kept (no writable temporary
+        directory): its calls are then never taken for ones that had not begun."""
+        try:
+            import ray
+
+            context = ray.get_runtime_context()
+            # Beside Ray's own files on the node (its logs, its sessions).
+            folder = os.path.join(ray_temp_root(), "ray", _RECORDS)
+            os.makedirs(folder, exist_ok=True)
+            _sweep(folder)
+            path = os.path.join(folder, f"{os.getpid()}-{context.get_actor_id()}")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            record = cls(fd, (context.get_node_id(), path))
+            record.note(-1)
+            # An actor that ends as Ray ends it when its pool is done with it (its handles
+            # gone, the job ending) leaves nothing to read; one killed leaves its record to
+            # ``_sweep``.
+            atexit.register(_remove, path)
+        except Exception:
+            return None
+        return record
+
+    def note(self, seq: int) -> None:
+        """Record that call ``seq`` begins (before it does)."""
+        try:
+            os.pwrite(self._fd, seq.to_bytes(8, "little", signed=True), 0)
+        except OSError:
+            # The record no longer tells (it may hold an earlier call's number): removed, it
+            # is read as telling nothing, and the call as one that may have run.
+            with contextlib.suppress(OSError):
+                os.unlink(self.where[1])
+
+
+def last_begun(path: str) -> int | None:
+    """The number of the last call the dead actor whose record is ``path`` began (-1: none),
+    or None when the record is gone or unreadable (then it tells nothing); the record is
+    removed. Run as a Ray task on the actor's node."""
+    try:
+        with open(path, "rb") as record:
+            data = record.read(9)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    return int.from_bytes(data, "little", signed=True) if len(data) == 8 else None
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _sweep(folder: str) -> None:
+    """Remove the records of actors whose process is gone and whose last call began more than
+    ``_RECORD_KEPT_S`` ago (see ``_RECORD_KEPT_S``)."""
+    old = time.time() - _RECORD_KEPT_S
+    for entry in os.scandir(folder):
+        pid = entry.name.partition("-")[0]
+        try:
+            if entry.stat().st_mtime > old or not pid.isdigit() or _alive(int(pid)):
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process
         return True
+    return True
