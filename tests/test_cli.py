@@ -497,11 +497,13 @@ def test_help_for_a_reader_that_closed_the_pipe_ends_quietly(buffered: bool) -> 
 
 def test_a_current_folder_that_no_longer_exists_is_named_not_a_traceback(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
+    # The command is started as a user starts it (``python -m dsh_tools``), from a folder
+    # removed under it: ``python -c`` puts that folder on ``sys.path``, where CPython 3.13.0
+    # fails to import ``socket`` before any of the package runs.
     script = (
         "import os, sys\n"
         f"os.mkdir({str(gone)!r}); os.chdir({str(gone)!r}); os.rmdir({str(gone)!r})\n"
-        "from dsh_tools.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'dsh_tools', *sys.argv[1:]])\n"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for args, status, text in (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,10 +160,13 @@ except ValueError:
     traceback.print_exc()
 """
     logs, _ = logs_and_result(system, program)
+    # From Python 3.13 the printed traceback underlines the call (`~~~~^^`), as it would anywhere.
+    carets = "    ~~~~^^\n" if sys.version_info >= (3, 13) else ""
     assert "\n".join(logs) == (
         "Traceback (most recent call last):\n"
         '  File "<run_code>", line 6, in <module>\n'
         "    fail()\n"
+        f"{carets}"
         '  File "<run_code>", line 4, in fail\n'
         '    raise ValueError("bad row")\n'
         "ValueError: bad row"
