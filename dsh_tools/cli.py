@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run a scripted agent turn against the example tools")
     demo.add_argument("--workspace", type=Path, help="use this folder instead of a temporary one")
     demo.add_argument("--no-code-mode", action="store_true", help="skip the Code Mode part")
-    bench = sub.add_parser("bench", help="measure per-call overhead and pool throughput")
+    bench = sub.add_parser(
+        "bench", help="measure per-call overhead, pool throughput and Code Mode latency"
+    )
     bench.add_argument("--json", action="store_true", help="print machine-readable JSON")
     bench.add_argument(
         "--runs", type=int, default=5, help="runs per figure, the median shown (default 5)"

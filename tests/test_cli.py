@@ -7,6 +7,7 @@ import errno
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,11 +34,42 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+COMMANDS = ("demo", "bench", "sdk", "catalog", "run-code")
+
+
 def test_help_lists_every_command() -> None:
     done = run_cli("--help")
     assert done.returncode == 0
-    for command in ("demo", "bench", "sdk", "catalog", "run-code"):
+    for command in COMMANDS:
         assert command in done.stdout
+
+
+def test_help_says_that_bench_measures_code_mode_too() -> None:
+    done = run_cli("--help")
+    bench = next(line for line in done.stdout.splitlines() if line.split()[:1] == ["bench"])
+    assert "Code Mode latency" in bench
+
+
+def options_of(command: str) -> list[str]:
+    """The options ``dsh-tools COMMAND --help`` lists, but ``--help``."""
+    usage = run_cli(command, "--help").stdout
+    return sorted(set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", usage)) - {"--help"})
+
+
+def test_the_readme_and_the_cli_guide_name_every_option_of_every_command() -> None:
+    readme = (REPO / "README.md").read_text().splitlines()
+    guide = (REPO / "docs" / "cli.md").read_text().split("\n## ")
+    unnamed: list[str] = []
+    for command in COMMANDS:
+        # the command's row of the README's table, and its own section of the guide
+        row = next(line for line in readme if line.startswith(f"| `dsh-tools {command}"))
+        section = next((part for part in guide if part.startswith(f"`{command}`")), "")
+        for option in options_of(command):
+            if option not in row:
+                unnamed.append(f"README.md: {command} {option}")
+            if option not in section:
+                unnamed.append(f"docs/cli.md: {command} {option}")
+    assert unnamed == []
 
 
 def test_an_unknown_command_exits_2() -> None:
