@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,8 @@ def test_agent_scopes_example_shows_per_agent_views() -> None:
 def test_actor_harness_example_runs_three_turns() -> None:
     out = run_example("actor_harness.py").splitlines()
     assert out == ["['k0=ok', 'k1=ok', 'k2=ok', 'k3=ok', 'k4=ok']"] * 3
+
+
+def test_every_program_in_examples_is_run_by_a_test_here() -> None:
+    run_here = set(re.findall(r'run_example\("([^"]+)"\)', Path(__file__).read_text()))
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == sorted(run_here)
