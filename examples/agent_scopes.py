@@ -39,7 +39,11 @@ def main() -> None:
 
         coder = system.agent("coder")
         coder.tools.register(text_tool("format", "Format a file.", "formatted", safe=False))
-        coder.tools.guard(lambda e: "no deploys on Fridays" if e.name == "deploy" else None)
+        coder.tools.guard(
+            lambda e: (
+                "vendored code is not ours to format" if e.arguments["target"] == "vendor" else None
+            )
+        )
 
         async def ask_for_writes(exec: Any, next: Any) -> Any:
             return Ask("changes the world") if exec.name != "read" else await next()
@@ -48,10 +52,19 @@ def main() -> None:
 
         print("planner sees:", [s["name"] for s in planner.tools.schemas()])
         print("coder sees:  ", [s["name"] for s in coder.tools.schemas()])
-        for agent, name in [("planner", "deploy"), ("coder", "format"), ("coder", "deploy")]:
+        calls = [
+            ("planner", "deploy", "app"),
+            ("coder", "format", "app"),
+            ("coder", "format", "vendor"),  # approved, then denied by the coder's guard
+            ("coder", "deploy", "app"),
+        ]
+        for agent, name, target in calls:
             result = system.execute(
                 ExecuteCall(
-                    call_id=f"{agent}-{name}", name=name, arguments={"target": "app"}, agent=agent
+                    call_id=f"{agent}-{name}-{target}",
+                    name=name,
+                    arguments={"target": target},
+                    agent=agent,
                 )
             )
             print(f"{agent:>8} {name:<7} -> {result.content[0]['text']}")

@@ -53,6 +53,7 @@ def test_agent_scopes_example_shows_per_agent_views() -> None:
     out = run_example("agent_scopes.py")
     assert "planner sees: ['read']" in out
     assert 'planner deploy  -> Error: unknown tool "deploy"' in out
+    assert "coder format  -> Error: vendored code is not ours to format" in out
     assert 'coder deploy  -> Error: the user rejected tool "deploy"' in out
     assert "after close, coder sees: ['read', 'deploy']" in out
 
