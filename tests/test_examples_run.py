@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from docs_blocks import python_blocks
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -47,6 +49,12 @@ def test_quickstart_prints_what_the_readme_says() -> None:
     # sub-call events sit between the run_code call and its result
     assert lines.index("tool/call c4") < lines.index(dispatch[0])
     assert lines.index(dispatch[-1]) < lines.index("tool/result c4")
+
+
+def test_the_readme_quickstart_is_examples_quickstart_py_as_it_is() -> None:
+    quickstart = (EXAMPLES / "quickstart.py").read_text()
+    readme = python_blocks(EXAMPLES.parent / "README.md")
+    assert any(block.source == quickstart for block in readme)
 
 
 def test_agent_scopes_example_shows_per_agent_views() -> None:
