@@ -32,7 +32,7 @@ $(RUNTIME): pyproject.toml | $(BIN)/python
 # The test extra includes the runtime dependencies, so it satisfies the demo too.
 $(TESTING): pyproject.toml | $(BIN)/python
 	@echo "make: installing dsh-tools with its test extra (pytest, hypothesis, ruff, mypy, mcp," \
-		"openai, anthropic); the first time takes about a minute"
+		"openai, anthropic, ray); the first time takes about a minute"
 	@$(PIP) $(EDITABLE) '.[test]'
 	@touch $@ $(RUNTIME)
 
