@@ -852,6 +852,36 @@ return db.execute('select text from notes').fetchall()[0][0]
     assert after is not None and after - before < 10_000, after - before
 
 
+def test_a_run_cannot_make_every_filesystem_flush_through_the_quota_call(
+    sandbox: SubprocessCodeRuntime,
+) -> None:
+    # quotactl(Q_SYNC) asks for no privilege and no file: with no device named it syncs every
+    # filesystem of the machine that has quota operations (ext4's, even with no quota on),
+    # and quotactl_fd does the same for the filesystem of any descriptor, a read-only one of
+    # /usr included. Each call was a write request and a cache flush of the host's disk.
+    before = _disk_writes(sys.executable)
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+q_sync_user = (0x800001 << 8) | 0  # QCMD(Q_SYNC, USRQUOTA)
+usr = os.open('/usr', os.O_RDONLY)
+seen = {}
+for name, number, args in (
+    ('quotactl', 179, (q_sync_user, None, 0, None)),  # no device: every filesystem
+    ('quotactl_fd', 443, (usr, q_sync_user, 0, None)),
+):
+    for _ in range(2_000):
+        ctypes.set_errno(0)
+        outcome = libc.syscall(number, *args)
+    seen[name] = ctypes.get_errno() if outcome < 0 else 'allowed'
+return seen
+"""
+    assert value(sandbox, program) == {"quotactl": 1, "quotactl_fd": 1}  # EPERM
+    after = _disk_writes(sys.executable)
+    if before is not None and after is not None:
+        assert after - before < 2_000, after - before
+
+
 def test_the_32_bit_system_call_entry_reaches_nothing_and_is_not_logged(
     sandbox: SubprocessCodeRuntime,
 ) -> None:

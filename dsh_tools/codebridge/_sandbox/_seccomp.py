@@ -64,12 +64,16 @@ the machine's reclaim order (the inactive list), and a run that mapped a file th
 first the kernel drops once memory is short. ``sync`` and ``syncfs`` are refused: they write
 back the dirty pages of every file of the machine, or of a whole filesystem (the host's, from any
 descriptor of ``/usr``), to the host's disks, outside every budget, and a loop of them keeps those
-disks flushing. ``fsync``, ``fdatasync``, ``msync`` and ``sync_file_range`` return at once having
-done nothing (``SKIPPED_SYSCALLS``): with nothing but a read-only descriptor of a host file they
-made the host's disk take a write request and flush its cache each time, or wrote back the
-host's dirty pages of that file. For the same reason ``O_DIRECT`` (``open``, ``openat``,
-``fcntl(F_SETFL)``) answers ``EINVAL``, as on a filesystem without it (a direct read first
-writes back the dirty pages of its range), and the FIEMAP requests ``EOPNOTSUPP``
+disks flushing. So are ``quotactl`` and ``quotactl_fd``: their ``Q_SYNC`` asks for no privilege and
+syncs, like ``syncfs``, the filesystem of any descriptor (a read-only one of ``/usr``), or with no
+device named every filesystem of the machine that has quota operations (ext4's, quotas on or not):
+10,000 calls made 10,201 write requests to the host's disk, and a run has no quotas to ask about
+(its scratch directory is memory). ``fsync``, ``fdatasync``, ``msync`` and ``sync_file_range``
+return at once having done nothing (``SKIPPED_SYSCALLS``): with nothing but a read-only
+descriptor of a host file they made the host's disk take a write request and flush its cache each
+time, or wrote back the host's dirty pages of that file. For the same reason ``O_DIRECT``
+(``open``, ``openat``, ``fcntl(F_SETFL)``) answers ``EINVAL``, as on a filesystem without it (a
+direct read first writes back the dirty pages of its range), and the FIEMAP requests ``EOPNOTSUPP``
 (``WRITEBACK_IOCTLS``: their flag that writes the file back lies in memory a filter cannot read).
 The C library's ``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that
 call. Open file description locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a
@@ -216,6 +220,8 @@ DENIED_SYSCALLS: Final = {
     "memfd_secret": 447,
     "sync": 162,
     "syncfs": 306,
+    "quotactl": 179,
+    "quotactl_fd": 443,
     "file_setattr": 469,
 }
 """The x86_64 numbers of the refused calls."""
