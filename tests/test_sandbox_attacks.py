@@ -98,6 +98,64 @@ return seen
     assert stat.S_IMODE(os.stat("/dev/null").st_mode) == 0o666
 
 
+_F_GET_RW_HINT = 1035
+_F_SET_RW_HINT = 1036
+
+
+def _write_hint(path: str, new: int | None = None) -> int:
+    """The write-lifetime hint the kernel keeps on the inode of ``path`` (set to ``new`` first,
+    if given)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if new is not None:
+            hint = ctypes.c_uint64(new)
+            assert libc.fcntl(fd, _F_SET_RW_HINT, ctypes.byref(hint)) == 0, ctypes.get_errno()
+        hint = ctypes.c_uint64(99)
+        assert libc.fcntl(fd, _F_GET_RW_HINT, ctypes.byref(hint)) == 0, ctypes.get_errno()
+    finally:
+        os.close(fd)
+    return hint.value
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_host_file_keeps_its_write_lifetime_hint(tmp_path: Path) -> None:
+    # fcntl(F_SET_RW_HINT) asks only that the caller own the file, not that it may write it,
+    # and the worker's user owns the host's files: from a read-only descriptor a run set the
+    # hint of the interpreter and of a read grant, kept on their inodes after the run and sent
+    # with every later write of the host to them (where the disk places them, on a drive with
+    # placement streams). The run's own scratch files keep the hint's default too.
+    granted = tmp_path / "granted.txt"
+    granted.write_text("the host's")
+    interpreter = os.path.realpath(sys.executable)
+    before = [_write_hint(str(granted)), _write_hint(interpreter)]
+    planted = next(hint for hint in (5, 4) if hint not in before)  # RWH_WRITE_LIFE_EXTREME, LONG
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=3000, sandbox=CodeSandbox(read=[str(granted)]))
+    )
+    program = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+open('own.txt', 'w').close()
+seen = []
+for path in ({str(granted)!r}, {interpreter!r}, 'own.txt'):
+    fd = os.open(path, os.O_RDONLY)
+    hint = ctypes.c_uint64({planted})
+    ctypes.set_errno(0)
+    seen.append(ctypes.get_errno() if libc.fcntl(fd, {_F_SET_RW_HINT}, ctypes.byref(hint)) else 0)
+return seen
+"""
+    try:
+        assert value(runtime, program) == [errno.EINVAL] * 3  # as a kernel without hints
+        assert_next_run_works(runtime)
+        assert [_write_hint(str(granted)), _write_hint(interpreter)] == before
+    finally:
+        runtime.close()
+        _write_hint(interpreter, before[1])  # as it was, whatever the run did
+
+
 def test_a_path_only_descriptor_opens_nothing_outside_the_grants(tmp_path: Path) -> None:
     # Landlock does not check an O_PATH open, so a program holds a descriptor of any file it
     # can name. Reopening it (through /proc/self/fd), opening beneath it, entering it, or

@@ -79,14 +79,18 @@ The C library's ``sync`` (``os.sync()``) ignores the refusal, as it ignores ever
 call. Open file description locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a
 kernel before them: the run's init bounds its byte-range locks by counting them in the run's
 ``/proc/locks``, which lists such
-locks for every process of the host, not the run's alone. The memory policy calls (``mbind``,
-``set_mempolicy`` and the others of ``NUMA_SYSCALLS``) answer ``ENOSYS``, as on a kernel without
-NUMA: each range of a shared mapping given a policy of its own is kernel memory that no cgroup
-charges, kept with the file after the mapping is gone. ``prctl`` refuses ``PR_FUTEX_HASH``,
-``PR_SET_VMA`` and ``PR_SCHED_CORE`` (``_DENIED_PRCTL``): kernel memory no budget counts, or
-scheduling of the whole machine. Nor may a run offer its memory to the kernel's same-page merging
-(KSM): ``madvise(MADV_MERGEABLE)`` and ``prctl(PR_SET_MEMORY_MERGE)`` answer ``EINVAL``, as on a
-kernel without KSM (and the template leaves any merging the host handed down,
+locks for every process of the host, not the run's alone. So does ``F_SET_RW_HINT``, as on a
+kernel before write-lifetime hints: it asks only that the caller own the file, and the worker's
+user owns the host's files, so from a read-only descriptor a run set the hint of the interpreter
+and of a ``read`` grant, kept on their inodes after the run and sent with every later write of
+the host to them (a drive with placement streams places those writes by it). The memory policy
+calls (``mbind``, ``set_mempolicy`` and the others of ``NUMA_SYSCALLS``) answer ``ENOSYS``, as on
+a kernel without NUMA: each range of a shared mapping given a policy of its own is kernel memory
+that no cgroup charges, kept with the file after the mapping is gone. ``prctl`` refuses
+``PR_FUTEX_HASH``, ``PR_SET_VMA`` and ``PR_SCHED_CORE`` (``_DENIED_PRCTL``): kernel memory no
+budget counts, or scheduling of the whole machine. Nor may a run offer its memory to the kernel's
+same-page merging (KSM): ``madvise(MADV_MERGEABLE)`` and ``prctl(PR_SET_MEMORY_MERGE)`` answer
+``EINVAL``, as on a kernel without KSM (and the template leaves any merging the host handed down,
 ``leave_memory_merging``). Where KSM runs, a page merged with an identical one elsewhere on the
 machine is copied again when written, which takes measurably longer: a run that fills pages with
 guesses learns by timing which contents another process, the host's included, holds (a known side
@@ -468,7 +472,7 @@ _F_SETFL: Final = 4
 _O_DIRECT: Final = 0o40000
 _FLAGS_ARGUMENT: Final = {"open": 1, "openat": 2}
 """Which argument of ``open`` and ``openat`` holds the flags (``O_DIRECT`` answers ``EINVAL``)."""
-_UNKNOWN_FCNTL: Final = (37, 38)  # F_OFD_SETLK, F_OFD_SETLKW
+_UNKNOWN_FCNTL: Final = (37, 38, 1036)  # F_OFD_SETLK, F_OFD_SETLKW, F_SET_RW_HINT
 _SET_ID_BITS: Final = 0o6000  # S_ISUID | S_ISGID
 _MODE_ARGUMENT: Final = {
     "open": (2, 2),
@@ -667,7 +671,8 @@ def seccomp_program(
         bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("out-of-band")
     bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
-    # fcntl: no leases, no directory notifications, no open file description locks.
+    # fcntl: no leases, no directory notifications, no open file description locks, no
+    # write-lifetime hint set.
     bpf.place("fcntl")
     bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
     for command in _DENIED_FCNTL:
@@ -683,7 +688,8 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     # Open file description locks: as a kernel before them answers, so that a program falls
     # back to the classic locks, which the run's init counts (its /proc/locks lists every
-    # process's open file description locks, not the run's alone).
+    # process's open file description locks, not the run's alone). Write-lifetime hints: as a
+    # kernel before them (a hint set on a host file the worker's user owns outlives the run).
     bpf.place("fcntl-unknown")
     bpf.op(_RET_K, _RET_ERRNO | errno.EINVAL)
     # ioctl: no key of an encrypted directory added or removed, no directory encrypted, no
