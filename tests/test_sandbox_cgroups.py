@@ -28,7 +28,12 @@ from sandbox_support import assert_next_run_works, run, value
 
 from dsh_tools import CodeRunRequest, CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge import CodeRunResult
-from dsh_tools.codebridge._sandbox._cgroup import HIERARCHIES, CgroupMeter, CgroupPlan
+from dsh_tools.codebridge._sandbox._cgroup import (
+    CROWDED_MEMORY_CGROUPS,
+    HIERARCHIES,
+    CgroupMeter,
+    CgroupPlan,
+)
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
@@ -673,3 +678,86 @@ return seen
     assert seen.pop("moved") is False
     assert seen and "written" not in seen.values(), seen
     assert_next_run_works(measured)
+
+
+def _memory_cgroups() -> int:
+    """How many memory cgroups the kernel holds, removed ones it still keeps included."""
+    for line in Path("/proc/cgroups").read_text().splitlines():
+        fields = line.split()
+        if fields[0] == "memory":
+            return int(fields[2])
+    raise AssertionError("no memory controller in /proc/cgroups")
+
+
+@pytest.fixture
+def crowded_machine() -> Iterator[None]:
+    """More memory cgroups on the machine than ``CROWDED_MEMORY_CGROUPS`` while the test runs
+    (empty ones of the test's own, which go at once when removed)."""
+    base = _own_cgroup("memory")
+    assert base is not None
+    crowd = base / f"dsh-test-crowd-{os.getpid()}"
+    crowd.mkdir()
+    made: list[Path] = []
+    try:
+        while _memory_cgroups() <= CROWDED_MEMORY_CGROUPS + 64:
+            made.append(crowd / f"c{len(made)}")
+            made[-1].mkdir()
+        yield
+    finally:
+        for path in made:
+            path.rmdir()
+        crowd.rmdir()
+
+
+def _cold_file(path: Path, size: int) -> None:
+    """A file of ``size`` bytes that is not in the page cache (so a reader brings it in)."""
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # written back first: the kernel drops only clean pages
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def _charged_file_cache(memory_cgroup: Path) -> int:
+    """The page cache charged to ``memory_cgroup`` and everything beneath it, removed cgroups
+    the kernel still keeps included."""
+    stat = dict(line.split() for line in (memory_cgroup / "memory.stat").read_text().splitlines())
+    return int(stat["total_active_file"]) + int(stat["total_inactive_file"])
+
+
+@needs_cgroups
+def test_runs_leave_no_removed_memory_cgroup_behind_on_a_crowded_machine(
+    tmp_path: Path, crowded_machine: None
+) -> None:
+    # The kernel keeps a removed memory cgroup, offline, for as long as a page charged to it
+    # stays cached, and the machine has room for 65,535 memory cgroups in all: a run that
+    # read one page of a file nothing had cached left its cgroup behind, so a hostile run
+    # repeated (or many ordinary ones) could use them up, for everyone on the machine. What
+    # keeps a removed run's cgroup still counts in its parent's (the template's).
+    cold = tmp_path / "cold"
+    cold.mkdir()
+    runs = 6
+    for number in range(runs):
+        _cold_file(cold / f"{number}.bin", 1 << 20)
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=5000, sandbox=CodeSandbox(read=[str(cold)]))
+    )
+    try:
+        for number in range(runs):
+            program = f"return len(open({str(cold / f'{number}.bin')!r}, 'rb').read())"
+            assert value(runtime, program) == 1 << 20
+        template = runtime.template_pid
+        assert template is not None
+        [parent] = [path for path in template_parents(template) if "/memory/" in str(path)]
+        for _ in range(600):  # until the template has removed the runs (but the pre-forked)
+            if len(runs_in(parent)) <= 2:
+                break
+            time.sleep(0.05)
+        assert len(runs_in(parent)) <= 2, runs_in(parent)
+        # Each kept cgroup would hold the mebibyte its run read.
+        assert _charged_file_cache(parent) < (runs << 20) // 2, _charged_file_cache(parent)
+        assert_next_run_works(runtime)
+    finally:
+        runtime.close()

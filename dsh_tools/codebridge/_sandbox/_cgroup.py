@@ -37,7 +37,7 @@ from typing import Final
 
 from ._init import task_ceiling
 
-__all__ = ["HIERARCHIES", "CgroupMeter", "CgroupPlan", "RunCgroups"]
+__all__ = ["CROWDED_MEMORY_CGROUPS", "HIERARCHIES", "CgroupMeter", "CgroupPlan", "RunCgroups"]
 
 HIERARCHIES: Final = ("memory", "cpuacct", "pids")
 _MOUNT_ROOT: Final = "/sys/fs/cgroup"
@@ -49,6 +49,11 @@ _SWEEP_SECONDS: Final = 5.0
 _SWAP_LIMIT: Final = "memory.memsw.limit_in_bytes"
 _SWAP_USAGE: Final = "memory.memsw.usage_in_bytes"
 _RUN_FD_FLOOR: Final = 512
+CROWDED_MEMORY_CGROUPS: Final = 1024
+"""How many memory cgroups the machine may hold (live and removed ones the kernel still keeps)
+before a run's are emptied of their page cache as they are removed (``_release_page_cache``)."""
+_CGROUPS_TABLE: Final = "/proc/cgroups"
+_FORCE_EMPTY: Final = "memory.force_empty"
 
 
 def _start_time(pid: int) -> int | None:
@@ -129,6 +134,17 @@ def _empty_and_remove(parent_fd: int, name: str, deadline: float) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
+
+
+def _memory_cgroups() -> int:
+    """How many memory cgroups the kernel holds, removed ones it still keeps included (0 when
+    it does not say)."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open(_CGROUPS_TABLE, "rb") as table:
+        for line in table:
+            fields = line.split()
+            if fields[0] == b"memory":
+                return int(fields[2])
+    return 0
 
 
 def _sweep_parent(base_fd: int, name: str) -> None:
@@ -291,6 +307,7 @@ class CgroupPlan:
             self._remove(name)
 
     def _remove(self, name: str) -> None:
+        self._release_page_cache(name)
         for parent in self._parents:
             try:
                 os.rmdir(name, dir_fd=parent)
@@ -302,9 +319,29 @@ class CgroupPlan:
                 if name not in self._unremoved:
                     self._unremoved.append(name)
 
+    def _release_page_cache(self, name: str) -> None:
+        """On a machine crowded with memory cgroups, reclaim the page cache charged to the run's
+        before it is removed. The kernel keeps a removed memory cgroup, offline, for as long as
+        a page charged to it stays cached: a run that read one page of a file nothing had
+        cached (the Python installation's, ``/usr``'s, a ``read`` grant's) left its cgroup
+        behind, kernel memory no budget counts, and the machine has room for 65,535 memory
+        cgroups in all (then no one, ``systemd`` included, can make one). Below the crowding
+        mark those pages stay cached for later runs (a package the first run imported)."""
+        if not self._parents or _memory_cgroups() <= CROWDED_MEMORY_CGROUPS:
+            return
+        with contextlib.suppress(OSError):
+            memory = os.open(name, _DIR_FLAGS, dir_fd=self._parents[0])
+            try:
+                _write_at(memory, _FORCE_EMPTY, "0")
+            finally:
+                os.close(memory)
+
     def close(self) -> None:
         """The template is exiting: remove what it can now, then let the janitor sweep the
         rest and wait for it."""
+        for name in os.listdir(self._parents[0]) if self._parents else ():
+            if os.path.isdir(f"/proc/self/fd/{self._parents[0]}/{name}"):
+                self._release_page_cache(name)  # the pre-forked workers' that never ran
         for parent, base in zip(self._parents, self._base, strict=False):
             for name in os.listdir(parent):
                 if os.path.isdir(f"/proc/self/fd/{parent}/{name}"):
