@@ -825,6 +825,7 @@ calls = {
     'open_by_handle_at': (304, 0, 0, 0),
     'name_to_handle_at': (303, -100, b'/etc', 0, 0, 0),
     'fsopen': (430, 0, 0),
+    'open_tree_attr': (467, -100, b'/', 0, 0, 0),  # open_tree's newer twin (Linux 6.15)
     'init_module': (175, 0, 0, 0),
     'x32 getpid': (0x40000000 | 39,),
     'memfd_create': (319, 0, 0),

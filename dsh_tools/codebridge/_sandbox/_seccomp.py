@@ -209,6 +209,7 @@ DENIED_SYSCALLS: Final = {
     "fsmount": 432,
     "fspick": 433,
     "mount_setattr": 442,
+    "open_tree_attr": 467,
     "io_setup": 206,
     "epoll_create": 213,
     "epoll_create1": 291,
