@@ -329,10 +329,16 @@ class CgroupPlan:
         mark those pages stay cached for later runs (a package the first run imported)."""
         if not self._parents or _memory_cgroups() <= CROWDED_MEMORY_CGROUPS:
             return
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             memory = os.open(name, _DIR_FLAGS, dir_fd=self._parents[0])
             try:
-                _write_at(memory, _FORCE_EMPTY, "0")
+                # Most runs leave no page cache: the reclaim (which first drains every CPU's
+                # page lists) only for those that do.
+                for line in _read_at(memory, "memory.stat").splitlines():
+                    key, _space, number = line.partition(b" ")
+                    if key == b"cache" and int(number) > 0:
+                        _write_at(memory, _FORCE_EMPTY, "0")
+                        break
             finally:
                 os.close(memory)
 
