@@ -15,6 +15,7 @@ from dsh_tools.codebridge._sandbox import _kernel
 from dsh_tools.codebridge._sandbox._seccomp import (
     DENIED_SYSCALLS,
     FIRST_UNREVIEWED_SYSCALL,
+    VERITY_IOCTLS,
     seccomp_program,
 )
 
@@ -153,6 +154,17 @@ def test_a_system_call_newer_than_the_filter_answers_enosys(guarded: bool) -> No
     assert _decision(program, 469) == _ERRNO | errno.EPERM  # file_setattr, listed
     assert _decision(program, 321) == _ERRNO | errno.EPERM  # bpf
     assert _decision(program, 57) == _ALLOW  # fork
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_no_file_can_be_made_a_verity_file_which_is_never_writable_again(guarded: bool) -> None:
+    # This machine's kernel has no fs-verity to show it on: the filter's own answer is checked.
+    program = seccomp_program(guard_child_reaping=guarded, refuse_hidden_memory=guarded)
+    ioctl = 16
+    enable = VERITY_IOCTLS["FS_IOC_ENABLE_VERITY"]
+    assert _decision(program, ioctl, (3, enable)) == _ERRNO | errno.EOPNOTSUPP
+    measure = 0xC0046686  # FS_IOC_MEASURE_VERITY: reading a file's digest still works
+    assert _decision(program, ioctl, (3, measure)) == _ALLOW
 
 
 @pytest.mark.parametrize("without_cgroups", [False, True])

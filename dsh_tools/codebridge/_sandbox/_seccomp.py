@@ -130,6 +130,8 @@ grant they outlive the run: a run that marked its grant synchronous (``FS_SYNC_F
 ``FS_DIRSYNC_FL``, inherited by everything made there later) turned the host's 200 small files
 written there afterwards into 1,000 write requests to the disk, where they had made none, and a
 project quota on a grant is kept by the project inheritance flag and project number these set.
+Nor may it turn on fs-verity for a file (``VERITY_IOCTLS``, ``EOPNOTSUPP``), which would leave
+a grant's file unwritable for good.
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ from ._kernel import SockFilter
 __all__ = [
     "DENIED_SYSCALLS",
     "FILTER_SOCKOPTS",
+    "FIRST_UNREVIEWED_SYSCALL",
     "FSCRYPT_IOCTLS",
     "FSMAP_IOCTLS",
     "INODE_FLAG_IOCTLS",
@@ -156,6 +159,7 @@ __all__ = [
     "SUBVOLUME_IOCTLS",
     "SYNC_IOCTLS",
     "UNSUPPORTED_SYSCALLS",
+    "VERITY_IOCTLS",
     "WRITEBACK_IOCTLS",
     "seccomp_program",
     "seccomp_supported",
@@ -402,6 +406,15 @@ directories the run may not list included, so a run polling it sees where and ho
 host writes anywhere on that disk. Each call also walks the filesystem's block groups under
 their locks: eight processes looping on it made the host's creation of small files there
 about twice as slow as the same load of harmless requests. No program of a run needs it."""
+VERITY_IOCTLS: Final = {"FS_IOC_ENABLE_VERITY": 0x40806685}
+"""The ``ioctl`` request that turns on fs-verity for a file (ext4, f2fs and btrfs with the
+feature), which answers ``EOPNOTSUPP`` as on a filesystem without it. It takes a read-only
+descriptor and the write permission its owner has, and it cannot be undone: the file can never
+be written again, only replaced. Outside the ``write`` grants the read-only view refuses it
+already; within a grant (and the host's files there, which the worker's user owns) it would
+leave files the host can no longer write or truncate after the run. Reading a file's verity
+digest still works. Not shown on the project's machine, whose kernel has no fs-verity
+(``EOPNOTSUPP`` there with or without the filter)."""
 INODE_FLAG_IOCTLS: Final = {"FS_IOC_SETFLAGS": 0x40086602, "FS_IOC_FSSETXATTR": 0x401C5820}
 """The ``ioctl`` requests that set a file's inode flags and project (``chattr``), refused with
 ``EPERM`` as the ``file_setattr`` call is; reading them still works. Outside the ``write``
@@ -711,6 +724,7 @@ def seccomp_program(
         *FSCRYPT_IOCTLS.values(),
         *WRITEBACK_IOCTLS.values(),
         *FSMAP_IOCTLS.values(),
+        *VERITY_IOCTLS.values(),
     ):
         bpf.op(_JMP_JEQ_K, request, "ioctl-unsupported")
     for request in MODULE_IOCTLS.values():
