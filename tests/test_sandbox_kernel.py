@@ -15,6 +15,7 @@ from dsh_tools.codebridge._sandbox import _kernel
 from dsh_tools.codebridge._sandbox._seccomp import (
     DENIED_SYSCALLS,
     FIRST_UNREVIEWED_SYSCALL,
+    O_NOTIFICATION_PIPE,
     VERITY_IOCTLS,
     seccomp_program,
 )
@@ -165,6 +166,26 @@ def test_no_file_can_be_made_a_verity_file_which_is_never_writable_again(guarded
     assert _decision(program, ioctl, (3, enable)) == _ERRNO | errno.EOPNOTSUPP
     measure = 0xC0046686  # FS_IOC_MEASURE_VERITY: reading a file's digest still works
     assert _decision(program, ioctl, (3, measure)) == _ALLOW
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_no_notification_pipe_but_every_other_pipe_is_made(guarded: bool) -> None:
+    # This machine's kernel has no watch queues to show it on: the filter's own answer is
+    # checked, and a real pipe made under the filter.
+    program = seccomp_program(guard_child_reaping=guarded, refuse_hidden_memory=guarded)
+    pipe2 = 293
+    notification = O_NOTIFICATION_PIPE | os.O_CLOEXEC
+    assert _decision(program, pipe2, (0, notification)) == _ERRNO | errno.ENOPKG
+    assert _decision(program, pipe2, (0, os.O_CLOEXEC | os.O_NONBLOCK)) == _ALLOW
+
+    def body() -> str:
+        _kernel.set_no_new_privs()
+        _kernel.set_seccomp_filter(program)
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        os.write(write_end, b"piped")
+        return os.read(read_end, 5).decode()
+
+    assert in_child(body) == "piped"
 
 
 @pytest.mark.parametrize("without_cgroups", [False, True])
