@@ -7,10 +7,11 @@ its init sleeps until then) it measures the tree every ``TICK_SECONDS`` with its
 run's cgroups when it has them (``_cgroup.CgroupMeter``), otherwise ``ProcMeter``, which sums
 over the namespace's private ``/proc`` the CPU time of every live process (its own and its
 reaped children's) plus what the init has reaped itself, the resident anonymous and shared
-memory, the number of processes and the number of tasks (threads included: without cgroups
-nothing else holds them, and a tree of threads could take every PID of the host). Over a
-budget it reports which one and exits; when the worker exits it reports the worker's wait
-status (or the memory budget, when the kernel's memory ceiling killed it) and exits. Its exit
+memory and the page tables, the number of processes and the number of tasks (threads included:
+without cgroups nothing else holds them, and a tree of threads could take every PID of the
+host). Over a budget it reports which one and exits; when the worker exits it reports the
+worker's wait status (or the memory budget, when the kernel's memory ceiling killed it) and
+exits. Its exit
 makes the kernel kill everything left in the namespace, so nothing a run started (a
 ``setsid()`` grandchild included) outlives it.
 
@@ -197,11 +198,11 @@ class ProcMeter:
 
 
 def _tree_usage() -> tuple[float, int, int, int]:
-    """(CPU seconds, resident anonymous and shared-memory bytes and swapped-out anonymous bytes,
-    process count, task count) of the namespace but PID 1. Shared memory counts too (a shared
-    mapping of a scratch file: its pages are not anonymous to the kernel); shared anonymous
-    mappings, whose pages outlive their mapped part, are refused where this walk measures
-    (``_seccomp``)."""
+    """(CPU seconds, resident anonymous and shared-memory bytes, swapped-out anonymous bytes and
+    page tables, process count, task count) of the namespace but PID 1. Shared memory counts too
+    (a shared mapping of a scratch file: its pages are not anonymous to the kernel); shared
+    anonymous mappings, whose pages outlive their mapped part, are refused where this walk
+    measures (``_seccomp``)."""
     ticks = 0
     kilobytes = 0
     count = 0
@@ -223,6 +224,10 @@ def _tree_usage() -> tuple[float, int, int, int]:
             status = _live_thread_status(name)
         kilobytes += _kilobytes(status, b"\nRssAnon:") + _kilobytes(status, b"\nRssShmem:")
         kilobytes += _kilobytes(status, b"\nVmSwap:")  # moved out by a host short of memory
+        # Page tables, kernel memory that neither the resident set nor RLIMIT_AS counts: a
+        # one-page mapping in a gigabyte of its own, read once, maps the shared zero page and
+        # costs two page table pages, and one process under a 256 MB budget held 449 MB so.
+        kilobytes += _kilobytes(status, b"\nVmPTE:")
         count += 1
         tasks += threads
     times = os.times()
