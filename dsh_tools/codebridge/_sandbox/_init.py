@@ -11,9 +11,8 @@ memory and the page tables, the number of processes and the number of tasks (thr
 without cgroups nothing else holds them, and a tree of threads could take every PID of the
 host). Over a budget it reports which one and exits; when the worker exits it reports the
 worker's wait status (or the memory budget, when the kernel's memory ceiling killed it) and
-exits. Its exit
-makes the kernel kill everything left in the namespace, so nothing a run started (a
-``setsid()`` grandchild included) outlives it.
+exits. Its exit makes the kernel kill everything left in the namespace, so nothing a run
+started (a ``setsid()`` grandchild included) outlives it.
 
 The worker tells the init that its run is over by writing another byte to its notice socket (the
 descriptor ``start_worker`` receives) once its ``Done`` frame is in the host's channel, so the
