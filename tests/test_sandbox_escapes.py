@@ -9,8 +9,10 @@ without writable cgroups get. A host killed with a run in flight leaves nothing 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
+import resource
 import stat
 import subprocess
 import sys
@@ -23,6 +25,7 @@ import pytest
 from sandbox_support import run, value
 
 from dsh_tools import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
+from dsh_tools.codebridge import CodeRunRequest, CodeRunResult
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox is Linux's"
@@ -618,6 +621,51 @@ return 'held'
     result = run(runtime, program)
     assert result.error is not None and result.error.kind == "worker-exit", result
     assert "memory budget exhausted" in result.error.message
+
+
+@pytest.mark.parametrize(("locks", "held"), [(1_000, True), (10_000, False)])
+def test_the_locks_of_concurrent_runs_cost_their_inits_little(locks: int, held: bool) -> None:
+    # A run's init counts its locks by reading the run's /proc/locks, which returns a page
+    # (about sixty lines) a read while the kernel walks the machine's list of locks from its
+    # start for every read, holding every file lock call of the host meanwhile: the cost grows
+    # with the square of the locks. Under a bound of 16,384, four runs that slept holding
+    # 10,000 locks each kept their inits, outside every budget, busy on more than a core
+    # (9.3 s of CPU in 4 s). All the CPU of the runtime (its template, and every run's init
+    # and processes) is its host's children's once it has closed.
+    config = CodeRuntimeConfig(
+        compute_ms=20000,
+        max_wall_ms=30000,
+        max_parallel_runs=4,
+        sandbox=CodeSandbox(cgroups=False),
+    )
+    program = f"""
+import fcntl, os, time
+fd = os.open('locks', os.O_RDWR | os.O_CREAT)
+for start in range(0, 2 * {locks}, 2):  # apart, so that none merges with the next
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, start)
+time.sleep(4)
+return 'held'
+"""
+
+    async def runs(runtime: SubprocessCodeRuntime) -> list[CodeRunResult]:
+        requests = [runtime.run(CodeRunRequest(program, [])) for _ in range(4)]
+        return list(await asyncio.gather(*requests))
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    runtime = SubprocessCodeRuntime(config)
+    try:
+        results = asyncio.run(runs(runtime))
+    finally:
+        runtime.close()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    assert cpu < 2.0, f"four runs of {locks} locks took {cpu:.1f} s of CPU"
+    for result in results:
+        if held:
+            assert result.value == "held", result
+        else:
+            assert result.error is not None and result.error.kind == "worker-exit", result
+            assert "memory budget exhausted" in result.error.message
 
 
 def test_a_program_keeps_its_databases_and_classic_locks(runtime: SubprocessCodeRuntime) -> None:
