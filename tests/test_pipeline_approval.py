@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -383,6 +385,49 @@ def test_an_async_approver_whose_cleanup_fails_when_cancelled_ends_before_dispat
     assert result["error"]["code"] == "ABORTED_BEFORE_DISPATCH"  # not the dialog's error
     if not stopped:
         assert outcome == "TimeoutError"
+
+
+def test_a_call_cancelled_as_its_async_approver_is_asked_leaves_no_coroutine_never_awaited(
+    make_system: Any,
+) -> None:
+    # The harness gives up on the call (its task cancelled) just as the question is put: the
+    # approver's coroutine exists but never ran. It is closed, not left for Python to warn
+    # "coroutine ... was never awaited" about wherever it is collected.
+    asked: list[str] = []
+
+    async def dialog(**kwargs: Any) -> str:
+        asked.append(kwargs["call_id"])
+        return "allowed-once"
+
+    system = make_system(approval=dialog)
+    system.tools.register(echo())
+
+    async def ask_as_the_caller_gives_up(exec: Any, next: Any) -> Any:
+        # Under execute_async the hook runs in the caller's task: its cancellation lands on
+        # the next loop pass, when the pipeline first waits for the approver.
+        caller = asyncio.current_task()
+        assert caller is not None
+        asyncio.get_running_loop().call_soon(caller.cancel)
+        return Ask("check")
+
+    system.tools.on_pre_execute(ask_as_the_caller_gives_up)
+
+    async def caller() -> str:
+        try:
+            await system.execute_async(call(agent="A"))
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "finished"
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = arun(asyncio.wait_for(caller(), WAIT))
+        gc.collect()
+    assert outcome == "cancelled"
+    assert asked == []  # no one was asked
+    (result,) = [e.data for e in system.session.events if e.type == "tool/result"]
+    assert result["error"]["code"] == "ABORTED_BEFORE_DISPATCH"
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []
 
 
 requesting_user: contextvars.ContextVar[str] = contextvars.ContextVar("user", default="-")

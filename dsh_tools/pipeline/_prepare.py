@@ -8,6 +8,7 @@ import contextvars
 from asyncio import current_task
 from collections.abc import Awaitable
 from functools import partial
+from inspect import CORO_CREATED, getcoroutinestate
 from types import CoroutineType
 from typing import Any
 
@@ -341,6 +342,11 @@ class PrepareStages(PipelineCore):
             raise
         finally:
             rec.approval_task = None
+            if type(pending) is CoroutineType and getcoroutinestate(pending) == CORO_CREATED:
+                # Its task was cancelled before its first step (the call's task cancelled, or
+                # stop(), just as the question was put): the approver never ran. Closed here,
+                # or Python warns that it was never awaited wherever it is collected.
+                pending.close()
 
     def _evaluate_guards(self, rec: CallRecord) -> str | None:
         reason = self._guard_pass(None, rec)
