@@ -370,6 +370,75 @@ def test_a_plain_body_sees_its_signal_abort_when_the_awaiting_task_is_cancelled(
     assert recorded["error"]["code"] == "ABORTED"
 
 
+async def _cancel_the_caller_on_the_next_pass(exec: Any, next: Any) -> Any:
+    """An execute wrapper standing for a harness that gives up right then: under execute_async
+    it runs in the caller's task, whose cancellation lands on the loop's next pass, while a
+    plain body is on its worker thread (and has returned, for a quick one)."""
+    caller = asyncio.current_task()
+    assert caller is not None
+    asyncio.get_running_loop().call_soon(caller.cancel)
+    return await next()
+
+
+def _cancelled_call(system: ToolSystem, name: str) -> None:
+    async def harness() -> None:
+        await system.execute_async(ExecuteCall(call_id="c1", name=name, arguments={}))
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(asyncio.wait_for(harness(), WAIT))
+
+
+def test_a_plain_body_that_returned_just_before_the_cancellation_keeps_what_it_settled_with(
+    system: ToolSystem,
+) -> None:
+    # The body returned on its worker thread before the cancellation reached the task waiting
+    # for it: as when the cancellation comes while it runs, the call is ABORTED and keeps the
+    # success the body settled with (the read did happen), not a cancellation of the body.
+    observed: list[Any] = []
+    system.tools.register(fixture("read", lambda args, ctx: [block("file contents")]))
+    system.tools.on_execute(_cancel_the_caller_on_the_next_pass)
+    system.tools.on_result(lambda exec, result: observed.append(result))
+
+    _cancelled_call(system, "read")
+
+    (result,) = observed
+    assert isinstance(result, ToolExecutionFailure)
+    assert code_of(result) == "ABORTED"
+    assert result.abort_reason == "the awaiting task was cancelled"
+    assert isinstance(result.settled_with, ToolExecutionSuccess)
+    assert result.settled_with.content[0]["text"] == "file contents"
+
+
+def test_an_awaitable_a_plain_body_returned_just_before_the_cancellation_is_not_dropped(
+    system: ToolSystem,
+) -> None:
+    # ``lambda args, ctx: fetch()`` returned its coroutine just before the cancellation came:
+    # it runs as the body's rest and is cancelled there, as when the cancellation comes later,
+    # rather than being dropped unstarted (for Python to warn "coroutine ... was never
+    # awaited" about wherever it is collected).
+    ran: list[str] = []
+    returned: list[Coroutine[Any, Any, Any]] = []
+
+    async def fetch() -> Any:
+        ran.append("fetch")
+        await asyncio.sleep(FOREVER)
+        return [block("fetched")]
+
+    def deferred(args: Any, ctx: Any) -> Any:
+        returned.append(fetch())
+        return returned[0]
+
+    system.tools.register(fixture("deferred", deferred))
+    system.tools.on_execute(_cancel_the_caller_on_the_next_pass)
+
+    _cancelled_call(system, "deferred")
+
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+    (awaitable,) = returned
+    assert ran == ["fetch"]
+    assert awaitable.cr_frame is None  # it ended: nothing is left to warn "never awaited"
+
+
 def test_a_body_raising_cancelled_error_of_its_own_accord_is_a_tool_failure(
     system: ToolSystem,
 ) -> None:

@@ -456,8 +456,14 @@ class DispatchStages(PipelineCore):
             except asyncio.CancelledError:
                 if take_back_cancels(rec):
                     raise BodyCancelled from None  # abandoned
-                if work.done() and not work.cancelled():
+                if (
+                    work.done()
+                    and not work.cancelled()
+                    and isinstance(work.exception(), asyncio.CancelledError)
+                ):
                     raise  # the body raised CancelledError itself: its own failure
+                # Else the awaiting task's, which may have come just after the body returned:
+                # what it returned is still its outcome (below), as when it comes sooner.
             except KeyboardInterrupt as exc:
                 if work.done() and not work.cancelled() and work.exception() is exc:
                     # The body's own, raised on its worker thread, where no Ctrl-C lands: its
