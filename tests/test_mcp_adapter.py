@@ -764,11 +764,27 @@ def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog
         register_mcp_server_sync(system, "broken", params, errlog=errlog, connect_timeout=WAIT)
     assert caught.value.code == "MCP_CONNECT_FAILED"
     assert str(caught.value) == (
-        'MCP server "broken" could not be started: it exited (or closed its stdout) before '
-        "it was initialized; its stderr (errlog) may say why"
+        'MCP server "broken" could not be started: it exited with status 2 before it was '
+        "initialized; its stderr (errlog) may say why"
     )
     assert system.tools.schemas() == []
     assert mcp_threads() == []
+
+
+def test_a_server_killed_by_a_signal_before_it_initialized_fails_naming_the_signal(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    # Killed as it starts (the kernel's OOM killer, a watchdog): the signal says what happened
+    # where its stderr, cut off, says nothing.
+    program = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    params = StdioServerParameters(command=sys.executable, args=["-c", program])
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "killed", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        'MCP server "killed" could not be started: it was killed by SIGKILL before it was '
+        "initialized; its stderr (errlog) may say why"
+    )
+    assert system.tools.schemas() == []
 
 
 def test_a_command_the_system_cannot_run_fails_registration_saying_why(

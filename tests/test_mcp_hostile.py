@@ -472,10 +472,11 @@ def test_a_withdrawal_logs_why_the_server_disconnected(
     warning = logged(logs, "MCP server disconnected; its tools are withdrawn")
     assert warning["server"] == "live"
     # The end showed itself first either as the server's output ending or as the call's
-    # request reporting the connection closed; which comes first is a race.
+    # request reporting the connection closed; which comes first is a race. How the server's
+    # process ended follows (its "die" tool exits with status 3).
     assert warning["reason"] in (
-        "the server closed the connection",
-        "a request reported the connection closed (Connection closed)",
+        "the server closed the connection; it exited with status 3",
+        "a request reported the connection closed (Connection closed); it exited with status 3",
     )
     assert plugin.wait_for_state("disconnected", timeout=WAIT)
 

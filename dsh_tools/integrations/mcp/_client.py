@@ -39,7 +39,8 @@ from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
 from ._sdk import describe, is_closed, list_all, list_all_tools, summarize, wire
 from ._server_requests import ClientOptions, ServerRequests
-from ._transport import SessionWatch, TransportFactory, WatchedReadStream
+from ._stdio import ServerExit
+from ._transport import SERVER_CLOSED, SessionWatch, TransportFactory, WatchedReadStream
 from ._types import McpCallRef, McpRequestContext, McpState, ReconnectPolicy
 
 __all__ = [
@@ -78,6 +79,7 @@ class McpClient:
         options: ClientOptions,
         session: SessionWatch | None = None,
         probe_failures: bool = False,
+        ended_by: ServerExit | None = None,
     ) -> None:
         self.label = label
         self.agent = agent
@@ -93,12 +95,16 @@ class McpClient:
         # factory's failures say nothing more (a server that forgot the session refuses every
         # request of it, and over HTTP only the status, which a factory hides, tells that).
         self._probe_failures = probe_failures
+        # How a stdio server's process ended on its own, which a lost connection's reason
+        # names after what the connection saw ("the server closed the connection").
+        self._ended_by = ended_by
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=f"mcp[{label}]", daemon=True)
         self._session: ClientSession | None = None
         self._wake = asyncio.Event()
         self._stopping = False
         self._lost = False
+        self._by_server = False  # whether the server ended the last session (see _note_lost)
         self._ended = "the session ended"
         self._relist = False
         self._serving: concurrent.futures.Future[None] | None = None
@@ -170,11 +176,13 @@ class McpClient:
         self._serving = asyncio.run_coroutine_threadsafe(self._supervise(ready), self._loop)
         return ready
 
-    def _note_lost(self, why: str) -> None:
-        """On the client loop: the transport is gone (``why``, for the log)."""
+    def _note_lost(self, why: str, *, by_server: bool = False) -> None:
+        """On the client loop: the transport is gone (``why``, for the log); ``by_server``:
+        the server ended it (closed its output), as the transport's own end says too."""
         if not self._lost:
             self._lost = True
             self._ended = why
+            self._by_server = by_server or why == SERVER_CLOSED
             self._wake.set()
 
     async def _supervise(self, ready: concurrent.futures.Future[Listing]) -> None:
@@ -198,6 +206,11 @@ class McpClient:
                         )
                 if self._stopping:
                     return
+                exited = self._ended_by.text if self._ended_by is not None else None
+                if exited is not None and self._lost and self._by_server:
+                    # Its output ended, and the transport, closed now, saw how its process
+                    # ended (a process the connection ended is no news).
+                    self._ended = f"{self._ended}; {exited}"
                 if self._connected:
                     attempt = 0
                 attempt += 1
@@ -247,6 +260,7 @@ class McpClient:
     async def _session_once(self, ready: concurrent.futures.Future[Listing]) -> None:
         """One session, from connecting to its end (``_connected`` says if it got that far)."""
         self._lost = False
+        self._by_server = False
         self._ended = "the session ended"
         self._relist = False
         async with AsyncExitStack() as stack:
@@ -550,14 +564,15 @@ class McpClient:
         refusal of a request of the session when the server then refuses a ping as well (over
         a transport factory, whose refusals look like any failure, any failed request)."""
         ended = await self._session_gone(session)
-        if (
+        closed = (
             ended is None
             and exc.code == types.CONNECTION_CLOSED
             and (is_closed(exc) or not await self._answers_ping(session))
-        ):
+        )
+        if closed:
             ended = f"a request reported the connection closed ({exc.message})"
         if ended is not None:
-            self._note_lost(ended)
+            self._note_lost(ended, by_server=closed)
             return McpConnectionError(
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )

@@ -25,7 +25,7 @@ from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
 from ._plugin import McpPlugin, wait_out
 from ._sdk import is_closed
-from ._stdio import stdio_group_client
+from ._stdio import ServerExit, stdio_group_client
 from ._stdio_pipes import LINE_LIMIT
 from ._tools import ConcurrencyPolicy
 from ._transport import SERVER_CLOSED
@@ -105,6 +105,7 @@ class _Transport(NamedTuple):
     kind: str  # "stdio", "http" or "factory"
     where: str  # where the server is, for errors: "" or " at <url>"
     status: _HttpStatus | None
+    ended_by: ServerExit | None = None  # a stdio server's
 
 
 def _has_descriptor(stream: TextIO) -> bool:
@@ -128,7 +129,7 @@ def _forward(reader: TextIO, errlog: TextIO) -> None:
 
 @contextlib.asynccontextmanager
 async def _stdio_forwarding_stderr(
-    params: StdioServerParameters, errlog: TextIO, name: str, line_limit: int
+    params: StdioServerParameters, errlog: TextIO, name: str, line_limit: int, ended_by: ServerExit
 ) -> AsyncIterator[Any]:
     """``stdio_client`` for an ``errlog`` without a file descriptor (a notebook's or a test
     capture's ``sys.stderr``, an ``io.StringIO``), which a child process cannot write to: the
@@ -141,7 +142,7 @@ async def _stdio_forwarding_stderr(
     )
     forwarding.start()
     try:
-        async with stdio_group_client(params, writer, line_limit) as streams:
+        async with stdio_group_client(params, writer, line_limit, ended_by) as streams:
             writer.close()  # the server has its own copy; its exit ends the forwarding
             yield streams
     finally:
@@ -155,14 +156,15 @@ def _transport(
     if isinstance(server_params, StdioServerParameters):
         params = server_params
         line_limit = LINE_LIMIT if max_message_bytes is None else max_message_bytes
+        ended_by = ServerExit()
 
         def open_stdio() -> AbstractAsyncContextManager[Any]:
             target = errlog if errlog is not None else sys.stderr
             if _has_descriptor(target):
-                return stdio_group_client(params, target, line_limit)
-            return _stdio_forwarding_stderr(params, target, name, line_limit)
+                return stdio_group_client(params, target, line_limit, ended_by)
+            return _stdio_forwarding_stderr(params, target, name, line_limit, ended_by)
 
-        return _Transport(open_stdio, "stdio", "", None)
+        return _Transport(open_stdio, "stdio", "", None, ended_by)
     if isinstance(server_params, str):
         if not server_params.startswith(("http://", "https://")):
             raise ValueError(
@@ -422,6 +424,7 @@ def _register_sync(
             options=options,
             session=transport.status,
             probe_failures=kind == "factory",
+            ended_by=transport.ended_by,
         )
         if elicitation == "approval":
             # On the connection's callback threads, which its close does not wait for.
@@ -524,9 +527,11 @@ def _connect_failure(
             return f'MCP server "{name}" could not be started: {ended}'
         if isinstance(cause, MCPError) and is_closed(cause):
             # The SDK's "Connection closed": the process started, then its output ended.
+            exited = transport.ended_by.text if transport.ended_by is not None else None
+            how = exited or "it exited (or closed its stdout)"
             return (
-                f'MCP server "{name}" could not be started: it exited (or closed its stdout) '
-                "before it was initialized; its stderr (errlog) may say why"
+                f'MCP server "{name}" could not be started: {how} before it was initialized; '
+                "its stderr (errlog) may say why"
             )
         return f'MCP server "{name}" could not be started: {describe(exc)}'
     text = f'MCP server "{name}" could not be connected{transport.where}: {describe(exc)}'

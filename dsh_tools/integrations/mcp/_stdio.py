@@ -48,7 +48,7 @@ from . import _stdio_supervisor
 from ._stdio_child import HeldChild, pidfd_running, spawn_held
 from ._stdio_pipes import LINE_LIMIT, read_lines, write_lines
 
-__all__ = ["stdio_group_client"]
+__all__ = ["ServerExit", "stdio_group_client"]
 
 _log = get_logger("dsh_tools.mcp")
 
@@ -58,6 +58,18 @@ _GRACE_S = 2.0
 _POLL_S = 0.02
 _FLUSH_S = 0.5
 """How long the messages sent last may take to be written before the server's input closes."""
+
+
+class ServerExit:
+    """How the process of a stdio server ended on its own, before the connection signalled
+    it, as errors say it (``"it exited with status 2"``, ``"it was killed by SIGKILL"``), for
+    the last connection ``stdio_group_client`` opened with it; ``None`` while that is not
+    known (it runs, it was ended by the connection, or not on Linux)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self) -> None:
+        self.text: str | None = None
 
 
 class _SupervisorDidNotRun(Exception):
@@ -70,11 +82,15 @@ _unfit: set[str] = set()
 
 @contextlib.asynccontextmanager
 async def stdio_group_client(
-    params: StdioServerParameters, errlog: TextIO, line_limit: int = LINE_LIMIT
+    params: StdioServerParameters,
+    errlog: TextIO,
+    line_limit: int = LINE_LIMIT,
+    ended_by: ServerExit | None = None,
 ) -> AsyncIterator[Any]:
     """The ``(read, write)`` streams of ``stdio_client(params, errlog=errlog)``, ending the
     server's process group and its descendants with it (see the module's docstring); a line of
-    the server's output longer than ``line_limit`` bytes ends the connection (on Linux)."""
+    the server's output longer than ``line_limit`` bytes ends the connection, and ``ended_by``
+    learns how the server's process ended on its own (on Linux)."""
     if sys.platform != "linux":  # no /proc, no pidfd: the SDK's own handling is all there is
         async with stdio_client(params, errlog=errlog) as streams:
             yield streams
@@ -82,7 +98,7 @@ async def stdio_group_client(
     interpreter = _interpreter()
     if interpreter is not None:
         try:
-            async with _group_client(params, errlog, line_limit, interpreter) as streams:
+            async with _group_client(params, errlog, line_limit, interpreter, ended_by) as streams:
                 yield streams
             return
         except _SupervisorDidNotRun:
@@ -96,17 +112,23 @@ async def stdio_group_client(
                 server_command=params.command,
                 executable=interpreter,
             )
-    async with _group_client(params, errlog, line_limit, None) as streams:
+    async with _group_client(params, errlog, line_limit, None, ended_by) as streams:
         yield streams
 
 
 @contextlib.asynccontextmanager
 async def _group_client(
-    params: StdioServerParameters, errlog: TextIO, line_limit: int, interpreter: str | None
+    params: StdioServerParameters,
+    errlog: TextIO,
+    line_limit: int,
+    interpreter: str | None,
+    ended_by: ServerExit | None,
 ) -> AsyncIterator[Any]:
     """``stdio_group_client`` on Linux, the server run under the supervisor by ``interpreter``
     (unless it is ``None``); raises ``_SupervisorDidNotRun`` when the interpreter did not run
     it, having ended whatever it started."""
+    if ended_by is not None:
+        ended_by.text = None  # a reconnect's process is another
     tag = secrets.token_hex(16)
     status, status_end = os.pipe()  # whether the command ran: see _stdio_supervisor
     try:
@@ -128,6 +150,7 @@ async def _group_client(
         os.close(status)
         raise
     leader = child.pid  # and the group's id, which stays the group's until ``release``
+    noted = _ExitNote(child, ended_by, supervised=tagged is not plain)
     ended = anyio.Event()  # the watch has ended the group after the server's exit
     encoding, errors = tagged.encoding, tagged.encoding_error_handler
     written = anyio.Event()  # the writer is done
@@ -142,7 +165,7 @@ async def _group_client(
             )
             try:
                 async with anyio.create_task_group() as watching:
-                    watching.start_soon(_end_group_after_exit, child, tag, ended)
+                    watching.start_soon(_end_group_after_exit, child, tag, ended, noted)
                     try:
                         yield read, write
                     finally:
@@ -151,7 +174,7 @@ async def _group_client(
                 # Every wait below is bounded, and must finish even when the caller is
                 # cancelled: else the server would be left running.
                 with anyio.CancelScope(shield=True):
-                    await _stop(child, read, write, written, tag, ended)
+                    await _stop(child, read, write, written, tag, ended, noted)
                 tasks.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
@@ -169,6 +192,7 @@ async def _stop(
     written: anyio.Event,
     tag: str,
     ended: anyio.Event,
+    noted: _ExitNote,
 ) -> None:
     """The MCP shutdown: close the server's input, give it ``_GRACE_S`` to exit, then end its
     group (``SIGTERM``, ``SIGKILL`` after as long again) and what escaped it."""
@@ -181,8 +205,44 @@ async def _stop(
     with anyio.move_on_after(_GRACE_S):
         await child.wait()
     if not ended.is_set():
+        noted.note()  # before the group is signalled: an exit after that is the signal's
         await _end_group(child.pid, tag)
         ended.set()
+
+
+class _ExitNote:
+    """Notes how ``child`` ended in ``ended_by``, once it exited on its own."""
+
+    __slots__ = ("child", "ended_by", "supervised")
+
+    def __init__(self, child: HeldChild, ended_by: ServerExit | None, *, supervised: bool) -> None:
+        self.child = child
+        self.ended_by = ended_by
+        self.supervised = supervised
+
+    def note(self) -> None:
+        if self.ended_by is not None:
+            self.ended_by.text = _how_it_ended(self.child.wait_status(), supervised=self.supervised)
+
+
+def _how_it_ended(status: os.waitid_result | None, *, supervised: bool) -> str | None:
+    """``status`` as errors say it; under the supervisor, which exits as a shell reports its
+    command (``128 + n`` for signal ``n``), a status past 128 names the signal."""
+    if status is None:
+        return None
+    if status.si_code == os.CLD_EXITED:
+        code = status.si_status
+        if supervised and code > 128 and code - 128 in _SIGNALS:
+            return f"it was killed by {signal.Signals(code - 128).name}"
+        return f"it exited with status {code}"
+    if status.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        signum = status.si_status
+        name = signal.Signals(signum).name if signum in _SIGNALS else f"signal {signum}"
+        return f"it was killed by {name}"
+    return None
+
+
+_SIGNALS = frozenset(signal.Signals)
 
 
 _INTERPRETER_NAMES = ("python", "pypy")
@@ -288,11 +348,14 @@ def _carries(pid: int, wanted: bytes) -> bool | None:
         return None
 
 
-async def _end_group_after_exit(child: HeldChild, tag: str, ended: anyio.Event) -> None:
-    """Once the server's process exited, end what is left of its group and its escapees (then
-    set ``ended``): a child of it that holds its stdout would keep the connection from seeing
-    the server's end."""
+async def _end_group_after_exit(
+    child: HeldChild, tag: str, ended: anyio.Event, noted: _ExitNote
+) -> None:
+    """Once the server's process exited, note how (``noted``), end what is left of its group
+    and its escapees (then set ``ended``): a child of it that holds its stdout would keep the
+    connection from seeing the server's end."""
     await child.wait()
+    noted.note()
     await _end_group(child.pid, tag)
     ended.set()
 

@@ -119,6 +119,12 @@ class HeldChild:
             return ended is not None
         return not pidfd_running(self._pidfd)
 
+    def wait_status(self) -> os.waitid_result | None:
+        """How the process ended (looked at without reaping it), or ``None`` while it runs."""
+        with contextlib.suppress(ChildProcessError):
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        return None
+
     async def wait(self) -> None:
         """Until the process exited (it is not reaped)."""
         while not self.exited():
