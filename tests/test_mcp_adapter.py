@@ -513,6 +513,54 @@ def test_stopping_the_system_closes_its_plugins_and_their_servers(
     assert mcp_threads() == []
 
 
+LINGERING_SERVER = """
+import os, signal, sys, time
+from pathlib import Path
+from mcp.server.mcpserver import MCPServer
+
+marks, me = Path(sys.argv[1]), sys.argv[2]
+server = MCPServer(me)
+
+@server.tool(description="Say hi.")
+def hi() -> str:
+    return "hi"
+
+def on_term(signum, frame):
+    # Which servers had their input closed by the time this one is told to terminate.
+    ended = sorted(path.name for path in marks.glob("input-ended-*"))
+    (marks / f"terminated-{me}").write_text(" ".join(ended))
+    os._exit(0)
+
+server.run()
+# Lingers after its input ends, as many servers do, until the close terminates it.
+signal.signal(signal.SIGTERM, on_term)
+(marks / f"input-ended-{me}").write_text("")
+while True:
+    time.sleep(1)
+"""
+
+
+def test_stopping_the_system_closes_its_plugins_together(tmp_path: Path, errlog: TextIO) -> None:
+    # Each close of a server that lingers after its input ends waits out the shutdown's grace
+    # before it terminates it: one after another, stop() would take that grace once per server.
+    script = tmp_path / "lingering_server.py"
+    script.write_text(LINGERING_SERVER)
+    names = ["a", "b", "c"]
+    system = ToolSystem.start(code_runtime=None)
+    for name in names:
+        params = StdioServerParameters(
+            command=sys.executable, args=[str(script), str(tmp_path), name]
+        )
+        register_mcp_server_sync(
+            system, name, params, tool_prefix=f"{name}_", errlog=errlog, connect_timeout=WAIT
+        )
+    system.stop()
+    ended = " ".join(f"input-ended-{name}" for name in names)
+    for name in names:
+        assert (tmp_path / f"terminated-{name}").read_text() == ended
+    assert mcp_threads() == []
+
+
 @pytest.mark.parametrize("closing", ["system", "agent scope"])
 def test_stopping_the_system_during_a_registration_stops_its_server_and_says_so(
     marks: Path, errlog: TextIO, closing: str
