@@ -540,21 +540,36 @@ while True:
 """
 
 
-def test_stopping_the_system_closes_its_plugins_together(tmp_path: Path, errlog: TextIO) -> None:
+@pytest.mark.parametrize("closing", ["system", "agent scope"])
+def test_stopping_the_system_or_closing_a_scope_closes_its_plugins_together(
+    tmp_path: Path, errlog: TextIO, closing: str
+) -> None:
     # Each close of a server that lingers after its input ends waits out the shutdown's grace
-    # before it terminates it: one after another, stop() would take that grace once per server.
+    # before it terminates it: one after another, stop() (or the scope's close) would take that
+    # grace once per server.
     script = tmp_path / "lingering_server.py"
     script.write_text(LINGERING_SERVER)
     names = ["a", "b", "c"]
+    agent = "planner" if closing == "agent scope" else None
     system = ToolSystem.start(code_runtime=None)
-    for name in names:
-        params = StdioServerParameters(
-            command=sys.executable, args=[str(script), str(tmp_path), name]
-        )
-        register_mcp_server_sync(
-            system, name, params, tool_prefix=f"{name}_", errlog=errlog, connect_timeout=WAIT
-        )
-    system.stop()
+    try:
+        for name in names:
+            params = StdioServerParameters(
+                command=sys.executable, args=[str(script), str(tmp_path), name]
+            )
+            register_mcp_server_sync(
+                system,
+                name,
+                params,
+                agent=agent,
+                tool_prefix=f"{name}_",
+                errlog=errlog,
+                connect_timeout=WAIT,
+            )
+        if agent is not None:
+            system.agent(agent).close()
+    finally:
+        system.stop()
     ended = " ".join(f"input-ended-{name}" for name in names)
     for name in names:
         assert (tmp_path / f"terminated-{name}").read_text() == ended

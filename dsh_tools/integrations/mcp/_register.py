@@ -27,7 +27,7 @@ from ._plugin import McpPlugin, wait_out
 from ._sdk import is_closed
 from ._stdio import ServerExit, stdio_group_client
 from ._stdio_pipes import LINE_LIMIT
-from ._stop import close_at_stop
+from ._together import close_together
 from ._tools import ConcurrencyPolicy
 from ._transport import SERVER_CLOSED
 from ._types import (
@@ -453,9 +453,9 @@ def _register_sync(
         # The server and its connection live no longer than the system they serve, nor than
         # the agent scope whose tools they are: from its start, so that a stop() while it
         # connects ends it then.
-        plugin.close_with(close_at_stop(system, plugin))
+        plugin.close_with(close_together(system, system.on_stop, plugin))
         if scope is not None:
-            plugin.close_with(scope.on_close(plugin.close))
+            plugin.close_with(close_together(scope, scope.on_close, plugin))
         ready = client.start()
         allowance = connect_timeout + close_timeout
         if abandoned is not None:
