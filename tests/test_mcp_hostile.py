@@ -48,6 +48,7 @@ from dsh_tools.integrations import (
     McpConnectionError,
     McpPlugin,
     McpToolError,
+    ReconnectPolicy,
     register_mcp_server_sync,
 )
 
@@ -479,6 +480,46 @@ def test_a_withdrawal_logs_why_the_server_disconnected(
         "a request reported the connection closed (Connection closed); it exited with status 3",
     )
     assert plugin.wait_for_state("disconnected", timeout=WAIT)
+
+
+BROKEN_ON_RESTART_SERVER = """
+import os, sys
+from pathlib import Path
+
+started = Path(sys.argv[1])
+if started.exists():
+    sys.exit(5)  # as a server whose configuration broke while it ran
+started.write_text("")
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("once")
+
+@server.tool(description="Exit at once.")
+def die() -> str:
+    os._exit(3)
+
+server.run()
+"""
+
+
+def test_a_reconnect_whose_server_exits_at_once_logs_how_it_exited(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO, logs: Logs
+) -> None:
+    script = tmp_path / "once_server.py"
+    script.write_text(BROKEN_ON_RESTART_SERVER)
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(script), str(tmp_path / "started")]
+    )
+    policy = ReconnectPolicy(initial_delay=0.05, max_attempts=1)
+    with registering(errlog) as register:
+        plugin = register(system, "once", params, reconnect=policy)
+        assert failure(run(system, "die", {}))["error"]["info"]["code"] == "MCP_DISCONNECTED"
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
+    attempt = logged(logs, "MCP server connection failed")
+    assert attempt["error"].endswith("; it exited with status 5")
+    withdrawal = logged(logs, "MCP server disconnected; its tools are withdrawn")
+    assert withdrawal["reason"] == "the server closed the connection; it exited with status 5"
 
 
 def test_a_call_cut_short_by_the_disconnect_leaves_no_unretrieved_failure(

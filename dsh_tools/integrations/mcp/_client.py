@@ -202,15 +202,13 @@ class McpClient:
                         self._ended = describe(exc)
                     if not self._stopping and not self._connected:
                         _log.warning(
-                            "MCP server connection failed", server=self.label, error=describe(exc)
+                            "MCP server connection failed",
+                            server=self.label,
+                            error=self._with_exit(describe(exc)),
                         )
                 if self._stopping:
                     return
-                exited = self._ended_by.text if self._ended_by is not None else None
-                if exited is not None and self._lost and self._by_server:
-                    # Its output ended, and the transport, closed now, saw how its process
-                    # ended (a process the connection ended is no news).
-                    self._ended = f"{self._ended}; {exited}"
+                self._ended = self._with_exit(self._ended)
                 if self._connected:
                     attempt = 0
                 attempt += 1
@@ -244,6 +242,15 @@ class McpClient:
             self._session = None
             if self._end_handled is not None:
                 self._end_handled.set()
+
+    def _with_exit(self, why: str) -> str:
+        """``why`` the session ended, followed by how the server's process ended when the
+        server ended it (its output ended): the transport, closed by now, saw that (a process
+        the connection ended is no news)."""
+        exited = self._ended_by.text if self._ended_by is not None else None
+        if exited is None or not (self._lost and self._by_server):
+            return why
+        return f"{why}; {exited}"
 
     async def _end_of(self, handled: asyncio.Event | None) -> None:
         """On the client loop: wait (bounded) until the end of the session a call ran on is
