@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -2601,3 +2602,33 @@ def test_a_closer_that_needs_arguments_is_refused_when_attached(system: ToolSyst
     assert str(error.value) == "on_close() " + needs
     with pytest.raises(TypeError, match=r"^on_close\(\) takes a callable, got int$"):
         system.plugin("git").on_close(3)  # type: ignore[arg-type]
+
+
+def test_stop_runs_every_closer_while_another_thread_detaches_others() -> None:
+    # A closer detached by another thread as stop() took the one attached last made the take
+    # find nothing (the key gone) or fail (the dict changed size under its look), and stop()
+    # then ran none of the closers still attached: a plugin's server, say, left running.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # thread switches between any two steps, as under load
+    try:
+        for _ in range(20):
+            system = ToolSystem.start(ToolsConfig(mode="native"))
+            ran: list[int] = []
+            for number in range(50):
+                system.on_stop(partial(ran.append, number))
+            churn = [system.on_stop(lambda: None) for _ in range(2000)]
+            go = threading.Event()
+
+            def detach_churn(churn: list[Callable[[], None]] = churn, go: threading.Event = go):
+                go.wait()
+                for detach in churn:
+                    detach()
+
+            detacher = threading.Thread(target=detach_churn)
+            detacher.start()
+            system.on_stop(go.set)  # attached last: the first closer stop() runs
+            system.stop()
+            detacher.join()
+            assert sorted(ran) == list(range(50))
+    finally:
+        sys.setswitchinterval(interval)

@@ -45,13 +45,19 @@ class Attached(Generic[_T]):
         return None if entry is None else entry[1]
 
     def take_last_entry(self) -> tuple[object, _T] | None:
-        """``take_last``, with the key that ``put_back`` takes (``None`` when there is none)."""
+        """``take_last``, with the key that ``put_back`` takes (``None`` when there is none).
+        Another thread may detach things meanwhile: the last one found may be gone before it
+        is taken, or the dict may change size under its look (``RuntimeError``); either way
+        this looks again, since ``None`` tells the caller nothing is left (``stop()`` would
+        skip the closers still attached)."""
         things = self._things
-        try:
-            key = next(reversed(things))
-            return key, things.pop(key)
-        except (StopIteration, KeyError):  # none left, or detached meanwhile
-            return None
+        while things:
+            try:
+                key = next(reversed(things))
+                return key, things.pop(key)
+            except (StopIteration, KeyError, RuntimeError):  # detached meanwhile: look again
+                continue
+        return None
 
     def put_back(self, key: object, thing: _T) -> None:
         """Attach ``thing`` again under ``key`` (from ``take_last_entry``), as the last: its
