@@ -46,8 +46,8 @@ from ._driver import (
     connection,
     demand,
     import_ray,
+    never_placed,
     still_connected,
-    unplaceable,
 )
 from ._errors import describe_ray_failure
 from ._placement import check_ray_options
@@ -510,15 +510,12 @@ class _RunWatch:
                 if hung is not None:
                     return hung
             if not placed and deadline is None and loop.time() >= unplaced_until:
-                missing = unplaceable(demand(self._runtime._options))
-                if missing is not None and self._heard.at is None and not taken.done():
-                    self._runtime._forget(self._host, kill=True)
-                    wait = self._runtime._placement_wait
-                    return _failed(
-                        "worker-exit",
-                        f"remote code runtime unavailable: Ray placed no actor for it within"
-                        f" {wait}s (placement_wait_s) and {missing}",
-                    )
+                runtime = self._runtime
+                needs = demand(runtime._options)
+                why = never_placed("actor for it", runtime._placement_wait, needs)
+                if why is not None and self._heard.at is None and not taken.done():
+                    runtime._forget(self._host, kill=True)
+                    return _failed("worker-exit", f"remote code runtime unavailable: {why}")
             if not self._stop.done() and deadline is None:
                 continue  # nothing else happened
             runtime = self._runtime

@@ -41,6 +41,7 @@ __all__ = [
     "ensure_ray",
     "import_ray",
     "init_ray",
+    "never_placed",
     "ray_temp_root",
     "still_connected",
     "unplaceable",
@@ -272,3 +273,13 @@ def unplaceable(needs: dict[str, float]) -> str | None:
         return None
     listed = ", ".join(f"{name}={amount:g}" for name, amount in sorted(wanted.items()))
     return f"no node of the cluster ({len(nodes)} alive) has the resources one needs: {listed}"
+
+
+def never_placed(what: str, wait_s: float, needs: dict[str, float]) -> str | None:
+    """What a call that waited ``wait_s`` for Ray to place ``what`` (a worker, an actor) is
+    told when no node can ever place one needing ``needs`` (``unplaceable``), or None when
+    one could."""
+    missing = unplaceable(needs)
+    if missing is None:
+        return None
+    return f"Ray placed no {what} within {wait_s}s (placement_wait_s) and {missing}"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..actors._logging import get_logger
-from ._driver import connected_ray, connection, demand, import_ray, unplaceable
+from ._driver import connected_ray, connection, demand, import_ray, never_placed
 from ._errors import RemoteUnavailableError
 from ._ray_pickle import ShippedBody
 from ._remote import CONTROL_GROUP, BodyActor, last_begun, run_body
@@ -167,7 +167,7 @@ class TaskRunner:
         self._tool = tool
         options = placement._options()
         self._demand = demand(options)  # what each call needs of a node
-        # The last answer of ``unplaceable`` and when it was had: the calls of a burst that
+        # The last answer of ``never_placed`` and when it was had: the calls of a burst that
         # wait together share one look at the cluster.
         self._checked: tuple[float, str | None] = (-math.inf, None)
         self._remote = ray.remote(tool_body).options(
@@ -181,16 +181,12 @@ class TaskRunner:
         """Raise ``RemoteUnavailableError`` when no live node of the cluster has the resources
         a call needs (free or not): Ray would never place it, and it has not begun."""
         now = time.monotonic()
-        checked_at, missing = self._checked
+        checked_at, why = self._checked
         if now - checked_at >= _RECHECK_S:
-            missing = unplaceable(self._demand)
-            self._checked = (now, missing)
-        if missing is not None:
-            raise RemoteUnavailableError(
-                self._tool,
-                f"Ray placed no worker for the call within {self.wait}s (placement_wait_s)"
-                f" and {missing}",
-            )
+            why = never_placed("worker for the call", self.wait, self._demand)
+            self._checked = (now, why)
+        if why is not None:
+            raise RemoteUnavailableError(self._tool, why)
 
 
 class ActorSubmission:
@@ -476,13 +472,9 @@ class ActorPool:
             if time.monotonic() - began < self._wait:
                 return
         if alone:
-            missing = unplaceable(self._demand)
-            if missing is not None:
-                raise RemoteUnavailableError(
-                    self._tool,
-                    f"Ray placed no actor of its pool within {self._wait}s (placement_wait_s)"
-                    f" and {missing}",
-                )
+            why = never_placed("actor of its pool", self._wait, self._demand)
+            if why is not None:
+                raise RemoteUnavailableError(self._tool, why)
             return
         _log.warning(
             f"an actor of tool {self._tool!r} was not placed by Ray within {self._wait}s while"
