@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -2562,6 +2562,22 @@ def host_appending(log: Path) -> Iterator[None]:
         appender.join()
 
 
+@contextlib.contextmanager
+def device_writes_while_host_appends(
+    runtime: SubprocessCodeRuntime, log: Path, mounted: Path
+) -> Iterator[Callable[[], int]]:
+    """While the host appends to ``log`` (``host_appending``), what counts the write requests
+    made to ``mounted``'s device since the block began; the template started first, so that
+    its start is not counted. ``runtime`` is closed after."""
+    try:
+        value(runtime, "return 1")
+        with host_appending(log):
+            writes = _mounted_device_writes(mounted)
+            yield lambda: _mounted_device_writes(mounted) - writes
+    finally:
+        runtime.close()
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
 def test_a_run_cannot_make_the_host_write_back_a_file_it_may_only_read(
     ext4_filesystem: Path,
@@ -2614,11 +2630,7 @@ for attack in (fiemap, ext4_extent_cache, sync_file_range, direct_read, direct_r
             break
 return seen
 """
-    stack = contextlib.ExitStack()
-    try:
-        value(runtime, "return 1")  # the template starts before the count does
-        stack.enter_context(host_appending(log))
-        writes = _mounted_device_writes(ext4_filesystem)
+    with device_writes_while_host_appends(runtime, log, ext4_filesystem) as writes:
         assert value(runtime, program) == {
             "fiemap": errno.EOPNOTSUPP,
             "ext4_extent_cache": errno.EOPNOTSUPP,
@@ -2628,11 +2640,8 @@ return seen
             "direct_scratch_file": errno.EINVAL,
         }
         # The journal's own commit every 5 s is a few requests; each attack made hundreds.
-        assert _mounted_device_writes(ext4_filesystem) - writes < 40
+        assert writes() < 40
         assert_next_run_works(runtime)
-    finally:
-        stack.close()
-        runtime.close()
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
@@ -2712,21 +2721,14 @@ for name, request, argument in (
             break
 return seen
 """
-    stack = contextlib.ExitStack()
-    try:
-        value(runtime, "return 1")  # the template starts before the count does
-        stack.enter_context(host_appending(log))
-        writes = _mounted_device_writes(xfs_filesystem)
+    with device_writes_while_host_appends(runtime, log, xfs_filesystem) as writes:
         assert value(runtime, program) == {
             "XFS_IOC_GETBMAP": errno.EOPNOTSUPP,
             "XFS_IOC_GETBMAPX": errno.EOPNOTSUPP,
         }
         # XFS's own log flush every 30 s is a few requests; each attack made a hundred.
-        assert _mounted_device_writes(xfs_filesystem) - writes < 20
+        assert writes() < 20
         assert_next_run_works(runtime)
-    finally:
-        stack.close()
-        runtime.close()
 
 
 _SUBVOLUME_CREATE = 0x5000940E  # BTRFS_IOC_SUBVOL_CREATE
