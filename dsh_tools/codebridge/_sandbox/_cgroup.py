@@ -33,6 +33,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterable
 from typing import Final
 
 from ._init import task_ceiling
@@ -307,7 +308,7 @@ class CgroupPlan:
             self._remove(name)
 
     def _remove(self, name: str) -> None:
-        self._release_page_cache(name)
+        self._release_page_cache((name,))
         for parent in self._parents:
             try:
                 os.rmdir(name, dir_fd=parent)
@@ -319,40 +320,45 @@ class CgroupPlan:
                 if name not in self._unremoved:
                     self._unremoved.append(name)
 
-    def _release_page_cache(self, name: str) -> None:
-        """On a machine crowded with memory cgroups, reclaim the page cache charged to the run's
-        before it is removed. The kernel keeps a removed memory cgroup, offline, for as long as
-        a page charged to it stays cached: a run that read one page of a file nothing had
-        cached (the Python installation's, ``/usr``'s, a ``read`` grant's) left its cgroup
-        behind, kernel memory no budget counts, and the machine has room for 65,535 memory
-        cgroups in all (then no one, ``systemd`` included, can make one). Below the crowding
-        mark those pages stay cached for later runs (a package the first run imported)."""
+    def _release_page_cache(self, names: Iterable[str]) -> None:
+        """On a machine crowded with memory cgroups, reclaim the page cache charged to the
+        memory cgroups of the runs ``names`` before they are removed. The kernel keeps a
+        removed memory cgroup, offline, for as long as a page charged to it stays cached: a run
+        that read one page of a file nothing had cached (the Python installation's, ``/usr``'s,
+        a ``read`` grant's) left its cgroup behind, kernel memory no budget counts, and the
+        machine has room for 65,535 memory cgroups in all (then no one, ``systemd`` included,
+        can make one). Below the crowding mark those pages stay cached for later runs (a
+        package the first run imported)."""
         if not self._parents or _memory_cgroups() <= CROWDED_MEMORY_CGROUPS:
             return
-        with contextlib.suppress(OSError, ValueError):
-            memory = os.open(name, _DIR_FLAGS, dir_fd=self._parents[0])
-            try:
-                # Most runs leave no page cache: the reclaim (which first drains every CPU's
-                # page lists) only for those that do.
-                for line in _read_at(memory, "memory.stat").splitlines():
-                    key, _space, number = line.partition(b" ")
-                    if key == b"cache" and int(number) > 0:
-                        _write_at(memory, _FORCE_EMPTY, "0")
-                        break
-            finally:
-                os.close(memory)
+        for name in names:
+            with contextlib.suppress(OSError, ValueError):
+                memory = os.open(name, _DIR_FLAGS, dir_fd=self._parents[0])
+                try:
+                    # Most runs leave no page cache: the reclaim (which first drains every
+                    # CPU's page lists) only for those that do.
+                    for line in _read_at(memory, "memory.stat").splitlines():
+                        key, _space, number = line.partition(b" ")
+                        if key == b"cache" and int(number) > 0:
+                            _write_at(memory, _FORCE_EMPTY, "0")
+                            break
+                finally:
+                    os.close(memory)
 
     def close(self) -> None:
         """The template is exiting: remove what it can now, then let the janitor sweep the
         rest and wait for it."""
-        for name in os.listdir(self._parents[0]) if self._parents else ():
-            if os.path.isdir(f"/proc/self/fd/{self._parents[0]}/{name}"):
-                self._release_page_cache(name)  # the pre-forked workers' that never ran
-        for parent, base in zip(self._parents, self._base, strict=False):
-            for name in os.listdir(parent):
-                if os.path.isdir(f"/proc/self/fd/{parent}/{name}"):
-                    with contextlib.suppress(OSError):
-                        os.rmdir(name, dir_fd=parent)
+        for index, (parent, base) in enumerate(zip(self._parents, self._base, strict=False)):
+            runs = [
+                name
+                for name in os.listdir(parent)
+                if os.path.isdir(f"/proc/self/fd/{parent}/{name}")
+            ]
+            if index == 0:
+                self._release_page_cache(runs)  # the pre-forked workers' that never ran
+            for name in runs:
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=parent)
             with contextlib.suppress(OSError):
                 os.rmdir(self._parent_name, dir_fd=base)
         for fd in (*self._parents, *self._base):
