@@ -201,6 +201,7 @@ def build_run_code(system: CodeModeHost, cell: SnapshotCell) -> ToolDefinition:
             max_parallel=system.config.max_parallel_sub_calls,
             dispatch_log_hooks=lambda: cell.current.hooks_of(run_ctx.agent).code_dispatch_log,
             spill=system.dispatch_spill,
+            max_calls=system.config.max_sub_calls,
         )
         return await bridge.run(program_of(args["code"]))
 

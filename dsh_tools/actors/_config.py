@@ -29,6 +29,8 @@ DEFAULT_MAX_FRAME_BYTES: Final = 256 * 2**20
 """Default cap on one channel frame, either direction."""
 DEFAULT_MAX_PARALLEL_RUNS: Final = 8
 """Default number of code runs one runtime has in flight at once; more wait their turn."""
+DEFAULT_MAX_SUB_CALLS: Final = 10_000
+"""Default number of tool calls one code run may make (a few tenths of a second of host CPU)."""
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 """The largest byte count a code run's settings take: the worker and the host agree on every
 integer up to it (a JSON number past it may be read back rounded)."""
@@ -88,6 +90,10 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
       SDK) or ``"both"``.
     - ``max_parallel_tool_calls``: the dispatcher pool size of a batch.
     - ``max_parallel_sub_calls``: the pool size of one code run's sub-calls.
+    - ``max_sub_calls``: the most tool calls one code run may make (at most
+      ``MAX_SAFE_INTEGER``); each goes through the pipeline and the session log at the host's
+      CPU, so a program looping over calls would otherwise cost the host without bound. A call
+      past it fails inside the program, undispatched and unrecorded.
     - ``max_parallel_code_runs``: how many code runs are in flight at once (each with its worker
       processes and its share of host memory); more wait their turn, in arrival order (at most
       ``MAX_SAFE_INTEGER``).
@@ -109,6 +115,7 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
     mode: str = "native"
     max_parallel_tool_calls: int = 10
     max_parallel_sub_calls: int = 10
+    max_sub_calls: int = DEFAULT_MAX_SUB_CALLS
     max_parallel_code_runs: int = DEFAULT_MAX_PARALLEL_RUNS
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
@@ -128,6 +135,7 @@ class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValueError(f"mode must be one of native, code, both; got {self.mode!r}")
         _positive_int("max_parallel_tool_calls", self.max_parallel_tool_calls)
         _positive_int("max_parallel_sub_calls", self.max_parallel_sub_calls)
+        _positive_int("max_sub_calls", self.max_sub_calls, maximum=MAX_SAFE_INTEGER)
         _positive_int(
             "max_parallel_code_runs", self.max_parallel_code_runs, maximum=MAX_SAFE_INTEGER
         )

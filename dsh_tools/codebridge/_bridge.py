@@ -40,6 +40,7 @@ from ..actors import (
     FrozenDict,
     ToolExecutionResult,
 )
+from ..actors._config import DEFAULT_MAX_SUB_CALLS
 from ..actors._logging import get_logger
 from ..actors._signal import follow
 from ..pipeline import (
@@ -131,6 +132,7 @@ class CodeRunBridgeActor:
         max_parallel: int,
         dispatch_log_hooks: Callable[[], tuple[Callable[..., Any], ...]],
         spill: SpillPolicy | None = None,
+        max_calls: int = DEFAULT_MAX_SUB_CALLS,
     ) -> None:
         self._pipeline = pipeline
         self._runtime = runtime
@@ -139,6 +141,7 @@ class CodeRunBridgeActor:
         self._parent_call_id: str = outer.call_id
         self._outer_token = outer.token  # every sub-call's parent, read once
         self._max_parallel = max_parallel
+        self._max_calls = max_calls  # ``ToolsConfig.max_sub_calls``
         self._dispatch_log_hooks = dispatch_log_hooks
         self._spill = spill
         self._controller = AbortController()
@@ -334,6 +337,13 @@ class CodeRunBridgeActor:
             raise ToolCallRejected(
                 "tool arguments must be lossless JSON (call the tool with an arguments "
                 "object, e.g. `{}`)"
+            )
+        if self._counter >= self._max_calls:
+            # Before any copy of the arguments: past the cap a call costs the host only its
+            # frame and this answer, as little as the worker spends making it.
+            raise ToolCallRejected(
+                f"run_code run made {self._max_calls} tool calls, the most one run may make "
+                f"(max_sub_calls); {name} not dispatched"
             )
         try:
             # The tool and the log get distinct copies (the log keeps a preview of large
