@@ -14,8 +14,11 @@ has begun.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +165,49 @@ def test_a_task_given_up_for_placement_as_it_began_says_it_may_have_run(
     )
     assert len(runs(tmp_path)) == 1
 
+
+class BlocksItsNode:
+    """A node runtime whose program begins (writes ``marker``), then holds the node actor's
+    loop for a while: the node's answer that it took the run waits behind it."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    async def run(self, request: Any) -> Any:
+        from dsh_tools.codebridge import CodeRunResult
+
+        with open(self.marker, "a") as log:
+            log.write(f"{os.getpid()}\n")
+        time.sleep(4)
+        return CodeRunResult([], value=1)
+
+    async def dispose(self) -> None:
+        return None
+
+
+def test_a_code_run_given_up_for_placement_as_it_started_says_it_may_have_run(
+    tmp_path: Path,
+) -> None:
+    # The node has not yet answered that it took the run, and the last look at the cluster
+    # found no node with what its actor needs: the run is given up and its actor killed. But
+    # Ray had placed the actor and the program had started: the run was lost, not unavailable.
+    from dsh_tools.codebridge import CodeRunRequest
+    from dsh_tools.distributed import RayCodeRuntime
+
+    marker = tmp_path / "log"
+    factory = functools.partial(BlocksItsNode, str(marker))
+    runtime = RayCodeRuntime(runtime_factory=factory, num_cpus=0, placement_wait_s=0.2)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(asyncio.run, runtime.run(CodeRunRequest("return 1\n")))
+        wait_for_file(marker)
+        runtime._options = {"num_cpus": 0, "resources": {"nobody_offers": 1}}  # the last look
+        result = pending.result(WAIT)
+    asyncio.run(runtime.dispose())
+
+    assert result.error is not None and result.error.kind == "worker-exit"
+    assert result.error.message == (
+        "remote code runtime lost: Ray placed no actor for it within 0.2s (placement_wait_s)"
+        f" and {NO_NODE}; but Ray may have placed its actor just then, and the program may have"
+        " started before it was stopped"
+    )
+    assert len(marker.read_text().split()) == 1
