@@ -142,15 +142,29 @@ def ignores_interrupts(args: Any, ctx: Any) -> Any:
     return os.getpid()
 
 
+def dies_when_interrupted(args: Any, ctx: Any) -> Any:
+    """Begins (a line in ``log``), then ends its worker process when Ray interrupts it."""
+    with Path(args["dir"], "log").open("a") as log:
+        log.write(f"{os.getpid()}\n")
+    try:
+        time.sleep(30)
+    except KeyboardInterrupt:
+        os._exit(1)
+    return os.getpid()
+
+
 @pytest.mark.parametrize(
-    "body", [begins_and_lingers, ignores_interrupts], ids=["interrupted", "forced"]
+    "body",
+    [begins_and_lingers, ignores_interrupts, dies_when_interrupted],
+    ids=["interrupted", "forced", "died-meanwhile"],
 )
 def test_a_task_given_up_for_placement_as_it_began_says_it_may_have_run(
     system: ToolSystem, tmp_path: Path, body: Any
 ) -> None:
     # The last look at the cluster found no node with what the task needs (the node it runs
     # on left the cluster's view, say): the call is given up, its task cancelled. Ray reports
-    # a task it interrupted, or whose worker it forced to exit, cancelled too.
+    # a task it interrupted, whose worker it forced to exit, or whose worker died meanwhile,
+    # cancelled too.
     placement = Reachable(RayPlacement(num_cpus=0.5, placement_wait_s=0.2, cancel_grace_s=0.5))
     system.tools.register(json_tool("lingers", body, placement, parameters=PATH))
     pending = spawn(system, request(tmp_path))

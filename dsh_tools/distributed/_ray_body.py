@@ -216,14 +216,14 @@ async def _not_begun(
     death, an interrupted body) leaves it a call that may have run."""
     if submission.dropped:
         return True  # whether or not its actor has answered it yet
-    if not reply.done() or reply.cancelled():
-        return False
-    failure = reply.exception()
-    if failure is None:
-        return bool(reply.result() == DROPPED)
-    errors = import_ray().exceptions
-    if type(failure) is errors.TaskCancelledError and submission.cancel_tells:
-        return True
+    settled = reply.done() and not reply.cancelled()
+    if settled:
+        failure = reply.exception()
+        if failure is None:
+            return bool(reply.result() == DROPPED)
+        errors = import_ray().exceptions
+        if type(failure) is errors.TaskCancelledError and submission.cancel_tells:
+            return True
     gate = submission.gate
     if gate is not None:
         ready = await _settled_within(gate, aborted, tool, session)
@@ -232,7 +232,8 @@ async def _not_begun(
         if ready.cancelled() or ready.exception() is not None:
             return True  # Ray never sent the call: the actor never answered ``ready``
         submission.located(ready.result())
-    return await _record_shows_unbegun(submission, aborted, tool, session)
+    # The record is final once its actor is gone, which a failed reply says.
+    return settled and await _record_shows_unbegun(submission, aborted, tool, session)
 
 
 def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:

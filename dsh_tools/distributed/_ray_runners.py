@@ -89,10 +89,12 @@ class Submission(Protocol):
     @property
     def cancel_tells(self) -> bool:
         """Whether Ray's own ``TaskCancelledError`` (not one raised in the body's process, a
-        ``RayTaskError``) means the call was cancelled before it began: so for a task Ray
-        cancelled without forcing its worker; never for an actor's call (Ray reports a queued
-        actor call cancelled and runs it all the same, and a running one cancelled, then
-        killed, as cancelled too)."""
+        ``RayTaskError``) means the call was cancelled before it began: so for a task that
+        ``stop`` found settled as soon as it asked Ray to cancel it (Ray fails a task no
+        worker has been given yet within that request; any other it reports cancelled later,
+        also when its worker died, or was forced to exit, meanwhile); never for an actor's
+        call (Ray reports a queued actor call cancelled and runs it all the same, and a
+        running one cancelled, then killed, as cancelled too)."""
 
     def located(self, ready: Any) -> None:
         """``ready``: its actor's answer to ``ready`` (where it records the calls it began)."""
@@ -119,7 +121,7 @@ class Submission(Protocol):
 
 
 class TaskSubmission:
-    __slots__ = ("check_at", "forced", "ref", "runner")
+    __slots__ = ("cancel_tells", "check_at", "ref", "runner")
 
     reached = None  # a task is never queued behind another call on its worker
     gate = None  # sent at once
@@ -130,19 +132,13 @@ class TaskSubmission:
         self.ref = ref
         # When to look at the cluster first (see ``waiting``): nothing is asked of it before.
         self.check_at = since + runner.wait
-        self.forced = False  # whether ``stop`` forced the worker to exit
+        # Whether ``stop`` found the task settled as soon as it asked Ray to cancel it (see
+        # ``Submission.cancel_tells``).
+        self.cancel_tells = False
 
     @property
     def moved(self) -> bool:
         return False  # a task is never queued behind another call
-
-    @property
-    def cancel_tells(self) -> bool:
-        # Ray fails a task it cancels before a worker has begun it with its own
-        # ``TaskCancelledError``; a running body it interrupts fails with one raised in the
-        # body's process (a ``RayTaskError``), but a worker it forces to exit fails its call
-        # with Ray's own, as if it had not begun.
-        return not self.forced
 
     def located(self, ready: Any) -> None:
         return None
@@ -155,11 +151,15 @@ class TaskSubmission:
             return
         runner = self.runner
         ray.cancel(self.ref, force=False, recursive=True)
+        # A task no worker has been given yet Ray fails within the cancel request itself: a
+        # call settled at once was not begun (see ``Submission.cancel_tells``).
+        self.cancel_tells = _settled(ray, self.ref)
+        if self.cancel_tells:
+            return
         ready, _ = ray.wait([self.ref], timeout=runner.grace, fetch_local=False)
         if ready or connected_ray() is None:
             return
         _log.warning("remote body ignored cancellation; forcing its worker to exit")
-        self.forced = True
         ray.cancel(self.ref, force=True, recursive=True)
         ray.wait([self.ref], timeout=runner.settle, fetch_local=False)
 
