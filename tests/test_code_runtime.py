@@ -208,6 +208,26 @@ except TypeError as error:
     )
 
 
+def test_a_caught_tool_call_error_copies_with_its_tool_name_and_message(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Programs copy what they collect (a deepcopy of gather(..., return_exceptions=True)'s
+    # list, say); the class takes two arguments, so the default reduction of one fails.
+    async def fail(value: Any) -> Any:
+        raise Exception("denied")
+
+    program = """
+import copy
+results = await asyncio.gather(tools.fail({}), return_exceptions=True)
+error = results[0]
+error.add_note("while fetching")
+copies = [copy.copy(error), copy.deepcopy(results)[0]]
+return [[type(c).__name__, c.tool_name, c.message, str(c), c.__notes__] for c in copies]
+"""
+    copied = ["ToolCallError", "fail", "denied", "denied", ["while fetching"]]
+    assert run(runtime, program, tools(fail=fail)).value == [copied, copied]
+
+
 def test_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
     program = """
 import sys

@@ -405,14 +405,21 @@ def error_class(name: str, member_attr: str) -> type[Exception]:
         setattr(self, member_attr, tool_name)
         self.message = message  # type: ignore[attr-defined]
 
+    def __reduce__(self: Exception) -> tuple[Any, ...]:
+        # The default rebuilds from ``args`` (the message alone), which this ``__init__``
+        # refuses: ``copy.copy`` of a caught error would raise.
+        return type(self), (getattr(self, member_attr), self.message), self.__dict__  # type: ignore[attr-defined]
+
     # A program that raises the class itself with the wrong arguments is told the class's
     # name, not this factory's (``error_class.<locals>.__init__() missing ...``).
     __init__.__qualname__ = f"{name}.__init__"
+    __reduce__.__qualname__ = f"{name}.__reduce__"
     return type(
         name,
         (Exception,),
         {
             "__init__": __init__,
+            "__reduce__": __reduce__,
             "__module__": "builtins",
             "__qualname__": name,
             "__doc__": f"A rejected binding call; ``{member_attr}`` names the binding.",
