@@ -1788,6 +1788,49 @@ return out
     ]
 
 
+def test_a_binding_written_as_attributes_is_named_by_its_first_part(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # A model writes a tool named "web.search" as it reads, tools.web.search(...), and one
+    # named "my-tool" as tools.my-tool(...), which Python reads as tools.my - tool(...): both
+    # ask for the name's first part, which was said to be missing with no word of the tool.
+    program = """
+out = []
+for attempt in (
+    lambda: tools.web.search({}),
+    lambda: tools.my-tool({}),
+    lambda: tools.fs.read({}),
+    lambda: tools["fs"],
+):
+    try:
+        attempt()
+    except (AttributeError, KeyError) as exc:
+        out.append(str(exc))
+return out
+"""
+    names = ["web.search", "my-tool", "fs.read", "fs.write", "fs.list"]
+    assert run(runtime, program, tools(**dict.fromkeys(names, identity))).value == [
+        "'tools' has no binding 'web'; call it as tools[\"web.search\"]",
+        "'tools' has no binding 'my'; call it as tools[\"my-tool\"]",
+        "'tools' has no binding 'fs'; call one of tools[\"fs.list\"], tools[\"fs.read\"],"
+        ' tools["fs.write"]',
+        "'tools' has no binding 'fs'; call one of tools[\"fs.list\"], tools[\"fs.read\"],"
+        ' tools["fs.write"]',
+    ]
+
+
+def test_a_first_part_shared_by_many_bindings_names_a_few_of_them() -> None:
+    names = [f"github.tool_{index:02}" for index in range(12)]
+    namespace = worker_api.Namespace("tools", dict.fromkeys(names, echo))
+    with pytest.raises(AttributeError) as caught:
+        namespace.github  # noqa: B018
+    assert str(caught.value) == (
+        "'tools' has no binding 'github'; call one of "
+        + ", ".join(f'tools["github.tool_{index:02}"]' for index in range(5))
+        + " and 7 more"
+    )
+
+
 @pytest.mark.parametrize(
     ("program", "last_line"),
     [

@@ -249,6 +249,7 @@ class Namespace:
     __slots__ = (
         "__dsh_bindings__",
         "__dsh_global__",
+        "__dsh_heads__",
         "__dsh_loose__",
         "__dsh_names__",
         "__dsh_near__",
@@ -259,6 +260,7 @@ class Namespace:
     __dsh_names__: list[str]
     __dsh_loose__: dict[str, list[str]] | None
     __dsh_near__: dict[str, list[str]]
+    __dsh_heads__: dict[str, list[str]]
 
     def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], CallHandle]]) -> None:
         object.__setattr__(self, "__dsh_global__", global_name)
@@ -266,6 +268,7 @@ class Namespace:
         object.__setattr__(self, "__dsh_names__", sorted(bindings))
         object.__setattr__(self, "__dsh_loose__", None)  # made at the first miss
         object.__setattr__(self, "__dsh_near__", {})  # made with __dsh_loose__
+        object.__setattr__(self, "__dsh_heads__", {})  # made with __dsh_loose__
 
     def __getattr__(self, name: str) -> Callable[[Any], CallHandle]:
         if not (name.startswith("__") and name.endswith("__")):
@@ -295,11 +298,15 @@ class Namespace:
             # with every binding.
             loose = self.__dsh_loose__
             near = self.__dsh_near__
+            heads = self.__dsh_heads__
             if loose is None:
                 loose = {}
                 names = self.__dsh_names__
                 for known in names:
                     loose.setdefault(_loose(known), []).append(known)
+                    head = _head(known)
+                    if head is not None:
+                        heads.setdefault(head, []).append(known)
                     if len(names) <= _GUESS_LIMIT and len(known) <= _GUESS_LENGTH:
                         for short in _one_short(known):
                             near.setdefault(short, []).append(known)
@@ -307,6 +314,15 @@ class Namespace:
             for known in loose.get(_loose(name), ()):
                 if known != name:
                     return f"{text}; call it as {self.__dsh_access__(known)}"
+            begun = heads.get(name)
+            if begun:
+                # ``tools.web.search`` of "web.search", ``tools.my-tool`` (read as
+                # ``tools.my - tool``) of "my-tool": the first part of a binding's name.
+                if len(begun) == 1:
+                    return f"{text}; call it as {self.__dsh_access__(begun[0])}"
+                shown = ", ".join(self.__dsh_access__(known) for known in begun[:_HEADS_SHOWN])
+                more = len(begun) - _HEADS_SHOWN
+                return f"{text}; call one of {shown}" + (f" and {more} more" if more > 0 else "")
             if near and len(name) <= _GUESS_LENGTH + 1:
                 # A binding one edit away (a character dropped, added, changed or two
                 # swapped) shares one of these spellings with the name; the likeliest of
@@ -379,6 +395,21 @@ _GUESS_LIMIT: Final = 1000
 """The most bindings a namespace looks through for the one a misspelt name meant."""
 _GUESS_LENGTH: Final = 64
 """The longest binding name a misspelt name is matched with."""
+
+
+_HEADS_SHOWN: Final = 5
+"""The most bindings a miss of their names' shared first part lists."""
+
+
+def _head(name: str) -> str | None:
+    """The attribute a program asks for when it writes the binding ``name`` as attributes:
+    the identifier before its first character that cannot be part of one (``web`` of
+    ``web.search``), or ``None`` when it has none or does not start with one."""
+    for index, character in enumerate(name):
+        if not (character.isalnum() or character == "_"):
+            head = name[:index]
+            return head if head.isidentifier() else None
+    return None
 
 
 def _one_short(name: str) -> set[str]:
