@@ -84,6 +84,17 @@ def test_input_says_the_program_has_no_standard_input(system: ToolSystem) -> Non
     )
 
 
+@pytest.mark.parametrize("stop", ["breakpoint()", "import pdb\npdb.set_trace()"])
+def test_a_debugger_says_the_program_has_no_standard_input(system: ToolSystem, stop: str) -> None:
+    # Its prompt read end of file and quit: the program saw only a bare ``bdb.BdbQuit``.
+    message = failure_text(system, f"{stop}\nvalue = 1\nreturn value")
+    assert message.endswith(
+        "\nbdb.BdbQuit\nA run_code program has no standard input, so breakpoint() and pdb read"
+        " end of file at their first prompt and quit the program. Print or return the values"
+        " to look at instead."
+    )
+
+
 def test_a_fork_process_over_a_pipe_works_as_the_manager_note_says(system: ToolSystem) -> None:
     program = """
 import multiprocessing

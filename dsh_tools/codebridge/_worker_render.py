@@ -76,6 +76,10 @@ _NO_INPUT_NOTE: Final = (
     "A run_code program has no standard input: input() and sys.stdin read end of file at once."
     " Put what it needs in the program itself, or get it through the tools."
 )
+_DEBUGGER_NOTE: Final = (
+    "A run_code program has no standard input, so breakpoint() and pdb read end of file at"
+    " their first prompt and quit the program. Print or return the values to look at instead."
+)
 _NO_INPUT: Final = "EOF when reading a line"
 """The text of ``input()``'s ``EOFError``."""
 _MANAGERS_FILE: Final = os.path.join("multiprocessing", "managers.py")
@@ -144,6 +148,17 @@ def _explain_no_input(exc: BaseException) -> None:
     with contextlib.suppress(Exception):
         if _NO_INPUT_NOTE not in (getattr(exc, "__notes__", None) or ()):
             exc.add_note(_NO_INPUT_NOTE)
+
+
+def _explain_debugger(exc: BaseException) -> None:
+    """Add ``_DEBUGGER_NOTE`` to ``exc`` if it is ``bdb.BdbQuit``: a debugger's prompt read end
+    of file (standard input is ``/dev/null``), and the bare class name says nothing of why."""
+    kind = type(exc)
+    if kind.__name__ != "BdbQuit" or kind.__module__ != "bdb":
+        return
+    with contextlib.suppress(Exception):
+        if _DEBUGGER_NOTE not in (getattr(exc, "__notes__", None) or ()):
+            exc.add_note(_DEBUGGER_NOTE)
 
 
 _TAKERS_OF_AWAITABLES: Final = frozenset(
@@ -399,6 +414,7 @@ def render_exception(
             _explain_refusal(current, refusals)
             _explain_manager(current, refusals)
             _explain_no_input(current)
+            _explain_debugger(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
