@@ -14,7 +14,14 @@ Modules whose names start with ``_`` are not API.
 
 from msgspec import UNSET
 
-from ._system import ABANDONED_SETTLE_S, STOP_GRACE_S, AgentScope, PluginHandle, ToolSystem
+from ._system import (
+    ABANDONED_SETTLE_S,
+    STOP_GRACE_S,
+    WORKER_EXIT_S,
+    AgentScope,
+    PluginHandle,
+    ToolSystem,
+)
 from .actors import (
     AbortController,
     AbortError,
@@ -129,6 +136,7 @@ __all__ = [
     "STOP_GRACE_S",
     "UNLISTED_TOOLS",
     "UNSET",
+    "WORKER_EXIT_S",
     "AbortController",
     "AbortError",
     "AbortSignal",

@@ -67,11 +67,18 @@ def test_the_waits_the_cancellation_page_names_are_exported_with_their_values() 
     # decide).
     waits = {
         name: getattr(dsh_tools, name)
-        for name in ("STOP_GRACE_S", "ABANDONED_SETTLE_S", "BODY_WIND_DOWN_S", "HOOK_WIND_DOWN_S")
+        for name in (
+            "STOP_GRACE_S",
+            "ABANDONED_SETTLE_S",
+            "WORKER_EXIT_S",
+            "BODY_WIND_DOWN_S",
+            "HOOK_WIND_DOWN_S",
+        )
     }
     assert waits == {
         "STOP_GRACE_S": 5.0,
         "ABANDONED_SETTLE_S": 1.0,
+        "WORKER_EXIT_S": 2.0,
         "BODY_WIND_DOWN_S": 1.0,
         "HOOK_WIND_DOWN_S": 1.0,
     }
