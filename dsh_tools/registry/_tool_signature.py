@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ._foreign_constraints import constrained_parameter
 from ._json_schema import assert_supported_json_schema
 from ._lossless_check import is_json_value
 from ._raw_schema import annotation_subset_schema
@@ -279,15 +280,16 @@ def _signature_plan(
                     f"{owner}: parameter {pname!r} uses a reserved name (names starting with "
                     "'_' are not tool arguments; annotate a context parameter ToolRunContext)"
                 )
+            hint, default = constrained_parameter(owner, pname, hint, parameter.default)
             hint = _text_described(hint)
             _check_schema_type(owner, f"parameter {pname!r}", hint)
             index = len(fields)
-            if parameter.default is _EMPTY:
+            if default is _EMPTY:
                 fields.append((pname, hint, msgspec.NODEFAULT))
             else:
-                _check_default(owner, pname, hint, parameter.default)
-                fields.append((pname, hint, _field_default(parameter.default)))
-                defaults[pname] = parameter.default
+                _check_default(owner, pname, hint, default)
+                fields.append((pname, hint, _field_default(default)))
+                defaults[pname] = default
         if parameter.kind is parameter.KEYWORD_ONLY:
             keywords.append((pname, index))
         else:
