@@ -15,6 +15,7 @@ import msgspec
 from ..actors import ToolArgsError, ToolOutputError
 from ._dataclass_defaults import defaults_filler
 from ._lossless import LosslessJsonError
+from ._lossless_copy import thaw
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature, _tuples_as_lists
 from ._typed_losses import losses_check
@@ -124,6 +125,15 @@ def has_keys_from_text(args_type: Any) -> bool:
     return _any_part(args_type, _has_key_not_text, unknown=False)
 
 
+def _is_any(t: msgspec.inspect.Type) -> bool | None:
+    return True if isinstance(t, msgspec.inspect.AnyType) else None
+
+
+def holds_any(args_type: Any) -> bool:
+    """Whether some part of ``args_type`` is typed ``Any`` (or ``object``)."""
+    return _any_part(args_type, _is_any, unknown=False)
+
+
 def _violation(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     return (
@@ -148,6 +158,15 @@ def _make_parser(
 
         def convert(args: Any) -> Any:
             return decoder.decode(encode(args))
+
+    elif holds_any(args_type):
+        to_type = msgspec.convert
+
+        # msgspec passes a value typed ``Any`` through as it is: the registry's frozen
+        # snapshot would reach the body, unlike the plain list or dict a ``list[T]`` part
+        # gets. A plain copy first; only tools with such a part pay for it.
+        def convert(args: Any) -> Any:
+            return to_type(thaw(args), args_type, strict=True)
 
     else:
         to_type = msgspec.convert
