@@ -148,3 +148,31 @@ def test_strict_and_finite_settings_every_call_meets_anyway_are_accepted() -> No
         "type": "number",
         "exclusiveMinimum": 0,
     }
+
+
+def test_a_doc_in_annotated_describes_the_parameter() -> None:
+    from typing_extensions import Doc
+
+    @tool
+    def find(query: Annotated[str, Doc("What to look for.")]) -> str:
+        """Find."""
+        return query
+
+    assert thaw(find.parameters)["properties"]["query"] == {
+        "description": "What to look for.",
+        "type": "string",
+    }
+
+
+@dataclasses.dataclass
+class Query:
+    text: Annotated[str, Field(description="Asked.")] = ""
+
+
+def test_a_class_field_constraint_is_refused_even_when_it_only_describes() -> None:
+    # Field(description=...) is pydantic's: msgspec would drop it in a class's fields too.
+    def ask(query: Query) -> str:
+        return query.text
+
+    with pytest.raises(TypeError, match=r"write it as msgspec.Meta\(description='Asked.'\)"):
+        tool(ask)

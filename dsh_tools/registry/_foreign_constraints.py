@@ -5,12 +5,13 @@ ge=1)``.
 msgspec, which generates a tool's schema and validates its arguments, reads only
 ``msgspec.Meta`` in an ``Annotated``; it passes over any other object there without a word, so
 such a constraint would vanish from the schema and from validation while the author believes
-it holds. ``constrained_parameter`` rewrites what has a ``msgspec.Meta`` equivalent into one
-(in the parameter's own annotation and in the type arguments inside it: ``list[Annotated[int,
-Gt(0)]]``) and refuses the rest with a ``TypeError`` naming the parameter. Inside a class
-(a dataclass's, a TypedDict's or a Struct's fields) msgspec reads the annotations itself, so
-nothing can be rewritten there: any such constraint is refused, naming the field and the
-``msgspec.Meta`` to write instead.
+it holds (and a ``typing_extensions.Doc`` would describe nothing). ``constrained_parameter``
+rewrites what has a ``msgspec.Meta`` equivalent into one (in the parameter's own annotation
+and in the type arguments inside it: ``list[Annotated[int, Gt(0)]]``) and refuses the rest
+with a ``TypeError`` naming the parameter. Inside a class (a dataclass's, a TypedDict's or a
+Struct's fields) msgspec reads the annotations itself, so nothing can be rewritten there: any
+such constraint is refused, naming the field and the ``msgspec.Meta`` to write instead (a
+``Doc`` there, only a text, is left as it is).
 
 Neither pydantic nor ``annotated_types`` is a dependency: an annotation that holds their
 objects has imported them, so they are looked up in ``sys.modules`` and matched by their
@@ -73,9 +74,16 @@ def _is_field_info(extra: Any) -> bool:
     return fields is not None and isinstance(extra, fields.FieldInfo)
 
 
+def _is_doc(extra: Any) -> bool:
+    """``typing_extensions.Doc("...")``: a parameter's description (PEP 727)."""
+    extensions = _module("typing_extensions")
+    doc = getattr(extensions, "Doc", None) if extensions is not None else None
+    return isinstance(doc, type) and isinstance(extra, doc)
+
+
 def _is_foreign(extra: Any) -> bool:
-    """Whether ``extra`` is a constraint of pydantic or ``annotated_types``."""
-    if _is_field_info(extra):
+    """Whether ``extra`` is a constraint of pydantic or ``annotated_types``, or a ``Doc``."""
+    if _is_field_info(extra) or _is_doc(extra):
         return True
     annotated_types = _module("annotated_types")
     if annotated_types is not None and isinstance(
@@ -99,7 +107,7 @@ def _metadata_keywords(item: Any) -> dict[str, Any]:
         for part in item:  # ``Interval``, ``Len``: a group of single constraints
             keywords.update(_metadata_keywords(part))
         return keywords
-    if annotated_types is not None and isinstance(item, annotated_types.DocInfo):
+    if _is_doc(item) or (annotated_types is not None and isinstance(item, annotated_types.DocInfo)):
         return {"description": item.documentation}
     # ``annotated_types`` constraints are dataclasses; pydantic's general metadata
     # (``Field(pattern=...)``) holds its settings as its attributes.
@@ -210,7 +218,7 @@ def _class_constraints(hint: Any) -> Iterator[tuple[str, str, Any]]:
             base, *extras = typing.get_args(current)
             if place is not None:
                 for extra in extras:
-                    if _is_foreign(extra):
+                    if _is_foreign(extra) and not _is_doc(extra):
                         yield place[0], place[1], extra
             todo.append((base, place))
             continue
