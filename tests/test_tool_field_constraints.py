@@ -176,3 +176,42 @@ def test_a_class_field_constraint_is_refused_even_when_it_only_describes() -> No
 
     with pytest.raises(TypeError, match=r"write it as msgspec.Meta\(description='Asked.'\)"):
         tool(ask)
+
+
+def test_a_field_default_of_none_is_a_default(system: ToolSystem) -> None:
+    @tool
+    def label(text: str | None = Field(default=None, max_length=8)) -> str:
+        """Label."""
+        return text or "none"
+
+    schema = thaw(label.parameters)
+    assert "required" not in schema
+    assert schema["properties"]["text"]["default"] is None
+    system.tools.register(label)
+    assert _call(system, "label", {}).value == "none"
+
+
+def test_a_default_inside_annotated_is_refused_for_the_signature_to_give() -> None:
+    def label(text: Annotated[str | None, Field(default=None)]) -> str:
+        return text or "none"
+
+    with pytest.raises(TypeError, match=r"parameter 'text' .*give the default in the signature"):
+        tool(label)
+
+
+def test_a_field_on_an_optional_parameter_constrains_its_value_and_describes_it(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def tag(name: Annotated[str | None, Field(max_length=3, description="Short.")] = None) -> str:
+        """Tag."""
+        return name or "-"
+
+    assert thaw(tag.parameters)["properties"]["name"] == {
+        "description": "Short.",
+        "anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}],
+        "default": None,
+    }
+    system.tools.register(tag)
+    assert _call(system, "tag", {"name": None}).value == "-"
+    assert _call(system, "tag", {"name": "abcd"}).is_error

@@ -93,9 +93,15 @@ def _is_foreign(extra: Any) -> bool:
     return type(extra).__module__.partition(".")[0] == "pydantic"
 
 
-def _undefined(value: Any) -> bool:
+def _no_default(value: Any) -> bool:
+    """Whether a ``Field``'s ``default`` is unset (``None`` is a default like any other)."""
     core = _module("pydantic_core")
-    return value is None or (core is not None and value is core.PydanticUndefined)
+    return core is not None and value is core.PydanticUndefined
+
+
+def _undefined(value: Any) -> bool:
+    """Whether a ``Field`` setting other than ``default`` is unset."""
+    return value is None or _no_default(value)
 
 
 def _metadata_keywords(item: Any) -> dict[str, Any]:
@@ -139,7 +145,7 @@ def _field_keywords(field: Any, *, as_default: bool = False) -> dict[str, Any]:
             raise _Unreadable(
                 repr(field), f"msgspec has no equivalent of {name}= in a tool's arguments"
             )
-    if not as_default and not _undefined(getattr(field, "default", None)):
+    if not as_default and not _no_default(getattr(field, "default", None)):
         raise _Unreadable(repr(field), "give the default in the signature (name: T = default)")
     keywords = {name: getattr(field, name) for name in _FIELD_TEXTS}
     keywords = {name: value for name, value in keywords.items() if value is not None}
@@ -168,6 +174,20 @@ def _rebuilt(origin: Any, hint: Any, args: tuple[Any, ...]) -> Any:
         raise _Unreadable(repr(hint), "@tool cannot rebuild this type with them") from None
 
 
+def _constrained(hint: Any, metas: list[msgspec.Meta]) -> Any:
+    """``hint`` under ``metas``; for ``T | None``, ``T`` under them, as pydantic reads
+    ``Field(max_length=8)`` on an optional string (msgspec takes a constraint only on the
+    type it constrains; a description there still describes the whole parameter)."""
+    if not metas:
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        members = typing.get_args(hint)
+        others = [member for member in members if member is not type(None)]
+        if len(others) == 1 and len(members) == 2:
+            return typing.Optional[typing.Annotated[(others[0], *metas)]]  # noqa: UP045
+    return typing.Annotated[(hint, *metas)]
+
+
 def _translated(hint: Any) -> Any:
     """``hint`` with every foreign constraint as a ``msgspec.Meta``, inside type arguments
     too; ``_Unreadable`` for one that has none."""
@@ -177,8 +197,10 @@ def _translated(hint: Any) -> Any:
         inner = _translated(base)
         if inner is base and not any(_is_foreign(extra) for extra in extras):
             return hint
-        kept = [_meta(extra) if _is_foreign(extra) else extra for extra in extras]
-        return typing.Annotated[(inner, *kept)]
+        metas = [_meta(extra) for extra in extras if _is_foreign(extra)]
+        others = [extra for extra in extras if not _is_foreign(extra)]
+        inner = _constrained(inner, metas)
+        return typing.Annotated[(inner, *others)] if others else inner
     args = typing.get_args(hint)
     if origin is None or origin in _LEAVES or not args:
         return hint
@@ -257,9 +279,9 @@ def constrained_parameter(owner: str, pname: str, hint: Any, default: Any) -> tu
                 "it in the body)"
             ) from None
         field_default = default.default
-        default = inspect.Parameter.empty if _undefined(field_default) else field_default
+        default = inspect.Parameter.empty if _no_default(field_default) else field_default
         if meta is not None:
-            hint = typing.Annotated[hint, meta]
+            hint = _constrained(hint, [meta])
     try:
         translated = _translated(hint)
     except _Unreadable as unreadable:
