@@ -186,6 +186,36 @@ def test_nulls_for_optional_properties_that_do_not_accept_null_are_dropped() -> 
     assert value["opt"] is None  # the input is not changed
 
 
+TREE = {
+    "type": "object",
+    "properties": {"root": {"$ref": "#/$defs/Node"}},
+    "required": ["root"],
+    "$defs": {
+        "Node": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "weight": {"type": "number"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+            },
+            "required": ["name"],
+        }
+    },
+}
+
+
+def test_nulls_are_dropped_at_every_level_of_a_recursive_shape() -> None:
+    # Strict mode makes "children" and "weight" nullable in the one Node definition, so a
+    # model may send null at any depth, not only at the first.
+    drop = optional_null_dropper(TREE)
+    assert drop is not None
+    leaf = {"name": "c", "weight": None, "children": None}
+    value = {"root": {"name": "a", "weight": None, "children": [{"name": "b", "children": [leaf]}]}}
+    assert drop(value) == {
+        "root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}]}
+    }
+
+
 def test_frozen_values_stay_frozen_and_unchanged_values_are_the_same_object() -> None:
     drop = optional_null_dropper(snapshot_json(SCHEMA))
     assert drop is not None
@@ -229,3 +259,22 @@ def test_no_dropper_when_nothing_can_be_dropped() -> None:
 )
 def test_accepts_null(schema: Any, expected: bool) -> None:
     assert accepts_null(schema, schema) is expected
+
+
+def test_no_dropper_for_a_recursive_shape_with_nothing_to_drop() -> None:
+    tree = {
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
+        "required": ["root"],
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                },
+                "required": ["name", "children"],
+            }
+        },
+    }
+    assert optional_null_dropper(tree) is None

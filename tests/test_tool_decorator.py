@@ -1016,6 +1016,58 @@ def test_a_null_for_an_optional_parameter_means_absent(system: ToolSystem) -> No
     assert run(system, greet, {"name": None}).is_error
 
 
+class Branch(msgspec.Struct):
+    name: str
+    children: list[Branch] = []
+    weight: float = 1.0
+
+
+def test_a_null_for_an_optional_field_means_absent_at_any_depth_of_a_recursive_type(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def count(tree: Branch) -> int:
+        return 1 + sum(count_all(child) for child in tree.children)
+
+    def count_all(branch: Branch) -> int:
+        assert branch.weight == 1.0
+        return 1 + sum(count_all(child) for child in branch.children)
+
+    deep = {"name": "c", "children": None, "weight": None}
+    tree = {"name": "a", "weight": None, "children": [{"name": "b", "children": [deep]}]}
+    assert text(run(system, count, {"tree": tree})) == "3"
+
+
+class Number(msgspec.Struct, tag="num"):
+    value: float
+    label: str = ""
+
+
+class Sum(msgspec.Struct, tag="add"):
+    left: Number | Sum
+    right: Number | Sum
+    label: str = ""
+
+
+def test_a_null_for_an_optional_field_means_absent_in_a_recursive_union(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def evaluate(expression: Number | Sum) -> float:
+        def value(node: Number | Sum) -> float:
+            assert node.label == ""
+            return node.value if isinstance(node, Number) else value(node.left) + value(node.right)
+
+        return value(expression)
+
+    def number(value: int) -> dict[str, Any]:
+        return {"type": "num", "value": value, "label": None}
+
+    inner = {"type": "add", "label": None, "left": number(2), "right": number(3)}
+    expression = {"type": "add", "label": None, "left": number(1), "right": inner}
+    assert run(system, evaluate, {"expression": expression}).value == 6
+
+
 # --- definition-time errors --------------------------------------------------------------------
 
 

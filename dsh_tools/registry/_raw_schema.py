@@ -240,9 +240,30 @@ def accepts_null(node: Any, document: Any, refs: tuple[str, ...] = ()) -> bool:
 
 
 # A dropper plan: {name: (drop_when_null, child plan or None)} for one object,
-# ("items", child plan) for an array, or a list of plans applied in turn (an object and the
-# branches of its union). Plans are built once per schema.
+# ("items", child plan) for an array, a list of plans applied in turn (an object and the
+# branches of its union), or a _Recurring stand-in for a plan still being built (a recursive
+# shape). Plans are built once per schema.
 _Plan = Any
+
+
+class _Recurring:
+    """Where a recursive shape meets itself: the plan of the shape being built, filled in
+    once it is (``None`` when that shape has nothing to drop). ``kept`` are the names whose
+    nulls a union keeps at its top level (``_keeping``)."""
+
+    __slots__ = ("built", "kept", "plan", "target")
+
+    def __init__(self, target: _Recurring | None = None, kept: frozenset[str] = frozenset()):
+        self.plan: _Plan = None
+        self.built = False
+        self.target = target
+        self.kept = kept
+
+    def resolved(self) -> _Plan:
+        if self.target is None:
+            return self.plan
+        plan = self.target.plan
+        return None if plan is None else _keeping(plan, set(self.kept))
 
 
 def _object_node(node: Any, document: Any, refs: tuple[str, ...]) -> Any:
@@ -281,7 +302,10 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
     key = id(target)
     if key in memo:
         return memo[key]
-    memo[key] = None  # a recursive shape is walked once, not forever
+    # A recursive shape is walked once, not forever: where it meets itself, the stand-in
+    # takes the plan once it is built, so nulls are dropped at every depth of the value.
+    recurring = _Recurring()
+    memo[key] = recurring
     plans: list[_Plan] = []
     properties = target.get("properties")
     if _is_map(properties):
@@ -310,8 +334,30 @@ def _build(node: Any, document: Any, depth: int, memo: dict[int, Any]) -> _Plan:
             if branch_plan is not None:
                 plans.append(_keeping(branch_plan, nullable))
     plan: _Plan = None if not plans else plans[0] if len(plans) == 1 else plans
+    if plan is not None and _does_nothing(plan, recurring):
+        plan = None  # only the shape's own recurrences, with nothing to drop in them
+    recurring.plan = plan
+    recurring.built = True
     memo[key] = plan
     return plan
+
+
+def _does_nothing(plan: _Plan, pending: _Recurring) -> bool:
+    """Whether ``plan`` drops nothing, taking the shape being built (``pending``) to drop
+    nothing where it recurs."""
+    if plan is None or plan is pending:
+        return True
+    if type(plan) is _Recurring:
+        # An enclosing shape still being built may yet drop something: keep its place.
+        shape = plan if plan.target is None else plan.target
+        return shape is pending or (shape.built and shape.plan is None)
+    if type(plan) is list:
+        return all(_does_nothing(part, pending) for part in plan)
+    if type(plan) is tuple:
+        return _does_nothing(plan[1], pending)
+    return all(
+        not droppable and _does_nothing(child, pending) for droppable, child in plan.values()
+    )
 
 
 def _null_taking(branches: list[Any], document: Any) -> set[str]:
@@ -327,6 +373,10 @@ def _null_taking(branches: list[Any], document: Any) -> set[str]:
 
 def _keeping(plan: _Plan, names: set[str]) -> _Plan:
     """``plan`` with the nulls of ``names`` kept at its top level."""
+    if type(plan) is _Recurring:
+        if plan.target is not None:
+            return _Recurring(plan.target, plan.kept | frozenset(names))
+        return _Recurring(plan, frozenset(names))
     if type(plan) is list:
         return [_keeping(part, names) for part in plan]
     if type(plan) is tuple:
@@ -338,6 +388,10 @@ def _keeping(plan: _Plan, names: set[str]) -> _Plan:
 
 def _apply(plan: _Plan, value: Any) -> Any:
     """``value`` without the droppable nulls; the same object when nothing changes."""
+    if type(plan) is _Recurring:
+        plan = plan.resolved()
+        if plan is None:
+            return value
     if type(plan) is list:
         for part in plan:
             value = _apply(part, value)
