@@ -16,6 +16,7 @@ from ..actors import ToolArgsError, ToolOutputError
 from ._dataclass_defaults import defaults_filler
 from ._lossless import LosslessJsonError
 from ._lossless_copy import thaw
+from ._path_type import path_decode, path_encode
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature, _tuples_as_lists
 from ._typed_losses import losses_check
@@ -33,6 +34,14 @@ def _to_canonical(value: Any) -> Any:
         return value
     try:
         return msgspec.to_builtins(value, str_keys=True)
+    except TypeError:
+        pass  # maybe a path, which only the hook encodes: every other value pays nothing
+    except (ValueError, OverflowError):
+        return value
+    except RecursionError:
+        return unconvertible(value)
+    try:
+        return msgspec.to_builtins(value, str_keys=True, enc_hook=path_encode)
     except (TypeError, ValueError, OverflowError):
         return value
     except RecursionError:
@@ -134,6 +143,16 @@ def holds_any(args_type: Any) -> bool:
     return _any_part(args_type, _is_any, unknown=False)
 
 
+def _is_path(t: msgspec.inspect.Type) -> bool | None:
+    return True if isinstance(t, msgspec.inspect.CustomType) else None
+
+
+def holds_path(args_type: Any) -> bool:
+    """Whether some part of ``args_type`` is a type only a hook converts: a ``pathlib`` path
+    (``@tool`` refuses every other type msgspec does not describe)."""
+    return _any_part(args_type, _is_path, unknown=False)
+
+
 def _violation(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     return (
@@ -152,9 +171,11 @@ def _make_parser(
     astuple = msgspec.structs.astuple
     validation_error = msgspec.ValidationError
     convert: Callable[[Any], Any]
+    # Only argument types that hold a path take the hook, which costs every conversion.
+    hook = path_decode if holds_path(args_type) else None
     if has_keys_from_text(args_type):
         encode = msgspec.json.encode
-        decoder = msgspec.json.Decoder(args_type, strict=True)
+        decoder = msgspec.json.Decoder(args_type, strict=True, dec_hook=hook)
 
         def convert(args: Any) -> Any:
             return decoder.decode(encode(args))
@@ -166,7 +187,13 @@ def _make_parser(
         # snapshot would reach the body, unlike the plain list or dict a ``list[T]`` part
         # gets. A plain copy first; only tools with such a part pay for it.
         def convert(args: Any) -> Any:
-            return to_type(thaw(args), args_type, strict=True)
+            return to_type(thaw(args), args_type, strict=True, dec_hook=hook)
+
+    elif hook is not None:
+        to_type = msgspec.convert
+
+        def convert(args: Any) -> Any:
+            return to_type(args, args_type, strict=True, dec_hook=hook)
 
     else:
         to_type = msgspec.convert

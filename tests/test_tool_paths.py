@@ -1,0 +1,121 @@
+"""@tool with ``pathlib`` paths, as file tools are written: a path parameter (also inside a
+dataclass, a list or an optional, with a path default) is a JSON string in the schema and a
+path in the body, a returned path is its text, and a call that sends no string for one fails
+naming the argument."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem, tool
+from dsh_tools.registry import thaw
+
+
+@dataclasses.dataclass
+class Copy:
+    source: pathlib.Path
+    target: pathlib.PurePosixPath | None = None
+
+
+@tool
+def copy_files(
+    copies: list[Copy], root: pathlib.Path = pathlib.Path("/srv"), note: pathlib.Path | None = None
+) -> list[pathlib.Path]:
+    """Copy files.
+
+    Args:
+        copies: What to copy where.
+        root: Where relative paths start.
+        note: A file to log to.
+    """
+    done: list[pathlib.Path] = []
+    for copy in copies:
+        assert isinstance(copy.source, pathlib.Path)
+        assert copy.target is None or type(copy.target) is pathlib.PurePosixPath
+        done.append(root / copy.source)
+    assert note is None or isinstance(note, pathlib.Path)
+    return done
+
+
+@pytest.fixture
+def system() -> Iterator[ToolSystem]:
+    with ToolSystem.start(ToolsConfig(mode="both")) as started:
+        started.tools.register(copy_files)
+        yield started
+
+
+def _call(system: ToolSystem, arguments: dict[str, Any]) -> Any:
+    return system.execute(ExecuteCall(call_id="c1", name="copy_files", arguments=arguments))
+
+
+def test_a_path_is_a_string_in_the_schema() -> None:
+    schema = thaw(copy_files.parameters)
+    path = {"type": "string", "format": "path"}
+    assert schema["properties"]["root"] == {
+        "description": "Where relative paths start.",
+        **path,
+        "default": "/srv",
+    }
+    assert schema["$defs"]["Copy"]["properties"]["source"] == path
+    assert thaw(copy_files.output.schema) == {"type": "array", "items": {"type": "string"}}
+
+
+def test_a_path_argument_arrives_as_a_path_and_a_returned_path_is_its_text(
+    system: ToolSystem,
+) -> None:
+    arguments = {"copies": [{"source": "a.txt", "target": "/b.txt"}], "note": "log.txt"}
+    result = _call(system, arguments)
+    assert not result.is_error, result.content
+    assert result.value == ["/srv/a.txt"]
+    assert result.content[0]["text"] == '["/srv/a.txt"]'
+
+
+def test_a_path_argument_that_is_no_string_fails_naming_where(system: ToolSystem) -> None:
+    result = _call(system, {"copies": [{"source": 5}]})
+    assert result.is_error
+    assert result.error.message == (
+        "invalid arguments: Expected `str`, got `int` - at `arguments.copies[0].source`"
+    )
+
+
+def test_paths_arrive_the_same_from_a_batch_and_from_code_mode(system: ToolSystem) -> None:
+    text = '{"copies": [{"source": "x"}], "root": "/tmp"}'
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "copy_files", text)]))
+    assert outcome.results[0].value == ["/tmp/x"]
+    program = 'return await tools.copy_files({"copies": [{"source": "y"}]})'
+    result = system.execute(
+        ExecuteCall(
+            call_id="c2", name="run_code", arguments={"code": program, "description": "Copy y"}
+        )
+    )
+    assert not result.is_error, result.content
+    assert '"/srv/y"' in result.content[0]["text"]
+
+
+def test_a_define_tool_typed_view_holds_a_path(system: ToolSystem) -> None:
+    import msgspec
+
+    from dsh_tools import ToolOutput, define_tool
+
+    class Target(msgspec.Struct):
+        path: pathlib.Path
+
+    touch = define_tool(
+        name="touch",
+        description="Touch a file.",
+        parameters={"path": {"type": "string", "required": True}},
+        output=ToolOutput(
+            schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}]
+        ),
+        execute=lambda args, ctx: type(args.path).__name__,
+        args_type=Target,
+    )
+    system.tools.register(touch)
+    result = system.execute(ExecuteCall(call_id="c1", name="touch", arguments={"path": "a"}))
+    assert not result.is_error, result.content
+    assert result.value == "PosixPath"
