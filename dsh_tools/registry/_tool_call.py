@@ -16,9 +16,9 @@ from ..actors import ToolArgsError, ToolOutputError
 from ._dataclass_defaults import defaults_filler
 from ._lossless import LosslessJsonError
 from ._lossless_copy import thaw
-from ._path_type import path_decode, path_encode
 from ._raw_schema import optional_null_dropper
 from ._tool_signature import _annotated, _Signature, _tuples_as_lists
+from ._type_hooks import type_decode, type_encode
 from ._typed_losses import losses_check
 from ._typed_output import unconvertible
 
@@ -35,13 +35,13 @@ def _to_canonical(value: Any) -> Any:
     try:
         return msgspec.to_builtins(value, str_keys=True)
     except TypeError:
-        pass  # maybe a path, which only the hook encodes: every other value pays nothing
+        pass  # maybe a path or a model, which only the hook encodes: nothing else pays
     except (ValueError, OverflowError):
         return value
     except RecursionError:
         return unconvertible(value)
     try:
-        return msgspec.to_builtins(value, str_keys=True, enc_hook=path_encode)
+        return msgspec.to_builtins(value, str_keys=True, enc_hook=type_encode)
     except (TypeError, ValueError, OverflowError):
         return value
     except RecursionError:
@@ -143,14 +143,14 @@ def holds_any(args_type: Any) -> bool:
     return _any_part(args_type, _is_any, unknown=False)
 
 
-def _is_path(t: msgspec.inspect.Type) -> bool | None:
+def _is_custom(t: msgspec.inspect.Type) -> bool | None:
     return True if isinstance(t, msgspec.inspect.CustomType) else None
 
 
-def holds_path(args_type: Any) -> bool:
+def holds_custom(args_type: Any) -> bool:
     """Whether some part of ``args_type`` is a type only a hook converts: a ``pathlib`` path
-    (``@tool`` refuses every other type msgspec does not describe)."""
-    return _any_part(args_type, _is_path, unknown=False)
+    or a pydantic model (``@tool`` refuses every other type msgspec does not describe)."""
+    return _any_part(args_type, _is_custom, unknown=False)
 
 
 def _violation(exc: msgspec.ValidationError) -> str:
@@ -171,8 +171,9 @@ def _make_parser(
     astuple = msgspec.structs.astuple
     validation_error = msgspec.ValidationError
     convert: Callable[[Any], Any]
-    # Only argument types that hold a path take the hook, which costs every conversion.
-    hook = path_decode if holds_path(args_type) else None
+    # Only argument types that hold a path or a model take the hook, which costs every
+    # conversion.
+    hook = type_decode if holds_custom(args_type) else None
     if has_keys_from_text(args_type):
         encode = msgspec.json.encode
         decoder = msgspec.json.Decoder(args_type, strict=True, dec_hook=hook)

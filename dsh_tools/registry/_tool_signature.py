@@ -22,9 +22,9 @@ import msgspec
 from ._foreign_constraints import constrained_parameter
 from ._json_schema import assert_supported_json_schema
 from ._lossless_check import is_json_value
-from ._path_type import path_decode, path_encode, path_schema
 from ._raw_schema import annotation_subset_schema
 from ._schema_keys import describe_key_text
+from ._type_hooks import SchemaHook, type_decode, type_encode
 
 _RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
 
@@ -91,15 +91,15 @@ def _is_run_context(hint: Any) -> bool:
 
 _SUPPORTED = (
     "a tool's types are JSON values, msgspec Structs, dataclasses, attrs classes, TypedDicts, "
-    "NamedTuples, Enums, Literals, datetime, date, time, UUID, Decimal, bytes, pathlib paths "
-    "and their containers, optionals and unions"
+    "NamedTuples, Enums, Literals, datetime, date, time, UUID, Decimal, bytes, pathlib paths, "
+    "pydantic models and their containers, optionals and unions"
 )
 
 
 def _check_schema_type(owner: str, role: str, hint: Any) -> None:
     """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
     try:
-        msgspec.json.schema(hint, schema_hook=path_schema)
+        msgspec.json.schema(hint, schema_hook=SchemaHook())
     except (TypeError, ValueError) as exc:
         reason = str(exc).strip().splitlines()[-1]
         if reason.endswith("is not supported"):
@@ -199,8 +199,8 @@ def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
     ``level: Annotated[int, Meta(ge=0)] = -1``): the schema would show the model a default it
     may not send, and an omitted argument would reach the body as a value of another type."""
     try:
-        text = msgspec.json.encode(default, enc_hook=path_encode)
-        lossless = is_json_value(msgspec.to_builtins(default, str_keys=True, enc_hook=path_encode))
+        text = msgspec.json.encode(default, enc_hook=type_encode)
+        lossless = is_json_value(msgspec.to_builtins(default, str_keys=True, enc_hook=type_encode))
     except (TypeError, ValueError, OverflowError):
         return  # not JSON: the schema's generation names the problem
     if not lossless:
@@ -208,7 +208,7 @@ def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
         # schema's check of its default, which names the value, not the annotation.
         return
     try:
-        msgspec.json.decode(text, type=hint, strict=True, dec_hook=path_decode)
+        msgspec.json.decode(text, type=hint, strict=True, dec_hook=type_decode)
     except msgspec.ValidationError as exc:
         reason = str(exc).replace("`$", "`default")
         raise TypeError(
@@ -328,9 +328,11 @@ def _parameters_schema(
     """The model-facing parameters: the argument struct's object schema at the root, the other
     generated shapes under ``$defs``; docstring descriptions and every default on the
     properties (msgspec leaves out the default of a field built by a factory)."""
+    hook = SchemaHook()
     (ref,), components = msgspec.json.schema_components(
-        (args_type,), ref_template="#/$defs/{name}", schema_hook=path_schema
+        (args_type,), ref_template="#/$defs/{name}", schema_hook=hook
     )
+    hook.merge_into(components, owner)
     root_name = ref["$ref"].rsplit("/", 1)[1]
     root = dict(components.pop(root_name))
     root.pop("title", None)
@@ -341,7 +343,7 @@ def _parameters_schema(
     for name, default in defaults.items():
         if name in properties and "default" not in properties[name]:
             properties[name]["default"] = msgspec.to_builtins(
-                default, str_keys=True, enc_hook=path_encode
+                default, str_keys=True, enc_hook=type_encode
             )
     root["properties"] = properties
     describe_key_text(args_type, root, components)
@@ -358,7 +360,11 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
         return typing.Any, {"description": returns_doc} if returns_doc else {}
     returned = hints["return"]
     _check_schema_type(owner, "the return annotation", returned)
-    generated = msgspec.json.schema(returned, schema_hook=path_schema)
+    hook = SchemaHook("serialization")
+    generated = msgspec.json.schema(returned, schema_hook=hook)
+    if hook.definitions:
+        definitions = generated.setdefault("$defs", {})
+        hook.merge_into(definitions, owner)
     schema = annotation_subset_schema(_schema_defaults(generated))
     if returns_doc and "description" not in schema:
         schema["description"] = returns_doc

@@ -13,8 +13,8 @@ from ..actors import ToolArgsError
 from ._dataclass_defaults import defaults_filler
 from ._lossless import LosslessJsonError
 from ._lossless_copy import thaw
-from ._path_type import path_decode
-from ._tool_call import holds_path
+from ._tool_call import holds_custom
+from ._type_hooks import type_decode
 
 
 def _class_fields(owner: str, role: str, cls: Any) -> tuple[list[str], set[str]]:
@@ -72,7 +72,7 @@ def _view_builder(cls: Any) -> Callable[[Any], Any]:
     """``args -> typed view`` via ``msgspec.convert`` on a thawed copy; failures are drift."""
     name = cls.__name__
     fill = defaults_filler(cls)
-    hook = path_decode if holds_path(cls) else None
+    hook = type_decode if holds_custom(cls) else None
 
     def view(args: Any) -> Any:
         try:
@@ -88,7 +88,7 @@ def _view_builder(cls: Any) -> Callable[[Any], Any]:
 
 def _output_view_builder(cls: Any) -> Callable[[Any], Any]:
     fill = defaults_filler(cls)
-    hook = path_decode if holds_path(cls) else None
+    hook = type_decode if holds_custom(cls) else None
 
     def view(value: Any) -> Any:
         built = msgspec.convert(thaw(value), cls, strict=False, dec_hook=hook)

@@ -1,0 +1,144 @@
+"""@tool with pydantic models, as pydantic users write tools: a model parameter (nested,
+recursive, with aliases, validators and ``extra="forbid"``, inside a list or an optional) is
+its own JSON Schema under ``$defs``, the body receives the validated model instance, a bad call
+fails naming the model and the field, and a returned model is its JSON data."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dsh_tools import (
+    ExecuteBatch,
+    ExecuteCall,
+    ToolCall,
+    ToolsConfig,
+    ToolSystem,
+    to_openai_tools,
+    tool,
+)
+from dsh_tools.registry import thaw
+
+
+class Address(BaseModel):
+    city: str
+    zip_code: str | None = Field(default=None, alias="zipCode")
+
+
+class Person(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="Full name.")
+    age: int = Field(ge=0)
+    address: Address | None = None
+    friends: list[Person] = []
+
+    @field_validator("name")
+    @classmethod
+    def _capitalized(cls, value: str) -> str:
+        if not value[:1].isupper():
+            raise ValueError("must start with a capital letter")
+        return value
+
+
+class Card(BaseModel):
+    title: str
+    people: int
+
+
+@tool
+def introduce(person: Person, extra: list[Address] | None = None) -> Card:
+    """Introduce someone.
+
+    Args:
+        person: Who.
+        extra: Other places.
+    """
+    assert isinstance(person, Person)
+    assert all(isinstance(friend, Person) for friend in person.friends)
+    city = person.address.city if person.address else "nowhere"
+    return Card(title=f"{person.name} from {city}", people=1 + len(person.friends))
+
+
+@pytest.fixture
+def system() -> Iterator[ToolSystem]:
+    with ToolSystem.start(ToolsConfig(mode="both")) as started:
+        started.tools.register(introduce)
+        yield started
+
+
+def _call(system: ToolSystem, arguments: dict[str, Any]) -> Any:
+    return system.execute(ExecuteCall(call_id="c1", name="introduce", arguments=arguments))
+
+
+def test_a_model_parameter_is_its_own_schema_under_defs() -> None:
+    schema = thaw(introduce.parameters)
+    assert schema["properties"]["person"] == {"description": "Who.", "$ref": "#/$defs/Person"}
+    person = schema["$defs"]["Person"]
+    assert person["additionalProperties"] is False
+    assert person["required"] == ["name", "age"]
+    assert person["properties"]["name"]["minLength"] == 1
+    assert person["properties"]["friends"]["items"] == {"$ref": "#/$defs/Person"}
+    assert "zipCode" in schema["$defs"]["Address"]["properties"]
+    assert thaw(introduce.output.schema)["properties"]["people"] == {
+        "title": "People",
+        "type": "integer",
+    }
+
+
+def test_a_model_argument_arrives_validated_and_a_returned_model_is_its_data(
+    system: ToolSystem,
+) -> None:
+    person = {
+        "name": "Ada",
+        "age": 36,
+        "address": {"city": "London", "zipCode": "N1"},
+        "friends": [{"name": "Charles", "age": 40}],
+    }
+    result = _call(system, {"person": person})
+    assert not result.is_error, result.content
+    assert result.value == {"title": "Ada from London", "people": 2}
+
+
+def test_a_bad_model_argument_fails_naming_the_model_and_the_field(system: ToolSystem) -> None:
+    lowercase = _call(system, {"person": {"name": "ada", "age": 1}})
+    assert lowercase.is_error
+    assert lowercase.error.message == (
+        "invalid arguments: Person: Value error, must start with a capital letter at `name`"
+        " - at `arguments.person`"
+    )
+    unknown = _call(system, {"person": {"name": "Ada", "age": 1, "email": "a@b"}})
+    assert unknown.is_error
+    assert "Extra inputs are not permitted at `email`" in unknown.error.message
+    deep = _call(system, {"person": {"name": "Ada", "age": 1, "friends": [{"name": "B"}]}})
+    assert deep.is_error
+    assert "Field required at `friends.0.age`" in deep.error.message
+
+
+def test_strict_mode_nulls_for_a_models_optional_fields_are_absent(system: ToolSystem) -> None:
+    (exported,) = to_openai_tools(
+        [{"name": "introduce", "description": "", "parameters": introduce.parameters}],
+        strict=True,
+    )
+    assert exported["function"]["strict"] is True
+    person = {"name": "Ada", "age": 36, "address": None, "friends": None}
+    text = json.dumps({"person": person, "extra": None})
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "introduce", text)]))
+    (result,) = outcome.results
+    assert not result.is_error, result.content
+    assert result.value == {"title": "Ada from nowhere", "people": 1}
+
+
+def test_code_mode_calls_a_model_tool(system: ToolSystem) -> None:
+    program = 'card = await tools.introduce({"person": {"name": "Ada", "age": 3}})\nreturn card'
+    result = system.execute(
+        ExecuteCall(
+            call_id="c2", name="run_code", arguments={"code": program, "description": "Intro"}
+        )
+    )
+    assert not result.is_error, result.content
+    assert '"title": "Ada from nowhere"' in result.content[0]["text"]
