@@ -472,6 +472,88 @@ def test_two_anthropic_turns_send_tool_results_with_errors_images_and_contexts(
     }
 
 
+def test_an_anthropic_turn_runs_code_mode_programs_beside_a_native_call(
+    server: RecordingServer,
+) -> None:
+    import json
+
+    program = (
+        'temps = await asyncio.gather(*[tools.weather({"city": c}) for c in ["Oslo", "Lima"]])\n'
+        "print(len(temps))\n"
+        "try:\n"
+        "    await tools.broken({})\n"
+        "except ToolCallError as error:\n"
+        '    print("broken:", error.message)\n'
+        "return temps"
+    )
+    calls = [
+        ("toolu_w", "weather", '{"city": "Oslo"}'),
+        ("toolu_c", "run_code", json.dumps({"code": program, "description": "Both cities"})),
+        ("toolu_x", "run_code", json.dumps({"code": "1 / 0", "description": "Divide"})),
+    ]
+    path = "/v1/messages"
+    server.answer(path, anthropic_message("msg_1", None, calls))
+    server.answer(path, anthropic_message("msg_2", "Oslo 4 C, Lima 4 C.", []))
+    client = anthropic_client(server)
+    text = ToolOutput(
+        schema={"type": "string"}, render=lambda args, value: [{"type": "text", "text": value}]
+    )
+    with ToolSystem.start(ToolsConfig(mode="both")) as system:
+        system.tools.register(
+            define_tool(
+                name="weather",
+                description="Temperature of a city.",
+                parameters={"city": {"type": "string", "required": True}},
+                output=text,
+                execute=lambda args, ctx: f"{args['city']}: {len(args['city'])} C",
+                is_concurrency_safe=lambda args: True,
+            )
+        )
+        system.tools.register(
+            define_tool(
+                name="broken", description="Fails.", parameters={}, output=text, execute=_fail
+            )
+        )
+        prompt = anthropic_prompt(system.assemble_prompt())
+        messages: list[MessageParam] = [{"role": "user", "content": "Compare Oslo and Lima."}]
+        reply = client.messages.create(
+            model="claude-test",
+            max_tokens=1024,
+            system=prompt.system,
+            tools=prompt.tools,
+            messages=messages,
+        )
+        messages.append({"role": "assistant", "content": reply.content})
+        outcome = system.execute_batch(
+            ExecuteBatch(calls=anthropic_tool_calls(reply, names=prompt.names))
+        )
+        messages.append(anthropic_tool_results(outcome))
+        client.messages.create(
+            model="claude-test",
+            max_tokens=1024,
+            system=prompt.system,
+            tools=prompt.tools,
+            messages=messages,
+        )
+
+    first, second = server.bodies(path)
+    assert "run_code" in [tool["name"] for tool in first["tools"]]
+    assert "async def weather(" in first["system"]  # the Code Mode SDK is in the system prompt
+    results = second["messages"][2]["content"]
+    assert [block["tool_use_id"] for block in results] == ["toolu_w", "toolu_c", "toolu_x"]
+    assert [block["is_error"] for block in results] == [False, False, True]
+    assert results[0]["content"] == [{"type": "text", "text": "Oslo: 4 C"}]
+    assert results[1]["content"] == [
+        {
+            "type": "text",
+            "text": '2\nbroken: the disk is on fire\n[\n  "Oslo: 4 C",\n  "Lima: 4 C"\n]',
+        }
+    ]
+    (failure,) = results[2]["content"]
+    assert failure["text"].startswith("Error: code run failed (exception):")
+    assert failure["text"].endswith("ZeroDivisionError: division by zero")
+
+
 def test_anthropic_tool_use_input_the_sdk_decodes_as_nan_fails_that_call_alone(
     system: ToolSystem, server: RecordingServer
 ) -> None:
