@@ -13,12 +13,14 @@ import base64
 import dataclasses
 import enum
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 import msgspec
+import pydantic
 import pytest
 from ray_support import ray_instance  # noqa: F401  (the session fixture)
 
@@ -162,4 +164,45 @@ def test_a_typed_body_on_ray_returning_a_value_that_contains_itself_is_invalid_o
     assert result.to_dict()["error"] == {
         "message": message,
         "info": {"name": "ToolOutputError", "code": "INVALID_TOOL_OUTPUT"},
+    }
+
+
+class Cat(pydantic.BaseModel):
+    kind: Literal["cat"] = "cat"
+    lives: int = pydantic.Field(default=9, ge=0)
+
+
+class Dog(pydantic.BaseModel):
+    kind: Literal["dog"] = "dog"
+    good: bool = True
+
+
+def adopt(
+    pet: Annotated[Cat | Dog, pydantic.Field(discriminator="kind")],
+    home: pathlib.Path,
+    friend: Cat | None = None,
+) -> dict[str, Any]:
+    """What the body received, and where it ran."""
+    return {
+        "pid": os.getpid(),
+        "pet": type(pet).__name__,
+        "home": type(home).__name__,
+        "friend": type(friend).__name__,
+    }
+
+
+def test_a_body_on_ray_receives_pydantic_models_unions_of_them_and_paths(
+    system: ToolSystem,
+) -> None:
+    system.tools.register(tool(placement=RayPlacement(num_cpus=0.5))(adopt))
+    arguments = {"pet": {"kind": "dog"}, "home": "/srv/home", "friend": {"lives": 3}}
+
+    result = system.execute(ExecuteCall(call_id="c1", name="adopt", arguments=arguments))
+
+    assert not result.is_error, result.content
+    assert result.value["pid"] != os.getpid()
+    assert {k: v for k, v in result.value.items() if k != "pid"} == {
+        "pet": "Dog",
+        "home": "PosixPath",
+        "friend": "Cat",
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -142,3 +142,49 @@ def test_code_mode_calls_a_model_tool(system: ToolSystem) -> None:
     )
     assert not result.is_error, result.content
     assert '"title": "Ada from nowhere"' in result.content[0]["text"]
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"] = "cat"
+    lives: int = Field(default=9, ge=0)
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"] = "dog"
+    good: bool = True
+
+
+@tool
+def adopt(
+    pet: Annotated[Cat | Dog, Field(discriminator="kind")], others: list[Cat | Dog] | None = None
+) -> Cat | Dog:
+    """Adopt a pet."""
+    assert all(isinstance(other, Cat | Dog) for other in others or [])
+    return pet
+
+
+def test_a_union_of_models_is_validated_by_pydantic_discriminator_included(
+    system: ToolSystem,
+) -> None:
+    schema = thaw(adopt.parameters)
+    assert schema["properties"]["pet"]["discriminator"]["propertyName"] == "kind"
+    assert schema["properties"]["others"]["anyOf"][0]["items"] == {
+        "anyOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]
+    }
+    assert set(schema["$defs"]) == {"Cat", "Dog"}
+    system.tools.register(adopt)
+    dog = system.execute(
+        ExecuteCall(
+            call_id="c1",
+            name="adopt",
+            arguments={"pet": {"kind": "dog"}, "others": [{"kind": "cat", "lives": 1}]},
+        )
+    )
+    assert not dog.is_error, dog.content
+    assert dog.value == {"kind": "dog", "good": True}
+    cow = system.execute(
+        ExecuteCall(call_id="c2", name="adopt", arguments={"pet": {"kind": "cow"}})
+    )
+    assert cow.is_error
+    assert cow.error.message.startswith("invalid arguments: CatOrDog: Input tag 'cow'")
+    assert cow.error.message.endswith("- at `arguments.pet`")

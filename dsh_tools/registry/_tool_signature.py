@@ -24,7 +24,7 @@ from ._json_schema import assert_supported_json_schema
 from ._lossless_check import is_json_value
 from ._raw_schema import annotation_subset_schema
 from ._schema_keys import describe_key_text
-from ._type_hooks import SchemaHook, type_decode, type_encode
+from ._type_hooks import SchemaHook, pydantic_adapted, type_decode, type_encode
 
 _RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
 
@@ -281,6 +281,7 @@ def _signature_plan(
                     f"{owner}: parameter {pname!r} uses a reserved name (names starting with "
                     "'_' are not tool arguments; annotate a context parameter ToolRunContext)"
                 )
+            hint = pydantic_adapted(hint)
             hint, default = constrained_parameter(owner, pname, hint, parameter.default)
             hint = _text_described(hint)
             _check_schema_type(owner, f"parameter {pname!r}", hint)
@@ -358,7 +359,7 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
     """(return type, output schema in the enforced subset)."""
     if "return" not in hints:
         return typing.Any, {"description": returns_doc} if returns_doc else {}
-    returned = hints["return"]
+    returned = pydantic_adapted(hints["return"])
     _check_schema_type(owner, "the return annotation", returned)
     hook = SchemaHook("serialization")
     generated = msgspec.json.schema(returned, schema_hook=hook)

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import types
+import typing
+import weakref
 from typing import Any, Final, Literal
 
 from ._lossless_copy import thaw
 
-__all__ = ["PATH_SCHEMA", "SchemaHook", "type_decode", "type_encode"]
+__all__ = ["PATH_SCHEMA", "SchemaHook", "pydantic_adapted", "type_decode", "type_encode"]
 
 PATH_SCHEMA: Final = {"type": "string", "format": "path"}
 
@@ -41,6 +44,98 @@ def _is_model_type(cls: Any) -> bool:
     return pydantic is not None and isinstance(cls, type) and issubclass(cls, pydantic.BaseModel)
 
 
+class _AdaptedType(type):
+    def __instancecheck__(cls, value: Any) -> bool:
+        # msgspec checks that its hook gave an instance of the type asked for: what the
+        # adapter validated is one, whichever model it is.
+        return cls is not PydanticAdapted or type.__instancecheck__(cls, value)
+
+
+class PydanticAdapted(metaclass=_AdaptedType):
+    """The base of the classes that stand, in an annotation msgspec reads, for a part only
+    pydantic can read (``pydantic_adapted``): ``annotation`` is that part. The pydantic
+    ``TypeAdapter`` is built on first use and kept outside the class, so the class travels
+    (to a Ray worker) as its annotation alone."""
+
+    annotation: Any = None
+
+
+_ADAPTERS: weakref.WeakKeyDictionary[type, Any] = weakref.WeakKeyDictionary()
+
+
+def _adapter(cls: type[PydanticAdapted]) -> Any:
+    adapter = _ADAPTERS.get(cls)
+    if adapter is None:
+        adapter = sys.modules["pydantic"].TypeAdapter(cls.annotation)
+        _ADAPTERS[cls] = adapter
+    return adapter
+
+
+def _is_adapted(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, PydanticAdapted)
+
+
+def _models_in(members: tuple[Any, ...]) -> int:
+    return sum(1 for member in members if _is_model_type(_bare(member)))
+
+
+def _bare(hint: Any) -> Any:
+    while typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return hint
+
+
+def _needs_pydantic(hint: Any) -> bool:
+    """A union of two or more models (msgspec takes one custom type in a union), or a model
+    or union under a pydantic ``Field`` (``discriminator=`` and the like are pydantic's)."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        base, *extras = typing.get_args(hint)
+        fields = sys.modules.get("pydantic.fields")
+        bare = _bare(base)
+        holds_models = _is_model_type(bare) or (
+            typing.get_origin(bare) in (typing.Union, types.UnionType)
+            and _models_in(typing.get_args(bare)) > 0
+        )
+        return holds_models and any(
+            fields is not None and isinstance(extra, fields.FieldInfo) for extra in extras
+        )
+    if origin in (typing.Union, types.UnionType):
+        return _models_in(typing.get_args(hint)) > 1
+    return False
+
+
+def pydantic_adapted(hint: Any) -> Any:
+    """``hint`` with every part only pydantic can read (``_needs_pydantic``) replaced by a
+    ``PydanticAdapted`` class standing for it; ``hint`` itself when there is none."""
+    if _pydantic() is None:
+        return hint
+    if _needs_pydantic(hint):
+        names = [getattr(member, "__name__", "") for member in _union_members(_bare(hint))]
+        name = "Or".join(filter(None, names)) or "Adapted"
+        return type(name, (PydanticAdapted,), {"annotation": hint})
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is None or origin is typing.Literal or not args:
+        return hint
+    adapted = tuple(pydantic_adapted(arg) if arg is not Ellipsis else arg for arg in args)
+    if all(new is old for new, old in zip(adapted, args, strict=True)):
+        return hint
+    if origin is typing.Annotated:
+        return typing.Annotated[adapted]
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[adapted]  # noqa: UP007
+    if isinstance(hint, types.GenericAlias):
+        return origin[adapted]
+    return hint.copy_with(adapted)
+
+
+def _union_members(hint: Any) -> tuple[Any, ...]:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(_bare(member) for member in typing.get_args(hint))
+    return (hint,)
+
+
 class SchemaHook:
     """msgspec's ``schema_hook`` for one schema generation: a path's schema, and a ``$ref``
     for a model whose definitions (its own and its nested models') are kept in
@@ -55,6 +150,10 @@ class SchemaHook:
             return dict(PATH_SCHEMA)
         if _is_model_type(cls):
             return self._model(cls)
+        if _is_adapted(cls):
+            schema = dict(_adapter(cls).json_schema(ref_template="#/$defs/{model}", mode=self.mode))
+            self.definitions.update(schema.pop("$defs", {}))
+            return schema
         raise NotImplementedError
 
     def _model(self, cls: Any) -> dict[str, Any]:
@@ -87,15 +186,17 @@ def type_decode(cls: Any, value: Any) -> Any:
             raise TypeError(f"Expected `str`, got `{_json_kind(value)}`")
         return cls(value)
     if _is_model_type(cls):
-        return _validated(cls, value)
+        return _validated(cls, cls.model_validate, value)
+    if _is_adapted(cls):
+        return _validated(cls, _adapter(cls).validate_python, value)
     raise NotImplementedError
 
 
-def _validated(cls: Any, value: Any) -> Any:
+def _validated(cls: Any, validate: Any, value: Any) -> Any:
     pydantic = _pydantic()
     try:
         # Plain lists and dicts, as a model's own input is (a field typed Any keeps them).
-        return cls.model_validate(thaw(value))
+        return validate(thaw(value))
     except pydantic.ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = errors[0]
