@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from dsh_tools import (
     ExecuteBatch,
@@ -188,3 +189,43 @@ def test_a_union_of_models_is_validated_by_pydantic_discriminator_included(
     assert cow.is_error
     assert cow.error.message.startswith("invalid arguments: CatOrDog: Input tag 'cow'")
     assert cow.error.message.endswith("- at `arguments.pet`")
+
+
+@pydantic_dataclass
+class Window:
+    width: int = Field(default=80, ge=1)
+    title: str = ""
+
+    @field_validator("title")
+    @classmethod
+    def _stripped(cls, value: str) -> str:
+        return value.strip()
+
+
+def test_a_pydantic_dataclass_and_pydantics_own_types_are_validated_by_pydantic(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def open_page(url: HttpUrl, window: Window | None = None) -> HttpUrl:
+        """Open a page."""
+        assert isinstance(url, HttpUrl)
+        assert window is None or window.title == window.title.strip()
+        return url
+
+    properties = thaw(open_page.parameters)["properties"]
+    assert properties["url"]["format"] == "uri"
+    system.tools.register(open_page)
+    page = {"url": "https://example.org/a", "window": {"title": "  Docs  "}}
+    opened = system.execute(ExecuteCall(call_id="c1", name="open_page", arguments=page))
+    assert not opened.is_error, opened.content
+    assert opened.value == "https://example.org/a"
+    narrow = {"url": "https://example.org", "window": {"width": 0}}
+    refused = system.execute(ExecuteCall(call_id="c2", name="open_page", arguments=narrow))
+    assert refused.is_error
+    assert "Window: Input should be greater than or equal to 1 at `width`" in (
+        refused.error.message
+    )
+    not_a_url = system.execute(
+        ExecuteCall(call_id="c3", name="open_page", arguments={"url": "nope"})
+    )
+    assert not_a_url.is_error and "at `arguments.url`" in not_a_url.error.message

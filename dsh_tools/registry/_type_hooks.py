@@ -4,7 +4,8 @@
 - A path is a JSON string: its schema is ``{"type": "string", "format": "path"}`` (as pydantic
   spells it), an argument arrives as the path class its annotation names (``Path``,
   ``PurePosixPath``...), and a returned path is its text.
-- A pydantic model is the object its own JSON Schema describes (declared once under
+- A pydantic model (or a union of them, a pydantic dataclass, one of pydantic's own types
+  such as ``HttpUrl``) is the value its own JSON Schema describes (declared once under
   ``$defs``, as msgspec declares Structs), an argument is validated by the model as pydantic
   validates it (its own configuration: aliases, validators, ``extra="forbid"``, lax unless it
   says ``strict``) and arrives as the model instance, and a returned model is its
@@ -102,7 +103,22 @@ def _needs_pydantic(hint: Any) -> bool:
         )
     if origin in (typing.Union, types.UnionType):
         return _models_in(typing.get_args(hint)) > 1
-    return False
+    return _pydantic_only(hint)
+
+
+_PYDANTIC_PACKAGES: Final = frozenset({"pydantic", "pydantic_core", "pydantic_extra_types"})
+
+
+def _pydantic_only(hint: Any) -> bool:
+    """A class pydantic validates that msgspec misreads or cannot read: a pydantic dataclass
+    (msgspec reads it as a plain dataclass and would skip its validators and ``Field``
+    settings) or a type of pydantic's own (``HttpUrl``, ``SecretStr``...)."""
+    if not isinstance(hint, type) or _is_model_type(hint) or _is_path_type(hint):
+        return False
+    dataclasses = sys.modules.get("pydantic.dataclasses")
+    if dataclasses is not None and dataclasses.is_pydantic_dataclass(hint):
+        return True
+    return hint.__module__.partition(".")[0] in _PYDANTIC_PACKAGES
 
 
 def pydantic_adapted(hint: Any) -> Any:
@@ -219,10 +235,16 @@ def _json_kind(value: Any) -> str:
 
 
 def type_encode(value: Any) -> Any:
-    """msgspec's ``enc_hook``: a path's text, a model's JSON data."""
+    """msgspec's ``enc_hook``: a path's text, a model's JSON data, a pydantic type's JSON
+    form (``HttpUrl``'s text)."""
     if isinstance(value, pathlib.PurePath):
         return str(value)
     pydantic = _pydantic()
     if pydantic is not None and isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json", by_alias=True)
+    if pydantic is not None and type(value).__module__.partition(".")[0] in _PYDANTIC_PACKAGES:
+        try:
+            return sys.modules["pydantic_core"].to_jsonable_python(value)
+        except Exception:
+            raise NotImplementedError from None
     raise NotImplementedError
