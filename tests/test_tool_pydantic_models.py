@@ -5,7 +5,10 @@ fails naming the model and the field, and a returned model is its JSON data."""
 
 from __future__ import annotations
 
+import datetime
+import enum
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -229,3 +232,35 @@ def test_a_pydantic_dataclass_and_pydantics_own_types_are_validated_by_pydantic(
         ExecuteCall(call_id="c3", name="open_page", arguments={"url": "nope"})
     )
     assert not_a_url.is_error and "at `arguments.url`" in not_a_url.error.message
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    when: datetime.datetime
+    color: Color
+    id: uuid.UUID
+
+
+def test_a_strict_model_takes_json_values_for_its_datetimes_enums_and_uuids(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def log(event: Event) -> str:
+        """Log an event."""
+        assert isinstance(event.when, datetime.datetime) and event.color is Color.RED
+        return str(event.id)
+
+    system.tools.register(log)
+    event = {"when": "2024-05-01T10:00:00Z", "color": "red", "id": str(uuid.UUID(int=7))}
+    logged = system.execute(ExecuteCall(call_id="c1", name="log", arguments={"event": event}))
+    assert not logged.is_error, logged.content
+    assert logged.value == str(uuid.UUID(int=7))
+    lax = system.execute(
+        ExecuteCall(call_id="c2", name="log", arguments={"event": {**event, "color": 1}})
+    )
+    assert lax.is_error and "at `color`" in lax.error.message

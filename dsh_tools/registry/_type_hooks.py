@@ -25,7 +25,7 @@ import typing
 import weakref
 from typing import Any, Final, Literal
 
-from ._lossless_copy import thaw
+import msgspec
 
 __all__ = ["PATH_SCHEMA", "SchemaHook", "pydantic_adapted", "type_decode", "type_encode"]
 
@@ -202,17 +202,18 @@ def type_decode(cls: Any, value: Any) -> Any:
             raise TypeError(f"Expected `str`, got `{_json_kind(value)}`")
         return cls(value)
     if _is_model_type(cls):
-        return _validated(cls, cls.model_validate, value)
+        return _validated(cls, cls.model_validate_json, value)
     if _is_adapted(cls):
-        return _validated(cls, _adapter(cls).validate_python, value)
+        return _validated(cls, _adapter(cls).validate_json, value)
     raise NotImplementedError
 
 
 def _validated(cls: Any, validate: Any, value: Any) -> Any:
     pydantic = _pydantic()
     try:
-        # Plain lists and dicts, as a model's own input is (a field typed Any keeps them).
-        return validate(thaw(value))
+        # As the JSON it is: pydantic reads JSON text by JSON's rules (a datetime, a UUID, an
+        # Enum from its string, also for a strict model), which Python objects do not get.
+        return validate(msgspec.json.encode(value))
     except pydantic.ValidationError as exc:
         errors = exc.errors(include_url=False)
         first = errors[0]
