@@ -264,3 +264,22 @@ def test_a_strict_model_takes_json_values_for_its_datetimes_enums_and_uuids(
         ExecuteCall(call_id="c2", name="log", arguments={"event": {**event, "color": 1}})
     )
     assert lax.is_error and "at `color`" in lax.error.message
+
+
+def test_a_pydantic_type_whose_package_is_missing_is_refused_naming_it() -> None:
+    import importlib.util
+
+    from pydantic import EmailStr
+
+    if importlib.util.find_spec("email_validator") is not None:
+        pytest.skip("email-validator is installed here")
+
+    def mail(to: EmailStr | None) -> str:
+        return str(to)
+
+    with pytest.raises(TypeError) as raised:
+        tool(mail)
+    message = str(raised.value)
+    assert "parameter 'to' has an unsupported annotation" in message
+    assert "pydantic.networks.EmailStr" in message
+    assert "email-validator is not installed" in message

@@ -100,7 +100,9 @@ def _check_schema_type(owner: str, role: str, hint: Any) -> None:
     """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
     try:
         msgspec.json.schema(hint, schema_hook=SchemaHook())
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ImportError) as exc:
+        # ImportError: a pydantic type whose validator needs a package that is missing
+        # (``EmailStr`` without ``email-validator``).
         reason = str(exc).strip().splitlines()[-1]
         if reason.endswith("is not supported"):
             # Name what is: a pydantic model, say, is a class msgspec does not describe.

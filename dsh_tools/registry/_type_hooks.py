@@ -51,6 +51,11 @@ class _AdaptedType(type):
         # adapter validated is one, whichever model it is.
         return cls is not PydanticAdapted or type.__instancecheck__(cls, value)
 
+    def __repr__(cls) -> str:
+        # Messages name the annotation the author wrote, not the class standing for it.
+        annotation: Any = getattr(cls, "annotation", None)
+        return type.__repr__(cls) if cls is PydanticAdapted else repr(annotation)
+
 
 class PydanticAdapted(metaclass=_AdaptedType):
     """The base of the classes that stand, in an annotation msgspec reads, for a part only
@@ -127,9 +132,13 @@ def pydantic_adapted(hint: Any) -> Any:
     if _pydantic() is None:
         return hint
     if _needs_pydantic(hint):
-        names = [getattr(member, "__name__", "") for member in _union_members(_bare(hint))]
+        bare = _bare(hint)
+        names = [getattr(member, "__name__", "") for member in _union_members(bare)]
         name = "Or".join(filter(None, names)) or "Adapted"
-        return type(name, (PydanticAdapted,), {"annotation": hint})
+        namespace: dict[str, Any] = {"annotation": hint}
+        if isinstance(bare, type):  # named as the class it stands for, in every message
+            namespace.update(__module__=bare.__module__, __qualname__=bare.__qualname__)
+        return type(name, (PydanticAdapted,), namespace)
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is None or origin is typing.Literal or not args:
