@@ -411,6 +411,31 @@ def test_strict_makes_optional_properties_required_and_nullable(system: ToolSyst
     }
 
 
+def test_strict_keeps_an_optional_described_refs_description_on_the_property(
+    system: ToolSystem,
+) -> None:
+    class Unit(enum.Enum):
+        C = "C"
+        F = "F"
+
+    @tool
+    def temperature(city: str, unit: Unit = Unit.C) -> float:
+        """The temperature.
+
+        Args:
+            city: Where.
+            unit: In which unit.
+        """
+        return 1.0
+
+    system.tools.register(temperature)
+    [exported] = to_openai_tools(system.tools.schemas(), strict=True)
+    assert exported["function"]["parameters"]["properties"]["unit"] == {
+        "description": "In which unit.",
+        "anyOf": [{"$ref": "#/$defs/Unit"}, {"type": "null"}],
+    }
+
+
 def test_strict_auto_marks_only_the_tools_that_can_be_strict(system: ToolSystem) -> None:
     system.tools.register(open_bag())
     system.tools.register(lookup_tool())

@@ -538,7 +538,10 @@ def _nullable(schema: Any, document: dict[str, Any]) -> Any:
     if plain and type(declared) is list:
         schema["type"] = [*declared, "null"]
         return schema
-    return {"anyOf": [schema, {"type": "null"}]}
+    # The description stays on the property, where the model reads a property's description
+    # (and a described $ref, now alone, needs no anyOf of its own).
+    described = {"description": schema.pop("description")} if "description" in schema else {}
+    return {**described, "anyOf": [schema, {"type": "null"}]}
 
 
 def _name_map(entries: list[tuple[str, str, Any]], names: ToolNameMap | None) -> ToolNameMap:
