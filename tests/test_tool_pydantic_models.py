@@ -283,3 +283,18 @@ def test_a_pydantic_type_whose_package_is_missing_is_refused_naming_it() -> None
     assert "parameter 'to' has an unsupported annotation" in message
     assert "pydantic.networks.EmailStr" in message
     assert "email-validator is not installed" in message
+
+
+def test_a_field_default_on_a_union_of_models_is_read_by_pydantic(system: ToolSystem) -> None:
+    @tool
+    def pick(pet: Cat | Dog | None = Field(default=None, discriminator="kind")) -> str:  # noqa: B008
+        """Pick a pet."""
+        return type(pet).__name__
+
+    assert thaw(pick.parameters)["properties"]["pet"]["default"] is None
+    system.tools.register(pick)
+    assert system.execute(ExecuteCall(call_id="c1", name="pick", arguments={})).value == "NoneType"
+    picked = system.execute(
+        ExecuteCall(call_id="c2", name="pick", arguments={"pet": {"kind": "cat"}})
+    )
+    assert picked.value == "Cat"

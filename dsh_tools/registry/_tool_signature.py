@@ -24,7 +24,13 @@ from ._json_schema import assert_supported_json_schema
 from ._lossless_check import is_json_value
 from ._raw_schema import annotation_subset_schema
 from ._schema_keys import describe_key_text
-from ._type_hooks import SchemaHook, pydantic_adapted, type_decode, type_encode
+from ._type_hooks import (
+    SchemaHook,
+    field_folded,
+    pydantic_adapted,
+    type_decode,
+    type_encode,
+)
 
 _RUN_CONTEXT: Final = ("dsh_tools.registry._execution", "ToolRunContext")
 
@@ -283,8 +289,9 @@ def _signature_plan(
                     f"{owner}: parameter {pname!r} uses a reserved name (names starting with "
                     "'_' are not tool arguments; annotate a context parameter ToolRunContext)"
                 )
+            hint, default = field_folded(hint, parameter.default)
             hint = pydantic_adapted(hint)
-            hint, default = constrained_parameter(owner, pname, hint, parameter.default)
+            hint, default = constrained_parameter(owner, pname, hint, default)
             hint = _text_described(hint)
             _check_schema_type(owner, f"parameter {pname!r}", hint)
             index = len(fields)

@@ -18,6 +18,7 @@ it, so it is looked up in ``sys.modules``.
 
 from __future__ import annotations
 
+import inspect
 import pathlib
 import sys
 import types
@@ -27,7 +28,14 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-__all__ = ["PATH_SCHEMA", "SchemaHook", "pydantic_adapted", "type_decode", "type_encode"]
+__all__ = [
+    "PATH_SCHEMA",
+    "SchemaHook",
+    "field_folded",
+    "pydantic_adapted",
+    "type_decode",
+    "type_encode",
+]
 
 PATH_SCHEMA: Final = {"type": "string", "format": "path"}
 
@@ -124,6 +132,21 @@ def _pydantic_only(hint: Any) -> bool:
     if dataclasses is not None and dataclasses.is_pydantic_dataclass(hint):
         return True
     return hint.__module__.partition(".")[0] in _PYDANTIC_PACKAGES
+
+
+def field_folded(hint: Any, default: Any) -> tuple[Any, Any]:
+    """``(hint, default)`` of a parameter whose default is a pydantic ``Field(...)`` and whose
+    type holds models (``pet: Cat | Dog = Field(discriminator="kind")``): the ``Field`` joins
+    the annotation, where pydantic reads it alike, and the default it holds (if any) stays the
+    default. Any other parameter is returned as it is."""
+    fields = sys.modules.get("pydantic.fields")
+    if fields is None or not isinstance(default, fields.FieldInfo):
+        return hint, default
+    if not _needs_pydantic(typing.Annotated[hint, default]):
+        return hint, default
+    value = default.default
+    unset = value is sys.modules["pydantic_core"].PydanticUndefined
+    return typing.Annotated[hint, default], inspect.Parameter.empty if unset else value
 
 
 def pydantic_adapted(hint: Any) -> Any:
