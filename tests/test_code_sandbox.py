@@ -371,6 +371,93 @@ return 'planted'
         planted.unlink()
 
 
+_PLANTED_LIBRARY = """#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {
+    close(open(PLANTED, O_WRONLY | O_CREAT, 0644));
+}
+"""
+
+
+@pytest.mark.skipif(
+    shutil.which("cc") is None or shutil.which("git") is None,
+    reason="a compiled library shows what the dynamic loader runs",
+)
+def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # The dynamic loader looks for every library of every command the harness starts (git,
+    # bash, python) in the directories of its LD_LIBRARY_PATH before the system's, and the
+    # shell for every command in those of its PATH; an entry that is empty, ".", or relative
+    # ("node_modules/.bin") is looked up from the working directory. A run whose write grant
+    # holds one of them could leave a libz.so.1 or a git there, and the harness's next git
+    # would run it as the host, outside the sandbox.
+    project = tmp_path / "project"  # the harness script's directory, on its sys.path
+    workspace = tmp_path / "workspace"  # its working directory, not on its sys.path
+    libraries = tmp_path / "libraries"
+    for directory in (project, workspace, libraries):
+        directory.mkdir()
+    harness = project / "harness.py"
+    harness.write_text(_SEARCH_PATH_HARNESS)
+    ran = tmp_path / "ran-as-the-host"
+    library = tmp_path / "planted.c"
+    library.write_text(_PLANTED_LIBRARY)
+    compiled = tmp_path / "libz.so.1"
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", f'-DPLANTED="{ran}"', "-o", str(compiled), str(library)],
+        check=True,
+    )
+    system = "/usr/bin:/bin"
+    outcome = subprocess.run(  # without such entries the working directory may be granted
+        [sys.executable, str(harness), str(workspace), "return 'ran'"],
+        capture_output=True,
+        text=True,
+        env={"HOME": "/nonexistent", "PATH": system},
+        cwd=workspace,
+        timeout=60,
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    assert json.loads(outcome.stdout) == "ran"
+    cases = [  # (PATH, LD_LIBRARY_PATH, the grant, the place it holds)
+        (system, str(libraries), libraries, libraries),
+        (system, "/usr/lib:lib", workspace, workspace / "lib"),
+        (system, ":/usr/lib", workspace, workspace),
+        (f"node_modules/.bin:{system}", "", workspace, workspace / "node_modules" / ".bin"),
+        (f"{system}:", "", workspace, workspace),
+        (f"{system}:.", "", workspace, workspace),
+    ]
+    for path, library_path, granted, place in cases:
+        environment = {"HOME": "/nonexistent", "PATH": path, "LD_LIBRARY_PATH": library_path}
+        program = "open('planted', 'w').write('x')\nreturn 'ran'"
+        outcome = subprocess.run(
+            [sys.executable, str(harness), str(granted), program],
+            capture_output=True,
+            text=True,
+            env=environment,
+            cwd=workspace,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        seen = json.loads(outcome.stdout)
+        assert seen != "ran", f"{granted} granted under PATH={path} LD_LIBRARY_PATH={library_path}"
+        kind, message = seen
+        assert kind == "worker-exit"
+        assert f"the write grant {str(granted)!r} holds {str(place)!r}" in message, message
+        assert "a run could leave code there that the host runs next" in message
+    # What such a grant would have let a run leave does run as the host: a library where the
+    # loader looks first, and a command the shell finds by name in the working directory.
+    shutil.copy(compiled, libraries / "libz.so.1")
+    environment = {"PATH": system, "LD_LIBRARY_PATH": str(libraries)}
+    subprocess.run(["git", "--version"], env=environment, capture_output=True, check=True)
+    assert ran.exists()
+    ran.unlink()
+    (workspace / "git").write_text(f"#!/bin/sh\ntouch {ran}\n")
+    (workspace / "git").chmod(0o755)
+    environment = {"PATH": f".:{system}"}
+    subprocess.run(["sh", "-c", "git status"], env=environment, cwd=workspace, check=True)
+    assert ran.exists()
+
+
 def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_grants(
     tmp_path: Path,
 ) -> None:

@@ -694,11 +694,12 @@ def _refuse_host_code(write: list[str]) -> None:
 def _refuse_host_search_path(write: list[str], places: list[tuple[str, bool, str]]) -> None:
     """Refuse a ``write`` grant that holds a place where the host looks for code to run by name
     (``_host_code.search_places``: its ``sys.path``, its user's Python directories, home
-    directory and what is hidden there, and ``PATH``). A run could leave code there (a
-    ``.pth`` file in the user's ``site-packages``, a ``sitecustomize.py``, a ``json.py``
-    beside the harness script, a ``.bashrc``, a git configuration, a ``git`` on the ``PATH``)
-    that runs as the host's user, outside the sandbox, the next time the harness, or any
-    Python or command of that user, starts."""
+    directory and what is hidden there, ``PATH`` and ``LD_LIBRARY_PATH``). A run could leave
+    code there (a ``.pth`` file in the user's ``site-packages``, a ``sitecustomize.py``, a
+    ``json.py`` beside the harness script, a ``.bashrc``, a git configuration, a ``git`` on the
+    ``PATH``, a ``libz.so.1`` where the dynamic loader looks first) that runs as the host's
+    user, outside the sandbox, the next time the harness, or any Python or command of that
+    user, starts."""
     if not write:
         return
     held = _write_grant_holding(

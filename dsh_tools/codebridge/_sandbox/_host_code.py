@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import sys
 
 __all__ = ["search_places"]
@@ -44,7 +45,11 @@ def search_places() -> list[tuple[str, bool, str]]:
       so listing what is there covers every grant beneath;
     - the directories of the host's ``PATH``, whose commands the harness and its tools run by
       name, a grant beneath them included (a grant of ``/usr/local/bin/tool`` is a grant of
-      what ``tool`` runs);
+      what ``tool`` runs), and those of its ``LD_LIBRARY_PATH``, where the dynamic loader
+      looks for every library of every command the harness starts (its ``libz.so.1``, its
+      ``libc.so.6``) before the system's directories; an entry that is empty, ``.`` or
+      relative (``node_modules/.bin``) names a directory of the working directory, from which
+      the harness's commands look it up;
     - the library directories of the machine's other Pythons (``/usr/lib/python3``,
       ``/usr/local/lib/python3.11``, a grant beneath them included): the system's
       ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
@@ -82,15 +87,32 @@ def search_places() -> list[tuple[str, bool, str]]:
         for name in _entries(home):
             if name.startswith("."):
                 places.setdefault(os.path.join(os.path.abspath(home), name), (True, where))
-    for entry in os.environ.get("PATH", "").split(os.pathsep):
-        if entry.startswith("/"):
-            places.setdefault(entry, (True, "a directory of the harness's PATH, run by name"))
+    for entry in _entries_of(os.environ.get("PATH"), os.pathsep):
+        where = "a directory of the harness's PATH, run by name"
+        places.setdefault(entry, (True, where))
+    for entry in _entries_of(os.environ.get("LD_LIBRARY_PATH"), ":;"):
+        where = (
+            "a directory of the harness's LD_LIBRARY_PATH, where the dynamic loader looks first "
+            "for every library of every command the harness starts"
+        )
+        places.setdefault(entry, (True, where))
     for libraries in _SYSTEM_LIBRARIES:
         where = "where the machine's Pythons look for packages and .pth files"
         for name in _entries(libraries):
             if name.startswith("python"):
                 places.setdefault(os.path.join(libraries, name), (True, where))
     return [(*_encodable(path, whole), what) for path, (whole, what) in places.items()]
+
+
+def _entries_of(search_path: str | None, separators: str) -> list[str]:
+    """The directories a search path (``PATH``, ``LD_LIBRARY_PATH``) names for the harness's
+    commands, none where it is unset or empty: an empty entry, ``.`` or a relative one
+    (``node_modules/.bin``) is looked up from the working directory, which the harness's
+    commands start in unless told otherwise."""
+    if not search_path:
+        return []
+    entries = re.split(f"[{re.escape(separators)}]", search_path)
+    return [os.path.abspath(entry or os.curdir) for entry in entries]
 
 
 def _encodable(path: str, whole: bool) -> tuple[str, bool]:

@@ -85,8 +85,8 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     there and out again), and a ``write`` grant holding the Python installation, the C library
     it runs, this package, the temporary directory (where every runtime keeps its scratch
     mount point) or a place where the harness's user looks for code to run by name (its
-    ``sys.path``, ``~/.local/lib``, home directory and its hidden entries, ``PATH``), fail
-    every run naming them.
+    ``sys.path``, ``~/.local/lib``, home directory and its hidden entries, ``PATH``,
+    ``LD_LIBRARY_PATH``), fail every run naming them.
     The program always has its own fresh scratch directory (its working directory, a tmpfs of
     at most ``max_memory_mb``) and read access to the Python installation.
     """
