@@ -458,6 +458,65 @@ def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_ever
     assert ran.exists()
 
 
+@pytest.mark.skipif(
+    shutil.which("git") is None or shutil.which("bash") is None,
+    reason="git and bash show what their configuration runs",
+)
+def test_a_write_grant_holding_configuration_the_environment_names_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # Where the harness's environment moves its user's configuration out of the home
+    # directory (XDG_CONFIG_HOME: git reads its git/config there, whose core.fsmonitor runs at
+    # every git status) or names a file every non-interactive bash runs first (BASH_ENV, read
+    # by each bash -c of a bash tool), code a run left there would run as the host.
+    configuration = tmp_path / "configuration"  # not hidden, not in the home directory
+    shell = tmp_path / "shell"
+    project = tmp_path / "project"
+    for directory in (configuration, shell, project):
+        directory.mkdir()
+    harness = project / "harness.py"
+    harness.write_text(_SEARCH_PATH_HARNESS)
+    ran = tmp_path / "ran-as-the-host"
+    environment = {
+        "HOME": "/nonexistent",
+        "PATH": "/usr/bin:/bin",
+        "XDG_CONFIG_HOME": str(configuration),
+        "BASH_ENV": str(shell / "startup.sh"),
+    }
+    leaves = {
+        configuration: (configuration / "git" / "config", f"[core]\n\tfsmonitor = touch {ran}\n"),
+        shell: (shell / "startup.sh", f"touch {ran}\n"),
+    }
+    for granted, (planted, _code) in leaves.items():
+        outcome = subprocess.run(
+            [sys.executable, str(harness), str(granted), "return 'ran'"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        seen = json.loads(outcome.stdout)
+        assert seen != "ran", f"a run may write {planted}"
+        kind, message = seen
+        assert kind == "worker-exit"
+        assert f"the write grant {str(granted)!r} holds" in message, message
+        assert "a run could leave code there that the host runs next" in message
+    # What each would have let a run leave does run as the host.
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repository")], check=True)
+    for granted, command in (
+        (configuration, ["git", "-C", str(tmp_path / "repository"), "status"]),
+        (shell, ["bash", "-c", "true"]),
+    ):
+        planted, code = leaves[granted]
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        planted.write_text(code)
+        subprocess.run(command, env=environment, capture_output=True)
+        assert ran.exists(), command
+        ran.unlink()
+        planted.unlink()
+
+
 def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_grants(
     tmp_path: Path,
 ) -> None:

@@ -43,6 +43,9 @@ def search_places() -> list[tuple[str, bool, str]]:
       ``git status``, ``~/.config/systemd/user`` starts services, ``~/.cache/pip`` holds the
       packages ``pip`` installs next). A granted path must exist when the template starts,
       so listing what is there covers every grant beneath;
+    - where the host's environment moves that configuration (``XDG_CONFIG_HOME``, a grant
+      beneath it included), and the file every non-interactive ``bash`` it starts runs first
+      (``BASH_ENV``: each ``bash -c`` of a ``bash`` tool);
     - the directories of the host's ``PATH``, whose commands the harness and its tools run by
       name, a grant beneath them included (a grant of ``/usr/local/bin/tool`` is a grant of
       what ``tool`` runs), and those of its ``LD_LIBRARY_PATH``, where the dynamic loader
@@ -87,6 +90,14 @@ def search_places() -> list[tuple[str, bool, str]]:
         for name in _entries(home):
             if name.startswith("."):
                 places.setdefault(os.path.join(os.path.abspath(home), name), (True, where))
+    configuration = os.environ.get("XDG_CONFIG_HOME", "")
+    if os.path.isabs(configuration):  # a relative one is ignored, as the specification says
+        where = "the configuration the programs of the harness's user read (XDG_CONFIG_HOME)"
+        places.setdefault(os.path.normpath(configuration), (True, where))
+    startup = os.environ.get("BASH_ENV", "")
+    if startup:
+        where = "the file every non-interactive bash of the harness runs first (BASH_ENV)"
+        places.setdefault(os.path.abspath(startup), (False, where))
     for entry in _entries_of(os.environ.get("PATH"), os.pathsep):
         where = "a directory of the harness's PATH, run by name"
         places.setdefault(entry, (True, where))
