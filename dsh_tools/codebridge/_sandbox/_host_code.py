@@ -29,6 +29,9 @@ def search_places() -> list[tuple[str, bool, str]]:
     - the directories of the host's ``sys.path`` (the harness script's directory or working
       directory first): a ``sitecustomize.py``, or a module named like one the harness
       imports (``json.py``), is imported from there before the standard library's;
+    - the directory the harness keeps its bytecode in when it has one (``sys.pycache_prefix``,
+      ``PYTHONPYCACHEPREFIX``), a grant beneath it included: an unchecked bytecode file there
+      is loaded for its module, the standard library's included, whatever the source says;
     - the modules and packages the harness has imported from outside the Python installation
       (its own sources, ``/srv/agent/tools``), a grant beneath them included: the harness
       runs what a run wrote there the next time it starts;
@@ -66,6 +69,12 @@ def search_places() -> list[tuple[str, bool, str]]:
                 "the working directory of `python -m` or `-c` off it)"
             )
             places.setdefault(os.path.abspath(entry or os.curdir), (False, where))
+    if sys.pycache_prefix:
+        where = (
+            "where the harness's Python keeps, and loads again, the bytecode of every module it "
+            "imports (PYTHONPYCACHEPREFIX)"
+        )
+        places.setdefault(os.path.abspath(sys.pycache_prefix), (True, where))
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     for name, module in list(sys.modules.items()):
         source = getattr(module, "__file__", None)
