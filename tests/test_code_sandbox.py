@@ -519,23 +519,26 @@ def test_a_write_grant_holding_configuration_the_environment_names_fails_every_r
         planted.unlink()
 
 
-def test_a_write_grant_holding_the_hosts_bytecode_prefix_fails_every_run(tmp_path: Path) -> None:
-    # A harness started with PYTHONPYCACHEPREFIX (or -X pycache_prefix) keeps the bytecode of
-    # every module it imports, the standard library's included, beneath that directory, and
-    # its next start loads it from there: an unchecked bytecode file a run left there would
-    # run as the host whatever the source says.
+def test_a_write_grant_holding_where_the_host_keeps_bytecode_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # Python loads a module's bytecode from its directory's __pycache__, or, for a harness
+    # started with PYTHONPYCACHEPREFIX (or -X pycache_prefix), from beneath that directory for
+    # every module, the standard library's included: an unchecked bytecode file a run left
+    # there would run as the host at its next import, whatever the source says.
     prefix = tmp_path / "bytecode"
-    project = tmp_path / "project"
-    for directory in (prefix, project):
+    project = tmp_path / "project"  # the harness script's directory, on its sys.path
+    for directory in (prefix, project, project / "__pycache__"):
         directory.mkdir()
     harness = project / "harness.py"
     harness.write_text(_SEARCH_PATH_HARNESS)
-    environment = {
-        "HOME": "/nonexistent",
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPYCACHEPREFIX": str(prefix),
-    }
-    for granted in (prefix, tmp_path / "bytecode" / "srv"):
+    plain = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"}
+    prefixed = {**plain, "PYTHONPYCACHEPREFIX": str(prefix)}
+    for environment, granted, place in (
+        (prefixed, prefix, prefix),
+        (prefixed, prefix / "srv", prefix),
+        (plain, project / "__pycache__", project / "__pycache__"),
+    ):
         granted.mkdir(exist_ok=True)
         outcome = subprocess.run(
             [sys.executable, str(harness), str(granted), "return 'ran'"],
@@ -549,27 +552,31 @@ def test_a_write_grant_holding_the_hosts_bytecode_prefix_fails_every_run(tmp_pat
         assert seen != "ran", f"a run may write {granted}"
         kind, message = seen
         assert kind == "worker-exit"
-        assert f"the write grant {str(granted)!r} holds {str(prefix)!r}" in message, message
+        assert f"the write grant {str(granted)!r} holds {str(place)!r}" in message, message
         assert "a run could leave code there that the host runs next" in message
-    # What it would have let a run leave does run as the host, at its next import.
+    # What either would have let a run leave does run as the host, at its next import.
     ran = tmp_path / "ran-as-the-host"
     module = project / "helper.py"
     module.write_text("HELPER = 1\n")
     planted = tmp_path / "planted.py"
     planted.write_text(f"open({str(ran)!r}, 'w')\n")
-    cached = (
-        prefix / project.relative_to("/") / Path(importlib.util.cache_from_source(str(module))).name
-    )
-    cached.parent.mkdir(parents=True)
-    py_compile.compile(
-        str(planted),
-        cfile=str(cached),
-        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-    )
-    subprocess.run(
-        [sys.executable, "-c", "import helper"], env=environment, cwd=project, check=True
-    )
-    assert ran.exists()
+    cached = Path(importlib.util.cache_from_source(str(module)))
+    for environment, where in (
+        (prefixed, prefix / project.relative_to("/") / cached.name),
+        (plain, cached),
+    ):
+        where.parent.mkdir(parents=True, exist_ok=True)
+        py_compile.compile(
+            str(planted),
+            cfile=str(where),
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+        subprocess.run(
+            [sys.executable, "-c", "import helper"], env=environment, cwd=project, check=True
+        )
+        assert ran.exists(), where
+        ran.unlink()
+        where.unlink()
 
 
 def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_grants(

@@ -29,9 +29,11 @@ def search_places() -> list[tuple[str, bool, str]]:
     - the directories of the host's ``sys.path`` (the harness script's directory or working
       directory first): a ``sitecustomize.py``, or a module named like one the harness
       imports (``json.py``), is imported from there before the standard library's;
-    - the directory the harness keeps its bytecode in when it has one (``sys.pycache_prefix``,
-      ``PYTHONPYCACHEPREFIX``), a grant beneath it included: an unchecked bytecode file there
-      is loaded for its module, the standard library's included, whatever the source says;
+    - where the harness keeps its bytecode, a grant beneath included: the ``__pycache__`` of
+      each directory of its ``sys.path``, and the directory ``sys.pycache_prefix``
+      (``PYTHONPYCACHEPREFIX``) names when it has one, which holds the bytecode of every
+      module, the standard library's included. An unchecked bytecode file there is loaded for
+      its module whatever the source says;
     - the modules and packages the harness has imported from outside the Python installation
       (its own sources, ``/srv/agent/tools``), a grant beneath them included: the harness
       runs what a run wrote there the next time it starts;
@@ -69,6 +71,11 @@ def search_places() -> list[tuple[str, bool, str]]:
                 "the working directory of `python -m` or `-c` off it)"
             )
             places.setdefault(os.path.abspath(entry or os.curdir), (False, where))
+    for entry in sys.path:
+        if isinstance(entry, str):
+            where = "where the harness's Python loads the bytecode of the modules beside it"
+            cache = os.path.join(os.path.abspath(entry or os.curdir), "__pycache__")
+            places.setdefault(cache, (True, where))
     if sys.pycache_prefix:
         where = (
             "where the harness's Python keeps, and loads again, the bytecode of every module it "
