@@ -9,6 +9,7 @@ the public runtime (``SubprocessCodeRuntime``), through ``ToolSystem`` and throu
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
@@ -2850,3 +2851,82 @@ for request in (0x9408, 0x80089418, 0x50009401, 0x5000940E, 0x50009417, 0x500094
 return seen
 """
     assert value(sandbox, program) == ["EPERM"] * 7
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long)]
+
+
+_FUTEX_WAIT = 0  # without FUTEX_PRIVATE_FLAG: keyed by the file and offset, across processes
+_FUTEX_WAKE = 1
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_take_the_hosts_waiters_off_a_futex_in_a_file_it_may_read(
+    tmp_path: Path,
+) -> None:
+    # A futex in a file mapped shared (a process-shared mutex or condition variable, such as
+    # an LMDB database's lock file keeps) is keyed by the file and offset, so any process that
+    # maps the file, read-only included, reaches the host's waiters there: a requeue moved
+    # them onto a futex of the run's own memory, where the host's wake never came, and the
+    # host's thread slept on after the run had ended.
+    shared = tmp_path / "lock.bin"
+    shared.write_bytes(bytes(4096))
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=5000, sandbox=CodeSandbox(read=[str(shared)]))
+    )
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    with open(shared, "r+b") as file:
+        address = ctypes.c_void_p(libc.mmap(None, 4096, 3, 1, file.fileno(), 0))  # shared
+    outcome: dict[str, int] = {}
+
+    def wait() -> None:
+        timeout = _Timespec(10, 0)
+        outcome["wait"] = libc.syscall(202, address, _FUTEX_WAIT, 0, ctypes.byref(timeout), 0, 0)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    program = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                      ctypes.c_long]
+fd = os.open({str(shared)!r}, os.O_RDONLY)
+shared = ctypes.c_void_p(libc.mmap(None, 4096, 1, 1, fd, 0))  # PROT_READ, MAP_SHARED
+own = ctypes.c_uint32(0)
+every = ctypes.c_void_p(2**31 - 1)
+seen = {{}}
+for name, operation in (('requeue', 3), ('compare and requeue', 4)):
+    moved = libc.syscall(202, shared, operation, 0, every, ctypes.byref(own), 0)
+    seen[name] = moved if moved >= 0 else ctypes.get_errno()
+class Waiter(ctypes.Structure):  # struct futex_waitv
+    _fields_ = [('value', ctypes.c_uint64), ('address', ctypes.c_uint64),
+                ('flags', ctypes.c_uint32), ('reserved', ctypes.c_uint32)]
+futexes = (Waiter * 2)(Waiter(0, shared.value, 2, 0), Waiter(0, ctypes.addressof(own), 2, 0))
+moved = libc.syscall(456, futexes, 0, 0, 2**31 - 1)  # futex_requeue, 32-bit shared futexes
+seen['futex_requeue'] = moved if moved >= 0 else ctypes.get_errno()
+return seen
+"""
+    try:
+        task = Path(f"/proc/self/task/{waiter.native_id}/syscall")
+        while not task.read_text().startswith("202 "):  # the host's thread sleeps on the futex
+            time.sleep(0.001)
+        seen = value(runtime, program)
+        woken = libc.syscall(202, address, _FUTEX_WAKE, 1, None, 0, 0)
+        waiter.join()
+        assert woken == 1 and outcome["wait"] == 0, f"the host's waiter was taken off: {seen}"
+        assert seen == {
+            "requeue": errno.EPERM,
+            "compare and requeue": errno.EPERM,
+            "futex_requeue": errno.ENOSYS,
+        }
+        assert_next_run_works(runtime)
+    finally:
+        libc.syscall(202, address, _FUTEX_WAKE, 1, None, 0, 0)
+        waiter.join()
+        libc.munmap(address, 4096)
+        runtime.close()

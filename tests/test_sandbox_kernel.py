@@ -6,6 +6,7 @@ import errno
 import os
 import socket
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from dsh_tools.codebridge._sandbox._seccomp import (
     DENIED_SYSCALLS,
     FIRST_UNREVIEWED_SYSCALL,
     O_NOTIFICATION_PIPE,
+    SHARED_REQUEUE_FUTEX_OPS,
     VERITY_IOCTLS,
     seccomp_program,
 )
@@ -186,6 +188,45 @@ def test_no_notification_pipe_but_every_other_pipe_is_made(guarded: bool) -> Non
         return os.read(read_end, 5).decode()
 
     assert in_child(body) == "piped"
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_only_a_shared_futex_has_no_waiter_moved_off_it(guarded: bool) -> None:
+    # A shared futex is keyed by file and offset, across processes: its requeues are refused
+    # (test_sandbox_attacks shows the host's waiter they took). A private futex (every lock of
+    # threading and of the C library) requeues, and a shared one is waited on and woken (the
+    # C library waits on a thread's exit so), with or without the clock flag.
+    program = seccomp_program(guard_child_reaping=guarded, refuse_hidden_memory=guarded)
+    futex, private, realtime = 202, 128, 256
+    for name, operation in SHARED_REQUEUE_FUTEX_OPS.items():
+        assert _decision(program, futex, (0, operation)) == _ERRNO | errno.EPERM, name
+        assert _decision(program, futex, (0, operation | realtime)) == _ERRNO | errno.EPERM
+        assert _decision(program, futex, (0, operation | private)) == _ALLOW, name
+    for operation in (0, 1, 5, 9, 10, 11):  # WAIT, WAKE, WAKE_OP, WAIT_BITSET, WAKE_BITSET, ...
+        assert _decision(program, futex, (0, operation)) == _ALLOW, operation
+        assert _decision(program, futex, (0, operation | realtime)) == _ALLOW, operation
+    assert _decision(program, 456) == _ERRNO | errno.ENOSYS  # futex_requeue
+    assert _decision(program, 449) == _ALLOW  # futex_waitv
+
+    def body() -> str:
+        _kernel.set_no_new_privs()
+        _kernel.set_seccomp_filter(program)
+        seen: list[str] = []
+        condition = threading.Condition()
+
+        def notify() -> None:
+            with condition:
+                seen.append("notified")
+                condition.notify_all()
+
+        with condition:
+            thread = threading.Thread(target=notify)
+            thread.start()
+            condition.wait_for(lambda: seen)
+        thread.join()
+        return seen[0] + " and joined"
+
+    assert in_child(body) == "notified and joined"
 
 
 @pytest.mark.parametrize("without_cgroups", [False, True])

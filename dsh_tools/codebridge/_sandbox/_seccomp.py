@@ -132,7 +132,8 @@ written there afterwards into 1,000 write requests to the disk, where they had m
 project quota on a grant is kept by the project inheritance flag and project number these set.
 Nor may it turn on fs-verity for a file (``VERITY_IOCTLS``, ``EOPNOTSUPP``), which would leave
 a grant's file unwritable for good, nor make a notification pipe (``O_NOTIFICATION_PIPE``,
-``ENOPKG``).
+``ENOPKG``), nor move the waiters of a shared futex (``SHARED_REQUEUE_FUTEX_OPS``): one in a file
+it may read is the host's too, and a requeue left the host's thread asleep for good.
 """
 
 from __future__ import annotations
@@ -157,6 +158,7 @@ __all__ = [
     "O_NOTIFICATION_PIPE",
     "PAGE_CACHE_SYSCALLS",
     "PIPE_PAGE_SYSCALLS",
+    "SHARED_REQUEUE_FUTEX_OPS",
     "SKIPPED_SYSCALLS",
     "SUBVOLUME_IOCTLS",
     "SYNC_IOCTLS",
@@ -457,6 +459,26 @@ on unix sockets (``CONFIG_AF_UNIX_OOB``) does. That code is reachable from any s
 needed by no program of a run, and use-after-free bugs were found in it more than once (one,
 fixed in Linux 6.16, was used to go from a browser's sandboxed renderer to the kernel)."""
 _MSG_OOB: Final = 0x1
+_FUTEX: Final = 202
+_FUTEX_REQUEUE: Final = 456  # futex_requeue (Linux 6.7): its waiters' flags lie in memory
+_FUTEX_PRIVATE_FLAG: Final = 128
+_FUTEX_COMMAND: Final = 0xFFFFFFFF & ~(128 | 256)  # without FUTEX_PRIVATE_FLAG and the clock flag
+SHARED_REQUEUE_FUTEX_OPS: Final = {
+    "FUTEX_REQUEUE": 3,
+    "FUTEX_CMP_REQUEUE": 4,
+    "FUTEX_CMP_REQUEUE_PI": 12,
+}
+"""The ``futex`` operations that move waiters from one futex to another, refused with ``EPERM``
+on a shared futex (one without ``FUTEX_PRIVATE_FLAG``), and ``futex_requeue``, which answers
+``ENOSYS``. A shared futex in a file mapping is keyed by the file and offset, not by the process,
+so a run that maps a file it may read (a ``read`` grant, read-only) reaches every waiter of the
+machine on a futex there: a process-shared mutex or condition variable of the host's in such a
+file (an LMDB database's lock file keeps them) lost its sleeping thread to a requeue onto a futex
+of the run's own memory, where the host's wake never came (measured: the host's wake found no
+waiter, and its thread slept until its timeout, after the run had ended). A program's own locks
+are private futexes (``threading``, the C library's default), and the C library no longer
+requeues (its condition variables stopped in 2017); waking and waiting on a shared futex still
+work (the C library waits on a thread's exit that way)."""
 _SETSOCKOPT: Final = 54
 _SOL_SOCKET: Final = 1
 _IOCTL: Final = 16
@@ -622,6 +644,7 @@ def seccomp_program(
     for number in sorted(UNSUPPORTED_SYSCALLS.values()):
         bpf.op(_JMP_JEQ_K, number, "unsupported")
     bpf.op(_JMP_JEQ_K, _CLONE3, "enosys")
+    bpf.op(_JMP_JEQ_K, _FUTEX_REQUEUE, "enosys")
     bpf.op(_JMP_JEQ_K, _OPENAT2, "enosys")
     for number in sorted(NUMA_SYSCALLS.values()):
         bpf.op(_JMP_JEQ_K, number, "enosys")
@@ -634,6 +657,7 @@ def seccomp_program(
     bpf.op(_JMP_JEQ_K, _SETSOCKOPT, "setsockopt")
     for number, argument in OUT_OF_BAND_SYSCALLS.values():
         bpf.op(_JMP_JEQ_K, number, f"flags-arg{argument}")
+    bpf.op(_JMP_JEQ_K, _FUTEX, "futex")
     bpf.op(_JMP_JEQ_K, _FCNTL, "fcntl")
     bpf.op(_JMP_JEQ_K, _IOCTL, "ioctl")
     bpf.op(_JMP_JEQ_K, _PRCTL, "prctl")
@@ -704,6 +728,17 @@ def seccomp_program(
         bpf.op(_RET_K, _RET_ALLOW)
     bpf.place("out-of-band")
     bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
+    # futex: no waiter moved off a shared futex (the kernel reads the operation as 32 bits).
+    bpf.place("futex")
+    bpf.op(_LD_W_ABS, _OFFSET_ARG1_LOW)
+    bpf.op(_JMP_JSET_K, _FUTEX_PRIVATE_FLAG, "futex-allow")
+    bpf.op(_ALU_AND_K, _FUTEX_COMMAND)
+    for operation in SHARED_REQUEUE_FUTEX_OPS.values():
+        bpf.op(_JMP_JEQ_K, operation, "futex-deny")
+    bpf.place("futex-allow")
+    bpf.op(_RET_K, _RET_ALLOW)
+    bpf.place("futex-deny")
+    bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     # fcntl: no leases, no directory notifications, no open file description locks, no
     # write-lifetime hint set.
     bpf.place("fcntl")
