@@ -460,6 +460,57 @@ def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_ever
     assert ran.exists()
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="a compiled library shows what it runs")
+def test_a_write_grant_holding_a_library_the_harness_preloads_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # The dynamic loader loads the libraries of LD_PRELOAD (and LD_AUDIT) into the harness
+    # and into every command it starts. The runtime's template starts with an empty
+    # environment, so they are not among the libraries it sees mapped: a run whose write
+    # grant held one could replace it, and the harness's next command would run its code.
+    hooks = tmp_path / "hooks"
+    project = tmp_path / "project"
+    for directory in (hooks, project):
+        directory.mkdir()
+    harness = project / "harness.py"
+    harness.write_text(_SEARCH_PATH_HARNESS)
+    ran = tmp_path / "ran-as-the-host"
+    source = tmp_path / "planted.c"
+    source.write_text(_PLANTED_LIBRARY)
+    planted = tmp_path / "planted.so"
+    compile_library = ["cc", "-shared", "-fPIC", "-o"]
+    subprocess.run([*compile_library, str(planted), f'-DPLANTED="{ran}"', str(source)], check=True)
+    (tmp_path / "empty.c").write_text("int hook;\n")
+    subprocess.run(
+        [*compile_library, str(hooks / "libhook.so"), str(tmp_path / "empty.c")], check=True
+    )
+    for variable, value in (
+        ("LD_PRELOAD", str(hooks / "libhook.so")),
+        ("LD_PRELOAD", f"libc.so.6 {hooks / 'libhook.so'}"),
+        ("LD_AUDIT", str(hooks / "libhook.so")),
+    ):
+        environment = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", variable: value}
+        outcome = subprocess.run(
+            [sys.executable, str(harness), str(hooks), "return 'ran'"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        seen = json.loads(outcome.stdout)
+        assert seen != "ran", f"{hooks} granted under {variable}={value}"
+        kind, message = seen
+        assert kind == "worker-exit"
+        assert f"the write grant {str(hooks)!r} holds {str(hooks / 'libhook.so')!r}" in message
+        assert "a run could leave code there that the host runs next" in message
+    # What such a grant would have let a run leave runs as the host in its next command.
+    shutil.copy(planted, hooks / "libhook.so")
+    environment = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(hooks / "libhook.so")}
+    subprocess.run(["sh", "-c", "true"], env=environment, check=True)
+    assert ran.exists()
+
+
 @pytest.mark.skipif(
     shutil.which("git") is None or shutil.which("bash") is None,
     reason="git and bash show what their configuration runs",

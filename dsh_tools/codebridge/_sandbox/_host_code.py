@@ -58,6 +58,9 @@ def search_places() -> list[tuple[str, bool, str]]:
       ``libc.so.6``) before the system's directories; an entry that is empty, ``.`` or
       relative (``node_modules/.bin``) names a directory of the working directory, from which
       the harness's commands look it up;
+    - the libraries of its ``LD_PRELOAD`` and ``LD_AUDIT``, which the loader loads into every
+      command it starts (the template, started with an empty environment, has not mapped
+      them, so the check of the code the host runs does not see them);
     - the library directories of the machine's other Pythons (``/usr/lib/python3``,
       ``/usr/local/lib/python3.11``, a grant beneath them included): the system's
       ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
@@ -123,6 +126,13 @@ def search_places() -> list[tuple[str, bool, str]]:
             "for every library of every command the harness starts"
         )
         places.setdefault(entry, (True, where))
+    for variable in ("LD_PRELOAD", "LD_AUDIT"):
+        where = (
+            f"a library the dynamic loader loads into every command the harness starts ({variable})"
+        )
+        for entry in re.split("[: ]", os.environ.get(variable, "")):
+            if "/" in entry:  # a bare name is looked up where the directories above are
+                places.setdefault(os.path.abspath(entry), (False, where))
     for libraries in _SYSTEM_LIBRARIES:
         where = "where the machine's Pythons look for packages and .pth files"
         for name in _entries(libraries):
