@@ -511,6 +511,44 @@ def test_a_write_grant_holding_a_library_the_harness_preloads_fails_every_run(
     assert ran.exists()
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="a compiled library stands for a vendor's")
+def test_a_write_grant_holding_a_library_the_harness_has_loaded_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # A harness loads shared libraries the runtime's template never does (ctypes.CDLL of a
+    # vendor's library, an extension module's dependency found by its rpath): the next start
+    # of the harness loads them again, so a run whose write grant held one could replace it
+    # and have its code run as the host.
+    vendor = tmp_path / "vendor" / "lib"
+    project = tmp_path / "project"
+    for directory in (vendor, project):
+        directory.mkdir(parents=True)
+    (tmp_path / "vendor.c").write_text("int vendor_answer(void) { return 42; }\n")
+    library = vendor / "libvendor.so"
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", str(library), str(tmp_path / "vendor.c")], check=True
+    )
+    harness = project / "harness.py"
+    loads = f"import ctypes\nctypes.CDLL({str(library)!r}).vendor_answer()\n"
+    harness.write_text(loads + _SEARCH_PATH_HARNESS)
+    environment = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"}
+    for granted in (vendor, tmp_path / "vendor"):
+        outcome = subprocess.run(
+            [sys.executable, str(harness), str(granted), "return 'ran'"],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        seen = json.loads(outcome.stdout)
+        assert seen != "ran", f"a run may replace {library}"
+        kind, message = seen
+        assert kind == "worker-exit"
+        assert f"the write grant {str(granted)!r} holds {str(library)!r}" in message, message
+        assert "a run could leave code there that the host runs next" in message
+
+
 @pytest.mark.skipif(
     shutil.which("git") is None or shutil.which("bash") is None,
     reason="git and bash show what their configuration runs",

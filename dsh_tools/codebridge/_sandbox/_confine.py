@@ -34,6 +34,7 @@ from typing import Any, Final, NoReturn
 
 from . import _kernel
 from ._cgroup import CgroupMeter, CgroupPlan, RunCgroups
+from ._host_code import mapped_code
 from ._init import Meter, ProcMeter, open_locks, run_init, task_ceiling
 from ._policy import lies_beneath
 from ._seccomp import seccomp_program, seccomp_supported
@@ -679,7 +680,7 @@ def _refuse_host_code(write: list[str]) -> None:
     # Found and resolved once, for every grant (the mapped files are dozens).
     codes = [
         (code, os.path.realpath(code), code in libraries)
-        for code in (*prefixes, *libraries, sys.executable, *_mapped_code())
+        for code in (*prefixes, *libraries, sys.executable, *mapped_code())
     ]
     held = _write_grant_holding(write, codes)
     if held is not None:
@@ -752,22 +753,6 @@ def _write_grant_holding(
             if real == root or lies_beneath(real, root) or (whole and lies_beneath(root, real)):
                 return granted, place
     return None
-
-
-def _mapped_code() -> list[str]:
-    """The files this process has mapped executable (the interpreter, its shared libraries and
-    extension modules), as ``/proc/self/maps`` names them; none where it cannot be read."""
-    try:
-        with open("/proc/self/maps") as maps:
-            lines = maps.read().splitlines()
-    except OSError:
-        return []
-    found = set()
-    for line in lines:
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
-            found.add(fields[5].removesuffix(" (deleted)"))
-    return sorted(found)
 
 
 def _proc_masks() -> list[tuple[str, bool]]:

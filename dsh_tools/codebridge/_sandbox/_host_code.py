@@ -14,7 +14,7 @@ import pwd
 import re
 import sys
 
-__all__ = ["search_places"]
+__all__ = ["mapped_code", "search_places"]
 
 _SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64")
 """Where the machine's own Pythons keep their libraries (``python3``, ``python3.11``)."""
@@ -58,9 +58,11 @@ def search_places() -> list[tuple[str, bool, str]]:
       ``libc.so.6``) before the system's directories; an entry that is empty, ``.`` or
       relative (``node_modules/.bin``) names a directory of the working directory, from which
       the harness's commands look it up;
-    - the libraries of its ``LD_PRELOAD`` and ``LD_AUDIT``, which the loader loads into every
-      command it starts (the template, started with an empty environment, has not mapped
-      them, so the check of the code the host runs does not see them);
+    - the shared libraries the harness has loaded (``ctypes.CDLL`` of a vendor's library, an
+      extension module's dependency), which its next start loads again, and those of its
+      ``LD_PRELOAD`` and ``LD_AUDIT``, which the loader loads into every command it starts:
+      the template checks the code it has mapped itself, and it starts with an empty
+      environment and loads only the worker;
     - the library directories of the machine's other Pythons (``/usr/lib/python3``,
       ``/usr/local/lib/python3.11``, a grant beneath them included): the system's
       ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
@@ -126,6 +128,9 @@ def search_places() -> list[tuple[str, bool, str]]:
             "for every library of every command the harness starts"
         )
         places.setdefault(entry, (True, where))
+    for code in mapped_code():
+        where = "a library the harness has loaded (its next start loads it again)"
+        places.setdefault(code, (False, where))
     for variable in ("LD_PRELOAD", "LD_AUDIT"):
         where = (
             f"a library the dynamic loader loads into every command the harness starts ({variable})"
@@ -139,6 +144,22 @@ def search_places() -> list[tuple[str, bool, str]]:
             if name.startswith("python"):
                 places.setdefault(os.path.join(libraries, name), (True, where))
     return [(*_encodable(path, whole), what) for path, (whole, what) in places.items()]
+
+
+def mapped_code() -> list[str]:
+    """The files this process has mapped executable (the interpreter, its shared libraries and
+    extension modules), as ``/proc/self/maps`` names them; none where it cannot be read."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return []
+    found = set()
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "x" in fields[1] and fields[5].startswith("/"):
+            found.add(fields[5].removesuffix(" (deleted)"))
+    return sorted(found)
 
 
 def _entries_of(search_path: str | None, separators: str) -> list[str]:
