@@ -549,6 +549,35 @@ def test_a_write_grant_holding_a_library_the_harness_has_loaded_fails_every_run(
         assert "a run could leave code there that the host runs next" in message
 
 
+def test_a_write_grant_holding_a_namespace_package_the_harness_imports_fails_every_run(
+    tmp_path: Path,
+) -> None:
+    # A package without an __init__.py (a namespace package) has no file of its own, and its
+    # modules are submodules: neither was among the code the harness has imported, so a grant
+    # of the package's directory, beneath the harness's own directory, let a run replace the
+    # module the harness imports at its next start.
+    project = tmp_path / "project"
+    package = project / "acme"
+    package.mkdir(parents=True)
+    (package / "helper.py").write_text("HELPER = 1\n")
+    harness = project / "harness.py"
+    harness.write_text("import acme.helper\n" + _SEARCH_PATH_HARNESS)
+    outcome = subprocess.run(
+        [sys.executable, str(harness), str(package), "return 'ran'"],
+        capture_output=True,
+        text=True,
+        env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    seen = json.loads(outcome.stdout)
+    assert seen != "ran", f"a run may replace {package / 'helper.py'}"
+    kind, message = seen
+    assert kind == "worker-exit"
+    assert f"the write grant {str(package)!r} holds {str(package)!r}" in message, message
+    assert "code the harness has imported" in message
+
+
 @pytest.mark.skipif(
     shutil.which("git") is None or shutil.which("bash") is None,
     reason="git and bash show what their configuration runs",

@@ -34,7 +34,8 @@ def search_places() -> list[tuple[str, bool, str]]:
       (``PYTHONPYCACHEPREFIX``) names when it has one, which holds the bytecode of every
       module, the standard library's included. An unchecked bytecode file there is loaded for
       its module whatever the source says;
-    - the modules and packages the harness has imported from outside the Python installation
+    - the modules and packages (namespace packages included, every directory they span) the
+      harness has imported from outside the Python installation
       (its own sources, ``/srv/agent/tools``), a grant beneath them included: the harness
       runs what a run wrote there the next time it starts;
     - the user's Python directories (``~/.local/lib``, or ``$PYTHONUSERBASE/lib``): every
@@ -89,13 +90,22 @@ def search_places() -> list[tuple[str, bool, str]]:
         places.setdefault(os.path.abspath(sys.pycache_prefix), (True, where))
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     for name, module in list(sys.modules.items()):
+        if "." in name:
+            continue  # a submodule lies in its top-level package
         source = getattr(module, "__file__", None)
-        if "." in name or not isinstance(source, str) or not os.path.isabs(source):
-            continue  # a submodule lies in its top-level package; a built-in has no file
-        if not any(source.startswith(prefix.rstrip("/") + "/") for prefix in prefixes):
-            if os.path.basename(source).startswith("__init__."):
-                source = os.path.dirname(source)  # the package, everything in it
-            places.setdefault(source, (True, "code the harness has imported"))
+        if isinstance(source, str) and os.path.basename(source).startswith("__init__."):
+            sources = [os.path.dirname(source)]  # the package, everything in it
+        elif isinstance(source, str):
+            sources = [source]
+        else:
+            # A namespace package (no __init__.py) has no file but the directories it spans;
+            # a built-in module has neither.
+            path = getattr(module, "__path__", None)
+            sources = [entry for entry in path if isinstance(entry, str)] if path else []
+        for source in sources:
+            inside = any(source.startswith(prefix.rstrip("/") + "/") for prefix in prefixes)
+            if os.path.isabs(source) and not inside:
+                places.setdefault(source, (True, "code the harness has imported"))
     homes = [os.path.expanduser("~")]
     with contextlib.suppress(KeyError):  # a user the password database does not know: $HOME
         homes.append(pwd.getpwuid(os.geteuid()).pw_dir)
