@@ -139,8 +139,10 @@ def search_places() -> list[tuple[str, bool, str]]:
         )
         places.setdefault(entry, (True, where))
     for code in mapped_code():
-        where = "a library the harness has loaded (its next start loads it again)"
-        places.setdefault(code, (False, where))
+        if not any(code.startswith(prefix.rstrip("/") + "/") for prefix in prefixes):
+            # (The installation's own, its extension modules, are refused as a whole.)
+            where = "a library the harness has loaded (its next start loads it again)"
+            places.setdefault(code, (False, where))
     for variable in ("LD_PRELOAD", "LD_AUDIT"):
         where = (
             f"a library the dynamic loader loads into every command the harness starts ({variable})"
