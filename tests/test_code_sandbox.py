@@ -697,6 +697,28 @@ def test_a_write_grant_holding_where_the_host_keeps_bytecode_fails_every_run(
         where.unlink()
 
 
+def test_a_host_whose_working_directory_was_removed_still_runs(tmp_path: Path) -> None:
+    # The places a write grant may not hold include the working directory where the harness
+    # looks there (sys.path's "" under python -c, an empty or relative PATH entry); resolving
+    # it raised FileNotFoundError once that directory had been removed under the harness, and
+    # no run could start.
+    removed = tmp_path / "removed"
+    removed.mkdir()
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    harness = "import os\nos.rmdir(os.getcwd())\n" + _SEARCH_PATH_HARNESS
+    outcome = subprocess.run(
+        [sys.executable, "-c", harness, str(outputs), "return 'ran'"],
+        capture_output=True,
+        text=True,
+        env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin:"},
+        cwd=removed,
+        timeout=60,
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    assert json.loads(outcome.stdout) == "ran"
+
+
 def test_a_host_whose_path_holds_undecodable_bytes_still_runs_and_checks_its_grants(
     tmp_path: Path,
 ) -> None:

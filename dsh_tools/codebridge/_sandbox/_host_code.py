@@ -70,24 +70,22 @@ def search_places() -> list[tuple[str, bool, str]]:
       ``dist-packages`` there as it starts.
     """
     places: dict[str, tuple[bool, str]] = {}  # by path, the first reason kept
-    for entry in sys.path:
-        if isinstance(entry, str):
-            where = (
-                "a directory the harness's Python imports from (sys.path; python -P keeps "
-                "the working directory of `python -m` or `-c` off it)"
-            )
-            places.setdefault(os.path.abspath(entry or os.curdir), (False, where))
-    for entry in sys.path:
-        if isinstance(entry, str):
-            where = "where the harness's Python loads the bytecode of the modules beside it"
-            cache = os.path.join(os.path.abspath(entry or os.curdir), "__pycache__")
-            places.setdefault(cache, (True, where))
-    if sys.pycache_prefix:
+    imported_from = _resolved([entry for entry in sys.path if isinstance(entry, str)])
+    for entry in imported_from:
+        where = (
+            "a directory the harness's Python imports from (sys.path; python -P keeps "
+            "the working directory of `python -m` or `-c` off it)"
+        )
+        places.setdefault(entry, (False, where))
+    for entry in imported_from:
+        where = "where the harness's Python loads the bytecode of the modules beside it"
+        places.setdefault(os.path.join(entry, "__pycache__"), (True, where))
+    for entry in _resolved([sys.pycache_prefix] if sys.pycache_prefix else []):
         where = (
             "where the harness's Python keeps, and loads again, the bytecode of every module it "
             "imports (PYTHONPYCACHEPREFIX)"
         )
-        places.setdefault(os.path.abspath(sys.pycache_prefix), (True, where))
+        places.setdefault(entry, (True, where))
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     for name, module in list(sys.modules.items()):
         if "." in name:
@@ -176,13 +174,22 @@ def mapped_code() -> list[str]:
 
 def _entries_of(search_path: str | None, separators: str) -> list[str]:
     """The directories a search path (``PATH``, ``LD_LIBRARY_PATH``) names for the harness's
-    commands, none where it is unset or empty: an empty entry, ``.`` or a relative one
-    (``node_modules/.bin``) is looked up from the working directory, which the harness's
-    commands start in unless told otherwise."""
+    commands, none where it is unset or empty (``_resolved``)."""
     if not search_path:
         return []
-    entries = re.split(f"[{re.escape(separators)}]", search_path)
-    return [os.path.abspath(entry or os.curdir) for entry in entries]
+    return _resolved(re.split(f"[{re.escape(separators)}]", search_path))
+
+
+def _resolved(entries: list[str]) -> list[str]:
+    """``entries`` as absolute paths: an empty entry, ``.`` or a relative one
+    (``node_modules/.bin``) is looked up from the working directory, which the harness and its
+    commands start in unless told otherwise; where that directory has been removed, nothing is
+    found there, and they are left out (rather than failing every run)."""
+    try:
+        here = os.getcwd() if not all(entry.startswith("/") for entry in entries) else "/"
+    except OSError:
+        return [os.path.normpath(entry) for entry in entries if entry.startswith("/")]
+    return [os.path.normpath(os.path.join(here, entry)) for entry in entries]
 
 
 def _encodable(path: str, whole: bool) -> tuple[str, bool]:
