@@ -410,16 +410,23 @@ def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_ever
         check=True,
     )
     system = "/usr/bin:/bin"
-    outcome = subprocess.run(  # without such entries the working directory may be granted
-        [sys.executable, str(harness), str(workspace), "return 'ran'"],
-        capture_output=True,
-        text=True,
-        env={"HOME": "/nonexistent", "PATH": system},
-        cwd=workspace,
-        timeout=60,
-    )
-    assert outcome.returncode == 0, outcome.stderr
-    assert json.loads(outcome.stdout) == "ran"
+    outputs = workspace / "outputs"
+    outputs.mkdir()
+    (workspace / "tool").write_text("#!/bin/sh\n")
+    for path, granted in (
+        (system, workspace),  # without such entries the working directory may be granted
+        (f"{system}:", outputs),  # and with them, a directory in it (no command is looked up there)
+    ):
+        outcome = subprocess.run(
+            [sys.executable, str(harness), str(granted), "return 'ran'"],
+            capture_output=True,
+            text=True,
+            env={"HOME": "/nonexistent", "PATH": path},
+            cwd=workspace,
+            timeout=60,
+        )
+        assert outcome.returncode == 0, outcome.stderr
+        assert json.loads(outcome.stdout) == "ran", (path, granted)
     cases = [  # (PATH, LD_LIBRARY_PATH, the grant, the place it holds)
         (system, str(libraries), libraries, libraries),
         (system, "/usr/lib:lib", workspace, workspace / "lib"),
@@ -427,6 +434,7 @@ def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_ever
         (f"node_modules/.bin:{system}", "", workspace, workspace / "node_modules" / ".bin"),
         (f"{system}:", "", workspace, workspace),
         (f"{system}:.", "", workspace, workspace),
+        (f"{system}:", "", workspace / "tool", workspace),  # a file the shell runs as `tool`
     ]
     for path, library_path, granted, place in cases:
         environment = {"HOME": "/nonexistent", "PATH": path, "LD_LIBRARY_PATH": library_path}

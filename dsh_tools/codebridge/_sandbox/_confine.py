@@ -29,12 +29,12 @@ import struct
 import sys
 import sysconfig
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
 
 from . import _kernel
 from ._cgroup import CgroupMeter, CgroupPlan, RunCgroups
-from ._host_code import mapped_code
+from ._host_code import ENTRIES, mapped_code
 from ._init import Meter, ProcMeter, open_locks, run_init, task_ceiling
 from ._policy import lies_beneath
 from ._seccomp import seccomp_program, seccomp_supported
@@ -167,7 +167,7 @@ class SandboxPlan:
         self._write = [str(path) for path in settings.get("write") or ()]
         self._given_scratch = str(settings.get("scratch") or "")
         self._host_code = [
-            (str(path), bool(whole), str(what))
+            (str(path), whole if isinstance(whole, bool) else str(whole), str(what))
             for path, whole, what in settings.get("host_code") or ()
         ]
         self.error: str | None = None
@@ -692,7 +692,7 @@ def _refuse_host_code(write: list[str]) -> None:
         )
 
 
-def _refuse_host_search_path(write: list[str], places: list[tuple[str, bool, str]]) -> None:
+def _refuse_host_search_path(write: list[str], places: list[tuple[str, bool | str, str]]) -> None:
     """Refuse a ``write`` grant that holds a place where the host looks for code to run by name
     (``_host_code.search_places``: its ``sys.path``, its user's Python directories, home
     directory and what is hidden there, ``PATH`` and ``LD_LIBRARY_PATH``). A run could leave
@@ -743,14 +743,19 @@ def _refuse_scratch_homes(write: list[str], temporary: str) -> None:
 
 
 def _write_grant_holding(
-    write: list[str], places: list[tuple[str, str, bool]]
+    write: list[str], places: Sequence[tuple[str, str, bool | str]]
 ) -> tuple[str, str] | None:
     """The first ``write`` grant that holds one of ``places`` (each as given, resolved, and
-    whether a grant beneath it holds part of it too), with that place; ``None`` if none."""
+    whether a grant beneath it holds part of it too: ``True``, ``False``, or ``ENTRIES`` for a
+    file granted directly in it), with that place; ``None`` if none."""
     for granted in write:
         root = os.path.realpath(granted)
         for place, real, whole in places:
-            if real == root or lies_beneath(real, root) or (whole and lies_beneath(root, real)):
+            if real == root or lies_beneath(real, root):
+                return granted, place
+            if whole is True and lies_beneath(root, real):
+                return granted, place
+            if whole == ENTRIES and os.path.dirname(root) == real and not os.path.isdir(root):
                 return granted, place
     return None
 

@@ -13,18 +13,24 @@ import os
 import pwd
 import re
 import sys
+from typing import Final
 
-__all__ = ["mapped_code", "search_places"]
+__all__ = ["ENTRIES", "mapped_code", "search_places"]
+
+ENTRIES: Final = "entries"
+"""How much of a searched directory (a ``PATH`` directory) a grant beneath it holds: a file
+directly in it, which a command by that name runs, and not a directory there or anything deeper
+(a command is looked up in the directory itself, and a run cannot replace its grant's root)."""
 
 _SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64")
 """Where the machine's own Pythons keep their libraries (``python3``, ``python3.11``)."""
 
 
-def search_places() -> list[tuple[str, bool, str]]:
-    """Each place as ``(absolute path, whether a grant beneath it holds part of it too, what
-    it is)``. A run may write anything beneath a ``write`` grant, and code it leaves in one of
-    these runs as the host's user, outside the sandbox, the next time the harness or any
-    Python or command of that user starts:
+def search_places() -> list[tuple[str, bool | str, str]]:
+    """Each place as ``(absolute path, whether a grant beneath it holds part of it too (or
+    ``ENTRIES``: only a file directly in it), what it is)``. A run may write anything beneath a
+    ``write`` grant, and code it leaves in one of these runs as the host's user, outside the
+    sandbox, the next time the harness or any Python or command of that user starts:
 
     - the directories of the host's ``sys.path`` (the harness script's directory or working
       directory first): a ``sitecustomize.py``, or a module named like one the harness
@@ -53,12 +59,13 @@ def search_places() -> list[tuple[str, bool, str]]:
       beneath it included), and the file every non-interactive ``bash`` it starts runs first
       (``BASH_ENV``: each ``bash -c`` of a ``bash`` tool);
     - the directories of the host's ``PATH``, whose commands the harness and its tools run by
-      name, a grant beneath them included (a grant of ``/usr/local/bin/tool`` is a grant of
-      what ``tool`` runs), and those of its ``LD_LIBRARY_PATH``, where the dynamic loader
-      looks for every library of every command the harness starts (its ``libz.so.1``, its
-      ``libc.so.6``) before the system's directories; an entry that is empty, ``.`` or
-      relative (``node_modules/.bin``) names a directory of the working directory, from which
-      the harness's commands look it up;
+      name, a file granted directly in one included (a grant of ``/usr/local/bin/tool`` is a
+      grant of what ``tool`` runs), and those of its ``LD_LIBRARY_PATH``, a grant beneath them
+      included (the loader looks in subdirectories such as ``glibc-hwcaps`` too), where the
+      dynamic loader looks for every library of every command the harness starts (its
+      ``libz.so.1``, its ``libc.so.6``) before the system's directories; an entry that is
+      empty, ``.`` or relative (``node_modules/.bin``) names a directory of the working
+      directory, from which the harness's commands look it up;
     - the shared libraries the harness has loaded (``ctypes.CDLL`` of a vendor's library, an
       extension module's dependency), which its next start loads again, and those of its
       ``LD_PRELOAD`` and ``LD_AUDIT``, which the loader loads into every command it starts:
@@ -69,7 +76,7 @@ def search_places() -> list[tuple[str, bool, str]]:
       ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
       ``dist-packages`` there as it starts.
     """
-    places: dict[str, tuple[bool, str]] = {}  # by path, the first reason kept
+    places: dict[str, tuple[bool | str, str]] = {}  # by path, the first reason kept
     imported_from = _resolved([entry for entry in sys.path if isinstance(entry, str)])
     for entry in imported_from:
         where = (
@@ -129,7 +136,7 @@ def search_places() -> list[tuple[str, bool, str]]:
         places.setdefault(os.path.abspath(startup), (False, where))
     for entry in _entries_of(os.environ.get("PATH"), os.pathsep):
         where = "a directory of the harness's PATH, run by name"
-        places.setdefault(entry, (True, where))
+        places.setdefault(entry, (ENTRIES, where))
     for entry in _entries_of(os.environ.get("LD_LIBRARY_PATH"), ":;"):
         where = (
             "a directory of the harness's LD_LIBRARY_PATH, where the dynamic loader looks first "
@@ -192,7 +199,7 @@ def _resolved(entries: list[str]) -> list[str]:
     return [os.path.normpath(os.path.join(here, entry)) for entry in entries]
 
 
-def _encodable(path: str, whole: bool) -> tuple[str, bool]:
+def _encodable(path: str, whole: bool | str) -> tuple[str, bool | str]:
     """``(path, whole)``, or where ``path`` holds bytes that are not UTF-8 (which cannot cross
     to the template, nor be granted), its nearest directory above that is, held only: a grant
     holds the one exactly when it holds the other, as none can lie between them or beneath."""
@@ -203,7 +210,7 @@ def _encodable(path: str, whole: bool) -> tuple[str, bool]:
         except UnicodeEncodeError:
             path = os.path.dirname(path)
         else:
-            return path, whole and path == given
+            return path, whole if path == given else False
 
 
 def _entries(directory: str) -> list[str]:
