@@ -82,11 +82,12 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     A granted path must exist when the runtime's template starts, else every run fails naming
     it. A grant beneath a ``write`` grant raises ``ValueError`` (the ``write`` grant covers it,
     and a run could replace it with a link to anywhere); one that links lead there (or through
-    there and out again), and a ``write`` grant holding the Python installation, the C library
-    it runs, this package, the temporary directory (where every runtime keeps its scratch
-    mount point) or a place where the harness's user looks for code to run by name (its
-    ``sys.path``, ``~/.local/lib``, home directory and its hidden entries, ``PATH``,
-    ``LD_LIBRARY_PATH``), fail every run naming them.
+    there and out again), and a ``write`` grant holding the Python installation, a shared
+    library the harness has loaded (the C library, a vendor's), this package, the temporary
+    directory (where every runtime keeps its scratch mount point) or a place where the
+    harness's user looks for code to run by name (its ``sys.path`` and bytecode, ``~/.local/lib``,
+    home directory and its hidden entries, ``PATH``, ``LD_LIBRARY_PATH``), fail every run
+    naming them.
     The program always has its own fresh scratch directory (its working directory, a tmpfs of
     at most ``max_memory_mb``) and read access to the Python installation.
     """
