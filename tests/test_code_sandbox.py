@@ -291,6 +291,47 @@ print(json.dumps([result.error.kind, result.error.message] if result.error else 
 """
 
 
+def harness_outcome(
+    harness: Path,
+    granted: Path,
+    program: str = "return 'ran'",
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+) -> Any:
+    """What a run of ``program`` by the ``_SEARCH_PATH_HARNESS`` script ``harness``, started
+    in ``env`` (and ``cwd``), with a write grant of ``granted``, gave: its value, or the kind
+    and message of its failure."""
+    outcome = subprocess.run(
+        [sys.executable, str(harness), str(granted), program],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+    )
+    assert outcome.returncode == 0, outcome.stderr
+    return json.loads(outcome.stdout)
+
+
+def refused_grant(
+    harness: Path,
+    granted: Path,
+    program: str = "return 'ran'",
+    *,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    what: str = "",
+) -> str:
+    """The message every run of ``harness`` fails with under a write grant of ``granted``
+    (the test fails if the run went ahead, naming ``what`` it could then have done)."""
+    seen = harness_outcome(harness, granted, program, env=env, cwd=cwd)
+    assert isinstance(seen, list), f"the run went ahead ({seen!r}): {what}"
+    kind, message = seen
+    assert kind == "worker-exit", message
+    return str(message)
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git shows what its configuration runs")
 def test_a_write_grant_holding_where_the_hosts_user_looks_for_code_fails_every_run(
     tmp_path: Path,
@@ -336,18 +377,9 @@ with open({str(planted)!r}, 'w') as file:
 os.chmod({str(planted)!r}, 0o755)
 return 'planted'
 """
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(granted), program],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
+        message = refused_grant(
+            harness, granted, program, env=environment, what=f"a run wrote {planted}"
         )
-        assert outcome.returncode == 0, outcome.stderr
-        seen = json.loads(outcome.stdout)
-        assert seen != "planted", f"a run wrote {planted}"
-        kind, message = seen
-        assert kind == "worker-exit"
         assert f"the write grant {str(granted)!r} holds" in message
         assert "a run could leave code there that the host runs next" in message
         assert not planted.exists() or str(ran) not in planted.read_text()
@@ -417,16 +449,9 @@ def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_ever
         (system, workspace),  # without such entries the working directory may be granted
         (f"{system}:", outputs),  # and with them, a directory in it (no command is looked up there)
     ):
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(granted), "return 'ran'"],
-            capture_output=True,
-            text=True,
-            env={"HOME": "/nonexistent", "PATH": path},
-            cwd=workspace,
-            timeout=60,
-        )
-        assert outcome.returncode == 0, outcome.stderr
-        assert json.loads(outcome.stdout) == "ran", (path, granted)
+        environment = {"HOME": "/nonexistent", "PATH": path}
+        seen = harness_outcome(harness, granted, env=environment, cwd=workspace)
+        assert seen == "ran", (path, granted, seen)
     cases = [  # (PATH, LD_LIBRARY_PATH, the grant, the place it holds)
         (system, str(libraries), libraries, libraries),
         (system, "/usr/lib:lib", workspace, workspace / "lib"),
@@ -439,19 +464,14 @@ def test_a_write_grant_holding_where_the_hosts_commands_are_looked_up_fails_ever
     for path, library_path, granted, place in cases:
         environment = {"HOME": "/nonexistent", "PATH": path, "LD_LIBRARY_PATH": library_path}
         program = "open('planted', 'w').write('x')\nreturn 'ran'"
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(granted), program],
-            capture_output=True,
-            text=True,
+        message = refused_grant(
+            harness,
+            granted,
+            program,
             env=environment,
             cwd=workspace,
-            timeout=60,
+            what=f"{granted} granted under PATH={path} LD_LIBRARY_PATH={library_path}",
         )
-        assert outcome.returncode == 0, outcome.stderr
-        seen = json.loads(outcome.stdout)
-        assert seen != "ran", f"{granted} granted under PATH={path} LD_LIBRARY_PATH={library_path}"
-        kind, message = seen
-        assert kind == "worker-exit"
         assert f"the write grant {str(granted)!r} holds {str(place)!r}" in message, message
         assert "a run could leave code there that the host runs next" in message
     # What such a grant would have let a run leave does run as the host: a library where the
@@ -498,18 +518,9 @@ def test_a_write_grant_holding_a_library_the_harness_preloads_fails_every_run(
         ("LD_AUDIT", str(hooks / "libhook.so")),
     ):
         environment = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", variable: value}
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(hooks), "return 'ran'"],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
+        message = refused_grant(
+            harness, hooks, env=environment, what=f"{hooks} granted under {variable}={value}"
         )
-        assert outcome.returncode == 0, outcome.stderr
-        seen = json.loads(outcome.stdout)
-        assert seen != "ran", f"{hooks} granted under {variable}={value}"
-        kind, message = seen
-        assert kind == "worker-exit"
         assert f"the write grant {str(hooks)!r} holds {str(hooks / 'libhook.so')!r}" in message
         assert "a run could leave code there that the host runs next" in message
     # What such a grant would have let a run leave runs as the host in its next command.
@@ -541,18 +552,9 @@ def test_a_write_grant_holding_a_library_the_harness_has_loaded_fails_every_run(
     harness.write_text(loads + _SEARCH_PATH_HARNESS)
     environment = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"}
     for granted in (vendor, tmp_path / "vendor"):
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(granted), "return 'ran'"],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
+        message = refused_grant(
+            harness, granted, env=environment, what=f"a run may replace {library}"
         )
-        assert outcome.returncode == 0, outcome.stderr
-        seen = json.loads(outcome.stdout)
-        assert seen != "ran", f"a run may replace {library}"
-        kind, message = seen
-        assert kind == "worker-exit"
         assert f"the write grant {str(granted)!r} holds {str(library)!r}" in message, message
         assert "a run could leave code there that the host runs next" in message
 
@@ -570,18 +572,12 @@ def test_a_write_grant_holding_a_namespace_package_the_harness_imports_fails_eve
     (package / "helper.py").write_text("HELPER = 1\n")
     harness = project / "harness.py"
     harness.write_text("import acme.helper\n" + _SEARCH_PATH_HARNESS)
-    outcome = subprocess.run(
-        [sys.executable, str(harness), str(package), "return 'ran'"],
-        capture_output=True,
-        text=True,
+    message = refused_grant(
+        harness,
+        package,
         env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"},
-        timeout=60,
+        what=f"a run may replace {package / 'helper.py'}",
     )
-    assert outcome.returncode == 0, outcome.stderr
-    seen = json.loads(outcome.stdout)
-    assert seen != "ran", f"a run may replace {package / 'helper.py'}"
-    kind, message = seen
-    assert kind == "worker-exit"
     assert f"the write grant {str(package)!r} holds {str(package)!r}" in message, message
     assert "code the harness has imported" in message
 
@@ -616,18 +612,9 @@ def test_a_write_grant_holding_configuration_the_environment_names_fails_every_r
         shell: (shell / "startup.sh", f"touch {ran}\n"),
     }
     for granted, (planted, _code) in leaves.items():
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(granted), "return 'ran'"],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
+        message = refused_grant(
+            harness, granted, env=environment, what=f"a run may write {planted}"
         )
-        assert outcome.returncode == 0, outcome.stderr
-        seen = json.loads(outcome.stdout)
-        assert seen != "ran", f"a run may write {planted}"
-        kind, message = seen
-        assert kind == "worker-exit"
         assert f"the write grant {str(granted)!r} holds" in message, message
         assert "a run could leave code there that the host runs next" in message
     # What each would have let a run leave does run as the host.
@@ -666,18 +653,9 @@ def test_a_write_grant_holding_where_the_host_keeps_bytecode_fails_every_run(
         (plain, project / "__pycache__", project / "__pycache__"),
     ):
         granted.mkdir(exist_ok=True)
-        outcome = subprocess.run(
-            [sys.executable, str(harness), str(granted), "return 'ran'"],
-            capture_output=True,
-            text=True,
-            env=environment,
-            timeout=60,
+        message = refused_grant(
+            harness, granted, env=environment, what=f"a run may write {granted}"
         )
-        assert outcome.returncode == 0, outcome.stderr
-        seen = json.loads(outcome.stdout)
-        assert seen != "ran", f"a run may write {granted}"
-        kind, message = seen
-        assert kind == "worker-exit"
         assert f"the write grant {str(granted)!r} holds {str(place)!r}" in message, message
         assert "a run could leave code there that the host runs next" in message
     # What either would have let a run leave does run as the host, at its next import.
