@@ -100,12 +100,8 @@ class CodeRunHost:
         # The loop of the actor's default group, where the runs live (see ``events``).
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def start(
-        self, run_id: str, program: str, namespaces: list[NamespaceSpec], placed: object = None
-    ) -> None:
-        """Start one run; its events are collected with ``events(run_id)``. ``placed``: this
-        actor's ``ready`` answer, which the first run's ``start`` waits for (see
-        ``RayCodeRuntime._start``)."""
+    async def start(self, run_id: str, program: str, namespaces: list[NamespaceSpec]) -> None:
+        """Start one run; its events are collected with ``events(run_id)``."""
         from ..codebridge import BindingNamespace, CodeRunRequest, ErrorClassSpec
 
         self._loop = asyncio.get_running_loop()

@@ -226,7 +226,7 @@ class RayCodeRuntime:
         try:
             for again in (False, True):
                 try:
-                    ended = await watch.started(*self._start(host, run_id, request.program, spec))
+                    ended = await watch.started(host.start.remote(run_id, request.program, spec))
                     break
                 except import_ray().exceptions.RayActorError as exc:
                     if again or exc.actor_init_failed or not still_connected(session):
@@ -302,19 +302,6 @@ class RayCodeRuntime:
             release()
             for task in answers:
                 task.cancel()
-
-    def _start(
-        self, host: Any, run_id: str, program: str, spec: list[NamespaceSpec]
-    ) -> tuple[Any, Any]:
-        """Send the run to ``host``: its ``start`` call, and what Ray waits for before it sends
-        that call (``host``'s ``ready``, while it has never answered: its first run), or None.
-        Ray sends a call only once its arguments are here: a run given up while its actor
-        waits to be placed whose ``ready`` failed was never sent, and never started (see
-        ``_RunWatch.started``). A run on an actor that has answered is sent at once."""
-        if self._heard_from(host).at is not None:
-            return host.start.remote(run_id, program, spec), None
-        gate = host.ready.remote()
-        return host.start.remote(run_id, program, spec, gate), gate
 
     def _stop_on_abort(
         self, loop: asyncio.AbstractEventLoop, signal: AbortSignal
@@ -439,22 +426,6 @@ class RayCodeRuntime:
             ray.kill(host, no_restart=True)
 
 
-_GATE_WAIT_S = 10.0
-"""How long a run given up for placement waits for its actor's ``ready`` to settle once that
-actor was killed (seconds): failed, the run was never sent; not settled, it may have been."""
-
-
-async def _never_sent(gate: Any) -> bool:
-    """Whether Ray never sent the run's ``start`` (see ``RayCodeRuntime._start``): the
-    ``ready`` it waited for failed (its actor was killed before it answered)."""
-    if gate is None:
-        return False
-    answer = asyncio.wrap_future(gate.future())
-    answer.add_done_callback(retrieve)
-    await asyncio.wait((answer,), timeout=_GATE_WAIT_S)
-    return answer.done() and (answer.cancelled() or answer.exception() is not None)
-
-
 def _failed(kind: FailureKind, message: str) -> CodeRunResult:
     from ..codebridge import CodeRunFailure, CodeRunResult
 
@@ -494,16 +465,14 @@ class _RunWatch:
         self._ping_sent = 0.0  # when the sign of life asked for was asked for
         self._heard = runtime._heard_from(host)
 
-    async def started(self, starting: Any, gate: Any = None) -> CodeRunResult | None:
-        """Wait for the node to take the run (``starting``: its ``start`` call, which Ray sends
-        once ``gate`` answered, see ``RayCodeRuntime._start``), or the result that ends the
-        run here first. The node may be slow to take it (its actor is still being placed, its
-        environment set up) or never take it (no node offers the actor's resources): an abort
-        still ends the run, after ``cancel_grace_s`` for the node to take it and settle it
-        (the actor is killed then), and so does the disposal. Where no node of the cluster has
-        the resources the actor needs, the run fails once ``placement_wait_s`` has passed (the
-        actor is killed): as unavailable when it provably never started (its ``gate`` failed),
-        else as lost (Ray may have placed the actor just then, and the program started)."""
+    async def started(self, starting: Any) -> CodeRunResult | None:
+        """Wait for the node to take the run (``starting``: its ``start`` call), or the
+        result that ends the run here first. The node may be slow to take it (its actor is
+        still being placed, its environment set up) or never take it (no node offers the
+        actor's resources): an abort still ends the run, after ``cancel_grace_s`` for the node
+        to take it and settle it (the actor is killed then), and so does the disposal. Where
+        no node of the cluster has the resources the actor needs, the run fails once
+        ``placement_wait_s`` has passed (the actor is killed: it has taken no run)."""
         loop = self._loop
         unplaced_until = loop.time() + self._runtime._placement_wait
         taken = asyncio.wrap_future(starting.future())
@@ -546,13 +515,7 @@ class _RunWatch:
                 why = never_placed("actor for it", runtime._placement_wait, needs)
                 if why is not None and self._heard.at is None and not taken.done():
                     runtime._forget(self._host, kill=True)
-                    if await _never_sent(gate):
-                        return _failed("worker-exit", f"remote code runtime unavailable: {why}")
-                    return _failed(
-                        "worker-exit",
-                        f"remote code runtime lost: {why}; but Ray may have placed its actor just"
-                        " then, and the program may have started before it was stopped",
-                    )
+                    return _failed("worker-exit", f"remote code runtime unavailable: {why}")
             if not self._stop.done() and deadline is None:
                 continue  # nothing else happened
             runtime = self._runtime

@@ -45,8 +45,7 @@ def describe_ray_failure(exc: BaseException) -> str:
 
 class RemoteWorkerLostError(HarnessError):
     """The worker, actor or node running a body died, or could not be reached, before the body
-    settled, or the call was stopped when it may have begun (code ``REMOTE_WORKER_LOST``). The
-    body may have run partly; it is not retried.
+    settled (code ``REMOTE_WORKER_LOST``). The body may have run partly; it is not retried.
 
     ``died``: the process (or node) is known to have died: the message says so, and that the
     body may or may not have run (Ray cannot tell a death under the body from one an instant
@@ -66,10 +65,8 @@ class RemoteWorkerLostError(HarnessError):
 
 
 class RemoteUnavailableError(HarnessError):
-    """Ray could not be started or reached, or could not prepare the body's environment, or
-    placed no worker for the call and cancelled it before one began it (code
-    ``REMOTE_UNAVAILABLE``). The body did not run: a call that may have begun is
-    ``RemoteWorkerLostError``."""
+    """Ray could not be started or reached, or could not prepare the body's environment
+    (code ``REMOTE_UNAVAILABLE``). The body did not run."""
 
     def __init__(self, tool: str, detail: str) -> None:
         self.tool = tool

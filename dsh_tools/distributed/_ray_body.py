@@ -17,7 +17,6 @@ from ..actors._futures import retrieve
 from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import RemoteUnavailableError, RemoteWorkerLostError, describe_ray_failure
 from ._ray_runners import LazyRunner, RunnerSettings, Submission
-from ._remote import DROPPED
 from ._wire import decode_reply, encode_call, rebuild_exception
 
 __all__ = ["Body", "remote_body"]
@@ -32,16 +31,6 @@ _RECORD_WAIT_S = 30.0
 read on its node (a worker may have to start there) before it takes the call for one that may
 have run (seconds)."""
 _SHUT_DOWN = "the Ray connection ended (ray.shutdown()) before the call settled"
-_MOVED_AS_BEGUN = (
-    "its actor was replaced as the call may have begun on it (the body may have run, and is"
-    " not run again): "
-)
-
-
-def _report(reply: asyncio.Future[Any]) -> str:
-    """Ray's report of a reply that failed (else: it has not settled)."""
-    failure = None if not reply.done() or reply.cancelled() else reply.exception()
-    return "it has not settled" if failure is None else describe_ray_failure(failure)
 
 
 async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
@@ -166,74 +155,20 @@ async def _never_began(
     # That answer (the probe's, or the call ahead's) may have been sent just before the call
     # began and lost with a process the body ended at once: only the record the actor kept on
     # its node of the calls it began tells. Without it, the call may have run.
-    return await _record_shows_unbegun(submission, aborted, tool, session)
-
-
-async def _record_shows_unbegun(
-    submission: Submission, aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
-) -> bool:
-    """Whether the record the call's dead (or killed) actor kept on its node of the calls it
-    began shows this one had not (``Submission.record``); False when it tells nothing."""
     record = submission.record()
     if record is None:
         return False
     reading, seq = record
-    read = await _settled_within(reading, aborted, tool, session)
-    if read is None:
+    read = asyncio.wrap_future(reading.future())
+    read.add_done_callback(retrieve)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_first(read, aborted, tool, session), _RECORD_WAIT_S)
+    if not read.done():
+        if aborted.done():
+            raise AbortError("ABORTED")
         return False  # its node does not answer (gone with the actor, say)
     last = None if read.cancelled() or read.exception() is not None else read.result()
     return isinstance(last, int) and last < seq
-
-
-async def _settled_within(
-    ref: Any, aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
-) -> asyncio.Future[Any] | None:
-    """``ref``'s outcome once Ray settled it, or None when it has not within
-    ``_RECORD_WAIT_S``; an abort meanwhile ends the wait as ``ABORTED``."""
-    settled = asyncio.wrap_future(ref.future())
-    settled.add_done_callback(retrieve)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(_first(settled, aborted, tool, session), _RECORD_WAIT_S)
-    if settled.done():
-        return settled
-    if aborted.done():
-        raise AbortError("ABORTED")
-    return None
-
-
-async def _not_begun(
-    reply: asyncio.Future[Any],
-    submission: Submission,
-    aborted: asyncio.Future[None],
-    tool: str,
-    session: tuple[str, str],
-) -> bool:
-    """Whether a call that was stopped, or taken off its actor, before Ray was seen to begin it
-    provably never began: its actor dropped it; or Ray cancelled it before a worker began it
-    (``Submission.cancel_tells``); or Ray never sent it (its actor's ``ready``, which it
-    waited for, failed: ``Submission.gate``); or its actor's record of the calls it began,
-    read once that actor's process is gone, shows it had not. Anything else (no reply, a
-    death, an interrupted body) leaves it a call that may have run."""
-    if submission.dropped:
-        return True  # whether or not its actor has answered it yet
-    settled = reply.done() and not reply.cancelled()
-    if settled:
-        failure = reply.exception()
-        if failure is None:
-            return bool(reply.result() == DROPPED)
-        errors = import_ray().exceptions
-        if type(failure) is errors.TaskCancelledError and submission.cancel_tells:
-            return True
-    gate = submission.gate
-    if gate is not None:
-        ready = await _settled_within(gate, aborted, tool, session)
-        if ready is None:
-            return False
-        if ready.cancelled() or ready.exception() is not None:
-            return True  # Ray never sent the call: the actor never answered ``ready``
-        submission.located(ready.result())
-    # The record is final once its actor is gone, which a failed reply says.
-    return settled and await _record_shows_unbegun(submission, aborted, tool, session)
 
 
 def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:
@@ -253,23 +188,10 @@ def _failed_on_cluster(reply: asyncio.Future[Any]) -> bool:
     return isinstance(exc, import_ray().exceptions.RayError)
 
 
-def _ran(reply: asyncio.Future[Any]) -> bool:
-    """Whether the call's reply is the body's (its value or its own failure): Ray placed the
-    call and it ran to its end."""
-    return (
-        reply.done()
-        and not reply.cancelled()
-        and reply.exception() is None
-        and reply.result() != DROPPED
-    )
-
-
-def _may_have_begun(why: str, reply: asyncio.Future[Any]) -> str:
-    """What a call given up for placement (``why``) that may have begun after all is told."""
-    return (
-        f"{why}; but Ray may have placed it just then, and the body may have begun before it"
-        f" was stopped: {_report(reply)}"
-    )
+def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
+    """Whether the call's reply is Ray's "cancelled before it ran"."""
+    exc = None if reply.cancelled() else reply.exception()
+    return isinstance(exc, import_ray().exceptions.TaskCancelledError)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -347,19 +269,14 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         with contextlib.suppress(asyncio.CancelledError):
                             await _stopped(submission, session)
                         raise
-                    except RemoteUnavailableError as unplaced:
+                    except RemoteUnavailableError:
                         # No node can place its task or actor: cancelled (or taken off its
-                        # actor). Ray may have placed it just then: its outcome then stands,
-                        # and a call stopped as it began may have run. Only one shown not to
-                        # have begun fails as not run.
+                        # actor), the call has not begun, unless Ray placed it just then
+                        # (its outcome then stands).
                         await _stopped(submission, session)
                         await asyncio.wait((reply,), timeout=_CONNECTION_CHECK_S)
-                        if not _ran(reply):
-                            if await _not_begun(reply, submission, aborted, tool, session):
-                                raise
-                            raise RemoteWorkerLostError(
-                                tool, _may_have_begun(unplaced.detail, reply)
-                            ) from None
+                        if not reply.done() or reply.cancelled() or reply.exception() is not None:
+                            raise
                     if not reply.done():
                         await _stopped(submission, session)
                         raise AbortError("ABORTED")
@@ -367,12 +284,8 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         # ray.shutdown() ends the job's workers and actors as it disconnects:
                         # their calls fail with a death, which the ending connection explains.
                         raise RemoteWorkerLostError(tool, _SHUT_DOWN)
-                    if submission.moved and not _ran(reply):
-                        if await _not_begun(reply, submission, aborted, tool, session):
-                            continue  # taken off a replaced actor before it began: again
-                        # Taken off as it began (Ray placed its actor just then, or the
-                        # call ahead ended just then): it may have run, and is not run again.
-                        raise RemoteWorkerLostError(tool, _MOVED_AS_BEGUN + _report(reply))
+                    if submission.moved and _cancelled_on_cluster(reply):
+                        continue  # taken off a replaced actor before it started: again
                     if not fresh and await _never_began(reply, submission, aborted, tool, session):
                         # Its actor had died while idle, before the call reached it: the body
                         # did not run, so it runs on a fresh actor. Once: a call whose fresh

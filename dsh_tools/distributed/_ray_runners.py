@@ -76,29 +76,6 @@ class Submission(Protocol):
         """Whether the call was taken off its worker before it started (that worker was
         replaced): a ``TaskCancelledError`` then means "submit it again", not a failure."""
 
-    @property
-    def gate(self) -> Any:
-        """The Ray object ref Ray waited for before it sent the call (its actor's ``ready``,
-        while the pool had not seen that actor placed): should it fail, the call was never
-        sent, and never began. None when the call was sent at once."""
-
-    @property
-    def dropped(self) -> bool:
-        """Whether its actor answered that it dropped the call before it began."""
-
-    @property
-    def cancel_tells(self) -> bool:
-        """Whether Ray's own ``TaskCancelledError`` (not one raised in the body's process, a
-        ``RayTaskError``) means the call was cancelled before it began: so for a task that
-        ``stop`` found settled as soon as it asked Ray to cancel it (Ray fails a task no
-        worker has been given yet within that request; any other it reports cancelled later,
-        also when its worker died, or was forced to exit, meanwhile); never for an actor's
-        call (Ray reports a queued actor call cancelled and runs it all the same, and a
-        running one cancelled, then killed, as cancelled too)."""
-
-    def located(self, ready: Any) -> None:
-        """``ready``: its actor's answer to ``ready`` (where it records the calls it began)."""
-
     def stop(self) -> None:
         """Cancel, wait the grace, force, wait to settle (blocking; run off the loop)."""
 
@@ -121,27 +98,19 @@ class Submission(Protocol):
 
 
 class TaskSubmission:
-    __slots__ = ("cancel_tells", "check_at", "ref", "runner")
+    __slots__ = ("check_at", "ref", "runner")
 
     reached = None  # a task is never queued behind another call on its worker
-    gate = None  # sent at once
-    dropped = False  # a task has no actor to drop it
 
     def __init__(self, runner: TaskRunner, ref: Any, since: float) -> None:
         self.runner = runner
         self.ref = ref
         # When to look at the cluster first (see ``waiting``): nothing is asked of it before.
         self.check_at = since + runner.wait
-        # Whether ``stop`` found the task settled as soon as it asked Ray to cancel it (see
-        # ``Submission.cancel_tells``).
-        self.cancel_tells = False
 
     @property
     def moved(self) -> bool:
         return False  # a task is never queued behind another call
-
-    def located(self, ready: Any) -> None:
-        return None
 
     def stop(self) -> None:
         # After ray.shutdown() the task ended with the connection: nothing to stop (and
@@ -151,11 +120,6 @@ class TaskSubmission:
             return
         runner = self.runner
         ray.cancel(self.ref, force=False, recursive=True)
-        # A task no worker has been given yet Ray fails within the cancel request itself: a
-        # call settled at once was not begun (see ``Submission.cancel_tells``).
-        self.cancel_tells = _settled(ray, self.ref)
-        if self.cancel_tells:
-            return
         ready, _ = ray.wait([self.ref], timeout=runner.grace, fetch_local=False)
         if ready or connected_ray() is None:
             return
@@ -229,8 +193,6 @@ class ActorSubmission:
     __slots__ = (
         "actor",
         "begun",
-        "dropped",
-        "gate",
         "moved",
         "pool",
         "reached",
@@ -251,7 +213,6 @@ class ActorSubmission:
         seq: int,
         ref: Any,
         since: float,
-        gate: Any,
     ) -> None:
         self.pool = pool
         self.since = since  # when the call was first sent (to this actor or one before it)
@@ -263,15 +224,6 @@ class ActorSubmission:
         self.ref = ref
         self.released = False
         self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
-        self.dropped = False  # its actor answered that it dropped it (see ``ActorPool.discard``)
-        self.gate = gate  # what Ray waited for before it sent the call (see ``Submission``)
-
-    cancel_tells = False  # see ``Submission.cancel_tells``
-
-    def located(self, ready: Any) -> None:
-        begun = self.begun
-        if begun.where is None and isinstance(ready, tuple):
-            begun.where = (str(ready[0]), str(ready[1]))
 
     def stop(self) -> None:
         ray = connected_ray()
@@ -291,7 +243,6 @@ class ActorSubmission:
             # It had not begun (it waits behind another call): it never will, and the call
             # ahead is no part of this abort. Ray's own cancellation would not do: it reports
             # a queued call cancelled and runs it all the same when its turn comes.
-            self.dropped = True
             return
         if connected_ray() is None:
             return  # ended with the connection while the actor was asked
@@ -375,7 +326,7 @@ class _Record:
 class _Slot:
     """One place for an actor in a pool (its fields are the pool's, read under its lock)."""
 
-    __slots__ = ("actor", "begun", "calls", "index", "last", "made", "made_at", "placed", "ready")
+    __slots__ = ("actor", "begun", "calls", "index", "last", "made", "made_at", "placed")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -390,9 +341,6 @@ class _Slot:
         self.placed = False
         self.made_at = 0.0
         self.made = 0
-        # Its actor's ``ready`` while the pool has not seen it answered: the calls sent to
-        # the actor meanwhile wait for it (see ``ActorPool.submit``).
-        self.ready: Any = None
 
 
 def _queued(slot: _Slot) -> int:
@@ -455,19 +403,8 @@ class ActorPool:
                 # (a crash the body left behind, the memory it took).
                 reached = actor.ready.remote()
             seq = next(self._sent)
-            # Sent to an actor the pool has not seen placed, the call carries that actor's
-            # ``ready`` as an argument: Ray sends it only once the answer is here, so a call
-            # given up with its actor (see ``unplaced``) whose ``ready`` failed provably never
-            # began, and one whose ``ready`` answered can be told by the actor's record. A
-            # call to a placed actor carries nothing more.
-            gate = slot.ready
-            ref = (
-                actor.call.remote(frame, seq)
-                if gate is None
-                else actor.call.remote(frame, seq, gate)
-            )
             submission = ActorSubmission(
-                self, slot, actor, slot.begun, reached, seq, ref, since, gate
+                self, slot, actor, slot.begun, reached, seq, actor.call.remote(frame, seq), since
             )
             slot.last = submission.ref
             slot.calls.add(submission)
@@ -490,8 +427,7 @@ class ActorPool:
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
         on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made, begun)
-        ready = slot.ready = actor.ready.remote()
-        return actor, ready, on_placed
+        return actor, actor.ready.remote(), on_placed
 
     def release(self, slot: _Slot, submission: ActorSubmission) -> None:
         with self._lock:
@@ -506,24 +442,21 @@ class ActorPool:
             slot = self._slots[index]
             if slot.actor is not None and slot.made == made:
                 slot.placed = True
-                slot.ready = None  # later calls are sent at once
 
     def unplaced(self, submission: ActorSubmission) -> None:
         """Give up the actor of ``submission`` if Ray has not placed it ``placement_wait_s``
         after it was made while another actor of the pool is placed: the calls queued on it
-        go to the placed ones. They are moved the way ``discard`` moves the calls queued
-        behind a stubborn one (cancelled, then the actor killed). Ray may place it just then
-        and begin a call, and reports that call cancelled all the same: each goes to another
-        actor only once shown not begun (its actor never answered the ``ready`` Ray sent it
-        after, or its record shows it had not begun, see ``_ray_body._not_begun``); any other
-        is reported lost, and none runs twice. A fresh actor
+        go to the placed ones. An actor never placed has begun no call, so none of them has
+        run; they are moved the way ``discard`` moves the calls queued behind a stubborn
+        one (cancelled, then the actor killed: an actor whose queued calls were cancelled
+        before it was placed runs no later call), so that should Ray place it just then and a
+        call begin, that call is reported lost with it, and none runs twice. A fresh actor
         with no calls takes its slot and waits in Ray's queue: once Ray places it (the
         cluster grew, or something gave its resources back), the slot takes calls again.
 
         While no actor of the pool is placed, the calls wait for Ray to place one, unless no
         node of the cluster has the resources an actor needs: then ``RemoteUnavailableError``
-        says so (see ``ActorSubmission.waiting``; the call fails so only once shown not
-        begun, as above) once the call has waited
+        says so (see ``ActorSubmission.waiting``) once the call has waited
         ``placement_wait_s``, counted from when its actor was made or from when the call was
         first sent, whichever came first: a call taken off an actor given up meanwhile has
         waited that long already, and a fresh actor no node can place does not restart it."""
@@ -571,12 +504,10 @@ class ActorPool:
         (cancelled before they start, ``moved``) and their bodies submit them again, so
         that only the stubborn call is lost with it. Ray reports a call it cancelled before
         it ran as ``TaskCancelledError`` (and runs it all the same when its turn comes, so
-        the actor is asked to drop them first, see ``BodyActor.drop``); it reports one that
-        did start meanwhile (the stubborn call ended just then) and died with the kill as
-        cancelled too, so a moved call is sent again only once shown not begun (its actor
-        dropped it, or see ``unplaced``), and is otherwise lost, never run again. Only a
-        call the actor dropped is moved (should it not answer, a call whose call just ahead
-        has not ended): when ``running`` itself waited
+        the actor is asked to drop them first, see ``BodyActor.drop``); one that did start
+        meanwhile (the stubborn call ended just then) cannot be cancelled, fails as lost with
+        the kill, and is not run again. Only a call the actor dropped is moved (should it not
+        answer, a call whose call just ahead has not ended): when ``running`` itself waited
         behind a call that would not end (see ``ActorSubmission.stop``), that call may be
         running, and is lost with the actor. ``moving``: every call on it is moved so (its
         actor was never placed, see ``unplaced``)."""
@@ -584,7 +515,6 @@ class ActorPool:
             if slot.actor is actor:
                 slot.actor = None
                 slot.placed = False
-                slot.ready = None
             queued = (
                 [s for s in slot.calls if s.actor is actor and s is not running]
                 if running is not None or moving
@@ -605,8 +535,6 @@ class ActorPool:
                 if dropped is None
                 else [s for s in queued if s.seq in dropped]
             )
-            for submission in queued:
-                submission.dropped = dropped is not None
             if connected_ray() is None:
                 return  # ended with the connection while the actor was asked
         for submission in queued:

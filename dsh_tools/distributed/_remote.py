@@ -201,12 +201,8 @@ class BodyActor:
         self._dropped: set[int] = set()
         self._record = BegunRecord.open()
 
-    def call(self, frame: bytes, seq: int, placed: object = None) -> bytes:
-        """Run one call of the body (see ``run_body``), unless it was dropped (``DROPPED``).
-
-        ``placed``: this actor's ``ready`` answer, for a call sent before the pool had seen
-        it: Ray sends a call only once its arguments are resolved, so a call whose actor
-        never answered ``ready`` was never sent to it, and provably never began."""
+    def call(self, frame: bytes, seq: int) -> bytes:
+        """Run one call of the body (see ``run_body``), unless it was dropped (``DROPPED``)."""
         with self._lock:
             self._begun = seq
             if self._dropped:
@@ -293,24 +289,10 @@ class BegunRecord:
                 os.unlink(self.where[1])
 
 
-_WRITER_GONE_S: Final = 10.0
-"""How long ``last_begun`` waits for the process that wrote a record to be gone (seconds)."""
-
-
 def last_begun(path: str) -> int | None:
     """The number of the last call the dead actor whose record is ``path`` began (-1: none),
     or None when the record is gone or unreadable (then it tells nothing); the record is
-    removed. Run as a Ray task on the actor's node.
-
-    Read only once the actor's process is gone: Ray may report an actor dead (or a call on it
-    cancelled) an instant before its process ends, and a call could still begin then. A
-    process still there after ``_WRITER_GONE_S`` leaves the record telling nothing."""
-    pid = os.path.basename(path).partition("-")[0]
-    deadline = time.monotonic() + _WRITER_GONE_S
-    while pid.isdigit() and _alive(int(pid)) and not _ended(int(pid)):
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.01)
+    removed. Run as a Ray task on the actor's node."""
     try:
         with open(path, "rb") as record:
             data = record.read(9)
@@ -338,17 +320,6 @@ def _sweep(folder: str) -> None:
             os.unlink(entry.path)
         except OSError:
             continue
-
-
-def _ended(pid: int) -> bool:
-    """Whether process ``pid`` has ended though not yet been reaped (a zombie: it runs no
-    code), where ``/proc`` tells."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rpartition(b")")[2].split()[:1]
-    except OSError:
-        return False
-    return state in ([b"Z"], [b"X"])
 
 
 def _alive(pid: int) -> bool:
