@@ -26,6 +26,7 @@ from dsh_tools import (
     Accept,
     Block,
     ExecuteBatch,
+    ToolDefinition,
     ToolOutput,
     ToolsConfig,
     ToolSystem,
@@ -67,6 +68,18 @@ async def _remember_preference(exec: Any, result: Any, next: Any) -> Any:
     return decision
 
 
+def weather_tool(text: ToolOutput) -> ToolDefinition:
+    """A concurrency-safe tool answering with a made-up temperature of its ``city``."""
+    return define_tool(
+        name="weather",
+        description="Temperature of a city.",
+        parameters={"city": {"type": "string", "required": True}},
+        output=text,
+        execute=lambda args, ctx: f"{args['city']}: {len(args['city'])} C",
+        is_concurrency_safe=lambda args: True,
+    )
+
+
 @pytest.fixture
 def system() -> Iterator[ToolSystem]:
     with ToolSystem.start(ToolsConfig(mode="native")) as started:
@@ -74,16 +87,7 @@ def system() -> Iterator[ToolSystem]:
             schema={"type": "string"},
             render=lambda args, value: [{"type": "text", "text": value}],
         )
-        started.tools.register(
-            define_tool(
-                name="weather",
-                description="Temperature of a city.",
-                parameters={"city": {"type": "string", "required": True}},
-                output=text,
-                execute=lambda args, ctx: f"{args['city']}: {len(args['city'])} C",
-                is_concurrency_safe=lambda args: True,
-            )
-        )
+        started.tools.register(weather_tool(text))
         started.tools.register(
             define_tool(
                 name="time.now",
@@ -499,16 +503,7 @@ def test_an_anthropic_turn_runs_code_mode_programs_beside_a_native_call(
         schema={"type": "string"}, render=lambda args, value: [{"type": "text", "text": value}]
     )
     with ToolSystem.start(ToolsConfig(mode="both")) as system:
-        system.tools.register(
-            define_tool(
-                name="weather",
-                description="Temperature of a city.",
-                parameters={"city": {"type": "string", "required": True}},
-                output=text,
-                execute=lambda args, ctx: f"{args['city']}: {len(args['city'])} C",
-                is_concurrency_safe=lambda args: True,
-            )
-        )
+        system.tools.register(weather_tool(text))
         system.tools.register(
             define_tool(
                 name="broken", description="Fails.", parameters={}, output=text, execute=_fail
