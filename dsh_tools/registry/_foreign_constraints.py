@@ -21,9 +21,7 @@ public classes.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
-import operator
 import sys
 import types
 import typing
@@ -31,6 +29,8 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 import msgspec
+
+from ._type_hooks import is_field_info, no_field_default, with_args_mapped
 
 __all__ = ["constrained_parameter"]
 
@@ -69,11 +69,6 @@ def _module(name: str) -> Any:
     return sys.modules.get(name)
 
 
-def _is_field_info(extra: Any) -> bool:
-    fields = _module("pydantic.fields")
-    return fields is not None and isinstance(extra, fields.FieldInfo)
-
-
 def _is_doc(extra: Any) -> bool:
     """``typing_extensions.Doc("...")``: a parameter's description (PEP 727)."""
     extensions = _module("typing_extensions")
@@ -83,7 +78,7 @@ def _is_doc(extra: Any) -> bool:
 
 def _is_foreign(extra: Any) -> bool:
     """Whether ``extra`` is a constraint of pydantic or ``annotated_types``, or a ``Doc``."""
-    if _is_field_info(extra) or _is_doc(extra):
+    if is_field_info(extra) or _is_doc(extra):
         return True
     annotated_types = _module("annotated_types")
     if annotated_types is not None and isinstance(
@@ -93,15 +88,9 @@ def _is_foreign(extra: Any) -> bool:
     return type(extra).__module__.partition(".")[0] == "pydantic"
 
 
-def _no_default(value: Any) -> bool:
-    """Whether a ``Field``'s ``default`` is unset (``None`` is a default like any other)."""
-    core = _module("pydantic_core")
-    return core is not None and value is core.PydanticUndefined
-
-
 def _undefined(value: Any) -> bool:
     """Whether a ``Field`` setting other than ``default`` is unset."""
-    return value is None or _no_default(value)
+    return value is None or no_field_default(value)
 
 
 def _metadata_keywords(item: Any) -> dict[str, Any]:
@@ -145,7 +134,7 @@ def _field_keywords(field: Any, *, as_default: bool = False) -> dict[str, Any]:
             raise _Unreadable(
                 repr(field), f"msgspec has no equivalent of {name}= in a tool's arguments"
             )
-    if not as_default and not _no_default(getattr(field, "default", None)):
+    if not as_default and not no_field_default(getattr(field, "default", None)):
         raise _Unreadable(repr(field), "give the default in the signature (name: T = default)")
     keywords = {name: getattr(field, name) for name in _FIELD_TEXTS}
     keywords = {name: value for name, value in keywords.items() if value is not None}
@@ -155,23 +144,11 @@ def _field_keywords(field: Any, *, as_default: bool = False) -> dict[str, Any]:
 
 
 def _meta(extra: Any) -> msgspec.Meta:
-    keywords = _field_keywords(extra) if _is_field_info(extra) else _metadata_keywords(extra)
+    keywords = _field_keywords(extra) if is_field_info(extra) else _metadata_keywords(extra)
     try:
         return msgspec.Meta(**keywords)
     except (TypeError, ValueError) as exc:
         raise _Unreadable(repr(extra), str(exc)) from None
-
-
-def _rebuilt(origin: Any, hint: Any, args: tuple[Any, ...]) -> Any:
-    if origin is typing.Union:
-        return typing.Union[args]  # noqa: UP007
-    if origin is types.UnionType:
-        return functools.reduce(operator.or_, args)
-    try:
-        return origin[args] if isinstance(hint, types.GenericAlias) else hint.copy_with(args)
-    except (AttributeError, TypeError):
-        # Dropping the rewritten arguments would drop their constraints without a word.
-        raise _Unreadable(repr(hint), "@tool cannot rebuild this type with them") from None
 
 
 def _constrained(hint: Any, metas: list[msgspec.Meta]) -> Any:
@@ -201,13 +178,11 @@ def _translated(hint: Any) -> Any:
         others = [extra for extra in extras if not _is_foreign(extra)]
         inner = _constrained(inner, metas)
         return typing.Annotated[(inner, *others)] if others else inner
-    args = typing.get_args(hint)
-    if origin is None or origin in _LEAVES or not args:
-        return hint
-    translated = tuple(_translated(arg) if arg is not Ellipsis else arg for arg in args)
-    if all(new is old for new, old in zip(translated, args, strict=True)):
-        return hint
-    return _rebuilt(origin, hint, translated)
+    try:
+        return with_args_mapped(hint, _translated)
+    except (AttributeError, TypeError):
+        # Dropping the rewritten arguments would drop their constraints without a word.
+        raise _Unreadable(repr(hint), "@tool cannot rebuild this type with them") from None
 
 
 def _class_fields(cls: type) -> dict[str, Any]:
@@ -267,7 +242,7 @@ def constrained_parameter(owner: str, pname: str, hint: Any, default: Any) -> tu
     as ``msgspec.Meta``; a pydantic ``Field(...)`` default becomes the default it holds (or
     none: ``inspect.Parameter.empty``) and its constraints join the annotation. ``TypeError``
     naming the parameter for a constraint msgspec cannot hold."""
-    if _is_field_info(default):
+    if is_field_info(default):
         try:
             keywords = _field_keywords(default, as_default=True)
             meta = msgspec.Meta(**keywords) if keywords else None
@@ -279,7 +254,7 @@ def constrained_parameter(owner: str, pname: str, hint: Any, default: Any) -> tu
                 "it in the body)"
             ) from None
         field_default = default.default
-        default = inspect.Parameter.empty if _no_default(field_default) else field_default
+        default = inspect.Parameter.empty if no_field_default(field_default) else field_default
         if meta is not None:
             hint = _constrained(hint, [meta])
     try:

@@ -18,12 +18,15 @@ it, so it is looked up in ``sys.modules``.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import operator
 import pathlib
 import sys
 import types
 import typing
 import weakref
+from collections.abc import Callable
 from typing import Any, Final, Literal
 
 import msgspec
@@ -32,9 +35,12 @@ __all__ = [
     "PATH_SCHEMA",
     "SchemaHook",
     "field_folded",
+    "is_field_info",
+    "no_field_default",
     "pydantic_adapted",
     "type_decode",
     "type_encode",
+    "with_args_mapped",
 ]
 
 PATH_SCHEMA: Final = {"type": "string", "format": "path"}
@@ -46,6 +52,18 @@ def _is_path_type(cls: Any) -> bool:
 
 def _pydantic() -> Any:
     return sys.modules.get("pydantic")
+
+
+def is_field_info(extra: Any) -> bool:
+    """Whether ``extra`` is a pydantic ``Field(...)``."""
+    fields = sys.modules.get("pydantic.fields")
+    return fields is not None and isinstance(extra, fields.FieldInfo)
+
+
+def no_field_default(value: Any) -> bool:
+    """Whether a ``Field``'s ``default`` is unset (``None`` is a default like any other)."""
+    core = sys.modules.get("pydantic_core")
+    return core is not None and value is core.PydanticUndefined
 
 
 def _is_model_type(cls: Any) -> bool:
@@ -105,15 +123,12 @@ def _needs_pydantic(hint: Any) -> bool:
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
         base, *extras = typing.get_args(hint)
-        fields = sys.modules.get("pydantic.fields")
         bare = _bare(base)
         holds_models = _is_model_type(bare) or (
             typing.get_origin(bare) in (typing.Union, types.UnionType)
             and _models_in(typing.get_args(bare)) > 0
         )
-        return holds_models and any(
-            fields is not None and isinstance(extra, fields.FieldInfo) for extra in extras
-        )
+        return holds_models and any(is_field_info(extra) for extra in extras)
     if origin in (typing.Union, types.UnionType):
         return _models_in(typing.get_args(hint)) > 1
     return _pydantic_only(hint)
@@ -139,14 +154,12 @@ def field_folded(hint: Any, default: Any) -> tuple[Any, Any]:
     type holds models (``pet: Cat | Dog = Field(discriminator="kind")``): the ``Field`` joins
     the annotation, where pydantic reads it alike, and the default it holds (if any) stays the
     default. Any other parameter is returned as it is."""
-    fields = sys.modules.get("pydantic.fields")
-    if fields is None or not isinstance(default, fields.FieldInfo):
-        return hint, default
-    if not _needs_pydantic(typing.Annotated[hint, default]):
+    if not is_field_info(default) or not _needs_pydantic(typing.Annotated[hint, default]):
         return hint, default
     value = default.default
-    unset = value is sys.modules["pydantic_core"].PydanticUndefined
-    return typing.Annotated[hint, default], inspect.Parameter.empty if unset else value
+    return typing.Annotated[hint, default], (
+        inspect.Parameter.empty if no_field_default(value) else value
+    )
 
 
 def pydantic_adapted(hint: Any) -> Any:
@@ -162,20 +175,30 @@ def pydantic_adapted(hint: Any) -> Any:
         if isinstance(bare, type):  # named as the class it stands for, in every message
             namespace.update(__module__=bare.__module__, __qualname__=bare.__qualname__)
         return type(name, (PydanticAdapted,), namespace)
+    return with_args_mapped(hint, pydantic_adapted)
+
+
+def with_args_mapped(hint: Any, mapped: Callable[[Any], Any]) -> Any:
+    """``hint`` with ``mapped`` applied to each of its type arguments (an ``Annotated``'s
+    metadata included, ``...`` left as it is, a ``Literal``'s values never), rebuilt only when
+    one of them changed; ``hint`` itself otherwise. ``TypeError`` or ``AttributeError`` for a
+    generic that cannot be rebuilt."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin is None or origin is typing.Literal or not args:
         return hint
-    adapted = tuple(pydantic_adapted(arg) if arg is not Ellipsis else arg for arg in args)
-    if all(new is old for new, old in zip(adapted, args, strict=True)):
+    changed = tuple(mapped(arg) if arg is not Ellipsis else arg for arg in args)
+    if all(new is old for new, old in zip(changed, args, strict=True)):
         return hint
     if origin is typing.Annotated:
-        return typing.Annotated[adapted]
-    if origin in (typing.Union, types.UnionType):
-        return typing.Union[adapted]  # noqa: UP007
+        return typing.Annotated[changed]
+    if origin is typing.Union:
+        return typing.Union[changed]  # noqa: UP007
+    if origin is types.UnionType:
+        return functools.reduce(operator.or_, changed)
     if isinstance(hint, types.GenericAlias):
-        return origin[adapted]
-    return hint.copy_with(adapted)
+        return origin[changed]
+    return hint.copy_with(changed)
 
 
 def _union_members(hint: Any) -> tuple[Any, ...]:
