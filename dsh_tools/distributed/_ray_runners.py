@@ -231,7 +231,7 @@ class ActorSubmission:
             return  # the actor ended with the connection (see ``TaskSubmission.stop``)
         pool = self.pool
         slot = self.slot
-        if slot.actor is self.actor and not slot.placed:
+        if slot.actor is self.actor and not slot.placed and not pool.heard(slot, self.actor):
             # Its actor is not placed yet (it has begun no call). Ray runs no later call on an
             # actor a call of which was cancelled before it was placed: the actor is given up,
             # and the calls queued on it go to a fresh one (see ``ActorPool.unplaced``).
@@ -326,7 +326,17 @@ class _Record:
 class _Slot:
     """One place for an actor in a pool (its fields are the pool's, read under its lock)."""
 
-    __slots__ = ("actor", "begun", "calls", "index", "last", "made", "made_at", "placed")
+    __slots__ = (
+        "actor",
+        "begun",
+        "calls",
+        "index",
+        "last",
+        "made",
+        "made_at",
+        "placed",
+        "ready",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -341,6 +351,8 @@ class _Slot:
         self.placed = False
         self.made_at = 0.0
         self.made = 0
+        # Its actor's ``ready`` (see ``ActorPool.heard``); None while it has no actor.
+        self.ready: Any = None
 
 
 def _queued(slot: _Slot) -> int:
@@ -427,7 +439,8 @@ class ActorPool:
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
         on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made, begun)
-        return actor, actor.ready.remote(), on_placed
+        ready = slot.ready = actor.ready.remote()
+        return actor, ready, on_placed
 
     def release(self, slot: _Slot, submission: ActorSubmission) -> None:
         with self._lock:
@@ -442,6 +455,19 @@ class ActorPool:
             slot = self._slots[index]
             if slot.actor is not None and slot.made == made:
                 slot.placed = True
+
+    def heard(self, slot: _Slot, actor: Any) -> bool:
+        """Whether ``actor``, the actor of ``slot`` not yet known as placed, answers its
+        ``ready`` within the grace: the answer reaches Ray's store before the callback that
+        marks the slot placed runs, and a call whose body has begun may be aborted between
+        the two (the actor answered ``ready`` before it began the call)."""
+        with self._lock:
+            ready = slot.ready if slot.actor is actor else None
+        ray = connected_ray()
+        if ready is None or ray is None:
+            return False
+        answered, _ = ray.wait([ready], timeout=self.grace, fetch_local=False)
+        return bool(answered)
 
     def unplaced(self, submission: ActorSubmission) -> None:
         """Give up the actor of ``submission`` if Ray has not placed it ``placement_wait_s``
@@ -515,6 +541,7 @@ class ActorPool:
             if slot.actor is actor:
                 slot.actor = None
                 slot.placed = False
+                slot.ready = None
             queued = (
                 [s for s in slot.calls if s.actor is actor and s is not running]
                 if running is not None or moving
