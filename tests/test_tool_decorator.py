@@ -454,7 +454,7 @@ def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(system: T
             "readings": [{"values": [1, 2.5, 2**53 + 1]}],
         },
         "Expected `number` that a float holds exactly, got `9007199254740993` (a float would "
-        "round it to 9007199254740992.0) - at `arguments.by[...]`": {
+        "round it to 9007199254740992.0) - at `arguments.by.b`": {
             "x": 1,
             "by": {"a": 1, "b": 2**53 + 1},
         },
@@ -475,6 +475,44 @@ def test_an_integer_a_float_cannot_hold_exactly_is_refused_not_rounded(system: T
         "`-9007199254740993` (a float would round it to -9007199254740992.0) - at `arguments.at`"
     )
     assert run(system, place, {"at": {"2.5": "a", "9007199254740992": "b"}}).value == [2.5, 2**53]
+
+
+class Spot(msgspec.Struct):
+    x: int
+    y: int
+
+
+def test_a_wrong_entry_of_a_dict_or_set_is_named_by_its_key_or_index(system: ToolSystem) -> None:
+    # msgspec says only ``[...]`` where a dict's key or a set's item is: the model is told
+    # which of its entries was wrong.
+    @tool
+    def place(
+        points: dict[str, Spot] = {},  # noqa: B006 - each call gets its own copy
+        nested: dict[str, dict[str, int]] = {},  # noqa: B006
+        ids: set[int] = set(),  # noqa: B006
+        by_id: dict[int, list[int]] = {},  # noqa: B006
+        pair: Annotated[dict[str, int], msgspec.Meta(min_length=2)] = {"a": 1, "b": 2},  # noqa: B006
+    ) -> str:
+        return "placed"
+
+    cases = {
+        "Expected `int`, got `str` - at `arguments.points.far.y`": {
+            "points": {"near": {"x": 1, "y": 2}, "far": {"x": 3, "y": "4"}}
+        },
+        'Expected `int`, got `str` - at `arguments.points["two words"].x`': {
+            "points": {"two words": {"x": "1", "y": 2}}
+        },
+        "Expected `int`, got `str` - at `arguments.nested.outer.second`": {
+            "nested": {"first": {"a": 1}, "outer": {"first": 1, "second": "2"}}
+        },
+        "Expected `int`, got `str` - at `arguments.ids[2]`": {"ids": [1, 2, "3"]},
+        'Expected `int`, got `str` - at `arguments.by_id["7"][1]`': {"by_id": {"7": [1, "2"]}},
+        # No one entry fails alone: the whole dict does.
+        "Expected `object` of length >= 2 - at `arguments.pair`": {"pair": {"a": 1}},
+    }
+    for expected, arguments in cases.items():
+        result = run(system, place, arguments)
+        assert text(result) == f"Error: invalid arguments: {expected}", arguments
 
 
 class Mark(msgspec.Struct, frozen=True):

@@ -14,6 +14,7 @@ import msgspec
 
 from ..actors import ToolArgsError, ToolOutputError
 from ._dataclass_defaults import defaults_filler
+from ._error_keys import named_entries
 from ._lossless import LosslessJsonError
 from ._lossless_copy import thaw
 from ._raw_schema import optional_null_dropper
@@ -153,8 +154,7 @@ def holds_custom(args_type: Any) -> bool:
     return _any_part(args_type, _is_custom, unknown=False)
 
 
-def _violation(exc: msgspec.ValidationError) -> str:
-    text = str(exc)
+def _violation(text: str) -> str:
     return (
         text.replace("`$.", "`arguments.")
         .replace("`$[", "`arguments[")
@@ -227,6 +227,7 @@ def _make_parser(
             return astuple(convert(args))
         except validation_error as exc:
             error = exc
+        failed = args
         # A null for an optional parameter that does not accept null means "absent" (OpenAI's
         # strict mode); it always fails conversion, so valid arguments never pay for the look.
         if drop_nulls is not None:
@@ -236,7 +237,8 @@ def _make_parser(
                     return astuple(convert(dropped))
                 except validation_error as exc:
                     error = exc
-        raise ToolArgsError([_violation(error)]) from None
+                    failed = dropped
+        raise ToolArgsError([_violation(named_entries(convert, failed, error))]) from None
 
     return parse
 

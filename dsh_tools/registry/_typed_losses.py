@@ -30,6 +30,7 @@ import msgspec
 from msgspec import inspect as mi
 
 from ._compact_json import compact_json
+from ._error_keys import render_key
 from ._unique_items import first_json_repeat
 
 __all__ = ["LossesCheck", "inner_types", "losses_check"]
@@ -44,7 +45,7 @@ _LONG_INTEGER: Final = re.compile(rb"(?<![.\d])\d{16}")
 2**53 in magnitude (9007199254740992 has sixteen) is spelt so, in JSON text."""
 
 # A path is built lazily as (parent, segment) pairs and rendered only for a violation.
-_Path = tuple[Any, str] | None
+_Path = tuple[Any, str | tuple[str]] | None
 
 _SCALARS: Final[dict[type[mi.Type], Any]] = {
     mi.StrType: str,
@@ -63,7 +64,8 @@ def _render(path: _Path) -> str:
     segments: list[str] = []
     while path is not None:
         path, segment = path
-        segments.append(segment)
+        # A dict entry's segment is its key, in a tuple of one (see ``_parts``).
+        segments.append(render_key(segment[0]) if isinstance(segment, tuple) else segment)
     return "arguments" + "".join(reversed(segments))
 
 
@@ -284,8 +286,9 @@ def _parts(
     if isinstance(info, mi.DictType):
         # Keys that are text stay themselves, and keys that are not are known distinct here:
         # every key converted to a key of its own, in the same order.
-        pairs = zip(raw.values(), value.values(), strict=True)
-        return [(info.value_type, r, v, (path, "[...]")) for r, v in pairs]
+        # A key is rendered only when a message names it (``_render``).
+        pairs = zip(raw.items(), value.values(), strict=True)
+        return [(info.value_type, r, v, (path, (k,))) for (k, r), v in pairs]
     if isinstance(info, mi.ListType | mi.VarTupleType):
         pairs = zip(raw, value, strict=True)
         return [(info.item_type, r, v, (path, f"[{i}]")) for i, (r, v) in enumerate(pairs)]
