@@ -431,7 +431,7 @@ def test_strict_keeps_an_optional_described_refs_description_on_the_property(
     system.tools.register(temperature)
     [exported] = to_openai_tools(system.tools.schemas(), strict=True)
     assert exported["function"]["parameters"]["properties"]["unit"] == {
-        "description": "In which unit.",
+        "description": "In which unit. (default=C)",
         "anyOf": [{"$ref": "#/$defs/Unit"}, {"type": "null"}],
     }
 
@@ -582,6 +582,7 @@ def test_strict_gives_every_enum_and_const_its_type(system: ToolSystem) -> None:
     assert parameters["properties"]["level"] == {
         "type": ["integer", "null"],
         "enum": [1, 2, 3, None],
+        "description": "default=1",  # what the model's null will mean
     }
     assert fixed_tool["function"]["parameters"]["properties"] == {
         "kind": {"type": "string", "const": "x"},
@@ -818,7 +819,11 @@ def test_a_fixed_length_tuple_is_not_made_strict(system: ToolSystem) -> None:
         to_openai_strict_schema(move.parameters)
     assert to_openai_strict_schema(
         {"type": "object", "properties": {"path": move.parameters["properties"]["path"]}}
-    )["properties"]["path"] == {"type": ["array", "null"], "items": {"type": "integer"}}
+    )["properties"]["path"] == {
+        "type": ["array", "null"],
+        "items": {"type": "integer"},
+        "description": "default=[]",
+    }
 
 
 def nested_objects(levels: int) -> dict[str, Any]:
@@ -1087,7 +1092,10 @@ def test_strict_typed_tool_with_optional_and_nested_optional_parameters_round_tr
     [exported] = to_openai_tools(system.tools.schemas(), api="responses", strict=True)
     parameters = exported["parameters"]
     assert exported["strict"] is True
-    assert parameters["properties"]["kind"] == {"type": ["string", "null"]}
+    assert parameters["properties"]["kind"] == {
+        "type": ["string", "null"],
+        "description": "default=all",
+    }
     assert parameters["$defs"]["Window"]["required"] == ["start", "end", "limit"]
     assert parameters["$defs"]["Window"]["additionalProperties"] is False
     raw = model_call(

@@ -21,7 +21,7 @@ object is closed and every property is required. ``to_openai_strict_schema`` rew
 rewritten without changing which calls the registry accepts: an object with no
 ``additionalProperties`` key is closed, which only narrows what the model may send; ``oneOf``
 becomes ``anyOf``, which the registry still checks as exactly-one; an optional property becomes
-required and nullable (its ``default`` dropped), and the registry's argument validation
+required and nullable (its ``default`` a note, see below), and the registry's argument validation
 (``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent; a ``$ref``
 beside other keywords becomes the one branch of an ``anyOf`` beside them, the same schema in the
 spelling strict mode takes; an ``enum`` or ``const`` without a ``type`` gets its values' type.
@@ -68,8 +68,8 @@ _STRICT_REFUSED: Final = (
     "uniqueItems",
     "default",
 )
-"""Keywords OpenAI's strict mode refuses in a schema; ``_strictify`` turns them into notes.
-(An optional property's ``default`` is dropped before: its null stands for "absent".)"""
+"""Keywords OpenAI's strict mode refuses in a schema; ``_strictify`` turns them into notes
+(an optional property's ``default`` too: its null stands for "absent", which is that value)."""
 _STRICT_FORMATS: Final = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
 )
@@ -521,10 +521,13 @@ def _type_values(node: dict[str, Any], path: str) -> list[str]:
 
 
 def _nullable(schema: Any, document: dict[str, Any]) -> Any:
-    """An optional property's schema, made to accept ``null`` (which then means "absent")."""
+    """An optional property's schema, made to accept ``null`` (which then means "absent").
+    Its ``default`` stays with the property, where it becomes a note like every keyword strict
+    mode refuses: the model reads what its ``null`` will mean."""
     if type(schema) is not dict:
         return schema
-    schema.pop("default", None)
+    if "default" in schema and schema["default"] is None:
+        del schema["default"]  # null is what the model sends for it anyway
     _type_values(schema, "")  # a typed enum takes null in place; a violation is found later
     if accepts_null(schema, document):
         return schema
@@ -540,7 +543,7 @@ def _nullable(schema: Any, document: dict[str, Any]) -> Any:
         return schema
     # The description stays on the property, where the model reads a property's description
     # (and a described $ref, now alone, needs no anyOf of its own).
-    described = {"description": schema.pop("description")} if "description" in schema else {}
+    described = {key: schema.pop(key) for key in ("description", "default") if key in schema}
     return {**described, "anyOf": [schema, {"type": "null"}]}
 
 
