@@ -1108,6 +1108,37 @@ def test_strict_typed_tool_with_optional_and_nested_optional_parameters_round_tr
     assert seen == [(Window(start="a", end=None, limit=10), "all", None)]
 
 
+def test_strict_keeps_a_defaulted_union_tag_required_and_not_null(system: ToolSystem) -> None:
+    # A pydantic tag has a default (``kind: Literal["cat"] = "cat"``): made nullable, a model
+    # held to the schema could send ``kind: null``, and the union would have no branch to pick.
+    pydantic = pytest.importorskip("pydantic")
+
+    class Cat(pydantic.BaseModel):
+        kind: Literal["cat"] = "cat"
+        lives: int = 9
+
+    class Dog(pydantic.BaseModel):
+        kind: Literal["dog"] = "dog"
+        good: bool = True
+
+    @tool
+    def adopt(pet: Annotated[Cat | Dog, pydantic.Field(discriminator="kind")]) -> str:
+        """Adopt a pet."""
+        return f"{type(pet).__name__} {pet.model_dump()}"
+
+    system.tools.register(adopt)
+    [exported] = to_openai_tools(system.tools.schemas(), strict=True)
+    parameters = exported["function"]["parameters"]
+    cat = parameters["$defs"]["Cat"]["properties"]
+    assert cat["kind"] == {"const": "cat", "title": "Kind", "type": "string"}
+    assert cat["lives"]["type"] == ["integer", "null"]
+    with pytest.raises(jsonschema.ValidationError):
+        model_call(parameters, {"pet": {"kind": None, "lives": None}})
+    raw = model_call(parameters, {"pet": {"kind": "dog", "good": None}})
+    outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "adopt", raw)]))
+    assert outcome.results[0].value == "Dog {'kind': 'dog', 'good': True}"
+
+
 class ById(msgspec.Struct, tag=True):
     id: int
     rev: int = 0

@@ -528,6 +528,14 @@ def _nullable(schema: Any, document: dict[str, Any]) -> Any:
         return schema
     if "default" in schema and schema["default"] is None:
         del schema["default"]  # null is what the model sends for it anyway
+    only, value = _only_value(schema)
+    default = schema.get("default", _NO_DEFAULT)
+    if only and type(default) is type(value) and default == value:
+        # One value it may take, its default (a union's tag, ``kind: Literal["cat"] = "cat"``):
+        # required as it is. A null would stand for that value anyway, and a model sending it
+        # for a tag leaves the union no branch to pick.
+        del schema["default"]
+        return schema
     _type_values(schema, "")  # a typed enum takes null in place; a violation is found later
     if accepts_null(schema, document):
         return schema
@@ -545,6 +553,20 @@ def _nullable(schema: Any, document: dict[str, Any]) -> Any:
     # (and a described $ref, now alone, needs no anyOf of its own).
     described = {key: schema.pop(key) for key in ("description", "default") if key in schema}
     return {**described, "anyOf": [schema, {"type": "null"}]}
+
+
+_NO_DEFAULT: Final = object()
+
+
+def _only_value(schema: dict[str, Any]) -> tuple[bool, Any]:
+    """``(True, value)`` when ``schema`` admits one value only (a ``const``, an ``enum`` of
+    one), else ``(False, None)``."""
+    if "const" in schema:
+        return True, schema["const"]
+    values = schema.get("enum")
+    if type(values) is list and len(values) == 1:
+        return True, values[0]
+    return False, None
 
 
 def _name_map(entries: list[tuple[str, str, Any]], names: ToolNameMap | None) -> ToolNameMap:
