@@ -91,12 +91,27 @@ def _outcome(tool: str, reply: asyncio.Future[Any], ctx: Any, submission: Submis
         raise RemoteWorkerLostError(
             tool, "the body ran, but its reply was lost: " + describe_ray_failure(exc)
         ) from None
-    except errors.RayError as exc:
-        # The machinery failed before the body could run (its environment could not be set
-        # up, the body could not be unpickled on the worker, the task was unschedulable). An
-        # actor that failed so never runs a call: the next call tries a fresh one.
+    except (
+        errors.RuntimeEnvSetupError,
+        errors.TaskUnschedulableError,
+        errors.ActorUnschedulableError,
+        errors.PendingCallsLimitExceeded,
+        errors.AuthenticationError,
+        errors.RayTaskError,
+    ) as exc:
+        # The machinery failed before the body could run: its environment could not be set
+        # up, no node could take it, Ray refused to queue it, or the call could not be loaded
+        # on the worker (a body's own exception comes back in the reply, so a task error is
+        # the wrapper's, raised before the body). An actor that failed so never runs a call:
+        # the next call tries a fresh one.
         submission.lost()
         raise RemoteUnavailableError(tool, describe_ray_failure(exc)) from None
+    except errors.RayError as exc:
+        # Any other failure Ray reports (its object store or disk full as the reply was
+        # stored, its own system error) may come after the body ran: reported as a loss, not
+        # as a call that did not run, which a harness might send again.
+        submission.lost()
+        raise RemoteWorkerLostError(tool, describe_ray_failure(exc)) from None
     value, fault, contexts = decode_reply(frame, ray.cloudpickle.loads)
     for context in contexts:
         ctx.defer_context(context)
