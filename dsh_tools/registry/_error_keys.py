@@ -6,13 +6,15 @@ of its points was wrong. ``named_entries`` finds it after the fact, on the failu
 each ``[...]`` is tried entry by entry (the container cut down to that one entry), and the first
 entry that alone fails with the same message is the one named (``.key`` for a key that reads as
 a name, ``["key"]`` otherwise, ``[i]`` for an item given in an array). Where no entry alone
-fails the same way (a constraint on the container's size, say) the ``[...]`` stays.
+fails the same way (a constraint on the container's size, say), or the search would cost more
+than a few milliseconds, the ``[...]`` stays.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -24,8 +26,11 @@ _AT: Final = " - at `"
 _SEGMENT: Final = re.compile(r"\.([^.\[`]+)|\[(\d+)\]|\[\.\.\.\]")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MOST_ENTRIES: Final = 256
-"""How many entries of one container are tried: past that the ``[...]`` stays (each try is a
-conversion of the whole arguments)."""
+"""How many entries of one container are tried: past that the ``[...]`` stays."""
+_BUDGET_S: Final = 0.005
+"""How long the tries of one message may take in all: each converts the whole arguments, so
+arguments large beside the container (a megabyte list next to a wrong dict entry) would make a
+refused call cost the host hundreds of conversions. Past it the ``[...]`` stays."""
 
 
 def named_entries(convert: Callable[[Any], Any], args: Any, error: msgspec.ValidationError) -> str:
@@ -40,6 +45,7 @@ def named_entries(convert: Callable[[Any], Any], args: Any, error: msgspec.Valid
     if not segments or "".join(m.group(0) for m in segments) != path.lstrip("$"):
         return message  # a field name this does not read (one holding a dot, say)
     named: list[str] = [path[: segments[0].start()]]
+    deadline = time.perf_counter() + _BUDGET_S
     trail: list[Any] = []  # the keys and indexes walked so far
     node = args
     for match in segments:
@@ -58,7 +64,7 @@ def named_entries(convert: Callable[[Any], Any], args: Any, error: msgspec.Valid
             trail.append(position)
             node = node[position]
         else:
-            found = _failing_entry(convert, args, trail, node, message)
+            found = _failing_entry(convert, args, trail, node, message, deadline)
             if found is None:
                 return message
             entry, step, args, node = found
@@ -68,7 +74,12 @@ def named_entries(convert: Callable[[Any], Any], args: Any, error: msgspec.Valid
 
 
 def _failing_entry(
-    convert: Callable[[Any], Any], args: Any, trail: list[Any], node: Any, message: str
+    convert: Callable[[Any], Any],
+    args: Any,
+    trail: list[Any],
+    node: Any,
+    message: str,
+    deadline: float,
 ) -> tuple[Any, Any, Any, Any] | None:
     """The entry of ``node`` (at ``trail`` in ``args``) that alone fails with ``message``: its
     key or index, the step to it in the cut-down container (an item cut down to a one-item
@@ -83,6 +94,8 @@ def _failing_entry(
     else:
         return None
     for entry, value in entries:
+        if time.perf_counter() > deadline:
+            return None
         trial = _replaced(args, trail, {entry: value} if keyed else [value])
         try:
             convert(trial)
