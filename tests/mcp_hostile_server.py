@@ -21,7 +21,9 @@ Tools:
 - ``wait()``: never answers;
 - ``endless_line()``: writes to stdout on and on, never ending the line (never answers);
 - ``logging_level()``: the level the client last set with ``logging/setLevel`` (the server
-  declares the logging capability), or ``unset``.
+  declares the logging capability), or ``unset``;
+- ``odd_block(block)``: its reply reaches the wire with ``block`` (JSON text) as its only
+  content block, whatever that block is (one the protocol has no type for, say).
 
 Resources: ``resources/list`` names ``notes://today``, whose ``uri`` reaches the wire as the
 number 12.
@@ -64,6 +66,7 @@ _FIXED = [
     types.Tool(name="wait", input_schema=_OBJECT),
     types.Tool(name="logging_level", input_schema=_OBJECT),
     types.Tool(name="endless_line", input_schema=_OBJECT),
+    types.Tool(name="odd_block", input_schema=_OBJECT),
 ]
 
 _TWIN = types.Tool(name="echo", description="The twin.", input_schema=_OBJECT)
@@ -78,6 +81,7 @@ _state: dict[str, Any] = {
     "after_binary": set(),  # ids of the replies that go out after a line that is not text
     "after_banner": set(),  # ids of the replies that go out after text with no newline
     "logging_level": "unset",
+    "odd_blocks": {},  # id -> the content block its reply goes out with
 }
 
 
@@ -119,6 +123,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
             sys.stdout.buffer.write(b"x" * 65536)
             sys.stdout.buffer.flush()
             await anyio.sleep(0)
+    elif name == "odd_block":
+        _state["odd_blocks"][ctx.request_id] = json.loads(str(arguments["block"]))
     elif name == "logging_level":
         arguments = {"text": _state["logging_level"]}
     text = str(arguments.get("text", name))
@@ -127,6 +133,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 
 class DoctoredStdout:
     """The process's stdout, where the replies to ``malformed_reply`` lose their result object,
+    those to ``odd_block`` carry the block they were given,
     those to ``stray_output`` follow a line that is not JSON, and the tool ``bad`` gets a
     string input schema: the SDK sends none of these, so they are made on their way out."""
 
@@ -139,7 +146,10 @@ class DoctoredStdout:
             while True:
                 await self._out.write("x" * 65536)
                 await self._out.flush()
-        if "result" in message and message.get("id") in _state["doctored"]:
+        if "result" in message and message.get("id") in _state["odd_blocks"]:
+            message["result"]["content"] = [_state["odd_blocks"].pop(message["id"])]
+            line = json.dumps(message) + "\n"
+        elif "result" in message and message.get("id") in _state["doctored"]:
             _state["doctored"].discard(message["id"])
             line = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": 12}) + "\n"
         elif "result" in message and message.get("id") in _state["after_binary"]:

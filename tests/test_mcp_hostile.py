@@ -65,6 +65,7 @@ HOSTILE_TOOLS = [
     "wait",
     "logging_level",
     "endless_line",
+    "odd_block",
 ]
 
 
@@ -149,6 +150,37 @@ def test_a_malformed_reply_fails_its_call_at_once_naming_what_was_wrong(
     # One bad reply is that call's failure: the connection and the other calls go on.
     assert plugin.state == "connected"
     assert texts(run(system, "echo", {"text": "next"})) == ["next"]
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        # A block of a type this protocol version does not have: every branch of the SDK's
+        # content union refuses it, and the first branch's complaint (a text block's missing
+        # "text") would send the reader after the wrong thing.
+        (
+            {"type": "hologram", "data": "x"},
+            "content.0.type: 'hologram' is none of the types 'text', 'image', 'audio', "
+            "'resource_link', 'resource'",
+        ),
+        # An image without its media type: what is wrong is in the image branch, not in the
+        # text branch the union tried first.
+        ({"type": "image", "data": "aGk="}, "content.0.mimeType: Field required"),
+        (
+            {"type": "resource", "resource": {"uri": "notes://a"}},
+            "content.0.resource.TextResourceContents.text: Field required (and 1 more)",
+        ),
+    ],
+)
+def test_a_malformed_content_block_is_named_by_the_type_it_claims(
+    system: ToolSystem, hostile: Callable[..., McpPlugin], block: dict[str, Any], message: str
+) -> None:
+    plugin = hostile()
+    call = ExecuteCall(call_id="b", name="odd_block", arguments={"block": json.dumps(block)})
+    error = failure(spawn(system, call).result(WAIT))["error"]
+    assert error["info"] == {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"}
+    assert error["message"] == f"MCP request failed: malformed CallToolResult at {message}"
+    assert plugin.state == "connected"
 
 
 DEEP_SERVER = """

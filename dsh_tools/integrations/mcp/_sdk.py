@@ -7,6 +7,7 @@ from typing import Any
 
 from mcp import ClientSession, MCPError, types
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 __all__ = [
     "MAX_LIST_PAGES",
@@ -83,10 +84,56 @@ def summarize(exc: ValidationError, what: str | None = None) -> str:
     where: its own text takes several lines per error, each with a link, which a log line or a
     tool's error message cannot carry."""
     what = exc.title if what is None else what
-    errors = exc.errors(include_url=False, include_input=False)
+    errors = _claimed_branches(exc.errors(include_url=False))
     if not errors:
         return f"malformed {what}"
     first = errors[0]
     where = ".".join(str(part) for part in first["loc"]) or "the top level"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"malformed {what} at {where}: {first['msg']}{more}"
+
+
+_Loc = tuple[int | str, ...]
+
+
+def _claimed_branches(details: Sequence[ErrorDetails]) -> list[dict[str, Any]]:
+    """The errors of a union of ``type``-tagged models (MCP content blocks) as those of the
+    branch the value claims to be, its tag left out of the place: pydantic reports every branch
+    it tried, the text block's first, so an image without its ``mimeType`` would read as a text
+    block missing its ``text``. A value every branch refuses by its ``type`` is one error
+    naming the types there are."""
+    errors: list[dict[str, Any]] = [dict(detail) for detail in details]
+    refused: dict[_Loc, dict[str, Any]] = {}  # a branch's place -> its error on ``type``
+    for error in errors:
+        loc = tuple(error["loc"])
+        if error["type"] == "literal_error" and len(loc) >= 3 and loc[-1] == "type":
+            tag = loc[-2]
+            # pydantic tags a union's members by their class names; a field is camelCase
+            if isinstance(tag, str) and tag[:1].isupper():
+                refused[loc[:-1]] = error
+    unions = sorted({branch[:-1] for branch in refused}, key=len)
+    out: list[dict[str, Any]] = []
+    for error in errors:
+        loc = tuple(error["loc"])
+        union = next((u for u in unions if len(loc) > len(u) and loc[: len(u)] == u), None)
+        if union is None:
+            out.append(error)
+            continue
+        depth = len(union)
+        branches = list(
+            dict.fromkeys(
+                tuple(e["loc"])[depth]
+                for e in errors
+                if len(e["loc"]) > depth and tuple(e["loc"])[:depth] == union
+            )
+        )
+        claimed = [b for b in branches if (*union, b) not in refused]
+        if claimed:
+            if loc[depth] in claimed:
+                out.append({**error, "loc": union + loc[depth + 1 :]})
+        elif loc[depth] == branches[0] and error is refused.get(loc[:-1]):
+            expected = ", ".join(str(refused[(*union, b)]["ctx"]["expected"]) for b in branches)
+            value = repr(error.get("input"))[:60]
+            message = f"{value} is none of the types {expected}"
+            out.append({**error, "loc": (*union, "type"), "msg": message})
+    return out
