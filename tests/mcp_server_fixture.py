@@ -9,6 +9,8 @@ Tools:
 - ``mixed()``: returns text, an image, audio, embedded resources (text, an image blob, a binary
   blob) and a resource link;
 - ``add(a, b)``: returns an integer, which the server also sends as structured content;
+- ``refuse(reason)``: an error result whose only detail is its structured content
+  ``{"reason": <reason>}`` (no text block);
 - ``crash()``: ends the server process without answering.
 
 With ``MCP_FIXTURE_MARKS`` set, the server also writes its process id to ``pid`` there on start.
@@ -97,6 +99,11 @@ def mixed() -> list[Any]:
 @server.tool(description="Add two integers.")
 def add(a: int, b: int) -> int:
     return a + b
+
+
+@server.tool(description="Refuse, saying why in structured content only.")
+def refuse(reason: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[], structured_content={"reason": reason}, is_error=True)
 
 
 @server.tool(description="Exit the server process at once, without answering.")

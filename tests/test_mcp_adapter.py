@@ -57,7 +57,7 @@ from dsh_tools.integrations import (
 from dsh_tools.integrations.mcp._client import McpClient
 
 SERVER = str(Path(__file__).with_name("mcp_server_fixture.py"))
-SERVER_TOOLS = ["echo", "fail", "sleep", "mixed", "add", "crash"]
+SERVER_TOOLS = ["echo", "fail", "sleep", "mixed", "add", "refuse", "crash"]
 PIXEL = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
     "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -262,6 +262,18 @@ def test_an_mcp_tool_error_becomes_a_failed_result(shared: tuple[ToolSystem, Mcp
             "message": "Error executing tool fail: disk full",
             "info": {"name": "McpToolError", "code": "MCP_TOOL_ERROR"},
         },
+    }
+
+
+def test_an_error_result_with_only_structured_content_says_it_as_json(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    # As a successful result with only structured content is shown: the model learns why.
+    system, _ = shared
+    error = failure(run(system, "refuse", {"reason": "quota exceeded"}))["error"]
+    assert error == {
+        "message": 'MCP tool "refuse" reported an error: {"reason":"quota exceeded"}',
+        "info": {"name": "McpToolError", "code": "MCP_TOOL_ERROR"},
     }
 
 

@@ -21,6 +21,7 @@ Each registered tool:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import inspect
 import weakref
@@ -39,6 +40,7 @@ from ...registry import (
     ToolDefinition,
     ToolOutput,
     assert_supported_json_schema,
+    compact_json,
     optional_null_dropper,
     snapshot_json,
     thaw,
@@ -137,7 +139,16 @@ class _Tool:
         name = self.info.mcp_name
         if result.get("isError") is True:
             text = error_text(content)
-            raise McpToolError(text or f'MCP tool "{name}" reported an error', "MCP_TOOL_ERROR")
+            if not text:
+                text = f'MCP tool "{name}" reported an error'
+                # Its structured content is then the only detail the model can act on, as for
+                # a successful result that has nothing else (``render``).
+                structured = result.get("structuredContent")
+                if structured is not None:
+                    # an integer past 64 bits, say, is no lossless JSON: left unsaid
+                    with contextlib.suppress(LosslessJsonError):
+                        text += f": {compact_json(structured)}"
+            raise McpToolError(text, "MCP_TOOL_ERROR")
         value: dict[str, Any] = {"content": content, "is_error": False}
         structured = result.get("structuredContent")
         if structured is not None:
