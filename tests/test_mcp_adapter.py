@@ -677,6 +677,34 @@ def test_wait_for_state_refuses_to_wait_for_no_state(connect: Callable[..., McpP
         outcome.result(WAIT)
 
 
+@pytest.mark.parametrize("timeout", [-1, float("nan"), float("inf"), "5"])
+def test_wait_for_state_refuses_a_timeout_that_is_no_number_of_seconds(
+    connect: Callable[..., McpPlugin], timeout: Any
+) -> None:
+    # A NaN wait would spin without end, an infinite one overflow the lock's wait.
+    plugin = connect()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(plugin.wait_for_state, "closed", timeout=timeout)
+        try:
+            with pytest.raises(ValueError, match=r"^wait_for_state: timeout must be None or "):
+                waiting.result(WAIT)
+        finally:
+            plugin.close()  # ends a wait that was let through
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "5"])
+def test_a_request_through_the_plugin_refuses_a_timeout_that_is_no_number_of_seconds(
+    connect: Callable[..., McpPlugin], timeout: Any
+) -> None:
+    # Refused before the request goes out, not reported as the server not answering in time
+    # ("did not answer in -1 s") or as an overflow deep in a lock's wait.
+    plugin = connect()
+    with pytest.raises(ValueError, match=r"^read_resource: timeout must be None or a positive"):
+        plugin.read_resource("notes://today", timeout=timeout)
+    with pytest.raises(ValueError, match=r"^list_prompts: timeout must be None or a positive"):
+        plugin.list_prompts(timeout=timeout)
+
+
 def test_close_is_idempotent(system: ToolSystem, connect: Callable[..., McpPlugin]) -> None:
     plugin = connect()
     plugin.close()

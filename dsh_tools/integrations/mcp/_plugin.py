@@ -30,6 +30,7 @@ from ._errors import McpConnectionError
 from ._resources import ServerResources
 from ._tools import ConcurrencyPolicy, build_definition, needs_tasks
 from ._types import McpProgress, McpState, McpToolInfo, ProgressCallback
+from ._waits import checked_timeout
 
 if TYPE_CHECKING:
     from ..._system import PluginHandle, ToolSystem
@@ -139,7 +140,9 @@ class McpPlugin(ServerResources):
                     f"wait_for_state takes states among {', '.join(known)} (and timeout= by "
                     f"keyword), got {state!r}"
                 )
-        return self._client.wait_for_state(states, timeout)
+        return self._client.wait_for_state(
+            states, checked_timeout(timeout, "wait_for_state", zero=True)
+        )
 
     @property
     def tool_names(self) -> tuple[str, ...]:

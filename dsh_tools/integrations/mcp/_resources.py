@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from ._client import McpClient
 from ._errors import McpConnectionError, McpToolError
 from ._sdk import list_all, summarize, wire
+from ._waits import checked_timeout
 
 __all__ = ["ServerResources"]
 
@@ -25,7 +26,12 @@ class ServerResources:
     name: str
     _client: McpClient
 
-    def _run(self, coro: Coroutine[Any, Any, _T], timeout: float | None) -> _T:
+    def _run(self, method: str, coro: Coroutine[Any, Any, _T], timeout: float | None) -> _T:
+        try:
+            timeout = checked_timeout(timeout, method, zero=False)
+        except ValueError:
+            coro.close()
+            raise
         if self._client.on_client_loop():
             # A coroutine callback runs on the loop that would carry the request: blocking it
             # stalls the whole connection and then reports that the server did not answer.
@@ -83,25 +89,31 @@ class ServerResources:
 
     def list_resources(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """The server's resources (wire form: ``uri``, ``name``, ``mimeType``...)."""
-        out: list[dict[str, Any]] = self._run(self._request("resources/list"), timeout)
+        out: list[dict[str, Any]] = self._run(
+            "list_resources", self._request("resources/list"), timeout
+        )
         return out
 
     def list_resource_templates(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """The server's resource templates (wire form: ``uriTemplate``, ``name``...)."""
-        out: list[dict[str, Any]] = self._run(self._request("resources/templates/list"), timeout)
+        out: list[dict[str, Any]] = self._run(
+            "list_resource_templates", self._request("resources/templates/list"), timeout
+        )
         return out
 
     def read_resource(self, uri: str, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """Read one resource, for example the ``uri`` of a ``resource_link`` block in a
         result: its contents in wire form (``uri``, ``mimeType``, ``text`` or ``blob``)."""
         out: list[dict[str, Any]] = self._run(
-            self._request("resources/read", uri=_uri(uri)), timeout
+            "read_resource", self._request("resources/read", uri=_uri(uri)), timeout
         )
         return out
 
     def list_prompts(self, timeout: float | None = 30.0) -> list[dict[str, Any]]:
         """The server's prompts (wire form: ``name``, ``description``, ``arguments``)."""
-        out: list[dict[str, Any]] = self._run(self._request("prompts/list"), timeout)
+        out: list[dict[str, Any]] = self._run(
+            "list_prompts", self._request("prompts/list"), timeout
+        )
         return out
 
     def get_prompt(
@@ -110,7 +122,7 @@ class ServerResources:
         """One prompt rendered by the server: ``{"description"?, "messages": [{role,
         content}]}`` with content blocks in the MCP shapes."""
         call = self._request("prompts/get", name=name, arguments=_prompt_arguments(name, arguments))
-        out: dict[str, Any] = self._run(call, timeout)
+        out: dict[str, Any] = self._run("get_prompt", call, timeout)
         return out
 
     async def alist_resources(self) -> list[dict[str, Any]]:
