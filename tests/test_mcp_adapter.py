@@ -874,6 +874,42 @@ def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog
     assert mcp_threads() == []
 
 
+LISTING_CRASH_SERVER = """
+import os
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+import anyio
+
+async def list_tools(ctx, params):
+    os._exit(4)
+
+server = Server("lister", on_list_tools=list_tools)
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+anyio.run(main)
+"""
+
+
+def test_a_server_that_exits_while_listing_its_tools_fails_saying_it_was_initialized(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # It answered initialize and then died on tools/list: "before it was initialized" would
+    # send its author after a startup problem (a missing module) that is not there.
+    script = tmp_path / "lister.py"
+    script.write_text(LISTING_CRASH_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with pytest.raises(McpConnectionError) as caught:
+        register_mcp_server_sync(system, "lister", params, errlog=errlog, connect_timeout=WAIT)
+    assert str(caught.value) == (
+        'MCP server "lister" could not be started: it exited with status 4 after it was '
+        "initialized, while listing its tools; its stderr (errlog) may say why"
+    )
+    assert system.tools.schemas() == []
+
+
 def test_a_server_killed_by_a_signal_before_it_initialized_fails_naming_the_signal(
     system: ToolSystem, errlog: TextIO
 ) -> None:

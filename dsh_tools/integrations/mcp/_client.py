@@ -107,6 +107,9 @@ class McpClient:
         self._by_server = False  # whether the server ended the last session (see _note_lost)
         self._ended = "the session ended"
         self._relist = False
+        # What the session was doing once initialized, before it was connected: a server that
+        # exits then did initialize, and the first connection's failure says so.
+        self._phase: str | None = None
         self._serving: concurrent.futures.Future[None] | None = None
         # Set once the end of the current session is handled (the state moved on, the plugin
         # told, the calls in flight cut): a call that fails on that end waits for it, so that
@@ -270,6 +273,7 @@ class McpClient:
         self._by_server = False
         self._ended = "the session ended"
         self._relist = False
+        self._phase = None
         async with AsyncExitStack() as stack:
             # As bounded as the initialize below: a transport that never opens (a gateway that
             # takes the connection and never completes its handshake) would otherwise hold a
@@ -294,6 +298,7 @@ class McpClient:
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
                 init = await session.initialize()
+                self._phase = "listing its tools"
                 with _naming("tools/list"):
                     tools = (
                         await list_all_tools(session)
@@ -306,6 +311,7 @@ class McpClient:
                     # (MCPDeprecationWarning) on every call, as the capability is deprecated for
                     # a later protocol version, while a server that declares it takes it.
                     params = types.SetLevelRequestParams(level=level)  # type: ignore[arg-type]
+                    self._phase = "setting its log level"
                     with _naming("logging/setLevel"):
                         await session.send_request(
                             types.SetLevelRequest(params=params), types.EmptyResult
@@ -495,6 +501,12 @@ class McpClient:
         """Why the transport saw the last session end (``SERVER_CLOSED``, or what it said),
         or ``None`` while it has not seen it end."""
         return self._ended if self._lost else None
+
+    def initialized_phase(self) -> str | None:
+        """What the last session was doing after the server initialized, before it was
+        connected (``"listing its tools"``...), or ``None`` when it never initialized or got
+        as far as connected."""
+        return None if self._connected else self._phase
 
     def unreadable(self) -> str | None:
         """What was wrong with the last line of the server's output that was no message (and

@@ -493,7 +493,10 @@ def _register_sync(
                     "MCP_CONNECT_FAILED",
                 ) from exc
             raise McpConnectionError(
-                _connect_failure(name, transport, exc, client.end_reason()), "MCP_CONNECT_FAILED"
+                _connect_failure(
+                    name, transport, exc, client.end_reason(), client.initialized_phase()
+                ),
+                "MCP_CONNECT_FAILED",
             ) from exc
         plugin.adopt(listing)
         if client.state == "closed":  # as the listing came in: the plugin adopted nothing
@@ -517,10 +520,11 @@ def _closed_while_connecting(system: ToolSystem, name: str) -> McpConnectionErro
 
 
 def _connect_failure(
-    name: str, transport: _Transport, exc: BaseException, ended: str | None
+    name: str, transport: _Transport, exc: BaseException, ended: str | None, phase: str | None
 ) -> str:
     """Why the first connection failed, naming where the server is; ``ended``: why the
-    transport saw the connection end, if it did."""
+    transport saw the connection end, if it did; ``phase``: what the connection was doing
+    after the server initialized (``None`` when it never did)."""
     if transport.kind == "stdio":
         cause = _first(exc)
         if isinstance(cause, MCPError) and is_closed(cause) and ended not in (None, SERVER_CLOSED):
@@ -530,8 +534,13 @@ def _connect_failure(
             # The SDK's "Connection closed": the process started, then its output ended.
             exited = transport.ended_by.text if transport.ended_by is not None else None
             how = exited or "it exited (or closed its stdout)"
+            when = (
+                "before it was initialized"
+                if phase is None
+                else f"after it was initialized, while {phase}"
+            )
             return (
-                f'MCP server "{name}" could not be started: {how} before it was initialized; '
+                f'MCP server "{name}" could not be started: {how} {when}; '
                 "its stderr (errlog) may say why"
             )
         return f'MCP server "{name}" could not be started: {describe(exc)}'
