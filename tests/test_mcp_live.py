@@ -36,7 +36,7 @@ from mcp_support import (
     wait_until,
 )
 
-from dsh_tools import ExecuteCall, ToolSystem
+from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
 from dsh_tools.integrations import (
     McpConnectionError,
     McpPlugin,
@@ -74,6 +74,28 @@ def test_a_tool_the_server_adds_is_registered_with_one_change(
     assert changes.count == 1
     assert plugin.tool_names[-1] == "howdy"
     assert texts(run(system, "howdy", {"who": "you"})) == ["howdy says hi to you"]
+
+
+def test_a_tool_a_later_listing_adds_under_a_taken_name_is_warned_about_naming_the_way_out(
+    system: ToolSystem, live: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    # As at the first listing: the server, the tool and the way out, not the registry's own
+    # advice about per-agent variants, which has nothing to do with a server's tools.
+    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
+    mine = define_tool(
+        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
+    )
+    system.tools.register(mine)
+    plugin = live()
+    assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
+    warning = logs.wait_for_event("MCP tool could not be registered")
+    assert (warning["server"], warning["tool"]) == ("live", "howdy")
+    assert warning["error"] == (
+        'MCP server "live" lists tool "howdy", but a tool named "howdy" is registered already; '
+        'give this server a tool_prefix (tool_prefix="live_", say) to keep its tools apart'
+    )
+    assert "howdy" not in plugin.tool_names
+    assert texts(run(system, "howdy", {})) == ["mine"]
 
 
 @pytest.mark.parametrize("agent", [None, "scout"])

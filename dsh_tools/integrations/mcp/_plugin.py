@@ -297,11 +297,12 @@ class McpPlugin(ServerResources):
                         if taken is not None:
                             raise taken from exc
                         raise
+                    taken = self._name_taken(mcp_name, exc)
                     _log.warning(
                         "MCP tool could not be registered",
                         server=self.name,
                         tool=mcp_name,
-                        error=describe(exc),
+                        error=describe(exc) if taken is None else str(taken),
                     )
                     if old is not None:
                         order[mcp_name] = old
@@ -319,8 +320,9 @@ class McpPlugin(ServerResources):
             self._registered = order
 
     def _name_taken(self, mcp_name: str, exc: Exception) -> ValueError | None:
-        """The error for a first listing's tool whose name another tool has: the registry's
-        own names neither this server nor the way out."""
+        """The error for a listed tool whose name another tool has (raised for the first
+        listing, logged for a later one): the registry's own names neither this server nor
+        the way out."""
         name = self._definition_name(mcp_name)
         if type(exc) is not ValueError or self._tools.get(name) is None:
             return None
