@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -710,6 +711,46 @@ def test_a_url_without_an_mcp_endpoint_fails_naming_the_url_and_the_http_status(
     assert caught.value.code == "MCP_CONNECT_FAILED"
     assert system.tools.names() == []
     assert [t.name for t in threading.enumerate() if t.name == "mcp[web]"] == []
+
+
+class _RestApi(BaseHTTPRequestHandler):
+    """A JSON API that is no MCP server: every POST is answered 200 with its own error object."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = b'{"error": "no such route"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+        return
+
+
+def test_a_url_that_answers_json_that_is_no_mcp_message_fails_in_one_line(
+    system: ToolSystem,
+) -> None:
+    # The SDK puts the whole validation error in its message, some thirty lines with a link
+    # each; the failure says in one line what came back and what was wrong with it.
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _RestApi)
+    serving = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+        with pytest.raises(McpConnectionError) as caught:
+            register_mcp_server_sync(system, "web", url, connect_timeout=WAIT)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        serving.join()
+    assert str(caught.value) == (
+        f'MCP server "web" could not be connected at {url}: MCPError: Failed to parse JSON '
+        "response: 11 validation errors for union[JSONRPCRequest,JSONRPCNotification,"
+        "JSONRPCResponse,JSONRPCError], the first at JSONRPCRequest.jsonrpc: Field required "
+        "(input {'error': 'no such route'})"
+    )
 
 
 def test_a_url_nothing_listens_on_fails_naming_the_url(system: ToolSystem) -> None:

@@ -37,7 +37,7 @@ from ...actors._logging import get_logger
 from ._callbacks import CallbackRunner
 from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
-from ._sdk import describe, is_closed, list_all, list_all_tools, summarize, wire
+from ._sdk import describe, is_closed, list_all, list_all_tools, one_line, summarize, wire
 from ._server_requests import ClientOptions, ServerRequests
 from ._stdio import ServerExit
 from ._transport import SERVER_CLOSED, SessionWatch, TransportFactory, WatchedReadStream
@@ -595,7 +595,7 @@ class McpClient:
             return McpConnectionError(
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )
-        return McpToolError(f"MCP request failed: {exc.message}", "MCP_REQUEST_FAILED")
+        return McpToolError(f"MCP request failed: {one_line(exc.message)}", "MCP_REQUEST_FAILED")
 
     def _watched_end(self) -> str | None:
         """After a failed ping: why the transport saw the session end or refused, or ``None``."""

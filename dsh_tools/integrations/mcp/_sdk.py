@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ __all__ = [
     "is_closed",
     "list_all",
     "list_all_tools",
+    "one_line",
     "summarize",
     "wire",
 ]
@@ -75,8 +77,37 @@ def describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     if isinstance(exc, ValidationError):
         return f"ValidationError: {summarize(exc)}"
-    text = str(exc)
+    text = one_line(str(exc))
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# What a validation error's text holds after its first line: the first error's place, then
+# its message with its type and the input it refused.
+_FIRST_ERROR = re.compile(
+    r"\n(?P<loc>[^\n]*)\n  (?P<msg>.*?) \[type=[^,\]]*"
+    r"(?:, input_value=(?P<input>.*?), input_type=[^\]]*)?\]"
+)
+_MAX_INPUT = 120
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line. The SDK puts a whole validation error's text in some of its
+    messages (an HTTP answer that is no JSON-RPC message: some thirty lines, a link each),
+    which a log line or a tool's error message cannot carry: its head line is kept with the
+    first error's place, message and the input it refused."""
+    if "\n" not in text:
+        return text
+    head = text.split("\n", 1)[0]
+    first = _FIRST_ERROR.search(text)
+    if first is None or "validation error" not in head:
+        return " ".join(text.split())
+    detail = f"{head}, the first at {first['loc']}: {first['msg']}"
+    if first["input"] is not None:
+        shown = first["input"]
+        if len(shown) > _MAX_INPUT:
+            shown = shown[: _MAX_INPUT - 3] + "..."
+        detail += f" (input {shown})"
+    return detail
 
 
 def summarize(exc: ValidationError, what: str | None = None) -> str:
