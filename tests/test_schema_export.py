@@ -182,8 +182,13 @@ def test_openai_parameters_spell_out_properties_and_items(
         tool["name"]: tool["parameters"]
         for tool in (exported if api == "responses" else [t["function"] for t in exported])
     }
-    assert sent["ping"] == {"type": "object", "properties": {}}
-    assert sent["pong"] == {**closed, "properties": {}}
+    if strict == "auto":
+        # Both can be strict: closed, they take ``{}``, all a tool of no arguments takes.
+        assert sent["ping"] == {**closed, "properties": {}, "required": []}
+        assert sent["pong"] == {**closed, "properties": {}, "required": []}
+    else:
+        assert sent["ping"] == {"type": "object", "properties": {}}
+        assert sent["pong"] == {**closed, "properties": {}}
     assert sent["tag"]["properties"] == {
         "names": {"type": "array", "items": {}},
         "groups": {
@@ -1048,6 +1053,28 @@ def model_call(strict_parameters: dict[str, Any], arguments: dict[str, Any]) -> 
     """What a strict-mode model may send: every property present, nulls for the unused ones."""
     jsonschema.validate(arguments, strict_parameters)
     return json.dumps(arguments)
+
+
+def test_a_tool_of_no_arguments_declared_as_a_bare_object_can_be_strict(
+    system: ToolSystem,
+) -> None:
+    # ``{"type": "object"}`` is how MCP servers declare a tool of no arguments: strict=True
+    # refused it, and with it the export of every tool listed beside it.
+    system.tools.register(fixture("now", parameters={"type": "object"}))
+    [exported] = to_openai_tools(system.tools.schemas(), strict=True)
+    parameters = exported["function"]["parameters"]
+
+    assert exported["function"]["strict"] is True
+    assert parameters == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+        "required": [],
+    }
+    outcome = system.execute_batch(
+        ExecuteBatch(calls=[ToolCall("c1", "now", model_call(parameters, {}))])
+    )
+    assert outcome.results[0].content == [{"type": "text", "text": "ran:now"}]
 
 
 def test_strict_define_tool_with_optional_parameters_round_trips(system: ToolSystem) -> None:

@@ -285,7 +285,8 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
                 optional = [name for name in properties if name not in required_names]
                 for name in optional:
                     properties[name] = _nullable(properties[name], parameters)
-                if optional:
+                if optional or "required" not in node:
+                    # Every key, as OpenAI's own strict schemas spell it (``[]`` for none).
                     node["required"] = [*required_names, *optional]
         # Reversed, so that violations come out in document order.
         stack.extend(reversed(_children(node, path)))
@@ -658,6 +659,10 @@ def to_openai_tools(
         # missing from a root that strict mode closes.
         root_parts = _object_parts(parameters, "parameters")
         _note(parameters, [key for key in parameters if key in _OPENAI_ROOT_REFUSED])
+        # A root of no properties is a tool of no arguments (``{"type": "object"}``, as MCP
+        # servers declare one), spelled with its empty ``properties`` before it is made
+        # strict, as it is for the API anyway (``_spell_out_any``): closed, it takes ``{}``.
+        parameters.setdefault("properties", {})
         is_strict = False
         if strict is not False:
             candidate = thaw(parameters)
