@@ -16,7 +16,8 @@ from ..actors import AbortError
 from ..actors._futures import retrieve
 from ._driver import connect_in_background, connection, import_ray, still_connected
 from ._errors import RemoteUnavailableError, RemoteWorkerLostError, describe_ray_failure
-from ._ray_runners import LazyRunner, RunnerSettings, Submission
+from ._ray_runners import ActorSubmission, LazyRunner, RunnerSettings, Submission
+from ._remote import DROPPED
 from ._wire import decode_reply, encode_call, rebuild_exception
 
 __all__ = ["Body", "remote_body"]
@@ -31,6 +32,14 @@ _RECORD_WAIT_S = 30.0
 read on its node (a worker may have to start there) before it takes the call for one that may
 have run (seconds)."""
 _SHUT_DOWN = "the Ray connection ended (ray.shutdown()) before the call settled"
+_PLACED_JUST_THEN = (
+    "but Ray may have placed its actor just then, and the body may have begun before it was"
+    " stopped (the body may have run, and is not run again)"
+)
+_GIVEN_UP_AS_IT_BEGAN = (
+    "its actor was given up before it was seen placed, and the call may have begun on it (the"
+    " body may have run, and is not run again)"
+)
 
 
 async def _connected(tool: str, aborted: asyncio.Future[None]) -> None:
@@ -209,9 +218,30 @@ def _cancelled_on_cluster(reply: asyncio.Future[Any]) -> bool:
     return isinstance(exc, import_ray().exceptions.TaskCancelledError)
 
 
+def _dropped(reply: asyncio.Future[Any]) -> bool:
+    """Whether the call's reply is its actor's word that it dropped the call before it began
+    (``BodyActor.drop``): Ray ran a call it had reported cancelled, and the actor refused it."""
+    return (
+        reply.done()
+        and not reply.cancelled()
+        and reply.exception() is None
+        and reply.result() == DROPPED
+    )
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+async def _began_unseen(submission: Submission) -> bool | None:
+    """For a call taken off (or stopped on) a pool actor given up before the pool saw it
+    placed: whether it began there (``ActorSubmission.began_unseen``, asked off the loop);
+    False for every other call, which something else showed had not begun (a dropped call;
+    a task Ray cancelled, whose race is left open)."""
+    if not isinstance(submission, ActorSubmission) or not submission.unseen:
+        return False
+    return await asyncio.to_thread(submission.began_unseen)
 
 
 async def _stopped(submission: Submission, session: tuple[str, str]) -> None:
@@ -284,14 +314,26 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         with contextlib.suppress(asyncio.CancelledError):
                             await _stopped(submission, session)
                         raise
-                    except RemoteUnavailableError:
+                    except RemoteUnavailableError as exc:
                         # No node can place its task or actor: cancelled (or taken off its
                         # actor), the call has not begun, unless Ray placed it just then
                         # (its outcome then stands).
                         await _stopped(submission, session)
                         await asyncio.wait((reply,), timeout=_CONNECTION_CHECK_S)
-                        if not reply.done() or reply.cancelled() or reply.exception() is not None:
+                        if not reply.done() or reply.cancelled() or _dropped(reply):
                             raise
+                        if reply.exception() is not None:
+                            if not isinstance(submission, ActorSubmission):
+                                raise  # a task Ray cancelled: its race is left open
+                            if submission.unseen:
+                                if await _began_unseen(submission) is not False:
+                                    raise RemoteWorkerLostError(
+                                        tool, f"{exc.detail}; {_PLACED_JUST_THEN}"
+                                    ) from None
+                                raise
+                            # The stop heard its actor placed after all (Ray placed it as the
+                            # call was given up) and stopped the call as a running one: its
+                            # failure stands, as any call's.
                     if not reply.done():
                         await _stopped(submission, session)
                         raise AbortError("ABORTED")
@@ -299,7 +341,9 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         # ray.shutdown() ends the job's workers and actors as it disconnects:
                         # their calls fail with a death, which the ending connection explains.
                         raise RemoteWorkerLostError(tool, _SHUT_DOWN)
-                    if submission.moved and _cancelled_on_cluster(reply):
+                    if submission.moved and (_cancelled_on_cluster(reply) or _dropped(reply)):
+                        if await _began_unseen(submission) is not False:
+                            raise RemoteWorkerLostError(tool, _GIVEN_UP_AS_IT_BEGAN)
                         continue  # taken off a replaced actor before it started: again
                     if not fresh and await _never_began(reply, submission, aborted, tool, session):
                         # Its actor had died while idle, before the call reached it: the body

@@ -201,6 +201,7 @@ class ActorSubmission:
         "seq",
         "since",
         "slot",
+        "unseen",
     )
 
     def __init__(
@@ -224,6 +225,9 @@ class ActorSubmission:
         self.ref = ref
         self.released = False
         self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
+        # Taken off (or stopped on) an actor given up before the pool saw it placed: nothing
+        # showed the call had not begun there (see ``began_unseen``).
+        self.unseen = False
 
     def stop(self) -> None:
         ray = connected_ray()
@@ -274,6 +278,54 @@ class ActorSubmission:
     def waiting(self) -> None:
         self.pool.unplaced(self)
 
+    def began_unseen(self) -> bool | None:
+        """Whether the call began on the actor it was taken off (or stopped on) as that actor
+        was given up before the pool saw it placed (``unseen``): Ray may place it just then,
+        and it reports a call it cancelled as cancelled even when the actor began it before
+        the kill. False when the actor never answered its ``ready`` (it died before Ray placed
+        it: it began no call), or its record shows the call had not begun; True when the
+        record shows it had; None when nothing tells (Ray's answers did not come within
+        ``settle_s``, or the actor kept no record). Blocking: run off the loop."""
+        ray = connected_ray()
+        begun = self.begun
+        if ray is None or begun.ready is None:
+            return None
+        settle = self.pool.settle
+        try:
+            where = ray.get(begun.ready, timeout=settle)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
+            return None
+        except ray.exceptions.RayActorError:
+            # Killed before it was placed. (The answer of an actor placed in that instant can
+            # be lost with its process only if the kill lands between the answer and its
+            # sending: that window is left open.)
+            return False
+        except Exception:
+            return None
+        begun.learn(where)
+        if begun.where is None:
+            return None  # placed, and it keeps no record
+        # Read only once the process is gone: a call Ray reported cancelled may still begin.
+        try:
+            ray.get(self.actor.ready.remote(), timeout=settle)
+            return None  # still answering: the kill did not land
+        except ray.exceptions.ActorUnavailableError:
+            return None
+        except ray.exceptions.RayActorError:
+            pass
+        except Exception:
+            return None
+        reading = begun.read()
+        if reading is None:
+            return None
+        try:
+            last = ray.get(reading, timeout=settle)
+        except Exception:
+            return None
+        if not isinstance(last, int):
+            return None
+        return last >= self.seq
+
     def record(self) -> tuple[Any, int] | None:
         reading = self.begun.read()
         return None if reading is None else (reading, self.seq)
@@ -292,12 +344,22 @@ class _Record:
     from its first ``ready`` answer), and the one reading of it once the actor died, which
     the calls sent to it share (the reading removes the file)."""
 
-    __slots__ = ("lock", "reading", "where")
+    __slots__ = ("lock", "reading", "ready", "where")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.where: tuple[str, str] | None = None
         self.reading: Any = None
+        # The actor's first ``ready`` (see ``ActorSubmission.began_unseen``); None for a
+        # slot's record before its first actor.
+        self.ready: Any = None
+
+    def learn(self, where: Any) -> None:
+        """Take the answer of the actor's ``ready``: the node and file of its record."""
+        if isinstance(where, tuple) and len(where) == 2:
+            with self.lock:
+                if self.where is None:
+                    self.where = (str(where[0]), str(where[1]))
 
     def read(self) -> Any:
         """A Ray object ref settling with ``last_begun`` of the record, read on its node (the
@@ -439,7 +501,7 @@ class ActorPool:
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
         on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made, begun)
-        ready = slot.ready = actor.ready.remote()
+        ready = slot.ready = begun.ready = actor.ready.remote()
         return actor, ready, on_placed
 
     def release(self, slot: _Slot, submission: ActorSubmission) -> None:
@@ -566,6 +628,7 @@ class ActorPool:
                 return  # ended with the connection while the actor was asked
         for submission in queued:
             submission.moved = True
+            submission.unseen = moving
         for submission in queued:
             # Marked cancelled before the kill, a queued call fails as cancelled, not as lost.
             with contextlib.suppress(Exception):
@@ -606,9 +669,7 @@ def _on_placed(
     began), unless that failed (its death is then reported to the calls sent to it)."""
     if answer.cancelled() or answer.exception() is not None:
         return
-    where = answer.result()
-    if isinstance(where, tuple):
-        begun.where = (str(where[0]), str(where[1]))
+    begun.learn(answer.result())
     held = pool()
     if held is not None:
         held.placed(index, made)
