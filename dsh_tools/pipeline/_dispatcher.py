@@ -274,7 +274,8 @@ class DispatcherPoolActor(SharedMailboxActor):
         if exclusive:
             self._exclusive_active = True
         self._lane.started(entry)
-        record, stage = self.in_own_context(
+        # ``in_own_context``, inline: every call starts here.
+        record, stage = self._context.copy().run(
             self._pipeline.start_now, entry.call, frozen=entry.frozen, refused=entry.refused
         )
         entry.record = record
@@ -343,7 +344,8 @@ class DispatcherPoolActor(SharedMailboxActor):
     def _commit(self, entry: PoolEntry, *, anywhere: bool = False) -> bool:
         """``anywhere``: the lane said ``commits_anywhere()`` for this commit just now."""
         assert entry.record is not None and entry.stage is not None
-        result = self.in_own_context(self._pipeline.commit_now, entry.record, entry.stage)
+        # ``in_own_context``, inline: every call commits here.
+        result = self._context.copy().run(self._pipeline.commit_now, entry.record, entry.stage)
         if result is not None:
             self._settle_commit(entry, result, anywhere)
             return True
