@@ -234,13 +234,16 @@ def _wake(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-async def _began_unseen(submission: Submission) -> bool | None:
+async def _began_unseen(submission: Submission, session: tuple[str, str]) -> bool | None:
     """For a call taken off (or stopped on) a pool actor given up before the pool saw it
-    placed: whether it began there (``ActorSubmission.began_unseen``, asked off the loop);
-    False for every other call, which something else showed had not begun (a dropped call;
-    a task Ray cancelled, whose race is left open)."""
+    placed: whether it began there (``ActorSubmission.began_unseen``, asked off the loop;
+    None once the connection ``session`` ended, whose answers are gone with it); False for
+    every other call, which something else showed had not begun (a dropped call; a task Ray
+    cancelled, whose race is left open)."""
     if not isinstance(submission, ActorSubmission) or not submission.unseen:
         return False
+    if not still_connected(session):
+        return None
     return await asyncio.to_thread(submission.began_unseen)
 
 
@@ -326,7 +329,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                             if not isinstance(submission, ActorSubmission):
                                 raise  # a task Ray cancelled: its race is left open
                             if submission.unseen:
-                                if await _began_unseen(submission) is not False:
+                                if await _began_unseen(submission, session) is not False:
                                     raise RemoteWorkerLostError(
                                         tool, f"{exc.detail}; {_PLACED_JUST_THEN}"
                                     ) from None
@@ -342,7 +345,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         # their calls fail with a death, which the ending connection explains.
                         raise RemoteWorkerLostError(tool, _SHUT_DOWN)
                     if submission.moved and (_cancelled_on_cluster(reply) or _dropped(reply)):
-                        if await _began_unseen(submission) is not False:
+                        if await _began_unseen(submission, session) is not False:
                             raise RemoteWorkerLostError(tool, _GIVEN_UP_AS_IT_BEGAN)
                         continue  # taken off a replaced actor before it started: again
                     if not fresh and await _never_began(reply, submission, aborted, tool, session):
