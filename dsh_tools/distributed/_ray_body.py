@@ -179,20 +179,68 @@ async def _never_began(
     # That answer (the probe's, or the call ahead's) may have been sent just before the call
     # began and lost with a process the body ended at once: only the record the actor kept on
     # its node of the calls it began tells. Without it, the call may have run.
+    return await _record_shows_unbegun(submission, aborted, tool, session)
+
+
+async def _shown_unbegun(
+    submission: Submission, aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
+) -> bool:
+    """Whether a call taken off (or stopped on) a pool actor given up before the pool saw it
+    placed (``ActorSubmission.unseen``) is shown not to have begun there: Ray may place the
+    actor just then, and reports a call it cancelled as cancelled even when the actor began
+    it before the kill. So the actor's own answers tell: one that died without answering its
+    ``ready`` was never placed (the answer of one placed in that instant is lost with its
+    process only if the kill lands between the answer and its sending: that window is left
+    open); one that answered is read from its record once it is gone. True for every other
+    call, which something else showed had not begun (a dropped call; a task Ray cancelled,
+    whose race is left open)."""
+    if not isinstance(submission, ActorSubmission) or not submission.unseen:
+        return True
+    if not still_connected(session) or submission.begun.ready is None:
+        return False
+    ready = await _settled_within(submission.begun.ready, aborted, tool, session)
+    if ready is None or ready.cancelled():
+        return False
+    if ready.exception() is not None:
+        return _actor_died(ready.exception())  # killed before it was placed
+    submission.begun.learn(ready.result())
+    # Read only once the process is gone: a call Ray reported cancelled may still begin.
+    probe = await _settled_within(submission.actor.ready.remote(), aborted, tool, session)
+    if probe is None or probe.cancelled() or not _actor_died(probe.exception()):
+        return False
+    return await _record_shows_unbegun(submission, aborted, tool, session)
+
+
+async def _record_shows_unbegun(
+    submission: Submission, aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
+) -> bool:
+    """Whether the record the call's dead actor kept on its node of the calls it began shows
+    this one had not (``Submission.record``); False when it tells nothing."""
     record = submission.record()
     if record is None:
         return False
     reading, seq = record
-    read = asyncio.wrap_future(reading.future())
-    read.add_done_callback(retrieve)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(_first(read, aborted, tool, session), _RECORD_WAIT_S)
-    if not read.done():
-        if aborted.done():
-            raise AbortError("ABORTED")
+    read = await _settled_within(reading, aborted, tool, session)
+    if read is None:
         return False  # its node does not answer (gone with the actor, say)
     last = None if read.cancelled() or read.exception() is not None else read.result()
     return isinstance(last, int) and last < seq
+
+
+async def _settled_within(
+    ref: Any, aborted: asyncio.Future[None], tool: str, session: tuple[str, str]
+) -> asyncio.Future[Any] | None:
+    """``ref``'s outcome once Ray settled it, or None when it has not within
+    ``_RECORD_WAIT_S``; an abort meanwhile ends the wait as ``ABORTED``."""
+    settled = asyncio.wrap_future(ref.future())
+    settled.add_done_callback(retrieve)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_first(settled, aborted, tool, session), _RECORD_WAIT_S)
+    if settled.done():
+        return settled
+    if aborted.done():
+        raise AbortError("ABORTED")
+    return None
 
 
 def _actor_died(failure: BaseException | None) -> TypeGuard[Any]:
@@ -232,19 +280,6 @@ def _dropped(reply: asyncio.Future[Any]) -> bool:
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-async def _began_unseen(submission: Submission, session: tuple[str, str]) -> bool | None:
-    """For a call taken off (or stopped on) a pool actor given up before the pool saw it
-    placed: whether it began there (``ActorSubmission.began_unseen``, asked off the loop;
-    None once the connection ``session`` ended, whose answers are gone with it); False for
-    every other call, which something else showed had not begun (a dropped call; a task Ray
-    cancelled, whose race is left open)."""
-    if not isinstance(submission, ActorSubmission) or not submission.unseen:
-        return False
-    if not still_connected(session):
-        return None
-    return await asyncio.to_thread(submission.began_unseen)
 
 
 async def _stopped(submission: Submission, session: tuple[str, str]) -> None:
@@ -329,7 +364,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                             if not isinstance(submission, ActorSubmission):
                                 raise  # a task Ray cancelled: its race is left open
                             if submission.unseen:
-                                if await _began_unseen(submission, session) is not False:
+                                if not await _shown_unbegun(submission, aborted, tool, session):
                                     raise RemoteWorkerLostError(
                                         tool, f"{exc.detail}; {_PLACED_JUST_THEN}"
                                     ) from None
@@ -345,7 +380,7 @@ def remote_body(tool: str, resolve: Callable[[], tuple[RunnerSettings, LazyRunne
                         # their calls fail with a death, which the ending connection explains.
                         raise RemoteWorkerLostError(tool, _SHUT_DOWN)
                     if submission.moved and (_cancelled_on_cluster(reply) or _dropped(reply)):
-                        if await _began_unseen(submission, session) is not False:
+                        if not await _shown_unbegun(submission, aborted, tool, session):
                             raise RemoteWorkerLostError(tool, _GIVEN_UP_AS_IT_BEGAN)
                         continue  # taken off a replaced actor before it started: again
                     if not fresh and await _never_began(reply, submission, aborted, tool, session):

@@ -226,7 +226,7 @@ class ActorSubmission:
         self.released = False
         self.moved = False  # taken off its actor before it started (see ``ActorPool.discard``)
         # Taken off (or stopped on) an actor given up before the pool saw it placed: nothing
-        # showed the call had not begun there (see ``began_unseen``).
+        # showed the call had not begun there (see ``_ray_body._shown_unbegun``).
         self.unseen = False
 
     def stop(self) -> None:
@@ -278,54 +278,6 @@ class ActorSubmission:
     def waiting(self) -> None:
         self.pool.unplaced(self)
 
-    def began_unseen(self) -> bool | None:
-        """Whether the call began on the actor it was taken off (or stopped on) as that actor
-        was given up before the pool saw it placed (``unseen``): Ray may place it just then,
-        and it reports a call it cancelled as cancelled even when the actor began it before
-        the kill. False when the actor never answered its ``ready`` (it died before Ray placed
-        it: it began no call), or its record shows the call had not begun; True when the
-        record shows it had; None when nothing tells (Ray's answers did not come within
-        ``settle_s``, or the actor kept no record). Blocking: run off the loop."""
-        ray = connected_ray()
-        begun = self.begun
-        if ray is None or begun.ready is None:
-            return None
-        settle = self.pool.settle
-        try:
-            where = ray.get(begun.ready, timeout=settle)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
-            return None
-        except ray.exceptions.RayActorError:
-            # Killed before it was placed. (The answer of an actor placed in that instant can
-            # be lost with its process only if the kill lands between the answer and its
-            # sending: that window is left open.)
-            return False
-        except Exception:
-            return None
-        begun.learn(where)
-        if begun.where is None:
-            return None  # placed, and it keeps no record
-        # Read only once the process is gone: a call Ray reported cancelled may still begin.
-        try:
-            ray.get(self.actor.ready.remote(), timeout=settle)
-            return None  # still answering: the kill did not land
-        except ray.exceptions.ActorUnavailableError:
-            return None
-        except ray.exceptions.RayActorError:
-            pass
-        except Exception:
-            return None
-        reading = begun.read()
-        if reading is None:
-            return None
-        try:
-            last = ray.get(reading, timeout=settle)
-        except Exception:
-            return None
-        if not isinstance(last, int):
-            return None
-        return last >= self.seq
-
     def record(self) -> tuple[Any, int] | None:
         reading = self.begun.read()
         return None if reading is None else (reading, self.seq)
@@ -350,8 +302,8 @@ class _Record:
         self.lock = threading.Lock()
         self.where: tuple[str, str] | None = None
         self.reading: Any = None
-        # The actor's first ``ready`` (see ``ActorSubmission.began_unseen``); None for a
-        # slot's record before its first actor.
+        # The actor's first ``ready`` (see ``ActorPool.heard``); None for a slot's record
+        # before its first actor.
         self.ready: Any = None
 
     def learn(self, where: Any) -> None:
@@ -388,17 +340,7 @@ class _Record:
 class _Slot:
     """One place for an actor in a pool (its fields are the pool's, read under its lock)."""
 
-    __slots__ = (
-        "actor",
-        "begun",
-        "calls",
-        "index",
-        "last",
-        "made",
-        "made_at",
-        "placed",
-        "ready",
-    )
+    __slots__ = ("actor", "begun", "calls", "index", "last", "made", "made_at", "placed")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -413,8 +355,6 @@ class _Slot:
         self.placed = False
         self.made_at = 0.0
         self.made = 0
-        # Its actor's ``ready`` (see ``ActorPool.heard``); None while it has no actor.
-        self.ready: Any = None
 
 
 def _queued(slot: _Slot) -> int:
@@ -501,7 +441,7 @@ class ActorPool:
         # keeps it until the answer, for ever for an actor it never places): a pool no longer
         # used is collected, and its actors end.
         on_placed = functools.partial(_on_placed, weakref.ref(self), slot.index, slot.made, begun)
-        ready = slot.ready = begun.ready = actor.ready.remote()
+        ready = begun.ready = actor.ready.remote()
         return actor, ready, on_placed
 
     def release(self, slot: _Slot, submission: ActorSubmission) -> None:
@@ -524,7 +464,7 @@ class ActorPool:
         marks the slot placed runs, and a call whose body has begun may be aborted between
         the two (the actor answered ``ready`` before it began the call)."""
         with self._lock:
-            ready = slot.ready if slot.actor is actor else None
+            ready = slot.begun.ready if slot.actor is actor else None
         ray = connected_ray()
         if ready is None or ray is None:
             return False
@@ -603,7 +543,6 @@ class ActorPool:
             if slot.actor is actor:
                 slot.actor = None
                 slot.placed = False
-                slot.ready = None
             queued = (
                 [s for s in slot.calls if s.actor is actor and s is not running]
                 if running is not None or moving
