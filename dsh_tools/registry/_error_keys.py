@@ -16,6 +16,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
+from itertools import islice
 from typing import Any, Final
 
 import msgspec
@@ -50,19 +51,18 @@ def named_entries(convert: Callable[[Any], Any], args: Any, error: msgspec.Valid
     node = args
     for match in segments:
         field, index = match.group(1), match.group(2)
-        if field is not None:
-            if not isinstance(node, Mapping) or field not in node:
+        if field is not None or index is not None:
+            step: Any = field if field is not None else int(index)
+            walkable = (
+                isinstance(node, Mapping) and step in node
+                if field is not None
+                else isinstance(node, list | tuple) and step < len(node)
+            )
+            if not walkable:
                 return message
             named.append(match.group(0))
-            trail.append(field)
-            node = node[field]
-        elif index is not None:
-            position = int(index)
-            if not isinstance(node, list | tuple) or position >= len(node):
-                return message
-            named.append(match.group(0))
-            trail.append(position)
-            node = node[position]
+            trail.append(step)
+            node = node[step]
         else:
             found = _failing_entry(convert, args, trail, node, message, deadline)
             if found is None:
@@ -85,11 +85,12 @@ def _failing_entry(
     key or index, the step to it in the cut-down container (an item cut down to a one-item
     array is at index 0), the arguments with ``node`` cut down to it, and its value."""
     entries: list[tuple[Any, Any]]
+    # Only the entries tried are listed: a container may be large.
     if isinstance(node, Mapping):
-        entries = list(node.items())[:_MOST_ENTRIES]
+        entries = list(islice(node.items(), _MOST_ENTRIES))
         keyed = True
     elif isinstance(node, list | tuple):
-        entries = list(enumerate(node))[:_MOST_ENTRIES]
+        entries = list(islice(enumerate(node), _MOST_ENTRIES))
         keyed = False
     else:
         return None
