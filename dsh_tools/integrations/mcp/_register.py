@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import math
 import os
 import sys
 import threading
@@ -37,6 +36,7 @@ from ._types import (
     ReconnectPolicy,
     SamplingCallback,
 )
+from ._waits import positive
 
 if TYPE_CHECKING:
     from ..._handles import AgentScope
@@ -223,10 +223,6 @@ def _reconnect_policy(
     raise TypeError("reconnect must be None, a bool or a ReconnectPolicy")
 
 
-def _positive(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value) and value > 0
-
-
 def _check_bounds(
     timeout_ms: Any,
     ping_interval: Any,
@@ -244,7 +240,7 @@ def _check_bounds(
         ("close_timeout", close_timeout, "seconds", False),
     )
     for label, value, unit, optional in bounds:
-        if not (optional and value is None) and not _positive(value):
+        if not (optional and value is None) and not positive(value):
             raise ValueError(f"{label} must be a positive number of {unit}, got {value!r}")
     if max_message_bytes is not None and not (
         type(max_message_bytes) is int and max_message_bytes > 0
@@ -279,7 +275,7 @@ def _check(
     for key, value in timeouts.items():
         if type(key) is not str:
             raise TypeError("timeouts keys must be tool names (str)")
-        if not _positive(value):
+        if not positive(value):
             raise ValueError(f"timeouts[{key!r}] must be a positive number of milliseconds")
     if roots is not None and (isinstance(roots, str | bytes) or not isinstance(roots, Sequence)):
         raise TypeError("roots must be a list of paths")

@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
-__all__ = ["checked_timeout"]
+__all__ = ["checked_timeout", "positive"]
+
+
+def positive(value: object) -> bool:
+    """Whether ``value`` is a finite ``int`` or ``float`` above 0 (a ``bool`` is none)."""
+    if type(value) not in (int, float):
+        return False
+    number = cast(float, value)
+    return math.isfinite(number) and number > 0
 
 
 def checked_timeout(timeout: object, where: str, *, zero: bool) -> float | None:
@@ -14,13 +23,7 @@ def checked_timeout(timeout: object, where: str, *, zero: bool) -> float | None:
     answer could come would read as a server that did not answer."""
     if timeout is None:
         return None
-    # ``bool`` is an ``int``, but ``timeout=True`` says no number of seconds
-    if (
-        isinstance(timeout, int | float)
-        and not isinstance(timeout, bool)
-        and math.isfinite(timeout)
-        and (timeout > 0 or (zero and timeout == 0))
-    ):
-        return float(timeout)
+    if positive(timeout) or (zero and type(timeout) in (int, float) and timeout == 0):
+        return float(cast(float, timeout))
     wanted = "a number of seconds not below 0" if zero else "a positive number of seconds"
     raise ValueError(f"{where}: timeout must be None or {wanted}, got {timeout!r}")
