@@ -800,8 +800,10 @@ def test_another_harness_cannot_redirect_or_remove_the_scratch_of_a_runtime(
         attacked = value(attacker, attack.replace("SHARED", repr(str(shared))))
         assert len(attacked) == 1, attacked
         # The workers prepared before the attack, then the run that finds the mount point
-        # gone (which may fail, naming it), then the later ones on a fresh mount point.
-        results = [run(victim, reader) for _ in range(6)]
+        # gone (which may fail, naming it), then the later ones on a fresh mount point. On a
+        # loaded machine a worker the pool forked before that run found it may fail too,
+        # a run later: eight runs leave the last three past both.
+        results = [run(victim, reader) for _ in range(8)]
         failed = [result.error for result in results if result.error is not None]
         assert len(failed) <= 2, results
         assert all("the scratch mount point" in error.message for error in failed), results
