@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import WAIT, Logs, spawn
+from ray_support import WAIT as WORKER_START
 from ray_support import (  # noqa: F401
     cut_connections,
     json_tool,
@@ -390,7 +391,10 @@ def test_calls_queued_behind_a_call_whose_actor_dies_run_on_a_fresh_actor(
     time.sleep(0.5)  # submitted to the busy actor by now
     os.kill(pid, signal.SIGKILL)
     lost = pending.result(WAIT)
-    moved = [call.result(WAIT) for call in queued]
+    # Before they run, the dead actor's record is read on its node and a fresh actor is made:
+    # two Ray worker processes may start, one after the other, and each may take seconds on a
+    # loaded machine.
+    moved = [call.result(2 * WORKER_START) for call in queued]
 
     assert lost.error.info.code == "REMOTE_WORKER_LOST"
     assert all(not result.is_error for result in moved), [r.content for r in moved]
