@@ -11,6 +11,8 @@ Tools:
 - ``add(a, b)``: returns an integer, which the server also sends as structured content;
 - ``refuse(reason)``: an error result whose only detail is its structured content
   ``{"reason": <reason>}`` (no text block);
+- ``snap_fail()``: an error result that holds more than text: the error's text, a screenshot
+  (an image), a recording (audio) and the server's log (an embedded resource);
 - ``crash()``: ends the server process without answering.
 
 With ``MCP_FIXTURE_MARKS`` set, the server also writes its process id to ``pid`` there on start.
@@ -104,6 +106,25 @@ def add(a: int, b: int) -> int:
 @server.tool(description="Refuse, saying why in structured content only.")
 def refuse(reason: str) -> types.CallToolResult:
     return types.CallToolResult(content=[], structured_content={"reason": reason}, is_error=True)
+
+
+@server.tool(description="Fail, showing a screenshot, a recording and the log of the failure.")
+def snap_fail() -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[
+            types.TextContent.model_validate({"type": "text", "text": "the button was not found"}),
+            types.ImageContent.model_validate(
+                {"type": "image", "data": PIXEL, "mimeType": "image/png"}
+            ),
+            types.AudioContent.model_validate(
+                {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"}
+            ),
+            _resource(
+                {"uri": "file:///run.log", "mimeType": "text/plain", "text": "clicked at 3,4"}
+            ),
+        ],
+        is_error=True,
+    )
 
 
 @server.tool(description="Exit the server process at once, without answering.")

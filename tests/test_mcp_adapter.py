@@ -37,6 +37,7 @@ from mcp_support import (
 
 from dsh_tools import (
     AbortController,
+    Accept,
     ExecuteBatch,
     ExecuteCall,
     ToolCall,
@@ -57,7 +58,7 @@ from dsh_tools.integrations import (
 from dsh_tools.integrations.mcp._client import McpClient
 
 SERVER = str(Path(__file__).with_name("mcp_server_fixture.py"))
-SERVER_TOOLS = ["echo", "fail", "sleep", "mixed", "add", "refuse", "crash"]
+SERVER_TOOLS = ["echo", "fail", "sleep", "mixed", "add", "refuse", "snap_fail", "crash"]
 PIXEL = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
     "+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
@@ -275,6 +276,73 @@ def test_an_error_result_with_only_structured_content_says_it_as_json(
         "message": 'MCP tool "refuse" reported an error: {"reason":"quota exceeded"}',
         "info": {"name": "McpToolError", "code": "MCP_TOOL_ERROR"},
     }
+
+
+def test_an_error_result_keeps_its_images_audio_and_resources_after_its_text(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    # A harness shows the model the failure with the screenshot and the log the server sent:
+    # the text stays what it was, the other blocks follow it in the server's order.
+    system, _ = shared
+    assert failure(run(system, "snap_fail", {})) == {
+        "content": [
+            {"type": "text", "text": "Error: the button was not found"},
+            {"type": "image", "data": PIXEL, "mimeType": "image/png"},
+            {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+            {
+                "type": "resource",
+                "resource": {
+                    "uri": "file:///run.log",
+                    "mimeType": "text/plain",
+                    "text": "clicked at 3,4",
+                },
+            },
+        ],
+        "is_error": True,
+        "error": {
+            "message": "the button was not found",
+            "info": {"name": "McpToolError", "code": "MCP_TOOL_ERROR"},
+        },
+    }
+
+
+def test_an_error_result_in_a_batch_keeps_its_other_blocks_too(
+    shared: tuple[ToolSystem, McpPlugin],
+) -> None:
+    system, _ = shared
+    outcome = system.execute_batch(
+        ExecuteBatch(
+            calls=[ToolCall("b1", "snap_fail", "{}"), ToolCall("b2", "fail", '{"message": "no"}')]
+        ),
+        timeout=WAIT,
+    )
+    assert [block["type"] for block in outcome.results[0].content] == [
+        "text",
+        "image",
+        "audio",
+        "resource",
+    ]
+    assert list(outcome.results[1].content) == [
+        {"type": "text", "text": "Error: Error executing tool fail: no"}
+    ]
+
+
+def test_a_post_execute_hook_that_replaces_a_failures_content_keeps_its_blocks_out(
+    connect: Callable[..., McpPlugin], system: ToolSystem
+) -> None:
+    # The hook decided what the model sees of the failure: the server's screenshot does not
+    # come back behind it.
+    connect()
+
+    async def redact(exec: Any, result: Any, next: Any) -> Any:
+        if result.is_error:
+            return Accept(content=[{"type": "text", "text": "Error: (redacted)"}])
+        return await next()
+
+    system.tools.on_post_execute(redact)
+    result = failure(run(system, "snap_fail", {}))
+    assert result["content"] == [{"type": "text", "text": "Error: (redacted)"}]
+    assert result["error"]["message"] == "the button was not found"
 
 
 def test_arguments_reach_the_server_unvalidated_and_it_reports_the_error(

@@ -13,6 +13,9 @@ Each registered tool:
   (strict-mode exports send them), then calls the tool through the session with a progress
   token; an abort cancels the MCP
   request (the SDK sends ``notifications/cancelled``) and the call fails with ``ABORTED``;
+- failure: an ``isError`` result fails the call (``MCP_TOOL_ERROR``, its text the message);
+  its other blocks (images, audio, resources) follow ``Error: <message>`` in the content, put
+  there by the tool's ``finalize_content`` (``_error_content``);
 - metadata: ``readOnlyHint`` makes it concurrency-safe (by default), ``timeout_ms`` comes from
   ``timeouts`` or the plugin's default and is enforced on the request itself as well as read
   by the timeout policy; ``mcp_tool_info(definition)`` gives hooks the title and hints.
@@ -29,6 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...actors import (
+    ExecutionToken,
     HarnessError,
     JsonSchemaError,
     ToolArgsError,
@@ -48,6 +52,7 @@ from ...registry import (
 )
 from ._client import McpClient
 from ._content import error_text, output_validator, render, violation
+from ._error_content import ERROR_CODE, finalize_error_content, keep_error_blocks
 from ._errors import McpConnectionError, McpToolError
 from ._types import McpCallRef, McpProgress, McpToolInfo
 
@@ -134,10 +139,12 @@ class _Tool:
         # registry does for the tools it validates itself.
         self.drop_optional_nulls = optional_null_dropper(info.input_schema)
 
-    def value(self, result: Mapping[str, Any]) -> dict[str, Any]:
+    def value(self, result: Mapping[str, Any], token: ExecutionToken) -> dict[str, Any]:
         content = result.get("content", [])
         name = self.info.mcp_name
         if result.get("isError") is True:
+            # Its images, audio and resources follow the error text (``_error_content``).
+            keep_error_blocks(token, content)
             text = error_text(content)
             if not text:
                 text = f'MCP tool "{name}" reported an error'
@@ -148,7 +155,7 @@ class _Tool:
                     # an integer past 64 bits, say, is no lossless JSON: left unsaid
                     with contextlib.suppress(LosslessJsonError):
                         text += f": {compact_json(structured)}"
-            raise McpToolError(text, "MCP_TOOL_ERROR")
+            raise McpToolError(text, ERROR_CODE)
         value: dict[str, Any] = {"content": content, "is_error": False}
         structured = result.get("structuredContent")
         if structured is not None:
@@ -225,7 +232,7 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         finally:
             if deadline is not None:
                 deadline.cancel()
-        return tool.value(result)
+        return tool.value(result, run_ctx.token)
 
     execute.__name__ = f"mcp[{client.label}].{info.mcp_name}"
     execute.__qualname__ = execute.__name__
@@ -337,4 +344,5 @@ def build_definition(
         execute=execute,
         is_concurrency_safe=_always_safe if _is_safe(policy, tool) else None,
         timeout_ms=timeout_ms,
+        finalize_content=finalize_error_content,
     )
