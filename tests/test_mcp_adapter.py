@@ -915,14 +915,18 @@ def test_a_server_that_serves_tools_without_declaring_them_still_has_them_regist
         assert system.tools.names() == ["echo", "start_paging"]
 
 
-def test_a_server_that_refuses_to_list_its_tools_fails_registration_naming_the_request(
+def test_a_server_that_refuses_to_list_its_tools_fails_registration_saying_it_started(
     system: ToolSystem, errlog: TextIO
 ) -> None:
+    # It started and initialized: "could not be started" would send its author after the
+    # command line, while the server answered tools/list with an error, which is quoted.
     params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER, "refusing"])
     with pytest.raises(McpConnectionError) as raised:
         register_mcp_server_sync(system, "pager", params, errlog=errlog, connect_timeout=WAIT)
+    assert raised.value.code == "MCP_CONNECT_FAILED"
     assert str(raised.value) == (
-        'MCP server "pager" could not be started: MCPError: tools/list: the tool index is locked'
+        'MCP server "pager" started but refused to list its tools: it answered tools/list '
+        'with the error "the tool index is locked" (code 0)'
     )
     assert system.tools.names() == []
 

@@ -37,7 +37,17 @@ from ...actors._logging import get_logger
 from ._callbacks import CallbackRunner
 from ._errors import McpConnectionError, McpToolError
 from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
-from ._sdk import describe, is_closed, list_all, list_all_tools, one_line, summarize, wire
+from ._sdk import (
+    ListGivenUp,
+    RequestRefused,
+    describe,
+    is_closed,
+    list_all,
+    list_all_tools,
+    one_line,
+    summarize,
+    wire,
+)
 from ._server_requests import ClientOptions, ServerRequests
 from ._stdio import ServerExit
 from ._transport import SERVER_CLOSED, SessionWatch, TransportFactory, WatchedReadStream
@@ -723,9 +733,9 @@ def _naming(method: str) -> Iterator[None]:
     try:
         yield
     except MCPError as exc:
-        if is_closed(exc) or exc.message.startswith(f"{method}:"):
-            raise
-        raise MCPError(exc.code, f"{method}: {exc.message}", exc.data) from exc
+        if is_closed(exc) or isinstance(exc, ListGivenUp | RequestRefused):
+            raise  # named already
+        raise RequestRefused(method, exc) from exc
 
 
 async def _unless_given_up(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import os
 import sys
 import threading
@@ -23,7 +24,7 @@ from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
 from ._plugin import McpPlugin, wait_out
-from ._sdk import is_closed
+from ._sdk import RequestRefused, is_closed
 from ._stdio import ServerExit, stdio_group_client
 from ._stdio_pipes import LINE_LIMIT
 from ._together import close_together
@@ -521,8 +522,16 @@ def _connect_failure(
     """Why the first connection failed, naming where the server is; ``ended``: why the
     transport saw the connection end, if it did; ``phase``: what the connection was doing
     after the server initialized (``None`` when it never did)."""
+    cause = _first(exc)
+    if isinstance(cause, RequestRefused) and cause.method == "tools/list":
+        # It started and initialized: what failed is its answer, which its author needs.
+        started = " started" if transport.kind == "stdio" else f"{transport.where} initialized"
+        reply = json.dumps(cause.reply, ensure_ascii=False)
+        return (
+            f'MCP server "{name}"{started} but refused to list its tools: it answered '
+            f"tools/list with the error {reply} (code {cause.code})"
+        )
     if transport.kind == "stdio":
-        cause = _first(exc)
         if isinstance(cause, MCPError) and is_closed(cause) and ended not in (None, SERVER_CLOSED):
             # The transport ended it and said why (a line past the limit).
             return f'MCP server "{name}" could not be started: {ended}'

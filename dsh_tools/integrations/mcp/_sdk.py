@@ -12,6 +12,8 @@ from pydantic_core import ErrorDetails
 
 __all__ = [
     "MAX_LIST_PAGES",
+    "ListGivenUp",
+    "RequestRefused",
     "describe",
     "is_closed",
     "list_all",
@@ -26,6 +28,21 @@ def wire(model: Any) -> dict[str, Any]:
     """An SDK model in its wire form (JSON names, absent fields left out)."""
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped
+
+
+class ListGivenUp(MCPError):
+    """A paginated list the client gave up on (its pages never end): the client's verdict,
+    told apart from an error the server answered with (``RequestRefused``)."""
+
+
+class RequestRefused(MCPError):
+    """A request the server answered with a JSON-RPC error: ``method`` names the request,
+    ``reply`` is the server's own message (``message`` is ``"<method>: <reply>"``)."""
+
+    def __init__(self, method: str, refusal: MCPError) -> None:
+        super().__init__(refusal.code, f"{method}: {refusal.message}", refusal.data)
+        self.method = method
+        self.reply = refusal.message
 
 
 MAX_LIST_PAGES = 1_000
@@ -49,13 +66,13 @@ async def list_all(
         if not cursor:
             return found
         if cursor in seen:
-            raise MCPError(
+            raise ListGivenUp(
                 types.INTERNAL_ERROR,
                 f"{method}: the server sent the cursor {cursor[:100]!r} twice "
                 "(its pages never end)",
             )
         if len(seen) + 1 >= MAX_LIST_PAGES:
-            raise MCPError(
+            raise ListGivenUp(
                 types.INTERNAL_ERROR, f"{method}: the server sent more than {MAX_LIST_PAGES} pages"
             )
         seen.add(cursor)
@@ -78,7 +95,9 @@ def describe(exc: BaseException) -> str:
     if isinstance(exc, ValidationError):
         return f"ValidationError: {summarize(exc)}"
     text = one_line(str(exc))
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    # This module's own kinds of MCPError read as the SDK's: what they tell apart is for code.
+    name = "MCPError" if isinstance(exc, MCPError) else type(exc).__name__
+    return f"{name}: {text}" if text else name
 
 
 # What a validation error's text holds after its first line: the first error's place, then
