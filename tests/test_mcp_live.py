@@ -100,6 +100,48 @@ def test_a_tool_a_later_listing_adds_under_a_taken_name_is_warned_about_naming_t
 
 
 @pytest.mark.parametrize("agent", [None, "scout"])
+def test_a_tool_left_out_for_a_taken_name_is_registered_once_the_name_is_free(
+    system: ToolSystem, live: Callable[..., McpPlugin], logs: Logs, agent: str | None
+) -> None:
+    # The harness unregisters its own "howdy": the server's, listed meanwhile, takes its
+    # place then, without waiting for the server to list its tools again.
+    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
+    mine = define_tool(
+        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
+    )
+    holder = system.tools if agent is None else system.agent(agent).tools
+    dispose = holder.register(mine)
+    plugin = live(agent=agent)
+    assert texts(run(system, "add_tool", {"name": "howdy"}, agent=agent)) == ["added howdy"]
+    logs.wait_for_event("MCP tool could not be registered")
+    assert "howdy" not in plugin.tool_names
+    dispose()
+    wait_until(lambda: "howdy" in plugin.tool_names, "the server's howdy to be registered")
+    assert plugin.tool_names[-1] == "howdy"  # in the server's order
+    assert texts(run(system, "howdy", {"who": "you"}, agent=agent)) == ["howdy says hi to you"]
+    registered = logs.wait_for_event("MCP tool registered: its name is free again")
+    assert (registered["server"], registered["tool"]) == ("live", "howdy")
+
+
+def test_a_tool_left_out_for_a_taken_name_waits_while_the_name_stays_taken(
+    system: ToolSystem, live: Callable[..., McpPlugin], logs: Logs
+) -> None:
+    # Other changes of the registry do not take the name from its holder.
+    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
+    mine = define_tool(
+        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
+    )
+    system.tools.register(mine)
+    plugin = live()
+    assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
+    logs.wait_for_event("MCP tool could not be registered")
+    assert texts(run(system, "add_tool", {"name": "hiya"})) == ["added hiya"]
+    wait_until(lambda: "hiya" in plugin.tool_names, "hiya to be registered")
+    assert "howdy" not in plugin.tool_names
+    assert texts(run(system, "howdy", {})) == ["mine"]
+
+
+@pytest.mark.parametrize("agent", [None, "scout"])
 def test_a_change_observer_may_close_the_plugin_whose_tools_changed(
     system: ToolSystem, tmp_path: Path, errlog: TextIO, logs: Logs, agent: str | None
 ) -> None:

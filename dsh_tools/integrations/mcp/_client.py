@@ -36,7 +36,13 @@ from pydantic import ValidationError
 from ...actors._logging import get_logger
 from ._callbacks import CallbackRunner
 from ._errors import McpConnectionError, McpToolError
-from ._listener import ConnectionListener, Listing, notify_lost, notify_tools_changed
+from ._listener import (
+    ConnectionListener,
+    Listing,
+    notify_lost,
+    notify_names_freed,
+    notify_tools_changed,
+)
 from ._sdk import (
     ListGivenUp,
     RequestRefused,
@@ -117,6 +123,7 @@ class McpClient:
         self._by_server = False  # whether the server ended the last session (see _note_lost)
         self._ended = "the session ended"
         self._relist = False
+        self._names_freed = False  # ``names_freed``: the plugin is to retry tools left out
         # What the session was doing once initialized, before it was connected: a server that
         # exits then did initialize, and the first connection's failure says so.
         self._phase: str | None = None
@@ -376,8 +383,12 @@ class McpClient:
                     continue
                 await self._tell(partial(notify_tools_changed, tools=tools))
                 continue
+            if self._names_freed:
+                self._names_freed = False
+                await self._tell(notify_names_freed)
+                continue
             self._wake.clear()
-            if self._stopping or self._lost or self._relist:
+            if self._stopping or self._lost or self._relist or self._names_freed:
                 continue
             try:
                 await asyncio.wait_for(self._wake.wait(), self._ping_interval)
@@ -424,6 +435,17 @@ class McpClient:
         self.listener = listener
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._catch_up)
+
+    def names_freed(self) -> None:
+        """From any thread: have the listener retry the tools it left out for a name another
+        tool had (``names_freed``), on the update thread, in turn with the listings. While no
+        session serves, the next one's listing does that."""
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to retry
+            self._loop.call_soon_threadsafe(self._retry_names)
+
+    def _retry_names(self) -> None:
+        self._names_freed = True
+        self._wake.set()
 
     def _catch_up(self) -> None:
         if self._missed:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["ConnectionListener", "Listing", "notify_lost", "notify_tools_changed"]
+__all__ = [
+    "ConnectionListener",
+    "Listing",
+    "notify_lost",
+    "notify_names_freed",
+    "notify_tools_changed",
+]
 
 
 class Listing:
@@ -34,6 +40,8 @@ class ConnectionListener(Protocol):
 
     def lost(self, final: bool, reason: str) -> None: ...
 
+    def names_freed(self) -> None: ...
+
 
 def notify_lost(listener: ConnectionListener, *, final: bool, reason: str) -> None:
     listener.lost(final, reason)
@@ -41,3 +49,7 @@ def notify_lost(listener: ConnectionListener, *, final: bool, reason: str) -> No
 
 def notify_tools_changed(listener: ConnectionListener, *, tools: list[dict[str, Any]]) -> None:
     listener.tools_changed(tools)
+
+
+def notify_names_freed(listener: ConnectionListener) -> None:
+    listener.names_freed()

@@ -6,7 +6,9 @@ owner (or an agent's scope). It follows the server:
 - ``notifications/tools/list_changed``: re-list and apply the difference (removed tools
   unregistered, changed ones replaced in one change, new ones registered), one ``change``
   notification per applied change. Calls already running finish; a later call to a removed
-  tool is ``UNKNOWN_TOOL``.
+  tool is ``UNKNOWN_TOOL``. A new tool whose name another tool has is left out (warned
+  about) and registered once that name is free: the plugin observes the registry's changes
+  while such a tool waits, and only then.
 - connection lost: while a reconnect is pending the tools stay registered and fail fast with
   ``MCP_DISCONNECTED``; once the plugin gives up (no ``reconnect`` policy, or attempts
   exhausted) they are withdrawn and ``state`` is ``"disconnected"``. A reconnect re-lists and
@@ -109,6 +111,12 @@ class McpPlugin(ServerResources):
         self._at_close: list[Callable[[], None]] = []  # ``close_with``
         self._registered: dict[str, _Registered] = {}  # by MCP name, in server order
         self._skipped: tuple[str, ...] = ()
+        # Listed tools left out because another tool has their name (by MCP name, wire form),
+        # registered once the name is free: a change observer, there only while some wait,
+        # tells the connection to retry them (``names_freed``).
+        self._waiting: dict[str, Mapping[str, Any]] = {}
+        self._watch: Disposer | None = None
+        self._order: tuple[str, ...] = ()  # the last listing's registrable names, in order
         self._section: Disposer | None = None
         self._sync = threading.RLock()
         self._closing = False
@@ -277,6 +285,7 @@ class McpPlugin(ServerResources):
             self._skipped = tuple(skipped)
             for mcp_name in [n for n in self._registered if n not in wanted]:
                 self._registered.pop(mcp_name).disposer()
+            waiting: dict[str, Mapping[str, Any]] = {}
             order: dict[str, _Registered] = {}
             for mcp_name, wire in wanted.items():
                 old = self._registered.get(mcp_name)
@@ -306,6 +315,8 @@ class McpPlugin(ServerResources):
                     )
                     if old is not None:
                         order[mcp_name] = old
+                    elif taken is not None:
+                        waiting[mcp_name] = wire
                     continue
                 info = self._info_of(definition)
                 order[mcp_name] = _Registered(wire, disposer, info)
@@ -317,7 +328,11 @@ class McpPlugin(ServerResources):
                 for entry in reversed(list(order.values())):
                     entry.disposer()
                 order = {}
+                waiting = {}
             self._registered = order
+            self._order = tuple(wanted)
+            self._waiting = waiting
+            self._watch_names()
 
     def _name_taken(self, mcp_name: str, exc: Exception) -> ValueError | None:
         """The error for a listed tool whose name another tool has (raised for the first
@@ -336,6 +351,64 @@ class McpPlugin(ServerResources):
             f"registered already; {way_out} to keep its tools apart"
         )
 
+    def _watch_names(self) -> None:
+        """Observe the registry's changes while a tool waits for its name, and only then."""
+        with self._sync:
+            if self._waiting and not self._closing:
+                if self._watch is None:
+                    self._watch = self._tools.on_change(self._registry_changed)
+            elif self._watch is not None:
+                watch, self._watch = self._watch, None
+                watch()
+
+    def _registry_changed(self) -> None:
+        """A ``change`` observer, on whatever thread changed the registry: when a waiting
+        tool's name is free, the connection's update thread registers it (not this thread,
+        whose caller's change is done, nor under the caller's locks)."""
+        waiting = tuple(self._waiting)  # replaced whole, never changed in place
+        if any(self._tools.get(self._definition_name(n)) is None for n in waiting):
+            self._client.names_freed()
+
+    def names_freed(self) -> None:
+        """Register the waiting tools whose names are free now (on the update thread)."""
+        with self._sync:
+            if self._closing or not self._waiting:
+                return
+            waiting = dict(self._waiting)
+            registered = dict(self._registered)
+            added: list[Disposer] = []
+            for mcp_name, wire in list(waiting.items()):
+                name = self._definition_name(mcp_name)
+                if self._tools.get(name) is not None:
+                    continue
+                try:
+                    definition = self._build(wire)
+                    disposer = self._tools.register(definition)
+                except Exception as exc:
+                    # Taken again meanwhile, say: it waits on, and the listing warned already.
+                    _log.debug(
+                        "MCP tool still not registered",
+                        server=self.name,
+                        tool=mcp_name,
+                        error=describe(exc),
+                    )
+                    continue
+                added.append(disposer)
+                if self._closing:
+                    # Closed by a change observer of this very registration (on this thread):
+                    # the close withdrew what was registered before, and these are undone here.
+                    for undo in reversed(added):
+                        undo()
+                    return
+                del waiting[mcp_name]
+                registered[mcp_name] = _Registered(wire, disposer, self._info_of(definition))
+                _log.info(
+                    "MCP tool registered: its name is free again", server=self.name, tool=mcp_name
+                )
+            self._registered = {n: registered[n] for n in self._order if n in registered}
+            self._waiting = waiting
+            self._watch_names()
+
     @staticmethod
     def _info_of(definition: Any) -> McpToolInfo:
         from ._tools import mcp_tool_info
@@ -346,6 +419,8 @@ class McpPlugin(ServerResources):
 
     def _withdraw(self) -> None:
         with self._sync:
+            self._waiting = {}
+            self._watch_names()
             registered, self._registered = self._registered, {}
             for entry in reversed(list(registered.values())):
                 entry.disposer()
