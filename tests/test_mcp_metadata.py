@@ -27,6 +27,7 @@ from dsh_tools.integrations import (
     ask_before_destructive_mcp_tools,
     mcp_tool_info,
     register_mcp_server_sync,
+    to_openai_tools,
 )
 
 # --- hints and titles --------------------------------------------------------------------------
@@ -229,6 +230,31 @@ def test_a_null_for_an_optional_parameter_reaches_the_server_as_absent(
     result = run(system, "slow", {"seconds": 0, "tag": None})
     assert not result.is_error, result
     assert texts(result) == ["slept 0.0"]
+
+
+OPENAPI_SERVER = str(Path(__file__).with_name("mcp_openapi_server.py"))
+
+
+def test_an_openapi_nullable_property_exports_as_taking_null_in_strict_mode(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    # A server generated from an OpenAPI document says "nullable: true", which strict mode
+    # does not read: exported as it is, the model could never send the null the server takes.
+    params = StdioServerParameters(command=sys.executable, args=[OPENAPI_SERVER])
+    with register_mcp_server_sync(system, "api", params, errlog=errlog, connect_timeout=WAIT):
+        (exported,) = to_openai_tools(system.tools.schemas(), strict=True)
+        properties = exported["function"]["parameters"]["properties"]
+        assert properties["after"] == {
+            "type": ["string", "null"],
+            "description": "A cursor, or null.",
+        }
+        assert properties["limit"] == {"type": ["integer", "null"]}
+        assert exported["function"]["parameters"]["required"] == ["query", "after", "limit"]
+        # What a model held to that schema sends reaches the server as it reads it: the null
+        # it allows as null, the optional one's as null too (it takes null as a value).
+        arguments = {"query": "x", "after": None, "limit": None}
+        result = run(system, "find", arguments)
+        assert texts(result) == ['{"after":null,"limit":null,"query":"x"}']
 
 
 def test_an_output_schema_with_refs_types_the_result_of_the_code_mode_binding(

@@ -416,6 +416,47 @@ def test_strict_makes_optional_properties_required_and_nullable(system: ToolSyst
     }
 
 
+def test_strict_spells_openapis_nullable_as_a_null_type_where_the_registry_reads_it() -> None:
+    # Servers generated from OpenAPI documents write "nullable: true"; strict mode reads only
+    # JSON Schema's spelling. The registry reads the keyword beside a single type (and an
+    # enum only when it lists null), so the export does just that, and drops the keyword.
+    parameters = {
+        "type": "object",
+        "properties": {
+            "after": {"type": "string", "nullable": True},
+            "limit": {"type": "integer", "nullable": True, "description": "At most."},
+            "mode": {"type": "string", "enum": ["a", "b"], "nullable": True},
+            "either": {"type": "string", "enum": ["a", None], "nullable": True},
+            "plain": {"type": "string", "nullable": False},
+            "items": {
+                "type": "array",
+                "items": {"type": "object", "nullable": True, "properties": {}},
+            },
+            "optional": {"type": "boolean", "nullable": True},
+        },
+        "required": ["after", "limit", "mode", "either", "plain", "items"],
+    }
+    properties = to_openai_strict_schema(parameters)["properties"]
+    assert properties == {
+        "after": {"type": ["string", "null"]},
+        "limit": {"type": ["integer", "null"], "description": "At most."},
+        "mode": {"type": "string", "enum": ["a", "b"]},
+        "either": {"type": ["string", "null"], "enum": ["a", None]},
+        "plain": {"type": "string"},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": ["object", "null"],
+                "properties": {},
+                "additionalProperties": False,
+                "required": [],
+            },
+        },
+        "optional": {"type": ["boolean", "null"]},
+    }
+    assert parameters["properties"]["after"] == {"type": "string", "nullable": True}
+
+
 def test_strict_keeps_an_optional_described_refs_description_on_the_property(
     system: ToolSystem,
 ) -> None:

@@ -22,7 +22,9 @@ rewritten without changing which calls the registry accepts: an object with no
 ``additionalProperties`` key is closed, which only narrows what the model may send; ``oneOf``
 becomes ``anyOf``, which the registry still checks as exactly-one; an optional property becomes
 required and nullable (its ``default`` a note, see below), and the registry's argument validation
-(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent; a ``$ref``
+(``define_tool`` and ``@tool``) treats the model's explicit ``null`` for it as absent; OpenAPI's
+``nullable: true`` beside a ``type`` (as servers generated from OpenAPI documents write it)
+becomes that type or ``"null"``, and the keyword, which strict mode does not know, goes; a ``$ref``
 beside other keywords becomes the one branch of an ``anyOf`` beside them, the same schema in the
 spelling strict mode takes; an ``enum`` or ``const`` without a ``type`` gets its values' type.
 Keywords strict mode refuses (``_STRICT_REFUSED``: ``minLength``, ``uniqueItems``,
@@ -236,6 +238,7 @@ def _strictify(parameters: dict[str, Any], root: str) -> list[str]:
             if whole:
                 violations.append(_boolean_violation(node, path))
             continue
+        _spell_nullable(node, parameters)
         if whole:
             violations.extend(_undeclared(node, path))
         violations.extend(_object_parts(node, path))
@@ -519,6 +522,23 @@ def _type_values(node: dict[str, Any], path: str) -> list[str]:
             node["type"] = declared
         node[name] = value
     return []
+
+
+def _spell_nullable(node: dict[str, Any], document: dict[str, Any]) -> None:
+    """OpenAPI's ``nullable`` in JSON Schema's spelling, in place, as the registry reads it
+    (``accepts_null``): beside a single ``type`` other than ``"null"`` (and no ``enum`` or
+    ``const`` without a ``null``, no ``$ref`` or union, which it reads first), ``nullable:
+    true`` adds ``"null"`` to the type. Strict mode does not know the keyword, so it goes
+    either way: ``nullable: false`` says nothing, and where the registry ignores a ``true``
+    (a tool whose own validation decides) the model keeps to the narrower schema."""
+    if "nullable" not in node:
+        return
+    nullable = node.pop("nullable")
+    declared = node.get("type")
+    if nullable is not True or type(declared) is not str or declared == "null":
+        return
+    if accepts_null({**node, "nullable": True}, document):
+        node["type"] = [declared, "null"]
 
 
 def _nullable(schema: Any, document: dict[str, Any]) -> Any:
