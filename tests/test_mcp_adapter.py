@@ -931,6 +931,21 @@ def test_a_server_that_refuses_to_list_its_tools_fails_registration_saying_it_st
     assert system.tools.names() == []
 
 
+def test_a_server_behind_a_transport_factory_that_refuses_its_tools_is_said_to_have_initialized(
+    system: ToolSystem, errlog: TextIO
+) -> None:
+    # Through a factory the plugin starts nothing itself; that the server initialized, it knows.
+    params = StdioServerParameters(command=sys.executable, args=[PAGING_SERVER, "refusing"])
+    with pytest.raises(McpConnectionError) as raised:
+        register_mcp_server_sync(
+            system, "pager", lambda: stdio_client(params, errlog=errlog), connect_timeout=WAIT
+        )
+    assert str(raised.value) == (
+        'MCP server "pager" initialized but refused to list its tools: it answered tools/list '
+        'with the error "the tool index is locked" (code 0)'
+    )
+
+
 def test_a_server_that_cannot_start_registers_nothing(system: ToolSystem, errlog: TextIO) -> None:
     # The process started and exited at once (a missing module, a bad argument): the failure
     # says so and where to look, not only that a connection closed.
