@@ -19,6 +19,7 @@ from typing import Any
 from msgspec import UNSET
 
 from ...actors import ExecutionToken, ToolExecutionResult
+from ...pipeline import ToolExecution
 from ._content import content_blocks
 
 __all__ = ["ERROR_CODE", "finalize_error_content", "keep_error_blocks"]
@@ -43,7 +44,9 @@ def keep_error_blocks(token: ExecutionToken, content: Sequence[Any]) -> None:
         _KEPT.pop(token, None)
 
 
-def finalize_error_content(execution: Any, result: ToolExecutionResult) -> list[Any] | None:
+def finalize_error_content(
+    execution: ToolExecution, result: ToolExecutionResult
+) -> list[Any] | None:
     """The ``finalize_content`` of every MCP tool: a failure the server flagged ``isError``
     shows its error text followed by the result's other blocks (``None``: content unchanged)."""
     blocks = _KEPT.pop(execution.token, None)
