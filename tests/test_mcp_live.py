@@ -141,6 +141,33 @@ def test_a_tool_left_out_for_a_taken_name_waits_while_the_name_stays_taken(
     assert texts(run(system, "howdy", {})) == ["mine"]
 
 
+def test_a_change_observer_may_wait_for_a_thread_that_reads_the_plugins_tools(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    # A harness's observer hands the change to its UI thread and waits for it, and the UI
+    # thread reads what the plugin has: the observer runs while the plugin registers.
+    plugin = live()
+    seen: list[tuple[tuple[str, ...], Any]] = []
+
+    def observer() -> None:
+        if seen or "howdy" not in system.tools.names():
+            return
+        ui = threading.Thread(
+            target=lambda: seen.append((plugin.tool_names, plugin.tool_info("greet")))
+        )
+        ui.start()
+        ui.join(WAIT)
+        if not seen:
+            seen.append(((), "the UI thread was still waiting for the plugin"))
+
+    system.tools.on_change(observer)
+    assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
+    wait_until(lambda: bool(seen), "the observer to hear back from its UI thread")
+    names, info = seen[0]
+    assert "greet" in names
+    assert info is not None and info.name == "greet"
+
+
 @pytest.mark.parametrize("agent", [None, "scout"])
 def test_a_change_observer_may_close_the_plugin_whose_tools_changed(
     system: ToolSystem, tmp_path: Path, errlog: TextIO, logs: Logs, agent: str | None

@@ -109,7 +109,8 @@ class McpPlugin(ServerResources):
         self._on_progress = on_progress
         self._close_timeout = close_timeout
         self._at_close: list[Callable[[], None]] = []  # ``close_with``
-        self._registered: dict[str, _Registered] = {}  # by MCP name, in server order
+        # By MCP name, in server order; replaced whole, never changed in place (read unlocked).
+        self._registered: dict[str, _Registered] = {}
         self._skipped: tuple[str, ...] = ()
         # Listed tools left out because another tool has their name (by MCP name, wire form),
         # registered once the name is free: a change observer, there only while some wait,
@@ -155,8 +156,10 @@ class McpPlugin(ServerResources):
     @property
     def tool_names(self) -> tuple[str, ...]:
         """The registered names, in the server's order."""
-        with self._sync:
-            return tuple(r.info.name for r in self._registered.values())
+        # Read without the plugin's lock (``_registered`` is replaced whole, never changed in
+        # place): the registry's change observers run under that lock while the plugin
+        # registers, and one that waits for a thread reading this must not wait for ever.
+        return tuple(r.info.name for r in self._registered.values())
 
     @property
     def unsupported_tools(self) -> tuple[str, ...]:
@@ -166,10 +169,9 @@ class McpPlugin(ServerResources):
 
     def tool_info(self, name: str) -> McpToolInfo | None:
         """What the server said about registered tool ``name`` (title, hints, schemas)."""
-        with self._sync:
-            for registered in self._registered.values():
-                if registered.info.name == name:
-                    return registered.info
+        for registered in self._registered.values():  # lock-free, as ``tool_names``
+            if registered.info.name == name:
+                return registered.info
         return None
 
     # --- following the server (on a worker thread, one at a time) ------------------------------
@@ -283,8 +285,12 @@ class McpPlugin(ServerResources):
                         tool=mcp_name,
                     )
             self._skipped = tuple(skipped)
-            for mcp_name in [n for n in self._registered if n not in wanted]:
-                self._registered.pop(mcp_name).disposer()
+            removed = [n for n in self._registered if n not in wanted]
+            if removed:
+                current = self._registered
+                self._registered = {n: r for n, r in current.items() if n in wanted}
+                for mcp_name in removed:
+                    current[mcp_name].disposer()
             waiting: dict[str, Mapping[str, Any]] = {}
             order: dict[str, _Registered] = {}
             for mcp_name, wire in wanted.items():
