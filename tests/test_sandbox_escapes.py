@@ -622,6 +622,40 @@ return 'held'
     assert "memory budget exhausted" in result.error.message
 
 
+def test_locks_left_by_exited_processes_on_a_shared_descriptor_table_are_not_hidden(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # The init counts the run's locks in its /proc/locks, which shows no lock whose holder's
+    # pid is gone. A POSIX lock belongs to a descriptor table, not to the process that took it:
+    # children sharing the worker's table (clone with CLONE_FILES, not a thread) that each took
+    # a thousand locks and exited left them all to the worker, uncounted, and a run so held
+    # 400,000 locks (77 MB of kernel memory no cgroup charges) beside a 64 MB budget.
+    program = """
+import ctypes, errno, fcntl, os, signal, time
+libc = ctypes.PyDLL(None, use_errno=True)  # holds the GIL across the call, for the child too
+CLONE_FILES = 0x400
+fds = [os.open(f'locks-{n}', os.O_RDWR | os.O_CREAT) for n in range(100)]
+for batch in range(20):
+    child = libc.syscall(56, CLONE_FILES | signal.SIGCHLD, 0, 0, 0, 0)
+    if child == 0:
+        for fd in fds:  # ten apart at each file, so that none merges with the next
+            for start in range(20 * batch, 20 * batch + 20, 2):
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, start)
+        os._exit(0)
+    if child < 0:
+        return errno.errorcode[ctypes.get_errno()]
+    os.waitpid(child, 0)
+time.sleep(2)  # several counts of the run's locks
+return 'held'
+"""
+    result = run(runtime, program)
+    if result.error is None:
+        assert result.value == "EPERM", result  # not a thread: no table of the worker's shared
+    else:
+        assert result.error.kind == "worker-exit", result
+        assert "memory budget exhausted" in result.error.message
+
+
 @pytest.mark.parametrize(("locks", "held"), [(1_000, True), (10_000, False)])
 def test_concurrent_runs_may_hold_a_thousand_locks_each_but_not_ten_thousand(
     locks: int, held: bool

@@ -37,12 +37,17 @@ put pages into a pipe by reference (``vmsplice``, ``splice``, ``tee``, ``sendfil
 everywhere: a pipe buffer holds a whole page, or a whole large folio of the page cache, for one
 byte of it, outside every resident set, and pages the host had cached are charged to no cgroup of
 the run, yet cannot be reclaimed while a pipe holds them. ``clone`` is refused only with a
-namespace flag; ``clone3`` answers ``ENOSYS`` (its flags live in memory a filter cannot read), so
-the C library falls back to ``clone``. ``prlimit64`` is refused for any process but the caller (a
-pid other than 0): the run's init has the worker's user, so a program could otherwise lower the
-init's limits (no descriptors left, or no CPU time, and the init died); ``setrlimit`` and
-``getrlimit`` go through ``prlimit64`` with pid 0 and keep working, except that ``RLIMIT_CORE`` may
-be read but not set (``prlimit64`` with a new limit, or the older ``setrlimit`` call): a run's
+namespace flag, or with ``CLONE_FILES`` for anything but a thread (``CLONE_THREAD``): a POSIX
+lock belongs to the descriptor table, and a child sharing the worker's that took locks and
+exited left them to the worker, out of the run's ``/proc/locks``, which shows no lock whose
+holder's pid is gone (the init counts them there; no program needs such a child: ``fork``,
+``vfork`` and ``posix_spawn`` do not share the table). ``clone3`` answers ``ENOSYS`` (its flags
+live in memory a filter cannot read), so the C library falls back to ``clone``.
+``prlimit64`` is refused for any process but the caller (a pid other than 0): the run's init has the
+worker's user, so a program could otherwise lower the init's limits (no descriptors left, or no CPU
+time, and the init died); ``setrlimit`` and ``getrlimit`` go through ``prlimit64`` with pid 0 and
+keep working, except that ``RLIMIT_CORE`` may be read but not set (``prlimit64`` with a new limit,
+or the older ``setrlimit`` call): a run's
 processes have it at 1, at which the kernel makes no core dump, and at 0 (or anything else) a
 ``core_pattern`` that is a pipe would get the crashing process's memory, to be written to the host's
 disk by the host's handler outside every budget. ``mmap`` with ``MAP_HUGETLB`` is refused: its pages
@@ -178,6 +183,8 @@ that has not got it, which the C library and Python fall back from: a call a new
 until it has been looked at and placed in the tables below."""
 _X32_BIT: Final = 0x40000000
 _NAMESPACE_FLAGS: Final = 0x7E020080  # every CLONE_NEW* flag, CLONE_NEWTIME included
+_CLONE_FILES: Final = 0x400
+_CLONE_THREAD: Final = 0x10000
 
 DENIED_SYSCALLS: Final = {
     "socket": 41,
@@ -688,10 +695,14 @@ def seccomp_program(
     bpf.op(_RET_K, _RET_ERRNO | errno.EOPNOTSUPP)
     bpf.place("skip")
     bpf.op(_RET_K, _RET_ERRNO | 0)  # the call is not made; it returns 0
-    # clone: refused with any namespace flag.
+    # clone: refused with any namespace flag, and with a descriptor table shared by anything
+    # but a thread (CLONE_FILES without CLONE_THREAD).
     bpf.place("clone")
     bpf.op(_LD_W_ABS, _OFFSET_ARG0_LOW)
-    bpf.op(_JMP_JSET_K, _NAMESPACE_FLAGS, None, "clone-allow")
+    bpf.op(_JMP_JSET_K, _NAMESPACE_FLAGS, "clone-deny")
+    bpf.op(_JMP_JSET_K, _CLONE_FILES, None, "clone-allow")
+    bpf.op(_JMP_JSET_K, _CLONE_THREAD, "clone-allow")
+    bpf.place("clone-deny")
     bpf.op(_RET_K, _RET_ERRNO | errno.EPERM)
     bpf.place("clone-allow")
     bpf.op(_RET_K, _RET_ALLOW)
