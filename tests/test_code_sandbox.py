@@ -764,6 +764,34 @@ def test_a_write_grant_of_the_machines_python_libraries_fails_every_run() -> Non
         assert "look for packages and .pth files" in result.error.message
 
 
+def test_a_write_grant_of_what_every_command_or_system_python_loads_first_fails_every_run() -> None:
+    # The dynamic loader loads each library /etc/ld.so.preload names into every command any
+    # user starts (the harness's python and its tools' commands included), and finds every
+    # library through /etc/ld.so.cache; Debian's python3 imports sitecustomize.py at every start
+    # from its library directory, where that file is a link into /etc/python3.X. A run that
+    # could write there would run its code as whoever starts a command next.
+    granted = ["/etc"]
+    linked_out = [
+        os.path.dirname(os.path.realpath(entry))
+        for parent in ("/usr/lib", "/usr/local/lib")
+        if os.path.isdir(parent)
+        for name in sorted(os.listdir(parent))
+        if name.startswith("python3")
+        for entry in [os.path.join(parent, name, "sitecustomize.py")]
+        if os.path.islink(entry) and os.path.isdir(os.path.dirname(os.path.realpath(entry)))
+    ]
+    granted += linked_out[:1]  # /etc/python3.11 on Debian
+    for path in granted:
+        runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[path])))
+        try:
+            result = run(runtime, "return 'granted'")  # harmless: the grant alone is the flaw
+        finally:
+            runtime.close()
+        assert result.error is not None, f"{path} was granted for writing"
+        assert result.error.kind == "worker-exit"
+        assert f"the write grant {path!r} holds" in result.error.message
+
+
 def _mapped(name: str) -> str:
     """The file this process has mapped whose name starts with ``name``."""
     with open("/proc/self/maps") as maps:

@@ -13,7 +13,10 @@ import os
 import pwd
 import re
 import sys
+import sysconfig
 from typing import Final
+
+from ._policy import lies_beneath
 
 __all__ = ["ENTRIES", "mapped_code", "search_places"]
 
@@ -24,6 +27,17 @@ directly in it, which a command by that name runs, and not a directory there or 
 
 _SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64")
 """Where the machine's own Pythons keep their libraries (``python3``, ``python3.11``)."""
+_LOADER_FILES: Final = (
+    ("/etc/ld.so.preload", False),
+    ("/etc/ld.so.cache", False),
+    ("/etc/ld.so.conf", False),
+    ("/etc/ld.so.conf.d", True),
+)
+"""The dynamic loader's machine-wide files (``glibc``): every library ``ld.so.preload`` names is
+loaded into every command any user starts, as ``LD_PRELOAD`` would be, and every library is
+found through ``ld.so.cache``, which ``ldconfig`` (run as root by every package install) writes
+from ``ld.so.conf`` and the files of ``ld.so.conf.d``. Most machines have no ``ld.so.preload``:
+a grant that holds where it would be lets a run make one."""
 
 
 def search_places() -> list[tuple[str, bool | str, str]]:
@@ -160,6 +174,16 @@ def search_places() -> list[tuple[str, bool | str, str]]:
         for name in _entries(libraries):
             if name.startswith("python"):
                 places.setdefault(os.path.join(libraries, name), (True, where))
+                for target in _linked_out(os.path.join(libraries, name)):
+                    linked = f"what {os.path.join(libraries, name)!r} links to ({where})"
+                    places.setdefault(target, (False, linked))
+    for stdlib in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}:
+        where = "what the harness's Python imports as it starts (linked from its library)"
+        for target in _linked_out(stdlib):
+            places.setdefault(target, (False, where))
+    for path, whole in _LOADER_FILES:
+        where = "where the dynamic loader finds what it loads into every command of the machine"
+        places.setdefault(path, (whole, where))
     return [(*_encodable(path, whole), what) for path, (whole, what) in places.items()]
 
 
@@ -211,6 +235,22 @@ def _encodable(path: str, whole: bool | str) -> tuple[str, bool | str]:
             path = os.path.dirname(path)
         else:
             return path, whole if path == given else False
+
+
+def _linked_out(directory: str) -> list[str]:
+    """Where the symbolic links directly in ``directory`` lead outside it (Debian's
+    ``/usr/lib/python3.11/sitecustomize.py``, which its ``python3`` imports at every start, is a
+    link to ``/etc/python3.11/sitecustomize.py``, which need not exist): a grant holding such a
+    target writes what is read as a file of ``directory``. Only the directory's own entries,
+    where such links live: a walk of a whole library would cost every template's start."""
+    found = []
+    for name in _entries(directory):
+        entry = os.path.join(directory, name)
+        if os.path.islink(entry):
+            target = os.path.realpath(entry)
+            if not lies_beneath(target, os.path.realpath(directory)):
+                found.append(target)
+    return found
 
 
 def _entries(directory: str) -> list[str]:

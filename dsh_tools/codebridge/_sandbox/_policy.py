@@ -86,8 +86,9 @@ class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
     library the harness has loaded (the C library, a vendor's), this package, the temporary
     directory (where every runtime keeps its scratch mount point) or a place where the
     harness's user looks for code to run by name (its ``sys.path`` and bytecode, ``~/.local/lib``,
-    home directory and its hidden entries, ``PATH``, ``LD_LIBRARY_PATH``), fail every run
-    naming them.
+    home directory and its hidden entries, ``PATH``, ``LD_LIBRARY_PATH``, the system Pythons'
+    libraries and what links there lead to, the dynamic loader's ``/etc/ld.so.preload`` and
+    ``ld.so.cache``), fail every run naming them.
     The program always has its own fresh scratch directory (its working directory, a tmpfs of
     at most ``max_memory_mb``) and read access to the Python installation.
     """
