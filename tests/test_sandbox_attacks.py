@@ -912,6 +912,49 @@ return db.execute('select text from notes').fetchall()[0][0]
     assert after is not None and after - before < 10_000, after - before
 
 
+def test_a_run_cannot_make_the_hosts_disk_flush_through_synchronous_writes(
+    tmp_path: Path,
+) -> None:
+    # fsync returns having done nothing, but a file of a write grant opened with O_DSYNC (or
+    # O_SYNC), or written with RWF_DSYNC, is flushed by the kernel at each write itself: 3,000
+    # one-byte writes each way made 18,000 write requests of the host's disk (the data, the
+    # journal's commit, the cache flush), where plain writes and fsync made none.
+    before = _disk_writes(str(tmp_path))
+    if before is None:
+        pytest.skip("the temporary directory is on no block device here")
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(tmp_path)]))
+    )
+    program = f"""
+import errno, os
+seen = {{}}
+try:
+    synchronous = os.open({str(tmp_path / "log")!r}, os.O_WRONLY | os.O_CREAT | os.O_DSYNC)
+except OSError as exc:
+    seen['O_DSYNC'] = errno.errorcode[exc.errno]
+else:
+    for offset in range(3_000):
+        os.pwrite(synchronous, b'x', offset)
+    seen['O_DSYNC'] = 'written'
+plain = os.open({str(tmp_path / "data")!r}, os.O_WRONLY | os.O_CREAT)
+try:
+    for offset in range(3_000):
+        os.pwritev(plain, [b'x'], offset, os.RWF_DSYNC)
+    seen['RWF_DSYNC'] = 'written'
+except OSError as exc:
+    seen['RWF_DSYNC'] = errno.errorcode[exc.errno]
+os.pwritev(plain, [b'kept'], 0)  # without the flag, as before
+return seen
+"""
+    try:
+        seen = value(runtime, program)
+    finally:
+        runtime.close()
+    after = _disk_writes(str(tmp_path))
+    assert after is not None and after - before < 3_000, (after - before, seen)
+    assert (tmp_path / "data").read_bytes().startswith(b"kept")
+
+
 def test_a_run_cannot_make_every_filesystem_flush_through_the_quota_call(
     sandbox: SubprocessCodeRuntime,
 ) -> None:
