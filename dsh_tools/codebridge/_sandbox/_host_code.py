@@ -173,12 +173,13 @@ def search_places() -> list[tuple[str, bool | str, str]]:
         where = "where the machine's Pythons look for packages and .pth files"
         for name in _entries(libraries):
             if name.startswith("python"):
-                places.setdefault(os.path.join(libraries, name), (True, where))
-                for target in _linked_out(os.path.join(libraries, name)):
-                    linked = f"what {os.path.join(libraries, name)!r} links to ({where})"
+                library = os.path.join(libraries, name)
+                places.setdefault(library, (True, where))
+                linked = f"a file of the machine's Python, linked from its library {library!r}"
+                for target in _linked_out(library):
                     places.setdefault(target, (False, linked))
     for stdlib in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}:
-        where = "what the harness's Python imports as it starts (linked from its library)"
+        where = f"a file of the harness's Python, linked from its library {stdlib!r}"
         for target in _linked_out(stdlib):
             places.setdefault(target, (False, where))
     for path, whole in _LOADER_FILES:
