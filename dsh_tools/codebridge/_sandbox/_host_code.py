@@ -88,7 +88,11 @@ def search_places() -> list[tuple[str, bool | str, str]]:
     - the library directories of the machine's other Pythons (``/usr/lib/python3``,
       ``/usr/local/lib/python3.11``, a grant beneath them included): the system's
       ``python3``, which every user, ``apt`` and ``cron`` run, runs the ``.pth`` files of its
-      ``dist-packages`` there as it starts.
+      ``dist-packages`` there as it starts; and what the links directly in those and in the
+      harness's own standard library lead to outside them (Debian's ``sitecustomize.py``,
+      imported at every start, is a link into ``/etc/python3.11``);
+    - the dynamic loader's machine-wide files (``_LOADER_FILES``): ``/etc/ld.so.preload``
+      names libraries it loads into every command of the machine.
     """
     places: dict[str, tuple[bool | str, str]] = {}  # by path, the first reason kept
     imported_from = _resolved([entry for entry in sys.path if isinstance(entry, str)])
@@ -176,12 +180,12 @@ def search_places() -> list[tuple[str, bool | str, str]]:
                 library = os.path.join(libraries, name)
                 places.setdefault(library, (True, where))
                 linked = f"a file of the machine's Python, linked from its library {library!r}"
-                for target in _linked_out(library):
-                    places.setdefault(target, (False, linked))
-    for stdlib in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")}:
+                for target, whole in _linked_out(library):
+                    places.setdefault(target, (whole, linked))
+    for stdlib in dict.fromkeys((sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib"))):
         where = f"a file of the harness's Python, linked from its library {stdlib!r}"
-        for target in _linked_out(stdlib):
-            places.setdefault(target, (False, where))
+        for target, whole in _linked_out(stdlib):
+            places.setdefault(target, (whole, where))
     for path, whole in _LOADER_FILES:
         where = "where the dynamic loader finds what it loads into every command of the machine"
         places.setdefault(path, (whole, where))
@@ -238,19 +242,21 @@ def _encodable(path: str, whole: bool | str) -> tuple[str, bool | str]:
             return path, whole if path == given else False
 
 
-def _linked_out(directory: str) -> list[str]:
-    """Where the symbolic links directly in ``directory`` lead outside it (Debian's
+def _linked_out(directory: str) -> list[tuple[str, bool]]:
+    """Where the symbolic links directly in ``directory`` lead outside it, each with whether it
+    is a directory (a grant beneath it then holds part of it too). Debian's
     ``/usr/lib/python3.11/sitecustomize.py``, which its ``python3`` imports at every start, is a
-    link to ``/etc/python3.11/sitecustomize.py``, which need not exist): a grant holding such a
+    link to ``/etc/python3.11/sitecustomize.py``, which need not exist: a grant holding such a
     target writes what is read as a file of ``directory``. Only the directory's own entries,
     where such links live: a walk of a whole library would cost every template's start."""
     found = []
+    resolved = os.path.realpath(directory)
     for name in _entries(directory):
         entry = os.path.join(directory, name)
         if os.path.islink(entry):
             target = os.path.realpath(entry)
-            if not lies_beneath(target, os.path.realpath(directory)):
-                found.append(target)
+            if not lies_beneath(target, resolved):
+                found.append((target, os.path.isdir(target)))
     return found
 
 
