@@ -951,7 +951,8 @@ return seen
     finally:
         runtime.close()
     after = _disk_writes(str(tmp_path))
-    assert after is not None and after - before < 3_000, (after - before, seen)
+    # (A margin for the machine's other writes meanwhile: the flushing writes made 18,000.)
+    assert after is not None and after - before < 6_000, (after - before, seen)
     assert (tmp_path / "data").read_bytes().startswith(b"kept")
 
 
