@@ -181,6 +181,33 @@ def test_an_abort_settles_the_run_as_abort_and_budgets_hold_on_the_node(
     assert spinning.content[0]["text"].startswith("Error: code run failed (timeout)")
 
 
+@pytest.mark.parametrize("body", ["plain", "async"])
+def test_an_abort_settles_the_run_as_abort_even_when_the_program_ends_first_on_the_node(
+    code_system: ToolSystem, body: str
+) -> None:
+    # The program catches its aborted call and returns at once: its end may reach the node
+    # before the abort does (an async body's reply leaves in the same pass of the loop as
+    # the abort), and the harness, which aborted first, still sees an abort.
+    controller = AbortController()
+    program = (
+        "try:\n    await tools.stop_me({'n': 0})\nexcept ToolCallError:\n    pass\n"
+        "return 'ended on its own'\n"
+    )
+
+    def abort_when_called(args: Any, ctx: Any) -> int:
+        controller.abort("user pressed stop")
+        return 0
+
+    async def abort_when_called_async(args: Any, ctx: Any) -> int:
+        return abort_when_called(args, ctx)
+
+    execute = abort_when_called if body == "plain" else abort_when_called_async
+    code_system.tools.register(int_tool("stop_me", execute))
+    aborted = run_code(code_system, program, controller.signal)
+
+    assert aborted.content[0]["text"] == "Error: code run failed (abort): user pressed stop"
+
+
 def test_a_sandboxed_program_on_the_node_cannot_read_outside_its_scratch_dir(
     code_system: ToolSystem, tmp_path: Path
 ) -> None:

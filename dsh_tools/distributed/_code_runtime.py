@@ -9,8 +9,9 @@ travels back to this process, runs the harness's binding (the full pipeline, as 
 
 An abort of the run is forwarded to the node, whose runtime settles the run as ``abort``; if the
 node does not answer within ``cancel_grace_s`` the actor is killed and the run settles as
-``abort`` here. A node or actor that dies settles live runs as ``worker-exit``; the next run
-starts a fresh actor.
+``abort`` here. A run whose end comes from the node after its abort settles as ``abort`` too,
+whatever the node said: the first the host sees, as in the local runtime. A node or actor that
+dies settles live runs as ``worker-exit``; the next run starts a fresh actor.
 """
 
 from __future__ import annotations
@@ -259,6 +260,13 @@ class RayCodeRuntime:
                         answers.add(task)
                         task.add_done_callback(answers.discard)
                     elif isinstance(event, DoneEvent):
+                        if signal.aborted:
+                            # Aborted before the node's end reached this process: as in the
+                            # local runtime, the first of the two the host sees settles the
+                            # run. The abort and the answers it makes (a call's "run is
+                            # over") reach the node in either order, so the end may be the
+                            # abort's own consequence (the program raised on that answer).
+                            return _failed("abort", message_of(signal.reason, "aborted"))
                         return self._result(event)
                     elif isinstance(event, MisuseEvent):
                         error = TypeError if event.type_name == "TypeError" else ValueError
