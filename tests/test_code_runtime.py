@@ -1788,6 +1788,34 @@ return out
     ]
 
 
+def test_a_binding_whose_name_python_would_normalize_is_shown_by_item_access(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Python reads a non-ASCII attribute in its NFKC form: `tools.\ufb01le` asks for "file"
+    # and `tools.\u017ftat` for "stat". The call forms a program is told to write must reach
+    # the binding, so they are item access, as the SDK declares them.
+    program = """
+out = []
+for attempt in (
+    lambda: tools["\ufb01le"](x=1),
+    lambda: tools.\ufb01le,
+    lambda: tools.stat,
+):
+    try:
+        attempt()
+    except (AttributeError, TypeError) as exc:
+        out.append(str(exc))
+return out
+"""
+    bindings = tools(**{"\ufb01le": identity, "\u017ftat": identity})
+    assert run(runtime, program, bindings).value == [
+        'tools["\ufb01le"]() takes one dict of arguments, not keywords:'
+        ' await tools["\ufb01le"]({"x": ...})',
+        "'tools' has no binding 'file'; call it as tools[\"\ufb01le\"]",
+        "'tools' has no binding 'stat'; call it as tools[\"\u017ftat\"]",
+    ]
+
+
 def test_a_binding_written_as_attributes_is_named_by_its_first_part(
     runtime: SubprocessCodeRuntime,
 ) -> None:

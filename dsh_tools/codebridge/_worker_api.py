@@ -303,7 +303,9 @@ class Namespace:
                 loose = {}
                 names = self.__dsh_names__
                 for known in names:
-                    loose.setdefault(_loose(known), []).append(known)
+                    # Keyed as the parser reads an attribute: ``tools.\ufb01le`` asks for
+                    # "file", which finds the binding "\ufb01le".
+                    loose.setdefault(_loose(_nfkc(known)), []).append(known)
                     head = _head(known)
                     if head is not None:
                         heads.setdefault(head, []).append(known)
@@ -373,9 +375,20 @@ def access_expression(global_name: str, name: str) -> str:
     """How a program reaches the binding ``name`` of ``global_name``: by attribute when it
     can (``tools.read``), else by item (``tools["my-tool"]``)."""
     dunder = name.startswith("__") and name.endswith("__")
-    if name.isidentifier() and not keyword.iskeyword(name) and not dunder:
+    if name.isidentifier() and not keyword.iskeyword(name) and not dunder and _nfkc(name) == name:
         return f"{global_name}.{name}"
     return f"{global_name}[{_literal(name)}]"
+
+
+def _nfkc(name: str) -> str:
+    """``name`` as the parser reads it as an identifier: NFKC-normalized (``tools.\ufb01le``
+    asks for ``file``), so a name that normalizes to another cannot be reached as an
+    attribute."""
+    if name.isascii():
+        return name
+    import unicodedata  # only for non-ASCII names, on a miss or an error's text
+
+    return unicodedata.normalize("NFKC", name)
 
 
 def arity_message(global_name: str, name: str, positional: int, keywords: Collection[str]) -> str:
