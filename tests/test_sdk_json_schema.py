@@ -276,6 +276,71 @@ def test_properties_beside_an_additional_properties_schema_type_the_extra_items(
     )
 
 
+def test_pattern_properties_type_the_keys_they_match() -> None:
+    # A map whose keys are given by patterns (labels, headers, env) was rendered as taking no
+    # key at all under additionalProperties: false, so a program written from the SDK passed
+    # no labels; beside properties, the object read as closed to every other key.
+    labels = {
+        "type": "object",
+        "patternProperties": {"^[a-z]+$": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "labels": labels,
+            "env": {
+                "type": "object",
+                "patternProperties": {"^X_": {"type": "string"}, "^N_": {"type": "integer"}},
+            },
+            "spec": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "patternProperties": {"^x-": {"type": "integer"}},
+                "additionalProperties": False,
+            },
+        },
+        "required": ["labels"],
+    }
+    assert output_of(schema) == (
+        "class TOutputSpec(TypedDict, extra_items=int):\n"
+        "    name: NotRequired[str]\n"
+        "\n"
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    # [keys pattern: ^[a-z]+$]\n"
+        "    labels: dict[str, str]\n"
+        "    env: NotRequired[dict[str, JsonValue]]\n"
+        "    # [other keys pattern: ^x-]\n"
+        "    spec: NotRequired[TOutputSpec]"
+    )
+    assert sdk_type_expression(labels) == "dict[str, str]"
+    closed_two = {
+        **labels,
+        "patternProperties": {"^a": {"type": "string"}, "^b": {"type": "integer"}},
+    }
+    assert sdk_type_expression(closed_two) == "dict[str, str | int]"
+
+
+def test_unevaluated_properties_false_closes_the_object() -> None:
+    # The draft 2020-12 spelling of a closed object, also over an allOf of its parts.
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "unevaluatedProperties": False,
+    }
+    merged = {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "string"}}},
+            {"type": "object", "properties": {"b": {"type": "integer"}}},
+        ],
+        "unevaluatedProperties": False,
+    }
+    assert output_of(schema) == "class TOutput(TypedDict, closed=True):\n    a: NotRequired[str]"
+    assert output_of(merged) == (
+        "class TOutput(TypedDict, closed=True):\n    a: NotRequired[str]\n    b: NotRequired[int]"
+    )
+
+
 def test_keyword_and_digit_def_names_stay_valid_python() -> None:
     schema = {
         "type": "object",

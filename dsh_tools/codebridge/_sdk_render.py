@@ -26,6 +26,7 @@ from ._sdk_schema import (
     _SHAPE_KEYS,
     _UNION_KEYS,
     _constraint_notes,
+    _extra_schema,
     _is_list,
     _is_map,
     _merge_all_of,
@@ -221,7 +222,11 @@ class _RootRenderer:
             self._push_union(node, branches, prefix, slot, work)
             return
         if node_type is None:
-            if _is_map(node.get("properties")) or _is_map(node.get("additionalProperties")):
+            if (
+                _is_map(node.get("properties"))
+                or _is_map(node.get("additionalProperties"))
+                or _is_map(node.get("patternProperties"))
+            ):
                 node_type = "object"
             elif "items" in node or "prefixItems" in node:
                 node_type = "array"
@@ -265,7 +270,7 @@ class _RootRenderer:
         work: list[tuple[int, Any, Any, _Slot, Any]],
     ) -> None:
         properties = node.get("properties")
-        additional = node.get("additionalProperties")
+        additional = _extra_schema(node)
         if not _is_map(properties) or not properties:
             if _is_map(additional):
                 self.active.add(id(node))
@@ -394,7 +399,7 @@ class _RootRenderer:
         required: set[str] = set()
         if isinstance(required_list, list):
             required.update(key for key in required_list if type(key) is str)
-        additional = node.get("additionalProperties")
+        additional = _extra_schema(node)
         if additional is False:
             extra = "closed=True"
         elif _is_map(additional):

@@ -51,6 +51,45 @@ def _is_list(value: Any) -> bool:
     return type(value) is list or type(value) is FrozenList
 
 
+def _extra_schema(node: Any) -> Any:
+    """The schema of an object's keys beyond its ``properties``, in ``additionalProperties``'
+    terms: ``False`` (no other key), a schema, or anything else (any key, any value).
+
+    ``unevaluatedProperties`` stands in for an absent ``additionalProperties`` (the draft
+    2020-12 spelling of a closed object); ``patternProperties`` widen it with the values of
+    the keys they match: a closed object with patterns takes those keys, typed as the union of
+    the patterns' values (their note names the patterns)."""
+    additional = node.get("additionalProperties")
+    if additional is None:
+        additional = node.get("unevaluatedProperties")
+    patterns = node.get("patternProperties")
+    if not _is_map(patterns) or not patterns:
+        return additional
+    if additional is not False and not _is_map(additional):
+        return additional
+    values = [value for value in patterns.values() if value is not False]
+    if _is_map(additional):
+        values.append(additional)
+    if not values:
+        return False
+    if any(not _is_map(value) or not (_SHAPE_KEYS & value.keys()) for value in values):
+        return {}  # a value that may be anything
+    return values[0] if len(values) == 1 else {"anyOf": values}
+
+
+def _pattern_note(shape: Any) -> str:
+    """What the keys of a closed object with ``patternProperties`` must match, beside its
+    listed properties: its type says only ``str``."""
+    patterns = shape.get("patternProperties")
+    if not _is_map(patterns) or not patterns:
+        return ""
+    if shape.get("additionalProperties", shape.get("unevaluatedProperties")) is not False:
+        return ""
+    shown = " or ".join(_note_value("pattern", key) for key in patterns)
+    listed = _is_map(shape.get("properties")) and shape["properties"]
+    return f"{'other keys' if listed else 'keys'} pattern: {shown}"
+
+
 def _note_value(key: str, value: Any) -> str:
     try:
         raw = type(value) is str and key in _TEXT_NOTE_KEYS
@@ -82,6 +121,9 @@ def _constraint_notes(node: Any) -> str:
         # that the keys of a ``dict[int, T]`` parameter must be numbers, or which keys exist.
         if _is_map(shape.get("propertyNames")):
             sources.append(("keys ", shape["propertyNames"]))
+        pattern_note = _pattern_note(shape)
+        if pattern_note and pattern_note not in notes:
+            notes.append(pattern_note)
     for label, source in sources:
         for key in _KEY_NOTE_KEYS if label == "keys " else _NOTE_KEYS:
             if key in source:
@@ -101,8 +143,9 @@ def _merge_all_of(node: Any, document: Any) -> Any:
     if len(branches) == 1 and _is_map(branches[0]) and not (_SHAPE_KEYS & own.keys()):
         return {**own, **branches[0]}
     properties: dict[str, Any] = {}
+    patterns: dict[str, Any] = {}
     required: list[str] = []
-    closed = False
+    closed = own.get("unevaluatedProperties") is False
     for part in [own, *branches]:
         seen: set[int] = set()
         while _is_map(part) and "$ref" in part and id(part) not in seen:
@@ -115,12 +158,16 @@ def _merge_all_of(node: Any, document: Any) -> Any:
             return None
         if _is_map(part.get("properties")):
             properties.update(part["properties"])
+        if _is_map(part.get("patternProperties")):
+            patterns.update(part["patternProperties"])
         if _is_list(part.get("required")):
             required.extend(name for name in part["required"] if type(name) is str)
         closed = closed or part.get("additionalProperties") is False
     merged: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         merged["required"] = list(dict.fromkeys(required))
+    if patterns:
+        merged["patternProperties"] = patterns
     if closed:
         merged["additionalProperties"] = False
     return merged
