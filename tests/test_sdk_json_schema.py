@@ -341,6 +341,46 @@ def test_unevaluated_properties_false_closes_the_object() -> None:
     )
 
 
+def test_a_named_type_s_description_and_constraints_are_a_comment_above_its_declaration() -> None:
+    # A model's or an enum's docstring is its $defs entry's description, often the only word
+    # on what its values mean: the model reads it in a native tool schema, and read nothing of
+    # it in the SDK, nor of the constraints of a $ref'd string.
+    schema = {
+        "type": "object",
+        "properties": {
+            "addr": {"$ref": "#/$defs/Addr"},
+            "mode": {"$ref": "#/$defs/Mode"},
+            "code": {"$ref": "#/$defs/Code", "description": "The office."},
+        },
+        "$defs": {
+            "Addr": {
+                "description": "A postal address.",
+                "type": "object",
+                "properties": {"street": {"type": "string"}},
+            },
+            "Mode": {"description": "How to ship:\n  fast costs double.", "enum": ["fast", "slow"]},
+            "Code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        },
+    }
+    assert output_of(schema) == (
+        "# A postal address.\n"
+        "class Addr(TypedDict, extra_items=JsonValue):\n"
+        "    street: NotRequired[str]\n"
+        "\n"
+        "# How to ship: fast costs double.\n"
+        'Mode = Literal["fast", "slow"]\n'
+        "\n"
+        "# [pattern: ^[A-Z]{3}$]\n"
+        "Code = str\n"
+        "\n"
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    addr: NotRequired[Addr]\n"
+        "    mode: NotRequired[Mode]\n"
+        "    # The office.\n"
+        "    code: NotRequired[Code]"
+    )
+
+
 def test_keyword_and_digit_def_names_stay_valid_python() -> None:
     schema = {
         "type": "object",

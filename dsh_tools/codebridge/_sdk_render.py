@@ -101,6 +101,9 @@ class _RootRenderer:
         self.parts = 0
         self.document: Any = None
         self.refs: dict[str, str] = {}
+        # The comment line above each ``$ref`` target's declaration: its description and
+        # constraints, which no property referring to it carries (a model's docstring).
+        self.named_comments: dict[str, str] = {}
         self.active: set[int] = set()
         self.merges = 0
         if limited:
@@ -136,7 +139,7 @@ class _RootRenderer:
             elif kind == _EXIT_NAMED:
                 text = self._fit(self._union(extra[0]), self.max_depth, self.max_nest)[0]
                 if text != prefix:
-                    self.blocks.append(f"{prefix} = {text}")
+                    self.blocks.append(f"{self._named_comment(prefix)}{prefix} = {text}")
             else:
                 terms: list[_Term] = []
                 for more in extra:
@@ -160,6 +163,9 @@ class _RootRenderer:
             return (self.root_name, 1, 0)
         name = _take_name(_def_name(ref), self.taken, self.added)
         self.refs[ref] = name
+        comment = _node_comment(target)
+        if comment:
+            self.named_comments[name] = comment
         values: list[list[_Term]] = [[]]
         work.append((_EXIT_NAMED, None, name, _Slot(values, 0), values))
         work.append((_ENTER, target, name, _Slot(values, 0), True))
@@ -328,6 +334,11 @@ class _RootRenderer:
         work.append((_EXIT_ARRAY, node, prefix, slot, item))
         work.append((_ENTER, items, (prefix, "Item"), _Slot(item, 0), False))
 
+    def _named_comment(self, name: str) -> str:
+        """The comment line (with its newline) above the declaration of ``name``, if any."""
+        comment = self.named_comments.get(name)
+        return f"# {comment}\n" if comment else ""
+
     @staticmethod
     def _literal_term(entries: list[Any]) -> _Term:
         """``Literal[...]`` for scalar entries (``None`` as a union member); ``JsonValue`` when
@@ -409,16 +420,16 @@ class _RootRenderer:
             extra = "extra_items=JsonValue"
         class_form = all(_is_bare_name(key) for key in properties)
         lines: list[str] = []
+        named_comment = self.named_comments.get(name)
+        if named_comment:
+            lines.append(f"# {named_comment}")
         if class_form:
             lines.append(f"class {name}(TypedDict, {extra}):")
         else:
             lines.append(f'{name} = TypedDict("{name}", {{')
         for (key, child), terms in zip(properties.items(), children, strict=False):
             text = self._fit(self._union(terms), self.max_depth - 4, self.max_nest - 3)[0]
-            comment = _comment_text(child.get("description")) if _is_map(child) else ""
-            notes = _comment_text(_constraint_notes(child))
-            if notes:
-                comment = f"{comment} [{notes}]" if comment else f"[{notes}]"
+            comment = _node_comment(child)
             if comment:
                 lines.append(f"{_INDENT}# {comment}")
             annotation = text if key in required else f"NotRequired[{text}]"
@@ -429,3 +440,12 @@ class _RootRenderer:
         if not class_form:
             lines.append(f"}}, {extra})")
         return "\n".join(lines)
+
+
+def _node_comment(node: Any) -> str:
+    """A schema's description and its constraint notes, as one comment line's text."""
+    comment = _comment_text(node.get("description")) if _is_map(node) else ""
+    notes = _comment_text(_constraint_notes(node))
+    if notes:
+        comment = f"{comment} [{notes}]" if comment else f"[{notes}]"
+    return comment
