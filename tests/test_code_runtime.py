@@ -2821,21 +2821,24 @@ def test_a_task_group_s_failures_show_only_the_programs_frames(
     runtime: SubprocessCodeRuntime,
 ) -> None:
     # Each member of the group was raised in a task of its own: a failed call awaited
-    # directly by the group has no frame of the program at all, one awaited in the program's
-    # coroutine shows that coroutine's line; neither shows the worker's own files.
+    # directly by the group has no frame of the program at all, so a note names the call;
+    # one awaited in the program's coroutine shows that coroutine's line; neither shows the
+    # worker's own files.
     async def fail(value: Any) -> Any:
         raise Exception(f"denied {value['n']}")
 
     direct = """
 async with asyncio.TaskGroup() as group:
-    group.create_task(tools.fail({"n": 1}))
+    group.create_task(tools.echo({"value": 0}))
+    group.create_task(tools["my-tool"]({"n": 1}))
 """
-    kind, message = failure(run(runtime, direct, tools(fail=fail)))
+    kind, message = failure(run(runtime, direct, tools(echo=echo, **{"my-tool": fail})))
     assert kind == "exception"
     assert "codebridge" not in message
-    assert message.split("\n")[-3:] == [
+    assert message.split("\n")[-4:] == [
         "  +-+---------------- 1 ----------------",
         "    | ToolCallError: denied 1",
+        '    | raised by a call of tools["my-tool"]',
         "    +------------------------------------",
     ]
     nested = """

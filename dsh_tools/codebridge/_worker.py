@@ -694,7 +694,10 @@ class Worker:
             global_name: namespace.__dsh_bindings__.keys()
             for global_name, namespace in self.namespaces.items()
         }
-        message = clean_text(render_exception(exc, code, _WORKER_FILES, self.refusals(), bindings))
+        errors = {made: attribute for (_, attribute), made in self.error_classes.items()}
+        message = clean_text(
+            render_exception(exc, code, _WORKER_FILES, self.refusals(), bindings, errors)
+        )
         if not self.ledger.fits_message(message):
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(error=DoneError("exception", message)))

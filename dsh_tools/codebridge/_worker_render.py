@@ -390,17 +390,36 @@ def _script_exception(exc: BaseException, code: types.CodeType | None) -> BaseEx
     return exc
 
 
+def _explain_unseen_call(
+    exc: BaseException, errors: Mapping[type, str], bindings: Mapping[str, Collection[str]]
+) -> None:
+    """Name the call a failed call's error came from when no line of the program shows it (a
+    call a task group ran as a task of its own): its message alone may not say which tool
+    failed."""
+    attribute = errors.get(type(exc))
+    name = getattr(exc, attribute, None) if attribute is not None else None
+    if type(name) is not str:
+        return
+    for global_name, names in bindings.items():
+        if name in names:
+            exc.add_note(f"raised by a call of {access_expression(global_name, name)}")
+            return
+
+
 def render_exception(
     exc: BaseException,
     code: types.CodeType | None,
     worker_files: Collection[str],
     refusals: Sequence[Refusal] = (),
     bindings: Mapping[str, Collection[str]] | None = None,
+    errors: Mapping[type, str] | None = None,
 ) -> str:
     """``exc`` rendered as a traceback from ``code``'s frame down (the whole traceback when
     ``code`` is ``None``), without trailing frames of ``worker_files``, an exception of
     ``refusals`` with its note, one that a binding of ``bindings`` (binding names by
-    namespace) used uncalled raised with a note that says to call it."""
+    namespace) used uncalled raised with a note that says to call it, and a failed call's
+    error (of a class of ``errors``, by the attribute that names its binding) that no frame
+    of the program shows with a note naming the call."""
     try:
         exc = _script_exception(exc, code)
         seen: set[int] = set()
@@ -425,6 +444,8 @@ def render_exception(
                 # starts in a coroutine of the program (or in a tool call's handle, whose
                 # frames are all the worker's), never in the program's own frame.
                 current.__traceback__ = _trim(current.__traceback__, None, worker_files, keep=0)
+                if current.__traceback__ is None and errors and bindings:
+                    _explain_unseen_call(current, errors, bindings)
             else:
                 current.__traceback__ = _trim(current.__traceback__, code, worker_files)
             for linked in (current.__cause__, current.__context__):
