@@ -228,6 +228,22 @@ return [[type(c).__name__, c.tool_name, c.message, str(c), c.__notes__] for c in
     assert run(runtime, program, tools(fail=fail)).value == [copied, copied]
 
 
+def test_a_tool_call_error_s_repr_names_its_tool(runtime: SubprocessCodeRuntime) -> None:
+    # gather(..., return_exceptions=True) printed as a list shows each failure's repr: with the
+    # message alone, a program's output could not say which of its calls failed.
+    async def fail(value: Any) -> Any:
+        raise Exception(f"denied {value['n']}")
+
+    program = """
+results = await asyncio.gather(tools.a({"n": 1}), tools.b({"n": 2}), return_exceptions=True)
+return [repr(results), repr(ToolCallError("c", "made"))]
+"""
+    assert run(runtime, program, tools(a=fail, b=fail)).value == [
+        "[ToolCallError('a', 'denied 1'), ToolCallError('b', 'denied 2')]",
+        "ToolCallError('c', 'made')",
+    ]
+
+
 def test_print_and_stream_writes_become_log_entries(runtime: SubprocessCodeRuntime) -> None:
     program = """
 import sys

@@ -454,16 +454,26 @@ def error_class(name: str, member_attr: str) -> type[Exception]:
         # refuses: ``copy.copy`` of a caught error would raise.
         return type(self), (getattr(self, member_attr), self.message), self.__dict__  # type: ignore[attr-defined]
 
+    def __repr__(self: Exception) -> str:
+        # As it is made: the default shows ``args``, the message alone, so a printed list of
+        # failures (``gather(..., return_exceptions=True)``) could not say which tool failed.
+        try:
+            return f"{name}({getattr(self, member_attr)!r}, {self.message!r})"  # type: ignore[attr-defined]
+        except AttributeError:  # the program deleted one
+            return Exception.__repr__(self)
+
     # A program that raises the class itself with the wrong arguments is told the class's
     # name, not this factory's (``error_class.<locals>.__init__() missing ...``).
     __init__.__qualname__ = f"{name}.__init__"
     __reduce__.__qualname__ = f"{name}.__reduce__"
+    __repr__.__qualname__ = f"{name}.__repr__"
     return type(
         name,
         (Exception,),
         {
             "__init__": __init__,
             "__reduce__": __reduce__,
+            "__repr__": __repr__,
             "__module__": "builtins",
             "__qualname__": name,
             "__doc__": f"A rejected binding call; ``{member_attr}`` names the binding.",
