@@ -201,6 +201,39 @@ def test_constraints_and_formats_become_comments() -> None:
     )
 
 
+def test_which_keys_an_object_requires_together_becomes_a_comment() -> None:
+    # "Give a path or a url": every key reads NotRequired, so a program written from the SDK
+    # could leave out both, and nothing said it needed one (at the root, nothing said it at
+    # all: only a property had a line for its notes).
+    schema = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string"},
+            "url": {"type": "string"},
+            "target": {
+                "type": "object",
+                "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+                "oneOf": [{"required": ["id"]}, {"required": ["name"]}],
+                "dependentRequired": {"name": ["id"]},
+            },
+        },
+        "anyOf": [{"required": ["path"]}, {"required": ["url", "target"]}],
+        "minProperties": 1,
+    }
+    assert output_of(schema) == (
+        "class TOutputTarget(TypedDict, extra_items=JsonValue):\n"
+        "    id: NotRequired[int]\n"
+        "    name: NotRequired[str]\n"
+        "\n"
+        "# [minProperties: 1; requires: path or url and target]\n"
+        "class TOutput(TypedDict, extra_items=JsonValue):\n"
+        "    path: NotRequired[str]\n"
+        "    url: NotRequired[str]\n"
+        '    # [dependentRequired: {"name":["id"]}; requires exactly one of: id or name]\n'
+        "    target: NotRequired[TOutputTarget]"
+    )
+
+
 def test_a_bytes_parameter_says_its_text_is_base64() -> None:
     # msgspec declares bytes as a base64 string: a program passing plain text would be refused
     # (or its text decoded into other bytes), so the SDK says how the string is encoded.

@@ -116,6 +116,11 @@ class _RootRenderer:
         """Walk ``schema``, collect the blocks, and return the root's type expression."""
         self.document = schema
         self.refs["#"] = self.root_name
+        # The root's constraints have no property to stand above: they go above its
+        # declaration (its description does not: the tool's is above its member).
+        notes = _comment_text(_constraint_notes(schema))
+        if notes:
+            self.named_comments[self.root_name] = f"[{notes}]"
         root: list[list[_Term]] = [[]]
         work: list[tuple[int, Any, Any, _Slot, Any]] = [
             (_ENTER, schema, self.root_name, _Slot(root, 0), True)
@@ -147,7 +152,7 @@ class _RootRenderer:
                 slot.values[slot.index] = terms
         text = self._union(root[0])[0]
         if text != self.root_name:
-            self.blocks.append(f"{self.root_name} = {text}")
+            self.blocks.append(f"{self._named_comment(self.root_name)}{self.root_name} = {text}")
         return text
 
     def _named(self, ref: str, work: list[tuple[int, Any, Any, _Slot, Any]]) -> _Term:

@@ -27,6 +27,7 @@ _NOTE_KEYS: Final = (
     "uniqueItems",
     "minProperties",
     "maxProperties",
+    "dependentRequired",
     "default",
     "contentEncoding",
     "contentMediaType",
@@ -130,7 +131,28 @@ def _constraint_notes(node: Any) -> str:
                 note = f"{label}{key}: {_note_value(key, source[key])}"
                 if note not in notes:
                     notes.append(note)
+    for key, lead in (("anyOf", "requires: "), ("oneOf", "requires exactly one of: ")):
+        alternatives = _required_alternatives(node.get(key))
+        if alternatives:
+            notes.append(lead + alternatives)
     return "; ".join(notes)
+
+
+def _required_alternatives(branches: Any) -> str:
+    """``a or b and c`` for union branches that only require keys (``{"anyOf": [{"required":
+    ["a"]}, {"required": ["b", "c"]}]}``): which keys an object needs, which its type, every
+    key ``NotRequired``, cannot say."""
+    if not _is_list(branches) or not branches:
+        return ""
+    shown: list[str] = []
+    for branch in branches:
+        if not _is_map(branch) or _SHAPE_KEYS & branch.keys():
+            return ""
+        required = branch.get("required")
+        if not _is_list(required) or not required or any(type(k) is not str for k in required):
+            return ""
+        shown.append(" and ".join(required))
+    return " or ".join(shown)
 
 
 def _merge_all_of(node: Any, document: Any) -> Any:
