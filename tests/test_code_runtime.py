@@ -380,7 +380,7 @@ return out
         "arguments.deep[1][0][0][0] is float (NaN)",
         "arguments.items[1] is a cycle",
         "arguments.text is str (lone surrogate)",
-        "arguments.n is int (out of range)",
+        "arguments.n is int (out of range: JSON integers here are -2**63 to 2**64-1)",
     ]
 
 
@@ -454,6 +454,7 @@ def test_a_binding_failure_text_holding_a_lone_surrogate_reaches_the_program_rep
         ("-0.0", "value is float (-0.0)"),
         ("float('inf')", "value is float (infinite)"),
         ("{'s': {1}}", "value.s is set"),
+        ("[10**30]", "value[0] is int (out of range: JSON integers here are -2**63 to 2**64-1)"),
     ],
 )
 def test_a_non_lossless_completion_is_invalid_output(

@@ -196,7 +196,9 @@ def not_lossless(
                 problem = "str (lone surrogate)"
         elif kind is int:
             if item < INT_MIN or item > INT_MAX:
-                problem = "int (out of range)"
+                # The range named: an integer is JSON, and a program that computed a large
+                # one (a factorial, a hash) is told what fits, not only that it does not.
+                problem = "int (out of range: JSON integers here are -2**63 to 2**64-1)"
         elif item is None or kind is bool:
             pass
         elif kind is float:
