@@ -2489,6 +2489,29 @@ print(len(values), values[-1])
     assert asked == ["echo", "my-tool", None, "quiet"]
 
 
+def test_help_on_a_call_says_it_is_a_pending_call_and_where_the_tool_is_described(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # help(tools.echo({...})) (help on the call instead of the binding) showed the worker's
+    # own CallHandle class: a page of its internals and nothing of the tool.
+    program = """
+help(tools["my-tool"]({"value": 1}))
+call = tools.echo({"value": 2})
+help(call)
+print(await call)
+"""
+    bindings = tools(echo=echo, **{"my-tool": echo})
+    result = run(runtime, program, bindings)
+    assert result.error is None, result.error
+    assert list(result.logs) == [
+        'Help on a call of tools["my-tool"]: it is the pending call, not its result; await'
+        ' it for the tool\'s value. help(tools["my-tool"]) describes the tool.',
+        "Help on a call of tools.echo: it is the pending call, not its result; await it for"
+        " the tool's value. help(tools.echo) describes the tool.",
+        "echo:2",
+    ]
+
+
 def test_help_on_print_and_help_describes_the_builtins_not_the_workers_methods(
     runtime: SubprocessCodeRuntime,
 ) -> None:

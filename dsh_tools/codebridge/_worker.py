@@ -456,6 +456,14 @@ class Worker:
         ``help`` themselves as the builtins they stand in for (not the worker's methods, whose
         text would name the worker's module and class)."""
         about = self.binding_of(args[0]) if len(args) == 1 and not kwargs else None
+        if about is None and len(args) == 1 and not kwargs and type(args[0]) is CallHandle:
+            # Python's own would describe the worker's handle class, internals and all.
+            access = access_expression(args[0]._global, args[0]._name)
+            self.emit(
+                f"Help on a call of {access}: it is the pending call, not its result; await it"
+                f" for the tool's value. help({access}) describes the tool."
+            )
+            return
         if about is None:
             import pydoc
 
