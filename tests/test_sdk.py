@@ -261,9 +261,12 @@ def test_taken_nested_names_get_the_first_free_suffix() -> None:
     assert '"aB": NotRequired[TOutputAB_3],' in text
 
 
-def test_description_on_object_root_is_not_a_comment() -> None:
-    schema = {"type": "object", "description": "the root", "properties": {"a": {}}}
-    assert "the root" not in declarations_of(tool("t", output=schema))
+def test_description_on_object_root_is_one_comment_line_above_its_declaration() -> None:
+    # No property stands above the root to carry it (an output's is what the tool returns).
+    schema = {"type": "object", "description": "the\nroot", "properties": {"a": {}}}
+    text = declarations_of(tool("t", output=schema))
+    assert "\n\n# the root\nclass TOutput(TypedDict, extra_items=JsonValue):\n" in text
+    assert text.count("the root") == 1
 
 
 # --- totality -------------------------------------------------------------------------------------

@@ -234,6 +234,30 @@ def test_which_keys_an_object_requires_together_becomes_a_comment() -> None:
     )
 
 
+def test_what_a_tool_returns_as_its_docstring_says_is_a_comment_above_its_output() -> None:
+    # A docstring's Returns section is the output schema's description, often all there is
+    # on what the result holds: a model shown the tool natively reads it.
+    @tool
+    def count(word: str) -> dict[str, int]:
+        """Count a word.
+
+        Args:
+            word: The word.
+
+        Returns:
+            Occurrences by file path.
+        """
+        return {}
+
+    text = declarations(SdkTool("count", "Count a word.", count.parameters, count.output.schema))
+    assert "\n\n# Occurrences by file path.\nCountOutput = dict[str, JsonValue]\n\n" in text
+    raw = {"type": "object", "description": "A match.", "properties": {"at": {"type": "integer"}}}
+    assert (
+        output_of(raw)
+        == "# A match.\nclass TOutput(TypedDict, extra_items=JsonValue):\n    at: NotRequired[int]"
+    )
+
+
 def test_a_bytes_parameter_says_its_text_is_base64() -> None:
     # msgspec declares bytes as a base64 string: a program passing plain text would be refused
     # (or its text decoded into other bytes), so the SDK says how the string is encoded.

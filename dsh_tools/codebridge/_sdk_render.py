@@ -116,11 +116,11 @@ class _RootRenderer:
         """Walk ``schema``, collect the blocks, and return the root's type expression."""
         self.document = schema
         self.refs["#"] = self.root_name
-        # The root's constraints have no property to stand above: they go above its
-        # declaration (its description does not: the tool's is above its member).
-        notes = _comment_text(_constraint_notes(schema))
-        if notes:
-            self.named_comments[self.root_name] = f"[{notes}]"
+        # The root's description (a docstring's Returns section) and constraints have no
+        # property to stand above: they go above its declaration.
+        comment = _node_comment(schema)
+        if comment:
+            self.named_comments[self.root_name] = comment
         root: list[list[_Term]] = [[]]
         work: list[tuple[int, Any, Any, _Slot, Any]] = [
             (_ENTER, schema, self.root_name, _Slot(root, 0), True)
