@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import msgspec
 import pytest
 from code_mode_support import FakeRuntime, code_system, echo_tool, run_code
 from conftest import PausedAtLine, lines_of
@@ -15,6 +17,7 @@ from dsh_tools import (
     ToolOutput,
     ToolsConfig,
     ToolSystem,
+    tool,
 )
 from dsh_tools.codebridge._assembly import PromptAssembler
 
@@ -408,3 +411,39 @@ def test_sections_sort_by_a_finite_order_and_refuse_any_other() -> None:
         with pytest.raises(TypeError, match=r"^section order must be a number$"):
             system.tools.section("odd", "1", "odd")  # type: ignore[arg-type]
         assert [s.name for s in system.assemble_prompt().sections] == ["early", "late"]
+
+
+def test_a_typed_tools_result_keeps_the_shape_its_annotation_declares_in_the_sdk() -> None:
+    # What the output contract checks is a projection (a union or a typed map checks as any
+    # JSON); a program is shown what the tool returns, so it can read the result's fields.
+    @dataclasses.dataclass
+    class Item:
+        """One item of the stock."""
+
+        sku: str
+        count: int
+
+    class Cat(msgspec.Struct, tag="cat"):
+        lives: int
+
+    class Dog(msgspec.Struct, tag="dog"):
+        good: bool
+
+    @tool
+    def stock(shelf: str) -> dict[str, Item]:
+        """Items on a shelf by name."""
+        return {}
+
+    @tool
+    def pet(name: str) -> Cat | Dog:
+        """A pet by name."""
+        return Cat(lives=9)
+
+    with code_system(mode="code", tools=[stock, pet]) as system:
+        sdk = section(system.assemble_prompt())
+    assert sdk is not None
+    assert "StockOutput = dict[str, Item]\n" in sdk
+    assert "# One item of the stock.\nclass Item(TypedDict, extra_items=JsonValue):\n" in sdk
+    assert "    sku: str\n    count: int\n" in sdk
+    assert "PetOutput = Cat | Dog\n" in sdk
+    assert '    type: Literal["cat"]\n    lives: int\n' in sdk

@@ -14,7 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..actors._config import UNLISTED_TOOLS
-from ..registry import RUN_CODE, RegistrySnapshot, project_schema, snapshot_json, thaw
+from ..registry import (
+    RUN_CODE,
+    RegistrySnapshot,
+    TypedToolDefinition,
+    project_schema,
+    snapshot_json,
+    thaw,
+)
 from ..registry._hooks import AssembledPrompt, PromptSection
 from ..registry._snapshot import STOPPED_TEXT
 from ._sdk import SdkTool, render_sdk
@@ -52,12 +59,19 @@ def sdk_tools(snapshot: RegistrySnapshot, agent: str | None) -> list[SdkTool]:
         if name == RUN_CODE and entry is snapshot.transport:
             continue
         definition = entry.definition
+        # A typed tool's result as its annotation declares it, not the projection its output
+        # contract checks (a union or a typed map would read as JsonValue).
+        shown = (
+            definition.declared_output_schema
+            if isinstance(definition, TypedToolDefinition)
+            else None
+        )
         out.append(
             SdkTool(
                 name=name,
                 description=definition.description,
                 parameters=definition.parameters,
-                output_schema=definition.output.schema,
+                output_schema=definition.output.schema if shown is None else shown,
             )
         )
     return out

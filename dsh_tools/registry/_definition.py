@@ -108,9 +108,15 @@ class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
 
 class TypedToolDefinition(ToolDefinition, frozen=True, kw_only=True, eq=False):
     """What ``@tool`` returns: a ``ToolDefinition`` whose output contract is always there (built
-    from the return annotation), so ``definition.output.schema`` needs no ``None`` check."""
+    from the return annotation), so ``definition.output.schema`` needs no ``None`` check.
+
+    ``declared_output_schema`` is the return annotation's own JSON Schema (frozen), which
+    ``output.schema`` projects into the subset the output contract checks: a union, a typed
+    map or a recursive shape keeps its types there, and Code Mode's SDK types the binding's
+    result with it. ``None`` (a definition made by hand) shows ``output.schema`` instead."""
 
     output: ToolOutput
+    declared_output_schema: Any = None
 
 
 def shape_problem(label: str, fn: Any, callback: str | None = None) -> str | None:

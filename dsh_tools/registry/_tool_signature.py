@@ -364,10 +364,13 @@ def _parameters_schema(
     return _schema_defaults(root)
 
 
-def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tuple[Any, Any]:
-    """(return type, output schema in the enforced subset)."""
+def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tuple[Any, Any, Any]:
+    """(return type, output schema in the enforced subset, the annotation's own schema). The
+    subset is what the output contract checks; the annotation's schema, which it is projected
+    from (unions, typed maps and recursive shapes included), is what a program is shown."""
     if "return" not in hints:
-        return typing.Any, {"description": returns_doc} if returns_doc else {}
+        schema = {"description": returns_doc} if returns_doc else {}
+        return typing.Any, schema, schema
     returned = pydantic_adapted(hints["return"])
     _check_schema_type(owner, "the return annotation", returned)
     hook = SchemaHook("serialization")
@@ -375,8 +378,10 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
     if hook.definitions:
         definitions = generated.setdefault("$defs", {})
         hook.merge_into(definitions, owner)
-    schema = annotation_subset_schema(_schema_defaults(generated))
-    if returns_doc and "description" not in schema:
-        schema["description"] = returns_doc
+    declared = _schema_defaults(generated)
+    schema = annotation_subset_schema(declared)
+    if returns_doc:
+        for described in (schema, declared):
+            described.setdefault("description", returns_doc)
     assert_supported_json_schema(schema)
-    return returned, schema
+    return returned, schema, declared

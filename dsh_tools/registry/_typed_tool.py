@@ -162,10 +162,11 @@ def _build(
         parameters = _parameters_schema(owner, args_type, param_docs, defaults)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{owner}: cannot build the parameters: {exc}") from None
-    _, output_schema = _output_schema(owner, hints, returns_doc)
+    _, output_schema, declared_output = _output_schema(owner, hints, returns_doc)
     try:
         frozen_parameters = snapshot_json(parameters, "parameters")
         frozen_output = snapshot_json(output_schema, "output")
+        frozen_declared = snapshot_json(declared_output, "output")
     except LosslessJsonError as exc:
         raise TypeError(f"{owner}: a default or constraint is not JSON data: {exc}") from None
 
@@ -212,6 +213,7 @@ def _build(
             description=text,
             parameters=frozen_parameters,
             output=ToolOutput(frozen_output, default_render if render is None else render),
+            declared_output_schema=frozen_declared,
             execute=execute,
             is_concurrency_safe=classifier,
             timeout_ms=timeout_ms,
