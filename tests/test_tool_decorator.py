@@ -1439,3 +1439,25 @@ def test_a_tuple_default_is_shown_as_the_array_it_is(system: ToolSystem) -> None
     assert crop.parameters["$defs"]["Window"]["properties"]["bounds"]["default"] == [0, 10]
     assert crop.output.schema["properties"]["bounds"]["default"] == [0, 10]
     assert run(system, crop, {}).value == {"bounds": [640, 0]}
+
+
+def test_a_parameter_defaulting_to_unset_is_optional_and_its_absence_reaches_the_body(
+    system: ToolSystem,
+) -> None:
+    # As a Struct's field: UNSET is no value the model could send, but "not given".
+    @tool
+    def page(cursor: str | msgspec.UnsetType = msgspec.UNSET) -> str:
+        """Read a page."""
+        return "first page" if cursor is msgspec.UNSET else f"after {cursor}"
+
+    assert page.parameters["properties"]["cursor"] == {"type": "string"}
+    assert "required" not in page.parameters
+    assert text(run(system, page, {})) == "first page"
+    assert text(run(system, page, {"cursor": None})) == "first page"  # strict mode's "absent"
+    assert text(run(system, page, {"cursor": "c7"})) == "after c7"
+    schema = {"name": "page", "description": page.description, "parameters": page.parameters}
+    (exported,) = to_openai_tools([schema], strict=True)
+    assert exported["function"]["parameters"]["properties"]["cursor"]["type"] == [
+        "string",
+        "null",
+    ]

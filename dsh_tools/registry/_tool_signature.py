@@ -205,7 +205,11 @@ def _text_described(hint: Any) -> Any:
 def _check_default(owner: str, pname: str, hint: Any, default: Any) -> None:
     """Fail now for a default the parameter's own annotation refuses (``n: int = None``,
     ``level: Annotated[int, Meta(ge=0)] = -1``): the schema would show the model a default it
-    may not send, and an omitted argument would reach the body as a value of another type."""
+    may not send, and an omitted argument would reach the body as a value of another type.
+    ``msgspec.UNSET`` is no value but the absence of one, as in a Struct's field: it stands for
+    no default shown, and an omitted argument reaches the body as ``UNSET``."""
+    if default is msgspec.UNSET:
+        return
     try:
         text = msgspec.json.encode(default, enc_hook=type_encode)
         lossless = is_json_value(msgspec.to_builtins(default, str_keys=True, enc_hook=type_encode))
@@ -351,7 +355,9 @@ def _parameters_schema(
         if name in properties and text and "description" not in properties[name]:
             properties[name] = {"description": text, **properties[name]}
     for name, default in defaults.items():
-        if name in properties and "default" not in properties[name]:
+        # ``UNSET`` is the absence of a value (``_check_default``): no default to show.
+        shown = default is not msgspec.UNSET
+        if shown and name in properties and "default" not in properties[name]:
             properties[name]["default"] = msgspec.to_builtins(
                 default, str_keys=True, enc_hook=type_encode
             )
