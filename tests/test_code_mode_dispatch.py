@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -42,6 +43,7 @@ from dsh_tools import (
     ToolsConfig,
     ToolSystem,
     define_tool,
+    tool,
 )
 from dsh_tools.codebridge import CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge._dispatch_log import (
@@ -1114,6 +1116,30 @@ def test_help_on_a_tool_in_a_program_shows_its_sdk_declarations() -> None:
         "Help on tools, the binding namespace (call a binding as `await tools.name(args)`):"
     )
     assert f"```python\n{declarations}\n```" in sdk  # the prompt's SDK, whole
+
+
+def test_help_shows_a_typed_tools_result_as_its_annotation_declares_it() -> None:
+    # As the prompt's SDK does: the output contract's projection would read as JsonValue.
+    @dataclasses.dataclass
+    class Item:
+        sku: str
+        count: int
+
+    @tool
+    def stock(shelf: str) -> dict[str, Item]:
+        """Items on a shelf by name."""
+        return {"a1": Item("bolt", 2)}
+
+    program = "help(tools.stock)\nhelp(tools)\nreturn (await tools.stock({'shelf': 'a'}))['a1']"
+    with code_system(DEFAULT, tools=[stock]) as system:
+        result = system.execute(run_code(program))
+        [sdk] = [s.text for s in system.assemble_prompt().sections if s.name == "tools:sdk"]
+    one, every = value_of(result)["logs"]
+    for text in (one, every, sdk):
+        assert "StockOutput = dict[str, Item]\n" in text
+        assert "class Item(TypedDict, extra_items=JsonValue):\n    sku: str\n    count: int" in text
+    assert every.split("\n\n", 1)[1] in sdk
+    assert value_of(result)["result"] == {"sku": "bolt", "count": 2}
 
 
 def test_help_asked_again_and_again_is_rendered_once_per_run(

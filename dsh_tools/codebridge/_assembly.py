@@ -17,6 +17,7 @@ from ..actors._config import UNLISTED_TOOLS
 from ..registry import (
     RUN_CODE,
     RegistrySnapshot,
+    ToolDefinition,
     TypedToolDefinition,
     project_schema,
     snapshot_json,
@@ -58,23 +59,25 @@ def sdk_tools(snapshot: RegistrySnapshot, agent: str | None) -> list[SdkTool]:
     for name, entry in snapshot.view(agent).items():
         if name == RUN_CODE and entry is snapshot.transport:
             continue
-        definition = entry.definition
-        # A typed tool's result as its annotation declares it, not the projection its output
-        # contract checks (a union or a typed map would read as JsonValue).
-        shown = (
-            definition.declared_output_schema
-            if isinstance(definition, TypedToolDefinition)
-            else None
-        )
-        out.append(
-            SdkTool(
-                name=name,
-                description=definition.description,
-                parameters=definition.parameters,
-                output_schema=definition.output.schema if shown is None else shown,
-            )
-        )
+        out.append(sdk_tool(name, entry.definition))
     return out
+
+
+def sdk_tool(name: str, definition: ToolDefinition) -> SdkTool:
+    """What the SDK shows of ``definition`` under ``name``: a typed tool's result as its
+    annotation declares it, not the projection its output contract checks (in which a union
+    or a typed map reads as ``JsonValue``)."""
+    output = definition.output
+    assert output is not None  # registration refuses a tool without its output contract
+    declared = (
+        definition.declared_output_schema if isinstance(definition, TypedToolDefinition) else None
+    )
+    return SdkTool(
+        name=name,
+        description=definition.description,
+        parameters=definition.parameters,
+        output_schema=output.schema if declared is None else declared,
+    )
 
 
 def order_tools(

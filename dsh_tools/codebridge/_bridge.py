@@ -60,6 +60,7 @@ from ..registry import RUN_CODE, LosslessJsonError, snapshot_json, thaw
 from ..registry._execution import ToolRunContext
 from ..registry._hooks import CodeDispatchLog
 from ..registry._lossless import INT_MAX, INT_MIN
+from ._assembly import sdk_tool
 from ._dispatch_log import logged_arguments, shaped_content
 from ._handoff import LoopHandoff
 from ._run_calls import AnsweredFuture
@@ -311,15 +312,7 @@ class CodeRunBridgeActor:
         for known in self._names if name is None else [name]:
             entry = pipeline.lookup(known, agent)
             if entry is not None:
-                definition = entry.definition
-                tools.append(
-                    SdkTool(
-                        known,
-                        definition.description,
-                        definition.parameters,
-                        definition.output.schema,
-                    )
-                )
+                tools.append(sdk_tool(known, entry.definition))
         if name is None:
             return render_sdk_declarations(tools)
         return render_sdk_help(tools[0]) if tools else None
