@@ -237,6 +237,19 @@ def test_a_grant_whose_links_pass_through_a_write_grant_and_out_fails_every_run(
         runtime.close()
 
 
+def write_grant_refusal(granted: str, program: str = "return 'granted'") -> str:
+    """The message a run of ``program`` fails with under a write grant of ``granted`` (the test
+    fails if it ran: the grant alone is the flaw)."""
+    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
+    try:
+        result = run(runtime, program)
+    finally:
+        runtime.close()
+    assert result.error is not None, f"{granted} was granted for writing: {result.value!r}"
+    assert result.error.kind == "worker-exit"
+    return result.error.message
+
+
 def test_a_write_grant_holding_the_code_the_host_runs_fails_every_run() -> None:
     # The Python installation (a virtual environment inside a project directory, say) and this
     # package are what the harness, and every template it starts, run outside the sandbox: a
@@ -245,14 +258,8 @@ def test_a_write_grant_holding_the_code_the_host_runs_fails_every_run() -> None:
     program = f"open({marker!r}, 'w').write('import os  # runs as the host')\nreturn 'written'"
     try:
         for granted in (sys.prefix, str(Path(dsh_tools.__file__).parent / "codebridge")):
-            runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
-            try:
-                result = run(runtime, program)
-            finally:
-                runtime.close()
-            assert result.error is not None, result.value
-            assert result.error.kind == "worker-exit"
-            assert f"the write grant {granted!r} holds code the host runs" in result.error.message
+            message = write_grant_refusal(granted, program)
+            assert f"the write grant {granted!r} holds code the host runs" in message
             assert not os.path.exists(marker)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -265,14 +272,8 @@ def test_a_write_grant_holding_the_c_library_the_host_runs_fails_every_run() -> 
     # code as the host the next time the harness, or a template, starts.
     libc = os.path.realpath(_mapped("libc.so"))
     granted = os.path.dirname(libc)
-    runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
-    try:
-        result = run(runtime, "return 'ran with the C library writable'")
-    finally:
-        runtime.close()
-    assert result.error is not None, result.value
-    assert result.error.kind == "worker-exit"
-    assert f"the write grant {granted!r} holds code the host runs" in result.error.message
+    message = write_grant_refusal(granted)
+    assert f"the write grant {granted!r} holds code the host runs" in message
 
 
 _SEARCH_PATH_HARNESS = """
@@ -753,15 +754,9 @@ def test_a_write_grant_of_the_machines_python_libraries_fails_every_run() -> Non
     for granted in (libraries[0], os.path.join(libraries[-1], "dist-packages")):
         if not os.path.isdir(granted):
             continue
-        runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[granted])))
-        try:
-            result = run(runtime, "return 'granted'")  # harmless: the grant alone is the flaw
-        finally:
-            runtime.close()
-        assert result.error is not None, f"{granted} was granted for writing"
-        assert result.error.kind == "worker-exit"
-        assert f"the write grant {granted!r} holds" in result.error.message
-        assert "look for packages and .pth files" in result.error.message
+        message = write_grant_refusal(granted)
+        assert f"the write grant {granted!r} holds" in message
+        assert "look for packages and .pth files" in message
 
 
 def test_a_write_grant_of_what_every_command_or_system_python_loads_first_fails_every_run() -> None:
@@ -782,14 +777,7 @@ def test_a_write_grant_of_what_every_command_or_system_python_loads_first_fails_
     ]
     granted += linked_out[:1]  # /etc/python3.11 on Debian
     for path in granted:
-        runtime = SubprocessCodeRuntime(CodeRuntimeConfig(sandbox=CodeSandbox(write=[path])))
-        try:
-            result = run(runtime, "return 'granted'")  # harmless: the grant alone is the flaw
-        finally:
-            runtime.close()
-        assert result.error is not None, f"{path} was granted for writing"
-        assert result.error.kind == "worker-exit"
-        assert f"the write grant {path!r} holds" in result.error.message
+        assert f"the write grant {path!r} holds" in write_grant_refusal(path)
 
 
 def _mapped(name: str) -> str:

@@ -59,6 +59,14 @@ def live(system: ToolSystem, tmp_path: Path, errlog: TextIO) -> Iterator[Callabl
         yield make
 
 
+def harness_howdy() -> Any:
+    """The harness's own tool "howdy", whose name the live server's added tool takes too."""
+    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
+    return define_tool(
+        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
+    )
+
+
 # --- the tool list follows the server ----------------------------------------------------------
 
 
@@ -82,10 +90,7 @@ def test_a_tool_a_later_listing_adds_under_a_taken_name_is_warned_about_naming_t
 ) -> None:
     # As at the first listing: the server, the tool and the way out, not the registry's own
     # advice about per-agent variants, which has nothing to do with a server's tools.
-    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
-    mine = define_tool(
-        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
-    )
+    mine = harness_howdy()
     system.tools.register(mine)
     plugin = live()
     assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
@@ -105,10 +110,7 @@ def test_a_tool_left_out_for_a_taken_name_is_registered_once_the_name_is_free(
 ) -> None:
     # The harness unregisters its own "howdy": the server's, listed meanwhile, takes its
     # place then, without waiting for the server to list its tools again.
-    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
-    mine = define_tool(
-        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
-    )
+    mine = harness_howdy()
     holder = system.tools if agent is None else system.agent(agent).tools
     dispose = holder.register(mine)
     plugin = live(agent=agent)
@@ -127,10 +129,7 @@ def test_a_tool_left_out_for_a_taken_name_waits_while_the_name_stays_taken(
     system: ToolSystem, live: Callable[..., McpPlugin], logs: Logs
 ) -> None:
     # Other changes of the registry do not take the name from its holder.
-    text = ToolOutput(schema={"type": "string"}, render=lambda a, v: [{"type": "text", "text": v}])
-    mine = define_tool(
-        name="howdy", description="Mine.", parameters={}, output=text, execute=lambda a, c: "mine"
-    )
+    mine = harness_howdy()
     system.tools.register(mine)
     plugin = live()
     assert texts(run(system, "add_tool", {"name": "howdy"})) == ["added howdy"]
