@@ -298,3 +298,80 @@ def test_a_field_default_on_a_union_of_models_is_read_by_pydantic(system: ToolSy
         ExecuteCall(call_id="c2", name="pick", arguments={"pet": {"kind": "cat"}})
     )
     assert picked.value == "Cat"
+
+
+def _resolved(parameters: Any, schema: Any) -> Any:
+    """``schema`` with a ``$ref`` into the parameters' ``$defs`` followed."""
+    while "$ref" in schema:
+        schema = parameters["$defs"][schema["$ref"].removeprefix("#/$defs/")]
+    return schema
+
+
+class Status(enum.Enum):
+    OPEN = "open"
+    DONE = "done"
+
+
+class Task(BaseModel):
+    title: str
+    status: Status
+
+
+def test_an_enum_both_in_a_model_and_a_parameter_of_its_own_builds_one_tool(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def move(task: Task, to: Status) -> str:
+        """Move a task to a status."""
+        return f"{task.title}: {task.status.value} -> {to.value}"
+
+    parameters = thaw(move.parameters)
+    task_schema = _resolved(parameters, parameters["properties"]["task"])
+    for status in (task_schema["properties"]["status"], parameters["properties"]["to"]):
+        assert sorted(_resolved(parameters, status)["enum"]) == ["done", "open"]
+    system.tools.register(move)
+    arguments = {"task": {"title": "docs", "status": "open"}, "to": "done"}
+    moved = system.execute(ExecuteCall(call_id="c1", name="move", arguments=arguments))
+    assert moved.value == "docs: open -> done"
+
+
+# Two enums named alike, as two modules of one project each declare their own ``Kind``.
+FileKind = enum.Enum("Kind", {"TEXT": "text", "BINARY": "binary"})
+UserKind = enum.Enum("Kind", {"ADMIN": "admin", "GUEST": "guest"})
+
+
+class FileInfo(BaseModel):
+    kind: FileKind  # type: ignore[valid-type]
+
+
+class UserInfo(BaseModel):
+    kind: UserKind  # type: ignore[valid-type]
+
+
+def test_two_models_whose_nested_types_share_a_name_each_show_their_own(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def share(file: FileInfo, user: UserInfo) -> str:
+        """Share a file with a user."""
+        return f"{file.kind.value} with {user.kind.value}"
+
+    parameters = thaw(share.parameters)
+    kinds = {}
+    for name in ("file", "user"):
+        model = _resolved(parameters, parameters["properties"][name])
+        kinds[name] = sorted(_resolved(parameters, model["properties"]["kind"])["enum"])
+    assert kinds == {"file": ["binary", "text"], "user": ["admin", "guest"]}
+    [exported] = to_openai_tools(
+        [{"name": "share", "description": "", "parameters": share.parameters}], strict=True
+    )
+    strict_parameters = exported["function"]["parameters"]
+    user = _resolved(strict_parameters, strict_parameters["properties"]["user"])
+    assert sorted(_resolved(strict_parameters, user["properties"]["kind"])["enum"]) == [
+        "admin",
+        "guest",
+    ]
+    system.tools.register(share)
+    arguments = {"file": {"kind": "text"}, "user": {"kind": "guest"}}
+    shared = system.execute(ExecuteCall(call_id="c1", name="share", arguments=arguments))
+    assert shared.value == "text with guest"

@@ -210,11 +210,20 @@ def _union_members(hint: Any) -> tuple[Any, ...]:
 class SchemaHook:
     """msgspec's ``schema_hook`` for one schema generation: a path's schema, and a ``$ref``
     for a model whose definitions (its own and its nested models') are kept in
-    ``definitions`` for the caller to put under ``$defs``."""
+    ``definitions`` for the caller to put under ``$defs``.
+
+    Each pydantic generation names its definitions by class name alone, so two of them (two
+    models whose nested enums are both ``Kind``), or one of them and msgspec's own (an enum a
+    model holds that is also a parameter), can give one name two shapes. The later shape is
+    then kept under a name of its own (``Kind_2``) and the references that meant it follow,
+    rather than one shape standing for both."""
 
     def __init__(self, mode: Literal["validation", "serialization"] = "validation") -> None:
         self.mode = mode
         self.definitions: dict[str, Any] = {}
+        # Names the schemas given back to msgspec refer to: msgspec holds those references,
+        # so these names cannot move when merged.
+        self._pinned: set[str] = set()
 
     def __call__(self, cls: Any) -> dict[str, Any]:
         if _is_path_type(cls):
@@ -223,8 +232,7 @@ class SchemaHook:
             return self._model(cls)
         if _is_adapted(cls):
             schema = dict(_adapter(cls).json_schema(ref_template="#/$defs/{model}", mode=self.mode))
-            self.definitions.update(schema.pop("$defs", {}))
-            return schema
+            return self._kept(schema.pop("$defs", {}), schema)
         raise NotImplementedError
 
     def _model(self, cls: Any) -> dict[str, Any]:
@@ -232,20 +240,96 @@ class SchemaHook:
         refs, top = json_schema.models_json_schema(
             [(cls, self.mode)], ref_template="#/$defs/{model}"
         )
-        for name, definition in top.get("$defs", {}).items():
-            self.definitions[name] = definition
-        return dict(refs[(cls, self.mode)])
+        return self._kept(top.get("$defs", {}), dict(refs[(cls, self.mode)]))
+
+    def _kept(self, definitions: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+        """Keep one pydantic generation's ``definitions``; ``schema``, what msgspec is given,
+        with its references following any definition renamed."""
+        renames = _renames(definitions, self.definitions, frozenset())
+        for name, definition in definitions.items():
+            self.definitions[renames.get(name, name)] = _with_refs_renamed(definition, renames)
+        given: dict[str, Any] = _with_refs_renamed(schema, renames)
+        self._pinned.update(_refs_in(given))
+        return given
 
     def merge_into(self, components: dict[str, Any], owner: str) -> None:
-        """Add the models' definitions to ``components``; ``TypeError`` when a name there
-        already stands for another shape (a Struct and a model of one name)."""
+        """Add the models' definitions to ``components`` (msgspec's), renaming any whose name
+        msgspec gave another shape; ``TypeError`` when that name is a model's own, which two
+        different classes then share."""
+        try:
+            renames = _renames(self.definitions, components, frozenset(self._pinned))
+        except TypeError as exc:
+            raise TypeError(f"{owner}: {exc}") from None
         for name, definition in self.definitions.items():
-            if name in components and components[name] != definition:
+            components[renames.get(name, name)] = _with_refs_renamed(definition, renames)
+        self.definitions = {}
+        self._pinned = set()
+
+
+def _renames(
+    definitions: dict[str, Any], taken: dict[str, Any], pinned: frozenset[str]
+) -> dict[str, str]:
+    """New names for the ``definitions`` whose names ``taken`` holds with another shape once
+    their references follow the renames (a model is renamed too when only a nested type it
+    refers to was); ``TypeError`` for a ``pinned`` name, which cannot move."""
+    renames: dict[str, str] = {}
+    while True:
+        clashes = [
+            name
+            for name, definition in definitions.items()
+            if name not in renames
+            and name in taken
+            and taken[name] != _with_refs_renamed(definition, renames)
+        ]
+        if not clashes:
+            return renames
+        for name in clashes:
+            if name in pinned:
                 raise TypeError(
-                    f"{owner}: two types are named {name!r} and their schemas differ; "
-                    "rename one of them"
+                    f"two types are named {name!r} and their schemas differ; rename one of them"
                 )
-            components[name] = definition
+            used = set(taken) | set(definitions) | set(renames.values())
+            number = 2
+            while f"{name}_{number}" in used:
+                number += 1
+            renames[name] = f"{name}_{number}"
+
+
+def _with_refs_renamed(node: Any, renames: dict[str, str]) -> Any:
+    """``node`` with every ``$ref`` to a renamed definition following it (``node`` itself
+    when nothing is renamed)."""
+    if not renames:
+        return node
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        out = {key: _with_refs_renamed(value, renames) for key, value in node.items()}
+        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+            target = ref[len(_REF_PREFIX) :]
+            if target in renames:
+                out["$ref"] = _REF_PREFIX + renames[target]
+        return out
+    if isinstance(node, list):
+        return [_with_refs_renamed(item, renames) for item in node]
+    return node
+
+
+def _refs_in(node: Any) -> set[str]:
+    """The definition names ``node``'s ``$ref``s point at."""
+    found: set[str] = set()
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, dict):
+            ref = current.get("$ref")
+            if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+                found.add(ref[len(_REF_PREFIX) :])
+            pending.extend(current.values())
+        elif isinstance(current, list):
+            pending.extend(current)
+    return found
+
+
+_REF_PREFIX: Final = "#/$defs/"
 
 
 def type_decode(cls: Any, value: Any) -> Any:
