@@ -123,6 +123,28 @@ def test_a_bad_model_argument_fails_naming_the_model_and_the_field(system: ToolS
     assert "Field required at `friends.0.age`" in deep.error.message
 
 
+def test_a_model_argument_wrong_in_several_fields_names_each_of_them(system: ToolSystem) -> None:
+    # A model that is told only the first mistake corrects one field per turn.
+    wrong = {"name": "", "age": -1, "address": {"zipCode": 7}}
+    result = _call(system, {"person": wrong})
+    assert result.is_error
+    assert result.error.message == (
+        "invalid arguments: Person: String should have at least 1 character at `name`;"
+        " Input should be greater than or equal to 0 at `age`;"
+        " Field required at `address.city`;"
+        " Input should be a valid string at `address.zipCode` - at `arguments.person`"
+    )
+
+
+def test_a_model_argument_wrong_in_many_places_names_the_first_ten(system: ToolSystem) -> None:
+    friends = [{"name": "Bo"} for _ in range(12)]
+    result = _call(system, {"person": {"name": "Ada", "age": 1, "friends": friends}})
+    assert result.is_error
+    message = result.error.message
+    assert message.count("Field required at `friends.") == 10
+    assert "Field required at `friends.9.age` (and 2 more) - at `arguments.person`" in message
+
+
 def test_strict_mode_nulls_for_a_models_optional_fields_are_absent(system: ToolSystem) -> None:
     (exported,) = to_openai_tools(
         [{"name": "introduce", "description": "", "parameters": introduce.parameters}],

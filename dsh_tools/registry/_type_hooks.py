@@ -354,13 +354,22 @@ def _validated(cls: Any, validate: Any, value: Any) -> Any:
         # Enum from its string, also for a strict model), which Python objects do not get.
         return validate(msgspec.json.encode(value))
     except pydantic.ValidationError as exc:
+        # Every mistake, so that a model corrects them in one turn rather than one a turn; a
+        # bound keeps a list of a thousand bad items to a line.
         errors = exc.errors(include_url=False)
-        first = errors[0]
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        text = f"{first['msg']} at `{where}`" if where else str(first["msg"])
-        if len(errors) > 1:
-            text += f" (and {len(errors) - 1} more)"
-        raise TypeError(f"{cls.__name__}: {text}") from None
+        named = "; ".join(_error_text(error) for error in errors[:_ERRORS_NAMED])
+        if len(errors) > _ERRORS_NAMED:
+            named += f" (and {len(errors) - _ERRORS_NAMED} more)"
+        raise TypeError(f"{cls.__name__}: {named}") from None
+
+
+_ERRORS_NAMED: Final = 10
+
+
+def _error_text(error: Any) -> str:
+    """One pydantic error as ``<message> at `<field path>```."""
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    return f"{error['msg']} at `{where}`" if where else str(error["msg"])
 
 
 def _json_kind(value: Any) -> str:
