@@ -418,6 +418,26 @@ def test_rp57_a_wrapper_returning_a_non_result_fails_closed(
     assert "tools/execute wrapper returned" in text(result)
 
 
+def test_a_wrapper_returning_a_non_result_is_named_in_the_failure(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def timing(exec: Any, next: Any) -> Any:
+        return await next()
+
+    async def unwrapped(exec: Any, next: Any) -> Any:
+        return (await next()).value  # the value, not the result
+
+    system.tools.on_execute(timing)
+    system.tools.on_execute(unwrapped)
+    result = system.execute(call())
+    assert text(result).startswith("Error: tools/execute wrapper returned str; ")
+    assert text(result).endswith(
+        "(the wrappers, outermost first: "
+        "test_a_wrapper_returning_a_non_result_is_named_in_the_failure.<locals>.timing, "
+        "test_a_wrapper_returning_a_non_result_is_named_in_the_failure.<locals>.unwrapped)"
+    )
+
+
 def test_rp57_next_may_be_awaited_again_to_retry(system: ToolSystem) -> None:
     attempts: list[int] = []
 
@@ -530,6 +550,36 @@ def test_an_unknown_post_decision_is_the_final_error(system: ToolSystem, decisio
     result = system.execute(call())
     assert result.is_error
     assert "tools/post-execute returned" in text(result)
+
+
+def test_an_unknown_pre_decision_names_the_pre_hooks(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def yes(exec: Any, next: Any) -> Any:
+        return True  # a decision written as a predicate
+
+    system.tools.on_pre_execute(yes)
+    result = system.execute(call())
+    assert text(result) == (
+        "Error: tools/pre-execute returned bool; expected Allow(), Deny(reason) or Ask(reason) "
+        "(the hooks, outermost first: "
+        "test_an_unknown_pre_decision_names_the_pre_hooks.<locals>.yes)"
+    )
+
+
+def test_an_unknown_post_decision_names_the_post_hooks(system: ToolSystem) -> None:
+    system.tools.register(echo())
+
+    async def redact(exec: Any, result: Any, next: Any) -> Any:
+        return "[redacted]"  # content, not a decision
+
+    system.tools.on_post_execute(redact)
+    result = system.execute(call())
+    assert text(result) == (
+        "Error: tools/post-execute returned str; expected Accept(...) or Block(...) "
+        "(the hooks, outermost first: "
+        "test_an_unknown_post_decision_names_the_post_hooks.<locals>.redact)"
+    )
 
 
 def test_decision_sequences_may_be_tuples(system: ToolSystem) -> None:

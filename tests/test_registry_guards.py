@@ -157,6 +157,21 @@ def test_rp27_a_guard_returning_a_non_str_fails_closed(system: ToolSystem, retur
     assert body.runs == 0
 
 
+def test_a_guard_returning_a_non_str_is_named_in_the_failure(system: ToolSystem) -> None:
+    system.tools.register(fixture("t", Counter()))
+
+    def allow_all(exec: Any) -> Any:
+        return True  # a guard written as a predicate
+
+    system.tools.guard(lambda exec: None)
+    system.tools.guard(allow_all)
+    result = system.execute(call("t"))
+    assert text(result) == (
+        "Error: a guard returned bool; guards return None or a str reason (the guard: "
+        "test_a_guard_returning_a_non_str_is_named_in_the_failure.<locals>.allow_all)"
+    )
+
+
 def test_rp28_a_pre_execute_deny_skips_the_guards(system: ToolSystem) -> None:
     system.tools.register(echo())
     guarded: list[str] = []

@@ -57,11 +57,21 @@ def none_from(hooks: Sequence[Callable[..., Any]]) -> str:
     point takes ``None``, and the usual slip is a hook that awaits ``next()`` and forgets to
     return its answer. Any of them may have (an outer one passes on what ``next()`` gave it),
     so all are named."""
-    names = ", ".join(getattr(hook, "__qualname__", None) or repr(hook) for hook in hooks)
     return (
         "a hook returns its own decision or what next() answers (return await next()); "
-        f"the hooks, outermost first: {names}"
+        f"the hooks, outermost first: {hook_names(hooks)}"
     )
+
+
+def hook_names(hooks: Sequence[Callable[..., Any]]) -> str:
+    """The ``hooks`` of a chain that answered something no stage takes, by name, outermost
+    first: any of them may have (an outer one passes on what ``next()`` gave it)."""
+    return ", ".join(callable_name(hook) for hook in hooks)
+
+
+def callable_name(fn: Callable[..., Any]) -> str:
+    """What a message calls a harness's function: its qualified name, else its repr."""
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 async def run_chain(

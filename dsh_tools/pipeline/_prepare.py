@@ -29,7 +29,7 @@ from ..actors._messages import check_reason
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
-from ._chain import is_awaitable, none_from, rest_of_chain
+from ._chain import callable_name, hook_names, is_awaitable, none_from, rest_of_chain
 from ._core import (
     DISPATCH_STAGE,
     FINISH,
@@ -194,7 +194,11 @@ class PrepareStages(PipelineCore):
                 raise TypeError(
                     f"tools/pre-execute returned {decision_type.__name__}; "
                     "expected Allow(), Deny(reason) or Ask(reason)"
-                    + (f" ({none_from(hooks)})" if decision is None else "")
+                    + (
+                        f" ({none_from(hooks)})"
+                        if decision is None
+                        else f" (the hooks, outermost first: {hook_names(hooks)})"
+                    )
                 )
             return self._decide(rec, decision, approval_cancelled)
         except BaseException as exc:
@@ -388,6 +392,7 @@ class PrepareStages(PipelineCore):
                 raise TypeError("guards must be synchronous; a guard returned an awaitable")
             raise TypeError(
                 f"a guard returned {type(out).__name__}; guards return None or a str reason"
+                f" (the guard: {callable_name(fn)})"
             )
 
 
