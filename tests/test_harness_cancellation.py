@@ -22,6 +22,7 @@ from dsh_tools import (
     Accept,
     ExecuteBatch,
     ExecuteCall,
+    HarnessError,
     SessionLog,
     ToolCall,
     ToolExecutionFailure,
@@ -294,6 +295,77 @@ def test_a_cancelled_code_run_gives_up_its_plain_sub_call_body_before_it_settles
         assert ends == [("tool/code-dispatch", "r1:code:1"), ("tool/result", "r1")]
         [dispatch] = [e for e in system.session.events if e.type == "tool/code-dispatch"]
         assert dispatch.data["is_error"] is True
+
+
+def cancel_once_started(system: ToolSystem, call: ExecuteCall, started: threading.Event) -> None:
+    """Cancel the task awaiting ``call`` once its body has set ``started``."""
+
+    async def harness() -> None:
+        task = asyncio.create_task(system.execute_async(call))
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(harness())
+
+
+def test_a_body_that_settles_its_own_way_on_the_callers_cancellation_logs_no_warning(
+    system: ToolSystem, logs: Logs
+) -> None:
+    # A body that reads its signal is left to settle its own way, and raising its own error is
+    # one: it was never cancelled, yet every such call logged a warning and a traceback
+    # saying its "cleanup after its cancellation raised".
+    started = threading.Event()
+
+    async def watches(args: Any, ctx: Any) -> Any:
+        started.set()
+        while not ctx.signal.aborted:
+            await asyncio.sleep(0.005)
+        raise HarnessError(f"stopped: {ctx.signal.reason}", "STOPPED")
+
+    system.tools.register(fixture("watches", watches))
+    cancel_once_started(system, ExecuteCall(call_id="c1", name="watches", arguments={}), started)
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+    assert logs.warnings == []
+
+
+def test_a_body_whose_cleanup_fails_on_the_callers_cancellation_logs_it(
+    system: ToolSystem, logs: Logs
+) -> None:
+    started = threading.Event()
+
+    async def closes(args: Any, ctx: Any) -> Any:
+        started.set()
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            raise OSError("closing the connection failed") from None
+
+    system.tools.register(fixture("closes", closes))
+    cancel_once_started(system, ExecuteCall(call_id="c1", name="closes", arguments={}), started)
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+    (warning,) = logs.wait_for_warnings(1)
+    assert "closing the connection failed" in warning
+
+
+def test_a_code_run_whose_caller_is_cancelled_logs_no_warning(logs: Logs) -> None:
+    # A harness's stop button during a Code Mode run: the run settles on its abort, which is
+    # no failed cleanup, and logged a warning with a traceback for every press.
+    started = threading.Event()
+
+    async def slow(args: Any, ctx: Any) -> Any:
+        started.set()
+        await asyncio.sleep(FOREVER)
+
+    with ToolSystem.start(ToolsConfig(mode="code")) as system:
+        system.tools.register(fixture("slow", slow))
+        code = {"code": "return await tools.slow({})", "description": "d"}
+        cancel_once_started(
+            system, ExecuteCall(call_id="r1", name="run_code", arguments=code), started
+        )
+        assert results_of(system)["r1"]["error"]["code"] == "ABORTED"
+    assert logs.warnings == []
 
 
 def test_a_task_group_cancels_a_sibling_call_when_another_task_fails(

@@ -131,19 +131,35 @@ def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
             if isinstance(failure, asyncio.CancelledError):
                 raise BodyCancelled
             if isinstance(failure, Exception):
-                # Its cleanup failed as the cancellation ended it: the call was still cancelled
-                # (ABORTED, as any cancelled body), and the cleanup's error is the log's.
-                fields = log_fields(rec)
-                fields["stage"] = "execute"
-                log.warning(
-                    f"the tool body's cleanup after its cancellation raised: {failure!r}",
-                    exc_info=failure,
-                    **fields,
-                )
+                # The call was still cancelled (ABORTED, as any cancelled body). When the
+                # cancellation reached the body and its cleanup failed, that error is the log's;
+                # a body that read its signal and settled its own way, raising its own error
+                # (a Code Mode run's abort), was never cancelled and failed nothing.
+                if rec.cancel_sent or _raised_in_cancellation(failure):
+                    fields = log_fields(rec)
+                    fields["stage"] = "execute"
+                    log.warning(
+                        f"the tool body's cleanup after its cancellation raised: {failure!r}",
+                        exc_info=failure,
+                        **fields,
+                    )
                 raise BodyCancelled
         raise failure
     finally:
         del failure  # the traceback keeps this frame too
+
+
+def _raised_in_cancellation(failure: BaseException) -> bool:
+    """Whether ``failure`` was raised while a ``CancelledError`` was being handled (its
+    context, ``raise ... from None`` included), as a cleanup's error is."""
+    seen: set[int] = set()
+    context = failure.__context__
+    while context is not None and id(context) not in seen:
+        if isinstance(context, asyncio.CancelledError):
+            return True
+        seen.add(id(context))
+        context = context.__context__
+    return False
 
 
 def call_plain_body(execute: Callable[..., Any], arguments: Any, ctx: Any) -> Any:
