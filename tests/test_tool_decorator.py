@@ -13,12 +13,17 @@ import msgspec
 import pytest
 
 from dsh_tools import (
+    ExecuteBatch,
     ExecuteCall,
+    ToolCall,
     ToolDefinition,
     ToolExecutionResult,
+    ToolResult,
     ToolRunContext,
     ToolSystem,
     assert_supported_json_schema,
+    present_call_view,
+    present_result_view,
     tool,
 )
 from dsh_tools.integrations import to_anthropic_tools, to_openai_tools
@@ -1052,6 +1057,43 @@ def test_a_null_for_an_optional_parameter_means_absent(system: ToolSystem) -> No
     arguments = {"name": "ann", "greeting": None, "nickname": None}
     assert text(run(system, greet, arguments)) == "hello ann None"
     assert run(system, greet, {"name": None}).is_error
+
+
+def test_a_null_for_an_optional_parameter_is_absent_for_the_renderer_and_presenters() -> None:
+    # A strict-mode model sends null for the limit it leaves out; the body got the default,
+    # but the renderer read None and showed the model "None results".
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def note(role: str, args: Any) -> None:
+        seen.append((role, dict(args)))
+
+    @tool(
+        concurrency_safe=lambda args: note("classifier", args) or True,
+        render=lambda args, value: (
+            note("render", args) or [{"type": "text", "text": f"{args.get('limit', 10)} results"}]
+        ),
+        present_call=lambda args: note("present_call", args),
+        present_result=lambda args, result: note("present_result", args),
+    )
+    def search(query: str, limit: int = 10) -> int:
+        return limit
+
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.register(search)
+        model_sent = '{"query": "cats", "limit": null}'
+        batch = ExecuteBatch(calls=[ToolCall("c1", "search", model_sent)])
+        assert text(system.execute_batch(batch).results[0]) == "10 results"
+        # A UI's cards of the call, from the session log, which keeps what the model sent.
+        [logged] = [event.data for event in system.session.events if event.type == "tool/result"]
+    present_call_view(search, "search", {"query": "cats", "limit": None})
+    present_result_view(search, {"query": "cats", "limit": None}, ToolResult.from_event(logged))
+    assert {role for role, _ in seen} == {
+        "classifier",
+        "render",
+        "present_call",
+        "present_result",
+    }
+    assert all(args == {"query": "cats"} for _, args in seen), seen
 
 
 class Branch(msgspec.Struct):

@@ -206,13 +206,19 @@ def _build(
     elif concurrency_safe is False:
         classifier = None
     else:
-        classifier = concurrency_safe
+        classifier = _as_body_saw(concurrency_safe, drop_nulls)
+    for keyword in ("present_call", "present_result"):
+        if options.get(keyword) is not None:
+            options[keyword] = _as_body_saw(options[keyword], drop_nulls)
     try:
         return TypedToolDefinition(
             name=tool_name,
             description=text,
             parameters=frozen_parameters,
-            output=ToolOutput(frozen_output, default_render if render is None else render),
+            output=ToolOutput(
+                frozen_output,
+                default_render if render is None else _as_body_saw(render, drop_nulls),
+            ),
             declared_output_schema=frozen_declared,
             execute=execute,
             is_concurrency_safe=classifier,
@@ -221,6 +227,23 @@ def _build(
         )
     except TypeError as exc:
         raise TypeError(f"{owner}: {exc}") from None
+
+
+def _as_body_saw(fn: Callable[..., Any], drop_nulls: Callable[[Any], Any] | None) -> Any:
+    """``fn(args, *rest)`` (the classifier, renderer or a presenter) given the arguments as the
+    body got them: a strict-mode ``null`` that stands for an absent argument left out, not read
+    as ``None`` where the body saw the default. ``fn`` itself for a tool without such nulls."""
+    if drop_nulls is None:
+        return fn
+    dropping: Callable[[Any], Any] = drop_nulls
+
+    def as_body_saw(args: Any, *rest: Any) -> Any:
+        return fn(dropping(args), *rest)
+
+    as_body_saw.__name__ = getattr(fn, "__name__", "as_body_saw")
+    as_body_saw.__qualname__ = getattr(fn, "__qualname__", as_body_saw.__name__)
+    as_body_saw.__doc__ = getattr(fn, "__doc__", None)
+    return as_body_saw
 
 
 @overload
