@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
+import functools
 import re
 import uuid
 from collections.abc import Iterator
@@ -1046,6 +1048,62 @@ def test_other_keywords_reach_the_definition(system: ToolSystem) -> None:
             return word
 
 
+# --- what a body returns ------------------------------------------------------------------------
+
+
+class Connection:
+    """Not JSON data."""
+
+
+def test_a_body_returning_an_object_that_is_not_json_fails_naming_where_it_is(
+    system: ToolSystem,
+) -> None:
+    # The call failed as "Error: ", a NotImplementedError without a word, where a define_tool
+    # body's value names what and where.
+    @tool
+    def connect(host: str) -> dict[str, Any]:
+        return {"host": host, "pool": [Connection()]}
+
+    result = run(system, connect, {"host": "db"})
+    assert result.is_error
+    assert text(result) == (
+        'Error: tool "connect" returned invalid output: value is not lossless JSON: '
+        "value.pool[0] is Connection"
+    )
+    assert result.to_dict()["error"]["info"]["code"] == "INVALID_TOOL_OUTPUT"
+
+
+def logged(fn: Any) -> Any:
+    """A decorator as many are written: a plain wrapper, whatever ``fn`` is."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@dataclasses.dataclass
+class Fetched:
+    url: str
+    size: tuple[int, int]
+
+
+def test_an_async_function_under_a_plain_decorator_is_awaited(system: ToolSystem) -> None:
+    # Its coroutine was taken for the value and the call failed as "Error: ".
+    @tool
+    @logged
+    async def fetch(url: str, width: int = 640) -> Fetched:
+        """Fetch a page."""
+        await asyncio.sleep(0)
+        return Fetched(url, (width, 480))
+
+    assert fetch.description == "Fetch a page."
+    result = run(system, fetch, {"url": "a.b"})
+    assert not result.is_error, result.content
+    assert result.value == {"url": "a.b", "size": [640, 480]}
+
+
 # --- strict-mode nulls -------------------------------------------------------------------------
 
 
@@ -1191,6 +1249,10 @@ def infinite_default(limit: float = float("inf")) -> str:
     return ""
 
 
+def object_default(pool: Any = Connection()) -> str:  # noqa: B008
+    return ""
+
+
 class Toolbox:
     def search(self, query: str) -> str:
         return query
@@ -1224,6 +1286,13 @@ class Toolbox:
             infinite_default,
             r"@tool\(infinite_default\): a default or constraint is not JSON data: "
             r"parameters.properties.limit.default is float \(inf\)$",
+        ),
+        (
+            # It raised a bare NotImplementedError, naming neither the function nor the parameter.
+            object_default,
+            r"@tool\(object_default\): cannot build the parameters: parameter 'pool' has a "
+            r"default .*Connection object.* that is not JSON data: Encoding objects of type "
+            r"Connection is unsupported$",
         ),
         (missing, r"@tool\(missing\): parameter 'path' has no type annotation"),
         (

@@ -26,6 +26,10 @@ from ._typed_output import unconvertible
 _SCALAR_RESULTS: Final = (str, int, float, bool, type(None))
 
 
+_PLAIN_RESULTS: Final = frozenset({str, int, float, bool, type(None), dict, list})
+"""Result types that are never awaitable: no look for an awaitable for them."""
+
+
 def _to_canonical(value: Any) -> Any:
     """The body's return value as JSON data (Structs, dataclasses and Enums become plain
     values); an object msgspec cannot convert is left for the output contract to report. A
@@ -285,9 +289,21 @@ def _make_execute(
         return execute_async
 
     def execute(args: Any, run_ctx: Any) -> Any:
-        return canonical(call(parse(args), run_ctx), run_ctx)
+        value = call(parse(args), run_ctx)
+        if type(value) not in _PLAIN_RESULTS and inspect.isawaitable(value):
+            # A plain function that returns an awaitable: an ``async def`` under a decorator
+            # written as a plain ``def wrapper(*args, **kwargs)``. The pipeline awaits it, as
+            # for any plain body; its value is then made canonical as an async body's is.
+            return _canonical_later(value, run_ctx, canonical)
+        return canonical(value, run_ctx)
 
     return execute
+
+
+async def _canonical_later(
+    awaitable: Any, run_ctx: Any, canonical: Callable[[Any, Any], Any]
+) -> Any:
+    return canonical(await awaitable, run_ctx)
 
 
 def _validator(args_type: Any, drop_nulls: Callable[[Any], Any] | None) -> Callable[[Any], None]:

@@ -356,11 +356,16 @@ def _parameters_schema(
             properties[name] = {"description": text, **properties[name]}
     for name, default in defaults.items():
         # ``UNSET`` is the absence of a value (``_check_default``): no default to show.
-        shown = default is not msgspec.UNSET
-        if shown and name in properties and "default" not in properties[name]:
-            properties[name]["default"] = msgspec.to_builtins(
-                default, str_keys=True, enc_hook=type_encode
-            )
+        if default is msgspec.UNSET:
+            continue
+        if name in properties and "default" not in properties[name]:
+            try:
+                shown = msgspec.to_builtins(default, str_keys=True, enc_hook=type_encode)
+            except TypeError as exc:
+                raise TypeError(
+                    f"parameter {name!r} has a default {default!r} that is not JSON data: {exc}"
+                ) from None
+            properties[name]["default"] = shown
     root["properties"] = properties
     describe_key_text(args_type, root, components)
     if not root.get("required"):

@@ -395,5 +395,8 @@ def type_encode(value: Any) -> Any:
         try:
             return sys.modules["pydantic_core"].to_jsonable_python(value)
         except Exception:
-            raise NotImplementedError from None
-    raise NotImplementedError
+            pass
+    # In msgspec's own words, and a TypeError as its own refusals are: msgspec passes a
+    # hook's NotImplementedError on as it is, which every caller here would have to know, and
+    # one that escaped failed a call as a bare "Error: ".
+    raise TypeError(f"Encoding objects of type {type(value).__qualname__} is unsupported")
