@@ -150,6 +150,45 @@ def test_task_cancel_leaves_the_task_cancelled_and_one_aborted_result(
     assert text(result) == "Error: tool call aborted"
 
 
+@pytest.mark.parametrize("body", ["async", "plain", "hook"])
+def test_the_callers_cancel_message_reaches_it(system: ToolSystem, body: str) -> None:
+    # task.cancel(msg) gives the awaiter a CancelledError carrying msg, as execute_batch_async
+    # did; execute_async put its own words in place of the harness's.
+    started = threading.Event()
+
+    async def sleeps(args: Any, ctx: Any) -> Any:
+        started.set()
+        await asyncio.sleep(FOREVER)
+
+    def waits(args: Any, ctx: Any) -> Any:
+        started.set()
+        ctx.signal.wait(WAIT)
+        return [block("stopped")]
+
+    async def hook(exec: Any, next: Any) -> Any:
+        started.set()
+        await asyncio.sleep(FOREVER)
+
+    system.tools.register(fixture("t", waits if body == "plain" else sleeps))
+    if body == "hook":
+        system.tools.on_pre_execute(hook)
+
+    async def harness() -> tuple[Any, ...]:
+        task = asyncio.create_task(
+            system.execute_async(ExecuteCall(call_id="c1", name="t", arguments={}))
+        )
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel("the user pressed stop")
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            return exc.args
+        return ()
+
+    assert asyncio.run(harness()) == ("the user pressed stop",)
+    assert results_of(system)["c1"]["error"]["code"] in ("ABORTED", "ABORTED_BEFORE_DISPATCH")
+
+
 def stubborn_body(
     started: threading.Event, ends: list[str] | None = None
 ) -> Callable[[Any, Any], Awaitable[Any]]:

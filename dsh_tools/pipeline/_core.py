@@ -286,15 +286,18 @@ class PipelineCore:
                     task.get_loop().call_soon_threadsafe(cancel_body, rec, task, True)
         return found
 
-    def _check_outer(self, rec: CallRecord) -> bool:
+    def _check_outer(self, rec: CallRecord, caught: BaseException | None = None) -> bool:
         """Whether the awaiting task has been cancelled since the call began (then interrupt
-        the call once)."""
+        the call once). ``caught``: the ``CancelledError`` the call's step took in that task,
+        whose message (``task.cancel(msg)``) the task gets back when the call has settled."""
         outer = rec.outer
         if outer is None:
             return False
         if not rec.outer_cancelled and outer.cancelling() > rec.cancel_base:
             rec.outer_cancelled = True
             self.interrupt(rec, CANCELLED_REASON)
+        if rec.outer_cancelled and caught is not None and not rec.outer_cancel_args:
+            rec.outer_cancel_args = caught.args
         return rec.outer_cancelled
 
     def _fault(self, rec: CallRecord, exc: BaseException) -> ToolExecutionFailure:
@@ -308,7 +311,7 @@ class PipelineCore:
         if isinstance(exc, asyncio.CancelledError):
             if take_back_cancels(rec):  # the interrupt's own, into a waiting hook
                 return cancelled(aborted_code(rec), reason=abort_reason(rec))
-            if self._check_outer(rec):
+            if self._check_outer(rec, exc):
                 return cancelled(aborted_code(rec), reason=CANCELLED_REASON)
             if caller_interrupted(rec):
                 return cancelled(aborted_code(rec), reason=abort_reason(rec) or INTERRUPTED_REASON)

@@ -337,9 +337,9 @@ class DispatchStages(PipelineCore):
                     # last step settles the waiter, which wakes this task one pass of the loop
                     # sooner than the task's done callbacks would.
                     await waiter
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as caught:
                     if not task.done():
-                        if not self._check_outer(rec):
+                        if not self._check_outer(rec, caught):
                             cancel_body(rec, task)
                         elif forced is None:
                             # A body trusted to watch its signal (which aborted with the
@@ -453,7 +453,7 @@ class DispatchStages(PipelineCore):
                 waiting = asyncio.wrap_future(work)
             try:
                 return await waiting
-            except asyncio.CancelledError:
+            except asyncio.CancelledError as caught:
                 if take_back_cancels(rec):
                     raise BodyCancelled from None  # abandoned
                 if (
@@ -464,6 +464,7 @@ class DispatchStages(PipelineCore):
                     raise  # the body raised CancelledError itself: its own failure
                 # Else the awaiting task's, which may have come just after the body returned:
                 # what it returned is still its outcome (below), as when it comes sooner.
+                self._waiter_cancelled(rec, caught)
             except KeyboardInterrupt as exc:
                 if work.done() and not work.cancelled() and work.exception() is exc:
                     # The body's own, raised on its worker thread, where no Ctrl-C lands: its
@@ -472,14 +473,13 @@ class DispatchStages(PipelineCore):
                     # reaches the caller once the failure is recorded.
                     rec.reraise = exc
                 raise
-            self._waiter_cancelled(rec)
             while not work.done():
                 try:
                     await asyncio.wrap_future(work)
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as caught:
                     if take_back_cancels(rec):
                         raise BodyCancelled from None  # abandoned
-                    self._waiter_cancelled(rec)
+                    self._waiter_cancelled(rec, caught)
             if work.cancelled():  # cancelled before a worker thread picked it up
                 raise BodyCancelled
             return work.result()
@@ -487,14 +487,14 @@ class DispatchStages(PipelineCore):
             rec.body_wait = None
             waits.discard(rec)
 
-    def _waiter_cancelled(self, rec: CallRecord) -> None:
+    def _waiter_cancelled(self, rec: CallRecord, caught: BaseException) -> None:
         """The task waiting for ``rec``'s plain body was cancelled, by the task awaiting
         ``execute_async`` or, for a call without one, by its blocking caller's Ctrl-C (the
         wait of ``execute``, on this thread's loop or, with ``timeout=``, on the system loop).
         The body runs on to its end either way; the call is interrupted, so that what it
         returns settles ``ABORTED`` instead of reaching the model as a success its caller
         never received."""
-        if not self._check_outer(rec) and caller_interrupted(rec):
+        if not self._check_outer(rec, caught) and caller_interrupted(rec):
             self.interrupt(rec, INTERRUPTED_REASON)
 
     def _normalize_dispatch_result(

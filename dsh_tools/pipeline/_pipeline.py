@@ -146,7 +146,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         if outer is not None:
             self._check_outer(rec)
             if rec.outer_cancelled:
-                raise asyncio.CancelledError(CANCELLED_REASON)
+                raise asyncio.CancelledError(*(rec.outer_cancel_args or (CANCELLED_REASON,)))
         return result
 
     def _record_interrupted(self, rec: CallRecord) -> None:

@@ -77,6 +77,7 @@ class CallRecord:
         "logged_call",
         "name",
         "outer",
+        "outer_cancel_args",
         "outer_cancelled",
         "own",
         "own_cancels",
@@ -150,6 +151,8 @@ class CallRecord:
         self.outer: asyncio.Task[Any] | None = None
         self.cancel_base = 0
         self.outer_cancelled = False
+        # What the awaiting task's cancellation said (``task.cancel(msg)``), given back to it.
+        self.outer_cancel_args: tuple[Any, ...] = ()
         self.inline = False  # running on the caller's own thread (blocking execute)
         # Its blocking caller stopped waiting and it was finished without it: nothing it
         # settles with later is recorded or raised.
