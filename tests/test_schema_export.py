@@ -644,6 +644,27 @@ def test_strict_gives_every_enum_and_const_its_type(system: ToolSystem) -> None:
     assert outcome.results[0].content[0]["text"] == "loud 1 fast"
 
 
+def test_a_nullable_property_with_a_default_says_its_null_is_no_stand_in_for_it() -> None:
+    # Strict mode makes every property required; the "default=..." note tells the model what
+    # its null will mean. For a property that takes null as a value of its own, null reaches
+    # the body as None, not the default: the same note told the model null meant 5.
+    @tool
+    def search(query: str, limit: int | None = 5, sort: str = "new") -> str:
+        return f"{query} {limit} {sort}"
+
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.register(search)
+        [exported] = to_openai_tools(system.tools.schemas(), strict=True)
+        properties = exported["function"]["parameters"]["properties"]
+        assert properties["sort"]["description"] == "default=new"
+        assert properties["limit"]["description"] == (
+            "default=5, which a null does not stand for: null is a value of its own here"
+        )
+        sent = json.dumps({"query": "x", "limit": None, "sort": None})
+        outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "search", sent)]))
+        assert outcome.results[0].content[0]["text"] == "x None new"
+
+
 def test_an_enum_of_several_types_is_not_made_strict() -> None:
     mixed = {"type": "object", "properties": {"v": {"enum": [1, "one"]}}, "required": ["v"]}
     with pytest.raises(ValueError, match=r"properties\.v\.enum mixes integer and string"):

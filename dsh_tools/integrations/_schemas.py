@@ -559,6 +559,18 @@ def _nullable(schema: Any, document: dict[str, Any]) -> Any:
         return schema
     _type_values(schema, "")  # a typed enum takes null in place; a violation is found later
     if accepts_null(schema, document):
+        if "default" in schema:
+            # Null is one of its values, so it reaches the body as null, not as this default:
+            # the usual "default=..." note would tell the model otherwise.
+            value = schema.pop("default")
+            text = value if type(value) is str else json.dumps(value, ensure_ascii=False)
+            note = (
+                f"default={text}, which a null does not stand for: null is a value of its own here"
+            )
+            description = schema.get("description")
+            schema["description"] = (
+                f"{description} ({note})" if type(description) is str and description else note
+            )
         return schema
     declared = schema.get("type")
     plain = not any(key in schema for key in ("$ref", "anyOf", "oneOf", "allOf", "const"))
