@@ -1048,6 +1048,46 @@ def test_other_keywords_reach_the_definition(system: ToolSystem) -> None:
             return word
 
 
+class Brush(enum.IntEnum):
+    SMALL = 1
+    LARGE = 2
+
+
+@dataclasses.dataclass
+class Layer:
+    color: Color
+    blend: Literal["normal", "multiply"] = "normal"
+
+
+def test_a_value_outside_an_enum_is_refused_naming_the_values_it_may_take(
+    system: ToolSystem,
+) -> None:
+    # msgspec says which value it refused, not which it takes: a model that wrote "Red" for an
+    # Enum had to guess again (a define_tool tool's message lists them).
+    @tool
+    def paint(
+        color: Color,
+        layers: list[Layer] | None = None,
+        sizes: dict[Brush, str] | None = None,
+    ) -> str:
+        return color.value
+
+    assert text(run(system, paint, {"color": "Red"})) == (
+        "Error: invalid arguments: Invalid enum value 'Red' "
+        '(expected one of "red", "blue") - at `arguments.color`'
+    )
+    layers = {"color": "red", "layers": [{"color": "blue", "blend": "screen"}]}
+    assert text(run(system, paint, layers)) == (
+        "Error: invalid arguments: Invalid enum value 'screen' "
+        '(expected one of "multiply", "normal") - at `arguments.layers[0].blend`'
+    )
+    sizes = {"color": "red", "sizes": {"3": "huge"}}
+    assert text(run(system, paint, sizes)) == (
+        'Error: invalid arguments: Invalid enum value 3 (expected one of "1", "2") '
+        "- at `key` in `arguments.sizes`"
+    )
+
+
 # --- what a body returns ------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ import msgspec
 
 from ..actors import ToolArgsError, ToolOutputError
 from ._dataclass_defaults import defaults_filler
+from ._enum_values import with_allowed_values
 from ._error_keys import named_entries
 from ._lossless import LosslessJsonError
 from ._lossless_copy import thaw
@@ -242,7 +243,8 @@ def _make_parser(
                 except validation_error as exc:
                     error = exc
                     failed = dropped
-        raise ToolArgsError([_violation(named_entries(convert, failed, error))]) from None
+        message = _violation(named_entries(convert, failed, error))
+        raise ToolArgsError([with_allowed_values(args_type, message)]) from None
 
     return parse
 
