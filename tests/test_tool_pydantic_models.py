@@ -374,11 +374,13 @@ def test_two_models_whose_nested_types_share_a_name_each_show_their_own(
     system: ToolSystem,
 ) -> None:
     @tool
-    def share(file: FileInfo, user: UserInfo) -> str:
+    def share(file: FileInfo, user: UserInfo, cc: list[UserInfo] | None = None) -> str:
         """Share a file with a user."""
         return f"{file.kind.value} with {user.kind.value}"
 
     parameters = thaw(share.parameters)
+    # Each shape once, however often a model appears.
+    assert sorted(parameters["$defs"]) == ["FileInfo", "Kind", "Kind_2", "UserInfo"]
     kinds = {}
     for name in ("file", "user"):
         model = _resolved(parameters, parameters["properties"][name])

@@ -271,7 +271,61 @@ def _renames(
 ) -> dict[str, str]:
     """New names for the ``definitions`` whose names ``taken`` holds with another shape once
     their references follow the renames (a model is renamed too when only a nested type it
-    refers to was); ``TypeError`` for a ``pinned`` name, which cannot move."""
+    refers to was); ``TypeError`` for a ``pinned`` name, which cannot move. A shape already
+    kept under a name of its own (msgspec asks for a model once per place it appears) takes
+    that name again rather than a new one."""
+    renames: dict[str, str] = {}
+    for _ in range(len(definitions) + 2):
+        chosen: dict[str, str] = {}
+        for name, definition in definitions.items():
+            if name not in taken:
+                continue
+            rewritten = _with_refs_renamed(definition, renames)
+            if taken[name] == rewritten:
+                continue
+            if name in pinned:
+                raise TypeError(
+                    f"two types are named {name!r} and their schemas differ; rename one of them"
+                )
+            same = [n for n in _renamed_forms(name, taken) if taken[n] == rewritten]
+            if same:
+                chosen[name] = same[0]
+            elif renames.get(name, name) not in taken:
+                chosen[name] = renames[name]  # a new name given in an earlier round
+            else:
+                chosen[name] = _fresh(name, taken, definitions, chosen)
+        if chosen == renames:
+            return renames
+        renames = chosen
+    # The rounds did not settle (shapes that refer to each other): a new name for each.
+    return _fresh_renames(definitions, taken, pinned)
+
+
+def _renamed_forms(name: str, taken: dict[str, Any]) -> list[str]:
+    """The names a shape first named ``name`` was kept under (``Kind_2``, ``Kind_3``...)."""
+    forms = []
+    number = 2
+    while f"{name}_{number}" in taken:
+        forms.append(f"{name}_{number}")
+        number += 1
+    return forms
+
+
+def _fresh(
+    name: str, taken: dict[str, Any], definitions: dict[str, Any], chosen: dict[str, str]
+) -> str:
+    used = set(taken) | set(definitions) | set(chosen.values())
+    number = 2
+    while f"{name}_{number}" in used:
+        number += 1
+    return f"{name}_{number}"
+
+
+def _fresh_renames(
+    definitions: dict[str, Any], taken: dict[str, Any], pinned: frozenset[str]
+) -> dict[str, str]:
+    """``_renames`` without taking names again: a new name for every definition that clashes
+    once its references follow the renames."""
     renames: dict[str, str] = {}
     while True:
         clashes = [
@@ -288,11 +342,7 @@ def _renames(
                 raise TypeError(
                     f"two types are named {name!r} and their schemas differ; rename one of them"
                 )
-            used = set(taken) | set(definitions) | set(renames.values())
-            number = 2
-            while f"{name}_{number}" in used:
-                number += 1
-            renames[name] = f"{name}_{number}"
+            renames[name] = _fresh(name, taken, definitions, renames)
 
 
 def _with_refs_renamed(node: Any, renames: dict[str, str]) -> Any:
