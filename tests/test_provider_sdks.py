@@ -691,15 +691,16 @@ def test_a_streamed_chat_completion_is_read_and_answered(
     ]
 
 
-def test_a_streamed_anthropic_message_is_read_and_answered(
-    system: ToolSystem, server: RecordingServer
-) -> None:
-    path = "/v1/messages"
-    start = {**anthropic_message("msg_s", None, []), "stop_reason": None}
+def anthropic_stream(
+    message_id: str, calls: list[tuple[str, str, list[str]]], stop_reason: str
+) -> list[Event]:
+    """The events of a streamed message of ``tool_use`` blocks whose input arrives in the
+    given pieces, ending with ``stop_reason``."""
+    start = {**anthropic_message(message_id, None, []), "stop_reason": None}
     events: list[Event] = [
         ("message_start", {"type": "message_start", "message": start}),
     ]
-    for index, (call_id, name, pieces) in enumerate(STREAMED_CALLS):
+    for index, (call_id, name, pieces) in enumerate(calls):
         block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
         events.append(
             (
@@ -719,17 +720,25 @@ def test_a_streamed_anthropic_message_is_read_and_answered(
             for piece in pieces
         )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events += [
+    return [
+        *events,
         (
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
                 "usage": {"output_tokens": 5},
             },
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
+
+
+def test_a_streamed_anthropic_message_is_read_and_answered(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/messages"
+    events = anthropic_stream("msg_s", STREAMED_CALLS, "tool_use")
     server.stream(path, events)
     server.answer(path, anthropic_message("msg_e", "Done.", []))
     client = anthropic_client(server)
@@ -766,6 +775,62 @@ def test_a_streamed_anthropic_message_is_read_and_answered(
             for call_id, text in ANSWERED
         ],
     }
+
+
+def test_an_anthropic_tool_use_cut_off_by_max_tokens_is_refused_not_run(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The SDK reads a streamed input cut off mid-way as the members that were complete, so
+    # the cut-off call read as {"city": "Lima"}: a call the model never finished would run.
+    path = "/v1/messages"
+    cut = [
+        ("call_w", "weather", ['{"city": "Oslo"}']),
+        ("call_l", "weather", ['{"city": "Lima", "da']),
+    ]
+    server.stream(path, anthropic_stream("msg_cut", cut, "max_tokens"))
+    client = anthropic_client(server)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    with client.messages.stream(
+        model="claude-test",
+        max_tokens=20,
+        tools=prompt.tools,
+        messages=[{"role": "user", "content": "Weather?"}],
+    ) as stream:
+        final = stream.get_final_message()
+    assert final.content[1].type == "tool_use" and final.content[1].input == {"city": "Lima"}
+
+    with pytest.raises(ValueError) as refused:
+        anthropic_tool_calls(final, names=prompt.names)
+    assert str(refused.value) == (
+        'message.content[1] is a tool_use block (id "call_l") that the response was cut off in '
+        '(stop_reason "max_tokens"): its input is incomplete, so no call of the response is '
+        "run; send the request again with a larger max_tokens"
+    )
+
+
+def test_an_anthropic_response_cut_off_after_its_last_tool_use_runs_its_calls(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/messages"
+    message = anthropic_message("msg_1", None, [("call_w", "weather", '{"city": "Oslo"}')])
+    server.answer(
+        path,
+        {
+            **message,
+            "content": [*message["content"], {"type": "text", "text": "Now I will"}],
+            "stop_reason": "max_tokens",
+        },
+    )
+    client = anthropic_client(server)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    reply = client.messages.create(
+        model="claude-test",
+        max_tokens=20,
+        tools=prompt.tools,
+        messages=[{"role": "user", "content": "Weather?"}],
+    )
+    calls = anthropic_tool_calls(reply, names=prompt.names)
+    assert [(call.call_id, call.arguments) for call in calls] == [("call_w", '{"city":"Oslo"}')]
 
 
 def test_a_streamed_responses_api_response_is_read_and_answered(

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from ..actors import BatchOutcome, ToolCall
 from ..codebridge import AssembledPrompt
 from ._content import (
@@ -95,6 +97,34 @@ def anthropic_prompt(
     return ProviderPrompt(system=system_text(prompt), tools=tools, names=names)
 
 
+_CUT_OFF = {
+    "max_tokens": "send the request again with a larger max_tokens",
+    "model_context_window_exceeded": "the conversation fills the model's context window; "
+    "shorten it before sending the request again",
+}
+"""The stop reasons of a response cut off mid-block, and what the harness can do about it."""
+
+
+def _check_not_cut_off(message: Any, blocks: list[Any]) -> None:
+    """Refuse a response cut off inside its last block when that block is a ``tool_use``.
+
+    Its ``input`` is incomplete, yet reads as an object: the SDK's stream reader keeps the
+    members that were complete (``{"city": "Lima", "da`` reads as ``{"city": "Lima"}``), so
+    the call would run with arguments the model never finished. The whole response is
+    refused, as Anthropic advises (send it again with a larger ``max_tokens``), rather than
+    that call alone: a response cut short is one the model did not finish either."""
+    stop_reason = field(message, "stop_reason")
+    if stop_reason not in _CUT_OFF or not blocks or field(blocks[-1], "type") != "tool_use":
+        return
+    call_id = field(blocks[-1], "id")
+    named = f" (id {msgspec.json.encode(call_id).decode()})" if type(call_id) is str else ""
+    raise ValueError(
+        f"message.content[{len(blocks) - 1}] is a tool_use block{named} that the response was "
+        f'cut off in (stop_reason "{stop_reason}"): its input is incomplete, so no call of the '
+        f"response is run; {_CUT_OFF[stop_reason]}"
+    )
+
+
 def anthropic_tool_calls(
     message: Message | Mapping[str, Any], *, names: ToolNameMap | None = None
 ) -> list[ToolCall]:
@@ -102,7 +132,9 @@ def anthropic_tool_calls(
 
     Takes the response message as an SDK object or a dict. ``names``
     (``anthropic_prompt(...).names``) maps provider names back to registry names. Other blocks
-    (text, thinking, server tools that Anthropic runs itself) are left out.
+    (text, thinking, server tools that Anthropic runs itself) are left out. A response cut off
+    (``stop_reason`` ``"max_tokens"`` or ``"model_context_window_exceeded"``) inside a
+    ``tool_use`` block raises ``ValueError`` naming the block: its input is incomplete.
     """
     response_of(
         message,
@@ -110,8 +142,10 @@ def anthropic_tool_calls(
         "a Messages API response message (an SDK object or a dict)",
         ("content",),
     )
+    blocks = items_of(field(message, "content"), "message.content")
+    _check_not_cut_off(message, blocks)
     calls: list[ToolCall] = []
-    for index, block in enumerate(items_of(field(message, "content"), "message.content")):
+    for index, block in enumerate(blocks):
         where = f"message.content[{index}]"
         if field(entry_of(block, where, "a content block", ("type",)), "type") != "tool_use":
             continue
