@@ -618,6 +618,74 @@ def test_anthropic_tool_use_input_the_sdk_decodes_as_nan_fails_that_call_alone(
     ]
 
 
+def test_a_chat_call_whose_arguments_text_holds_a_lone_surrogate_is_answered(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The SDK reads a \ud800 escape in the response as a code point that UTF-8 cannot
+    # encode; the batch refuses those arguments, but the assistant message repeated them as
+    # they were, and the SDK raised UnicodeEncodeError on the request that carried the answer.
+    path = "/v1/chat/completions"
+    calls = [("call_w", "weather", '{"city": "Oslo"}'), ("call_u", "weather", '{"city": "\ud800"}')]
+    server.answer(path, chat_completion(None, calls))
+    server.answer(path, chat_completion("Done.", []))
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Weather?"}]
+    for _ in range(2):
+        completion = client.chat.completions.create(
+            model="gpt-test", messages=messages, tools=prompt.tools
+        )
+        message = completion.choices[0].message
+        read = openai_tool_calls(message, names=prompt.names)
+        if not read:
+            break
+        messages.append(openai_assistant_message(message))
+        messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=read))))
+
+    assistant, *answers = server.bodies(path)[1]["messages"][1:]
+    assert [call["function"]["arguments"] for call in assistant["tool_calls"]] == [
+        '{"city": "Oslo"}',
+        '{"city": "\\ud800"}',
+    ]
+    assert answers == [
+        {"role": "tool", "tool_call_id": "call_w", "content": "Oslo: 4 C"},
+        {
+            "role": "tool",
+            "tool_call_id": "call_u",
+            "content": "Error: invalid arguments: arguments text is not valid Unicode: a lone "
+            "surrogate U+D800 at line 1, column 11",
+        },
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "refusal"),
+    [
+        (
+            ("call_\udc80", "weather", '{"city": "Oslo"}'),
+            "response.output[1] has a call id holding a lone surrogate (U+DC80 at offset 5)",
+        ),
+        (
+            ("call_w", "weather\ud800", '{"city": "Oslo"}'),
+            "response.output[1] has a function name holding a lone surrogate (U+D800 at offset 7)",
+        ),
+    ],
+)
+def test_a_responses_call_whose_id_or_name_holds_a_lone_surrogate_is_refused_before_it_runs(
+    server: RecordingServer, call: tuple[str, str, str], refusal: str
+) -> None:
+    # The next request repeats the call's id (and an unknown tool's error, its name), which the
+    # SDK cannot encode: the tool ran, and its result could never be sent.
+    path = "/v1/responses"
+    server.answer(path, response("resp_1", "Let me look.", [call]))
+    reply = openai_client(server).responses.create(model="gpt-test", input="Weather?")
+    with pytest.raises(ValueError) as refused:
+        responses_tool_calls(reply)
+    assert (
+        str(refused.value) == f"{refusal}, which no request can carry back: send the request again"
+    )
+
+
 # --- streamed responses ------------------------------------------------------------------------
 # Each SDK's stream manager assembles the final response from events in which a call's
 # arguments arrive in pieces; the adapters read that final object like any other.

@@ -45,6 +45,7 @@ from ._prompt import (
     mapped_schemas,
     model_call_id,
     response_of,
+    sendable_arguments,
     system_text,
 )
 from ._schemas import OPENAI_MAX_TOOLS, StrictMode, to_openai_tools
@@ -258,7 +259,7 @@ def openai_assistant_message(
             {
                 "id": model_call_id(call.call_id, set()),  # a call without one: empty
                 "type": "function",
-                "function": {"name": call.name, "arguments": call.arguments},
+                "function": {"name": call.name, "arguments": sendable_arguments(call.arguments)},
             }
         )
     if calls:

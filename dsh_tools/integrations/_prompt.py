@@ -29,6 +29,7 @@ __all__ = [
     "mapped_schemas",
     "model_call_id",
     "response_of",
+    "sendable_arguments",
     "system_text",
 ]
 
@@ -107,6 +108,35 @@ def _as_sent(call_id: str) -> str:
     return call_id + _AS_SENT
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A code point no UTF-8 text holds: Python's ``json``, which the SDKs decode responses with,
+reads a ``\\ud800`` escape as one, and the SDKs send requests as UTF-8, so a request that
+repeats it raises ``UnicodeEncodeError``."""
+
+
+def _check_sendable(text: str, what: str, where: str) -> None:
+    """Refuse the response when the call id or function name ``text`` cannot be sent back:
+    the next request repeats both (the assistant message, each result's id, an unknown tool's
+    error), so the call's result could never be delivered, even after its tool ran."""
+    if text.isascii():
+        return  # the common case, without a regular expression
+    found = _SURROGATE.search(text)
+    if found is not None:
+        raise ValueError(
+            f"{where} has a {what} holding a lone surrogate (U+{ord(found.group()):04X} at "
+            f"offset {found.start()}), which no request can carry back: send the request again"
+        )
+
+
+def sendable_arguments(text: str) -> str:
+    """``text`` with each lone surrogate written as a ``\\uXXXX`` escape, so that the
+    assistant message repeating the call can be sent (the batch refused those arguments, and
+    the model reads why)."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
 def make_call(
     call_id: object,
     name: object,
@@ -127,10 +157,13 @@ def make_call(
         call_id = _NO_ID
     elif type(call_id) is not str:
         raise ValueError(f"{where} has no call id (a str, got {type(call_id).__name__})")
-    elif _reserved(call_id):
-        call_id = _as_sent(call_id)
+    else:
+        _check_sendable(call_id, "call id", where)
+        if _reserved(call_id):
+            call_id = _as_sent(call_id)
     if type(name) is not str or not name:
         raise ValueError(f"{where} has no function name (a non-empty str)")
+    _check_sendable(name, "function name", where)
     if names is not None and not isinstance(names, ToolNameMap):
         raise TypeError(f"names must be a ToolNameMap or None, got {type(names).__name__}")
     registry_name = names.to_registry(name) if names is not None else name
