@@ -686,6 +686,51 @@ def test_a_responses_call_whose_id_or_name_holds_a_lone_surrogate_is_refused_bef
     )
 
 
+def _open_listed(args: Any, ctx: Any) -> Any:
+    # A file name that is not UTF-8, as os.listdir() gives it on a UTF-8 system.
+    name = b"/data/r\xe9sum\xe9.txt".decode("utf-8", "surrogateescape")
+    raise FileNotFoundError(f"cannot open {name}")
+
+
+def test_a_failure_whose_message_holds_a_lone_surrogate_reaches_the_model(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The failure's text was the exception's message as it was, and the SDK raised
+    # UnicodeEncodeError on the request that carried it: the turn could never be answered.
+    system.tools.register(
+        define_tool(
+            name="open_listed",
+            description="Opens a listed file.",
+            parameters={},
+            output=ToolOutput(
+                schema={"type": "string"},
+                render=lambda args, value: [{"type": "text", "text": value}],
+            ),
+            execute=_open_listed,
+        )
+    )
+    path = "/v1/chat/completions"
+    server.answer(path, chat_completion(None, [("call_o", "open_listed", "{}")]))
+    server.answer(path, chat_completion("It is gone.", []))
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Open it."}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    message = completion.choices[0].message
+    read = openai_tool_calls(message, names=prompt.names)
+    messages.append(openai_assistant_message(message))
+    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=read))))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    assert server.bodies(path)[1]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_o",
+        "content": "Error: cannot open /data/r\ufffdsum\ufffd.txt",
+    }
+
+
 # --- streamed responses ------------------------------------------------------------------------
 # Each SDK's stream manager assembles the final response from events in which a call's
 # arguments arrive in pieces; the adapters read that final object like any other.

@@ -6,6 +6,7 @@ the concrete class name), so a failure's ``info`` is ``ToolErrorInfo(name, code)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import ParamSpec, TypeVar
 
@@ -24,6 +25,7 @@ __all__ = [
 ]
 
 UNPRINTABLE = "<unprintable thrown value>"
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -46,12 +48,19 @@ def message_of(value: object, unprintable: str = UNPRINTABLE) -> str:
     """``str(value)`` (of an exception, an abort reason...), or ``unprintable`` when that
     raises or gives something other than a plain ``str``: the one way this package turns
     something user code threw or passed into text, so that a hostile ``__str__`` never turns
-    a result into a crash."""
+    a result into a crash. Lone surrogates become U+FFFD."""
     try:
         text = str(value)
     except Exception:
         return unprintable
-    return text if type(text) is str else unprintable
+    if type(text) is not str:
+        return unprintable
+    if text.isascii():
+        return text
+    # A lone surrogate (a file name os.listdir() decoded with surrogateescape, say) has no
+    # UTF-8 form, and a result's text goes to a provider, the session log and the wire as
+    # UTF-8: each becomes U+FFFD, as in a Code Mode run's output.
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def format_ms(ms: float) -> str:
