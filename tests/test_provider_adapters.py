@@ -493,6 +493,16 @@ def test_a_tool_use_whose_input_is_not_an_object_fails_that_call_alone(given: An
     assert (second["is_error"], second["content"][0]["text"]) == (False, "Lima: mild")
 
 
+def test_a_stop_reason_that_is_no_cut_off_leaves_a_last_tool_use_to_run() -> None:
+    # Only a string can name a cut-off: a hand-built message may hold anything there.
+    for stop_reason in (["max_tokens"], None, "tool_use", "end_turn"):
+        message = {
+            "stop_reason": stop_reason,
+            "content": [{"type": "tool_use", "id": "u", "name": "n", "input": {"a": 1}}],
+        }
+        assert [call.arguments for call in anthropic_tool_calls(message)] == ['{"a":1}']
+
+
 def test_bad_responses_get_errors_that_name_the_place() -> None:
     with pytest.raises(
         ValueError, match=r"message.tool_calls\[0\] has no call id \(a str, got int\)"

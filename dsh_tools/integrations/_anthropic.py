@@ -13,10 +13,9 @@ here imports the SDK.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
-
-import msgspec
 
 from ..actors import BatchOutcome, ToolCall
 from ..codebridge import AssembledPrompt
@@ -114,10 +113,15 @@ def _check_not_cut_off(message: Any, blocks: list[Any]) -> None:
     refused, as Anthropic advises (send it again with a larger ``max_tokens``), rather than
     that call alone: a response cut short is one the model did not finish either."""
     stop_reason = field(message, "stop_reason")
-    if stop_reason not in _CUT_OFF or not blocks or field(blocks[-1], "type") != "tool_use":
+    if (
+        type(stop_reason) is not str
+        or stop_reason not in _CUT_OFF
+        or not blocks
+        or field(blocks[-1], "type") != "tool_use"
+    ):
         return
     call_id = field(blocks[-1], "id")
-    named = f" (id {msgspec.json.encode(call_id).decode()})" if type(call_id) is str else ""
+    named = f" (id {json.dumps(call_id)})" if type(call_id) is str else ""
     raise ValueError(
         f"message.content[{len(blocks) - 1}] is a tool_use block{named} that the response was "
         f'cut off in (stop_reason "{stop_reason}"): its input is incomplete, so no call of the '
