@@ -58,13 +58,19 @@ class Reachable:
         return tasks
 
 
-def begins_and_lingers(args: Any, ctx: Any) -> Any:
-    """A side effect (a line in ``log`` each time the body begins), then a while before it
+def begins_and_lingers(args: Any, ctx: Any, seconds: float = 3.0) -> Any:
+    """A side effect (a line in ``log`` each time the body begins), then ``seconds`` before it
     returns: long enough to be given up while it runs."""
     with Path(args["dir"], "log").open("a") as log:
         log.write(f"{os.getpid()}\n")
-    time.sleep(3)
+    time.sleep(seconds)
     return os.getpid()
+
+
+def begins_and_lingers_long(args: Any, ctx: Any) -> Any:
+    """``begins_and_lingers`` for a give-up that looks at the cluster first (``ray.nodes()``,
+    slow on a loaded machine): the call given up ends with its actor's kill, not this wait."""
+    return begins_and_lingers(args, ctx, 15.0)
 
 
 def runs(folder: Path) -> list[str]:
@@ -109,13 +115,20 @@ def test_a_pool_call_given_up_for_placement_as_it_began_says_it_may_have_run(
     # what the actor needs: the call is given up. But Ray had placed the actor and begun the
     # body: the call may have run, and must not say it did not.
     placement = Reachable(RayPlacement(num_cpus=0, actor_pool=1, placement_wait_s=0.2))
-    system.tools.register(json_tool("lingers", begins_and_lingers, placement, parameters=PATH))
+    system.tools.register(json_tool("lingers", begins_and_lingers_long, placement, parameters=PATH))
     pending = spawn(system, request(tmp_path))
     wait_for_file(tmp_path / "log")
     pool = placement.pool()
+    # The actor answers ``ready`` before it begins the body, but the pool may hear of it later
+    # (under load, after the body began): the state is put in place once it has, so that the
+    # placement it hears does not undo it.
+    deadline = time.monotonic() + WAIT
+    while not pool._slots[0].placed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pool._slots[0].placed
     pool._demand = {"nobody_offers": 1}  # the cluster as the last look saw it
     pool._slots[0].placed = False  # the placement not yet seen
-    result = pending.result(WAIT)
+    result = pending.result(3 * WAIT)
 
     assert result.error.info.code == "REMOTE_WORKER_LOST"
     assert len(runs(tmp_path)) == 1
