@@ -63,6 +63,17 @@ def none_from(hooks: Sequence[Callable[..., Any]]) -> str:
     )
 
 
+def answered_by(hooks: Sequence[Callable[..., Any]], answer: Any, kind: str = "hooks") -> str:
+    """The tail of the message of a stage whose chain of ``hooks`` (outermost first; ``kind``
+    names them) answered ``answer``, which the stage does not take: ``none_from`` for
+    ``None``, else the ``hooks`` by name; nothing for an empty chain."""
+    if not hooks:
+        return ""
+    if answer is None:
+        return f" ({none_from(hooks)})"
+    return f" (the {kind}, outermost first: {hook_names(hooks)})"
+
+
 def hook_names(hooks: Sequence[Callable[..., Any]]) -> str:
     """The ``hooks`` of a chain that answered something no stage takes, by name, outermost
     first: any of them may have (an outer one passes on what ``next()`` gave it)."""

@@ -25,7 +25,7 @@ from ..actors import (
 )
 from ..registry import LosslessJsonError, normalize_output, replacement_value
 from ..registry._execution import CallRecord
-from ._chain import hook_names, is_awaitable, none_from, rest_of_chain
+from ._chain import answered_by, is_awaitable, rest_of_chain
 from ._core import (
     POST,
     PipelineCore,
@@ -157,12 +157,7 @@ class CommitStages(PipelineCore):
         if decision_type is not Accept:
             raise TypeError(
                 f"tools/post-execute returned {decision_type.__name__}; "
-                "expected Accept(...) or Block(...)"
-                + (
-                    f" ({none_from(hooks)})"
-                    if decision is None
-                    else f" (the hooks, outermost first: {hook_names(hooks)})"
-                )
+                "expected Accept(...) or Block(...)" + answered_by(hooks, decision)
             )
         contexts = concat_contexts(result.additional_contexts, decision.additional_contexts)
         has_content = decision.content is not UNSET

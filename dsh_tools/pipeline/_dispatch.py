@@ -37,7 +37,7 @@ from ._body_task import (
     wake,
     watch_body,
 )
-from ._chain import hook_names, is_awaitable, none_from, rest_of_chain
+from ._chain import answered_by, is_awaitable, rest_of_chain
 from ._core import (
     BODY_WIND_DOWN_S,
     FINISH,
@@ -522,17 +522,8 @@ class DispatchStages(PipelineCore):
         raise TypeError(
             f"tools/execute wrapper returned {result_type.__name__}; "
             "expected ToolExecutionSuccess or ToolExecutionFailure"
-            + _named_wrappers(result, wrappers)
+            + answered_by(wrappers, result, "wrappers")
         )
-
-
-def _named_wrappers(result: Any, wrappers: tuple[Callable[..., Any], ...]) -> str:
-    """The tail of a wrong wrapper answer's message, naming the wrappers that gave it."""
-    if not wrappers:
-        return ""
-    if result is None:
-        return f" ({none_from(wrappers)})"
-    return f" (the wrappers, outermost first: {hook_names(wrappers)})"
 
 
 def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:

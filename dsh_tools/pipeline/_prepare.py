@@ -29,7 +29,7 @@ from ..actors._messages import check_reason
 from ..registry import LosslessJsonError, snapshot_json
 from ..registry._execution import CallRecord
 from ._approval import unknown_outcome
-from ._chain import callable_name, hook_names, is_awaitable, none_from, rest_of_chain
+from ._chain import answered_by, callable_name, is_awaitable, rest_of_chain
 from ._core import (
     DISPATCH_STAGE,
     FINISH,
@@ -193,12 +193,7 @@ class PrepareStages(PipelineCore):
             elif decision_type is not Allow and decision_type is not Deny:
                 raise TypeError(
                     f"tools/pre-execute returned {decision_type.__name__}; "
-                    "expected Allow(), Deny(reason) or Ask(reason)"
-                    + (
-                        f" ({none_from(hooks)})"
-                        if decision is None
-                        else f" (the hooks, outermost first: {hook_names(hooks)})"
-                    )
+                    "expected Allow(), Deny(reason) or Ask(reason)" + answered_by(hooks, decision)
                 )
             return self._decide(rec, decision, approval_cancelled)
         except BaseException as exc:
