@@ -284,9 +284,7 @@ def _renames(
             if taken[name] == rewritten:
                 continue
             if name in pinned:
-                raise TypeError(
-                    f"two types are named {name!r} and their schemas differ; rename one of them"
-                )
+                raise _named_twice(name)
             same = [n for n in _renamed_forms(name, taken) if taken[n] == rewritten]
             if same:
                 chosen[name] = same[0]
@@ -299,6 +297,11 @@ def _renames(
         renames = chosen
     # The rounds did not settle (shapes that refer to each other): a new name for each.
     return _fresh_renames(definitions, taken, pinned)
+
+
+def _named_twice(name: str) -> TypeError:
+    """The refusal of a clash under a name that cannot move (``pinned``)."""
+    return TypeError(f"two types are named {name!r} and their schemas differ; rename one of them")
 
 
 def _renamed_forms(name: str, taken: dict[str, Any]) -> list[str]:
@@ -339,9 +342,7 @@ def _fresh_renames(
             return renames
         for name in clashes:
             if name in pinned:
-                raise TypeError(
-                    f"two types are named {name!r} and their schemas differ; rename one of them"
-                )
+                raise _named_twice(name)
             renames[name] = _fresh(name, taken, definitions, renames)
 
 
