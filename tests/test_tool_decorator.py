@@ -740,6 +740,99 @@ def test_docstring_styles_give_the_descriptions(function: Any) -> None:
     assert definition.output.schema == {"type": "string", "description": "The lines, joined."}
 
 
+def google_with_examples(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: Absolute path of the file.
+
+    Returns:
+        The lines, joined.
+
+    Raises:
+        OSError: The file cannot be read.
+
+    Example:
+        read({"path": "/etc/hosts"})
+
+    Note:
+        Slow on network mounts.
+    """
+    return path
+
+
+def numpy_with_examples(path: str) -> str:
+    """Read a file.
+
+    Parameters
+    ----------
+    path : str
+        Absolute path of the file.
+
+    Returns
+    -------
+    str
+        The lines, joined.
+
+    Examples
+    --------
+    >>> read({"path": "/etc/hosts"})
+
+    Notes
+    -----
+    Slow on network mounts.
+    """
+    return path
+
+
+def test_a_docstrings_examples_and_notes_reach_the_description() -> None:
+    # The parser kept only the summary and the body: a call's example and a note on how the
+    # tool behaves, what a model reads a description for, never reached it.
+    assert tool(google_with_examples).description == (
+        "Read a file.\n\n"
+        'Example:\n    read({"path": "/etc/hosts"})\n\n'
+        "Note:\n    Slow on network mounts."
+    )
+    assert tool(numpy_with_examples).description == (
+        "Read a file.\n\n"
+        'Examples\n--------\n>>> read({"path": "/etc/hosts"})\n\n'
+        "Notes\n-----\nSlow on network mounts."
+    )
+    for function in (google_with_examples, numpy_with_examples):
+        definition = tool(function)
+        # The sections the parser reads stay where they were.
+        path = definition.parameters["properties"]["path"]
+        assert path["description"] == "Absolute path of the file."
+        assert definition.output.schema["description"] == "The lines, joined."
+
+
+def test_a_note_in_the_body_is_shown_once_and_other_sections_stay_out() -> None:
+    @tool
+    def read(path: str) -> str:
+        """Read a file.
+
+        Note:
+            Before the arguments, part of the body.
+
+        Args:
+            path: Absolute path of the file.
+
+        Todo:
+            Not for the model.
+
+        Examples:
+            One call::
+
+                read({"path": "/a"})
+        """
+        return path
+
+    assert read.description == (
+        "Read a file.\n\nNote:\n    Before the arguments, part of the body.\n\n"
+        'Examples:\n    One call::\n\n        read({"path": "/a"})'
+    )
+
+
 def test_a_text_in_annotated_describes_its_parameter() -> None:
     @tool
     def find(

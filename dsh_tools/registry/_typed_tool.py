@@ -24,6 +24,7 @@ from ._body_values import converts_values
 from ._compact_json import compact_json
 from ._define_tool import placed_execute
 from ._definition import Placement, ToolOutput, TypedToolDefinition, shape_problem
+from ._docstring_text import description_text
 from ._lossless import LosslessJsonError
 from ._lossless_copy import snapshot_json
 from ._raw_schema import optional_null_dropper
@@ -75,11 +76,6 @@ def _pascal_name(name: str) -> str:
 
 def _always_safe(args: Any) -> bool:
     return True
-
-
-def _description_text(parsed: docstring_parser.Docstring) -> str:
-    parts = [part for part in (parsed.short_description, parsed.long_description) if part]
-    return "\n\n".join(parts)
 
 
 def _owner(fn: Any) -> str:
@@ -147,8 +143,9 @@ def _build(
         if options.get(keyword) is not None and not callable(options[keyword]):
             raise TypeError(f"{owner}: {keyword} must be callable or None")
     hints = _type_hints(fn, owner, caller_locals)
+    doc = _docstring(fn)
     try:
-        parsed = docstring_parser.parse(_docstring(fn))
+        parsed = docstring_parser.parse(doc)
     except docstring_parser.ParseError as exc:
         raise ValueError(f"{owner}: cannot parse the docstring: {exc}") from None
     param_docs = {p.arg_name: p.description or "" for p in parsed.params}
@@ -198,7 +195,7 @@ def _build(
     execute.__name__ = f"execute[{tool_name}]"
     execute.__qualname__ = f"tool.execute[{tool_name}]"
     execute.__doc__ = fn.__doc__
-    text = _description_text(parsed) if description is None else description
+    text = description_text(parsed, doc) if description is None else description
     _check_text(text, f"{owner}: description")
     classifier: Callable[[Any], Any] | None
     if concurrency_safe is True:
