@@ -234,6 +234,68 @@ def test_which_keys_an_object_requires_together_becomes_a_comment() -> None:
     )
 
 
+def test_a_one_of_whose_types_can_share_a_value_says_that_only_one_may_match() -> None:
+    # ``A | B`` reads as "either, or both"; a oneOf refuses a value that matches both of its
+    # types, and nothing in the SDK said so. Where no value can match two types (str | None, a
+    # tag telling objects apart) the comment stays as it was, as for every anyOf.
+    schema = {
+        "type": "object",
+        "properties": {
+            "target": {
+                "description": "Where to read.",
+                "oneOf": [
+                    {"type": "object", "properties": {"path": {"type": "string"}}},
+                    {"type": "object", "properties": {"url": {"type": "string"}}},
+                ],
+            },
+            "size": {"oneOf": [{"type": "integer"}, {"type": "number", "multipleOf": 0.5}]},
+            "names": {"type": "array", "items": {"oneOf": [{"const": "all"}, {"type": "string"}]}},
+            "either": {"anyOf": [{"type": "integer"}, {"type": "number"}]},
+            "maybe": {"oneOf": [{"type": "string"}, {"type": "null"}]},
+            "pet": {"oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]},
+            "mode": {"oneOf": [{"enum": ["r", "w"]}, {"const": "a"}, {"type": "integer"}]},
+        },
+        "required": ["target", "size", "names", "either", "maybe", "pet", "mode"],
+        "additionalProperties": False,
+        "$defs": {
+            "Cat": {
+                "type": "object",
+                "properties": {"kind": {"const": "cat"}},
+                "required": ["kind"],
+            },
+            "Dog": {
+                "type": "object",
+                "properties": {"kind": {"const": "dog"}, "barks": {"type": "boolean"}},
+                "required": ["kind"],
+            },
+        },
+    }
+    text = output_of(schema)
+    assert text.endswith(
+        "class TOutput(TypedDict, closed=True):\n"
+        "    # Where to read. [must match exactly one of the union's types]\n"
+        "    target: TOutputTargetOption1 | TOutputTargetOption2\n"
+        "    # [multipleOf: 0.5; must match exactly one of the union's types]\n"
+        "    size: int | float\n"
+        "    # [items must match exactly one of the union's types]\n"
+        '    names: list[Literal["all"] | str]\n'
+        "    either: int | float\n"
+        "    maybe: str | None\n"
+        "    pet: Cat | Dog\n"
+        '    mode: Literal["r", "w"] | Literal["a"] | int'
+    ), text
+
+
+def test_a_root_one_of_says_it_above_the_declaration() -> None:
+    schema = {
+        "oneOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}},
+            {"type": "object", "properties": {"b": {"type": "integer"}}},
+        ]
+    }
+    assert "# [must match exactly one of the union's types]\nTOutput = " in output_of(schema)
+
+
 def test_what_a_tool_returns_as_its_docstring_says_is_a_comment_above_its_output() -> None:
     # A docstring's Returns section is the output schema's description, often all there is
     # on what the result holds: a model shown the tool natively reads it.

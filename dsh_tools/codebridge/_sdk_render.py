@@ -22,6 +22,7 @@ from ._sdk_names import (
     _prefix_text,
     _take_name,
 )
+from ._sdk_one_of import one_of_notes
 from ._sdk_schema import (
     _SHAPE_KEYS,
     _UNION_KEYS,
@@ -118,7 +119,7 @@ class _RootRenderer:
         self.refs["#"] = self.root_name
         # The root's description (a docstring's Returns section) and constraints have no
         # property to stand above: they go above its declaration.
-        comment = _node_comment(schema)
+        comment = _node_comment(schema, schema)
         if comment:
             self.named_comments[self.root_name] = comment
         root: list[list[_Term]] = [[]]
@@ -168,7 +169,7 @@ class _RootRenderer:
             return (self.root_name, 1, 0)
         name = _take_name(_def_name(ref), self.taken, self.added)
         self.refs[ref] = name
-        comment = _node_comment(target)
+        comment = _node_comment(target, self.document)
         if comment:
             self.named_comments[name] = comment
         values: list[list[_Term]] = [[]]
@@ -434,7 +435,7 @@ class _RootRenderer:
             lines.append(f'{name} = TypedDict("{name}", {{')
         for (key, child), terms in zip(properties.items(), children, strict=False):
             text = self._fit(self._union(terms), self.max_depth - 4, self.max_nest - 3)[0]
-            comment = _node_comment(child)
+            comment = _node_comment(child, self.document)
             if comment:
                 lines.append(f"{_INDENT}# {comment}")
             annotation = text if key in required else f"NotRequired[{text}]"
@@ -447,10 +448,13 @@ class _RootRenderer:
         return "\n".join(lines)
 
 
-def _node_comment(node: Any) -> str:
-    """A schema's description and its constraint notes, as one comment line's text."""
+def _node_comment(node: Any, document: Any) -> str:
+    """A schema's description and its constraint notes, as one comment line's text
+    (``document``: the root its ``$ref``s point into)."""
     comment = _comment_text(node.get("description")) if _is_map(node) else ""
-    notes = _comment_text(_constraint_notes(node))
+    notes = _comment_text(
+        "; ".join(filter(None, [_constraint_notes(node), *one_of_notes(node, document)]))
+    )
     if notes:
         comment = f"{comment} [{notes}]" if comment else f"[{notes}]"
     return comment
