@@ -10,8 +10,10 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+import msgspec
+import pydantic
 import pytest
 from code_mode_support import (
     FakeProgram,
@@ -1140,6 +1142,82 @@ def test_help_shows_a_typed_tools_result_as_its_annotation_declares_it() -> None
         assert "class Item(TypedDict, extra_items=JsonValue):\n    sku: str\n    count: int" in text
     assert every.split("\n\n", 1)[1] in sdk
     assert value_of(result)["result"] == {"sku": "bolt", "count": 2}
+
+
+class Sizes(msgspec.Struct):
+    width: int
+    height: int = 480
+    # Left out of the result while it holds UNSET: a key the result may lack.
+    depth: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class Compact(msgspec.Struct, omit_defaults=True):
+    unit: str = "px"  # left out while it holds its default
+
+
+@dataclasses.dataclass
+class Owner:
+    name: str
+    team: str = "core"
+
+
+class Label(pydantic.BaseModel):
+    text: str
+    color: str = "grey"
+
+
+class Extra(TypedDict):
+    note: NotRequired[str]  # a dict the body returns may lack it
+
+
+class Picture(msgspec.Struct):
+    sizes: Sizes
+    compact: Compact
+    owner: Owner
+    label: Label
+    extra: Extra
+    tags: list[str] = []
+
+
+@tool
+def picture(name: str) -> Picture:
+    """Describe a picture."""
+    return Picture(Sizes(640), Compact(), Owner(name), Label(text=name), {})
+
+
+def test_a_typed_tools_result_fields_with_defaults_are_required_where_they_are_always_written() -> (
+    None
+):
+    # A result always carries a field with a default (the value is converted with every field
+    # written), yet the SDK declared it NotRequired, as for an argument the model may leave
+    # out: a program guarded reads of keys that are always there.
+    program = "help(tools.picture)\nreturn await tools.picture({'name': 'cat'})"
+    with code_system(DEFAULT, tools=[picture]) as system:
+        result = system.execute(run_code(program))
+        [sdk] = [s.text for s in system.assemble_prompt().sections if s.name == "tools:sdk"]
+    [shown] = value_of(result)["logs"]
+    for text in (shown, sdk):
+        assert (
+            "class Sizes(TypedDict, extra_items=JsonValue):\n"
+            "    width: int\n"
+            "    # [default: 480]\n"
+            "    height: int\n"
+            "    depth: NotRequired[int]\n"
+        ) in text
+        assert '    # [default: "px"]\n    unit: NotRequired[str]\n' in text
+        assert '    # [default: "core"]\n    team: str\n' in text
+        assert '    # [default: "grey"]\n    color: str\n' in text
+        assert "    note: NotRequired[str]\n" in text
+        assert "    # [default: []]\n    tags: list[str]\n" in text
+    # What the result holds, as declared.
+    assert value_of(result)["result"] == {
+        "sizes": {"width": 640, "height": 480},
+        "compact": {},
+        "owner": {"name": "cat", "team": "core"},
+        "label": {"text": "cat", "color": "grey"},
+        "extra": {},
+        "tags": [],
+    }
 
 
 def test_help_asked_again_and_again_is_rendered_once_per_run(

@@ -22,6 +22,7 @@ import msgspec
 from ._foreign_constraints import constrained_parameter
 from ._json_schema import assert_supported_json_schema
 from ._lossless_check import is_json_value
+from ._output_required import require_written_fields
 from ._raw_schema import annotation_subset_schema
 from ._schema_keys import describe_key_text
 from ._type_hooks import (
@@ -389,6 +390,7 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
     if hook.definitions:
         definitions = generated.setdefault("$defs", {})
         hook.merge_into(definitions, owner)
+    require_written_fields(generated, returned)
     declared = _schema_defaults(generated)
     schema = annotation_subset_schema(declared)
     if returns_doc:

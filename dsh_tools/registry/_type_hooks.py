@@ -207,6 +207,25 @@ def _union_members(hint: Any) -> tuple[Any, ...]:
     return (hint,)
 
 
+@functools.cache
+def _written_fields_generator(base: Any) -> Any:
+    """pydantic's JSON Schema generator ``base``, requiring in serialization mode every field
+    of a model or dataclass that ``model_dump`` always writes: all but one it leaves out by a
+    condition (``exclude_if``). pydantic marks a field with a default optional there too (its
+    ``json_schema_serialization_defaults_required`` is off unless a model turns it on), which
+    told a program reading a tool's result that a key it always has might be missing. A
+    ``TypedDict``'s keys stay as declared: the dict returned may leave them out."""
+
+    class GenerateWrittenFieldsSchema(base):  # type: ignore[misc]
+        def field_is_required(self, field: Any, total: bool) -> bool:
+            if self.mode == "serialization" and field["type"] != "typed-dict-field":
+                return field.get("serialization_exclude_if") is None
+            required: bool = super().field_is_required(field, total)
+            return required
+
+    return GenerateWrittenFieldsSchema
+
+
 class SchemaHook:
     """msgspec's ``schema_hook`` for one schema generation: a path's schema, and a ``$ref``
     for a model whose definitions (its own and its nested models') are kept in
@@ -220,6 +239,7 @@ class SchemaHook:
 
     def __init__(self, mode: Literal["validation", "serialization"] = "validation") -> None:
         self.mode = mode
+        self._generator: Any = None
         self.definitions: dict[str, Any] = {}
         # Names the schemas given back to msgspec refer to: msgspec holds those references,
         # so these names cannot move when merged.
@@ -231,14 +251,34 @@ class SchemaHook:
         if _is_model_type(cls):
             return self._model(cls)
         if _is_adapted(cls):
-            schema = dict(_adapter(cls).json_schema(ref_template="#/$defs/{model}", mode=self.mode))
+            schema = dict(
+                _adapter(cls).json_schema(
+                    ref_template="#/$defs/{model}",
+                    mode=self.mode,
+                    schema_generator=self._schema_generator(),
+                )
+            )
             return self._kept(schema.pop("$defs", {}), schema)
         raise NotImplementedError
+
+    def _schema_generator(self) -> Any:
+        """pydantic's schema generator for this mode: in serialization mode (a result's
+        schema), one that requires the fields every ``model_dump`` writes."""
+        if self._generator is None:
+            json_schema = sys.modules["pydantic.json_schema"]
+            self._generator = (
+                _written_fields_generator(json_schema.GenerateJsonSchema)
+                if self.mode == "serialization"
+                else json_schema.GenerateJsonSchema
+            )
+        return self._generator
 
     def _model(self, cls: Any) -> dict[str, Any]:
         json_schema = sys.modules["pydantic.json_schema"]
         refs, top = json_schema.models_json_schema(
-            [(cls, self.mode)], ref_template="#/$defs/{model}"
+            [(cls, self.mode)],
+            ref_template="#/$defs/{model}",
+            schema_generator=self._schema_generator(),
         )
         return self._kept(top.get("$defs", {}), dict(refs[(cls, self.mode)]))
 
