@@ -4,6 +4,7 @@ refusal of the sandbox's says."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sys
@@ -343,3 +344,48 @@ def test_the_compute_budgets_failure_names_the_line_it_ran_out_on(
         rf" at {where}\n",
         message,
     ), message
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_the_wall_ceilings_failure_names_the_line_the_program_waited_on(isolation: str) -> None:
+    # The compute budget's failure named the line it ran out on; the wall ceiling's said only
+    # "wall-clock ceiling reached", so a program blocked in a call that spends no CPU (a sleep,
+    # a read that never returns) could not tell which of its lines had held it.
+    program = "import time\n\ndef wait():\n    time.sleep(60)\nprint('start')\nwait()"
+    config = ToolsConfig(mode="code", max_wall_ms=1500, code_isolation=isolation)
+    with ToolSystem.start(config) as own:
+        message = failure_of(run_code(own, program)).message
+        awaiting = failure_of(run_code(own, "await asyncio.sleep(60)")).message
+    assert re.match(
+        r"code run failed \(timeout\): wall-clock ceiling reached \(1500ms\); the program was"
+        r" at line 4, in wait\n",
+        message,
+    ), message
+    # A program awaiting has no line on a thread's stack (its loop waits): the failure is
+    # as it was, with no empty stack in its output.
+    assert awaiting == "code run failed (timeout): wall-clock ceiling reached (1500ms)"
+
+
+def test_a_dump_thread_that_shows_no_frame_is_left_out_whole() -> None:
+    worker_file = os.path.join(os.path.dirname(codebridge.__file__), "_worker_start.py")
+    dump = (
+        "Thread 0x00007f8d56831b81 (most recent call first):\n"
+        f'  File "{worker_file}", line 80 in read_frames\n'
+        "\n"
+        "Current thread 0x00007f8d56831b80 (most recent call first):\n"
+        f'  File "{asyncio.__file__}", line 600 in run_forever\n'
+        f'  File "{worker_file}", line 259 in main\n'
+        "\n"
+        "Thread 0x00007f8d56831b82 (most recent call first):\n"
+        '  File "<run_code>", line 3 in work\n'
+        "after\n"
+    )
+    ledger = OutputLedger(1 << 20)
+    native = NativeOutput(ledger)
+    native.take(1, dump.encode())
+    native.close()
+    assert "".join(ledger.logs) == (
+        "Thread 0x00007f8d56831b82 (most recent call first):\n"
+        '  File "<run_code>", line 3 in work\n'
+        "after\n"
+    )

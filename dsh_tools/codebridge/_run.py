@@ -38,7 +38,7 @@ from ._outcome import LIMIT, Outcome, materialize, safe_text
 from ._pool import Slot, WorkerPool
 from ._run_calls import Answerer, BindingCalls, Track
 from ._run_process import RunProcess
-from ._sandbox._init import WALL_BACKSTOP_SECONDS
+from ._sandbox._init import WALL_BACKSTOP_SECONDS, WHERE_SECONDS
 from ._seam import CodeRunResult, CodeRuntimeConfig
 from ._template_host import TemplateHandle
 from ._tokens import MAX_DEPTH_FROM_WORKER, TokenError, detokenize
@@ -141,7 +141,16 @@ class CodeRun(RunProcess):
     def _wall_reached(self) -> None:
         # Its failure made only now: nearly every run settles before its ceiling. It names
         # the calls in flight: a program waiting on a slow tool cannot tell which it was.
-        self._settle(self._limits.wall_timeout(self._calls.unanswered()))
+        self._wall = None
+        timeout = self._limits.wall_timeout(self._calls.unanswered())
+        if self._ask_where():
+            # As the compute budget's: the worker writes where the program is (a line it
+            # blocks on), and the run ends once it has had time to (``where_spent``). A worker
+            # that ends meanwhile (its program took the signal over) ended past its ceiling.
+            self._past_ceiling = True
+            self._wall = self._loop.call_later(WHERE_SECONDS, self._settle, timeout)
+        else:
+            self._settle(timeout)
 
     # -- frames -----------------------------------------------------------------------------
 

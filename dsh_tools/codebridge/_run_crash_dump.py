@@ -13,8 +13,9 @@ Lines a program writes that merely look like a dump lose at most such frame line
 name a line of their own as where a compute budget ran out).
 
 The dump also comes, with the program running on, when the run's compute budget has run out
-(``WHERE_SIGNAL``): its innermost frame of the program is where the time ran out, which the
-budget's failure names (``where``).
+or its wall ceiling is reached (``WHERE_SIGNAL``): its innermost frame of the program is where
+the time ran out, which the failure names (``where``). A thread's block that shows no frame
+(the worker's loop waiting while the program awaits) is left out, first line and all.
 """
 
 from __future__ import annotations
@@ -49,11 +50,15 @@ class CrashDumpFilter:
     """The state of one native pipe's lines: in a dump or not, in a thread's block of it or
     not, and where in that block."""
 
-    __slots__ = ("_below", "_block", "_dump", "_inner", "_rank", "where")
+    __slots__ = ("_below", "_block", "_dump", "_held", "_inner", "_rank", "where")
 
     def __init__(self) -> None:
         self._dump = False
         self._block = False
+        # A thread's first line, shown only with a line of its block that is shown: a block
+        # with none (a program awaiting, whose stack is the worker's loop waiting, as the wall
+        # ceiling asks where it is) says nothing but that a thread exists.
+        self._held: str | None = None
         self._inner = False  # a frame is shown of this block (the innermost comes first)
         self._below = False  # a frame of the program's was seen in this block
         self._rank = 0  # how well ``where`` tells where this dump's program was (``lines``)
@@ -95,11 +100,22 @@ class CrashDumpFilter:
                     self._rank = 0
                 self._block = True
                 self._inner = self._below = False
+                self._held = line
+                dropped = True
+                continue
             elif self._block and line.startswith("  "):  # "  <no Python frame>", "  ..."
                 pass
             else:
+                empty = self._block and self._held is not None
                 self._block = False
+                self._held = None
                 self._dump = line == ""  # threads' blocks are apart by a blank line
+                if empty and self._dump:
+                    dropped = True  # the separator after a block that showed nothing
+                    continue
+            if self._held is not None:
+                kept.append(self._held)
+                self._held = None
             kept.append(line)
         if dropped and not kept:
             return None

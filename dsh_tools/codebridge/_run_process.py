@@ -51,7 +51,7 @@ from ._run_status import (
     WorkerReport,
     take_report,
 )
-from ._sandbox._init import WHERE_SECONDS, WHERE_SIGNAL, process_exiting
+from ._sandbox._init import WHERE_SECONDS, WHERE_SIGNAL, namespace_worker, process_exiting
 from ._seam import CodeRuntimeConfig
 from ._template_host import TemplateHandle, close_host_fds
 
@@ -119,7 +119,9 @@ class RunProcess(abc.ABC):
         self._attempts = 0
         self._sampler: asyncio.TimerHandle | None = None
         self._channel_deadline: asyncio.TimerHandle | None = None  # see ``_on_channel_eof``
-        self._past_ceiling = False  # killed from another thread past the wall ceiling
+        # Past the wall ceiling: killed from another thread, or asked where it is as the
+        # ceiling ends the run (an end of the worker then reads as the ceiling's).
+        self._past_ceiling = False
         self._template_process: subprocess.Popen[bytes] | None = None
         self._reset_attempt()
 
@@ -569,7 +571,7 @@ class RunProcess(abc.ABC):
         self._spawn()
 
     def _exit_outcome(self) -> Outcome:
-        if self._past_ceiling:  # ended by ``end_overdue``: past the wall ceiling
+        if self._past_ceiling:  # ended past the wall ceiling
             return self._limits.wall_timeout()
         if (
             self._sandboxed
@@ -583,6 +585,23 @@ class RunProcess(abc.ABC):
             return self._limits.init_failure(self._exit_status)
         status = self._exit_status if self._worker_status is None else self._worker_status
         return self._limits.exit_outcome(self._budget, status, self._exit_cpu)
+
+    def _ask_where(self) -> bool:
+        """Have the worker write where the program is (``WHERE_SIGNAL``), as a budget runs
+        out; whether it was asked. Under the sandbox the host knows the namespace's init, and
+        finds the worker as the init's child."""
+        pid = self._pid
+        if pid is None or self._exited:
+            return False
+        if self._sandboxed:
+            pid = namespace_worker(pid)
+            if pid is None:
+                return False
+        try:
+            os.kill(pid, WHERE_SIGNAL)
+        except OSError:
+            return False
+        return True
 
     def _compute_spent(self) -> None:
         self._sampler = None

@@ -188,12 +188,18 @@ class RunLimits:
         )
 
     def where_spent(self, outcome: Outcome, where: str) -> Outcome:
-        """``outcome``, naming ``where`` the program was if it is the compute budget's
-        failure (the worker wrote its stacks as the run ended: ``WHERE_SIGNAL``)."""
-        spent = self.compute_timeout().failure
-        if outcome.failure is None or outcome.failure != spent:
+        """``outcome``, naming ``where`` the program was if it is the compute budget's or the
+        wall ceiling's failure (the worker wrote its stacks as the run ended:
+        ``WHERE_SIGNAL``)."""
+        if outcome.failure is None:
             return outcome
         kind, message = outcome.failure
+        wall = self.wall_timeout().failure
+        assert wall is not None
+        if outcome.failure != self.compute_timeout().failure and not (
+            kind == wall[0] and message.startswith(wall[1])
+        ):
+            return outcome
         return Outcome(failure=(kind, f"{message}; the program was at {where}"))
 
     def wall_timeout(self, unanswered: str | None = None) -> Outcome:

@@ -872,8 +872,8 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     # SIGSEGV" and nothing else: the Python stack of each thread is written first (to the
     # native stderr pipe, which the run's log takes), then the signal ends the run as ever.
     faulthandler.enable(2)
-    # The same stacks when the run's compute budget has run out (``WHERE_SIGNAL``): the
-    # host names the program's line it ran out on from them.
+    # The same stacks when the run's compute budget has run out or its wall ceiling is
+    # reached (``WHERE_SIGNAL``): the host names the program's line it was at from them.
     faulthandler.register(WHERE_SIGNAL, 2, all_threads=True, chain=False)
     program_stack_only(FILENAME)
     program_tracebacks_only()

@@ -62,6 +62,7 @@ __all__ = [
     "Meter",
     "ProcMeter",
     "ask_where",
+    "namespace_worker",
     "process_exiting",
     "run_init",
     "task_ceiling",
@@ -80,12 +81,14 @@ not due to start is no part of its wall time."""
 WHERE_SIGNAL: Final = signal.SIGRTMIN + 6
 """The signal on which the worker writes the Python stack of each of its threads to its
 native stderr (``faulthandler``, from C: it comes even from a loop in C that holds the GIL).
-The run's end sends it when the compute budget has run out, so that the failure can say
-which line of the program the time ran out on (``_run_crash_dump``)."""
+The run's end sends it when the compute budget has run out or the wall ceiling is reached,
+so that the failure can say which line of the program the time ran out on
+(``_run_crash_dump``)."""
 WHERE_SECONDS: Final = 0.05
 """How long the worker is given to write that stack before the run is ended: a spinning
 process takes a signal at its next tick, a waiting one once it is scheduled. It adds this
-much to a compute budget's failure, and the program this much CPU time past the budget."""
+much to a compute budget's or wall ceiling's failure, and the program this much CPU time
+past the budget."""
 BUDGET_COMPUTE: Final = 1
 BUDGET_MEMORY: Final = 2
 BUDGET_PROCESSES: Final = 3
@@ -134,6 +137,29 @@ def ask_where(pid: int) -> None:
     except OSError:
         return
     time.sleep(WHERE_SECONDS)
+
+
+def namespace_worker(init: int) -> int | None:
+    """The host's pid of the worker of the namespace whose init is ``init`` (the init's child
+    that is PID 2 in the namespace, its first fork); ``None`` when ``/proc`` does not tell
+    (no ``children`` file, or the worker is gone). Read only as a run's wall ceiling ends it:
+    no run that ends otherwise pays for it."""
+    try:
+        with open(f"/proc/{init}/task/{init}/children", "rb") as children:
+            pids = children.read().split()
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            with open(f"/proc/{int(pid)}/status", "rb") as status:
+                for line in status:
+                    if line.startswith(b"NSpid:"):
+                        if line.split()[-1] == b"2":
+                            return int(pid)
+                        break
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def task_ceiling(max_processes: int) -> int:
@@ -493,6 +519,7 @@ def run_init(
             continue  # nothing of the program has run: an idle worker costs no measuring
         if time.monotonic() >= deadline:
             report = b"B" + bytes([BUDGET_WALL])
+            ask_where(worker)  # as for the compute budget: the failure names the line
             break
         now = time.monotonic()
         if now - measured_at < TICK_SECONDS:
