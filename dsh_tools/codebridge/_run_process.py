@@ -593,14 +593,21 @@ class RunProcess(abc.ABC):
         pid = self._pid
         if pid is None or self._exited:
             return False
-        if self._sandboxed:
-            pid = namespace_worker(pid)
-            if pid is None:
+        if not self._sandboxed:
+            try:
+                os.kill(pid, WHERE_SIGNAL)
+            except OSError:
                 return False
+            return True
+        worker = namespace_worker(pid)
+        if worker is None:
+            return False
         try:
-            os.kill(pid, WHERE_SIGNAL)
+            signal.pidfd_send_signal(worker, WHERE_SIGNAL)
         except OSError:
             return False
+        finally:
+            os.close(worker)
         return True
 
     def _compute_spent(self) -> None:

@@ -140,10 +140,12 @@ def ask_where(pid: int) -> None:
 
 
 def namespace_worker(init: int) -> int | None:
-    """The host's pid of the worker of the namespace whose init is ``init`` (the init's child
-    that is PID 2 in the namespace, its first fork); ``None`` when ``/proc`` does not tell
-    (no ``children`` file, or the worker is gone). Read only as a run's wall ceiling ends it:
-    no run that ends otherwise pays for it."""
+    """A pidfd of the worker of the namespace whose init is ``init`` (the init's child that is
+    PID 2 in the namespace, its first fork), which the caller closes; ``None`` when ``/proc``
+    does not tell (no ``children`` file, or the worker is gone). The child is held by its
+    pidfd before its status is read: a pid read from ``children`` may be reaped and taken by
+    another process meanwhile, which must not get the signal. Read only as a run's wall
+    ceiling ends it: no run that ends otherwise pays for it."""
     try:
         with open(f"/proc/{init}/task/{init}/children", "rb") as children:
             pids = children.read().split()
@@ -151,15 +153,31 @@ def namespace_worker(init: int) -> int | None:
         return None
     for pid in pids:
         try:
-            with open(f"/proc/{int(pid)}/status", "rb") as status:
-                for line in status:
-                    if line.startswith(b"NSpid:"):
-                        if line.split()[-1] == b"2":
-                            return int(pid)
-                        break
+            handle = os.pidfd_open(int(pid))
         except (OSError, ValueError):
             continue
+        if _is_namespace_worker(int(pid), init):
+            return handle
+        os.close(handle)
     return None
+
+
+def _is_namespace_worker(pid: int, init: int) -> bool:
+    """Whether process ``pid`` (held by a pidfd, so still the process it was) is ``init``'s
+    child and PID 2 in its namespace."""
+    parent = namespaced = False
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"PPid:"):
+                    parent = line.split()[-1] == str(init).encode()
+                elif line.startswith(b"NSpid:"):
+                    fields = line.split()
+                    namespaced = len(fields) > 2 and fields[-1] == b"2"
+                    break
+    except OSError:
+        return False
+    return parent and namespaced
 
 
 def task_ceiling(max_processes: int) -> int:
