@@ -512,8 +512,6 @@ def test_bad_responses_get_errors_that_name_the_place() -> None:
         )
     with pytest.raises(ValueError, match="2 choices"):
         openai_tool_calls({"choices": [{"message": {}}, {"message": {}}]})
-    with pytest.raises(ValueError, match=r"response.output\[0\] has no function name"):
-        responses_tool_calls({"output": [{"type": "function_call", "call_id": "x"}]})
     with pytest.raises(ValueError, match=r"message\.content must be a list"):
         anthropic_tool_calls({"content": "just text"})
     with pytest.raises(TypeError, match="names must be a ToolNameMap"):
@@ -525,6 +523,15 @@ def test_bad_responses_get_errors_that_name_the_place() -> None:
         openai_tool_messages(BatchOutcome(results=[ToolExecutionSuccess(None, FrozenList())]))
     with pytest.raises(ValueError, match="nothing to send"):
         anthropic_tool_results(BatchOutcome(results=[]))
+
+
+def test_a_call_without_a_usable_name_is_read_as_the_empty_name() -> None:
+    # The empty name is no tool's, so the batch answers that call alone as an unknown tool.
+    assert responses_tool_calls({"output": [{"type": "function_call", "call_id": "x"}]}) == [
+        ToolCall("x", "", "{}")
+    ]
+    message = {"content": [{"type": "tool_use", "id": "u", "name": 7, "input": {}}]}
+    assert anthropic_tool_calls(message) == [ToolCall("u", "", "{}")]
 
 
 CHAT_EXPECTED = (

@@ -1288,3 +1288,66 @@ def test_an_anthropic_failed_result_sends_only_text_and_never_none(
         {"type": "text", "text": "Attachments of tool call call_s:"},
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
     ]
+
+
+def test_a_chat_call_without_a_usable_name_fails_alone_as_an_unknown_tool(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # A call with an empty name (or a name that is no string) failed the whole turn in
+    # openai_tool_calls, so no call ran and the model never learnt what was wrong, while a
+    # call of an unknown name is answered as an error the model can correct.
+    path = "/v1/chat/completions"
+    turn = chat_completion(
+        None,
+        [
+            ("call_e", "", "{}"),
+            ("call_n", "placeholder", "{}"),
+            ("call_w", "weather", '{"city": "Oslo"}'),
+        ],
+    )
+    turn["choices"][0]["message"]["tool_calls"][1]["function"]["name"] = None
+    server.answer(path, turn)
+    server.answer(path, chat_completion("Oslo: 4 C.", []))
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    messages.append(openai_assistant_message(completion))
+    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    assistant, *answers = server.bodies(path)[1]["messages"][1:]
+    assert [call["function"]["name"] for call in assistant["tool_calls"]] == ["", "", "weather"]
+    assert answers == [
+        {"role": "tool", "tool_call_id": "call_e", "content": 'Error: unknown tool ""'},
+        {"role": "tool", "tool_call_id": "call_n", "content": 'Error: unknown tool ""'},
+        {"role": "tool", "tool_call_id": "call_w", "content": "Oslo: 4 C"},
+    ]
+
+
+def test_an_anthropic_tool_use_without_a_usable_name_fails_alone_as_an_unknown_tool(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/messages"
+    turn = anthropic_message(
+        "msg_1", None, [("toolu_e", "", "{}"), ("toolu_w", "weather", '{"city": "Lima"}')]
+    )
+    server.answer(path, turn)
+    client = anthropic_client(server)
+    prompt = anthropic_prompt(system.assemble_prompt())
+    reply = client.messages.create(
+        model="claude-test",
+        max_tokens=100,
+        tools=prompt.tools,
+        messages=[{"role": "user", "content": "Lima?"}],
+    )
+    calls = anthropic_tool_calls(reply, names=prompt.names)
+    answer = anthropic_tool_results(system.execute_batch(ExecuteBatch(calls=calls)))
+    blocks: list[Any] = list(answer["content"])
+    assert [(b["tool_use_id"], b["is_error"], b["content"][0]["text"]) for b in blocks] == [
+        ("toolu_e", True, 'Error: unknown tool ""'),
+        ("toolu_w", False, "Lima: 4 C"),
+    ]

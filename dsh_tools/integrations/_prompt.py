@@ -150,7 +150,9 @@ def make_call(
     """A ``ToolCall`` from one provider call at ``where``, its name mapped back to the
     registry's. ``arguments_at``: where the arguments are, for errors; ``parsed``: the
     provider sends the arguments as a JSON value, not as JSON text. Arguments that are not
-    lossless JSON keep a text the batch refuses for that call alone (``arguments_text``)."""
+    lossless JSON keep a text the batch refuses for that call alone (``arguments_text``); a
+    name that is empty or no ``str`` runs as the empty name, which the batch fails alone as an
+    unknown tool."""
     if call_id is None or call_id == "":
         # Some compatible servers send none: it runs under an id of its own, answered (and
         # repeated in the assistant message) as the empty id (``model_call_id``).
@@ -161,8 +163,11 @@ def make_call(
         _check_sendable(call_id, "call id", where)
         if _reserved(call_id):
             call_id = _as_sent(call_id)
-    if type(name) is not str or not name:
-        raise ValueError(f"{where} has no function name (a non-empty str)")
+    if type(name) is not str:
+        # No tool has the empty name: the call fails alone as an unknown tool (``unknown tool
+        # ""``), as a call of any other name the registry lacks does, so the model reads what
+        # was wrong and the turn's other calls run. Its echo repeats the empty name.
+        name = ""
     _check_sendable(name, "function name", where)
     if names is not None and not isinstance(names, ToolNameMap):
         raise TypeError(f"names must be a ToolNameMap or None, got {type(names).__name__}")
