@@ -35,7 +35,7 @@ from dsh_tools import (
     define_tool,
 )
 from dsh_tools.pipeline import SpillPolicy, SpillStore, spill_policy
-from dsh_tools.pipeline._spill import preview_text
+from dsh_tools.pipeline._spill import is_preview_of, preview_text
 
 NOTICE = "Full formatted result stored at: "
 RUN_CODE_ARGUMENTS = '{"code": "return 1", "description": "Run the test program"}'
@@ -530,6 +530,19 @@ def test_the_preview_fits_the_cap_and_is_a_prefix(text: str, cap: int) -> None:
     assert shown.endswith(f"{NOTICE}mem://1]")
     head = shown.split("\n…\n")[0] if "\n…\n" in shown else ""
     assert text.startswith(head)
+
+
+@pytest.mark.parametrize("cap", [50, 120, 400])
+def test_a_preview_is_recognized_as_the_text_it_shortens_and_no_other(cap: int) -> None:
+    # A finalizer that adds blocks after a result's own text (an MCP tool's error) reads the
+    # spill preview as that text, shortened.
+    text = "\n".join(f"row {n:03}" for n in range(100))
+    shown = preview_text(text, "mem://7", cap)
+    assert is_preview_of(shown, text)
+    assert not is_preview_of(shown, text + "!")  # another size
+    if "\n…\n" in shown:  # one that keeps a prefix of the text tells the text by it too
+        assert not is_preview_of(shown, "x" + text[1:])
+    assert not is_preview_of(text, text)
 
 
 def test_a_locator_longer_than_the_cap_is_never_cut() -> None:

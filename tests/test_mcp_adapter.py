@@ -40,10 +40,12 @@ from dsh_tools import (
     Accept,
     ExecuteBatch,
     ExecuteCall,
+    SpillSource,
     ToolCall,
     ToolExecutionResult,
     ToolExecutionSuccess,
     ToolSystem,
+    spill_policy,
     timeout_policy,
 )
 from dsh_tools.integrations import (
@@ -325,6 +327,42 @@ def test_an_error_result_in_a_batch_keeps_its_other_blocks_too(
     assert list(outcome.results[1].content) == [
         {"type": "text", "text": "Error: Error executing tool fail: no"}
     ]
+
+
+def test_a_spilled_error_text_keeps_the_errors_images_audio_and_resources_after_it(
+    connect: Callable[..., McpPlugin], system: ToolSystem
+) -> None:
+    # The spill policy shortens the error text the model reads; the screenshot, the recording
+    # and the log the server sent with it were dropped with the text.
+    connect()
+    saved: dict[str, str] = {}
+
+    class Store:
+        def save(self, text: str, source: SpillSource) -> str:
+            saved[source["call_id"]] = text
+            return f"mem://{source['call_id']}"
+
+    system.tools.on_post_execute(spill_policy(24, Store()), prepend=True)
+    result = failure(run(system, "snap_fail", {}))
+    assert saved == {"call-snap_fail": "Error: the button was not found"}
+    assert result["content"] == [
+        {
+            "type": "text",
+            "text": "[Output truncated: 31 bytes in total. Full formatted result stored at: "
+            "mem://call-snap_fail]",
+        },
+        {"type": "image", "data": PIXEL, "mimeType": "image/png"},
+        {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+        {
+            "type": "resource",
+            "resource": {
+                "uri": "file:///run.log",
+                "mimeType": "text/plain",
+                "text": "clicked at 3,4",
+            },
+        },
+    ]
+    assert result["error"]["message"] == "the button was not found"
 
 
 def test_a_post_execute_hook_that_replaces_a_failures_content_keeps_its_blocks_out(

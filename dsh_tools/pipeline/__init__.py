@@ -23,7 +23,7 @@ from ._pool import BatchRunner
 from ._pool_parts import ClosePool, PoolEntry, PoolLane, PoolRequest, SubmitCall
 from ._results import cancelled, exception_type_name, failure_from_exception
 from ._session import SessionEvent, SessionLog
-from ._spill import SpillPolicy, SpillSource, SpillStore, spill_policy
+from ._spill import SpillPolicy, SpillSource, SpillStore, is_preview_of, spill_policy
 from ._timeout import timeout_policy
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "event_loop",
     "exception_type_name",
     "failure_from_exception",
+    "is_preview_of",
     "message_of",
     "parse_arguments",
     "parse_json_text",

@@ -46,12 +46,15 @@ from ..actors import Accept, FrozenDict, FrozenList, message_of
 from ..actors._logging import get_logger
 from ..registry._handle import ToolsHandle
 
-__all__ = ["SpillPolicy", "SpillSource", "SpillStore", "spill_policy"]
+__all__ = ["SpillPolicy", "SpillSource", "SpillStore", "is_preview_of", "spill_policy"]
 
 _log = get_logger("dsh_tools.spill")
 
 NOTICE_LEAD = "Full formatted result stored at: "
 """The fixed text before the locator in every spill notice."""
+
+_SEPARATOR = "\n…\n"
+"""Between a preview's prefix and its notice."""
 
 DEFAULT_EXEMPT = ("read", "read_file")
 """Tools the model-facing arm never spills by default: the model reads spilled results with them."""
@@ -128,15 +131,33 @@ def preview_text(text: str, locator: str, cap: int) -> str:
     """The spill block's text for ``text`` saved at ``locator``, within ``cap`` bytes when the
     notice alone fits (see the module docstring for the format)."""
     notice = f"[Output truncated: {_utf8_size(text)} bytes in total. {NOTICE_LEAD}{locator}]"
-    separator = "\n…\n"
-    budget = cap - _utf8_size(notice) - _utf8_size(separator)
+    budget = cap - _utf8_size(notice) - _utf8_size(_SEPARATOR)
     prefix = _prefix_within(text, budget)
     if not prefix:
         return notice
     line_end = prefix.rfind("\n")
     if line_end >= len(prefix) // 2:
         prefix = prefix[:line_end]  # a whole-line preview reads better when little is lost
-    return prefix + separator + notice
+    return prefix + _SEPARATOR + notice
+
+
+def is_preview_of(shown: str, text: str) -> bool:
+    """Whether ``shown`` is the spill block ``preview_text`` makes of ``text`` (saved at any
+    locator, under any cap): the notice for ``text``'s size, after nothing or after a prefix
+    of ``text``. A finalizer that adds to a result's own text reads a spilled text as that
+    text, shortened."""
+    if not shown.endswith("]"):
+        return False
+    notice = f"[Output truncated: {_utf8_size(text)} bytes in total. {NOTICE_LEAD}"
+    if shown.startswith(notice):
+        return True
+    marker = _SEPARATOR + notice
+    start = shown.find(marker)
+    while start > 0:
+        if text.startswith(shown[:start]):
+            return True
+        start = shown.find(marker, start + 1)
+    return False
 
 
 class SpillPolicy:

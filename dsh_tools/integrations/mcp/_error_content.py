@@ -5,9 +5,10 @@ failure, a recording, the log as an embedded resource. A failed call's content i
 ``Error: <message>`` (the pipeline makes it from the body's exception), and the contract gives
 a tool one place to change it: its ``finalize_content``, which sees the final result once
 post-execute has run. So the body keeps the blocks the message cannot carry, keyed by its call's
-execution token, and the tool's finalizer puts them after the error text. A post-execute hook
-that replaced the failure's content (an ``Accept(content=...)``, a ``Block``, the spill
-policy's preview) has decided what the model sees: the blocks stay out then.
+execution token, and the tool's finalizer puts them after the error text, or after the spill
+policy's preview of it (the same text, shortened: the blocks are no part of what it saved). A
+post-execute hook that replaced the failure's content otherwise (an ``Accept(content=...)``, a
+``Block``) has decided what the model sees: the blocks stay out then.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from msgspec import UNSET
 
 from ...actors import ExecutionToken, ToolExecutionResult
-from ...pipeline import ToolExecution
+from ...pipeline import ToolExecution, is_preview_of
 from ._content import content_blocks
 
 __all__ = ["ERROR_CODE", "finalize_error_content", "keep_error_blocks"]
@@ -48,7 +49,8 @@ def finalize_error_content(
     execution: ToolExecution, result: ToolExecutionResult
 ) -> list[Any] | None:
     """The ``finalize_content`` of every MCP tool: a failure the server flagged ``isError``
-    shows its error text followed by the result's other blocks (``None``: content unchanged)."""
+    shows its error text (or the spill policy's preview of it) followed by the result's other
+    blocks (``None``: content unchanged)."""
     blocks = _KEPT.pop(execution.token, None)
     if blocks is None or not result.is_error:
         return None
@@ -56,6 +58,12 @@ def finalize_error_content(
     if error.info is UNSET or error.info.code != ERROR_CODE:
         return None
     shown = result.content
-    if len(shown) != 1 or shown[0] != {"type": "text", "text": "Error: " + error.message}:
-        return None  # a post-execute hook replaced what the model sees
+    text = "Error: " + error.message
+    if len(shown) != 1 or shown[0] != {"type": "text", "text": text}:
+        block = shown[0] if len(shown) == 1 else None
+        if not isinstance(block, Mapping) or block.get("type") != "text":
+            return None  # a post-execute hook replaced what the model sees
+        seen = block.get("text")
+        if type(seen) is not str or not is_preview_of(seen, text):
+            return None
     return [*shown, *blocks]
