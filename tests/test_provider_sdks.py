@@ -1351,3 +1351,83 @@ def test_an_anthropic_tool_use_without_a_usable_name_fails_alone_as_an_unknown_t
         ("toolu_e", True, 'Error: unknown tool ""'),
         ("toolu_w", False, "Lima: 4 C"),
     ]
+
+
+OPENAI_TEXT_LIMIT = 10_485_760
+"""The most characters OpenAI takes in one text of a request (a tool message, an output)."""
+
+
+def register_dump(system: ToolSystem) -> str:
+    """A tool ``dump`` whose text is longer than OpenAI takes in one string; returns the text."""
+    long_text = "".join(f"line {n:07}\n" for n in range(OPENAI_TEXT_LIMIT // 13 + 1000))
+    system.tools.register(
+        define_tool(
+            name="dump",
+            description="A very long log.",
+            parameters={},
+            output=ToolOutput(
+                schema={"type": "string"},
+                render=lambda args, value: [{"type": "text", "text": value}],
+            ),
+            execute=lambda args, ctx: long_text,
+        )
+    )
+    return long_text
+
+
+def test_a_chat_tool_message_longer_than_openai_takes_is_shortened_with_a_note(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # OpenAI refuses a whole request whose tool message holds more than 10,485,760
+    # characters, so the conversation could not go on; the text was sent as it was.
+    long_text = register_dump(system)
+    path = "/v1/chat/completions"
+    server.answer(path, chat_completion(None, [("call_d", "dump", "{}"), SECOND_CALL]))
+    server.answer(path, chat_completion("The log is long.", []))
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "The log?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    messages.append(openai_assistant_message(completion))
+    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    dumped, weather = server.bodies(path)[1]["messages"][2:]
+    content = dumped["content"]
+    note = (
+        f"[Output truncated: {len(long_text)} characters in total; OpenAI Chat Completions "
+        f"takes at most {OPENAI_TEXT_LIMIT} characters in one text]"
+    )
+    assert len(content) <= OPENAI_TEXT_LIMIT
+    assert content.endswith("\n…\n" + note)
+    assert long_text.startswith(content[: -len("\n…\n" + note)])
+    assert weather == {"role": "tool", "tool_call_id": "call_l", "content": "Lima: 4 C"}
+
+
+def test_a_responses_output_longer_than_openai_takes_is_shortened_with_a_note(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    long_text = register_dump(system)
+    path = "/v1/responses"
+    server.answer(path, response("resp_1", None, [("call_d", "dump", "{}")]))
+    server.answer(path, response("resp_2", "The log is long.", []))
+    client = openai_client(server)
+    prompt = responses_prompt(system.assemble_prompt())
+    reply = client.responses.create(model="gpt-test", tools=prompt.tools, input="The log?")
+    calls = responses_tool_calls(reply, names=prompt.names)
+    items = responses_tool_outputs(system.execute_batch(ExecuteBatch(calls=calls)))
+    client.responses.create(
+        model="gpt-test", tools=prompt.tools, previous_response_id=reply.id, input=items
+    )
+
+    [output] = server.bodies(path)[1]["input"]
+    text = output["output"]
+    assert len(text) <= OPENAI_TEXT_LIMIT
+    assert text.endswith(
+        f"[Output truncated: {len(long_text)} characters in total; the OpenAI Responses API "
+        f"takes at most {OPENAI_TEXT_LIMIT} characters in one text]"
+    )
+    assert long_text.startswith(text.split("\n…\n")[0])

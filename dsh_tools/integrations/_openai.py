@@ -92,6 +92,30 @@ _CHAT_IMAGES = ImageLimit(CHAT, 20_000_000, encoded=False, says="20 MB")
 _RESPONSES_IMAGES = ImageLimit(RESPONSES, 20_000_000, encoded=False, says="20 MB")
 
 
+# The API refuses a whole request for a string over 10,485,760 characters (a tool message, a
+# function call output, a text part: "string too long"), naming neither the call nor the tool.
+_MAX_TEXT = 10_485_760
+_CUT = "\n…\n"
+
+
+def _within(text: str, provider: str) -> str:
+    """``text``, or, when it is longer than OpenAI takes, its first part (cut at a line end when
+    one is near, as the spill preview is) and a note saying how long it was: the model reads
+    that the rest is missing, and the conversation goes on. ``spill_policy`` keeps such results
+    whole somewhere the model can read them back."""
+    if len(text) <= _MAX_TEXT:
+        return text
+    note = (
+        f"[Output truncated: {len(text)} characters in total; {provider} takes at most "
+        f"{_MAX_TEXT} characters in one text]"
+    )
+    prefix = text[: _MAX_TEXT - len(_CUT) - len(note)]
+    line_end = prefix.rfind("\n")
+    if line_end >= len(prefix) // 2:
+        prefix = prefix[:line_end]
+    return prefix + _CUT + note
+
+
 def _data_url(media: Media) -> str:
     return f"data:{media.mime_type};base64,{media.data}"
 
@@ -284,7 +308,7 @@ def _chat_attachment(media: Media) -> ChatCompletionContentPartParam | None:
 
 def _chat_part(part: Part) -> ChatCompletionContentPartParam:
     if isinstance(part, Text):
-        return {"type": "text", "text": part.text}
+        return {"type": "text", "text": _within(part.text, CHAT)}
     native = _chat_attachment(part)
     return native if native is not None else {"type": "text", "text": _placeholder(part, CHAT)}
 
@@ -300,7 +324,8 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
     text is ``Error: <message>``). Tool messages take only text, so images, audio (wav, mp3)
     and PDF files of the results go, each under a line naming its call, into one user message
     after the tool messages, followed by the batch's contexts (``outcome.contexts``). Media
-    Chat cannot take at all become text placeholders.
+    Chat cannot take at all become text placeholders. A text longer than the API takes in one
+    string (10,485,760 characters) is cut short, ending with a note that says so.
     """
     check_outcome(outcome, "openai_tool_messages")
     messages: list[ChatCompletionMessageParam] = []
@@ -321,7 +346,8 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
                     f"[{part.kind} {part.name} ({part.mime_type}) is attached to the next user "
                     "message]"
                 )
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": "\n".join(texts)})
+        content = _within("\n".join(texts), CHAT)
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
         if held:
             attachments.append({"type": "text", "text": f"Attachments of tool call {call_id}:"})
             attachments.extend(held)
@@ -375,7 +401,7 @@ def responses_tool_calls(
 # families of TypedDicts with the same wire shapes, so each gets its own (identical) builder.
 def _responses_output_part(part: Part) -> ResponseFunctionCallOutputItemParam:
     if isinstance(part, Text):
-        return {"type": "input_text", "text": part.text}
+        return {"type": "input_text", "text": _within(part.text, RESPONSES)}
     if part.kind == "image" and part.mime_type in _IMAGE_TYPES:
         return {"type": "input_image", "image_url": _data_url(part), "detail": "auto"}
     if part.kind == "file" and part.mime_type == "application/pdf":
@@ -385,7 +411,7 @@ def _responses_output_part(part: Part) -> ResponseFunctionCallOutputItemParam:
 
 def _responses_message_part(part: Part) -> ResponseInputContentParam:
     if isinstance(part, Text):
-        return {"type": "input_text", "text": part.text}
+        return {"type": "input_text", "text": _within(part.text, RESPONSES)}
     if part.kind == "image" and part.mime_type in _IMAGE_TYPES:
         return {"type": "input_image", "image_url": _data_url(part), "detail": "auto"}
     if part.kind == "file" and part.mime_type == "application/pdf":
@@ -399,14 +425,15 @@ def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam
     One ``function_call_output`` per result, in call order: its text as a string, or, when the
     result holds images or PDF files, a list of ``input_text`` / ``input_image`` /
     ``input_file`` parts (audio becomes a text placeholder). The batch's contexts follow as
-    one user message.
+    one user message. A text longer than the API takes in one string (10,485,760 characters)
+    is cut short, ending with a note that says so.
     """
     check_outcome(outcome, "responses_tool_outputs")
     items: list[ResponseInputItemParam] = []
     for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         parts = fitting(_parts_of(result.content), _RESPONSES_IMAGES)
         if all(isinstance(part, Text) for part in parts):
-            text = "\n".join(part.text for part in parts if isinstance(part, Text))
+            text = _within("\n".join(p.text for p in parts if isinstance(p, Text)), RESPONSES)
             items.append({"type": "function_call_output", "call_id": call_id, "output": text})
         else:
             output = [_responses_output_part(part) for part in parts]
