@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import openai
 import pytest
 from conftest import WAIT, Logs, spawn
 from mcp import StdioServerParameters, stdio_client
@@ -36,12 +37,17 @@ from mcp_support import (
     wait_for_file,
     wait_until,
 )
+from provider_server import recording_server
 
-from dsh_tools import ExecuteCall, ToolOutput, ToolSystem, define_tool
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolOutput, ToolSystem, define_tool
 from dsh_tools.integrations import (
     McpConnectionError,
     McpPlugin,
     ReconnectPolicy,
+    openai_assistant_message,
+    openai_prompt,
+    openai_tool_calls,
+    openai_tool_messages,
     register_mcp_server_sync,
 )
 
@@ -83,6 +89,72 @@ def test_a_tool_the_server_adds_is_registered_with_one_change(
     assert changes.count == 1
     assert plugin.tool_names[-1] == "howdy"
     assert texts(run(system, "howdy", {"who": "you"})) == ["howdy says hi to you"]
+
+
+def chat_turn(calls: list[tuple[str, str, str]], text: str | None = None) -> dict[str, Any]:
+    """A Chat Completions response making ``calls`` (id, function name, arguments text)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ]
+    choice = {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "gpt-test",
+        "choices": [choice],
+    }
+
+
+def test_a_provider_name_the_model_saw_keeps_meaning_its_tool_after_the_list_changes(
+    system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    # The model calls add_tool twice: "hi.there" is offered as "hi_there", then a tool that is
+    # itself called "hi_there" arrives. Rebuilt from the new set alone, the map gave the new
+    # tool "hi_there" and moved "hi.there" to a hashed name, so the model's next call of
+    # "hi_there", the tool it was shown, ran the other one.
+    live()
+    changes = Changes(system)
+    path = "/v1/chat/completions"
+    with recording_server() as server:
+        server.answer(path, chat_turn([("c1", "add_tool", '{"name": "hi.there"}')]))
+        server.answer(path, chat_turn([("c2", "add_tool", '{"name": "hi_there"}')]))
+        server.answer(path, chat_turn([("c3", "hi_there", '{"who": "you"}')]))
+        server.answer(path, chat_turn([], "Done."))
+        client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="test", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "Add greetings, then greet me."}]
+        prompt = openai_prompt(system.assemble_prompt())
+        waits = [
+            lambda: "hi.there" in changes.names(),
+            lambda: "hi_there" in changes.names(),
+            lambda: True,
+        ]
+        for settled in waits:
+            completion = client.chat.completions.create(
+                model="gpt-test", messages=messages, tools=prompt.tools
+            )
+            calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+            messages.append(openai_assistant_message(completion))
+            outcome = system.execute_batch(ExecuteBatch(calls=calls), timeout=WAIT)
+            messages.extend(openai_tool_messages(outcome))
+            changes.wait_for(settled, "the server's tool list change")
+            prompt = openai_prompt(system.assemble_prompt(), earlier=prompt.names)
+        client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+        offered = [
+            [tool["function"]["name"] for tool in body["tools"]] for body in server.bodies(path)
+        ]
+
+    assert "hi_there" in offered[1]
+    assert "hi_there" in offered[2] and len([n for n in offered[2] if "hi_there" in n]) == 2
+    assert prompt.names.to_provider("hi.there") == "hi_there"
+    assert messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "c3",
+        "content": "hi.there says hi to you",
+    }
 
 
 def test_a_tool_a_later_listing_adds_under_a_taken_name_is_warned_about_naming_the_way_out(

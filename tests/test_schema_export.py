@@ -1099,6 +1099,30 @@ def test_a_hashed_provider_name_that_another_tool_has_already_is_hashed_again(
         }
 
 
+def test_a_name_map_continued_across_turns_keeps_every_remaining_tools_provider_name() -> None:
+    # Rebuilt from each turn's names alone, a removed tool freed a collision, so "x.y" moved
+    # from its hashed form to "x_y"; an added "x_y" pushed "x.y" (shown as "x_y") to a hashed
+    # form and took "x_y" itself: a name the model saw meant another tool.
+    first = ToolNameMap(["x.y", "x/y", "a.b"])
+    hashed = first.to_provider("x.y")
+    assert hashed.startswith("x_y_") and first.to_provider("a.b") == "a_b"
+    assert ToolNameMap(["x.y", "a.b"]).to_provider("x.y") == "x_y"  # what it moved to
+    second = ToolNameMap(["x.y", "a.b", "a_b", "c.d"], earlier=first)
+    assert second.to_provider("x.y") == hashed
+    assert second.to_provider("a.b") == "a_b"
+    assert second.to_provider("a_b").startswith("a_b_")  # a new tool never takes a seen name
+    assert second.to_provider("c.d") == "c_d"
+    # A removed tool's name still means it (the batch answers "unknown tool" naming it), and
+    # it gets that name back when it returns.
+    assert "x/y" not in second and second.to_registry(first.to_provider("x/y")) == "x/y"
+    third = ToolNameMap(["x/y", "a_b"], earlier=second)
+    assert third.to_provider("x/y") == first.to_provider("x/y")
+    assert third.to_provider("a_b") == second.to_provider("a_b")
+    assert len(third) == 2
+    with pytest.raises(TypeError, match="earlier must be a ToolNameMap or None, got list"):
+        ToolNameMap(["a"], earlier=["a"])  # type: ignore[arg-type]
+
+
 def test_an_explicit_name_map_must_cover_every_exported_tool(system: ToolSystem) -> None:
     system.tools.register(now_tool("time.now"))
     schemas = system.tools.schemas()

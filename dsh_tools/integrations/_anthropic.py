@@ -75,14 +75,19 @@ _IMAGE_TYPES: dict[str, _ImageType] = {
 
 
 def anthropic_prompt(
-    prompt: AssembledPrompt, *, cache_control: Mapping[str, Any] | None = None
+    prompt: AssembledPrompt,
+    *,
+    cache_control: Mapping[str, Any] | None = None,
+    earlier: ToolNameMap | None = None,
 ) -> ProviderPrompt[ToolParam]:
     """The Messages API view of ``system.assemble_prompt(agent)``.
 
     ``.tools`` goes to ``tools=``, ``.system`` to ``system=``, and ``.names`` to
     ``anthropic_tool_calls(..., names=)``. ``cache_control`` is as in ``to_anthropic_tools``.
+    ``earlier``: the ``.names`` of the conversation's previous prompt, so that every tool keeps
+    the provider name the model saw while it stays (``ToolNameMap``).
     """
-    schemas, names = mapped_schemas(prompt)
+    schemas, names = mapped_schemas(prompt, earlier)
     tools: list[ToolParam] = []
     for entry in to_anthropic_tools(schemas, cache_control=cache_control):
         tool: ToolParam = {

@@ -13,6 +13,13 @@ names one request exposes gives every name a provider form and maps a model's ca
 
 The map is a pure function of the set of names, so the exporter and the adapters that read a
 response agree whenever they are built from the same tools.
+
+Between the turns of one conversation the set can change (an MCP server's ``list_changed``, a
+tool registered or disposed), and a map built from the new set alone could give a name the model
+has seen to another tool, or move a name to its hashed form. ``ToolNameMap(names,
+earlier=map)`` continues ``map``, the map of the turns before: every name it gave a provider form
+keeps it, and no provider form it gave goes to another name (a new tool whose name is such a form
+is sent hashed), so within the conversation a provider name always means the same tool.
 """
 
 from __future__ import annotations
@@ -49,18 +56,29 @@ class ToolNameMap:
     form matches ``PROVIDER_NAME_PATTERN``; two names never share a provider form.
     """
 
-    __slots__ = ("_to_provider", "_to_registry")
+    __slots__ = ("_given", "_to_provider", "_to_registry")
 
     _to_provider: dict[str, str]
     _to_registry: dict[str, str]
+    _given: dict[str, str]
+    """Every provider form this map or an ``earlier`` one gave, by registry name: the names of
+    the map and the names earlier turns had that this one no longer has."""
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], *, earlier: ToolNameMap | None = None) -> None:
         ordered = list(dict.fromkeys(names))
         for index, name in enumerate(ordered):
             if type(name) is not str or not name:
                 raise ValueError(f"tool names[{index}] must be a non-empty str, got {name!r}")
-        to_provider: dict[str, str] = {name: name for name in ordered if is_provider_name(name)}
-        taken = set(to_provider)
+        if earlier is not None and not isinstance(earlier, ToolNameMap):
+            raise TypeError(f"earlier must be a ToolNameMap or None, got {type(earlier).__name__}")
+        given = dict(earlier._given) if earlier is not None else {}
+        # A name the conversation has seen keeps its form; the others' forms stay reserved.
+        to_provider: dict[str, str] = {name: given[name] for name in ordered if name in given}
+        taken = set(given.values())
+        for name in ordered:
+            if name not in to_provider and is_provider_name(name) and name not in taken:
+                to_provider[name] = name
+                taken.add(name)
         pending = [name for name in ordered if name not in to_provider]
         # Candidates first, so a collision is settled the same way whatever the order of names.
         candidates = {name: _OTHER_CHARACTERS.sub("_", name) for name in pending}
@@ -87,18 +105,25 @@ class ToolNameMap:
             to_provider[name] = candidate
             taken.add(candidate)
         self._to_provider = to_provider
-        self._to_registry = {provider: name for name, provider in to_provider.items()}
+        given.update(to_provider)
+        self._given = given
+        # Forms of names the map no longer has map back too, so that a call of a tool the model
+        # saw in an earlier turn fails as an unknown tool under the tool's own name.
+        self._to_registry = {provider: name for name, provider in given.items()}
 
     @classmethod
-    def from_schemas(cls, schemas: Iterable[Mapping[str, object]]) -> ToolNameMap:
-        """The map of the ``{"name", ...}`` entries that ``tools.schemas()`` returns."""
+    def from_schemas(
+        cls, schemas: Iterable[Mapping[str, object]], *, earlier: ToolNameMap | None = None
+    ) -> ToolNameMap:
+        """The map of the ``{"name", ...}`` entries that ``tools.schemas()`` returns
+        (``earlier``: the map of the conversation's turns before, which it continues)."""
         names: list[str] = []
         for index, schema in enumerate(schemas):
             name = schema.get("name")
             if type(name) is not str or not name:
                 raise ValueError(f"tools[{index}].name must be a non-empty str")
             names.append(name)
-        return cls(names)
+        return cls(names, earlier=earlier)
 
     def to_provider(self, name: str) -> str:
         """The provider form of registry name ``name``; a name outside the map is refused."""
@@ -108,8 +133,9 @@ class ToolNameMap:
             raise KeyError(f'tool "{name}" is not in this name map') from None
 
     def to_registry(self, provider_name: str) -> str:
-        """The registry name behind ``provider_name``; an unknown name is returned unchanged,
-        so the pipeline reports it as an unknown tool under the name the model used."""
+        """The registry name behind ``provider_name`` (also for a form an ``earlier`` map gave a
+        name this one no longer has); an unknown name is returned unchanged, so the pipeline
+        reports it as an unknown tool under the name the model used."""
         return self._to_registry.get(provider_name, provider_name)
 
     def __contains__(self, name: object) -> bool:

@@ -133,14 +133,16 @@ def openai_prompt(
     *,
     strict: StrictMode = False,
     max_tools: int | None = OPENAI_MAX_TOOLS,
+    earlier: ToolNameMap | None = None,
 ) -> ProviderPrompt[ChatCompletionFunctionToolParam]:
     """The Chat Completions view of ``system.assemble_prompt(agent)``.
 
     ``.tools`` goes to ``tools=``, ``.system`` into the system (or developer) message, and
     ``.names`` to ``openai_tool_calls(..., names=)``. ``strict`` and ``max_tools`` are as in
-    ``to_openai_tools``.
+    ``to_openai_tools``. ``earlier``: the ``.names`` of the conversation's previous prompt,
+    so that every tool keeps the provider name the model saw while it stays (``ToolNameMap``).
     """
-    schemas, names = mapped_schemas(prompt)
+    schemas, names = mapped_schemas(prompt, earlier)
     tools: list[ChatCompletionFunctionToolParam] = []
     for entry in to_openai_tools(schemas, strict=strict, max_tools=max_tools):
         exported: dict[str, Any] = entry["function"]
@@ -160,14 +162,16 @@ def responses_prompt(
     *,
     strict: StrictMode = False,
     max_tools: int | None = OPENAI_MAX_TOOLS,
+    earlier: ToolNameMap | None = None,
 ) -> ProviderPrompt[FunctionToolParam]:
     """The Responses API view of ``system.assemble_prompt(agent)``.
 
     ``.tools`` goes to ``tools=``, ``.system`` to ``instructions=``, and ``.names`` to
     ``responses_tool_calls(..., names=)``. ``strict`` and ``max_tools`` are as in
-    ``to_openai_tools``.
+    ``to_openai_tools``. ``earlier``: the ``.names`` of the conversation's previous prompt,
+    so that every tool keeps the provider name the model saw while it stays (``ToolNameMap``).
     """
-    schemas, names = mapped_schemas(prompt)
+    schemas, names = mapped_schemas(prompt, earlier)
     tools: list[FunctionToolParam] = [
         {
             "type": "function",

@@ -3,8 +3,8 @@
 ``system.assemble_prompt(agent)`` gives the prompt sections and the tool schemas of one agent;
 ``ProviderPrompt`` holds them in a provider's shape: the system text, the provider's ``tools``
 list (names mapped to provider-safe forms) and the ``ToolNameMap`` that maps a response's calls
-back. The name map is a pure function of the exposed names, so it agrees with every exporter
-built from the same tools.
+back. The name map is a pure function of the exposed names (and of the map of the turns before,
+when given one), so it agrees with every exporter built from the same tools.
 """
 
 from __future__ import annotations
@@ -54,14 +54,17 @@ def system_text(prompt: AssembledPrompt) -> str:
     return "\n\n".join(section.text for section in prompt.sections if section.text)
 
 
-def mapped_schemas(prompt: AssembledPrompt) -> tuple[list[dict[str, Any]], ToolNameMap]:
-    """The prompt's tool schemas under their provider names, and the map between the two."""
+def mapped_schemas(
+    prompt: AssembledPrompt, earlier: ToolNameMap | None = None
+) -> tuple[list[dict[str, Any]], ToolNameMap]:
+    """The prompt's tool schemas under their provider names, and the map between the two
+    (continuing ``earlier``, the map of the conversation's turns before)."""
     if not isinstance(prompt, AssembledPrompt):
         raise TypeError(
             "expected the AssembledPrompt that system.assemble_prompt(agent) returns, got "
             f"{type(prompt).__name__}"
         )
-    names = ToolNameMap.from_schemas(prompt.tools)
+    names = ToolNameMap.from_schemas(prompt.tools, earlier=earlier)
     schemas = [{**schema, "name": names.to_provider(schema["name"])} for schema in prompt.tools]
     return schemas, names
 
