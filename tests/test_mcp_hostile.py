@@ -15,6 +15,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -127,6 +128,10 @@ def test_a_relisting_the_sdk_refuses_keeps_the_tools_and_the_connection(
     # The plugin goes on following the server: the next listing is applied.
     assert texts(run(system, "publish_good_tool", {})) == ["publish_good_tool"]
     changes.wait_for(lambda: "extra" in changes.names(), "the next listing to be applied")
+    # The registry has the tool as it registers; the plugin lists it once the whole listing is.
+    deadline = time.monotonic() + WAIT
+    while "extra" not in plugin.tool_names and time.monotonic() < deadline:
+        time.sleep(0.005)
     assert list(plugin.tool_names) == [*HOSTILE_TOOLS, "extra"]
     assert "MCP server disconnected; its tools are withdrawn" not in logs.warnings
 

@@ -155,7 +155,8 @@ class McpPlugin(ServerResources):
 
     @property
     def tool_names(self) -> tuple[str, ...]:
-        """The registered names, in the server's order."""
+        """The registered names, in the server's order. A listing is applied here once it is
+        registered whole: a registry change observer hears of a tool before this names it."""
         # Read without the plugin's lock (``_registered`` is replaced whole, never changed in
         # place): the registry's change observers run under that lock while the plugin
         # registers, and one that waits for a thread reading this must not wait for ever.
