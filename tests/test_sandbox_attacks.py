@@ -2776,6 +2776,66 @@ return seen
         assert_next_run_works(runtime)
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_xfs_write_back_a_file_it_may_only_read_by_sharing_its_blocks(
+    xfs_filesystem: Path,
+) -> None:
+    # On a filesystem with reflinks (XFS, btrfs) copy_file_range and the clone and dedupe
+    # requests first write back, and wait for, the dirty pages of both files: from a read-only
+    # descriptor of a log the host appended to every 10 ms, into a file of a write grant on
+    # the same filesystem, a clone loop made the disk take every line the host appended at
+    # once (295 write requests in 3 s, where the appends alone made none), and a
+    # copy_file_range loop, which also flushed its own copy each time, 140,000.
+    log = xfs_filesystem / "host.log"
+    log.write_text("a line of the host's log\n" * 400)
+    grant = xfs_filesystem / "out"
+    grant.mkdir()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=5000, sandbox=CodeSandbox(read=[str(log)], write=[str(grant)]))
+    )
+    program = f"""
+import fcntl, os, struct, time
+log = os.open({str(log)!r}, os.O_RDONLY)
+copy = os.open({str(grant / "copy")!r}, os.O_RDWR | os.O_CREAT)
+os.write(copy, os.pread(log, 4096, 0))  # the same bytes: a dedupe would share them
+def copy_file_range():
+    os.copy_file_range(log, copy, 1 << 20, 0, 0)
+def clone():
+    fcntl.ioctl(copy, 0x40049409, log)  # FICLONE
+def clone_range():
+    fcntl.ioctl(copy, 0x4020940D, struct.pack('qQQQ', log, 0, 0, 0))  # FICLONERANGE
+def dedupe():
+    request = struct.pack('QQHHI', 0, 4096, 1, 0, 0) + struct.pack('qQqii', copy, 0, 0, 0, 0)
+    fcntl.ioctl(log, 0xC0189436, bytearray(request))  # FIDEDUPERANGE
+seen = {{}}
+for attack in (copy_file_range, clone, clone_range, dedupe):
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:
+        try:
+            attack()
+            seen[attack.__name__] = 'done'
+        except OSError as error:
+            seen[attack.__name__] = error.errno
+            break
+import subprocess
+subprocess.run(['cp', {str(log)!r}, {str(grant / "by-cp")!r}], check=True)  # by reading
+# (the host appends meanwhile: its first lines are the test)
+seen['cp'] = open({str(grant / "by-cp")!r}).read(9000) == open({str(log)!r}).read(9000)
+return seen
+"""
+    with device_writes_while_host_appends(runtime, log, xfs_filesystem) as writes:
+        assert value(runtime, program) == {
+            "cp": True,
+            "copy_file_range": errno.ENOSYS,  # as on a kernel without it: copy by reading
+            "clone": errno.EOPNOTSUPP,  # as on a filesystem without reflinks
+            "clone_range": errno.EOPNOTSUPP,
+            "dedupe": errno.EOPNOTSUPP,
+        }
+        # XFS's own log flush every 30 s is a few requests; each attack made hundreds.
+        assert writes() < 20
+        assert_next_run_works(runtime)
+
+
 _SUBVOLUME_CREATE = 0x5000940E  # BTRFS_IOC_SUBVOL_CREATE
 _QUOTA_CONTROL = 0xC0109428  # BTRFS_IOC_QUOTA_CTL
 _QUOTA_GROUP_LIMIT = 0x8030942B  # BTRFS_IOC_QGROUP_LIMIT
