@@ -684,6 +684,27 @@ class Worker:
             self.finish(Done(error=DoneError("output-limit", limit_message(self.ledger.cap))))
         self.finish(Done(value=tokens))
 
+    def explain_declared_name(self, exc: NameError) -> None:
+        """Add a note to ``exc`` if the name it did not find is a type of the declarations the
+        model was shown (``def f(user: User)``, an annotation evaluated at ``def``): a bare
+        "name 'User' is not defined" contradicts what the model read. Only a failing run
+        asks the host for the declarations (as ``help(tools)`` does), on the program's
+        thread."""
+        with contextlib.suppress(Exception):
+            name = exc.name
+            if type(name) is not str or not name.isidentifier():
+                return
+            heads = (f"class {name}(", f"class {name}:", f"{name} = ")
+            for global_name in self.namespaces:
+                text = self.describe(global_name, None)
+                if text is not None and any(line.startswith(heads) for line in text.splitlines()):
+                    exc.add_note(
+                        f"{name} is a type of the tool declarations, which are for reading: a"
+                        " program does not define it. Write the annotation as a string"
+                        f' ("{name}") or leave it out.'
+                    )
+                    return
+
     def finish_exception(self, exc: BaseException, code: types.CodeType | None) -> NoReturn:
         if isinstance(exc, MemoryError) and not exc.args and self.boot.max_memory_mb > 0:
             # A bare ``MemoryError`` (its usual text is none) does not say that the run's
@@ -696,6 +717,8 @@ class Worker:
                     f"A run_code program has at most {self.boot.max_memory_mb:g}MB of memory"
                     " for each of its processes: this allocation did not fit."
                 )
+        if type(exc) is NameError:
+            self.explain_declared_name(exc)
         # Lone surrogates (``chr(0xD800)`` in a message) replaced as in captured output: the
         # frame could not be encoded with them.
         bindings = {

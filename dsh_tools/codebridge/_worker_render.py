@@ -186,6 +186,102 @@ def _binding_access(
     return node.value.id, name
 
 
+def _failed_span(
+    exc: BaseException, *, skip: str | None = None
+) -> tuple[types.TracebackType, ast.expr] | None:
+    """The last traceback entry of ``exc`` in the program's file (not counting frames of code
+    named ``skip``) and the expression it failed on, the span the traceback marks (over as
+    many lines as it takes: a call written one argument a line), parsed; ``None`` when there
+    is none."""
+    tb = exc.__traceback__
+    last: types.TracebackType | None = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == FILENAME and code.co_name != skip:
+            last = tb
+        tb = tb.tb_next
+    if last is None or last.tb_lasti < 0:
+        return None
+    code = last.tb_frame.f_code
+    line, end_line, start, end = next(
+        itertools.islice(code.co_positions(), last.tb_lasti // 2, None), (None, None, None, None)
+    )
+    if line is None or end_line is None or start is None or end is None:
+        return None
+    # The columns are offsets in the UTF-8 bytes of the first and the last line.
+    lines = [
+        linecache.getline(FILENAME, number).encode("utf-8") for number in range(line, end_line + 1)
+    ]
+    lines[-1] = lines[-1][:end]
+    lines[0] = lines[0][start:]
+    return last, ast.parse(b"".join(lines).decode("utf-8"), mode="eval").body
+
+
+def _callee_name(node: ast.Call) -> str | None:
+    """The name a call calls: ``gather`` of ``asyncio.gather(...)`` and of ``gather(...)``."""
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+_GATHER_NOTE: Final = (
+    "asyncio.gather() takes the calls as separate arguments: write asyncio.gather(*calls),"
+    " not asyncio.gather(calls)"
+)
+
+
+_YIELD_IN_TASK: Final = "yield was used instead of yield from"
+
+
+def _explain_gather_of_one_collection(exc: BaseException) -> None:
+    """Add ``_GATHER_NOTE`` to ``exc`` if it is what ``asyncio.gather`` given one collection
+    of calls raised: a list's "unhashable type: 'list'" from inside asyncio, or, for a
+    generator expression, which asyncio takes for an old-style coroutine and runs as a task,
+    "yield was used instead of yield from" from the expression's frame (with a repr of the
+    task naming asyncio's file on the host). Neither says what the call lacked."""
+    if type(exc) not in (TypeError, RuntimeError):
+        return
+    with contextlib.suppress(Exception):
+        failed = _failed_span(exc, skip="<genexpr>")
+        if failed is None:
+            return
+        node = failed[1]
+        if isinstance(node, ast.Await):
+            node = node.value
+        if (
+            isinstance(node, ast.Call)
+            and _callee_name(node) == "gather"
+            and len(node.args) == 1
+            and not isinstance(node.args[0], ast.Starred)
+            and isinstance(node.args[0], (ast.List, ast.ListComp, ast.GeneratorExp, ast.Name))
+            and _GATHER_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            if type(exc) is RuntimeError and str(exc).startswith(_YIELD_IN_TASK):
+                # asyncio's text goes on with the task's repr, which names its own file on
+                # the host; what the task ran is said here instead.
+                exc.args = (f"{_YIELD_IN_TASK} in the generator expression gather ran as a task",)
+            exc.add_note(_GATHER_NOTE)
+
+
+def _explain_key_as_attribute(exc: BaseException) -> None:
+    """Add a note to ``exc`` if it is a dict's ``AttributeError`` for one of its keys
+    (``user.name``): the declarations show a tool's result as a ``TypedDict`` class, whose
+    fields a model reads as attributes, and Python's text does not say the key is there."""
+    if type(exc) is not AttributeError:
+        return
+    with contextlib.suppress(Exception):
+        mapping = exc.obj
+        name = exc.name
+        if type(mapping) is dict and type(name) is str and name in mapping:
+            note = (
+                f"{name} is a key of this dict (tool results are dicts):"
+                f" write [{name!r}], not .{name}"
+            )
+            if note not in (getattr(exc, "__notes__", None) or ()):
+                exc.add_note(note)
+
+
 def _uncalled_binding(
     exc: BaseException, bindings: Mapping[str, Collection[str]]
 ) -> tuple[str, str] | None:
@@ -197,37 +293,17 @@ def _uncalled_binding(
     span its traceback marks."""
     if not bindings or type(exc) not in (TypeError, AttributeError):
         return None
-    tb = exc.__traceback__
-    last: types.TracebackType | None = None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == FILENAME:
-            last = tb
-        tb = tb.tb_next
-    if last is None or last.tb_lasti < 0:
+    failed = _failed_span(exc)
+    if failed is None:
         return None
-    code = last.tb_frame.f_code
-    line, end_line, start, end = next(
-        itertools.islice(code.co_positions(), last.tb_lasti // 2, None), (None, None, None, None)
-    )
-    if line is None or line != end_line or start is None or end is None:
-        return None
-    source = linecache.getline(FILENAME, line).encode("utf-8")[start:end]
-    node = ast.parse(source.decode("utf-8"), mode="eval").body
+    last, node = failed
     if isinstance(node, ast.Await):
         if last.tb_next is None:  # Python's refusal, raised in the program's own frame
             return _binding_access(node.value, bindings)
         node = node.value  # a coroutine of asyncio's, which failed as it was awaited
     if not isinstance(node, ast.Call):
         return None
-    taker = node.func
-    taker_name = (
-        taker.attr
-        if isinstance(taker, ast.Attribute)
-        else taker.id
-        if isinstance(taker, ast.Name)
-        else None
-    )
-    if taker_name not in _TAKERS_OF_AWAITABLES:
+    if _callee_name(node) not in _TAKERS_OF_AWAITABLES:
         return None
     arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
     called = {
@@ -434,6 +510,8 @@ def render_exception(
             _explain_manager(current, refusals)
             _explain_no_input(current)
             _explain_debugger(current)
+            _explain_gather_of_one_collection(current)
+            _explain_key_as_attribute(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
             if not _SUGGESTS_IN_TRACEBACK:

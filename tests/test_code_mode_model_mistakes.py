@@ -1,0 +1,147 @@
+"""Mistakes models make in Code Mode programs, run through a started tool system and its real
+sandboxed worker: what the failure tells the model beyond Python's own text, so that its next
+program is the right one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+from code_mode_support import failure_of, value_of
+
+from dsh_tools import ExecuteCall, ToolExecutionResult, ToolsConfig, ToolSystem, tool
+
+
+class User(msgspec.Struct):
+    id: int
+    name: str
+
+
+@tool(concurrency_safe=True)
+def get_user(user_id: int) -> User:
+    """Fetch a user record."""
+    return User(id=user_id, name=f"user{user_id}")
+
+
+@pytest.fixture(scope="module")
+def system() -> Iterator[ToolSystem]:
+    with ToolSystem.start(ToolsConfig(mode="code")) as started:
+        started.tools.register(get_user)
+        yield started
+
+
+def run_code(system: ToolSystem, code: str) -> ToolExecutionResult:
+    return system.execute(
+        ExecuteCall(
+            call_id="c1", name="run_code", arguments={"code": code, "description": "Run it"}
+        )
+    )
+
+
+def failure_text(system: ToolSystem, code: str) -> str:
+    """The failure's message, without the output it captured."""
+    return failure_of(run_code(system, code)).message.split("\nCaptured output:\n")[0]
+
+
+# --- the declarations' types are not the program's names ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["User", "GetUserArgs", "GetUserOutput", "JsonValue"])
+def test_a_declared_type_in_an_annotation_says_the_program_does_not_define_it(
+    system: ToolSystem, name: str
+) -> None:
+    # The system prompt declares these types, so a model annotates a helper with them; the
+    # program then failed with a bare "name 'User' is not defined", which the model could not
+    # square with the declarations it was shown.
+    program = f'def name_of(user: {name}) -> str:\n    return user["name"]\nreturn 1'
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 1, in <module>' in message
+    assert message.endswith(
+        f"NameError: name '{name}' is not defined\n{name} is a type of the tool declarations,"
+        " which are for reading: a program does not define it. Write the annotation as a"
+        f' string ("{name}") or leave it out.'
+    )
+
+
+def test_an_undeclared_missing_name_gets_no_word_on_the_declarations(system: ToolSystem) -> None:
+    message = failure_text(system, "return Customer")
+    assert message.endswith("NameError: name 'Customer' is not defined")
+
+
+def test_the_declarations_are_not_asked_for_by_a_run_that_succeeds_with_annotations(
+    system: ToolSystem,
+) -> None:
+    program = (
+        'def name_of(user: "User") -> str:\n    return user["name"]\n'
+        'return name_of(await tools.get_user({"user_id": 3}))'
+    )
+    assert value_of(run_code(system, program))["result"] == "user3"
+
+
+# --- asyncio.gather takes its calls one by one ----------------------------------------------------
+
+
+_GATHER_NOTE = (
+    "\nasyncio.gather() takes the calls as separate arguments: write"
+    " asyncio.gather(*calls), not asyncio.gather(calls)"
+)
+
+
+@pytest.mark.parametrize(
+    "gather",
+    [
+        'asyncio.gather([tools.get_user({"user_id": j}) for j in (1, 2)])',
+        'asyncio.gather(\n    [\n        tools.get_user({"user_id": 1}),\n    ]\n)',
+        "asyncio.gather(calls, return_exceptions=True)",
+    ],
+)
+def test_gather_given_a_list_of_calls_says_to_unpack_it(system: ToolSystem, gather: str) -> None:
+    # Python's own text was "unhashable type: 'list'" from inside asyncio, naming neither the
+    # list nor the star it lacked.
+    program = f'calls = [tools.get_user({{"user_id": 3}})]\nusers = await {gather}\nreturn users'
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 2, in <module>' in message
+    assert message.endswith("TypeError: unhashable type: 'list'" + _GATHER_NOTE)
+
+
+def test_gather_given_a_generator_of_calls_says_to_unpack_it(system: ToolSystem) -> None:
+    # asyncio ran the generator expression as an old-style coroutine, and its text named the
+    # task by a repr holding asyncio's file on the host.
+    calls = '(tools.get_user({"user_id": j}) for j in (1, 2))'
+    message = failure_text(system, f"users = await asyncio.gather({calls})\nreturn users")
+    assert '  File "<run_code>", line 1, in <module>' in message
+    assert "tasks.py" not in message
+    assert message.endswith(
+        "RuntimeError: yield was used instead of yield from in the generator expression gather"
+        " ran as a task" + _GATHER_NOTE
+    )
+
+
+def test_gather_given_the_calls_unpacked_returns_their_values(system: ToolSystem) -> None:
+    program = (
+        'users = await asyncio.gather(*[tools.get_user({"user_id": j}) for j in (1, 2)])\n'
+        'return [user["name"] for user in users]'
+    )
+    assert value_of(run_code(system, program))["result"] == ["user1", "user2"]
+
+
+# --- a tool's result is a dict --------------------------------------------------------------------
+
+
+def test_an_attribute_of_a_results_key_says_to_index_it(system: ToolSystem) -> None:
+    # The declarations show a result as ``class User(TypedDict)``, so a model reads its fields
+    # as attributes; Python's "'dict' object has no attribute 'name'" left the fix to a guess.
+    program = 'user = await tools.get_user({"user_id": 1})\nreturn user.name'
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 2, in <module>' in message
+    assert message.endswith(
+        "AttributeError: 'dict' object has no attribute 'name'\n"
+        "name is a key of this dict (tool results are dicts): write ['name'], not .name"
+    )
+
+
+def test_an_attribute_that_is_no_key_gets_no_word_on_keys(system: ToolSystem) -> None:
+    program = 'user = await tools.get_user({"user_id": 1})\nreturn user.email'
+    message = failure_text(system, program)
+    assert message.endswith("AttributeError: 'dict' object has no attribute 'email'")
