@@ -5,6 +5,7 @@ program is the right one."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -145,3 +146,25 @@ def test_an_attribute_that_is_no_key_gets_no_word_on_keys(system: ToolSystem) ->
     program = 'user = await tools.get_user({"user_id": 1})\nreturn user.email'
     message = failure_text(system, program)
     assert message.endswith("AttributeError: 'dict' object has no attribute 'email'")
+
+
+# --- files outside the sandbox's grants ----------------------------------------------------------
+
+
+def test_reading_a_file_the_sandbox_does_not_grant_says_what_it_may_read(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    # The host may read the file; the program was told only "Permission denied", as if the
+    # file itself were protected, and could not tell that the tools are the way to it.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    for program in (f"return open({str(notes)!r}).read()", f"return os.listdir({str(tmp_path)!r})"):
+        message = failure_text(system, f"import os\n{program}")
+        assert '  File "<run_code>", line 2, in <module>' in message
+        assert message.endswith(
+            "PermissionError: [Errno 13] Permission denied: "
+            + repr(str(notes if "open" in program else tmp_path))
+            + "\nThe sandbox lets a run_code program read only the Python installation, system"
+            " directories, its working directory and the paths the harness grants: reach"
+            " other files through the tools."
+        )

@@ -72,6 +72,11 @@ _MANAGER_NOTE: Final = (
     " Threads (queue.Queue, threading locks, asyncio.to_thread) and a process of the"
     ' "fork" start method talking over a multiprocessing.Pipe() work.'
 )
+_UNGRANTED_NOTE: Final = (
+    "The sandbox lets a run_code program read only the Python installation, system"
+    " directories, its working directory and the paths the harness grants: reach other files"
+    " through the tools."
+)
 _NO_INPUT_NOTE: Final = (
     "A run_code program has no standard input: input() and sys.stdin read end of file at once."
     " Put what it needs in the program itself, or get it through the tools."
@@ -101,6 +106,10 @@ SANDBOX_REFUSALS: Final[tuple[Refusal, ...]] = (
     # a lookup's error has a negative number.
     (socket.EAI_AGAIN, "", _NETWORK_NOTE),
     (socket.EAI_NONAME, "", _NETWORK_NOTE),
+    # ``[Errno 13] Permission denied``: opening or listing a path the sandbox does not grant,
+    # which the host itself may read; the bare text reads as the file's own protection.
+    # (A write there is ``[Errno 30] Read-only file system``, which says enough.)
+    (errno.EACCES, "", _UNGRANTED_NOTE),
 )
 """What a sandboxed worker explains (a worker outside the sandbox may meet the same errors
 for other reasons, and explains none)."""
