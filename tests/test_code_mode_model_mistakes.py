@@ -168,3 +168,36 @@ def test_reading_a_file_the_sandbox_does_not_grant_says_what_it_may_read(
             " directories, its working directory and the paths the harness grants: reach"
             " other files through the tools."
         )
+
+
+# --- the predefined asyncio ----------------------------------------------------------------------
+
+
+def test_asyncio_imported_below_its_first_use_says_to_import_it_at_the_top(
+    system: ToolSystem,
+) -> None:
+    # ``asyncio`` is predefined, yet its import further down made the name the program's own
+    # variable from the first line on (the program is a function body), and the model read
+    # only that a local variable had no value.
+    program = (
+        'users = await asyncio.gather(tools.get_user({"user_id": 1}))\n'
+        "import asyncio\n"
+        "return len(users)"
+    )
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 1, in <module>' in message
+    assert message.endswith(
+        "UnboundLocalError: cannot access local variable 'asyncio' where it is not associated"
+        " with a value\nasyncio is predefined, but the program imports or assigns it further"
+        " down, which makes the name the program's own from its first line on: import it at"
+        " the top, or not at all."
+    )
+
+
+def test_asyncio_imported_at_the_top_works(system: ToolSystem) -> None:
+    program = (
+        "import asyncio\n"
+        'users = await asyncio.gather(tools.get_user({"user_id": 1}))\n'
+        "return len(users)"
+    )
+    assert value_of(run_code(system, program))["result"] == 1

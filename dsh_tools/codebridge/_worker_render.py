@@ -22,7 +22,7 @@ import types
 from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
-from ._program import FILENAME
+from ._program import FILENAME, FUNCTION_NAME
 from ._worker_api import access_expression
 
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
@@ -291,6 +291,37 @@ def _explain_key_as_attribute(exc: BaseException) -> None:
                 exc.add_note(note)
 
 
+_UNBOUND_ASYNCIO: Final = (
+    "cannot access local variable 'asyncio' where it is not associated with a value"
+)
+_UNBOUND_ASYNCIO_NOTE: Final = (
+    "asyncio is predefined, but the program imports or assigns it further down, which makes"
+    " the name the program's own from its first line on: import it at the top, or not at all."
+)
+
+
+def _explain_asyncio_imported_late(exc: BaseException) -> None:
+    """Add ``_UNBOUND_ASYNCIO_NOTE`` to ``exc`` if it is the program's own frame reading the
+    predefined ``asyncio`` before the program's own ``import asyncio`` further down: the
+    program is a function body, so that import makes the name local throughout (unlike
+    ``tools``, which is declared ``global`` when assigned, at the cost of a second compile
+    that every program importing ``asyncio`` would pay: most import it first, and work)."""
+    if type(exc) is not UnboundLocalError or exc.args != (_UNBOUND_ASYNCIO,):
+        return
+    with contextlib.suppress(Exception):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code if tb is not None else None
+        if (
+            code is not None
+            and code.co_filename == FILENAME
+            and code.co_name == FUNCTION_NAME
+            and _UNBOUND_ASYNCIO_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            exc.add_note(_UNBOUND_ASYNCIO_NOTE)
+
+
 def _uncalled_binding(
     exc: BaseException, bindings: Mapping[str, Collection[str]]
 ) -> tuple[str, str] | None:
@@ -521,6 +552,7 @@ def render_exception(
             _explain_debugger(current)
             _explain_gather_of_one_collection(current)
             _explain_key_as_attribute(current)
+            _explain_asyncio_imported_late(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
