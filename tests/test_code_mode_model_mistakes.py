@@ -201,3 +201,37 @@ def test_asyncio_imported_at_the_top_works(system: ToolSystem) -> None:
         "return len(users)"
     )
     assert value_of(run_code(system, program))["result"] == 1
+
+
+# --- help() and the declarations as code ---------------------------------------------------------
+
+
+def test_help_without_an_argument_says_what_to_ask_help_about(system: ToolSystem) -> None:
+    # Python's interactive help printed its welcome, read end of file at its prompt and
+    # printed its farewell: some thirty lines that say nothing of the tools.
+    logs = value_of(run_code(system, "help()"))["logs"]
+    assert logs == [
+        "help() has no prompt in a run_code program (it has no standard input): ask about"
+        " something, help(tools) for every tool's declarations, help(tools.name) for one"
+        " tool's, help(len) for anything else."
+    ]
+
+
+def test_a_copied_declaration_says_its_closed_and_extra_items_are_for_reading(
+    system: ToolSystem,
+) -> None:
+    # A model that copies a declaration into its program met a TypedDict that takes neither
+    # keyword, told only that ``_TypedDictMeta.__new__()`` got an unexpected one.
+    program = (
+        "from typing import TypedDict\n"
+        "class GetUserArgs(TypedDict, closed=True):\n"
+        "    user_id: int\n"
+        "return await tools.get_user(GetUserArgs(user_id=1))"
+    )
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 2, in <module>' in message
+    assert message.endswith(
+        "\nclosed= and extra_items= tell the reader of the tool declarations which keys a"
+        " dict may have; this Python's TypedDict takes neither: leave them out (tool"
+        " arguments and results are plain dicts, which need no class)."
+    )

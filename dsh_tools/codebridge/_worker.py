@@ -154,6 +154,11 @@ _BINDING_DOC: Final = (
     "A binding: await it with one dict of arguments for its value; help() on it shows its"
     " description and parameters."
 )
+_HELP_WITHOUT_ARGUMENT: Final = (
+    "help() has no prompt in a run_code program (it has no standard input): ask about"
+    " something, help(tools) for every tool's declarations, help(tools.name) for one tool's,"
+    " help(len) for anything else."
+)
 _HELP_IN_PROGRAM: Final = (
     "call it in the program itself, outside any thread, for the description the tools have"
 )
@@ -455,6 +460,11 @@ class Worker:
         types, as the SDK declares them). Anything else goes to Python's own, ``print`` and
         ``help`` themselves as the builtins they stand in for (not the worker's methods, whose
         text would name the worker's module and class)."""
+        if not args and not kwargs:
+            # Python's interactive help: thirty lines of welcome and farewell around a prompt
+            # that reads end of file at once.
+            self.emit(_HELP_WITHOUT_ARGUMENT)
+            return
         about = self.binding_of(args[0]) if len(args) == 1 and not kwargs else None
         if about is None and len(args) == 1 and not kwargs and type(args[0]) is CallHandle:
             # Python's own would describe the worker's handle class, internals and all.

@@ -322,6 +322,29 @@ def _explain_asyncio_imported_late(exc: BaseException) -> None:
             exc.add_note(_UNBOUND_ASYNCIO_NOTE)
 
 
+_READING_KEYWORDS_NOTE: Final = (
+    "closed= and extra_items= tell the reader of the tool declarations which keys a dict may"
+    " have; this Python's TypedDict takes neither: leave them out (tool arguments and results"
+    " are plain dicts, which need no class)."
+)
+
+
+def _explain_declaration_keywords(exc: BaseException) -> None:
+    """Add ``_READING_KEYWORDS_NOTE`` to ``exc`` if it is a ``TypedDict`` refusing the
+    ``closed=`` or ``extra_items=`` of the declarations (PEP 728), which a model copied into its
+    program: Python's text names only the keyword and ``_TypedDictMeta``."""
+    if type(exc) is not TypeError:
+        return
+    with contextlib.suppress(Exception):
+        text = str(exc)
+        if (
+            "TypedDict" in text
+            and ("'closed'" in text or "'extra_items'" in text)
+            and _READING_KEYWORDS_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            exc.add_note(_READING_KEYWORDS_NOTE)
+
+
 def _uncalled_binding(
     exc: BaseException, bindings: Mapping[str, Collection[str]]
 ) -> tuple[str, str] | None:
@@ -553,6 +576,7 @@ def render_exception(
             _explain_gather_of_one_collection(current)
             _explain_key_as_attribute(current)
             _explain_asyncio_imported_late(current)
+            _explain_declaration_keywords(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
