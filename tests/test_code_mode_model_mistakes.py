@@ -235,3 +235,39 @@ def test_a_copied_declaration_says_its_closed_and_extra_items_are_for_reading(
         " dict may have; this Python's TypedDict takes neither: leave them out (tool"
         " arguments and results are plain dicts, which need no class)."
     )
+
+
+# --- a program sent as it would be shown ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("fence", ["```python", "```", "  ```py"])
+def test_a_program_in_a_markdown_fence_says_to_leave_the_fence_out(
+    system: ToolSystem, fence: str
+) -> None:
+    # The model sent the program as it would show it in a message; the failure was a bare
+    # "invalid syntax" under the fence.
+    message = failure_text(system, f"{fence}\nreturn 1\n```")
+    assert message.startswith('code run failed (exception):   File "<run_code>", line 1\n')
+    assert message.endswith(
+        "SyntaxError: invalid syntax\nThe program is Python source, not Markdown: send it"
+        " without the ``` lines around it."
+    )
+
+
+def test_a_program_escaped_twice_says_to_send_real_line_breaks(system: ToolSystem) -> None:
+    # Its line breaks arrived as a backslash and an "n": Python saw one line with a line
+    # continuation character in the middle.
+    program = 'user = await tools.get_user({"user_id": 1})\\nreturn user["name"]'
+    message = failure_text(system, program)
+    assert message.endswith(
+        "SyntaxError: unexpected character after line continuation character\nThe program"
+        ' holds a backslash and an "n" where its lines should break (it was escaped twice):'
+        " send it with real line breaks."
+    )
+
+
+def test_a_backslash_n_in_a_string_of_a_real_syntax_error_gets_no_word_on_escaping(
+    system: ToolSystem,
+) -> None:
+    message = failure_text(system, 'print("a\\nb")\nreturn (')
+    assert message.endswith("SyntaxError: '(' was never closed")

@@ -95,7 +95,33 @@ def _format_syntax_error(error: BaseException, source: str) -> str:
             lines = source_lines(source)  # only a failure needs them
             if 0 < lineno <= len(lines):
                 error.text = lines[lineno - 1]
-    return "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
+    text = "".join(traceback.format_exception_only(type(error), error)).rstrip("\n")
+    note = _sent_as_shown(error, source)
+    return text if note is None else f"{text}\n{note}"
+
+
+_FENCE_NOTE: Final = (
+    "The program is Python source, not Markdown: send it without the ``` lines around it."
+)
+_ESCAPED_NOTE: Final = (
+    'The program holds a backslash and an "n" where its lines should break (it was escaped'
+    " twice): send it with real line breaks."
+)
+_CONTINUATION: Final = "unexpected character after line continuation character"
+
+
+def _sent_as_shown(error: BaseException, source: str) -> str | None:
+    """A note for a syntax error that comes of how the program was sent rather than of its
+    Python: in a Markdown fence (its first line ```` ``` ````), or escaped twice, so that its
+    line breaks are a backslash and an ``n`` on one line. Python's own text ("invalid
+    syntax" under the fence, a "line continuation character") says neither."""
+    if not isinstance(error, SyntaxError):
+        return None
+    if source.lstrip().startswith("```") and (error.text or "").lstrip().startswith("```"):
+        return _FENCE_NOTE
+    if error.msg == _CONTINUATION and "\\n" in source and "\n" not in source.strip():
+        return _ESCAPED_NOTE
+    return None
 
 
 def _own_nodes(body: list[ast.stmt]) -> list[ast.AST]:
