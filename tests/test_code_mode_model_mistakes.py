@@ -22,6 +22,8 @@ class User(msgspec.Struct):
 @tool(concurrency_safe=True)
 def get_user(user_id: int) -> User:
     """Fetch a user record."""
+    if user_id == 404:
+        raise LookupError("no user 404")
     return User(id=user_id, name=f"user{user_id}")
 
 
@@ -271,3 +273,36 @@ def test_a_backslash_n_in_a_string_of_a_real_syntax_error_gets_no_word_on_escapi
 ) -> None:
     message = failure_text(system, 'print("a\\nb")\nreturn (')
     assert message.endswith("SyntaxError: '(' was never closed")
+
+
+# --- a failed call's error used as its value ------------------------------------------------------
+
+
+@pytest.mark.parametrize("use", ['user["name"]', "user.get('name')"])
+def test_a_failed_calls_error_used_as_its_value_names_the_call_and_the_check(
+    system: ToolSystem, use: str
+) -> None:
+    # ``return_exceptions=True`` put the failed call's ToolCallError among the values, and the
+    # program read it as one: Python said only that a ToolCallError has no such item or
+    # attribute, not which call failed nor why.
+    program = (
+        "users = await asyncio.gather(\n"
+        '    *[tools.get_user({"user_id": j}) for j in (1, 404)], return_exceptions=True\n'
+        ")\n"
+        f"return [{use} for user in users]"
+    )
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 4, in <listcomp>' in message
+    assert message.endswith(
+        "\nuser is the ToolCallError of a failed call (tools.get_user: no user 404), which"
+        " asyncio.gather(..., return_exceptions=True) puts where its value would be: check"
+        " isinstance(user, ToolCallError) before using user."
+    )
+
+
+def test_an_attribute_a_caught_error_lacks_gets_no_word_on_values(system: ToolSystem) -> None:
+    program = (
+        'try:\n    await tools.get_user({"user_id": 404})\nexcept ToolCallError as e:\n    e.code'
+    )
+    message = failure_text(system, program)
+    assert message.endswith("AttributeError: 'ToolCallError' object has no attribute 'code'")

@@ -345,6 +345,61 @@ def _explain_declaration_keywords(exc: BaseException) -> None:
             exc.add_note(_READING_KEYWORDS_NOTE)
 
 
+_MOST_HELD_CHARS: Final = 60
+"""How long an expression ``_explain_error_as_value`` names (else it says "it")."""
+_MOST_MESSAGE_CHARS: Final = 200
+"""How much of a failed call's message ``_explain_error_as_value`` repeats."""
+
+
+def _explain_error_as_value(
+    exc: BaseException, errors: Mapping[type, str], bindings: Mapping[str, Collection[str]]
+) -> None:
+    """Add a note to ``exc`` if the program used a failed call's error (an instance of a class
+    of ``errors``) as the call's value: ``asyncio.gather(..., return_exceptions=True)`` puts
+    it among the values, and a program that does not check reads it as one. Python's text
+    ("'ToolCallError' object is not subscriptable") names neither the call nor why it
+    failed. The error is the ``AttributeError``'s object, or the variable the failing
+    subscript reads in the program's frame."""
+    if type(exc) not in (TypeError, AttributeError) or not errors:
+        return
+    with contextlib.suppress(Exception):
+        failed = _failed_span(exc)
+        if failed is None:
+            return
+        entry, node = failed
+        if isinstance(node, ast.Attribute) and type(exc) is AttributeError:
+            if not any(hasattr(kind, node.attr) for kind in (dict, list, str)):
+                return  # ``error.code``: read as the error it is, not as a value
+            error = exc.obj
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            frame = entry.tb_frame
+            name = node.value.id
+            error = frame.f_locals.get(name, frame.f_globals.get(name))
+        else:
+            return
+        attribute = errors.get(type(error))
+        tool = getattr(error, attribute, None) if attribute is not None else None
+        if type(tool) is not str:
+            return
+        call = tool
+        for global_name, names in bindings.items():
+            if tool in names:
+                call = access_expression(global_name, tool)
+                break
+        reason = str(error)
+        if len(reason) > _MOST_MESSAGE_CHARS:
+            reason = reason[:_MOST_MESSAGE_CHARS] + "..."
+        held = ast.unparse(node.value)  # ``user``, ``users[1]``
+        if len(held) > _MOST_HELD_CHARS:
+            held = "it"
+        kind = type(error).__name__
+        exc.add_note(
+            f"{held} is the {kind} of a failed call ({call}: {reason}), which"
+            " asyncio.gather(..., return_exceptions=True) puts where its value would be: check"
+            f" isinstance({held}, {kind}) before using {held}."
+        )
+
+
 def _uncalled_binding(
     exc: BaseException, bindings: Mapping[str, Collection[str]]
 ) -> tuple[str, str] | None:
@@ -579,6 +634,8 @@ def render_exception(
             _explain_declaration_keywords(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
+                if errors:
+                    _explain_error_as_value(current, errors, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
                 with contextlib.suppress(Exception):
                     _suggest_as_the_interpreter_does(current)
