@@ -306,3 +306,24 @@ def test_an_attribute_a_caught_error_lacks_gets_no_word_on_values(system: ToolSy
     )
     message = failure_text(system, program)
     assert message.endswith("AttributeError: 'ToolCallError' object has no attribute 'code'")
+
+
+# --- the environment -----------------------------------------------------------------------------
+
+
+def test_an_environment_variable_the_program_lacks_says_whose_the_environment_is(
+    system: ToolSystem,
+) -> None:
+    # A bare "KeyError: 'API_TOKEN'" reads as a variable someone forgot to set; the program's
+    # environment is empty but for what the harness passes.
+    message = failure_text(system, 'import os\ntoken = os.environ["API_TOKEN"]')
+    assert '  File "<run_code>", line 2, in <module>' in message
+    assert message.endswith(
+        "KeyError: 'API_TOKEN'\nA run_code program's environment holds only the variables the"
+        " harness passes it: get what it needs through the tools."
+    )
+
+
+def test_a_missing_key_of_a_dict_gets_no_word_on_the_environment(system: ToolSystem) -> None:
+    message = failure_text(system, 'settings = {}\ntoken = settings["API_TOKEN"]')
+    assert message.endswith("KeyError: 'API_TOKEN'")

@@ -345,6 +345,31 @@ def _explain_declaration_keywords(exc: BaseException) -> None:
             exc.add_note(_READING_KEYWORDS_NOTE)
 
 
+_NO_VARIABLE_NOTE: Final = (
+    "A run_code program's environment holds only the variables the harness passes it: get what"
+    " it needs through the tools."
+)
+
+
+def _explain_missing_variable(exc: BaseException) -> None:
+    """Add ``_NO_VARIABLE_NOTE`` to ``exc`` if it is ``os.environ[name]``'s ``KeyError``: the
+    worker's environment is empty but for what the harness passes, and the bare key reads as
+    a variable someone forgot to set."""
+    if type(exc) is not KeyError:
+        return
+    with contextlib.suppress(Exception):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if (
+            tb is not None
+            and tb.tb_frame.f_code is _ENVIRON_GETITEM
+            and _NO_VARIABLE_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            exc.add_note(_NO_VARIABLE_NOTE)
+
+
+_ENVIRON_GETITEM: Final = type(os.environ).__getitem__.__code__
 _MOST_HELD_CHARS: Final = 60
 """How long an expression ``_explain_error_as_value`` names (else it says "it")."""
 _MOST_MESSAGE_CHARS: Final = 200
@@ -632,6 +657,7 @@ def render_exception(
             _explain_key_as_attribute(current)
             _explain_asyncio_imported_late(current)
             _explain_declaration_keywords(current)
+            _explain_missing_variable(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
                 if errors:
