@@ -108,6 +108,21 @@ def test_gather_given_a_list_of_calls_says_to_unpack_it(system: ToolSystem, gath
     assert message.endswith("TypeError: unhashable type: 'list'" + _GATHER_NOTE)
 
 
+def test_gather_written_one_argument_a_line_names_the_binding_left_uncalled(
+    system: ToolSystem,
+) -> None:
+    # The note for a binding passed uncalled read the failing span from one line only, and a
+    # call written one argument a line (a model's habit) got asyncio's bare "An asyncio.Future,
+    # a coroutine or an awaitable is required".
+    program = "users = await asyncio.gather(\n    tools.get_user,\n    tools.get_user,\n)"
+    message = failure_text(system, program)
+    assert message.endswith(
+        "TypeError: An asyncio.Future, a coroutine or an awaitable is required\n"
+        "tools.get_user was not called: it is the binding, not a call of it; write"
+        " await tools.get_user({...}), its one dict of arguments in the braces"
+    )
+
+
 def test_gather_given_a_generator_of_calls_says_to_unpack_it(system: ToolSystem) -> None:
     # asyncio ran the generator expression as an old-style coroutine, and its text named the
     # task by a repr holding asyncio's file on the host.
