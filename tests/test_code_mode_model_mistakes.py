@@ -342,3 +342,17 @@ def test_an_environment_variable_the_program_lacks_says_whose_the_environment_is
 def test_a_missing_key_of_a_dict_gets_no_word_on_the_environment(system: ToolSystem) -> None:
     message = failure_text(system, 'settings = {}\ntoken = settings["API_TOKEN"]')
     assert message.endswith("KeyError: 'API_TOKEN'")
+
+
+# --- a pending call -------------------------------------------------------------------------------
+
+
+def test_a_pending_calls_attribute_suggests_no_private_name(system: ToolSystem) -> None:
+    # Python's suggestion from the call handle's own attributes followed the advice to await
+    # it: ". Did you mean: '_name'?", a private slot of the worker's that no program should use.
+    program = 'user = tools.get_user({"user_id": 1})\nreturn user.name'
+    message = failure_text(system, program)
+    assert message.endswith(
+        "AttributeError: tools.get_user(...) was not awaited: it is the pending call, not its"
+        " result; write (await tools.get_user(...)).name"
+    )

@@ -156,7 +156,10 @@ class CallHandle(asyncio.Future[Any]):
         # lookup never comes back here.
         if name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        raise AttributeError(self._unawaited("", f".{name}"))
+        # Without an ``obj`` the interpreter adds no suggestion of its own from this class's
+        # attributes, which would follow the advice to await with one of its private slots
+        # (". Did you mean: '_name'?" for ``.name``).
+        raise AttributeError(self._unawaited("", f".{name}"), name=name, obj=None)
 
     def __getitem__(self, key: Any) -> Any:
         raise TypeError(self._unawaited("", "[...]"))
