@@ -356,3 +356,20 @@ def test_a_pending_calls_attribute_suggests_no_private_name(system: ToolSystem) 
         "AttributeError: tools.get_user(...) was not awaited: it is the pending call, not its"
         " result; write (await tools.get_user(...)).name"
     )
+
+
+def test_the_result_of_a_pending_call_read_as_a_futures_says_to_await_it(
+    system: ToolSystem,
+) -> None:
+    # The handle is a future, so ``result()`` before it settled raised asyncio's bare
+    # "InvalidStateError: Result is not set.", which says nothing of awaiting.
+    program = (
+        'pending = [tools.get_user({"user_id": j}) for j in (1, 2)]\n'
+        'return [call.result()["name"] for call in pending]'
+    )
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 2, in <listcomp>' in message
+    assert message.endswith(
+        "asyncio.exceptions.InvalidStateError: Result is not set.\ntools.get_user(...) was not"
+        " awaited: it is the pending call, not its result; write (await tools.get_user(...))"
+    )

@@ -8,6 +8,7 @@ is reached (``_worker_api``).
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import errno
 import io
@@ -23,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 from ._program import FILENAME, FUNCTION_NAME
-from ._worker_api import access_expression
+from ._worker_api import CallHandle, access_expression
 
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
 
@@ -370,6 +371,35 @@ def _explain_missing_variable(exc: BaseException) -> None:
 
 
 _ENVIRON_GETITEM: Final = type(os.environ).__getitem__.__code__
+
+
+def _explain_pending_result(exc: BaseException) -> None:
+    """Add the handle's own advice to ``exc`` if it is ``result()`` (or ``exception()``) of a
+    call the program has not awaited (``[call.result() for call in pending]``, as with
+    ``concurrent.futures``): the handle is a future, whose ``InvalidStateError`` ("Result is
+    not set.") says nothing of awaiting. The handle is the variable the failing span reads in
+    the program's frame."""
+    if type(exc) is not asyncio.InvalidStateError:
+        return
+    with contextlib.suppress(Exception):
+        failed = _failed_span(exc)
+        if failed is None:
+            return
+        entry, node = failed
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("result", "exception")
+            and isinstance(node.func.value, ast.Name)
+        ):
+            return
+        frame = entry.tb_frame
+        name = node.func.value.id
+        handle = frame.f_locals.get(name, frame.f_globals.get(name))
+        if type(handle) is CallHandle:
+            exc.add_note(handle._unawaited("", ""))
+
+
 _MOST_HELD_CHARS: Final = 60
 """How long an expression ``_explain_error_as_value`` names (else it says "it")."""
 _MOST_MESSAGE_CHARS: Final = 200
@@ -658,6 +688,7 @@ def render_exception(
             _explain_asyncio_imported_late(current)
             _explain_declaration_keywords(current)
             _explain_missing_variable(current)
+            _explain_pending_result(current)
             if bindings:
                 _explain_uncalled_binding(current, bindings)
                 if errors:
