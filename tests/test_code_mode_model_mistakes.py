@@ -72,7 +72,7 @@ def test_an_undeclared_missing_name_gets_no_word_on_the_declarations(system: Too
     assert message.endswith("NameError: name 'Customer' is not defined")
 
 
-def test_the_declarations_are_not_asked_for_by_a_run_that_succeeds_with_annotations(
+def test_a_declared_type_written_as_a_string_annotation_works(
     system: ToolSystem,
 ) -> None:
     program = (
