@@ -373,3 +373,22 @@ def test_the_result_of_a_pending_call_read_as_a_futures_says_to_await_it(
         "asyncio.exceptions.InvalidStateError: Result is not set.\ntools.get_user(...) was not"
         " awaited: it is the pending call, not its result; write (await tools.get_user(...))"
     )
+
+
+def test_the_error_class_looked_up_in_the_namespace_says_it_is_a_global(
+    system: ToolSystem,
+) -> None:
+    # The declarations show ``ToolCallError`` beside ``Tools``, and a model looked it up there;
+    # "'tools' has no binding 'ToolCallError'" did not say where it is.
+    program = (
+        "try:\n"
+        '    await tools.get_user({"user_id": 404})\n'
+        "except tools.ToolCallError as error:\n"
+        "    print(error)"
+    )
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 3, in <module>' in message
+    assert message.endswith(
+        "AttributeError: 'tools' has no binding 'ToolCallError'\nToolCallError is predefined"
+        " on its own, not in tools: write ToolCallError, not tools.ToolCallError"
+    )

@@ -373,6 +373,28 @@ def _explain_missing_variable(exc: BaseException) -> None:
 _ENVIRON_GETITEM: Final = type(os.environ).__getitem__.__code__
 
 
+def _explain_error_class_as_binding(
+    exc: BaseException, errors: Mapping[type, str], bindings: Mapping[str, Collection[str]]
+) -> None:
+    """Add a note to ``exc`` if it is a binding namespace's refusal of the name of an error
+    class (``except tools.ToolCallError``): the declarations show the class beside ``Tools``,
+    and "'tools' has no binding 'ToolCallError'" does not say it is a global of its own."""
+    if type(exc) is not AttributeError:
+        return
+    with contextlib.suppress(Exception):
+        name = exc.name
+        if type(name) is not str or name not in {kind.__name__ for kind in errors}:
+            return
+        text = str(exc)
+        for global_name in bindings:
+            if text.startswith(f"{global_name!r} has no binding "):
+                exc.add_note(
+                    f"{name} is predefined on its own, not in {global_name}: write {name},"
+                    f" not {global_name}.{name}"
+                )
+                return
+
+
 def _explain_pending_result(exc: BaseException) -> None:
     """Add the handle's own advice to ``exc`` if it is ``result()`` (or ``exception()``) of a
     call the program has not awaited (``[call.result() for call in pending]``, as with
@@ -693,6 +715,7 @@ def render_exception(
                 _explain_uncalled_binding(current, bindings)
                 if errors:
                     _explain_error_as_value(current, errors, bindings)
+                    _explain_error_class_as_binding(current, errors, bindings)
             if not _SUGGESTS_IN_TRACEBACK:
                 with contextlib.suppress(Exception):
                     _suggest_as_the_interpreter_does(current)
