@@ -136,6 +136,16 @@ def test_gather_given_a_generator_of_calls_says_to_unpack_it(system: ToolSystem)
     )
 
 
+def test_gather_given_an_uncalled_function_gets_no_word_on_unpacking(system: ToolSystem) -> None:
+    program = (
+        "async def fetch():\n"
+        '    return await tools.get_user({"user_id": 1})\n'
+        "return await asyncio.gather(fetch)"
+    )
+    message = failure_text(system, program)
+    assert message.endswith("TypeError: An asyncio.Future, a coroutine or an awaitable is required")
+
+
 def test_gather_given_the_calls_unpacked_returns_their_values(system: ToolSystem) -> None:
     program = (
         'users = await asyncio.gather(*[tools.get_user({"user_id": j}) for j in (1, 2)])\n'

@@ -256,17 +256,23 @@ def _explain_gather_of_one_collection(exc: BaseException) -> None:
         failed = _failed_span(exc, skip="<genexpr>")
         if failed is None:
             return
-        node = failed[1]
+        entry, node = failed
         if isinstance(node, ast.Await):
             node = node.value
-        if (
-            isinstance(node, ast.Call)
-            and _callee_name(node) == "gather"
-            and len(node.args) == 1
-            and not isinstance(node.args[0], ast.Starred)
-            and isinstance(node.args[0], (ast.List, ast.ListComp, ast.GeneratorExp, ast.Name))
-            and _GATHER_NOTE not in (getattr(exc, "__notes__", None) or ())
-        ):
+        if not (isinstance(node, ast.Call) and _callee_name(node) == "gather"):
+            return
+        if len(node.args) != 1:
+            return
+        given = node.args[0]
+        if isinstance(given, ast.Name):
+            # ``asyncio.gather(calls)``: a collection only by its value (``gather(fetch)``,
+            # a function left uncalled, fails the same way for another reason).
+            frame = entry.tb_frame
+            value = frame.f_locals.get(given.id, frame.f_globals.get(given.id))
+            collection = isinstance(value, (list, tuple, set, types.GeneratorType))
+        else:
+            collection = isinstance(given, (ast.List, ast.ListComp, ast.GeneratorExp))
+        if collection and _GATHER_NOTE not in (getattr(exc, "__notes__", None) or ()):
             if type(exc) is RuntimeError and str(exc).startswith(_YIELD_IN_TASK):
                 # asyncio's text goes on with the task's repr, which names its own file on
                 # the host; what the task ran is said here instead.
