@@ -1,0 +1,329 @@
+"""Notes for mistakes models make in Code Mode programs that Python's own text leaves a guess:
+each ``explain_*`` adds one line to an uncaught exception, worked out only while the failure is
+rendered (nothing here runs on a program that works, nor on a tool call's way). This module
+imports only the standard library, the program's file and function names (``_program``) and
+how a binding is reached (``_worker_api``).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import itertools
+import linecache
+import os
+import types
+from collections.abc import Collection, Mapping
+from typing import Final
+
+from ._program import FILENAME, FUNCTION_NAME
+from ._worker_api import CallHandle, access_expression
+
+__all__ = ["callee_name", "explain_mistakes", "failed_span"]
+
+
+def explain_mistakes(
+    exc: BaseException,
+    bindings: Mapping[str, Collection[str]] | None,
+    errors: Mapping[type, str] | None,
+) -> None:
+    """Add to ``exc`` the note of each mistake below it is (``bindings``: binding names by
+    namespace; ``errors``: the failed calls' error classes, by the attribute that names their
+    binding)."""
+    _explain_gather_of_one_collection(exc)
+    _explain_key_as_attribute(exc)
+    _explain_asyncio_imported_late(exc)
+    _explain_declaration_keywords(exc)
+    _explain_missing_variable(exc)
+    _explain_pending_result(exc)
+    if bindings and errors:
+        _explain_error_as_value(exc, errors, bindings)
+        _explain_error_class_as_binding(exc, errors, bindings)
+
+
+def failed_span(
+    exc: BaseException, *, skip: str | None = None
+) -> tuple[types.TracebackType, ast.expr] | None:
+    """The last traceback entry of ``exc`` in the program's file (not counting frames of code
+    named ``skip``) and the expression it failed on, the span the traceback marks (over as
+    many lines as it takes: a call written one argument a line), parsed; ``None`` when there
+    is none."""
+    tb = exc.__traceback__
+    last: types.TracebackType | None = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == FILENAME and code.co_name != skip:
+            last = tb
+        tb = tb.tb_next
+    if last is None or last.tb_lasti < 0:
+        return None
+    code = last.tb_frame.f_code
+    line, end_line, start, end = next(
+        itertools.islice(code.co_positions(), last.tb_lasti // 2, None), (None, None, None, None)
+    )
+    if line is None or end_line is None or start is None or end is None:
+        return None
+    # The columns are offsets in the UTF-8 bytes of the first and the last line.
+    lines = [
+        linecache.getline(FILENAME, number).encode("utf-8") for number in range(line, end_line + 1)
+    ]
+    lines[-1] = lines[-1][:end]
+    lines[0] = lines[0][start:]
+    return last, ast.parse(b"".join(lines).decode("utf-8"), mode="eval").body
+
+
+def callee_name(node: ast.Call) -> str | None:
+    """The name a call calls: ``gather`` of ``asyncio.gather(...)`` and of ``gather(...)``."""
+    func = node.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else None
+
+
+_GATHER_NOTE: Final = (
+    "asyncio.gather() takes the calls as separate arguments: write asyncio.gather(*calls),"
+    " not asyncio.gather(calls)"
+)
+
+
+_YIELD_IN_TASK: Final = "yield was used instead of yield from"
+
+
+def _explain_gather_of_one_collection(exc: BaseException) -> None:
+    """Add ``_GATHER_NOTE`` to ``exc`` if it is what ``asyncio.gather`` given one collection
+    of calls raised: a list's "unhashable type: 'list'" from inside asyncio, or, for a
+    generator expression, which asyncio takes for an old-style coroutine and runs as a task,
+    "yield was used instead of yield from" from the expression's frame (with a repr of the
+    task naming asyncio's file on the host). Neither says what the call lacked."""
+    if type(exc) not in (TypeError, RuntimeError):
+        return
+    with contextlib.suppress(Exception):
+        failed = failed_span(exc, skip="<genexpr>")
+        if failed is None:
+            return
+        entry, node = failed
+        if isinstance(node, ast.Await):
+            node = node.value
+        if not (isinstance(node, ast.Call) and callee_name(node) == "gather"):
+            return
+        if len(node.args) != 1:
+            return
+        given = node.args[0]
+        if isinstance(given, ast.Name):
+            # ``asyncio.gather(calls)``: a collection only by its value (``gather(fetch)``,
+            # a function left uncalled, fails the same way for another reason).
+            frame = entry.tb_frame
+            value = frame.f_locals.get(given.id, frame.f_globals.get(given.id))
+            collection = isinstance(value, (list, tuple, set, types.GeneratorType))
+        else:
+            collection = isinstance(given, (ast.List, ast.ListComp, ast.GeneratorExp))
+        if collection and _GATHER_NOTE not in (getattr(exc, "__notes__", None) or ()):
+            if type(exc) is RuntimeError and str(exc).startswith(_YIELD_IN_TASK):
+                # asyncio's text goes on with the task's repr, which names its own file on
+                # the host; what the task ran is said here instead.
+                exc.args = (f"{_YIELD_IN_TASK} in the generator expression gather ran as a task",)
+            exc.add_note(_GATHER_NOTE)
+
+
+def _explain_key_as_attribute(exc: BaseException) -> None:
+    """Add a note to ``exc`` if it is a dict's ``AttributeError`` for one of its keys
+    (``user.name``): the declarations show a tool's result as a ``TypedDict`` class, whose
+    fields a model reads as attributes, and Python's text does not say the key is there."""
+    if type(exc) is not AttributeError:
+        return
+    with contextlib.suppress(Exception):
+        mapping = exc.obj
+        name = exc.name
+        if type(mapping) is dict and type(name) is str and name in mapping:
+            note = (
+                f"{name} is a key of this dict (tool results are dicts):"
+                f" write [{name!r}], not .{name}"
+            )
+            if note not in (getattr(exc, "__notes__", None) or ()):
+                exc.add_note(note)
+
+
+_UNBOUND_ASYNCIO: Final = (
+    "cannot access local variable 'asyncio' where it is not associated with a value"
+)
+_UNBOUND_ASYNCIO_NOTE: Final = (
+    "asyncio is predefined, but the program imports or assigns it further down, which makes"
+    " the name the program's own from its first line on: import it at the top, or not at all."
+)
+
+
+def _explain_asyncio_imported_late(exc: BaseException) -> None:
+    """Add ``_UNBOUND_ASYNCIO_NOTE`` to ``exc`` if it is the program's own frame reading the
+    predefined ``asyncio`` before the program's own ``import asyncio`` further down: the
+    program is a function body, so that import makes the name local throughout (unlike
+    ``tools``, which is declared ``global`` when assigned, at the cost of a second compile
+    that every program importing ``asyncio`` would pay: most import it first, and work)."""
+    if type(exc) is not UnboundLocalError or exc.args != (_UNBOUND_ASYNCIO,):
+        return
+    with contextlib.suppress(Exception):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code if tb is not None else None
+        if (
+            code is not None
+            and code.co_filename == FILENAME
+            and code.co_name == FUNCTION_NAME
+            and _UNBOUND_ASYNCIO_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            exc.add_note(_UNBOUND_ASYNCIO_NOTE)
+
+
+_READING_KEYWORDS_NOTE: Final = (
+    "closed= and extra_items= tell the reader of the tool declarations which keys a dict may"
+    " have; this Python's TypedDict takes neither: leave them out (tool arguments and results"
+    " are plain dicts, which need no class)."
+)
+
+
+def _explain_declaration_keywords(exc: BaseException) -> None:
+    """Add ``_READING_KEYWORDS_NOTE`` to ``exc`` if it is a ``TypedDict`` refusing the
+    ``closed=`` or ``extra_items=`` of the declarations (PEP 728), which a model copied into its
+    program: Python's text names only the keyword and ``_TypedDictMeta``."""
+    if type(exc) is not TypeError:
+        return
+    with contextlib.suppress(Exception):
+        text = str(exc)
+        if (
+            "TypedDict" in text
+            and ("'closed'" in text or "'extra_items'" in text)
+            and _READING_KEYWORDS_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            exc.add_note(_READING_KEYWORDS_NOTE)
+
+
+_NO_VARIABLE_NOTE: Final = (
+    "A run_code program's environment holds only the variables the harness passes it: get what"
+    " it needs through the tools."
+)
+
+
+def _explain_missing_variable(exc: BaseException) -> None:
+    """Add ``_NO_VARIABLE_NOTE`` to ``exc`` if it is ``os.environ[name]``'s ``KeyError``: the
+    worker's environment is empty but for what the harness passes, and the bare key reads as
+    a variable someone forgot to set."""
+    if type(exc) is not KeyError:
+        return
+    with contextlib.suppress(Exception):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if (
+            tb is not None
+            and tb.tb_frame.f_code is _ENVIRON_GETITEM
+            and _NO_VARIABLE_NOTE not in (getattr(exc, "__notes__", None) or ())
+        ):
+            exc.add_note(_NO_VARIABLE_NOTE)
+
+
+_ENVIRON_GETITEM: Final = type(os.environ).__getitem__.__code__
+
+
+def _explain_error_class_as_binding(
+    exc: BaseException, errors: Mapping[type, str], bindings: Mapping[str, Collection[str]]
+) -> None:
+    """Add a note to ``exc`` if it is a binding namespace's refusal of the name of an error
+    class (``except tools.ToolCallError``): the declarations show the class beside ``Tools``,
+    and "'tools' has no binding 'ToolCallError'" does not say it is a global of its own."""
+    if type(exc) is not AttributeError:
+        return
+    with contextlib.suppress(Exception):
+        name = exc.name
+        if type(name) is not str or name not in {kind.__name__ for kind in errors}:
+            return
+        text = str(exc)
+        for global_name in bindings:
+            if text.startswith(f"{global_name!r} has no binding "):
+                exc.add_note(
+                    f"{name} is predefined on its own, not in {global_name}: write {name},"
+                    f" not {global_name}.{name}"
+                )
+                return
+
+
+def _explain_pending_result(exc: BaseException) -> None:
+    """Add the handle's own advice to ``exc`` if it is ``result()`` (or ``exception()``) of a
+    call the program has not awaited (``[call.result() for call in pending]``, as with
+    ``concurrent.futures``): the handle is a future, whose ``InvalidStateError`` ("Result is
+    not set.") says nothing of awaiting. The handle is the variable the failing span reads in
+    the program's frame."""
+    if type(exc) is not asyncio.InvalidStateError:
+        return
+    with contextlib.suppress(Exception):
+        failed = failed_span(exc)
+        if failed is None:
+            return
+        entry, node = failed
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("result", "exception")
+            and isinstance(node.func.value, ast.Name)
+        ):
+            return
+        frame = entry.tb_frame
+        name = node.func.value.id
+        handle = frame.f_locals.get(name, frame.f_globals.get(name))
+        if type(handle) is CallHandle:
+            exc.add_note(handle._unawaited("", ""))
+
+
+_MOST_HELD_CHARS: Final = 60
+"""How long an expression ``_explain_error_as_value`` names (else it says "it")."""
+_MOST_MESSAGE_CHARS: Final = 200
+"""How much of a failed call's message ``_explain_error_as_value`` repeats."""
+
+
+def _explain_error_as_value(
+    exc: BaseException, errors: Mapping[type, str], bindings: Mapping[str, Collection[str]]
+) -> None:
+    """Add a note to ``exc`` if the program used a failed call's error (an instance of a class
+    of ``errors``) as the call's value: ``asyncio.gather(..., return_exceptions=True)`` puts
+    it among the values, and a program that does not check reads it as one. Python's text
+    ("'ToolCallError' object is not subscriptable") names neither the call nor why it
+    failed. The error is the ``AttributeError``'s object, or the variable the failing
+    subscript reads in the program's frame."""
+    if type(exc) not in (TypeError, AttributeError) or not errors:
+        return
+    with contextlib.suppress(Exception):
+        failed = failed_span(exc)
+        if failed is None:
+            return
+        entry, node = failed
+        if isinstance(node, ast.Attribute) and type(exc) is AttributeError:
+            if not any(hasattr(kind, node.attr) for kind in (dict, list, str)):
+                return  # ``error.code``: read as the error it is, not as a value
+            error = exc.obj
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            frame = entry.tb_frame
+            name = node.value.id
+            error = frame.f_locals.get(name, frame.f_globals.get(name))
+        else:
+            return
+        attribute = errors.get(type(error))
+        tool = getattr(error, attribute, None) if attribute is not None else None
+        if type(tool) is not str:
+            return
+        call = tool
+        for global_name, names in bindings.items():
+            if tool in names:
+                call = access_expression(global_name, tool)
+                break
+        reason = str(error)
+        if len(reason) > _MOST_MESSAGE_CHARS:
+            reason = reason[:_MOST_MESSAGE_CHARS] + "..."
+        held = ast.unparse(node.value)  # ``user``, ``users[1]``
+        if len(held) > _MOST_HELD_CHARS:
+            held = "it"
+        kind = type(error).__name__
+        exc.add_note(
+            f"{held} is the {kind} of a failed call ({call}: {reason}), which"
+            " asyncio.gather(..., return_exceptions=True) puts where its value would be: check"
+            f" isinstance({held}, {kind}) before using {held}."
+        )
