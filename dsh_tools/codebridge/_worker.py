@@ -702,7 +702,9 @@ class Worker:
         thread."""
         with contextlib.suppress(Exception):
             name = exc.name
-            if type(name) is not str or not name.isidentifier():
+            # The declarations name their types in PascalCase: a misspelt variable (most
+            # NameErrors) costs no request for them.
+            if type(name) is not str or not name.isidentifier() or not name[:1].isupper():
                 return
             heads = (f"class {name}(", f"class {name}:", f"{name} = ")
             for global_name in self.namespaces:
