@@ -10,6 +10,7 @@ import gc
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import dsh_tools._system as system_module
 import dsh_tools.pipeline._core as pipeline_core
 from dsh_tools import (
     AbortController,
+    AbortError,
     Accept,
     ExecuteBatch,
     ExecuteCall,
@@ -31,6 +33,7 @@ from dsh_tools import (
     ToolSystem,
     timeout_policy,
 )
+from dsh_tools.examples import bash_tool
 
 FOREVER = 3600.0  # a body sleeping this long finishes only if it is interrupted
 
@@ -1158,3 +1161,74 @@ def test_a_post_execute_hook_of_an_aborted_call_may_wait_briefly_and_keeps_its_c
         assert [c["content"][0]["text"] for c in result.additional_contexts] == ["noted"]
     finally:
         system.stop()
+
+
+def test_a_body_that_answers_its_abort_with_abort_error_keeps_the_reason(
+    system: ToolSystem,
+) -> None:
+    """A body that watches its signal and raises ``AbortError`` (as the shipped ``bash`` tool
+    does) settles ``ABORTED`` as it said; the harness still learns why the call was aborted."""
+    controller = AbortController()
+
+    def watching(args: Any, ctx: Any) -> Any:
+        controller.abort("user pressed stop")
+        if ctx.signal.aborted:
+            raise AbortError()
+        return [block("not reached")]
+
+    async def watching_async(args: Any, ctx: Any) -> Any:
+        controller.abort("user pressed stop")
+        await ctx.signal
+        raise AbortError()
+
+    system.tools.register(fixture("watching", watching))
+    system.tools.register(fixture("watching_async", watching_async))
+    for name in ("watching", "watching_async"):
+        controller = AbortController()
+        result = system.execute(
+            ExecuteCall(call_id=name, name=name, arguments={}, signal=controller.signal)
+        )
+        assert isinstance(result, ToolExecutionFailure)
+        assert text(result) == "Error: tool call aborted"  # the body's own error, unchanged
+        assert code_of(result) == "ABORTED"
+        assert result.abort_reason == "user pressed stop"
+        assert result.settled_with is None
+
+
+def test_a_body_raising_abort_error_unasked_has_no_abort_reason(system: ToolSystem) -> None:
+    def gives_up(args: Any, ctx: Any) -> Any:
+        raise AbortError()  # nothing aborted the call: there is no reason to report
+
+    system.tools.register(fixture("gives_up", gives_up))
+    result = system.execute(ExecuteCall(call_id="c1", name="gives_up", arguments={}))
+    assert isinstance(result, ToolExecutionFailure)
+    assert code_of(result) == "ABORTED"
+    assert result.abort_reason is None
+
+
+def test_the_bash_example_tool_stopped_mid_batch_reports_the_stop_reason(
+    system: ToolSystem, tmp_path: Path
+) -> None:
+    system.tools.register(bash_tool(tmp_path))
+    controller = AbortController()
+    marker = tmp_path / "started"
+
+    def stop_once_the_command_runs() -> None:
+        deadline = time.monotonic() + WAIT
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        controller.abort("user pressed stop")
+
+    stopper = threading.Thread(target=stop_once_the_command_runs)
+    stopper.start()
+    outcome = system.execute_batch(
+        ExecuteBatch(
+            calls=[ToolCall("b1", "bash", '{"command": "touch started; sleep 30"}')],
+            signal=controller.signal,
+        )
+    )
+    stopper.join()
+    result = outcome.results[0]
+    assert isinstance(result, ToolExecutionFailure)
+    assert code_of(result) == "ABORTED"
+    assert result.abort_reason == "user pressed stop"

@@ -131,7 +131,8 @@ class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
       block, a cancellation).
     - ``abort_reason``: for ``ABORTED`` / ``ABORTED_BEFORE_DISPATCH``, ``str()`` of the abort's
       reason (the signal's reason, ``"the awaiting task was cancelled"``, ``"the tool system is
-      stopping"``); ``None`` otherwise.
+      stopping"``), also when the body answered the abort with its own ``AbortError``; ``None``
+      otherwise (an ``AbortError`` raised while nothing aborted the call included).
     - ``settled_with``: for ``ABORTED``, what the body settled with when cancellation replaced
       it (a ``ToolExecutionSuccess`` whose value the model was not shown: a read that finished
       before the user pressed stop, say); ``None`` when the body ended by its cancellation.

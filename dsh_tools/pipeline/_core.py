@@ -19,6 +19,7 @@ from msgspec import UNSET
 
 from ..actors import (
     NEVER_ABORTED,
+    AbortError,
     AbortSignal,
     HarnessError,
     ToolExecutionFailure,
@@ -31,7 +32,7 @@ from ..registry._execution import Announced, CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
 from ._loop import running_loop
-from ._results import cancelled, failure_from_exception
+from ._results import cancelled, failure_from_exception, with_abort_reason
 from ._session import SessionLog
 
 __all__ = [
@@ -354,6 +355,14 @@ class PipelineCore:
             log.warning(f"{rec.stage} raised: {failure.error.message}", exc_info=exc, **fields)
         if rec.inline and isinstance(exc, KeyboardInterrupt | SystemExit):
             rec.reraise = exc
+        if isinstance(exc, AbortError):
+            # A body or hook that watched its signal and answered the abort with its own
+            # ``AbortError`` (the shipped ``bash`` tool does) keeps its error as the contract
+            # says, and the harness still learns why the call was aborted, as it does when the
+            # pipeline ends the call. Paid on this failure path only, never by a passing call.
+            reason = abort_reason(rec, rec.dispatch_signal)
+            if reason is not None:
+                return with_abort_reason(failure, reason)
         return failure
 
 

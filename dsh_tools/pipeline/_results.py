@@ -39,6 +39,7 @@ __all__ = [
     "materialize",
     "not_lossless_result",
     "stamped",
+    "with_abort_reason",
 ]
 
 
@@ -124,6 +125,11 @@ def cancelled(
 
 def _reason_text(reason: Any) -> str:
     return message_of(reason, "<unprintable abort reason>")
+
+
+def with_abort_reason(failure: ToolExecutionFailure, reason: Any) -> ToolExecutionFailure:
+    """``failure`` carrying ``str(reason)`` as its ``abort_reason`` (content and error kept)."""
+    return msgspec.structs.replace(failure, abort_reason=_reason_text(reason))
 
 
 def freeze_blocks(value: Any, root: str = "content") -> FrozenList:
