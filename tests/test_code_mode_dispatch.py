@@ -697,6 +697,36 @@ def test_a_raising_dispatch_log_listener_logs_the_unshaped_content_and_warns() -
     assert warnings[0]["tool"] == "echo"
 
 
+def test_a_sub_calls_log_lines_name_the_agent_of_its_run() -> None:
+    async def shaper(log: Any, next: Any) -> Any:
+        raise RuntimeError("shaper broke")
+
+    def broken(args: Any, ctx: Any) -> Any:
+        raise RuntimeError("the body broke")
+
+    async def program(p: FakeProgram) -> Any:
+        await p.attempt("broken", {})
+        return await p.call("echo", {"value": "x"})
+
+    broken_tool = define_tool(
+        name="broken",
+        description="Always breaks.",
+        parameters={},
+        output=ToolOutput({"type": "string"}, lambda a, v: [{"type": "text", "text": v}]),
+        execute=broken,
+    )
+    with code_system(FakeRuntime(program), tools=[echo_tool(), broken_tool]) as system:
+        system.tools.on_code_dispatch_log(shaper)
+        with capture_logs() as logs:
+            system.execute(run_code(agent="coder"))
+    warnings = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert {(w["call_id"], w["tool"]) for w in warnings} == {
+        ("call-1:code:1", "broken"),  # the body's failure, then the listener's, per sub-call
+        ("call-1:code:2", "echo"),
+    }
+    assert all(w["agent"] == "coder" for w in warnings), warnings
+
+
 # --- arguments -----------------------------------------------------------------------------------
 
 

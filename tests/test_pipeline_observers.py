@@ -170,3 +170,25 @@ def test_an_async_observer_still_pending_at_stop_is_cancelled_not_reported_as_fa
         gc.collect()
     assert logs.warnings == []
     assert "Task was destroyed but it is pending" not in caplog.text
+
+
+def test_a_calls_log_lines_name_its_agent(system: ToolSystem, logs: Logs) -> None:
+    """A harness running several agents tells from each log line which agent's call it is
+    about, as it tells the call and its run (``agent`` is None for a call without one)."""
+
+    def broken(args: Any, ctx: Any) -> Any:
+        raise RuntimeError("the body broke")
+
+    def broken_observer(exec: Any, result: Any) -> None:
+        raise RuntimeError("the observer broke")
+
+    system.tools.register(fixture("broken", broken))
+    system.tools.on_result(broken_observer)
+    system.execute(call("broken", call_id="p1", agent="planner"))
+    system.execute(call("broken", call_id="n1"))
+    logs.wait_for_warnings(4)
+    by_call = {(e["call_id"], e["stage"]): e for e in logs.entries}
+    assert by_call[("p1", "body")]["agent"] == "planner"
+    assert by_call[("p1", "observer")]["agent"] == "planner"
+    assert by_call[("n1", "body")]["agent"] is None
+    assert by_call[("n1", "observer")]["agent"] is None

@@ -531,6 +531,7 @@ class CodeRunBridgeActor:
                     f"{_failure_text(exc)}; logging the unshaped content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
+                    agent=self._agent,
                     token=_token_id(entry),
                     parent=self._outer.token.id,
                 )
@@ -541,7 +542,11 @@ class CodeRunBridgeActor:
                 content = await spill.bound(
                     content,
                     spill.dispatch_source(sub.name, sub.sub_call_id),
-                    {"token": _token_id(entry), "parent": self._outer.token.id},
+                    {
+                        "agent": self._agent,
+                        "token": _token_id(entry),
+                        "parent": self._outer.token.id,
+                    },
                 )
             except BaseException as exc:  # the store is user code; the settle event must land
                 _log.warning(
@@ -549,6 +554,7 @@ class CodeRunBridgeActor:
                     "logging the full content",
                     call_id=sub.sub_call_id,
                     tool=sub.name,
+                    agent=self._agent,
                     token=_token_id(entry),
                     parent=self._outer.token.id,
                 )

@@ -499,10 +499,12 @@ def cancel_from_any_thread(
 
 
 def log_fields(rec: CallRecord) -> dict[str, Any]:
-    """What every log line about a call carries (the token's id, never the token)."""
+    """What every log line about a call carries (the token's id, never the token), and the
+    agent whose call it is, so that a harness running several agents can tell them apart."""
     return {
         "call_id": rec.call_id,
         "tool": rec.name,
+        "agent": rec.agent,
         "token": rec.token.id,
         "parent": rec.parent.id if rec.parent is not None else None,
     }

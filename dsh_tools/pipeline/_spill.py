@@ -253,7 +253,9 @@ class SpillPolicy:
             return decision
         content = result.content if decision.content is UNSET else decision.content
         source = SpillSource(tool_name=exec.name, call_id=exec.call_id, label="result")
-        bounded = await self.bound(content, source, {"token": exec.token.id, "parent": None})
+        bounded = await self.bound(
+            content, source, {"agent": exec.agent, "token": exec.token.id, "parent": None}
+        )
         if bounded is content:
             return decision
         return Accept(content=bounded, additional_contexts=decision.additional_contexts)
