@@ -29,7 +29,8 @@ __all__ = ["SystemLoop"]
 _log = get_logger("dsh_tools.system")
 
 _BACKGROUND_GRACE_SECONDS = 1.0
-"""How long a stopping system waits for its cancelled background listeners to end."""
+"""How long a stopping system waits for its background listeners to finish on their own (an
+exporter shipping the last results), and then again for those it cancelled to end."""
 
 _REFUSAL_TURNS = 3
 """How many more turns an ended loop takes to fail work submitted as it stopped."""
@@ -91,9 +92,17 @@ class SystemLoop:
             self.loop.close()
 
     def _end_background(self) -> None:
-        """Cancel the listeners still awaited in the background (``background``) and give them
-        a moment to end, rather than drop their tasks unfinished with the loop."""
+        """Give the listeners still awaited in the background (``background``) a moment to
+        finish, then cancel those still running and give them a moment to end, rather than
+        drop their tasks unfinished with the loop. Costs a stop nothing when none is left."""
         tasks = [task for task in self._background if not task.done()]
+        if not tasks:
+            return
+        with contextlib.suppress(Exception):  # stopped again meanwhile: close as it stands
+            done, _ = self.loop.run_until_complete(
+                asyncio.wait(tasks, timeout=_BACKGROUND_GRACE_SECONDS)
+            )
+            tasks = [task for task in tasks if task not in done]
         if not tasks:
             return
         self._closing = True

@@ -172,6 +172,22 @@ def test_an_async_observer_still_pending_at_stop_is_cancelled_not_reported_as_fa
     assert "Task was destroyed but it is pending" not in caplog.text
 
 
+def test_an_async_observer_finishing_as_the_system_stops_is_let_finish() -> None:
+    """An exporter that ships the last results as the harness stops gets to ship them: a
+    stop waits a moment for observers still running before it cancels them."""
+    shipped: list[str] = []
+    with ToolSystem.start() as system:
+        system.tools.register(echo())
+
+        async def export(exec: Any, result: Any) -> None:
+            await asyncio.sleep(0.05)  # a round trip to the tracing backend
+            shipped.append(exec.call_id)
+
+        system.tools.on_result(export)
+        assert not system.execute(call(call_id="last")).is_error
+    assert shipped == ["last"]
+
+
 def test_a_calls_log_lines_name_its_agent(system: ToolSystem, logs: Logs) -> None:
     """A harness running several agents tells from each log line which agent's call it is
     about, as it tells the call and its run (``agent`` is None for a call without one)."""
