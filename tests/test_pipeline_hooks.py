@@ -905,6 +905,30 @@ def test_a_listener_that_cannot_take_its_arguments_is_refused_when_registered(
     assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
 
 
+async def _async_generator_hook(*args: Any) -> Any:
+    yield Allow()  # a slip: a generator never runs its body when called
+
+
+def _generator_hook(*args: Any) -> Any:
+    yield Allow()
+
+
+@pytest.mark.parametrize("hook", [_async_generator_hook, _generator_hook], ids=["async", "plain"])
+@pytest.mark.parametrize(
+    "register",
+    ["on_pre_execute", "on_execute", "on_post_execute", "on_result", "guard", "on_change"],
+)
+def test_a_generator_function_listener_is_refused_when_registered(
+    system: ToolSystem, register: str, hook: Any
+) -> None:
+    """Calling a generator function runs none of its body: as a hook it could only fail every
+    call, and as an observer it would never observe anything, silently."""
+    system.tools.register(echo())
+    with pytest.raises(TypeError, match=r"generator_hook is a generator function"):
+        getattr(system.tools, register)(hook)
+    assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
+
+
 def test_listeners_of_any_callable_shape_that_takes_the_arguments_are_accepted(
     system: ToolSystem,
 ) -> None:

@@ -457,6 +457,14 @@ def _callable(label: str, fn: object) -> None:
     it runs."""
     if not callable(fn):
         raise TypeError(f"{label} listener must be callable, got {type(fn).__name__}")
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        # Calling one runs none of its body: a hook would fail every call closed, an observer
+        # would silently observe nothing. (A stray ``yield`` is the usual cause.)
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise TypeError(
+            f"{label} listener {name} is a generator function (it contains yield), so calling "
+            "it runs none of its body: return (or await) its answer instead of yielding it"
+        )
     shape = _SHAPES[label]
     if not accepts_positional(fn, len(shape)):
         name = getattr(fn, "__qualname__", type(fn).__name__)
