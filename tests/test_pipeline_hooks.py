@@ -37,6 +37,7 @@ from dsh_tools import (
     ToolSystem,
     define_tool,
     event_loop,
+    timeout_policy,
 )
 
 
@@ -927,6 +928,21 @@ def test_a_generator_function_listener_is_refused_when_registered(
     with pytest.raises(TypeError, match=r"generator_hook is a generator function"):
         getattr(system.tools, register)(hook)
     assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
+
+
+@pytest.mark.parametrize("register", ["on_pre_execute", "on_result", "on_code_dispatch_log"])
+def test_the_timeout_policy_registered_as_another_kind_of_listener_is_refused(
+    system: ToolSystem, register: str
+) -> None:
+    """It takes (exec, next) as a pre-execute hook does, so only its kind tells them apart:
+    registered elsewhere it would fail every call (or every observation) with an
+    AttributeError that does not say what was wrong."""
+    system.tools.register(echo())
+    with pytest.raises(TypeError, match=r"an execute wrapper: register it with tools.on_execute"):
+        getattr(system.tools, register)(timeout_policy(default_ms=1000))
+    assert text(system.execute(call("echo", {"text": "hi"}))) == "hi"
+    system.tools.on_execute(timeout_policy(default_ms=1000))  # where it belongs
+    assert text(system.execute(call("echo", {"text": "hi"}, call_id="c2"))) == "hi"
 
 
 def test_listeners_of_any_callable_shape_that_takes_the_arguments_are_accepted(

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from ..actors import AbortController, ToolTimeoutError, any_signal
 from ..actors._config import finite_number, number_text
 from ..registry._execution import DispatchExecution
+from ..registry._handle import listener_of
 from ._loop import event_loop
 from ._results import failure_from_exception
 
@@ -90,4 +91,6 @@ def timeout_policy(
             return failure_from_exception(ToolTimeoutError(timeout_ms))
         return result
 
-    return enforce_timeout
+    # It takes (exec, next) as a pre-execute hook does: registered as one it would fail every
+    # call with an AttributeError, so registering it as anything but a wrapper is refused.
+    return listener_of("execute", enforce_timeout)

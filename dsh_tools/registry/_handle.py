@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import pykka
 
@@ -49,7 +49,7 @@ from ._registry_actor import RegistryActor
 from ._snapshot import STOPPED_TEXT, SnapshotCell, ToolEntry
 from ._tool_contract import _check_text, check_registration, classify, project_schema
 
-__all__ = ["Disposer", "ExecutionMode", "ToolsHandle"]
+__all__ = ["Disposer", "ExecutionMode", "ToolsHandle", "listener_of"]
 
 ExecutionMode = Literal["parallel", "exclusive"]
 
@@ -451,6 +451,22 @@ _SHAPES: dict[str, tuple[str, ...]] = {
 """The positional arguments the pipeline passes each kind of listener."""
 
 
+_KIND: Final = "__dsh_tools_listener_of__"
+"""The attribute that marks a listener the package makes for one kind only (``listener_of``)."""
+
+_REGISTERED_WITH = {"guard": "guard", **{kind: f"on_{kind}" for kind in _SHAPES if kind != "guard"}}
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def listener_of(kind: str, fn: _F) -> _F:
+    """Mark ``fn`` as a listener of ``kind`` only (a key of ``_SHAPES``): registering it as any
+    other kind is refused, however well its arguments fit (an execute wrapper takes
+    ``(exec, next)`` as a pre-execute hook does). Read at registration only."""
+    setattr(fn, _KIND, kind)
+    return fn
+
+
 def _callable(label: str, fn: object) -> None:
     """Refuse a listener that is not callable, or cannot take the arguments it will be given:
     when registered, rather than failing every call (or, for an observer, every warning) once
@@ -464,6 +480,14 @@ def _callable(label: str, fn: object) -> None:
         raise TypeError(
             f"{label} listener {name} is a generator function (it contains yield), so calling "
             "it runs none of its body: return (or await) its answer instead of yielding it"
+        )
+    kind = getattr(fn, _KIND, None)
+    if kind is not None and kind != label:
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        what = {"execute": "an execute wrapper"}.get(kind, f"a {kind} listener")
+        raise TypeError(
+            f"{name} is {what}: register it with tools.{_REGISTERED_WITH[kind]}(...), "
+            f"not as a {label} listener"
         )
     shape = _SHAPES[label]
     if not accepts_positional(fn, len(shape)):
