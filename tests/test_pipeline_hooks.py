@@ -16,6 +16,7 @@ from conftest import (
     changed_after,
     context,
     echo,
+    fixture,
     sources,
     text,
     value_of,
@@ -26,6 +27,7 @@ from dsh_tools import (
     Accept,
     Allow,
     Ask,
+    Block,
     Deny,
     FrozenList,
     HarnessError,
@@ -1093,3 +1095,55 @@ def test_a_pre_execute_hooks_context_reaches_the_body_under_execute_async(
     system.tools.on_pre_execute(pre)
     arun(system.execute_async(call(call_id="c1")))
     assert seen == ["c1"]
+
+
+def test_a_refused_call_says_which_stage_refused_it(system: ToolSystem) -> None:
+    """A tracer (or a harness's UI) learns from the result which policy stage refused a
+    call, which the model-visible text and the error's shape (no code for a denial) do not
+    say; a fault or a body's failure is no refusal."""
+
+    def broken(args: Any, ctx: Any) -> Any:
+        raise ValueError("the body broke")
+
+    system.tools.register(echo())
+    system.tools.register(fixture("broken", broken))
+    system.approval = lambda *, agent, tool_name, call_id, signal: "rejected"
+
+    async def policy(exec: Any, next: Any) -> Any:
+        target = exec.arguments.get("text")
+        if target == "deny":
+            return Deny("the policy says no")
+        if target == "ask":
+            return Ask("a person decides")
+        if target == "raise":
+            raise RuntimeError("the policy broke")
+        return await next()
+
+    async def redact(exec: Any, result: Any, next: Any) -> Any:
+        decision = await next()
+        if exec.arguments.get("text") == "block":
+            return Block([{"type": "text", "text": "redacted"}])
+        return decision
+
+    seen: dict[str, Any] = {}
+    system.tools.on_pre_execute(policy)
+    system.tools.guard(lambda exec: "guarded" if exec.arguments.get("text") == "guard" else None)
+    system.tools.on_post_execute(redact)
+    system.tools.on_result(lambda exec, result: seen.update({exec.call_id: result}))
+    expected = {
+        "deny": "pre-execute",
+        "ask": "approval",
+        "guard": "guard",
+        "block": "post-execute",
+        "raise": None,
+        "hi": None,
+    }
+    for target, stage in expected.items():
+        result = system.execute(call("echo", {"text": target}, call_id=target, agent="A"))
+        assert result.is_error == (target != "hi"), target
+        assert getattr(result, "refused_by", None) == stage, target
+        assert seen[target] == result
+        assert "refused_by" not in result.to_dict()
+    broken_result = system.execute(call("broken", call_id="b"))
+    assert isinstance(broken_result, ToolExecutionFailure)
+    assert broken_result.refused_by is None

@@ -122,7 +122,7 @@ class ToolExecutionSuccess(msgspec.Struct, frozen=True, omit_defaults=True):
 class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     """A failed call: ``error`` says why and ``content`` is what the model sees.
 
-    ``call_id`` names the call this result answers, as on ``ToolExecutionSuccess``. Three
+    ``call_id`` names the call this result answers, as on ``ToolExecutionSuccess``. Four
     more fields are for the harness only; the model never sees them and ``to_dict()`` leaves
     them out, so ``error`` keeps its fixed shape:
 
@@ -136,6 +136,10 @@ class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     - ``settled_with``: for ``ABORTED``, what the body settled with when cancellation replaced
       it (a ``ToolExecutionSuccess`` whose value the model was not shown: a read that finished
       before the user pressed stop, say); ``None`` when the body ended by its cancellation.
+    - ``refused_by``: for a call a policy refused, the stage that refused it: ``"pre-execute"``
+      (a hook's ``Deny``), ``"approval"`` (an ``Ask`` not granted), ``"guard"`` or
+      ``"post-execute"`` (a ``Block``); ``None`` for every other failure (a fault, a body's
+      failure, a cancellation), which ``error`` and ``exception_type`` describe.
     """
 
     error: ToolFailure
@@ -146,6 +150,7 @@ class ToolExecutionFailure(msgspec.Struct, frozen=True, omit_defaults=True):
     exception_type: str = ""
     abort_reason: str | None = None
     settled_with: Any = None
+    refused_by: str | None = None
 
     @property
     def is_error(self) -> Literal[True]:

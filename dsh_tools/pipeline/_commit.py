@@ -153,6 +153,7 @@ class CommitStages(PipelineCore):
                 decision.feedback,
                 UNSET,
                 decision.additional_contexts,
+                refused_by="post-execute",
             )
         if decision_type is not Accept:
             raise TypeError(

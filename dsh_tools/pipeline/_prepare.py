@@ -48,7 +48,7 @@ from ._core import (
     wind_down,
 )
 from ._loop import event_loop, interrupts_deferred, interrupts_held
-from ._results import NOT_LOSSLESS_ARGS, cancelled, failure, lossless_detail
+from ._results import NOT_LOSSLESS_ARGS, cancelled, failure, lossless_detail, refusal
 
 __all__ = ["ALLOW", "PrepareStages"]
 
@@ -213,7 +213,9 @@ class PrepareStages(PipelineCore):
             check_reason(decision)
             reason = decision.reason
         if reason is not None:
-            return Stage(POST, failure(reason))
+            # ``rec.stage`` says who refused: "guard" (set above), "approval" (an ``Ask`` not
+            # granted) or "pre-execute" (a hook's ``Deny``).
+            return Stage(POST, refusal(reason, rec.stage))
         if call_aborted(rec):
             return Stage(POST, cancelled("ABORTED_BEFORE_DISPATCH", reason=abort_reason(rec)))
         return DISPATCH_STAGE

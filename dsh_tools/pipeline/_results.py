@@ -38,6 +38,7 @@ __all__ = [
     "lossless_detail",
     "materialize",
     "not_lossless_result",
+    "refusal",
     "stamped",
     "with_abort_reason",
 ]
@@ -56,6 +57,13 @@ def failure(
 ) -> Any:
     return ToolExecutionFailure(
         ToolFailure(message, info), _text("Error: " + message), UNSET, contexts, call_id
+    )
+
+
+def refusal(reason: str, stage: str) -> ToolExecutionFailure:
+    """A policy's denial: ``Error: <reason>``, no code, and the ``stage`` that refused."""
+    return ToolExecutionFailure(
+        ToolFailure(reason), _text("Error: " + reason), UNSET, EMPTY_LIST, refused_by=stage
     )
 
 
