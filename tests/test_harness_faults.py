@@ -292,6 +292,35 @@ def test_base_exceptions_from_bodies_in_a_batch_are_that_call_s_failure(
     assert not again.results[0].is_error
 
 
+@pytest.mark.parametrize("how", ["execute_async", "execute_with_timeout"])
+@pytest.mark.parametrize("raised", [KeyboardInterrupt("gave up"), SystemExit(2)], ids=type)
+def test_a_base_exception_a_plain_body_raises_on_a_worker_thread_under_a_loop_is_its_failure(
+    system: ToolSystem, raised: BaseException, how: str
+) -> None:
+    # The body runs on a worker thread, where no Ctrl-C lands: what it raises is its failure.
+    # Raised into the task that waits for it instead, a KeyboardInterrupt went on out of that
+    # task's event loop (asyncio re-raises it from the loop): the caller's, or, under
+    # ``execute(timeout=)``, the system loop, which then ran no call any more.
+    def interrupted(args: Any, ctx: Any) -> Any:
+        raise raised
+
+    system.tools.register(fixture("interrupted", interrupted))
+
+    async def harness() -> Any:
+        return await system.execute_async(call("interrupted"))
+
+    if how == "execute_async":
+        result = asyncio.run(harness())
+    else:
+        result = system.execute(call("interrupted"), timeout=WAIT)
+    assert isinstance(result, ToolExecutionFailure)
+    assert result.exception_type == type(raised).__name__
+    recorded = system.session.events[-1].data
+    assert recorded["content"] == [block(f"Error: {raised}")] and "error" not in recorded
+    system.tools.register(echo())
+    assert text(system.execute(call(call_id="c2"), timeout=WAIT)) == "hi"
+
+
 def test_keyboard_interrupt_in_a_blocking_execute_propagates_after_the_result_is_recorded(
     system: ToolSystem,
 ) -> None:

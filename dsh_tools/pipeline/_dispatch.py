@@ -466,11 +466,14 @@ class DispatchStages(PipelineCore):
                 # what it returned is still its outcome (below), as when it comes sooner.
                 self._waiter_cancelled(rec, caught)
             except KeyboardInterrupt as exc:
-                if work.done() and not work.cancelled() and work.exception() is exc:
+                if rec.inline and work.done() and not work.cancelled() and work.exception() is exc:
                     # The body's own, raised on its worker thread, where no Ctrl-C lands: its
                     # failure, as any exception of a body's, not its caller's interruption
                     # (which ``reraise`` holding it tells the fault handler). It still
-                    # reaches the caller once the failure is recorded.
+                    # reaches a blocking caller once the failure is recorded. On a loop
+                    # (``execute_async``'s, or the system loop under ``execute(timeout=)``)
+                    # it only stays the failure: re-raised out of a task there, asyncio
+                    # would let it out of the loop itself and end it.
                     rec.reraise = exc
                 raise
             while not work.done():
