@@ -22,6 +22,7 @@ from dsh_tools import (
     AbortController,
     AbortError,
     Accept,
+    Ask,
     ExecuteBatch,
     ExecuteCall,
     HarnessError,
@@ -884,6 +885,60 @@ def test_a_timeout_around_a_call_whose_hook_cleanup_fails_is_a_timeout_error(sta
 
         assert asyncio.run(asyncio.wait_for(caller(), WAIT)) == "TimeoutError"
         assert results_of(system)["c1"]["error"]["code"] == expected_code(stage)
+    finally:
+        system.stop()
+
+
+class FailingApprover:
+    """An async approver that waits ``FOREVER`` and fails its cleanup when cancelled."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+
+    async def request(self, **request: Any) -> str:
+        self.waiting.set()
+        try:
+            await asyncio.sleep(FOREVER)
+        except asyncio.CancelledError:
+            raise RuntimeError("the approval service's connection was reset") from None
+        return "allowed-once"
+
+
+@pytest.mark.parametrize("stage", [*STAGES, "approver"])
+def test_the_callers_cancel_message_reaches_it_through_a_hook_whose_cleanup_fails(
+    stage: str,
+) -> None:
+    # The hook turns the caller's cancellation into an error of its own while cleaning up:
+    # the call still ends as that cancellation, and the caller's CancelledError still carries
+    # the message its task was cancelled with, as when the hook lets the cancellation go.
+    approver = FailingApprover()
+    system = ToolSystem.start(code_runtime=None, approval=approver)
+    try:
+        system.tools.register(fixture("t"))
+        if stage == "approver":
+            waiting = approver.waiting
+
+            async def ask(exec: Any, next: Any) -> Any:
+                return Ask("the user decides")
+
+            system.tools.on_pre_execute(ask)
+        else:
+            waiting = StuckHook(system, stage, raising=True).waiting
+
+        async def harness() -> tuple[Any, ...]:
+            call = ExecuteCall(call_id="c1", name="t", arguments={}, agent="A")
+            task = asyncio.create_task(system.execute_async(call))
+            await asyncio.to_thread(waiting.wait, WAIT)
+            task.cancel("the user pressed stop")
+            try:
+                await task
+            except asyncio.CancelledError as exc:
+                return exc.args
+            return ()
+
+        assert asyncio.run(asyncio.wait_for(harness(), WAIT)) == ("the user pressed stop",)
+        code = "ABORTED_BEFORE_DISPATCH" if stage == "approver" else expected_code(stage)
+        assert results_of(system)["c1"]["error"]["code"] == code
     finally:
         system.stop()
 

@@ -17,6 +17,7 @@ from ._core import (
     BodyCancelled,
     cancel_from_any_thread,
     cancel_soon,
+    cancellation_behind,
     log,
     log_fields,
     owned_generator_exit,
@@ -135,7 +136,7 @@ def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
                 # cancellation reached the body and its cleanup failed, that error is the log's;
                 # a body that read its signal and settled its own way, raising its own error
                 # (a Code Mode run's abort), was never cancelled and failed nothing.
-                if rec.cancel_sent or _raised_in_cancellation(failure):
+                if rec.cancel_sent or cancellation_behind(failure) is not None:
                     fields = log_fields(rec)
                     fields["stage"] = "execute"
                     log.warning(
@@ -147,19 +148,6 @@ def raise_body_failure(rec: CallRecord, failure: BaseException) -> NoReturn:
         raise failure
     finally:
         del failure  # the traceback keeps this frame too
-
-
-def _raised_in_cancellation(failure: BaseException) -> bool:
-    """Whether ``failure`` was raised while a ``CancelledError`` was being handled (its
-    context, ``raise ... from None`` included), as a cleanup's error is."""
-    seen: set[int] = set()
-    context = failure.__context__
-    while context is not None and id(context) not in seen:
-        if isinstance(context, asyncio.CancelledError):
-            return True
-        seen.add(id(context))
-        context = context.__context__
-    return False
 
 
 def call_plain_body(execute: Callable[..., Any], arguments: Any, ctx: Any) -> Any:

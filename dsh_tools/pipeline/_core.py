@@ -52,6 +52,7 @@ __all__ = [
     "caller_interrupted",
     "cancel_body",
     "cancel_soon",
+    "cancellation_behind",
     "close_awaitable",
     "compact_arguments",
     "log",
@@ -334,7 +335,10 @@ class PipelineCore:
         # cancellation, as a body's does.
         if take_back_cancels(rec):
             cancelled_here, reason = True, abort_reason(rec)
-        elif isinstance(exc, Exception) and self._check_outer(rec):
+        elif isinstance(exc, Exception) and self._check_outer(rec, cancellation_behind(exc)):
+            # The caller's CancelledError, which the hook's cleanup replaced, still carries
+            # the message its task was cancelled with back to it (a walk of the exception's
+            # context, on this faulting path only).
             cancelled_here, reason = True, CANCELLED_REASON
         else:
             cancelled_here = isinstance(exc, Exception) and caller_interrupted(rec)
@@ -364,6 +368,19 @@ class PipelineCore:
             if reason is not None:
                 return with_abort_reason(failure, reason)
         return failure
+
+
+def cancellation_behind(failure: BaseException) -> asyncio.CancelledError | None:
+    """The ``CancelledError`` that ``failure`` was raised while handling (its context,
+    ``raise ... from None`` included), as a cleanup's error is; ``None`` when there is none."""
+    seen: set[int] = set()
+    context = failure.__context__
+    while context is not None and id(context) not in seen:
+        if isinstance(context, asyncio.CancelledError):
+            return context
+        seen.add(id(context))
+        context = context.__context__
+    return None
 
 
 STEPPING: Final = contextvars.ContextVar[CallRecord]("dsh_tools_stepping_call")

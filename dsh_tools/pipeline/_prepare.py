@@ -39,6 +39,7 @@ from ._core import (
     Stage,
     abort_reason,
     call_aborted,
+    cancellation_behind,
     close_awaitable,
     closing_call,
     log,
@@ -313,10 +314,15 @@ class PrepareStages(PipelineCore):
             if (
                 not settled
                 and isinstance(outcome, Exception)
-                and (rec.stop_reason is not None or self._check_outer(rec))
+                and (
+                    rec.stop_reason is not None
+                    or self._check_outer(rec, cancellation_behind(outcome))
+                )
             ):
                 # The approver was cancelled (by ``stop()``, or with the awaiting task) and its
-                # cleanup raised: the call ends as cancelled all the same, as a hook's would.
+                # cleanup raised: the call ends as cancelled all the same, as a hook's would
+                # (and the awaiting task's CancelledError keeps the message it was cancelled
+                # with).
                 fields = log_fields(rec)
                 log.warning(
                     f"approval raised while cancelled: {message_of(outcome)}",
