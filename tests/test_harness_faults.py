@@ -413,6 +413,15 @@ def test_a_batch_of_something_other_than_a_sequence_of_calls_names_the_field(
         ExecuteBatch(calls=calls)
 
 
+def test_a_batch_entry_that_is_no_tool_call_is_named_with_what_it_is() -> None:
+    # A provider's call passed through as a tuple or a dict: the message says which entry
+    # and what it was, not only what it should have been.
+    with pytest.raises(
+        TypeError, match=r"^ExecuteBatch\.calls\[1\] must be a ToolCall, got tuple$"
+    ):
+        ExecuteBatch(calls=[ToolCall("c1", "echo", "{}"), ("c2", "echo", "{}")])
+
+
 class QuotaExceeded(Exception):
     """A harness-specific error class."""
 

@@ -339,7 +339,9 @@ class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
         seen: set[str] = set()
         for index, call in enumerate(calls):
             if not isinstance(call, ToolCall):
-                raise TypeError(f"ExecuteBatch.calls[{index}] must be a ToolCall")
+                raise TypeError(
+                    f"ExecuteBatch.calls[{index}] must be a ToolCall, got {type(call).__name__}"
+                )
             if call.call_id in seen:
                 raise ValueError(
                     f"ExecuteBatch.calls[{index}]: call_id {call.call_id!r} appears twice in "
