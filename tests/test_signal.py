@@ -211,6 +211,45 @@ def test_a_callback_that_cannot_be_called_is_refused_when_it_is_added(signal: Ab
         signal.add_callback(3)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("signal", [AbortController().signal, NEVER_ABORTED], ids=["own", "never"])
+def test_an_async_def_callback_is_refused_when_it_is_added(signal: AbortSignal) -> None:
+    # Called in the aborting thread, it would only make a coroutine that nobody awaits: the
+    # callback never ran, and Python warned, later, from inside the signal.
+    async def notify_ui(reason: Any) -> None:
+        pass
+
+    with pytest.raises(
+        TypeError,
+        match=r"^add_callback\(\) takes a plain function, called in the thread that aborts; "
+        r"\S*<locals>\.notify_ui is an async def function, whose coroutine nobody would await",
+    ):
+        signal.add_callback(notify_ui)
+
+
+def test_a_callback_that_returns_a_coroutine_is_named_and_its_coroutine_closed(
+    logs: Any, recwarn: pytest.WarningsRecorder
+) -> None:
+    # An async function behind a lambda or a partial only shows itself when called.
+    async def notify_ui(reason: Any) -> None:
+        pass
+
+    controller = AbortController()
+    seen: list[Any] = []
+    controller.signal.add_callback(lambda reason: notify_ui(reason))
+    controller.signal.add_callback(seen.append)
+    controller.abort("stop")
+    gc.collect()
+
+    assert seen == ["stop"]
+    (warning,) = [entry for entry in logs.entries if entry["log_level"] == "warning"]
+    assert warning["event"] == (
+        "abort callback returned a coroutine, which nobody awaits: callbacks are plain "
+        "functions, called in the thread that aborts"
+    )
+    assert "<lambda>" in warning["callback"]
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
 @pytest.mark.parametrize(
     ("timeout", "error", "message"),
     [

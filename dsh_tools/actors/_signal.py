@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 from collections.abc import Callable, Generator
 from typing import Any
@@ -29,6 +30,8 @@ __all__ = ["NEVER_ABORTED", "AbortController", "AbortSignal"]
 _log = get_logger("dsh_tools.signal")
 
 _DEFAULT_REASON = "aborted"
+
+_CO_COROUTINE = inspect.CO_COROUTINE
 
 # The class ``threading.RLock()`` makes, called directly: ``threading.RLock`` is a function
 # that picks it, and a signal is made for every call.
@@ -93,6 +96,17 @@ class AbortSignal:
         """Call ``fn(reason)`` once on abort (at once if already aborted); return a remover."""
         if not callable(fn):  # refused here, not as a warning in whichever thread aborts
             raise TypeError(f"add_callback() takes a callable, got {type(fn).__name__}")
+        # An ``async def`` function (or method) would only make a coroutine nobody awaits.
+        # Its code's flags, not ``inspect.iscoroutinefunction`` (a few times dearer): every
+        # call with a signal of its own adds callbacks.
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_flags & _CO_COROUTINE:
+            raise TypeError(
+                "add_callback() takes a plain function, called in the thread that aborts; "
+                f"{getattr(fn, '__qualname__', fn)!s} is an async def function, whose "
+                "coroutine nobody would await (schedule it from a plain callback, with "
+                "loop.call_soon_threadsafe, say)"
+            )
         if self._never:
             return _noop
         # Everything is allocated before the lock is taken: a collection an allocation starts
@@ -208,9 +222,19 @@ class AbortSignal:
 
 def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
     try:
-        fn(reason)
+        returned = fn(reason)
     except BaseException as exc:  # a failing listener stops no other, nor the loop it runs on
         _log.warning("abort callback failed", error=repr(exc), exc_info=exc)
+        return
+    if returned is not None and inspect.iscoroutine(returned):
+        # An async function behind a lambda or a partial: named here, and its coroutine
+        # closed (else Python warns that it was never awaited, from inside this module).
+        returned.close()
+        _log.warning(
+            "abort callback returned a coroutine, which nobody awaits: callbacks are plain "
+            "functions, called in the thread that aborts",
+            callback=repr(fn),
+        )
 
 
 class AbortController:
