@@ -30,6 +30,7 @@ from dsh_tools import (
     ToolCall,
     ToolExecutionFailure,
     ToolExecutionSuccess,
+    ToolFailure,
     ToolsConfig,
     ToolSystem,
     timeout_policy,
@@ -1287,3 +1288,90 @@ def test_the_bash_example_tool_stopped_mid_batch_reports_the_stop_reason(
     assert isinstance(result, ToolExecutionFailure)
     assert code_of(result) == "ABORTED"
     assert result.abort_reason == "user pressed stop"
+
+
+# --- a wrapper's own asyncio scope around next() -----------------------------------------------
+
+
+class DeadlineWrapper:
+    """An execute wrapper that gives ``next()`` 50 ms under an ``asyncio.timeout`` of its own
+    and answers its own failure when that expires, noting its task's cancellation count."""
+
+    def __init__(self) -> None:
+        self.cancelling: list[int] = []
+
+    async def __call__(self, exec: Any, next: Any) -> Any:
+        if exec.name == "run_code":
+            return await next()
+        try:
+            async with asyncio.timeout(0.05):
+                return await next()
+        except TimeoutError:
+            return ToolExecutionFailure(
+                error=ToolFailure("the wrapper's deadline passed"),
+                content=[block("Error: the wrapper's deadline passed")],
+            )
+        finally:
+            self.cancelling.append(asyncio.current_task().cancelling())  # type: ignore[union-attr]
+
+
+def slow_bodies(system: ToolSystem) -> None:
+    async def sleeps(args: Any, ctx: Any) -> Any:
+        await asyncio.sleep(FOREVER)
+
+    async def watches(args: Any, ctx: Any) -> Any:
+        await ctx.signal  # reads its signal, which no one aborts
+        return [block("aborted")]
+
+    def blocks(args: Any, ctx: Any) -> Any:
+        time.sleep(0.3)
+        return [block("late")]
+
+    for name, body in (("sleeps", sleeps), ("watches", watches), ("blocks", blocks)):
+        system.tools.register(fixture(name, body, is_concurrency_safe=lambda args: True))
+
+
+@pytest.mark.parametrize("body", ["sleeps", "watches", "blocks"])
+def test_a_wrappers_own_timeout_around_next_in_a_batch_is_its_timeout(body: str) -> None:
+    # The wrapper's asyncio.timeout cancels the task its chain runs in, where next() waits for
+    # the body: the body is cancelled (a plain one waited for) and the wrapper gets its
+    # TimeoutError. Taken for the caller's interruption, the call ended ABORTED ("the caller
+    # was interrupted", though nobody had), the wrapper's except never ran and its task was
+    # left cancelling.
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        slow_bodies(system)
+        wrapper = DeadlineWrapper()
+        system.tools.on_execute(wrapper)
+        outcome = system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", body, "{}")]))
+        (result,) = outcome.results
+        assert text(result) == "Error: the wrapper's deadline passed"
+        assert wrapper.cancelling == [0]
+    finally:
+        system.stop()
+
+
+def test_a_wrappers_own_timeout_around_next_in_a_code_mode_run_is_its_timeout() -> None:
+    system = ToolSystem.start(ToolsConfig(mode="both"))
+    try:
+        slow_bodies(system)
+        wrapper = DeadlineWrapper()
+        system.tools.on_execute(wrapper)
+        program = (
+            "out = []\n"
+            "for name in ['sleeps', 'watches', 'blocks']:\n"
+            "    try:\n"
+            "        await getattr(tools, name)({})\n"
+            "    except Exception as exc:\n"
+            "        out.append(str(exc))\n"
+            "return out"
+        )
+        run = ExecuteCall(
+            call_id="r1", name="run_code", arguments={"code": program, "description": "d"}
+        )
+        result = system.execute(run, timeout=WAIT)
+        assert not result.is_error
+        assert result.value["result"] == ["the wrapper's deadline passed"] * 3  # type: ignore[union-attr]
+        assert wrapper.cancelling == [0, 0, 0]
+    finally:
+        system.stop()

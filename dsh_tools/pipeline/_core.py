@@ -45,6 +45,7 @@ __all__ = [
     "STOPPING_REASON",
     "BodyCancelled",
     "PipelineCore",
+    "ScopeCancelled",
     "Stage",
     "abort_reason",
     "aborted_code",
@@ -58,6 +59,7 @@ __all__ = [
     "log",
     "log_fields",
     "owned_generator_exit",
+    "pool_call",
     "replace_if_aborted",
     "take_back_cancels",
     "wind_down",
@@ -101,6 +103,21 @@ DISPATCH_STAGE = Stage(DISPATCH, None)
 
 class BodyCancelled(Exception):
     """The body ended by the cancellation the pipeline (or the awaiting task) asked for."""
+
+
+class ScopeCancelled(Exception):
+    """The task of a batch's or a Code Mode run's call was cancelled while an execute
+    wrapper's ``next()`` waited for the body: by user code around that ``next()`` (the
+    wrapper's own ``asyncio.timeout``, a ``TaskGroup`` of its), since nothing else cancels
+    that task then. The body has settled; ``next()`` raises ``CancelledError`` (these args)
+    into the wrapper, whose scope takes it (``_invoke``)."""
+
+
+def pool_call(rec: CallRecord) -> bool:
+    """Whether ``rec`` is a batch's or a Code Mode run's call (the pool's, never through
+    ``Pipeline.run``, which notes the thread it runs on): no caller cancels its tasks, which
+    the pool interrupts through the call's signal and ``interrupt`` instead."""
+    return rec.thread == 0
 
 
 def call_aborted(rec: CallRecord) -> bool:
@@ -480,7 +497,7 @@ def caller_interrupted(rec: CallRecord) -> bool:
     the blocking caller's Ctrl-C cancels it (the wait of ``execute``, on this thread's loop or,
     with ``timeout=``, on the system loop). A hook or approver waiting then was interrupted,
     as one cancelled with ``execute_async``'s task is: not a failure of its own."""
-    if rec.outer is not None:
+    if rec.outer is not None or pool_call(rec):
         return False
     loop = running_loop()
     task = None if loop is None else asyncio.current_task(loop)

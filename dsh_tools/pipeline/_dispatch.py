@@ -45,6 +45,7 @@ from ._core import (
     POST,
     BodyCancelled,
     PipelineCore,
+    ScopeCancelled,
     Stage,
     abort_reason,
     aborted_code,
@@ -52,6 +53,7 @@ from ._core import (
     cancel_body,
     closing_call,
     owned_generator_exit,
+    pool_call,
     replace_if_aborted,
     take_back_cancels,
     wind_down,
@@ -214,6 +216,11 @@ class DispatchStages(PipelineCore):
                         value = await self._run_task(rec, awaited(value), fused)
                 else:
                     value = await self._call_body(entry, rec, ctx, here, own_task)
+            except ScopeCancelled as scoped:
+                # The wrapper's own scope (its asyncio.timeout) cancelled its task as next()
+                # waited for the body, which has settled: the scope takes the cancellation.
+                rec.stage = "execute-wrapper"
+                raise asyncio.CancelledError(*scoped.args) from None
             except BodyCancelled:
                 reason = abort_reason(rec, fused)
                 if reason is None and caller_interrupted(rec):
@@ -327,6 +334,7 @@ class DispatchStages(PipelineCore):
         task.add_done_callback(partial(wake, settled))
         unwatch = watch_body(rec, task, loop, signal, self.bodies)
         forced: asyncio.TimerHandle | None = None
+        scoped: asyncio.CancelledError | None = None
         try:
             waiter = settled
             while True:
@@ -338,8 +346,16 @@ class DispatchStages(PipelineCore):
                     # sooner than the task's done callbacks would.
                     await waiter
                 except asyncio.CancelledError as caught:
+                    if pool_call(rec) and scoped is None:
+                        # Nothing but user code around a wrapper's next() (its asyncio.timeout,
+                        # its TaskGroup) cancels the task of a batch's or a Code Mode run's
+                        # call: the body is inside that scope, trusted or not, and once it has
+                        # settled the scope gets the cancellation (``ScopeCancelled``).
+                        scoped = caught
                     if not task.done():
-                        if not self._check_outer(rec, caught):
+                        if scoped is not None:
+                            cancel_body(rec, task, True)
+                        elif not self._check_outer(rec, caught):
                             cancel_body(rec, task)
                         elif forced is None:
                             # A body trusted to watch its signal (which aborted with the
@@ -353,6 +369,9 @@ class DispatchStages(PipelineCore):
                         task.add_done_callback(partial(wake, waiter))
                         continue
                 break
+            if scoped is not None:
+                rec.cancel_sent = False  # the scope's, not the pipeline's: next() may run again
+                raise ScopeCancelled(*scoped.args)
             if task.cancelled():  # cancelled before its first step: the body never saw it
                 return False, asyncio.CancelledError()
             outcome = task.result()
@@ -363,7 +382,7 @@ class DispatchStages(PipelineCore):
             unwatch()
             if owned:
                 disown_body(task)
-            del unwatch, task, forced  # no name of this frame may lead to a failure
+            del unwatch, task, forced, scoped  # no name of this frame may lead to a failure
 
     async def _in_this_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal
@@ -408,6 +427,7 @@ class DispatchStages(PipelineCore):
         executor = self._executor
         waits = self.body_waits
         work: concurrent.futures.Future[Any] | None = None
+        scoped: asyncio.CancelledError | None = None
         try:
             try:
                 loop = await waiting_loop()  # to wait for the worker
@@ -464,7 +484,7 @@ class DispatchStages(PipelineCore):
                     raise  # the body raised CancelledError itself: its own failure
                 # Else the awaiting task's, which may have come just after the body returned:
                 # what it returned is still its outcome (below), as when it comes sooner.
-                self._waiter_cancelled(rec, caught)
+                scoped = self._waiter_cancelled(rec, caught)
             except KeyboardInterrupt as exc:
                 if rec.inline and work.done() and not work.cancelled() and work.exception() is exc:
                     # The body's own, raised on its worker thread, where no Ctrl-C lands: its
@@ -482,7 +502,9 @@ class DispatchStages(PipelineCore):
                 except asyncio.CancelledError as caught:
                     if take_back_cancels(rec):
                         raise BodyCancelled from None  # abandoned
-                    self._waiter_cancelled(rec, caught)
+                    scoped = scoped or self._waiter_cancelled(rec, caught)
+            if scoped is not None:  # the body has returned: what it returned is dropped
+                raise ScopeCancelled(*scoped.args)
             if work.cancelled():  # cancelled before a worker thread picked it up
                 raise BodyCancelled
             return work.result()
@@ -490,15 +512,22 @@ class DispatchStages(PipelineCore):
             rec.body_wait = None
             waits.discard(rec)
 
-    def _waiter_cancelled(self, rec: CallRecord, caught: BaseException) -> None:
+    def _waiter_cancelled(
+        self, rec: CallRecord, caught: asyncio.CancelledError
+    ) -> asyncio.CancelledError | None:
         """The task waiting for ``rec``'s plain body was cancelled, by the task awaiting
         ``execute_async`` or, for a call without one, by its blocking caller's Ctrl-C (the
         wait of ``execute``, on this thread's loop or, with ``timeout=``, on the system loop).
         The body runs on to its end either way; the call is interrupted, so that what it
         returns settles ``ABORTED`` instead of reaching the model as a success its caller
-        never received."""
+        never received. A batch's or a Code Mode run's call has no such caller: user code
+        around a wrapper's ``next()`` cancelled it, and ``caught`` is returned, for that
+        scope to get once the body has returned (``ScopeCancelled``)."""
+        if pool_call(rec):
+            return caught
         if not self._check_outer(rec, caught) and caller_interrupted(rec):
             self.interrupt(rec, INTERRUPTED_REASON)
+        return None
 
     def _normalize_dispatch_result(
         self, rec: CallRecord, result: Any, wrappers: tuple[Callable[..., Any], ...]
