@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from ._blocking_wait import wait_for_future
 from .actors._logging import get_logger
 from .pipeline import message_of
-from .pipeline._loop import is_library_code, new_pool_loop
+from .pipeline._loop import is_library_code, new_pool_loop, note_interrupted
 
 __all__ = ["SystemLoop"]
 
@@ -199,12 +199,14 @@ class SystemLoop:
         self,
         coro: Coroutine[Any, Any, Any],
         timeout: float | None,
-        on_interrupt: Callable[[Future[Any]], object] = Future.cancel,
+        on_interrupt: Callable[[Future[Any]], object] | None = None,
     ) -> Any:
         """Run ``coro`` on the loop and wait for its result (``TimeoutError`` after
         ``timeout``); refused on the loop's own thread, which would wait for itself. A Ctrl-C
-        while waiting runs ``on_interrupt(future)`` (by default, cancels the work) and raises
-        ``KeyboardInterrupt`` (``wait_for_future``)."""
+        while waiting runs ``on_interrupt(future)`` (by default, cancels the work: ``_interrupt``)
+        and raises ``KeyboardInterrupt`` (``wait_for_future``)."""
+        if on_interrupt is None:
+            on_interrupt = self._interrupt
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("this blocking call cannot be made from the system loop")
@@ -222,6 +224,17 @@ class SystemLoop:
             if not submitted:  # a Ctrl-C before the wait could take it: the work never started
                 coro.close()
             raise
+
+    def _interrupt(self, future: Future[Any]) -> None:
+        """``call``'s default on a Ctrl-C: cancel the work, its task first noted as cancelled
+        for its caller's interruption (``note_interrupted``; the loop runs the two callbacks in
+        the order they come), so that a call tells that cancellation from its own code's."""
+        with self._lock:
+            submitted = self._pending.get(future)
+        if submitted is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nothing to note
+                self.loop.call_soon_threadsafe(_note_interrupted, self.loop, submitted.wrapper)
+        future.cancel()
 
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Start ``coro`` on the system loop; ``stop()`` fails it if it has not finished."""
@@ -340,6 +353,14 @@ class _Submitted(NamedTuple):
 
     coro: Coroutine[Any, Any, Any]
     wrapper: Coroutine[Any, Any, Any]
+
+
+def _note_interrupted(loop: asyncio.AbstractEventLoop, wrapper: Coroutine[Any, Any, Any]) -> None:
+    """Note the task running ``wrapper`` (``submit``'s) as cancelled for a Ctrl-C."""
+    for task in asyncio.all_tasks(loop):
+        if task.get_coro() is wrapper:
+            note_interrupted(task)
+            return
 
 
 def _blocking_frame(frame: FrameType | None) -> str:

@@ -31,7 +31,7 @@ from ..registry import compact_json
 from ..registry._execution import Announced, CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
-from ._loop import running_loop
+from ._loop import interrupted_task, running_loop
 from ._results import cancelled, failure_from_exception, with_abort_reason
 from ._session import SessionLog
 
@@ -59,8 +59,8 @@ __all__ = [
     "log",
     "log_fields",
     "owned_generator_exit",
-    "pool_call",
     "replace_if_aborted",
+    "scope_cancelled",
     "take_back_cancels",
     "wind_down",
 ]
@@ -106,18 +106,19 @@ class BodyCancelled(Exception):
 
 
 class ScopeCancelled(Exception):
-    """The task of a batch's or a Code Mode run's call was cancelled while an execute
-    wrapper's ``next()`` waited for the body: by user code around that ``next()`` (the
-    wrapper's own ``asyncio.timeout``, a ``TaskGroup`` of its), since nothing else cancels
-    that task then. The body has settled; ``next()`` raises ``CancelledError`` (these args)
-    into the wrapper, whose scope takes it (``_invoke``)."""
+    """The task of a call was cancelled while an execute wrapper's ``next()`` waited for the
+    body, by user code around that ``next()`` (the wrapper's own ``asyncio.timeout``, a
+    ``TaskGroup`` of its: ``scope_cancelled``). The body has settled; ``next()`` raises
+    ``CancelledError`` (these args) into the wrapper, whose scope takes it (``_invoke``)."""
 
 
-def pool_call(rec: CallRecord) -> bool:
-    """Whether ``rec`` is a batch's or a Code Mode run's call (the pool's, never through
-    ``Pipeline.run``, which notes the thread it runs on): no caller cancels its tasks, which
-    the pool interrupts through the call's signal and ``interrupt`` instead."""
-    return rec.thread == 0
+def scope_cancelled(rec: CallRecord) -> bool:
+    """Whether the task running ``rec``'s stage now, found cancelled, was cancelled by user
+    code of the call's own: neither by the task awaiting ``execute_async`` (``outer``, which
+    is that very task and counts every cancellation as its own) nor for its blocking caller's
+    Ctrl-C (``caller_interrupted``). The pipeline's own cancellations of it (``own_cancels``)
+    are taken back before this is asked."""
+    return rec.outer is None and not caller_interrupted(rec)
 
 
 def call_aborted(rec: CallRecord) -> bool:
@@ -497,11 +498,12 @@ def caller_interrupted(rec: CallRecord) -> bool:
     the blocking caller's Ctrl-C cancels it (the wait of ``execute``, on this thread's loop or,
     with ``timeout=``, on the system loop). A hook or approver waiting then was interrupted,
     as one cancelled with ``execute_async``'s task is: not a failure of its own."""
-    if rec.outer is not None or pool_call(rec):
+    if rec.outer is not None:
         return False
     loop = running_loop()
     task = None if loop is None else asyncio.current_task(loop)
-    return task is not None and task.cancelling() > 0
+    # Noted where the Ctrl-C cancels it: a wrapper's own timeout cancels it too.
+    return task is not None and task.cancelling() > 0 and interrupted_task(task)
 
 
 def take_back_cancels(rec: CallRecord) -> bool:

@@ -53,8 +53,8 @@ from ._core import (
     cancel_body,
     closing_call,
     owned_generator_exit,
-    pool_call,
     replace_if_aborted,
+    scope_cancelled,
     take_back_cancels,
     wind_down,
 )
@@ -346,11 +346,11 @@ class DispatchStages(PipelineCore):
                     # sooner than the task's done callbacks would.
                     await waiter
                 except asyncio.CancelledError as caught:
-                    if pool_call(rec) and scoped is None:
-                        # Nothing but user code around a wrapper's next() (its asyncio.timeout,
-                        # its TaskGroup) cancels the task of a batch's or a Code Mode run's
-                        # call: the body is inside that scope, trusted or not, and once it has
-                        # settled the scope gets the cancellation (``ScopeCancelled``).
+                    if scoped is None and scope_cancelled(rec):
+                        # User code around a wrapper's next() (its asyncio.timeout, its
+                        # TaskGroup) cancelled this task: the body is inside that scope,
+                        # trusted or not, and once it has settled the scope gets the
+                        # cancellation (``ScopeCancelled``).
                         scoped = caught
                     if not task.done():
                         if scoped is not None:
@@ -520,10 +520,10 @@ class DispatchStages(PipelineCore):
         wait of ``execute``, on this thread's loop or, with ``timeout=``, on the system loop).
         The body runs on to its end either way; the call is interrupted, so that what it
         returns settles ``ABORTED`` instead of reaching the model as a success its caller
-        never received. A batch's or a Code Mode run's call has no such caller: user code
-        around a wrapper's ``next()`` cancelled it, and ``caught`` is returned, for that
-        scope to get once the body has returned (``ScopeCancelled``)."""
-        if pool_call(rec):
+        never received. Cancelled by neither (``scope_cancelled``: user code around a
+        wrapper's ``next()``), ``caught`` is returned instead, for that scope to get once the
+        body has returned (``ScopeCancelled``)."""
+        if scope_cancelled(rec):
             return caught
         if not self._check_outer(rec, caught) and caller_interrupted(rec):
             self.interrupt(rec, INTERRUPTED_REASON)

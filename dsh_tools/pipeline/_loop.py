@@ -32,6 +32,7 @@ from ._epoll import mark_wake_only, new_pool_loop
 
 __all__ = [
     "STARTS_AT_ONCE",
+    "cancel_for_interrupt",
     "carry_on",
     "disown_body",
     "drive",
@@ -39,10 +40,12 @@ __all__ = [
     "event_loop",
     "first_loop",
     "in_context",
+    "interrupted_task",
     "interrupts_held",
     "new_own_body",
     "new_pool_loop",
     "new_task",
+    "note_interrupted",
     "own_body",
     "resume",
     "running_loop",
@@ -323,7 +326,7 @@ def _settle_interrupted(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]
             # take that step (a task past it is waiting: the pass runs nothing of it).
             loop.stop()
             loop.run_forever()
-            task.cancel()
+            cancel_for_interrupt(task)
             _run_until_settled(loop, task, handler)
     except BaseException:  # a second interruption: the first one is what propagates
         pass
@@ -337,9 +340,28 @@ def _run_until_settled(
         loop.run_forever()  # until the task's last step stops the loop
 
 
-def _cancel(task: asyncio.Task[Any]) -> None:
+_INTERRUPTED: Final = weakref.WeakSet["asyncio.Task[Any]"]()
+"""Tasks of calls cancelled for their blocking caller's Ctrl-C (``cancel_for_interrupt``)."""
+
+
+def note_interrupted(task: asyncio.Task[Any]) -> None:
+    """Note ``task``, a call's, as cancelled for its blocking caller's Ctrl-C (before that
+    cancellation lands): what else cancels that task is user code of the call's own (a
+    wrapper's ``asyncio.timeout`` around ``next()``), which the pipeline must not take for
+    the caller's interruption (``interrupted_task``)."""
+    _INTERRUPTED.add(task)
+
+
+def cancel_for_interrupt(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task``, a call's, for its blocking caller's Ctrl-C (``note_interrupted``)."""
+    _INTERRUPTED.add(task)
     if not task.done():
         task.cancel()
+
+
+def interrupted_task(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` was cancelled for its blocking caller's Ctrl-C."""
+    return task in _INTERRUPTED
 
 
 class _CancelOnInterrupt:
@@ -395,9 +417,9 @@ class _CancelOnInterrupt:
             # The call's own task runs the pipeline's bookkeeping (recording its result, say):
             # raised there, the call would end without its result. Cancelled instead, the call
             # settles at its next wait, or ends as it would have; ``drive`` raises afterwards.
-            task.cancel()
+            cancel_for_interrupt(task)
         else:
-            self.loop.call_soon_threadsafe(_cancel, task)
+            self.loop.call_soon_threadsafe(cancel_for_interrupt, task)
 
 
 def new_own_body(
