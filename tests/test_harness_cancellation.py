@@ -1387,3 +1387,27 @@ def test_a_wrappers_own_timeout_around_next_in_a_code_mode_run_is_its_timeout() 
         assert wrapper.cancelling == [0, 0, 0]
     finally:
         system.stop()
+
+
+@pytest.mark.parametrize("body", ["sleeps", "blocks"])
+def test_a_wrappers_own_timeout_under_execute_async_never_cancels_the_caller(body: str) -> None:
+    # Under execute_async the wrapper runs in the caller's own task, where its timeout's
+    # cancellation reads as the caller's: the call ends ABORTED. But the timeout takes its
+    # cancellation back, and the caller, which nobody cancelled, got a CancelledError all the
+    # same: raised on through a harness's code, it ended a task that was never cancelled.
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        slow_bodies(system)
+        system.tools.on_execute(DeadlineWrapper())
+
+        async def harness() -> tuple[Any, int]:
+            call = ExecuteCall(call_id="c1", name=body, arguments={})
+            result = await system.execute_async(call)
+            await asyncio.sleep(0)  # no cancellation is left pending for this task
+            return result, asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+        result, cancelling = asyncio.run(asyncio.wait_for(harness(), WAIT))
+        assert result.is_error and cancelling == 0
+        assert list(results_of(system)) == ["c1"]
+    finally:
+        system.stop()

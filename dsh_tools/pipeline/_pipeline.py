@@ -145,7 +145,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             raise rec.reraise
         if outer is not None:
             self._check_outer(rec)
-            if rec.outer_cancelled:
+            # Only while the task still counts the cancellation: a hook's own scope (an
+            # execute wrapper's asyncio.timeout) cancels this very task too, and takes its
+            # cancellation back as it ends; raised then, it reached a caller nobody cancelled.
+            if rec.outer_cancelled and outer.cancelling() > rec.cancel_base:
                 raise asyncio.CancelledError(*(rec.outer_cancel_args or (CANCELLED_REASON,)))
         return result
 
