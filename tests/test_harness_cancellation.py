@@ -1411,3 +1411,53 @@ def test_a_wrappers_own_timeout_under_execute_async_never_cancels_the_caller(bod
         assert list(results_of(system)) == ["c1"]
     finally:
         system.stop()
+
+
+def test_a_second_cancel_during_a_runs_wind_down_still_settles_its_sub_calls_first() -> None:
+    # The first cancellation lets the run (it watches its signal) wind down; the second
+    # cancels its body, whose pool then gives a plain sub-call that ignores its signal up,
+    # settling it ABORTED before the run's result. The first one's wind-down timer cancelled
+    # the body once more meanwhile, which cut that wait short: the run settled first, and the
+    # sub-call's tool/code-dispatch came after its tool/result, once the plain body returned.
+    release = threading.Event()
+    watching, ignoring = threading.Event(), threading.Event()
+
+    async def watches(args: Any, ctx: Any) -> Any:
+        assert not ctx.signal.aborted  # reads its signal: trusted to watch it
+        watching.set()
+        await asyncio.sleep(FOREVER)
+
+    def ignores(args: Any, ctx: Any) -> Any:
+        ignoring.set()
+        release.wait(WAIT)
+        return [block("late")]
+
+    system = ToolSystem.start(ToolsConfig(mode="both"))
+    try:
+        for name, body in (("watches", watches), ("ignores", ignores)):
+            system.tools.register(fixture(name, body, is_concurrency_safe=lambda args: True))
+        program = "await asyncio.gather(tools.watches({}), tools.ignores({}))"
+
+        async def harness() -> tuple[Any, ...]:
+            run = ExecuteCall(
+                call_id="r1", name="run_code", arguments={"code": program, "description": "d"}
+            )
+            task = asyncio.create_task(system.execute_async(run))
+            await asyncio.to_thread(lambda: watching.wait(WAIT) and ignoring.wait(WAIT))
+            task.cancel("the user pressed stop")
+            await asyncio.sleep(0.05)
+            task.cancel("the user pressed stop again")
+            try:
+                await task
+            except asyncio.CancelledError as exc:
+                return exc.args
+            return ()
+
+        assert asyncio.run(asyncio.wait_for(harness(), WAIT)) == ("the user pressed stop",)
+        kinds = [(e.type, e.data.get("sub_call_id")) for e in system.session.events]
+        assert kinds[-1] == ("tool/result", None)
+        settled = {sub for kind, sub in kinds if kind == "tool/code-dispatch"}
+        assert settled == {"r1:code:1", "r1:code:2"}
+    finally:
+        release.set()
+        system.stop()

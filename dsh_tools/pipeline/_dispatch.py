@@ -364,6 +364,10 @@ class DispatchStages(PipelineCore):
                             # for good, every later cancellation too.
                             forced = loop.call_later(BODY_WIND_DOWN_S, cancel_body, rec, task, True)
                         else:  # the awaiting task cancelled again: no more waiting
+                            # The wind-down's timer has done its work: left to fire, it
+                            # cancelled the body once more, cutting its cleanup short (a
+                            # Code Mode run gives its plain sub-calls up first, then settles).
+                            forced.cancel()
                             cancel_body(rec, task, True)
                         waiter = loop.create_future()
                         task.add_done_callback(partial(wake, waiter))
