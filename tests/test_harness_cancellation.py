@@ -1413,12 +1413,16 @@ def test_a_wrappers_own_timeout_under_execute_async_never_cancels_the_caller(bod
         system.stop()
 
 
-def test_a_second_cancel_during_a_runs_wind_down_still_settles_its_sub_calls_first() -> None:
+@pytest.mark.parametrize("cancels", [2, 3])
+def test_more_cancels_during_a_runs_wind_down_still_settle_its_sub_calls_first(
+    cancels: int,
+) -> None:
     # The first cancellation lets the run (it watches its signal) wind down; the second
     # cancels its body, whose pool then gives a plain sub-call that ignores its signal up,
     # settling it ABORTED before the run's result. The first one's wind-down timer cancelled
-    # the body once more meanwhile, which cut that wait short: the run settled first, and the
-    # sub-call's tool/code-dispatch came after its tool/result, once the plain body returned.
+    # the body once more meanwhile, which cut that wait short, and so did a third
+    # cancellation: the run settled first, and the sub-call's tool/code-dispatch came after
+    # its tool/result, once the plain body returned.
     release = threading.Event()
     watching, ignoring = threading.Event(), threading.Event()
 
@@ -1445,8 +1449,9 @@ def test_a_second_cancel_during_a_runs_wind_down_still_settles_its_sub_calls_fir
             task = asyncio.create_task(system.execute_async(run))
             await asyncio.to_thread(lambda: watching.wait(WAIT) and ignoring.wait(WAIT))
             task.cancel("the user pressed stop")
-            await asyncio.sleep(0.05)
-            task.cancel("the user pressed stop again")
+            for _ in range(cancels - 1):
+                await asyncio.sleep(0.05)
+                task.cancel("the user pressed stop again")
             try:
                 await task
             except asyncio.CancelledError as exc:

@@ -213,8 +213,9 @@ class CodeRunBridgeActor:
         """Wait for the sub-calls' pool to finish (every sub-call committed or abandoned). A
         cancellation of this wait (the ``run_code`` body cancelled while its sub-calls drain)
         interrupts the started sub-calls, cancelling their async bodies even where they watch
-        their signal, and waits ``HOOK_WIND_DOWN_S`` more for them, or until cancelled again;
-        that cancellation is returned, for the caller to raise once the run has wound down.
+        their signal, and waits ``HOOK_WIND_DOWN_S`` more for them, or until cancelled again
+        (a plain body is given up then all the same, below); that cancellation is returned,
+        for the caller to raise once the run has wound down.
         Left at the first one, a sub-call whose body watches its signal and never ended ran
         on after its run had settled, its ``tool/code-dispatch`` recorded after the run's
         result, if ever. A plain body still running then cannot be cancelled: it is given up
@@ -231,10 +232,14 @@ class CodeRunBridgeActor:
                 return exc
             cancelled = exc
             pool.tell(AbortPool(self._controller.signal.reason, anyway=True))
-            with contextlib.suppress(asyncio.CancelledError):  # cancelled again: go now
+            # Cancelled again: no more waiting, but a plain body still running is given up
+            # now all the same. Left, its sub-call settled after the run, its
+            # tool/code-dispatch recorded after the run's tool/result.
+            with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait([finished], timeout=HOOK_WIND_DOWN_S)
-                if not finished.done():  # a plain body ignores its signal: give it up
-                    pool.tell(PoolOverdue())
+            if not finished.done():  # a plain body ignores its signal: give it up
+                pool.tell(PoolOverdue())
+                with contextlib.suppress(asyncio.CancelledError):  # cancelled again: go now
                     await asyncio.wait([finished], timeout=HOOK_WIND_DOWN_S)
         return cancelled
 
