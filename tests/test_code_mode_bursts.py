@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from code_mode_support import (
+    WAIT,
     FakeProgram,
     FakeRuntime,
     code_system,
@@ -161,6 +162,14 @@ def test_an_abort_mid_burst_stops_starting_and_pairs_every_started_call() -> Non
     loop_threads: list[int] = []
     controller = AbortController()
     bodies.on_value["50"] = lambda: controller.abort("stop-mid-burst")
+
+    def after_the_abort() -> None:
+        # A body past "50" returns only once the abort is made: however late the body thread
+        # of "50" runs on a loaded machine, the calls beside it hold their slots till then.
+        controller.signal.wait(WAIT)
+
+    for n in range(51, BURST):
+        bodies.on_value[str(n)] = after_the_abort
     program = gathered(lambda i: "echo", BURST, loop_threads)
     with code_system(
         FakeRuntime(program), tools=[bodies.tool("echo")], max_parallel_sub_calls=4
