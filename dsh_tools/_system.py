@@ -573,7 +573,7 @@ class ToolSystem:
             # records its result, as a blocking batch's calls do.
             try:
                 result: ToolExecutionResult = self._call_on_loop(
-                    self.pipeline.run(call, inline=False), timeout
+                    self.pipeline.run(call, inline=False, waited=True), timeout
                 )
             except TimeoutError:
                 raise TimeoutError(

@@ -627,6 +627,54 @@ def test_ctrl_c_interrupts_a_plain_body_while_it_runs_the_package_s_own_code() -
     assert done.stdout.splitlines() == ["interrupted []"]  # the body did not run on to its end
 
 
+CTRL_C_WHILE_A_PLAIN_BODY_RUNS_ON_THE_SYSTEM_LOOP = """
+import os, signal, threading, time
+from dsh_tools import ExecuteCall, ToolSystem
+
+started = threading.Event()
+ended = []
+
+
+def polls(args, ctx):  # on a worker thread, where no Ctrl-C lands: it watches its signal
+    started.set()
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        if ctx.signal.aborted:
+            ended.append("saw the abort")
+            return "stopped"
+        time.sleep(0.01)
+    ended.append("ran to its end")
+    return "done"
+
+
+system = ToolSystem.start(code_runtime=None)
+system.tools.register(a_tool("polls", polls))
+threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT)).start()
+try:
+    system.execute(ExecuteCall(call_id="c1", name="polls", arguments={}), timeout=60)
+except KeyboardInterrupt:
+    print("interrupted")
+end = time.monotonic() + 25
+while time.monotonic() < end:
+    recorded = [e.data for e in system.session.events
+                if e.type == "tool/result" and e.data["call_id"] == "c1"]
+    if recorded:
+        break
+    time.sleep(0.01)
+print(recorded[0]["error"]["code"], ended)
+system.stop()
+"""
+
+
+def test_ctrl_c_while_waiting_on_the_system_loop_aborts_a_plain_bodys_signal() -> None:
+    # ``execute(timeout=)`` runs the call on the system loop: the Ctrl-C cancels it there, and a
+    # plain body on its worker thread learns of it only through its signal (it once had none
+    # the pipeline could abort, and ran on to its end after the caller had gone).
+    done = run_script(CTRL_C_WHILE_A_PLAIN_BODY_RUNS_ON_THE_SYSTEM_LOOP)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["interrupted", "ABORTED ['saw the abort']"]
+
+
 CTRL_C_AS_THE_WAIT_BEGINS = """
 import os, signal, warnings
 import dsh_tools._blocking_wait as blocking_wait

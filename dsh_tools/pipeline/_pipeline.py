@@ -61,6 +61,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         record: bool = True,
         outer: asyncio.Task[Any] | None = None,
         driven: bool = False,
+        waited: bool = False,
     ) -> Any:
         """Run one call through every stage and return its one result.
 
@@ -69,10 +70,14 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         recorded). ``outer``: the caller's task (``execute_async``); when it is cancelled the
         call is aborted, settles, is recorded, and ``CancelledError`` is raised. ``driven``:
         ``drive`` runs this coroutine and no event loop runs on this thread as it starts.
+        ``waited``: a blocking caller on another thread waits for it (``execute(timeout=)``),
+        whose Ctrl-C cancels it here.
         """
         own = None
-        if outer is not None and call.signal is NEVER_ABORTED:
-            # A signal the pipeline can abort on the caller's behalf (cancellation, stop()).
+        if (outer is not None or waited) and call.signal is NEVER_ABORTED:
+            # A signal the pipeline can abort on the caller's behalf (cancellation, a Ctrl-C
+            # of a caller waiting elsewhere, stop()): a plain body on a worker thread learns
+            # of it only so.
             own = AbortController()
         rec, stage = self.begin(call, own)
         rec.inline = inline
