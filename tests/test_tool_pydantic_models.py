@@ -13,7 +13,15 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from dsh_tools import (
@@ -399,3 +407,39 @@ def test_two_models_whose_nested_types_share_a_name_each_show_their_own(
     arguments = {"file": {"kind": "text"}, "user": {"kind": "guest"}}
     shared = system.execute(ExecuteCall(call_id="c1", name="share", arguments=arguments))
     assert shared.value == "text with guest"
+
+
+class Reading(BaseModel):
+    value: float
+    unit: str | None = None
+
+    # pydantic's idiom for leaving unset fields out of every dump: keys the result may lack.
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class Station(BaseModel):
+    name: str
+    reading: Reading
+    online: bool = True
+
+
+def test_a_result_model_whose_serializer_drops_keys_keeps_them_optional(
+    system: ToolSystem,
+) -> None:
+    @tool
+    def station() -> Station:
+        """The station's reading."""
+        return Station(name="north", reading=Reading(value=1.5))
+
+    schema = thaw(station.output.schema)
+    # Its own fields are always written, its default one included.
+    assert sorted(schema["required"]) == ["name", "online", "reading"]
+    # The serializer may leave out a field: only what the model itself requires is required.
+    reading = _resolved(schema, schema["properties"]["reading"])
+    assert reading["required"] == ["value"]
+    system.tools.register(station)
+    result = system.execute(ExecuteCall(call_id="c1", name="station", arguments={}))
+    assert not result.is_error, result.content
+    assert result.value == {"name": "north", "reading": {"value": 1.5}, "online": True}

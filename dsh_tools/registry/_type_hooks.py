@@ -207,6 +207,11 @@ def _union_members(hint: Any) -> tuple[Any, ...]:
     return (hint,)
 
 
+_SERIALIZER_FUNCTIONS = frozenset({"function-plain", "function-wrap"})
+"""The ``serialization`` of a class's core schema that is a function of its own: what it
+writes is not its fields as declared."""
+
+
 @functools.cache
 def _written_fields_generator(base: Any) -> Any:
     """pydantic's JSON Schema generator ``base``, requiring in serialization mode every field
@@ -214,11 +219,34 @@ def _written_fields_generator(base: Any) -> Any:
     condition (``exclude_if``). pydantic marks a field with a default optional there too (its
     ``json_schema_serialization_defaults_required`` is off unless a model turns it on), which
     told a program reading a tool's result that a key it always has might be missing. A
-    ``TypedDict``'s keys stay as declared: the dict returned may leave them out."""
+    ``TypedDict``'s keys stay as declared: the dict returned may leave them out, and so do the
+    fields of a model or dataclass with a serializer function of its own (``@model_serializer``
+    with no return type, such as one that drops ``None`` values), whose dump may lack any."""
 
     class GenerateWrittenFieldsSchema(base):  # type: ignore[misc]
+        # One entry per model or dataclass being generated (they nest): whether its fields are
+        # written by pydantic's own serializer.
+        _written_as_declared: list[bool]
+
+        def model_schema(self, schema: Any) -> Any:
+            return self._class_schema(schema, super().model_schema)
+
+        def dataclass_schema(self, schema: Any) -> Any:
+            return self._class_schema(schema, super().dataclass_schema)
+
+        def _class_schema(self, schema: Any, generate: Any) -> Any:
+            serializer = schema.get("serialization")
+            own = isinstance(serializer, dict) and serializer.get("type") in _SERIALIZER_FUNCTIONS
+            stack = self.__dict__.setdefault("_written_as_declared", [])
+            stack.append(not own)
+            try:
+                return generate(schema)
+            finally:
+                stack.pop()
+
         def field_is_required(self, field: Any, total: bool) -> bool:
-            if self.mode == "serialization" and field["type"] != "typed-dict-field":
+            stack = self.__dict__.get("_written_as_declared") or [True]
+            if self.mode == "serialization" and field["type"] != "typed-dict-field" and stack[-1]:
                 return field.get("serialization_exclude_if") is None
             required: bool = super().field_is_required(field, total)
             return required
