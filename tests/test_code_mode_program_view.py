@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from code_mode_support import failure_of, value_of
 
-from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem, codebridge
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem, codebridge, tool
 from dsh_tools.codebridge._ledger import OutputLedger
 from dsh_tools.codebridge._run_output import NativeOutput
 
@@ -364,6 +364,38 @@ def test_the_wall_ceilings_failure_names_the_line_the_program_waited_on(isolatio
     # A program awaiting has no line on a thread's stack (its loop waits): the failure is
     # as it was, with no empty stack in its output.
     assert awaiting == "code run failed (timeout): wall-clock ceiling reached (1500ms)"
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_program_woken_as_the_wall_ceiling_asks_where_it_is_makes_no_call_and_no_result(
+    isolation: str,
+) -> None:
+    # The ceiling asks the worker where it is and ends the run a moment later: a program that
+    # goes on meanwhile (here woken by that very signal; as well, a slow call answered just
+    # then) made a tool call past its ceiling and its run succeeded.
+    recorded: list[str] = []
+
+    @tool
+    def record(note: str) -> str:
+        """Record a note."""
+        recorded.append(note)
+        return "recorded"
+
+    program = (
+        "import signal, time\n"
+        "woken = []\n"
+        "signal.signal(signal.SIGRTMIN + 6, lambda *_: woken.append(1))\n"
+        "while not woken:\n"
+        "    time.sleep(0.001)\n"
+        "await tools.record({'note': 'past the ceiling'})\n"
+        "return 'finished'"
+    )
+    config = ToolsConfig(mode="code", max_wall_ms=1000, code_isolation=isolation)
+    with ToolSystem.start(config) as own:
+        own.tools.register(record)
+        message = failure_of(run_code(own, program)).message
+    assert message.startswith("code run failed (timeout): wall-clock ceiling reached (1000ms)")
+    assert recorded == []
 
 
 def test_a_dump_thread_that_shows_no_frame_is_left_out_whole() -> None:

@@ -109,6 +109,9 @@ class CodeRun(RunProcess):
         self.slot_returned = False
         self._remove_signal: Callable[[], None] | None = None
         self._wall: asyncio.TimerHandle | None = None
+        # The wall ceiling's failure once the ceiling is reached: the outcome of the run
+        # whatever settles it while the worker writes where it is (``_wall_reached``).
+        self._ceiling: Outcome | None = None
         self._grace: asyncio.TimerHandle | None = None
         self._grace_over = False
         self._report_deadline: asyncio.TimerHandle | None = None
@@ -145,9 +148,14 @@ class CodeRun(RunProcess):
         timeout = self._limits.wall_timeout(self._calls.unanswered())
         if self._ask_where():
             # As the compute budget's: the worker writes where the program is (a line it
-            # blocks on), and the run ends once it has had time to (``where_spent``). A worker
-            # that ends meanwhile (its program took the signal over) ended past its ceiling.
+            # blocks on), and the run ends once it has had time to (``where_spent``). The run
+            # is over already: nothing the program sends is read meanwhile (no call is made
+            # past the ceiling, no result taken), no call is answered, and whatever settles
+            # it (the worker ending, an abort) settles it as the ceiling's.
             self._past_ceiling = True
+            self._ceiling = timeout
+            self._calls.close()
+            self._drop_reader("from_worker")
             self._wall = self._loop.call_later(WHERE_SECONDS, self._settle, timeout)
         else:
             self._settle(timeout)
@@ -224,7 +232,7 @@ class CodeRun(RunProcess):
     def _settle(self, outcome: Outcome) -> None:
         if self._outcome is not None or self._done:
             return
-        self._outcome = outcome
+        self._outcome = outcome if self._ceiling is None else self._ceiling
         self._calls.close()  # no binding call is answered from here on
         if not self._attempts:
             # Ended before it started: no worker of it is watched, so none will report its
