@@ -402,3 +402,17 @@ def test_the_error_class_looked_up_in_the_namespace_says_it_is_a_global(
         "AttributeError: 'tools' has no binding 'ToolCallError'\nToolCallError is predefined"
         " on its own, not in tools: write ToolCallError, not tools.ToolCallError"
     )
+
+
+def test_a_permission_the_files_own_mode_denies_gets_no_word_on_the_sandbox(
+    system: ToolSystem,
+) -> None:
+    # In the working directory, which the sandbox grants: a script run without its execute
+    # bit and a file whose mode lets no one read it are refused by their own permissions, and
+    # a note sending the program to the tools for "other files" would send it astray.
+    for program, refused in (
+        ("open('run.sh', 'w').write('#!/bin/sh\\n')\nsubprocess.run(['./run.sh'])", "./run.sh"),
+        ("open('secret', 'w').write('x')\nos.chmod('secret', 0)\nopen('secret').read()", "secret"),
+    ):
+        message = failure_text(system, f"import os, subprocess\n{program}")
+        assert message.endswith(f"PermissionError: [Errno 13] Permission denied: {refused!r}")

@@ -128,7 +128,33 @@ def _explain_refusal(exc: BaseException, refusals: Sequence[Refusal]) -> None:
         noted = getattr(exc, "__notes__", None) or ()
         for number, file, note in refusals:
             if exc.errno == number and filename.endswith(file) and note not in noted:
+                if number == errno.EACCES and not _ungranted(exc):
+                    continue
                 exc.add_note(note)
+
+
+_READ_PROBE: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _ungranted(exc: OSError) -> bool:
+    """Whether ``exc``'s ``EACCES`` is the sandbox refusing to read its path: the path's own
+    permissions let the worker read it (``access`` asks those alone, not the sandbox's rules)
+    and yet opening it to read is refused. A file or directory the worker may read by its
+    grants but not by its mode (a file made unreadable) and a script run without its execute
+    bit are refused for their own reasons, which the note would hide. Only a regular file or a
+    directory is opened (no device's own open runs), non-blocking, and closed at once."""
+    path = exc.filename
+    if not isinstance(path, str | bytes) or not os.access(path, os.R_OK):
+        return False
+    if not os.path.isfile(path) and not os.path.isdir(path):
+        return False
+    try:
+        os.close(os.open(path, _READ_PROBE))
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _explain_manager(exc: BaseException, refusals: Sequence[Refusal]) -> None:
