@@ -26,6 +26,7 @@ from dsh_tools import (
     Accept,
     Block,
     ExecuteBatch,
+    ToolCall,
     ToolDefinition,
     ToolOutput,
     ToolsConfig,
@@ -54,6 +55,23 @@ PIXEL = base64.b64encode(
 ).decode()
 PREFERENCE = "The user prefers answers in Celsius."
 RULES = "Answer in one short sentence."
+
+
+def two_chat_turns(system: ToolSystem, server: RecordingServer, question: str) -> list[ToolCall]:
+    """Two Chat Completions turns through the real client, as a harness's loop makes them: the
+    server's first answer is read into calls, which run as a batch, and their tool messages go
+    back in the second request. Returns the calls."""
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": question}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    messages.append(openai_assistant_message(completion))
+    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+    return calls
 
 
 def _fail(args: Any, ctx: Any) -> Any:
@@ -1077,17 +1095,8 @@ def test_a_chat_turn_with_calls_without_an_id_runs_them_and_answers_them_without
     turn["choices"][0]["message"]["tool_calls"][1].pop("id")
     server.answer(path, turn)
     server.answer(path, chat_completion("Done.", []))
-    client = openai_client(server)
-    prompt = openai_prompt(system.assemble_prompt())
-    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo, Lima?"}]
-    completion = client.chat.completions.create(
-        model="gpt-test", messages=messages, tools=prompt.tools
-    )
-    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
+    calls = two_chat_turns(system, server, "Oslo, Lima?")
     assert [call.call_id for call in calls] == ["(no id)", "(no id) (repeat 2)", "call_0"]
-    messages.append(openai_assistant_message(completion))
-    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
-    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
 
     assistant, *answers = server.bodies(path)[1]["messages"][1:]
     assert [call["id"] for call in assistant["tool_calls"]] == ["", "", "call_0"]
@@ -1308,16 +1317,7 @@ def test_a_chat_call_without_a_usable_name_fails_alone_as_an_unknown_tool(
     turn["choices"][0]["message"]["tool_calls"][1]["function"]["name"] = None
     server.answer(path, turn)
     server.answer(path, chat_completion("Oslo: 4 C.", []))
-    client = openai_client(server)
-    prompt = openai_prompt(system.assemble_prompt())
-    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo?"}]
-    completion = client.chat.completions.create(
-        model="gpt-test", messages=messages, tools=prompt.tools
-    )
-    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
-    messages.append(openai_assistant_message(completion))
-    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
-    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+    two_chat_turns(system, server, "Oslo?")
 
     assistant, *answers = server.bodies(path)[1]["messages"][1:]
     assert [call["function"]["name"] for call in assistant["tool_calls"]] == ["", "", "weather"]
@@ -1384,16 +1384,7 @@ def test_a_chat_tool_message_longer_than_openai_takes_is_shortened_with_a_note(
     path = "/v1/chat/completions"
     server.answer(path, chat_completion(None, [("call_d", "dump", "{}"), SECOND_CALL]))
     server.answer(path, chat_completion("The log is long.", []))
-    client = openai_client(server)
-    prompt = openai_prompt(system.assemble_prompt())
-    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "The log?"}]
-    completion = client.chat.completions.create(
-        model="gpt-test", messages=messages, tools=prompt.tools
-    )
-    calls = openai_tool_calls(completion.choices[0].message, names=prompt.names)
-    messages.append(openai_assistant_message(completion))
-    messages.extend(openai_tool_messages(system.execute_batch(ExecuteBatch(calls=calls))))
-    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+    two_chat_turns(system, server, "The log?")
 
     dumped, weather = server.bodies(path)[1]["messages"][2:]
     content = dumped["content"]
