@@ -625,8 +625,7 @@ class RunProcess(abc.ABC):
         if exhausted:
             # Where the program is, asked first (the sandbox's init does the same): the run
             # ends once the worker has had time to say.
-            with contextlib.suppress(OSError):
-                os.kill(pid, WHERE_SIGNAL)
+            self._ask_where()
             self._sampler = self._loop.call_later(WHERE_SECONDS, self._compute_spent)
         else:
             self._sampler = self._loop.call_later(_CPU_SAMPLE_SECONDS, self._sample_cpu)
