@@ -99,10 +99,9 @@ class SystemLoop:
         if not tasks:
             return
         with contextlib.suppress(Exception):  # stopped again meanwhile: close as it stands
-            done, _ = self.loop.run_until_complete(
-                asyncio.wait(tasks, timeout=_BACKGROUND_GRACE_SECONDS)
-            )
-            tasks = [task for task in tasks if task not in done]
+            self.loop.run_until_complete(asyncio.wait(tasks, timeout=_BACKGROUND_GRACE_SECONDS))
+        # Read again: a listener that finished meanwhile may have started another.
+        tasks = [task for task in self._background if not task.done()]
         if not tasks:
             return
         self._closing = True
