@@ -416,3 +416,53 @@ def test_a_permission_the_files_own_mode_denies_gets_no_word_on_the_sandbox(
     ):
         message = failure_text(system, f"import os, subprocess\n{program}")
         assert message.endswith(f"PermissionError: [Errno 13] Permission denied: {refused!r}")
+
+
+# --- a dict iterated as its pairs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("loop", "line", "error", "held"),
+    [
+        ("for key, value in user:\n    print(key, value)", "<module>", "too many", "user"),
+        ("print([f'{k}={v}' for k, v in user])", "<listcomp>", "too many", "user"),
+        (
+            "for key, value in {'a': 1}:\n    print(key, value)",
+            "<module>",
+            "not enough",
+            "{'a': 1}",
+        ),
+    ],
+)
+def test_a_dict_iterated_as_pairs_says_to_iterate_its_items(
+    system: ToolSystem, loop: str, line: str, error: str, held: str
+) -> None:
+    # Iterating a dict gives its keys, so ``for key, value in user`` unpacked the first key's
+    # characters ("too many values to unpack (expected 2)", after printing "i d" for "id"):
+    # nothing said the dict was the trouble.
+    program = f'user = await tools.get_user({{"user_id": 3}})\n{loop}'
+    message = failure_text(system, program)
+    assert f'  File "<run_code>", line 2, in {line}' in message
+    assert f"ValueError: {error} values to unpack" in message
+    assert message.endswith(
+        f"\n{held} is a dict, and iterating a dict gives its keys alone: write {held}.items()"
+        " for each key with its value"
+    )
+
+
+@pytest.mark.parametrize(
+    ("loop", "error"),
+    [
+        ("for a, b in [(1, 2, 3)]:\n    pass", "too many values to unpack (expected 2)"),
+        # The comprehension's first loop is over a dict, but the unpacking one is over a key.
+        (
+            "[a for key in {'abc': 1} for a, b in key]",
+            "not enough values to unpack (expected 2, got 1)",
+        ),
+    ],
+)
+def test_pairs_unpacked_from_what_is_no_dict_get_no_word_on_dicts(
+    system: ToolSystem, loop: str, error: str
+) -> None:
+    message = failure_text(system, loop)
+    assert message.endswith(f"ValueError: {error}")

@@ -37,6 +37,7 @@ def explain_mistakes(
     _explain_declaration_keywords(exc)
     _explain_missing_variable(exc)
     _explain_pending_result(exc)
+    _explain_dict_iterated_as_pairs(exc)
     if bindings and errors:
         _explain_error_as_value(exc, errors, bindings)
         _explain_error_class_as_binding(exc, errors, bindings)
@@ -56,14 +57,12 @@ def failed_span(
         if code.co_filename == FILENAME and code.co_name != skip:
             last = tb
         tb = tb.tb_next
-    if last is None or last.tb_lasti < 0:
+    if last is None:
         return None
-    code = last.tb_frame.f_code
-    line, end_line, start, end = next(
-        itertools.islice(code.co_positions(), last.tb_lasti // 2, None), (None, None, None, None)
-    )
-    if line is None or end_line is None or start is None or end is None:
+    positions = _span_positions(last)
+    if positions is None:
         return None
+    line, end_line, start, end = positions
     # The columns are offsets in the UTF-8 bytes of the first and the last line.
     lines = [
         linecache.getline(FILENAME, number).encode("utf-8") for number in range(line, end_line + 1)
@@ -71,6 +70,20 @@ def failed_span(
     lines[-1] = lines[-1][:end]
     lines[0] = lines[0][start:]
     return last, ast.parse(b"".join(lines).decode("utf-8"), mode="eval").body
+
+
+def _span_positions(entry: types.TracebackType) -> tuple[int, int, int, int] | None:
+    """The first and last line and the start and end columns (UTF-8 byte offsets) of the span
+    a traceback entry marks; ``None`` when its code does not say."""
+    if entry.tb_lasti < 0:
+        return None
+    line, end_line, start, end = next(
+        itertools.islice(entry.tb_frame.f_code.co_positions(), entry.tb_lasti // 2, None),
+        (None, None, None, None),
+    )
+    if line is None or end_line is None or start is None or end is None:
+        return None
+    return line, end_line, start, end
 
 
 def callee_name(node: ast.Call) -> str | None:
@@ -327,3 +340,70 @@ def _explain_error_as_value(
             " asyncio.gather(..., return_exceptions=True) puts where its value would be: check"
             f" isinstance({held}, {kind}) before using {held}."
         )
+
+
+_UNPACKING: Final = (
+    "too many values to unpack (expected ",
+    "not enough values to unpack (expected ",
+)
+_DICT_KEYS: Final[type] = type(iter({}))
+
+
+def _explain_dict_iterated_as_pairs(exc: BaseException) -> None:
+    """Add a note to ``exc`` if it is a loop's (or a comprehension's) unpacking of a dict's
+    keys as its pairs (``for key, value in user``): iterating a dict gives its keys, and
+    Python's text ("too many values to unpack (expected 2)", after a short key's characters
+    were unpacked) names neither the dict nor ``.items()``. The loop is the one whose target
+    the failing span is; its dict is its iterable, a dict display or a variable the frame
+    holds (in a comprehension run as a function of its own, the iterator it was given)."""
+    if type(exc) is not ValueError or not str(exc).startswith(_UNPACKING):
+        return
+    with contextlib.suppress(Exception):
+        entry = exc.__traceback__
+        last = None
+        while entry is not None:
+            if entry.tb_frame.f_code.co_filename == FILENAME:
+                last = entry
+            entry = entry.tb_next
+        positions = _span_positions(last) if last is not None else None
+        if last is None or positions is None:
+            return
+        line, _, start, _ = positions
+        program = ast.parse("".join(linecache.getlines(FILENAME)))
+        iterated: ast.expr | None = None
+        first = False  # the first loop of a comprehension, whose iterator it is given
+        for node in ast.walk(program):
+            loops: list[ast.For | ast.AsyncFor | ast.comprehension] = []
+            if isinstance(node, (ast.For, ast.AsyncFor)):
+                loops = [node]
+            elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                loops = list(node.generators)
+            for index, loop in enumerate(loops):
+                target = loop.target
+                if (target.lineno, target.col_offset) == (line, start):
+                    iterated = loop.iter
+                    first = index == 0 and isinstance(loop, ast.comprehension)
+            if iterated is not None:
+                break
+        if iterated is None:
+            return
+        frame = last.tb_frame
+        if isinstance(iterated, (ast.Dict, ast.DictComp)):
+            pass
+        elif isinstance(iterated, ast.Name):
+            name = iterated.id
+            value = frame.f_locals.get(name, frame.f_globals.get(name))
+            given = frame.f_locals.get(".0") if first else None
+            if type(value) is not dict and type(given) is not _DICT_KEYS:
+                return
+        else:
+            return
+        held = ast.unparse(iterated)
+        if len(held) > _MOST_HELD_CHARS:
+            held = "the dict"
+        note = (
+            f"{held} is a dict, and iterating a dict gives its keys alone: write {held}.items()"
+            " for each key with its value"
+        )
+        if note not in (getattr(exc, "__notes__", None) or ()):
+            exc.add_note(note)
