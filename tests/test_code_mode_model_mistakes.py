@@ -466,3 +466,30 @@ def test_pairs_unpacked_from_what_is_no_dict_get_no_word_on_dicts(
 ) -> None:
     message = failure_text(system, loop)
     assert message.endswith(f"ValueError: {error}")
+
+
+# --- a completion that is no JSON value ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("1, 2", "value is tuple: return a list instead ([...] or list(...))"),
+        ('{"ids": {1, 2}}', "value.ids is set: return a list instead (sorted(...) or list(...))"),
+        (
+            "datetime.date(2024, 1, 2)",
+            "value is date: return a string instead (its .isoformat(), say)",
+        ),
+        ('b"abc"', "value is bytes: return a string instead (its .decode(), say)"),
+        ("Point()", "value is Point: return a dict of the fields needed instead"),
+        ('{1: "a"}', "value is dict with int key: use str keys instead (str(key))"),
+        ("[ValueError('no')]", "value[0] is ValueError: return str(...) of it instead"),
+    ],
+)
+def test_a_completion_that_is_no_json_value_says_what_to_return_instead(
+    system: ToolSystem, value: str, problem: str
+) -> None:
+    program = f"import datetime\nclass Point:\n    x = 1\nreturn {value}"
+    assert failure_text(system, program) == (
+        f"code run failed (invalid-output): program completion must be lossless JSON: {problem}"
+    )

@@ -448,12 +448,12 @@ def test_a_binding_failure_text_holding_a_lone_surrogate_reaches_the_program_rep
 @pytest.mark.parametrize(
     ("expression", "problem"),
     [
-        ("(1, 2)", "value is tuple"),
-        ("{1: 2}", "value is dict with int key"),
+        ("(1, 2)", "value is tuple: return a list instead ([...] or list(...))"),
+        ("{1: 2}", "value is dict with int key: use str keys instead (str(key))"),
         ('float("nan")', "value is float (NaN)"),
         ("-0.0", "value is float (-0.0)"),
         ("float('inf')", "value is float (infinite)"),
-        ("{'s': {1}}", "value.s is set"),
+        ("{'s': {1}}", "value.s is set: return a list instead (sorted(...) or list(...))"),
         ("[10**30]", "value[0] is int (out of range: JSON integers here are -2**63 to 2**64-1)"),
     ],
 )

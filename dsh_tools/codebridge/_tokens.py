@@ -19,6 +19,10 @@ This module imports only the standard library and ``msgspec``: the worker loads 
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
+import fractions
 import itertools
 import math
 from collections.abc import Callable
@@ -172,11 +176,13 @@ def not_lossless(
     list_types: tuple[type, ...] = (list,),
     *,
     awaitable_hint: bool = True,
+    advise: bool = False,
 ) -> str:
     """Why ``tokenize`` refused ``value``: ``"<path> is <what>"`` for its first problem in
     document order, with ``root`` naming the value (``arguments.a[1] is float (NaN)``).
     ``awaitable_hint`` tells the program to await an awaitable it left in the value; the
-    host, naming a binding's resolution, has no such advice for it.
+    host, naming a binding's resolution, has no such advice for it. ``advise`` adds what a
+    program returns in its place (``value is tuple: return a list instead ...``).
 
     Only called once ``tokenize`` returned ``None``. Iterative, like ``tokenize``, for deep
     values; paths are parent links, rendered only for the problem found, and a path longer
@@ -223,6 +229,8 @@ def not_lossless(
                 for name in item:
                     if type(name) is not str:
                         problem = f"dict with {type(name).__name__} key"
+                        if advise:
+                            problem = f"{problem}: use str keys instead (str(key))"
                         break
                     if not _clean_str(name):
                         problem = "dict with str (lone surrogate) key"
@@ -237,9 +245,32 @@ def not_lossless(
             problem = f"{kind.__name__} (an awaitable: use await on it)"
         else:
             problem = kind.__name__
+            if advise:
+                problem = f"{problem}: {_advice(item)}"
         if problem is not None:
             return f"{_render_path(path)} is {problem}"
     return f"{root} is not lossless JSON"
+
+
+def _advice(item: object) -> str:
+    """What a program returns in place of ``item``, an object no JSON value is."""
+    if isinstance(item, BaseException):
+        return "return str(...) of it instead"
+    if isinstance(item, enum.Enum):
+        return "return its .value instead"
+    if isinstance(item, tuple):
+        return "return a list instead ([...] or list(...))"
+    if isinstance(item, (set, frozenset)):
+        return "return a list instead (sorted(...) or list(...))"
+    if isinstance(item, (datetime.date, datetime.time)):
+        return "return a string instead (its .isoformat(), say)"
+    if isinstance(item, datetime.timedelta):
+        return "return a number instead (its .total_seconds(), say)"
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return "return a string instead (its .decode(), say)"
+    if isinstance(item, (decimal.Decimal, fractions.Fraction)):
+        return "return a float or a string instead"
+    return "return a dict of the fields needed instead"
 
 
 _PATH_CHARS: Final = 200

@@ -682,7 +682,7 @@ class Worker:
             self.finish(Done())
         tokens = tokenize(value)
         if tokens is None:
-            problem = not_lossless(value, "value")
+            problem = not_lossless(value, "value", advise=True)
             self.finish(
                 Done(
                     error=DoneError(
