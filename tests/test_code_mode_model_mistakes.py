@@ -493,3 +493,36 @@ def test_a_completion_that_is_no_json_value_says_what_to_return_instead(
     assert failure_text(system, program) == (
         f"code run failed (invalid-output): program completion must be lossless JSON: {problem}"
     )
+
+
+# --- a key a result does not have ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("read", "held"),
+    [
+        ('user["username"]', "user"),
+        ('users[0]["username"]', "users[0]"),
+        ('[u["username"] for u in users]', "u"),
+    ],
+)
+def test_a_key_a_dict_lacks_says_which_keys_it_has(
+    system: ToolSystem, read: str, held: str
+) -> None:
+    # "KeyError: 'username'" left the model to guess the result's shape again (a field named
+    # differently, or nested one level down), when the dict it read was right there.
+    program = f'user = await tools.get_user({{"user_id": 3}})\nusers = [user]\nreturn {read}'
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 3, in ' in message
+    assert message.endswith(
+        f"KeyError: 'username'\n{held} has no key 'username'; its keys are 'id', 'name'"
+    )
+
+
+def test_a_key_of_a_large_dict_names_its_first_keys(system: ToolSystem) -> None:
+    program = "counts = {f'k{i}': i for i in range(30)}\nreturn counts['total']"
+    message = failure_text(system, program)
+    keys = ", ".join(f"'k{i}'" for i in range(20))
+    assert message.endswith(
+        f"KeyError: 'total'\ncounts has no key 'total'; its keys are {keys} and 10 more"
+    )

@@ -38,6 +38,7 @@ def explain_mistakes(
     _explain_missing_variable(exc)
     _explain_pending_result(exc)
     _explain_dict_iterated_as_pairs(exc)
+    _explain_missing_key(exc)
     if bindings and errors:
         _explain_error_as_value(exc, errors, bindings)
         _explain_error_class_as_binding(exc, errors, bindings)
@@ -407,3 +408,71 @@ def _explain_dict_iterated_as_pairs(exc: BaseException) -> None:
         )
         if note not in (getattr(exc, "__notes__", None) or ()):
             exc.add_note(note)
+
+
+_KEYS_SHOWN: Final = 20
+"""The most keys ``_explain_missing_key`` lists."""
+_MOST_KEY_CHARS: Final = 60
+"""How long a key's repr ``_explain_missing_key`` shows whole."""
+_MOST_STEPS: Final = 16
+"""The most subscripts ``_held_value`` follows (``rows[0]["items"][1]``)."""
+
+
+def _explain_missing_key(exc: BaseException) -> None:
+    """Add a note listing the keys of the dict a subscript failed on (``user["username"]``)
+    to ``exc``, its ``KeyError``: Python's text names only the key, and a model reading a tool's
+    result by a key it guessed (named otherwise, or nested a level down) guesses again. The
+    dict is the one the failing span reads, through a variable of the program's frame and
+    constant subscripts of plain dicts and lists; nothing of the program is run again."""
+    if type(exc) is not KeyError or len(exc.args) != 1:
+        return
+    with contextlib.suppress(Exception):
+        failed = failed_span(exc)
+        if failed is None:
+            return
+        entry, node = failed
+        if not isinstance(node, ast.Subscript):
+            return
+        mapping = _held_value(node.value, entry.tb_frame)
+        missing = exc.args[0]
+        if type(mapping) is not dict or not mapping or missing in mapping:
+            return
+        held = ast.unparse(node.value)
+        if len(held) > _MOST_HELD_CHARS:
+            held = "the dict"
+        shown = []
+        for key in itertools.islice(mapping, _KEYS_SHOWN):
+            text = repr(key)
+            shown.append(text if len(text) <= _MOST_KEY_CHARS else text[:_MOST_KEY_CHARS] + "...")
+        more = len(mapping) - len(shown)
+        keys = ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+        missing_text = repr(missing)
+        if len(missing_text) > _MOST_KEY_CHARS:
+            missing_text = missing_text[:_MOST_KEY_CHARS] + "..."
+        exc.add_note(f"{held} has no key {missing_text}; its keys are {keys}")
+
+
+_NOTHING: Final = object()
+
+
+def _held_value(node: ast.expr, frame: types.FrameType) -> object:
+    """The value ``node`` stands for in ``frame`` when it is a variable followed by constant
+    subscripts of plain dicts and lists (read, never run: no ``__getitem__`` of the program's
+    is called); ``_NOTHING`` otherwise."""
+    steps: list[object] = []
+    while isinstance(node, ast.Subscript) and len(steps) < _MOST_STEPS:
+        if not isinstance(node.slice, ast.Constant):
+            return _NOTHING
+        steps.append(node.slice.value)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return _NOTHING
+    value = frame.f_locals.get(node.id, frame.f_globals.get(node.id, _NOTHING))
+    for step in reversed(steps):
+        if type(value) is dict:
+            value = value.get(step, _NOTHING)
+        elif type(value) is list and type(step) is int and -len(value) <= step < len(value):
+            value = value[step]
+        else:
+            return _NOTHING
+    return value
