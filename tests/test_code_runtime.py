@@ -1805,6 +1805,30 @@ return out
     ]
 
 
+def test_a_binding_written_in_another_case_style_names_the_binding(
+    runtime: SubprocessCodeRuntime,
+) -> None:
+    # Models write tool names in the case of the language they think in (``tools.readFile``,
+    # ``tools.ListDir``); those are several edits from the binding, and got no guess.
+    program = """
+out = []
+for attempt in ("readFile", "ReadFile", "LIST_DIR", "listDir", "read__file"):
+    try:
+        getattr(tools, attempt)
+    except AttributeError as exc:
+        out.append(str(exc))
+return out
+"""
+    bindings = tools(read_file=identity, list_dir=identity)
+    assert run(runtime, program, bindings).value == [
+        "'tools' has no binding 'readFile'; did you mean tools.read_file?",
+        "'tools' has no binding 'ReadFile'; did you mean tools.read_file?",
+        "'tools' has no binding 'LIST_DIR'; did you mean tools.list_dir?",
+        "'tools' has no binding 'listDir'; did you mean tools.list_dir?",
+        "'tools' has no binding 'read__file'; did you mean tools.read_file?",
+    ]
+
+
 def test_a_binding_whose_name_python_would_normalize_is_shown_by_item_access(
     runtime: SubprocessCodeRuntime,
 ) -> None:

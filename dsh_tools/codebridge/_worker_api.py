@@ -251,6 +251,7 @@ class Namespace:
 
     __slots__ = (
         "__dsh_bindings__",
+        "__dsh_folded__",
         "__dsh_global__",
         "__dsh_heads__",
         "__dsh_loose__",
@@ -264,6 +265,7 @@ class Namespace:
     __dsh_loose__: dict[str, list[str]] | None
     __dsh_near__: dict[str, list[str]]
     __dsh_heads__: dict[str, list[str]]
+    __dsh_folded__: dict[str, list[str]]
 
     def __init__(self, global_name: str, bindings: dict[str, Callable[[Any], CallHandle]]) -> None:
         object.__setattr__(self, "__dsh_global__", global_name)
@@ -272,6 +274,7 @@ class Namespace:
         object.__setattr__(self, "__dsh_loose__", None)  # made at the first miss
         object.__setattr__(self, "__dsh_near__", {})  # made with __dsh_loose__
         object.__setattr__(self, "__dsh_heads__", {})  # made with __dsh_loose__
+        object.__setattr__(self, "__dsh_folded__", {})  # made with __dsh_loose__
 
     def __getattr__(self, name: str) -> Callable[[Any], CallHandle]:
         if not (name.startswith("__") and name.endswith("__")):
@@ -302,6 +305,7 @@ class Namespace:
             loose = self.__dsh_loose__
             near = self.__dsh_near__
             heads = self.__dsh_heads__
+            folded = self.__dsh_folded__
             if loose is None:
                 loose = {}
                 names = self.__dsh_names__
@@ -309,6 +313,7 @@ class Namespace:
                     # Keyed as the parser reads an attribute: ``tools.\ufb01le`` asks for
                     # "file", which finds the binding "\ufb01le".
                     loose.setdefault(_loose(_nfkc(known)), []).append(known)
+                    folded.setdefault(_folded(_nfkc(known)), []).append(known)
                     head = _head(known)
                     if head is not None:
                         heads.setdefault(head, []).append(known)
@@ -328,6 +333,11 @@ class Namespace:
                 shown = ", ".join(self.__dsh_access__(known) for known in begun[:_HEADS_SHOWN])
                 more = len(begun) - _HEADS_SHOWN
                 return f"{text}; call one of {shown}" + (f" and {more} more" if more > 0 else "")
+            styled = folded.get(_folded(name))
+            if styled and len(styled) == 1 and styled[0] != name:
+                # ``tools.readFile``, ``tools.ListDir``: the binding in another case style,
+                # several edits from its name.
+                return f"{text}; did you mean {self.__dsh_access__(styled[0])}?"
             if near and len(name) <= _GUESS_LENGTH + 1:
                 # A binding one edit away (a character dropped, added, changed or two
                 # swapped) shares one of these spellings with the name; the likeliest of
@@ -444,6 +454,12 @@ def _literal(name: str) -> str:
 def _loose(name: str) -> str:
     """``name`` with every character that cannot be part of an identifier read as ``_``."""
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+
+
+def _folded(name: str) -> str:
+    """``name`` in lower case without the characters that separate its words (``_``, ``-``,
+    ``.``): ``readFile``, ``ReadFile`` and ``read_file`` all fold to ``readfile``."""
+    return "".join(c for c in name if c.isalnum()).lower()
 
 
 def error_class(name: str, member_attr: str) -> type[Exception]:
