@@ -244,6 +244,29 @@ def test_help_without_an_argument_says_what_to_ask_help_about(system: ToolSystem
     ]
 
 
+@pytest.mark.parametrize(
+    ("named", "described"),
+    [
+        ('"tools.get_user"', "tools.get_user"),
+        ("'tools[\"get_user\"]'", "tools.get_user"),
+        ('"get_user"', "tools.get_user"),
+        ('"tools"', "tools"),
+    ],
+)
+def test_help_given_a_binding_by_name_describes_the_binding(
+    system: ToolSystem, named: str, described: str
+) -> None:
+    # pydoc looked the string up as a module or a builtin and printed "No Python documentation
+    # found for 'tools.get_user'", as if the tool had no description.
+    logs = value_of(run_code(system, f"help({named})"))["logs"]
+    assert logs == value_of(run_code(system, f"help({described})"))["logs"]
+
+
+def test_help_given_the_name_of_a_builtin_describes_the_builtin(system: ToolSystem) -> None:
+    logs = value_of(run_code(system, 'help("len")'))["logs"]
+    assert logs[0].startswith("Help on built-in function len in module builtins:")
+
+
 def test_a_copied_declaration_says_its_closed_and_extra_items_are_for_reading(
     system: ToolSystem,
 ) -> None:

@@ -28,6 +28,7 @@ send and when.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import builtins
 import contextlib
@@ -466,6 +467,8 @@ class Worker:
             self.emit(_HELP_WITHOUT_ARGUMENT)
             return
         about = self.binding_of(args[0]) if len(args) == 1 and not kwargs else None
+        if about is None and len(args) == 1 and not kwargs and type(args[0]) is str:
+            about = self.binding_named(args[0])
         if about is None and len(args) == 1 and not kwargs and type(args[0]) is CallHandle:
             # Python's own would describe the worker's handle class, internals and all.
             access = access_expression(args[0]._global, args[0]._name)
@@ -514,6 +517,36 @@ class Worker:
             for name, binding in namespace.__dsh_bindings__.items():
                 if thing is binding:
                     return global_name, name
+        return None
+
+    def binding_named(self, text: str) -> tuple[str, str | None] | None:
+        """What ``binding_of`` gives for the binding or namespace ``text`` names as a program
+        would write it (``"tools.read"``, ``'tools["read"]'``, ``"tools"``), or by its bare
+        name when no module or builtin has that name (pydoc's own lookup would find nothing
+        but say "No Python documentation found"); ``None`` for anything else."""
+        text = text.strip()
+        for global_name, namespace in self.namespaces.items():
+            names = namespace.__dsh_bindings__
+            if text == global_name:
+                return global_name, None
+            rest = text.removeprefix(global_name)
+            if rest != text:
+                if rest.startswith(".") and rest[1:] in names:
+                    return global_name, rest[1:]
+                if rest.startswith("[") and rest.endswith("]"):
+                    with contextlib.suppress(Exception):
+                        key = ast.literal_eval(rest[1:-1])
+                        if type(key) is str and key in names:
+                            return global_name, key
+        owners = [
+            g for g, namespace in self.namespaces.items() if text in namespace.__dsh_bindings__
+        ]
+        if len(owners) == 1:
+            import pydoc
+
+            with contextlib.suppress(Exception):
+                if pydoc.locate(text) is None:
+                    return owners[0], text
         return None
 
     def describe(self, global_name: str, name: str | None) -> str | None:
