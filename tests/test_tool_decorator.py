@@ -629,7 +629,12 @@ def test_wrong_types_unknown_and_missing_arguments_fail_before_the_body(
             "at": {"x": 0, "y": 0},
         },
         "Object missing required field `at`": {"count": 1},
-        "Object contains unknown field `extra`": {"count": 1, "at": {"x": 0, "y": 0}, "extra": 1},
+        # The fields named: a key put one level off (``{"x": 0, "y": 0}`` beside ``count``).
+        "Object contains unknown field `extra` (its fields are `count`, `at`)": {
+            "count": 1,
+            "at": {"x": 0, "y": 0},
+            "extra": 1,
+        },
         "Expected `float`, got `str` - at `arguments.at.y`": {"count": 1, "at": {"x": 0, "y": "0"}},
     }
     for expected, arguments in cases.items():
@@ -1178,6 +1183,42 @@ def test_a_value_outside_an_enum_is_refused_naming_the_values_it_may_take(
     assert text(run(system, paint, sizes)) == (
         'Error: invalid arguments: Invalid enum value 3 (expected one of "1", "2") '
         "- at `key` in `arguments.sizes`"
+    )
+
+
+def test_a_member_name_sent_for_an_int_enum_is_refused_naming_its_values_and_names(
+    system: ToolSystem,
+) -> None:
+    # The declarations show an IntEnum as Literal[1, 2]; a model that sent the name "LARGE"
+    # read only "Expected `int`, got `str`", with neither the values nor which name is which.
+    @tool
+    def brush(size: Brush, blend: Literal["normal", "multiply"] = "normal") -> int:
+        return int(size)
+
+    assert text(run(system, brush, {"size": "LARGE"})) == (
+        "Error: invalid arguments: Expected `int`, got `str` (expected one of 1 (SMALL),"
+        " 2 (LARGE)) - at `arguments.size`"
+    )
+    assert text(run(system, brush, {"size": 1, "blend": 2})) == (
+        "Error: invalid arguments: Expected `str`, got `int` (expected one of"
+        ' "multiply", "normal") - at `arguments.blend`'
+    )
+
+
+def test_an_unknown_field_of_a_nested_object_names_that_objects_fields(
+    system: ToolSystem,
+) -> None:
+    class Strict(msgspec.Struct, forbid_unknown_fields=True):
+        street: str
+        city: str
+
+    @tool
+    def ship(to: Strict) -> str:
+        return to.city
+
+    assert text(run(system, ship, {"to": {"street": "a", "town": "b"}})) == (
+        "Error: invalid arguments: Object contains unknown field `town` (its fields are"
+        " `street`, `city`) - at `arguments.to`"
     )
 
 

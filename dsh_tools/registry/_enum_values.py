@@ -20,6 +20,8 @@ __all__ = ["with_allowed_values"]
 _AT: Final = " - at `"
 _KEY_IN: Final = "key` in `"
 _REFUSED: Final = "Invalid enum value "
+_UNKNOWN: Final = "Object contains unknown field `"
+_EXPECTED: Final = re.compile(r"Expected `[a-z]+`, got `[a-z]+`$")
 _SEGMENT: Final = re.compile(r'\.([^.\[`]+)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]|\[\.\.\.\]')
 _MOST_SHOWN: Final = 50
 """How many allowed values a message lists at most (then how many more there are)."""
@@ -27,14 +29,22 @@ _MOST_SHOWN: Final = 50
 
 def with_allowed_values(args_type: Any, message: str) -> str:
     """``message`` (a refusal of the arguments of ``args_type``, its path already rooted at
-    ``arguments``) with the allowed values of the enum it names, when it is msgspec's
-    ``Invalid enum value`` and its path leads to one enum."""
+    ``arguments``) with what the model may send where it failed: the allowed values of the
+    enum or ``Literal`` it names, when it is msgspec's ``Invalid enum value`` or its
+    ``Expected `int`, got `str``` (an ``IntEnum`` given a member's name), and the fields of the
+    object an ``Object contains unknown field`` names (the arguments themselves when it names
+    no path: a key one level off)."""
     head, at, where = message.rpartition(_AT)
-    if not at or not head.startswith(_REFUSED) or not where.endswith("`"):
+    if not at:
+        head, where = message, ""
+    elif not where.endswith("`"):
+        return message
+    unknown = head.startswith(_UNKNOWN)
+    if not (head.startswith(_REFUSED) or unknown or (at and _EXPECTED.match(head))):
         return message
     is_key = where.startswith(_KEY_IN)
-    path = where[len(_KEY_IN) if is_key else 0 : -1]
-    if not path.startswith("arguments"):
+    path = where[len(_KEY_IN) if is_key else 0 : -1] if at else "arguments"
+    if not path.startswith("arguments") or (unknown and is_key):
         return message
     try:
         node: Any = msgspec.inspect.type_info(args_type)
@@ -47,17 +57,29 @@ def with_allowed_values(args_type: Any, message: str) -> str:
             node = _step(node, match.group(1), match.group(2))
             if node is None:
                 return message
+        if unknown:
+            fields = getattr(_bare(node), "fields", None)
+            if not fields:
+                return message
+            shown = ", ".join(f"`{field.encode_name}`" for field in fields[:_MOST_SHOWN])
+            if len(fields) > _MOST_SHOWN:
+                shown += f" and {len(fields) - _MOST_SHOWN} more"
+            return f"{head} (its fields are {shown}){at}{where}"
         if is_key:
             node = _bare(node)
             node = node.key_type if isinstance(node, msgspec.inspect.DictType) else None
         values = _values(node)
         if is_key and values:
             values = [value if type(value) is str else str(value) for value in values]  # JSON keys
+        names = None if is_key else _member_names(node)
     except Exception:  # a type msgspec cannot inspect: the message stays as msgspec wrote it
         return message
     if not values:
         return message
-    shown = ", ".join(json.dumps(value, ensure_ascii=False) for value in values[:_MOST_SHOWN])
+    shown = ", ".join(
+        json.dumps(value, ensure_ascii=False) + (f" ({names[index]})" if names else "")
+        for index, value in enumerate(values[:_MOST_SHOWN])
+    )
     if len(values) > _MOST_SHOWN:
         shown += f" and {len(values) - _MOST_SHOWN} more"
     return f"{head} (expected one of {shown}){at}{where}"
@@ -110,4 +132,15 @@ def _values(node: Any) -> list[Any] | None:
         return [member.value for member in node.cls]
     if isinstance(node, msgspec.inspect.LiteralType):
         return list(node.values)
+    return None
+
+
+def _member_names(node: Any) -> list[str] | None:
+    """The member names of an enum whose values are not strings (an ``IntEnum``: the
+    declarations show only its numbers, and a model sends a member's name), else ``None``."""
+    node = _bare(node)
+    if isinstance(node, msgspec.inspect.EnumType):
+        members = list(node.cls)
+        if any(type(member.value) is not str for member in members):
+            return [member.name for member in members]
     return None
