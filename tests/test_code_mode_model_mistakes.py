@@ -505,6 +505,12 @@ def test_pairs_unpacked_from_what_is_no_dict_get_no_word_on_dicts(
         ),
         ('b"abc"', "value is bytes: return a string instead (its .decode(), say)"),
         ("Point()", "value is Point: return a dict of the fields needed instead"),
+        (
+            "collections.Counter('aab')",
+            "value is Counter: return a plain dict instead (dict(...))",
+        ),
+        ("{'a': 1}.keys()", "value is dict_keys: return a list instead (list(...))"),
+        ("(n for n in range(3))", "value is generator: return a list instead (list(...))"),
         ('{1: "a"}', "value is dict with int key: use str keys instead (str(key))"),
         ("[ValueError('no')]", "value[0] is ValueError: return str(...) of it instead"),
     ],
@@ -512,7 +518,7 @@ def test_pairs_unpacked_from_what_is_no_dict_get_no_word_on_dicts(
 def test_a_completion_that_is_no_json_value_says_what_to_return_instead(
     system: ToolSystem, value: str, problem: str
 ) -> None:
-    program = f"import datetime\nclass Point:\n    x = 1\nreturn {value}"
+    program = f"import collections, datetime\nclass Point:\n    x = 1\nreturn {value}"
     assert failure_text(system, program) == (
         f"code run failed (invalid-output): program completion must be lossless JSON: {problem}"
     )

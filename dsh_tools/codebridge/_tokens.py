@@ -19,6 +19,7 @@ This module imports only the standard library and ``msgspec``: the worker loads 
 
 from __future__ import annotations
 
+import collections.abc
 import datetime
 import decimal
 import enum
@@ -270,6 +271,10 @@ def _advice(item: object) -> str:
         return "return a string instead (its .decode(), say)"
     if isinstance(item, (decimal.Decimal, fractions.Fraction)):
         return "return a float or a string instead"
+    if isinstance(item, collections.abc.Mapping):  # a Counter, a defaultdict
+        return "return a plain dict instead (dict(...))"
+    if isinstance(item, collections.abc.Iterable):  # a generator, map, range, dict.keys()
+        return "return a list instead (list(...))"
     return "return a dict of the fields needed instead"
 
 
