@@ -956,6 +956,46 @@ return seen
     assert (tmp_path / "data").read_bytes().startswith(b"kept")
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_the_hosts_disk_take_each_write_through_uncached_writes(
+    ext4_filesystem: Path,
+) -> None:
+    # An uncached write (RWF_DONTCACHE, Linux 6.14) starts writing its range back to the disk
+    # as it returns, so that the page can be dropped: 3,000 page writes each way to a file of
+    # a write grant on ext4 made 3,000 write requests of its disk, where plain writes made
+    # none before the kernel's own writeback. The answer of a filesystem without it, so the
+    # caller writes as usual.
+    grant = ext4_filesystem / "out"
+    grant.mkdir()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(grant)]))
+    )
+    program = f"""
+import os
+seen = {{}}
+uncached = 0x80  # RWF_DONTCACHE
+written = os.open({str(grant / "written")!r}, os.O_RDWR | os.O_CREAT)
+try:
+    for offset in range(3_000):
+        os.pwritev(written, [b'x' * 4096], offset * 4096, uncached)
+    seen['write'] = 'written'
+except OSError as exc:
+    seen['write'] = exc.errno
+try:
+    os.preadv(written, [bytearray(4096)], 0, uncached)
+    seen['read'] = 'read'
+except OSError as exc:
+    seen['read'] = exc.errno
+os.pwritev(written, [b'kept'], 0)  # without the flag, as before
+return seen
+"""
+    with device_writes_while_host_appends(runtime, grant / "host.log", ext4_filesystem) as writes:
+        assert value(runtime, program) == {"write": errno.EOPNOTSUPP, "read": errno.EOPNOTSUPP}
+        # The journal's own commit every 5 s is a few requests; the uncached writes made 3,000.
+        assert writes() < 40
+    assert (grant / "written").read_bytes() == b"kept"
+
+
 def test_a_run_cannot_make_every_filesystem_flush_through_the_quota_call(
     sandbox: SubprocessCodeRuntime,
 ) -> None:
