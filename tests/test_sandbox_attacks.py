@@ -2876,6 +2876,55 @@ return seen
         assert_next_run_works(runtime)
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
+def test_a_run_cannot_make_the_disk_take_each_write_by_moving_a_files_blocks(
+    xfs_filesystem: Path,
+) -> None:
+    # Punching a hole, zeroing, collapsing or inserting a range of a file makes XFS write back
+    # (and wait for) the file's dirty pages first (ext4 does so for collapsing and inserting),
+    # and writing zeroes sends the device a command of its own: a loop of a page written and
+    # one of those, in a file of a write grant, made a write request of the disk each time,
+    # where the same loop without them made none. The answer of a filesystem without them;
+    # reserving blocks (mode 0, or keeping the size) writes nothing back and works.
+    grant = xfs_filesystem / "out"
+    grant.mkdir()
+    runtime = SubprocessCodeRuntime(
+        CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(grant)]))
+    )
+    program = f"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+fd = os.open({str(grant / "data")!r}, os.O_RDWR | os.O_CREAT)
+os.pwrite(fd, b'x' * (4 << 20), 0)  # room for 500 collapses
+seen = {{}}
+for name, mode in (('punch hole', 0x1 | 0x2), ('zero range', 0x10), ('collapse range', 0x8),
+                   ('insert range', 0x20), ('write zeroes', 0x80),
+                   ('reserve', 0), ('reserve keeping the size', 0x1)):
+    for _ in range(500):
+        os.pwrite(fd, b'y' * 4096, 0)
+        if libc.fallocate(fd, mode, 0 if mode & 0x3e else 65536, 4096) != 0:
+            seen[name] = ctypes.get_errno()
+            break
+    else:
+        seen[name] = 'done'
+return seen
+"""
+    with device_writes_while_host_appends(runtime, grant / "host.log", xfs_filesystem) as writes:
+        assert value(runtime, program) == {
+            "punch hole": errno.EOPNOTSUPP,
+            "zero range": errno.EOPNOTSUPP,
+            "collapse range": errno.EOPNOTSUPP,
+            "insert range": errno.EOPNOTSUPP,
+            "write zeroes": errno.EOPNOTSUPP,
+            "reserve": "done",
+            "reserve keeping the size": "done",
+        }
+        # XFS's own log flush every 30 s is a few requests; each loop made hundreds.
+        assert writes() < 20
+        assert_next_run_works(runtime)
+
+
 _SUBVOLUME_CREATE = 0x5000940E  # BTRFS_IOC_SUBVOL_CREATE
 _QUOTA_CONTROL = 0xC0109428  # BTRFS_IOC_QUOTA_CTL
 _QUOTA_GROUP_LIMIT = 0x8030942B  # BTRFS_IOC_QGROUP_LIMIT
