@@ -2892,7 +2892,7 @@ def test_a_run_cannot_make_the_disk_take_each_write_by_moving_a_files_blocks(
         CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(grant)]))
     )
     program = f"""
-import ctypes, os
+import ctypes, fcntl, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 fd = os.open({str(grant / "data")!r}, os.O_RDWR | os.O_CREAT)
@@ -2908,6 +2908,19 @@ for name, mode in (('punch hole', 0x1 | 0x2), ('zero range', 0x10), ('collapse r
             break
     else:
         seen[name] = 'done'
+# The same through the older space reservation requests, which every filesystem takes.
+hole = struct.pack('hhxxxxqqii16x', 0, 0, 0, 4096, 0, 0)  # struct space_resv
+for name, request in (('FS_IOC_UNRESVSP', 0x40305829), ('FS_IOC_UNRESVSP64', 0x4030582B),
+                      ('FS_IOC_ZERO_RANGE', 0x40305839), ('FS_IOC_RESVSP64', 0x4030582A)):
+    for _ in range(500):
+        os.pwrite(fd, b'y' * 4096, 0)
+        try:
+            fcntl.ioctl(fd, request, hole)
+        except OSError as error:
+            seen[name] = error.errno
+            break
+    else:
+        seen[name] = 'done'
 return seen
 """
     with device_writes_while_host_appends(runtime, grant / "host.log", xfs_filesystem) as writes:
@@ -2919,6 +2932,10 @@ return seen
             "write zeroes": errno.EOPNOTSUPP,
             "reserve": "done",
             "reserve keeping the size": "done",
+            "FS_IOC_UNRESVSP": errno.EOPNOTSUPP,
+            "FS_IOC_UNRESVSP64": errno.EOPNOTSUPP,
+            "FS_IOC_ZERO_RANGE": errno.EOPNOTSUPP,
+            "FS_IOC_RESVSP64": "done",
         }
         # XFS's own log flush every 30 s is a few requests; each loop made hundreds.
         assert writes() < 20

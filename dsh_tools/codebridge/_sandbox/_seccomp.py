@@ -91,7 +91,8 @@ them the kernel flushes the file at each write itself, fsync or not, and 3,000 o
 each way to a file of a ``write`` grant made 18,000 write requests of the host's disk. So does
 ``RWF_DONTCACHE`` (``EOPNOTSUPP`` too), whose every write starts writing its range back: 3,000
 page writes made 3,000 write requests; and so do the ``fallocate`` modes that punch, zero,
-collapse or insert a range or write zeroes (``WRITEBACK_FALLOCATE_MODES``), as on a filesystem
+collapse or insert a range or write zeroes (``WRITEBACK_FALLOCATE_MODES``, and the older
+``ioctl`` requests that punch or zero through it, ``FALLOCATE_IOCTLS``), as on a filesystem
 without them: XFS writes the file back before each (ext4 before collapsing or inserting).
 The C library's ``sync`` (``os.sync()``) ignores the refusal, as it ignores every result of that
 call. Open file description locks (``F_OFD_SETLK``, ``F_OFD_SETLKW``) answer ``EINVAL``, as on a
@@ -163,6 +164,7 @@ from ._kernel import SockFilter
 
 __all__ = [
     "DENIED_SYSCALLS",
+    "FALLOCATE_IOCTLS",
     "FILTER_SOCKOPTS",
     "FIRST_UNREVIEWED_SYSCALL",
     "FSCRYPT_IOCTLS",
@@ -605,6 +607,16 @@ to 2,000 for 1,000 calls), where the same loop without them made none before the
 writeback. Reserving blocks (mode 0, ``FALLOC_FL_KEEP_SIZE``: ``os.posix_fallocate``) writes
 nothing back and works; ``FALLOC_FL_UNSHARE_RANGE`` shares nothing in a run (reflinks are
 refused) and stays."""
+FALLOCATE_IOCTLS: Final = {
+    "FS_IOC_UNRESVSP": 0x40305829,
+    "FS_IOC_UNRESVSP64": 0x4030582B,
+    "FS_IOC_ZERO_RANGE": 0x40305839,
+}
+"""The older space reservation ``ioctl`` requests that punch a hole or zero a range through
+``fallocate`` on any filesystem (``XFS_IOC_UNRESVSP`` and ``XFS_IOC_ZERO_RANGE`` once), which
+answer ``EOPNOTSUPP`` as the ``fallocate`` modes do (``WRITEBACK_FALLOCATE_MODES``): on XFS each
+wrote the file back first, the same write request of the disk per call. Reserving space
+(``FS_IOC_RESVSP``) stays."""
 _PIPE2: Final = 293
 O_NOTIFICATION_PIPE: Final = 0o200  # O_EXCL, as pipe2 reads it
 """The flag of ``pipe2`` that makes a notification pipe (the kernel's watch queues: key and
@@ -846,6 +858,7 @@ def seccomp_program(
     for request in (
         *FSCRYPT_IOCTLS.values(),
         *WRITEBACK_IOCTLS.values(),
+        *FALLOCATE_IOCTLS.values(),
         *REMAP_IOCTLS.values(),
         *FSMAP_IOCTLS.values(),
         *VERITY_IOCTLS.values(),
