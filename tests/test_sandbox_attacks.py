@@ -957,21 +957,22 @@ return seen
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the filter's numbers are x86_64's")
-def test_a_run_cannot_make_the_hosts_disk_take_each_write_through_uncached_writes(
+def test_a_run_cannot_make_the_hosts_disk_take_each_write_of_its_grant_at_once(
     ext4_filesystem: Path,
 ) -> None:
     # An uncached write (RWF_DONTCACHE, Linux 6.14) starts writing its range back to the disk
-    # as it returns, so that the page can be dropped: 3,000 page writes each way to a file of
-    # a write grant on ext4 made 3,000 write requests of its disk, where plain writes made
-    # none before the kernel's own writeback. The answer of a filesystem without it, so the
-    # caller writes as usual.
+    # as it returns, so that the page can be dropped: 3,000 page writes to a file of a write
+    # grant on ext4 made 3,000 write requests of its disk, where plain writes made none before
+    # the kernel's own writeback. So did ext4's request to allocate a file's delayed blocks
+    # now (EXT4_IOC_ALLOC_DA_BLKS), after each page appended: 500 made 988. The answer of a
+    # filesystem without them, so the caller writes as usual.
     grant = ext4_filesystem / "out"
     grant.mkdir()
     runtime = SubprocessCodeRuntime(
         CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(grant)]))
     )
     program = f"""
-import os
+import fcntl, os
 seen = {{}}
 uncached = 0x80  # RWF_DONTCACHE
 written = os.open({str(grant / "written")!r}, os.O_RDWR | os.O_CREAT)
@@ -986,12 +987,24 @@ try:
     seen['read'] = 'read'
 except OSError as exc:
     seen['read'] = exc.errno
+appended = os.open({str(grant / "appended")!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+try:
+    for _ in range(500):
+        os.write(appended, b'x' * 4096)
+        fcntl.ioctl(appended, 0x660C)  # EXT4_IOC_ALLOC_DA_BLKS
+    seen['allocate'] = 'allocated'
+except OSError as exc:
+    seen['allocate'] = exc.errno
 os.pwritev(written, [b'kept'], 0)  # without the flag, as before
 return seen
 """
     with device_writes_while_host_appends(runtime, grant / "host.log", ext4_filesystem) as writes:
-        assert value(runtime, program) == {"write": errno.EOPNOTSUPP, "read": errno.EOPNOTSUPP}
-        # The journal's own commit every 5 s is a few requests; the uncached writes made 3,000.
+        assert value(runtime, program) == {
+            "write": errno.EOPNOTSUPP,
+            "read": errno.EOPNOTSUPP,
+            "allocate": errno.EOPNOTSUPP,
+        }
+        # The journal's own commit every 5 s is a few requests; each loop made hundreds.
         assert writes() < 40
     assert (grant / "written").read_bytes() == b"kept"
 
