@@ -2897,15 +2897,17 @@ def test_a_run_cannot_make_the_disk_take_each_write_by_moving_a_files_blocks(
     # (and wait for) the file's dirty pages first (ext4 does so for collapsing and inserting),
     # and writing zeroes sends the device a command of its own: a loop of a page written and
     # one of those, in a file of a write grant, made a write request of the disk each time,
-    # where the same loop without them made none. The answer of a filesystem without them;
-    # reserving blocks (mode 0, or keeping the size) writes nothing back and works.
+    # where the same loop without them made none. The older space reservation requests and
+    # MADV_REMOVE of a shared mapping punch and zero through fallocate too. The answer of a
+    # filesystem without them; reserving blocks (mode 0, or keeping the size) writes nothing
+    # back and works.
     grant = xfs_filesystem / "out"
     grant.mkdir()
     runtime = SubprocessCodeRuntime(
         CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(grant)]))
     )
     program = f"""
-import ctypes, fcntl, os, struct
+import ctypes, fcntl, mmap, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 fd = os.open({str(grant / "data")!r}, os.O_RDWR | os.O_CREAT)
@@ -2921,6 +2923,16 @@ for name, mode in (('punch hole', 0x1 | 0x2), ('zero range', 0x10), ('collapse r
             break
     else:
         seen[name] = 'done'
+# The same through a shared mapping of the file, whose pages MADV_REMOVE punches out.
+shared = mmap.mmap(fd, 65536)
+page = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(shared)))
+for _ in range(500):
+    os.pwrite(fd, b'y' * 4096, 0)
+    if libc.madvise(page, ctypes.c_size_t(4096), 9) != 0:  # MADV_REMOVE
+        seen['MADV_REMOVE'] = ctypes.get_errno()
+        break
+else:
+    seen['MADV_REMOVE'] = 'done'
 # The same through the older space reservation requests, which every filesystem takes.
 hole = struct.pack('hhxxxxqqii16x', 0, 0, 0, 4096, 0, 0)  # struct space_resv
 for name, request in (('FS_IOC_UNRESVSP', 0x40305829), ('FS_IOC_UNRESVSP64', 0x4030582B),
@@ -2945,6 +2957,7 @@ return seen
             "write zeroes": errno.EOPNOTSUPP,
             "reserve": "done",
             "reserve keeping the size": "done",
+            "MADV_REMOVE": errno.EOPNOTSUPP,
             "FS_IOC_UNRESVSP": errno.EOPNOTSUPP,
             "FS_IOC_UNRESVSP64": errno.EOPNOTSUPP,
             "FS_IOC_ZERO_RANGE": errno.EOPNOTSUPP,
