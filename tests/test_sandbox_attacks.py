@@ -2898,7 +2898,8 @@ def test_a_run_cannot_make_the_disk_take_each_write_by_moving_a_files_blocks(
     # and writing zeroes sends the device a command of its own: a loop of a page written and
     # one of those, in a file of a write grant, made a write request of the disk each time,
     # where the same loop without them made none. The older space reservation requests and
-    # MADV_REMOVE of a shared mapping punch and zero through fallocate too. The answer of a
+    # MADV_REMOVE of a shared mapping punch and zero through fallocate too, and XFS's swap of
+    # two files' extents writes both back before it checks anything else. The answer of a
     # filesystem without them; reserving blocks (mode 0, or keeping the size) writes nothing
     # back and works.
     grant = xfs_filesystem / "out"
@@ -2907,7 +2908,7 @@ def test_a_run_cannot_make_the_disk_take_each_write_by_moving_a_files_blocks(
         CodeRuntimeConfig(compute_ms=10_000, sandbox=CodeSandbox(write=[str(grant)]))
     )
     program = f"""
-import ctypes, fcntl, mmap, os, struct
+import ctypes, errno, fcntl, mmap, os, struct
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 fd = os.open({str(grant / "data")!r}, os.O_RDWR | os.O_CREAT)
@@ -2933,6 +2934,20 @@ for _ in range(500):
         break
 else:
     seen['MADV_REMOVE'] = 'done'
+# XFS's request to swap two files' extents writes both back first, however it then ends.
+one, other = (os.open({str(grant)!r} + name, os.O_RDWR | os.O_CREAT) for name in ('/a', '/b'))
+for each in (one, other):
+    os.pwrite(each, b'z' * 65536, 0)
+swap = struct.pack('qqqqq', 0, one, other, 0, 65536) + bytes(152)  # struct xfs_swapext
+for _ in range(500):
+    os.pwrite(one, b'y' * 4096, 0)
+    os.pwrite(other, b'z' * 4096, 0)
+    try:
+        fcntl.ioctl(one, 0xC0C0586D, swap)  # XFS_IOC_SWAPEXT
+    except OSError as error:
+        seen['XFS_IOC_SWAPEXT'] = error.errno
+        if error.errno != errno.EBUSY:  # the stale times it was given, after the writeback
+            break
 # The same through the older space reservation requests, which every filesystem takes.
 hole = struct.pack('hhxxxxqqii16x', 0, 0, 0, 4096, 0, 0)  # struct space_resv
 for name, request in (('FS_IOC_UNRESVSP', 0x40305829), ('FS_IOC_UNRESVSP64', 0x4030582B),
@@ -2958,6 +2973,7 @@ return seen
             "reserve": "done",
             "reserve keeping the size": "done",
             "MADV_REMOVE": errno.EOPNOTSUPP,
+            "XFS_IOC_SWAPEXT": errno.EOPNOTSUPP,
             "FS_IOC_UNRESVSP": errno.EOPNOTSUPP,
             "FS_IOC_UNRESVSP64": errno.EOPNOTSUPP,
             "FS_IOC_ZERO_RANGE": errno.EOPNOTSUPP,
