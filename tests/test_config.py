@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from dsh_tools import ExecuteBatch, ToolsConfig
+from dsh_tools import CodeRuntimeConfig, CodeSandbox, ExecuteBatch, ToolOutput, ToolsConfig
+from dsh_tools.integrations import ReconnectPolicy
 
 
 def test_defaults() -> None:
@@ -112,3 +114,82 @@ def test_batch_max_parallel_must_be_an_int(value: Any) -> None:
         rf"{type(value).__name__}$",
     ):
         ExecuteBatch(calls=[], max_parallel=value)
+
+
+def test_a_misspelt_keyword_names_the_config_and_the_keyword_it_most_likely_meant() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^ToolsConfig\(\) got an unexpected keyword argument 'max_frames'\. "
+        r"Did you mean 'max_frame_bytes'\?$",
+    ):
+        ToolsConfig(max_frames=3)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("make", "text"),
+    [
+        (
+            lambda: CodeSandbox(reads=["/srv"]),
+            r"^CodeSandbox\(\) got an unexpected keyword argument 'reads'\. Did you mean 'read'\?$",
+        ),
+        (
+            lambda: CodeRuntimeConfig(wall_ms=10),
+            r"^CodeRuntimeConfig\(\) got an unexpected keyword argument 'wall_ms'\. "
+            r"Did you mean 'max_wall_ms'\?$",
+        ),
+        (
+            lambda: ReconnectPolicy(attempts=3),
+            r"^ReconnectPolicy\(\) got an unexpected keyword argument 'attempts'\. "
+            r"Did you mean 'max_attempts'\?$",
+        ),
+        (
+            lambda: ExecuteBatch(calls=[], max_paralel=2),
+            r"^ExecuteBatch\(\) got an unexpected keyword argument 'max_paralel'\. "
+            r"Did you mean 'max_parallel'\?$",
+        ),
+        (
+            lambda: ToolOutput(schema={"type": "string"}, renderer=str),
+            r"^ToolOutput\(\) got an unexpected keyword argument 'renderer'\. "
+            r"Did you mean 'render'\?$",
+        ),
+    ],
+    ids=["CodeSandbox", "CodeRuntimeConfig", "ReconnectPolicy", "ExecuteBatch", "ToolOutput"],
+)
+def test_every_struct_an_author_writes_names_itself_for_an_unknown_keyword(
+    make: Callable[[], object], text: str
+) -> None:
+    with pytest.raises(TypeError, match=text):
+        make()
+
+
+def test_a_keyword_like_none_of_them_gets_the_list_of_keywords() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^CodeSandbox\(\) got an unexpected keyword argument 'network'\. "
+        r"Its keywords: read, write, env, max_processes, max_open_files, cgroups$",
+    ):
+        CodeSandbox(network=False)  # type: ignore[call-arg]
+
+
+def test_positional_and_missing_arguments_name_the_struct_and_what_it_takes() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^ToolsConfig\(\) takes keyword arguments only, got 1 positional; "
+        r"its keywords: mode, max_parallel_tool_calls, ",
+    ):
+        ToolsConfig("code")  # type: ignore[misc]
+    with pytest.raises(
+        TypeError,
+        match=r"^ToolOutput\(\) missing required argument 'render'; "
+        r"it takes ToolOutput\(schema, render, presentation_meta\)$",
+    ):
+        ToolOutput(schema={"type": "string"})  # type: ignore[call-arg]
+    with pytest.raises(
+        TypeError, match=r"^ToolOutput\(\) takes at most 3 positional arguments, got 4: "
+    ):
+        ToolOutput({"type": "string"}, str, None, None)  # type: ignore[call-arg]
+
+
+def test_a_check_of_the_struct_itself_keeps_its_own_message() -> None:
+    with pytest.raises(TypeError, match=r"^code sandbox: env must be a dict of str to str$"):
+        CodeSandbox(env={"HOME": 1})  # type: ignore[dict-item]

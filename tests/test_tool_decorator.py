@@ -1139,10 +1139,27 @@ def test_other_keywords_reach_the_definition(system: ToolSystem) -> None:
 
     assert echo.present_call is not None
     assert echo.present_call({"word": "x"}) == {"kind": "generic", "title": "echo x"}
-    with pytest.raises(TypeError, match=r"@tool\(.*shout\): Unexpected keyword argument .colour."):
+    with pytest.raises(
+        TypeError,
+        match=r"^@tool\(.*shout\) got an unexpected keyword argument 'colour'\. Its keywords: "
+        r"name, description, concurrency_safe, timeout_ms, render, finalize_content, "
+        r"present_call, present_result, placement$",
+    ):
 
         @tool(colour="red")
         def shout(word: str) -> str:
+            return word
+
+
+def test_a_misspelt_option_names_the_one_most_likely_meant() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^@tool\(.*slow\) got an unexpected keyword argument 'timout_ms'\. "
+        r"Did you mean 'timeout_ms'\?$",
+    ):
+
+        @tool(timout_ms=500)
+        def slow(word: str) -> str:
             return word
 
 

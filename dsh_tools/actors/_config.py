@@ -8,6 +8,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ._keywords import KeywordChecked
+
 __all__ = ["MAX_SAFE_INTEGER", "UNLISTED_TOOLS", "ToolsConfig", "finite_number", "number_text"]
 
 UNLISTED_TOOLS = "<unlisted-tools>"
@@ -82,7 +84,7 @@ def _positive_number(key: str, value: Any) -> None:
         raise ValueError(f"{key} must be a positive finite number, got {number_text(value)}")
 
 
-class ToolsConfig(msgspec.Struct, frozen=True, kw_only=True):
+class ToolsConfig(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True):
     """Every setting of a ``ToolSystem``: a wrong type raises ``TypeError``, a bad value
     ``ValueError``.
 

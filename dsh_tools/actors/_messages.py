@@ -15,6 +15,7 @@ from msgspec import UNSET, UnsetType
 
 from ._config import number_text
 from ._frozen import EMPTY_LIST, FrozenList
+from ._keywords import KeywordChecked
 from ._signal import NEVER_ABORTED, AbortSignal
 
 __all__ = [
@@ -318,7 +319,7 @@ class ToolCall(msgspec.Struct, frozen=True):
             )
 
 
-class ExecuteBatch(msgspec.Struct, frozen=True, kw_only=True):
+class ExecuteBatch(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True):
     """Run one model turn's calls in the dispatcher pool; results come back in model order.
 
     Call ids must be unique within a batch (``ValueError`` naming the duplicate)."""

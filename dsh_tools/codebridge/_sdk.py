@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
+from ..actors._keywords import KeywordChecked
 from ._sdk_names import (
     _INDENT,
     _comment_text,
@@ -83,7 +84,7 @@ SDK_INSTRUCTIONS: Final = (
 """The fixed, model-visible usage instructions that precede the declarations block."""
 
 
-class SdkTool(msgspec.Struct, frozen=True):
+class SdkTool(msgspec.Struct, metaclass=KeywordChecked, frozen=True):
     """One visible tool as the SDK generator sees it.
 
     ``parameters`` and ``output_schema`` are detached raw JSON Schemas (plain or frozen JSON

@@ -33,6 +33,7 @@ from ..actors._config import (  # one definition of the defaults, shared with To
     finite_number,
     number_text,
 )
+from ..actors._keywords import KeywordChecked
 from ._program import ABSENT_NAME
 from ._sandbox._policy import CodeSandbox
 
@@ -73,7 +74,7 @@ BindingFunction = Callable[[Any], Awaitable[Any]]
 """A binding: ``async def binding(value) -> value``, called on the run's event loop."""
 
 
-class ErrorClassSpec(msgspec.Struct, frozen=True):
+class ErrorClassSpec(msgspec.Struct, metaclass=KeywordChecked, frozen=True):
     """The exception class a namespace's rejected calls raise in the program.
 
     ``name`` is the class's global name (``ToolCallError``); ``member_attr`` is the attribute
@@ -85,7 +86,7 @@ class ErrorClassSpec(msgspec.Struct, frozen=True):
     member_attr: str
 
 
-class BindingNamespace(msgspec.Struct, frozen=True):
+class BindingNamespace(msgspec.Struct, metaclass=KeywordChecked, frozen=True):
     """One global of the program (``tools``) whose members are host binding functions.
 
     ``snapshot_functions``, when given, holds the same bindings for arguments that are already
@@ -107,7 +108,7 @@ class BindingNamespace(msgspec.Struct, frozen=True):
     describe: Callable[[str | None], str | Awaitable[str | None] | None] | None = None
 
 
-class CodeRunRequest(msgspec.Struct, frozen=True):
+class CodeRunRequest(msgspec.Struct, metaclass=KeywordChecked, frozen=True):
     """One program to run, the namespaces it sees, and the signal that aborts it."""
 
     program: str
@@ -181,7 +182,7 @@ def _check_count(key: str, value: object, what: str) -> None:
         raise ValueError(message)
 
 
-class CodeRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
+class CodeRuntimeConfig(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True):
     """Budgets of a code runtime, validated at construction.
 
     ``compute_ms``: CPU budget of the worker (busy time); ``max_wall_ms``: wall ceiling from

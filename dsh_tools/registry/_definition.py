@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ..actors._keywords import KeywordChecked
 from ._hooks import ContentFinalizer
 
 __all__ = [
@@ -39,7 +40,7 @@ CALLBACK_SHAPES: dict[str, tuple[str, ...]] = {
 _COUNTS = ("no", "one", "two", "three")
 
 
-class ToolOutput(msgspec.Struct, frozen=True, eq=False):
+class ToolOutput(msgspec.Struct, metaclass=KeywordChecked, frozen=True, eq=False):
     """A tool's output contract.
 
     ``schema`` validates every canonical value (raw JSON Schema on a ``ToolDefinition``; the
@@ -72,7 +73,7 @@ class Placement(Protocol):
         ...
 
 
-class ToolDefinition(msgspec.Struct, frozen=True, kw_only=True, eq=False):
+class ToolDefinition(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True, eq=False):
     """A registrable tool. Compared and hashed by identity.
 
     ``parameters`` is raw, model-facing JSON Schema (not validated by the registry for raw

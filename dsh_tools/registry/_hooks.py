@@ -15,6 +15,7 @@ from typing import Any, TypeAlias, TypeVar
 import msgspec
 
 from ..actors import Accept, Allow, Ask, Block, Deny, ToolExecutionResult
+from ..actors._keywords import KeywordChecked
 from ._execution import DispatchExecution, ToolExecution, ToolRunContext
 
 __all__ = [
@@ -77,7 +78,7 @@ ContentFinalizer: TypeAlias = Callable[[ToolExecution, ToolExecutionResult], Any
 """A tool's ``finalize_content``: synchronous; new content blocks, or None to keep them."""
 
 
-class PromptSection(msgspec.Struct, frozen=True):
+class PromptSection(msgspec.Struct, metaclass=KeywordChecked, frozen=True):
     """One named block of the system prompt; sections are sorted by ``order``."""
 
     name: str

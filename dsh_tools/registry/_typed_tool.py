@@ -14,12 +14,13 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, overload
+from typing import Any, Final, overload
 
 import docstring_parser
 import msgspec
 
 from ..actors._config import finite_number
+from ..actors._keywords import unknown_keyword_text
 from ._body_values import converts_values
 from ._compact_json import compact_json
 from ._define_tool import placed_execute
@@ -68,6 +69,11 @@ _SPELLED_OTHERWISE: dict[str, str] = {
 }
 """``define_tool`` keywords that ``@tool`` takes from the function or spells otherwise: passed
 on, they would collide with what ``@tool`` built (``got multiple values for keyword``)."""
+
+_PASSED_ON: Final = ("finalize_content", "present_call", "present_result", "placement")
+"""The ``ToolDefinition`` keywords ``@tool`` passes on as they are."""
+_KEYWORDS: Final = ("name", "description", "concurrency_safe", "timeout_ms", "render", *_PASSED_ON)
+"""Every keyword of ``@tool``, as an unknown one's message lists them."""
 
 
 def _pascal_name(name: str) -> str:
@@ -139,6 +145,9 @@ def _build(
     for keyword, instead in _SPELLED_OTHERWISE.items():
         if keyword in options:
             raise TypeError(f"{owner}: {keyword} is not an option of @tool: {instead}")
+    for keyword in options:
+        if keyword not in _PASSED_ON:
+            raise TypeError(unknown_keyword_text(owner, keyword, _KEYWORDS))
     for keyword in ("finalize_content", "present_call", "present_result"):
         if options.get(keyword) is not None and not callable(options[keyword]):
             raise TypeError(f"{owner}: {keyword} must be callable or None")

@@ -7,6 +7,11 @@ from collections.abc import Sequence
 
 import msgspec
 
+try:
+    from ...actors._keywords import KeywordChecked
+except ImportError:  # in the template, which imports this package alone under a private name
+    KeywordChecked = msgspec.StructMeta  # type: ignore[misc, assignment]
+
 __all__ = ["MIN_OPEN_FILES", "CodeSandbox", "lies_beneath"]
 
 MIN_OPEN_FILES = 32
@@ -63,7 +68,7 @@ def _refuse_nested(read: Sequence[str], write: Sequence[str]) -> None:
                     )
 
 
-class CodeSandbox(msgspec.Struct, frozen=True, kw_only=True):
+class CodeSandbox(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True):
     """The grants of the Code Mode sandbox (everything not granted is refused).
 
     - ``read``: absolute paths (directories or files) the program may read and execute.

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from ...actors._keywords import KeywordChecked
+
 __all__ = [
     "ElicitationCallback",
     "ListChangedCallback",
@@ -27,7 +29,7 @@ McpState = Literal["connecting", "connected", "reconnecting", "disconnected", "c
 ``disconnected`` (lost for good; the tools were withdrawn) or ``closed`` (by ``close()``)."""
 
 
-class ReconnectPolicy(msgspec.Struct, frozen=True, kw_only=True):
+class ReconnectPolicy(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True):
     """How a lost connection is re-established: up to ``max_attempts`` tries (``None``: no
     limit), the first after ``initial_delay`` seconds, each later one ``multiplier`` times the
     previous delay, never more than ``max_delay``. A successful connection resets the count."""
