@@ -37,6 +37,8 @@ from dsh_tools.integrations import (
     responses_prompt,
     responses_tool_calls,
     responses_tool_outputs,
+    to_anthropic_tools,
+    to_openai_tools,
 )
 
 PDF = "JVBERi0xLjQK"  # base64 of "%PDF-1.4\n"
@@ -765,3 +767,29 @@ def test_every_call_runs_under_an_id_of_its_own_and_is_answered_under_the_models
     assert [answer["tool_call_id"] for answer in answers] == sent  # type: ignore[typeddict-item]
     echoed = openai_assistant_message(message)["tool_calls"]
     assert [call["id"] for call in echoed] == sent
+
+
+def test_a_name_map_of_one_str_or_of_nothing_is_refused_naming_what_it_takes() -> None:
+    # A str iterates: ToolNameMap("time.now") was a map of the names "t", "i", "m", ...
+    with pytest.raises(TypeError, match=r"^ToolNameMap takes a list of tool names, got str: "):
+        ToolNameMap("time.now")
+    with pytest.raises(TypeError, match=r"^ToolNameMap takes a list of tool names, got NoneType"):
+        ToolNameMap(None)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError,
+        match=r"^ToolNameMap.from_schemas takes the list of tool schemas .* got NoneType$",
+    ):
+        ToolNameMap.from_schemas(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^tools\[0\] must be a tool schema dict, got str$"):
+        ToolNameMap.from_schemas(["time.now"])  # type: ignore[list-item]
+
+
+def test_an_export_of_nothing_names_what_it_takes() -> None:
+    with pytest.raises(
+        TypeError, match=r"^OpenAI export takes a list of tool schemas .*, got NoneType$"
+    ):
+        to_openai_tools(None)  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^Anthropic export takes a list of tool schemas .*, got NoneType$"
+    ):
+        to_anthropic_tools(None)  # type: ignore[arg-type]

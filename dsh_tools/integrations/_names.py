@@ -65,6 +65,12 @@ class ToolNameMap:
     the map and the names earlier turns had that this one no longer has."""
 
     def __init__(self, names: Iterable[str], *, earlier: ToolNameMap | None = None) -> None:
+        # A str iterates too, into a map of its characters as names.
+        if isinstance(names, str | bytes | Mapping) or not isinstance(names, Iterable):
+            raise TypeError(
+                f"ToolNameMap takes a list of tool names, got {type(names).__name__}: "
+                "ToolNameMap([...]) or ToolNameMap.from_schemas(system.tools.schemas())"
+            )
         ordered = list(dict.fromkeys(names))
         for index, name in enumerate(ordered):
             if type(name) is not str or not name:
@@ -117,8 +123,17 @@ class ToolNameMap:
     ) -> ToolNameMap:
         """The map of the ``{"name", ...}`` entries that ``tools.schemas()`` returns
         (``earlier``: the map of the conversation's turns before, which it continues)."""
+        if isinstance(schemas, str | bytes | Mapping) or not isinstance(schemas, Iterable):
+            raise TypeError(
+                "ToolNameMap.from_schemas takes the list of tool schemas that "
+                f"system.tools.schemas() returns, got {type(schemas).__name__}"
+            )
         names: list[str] = []
         for index, schema in enumerate(schemas):
+            if not isinstance(schema, Mapping):
+                raise TypeError(
+                    f"tools[{index}] must be a tool schema dict, got {type(schema).__name__}"
+                )
             name = schema.get("name")
             if type(name) is not str or not name:
                 raise ValueError(f"tools[{index}].name must be a non-empty str")

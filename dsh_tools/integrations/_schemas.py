@@ -119,7 +119,7 @@ def _tool_entries(
     schemas: Iterable[Mapping[str, Any]], provider: str
 ) -> list[tuple[str, str, Any]]:
     """Check and detach every ``{name, description, parameters}`` entry, in order."""
-    if isinstance(schemas, (str, bytes, Mapping)):
+    if isinstance(schemas, (str, bytes, Mapping)) or not isinstance(schemas, Iterable):
         raise TypeError(
             f"{provider} export takes a list of tool schemas (name, description, parameters), "
             f"got {type(schemas).__name__}"
