@@ -754,3 +754,31 @@ def test_a_plain_body_raising_stop_iteration_fails_as_an_async_body_would(
     assert text(result) == "Error: the tool body raised StopIteration"
     assert result.exception_type == "RuntimeError"
     assert events_for(system, "c1") == ["tool/call", "tool/result"]
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        ((404, "NOT_FOUND"), TypeError, "HarnessError message must be a str, got int"),
+        (("not found", 404), TypeError, "HarnessError code must be a non-empty str, got int"),
+        (("not found", None), TypeError, "HarnessError code must be a non-empty str, got NoneType"),
+        (("not found", ""), ValueError, "HarnessError code must be a non-empty str, got ''"),
+    ],
+)
+def test_a_harness_error_refuses_a_message_or_code_that_is_no_text_when_made(
+    args: tuple[Any, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^{message}$"):
+        HarnessError(*args)
+
+
+def test_a_body_raising_a_harness_error_with_a_code_that_is_no_str_fails_naming_it(
+    system: ToolSystem,
+) -> None:
+    # The code used to be dropped without a word: a failure without info, "Error: not found".
+    def lookup(args: Any, run_ctx: Any) -> Any:
+        raise HarnessError("not found", 404)  # type: ignore[arg-type]
+
+    system.tools.register(echo(execute=lookup))
+    result = system.execute(call())
+    assert text(result) == "Error: HarnessError code must be a non-empty str, got int"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import ParamSpec, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
 __all__ = [
     "AbortError",
@@ -70,6 +70,13 @@ def format_ms(ms: float) -> str:
     return str(ms)
 
 
+def _refuse_text(owner: str, rule: str, value: object) -> NoReturn:
+    """``TypeError`` for a value that is no str, ``ValueError`` for a str (the empty one)."""
+    if isinstance(value, str):
+        raise ValueError(f"{owner} {rule}, got {value!r}")
+    raise TypeError(f"{owner} {rule}, got {type(value).__name__}")
+
+
 class HarnessError(Exception):
     """An error with a machine-readable ``code``; the base of every error this package raises.
 
@@ -81,6 +88,15 @@ class HarnessError(Exception):
     name: str
 
     def __init__(self, message: str, code: str, *, name: str | None = None) -> None:
+        # Refused here, where the author wrote it: raised from a body, a message that is no
+        # str left the model "<unprintable thrown value>", and a code that is none the failure
+        # without its info.
+        if not isinstance(message, str):
+            _refuse_text(type(self).__name__, "message must be a str", message)
+        if not isinstance(code, str) or not code:
+            _refuse_text(type(self).__name__, "code must be a non-empty str", code)
+        if name is not None and (not isinstance(name, str) or not name):
+            _refuse_text(type(self).__name__, "name must be a non-empty str or None", name)
         super().__init__(message)
         self.message = message
         self.code = code
