@@ -81,6 +81,7 @@ def test_defaults() -> None:
         ),
         ("tool_order", ["a", "b", "a"], ValueError, "tool_order must be a list of distinct names"),
         ("tool_order", ["a", 1], TypeError, "tool_order[1] must be a str"),
+        ("tool_order", ["a", ""], ValueError, "tool_order[1] must be a non-empty tool name"),
     ],
 )
 def test_bad_settings_are_refused(key: str, value: Any, error: type[Exception], text: str) -> None:

@@ -169,6 +169,8 @@ class ToolsConfig(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only
             for index, name in enumerate(names):
                 if type(name) is not str:
                     raise TypeError(f"tool_order[{index}] must be a str")
+                if not name:  # no tool has it: the entry would order nothing
+                    raise ValueError(f"tool_order[{index}] must be a non-empty tool name, got ''")
             if names.count(UNLISTED_TOOLS) > 1:
                 raise ValueError(
                     f'tool_order must be a list with the "{UNLISTED_TOOLS}" marker at most once'
