@@ -763,6 +763,15 @@ def test_a_placement_must_return_an_async_body() -> None:
         RayPlacement(resources=["gpu_box"])  # type: ignore[arg-type]
 
 
+def test_a_misspelt_placement_option_names_the_one_most_likely_meant() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"^RayPlacement\(\) got an unexpected keyword argument 'num_cpu'\. "
+        r"Did you mean 'num_cpus'\?$",
+    ):
+        RayPlacement(num_cpu=2)  # type: ignore[call-arg]
+
+
 def test_a_placement_is_data_that_cannot_change_after_its_check() -> None:
     given = {"big_memory": 1}
     env = {"env_vars": {"MODE": "fast"}, "pip": ["requests"]}

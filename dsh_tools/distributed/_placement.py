@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from ..actors import FrozenDict, FrozenList
+from ..actors._keywords import KeywordChecked
 from ._ray_body import Body, remote_body
 from ._ray_runners import LazyRunner
 
@@ -51,7 +52,7 @@ def check_ray_options(owner: str, resources: object, runtime_env: object) -> Non
         raise ValueError(f"{owner}: runtime_env must be a dict")
 
 
-class RayPlacement(msgspec.Struct, frozen=True, kw_only=True):
+class RayPlacement(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only=True):
     """Run a tool's body on Ray.
 
     ``num_cpus``, ``num_gpus``, ``resources`` and ``runtime_env`` are Ray's scheduling options
