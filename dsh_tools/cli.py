@@ -49,6 +49,10 @@ class _Parser(argparse.ArgumentParser):
     there, so a full disk or a closed pipe would go unnoticed. Its subcommands' parsers are of
     this class too."""
 
+    commands: dict[str, argparse.ArgumentParser]
+    """The subcommands' parsers by name, so that an option one does not take is refused by
+    it, with its usage, not by the top parser with the usage of the whole command."""
+
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         if message and file is sys.stdout:
             file.write(message)
@@ -56,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> _Parser:
     parser = _Parser(
         prog="dsh-tools",
         description="Tool registry and execution pipeline for LLM agent harnesses.",
@@ -113,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         help="sandbox (default): only the example tools reach the workspace; process: the "
         "program runs with your user's powers",
     )
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -179,7 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = "dsh-tools"  # who speaks in a message: the command, once it is known
     try:
         try:
-            args = _parser().parse_args(argv)
+            parser = _parser()
+            args, extra = parser.parse_known_args(argv)
+            if extra:
+                parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         except SystemExit as done:  # --help, --version, or bad arguments: argparse has spoken
             sys.stdout.flush()  # what --help or --version printed: it must reach the reader
             return _status(done)

@@ -78,6 +78,15 @@ def test_an_unknown_command_exits_2() -> None:
     assert "invalid choice" in done.stderr
 
 
+def test_an_option_a_command_does_not_take_is_refused_by_that_command() -> None:
+    done = run_cli("catalog", "--format", "yaml")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "usage: dsh-tools catalog [-h]",
+        "dsh-tools catalog: error: unrecognized arguments: --format yaml",
+    ]
+
+
 def test_demo_shows_every_kind_of_outcome(tmp_path: Path) -> None:
     out = io.StringIO()
     assert run_demo(out, workspace=tmp_path) == 0
