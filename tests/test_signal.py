@@ -226,6 +226,43 @@ def test_an_async_def_callback_is_refused_when_it_is_added(signal: AbortSignal) 
         signal.add_callback(notify_ui)
 
 
+class Panel:
+    def refresh(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("callback", "name"),
+    [
+        (lambda: None, r"\S*<lambda>"),
+        (lambda reason, where: None, r"\S*<lambda>"),
+        (lambda reason, *, where: None, r"\S*<lambda>"),
+        (Panel().refresh, r"Panel\.refresh"),
+    ],
+    ids=["no-argument", "two-arguments", "a-keyword-too", "method-of-none"],
+)
+def test_a_callback_that_cannot_take_the_reason_is_refused_when_it_is_added(
+    callback: Any, name: str
+) -> None:
+    # It used to fail as a logged warning, in whichever thread aborted, and never ran.
+    with pytest.raises(
+        TypeError,
+        match=rf"^add_callback\(\) takes a function of one argument, the abort reason; {name} "
+        r"cannot be called with it$",
+    ):
+        AbortController().signal.add_callback(callback)
+
+
+def test_a_callback_that_can_take_the_reason_is_added_whatever_its_shape() -> None:
+    controller = AbortController()
+    seen: list[Any] = []
+    controller.signal.add_callback(lambda *reasons: seen.append(reasons))
+    controller.signal.add_callback(lambda reason, where="ui": seen.append((reason, where)))
+    controller.signal.add_callback(AbortController().abort)  # a method taking it, and a default
+    controller.abort("stop")
+    assert seen == [("stop",), ("stop", "ui")]
+
+
 def test_a_callback_that_returns_a_coroutine_is_named_and_its_coroutine_closed(
     logs: Any, recwarn: pytest.WarningsRecorder
 ) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import inspect
 import threading
 from collections.abc import Callable, Generator
+from types import MethodType
 from typing import Any
 
 from ._logging import get_logger
@@ -100,13 +101,20 @@ class AbortSignal:
         # Its code's flags, not ``inspect.iscoroutinefunction`` (a few times dearer): every
         # call with a signal of its own adds callbacks.
         code = getattr(fn, "__code__", None)
-        if code is not None and code.co_flags & _CO_COROUTINE:
-            raise TypeError(
-                "add_callback() takes a plain function, called in the thread that aborts; "
-                f"{getattr(fn, '__qualname__', fn)!s} is an async def function, whose "
-                "coroutine nobody would await (schedule it from a plain callback, with "
-                "loop.call_soon_threadsafe, say)"
-            )
+        if code is not None:
+            if code.co_flags & _CO_COROUTINE:
+                raise TypeError(
+                    "add_callback() takes a plain function, called in the thread that aborts; "
+                    f"{getattr(fn, '__qualname__', fn)!s} is an async def function, whose "
+                    "coroutine nobody would await (schedule it from a plain callback, with "
+                    "loop.call_soon_threadsafe, say)"
+                )
+            # One positional parameter (and self for a method), the shape of every callback
+            # the package adds, costs one comparison; any other is read from its signature,
+            # so that one that cannot take the reason fails here rather than as a warning
+            # in whichever thread aborts.
+            if code.co_argcount != (2 if type(fn) is MethodType else 1) or code.co_kwonlyargcount:
+                _check_takes_reason(fn)
         if self._never:
             return _noop
         # Everything is allocated before the lock is taken: a collection an allocation starts
@@ -218,6 +226,18 @@ class AbortSignal:
         if self._aborted:
             return f"AbortSignal(aborted, reason={self._reason!r})"
         return "AbortSignal(pending)"
+
+
+def _check_takes_reason(fn: Callable[..., object]) -> None:
+    try:
+        inspect.signature(fn).bind(None)
+    except ValueError:  # no signature to read: its call will tell
+        return
+    except TypeError:
+        raise TypeError(
+            "add_callback() takes a function of one argument, the abort reason; "
+            f"{getattr(fn, '__qualname__', fn)!s} cannot be called with it"
+        ) from None
 
 
 def _run_callback(fn: Callable[[Any], object], reason: Any) -> None:
