@@ -1018,6 +1018,18 @@ def test_isolation_is_the_sandbox_by_default_and_validated() -> None:
         CodeSandbox(read=["relative"])
 
 
+def test_a_grant_given_as_a_path_object_is_refused_for_its_type_not_as_a_relative_path(
+    tmp_path: Path,
+) -> None:
+    # It said "must be an absolute path, got PosixPath('/tmp/...')" of an absolute path.
+    with pytest.raises(
+        TypeError,
+        match=r"^code sandbox: write\[0\] must be an absolute path as a str, got "
+        r"PosixPath\('/.*'\) \(pass str\(path\)\)$",
+    ):
+        CodeSandbox(write=[tmp_path])  # type: ignore[list-item]
+
+
 def test_grants_that_cannot_reach_the_template_are_refused_where_they_are_given() -> None:
     # os.fsdecode of an undecodable byte gives a lone surrogate, which UTF-8 cannot carry.
     undecodable = os.fsdecode(b"/tmp/caf\xe9")

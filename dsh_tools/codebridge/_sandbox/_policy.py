@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Sequence
 
@@ -34,6 +35,12 @@ def _paths(key: str, value: object) -> tuple[str, ...]:
     if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
         raise TypeError(f"code sandbox: {key} must be a list of absolute paths")
     for index, path in enumerate(value):
+        if type(path) is not str and isinstance(path, os.PathLike):
+            # It may well be absolute: what is wrong is its type, as the message must say.
+            raise TypeError(
+                f"code sandbox: {key}[{index}] must be an absolute path as a str, got "
+                f"{path!r} (pass str(path))"
+            )
         if type(path) is not str or not path.startswith("/") or "\0" in path:
             raise ValueError(f"code sandbox: {key}[{index}] must be an absolute path, got {path!r}")
         if not _utf8(path):
