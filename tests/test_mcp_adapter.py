@@ -1345,3 +1345,27 @@ def test_a_cancelled_async_registration_is_closed_again(
     # Cut short, the server may not have got as far as starting; if it did, it is gone.
     pid = marks / "pid"
     assert not pid.exists() or process_gone(int(pid.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"name": ""}, ValueError, "name must be a non-empty str, got ''"),
+        ({"name": None}, TypeError, "name must be a non-empty str, got NoneType"),
+        # A root was read only when the server asked for the roots: a failure there, late.
+        (
+            {"roots": ["/srv/docs", 7]},
+            TypeError,
+            r"roots\[1\] must be a path \(a str or a pathlib.Path\), got int",
+        ),
+    ],
+    ids=["empty-name", "no-name", "root-of-no-path"],
+)
+def test_a_bad_registration_option_is_refused_before_connecting(
+    system: ToolSystem, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    given: dict[str, Any] = {"name": "docs", **options}
+    with pytest.raises(error, match=f"^{message}$"):
+        # Nothing listens on port 9: refused before any connection is tried.
+        register_mcp_server_sync(system, server_params="http://127.0.0.1:9/mcp", **given)
+    assert system.tools.names() == []

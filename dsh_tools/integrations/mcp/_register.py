@@ -263,8 +263,10 @@ def _check(
     on_progress: Any,
     on_list_changed: Any,
 ) -> None:
-    if type(name) is not str or not name:
-        raise TypeError("name must be a non-empty str")
+    if type(name) is not str:
+        raise TypeError(f"name must be a non-empty str, got {type(name).__name__}")
+    if not name:
+        raise ValueError("name must be a non-empty str, got ''")
     if type(tool_prefix) is not str:
         raise TypeError("tool_prefix must be a str")
     if not (concurrency_safe is None or isinstance(concurrency_safe, bool)) and not callable(
@@ -280,6 +282,13 @@ def _check(
             raise ValueError(f"timeouts[{key!r}] must be a positive number of milliseconds")
     if roots is not None and (isinstance(roots, str | bytes) or not isinstance(roots, Sequence)):
         raise TypeError("roots must be a list of paths")
+    for index, root in enumerate(roots or ()):
+        # Read only when the server asks for the roots, which may be long after this.
+        if not isinstance(root, str | os.PathLike) or isinstance(os.fspath(root), bytes):
+            raise TypeError(
+                f"roots[{index}] must be a path (a str or a pathlib.Path), got "
+                f"{type(root).__name__}"
+            )
     if log_level is not None and log_level not in _LOG_LEVELS:
         raise ValueError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
     if not (elicitation is None or elicitation == "approval" or callable(elicitation)):
