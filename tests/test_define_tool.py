@@ -98,6 +98,20 @@ def test_sp84_malformed_schemas_fail_at_definition_time() -> None:
     assert info.value.violations == ["schema.additionalProperties must be explicitly true or false"]
 
 
+def test_a_whole_json_schema_given_as_the_dsl_says_what_the_dsl_takes() -> None:
+    # It used to say "parameters.type must be a value schema object", as of a property named
+    # "type": the author wrote the raw form a ToolDefinition takes.
+    raw = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    with pytest.raises(JsonSchemaError) as info:
+        define_tool("weather", "d", raw, text_output(), noop)
+    assert info.value.violations == [
+        'parameters is a JSON Schema object ({"type": "object", "properties": ...}); the DSL '
+        'takes the property map itself, {name: value schema} with "required": true on each '
+        "required one (a raw JSON Schema goes to ToolDefinition(parameters=...))"
+    ]
+    assert info.value.__notes__ == ["define_tool(weather): in its parameters"]
+
+
 def test_a_malformed_schema_error_names_the_tool_and_the_schema() -> None:
     # The violations keep their pinned text; a note says which tool and which schema, so that
     # a harness defining many tools in a loop learns which one is wrong.

@@ -218,6 +218,15 @@ def compile_parameters(dsl: Any) -> Any:
     property says ``"required": True``; it never has ``additionalProperties`` (the implicit
     root is open). Author errors are rooted at ``parameters``.
     """
+    if _is_record(dsl) and dsl.get("type") == "object":
+        # No property's schema is the str "object": this is a whole JSON Schema, the form a
+        # raw ToolDefinition takes, which would otherwise be read as a property named "type".
+        raise _author_error(
+            "parameters",
+            ' is a JSON Schema object ({"type": "object", "properties": ...}); the DSL takes '
+            'the property map itself, {name: value schema} with "required": true on each '
+            "required one (a raw JSON Schema goes to ToolDefinition(parameters=...))",
+        )
     properties: dict[str, Any] = {}
     required: list[str] = []
     _run_compiler((_MAP, dsl, "parameters", properties, required, None))
