@@ -345,10 +345,30 @@ def test_a_reconnect_policy_backs_off_exponentially_up_to_its_cap() -> None:
     assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
     with pytest.raises(ValueError, match="max_attempts must be None or a positive int"):
         ReconnectPolicy(max_attempts=0)
-    with pytest.raises(ValueError, match="multiplier must be a number >= 1"):
+    with pytest.raises(ValueError, match="multiplier must be a finite number >= 1"):
         ReconnectPolicy(multiplier=0.5)
     with pytest.raises(ValueError, match="initial_delay must be a finite number >= 0"):
         ReconnectPolicy(initial_delay=float("nan"))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        (
+            {"max_attempts": True},
+            TypeError,
+            "max_attempts must be None or a positive int, got bool",
+        ),
+        ({"max_delay": "30"}, TypeError, "max_delay must be a finite number >= 0, got str"),
+        # 0 x inf is NaN: a policy starting at no delay would wait NaN seconds the next time.
+        ({"multiplier": float("inf")}, ValueError, "multiplier must be a finite number >= 1"),
+    ],
+)
+def test_a_bad_reconnect_policy_names_itself_and_says_what_was_given(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^ReconnectPolicy: {message}"):
+        ReconnectPolicy(**options)
 
 
 # --- disconnects -------------------------------------------------------------------------------

@@ -40,16 +40,29 @@ class ReconnectPolicy(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_
     multiplier: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts is not None and (
-            type(self.max_attempts) is not int or self.max_attempts < 1
-        ):
-            raise ValueError("max_attempts must be None or a positive int")
-        for name in ("initial_delay", "max_delay"):
+        # Named as the struct's, since a policy is often built apart from the registration
+        # that would otherwise be the only place to look; a wrong type (a bool, a str read
+        # from a setting) is a TypeError, as for every other configuration.
+        attempts = self.max_attempts
+        if attempts is not None:
+            if type(attempts) is not int:
+                raise TypeError(
+                    "ReconnectPolicy: max_attempts must be None or a positive int, got "
+                    f"{type(attempts).__name__}"
+                )
+            if attempts < 1:
+                raise ValueError(
+                    f"ReconnectPolicy: max_attempts must be None or a positive int, got {attempts}"
+                )
+        for name in ("initial_delay", "max_delay", "multiplier"):
             value = getattr(self, name)
-            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name} must be a finite number >= 0")
-        if type(self.multiplier) not in (int, float) or not self.multiplier >= 1:
-            raise ValueError("multiplier must be a number >= 1")
+            rule = "a finite number >= 1" if name == "multiplier" else "a finite number >= 0"
+            if type(value) not in (int, float):
+                raise TypeError(
+                    f"ReconnectPolicy: {name} must be {rule}, got {type(value).__name__}"
+                )
+            if not math.isfinite(value) or value < (1 if name == "multiplier" else 0):
+                raise ValueError(f"ReconnectPolicy: {name} must be {rule}, got {value!r}")
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before attempt number ``attempt`` (1-based)."""
