@@ -53,6 +53,15 @@ def test_replace_refuses_a_disposed_tool_and_a_foreign_disposer(system: ToolSyst
         system.tools.replace(mine, "wave")  # type: ignore[arg-type]
 
 
+def test_replace_given_the_tools_name_says_it_takes_the_disposer(system: ToolSystem) -> None:
+    system.tools.register(text_tool("greet", "hello"))
+    with pytest.raises(TypeError) as raised:
+        system.tools.replace("greet", text_tool("greet", "hi"))  # type: ignore[arg-type]
+    assert str(raised.value) == (
+        "replace() takes the Disposer that this handle's register() returned for the tool, got str"
+    )
+
+
 def test_registering_a_plain_function_says_how_to_make_a_tool_of_it(system: ToolSystem) -> None:
     def weather(city: str) -> float:
         return 3.5

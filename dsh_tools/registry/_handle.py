@@ -215,7 +215,13 @@ class ToolsHandle:
         observer that raises puts the old tool back, under the old disposer."""
         if not isinstance(definition, ToolDefinition):
             raise TypeError(_not_a_definition("replace", definition))
-        if not isinstance(disposer, Disposer) or disposer._handle is not self:
+        if not isinstance(disposer, Disposer):
+            # The tool's name, most likely: say what it takes instead.
+            raise TypeError(
+                "replace() takes the Disposer that this handle's register() returned for the "
+                f"tool, got {type(disposer).__name__}"
+            )
+        if disposer._handle is not self:
             raise ValueError("replace() takes a disposer that this handle returned")
         check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
         is_async = inspect.iscoroutinefunction(definition.execute)
