@@ -684,11 +684,15 @@ def test_a_result_of_tens_of_megabytes_arrives_whole_with_the_connection_kept(
     assert texts(run(system, "greet", {"name": "x"})) == ["hello x"]
 
 
-@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "1MiB"])
+@pytest.mark.parametrize(
+    ("limit", "error"),
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError), ("1MiB", TypeError)],
+)
 def test_a_message_bound_that_is_no_positive_whole_number_is_refused_before_the_server_starts(
-    system: ToolSystem, tmp_path: Path, limit: object
+    system: ToolSystem, tmp_path: Path, limit: object, error: type[Exception]
 ) -> None:
-    with pytest.raises(ValueError, match=r"^max_message_bytes must be a positive whole number"):
+    # A bound that is no int at all is a wrong type; an int that is not positive a bad value.
+    with pytest.raises(error, match=r"^max_message_bytes must be a positive whole number"):
         register_mcp_server_sync(
             system,
             "live",

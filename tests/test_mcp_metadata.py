@@ -4,10 +4,11 @@ timeouts, task-only tools, output schemas; against the live server and the publi
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import pytest
 from conftest import WAIT, Logs, value_of
@@ -156,6 +157,36 @@ def test_a_bound_that_is_no_positive_number_is_refused_before_the_server_starts(
     # ping_interval=0 would ping without pause; a zero or negative timeout gives up at once.
     with pytest.raises(ValueError, match=rf"^{option} must be a positive number of"):
         register_mcp_server_sync(system, "live", live_params(tmp_path), **{option: value})
+    assert not (tmp_path / "pid").exists()
+    assert system.tools.names() == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"timeout_ms": True}, "timeout_ms must be a positive number of milliseconds, got bool"),
+        (
+            {"connect_timeout": "30"},
+            "connect_timeout must be a positive number of seconds, got str",
+        ),
+        (
+            {"timeouts": {"search": "500"}},
+            "timeouts['search'] must be a positive number of milliseconds, got str",
+        ),
+        (
+            {"max_message_bytes": 1.5},
+            "max_message_bytes must be a positive whole number of bytes, got float",
+        ),
+    ],
+    ids=["bool", "str", "per-tool-str", "float-bytes"],
+)
+def test_a_bound_of_the_wrong_type_is_a_type_error_naming_the_type(
+    system: ToolSystem, tmp_path: Path, options: dict[str, Any], message: str
+) -> None:
+    # A bool or a setting read as a str is a wrong type, not a bad value; it was a ValueError
+    # that showed the value (True, '30') as if its size were the problem.
+    with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+        register_mcp_server_sync(system, "live", live_params(tmp_path), **options)
     assert not (tmp_path / "pid").exists()
     assert system.tools.names() == []
 

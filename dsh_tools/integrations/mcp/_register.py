@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, TextIO
 
 import httpx2
 from mcp import MCPError, StdioServerParameters
@@ -242,13 +242,21 @@ def _check_bounds(
     )
     for label, value, unit, optional in bounds:
         if not (optional and value is None) and not positive(value):
-            raise ValueError(f"{label} must be a positive number of {unit}, got {value!r}")
+            _refuse_number(f"{label} must be a positive number of {unit}", value, (int, float))
     if max_message_bytes is not None and not (
         type(max_message_bytes) is int and max_message_bytes > 0
     ):
-        raise ValueError(
-            f"max_message_bytes must be a positive whole number of bytes, got {max_message_bytes!r}"
+        _refuse_number(
+            "max_message_bytes must be a positive whole number of bytes", max_message_bytes, (int,)
         )
+
+
+def _refuse_number(rule: str, value: object, types: tuple[type, ...]) -> NoReturn:
+    """``TypeError`` for a value of another type (a ``bool``, a str read from a setting),
+    ``ValueError`` for a number out of bounds: the split every other setting makes."""
+    if type(value) not in types:
+        raise TypeError(f"{rule}, got {type(value).__name__}")
+    raise ValueError(f"{rule}, got {value!r}")
 
 
 def _check(
@@ -279,7 +287,9 @@ def _check(
         if type(key) is not str:
             raise TypeError("timeouts keys must be tool names (str)")
         if not positive(value):
-            raise ValueError(f"timeouts[{key!r}] must be a positive number of milliseconds")
+            _refuse_number(
+                f"timeouts[{key!r}] must be a positive number of milliseconds", value, (int, float)
+            )
     if roots is not None and (isinstance(roots, str | bytes) or not isinstance(roots, Sequence)):
         raise TypeError("roots must be a list of paths")
     for index, root in enumerate(roots or ()):
