@@ -763,6 +763,23 @@ def test_a_placement_must_return_an_async_body() -> None:
         RayPlacement(resources=["gpu_box"])  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"num_cpus": True}, TypeError, "num_cpus must be a finite number >= 0, got bool"),
+        ({"settle_s": "10"}, TypeError, "settle_s must be a finite number >= 0, got str"),
+        ({"num_gpus": -1}, ValueError, "num_gpus must be a finite number >= 0, got -1"),
+        ({"actor_pool": 2.0}, TypeError, "actor_pool must be an int >= 0, got float"),
+    ],
+    ids=["bool", "str", "negative", "float-pool"],
+)
+def test_a_bad_placement_option_says_what_it_got(
+    options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^RayPlacement: {message}$"):
+        RayPlacement(**options)
+
+
 def test_a_misspelt_placement_option_names_the_one_most_likely_meant() -> None:
     with pytest.raises(
         TypeError,

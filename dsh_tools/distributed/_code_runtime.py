@@ -21,7 +21,6 @@ import collections
 import contextlib
 import functools
 import inspect
-import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -51,7 +50,7 @@ from ._driver import (
     still_connected,
 )
 from ._errors import describe_ray_failure
-from ._placement import check_ray_options
+from ._placement import check_amount, check_ray_options
 from ._ray_pickle import unsendable
 
 if TYPE_CHECKING:
@@ -124,14 +123,12 @@ class RayCodeRuntime:
                 f"{type(runtime_factory).__name__}"
             )
         check_ray_options("RayCodeRuntime", resources, runtime_env)
-        if type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0:
-            raise ValueError("RayCodeRuntime: num_cpus must be a finite number >= 0")
         for label, value in (
+            ("num_cpus", num_cpus),
             ("cancel_grace_s", cancel_grace_s),
             ("placement_wait_s", placement_wait_s),
         ):
-            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"RayCodeRuntime: {label} must be a finite number >= 0")
+            check_amount("RayCodeRuntime", label, value)
         self._factory = runtime_factory if runtime_factory is not None else _default_factory(config)
         self._options: dict[str, Any] = {"num_cpus": num_cpus}
         if resources:

@@ -34,6 +34,17 @@ from ._ray_runners import LazyRunner
 __all__ = ["RAY_DEFAULT", "RayPlacement", "check_ray_options", "set_ray_default"]
 
 
+def check_amount(owner: str, label: str, value: object) -> None:
+    """A finite number >= 0: ``TypeError`` for another type (a ``bool``, a str read from a
+    setting), ``ValueError`` for a number out of range, each saying what it got."""
+    if type(value) not in (int, float):
+        raise TypeError(
+            f"{owner}: {label} must be a finite number >= 0, got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value < 0:  # type: ignore[arg-type, operator]
+        raise ValueError(f"{owner}: {label} must be a finite number >= 0, got {value!r}")
+
+
 def check_ray_options(owner: str, resources: object, runtime_env: object) -> None:
     """Refuse here the custom resources and environment Ray would refuse at every call (or
     run), saying what is wrong and whose option it is."""
@@ -79,11 +90,14 @@ class RayPlacement(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_onl
 
     def __post_init__(self) -> None:
         for label in ("num_cpus", "num_gpus", "cancel_grace_s", "settle_s", "placement_wait_s"):
-            value = getattr(self, label)
-            if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"RayPlacement: {label} must be a finite number >= 0")
-        if type(self.actor_pool) is not int or self.actor_pool < 0:
-            raise ValueError("RayPlacement: actor_pool must be an int >= 0")
+            check_amount("RayPlacement", label, getattr(self, label))
+        pool = self.actor_pool
+        if type(pool) is not int:
+            raise TypeError(
+                f"RayPlacement: actor_pool must be an int >= 0, got {type(pool).__name__}"
+            )
+        if pool < 0:
+            raise ValueError(f"RayPlacement: actor_pool must be an int >= 0, got {pool}")
         check_ray_options("RayPlacement", self.resources, self.runtime_env)
         # Held frozen (its containers deep-frozen, other values as given): a placement is
         # data, checked once here, and must not change after that check, nor under the
