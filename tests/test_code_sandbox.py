@@ -26,9 +26,10 @@ from typing import Any, overload
 
 import msgspec
 import pytest
+from conftest import Logs
 
 import dsh_tools
-from dsh_tools import CodeSandbox, ToolsConfig
+from dsh_tools import CodeSandbox, ToolsConfig, ToolSystem
 from dsh_tools.codebridge import (
     BindingNamespace,
     CodeRunRequest,
@@ -985,6 +986,22 @@ os.wait()
         "worker-exit",
         "memory budget exhausted (200MB across the run's processes)",
     )
+
+
+def test_a_grant_that_does_not_exist_is_named_when_the_system_starts(
+    tmp_path: Path, logs: Logs
+) -> None:
+    # Granted all the same (it may exist by the first run), but named now: otherwise every
+    # run failed naming it, long after the typo.
+    missing = str(tmp_path / "dcos")
+    system = ToolSystem.start(
+        ToolsConfig(mode="code"), code_sandbox=CodeSandbox(read=[str(tmp_path), missing])
+    )
+    system.stop()
+    assert logs.warnings == [
+        f"code sandbox: read[1] {missing!r} does not exist; every run will fail naming it "
+        "unless it exists when the runtime's template starts (the first run, or warm_up())"
+    ]
 
 
 def test_a_grant_that_cannot_be_opened_fails_every_run_naming_it_and_the_fix(

@@ -71,6 +71,7 @@ from ._program import ProgramError, check_program
 from ._run import CodeRun
 from ._run_calls import Answerer
 from ._run_slots import RunSlots, wait_checking
+from ._sandbox import CodeSandbox
 from ._seam import (
     CodeRunRequest,
     CodeRunResult,
@@ -96,6 +97,22 @@ before any process starts. Parsing costs the host about 2 KiB of memory and 10 u
 statement (a 6 MB program took 32 s and 2.4 GB), so a longer program's syntax errors come from
 its worker, which parses and compiles every program inside the run's limits (memory, CPU, wall
 ceiling): compiling to bytecode can cost gigabytes for a program of a kilobyte."""
+
+
+def _warn_of_missing_grants(sandbox: CodeSandbox) -> None:
+    """Name each grant that does not exist now, as the runtime is made. Not refused: one that
+    exists by the time the template starts (the first run, or ``warm_up()``) is granted; but
+    otherwise every run fails naming it, long after the mistake (a typo, a folder not yet
+    made)."""
+    for key, paths in (("read", sandbox.read), ("write", sandbox.write)):
+        for index, path in enumerate(paths):
+            if not os.path.lexists(path):
+                _log.warning(
+                    f"code sandbox: {key}[{index}] {path!r} does not exist; every run will "
+                    "fail naming it unless it exists when the runtime's template starts (the "
+                    "first run, or warm_up())",
+                    grant=path,
+                )
 
 
 class SubprocessCodeRuntime:
@@ -132,6 +149,8 @@ class SubprocessCodeRuntime:
             "write": list(config.sandbox.write),
             "env": config.sandbox.env,
         }
+        if config.isolation == "sandbox":
+            _warn_of_missing_grants(config.sandbox)
         self._template = TemplateHandle(settings)
         self._pool = WorkerPool(self._template, _PREFORKED) if _PREFORKED else None
         self._sandboxed = config.isolation == "sandbox"
