@@ -92,8 +92,9 @@ class CodeSandbox(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only
       each guarantees).
 
     A granted path must exist when the runtime's template starts, else every run fails naming
-    it (one missing when the runtime is made is named then, in a warning). A grant beneath a ``write`` grant raises ``ValueError`` (the ``write`` grant covers it,
-    and a run could replace it with a link to anywhere); one that links lead there (or through
+    it (one missing when the runtime is made is named then, in a warning). A grant beneath a
+    ``write`` grant raises ``ValueError`` (the ``write`` grant covers it, and a run could
+    replace it with a link to anywhere); one that links lead there (or through
     there and out again), and a ``write`` grant holding the Python installation, a shared
     library the harness has loaded (the C library, a vendor's), this package, the temporary
     directory (where every runtime keeps its scratch mount point) or a place where the
