@@ -115,6 +115,22 @@ def test_an_assemble_listener_that_drops_the_sdk_and_run_code_is_authoritative(
     assert section(prompt) is None
 
 
+def test_an_async_def_assemble_listener_is_refused_when_registered() -> None:
+    # assemble_prompt() uses what the listener returns at once: its coroutine failed every
+    # assembly afterwards ("an assemble hook returned coroutine").
+    async def add_notes(assembly: AssembledPrompt) -> AssembledPrompt:
+        return assembly
+
+    with code_system(mode="native", tools=[echo_tool()]) as system:
+        with pytest.raises(
+            TypeError,
+            match=r"^assemble listener \S*add_notes must be synchronous \(a def returning the "
+            r"AssembledPrompt\), not async def",
+        ):
+            system.tools.on_assemble(add_notes)  # type: ignore[arg-type]
+        assert names(system.assemble_prompt()) == ["echo"]
+
+
 @pytest.mark.parametrize("mode", NON_NATIVE)
 def test_a_scoped_tools_sdk_section_shadows_the_generated_one_for_that_scope(
     mode: str,

@@ -340,7 +340,17 @@ class ToolsHandle:
         return self._add_hook("code_dispatch_log", hook, prepend)
 
     def on_assemble(self, hook: AssembleHook) -> Disposer:
-        """Add a ``hook(assembly) -> assembly`` listener of prompt assembly."""
+        """Add a ``hook(assembly) -> assembly`` listener of prompt assembly. ``TypeError`` for
+        an ``async def`` one: assembly is synchronous, and its coroutine failed every
+        ``assemble_prompt`` afterwards."""
+        _callable("assemble", hook)
+        if inspect.iscoroutinefunction(hook):
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            raise TypeError(
+                f"assemble listener {name} must be synchronous (a def returning the "
+                "AssembledPrompt), not async def: assemble_prompt() calls it and uses what it "
+                "returns at once"
+            )
         return self._add_hook("assemble", hook)
 
     def section(self, name: str, order: float, text: str) -> Disposer:
