@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import io
+import itertools
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Final, TextIO
 
 import structlog
 
@@ -58,6 +59,10 @@ class _Parser(argparse.ArgumentParser):
             file.write(message)
         else:
             super()._print_message(message, file)
+
+
+_TOP_OPTIONS: Final = ("-h", "--help", "--version")
+"""The options of ``dsh-tools`` itself, before a command."""
 
 
 def _parser() -> _Parser:
@@ -185,6 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         try:
             parser = _parser()
+            given = sys.argv[1:] if argv is None else list(argv)
+            # An option before the command is the top command's, which has only --help and
+            # --version; argparse would say a command is missing, or blame the command.
+            before = list(itertools.takewhile(lambda arg: arg not in parser.commands, given))
+            unknown = [a for a in before if a.startswith("-") and a not in _TOP_OPTIONS]
+            if unknown and not set(before) & set(_TOP_OPTIONS):
+                parser.error(f"unrecognized arguments: {' '.join(unknown)}")
             args, extra = parser.parse_known_args(argv)
             if extra:
                 parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

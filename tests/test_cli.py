@@ -87,6 +87,17 @@ def test_an_option_a_command_does_not_take_is_refused_by_that_command() -> None:
     ]
 
 
+def test_an_option_before_the_command_is_named_not_taken_for_a_missing_command() -> None:
+    # It said "the following arguments are required: COMMAND", of a line that has none
+    # missing, or with a command after it, blamed that command.
+    for args in (["--verbose"], ["--verbose", "catalog"]):
+        done = run_cli(*args)
+        assert done.returncode == 2
+        assert done.stderr.splitlines()[-1] == (
+            "dsh-tools: error: unrecognized arguments: --verbose"
+        )
+
+
 def test_demo_shows_every_kind_of_outcome(tmp_path: Path) -> None:
     out = io.StringIO()
     assert run_demo(out, workspace=tmp_path) == 0
