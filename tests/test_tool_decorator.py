@@ -1509,6 +1509,9 @@ def test_options_are_checked_at_definition() -> None:
         tool(timeout_ms=0)(body)
     with pytest.raises(ValueError, match=r"@tool\(.*body\): timeout_ms must be a positive finite"):
         tool(timeout_ms=10**400)(body)
+    # A wrong type is a TypeError, as define_tool(timeout_ms="500") says it.
+    with pytest.raises(TypeError, match=r"@tool\(.*body\): timeout_ms must be a positive finite"):
+        tool(timeout_ms="500")(body)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"@tool\(.*body\): name must be a non-empty str, got ''$"):
         tool(name="")(body)
     with pytest.raises(
