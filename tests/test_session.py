@@ -258,13 +258,24 @@ def test_max_events_keeps_the_newest() -> None:
 
 
 @pytest.mark.parametrize(
-    "bound", [0, -1, 1.5, True, 2**63, 10**30, pytest.param(10**5000, id="10**5000")]
+    ("bound", "error"),
+    [
+        (0, ValueError),
+        (-1, ValueError),
+        (1.5, TypeError),
+        (True, TypeError),
+        ("1000", TypeError),
+        (2**63, ValueError),
+        (10**30, ValueError),
+        pytest.param(10**5000, ValueError, id="10**5000"),
+    ],
 )
-def test_max_events_must_be_a_positive_integer(bound: Any) -> None:
+def test_max_events_must_be_a_positive_integer(bound: Any, error: type[Exception]) -> None:
     # Also one too large for a deque's length: refused where it is given, never an
-    # OverflowError from inside, nor a message that cannot write the number out.
+    # OverflowError from inside, nor a message that cannot write the number out. One that
+    # is no int at all is a wrong type.
     with pytest.raises(
-        ValueError,
+        error,
         match=r"^SessionLog\(max_events\): max_events must be a positive integer of at most "
         r"9223372036854775807, or None for no bound; got ",
     ):

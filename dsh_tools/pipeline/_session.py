@@ -44,8 +44,10 @@ class SessionLog:
         if max_events is not None and (
             type(max_events) is not int or not 1 <= max_events <= sys.maxsize
         ):
-            # The bound of a deque's length; a larger one is no bound at all: pass None.
-            raise ValueError(
+            # The bound of a deque's length; a larger one is no bound at all: pass None. A
+            # wrong type (a bool, a float, a str read from a setting) is a TypeError, as for
+            # every other setting.
+            raise (ValueError if type(max_events) is int else TypeError)(
                 "SessionLog(max_events): max_events must be a positive integer of at most "
                 f"{sys.maxsize}, or None for no bound; got {number_text(max_events)}"
             )
