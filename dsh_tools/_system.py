@@ -483,11 +483,13 @@ class ToolSystem:
 
     def plugin(self, name: str) -> PluginHandle:
         """A new owner handle for global registrations; ``close()`` disposes them (LIFO).
-        ``TypeError`` for a ``name`` that is not a ``str``."""
+        ``TypeError`` for a ``name`` that is not a ``str``, ``ValueError`` for the empty one."""
         self._check_running()
         if type(name) is not str:
             # It names the plugin in every message about it (and an MCP server's logs).
             raise TypeError(f"plugin names are str, got {type(name).__name__}")
+        if not name:  # a message about it would name nothing: plugin "" is closed
+            raise ValueError("plugin names are non-empty str, got ''")
         return PluginHandle(name, self._owner_tools(f'plugin "{name}"', None))
 
     def agent(self, key: str) -> AgentScope:

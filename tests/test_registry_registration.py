@@ -572,6 +572,13 @@ def test_a_plugin_name_that_is_not_a_str_is_refused(system: ToolSystem, name: An
         system.plugin(name)
 
 
+def test_an_empty_plugin_name_is_refused(system: ToolSystem) -> None:
+    # Every message about the plugin names it: 'plugin "" is closed' names nothing.
+    with pytest.raises(ValueError, match=r"^plugin names are non-empty str, got ''$"):
+        system.plugin("")
+    assert system.plugin("git").name == "git"
+
+
 def test_register_accepts_only_tool_definitions(system: ToolSystem) -> None:
     with pytest.raises(TypeError, match="ToolDefinition"):
         system.tools.register({"name": "dict-tool"})  # type: ignore[arg-type]
