@@ -34,13 +34,11 @@ def _paths(key: str, value: object) -> tuple[str, ...]:
     # Any sequence the field's type admits, but text: a string is a sequence of characters.
     if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
         raise TypeError(f"code sandbox: {key} must be a list of absolute paths")
-    for index, path in enumerate(value):
-        if type(path) is not str and isinstance(path, os.PathLike):
-            # It may well be absolute: what is wrong is its type, as the message must say.
-            raise TypeError(
-                f"code sandbox: {key}[{index}] must be an absolute path as a str, got "
-                f"{path!r} (pass str(path))"
-            )
+    paths = []
+    for index, given in enumerate(value):
+        # A path object (``pathlib.Path``) is taken as its text; bytes are not (a grant must
+        # be text, as the runtime's settings cross to its template as UTF-8).
+        path = os.fspath(given) if isinstance(given, os.PathLike) else given
         if type(path) is not str or not path.startswith("/") or "\0" in path:
             raise ValueError(f"code sandbox: {key}[{index}] must be an absolute path, got {path!r}")
         if not _utf8(path):
@@ -48,7 +46,8 @@ def _paths(key: str, value: object) -> tuple[str, ...]:
                 f"code sandbox: {key}[{index}] must be valid UTF-8 (a path with undecodable "
                 f"bytes cannot be granted; grant a parent directory), got {path!r}"
             )
-    return tuple(value)
+        paths.append(path)
+    return tuple(paths)
 
 
 def lies_beneath(path: str, root: str) -> bool:
@@ -106,18 +105,20 @@ class CodeSandbox(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only
     at most ``max_memory_mb``) and read access to the Python installation.
     """
 
-    # Sequence, so that a checked harness may pass the lists the docs show; stored as tuples.
-    read: Sequence[str] = ()
-    write: Sequence[str] = ()
+    # Sequence, so that a checked harness may pass the lists the docs show, of ``str`` or path
+    # objects; stored as tuples of ``str``.
+    read: Sequence[str | os.PathLike[str]] = ()
+    write: Sequence[str | os.PathLike[str]] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     max_processes: int = 64
     max_open_files: int = 256
     cgroups: bool = True
 
     def __post_init__(self) -> None:
-        msgspec.structs.force_setattr(self, "read", _paths("read", self.read))
-        msgspec.structs.force_setattr(self, "write", _paths("write", self.write))
-        _refuse_nested(self.read, self.write)
+        read, write = _paths("read", self.read), _paths("write", self.write)
+        msgspec.structs.force_setattr(self, "read", read)
+        msgspec.structs.force_setattr(self, "write", write)
+        _refuse_nested(read, write)
         if not isinstance(self.env, dict):
             raise TypeError("code sandbox: env must be a dict of str to str")
         for name, value in self.env.items():
