@@ -734,3 +734,66 @@ def test_a_stdio_server_that_closes_its_output_but_runs_on_is_lost_at_once(
             "info": {"name": "McpConnectionError", "code": "MCP_DISCONNECTED"},
         }
         assert plugin.state == "disconnected"
+
+
+FROZEN_SERVER = """
+import os
+import signal
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+MARKS = Path(os.environ["MCP_FIXTURE_MARKS"])
+server = MCPServer("frozen")
+
+
+def terminated(signum, frame):
+    (MARKS / "terminated").write_text("cleaned up on SIGTERM")
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, terminated)
+
+
+@server.tool(description="Stop this process, as job control or a debugger would.")
+async def freeze() -> str:
+    (MARKS / "frozen").write_text(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
+    return "thawed"
+
+
+server.run()
+"""
+
+
+def _stopped(pid: int) -> bool:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return stat.rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the plugin signals the group on Linux")
+def test_a_stopped_server_is_continued_so_that_its_sigterm_handler_runs(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # A stopped process acts on no signal but SIGKILL until it is continued: without a
+    # SIGCONT the SIGTERM that ends the group stays pending, and the server is killed with
+    # no chance to clean up (and only after the shutdown's second grace).
+    script = tmp_path / "frozen_server.py"
+    script.write_text(FROZEN_SERVER)
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(script)], env={"MCP_FIXTURE_MARKS": str(tmp_path)}
+    )
+    plugin = register_mcp_server_sync(system, "frozen", params, errlog=errlog, connect_timeout=WAIT)
+    try:
+        controller = AbortController()
+        call = ExecuteCall(call_id="f", name="freeze", arguments={}, signal=controller.signal)
+        pending = spawn(system, call)
+        pid = int(wait_for_file(tmp_path / "frozen"))
+        wait_until(lambda: _stopped(pid), "the server stopped itself")
+        controller.abort("the user gave up")
+        result = pending.result(WAIT)
+        assert failure(result)["error"]["info"]["code"] == "ABORTED"
+    finally:
+        plugin.close()
+    assert process_gone(pid)
+    assert (tmp_path / "terminated").read_text() == "cleaned up on SIGTERM"

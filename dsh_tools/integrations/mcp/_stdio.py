@@ -368,7 +368,8 @@ async def _end_group(group: int, tag: str) -> None:
         # None of the group left, or some member not ours to signal: the rest still goes.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)
-        _signal_each(_escapees(group, tag, escaped), signal.SIGTERM)
+            os.killpg(group, signal.SIGCONT)  # see _terminate_each
+        _terminate_each(_escapees(group, tag, escaped))
         with anyio.move_on_after(_GRACE_S):
             while True:
                 while _group_alive(group) or any(pidfd_running(fd) for fd in escaped.values()):
@@ -378,7 +379,7 @@ async def _end_group(group: int, tag: str) -> None:
                 fresh = _escapees(group, tag, escaped)
                 if not fresh:
                     return
-                _signal_each(fresh, signal.SIGTERM)
+                _terminate_each(fresh)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGKILL)
         _escapees(group, tag, escaped)
@@ -480,6 +481,14 @@ def _signal_each(pidfds: list[int], signum: int) -> None:
     for pidfd in pidfds:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             signal.pidfd_send_signal(pidfd, signum)
+
+
+def _terminate_each(pidfds: list[int]) -> None:
+    """``SIGTERM``, then ``SIGCONT``: a stopped process (``SIGSTOP``, a debugger, job control)
+    acts on no signal but ``SIGKILL`` until it is continued, so without it the server would
+    be killed after the grace, its ``SIGTERM`` handler never run."""
+    _signal_each(pidfds, signal.SIGTERM)
+    _signal_each(pidfds, signal.SIGCONT)
 
 
 def _group_alive(group: int) -> bool:

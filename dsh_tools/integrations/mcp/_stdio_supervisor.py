@@ -105,15 +105,18 @@ def _running(pidfd: int | None) -> bool:
 
 
 def _signal_all(held: dict[int, int | None], signum: int) -> None:
-    """Signal each held process, then let go of the pidfds."""
+    """Signal each held process, then let go of the pidfds. ``SIGTERM`` is followed by
+    ``SIGCONT``: a stopped process acts on no other signal until it is continued."""
+    signals = (signum, signal.SIGCONT) if signum == signal.SIGTERM else (signum,)
     for pid, pidfd in held.items():
-        try:
-            if pidfd is None:
-                os.kill(pid, signum)
-            else:
-                signal.pidfd_send_signal(pidfd, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        for each in signals:
+            try:
+                if pidfd is None:
+                    os.kill(pid, each)
+                else:
+                    signal.pidfd_send_signal(pidfd, each)
+            except (ProcessLookupError, PermissionError):
+                pass
         if pidfd is not None:
             os.close(pidfd)
 
