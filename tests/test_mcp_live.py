@@ -286,6 +286,34 @@ def test_a_tool_the_server_removes_is_unregistered_and_calls_are_unknown(
     assert failure(run(system, "peek", {"path": "."}))["error"]["info"]["code"] == "UNKNOWN_TOOL"
 
 
+def _count_tools_seen(system: ToolSystem, names: set[str]) -> list[int]:
+    """How many of ``names`` each later ``change`` notification finds registered."""
+    seen: list[int] = []
+    system.tools.on_change(lambda: seen.append(len(names & set(system.tools.names()))))
+    return seen
+
+
+@pytest.mark.parametrize("how", ["close", "server exit"])
+def test_a_withdrawal_takes_all_the_servers_tools_away_in_one_change(
+    how: str, system: ToolSystem, live: Callable[..., McpPlugin]
+) -> None:
+    # One change, as one registry step: an observer (a harness that assembles its prompt again
+    # on each) sees the server's tools all there or all gone, never some of them, and is told
+    # once, not once per tool, which for a server of thousands of tools was thousands of
+    # prompts and a registry copied once per tool.
+    plugin = live()
+    names = set(plugin.tool_names)
+    assert len(names) > 10
+    seen = _count_tools_seen(system, names)
+    if how == "close":
+        plugin.close()
+    else:
+        failure(run(system, "die", {}))
+        assert plugin.wait_for_state("disconnected", timeout=WAIT)
+    assert seen == [0]
+    assert not names & set(system.tools.names())
+
+
 def test_a_changed_tool_is_replaced_in_one_change(
     system: ToolSystem, live: Callable[..., McpPlugin]
 ) -> None:

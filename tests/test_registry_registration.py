@@ -770,3 +770,20 @@ def test_a_section_no_prompt_could_carry_is_refused(system: ToolSystem) -> None:
     with pytest.raises(ValueError, match=r'^section "rules" text holds a lone surrogate at'):
         system.agent("A").tools.section("rules", 1, "be \udc80 brief")
     assert [s.name for s in system.assemble_prompt("A").sections] == []
+
+
+def test_disposers_run_together_remove_their_tools_in_one_change(system: ToolSystem) -> None:
+    from dsh_tools.registry import dispose_together
+
+    disposers = [system.tools.register(text_tool(f"t{i}", "x")) for i in range(5)]
+    system.tools.register(text_tool("kept", "x"))
+    disposers[1]()  # run already: skipped
+    seen: list[list[str]] = []
+    system.tools.on_change(lambda: seen.append(system.tools.names()))
+    dispose_together(disposers[::-1])
+    assert seen == [["kept"]]
+    assert all(disposer.disposed for disposer in disposers)
+    dispose_together(disposers)  # all run: nothing to tell
+    disposers[0]()
+    assert seen == [["kept"]]
+    assert text(system.execute(call("t0"))) == 'Error: unknown tool "t0"'

@@ -21,6 +21,7 @@ __all__ = [
     "MutationReply",
     "OwnerMutation",
     "RegisterTool",
+    "RemoveEntries",
     "RemoveEntry",
     "SetTransport",
     "StopRegistry",
@@ -88,6 +89,13 @@ class RemoveEntry(msgspec.Struct, frozen=True):
     """Remove whatever registration ``key`` names; removing twice is a no-op."""
 
     key: int
+
+
+class RemoveEntries(msgspec.Struct, frozen=True):
+    """Remove every registration ``keys`` name, in this order, as one published change; the
+    reply is whether a tool went (keys removed already are skipped)."""
+
+    keys: tuple[int, ...]
 
 
 class StopRegistry(msgspec.Struct, frozen=True):

@@ -22,7 +22,7 @@ from ._compact_json import compact_json
 from ._define_tool import define_tool, placed_execute
 from ._definition import Placement, ToolDefinition, ToolOutput, TypedToolDefinition
 from ._dsl import compile_parameters, compile_schema, validate_args
-from ._handle import Disposer, ExecutionMode, ToolsHandle
+from ._handle import Disposer, ExecutionMode, ToolsHandle, dispose_together
 from ._json_schema import (
     assert_object_json_schema,
     assert_supported_json_schema,
@@ -86,6 +86,7 @@ __all__ = [
     "decode_result_view",
     "default_render",
     "define_tool",
+    "dispose_together",
     "encode_card",
     "fallback_call_view",
     "fallback_result_view",

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import pykka
@@ -29,6 +29,7 @@ from ..actors._protocol import (
     MutationReply,
     OwnerMutation,
     RegisterTool,
+    RemoveEntries,
     RemoveEntry,
     ReplaceTool,
 )
@@ -71,16 +72,30 @@ class Disposer:
         self._lock = threading.Lock()
 
     def __call__(self) -> None:
+        if self._claim():
+            self._handle._remove(self._key)
+
+    def _claim(self) -> bool:
+        """Mark this disposer run; whether it had not run before (so its caller removes)."""
         with self._lock:
             if self._done:
-                return
+                return False
             self._done = True
-        self._handle._remove(self._key)
+            return True
 
     @property
     def disposed(self) -> bool:
         """Whether this disposer has run."""
         return self._done
+
+
+def dispose_together(disposers: Sequence[Disposer]) -> None:
+    """Undo the registrations of ``disposers`` (of one system), in their order, as one change:
+    the registry publishes once, so no reader sees some of them gone and others not, and the
+    ``change`` observers are told once. Disposers that ran already are skipped."""
+    claimed = [disposer for disposer in disposers if disposer._claim()]
+    if claimed:
+        claimed[0]._handle._remove_all(tuple(disposer._key for disposer in claimed))
 
 
 class ToolsHandle:
@@ -147,6 +162,14 @@ class ToolsHandle:
         except pykka.ActorDeadError:
             return
         if reply.changed:
+            self._notify_quietly()
+
+    def _remove_all(self, keys: tuple[int, ...]) -> None:
+        try:
+            changed: bool = self._registry.ask(RemoveEntries(keys), block=True)
+        except pykka.ActorDeadError:
+            return
+        if changed:
             self._notify_quietly()
 
     def _notify(self) -> None:

@@ -22,6 +22,7 @@ from ..actors._protocol import (
     MutationReply,
     OwnerMutation,
     RegisterTool,
+    RemoveEntries,
     RemoveEntry,
     ReplaceTool,
     SetTransport,
@@ -124,6 +125,8 @@ class RegistryActor(pykka.ThreadingActor):
             return self._register(message)
         if isinstance(message, RemoveEntry):
             return self._remove(message.key)
+        if isinstance(message, RemoveEntries):
+            return self._remove_all(message.keys)
         if isinstance(message, ReplaceTool):
             return self._replace(message)
         if isinstance(message, AddRestriction):
@@ -286,9 +289,45 @@ class RegistryActor(pykka.ThreadingActor):
         owner = self._owner_of.pop(key, None)
         if owner is not None:
             self._owned[owner].remove(key)
-        where = self._where.pop(key, None)
-        if where is None:
+        if key not in self._where:
             return MutationReply(key, False)
+        changed = self._unlink(key)
+        self._publish()
+        return MutationReply(key, changed)
+
+    def _remove_all(self, keys: tuple[int, ...]) -> bool:
+        """Remove ``keys`` as one change, with one snapshot published: each layer that loses
+        tools is rebuilt once, where removing them one by one would copy the layer (and
+        publish) once per tool, time in the square of their number."""
+        doomed = set(keys)
+        owners = {self._owner_of.pop(key) for key in keys if key in self._owner_of}
+        for owner in owners:
+            self._owned[owner] = [key for key in self._owned[owner] if key not in doomed]
+        tools_of: dict[str | None, set[int]] = {}
+        found = changed = False
+        for key in keys:
+            where = self._where.get(key)
+            if where is None:
+                continue
+            found = True
+            if where[0] == "tool":
+                del self._where[key]
+                tools_of.setdefault(where[1], set()).add(key)
+                changed = True
+            else:
+                changed = self._unlink(key) or changed
+        for agent, gone in tools_of.items():
+            layer = self._layer(agent)
+            tools = {n: e for n, e in layer.tools.items() if e.key not in gone}
+            self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))
+        if found:
+            self._publish()
+        return changed
+
+    def _unlink(self, key: int) -> bool:
+        """Take registration ``key`` (known to ``_where``) out of its place, unpublished;
+        whether that changed what a tool list shows."""
+        where = self._where.pop(key)
         kind = where[0]
         changed = False
         if kind == "tool":
@@ -314,5 +353,4 @@ class RegistryActor(pykka.ThreadingActor):
             self._hooks[point] = tuple(h for h in self._hooks[point] if h.key != key)
         else:
             self._sections = tuple(s for s in self._sections if s.key != key)
-        self._publish()
-        return MutationReply(key, changed)
+        return changed

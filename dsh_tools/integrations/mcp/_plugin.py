@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from ...actors import FrozenDict, message_of
 from ...actors._futures import retrieve
 from ...actors._logging import get_logger
-from ...registry import Disposer, ToolsHandle, snapshot_json
+from ...registry import Disposer, ToolsHandle, dispose_together, snapshot_json
 from ._client import Listing, McpClient, describe
 from ._errors import McpConnectionError
 from ._resources import ServerResources
@@ -307,8 +307,7 @@ class McpPlugin(ServerResources):
                         disposer = self._tools.register(definition)
                 except Exception as exc:
                     if strict:
-                        for entry in reversed(list(order.values())):
-                            entry.disposer()
+                        dispose_together([entry.disposer for entry in reversed(order.values())])
                         taken = self._name_taken(mcp_name, exc)
                         if taken is not None:
                             raise taken from exc
@@ -332,8 +331,7 @@ class McpPlugin(ServerResources):
             if self._closing:
                 # Closed by a change observer of this very update (on this thread): the close
                 # withdrew what was registered before, and this update's own are undone here.
-                for entry in reversed(list(order.values())):
-                    entry.disposer()
+                dispose_together([entry.disposer for entry in reversed(order.values())])
                 order = {}
                 waiting = {}
             self._registered = order
@@ -429,8 +427,8 @@ class McpPlugin(ServerResources):
             self._waiting = {}
             self._watch_names()
             registered, self._registered = self._registered, {}
-            for entry in reversed(list(registered.values())):
-                entry.disposer()
+            # One change for the whole server: see dispose_together.
+            dispose_together([entry.disposer for entry in reversed(registered.values())])
             section, self._section = self._section, None
             if section is not None:
                 section()
