@@ -797,3 +797,41 @@ def test_a_stopped_server_is_continued_so_that_its_sigterm_handler_runs(
         plugin.close()
     assert process_gone(pid)
     assert (tmp_path / "terminated").read_text() == "cleaned up on SIGTERM"
+
+
+FUTURE_SERVER = """
+import json
+import sys
+
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("method") == "initialize":
+        answer = {
+            "protocolVersion": "2099-01-01",
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "future", "version": "9"},
+        }
+        print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": answer}), flush=True)
+"""
+
+
+def test_a_server_that_speaks_a_protocol_version_the_sdk_does_not_fails_naming_the_versions(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # A server newer than the installed SDK: it started and answered, so "could not be
+    # started" would send its author looking in the wrong place.
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    script = tmp_path / "future_server.py"
+    script.write_text(FUTURE_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with pytest.raises(McpConnectionError) as raised:
+        register_mcp_server_sync(system, "future", params, errlog=errlog, connect_timeout=WAIT)
+    speaks = ", ".join(HANDSHAKE_PROTOCOL_VERSIONS)
+    assert str(raised.value) == (
+        'MCP server "future" started but answered initialize with the protocol version '
+        f'"2099-01-01", which the installed mcp SDK does not speak (it speaks {speaks}); '
+        "a newer mcp release may"
+    )
+    assert raised.value.code == "MCP_CONNECT_FAILED"
+    assert system.tools.names() == []

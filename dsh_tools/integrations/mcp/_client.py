@@ -47,6 +47,7 @@ from ._sdk import (
     ListGivenUp,
     RequestRefused,
     describe,
+    initialize,
     is_closed,
     list_all,
     list_all_tools,
@@ -314,7 +315,7 @@ class McpClient:
             )
             await stack.enter_async_context(session)
             with anyio.fail_after(self._connect_timeout):
-                init = await session.initialize()
+                init = await initialize(session)
                 self._phase = "listing its tools"
                 with _naming("tools/list"):
                     tools = (

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Tex
 import httpx2
 from mcp import MCPError, StdioServerParameters
 from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ...actors._futures import retrieve
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
 from ._plugin import McpPlugin, wait_out
-from ._sdk import RequestRefused, is_closed
+from ._sdk import RequestRefused, UnsupportedProtocol, is_closed
 from ._stdio import ServerExit, stdio_group_client
 from ._stdio_pipes import LINE_LIMIT
 from ._together import close_together
@@ -549,6 +550,14 @@ def _connect_failure(
         return (
             f'MCP server "{name}"{started} but refused to list its tools: it answered '
             f"tools/list with the error {reply} (code {cause.code})"
+        )
+    if isinstance(cause, UnsupportedProtocol):
+        # It started and answered: what failed is the SDK's reach, which an upgrade may fix.
+        where = " started but" if transport.kind == "stdio" else transport.where
+        return (
+            f'MCP server "{name}"{where} answered initialize with the protocol version '
+            f'"{cause.version}", which the installed mcp SDK does not speak (it speaks '
+            f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}); a newer mcp release may"
         )
     if transport.kind == "stdio":
         if isinstance(cause, MCPError) and is_closed(cause) and ended not in (None, SERVER_CLOSED):

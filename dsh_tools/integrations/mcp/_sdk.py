@@ -14,7 +14,9 @@ __all__ = [
     "MAX_LIST_PAGES",
     "ListGivenUp",
     "RequestRefused",
+    "UnsupportedProtocol",
     "describe",
+    "initialize",
     "is_closed",
     "list_all",
     "list_all_tools",
@@ -43,6 +45,31 @@ class RequestRefused(MCPError):
         super().__init__(refusal.code, f"{method}: {refusal.message}", refusal.data)
         self.method = method
         self.reply = refusal.message
+
+
+class UnsupportedProtocol(Exception):
+    """The server answered ``initialize`` with a protocol ``version`` the installed SDK does
+    not speak (a server newer than the SDK, say)."""
+
+    def __init__(self, version: str) -> None:
+        super().__init__(f'the server answered initialize with the protocol version "{version}"')
+        self.version = version
+
+
+_UNSUPPORTED = "Unsupported protocol version from the server: "
+
+
+async def initialize(session: ClientSession) -> types.InitializeResult:
+    """``session.initialize()``; a protocol version the SDK does not speak raises
+    ``UnsupportedProtocol``, which the SDK says with a bare ``RuntimeError`` told by its text
+    alone (any other text is raised as it is)."""
+    try:
+        return await session.initialize()
+    except RuntimeError as exc:
+        text = str(exc)
+        if text.startswith(_UNSUPPORTED):
+            raise UnsupportedProtocol(text[len(_UNSUPPORTED) :]) from exc
+        raise
 
 
 MAX_LIST_PAGES = 1_000
