@@ -293,6 +293,19 @@ def _count_tools_seen(system: ToolSystem, names: set[str]) -> list[int]:
     return seen
 
 
+def test_a_registration_adds_all_the_servers_tools_in_one_change(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    # As a withdrawal: a harness that assembles its prompt again on each change did so once
+    # per tool, time in the cube of their number (70 s for a server of 2,000 tools).
+    seen: list[int] = []
+    system.tools.on_change(lambda: seen.append(len(system.tools.names())))
+    with registering(errlog) as register:
+        plugin = register(system, "live", live_params(tmp_path))
+        assert len(plugin.tool_names) > 10
+        assert seen == [len(plugin.tool_names)]
+
+
 @pytest.mark.parametrize("how", ["close", "server exit"])
 def test_a_withdrawal_takes_all_the_servers_tools_away_in_one_change(
     how: str, system: ToolSystem, live: Callable[..., McpPlugin]

@@ -787,3 +787,42 @@ def test_disposers_run_together_remove_their_tools_in_one_change(system: ToolSys
     disposers[0]()
     assert seen == [["kept"]]
     assert text(system.execute(call("t0"))) == 'Error: unknown tool "t0"'
+
+
+def test_tools_registered_together_arrive_in_one_change_each_refusal_in_its_place(
+    system: ToolSystem,
+) -> None:
+    from dsh_tools.registry import Disposer, register_together
+
+    system.tools.register(text_tool("taken", "x"))
+    seen: list[list[str]] = []
+    system.tools.on_change(lambda: seen.append(system.tools.names()))
+    outcomes = register_together(
+        system.tools, [text_tool("a", "x"), text_tool("taken", "y"), "no tool", text_tool("b", "x")]
+    )
+    assert seen == [["taken", "a", "b"]]
+    assert [type(outcome).__name__ for outcome in outcomes] == [
+        "Disposer",
+        "ValueError",
+        "TypeError",
+        "Disposer",
+    ]
+    assert str(outcomes[1]).startswith('tool "taken" is already registered')
+    assert text(system.execute(call("b"))) == "x"
+    first = outcomes[0]
+    assert isinstance(first, Disposer)
+    first()
+    assert system.tools.names() == ["taken", "b"]
+
+
+def test_an_observer_that_raises_undoes_tools_registered_together(system: ToolSystem) -> None:
+    from dsh_tools.registry import register_together
+
+    def refuse() -> None:
+        if "a" in system.tools.names():
+            raise RuntimeError("not now")
+
+    system.tools.on_change(refuse)
+    with pytest.raises(RuntimeError, match="not now"):
+        register_together(system.tools, [text_tool("a", "x"), text_tool("b", "x")])
+    assert system.tools.names() == []

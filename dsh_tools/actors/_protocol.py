@@ -21,6 +21,7 @@ __all__ = [
     "MutationReply",
     "OwnerMutation",
     "RegisterTool",
+    "RegisterTools",
     "RemoveEntries",
     "RemoveEntry",
     "SetTransport",
@@ -34,6 +35,15 @@ class RegisterTool(msgspec.Struct, frozen=True):
     definition: Any
     agent: str | None
     is_async: bool
+
+
+class RegisterTools(msgspec.Struct, frozen=True):
+    """Add checked definitions (each with whether its body is async) to one layer as one
+    published change; the reply is, per definition, its key or the text of the error that kept
+    it out (a name taken)."""
+
+    entries: tuple[tuple[Any, bool], ...]
+    agent: str | None
 
 
 class ReplaceTool(msgspec.Struct, frozen=True):

@@ -22,7 +22,13 @@ from ._compact_json import compact_json
 from ._define_tool import define_tool, placed_execute
 from ._definition import Placement, ToolDefinition, ToolOutput, TypedToolDefinition
 from ._dsl import compile_parameters, compile_schema, validate_args
-from ._handle import Disposer, ExecutionMode, ToolsHandle, dispose_together
+from ._handle import (
+    Disposer,
+    ExecutionMode,
+    ToolsHandle,
+    dispose_together,
+    register_together,
+)
 from ._json_schema import (
     assert_object_json_schema,
     assert_supported_json_schema,
@@ -97,6 +103,7 @@ __all__ = [
     "present_call_view",
     "present_result_view",
     "project_schema",
+    "register_together",
     "replacement_value",
     "resolve_local_ref",
     "scalar_type_of",

@@ -29,6 +29,7 @@ from ..actors._protocol import (
     MutationReply,
     OwnerMutation,
     RegisterTool,
+    RegisterTools,
     RemoveEntries,
     RemoveEntry,
     ReplaceTool,
@@ -89,6 +90,51 @@ class Disposer:
         return self._done
 
 
+def register_together(
+    handle: ToolsHandle, definitions: Sequence[ToolDefinition]
+) -> list[Disposer | Exception]:
+    """Register ``definitions`` through ``handle`` as one change: the registry publishes once
+    and the ``change`` observers are told once. Each definition's outcome, in order, is its
+    disposer or the error that kept it out (what ``register`` would raise: a name taken, a
+    definition refused). An observer that raises undoes them all (one more change) and the
+    exception reaches the caller, as with ``register``."""
+    refused: dict[int, Exception] = {}
+    entries: list[tuple[ToolDefinition, bool]] = []
+    reserve = handle._cell.current.mode != "native"
+    for index, definition in enumerate(definitions):
+        try:
+            if not isinstance(definition, ToolDefinition):
+                raise TypeError(_not_a_definition("register", definition))
+            check_registration(definition, reserve_run_code=reserve)
+        except Exception as exc:
+            refused[index] = exc
+            continue
+        entries.append((definition, inspect.iscoroutinefunction(definition.execute)))
+    sent: list[int | str] = (
+        handle._send(RegisterTools(tuple(entries), handle._agent)) if entries else []
+    )
+    added: list[Disposer] = []
+    outcomes: list[Disposer | Exception] = []
+    replies = iter(sent)
+    for index in range(len(definitions)):
+        if index in refused:
+            outcomes.append(refused[index])
+            continue
+        reply = next(replies)
+        if isinstance(reply, str):
+            outcomes.append(ValueError(reply))
+        else:
+            added.append(Disposer(handle, reply))
+            outcomes.append(added[-1])
+    if added:
+        try:
+            handle._notify()
+        except BaseException:
+            dispose_together(added[::-1])
+            raise
+    return outcomes
+
+
 def dispose_together(disposers: Sequence[Disposer]) -> None:
     """Undo the registrations of ``disposers`` (of one system), in their order, as one change:
     the registry publishes once, so no reader sees some of them gone and others not, and the
@@ -137,6 +183,10 @@ class ToolsHandle:
         return self._agent
 
     def _mutate(self, mutation: _Mutation) -> MutationReply:
+        reply: MutationReply = self._send(mutation)
+        return reply
+
+    def _send(self, mutation: _Mutation | RegisterTools) -> Any:
         try:
             with self._order:
                 if self._closed:
@@ -144,10 +194,9 @@ class ToolsHandle:
                 pending = self._registry.ask(
                     OwnerMutation(mutation, self._owner, self._label), block=False
                 )
-            reply: MutationReply = pending.get()
+            return pending.get()
         except pykka.ActorDeadError:
             raise RuntimeError(self._closed_text()) from None
-        return reply
 
     def _closed_text(self) -> str:
         """Why this handle takes no more changes: the system it belongs to stopped (the

@@ -22,6 +22,7 @@ from ..actors._protocol import (
     MutationReply,
     OwnerMutation,
     RegisterTool,
+    RegisterTools,
     RemoveEntries,
     RemoveEntry,
     ReplaceTool,
@@ -145,13 +146,20 @@ class RegistryActor(pykka.ThreadingActor):
             return self._set_transport(message.definition, message.is_async)
         return super().on_receive(message)
 
-    def _owner_mutation(self, message: OwnerMutation) -> MutationReply:
+    def _owner_mutation(self, message: OwnerMutation) -> MutationReply | list[int | str]:
         # A handle sends nothing for its owner after the owner's close (``ToolsHandle._order``).
         owner, label, mutation = message.owner, message.label, message.mutation
         keys = self._owned.setdefault(owner, [])
         replacing = isinstance(mutation, ReplaceTool)
         if replacing and mutation.key not in keys:
             raise ValueError(f"{label} did not register the tool it would replace")
+        if isinstance(mutation, RegisterTools):
+            outcomes = self._register_all(mutation)
+            for outcome in outcomes:
+                if isinstance(outcome, int):
+                    keys.append(outcome)
+                    self._owner_of[outcome] = owner
+            return outcomes
         reply: MutationReply = self._apply(mutation)
         if replacing:
             # The new key takes the old one's place, so LIFO disposal order is kept.
@@ -177,12 +185,7 @@ class RegistryActor(pykka.ThreadingActor):
         agent = message.agent
         layer = self._layer(agent)
         if name in layer.tools:
-            if agent is None:
-                raise ValueError(
-                    f'tool "{name}" is already registered (for a per-agent variant, register '
-                    "through that agent's scope handle, system.agent(key).tools, instead)"
-                )
-            raise ValueError(f'tool "{name}" is already registered in this scope')
+            raise ValueError(_taken(name, agent))
         key = next(self._keys)
         tools = dict(layer.tools)
         tools[name] = ToolEntry(key, definition, message.is_async, agent)
@@ -190,6 +193,28 @@ class RegistryActor(pykka.ThreadingActor):
         self._where[key] = ("tool", agent, name)
         self._publish()
         return MutationReply(key, True)
+
+    def _register_all(self, message: RegisterTools) -> list[int | str]:
+        """Register ``message.entries`` as one change, with one snapshot published: the layer
+        is copied once, where registering them one by one would copy it (and publish) once per
+        tool. Each entry's outcome is its key, or the error text of a name taken."""
+        agent = message.agent
+        layer = self._layer(agent)
+        tools = dict(layer.tools)
+        outcomes: list[int | str] = []
+        for definition, is_async in message.entries:
+            name: str = definition.name
+            if name in tools:
+                outcomes.append(_taken(name, agent))
+                continue
+            key = next(self._keys)
+            tools[name] = ToolEntry(key, definition, is_async, agent)
+            self._where[key] = ("tool", agent, name)
+            outcomes.append(key)
+        if len(tools) != len(layer.tools):
+            self._set_layer(agent, Layer(tools, layer.restrictions, layer.guards))
+            self._publish()
+        return outcomes
 
     def _replace(self, message: ReplaceTool) -> MutationReply:
         where = self._where.get(message.key)
@@ -354,3 +379,13 @@ class RegistryActor(pykka.ThreadingActor):
         else:
             self._sections = tuple(s for s in self._sections if s.key != key)
         return changed
+
+
+def _taken(name: str, agent: str | None) -> str:
+    """Why a tool named ``name`` cannot be registered in ``agent``'s layer: one has the name."""
+    if agent is None:
+        return (
+            f'tool "{name}" is already registered (for a per-agent variant, register '
+            "through that agent's scope handle, system.agent(key).tools, instead)"
+        )
+    return f'tool "{name}" is already registered in this scope'

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, get_args
 from ...actors import FrozenDict, message_of
 from ...actors._futures import retrieve
 from ...actors._logging import get_logger
-from ...registry import Disposer, ToolsHandle, dispose_together, snapshot_json
+from ...registry import (
+    Disposer,
+    ToolsHandle,
+    dispose_together,
+    register_together,
+    snapshot_json,
+)
 from ._client import Listing, McpClient, describe
 from ._errors import McpConnectionError
 from ._resources import ServerResources
@@ -294,6 +300,8 @@ class McpPlugin(ServerResources):
                     current[mcp_name].disposer()
             waiting: dict[str, Mapping[str, Any]] = {}
             order: dict[str, _Registered] = {}
+            # The tools new to the registry, registered together once the others are done.
+            fresh: dict[str, tuple[Mapping[str, Any], Any]] = {}
             for mcp_name, wire in wanted.items():
                 old = self._registered.get(mcp_name)
                 if old is not None and old.wire == wire:
@@ -301,10 +309,10 @@ class McpPlugin(ServerResources):
                     continue
                 try:
                     definition = self._build(wire)
-                    if old is not None:
-                        disposer = self._tools.replace(old.disposer, definition)
-                    else:
-                        disposer = self._tools.register(definition)
+                    if old is None:
+                        fresh[mcp_name] = (wire, definition)
+                        continue
+                    disposer = self._tools.replace(old.disposer, definition)
                 except Exception as exc:
                     if strict:
                         dispose_together([entry.disposer for entry in reversed(order.values())])
@@ -312,22 +320,14 @@ class McpPlugin(ServerResources):
                         if taken is not None:
                             raise taken from exc
                         raise
-                    taken = self._name_taken(mcp_name, exc)
-                    _log.warning(
-                        "MCP tool could not be registered",
-                        server=self.name,
-                        tool=mcp_name,
-                        error=describe(exc) if taken is None else str(taken),
-                    )
-                    if old is not None:
-                        order[mcp_name] = old
-                    elif taken is not None:
-                        waiting[mcp_name] = wire
+                    self._left_out(mcp_name, wire, old, exc, order, waiting)
                     continue
-                info = self._info_of(definition)
-                order[mcp_name] = _Registered(wire, disposer, info)
+                order[mcp_name] = _Registered(wire, disposer, self._info_of(definition))
                 if self._closing:
                     break
+            if fresh and not self._closing:
+                self._register_fresh(fresh, strict, order, waiting)
+                order = {n: order[n] for n in wanted if n in order}
             if self._closing:
                 # Closed by a change observer of this very update (on this thread): the close
                 # withdrew what was registered before, and this update's own are undone here.
@@ -338,6 +338,67 @@ class McpPlugin(ServerResources):
             self._order = tuple(wanted)
             self._waiting = waiting
             self._watch_names()
+
+    def _register_fresh(
+        self,
+        fresh: Mapping[str, tuple[Mapping[str, Any], Any]],
+        strict: bool,
+        order: dict[str, _Registered],
+        waiting: dict[str, Mapping[str, Any]],
+    ) -> None:
+        """Register the listing's new tools in one change (``register_together``: a change
+        per tool made a server of thousands of tools take time in the square of their number,
+        and an observer that assembles the prompt on each, in the cube), adding them to
+        ``order``. Under ``strict`` (the first listing), a tool refused undoes them all, and
+        ``order`` too, and raises; else it is left out with a warning."""
+        names = list(fresh)
+        try:
+            outcomes = register_together(self._tools, [fresh[n][1] for n in names])
+        except Exception as exc:  # a change observer raised: the registry undid them all
+            if strict:
+                dispose_together([entry.disposer for entry in reversed(order.values())])
+                raise
+            outcomes = [exc] * len(names)
+        if strict:
+            for mcp_name, outcome in zip(names, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    added = [o for o in outcomes if isinstance(o, Disposer)]
+                    dispose_together(
+                        [*reversed(added), *(e.disposer for e in reversed(order.values()))]
+                    )
+                    taken = self._name_taken(mcp_name, outcome)
+                    if taken is not None:
+                        raise taken from outcome
+                    raise outcome
+        for mcp_name, outcome in zip(names, outcomes, strict=True):
+            wire, definition = fresh[mcp_name]
+            if isinstance(outcome, Exception):
+                self._left_out(mcp_name, wire, None, outcome, order, waiting)
+            else:
+                order[mcp_name] = _Registered(wire, outcome, self._info_of(definition))
+
+    def _left_out(
+        self,
+        mcp_name: str,
+        wire: Mapping[str, Any],
+        old: _Registered | None,
+        exc: Exception,
+        order: dict[str, _Registered],
+        waiting: dict[str, Mapping[str, Any]],
+    ) -> None:
+        """A later listing's tool that could not be registered: warned about; the version
+        registered before stays, and one whose name another tool has waits for it."""
+        taken = self._name_taken(mcp_name, exc)
+        _log.warning(
+            "MCP tool could not be registered",
+            server=self.name,
+            tool=mcp_name,
+            error=describe(exc) if taken is None else str(taken),
+        )
+        if old is not None:
+            order[mcp_name] = old
+        elif taken is not None:
+            waiting[mcp_name] = wire
 
     def _name_taken(self, mcp_name: str, exc: Exception) -> ValueError | None:
         """The error for a listed tool whose name another tool has (raised for the first
