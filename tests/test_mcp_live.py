@@ -868,6 +868,40 @@ def test_an_http_call_in_flight_fails_as_disconnected_when_the_server_dies(
         assert system.tools.names() == []
 
 
+def test_closing_a_url_whose_server_answers_nothing_gives_up_its_goodbye_and_closes(
+    system: ToolSystem, http_server: HttpServer, logs: Logs
+) -> None:
+    # A server that holds every request unanswered (stopped here; a wedged process, or a proxy
+    # that keeps the connection, does the same): the session's goodbye, its DELETE, waited for
+    # the 300 s the SDK gives a response, so the close abandoned the session at close_timeout.
+    plugin = register_mcp_server_sync(
+        system, "web", http_server.url, connect_timeout=WAIT, close_timeout=WAIT
+    )
+    process = http_server.process
+    assert process is not None
+    process.send_signal(signal.SIGSTOP)
+    plugin.close()
+    assert "MCP session did not close in time" not in logs.warnings
+    assert plugin.state == "closed"
+
+
+def test_a_url_whose_server_stops_answering_is_found_out_by_the_keep_alive(
+    system: ToolSystem, http_server: HttpServer
+) -> None:
+    # The unanswered ping ends the session, whose goodbye (its DELETE) the stopped server
+    # never answers either: the session's end waited for it, 300 s, "connected" all along.
+    plugin = register_mcp_server_sync(
+        system, "web", http_server.url, connect_timeout=1, ping_interval=0.1
+    )
+    try:
+        process = http_server.process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        assert plugin.wait_for_state("reconnecting", timeout=WAIT)
+    finally:
+        plugin.close()
+
+
 def test_http_reconnects_by_default_and_stdio_does_not(
     system: ToolSystem, http_server: HttpServer, live: Callable[..., McpPlugin]
 ) -> None:

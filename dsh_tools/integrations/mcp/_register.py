@@ -55,6 +55,11 @@ only a ping tells that from a slow call."""
 _HTTP_TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 """The SDK's default HTTP timeouts: 30 s to connect, write or wait for the pool, 300 s to read
 (a server may hold a response stream open)."""
+_GOODBYE_TIMEOUT: Final = httpx2.Timeout(2.0)
+"""What the session's goodbye (the DELETE that ends it on the server, a courtesy) may take:
+what a stdio server is given to exit. A server that answers nothing would otherwise hold the
+close for the 300 s the SDK waits for a response, so that the close abandoned the session at
+``close_timeout``."""
 _SESSION_HEADER: Final = "mcp-session-id"
 _LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -184,7 +189,8 @@ def _transport(
             # responses' statuses can be seen; the SDK leaves a client it is given to its owner
             # to close.
             client = httpx2.AsyncClient(
-                timeout=_HTTP_TIMEOUT, event_hooks={"response": [status.record]}
+                timeout=_HTTP_TIMEOUT,
+                event_hooks={"request": [_bound_goodbye], "response": [status.record]},
             )
             async with (
                 client,
@@ -207,6 +213,13 @@ def _transport(
         "server_params must be StdioServerParameters, a Streamable HTTP URL or a transport "
         f"factory, got {type(server_params).__name__}"
     )
+
+
+async def _bound_goodbye(request: httpx2.Request) -> None:
+    """A request hook: the session's DELETE (the only one the SDK sends) gets
+    ``_GOODBYE_TIMEOUT`` in place of the client's timeouts."""
+    if request.method == "DELETE":
+        request.extensions["timeout"] = _GOODBYE_TIMEOUT.as_dict()
 
 
 def _reconnect_policy(
