@@ -327,6 +327,42 @@ def test_a_withdrawal_takes_all_the_servers_tools_away_in_one_change(
     assert not names & set(system.tools.names())
 
 
+PRUNING_SERVER = """
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("pruning")
+for name in ("a", "b", "c"):
+    server.add_tool(lambda: "x", name=name, description=f"Tool {name}.")
+
+
+@server.tool(description="Remove the tools a and b.")
+async def prune(ctx: Context) -> str:
+    server.remove_tool("a")
+    server.remove_tool("b")
+    await ctx.session.send_tool_list_changed()
+    return "pruned"
+
+
+server.run()
+"""
+
+
+def test_the_tools_a_listing_removes_go_in_one_change(
+    system: ToolSystem, tmp_path: Path, errlog: TextIO
+) -> None:
+    script = tmp_path / "pruning_server.py"
+    script.write_text(PRUNING_SERVER)
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    with registering(errlog) as register:
+        register(system, "pruning", params)
+        changes = Changes(system)
+        seen = _count_tools_seen(system, {"a", "b"})
+        run(system, "prune", {})
+        changes.wait_for(lambda: changes.count >= 1, "the pruning to be applied")
+        assert seen == [0]
+        assert changes.names() == ["c", "prune"]
+
+
 def test_a_changed_tool_is_replaced_in_one_change(
     system: ToolSystem, live: Callable[..., McpPlugin]
 ) -> None:

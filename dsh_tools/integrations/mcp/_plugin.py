@@ -296,8 +296,7 @@ class McpPlugin(ServerResources):
             if removed:
                 current = self._registered
                 self._registered = {n: r for n, r in current.items() if n in wanted}
-                for mcp_name in removed:
-                    current[mcp_name].disposer()
+                dispose_together([current[mcp_name].disposer for mcp_name in removed])
             waiting: dict[str, Mapping[str, Any]] = {}
             order: dict[str, _Registered] = {}
             # The tools new to the registry, registered together once the others are done.
