@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shlex
 import signal
@@ -1026,6 +1027,70 @@ def test_a_url_that_answers_json_that_is_no_mcp_message_fails_in_one_line(
         "JSONRPCResponse,JSONRPCError], the first at JSONRPCRequest.jsonrpc: Field required "
         "(input {'error': 'no such route'})"
     )
+
+
+class _FailingCalls(BaseHTTPRequestHandler):
+    """An MCP endpoint that initializes, lists one tool (``echo``) and answers pings, but
+    answers every ``tools/call`` with HTTP 500 (a crashed handler behind a web framework)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        method = message.get("method")
+        if "id" not in message:  # a notification
+            self._answer(202, b"")
+        elif method == "tools/call":
+            self._answer(500, b"Internal Server Error")
+        else:
+            result: dict[str, Any] = {}
+            if method == "initialize":
+                result = {
+                    "protocolVersion": message["params"]["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "failing", "version": "1"},
+                }
+            elif method == "tools/list":
+                result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+            reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+            self._answer(200, json.dumps(reply).encode())
+
+    def do_DELETE(self) -> None:
+        self._answer(200, b"")
+
+    def _answer(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Mcp-Session-Id", "s1")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet test output
+        return
+
+
+def test_a_call_a_url_refuses_with_an_http_error_names_the_status(system: ToolSystem) -> None:
+    # The SDK says only "Server returned an error response": whether the server crashed (500),
+    # is overloaded (503) or forbids the call (403) is the first thing its author needs.
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FailingCalls)
+    serving = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+        with register_mcp_server_sync(system, "web", url, connect_timeout=WAIT) as plugin:
+            result = failure(run(system, "echo", {}))
+            assert plugin.state == "connected"  # the server answers pings: the session goes on
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        serving.join()
+    assert result["error"] == {
+        "message": (
+            "MCP request failed: Server returned an error response (HTTP 500 Internal Server Error)"
+        ),
+        "info": {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"},
+    }
 
 
 def test_a_url_nothing_listens_on_fails_naming_the_url(system: ToolSystem) -> None:

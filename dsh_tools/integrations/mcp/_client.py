@@ -615,7 +615,7 @@ class McpClient:
         refused because it no longer knows the session ends the session too, and so does any
         refusal of a request of the session when the server then refuses a ping as well (over
         a transport factory, whose refusals look like any failure, any failed request)."""
-        ended = await self._session_gone(session)
+        ended, refused = await self._session_gone(session)
         closed = (
             ended is None
             and exc.code == types.CONNECTION_CLOSED
@@ -628,7 +628,12 @@ class McpClient:
             return McpConnectionError(
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )
-        return McpToolError(f"MCP request failed: {one_line(exc.message)}", "MCP_REQUEST_FAILED")
+        text = one_line(exc.message)
+        if refused is not None and refused not in text:
+            # The SDK's text for a refused request is "Server returned an error response":
+            # the status (a crash's 500, an overload's 503, a 403) is what its author needs.
+            text = f"{text} ({refused})"
+        return McpToolError(f"MCP request failed: {text}", "MCP_REQUEST_FAILED")
 
     def _watched_end(self) -> str | None:
         """After a failed ping: why the transport saw the session end or refused, or ``None``."""
@@ -638,25 +643,27 @@ class McpClient:
         refused = watch.refused()
         return watch.ended() or (f"the server refuses the session ({refused})" if refused else None)
 
-    async def _session_gone(self, session: ClientSession) -> str | None:
+    async def _session_gone(self, session: ClientSession) -> tuple[str | None, str | None]:
         """After a failed request: why the transport's session is over though its streams go
-        on, or ``None``."""
+        on, or ``None``; and how the server refused a request of the session (the HTTP status
+        a URL's last refusal had), or ``None``."""
         watch = self._watch
         if watch is None:
             if self._probe_failures:
                 refused = await self._ping_refused(session)
                 if refused is not None:
                     return (
-                        f"the server refuses the session: a request failed, a ping too ({refused})"
+                        f"the server refuses the session: a request failed, a ping too ({refused})",
+                        None,
                     )
-            return None
+            return None, None
         ended = watch.ended()
         if ended is not None:
-            return ended
+            return ended, None
         refused = watch.refused()
         if refused is not None and not await self._answers_ping(session):
-            return f"the server refuses the session ({refused}), a ping too"
-        return None
+            return f"the server refuses the session ({refused}), a ping too", refused
+        return None, refused
 
     async def _ping_refused(self, session: ClientSession) -> str | None:
         """Why a ping failed, or ``None`` if it was answered or not in time: silence is for the
