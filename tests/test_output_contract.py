@@ -136,19 +136,6 @@ def test_raw_parameters_are_not_checked_at_registration() -> None:
     )
 
 
-@pytest.mark.parametrize("root", ["string", ["object", "null"], None])
-def test_raw_parameters_of_a_root_other_than_an_object_are_refused_at_registration(
-    root: Any,
-) -> None:
-    # Every provider export refused such a tool, at every turn, long after it was registered.
-    with pytest.raises(ValueError) as info:
-        check_registration(raw(parameters={"type": root}), reserve_run_code=False)
-    assert str(info.value) == (
-        'tool "raw" parameters must be an object schema ({"type": "object", ...}): the '
-        f"arguments are one JSON object, got a root of type {root!r}"
-    )
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -45,8 +45,7 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
        ``run_code`` (``ValueError``).
 
     Duplicate names are the registry's concern; what raw ``parameters`` hold is not checked
-    here (a lossy one fails at projection), but for a root ``type`` other than ``"object"``
-    (``ValueError``).
+    here (a lossy one fails at projection).
     """
     if not isinstance(defn, ToolDefinition):
         raise TypeError(
@@ -68,14 +67,6 @@ def check_registration(defn: Any, *, reserve_run_code: bool) -> None:
         raise TypeError(
             f'tool "{name}" parameters must be a JSON Schema object (a dict), '
             f"got {type(defn.parameters).__name__}"
-        )
-    root = defn.parameters.get("type", "object")
-    if root != "object":
-        # The arguments are one JSON object, whatever the schema says; a root of another type
-        # was refused by every provider export, on every turn, rather than here once.
-        raise ValueError(
-            f'tool "{name}" parameters must be an object schema ({{"type": "object", ...}}): '
-            f"the arguments are one JSON object, got a root of type {root!r}"
         )
     if not callable(defn.execute):
         raise TypeError(f'tool "{name}" execute must be callable')
