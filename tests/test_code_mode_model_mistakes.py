@@ -524,6 +524,36 @@ def test_a_completion_that_is_no_json_value_says_what_to_return_instead(
     )
 
 
+@pytest.mark.parametrize(
+    ("program", "problem"),
+    [
+        ('return tools.get_user({"user_id": 3})', "value"),
+        ('return {"users": [tools.get_user({"user_id": 3})]}', "value.users[0]"),
+    ],
+)
+def test_a_completion_holding_a_call_not_awaited_names_the_call(
+    system: ToolSystem, program: str, problem: str
+) -> None:
+    # It said "value is CallHandle (an awaitable...)", naming a class the model never wrote.
+    assert failure_text(system, program) == (
+        f"code run failed (invalid-output): program completion must be lossless JSON: {problem}"
+        " is a tool call that was not awaited: write await tools.get_user(...)"
+    )
+
+
+def test_an_argument_holding_a_call_not_awaited_names_the_call(system: ToolSystem) -> None:
+    program = (
+        "try:\n"
+        '    await tools.get_user({"user_id": tools.get_user({"user_id": 1})})\n'
+        "except ToolCallError as e:\n"
+        "    return e.message"
+    )
+    assert value_of(run_code(system, program))["result"] == (
+        "binding arguments must be lossless JSON: arguments.user_id is a tool call that was not"
+        " awaited: write await tools.get_user(...)"
+    )
+
+
 # --- a key a result does not have ---------------------------------------------------------------
 
 

@@ -468,17 +468,27 @@ def test_a_non_lossless_completion_is_invalid_output(
 @pytest.mark.parametrize(
     ("program", "problem"),
     [
-        ('return tools.echo({"a": 1})', "value is CallHandle"),
-        ('return {"r": [tools.echo({})]}', "value.r[0] is CallHandle"),
-        ("async def helper():\n    return 1\nreturn helper()", "value is coroutine"),
+        (
+            'return tools.echo({"a": 1})',
+            "value is a tool call that was not awaited: write await tools.echo(...)",
+        ),
+        (
+            'return {"r": [tools.echo({})]}',
+            "value.r[0] is a tool call that was not awaited: write await tools.echo(...)",
+        ),
+        (
+            "async def helper():\n    return 1\nreturn helper()",
+            "value is coroutine (an awaitable: use await on it)",
+        ),
     ],
 )
 def test_an_awaitable_left_unawaited_is_named_as_one(
     runtime: SubprocessCodeRuntime, program: str, problem: str
 ) -> None:
-    # A program that forgets `await` returns the call itself: the message says what to do.
+    # A program that forgets `await` returns the call itself: the message says what to do,
+    # naming the call as the program wrote it (not the worker's class for it).
     result = run(runtime, program, tools(echo=identity))
-    message = f"program completion must be lossless JSON: {problem} (an awaitable: use await on it)"
+    message = f"program completion must be lossless JSON: {problem}"
     assert result == CodeRunResult([], error=CodeRunFailure("invalid-output", message))
 
 
@@ -911,8 +921,8 @@ except ToolCallError as e:
     return e.message
 """
     assert run(runtime, program, tools(echo=identity)).value == (
-        "binding arguments must be lossless JSON: arguments.inner is CallHandle"
-        " (an awaitable: use await on it)"
+        "binding arguments must be lossless JSON: arguments.inner is a tool call that was not"
+        " awaited: write await tools.echo(...)"
     )
 
 

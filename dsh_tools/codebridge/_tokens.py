@@ -178,12 +178,15 @@ def not_lossless(
     *,
     awaitable_hint: bool = True,
     advise: bool = False,
+    unawaited: Callable[[object], str | None] | None = None,
 ) -> str:
     """Why ``tokenize`` refused ``value``: ``"<path> is <what>"`` for its first problem in
     document order, with ``root`` naming the value (``arguments.a[1] is float (NaN)``).
     ``awaitable_hint`` tells the program to await an awaitable it left in the value; the
     host, naming a binding's resolution, has no such advice for it. ``advise`` adds what a
     program returns in its place (``value is tuple: return a list instead ...``).
+    ``unawaited`` says what an awaitable is in the program's terms (a tool call it did not
+    await), or ``None`` for one it does not know.
 
     Only called once ``tokenize`` returned ``None``. Iterative, like ``tokenize``, for deep
     values; paths are parent links, rendered only for the problem found, and a path longer
@@ -243,7 +246,8 @@ def not_lossless(
                     continue
         elif awaitable_hint and any("__await__" in vars(klass) for klass in kind.__mro__):
             # A tool call or coroutine the program forgot to await: say what to do about it.
-            problem = f"{kind.__name__} (an awaitable: use await on it)"
+            said = None if unawaited is None else unawaited(item)
+            problem = f"{kind.__name__} (an awaitable: use await on it)" if said is None else said
         else:
             problem = kind.__name__
             if advise:

@@ -97,6 +97,7 @@ from ._worker_api import (
     program_tracebacks_only,
     recursion_counted_from,
     signature_naming_bindings,
+    unawaited_call,
     wait_accepting_handles,
 )
 from ._worker_render import (
@@ -598,7 +599,8 @@ class Worker:
         handle = CallHandle(loop, global_name, name, error)
         tokens = tokenize(args)
         if tokens is None:
-            handle.reject(f"{_NOT_LOSSLESS_ARGS}: {not_lossless(args, 'arguments')}")
+            problem = not_lossless(args, "arguments", unawaited=unawaited_call)
+            handle.reject(f"{_NOT_LOSSLESS_ARGS}: {problem}")
             return handle
         self.next_id += 1
         call_id = self.next_id
@@ -715,7 +717,7 @@ class Worker:
             self.finish(Done())
         tokens = tokenize(value)
         if tokens is None:
-            problem = not_lossless(value, "value", advise=True)
+            problem = not_lossless(value, "value", advise=True, unawaited=unawaited_call)
             self.finish(
                 Done(
                     error=DoneError(

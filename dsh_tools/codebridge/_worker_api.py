@@ -38,6 +38,7 @@ __all__ = [
     "program_tracebacks_only",
     "recursion_counted_from",
     "signature_naming_bindings",
+    "unawaited_call",
     "wait_accepting_handles",
 ]
 
@@ -382,6 +383,15 @@ class Namespace:
 
     def __repr__(self) -> str:
         return f"<{self.__dsh_global__} namespace: {', '.join(self.__dsh_names__)}>"
+
+
+def unawaited_call(value: object) -> str | None:
+    """What a binding call left unawaited in a value is, in the program's terms (the handle's
+    class is the worker's, which the program never wrote); ``None`` for any other value."""
+    if type(value) is not CallHandle:
+        return None
+    access = access_expression(value._global, value._name)
+    return f"a tool call that was not awaited: write await {access}(...)"
 
 
 def access_expression(global_name: str, name: str) -> str:
