@@ -422,8 +422,9 @@ def test_the_error_class_looked_up_in_the_namespace_says_it_is_a_global(
     message = failure_text(system, program)
     assert '  File "<run_code>", line 3, in <module>' in message
     assert message.endswith(
-        "AttributeError: 'tools' has no binding 'ToolCallError'\nToolCallError is predefined"
-        " on its own, not in tools: write ToolCallError, not tools.ToolCallError"
+        "AttributeError: 'tools' has no binding 'ToolCallError'; its bindings are tools.get_user"
+        "\nToolCallError is predefined on its own, not in tools: write ToolCallError,"
+        " not tools.ToolCallError"
     )
 
 
@@ -551,6 +552,35 @@ def test_an_argument_holding_a_call_not_awaited_names_the_call(system: ToolSyste
     assert value_of(run_code(system, program))["result"] == (
         "binding arguments must be lossless JSON: arguments.user_id is a tool call that was not"
         " awaited: write await tools.get_user(...)"
+    )
+
+
+# --- a tool the system does not have ------------------------------------------------------------
+
+
+def test_a_tool_name_like_none_there_is_lists_the_tools_there_are(system: ToolSystem) -> None:
+    # A model guessing a tool's name was told only "'tools' has no binding 'fetch_weather'",
+    # with nothing of what it could call instead.
+    message = failure_text(system, "return await tools.fetch_weather({})")
+    assert message.endswith(
+        "AttributeError: 'tools' has no binding 'fetch_weather'; its bindings are tools.get_user"
+    )
+
+
+def ping() -> str:
+    """Answer."""
+    return "pong"
+
+
+def test_a_missing_tool_among_many_lists_the_first_and_says_how_to_see_all() -> None:
+    with ToolSystem.start(ToolsConfig(mode="code")) as own:
+        for index in range(25):
+            own.tools.register(tool(ping, name=f"tool_{index:02d}"))
+        message = failure_text(own, "return await tools.fetch_weather({})")
+    shown = ", ".join(f"tools.tool_{index:02d}" for index in range(20))
+    assert message.endswith(
+        f"AttributeError: 'tools' has no binding 'fetch_weather'; its bindings are {shown}"
+        " and 5 more; help(tools) lists them"
     )
 
 

@@ -1714,6 +1714,8 @@ except TypeError:
     out["arity"] = True
 return out
 """
+    # A miss like none of them lists the bindings there are.
+    listing = 'its bindings are tools["__class__"], tools.echo, tools.keys, tools["my-tool"]'
     assert run(runtime, program, bindings).value == {
         "dir": ["__class__", "echo", "keys", "my-tool"],
         "list": ["__class__", "echo", "keys", "my-tool"],
@@ -1722,10 +1724,10 @@ return out
         "keys": "named",
         "dunder": "named",
         "exotic": "named",
-        "attr_missing": "'tools' has no binding 'nope'",
-        "item_missing": "'tools' has no binding 'nope'",
+        "attr_missing": f"'tools' has no binding 'nope'; {listing}",
+        "item_missing": f"'tools' has no binding 'nope'; {listing}",
         "near_miss": "'tools' has no binding 'my_tool'; call it as tools[\"my-tool\"]",
-        "unhashable": "'tools' has no binding ['unhashable']",
+        "unhashable": f"'tools' has no binding ['unhashable']; {listing}",
         "arity": True,
     }
 
@@ -1810,7 +1812,9 @@ return out
         "'tools' has no binding 'read_fiel'; did you mean tools.read_file?",
         "'tools' has no binding 'raed_file'; did you mean tools.read_file?",
         "'tools' has no binding 'list_dirs'; did you mean tools.list_dir?",
-        "'tools' has no binding 'frobnicate'",
+        # A name like none of them: the bindings there are.
+        "'tools' has no binding 'frobnicate'; its bindings are tools.list_dir,"
+        ' tools.read_file, tools["write-file"]',
         "'tools' has no binding 'write-fle'; did you mean tools[\"write-file\"]?",
     ]
 

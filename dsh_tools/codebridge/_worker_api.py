@@ -348,7 +348,19 @@ class Namespace:
                     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
                     if close:
                         return f"{text}; did you mean {self.__dsh_access__(close[0])}?"
-        return text
+        return f"{text}; {self.__dsh_listing__()}"
+
+    def __dsh_listing__(self) -> str:
+        """The bindings there are, for a miss like none of them (``tools.fetch_weather``): a
+        model that guessed a tool's name learns the names it has, the first few of many."""
+        names = self.__dsh_names__
+        if not names:
+            return "it has none"
+        shown = ", ".join(self.__dsh_access__(known) for known in names[:_LISTED])
+        more = len(names) - _LISTED
+        if more <= 0:
+            return f"its bindings are {shown}"
+        return f"its bindings are {shown} and {more} more; help({self.__dsh_global__}) lists them"
 
     def __dsh_access__(self, name: str) -> str:
         """How a program reaches the binding ``name``: by attribute when it can."""
@@ -435,6 +447,8 @@ _GUESS_LENGTH: Final = 64
 
 _HEADS_SHOWN: Final = 5
 """The most bindings a miss of their names' shared first part lists."""
+_LISTED: Final = 20
+"""The most bindings a miss like none of them lists (the rest are counted)."""
 
 
 def _head(name: str) -> str | None:
