@@ -4,6 +4,8 @@ program is the right one."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -582,6 +584,57 @@ def test_a_missing_tool_among_many_lists_the_first_and_says_how_to_see_all() -> 
         f"AttributeError: 'tools' has no binding 'fetch_weather'; its bindings are {shown}"
         " and 5 more; help(tools) lists them"
     )
+
+
+# --- asyncio's own frames -----------------------------------------------------------------------
+
+
+@tool(concurrency_safe=True)
+async def slow_lookup(key: str) -> str:
+    """Look a key up, slowly."""
+    await asyncio.sleep(5)
+    return key
+
+
+def test_a_wait_for_timeout_shows_the_programs_line_and_no_asyncio_internals() -> None:
+    # The traceback led with a bare "asyncio.exceptions.CancelledError" (asyncio's means of
+    # timing out) and ended in asyncio's tasks.py, naming the host's Python.
+    program = (
+        "async def lookup():\n"
+        '    return await asyncio.wait_for(tools.slow_lookup({"key": "a"}), 0.05)\n'
+        "return await lookup()"
+    )
+    with ToolSystem.start(ToolsConfig(mode="code")) as own:
+        own.tools.register(slow_lookup)
+        message = failure_text(own, program)
+    assert message == (
+        "code run failed (exception): Traceback (most recent call last):\n"
+        '  File "<run_code>", line 3, in <module>\n'
+        "    return await lookup()\n"
+        "           ^^^^^^^^^^^^^^\n"
+        '  File "<run_code>", line 2, in lookup\n'
+        '    return await asyncio.wait_for(tools.slow_lookup({"key": "a"}), 0.05)\n'
+        "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "TimeoutError"
+    )
+
+
+def test_a_task_groups_failure_shows_the_programs_line_and_no_asyncio_internals(
+    system: ToolSystem,
+) -> None:
+    program = (
+        "async with asyncio.TaskGroup() as group:\n"
+        '    group.create_task(tools.get_user({"user_id": 404}))'
+    )
+    message = failure_text(system, program)
+    assert "asyncio" + os.sep not in message, message
+    assert message.startswith(
+        "code run failed (exception):   + Exception Group Traceback (most recent call last):\n"
+        '  |   File "<run_code>", line 1, in <module>\n'
+        "  |     async with asyncio.TaskGroup() as group:\n"
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+    ), message
+    assert "ToolCallError: no user 404\n" in message
 
 
 # --- a key a result does not have ---------------------------------------------------------------

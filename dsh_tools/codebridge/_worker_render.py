@@ -8,6 +8,7 @@ models' mistakes (``_worker_notes``).
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import errno
 import io
@@ -27,6 +28,11 @@ from ._worker_notes import callee_name, explain_mistakes, failed_span
 __all__ = ["SANDBOX_REFUSALS", "Refusal", "render_exception", "render_reported_exception"]
 
 _UNRENDERABLE: Final = "program threw an unrenderable value"
+_ASYNCIO: Final = os.path.dirname(asyncio.__file__) + os.sep
+"""asyncio's own files: its frames inside a program's traceback (``wait_for`` raising its
+``TimeoutError``, a ``TaskGroup``'s ``__aexit__`` raising the group) name the host's Python
+and tell the program nothing its own line and the exception do not, as a builtin's shows no
+frame."""
 _PICKLING_NOTE: Final = (
     "A function or class the program defines cannot be pickled: the program is the body of"
     " a function, so pickle does not find what it defines in __main__, and another process"
@@ -364,9 +370,14 @@ def _trim(
         entries.append(cursor)
         cursor = cursor.tb_next
     # The worker's frames, trailing or between the program's (which stand in for builtins,
-    # ``print`` calling the program's ``__str__``, and show none), go; with nothing else
-    # left, the first ``keep`` stay.
-    program = [e for e in entries if e.tb_frame.f_code.co_filename not in worker_files]
+    # ``print`` calling the program's ``__str__``, and show none), go, and so do asyncio's;
+    # with nothing else left, the first ``keep`` stay.
+    program = [
+        e
+        for e in entries
+        if e.tb_frame.f_code.co_filename not in worker_files
+        and not e.tb_frame.f_code.co_filename.startswith(_ASYNCIO)
+    ]
     entries = program or entries[:keep]
     if not entries:
         return None
@@ -463,6 +474,13 @@ def render_exception(
                     _explain_unseen_call(current, errors, bindings)
             else:
                 current.__traceback__ = _trim(current.__traceback__, code, worker_files)
+            if isinstance(current, TimeoutError) and isinstance(
+                current.__cause__, asyncio.CancelledError
+            ):
+                # ``wait_for``'s or ``asyncio.timeout``'s: it cancelled what it waited for and
+                # raised this from that cancellation, asyncio's means, not the program's, which
+                # showed as a bare "asyncio.exceptions.CancelledError" above the traceback.
+                current.__cause__ = None
             for linked in (current.__cause__, current.__context__):
                 if linked is not None:
                     pending.append((linked, member))
