@@ -516,12 +516,23 @@ def test_pairs_unpacked_from_what_is_no_dict_get_no_word_on_dicts(
         ("(n for n in range(3))", "value is generator: return a list instead (list(...))"),
         ('{1: "a"}', "value is dict with int key: use str keys instead (str(key))"),
         ("[ValueError('no')]", "value[0] is ValueError: return str(...) of it instead"),
+        ("Name('ada')", "value is Name: return a plain str instead (str(...))"),
+        ("Count(3)", "value is Count: return a plain int instead (int(...))"),
+        ("len", "value is builtin_function_or_method"),
+        ("Point", "value is type"),
+        # Its __class__ raises: read from its type, the failure stays invalid-output.
+        ("Masked()", "value is Masked: return a dict of the fields needed instead"),
     ],
 )
 def test_a_completion_that_is_no_json_value_says_what_to_return_instead(
     system: ToolSystem, value: str, problem: str
 ) -> None:
-    program = f"import collections, datetime\nclass Point:\n    x = 1\nreturn {value}"
+    program = (
+        "import collections, datetime\nclass Point:\n    x = 1\n"
+        "class Name(str):\n    pass\nclass Count(int):\n    pass\n"
+        "class Masked:\n    @property\n    def __class__(self):\n        raise RuntimeError('no')\n"
+        f"return {value}"
+    )
     assert failure_text(system, program) == (
         f"code run failed (invalid-output): program completion must be lossless JSON: {problem}"
     )

@@ -26,6 +26,7 @@ import enum
 import fractions
 import itertools
 import math
+import types
 from collections.abc import Callable
 from typing import Annotated, Any, Final
 
@@ -250,35 +251,48 @@ def not_lossless(
             problem = f"{kind.__name__} (an awaitable: use await on it)" if said is None else said
         else:
             problem = kind.__name__
-            if advise:
-                problem = f"{problem}: {_advice(item)}"
+            advice = _advice(item) if advise else None
+            if advice is not None:
+                problem = f"{problem}: {advice}"
         if problem is not None:
             return f"{_render_path(path)} is {problem}"
     return f"{root} is not lossless JSON"
 
 
-def _advice(item: object) -> str:
-    """What a program returns in place of ``item``, an object no JSON value is."""
-    if isinstance(item, BaseException):
-        return "return str(...) of it instead"
-    if isinstance(item, enum.Enum):
-        return "return its .value instead"
-    if isinstance(item, tuple):
-        return "return a list instead ([...] or list(...))"
-    if isinstance(item, (set, frozenset)):
-        return "return a list instead (sorted(...) or list(...))"
-    if isinstance(item, (datetime.date, datetime.time)):
-        return "return a string instead (its .isoformat(), say)"
-    if isinstance(item, datetime.timedelta):
-        return "return a number instead (its .total_seconds(), say)"
-    if isinstance(item, (bytes, bytearray, memoryview)):
-        return "return a string instead (its .decode(), say)"
-    if isinstance(item, (decimal.Decimal, fractions.Fraction)):
-        return "return a float or a string instead"
-    if isinstance(item, collections.abc.Mapping):  # a Counter, a defaultdict
-        return "return a plain dict instead (dict(...))"
-    if isinstance(item, collections.abc.Iterable):  # a generator, map, range, dict.keys()
-        return "return a list instead (list(...))"
+def _advice(item: object) -> str | None:
+    """What a program returns in place of ``item``, an object no JSON value is, or ``None``
+    when there is nothing to say (a function, a class, a module). Read from its type alone:
+    ``isinstance`` would read the object's ``__class__``, which a program's object may make
+    raise, and the failure being rendered must stay the one it is."""
+    kind = type(item)
+    try:
+        if issubclass(kind, enum.Enum):  # an IntEnum or StrEnum's member too
+            return "return its .value instead"
+        if issubclass(kind, (str, int, float)):  # a subclass of one
+            plain = next(base for base in (str, int, float) if issubclass(kind, base))
+            return f"return a plain {plain.__name__} instead ({plain.__name__}(...))"
+        if issubclass(kind, BaseException):
+            return "return str(...) of it instead"
+        if issubclass(kind, tuple):
+            return "return a list instead ([...] or list(...))"
+        if issubclass(kind, (set, frozenset)):
+            return "return a list instead (sorted(...) or list(...))"
+        if issubclass(kind, (datetime.date, datetime.time)):
+            return "return a string instead (its .isoformat(), say)"
+        if issubclass(kind, datetime.timedelta):
+            return "return a number instead (its .total_seconds(), say)"
+        if issubclass(kind, (bytes, bytearray, memoryview)):
+            return "return a string instead (its .decode(), say)"
+        if issubclass(kind, (decimal.Decimal, fractions.Fraction)):
+            return "return a float or a string instead"
+        if issubclass(kind, (type, types.ModuleType)) or callable(item):
+            return None  # no fields to return in its place
+        if issubclass(kind, collections.abc.Mapping):  # a Counter, a defaultdict
+            return "return a plain dict instead (dict(...))"
+        if issubclass(kind, collections.abc.Iterable):  # a generator, map, range, dict.keys()
+            return "return a list instead (list(...))"
+    except Exception:  # a class of the program's whose checks raise: nothing to advise
+        return None
     return "return a dict of the fields needed instead"
 
 
