@@ -480,6 +480,12 @@ def test_a_dict_iterated_as_pairs_says_to_iterate_its_items(
     ("loop", "error"),
     [
         ("for a, b in [(1, 2, 3)]:\n    pass", "too many values to unpack (expected 2)"),
+        # A dict of tuple keys may be iterated for its keys: .items() would be wrong advice.
+        (
+            "grid = {(0, 0, 0): 'a'}\nfor x, y in grid:\n    pass",
+            "too many values to unpack (expected 2)",
+        ),
+        ("for x, y in {(0, 0, 0): 'a'}:\n    pass", "too many values to unpack (expected 2)"),
         # The comprehension's first loop is over a dict, but the unpacking one is over a key.
         (
             "[a for key in {'abc': 1} for a, b in key]",
@@ -670,6 +676,20 @@ def test_a_key_a_dict_lacks_says_which_keys_it_has(
     assert message.endswith(
         f"KeyError: 'username'\n{held} has no key 'username'; its keys are 'id', 'name'"
     )
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        # A key of the program's own class: listing it would run the program's __repr__.
+        "class Key:\n    def __repr__(self):\n        return 'ran'\nd = {Key(): 1}\nreturn d['x']",
+        # The variable rebound before the failure is rendered: the dict now holds the key.
+        "d = {'a': 1}\ntry:\n    d['x']\nfinally:\n    d = {'x': 2}",
+    ],
+)
+def test_a_key_error_gets_no_list_it_could_get_wrong(system: ToolSystem, program: str) -> None:
+    message = failure_text(system, program)
+    assert message.endswith("KeyError: 'x'")
 
 
 def test_a_key_of_a_large_dict_names_its_first_keys(system: ToolSystem) -> None:

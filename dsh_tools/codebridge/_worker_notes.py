@@ -14,7 +14,7 @@ import itertools
 import linecache
 import os
 import types
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Final
 
 from ._program import FILENAME, FUNCTION_NAME
@@ -389,13 +389,24 @@ def _explain_dict_iterated_as_pairs(exc: BaseException) -> None:
         if iterated is None:
             return
         frame = last.tb_frame
-        if isinstance(iterated, (ast.Dict, ast.DictComp)):
-            pass
+        # Only a dict of str keys (a tool's result): one whose keys are tuples may well be
+        # iterated for its keys, and .items() would be the wrong advice.
+        if isinstance(iterated, ast.Dict):
+            if not all(
+                isinstance(key, ast.Constant) and type(key.value) is str for key in iterated.keys
+            ):
+                return
         elif isinstance(iterated, ast.Name):
             name = iterated.id
             value = frame.f_locals.get(name, frame.f_globals.get(name))
             given = frame.f_locals.get(".0") if first else None
-            if type(value) is not dict and type(given) is not _DICT_KEYS:
+            if type(value) is dict:
+                keys: Iterable[object] = value
+            elif type(given) is _DICT_KEYS:
+                keys = given.__reduce__()[1][0]  # the keys left, without taking any
+            else:
+                return
+            if not all(type(key) is str for key in itertools.islice(keys, _KEYS_SHOWN)):
                 return
         else:
             return
@@ -414,6 +425,10 @@ _KEYS_SHOWN: Final = 20
 """The most keys ``_explain_missing_key`` lists."""
 _MOST_KEY_CHARS: Final = 60
 """How long a key's repr ``_explain_missing_key`` shows whole."""
+_PLAIN_KEYS: Final = (str, int, float, bool, type(None))
+"""The key types ``_explain_missing_key`` shows (and compares)."""
+_MOST_KEYS_CHECKED: Final = 100_000
+"""The largest dict ``_explain_missing_key`` checks whole for the missing key."""
 _MOST_STEPS: Final = 16
 """The most subscripts ``_held_value`` follows (``rows[0]["items"][1]``)."""
 
@@ -423,7 +438,9 @@ def _explain_missing_key(exc: BaseException) -> None:
     to ``exc``, its ``KeyError``: Python's text names only the key, and a model reading a tool's
     result by a key it guessed (named otherwise, or nested a level down) guesses again. The
     dict is the one the failing span reads, through a variable of the program's frame and
-    constant subscripts of plain dicts and lists; nothing of the program is run again."""
+    constant subscripts of plain dicts and lists, as it is when the failure is rendered (not
+    when it was raised); it is listed only when its keys and the missing one are of plain
+    types, so nothing of the program is run again."""
     if type(exc) is not KeyError or len(exc.args) != 1:
         return
     with contextlib.suppress(Exception):
@@ -435,7 +452,15 @@ def _explain_missing_key(exc: BaseException) -> None:
             return
         mapping = _held_value(node.value, entry.tb_frame)
         missing = exc.args[0]
-        if type(mapping) is not dict or not mapping or missing in mapping:
+        # Keys of plain types only, whose repr, hash and comparison run nothing of the
+        # program's; the dict checked whole, as long as that is cheap, for not holding the key
+        # (the variable may have been rebound since the failure, by a finally block).
+        if type(missing) not in _PLAIN_KEYS or type(mapping) is not dict or not mapping:
+            return
+        if len(mapping) <= _MOST_KEYS_CHECKED:
+            if any(type(key) not in _PLAIN_KEYS for key in mapping) or missing in mapping:
+                return
+        elif any(type(key) not in _PLAIN_KEYS for key in itertools.islice(mapping, _KEYS_SHOWN)):
             return
         held = ast.unparse(node.value)
         if len(held) > _MOST_HELD_CHARS:
