@@ -831,7 +831,7 @@ def test_a_server_that_speaks_a_protocol_version_the_sdk_does_not_fails_naming_t
     assert str(raised.value) == (
         'MCP server "future" started but answered initialize with the protocol version '
         f'"2099-01-01", which the installed mcp SDK does not speak (it speaks {speaks}); '
-        "a newer mcp release may"
+        "a newer mcp release may speak it"
     )
     assert raised.value.code == "MCP_CONNECT_FAILED"
     assert system.tools.names() == []

@@ -1036,7 +1036,9 @@ class _FailingCalls(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_POST(self) -> None:
-        message = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        self.respond(json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0")))))
+
+    def respond(self, message: dict[str, Any]) -> None:
         method = message.get("method")
         if "id" not in message:  # a notification
             self._answer(202, b"")
@@ -1091,6 +1093,40 @@ def test_a_call_a_url_refuses_with_an_http_error_names_the_status(system: ToolSy
         ),
         "info": {"name": "McpToolError", "code": "MCP_REQUEST_FAILED"},
     }
+
+
+class _RefusedNotifications(_FailingCalls):
+    """An endpoint that refuses every notification with HTTP 503 (which the SDK drops without
+    a word) and answers ``tools/call`` with a JSON-RPC error of its own."""
+
+    def respond(self, message: dict[str, Any]) -> None:
+        if "id" not in message:
+            self._answer(503, b"Service Unavailable")
+        elif message.get("method") == "tools/call":
+            error = {"code": -32000, "message": "echo is out of order"}
+            reply = {"jsonrpc": "2.0", "id": message["id"], "error": error}
+            self._answer(200, json.dumps(reply).encode())
+        else:
+            super().respond(message)
+
+
+def test_a_servers_own_error_is_not_given_the_status_another_request_was_refused_with(
+    system: ToolSystem,
+) -> None:
+    # The 503 of a notification was kept, and told as the status of the next failed call,
+    # which the server had answered with an error of its own.
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _RefusedNotifications)
+    serving = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
+    serving.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+        with register_mcp_server_sync(system, "web", url, connect_timeout=WAIT):
+            result = failure(run(system, "echo", {}))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        serving.join()
+    assert result["error"]["message"] == "MCP request failed: echo is out of order"
 
 
 def test_a_url_nothing_listens_on_fails_naming_the_url(system: ToolSystem) -> None:

@@ -77,6 +77,8 @@ _T = TypeVar("_T")
 
 _CLIENT_INFO = types.Implementation(name="dsh-tools", version="0.1.0")
 
+_SDK_REFUSAL_TEXT = "Server returned an error response"
+"""The SDK's error text for a request an HTTP server refused with an error status (but 404)."""
 _END_HANDLING_S = 10.0
 """How long a call that failed on a lost connection waits for the loss to be handled."""
 
@@ -629,9 +631,10 @@ class McpClient:
                 f'MCP server "{self.label}" disconnected during the call', "MCP_DISCONNECTED"
             )
         text = one_line(exc.message)
-        if refused is not None and refused not in text:
-            # The SDK's text for a refused request is "Server returned an error response":
-            # the status (a crash's 500, an overload's 503, a 403) is what its author needs.
+        if refused is not None and text == _SDK_REFUSAL_TEXT:
+            # The SDK's text for a request refused with an HTTP error: the status (a crash's
+            # 500, an overload's 503, a 403) is what its author needs. Only there: a server's
+            # own error (a JSON-RPC one) was no refusal, whatever another request was told.
             text = f"{text} ({refused})"
         return McpToolError(f"MCP request failed: {text}", "MCP_REQUEST_FAILED")
 

@@ -88,6 +88,9 @@ class _HttpStatus:
 
     async def record(self, response: httpx2.Response) -> None:
         if response.status_code < 400:
+            # A request answered since: an earlier refusal is no one's to report any more (a
+            # notification's, say, which the SDK drops without a word).
+            self._refused = None
             return
         self.last = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
         request = response.request
@@ -570,7 +573,7 @@ def _connect_failure(
         return (
             f'MCP server "{name}"{where} answered initialize with the protocol version '
             f'"{cause.version}", which the installed mcp SDK does not speak (it speaks '
-            f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}); a newer mcp release may"
+            f"{', '.join(HANDSHAKE_PROTOCOL_VERSIONS)}); a newer mcp release may speak it"
         )
     if transport.kind == "stdio":
         if isinstance(cause, MCPError) and is_closed(cause) and ended not in (None, SERVER_CLOSED):

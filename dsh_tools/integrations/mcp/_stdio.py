@@ -368,6 +368,8 @@ async def _end_group(group: int, tag: str) -> None:
         # None of the group left, or some member not ours to signal: the rest still goes.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGTERM)
+        # Apart: a member not ours to terminate may still be continued (same session).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(group, signal.SIGCONT)  # see _terminate_each
         _terminate_each(_escapees(group, tag, escaped))
         with anyio.move_on_after(_GRACE_S):
