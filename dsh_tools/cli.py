@@ -177,6 +177,14 @@ _SIGPIPE_STATUS = 141
 _INTERRUPTED_STATUS = 130  # what a shell reports for a command ended by Ctrl-C
 
 
+def _top_option(arg: str) -> bool:
+    """Whether ``arg`` is one of the top command's options, or a prefix argparse takes for
+    one (``--vers``)."""
+    if arg in _TOP_OPTIONS:
+        return True
+    return arg.startswith("--") and len(arg) > 2 and any(o.startswith(arg) for o in _TOP_OPTIONS)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     if argv is None:
@@ -194,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # An option before the command is the top command's, which has only --help and
             # --version; argparse would say a command is missing, or blame the command.
             before = list(itertools.takewhile(lambda arg: arg not in parser.commands, given))
-            unknown = [a for a in before if a.startswith("-") and a not in _TOP_OPTIONS]
+            unknown = [a for a in before if a.startswith("-") and not _top_option(a)]
             if unknown and not set(before) & set(_TOP_OPTIONS):
                 parser.error(f"unrecognized arguments: {' '.join(unknown)}")
             args, extra = parser.parse_known_args(argv)
