@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, overload
 
 import pykka
 
@@ -183,10 +183,13 @@ class ToolsHandle:
         return self._agent
 
     def _mutate(self, mutation: _Mutation) -> MutationReply:
-        reply: MutationReply = self._send(mutation)
-        return reply
+        return self._send(mutation)
 
-    def _send(self, mutation: _Mutation | RegisterTools) -> Any:
+    @overload
+    def _send(self, mutation: _Mutation) -> MutationReply: ...
+    @overload
+    def _send(self, mutation: RegisterTools) -> list[int | str]: ...
+    def _send(self, mutation: _Mutation | RegisterTools) -> MutationReply | list[int | str]:
         try:
             with self._order:
                 if self._closed:
@@ -194,7 +197,8 @@ class ToolsHandle:
                 pending = self._registry.ask(
                     OwnerMutation(mutation, self._owner, self._label), block=False
                 )
-            return pending.get()
+            reply: MutationReply | list[int | str] = pending.get()
+            return reply
         except pykka.ActorDeadError:
             raise RuntimeError(self._closed_text()) from None
 
