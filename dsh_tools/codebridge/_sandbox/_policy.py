@@ -105,10 +105,11 @@ class CodeSandbox(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_only
     at most ``max_memory_mb``) and read access to the Python installation.
     """
 
-    # Sequence, so that a checked harness may pass the lists the docs show, of ``str`` or path
-    # objects; stored as tuples of ``str``.
-    read: Sequence[str | os.PathLike[str]] = ()
-    write: Sequence[str | os.PathLike[str]] = ()
+    # Sequence, so that a checked harness may pass the lists the docs show; stored as tuples
+    # of ``str``, which is what a harness reads back. A path object (``pathlib.Path``) is
+    # taken as its text at run time too, but typed as ``str`` so that reading stays precise.
+    read: Sequence[str] = ()
+    write: Sequence[str] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
     max_processes: int = 64
     max_open_files: int = 256
