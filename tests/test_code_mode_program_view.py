@@ -449,17 +449,3 @@ def test_the_stack_asked_for_as_a_budget_runs_out_is_never_output_however_it_is_
         native.close()
         assert "".join(ledger.logs) == "before\nafter\n", cut
         assert native.where == "line 4, in spin", cut
-
-
-def test_a_stack_the_program_dumps_to_its_stdout_is_shown(system: ToolSystem) -> None:
-    # The stack asked for as a budget runs out comes on stderr only: one the program has
-    # faulthandler write to its stdout is its own output, as ever (less the worker's frames).
-    program = (
-        "import faulthandler, sys\ndef show():\n    faulthandler.dump_traceback(sys.stdout)\nshow()"
-    )
-    logs, _ = logs_and_result(system, program)
-    frames = [line for line in "".join(logs).split("\n") if line.startswith('  File "')]
-    assert frames == [
-        '  File "<run_code>", line 3 in show',
-        '  File "<run_code>", line 4 in <module>',
-    ]

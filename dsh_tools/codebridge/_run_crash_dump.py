@@ -17,11 +17,8 @@ or its wall ceiling is reached (``WHERE_SIGNAL``): its innermost frame of the pr
 the time ran out, which the failure names (``where``). The program never wrote that dump, so
 none of it is shown: it told the program's output a stack the program had not printed. The two
 are told apart by their first line: a crash's dump follows ``Fatal Python error: <what>`` and
-a blank line; the one asked for has no such line, and comes on descriptor 2 only. (Lines a
-program writes to descriptor 2 that merely look like a thread's block, with no such line
-before, are left out the same way: so is a stack the program has
-``faulthandler.dump_traceback()`` write there, which reads the same as the one asked for; one
-it writes to ``sys.stdout`` is shown as before.)
+a blank line; the one asked for has no such line. (Lines a program writes that merely look
+like a thread's block, with no such line before, are left out the same way.)
 A thread's block of a crash's dump that shows no frame is left out, first line and all.
 """
 
@@ -59,22 +56,9 @@ class CrashDumpFilter:
     """The state of one native pipe's lines: in a dump or not, in a thread's block of it or
     not, and where in that block."""
 
-    __slots__ = (
-        "_asked_here",
-        "_below",
-        "_block",
-        "_crash",
-        "_dump",
-        "_held",
-        "_inner",
-        "_rank",
-        "where",
-    )
+    __slots__ = ("_below", "_block", "_crash", "_dump", "_held", "_inner", "_rank", "where")
 
-    def __init__(self, *, asked_here: bool = False) -> None:
-        # This pipe is where the stack asked for comes (descriptor 2): a dump on it that no
-        # fatal error's line comes before is that stack, and is not shown.
-        self._asked_here = asked_here
+    def __init__(self) -> None:
         self._dump = False
         self._block = False
         # The dump is a crash's (shown, less the worker's frames), not the one the host asked
@@ -101,7 +85,7 @@ class CrashDumpFilter:
     def lines(self, text: str) -> str | None:
         """``text`` (whole lines, without the last one's newline) without the worker's frames
         of any dump it holds or continues; ``None`` when nothing is left of it."""
-        if not self._dump and _MARK not in text and (not self._asked_here or FATAL not in text):
+        if not self._dump and _MARK not in text and FATAL not in text:
             return text  # nearly always: no dump
         kept: list[str] = []
         dropped = False
@@ -119,7 +103,7 @@ class CrashDumpFilter:
                     continue
                 else:
                     self._inner = True  # a library's frame, in a call the program made
-                if self._asked_here and not self._crash:
+                if not self._crash:
                     dropped = True
                     continue
             elif line.endswith(_BLOCK_END) and line.startswith(DUMP_STARTS):
@@ -132,7 +116,7 @@ class CrashDumpFilter:
                 dropped = True
                 continue
             elif self._block and line.startswith("  "):  # "  <no Python frame>", "  ..."
-                if self._asked_here and not self._crash:
+                if not self._crash:
                     dropped = True
                     continue
             else:
@@ -142,7 +126,7 @@ class CrashDumpFilter:
                 self._held = None
                 self._dump = line == ""  # threads' blocks are apart by a blank line
                 if self._dump:
-                    if empty or (after_block and self._asked_here and not self._crash):
+                    if empty or (after_block and not self._crash):
                         dropped = True  # the separator after a block that is not shown
                         continue
                 else:

@@ -46,7 +46,7 @@ class NativeOutput:
         self._ledger = ledger
         # Made at a pipe's first bytes: most runs write nothing natively.
         self._decoders: list[codecs.IncrementalDecoder | None] = [None, None]
-        self._dumps = (CrashDumpFilter(), CrashDumpFilter(asked_here=True))
+        self._dumps = (CrashDumpFilter(), CrashDumpFilter())
         self._carried = ["", ""]
         self.eof = [False, False]
 
