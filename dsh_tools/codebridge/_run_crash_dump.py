@@ -14,12 +14,8 @@ name a line of their own as where a compute budget ran out).
 
 The dump also comes, with the program running on, when the run's compute budget has run out
 or its wall ceiling is reached (``WHERE_SIGNAL``): its innermost frame of the program is where
-the time ran out, which the failure names (``where``). The program never wrote that dump, so
-none of it is shown: it told the program's output a stack the program had not printed. The two
-are told apart by their first line: a crash's dump follows ``Fatal Python error: <what>`` and
-a blank line; the one asked for has no such line. (Lines a program writes that merely look
-like a thread's block, with no such line before, are left out the same way.)
-A thread's block of a crash's dump that shows no frame is left out, first line and all.
+the time ran out, which the failure names (``where``). A thread's block that shows no frame
+(the worker's loop waiting while the program awaits) is left out, first line and all.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from typing import Final
 
 from ._program import FILENAME
 
-__all__ = ["DUMP_STARTS", "FATAL", "CrashDumpFilter"]
+__all__ = ["DUMP_STARTS", "CrashDumpFilter"]
 
 _WORKER_PACKAGE: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """The directory of the worker's modules (and the sandbox's, beneath it)."""
@@ -43,8 +39,6 @@ _LOOP_FILES: Final = (
 of the program's, or between a program's own frames (a loop it runs in a thread)."""
 DUMP_STARTS: Final = ("Current thread 0x", "Thread 0x")
 """How the first line of a thread's stack in a dump begins."""
-FATAL: Final = "Fatal Python error: "
-"""How the line before a crash's dump begins (a blank line between)."""
 _BLOCK_END: Final = " (most recent call first):"
 _FRAME: Final = '  File "'
 _PROGRAM_FRAME: Final = f'{_FRAME}{FILENAME}", '
@@ -56,14 +50,11 @@ class CrashDumpFilter:
     """The state of one native pipe's lines: in a dump or not, in a thread's block of it or
     not, and where in that block."""
 
-    __slots__ = ("_below", "_block", "_crash", "_dump", "_held", "_inner", "_rank", "where")
+    __slots__ = ("_below", "_block", "_dump", "_held", "_inner", "_rank", "where")
 
     def __init__(self) -> None:
         self._dump = False
         self._block = False
-        # The dump is a crash's (shown, less the worker's frames), not the one the host asked
-        # for to learn where the program was (shown not at all).
-        self._crash = False
         # A thread's first line, shown only with a line of its block that is shown: a block
         # with none (a program awaiting, whose stack is the worker's loop waiting, as the wall
         # ceiling asks where it is) says nothing but that a thread exists.
@@ -85,7 +76,7 @@ class CrashDumpFilter:
     def lines(self, text: str) -> str | None:
         """``text`` (whole lines, without the last one's newline) without the worker's frames
         of any dump it holds or continues; ``None`` when nothing is left of it."""
-        if not self._dump and _MARK not in text and FATAL not in text:
+        if not self._dump and _MARK not in text:
             return text  # nearly always: no dump
         kept: list[str] = []
         dropped = False
@@ -103,9 +94,6 @@ class CrashDumpFilter:
                     continue
                 else:
                     self._inner = True  # a library's frame, in a call the program made
-                if not self._crash:
-                    dropped = True
-                    continue
             elif line.endswith(_BLOCK_END) and line.startswith(DUMP_STARTS):
                 if not self._dump:
                     self._dump = True
@@ -116,21 +104,15 @@ class CrashDumpFilter:
                 dropped = True
                 continue
             elif self._block and line.startswith("  "):  # "  <no Python frame>", "  ..."
-                if not self._crash:
-                    dropped = True
-                    continue
+                pass
             else:
-                after_block = self._block
-                empty = after_block and self._held is not None
+                empty = self._block and self._held is not None
                 self._block = False
                 self._held = None
                 self._dump = line == ""  # threads' blocks are apart by a blank line
-                if self._dump:
-                    if empty or (after_block and not self._crash):
-                        dropped = True  # the separator after a block that is not shown
-                        continue
-                else:
-                    self._crash = line.startswith(FATAL)
+                if empty and self._dump:
+                    dropped = True  # the separator after a block that showed nothing
+                    continue
             if self._held is not None:
                 kept.append(self._held)
                 self._held = None

@@ -16,7 +16,7 @@ import codecs
 from typing import Final
 
 from ._ledger import OutputLedger
-from ._run_crash_dump import DUMP_STARTS, FATAL, CrashDumpFilter
+from ._run_crash_dump import DUMP_STARTS, CrashDumpFilter
 from ._run_pipes import DRAIN_LIMIT, READ_SIZE, read_available
 
 __all__ = ["CARRY_LIMIT", "NativeOutput"]
@@ -28,13 +28,10 @@ CARRY_LIMIT: Final = 1 << 12
 lines are short: a frame names a file, a line and a function)."""
 
 
-_STARTS: Final = (*DUMP_STARTS, FATAL)
-
-
 def _may_start_dump(tail: str) -> bool:
     """Whether an unended line may be, or become, the first line of a thread's stack in a
-    dump, or the line before a crash's dump (which tells the filter the dump is shown)."""
-    return tail.startswith(_STARTS) or any(start.startswith(tail) for start in _STARTS)
+    dump."""
+    return tail.startswith(DUMP_STARTS) or any(start.startswith(tail) for start in DUMP_STARTS)
 
 
 class NativeOutput:
