@@ -636,6 +636,20 @@ def test_a_wait_for_timeout_shows_the_programs_line_and_no_asyncio_internals() -
     )
 
 
+def test_a_wait_for_timeout_of_the_programs_own_coroutine_keeps_the_line_it_waited_at(
+    system: ToolSystem,
+) -> None:
+    # The cancellation asyncio times out by holds the line the program's coroutine was waiting
+    # at: that one stays, above the TimeoutError.
+    program = (
+        "async def slow():\n    await asyncio.sleep(5)\nreturn await asyncio.wait_for(slow(), 0.05)"
+    )
+    message = failure_text(system, program)
+    assert '  File "<run_code>", line 2, in slow\n    await asyncio.sleep(5)' in message
+    assert '  File "<run_code>", line 3, in <module>' in message
+    assert message.endswith("TimeoutError")
+
+
 def test_a_task_groups_failure_shows_the_programs_line_and_no_asyncio_internals(
     system: ToolSystem,
 ) -> None:

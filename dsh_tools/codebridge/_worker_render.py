@@ -338,6 +338,15 @@ def _suggest_as_the_interpreter_does(exc: BaseException) -> None:
         exc.args = (text + suggestion,)
 
 
+def _passes_through(tb: types.TracebackType | None, filename: str) -> bool:
+    """Whether the traceback ``tb`` has a frame of the file ``filename`` (the program's)."""
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _trim(
     tb: types.TracebackType | None,
     code: types.CodeType | None,
@@ -474,12 +483,17 @@ def render_exception(
                     _explain_unseen_call(current, errors, bindings)
             else:
                 current.__traceback__ = _trim(current.__traceback__, code, worker_files)
-            if isinstance(current, TimeoutError) and isinstance(
-                current.__cause__, asyncio.CancelledError
+            cause = current.__cause__
+            if (
+                isinstance(current, TimeoutError)
+                and isinstance(cause, asyncio.CancelledError)
+                and code is not None
+                and not _passes_through(cause.__traceback__, code.co_filename)
             ):
                 # ``wait_for``'s or ``asyncio.timeout``'s: it cancelled what it waited for and
                 # raised this from that cancellation, asyncio's means, not the program's, which
-                # showed as a bare "asyncio.exceptions.CancelledError" above the traceback.
+                # showed as a bare "asyncio.exceptions.CancelledError" above the traceback. Kept
+                # where it shows a line of the program (the coroutine that was waiting).
                 current.__cause__ = None
             for linked in (current.__cause__, current.__context__):
                 if linked is not None:
