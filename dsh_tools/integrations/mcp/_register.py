@@ -88,9 +88,6 @@ class _HttpStatus:
 
     async def record(self, response: httpx2.Response) -> None:
         if response.status_code < 400:
-            # A request answered since: an earlier refusal is no one's to report any more (a
-            # notification's, say, which the SDK drops without a word).
-            self._refused = None
             return
         self.last = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
         request = response.request
