@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # --version; argparse would say a command is missing, or blame the command.
             before = list(itertools.takewhile(lambda arg: arg not in parser.commands, given))
             unknown = [a for a in before if a.startswith("-") and not _top_option(a)]
-            if unknown and not set(before) & set(_TOP_OPTIONS):
+            if unknown and not any(_top_option(arg) for arg in before):
                 parser.error(f"unrecognized arguments: {' '.join(unknown)}")
             args, extra = parser.parse_known_args(argv)
             if extra:

@@ -99,9 +99,10 @@ def test_an_option_before_the_command_is_named_not_taken_for_a_missing_command()
 
 
 def test_the_top_commands_options_may_be_abbreviated_as_argparse_allows() -> None:
-    done = run_cli("--vers")
-    assert done.returncode == 0
-    assert done.stdout.startswith("dsh-tools ")
+    for args in (["--vers"], ["--vers", "--bogus"]):  # as --version --bogus does
+        done = run_cli(*args)
+        assert done.returncode == 0
+        assert done.stdout.startswith("dsh-tools ")
 
 
 def test_demo_shows_every_kind_of_outcome(tmp_path: Path) -> None:

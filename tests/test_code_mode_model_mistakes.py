@@ -458,6 +458,12 @@ def test_a_permission_the_files_own_mode_denies_gets_no_word_on_the_sandbox(
             "not enough",
             "{'a': 1}",
         ),
+        (
+            "for key, value in {k: 1 for k in ['abc']}:\n    print(key, value)",
+            "<module>",
+            "too many",
+            "{k: 1 for k in ['abc']}",
+        ),
     ],
 )
 def test_a_dict_iterated_as_pairs_says_to_iterate_its_items(

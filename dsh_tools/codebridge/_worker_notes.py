@@ -396,6 +396,9 @@ def _explain_dict_iterated_as_pairs(exc: BaseException) -> None:
                 isinstance(key, ast.Constant) and type(key.value) is str for key in iterated.keys
             ):
                 return
+        elif isinstance(iterated, ast.DictComp):
+            if isinstance(iterated.key, ast.Tuple):
+                return
         elif isinstance(iterated, ast.Name):
             name = iterated.id
             value = frame.f_locals.get(name, frame.f_globals.get(name))
