@@ -134,6 +134,101 @@ def test_recursive_refs_refer_to_their_own_name() -> None:
     )
 
 
+class Contact(msgspec.Struct):
+    name: str
+    email: str
+
+
+@tool
+def save_contact(contact: Contact) -> Contact:
+    """Save a contact and return it as stored."""
+    return contact
+
+
+@tool
+def find_contact(name: str) -> Contact:
+    """Find a contact by name."""
+    return Contact(name=name, email="")
+
+
+def test_a_class_used_as_argument_and_result_is_declared_once() -> None:
+    # A typed tool's class is a ``$defs`` entry of its arguments' schema and of its result's:
+    # each declared it again (``Contact``, ``Contact_2``, ``Contact_3``), which a model reads
+    # as different types.
+    text = declarations(
+        *(
+            SdkTool(t.name, t.description, t.parameters, t.declared_output_schema)
+            for t in (save_contact, find_contact)
+        )
+    )
+    assert text.count("class Contact(TypedDict") == 1
+    assert "Contact_2" not in text
+    assert "FindContactOutput = Contact\n" in text
+    assert "class SaveContactArgs(TypedDict, closed=True):\n    contact: Contact\n" in text
+    assert "SaveContactOutput = Contact\n" in text
+
+
+def test_definitions_of_one_name_but_other_contents_are_declared_apart() -> None:
+    def holding(kind: str) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"item": {"$ref": "#/$defs/Item"}},
+            "$defs": {
+                "Item": {"type": "object", "properties": {"ref": {"$ref": "#/$defs/Key"}}},
+                "Key": {"type": kind},
+            },
+        }
+
+    text = declarations(
+        SdkTool("a", "", holding("string"), holding("string")),
+        SdkTool("b", "", holding("integer"), {"type": "string"}),
+    )
+    # ``Item`` reads the same in both tools, yet its ``Key`` does not: not shared.
+    assert text.count("class Item(TypedDict") == 1
+    assert "class Item_2(TypedDict" in text
+    assert "Key = str" in text
+    assert "Key_2 = int" in text
+    assert "    item: NotRequired[Item_2]" in text
+
+
+def test_a_recursive_definition_shared_by_two_roots_is_declared_once() -> None:
+    tree = {
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+            }
+        },
+    }
+    text = declarations(SdkTool("t", "", tree, tree))
+    assert text.count("class Node(TypedDict") == 1
+    assert "    children: NotRequired[list[Node]]" in text
+    assert "class TArgs(TypedDict, extra_items=JsonValue):\n    root: NotRequired[Node]" in text
+    assert "class TOutput(TypedDict, extra_items=JsonValue):\n    root: NotRequired[Node]" in text
+
+
+def test_sharing_reads_a_bounded_number_of_nodes_per_prompt_and_then_declares_again() -> None:
+    # Each reference's key reads every definition it reaches: a chain of 3,000 definitions
+    # would have been walked once per link (seconds of prompt assembly). Past the prompt's
+    # budget the second root declares its own copies, as before any sharing.
+    links = 3000
+    chain = {
+        f"D{i}": {
+            "type": "object",
+            "properties": {"v": {"type": "integer"}, "next": {"$ref": f"#/$defs/D{i + 1}"}},
+        }
+        for i in range(links)
+    }
+    chain[f"D{links}"] = {"type": "object", "properties": {"v": {"type": "integer"}}}
+    schema = {"type": "object", "properties": {"head": {"$ref": "#/$defs/D0"}}, "$defs": chain}
+    text = declarations(SdkTool("walk", "", schema, schema))
+    assert text.count("class D0(TypedDict") == 1
+    assert "class D0_2(TypedDict" in text
+    assert f"class D{links}_2(TypedDict" in text
+
+
 def test_all_of_object_shapes_merge_into_one_typed_dict() -> None:
     schema = {
         "allOf": [

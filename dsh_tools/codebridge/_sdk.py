@@ -29,6 +29,7 @@ from ._sdk_names import (
 )
 from ._sdk_render import _RootRenderer
 from ._sdk_schema import _is_map
+from ._sdk_shared import SharedDefinitions
 
 __all__ = [
     "SDK_INSTRUCTIONS",
@@ -151,12 +152,15 @@ def render_sdk_declarations(tools: Sequence[SdkTool]) -> str:
     """
     entries = sorted((_tool_entry(tool) for tool in tools), key=lambda entry: entry[0])
     taken: set[str] = set(_RESERVED_NAMES)
+    shared = SharedDefinitions()
     blocks: list[str] = [_JSON_VALUE_LINE]
     members: list[str] = []
     literal_names: list[str] = []
     for name, description, parameters, output_schema in entries:
         literal_names.append(_json_string(name))
-        members.extend(_member_lines(name, description, parameters, output_schema, taken, blocks))
+        members.extend(
+            _member_lines(name, description, parameters, output_schema, taken, blocks, shared)
+        )
     if literal_names:
         blocks.append("ToolName = Literal[" + ", ".join(literal_names) + "]")
     else:
@@ -178,7 +182,13 @@ def render_sdk_help(tool: SdkTool) -> str:
     name, description, parameters, output_schema = _tool_entry(tool)
     blocks: list[str] = []
     members = _member_lines(
-        name, description, parameters, output_schema, set(_RESERVED_NAMES), blocks
+        name,
+        description,
+        parameters,
+        output_schema,
+        set(_RESERVED_NAMES),
+        blocks,
+        SharedDefinitions(),
     )
     text = "\n\n".join(["class Tools:\n" + "\n".join(members), *blocks])
     if "JsonValue" in text:
@@ -193,11 +203,13 @@ def _member_lines(
     output_schema: Any,
     taken: set[str],
     blocks: list[str],
+    shared: SharedDefinitions,
 ) -> list[str]:
-    """The ``Tools`` member lines of one tool, its type declarations appended to ``blocks``."""
+    """The ``Tools`` member lines of one tool, its type declarations appended to ``blocks``
+    (a definition ``shared`` names already is not declared again)."""
     base = _tool_base_name(name)
-    args_name = _root_declarations(parameters, base + "Args", taken, blocks)
-    output_name = _root_declarations(output_schema, base + "Output", taken, blocks)
+    args_name = _root_declarations(parameters, base + "Args", taken, blocks, shared)
+    output_name = _root_declarations(output_schema, base + "Output", taken, blocks, shared)
     lines: list[str] = []
     comment = _comment_text(description)
     if comment:
@@ -229,14 +241,17 @@ def _tool_entry(tool: Any) -> tuple[str, str, Any, Any]:
     return (name, description, parameters, output_schema)
 
 
-def _root_declarations(schema: Any, wanted: str, taken: set[str], blocks: list[str]) -> str:
+def _root_declarations(
+    schema: Any, wanted: str, taken: set[str], blocks: list[str], shared: SharedDefinitions
+) -> str:
     """Append the definition blocks of one tool root to ``blocks`` and return the root's name.
 
     The root name is reserved first; a root that is not a schema object at all (or any fault
-    while rendering it) becomes ``<Name> = Any`` and keeps no nested names.
+    while rendering it) becomes ``<Name> = Any`` and keeps no nested names. A ``$ref``
+    target declared the same by an earlier root (``shared``) is named, not declared again.
     """
     root_name = _take_name(wanted, taken, [])
-    renderer = _RootRenderer(root_name, taken, limited=True)
+    renderer = _RootRenderer(root_name, taken, limited=True, shared=shared)
     try:
         if not _is_map(schema):
             raise TypeError("not a schema object")
@@ -247,6 +262,7 @@ def _root_declarations(schema: Any, wanted: str, taken: set[str], blocks: list[s
         blocks.append(f"{root_name} = Any")
         return root_name
     blocks.extend(renderer.blocks)
+    shared.names.update(renderer.shared_added)
     return root_name
 
 

@@ -32,6 +32,7 @@ from ._sdk_schema import (
     _is_map,
     _merge_all_of,
 )
+from ._sdk_shared import SharedDefinitions, definition_key
 
 # A rendered type is a list of union terms; each term is ``(text, depth, nest)`` where ``depth``
 # estimates the syntax-tree depth of ``text`` and ``nest`` its bracket nesting. CPython's parser
@@ -94,10 +95,21 @@ class _RootRenderer:
     recurs.
     """
 
-    def __init__(self, root_name: str, taken: set[str], *, limited: bool) -> None:
+    def __init__(
+        self,
+        root_name: str,
+        taken: set[str],
+        *,
+        limited: bool,
+        shared: SharedDefinitions | None = None,
+    ) -> None:
         self.root_name = root_name
         self.taken = taken
         self.added: list[str] = []
+        # The ``$ref`` targets other roots declared already (``definition_key`` to name):
+        # one declared the same is named, not declared again. ``None``: nothing is shared.
+        self.shared = shared
+        self.shared_added: dict[str, str] = {}  # this root's, kept once it renders
         self.blocks: list[str] = []
         self.parts = 0
         self.document: Any = None
@@ -167,7 +179,18 @@ class _RootRenderer:
         if target is self.document:
             self.refs[ref] = self.root_name
             return (self.root_name, 1, 0)
-        name = _take_name(_def_name(ref), self.taken, self.added)
+        wanted = _def_name(ref)
+        key = None
+        if self.shared is not None:
+            key = definition_key(wanted, ref, self.document, self.shared)
+            if key is not None:
+                known = self.shared.names.get(key) or self.shared_added.get(key)
+                if known is not None:
+                    self.refs[ref] = known
+                    return (known, 1, 0)
+        name = _take_name(wanted, self.taken, self.added)
+        if key is not None:
+            self.shared_added[key] = name
         self.refs[ref] = name
         comment = _node_comment(target, self.document)
         if comment:
