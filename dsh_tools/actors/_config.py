@@ -64,6 +64,17 @@ def finite_number(value: int | float) -> bool:
         return False
 
 
+def check_finite_number(owner: str, label: str, value: object, minimum: int = 0) -> None:
+    """A finite number of at least ``minimum``: ``TypeError`` for another type (a ``bool``, a
+    str read from a setting), ``ValueError`` for a number out of range, each naming ``owner``
+    and saying what it got."""
+    rule = f"a finite number >= {minimum}"
+    if type(value) not in (int, float):
+        raise TypeError(f"{owner}: {label} must be {rule}, got {type(value).__name__}")
+    if not finite_number(value) or value < minimum:  # type: ignore[arg-type, operator]
+        raise ValueError(f"{owner}: {label} must be {rule}, got {value!r}")
+
+
 def _positive_int(key: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> None:
     if type(value) is not int:
         raise TypeError(f"{key} must be a positive integer, got {type(value).__name__}")

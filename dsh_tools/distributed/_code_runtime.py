@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..actors import NEVER_ABORTED, AbortSignal, message_of
+from ..actors._config import check_finite_number
 from ..actors._futures import retrieve
 from ..registry import LosslessJsonError, snapshot_json
 from ._code_host import EVENTS_GROUP, EVENTS_SLOTS, CodeRunHost
@@ -50,7 +51,7 @@ from ._driver import (
     still_connected,
 )
 from ._errors import describe_ray_failure
-from ._placement import check_amount, check_ray_options
+from ._placement import check_ray_options
 from ._ray_pickle import unsendable
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ class RayCodeRuntime:
             ("cancel_grace_s", cancel_grace_s),
             ("placement_wait_s", placement_wait_s),
         ):
-            check_amount("RayCodeRuntime", label, value)
+            check_finite_number("RayCodeRuntime", label, value)
         self._factory = runtime_factory if runtime_factory is not None else _default_factory(config)
         self._options: dict[str, Any] = {"num_cpus": num_cpus}
         if resources:

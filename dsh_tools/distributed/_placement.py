@@ -27,22 +27,12 @@ from typing import Any
 import msgspec
 
 from ..actors import FrozenDict, FrozenList
+from ..actors._config import check_finite_number
 from ..actors._keywords import KeywordChecked
 from ._ray_body import Body, remote_body
 from ._ray_runners import LazyRunner
 
 __all__ = ["RAY_DEFAULT", "RayPlacement", "check_ray_options", "set_ray_default"]
-
-
-def check_amount(owner: str, label: str, value: object) -> None:
-    """A finite number >= 0: ``TypeError`` for another type (a ``bool``, a str read from a
-    setting), ``ValueError`` for a number out of range, each saying what it got."""
-    if type(value) not in (int, float):
-        raise TypeError(
-            f"{owner}: {label} must be a finite number >= 0, got {type(value).__name__}"
-        )
-    if not math.isfinite(value) or value < 0:  # type: ignore[arg-type, operator]
-        raise ValueError(f"{owner}: {label} must be a finite number >= 0, got {value!r}")
 
 
 def check_ray_options(owner: str, resources: object, runtime_env: object) -> None:
@@ -90,7 +80,7 @@ class RayPlacement(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_onl
 
     def __post_init__(self) -> None:
         for label in ("num_cpus", "num_gpus", "cancel_grace_s", "settle_s", "placement_wait_s"):
-            check_amount("RayPlacement", label, getattr(self, label))
+            check_finite_number("RayPlacement", label, getattr(self, label))
         pool = self.actor_pool
         if type(pool) is not int:
             raise TypeError(

@@ -49,6 +49,17 @@ def _compiled(owner: str, what: str, compile: Callable[[Any], Any], dsl: Any) ->
         raise
 
 
+def check_timeout_ms(owner: str, timeout_ms: object) -> None:
+    """``None`` or a positive finite number: ``TypeError`` for another type (a bool, "500"),
+    ``ValueError`` for a number out of range, each naming ``owner``."""
+    if timeout_ms is None:
+        return
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
+        raise TypeError(f"{owner}: timeout_ms must be a positive finite number")
+    if not finite_number(timeout_ms) or timeout_ms <= 0:
+        raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
+
+
 def define_tool(
     name: str,
     description: str,
@@ -86,11 +97,7 @@ def define_tool(
         raise ValueError("define_tool: name must be a non-empty str, got ''")
     _check_text(name, f"define_tool: name {name!r}")
     owner = f"define_tool({name})"
-    if timeout_ms is not None:
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
-            raise TypeError(f"{owner}: timeout_ms must be a positive finite number")
-        if not finite_number(timeout_ms) or timeout_ms <= 0:
-            raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
+    check_timeout_ms(owner, timeout_ms)
     if type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")
     _check_text(description, f"{owner}: description")

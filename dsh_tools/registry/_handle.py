@@ -100,16 +100,11 @@ def register_together(
     exception reaches the caller, as with ``register``."""
     refused: dict[int, Exception] = {}
     entries: list[tuple[ToolDefinition, bool]] = []
-    reserve = handle._cell.current.mode != "native"
     for index, definition in enumerate(definitions):
         try:
-            if not isinstance(definition, ToolDefinition):
-                raise TypeError(_not_a_definition("register", definition))
-            check_registration(definition, reserve_run_code=reserve)
+            entries.append((definition, handle._checked("register", definition)))
         except Exception as exc:
             refused[index] = exc
-            continue
-        entries.append((definition, inspect.iscoroutinefunction(definition.execute)))
     sent: list[int | str] = (
         handle._send(RegisterTools(tuple(entries), handle._agent)) if entries else []
     )
@@ -278,11 +273,16 @@ class ToolsHandle:
 
     def register(self, definition: ToolDefinition) -> Disposer:
         """Add a tool to this handle's layer; returns its idempotent disposer."""
-        if not isinstance(definition, ToolDefinition):
-            raise TypeError(_not_a_definition("register", definition))
-        check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
-        is_async = inspect.iscoroutinefunction(definition.execute)
+        is_async = self._checked("register", definition)
         return self._changing(RegisterTool(definition, self._agent, is_async))
+
+    def _checked(self, verb: str, definition: object) -> bool:
+        """Refuse what ``verb`` (``register``) cannot take: no ``ToolDefinition``, or one the
+        registration contract refuses; whether the definition's body is ``async``."""
+        if not isinstance(definition, ToolDefinition):
+            raise TypeError(_not_a_definition(verb, definition))
+        check_registration(definition, reserve_run_code=self._cell.current.mode != "native")
+        return inspect.iscoroutinefunction(definition.execute)
 
     def replace(self, disposer: Disposer, definition: ToolDefinition) -> Disposer:
         """Swap the tool that ``disposer`` registered (through this handle) for ``definition``

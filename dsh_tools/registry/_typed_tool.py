@@ -19,11 +19,10 @@ from typing import Any, Final, overload
 import docstring_parser
 import msgspec
 
-from ..actors._config import finite_number
 from ..actors._keywords import unknown_keyword_text
 from ._body_values import converts_values
 from ._compact_json import compact_json
-from ._define_tool import placed_execute
+from ._define_tool import check_timeout_ms, placed_execute
 from ._definition import Placement, ToolOutput, TypedToolDefinition, shape_problem
 from ._docstring_text import description_text
 from ._lossless import LosslessJsonError
@@ -124,12 +123,7 @@ def _build(
     _check_text(tool_name, f"{owner}: name {tool_name!r}")
     if description is not None and type(description) is not str:
         raise TypeError(f"{owner}: description must be a str")
-    if timeout_ms is not None:
-        # As define_tool says it: a wrong type (a bool, "500") is a TypeError.
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
-            raise TypeError(f"{owner}: timeout_ms must be a positive finite number")
-        if not finite_number(timeout_ms) or timeout_ms <= 0:
-            raise ValueError(f"{owner}: timeout_ms must be a positive finite number")
+    check_timeout_ms(owner, timeout_ms)
     if not (concurrency_safe is True or concurrency_safe is False or callable(concurrency_safe)):
         raise TypeError(f"{owner}: concurrency_safe must be a bool or a callable(args)")
     if render is not None and not callable(render):

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
 
+from ...actors._config import check_finite_number
 from ...actors._keywords import KeywordChecked
 
 __all__ = [
@@ -55,14 +55,8 @@ class ReconnectPolicy(msgspec.Struct, metaclass=KeywordChecked, frozen=True, kw_
                     f"ReconnectPolicy: max_attempts must be None or a positive int, got {attempts}"
                 )
         for name in ("initial_delay", "max_delay", "multiplier"):
-            value = getattr(self, name)
-            rule = "a finite number >= 1" if name == "multiplier" else "a finite number >= 0"
-            if type(value) not in (int, float):
-                raise TypeError(
-                    f"ReconnectPolicy: {name} must be {rule}, got {type(value).__name__}"
-                )
-            if not math.isfinite(value) or value < (1 if name == "multiplier" else 0):
-                raise ValueError(f"ReconnectPolicy: {name} must be {rule}, got {value!r}")
+            minimum = 1 if name == "multiplier" else 0
+            check_finite_number("ReconnectPolicy", name, getattr(self, name), minimum)
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before attempt number ``attempt`` (1-based)."""
