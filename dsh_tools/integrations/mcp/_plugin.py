@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, NoReturn, get_args
 
 from ...actors import FrozenDict, message_of
 from ...actors._futures import retrieve
@@ -314,11 +314,9 @@ class McpPlugin(ServerResources):
                     disposer = self._tools.replace(old.disposer, definition)
                 except Exception as exc:
                     if strict:
-                        dispose_together([entry.disposer for entry in reversed(order.values())])
-                        taken = self._name_taken(mcp_name, exc)
-                        if taken is not None:
-                            raise taken from exc
-                        raise
+                        self._withdraw_and_raise(
+                            mcp_name, exc, [entry.disposer for entry in reversed(order.values())]
+                        )
                     self._left_out(mcp_name, wire, old, exc, order, waiting)
                     continue
                 order[mcp_name] = _Registered(wire, disposer, self._info_of(definition))
@@ -362,19 +360,28 @@ class McpPlugin(ServerResources):
             for mcp_name, outcome in zip(names, outcomes, strict=True):
                 if isinstance(outcome, Exception):
                     added = [o for o in outcomes if isinstance(o, Disposer)]
-                    dispose_together(
-                        [*reversed(added), *(e.disposer for e in reversed(order.values()))]
+                    self._withdraw_and_raise(
+                        mcp_name,
+                        outcome,
+                        [*reversed(added), *(e.disposer for e in reversed(order.values()))],
                     )
-                    taken = self._name_taken(mcp_name, outcome)
-                    if taken is not None:
-                        raise taken from outcome
-                    raise outcome
         for mcp_name, outcome in zip(names, outcomes, strict=True):
             wire, definition = fresh[mcp_name]
             if isinstance(outcome, Exception):
                 self._left_out(mcp_name, wire, None, outcome, order, waiting)
             else:
                 order[mcp_name] = _Registered(wire, outcome, self._info_of(definition))
+
+    def _withdraw_and_raise(
+        self, mcp_name: str, exc: Exception, disposers: list[Disposer]
+    ) -> NoReturn:
+        """A first listing's tool refused: withdraw what this listing registered (in one
+        change) and raise, naming the tool that holds the name when that is the refusal."""
+        dispose_together(disposers)
+        taken = self._name_taken(mcp_name, exc)
+        if taken is not None:
+            raise taken from exc
+        raise exc
 
     def _left_out(
         self,
