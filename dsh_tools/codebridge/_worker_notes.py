@@ -51,13 +51,7 @@ def failed_span(
     named ``skip``) and the expression it failed on, the span the traceback marks (over as
     many lines as it takes: a call written one argument a line), parsed; ``None`` when there
     is none."""
-    tb = exc.__traceback__
-    last: types.TracebackType | None = None
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if code.co_filename == FILENAME and code.co_name != skip:
-            last = tb
-        tb = tb.tb_next
+    last = _last_program_entry(exc, skip)
     if last is None:
         return None
     positions = _span_positions(last)
@@ -71,6 +65,19 @@ def failed_span(
     lines[-1] = lines[-1][:end]
     lines[0] = lines[0][start:]
     return last, ast.parse(b"".join(lines).decode("utf-8"), mode="eval").body
+
+
+def _last_program_entry(exc: BaseException, skip: str | None = None) -> types.TracebackType | None:
+    """The last traceback entry of ``exc`` in the program's file (not counting frames of code
+    named ``skip``), or ``None``."""
+    tb = exc.__traceback__
+    last: types.TracebackType | None = None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename == FILENAME and code.co_name != skip:
+            last = tb
+        tb = tb.tb_next
+    return last
 
 
 def _span_positions(entry: types.TracebackType) -> tuple[int, int, int, int] | None:
@@ -360,12 +367,7 @@ def _explain_dict_iterated_as_pairs(exc: BaseException) -> None:
     if type(exc) is not ValueError or not str(exc).startswith(_UNPACKING):
         return
     with contextlib.suppress(Exception):
-        entry = exc.__traceback__
-        last = None
-        while entry is not None:
-            if entry.tb_frame.f_code.co_filename == FILENAME:
-                last = entry
-            entry = entry.tb_next
+        last = _last_program_entry(exc)
         positions = _span_positions(last) if last is not None else None
         if last is None or positions is None:
             return
