@@ -375,13 +375,12 @@ class ToolsHandle:
     def guard(self, fn: Guard) -> Disposer:
         """Add a synchronous guard: ``fn(exec)`` returns None to abstain or a denial reason.
         ``TypeError`` for an ``async def`` one: its awaitable would fail every call closed."""
-        _callable("guard", fn)
-        if inspect.iscoroutinefunction(fn):
-            name = getattr(fn, "__qualname__", type(fn).__name__)
-            raise TypeError(
-                f"guard listener {name} must be synchronous (a def returning None or a "
-                "reason), not async def: use an async pre-execute hook for a policy that awaits"
-            )
+        _synchronous(
+            "guard",
+            fn,
+            "a def returning None or a reason",
+            "use an async pre-execute hook for a policy that awaits",
+        )
         return Disposer(self, self._mutate(AddGuard(fn, self._agent)).key)
 
     def _add_hook(self, point: str, fn: Callable[..., object], prepend: bool = False) -> Disposer:
@@ -419,14 +418,12 @@ class ToolsHandle:
         """Add a ``hook(assembly) -> assembly`` listener of prompt assembly. ``TypeError`` for
         an ``async def`` one: assembly is synchronous, and its coroutine failed every
         ``assemble_prompt`` afterwards."""
-        _callable("assemble", hook)
-        if inspect.iscoroutinefunction(hook):
-            name = getattr(hook, "__qualname__", type(hook).__name__)
-            raise TypeError(
-                f"assemble listener {name} must be synchronous (a def returning the "
-                "AssembledPrompt), not async def: assemble_prompt() calls it and uses what it "
-                "returns at once"
-            )
+        _synchronous(
+            "assemble",
+            hook,
+            "a def returning the AssembledPrompt",
+            "assemble_prompt() calls it and uses what it returns at once",
+        )
         return self._add_hook("assemble", hook)
 
     def section(self, name: str, order: float, text: str) -> Disposer:
@@ -557,6 +554,17 @@ def listener_of(kind: str, fn: _F) -> _F:
     ``(exec, next)`` as a pre-execute hook does). Read at registration only."""
     setattr(fn, _KIND, kind)
     return fn
+
+
+def _synchronous(kind: str, fn: object, shape: str, why: str) -> None:
+    """Refuse ``fn`` as a ``kind`` listener unless it is a callable that is no ``async def``
+    (``shape`` says what it should be, ``why`` why not async)."""
+    _callable(kind, fn)
+    if inspect.iscoroutinefunction(fn):
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise TypeError(
+            f"{kind} listener {name} must be synchronous ({shape}), not async def: {why}"
+        )
 
 
 def _callable(label: str, fn: object) -> None:
