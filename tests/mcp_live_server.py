@@ -14,6 +14,8 @@ Tools:
 - ``slow(seconds, tag="")``: sleeps; writes ``started<tag>`` as it begins; ``die()``: exits the
   process mid-call;
 - ``count(steps)``: reports progress ``1..steps`` of ``steps`` with a message, then ``counted``;
+  ``flood(times=0)``: reports progress ``1..times`` as fast as it can, then ``flooded``
+  (``times=0``: without end);
 - ``ask_model(question)``: asks the client to sample, returns the model's text;
 - ``confirm(action)``: elicits ``{"sure": bool}`` (default true), returns the answer;
 - ``ask_name()``: elicits a required ``name`` string, returns the answer;
@@ -161,6 +163,15 @@ async def count(steps: int, ctx: Context) -> str:
     for step in range(1, steps + 1):
         await ctx.report_progress(step, steps, f"step {step}")
     return "counted"
+
+
+@server.tool(description="Report progress as fast as possible.")
+async def flood(ctx: Context, times: int = 0) -> str:
+    step = 0
+    while times == 0 or step < times:
+        step += 1
+        await ctx.report_progress(step, times or None, f"step {step}")
+    return "flooded"
 
 
 @server.tool(description="Ask the client's model a question.")

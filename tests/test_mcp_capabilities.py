@@ -433,6 +433,61 @@ def test_an_async_progress_callback_that_waits_holds_nothing_either(
     assert observed == [1.0, 2.0]
 
 
+def call_events(system: ToolSystem, call_id: str) -> list[tuple[str, Any]]:
+    """The session events of one call, in order: its progress, then its result."""
+    return [
+        (event.type, event.data)
+        for event in system.session.events
+        if event.type in ("tool/progress", "tool/result") and event.data["call_id"] == call_id
+    ]
+
+
+def test_a_flood_of_progress_keeps_at_most_1000_events_for_the_call_the_last_one_the_latest(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # 3,000 notifications as fast as the server can send them: the first 999 are events as
+    # they come, the rest are coalesced into one, recorded as the call ends, that holds the
+    # latest notification and says how many were left out.
+    connect(system)
+    assert texts(run(system, "flood", {"times": 3000})) == ["flooded"]
+    events = call_events(system, "call-flood")
+    progress = [data for kind, data in events if kind == "tool/progress"]
+    assert len(progress) == 1000
+    assert [data["progress"] for data in progress[:999]] == [float(n) for n in range(1, 1000)]
+    assert all("dropped" not in data for data in progress[:999])
+    assert progress[-1] == {
+        "call_id": "call-flood",
+        "tool": "flood",
+        "server": "live",
+        "progress": 3000.0,
+        "total": 3000.0,
+        "message": "step 3000",
+        "dropped": 2000,
+    }
+    assert [kind for kind, _ in events[-2:]] == ["tool/progress", "tool/result"]
+
+
+def test_a_flood_of_progress_without_end_times_out_as_before_with_its_events_bounded(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    observed: list[McpProgress] = []
+    connect(system, timeouts={"flood": 1500}, on_progress=observed.append)
+    outcome = failure(run(system, "flood", {}))
+    assert outcome["error"]["info"]["code"] == "TOOL_TIMEOUT"
+    events = call_events(system, "call-flood")
+    assert [kind for kind, _ in events[-2:]] == ["tool/progress", "tool/result"]
+    progress = [data for kind, data in events if kind == "tool/progress"]
+    assert len(progress) == 1000
+    last = progress[-1]
+    # The coalesced event counts every notification between the 999th event and itself.
+    assert last["dropped"] == last["progress"] - 1000 > 0
+    # Nothing more is recorded for the call once it is over, while the callback still gets
+    # what the connection brought (at most 1,000 waiting for it, as before).
+    assert texts(run(system, "greet", {"name": "ada"})) == ["hello ada"]
+    assert len(call_events(system, "call-flood")) == len(events)
+    wait_until(lambda: len(observed) >= 1000)
+
+
 # --- resources and prompts ---------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ plain one runs on one of the connection's own callback threads, a coroutine func
 on its client loop. None of them holds the session's receive loop, so a slow one delays only
 what waits for its answer, never the connection's other requests. Progress is delivered in
 order, one notification after another, and at most ``MAX_PENDING_PROGRESS`` wait behind a slow
-callback (later ones are dropped with a warning; the session events record every one). Closing
+callback (later ones are dropped with a warning; the session events are bounded per call on
+their own, ``_progress``). Closing
 the connection waits for none of them: a plain callback still running then is left to its
 thread, which ends when it returns.
 """

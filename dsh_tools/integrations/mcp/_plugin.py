@@ -35,6 +35,7 @@ from ...registry import (
 )
 from ._client import Listing, McpClient, describe
 from ._errors import McpConnectionError
+from ._progress import ProgressSink
 from ._resources import ServerResources
 from ._tools import ConcurrencyPolicy, build_definition, needs_tasks
 from ._types import McpProgress, McpState, McpToolInfo, ProgressCallback
@@ -113,6 +114,7 @@ class McpPlugin(ServerResources):
         self._timeouts = dict(timeouts)
         self._instructions_section = instructions_section
         self._on_progress = on_progress
+        self._progress_sink = ProgressSink(self._record_progress, self._deliver_progress)
         self._close_timeout = close_timeout
         self._at_close: list[Callable[[], None]] = []  # ``close_with``
         # By MCP name, in server order; replaced whole, never changed in place (read unlocked).
@@ -198,7 +200,7 @@ class McpPlugin(ServerResources):
             name=self._definition_name(mcp_name),
             policy=self._policy,
             timeout_ms=self._timeout(mcp_name),
-            progress=self._progress,
+            progress=self._progress_sink,
         )
 
     def adopt(self, listing: Listing) -> None:
@@ -520,9 +522,9 @@ class McpPlugin(ServerResources):
 
     # --- progress ------------------------------------------------------------------------------
 
-    def _progress(self, progress: McpProgress) -> None:
-        """On the client loop: record the notification; the callback gets it in order, off
-        the session's receive loop."""
+    def _record_progress(self, progress: McpProgress, dropped: int | None) -> None:
+        """Record one notification of a call as a session event (``dropped``: the coalesced
+        last event of a call that had more than ``MAX_PROGRESS_EVENTS``, ``_progress``)."""
         data: dict[str, Any] = {
             "call_id": progress.call_id,
             "tool": progress.tool,
@@ -533,12 +535,18 @@ class McpPlugin(ServerResources):
             data["total"] = progress.total
         if progress.message is not None:
             data["message"] = progress.message
+        if dropped is not None:
+            data["dropped"] = dropped
         try:
             self._system.session.append(
                 "tool/progress", FrozenDict(snapshot_json(data)), progress.agent
             )
         except Exception as exc:  # a non-finite number from the server, say
             _log.warning("MCP progress not recorded", server=self.name, error=message_of(exc))
+
+    def _deliver_progress(self, progress: McpProgress) -> None:
+        """On the client loop: the callback gets every notification in order, off the
+        session's receive loop."""
         if self._on_progress is not None:
             self._client.callbacks.progress(self._on_progress, progress)
 

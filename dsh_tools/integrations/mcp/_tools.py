@@ -54,12 +54,12 @@ from ._client import McpClient
 from ._content import error_text, output_validator, render, violation
 from ._error_content import ERROR_CODE, finalize_error_content, keep_error_blocks
 from ._errors import McpConnectionError, McpToolError
+from ._progress import CallProgress, ProgressSink
 from ._types import McpCallRef, McpProgress, McpToolInfo
 
 __all__ = [
     "MCP_OUTPUT_SCHEMA",
     "ConcurrencyPolicy",
-    "ProgressSink",
     "build_definition",
     "mcp_tool_info",
     "needs_tasks",
@@ -68,8 +68,6 @@ __all__ = [
 _log = get_logger("dsh_tools.mcp")
 
 ConcurrencyPolicy = bool | Callable[[Mapping[str, Any]], bool] | None
-
-ProgressSink = Callable[[McpProgress], None]
 
 MCP_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -194,8 +192,12 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         # and an ``AbortError`` it raised would carry no reason.
         ref = McpCallRef(run_ctx.call_id, run_ctx.name, run_ctx.agent)
 
+        # The call's own record of its progress, so that a server that floods it cannot grow
+        # the session log without bound (``_progress``).
+        call_progress = CallProgress(tool.progress)
+
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            tool.progress(
+            call_progress.add(
                 McpProgress(
                     client.label, ref.call_id, ref.tool, ref.agent, progress, total, message
                 )
@@ -232,6 +234,9 @@ def _body(tool: _Tool) -> Callable[..., Any]:
         finally:
             if deadline is not None:
                 deadline.cancel()
+            # The request is over (answered, cancelled or cut): its held progress is recorded
+            # now, before the pipeline records the call's result.
+            call_progress.end()
         return tool.value(result, run_ctx.token)
 
     execute.__name__ = f"mcp[{client.label}].{info.mcp_name}"
