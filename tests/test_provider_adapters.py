@@ -434,10 +434,12 @@ def test_calls_are_read_from_plain_dicts_with_names_mapped_back() -> None:
         ToolCall("a", "time.now", "{}"),
         ToolCall("c", "weather", "{}"),
     ]
+    # The custom call is repeated in its place: openai_tool_messages(..., message=) answers it.
     assert openai_assistant_message(chat) == {
         "role": "assistant",
         "tool_calls": [
             {"id": "a", "type": "function", "function": {"name": "time_now", "arguments": "{}"}},
+            {"id": "b", "type": "custom", "custom": {"name": "x", "input": ""}},
             {"id": "c", "type": "function", "function": {"name": "weather", "arguments": "{}"}},
         ],
     }
@@ -793,3 +795,36 @@ def test_an_export_of_nothing_names_what_it_takes() -> None:
         TypeError, match=r"^Anthropic export takes a list of tool schemas .*, got NoneType$"
     ):
         to_anthropic_tools(None)  # type: ignore[arg-type]
+
+
+def test_a_chat_tool_call_of_a_kind_the_sdk_does_not_know_is_repeated_and_answered_not_run() -> (
+    None
+):
+    # A compatible server's own kind of tool call: no registry tool runs it, the assistant
+    # message repeats it as it came, and a tool message answers it, or the next request fails.
+    chat = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "k1", "type": "browser", "browser": {"url": "https://x.test"}}],
+    }
+    assert openai_tool_calls(chat) == []
+    assert openai_assistant_message(chat)["tool_calls"] == chat["tool_calls"]
+    assert openai_tool_messages(BatchOutcome(results=[]), message=chat) == [
+        {
+            "role": "tool",
+            "tool_call_id": "k1",
+            "content": 'Error: a tool call of type "browser" is not one this tool registry '
+            "runs; nothing was run",
+        }
+    ]
+    # Without the response, the adapters answer the batch's results alone, as before.
+    assert openai_tool_messages(BatchOutcome(results=[])) == []
+    output = [{"type": "custom_tool_call", "call_id": "c1", "name": "sql", "input": "SELECT 1"}]
+    assert responses_tool_outputs(BatchOutcome(results=[]), response=output) == [
+        {
+            "type": "custom_tool_call_output",
+            "call_id": "c1",
+            "output": 'Error: custom tool "sql" is not one this tool registry runs; nothing was '
+            "run",
+        }
+    ]

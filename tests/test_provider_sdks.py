@@ -1422,3 +1422,118 @@ def test_a_responses_output_longer_than_openai_takes_is_shortened_with_a_note(
         f"takes at most {OPENAI_TEXT_LIMIT} characters in one text]"
     )
     assert long_text.startswith(text.split("\n…\n")[0])
+
+
+# --- calls of tools the registry does not run --------------------------------------------------
+
+NOT_RUN_ERROR = 'Error: custom tool "sql" is not one this tool registry runs; nothing was run'
+
+
+def tool_calls_run(system: ToolSystem) -> list[str]:
+    """The call ids the session log saw start, in order."""
+    return [event.data["call_id"] for event in system.session.events if event.type == "tool/call"]
+
+
+def unanswered_responses_calls(previous: list[Any], following: list[Any]) -> list[str]:
+    """The call ids of ``previous`` (a response's output) that ``following`` (the next
+    request's input) answers not exactly once with an output of the call's own kind, as the
+    Responses API requires of a request that continues a response."""
+    outputs = {
+        "function_call": "function_call_output",
+        "custom_tool_call": "custom_tool_call_output",
+    }
+    return [
+        item["call_id"]
+        for item in previous
+        if item["type"] in outputs
+        and [(o["type"], o["call_id"]) for o in following if o.get("call_id") == item["call_id"]]
+        != [(outputs[item["type"]], item["call_id"])]
+    ]
+
+
+def test_a_responses_custom_tool_call_is_answered_with_an_error_beside_the_function_call(
+    system: ToolSystem, server: RecordingServer, logs: Any
+) -> None:
+    # A harness that declares a custom tool beside the registry's: the model calls both. The
+    # custom call is run by nothing and answered with a custom_tool_call_output saying so;
+    # left unanswered, the API refuses the next request.
+    path = "/v1/responses"
+    first = response("resp_1", None, [("call_w", "weather", '{"city": "Oslo"}')])
+    first["output"].insert(
+        0,
+        {
+            "type": "custom_tool_call",
+            "id": "ctc_1",
+            "call_id": "call_c",
+            "name": "sql",
+            "input": "SELECT 1",
+            "status": "completed",
+        },
+    )
+    server.answer(path, first)
+    server.answer(path, response("resp_2", "Oslo is cold.", []))
+    client = openai_client(server)
+    prompt = responses_prompt(system.assemble_prompt())
+    reply = client.responses.create(model="gpt-test", tools=prompt.tools, input="Oslo?")
+    calls = responses_tool_calls(reply, names=prompt.names)
+    assert calls == [ToolCall("call_w", "weather", '{"city": "Oslo"}')]
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    items: list[ResponseInputItemParam] = responses_tool_outputs(outcome, response=reply)
+    client.responses.create(
+        model="gpt-test", tools=prompt.tools, previous_response_id=reply.id, input=items
+    )
+
+    _, second = server.bodies(path)
+    assert second["input"] == [
+        {"type": "function_call_output", "call_id": "call_w", "output": "Oslo: 4 C"},
+        {"type": "custom_tool_call_output", "call_id": "call_c", "output": NOT_RUN_ERROR},
+    ]
+    assert unanswered_responses_calls(first["output"], second["input"]) == []
+    assert tool_calls_run(system) == ["call_w"]
+    [line] = [e for e in logs.entries if e["event"].startswith("OpenAI tool call not run")]
+    assert (line["call_id"], line["type"], line["name"]) == ("call_c", "custom_tool_call", "sql")
+
+
+def test_a_chat_custom_tool_call_is_repeated_and_answered_with_an_error_beside_the_function_call(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    path = "/v1/chat/completions"
+    first = chat_completion(None, [("call_w", "weather", '{"city": "Oslo"}')])
+    custom = {"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "SELECT 1"}}
+    first["choices"][0]["message"]["tool_calls"].insert(0, custom)
+    server.answer(path, first)
+    server.answer(path, chat_completion("Oslo is cold.", []))
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    message = completion.choices[0].message
+    calls = openai_tool_calls(message, names=prompt.names)
+    assert calls == [ToolCall("call_w", "weather", '{"city": "Oslo"}')]
+    messages.append(openai_assistant_message(message))
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    messages.extend(openai_tool_messages(outcome, message=message))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    _, second = server.bodies(path)
+    assistant, *answers = second["messages"][1:]
+    assert assistant["tool_calls"] == [
+        custom,
+        {
+            "id": "call_w",
+            "type": "function",
+            "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+        },
+    ]
+    # As the API requires: every call of the assistant message answered by one tool message.
+    assert sorted((m["role"], m["tool_call_id"]) for m in answers) == [
+        ("tool", "call_c"),
+        ("tool", "call_w"),
+    ]
+    assert answers == [
+        {"role": "tool", "tool_call_id": "call_w", "content": "Oslo: 4 C"},
+        {"role": "tool", "tool_call_id": "call_c", "content": NOT_RUN_ERROR},
+    ]
+    assert tool_calls_run(system) == ["call_w"]

@@ -9,7 +9,9 @@ Chat Completions and the Responses API each get a pair:
   ``BatchOutcome`` into what the next request appends: Chat ``role: "tool"`` messages (text only,
   as that API requires) plus one user message with the results' images, audio and files and the
   batch's contexts; Responses ``function_call_output`` items (text, ``input_image`` and
-  ``input_file`` inline) plus one user message with the contexts.
+  ``input_file`` inline) plus one user message with the contexts. Given the response too
+  (``message=`` / ``response=``), they also answer its calls of other kinds (custom tools),
+  which no registry tool runs, with an error output of each call's kind (``_other_calls``).
 
 The return types are the ``openai`` SDK's own request ``TypedDict``s, so a typed harness checks
 them; at run time nothing here imports the SDK.
@@ -36,6 +38,7 @@ from ._content import (
 )
 from ._content import parts_of as _parts_of
 from ._names import ToolNameMap
+from ._other_calls import OtherCall, other_call
 from ._prompt import (
     ProviderPrompt,
     distinct_ids,
@@ -57,8 +60,8 @@ if TYPE_CHECKING:
         ChatCompletionContentPartParam,
         ChatCompletionFunctionToolParam,
         ChatCompletionMessage,
-        ChatCompletionMessageFunctionToolCallParam,
         ChatCompletionMessageParam,
+        ChatCompletionMessageToolCallUnionParam,
     )
     from openai.types.responses import FunctionToolParam, Response, ResponseInputItemParam
     from openai.types.responses.response_function_call_output_item_param import (
@@ -219,6 +222,48 @@ def _tool_call(item: Any, where: str) -> Any:
     return entry_of(item, where, "a tool call", ("type", "function"))
 
 
+def _chat_other_call(item: Any, kind: object, where: str) -> OtherCall:
+    """A tool call of the assistant message that is no function call (a ``custom`` one)."""
+    name = field(field(item, "custom"), "name") if kind == "custom" else None
+    return other_call(item, str(kind), name, where, id_field="id")
+
+
+def _chat_other_calls(assistant: Any) -> list[OtherCall]:
+    found: list[OtherCall] = []
+    for index, item in enumerate(items_of(field(assistant, "tool_calls"), "message.tool_calls")):
+        where = f"message.tool_calls[{index}]"
+        kind = field(_tool_call(item, where), "type")
+        if kind not in (None, "function"):
+            found.append(_chat_other_call(item, kind, where))
+    return found
+
+
+def _chat_other_echo(
+    item: Any, call: OtherCall, where: str
+) -> ChatCompletionMessageToolCallUnionParam:
+    """A call of another kind as the next request repeats it: a custom call in the SDK's
+    shape, one of a kind the SDK does not type as it came."""
+    if call.kind == "custom":
+        tool_input = field(field(item, "custom"), "input")
+        return {
+            "id": call.call_id,
+            "type": "custom",
+            "custom": {
+                "name": call.name if call.name is not None else "",
+                "input": tool_input if isinstance(tool_input, str) else "",
+            },
+        }
+    if isinstance(item, Mapping):
+        plain: Any = dict(item)
+    elif callable(getattr(item, "to_dict", None)):
+        plain = item.to_dict()  # an SDK object: its JSON form
+    else:
+        raise ValueError(f"{where} is a tool call of type {call.kind!r} that cannot be repeated")
+    plain["id"] = call.call_id
+    echo: ChatCompletionMessageToolCallUnionParam = plain
+    return echo
+
+
 def openai_tool_calls(
     message: ChatCompletionMessage | ChatCompletion | Mapping[str, Any],
     *,
@@ -229,7 +274,8 @@ def openai_tool_calls(
     Takes ``completion.choices[0].message`` or a one-choice completion, as SDK objects or
     dicts. ``names`` (``openai_prompt(...).names``) maps provider names back to registry names;
     without it the names are taken as they are. Calls of other kinds (custom tools) are not
-    function calls of this registry and are left out.
+    function calls of this registry and are left out: nothing runs them, and
+    ``openai_tool_messages(outcome, message=message)`` answers each with an error.
     """
     assistant = _chat_message(message, "openai_tool_calls")
     calls: list[ToolCall] = []
@@ -257,8 +303,11 @@ def openai_tool_calls(
 def openai_assistant_message(
     message: ChatCompletionMessage | ChatCompletion | Mapping[str, Any],
 ) -> ChatCompletionAssistantMessageParam:
-    """The assistant message as the next Chat request repeats it: its text and its function
-    calls under the names the model used (SDK object or dict in, request ``TypedDict`` out)."""
+    """The assistant message as the next Chat request repeats it: its text and its tool calls
+    under the names the model used (SDK object or dict in, request ``TypedDict`` out). Calls of
+    other kinds (custom tools) are repeated too, in their place, so that the answers
+    ``openai_tool_messages(outcome, message=message)`` gives them follow a call the request
+    holds."""
     assistant = _chat_message(message, "openai_assistant_message")
     echo: ChatCompletionAssistantMessageParam = {"role": "assistant"}
     content = field(assistant, "content")
@@ -267,12 +316,12 @@ def openai_assistant_message(
     refusal = field(assistant, "refusal")
     if isinstance(refusal, str):
         echo["refusal"] = refusal
-    calls: list[ChatCompletionMessageFunctionToolCallParam] = []
+    calls: list[ChatCompletionMessageToolCallUnionParam] = []
     for index, item in enumerate(items_of(field(assistant, "tool_calls"), "message.tool_calls")):
-        if field(_tool_call(item, f"message.tool_calls[{index}]"), "type") not in (
-            None,
-            "function",
-        ):
+        where = f"message.tool_calls[{index}]"
+        kind = field(_tool_call(item, where), "type")
+        if kind not in (None, "function"):
+            calls.append(_chat_other_echo(item, _chat_other_call(item, kind, where), where))
             continue
         function = field(item, "function")
         call = make_call(
@@ -321,7 +370,11 @@ def _placeholder(media: Media, provider: str) -> str:
     return media_placeholder(media, provider).text
 
 
-def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessageParam]:
+def openai_tool_messages(
+    outcome: BatchOutcome,
+    *,
+    message: ChatCompletionMessage | ChatCompletion | Mapping[str, Any] | None = None,
+) -> list[ChatCompletionMessageParam]:
     """The messages that follow the assistant's tool calls in the next Chat request.
 
     One ``role: "tool"`` message per result, in call order, with the result's text (a failure's
@@ -330,8 +383,19 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
     after the tool messages, followed by the batch's contexts (``outcome.contexts``). Media
     Chat cannot take at all become text placeholders. A text longer than the API takes in one
     string (10,485,760 characters) is cut short, ending with a note that says so.
+
+    ``message``: the assistant message (or one-choice completion) whose function calls the
+    batch ran. Its calls of other kinds (custom tools), which ``openai_tool_calls`` leaves out,
+    then get a tool message each after the results', ``Error: custom tool "<name>" is not one
+    this tool registry runs; nothing was run``: the API refuses a request that leaves a call
+    of the assistant message unanswered.
     """
     check_outcome(outcome, "openai_tool_messages")
+    others = (
+        _chat_other_calls(_chat_message(message, "openai_tool_messages"))
+        if message is not None
+        else []
+    )
     messages: list[ChatCompletionMessageParam] = []
     attachments: list[ChatCompletionContentPartParam] = []
     for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
@@ -355,6 +419,9 @@ def openai_tool_messages(outcome: BatchOutcome) -> list[ChatCompletionMessagePar
         if held:
             attachments.append({"type": "text", "text": f"Attachments of tool call {call_id}:"})
             attachments.extend(held)
+    for call in others:
+        call.log()
+        messages.append({"role": "tool", "tool_call_id": call.call_id, "content": call.error})
     attachments.extend(_chat_part(part) for part in fitting(context_parts(outcome), _CHAT_IMAGES))
     if attachments:
         messages.append({"role": "user", "content": attachments})
@@ -372,17 +439,9 @@ def responses_tool_calls(
     """The ``function_call`` items of a Responses API response (or of its ``output`` list), in
     order, as SDK objects or dicts; ``call_id`` is the item's ``call_id``. ``names``
     (``responses_prompt(...).names``) maps provider names back to registry names. Other items
-    (messages, reasoning, built-in tools) are left out."""
-    if isinstance(response, list):
-        output: Any = response
-    else:
-        response_of(
-            response,
-            "responses_tool_calls",
-            "a Responses API response (an SDK object or a dict) or its output list",
-            ("output",),
-        )
-        output = field(response, "output")
+    (messages, reasoning, built-in tools) are left out; of them, ``custom_tool_call`` items
+    are answered with an error by ``responses_tool_outputs(outcome, response=response)``."""
+    output = _responses_output(response, "responses_tool_calls")
     calls: list[ToolCall] = []
     for index, item in enumerate(items_of(output, "response.output")):
         where = f"response.output[{index}]"
@@ -399,6 +458,30 @@ def responses_tool_calls(
             )
         )
     return distinct_ids(calls)
+
+
+def _responses_output(response: Any, adapter: str) -> Any:
+    if isinstance(response, list):
+        return response
+    response_of(
+        response,
+        adapter,
+        "a Responses API response (an SDK object or a dict) or its output list",
+        ("output",),
+    )
+    return field(response, "output")
+
+
+def _responses_other_calls(response: Any) -> list[OtherCall]:
+    """The ``custom_tool_call`` items of ``response``: calls of tools the registry lacks."""
+    found: list[OtherCall] = []
+    output = _responses_output(response, "responses_tool_outputs")
+    for index, item in enumerate(items_of(output, "response.output")):
+        where = f"response.output[{index}]"
+        kind = field(entry_of(item, where, "an output item", ("type",)), "type")
+        if kind == "custom_tool_call":
+            found.append(other_call(item, kind, field(item, "name"), where, id_field="call_id"))
+    return found
 
 
 # The Responses API types a function call's output parts and a message's content parts as two
@@ -423,7 +506,11 @@ def _responses_message_part(part: Part) -> ResponseInputContentParam:
     return {"type": "input_text", "text": _placeholder(part, RESPONSES)}
 
 
-def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam]:
+def responses_tool_outputs(
+    outcome: BatchOutcome,
+    *,
+    response: Response | Mapping[str, Any] | list[Any] | None = None,
+) -> list[ResponseInputItemParam]:
     """The input items that answer a response's function calls in the next Responses request.
 
     One ``function_call_output`` per result, in call order: its text as a string, or, when the
@@ -431,8 +518,16 @@ def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam
     ``input_file`` parts (audio becomes a text placeholder). The batch's contexts follow as
     one user message. A text longer than the API takes in one string (10,485,760 characters)
     is cut short, ending with a note that says so.
+
+    ``response``: the response (or its ``output`` list) whose function calls the batch ran.
+    Its ``custom_tool_call`` items, which ``responses_tool_calls`` leaves out, then get a
+    ``custom_tool_call_output`` each after the function call outputs, ``Error: custom tool
+    "<name>" is not one this tool registry runs; nothing was run``: the API refuses a request
+    that leaves a call of the previous response unanswered. (Built-in tools OpenAI runs need
+    no answer; the computer, shell and apply-patch tools are the harness's to run.)
     """
     check_outcome(outcome, "responses_tool_outputs")
+    others = _responses_other_calls(response) if response is not None else []
     items: list[ResponseInputItemParam] = []
     for result, call_id in zip(outcome.results, call_ids_of(outcome), strict=True):
         parts = fitting(_parts_of(result.content), _RESPONSES_IMAGES)
@@ -442,6 +537,11 @@ def responses_tool_outputs(outcome: BatchOutcome) -> list[ResponseInputItemParam
         else:
             output = [_responses_output_part(part) for part in parts]
             items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+    for call in others:
+        call.log()
+        items.append(
+            {"type": "custom_tool_call_output", "call_id": call.call_id, "output": call.error}
+        )
     extra = fitting(context_parts(outcome), _RESPONSES_IMAGES)
     if extra:
         content = [_responses_message_part(part) for part in extra]

@@ -22,6 +22,7 @@ from ._names import ToolNameMap
 
 __all__ = [
     "ProviderPrompt",
+    "check_sendable",
     "distinct_ids",
     "entry_of",
     "items_of",
@@ -117,7 +118,7 @@ reads a ``\\ud800`` escape as one, and the SDKs send requests as UTF-8, so a req
 repeats it raises ``UnicodeEncodeError``."""
 
 
-def _check_sendable(text: str, what: str, where: str) -> None:
+def check_sendable(text: str, what: str, where: str) -> None:
     """Refuse the response when the call id or function name ``text`` cannot be sent back:
     the next request repeats both (the assistant message, each result's id, an unknown tool's
     error), so the call's result could never be delivered, even after its tool ran."""
@@ -163,7 +164,7 @@ def make_call(
     elif type(call_id) is not str:
         raise ValueError(f"{where} has no call id (a str, got {type(call_id).__name__})")
     else:
-        _check_sendable(call_id, "call id", where)
+        check_sendable(call_id, "call id", where)
         if _reserved(call_id):
             call_id = _as_sent(call_id)
     if type(name) is not str:
@@ -171,7 +172,7 @@ def make_call(
         # ""``), as a call of any other name the registry lacks does, so the model reads what
         # was wrong and the turn's other calls run. Its echo repeats the empty name.
         name = ""
-    _check_sendable(name, "function name", where)
+    check_sendable(name, "function name", where)
     if names is not None and not isinstance(names, ToolNameMap):
         raise TypeError(f"names must be a ToolNameMap or None, got {type(names).__name__}")
     registry_name = names.to_registry(name) if names is not None else name
