@@ -31,17 +31,34 @@ from dsh_tools.codebridge._sandbox import _kernel
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 _READY = "harness-ready"
+_NO_USER_NAMESPACES = "no-user-namespaces:"
 _PRELUDE = f"""
 import asyncio, json, os, sys
 from dsh_tools import CodeRuntimeConfig, CodeSandbox, SubprocessCodeRuntime
 from dsh_tools.codebridge import CodeRunRequest
+from dsh_tools.codebridge._sandbox import _kernel
 
 def run(runtime, program):
     result = asyncio.run(runtime.run(CodeRunRequest(program, [])))
     error = None if result.error is None else [result.error.kind, result.error.message]
     return {{'error': error, 'value': None if error else result.value}}
 
+def user_namespaces():
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        try:
+            _kernel.unshare(_kernel.CLONE_NEWUSER)
+            _kernel.unshare(_kernel.CLONE_NEWNET)
+        except OSError as error:
+            os.write(write_end, str(error).encode())
+        os._exit(0)
+    os.close(write_end)
+    refused = os.read(read_end, 4096).decode()
+    os.wait()
+    return refused
+
 print({_READY!r}, flush=True)
+print({_NO_USER_NAMESPACES!r} + user_namespaces(), flush=True)
 """
 
 
@@ -101,6 +118,11 @@ def harness(
     if _READY not in lines and "Permission denied" in completed.stderr:
         pytest.skip(f"{who} may not read this Python or dsh_tools: {completed.stderr[-600:]}")
     assert _READY in lines, completed.stderr
+    mark = next(line for line in lines if line.startswith(_NO_USER_NAMESPACES))
+    refused = mark.removeprefix(_NO_USER_NAMESPACES)
+    if refused and not refuse_user_namespaces:
+        # The sandbox then fails every run with this (test_sandbox_unprivileged checks that).
+        pytest.skip(f"the kernel refuses {who} a user namespace: {refused}")
     assert completed.returncode == 0, completed.stderr
     return json.loads(lines[-1])
 
