@@ -434,8 +434,9 @@ def test_calls_are_read_from_plain_dicts_with_names_mapped_back() -> None:
         ToolCall("a", "time.now", "{}"),
         ToolCall("c", "weather", "{}"),
     ]
-    # The custom call is repeated in its place: openai_tool_messages(..., message=) answers it.
-    assert openai_assistant_message(chat) == {
+    # The custom call is repeated in its place only when asked: openai_tool_messages(...,
+    # message=) answers it then, and nothing does otherwise.
+    assert openai_assistant_message(chat, other_calls=True) == {
         "role": "assistant",
         "tool_calls": [
             {"id": "a", "type": "function", "function": {"name": "time_now", "arguments": "{}"}},
@@ -443,6 +444,7 @@ def test_calls_are_read_from_plain_dicts_with_names_mapped_back() -> None:
             {"id": "c", "type": "function", "function": {"name": "weather", "arguments": "{}"}},
         ],
     }
+    assert [call["id"] for call in openai_assistant_message(chat)["tool_calls"]] == ["a", "c"]
     output = [
         {"type": "reasoning", "id": "r"},
         {"type": "function_call", "call_id": "f1", "name": "time_now", "arguments": "{}"},
@@ -808,7 +810,7 @@ def test_a_chat_tool_call_of_a_kind_the_sdk_does_not_know_is_repeated_and_answer
         "tool_calls": [{"id": "k1", "type": "browser", "browser": {"url": "https://x.test"}}],
     }
     assert openai_tool_calls(chat) == []
-    assert openai_assistant_message(chat)["tool_calls"] == chat["tool_calls"]
+    assert openai_assistant_message(chat, other_calls=True)["tool_calls"] == chat["tool_calls"]
     assert openai_tool_messages(BatchOutcome(results=[]), message=chat) == [
         {
             "role": "tool",

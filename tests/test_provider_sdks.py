@@ -1512,7 +1512,7 @@ def test_a_chat_custom_tool_call_is_repeated_and_answered_with_an_error_beside_t
     message = completion.choices[0].message
     calls = openai_tool_calls(message, names=prompt.names)
     assert calls == [ToolCall("call_w", "weather", '{"city": "Oslo"}')]
-    messages.append(openai_assistant_message(message))
+    messages.append(openai_assistant_message(message, other_calls=True))
     outcome = system.execute_batch(ExecuteBatch(calls=calls))
     messages.extend(openai_tool_messages(outcome, message=message))
     client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
@@ -1537,3 +1537,41 @@ def test_a_chat_custom_tool_call_is_repeated_and_answered_with_an_error_beside_t
         {"role": "tool", "tool_call_id": "call_c", "content": NOT_RUN_ERROR},
     ]
     assert tool_calls_run(system) == ["call_w"]
+
+
+def unanswered_chat_calls(messages: list[Any]) -> list[str]:
+    """The ids of the calls each assistant message of a Chat request repeats that the tool
+    messages right after it answer not exactly once, and the ids those answer that it does
+    not repeat: the API refuses a request holding either."""
+    wrong: list[str] = []
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        repeated = [call["id"] for call in message.get("tool_calls", [])]
+        answered: list[str] = []
+        for following in messages[index + 1 :]:
+            if following["role"] != "tool":
+                break
+            answered.append(following["tool_call_id"])
+        wrong += [i for i in repeated if answered.count(i) != 1]
+        wrong += [i for i in answered if i not in repeated]
+    return wrong
+
+
+def test_a_chat_harness_that_does_not_pass_the_message_still_sends_a_request_the_api_takes(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # A harness written before openai_tool_messages took message=: the custom call beside the
+    # function call is run by nothing and, as before, not repeated either, so the follow-up
+    # request answers every call it repeats.
+    path = "/v1/chat/completions"
+    first = chat_completion(None, [("call_w", "weather", '{"city": "Oslo"}')])
+    custom = {"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "SELECT 1"}}
+    first["choices"][0]["message"]["tool_calls"].insert(0, custom)
+    server.answer(path, first)
+    server.answer(path, chat_completion("Oslo is cold.", []))
+    calls = two_chat_turns(system, server, "Oslo?")
+    assert calls == [ToolCall("call_w", "weather", '{"city": "Oslo"}')]
+    _, second = server.bodies(path)
+    assert unanswered_chat_calls(second["messages"]) == []
+    assert [call["id"] for call in second["messages"][1]["tool_calls"]] == ["call_w"]

@@ -302,12 +302,16 @@ def openai_tool_calls(
 
 def openai_assistant_message(
     message: ChatCompletionMessage | ChatCompletion | Mapping[str, Any],
+    *,
+    other_calls: bool = False,
 ) -> ChatCompletionAssistantMessageParam:
-    """The assistant message as the next Chat request repeats it: its text and its tool calls
-    under the names the model used (SDK object or dict in, request ``TypedDict`` out). Calls of
-    other kinds (custom tools) are repeated too, in their place, so that the answers
-    ``openai_tool_messages(outcome, message=message)`` gives them follow a call the request
-    holds."""
+    """The assistant message as the next Chat request repeats it: its text and its function
+    calls under the names the model used (SDK object or dict in, request ``TypedDict`` out).
+
+    ``other_calls=True`` repeats its calls of other kinds (custom tools) too, in their place,
+    for a harness that passes ``message=`` to ``openai_tool_messages``, which answers them.
+    They are left out otherwise, as the API refuses a request that repeats a call no tool
+    message answers (a harness that does not pass ``message=`` sends none for them)."""
     assistant = _chat_message(message, "openai_assistant_message")
     echo: ChatCompletionAssistantMessageParam = {"role": "assistant"}
     content = field(assistant, "content")
@@ -321,7 +325,8 @@ def openai_assistant_message(
         where = f"message.tool_calls[{index}]"
         kind = field(_tool_call(item, where), "type")
         if kind not in (None, "function"):
-            calls.append(_chat_other_echo(item, _chat_other_call(item, kind, where), where))
+            if other_calls:
+                calls.append(_chat_other_echo(item, _chat_other_call(item, kind, where), where))
             continue
         function = field(item, "function")
         call = make_call(
@@ -388,7 +393,8 @@ def openai_tool_messages(
     batch ran. Its calls of other kinds (custom tools), which ``openai_tool_calls`` leaves out,
     then get a tool message each after the results', ``Error: custom tool "<name>" is not one
     this tool registry runs; nothing was run``: the API refuses a request that leaves a call
-    of the assistant message unanswered.
+    of the assistant message unanswered. The request must repeat them too:
+    ``openai_assistant_message(message, other_calls=True)``.
     """
     check_outcome(outcome, "openai_tool_messages")
     others = (
