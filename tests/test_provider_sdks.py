@@ -11,6 +11,7 @@ request parameters with no cast.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -1575,3 +1576,42 @@ def test_a_chat_harness_that_does_not_pass_the_message_still_sends_a_request_the
     _, second = server.bodies(path)
     assert unanswered_chat_calls(second["messages"]) == []
     assert [call["id"] for call in second["messages"][1]["tool_calls"]] == ["call_w"]
+
+
+@pytest.mark.parametrize(
+    ("call_id", "name", "refusal"),
+    [
+        ("call_\udc80", "sql", "response.output[0] has a call id holding a lone surrogate"),
+        ("call_c", "sql\ud800", "response.output[0] has a tool name holding a lone surrogate"),
+    ],
+)
+def test_a_responses_custom_call_that_cannot_be_answered_is_refused_before_anything_runs(
+    server: RecordingServer, call_id: str, name: str, refusal: str
+) -> None:
+    # Its answer repeats the id (and the error the name), which the SDK cannot encode: refused
+    # only by responses_tool_outputs, the function call beside it had run by then, its result
+    # never to be sent.
+    path = "/v1/responses"
+    first = response("resp_1", None, [("call_w", "weather", '{"city": "Oslo"}')])
+    custom = {"type": "custom_tool_call", "id": "ctc_1", "call_id": call_id, "name": name}
+    first["output"].insert(0, {**custom, "input": "SELECT 1", "status": "completed"})
+    server.answer(path, first)
+    reply = openai_client(server).responses.create(model="gpt-test", input="Oslo?")
+    with pytest.raises(ValueError, match=f"^{re.escape(refusal)}") as refused:
+        responses_tool_calls(reply)
+    assert str(refused.value).endswith("which no request can carry back: send the request again")
+
+
+def test_a_chat_custom_call_that_cannot_be_answered_is_refused_before_anything_runs(
+    server: RecordingServer,
+) -> None:
+    path = "/v1/chat/completions"
+    first = chat_completion(None, [("call_w", "weather", '{"city": "Oslo"}')])
+    custom = {"id": "call_\udc80", "type": "custom", "custom": {"name": "sql", "input": "1"}}
+    first["choices"][0]["message"]["tool_calls"].insert(0, custom)
+    server.answer(path, first)
+    completion = openai_client(server).chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": "Oslo?"}]
+    )
+    with pytest.raises(ValueError, match=r"^message.tool_calls\[0\] has a call id holding a lone"):
+        openai_tool_calls(completion.choices[0].message)

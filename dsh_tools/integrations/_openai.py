@@ -283,6 +283,9 @@ def openai_tool_calls(
         where = f"message.tool_calls[{index}]"
         kind = field(_tool_call(item, where), "type")
         if kind not in (None, "function"):
+            # Read now, though not run: an id or name its answer cannot carry refuses the
+            # response before the batch runs the calls beside it, as for a function call.
+            _chat_other_call(item, kind, where)
             continue
         function = field(item, "function")
         if function is None:
@@ -451,7 +454,12 @@ def responses_tool_calls(
     calls: list[ToolCall] = []
     for index, item in enumerate(items_of(output, "response.output")):
         where = f"response.output[{index}]"
-        if field(entry_of(item, where, "an output item", ("type",)), "type") != "function_call":
+        kind = field(entry_of(item, where, "an output item", ("type",)), "type")
+        if kind != "function_call":
+            if kind == "custom_tool_call":
+                # Read now, though not run: an id or name its answer cannot carry refuses the
+                # response before the batch runs the calls beside it, as for a function call.
+                _responses_other_call(item, kind, where)
             continue
         calls.append(
             make_call(
@@ -486,8 +494,12 @@ def _responses_other_calls(response: Any) -> list[OtherCall]:
         where = f"response.output[{index}]"
         kind = field(entry_of(item, where, "an output item", ("type",)), "type")
         if kind == "custom_tool_call":
-            found.append(other_call(item, kind, field(item, "name"), where, id_field="call_id"))
+            found.append(_responses_other_call(item, kind, where))
     return found
+
+
+def _responses_other_call(item: Any, kind: str, where: str) -> OtherCall:
+    return other_call(item, kind, field(item, "name"), where, id_field="call_id")
 
 
 # The Responses API types a function call's output parts and a message's content parts as two
