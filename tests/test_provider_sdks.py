@@ -1615,3 +1615,34 @@ def test_a_chat_custom_call_that_cannot_be_answered_is_refused_before_anything_r
     )
     with pytest.raises(ValueError, match=r"^message.tool_calls\[0\] has a call id holding a lone"):
         openai_tool_calls(completion.choices[0].message)
+
+
+def test_a_chat_custom_call_whose_input_holds_a_lone_surrogate_is_repeated_so_it_can_be_sent(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    # The SDK reads a \ud800 escape as a code point UTF-8 cannot encode: repeated as it came,
+    # the custom call's input made the request that answers the turn raise
+    # UnicodeEncodeError. It is written back as that escape, as a function call's arguments.
+    path = "/v1/chat/completions"
+    first = chat_completion(None, [("call_w", "weather", '{"city": "Oslo"}')])
+    custom = {"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "x\ud800"}}
+    first["choices"][0]["message"]["tool_calls"].insert(0, custom)
+    server.answer(path, first)
+    server.answer(path, chat_completion("Oslo is cold.", []))
+    client = openai_client(server)
+    prompt = openai_prompt(system.assemble_prompt())
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo?"}]
+    completion = client.chat.completions.create(
+        model="gpt-test", messages=messages, tools=prompt.tools
+    )
+    message = completion.choices[0].message
+    calls = openai_tool_calls(message, names=prompt.names)
+    messages.append(openai_assistant_message(message, other_calls=True))
+    outcome = system.execute_batch(ExecuteBatch(calls=calls))
+    messages.extend(openai_tool_messages(outcome, message=message))
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
+
+    _, second = server.bodies(path)
+    [repeated, _] = second["messages"][1]["tool_calls"]
+    assert repeated["custom"] == {"name": "sql", "input": "x\\ud800"}
+    assert unanswered_chat_calls(second["messages"]) == []

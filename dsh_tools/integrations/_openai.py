@@ -250,7 +250,8 @@ def _chat_other_echo(
             "type": "custom",
             "custom": {
                 "name": call.name if call.name is not None else "",
-                "input": tool_input if isinstance(tool_input, str) else "",
+                # A lone surrogate the SDK read would make the request unsendable.
+                "input": sendable_arguments(tool_input) if isinstance(tool_input, str) else "",
             },
         }
     if isinstance(item, Mapping):
