@@ -467,6 +467,31 @@ def test_a_flood_of_progress_keeps_at_most_1000_events_for_the_call_the_last_one
     assert [kind for kind, _ in events[-2:]] == ["tool/progress", "tool/result"]
 
 
+def test_a_call_a_wrapper_retries_bounds_the_progress_of_each_try_on_its_own(
+    system: ToolSystem, connect: Callable[..., McpPlugin]
+) -> None:
+    # Each try is a tools/call request of its own: its progress is bounded and coalesced as
+    # the request ends, so the call records up to 1,000 events a try, not 1,000 in all.
+    connect(system)
+
+    async def twice(exec: Any, next: Any) -> Any:
+        await next()
+        return await next()
+
+    system.tools.on_execute(twice)
+    assert texts(run(system, "flood", {"times": 1500})) == ["flooded"]
+    events = call_events(system, "call-flood")
+    progress = [data for kind, data in events if kind == "tool/progress"]
+    assert len(progress) == 2000
+    assert [data.get("dropped") for data in (progress[998], progress[999], progress[1999])] == [
+        None,
+        500,
+        500,
+    ]
+    assert [data["progress"] for data in (progress[999], progress[1000])] == [1500.0, 1.0]
+    assert [kind for kind, _ in events].count("tool/result") == 1
+
+
 def test_a_flood_of_progress_without_end_times_out_as_before_with_its_events_bounded(
     system: ToolSystem, connect: Callable[..., McpPlugin]
 ) -> None:

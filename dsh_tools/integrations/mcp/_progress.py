@@ -6,7 +6,9 @@ So one call records at most ``MAX_PROGRESS_EVENTS`` events: the first notificati
 it comes, up to one fewer than the bound; later ones are held, only the latest, and recorded
 as the call ends (however it ends) as its last progress event, carrying ``dropped``, how many
 notifications after the last one recorded were left out. A notification that arrives once the
-call is over is recorded no more (the call's result is in the log already).
+call is over is recorded no more (the call's result is in the log already). The bound is one
+run of the tool's body, one request: an execute wrapper that retries the call runs it again,
+with a bound of its own.
 
 The ``on_progress`` callback is another matter: it gets every notification, under its own
 back-pressure (``CallbackRunner.progress``), whether recorded or not.

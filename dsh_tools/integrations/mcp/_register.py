@@ -689,7 +689,7 @@ async def register_mcp_server(
     log messages always go to structlog (logger ``dsh_tools.mcp``, with ``server=name``);
     ``log_level`` asks the server for that level. Progress notifications become session
     events ``tool/progress`` (``call_id``, ``tool``, ``server``, ``progress``, ``total``,
-    ``message``; at most 1,000 a call, the last then the latest with ``dropped``) and reach
+    ``message``; at most 1,000 a request, the last then the latest with ``dropped``) and reach
     ``on_progress``; ``on_list_changed("resources" | "prompts")``
     hears when the server's resources or prompts change. The server's instructions become the prompt
     section ``mcp:<name>`` unless ``instructions_section=False``.
