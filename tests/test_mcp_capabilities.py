@@ -647,3 +647,43 @@ def test_progress_queued_when_the_connection_closes_is_dropped_quietly(logs: Log
     asyncio.run(scenario())
     assert delivered == []
     assert logs.warnings == []
+
+
+def test_a_notification_after_a_call_is_over_is_delivered_but_recorded_no_more() -> None:
+    # The live floods cannot show it: past the 999th event a late notification is only held,
+    # so a call that ends early (a timeout while the server still reports) is taken here.
+    from dsh_tools.integrations.mcp._progress import CallProgress, ProgressSink
+
+    recorded: list[tuple[float, int | None]] = []
+    delivered: list[float] = []
+    call = CallProgress(
+        ProgressSink(
+            lambda progress, dropped: recorded.append((progress.progress, dropped)),
+            lambda progress: delivered.append(progress.progress),
+        )
+    )
+    for step in (1.0, 2.0):
+        call.add(McpProgress("live", "c1", "t", None, step, None, None))
+    call.end()
+    call.add(McpProgress("live", "c1", "t", None, 3.0, None, None))
+    call.end()
+    assert recorded == [(1.0, None), (2.0, None)]
+    assert delivered == [1.0, 2.0, 3.0]
+
+
+def test_a_call_of_exactly_1000_notifications_records_the_last_as_it_ends_dropping_none() -> None:
+    from dsh_tools.integrations.mcp._progress import CallProgress, ProgressSink
+
+    recorded: list[tuple[float, int | None]] = []
+    call = CallProgress(
+        ProgressSink(
+            lambda progress, dropped: recorded.append((progress.progress, dropped)),
+            lambda progress: None,
+        )
+    )
+    for step in range(1, 1001):
+        call.add(McpProgress("live", "c1", "t", None, float(step), None, None))
+    assert len(recorded) == 999
+    call.end()
+    call.end()
+    assert recorded[-2:] == [(999.0, None), (1000.0, 0)]
