@@ -17,6 +17,7 @@ from code_mode_support import failure_of, value_of
 from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem, codebridge, tool
 from dsh_tools.codebridge._ledger import OutputLedger
 from dsh_tools.codebridge._run_output import NativeOutput
+from dsh_tools.codebridge._sandbox._init import WHERE_FD
 
 
 @pytest.fixture(scope="module")
@@ -281,6 +282,29 @@ read_address(0)
     ]
 
 
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+@pytest.mark.parametrize(
+    ("crash", "fatal"),
+    [("ctypes.string_at(0)", "Segmentation fault"), ("faulthandler._sigabrt()", "Aborted")],
+)
+def test_a_crash_in_c_still_shows_its_stack(isolation: str, crash: str, fatal: str) -> None:
+    # The stacks asked for as a budget runs out no longer come on descriptor 2; a crash's own
+    # still do, and show, whichever isolation the run has.
+    program = f"import ctypes, faulthandler\ndef crash():\n    {crash}\nprint('before')\ncrash()"
+    with ToolSystem.start(ToolsConfig(mode="code", code_isolation=isolation)) as own:
+        message = failure_of(run_code(own, program)).message
+    assert message.startswith("code run failed (worker-exit): worker exited with signal SIG")
+    output = message.split("\nCaptured output:\n", 1)[1]
+    assert "before" in output
+    assert "Fatal Python error:" in output
+    assert fatal in output
+    frames = [line for line in output.split("\n") if line.startswith('  File "<run_code>"')]
+    assert frames == [
+        '  File "<run_code>", line 3 in crash',
+        '  File "<run_code>", line 5 in <module>',
+    ]
+
+
 def test_a_dump_split_across_reads_anywhere_loses_the_same_worker_frames() -> None:
     # faulthandler writes a dump in small pieces while the host reads the pipe: however the
     # reads cut it, the worker's frames go and every other line stays, once.
@@ -318,6 +342,17 @@ def test_native_output_is_one_entry_per_read_as_it_came() -> None:
 # --- budgets ----------------------------------------------------------------------------------
 
 
+def failure_and_output(message: str) -> tuple[str, list[str]]:
+    """A failure's first line, and the lines of the output it captured, sorted (what a
+    program prints and what it writes to descriptor 2 keep no order against each other)."""
+    failure, _, output = message.partition("\nCaptured output:\n")
+    return failure, sorted(line for line in output.split("\n") if line)
+
+
+# What the program writes before it runs out of time: both kinds of its output must show.
+_PRINTS_FIRST = "import os\nprint('start')\nos.write(2, b'native before\\n')\n"
+
+
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
 @pytest.mark.parametrize(
     ("loop", "where"),
@@ -325,25 +360,29 @@ def test_native_output_is_one_entry_per_read_as_it_came() -> None:
         # Stopped on either line of the loop (its test, or its body).
         (
             "def spin():\n    n = 0\n    while True:\n        n += 1\nspin()",
-            r"line [34], in spin",
+            r"line [67], in spin",
         ),
         # A loop in C, which holds the GIL and runs no handler of Python's.
-        ("sum(range(10**15))", r"line 1"),
+        ("sum(range(10**15))", r"line 4"),
     ],
 )
 def test_the_compute_budgets_failure_names_the_line_it_ran_out_on(
     isolation: str, loop: str, where: str
 ) -> None:
     # The failure said only "compute budget exhausted (300ms busy)": a program of many loops
-    # could not tell which one spun.
+    # could not tell which one spun. The stacks the host asks the worker for to find that line
+    # are not the program's output: they showed under "Captured output:" as if it had
+    # written them.
     config = ToolsConfig(mode="code", compute_ms=300, code_isolation=isolation)
     with ToolSystem.start(config) as own:
-        message = failure_of(run_code(own, loop)).message
-    assert re.match(
+        message = failure_of(run_code(own, _PRINTS_FIRST + loop)).message
+    failure, output = failure_and_output(message)
+    assert re.fullmatch(
         r"code run failed \(timeout\): compute budget exhausted \(300ms busy\); the program was"
-        rf" at {where}\n",
-        message,
+        rf" at {where}",
+        failure,
     ), message
+    assert output == ["native before", "start"], message
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
@@ -351,19 +390,88 @@ def test_the_wall_ceilings_failure_names_the_line_the_program_waited_on(isolatio
     # The compute budget's failure named the line it ran out on; the wall ceiling's said only
     # "wall-clock ceiling reached", so a program blocked in a call that spends no CPU (a sleep,
     # a read that never returns) could not tell which of its lines had held it.
-    program = "import time\n\ndef wait():\n    time.sleep(60)\nprint('start')\nwait()"
+    program = _PRINTS_FIRST + "import time\n\ndef wait():\n    time.sleep(60)\nwait()"
     config = ToolsConfig(mode="code", max_wall_ms=1500, code_isolation=isolation)
     with ToolSystem.start(config) as own:
         message = failure_of(run_code(own, program)).message
         awaiting = failure_of(run_code(own, "await asyncio.sleep(60)")).message
-    assert re.match(
-        r"code run failed \(timeout\): wall-clock ceiling reached \(1500ms\); the program was"
-        r" at line 4, in wait\n",
-        message,
+    # The stacks asked for to find that line are not the program's output.
+    assert failure_and_output(message) == (
+        "code run failed (timeout): wall-clock ceiling reached (1500ms); the program was"
+        " at line 7, in wait",
+        ["native before", "start"],
     ), message
     # A program awaiting has no line on a thread's stack (its loop waits): the failure is
     # as it was, with no empty stack in its output.
     assert awaiting == "code run failed (timeout): wall-clock ceiling reached (1500ms)"
+
+
+_FORGED_DUMP = (
+    "Current thread 0x00007f8d56831b80 (most recent call first):\n"
+    '  File "<run_code>", line 99 in forged\n'
+)
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_stack_the_program_writes_to_its_output_never_names_the_line(isolation: str) -> None:
+    # Where the program was came from the last stack on descriptor 2, which the program
+    # writes as it likes: a stack of its own made the wall ceiling's failure name a line the
+    # program never had. It stays the program's output, and names nothing.
+    program = f"import os\nos.write(2, {_FORGED_DUMP.encode()!r})\nawait asyncio.sleep(60)"
+    config = ToolsConfig(mode="code", max_wall_ms=1000, code_isolation=isolation)
+    with ToolSystem.start(config) as own:
+        message = failure_of(run_code(own, program)).message
+    assert message == (
+        "code run failed (timeout): wall-clock ceiling reached (1000ms)\nCaptured output:\n"
+        + _FORGED_DUMP
+    )
+
+
+# What a program does to the descriptor the worker writes its stacks to when asked, before it
+# spins past its compute budget.
+_WHERE_ATTACKS = {
+    # A stack of its own there, after garbage: only what the worker writes once asked counts.
+    "forged": f"os.write({WHERE_FD}, b'\\xff' * 1000 + {_FORGED_DUMP.encode()!r})",
+    # The pipe filled to its brim with stacks of its own, which no dump then fits beside.
+    "filled": (
+        f"os.set_blocking({WHERE_FD}, False)\n"
+        "try:\n"
+        "    while True:\n"
+        f"        os.write({WHERE_FD}, {_FORGED_DUMP.encode()!r})\n"
+        "except BlockingIOError:\n"
+        "    pass"
+    ),
+    # Closed, or replaced by another file: the line is not named, and the run ends as ever.
+    "closed": f"os.close({WHERE_FD})",
+    "replaced": f"os.dup2(os.open(os.devnull, os.O_WRONLY), {WHERE_FD})",
+}
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+@pytest.mark.parametrize("attack", sorted(_WHERE_ATTACKS))
+def test_what_a_program_does_to_the_where_descriptor_never_forges_the_line_or_hangs_the_host(
+    isolation: str, attack: str
+) -> None:
+    program = (
+        f"import os\nprint('start')\n{_WHERE_ATTACKS[attack]}\n"
+        "def spin():\n    n = 0\n    while True:\n        n += 1\nspin()"
+    )
+    spin = program.count("\n")  # the loop's body (the last line is the call)
+    config = ToolsConfig(mode="code", compute_ms=300, code_isolation=isolation)
+    with ToolSystem.start(config) as own:
+        message = failure_of(run_code(own, program)).message
+    failure, output = failure_and_output(message)
+    named = re.fullmatch(
+        r"code run failed \(timeout\): compute budget exhausted \(300ms busy\)"
+        r"(; the program was at line (\d+), in spin)?",
+        failure,
+    )
+    assert named is not None, message
+    if attack in ("forged", "filled"):
+        assert named.group(2) in (str(spin - 1), str(spin)), message
+    else:
+        assert named.group(1) is None, message
+    assert output == ["start"], message
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])

@@ -3019,15 +3019,18 @@ return out
     assert all(opened[fd].startswith("pipe:") for fd in ("1", "2", "3", "4"))
     # Under the sandbox, 5 is the notice socket to the run's own init (see _sandbox._init).
     assert runtime.isolation == "sandbox" and opened["5"].startswith("socket:")
-    extra = {fd: target for fd, target in opened.items() if int(fd) > 5}
+    # 6 is the pipe the worker writes its stacks to when asked where the program is.
+    assert opened["6"].startswith("pipe:")
+    extra = {fd: target for fd, target in opened.items() if int(fd) > 6}
     # Beyond those, only what the worker's own event loop opened (epoll, its self-pipe).
     assert all(target.startswith(("anon_inode:", "socket:")) for target in extra.values()), extra
     assert str(marker) not in opened.values()
 
 
 def test_channel_descriptors_are_not_inheritable(runtime: SubprocessCodeRuntime) -> None:
-    program = "import os\nreturn [os.get_inheritable(fd) for fd in range(5)]"
-    assert run(runtime, program).value == [True, True, True, False, False]
+    # Nor is the where pipe (6): a program's subprocess never writes the worker's stacks.
+    program = "import os\nreturn [os.get_inheritable(fd) for fd in (0, 1, 2, 3, 4, 6)]"
+    assert run(runtime, program).value == [True, True, True, False, False, False]
 
 
 def test_limits_are_applied_in_the_worker() -> None:

@@ -1,7 +1,7 @@
 """Pre-forked workers: a few runs' processes already spawned (and, under the sandbox, already
 confined), each waiting for its ``Boot`` frame.
 
-A slot is one spawn request already answered by the template: the host's ends of the five pipes
+A slot is one spawn request already answered by the template: the host's ends of the six pipes
 and the template that took the request. ``take()`` hands out a live slot (a slot whose status
 pipe shows anything beyond the pid report, or end of file, is stale: its template died or its
 worker failed to start, so it is closed and skipped) and asks the template for a replacement,
@@ -76,13 +76,13 @@ class Slot:
 
 
 def open_slot(template: TemplateHandle) -> Slot:
-    """Create the five pipes and have ``template`` spawn a worker on them; raises ``OSError``.
+    """Create the six pipes and have ``template`` spawn a worker on them; raises ``OSError``.
     A fork of the host waits for this (``FORK_GUARD``): a child would otherwise keep copies of
     pipes it does not know of, and the worker would never see the host close them."""
     with FORK_GUARD:
         pipes: list[tuple[int, int]] = []
         try:
-            for _ in range(5):
+            for _ in range(6):
                 pipes.append(_pipe())
         except BaseException:
             for pair in pipes:
@@ -91,13 +91,16 @@ def open_slot(template: TemplateHandle) -> Slot:
             raise
         (to_worker_r, to_worker_w), (from_worker_r, from_worker_w) = pipes[0], pipes[1]
         (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes[2], pipes[3], pipes[4]
-        worker_ends = [to_worker_r, from_worker_w, out_w, err_w, status_w]
+        where_r, where_w = pipes[5]
+        worker_ends = [to_worker_r, from_worker_w, out_w, err_w, status_w, where_w]
         host = {
             "to_worker": to_worker_w,
             "from_worker": from_worker_r,
             "out": out_r,
             "err": err_r,
             "status": status_r,
+            # Read only as a budget runs out (``RunProcess._read_where``), never watched.
+            "where": where_r,
         }
         try:
             process = template.spawn(worker_ends)

@@ -314,15 +314,14 @@ class CodeRun(RunProcess):
             if handle is not None:
                 handle.cancel()
         self._grace = self._report_deadline = self._end_deadline = None
-        self._close_all()
-        self._calls.close()
         assert self._outcome is not None
         outcome = self._outcome
-        native = self._native
-        native.flush()  # a dump's last unended line that waits for the rest
-        where = native.where
+        where = self._where_written()  # nothing unless a budget's end asked where it was
         if where is not None:
             outcome = self._limits.where_spent(outcome, where)
+        self._close_all()
+        self._calls.close()
+        self._native.flush()  # a dump's last unended line that waits for the rest
         result = materialize(self._ledger, outcome)
         if not self.future.done():
             self.future.set_result(result)

@@ -12,10 +12,14 @@ or of the event loop (asyncio, selectors: the worker's loop waiting).
 Lines a program writes that merely look like a dump lose at most such frame lines (and may
 name a line of their own as where a compute budget ran out).
 
-The dump also comes, with the program running on, when the run's compute budget has run out
-or its wall ceiling is reached (``WHERE_SIGNAL``): its innermost frame of the program is where
-the time ran out, which the failure names (``where``). A thread's block that shows no frame
-(the worker's loop waiting while the program awaits) is left out, first line and all.
+A thread's block that shows no frame (the worker's loop waiting while the program awaits) is
+left out, first line and all.
+
+The same stacks come, with the program running on, when the run's compute budget has run out
+or its wall ceiling is reached (``WHERE_SIGNAL``), but on the worker's where pipe
+(``WHERE_FD``), never on its output: the host reads them only for where the program was
+(``where_of``), its innermost frame of the program being where the time ran out, which the
+failure names. Descriptor 2 keeps what the program and a crash write.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Final
 
 from ._program import FILENAME
 
-__all__ = ["DUMP_STARTS", "CrashDumpFilter"]
+__all__ = ["DUMP_STARTS", "CrashDumpFilter", "where_of"]
 
 _WORKER_PACKAGE: Final = os.path.dirname(os.path.abspath(__file__)) + os.sep
 """The directory of the worker's modules (and the sandbox's, beneath it)."""
@@ -56,8 +60,8 @@ class CrashDumpFilter:
         self._dump = False
         self._block = False
         # A thread's first line, shown only with a line of its block that is shown: a block
-        # with none (a program awaiting, whose stack is the worker's loop waiting, as the wall
-        # ceiling asks where it is) says nothing but that a thread exists.
+        # with none (the worker's loop waiting while the program awaits) says nothing but
+        # that a thread exists.
         self._held: str | None = None
         self._inner = False  # a frame is shown of this block (the innermost comes first)
         self._below = False  # a frame of the program's was seen in this block
@@ -120,6 +124,19 @@ class CrashDumpFilter:
         if dropped and not kept:
             return None
         return "\n".join(kept)
+
+
+def where_of(written: bytes) -> str | None:
+    """Where the program was by the stacks the worker wrote when asked (``WHERE_SIGNAL``),
+    whole lines only (a dump that found the pipe full ends unended); ``None`` when they show
+    no line of the program."""
+    text = written.decode("utf-8", "replace")
+    end = text.rfind("\n")
+    if end < 0:
+        return None
+    dump = CrashDumpFilter()
+    dump.lines(text[:end])
+    return dump.where
 
 
 def _where(frame: str) -> str:

@@ -4,11 +4,11 @@ forked children, or a program that writes to the descriptors directly), decoded 
 output ledger: each read is one entry, as it came (the contract's rule: a line a child prints
 keeps its newline, and a line written in pieces may come in several entries).
 
-The one exception is a stack dump (``faulthandler``'s, after a crash in C or when the compute
-budget runs out), whose worker frames are taken out (``CrashDumpFilter``): the filter reads
-whole lines, and ``faulthandler`` writes each line in pieces, so while a dump may be under way
-the line a read leaves unended waits for the next read of its pipe (``CARRY_LIMIT`` at most) or
-the end of the run."""
+The one exception is a stack dump (``faulthandler``'s, after a crash in C), whose worker frames
+are taken out (``CrashDumpFilter``): the filter reads whole lines, and ``faulthandler`` writes
+each line in pieces, so while a dump may be under way the line a read leaves unended waits for
+the next read of its pipe (``CARRY_LIMIT`` at most) or the end of the run. (The stacks the host
+asks for as a budget runs out come on a pipe of their own, never here: ``_run_crash_dump``.)"""
 
 from __future__ import annotations
 
@@ -100,11 +100,6 @@ class NativeOutput:
                 if kept is not None:
                     shown += kept
         return not shown or self._ledger.admit(shown)
-
-    @property
-    def where(self) -> str | None:
-        """Where the program was in the last stack dump on stderr (``CrashDumpFilter``)."""
-        return self._dumps[1].where
 
     def _decoder(self, index: int) -> codecs.IncrementalDecoder:
         decoder = self._decoders[index]

@@ -36,6 +36,7 @@ from ._frames import Call, FrameReader, worker_frame_decoder
 from ._ledger import OutputLedger
 from ._outcome import LIMIT, Outcome
 from ._pool import Slot, WorkerPool, open_slot
+from ._run_crash_dump import where_of
 from ._run_output import NativeOutput
 from ._run_pipes import DRAIN_LIMIT, READ_SIZE, ChannelWriter, read_available
 from ._run_readers import RunReaders
@@ -51,7 +52,14 @@ from ._run_status import (
     WorkerReport,
     take_report,
 )
-from ._sandbox._init import WHERE_SECONDS, WHERE_SIGNAL, namespace_worker, process_exiting
+from ._sandbox._init import (
+    BUDGET_COMPUTE,
+    BUDGET_WALL,
+    WHERE_SECONDS,
+    WHERE_SIGNAL,
+    namespace_worker,
+    process_exiting,
+)
 from ._seam import CodeRuntimeConfig
 from ._template_host import TemplateHandle, close_host_fds
 
@@ -61,6 +69,10 @@ _CPU_SAMPLE_SECONDS: Final = 0.025
 _CHANNEL_CLOSED: Final = "worker closed its channel before completing"
 """The failure of a run whose worker lives on after its channel to the host closed (the
 program closed it): no ``Done`` can come."""
+_WHERE_READ_LIMIT: Final = 1 << 20
+"""The most the host reads of the where pipe, to drop or to read: what a pipe holds at most
+unless its owner may pass ``/proc/sys/fs/pipe-max-size`` (one dump's non-blocking writes take
+a few kilobytes, but a program may have enlarged the pipe and filled it)."""
 _CHANNEL_CLOSED_SECONDS: Final = 0.25
 """How long after end of file on a sandboxed worker's channel the host waits for its init to
 report the end it then asks for (see ``_on_channel_eof``) before it settles on its own."""
@@ -173,6 +185,9 @@ class RunProcess(abc.ABC):
         self._left_unread = False  # ``_unread()`` as the host hung up on the worker
         self._refill = False
         self._budget = 0
+        # The worker was asked where the program is (by the host, or by the sandbox's init as
+        # it reported a budget): only then is its where pipe read (``_where_written``).
+        self._where_asked = False
 
     def _spawn(self) -> None:
         self._attempts += 1
@@ -361,6 +376,8 @@ class RunProcess(abc.ABC):
                 self._on_worker_exit(report.wait_status)
             elif isinstance(report, BudgetReport):
                 self._budget = report.budget
+                if report.budget in (BUDGET_COMPUTE, BUDGET_WALL):
+                    self._where_asked = True  # the init asked before it reported
                 if self._outcome is None:
                     self._settle(self._exit_outcome())
             elif isinstance(report, HangUpReport):
@@ -586,18 +603,43 @@ class RunProcess(abc.ABC):
         status = self._exit_status if self._worker_status is None else self._worker_status
         return self._limits.exit_outcome(self._budget, status, self._exit_cpu)
 
+    def _where_pipe(self) -> list[bytes]:
+        """What the where pipe holds now (``_WHERE_READ_LIMIT`` at most), read by read."""
+        fd = self._fds.get("where")
+        reads: list[bytes] = []
+        taken = 0
+        while fd is not None and taken < _WHERE_READ_LIMIT:
+            data = read_available(fd, READ_SIZE)
+            if not data:
+                break
+            reads.append(data)
+            taken += len(data)
+        return reads
+
+    def _where_written(self) -> str | None:
+        """Where the program was by the stacks the worker wrote to its where pipe when asked
+        (``_ask_where``, or the sandbox's init as a budget ran out); ``None`` when it was not
+        asked (what the pipe holds then is the program's, if anything: a run that the kernel's
+        CPU limit ended, say). Read only then, never while the run goes on."""
+        if not self._where_asked:
+            return None
+        return where_of(b"".join(self._where_pipe()))
+
     def _ask_where(self) -> bool:
         """Have the worker write where the program is (``WHERE_SIGNAL``), as a budget runs
         out; whether it was asked. Under the sandbox the host knows the namespace's init, and
-        finds the worker as the init's child."""
+        finds the worker as the init's child. What the where pipe held before is dropped
+        first: only what the worker writes from now on names the line."""
         pid = self._pid
         if pid is None or self._exited:
             return False
+        self._where_pipe()
         if not self._sandboxed:
             try:
                 os.kill(pid, WHERE_SIGNAL)
             except OSError:
                 return False
+            self._where_asked = True
             return True
         worker = namespace_worker(pid)
         if worker is None:
@@ -608,6 +650,7 @@ class RunProcess(abc.ABC):
             return False
         finally:
             os.close(worker)
+        self._where_asked = True
         return True
 
     def _compute_spent(self) -> None:

@@ -17,7 +17,7 @@ Isolation (``CodeRuntimeConfig.isolation``):
   directory) and the granted paths, with no capabilities, ``no_new_privs`` and a seccomp
   filter. The namespace's init charges the whole process tree to the budgets; killing it ends
   every process of the run.
-- ``"process"``: the worker calls ``setsid()``, keeps only its five descriptors, clears its
+- ``"process"``: the worker calls ``setsid()``, keeps only its six descriptors, clears its
   environment and applies ``RLIMIT_AS``/``RLIMIT_CPU``; the host samples its CPU time and kills
   its process group. This is containment, not a sandbox: a program can do anything the host
   user can, and a process that creates its own session escapes the group kill.

@@ -11,10 +11,12 @@ The first message on the control socket is ``b"C"`` + JSON settings: ``isolation
 namespace, the granted paths, the kernel checks); a failure there is answered to every spawn
 request as an ``E`` report naming the missing feature, so no run ever goes unconfined.
 
-A spawn request is one message ``b"S"`` carrying five descriptors: host->worker channel (read
-end), worker->host channel (write end), native stdout and stderr (write ends) and the run's
-status pipe (write end). The template forks; the child calls ``setsid()`` and moves its
-descriptors to 0-4 (0 = ``/dev/null``) and the status pipe to 5, closing every other descriptor.
+A spawn request is one message ``b"S"`` carrying six descriptors: host->worker channel (read
+end), worker->host channel (write end), native stdout and stderr (write ends), the run's
+status pipe (write end) and the where pipe (write end: the stacks the worker writes when asked
+where the program is, ``WHERE_FD``). The template forks; the child calls ``setsid()`` and moves
+its descriptors to 0-4 (0 = ``/dev/null``), the status pipe to 5 and the where pipe to 6,
+closing every other descriptor.
 Under ``"process"`` it reports ``b"P"`` + its pid, clears the environment and enters
 ``_worker_start.main()``. Under ``"sandbox"`` the child is forked into a new PID namespace, of which
 it is the init: the template reports ``b"P"`` + its pid (killing that process ends the whole
@@ -135,13 +137,15 @@ def _child(worker: Any, control: socket.socket, fds: list[int], plan: Any) -> No
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         control.detach()  # the descriptor is closed below; the object must never close it
-        channel_in, channel_out, out_w, err_w, status_w = fds
+        channel_in, channel_out, out_w, err_w, status_w, where_w = fds
         devnull = os.open(os.devnull, os.O_RDONLY)
-        sources = [devnull, out_w, err_w, channel_in, channel_out, status_w]
+        sources = [devnull, out_w, err_w, channel_in, channel_out, status_w, where_w]
         lifted = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in sources]
+        where_fd: int = worker.WHERE_FD  # 6, the last of them
         for target, fd in enumerate(lifted):
-            os.dup2(fd, target)
-        _close_all_but(6, [] if plan is None else plan.kept_fds())
+            # The where pipe is the worker's alone: no program it starts inherits it.
+            os.dup2(fd, target, inheritable=target != where_fd)
+        _close_all_but(where_fd + 1, [] if plan is None else plan.kept_fds())
         os.environ.clear()
         if plan is not None:
             plan.start_init(5, worker.main)
@@ -178,14 +182,15 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
                 _close_quiet(fd)
 
     def spawn(fds: list[int]) -> None:
-        if len(fds) != 5:
+        if len(fds) != 6:
             for fd in fds:
                 _close_quiet(fd)
             return
-        for fd in fds:
+        for fd in fds[:5]:
             # The host makes the pipes non-blocking (its ends are); the worker's are blocking,
             # as a program's standard streams are. One ``fcntl`` each: a fresh pipe end has
-            # no other status flag to keep (the access mode is not one).
+            # no other status flag to keep (the access mode is not one). The where pipe stays
+            # non-blocking: a dump that finds it full is cut short rather than stall the worker.
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETFL, 0)
         if plan is not None and plan.error is not None:
@@ -208,7 +213,7 @@ def _serve(worker: Any, control: socket.socket, plan: Any) -> None:
         if plan is not None and plan.template_reports_pid:
             # The init cannot know its pid outside its namespace.
             _write_quiet(fds[4], b"P" + struct.pack(">i", pid))
-        for fd in fds[:4]:
+        for fd in (*fds[:4], fds[5]):
             _close_quiet(fd)
         children[pid] = fds[4]
 

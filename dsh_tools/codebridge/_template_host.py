@@ -93,7 +93,7 @@ def close_host_fds(fds: Iterable[int]) -> None:
 
 
 def _close_quietly(fd: int) -> None:
-    # Not ``contextlib.suppress``: a run closes five descriptors, and the context manager cost
+    # Not ``contextlib.suppress``: a run closes six descriptors, and the context manager cost
     # each three Python calls more than the close itself.
     try:
         os.close(fd)

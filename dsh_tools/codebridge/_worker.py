@@ -78,7 +78,7 @@ from ._program import (
     compile_program,
     source_lines,
 )
-from ._sandbox._init import WHERE_SIGNAL
+from ._sandbox._init import WHERE_FD, WHERE_SIGNAL
 from ._tokens import TokenError, detokenize, not_lossless, tokenize
 from ._worker_api import (
     ABSENT,
@@ -943,8 +943,10 @@ def set_up(worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
     # native stderr pipe, which the run's log takes), then the signal ends the run as ever.
     faulthandler.enable(2)
     # The same stacks when the run's compute budget has run out or its wall ceiling is
-    # reached (``WHERE_SIGNAL``): the host names the program's line it was at from them.
-    faulthandler.register(WHERE_SIGNAL, 2, all_threads=True, chain=False)
+    # reached (``WHERE_SIGNAL``): the host names the program's line it was at from them. To a
+    # descriptor of their own, which the host reads for nothing else: on descriptor 2 they
+    # showed as the program's output, and no text tells them from a crash's, which must show.
+    faulthandler.register(WHERE_SIGNAL, WHERE_FD, all_threads=True, chain=False)
     program_stack_only(FILENAME)
     program_tracebacks_only()
     asyncio.set_event_loop(loop)

@@ -51,7 +51,7 @@ from ._frames import (
 )
 from ._ledger import clean_text
 from ._program import FILENAME
-from ._sandbox._init import NOTICE_HELD, NOTICE_STARTED
+from ._sandbox._init import NOTICE_HELD, NOTICE_STARTED, WHERE_FD
 from ._tokens import tokenize
 from ._worker import (
     CHANNEL_IN,
@@ -67,7 +67,7 @@ from ._worker import (
 )
 from ._worker_threads import fit_threads
 
-__all__ = ["expect_compute_ms", "fit_threads", "main"]
+__all__ = ["WHERE_FD", "expect_compute_ms", "fit_threads", "main"]
 
 _os_write = os.write
 _os_exit = os._exit

@@ -487,7 +487,7 @@ def interrupts_held() -> contextlib.AbstractContextManager[None]:
     """Work that a Ctrl-C must not cut in two (taking a pre-forked worker and handing it to
     its owner, or giving it back): on the main thread, with Python's own SIGINT handler in
     place, a Ctrl-C meanwhile raises ``KeyboardInterrupt`` once the work is done. Raised
-    inside it, the worker was held by neither: its five descriptors stayed open for good."""
+    inside it, the worker was held by neither: its six descriptors stayed open for good."""
     return _InterruptsNoted(raise_after=True)
 
 

@@ -428,11 +428,12 @@ class SandboxPlan:
     def start_init(self, status_fd: int, start_worker: Callable[[int], NoReturn]) -> NoReturn:
         """In ``fork_run``'s child: be (or start) the run's init.
 
-        Descriptors 0-4 are the worker's and ``status_fd`` (5) the status pipe; nothing else is
-        open but the grants. The worker starts with ``start_worker(status_fd)``: by then that
-        descriptor is the worker's end of the init's notice socket (``_init.run_init``), no longer
-        the status pipe. The init exits once the worker has exited or a budget is
-        exhausted, which ends the namespace and every process in it.
+        Descriptors 0-4 and 6 (``WHERE_FD``) are the worker's and ``status_fd`` (5) the status
+        pipe; nothing else is open but the grants. The worker starts with
+        ``start_worker(status_fd)``: by then that descriptor is the worker's end of the init's
+        notice socket (``_init.run_init``), no longer the status pipe. The init exits once the
+        worker has exited or a budget is exhausted, which ends the namespace and every process
+        in it.
         """
         if self._direct:
             self._init(status_fd, start_worker)
@@ -507,7 +508,7 @@ class SandboxPlan:
                 os.setsid()
                 meter.join()
                 self._confine(status_fd, seccomp, scratch)
-                # The status pipe's number, free now: the worker's descriptors stay 0-5.
+                # The status pipe's number, free now: the worker's descriptors stay 0-6.
                 os.dup2(notice, status_fd, inheritable=False)
                 os.close(notice)
             except OSError as exc:

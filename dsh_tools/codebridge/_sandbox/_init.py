@@ -31,6 +31,12 @@ two apart, which the host cannot (it does not know the worker's pid): a worker t
 on its own (``process_exiting``) is reaped first and its exit reported as usual; otherwise the
 init ends the run and reports ``b"H"``, the hang-up, as its reason.
 
+Over the compute budget, or past the wall backstop, the init first asks the worker where the
+program is (``ask_where``): the worker writes its stacks to its where pipe (``WHERE_FD``, a
+descriptor of its own that the host reads only then), never to its output. The init empties
+that pipe before it asks, through a read end of its own, so that nothing the program wrote
+there before names the line.
+
 Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code, or
 ``b"H"``; then ``b"K"`` once every other process has ``SIGKILL`` pending (left out when none is
 left), then ``b"G"`` once all are reaped.
@@ -57,6 +63,7 @@ __all__ = [
     "NOTICE_HELD",
     "NOTICE_STARTED",
     "TICK_SECONDS",
+    "WHERE_FD",
     "WHERE_SECONDS",
     "WHERE_SIGNAL",
     "Meter",
@@ -80,10 +87,15 @@ init measures CPU time, memory and processes from then on, and the wall clock on
 not due to start is no part of its wall time."""
 WHERE_SIGNAL: Final = signal.SIGRTMIN + 6
 """The signal on which the worker writes the Python stack of each of its threads to its
-native stderr (``faulthandler``, from C: it comes even from a loop in C that holds the GIL).
-The run's end sends it when the compute budget has run out or the wall ceiling is reached,
-so that the failure can say which line of the program the time ran out on
+where pipe (``WHERE_FD``; ``faulthandler``, from C: it comes even from a loop in C that holds
+the GIL). The run's end sends it when the compute budget has run out or the wall ceiling is
+reached, so that the failure can say which line of the program the time ran out on
 (``_run_crash_dump``)."""
+WHERE_FD: Final = 6
+"""The worker's descriptor of the where pipe, which the host reads only for where the program
+was as a budget ran out. Not descriptor 2: a stack written there showed under the program's
+output, and could not be told from a crash's by its text (a fatal error's stack must show).
+The init closes its own copy once the worker is forked: the stacks are the worker's to write."""
 WHERE_SECONDS: Final = 0.05
 """How long the worker is given to write that stack before the run is ended: a spinning
 process takes a signal at its next tick, a waiting one once it is scheduled. It adds this
@@ -109,6 +121,9 @@ _PF_EXITING: Final = 0x4
 ninth field), set before the exit closes any descriptor."""
 _NOTICE_READ_BYTES: Final = 1 << 16
 """What one read of the notice socket takes at most."""
+_WHERE_DROP_READS: Final = 16
+"""How many such reads the init makes at most to empty the where pipe before it asks (the
+pipe holds 64 KiB unless the program enlarged it, to a megabyte at most by default)."""
 MAX_LOCKS: Final = 1_024
 """How many file locks (``fcntl``, ``lockf``, ``flock``) a run's processes may hold together; more
 end the run with its memory budget. Each is kernel memory (about 200 bytes) that neither a
@@ -129,9 +144,25 @@ REPORT_HANG_UP: Final = b"H"
 """The init's report that it ended the run on the host's hang-up while its worker lived."""
 
 
-def ask_where(pid: int) -> None:
+def _where_reader() -> int:
+    """A read end of the where pipe (the init's own, opened anew from its write end, which it
+    then closes), to empty it before the init asks; -1 where it cannot be opened."""
+    try:
+        return os.open(f"/proc/self/fd/{WHERE_FD}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return -1
+
+
+def ask_where(pid: int, where: int) -> None:
     """Have worker ``pid`` write where its threads are (``WHERE_SIGNAL``) and give it
-    ``WHERE_SECONDS`` to; best effort (a program may have taken the signal over)."""
+    ``WHERE_SECONDS`` to; best effort (a program may have taken the signal over). What the
+    where pipe (``where``, a read end) held before is dropped first: only what the worker
+    writes from now on names the line (the host reads the rest once the run has ended)."""
+    if where >= 0:
+        with contextlib.suppress(OSError):
+            for _ in range(_WHERE_DROP_READS):
+                if not os.read(where, _NOTICE_READ_BYTES):
+                    break
     try:
         os.kill(pid, WHERE_SIGNAL)
     except OSError:
@@ -458,7 +489,8 @@ def run_init(
     os.close(notice_w)
     meter.close_dirs()
     channel = os.dup(3)  # the host->worker channel's read end: its hang-up ends the run
-    for fd in range(5):
+    where = _where_reader()  # after the fork: the worker never has it
+    for fd in (0, 1, 2, 3, 4, WHERE_FD):
         with contextlib.suppress(OSError):
             os.close(fd)
     memory_limit = max_memory_mb * 2**20
@@ -537,7 +569,7 @@ def run_init(
             continue  # nothing of the program has run: an idle worker costs no measuring
         if time.monotonic() >= deadline:
             report = b"B" + bytes([BUDGET_WALL])
-            ask_where(worker)  # as for the compute budget: the failure names the line
+            ask_where(worker, where)  # as for the compute budget: the failure names the line
             break
         now = time.monotonic()
         if now - measured_at < TICK_SECONDS:
@@ -553,7 +585,7 @@ def run_init(
             continue
         if cpu * 1000 >= compute_ms:
             report = b"B" + bytes([BUDGET_COMPUTE])
-            ask_where(worker)
+            ask_where(worker, where)
         elif memory > memory_limit:
             report = b"B" + bytes([BUDGET_MEMORY])
         elif count > max_processes or meter.over_task_ceiling():
