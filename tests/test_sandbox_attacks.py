@@ -2160,9 +2160,10 @@ return [fds, refused]
     fds, refused = value(sandbox, program)
     kinds = {int(fd): kind for fd, kind in fds.items()}
     # /dev/null, output pipes, channel pipes, the notice socket to the run's own init (which no
-    # program can open again through /proc for reading); then only the event loop's pair
-    expected = ["/dev/null", "pipe", "pipe", "pipe", "pipe", "socket"]
-    assert [kinds.pop(fd) for fd in range(6)] == expected
+    # program can open again through /proc for reading), the pipe of the stacks the host asks
+    # for as a budget runs out; then only the event loop's pair
+    expected = ["/dev/null", "pipe", "pipe", "pipe", "pipe", "socket", "pipe"]
+    assert [kinds.pop(fd) for fd in range(7)] == expected
     assert sorted(kinds.values()) == ["socket", "socket"], kinds
     assert set(refused.values()) <= {"PermissionError", "FileNotFoundError"}, refused  # or absent
     assert refused["/sys/class/net"] == refused["/dev/shm"] == refused["mknod"] == "PermissionError"
