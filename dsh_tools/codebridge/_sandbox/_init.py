@@ -34,7 +34,7 @@ init ends the run and reports ``b"H"``, the hang-up, as its reason.
 Over the compute budget, or past the wall backstop, the init first asks the worker where the
 program is (``ask_where``): the worker writes its stacks to its where pipe (``WHERE_FD``, a
 descriptor of its own that the host reads only then), never to its output. The init empties
-that pipe before it asks, through a read end of its own, so that nothing the program wrote
+that pipe before it asks, through a read end it opens then, so that nothing the program wrote
 there before names the line.
 
 Reports on the run's status pipe: ``b"W"`` + wait status (``>i``), or ``b"B"`` + budget code, or
@@ -95,7 +95,7 @@ WHERE_FD: Final = 6
 """The worker's descriptor of the where pipe, which the host reads only for where the program
 was as a budget ran out. Not descriptor 2: a stack written there showed under the program's
 output, and could not be told from a crash's by its text (a fatal error's stack must show).
-The init closes its own copy once the worker is forked: the stacks are the worker's to write."""
+The init keeps its own copy (it writes nothing to it) to empty the pipe before it asks."""
 WHERE_SECONDS: Final = 0.05
 """How long the worker is given to write that stack before the run is ended: a spinning
 process takes a signal at its next tick, a waiting one once it is scheduled. It adds this
@@ -144,25 +144,26 @@ REPORT_HANG_UP: Final = b"H"
 """The init's report that it ended the run on the host's hang-up while its worker lived."""
 
 
-def _where_reader() -> int:
-    """A read end of the where pipe (the init's own, opened anew from its write end, which it
-    then closes), to empty it before the init asks; -1 where it cannot be opened."""
+def _drop_where() -> None:
+    """Empty the where pipe, through a read end opened anew from the init's write end (kept
+    for this): opened only as a budget runs out, no other run pays for it. Best effort."""
     try:
-        return os.open(f"/proc/self/fd/{WHERE_FD}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        where = os.open(f"/proc/self/fd/{WHERE_FD}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return -1
+        return
+    with contextlib.suppress(OSError):
+        for _ in range(_WHERE_DROP_READS):
+            if not os.read(where, _NOTICE_READ_BYTES):
+                break
+    os.close(where)
 
 
-def ask_where(pid: int, where: int) -> None:
+def ask_where(pid: int) -> None:
     """Have worker ``pid`` write where its threads are (``WHERE_SIGNAL``) and give it
     ``WHERE_SECONDS`` to; best effort (a program may have taken the signal over). What the
-    where pipe (``where``, a read end) held before is dropped first: only what the worker
-    writes from now on names the line (the host reads the rest once the run has ended)."""
-    if where >= 0:
-        with contextlib.suppress(OSError):
-            for _ in range(_WHERE_DROP_READS):
-                if not os.read(where, _NOTICE_READ_BYTES):
-                    break
+    where pipe held before is dropped first: only what the worker writes from now on names
+    the line (the host reads it once the run has ended)."""
+    _drop_where()
     try:
         os.kill(pid, WHERE_SIGNAL)
     except OSError:
@@ -489,8 +490,7 @@ def run_init(
     os.close(notice_w)
     meter.close_dirs()
     channel = os.dup(3)  # the host->worker channel's read end: its hang-up ends the run
-    where = _where_reader()  # after the fork: the worker never has it
-    for fd in (0, 1, 2, 3, 4, WHERE_FD):
+    for fd in range(5):  # (not ``WHERE_FD``, which ``ask_where`` reads through)
         with contextlib.suppress(OSError):
             os.close(fd)
     memory_limit = max_memory_mb * 2**20
@@ -569,7 +569,7 @@ def run_init(
             continue  # nothing of the program has run: an idle worker costs no measuring
         if time.monotonic() >= deadline:
             report = b"B" + bytes([BUDGET_WALL])
-            ask_where(worker, where)  # as for the compute budget: the failure names the line
+            ask_where(worker)  # as for the compute budget: the failure names the line
             break
         now = time.monotonic()
         if now - measured_at < TICK_SECONDS:
@@ -585,7 +585,7 @@ def run_init(
             continue
         if cpu * 1000 >= compute_ms:
             report = b"B" + bytes([BUDGET_COMPUTE])
-            ask_where(worker, where)
+            ask_where(worker)
         elif memory > memory_limit:
             report = b"B" + bytes([BUDGET_MEMORY])
         elif count > max_processes or meter.over_task_ceiling():
