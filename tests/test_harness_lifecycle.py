@@ -2084,7 +2084,7 @@ def test_a_forked_child_closes_its_copies_of_the_workers_pipes_and_refuses_the_r
         while runtime.idle_workers < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         descriptors = [fd for slot in runtime._pool._idle for fd in slot.fds.values()]
-        assert len(descriptors) == 10
+        assert len(descriptors) == 12  # six pipes of each of two workers
 
         def child() -> str:
             still_open = [fd for fd in descriptors if os.path.exists(f"/proc/self/fd/{fd}")]

@@ -9,8 +9,8 @@ block (``Current thread 0x... (most recent call first):`` or ``Thread 0x...``, o
 ``  File "<name>", line <n> in <function>`` line per frame, innermost first), every frame
 beneath the outermost frame of the program's file and every frame of the worker's package
 or of the event loop (asyncio, selectors: the worker's loop waiting).
-Lines a program writes that merely look like a dump lose at most such frame lines (and may
-name a line of their own as where a compute budget ran out).
+Lines a program writes that merely look like a dump lose at most such frame lines (and name
+nothing: the line a budget's failure names is read elsewhere, below).
 
 A thread's block that shows no frame (the worker's loop waiting while the program awaits) is
 left out, first line and all.
