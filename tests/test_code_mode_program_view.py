@@ -386,6 +386,38 @@ def test_the_compute_budgets_failure_names_the_line_it_ran_out_on(
 
 
 @pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_the_line_is_named_when_the_stacks_outgrow_a_pipes_usual_size(isolation: str) -> None:
+    # The stacks come newest thread first, the program's main thread last. Thirty threads
+    # waiting deep in recursion write some 100 KiB before it, more than a pipe holds unless it
+    # is enlarged: the dump was cut short there, and the failure named a waiting thread's line
+    # instead of the loop that spent the budget (on descriptor 2, read as it came, it was not).
+    program = """import threading
+ready = threading.Barrier(31)
+never = threading.Event()
+def deep(n):
+    if n:
+        return deep(n - 1)
+    ready.wait()
+    never.wait()
+for _ in range(30):
+    threading.Thread(target=deep, args=(98,), daemon=True).start()
+ready.wait()
+def spin():
+    n = 0
+    while True:
+        n += 1
+spin()"""
+    config = ToolsConfig(mode="code", compute_ms=500, code_isolation=isolation)
+    with ToolSystem.start(config) as own:
+        message = failure_of(run_code(own, program)).message
+    assert re.fullmatch(
+        r"code run failed \(timeout\): compute budget exhausted \(500ms busy\); the program was"
+        r" at line 1[45], in spin",
+        message,
+    ), message
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
 def test_the_wall_ceilings_failure_names_the_line_the_program_waited_on(isolation: str) -> None:
     # The compute budget's failure named the line it ran out on; the wall ceiling's said only
     # "wall-clock ceiling reached", so a program blocked in a call that spends no CPU (a sleep,

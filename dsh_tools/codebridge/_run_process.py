@@ -55,10 +55,12 @@ from ._run_status import (
 from ._sandbox._init import (
     BUDGET_COMPUTE,
     BUDGET_WALL,
+    WHERE_PIPE_BYTES,
     WHERE_SECONDS,
     WHERE_SIGNAL,
     namespace_worker,
     process_exiting,
+    widen_where,
 )
 from ._seam import CodeRuntimeConfig
 from ._template_host import TemplateHandle, close_host_fds
@@ -69,10 +71,11 @@ _CPU_SAMPLE_SECONDS: Final = 0.025
 _CHANNEL_CLOSED: Final = "worker closed its channel before completing"
 """The failure of a run whose worker lives on after its channel to the host closed (the
 program closed it): no ``Done`` can come."""
-_WHERE_READ_LIMIT: Final = 1 << 20
+_WHERE_READ_LIMIT: Final = WHERE_PIPE_BYTES
 """The most the host reads of the where pipe, to drop or to read: what a pipe holds at most
 unless its owner may pass ``/proc/sys/fs/pipe-max-size`` (one dump's non-blocking writes take
-a few kilobytes, but a program may have enlarged the pipe and filled it)."""
+a few kilobytes, a hundred for a program of many threads deep in calls, and the pipe is made
+to hold this much as the worker is asked, as a program may have made it and filled it)."""
 _CHANNEL_CLOSED_SECONDS: Final = 0.25
 """How long after end of file on a sandboxed worker's channel the host waits for its init to
 report the end it then asks for (see ``_on_channel_eof``) before it settles on its own."""
@@ -634,6 +637,9 @@ class RunProcess(abc.ABC):
         if pid is None or self._exited:
             return False
         self._where_pipe()
+        where = self._fds.get("where")
+        if where is not None:
+            widen_where(where)
         if not self._sandboxed:
             try:
                 os.kill(pid, WHERE_SIGNAL)

@@ -45,6 +45,7 @@ left), then ``b"G"`` once all are reaped.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import select
@@ -64,6 +65,7 @@ __all__ = [
     "NOTICE_STARTED",
     "TICK_SECONDS",
     "WHERE_FD",
+    "WHERE_PIPE_BYTES",
     "WHERE_SECONDS",
     "WHERE_SIGNAL",
     "Meter",
@@ -96,6 +98,13 @@ WHERE_FD: Final = 6
 was as a budget ran out. Not descriptor 2: a stack written there showed under the program's
 output, and could not be told from a crash's by its text (a fatal error's stack must show).
 The init keeps its own copy (it writes nothing to it) to empty the pipe before it asks."""
+WHERE_PIPE_BYTES: Final = 1 << 20
+"""What the where pipe is made to hold as the worker is asked (``widen_where``): the stacks
+come newest thread first, the program's main thread last, and a program of a few dozen threads
+deep in calls has more than the 64 KiB a pipe holds by default written before it, which no one
+reads while they are written (the writes are non-blocking: the dump was cut short there, and
+the failure named another thread's line). A megabyte, what ``/proc/sys/fs/pipe-max-size``
+allows by default; the host reads that much of it at most."""
 WHERE_SECONDS: Final = 0.05
 """How long the worker is given to write that stack before the run is ended: a spinning
 process takes a signal at its next tick, a waiting one once it is scheduled. It adds this
@@ -121,6 +130,8 @@ _PF_EXITING: Final = 0x4
 ninth field), set before the exit closes any descriptor."""
 _NOTICE_READ_BYTES: Final = 1 << 16
 """What one read of the notice socket takes at most."""
+_F_SETPIPE_SZ: Final[int | None] = getattr(fcntl, "F_SETPIPE_SZ", None)
+"""Linux's; other systems' pipes keep their size."""
 _WHERE_DROP_READS: Final = 16
 """How many such reads the init makes at most to empty the where pipe before it asks (the
 pipe holds 64 KiB unless the program enlarged it, to a megabyte at most by default)."""
@@ -158,12 +169,23 @@ def _drop_where() -> None:
     os.close(where)
 
 
+def widen_where(fd: int) -> None:
+    """Make the where pipe (``fd``, either end) hold ``WHERE_PIPE_BYTES``; best effort (a
+    system whose ``pipe-max-size`` is lower, or whose user has used up its pipe pages, keeps
+    its size). Called only as a budget runs out: no other run pays the system call, and the
+    pages (allocated as the pipe fills) live only until the run's end."""
+    if _F_SETPIPE_SZ is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, WHERE_PIPE_BYTES)
+
+
 def ask_where(pid: int) -> None:
     """Have worker ``pid`` write where its threads are (``WHERE_SIGNAL``) and give it
     ``WHERE_SECONDS`` to; best effort (a program may have taken the signal over). What the
     where pipe held before is dropped first: only what the worker writes from now on names
     the line (the host reads it once the run has ended)."""
     _drop_where()
+    widen_where(WHERE_FD)
     try:
         os.kill(pid, WHERE_SIGNAL)
     except OSError:
