@@ -99,7 +99,7 @@ def open_slot(template: TemplateHandle) -> Slot:
             "out": out_r,
             "err": err_r,
             "status": status_r,
-            # Read only as a budget runs out (``RunProcess._read_where``), never watched.
+            # Read only as a budget runs out (``RunProcess._where_pipe``), never watched.
             "where": where_r,
         }
         try:
