@@ -1,7 +1,7 @@
 """@tool with ``pathlib`` paths, as file tools are written: a path parameter (also inside a
-dataclass, a list or an optional, with a path default) is a JSON string in the schema and a
-path in the body, a returned path is its text, and a call that sends no string for one fails
-naming the argument."""
+dataclass, a list or an optional, with a path default, a field's too) is a JSON string in the
+schema and a path in the body, a returned path is its text, and a call that sends no string
+for one fails naming the argument."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolsConfig, ToolSystem, tool
@@ -119,3 +120,86 @@ def test_a_define_tool_typed_view_holds_a_path(system: ToolSystem) -> None:
     result = system.execute(ExecuteCall(call_id="c1", name="touch", arguments={"path": "a"}))
     assert not result.is_error, result.content
     assert result.value == "PosixPath"
+
+
+@dataclasses.dataclass
+class Scan:
+    """Where to scan."""
+
+    root: pathlib.Path = pathlib.Path(".")
+    depth: int = 2
+
+
+class Listing(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    base_dir: pathlib.PurePosixPath = pathlib.PurePosixPath("/srv")
+    show_hidden: bool = False
+
+
+@dataclasses.dataclass
+class Found:
+    path: pathlib.Path
+    parent: pathlib.Path = pathlib.Path("/")
+
+
+@tool
+def scan(scan: Scan, listing: Listing | None = None) -> list[Found]:
+    """Scan a tree.
+
+    Args:
+        scan: What to scan.
+        listing: How to list.
+    """
+    assert isinstance(scan.root, pathlib.Path)
+    base = listing.base_dir if listing is not None else pathlib.PurePosixPath("/")
+    assert isinstance(base, pathlib.PurePosixPath)
+    return [Found(pathlib.Path(base) / scan.root)]
+
+
+def test_a_path_default_of_a_dataclass_or_struct_field_is_shown_as_its_text() -> None:
+    schema = thaw(scan.parameters)
+    path = {"type": "string", "format": "path"}
+    assert schema["$defs"]["Scan"]["properties"]["root"] == {**path, "default": "."}
+    assert schema["$defs"]["Scan"]["description"] == "Where to scan."
+    listing = schema["$defs"]["Listing"]
+    assert listing["properties"]["baseDir"] == {**path, "default": "/srv"}
+    assert listing["additionalProperties"] is False
+    found = thaw(scan.output.schema)["items"]
+    assert found["properties"]["parent"] == {"type": "string", "default": "/"}
+    assert found["required"] == ["path", "parent"]
+
+
+def test_a_field_left_out_gets_its_path_default(system: ToolSystem) -> None:
+    system.tools.register(scan)
+    result = system.execute(
+        ExecuteCall(call_id="c1", name="scan", arguments={"scan": {}, "listing": {}})
+    )
+    assert not result.is_error, result.content
+    assert result.value == [{"path": "/srv", "parent": "/"}]
+    program = 'return await tools.scan({"scan": {"root": "src"}})'
+    run = system.execute(
+        ExecuteCall(call_id="c2", name="run_code", arguments={"code": program, "description": "x"})
+    )
+    assert not run.is_error, run.content
+    assert '"/src"' in run.content[0]["text"]
+    sdk = system.assemble_prompt().sections[0].text
+    assert '# [format: path; default: "."]\n    root: NotRequired[str]' in sdk
+
+
+@dataclasses.dataclass
+class Tree:
+    root: pathlib.Path = pathlib.Path(".")
+    children: list[Tree] = dataclasses.field(default_factory=list)
+
+
+def test_a_recursive_class_with_a_path_default_is_refused_naming_the_field() -> None:
+    def walk(tree: Tree) -> int:
+        """Walk."""
+        return 0
+
+    with pytest.raises(TypeError) as raised:
+        tool(walk)
+    assert str(raised.value).endswith(
+        "field 'root' of Tree has the default PosixPath('.'), which its schema cannot show "
+        "within Tree; give it as a factory (default_factory=lambda: PosixPath('.')) where the "
+        "class takes one, or leave the default out"
+    )

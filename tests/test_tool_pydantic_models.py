@@ -443,3 +443,30 @@ def test_a_result_model_whose_serializer_drops_keys_keeps_them_optional(
     result = system.execute(ExecuteCall(call_id="c1", name="station", arguments={}))
     assert not result.is_error, result.content
     assert result.value == {"name": "north", "reading": {"value": 1.5}, "online": True}
+
+
+def test_a_struct_field_whose_default_is_a_model_shows_the_model_data() -> None:
+    import msgspec
+
+    class Delivery(msgspec.Struct):
+        to: Address = Address(city="Oslo")
+
+    @tool
+    def deliver(delivery: Delivery) -> str:
+        """Deliver.
+
+        Args:
+            delivery: Where to.
+        """
+        return delivery.to.city
+
+    schema = thaw(deliver.parameters)
+    default = schema["$defs"]["Delivery"]["properties"]["to"]["default"]
+    assert default == Address(city="Oslo").model_dump(mode="json", by_alias=True)
+    with ToolSystem.start(code_runtime=None) as system:
+        system.tools.register(deliver)
+        result = system.execute(
+            ExecuteCall(call_id="c1", name="deliver", arguments={"delivery": {}})
+        )
+        assert not result.is_error, result.content
+        assert result.value == "Oslo"

@@ -25,6 +25,7 @@ from ._lossless_check import is_json_value
 from ._output_required import require_written_fields
 from ._raw_schema import annotation_subset_schema
 from ._schema_keys import describe_key_text
+from ._shown_defaults import with_shown_defaults
 from ._type_hooks import (
     SchemaHook,
     field_folded,
@@ -106,7 +107,7 @@ _SUPPORTED = (
 def _check_schema_type(owner: str, role: str, hint: Any) -> None:
     """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
     try:
-        msgspec.json.schema(hint, schema_hook=SchemaHook())
+        msgspec.json.schema(with_shown_defaults(hint), schema_hook=SchemaHook())
     except (TypeError, ValueError, ImportError) as exc:
         # ImportError: a pydantic type whose validator needs a package that is missing
         # (``EmailStr`` without ``email-validator``).
@@ -345,7 +346,7 @@ def _parameters_schema(
     properties (msgspec leaves out the default of a field built by a factory)."""
     hook = SchemaHook()
     (ref,), components = msgspec.json.schema_components(
-        (args_type,), ref_template="#/$defs/{name}", schema_hook=hook
+        (with_shown_defaults(args_type),), ref_template="#/$defs/{name}", schema_hook=hook
     )
     hook.merge_into(components, owner)
     root_name = ref["$ref"].rsplit("/", 1)[1]
@@ -386,7 +387,7 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
     returned = pydantic_adapted(hints["return"])
     _check_schema_type(owner, "the return annotation", returned)
     hook = SchemaHook("serialization")
-    generated = msgspec.json.schema(returned, schema_hook=hook)
+    generated = msgspec.json.schema(with_shown_defaults(returned), schema_hook=hook)
     if hook.definitions:
         definitions = generated.setdefault("$defs", {})
         hook.merge_into(definitions, owner)
