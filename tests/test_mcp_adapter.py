@@ -1369,3 +1369,25 @@ def test_a_bad_registration_option_is_refused_before_connecting(
         # Nothing listens on port 9: refused before any connection is tried.
         register_mcp_server_sync(system, server_params="http://127.0.0.1:9/mcp", **given)
     assert system.tools.names() == []
+
+
+def test_the_blocking_registration_is_refused_on_a_running_loop_before_a_server_starts(
+    marks: Path, errlog: TextIO
+) -> None:
+    # On a loop it would stall every task of that loop while the server starts; the error
+    # names the form to await instead, and nothing is left started or registered.
+    system = ToolSystem.start(code_runtime=None)
+    try:
+
+        async def register_on_the_loop() -> None:
+            register_mcp_server_sync(
+                system, "fixture", server_params(marks), errlog=errlog, connect_timeout=WAIT
+            )
+
+        with pytest.raises(RuntimeError, match=r"await register_mcp_server\(\.\.\.\)"):
+            asyncio.run(register_on_the_loop())
+        assert not (marks / "pid").exists()
+        assert system.tools.names() == []
+    finally:
+        system.stop()
+    assert mcp_threads() == []

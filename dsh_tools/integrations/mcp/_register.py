@@ -21,6 +21,7 @@ from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_ht
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from ...actors._futures import retrieve
+from ...pipeline._loop import driving, running_loop
 from ._capabilities import approval_elicitation
 from ._client import ClientOptions, McpClient, TransportFactory, describe
 from ._errors import McpConnectionError
@@ -354,8 +355,16 @@ def register_mcp_server_sync(
     """Blocking form of ``register_mcp_server`` (same arguments), for threads without a loop.
 
     It blocks its thread while the server starts (usually well under a second); on an event
-    loop, ``await register_mcp_server(...)`` instead.
+    loop, ``await register_mcp_server(...)`` instead: called there it is refused, as
+    ``ToolSystem.execute`` is, before a server starts (it would stall every task of that loop
+    for as long as the server takes to start, up to ``connect_timeout``).
     """
+    loop = running_loop()
+    if loop is not None and not driving(loop):
+        raise RuntimeError(
+            "register_mcp_server_sync() cannot run inside a running event loop; "
+            "use await register_mcp_server(...)"
+        )
     return _register_sync(
         system,
         name,
