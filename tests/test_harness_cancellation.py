@@ -1295,15 +1295,19 @@ def test_the_bash_example_tool_stopped_mid_batch_reports_the_stop_reason(
 
 class DeadlineWrapper:
     """An execute wrapper that gives ``next()`` 50 ms under an ``asyncio.timeout`` of its own
-    and answers its own failure when that expires, noting its task's cancellation count."""
+    (or ``asyncio.wait_for``, which runs it in a task of its own on Python 3.11) and answers its
+    own failure when that expires, noting its task's cancellation count."""
 
-    def __init__(self) -> None:
+    def __init__(self, scope: str = "asyncio.timeout") -> None:
         self.cancelling: list[int] = []
+        self.scope = scope
 
     async def __call__(self, exec: Any, next: Any) -> Any:
         if exec.name == "run_code":
             return await next()
         try:
+            if self.scope == "asyncio.wait_for":
+                return await asyncio.wait_for(next(), 0.05)
             async with asyncio.timeout(0.05):
                 return await next()
         except TimeoutError:
@@ -1331,23 +1335,36 @@ def slow_bodies(system: ToolSystem) -> None:
         system.tools.register(fixture(name, body, is_concurrency_safe=lambda args: True))
 
 
-@pytest.mark.parametrize("entry", ["batch", "execute", "execute with timeout", "ref.ask"])
+@pytest.mark.parametrize("scope", ["asyncio.timeout", "asyncio.wait_for"])
+@pytest.mark.parametrize(
+    "entry", ["batch", "execute", "execute with timeout", "ref.ask", "execute_async"]
+)
 @pytest.mark.parametrize("body", ["sleeps", "watches", "blocks"])
-def test_a_wrappers_own_timeout_around_next_is_its_timeout(body: str, entry: str) -> None:
+def test_a_wrappers_own_timeout_around_next_is_its_timeout(
+    body: str, entry: str, scope: str
+) -> None:
     # The wrapper's asyncio.timeout cancels the task its chain runs in, where next() waits for
     # the body: the body is cancelled (a plain one waited for) and the wrapper gets its
     # TimeoutError. Taken for the blocking caller's Ctrl-C, the call ended ABORTED ("the
     # caller was interrupted", though nobody had), the wrapper's except never ran and its
-    # task was left cancelling.
+    # task was left cancelling. Under execute_async, where the chain runs in the caller's own
+    # task, it was taken for the caller's cancellation: next() answered ABORTED and the
+    # wrapper's deadline never showed, though the same call under execute timed out.
     if entry == "execute" and body == "blocks":
         pytest.skip("a plain body runs inline in execute(): no timer fires while it blocks")
     system = ToolSystem.start(code_runtime=None)
     try:
         slow_bodies(system)
-        wrapper = DeadlineWrapper()
+        wrapper = DeadlineWrapper(scope)
         system.tools.on_execute(wrapper)
         call = ExecuteCall(call_id="c1", name=body, arguments={})
-        if entry == "batch":
+        if entry == "execute_async":
+
+            async def caller() -> Any:
+                return await system.execute_async(call)
+
+            result = asyncio.run(asyncio.wait_for(caller(), WAIT))
+        elif entry == "batch":
             (result,) = system.execute_batch(
                 ExecuteBatch(calls=[ToolCall("c1", body, "{}")]), timeout=WAIT
             ).results

@@ -59,6 +59,7 @@ __all__ = [
     "log",
     "log_fields",
     "owned_generator_exit",
+    "passes_cancel",
     "replace_if_aborted",
     "scope_cancelled",
     "take_back_cancels",
@@ -114,11 +115,27 @@ class ScopeCancelled(Exception):
 
 def scope_cancelled(rec: CallRecord) -> bool:
     """Whether the task running ``rec``'s stage now, found cancelled, was cancelled by user
-    code of the call's own: neither by the task awaiting ``execute_async`` (``outer``, which
-    is that very task and counts every cancellation as its own) nor for its blocking caller's
-    Ctrl-C (``caller_interrupted``). The pipeline's own cancellations of it (``own_cancels``)
-    are taken back before this is asked."""
-    return rec.outer is None and not caller_interrupted(rec)
+    code of the call's own: neither by the task awaiting ``execute_async`` (``outer``) nor for
+    its blocking caller's Ctrl-C (``caller_interrupted``). Under ``execute_async`` that is a
+    task of a wrapper's other than the caller's (``asyncio.wait_for`` runs ``next()`` in one
+    on Python 3.11, a ``TaskGroup`` does), cancelled while the caller's is not; in the
+    caller's own task the two cannot be told apart (``passes_cancel``). The pipeline's own
+    cancellations of it (``own_cancels``) are taken back before this is asked."""
+    outer = rec.outer
+    if outer is None:
+        return not caller_interrupted(rec)
+    return outer.cancelling() <= rec.cancel_base and asyncio.current_task() is not outer
+
+
+def passes_cancel(rec: CallRecord) -> bool:
+    """Whether the caller's cancellation, found by a wait for ``rec``'s body, is also raised
+    into the execute wrapper whose ``next()`` waits there, once the body has settled. Under
+    ``execute_async`` a wrapper runs in the caller's own task, where a scope of its own (an
+    ``asyncio.timeout`` around ``next()``) cancels that task just as the caller does: the
+    call is interrupted as for the caller, and the wrapper gets the ``CancelledError``, as
+    asyncio would give it. Its scope takes its own back (then the wrapper answers, as under
+    ``execute``); the caller's goes on up the chain."""
+    return rec.hooks_waiting and rec.outer is not None
 
 
 def call_aborted(rec: CallRecord) -> bool:
@@ -315,7 +332,8 @@ class PipelineCore:
             return False
         if not rec.outer_cancelled and outer.cancelling() > rec.cancel_base:
             rec.outer_cancelled = True
-            self.interrupt(rec, CANCELLED_REASON)
+            if rec.stop_reason is not CANCELLED_REASON:  # not once more (``passes_cancel``)
+                self.interrupt(rec, CANCELLED_REASON)
         if rec.outer_cancelled and caught is not None and not rec.outer_cancel_args:
             rec.outer_cancel_args = caught.args
         return rec.outer_cancelled

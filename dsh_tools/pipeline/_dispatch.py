@@ -40,6 +40,7 @@ from ._body_task import (
 from ._chain import answered_by, is_awaitable, rest_of_chain
 from ._core import (
     BODY_WIND_DOWN_S,
+    CANCELLED_REASON,
     FINISH,
     INTERRUPTED_REASON,
     POST,
@@ -53,6 +54,7 @@ from ._core import (
     cancel_body,
     closing_call,
     owned_generator_exit,
+    passes_cancel,
     replace_if_aborted,
     scope_cancelled,
     take_back_cancels,
@@ -163,7 +165,25 @@ class DispatchStages(PipelineCore):
                 raise
             rec.dispatch_signal = rec.signal
             rec.contexts_closed = True
-            return Stage(FINISH, self._fault(rec, exc))
+            failed = self._fault(rec, exc)
+            passed = rec.passed
+            if (
+                passed is not None
+                and rec.outer_cancelled
+                and isinstance(exc, asyncio.CancelledError)
+            ):
+                # The caller's cancellation, raised into the wrappers once the body had
+                # settled (``_passed``), came back out of them: the call ends as the base
+                # answered it, its deferred contexts kept, and post-execute runs.
+                if rec.deferred:
+                    passed = msgspec.structs.replace(
+                        passed,
+                        additional_contexts=concat_contexts(
+                            rec.deferred, passed.additional_contexts
+                        ),
+                    )
+                return Stage(POST, passed)
+            return Stage(FINISH, failed)
 
     async def _invoke(
         self, rec: CallRecord, inline: Inline, own_task: bool = False
@@ -225,11 +245,11 @@ class DispatchStages(PipelineCore):
                 reason = abort_reason(rec, fused)
                 if reason is None and caller_interrupted(rec):
                     reason = INTERRUPTED_REASON  # its blocking caller's Ctrl-C cancelled it
-                return _canonical(rec, cancelled(aborted_code(rec), reason=reason))
+                return _passed(rec, _canonical(rec, cancelled(aborted_code(rec), reason=reason)))
             except BaseException as exc:  # the base never raises
                 if closing_call(rec, exc):
                     raise
-                return _canonical(rec, self._fault(rec, exc))
+                return _passed(rec, _canonical(rec, self._fault(rec, exc)))
             rec.stage = "render"
             try:
                 value, content, meta = normalize_output(
@@ -244,7 +264,7 @@ class DispatchStages(PipelineCore):
             )
             if (fused is not NEVER_ABORTED and fused.aborted) or rec.stop_reason is not None:
                 success = cancelled("ABORTED", reason=abort_reason(rec, fused), settled=success)
-                return _canonical(rec, success)
+                return _passed(rec, _canonical(rec, success))
             # ``_canonical``, inline for the usual success (stamped already, not interrupted).
             rec.canonical.append(success)
             rec.stage = "execute-wrapper"
@@ -571,3 +591,21 @@ def _canonical(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionRes
     if rec.stop_reason is not None and rec.hooks_waiting:
         wind_down(rec)  # interrupted under its wrappers: they may wait again
     return result
+
+
+def _passed(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult:
+    """``result``, the base's answer to a call its caller's task may have cancelled, for the
+    execute wrapper whose ``next()`` waits for it; or, under ``execute_async`` with a wrapper
+    waiting, the ``CancelledError`` of that task, raised into the wrapper (``passes_cancel``)
+    with ``result`` kept as the call's, should it come back out of the wrappers."""
+    if not rec.outer_cancelled or not passes_cancel(rec):
+        return result
+    outer = rec.outer
+    assert outer is not None  # ``passes_cancel``
+    if outer.cancelling() <= rec.cancel_base:  # a scope of a wrapper's took it back already
+        return result
+    rec.passed = result
+    # Read again once the wrapper has had it: a scope of its own (its asyncio.timeout) takes
+    # its cancellation back, and then the caller's task counts none of the caller's.
+    rec.outer_cancelled = False
+    raise asyncio.CancelledError(*(rec.outer_cancel_args or (CANCELLED_REASON,)))

@@ -82,6 +82,7 @@ class CallRecord:
         "own",
         "own_cancels",
         "parent",
+        "passed",
         "reraise",
         "sealed",
         "signal",
@@ -153,6 +154,9 @@ class CallRecord:
         self.outer_cancelled = False
         # What the awaiting task's cancellation said (``task.cancel(msg)``), given back to it.
         self.outer_cancel_args: tuple[Any, ...] = ()
+        # The base's answer, when the caller's cancellation was raised into the execute
+        # wrapper waiting for it (``pipeline._dispatch._passed``).
+        self.passed: Any = None
         self.inline = False  # running on the caller's own thread (blocking execute)
         # Its blocking caller stopped waiting and it was finished without it: nothing it
         # settles with later is recorded or raised.

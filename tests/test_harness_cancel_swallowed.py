@@ -1,0 +1,255 @@
+"""A body that goes on after its cancellation: the task awaiting ``execute_async`` waits for it
+to settle, however often it is cancelled, and the call records its one ``tool/result`` then.
+Also what an execute wrapper under ``execute_async`` sees of the caller's cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conftest import WAIT, block, context, fixture, sources
+
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+
+
+def results_of(system: ToolSystem) -> dict[str, Any]:
+    """``call_id -> tool/result data`` of the session, failing on a second result per call."""
+    seen: dict[str, Any] = {}
+    for event in system.session.events:
+        if event.type == "tool/result":
+            call_id = event.data["call_id"]
+            assert call_id not in seen, f"two results for {call_id}"
+            seen[call_id] = event.data
+    return seen
+
+
+class Stubborn:
+    """A body that goes on until ``release`` is set, whatever happens to it: an ``async def``
+    one that swallows every cancellation (``reads_signal``: it looks at its signal first, so
+    it is trusted to watch it), or a plain one that ignores its aborted signal. Its steps go
+    to ``log``."""
+
+    def __init__(self, kind: str, log: list[str]) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.ended = threading.Event()
+        self.log = log
+        self.kind = kind
+
+    def body(self) -> Callable[[Any, Any], Any]:
+        if self.kind == "plain":
+            return self._plain
+        return self._swallows
+
+    async def _swallows(self, args: Any, ctx: Any) -> Any:
+        if self.kind == "reads its signal":
+            assert not ctx.signal.aborted
+        self.started.set()
+        while not self.release.is_set():
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if "body cancelled" not in self.log:
+                    self.log.append("body cancelled")
+        self.log.append("body ended")
+        self.ended.set()
+        return [block("late")]
+
+    def _plain(self, args: Any, ctx: Any) -> Any:
+        self.started.set()
+        self.release.wait(WAIT)
+        self.log.append("body ended")
+        self.ended.set()
+        return [block("late")]
+
+
+async def cancel_and_await(task: asyncio.Task[Any], times: int, log: list[str]) -> None:
+    """Cancel ``task`` ``times`` times, a moment apart (each lands on its own), then await it,
+    noting in ``log`` how it ended."""
+    for n in range(times):
+        if n:
+            await asyncio.sleep(0.05)
+        task.cancel("the user pressed stop")
+    try:
+        await task
+        log.append("caller returned")
+    except asyncio.CancelledError as exc:
+        log.append(f"caller cancelled: {exc.args[0]}")
+
+
+@pytest.mark.parametrize("times", [1, 2, 3])
+@pytest.mark.parametrize("kind", ["swallows", "reads its signal", "plain"])
+def test_a_body_that_goes_on_after_its_cancellation_holds_the_caller_until_it_ends(
+    system: ToolSystem, kind: str, times: int
+) -> None:
+    # A started body is never abandoned for its caller's cancellation: each cancellation is
+    # passed on to the body's task, and the caller gets its CancelledError once the body has
+    # settled, its call recorded ABORTED with the one result.
+    log: list[str] = []
+    stubborn = Stubborn(kind, log)
+    system.tools.register(fixture("stubborn", stubborn.body()))
+    call = ExecuteCall(call_id="c1", name="stubborn", arguments={})
+
+    async def harness() -> None:
+        task = asyncio.create_task(system.execute_async(call))
+        await asyncio.to_thread(stubborn.started.wait, WAIT)
+        for n in range(times):
+            if n:
+                await asyncio.sleep(0.05)
+            task.cancel("the user pressed stop")
+        await asyncio.sleep(0.1)
+        log.append("caller still waits" if not task.done() else "caller gave up")
+        stubborn.release.set()
+        await cancel_and_await(task, 0, log)
+        log.append(f"recorded: {results_of(system)['c1']['error']['code']}")
+
+    asyncio.run(asyncio.wait_for(harness(), WAIT))
+    # A body that reads its signal is trusted to watch it: cancelled once the caller is
+    # cancelled again (or after BODY_WIND_DOWN_S, which the release comes before).
+    cancelled = kind == "swallows" or (kind == "reads its signal" and times > 1)
+    assert log == [
+        *(["body cancelled"] if cancelled else []),
+        "caller still waits",
+        "body ended",
+        "caller cancelled: the user pressed stop",
+        "recorded: ABORTED",
+    ]
+    assert list(results_of(system)) == ["c1"]
+
+
+def test_a_body_that_ends_in_its_cleanup_is_still_awaited(system: ToolSystem) -> None:
+    # Only a body that goes on is given up: one that cleans up and ends is waited for, and
+    # the caller's CancelledError comes after it.
+    log: list[str] = []
+
+    async def cleans_up(args: Any, ctx: Any) -> Any:
+        try:
+            await asyncio.sleep(WAIT)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)
+            log.append("cleanup done")
+            raise
+
+    system.tools.register(fixture("cleans_up", cleans_up))
+
+    async def harness() -> None:
+        call = ExecuteCall(call_id="c1", name="cleans_up", arguments={})
+        task = asyncio.create_task(system.execute_async(call))
+        await asyncio.sleep(0.05)
+        await cancel_and_await(task, 1, log)
+
+    asyncio.run(asyncio.wait_for(harness(), WAIT))
+    assert log == ["cleanup done", "caller cancelled: the user pressed stop"]
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+
+
+def test_a_swallowing_body_of_a_call_made_in_a_cancelled_batch_settles_both(
+    system: ToolSystem,
+) -> None:
+    # A batch's body that awaits execute_async: the batch's cancellation cancels that body,
+    # whose task awaits the inner call; its body swallows every cancellation, and the batch's
+    # awaiter waits for it, then both calls settle with their results.
+    log: list[str] = []
+    stubborn = Stubborn("swallows", log)
+    system.tools.register(fixture("stubborn", stubborn.body()))
+
+    async def delegates(args: Any, ctx: Any) -> Any:
+        inner = ExecuteCall(call_id="inner", name="stubborn", arguments={})
+        result = await system.execute_async(inner)
+        return list(result.content)
+
+    system.tools.register(fixture("delegates", delegates))
+
+    async def harness() -> None:
+        batch = ExecuteBatch(calls=[ToolCall("outer", "delegates", "{}")])
+        task = asyncio.create_task(system.execute_batch_async(batch))
+        await asyncio.to_thread(stubborn.started.wait, WAIT)
+        for n in range(3):
+            if n:
+                await asyncio.sleep(0.05)
+            task.cancel("the user pressed stop")
+        await asyncio.sleep(0.1)
+        log.append("caller still waits" if not task.done() else "caller gave up")
+        stubborn.release.set()
+        await cancel_and_await(task, 0, log)
+
+    try:
+        asyncio.run(asyncio.wait_for(harness(), WAIT))
+        assert log == [
+            "body cancelled",
+            "caller still waits",
+            "body ended",
+            "caller cancelled: the user pressed stop",
+        ]
+        codes = {k: v["error"]["code"] for k, v in results_of(system).items()}
+        assert codes == {"inner": "ABORTED", "outer": "ABORTED"}
+    finally:
+        stubborn.release.set()
+
+
+# --- an execute wrapper under execute_async ----------------------------------------------------
+
+
+@pytest.mark.parametrize("body", ["async", "plain"])
+def test_the_callers_cancellation_reaches_a_wrapper_waiting_for_next(
+    system: ToolSystem, body: str
+) -> None:
+    # Under execute_async a wrapper runs in the caller's own task: once the body has settled,
+    # next() raises the caller's CancelledError into it, as asyncio raises a task's
+    # cancellation where it waits (a timeout of the wrapper's own, which cancels the same task,
+    # then takes its own back). Passed on, it ends the call ABORTED as before, keeping what
+    # the body deferred, and post-execute still runs.
+    log: list[str] = []
+    started, release = threading.Event(), threading.Event()
+
+    async def sleeps(args: Any, ctx: Any) -> Any:
+        ctx.defer_context(context("deferred"))
+        started.set()
+        await asyncio.sleep(WAIT)
+
+    def blocks(args: Any, ctx: Any) -> Any:
+        ctx.defer_context(context("deferred"))
+        started.set()
+        release.wait(WAIT)
+        return [block("late")]
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        try:
+            return await next()
+        except asyncio.CancelledError as exc:
+            log.append(f"wrapper got CancelledError: {exc.args[0]}")
+            raise
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        log.append(f"post-execute saw {result.to_dict()['error']['info']['code']}")
+        return await next()
+
+    system.tools.register(fixture("slow", sleeps if body == "async" else blocks))
+    system.tools.on_execute(wrapper)
+    system.tools.on_post_execute(post)
+    observed: list[Any] = []
+    system.tools.on_result(lambda exec, result: observed.append(result))
+
+    async def harness() -> None:
+        task = asyncio.create_task(
+            system.execute_async(ExecuteCall(call_id="c1", name="slow", arguments={}))
+        )
+        await asyncio.to_thread(started.wait, WAIT)
+        task.cancel("the user pressed stop")
+        await asyncio.sleep(0.05)
+        release.set()
+        await cancel_and_await(task, 0, log)
+
+    asyncio.run(asyncio.wait_for(harness(), WAIT))
+    assert log == [
+        "wrapper got CancelledError: the user pressed stop",
+        "post-execute saw ABORTED",
+        "caller cancelled: the user pressed stop",
+    ]
+    (result,) = observed
+    assert result.to_dict()["error"]["info"]["code"] == "ABORTED"
+    assert result.abort_reason == "the awaiting task was cancelled"
+    assert sources(result) == ["deferred"]
