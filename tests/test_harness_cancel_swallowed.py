@@ -1,6 +1,8 @@
 """A body that goes on after its cancellation: the task awaiting ``execute_async`` waits for it
-to settle, however often it is cancelled, and the call records its one ``tool/result`` then.
-Also what an execute wrapper under ``execute_async`` sees of the caller's cancellation."""
+to settle, however often it is cancelled, and the call records its one ``tool/result`` then;
+only ``stop()``, its grace over, gives such a body up (it runs on in the background, what it
+returns dropped) so that its call still gets its one result. Also what an execute wrapper
+under ``execute_async`` sees of the caller's cancellation."""
 
 from __future__ import annotations
 
@@ -10,9 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import WAIT, block, context, fixture, sources
+from conftest import WAIT, Logs, block, context, fixture, sources
 
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+
+GIVEN_UP = (
+    "the tool body went on after its cancellation; its call settles without it "
+    "and what it returns is dropped"
+)
 
 
 def results_of(system: ToolSystem) -> dict[str, Any]:
@@ -83,7 +90,7 @@ async def cancel_and_await(task: asyncio.Task[Any], times: int, log: list[str]) 
 @pytest.mark.parametrize("times", [1, 2, 3])
 @pytest.mark.parametrize("kind", ["swallows", "reads its signal", "plain"])
 def test_a_body_that_goes_on_after_its_cancellation_holds_the_caller_until_it_ends(
-    system: ToolSystem, kind: str, times: int
+    system: ToolSystem, logs: Logs, kind: str, times: int
 ) -> None:
     # A started body is never abandoned for its caller's cancellation: each cancellation is
     # passed on to the body's task, and the caller gets its CancelledError once the body has
@@ -118,6 +125,7 @@ def test_a_body_that_goes_on_after_its_cancellation_holds_the_caller_until_it_en
         "recorded: ABORTED",
     ]
     assert list(results_of(system)) == ["c1"]
+    assert GIVEN_UP not in logs.warnings
 
 
 def test_a_body_that_ends_in_its_cleanup_is_still_awaited(system: ToolSystem) -> None:
@@ -144,6 +152,78 @@ def test_a_body_that_ends_in_its_cleanup_is_still_awaited(system: ToolSystem) ->
     asyncio.run(asyncio.wait_for(harness(), WAIT))
     assert log == ["cleanup done", "caller cancelled: the user pressed stop"]
     assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+
+
+def test_stop_settles_a_call_whose_body_swallows_its_cancellation(logs: Logs) -> None:
+    # stop() cancels such a body outright once its grace is over; it swallowed that too, and
+    # the call never settled: its caller waited with no result.
+    log: list[str] = []
+    stubborn = Stubborn("swallows", log)
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("stubborn", stubborn.body()))
+    outcome: list[Any] = []
+
+    async def caller() -> None:
+        call = ExecuteCall(call_id="c1", name="stubborn", arguments={})
+        result = await system.execute_async(call)
+        outcome.append(result.to_dict()["error"]["info"]["code"])
+        stubborn.release.set()  # else asyncio.run, ending, would wait for the body for ever
+        await asyncio.to_thread(stubborn.ended.wait, WAIT)
+
+    waiting = threading.Thread(target=asyncio.run, args=(caller(),), daemon=True)
+    waiting.start()
+    try:
+        assert stubborn.started.wait(WAIT)
+    finally:
+        system.stop()
+    waiting.join(WAIT)
+    assert outcome == ["ABORTED"]
+    assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
+    assert GIVEN_UP in logs.warnings
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["no wrapper", "a wrapper"])
+def test_stop_settles_a_batch_call_whose_body_swallows_its_cancellation(
+    logs: Logs, wrapped: bool
+) -> None:
+    # A batch's call with no execute wrapper runs its async body as the call's own task in
+    # the batch: one that swallowed stop()'s cancellation left its call without a result, and
+    # the batch's waiter got a RuntimeError as the system loop ended.
+    log: list[str] = []
+    stubborn = Stubborn("swallows", log)
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("stubborn", stubborn.body()))
+    system.tools.register(fixture("quick"))
+    if wrapped:
+
+        async def passes(exec: Any, next: Any) -> Any:
+            return await next()
+
+        system.tools.on_execute(passes)
+    outcome: list[Any] = []
+
+    def waits() -> None:
+        batch = ExecuteBatch(
+            calls=[ToolCall("c1", "stubborn", "{}"), ToolCall("c2", "quick", "{}")]
+        )
+        outcome.append(system.execute_batch(batch, timeout=WAIT))
+
+    waiting = threading.Thread(target=waits, daemon=True)
+    waiting.start()
+    try:
+        assert stubborn.started.wait(WAIT)
+    finally:
+        system.stop()
+        waiting.join(WAIT)
+        stubborn.release.set()
+    (batch,) = outcome
+    assert [r.to_dict()["error"]["info"]["code"] for r in batch.results] == [
+        "ABORTED",
+        "ABORTED_BEFORE_DISPATCH",
+    ]
+    codes = {k: v["error"]["code"] for k, v in results_of(system).items()}
+    assert codes == {"c1": "ABORTED", "c2": "ABORTED_BEFORE_DISPATCH"}
+    assert GIVEN_UP in logs.warnings
 
 
 def test_a_swallowing_body_of_a_call_made_in_a_cancelled_batch_settles_both(

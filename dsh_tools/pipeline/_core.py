@@ -27,7 +27,7 @@ from ..actors import (
 )
 from ..actors._attached import Attached
 from ..actors._logging import get_logger
-from ..registry import compact_json
+from ..registry import RUN_CODE, compact_json
 from ..registry._execution import Announced, CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
@@ -36,6 +36,7 @@ from ._results import cancelled, failure_from_exception, with_abort_reason
 from ._session import SessionLog
 
 __all__ = [
+    "BODY_GIVE_UP_S",
     "BODY_WIND_DOWN_S",
     "CANCELLED_REASON",
     "DISPATCH",
@@ -215,6 +216,9 @@ class PipelineCore:
         # Calls whose plain body a task awaits on a worker thread now (``body_wait``),
         # whatever started them.
         self.body_waits: set[CallRecord] = set()
+        # Async bodies given up while they still run (``DispatchStages.give_up_body``): held until
+        # they end, since asyncio keeps only weak references to tasks.
+        self.given_up: set[asyncio.Task[Any]] = set()
         # What each running pool does once stop()'s grace is over (``watch_pool``).
         self._pools: Attached[Callable[[], None]] = Attached()
         # By tool name: who is told, with its arguments (a snapshot) and agent, as a call to
@@ -300,8 +304,10 @@ class PipelineCore:
         """``stop()``, once its grace is over: stop waiting for the plain bodies still running
         on worker threads (each is left to its thread, what it returns is dropped), and cancel
         the async bodies and hook chains still waiting, those trusted to watch their signal or
-        that took the interrupt's cancellation included. Their calls settle ``ABORTED`` (or
-        ``ABORTED_BEFORE_DISPATCH``), whatever started them. Whether there were any."""
+        that took the interrupt's cancellation included; an async body that swallows that
+        cancellation too is given up ``BODY_GIVE_UP_S`` later (left to run in the background).
+        Their calls settle ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH``), whatever started them.
+        Whether there were any."""
         found = False
         for rec in list(self.body_waits):
             task = rec.body_wait
@@ -320,7 +326,15 @@ class PipelineCore:
             if task is not None:
                 found = True
                 with contextlib.suppress(RuntimeError):
-                    task.get_loop().call_soon_threadsafe(cancel_body, rec, task, True)
+                    loop = task.get_loop()
+                    loop.call_soon_threadsafe(cancel_body, rec, task, True)
+                    wait = rec.body_wait
+                    if wait is not None and rec.name != RUN_CODE:  # a run settles its own way
+                        # One that swallows that cancellation too is given up a moment later,
+                        # so that its call still settles within stop()'s last wait for them.
+                        loop.call_soon_threadsafe(
+                            loop.call_later, BODY_GIVE_UP_S, abandon_body, rec, wait
+                        )
         return found
 
     def _check_outer(self, rec: CallRecord, caught: BaseException | None = None) -> bool:
@@ -462,6 +476,10 @@ BODY_WIND_DOWN_S = 1.0
 cancelled (its signal aborted with it) before it is cancelled too: the task awaiting
 ``execute_async`` (``_in_own_task``) or ``execute_batch_async`` (its ``forced`` signal)."""
 
+BODY_GIVE_UP_S = BODY_WIND_DOWN_S / 2
+"""How long an ``async def`` body that ``stop()`` cancelled outright, its grace over, may go on
+before its call settles without it (``abandon_bodies``): within ``stop()``'s last wait."""
+
 HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
 
@@ -503,7 +521,8 @@ def cancel_hooks_soon(rec: CallRecord, task: asyncio.Task[Any]) -> None:
 
 
 def abandon_body(rec: CallRecord, task: asyncio.Task[Any]) -> None:
-    """Cancel the task waiting for ``rec``'s plain body, if it still waits (on its loop)."""
+    """Cancel the task waiting for ``rec``'s body (a plain one on its worker thread, an async
+    one in a task of its own), if it still waits (on its loop): ``stop()`` gives it up."""
     if task.done() or rec.body_wait is not task:
         return
     rec.own_cancels += 1

@@ -53,6 +53,8 @@ from ._core import (
     caller_interrupted,
     cancel_body,
     closing_call,
+    log,
+    log_fields,
     owned_generator_exit,
     passes_cancel,
     replace_if_aborted,
@@ -353,8 +355,12 @@ class DispatchStages(PipelineCore):
         # A body cancelled before its first step never settles ``settled`` itself.
         task.add_done_callback(partial(wake, settled))
         unwatch = watch_body(rec, task, loop, signal, self.bodies)
+        # The wait itself, which stop() cancels past its grace to give up a body that swallowed
+        # its outright cancellation too (``abandon_body``).
+        rec.body_wait = current_task(loop)
         forced: asyncio.TimerHandle | None = None
         scoped: asyncio.CancelledError | None = None
+        given_up = False
         try:
             waiter = settled
             while True:
@@ -366,7 +372,13 @@ class DispatchStages(PipelineCore):
                     # sooner than the task's done callbacks would.
                     await waiter
                 except asyncio.CancelledError as caught:
-                    if scoped is None and scope_cancelled(rec):
+                    if take_back_cancels(rec):
+                        # stop() past its grace: a body still running once cancelled outright
+                        # is given up (``give_up_body``), so that its call gets its one result.
+                        if not task.done():
+                            given_up = True
+                            break
+                    elif scoped is None and scope_cancelled(rec):
                         # User code around a wrapper's next() (its asyncio.timeout, its
                         # TaskGroup) cancelled this task: the body is inside that scope,
                         # trusted or not, and once it has settled the scope gets the
@@ -393,6 +405,10 @@ class DispatchStages(PipelineCore):
                         task.add_done_callback(partial(wake, waiter))
                         continue
                 break
+            if given_up:
+                self.give_up_body(rec, task)
+                rec.cancel_sent = True
+                return False, asyncio.CancelledError()
             if scoped is not None:
                 rec.cancel_sent = False  # the scope's, not the pipeline's: next() may run again
                 raise ScopeCancelled(*scoped.args)
@@ -403,10 +419,27 @@ class DispatchStages(PipelineCore):
         finally:
             if forced is not None:
                 forced.cancel()
+            rec.body_wait = None
             unwatch()
             if owned:
                 disown_body(task)
             del unwatch, task, forced, scoped  # no name of this frame may lead to a failure
+
+    def give_up_body(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
+        """``stop()``, its grace over: stop waiting for ``rec``'s async body, which went on after
+        it was cancelled outright (it swallows its cancellation): it runs on in the background,
+        held here until it ends, and what it settles with is dropped; its call settles
+        ``ABORTED`` without it."""
+        fields = log_fields(rec)
+        fields["stage"] = "body"
+        log.warning(
+            "the tool body went on after its cancellation; its call settles without it "
+            "and what it returns is dropped",
+            **fields,
+        )
+        given_up = self.given_up
+        given_up.add(task)
+        task.add_done_callback(given_up.discard)
 
     async def _in_this_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal

@@ -40,7 +40,7 @@ from ..actors import (
 from ..actors._logging import get_logger
 from ..registry import classify
 from ..registry._execution import CallRecord
-from ._core import DISPATCH, Stage
+from ._core import BODY_GIVE_UP_S, DISPATCH, Stage
 from ._dispatch import OFF_LOOP, Inline
 from ._loop import start_task
 from ._mailbox import WORKER, SharedMailboxActor
@@ -51,6 +51,7 @@ from ._pool_parts import (
     PREPARING,
     SETTLED,
     AbortPool,
+    BodyGivenUp,
     ClosePool,
     CommitDone,
     DispatchSettled,
@@ -147,6 +148,8 @@ class DispatcherPoolActor(SharedMailboxActor):
             self._interrupt_started(message.reason, message.anyway)
         elif kind is PoolOverdue:
             self._overdue()
+        elif kind is BodyGivenUp:
+            self._give_up(message.entry)
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         while self._step():  # ``pump()``, inline: every message ends here
@@ -174,7 +177,31 @@ class DispatcherPoolActor(SharedMailboxActor):
                 entry.stage = self._pipeline.abandoned_stage(record)
                 entry.state = SETTLED
             else:
+                if entry.state == DISPATCHING and record.body_task is not None:
+                    # An async body (which stop() cancels outright now) running as the dispatch
+                    # task itself: one that swallows that cancellation too would hold its call,
+                    # and the whole batch, for good. It is given up a moment later, as one in a
+                    # task of its own is (``abandon_bodies``).
+                    loop = self._loop
+                    loop.call_soon_threadsafe(
+                        loop.call_later, BODY_GIVE_UP_S, self.tell, BodyGivenUp(entry)
+                    )
                 self._pipeline.hooks_overdue(record)
+
+    def _give_up(self, entry: PoolEntry) -> None:
+        """``BodyGivenUp``: settle ``entry`` without its async body if that still runs as its
+        dispatch task, cancelled (else it has settled, or runs in a task of its own, which
+        its dispatch gives up)."""
+        record = entry.record
+        if record is None or entry.state != DISPATCHING or not record.cancel_sent:
+            return
+        task = record.body_task
+        if task is None or task is not entry.task:
+            return
+        self._pipeline.give_up_body(record, task)
+        self._in_flight -= 1
+        entry.stage = self._pipeline.abandoned_stage(record)
+        entry.state = SETTLED
 
     def on_failure(self, exc: BaseException) -> None:
         self.pump()

@@ -25,6 +25,7 @@ __all__ = [
     "QUEUED",
     "SETTLED",
     "AbortPool",
+    "BodyGivenUp",
     "ClosePool",
     "CommitDone",
     "DispatchSettled",
@@ -135,6 +136,14 @@ class PrepareDone(msgspec.Struct, frozen=True):
     stage: Stage
 
 
+class BodyGivenUp(msgspec.Struct, frozen=True):
+    """The pool to itself: ``entry``'s async body, running as its dispatch task, was cancelled
+    outright a while ago (``stop()``'s grace over) and may have gone on: its call settles
+    without it, unless it has settled since."""
+
+    entry: PoolEntry
+
+
 class DispatchSettled(msgspec.Struct, frozen=True):
     """The pool to itself: ``entry``'s dispatch (wrappers and body) settled with ``stage``;
     its slot is free."""
@@ -217,6 +226,10 @@ class PoolPipeline(Protocol):
 
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call settles with when ``stop()`` gave up on its plain body."""
+
+    def give_up_body(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
+        """Stop waiting for the call's async body ``task``, which went on after it was
+        cancelled outright: it runs on in the background, what it returns dropped."""
 
     async def dispatch(self, rec: CallRecord, *, inline: Inline, own_task: bool = False) -> Stage:
         """Execute wrappers and the body: the candidate result. ``own_task``: the coroutine is
