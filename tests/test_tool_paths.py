@@ -203,3 +203,31 @@ def test_a_recursive_class_with_a_path_default_is_refused_naming_the_field() -> 
         "within Tree; give it as a factory (default_factory=lambda: PosixPath('.')) where the "
         "class takes one, or leave the default out"
     )
+
+
+class Shelf:
+    class Config(msgspec.Struct):
+        """Where the shelf is."""
+
+        root: pathlib.Path = pathlib.Path("/shelf")
+
+
+class Rack:
+    class Config(msgspec.Struct):
+        """Where the rack is."""
+
+        root: pathlib.Path = pathlib.Path("/rack")
+
+
+def test_two_nested_classes_of_one_name_keep_their_own_schema_names() -> None:
+    @tool
+    def store(shelf: Shelf.Config, rack: Rack.Config) -> int:
+        """Store."""
+        return 0
+
+    schema = thaw(store.parameters)
+    module = Shelf.__module__
+    shelf, rack = f"{module}.Shelf.Config", f"{module}.Rack.Config"
+    assert sorted(schema["$defs"]) == sorted([shelf, rack])
+    assert schema["properties"]["shelf"] == {"$ref": f"#/$defs/{shelf}"}
+    assert schema["$defs"][rack]["properties"]["root"]["default"] == "/rack"

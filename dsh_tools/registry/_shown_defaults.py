@@ -161,7 +161,12 @@ def _frozen(value: Any) -> Any:
 
 def _twin(cls: type, info: mi.Type, mapped: typing.Callable[[Any], Any]) -> type:
     hints = typing.get_type_hints(cls, include_extras=True)
-    namespace = {"__doc__": cls.__doc__, "__module__": cls.__module__}
+    # The qualified name too: msgspec names two classes of one name apart by it.
+    namespace = {
+        "__doc__": cls.__doc__,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+    }
     if isinstance(info, mi.StructType):
         return _struct_twin(cls, hints, namespace, mapped)
     return _dataclass_twin(cls, hints, namespace, mapped)
