@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import typing
 from collections.abc import Iterator
 from typing import Any
 
@@ -231,3 +232,35 @@ def test_two_nested_classes_of_one_name_keep_their_own_schema_names() -> None:
     assert sorted(schema["$defs"]) == sorted([shelf, rack])
     assert schema["properties"]["shelf"] == {"$ref": f"#/$defs/{shelf}"}
     assert schema["$defs"][rack]["properties"]["root"]["default"] == "/rack"
+
+
+Item = typing.TypeVar("Item")
+
+
+class Slot(msgspec.Struct, typing.Generic[Item]):
+    item: Item
+
+
+class PathSlot(Slot[int]):
+    root: pathlib.Path = pathlib.Path(".")
+
+
+@dataclasses.dataclass
+class Cell(typing.Generic[Item]):
+    item: Item
+
+
+@dataclasses.dataclass
+class PathCell(Cell[bool]):
+    root: pathlib.Path = pathlib.Path(".")
+
+
+def test_a_field_typed_by_a_generic_base_keeps_its_type_beside_a_path_default() -> None:
+    @tool
+    def fill(slot: PathSlot, cell: PathCell) -> int:
+        """Fill."""
+        return 0
+
+    definitions = thaw(fill.parameters)["$defs"]
+    assert definitions["PathSlot"]["properties"]["item"] == {"type": "integer"}
+    assert definitions["PathCell"]["properties"]["item"] == {"type": "boolean"}

@@ -17,6 +17,7 @@ no such default is returned as it is, after one walk of its type at definition.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from typing import Any
 
@@ -160,7 +161,7 @@ def _frozen(value: Any) -> Any:
 
 
 def _twin(cls: type, info: mi.Type, mapped: typing.Callable[[Any], Any]) -> type:
-    hints = typing.get_type_hints(cls, include_extras=True)
+    hints = _field_hints(cls)
     # The qualified name too: msgspec names two classes of one name apart by it.
     namespace = {
         "__doc__": cls.__doc__,
@@ -170,6 +171,42 @@ def _twin(cls: type, info: mi.Type, mapped: typing.Callable[[Any], Any]) -> type
     if isinstance(info, mi.StructType):
         return _struct_twin(cls, hints, namespace, mapped)
     return _dataclass_twin(cls, hints, namespace, mapped)
+
+
+def _field_hints(cls: type) -> dict[str, Any]:
+    """The annotations of the fields of ``cls``, each type variable of a generic base that
+    ``cls`` parametrizes (``class PathSlot(Slot[int])``) replaced by its argument, as msgspec
+    reads them: the twin has no such base, and would show ``item: Item`` as any value."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    bindings: dict[type, dict[Any, Any]] = {}
+    _bind(cls, {}, bindings)
+    for name, hint in hints.items():
+        # The class whose own annotation it is (a subclass may annotate a field again).
+        owner = next((c for c in cls.__mro__ if name in inspect.get_annotations(c)), None)
+        binding = bindings.get(owner) if owner is not None else None
+        if binding:
+            hints[name] = _substituted(hint, binding)
+    return hints
+
+
+def _bind(cls: type, binding: dict[Any, Any], bindings: dict[type, dict[Any, Any]]) -> None:
+    """What each type variable of each generic base of ``cls`` stands for within it."""
+    if cls in bindings:
+        return
+    bindings[cls] = binding
+    for base in cls.__dict__.get("__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        if not isinstance(origin, type) or origin is typing.Generic:
+            continue
+        arguments = [_substituted(argument, binding) for argument in typing.get_args(base)]
+        parameters = getattr(origin, "__parameters__", ())
+        _bind(origin, dict(zip(parameters, arguments, strict=False)), bindings)
+
+
+def _substituted(hint: Any, binding: dict[Any, Any]) -> Any:
+    if isinstance(hint, typing.TypeVar):
+        return binding.get(hint, hint)
+    return with_args_mapped(hint, lambda argument: _substituted(argument, binding))
 
 
 def _struct_twin(
