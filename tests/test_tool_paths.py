@@ -264,3 +264,14 @@ def test_a_field_typed_by_a_generic_base_keeps_its_type_beside_a_path_default() 
     definitions = thaw(fill.parameters)["$defs"]
     assert definitions["PathSlot"]["properties"]["item"] == {"type": "integer"}
     assert definitions["PathCell"]["properties"]["item"] == {"type": "boolean"}
+
+
+def test_a_refused_recursive_class_is_named_with_its_own_field_beside_another_class() -> None:
+    def survey(pair: tuple[Scan, Tree]) -> int:
+        """Survey."""
+        return 0
+
+    with pytest.raises(TypeError) as raised:
+        tool(survey)
+    assert "field 'root' of Tree has the default PosixPath('.')" in str(raised.value)
+    assert "within Tree" in str(raised.value)

@@ -55,10 +55,12 @@ def with_shown_defaults(hint: Any) -> Any:
             if cls not in twinned and held & twinned:
                 twinned.add(cls)
                 grew = True
-    for cls in twinned:
+    for cls in infos:  # in the order met, so that the first refused is the one named
+        if cls not in twinned:
+            continue
         twinnable = isinstance(infos[cls], mi.StructType) or dataclasses.is_dataclass(cls)
         if not twinnable or _reaches(cls, cls, children, twinned):
-            raise TypeError(_refusal(cls, unshown))
+            raise TypeError(_refusal(cls, unshown, children, twinned))
     twins: dict[type, type] = {}
 
     def mapped(annotation: Any) -> Any:
@@ -136,8 +138,17 @@ def _reaches(start: type, target: type, children: dict[type, set[type]], within:
     return False
 
 
-def _refusal(cls: type, unshown: dict[type, tuple[str, Any]]) -> str:
+def _refusal(
+    cls: type,
+    unshown: dict[type, tuple[str, Any]],
+    children: dict[type, set[type]],
+    within: set[type],
+) -> str:
+    """The refusal of ``cls``, naming its own unshowable default or else one of a class it
+    holds (not that of another class the annotation names)."""
     for owner, (name, default) in unshown.items():
+        if owner is not cls and not _reaches(cls, owner, children, within):
+            continue
         return (
             f"field {name!r} of {owner.__qualname__} has the default {default!r}, which its "
             f"schema cannot show within {cls.__qualname__}; give it as a factory "
