@@ -104,10 +104,32 @@ _SUPPORTED = (
 )
 
 
+_Generated = typing.TypeVar("_Generated")
+
+
+def _generated(
+    generate: typing.Callable[[Any, SchemaHook], _Generated],
+    hint: Any,
+    mode: typing.Literal["validation", "serialization"] = "validation",
+) -> tuple[_Generated, SchemaHook]:
+    """``generate(hint, hook)`` and its hook; when msgspec cannot write a field's default (a
+    path, a model), the same for the twins that show it (``with_shown_defaults``). Only such
+    a failure pays for the walk of the type that finds them."""
+    hook = SchemaHook(mode)
+    try:
+        return generate(hint, hook), hook
+    except (TypeError, ValueError):
+        shown = with_shown_defaults(hint)
+        if shown is hint:
+            raise
+    hook = SchemaHook(mode)
+    return generate(shown, hook), hook
+
+
 def _check_schema_type(owner: str, role: str, hint: Any) -> None:
     """Fail now, naming the parameter, for an annotation msgspec cannot describe."""
     try:
-        msgspec.json.schema(with_shown_defaults(hint), schema_hook=SchemaHook())
+        _generated(lambda shown, hook: msgspec.json.schema(shown, schema_hook=hook), hint)
     except (TypeError, ValueError, ImportError) as exc:
         # ImportError: a pydantic type whose validator needs a package that is missing
         # (``EmailStr`` without ``email-validator``).
@@ -344,9 +366,11 @@ def _parameters_schema(
     """The model-facing parameters: the argument struct's object schema at the root, the other
     generated shapes under ``$defs``; docstring descriptions and every default on the
     properties (msgspec leaves out the default of a field built by a factory)."""
-    hook = SchemaHook()
-    (ref,), components = msgspec.json.schema_components(
-        (with_shown_defaults(args_type),), ref_template="#/$defs/{name}", schema_hook=hook
+    ((ref,), components), hook = _generated(
+        lambda shown, hook: msgspec.json.schema_components(
+            (shown,), ref_template="#/$defs/{name}", schema_hook=hook
+        ),
+        args_type,
     )
     hook.merge_into(components, owner)
     root_name = ref["$ref"].rsplit("/", 1)[1]
@@ -386,8 +410,9 @@ def _output_schema(owner: str, hints: Mapping[str, Any], returns_doc: str) -> tu
         return typing.Any, schema, schema
     returned = pydantic_adapted(hints["return"])
     _check_schema_type(owner, "the return annotation", returned)
-    hook = SchemaHook("serialization")
-    generated = msgspec.json.schema(with_shown_defaults(returned), schema_hook=hook)
+    generated, hook = _generated(
+        lambda shown, hook: msgspec.json.schema(shown, schema_hook=hook), returned, "serialization"
+    )
     if hook.definitions:
         definitions = generated.setdefault("$defs", {})
         hook.merge_into(definitions, owner)
