@@ -275,3 +275,26 @@ def test_a_refused_recursive_class_is_named_with_its_own_field_beside_another_cl
         tool(survey)
     assert "field 'root' of Tree has the default PosixPath('.')" in str(raised.value)
     assert "within Tree" in str(raised.value)
+
+
+class Patch(msgspec.Struct, omit_defaults=True):
+    mode: int | msgspec.UnsetType = msgspec.UNSET
+    root: pathlib.Path = pathlib.Path(".")
+
+
+@dataclasses.dataclass
+class PatchRecord:
+    mode: int | msgspec.UnsetType = msgspec.UNSET
+    root: pathlib.Path = pathlib.Path(".")
+
+
+def test_an_unset_field_beside_a_path_default_stays_without_a_default() -> None:
+    @tool
+    def apply(patch: Patch, record: PatchRecord) -> int:
+        """Apply."""
+        return 0
+
+    definitions = thaw(apply.parameters)["$defs"]
+    for name in ("Patch", "PatchRecord"):
+        assert definitions[name]["properties"]["mode"] == {"type": "integer"}
+        assert definitions[name]["properties"]["root"]["default"] == "."

@@ -162,6 +162,12 @@ def _refusal(
     raise AssertionError("no unshowable default")  # pragma: no cover - called only with one
 
 
+def _twin_default(default: Any) -> Any:
+    """The twin's default: the author's when msgspec shows it (``UNSET`` included, which
+    msgspec reads as no default at all), else its JSON form."""
+    return default if default is msgspec.UNSET or _showable(default) else _shown(default)
+
+
 def _shown(default: Any) -> Any:
     """A default as the JSON the schema shows, frozen so that a class may hold it."""
     return _frozen(msgspec.to_builtins(default, str_keys=True, enc_hook=type_encode))
@@ -233,7 +239,7 @@ def _struct_twin(
     for field in infos:
         annotation = mapped(hints[field.name])
         if field.default is not msgspec.NODEFAULT:
-            shown = field.default if _showable(field.default) else _shown(field.default)
+            shown = _twin_default(field.default)
             fields.append((field.name, annotation, shown))
         elif field.default_factory is not msgspec.NODEFAULT:
             fields.append(
@@ -264,7 +270,7 @@ def _dataclass_twin(
     for field in dataclasses.fields(cls):
         spec: Any = dataclasses.field(init=field.init)
         if field.default is not dataclasses.MISSING:
-            shown = field.default if _showable(field.default) else _shown(field.default)
+            shown = _twin_default(field.default)
             spec = dataclasses.field(default=shown, init=field.init)
         elif field.default_factory is not dataclasses.MISSING:
             spec = dataclasses.field(default_factory=field.default_factory, init=field.init)
