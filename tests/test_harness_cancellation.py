@@ -1430,6 +1430,63 @@ def test_a_wrappers_own_timeout_under_execute_async_never_cancels_the_caller(bod
         system.stop()
 
 
+@pytest.mark.parametrize("entry", ["execute", "execute_async"])
+@pytest.mark.parametrize("answer", ["a fallback", "next() again", "a slow fallback"])
+def test_a_wrapper_that_answers_its_own_timeout_gets_its_answer_under_execute_async(
+    answer: str, entry: str
+) -> None:
+    # Under execute_async the wrapper's timeout cancels the caller's own task, which reads as
+    # the caller's cancellation until the scope takes it back: the call was interrupted for
+    # the caller, and stayed so once the wrapper had its TimeoutError. Its fallback success
+    # became ABORTED ("the awaiting task was cancelled", though nobody had cancelled it), a
+    # second next() answered ABORTED_BEFORE_DISPATCH, and a fallback taking longer than the
+    # wind-down of an interrupted call's hooks was cancelled; under execute each was the
+    # wrapper's answer.
+    attempts: list[str] = []
+
+    async def slow_once(args: Any, ctx: Any) -> Any:
+        attempts.append(f"signal aborted: {ctx.signal.aborted}")
+        if len(attempts) == 1:
+            await asyncio.sleep(FOREVER)
+        return [block("second attempt")]
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        try:
+            async with asyncio.timeout(0.05):
+                return await next()
+        except TimeoutError:
+            if answer == "next() again":
+                return await next()
+            if answer == "a slow fallback":
+                await asyncio.sleep(pipeline_core.HOOK_WIND_DOWN_S * 1.5)
+            return ToolExecutionSuccess([block("fallback")], [block("fallback")])
+
+    system = ToolSystem.start(code_runtime=None)
+    try:
+        system.tools.register(fixture("slow", slow_once))
+        system.tools.on_execute(wrapper)
+        call = ExecuteCall(call_id="c1", name="slow", arguments={})
+        if entry == "execute":
+            result, cancelling = system.execute(call, timeout=WAIT), 0
+        else:
+
+            async def harness() -> tuple[Any, int]:
+                result = await system.execute_async(call)
+                await asyncio.sleep(0)  # no cancellation is left pending for this task
+                return result, asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+            result, cancelling = asyncio.run(asyncio.wait_for(harness(), WAIT))
+        expected = "second attempt" if answer == "next() again" else "fallback"
+        assert not result.is_error, result
+        assert text(result) == expected
+        assert cancelling == 0
+        assert "error" not in results_of(system)["c1"]
+        if answer == "next() again":
+            assert attempts == ["signal aborted: False", "signal aborted: False"]
+    finally:
+        system.stop()
+
+
 @pytest.mark.parametrize("cancels", [2, 3])
 def test_more_cancels_during_a_runs_wind_down_still_settle_its_sub_calls_first(
     cancels: int,

@@ -496,7 +496,20 @@ def wind_down(rec: CallRecord) -> None:
         if rec.hurried:
             cancel_hooks_soon(rec, task)
         else:
-            task.get_loop().call_later(HOOK_WIND_DOWN_S, cancel_hooks, rec, task)
+            task.get_loop().call_later(HOOK_WIND_DOWN_S, _wound_down, rec, task)
+
+
+def _wound_down(rec: CallRecord, task: asyncio.Task[Any]) -> None:
+    """``wind_down``'s timer: cancel the hooks still waiting, unless the call was interrupted
+    for a cancellation of the caller's task that a scope of a wrapper's own then took back (an
+    ``asyncio.timeout`` around ``next()``, its ``TimeoutError`` answered by the wrapper: see
+    ``DispatchStages.scope_took_back``, which ends that interruption once the chain returns)."""
+    if rec.stop_reason is None:
+        return
+    outer = rec.outer
+    if rec.passed is not None and outer is not None and outer.cancelling() <= rec.cancel_base:
+        return
+    cancel_hooks(rec, task)
 
 
 def cancel_hooks(rec: CallRecord, task: asyncio.Task[Any]) -> None:

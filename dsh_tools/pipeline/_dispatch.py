@@ -16,6 +16,7 @@ import msgspec
 
 from ..actors import (
     NEVER_ABORTED,
+    AbortController,
     AbortSignal,
     ToolExecutionFailure,
     ToolExecutionResult,
@@ -145,6 +146,8 @@ class DispatchStages(PipelineCore):
                     rec.hooks_waiting = False
                     if rec.own_cancels:  # a hook swallowed the interrupt's cancellation
                         take_back_cancels(rec)
+                    if rec.passed is not None:
+                        self.scope_took_back(rec)
             else:
                 result = await self._invoke(rec, inline, own_task)
             rec.dispatch_signal = rec.signal
@@ -167,8 +170,10 @@ class DispatchStages(PipelineCore):
                 raise
             rec.dispatch_signal = rec.signal
             rec.contexts_closed = True
-            failed = self._fault(rec, exc)
             passed = rec.passed
+            if passed is not None and not isinstance(exc, asyncio.CancelledError):
+                self.scope_took_back(rec)  # its scope's answer, as raised (ToolTimeoutError)
+            failed = self._fault(rec, exc)
             if (
                 passed is not None
                 and rec.outer_cancelled
@@ -192,6 +197,8 @@ class DispatchStages(PipelineCore):
     ) -> ToolExecutionResult:
         """The base of the execute waterfall (what the last wrapper's ``next()`` runs): the
         body and its rendering, as a canonical result of this execution. Never raises."""
+        if rec.passed is not None:  # next() again, after the caller's cancellation went in
+            self.scope_took_back(rec)
         wrapper_signal = rec.dispatch_signal
         caller = rec.signal
         if wrapper_signal is caller:
@@ -424,6 +431,34 @@ class DispatchStages(PipelineCore):
             if owned:
                 disown_body(task)
             del unwatch, task, forced, scoped  # no name of this frame may lead to a failure
+
+    def scope_took_back(self, rec: CallRecord) -> None:
+        """The wrappers have had the cancellation of the caller's task that ``_passed`` raised
+        into them (they answered, or call ``next()`` again): if the task no longer counts it, a
+        scope of a wrapper's own (its ``asyncio.timeout``) took it back, so it was that scope's
+        and not the caller's. The call, interrupted as for the caller, is no longer: the
+        wrapper's answer stands (a fallback success is not made ``ABORTED``), a second
+        ``next()`` runs the body again with a signal not aborted, and the wrappers are not
+        cut short by an interrupted call's wind-down, as under ``execute``."""
+        rec.passed = None
+        outer = rec.outer
+        if (
+            outer is None
+            or outer.cancelling() > rec.cancel_base  # the caller's own, still counted
+            or rec.stop_reason is not CANCELLED_REASON
+            or self.stop_reason is not None  # stop() interrupts it anyway
+        ):
+            return
+        rec.stop_reason = None
+        rec.outer_cancel_args = ()
+        rec.cancel_sent = False
+        own = rec.own
+        if own is not None and rec.signal is own.signal:
+            # The signal the pipeline aborted for the caller: a fresh one for what follows.
+            fresh = rec.own = AbortController()
+            if rec.dispatch_signal is own.signal:
+                rec.dispatch_signal = fresh.signal
+            rec.signal = fresh.signal
 
     def give_up_body(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
         """``stop()``, its grace over: stop waiting for ``rec``'s async body, which went on after
