@@ -11,6 +11,7 @@
 - ``ManualClock``: a timer source for ``timeout_policy(clock=...)`` advanced by hand.
 - ``spawn(system, call)``: run ``system.execute`` in a fresh thread (for bodies gated on
   ``threading.Event``); ``arun(coro)``: ``asyncio.run`` for ``execute_async`` scenarios.
+- ``results_of(system)``: ``call_id -> tool/result data`` of the session (one per call, checked).
 - ``logs``: captures structlog events from every thread; ``logs.wait_for_warnings(n)``.
 - ``errlog``, ``connect``: MCP server stderr per module, and ``connect(system, **options)``
   registering the live MCP test server (closed after the test).
@@ -234,6 +235,17 @@ class Recording:
         self.args.append(args)
         self.contexts.append(ctx)
         return self.value
+
+
+def results_of(system: ToolSystem) -> dict[str, Any]:
+    """``call_id -> tool/result data`` of the session, failing on a second result per call."""
+    seen: dict[str, Any] = {}
+    for event in system.session.events:
+        if event.type == "tool/result":
+            call_id = event.data["call_id"]
+            assert call_id not in seen, f"two results for {call_id}"
+            seen[call_id] = event.data
+    return seen
 
 
 def ask(system: ToolSystem, request: ExecuteCall) -> ToolExecutionResult:

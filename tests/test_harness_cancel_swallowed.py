@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import WAIT, Logs, block, context, fixture, sources
+from conftest import WAIT, Logs, block, context, fixture, results_of, sources
 
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
 
@@ -20,17 +20,6 @@ GIVEN_UP = (
     "the tool body went on after its cancellation; its call settles without it "
     "and what it returns is dropped"
 )
-
-
-def results_of(system: ToolSystem) -> dict[str, Any]:
-    """``call_id -> tool/result data`` of the session, failing on a second result per call."""
-    seen: dict[str, Any] = {}
-    for event in system.session.events:
-        if event.type == "tool/result":
-            call_id = event.data["call_id"]
-            assert call_id not in seen, f"two results for {call_id}"
-            seen[call_id] = event.data
-    return seen
 
 
 class Stubborn:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WAIT, Logs, block, fixture, text
+from conftest import WAIT, Logs, block, fixture, results_of, text
 
 import dsh_tools._system as system_module
 import dsh_tools.pipeline._core as pipeline_core
@@ -38,17 +38,6 @@ from dsh_tools import (
 from dsh_tools.examples import bash_tool
 
 FOREVER = 3600.0  # a body sleeping this long finishes only if it is interrupted
-
-
-def results_of(system: ToolSystem) -> dict[str, Any]:
-    """``call_id -> tool/result data`` of the session, failing on a second result per call."""
-    seen: dict[str, Any] = {}
-    for event in system.session.events:
-        if event.type == "tool/result":
-            call_id = event.data["call_id"]
-            assert call_id not in seen, f"two results for {call_id}"
-            seen[call_id] = event.data
-    return seen
 
 
 def code_of(result: Any) -> str | None:

@@ -1495,12 +1495,14 @@ def test_a_responses_custom_tool_call_is_answered_with_an_error_beside_the_funct
     assert (line["call_id"], line["type"], line["name"]) == ("call_c", "custom_tool_call", "sql")
 
 
-def test_a_chat_custom_tool_call_is_repeated_and_answered_with_an_error_beside_the_function_call(
-    system: ToolSystem, server: RecordingServer
-) -> None:
+def chat_turn_beside_a_custom_call(
+    system: ToolSystem, server: RecordingServer, custom: dict[str, Any]
+) -> tuple[list[ToolCall], dict[str, Any]]:
+    """A Chat turn whose response holds ``custom`` before a ``weather`` function call, answered
+    through the adapters with the custom call repeated (``other_calls=True``) and answered
+    (``message=``): the calls read from the response and the body of the request that follows."""
     path = "/v1/chat/completions"
     first = chat_completion(None, [("call_w", "weather", '{"city": "Oslo"}')])
-    custom = {"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "SELECT 1"}}
     first["choices"][0]["message"]["tool_calls"].insert(0, custom)
     server.answer(path, first)
     server.answer(path, chat_completion("Oslo is cold.", []))
@@ -1512,13 +1514,20 @@ def test_a_chat_custom_tool_call_is_repeated_and_answered_with_an_error_beside_t
     )
     message = completion.choices[0].message
     calls = openai_tool_calls(message, names=prompt.names)
-    assert calls == [ToolCall("call_w", "weather", '{"city": "Oslo"}')]
     messages.append(openai_assistant_message(message, other_calls=True))
     outcome = system.execute_batch(ExecuteBatch(calls=calls))
     messages.extend(openai_tool_messages(outcome, message=message))
     client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
-
     _, second = server.bodies(path)
+    return calls, second
+
+
+def test_a_chat_custom_tool_call_is_repeated_and_answered_with_an_error_beside_the_function_call(
+    system: ToolSystem, server: RecordingServer
+) -> None:
+    custom = {"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "SELECT 1"}}
+    calls, second = chat_turn_beside_a_custom_call(system, server, custom)
+    assert calls == [ToolCall("call_w", "weather", '{"city": "Oslo"}')]
     assistant, *answers = second["messages"][1:]
     assert assistant["tool_calls"] == [
         custom,
@@ -1623,26 +1632,8 @@ def test_a_chat_custom_call_whose_input_holds_a_lone_surrogate_is_repeated_so_it
     # The SDK reads a \ud800 escape as a code point UTF-8 cannot encode: repeated as it came,
     # the custom call's input made the request that answers the turn raise
     # UnicodeEncodeError. It is written back as that escape, as a function call's arguments.
-    path = "/v1/chat/completions"
-    first = chat_completion(None, [("call_w", "weather", '{"city": "Oslo"}')])
     custom = {"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "x\ud800"}}
-    first["choices"][0]["message"]["tool_calls"].insert(0, custom)
-    server.answer(path, first)
-    server.answer(path, chat_completion("Oslo is cold.", []))
-    client = openai_client(server)
-    prompt = openai_prompt(system.assemble_prompt())
-    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Oslo?"}]
-    completion = client.chat.completions.create(
-        model="gpt-test", messages=messages, tools=prompt.tools
-    )
-    message = completion.choices[0].message
-    calls = openai_tool_calls(message, names=prompt.names)
-    messages.append(openai_assistant_message(message, other_calls=True))
-    outcome = system.execute_batch(ExecuteBatch(calls=calls))
-    messages.extend(openai_tool_messages(outcome, message=message))
-    client.chat.completions.create(model="gpt-test", messages=messages, tools=prompt.tools)
-
-    _, second = server.bodies(path)
+    _, second = chat_turn_beside_a_custom_call(system, server, custom)
     [repeated, _] = second["messages"][1]["tool_calls"]
     assert repeated["custom"] == {"name": "sql", "input": "x\\ud800"}
     assert unanswered_chat_calls(second["messages"]) == []
