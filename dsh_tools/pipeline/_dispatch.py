@@ -157,10 +157,7 @@ class DispatchStages(PipelineCore):
                 result = self._normalize_dispatch_result(rec, result, hooks)
             rec.contexts_closed = True
             if rec.deferred:
-                result = msgspec.structs.replace(
-                    result,
-                    additional_contexts=concat_contexts(rec.deferred, result.additional_contexts),
-                )
+                result = _with_deferred(rec.deferred, result)
             signal = rec.signal
             if (signal is not NEVER_ABORTED and signal.aborted) or rec.stop_reason is not None:
                 result = replace_if_aborted(rec, result)  # its test inline: most calls pass
@@ -173,6 +170,8 @@ class DispatchStages(PipelineCore):
             passed = rec.passed
             if passed is not None and not isinstance(exc, asyncio.CancelledError):
                 self.scope_took_back(rec)  # its scope's answer, as raised (ToolTimeoutError)
+            # First: reading the exception tells whether the caller's task still counts its
+            # cancellation (``rec.outer_cancelled``, which ``_passed`` cleared).
             failed = self._fault(rec, exc)
             if (
                 passed is not None
@@ -182,14 +181,7 @@ class DispatchStages(PipelineCore):
                 # The caller's cancellation, raised into the wrappers once the body had
                 # settled (``_passed``), came back out of them: the call ends as the base
                 # answered it, its deferred contexts kept, and post-execute runs.
-                if rec.deferred:
-                    passed = msgspec.structs.replace(
-                        passed,
-                        additional_contexts=concat_contexts(
-                            rec.deferred, passed.additional_contexts
-                        ),
-                    )
-                return Stage(POST, passed)
+                return Stage(POST, _with_deferred(rec.deferred, passed) if rec.deferred else passed)
             return Stage(FINISH, failed)
 
     async def _invoke(
@@ -677,3 +669,10 @@ def _passed(rec: CallRecord, result: ToolExecutionResult) -> ToolExecutionResult
     # its cancellation back, and then the caller's task counts none of the caller's.
     rec.outer_cancelled = False
     raise asyncio.CancelledError(*(rec.outer_cancel_args or (CANCELLED_REASON,)))
+
+
+def _with_deferred(deferred: list[Any], result: ToolExecutionResult) -> ToolExecutionResult:
+    """``result`` with the contexts its call deferred (``CallRecord.deferred``) before its own."""
+    return msgspec.structs.replace(
+        result, additional_contexts=concat_contexts(deferred, result.additional_contexts)
+    )
