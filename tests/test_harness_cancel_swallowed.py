@@ -61,14 +61,29 @@ class Stubborn:
         self.ended.set()
         return [block("late")]
 
+    async def outlast(self, task: asyncio.Task[Any], times: int) -> None:
+        """Once the body has started, cancel ``task`` (its caller) ``times`` times; note whether
+        the caller still waits a moment later, then let the body end and await the caller."""
+        await asyncio.to_thread(self.started.wait, WAIT)
+        await press_stop(task, times)
+        await asyncio.sleep(0.1)
+        self.log.append("caller still waits" if not task.done() else "caller gave up")
+        self.release.set()
+        await cancel_and_await(task, 0, self.log)
 
-async def cancel_and_await(task: asyncio.Task[Any], times: int, log: list[str]) -> None:
-    """Cancel ``task`` ``times`` times, a moment apart (each lands on its own), then await it,
-    noting in ``log`` how it ended."""
+
+async def press_stop(task: asyncio.Task[Any], times: int) -> None:
+    """Cancel ``task`` ``times`` times, a moment apart (each lands on its own)."""
     for n in range(times):
         if n:
             await asyncio.sleep(0.05)
         task.cancel("the user pressed stop")
+
+
+async def cancel_and_await(task: asyncio.Task[Any], times: int, log: list[str]) -> None:
+    """Cancel ``task`` ``times`` times (``press_stop``), then await it, noting in ``log`` how
+    it ended."""
+    await press_stop(task, times)
     try:
         await task
         log.append("caller returned")
@@ -91,15 +106,7 @@ def test_a_body_that_goes_on_after_its_cancellation_holds_the_caller_until_it_en
 
     async def harness() -> None:
         task = asyncio.create_task(system.execute_async(call))
-        await asyncio.to_thread(stubborn.started.wait, WAIT)
-        for n in range(times):
-            if n:
-                await asyncio.sleep(0.05)
-            task.cancel("the user pressed stop")
-        await asyncio.sleep(0.1)
-        log.append("caller still waits" if not task.done() else "caller gave up")
-        stubborn.release.set()
-        await cancel_and_await(task, 0, log)
+        await stubborn.outlast(task, times)
         log.append(f"recorded: {results_of(system)['c1']['error']['code']}")
 
     asyncio.run(asyncio.wait_for(harness(), WAIT))
@@ -235,15 +242,7 @@ def test_a_swallowing_body_of_a_call_made_in_a_cancelled_batch_settles_both(
     async def harness() -> None:
         batch = ExecuteBatch(calls=[ToolCall("outer", "delegates", "{}")])
         task = asyncio.create_task(system.execute_batch_async(batch))
-        await asyncio.to_thread(stubborn.started.wait, WAIT)
-        for n in range(3):
-            if n:
-                await asyncio.sleep(0.05)
-            task.cancel("the user pressed stop")
-        await asyncio.sleep(0.1)
-        log.append("caller still waits" if not task.done() else "caller gave up")
-        stubborn.release.set()
-        await cancel_and_await(task, 0, log)
+        await stubborn.outlast(task, 3)
 
     try:
         asyncio.run(asyncio.wait_for(harness(), WAIT))
