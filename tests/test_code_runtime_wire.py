@@ -317,6 +317,27 @@ def test_only_the_programs_own_bare_returns_mean_no_result(source: str, expected
     assert _outcome(source) == expected
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "return;",
+        "x = 1; return",
+        "return  # nothing to give",
+        "return \\\n\nx = 1",
+        "return\f\nx = 1",
+        "return\t",
+        "x = 1\rreturn\rx = 2",
+        "x = 1\r\nreturn\r\n",
+        "if True: return\nreturn 3",
+        "return_value = 1\nif return_value:\n    return\nreturn return_value",
+    ],
+)
+def test_a_bare_return_however_spelt_means_no_result(source: str) -> None:
+    # Whether the program needs its bare returns rewritten is first judged from its text:
+    # every spelling the compiler takes for a bare return must be found.
+    assert _outcome(source) == "<absent>"
+
+
 def test_yield_in_the_body_is_refused_but_not_in_nested_functions() -> None:
     with pytest.raises(ProgramError, match="'yield' is not allowed in a run_code program body"):
         compile_program("x = 1\nyield x")
