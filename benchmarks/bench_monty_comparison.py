@@ -22,7 +22,7 @@ import json
 import sys
 
 from dsh_tools._bench import POOL_REFILL_PAUSE_S, measure_code_mode
-from dsh_tools._bench_monty import compare_with_monty, monty_available
+from dsh_tools._bench_monty import compare_with_monty, monty_available, monty_version
 
 
 def _ours(runs: int) -> dict[str, float]:
@@ -46,8 +46,9 @@ def main() -> int:
         return 2
     figures = compare_with_monty(_ours, options.runs, options.rounds, POOL_REFILL_PAUSE_S)
     if options.json:
-        print(json.dumps(figures))
+        print(json.dumps({**figures, "monty_version": monty_version()}))
         return 0
+    print(f"Monty: pydantic-monty {monty_version()}")
     pause_ms = POOL_REFILL_PAUSE_S * 1e3
     for suffix, heading in (
         ("", f"from a warm pool (runs {pause_ms:.0f} ms apart, untimed; the bars' figures)"),

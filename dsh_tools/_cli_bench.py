@@ -117,7 +117,7 @@ def run_bench(
         measure_pipeline,
         measure_pool,
     )
-    from ._bench_monty import compare_with_monty, monty_available
+    from ._bench_monty import compare_with_monty, monty_available, monty_version
 
     progress = _Progress(3 + 5 + (4 if code_mode else 0) + (1 if against else 0))
     figures: dict[str, float] = {}
@@ -152,6 +152,7 @@ def run_bench(
     bars = {key: float(bar) for key, _, _, bar in _BARS if bar is not None and key in figures}
     over = [key for key, bar in bars.items() if figures[key] > bar]
     met = not over and not skip_fails
+    peer = monty_version() if "monty_empty_ms" in figures else None
     if as_json:
         report: dict[str, object] = {
             "cpus": os.cpu_count(),
@@ -160,11 +161,15 @@ def run_bench(
             "over": over,
             "bars_met": met,
         }
+        if peer is not None:
+            report["monty_version"] = peer
         if skipped is not None:
             report["skipped"] = skipped
         print(json.dumps(report, indent=2), file=out)
     else:
         _print_table(out, figures, over)
+        if peer is not None:
+            print(f"(Monty: pydantic-monty {peer})", file=out)
         if skipped is not None:
             print(f"(not measured: {skipped})", file=out)
     return 1 if check and not met else 0

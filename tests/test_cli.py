@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import importlib.metadata
 import io
 import json
 import os
@@ -404,6 +405,46 @@ def test_bench_json_names_the_bars_and_the_figures_over_them_and_check_still_app
     is_over = pool_ratio > 1.03
     assert report["over"] == (["pool10_sleep5ms_async_ratio"] if is_over else [])
     assert report["bars_met"] is not is_over
+
+
+def test_the_bench_report_names_the_monty_release_it_compared_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Monty's figures change with its release; a ratio is read against the one measured.
+    import dsh_tools._bench as bench
+    import dsh_tools._bench_monty as peer
+    from dsh_tools.cli import run_bench
+
+    _fixed_figures(monkeypatch, 1.01)
+    monkeypatch.setattr(bench, "measure_assembly", lambda runs, progress: {})
+    monkeypatch.setattr(bench, "measure_demo_rss", lambda progress: {})
+    monkeypatch.setattr(peer, "monty_available", lambda: True)
+    monkeypatch.setattr(peer, "monty_version", lambda: "1.7.0")
+    monkeypatch.setattr(
+        peer,
+        "compare_with_monty",
+        lambda ours, runs, rounds, pause: {
+            "monty_empty_ms": 0.6,
+            "empty_ratio": 2.5,
+            "100_calls_ratio": 0.5,
+        },
+    )
+    out = io.StringIO()
+    run_bench(out, as_json=True, runs=1, code_mode=True)
+    assert json.loads(out.getvalue())["monty_version"] == "1.7.0"
+    out = io.StringIO()
+    run_bench(out, as_json=False, runs=1, code_mode=True)
+    assert "(Monty: pydantic-monty 1.7.0)" in out.getvalue().splitlines()
+
+
+def test_monty_version_is_the_installed_release_or_none() -> None:
+    from dsh_tools._bench_monty import monty_available, monty_version
+
+    found = monty_version()
+    if monty_available():
+        assert found == importlib.metadata.version("pydantic-monty")
+    else:
+        assert found is None
 
 
 def test_the_monty_comparison_takes_each_ratio_within_a_round(
