@@ -89,8 +89,8 @@ return [summary["count"], f"{total(values):d}", json.dumps(values)]
 """
 """A program like most a run is given (imports, a gathered binding call, a function, a
 comprehension, ``try``, a loop, an f-string): compiling and running it in ``_rehearse`` takes
-the page copies those steps cost off the run's path (measured: a run's compile took 23 page
-faults after a one-line rehearsal, 4 after this one)."""
+the page copies those steps cost off the run's path (measured for a five-line program: its
+compile took 21-23 page faults after a one-line rehearsal, 4-6 after this one)."""
 _WARM_BOOT: Final = bytes(
     _encode_frame(
         Boot(
