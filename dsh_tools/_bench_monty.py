@@ -52,11 +52,16 @@ def monty_available() -> bool:
 def monty_version() -> str | None:
     """The installed ``pydantic-monty`` release (``None`` without it): its figures change with
     it (1.7's empty run and 100 calls took about 0.6-0.8 x 1.4's here), so every report that
-    compares with Monty names the release it measured."""
-    try:
-        return importlib.metadata.version("pydantic-monty")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    compares with Monty names the release it measured. That of the distribution providing
+    the ``pydantic_monty`` module, the code measured (``pydantic-monty-client``, which may be
+    installed without the ``pydantic-monty`` that only requires it); that one's otherwise."""
+    providers = importlib.metadata.packages_distributions().get("pydantic_monty", [])
+    for name in (*providers, "pydantic-monty"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 async def _trivial(n: int) -> int:

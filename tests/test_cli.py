@@ -447,6 +447,34 @@ def test_monty_version_is_the_installed_release_or_none() -> None:
         assert found is None
 
 
+def test_monty_version_names_the_release_that_provides_the_module(tmp_path: Path) -> None:
+    # ``pydantic-monty`` is a package of requirements only: the ``pydantic_monty`` module the
+    # comparison measures comes from ``pydantic-monty-client``, which may be installed alone
+    # (or at another release). The report names the release of the module it measured.
+    client = tmp_path / "pydantic_monty_client-9.9.1.dist-info"
+    client.mkdir()
+    (client / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pydantic-monty-client\nVersion: 9.9.1\n"
+    )
+    (client / "RECORD").write_text("pydantic_monty/__init__.py,,\n")
+    (tmp_path / "pydantic_monty").mkdir()
+    (tmp_path / "pydantic_monty" / "__init__.py").write_text("")
+    module = Path(__file__).parent.parent / "dsh_tools" / "_bench_monty.py"
+    probe = (
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        f"spec = importlib.util.spec_from_file_location('peer', {str(module)!r})\n"
+        "peer = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(peer)\n"
+        "print(peer.monty_available(), peer.monty_version())\n"
+    )
+    # Without site-packages: only the client above is installed.
+    found = subprocess.run(
+        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert found.stdout.split() == ["True", "9.9.1"]
+
+
 def test_the_monty_comparison_takes_each_ratio_within_a_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
