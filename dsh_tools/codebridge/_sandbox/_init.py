@@ -504,10 +504,10 @@ def _yield_on_wake() -> None:
     policy): woken by the worker's notices, or by its tick, it waits for the worker to block or
     for the scheduler's next tick rather than take the CPU from it at once. The notices come as
     the worker reads its program and as it starts it, when it has most to do on a machine whose
-    every core may be busy: the init's wake-up then cut into the run (measured: an empty run's
-    compile and start a tenth to a fifth longer). The run's end costs nothing: the worker exits
-    right after its end notice. Where the kernel refuses (a policy it lacks), the init keeps the
-    usual one."""
+    every core may be busy: the init's wake-up then cut into the run (a scheduler trace of an
+    empty run showed the init taking the worker's core for 0.13 ms while the other core idled).
+    The run's end costs nothing: the worker blocks right after its end notice. Where the kernel
+    refuses (a policy it lacks), the init keeps the usual one."""
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
 
