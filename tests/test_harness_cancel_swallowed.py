@@ -150,13 +150,31 @@ def test_a_body_that_ends_in_its_cleanup_is_still_awaited(system: ToolSystem) ->
     assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
 
 
+def _system_with_a_swallowing_body() -> tuple[ToolSystem, Stubborn]:
+    """A system of the test's own (it stops it) with a ``stubborn`` tool whose ``async def``
+    body swallows every cancellation."""
+    stubborn = Stubborn("swallows", [])
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("stubborn", stubborn.body()))
+    return system, stubborn
+
+
+def _stop_while_it_runs(system: ToolSystem, stubborn: Stubborn, caller: Callable[[], Any]) -> None:
+    """Run ``caller`` on a thread of its own, stop ``system`` once the stubborn body has
+    started, and wait for that thread."""
+    waiting = threading.Thread(target=caller, daemon=True)
+    waiting.start()
+    try:
+        assert stubborn.started.wait(WAIT)
+    finally:
+        system.stop()
+        waiting.join(WAIT)
+
+
 def test_stop_settles_a_call_whose_body_swallows_its_cancellation(logs: Logs) -> None:
     # stop() cancels such a body outright once its grace is over; it swallowed that too, and
     # the call never settled: its caller waited with no result.
-    log: list[str] = []
-    stubborn = Stubborn("swallows", log)
-    system = ToolSystem.start(code_runtime=None)
-    system.tools.register(fixture("stubborn", stubborn.body()))
+    system, stubborn = _system_with_a_swallowing_body()
     outcome: list[Any] = []
 
     async def caller() -> None:
@@ -166,13 +184,7 @@ def test_stop_settles_a_call_whose_body_swallows_its_cancellation(logs: Logs) ->
         stubborn.release.set()  # else asyncio.run, ending, would wait for the body for ever
         await asyncio.to_thread(stubborn.ended.wait, WAIT)
 
-    waiting = threading.Thread(target=asyncio.run, args=(caller(),), daemon=True)
-    waiting.start()
-    try:
-        assert stubborn.started.wait(WAIT)
-    finally:
-        system.stop()
-    waiting.join(WAIT)
+    _stop_while_it_runs(system, stubborn, lambda: asyncio.run(caller()))
     assert outcome == ["ABORTED"]
     assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
     assert GIVEN_UP in logs.warnings
@@ -185,10 +197,7 @@ def test_stop_settles_a_batch_call_whose_body_swallows_its_cancellation(
     # A batch's call with no execute wrapper runs its async body as the call's own task in
     # the batch: one that swallowed stop()'s cancellation left its call without a result, and
     # the batch's waiter got a RuntimeError as the system loop ended.
-    log: list[str] = []
-    stubborn = Stubborn("swallows", log)
-    system = ToolSystem.start(code_runtime=None)
-    system.tools.register(fixture("stubborn", stubborn.body()))
+    system, stubborn = _system_with_a_swallowing_body()
     system.tools.register(fixture("quick"))
     if wrapped:
 
@@ -204,13 +213,9 @@ def test_stop_settles_a_batch_call_whose_body_swallows_its_cancellation(
         )
         outcome.append(system.execute_batch(batch, timeout=WAIT))
 
-    waiting = threading.Thread(target=waits, daemon=True)
-    waiting.start()
     try:
-        assert stubborn.started.wait(WAIT)
+        _stop_while_it_runs(system, stubborn, waits)
     finally:
-        system.stop()
-        waiting.join(WAIT)
         stubborn.release.set()
     (batch,) = outcome
     assert [r.to_dict()["error"]["info"]["code"] for r in batch.results] == [
