@@ -51,7 +51,7 @@ from .actors import (
     ToolOutputError,
     ToolTimeoutError,
 )
-from .actors._config import UNLISTED_TOOLS, ToolsConfig
+from .actors._config import MIN_MAX_MEMORY_MB, UNLISTED_TOOLS, ToolsConfig
 from .codebridge import (
     AssembledPrompt,
     BindingNamespace,
@@ -133,6 +133,7 @@ __all__ = [
     "HOOK_WIND_DOWN_S",
     "MAX_ARGUMENTS_CHARS",
     "MAX_ARGUMENTS_DEPTH",
+    "MIN_MAX_MEMORY_MB",
     "STOP_GRACE_S",
     "UNLISTED_TOOLS",
     "UNSET",

@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from dsh_tools import CodeRuntimeConfig, CodeSandbox, ExecuteBatch, ToolOutput, ToolsConfig
+from dsh_tools import (
+    MIN_MAX_MEMORY_MB,
+    CodeRuntimeConfig,
+    CodeSandbox,
+    ExecuteBatch,
+    ExecuteCall,
+    ToolOutput,
+    ToolsConfig,
+    ToolSystem,
+)
 from dsh_tools.integrations import ReconnectPolicy
 
 
@@ -194,3 +203,65 @@ def test_positional_and_missing_arguments_name_the_struct_and_what_it_takes() ->
 def test_a_check_of_the_struct_itself_keeps_its_own_message() -> None:
     with pytest.raises(TypeError, match=r"^code sandbox: env must be a dict of str to str$"):
         CodeSandbox(env={"HOME": 1})  # type: ignore[dict-item]
+
+
+# --- the memory floor -----------------------------------------------------------------------------
+
+_WORKER_NEEDS = (
+    "must be at least 48 (the code worker, a Python interpreter, takes about 32 MB of it before "
+    "the program runs), got "
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(47.9, "47.9"), (47, "47"), (16, "16"), (16.0, "16"), (0.5, "0.5")]
+)
+def test_a_memory_budget_under_what_the_worker_needs_is_refused(value: float, shown: str) -> None:
+    # Under about 32 MB the worker has no room for a program's first allocation, and a run
+    # failed at once with a MemoryError that did not say the budget was the cause.
+    assert MIN_MAX_MEMORY_MB == 48
+    with pytest.raises(ValueError) as raised:
+        ToolsConfig(max_memory_mb=value)
+    assert str(raised.value) == f"max_memory_mb {_WORKER_NEEDS}{shown}"
+    with pytest.raises(ValueError) as raised:
+        CodeRuntimeConfig(max_memory_mb=value)
+    assert str(raised.value) == f"code runtime: config.max_memory_mb {_WORKER_NEEDS}{shown}"
+
+
+def test_a_memory_budget_that_is_no_positive_number_keeps_its_own_message() -> None:
+    with pytest.raises(
+        ValueError, match=r"^max_memory_mb must be a positive finite number, got 0$"
+    ):
+        ToolsConfig(max_memory_mb=0)
+    with pytest.raises(
+        ValueError,
+        match=r"^code runtime: config\.max_memory_mb must be a positive number, got -1$",
+    ):
+        CodeRuntimeConfig(max_memory_mb=-1)
+
+
+_SMALL_PROGRAM = """
+import json, re, asyncio, decimal, dataclasses
+values = list(range(10_000))
+text = json.dumps({"n": len(values), "total": sum(values), "first": values[:3]})
+return json.loads(text)["total"]
+"""
+
+
+@pytest.mark.parametrize("isolation", ["sandbox", "process"])
+def test_a_small_program_runs_under_the_floor_budget(isolation: str) -> None:
+    config = ToolsConfig(mode="code", code_isolation=isolation, max_memory_mb=MIN_MAX_MEMORY_MB)
+    assert CodeRuntimeConfig(max_memory_mb=MIN_MAX_MEMORY_MB).max_memory_mb == 48
+    with ToolSystem.start(config) as system:
+        for index, (program, value) in enumerate(
+            [("return None", "null"), (_SMALL_PROGRAM, str(sum(range(10_000))))]
+        ):
+            result = system.execute(
+                ExecuteCall(
+                    call_id=f"floor-{index}",
+                    name="run_code",
+                    arguments={"code": program, "description": "Run at the memory floor"},
+                )
+            )
+            assert not result.is_error, result.content
+            assert result.content[0]["text"] == value

@@ -30,7 +30,9 @@ from ..actors._config import (  # one definition of the defaults, shared with To
     DEFAULT_MAX_WALL_MS,
     ISOLATIONS,
     MAX_SAFE_INTEGER,
+    MIN_MAX_MEMORY_MB,
     finite_number,
+    memory_floor_text,
     number_text,
 )
 from ..actors._keywords import KeywordChecked
@@ -45,6 +47,7 @@ __all__ = [
     "DEFAULT_MAX_PARALLEL_RUNS",
     "DEFAULT_MAX_WALL_MS",
     "ISOLATIONS",
+    "MIN_MAX_MEMORY_MB",
     "BindingFunction",
     "BindingNamespace",
     "CodeRunFailure",
@@ -188,7 +191,8 @@ class CodeRuntimeConfig(msgspec.Struct, metaclass=KeywordChecked, frozen=True, k
     ``compute_ms``: CPU budget of the worker (busy time); ``max_wall_ms``: wall ceiling from
     spawn; ``max_output_bytes``: cap on logs plus value or message (an integer >= 4);
     ``max_memory_mb``: worker address-space limit (under the sandbox also the memory of the
-    whole process tree and the size of the scratch directory); ``max_frame_bytes``: cap on one
+    whole process tree and the size of the scratch directory), at least ``MIN_MAX_MEMORY_MB``
+    (the worker takes about 32 MB of it itself); ``max_frame_bytes``: cap on one
     channel frame in either direction; ``isolation``: ``"sandbox"`` (the default: Landlock,
     namespaces, seccomp, see ``docs/sandbox.md``) or ``"process"`` (own process group, limits
     and a clean environment only); ``sandbox``: the grants under ``"sandbox"``;
@@ -221,6 +225,9 @@ class CodeRuntimeConfig(msgspec.Struct, metaclass=KeywordChecked, frozen=True, k
             )
         for key in ("compute_ms", "max_wall_ms", "max_output_bytes", "max_memory_mb"):
             _check_positive(key, getattr(self, key))
+        floor = memory_floor_text(self.max_memory_mb)
+        if floor is not None:
+            raise ValueError(f"code runtime: config.max_memory_mb {floor}")
         for key in ("compute_ms", "max_wall_ms", "max_memory_mb"):
             # Kept as floats: the worker's boot frame carries them as such, and an integer
             # budget past 64 bits (a "no limit" as good as 1e30) would fail every run there.
