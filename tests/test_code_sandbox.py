@@ -15,6 +15,7 @@ import os
 import py_compile
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Any, overload
 
 import msgspec
 import pytest
-from conftest import Logs
+from conftest import WAIT, Logs
 
 import dsh_tools
 from dsh_tools import CodeSandbox, ToolsConfig, ToolSystem
@@ -1304,3 +1305,41 @@ def test_grants_take_any_sequence_of_paths_but_a_string() -> None:
             CodeSandbox(read=paths)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^code sandbox: write must be a list of absolute"):
         CodeSandbox(write={"/tmp"})  # type: ignore[arg-type]
+
+
+def _nice_and_blocked(pid: int) -> tuple[int, int]:
+    """Process ``pid``'s nice value and its blocked signals' mask."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        fields = stat.read().rpartition(b")")[2].split()
+    with open(f"/proc/{pid}/status", "rb") as status:
+        blocked = next(line for line in status if line.startswith(b"SigBlk:"))
+    return int(fields[16]), int(blocked.split()[1], 16)
+
+
+def test_a_finished_worker_waits_for_its_kill_at_the_lowest_priority() -> None:
+    # Once its end notice is sent the worker waits for its init's SIGKILL, with every signal
+    # blocked (no handler of the program runs again). The kill wakes it just as the init's
+    # report wakes the host, often on the same core, and the kernel's teardown of its memory
+    # then ran ahead of the host's last steps in a fifth of the runs: it waits at nice 19.
+    from dsh_tools.codebridge import _worker
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child is killed in there
+        try:
+            _worker._await_kill()
+        finally:
+            os._exit(70)
+    try:
+        deadline = time.monotonic() + WAIT
+        nice, blocked = _nice_and_blocked(pid)
+        while (nice, blocked & (1 << (signal.SIGTERM - 1))) != (19, 1 << (signal.SIGTERM - 1)):
+            assert time.monotonic() < deadline, f"nice {nice}, blocked {blocked:#x}"
+            time.sleep(0.01)
+            nice, blocked = _nice_and_blocked(pid)
+        os.kill(pid, signal.SIGTERM)  # blocked: it waits on
+        time.sleep(0.05)
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
