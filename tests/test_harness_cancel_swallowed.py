@@ -7,8 +7,11 @@ under ``execute_async`` sees of the caller's cancellation."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -188,6 +191,39 @@ def test_stop_settles_a_call_whose_body_swallows_its_cancellation(logs: Logs) ->
     assert outcome == ["ABORTED"]
     assert results_of(system)["c1"]["error"]["code"] == "ABORTED"
     assert GIVEN_UP in logs.warnings
+
+
+def test_a_given_up_body_collected_as_a_cancelled_task_runs_is_closed_quietly(logs: Logs) -> None:
+    # The task of a body stop() gave up is collected with its system, its loop (the system
+    # loop) closed. Closing its coroutine, the collector throws GeneratorExit into it: it took
+    # a cancellation pending on whichever task of another loop ran the collection for its own
+    # and waited for it, which a closing coroutine may not ("coroutine ignored GeneratorExit",
+    # reported as unraisable).
+    system, stubborn = _system_with_a_swallowing_body()
+    call = ExecuteCall(call_id="c1", name="stubborn", arguments={})
+    _stop_while_it_runs(system, stubborn, partial(system.execute, call, timeout=WAIT))
+    assert GIVEN_UP in logs.warnings
+    del system
+    unraisable: list[Any] = []
+
+    async def collects() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        gc.collect()
+        try:
+            await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            task.uncancel()
+
+    previous = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        asyncio.run(collects())
+    finally:
+        sys.unraisablehook = previous
+        stubborn.release.set()
+    assert [str(u.exc_value) for u in unraisable] == []
 
 
 @pytest.mark.parametrize("wrapped", [False, True], ids=["no wrapper", "a wrapper"])

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
+from types import FrameType
 from typing import Any, NoReturn
 
 from ..actors import AbortSignal
@@ -69,7 +71,7 @@ async def capture(
     try:
         value = await coro
     except BaseException as exc:
-        if _cancel_requested():
+        if _cancel_requested(sys._getframe()):
             await _take_pending_cancel()
         wake(settled)
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
@@ -77,12 +79,18 @@ async def capture(
     return True, value
 
 
-def _cancel_requested() -> bool:
+def _cancel_requested(frame: FrameType) -> bool:
+    """Whether a cancellation of the task whose step runs ``frame`` (``capture``'s, the top of
+    its body's task) is pending. None is when no step of that task runs: the coroutine is being
+    closed (its task given up by ``stop()`` and collected, perhaps while another task of some
+    loop steps), and it must not wait for anything then."""
     try:
         task = asyncio.current_task()
     except RuntimeError:  # no loop runs: the coroutine is being closed, nothing is pending
         return False
-    return task is not None and task.cancelling() > 0
+    if task is None or getattr(task.get_coro(), "cr_frame", None) is not frame:
+        return False
+    return task.cancelling() > 0
 
 
 async def _take_pending_cancel() -> None:
