@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from ._blocking_wait import wait_for_future
 from .actors._logging import get_logger
 from .pipeline import message_of
-from .pipeline._loop import is_library_code, new_pool_loop, note_interrupted
+from .pipeline._loop import is_library_code, new_pool_loop, note_interrupted, resume
 
 __all__ = ["SystemLoop"]
 
@@ -145,7 +145,13 @@ class SystemLoop:
         if self._ended:
             coro.close()
             raise RuntimeError(_STOPPED_BEFORE)
-        return await coro
+        # Driven, not awaited: a call whose hook went on after stop() cancelled it is given up
+        # there (``GiveUp``), and this returns the result it was settled with.
+        try:
+            first = coro.send(None)
+        except StopIteration as done:
+            return done.value
+        return await resume(coro, first, closed_outside=True)
 
     def fail_pending(self) -> None:
         """Fail every submitted call or batch that has not finished: its waiter gets an error

@@ -299,6 +299,95 @@ def test_a_swallowing_body_of_a_call_made_in_a_cancelled_batch_settles_both(
         stubborn.release.set()
 
 
+# --- a hook that goes on after stop()'s cancellation ------------------------------------------
+
+HOOKS = {
+    "pre-execute": "the pre-execute hook",
+    "execute wrapper": "the execute wrapper",
+    "post-execute": "the post-execute hook",
+}
+
+
+def hook_given_up(hook: str) -> str:
+    """The warning a call whose ``hook`` went on after stop() cancelled it settles with."""
+    return GIVEN_UP.replace("the tool body", HOOKS[hook])
+
+
+def _system_with_a_swallowing_hook(hook: str) -> tuple[ToolSystem, Stubborn]:
+    """A system of the test's own (it stops it) with a ``quick`` tool and a ``hook`` that
+    swallows every cancellation until released, then passes through (``next()``)."""
+    stubborn = Stubborn("swallows", [])
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("quick"))
+    swallows = stubborn.body()
+
+    async def goes_on(*args: Any) -> Any:
+        await swallows(None, None)
+        return await args[-1]()  # what a pass-through hook returns, dropped by then
+
+    {
+        "pre-execute": system.tools.on_pre_execute,
+        "execute wrapper": system.tools.on_execute,
+        "post-execute": system.tools.on_post_execute,
+    }[hook](goes_on)
+    return system, stubborn
+
+
+def _caller(system: ToolSystem, stubborn: Stubborn, caller: str, outcome: list[Any]) -> Any:
+    """What waits for call ``c1`` (to ``quick``) as ``caller`` would, noting its result's error
+    code (or what it raised) in ``outcome``."""
+    call = ExecuteCall(call_id="c1", name="quick", arguments={})
+
+    async def awaits() -> Any:
+        result = await system.execute_async(call)
+        stubborn.release.set()  # else asyncio.run, ending, would wait for the hook for ever
+        await asyncio.to_thread(stubborn.ended.wait, WAIT)
+        return result
+
+    waits: dict[str, Callable[[], Any]] = {
+        "execute": lambda: system.execute(call),
+        "execute(timeout=)": lambda: system.execute(call, timeout=WAIT),
+        "execute_async": lambda: asyncio.run(awaits()),
+        "execute_batch": lambda: system.execute_batch(
+            ExecuteBatch(calls=[ToolCall("c1", "quick", "{}")]), timeout=WAIT
+        ).results[0],
+    }
+
+    def waiting() -> None:
+        try:
+            outcome.append(waits[caller]().to_dict()["error"]["info"]["code"])
+        except BaseException as exc:  # noted, for the test to show
+            outcome.append(exc)
+
+    return waiting
+
+
+@pytest.mark.parametrize(
+    "caller", ["execute", "execute(timeout=)", "execute_async", "execute_batch"]
+)
+@pytest.mark.parametrize("hook", list(HOOKS))
+def test_stop_settles_a_call_whose_hook_swallows_its_cancellation(
+    logs: Logs, hook: str, caller: str
+) -> None:
+    # A hook awaited in the call's own task: stop() cancelled it, and once more past its grace;
+    # one that swallowed both held its call for good. A blocking execute waited for ever, the
+    # timed one and a batch's waiter got a RuntimeError as the system loop ended, with no
+    # result in the log. It is given up as a swallowing body is: its call settles with its
+    # one result, what the hook answers later is dropped.
+    system, stubborn = _system_with_a_swallowing_hook(hook)
+    outcome: list[Any] = []
+    try:
+        _stop_while_it_runs(system, stubborn, _caller(system, stubborn, caller, outcome))
+    finally:
+        stubborn.release.set()
+    # Cancelled before its body ran (a wrapper before next()), or after it returned.
+    code = "ABORTED" if hook == "post-execute" else "ABORTED_BEFORE_DISPATCH"
+    assert outcome == [code]
+    assert {k: v["error"]["code"] for k, v in results_of(system).items()} == {"c1": code}
+    assert hook_given_up(hook) in logs.warnings
+    assert GIVEN_UP not in logs.warnings
+
+
 # --- an execute wrapper under execute_async ----------------------------------------------------
 
 

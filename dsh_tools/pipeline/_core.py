@@ -300,6 +300,47 @@ class PipelineCore:
             task.get_loop().call_soon_threadsafe(cancel_hooks, rec, task)
         return True
 
+    def hooks_gone_on(self, rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:
+        """``stop()``'s grace over, and ``BODY_GIVE_UP_S`` since ``hooks_overdue`` cancelled
+        the hook chain ``rec`` waits on in ``task`` once more: whether it still waits there (a
+        hook that swallows every cancellation); if so, it is given up, as a body that does is
+        (``give_up_body``): logged, and ``task`` held until it ends. Call on ``task``'s loop."""
+        if (
+            task is None
+            or task.done()
+            or rec.hook_task is not task
+            or not rec.hooks_waiting
+            or rec.stage not in HOOK_STAGES
+            or rec.sealed
+        ):
+            return False
+        fields = log_fields(rec)
+        fields["stage"] = rec.stage
+        log.warning(
+            f"{HOOK_STAGES[rec.stage]} went on after its cancellation; its call settles "
+            "without it and what it returns is dropped",
+            **fields,
+        )
+        return True
+
+    def hold_given_up(self, task: asyncio.Task[Any]) -> None:
+        """Hold ``task``, which runs what ``stop()`` gave up (a body, a hook), until it ends:
+        asyncio keeps only weak references to tasks."""
+        given_up = self.given_up
+        given_up.add(task)
+        task.add_done_callback(given_up.discard)
+
+    def given_up_stage(self, rec: CallRecord) -> Stage:
+        """What a call whose hook chain ``stop()`` gave up on (``hooks_gone_on``) settles with:
+        ``ABORTED`` once its body began, else ``ABORTED_BEFORE_DISPATCH``; no more hooks run."""
+        failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=abort_reason(rec))
+        return Stage(FINISH, failed)
+
+    def settle_without_hooks(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
+        """``hooks_gone_on``, for a call running through ``Pipeline.run``: settle it without
+        its hook chain (on ``task``'s loop)."""
+        raise NotImplementedError
+
     def abandon_bodies(self) -> bool:
         """``stop()``, once its grace is over: stop waiting for the plain bodies still running
         on worker threads (each is left to its thread, what it returns is dropped), and cancel
@@ -316,7 +357,17 @@ class PipelineCore:
                 with contextlib.suppress(RuntimeError):  # the loop has closed
                     task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
         for rec in list(self.live):
-            found = self.hooks_overdue(rec) or found
+            if self.hooks_overdue(rec):
+                found = True
+                # One that swallows that cancellation too is given up a moment later, as a
+                # body is, so that its call still settles within stop()'s last wait for it.
+                task = rec.hook_task
+                assert task is not None  # ``hooks_overdue``
+                with contextlib.suppress(RuntimeError):  # the loop has closed
+                    loop = task.get_loop()
+                    loop.call_soon_threadsafe(
+                        loop.call_later, BODY_GIVE_UP_S, self.settle_without_hooks, rec, task
+                    )
         for overdue in self._pools.now():
             found = True
             with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there
@@ -480,8 +531,13 @@ BODY_GIVE_UP_S = BODY_WIND_DOWN_S / 2
 """How long an ``async def`` body that ``stop()`` cancelled outright, its grace over, may go on
 before its call settles without it (``abandon_bodies``): within ``stop()``'s last wait."""
 
-HOOK_STAGES = frozenset({"pre-execute", "execute-wrapper", "post-execute"})
-"""The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``)."""
+HOOK_STAGES: Final = {
+    "pre-execute": "the pre-execute hook",
+    "execute-wrapper": "the execute wrapper",
+    "post-execute": "the post-execute hook",
+}
+"""The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``), and
+what runs in each."""
 
 
 def wind_down(rec: CallRecord) -> None:

@@ -464,9 +464,7 @@ class DispatchStages(PipelineCore):
             "and what it returns is dropped",
             **fields,
         )
-        given_up = self.given_up
-        given_up.add(task)
-        task.add_done_callback(given_up.discard)
+        self.hold_given_up(task)
 
     async def _in_this_task(
         self, rec: CallRecord, coro: Coroutine[Any, Any, Any], signal: AbortSignal

@@ -55,6 +55,7 @@ from ._pool_parts import (
     ClosePool,
     CommitDone,
     DispatchSettled,
+    HooksGivenUp,
     LaneReady,
     PoolEntry,
     PoolLane,
@@ -133,13 +134,15 @@ class DispatcherPoolActor(SharedMailboxActor):
         elif kind is SubmitCalls:
             self._entries.extend(map(PoolEntry, message.requests))
         elif kind is PrepareDone:
-            self._busy = False
-            message.entry.task = None
-            self._settle_prepare(message.entry, message.stage)
+            if message.entry.state == PREPARING:  # else it settled already, without its hooks
+                self._busy = False
+                message.entry.task = None
+                self._settle_prepare(message.entry, message.stage)
         elif kind is CommitDone:
-            self._busy = False
-            message.entry.task = None
-            self._settle_commit(message.entry, message.result)
+            if message.entry.state == COMMITTING:  # else it settled already, without its hooks
+                self._busy = False
+                message.entry.task = None
+                self._settle_commit(message.entry, message.result)
         elif kind is ClosePool:
             self._closed = True
         elif kind is LaneReady:
@@ -150,6 +153,8 @@ class DispatcherPoolActor(SharedMailboxActor):
             self._overdue()
         elif kind is BodyGivenUp:
             self._give_up(message.entry)
+        elif kind is HooksGivenUp:
+            self._give_up_hooks(message.entry)
         else:
             raise TypeError(f"DispatcherPoolActor cannot handle {kind.__name__}")
         while self._step():  # ``pump()``, inline: every message ends here
@@ -167,7 +172,8 @@ class DispatcherPoolActor(SharedMailboxActor):
     def _overdue(self) -> None:
         """``stop()``'s grace is over: a plain body a body thread runs for a started call is
         given up (the call settles without it and commits as any other, its slot free), and
-        a hook chain still waiting is cancelled once more."""
+        a hook chain still waiting is cancelled once more (and given up a moment later if it
+        goes on after that too: ``HooksGivenUp``)."""
         for entry in self._entries[self._commit_cursor : self._start_cursor]:
             record = entry.record
             if record is None or entry.state == DONE:
@@ -186,7 +192,11 @@ class DispatcherPoolActor(SharedMailboxActor):
                     loop.call_soon_threadsafe(
                         loop.call_later, BODY_GIVE_UP_S, self.tell, BodyGivenUp(entry)
                     )
-                self._pipeline.hooks_overdue(record)
+                if self._pipeline.hooks_overdue(record):
+                    loop = self._loop
+                    loop.call_soon_threadsafe(
+                        loop.call_later, BODY_GIVE_UP_S, self.tell, HooksGivenUp(entry)
+                    )
 
     def _give_up(self, entry: PoolEntry) -> None:
         """``BodyGivenUp``: settle ``entry`` without its async body if that still runs as its
@@ -201,6 +211,27 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._pipeline.give_up_body(record, task)
         self._in_flight -= 1
         entry.stage = self._pipeline.abandoned_stage(record)
+        entry.state = SETTLED
+
+    def _give_up_hooks(self, entry: PoolEntry) -> None:
+        """``HooksGivenUp``: settle ``entry`` without its stage task if a hook chain still waits
+        in it (a hook that swallowed every cancellation): the call finishes aborted and commits
+        in its turn, the task runs on in the background, and what its stage reports later is
+        dropped (its entry has moved on)."""
+        record, state = entry.record, entry.state
+        if record is None or state not in (PREPARING, DISPATCHING, COMMITTING):
+            return
+        task = entry.task
+        if not self._pipeline.hooks_gone_on(record, task):
+            return
+        assert task is not None  # ``hooks_gone_on``
+        self._pipeline.hold_given_up(task)
+        if state == DISPATCHING:
+            self._in_flight -= 1
+        else:  # the prepare or commit the coordinator ran
+            self._busy = False
+        entry.task = None
+        entry.stage = self._pipeline.given_up_stage(record)
         entry.state = SETTLED
 
     def on_failure(self, exc: BaseException) -> None:

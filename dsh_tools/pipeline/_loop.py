@@ -25,13 +25,14 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final, TypeVar
 
 from ._epoll import mark_wake_only, new_pool_loop
 
 __all__ = [
     "STARTS_AT_ONCE",
+    "GiveUp",
     "cancel_for_interrupt",
     "carry_on",
     "disown_body",
@@ -747,6 +748,10 @@ def resume(
                 raise
             step, arg = coro.throw, exc
         except BaseException as exc:
+            if type(exc) is asyncio.CancelledError and exc.args and type(exc.args[0]) is GiveUp:
+                given_up = exc.args[0]
+                if given_up.owns(coro):
+                    return given_up.detach(coro, exc, context)  # type: ignore[no-any-return]
             step, arg = coro.throw, exc
         yielded = None
         try:
@@ -759,6 +764,61 @@ def resume(
             step = arg = None
             raise
         arg = None
+
+
+class GiveUp:
+    """The message of the cancellation that gives up a call whose hook went on after its
+    cancellation (``stop()``, its grace over): the driver of the call's coroutine (``resume``)
+    that ``owns`` it stops driving it there and returns ``result`` (the call was settled
+    without it); the coroutine runs on in a task of its own (handed to ``hold``), the
+    cancellation thrown into it as asyncio would have, and what it returns is dropped. The
+    awaiting task's count of cancellations goes back by ``cancels`` (the pipeline's own, which
+    the hook swallowed) and this one."""
+
+    __slots__ = ("cancels", "hold", "owns", "result")
+
+    def __init__(
+        self,
+        result: Any,
+        cancels: int,
+        owns: Callable[[Coroutine[Any, Any, Any]], bool],
+        hold: Callable[[asyncio.Task[Any]], None],
+    ) -> None:
+        self.result = result
+        self.cancels = cancels
+        self.owns = owns
+        self.hold = hold
+
+    def detach(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        exc: BaseException,
+        context: contextvars.Context | None,
+    ) -> Any:
+        """Call in the awaiting task, which caught ``exc`` (this cancellation)."""
+        task = asyncio.current_task()
+        assert task is not None
+        for _ in range(self.cancels + 1):
+            task.uncancel()
+        self.hold(
+            task.get_loop().create_task(
+                _given_up(coro, exc, context), context=context or contextvars.copy_context()
+            )
+        )
+        return self.result
+
+
+async def _given_up(
+    coro: Coroutine[Any, Any, Any], exc: BaseException, context: contextvars.Context | None
+) -> None:
+    """Run a given-up call's coroutine on (``GiveUp``) to its end, dropping how it ends."""
+    try:
+        first = coro.throw(exc) if context is None else context.run(coro.throw, exc)
+    except BaseException:
+        return
+    del exc
+    with contextlib.suppress(BaseException):
+        await resume(coro, first, context)
 
 
 STARTS_AT_ONCE: Final = sys.version_info >= (3, 12)

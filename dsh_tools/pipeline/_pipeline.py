@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from asyncio import current_task
+from collections.abc import Coroutine
 from typing import Any
 
-from ..actors import AbortController, ExecuteCall
+from ..actors import AbortController, ExecuteCall, ToolExecutionResult
 from ..actors._signal import NEVER_ABORTED
 from ..registry._execution import CallRecord
 from ._commit import CommitStages
@@ -32,7 +33,7 @@ from ._core import (
     compact_arguments,
 )
 from ._dispatch import DispatchStages
-from ._loop import event_loop, first_loop, interrupts_deferred
+from ._loop import GiveUp, event_loop, first_loop, interrupts_deferred
 from ._prepare import PrepareStages
 from ._results import cancelled
 
@@ -157,10 +158,10 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 raise asyncio.CancelledError(*(rec.outer_cancel_args or (CANCELLED_REASON,)))
         return result
 
-    def _record_interrupted(self, rec: CallRecord) -> None:
+    def _record_interrupted(self, rec: CallRecord) -> ToolExecutionResult:
         """Finish ``rec`` as aborted now and record that result, if its ``tool/call`` is in the
         log without one: an interruption may have cut the recording of either short, before or
-        after the event was appended (``SessionLog.awaits_result``)."""
+        after the event was appended (``SessionLog.awaits_result``). Returns that result."""
         rec.abandoned = True  # whatever the call might settle with later is dropped
         reason = abort_reason(rec) or INTERRUPTED_REASON
         failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=reason)
@@ -169,6 +170,35 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             logged = rec.logged_call
             if logged is not None and self.session.awaits_result(logged, rec.agent):
                 self.session.record_result(rec.call_id, result, rec.agent)
+        return result
+
+    # --- a hook that went on after stop() cancelled it -------------------------------------------
+
+    def settle_without_hooks(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
+        """``stop()`` cancelled the hook chain ``rec`` waits on in ``task`` (the task running
+        this ``run``), its grace over, and the chain went on: the call is finished and recorded
+        as aborted now, and ``task`` is cancelled with a ``GiveUp``, which the driver of this
+        ``run`` (``resume``, under ``execute``, ``execute_async`` and the system loop) takes:
+        it returns that result to the caller and runs ``run`` on in the background, what it
+        settles with later dropped. A ``run`` that shares its task with another call's (a
+        wrapper awaiting ``execute_async``) is left to it: only the driver of the innermost
+        could take it, and giving up the outer one first would cancel the caller."""
+        live = self.live
+        if rec not in live or any(other.hook_task is task and other is not rec for other in live):
+            return
+        if not self.hooks_gone_on(rec, task):
+            return
+        live.discard(rec)
+        cancels, rec.own_cancels = rec.own_cancels, 0
+        result = self._record_interrupted(rec)
+
+        def owns(coro: Coroutine[Any, Any, Any]) -> bool:
+            frame = getattr(coro, "cr_frame", None)
+            if frame is None or frame.f_code is not _RUN_CODE:
+                return False
+            return frame.f_locals.get("rec") is rec
+
+        task.cancel(GiveUp(result, cancels, owns, self.hold_given_up))
 
     # --- a caller whose event loop closed -------------------------------------------------------
 
@@ -208,3 +238,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             self.bodies.discard(rec)
             self.body_waits.discard(rec)
             self._record_interrupted(rec)
+
+
+_RUN_CODE = Pipeline.run.__code__
+"""The code of ``Pipeline.run``, whose coroutine a ``GiveUp`` is for."""

@@ -29,6 +29,7 @@ __all__ = [
     "ClosePool",
     "CommitDone",
     "DispatchSettled",
+    "HooksGivenUp",
     "LaneReady",
     "PoolEntry",
     "PoolLane",
@@ -144,6 +145,14 @@ class BodyGivenUp(msgspec.Struct, frozen=True):
     entry: PoolEntry
 
 
+class HooksGivenUp(msgspec.Struct, frozen=True):
+    """The pool to itself: the hook chain ``entry``'s stage task waits on was cancelled once
+    more a while ago (``stop()``'s grace over) and may have gone on: its call settles without
+    it, unless it has settled since."""
+
+    entry: PoolEntry
+
+
 class DispatchSettled(msgspec.Struct, frozen=True):
     """The pool to itself: ``entry``'s dispatch (wrappers and body) settled with ``stage``;
     its slot is free."""
@@ -226,6 +235,16 @@ class PoolPipeline(Protocol):
 
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call settles with when ``stop()`` gave up on its plain body."""
+
+    def given_up_stage(self, rec: CallRecord) -> Stage:
+        """What a call settles with when ``stop()`` gave up on its hook chain."""
+
+    def hooks_gone_on(self, rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:
+        """Whether the call's hook chain still waits in ``task`` after its last cancellation
+        (then it is given up, and logged so)."""
+
+    def hold_given_up(self, task: asyncio.Task[Any]) -> None:
+        """Hold ``task``, which runs what ``stop()`` gave up, until it ends."""
 
     def give_up_body(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
         """Stop waiting for the call's async body ``task``, which went on after it was
