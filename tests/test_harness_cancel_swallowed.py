@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import WAIT, Logs, block, context, fixture, results_of, sources
 
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+
+REPO = Path(__file__).resolve().parents[1]
 
 GIVEN_UP = (
     "the tool body went on after its cancellation; its call settles without it "
@@ -386,6 +392,134 @@ def test_stop_settles_a_call_whose_hook_swallows_its_cancellation(
     assert {k: v["error"]["code"] for k, v in results_of(system).items()} == {"c1": code}
     assert hook_given_up(hook) in logs.warnings
     assert GIVEN_UP not in logs.warnings
+
+
+# What the process below runs: for each of a swallowing pre-execute hook, execute wrapper,
+# post-execute hook and async body, a call to a tool of that name by each kind of caller, all
+# at once; then stop(), which gives them all up. It prints each caller's outcome.
+_EVERY_KIND_GIVEN_UP = """
+import asyncio, json, threading, time
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem, tool
+
+KINDS = ("pre", "wrap", "post", "body")
+CALLERS = ("execute", "timed", "async", "batch")
+started = threading.Semaphore(0)
+release = threading.Event()
+
+async def swallow():
+    started.release()
+    while not release.is_set():
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            pass
+
+system = ToolSystem.start(code_runtime=None)
+def tool_named(kind):
+    async def body() -> str:
+        "A tool."
+        if kind == "body":
+            await swallow()
+        return "ok"
+    body.__name__ = body.__qualname__ = kind
+    return tool(body)
+
+for kind in KINDS:
+    system.tools.register(tool_named(kind))
+
+async def pre(exec, next):
+    if exec.name == "pre":
+        await swallow()
+    return await next()
+
+async def wrap(exec, next):
+    if exec.name == "wrap":
+        await swallow()
+    return await next()
+
+async def post(exec, result, next):
+    if exec.name == "post":
+        await swallow()
+    return await next()
+
+system.tools.on_pre_execute(pre)
+system.tools.on_execute(wrap)
+system.tools.on_post_execute(post)
+outcome = {}
+
+def waits(kind, caller):
+    call_id = kind + "-" + caller
+    call = ExecuteCall(call_id=call_id, name=kind, arguments={})
+    async def awaits():
+        result = await system.execute_async(call)
+        # Noted now: a given-up body runs on, and asyncio.run, ending, waits for it.
+        outcome[call_id] = result.to_dict()["error"]["info"]["code"]
+        return result
+    try:
+        if caller == "execute":
+            result = system.execute(call)
+        elif caller == "timed":
+            result = system.execute(call, timeout=30)
+        elif caller == "async":
+            asyncio.run(awaits())
+            return
+        else:
+            batch = ExecuteBatch(calls=[ToolCall(call_id, kind, "{}")])
+            result = system.execute_batch(batch, timeout=30).results[0]
+        outcome[call_id] = result.to_dict()["error"]["info"]["code"]
+    except BaseException as exc:
+        outcome[call_id] = repr(exc)
+
+threads = [
+    threading.Thread(target=waits, args=(kind, caller), daemon=True)
+    for kind in KINDS
+    for caller in CALLERS
+]
+for thread in threads:
+    thread.start()
+for _ in threads:
+    assert started.acquire(timeout=30)
+try:
+    system.stop()
+    deadline = time.monotonic() + 30
+    while len(outcome) < len(threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+finally:
+    release.set()
+    for thread in threads:
+        thread.join(30)
+recorded = {}
+for event in system.session.events:
+    if event.type == "tool/result":
+        recorded.setdefault(event.data["call_id"], []).append(event.data["error"]["code"])
+print(json.dumps({"outcome": outcome, "recorded": recorded}))
+"""
+
+
+def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodies() -> None:
+    # What stop() gave up ran on in tasks of loops that then stopped or closed (the system
+    # loop, a blocking caller's own): the interpreter, exiting, reported each task destroyed
+    # while pending, a swallowing body's too. Nothing waits for them: they are not reported.
+    done = subprocess.run(
+        [sys.executable, "-c", _EVERY_KIND_GIVEN_UP],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 0, done.stderr
+    for noise in ("Task was destroyed", "never awaited", "Exception ignored", "Traceback"):
+        assert noise not in done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    codes = {"pre": "ABORTED_BEFORE_DISPATCH", "wrap": "ABORTED_BEFORE_DISPATCH"}
+    expected = {
+        f"{kind}-{caller}": codes.get(kind, "ABORTED")
+        for kind in ("pre", "wrap", "post", "body")
+        for caller in ("execute", "timed", "async", "batch")
+    }
+    assert report["outcome"] == expected
+    assert report["recorded"] == {call_id: [code] for call_id, code in expected.items()}
 
 
 # --- an execute wrapper under execute_async ----------------------------------------------------

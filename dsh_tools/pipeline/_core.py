@@ -325,7 +325,10 @@ class PipelineCore:
 
     def hold_given_up(self, task: asyncio.Task[Any]) -> None:
         """Hold ``task``, which runs what ``stop()`` gave up (a body, a hook), until it ends:
-        asyncio keeps only weak references to tasks."""
+        asyncio keeps only weak references to tasks. Its loop may stop or close before it ends
+        (the system loop's, a blocking caller's): destroyed pending then, it is not reported,
+        as nothing waits for it."""
+        task._log_destroy_pending = False  # type: ignore[attr-defined]
         given_up = self.given_up
         given_up.add(task)
         task.add_done_callback(given_up.discard)
