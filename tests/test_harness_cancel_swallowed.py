@@ -347,7 +347,9 @@ def _caller(system: ToolSystem, stubborn: Stubborn, caller: str, outcome: list[A
     async def awaits() -> Any:
         result = await system.execute_async(call)
         stubborn.release.set()  # else asyncio.run, ending, would wait for the hook for ever
-        await asyncio.to_thread(stubborn.ended.wait, WAIT)
+        # The given-up hook runs on in a task of the caller's loop, to its end.
+        if not await asyncio.to_thread(stubborn.ended.wait, WAIT):
+            raise AssertionError("the given-up hook never ran on")
         return result
 
     waits: dict[str, Callable[[], Any]] = {

@@ -800,25 +800,27 @@ class GiveUp:
         assert task is not None
         for _ in range(self.cancels + 1):
             task.uncancel()
+        # The new task runs in the context the coroutine's steps ran in (its driver's, else
+        # the awaiting task's): stepping it through ``context.run`` there as well would enter
+        # a context already entered, and the coroutine would never run again.
         self.hold(
             task.get_loop().create_task(
-                _given_up(coro, exc, context), context=context or contextvars.copy_context()
+                _given_up(coro, exc), context=context or contextvars.copy_context()
             )
         )
         return self.result
 
 
-async def _given_up(
-    coro: Coroutine[Any, Any, Any], exc: BaseException, context: contextvars.Context | None
-) -> None:
-    """Run a given-up call's coroutine on (``GiveUp``) to its end, dropping how it ends."""
+async def _given_up(coro: Coroutine[Any, Any, Any], exc: BaseException) -> None:
+    """Run a given-up call's coroutine on (``GiveUp``) to its end, in this task's context,
+    dropping how it ends."""
     try:
-        first = coro.throw(exc) if context is None else context.run(coro.throw, exc)
+        first = coro.throw(exc)
     except BaseException:
         return
     del exc
     with contextlib.suppress(BaseException):
-        await resume(coro, first, context)
+        await resume(coro, first, closed_outside=True)
 
 
 STARTS_AT_ONCE: Final = sys.version_info >= (3, 12)
