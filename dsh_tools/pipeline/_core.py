@@ -31,6 +31,7 @@ from ..registry import RUN_CODE, compact_json
 from ..registry._execution import Announced, CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
+from ._epoll import mark_given_up
 from ._loop import interrupted_task, running_loop
 from ._results import cancelled, failure_from_exception, with_abort_reason
 from ._session import SessionLog
@@ -327,8 +328,8 @@ class PipelineCore:
         """Hold ``task``, which runs what ``stop()`` gave up (a body, a hook), until it ends:
         asyncio keeps only weak references to tasks. Its loop may stop or close before it ends
         (the system loop's, a blocking caller's): destroyed pending then, it is not reported,
-        as nothing waits for it."""
-        task._log_destroy_pending = False  # type: ignore[attr-defined]
+        as nothing waits for it (``mark_given_up``)."""
+        mark_given_up(task)
         given_up = self.given_up
         given_up.add(task)
         task.add_done_callback(given_up.discard)

@@ -10,7 +10,7 @@ import selectors
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple
 
-__all__ = ["PreciseEpoll", "mark_wake_only", "new_pool_loop", "set_wake_only"]
+__all__ = ["PreciseEpoll", "mark_given_up", "mark_wake_only", "new_pool_loop", "set_wake_only"]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
 _Ts = TypeVarTuple("_Ts")
@@ -163,7 +163,40 @@ def set_wake_only(loop: asyncio.AbstractEventLoop, fd: int, only: bool) -> bool:
 def new_pool_loop() -> asyncio.AbstractEventLoop:
     """A new event loop whose timers fire on time (for batches, code runs and each thread's
     private loop): on Linux a selector loop over a ``PreciseEpoll`` (see the class docstring),
-    elsewhere the platform's default loop."""
-    if PreciseEpoll is None:
-        return asyncio.new_event_loop()
-    return _PreciseLoop()
+    elsewhere the platform's default loop. What it reports goes to ``_quiet_given_up``."""
+    loop = asyncio.new_event_loop() if PreciseEpoll is None else _PreciseLoop()
+    loop.set_exception_handler(_quiet_given_up)
+    return loop
+
+
+_GIVEN_UP_PREFIX: Final = "dsh_tools given up: "
+"""How the name of a task that ``mark_given_up`` marked begins."""
+
+_DESTROYED_PENDING: Final = "Task was destroyed but it is pending!"
+"""The message asyncio reports a task collected unfinished with (``call_exception_handler``)."""
+
+
+def mark_given_up(task: asyncio.Task[Any]) -> None:
+    """Mark ``task``, which runs what ``stop()`` gave up (a body, a hook), as one that nothing
+    waits for: a loop of ``new_pool_loop`` (the system loop, a blocking caller's own) may stop
+    or close before it ends, and its collection, still pending, is not reported then. (A loop
+    of the caller's own keeps its own exception handler, which is left alone.) The mark is
+    the task's name, which is still there when asyncio reports the task from its finalizer."""
+    task.set_name(_GIVEN_UP_PREFIX + task.get_name())
+
+
+def _quiet_given_up(
+    loop: asyncio.AbstractEventLoop,
+    context: dict[str, Any],
+    _message: str = _DESTROYED_PENDING,
+    _prefix: str = _GIVEN_UP_PREFIX,
+) -> None:
+    """The exception handler of a ``new_pool_loop`` loop: drops the report of a task that
+    ``mark_given_up`` marked destroyed while pending, and hands every other report to the
+    loop's default handler. (Its constants are bound as defaults: it may run while the
+    interpreter exits, its module's globals cleared.)"""
+    if context.get("message") == _message:
+        get_name = getattr(context.get("task"), "get_name", None)
+        if get_name is not None and str(get_name()).startswith(_prefix):
+            return
+    loop.default_exception_handler(context)
