@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from types import FrameType
@@ -71,7 +71,7 @@ async def capture(
     try:
         value = await coro
     except BaseException as exc:
-        if _cancel_requested(sys._getframe()):
+        if _cancel_requested(inspect.currentframe()):
             await _take_pending_cancel()
         wake(settled)
         return False, exc  # from inside the handler, which unbinds ``exc``: no cycle via this frame
@@ -79,16 +79,24 @@ async def capture(
     return True, value
 
 
-def _cancel_requested(frame: FrameType) -> bool:
+def _cancel_requested(frame: FrameType | None) -> bool:
     """Whether a cancellation of the task whose step runs ``frame`` (``capture``'s, the top of
     its body's task) is pending. None is when no step of that task runs: the coroutine is being
     closed (its task given up by ``stop()`` and collected, perhaps while another task of some
-    loop steps), and it must not wait for anything then."""
+    loop steps), and it must not wait for anything then.
+
+    Told by frames, as nothing else public can: ``capture``'s coroutine cannot be handed to
+    itself, and asyncio names no task a step or a close runs for but the current one, whose
+    coroutine is ``capture``'s own exactly when its ``cr_frame`` is ``frame``. (This runs only
+    for a body that failed or was closed; ``frame`` is None only where Python keeps no frames,
+    and the current task is trusted then, as before.)"""
     try:
         task = asyncio.current_task()
     except RuntimeError:  # no loop runs: the coroutine is being closed, nothing is pending
         return False
-    if task is None or getattr(task.get_coro(), "cr_frame", None) is not frame:
+    if task is None:
+        return False
+    if frame is not None and getattr(task.get_coro(), "cr_frame", None) is not frame:
         return False
     return task.cancelling() > 0
 

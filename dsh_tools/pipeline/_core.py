@@ -27,7 +27,7 @@ from ..actors import (
 )
 from ..actors._attached import Attached
 from ..actors._logging import get_logger
-from ..registry import RUN_CODE, compact_json
+from ..registry import compact_json
 from ..registry._execution import Announced, CallRecord
 from ..registry._snapshot import SnapshotCell, ToolEntry
 from ._approval import ApprovalCall
@@ -49,6 +49,7 @@ __all__ = [
     "PipelineCore",
     "ScopeCancelled",
     "Stage",
+    "abandon_body",
     "abort_reason",
     "aborted_code",
     "call_aborted",
@@ -339,58 +340,6 @@ class PipelineCore:
         ``ABORTED`` once its body began, else ``ABORTED_BEFORE_DISPATCH``; no more hooks run."""
         failed = cancelled(aborted_code(rec), call_id=rec.call_id, reason=abort_reason(rec))
         return Stage(FINISH, failed)
-
-    def settle_without_hooks(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
-        """``hooks_gone_on``, for a call running through ``Pipeline.run``: settle it without
-        its hook chain (on ``task``'s loop)."""
-        raise NotImplementedError
-
-    def abandon_bodies(self) -> bool:
-        """``stop()``, once its grace is over: stop waiting for the plain bodies still running
-        on worker threads (each is left to its thread, what it returns is dropped), and cancel
-        the async bodies and hook chains still waiting, those trusted to watch their signal or
-        that took the interrupt's cancellation included; an async body that swallows that
-        cancellation too is given up ``BODY_GIVE_UP_S`` later (left to run in the background).
-        Their calls settle ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH``), whatever started them.
-        Whether there were any."""
-        found = False
-        for rec in list(self.body_waits):
-            task = rec.body_wait
-            if task is not None:
-                found = True
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
-        for rec in list(self.live):
-            if self.hooks_overdue(rec):
-                found = True
-                # One that swallows that cancellation too is given up a moment later, as a
-                # body is, so that its call still settles within stop()'s last wait for it.
-                task = rec.hook_task
-                assert task is not None  # ``hooks_overdue``
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    loop = task.get_loop()
-                    loop.call_soon_threadsafe(
-                        loop.call_later, BODY_GIVE_UP_S, self.settle_without_hooks, rec, task
-                    )
-        for overdue in self._pools.now():
-            found = True
-            with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there
-                overdue()
-        for rec in list(self.bodies):
-            task = rec.body_task
-            if task is not None:
-                found = True
-                with contextlib.suppress(RuntimeError):
-                    loop = task.get_loop()
-                    loop.call_soon_threadsafe(cancel_body, rec, task, True)
-                    wait = rec.body_wait
-                    if wait is not None and rec.name != RUN_CODE:  # a run settles its own way
-                        # One that swallows that cancellation too is given up a moment later,
-                        # so that its call still settles within stop()'s last wait for them.
-                        loop.call_soon_threadsafe(
-                            loop.call_later, BODY_GIVE_UP_S, abandon_body, rec, wait
-                        )
-        return found
 
     def _check_outer(self, rec: CallRecord, caught: BaseException | None = None) -> bool:
         """Whether the awaiting task has been cancelled since the call began (then interrupt

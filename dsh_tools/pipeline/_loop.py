@@ -750,7 +750,7 @@ def resume(
         except BaseException as exc:
             if type(exc) is asyncio.CancelledError and exc.args and type(exc.args[0]) is GiveUp:
                 given_up = exc.args[0]
-                if given_up.owns(coro):
+                if given_up.owns(context):
                     return given_up.detach(coro, exc, context)  # type: ignore[no-any-return]
             step, arg = coro.throw, exc
         yielded = None
@@ -773,21 +773,34 @@ class GiveUp:
     without it); the coroutine runs on in a task of its own (handed to ``hold``), the
     cancellation thrown into it as asyncio would have, and what it returns is dropped. The
     awaiting task's count of cancellations goes back by ``cancels`` (the pipeline's own, which
-    the hook swallowed) and this one."""
+    the hook swallowed) and this one.
 
-    __slots__ = ("cancels", "hold", "owns", "result")
+    Which driver is the call's is told by ``mark``, a context variable that the call's
+    coroutine set to ``call`` in the context its steps run in as it started (``STEPPING``):
+    a driver further out runs its coroutine in a context made before the call began, one
+    further in (a hook's, a nested call's) is reached only through the call's own driver."""
+
+    __slots__ = ("call", "cancels", "hold", "mark", "result")
 
     def __init__(
         self,
         result: Any,
         cancels: int,
-        owns: Callable[[Coroutine[Any, Any, Any]], bool],
+        mark: contextvars.ContextVar[Any],
+        call: object,
         hold: Callable[[asyncio.Task[Any]], None],
     ) -> None:
         self.result = result
         self.cancels = cancels
-        self.owns = owns
+        self.mark = mark
+        self.call = call
         self.hold = hold
+
+    def owns(self, context: contextvars.Context | None) -> bool:
+        """Whether the coroutine that a ``resume`` steps in ``context`` (None: the awaiting
+        task's own, the one current) is the call's: its ``mark`` is the call there."""
+        mark = self.mark
+        return (mark.get(None) if context is None else context.get(mark)) is self.call
 
     def detach(
         self,

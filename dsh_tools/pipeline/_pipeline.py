@@ -9,16 +9,18 @@ call. Nothing here raises for tool, hook, policy or data faults: every outcome i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from asyncio import current_task
-from collections.abc import Coroutine
 from typing import Any
 
 from ..actors import AbortController, ExecuteCall, ToolExecutionResult
 from ..actors._signal import NEVER_ABORTED
+from ..registry import RUN_CODE
 from ..registry._execution import CallRecord
 from ._commit import CommitStages
 from ._core import (
+    BODY_GIVE_UP_S,
     CANCELLED_REASON,
     DISPATCH,
     FINISH,
@@ -28,8 +30,10 @@ from ._core import (
     STOPPING_REASON,
     STRANDED_CHECK,
     Stage,
+    abandon_body,
     abort_reason,
     aborted_code,
+    cancel_body,
     compact_arguments,
 )
 from ._dispatch import DispatchStages
@@ -172,6 +176,56 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 self.session.record_result(rec.call_id, result, rec.agent)
         return result
 
+    # --- stop(), its grace over ------------------------------------------------------------------
+
+    def abandon_bodies(self) -> bool:
+        """``stop()``, once its grace is over: stop waiting for the plain bodies still running
+        on worker threads (each is left to its thread, what it returns is dropped), and cancel
+        the async bodies and hook chains still waiting, those trusted to watch their signal or
+        that took the interrupt's cancellation included; an async body that swallows that
+        cancellation too is given up ``BODY_GIVE_UP_S`` later (left to run in the background).
+        Their calls settle ``ABORTED`` (or ``ABORTED_BEFORE_DISPATCH``), whatever started them.
+        Whether there were any. (Here, not in ``PipelineCore``: the hook chains it gives up are
+        those of calls running through ``run``, settled by ``settle_without_hooks``.)"""
+        found = False
+        for rec in list(self.body_waits):
+            task = rec.body_wait
+            if task is not None:
+                found = True
+                with contextlib.suppress(RuntimeError):  # the loop has closed
+                    task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
+        for rec in list(self.live):
+            if self.hooks_overdue(rec):
+                found = True
+                # One that swallows that cancellation too is given up a moment later, as a
+                # body is, so that its call still settles within stop()'s last wait for it.
+                task = rec.hook_task
+                assert task is not None  # ``hooks_overdue``
+                with contextlib.suppress(RuntimeError):  # the loop has closed
+                    loop = task.get_loop()
+                    loop.call_soon_threadsafe(
+                        loop.call_later, BODY_GIVE_UP_S, self.settle_without_hooks, rec, task
+                    )
+        for overdue in self._pools.now():
+            found = True
+            with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there
+                overdue()
+        for rec in list(self.bodies):
+            task = rec.body_task
+            if task is not None:
+                found = True
+                with contextlib.suppress(RuntimeError):
+                    loop = task.get_loop()
+                    loop.call_soon_threadsafe(cancel_body, rec, task, True)
+                    wait = rec.body_wait
+                    if wait is not None and rec.name != RUN_CODE:  # a run settles its own way
+                        # One that swallows that cancellation too is given up a moment later,
+                        # so that its call still settles within stop()'s last wait for them.
+                        loop.call_soon_threadsafe(
+                            loop.call_later, BODY_GIVE_UP_S, abandon_body, rec, wait
+                        )
+        return found
+
     # --- a hook that went on after stop() cancelled it -------------------------------------------
 
     def settle_without_hooks(self, rec: CallRecord, task: asyncio.Task[Any]) -> None:
@@ -191,14 +245,9 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         live.discard(rec)
         cancels, rec.own_cancels = rec.own_cancels, 0
         result = self._record_interrupted(rec)
-
-        def owns(coro: Coroutine[Any, Any, Any]) -> bool:
-            frame = getattr(coro, "cr_frame", None)
-            if frame is None or frame.f_code is not _RUN_CODE:
-                return False
-            return frame.f_locals.get("rec") is rec
-
-        task.cancel(GiveUp(result, cancels, owns, self.hold_given_up))
+        # ``run`` marks the context its steps run in with ``rec`` (``STEPPING``): the driver
+        # that steps it there is the one that takes the ``GiveUp``.
+        task.cancel(GiveUp(result, cancels, STEPPING, rec, self.hold_given_up))
 
     # --- a caller whose event loop closed -------------------------------------------------------
 
@@ -238,7 +287,3 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             self.bodies.discard(rec)
             self.body_waits.discard(rec)
             self._record_interrupted(rec)
-
-
-_RUN_CODE = Pipeline.run.__code__
-"""The code of ``Pipeline.run``, whose coroutine a ``GiveUp`` is for."""
