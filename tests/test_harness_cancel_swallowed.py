@@ -396,6 +396,60 @@ def test_stop_settles_a_call_whose_hook_swallows_its_cancellation(
     assert GIVEN_UP not in logs.warnings
 
 
+@pytest.mark.parametrize("caller", ["execute(timeout=)", "ref.ask", "execute_async"])
+def test_stop_settles_nested_calls_whose_inner_hook_swallows_its_cancellation(
+    logs: Logs, caller: str
+) -> None:
+    # An execute wrapper that awaits execute_async of another call, whose own wrapper swallows
+    # every cancellation: both calls run in one task. Each was left to the other, so neither
+    # was given up: on the system loop the caller got a RuntimeError as it ended, and neither
+    # call had a result. Both are given up together, each with its one result.
+    stubborn = Stubborn("swallows", [])
+    swallows = stubborn.body()
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("quick"))
+    system.tools.register(fixture("outer"))
+    seen: list[Any] = []
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        if exec.name == "outer":
+            inner = ExecuteCall(call_id="inner", name="quick", arguments={})
+            seen.append((await system.execute_async(inner)).to_dict()["error"]["info"]["code"])
+        else:
+            await swallows(None, None)
+        return await next()
+
+    system.tools.on_execute(wrapper)
+    call = ExecuteCall(call_id="outer", name="outer", arguments={})
+    outcome: list[Any] = []
+
+    async def awaits() -> Any:
+        result = await system.execute_async(call)
+        stubborn.release.set()  # else asyncio.run, ending, would wait for the hook for ever
+        return result
+
+    waits: dict[str, Callable[[], Any]] = {
+        "execute(timeout=)": lambda: system.execute(call, timeout=WAIT),
+        "ref.ask": lambda: system.ref.ask(call, timeout=WAIT),
+        "execute_async": lambda: asyncio.run(awaits()),
+    }
+
+    def waiting() -> None:
+        try:
+            outcome.append(waits[caller]().to_dict()["error"]["info"]["code"])
+        except BaseException as exc:  # noted, for the test to show
+            outcome.append(exc)
+
+    try:
+        _stop_while_it_runs(system, stubborn, waiting)
+    finally:
+        stubborn.release.set()
+    assert outcome == ["ABORTED_BEFORE_DISPATCH"]
+    codes = {k: v["error"]["code"] for k, v in results_of(system).items()}
+    assert codes == {"outer": "ABORTED_BEFORE_DISPATCH", "inner": "ABORTED_BEFORE_DISPATCH"}
+    assert hook_given_up("execute wrapper") in logs.warnings
+
+
 # What the process below runs: for each of a swallowing pre-execute hook, execute wrapper,
 # post-execute hook and async body, a call to a tool of that name by each kind of caller, all
 # at once; then stop(), which gives them all up. It prints each caller's outcome.

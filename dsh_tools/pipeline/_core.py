@@ -59,6 +59,7 @@ __all__ = [
     "cancellation_behind",
     "close_awaitable",
     "compact_arguments",
+    "hooks_still_wait",
     "log",
     "log_fields",
     "owned_generator_exit",
@@ -307,14 +308,7 @@ class PipelineCore:
         the hook chain ``rec`` waits on in ``task`` once more: whether it still waits there (a
         hook that swallows every cancellation); if so, it is given up, as a body that does is
         (``give_up_body``): logged, and ``task`` held until it ends. Call on ``task``'s loop."""
-        if (
-            task is None
-            or task.done()
-            or rec.hook_task is not task
-            or not rec.hooks_waiting
-            or rec.stage not in HOOK_STAGES
-            or rec.sealed
-        ):
+        if not hooks_still_wait(rec, task):
             return False
         fields = log_fields(rec)
         fields["stage"] = rec.stage
@@ -491,6 +485,18 @@ HOOK_STAGES: Final = {
 }
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``), and
 what runs in each."""
+
+
+def hooks_still_wait(rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:
+    """Whether ``rec``'s hook chain still waits in ``task`` (``hooks_gone_on``, unlogged)."""
+    return not (
+        task is None
+        or task.done()
+        or rec.hook_task is not task
+        or not rec.hooks_waiting
+        or rec.stage not in HOOK_STAGES
+        or rec.sealed
+    )
 
 
 def wind_down(rec: CallRecord) -> None:

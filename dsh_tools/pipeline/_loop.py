@@ -750,8 +750,9 @@ def resume(
         except BaseException as exc:
             if type(exc) is asyncio.CancelledError and exc.args and type(exc.args[0]) is GiveUp:
                 given_up = exc.args[0]
-                if given_up.owns(context):
-                    return given_up.detach(coro, exc, context)  # type: ignore[no-any-return]
+                call = given_up.owner(context)
+                if call is not None:
+                    return given_up.detach(call, coro, exc, context)  # type: ignore[no-any-return]
             step, arg = coro.throw, exc
         yielded = None
         try:
@@ -767,48 +768,51 @@ def resume(
 
 
 class GiveUp:
-    """The message of the cancellation that gives up a call whose hook went on after its
-    cancellation (``stop()``, its grace over): the driver of the call's coroutine (``resume``)
-    that ``owns`` it stops driving it there and returns ``result`` (the call was settled
-    without it); the coroutine runs on in a task of its own (handed to ``hold``), the
-    cancellation thrown into it as asyncio would have, and what it returns is dropped. The
-    awaiting task's count of cancellations goes back by ``cancels`` (the pipeline's own, which
-    the hook swallowed) and this one.
+    """The message of the cancellation that gives up calls whose hooks went on after their
+    cancellation (``stop()``, its grace over), nested in one another in one task: the driver
+    (``resume``) of the outermost one's coroutine, which it ``owns``, stops driving it there
+    and returns that call's result from ``results`` (each call was settled without its hooks);
+    the coroutine runs on in a task of its own (handed to ``hold``), the cancellation thrown
+    into it as asyncio would have, and what it returns is dropped. The awaiting task's count
+    of cancellations goes back by ``cancels`` (the pipeline's own, which the hooks swallowed)
+    and this one.
 
-    Which driver is the call's is told by ``mark``, a context variable that the call's
-    coroutine set to ``call`` in the context its steps run in as it started (``STEPPING``):
-    a driver further out runs its coroutine in a context made before the call began, one
-    further in (a hook's, a nested call's) is reached only through the call's own driver."""
+    Which driver is a call's is told by ``mark``, a context variable that the call's coroutine
+    set to its key in ``results`` in the context its steps run in as it started
+    (``STEPPING``): a driver further out runs its coroutine in a context made before the call
+    began, one further in (a hook's, a nested call's) is reached only through the call's
+    own driver; the first driver the cancellation reaches is the outermost."""
 
-    __slots__ = ("call", "cancels", "hold", "mark", "result")
+    __slots__ = ("cancels", "hold", "mark", "results")
 
     def __init__(
         self,
-        result: Any,
+        results: dict[Any, Any],
         cancels: int,
         mark: contextvars.ContextVar[Any],
-        call: object,
         hold: Callable[[asyncio.Task[Any]], None],
     ) -> None:
-        self.result = result
+        self.results = results
         self.cancels = cancels
         self.mark = mark
-        self.call = call
         self.hold = hold
 
-    def owns(self, context: contextvars.Context | None) -> bool:
-        """Whether the coroutine that a ``resume`` steps in ``context`` (None: the awaiting
-        task's own, the one current) is the call's: its ``mark`` is the call there."""
+    def owner(self, context: contextvars.Context | None) -> Any:
+        """The call whose coroutine a ``resume`` steps in ``context`` (None: the awaiting
+        task's own, the one current), if it is one of ``results``'; else None."""
         mark = self.mark
-        return (mark.get(None) if context is None else context.get(mark)) is self.call
+        call = mark.get(None) if context is None else context.get(mark)
+        return call if call is not None and call in self.results else None
 
     def detach(
         self,
+        call: Any,
         coro: Coroutine[Any, Any, Any],
         exc: BaseException,
         context: contextvars.Context | None,
     ) -> Any:
-        """Call in the awaiting task, which caught ``exc`` (this cancellation)."""
+        """Call in the awaiting task, which caught ``exc`` (this cancellation), with the
+        ``owner`` of ``coro``."""
         task = asyncio.current_task()
         assert task is not None
         for _ in range(self.cancels + 1):
@@ -821,7 +825,7 @@ class GiveUp:
                 _given_up(coro, exc), context=context or contextvars.copy_context()
             )
         )
-        return self.result
+        return self.results[call]
 
 
 async def _given_up(coro: Coroutine[Any, Any, Any], exc: BaseException) -> None:

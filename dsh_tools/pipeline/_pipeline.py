@@ -35,6 +35,7 @@ from ._core import (
     aborted_code,
     cancel_body,
     compact_arguments,
+    hooks_still_wait,
 )
 from ._dispatch import DispatchStages
 from ._loop import GiveUp, event_loop, first_loop, interrupts_deferred
@@ -234,20 +235,32 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
         as aborted now, and ``task`` is cancelled with a ``GiveUp``, which the driver of this
         ``run`` (``resume``, under ``execute``, ``execute_async`` and the system loop) takes:
         it returns that result to the caller and runs ``run`` on in the background, what it
-        settles with later dropped. A ``run`` that shares its task with another call's (a
-        wrapper awaiting ``execute_async``) is left to it: only the driver of the innermost
-        could take it, and giving up the outer one first would cancel the caller."""
+        settles with later dropped.
+
+        Calls whose ``run`` shares ``task`` with this one's are nested in one another (a
+        wrapper awaiting ``execute_async``, whose call's hook went on): all of them are given
+        up together, if each waits on its hooks, and the driver of the outermost takes the
+        ``GiveUp`` (the inner ones go on inside its ``run``, in the background). Giving up only
+        the innermost would leave the outer one's hook to go on, perhaps to another call; giving
+        up only the outer one would leave the inner ones without a result. If one of them waits
+        on anything else (a body), they are left to it, as before."""
         live = self.live
-        if rec not in live or any(other.hook_task is task and other is not rec for other in live):
+        if rec not in live:
             return
-        if not self.hooks_gone_on(rec, task):
+        nested = [other for other in live if other.hook_task is task]
+        if not all(hooks_still_wait(other, task) for other in nested):
             return
-        live.discard(rec)
-        cancels, rec.own_cancels = rec.own_cancels, 0
-        result = self._record_interrupted(rec)
-        # ``run`` marks the context its steps run in with ``rec`` (``STEPPING``): the driver
-        # that steps it there is the one that takes the ``GiveUp``.
-        task.cancel(GiveUp(result, cancels, STEPPING, rec, self.hold_given_up))
+        results: dict[CallRecord, ToolExecutionResult] = {}
+        cancels = 0
+        for other in nested:
+            self.hooks_gone_on(other, task)  # logged
+            live.discard(other)
+            cancels += other.own_cancels
+            other.own_cancels = 0
+            results[other] = self._record_interrupted(other)
+        # ``run`` marks the context its steps run in with its record (``STEPPING``): the driver
+        # that steps the outermost one there is the one that takes the ``GiveUp``.
+        task.cancel(GiveUp(results, cancels, STEPPING, self.hold_given_up))
 
     # --- a caller whose event loop closed -------------------------------------------------------
 
