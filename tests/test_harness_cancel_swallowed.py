@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 from conftest import WAIT, Logs, block, context, fixture, results_of, sources
 
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+from dsh_tools.pipeline._epoll import mark_given_up, new_pool_loop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -576,6 +578,33 @@ def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodie
     }
     assert report["outcome"] == expected
     assert report["recorded"] == {call_id: [code] for call_id, code in expected.items()}
+
+
+def test_a_package_loop_reports_all_but_a_given_up_task_destroyed_pending(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The handler that keeps given-up tasks out of asyncio's reports (``mark_given_up``)
+    # drops that one report only: a failing callback, a task nobody gave up collected while
+    # pending, are reported by the loop's default handler as on any loop.
+    loop = new_pool_loop()
+
+    async def forever() -> None:
+        await asyncio.Event().wait()
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        given_up = loop.create_task(forever(), name="given up")
+        mark_given_up(given_up)
+        loop.create_task(forever(), name="left")
+        loop.call_soon(lambda: 1 / 0)
+        loop.run_until_complete(asyncio.sleep(0.01))
+        loop.close()
+        del given_up
+        gc.collect()
+    reports = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("Exception in callback") for m in reports)
+    destroyed = [m for m in reports if m.startswith("Task was destroyed but it is pending!")]
+    assert len(destroyed) == 1
+    assert "name='left'" in destroyed[0]
 
 
 # --- an execute wrapper under execute_async ----------------------------------------------------
