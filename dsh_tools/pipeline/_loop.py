@@ -770,7 +770,7 @@ def resume(
 class GiveUp:
     """The message of the cancellation that gives up calls whose hooks went on after their
     cancellation (``stop()``, its grace over), nested in one another in one task: the driver
-    (``resume``) of the outermost one's coroutine, which it ``owns``, stops driving it there
+    (``resume``) of the outermost one's coroutine (the ``owner`` it finds) stops driving it there
     and returns that call's result from ``results`` (each call was settled without its hooks);
     the coroutine runs on in a task of its own (handed to ``hold``), the cancellation thrown
     into it as asyncio would have, and what it returns is dropped. The awaiting task's count
@@ -799,7 +799,7 @@ class GiveUp:
 
     def owner(self, context: contextvars.Context | None) -> Any:
         """The call whose coroutine a ``resume`` steps in ``context`` (None: the awaiting
-        task's own, the one current), if it is one of ``results``'; else None."""
+        task's own, the one current), if it is a key of ``results``; else None."""
         mark = self.mark
         call = mark.get(None) if context is None else context.get(mark)
         return call if call is not None and call in self.results else None
