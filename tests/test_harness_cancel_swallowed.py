@@ -398,6 +398,86 @@ def test_stop_settles_a_call_whose_hook_swallows_its_cancellation(
     assert GIVEN_UP not in logs.warnings
 
 
+@pytest.mark.parametrize("hook", ["pre-execute", "execute wrapper"])
+def test_a_call_given_up_under_execute_async_leaves_its_callers_task_alone(
+    logs: Logs, hook: str
+) -> None:
+    # Given up before its body, the call runs on in the background: its post-execute hook ran
+    # there once released, and, the call being hurried, its wind-down cancelled the task the
+    # call had been awaited in, the caller's own, by then at work on something else (its next
+    # sleep, another system's call) that nobody had cancelled.
+    system, stubborn = _system_with_a_swallowing_hook(hook)
+    post_ran = threading.Event()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        post_ran.set()
+        await asyncio.sleep(0.05)
+        return await next()
+
+    system.tools.on_post_execute(post)
+    other = ToolSystem.start(code_runtime=None)
+    other.tools.register(fixture("quick"))
+    log: list[Any] = []
+
+    async def caller() -> None:
+        call = ExecuteCall(call_id="c1", name="quick", arguments={})
+        log.append((await system.execute_async(call)).to_dict()["error"]["info"]["code"])
+        stubborn.release.set()
+        assert await asyncio.to_thread(post_ran.wait, WAIT)
+        await asyncio.sleep(0.2)  # the caller's own work, as the given-up call winds down
+        log.append("slept")
+        later = await other.execute_async(ExecuteCall(call_id="b1", name="quick", arguments={}))
+        log.append(later.to_dict().get("error"))
+        await asyncio.to_thread(stubborn.ended.wait, WAIT)
+
+    try:
+        _stop_while_it_runs(system, stubborn, lambda: asyncio.run(caller()))
+    finally:
+        stubborn.release.set()
+        other.stop()
+    assert log == ["ABORTED_BEFORE_DISPATCH", "slept", None]
+    assert {k: v.get("error") for k, v in results_of(other).items()} == {"b1": None}
+
+
+def test_the_callers_own_cancellation_is_raised_when_stop_gives_up_the_hook(logs: Logs) -> None:
+    # The caller cancelled its task while a wrapper swallowed every cancellation, then stop()
+    # gave the wrapper up: the caller got a plain result and its task went on, its
+    # cancellation lost. It gets its CancelledError, as it does once a body is given up.
+    system, stubborn = _system_with_a_swallowing_hook("execute wrapper")
+    log: list[Any] = []
+
+    async def main() -> None:
+        async def caller() -> Any:
+            return await system.execute_async(ExecuteCall(call_id="c1", name="quick", arguments={}))
+
+        task = asyncio.create_task(caller())
+        assert await asyncio.to_thread(stubborn.started.wait, WAIT)
+        task.cancel("the user pressed stop")
+        await asyncio.sleep(0.05)
+        log.append(task.done())
+        stopping = threading.Thread(target=system.stop, daemon=True)
+        stopping.start()
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.append("cancelled")
+        else:
+            log.append("returned")
+        stubborn.release.set()
+        await asyncio.to_thread(stopping.join, WAIT)
+        await asyncio.to_thread(stubborn.ended.wait, WAIT)
+
+    try:
+        asyncio.run(main())
+    finally:
+        stubborn.release.set()
+        system.stop()
+    assert log == [False, "cancelled"]
+    assert {k: v["error"]["code"] for k, v in results_of(system).items()} == {
+        "c1": "ABORTED_BEFORE_DISPATCH"
+    }
+
+
 @pytest.mark.parametrize("caller", ["execute(timeout=)", "ref.ask", "execute_async"])
 def test_stop_settles_nested_calls_whose_inner_hook_swallows_its_cancellation(
     logs: Logs, caller: str

@@ -781,9 +781,13 @@ class GiveUp:
     set to its key in ``results`` in the context its steps run in as it started
     (``STEPPING``): a driver further out runs its coroutine in a context made before the call
     began, one further in (a hook's, a nested call's) is reached only through the call's
-    own driver; the first driver the cancellation reaches is the outermost."""
+    own driver; the first driver the cancellation reaches is the outermost.
 
-    __slots__ = ("cancels", "hold", "mark", "results")
+    ``owed(call, task)``: the arguments of a cancellation the awaiting task's own caller asked
+    for meanwhile (a hook swallowed it), which the driver raises instead of returning the
+    result, as the call would have once settled; None when there is none."""
+
+    __slots__ = ("cancels", "hold", "mark", "owed", "results")
 
     def __init__(
         self,
@@ -791,11 +795,13 @@ class GiveUp:
         cancels: int,
         mark: contextvars.ContextVar[Any],
         hold: Callable[[asyncio.Task[Any]], None],
+        owed: Callable[[Any, asyncio.Task[Any]], tuple[Any, ...] | None],
     ) -> None:
         self.results = results
         self.cancels = cancels
         self.mark = mark
         self.hold = hold
+        self.owed = owed
 
     def owner(self, context: contextvars.Context | None) -> Any:
         """The call whose coroutine a ``resume`` steps in ``context`` (None: the awaiting
@@ -817,6 +823,7 @@ class GiveUp:
         assert task is not None
         for _ in range(self.cancels + 1):
             task.uncancel()
+        owed = self.owed(call, task)
         # The new task runs in the context the coroutine's steps ran in (its driver's, else
         # the awaiting task's): stepping it through ``context.run`` there as well would enter
         # a context already entered, and the coroutine would never run again.
@@ -825,6 +832,8 @@ class GiveUp:
                 _given_up(coro, exc), context=context or contextvars.copy_context()
             )
         )
+        if owed is not None:
+            raise asyncio.CancelledError(*owed)
         return self.results[call]
 
 

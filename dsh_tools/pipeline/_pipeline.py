@@ -258,9 +258,20 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             cancels += other.own_cancels
             other.own_cancels = 0
             results[other] = self._record_interrupted(other)
+
+        def hold(background: asyncio.Task[Any]) -> None:
+            # What the given-up calls do from now on runs in ``background``. The awaiting task
+            # is its caller's again (under ``execute_async`` it goes on with its own work): it
+            # is no longer what a wind-down of their hooks cancels, nor are its cancellations
+            # theirs (a post-execute hook that ran on once cancelled the caller's next await).
+            for other in results:
+                other.hook_task = background
+                other.outer = None
+            self.hold_given_up(background)
+
         # ``run`` marks the context its steps run in with its record (``STEPPING``): the driver
         # that steps the outermost one there is the one that takes the ``GiveUp``.
-        task.cancel(GiveUp(results, cancels, STEPPING, self.hold_given_up))
+        task.cancel(GiveUp(results, cancels, STEPPING, hold, _owed_to_caller))
 
     # --- a caller whose event loop closed -------------------------------------------------------
 
@@ -300,3 +311,12 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
             self.bodies.discard(rec)
             self.body_waits.discard(rec)
             self._record_interrupted(rec)
+
+
+def _owed_to_caller(rec: CallRecord, task: asyncio.Task[Any]) -> tuple[Any, ...] | None:
+    """``GiveUp``'s ``owed``: the cancellation the caller's own task (``rec.outer``, awaiting
+    ``execute_async``) asked for since the call began, which a hook swallowed; ``run`` raises
+    it once a call has settled, and so does the call given up without its hooks."""
+    if rec.outer is not task or task.cancelling() <= rec.cancel_base:
+        return None
+    return rec.outer_cancel_args or (CANCELLED_REASON,)
