@@ -22,8 +22,16 @@ from typing import Any
 import pytest
 from conftest import WAIT, Logs, block, context, fixture, results_of, sources
 
-from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem, _system
 from dsh_tools.pipeline._epoll import mark_given_up, new_pool_loop
+
+
+@pytest.fixture(autouse=True)
+def short_stop_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop()'s grace (``STOP_GRACE_S``, 5 s) cut to one second: most of these tests wait it
+    out, and what stop() does once it is over does not depend on its length."""
+    monkeypatch.setattr(_system, "STOP_GRACE_S", 1.0)
+
 
 REPO = Path(__file__).resolve().parents[1]
 
