@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Any, Final
+from typing import Any, Final, TypeVarTuple
 
 import msgspec
 from msgspec import UNSET
@@ -52,6 +52,7 @@ __all__ = [
     "abandon_body",
     "abort_reason",
     "aborted_code",
+    "after_give_up_time",
     "call_aborted",
     "caller_interrupted",
     "cancel_body",
@@ -67,6 +68,7 @@ __all__ = [
     "replace_if_aborted",
     "scope_cancelled",
     "take_back_cancels",
+    "warn_given_up",
     "wind_down",
 ]
 
@@ -310,13 +312,7 @@ class PipelineCore:
         (``give_up_body``): logged, and ``task`` held until it ends. Call on ``task``'s loop."""
         if not hooks_still_wait(rec, task):
             return False
-        fields = log_fields(rec)
-        fields["stage"] = rec.stage
-        log.warning(
-            f"{HOOK_STAGES[rec.stage]} went on after its cancellation; its call settles "
-            "without it and what it returns is dropped",
-            **fields,
-        )
+        warn_given_up(rec, rec.stage, HOOK_STAGES[rec.stage])
         return True
 
     def hold_given_up(self, task: asyncio.Task[Any]) -> None:
@@ -485,6 +481,30 @@ HOOK_STAGES: Final = {
 }
 """The stages whose awaiting user code ``interrupt`` cancels (``CallRecord.hook_task``), and
 what runs in each."""
+
+
+_Ts = TypeVarTuple("_Ts")
+
+
+def after_give_up_time(
+    loop: asyncio.AbstractEventLoop, callback: Callable[[*_Ts], object], *args: *_Ts
+) -> None:
+    """Have ``loop`` run ``callback(*args)`` ``BODY_GIVE_UP_S`` from now; from any thread
+    (``RuntimeError`` once ``loop`` has closed): how long a body or hook chain ``stop()``
+    cancelled once more, its grace over, may go on before its call settles without it."""
+    loop.call_soon_threadsafe(loop.call_later, BODY_GIVE_UP_S, callback, *args)
+
+
+def warn_given_up(rec: CallRecord, stage: str, what: str) -> None:
+    """Log that ``what`` (``"the tool body"``, ``"the pre-execute hook"``...), run in
+    ``rec``'s ``stage``, went on after its cancellation and is given up."""
+    fields = log_fields(rec)
+    fields["stage"] = stage
+    log.warning(
+        f"{what} went on after its cancellation; its call settles without it "
+        "and what it returns is dropped",
+        **fields,
+    )
 
 
 def hooks_still_wait(rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:

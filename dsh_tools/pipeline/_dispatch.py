@@ -54,13 +54,12 @@ from ._core import (
     caller_interrupted,
     cancel_body,
     closing_call,
-    log,
-    log_fields,
     owned_generator_exit,
     passes_cancel,
     replace_if_aborted,
     scope_cancelled,
     take_back_cancels,
+    warn_given_up,
     wind_down,
 )
 from ._loop import (
@@ -457,13 +456,7 @@ class DispatchStages(PipelineCore):
         it was cancelled outright (it swallows its cancellation): it runs on in the background,
         held here until it ends, and what it settles with is dropped; its call settles
         ``ABORTED`` without it."""
-        fields = log_fields(rec)
-        fields["stage"] = "body"
-        log.warning(
-            "the tool body went on after its cancellation; its call settles without it "
-            "and what it returns is dropped",
-            **fields,
-        )
+        warn_given_up(rec, "body", "the tool body")
         self.hold_given_up(task)
 
     async def _in_this_task(

@@ -40,7 +40,7 @@ from ..actors import (
 from ..actors._logging import get_logger
 from ..registry import classify
 from ..registry._execution import CallRecord
-from ._core import BODY_GIVE_UP_S, DISPATCH, Stage
+from ._core import DISPATCH, Stage, after_give_up_time
 from ._dispatch import OFF_LOOP, Inline
 from ._loop import start_task
 from ._mailbox import WORKER, SharedMailboxActor
@@ -188,15 +188,9 @@ class DispatcherPoolActor(SharedMailboxActor):
                     # task itself: one that swallows that cancellation too would hold its call,
                     # and the whole batch, for good. It is given up a moment later, as one in a
                     # task of its own is (``abandon_bodies``).
-                    loop = self._loop
-                    loop.call_soon_threadsafe(
-                        loop.call_later, BODY_GIVE_UP_S, self.tell, BodyGivenUp(entry)
-                    )
+                    after_give_up_time(self._loop, self.tell, BodyGivenUp(entry))
                 if self._pipeline.hooks_overdue(record):
-                    loop = self._loop
-                    loop.call_soon_threadsafe(
-                        loop.call_later, BODY_GIVE_UP_S, self.tell, HooksGivenUp(entry)
-                    )
+                    after_give_up_time(self._loop, self.tell, HooksGivenUp(entry))
 
     def _give_up(self, entry: PoolEntry) -> None:
         """``BodyGivenUp``: settle ``entry`` without its async body if that still runs as its

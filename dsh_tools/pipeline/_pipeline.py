@@ -20,7 +20,6 @@ from ..registry import RUN_CODE
 from ..registry._execution import CallRecord
 from ._commit import CommitStages
 from ._core import (
-    BODY_GIVE_UP_S,
     CANCELLED_REASON,
     DISPATCH,
     FINISH,
@@ -33,6 +32,7 @@ from ._core import (
     abandon_body,
     abort_reason,
     aborted_code,
+    after_give_up_time,
     cancel_body,
     compact_arguments,
     hooks_still_wait,
@@ -203,10 +203,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 task = rec.hook_task
                 assert task is not None  # ``hooks_overdue``
                 with contextlib.suppress(RuntimeError):  # the loop has closed
-                    loop = task.get_loop()
-                    loop.call_soon_threadsafe(
-                        loop.call_later, BODY_GIVE_UP_S, self.settle_without_hooks, rec, task
-                    )
+                    after_give_up_time(task.get_loop(), self.settle_without_hooks, rec, task)
         for overdue in self._pools.now():
             found = True
             with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there
@@ -222,9 +219,7 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                     if wait is not None and rec.name != RUN_CODE:  # a run settles its own way
                         # One that swallows that cancellation too is given up a moment later,
                         # so that its call still settles within stop()'s last wait for them.
-                        loop.call_soon_threadsafe(
-                            loop.call_later, BODY_GIVE_UP_S, abandon_body, rec, wait
-                        )
+                        after_give_up_time(loop, abandon_body, rec, wait)
         return found
 
     # --- a hook that went on after stop() cancelled it -------------------------------------------
