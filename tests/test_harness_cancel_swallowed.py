@@ -41,6 +41,11 @@ GIVEN_UP = (
 )
 
 
+def error_codes(system: ToolSystem) -> dict[str, str]:
+    """Each recorded call's result's error code, by call id."""
+    return {k: v["error"]["code"] for k, v in results_of(system).items()}
+
+
 class Stubborn:
     """A body that goes on until ``release`` is set, whatever happens to it: an ``async def``
     one that swallows every cancellation (``reads_signal``: it looks at its signal first, so
@@ -274,7 +279,7 @@ def test_stop_settles_a_batch_call_whose_body_swallows_its_cancellation(
         "ABORTED",
         "ABORTED_BEFORE_DISPATCH",
     ]
-    codes = {k: v["error"]["code"] for k, v in results_of(system).items()}
+    codes = error_codes(system)
     assert codes == {"c1": "ABORTED", "c2": "ABORTED_BEFORE_DISPATCH"}
     assert GIVEN_UP in logs.warnings
 
@@ -309,7 +314,7 @@ def test_a_swallowing_body_of_a_call_made_in_a_cancelled_batch_settles_both(
             "body ended",
             "caller cancelled: the user pressed stop",
         ]
-        codes = {k: v["error"]["code"] for k, v in results_of(system).items()}
+        codes = error_codes(system)
         assert codes == {"inner": "ABORTED", "outer": "ABORTED"}
     finally:
         stubborn.release.set()
@@ -401,7 +406,7 @@ def test_stop_settles_a_call_whose_hook_swallows_its_cancellation(
     # Cancelled before its body ran (a wrapper before next()), or after it returned.
     code = "ABORTED" if hook == "post-execute" else "ABORTED_BEFORE_DISPATCH"
     assert outcome == [code]
-    assert {k: v["error"]["code"] for k, v in results_of(system).items()} == {"c1": code}
+    assert error_codes(system) == {"c1": code}
     assert hook_given_up(hook) in logs.warnings
     assert GIVEN_UP not in logs.warnings
 
@@ -481,9 +486,7 @@ def test_the_callers_own_cancellation_is_raised_when_stop_gives_up_the_hook(logs
         stubborn.release.set()
         system.stop()
     assert log == [False, "cancelled"]
-    assert {k: v["error"]["code"] for k, v in results_of(system).items()} == {
-        "c1": "ABORTED_BEFORE_DISPATCH"
-    }
+    assert error_codes(system) == {"c1": "ABORTED_BEFORE_DISPATCH"}
 
 
 @pytest.mark.parametrize("caller", ["execute(timeout=)", "ref.ask", "execute_async"])
@@ -535,7 +538,7 @@ def test_stop_settles_nested_calls_whose_inner_hook_swallows_its_cancellation(
     finally:
         stubborn.release.set()
     assert outcome == ["ABORTED_BEFORE_DISPATCH"]
-    codes = {k: v["error"]["code"] for k, v in results_of(system).items()}
+    codes = error_codes(system)
     assert codes == {"outer": "ABORTED_BEFORE_DISPATCH", "inner": "ABORTED_BEFORE_DISPATCH"}
     assert hook_given_up("execute wrapper") in logs.warnings
 
