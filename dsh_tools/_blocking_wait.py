@@ -16,14 +16,13 @@ import concurrent.futures
 import contextlib
 import os
 import select
-import signal
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from .pipeline._loop import pythons_interrupts_here
+from .pipeline._loop import install_sigint_handler, put_back_pythons_handler
 
 __all__ = ["wait_for_future"]
 
@@ -92,7 +91,14 @@ def wait_for_future(
     too). On a Ctrl-C, ``on_interrupt(future)`` (cancel or abort the work), then
     ``KeyboardInterrupt`` once the wait has let go of everything; ``TimeoutError`` (the
     ``concurrent.futures`` one) after ``timeout`` seconds."""
-    if not pythons_interrupts_here():
+    handler = _Interruptions()
+    try:
+        installed = threading.current_thread() is threading.main_thread() and (
+            install_sigint_handler(handler, over_waits=False)
+        )
+    except ValueError:  # not the main interpreter: signals are not delivered here
+        return start().result(timeout)
+    if not installed:
         # Elsewhere no KeyboardInterrupt is raised; a handler of the application's own is
         # left as it is.
         future = start()
@@ -101,11 +107,6 @@ def wait_for_future(
         except KeyboardInterrupt:
             on_interrupt(future)
             raise
-    handler = _Interruptions()
-    try:
-        signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main interpreter: signals are not delivered here
-        return start().result(timeout)
     value: Any = None
     error: BaseException | None = None
     wake: _Wake | None = None
@@ -133,8 +134,7 @@ def wait_for_future(
     finally:
         if wake is not None:
             wake.close()
-        if signal.getsignal(signal.SIGINT) is handler:  # else the application's own now
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        put_back_pythons_handler(handler)  # unless the application's own is in place now
     if handler.interrupted:
         raise KeyboardInterrupt
     if error is not None:

@@ -1530,6 +1530,84 @@ def test_a_wait_whose_ending_a_ctrl_c_cut_short_leaves_the_next_wait_working() -
     assert done.stdout.split("\n")[0] == "second call settled True"
 
 
+AN_APPLICATIONS_OWN_HANDLER = """
+import asyncio, os, signal, sys
+from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
+
+taken = []
+kill = [False]
+install = [False]
+
+
+def own(signum, frame):
+    taken.append(signum)
+
+
+async def ask(args, ctx):
+    await asyncio.sleep(0)  # the call waits on the main thread's loop
+    if install[0]:
+        signal.signal(signal.SIGINT, own)
+    if kill[0]:
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.05)
+    return "ok"
+
+
+def call(number, how):
+    made = ExecuteCall(call_id=f"c{number}", name="ask", arguments={})
+    result = system.execute(made) if how == "execute" else system.execute(made, timeout=10)
+    assert not result.is_error, result.content
+    return len(taken), signal.getsignal(signal.SIGINT) is own
+
+
+with ToolSystem.start(ToolsConfig(mode="code")) as system:
+    system.tools.register(a_tool("ask", ask))
+    call(1, sys.argv[1])
+    print("python's own put back", signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    signal.signal(signal.SIGINT, own)  # the application's own, between two calls
+    kill[0] = True
+    print("first call", *call(2, sys.argv[1]))
+    print("next call", *call(3, sys.argv[1]))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    kill[0] = False
+    run = ExecuteCall(
+        call_id="c4", name="run_code", arguments={"code": "return 1", "description": "d"}
+    )
+    system.execute(run)
+    signal.signal(signal.SIGINT, own)
+    kill[0] = True
+    run = ExecuteCall(
+        call_id="c5",
+        name="run_code",
+        arguments={"code": "return await tools.ask({})", "description": "d"},
+    )
+    result = system.execute(run)
+    print("code run", result.value["result"], len(taken), signal.getsignal(signal.SIGINT) is own)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    kill[0], install[0] = False, True  # installed by the tool as the call waits
+    print("installed as it waits", *call(6, sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("how", ["execute", "execute with a timeout"])
+def test_an_applications_own_sigint_handler_installed_between_calls_takes_their_ctrl_c(
+    how: str,
+) -> None:
+    # A blocking call swaps its own SIGINT handler in for Python's, and back after. One that
+    # finds the application's own (installed since the last call put Python's back) leaves
+    # it in place: the Ctrl-C the tool sends while the call waits reaches the application's
+    # handler, not the call, which returns its value. One installed as the call waits stays.
+    done = run_script(AN_APPLICATIONS_OWN_HANDLER, how.split()[0])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "python's own put back True",
+        "first call 1 True",
+        "next call 2 True",
+        "code run ok 3 True",
+        "installed as it waits 3 True",
+    ]
+
+
 CTRL_C_TWICE_IN_A_RUNS_TEARDOWN = """
 import _thread, contextlib, os, signal, sys, threading
 from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
