@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import WAIT, Logs, block, context, fixture, results_of, sources
 
-from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem, _system
+from dsh_tools import Block, ExecuteBatch, ExecuteCall, ToolCall, ToolSystem, _system
 from dsh_tools.pipeline._epoll import mark_given_up, new_pool_loop
 
 
@@ -334,12 +334,15 @@ def hook_given_up(hook: str) -> str:
     return GIVEN_UP.replace("the tool body", HOOKS[hook])
 
 
-def _system_with_a_swallowing_hook(hook: str) -> tuple[ToolSystem, Stubborn]:
-    """A system of the test's own (it stops it) with a ``quick`` tool and a ``hook`` that
-    swallows every cancellation until released, then passes through (``next()``)."""
+def _system_with_a_swallowing_hook(
+    hook: str, body: Callable[[Any, Any], Any] | None = None
+) -> tuple[ToolSystem, Stubborn]:
+    """A system of the test's own (it stops it) with a ``quick`` tool (``body`` its body, if
+    given) and a ``hook`` that swallows every cancellation until released, then passes
+    through (``next()``)."""
     stubborn = Stubborn("swallows", [])
     system = ToolSystem.start(code_runtime=None)
-    system.tools.register(fixture("quick"))
+    system.tools.register(fixture("quick", body))
     swallows = stubborn.body()
 
     async def goes_on(*args: Any) -> Any:
@@ -371,6 +374,7 @@ def _caller(system: ToolSystem, stubborn: Stubborn, caller: str, outcome: list[A
         "execute": lambda: system.execute(call),
         "execute(timeout=)": lambda: system.execute(call, timeout=WAIT),
         "execute_async": lambda: asyncio.run(awaits()),
+        "ref.ask": lambda: system.ref.ask(call, timeout=WAIT),
         "execute_batch": lambda: system.execute_batch(
             ExecuteBatch(calls=[ToolCall("c1", "quick", "{}")]), timeout=WAIT
         ).results[0],
@@ -378,7 +382,9 @@ def _caller(system: ToolSystem, stubborn: Stubborn, caller: str, outcome: list[A
 
     def waiting() -> None:
         try:
-            outcome.append(waits[caller]().to_dict()["error"]["info"]["code"])
+            error = waits[caller]().to_dict()["error"]
+            # A harness error's code; else (a hook's Block) its message.
+            outcome.append(error["info"]["code"] if "info" in error else error["message"])
         except BaseException as exc:  # noted, for the test to show
             outcome.append(exc)
 
@@ -409,6 +415,86 @@ def test_stop_settles_a_call_whose_hook_swallows_its_cancellation(
     assert error_codes(system) == {"c1": code}
     assert hook_given_up(hook) in logs.warnings
     assert GIVEN_UP not in logs.warnings
+
+
+# What else a call whose async body swallows stop()'s cancellation has (stop() gives that body
+# up, past its grace, and the call goes on without it): a post-execute hook or an execute
+# wrapper (after its next()) that swallows every cancellation too, one that swallows it once
+# and then answers, or a pre-execute hook that passes.
+BODY_THEN = ["post-execute", "execute wrapper", "post-execute once", "pre-execute passes"]
+
+
+def _system_with_a_swallowing_body_then(then: str) -> tuple[ToolSystem, Stubborn, Stubborn]:
+    """A system of the test's own (it stops it) with a ``quick`` tool whose ``async def``
+    body swallows every cancellation, and the hook ``then`` names (``BODY_THEN``); what
+    swallows goes on until the body's ``release`` is set. Returns the system, the body's
+    ``Stubborn``, and the one of what runs last (the swallowing hook's, else the body's)."""
+    body = Stubborn("swallows", [])
+    hook = Stubborn("swallows", [])
+    hook.release = body.release
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("quick", body.body()))
+    swallows = hook.body()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        await swallows(None, None)
+        return await next()
+
+    async def wrapper(exec: Any, next: Any) -> Any:
+        result = await next()
+        await swallows(None, None)
+        return result
+
+    async def post_once(exec: Any, result: Any, next: Any) -> Any:
+        try:
+            await asyncio.sleep(WAIT)
+        except asyncio.CancelledError:
+            return Block([block("post-execute answered its cancellation")])
+        return await next()
+
+    async def passes(exec: Any, next: Any) -> Any:
+        return await next()
+
+    if then == "post-execute":
+        system.tools.on_post_execute(post)
+    elif then == "execute wrapper":
+        system.tools.on_execute(wrapper)
+    elif then == "post-execute once":
+        system.tools.on_post_execute(post_once)
+    else:
+        system.tools.on_pre_execute(passes)
+    return system, body, hook if then in HOOKS else body
+
+
+@pytest.mark.parametrize(
+    "caller", ["execute", "execute(timeout=)", "execute_async", "ref.ask", "execute_batch"]
+)
+@pytest.mark.parametrize("then", BODY_THEN)
+def test_stop_settles_a_call_whose_body_and_then_hook_swallow_its_cancellation(
+    logs: Logs, then: str, caller: str
+) -> None:
+    # stop() gave the body up, past its grace; its call went on to its post-execute hook, or
+    # to its wrapper's code after next(), which swallowed its cancellation too. That hook began
+    # waiting after stop()'s one pass over the hooks still waiting, so nothing gave it up: the
+    # blocking callers waited for it, those on the system loop got a RuntimeError as it ended,
+    # with no result in the log. It is given up as one that waited at that pass was; one that
+    # answers its cancellation still has its answer stand, as before.
+    system, body, last = _system_with_a_swallowing_body_then(then)
+    outcome: list[Any] = []
+    try:
+        _stop_while_it_runs(system, body, _caller(system, last, caller, outcome))
+    finally:
+        body.release.set()
+    if then == "post-execute once":
+        answer = "post-execute answered its cancellation"
+        assert outcome == [answer]
+        assert [v["content"][0]["text"] for v in results_of(system).values()] == [answer]
+    else:
+        assert outcome == ["ABORTED"]
+        assert error_codes(system) == {"c1": "ABORTED"}
+    assert GIVEN_UP in logs.warnings
+    given_up = [hook for hook in HOOKS if hook_given_up(hook) in logs.warnings]
+    assert given_up == ([then] if then in HOOKS else [])
 
 
 @pytest.mark.parametrize("hook", ["pre-execute", "execute wrapper"])
@@ -543,15 +629,17 @@ def test_stop_settles_nested_calls_whose_inner_hook_swallows_its_cancellation(
     assert hook_given_up("execute wrapper") in logs.warnings
 
 
-# What the process below runs: for each of a swallowing pre-execute hook, execute wrapper,
-# post-execute hook and async body, a call to a tool of that name by each kind of caller, all
-# at once; then stop(), which gives them all up. It prints each caller's outcome.
+# What the process below runs: for each kind its first argument names (a swallowing
+# pre-execute hook, execute wrapper, post-execute hook or async body; or a swallowing async
+# body, and then a post-execute hook or a wrapper's code after next() that swallows too), a
+# call to a tool of that name by each kind of caller, all at once; then stop(), which gives
+# them all up. It prints each caller's outcome.
 _EVERY_KIND_GIVEN_UP = """
-import asyncio, json, threading, time
+import asyncio, json, sys, threading, time
 from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem, tool
 
-KINDS = ("pre", "wrap", "post", "body")
-CALLERS = ("execute", "timed", "async", "batch")
+KINDS = tuple(sys.argv[1].split(","))
+CALLERS = ("execute", "timed", "async", "ask", "batch")
 started = threading.Semaphore(0)
 release = threading.Event()
 
@@ -567,7 +655,7 @@ system = ToolSystem.start(code_runtime=None)
 def tool_named(kind):
     async def body() -> str:
         "A tool."
-        if kind == "body":
+        if kind in ("body", "body_post", "body_wrap"):
             await swallow()
         return "ok"
     body.__name__ = body.__qualname__ = kind
@@ -584,10 +672,13 @@ async def pre(exec, next):
 async def wrap(exec, next):
     if exec.name == "wrap":
         await swallow()
-    return await next()
+    result = await next()
+    if exec.name == "body_wrap":
+        await swallow()
+    return result
 
 async def post(exec, result, next):
-    if exec.name == "post":
+    if exec.name in ("post", "body_post"):
         await swallow()
     return await next()
 
@@ -612,6 +703,8 @@ def waits(kind, caller):
         elif caller == "async":
             asyncio.run(awaits())
             return
+        elif caller == "ask":
+            result = system.ref.ask(call, timeout=30)
         else:
             batch = ExecuteBatch(calls=[ToolCall(call_id, kind, "{}")])
             result = system.execute_batch(batch, timeout=30).results[0]
@@ -645,12 +738,22 @@ print(json.dumps({"outcome": outcome, "recorded": recorded}))
 """
 
 
-def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodies() -> None:
+@pytest.mark.parametrize(
+    "kinds",
+    ["pre,wrap,post,body", "body_post,body_wrap"],
+    ids=["each alone", "a body, then a hook"],
+)
+def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodies(
+    kinds: str,
+) -> None:
     # What stop() gave up ran on in tasks of loops that then stopped or closed (the system
     # loop, a blocking caller's own): the interpreter, exiting, reported each task destroyed
     # while pending, a swallowing body's too. Nothing waits for them: they are not reported.
+    # A call whose body and then its post-execute hook (or its wrapper, after next())
+    # swallowed it had that hook reported so, never given up, and its caller on the system
+    # loop a RuntimeError as that loop ended.
     done = subprocess.run(
-        [sys.executable, "-c", _EVERY_KIND_GIVEN_UP],
+        [sys.executable, "-c", _EVERY_KIND_GIVEN_UP, kinds],
         capture_output=True,
         text=True,
         timeout=120,
@@ -664,8 +767,8 @@ def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodie
     codes = {"pre": "ABORTED_BEFORE_DISPATCH", "wrap": "ABORTED_BEFORE_DISPATCH"}
     expected = {
         f"{kind}-{caller}": codes.get(kind, "ABORTED")
-        for kind in ("pre", "wrap", "post", "body")
-        for caller in ("execute", "timed", "async", "batch")
+        for kind in kinds.split(",")
+        for caller in ("execute", "timed", "async", "ask", "batch")
     }
     assert report["outcome"] == expected
     assert report["recorded"] == {call_id: [code] for call_id, code in expected.items()}

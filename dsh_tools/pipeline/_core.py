@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
+from functools import partial
 from typing import Any, Final, TypeVarTuple
 
 import msgspec
@@ -226,6 +228,9 @@ class PipelineCore:
         self.given_up: set[asyncio.Task[Any]] = set()
         # What each running pool does once stop()'s grace is over (``watch_pool``).
         self._pools: Attached[Callable[[], None]] = Attached()
+        # When (``time.monotonic()``) stop(), its grace over, last had a hook chain given up a
+        # while later (``hooks_overdue``): it waits for the call that settles to settle.
+        self.hooks_given_up_at = 0.0
         # By tool name: who is told, with its arguments (a snapshot) and agent, as a call to
         # that tool begins, before its guards, hooks and approval, so that what its body will
         # need can get ready meanwhile (Code Mode prepares the run). It may return what to call
@@ -259,7 +264,7 @@ class PipelineCore:
         settles and commits as usual; its success becomes ``ABORTED``."""
         if rec.stop_reason is None:
             rec.stop_reason = reason
-        if anyway:
+        if anyway and not rec.hurried:  # a give-up stop() left there stays
             rec.hurried = True
         own = rec.own
         if own is not None:
@@ -293,17 +298,33 @@ class PipelineCore:
         (``abandon_bodies``). Returns the function that stops the watch."""
         return self._pools.attach(overdue)
 
-    def hooks_overdue(self, rec: CallRecord) -> bool:
+    def hooks_overdue(
+        self, rec: CallRecord, give_up: Callable[[asyncio.Task[Any]], object]
+    ) -> bool:
         """``stop()``'s grace is over: cancel the hook chain ``rec`` still waits on, once more
-        (a hook that took the interrupt's cancellation and went on waiting); whether it
-        waits."""
-        rec.hurried = True  # its hooks that start waiting later are not waited for either
+        (a hook that took the interrupt's cancellation and went on waiting), and have
+        ``give_up(task)`` called ``BODY_GIVE_UP_S`` later on the loop of the ``task`` it
+        waits in, to settle the call without it should it go on; whether it waits. A hook
+        chain of ``rec``'s that starts waiting later (a post-execute hook, a wrapper's code
+        after ``next()``, once ``stop()`` gave up the body) is not waited for either: it is
+        cancelled at once and given up so too (``wind_down``)."""
+        later = rec.hurried = partial(self._give_up_later, give_up)
         task = rec.hook_task
         if task is None or not rec.hooks_waiting or task.done():
             return False
         with contextlib.suppress(RuntimeError):  # the loop has closed
             task.get_loop().call_soon_threadsafe(cancel_hooks, rec, task)
+            later(task)
         return True
+
+    def _give_up_later(
+        self, give_up: Callable[[asyncio.Task[Any]], object], task: asyncio.Task[Any]
+    ) -> None:
+        """Have ``give_up(task)`` called ``BODY_GIVE_UP_S`` from now, on ``task``'s loop, and
+        ``stop()`` wait for what it settles (``hooks_given_up_at``); from any thread
+        (``RuntimeError`` once that loop has closed)."""
+        self.hooks_given_up_at = time.monotonic()
+        after_give_up_time(task.get_loop(), give_up, task)
 
     def hooks_gone_on(self, rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:
         """``stop()``'s grace over, and ``BODY_GIVE_UP_S`` since ``hooks_overdue`` cancelled
@@ -525,11 +546,17 @@ def wind_down(rec: CallRecord) -> None:
     wind-down and may wait a while (its contexts, its cleanup), but not for ever: its task is
     cancelled if it still waits ``HOOK_WIND_DOWN_S`` seconds on; at once (one pass later) if
     the call is ``hurried``: the ordered commits of a batch would otherwise give each of its
-    calls that wind-down in turn, long past stop()'s grace or the caller's second cancel."""
+    calls that wind-down in turn, long past stop()'s grace or the caller's second cancel.
+    Hurried by ``stop()``, its grace over, the call settles without the chain should it go on
+    after that cancellation too, as one that waited then does (``hooks_overdue``): nothing
+    else would give it up, and ``stop()`` would end the loop under it."""
     task = rec.hook_task
     if task is not None:
-        if rec.hurried:
+        hurried = rec.hurried
+        if hurried:
             cancel_hooks_soon(rec, task)
+            if hurried is not True:  # stop()'s give-up
+                hurried(task)
         else:
             task.get_loop().call_later(HOOK_WIND_DOWN_S, _wound_down, rec, task)
 

@@ -189,8 +189,9 @@ class DispatcherPoolActor(SharedMailboxActor):
                     # and the whole batch, for good. It is given up a moment later, as one in a
                     # task of its own is (``abandon_bodies``).
                     after_give_up_time(self._loop, self.tell, BodyGivenUp(entry))
-                if self._pipeline.hooks_overdue(record):
-                    after_give_up_time(self._loop, self.tell, HooksGivenUp(entry))
+                # Given up a moment later if it goes on, or if one starts waiting later
+                # (its post-execute hook, once its body was given up) and goes on.
+                self._pipeline.hooks_overdue(record, partial(self._hooks_given_up, entry))
 
     def _give_up(self, entry: PoolEntry) -> None:
         """``BodyGivenUp``: settle ``entry`` without its async body if that still runs as its
@@ -206,6 +207,11 @@ class DispatcherPoolActor(SharedMailboxActor):
         self._in_flight -= 1
         entry.stage = self._pipeline.abandoned_stage(record)
         entry.state = SETTLED
+
+    def _hooks_given_up(self, entry: PoolEntry, task: asyncio.Task[Any]) -> None:
+        """``hooks_overdue``'s give-up for ``entry`` (on the loop, a while after its hook chain
+        in ``task`` was cancelled): ``HooksGivenUp``, which reads its stage task itself."""
+        self.tell(HooksGivenUp(entry))
 
     def _give_up_hooks(self, entry: PoolEntry) -> None:
         """``HooksGivenUp``: settle ``entry`` without its stage task if a hook chain still waits

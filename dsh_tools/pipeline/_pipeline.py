@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import threading
 from asyncio import current_task
+from functools import partial
 from typing import Any
 
 from ..actors import AbortController, ExecuteCall, ToolExecutionResult
@@ -196,14 +197,11 @@ class Pipeline(PrepareStages, DispatchStages, CommitStages):
                 with contextlib.suppress(RuntimeError):  # the loop has closed
                     task.get_loop().call_soon_threadsafe(abandon_body, rec, task)
         for rec in list(self.live):
-            if self.hooks_overdue(rec):
+            # One that swallows that cancellation too is given up a moment later, as a body
+            # is, so that its call still settles within stop()'s last wait for it; so is one
+            # that starts waiting later (``wind_down``).
+            if self.hooks_overdue(rec, partial(self.settle_without_hooks, rec)):
                 found = True
-                # One that swallows that cancellation too is given up a moment later, as a
-                # body is, so that its call still settles within stop()'s last wait for it.
-                task = rec.hook_task
-                assert task is not None  # ``hooks_overdue``
-                with contextlib.suppress(RuntimeError):  # the loop has closed
-                    after_give_up_time(task.get_loop(), self.settle_without_hooks, rec, task)
         for overdue in self._pools.now():
             found = True
             with contextlib.suppress(RuntimeError):  # its loop has closed: nothing waits there

@@ -230,8 +230,11 @@ class PoolPipeline(Protocol):
     def watch_pool(self, overdue: Callable[[], None]) -> Callable[[], None]:
         """Have ``overdue()`` called once ``stop()``'s grace is over; returns the remover."""
 
-    def hooks_overdue(self, rec: CallRecord) -> bool:
-        """Cancel the hook chain the call still waits on once more; whether it waits."""
+    def hooks_overdue(
+        self, rec: CallRecord, give_up: Callable[[asyncio.Task[Any]], object]
+    ) -> bool:
+        """Cancel the hook chain the call still waits on once more, and have ``give_up(task)``
+        called a while later (for one that starts waiting later too); whether it waits."""
 
     def abandoned_stage(self, rec: CallRecord) -> Stage:
         """What a call settles with when ``stop()`` gave up on its plain body."""
