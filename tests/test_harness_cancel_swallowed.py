@@ -497,6 +497,46 @@ def test_stop_settles_a_call_whose_body_and_then_hook_swallow_its_cancellation(
     assert given_up == ([then] if then in HOOKS else [])
 
 
+def test_stop_settles_a_parallel_batch_whose_bodies_and_post_execute_hooks_swallow(
+    logs: Logs,
+) -> None:
+    # A batch's calls commit in order, so each call's post-execute hook began only once the
+    # call before it was settled: stop() gave up the first one's body, then that hook, then
+    # the next call's hook, one after the other, BODY_GIVE_UP_S apart. stop() waited for the
+    # give-up it knew of when its first wait ended, and no longer: the third call's hook, and
+    # the batch with it, was cut short as the loop ended (a RuntimeError for the caller, no
+    # result for that call). Every call settles, each with its one result.
+    body = Stubborn("swallows", [])
+    hook = Stubborn("swallows", [])
+    hook.release = body.release
+    system = ToolSystem.start(code_runtime=None)
+    system.tools.register(fixture("quick", body.body(), is_concurrency_safe=lambda args: True))
+    swallows = hook.body()
+
+    async def post(exec: Any, result: Any, next: Any) -> Any:
+        await swallows(None, None)
+        return await next()
+
+    system.tools.on_post_execute(post)
+    calls = [ToolCall(f"c{n}", "quick", "{}") for n in range(3)]
+    outcome: list[Any] = []
+
+    def waiting() -> None:
+        try:
+            batch = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3), WAIT)
+            outcome.append([r.to_dict()["error"]["info"]["code"] for r in batch.results])
+        except BaseException as exc:  # noted, for the test to show
+            outcome.append(exc)
+
+    try:
+        _stop_while_it_runs(system, body, waiting)
+    finally:
+        body.release.set()
+    assert outcome == [["ABORTED"] * 3]
+    assert error_codes(system) == {"c0": "ABORTED", "c1": "ABORTED", "c2": "ABORTED"}
+    assert hook_given_up("post-execute") in logs.warnings
+
+
 @pytest.mark.parametrize("hook", ["pre-execute", "execute wrapper"])
 def test_a_call_given_up_under_execute_async_leaves_its_callers_task_alone(
     logs: Logs, hook: str
