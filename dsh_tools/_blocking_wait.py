@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from .pipeline._loop import install_sigint_handler, put_back_pythons_handler
+from .pipeline._loop import install_sigint_handler, missed_in_a_swap, put_back_pythons_handler
 
 __all__ = ["wait_for_future"]
 
@@ -37,6 +37,8 @@ class _Interruptions:
         self.wake: _Wake | None = None  # set once made (under this handler already)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if missed_in_a_swap():
+            return
         self.interrupted = True
         wake = self.wake
         if wake is not None:

@@ -44,6 +44,7 @@ __all__ = [
     "install_sigint_handler",
     "interrupted_task",
     "interrupts_held",
+    "missed_in_a_swap",
     "new_own_body",
     "new_pool_loop",
     "new_task",
@@ -386,6 +387,8 @@ class _CancelOnInterrupt:
         self.waiting = True
 
     def __call__(self, signum: int, frame: Any) -> None:
+        if missed_in_a_swap():
+            return
         task = self.task
         if not self.waiting or task.done():
             raise KeyboardInterrupt
@@ -478,12 +481,30 @@ class _SigintLeft:
     callable handler: about 4 and 6 us each. A blocking call that waits on the main thread
     swapped twice, with two lookups before, and that cost it 44 % more than the same call on
     another thread. ``signal.signal`` returns the handler it replaced, which tells as much as
-    the lookup would have."""
+    the lookup would have.
+
+    ``swapping``: such a swap is under way; a Ctrl-C meanwhile reaches the handler it put in
+    place, maybe before it knows whether it stays (the application's own found there goes
+    back): that handler only notes it (``missed``), and the swap sends it on to the handler
+    that stands once it is done."""
 
     pythons = False
+    swapping = False
+    missed = False
 
 
 _sigint_left = _SigintLeft()
+
+
+def missed_in_a_swap() -> bool:
+    """Whether a SIGINT handler of the package's, just called, runs in the instant of
+    ``install_sigint_handler``'s swap: then the Ctrl-C is noted, for the handler that stands
+    once the swap is done, and the handler does nothing else."""
+    left = _sigint_left
+    if left.swapping:
+        left.missed = True
+        return True
+    return False
 
 
 def install_sigint_handler(handler: Callable[[int, Any], object], *, over_waits: bool) -> bool:
@@ -491,18 +512,29 @@ def install_sigint_handler(handler: Callable[[int, Any], object], *, over_waits:
     ``over_waits``, of a ``drive`` wait's left in place by a Ctrl-C), and return whether it is;
     an application's own handler is left as it is. Where the package put Python's handler
     back last, it swaps at once and puts back what it replaced when that is not one of those:
-    an application that installs its own between two calls has a Ctrl-C in that instant taken
-    by ``handler``, once; where not, it asks first."""
-    if _sigint_left.pythons:
-        previous = signal.signal(signal.SIGINT, handler)
-        if previous is signal.default_int_handler or (
-            over_waits and isinstance(previous, _CancelOnInterrupt)
-        ):
-            return True
-        if previous is not None:  # (``None``: not Python's to give back; not after its own)
-            signal.signal(signal.SIGINT, previous)
-        _sigint_left.pythons = False
-        return False
+    an application that installs its own between two calls has a Ctrl-C in that instant noted
+    by ``handler`` (``missed_in_a_swap``) and sent on to its own once that is back; where
+    not, it asks first."""
+    left = _sigint_left
+    if left.pythons:
+        left.swapping = True
+        try:
+            previous = signal.signal(signal.SIGINT, handler)
+            installed = previous is signal.default_int_handler or (
+                over_waits and isinstance(previous, _CancelOnInterrupt)
+            )
+            if not installed:
+                if previous is not None:  # (``None``: not Python's to give back)
+                    signal.signal(signal.SIGINT, previous)
+                left.pythons = False
+        finally:
+            left.swapping = False
+        if left.missed:
+            # A Ctrl-C came in the swap: it is the handler's that stands now (``handler``,
+            # or the application's own, put back), as it would have been a moment later.
+            left.missed = False
+            signal.raise_signal(signal.SIGINT)
+        return installed
     current = signal.getsignal(signal.SIGINT)
     if current is signal.default_int_handler or (
         over_waits and isinstance(current, _CancelOnInterrupt)
@@ -514,14 +546,14 @@ def install_sigint_handler(handler: Callable[[int, Any], object], *, over_waits:
 
 def put_back_pythons_handler(ours: object) -> None:
     """Python's own SIGINT handler again in place of ``ours``, unless user code installed its
-    own meanwhile (it is left alone: put back, in the instant after the swap)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    if previous is ours:
+    own meanwhile (it is left alone). Asked first: swapped at once and then put back, the
+    application's handler gave way to Python's for an instant, and a Ctrl-C then raised
+    ``KeyboardInterrupt`` where the wait was ending and left Python's handler in its place."""
+    if signal.getsignal(signal.SIGINT) is ours:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         _sigint_left.pythons = True
-        return
-    _sigint_left.pythons = False
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    else:
+        _sigint_left.pythons = False
 
 
 def interrupts_deferred() -> _InterruptsNoted:
@@ -559,7 +591,8 @@ class _InterruptsNoted:
         self.raise_after = raise_after
 
     def __call__(self, signum: int, frame: types.FrameType | None) -> None:
-        self.came = True
+        if not missed_in_a_swap():
+            self.came = True
 
     def __enter__(self) -> None:
         if threading.current_thread() is threading.main_thread():
