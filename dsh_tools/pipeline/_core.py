@@ -307,24 +307,28 @@ class PipelineCore:
         waits in, to settle the call without it should it go on; whether it waits. A hook
         chain of ``rec``'s that starts waiting later (a post-execute hook, a wrapper's code
         after ``next()``, once ``stop()`` gave up the body) is not waited for either: it is
-        cancelled at once and given up so too (``wind_down``)."""
+        cancelled at once and given up ``LATE_HOOK_GIVE_UP_S`` later (``wind_down``)."""
         later = rec.hurried = partial(self._give_up_later, give_up)
         task = rec.hook_task
         if task is None or not rec.hooks_waiting or task.done():
             return False
         with contextlib.suppress(RuntimeError):  # the loop has closed
             task.get_loop().call_soon_threadsafe(cancel_hooks, rec, task)
-            later(task)
+            later(task, BODY_GIVE_UP_S)
         return True
 
     def _give_up_later(
-        self, give_up: Callable[[asyncio.Task[Any]], object], task: asyncio.Task[Any]
+        self,
+        give_up: Callable[[asyncio.Task[Any]], object],
+        task: asyncio.Task[Any],
+        delay: float,
     ) -> None:
-        """Have ``give_up(task)`` called ``BODY_GIVE_UP_S`` from now, on ``task``'s loop, and
+        """Have ``give_up(task)`` called ``delay`` seconds from now, on ``task``'s loop, and
         ``stop()`` wait for what it settles (``hooks_given_up_at``); from any thread
         (``RuntimeError`` once that loop has closed)."""
         self.hooks_given_up_at = time.monotonic()
-        after_give_up_time(task.get_loop(), give_up, task)
+        loop = task.get_loop()
+        loop.call_soon_threadsafe(loop.call_later, delay, give_up, task)
 
     def hooks_gone_on(self, rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:
         """``stop()``'s grace over, and ``BODY_GIVE_UP_S`` since ``hooks_overdue`` cancelled
@@ -495,6 +499,13 @@ BODY_GIVE_UP_S = BODY_WIND_DOWN_S / 2
 """How long an ``async def`` body that ``stop()`` cancelled outright, its grace over, may go on
 before its call settles without it (``abandon_bodies``): within ``stop()``'s last wait."""
 
+LATE_HOOK_GIVE_UP_S = 0.05
+"""How long a hook chain that starts waiting once ``stop()`` has given up its call's body (a
+post-execute hook, a wrapper's code after ``next()``) may go on after its cancellation, which
+comes at once (``wind_down``), before its call settles without it. Short: a batch commits its
+calls in order, so each call's chain starts only once the call before has settled, and
+``stop()`` waits for them all (a hundred such calls take it five seconds past its grace)."""
+
 HOOK_STAGES: Final = {
     "pre-execute": "the pre-execute hook",
     "execute-wrapper": "the execute wrapper",
@@ -556,7 +567,7 @@ def wind_down(rec: CallRecord) -> None:
         if hurried:
             cancel_hooks_soon(rec, task)
             if hurried is not True:  # stop()'s give-up
-                hurried(task)
+                hurried(task, LATE_HOOK_GIVE_UP_S)
         else:
             task.get_loop().call_later(HOOK_WIND_DOWN_S, _wound_down, rec, task)
 

@@ -144,7 +144,7 @@ class CallRecord:
         # cancelled again): a hook that starts waiting from then on is cancelled at once.
         # stop()'s grace over, what has such a hook given up a while later should it go on
         # (``PipelineCore.hooks_overdue``), called with the task it waits in.
-        self.hurried: bool | Callable[[asyncio.Task[Any]], object] = False
+        self.hurried: bool | Callable[[asyncio.Task[Any], float], object] = False
         # The task awaiting the call's plain body on a worker thread, while it does.
         self.body_wait: asyncio.Task[Any] | None = None
         # Cancellations the pipeline sent ``hook_task`` or ``body_wait`` (an interrupt, a
