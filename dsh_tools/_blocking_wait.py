@@ -16,13 +16,14 @@ import concurrent.futures
 import contextlib
 import os
 import select
+import signal
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from .pipeline._loop import install_sigint_handler, missed_in_a_swap, put_back_pythons_handler
+from .pipeline._loop import pythons_interrupts_here
 
 __all__ = ["wait_for_future"]
 
@@ -37,8 +38,6 @@ class _Interruptions:
         self.wake: _Wake | None = None  # set once made (under this handler already)
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if missed_in_a_swap():
-            return
         self.interrupted = True
         wake = self.wake
         if wake is not None:
@@ -93,14 +92,7 @@ def wait_for_future(
     too). On a Ctrl-C, ``on_interrupt(future)`` (cancel or abort the work), then
     ``KeyboardInterrupt`` once the wait has let go of everything; ``TimeoutError`` (the
     ``concurrent.futures`` one) after ``timeout`` seconds."""
-    handler = _Interruptions()
-    try:
-        installed = threading.current_thread() is threading.main_thread() and (
-            install_sigint_handler(handler, over_waits=False)
-        )
-    except ValueError:  # not the main interpreter: signals are not delivered here
-        return start().result(timeout)
-    if not installed:
+    if not pythons_interrupts_here():
         # Elsewhere no KeyboardInterrupt is raised; a handler of the application's own is
         # left as it is.
         future = start()
@@ -109,6 +101,11 @@ def wait_for_future(
         except KeyboardInterrupt:
             on_interrupt(future)
             raise
+    handler = _Interruptions()
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main interpreter: signals are not delivered here
+        return start().result(timeout)
     value: Any = None
     error: BaseException | None = None
     wake: _Wake | None = None
@@ -136,7 +133,8 @@ def wait_for_future(
     finally:
         if wake is not None:
             wake.close()
-        put_back_pythons_handler(handler)  # unless the application's own is in place now
+        if signal.getsignal(signal.SIGINT) is handler:  # else the application's own now
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     if handler.interrupted:
         raise KeyboardInterrupt
     if error is not None:

@@ -1593,10 +1593,11 @@ with ToolSystem.start(ToolsConfig(mode="code")) as system:
 def test_an_applications_own_sigint_handler_installed_between_calls_takes_their_ctrl_c(
     how: str,
 ) -> None:
-    # A blocking call swaps its own SIGINT handler in for Python's, and back after. One that
-    # finds the application's own (installed since the last call put Python's back) leaves
-    # it in place: the Ctrl-C the tool sends while the call waits reaches the application's
-    # handler, not the call, which returns its value. One installed as the call waits stays.
+    # A blocking call that waits on the main thread swaps its own SIGINT handler in for
+    # Python's, and back after. One that finds the application's own (installed since the
+    # last call put Python's back) leaves it in place: the Ctrl-C the tool sends while the
+    # call waits reaches the application's handler, not the call, which returns its value.
+    # One installed by the tool as the call waits stays after it.
     done = run_script(AN_APPLICATIONS_OWN_HANDLER, how.split()[0])
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
@@ -1606,98 +1607,6 @@ def test_an_applications_own_sigint_handler_installed_between_calls_takes_their_
         "code run ok 3 True",
         "installed as it waits 3 True",
     ]
-
-
-A_CTRL_C_AS_THE_PACKAGE_SWAPS_AN_APPLICATIONS_HANDLER = """
-import _signal, asyncio, signal, sys
-from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem
-from dsh_tools.pipeline import _loop
-
-SWAPS = {_loop.install_sigint_handler.__code__, _loop.put_back_pythons_handler.__code__}
-taken, sent = [], []
-install = [False]
-armed = [False]  # a Ctrl-C is sent at the next swap of the package's
-
-
-def own(signum, frame):
-    taken.append(signum)
-
-
-def ctrl_c_after_the_swap(frame, event, arg):
-    # A Ctrl-C in the instant after the package's swap: the handler it just put in place
-    # runs, as a real one's would at the next check.
-    if (
-        armed[0]
-        and event == "c_return"
-        and arg is _signal.signal  # (``signal.signal`` wraps it)
-        and frame.f_back.f_code in SWAPS
-        and signal.getsignal(signal.SIGINT) is not own
-    ):
-        sys.setprofile(None)
-        armed[0] = False
-        sent.append(1)
-        signal.raise_signal(signal.SIGINT)
-
-
-async def ask(args, ctx):
-    await asyncio.sleep(0)  # the call waits on the main thread's loop
-    if install[0]:
-        signal.signal(signal.SIGINT, own)
-        armed[0] = True  # at the swap back
-    return "ok"
-
-
-def call(number, how):
-    made = ExecuteCall(call_id=f"c{number}", name="ask", arguments={})
-    if how == "code":
-        code = {"code": "return await tools.ask({})", "description": "d"}
-        made = ExecuteCall(call_id=f"c{number}", name="run_code", arguments=code)
-    armed[0] = not install[0]  # at the swap that begins the wait
-    sys.setprofile(ctrl_c_after_the_swap)
-    try:
-        result = system.execute(made, timeout=10) if how == "timeout" else system.execute(made)
-        outcome = "error" if result.is_error else "ok"
-    except KeyboardInterrupt:
-        outcome = "KeyboardInterrupt"
-    finally:
-        sys.setprofile(None)
-    own_in_place = signal.getsignal(signal.SIGINT) is own
-    return outcome, len(taken) == len(sent), own_in_place
-
-
-with ToolSystem.start(ToolsConfig(mode="code")) as system:
-    system.tools.register(a_tool("ask", ask))
-    system.execute(ExecuteCall(call_id="c0", name="ask", arguments={}))  # Python's put back
-    signal.signal(signal.SIGINT, own)  # the application's own, between two calls
-    print("installed between calls", *call(1, sys.argv[1]))
-    if sys.argv[1] == "execute":
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        system.execute(ExecuteCall(call_id="c2", name="ask", arguments={}))
-        system.execute(ExecuteCall(call_id="c3", name="ask", arguments={}))
-        install[0] = True  # installed by the tool as the call waits
-        print("installed as it waits", *call(4, sys.argv[1]))
-"""
-
-
-@pytest.mark.parametrize("how", ["execute", "timeout", "code"])
-def test_a_ctrl_c_in_the_instant_the_package_swaps_an_applications_handler_is_theirs(
-    how: str,
-) -> None:
-    # Once the package had put Python's handler back, its next swap no longer asked first:
-    # finding the application's own there, it put it back at once, and a Ctrl-C in that
-    # instant ran the package's handler, which took it for nothing (the wait had not begun:
-    # it was dropped) or cancelled the call with no KeyboardInterrupt after; the application
-    # never saw it. Its swap back likewise put Python's handler in place of one the tool
-    # installed as the call waited, then that one back: a Ctrl-C between raised
-    # KeyboardInterrupt out of execute() and left Python's handler in place of the
-    # application's. The call returns its value, every such Ctrl-C reaches the
-    # application's handler, which stays in place.
-    done = run_script(A_CTRL_C_AS_THE_PACKAGE_SWAPS_AN_APPLICATIONS_HANDLER, how)
-    assert done.returncode == 0, done.stderr
-    expected = ["installed between calls ok True True"]
-    if how == "execute":
-        expected.append("installed as it waits ok True True")
-    assert done.stdout.splitlines() == expected
 
 
 CTRL_C_TWICE_IN_A_RUNS_TEARDOWN = """

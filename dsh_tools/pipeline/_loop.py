@@ -41,16 +41,13 @@ __all__ = [
     "event_loop",
     "first_loop",
     "in_context",
-    "install_sigint_handler",
     "interrupted_task",
     "interrupts_held",
-    "missed_in_a_swap",
     "new_own_body",
     "new_pool_loop",
     "new_task",
     "note_interrupted",
     "own_body",
-    "put_back_pythons_handler",
     "resume",
     "running_loop",
     "start_task",
@@ -387,8 +384,6 @@ class _CancelOnInterrupt:
         self.waiting = True
 
     def __call__(self, signum: int, frame: Any) -> None:
-        if missed_in_a_swap():
-            return
         task = self.task
         if not self.waiting or task.done():
             raise KeyboardInterrupt
@@ -471,89 +466,13 @@ def disown_body(task: asyncio.Task[Any]) -> None:
         bodies.discard(task)
 
 
-class _SigintLeft:
-    """What the package knows of the SIGINT handler between its swaps (main thread only: only
-    there are handlers set). ``pythons``: the last swap back found its own handler and put
-    Python's in its place, so the next swap need not ask first.
-
-    Every ``signal.getsignal`` and ``signal.signal`` converts the handlers it is given and
-    gives back through an ``Enum`` lookup that fails, by a raised ``ValueError``, for every
-    callable handler: about 4 and 6 us each. A blocking call that waits on the main thread
-    swapped twice, with two lookups before, and that cost it 44 % more than the same call on
-    another thread. ``signal.signal`` returns the handler it replaced, which tells as much as
-    the lookup would have.
-
-    ``swapping``: such a swap is under way; a Ctrl-C meanwhile reaches the handler it put in
-    place, maybe before it knows whether it stays (the application's own found there goes
-    back): that handler only notes it (``missed``), and the swap sends it on to the handler
-    that stands once it is done."""
-
-    pythons = False
-    swapping = False
-    missed = False
-
-
-_sigint_left = _SigintLeft()
-
-
-def missed_in_a_swap() -> bool:
-    """Whether a SIGINT handler of the package's, just called, runs in the instant of
-    ``install_sigint_handler``'s swap: then the Ctrl-C is noted, for the handler that stands
-    once the swap is done, and the handler does nothing else."""
-    left = _sigint_left
-    if left.swapping:
-        left.missed = True
-        return True
-    return False
-
-
-def install_sigint_handler(handler: Callable[[int, Any], object], *, over_waits: bool) -> bool:
-    """On the main thread: make ``handler`` the SIGINT handler in place of Python's own (and,
-    ``over_waits``, of a ``drive`` wait's left in place by a Ctrl-C), and return whether it is;
-    an application's own handler is left as it is. Where the package put Python's handler
-    back last, it swaps at once and puts back what it replaced when that is not one of those:
-    an application that installs its own between two calls has a Ctrl-C in that instant noted
-    by ``handler`` (``missed_in_a_swap``) and sent on to its own once that is back; where
-    not, it asks first."""
-    left = _sigint_left
-    if left.pythons:
-        left.swapping = True
-        try:
-            previous = signal.signal(signal.SIGINT, handler)
-            installed = previous is signal.default_int_handler or (
-                over_waits and isinstance(previous, _CancelOnInterrupt)
-            )
-            if not installed:
-                if previous is not None:  # (``None``: not Python's to give back)
-                    signal.signal(signal.SIGINT, previous)
-                left.pythons = False
-        finally:
-            left.swapping = False
-        if left.missed:
-            # A Ctrl-C came in the swap: it is the handler's that stands now (``handler``,
-            # or the application's own, put back), as it would have been a moment later.
-            left.missed = False
-            signal.raise_signal(signal.SIGINT)
-        return installed
-    current = signal.getsignal(signal.SIGINT)
-    if current is signal.default_int_handler or (
-        over_waits and isinstance(current, _CancelOnInterrupt)
-    ):
-        signal.signal(signal.SIGINT, handler)
-        return True
-    return False
-
-
-def put_back_pythons_handler(ours: object) -> None:
-    """Python's own SIGINT handler again in place of ``ours``, unless user code installed its
-    own meanwhile (it is left alone). Asked first: swapped at once and then put back, the
-    application's handler gave way to Python's for an instant, and a Ctrl-C then raised
-    ``KeyboardInterrupt`` where the wait was ending and left Python's handler in its place."""
-    if signal.getsignal(signal.SIGINT) is ours:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        _sigint_left.pythons = True
-    else:
-        _sigint_left.pythons = False
+def pythons_interrupts_here() -> bool:
+    """Whether a Ctrl-C raises ``KeyboardInterrupt`` on this thread as Python's own handler
+    does: the main thread, with that handler in place (an application's own is left alone)."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
 
 
 def interrupts_deferred() -> _InterruptsNoted:
@@ -591,12 +510,12 @@ class _InterruptsNoted:
         self.raise_after = raise_after
 
     def __call__(self, signum: int, frame: types.FrameType | None) -> None:
-        if not missed_in_a_swap():
-            self.came = True
+        self.came = True
 
     def __enter__(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            self.installed = install_sigint_handler(self, over_waits=False)
+        if pythons_interrupts_here():
+            signal.signal(signal.SIGINT, self)
+            self.installed = True
 
     def __exit__(
         self,
@@ -606,9 +525,16 @@ class _InterruptsNoted:
     ) -> None:
         if not self.installed:
             return
-        put_back_pythons_handler(self)
+        _put_back_pythons_handler(self)
         if kind is None and self.raise_after and self.came:
             raise KeyboardInterrupt
+
+
+def _put_back_pythons_handler(ours: object) -> None:
+    """Python's own SIGINT handler again in place of ``ours``, unless user code installed its
+    own meanwhile (it is left alone)."""
+    if signal.getsignal(signal.SIGINT) is ours:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 _PACKAGE_DIR: Final = os.path.dirname(
@@ -721,10 +647,14 @@ class _SignalWait:
             previous = -1
         self.previous = wakeup.previous = previous
         self.wakeup = wakeup
-        if self.task is not None:
-            handler = _CancelOnInterrupt(self.loop, self.task, cancelled=self.cancelled)
-            if install_sigint_handler(handler, over_waits=True):
-                self.handler = handler
+        current = signal.getsignal(signal.SIGINT)
+        if self.task is not None and (
+            current is signal.default_int_handler or isinstance(current, _CancelOnInterrupt)
+        ):
+            handler = self.handler = _CancelOnInterrupt(
+                self.loop, self.task, cancelled=self.cancelled
+            )
+            signal.signal(signal.SIGINT, handler)
         return self.handler
 
     def __exit__(
@@ -739,7 +669,7 @@ class _SignalWait:
         handler = self.handler
         if handler is not None:
             handler.waiting = False  # if this ending is cut short, it acts as Python's own
-            put_back_pythons_handler(handler)
+            _put_back_pythons_handler(handler)
         signal.set_wakeup_fd(self.previous)
         wakeup.pass_on()  # what came in since the loop last looked
         wakeup.previous = None
