@@ -1530,6 +1530,64 @@ def test_a_wait_whose_ending_a_ctrl_c_cut_short_leaves_the_next_wait_working() -
     assert done.stdout.split("\n")[0] == "second call settled True"
 
 
+A_WAIT_CUT_SHORT_THEN_A_TIMED_WAIT = """
+import os, signal, sys, time
+from dsh_tools import ExecuteBatch, ExecuteCall, ToolCall, ToolSystem
+from dsh_tools.pipeline import _loop
+
+
+def ask(args, ctx):
+    if sys.argv[2] == "ctrl-c":
+        os.kill(os.getpid(), signal.SIGINT)  # while the caller's wait is on
+        ctx.signal.wait(5)
+    return "ok"
+
+
+with ToolSystem.start(code_runtime=None) as system:
+    system.tools.register(a_tool("ask", ask))
+    # What a Ctrl-C landing in a driven wait's own ending leaves: its SIGINT handler, acting
+    # as Python's own from then on.
+    loop = _loop.thread_loop()
+    stale = _loop._CancelOnInterrupt(loop, loop.create_future())
+    stale.waiting = False
+    signal.signal(signal.SIGINT, stale)
+    try:
+        if sys.argv[1] == "batch":
+            system.execute_batch(ExecuteBatch(calls=[ToolCall("c1", "ask", "{}")]))
+        else:
+            system.execute(ExecuteCall(call_id="c1", name="ask", arguments={}), timeout=10)
+        print("returned")
+    except KeyboardInterrupt:
+        print("interrupted")
+    handler = signal.getsignal(signal.SIGINT)
+    for _ in range(500):  # the interrupted call settles on the system loop
+        results = [e.data["call_id"] for e in system.session.events if e.type == "tool/result"]
+        if results:
+            break
+        time.sleep(0.01)
+    print("results", *results)
+    print("python's own back", handler is signal.default_int_handler)
+"""
+
+
+@pytest.mark.parametrize("ctrl_c", ["none", "ctrl-c"])
+@pytest.mark.parametrize("how", ["timeout", "batch"])
+def test_a_timed_wait_after_a_wait_cut_short_takes_the_ctrl_c_as_after_python_s_own(
+    how: str, ctrl_c: str
+) -> None:
+    # A driven wait whose ending a Ctrl-C cut short leaves its handler in place, acting as
+    # Python's own until the next driven wait replaces it. The waits of execute(timeout=) and
+    # of a batch took it for an application's own and waited unguarded (a Ctrl-C raised
+    # wherever the main thread stood), leaving it in place after them too.
+    done = run_script(A_WAIT_CUT_SHORT_THEN_A_TIMED_WAIT, how, ctrl_c)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "interrupted" if ctrl_c == "ctrl-c" else "returned",
+        "results c1",
+        "python's own back True",
+    ]
+
+
 AN_APPLICATIONS_OWN_HANDLER = """
 import asyncio, os, signal, sys
 from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem

@@ -468,10 +468,14 @@ def disown_body(task: asyncio.Task[Any]) -> None:
 
 def pythons_interrupts_here() -> bool:
     """Whether a Ctrl-C raises ``KeyboardInterrupt`` on this thread as Python's own handler
-    does: the main thread, with that handler in place (an application's own is left alone)."""
-    return (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    does: the main thread, with that handler in place, or a ``drive`` wait's that a Ctrl-C
+    left there as its wait ended, which acts as Python's own (an application's own is left
+    alone)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(signal.SIGINT)
+    return current is signal.default_int_handler or (
+        isinstance(current, _CancelOnInterrupt) and not current.waiting
     )
 
 
