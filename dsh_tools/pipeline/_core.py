@@ -327,8 +327,7 @@ class PipelineCore:
         ``stop()`` wait for what it settles (``hooks_given_up_at``); from any thread
         (``RuntimeError`` once that loop has closed)."""
         self.hooks_given_up_at = time.monotonic()
-        loop = task.get_loop()
-        loop.call_soon_threadsafe(loop.call_later, delay, give_up, task)
+        after_give_up_time(task.get_loop(), give_up, task, delay=delay)
 
     def hooks_gone_on(self, rec: CallRecord, task: asyncio.Task[Any] | None) -> bool:
         """``stop()``'s grace over, and ``BODY_GIVE_UP_S`` since ``hooks_overdue`` cancelled
@@ -519,12 +518,16 @@ _Ts = TypeVarTuple("_Ts")
 
 
 def after_give_up_time(
-    loop: asyncio.AbstractEventLoop, callback: Callable[[*_Ts], object], *args: *_Ts
+    loop: asyncio.AbstractEventLoop,
+    callback: Callable[[*_Ts], object],
+    *args: *_Ts,
+    delay: float = BODY_GIVE_UP_S,
 ) -> None:
-    """Have ``loop`` run ``callback(*args)`` ``BODY_GIVE_UP_S`` from now; from any thread
-    (``RuntimeError`` once ``loop`` has closed): how long a body or hook chain ``stop()``
-    cancelled once more, its grace over, may go on before its call settles without it."""
-    loop.call_soon_threadsafe(loop.call_later, BODY_GIVE_UP_S, callback, *args)
+    """Have ``loop`` run ``callback(*args)`` ``delay`` seconds from now; from any thread
+    (``RuntimeError`` once ``loop`` has closed): by default how long a body or hook chain
+    ``stop()`` cancelled once more, its grace over, may go on before its call settles
+    without it."""
+    loop.call_soon_threadsafe(loop.call_later, delay, callback, *args)
 
 
 def warn_given_up(rec: CallRecord, stage: str, what: str) -> None:
