@@ -357,6 +357,19 @@ def _system_with_a_swallowing_hook(
     return system, stubborn
 
 
+def _noting(outcome: list[Any], wait: Callable[[], Any]) -> Callable[[], None]:
+    """``wait`` as a caller for ``_stop_while_it_runs``: what it returns, or what it raises,
+    appended to ``outcome``."""
+
+    def waiting() -> None:
+        try:
+            outcome.append(wait())
+        except BaseException as exc:  # noted, for the test to show
+            outcome.append(exc)
+
+    return waiting
+
+
 def _caller(system: ToolSystem, stubborn: Stubborn, caller: str, outcome: list[Any]) -> Any:
     """What waits for call ``c1`` (to ``quick``) as ``caller`` would, noting its result's error
     code (or what it raised) in ``outcome``."""
@@ -380,15 +393,12 @@ def _caller(system: ToolSystem, stubborn: Stubborn, caller: str, outcome: list[A
         ).results[0],
     }
 
-    def waiting() -> None:
-        try:
-            error = waits[caller]().to_dict()["error"]
-            # A harness error's code; else (a hook's Block) its message.
-            outcome.append(error["info"]["code"] if "info" in error else error["message"])
-        except BaseException as exc:  # noted, for the test to show
-            outcome.append(exc)
+    def code() -> Any:
+        error = waits[caller]().to_dict()["error"]
+        # A harness error's code; else (a hook's Block) its message.
+        return error["info"]["code"] if "info" in error else error["message"]
 
-    return waiting
+    return _noting(outcome, code)
 
 
 @pytest.mark.parametrize(
@@ -521,15 +531,12 @@ def test_stop_settles_a_parallel_batch_whose_bodies_and_post_execute_hooks_swall
     calls = [ToolCall(f"c{n}", "quick", "{}") for n in range(3)]
     outcome: list[Any] = []
 
-    def waiting() -> None:
-        try:
-            batch = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3), WAIT)
-            outcome.append([r.to_dict()["error"]["info"]["code"] for r in batch.results])
-        except BaseException as exc:  # noted, for the test to show
-            outcome.append(exc)
+    def codes() -> list[str]:
+        batch = system.execute_batch(ExecuteBatch(calls=calls, max_parallel=3), WAIT)
+        return [r.to_dict()["error"]["info"]["code"] for r in batch.results]
 
     try:
-        _stop_while_it_runs(system, body, waiting)
+        _stop_while_it_runs(system, body, _noting(outcome, codes))
     finally:
         body.release.set()
     assert outcome == [["ABORTED"] * 3]
@@ -653,14 +660,12 @@ def test_stop_settles_nested_calls_whose_inner_hook_swallows_its_cancellation(
         "execute_async": lambda: asyncio.run(awaits()),
     }
 
-    def waiting() -> None:
-        try:
-            outcome.append(waits[caller]().to_dict()["error"]["info"]["code"])
-        except BaseException as exc:  # noted, for the test to show
-            outcome.append(exc)
-
     try:
-        _stop_while_it_runs(system, stubborn, waiting)
+        _stop_while_it_runs(
+            system,
+            stubborn,
+            _noting(outcome, lambda: waits[caller]().to_dict()["error"]["info"]["code"]),
+        )
     finally:
         stubborn.release.set()
     assert outcome == ["ABORTED_BEFORE_DISPATCH"]
