@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from ._blocking_wait import wait_for_future
 from .actors._logging import get_logger
 from .pipeline import message_of
+from .pipeline._epoll import mark_given_up_leftovers
 from .pipeline._loop import is_library_code, new_pool_loop, note_interrupted, resume
 
 __all__ = ["SystemLoop"]
@@ -89,6 +90,7 @@ class SystemLoop:
             for awaitable in unstarted:
                 _close(awaitable)
             self._end_background()
+            mark_given_up_leftovers(self.loop)
             self.loop.close()
 
     def _end_background(self) -> None:

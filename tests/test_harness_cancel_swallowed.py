@@ -696,6 +696,20 @@ async def swallow():
         except asyncio.CancelledError:
             pass
 
+async def released():
+    while not release.is_set():
+        await asyncio.sleep(0.01)
+
+async def swallow_in_tasks():
+    # Waiting in tasks of its own: the one asyncio.wait_for makes (Python 3.11), a group's.
+    started.release()
+    while not release.is_set():
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(asyncio.wait_for(released(), 3600))
+        except asyncio.CancelledError:
+            pass
+
 system = ToolSystem.start(code_runtime=None)
 def tool_named(kind):
     async def body() -> str:
@@ -725,6 +739,8 @@ async def wrap(exec, next):
 async def post(exec, result, next):
     if exec.name in ("post", "body_post"):
         await swallow()
+    if exec.name == "post_tasks":
+        await swallow_in_tasks()
     return await next()
 
 system.tools.on_pre_execute(pre)
@@ -785,8 +801,8 @@ print(json.dumps({"outcome": outcome, "recorded": recorded}))
 
 @pytest.mark.parametrize(
     "kinds",
-    ["pre,wrap,post,body", "body_post,body_wrap"],
-    ids=["each alone", "a body, then a hook"],
+    ["pre,wrap,post,body", "body_post,body_wrap", "post_tasks"],
+    ids=["each alone", "a body, then a hook", "a hook waiting in tasks of its own"],
 )
 def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodies(
     kinds: str,
@@ -796,7 +812,8 @@ def test_no_task_is_reported_destroyed_pending_once_stop_gave_up_hooks_and_bodie
     # while pending, a swallowing body's too. Nothing waits for them: they are not reported.
     # A call whose body and then its post-execute hook (or its wrapper, after next())
     # swallowed it had that hook reported so, never given up, and its caller on the system
-    # loop a RuntimeError as that loop ended.
+    # loop a RuntimeError as that loop ended. A given-up hook's own tasks (a task group's,
+    # the one wait_for makes) were reported as the loop they were left on ended.
     done = subprocess.run(
         [sys.executable, "-c", _EVERY_KIND_GIVEN_UP, kinds],
         capture_output=True,

@@ -10,7 +10,14 @@ import selectors
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple
 
-__all__ = ["PreciseEpoll", "mark_given_up", "mark_wake_only", "new_pool_loop", "set_wake_only"]
+__all__ = [
+    "PreciseEpoll",
+    "mark_given_up",
+    "mark_given_up_leftovers",
+    "mark_wake_only",
+    "new_pool_loop",
+    "set_wake_only",
+]
 
 _FD_SETSIZE = 1024  # select() takes descriptors below this
 _Ts = TypeVarTuple("_Ts")
@@ -183,6 +190,19 @@ def mark_given_up(task: asyncio.Task[Any]) -> None:
     of the caller's own keeps its own exception handler, which is left alone.) The mark is
     the task's name, which is still there when asyncio reports the task from its finalizer."""
     task.set_name(_GIVEN_UP_PREFIX + task.get_name())
+
+
+def mark_given_up_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """As ``loop`` ends for good with a task ``mark_given_up`` marked still pending on it,
+    mark every task still pending there too: what a given-up body or hook started in tasks of
+    its own (the one ``asyncio.wait_for`` makes on Python 3.11, a task group's) is left pending
+    with it, and nothing waits for those either (asyncio cannot tell which task started
+    which). A loop with no given-up task pending reports every task it leaves, as ever."""
+    pending = asyncio.all_tasks(loop)
+    if any(task.get_name().startswith(_GIVEN_UP_PREFIX) for task in pending):
+        for task in pending:
+            if not task.get_name().startswith(_GIVEN_UP_PREFIX):
+                mark_given_up(task)
 
 
 def _quiet_given_up(

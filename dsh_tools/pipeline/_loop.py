@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Final, TypeVar
 
-from ._epoll import mark_wake_only, new_pool_loop
+from ._epoll import mark_given_up_leftovers, mark_wake_only, new_pool_loop
 
 __all__ = [
     "STARTS_AT_ONCE",
@@ -135,6 +135,7 @@ def _close_in_owner(
     # that loop is left to the process's end.
     if os.getpid() == owner_pid and not loop.is_running():
         _wind_down(loop)
+        mark_given_up_leftovers(loop)
         loop.close()
         for wakeup in wakeups:
             wakeup.close()
