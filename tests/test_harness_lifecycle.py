@@ -1588,6 +1588,32 @@ def test_a_timed_wait_after_a_wait_cut_short_takes_the_ctrl_c_as_after_python_s_
     ]
 
 
+A_WAIT_CUT_SHORT_EARLIER_THEN_A_TIMED_WAIT = A_WAIT_CUT_SHORT_THEN_A_TIMED_WAIT.replace(
+    "stale = _loop._CancelOnInterrupt(loop, loop.create_future())\n    stale.waiting = False",
+    "settled = loop.create_future()\n    settled.set_result(None)\n"
+    "    stale = _loop._CancelOnInterrupt(loop, settled)",
+)
+"""The same, the Ctrl-C having landed in the wait's ending before it noted that it no longer
+waits: its handler still says ``waiting``, but its call has settled."""
+
+
+@pytest.mark.parametrize("ctrl_c", ["none", "ctrl-c"])
+@pytest.mark.parametrize("how", ["timeout", "batch"])
+def test_a_timed_wait_after_a_wait_cut_short_before_it_noted_its_end(how: str, ctrl_c: str) -> None:
+    # A Ctrl-C landing in a driven wait's ending before the line that notes the wait is over
+    # (its handler's ``waiting``) leaves a handler that acts as Python's own all the same (its
+    # call has settled): execute(timeout=) and batches took it for an application's own,
+    # waited unguarded and left it in place after them.
+    assert "settled.set_result" in A_WAIT_CUT_SHORT_EARLIER_THEN_A_TIMED_WAIT
+    done = run_script(A_WAIT_CUT_SHORT_EARLIER_THEN_A_TIMED_WAIT, how, ctrl_c)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "interrupted" if ctrl_c == "ctrl-c" else "returned",
+        "results c1",
+        "python's own back True",
+    ]
+
+
 AN_APPLICATIONS_OWN_HANDLER = """
 import asyncio, os, signal, sys
 from dsh_tools import ExecuteCall, ToolsConfig, ToolSystem

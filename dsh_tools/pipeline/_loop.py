@@ -471,12 +471,13 @@ def pythons_interrupts_here() -> bool:
     """Whether a Ctrl-C raises ``KeyboardInterrupt`` on this thread as Python's own handler
     does: the main thread, with that handler in place, or a ``drive`` wait's that a Ctrl-C
     left there as its wait ended, which acts as Python's own (an application's own is left
-    alone)."""
+    alone). Cut short before it noted its ending (``waiting``), such a wait's handler has its
+    call settled already: it raises as Python's own too."""
     if threading.current_thread() is not threading.main_thread():
         return False
     current = signal.getsignal(signal.SIGINT)
     return current is signal.default_int_handler or (
-        isinstance(current, _CancelOnInterrupt) and not current.waiting
+        isinstance(current, _CancelOnInterrupt) and (not current.waiting or current.task.done())
     )
 
 
