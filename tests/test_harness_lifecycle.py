@@ -1546,10 +1546,13 @@ def ask(args, ctx):
 with ToolSystem.start(code_runtime=None) as system:
     system.tools.register(a_tool("ask", ask))
     # What a Ctrl-C landing in a driven wait's own ending leaves: its SIGINT handler, acting
-    # as Python's own from then on.
+    # as Python's own from then on. Landing before the wait noted that it no longer waits, the
+    # handler still says so, but its call has settled.
     loop = _loop.thread_loop()
-    stale = _loop._CancelOnInterrupt(loop, loop.create_future())
-    stale.waiting = False
+    settled = loop.create_future()
+    settled.set_result(None)
+    stale = _loop._CancelOnInterrupt(loop, settled)
+    stale.waiting = sys.argv[3] == "before it noted its end"
     signal.signal(signal.SIGINT, stale)
     try:
         if sys.argv[1] == "batch":
@@ -1570,42 +1573,18 @@ with ToolSystem.start(code_runtime=None) as system:
 """
 
 
+@pytest.mark.parametrize("landed", ["after it noted its end", "before it noted its end"])
 @pytest.mark.parametrize("ctrl_c", ["none", "ctrl-c"])
 @pytest.mark.parametrize("how", ["timeout", "batch"])
 def test_a_timed_wait_after_a_wait_cut_short_takes_the_ctrl_c_as_after_python_s_own(
-    how: str, ctrl_c: str
+    how: str, ctrl_c: str, landed: str
 ) -> None:
     # A driven wait whose ending a Ctrl-C cut short leaves its handler in place, acting as
     # Python's own until the next driven wait replaces it. The waits of execute(timeout=) and
     # of a batch took it for an application's own and waited unguarded (a Ctrl-C raised
-    # wherever the main thread stood), leaving it in place after them too.
-    done = run_script(A_WAIT_CUT_SHORT_THEN_A_TIMED_WAIT, how, ctrl_c)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        "interrupted" if ctrl_c == "ctrl-c" else "returned",
-        "results c1",
-        "python's own back True",
-    ]
-
-
-A_WAIT_CUT_SHORT_EARLIER_THEN_A_TIMED_WAIT = A_WAIT_CUT_SHORT_THEN_A_TIMED_WAIT.replace(
-    "stale = _loop._CancelOnInterrupt(loop, loop.create_future())\n    stale.waiting = False",
-    "settled = loop.create_future()\n    settled.set_result(None)\n"
-    "    stale = _loop._CancelOnInterrupt(loop, settled)",
-)
-"""The same, the Ctrl-C having landed in the wait's ending before it noted that it no longer
-waits: its handler still says ``waiting``, but its call has settled."""
-
-
-@pytest.mark.parametrize("ctrl_c", ["none", "ctrl-c"])
-@pytest.mark.parametrize("how", ["timeout", "batch"])
-def test_a_timed_wait_after_a_wait_cut_short_before_it_noted_its_end(how: str, ctrl_c: str) -> None:
-    # A Ctrl-C landing in a driven wait's ending before the line that notes the wait is over
-    # (its handler's ``waiting``) leaves a handler that acts as Python's own all the same (its
-    # call has settled): execute(timeout=) and batches took it for an application's own,
-    # waited unguarded and left it in place after them.
-    assert "settled.set_result" in A_WAIT_CUT_SHORT_EARLIER_THEN_A_TIMED_WAIT
-    done = run_script(A_WAIT_CUT_SHORT_EARLIER_THEN_A_TIMED_WAIT, how, ctrl_c)
+    # wherever the main thread stood), leaving it in place after them too; so they did when
+    # the Ctrl-C had landed before the wait noted that it no longer waits.
+    done = run_script(A_WAIT_CUT_SHORT_THEN_A_TIMED_WAIT, how, ctrl_c, landed)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "interrupted" if ctrl_c == "ctrl-c" else "returned",
