@@ -374,19 +374,18 @@ class ToolSystem:
         if self.pipeline.abandon_bodies():
             # Plain bodies that ignored their signal through the grace are left to their
             # threads: their calls settle without them, a moment for that.
-            deadline = time.monotonic() + ABANDONED_SETTLE_S
-            self._settle_in_flight(deadline)
             # A hook chain that began waiting meanwhile on a call given up on (its post-execute
             # hook, once its body was given up) is given up in turn a moment after it began,
             # perhaps past that wait: its call gets the same moment to settle. A batch's calls
             # commit in order, so the next call's hook begins only once that one is given up:
             # each such give-up, as it begins, extends the wait again.
+            deadline = time.monotonic() + ABANDONED_SETTLE_S
             while True:
+                self._settle_in_flight(deadline)
                 later = self.pipeline.hooks_given_up_at + ABANDONED_SETTLE_S
                 if later <= deadline:
                     break
                 deadline = later
-                self._settle_in_flight(deadline)
         given_up = in_flight & self._system_loop.pending_now()
         while True:
             # One at a time, the last attached first, as disposers go: a stop cut short leaves

@@ -264,7 +264,7 @@ class PipelineCore:
         settles and commits as usual; its success becomes ``ABORTED``."""
         if rec.stop_reason is None:
             rec.stop_reason = reason
-        if anyway and not rec.hurried:  # a give-up stop() left there stays
+        if anyway:
             rec.hurried = True
         own = rec.own
         if own is not None:
@@ -308,7 +308,8 @@ class PipelineCore:
         chain of ``rec``'s that starts waiting later (a post-execute hook, a wrapper's code
         after ``next()``, once ``stop()`` gave up the body) is not waited for either: it is
         cancelled at once and given up ``LATE_HOOK_GIVE_UP_S`` later (``wind_down``)."""
-        later = rec.hurried = partial(self._give_up_later, give_up)
+        rec.hurried = True
+        later = rec.late_give_up = partial(self._give_up_later, give_up)
         task = rec.hook_task
         if task is None or not rec.hooks_waiting or task.done():
             return False
@@ -566,11 +567,11 @@ def wind_down(rec: CallRecord) -> None:
     else would give it up, and ``stop()`` would end the loop under it."""
     task = rec.hook_task
     if task is not None:
-        hurried = rec.hurried
-        if hurried:
+        if rec.hurried:
             cancel_hooks_soon(rec, task)
-            if hurried is not True:  # stop()'s give-up
-                hurried(task, LATE_HOOK_GIVE_UP_S)
+            give_up = rec.late_give_up
+            if give_up is not None:
+                give_up(task, LATE_HOOK_GIVE_UP_S)
         else:
             task.get_loop().call_later(HOOK_WIND_DOWN_S, _wound_down, rec, task)
 

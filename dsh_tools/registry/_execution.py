@@ -74,6 +74,7 @@ class CallRecord:
         "hooks_waiting",
         "hurried",
         "inline",
+        "late_give_up",
         "logged_call",
         "name",
         "outer",
@@ -142,9 +143,11 @@ class CallRecord:
         self.hooks_waiting = False
         # Interrupted past any wind-down (stop()'s grace over, a batch's awaiting task
         # cancelled again): a hook that starts waiting from then on is cancelled at once.
-        # stop()'s grace over, what has such a hook given up a while later should it go on
-        # (``PipelineCore.hooks_overdue``), called with the task it waits in.
-        self.hurried: bool | Callable[[asyncio.Task[Any], float], object] = False
+        self.hurried = False
+        # Set (and ``hurried`` with it) once stop()'s grace is over: what has such a hook
+        # given up a while later should it go on (``PipelineCore.hooks_overdue``), called with
+        # the task it waits in and the delay.
+        self.late_give_up: Callable[[asyncio.Task[Any], float], object] | None = None
         # The task awaiting the call's plain body on a worker thread, while it does.
         self.body_wait: asyncio.Task[Any] | None = None
         # Cancellations the pipeline sent ``hook_task`` or ``body_wait`` (an interrupt, a
